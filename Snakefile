@@ -1,0 +1,21 @@
+# vocabtransfer workflow: `snakemake --cores N` reproduces the whole study.
+# Every rule's shell is `vocabtransfer <stage> …`; inputs, outputs and the params each
+# stage reads come from src/vocabtransfer/stages.py (the same table that generates dvc.yaml).
+
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+configfile: "params.yaml"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/data.smk"
+include: "workflow/rules/auxiliary.smk"
+
+
+rule all:
+    input:
+        all_targets(),
+    default_target: True

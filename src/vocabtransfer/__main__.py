@@ -1,0 +1,3 @@
+from vocabtransfer.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,96 @@
+"""`vocabtransfer <stage> …`: every pipeline stage as a command, built from the stage table.
+
+    vocabtransfer corpus --lang sw            # run one stage on its own
+    vocabtransfer dvc-yaml --output dvc.yaml  # regenerate dvc.yaml
+    vocabtransfer validate                    # check params.yaml against the schema
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+
+from vocabtransfer import __version__
+from vocabtransfer.errors import VocabTransferError
+
+log = logging.getLogger("vocabtransfer")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from vocabtransfer.stages import STAGES
+
+    parser = argparse.ArgumentParser(prog="vocabtransfer", description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"vocabtransfer {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="<stage or command>")
+
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--params", default="params.yaml", help="params file (default: params.yaml)")
+    common.add_argument("--log-file", default=None, help="also write the log to this file")
+    common.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+
+    for stage in STAGES.values():
+        p = sub.add_parser(stage.name, parents=[common], help=stage.help, description=stage.help)
+        for wc in stage.wildcards:
+            p.add_argument(f"--{wc}", required=True, help=f"the `{wc}` wildcard")
+        p.add_argument("--threads", type=int, default=None, help="worker threads (default: all cores)")
+        p.add_argument("--device", default="auto", help="torch device: auto (cuda if available), cpu, cuda, cuda:1 …")
+
+    p = sub.add_parser("dvc-yaml", parents=[common], help="generate dvc.yaml from the stage table")
+    p.add_argument("--output", default="dvc.yaml", help="where to write (default: dvc.yaml; - for stdout)")
+    sub.add_parser("validate", parents=[common], help="validate params.yaml and print it with defaults filled in")
+    return parser
+
+
+def _device(name: str) -> str:
+    if name != "auto":
+        return name
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from vocabtransfer.log import setup_logging
+
+    setup_logging(args.log_file, logging.DEBUG if args.verbose else logging.INFO)
+    try:
+        from vocabtransfer.config import load_params
+
+        params = load_params(args.params)
+        if args.command == "validate":
+            import yaml
+
+            sys.stdout.write(yaml.safe_dump(params, sort_keys=False))
+            return 0
+        if args.command == "dvc-yaml":
+            from vocabtransfer import dvcgen
+
+            if args.output == "-":
+                sys.stdout.write(dvcgen.generate(params))
+            else:
+                log.info("wrote %s", dvcgen.write(params, args.output))
+            return 0
+
+        from vocabtransfer.stages import STAGES, run_stage
+
+        stage = STAGES[args.command]
+        wildcards = {wc: getattr(args, wc) for wc in stage.wildcards}
+        start = time.perf_counter()
+        log.info("stage %s %s", stage.name, " ".join(f"{k}={v}" for k, v in wildcards.items()))
+        run_stage(stage.name, params, wildcards, threads=args.threads, device=_device(args.device))
+        log.info("stage %s done in %.1f s", stage.name, time.perf_counter() - start)
+        return 0
+    except VocabTransferError as exc:
+        log.error("%s", exc)
+        return 1
+    except KeyboardInterrupt:
+        log.error("interrupted; no partial artefact was kept")
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,32 @@
+"""Logging set-up for the CLI and a tqdm wrapper that is quiet when stderr is not a terminal."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Iterable, TypeVar
+
+from tqdm.auto import tqdm
+
+T = TypeVar("T")
+FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
+
+
+def setup_logging(log_file: str | None = None, level: int = logging.INFO) -> None:
+    """Log to stderr, and to `log_file` too when given (Snakemake's per-job log)."""
+    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+    if log_file:
+        from pathlib import Path
+
+        Path(log_file).parent.mkdir(parents=True, exist_ok=True)
+        handlers.append(logging.FileHandler(log_file, mode="w", encoding="utf-8"))
+    logging.basicConfig(level=level, format=FORMAT, handlers=handlers, force=True)
+    for noisy in ("urllib3", "filelock", "httpx", "httpcore", "huggingface_hub", "datasets", "fsspec"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def progress(iterable: Iterable[T] | None = None, **kwargs) -> Iterable[T]:
+    """tqdm progress bar, shown only on a terminal (no bar noise in job logs)."""
+    kwargs.setdefault("disable", not sys.stderr.isatty())
+    kwargs.setdefault("dynamic_ncols", True)
+    return tqdm(iterable, **kwargs)

@@ -1,0 +1,67 @@
+"""Every artefact path template: the single source of truth for the Snakefile,
+the dvc.yaml generator and the CLI.
+
+Templates use `{lang}` / `{method}` wildcards and are relative to the working directory
+(the repository root when run through Snakemake or DVC).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+RESULTS = "results"
+LOGS = "logs"
+
+# corpus
+CORPUS_TRAIN = "results/{lang}/corpus/train.parquet"
+CORPUS_VALID = "results/{lang}/corpus/valid.parquet"
+CORPUS_STATS = "results/{lang}/corpus/stats.json"
+
+# target tokenizer (an HF fast-tokenizer directory)
+TOKENIZER = "results/{lang}/tokenizer"
+
+# pre-tokenisation
+PRETOK_TRAIN = "results/{lang}/pretokenized/train.parquet"
+PRETOK_VALID = "results/{lang}/pretokenized/valid.parquet"
+PRETOK_TEXT = "results/{lang}/pretokenized/train.tokens.txt"
+PRETOK_STATS = "results/{lang}/pretokenized/stats.json"
+
+# fastText auxiliary embeddings
+FASTTEXT_BIN = "results/{lang}/fasttext/model.bin"
+FASTTEXT_EMB = "results/{lang}/fasttext/embeddings.safetensors"
+FASTTEXT_STATS = "results/{lang}/fasttext/stats.json"
+
+# vocabulary overlap
+OVERLAP = "results/{lang}/overlap/overlap.parquet"
+OVERLAP_STATS = "results/{lang}/overlap/stats.json"
+
+# per-job logs and Snakemake benchmark tables
+LOG = "logs/{stage}/{name}.log"
+BENCHMARK = "logs/benchmarks/{stage}/{name}.tsv"
+
+
+def data_root() -> Path:
+    """Root for relative data paths in params.yaml: $VOCABTRANSFER_DATA, else `data/`."""
+    return Path(os.environ.get("VOCABTRANSFER_DATA") or "data")
+
+
+def data_path(path: str | os.PathLike) -> Path:
+    """Resolve a data path from params.yaml: absolute paths stay, relative ones join the data root."""
+    p = Path(os.path.expanduser(str(path)))
+    return p if p.is_absolute() else data_root() / p
+
+
+def fill(template: str, **wildcards: str) -> str:
+    """Fill a path template's wildcards (`{lang}`, `{method}`)."""
+    return template.format(**wildcards)
+
+# source side (issue: embedding initialisation)
+SOURCE_MODEL = "results/source/model"  # the source model completed with a trained LM head (source_head)
+SOURCE_HEAD_STATS = "results/source/head_stats.json"
+SOURCE_WORD_FASTTEXT = "results/source/fasttext/words.bin"  # word-level fastText on source-language text
+WORD_FASTTEXT = "results/{lang}/fasttext/words.bin"  # word-level fastText on the target corpus (WECHSEL)
+
+# embedding initialisation: a directory per method with embeddings.safetensors, model/, stats.json
+INIT_DIR = "results/{lang}/init/{method}"
+INIT_EVAL = "results/{lang}/init_eval.parquet"

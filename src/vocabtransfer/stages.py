@@ -1,0 +1,163 @@
+"""The stage table: for every pipeline stage, its wildcards, input and output path
+templates, the params leaves it reads and the code it runs.
+
+This table is the single source of truth. The CLI builds `vocabtransfer <stage>` from it,
+the Snakemake rules take their input/output/params from it (workflow/rules/common.smk),
+and `vocabtransfer dvc-yaml` generates dvc.yaml from it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from vocabtransfer import config as C
+from vocabtransfer import paths as P
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    func: str  # "module:function", called with a Context
+    help: str
+    wildcards: tuple[str, ...] = ("lang",)
+    inputs: dict[str, str] = field(default_factory=dict)
+    outputs: dict[str, str] = field(default_factory=dict)
+    directories: frozenset[str] = frozenset()  # output names that are directories
+    params: tuple[str, ...] = ()  # dotted params leaves; may contain {lang}
+    extra_params: Callable[[dict, dict], list[str]] | None = None  # (params, wildcards) -> more leaves
+    code: tuple[str, ...] = ()  # modules under src/vocabtransfer whose change reruns the stage (DVC)
+    parallel: bool = False  # uses all the cores it is given
+    gpu: bool = False  # benefits from a GPU (SLURM profile asks for one)
+
+    def leaves(self, params: dict, wildcards: dict) -> list[str]:
+        """The concrete params leaves this stage reads for these wildcards."""
+        out = [leaf.format(**wildcards) for leaf in self.params]
+        if self.extra_params:
+            out += self.extra_params(params, wildcards)
+        return out
+
+    def resolve(self, templates: dict[str, str], wildcards: dict) -> dict[str, Path]:
+        return {k: Path(P.fill(v, **wildcards)) for k, v in templates.items()}
+
+
+STAGES: dict[str, Stage] = {}
+
+
+def register(stage: Stage) -> Stage:
+    STAGES[stage.name] = stage
+    return stage
+
+
+register(Stage(
+    name="corpus",
+    func="vocabtransfer.corpus:run",
+    help="fetch, normalise, deduplicate, cap and split a language's raw text",
+    outputs={"train": P.CORPUS_TRAIN, "valid": P.CORPUS_VALID, "stats": P.CORPUS_STATS},
+    params=("seed", "corpus.sources.{lang}", "corpus.normalization", "corpus.max_bytes",
+            "corpus.valid_fraction", "corpus.min_chars"),
+    code=("corpus.py", "download.py"),
+))
+register(Stage(
+    name="tokenizer",
+    func="vocabtransfer.tokenizer:run",
+    help="train the target tokenizer (the source tokenizer's family and conventions)",
+    inputs={"train": P.CORPUS_TRAIN},
+    outputs={"tokenizer": P.TOKENIZER},
+    directories=frozenset({"tokenizer"}),
+    params=("source_model", "tokenizer.family", "tokenizer.vocab_size", "tokenizer.min_frequency"),
+    code=("tokenizer.py",),
+))
+register(Stage(
+    name="pretokenize",
+    func="vocabtransfer.pretokenize:run",
+    help="encode the corpus with the target tokenizer; fertility stats against the source tokenizer",
+    inputs={"tokenizer": P.TOKENIZER, "train": P.CORPUS_TRAIN, "valid": P.CORPUS_VALID},
+    outputs={"train_ids": P.PRETOK_TRAIN, "valid_ids": P.PRETOK_VALID, "text": P.PRETOK_TEXT,
+             "stats": P.PRETOK_STATS},
+    params=("source_model", "pretokenize.batch_size"),
+    code=("pretokenize.py",),
+    parallel=True,
+))
+register(Stage(
+    name="fasttext",
+    func="vocabtransfer.auxiliary:run",
+    help="fastText auxiliary embeddings for the target tokens",
+    inputs={"text": P.PRETOK_TEXT, "tokenizer": P.TOKENIZER},
+    outputs={"model": P.FASTTEXT_BIN, "embeddings": P.FASTTEXT_EMB, "stats": P.FASTTEXT_STATS},
+    params=("seed", "fasttext.mode", "fasttext.pretrained_path", "fasttext.model", "fasttext.dim",
+            "fasttext.epochs", "fasttext.min_count", "fasttext.neg"),
+    code=("auxiliary.py",),
+    parallel=True,
+))
+register(Stage(
+    name="overlap",
+    func="vocabtransfer.overlap:run",
+    help="source vs target vocabulary overlap on canonical token forms",
+    inputs={"tokenizer": P.TOKENIZER},
+    outputs={"overlap": P.OVERLAP, "stats": P.OVERLAP_STATS},
+    params=("source_model", "overlap.exact_match_all", "overlap.fuzzy_match_all", "overlap.match_symbols"),
+    code=("overlap.py",),
+))
+
+
+@dataclass
+class Context:
+    """What a stage function gets: validated params, its wildcards and resolved paths."""
+
+    stage: Stage
+    params: dict
+    wildcards: dict[str, str]
+    input: dict[str, Path]
+    output: dict[str, Path]
+    threads: int = 1
+    device: str = "cpu"
+
+    @property
+    def lang(self) -> str:
+        return self.wildcards["lang"]
+
+    @property
+    def method(self) -> str:
+        return self.wildcards["method"]
+
+    @property
+    def seed(self) -> int:
+        return int(self.params["seed"])
+
+    def param(self, dotted: str) -> Any:
+        return C.get(self.params, dotted)
+
+
+def make_context(name: str, params: dict, wildcards: dict[str, str], threads: int | None = None,
+                 device: str = "cpu") -> Context:
+    stage = STAGES[name]
+    if "lang" in wildcards:
+        C.check_language(params, wildcards["lang"])
+    return Context(
+        stage=stage,
+        params=params,
+        wildcards=wildcards,
+        input=stage.resolve(stage.inputs, wildcards),
+        output=stage.resolve(stage.outputs, wildcards),
+        threads=threads or os.cpu_count() or 1,
+        device=device,
+    )
+
+
+def run_stage(name: str, params: dict, wildcards: dict[str, str], threads: int | None = None,
+              device: str = "cpu") -> Context:
+    """Run one stage in-process (what `vocabtransfer <stage>` does)."""
+    ctx = make_context(name, params, wildcards, threads=threads, device=device)
+    module_name, func_name = ctx.stage.func.split(":")
+    getattr(importlib.import_module(module_name), func_name)(ctx)
+    return ctx
+
+
+def param_values(params: dict, name: str, wildcards: dict) -> dict[str, Any]:
+    """The params leaves a stage reads and their values (Snakemake's params, which rerun jobs on change)."""
+    stage = STAGES[name]
+    return {leaf: C.get(params, leaf) for leaf in stage.leaves(params, dict(wildcards))}

@@ -1,0 +1,33 @@
+# Auxiliary stages: fastText embeddings of the target tokens and the vocabulary overlap.
+
+
+rule fasttext:
+    input:
+        **stage_input("fasttext"),
+    output:
+        **stage_output("fasttext"),
+    params:
+        leaves=stage_params("fasttext"),
+    log:
+        stage_log("fasttext"),
+    benchmark:
+        stage_benchmark("fasttext")
+    threads: stage_threads("fasttext")
+    shell:
+        "vocabtransfer fasttext --lang {wildcards.lang} " + STAGE_ARGS
+
+
+rule overlap:
+    input:
+        **stage_input("overlap"),
+    output:
+        **stage_output("overlap"),
+    params:
+        leaves=stage_params("overlap"),
+    log:
+        stage_log("overlap"),
+    benchmark:
+        stage_benchmark("overlap")
+    threads: stage_threads("overlap")
+    shell:
+        "vocabtransfer overlap --lang {wildcards.lang} " + STAGE_ARGS

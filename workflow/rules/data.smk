@@ -1,0 +1,47 @@
+# Text stages: raw corpus -> target tokenizer -> pre-tokenised corpus.
+
+
+rule corpus:
+    output:
+        **stage_output("corpus"),
+    params:
+        leaves=stage_params("corpus"),
+    log:
+        stage_log("corpus"),
+    benchmark:
+        stage_benchmark("corpus")
+    threads: stage_threads("corpus")
+    shell:
+        "vocabtransfer corpus --lang {wildcards.lang} " + STAGE_ARGS
+
+
+rule tokenizer:
+    input:
+        **stage_input("tokenizer"),
+    output:
+        **stage_output("tokenizer"),
+    params:
+        leaves=stage_params("tokenizer"),
+    log:
+        stage_log("tokenizer"),
+    benchmark:
+        stage_benchmark("tokenizer")
+    threads: stage_threads("tokenizer")
+    shell:
+        "vocabtransfer tokenizer --lang {wildcards.lang} " + STAGE_ARGS
+
+
+rule pretokenize:
+    input:
+        **stage_input("pretokenize"),
+    output:
+        **stage_output("pretokenize"),
+    params:
+        leaves=stage_params("pretokenize"),
+    log:
+        stage_log("pretokenize"),
+    benchmark:
+        stage_benchmark("pretokenize")
+    threads: stage_threads("pretokenize")
+    shell:
+        "vocabtransfer pretokenize --lang {wildcards.lang} " + STAGE_ARGS
