@@ -63,3 +63,34 @@ def register(name: str) -> Callable[[Method], Method]:
 
 def available() -> list[str]:
     return sorted(METHODS)
+
+
+FACTORIZATIONS = ("svd", "snmf")
+
+
+def get_method(name: str) -> Method:
+    """The method called `name`; `base+svd` / `base+snmf` run `base` inside a low-rank space."""
+    _load_all()
+    if name in METHODS:
+        return METHODS[name]
+    base, _, fact = name.partition("+")
+    if fact in FACTORIZATIONS and base in METHODS:
+        from vocabtransfer.methods.factorized import factorized
+
+        return factorized(METHODS[base], fact)
+    raise VocabTransferError(
+        f"unknown method {name!r}; available: {', '.join(available())}, "
+        f"or a factorised form <method>+{{{','.join(FACTORIZATIONS)}}} such as focus+svd"
+    )
+
+
+def _load_all() -> None:
+    """Import every method module so its @register lines run (one line per module)."""
+    import importlib
+
+    for module in ("baselines", "fvt", "focus", "ofa", "snmf", "wechsel"):
+        try:
+            importlib.import_module(f"vocabtransfer.methods.{module}")
+        except ModuleNotFoundError as exc:  # a module not written yet must not hide the others
+            if exc.name != f"vocabtransfer.methods.{module}":
+                raise

@@ -1,0 +1,44 @@
+"""dvc.yaml is generated from the stage table and never edited by hand."""
+
+from __future__ import annotations
+
+import yaml
+
+from vocabtransfer import dvcgen
+from vocabtransfer.config import load_params
+from vocabtransfer.stages import STAGES
+
+from conftest import REPO
+
+
+def test_committed_dvc_yaml_is_fresh():
+    fresh = dvcgen.generate(load_params(REPO / "params.yaml"))
+    committed = (REPO / "dvc.yaml").read_text()
+    assert committed == fresh, "dvc.yaml is stale: run `vocabtransfer dvc-yaml` and commit it"
+
+
+def test_every_stage_lists_individual_params_leaves():
+    params = load_params(REPO / "params.yaml")
+    stages = yaml.safe_load(dvcgen.generate(params))["stages"]
+    assert {name.split("_")[0] for name in stages} >= {s for s in STAGES if "_" not in s}
+    fasttext = stages["fasttext"]
+    assert "fasttext.epochs" in fasttext["params"]
+    assert "fasttext" not in fasttext["params"]  # never a whole section
+    for name, stage in stages.items():
+        for leaf in stage["params"]:
+            # every leaf exists in params.yaml (with ${item.lang} filled in)
+            node = params
+            for part in leaf.replace("${item.lang}", params["languages"][0]).split("."):
+                assert isinstance(node, dict) and part in node, f"{name}: params leaf {leaf} not in params.yaml"
+                node = node[part]
+            # a whole section (a top-level mapping) is never listed, only its leaves
+            assert not (isinstance(node, dict) and "." not in leaf), f"{name}: lists the whole section {leaf}"
+
+
+def test_matrix_over_languages_and_cmd_is_the_cli():
+    stages = yaml.safe_load(dvcgen.generate(load_params(REPO / "params.yaml")))["stages"]
+    tok = stages["tokenizer"]
+    assert tok["matrix"] == {"lang": "${languages}"}
+    assert tok["cmd"].startswith("vocabtransfer tokenizer --lang ${item.lang}")
+    assert "results/${item.lang}/corpus/train.parquet" in tok["deps"]
+    assert tok["outs"] == ["results/${item.lang}/tokenizer"]
