@@ -43,6 +43,8 @@ def atomic_output(path: str | os.PathLike, *, directory: bool = False) -> Iterat
             tmp.rename(final)
             shutil.rmtree(old, ignore_errors=True)
         else:
+            if tmp.is_file():  # some writers (safetensors) create 0600 files; artefacts are shared
+                os.chmod(tmp, 0o666 & ~_umask())
             os.replace(tmp, final)
     except BaseException:
         if tmp.is_dir():
@@ -50,6 +52,12 @@ def atomic_output(path: str | os.PathLike, *, directory: bool = False) -> Iterat
         elif tmp.exists():
             tmp.unlink()
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def write_parquet(table: pa.Table, path: str | os.PathLike) -> None:

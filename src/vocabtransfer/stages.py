@@ -89,7 +89,7 @@ register(Stage(
     inputs={"text": P.PRETOK_TEXT, "tokenizer": P.TOKENIZER},
     outputs={"model": P.FASTTEXT_BIN, "embeddings": P.FASTTEXT_EMB, "stats": P.FASTTEXT_STATS},
     params=("seed", "fasttext.mode", "fasttext.pretrained_path", "fasttext.model", "fasttext.dim",
-            "fasttext.epochs", "fasttext.min_count", "fasttext.neg"),
+            "fasttext.epochs", "fasttext.min_count", "fasttext.neg", "fasttext.reproducible"),
     code=("auxiliary.py",),
     parallel=True,
 ))

@@ -12,7 +12,8 @@ rule fasttext:
         stage_log("fasttext"),
     benchmark:
         stage_benchmark("fasttext")
-    threads: stage_threads("fasttext")
+    # one thread keeps fastText bit-reproducible (fasttext.reproducible)
+    threads: 1 if config["fasttext"]["reproducible"] else stage_threads("fasttext")
     shell:
         "vocabtransfer fasttext --lang {wildcards.lang} " + STAGE_ARGS
 

@@ -1,0 +1,286 @@
+"""Low-rank factorisations of an embedding matrix E (V×D): truncated SVD and semi-NMF.
+
+Both return a pair `(coordinates, primitives)` with E ≈ coordinates @ primitives:
+coordinates are per token (V×k), primitives are the shared up-projection (k×D).
+Methods such as OFA, UNKs Everywhere (`snmf`) and the factorised variants (`focus+svd`, …)
+initialise new tokens in the k-dimensional coordinate space and map them up with the
+source model's primitives.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Callable, Literal
+
+import torch
+
+from vocabtransfer.errors import VocabTransferError
+from vocabtransfer.log import progress
+
+log = logging.getLogger(__name__)
+
+
+def _check_matrix(X: torch.Tensor, name: str) -> None:
+    if not isinstance(X, torch.Tensor) or X.ndim != 2 or X.shape[0] == 0 or X.shape[1] == 0:
+        shape = tuple(X.shape) if isinstance(X, torch.Tensor) else type(X).__name__
+        raise VocabTransferError(f"{name}: expected a non-empty 2-D tensor (tokens × hidden size), got {shape}")
+    if not X.is_floating_point():
+        raise VocabTransferError(f"{name}: expected floating-point values, got {X.dtype}; convert the embeddings to float32")
+    if not bool(torch.isfinite(X).all()):
+        raise VocabTransferError(f"{name}: contains NaN or infinite values; check the source model's embedding weights")
+
+
+def _check_rank(value, name: str, V: int, D: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise VocabTransferError(f"{name}={value!r}: must be a positive integer (e.g. 100)")
+    if value > D:
+        raise VocabTransferError(
+            f"{name}={value}: larger than the source model's hidden size {D}; "
+            f"a factorisation must not be wider than the embeddings, set {name} to at most {D}"
+        )
+    return value
+
+
+def relative_error(X: torch.Tensor, C: torch.Tensor, P: torch.Tensor) -> float:
+    """‖X − C P‖_F / ‖X‖_F, computed in float64 in row blocks."""
+    num = 0.0
+    for start in range(0, X.shape[0], 8192):
+        block = X[start:start + 8192].double() - C[start:start + 8192].double() @ P.double()
+        num += float((block * block).sum())
+    den = float((X.double() ** 2).sum())
+    return (num / den) ** 0.5 if den > 0 else 0.0
+
+
+# --------------------------------------------------------------------------------------------
+# Truncated SVD
+# --------------------------------------------------------------------------------------------
+
+def truncated_svd(E: torch.Tensor, keep_dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """E ≈ C @ P with C = U_k (V×k, orthonormal columns) and P = diag(S_k) V_kᵀ (k×D).
+
+    This is OFA's convention (Liu et al. 2024, `perform_factorize`): the coordinates are
+    the left singular vectors and the singular values live in the "primitive embeddings".
+    Any per-dimension scaling convention gives the same final embeddings for the methods
+    here (linear combinations, means, per-dimension Gaussians), so this choice only fixes
+    what coordinates.safetensors holds.
+
+    Computed in float64 and returned in E's dtype. Signs are fixed deterministically: in
+    each column of U the entry of largest magnitude is positive (ties: the lowest row), so
+    the same input always gives byte-identical output. `keep_dim` larger than the number
+    of rows pads with zero columns/rows (the factorisation is exact already).
+    """
+    _check_matrix(E, "truncated_svd: E")
+    V, D = E.shape
+    k = _check_rank(keep_dim, "keep_dim", V, D)
+    U, S, Vh = torch.linalg.svd(E.detach().double(), full_matrices=False)
+    r = min(k, S.shape[0])
+    U, S, Vh = U[:, :r], S[:r], Vh[:r]
+    # 1. deterministic signs: the largest-|.| entry of every coordinate column is positive
+    pivot = U.abs().argmax(dim=0)
+    signs = torch.sign(U[pivot, torch.arange(r)])
+    signs[signs == 0] = 1.0
+    U = U * signs
+    Vh = Vh * signs[:, None]
+    C = U
+    P = S[:, None] * Vh
+    # 2. fewer rows than keep_dim: pad with zero coordinates / zero primitives
+    if r < k:
+        C = torch.cat([C, C.new_zeros(V, k - r)], dim=1)
+        P = torch.cat([P, P.new_zeros(k - r, D)], dim=0)
+    return C.to(E.dtype).contiguous(), P.to(E.dtype).contiguous()
+
+
+# --------------------------------------------------------------------------------------------
+# Semi-NMF
+# --------------------------------------------------------------------------------------------
+
+def kmeans(X: torch.Tensor, k: int, *, iters: int = 10, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Seeded k-means on the rows of X: k-means++ seeding, then `iters` Lloyd iterations.
+
+    Returns (labels (V,) int64, centroids (k×D)). An empty cluster is re-seeded with the
+    row farthest from its centroid, so every cluster keeps at least one member.
+    """
+    V = X.shape[0]
+    if k > V:
+        raise VocabTransferError(f"rank={k}: larger than the number of rows {V}; choose a rank of at most {V}")
+    gen = torch.Generator(device="cpu").manual_seed(int(seed))
+    sq = (X * X).sum(1)
+
+    def sq_dist(c: torch.Tensor) -> torch.Tensor:  # (V, m) squared distances to the rows of c
+        return (sq[:, None] - 2.0 * (X @ c.T) + (c * c).sum(1)[None, :]).clamp_min_(0.0)
+
+    # 1. k-means++ seeding (sampling on the CPU generator: identical choices on every device)
+    first = int(torch.randint(V, (1,), generator=gen))
+    idx = [first]
+    closest = sq_dist(X[first:first + 1])[:, 0]
+    for _ in range(1, k):
+        weights = closest.double().cpu()
+        if float(weights.sum()) <= 0:  # fewer distinct rows than k: take the next unused row
+            taken = set(idx)
+            nxt = next(i for i in range(V) if i not in taken)
+        else:
+            nxt = int(torch.multinomial(weights, 1, generator=gen))
+        idx.append(nxt)
+        closest = torch.minimum(closest, sq_dist(X[nxt:nxt + 1])[:, 0])
+    centroids = X[torch.tensor(idx, device=X.device)].clone()
+    # 2. Lloyd iterations
+    labels = sq_dist(centroids).argmin(1)
+    for _ in range(iters):
+        counts = torch.bincount(labels, minlength=k)
+        sums = torch.zeros_like(centroids).index_add_(0, labels, X)
+        empty = (counts == 0).nonzero().flatten().tolist()
+        centroids = sums / counts.clamp_min(1)[:, None].to(X.dtype)
+        if empty:
+            dist = sq_dist(centroids).gather(1, labels[:, None])[:, 0]
+            far = dist.argsort(descending=True)[: len(empty)]
+            centroids[torch.tensor(empty, device=X.device)] = X[far]
+        new = sq_dist(centroids).argmin(1)
+        if torch.equal(new, labels) and not empty:
+            break
+        labels = new
+    return labels, centroids
+
+
+def _pos(A: torch.Tensor) -> torch.Tensor:
+    return (A.abs() + A) / 2
+
+
+def _neg(A: torch.Tensor) -> torch.Tensor:
+    return (A.abs() - A) / 2
+
+
+def _least_squares_H(WtW: torch.Tensor, WtX: torch.Tensor) -> torch.Tensor:
+    """H = (WᵀW)⁻¹ WᵀX in float64 with a tiny relative ridge (keeps a rank-deficient W solvable)."""
+    G = WtW.double()
+    ridge = 1e-10 * float(G.diagonal().mean().clamp_min(1e-30))
+    G = G + ridge * torch.eye(G.shape[0], dtype=G.dtype, device=G.device)
+    L, info = torch.linalg.cholesky_ex(G)
+    if int(info) == 0:
+        return torch.cholesky_solve(WtX.double(), L)
+    return torch.linalg.lstsq(G, WtX.double()).solution
+
+
+def semi_nmf(
+    X: torch.Tensor,
+    rank: int,
+    *,
+    max_iter: int = 500,
+    tol: float = 1e-4,
+    seed: int = 0,
+    device: str | torch.device | None = None,
+    init: Literal["kmeans", "svd"] = "kmeans",
+    kmeans_iter: int = 10,
+    log_every: int = 50,
+    return_history: bool = False,
+    callback: Callable[[int, float], None] | None = None,
+):
+    """Semi-NMF X ≈ W @ H with W ≥ 0 (V×rank, token coefficients) and H (rank×D) unconstrained.
+
+    Why this orientation: pymf's SNMF (and Ding, Li & Jordan's notation X ≈ F Gᵀ with
+    columns as data points) applied to a V×D embedding matrix would constrain the D-side
+    factor, i.e. make the shared up-projection non-negative and leave the per-token
+    coefficients free. UNKs Everywhere (Pfeiffer et al. 2021) wants the opposite:
+    non-negative per-token coefficients (each token a non-negative mix of latent
+    "concepts") and one shared, unconstrained up-projection. So the rows of X (tokens) are
+    the data points: X (V×D) = W (V×k, ≥ 0) · H (k×D). In Ding et al.'s symbols G = W and
+    F = Hᵀ; their updates transposed to this orientation are, per iteration:
+
+        1. H ← (WᵀW)⁻¹ WᵀX                                  (least squares, exact minimiser)
+        2. W ← W ⊙ sqrt( ((XHᵀ)⁺ + W(HHᵀ)⁻) / ((XHᵀ)⁻ + W(HHᵀ)⁺) )
+           with A⁺ = (|A| + A)/2 and A⁻ = (|A| − A)/2        (monotone, keeps W ≥ 0)
+
+    so the reconstruction error never rises. Stops when the relative improvement of
+    ‖X − WH‖_F over one iteration falls below `tol`, or after `max_iter` iterations.
+
+    Initialisation (`init`):
+      - "kmeans" (default, Ding et al.'s): seeded k-means (k-means++ then `kmeans_iter`
+        Lloyd iterations) on the rows of X with `rank` clusters; W = cluster indicator
+        + 0.2, H = centroids. On MiniLM (30522×384, rank 100, tol 1e-4) this stops after
+        ~140 iterations within 1% of the truncated-SVD error (benchmarks/semi_nmf_vs_svd.py).
+      - "svd": an exact non-negative rewrite of the rank-(k−1) truncated SVD: with
+        C, P = truncated_svd(X, k−1) and m = the per-column minimum of C,
+        W = [C − m, 1] ≥ 0 and H = [P; m P] give W H = C P exactly, so the updates start
+        at the rank-(k−1) SVD error (a few seconds instead of tens; W is dense, without the
+        cluster structure of the k-means start).
+
+    Computes in float32 (float64 if X is float64) on `device` (default: X's device); the
+    k×k solves and the error bookkeeping run in float64. Same input, seed and device give
+    byte-identical W, H. Returns (W, H) on `device`, or (W, H, history) with
+    `return_history=True`, where history[i] is the relative error ‖X − WH‖_F / ‖X‖_F after
+    i iterations (history[0]: the initialisation). `callback(iteration, rel_error)` is
+    called after every iteration.
+    """
+    _check_matrix(X, "semi_nmf: X")
+    V, D = X.shape
+    k = _check_rank(rank, "rank", V, D)
+    if k > V:
+        raise VocabTransferError(f"rank={k}: larger than the number of rows {V}; choose a rank of at most {V}")
+    if isinstance(max_iter, bool) or not isinstance(max_iter, int) or max_iter < 0:
+        raise VocabTransferError(f"max_iter={max_iter!r}: must be a non-negative integer (e.g. 500)")
+    if not isinstance(tol, (int, float)) or isinstance(tol, bool) or not tol >= 0:
+        raise VocabTransferError(f"tol={tol!r}: must be a non-negative number (e.g. 1e-4)")
+    if init not in ("kmeans", "svd"):
+        raise VocabTransferError(f"init={init!r}: unknown semi-NMF initialisation; use 'svd' or 'kmeans'")
+    dev = torch.device(device) if device is not None else X.device
+    dtype = torch.float64 if X.dtype == torch.float64 else torch.float32
+    X = X.detach().to(device=dev, dtype=dtype)
+
+    # 1. initialisation
+    if init == "kmeans":
+        labels, centroids = kmeans(X, k, iters=kmeans_iter, seed=seed)
+        W = torch.nn.functional.one_hot(labels, k).to(dtype) + 0.2
+        H = centroids.clone()
+    else:
+        if k == 1:
+            C, P = X.new_zeros(V, 0), X.new_zeros(0, D)
+        else:
+            C, P = truncated_svd(X.double(), k - 1)
+        m = C.min(dim=0).values if k > 1 else C.new_zeros(0)
+        W = torch.cat([C - m, C.new_ones(V, 1)], dim=1).to(dtype)
+        H = torch.cat([P, (m @ P)[None, :]], dim=0).to(dtype)
+        if k == 1:  # rank 1: the best constant row (the mean)
+            H = X.mean(dim=0, keepdim=True)
+    W = W.contiguous()
+
+    # 2. multiplicative updates; the error comes from the Gram terms at no extra V×D product:
+    #    ‖X − WH‖² = ‖X‖² − 2⟨XHᵀ, W⟩ + ⟨WᵀW, HHᵀ⟩
+    xx = float((X.double() ** 2).sum())
+    if xx == 0.0:
+        raise VocabTransferError("semi_nmf: X is all zeros; there is nothing to factorise")
+
+    def rel_err(XHt: torch.Tensor, W: torch.Tensor, WtW: torch.Tensor, HHt: torch.Tensor) -> float:
+        sq = xx - 2.0 * float((XHt.double() * W.double()).sum()) + float((WtW.double() * HHt.double()).sum())
+        return max(sq, 0.0) ** 0.5 / xx ** 0.5
+
+    WtW = W.T @ W
+    history = [rel_err(X @ H.T, W, WtW, H @ H.T)]
+    log.info("semi-NMF %d×%d rank %d (%s init) on %s: relative error %.4f at start",
+             V, D, k, init, dev, history[0])
+    bar = progress(range(1, max_iter + 1), desc=f"semi-NMF rank {k}", unit="it")
+    it = 0
+    for it in bar:
+        H = _least_squares_H(WtW, W.T @ X).to(dtype)
+        XHt = X @ H.T
+        HHt = H @ H.T
+        num = _pos(XHt) + W @ _neg(HHt)
+        den = _neg(XHt) + W @ _pos(HHt)
+        den = den.clamp_min(1e-12 * float(den.max().clamp_min(1e-30)))
+        W = W * torch.sqrt(num / den)
+        WtW = W.T @ W
+        err = rel_err(XHt, W, WtW, HHt)
+        history.append(err)
+        if callback is not None:
+            callback(it, err)
+        if hasattr(bar, "set_postfix"):
+            bar.set_postfix(rel_err=f"{err:.4f}", refresh=False)
+        if log_every and it % log_every == 0:
+            log.info("semi-NMF iteration %d: relative error %.4f", it, err)
+        prev = history[-2]
+        if prev > 0 and (prev - err) / prev < tol:
+            break
+    if hasattr(bar, "close"):
+        bar.close()
+    log.info("semi-NMF stopped after %d iteration(s): relative error %.4f (start %.4f)", it, history[-1], history[0])
+    if return_history:
+        return W, H, history
+    return W, H

@@ -1,0 +1,226 @@
+"""OFA (Liu et al. 2024): initialise new tokens in a low-rank SVD space of the source embeddings.
+
+1. Factorise the source embeddings E ≈ C P (truncated SVD, `keep_dim` primitives).
+2. Overlapping target tokens copy their source token's coordinates.
+3. Every other target token with an auxiliary (fastText) vector gets a weighted mix of the
+   coordinates of its `neighbors` most similar overlapping tokens (cosine similarity of the
+   auxiliary vectors, weights softmax(similarity / temperature)).
+4. Tokens without an auxiliary vector get random coordinates ~ N(mean, std) of the source
+   coordinates per dimension (seeded), counted in the stats.
+5. Embeddings = coordinates @ P.
+
+The neighbour step (`neighbour_coordinates`) is shared with `snmf` and works on any
+coordinate matrix. Options (params `init.ofa`): keep_dim (100), neighbors (10),
+temperature (0.1).
+"""
+
+from __future__ import annotations
+
+import logging
+import numpy as np
+import torch
+
+from vocabtransfer.errors import VocabTransferError
+from vocabtransfer.log import progress
+from vocabtransfer.methods import TransferProblem, TransferResult, register
+from vocabtransfer.methods.factorized import factorize_source, float_option, int_option, warn_unknown
+
+log = logging.getLogger(__name__)
+
+DEFAULTS = {"keep_dim": 100, "neighbors": 10, "temperature": 0.1}
+
+
+# --------------------------------------------------------------------------------------------
+# input checks shared by ofa and snmf
+# --------------------------------------------------------------------------------------------
+
+def check_overlap(problem: TransferProblem, section: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """The aligned overlap ids as int64 tensors, checked; an empty overlap is an error."""
+    tgt = np.asarray(problem.overlap_target_ids, dtype=np.int64).reshape(-1)
+    src = np.asarray(problem.overlap_source_ids, dtype=np.int64).reshape(-1)
+    if tgt.shape != src.shape:
+        raise VocabTransferError(
+            f"{section}: overlap has {len(tgt)} target ids but {len(src)} source ids; rerun the overlap stage"
+        )
+    if len(tgt) == 0:
+        raise VocabTransferError(
+            f"{section}: the target tokenizer shares no tokens with the source tokenizer (e.g. another script), "
+            "so there is nothing to copy or combine; use a method that needs no overlap (random) "
+            "or enable overlap.fuzzy_match_all / overlap.match_symbols"
+        )
+    V_t, V_s = problem.target_size, problem.source_embeddings.shape[0]
+    if tgt.min() < 0 or tgt.max() >= V_t or src.min() < 0 or src.max() >= V_s:
+        raise VocabTransferError(
+            f"{section}: overlap ids out of range (target vocabulary {V_t}, source vocabulary {V_s}); "
+            "the overlap was computed for other tokenizers, rerun the overlap stage"
+        )
+    if len(np.unique(tgt)) != len(tgt):
+        raise VocabTransferError(f"{section}: overlap lists a target id more than once; rerun the overlap stage")
+    return torch.from_numpy(tgt.copy()), torch.from_numpy(src.copy())
+
+
+def require_auxiliary(problem: TransferProblem, section: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """(auxiliary V_t×d float32, usable V_t bool): usable = has a finite, non-zero vector."""
+    if problem.auxiliary is None:
+        raise VocabTransferError(
+            f"{section}: needs fastText auxiliary vectors for the target tokens but none were given; "
+            "run the fasttext stage for this language first (its output is an input of init)"
+        )
+    aux = problem.auxiliary.detach().float().cpu()
+    V_t = problem.target_size
+    if aux.ndim != 2 or aux.shape[0] != V_t:
+        raise VocabTransferError(
+            f"{section}: auxiliary vectors have shape {tuple(aux.shape)}, expected ({V_t}, dim) for the target "
+            "vocabulary; rerun the fasttext stage with this tokenizer"
+        )
+    mask = (torch.ones(V_t, dtype=torch.bool) if problem.auxiliary_mask is None
+            else problem.auxiliary_mask.detach().cpu().bool().reshape(-1))
+    if mask.shape[0] != V_t:
+        raise VocabTransferError(f"{section}: auxiliary_mask has {mask.shape[0]} entries, expected {V_t}; rerun the fasttext stage")
+    bad = mask & ~torch.isfinite(aux).all(dim=1)
+    if bool(bad.any()):
+        raise VocabTransferError(
+            f"{section}: auxiliary vector of target id {int(bad.nonzero()[0])} is not finite; rerun the fasttext stage"
+        )
+    return aux, mask
+
+
+# --------------------------------------------------------------------------------------------
+# the neighbour step (OFA and UNKs Everywhere)
+# --------------------------------------------------------------------------------------------
+
+def neighbour_coordinates(
+    problem: TransferProblem,
+    source_coords: torch.Tensor,
+    *,
+    neighbors: int,
+    temperature: float,
+    section: str,
+    nonnegative: bool = False,
+    block_size: int = 1024,
+) -> tuple[torch.Tensor, dict]:
+    """Target coordinates (V_t×k, dtype of `source_coords`, CPU) and stats.
+
+    Overlapping tokens copy their source row; other tokens with an auxiliary vector get
+    softmax(top-`neighbors` cosine similarities / temperature)-weighted mixes of the
+    overlapping tokens' rows (only overlapping tokens that have an auxiliary vector can be
+    neighbours); the rest get seeded N(mean, std) rows of `source_coords` per dimension.
+    With `nonnegative=True` (semi-NMF coefficients) negative random entries are clamped to
+    0 and counted. Runs over blocks of rows on `problem.device`; no per-token Python loop.
+    """
+    tgt, src = check_overlap(problem, section)
+    aux, has_vec = require_auxiliary(problem, section)
+    V_t = problem.target_size
+    coords_src = source_coords.detach().cpu()
+    k = coords_src.shape[1]
+    out = coords_src.new_zeros(V_t, k)
+
+    # 1. overlapping tokens copy their source coordinates
+    out[tgt] = coords_src[src]
+    is_overlap = torch.zeros(V_t, dtype=torch.bool)
+    is_overlap[tgt] = True
+
+    # 2. which rows can take part in the similarity search
+    nonzero = aux.norm(dim=1) > 0
+    zero_vec = has_vec & ~nonzero
+    usable = has_vec & nonzero
+    cand_mask = usable[tgt]
+    cand_tgt, cand_src = tgt[cand_mask], src[cand_mask]
+    new_ids = (~is_overlap & usable).nonzero().flatten()
+    n_cand = int(cand_tgt.numel())
+    reasons: dict[str, int] = {}
+    missing = ~is_overlap & ~has_vec
+    if int(missing.sum()):
+        reasons["no auxiliary vector"] = int(missing.sum())
+    if int((zero_vec & ~is_overlap).sum()):
+        reasons["all-zero auxiliary vector"] = int((zero_vec & ~is_overlap).sum())
+    if n_cand == 0 and new_ids.numel():
+        log.warning("%s: none of the %d overlapping tokens has an auxiliary vector; %d new tokens "
+                    "with vectors get random coordinates instead", section, len(tgt), new_ids.numel())
+        reasons["no overlapping token has an auxiliary vector"] = int(new_ids.numel())
+        new_ids = new_ids[:0]
+
+    # 3. new tokens: softmax-weighted mix of the top-k most similar overlapping tokens
+    top = min(neighbors, n_cand)
+    if new_ids.numel():
+        dev = torch.device(problem.device)
+        cand_vec = torch.nn.functional.normalize(aux[cand_tgt], dim=1).to(dev)
+        cand_coords = coords_src[cand_src].to(dev)
+        blocks = range(0, int(new_ids.numel()), block_size)
+        for start in progress(blocks, desc=f"{section}: neighbours", unit="block"):
+            ids = new_ids[start:start + block_size]
+            q = torch.nn.functional.normalize(aux[ids], dim=1).to(dev)
+            sim, idx = (q @ cand_vec.T).topk(top, dim=1)  # (b, top), sorted, deterministic ties
+            w = torch.softmax(sim / temperature, dim=1).to(cand_coords.dtype)
+            out[ids] = torch.einsum("bn,bnk->bk", w, cand_coords[idx]).cpu()
+
+    # 4. the rest: seeded N(mean, std) of the source coordinates per dimension. One draw for
+    #    the whole vocabulary, so a token's random row does not depend on which others are random.
+    rand_ids = (~is_overlap).nonzero().flatten()
+    rand_ids = rand_ids[~torch.isin(rand_ids, new_ids)]
+    clamped = 0
+    if rand_ids.numel():
+        gen = torch.Generator(device="cpu").manual_seed(int(problem.seed))
+        z = torch.randn(V_t, k, generator=gen, dtype=torch.float64)[rand_ids]
+        mean, std = coords_src.double().mean(dim=0), coords_src.double().std(dim=0, unbiased=False)
+        rows = (mean + std * z).to(out.dtype)
+        if nonnegative:
+            clamped = int((rows < 0).sum())
+            rows = rows.clamp_min(0)
+        out[rand_ids] = rows
+        log.info("%s: %d target token(s) get random coordinates (%s)", section, rand_ids.numel(),
+                 ", ".join(f"{r}: {n}" for r, n in reasons.items()))
+        if clamped:
+            log.info("%s: clamped %d negative random coefficient entries to 0", section, clamped)
+    n_new = int(new_ids.numel())
+    stats = {
+        "target_size": V_t,
+        "copied": int(is_overlap.sum()),
+        "combined": n_new,
+        "random": int(rand_ids.numel()),
+        "reasons": {
+            "copied": {"overlap": int(is_overlap.sum())},
+            "combined": {"auxiliary-vector neighbours among overlapping tokens": n_new} if n_new else {},
+            "random": reasons,
+        },
+        "neighbour_candidates": n_cand,
+        "neighbors": neighbors,
+        "neighbors_used": top,
+        "temperature": temperature,
+        "seed": int(problem.seed),
+    }
+    if nonnegative:
+        stats["random_negative_entries_clamped"] = clamped
+    return out, stats
+
+
+# --------------------------------------------------------------------------------------------
+# the method
+# --------------------------------------------------------------------------------------------
+
+@register("ofa")
+def ofa(problem: TransferProblem) -> TransferResult:
+    section = "init.ofa"
+    opts = problem.options or {}
+    warn_unknown(opts, DEFAULTS, section)
+    keep_dim = int_option(opts, "keep_dim", DEFAULTS["keep_dim"], section=section)
+    neighbors = int_option(opts, "neighbors", DEFAULTS["neighbors"], section=section)
+    temperature = float_option(opts, "temperature", DEFAULTS["temperature"], section=section)
+    D = problem.source_embeddings.shape[1]
+    if keep_dim > D:
+        raise VocabTransferError(
+            f"{section}.keep_dim={keep_dim}: larger than the source model's hidden size {D}; set it to at most {D}"
+        )
+    check_overlap(problem, section)  # fail before the SVD
+    require_auxiliary(problem, section)
+
+    # 1. factorise in float64 (keep_dim = hidden size: no factorisation, P = identity, as in OFA)
+    C, P, fstats = factorize_source(problem.source_embeddings, "svd", {"keep_dim": keep_dim},
+                                    seed=problem.seed, section=section)
+    # 2.-4. coordinates of the target tokens
+    coords, stats = neighbour_coordinates(problem, C, neighbors=neighbors, temperature=temperature, section=section)
+    # 5. up-projection
+    embeddings = (coords @ P).float()
+    stats.update({"method": "ofa", "keep_dim": keep_dim, "factorization": fstats})
+    return TransferResult(embeddings=embeddings.contiguous(), stats=stats,
+                          extra={"coordinates": coords.float().contiguous(), "primitives": P.float().contiguous()})

@@ -1,0 +1,55 @@
+"""UNKs Everywhere (Pfeiffer et al. 2021) style initialisation through semi-NMF.
+
+1. Factorise the source embeddings E ≈ W H with semi-NMF: W ≥ 0 (V_s×rank) are per-token
+   non-negative coefficients, H (rank×D) is the shared, unconstrained up-projection
+   (see vocabtransfer.factorize.semi_nmf for why this orientation).
+2. Overlapping target tokens copy their source token's W row.
+3. Other target tokens with an auxiliary (fastText) vector get the softmax-weighted mix of
+   their nearest overlapping tokens' W rows, exactly as in OFA (shared code:
+   `methods.ofa.neighbour_coordinates`); mixes of non-negative rows stay non-negative.
+4. The rest get seeded N(mean, std) rows per dimension, clamped at 0 (counted in stats).
+5. Embeddings = W_target @ H.
+
+Options (params `init.snmf`): rank (100), max_iter (500), tol (1e-4), init ("kmeans"),
+neighbors (10), temperature (0.1).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from vocabtransfer.errors import VocabTransferError
+from vocabtransfer.methods import TransferProblem, TransferResult, register
+from vocabtransfer.methods.factorized import factorize_source, float_option, int_option, warn_unknown
+from vocabtransfer.methods.ofa import check_overlap, neighbour_coordinates, require_auxiliary
+
+log = logging.getLogger(__name__)
+
+DEFAULTS = {"rank": 100, "max_iter": 500, "tol": 1e-4, "init": "kmeans", "neighbors": 10, "temperature": 0.1}
+
+
+@register("snmf")
+def snmf(problem: TransferProblem) -> TransferResult:
+    section = "init.snmf"
+    opts = problem.options or {}
+    warn_unknown(opts, DEFAULTS, section)
+    neighbors = int_option(opts, "neighbors", DEFAULTS["neighbors"], section=section)
+    temperature = float_option(opts, "temperature", DEFAULTS["temperature"], section=section)
+    rank, D = int_option(opts, "rank", DEFAULTS["rank"], section=section), problem.source_embeddings.shape[1]
+    if rank > D:
+        raise VocabTransferError(f"{section}.rank={rank}: larger than the source model's hidden size {D}; "
+                                 f"set it to at most {D}")
+    check_overlap(problem, section)  # fail before the factorisation
+    require_auxiliary(problem, section)
+
+    # 1. semi-NMF of the source embeddings
+    W, H, fstats = factorize_source(problem.source_embeddings, "snmf", opts, seed=problem.seed,
+                                    device=problem.device, section=section)
+    # 2.-4. coefficients of the target tokens
+    coords, stats = neighbour_coordinates(problem, W, neighbors=neighbors, temperature=temperature,
+                                          section=section, nonnegative=True)
+    # 5. up-projection with the shared H
+    embeddings = (coords.double() @ H.double()).float()
+    stats.update({"method": "snmf", "rank": fstats["rank"], "factorization": fstats})
+    return TransferResult(embeddings=embeddings.contiguous(), stats=stats,
+                          extra={"coordinates": coords.float().contiguous(), "primitives": H.float().contiguous()})

@@ -1,0 +1,203 @@
+"""fastText auxiliary embeddings: the deepfocus vector rule, row alignment, determinism, errors, the stage."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from vocabtransfer import auxiliary as A
+from vocabtransfer import paths as P
+from vocabtransfer.config import validate_params
+from vocabtransfer.errors import VocabTransferError
+from vocabtransfer.io import load_tensors
+from vocabtransfer.stages import run_stage
+
+SW = Path("/work/shared/data/pretrain_text/sw.txt")
+N_LINES = 1500
+FAST = dict(dim=8, epochs=2, min_count=5, threads=1)  # tiny, single-threaded (deterministic)
+
+
+@pytest.fixture(scope="module")
+def raw_lines() -> list[str]:
+    if not SW.is_file():
+        pytest.skip(f"{SW} not available")
+    with SW.open(encoding="utf-8") as f:
+        return [next(f).rstrip("\n") for _ in range(N_LINES)]
+
+
+def _word_level_tokenizer(lines: list[str]):
+    """A WordLevel fast tokenizer over the slice's words seen at least twice (others -> [UNK]),
+    plus a few words absent from the text: some tokens are frequent, some rare, some unseen."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    pre = pre_tokenizers.Whitespace()
+    counts = Counter(w for line in lines for w, _ in pre.pre_tokenize_str(line))
+    words = sorted(w for w, c in counts.items() if c >= 2) + ["zzqqxx", "Qwertyuiop"]
+    vocab = {"[UNK]": 0, "[PAD]": 1, **{w: i + 2 for i, w in enumerate(words)}}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre
+    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]")
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory, raw_lines):
+    """(tokenizer, tokenizer dir, token-joined text file) as pretokenize writes them."""
+    root = tmp_path_factory.mktemp("corpus")
+    tok = _word_level_tokenizer(raw_lines)
+    tok.save_pretrained(root / "tokenizer")
+    text = root / "train.tokens.txt"
+    text.write_text("".join(" ".join(tok.tokenize(line)) + "\n" for line in raw_lines), encoding="utf-8")
+    return tok, root / "tokenizer", text
+
+
+@pytest.fixture(scope="module")
+def token_model(corpus):
+    return A.train_fasttext(corpus[2], seed=7, **FAST)
+
+
+def _deepfocus_has_vector(ft, token: str) -> bool:
+    """deepfocus.focus.is_very_rare_token, negated, verbatim (linear `in` over the word list)."""
+    return not (token not in ft or np.absolute(ft[token]).sum() == 0)
+
+
+def test_tokenlevel_mask_and_rows_follow_the_dictionary_rule(corpus, token_model):
+    tok, _, _ = corpus
+    emb, mask = A.token_vectors(token_model, tok, "tokenlevel")
+    assert emb.dtype == torch.float32 and mask.dtype == torch.bool
+    assert emb.shape == (len(tok), 8) and mask.shape == (len(tok),)
+    expected = torch.tensor([_deepfocus_has_vector(token_model, t) for t in tok.convert_ids_to_tokens(range(len(tok)))])
+    assert torch.equal(mask, expected)
+    # min_count=5 keeps some tokens and drops others (rare words, unseen words, [PAD])
+    assert 0 < int(mask.sum()) < len(tok)
+    assert not mask[tok.convert_tokens_to_ids("zzqqxx")] and not mask[tok.pad_token_id]
+    for i in mask.nonzero().flatten().tolist():  # row i is token i's fastText vector
+        assert np.array_equal(emb[i].numpy(), token_model.get_word_vector(tok.convert_ids_to_tokens(i)))
+    assert not emb[~mask].any()
+
+
+def test_same_seed_one_thread_is_identical_and_seed_matters(corpus, token_model):
+    tok, _, text = corpus
+    emb1, mask1 = A.token_vectors(token_model, tok, "tokenlevel")
+    emb2, mask2 = A.token_vectors(A.train_fasttext(text, seed=7, **FAST), tok, "tokenlevel")
+    assert torch.equal(emb1, emb2) and torch.equal(mask1, mask2)
+    emb3, mask3 = A.token_vectors(A.train_fasttext(text, seed=8, **FAST), tok, "tokenlevel")
+    assert torch.equal(mask1, mask3) and not torch.equal(emb1, emb3)
+
+
+@pytest.fixture(scope="module")
+def word_bin(tmp_path_factory, raw_lines):
+    """A small word-level .bin (subword n-grams, default bucket), trained from an iterable of lines."""
+    out = tmp_path_factory.mktemp("words") / "words.bin"
+    A.train_word_fasttext(iter(raw_lines), out, dim=8, epochs=1, min_count=3, seed=1)
+    return out
+
+
+def test_train_word_fasttext_saves_a_loadable_model(word_bin, raw_lines):
+    ft = A.load_fasttext(word_bin)
+    words = set(ft.get_words())
+    assert ft.get_dimension() == 8 and "na" in words
+    assert [p.name for p in word_bin.parent.iterdir()] == ["words.bin"]  # no temporary files left behind
+    # from a file, with subword n-grams (minn=3, maxn=6): an unseen word still gets a vector
+    text = word_bin.parent / "raw.txt"
+    text.write_text("\n".join(raw_lines[:300]) + "\n", encoding="utf-8")
+    sub = A.train_word_fasttext(text, word_bin.parent / "sub.bin", dim=8, epochs=1, min_count=2, seed=1)
+    assert A.load_fasttext(word_bin.parent / "sub.bin").get_words() == sub.get_words()
+    assert "Kiswahilizzq" not in set(sub.get_words()) and np.abs(sub.get_word_vector("Kiswahilizzq")).sum() > 0
+
+
+def test_wordlevel_uses_decoded_stripped_forms(word_bin):
+    from vocabtransfer.modeling import load_tokenizer
+
+    tok = load_tokenizer("sentence-transformers/all-MiniLM-L6-v2")
+    ft = A.load_fasttext(word_bin)
+    emb, mask = A.token_vectors(ft, tok, "wordlevel")
+    assert emb.shape == (len(tok), 8)
+    # OOV words whose n-grams all hash to untrained, zero bucket rows get no vector
+    assert 0 < int(mask.sum()) < len(tok) and not emb[~mask].any()
+    ids = [tok.convert_tokens_to_ids(t) for t in ("na", "wa", "##na", "[CLS]", "the")]
+    ids += list(range(0, len(tok), 499)) + (~mask).nonzero().flatten()[:20].tolist()
+    for i in ids:  # one decode per token, as deepfocus does, must agree with the batch decode
+        vec = ft.get_word_vector(tok.decode(i).strip())
+        assert np.array_equal(emb[i].numpy(), vec), tok.convert_ids_to_tokens(i)
+        assert bool(mask[i]) == bool(np.absolute(vec).sum() != 0)
+    assert mask[tok.convert_tokens_to_ids("na")]
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated_header", "truncated_matrix", "empty"])
+def test_corrupt_bin_is_a_clear_error(word_bin, tmp_path, damage):
+    data = word_bin.read_bytes()
+    bad = tmp_path / "model.bin"
+    bad.write_bytes({"garbage": b"not a fastText model\n" * 10, "truncated_header": data[:200],
+                     "truncated_matrix": data[: len(data) - 100], "empty": b""}[damage])
+    with pytest.raises(VocabTransferError, match=r"model\.bin: not a complete fastText \.bin"):
+        A.load_fasttext(bad)
+    with pytest.raises(VocabTransferError, match="not found"):
+        A.load_fasttext(tmp_path / "missing.bin")
+
+
+def test_empty_or_unusable_text_is_a_clear_error(tmp_path):
+    for name, content in [("empty.txt", ""), ("blank.txt", "\n  \n\t\n")]:
+        (tmp_path / name).write_text(content)
+        with pytest.raises(VocabTransferError, match=rf"{name}: training text is empty"):
+            A.train_fasttext(tmp_path / name, **FAST)
+    (tmp_path / "few.txt").write_text("a b c\n")
+    with pytest.raises(VocabTransferError, match=r"few\.txt: fastText training failed .*min_count=5 times"):
+        A.train_fasttext(tmp_path / "few.txt", **FAST)
+    with pytest.raises(VocabTransferError, match="not found"):
+        A.train_fasttext(tmp_path / "missing.txt", **FAST)
+
+
+def _params(**fasttext) -> dict:
+    return validate_params({
+        "languages": ["sw"], "seed": 7, "source_model": "sentence-transformers/all-MiniLM-L6-v2",
+        "corpus": {"sources": {"sw": {"path": "pretrain_text/sw.txt"}}},
+        "fasttext": {"dim": 8, "epochs": 2, "min_count": 5, **fasttext},
+    })
+
+
+@pytest.fixture
+def stage_dir(tmp_path, monkeypatch, corpus):
+    import shutil
+
+    monkeypatch.chdir(tmp_path)
+    shutil.copytree(corpus[1], P.fill(P.TOKENIZER, lang="sw"))
+    Path(P.fill(P.PRETOK_TEXT, lang="sw")).parent.mkdir(parents=True)
+    shutil.copyfile(corpus[2], P.fill(P.PRETOK_TEXT, lang="sw"))
+    return tmp_path
+
+
+def test_stage_tokenlevel_end_to_end(stage_dir, corpus, token_model):
+    tok = corpus[0]
+    run_stage("fasttext", _params(), {"lang": "sw"}, threads=1)
+    t = load_tensors(P.fill(P.FASTTEXT_EMB, lang="sw"), ["embeddings", "mask"])
+    expected_emb, expected_mask = A.token_vectors(token_model, tok, "tokenlevel")  # same seed, one thread
+    assert torch.equal(t["embeddings"], expected_emb) and torch.equal(t["mask"], expected_mask)
+    saved = A.load_fasttext(P.fill(P.FASTTEXT_BIN, lang="sw"))
+    assert saved.get_words() == token_model.get_words()
+    stats = json.loads(Path(P.fill(P.FASTTEXT_STATS, lang="sw")).read_text())
+    assert stats["vocab_size"] == len(tok) and stats["tokens_with_vector"] == int(expected_mask.sum())
+    assert stats["tokens_with_vector"] + stats["tokens_without_vector"] == len(tok)
+    assert stats["fasttext_words"] == len(token_model.get_words()) and stats["deterministic"]
+    assert stats["params"]["fasttext.min_count"] == 5 and "fasttext" in stats["versions"]
+    assert not [p for p in stage_dir.rglob(".*tmp-*")]  # atomic writes left no temporaries
+
+
+def test_stage_wordlevel_end_to_end(stage_dir, corpus, word_bin):
+    tok = corpus[0]
+    with pytest.raises(VocabTransferError, match="fasttext.pretrained_path is not set"):
+        run_stage("fasttext", _params(mode="wordlevel"), {"lang": "sw"}, threads=1)
+    with pytest.raises(VocabTransferError, match="fasttext.pretrained_path 'nope.bin'"):
+        run_stage("fasttext", _params(mode="wordlevel", pretrained_path="nope.bin"), {"lang": "sw"}, threads=1)
+    run_stage("fasttext", _params(mode="wordlevel", pretrained_path=str(word_bin)), {"lang": "sw"}, threads=1)
+    assert Path(P.fill(P.FASTTEXT_BIN, lang="sw")).read_bytes() == word_bin.read_bytes()
+    t = load_tensors(P.fill(P.FASTTEXT_EMB, lang="sw"), ["embeddings", "mask"])
+    expected_emb, expected_mask = A.token_vectors(A.load_fasttext(word_bin), tok, "wordlevel")
+    assert torch.equal(t["embeddings"], expected_emb) and torch.equal(t["mask"], expected_mask)
+    stats = json.loads(Path(P.fill(P.FASTTEXT_STATS, lang="sw")).read_text())
+    assert stats["mode"] == "wordlevel" and stats["tokens_with_vector"] == int(expected_mask.sum())

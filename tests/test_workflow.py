@@ -1,0 +1,112 @@
+"""End to end: `snakemake --cores 2` on small slices of ../shared/data, `dvc repro` giving
+the same artefacts, and a params change marking exactly the affected stages stale in both."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import REPO
+
+pytestmark = pytest.mark.slow
+BIN = Path(sys.executable).parent
+LANGS = ("sw", "de")
+# artefacts that must be byte-identical between two runs (fasttext.reproducible is on by default)
+DETERMINISTIC = [
+    "results/{lang}/fasttext/embeddings.safetensors",
+    "results/{lang}/corpus/train.parquet",
+    "results/{lang}/corpus/valid.parquet",
+    "results/{lang}/tokenizer/tokenizer.json",
+    "results/{lang}/pretokenized/train.parquet",
+    "results/{lang}/pretokenized/valid.parquet",
+    "results/{lang}/pretokenized/train.tokens.txt",
+    "results/{lang}/overlap/overlap.parquet",
+]
+
+
+def run(cmd: list[str], cwd: Path, env: dict) -> str:
+    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-8000:]}")
+    return proc.stdout + proc.stderr
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def snakemake_jobs(out: str) -> dict[str, int]:
+    """The rule -> count table that `snakemake -n` prints under 'Job stats:'."""
+    if "Job stats:" not in out:
+        return {}
+    table = out.split("Job stats:")[1]
+    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)\s*$", table, re.M) if m.group(1) != "total"}
+
+
+def targets(params: dict) -> list[str]:
+    return [f"results/{lang}/{leaf}" for lang in params["languages"]
+            for leaf in ("overlap/overlap.parquet", "fasttext/embeddings.safetensors", "pretokenized/stats.json")]
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory, shared_data):
+    work = tmp_path_factory.mktemp("workflow")
+    shutil.copy(REPO / "Snakefile", work)
+    shutil.copytree(REPO / "workflow", work / "workflow")
+    shutil.copy(REPO / "tests" / "workflow" / "params.yaml", work / "params.yaml")
+    env = {**os.environ, "VOCABTRANSFER_DATA": str(shared_data), "PATH": f"{BIN}:{os.environ['PATH']}",
+           "HF_HUB_OFFLINE": "1", "DVC_NO_ANALYTICS": "1", "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+    run([str(BIN / "vocabtransfer"), "dvc-yaml"], work, env)
+    run(["git", "init", "-q"], work, env)
+    run([str(BIN / "dvc"), "init", "-q"], work, env)
+    run([str(BIN / "dvc"), "config", "core.analytics", "false"], work, env)
+    params = yaml.safe_load((work / "params.yaml").read_text())
+    run([str(BIN / "snakemake"), "--cores", "2", *targets(params)], work, env)
+    return work, env, params
+
+
+def test_snakemake_builds_every_artefact(workdir):
+    work, _, params = workdir
+    for lang in params["languages"]:
+        for template in DETERMINISTIC + ["results/{lang}/fasttext/model.bin", "results/{lang}/corpus/stats.json",
+                                         "results/{lang}/overlap/stats.json", "results/{lang}/pretokenized/stats.json"]:
+            assert (work / template.format(lang=lang)).stat().st_size > 0, template
+        # one log and one benchmark table per job
+        for stage in ("corpus", "tokenizer", "pretokenize", "fasttext", "overlap"):
+            assert (work / f"logs/{stage}/{lang}.log").is_file()
+            assert (work / f"logs/benchmarks/{stage}/{lang}.tsv").read_text().startswith("s\t")
+    # no temporary leftovers that could look like artefacts
+    assert not list(work.glob("results/**/.*.tmp-*"))
+
+
+def test_dvc_repro_reproduces_the_same_artefacts_and_params_change_marks_exactly_fasttext(workdir):
+    work, env, params = workdir
+    before = {t.format(lang=lang): digest(work / t.format(lang=lang)) for lang in params["languages"] for t in DETERMINISTIC}
+    shutil.rmtree(work / "results")
+    run([str(BIN / "dvc"), "repro", "--quiet"], work, env)
+    after = {path: digest(work / path) for path in before}
+    assert after == before
+
+    assert "up to date" in run([str(BIN / "dvc"), "status"], work, env).lower()
+    assert snakemake_jobs(run([str(BIN / "snakemake"), "-n", *targets(params)], work, env)) == {}
+
+    p = yaml.safe_load((work / "params.yaml").read_text())
+    p["fasttext"]["epochs"] += 1
+    (work / "params.yaml").write_text(yaml.safe_dump(p, sort_keys=False))
+
+    status = run([str(BIN / "dvc"), "status"], work, env)
+    stale = set(re.findall(r"^(\S+):\s*$", status, re.M))
+    assert stale == {f"fasttext@{lang}" for lang in params["languages"]}, status
+    assert "fasttext.epochs" in status
+
+    jobs = snakemake_jobs(run([str(BIN / "snakemake"), "-n", *targets(params)], work, env))
+    assert jobs == {"fasttext": len(params["languages"])}, jobs
