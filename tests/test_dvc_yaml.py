@@ -42,3 +42,18 @@ def test_matrix_over_languages_and_cmd_is_the_cli():
     assert tok["cmd"].startswith("vocabtransfer tokenizer --lang ${item.lang}")
     assert "results/${item.lang}/corpus/train.parquet" in tok["deps"]
     assert tok["outs"] == ["results/${item.lang}/tokenizer"]
+
+
+def test_params_file_sets_every_tracked_leaf(tmp_path, capsys):
+    import yaml as _yaml
+
+    from vocabtransfer.cli import main
+
+    raw = _yaml.safe_load((REPO / "params.yaml").read_text())
+    assert dvcgen.missing_leaves(raw, load_params(REPO / "params.yaml")) == []
+    del raw["fasttext"]["epochs"]
+    p = tmp_path / "params.yaml"
+    p.write_text(_yaml.safe_dump(raw))
+    assert main(["dvc-yaml", "--params", str(p), "--output", str(tmp_path / "dvc.yaml")]) == 1
+    assert "fasttext.epochs" in capsys.readouterr().err
+    assert not (tmp_path / "dvc.yaml").exists()

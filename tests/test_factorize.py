@@ -9,6 +9,15 @@ from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.factorize import kmeans, relative_error, semi_nmf, truncated_svd
 
 
+@pytest.fixture(autouse=True)
+def one_thread():
+    """These matrices are tiny: one thread avoids OpenMP spin-waiting on a busy machine."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def _random(V: int, D: int, seed: int = 0, dtype=torch.float32) -> torch.Tensor:
     return torch.randn(V, D, generator=torch.Generator().manual_seed(seed), dtype=dtype)
 
@@ -96,10 +105,13 @@ def test_semi_nmf_kmeans_init_is_exact_on_clustered_rows():
     # Ding et al.: W0 = indicator + 0.2 = indicator · (I + 0.2·11ᵀ), an invertible mix of the
     # clusters, so the first least-squares H already reproduces X exactly.
     X, _ = _clusters(1)
-    W, H, history = semi_nmf(X, 3, max_iter=5, tol=0.0, seed=0, return_history=True)
-    assert history[1] < 1e-5
-    assert relative_error(X, W, H) < 1e-5
+    W, H, history = semi_nmf(X.double(), 3, max_iter=5, tol=0.0, seed=0, return_history=True)
+    assert history[0] > 0.1 and max(history[1:]) < 1e-9
     assert bool((W >= 0).all())
+    # float32 gives the same factors to float32 precision (its Gram-based error history is
+    # only accurate to ~1e-3 this close to zero; the direct error is far smaller)
+    W32, H32 = semi_nmf(X, 3, max_iter=5, tol=0.0, seed=0)
+    assert relative_error(X, W32, H32) < 1e-5
 
 
 @pytest.mark.parametrize("init", ["kmeans", "svd"])
@@ -174,8 +186,9 @@ def test_semi_nmf_within_two_percent_of_svd_on_minilm():
 
     path = resolve_model_path("sentence-transformers/all-MiniLM-L6-v2") / "model.safetensors"
     E = load_file(str(path))["embeddings.word_embeddings.weight"].float()
-    C, P = truncated_svd(E, 100)
+    S = torch.linalg.svdvals(E.double())
+    err_svd = float(S[100:].square().sum().sqrt() / S.square().sum().sqrt())  # Eckart–Young optimum
     W, H = semi_nmf(E, 100, init="svd", max_iter=5, seed=0)
-    err_svd, err_snmf = relative_error(E, C, P), relative_error(E, W, H)
+    err_snmf = relative_error(E, W, H)
     assert bool((W >= 0).all())
     assert err_svd <= err_snmf <= 1.02 * err_svd

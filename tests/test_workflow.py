@@ -39,6 +39,14 @@ def run(cmd: list[str], cwd: Path, env: dict) -> str:
     return proc.stdout + proc.stderr
 
 
+def merge(base: dict, overlay: dict) -> dict:
+    """The repository's params.yaml with the small test config laid over it (DVC needs every leaf)."""
+    out = dict(base)
+    for key, value in overlay.items():
+        out[key] = merge(base[key], value) if isinstance(value, dict) and isinstance(base.get(key), dict) else value
+    return out
+
+
 def digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
@@ -61,7 +69,11 @@ def workdir(tmp_path_factory, shared_data):
     work = tmp_path_factory.mktemp("workflow")
     shutil.copy(REPO / "Snakefile", work)
     shutil.copytree(REPO / "workflow", work / "workflow")
-    shutil.copy(REPO / "tests" / "workflow" / "params.yaml", work / "params.yaml")
+    # dvc.yaml lists the stage code as dependencies, as in a checkout
+    shutil.copytree(REPO / "src", work / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    overlay = yaml.safe_load((REPO / "tests" / "workflow" / "params.yaml").read_text())
+    params = merge(yaml.safe_load((REPO / "params.yaml").read_text()), overlay)
+    (work / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     env = {**os.environ, "VOCABTRANSFER_DATA": str(shared_data), "PATH": f"{BIN}:{os.environ['PATH']}",
            "HF_HUB_OFFLINE": "1", "DVC_NO_ANALYTICS": "1", "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
            "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
@@ -69,7 +81,6 @@ def workdir(tmp_path_factory, shared_data):
     run(["git", "init", "-q"], work, env)
     run([str(BIN / "dvc"), "init", "-q"], work, env)
     run([str(BIN / "dvc"), "config", "core.analytics", "false"], work, env)
-    params = yaml.safe_load((work / "params.yaml").read_text())
     run([str(BIN / "snakemake"), "--cores", "2", *targets(params)], work, env)
     return work, env, params
 

@@ -67,7 +67,16 @@ def main(argv: list[str] | None = None) -> int:
             sys.stdout.write(yaml.safe_dump(params, sort_keys=False))
             return 0
         if args.command == "dvc-yaml":
+            import yaml
+
             from vocabtransfer import dvcgen
+
+            missing = dvcgen.missing_leaves(yaml.safe_load(open(args.params, encoding="utf-8")), params)
+            if missing:
+                raise VocabTransferError(
+                    f"{args.params}: DVC tracks params leaves that the file does not set: {', '.join(missing)}; "
+                    "write them out (`vocabtransfer validate` prints every key with its default)"
+                )
 
             if args.output == "-":
                 sys.stdout.write(dvcgen.generate(params))
@@ -79,9 +88,11 @@ def main(argv: list[str] | None = None) -> int:
 
         stage = STAGES[args.command]
         wildcards = {wc: getattr(args, wc) for wc in stage.wildcards}
+        # only GPU stages pay for importing torch to look for a device
+        device = _device(args.device) if stage.gpu else ("cpu" if args.device == "auto" else args.device)
         start = time.perf_counter()
         log.info("stage %s %s", stage.name, " ".join(f"{k}={v}" for k, v in wildcards.items()))
-        run_stage(stage.name, params, wildcards, threads=args.threads, device=_device(args.device))
+        run_stage(stage.name, params, wildcards, threads=args.threads, device=device)
         log.info("stage %s done in %.1f s", stage.name, time.perf_counter() - start)
         return 0
     except VocabTransferError as exc:

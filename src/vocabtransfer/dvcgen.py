@@ -68,6 +68,23 @@ def generate(params: dict) -> str:
     return HEADER + yaml.safe_dump({"stages": stages}, sort_keys=False, width=120)
 
 
+def missing_leaves(raw: dict, params: dict) -> list[str]:
+    """Tracked params leaves absent from the params file itself (DVC reads the file, not the schema defaults)."""
+    stages = yaml.safe_load(generate(params))["stages"]
+    missing = []
+    for stage in stages.values():
+        for leaf in stage["params"]:
+            for lang in params["languages"] if "${item.lang}" in leaf else [None]:
+                key = leaf.replace("${item.lang}", lang) if lang else leaf
+                node = raw
+                for part in key.split("."):
+                    if not isinstance(node, dict) or part not in node:
+                        missing.append(key)
+                        break
+                    node = node[part]
+    return sorted(set(missing))
+
+
 def write(params: dict, output: str | Path) -> Path:
     from vocabtransfer.io import atomic_output
 

@@ -29,6 +29,7 @@ import shutil
 import tempfile
 import time
 import urllib.request
+import warnings
 from pathlib import Path
 from typing import Literal
 
@@ -42,8 +43,7 @@ log = logging.getLogger(__name__)
 
 FASTTEXT_WORD_URL = "https://dl.fbaipublicfiles.com/fasttext/vectors-crawl/cc.{lang}.300.bin.gz"
 DEFAULT_BLOCK_SIZE = 2048  # new tokens per similarity block (block x anchors float32 in memory)
-DEFAULT_TOPK = 64  # candidates per row for sparsemax; doubled for rows whose support fills it
-GATHER_ELEMENTS = 1 << 24  # cap on rows x support x D floats gathered at once for the combination
+DEFAULT_TOPK = 128  # sparsemax candidates per row; doubled for rows whose support fills it
 
 
 def cache_dir() -> Path:
@@ -244,14 +244,27 @@ def _sparse_weights(sims: torch.Tensor, k: int) -> list[tuple[torch.Tensor, torc
 
 
 def _combine(weights: torch.Tensor, idx: torch.Tensor, anchors: torch.Tensor) -> torch.Tensor:
-    """Row i: sum_j weights[i, j] * anchors[idx[i, j]], in chunks that bound the gathered memory."""
+    """Row i: sum_j weights[i, j] * anchors[idx[i, j]] (weights padded with zeros past each support).
+
+    A sparse (CSR) product with the support entries only; a dense one when the supports cover a
+    large share of the anchors (then a plain matrix product is the faster of the two).
+    """
     n, support = weights.shape
-    chunk = max(1, GATHER_ELEMENTS // max(1, support * anchors.shape[1]))
-    parts = []
-    for s in range(0, n, chunk):
-        gathered = anchors[idx[s:s + chunk]]  # (rows, support, D)
-        parts.append(torch.bmm(weights[s:s + chunk].unsqueeze(1).to(anchors.dtype), gathered).squeeze(1))
-    return torch.cat(parts)
+    n_anchor = anchors.shape[0]
+    weights = weights.to(anchors.dtype)
+    if support * 4 >= n_anchor:
+        dense = torch.zeros((n, n_anchor), dtype=anchors.dtype, device=anchors.device)
+        return dense.scatter_(1, idx, weights) @ anchors
+    # columns in ascending anchor order within each row (deepfocus's summation order); padding last
+    cols, order = idx.masked_fill(weights <= 0, n_anchor).sort(dim=1)
+    keep = cols < n_anchor
+    crow = torch.zeros(n + 1, dtype=torch.int64, device=anchors.device)
+    crow[1:] = keep.sum(dim=1).cumsum(dim=0)
+    with warnings.catch_warnings():  # "sparse CSR support is in beta"
+        warnings.simplefilter("ignore", UserWarning)
+        csr = torch.sparse_csr_tensor(crow, cols[keep], weights.gather(1, order)[keep], size=(n, n_anchor),
+                                      check_invariants=False)
+        return csr @ anchors
 
 
 def focus_embeddings(

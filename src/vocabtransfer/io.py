@@ -88,9 +88,20 @@ def read_parquet(path: str | os.PathLike, columns: list[str] | None = None) -> p
 def save_tensors(tensors: Mapping[str, "torch.Tensor"], path: str | os.PathLike, metadata: dict | None = None) -> None:  # noqa: F821
     from safetensors.torch import save_file
 
+    # safetensors writes metadata keys in hash-map order, which changes between processes;
+    # one key holding sorted JSON keeps the file byte-identical for identical inputs
+    meta = {"vocabtransfer": json.dumps(metadata, sort_keys=True, default=str)} if metadata else None
     with atomic_output(path) as tmp:
-        save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, str(tmp),
-                  metadata={k: str(v) for k, v in (metadata or {}).items()})
+        save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, str(tmp), metadata=meta)
+
+
+def tensor_metadata(path: str | os.PathLike) -> dict:
+    """The metadata that `save_tensors` stored."""
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as f:
+        meta = f.metadata() or {}
+    return json.loads(meta["vocabtransfer"]) if "vocabtransfer" in meta else meta
 
 
 def load_tensors(path: str | os.PathLike, keys: list[str] | None = None) -> dict:

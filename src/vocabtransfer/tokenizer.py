@@ -81,6 +81,20 @@ def _open_corpus(path: str | os.PathLike):
     return pf
 
 
+class CorpusBatches:
+    """A re-iterable view of a corpus file's lines in batches (each iteration streams it anew)."""
+
+    def __init__(self, path: str | os.PathLike, batch_size: int = 1000):
+        self.path, self.batch_size = Path(path), batch_size
+        self.rows = corpus_rows(self.path)
+
+    def __iter__(self) -> Iterator[list[str]]:
+        return iter_text_batches(self.path, self.batch_size)
+
+    def __len__(self) -> int:
+        return -(-self.rows // self.batch_size)
+
+
 def set_threads(threads: int) -> None:
     """Let the Rust tokenizers use `threads` cores (read when its thread pool first starts)."""
     threads = max(1, int(threads))
@@ -222,6 +236,64 @@ def _insert_byte_tokens(spec: dict, n_special: int) -> dict:
     return spec
 
 
+def _continuation_symbols(tok, batches, prefix: str) -> list[str]:
+    """Every `prefix + char` symbol the BPE/WordPiece trainer will create, sorted.
+
+    The trainer gives these symbols ids in hash-map order, and ids break ties between equally
+    frequent merges, so the same corpus can give different vocabularies
+    (huggingface/tokenizers#1794). Passing them to the trainer up front, in sorted order, fixes
+    their ids and makes training deterministic; they are the same symbols the trainer would add.
+    """
+    normalizer, pre_tokenizer = tok.normalizer, tok.pre_tokenizer
+    words: set[str] = set()
+    for texts in batches:
+        for text in texts:
+            if normalizer is not None:
+                text = normalizer.normalize_str(text)
+            if pre_tokenizer is None:
+                words.add(text)
+            else:
+                words.update(w for w, _ in pre_tokenizer.pre_tokenize_str(text))
+    chars: set[str] = set()
+    for word in words:
+        chars.update(word[1:])
+    return [prefix + c for c in sorted(chars)]
+
+
+def _canonical_unigram(spec: dict, n_special: int) -> dict:
+    """Make a trained Unigram model independent of the trainer's run-to-run noise.
+
+    The UnigramTrainer (a) gives the required characters it had to add the scores
+    min_score + k·1e-4 in hash-set order and (b) sums EM counts in parallel, so scores differ in
+    the last bits between runs. Here (a) the added characters get those scores in sorted order,
+    (b) scores are rounded to 1e-6 (SentencePiece itself stores float32 scores) and (c) pieces
+    after the special tokens are ordered by (score descending, piece).
+    """
+    model = spec["model"]
+    pieces = [list(p) for p in model["vocab"]]
+    unk = pieces[model["unk_id"]][0] if model.get("unk_id") is not None else None
+    head, rest = pieces[:n_special], pieces[n_special:]
+    if rest:
+        # (a) the scores the trainer hands out, computed exactly as it does (repeated addition)
+        lowest, penalty, ladder = min(p[1] for p in rest), 0.0, []
+        chars = [p for p in rest if len(p[0]) == 1]
+        for _ in chars:
+            ladder.append(lowest + penalty)
+            penalty += 0.0001
+        on_ladder = set(ladder)
+        added = sorted((p for p in chars if p[1] in on_ladder), key=lambda p: p[0])
+        for p, score in zip(added, ladder):
+            p[1] = score
+        for p in rest:  # (b)
+            p[1] = round(p[1], 6)
+        rest.sort(key=lambda p: (-p[1], p[0]))  # (c)
+    pieces = head + rest
+    model["vocab"] = pieces
+    if unk is not None:
+        model["unk_id"] = [p[0] for p in pieces].index(unk)
+    return spec
+
+
 # ---------------------------------------------------------------------------------------------
 # training
 
@@ -235,9 +307,13 @@ def train_tokenizer(
     length: int | None = None,
     show_progress: bool = False,
 ):
-    """Train a target tokenizer in the source's conventions on `batches` (an iterator of lists
-    of lines) and return it as a transformers fast tokenizer (a `PreTrainedTokenizerFast`)."""
-    from tokenizers import Tokenizer, pre_tokenizers, trainers
+    """Train a target tokenizer in the source's conventions on `batches` and return it as a
+    transformers fast tokenizer (a `PreTrainedTokenizerFast`).
+
+    `batches` is an iterable of lists of lines that can be iterated more than once (a list, or
+    `CorpusBatches`): WordPiece reads it twice to make training deterministic.
+    """
+    from tokenizers import AddedToken, Tokenizer, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     src = _backend_json(source)
@@ -264,8 +340,6 @@ def train_tokenizer(
             "set `tokenizer.family: bpe` (byte-level, never unknown) or use a source with an unk token"
         )
     if unk is not None and unk not in {str(t.content) for t in specials}:
-        from tokenizers import AddedToken
-
         specials.append(AddedToken(unk, special=True, normalized=False))
     n_special = len(specials)
 
@@ -302,19 +376,24 @@ def train_tokenizer(
             f"tokenizer.vocab_size: {vocab_size} leaves no room beyond the {n_special} special tokens"
             + (f" and {len(BYTE_TOKENS)} byte tokens" if byte_fallback else "") + "; raise it"
         )
-    common = dict(vocab_size=target_size, special_tokens=specials, show_progress=show_progress)
+    prefix = (model.get("continuing_subword_prefix") or "##") if family == "wordpiece" else model.get("continuing_subword_prefix")
+    if prefix and iter(batches) is batches:
+        raise TypeError("train_tokenizer: `batches` must be re-iterable (a list or CorpusBatches), not an iterator")
+    seeds = _continuation_symbols(tok, batches, prefix) if prefix else []
+    common = dict(vocab_size=target_size, show_progress=show_progress,
+                  special_tokens=specials + [AddedToken(t, special=True, normalized=False) for t in seeds])
     if family == "wordpiece":
-        trainer = trainers.WordPieceTrainer(
-            min_frequency=min_frequency, continuing_subword_prefix=model.get("continuing_subword_prefix") or "##", **common)
+        trainer = trainers.WordPieceTrainer(min_frequency=min_frequency, continuing_subword_prefix=prefix, **common)
     elif family == "unigram":
         trainer = trainers.UnigramTrainer(unk_token=unk, **common)
     else:
         extra = {}
         if style == "byte_level":
             extra["initial_alphabet"] = pre_tokenizers.ByteLevel.alphabet()
-        for key in ("continuing_subword_prefix", "end_of_word_suffix"):
-            if model.get(key):
-                extra[key] = model[key]
+        if prefix:
+            extra["continuing_subword_prefix"] = prefix
+        if model.get("end_of_word_suffix"):
+            extra["end_of_word_suffix"] = model["end_of_word_suffix"]
         trainer = trainers.BpeTrainer(min_frequency=min_frequency, **extra, **common)
 
     start = time.perf_counter()
@@ -325,6 +404,11 @@ def train_tokenizer(
     # 4. byte-fallback tokens, then the post-processor with remapped ids
     spec = json.loads(tok.to_str())
     spec["pre_tokenizer"] = pre_tok
+    if seeds:  # the seeded `##x` symbols stay in the vocabulary but are no special tokens
+        seeded = set(seeds)
+        spec["added_tokens"] = [t for t in spec["added_tokens"] if t["content"] not in seeded]
+    if family == "unigram":
+        spec = _canonical_unigram(spec, n_special)
     if byte_fallback:
         spec = _insert_byte_tokens(spec, n_special)
     processor = src.get("post_processor")
@@ -388,7 +472,8 @@ def run(ctx) -> None:
     source_name = ctx.param("source_model")
     source = load_tokenizer(source_name)
     train_path = ctx.input["train"]
-    lines = corpus_rows(train_path)
+    corpus = CorpusBatches(train_path)
+    lines = corpus.rows
     if lines == 0:
         raise VocabTransferError(f"{train_path}: the corpus has no lines; check `corpus.sources.{ctx.lang}` and rerun the corpus stage")
     family_param = ctx.param("tokenizer.family")
@@ -396,7 +481,7 @@ def run(ctx) -> None:
     min_frequency = int(ctx.param("tokenizer.min_frequency"))
 
     start = time.perf_counter()
-    target = train_tokenizer(source, iter_text_batches(train_path), family=family_param, vocab_size=vocab_size,
+    target = train_tokenizer(source, corpus, family=family_param, vocab_size=vocab_size,
                              min_frequency=min_frequency, length=lines, show_progress=sys.stderr.isatty())
     seconds = time.perf_counter() - start
     family, style = _detect_saved_family(target)

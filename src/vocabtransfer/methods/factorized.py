@@ -12,7 +12,7 @@ embeddings and maps the result back up:
 4. embeddings = coordinates @ P.
 
 Options: the stage passes `init.<base>` with one extra key, `factorization`, holding the
-params section of the factorisation (`init.svd` or `init.snmf`); `method_options` builds
+params section of the factorisation (`init.svd` or `init.snmf`); `options_for` builds
 exactly that. The names are resolved lazily (`resolve`), so every registered method gets
 its factorised forms without a registry line.
 """
@@ -80,8 +80,8 @@ def factorize_source(
     """(coordinates V×k, primitives k×D, stats) of the source embeddings, on the CPU.
 
     svd returns float64 factors; with keep_dim = D it does not factorise (C = E, P = I, as
-    OFA does), so copied rows reproduce the source rows exactly. snmf returns float32. `options` is the params section (`init.svd` / `init.snmf`), named `section`
-    in error messages.
+    OFA does), so copied rows reproduce the source rows exactly. snmf returns float32.
+    `options` is the params section (`init.svd` / `init.snmf`), named `section` in errors.
     """
     section = section or f"init.{kind}"
     D = E.shape[1]
@@ -115,7 +115,9 @@ def factorize_source(
         tol = float_option(options, "tol", SNMF_DEFAULTS["tol"], section=section, strict=False)
         init = (options or {}).get("init", SNMF_DEFAULTS["init"])
         if init not in ("kmeans", "svd"):
-            raise VocabTransferError(f"{section}.init={init!r}: unknown initialisation; allowed values: 'kmeans', 'svd'")
+            raise VocabTransferError(
+                f"{section}.init={init!r}: unknown initialisation; allowed values: 'kmeans', 'svd'"
+            )
         W, H, history = semi_nmf(E.detach().float(), k, max_iter=max_iter, tol=tol, seed=seed, device=device,
                                  init=init, return_history=True)
         C, P = W.cpu(), H.cpu()
@@ -139,7 +141,13 @@ def factorized(base_method: Method, factorization: Literal["svd", "snmf"], *, na
         raise VocabTransferError(
             f"factorization {factorization!r}: unknown; allowed values: {', '.join(FACTORIZATIONS)}"
         )
-    base_name = getattr(base_method, "__name__", "base")
+    # the registry name of the base (get_method passes the function itself)
+    base_name = next((n for n, fn in METHODS.items() if fn is base_method), getattr(base_method, "__name__", "base"))
+    if base_name in ALREADY_FACTORIZED:
+        raise VocabTransferError(
+            f"method '{base_name}+{factorization}': {base_name} factorises on its own; use {base_name!r} without "
+            f"'+{factorization}'"
+        )
     name = name or f"{base_name}+{factorization}"
     section = f"init.{factorization}"
 
@@ -201,16 +209,16 @@ def resolve(name: str) -> Method:
             f"method {name!r}: a factorised form is <base>+<factorization> with factorization one of "
             f"{', '.join(FACTORIZATIONS)} (e.g. focus+svd)"
         )
-    if base in ALREADY_FACTORIZED:
-        raise VocabTransferError(f"method {name!r}: {base} factorises on its own; use {base!r} without '+{fact}'")
-    if base not in METHODS:
+    if base not in METHODS and base not in ALREADY_FACTORIZED:
         raise VocabTransferError(
             f"method {name!r}: unknown base method {base!r}; available methods: {', '.join(sorted(METHODS))}"
         )
+    if base in ALREADY_FACTORIZED:
+        raise VocabTransferError(f"method {name!r}: {base} factorises on its own; use {base!r} without '+{fact}'")
     return factorized(METHODS[base], fact, name=name)  # type: ignore[arg-type]
 
 
-def method_options(init: dict, name: str) -> dict:
+def options_for(init: dict, name: str) -> dict:
     """The `problem.options` for method `name` from the params section `init`.
 
     Plain methods get `init.<name>`; `<base>+<fact>` gets `init.<base>` plus the key
@@ -221,3 +229,10 @@ def method_options(init: dict, name: str) -> dict:
     if not sep:
         return dict(init.get(name) or {})
     return {**(init.get(base) or {}), "factorization": dict(init.get(fact) or {})}
+
+
+def option_sections(name: str) -> list[str]:
+    """The params sections method `name` reads (for the stage's params leaves / DVC):
+    `ofa` -> [init.ofa]; `focus+svd` -> [init.focus, init.svd]."""
+    base, sep, fact = name.partition("+")
+    return [f"init.{base}"] + ([f"init.{fact}"] if sep else [])

@@ -72,7 +72,7 @@ def word_internal_splitter(tokenizer) -> tuple[Tokenizer, np.ndarray | None]:
     spec = json.loads(tokenizer.backend_tokenizer.to_str())
     spec.update(post_processor=None, truncation=None, padding=None)
     id_map = None
-    if tokenizer_scheme(tokenizer).kind == "wordpiece":
+    if spec["model"].get("type") == "WordPiece":
         prefix = spec["model"].get("continuing_subword_prefix") or "##"
         unk = spec["model"].get("unk_token")
         vocab, old_ids = {}, []
@@ -150,7 +150,7 @@ def fvt(problem: TransferProblem) -> TransferResult:
     ledger.fill(todo[~has_text], "random", "no surface text (partial UTF-8 bytes)", fallback=True)
     todo = todo[has_text]
 
-    # 2. one batched split by the source tokenizer, unknown pieces dropped
+    # 2. batched splits by the source tokenizer, unknown pieces dropped
     pieces, rows = split_with_source(src_tok, [texts[i] for i in todo], word_start[todo])
     n_raw = np.bincount(rows, minlength=todo.size)
     unk = src_tok.unk_token_id

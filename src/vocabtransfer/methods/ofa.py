@@ -76,7 +76,9 @@ def require_auxiliary(problem: TransferProblem, section: str) -> tuple[torch.Ten
     mask = (torch.ones(V_t, dtype=torch.bool) if problem.auxiliary_mask is None
             else problem.auxiliary_mask.detach().cpu().bool().reshape(-1))
     if mask.shape[0] != V_t:
-        raise VocabTransferError(f"{section}: auxiliary_mask has {mask.shape[0]} entries, expected {V_t}; rerun the fasttext stage")
+        raise VocabTransferError(
+            f"{section}: auxiliary_mask has {mask.shape[0]} entries, expected {V_t}; rerun the fasttext stage"
+        )
     bad = mask & ~torch.isfinite(aux).all(dim=1)
     if bool(bad.any()):
         raise VocabTransferError(

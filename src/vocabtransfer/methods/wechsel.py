@@ -219,6 +219,9 @@ def _dictionary_path(problem: TransferProblem, opts: dict) -> Path:
     if problem.resources.get("dictionary"):
         return Path(problem.resources["dictionary"])
     dicts = opts.get("dictionaries") or {}
+    if not isinstance(dicts, dict):
+        raise VocabTransferError(f"params.yaml: init.wechsel.dictionaries: {dicts!r} must map a language to a "
+                                 "dictionary path, e.g. {sw: wechsel_dicts/swahili.txt}")
     if problem.lang in dicts:
         from vocabtransfer.paths import data_path
 
@@ -236,10 +239,10 @@ def wechsel(problem: TransferProblem) -> TransferResult:
     source = source_matrix(problem)
     src_tok, tgt_tok = problem.source_tokenizer, problem.target_tokenizer
 
-    # 1. align the two fastText spaces with the dictionary
+    # 1. align the two fastText spaces with the dictionary (cheap checks first)
+    pairs, dict_stats = read_dictionary(_dictionary_path(problem, opts))
     src_ft = _load(problem.resources.get("source_fasttext"), "source_fasttext")
     tgt_ft = _load(problem.resources.get("target_fasttext"), "target_fasttext")
-    pairs, dict_stats = read_dictionary(_dictionary_path(problem, opts))
     alignment = align(src_ft, tgt_ft, pairs, in_vocab_only=bool(opts["dictionary_in_vocab_only"]))
 
     # 2. token vectors in the shared (source) space
