@@ -27,14 +27,21 @@ def one_thread():
 
 
 class Tok:
-    """Just enough of a tokenizer: a size and no special tokens."""
+    """Just enough of a tokenizer: tokens "t0", "t1", … and optional special tokens by role."""
 
-    def __init__(self, n: int):
-        self.n = n
-        self.all_special_ids: list[int] = []
+    def __init__(self, n: int, prefix: str = "t", specials: dict[str, int] | None = None):
+        self.tokens = [f"{prefix}{i}" for i in range(n)]
+        self.special_tokens_map = {role: self.tokens[i] for role, i in (specials or {}).items()}
+        self.all_special_ids = sorted((specials or {}).values())
 
     def __len__(self) -> int:
-        return self.n
+        return len(self.tokens)
+
+    def get_vocab(self) -> dict[str, int]:
+        return {t: i for i, t in enumerate(self.tokens)}
+
+    def convert_ids_to_tokens(self, ids):
+        return [self.tokens[i] for i in ids]
 
 
 # 4 source tokens in 3 dimensions; 6 target tokens:
@@ -47,8 +54,8 @@ SIG1 = 1 / (1 + math.exp(-1))  # softmax([1, 0]) at temperature 1
 
 
 def problem(options=None, *, source=E, aux=AUX, mask=MASK, ov_t=OV_T, ov_s=OV_S, seed=42, n_target=6):
-    return TransferProblem(source_embeddings=source, source_tokenizer=Tok(source.shape[0]),
-                           target_tokenizer=Tok(n_target), overlap_target_ids=ov_t, overlap_source_ids=ov_s,
+    return TransferProblem(source_embeddings=source, source_tokenizer=Tok(source.shape[0], "s"),
+                           target_tokenizer=Tok(n_target, "t"), overlap_target_ids=ov_t, overlap_source_ids=ov_s,
                            auxiliary=aux, auxiliary_mask=mask, options=dict(options or {}), seed=seed)
 
 
@@ -90,7 +97,7 @@ def test_ofa_low_rank_coordinates_and_random_rows():
     torch.testing.assert_close(coords[4], t4.float())
     # t5 (no vector): row 5 of one seeded N(0, 1) draw for the whole vocabulary, scaled to
     # the per-dimension mean / std of the source coordinates
-    z = torch.randn(6, 2, generator=torch.Generator().manual_seed(7), dtype=torch.float64)[5]
+    z = torch.randn(6, 2, generator=torch.Generator().manual_seed(7))[5].double()
     torch.testing.assert_close(coords[5], (C.mean(0) + C.std(0, unbiased=False) * z).float())
     torch.testing.assert_close(res.embeddings, (coords.double() @ P).float(), atol=1e-6, rtol=0)
     assert res.stats["factorization"]["relative_error"] > 0
@@ -101,6 +108,18 @@ def test_ofa_seed_changes_only_random_rows():
     a, b, c = (ofa(problem(opts, seed=s)).embeddings for s in (1, 1, 2))
     assert torch.equal(a, b)
     assert torch.equal(a[:5], c[:5]) and not torch.equal(a[5], c[5])
+
+
+def test_ofa_copies_special_tokens_by_role():
+    # target t5 (no vector, not in the overlap) is the [CLS] of the target tokenizer; the
+    # source's cls_token is s1 -> t5 copies s1 instead of getting a random row
+    p = problem({"keep_dim": 3})
+    p.source_tokenizer = Tok(4, "s", {"cls_token": 1})
+    p.target_tokenizer = Tok(6, "t", {"cls_token": 5})
+    res = ofa(p)
+    assert torch.equal(res.embeddings[5], E[1])
+    assert res.stats["copied"] == 4 and res.stats["random"] == 0
+    assert res.stats["reasons"]["copied"] == {"overlap": 3, "special token (same role cls_token)": 1}
 
 
 def test_ofa_neighbour_candidates_need_vectors():

@@ -298,3 +298,12 @@ def test_causal_loss(en_bpe):
     result = M.evaluate_lm(model, batches, "causal")
     assert result["n_tokens"] == sum(int((b["labels"][:, 1:] != -100).sum()) for b in batches)
     assert abs(result["loss"] - torch.log(torch.tensor(float(len(en_bpe)))).item()) < 1.0  # ~uniform at init
+
+
+def make_ctx(func: str, wildcards: dict, inputs: dict, outputs: dict, params: dict):
+    """A stage Context with explicit paths (the stage table entries live in stages.py)."""
+    from vocabtransfer.stages import Context, Stage
+
+    stage = Stage(name=func.split(":")[0].rsplit(".", 1)[-1], func=func, help="", wildcards=tuple(wildcards))
+    return Context(stage=stage, params=params, wildcards=wildcards, input={k: Path(v) for k, v in inputs.items()},
+                   output={k: Path(v) for k, v in outputs.items()}, threads=1)

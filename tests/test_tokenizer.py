@@ -18,8 +18,8 @@ from vocabtransfer.config import validate_params
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.modeling import load_tokenizer
 from vocabtransfer.stages import run_stage
-from vocabtransfer.tokenizer import (BYTE_TOKENS, STATS_FILE, detect_family, iter_text_batches, load_target_tokenizer,
-                                     train_tokenizer)
+from vocabtransfer.tokenizer import (BYTE_TOKENS, _canonical_unigram, detect_family, iter_text_batches,
+                                     load_target_tokenizer, train_tokenizer)
 
 DATA = "/work/shared/data/pretrain_text"
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
@@ -37,7 +37,7 @@ def sw_lines() -> list[str]:
 
 
 def _batches(lines, size=500):
-    return (lines[i:i + size] for i in range(0, len(lines), size))
+    return [lines[i:i + size] for i in range(0, len(lines), size)]
 
 
 @pytest.fixture(scope="module")
@@ -115,6 +115,8 @@ def _ids(tok) -> dict[str, int]:
 @pytest.fixture
 def stage_dir(tmp_path, monkeypatch, sw_lines):
     monkeypatch.chdir(tmp_path)
+    for var in ("RAYON_NUM_THREADS", "TOKENIZERS_PARALLELISM"):  # the stage sets them from --threads
+        monkeypatch.setenv(var, os.environ.get(var, ""))
     train = tmp_path / P.fill(P.CORPUS_TRAIN, lang="sw")
     train.parent.mkdir(parents=True)
     pq.write_table(pa.table({"text": sw_lines}), train)
@@ -151,7 +153,7 @@ def test_stage_trains_wordpiece_like_minilm(stage_dir, minilm):
     # no padding or truncation inherited from MiniLM's tokenizer.json (fixed 128)
     assert len(target("a b", add_special_tokens=False)["input_ids"]) == 2
 
-    stats = json.loads((out / STATS_FILE).read_text())
+    stats = json.loads((out.parent / "tokenizer_stats.json").read_text())
     assert stats["family"] == "wordpiece" and stats["vocab_size_reached"] == 500 and stats["seconds"] > 0
     assert stats["train_lines"] == 3000
 
@@ -234,6 +236,24 @@ def test_explicit_family_uses_that_familys_conventions(minilm, sw_lines, tmp_pat
     assert ids[0] == 2 and ids[-1] == 3
 
 
+def test_canonical_unigram_orders_added_characters_and_ties():
+    lowest = -9.123456789
+    ladder = [lowest, lowest + 0.0001, lowest + 0.0001 + 0.0001]
+    # the trainer added x, a, m with ladder scores in hash order; sorted, a m x get the ladder in turn;
+    # "ab" and "ba" tie after rounding; "<unk>" is special
+    vocab = [["<unk>", 0.0], ["ba", -2.0000000000000004], ["ab", -2.0], ["x", ladder[0]], ["a", ladder[1]],
+             ["m", ladder[2]], ["q", -5.0]]
+    spec = _canonical_unigram({"model": {"type": "Unigram", "unk_id": 0, "vocab": vocab}}, n_special=1)
+    assert spec["model"]["vocab"] == [["<unk>", 0.0], ["ab", -2.0], ["ba", -2.0], ["q", -5.0],
+                                      ["x", round(ladder[2], 6)], ["m", round(ladder[1], 6)], ["a", round(ladder[0], 6)]]
+    assert spec["model"]["unk_id"] == 0
+
+
+def test_one_shot_iterator_is_rejected_for_wordpiece(minilm, sw_lines):
+    with pytest.raises(TypeError, match="re-iterable"):
+        train_tokenizer(minilm, iter(_batches(sw_lines)), vocab_size=300)
+
+
 def test_vocab_size_too_small_for_byte_fallback(llama2_like, sw_lines):
     with pytest.raises(VocabTransferError, match="tokenizer.vocab_size: 200 leaves no room"):
         train_tokenizer(llama2_like, _batches(sw_lines), vocab_size=200)
@@ -282,4 +302,4 @@ def test_load_target_tokenizer_errors(saved_target, tmp_path, damage, message):
     with pytest.raises(VocabTransferError, match=message) as info:
         load_target_tokenizer(path)
     text = str(info.value)
-    assert "\n" not in text and str(path) in text and "rerun" in text
+    assert "\n" not in text and str(path) in text and "run" in text

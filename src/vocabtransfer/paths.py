@@ -20,6 +20,7 @@ CORPUS_STATS = "results/{lang}/corpus/stats.json"
 
 # target tokenizer (an HF fast-tokenizer directory)
 TOKENIZER = "results/{lang}/tokenizer"
+TOKENIZER_STATS = "results/{lang}/tokenizer_stats.json"
 
 # pre-tokenisation
 PRETOK_TRAIN = "results/{lang}/pretokenized/train.parquet"

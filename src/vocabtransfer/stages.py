@@ -66,10 +66,11 @@ register(Stage(
     func="vocabtransfer.tokenizer:run",
     help="train the target tokenizer (the source tokenizer's family and conventions)",
     inputs={"train": P.CORPUS_TRAIN},
-    outputs={"tokenizer": P.TOKENIZER},
+    outputs={"tokenizer": P.TOKENIZER, "stats": P.TOKENIZER_STATS},
     directories=frozenset({"tokenizer"}),
     params=("source_model", "tokenizer.family", "tokenizer.vocab_size", "tokenizer.min_frequency"),
     code=("tokenizer.py",),
+    parallel=True,
 ))
 register(Stage(
     name="pretokenize",

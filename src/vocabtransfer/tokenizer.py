@@ -23,6 +23,17 @@ Families (`tokenizer.family`; `auto` takes the source backend's model type):
   A family other than the source's keeps the source's normalizer and post-processor but takes the
   family's own pre-tokenizer and decoder (wordpiece: BertPreTokenizer + `##`; unigram: Metaspace `▁`;
   bpe: byte-level); a SentencePiece-style normalizer (one that writes `▁`) is dropped then.
+
+The directory holds tokenizer.json, tokenizer_config.json (class `TokenizersBackend`, i.e.
+transformers' PreTrainedTokenizerFast: tokenizer.json is the whole truth, no model-specific class
+rebuilds the pipeline) and vocabtransfer_stats.json (family, vocab size reached, seconds).
+
+Reproducibility: the same corpus and params give a byte-identical tokenizer.json for WordPiece
+and BPE. (WordPiece needs help: the trainer numbers its `##x` symbols in hash-map order, which
+changes tie-breaks between merges, huggingface/tokenizers#1794; we hand it those symbols up front
+in sorted order, one extra pass over the corpus.) The Unigram trainer has run-to-run noise we can
+only reduce: its pieces are put in canonical order with scores rounded to 1e-6, but on rare ties
+in its pruning a piece can still differ between runs.
 """
 
 from __future__ import annotations
@@ -43,7 +54,6 @@ log = logging.getLogger(__name__)
 Family = Literal["wordpiece", "unigram", "bpe"]
 FAMILIES: tuple[str, ...] = ("wordpiece", "unigram", "bpe")
 MODEL_TO_FAMILY = {"WordPiece": "wordpiece", "Unigram": "unigram", "BPE": "bpe"}
-STATS_FILE = "vocabtransfer_stats.json"
 TEXT_COLUMN = "text"
 BYTE_TOKENS = [f"<0x{b:02X}>" for b in range(256)]  # SentencePiece's byte-fallback pieces
 
@@ -499,7 +509,7 @@ def run(ctx) -> None:
         reloaded = load_target_tokenizer(tmp)  # the directory loads with AutoTokenizer alone
         if len(reloaded) != reached:
             raise VocabTransferError(f"{tmp}: saved tokenizer has {len(reloaded)} tokens, expected {reached}; report this as a bug")
-        io.write_json(stats, tmp / STATS_FILE)
+    io.write_json(stats, ctx.output["stats"])  # beside the directory: its timings must not change the dir's hash
     log.info("tokenizer: %s %s tokenizer with %d tokens written to %s in %.1f s",
              family, style, reached, ctx.output["tokenizer"], seconds)
 

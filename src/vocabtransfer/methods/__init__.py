@@ -73,14 +73,13 @@ def get_method(name: str) -> Method:
     _load_all()
     if name in METHODS:
         return METHODS[name]
-    base, _, fact = name.partition("+")
-    if fact in FACTORIZATIONS and base in METHODS:
-        from vocabtransfer.methods.factorized import factorized
+    if "+" in name:
+        from vocabtransfer.methods.factorized import resolve
 
-        return factorized(METHODS[base], fact)
+        return resolve(name)  # one-line VocabTransferError naming the bad part
     raise VocabTransferError(
-        f"unknown method {name!r}; available: {', '.join(available())}, "
-        f"or a factorised form <method>+{{{','.join(FACTORIZATIONS)}}} such as focus+svd"
+        f"unknown method {name!r}; available: {', '.join(available())}, or <method>+svd / <method>+snmf "
+        "for any of them except ofa and snmf (e.g. focus+svd)"
     )
 
 
@@ -89,8 +88,4 @@ def _load_all() -> None:
     import importlib
 
     for module in ("baselines", "fvt", "focus", "ofa", "snmf", "wechsel"):
-        try:
-            importlib.import_module(f"vocabtransfer.methods.{module}")
-        except ModuleNotFoundError as exc:  # a module not written yet must not hide the others
-            if exc.name != f"vocabtransfer.methods.{module}":
-                raise
+        importlib.import_module(f"vocabtransfer.methods.{module}")

@@ -1,7 +1,9 @@
 """OFA (Liu et al. 2024): initialise new tokens in a low-rank SVD space of the source embeddings.
 
 1. Factorise the source embeddings E ≈ C P (truncated SVD, `keep_dim` primitives).
-2. Overlapping target tokens copy their source token's coordinates.
+2. Overlapping target tokens copy their source token's coordinates; so do special tokens
+   matched to a source special token (same string or role, as in every method:
+   `baselines.special_pairs`).
 3. Every other target token with an auxiliary (fastText) vector gets a weighted mix of the
    coordinates of its `neighbors` most similar overlapping tokens (cosine similarity of the
    auxiliary vectors, weights softmax(similarity / temperature)).
@@ -17,17 +19,20 @@ temperature (0.1).
 from __future__ import annotations
 
 import logging
+
 import numpy as np
 import torch
 
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.log import progress
 from vocabtransfer.methods import TransferProblem, TransferResult, register
+from vocabtransfer.methods.baselines import special_pairs
 from vocabtransfer.methods.factorized import factorize_source, float_option, int_option, warn_unknown
 
 log = logging.getLogger(__name__)
 
 DEFAULTS = {"keep_dim": 100, "neighbors": 10, "temperature": 0.1}
+RANDOM_BLOCK = 8192  # rows per N(0, 1) draw of the random fallback
 
 
 # --------------------------------------------------------------------------------------------
@@ -103,7 +108,8 @@ def neighbour_coordinates(
 ) -> tuple[torch.Tensor, dict]:
     """Target coordinates (V_t×k, dtype of `source_coords`, CPU) and stats.
 
-    Overlapping tokens copy their source row; other tokens with an auxiliary vector get
+    Overlapping tokens (and special tokens matched by string or role) copy their source
+    row; other tokens with an auxiliary vector get
     softmax(top-`neighbors` cosine similarities / temperature)-weighted mixes of the
     overlapping tokens' rows (only overlapping tokens that have an auxiliary vector can be
     neighbours); the rest get seeded N(mean, std) rows of `source_coords` per dimension.
@@ -117,10 +123,19 @@ def neighbour_coordinates(
     k = coords_src.shape[1]
     out = coords_src.new_zeros(V_t, k)
 
-    # 1. overlapping tokens copy their source coordinates
+    # 1. overlapping tokens copy their source coordinates, and so do special tokens that
+    #    match a source special token (same string or role) without being in the overlap
     out[tgt] = coords_src[src]
     is_overlap = torch.zeros(V_t, dtype=torch.bool)
     is_overlap[tgt] = True
+    copied = {"overlap": int(tgt.numel())}
+    sp_t, sp_s, how, _ = special_pairs(problem, coords_src.shape[0])
+    keep = ~is_overlap[torch.from_numpy(sp_t)].numpy() if sp_t.size else np.zeros(0, dtype=bool)
+    for t_id, s_id, why in zip(sp_t[keep].tolist(), sp_s[keep].tolist(), [h for h, k_ in zip(how, keep) if k_]):
+        out[t_id] = coords_src[s_id]
+        copied[f"special token ({why})"] = copied.get(f"special token ({why})", 0) + 1
+    done = is_overlap.clone()
+    done[torch.from_numpy(sp_t[keep])] = True
 
     # 2. which rows can take part in the similarity search
     nonzero = aux.norm(dim=1) > 0
@@ -128,14 +143,14 @@ def neighbour_coordinates(
     usable = has_vec & nonzero
     cand_mask = usable[tgt]
     cand_tgt, cand_src = tgt[cand_mask], src[cand_mask]
-    new_ids = (~is_overlap & usable).nonzero().flatten()
+    new_ids = (~done & usable).nonzero().flatten()
     n_cand = int(cand_tgt.numel())
     reasons: dict[str, int] = {}
-    missing = ~is_overlap & ~has_vec
+    missing = ~done & ~has_vec
     if int(missing.sum()):
         reasons["no auxiliary vector"] = int(missing.sum())
-    if int((zero_vec & ~is_overlap).sum()):
-        reasons["all-zero auxiliary vector"] = int((zero_vec & ~is_overlap).sum())
+    if int((zero_vec & ~done).sum()):
+        reasons["all-zero auxiliary vector"] = int((zero_vec & ~done).sum())
     if n_cand == 0 and new_ids.numel():
         log.warning("%s: none of the %d overlapping tokens has an auxiliary vector; %d new tokens "
                     "with vectors get random coordinates instead", section, len(tgt), new_ids.numel())
@@ -156,20 +171,26 @@ def neighbour_coordinates(
             w = torch.softmax(sim / temperature, dim=1).to(cand_coords.dtype)
             out[ids] = torch.einsum("bn,bnk->bk", w, cand_coords[idx]).cpu()
 
-    # 4. the rest: seeded N(mean, std) of the source coordinates per dimension. One draw for
-    #    the whole vocabulary, so a token's random row does not depend on which others are random.
-    rand_ids = (~is_overlap).nonzero().flatten()
-    rand_ids = rand_ids[~torch.isin(rand_ids, new_ids)]
+    # 4. the rest: seeded N(mean, std) of the source coordinates per dimension. The N(0, 1)
+    #    draw covers the whole vocabulary (in fixed blocks of rows), so a token's random row
+    #    does not depend on which other tokens are random.
+    is_rand = ~done
+    is_rand[new_ids] = False
+    rand_ids = is_rand.nonzero().flatten()
     clamped = 0
     if rand_ids.numel():
         gen = torch.Generator(device="cpu").manual_seed(int(problem.seed))
-        z = torch.randn(V_t, k, generator=gen, dtype=torch.float64)[rand_ids]
         mean, std = coords_src.double().mean(dim=0), coords_src.double().std(dim=0, unbiased=False)
-        rows = (mean + std * z).to(out.dtype)
-        if nonnegative:
-            clamped = int((rows < 0).sum())
-            rows = rows.clamp_min(0)
-        out[rand_ids] = rows
+        for start in range(0, V_t, RANDOM_BLOCK):
+            z = torch.randn(min(RANDOM_BLOCK, V_t - start), k, generator=gen)
+            local = is_rand[start:start + RANDOM_BLOCK].nonzero().flatten()
+            if local.numel() == 0:
+                continue
+            rows = (mean + std * z[local].double()).to(out.dtype)
+            if nonnegative:
+                clamped += int((rows < 0).sum())
+                rows = rows.clamp_min(0)
+            out[start + local] = rows
         log.info("%s: %d target token(s) get random coordinates (%s)", section, rand_ids.numel(),
                  ", ".join(f"{r}: {n}" for r, n in reasons.items()))
         if clamped:
@@ -177,11 +198,11 @@ def neighbour_coordinates(
     n_new = int(new_ids.numel())
     stats = {
         "target_size": V_t,
-        "copied": int(is_overlap.sum()),
+        "copied": int(done.sum()),
         "combined": n_new,
         "random": int(rand_ids.numel()),
         "reasons": {
-            "copied": {"overlap": int(is_overlap.sum())},
+            "copied": copied,
             "combined": {"auxiliary-vector neighbours among overlapping tokens": n_new} if n_new else {},
             "random": reasons,
         },

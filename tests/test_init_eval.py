@@ -1,0 +1,125 @@
+"""Stage `init_eval`: LM loss and parallel-sentence retrieval of initialised models, on tiny models."""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import pyarrow as pa
+import pytest
+import torch
+
+from vocabtransfer import init_eval as E
+from vocabtransfer import io
+from vocabtransfer.errors import VocabTransferError
+
+try:
+    from test_modeling import DATA, bpe_tokenizer, make_ctx, save_dir, text_lines, tiny_bert, tiny_llama, wordpiece_tokenizer
+except ImportError:  # tests collected as a package
+    from tests.test_modeling import (DATA, bpe_tokenizer, make_ctx, save_dir, text_lines, tiny_bert, tiny_llama,
+                                     wordpiece_tokenizer)
+
+N_XNLI_ROWS = 90  # 30 distinct premises
+
+
+def setup_study(tmp_path, source_model, source_tok, methods: dict, *, xx_same_as_en: bool):
+    """Source model dir, one init dir per method (model/ only), valid split, XNLI files and source text."""
+    src = save_dir(source_model, source_tok, tmp_path / "source" / "model")
+    for name, (model, tok) in methods.items():
+        save_dir(model, tok, tmp_path / "xx" / "init" / name / "model")
+    en = text_lines("en", 60, start=1000)
+    text = tmp_path / "en.txt"
+    text.write_text("\n".join(en) + "\n", encoding="utf-8")
+    valid = tmp_path / "xx" / "corpus" / "valid.parquet"
+    io.write_parquet(pa.table({"text": en[-40:]}), valid)  # = the source model's held-out lines
+    xnli = tmp_path / "xnli"
+    xnli.mkdir()
+    rows = (DATA / "xnli" / "dev-en.tsv").read_text(encoding="utf-8").splitlines()[:N_XNLI_ROWS]
+    (xnli / "dev-en.tsv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    other = rows if xx_same_as_en else (DATA / "xnli" / "dev-sw.tsv").read_text(encoding="utf-8").splitlines()[:N_XNLI_ROWS]
+    (xnli / "dev-xx.tsv").write_text("\n".join(other) + "\n", encoding="utf-8")
+    params = {
+        "seed": 3,
+        "init": {"methods": list(methods)},
+        "source_head": {"text": str(text), "eval_lines": 40},
+        "init_eval": {"max_lines": 100, "seq_len": 64, "batch_size": 8, "retrieval_sentences": 25,
+                      "xnli": str(xnli / "dev-{lang}.tsv"), "source_lang": "en"},
+    }
+    inputs = {"source_model": src, "valid": valid}
+    inputs.update({E.input_key(m): tmp_path / "xx" / "init" / m for m in methods})
+    out = tmp_path / "xx" / "init_eval.parquet"
+    return make_ctx("vocabtransfer.init_eval:run", {"lang": "xx"}, inputs, {"init_eval": out}, params), out
+
+
+@pytest.fixture(scope="module")
+def en_wp():
+    return wordpiece_tokenizer("en")
+
+
+def test_source_model_as_its_own_initialisation(tmp_path, en_wp, caplog):
+    """Sanity: the 'initialised' model is the source model with the source tokenizer, on identical text."""
+    source = tiny_bert(len(en_wp))
+    other = tiny_bert(len(en_wp), seed=1)  # a different model with the same tokenizer
+    ctx, out = setup_study(tmp_path, source, en_wp, {"same": (source, en_wp), "other": (other, en_wp)},
+                           xx_same_as_en=True)
+    with caplog.at_level(logging.INFO, logger="vocabtransfer.init_eval"):
+        E.run(ctx)
+    table = io.read_parquet(out)
+    assert table.schema == E.SCHEMA
+    rows = {r["method"]: r for r in table.to_pylist()}
+    assert list(rows) == ["source", "same", "other"]
+    ref, same, oth = rows["source"], rows["same"], rows["other"]
+    assert ref["lang"] == "en" and same["lang"] == "xx"
+    for r in rows.values():
+        assert math.isfinite(r["loss"]) and r["perplexity"] == pytest.approx(math.exp(r["loss"]))
+        assert r["n_eval_tokens"] > 50 and r["n_sentences"] == 25 and r["kind"] == "masked"
+    # same model, same text, same seeded masks: exactly the reference loss
+    assert same["loss"] == pytest.approx(ref["loss"], rel=1e-6)
+    assert same["retrieval_en2xx"] == 1.0 and same["retrieval_xx2en"] == 1.0
+    assert ref["retrieval_en2xx"] == 1.0  # the source model on identical "translations"
+    # paired comparison: the same masked tokens for every method
+    assert oth["n_eval_tokens"] == same["n_eval_tokens"] and oth["loss"] != same["loss"]
+    assert oth["retrieval_en2xx"] < 1.0
+    assert "| lang | method | loss |" in caplog.text and "| xx | other |" in caplog.text
+
+
+def test_translations_and_causal_models(tmp_path, en_wp):
+    sw_wp = wordpiece_tokenizer("sw", 250)
+    en_bpe, sw_bpe = bpe_tokenizer("en"), bpe_tokenizer("sw", 280)
+    source = tiny_bert(len(en_wp))
+    methods = {"bert_sw": (tiny_bert(len(sw_wp), seed=2), sw_wp), "llama_sw": (tiny_llama(len(sw_bpe)), sw_bpe)}
+    ctx, out = setup_study(tmp_path, source, en_wp, methods, xx_same_as_en=False)
+    E.run(ctx)
+    rows = {r["method"]: r for r in io.read_parquet(out).to_pylist()}
+    bert, llama = rows["bert_sw"], rows["llama_sw"]
+    assert bert["n_sentences"] == 25 and (bert["retrieval_en2xx"] * 25).is_integer()
+    assert rows["source"]["retrieval_en2xx"] is not None  # the no-transfer baseline on the real translations
+    assert llama["kind"] == "causal" and llama["retrieval_en2xx"] is None and llama["n_sentences"] is None
+    # a random model knows nothing: its loss is about that of a uniform guess over its vocabulary
+    assert abs(llama["loss"] - math.log(len(sw_bpe))) < 1.0
+    assert abs(bert["loss"] - math.log(len(sw_wp))) < 1.0
+
+
+def test_read_xnli_premises_deduplicates_and_aligns(tmp_path):
+    (tmp_path / "dev-en.tsv").write_text("a\th\tx\na\th2\tx\nb\th\tx\nc\th\tx\n", encoding="utf-8")
+    (tmp_path / "dev-xx.tsv").write_text("A\th\tx\nA\th2\tx\nB\th\tx\nC\th\tx\n", encoding="utf-8")
+    src, tgt = E.read_xnli_premises(str(tmp_path / "dev-{lang}.tsv"), "en", "xx", 2)
+    assert (src, tgt) == (["a", "b"], ["A", "B"])
+    (tmp_path / "dev-yy.tsv").write_text("A\th\tx\n", encoding="utf-8")
+    with pytest.raises(VocabTransferError, match="dev-yy.tsv: 1 rows but .*dev-en.tsv has 4"):
+        E.read_xnli_premises(str(tmp_path / "dev-{lang}.tsv"), "en", "yy", 2)
+    with pytest.raises(VocabTransferError, match="dev-zz.tsv: XNLI file not found"):
+        E.read_xnli_premises(str(tmp_path / "dev-{lang}.tsv"), "en", "zz", 2)
+
+
+def test_retrieval_accuracy():
+    a = torch.eye(4)
+    assert E.retrieval_accuracy(a, a) == (1.0, 1.0)
+    assert E.retrieval_accuracy(a, a[[1, 0, 2, 3]]) == (0.5, 0.5)
+
+
+def test_inputs_follow_params():
+    params = {"init": {"methods": ["random", "focus+svd"]}}
+    assert E.inputs(params, {"lang": "sw"}) == {
+        "source_model": "results/source/model", "valid": "results/{lang}/corpus/valid.parquet",
+        "init_random": "results/{lang}/init/random", "init_focus_svd": "results/{lang}/init/focus+svd"}

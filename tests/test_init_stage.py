@@ -1,0 +1,182 @@
+"""Stage `init`: a throwaway method registered here runs through the real stage on tiny models."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from vocabtransfer import init as I
+from vocabtransfer import io
+from vocabtransfer.errors import VocabTransferError
+from vocabtransfer.methods import TransferResult, register
+
+try:
+    from test_modeling import (bpe_tokenizer, make_ctx, save_dir, tiny_bert, tiny_llama,  # noqa: F401
+                               wordpiece_tokenizer)
+except ImportError:  # tests collected as a package
+    from tests.test_modeling import bpe_tokenizer, make_ctx, save_dir, tiny_bert, tiny_llama, wordpiece_tokenizer
+
+CALLS: list[dict] = []
+
+
+@register("test_copy")
+def _test_copy(problem):
+    """Overlapping rows copied, the rest the source mean plus seeded noise; one extra tensor."""
+    CALLS.append({"source_sum": float(problem.source_embeddings.sum()), "options": problem.options,
+                  "resources": problem.resources})
+    src = problem.source_embeddings
+    g = torch.Generator().manual_seed(problem.seed)
+    emb = src.mean(0).repeat(problem.target_size, 1) + 0.01 * torch.randn(problem.target_size, src.shape[1], generator=g)
+    t, s = torch.from_numpy(problem.overlap_target_ids), torch.from_numpy(problem.overlap_source_ids)
+    emb[t] = src[s]
+    return TransferResult(emb, {"copied": len(t)}, extra={"coordinates": torch.ones(problem.target_size, 3)})
+
+
+@register("test_broken")
+def _test_broken(problem):
+    return TransferResult(torch.zeros(problem.target_size - 1, problem.source_embeddings.shape[1]), {})
+
+
+def write_inputs(tmp_path, source_model, source_tok, target_tok):
+    """source model dir, target tokenizer dir, overlap parquet and fastText tensors, as the pipeline writes them."""
+    src = save_dir(source_model, source_tok, tmp_path / "source" / "model")
+    tok_dir = tmp_path / "sw" / "tokenizer"
+    target_tok.save_pretrained(str(tok_dir))
+    source_vocab = source_tok.get_vocab()
+    target_vocab = sorted(target_tok.get_vocab().items(), key=lambda kv: kv[1])
+    rows = [{"target_id": i, "target_token": t, "source_id": source_vocab.get(t),
+             "source_token": t if t in source_vocab else None, "match": "exact" if t in source_vocab else None}
+            for t, i in target_vocab]
+    overlap = tmp_path / "sw" / "overlap" / "overlap.parquet"
+    io.write_parquet(pa.Table.from_pylist(rows, schema=pa.schema([
+        ("target_id", pa.int32()), ("target_token", pa.string()), ("source_id", pa.int32()),
+        ("source_token", pa.string()), ("match", pa.string())])), overlap)
+    n = len(target_tok)
+    fasttext = tmp_path / "sw" / "fasttext" / "embeddings.safetensors"
+    io.save_tensors({"embeddings": torch.randn(n, 8, generator=torch.Generator().manual_seed(0)),
+                     "mask": torch.arange(n) % 3 != 0}, fasttext)
+    pairs = [(r["target_id"], r["source_id"]) for r in rows if r["source_id"] is not None]
+    return {"source_model": src, "tokenizer": tok_dir, "overlap": overlap, "fasttext": fasttext}, pairs
+
+
+def init_ctx(tmp_path, inputs, method="test_copy", params=None):
+    params = params or {"seed": 7, "init": {"methods": [method], "test_copy": {"alpha": 1}}}
+    return make_ctx("vocabtransfer.init:run", {"lang": "sw", "method": method}, inputs,
+                    {"init": tmp_path / "sw" / "init" / method}, params)
+
+
+@pytest.fixture(scope="module")
+def tokenizers():
+    return {"en_wp": wordpiece_tokenizer("en"), "sw_wp": wordpiece_tokenizer("sw", 250),
+            "en_bpe": bpe_tokenizer("en"), "sw_bpe": bpe_tokenizer("sw", 280)}
+
+
+def test_init_tied_bert(tmp_path, tokenizers):
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    source = tiny_bert(len(tokenizers["en_wp"]))
+    with torch.no_grad():
+        source.cls.predictions.bias.copy_(torch.randn(len(tokenizers["en_wp"])))
+    inputs, pairs = write_inputs(tmp_path, source, tokenizers["en_wp"], tokenizers["sw_wp"])
+    assert len(pairs) > 20  # the special tokens and shared pieces
+    CALLS.clear()
+    I.run(init_ctx(tmp_path, inputs))
+    out = tmp_path / "sw" / "init" / "test_copy"
+    assert sorted(p.name for p in out.iterdir()) == ["coordinates.safetensors", "embeddings.safetensors", "model",
+                                                      "stats.json"]
+    assert len(CALLS) == 1 and CALLS[0]["options"] == {"alpha": 1}  # tied: one call, params init.test_copy
+    emb = load_file(str(out / "embeddings.safetensors"))
+    assert set(emb) == {"input_embeddings"} and emb["input_embeddings"].shape == (len(tokenizers["sw_wp"]), 32)
+    assert load_file(str(out / "coordinates.safetensors"))["coordinates"].shape == (len(tokenizers["sw_wp"]), 3)
+    source_emb = source.get_input_embeddings().weight.detach()
+    t, s = map(torch.tensor, zip(*pairs))
+    assert torch.equal(emb["input_embeddings"][t], source_emb[s])
+
+    model = AutoModelForMaskedLM.from_pretrained(str(out / "model"))
+    tok = AutoTokenizer.from_pretrained(str(out / "model"))
+    assert tok.get_vocab() == tokenizers["sw_wp"].get_vocab()
+    assert torch.equal(model.get_input_embeddings().weight, emb["input_embeddings"])
+    # output bias moved with the tokens: copied where they overlap, the source mean elsewhere
+    bias, src_bias = model.cls.predictions.bias.detach(), source.cls.predictions.bias.detach()
+    assert torch.equal(bias[t], src_bias[s])
+    others = torch.ones(len(tok), dtype=torch.bool)
+    others[t] = False
+    assert torch.allclose(bias[others], src_bias.mean().expand(int(others.sum())))
+    stats = json.loads((out / "stats.json").read_text())
+    assert stats["untied_output_embeddings"] is False and stats["method_stats"] == {"copied": len(pairs)}
+    assert stats["overlap"] == len(pairs) and stats["seed"] == 7 and "torch" in stats["versions"]
+
+
+def test_init_untied_llama_runs_the_method_twice(tmp_path, tokenizers):
+    from transformers import AutoModelForCausalLM
+
+    source = tiny_llama(len(tokenizers["en_bpe"]))
+    inputs, pairs = write_inputs(tmp_path, source, tokenizers["en_bpe"], tokenizers["sw_bpe"])
+    inputs["source_fasttext"] = tmp_path / "words.bin"  # extra inputs reach the method as resources
+    CALLS.clear()
+    I.run(init_ctx(tmp_path, inputs))
+    out = tmp_path / "sw" / "init" / "test_copy"
+    assert len(CALLS) == 2
+    src_in, src_out = source.get_input_embeddings().weight.detach(), source.lm_head.weight.detach()
+    assert CALLS[0]["source_sum"] == pytest.approx(float(src_in.sum()), rel=1e-5)
+    assert CALLS[1]["source_sum"] == pytest.approx(float(src_out.sum()), rel=1e-5)
+    assert CALLS[0]["resources"] == {"source_fasttext": tmp_path / "words.bin"}
+    emb = load_file(str(out / "embeddings.safetensors"))
+    assert set(emb) == {"input_embeddings", "output_embeddings"}
+    t, s = map(torch.tensor, zip(*pairs))
+    assert torch.equal(emb["output_embeddings"][t], src_out[s])
+    assert (out / "output_coordinates.safetensors").is_file()
+    model = AutoModelForCausalLM.from_pretrained(str(out / "model"))
+    assert torch.equal(model.lm_head.weight, emb["output_embeddings"])
+    assert torch.equal(model.get_input_embeddings().weight, emb["input_embeddings"])
+    assert json.loads((out / "stats.json").read_text())["untied_output_embeddings"] is True
+
+
+def test_init_is_deterministic(tmp_path, tokenizers):
+    inputs, _ = write_inputs(tmp_path, tiny_bert(len(tokenizers["en_wp"])), tokenizers["en_wp"], tokenizers["sw_wp"])
+    out = tmp_path / "sw" / "init" / "test_copy"
+    I.run(init_ctx(tmp_path, inputs))
+    first = {p.name: p.read_bytes() for p in [out / "embeddings.safetensors", out / "model" / "model.safetensors"]}
+    I.run(init_ctx(tmp_path, inputs))  # replaces the directory atomically
+    second = {p.name: p.read_bytes() for p in [out / "embeddings.safetensors", out / "model" / "model.safetensors"]}
+    assert first == second
+    assert not [p for p in out.parent.iterdir() if p.name.startswith(".")]
+
+
+def test_init_errors(tmp_path, tokenizers):
+    inputs, _ = write_inputs(tmp_path, tiny_bert(len(tokenizers["en_wp"])), tokenizers["en_wp"], tokenizers["sw_wp"])
+    with pytest.raises(VocabTransferError, match="unknown method 'no_such_method'"):
+        I.run(init_ctx(tmp_path, inputs, method="no_such_method"))
+    with pytest.raises(VocabTransferError, match=r"method 'test_broken': returned input embeddings of shape"):
+        I.run(init_ctx(tmp_path, inputs, method="test_broken"))
+    assert not (tmp_path / "sw" / "init" / "test_broken").exists()
+    # an overlap table from another tokenizer
+    bad = pa.table({"target_id": pa.array([0, 10_000], pa.int32()), "source_id": pa.array([0, 1], pa.int32())})
+    io.write_parquet(bad, inputs["overlap"])
+    with pytest.raises(VocabTransferError, match=r"overlap.parquet: target_id 10000 is outside the target tokenizer"):
+        I.run(init_ctx(tmp_path, inputs))
+    io.write_parquet(pa.table({"target_id": pa.array([0], pa.int32()), "source_id": pa.array([0], pa.int32())}),
+                     inputs["overlap"])
+    io.save_tensors({"embeddings": torch.zeros(3, 8), "mask": torch.ones(3, dtype=torch.bool)}, inputs["fasttext"])
+    with pytest.raises(VocabTransferError, match="embeddings.safetensors: .* do not have one row per target token"):
+        I.run(init_ctx(tmp_path, inputs))
+
+
+def test_method_options_for_factorised_methods():
+    params = {"init": {"methods": ["focus+svd"], "focus": {"k": 3}, "svd": {"rank": 8}}}
+    assert I.method_options(params, "focus+svd") == {"k": 3, "factorization": {"rank": 8}}
+    assert I.method_options(params, "focus") == {"k": 3}
+    assert I.method_options(params, "random") == {}
+    opts = I.method_options(params, "focus+svd")
+    opts["k"] = 4
+    assert params["init"]["focus"]["k"] == 3  # a copy
+
+
+def test_transfer_bias():
+    bias = I.transfer_bias(torch.tensor([1.0, 2.0, 3.0, 6.0]), 3, np.array([2]), np.array([3]))
+    assert bias.tolist() == [3.0, 3.0, 6.0]

@@ -1,0 +1,105 @@
+"""Stage `source_head`: train only the missing LM head; everything else stays bit for bit."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from vocabtransfer import modeling as M
+from vocabtransfer import source_head as S
+from vocabtransfer.errors import VocabTransferError
+
+try:
+    from test_modeling import MINILM, bpe_tokenizer, make_ctx, save_dir, text_lines, tiny_bert, wordpiece_tokenizer
+except ImportError:  # tests collected as a package
+    from tests.test_modeling import (MINILM, bpe_tokenizer, make_ctx, save_dir, text_lines, tiny_bert,
+                                     wordpiece_tokenizer)
+
+
+def head_ctx(tmp_path, source_model: str, n_lines=300, **overrides):
+    text = tmp_path / "en.txt"
+    text.write_text("\n".join(text_lines("en", n_lines)) + "\n", encoding="utf-8")
+    opts = {"text": str(text), "steps": 30, "learning_rate": 3e-3, "batch_size": 8, "seq_len": 64,
+            "eval_lines": 40, "train_blocks": 10_000, "eval_every": 10, **overrides}
+    outputs = {"model": tmp_path / "source" / "model", "stats": tmp_path / "source" / "head_stats.json"}
+    return make_ctx("vocabtransfer.source_head:run", {}, {}, outputs,
+                    {"seed": 5, "source_model": source_model, "source_head": opts}), outputs
+
+
+def test_minilm_head_is_trained_and_nothing_else_changes(tmp_path):
+    ctx, out = head_ctx(tmp_path, MINILM)
+    S.run(ctx)
+    stats = json.loads(out["stats"].read_text())
+    assert stats["skipped"] is False and stats["kind"] == "masked"
+    assert set(stats["trained_parameters"]) == {
+        "cls.predictions.bias", "cls.predictions.transform.dense.weight", "cls.predictions.transform.dense.bias",
+        "cls.predictions.transform.LayerNorm.weight", "cls.predictions.transform.LayerNorm.bias"}
+    assert stats["loss_before"] > 10.0  # random head: about ln(30522)
+    assert stats["loss_after"] < stats["loss_before"] - 2.0
+    assert stats["heldout_lines"] == 40 and stats["train_lines"] == 260
+    curve = stats["learning_curve"]
+    assert [c["step"] for c in curve] == [0, 10, 20, 30]
+    # the cached-feature loss and the saved model's own loss agree (same masks)
+    assert curve[-1]["heldout_loss"] == pytest.approx(stats["loss_after"], rel=1e-4)
+    assert stats["reference_perplexity"] == pytest.approx(torch.tensor(stats["loss_after"]).exp().item(), rel=1e-5)
+
+    original = load_file(str(M.resolve_model_path(MINILM) / "model.safetensors"))
+    saved = load_file(str(out["model"] / "model.safetensors"))
+    compared = 0
+    for key, value in original.items():
+        if key.startswith("pooler."):
+            continue  # BertForMaskedLM has no pooler
+        assert torch.equal(saved[f"bert.{key}"], value), key
+        compared += 1
+    assert compared == 100
+    assert not torch.equal(saved["cls.predictions.transform.dense.weight"],
+                           torch.zeros_like(saved["cls.predictions.transform.dense.weight"]))
+    model, kind, info = M.load_source_model(out["model"], output_loading_info=True)
+    assert kind == "masked" and not info.head_missing  # complete now
+    assert model.cls.predictions.decoder.weight.data_ptr() == model.get_input_embeddings().weight.data_ptr()
+
+
+def test_same_seed_same_head(tmp_path):
+    first, out1 = head_ctx(tmp_path / "a", MINILM, n_lines=120, steps=4, eval_every=2, eval_lines=20)
+    second, out2 = head_ctx(tmp_path / "b", MINILM, n_lines=120, steps=4, eval_every=2, eval_lines=20)
+    S.run(first)
+    S.run(second)
+    assert (out1["model"] / "model.safetensors").read_bytes() == (out2["model"] / "model.safetensors").read_bytes()
+
+
+def test_complete_checkpoint_is_saved_unchanged(tmp_path):
+    tok = wordpiece_tokenizer("en")
+    src = save_dir(tiny_bert(len(tok)), tok, tmp_path / "tiny")
+    ctx, out = head_ctx(tmp_path, str(src))
+    S.run(ctx)
+    stats = json.loads(out["stats"].read_text())
+    assert stats["skipped"] is True and stats["trained_parameters"] == []
+    assert stats["loss_before"] == stats["loss_after"] and stats["heldout_tokens_predicted"] > 0
+    before, after = load_file(str(src / "model.safetensors")), load_file(str(out["model"] / "model.safetensors"))
+    assert before.keys() == after.keys() and all(torch.equal(before[k], after[k]) for k in before)
+
+
+def test_missing_untied_lm_head_of_a_decoder_is_trained(tmp_path):
+    from transformers import LlamaConfig, LlamaModel
+
+    tok = bpe_tokenizer("en")
+    torch.manual_seed(0)
+    body = LlamaModel(LlamaConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                  num_key_value_heads=2, intermediate_size=64, tie_word_embeddings=False))
+    src = save_dir(body, tok, tmp_path / "llama_body")  # a checkpoint without lm_head
+    ctx, out = head_ctx(tmp_path, str(src), steps=20, learning_rate=1e-2)
+    S.run(ctx)
+    stats = json.loads(out["stats"].read_text())
+    assert stats["kind"] == "causal" and stats["trained_parameters"] == ["lm_head.weight"]
+    assert stats["loss_after"] < stats["loss_before"] - 0.5
+    before, after = load_file(str(src / "model.safetensors")), load_file(str(out["model"] / "model.safetensors"))
+    assert all(torch.equal(v, after[k if k.startswith("model.") else f"model.{k}"]) for k, v in before.items())
+
+
+def test_too_few_lines(tmp_path):
+    ctx, _ = head_ctx(tmp_path, MINILM, n_lines=30, eval_lines=30)
+    with pytest.raises(VocabTransferError, match=r"en.txt: 30 non-empty lines, but source_head.eval_lines holds out 30"):
+        S.run(ctx)
