@@ -13,6 +13,7 @@ configfile: "params.yaml"
 include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/auxiliary.smk"
+include: "workflow/rules/init.smk"
 
 
 rule all:

@@ -222,6 +222,29 @@ def test_wordlevel_with_local_model_equals_deepfocus(tmp_path, minilm, sw_tokeni
     assert (ours - ref).abs().max().item() < TOL
 
 
+def test_wordlevel_language_code_downloads_once_into_the_cache(tmp_path, monkeypatch, token_fasttext):
+    """A language code fetches cc.<lang>.300.bin.gz (here from a file:// stand-in for
+    dl.fbaipublicfiles.com), unpacks it into the cache and reuses it on the next call."""
+    import gzip
+    import shutil
+
+    assert F.FASTTEXT_WORD_URL == "https://dl.fbaipublicfiles.com/fasttext/vectors-crawl/cc.{lang}.300.bin.gz"
+    mirror = tmp_path / "mirror"
+    mirror.mkdir()
+    with open(token_fasttext, "rb") as src, gzip.open(mirror / "cc.xx.300.bin.gz", "wb", compresslevel=1) as dst:
+        shutil.copyfileobj(src, dst)
+    monkeypatch.setattr(F, "FASTTEXT_WORD_URL", f"file://{mirror}/cc.{{lang}}.300.bin.gz")
+    monkeypatch.setenv("VOCABTRANSFER_CACHE", str(tmp_path / "cache"))
+    model = F.download_fasttext_word_model("xx")
+    cached = tmp_path / "cache" / "pretrained_fasttext" / "cc.xx.300.bin"
+    assert cached.read_bytes() == Path(token_fasttext).read_bytes()
+    assert sorted(p.name for p in cached.parent.iterdir()) == ["cc.xx.300.bin"]  # no .gz / .part left
+    (mirror / "cc.xx.300.bin.gz").unlink()
+    assert F.download_fasttext_word_model("xx").get_words() == model.get_words()  # served from the cache
+    with pytest.raises(VocabTransferError, match="download failed"):
+        F.download_fasttext_word_model("yy")
+
+
 def test_training_the_fasttext_model_like_deepfocus(tmp_path, monkeypatch, minilm, sw_tokenizer, sw_lines,
                                                     token_fasttext):
     """With only target_training_data_path, both tokenise the text the same way and call fastText

@@ -180,3 +180,12 @@ def test_method_options_for_factorised_methods():
 def test_transfer_bias():
     bias = I.transfer_bias(torch.tensor([1.0, 2.0, 3.0, 6.0]), 3, np.array([2]), np.array([3]))
     assert bias.tolist() == [3.0, 3.0, 6.0]
+
+
+def test_inputs_and_leaves_follow_the_method():
+    params = {"init": {"methods": ["wechsel", "focus+svd"], "wechsel": {}, "focus": {}, "svd": {}}}
+    assert I.inputs(params, {"lang": "sw", "method": "wechsel"})["target_fasttext"] == "results/{lang}/fasttext/words.bin"
+    assert set(I.inputs(params, {"lang": "sw", "method": "focus+svd"})) == {"source_model", "tokenizer", "overlap",
+                                                                             "fasttext"}
+    assert I.leaves(params, {"lang": "sw", "method": "focus+svd"}) == ["init.focus", "init.svd"]
+    assert I.leaves(params, {"lang": "sw", "method": "random"}) == []

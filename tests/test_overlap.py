@@ -125,6 +125,13 @@ def test_batched_decode_equals_per_id_decode(source, minilm):
     for tok in (source, unigram_tokenizer(UNIGRAM_TOKENS), bytelevel_tokenizer(BYTELEVEL_TOKENS), minilm):
         ids = sorted(tok.get_vocab().values())
         assert O.decode_each(tok, ids) == [tok.decode(i) for i in ids]
+    # with transformers' clean-up step on: an added token "x ." decodes to "x." either way
+    tok = wordpiece_tokenizer(SOURCE_TOKENS)
+    tok.add_tokens(["x ."])
+    tok.clean_up_tokenization_spaces = True
+    ids = sorted(tok.get_vocab().values())
+    assert O.decode_each(tok, ids) == [tok.decode(i) for i in ids]
+    assert O.decode_each(tok, [tok.convert_tokens_to_ids("x .")]) == ["x."]
 
 
 def test_tie_breaking_equals_construct_vocab_view():

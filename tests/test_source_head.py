@@ -20,6 +20,7 @@ except ImportError:  # tests collected as a package
 
 
 def head_ctx(tmp_path, source_model: str, n_lines=300, **overrides):
+    tmp_path.mkdir(parents=True, exist_ok=True)
     text = tmp_path / "en.txt"
     text.write_text("\n".join(text_lines("en", n_lines)) + "\n", encoding="utf-8")
     opts = {"text": str(text), "steps": 30, "learning_rate": 3e-3, "batch_size": 8, "seq_len": 64,
@@ -38,10 +39,12 @@ def test_minilm_head_is_trained_and_nothing_else_changes(tmp_path):
         "cls.predictions.bias", "cls.predictions.transform.dense.weight", "cls.predictions.transform.dense.bias",
         "cls.predictions.transform.LayerNorm.weight", "cls.predictions.transform.LayerNorm.bias"}
     assert stats["loss_before"] > 10.0  # random head: about ln(30522)
+    assert stats["loss_unigram_bias"] < stats["loss_before"] - 0.5  # the unigram bias alone helps
     assert stats["loss_after"] < stats["loss_before"] - 2.0
     assert stats["heldout_lines"] == 40 and stats["train_lines"] == 260
     curve = stats["learning_curve"]
     assert [c["step"] for c in curve] == [0, 10, 20, 30]
+    assert curve[0]["heldout_loss"] == stats["loss_unigram_bias"] and curve[-1]["heldout_loss"] < curve[0]["heldout_loss"]
     # the cached-feature loss and the saved model's own loss agree (same masks)
     assert curve[-1]["heldout_loss"] == pytest.approx(stats["loss_after"], rel=1e-4)
     assert stats["reference_perplexity"] == pytest.approx(torch.tensor(stats["loss_after"]).exp().item(), rel=1e-5)
@@ -50,11 +53,11 @@ def test_minilm_head_is_trained_and_nothing_else_changes(tmp_path):
     saved = load_file(str(out["model"] / "model.safetensors"))
     compared = 0
     for key, value in original.items():
-        if key.startswith("pooler."):
-            continue  # BertForMaskedLM has no pooler
+        if key.startswith("pooler.") or key.endswith("position_ids"):
+            continue  # BertForMaskedLM has no pooler; position_ids is a buffer, not a weight
         assert torch.equal(saved[f"bert.{key}"], value), key
         compared += 1
-    assert compared == 100
+    assert compared == 101
     assert not torch.equal(saved["cls.predictions.transform.dense.weight"],
                            torch.zeros_like(saved["cls.predictions.transform.dense.weight"]))
     model, kind, info = M.load_source_model(out["model"], output_loading_info=True)

@@ -305,3 +305,33 @@ def run(ctx: "Context") -> None:
     io.write_json(stats, out["stats"])
     log.info("fastText %s: %d of %d target tokens have a vector (%.1f%%) in %.1fs",
              mode, n_with, len(mask), 100 * n_with / len(mask), stats["seconds"])
+
+
+# ---------------------------------------------------------------------------------------------
+# word-level fastText for WECHSEL: one model on source-language text, one per target language
+
+
+def _word_fasttext_options(ctx: "Context") -> dict:
+    opts = ctx.param("init.wechsel.fasttext")
+    threads = 1 if ctx.param("fasttext.reproducible") else ctx.threads
+    return dict(model=opts["model"], dim=opts["dim"], epochs=opts["epochs"], min_count=opts["min_count"],
+                seed=ctx.seed, threads=threads)
+
+
+def run_source_words(ctx: "Context") -> None:
+    """Stage `source_fasttext`: word-level fastText on source-language text (init.wechsel.source_text)."""
+    from vocabtransfer.paths import data_path
+
+    text = data_path(ctx.param("init.wechsel.source_text"))
+    if not text.is_file():
+        raise VocabTransferError(f"{text}: source-language text not found (init.wechsel.source_text); "
+                                 "fix the path (relative paths resolve against $VOCABTRANSFER_DATA)")
+    train_word_fasttext(text, ctx.output["model"], **_word_fasttext_options(ctx))
+
+
+def run_target_words(ctx: "Context") -> None:
+    """Stage `word_fasttext`: word-level fastText on the target corpus's train split."""
+    from vocabtransfer.io import read_parquet
+
+    lines = read_parquet(ctx.input["train"], ["text"]).column("text").to_pylist()
+    train_word_fasttext(lines, ctx.output["model"], **_word_fasttext_options(ctx))

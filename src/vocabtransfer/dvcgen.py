@@ -39,7 +39,8 @@ def _stage_entry(stage: S.Stage, params: dict, fixed: dict[str, str]) -> dict:
             raise ValueError(f"stage {stage.name}: only `lang` can be a DVC matrix wildcard")
         entry["matrix"] = {"lang": "${languages}"}
     entry["cmd"] = f"vocabtransfer {stage.name} {args} --log-file {log}".replace("  ", " ")
-    deps = [_dvc_template(t, fixed) for t in stage.inputs.values()]
+    templates = stage.input_templates(params, {**fixed, "lang": "{lang}"})
+    deps = [_dvc_template(t, fixed) for t in templates.values()]
     deps += [f"src/vocabtransfer/{c}" for c in stage.code]
     entry["deps"] = deps
     # leaves with {lang} become ${item.lang}; a method's own leaves come from extra_params

@@ -17,7 +17,7 @@ What is faster than deepfocus: no per-token Python loop (fastText membership is 
 random rows are one batched draw, step 3 runs on blocks of rows); sparsemax runs on each row's
 top-k similarities, which gives exactly the full-row sparsemax whenever the support is smaller
 than k (entmax's own partial-sort argument) and is recomputed with a larger k for rows where it
-is not; and the convex combination gathers only the support rows.
+is not; and the convex combination is a sparse (CSR) product over each row's support.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ log = logging.getLogger(__name__)
 
 FASTTEXT_WORD_URL = "https://dl.fbaipublicfiles.com/fasttext/vectors-crawl/cc.{lang}.300.bin.gz"
 DEFAULT_BLOCK_SIZE = 2048  # new tokens per similarity block (block x anchors float32 in memory)
-DEFAULT_TOPK = 128  # sparsemax candidates per row; doubled for rows whose support fills it
+DEFAULT_TOPK = 64  # sparsemax candidates per row; doubled for rows whose support fills it
 
 
 def cache_dir() -> Path:
@@ -427,11 +427,9 @@ def FOCUS(
         processes: fastText training threads (default: all cores). seed: seeds the random rows.
         device: where the similarity blocks run. verbosity: "debug", "info" or "silent".
     """
-    level = {"debug": logging.DEBUG, "info": logging.INFO, "silent": None}[verbosity]
-
-    def say(msg: str, *args) -> None:
-        if level is not None:
-            log.log(max(level, logging.INFO), msg, *args)
+    if verbosity not in ("debug", "info", "silent"):
+        raise ValueError(f"verbosity must be 'debug', 'info' or 'silent', got {verbosity!r}")
+    say = log.info if verbosity != "silent" else (lambda *args: None)
 
     start = time.perf_counter()
     say("FOCUS: initialising %d target tokens", len(target_tokenizer))
@@ -459,17 +457,18 @@ def FOCUS(
                          f"got {auxiliary_embedding_mode!r}")
 
     # 2. overlap
-    from vocabtransfer.overlap import compute_overlap, overlap_pairs
+    from vocabtransfer.overlap import compute_overlap, gc_paused, overlap_pairs
 
     table = compute_overlap(target_tokenizer, source_tokenizer, exact_match_all=exact_match_all,
                             fuzzy_match_all=fuzzy_match_all, match_symbols=match_symbols)
     t_ov, s_ov = overlap_pairs(table)
     vocab_ids = table.column("target_id").to_numpy().astype(np.int64)
-    tokens = table.column("target_token").to_pylist()
+    with gc_paused():
+        tokens = table.column("target_token").to_pylist()
+        vecs, mask = vectors.matrix(tokens)
 
     # 3. auxiliary matrix by target id (looked up by native form, as deepfocus does)
     target_size = len(target_tokenizer)
-    vecs, mask = vectors.matrix(tokens)
     aux = np.zeros((target_size, vecs.shape[1]), dtype=np.float32)
     aux_mask = np.zeros(target_size, dtype=bool)
     aux[vocab_ids], aux_mask[vocab_ids] = vecs, mask
@@ -488,4 +487,6 @@ def FOCUS(
     say("FOCUS: copied %d overlapping tokens, %d new tokens from N(source mean, source std) (no fastText vector), "
         "%d new tokens as sparse combinations of %d anchors, in %.1f s", stats["copied"], stats["random"],
         stats["focus_combined"], stats["anchors"], time.perf_counter() - start)
+    if verbosity == "debug":
+        log.debug("FOCUS stats: %s", stats)
     return out.detach()

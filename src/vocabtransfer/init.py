@@ -28,12 +28,34 @@ import numpy as np
 from vocabtransfer import io
 from vocabtransfer import modeling as M
 from vocabtransfer.errors import VocabTransferError
+from vocabtransfer import paths as P
 from vocabtransfer.paths import data_path
 
 log = logging.getLogger(__name__)
 
 # ctx.input keys every init job has; any other input is handed to the method as a resource
 CORE_INPUTS = ("source_model", "tokenizer", "overlap", "fasttext")
+
+
+# method-specific pipeline artefacts (ctx.input key -> path template); they reach the method as
+# `problem.resources[key]`
+METHOD_INPUTS: dict[str, dict[str, str]] = {
+    "wechsel": {"source_fasttext": P.SOURCE_WORD_FASTTEXT, "target_fasttext": P.WORD_FASTTEXT},
+}
+
+
+def inputs(params: dict, wildcards: dict) -> dict[str, str]:
+    """The stage's input templates for these wildcards: the core inputs plus the method's own."""
+    base = wildcards["method"].partition("+")[0]
+    return {"source_model": P.SOURCE_MODEL, "tokenizer": P.TOKENIZER, "overlap": P.OVERLAP,
+            "fasttext": P.FASTTEXT_EMB, **METHOD_INPUTS.get(base, {})}
+
+
+def leaves(params: dict, wildcards: dict) -> list[str]:
+    """The params leaves a method reads: `init.<base>` and, for `base+fact`, `init.<fact>` (where present)."""
+    section = params.get("init", {}) or {}
+    base, _, fact = wildcards["method"].partition("+")
+    return [f"init.{name}" for name in (base, fact) if name and name in section]
 
 
 def method_options(params: dict, method: str) -> dict:

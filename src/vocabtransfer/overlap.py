@@ -20,6 +20,8 @@ Speed: one batched Rust decode and one `convert_ids_to_tokens` per vocabulary, t
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import logging
 import re
 import string
@@ -67,6 +69,19 @@ class CanonicalVocab:
         return len(self.tokens)
 
 
+@contextlib.contextmanager
+def gc_paused():
+    """Pause the garbage collector: building ~10^5 small lists triggers full collections over
+    the large heap that torch and transformers leave, which costs more than the work itself."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def detect_scheme(tokens) -> Scheme:
     """deepfocus's heuristics: > 100 tokens starting with ▁ -> sentencepiece, > 100 with ## -> wordpiece."""
     tokens = list(tokens)
@@ -84,7 +99,7 @@ def decode_each(tokenizer, ids) -> list[str]:
     `decode_batch` plus the same clean-up step transformers applies; any other tokenizer goes
     through `tokenizer.batch_decode`, which is the per-id `decode` by definition.
     """
-    ids = [[int(i)] for i in ids]
+    ids = [[i] for i in np.asarray(ids, dtype=np.int64).reshape(-1).tolist()]
     if not ids:
         return []
     try:
@@ -105,9 +120,12 @@ def decode_each(tokenizer, ids) -> list[str]:
 
 def canonicalize(tokenizer) -> CanonicalVocab:
     """Canonical and fuzzy forms of every vocabulary entry (deepfocus.vocab_helper.canonicalize_vocab)."""
-    entries = sorted(tokenizer.get_vocab().items(), key=lambda kv: kv[1])  # stable: ties keep dict order
-    tokens = [t for t, _ in entries]
-    ids = np.fromiter((i for _, i in entries), dtype=np.int64, count=len(entries))
+    vocab = tokenizer.get_vocab()
+    unsorted = np.fromiter(vocab.values(), dtype=np.int64, count=len(vocab))
+    order = np.argsort(unsorted, kind="stable")  # by id; ties keep dict order (deepfocus's sorted())
+    keys = list(vocab)
+    tokens = [keys[i] for i in order.tolist()]
+    ids = unsorted[order]
     scheme = detect_scheme(tokens)
     decoded = decode_each(tokenizer, ids)
     if scheme == "wordpiece":
@@ -163,6 +181,11 @@ def compute_overlap(
     (null = no match), match (exact_match / fuzzy_match / numerical_symbol / none).
     The same pairs and descriptors as `deepfocus.focus.get_overlapping_tokens`.
     """
+    with gc_paused():
+        return _compute_overlap(target_tokenizer, source_tokenizer, exact_match_all, fuzzy_match_all, match_symbols)
+
+
+def _compute_overlap(target_tokenizer, source_tokenizer, exact_match_all, fuzzy_match_all, match_symbols):
     tgt = canonicalize(target_tokenizer)
     src = canonicalize(source_tokenizer)
     log.debug("canonicalisation: target %s, source %s", tgt.scheme, src.scheme)

@@ -24,7 +24,7 @@ class Stage:
     func: str  # "module:function", called with a Context
     help: str
     wildcards: tuple[str, ...] = ("lang",)
-    inputs: dict[str, str] = field(default_factory=dict)
+    inputs: dict[str, str] | Callable[[dict, dict], dict[str, str]] = field(default_factory=dict)  # or (params, wildcards) -> dict
     outputs: dict[str, str] = field(default_factory=dict)
     directories: frozenset[str] = frozenset()  # output names that are directories
     params: tuple[str, ...] = ()  # dotted params leaves; may contain {lang}
@@ -39,6 +39,10 @@ class Stage:
         if self.extra_params:
             out += self.extra_params(params, wildcards)
         return out
+
+    def input_templates(self, params: dict, wildcards: dict) -> dict[str, str]:
+        """Input path templates; a stage whose inputs depend on params or wildcards computes them."""
+        return self.inputs(params, wildcards) if callable(self.inputs) else dict(self.inputs)
 
     def resolve(self, templates: dict[str, str], wildcards: dict) -> dict[str, Path]:
         return {k: Path(P.fill(v, **wildcards)) for k, v in templates.items()}
@@ -105,6 +109,95 @@ register(Stage(
 ))
 
 
+def section_leaves(params: dict, section: str) -> list[str]:
+    """Every leaf under a params section, e.g. `init.focus` -> [`init.focus.block_size`, …]."""
+    node = C.get(params, section)
+    if not isinstance(node, dict):
+        return [section]
+    return [leaf for key in node for leaf in section_leaves(params, f"{section}.{key}")]
+
+
+def _init_inputs(params: dict, wildcards: dict) -> dict[str, str]:
+    from vocabtransfer import init
+
+    return init.inputs(params, wildcards)
+
+
+def _init_leaves(params: dict, wildcards: dict) -> list[str]:
+    base, _, fact = wildcards["method"].partition("+")
+    return [leaf for name in (base, fact) if name and name in params["init"]
+            for leaf in section_leaves(params, f"init.{name}")]
+
+
+def _init_eval_inputs(params: dict, wildcards: dict) -> dict[str, str]:
+    from vocabtransfer import init_eval
+
+    return init_eval.inputs(params, wildcards)
+
+
+WORD_FASTTEXT_LEAVES = ("seed", "fasttext.reproducible", "init.wechsel.fasttext.model", "init.wechsel.fasttext.dim",
+                        "init.wechsel.fasttext.epochs", "init.wechsel.fasttext.min_count")
+
+register(Stage(
+    name="source_head",
+    func="vocabtransfer.source_head:run",
+    help="complete the source model with a trained LM head when its checkpoint has none",
+    wildcards=(),
+    outputs={"model": P.SOURCE_MODEL, "stats": P.SOURCE_HEAD_STATS},
+    directories=frozenset({"model"}),
+    params=("seed", "source_model"),
+    extra_params=lambda params, wildcards: section_leaves(params, "source_head"),
+    code=("source_head.py", "modeling.py"),
+    parallel=True,
+    gpu=True,
+))
+register(Stage(
+    name="source_fasttext",
+    func="vocabtransfer.auxiliary:run_source_words",
+    help="word-level fastText on source-language text (WECHSEL)",
+    wildcards=(),
+    outputs={"model": P.SOURCE_WORD_FASTTEXT},
+    params=WORD_FASTTEXT_LEAVES + ("init.wechsel.source_text",),
+    code=("auxiliary.py",),
+    parallel=True,
+))
+register(Stage(
+    name="word_fasttext",
+    func="vocabtransfer.auxiliary:run_target_words",
+    help="word-level fastText on the target corpus (WECHSEL)",
+    inputs={"train": P.CORPUS_TRAIN},
+    outputs={"model": P.WORD_FASTTEXT},
+    params=WORD_FASTTEXT_LEAVES,
+    code=("auxiliary.py",),
+    parallel=True,
+))
+register(Stage(
+    name="init",
+    func="vocabtransfer.init:run",
+    help="initialise the target embeddings with one method and save the model",
+    wildcards=("lang", "method"),
+    inputs=_init_inputs,
+    outputs={"init": P.INIT_DIR},
+    directories=frozenset({"init"}),
+    params=("seed",),
+    extra_params=_init_leaves,
+    code=("init.py", "modeling.py", "methods", "factorize.py", "focus.py"),
+    parallel=True,
+    gpu=True,
+))
+register(Stage(
+    name="init_eval",
+    func="vocabtransfer.init_eval:run",
+    help="loss right after initialisation and parallel-sentence retrieval, per method",
+    inputs=_init_eval_inputs,
+    outputs={"init_eval": P.INIT_EVAL},
+    params=("seed", "init.methods", "source_head.text", "source_head.eval_lines"),
+    extra_params=lambda params, wildcards: section_leaves(params, "init_eval"),
+    code=("init_eval.py", "modeling.py"),
+    parallel=True,
+    gpu=True,
+))
+
 @dataclass
 class Context:
     """What a stage function gets: validated params, its wildcards and resolved paths."""
@@ -142,7 +235,7 @@ def make_context(name: str, params: dict, wildcards: dict[str, str], threads: in
         stage=stage,
         params=params,
         wildcards=wildcards,
-        input=stage.resolve(stage.inputs, wildcards),
+        input=stage.resolve(stage.input_templates(params, wildcards), wildcards),
         output=stage.resolve(stage.outputs, wildcards),
         threads=threads or os.cpu_count() or 1,
         device=device,

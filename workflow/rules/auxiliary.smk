@@ -3,7 +3,7 @@
 
 rule fasttext:
     input:
-        **stage_input("fasttext"),
+        unpack(stage_input("fasttext")),
     output:
         **stage_output("fasttext"),
     params:
@@ -20,7 +20,7 @@ rule fasttext:
 
 rule overlap:
     input:
-        **stage_input("overlap"),
+        unpack(stage_input("overlap")),
     output:
         **stage_output("overlap"),
     params:

@@ -1,6 +1,7 @@
 # Helpers shared by all rule files: config validation and the stage table lookups.
 # (The only file with helper functions; rule files hold rules.)
 
+import re
 import sys
 
 from vocabtransfer import paths as P
@@ -19,10 +20,13 @@ config.update(_validated)
 
 wildcard_constraints:
     lang="|".join(config["languages"]),
+    method="|".join(re.escape(m) for m in config["init"]["methods"]),
 
 
 def stage_input(name):
-    return dict(S.STAGES[name].inputs)
+    """The stage's inputs (use with `unpack`): computed from params and wildcards where they depend on them."""
+    stage = S.STAGES[name]
+    return lambda wildcards: stage.input_templates(config, dict(wildcards))
 
 
 def stage_output(name):
@@ -59,8 +63,7 @@ def all_targets():
     targets = []
     for lang in config["languages"]:
         targets += [
-            P.fill(P.OVERLAP, lang=lang),
-            P.fill(P.FASTTEXT_EMB, lang=lang),
             P.fill(P.PRETOK_STATS, lang=lang),
+            P.fill(P.INIT_EVAL, lang=lang),
         ]
     return targets

@@ -17,7 +17,7 @@ rule corpus:
 
 rule tokenizer:
     input:
-        **stage_input("tokenizer"),
+        unpack(stage_input("tokenizer")),
     output:
         **stage_output("tokenizer"),
     params:
@@ -33,7 +33,7 @@ rule tokenizer:
 
 rule pretokenize:
     input:
-        **stage_input("pretokenize"),
+        unpack(stage_input("pretokenize")),
     output:
         **stage_output("pretokenize"),
     params:

@@ -8,7 +8,7 @@
    space, times those tokens' source rows (`vocabtransfer.focus.focus_embeddings`, in blocks).
 
 Options (params `init.focus`): `block_size` (new tokens per similarity block, default 2048) and
-`topk` (sparsemax candidates per row, default 128; a speed knob, the result does not depend on it).
+`topk` (sparsemax candidates per row, default 64; a speed knob, the result does not depend on it).
 """
 
 from __future__ import annotations
