@@ -41,7 +41,7 @@ def test_matrix_over_languages_and_cmd_is_the_cli():
     assert tok["matrix"] == {"lang": "${languages}"}
     assert tok["cmd"].startswith("vocabtransfer tokenizer --lang ${item.lang}")
     assert "results/${item.lang}/corpus/train.parquet" in tok["deps"]
-    assert tok["outs"] == ["results/${item.lang}/tokenizer"]
+    assert tok["outs"] == ["results/${item.lang}/tokenizer", "results/${item.lang}/tokenizer_stats.json"]
 
 
 def test_params_file_sets_every_tracked_leaf(tmp_path, capsys):
