@@ -9,4 +9,12 @@ __version__ = "0.1.0"
 
 from vocabtransfer.errors import VocabTransferError
 
-__all__ = ["VocabTransferError", "__version__"]
+__all__ = ["FOCUS", "VocabTransferError", "__version__"]
+
+
+def __getattr__(name):
+    if name == "FOCUS":  # lazy: `import vocabtransfer` stays light (no torch)
+        from vocabtransfer.focus import FOCUS
+
+        return FOCUS
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
