@@ -60,29 +60,44 @@ def snakemake_jobs(out: str) -> dict[str, int]:
 
 
 def targets(params: dict) -> list[str]:
-    return [f"results/{lang}/{leaf}" for lang in params["languages"]
-            for leaf in ("overlap/overlap.parquet", "fasttext/embeddings.safetensors", "pretokenized/stats.json")]
+    """Both languages through overlap and fastText; sw through init_eval with every configured method."""
+    out = [f"results/{lang}/{leaf}" for lang in params["languages"]
+           for leaf in ("overlap/overlap.parquet", "fasttext/embeddings.safetensors", "pretokenized/stats.json")]
+    return out + ["results/sw/init_eval.parquet"]
 
 
-@pytest.fixture(scope="module")
-def workdir(tmp_path_factory, shared_data):
-    work = tmp_path_factory.mktemp("workflow")
+def setup_workdir(work: Path, params: dict, env: dict) -> None:
+    """A checkout-like directory (Snakefile, workflow/, src/, params.yaml, dvc.yaml) with git and DVC."""
     shutil.copy(REPO / "Snakefile", work)
     shutil.copytree(REPO / "workflow", work / "workflow")
     # dvc.yaml lists the stage code as dependencies, as in a checkout
     shutil.copytree(REPO / "src", work / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-    overlay = yaml.safe_load((REPO / "tests" / "workflow" / "params.yaml").read_text())
-    params = merge(yaml.safe_load((REPO / "params.yaml").read_text()), overlay)
     (work / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    env = {**os.environ, "VOCABTRANSFER_DATA": str(shared_data), "PATH": f"{BIN}:{os.environ['PATH']}",
-           "HF_HUB_OFFLINE": "1", "DVC_NO_ANALYTICS": "1", "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
-           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
     run([str(BIN / "vocabtransfer"), "dvc-yaml"], work, env)
     run(["git", "init", "-q"], work, env)
     run([str(BIN / "dvc"), "init", "-q"], work, env)
     run([str(BIN / "dvc"), "config", "core.analytics", "false"], work, env)
-    run([str(BIN / "snakemake"), "--cores", "2", *targets(params)], work, env)
-    return work, env, params
+
+
+@pytest.fixture(scope="module")
+def environment(shared_data):
+    return {**os.environ, "VOCABTRANSFER_DATA": str(shared_data), "PATH": f"{BIN}:{os.environ['PATH']}",
+            "HF_HUB_OFFLINE": "1", "DVC_NO_ANALYTICS": "1", "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
+            "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+
+
+@pytest.fixture(scope="module")
+def params() -> dict:
+    overlay = yaml.safe_load((REPO / "tests" / "workflow" / "params.yaml").read_text())
+    return merge(yaml.safe_load((REPO / "params.yaml").read_text()), overlay)
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory, environment, params):
+    work = tmp_path_factory.mktemp("snakemake")
+    setup_workdir(work, params, environment)
+    run([str(BIN / "snakemake"), "--cores", "2", *targets(params)], work, environment)
+    return work, environment, params
 
 
 def test_snakemake_builds_every_artefact(workdir):
@@ -99,25 +114,53 @@ def test_snakemake_builds_every_artefact(workdir):
     assert not list(work.glob("results/**/.*.tmp-*"))
 
 
-def test_dvc_repro_reproduces_the_same_artefacts_and_params_change_marks_exactly_fasttext(workdir):
-    work, env, params = workdir
-    before = {t.format(lang=lang): digest(work / t.format(lang=lang)) for lang in params["languages"] for t in DETERMINISTIC}
-    shutil.rmtree(work / "results")
-    run([str(BIN / "dvc"), "repro", "--quiet"], work, env)
-    after = {path: digest(work / path) for path in before}
-    assert after == before
+def test_init_eval_focus_beats_random_right_after_initialisation(workdir):
+    import pyarrow.parquet as pq
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
 
-    assert "up to date" in run([str(BIN / "dvc"), "status"], work, env).lower()
+    work, _, params = workdir
+    table = pq.read_table(work / "results/sw/init_eval.parquet").to_pandas()
+    rows = table.set_index("method")
+    assert set(params["init"]["methods"]) | {"source"} <= set(rows.index)
+    assert rows["loss"].notna().all() and (rows["loss"] > 0).all()
+    assert rows.loc["focus", "loss"] < rows.loc["random", "loss"], table[["method", "loss"]].to_string()
+    # every method's directory: embeddings, stats and a model that loads with transformers alone
+    for method in params["init"]["methods"]:
+        d = work / f"results/sw/init/{method}"
+        assert (d / "embeddings.safetensors").is_file() and (d / "stats.json").is_file()
+    model_dir = work / "results/sw/init/focus/model"
+    model = AutoModelForMaskedLM.from_pretrained(model_dir)
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    assert model.get_input_embeddings().weight.shape[0] == len(tok) == params["tokenizer"]["vocab_size"]
+    assert (work / "results/sw/init/ofa/coordinates.safetensors").is_file()
+
+
+def test_dvc_repro_reproduces_the_same_artefacts_and_params_change_marks_exactly_fasttext(
+        workdir, tmp_path_factory):
+    work, env, params = workdir
+    # the same DAG through DVC in a fresh checkout-like directory
+    fresh = tmp_path_factory.mktemp("dvc")
+    setup_workdir(fresh, params, env)
+    stages = ["overlap", "fasttext", "pretokenize"]
+    run([str(BIN / "dvc"), "repro", "--quiet", *stages], fresh, env)
+    for lang in params["languages"]:
+        for template in DETERMINISTIC:
+            path = template.format(lang=lang)
+            assert digest(fresh / path) == digest(work / path), path
+
+    assert "up to date" in run([str(BIN / "dvc"), "status", "--with-deps", *stages], fresh, env).lower()
     assert snakemake_jobs(run([str(BIN / "snakemake"), "-n", *targets(params)], work, env)) == {}
 
-    p = yaml.safe_load((work / "params.yaml").read_text())
-    p["fasttext"]["epochs"] += 1
-    (work / "params.yaml").write_text(yaml.safe_dump(p, sort_keys=False))
+    for d in (fresh, work):
+        p = yaml.safe_load((d / "params.yaml").read_text())
+        p["fasttext"]["epochs"] += 1
+        (d / "params.yaml").write_text(yaml.safe_dump(p, sort_keys=False))
 
-    status = run([str(BIN / "dvc"), "status"], work, env)
+    status = run([str(BIN / "dvc"), "status", "--with-deps", *stages], fresh, env)
     stale = set(re.findall(r"^(\S+):\s*$", status, re.M))
     assert stale == {f"fasttext@{lang}" for lang in params["languages"]}, status
     assert "fasttext.epochs" in status
 
+    # Snakemake: the fastText jobs and what depends on them (every sw init job and init_eval)
     jobs = snakemake_jobs(run([str(BIN / "snakemake"), "-n", *targets(params)], work, env))
-    assert jobs == {"fasttext": len(params["languages"])}, jobs
+    assert jobs == {"fasttext": len(params["languages"]), "init": len(params["init"]["methods"]), "init_eval": 1}, jobs

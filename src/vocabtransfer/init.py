@@ -123,6 +123,11 @@ def transfer_bias(source_bias, n_target: int, target_ids: np.ndarray, source_ids
 
 
 def run(ctx) -> None:
+    with M.torch_threads(ctx.threads):
+        _run(ctx)
+
+
+def _run(ctx) -> None:
     import torch
 
     from vocabtransfer.methods import TransferProblem, get_method

@@ -108,7 +108,8 @@ def retrieval_accuracy(src, tgt) -> tuple[float, float]:
 
     sim = F.normalize(src, dim=-1) @ F.normalize(tgt, dim=-1).T
     gold = torch.arange(sim.shape[0])
-    return float((sim.argmax(1) == gold).float().mean()), float((sim.argmax(0) == gold).float().mean())
+    n = sim.shape[0]
+    return int((sim.argmax(1) == gold).sum()) / n, int((sim.argmax(0) == gold).sum()) / n
 
 
 def lm_eval(model, tokenizer, kind: M.Kind, lines: list[str], *, seq_len: int, batch_size: int, seed: int) -> dict:
@@ -132,13 +133,15 @@ def markdown(rows: list[dict]) -> str:
 
 
 def run(ctx) -> None:
-    import torch
+    with M.torch_threads(ctx.threads):
+        _run(ctx)
 
+
+def _run(ctx) -> None:
     opts = ctx.param("init_eval")
     seq_len, batch_size, seed = int(opts["seq_len"]), int(opts["batch_size"]), ctx.seed
     source_lang = opts["source_lang"]
     methods = list(ctx.param("init.methods"))
-    torch.set_num_threads(max(1, ctx.threads))
 
     # the shared inputs: target text, source text, XNLI sentences
     valid = io.read_parquet(ctx.input["valid"], ["text"]).column("text").to_pylist()

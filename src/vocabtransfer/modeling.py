@@ -12,6 +12,7 @@ Resolution order for `source_model` (a hub id or a path):
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
@@ -324,6 +325,19 @@ def save_model_dir(model, tokenizer, out_dir: str | os.PathLike) -> Path:
         model.save_pretrained(str(tmp))
         tokenizer.save_pretrained(str(tmp))
     return out_dir
+
+
+@contextlib.contextmanager
+def torch_threads(n: int):
+    """Run the block with `n` intra-op torch threads (a stage's --threads), then restore the setting."""
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(max(1, int(n)))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
 
 
 # ---------------------------------------------------------------------------------------------

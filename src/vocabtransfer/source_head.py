@@ -195,6 +195,11 @@ def train_head(model, tokenizer, kind: M.Kind, loading: M.LoadingInfo, train_lin
 
 
 def run(ctx) -> None:
+    with M.torch_threads(ctx.threads):
+        _run(ctx)
+
+
+def _run(ctx) -> None:
     import torch
 
     opts = ctx.param("source_head")
@@ -202,7 +207,6 @@ def run(ctx) -> None:
     directory = M.resolve_model_path(source)
     start = time.perf_counter()
     torch.manual_seed(ctx.seed)  # the randomly initialised head, if any
-    torch.set_num_threads(max(1, ctx.threads))
     model, kind, loading = M.load_source_model(directory, dtype=torch.float32, output_loading_info=True)
     tokenizer = M.load_tokenizer(directory)
     model.to(ctx.device)
