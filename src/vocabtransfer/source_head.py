@@ -23,6 +23,19 @@ the decoder weight is the word-embedding matrix.
    blocks (reshuffled every epoch), linear warm-up then linear decay of `learning_rate`;
    held-out loss logged every `eval_every` steps;
 6. save model + tokenizer (results/source/model) and head_stats.json (learning curve included).
+
+Measured on MiniLM + pretrain_text/en.txt (2 CPU cores, seed 42, batch 32 x 128 tokens, lr 3e-3,
+held-out = last 500 lines, 2011 masked tokens), held-out masked-LM loss by step:
+
+    step                       0*     100    200    300    500    800    1000
+    all 8871 blocks            7.91   6.80   6.71   6.64   6.55   6.45   6.40   (train loss ~5.9)
+    4096 blocks                7.91   6.84   6.72   6.67   6.62   6.54   6.51   (train loss ~5.6)
+    4096 blocks, 2000 steps    plateau at 6.60-6.63 from step 600 on          (train loss ~5.4)
+    (*random head: 10.75; step 0 is after the unigram bias.)
+
+More distinct blocks help more than more steps (the head overfits a small cache); lr 1e-2 and
+3e-2 were worse than 3e-3 after 300-600 steps. Idle 2-core cost: ~21 ms per cached block
+(~190 s for all of en.txt) plus ~0.3 s per step (~5 min for 1000).
 """
 
 from __future__ import annotations
