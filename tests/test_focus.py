@@ -147,9 +147,12 @@ def sw_tokenizer(minilm, sw_lines):
 
 
 def train_fasttext(text, out, **kwargs) -> str:
-    """Train and save a fastText model. This environment's fastText 0.9.3 sometimes stops with
-    "Encountered NaN" (and is not run-to-run identical even with thread=1), so a failed run is
-    retried; both implementations always load the same saved .bin."""
+    """Train and save a fastText model; both implementations always load the same saved .bin.
+
+    fastText 0.9.3 initialises only a tenth of its input matrix on one thread and leaves the
+    rest as allocated: with the default bucket (2M rows) that memory is fresh, zeroed pages,
+    with a small bucket it can be reused heap memory and training hits NaN. So the default
+    bucket is kept, a NaN run is retried, and a model with non-finite vectors is refused."""
     import fasttext
 
     for attempt in range(10):
@@ -159,6 +162,7 @@ def train_fasttext(text, out, **kwargs) -> str:
         except RuntimeError as exc:
             if "NaN" not in str(exc) or attempt == 9:
                 raise
+    assert np.isfinite(model.get_input_matrix()).all(), "fastText produced non-finite vectors"
     model.save_model(str(out))
     return str(out)
 
@@ -169,7 +173,7 @@ def token_fasttext(tmp_path_factory, sw_tokenizer, sw_lines):
     d = tmp_path_factory.mktemp("fasttext")
     text = d / "tokens.txt"
     text.write_text("".join(" ".join(sw_tokenizer.tokenize(line)) + "\n" for line in sw_lines), encoding="utf-8")
-    return train_fasttext(text, d / "model.bin", model="cbow", dim=32, epoch=3, minCount=5, neg=10, bucket=500_000)
+    return train_fasttext(text, d / "model.bin", model="cbow", dim=32, epoch=3, minCount=5, neg=10)
 
 
 def run_both(**kwargs):
@@ -213,8 +217,7 @@ def test_same_seed_same_bytes_other_seed_other_random_rows(minilm, sw_tokenizer,
 def test_wordlevel_with_local_model_equals_deepfocus(tmp_path, minilm, sw_tokenizer, sw_lines):
     text = tmp_path / "words.txt"
     text.write_text("\n".join(sw_lines) + "\n", encoding="utf-8")
-    words = train_fasttext(text, tmp_path / "words.bin", model="skipgram", dim=16, epoch=1, minCount=3,
-                           bucket=500_000)
+    words = train_fasttext(text, tmp_path / "words.bin", model="skipgram", dim=16, epoch=1, minCount=3)
     source_tokenizer, embeddings = minilm
     ref, ours = run_both(target_tokenizer=sw_tokenizer, source_tokenizer=source_tokenizer,
                          source_embeddings=embeddings, auxiliary_embedding_mode="fasttext-wordlevel",
