@@ -32,3 +32,14 @@ def data_root(tmp_path, monkeypatch) -> Path:
     root.mkdir()
     monkeypatch.setenv("VOCABTRANSFER_DATA", str(root))
     return root
+
+
+@pytest.fixture
+def one_thread():
+    """Tiny matrices: one torch thread avoids OpenMP spin-waiting on a busy machine."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

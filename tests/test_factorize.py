@@ -9,13 +9,7 @@ from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.factorize import kmeans, relative_error, semi_nmf, truncated_svd
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """These matrices are tiny: one thread avoids OpenMP spin-waiting on a busy machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _random(V: int, D: int, seed: int = 0, dtype=torch.float32) -> torch.Tensor:

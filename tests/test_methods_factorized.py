@@ -17,13 +17,7 @@ from vocabtransfer.methods.ofa import neighbour_coordinates, ofa
 from vocabtransfer.methods.snmf import snmf
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny matrices: one thread avoids OpenMP spin-waiting on a busy machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 class Tok:

@@ -315,26 +315,25 @@ def token_surfaces(tokenizer) -> tuple[list[str | None], np.ndarray]:
 def random_init(problem: TransferProblem) -> TransferResult:
     """Every row from N(mean, std) of the source embeddings; special tokens copied."""
     method_options(problem, "random", {})
-    source = source_matrix(problem)
-    ledger = Ledger(problem.target_tokenizer)
-    target = random_matrix(problem, source)
-    unmatched = copy_overlap(problem, target, ledger, source=source, overlap=False)
-    ledger.fill(unmatched, "random", SPECIAL_NO_SOURCE, fallback=True)
-    ledger.fill(ledger.free(), "random", "random method")
-    return TransferResult(embeddings=target, stats=ledger.stats(method="random", seed=int(problem.seed)))
+    return _copy_then_random(problem, "random", overlap=False, reason="random method")
 
 
 @register("overlap")
 def overlap_init(problem: TransferProblem) -> TransferResult:
     """Overlapping and special tokens copied; every other row as in `random`."""
     method_options(problem, "overlap", {})
+    return _copy_then_random(problem, "overlap", overlap=True, reason="not in the source vocabulary")
+
+
+def _copy_then_random(problem: TransferProblem, method: str, *, overlap: bool, reason: str) -> TransferResult:
+    """Special tokens (and, with `overlap`, overlapping tokens) copied; every other row random."""
     source = source_matrix(problem)
     ledger = Ledger(problem.target_tokenizer)
     target = random_matrix(problem, source)
-    unmatched = copy_overlap(problem, target, ledger, source=source)
+    unmatched = copy_overlap(problem, target, ledger, source=source, overlap=overlap)
     ledger.fill(unmatched, "random", SPECIAL_NO_SOURCE, fallback=True)
-    ledger.fill(ledger.free(), "random", "not in the source vocabulary")
-    return TransferResult(embeddings=target, stats=ledger.stats(method="overlap", seed=int(problem.seed)))
+    ledger.fill(ledger.free(), "random", reason)
+    return TransferResult(embeddings=target, stats=ledger.stats(method=method, seed=int(problem.seed)))
 
 
 @register("mean")
