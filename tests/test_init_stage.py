@@ -189,3 +189,85 @@ def test_inputs_and_leaves_follow_the_method():
                                                                              "fasttext"}
     assert I.leaves(params, {"lang": "sw", "method": "focus+svd"}) == ["init.focus", "init.svd"]
     assert I.leaves(params, {"lang": "sw", "method": "random"}) == []
+
+
+def snmf_params(**snmf):
+    section = {"rank": 6, "max_iter": 40, "tol": 1e-4, "init": "kmeans", "neighbors": 3, "temperature": 0.1, **snmf}
+    return {"seed": 7, "init": {"methods": ["overlap+snmf", "snmf"], "overlap": {}, "snmf": section}}
+
+
+def test_snmf_methods_use_the_shared_source_snmf_factors(tmp_path, tokenizers):
+    """source_snmf factorises input and (untied) output embeddings once; init with those factors gives the
+    same artefact as factorising inline, and says it used them."""
+    from vocabtransfer import source_snmf
+
+    source = tiny_llama(len(tokenizers["en_bpe"]))
+    inputs, pairs = write_inputs(tmp_path, source, tokenizers["en_bpe"], tokenizers["sw_bpe"])
+    factors = tmp_path / "source" / "snmf.safetensors"
+    params = snmf_params()
+    source_snmf.run(make_ctx("vocabtransfer.source_snmf:run", {}, {"source_model": inputs["source_model"]},
+                             {"factors": factors}, params))
+    saved = load_file(str(factors))
+    V, D = source.get_input_embeddings().weight.shape
+    assert {k: tuple(v.shape) for k, v in saved.items()} == {
+        "input_coordinates": (V, 6), "input_primitives": (6, D), "output_coordinates": (V, 6),
+        "output_primitives": (6, D)}
+    assert bool((saved["input_coordinates"] >= 0).all()) and bool((saved["output_coordinates"] >= 0).all())
+    assert not torch.equal(saved["input_primitives"], saved["output_primitives"])  # untied: two factorisations
+
+    for method in ("overlap+snmf", "snmf"):
+        shared = tmp_path / "shared" / method
+        inline = tmp_path / "inline" / method
+        ctx = make_ctx("vocabtransfer.init:run", {"lang": "sw", "method": method},
+                       {**inputs, "snmf_factors": factors}, {"init": shared}, params)
+        I.run(ctx)
+        ctx = make_ctx("vocabtransfer.init:run", {"lang": "sw", "method": method}, inputs, {"init": inline}, params)
+        I.run(ctx)
+        assert (shared / "embeddings.safetensors").read_bytes() == (inline / "embeddings.safetensors").read_bytes()
+        assert (shared / "primitives.safetensors").read_bytes() == (inline / "primitives.safetensors").read_bytes()
+        stats = json.loads((shared / "stats.json").read_text())
+        fact = stats["method_stats"]["factorization"]
+        assert fact["cached"] == str(factors) and fact["rank"] == 6
+        assert stats["output_method_stats"]["factorization"]["cached"] == str(factors)
+        assert "cached" not in json.loads((inline / "stats.json").read_text())["method_stats"]["factorization"]
+        # an overlapping token's row is its source row reconstructed from the shared factors
+        t, s = pairs[5]
+        emb = load_file(str(shared / "embeddings.safetensors"))["output_embeddings"]
+        expected = (saved["output_coordinates"][s].double() @ saved["output_primitives"].double()).float()
+        assert torch.allclose(emb[t], expected, atol=1e-6)
+
+
+def test_stale_source_snmf_factors_are_refused(tmp_path, tokenizers):
+    from vocabtransfer import source_snmf
+
+    source = tiny_bert(len(tokenizers["en_wp"]))
+    inputs, _ = write_inputs(tmp_path, source, tokenizers["en_wp"], tokenizers["sw_wp"])
+    factors = tmp_path / "source" / "snmf.safetensors"
+    source_snmf.run(make_ctx("vocabtransfer.source_snmf:run", {}, {"source_model": inputs["source_model"]},
+                             {"factors": factors}, snmf_params()))
+    assert set(load_file(str(factors))) == {"input_coordinates", "input_primitives"}  # tied: one factorisation
+    run = lambda params, out: I.run(make_ctx(  # noqa: E731
+        "vocabtransfer.init:run", {"lang": "sw", "method": "snmf"}, {**inputs, "snmf_factors": factors},
+        {"init": tmp_path / out}, params))
+    # other options than the factors were computed with
+    with pytest.raises(VocabTransferError, match=r"snmf.safetensors: computed with other init.snmf options: "
+                                                 r"rank=6 \(params: 8\)"):
+        run(snmf_params(rank=8), "a")
+    # neighbours / temperature do not change the factorisation
+    run(snmf_params(neighbors=5), "b")
+    # factors of another source model
+    other = tiny_bert(len(tokenizers["en_wp"]), seed=1)
+    save_dir(other, tokenizers["en_wp"], inputs["source_model"])
+    with pytest.raises(VocabTransferError, match=r"factorises other input embeddings .* rerun the source_snmf stage"):
+        run(snmf_params(), "c")
+    factors.unlink()
+    with pytest.raises(VocabTransferError, match=r"snmf.safetensors: file not found"):
+        run(snmf_params(), "d")
+    assert not (tmp_path / "a").exists() and not (tmp_path / "c").exists()
+
+
+def test_snmf_methods_depend_on_source_snmf():
+    params = {"init": {"methods": ["snmf", "focus+snmf", "ofa"], "snmf": {}, "focus": {}, "ofa": {}}}
+    for method in ("snmf", "focus+snmf"):
+        assert I.inputs(params, {"lang": "sw", "method": method})["snmf_factors"] == "results/source/snmf.safetensors"
+    assert "snmf_factors" not in I.inputs(params, {"lang": "sw", "method": "ofa"})

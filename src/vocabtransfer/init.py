@@ -34,7 +34,7 @@ from vocabtransfer.paths import data_path
 log = logging.getLogger(__name__)
 
 # ctx.input keys every init job has; any other input is handed to the method as a resource
-CORE_INPUTS = ("source_model", "tokenizer", "overlap", "fasttext")
+CORE_INPUTS = ("source_model", "tokenizer", "overlap", "fasttext", "snmf_factors")
 
 
 # method-specific pipeline artefacts (ctx.input key -> path template); they reach the method as
@@ -44,11 +44,19 @@ METHOD_INPUTS: dict[str, dict[str, str]] = {
 }
 
 
+def uses_snmf(method: str) -> bool:
+    """`snmf` and every `<base>+snmf` read the shared semi-NMF of the source_snmf stage."""
+    base, _, fact = method.partition("+")
+    return base == "snmf" or fact == "snmf"
+
+
 def inputs(params: dict, wildcards: dict) -> dict[str, str]:
     """The stage's input templates for these wildcards: the core inputs plus the method's own."""
-    base = wildcards["method"].partition("+")[0]
+    method = wildcards["method"]
+    base = method.partition("+")[0]
+    factors = {"snmf_factors": P.SOURCE_SNMF} if uses_snmf(method) else {}
     return {"source_model": P.SOURCE_MODEL, "tokenizer": P.TOKENIZER, "overlap": P.OVERLAP,
-            "fasttext": P.FASTTEXT_EMB, **METHOD_INPUTS.get(base, {})}
+            "fasttext": P.FASTTEXT_EMB, **factors, **METHOD_INPUTS.get(base, {})}
 
 
 def leaves(params: dict, wildcards: dict) -> list[str]:
@@ -153,6 +161,16 @@ def _run(ctx) -> None:
     aux, aux_mask = read_auxiliary(Path(ctx.input["fasttext"]), n_target)
 
     options = method_options(ctx.params, method_name)
+
+    def factors(which: str) -> dict:
+        """The source_snmf factors of the `which` embeddings, checked against them and init.snmf."""
+        if "snmf_factors" not in ctx.input:
+            return {}
+        from vocabtransfer.source_snmf import load_factors
+
+        return {"snmf": load_factors(ctx.input["snmf_factors"], which, matrices[which],
+                                     (ctx.params.get("init") or {}).get("snmf") or {})}
+
     resources = {k: Path(v) for k, v in ctx.input.items() if k not in CORE_INPUTS}
     dictionaries = options.get("dictionaries") or {}
     if isinstance(dictionaries, dict) and dictionaries.get(ctx.lang):
@@ -161,6 +179,7 @@ def _run(ctx) -> None:
         source_embeddings=matrices["input"], source_tokenizer=source_tok, target_tokenizer=target_tok,
         overlap_target_ids=target_ids, overlap_source_ids=source_ids, auxiliary=aux, auxiliary_mask=aux_mask,
         options=options, seed=ctx.seed, device=ctx.device, lang=ctx.lang, resources=resources,
+        factors=factors("input"),
     )
     log.info("init %s/%s: %d target tokens (%d overlap, %d with fastText vectors), %d source tokens, dim %d, %s "
              "output embeddings", ctx.lang, method_name, n_target, len(target_ids), int(aux_mask.sum()), n_source,
@@ -178,7 +197,7 @@ def _run(ctx) -> None:
     out_stats = None
     if untied:
         t = time.perf_counter()
-        out_result = method(replace(problem, source_embeddings=matrices["output"]))
+        out_result = method(replace(problem, source_embeddings=matrices["output"], factors=factors("output")))
         out = _check_result(out_result, method_name, (n_target, matrices["output"].shape[1]), "output")
         seconds["output"] = time.perf_counter() - t
         tensors["output_embeddings"] = out

@@ -61,6 +61,7 @@ def fill(template: str, **wildcards: str) -> str:
 SOURCE_MODEL = "results/source/model"  # the source model completed with a trained LM head (source_head)
 SOURCE_HEAD_STATS = "results/source/head_stats.json"
 SOURCE_WORD_FASTTEXT = "results/source/fasttext/words.bin"  # word-level fastText on source-language text
+SOURCE_SNMF = "results/source/snmf.safetensors"  # semi-NMF of the source embeddings, shared by every *snmf method
 WORD_FASTTEXT = "results/{lang}/fasttext/words.bin"  # word-level fastText on the target corpus (WECHSEL)
 
 # embedding initialisation: a directory per method with embeddings.safetensors, model/, stats.json

@@ -172,6 +172,18 @@ register(Stage(
     parallel=True,
 ))
 register(Stage(
+    name="source_snmf",
+    func="vocabtransfer.source_snmf:run",
+    help="semi-NMF of the source embeddings, shared by the snmf and <method>+snmf init jobs",
+    wildcards=(),
+    inputs={"source_model": P.SOURCE_MODEL},
+    outputs={"factors": P.SOURCE_SNMF},
+    params=("seed", "init.snmf.rank", "init.snmf.max_iter", "init.snmf.tol", "init.snmf.init"),
+    code=("source_snmf.py", "factorize.py", "methods/factorized.py"),
+    parallel=True,
+    gpu=True,
+))
+register(Stage(
     name="init",
     func="vocabtransfer.init:run",
     help="initialise the target embeddings with one method and save the model",
@@ -181,7 +193,7 @@ register(Stage(
     directories=frozenset({"init"}),
     params=("seed",),
     extra_params=_init_leaves,
-    code=("init.py", "modeling.py", "methods", "factorize.py", "focus.py"),
+    code=("init.py", "modeling.py", "methods", "factorize.py", "focus.py", "source_snmf.py"),
     parallel=True,
     gpu=True,
 ))

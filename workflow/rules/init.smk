@@ -1,5 +1,6 @@
 # Embedding initialisation: the source model's LM head, WECHSEL's word-level fastText
-# models, one init job per language × method, and the evaluation right after init.
+# models, the shared semi-NMF of the source embeddings, one init job per language ×
+# method, and the evaluation right after init.
 
 
 rule source_head:
@@ -45,6 +46,22 @@ rule word_fasttext:
     threads: 1 if config["fasttext"]["reproducible"] else stage_threads("word_fasttext")
     shell:
         "vocabtransfer word_fasttext --lang {wildcards.lang} " + STAGE_ARGS
+
+
+rule source_snmf:
+    input:
+        unpack(stage_input("source_snmf")),
+    output:
+        **stage_output("source_snmf"),
+    params:
+        leaves=stage_params("source_snmf"),
+    log:
+        stage_log("source_snmf"),
+    benchmark:
+        stage_benchmark("source_snmf")
+    threads: stage_threads("source_snmf")
+    shell:
+        "vocabtransfer source_snmf " + STAGE_ARGS
 
 
 rule init:

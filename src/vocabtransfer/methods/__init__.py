@@ -33,6 +33,9 @@ class TransferProblem:
     device: str = "cpu"
     lang: str = ""
     resources: dict = field(default_factory=dict)  # extra inputs by name (e.g. fastText .bin paths)
+    # precomputed factorisations of source_embeddings by kind ("snmf": (W, H, stats)), e.g. from
+    # the source_snmf stage; a method factorises on its own where its kind is absent
+    factors: dict = field(default_factory=dict)
 
     @property
     def target_size(self) -> int:

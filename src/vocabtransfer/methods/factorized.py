@@ -76,8 +76,12 @@ def factorize_source(
     seed: int,
     device: str = "cpu",
     section: str | None = None,
+    cached: tuple[torch.Tensor, torch.Tensor, dict] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, dict]:
     """(coordinates V×k, primitives k×D, stats) of the source embeddings, on the CPU.
+
+    `cached` = (C, P, stats) computed earlier for the same E and options (the source_snmf
+    stage, `problem.factors[kind]`) is checked for shape and returned instead of factorising.
 
     svd returns float64 factors; with keep_dim = D it does not factorise (C = E, P = I, as
     OFA does), so copied rows reproduce the source rows exactly. snmf returns float32.
@@ -111,6 +115,16 @@ def factorize_source(
             raise VocabTransferError(
                 f"{section}.rank={k}: larger than the source model's hidden size {D}; set it to at most {D}"
             )
+        if cached is not None:
+            C, P, stats = cached
+            if tuple(C.shape) != (E.shape[0], k) or tuple(P.shape) != (k, D):
+                raise VocabTransferError(
+                    f"{section}: precomputed factors have shapes {tuple(C.shape)} and {tuple(P.shape)}, expected "
+                    f"({E.shape[0]}, {k}) and ({k}, {D}); rerun the source_snmf stage"
+                )
+            log.info("%s: using the precomputed semi-NMF (rank %d, relative error %.4f)", section, k,
+                     stats.get("relative_error", float("nan")))
+            return C.float(), P.float(), dict(stats)
         max_iter = int_option(options, "max_iter", SNMF_DEFAULTS["max_iter"], section=section, minimum=0)
         tol = float_option(options, "tol", SNMF_DEFAULTS["tol"], section=section, strict=False)
         init = (options or {}).get("init", SNMF_DEFAULTS["init"])
@@ -159,7 +173,8 @@ def factorized(base_method: Method, factorization: Literal["svd", "snmf"], *, na
         warn_unknown(fopts, SECTION_KEYS[factorization], section)
         # 1. factorise the source embeddings
         C, P, fstats = factorize_source(problem.source_embeddings, factorization, fopts, seed=problem.seed,
-                                        device=problem.device, section=section)
+                                        device=problem.device, section=section,
+                                        cached=problem.factors.get(factorization))
         k = C.shape[1]
         # 2. the base method initialises the low-dimensional rows
         inner = dataclasses.replace(problem, source_embeddings=C.float().contiguous(), options=opts)

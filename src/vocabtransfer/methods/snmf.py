@@ -44,7 +44,7 @@ def snmf(problem: TransferProblem) -> TransferResult:
 
     # 1. semi-NMF of the source embeddings
     W, H, fstats = factorize_source(problem.source_embeddings, "snmf", opts, seed=problem.seed,
-                                    device=problem.device, section=section)
+                                    device=problem.device, section=section, cached=problem.factors.get("snmf"))
     # 2.-4. coefficients of the target tokens
     coords, stats = neighbour_coordinates(problem, W, neighbors=neighbors, temperature=temperature,
                                           section=section, nonnegative=True)
