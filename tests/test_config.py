@@ -73,3 +73,17 @@ def test_cli_unknown_stage_is_rejected(capsys):
         main(["no-such-stage"])
     assert exc.value.code != 0
     assert "invalid choice: 'no-such-stage'" in capsys.readouterr().err
+
+
+def test_method_defaults_match_the_schema():
+    """The methods' Python-API defaults (options={}) are the schema's: a pipeline run and a library call agree."""
+    from vocabtransfer.methods import factorized, focus, ofa, snmf, wechsel
+
+    init = validate_params(minimal())["init"]
+    assert ofa.DEFAULTS == init["ofa"]
+    assert snmf.DEFAULTS == init["snmf"]
+    assert focus.DEFAULTS == init["focus"]
+    assert factorized.SVD_DEFAULTS == init["svd"]
+    assert factorized.SNMF_DEFAULTS == {k: init["snmf"][k] for k in factorized.SNMF_DEFAULTS}
+    assert {k: init["wechsel"][k] for k in wechsel.DEFAULTS if k != "dictionaries"} == {
+        k: v for k, v in wechsel.DEFAULTS.items() if k != "dictionaries"}
