@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import math
 
+import matplotlib.image
 import pyarrow as pa
 import pytest
 import torch
@@ -48,7 +49,8 @@ def setup_study(tmp_path, source_model, source_tok, methods: dict, *, xx_same_as
     inputs = {"source_model": src, "valid": valid}
     inputs.update({E.input_key(m): tmp_path / "xx" / "init" / m for m in methods})
     out = tmp_path / "xx" / "init_eval.parquet"
-    return make_ctx("vocabtransfer.init_eval:run", {"lang": "xx"}, inputs, {"init_eval": out}, params), out
+    outputs = {"init_eval": out, "plot": out.with_suffix(".png")}
+    return make_ctx("vocabtransfer.init_eval:run", {"lang": "xx"}, inputs, outputs, params), out
 
 
 @pytest.fixture(scope="module")
@@ -81,6 +83,8 @@ def test_source_model_as_its_own_initialisation(tmp_path, en_wp, caplog):
     assert oth["n_eval_tokens"] == same["n_eval_tokens"] and oth["loss"] != same["loss"]
     assert oth["retrieval_en2xx"] < 1.0
     assert "| lang | method | loss |" in caplog.text and "| xx | other |" in caplog.text
+    image = matplotlib.image.imread(out.with_suffix(".png"))
+    assert image.shape[:2] == (int(120 * (1.5 + 0.32 * 2)), 120 * 11)  # two methods, loss and retrieval panels
 
 
 def test_translations_and_causal_models(tmp_path, en_wp):
@@ -98,6 +102,22 @@ def test_translations_and_causal_models(tmp_path, en_wp):
     # a random model knows nothing: its loss is about that of a uniform guess over its vocabulary
     assert abs(llama["loss"] - math.log(len(sw_bpe))) < 1.0
     assert abs(bert["loss"] - math.log(len(sw_wp))) < 1.0
+
+
+def test_plot_has_a_retrieval_panel_only_for_encoders(tmp_path):
+    row = dict(lang="xx", kind="causal", perplexity=1.0, n_eval_tokens=10, n_eval_lines=1,
+               retrieval_en2xx=None, retrieval_xx2en=None, n_sentences=None, model="m", seconds=0.0)
+    rows = [{**row, "lang": "en", "method": "source", "loss": 3.0}, {**row, "method": "a", "loss": 5.0},
+            {**row, "method": "b", "loss": 4.0}, {**row, "method": "c", "loss": 6.0}]
+    E.plot(rows, tmp_path / "causal.png", "xx")
+    assert matplotlib.image.imread(tmp_path / "causal.png").shape[:2] == (int(120 * (1.5 + 0.32 * 3)), 120 * 6)
+    encoders = [{**r, "kind": "masked", "retrieval_en2xx": 0.5, "retrieval_xx2en": 0.25, "n_sentences": 4}
+                for r in rows]
+    E.plot(encoders, tmp_path / "masked.png", "xx")
+    assert matplotlib.image.imread(tmp_path / "masked.png").shape[:2] == (int(120 * (1.5 + 0.32 * 3)), 120 * 11)
+    # the same rows give the same bytes (no timestamp or version in the file)
+    E.plot(encoders, tmp_path / "again.png", "xx")
+    assert (tmp_path / "again.png").read_bytes() == (tmp_path / "masked.png").read_bytes()
 
 
 def test_read_xnli_premises_deduplicates_and_aligns(tmp_path):

@@ -16,7 +16,8 @@ For target language L and every method in params `init.methods` (results/L/init/
 A reference row (method `source`, lang = the source language) gives the source model's loss on
 held-out source text (the last lines of `source_head.text`, which source_head never trained on)
 and, as the no-transfer baseline for retrieval, the source model with its own tokenizer on the
-target-language sentences. Output: results/L/init_eval.parquet, and a Markdown table in the log.
+target-language sentences. Output: results/L/init_eval.parquet, a Markdown table in the log, and
+results/L/init_eval.png: loss per method against the source reference, and retrieval both ways.
 """
 
 from __future__ import annotations
@@ -132,6 +133,53 @@ def markdown(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def plot(rows: list[dict], path: str | Path, lang: str) -> None:
+    """Loss per method (best at the top, the source reference as a dashed line) and retrieval both ways."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ref = next((r for r in rows if r["method"] == "source"), None)
+    methods = sorted((r for r in rows if r["method"] != "source"), key=lambda r: r["loss"], reverse=True)
+    has_retrieval = any(r["retrieval_en2xx"] is not None for r in methods)
+    height = 1.5 + 0.32 * len(methods)
+    fig, axes = plt.subplots(1, 2 if has_retrieval else 1, figsize=(11 if has_retrieval else 6, height),
+                             sharey=True, squeeze=False)
+    y = list(range(len(methods)))
+    names = [r["method"] for r in methods]
+    ax = axes[0][0]
+    ax.barh(y, [r["loss"] for r in methods], color="tab:blue")
+    for yi, r in zip(y, methods):
+        ax.text(r["loss"], yi, f" {r['loss']:.2f}", va="center", fontsize=8)
+    if ref is not None:
+        ax.axvline(ref["loss"], color="black", linestyle="--", linewidth=1,
+                   label=f"source model on {ref['lang']} ({ref['loss']:.2f})")
+    ax.set_yticks(y, names)
+    ax.set_ylim(-0.6, len(methods) + 0.4)  # a free row at the top for the legends
+    ax.set_xlabel(f"{'masked' if methods and methods[0]['kind'] == 'masked' else 'causal'}-LM loss on held-out "
+                  f"{lang} text (lower is better)")
+    ax.set_xlim(0, max([r["loss"] for r in rows] + [1.0]) * 1.12)
+    if has_retrieval:
+        ax = axes[0][1]
+        width = 0.4
+        for offset, key, label in ((-width / 2, "retrieval_en2xx", f"{ref['lang'] if ref else 'source'}→{lang}"),
+                                   (width / 2, "retrieval_xx2en", f"{lang}→{ref['lang'] if ref else 'source'}")):
+            ax.barh([yi + offset for yi in y], [r[key] or 0.0 for r in methods], height=width, label=label)
+        if ref is not None and ref["retrieval_en2xx"] is not None:
+            ax.axvline(ref["retrieval_en2xx"], color="black", linestyle="--", linewidth=1,
+                       label="source model, own tokenizer")
+        ax.set_xlabel(f"top-1 retrieval accuracy, {methods[0]['n_sentences'] or 0} XNLI premises")
+    for ax in axes[0]:
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(loc="upper right", fontsize=8, ncols=3)
+    fig.suptitle(f"{lang}: right after initialisation, no training")
+    fig.tight_layout()
+    with io.atomic_output(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=120, metadata={"Software": None})
+    plt.close(fig)
+
+
 def run(ctx) -> None:
     with M.torch_threads(ctx.threads):
         _run(ctx)
@@ -199,5 +247,6 @@ def _run(ctx) -> None:
         del model
 
     io.write_parquet(pa.Table.from_pylist(rows, schema=SCHEMA), ctx.output["init_eval"])
+    plot(rows, ctx.output["plot"], ctx.lang)
     log.info("initialisation without training, %s (loss: masked-/causal-LM loss on held-out text; retrieval: "
              "top-1 on %d XNLI premises)\n%s", ctx.lang, len(src_sent), markdown(rows))

@@ -67,3 +67,4 @@ WORD_FASTTEXT = "results/{lang}/fasttext/words.bin"  # word-level fastText on th
 # embedding initialisation: a directory per method with embeddings.safetensors, model/, stats.json
 INIT_DIR = "results/{lang}/init/{method}"
 INIT_EVAL = "results/{lang}/init_eval.parquet"
+INIT_EVAL_PLOT = "results/{lang}/init_eval.png"

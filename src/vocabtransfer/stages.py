@@ -202,7 +202,7 @@ register(Stage(
     func="vocabtransfer.init_eval:run",
     help="loss right after initialisation and parallel-sentence retrieval, per method",
     inputs=_init_eval_inputs,
-    outputs={"init_eval": P.INIT_EVAL},
+    outputs={"init_eval": P.INIT_EVAL, "plot": P.INIT_EVAL_PLOT},
     params=("seed", "init.methods", "source_head.text", "source_head.eval_lines"),
     extra_params=lambda params, wildcards: section_leaves(params, "init_eval"),
     code=("init_eval.py", "modeling.py"),
