@@ -4,6 +4,7 @@ the same artefacts, and a params change marking exactly the affected stages stal
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -133,6 +134,11 @@ def test_init_eval_focus_beats_random_right_after_initialisation(workdir):
     tok = AutoTokenizer.from_pretrained(model_dir)
     assert model.get_input_embeddings().weight.shape[0] == len(tok) == params["tokenizer"]["vocab_size"]
     assert (work / "results/sw/init/ofa/coordinates.safetensors").is_file()
+    assert (work / "results/sw/init_eval.png").read_bytes().startswith(b"\x89PNG")
+    # every *snmf method used the one shared factorisation of the source_snmf job
+    for method in (m for m in params["init"]["methods"] if m == "snmf" or m.endswith("+snmf")):
+        stats = json.loads((work / f"results/sw/init/{method}/stats.json").read_text())
+        assert stats["method_stats"]["factorization"]["cached"] == "results/source/snmf.safetensors", method
 
 
 def test_dvc_repro_reproduces_the_same_artefacts_and_params_change_marks_exactly_fasttext(
