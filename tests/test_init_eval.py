@@ -77,6 +77,8 @@ def test_source_model_as_its_own_initialisation(tmp_path, en_wp, caplog):
         assert r["n_eval_tokens"] > 50 and r["n_sentences"] == 25 and r["kind"] == "masked"
     # same model, same text, same seeded masks: exactly the reference loss
     assert same["loss"] == pytest.approx(ref["loss"], rel=1e-6)
+    assert same["calibrated_loss"] == pytest.approx(ref["calibrated_loss"], rel=1e-6)
+    assert all(r["calibrated_loss"] <= r["loss"] + 1e-9 and r["temperature"] > 0 for r in rows.values())
     assert same["retrieval_en2xx"] == 1.0 and same["retrieval_xx2en"] == 1.0
     assert ref["retrieval_en2xx"] == 1.0  # the source model on identical "translations"
     # paired comparison: the same masked tokens for every method
@@ -105,7 +107,7 @@ def test_translations_and_causal_models(tmp_path, en_wp):
 
 
 def test_plot_has_a_retrieval_panel_only_for_encoders(tmp_path):
-    row = dict(lang="xx", kind="causal", perplexity=1.0, n_eval_tokens=10, n_eval_lines=1,
+    row = dict(lang="xx", kind="causal", perplexity=1.0, calibrated_loss=2.5, temperature=1.2, n_eval_tokens=10, n_eval_lines=1,
                retrieval_en2xx=None, retrieval_xx2en=None, n_sentences=None, model="m", seconds=0.0)
     rows = [{**row, "lang": "en", "method": "source", "loss": 3.0}, {**row, "method": "a", "loss": 5.0},
             {**row, "method": "b", "loss": 4.0}, {**row, "method": "c", "loss": 6.0}]

@@ -307,3 +307,29 @@ def make_ctx(func: str, wildcards: dict, inputs: dict, outputs: dict, params: di
     stage = Stage(name=func.split(":")[0].rsplit(".", 1)[-1], func=func, help="", wildcards=tuple(wildcards))
     return Context(stage=stage, params=params, wildcards=wildcards, input={k: Path(v) for k, v in inputs.items()},
                    output={k: Path(v) for k, v in outputs.items()}, threads=1)
+
+
+def test_calibrated_loss_undoes_an_over_confident_scale(monkeypatch):
+    """Logits scaled by 1.1**5 are over-confident by exactly that factor: the calibrated loss is
+    unchanged and the temperature is 1.1**5 times larger; it is never above the raw loss."""
+    g = torch.Generator().manual_seed(0)
+    targets = torch.randint(0, 50, (400,), generator=g)
+    logits = torch.randn(400, 50, generator=g)
+    logits[torch.arange(400), targets] += 2.0  # informative, so the best temperature is finite
+    batches = [{"scale": 1.0}]
+
+    class Fixed(torch.nn.Module):  # a "model" whose predicted logits are fixed, times a factor
+        def __init__(self, factor):
+            super().__init__()
+            self.factor = factor
+
+    monkeypatch.setattr(M, "predicted_logits", lambda model, batch, kind: (logits * model.factor, targets))
+    base = M.evaluate_lm(Fixed(3.0), batches, "masked", calibrate=True)
+    sharp = M.evaluate_lm(Fixed(3.0 * 1.1 ** 5), batches, "masked", calibrate=True)
+    assert sharp["loss"] > base["loss"]
+    for r in (base, sharp):
+        assert r["calibrated_loss"] <= r["loss"] + 1e-9
+    assert 1.1 < base["temperature"] < 5  # over-confident, and an interior optimum of the grid
+    assert sharp["calibrated_loss"] == pytest.approx(base["calibrated_loss"], rel=1e-5)
+    assert sharp["temperature"] == pytest.approx(base["temperature"] * 1.1 ** 5, rel=1e-6)
+    assert "calibrated_loss" not in M.evaluate_lm(Fixed(1.0), batches, "masked")

@@ -6,7 +6,11 @@ For target language L and every method in params `init.methods` (results/L/init/
     `init_eval.max_lines` lines, packed into blocks of `seq_len` tokens): masked-LM loss for
     encoders, causal-LM loss for decoders, and its perplexity. The masking is seeded and every
     method shares the target tokenizer, so all methods are scored on the same masked tokens
-    (a paired comparison);
+    (a paired comparison). Next to it the temperature-calibrated loss: the same logits divided by
+    the one temperature that minimises the loss (`calibrated_loss`, `temperature`). Right after
+    initialisation the encoder has never seen the target language, so the raw loss mixes how well
+    a method ranks the right token with how over-confident its logits are; the calibrated loss
+    measures the ranking alone (see `modeling.evaluate_lm`);
 (b) encoders only: parallel-sentence retrieval on XNLI dev premises. N distinct source-language
     premises (`init_eval.xnli` with lang = `init_eval.source_lang`) are embedded by the source
     model, the same rows of the target-language file by the initialised model (mean pooling of the
@@ -41,6 +45,7 @@ log = logging.getLogger(__name__)
 SCHEMA = pa.schema([
     ("lang", pa.string()), ("method", pa.string()), ("kind", pa.string()),
     ("loss", pa.float64()), ("perplexity", pa.float64()),
+    ("calibrated_loss", pa.float64()), ("temperature", pa.float64()),
     ("n_eval_tokens", pa.int64()), ("n_eval_lines", pa.int64()),
     ("retrieval_en2xx", pa.float64()), ("retrieval_xx2en", pa.float64()), ("n_sentences", pa.int64()),
     ("model", pa.string()), ("seconds", pa.float64()),
@@ -117,11 +122,12 @@ def lm_eval(model, tokenizer, kind: M.Kind, lines: list[str], *, seq_len: int, b
     blocks = M.pack_lines(tokenizer, lines, seq_len, kind=kind)
     if not blocks:
         raise VocabTransferError("init_eval: no text to evaluate on (empty valid split or max_lines = 0)")
-    return M.evaluate_lm(model, M.lm_batches(tokenizer, blocks, kind, batch_size, seed), kind)
+    return M.evaluate_lm(model, M.lm_batches(tokenizer, blocks, kind, batch_size, seed), kind, calibrate=True)
 
 
 def markdown(rows: list[dict]) -> str:
-    cols = ["lang", "method", "loss", "perplexity", "retrieval_en2xx", "retrieval_xx2en", "n_eval_tokens"]
+    cols = ["lang", "method", "loss", "perplexity", "calibrated_loss", "temperature", "retrieval_en2xx",
+            "retrieval_xx2en", "n_eval_tokens"]
 
     def fmt(v):
         if v is None or (isinstance(v, float) and math.isnan(v)):
@@ -134,7 +140,8 @@ def markdown(rows: list[dict]) -> str:
 
 
 def plot(rows: list[dict], path: str | Path, lang: str) -> None:
-    """Loss per method (best at the top, the source reference as a dashed line) and retrieval both ways."""
+    """Loss per method (best at the top; diamonds: at the best temperature; the source reference as a
+    dashed line) and retrieval both ways."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -149,9 +156,11 @@ def plot(rows: list[dict], path: str | Path, lang: str) -> None:
     y = list(range(len(methods)))
     names = [r["method"] for r in methods]
     ax = axes[0][0]
-    ax.barh(y, [r["loss"] for r in methods], color="tab:blue")
+    ax.barh(y, [r["loss"] for r in methods], color="tab:blue", label="loss")
+    ax.scatter([r["calibrated_loss"] for r in methods], y, marker="D", color="white", edgecolors="black", zorder=3, s=20,
+               label="at the best temperature")
     for yi, r in zip(y, methods):
-        ax.text(r["loss"], yi, f" {r['loss']:.2f}", va="center", fontsize=8)
+        ax.text(r["loss"], yi, f" {r['loss']:.2f} ({r['calibrated_loss']:.2f})", va="center", fontsize=8)
     if ref is not None:
         ax.axvline(ref["loss"], color="black", linestyle="--", linewidth=1,
                    label=f"source model on {ref['lang']} ({ref['loss']:.2f})")
@@ -159,7 +168,7 @@ def plot(rows: list[dict], path: str | Path, lang: str) -> None:
     ax.set_ylim(-0.6, len(methods) + 0.4)  # a free row at the top for the legends
     ax.set_xlabel(f"{'masked' if methods and methods[0]['kind'] == 'masked' else 'causal'}-LM loss on held-out "
                   f"{lang} text (lower is better)")
-    ax.set_xlim(0, max([r["loss"] for r in rows] + [1.0]) * 1.12)
+    ax.set_xlim(0, max([r["loss"] for r in rows] + [1.0]) * 1.2)
     if has_retrieval:
         ax = axes[0][1]
         width = 0.4
@@ -209,7 +218,7 @@ def _run(ctx) -> None:
     source_tok = M.load_tokenizer(source_dir)
     ref = lm_eval(source, source_tok, source_kind, source_lines, seq_len=seq_len, batch_size=batch_size, seed=seed)
     row = {"lang": source_lang, "method": "source", "kind": source_kind, "loss": ref["loss"],
-           "perplexity": ref["perplexity"], "n_eval_tokens": ref["n_tokens"], "n_eval_lines": len(source_lines),
+           "perplexity": ref["perplexity"], "calibrated_loss": ref["calibrated_loss"], "temperature": ref["temperature"], "n_eval_tokens": ref["n_tokens"], "n_eval_lines": len(source_lines),
            "retrieval_en2xx": None, "retrieval_xx2en": None, "n_sentences": None, "model": str(source_dir)}
     src_vecs = None
     if source_kind == "masked" and src_sent:
@@ -232,6 +241,7 @@ def _run(ctx) -> None:
         tok = M.load_tokenizer(model_dir)
         res = lm_eval(model, tok, kind, valid, seq_len=seq_len, batch_size=batch_size, seed=seed)
         row = {"lang": ctx.lang, "method": method, "kind": kind, "loss": res["loss"], "perplexity": res["perplexity"],
+               "calibrated_loss": res["calibrated_loss"], "temperature": res["temperature"],
                "n_eval_tokens": res["n_tokens"], "n_eval_lines": len(valid), "retrieval_en2xx": None,
                "retrieval_xx2en": None, "n_sentences": None, "model": str(model_dir)}
         if kind == "masked" and src_vecs is not None:
@@ -241,7 +251,8 @@ def _run(ctx) -> None:
             row["n_sentences"] = len(tgt_sent)
         row["seconds"] = time.perf_counter() - start
         rows.append(row)
-        log.info("%s/%s: loss %.4f (perplexity %.1f), retrieval %s", ctx.lang, method, row["loss"], row["perplexity"],
+        log.info("%s/%s: loss %.4f (perplexity %.1f; %.4f at temperature %.2f), retrieval %s", ctx.lang, method,
+                 row["loss"], row["perplexity"], row["calibrated_loss"], row["temperature"],
                  "n/a" if row["retrieval_en2xx"] is None
                  else f"{row['retrieval_en2xx']:.3f} / {row['retrieval_xx2en']:.3f}")
         del model

@@ -447,40 +447,70 @@ def head_inputs(model, batch: dict, kind: Kind):
     return hidden[selected], labels[selected]
 
 
-def lm_loss_sum(model, batch: dict, kind: Kind):
-    """(summed token loss, number of predicted tokens) of one batch.
+def predicted_logits(model, batch: dict, kind: Kind):
+    """(vocabulary logits at the predicted positions as float32, their target ids) of one batch.
 
     For masked LMs whose head is one module (BERT, RoBERTa, XLM-R) the head runs on the masked
-    positions only: the same loss as `model(**batch).loss` at a fraction of the cost (the
-    vocabulary projection dominates small models). Other models run their own forward.
+    positions only, a fraction of the cost of the full forward (the vocabulary projection
+    dominates small models). Other models run their own forward; causal models predict the
+    next token at every labelled position.
     """
-    import torch.nn.functional as F
-
     head = lm_head(model, kind) if kind == "masked" else None
     if head is not None:
         hidden, targets = head_inputs(model, batch, kind)
-        return F.cross_entropy(head(hidden).float(), targets, reduction="sum"), int(targets.numel())
+        return head(hidden).float(), targets
     device = next(model.parameters()).device
     labels = batch["labels"].to(device)
-    out = model(input_ids=batch["input_ids"].to(device), attention_mask=batch["attention_mask"].to(device),
-                labels=labels)
-    n = int((labels[:, 1:] != -100).sum()) if kind == "causal" else int((labels != -100).sum())
-    return out.loss.float() * n, n
+    logits = model(input_ids=batch["input_ids"].to(device), attention_mask=batch["attention_mask"].to(device)).logits
+    if kind == "causal":
+        logits, labels = logits[:, :-1], labels[:, 1:]
+    selected = labels != -100
+    return logits[selected].float(), labels[selected]
 
 
-def evaluate_lm(model, batches: list[dict], kind: Kind) -> dict:
-    """Mean token loss, perplexity and token count over fixed batches (no gradients)."""
+def lm_loss_sum(model, batch: dict, kind: Kind):
+    """(summed token loss, number of predicted tokens) of one batch: `model(**batch).loss` × count."""
+    import torch.nn.functional as F
+
+    logits, targets = predicted_logits(model, batch, kind)
+    return F.cross_entropy(logits, targets, reduction="sum"), int(targets.numel())
+
+
+# logit scales tried for the temperature-calibrated loss: 1.1**i from 0.052 to 3.8, 1 included
+# (so the calibrated loss is never above the raw loss)
+CALIBRATION_SCALES = tuple(1.1 ** i for i in range(-31, 15))
+
+
+def evaluate_lm(model, batches: list[dict], kind: Kind, *, calibrate: bool = False) -> dict:
+    """Mean token loss, perplexity and token count over fixed batches (no gradients).
+
+    With `calibrate`, also the loss after the best single temperature (temperature scaling,
+    Guo et al. 2017): all logits divided by T, T chosen from `CALIBRATION_SCALES` on these same
+    tokens (one parameter, so the optimism is negligible). It separates how well a model ranks
+    the right token from how over- or under-confident its logits are: `calibrated_loss` and
+    `temperature` (> 1: the raw logits were over-confident).
+    """
     import torch
+    import torch.nn.functional as F
 
     was_training = model.training
     model.eval()
     total, count = 0.0, 0
+    scaled = [0.0] * len(CALIBRATION_SCALES)
     with torch.inference_mode():
         for batch in batches:
-            loss, n = lm_loss_sum(model, batch, kind)
-            total += float(loss)
-            count += n
+            logits, targets = predicted_logits(model, batch, kind)
+            total += float(F.cross_entropy(logits, targets, reduction="sum"))
+            count += int(targets.numel())
+            if calibrate:
+                for i, scale in enumerate(CALIBRATION_SCALES):
+                    scaled[i] += float(F.cross_entropy(logits * scale, targets, reduction="sum"))
     model.train(was_training)
     loss = total / count if count else math.nan
-    return {"loss": loss, "perplexity": math.exp(loss) if count and loss < 700 else math.inf if count else math.nan,
-            "n_tokens": count}
+    out = {"loss": loss, "perplexity": math.exp(loss) if count and loss < 700 else math.inf if count else math.nan,
+           "n_tokens": count}
+    if calibrate:
+        best = min(range(len(scaled)), key=scaled.__getitem__)
+        out["calibrated_loss"] = scaled[best] / count if count else math.nan
+        out["temperature"] = 1.0 / CALIBRATION_SCALES[best]
+    return out
