@@ -125,6 +125,7 @@ def test_init_eval_focus_beats_random_right_after_initialisation(workdir):
     assert set(params["init"]["methods"]) | {"source"} <= set(rows.index)
     assert rows["loss"].notna().all() and (rows["loss"] > 0).all()
     assert rows.loc["focus", "loss"] < rows.loc["random", "loss"], table[["method", "loss"]].to_string()
+    assert (rows["calibrated_loss"] <= rows["loss"] + 1e-9).all() and (rows["temperature"] > 0).all()
     # every method's directory: embeddings, stats and a model that loads with transformers alone
     for method in params["init"]["methods"]:
         d = work / f"results/sw/init/{method}"
