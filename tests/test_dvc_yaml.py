@@ -57,3 +57,27 @@ def test_params_file_sets_every_tracked_leaf(tmp_path, capsys):
     assert main(["dvc-yaml", "--params", str(p), "--output", str(tmp_path / "dvc.yaml")]) == 1
     assert "fasttext.epochs" in capsys.readouterr().err
     assert not (tmp_path / "dvc.yaml").exists()
+
+
+def test_dvc_builds_the_whole_dag(tmp_path):
+    """DVC itself accepts the committed dvc.yaml and links the stages as the stage table says."""
+    import re
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    dvc = str(Path(sys.executable).parent / "dvc")
+    for name in ("dvc.yaml", "params.yaml"):
+        shutil.copy(REPO / name, tmp_path / name)
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    subprocess.run([dvc, "init", "-q"], cwd=tmp_path, check=True)
+    out = subprocess.run([dvc, "dag", "--dot"], cwd=tmp_path, check=True, capture_output=True, text=True).stdout
+    edges = set(re.findall(r'"([^"]+)" -> "([^"]+)"', out))
+    snmf_users = {f"init_{m}@{lang}" for m in ("snmf", "focus_snmf", "overlap_snmf") for lang in ("sw", "de")}
+    assert {b for a, b in edges if a == "source_snmf"} == snmf_users
+    assert ("source_head", "source_snmf") in edges
+    assert {("corpus@sw", "tokenizer@sw"), ("tokenizer@sw", "overlap@sw"), ("fasttext@sw", "init_focus@sw"),
+            ("word_fasttext@sw", "init_wechsel@sw"), ("source_fasttext", "init_wechsel@sw"),
+            ("init_focus_svd@de", "init_eval@de")} <= edges
+    assert ("source_snmf", "init_focus@sw") not in edges  # methods without semi-NMF do not wait for it
