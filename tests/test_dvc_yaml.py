@@ -81,3 +81,25 @@ def test_dvc_builds_the_whole_dag(tmp_path):
             ("word_fasttext@sw", "init_wechsel@sw"), ("source_fasttext", "init_wechsel@sw"),
             ("init_focus_svd@de", "init_eval@de")} <= edges
     assert ("source_snmf", "init_focus@sw") not in edges  # methods without semi-NMF do not wait for it
+
+
+def test_code_dependencies_follow_imports_and_the_method():
+    """A stage's code deps are its entry modules and what they import; an init job depends on its own
+    method's module, not on the other methods'."""
+    stages = yaml.safe_load(dvcgen.generate(load_params(REPO / "params.yaml")))["stages"]
+
+    def code(name):
+        return {d.removeprefix("src/vocabtransfer/") for d in stages[name]["deps"] if d.startswith("src/")}
+
+    for name in stages:
+        for path in code(name):
+            assert (REPO / "src" / "vocabtransfer" / path).is_file(), f"{name}: {path}"
+    assert {"corpus.py", "download.py", "io.py"} <= code("corpus")  # io.py: imported, not listed
+    assert {"init.py", "methods/focus.py", "focus.py", "overlap.py", "modeling.py"} <= code("init_focus")
+    assert not {"methods/wechsel.py", "methods/ofa.py", "methods/baselines.py", "auxiliary.py"} & code("init_focus")
+    assert {"methods/baselines.py"} <= code("init_random") and "methods/focus.py" not in code("init_random")
+    assert {"methods/wechsel.py", "auxiliary.py"} <= code("init_wechsel")
+    assert {"methods/snmf.py", "methods/ofa.py", "source_snmf.py", "factorize.py"} <= code("init_snmf")
+    assert {"methods/fvt.py", "methods/factorized.py"} <= code("init_fvt_svd")
+    assert {"source_snmf.py", "methods/factorized.py", "factorize.py"} <= code("source_snmf")
+    assert not {"stages.py", "cli.py", "__init__.py"} & code("init_wechsel")  # the stage table is not code

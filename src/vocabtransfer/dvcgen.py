@@ -41,7 +41,7 @@ def _stage_entry(stage: S.Stage, params: dict, fixed: dict[str, str]) -> dict:
     entry["cmd"] = f"vocabtransfer {stage.name} {args} --log-file {log}".replace("  ", " ")
     templates = stage.input_templates(params, {**fixed, "lang": "{lang}"})
     deps = [_dvc_template(t, fixed) for t in templates.values()]
-    deps += [f"src/vocabtransfer/{c}" for c in stage.code]
+    deps += [f"src/vocabtransfer/{c}" for c in stage.code_for(params, {**fixed, "lang": "{lang}"})]
     entry["deps"] = deps
     # leaves with {lang} become ${item.lang}; a method's own leaves come from extra_params
     leaves = [_dvc_template(leaf, fixed) for leaf in stage.params]

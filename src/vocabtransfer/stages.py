@@ -29,7 +29,9 @@ class Stage:
     directories: frozenset[str] = frozenset()  # output names that are directories
     params: tuple[str, ...] = ()  # dotted params leaves; may contain {lang}
     extra_params: Callable[[dict, dict], list[str]] | None = None  # (params, wildcards) -> more leaves
-    code: tuple[str, ...] = ()  # modules under src/vocabtransfer whose change reruns the stage (DVC)
+    # the stage's entry modules under src/vocabtransfer, or (params, wildcards) -> them; DVC reruns the
+    # stage when one of them or any vocabtransfer module they import changes (`code_for`)
+    code: tuple[str, ...] | Callable[[dict, dict], tuple[str, ...]] = ()
     parallel: bool = False  # uses all the cores it is given
     gpu: bool = False  # benefits from a GPU (SLURM profile asks for one)
 
@@ -39,6 +41,12 @@ class Stage:
         if self.extra_params:
             out += self.extra_params(params, wildcards)
         return out
+
+    def code_for(self, params: dict, wildcards: dict) -> tuple[str, ...]:
+        """The stage's code dependencies for these wildcards (paths relative to src/vocabtransfer):
+        its entry modules and everything they import (`module_closure`)."""
+        entries = self.code(params, wildcards) if callable(self.code) else self.code
+        return module_closure(*entries)
 
     def input_templates(self, params: dict, wildcards: dict) -> dict[str, str]:
         """Input path templates; a stage whose inputs depend on params or wildcards computes them."""
@@ -129,6 +137,63 @@ def _init_leaves(params: dict, wildcards: dict) -> list[str]:
             for leaf in section_leaves(params, f"init.{name}")]
 
 
+PACKAGE = Path(__file__).resolve().parent
+
+
+def _module_file(dotted: str) -> Path | None:
+    """src/vocabtransfer/<…>.py (or <…>/__init__.py) of a `vocabtransfer.…` module name, if it exists."""
+    parts = dotted.split(".")
+    if parts[0] != "vocabtransfer":
+        return None
+    base = PACKAGE.joinpath(*parts[1:])
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+# the stage table and the command line (what they change reaches DVC as params and paths, not as
+# code), and the package's lazy exports
+NOT_FOLLOWED = ("stages.py", "cli.py", "dvcgen.py", "__init__.py")
+
+
+def module_closure(*files: str) -> tuple[str, ...]:
+    """These modules (paths relative to src/vocabtransfer) and every vocabtransfer module they import,
+    at any depth and inside functions too (read from the source, nothing is imported), sorted.
+    Imports of NOT_FOLLOWED modules are not followed."""
+    import ast
+
+    todo = [PACKAGE / f for f in files]
+    boundary = {PACKAGE / f for f in NOT_FOLLOWED} - set(todo)
+    seen: set[Path] = set()
+    while todo:
+        path = todo.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            for name in names:
+                found = _module_file(name)
+                if found is not None and found not in seen and found not in boundary:
+                    todo.append(found)
+    return tuple(sorted(str(p.relative_to(PACKAGE)) for p in seen))
+
+
+def _init_code(params: dict, wildcards: dict) -> tuple[str, ...]:
+    """The entry modules of one init job: init.py, the method's module and, for base+fact, the
+    factorised wrapper; editing another method does not rerun this one."""
+    from vocabtransfer.methods import get_method
+
+    base, _, fact = wildcards["method"].partition("+")
+    module = _module_file(get_method(base).__module__)  # e.g. random lives in methods/baselines.py
+    return ("init.py", str(module.relative_to(PACKAGE))) + (("methods/factorized.py",) if fact else ())
+
+
 def _init_eval_inputs(params: dict, wildcards: dict) -> dict[str, str]:
     from vocabtransfer import init_eval
 
@@ -147,7 +212,7 @@ register(Stage(
     directories=frozenset({"model"}),
     params=("seed", "source_model"),
     extra_params=lambda params, wildcards: section_leaves(params, "source_head"),
-    code=("source_head.py", "modeling.py"),
+    code=("source_head.py",),
     parallel=True,
     gpu=True,
 ))
@@ -179,7 +244,7 @@ register(Stage(
     inputs={"source_model": P.SOURCE_MODEL},
     outputs={"factors": P.SOURCE_SNMF},
     params=("seed", "init.snmf.rank", "init.snmf.max_iter", "init.snmf.tol", "init.snmf.init"),
-    code=("source_snmf.py", "factorize.py", "methods/factorized.py"),
+    code=("source_snmf.py",),
     parallel=True,
     gpu=True,
 ))
@@ -193,7 +258,7 @@ register(Stage(
     directories=frozenset({"init"}),
     params=("seed",),
     extra_params=_init_leaves,
-    code=("init.py", "modeling.py", "methods", "factorize.py", "focus.py", "source_snmf.py"),
+    code=_init_code,
     parallel=True,
     gpu=True,
 ))
@@ -205,7 +270,7 @@ register(Stage(
     outputs={"init_eval": P.INIT_EVAL, "plot": P.INIT_EVAL_PLOT},
     params=("seed", "init.methods", "source_head.text", "source_head.eval_lines"),
     extra_params=lambda params, wildcards: section_leaves(params, "init_eval"),
-    code=("init_eval.py", "modeling.py"),
+    code=("init_eval.py",),
     parallel=True,
     gpu=True,
 ))
