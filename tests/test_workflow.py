@@ -157,6 +157,11 @@ def test_dvc_repro_reproduces_the_same_artefacts_and_params_change_marks_exactly
 
     assert "up to date" in run([str(BIN / "dvc"), "status", "--with-deps", *stages], fresh, env).lower()
     assert snakemake_jobs(run([str(BIN / "snakemake"), "-n", *targets(params)], work, env)) == {}
+    # Snakemake, like DVC, takes the modules a job runs as inputs: its own method's, not the others'
+    shown = run([str(BIN / "snakemake"), "-n", "-f", "results/sw/init/focus"], work, env)
+    job_input = next(line for line in shown.splitlines() if line.strip().startswith("input:"))
+    assert "src/vocabtransfer/methods/focus.py" in job_input and "src/vocabtransfer/init.py" in job_input
+    assert "methods/wechsel.py" not in job_input
 
     for d in (fresh, work):
         p = yaml.safe_load((d / "params.yaml").read_text())

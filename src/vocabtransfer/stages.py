@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import os
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable
 
@@ -157,6 +158,7 @@ def _module_file(dotted: str) -> Path | None:
 NOT_FOLLOWED = ("stages.py", "cli.py", "dvcgen.py", "__init__.py")
 
 
+@lru_cache(maxsize=None)
 def module_closure(*files: str) -> tuple[str, ...]:
     """These modules (paths relative to src/vocabtransfer) and every vocabtransfer module they import,
     at any depth and inside functions too (read from the source, nothing is imported), sorted.

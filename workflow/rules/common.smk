@@ -24,9 +24,17 @@ wildcard_constraints:
 
 
 def stage_input(name):
-    """The stage's inputs (use with `unpack`): computed from params and wildcards where they depend on them."""
+    """The stage's inputs (use with `unpack`): the artefacts it reads, computed from params and
+    wildcards where they depend on them, and as `code` the vocabtransfer modules it runs (the
+    installed ones), so that editing a module reruns its jobs, as under DVC."""
     stage = S.STAGES[name]
-    return lambda wildcards: stage.input_templates(config, dict(wildcards))
+
+    def inputs(wildcards):
+        wc = dict(wildcards)
+        code = [str(S.PACKAGE / module) for module in stage.code_for(config, wc)]
+        return {**stage.input_templates(config, wc), "code": code}
+
+    return inputs
 
 
 def stage_output(name):

@@ -2,6 +2,8 @@
 
 
 rule corpus:
+    input:
+        unpack(stage_input("corpus")),
     output:
         **stage_output("corpus"),
     params:

@@ -4,6 +4,8 @@
 
 
 rule source_head:
+    input:
+        unpack(stage_input("source_head")),
     output:
         **stage_output("source_head"),
     params:
@@ -18,6 +20,8 @@ rule source_head:
 
 
 rule source_fasttext:
+    input:
+        unpack(stage_input("source_fasttext")),
     output:
         **stage_output("source_fasttext"),
     params:
