@@ -162,14 +162,12 @@ def _run(ctx) -> None:
 
     options = method_options(ctx.params, method_name)
 
-    def factors(which: str) -> dict:
-        """The source_snmf factors of the `which` embeddings, checked against them and init.snmf."""
-        if "snmf_factors" not in ctx.input:
-            return {}
+    # the shared source_snmf factors of each matrix, checked against it and init.snmf (read once)
+    snmf = {}
+    if "snmf_factors" in ctx.input:
         from vocabtransfer.source_snmf import load_factors
 
-        return {"snmf": load_factors(ctx.input["snmf_factors"], which, matrices[which],
-                                     (ctx.params.get("init") or {}).get("snmf") or {})}
+        snmf = load_factors(ctx.input["snmf_factors"], matrices, (ctx.params.get("init") or {}).get("snmf") or {})
 
     resources = {k: Path(v) for k, v in ctx.input.items() if k not in CORE_INPUTS}
     dictionaries = options.get("dictionaries") or {}
@@ -179,7 +177,7 @@ def _run(ctx) -> None:
         source_embeddings=matrices["input"], source_tokenizer=source_tok, target_tokenizer=target_tok,
         overlap_target_ids=target_ids, overlap_source_ids=source_ids, auxiliary=aux, auxiliary_mask=aux_mask,
         options=options, seed=ctx.seed, device=ctx.device, lang=ctx.lang, resources=resources,
-        factors=factors("input"),
+        factors={"snmf": snmf["input"]} if snmf else {},
     )
     log.info("init %s/%s: %d target tokens (%d overlap, %d with fastText vectors), %d source tokens, dim %d, %s "
              "output embeddings", ctx.lang, method_name, n_target, len(target_ids), int(aux_mask.sum()), n_source,
@@ -197,7 +195,7 @@ def _run(ctx) -> None:
     out_stats = None
     if untied:
         t = time.perf_counter()
-        out_result = method(replace(problem, source_embeddings=matrices["output"], factors=factors("output")))
+        out_result = method(replace(problem, source_embeddings=matrices["output"], factors={"snmf": snmf["output"]} if snmf else {}))
         out = _check_result(out_result, method_name, (n_target, matrices["output"].shape[1]), "output")
         seconds["output"] = time.perf_counter() - t
         tensors["output_embeddings"] = out

@@ -71,8 +71,9 @@ def _run(ctx) -> None:
     log.info("source_snmf done in %.1f s: %s", time.perf_counter() - start, ctx.output["factors"])
 
 
-def load_factors(path: str | Path, which: str, E, options: dict):
-    """(W, H, stats) for the `which` ("input"/"output") embeddings E from a source_snmf file.
+def load_factors(path: str | Path, matrices: dict, options: dict) -> dict:
+    """{which: (W, H, stats)} from a source_snmf file for each matrix in `matrices`
+    ({"input": E, "output": E or None}, as `modeling.embedding_matrices` returns them).
 
     Refuses, with the cause, factors of another matrix (fingerprint) or computed with other
     `init.snmf` options than `options`: a stale file must never be used silently.
@@ -80,21 +81,26 @@ def load_factors(path: str | Path, which: str, E, options: dict):
     path = Path(path)
     tensors = io.load_tensors(path)  # a missing or unreadable file: one clear error
     meta = io.tensor_metadata(path)
-    entry = meta.get(which)
-    if not isinstance(entry, dict):
-        raise VocabTransferError(f"{path}: holds no factorisation of the {which} embeddings; rerun the source_snmf stage")
-    if entry.get("fingerprint") != fingerprint(E):
-        raise VocabTransferError(f"{path}: factorises other {which} embeddings than the source model's "
-                                 f"{tuple(E.shape)}; rerun the source_snmf stage")
     saved = meta.get("options") or {}
-    wanted = {k: options.get(k) for k in FACTOR_KEYS}
-    differ = [f"{k}={saved.get(k)!r} (params: {wanted[k]!r})" for k in FACTOR_KEYS
-              if k in options and saved.get(k) != wanted[k]]
+    differ = [f"{k}={saved.get(k)!r} (params: {options[k]!r})" for k in FACTOR_KEYS
+              if k in options and saved.get(k) != options[k]]
     if differ:
         raise VocabTransferError(f"{path}: computed with other init.snmf options: {', '.join(differ)}; "
                                  "rerun the source_snmf stage")
-    missing = [k for k in (f"{which}_coordinates", f"{which}_primitives") if k not in tensors]
-    if missing:
-        raise VocabTransferError(f"{path}: missing tensor(s) {', '.join(missing)}; rerun the source_snmf stage")
-    stats = dict(entry.get("stats") or {}, cached=str(path))
-    return tensors[f"{which}_coordinates"], tensors[f"{which}_primitives"], stats
+    factors = {}
+    for which, E in matrices.items():
+        if E is None:
+            continue
+        entry = meta.get(which)
+        if not isinstance(entry, dict):
+            raise VocabTransferError(f"{path}: holds no factorisation of the {which} embeddings; "
+                                     "rerun the source_snmf stage")
+        if entry.get("fingerprint") != fingerprint(E):
+            raise VocabTransferError(f"{path}: factorises other {which} embeddings than the source model's "
+                                     f"{tuple(E.shape)}; rerun the source_snmf stage")
+        keys = (f"{which}_coordinates", f"{which}_primitives")
+        missing = [k for k in keys if k not in tensors]
+        if missing:
+            raise VocabTransferError(f"{path}: missing tensor(s) {', '.join(missing)}; rerun the source_snmf stage")
+        factors[which] = (tensors[keys[0]], tensors[keys[1]], dict(entry.get("stats") or {}, cached=str(path)))
+    return factors

@@ -92,6 +92,25 @@ def require_auxiliary(problem: TransferProblem, section: str) -> tuple[torch.Ten
     return aux, mask
 
 
+def neighbour_method_options(problem: TransferProblem, defaults: dict, section: str,
+                             size_key: str) -> tuple[int, int, float]:
+    """(low-rank size, neighbors, temperature) of ofa (`keep_dim`) or snmf (`rank`), checked, and
+    the overlap and auxiliary inputs checked too: every bad input fails before the factorisation."""
+    opts = problem.options or {}
+    warn_unknown(opts, defaults, section)
+    size = int_option(opts, size_key, defaults[size_key], section=section)
+    neighbors = int_option(opts, "neighbors", defaults["neighbors"], section=section)
+    temperature = float_option(opts, "temperature", defaults["temperature"], section=section)
+    D = problem.source_embeddings.shape[1]
+    if size > D:
+        raise VocabTransferError(
+            f"{section}.{size_key}={size}: larger than the source model's hidden size {D}; set it to at most {D}"
+        )
+    check_overlap(problem, section)
+    require_auxiliary(problem, section)
+    return size, neighbors, temperature
+
+
 # --------------------------------------------------------------------------------------------
 # the neighbour step (OFA and UNKs Everywhere)
 # --------------------------------------------------------------------------------------------
@@ -224,18 +243,7 @@ def neighbour_coordinates(
 @register("ofa")
 def ofa(problem: TransferProblem) -> TransferResult:
     section = "init.ofa"
-    opts = problem.options or {}
-    warn_unknown(opts, DEFAULTS, section)
-    keep_dim = int_option(opts, "keep_dim", DEFAULTS["keep_dim"], section=section)
-    neighbors = int_option(opts, "neighbors", DEFAULTS["neighbors"], section=section)
-    temperature = float_option(opts, "temperature", DEFAULTS["temperature"], section=section)
-    D = problem.source_embeddings.shape[1]
-    if keep_dim > D:
-        raise VocabTransferError(
-            f"{section}.keep_dim={keep_dim}: larger than the source model's hidden size {D}; set it to at most {D}"
-        )
-    check_overlap(problem, section)  # fail before the SVD
-    require_auxiliary(problem, section)
+    keep_dim, neighbors, temperature = neighbour_method_options(problem, DEFAULTS, section, "keep_dim")
 
     # 1. factorise in float64 (keep_dim = hidden size: no factorisation, P = identity, as in OFA)
     C, P, fstats = factorize_source(problem.source_embeddings, "svd", {"keep_dim": keep_dim},

@@ -18,10 +18,9 @@ from __future__ import annotations
 
 import logging
 
-from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.methods import TransferProblem, TransferResult, register
-from vocabtransfer.methods.factorized import factorize_source, float_option, int_option, warn_unknown
-from vocabtransfer.methods.ofa import check_overlap, neighbour_coordinates, require_auxiliary
+from vocabtransfer.methods.factorized import factorize_source
+from vocabtransfer.methods.ofa import neighbour_coordinates, neighbour_method_options
 
 log = logging.getLogger(__name__)
 
@@ -31,19 +30,10 @@ DEFAULTS = {"rank": 100, "max_iter": 500, "tol": 1e-4, "init": "kmeans", "neighb
 @register("snmf")
 def snmf(problem: TransferProblem) -> TransferResult:
     section = "init.snmf"
-    opts = problem.options or {}
-    warn_unknown(opts, DEFAULTS, section)
-    neighbors = int_option(opts, "neighbors", DEFAULTS["neighbors"], section=section)
-    temperature = float_option(opts, "temperature", DEFAULTS["temperature"], section=section)
-    rank, D = int_option(opts, "rank", DEFAULTS["rank"], section=section), problem.source_embeddings.shape[1]
-    if rank > D:
-        raise VocabTransferError(f"{section}.rank={rank}: larger than the source model's hidden size {D}; "
-                                 f"set it to at most {D}")
-    check_overlap(problem, section)  # fail before the factorisation
-    require_auxiliary(problem, section)
+    _, neighbors, temperature = neighbour_method_options(problem, DEFAULTS, section, "rank")
 
     # 1. semi-NMF of the source embeddings
-    W, H, fstats = factorize_source(problem.source_embeddings, "snmf", opts, seed=problem.seed,
+    W, H, fstats = factorize_source(problem.source_embeddings, "snmf", problem.options or {}, seed=problem.seed,
                                     device=problem.device, section=section, cached=problem.factors.get("snmf"))
     # 2.-4. coefficients of the target tokens
     coords, stats = neighbour_coordinates(problem, W, neighbors=neighbors, temperature=temperature,
