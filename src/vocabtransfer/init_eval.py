@@ -125,6 +125,12 @@ def lm_eval(model, tokenizer, kind: M.Kind, lines: list[str], *, seq_len: int, b
     return M.evaluate_lm(model, M.lm_batches(tokenizer, blocks, kind, batch_size, seed), kind, calibrate=True)
 
 
+def loss_columns(res: dict) -> dict:
+    """The loss columns of an init_eval row from `lm_eval`'s result."""
+    return {"loss": res["loss"], "perplexity": res["perplexity"], "calibrated_loss": res["calibrated_loss"],
+            "temperature": res["temperature"], "n_eval_tokens": res["n_tokens"]}
+
+
 def markdown(rows: list[dict]) -> str:
     cols = ["lang", "method", "loss", "perplexity", "calibrated_loss", "temperature", "retrieval_en2xx",
             "retrieval_xx2en", "n_eval_tokens"]
@@ -157,8 +163,8 @@ def plot(rows: list[dict], path: str | Path, lang: str) -> None:
     names = [r["method"] for r in methods]
     ax = axes[0][0]
     ax.barh(y, [r["loss"] for r in methods], color="tab:blue", label="loss")
-    ax.scatter([r["calibrated_loss"] for r in methods], y, marker="D", color="white", edgecolors="black", zorder=3, s=20,
-               label="at the best temperature")
+    ax.scatter([r["calibrated_loss"] for r in methods], y, marker="D", color="white", edgecolors="black",
+               zorder=3, s=20, label="at the best temperature")
     for yi, r in zip(y, methods):
         ax.text(r["loss"], yi, f" {r['loss']:.2f} ({r['calibrated_loss']:.2f})", va="center", fontsize=8)
     if ref is not None:
@@ -217,9 +223,9 @@ def _run(ctx) -> None:
     source.to(ctx.device)
     source_tok = M.load_tokenizer(source_dir)
     ref = lm_eval(source, source_tok, source_kind, source_lines, seq_len=seq_len, batch_size=batch_size, seed=seed)
-    row = {"lang": source_lang, "method": "source", "kind": source_kind, "loss": ref["loss"],
-           "perplexity": ref["perplexity"], "calibrated_loss": ref["calibrated_loss"], "temperature": ref["temperature"], "n_eval_tokens": ref["n_tokens"], "n_eval_lines": len(source_lines),
-           "retrieval_en2xx": None, "retrieval_xx2en": None, "n_sentences": None, "model": str(source_dir)}
+    row = {"lang": source_lang, "method": "source", "kind": source_kind, **loss_columns(ref),
+           "n_eval_lines": len(source_lines), "retrieval_en2xx": None, "retrieval_xx2en": None,
+           "n_sentences": None, "model": str(source_dir)}
     src_vecs = None
     if source_kind == "masked" and src_sent:
         src_vecs = sentence_embeddings(source, source_tok, src_sent, batch_size=batch_size, max_length=seq_len,
@@ -240,10 +246,8 @@ def _run(ctx) -> None:
         model.to(ctx.device)
         tok = M.load_tokenizer(model_dir)
         res = lm_eval(model, tok, kind, valid, seq_len=seq_len, batch_size=batch_size, seed=seed)
-        row = {"lang": ctx.lang, "method": method, "kind": kind, "loss": res["loss"], "perplexity": res["perplexity"],
-               "calibrated_loss": res["calibrated_loss"], "temperature": res["temperature"],
-               "n_eval_tokens": res["n_tokens"], "n_eval_lines": len(valid), "retrieval_en2xx": None,
-               "retrieval_xx2en": None, "n_sentences": None, "model": str(model_dir)}
+        row = {"lang": ctx.lang, "method": method, "kind": kind, **loss_columns(res), "n_eval_lines": len(valid),
+               "retrieval_en2xx": None, "retrieval_xx2en": None, "n_sentences": None, "model": str(model_dir)}
         if kind == "masked" and src_vecs is not None:
             vecs = sentence_embeddings(model, tok, tgt_sent, batch_size=batch_size, max_length=seq_len,
                                        desc=f"{ctx.lang} sentences, {method}")
