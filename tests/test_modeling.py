@@ -333,3 +333,26 @@ def test_calibrated_loss_undoes_an_over_confident_scale(monkeypatch):
     assert sharp["calibrated_loss"] == pytest.approx(base["calibrated_loss"], rel=1e-5)
     assert sharp["temperature"] == pytest.approx(base["temperature"] * 1.1 ** 5, rel=1e-6)
     assert "calibrated_loss" not in M.evaluate_lm(Fixed(1.0), batches, "masked")
+
+
+def test_pack_ids_equals_pack_lines_on_the_same_text(shared_data):
+    """Pre-tokenised lines (no special tokens, as the pretokenize stage stores them) pack into exactly
+    the blocks that packing their text gives, for a BERT tokenizer and a causal (GPT-2-style) one."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    lines = [s.strip() for s in (shared_data / "pretrain_text" / "sw.txt").read_text(encoding="utf-8").splitlines()[:300]
+             if s.strip()]
+    bert = M.load_tokenizer(M.resolve_model_path("sentence-transformers/all-MiniLM-L6-v2"))
+    raw = Tokenizer(models.BPE(unk_token=None))
+    raw.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    raw.train_from_iterator(lines, trainers.BpeTrainer(vocab_size=400, special_tokens=["<|endoftext|>"]))
+    gpt = PreTrainedTokenizerFast(tokenizer_object=raw, eos_token="<|endoftext|>")
+    for tok, kind in ((bert, "masked"), (gpt, "causal")):
+        ids = [tok(line, add_special_tokens=False)["input_ids"] for line in lines]
+        for seq_len in (16, 64):
+            packed = M.pack_ids(tok, ids, seq_len, kind=kind)
+            assert packed == M.pack_lines(tok, lines, seq_len, kind=kind)
+            assert max(map(len, packed)) <= seq_len
+    assert M.special_tokens_around(bert) == ([bert.cls_token_id], [bert.sep_token_id])
+    assert M.special_tokens_around(gpt) == ([], [])

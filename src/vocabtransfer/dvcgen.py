@@ -1,9 +1,9 @@
 """Generate dvc.yaml from the stage table (never edit dvc.yaml by hand).
 
 Per-language stages become DVC `matrix` stages over `${languages}` from params.yaml, so
-adding a language needs no regeneration. Stages with a `method` wildcard become one
-matrix stage per method listed in params.yaml (`init.methods`), because each method
-reads different params leaves.
+adding a language needs no regeneration. Stages with other wildcards (`method`, `objective`,
+…) become one matrix stage per combination the stage's `expand` takes from params.yaml (e.g.
+one per `init.methods` entry), because each combination reads different params leaves.
 """
 
 from __future__ import annotations
@@ -60,12 +60,8 @@ def stage_name(stage: S.Stage, fixed: dict[str, str]) -> str:
 def generate(params: dict) -> str:
     stages: dict[str, dict] = {}
     for stage in S.STAGES.values():
-        if "method" in stage.wildcards:
-            for method in params["init"]["methods"]:
-                fixed = {"method": method}
-                stages[stage_name(stage, fixed)] = _stage_entry(stage, params, fixed)
-        else:
-            stages[stage.name] = _stage_entry(stage, params, {})
+        for fixed in stage.combinations(params):
+            stages[stage_name(stage, fixed)] = _stage_entry(stage, params, fixed)
     return HEADER + yaml.safe_dump({"stages": stages}, sort_keys=False, width=120)
 
 

@@ -19,7 +19,7 @@ import os
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Iterable, Literal, Sequence
 
 from vocabtransfer.errors import VocabTransferError
 
@@ -365,6 +365,46 @@ def pack_lines(tokenizer, lines: list[str], seq_len: int, *, kind: Kind = "maske
     blocks: list[list[int]] = []
     block: list[int] = []
     for ids in encoded:
+        if eos is not None and (not ids or ids[-1] != eos):
+            ids = ids[: seq_len - 1] + [eos]
+        if block and len(block) + len(ids) > seq_len:
+            blocks.append(block)
+            block = []
+        block = block + ids
+    if block:
+        blocks.append(block)
+    return blocks
+
+
+def special_tokens_around(tokenizer) -> tuple[list[int], list[int]]:
+    """(prefix, suffix) ids that `tokenizer(text)` adds around a line's own ids (BERT: [CLS] / [SEP];
+    XLM-R: <s> / </s>; Llama: <s> / none; GPT-2: none), read off the encoding of a probe text."""
+    plain = tokenizer("a", add_special_tokens=False)["input_ids"]
+    full = tokenizer("a", add_special_tokens=True)["input_ids"]
+    for start in range(len(full) - len(plain) + 1):
+        if full[start: start + len(plain)] == plain:
+            return list(full[:start]), list(full[start + len(plain):])
+    raise VocabTransferError(f"{tokenizer.name_or_path}: cannot tell which special tokens the tokenizer adds "
+                             "around a line (its encoding of 'a' with special tokens does not contain the one without)")
+
+
+def pack_ids(tokenizer, sequences: Iterable[Sequence[int]], seq_len: int, *, kind: Kind = "masked") -> list[list[int]]:
+    """`pack_lines` for pre-tokenised lines (ids without special tokens, as the pretokenize stage writes them).
+
+    Each line gets the special tokens `tokenizer(text)` adds, is cut to `seq_len` the way
+    `truncation=True, max_length=seq_len` cuts it, and lines are packed whole into blocks of at most
+    `seq_len` ids; for causal models an end-of-sequence token closes each line. The same lines give
+    the same blocks as `pack_lines` on their text.
+    """
+    prefix, suffix = special_tokens_around(tokenizer)
+    room = seq_len - len(prefix) - len(suffix)
+    if room < 1:
+        raise VocabTransferError(f"seq_len {seq_len} leaves no room for tokens between the special tokens")
+    eos = tokenizer.eos_token_id if kind == "causal" else None
+    blocks: list[list[int]] = []
+    block: list[int] = []
+    for line in sequences:
+        ids = prefix + [int(i) for i in line[:room]] + suffix
         if eos is not None and (not ids or ids[-1] != eos):
             ids = ids[: seq_len - 1] + [eos]
         if block and len(block) + len(ids) > seq_len:

@@ -68,3 +68,24 @@ WORD_FASTTEXT = "results/{lang}/fasttext/words.bin"  # word-level fastText on th
 INIT_DIR = "results/{lang}/init/{method}"
 INIT_EVAL = "results/{lang}/init_eval.parquet"
 INIT_EVAL_PLOT = "results/{lang}/init_eval.png"
+
+# continued pretraining (one directory per language × method × objective): model/ (HF directory with
+# the tokenizer), metrics.parquet, stats.json. Trainer checkpoints live outside the declared outputs,
+# so a killed job resumes from them and Snakemake/DVC never delete them with an incomplete output.
+PRETRAIN_DIR = "results/{lang}/pretrain/{method}/{objective}"
+PRETRAIN_CHECKPOINTS = "checkpoints/{lang}/pretrain/{method}/{objective}"
+
+# analyses of continued pretraining
+TOKEN_FREQUENCY_LOSS = "results/{lang}/token_frequency_loss.parquet"
+TOKEN_FREQUENCY_PLOT = "results/{lang}/token_frequency_loss.png"
+GRADIENT_SCENARIOS = "results/{lang}/gradients/{method}/{objective}.parquet"
+GRADIENT_PLOT = "results/{lang}/gradients/{method}/{objective}.png"
+
+# downstream evaluation: one JSON per language × task × model × seed, where `model` is
+# `<method>-<objective>` (pretrained), `<method>-init` (initialised only) or `source` (no transfer)
+EVAL_RESULT = "results/{lang}/eval/{task}/{model}/seed{seed}.json"
+EVAL_CHECKPOINTS = "checkpoints/{lang}/eval/{task}/{model}/seed{seed}"
+
+# the study's report
+REPORT = "results/report.md"
+REPORT_DIR = "results/report"

@@ -35,6 +35,13 @@ class Stage:
     code: tuple[str, ...] | Callable[[dict, dict], tuple[str, ...]] = ()
     parallel: bool = False  # uses all the cores it is given
     gpu: bool = False  # benefits from a GPU (SLURM profile asks for one)
+    # the values of the wildcards other than `lang` that params ask for, e.g. init: one
+    # {"method": m} per `init.methods` entry; dvc.yaml gets one (lang-matrix) stage per entry
+    expand: Callable[[dict], list[dict[str, str]]] | None = None
+
+    def combinations(self, params: dict) -> list[dict[str, str]]:
+        """The non-`lang` wildcard values params ask for (one empty dict when there are none)."""
+        return self.expand(params) if self.expand else [{}]
 
     def leaves(self, params: dict, wildcards: dict) -> list[str]:
         """The concrete params leaves this stage reads for these wildcards."""
@@ -261,6 +268,7 @@ register(Stage(
     params=("seed",),
     extra_params=_init_leaves,
     code=_init_code,
+    expand=lambda params: [{"method": m} for m in params["init"]["methods"]],
     parallel=True,
     gpu=True,
 ))
