@@ -450,7 +450,7 @@ def pretrain_section(lang: Language, figure: str | None) -> list[str]:
     return lines
 
 
-def token_frequency_section(lang: Language) -> list[str]:
+def token_frequency_section(lang: Language, method_order: list[str]) -> list[str]:
     lines = ["### Loss by token frequency", ""]
     df = lang.token_frequency
     if df is None or len(df) == 0:
@@ -460,7 +460,8 @@ def token_frequency_section(lang: Language) -> list[str]:
                                          for b in buckets.itertuples()]
     rows = []
     order = {o: i for i, o in enumerate(OBJECTIVE_ORDER)}
-    keys = sorted({(r.method, r.objective) for r in df.itertuples()}, key=lambda k: (k[0], order.get(k[1], 9)))
+    keys = sorted({(r.method, r.objective) for r in df.itertuples()},
+                  key=lambda k: (model_sort_key(f"{k[0]}-{k[1]}", method_order), order.get(k[1], 9)))
     for method, objective in keys:
         sub = df[(df["method"] == method) & (df["objective"] == objective)].set_index("bucket")["loss"]
         rows.append([method, objective] + [fmt(sub.get(int(b)), 2) for b in buckets["bucket"]])
@@ -571,7 +572,7 @@ def write_report(params: dict, p: Plan, root: Path = Path(".")) -> Path:
                 write_curves_csv(lang, curves / f"{lang.lang}.csv")
                 m["valid_loss"] = {f"{k[0]}-{k[1]}": final_valid_loss(c) for k, c in lang.curves.items()}
             md += pretrain_section(lang, curve_fig)
-            md += token_frequency_section(lang)
+            md += token_frequency_section(lang, method_order)
             md += gradient_section(lang)
             cells = downstream(lang, params, method_order)
             down_fig = None
