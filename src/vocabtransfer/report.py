@@ -138,7 +138,7 @@ def dvc_plots(params: dict) -> dict[str, dict]:
     models = [f"{m}-{o}" for m, o in pretrain_jobs(params)]
     if not models:
         return {}
-    return {f"valid_loss_{lang}": {"template": "linear", "x": "step", "y": {curves_csv(lang): models},
+    return {f"valid_loss_{lang}": {"template": "linear", "x": "step", "y": {curves_csv(lang): list(models)},
                                    "title": f"{lang}: valid loss during continued pretraining",
                                    "x_label": "step", "y_label": "valid loss"}
             for lang in params["languages"]}
