@@ -272,3 +272,18 @@ def test_inputs_name_every_artefact_of_the_plan(monkeypatch):
             "results/sw/gradients/focus+svd/selfish.parquet",
             "results/sw/eval/nli/focus+svd-selfish/seed2.json"} <= paths
     assert all(k.isidentifier() for k in R.inputs(PARAMS, {}))
+
+
+def test_cli_runs_the_stage(tmp_path, monkeypatch):
+    """`vocabtransfer report` in a results tree: the stage writes every declared output."""
+    from conftest import REPO
+    from vocabtransfer.cli import main
+    from vocabtransfer.stages import STAGES
+
+    plan = make_results(tmp_path)
+    monkeypatch.setattr(R, "plan", lambda params, root=Path("."): plan)
+    monkeypatch.chdir(tmp_path)
+    assert main(["report", "--params", str(REPO / "params.yaml")]) == 0
+    for name, template in STAGES["report"].outputs.items():
+        assert (tmp_path / template).exists(), name
+    assert "**62.0 ± 2.8**" in (tmp_path / P.REPORT).read_text()

@@ -570,7 +570,8 @@ def write_report(params: dict, p: Plan, root: Path = Path(".")) -> Path:
                 curve_fig = f"{P.REPORT_FIGURES}/{lang.lang}_valid_loss.png"
                 plot_curves(lang, figures / Path(curve_fig).name)
                 write_curves_csv(lang, curves / f"{lang.lang}.csv")
-                m["valid_loss"] = {f"{k[0]}-{k[1]}": final_valid_loss(c) for k, c in lang.curves.items()}
+                m["valid_loss"] = {f"{k[0]}-{k[1]}": v for k, c in lang.curves.items()
+                                   if _finite(v := final_valid_loss(c))}
             md += pretrain_section(lang, curve_fig)
             md += token_frequency_section(lang, method_order)
             md += gradient_section(lang)
