@@ -10,10 +10,14 @@ min_version("9.0")
 configfile: "params.yaml"
 
 
+report: "workflow/report/workflow.rst"
+
+
 include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/auxiliary.smk"
 include: "workflow/rules/init.smk"
+include: "workflow/rules/report.smk"
 
 
 rule all:

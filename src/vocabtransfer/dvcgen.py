@@ -4,6 +4,8 @@ Per-language stages become DVC `matrix` stages over `${languages}` from params.y
 adding a language needs no regeneration. Stages with other wildcards (`method`, `objective`,
 …) become one matrix stage per combination the stage's `expand` takes from params.yaml (e.g.
 one per `init.methods` entry), because each combination reads different params leaves.
+A stage's `metrics` outputs are declared as DVC metrics (not cached, so `dvc metrics diff`
+compares them across commits) and its `plots` become top-level plot definitions.
 """
 
 from __future__ import annotations
@@ -48,7 +50,10 @@ def _stage_entry(stage: S.Stage, params: dict, fixed: dict[str, str]) -> dict:
     if stage.extra_params:
         leaves += stage.extra_params(params, {**fixed, "lang": "${item.lang}"})
     entry["params"] = leaves
-    entry["outs"] = [_dvc_template(t, fixed) for t in stage.outputs.values()]
+    entry["outs"] = [_dvc_template(t, fixed) for k, t in stage.outputs.items() if k not in stage.metrics]
+    if stage.metrics:
+        entry["metrics"] = [{_dvc_template(t, fixed): {"cache": False}}
+                            for k, t in stage.outputs.items() if k in stage.metrics]
     return entry
 
 
@@ -59,10 +64,16 @@ def stage_name(stage: S.Stage, fixed: dict[str, str]) -> str:
 
 def generate(params: dict) -> str:
     stages: dict[str, dict] = {}
+    plots: list[dict] = []
     for stage in S.STAGES.values():
         for fixed in stage.combinations(params):
             stages[stage_name(stage, fixed)] = _stage_entry(stage, params, fixed)
-    return HEADER + yaml.safe_dump({"stages": stages}, sort_keys=False, width=120)
+        if stage.plots:
+            plots += [{plot_id: props} for plot_id, props in stage.plots(params).items()]
+    document: dict = {"stages": stages}
+    if plots:
+        document["plots"] = plots  # top-level definitions: `dvc plots show` renders them
+    return HEADER + yaml.safe_dump(document, sort_keys=False, width=120)
 
 
 def missing_leaves(raw: dict, params: dict) -> list[str]:

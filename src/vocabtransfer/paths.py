@@ -89,3 +89,6 @@ EVAL_CHECKPOINTS = "checkpoints/{lang}/eval/{task}/{model}/seed{seed}"
 # the study's report
 REPORT = "results/report.md"
 REPORT_DIR = "results/report"
+REPORT_FIGURES = "results/report/figures"  # the report's PNG figures
+REPORT_CURVES = "results/report/curves"  # valid-loss curves as CSV, one per language (DVC plots)
+REPORT_METRICS = "results/report/metrics.json"  # final scores per language, model and task (DVC metrics)

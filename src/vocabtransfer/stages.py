@@ -38,6 +38,10 @@ class Stage:
     # the values of the wildcards other than `lang` that params ask for, e.g. init: one
     # {"method": m} per `init.methods` entry; dvc.yaml gets one (lang-matrix) stage per entry
     expand: Callable[[dict], list[dict[str, str]]] | None = None
+    # DVC: output names that are metrics files (`metrics:` with cache: false, for `dvc metrics show/diff`),
+    # and params -> top-level plot definitions over the stage's outputs ({plot id: DVC plot properties})
+    metrics: frozenset[str] = frozenset()
+    plots: Callable[[dict], dict[str, dict]] | None = None
 
     def combinations(self, params: dict) -> list[dict[str, str]]:
         """The non-`lang` wildcard values params ask for (one empty dict when there are none)."""
@@ -342,3 +346,31 @@ def param_values(params: dict, name: str, wildcards: dict) -> dict[str, Any]:
     """The params leaves a stage reads and their values (Snakemake's params, which rerun jobs on change)."""
     stage = STAGES[name]
     return {leaf: C.get(params, leaf) for leaf in stage.leaves(params, dict(wildcards))}
+
+
+def _report_inputs(params: dict, wildcards: dict) -> dict[str, str]:
+    from vocabtransfer import report
+
+    return report.inputs(params, wildcards)
+
+
+def _report_plots(params: dict) -> dict[str, dict]:
+    from vocabtransfer import report
+
+    return report.dvc_plots(params)
+
+
+register(Stage(
+    name="report",
+    func="vocabtransfer.report:run",
+    help="the study's report: results/report.md with figures, DVC plots (valid-loss curves) and metrics",
+    wildcards=(),
+    inputs=_report_inputs,
+    outputs={"report": P.REPORT, "figures": P.REPORT_FIGURES, "curves": P.REPORT_CURVES,
+             "metrics": P.REPORT_METRICS},
+    directories=frozenset({"figures", "curves"}),
+    metrics=frozenset({"metrics"}),
+    plots=_report_plots,
+    params=("seed", "languages", "source_model", "init.methods", "report.bootstrap_resamples", "report.confidence"),
+    code=("report.py",),
+))

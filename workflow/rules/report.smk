@@ -1,0 +1,24 @@
+# The study's report: results/report.md, its figures (in `snakemake --report` too), the
+# valid-loss curves (DVC plots) and metrics.json (DVC metrics).
+
+
+rule report:
+    input:
+        unpack(stage_input("report")),
+    output:
+        **{k: v for k, v in stage_output("report").items() if k != "figures"},
+        figures=report(
+            directory(P.REPORT_FIGURES),
+            patterns=["{name}.png"],
+            caption="../report/figures.rst",
+            category="Report",
+        ),
+    params:
+        leaves=stage_params("report"),
+    log:
+        stage_log("report"),
+    benchmark:
+        stage_benchmark("report")
+    threads: stage_threads("report")
+    shell:
+        "vocabtransfer report " + STAGE_ARGS
