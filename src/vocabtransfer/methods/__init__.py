@@ -77,7 +77,7 @@ def get_method(name: str) -> Method:
     if name in METHODS:
         return METHODS[name]
     if "+" in name:
-        from vocabtransfer.methods.factorized import resolve
+        from vocabtransfer.methods.variants import resolve
 
         return resolve(name)  # one-line VocabTransferError naming the bad part
     raise VocabTransferError(
