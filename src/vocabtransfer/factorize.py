@@ -22,6 +22,8 @@ from vocabtransfer.log import progress
 
 log = logging.getLogger(__name__)
 
+FACTORIZATIONS = ("svd", "snmf")  # the kinds `factorize_source` runs; `<method>+<kind>` names a variant
+
 
 def _check_matrix(X: torch.Tensor, name: str) -> None:
     if not isinstance(X, torch.Tensor) or X.ndim != 2 or X.shape[0] == 0 or X.shape[1] == 0:
@@ -339,7 +341,6 @@ def factorize_source(
     `options` is the params section (`init.svd` / `init.snmf`, missing keys take the schema's
     defaults), named `section` in errors.
     """
-    from vocabtransfer.methods import FACTORIZATIONS
     from vocabtransfer.methods.options import integer, merged, number
 
     if kind not in FACTORIZATIONS:

@@ -61,7 +61,7 @@ def inputs(params: dict, wildcards: dict) -> dict[str, str]:
 
 def method_options(params: dict, method: str) -> dict:
     """params `init.<base>` (a copy); for `base+fact` with `factorization` = params `init.<fact>`."""
-    from vocabtransfer.methods import FACTORIZATIONS
+    from vocabtransfer.factorize import FACTORIZATIONS
 
     section = params.get("init", {}) or {}
     base, _, fact = method.partition("+")
@@ -85,6 +85,10 @@ def read_auxiliary(path: Path, n_target: int):
     if emb.shape[0] != n_target or mask.shape != (n_target,):
         raise VocabTransferError(f"{path}: embeddings {tuple(emb.shape)} / mask {tuple(mask.shape)} do not have one row "
                                  f"per target token ({n_target}); rerun the fasttext stage")
+    bad = mask & ~emb.isfinite().all(dim=1)
+    if bool(bad.any()):
+        raise VocabTransferError(f"{path}: the vector of target id {int(bad.nonzero()[0])} contains NaN or "
+                                 "infinite values; delete the file and rerun the fasttext stage")
     return emb, mask
 
 

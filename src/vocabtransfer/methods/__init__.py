@@ -68,9 +68,6 @@ def available() -> list[str]:
     return sorted(METHODS)
 
 
-FACTORIZATIONS = ("svd", "snmf")
-
-
 def get_method(name: str) -> Method:
     """The method called `name`; `base+svd` / `base+snmf` run `base` inside a low-rank space."""
     _load_all()

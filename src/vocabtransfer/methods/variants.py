@@ -26,8 +26,8 @@ from typing import Literal
 import torch
 
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.factorize import factorize_source
-from vocabtransfer.methods import FACTORIZATIONS, METHODS, Method, TransferProblem, TransferResult
+from vocabtransfer.factorize import FACTORIZATIONS, factorize_source
+from vocabtransfer.methods import METHODS, Method, TransferProblem, TransferResult
 
 log = logging.getLogger(__name__)
 
