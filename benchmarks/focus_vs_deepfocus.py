@@ -103,7 +103,7 @@ def main(argv=None) -> int:
     import deepfocus
     from fastdist import fastdist
 
-    from vocabtransfer.focus import FOCUS
+    from vocabtransfer.deepfocus import FOCUS
     from vocabtransfer.modeling import load_tokenizer, resolve_model_path
 
     if args.threads:

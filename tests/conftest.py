@@ -17,12 +17,19 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
+def shared_file(relative: str) -> Path:
+    """A file under ../shared/data; a missing one fails the test (never a skip)."""
+    path = SHARED_DATA / relative
+    if not path.is_file():
+        raise RuntimeError(f"{path}: missing; tests need the shared data directory ../shared/data "
+                           "(or VOCABTRANSFER_SHARED_DATA) with its MANIFEST.md files")
+    return path
+
+
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
     """../shared/data beside the checkout (real, openly licensed data; see its MANIFEST.md)."""
-    if not (SHARED_DATA / "MANIFEST.md").is_file():
-        raise RuntimeError(f"{SHARED_DATA}: the shared data directory is missing; tests need ../shared/data")
-    return SHARED_DATA
+    return shared_file("MANIFEST.md").parent
 
 
 @pytest.fixture
@@ -43,3 +50,38 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+# ------------------------------------------------------------------ skips and bad-input counts
+
+# a test may skip only when it needs a CUDA GPU; its skip reason says so
+GPU_SKIP_REASON = "needs a CUDA device"
+BAD_INPUTS: dict[str, int] = {"tried": 0, "clear": 0, "partial": 0}
+
+
+def _bad_skips(reporter) -> list[str]:
+    out = []
+    for report in reporter.stats.get("skipped", []):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        if GPU_SKIP_REASON not in reason:
+            out.append(f"{report.nodeid} ({reason})")
+    return out
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """Every skip that is not GPU-only (a failure under VOCABTRANSFER_NO_SKIPS=1, as .ci/run sets),
+    and the bad-input matrix's counts."""
+    bad = _bad_skips(terminalreporter)
+    if bad:
+        terminalreporter.write_line(f"{len(bad)} test(s) skipped without needing a GPU: {'; '.join(bad)}", red=True)
+    if BAD_INPUTS["tried"]:
+        terminalreporter.write_line(
+            f"bad inputs: {BAD_INPUTS['tried']} tried, {BAD_INPUTS['clear']} clear one-line errors, "
+            f"{BAD_INPUTS['partial']} partial outputs")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session, exitstatus):
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None and os.environ.get("VOCABTRANSFER_NO_SKIPS") == "1" and _bad_skips(reporter):
+        session.exitstatus = 1

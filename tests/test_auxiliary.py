@@ -17,16 +17,13 @@ from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.io import load_tensors
 from vocabtransfer.stages import run_stage
 
-SW = Path("/work/shared/data/pretrain_text/sw.txt")
 N_LINES = 1500
 FAST = dict(dim=8, epochs=2, min_count=5, threads=1)  # tiny, single-threaded (deterministic)
 
 
 @pytest.fixture(scope="module")
-def raw_lines() -> list[str]:
-    if not SW.is_file():
-        pytest.skip(f"{SW} not available")
-    with SW.open(encoding="utf-8") as f:
+def raw_lines(shared_data) -> list[str]:
+    with (shared_data / "pretrain_text" / "sw.txt").open(encoding="utf-8") as f:
         return [next(f).rstrip("\n") for _ in range(N_LINES)]
 
 

@@ -95,11 +95,12 @@ def test_code_dependencies_follow_imports_and_the_method():
         for path in code(name):
             assert (REPO / "src" / "vocabtransfer" / path).is_file(), f"{name}: {path}"
     assert {"corpus.py", "download.py", "io.py"} <= code("corpus")  # io.py: imported, not listed
-    assert {"init.py", "methods/focus.py", "focus.py", "overlap.py", "modeling.py"} <= code("init_focus")
+    assert {"init.py", "methods/focus.py", "methods/options.py", "overlap.py", "modeling.py"} <= code("init_focus")
+    assert "deepfocus.py" not in code("init_focus")  # the deepfocus drop-in is not the pipeline's code
     assert not {"methods/wechsel.py", "methods/ofa.py", "methods/baselines.py", "auxiliary.py"} & code("init_focus")
     assert {"methods/baselines.py"} <= code("init_random") and "methods/focus.py" not in code("init_random")
     assert {"methods/wechsel.py", "auxiliary.py"} <= code("init_wechsel")
     assert {"methods/snmf.py", "methods/ofa.py", "source_snmf.py", "factorize.py"} <= code("init_snmf")
-    assert {"methods/fvt.py", "methods/factorized.py"} <= code("init_fvt_svd")
-    assert {"source_snmf.py", "methods/factorized.py", "factorize.py"} <= code("source_snmf")
+    assert {"methods/fvt.py", "methods/variants.py", "factorize.py"} <= code("init_fvt_svd")
+    assert {"source_snmf.py", "factorize.py", "methods/options.py"} <= code("source_snmf")
     assert not {"stages.py", "cli.py", "__init__.py"} & code("init_wechsel")  # the stage table is not code

@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from vocabtransfer import focus as F
+from vocabtransfer import deepfocus as F
+from vocabtransfer.auxiliary import load_fasttext
+from vocabtransfer.methods import focus as MF
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.modeling import load_tokenizer, resolve_model_path
 from vocabtransfer.overlap import compute_overlap, overlap_pairs
@@ -66,7 +68,7 @@ def tiny_problem(dim: int = 16):
 
 def test_focus_rows_are_sparsemax_convex_combinations_of_anchor_rows():
     source, t_ov, s_ov, aux, mask = tiny_problem()
-    out, stats = F.focus_embeddings(source, t_ov, s_ov, aux, mask, target_size=11, seed=3)
+    out, stats = MF.focus_embeddings(source, t_ov, s_ov, aux, mask, target_size=11, seed=3)
     assert stats["copied"] == 6 and stats["focus_combined"] == 3 and stats["random"] == 2
     assert stats["random_reason"] == "no fastText vector" and stats["anchors"] == 6
     assert torch.equal(out[:6], source[s_ov])
@@ -86,7 +88,7 @@ def test_focus_rows_are_sparsemax_convex_combinations_of_anchor_rows():
 @pytest.mark.parametrize("dim", [16, 48, 20, 100, 8])
 def test_random_rows_are_deepfocus_stream_for_any_dim(dim):
     source = torch.randn(50, dim, generator=torch.Generator().manual_seed(1)) * 0.1 + 0.3
-    got = F._normal_rows(source.mean(dim=0), source.std(dim=0), 37, seed=42)
+    got = MF.normal_rows(source.mean(dim=0), source.std(dim=0), 37, seed=42)
     assert torch.equal(got, deepfocus_random_rows(source, 37, seed=42))
 
 
@@ -97,10 +99,10 @@ def test_topk_and_block_size_do_not_change_the_result():
     mask = torch.rand(500, generator=gen) > 0.1
     t_ov = np.arange(0, 500, 3)
     s_ov = np.random.default_rng(0).permutation(300)[: t_ov.size]
-    ref, ref_stats = F.focus_embeddings(source, t_ov, s_ov, aux, mask, 500, topk=10_000, block_size=4096)
+    ref, ref_stats = MF.focus_embeddings(source, t_ov, s_ov, aux, mask, 500, topk=10_000, block_size=4096)
     assert ref_stats["support_max"] > 4  # rows with supports larger than the smallest k below
     for topk, block in ((1, 7), (4, 100), (16, 64)):
-        out, _ = F.focus_embeddings(source, t_ov, s_ov, aux, mask, 500, topk=topk, block_size=block)
+        out, _ = MF.focus_embeddings(source, t_ov, s_ov, aux, mask, 500, topk=topk, block_size=block)
         torch.testing.assert_close(out, ref, rtol=0, atol=1e-6)
 
 
@@ -108,8 +110,8 @@ def test_bad_inputs_are_one_line_errors():
     source, t_ov, s_ov, aux, mask = tiny_problem()
     cases = [
         (dict(target_ids_overlap=t_ov[:3]), "6 source ids"),
-        (dict(source_ids_overlap=s_ov + 10), "source id outside the 10 source rows"),
-        (dict(target_ids_overlap=np.array([0, 0, 1, 2, 3, 4])), "occurs more than once"),
+        (dict(source_ids_overlap=s_ov + 10), "source_id 15 is outside the source model's vocabulary"),
+        (dict(target_ids_overlap=np.array([0, 0, 1, 2, 3, 4])), "appears more than once"),
         (dict(auxiliary=aux[:5]), "expected (11, d) vectors"),
         (dict(source_embeddings=source[0]), "expected a 2-D tensor"),
     ]
@@ -117,10 +119,10 @@ def test_bad_inputs_are_one_line_errors():
                 auxiliary_mask=mask, target_size=11)
     for change, message in cases:
         with pytest.raises(VocabTransferError, match=message.replace("(", r"\(").replace(")", r"\)")) as err:
-            F.focus_embeddings(**{**base, **change})
+            MF.focus_embeddings(**{**base, **change})
         assert "\n" not in str(err.value)
     with pytest.raises(VocabTransferError, match="no overlapping token has an auxiliary"):
-        F.focus_embeddings(**{**base, "auxiliary_mask": torch.tensor([False] * 6 + [True] * 5)})
+        MF.focus_embeddings(**{**base, "auxiliary_mask": torch.tensor([False] * 6 + [True] * 5)})
 
 
 # --------------------------------------------------------------------------- against deepfocus
@@ -196,7 +198,7 @@ def test_equals_deepfocus_on_minilm_to_swahili(minilm, sw_tokenizer, token_fastt
     table = compute_overlap(sw_tokenizer, source_tokenizer)
     t_ov, s_ov = overlap_pairs(table)
     assert torch.equal(ours[t_ov], embeddings[s_ov])
-    words = F.TokenVectors(model=F._load_fasttext(token_fasttext)).words
+    words = F.TokenVectors(model=load_fasttext(token_fasttext)).words
     rare = [i for t, i in sw_tokenizer.get_vocab().items() if t not in words and i not in set(t_ov.tolist())]
     assert len(rare) > 20 and torch.equal(ours[sorted(rare)], ref[sorted(rare)])
     assert len(sw_tokenizer) - len(t_ov) - len(rare) > 500
@@ -209,7 +211,7 @@ def test_same_seed_same_bytes_other_seed_other_random_rows(minilm, sw_tokenizer,
     a, b, c = F.FOCUS(seed=7, **kwargs), F.FOCUS(seed=7, **kwargs), F.FOCUS(seed=8, **kwargs)
     assert a.numpy().tobytes() == b.numpy().tobytes()
     changed = (a != c).any(dim=1)
-    words = F.TokenVectors(model=F._load_fasttext(token_fasttext)).words
+    words = F.TokenVectors(model=load_fasttext(token_fasttext)).words
     no_vector = torch.tensor([t not in words for t in sw_tokenizer.convert_ids_to_tokens(list(range(len(a))))])
     assert changed.any() and not (changed & ~no_vector).any()  # only rows without a vector depend on the seed
 
@@ -319,7 +321,7 @@ def test_focus_method_from_a_transfer_problem(minilm, sw_tokenizer, token_fastte
     source_tokenizer, embeddings = minilm
     table = compute_overlap(sw_tokenizer, source_tokenizer)
     t_ov, s_ov = overlap_pairs(table)
-    vecs, mask = F.TokenVectors(model=F._load_fasttext(token_fasttext)).matrix(table.column("target_token").to_pylist())
+    vecs, mask = F.TokenVectors(model=load_fasttext(token_fasttext)).matrix(table.column("target_token").to_pylist())
     problem = TransferProblem(source_embeddings=embeddings, source_tokenizer=source_tokenizer,
                               target_tokenizer=sw_tokenizer, overlap_target_ids=t_ov, overlap_source_ids=s_ov,
                               auxiliary=torch.from_numpy(vecs), auxiliary_mask=torch.from_numpy(mask),

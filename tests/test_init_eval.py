@@ -9,15 +9,16 @@ import matplotlib.image
 import pyarrow as pa
 import pytest
 import torch
+from conftest import shared_file
 
 from vocabtransfer import init_eval as E
 from vocabtransfer import io
 from vocabtransfer.errors import VocabTransferError
 
 try:
-    from test_modeling import DATA, bpe_tokenizer, make_ctx, save_dir, text_lines, tiny_bert, tiny_llama, wordpiece_tokenizer
+    from test_modeling import bpe_tokenizer, make_ctx, save_dir, text_lines, tiny_bert, tiny_llama, wordpiece_tokenizer
 except ImportError:  # tests collected as a package
-    from tests.test_modeling import (DATA, bpe_tokenizer, make_ctx, save_dir, text_lines, tiny_bert, tiny_llama,
+    from tests.test_modeling import (bpe_tokenizer, make_ctx, save_dir, text_lines, tiny_bert, tiny_llama,
                                      wordpiece_tokenizer)
 
 N_XNLI_ROWS = 90  # 30 distinct premises
@@ -35,9 +36,9 @@ def setup_study(tmp_path, source_model, source_tok, methods: dict, *, xx_same_as
     io.write_parquet(pa.table({"text": en[-40:]}), valid)  # = the source model's held-out lines
     xnli = tmp_path / "xnli"
     xnli.mkdir()
-    rows = (DATA / "xnli" / "dev-en.tsv").read_text(encoding="utf-8").splitlines()[:N_XNLI_ROWS]
+    rows = shared_file("xnli/dev-en.tsv").read_text(encoding="utf-8").splitlines()[:N_XNLI_ROWS]
     (xnli / "dev-en.tsv").write_text("\n".join(rows) + "\n", encoding="utf-8")
-    other = rows if xx_same_as_en else (DATA / "xnli" / "dev-sw.tsv").read_text(encoding="utf-8").splitlines()[:N_XNLI_ROWS]
+    other = rows if xx_same_as_en else shared_file("xnli/dev-sw.tsv").read_text(encoding="utf-8").splitlines()[:N_XNLI_ROWS]
     (xnli / "dev-xx.tsv").write_text("\n".join(other) + "\n", encoding="utf-8")
     params = {
         "seed": 3,

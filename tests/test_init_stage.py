@@ -182,13 +182,11 @@ def test_transfer_bias():
     assert bias.tolist() == [3.0, 3.0, 6.0]
 
 
-def test_inputs_and_leaves_follow_the_method():
+def test_inputs_follow_the_method():
     params = {"init": {"methods": ["wechsel", "focus+svd"], "wechsel": {}, "focus": {}, "svd": {}}}
     assert I.inputs(params, {"lang": "sw", "method": "wechsel"})["target_fasttext"] == "results/{lang}/fasttext/words.bin"
     assert set(I.inputs(params, {"lang": "sw", "method": "focus+svd"})) == {"source_model", "tokenizer", "overlap",
                                                                              "fasttext"}
-    assert I.leaves(params, {"lang": "sw", "method": "focus+svd"}) == ["init.focus", "init.svd"]
-    assert I.leaves(params, {"lang": "sw", "method": "random"}) == []
 
 
 def snmf_params(**snmf):

@@ -10,7 +10,7 @@ from transformers import PreTrainedTokenizerFast
 
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.methods import TransferProblem, get_method
-from vocabtransfer.methods.baselines import token_surfaces, tokenizer_scheme
+from vocabtransfer.methods.baselines import token_surfaces, tokenizer_markers
 from vocabtransfer.methods.fvt import split_with_source
 
 # --------------------------------------------------------------------------- tiny tokenizers
@@ -151,8 +151,8 @@ def test_special_tokens_match_by_role_when_strings_differ():
 
 @pytest.mark.parametrize("bad, message", [
     (dict(overlap_target_ids=np.array([4, 5]), overlap_source_ids=np.array([5])), "2 target ids but 1 source ids"),
-    (dict(overlap_target_ids=np.array([99]), overlap_source_ids=np.array([5])), "outside the target vocabulary"),
-    (dict(overlap_target_ids=np.array([4]), overlap_source_ids=np.array([50])), "outside the source embeddings"),
+    (dict(overlap_target_ids=np.array([99]), overlap_source_ids=np.array([5])), "target_id 99 is outside the target tokenizer's vocabulary"),
+    (dict(overlap_target_ids=np.array([4]), overlap_source_ids=np.array([50])), "source_id 50 is outside the source model's vocabulary"),
     (dict(overlap_target_ids=np.array([4, 4]), overlap_source_ids=np.array([5, 5])), "more than once"),
 ])
 def test_bad_overlap_is_one_clear_error(bad, message):
@@ -224,7 +224,7 @@ def test_token_surfaces_respect_word_markers(make, start, cont):
 def test_bytelevel_surface_decodes_bytes():
     tok = bytelevel(["<unk>", "<s>", "Ġcaf\u00c3\u00a9", "\u00c3"])  # " café", and half of "é"
     texts, word_start = token_surfaces(tok)
-    assert tokenizer_scheme(tok).kind == "bytelevel"
+    assert tokenizer_markers(tok).kind == "bytelevel"
     assert (texts[2], bool(word_start[2])) == ("café", True)
     assert texts[3] is None  # a partial UTF-8 byte has no text
     _, stats = run("fvt", problem(target=tok, overlap=()))

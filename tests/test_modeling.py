@@ -11,20 +11,20 @@ import os
 from pathlib import Path
 
 import pytest
+from conftest import shared_file
 import torch
 
 from vocabtransfer import modeling as M
 from vocabtransfer.errors import VocabTransferError
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-DATA = Path(os.environ.get("VOCABTRANSFER_DATA", "/work/shared/data"))
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 
 
 # ---------------------------------------------------------------- helpers (used by other test files)
 
 def text_lines(lang: str, n: int, start: int = 0) -> list[str]:
-    with (DATA / "pretrain_text" / f"{lang}.txt").open(encoding="utf-8") as fh:
+    with shared_file(f"pretrain_text/{lang}.txt").open(encoding="utf-8") as fh:
         lines = [line.strip() for line in fh if line.strip()]
     return lines[start: start + n]
 

@@ -37,10 +37,10 @@ def source():
 
 
 @pytest.fixture(scope="module")
-def workdir(tmp_path_factory, source):
+def workdir(tmp_path_factory, source, shared_data):
     """A tiny target tokenizer and corpus under results/sw/, and one run of the stage."""
     root = tmp_path_factory.mktemp("pretok")
-    with open("/work/shared/data/pretrain_text/sw.txt", encoding="utf-8") as f:
+    with open(shared_data / "pretrain_text" / "sw.txt", encoding="utf-8") as f:
         lines = [next(f).rstrip("\n") for _ in range(1200)]
     train, valid = lines[:1000] + EXTRA, lines[1000:]
     for name, rows in (("train", train), ("valid", valid)):

@@ -10,6 +10,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import shared_file
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
@@ -21,13 +22,12 @@ from vocabtransfer.stages import run_stage
 from vocabtransfer.tokenizer import (BYTE_TOKENS, _canonical_unigram, detect_family, iter_text_batches,
                                      load_target_tokenizer, train_tokenizer)
 
-DATA = "/work/shared/data/pretrain_text"
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 SENTENCE = "Yesu alimwambia, Nenda ukamwite mume wako."
 
 
 def _lines(lang: str, n: int) -> list[str]:
-    with open(f"{DATA}/{lang}.txt", encoding="utf-8") as f:
+    with open(shared_file(f"pretrain_text/{lang}.txt"), encoding="utf-8") as f:
         return [next(f).rstrip("\n") for _ in range(n)]
 
 

@@ -2,15 +2,17 @@
 
 Both return a pair `(coordinates, primitives)` with E ≈ coordinates @ primitives:
 coordinates are per token (V×k), primitives are the shared up-projection (k×D).
-Methods such as OFA, UNKs Everywhere (`snmf`) and the factorised variants (`focus+svd`, …)
-initialise new tokens in the k-dimensional coordinate space and map them up with the
-source model's primitives.
+Methods such as OFA, UNKs Everywhere (`snmf`) and the factorised variants (`focus+svd`, …,
+`methods.variants`) initialise new tokens in the k-dimensional coordinate space and map them
+up with the source model's primitives; `factorize_source` is the factorisation they (and the
+source_snmf stage) run, configured by the params sections `init.svd` / `init.snmf`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from typing import Callable, Literal
 
 import torch
@@ -19,6 +21,8 @@ from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.log import progress
 
 log = logging.getLogger(__name__)
+
+FACTORIZATIONS = ("svd", "snmf")  # the kinds `factorize_source` runs; `<method>+<kind>` names a variant
 
 
 def _check_matrix(X: torch.Tensor, name: str) -> None:
@@ -311,3 +315,92 @@ def semi_nmf(
     if return_history:
         return W, H, history
     return W, H
+
+
+# --------------------------------------------------------------------------------------------
+# The factorisation an initialisation method uses
+# --------------------------------------------------------------------------------------------
+
+def factorize_source(
+    E: torch.Tensor,
+    kind: Literal["svd", "snmf"],
+    options: dict,
+    *,
+    seed: int,
+    device: str = "cpu",
+    section: str | None = None,
+    cached: tuple[torch.Tensor, torch.Tensor, dict] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, dict]:
+    """(coordinates V×k, primitives k×D, stats) of the source embeddings, on the CPU.
+
+    `cached` = (C, P, stats) computed earlier for the same E and options (the source_snmf
+    stage, `problem.factors[kind]`) is checked for shape and returned instead of factorising.
+
+    svd returns float64 factors; with keep_dim = D it does not factorise (C = E, P = I, as
+    OFA does), so copied rows reproduce the source rows exactly. snmf returns float32.
+    `options` is the params section (`init.svd` / `init.snmf`, missing keys take the schema's
+    defaults), named `section` in errors.
+    """
+    from vocabtransfer.methods.options import integer, merged, number
+
+    if kind not in FACTORIZATIONS:
+        raise VocabTransferError(f"factorization {kind!r}: unknown; allowed values: {', '.join(FACTORIZATIONS)}")
+    section = section or f"init.{kind}"
+    options = merged(options, kind)  # the schema's defaults of init.svd / init.snmf
+    D = E.shape[1]
+    t0 = time.perf_counter()
+    if kind == "svd":
+        k = integer(options, "keep_dim", section)
+        if k > D:
+            raise VocabTransferError(
+                f"{section}.keep_dim={k}: larger than the source model's hidden size {D}; set it to at most {D}"
+            )
+        if k == D:
+            # OFA's convention: keep_dim = hidden size means no factorisation at all
+            C = E.detach().cpu().double()
+            P = torch.eye(D, dtype=torch.float64)
+            stats = {"kind": "svd", "keep_dim": k, "relative_error": 0.0,
+                     "note": "keep_dim equals the hidden size: not factorised (coordinates = embeddings, "
+                             "primitives = identity), as in OFA"}
+            log.info("%s: keep_dim = hidden size %d, so the embeddings are used unfactorised", section, D)
+        else:
+            C, P = truncated_svd(E.detach().cpu().double(), k)
+            err = relative_error(E, C, P)
+            stats = {"kind": "svd", "keep_dim": k, "relative_error": err}
+            log.info("%s: truncated SVD to %d primitives, relative reconstruction error %.4f", section, k, err)
+    else:
+        k = integer(options, "rank", section)
+        if k > D:
+            raise VocabTransferError(
+                f"{section}.rank={k}: larger than the source model's hidden size {D}; set it to at most {D}"
+            )
+        if cached is not None:
+            C, P, stats = cached
+            if tuple(C.shape) != (E.shape[0], k) or tuple(P.shape) != (k, D):
+                raise VocabTransferError(
+                    f"{section}: precomputed factors have shapes {tuple(C.shape)} and {tuple(P.shape)}, expected "
+                    f"({E.shape[0]}, {k}) and ({k}, {D}); rerun the source_snmf stage"
+                )
+            log.info("%s: using the precomputed semi-NMF (rank %d, relative error %.4f)", section, k,
+                     stats.get("relative_error", float("nan")))
+            return C.float(), P.float(), dict(stats)
+        max_iter = integer(options, "max_iter", section, minimum=0)
+        tol = number(options, "tol", section, strict=False)
+        init = options["init"]
+        if init not in ("kmeans", "svd"):
+            raise VocabTransferError(
+                f"{section}.init={init!r}: unknown initialisation; allowed values: 'kmeans', 'svd'"
+            )
+        W, H, history = semi_nmf(E.detach().float(), k, max_iter=max_iter, tol=tol, seed=seed, device=device,
+                                 init=init, return_history=True)
+        C, P = W.cpu(), H.cpu()
+        iterations = len(history) - 1
+        stats = {"kind": "snmf", "rank": k, "init": init, "max_iter": max_iter, "tol": tol,
+                 "iterations": iterations, "stopped_by_tol": iterations < max_iter,
+                 "initial_relative_error": history[0], "relative_error": history[-1]}
+        if iterations >= max_iter and max_iter > 0:
+            log.warning("%s: semi-NMF hit max_iter=%d before the relative improvement fell below tol=%g "
+                        "(relative error %.4f); raise %s.max_iter for a closer fit",
+                        section, max_iter, tol, history[-1], section)
+    stats["seconds"] = round(time.perf_counter() - t0, 3)
+    return C, P, stats

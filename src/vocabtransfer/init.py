@@ -59,16 +59,9 @@ def inputs(params: dict, wildcards: dict) -> dict[str, str]:
             "fasttext": P.FASTTEXT_EMB, **factors, **METHOD_INPUTS.get(base, {})}
 
 
-def leaves(params: dict, wildcards: dict) -> list[str]:
-    """The params leaves a method reads: `init.<base>` and, for `base+fact`, `init.<fact>` (where present)."""
-    section = params.get("init", {}) or {}
-    base, _, fact = wildcards["method"].partition("+")
-    return [f"init.{name}" for name in (base, fact) if name and name in section]
-
-
 def method_options(params: dict, method: str) -> dict:
     """params `init.<base>` (a copy); for `base+fact` with `factorization` = params `init.<fact>`."""
-    from vocabtransfer.methods import FACTORIZATIONS
+    from vocabtransfer.factorize import FACTORIZATIONS
 
     section = params.get("init", {}) or {}
     base, _, fact = method.partition("+")
@@ -80,20 +73,10 @@ def method_options(params: dict, method: str) -> dict:
 
 def read_overlap(path: Path, n_target: int, n_source: int) -> tuple[np.ndarray, np.ndarray]:
     """(target ids, source ids) of the overlapping pairs, checked against both vocabularies."""
-    table = io.read_parquet(path, ["target_id", "source_id"])
-    target = table.column("target_id").to_numpy(zero_copy_only=False)
-    source = table.column("source_id")
-    keep = ~np.asarray(source.is_null().to_numpy(zero_copy_only=False), dtype=bool)
-    target = np.asarray(target, dtype=np.int64)[keep]
-    source = np.asarray(source.drop_null().to_numpy(zero_copy_only=False), dtype=np.int64)
-    for ids, n, what, fix in ((target, n_target, "target_id", "target tokenizer"),
-                              (source, n_source, "source_id", "source model")):
-        if len(ids) and (ids.min() < 0 or ids.max() >= n):
-            raise VocabTransferError(f"{path}: {what} {int(ids.max() if ids.max() >= n else ids.min())} is outside "
-                                     f"the {fix}'s vocabulary (size {n}); rerun the overlap stage")
-    if len(np.unique(target)) != len(target):
-        raise VocabTransferError(f"{path}: a target_id appears more than once; rerun the overlap stage")
-    return target, source
+    from vocabtransfer.overlap import checked_pairs, overlap_pairs
+
+    target, source = overlap_pairs(io.read_parquet(path, ["target_id", "source_id"]))
+    return checked_pairs(target, source, n_target, n_source, where=str(path))
 
 
 def read_auxiliary(path: Path, n_target: int):
@@ -102,6 +85,10 @@ def read_auxiliary(path: Path, n_target: int):
     if emb.shape[0] != n_target or mask.shape != (n_target,):
         raise VocabTransferError(f"{path}: embeddings {tuple(emb.shape)} / mask {tuple(mask.shape)} do not have one row "
                                  f"per target token ({n_target}); rerun the fasttext stage")
+    bad = mask & ~emb.isfinite().all(dim=1)
+    if bool(bad.any()):
+        raise VocabTransferError(f"{path}: the vector of target id {int(bad.nonzero()[0])} contains NaN or "
+                                 "infinite values; delete the file and rerun the fasttext stage")
     return emb, mask
 
 

@@ -32,6 +32,8 @@ from typing import Literal
 import numpy as np
 import pyarrow as pa
 
+from vocabtransfer.errors import VocabTransferError
+
 log = logging.getLogger(__name__)
 
 SP_SPACE = "▁"  # SentencePiece word-start marker; the canonical word-start marker
@@ -44,7 +46,9 @@ _PUNCTUATION = frozenset(string.punctuation)
 EXACT, FUZZY, SYMBOL, NONE = "exact_match", "fuzzy_match", "numerical_symbol", "none"
 MATCH_KINDS = (EXACT, FUZZY, SYMBOL, NONE)
 
-Scheme = Literal["sentencepiece", "wordpiece", "bytelevel"]
+# how a tokenizer marks word boundaries in its token strings ("plain": no markers); one vocabulary for
+# `detect_scheme` (from the token strings) and `methods.baselines.tokenizer_markers` (from the backend)
+Scheme = Literal["sentencepiece", "wordpiece", "bytelevel", "plain"]
 
 SCHEMA = pa.schema([
     pa.field("target_id", pa.int32(), nullable=False),
@@ -230,6 +234,30 @@ def overlap_pairs(table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
     target_ids = table.column("target_id").to_numpy().astype(np.int64)[valid]
     source_ids = source.fill_null(0).to_numpy().astype(np.int64)[valid]
     return target_ids, source_ids
+
+
+def checked_pairs(target_ids, source_ids, n_target: int, n_source: int, *, where: str,
+                  allow_empty: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """Aligned (target ids, source ids) as int64 arrays, checked against both vocabularies:
+    the same length, in range, each target id once, and (unless `allow_empty`) at least one pair.
+    `where` (a file or params section) starts every error line."""
+    t = np.asarray(target_ids, dtype=np.int64).reshape(-1)
+    s = np.asarray(source_ids, dtype=np.int64).reshape(-1)
+    fix = "rerun the overlap stage for this target tokenizer and source model"
+    if t.shape != s.shape:
+        raise VocabTransferError(f"{where}: overlap has {t.size} target ids but {s.size} source ids; {fix}")
+    if t.size == 0 and not allow_empty:
+        raise VocabTransferError(
+            f"{where}: the target tokenizer shares no tokens with the source tokenizer (e.g. another script), "
+            "so there is nothing to copy or combine; use a method that needs no overlap (random) "
+            "or enable overlap.fuzzy_match_all / overlap.match_symbols")
+    for ids, n, what, owner in ((t, n_target, "target_id", "target tokenizer"), (s, n_source, "source_id", "source model")):
+        if ids.size and (ids.min() < 0 or ids.max() >= n):
+            bad = int(ids.max() if ids.max() >= n else ids.min())
+            raise VocabTransferError(f"{where}: {what} {bad} is outside the {owner}'s vocabulary (size {n}); {fix}")
+    if np.unique(t).size != t.size:
+        raise VocabTransferError(f"{where}: a target_id appears more than once; {fix}")
+    return t, s
 
 
 def match_counts(table: pa.Table) -> dict[str, int]:

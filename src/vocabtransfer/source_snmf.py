@@ -45,7 +45,7 @@ def run(ctx) -> None:
 
 
 def _run(ctx) -> None:
-    from vocabtransfer.methods.factorized import factorize_source
+    from vocabtransfer.factorize import factorize_source
 
     start = time.perf_counter()
     source_dir = Path(ctx.input["source_model"])

@@ -204,7 +204,7 @@ def _init_code(params: dict, wildcards: dict) -> tuple[str, ...]:
 
     base, _, fact = wildcards["method"].partition("+")
     module = _module_file(get_method(base).__module__)  # e.g. random lives in methods/baselines.py
-    return ("init.py", str(module.relative_to(PACKAGE))) + (("methods/factorized.py",) if fact else ())
+    return ("init.py", str(module.relative_to(PACKAGE))) + (("methods/variants.py",) if fact else ())
 
 
 def _init_eval_inputs(params: dict, wildcards: dict) -> dict[str, str]:

@@ -68,16 +68,13 @@ def available() -> list[str]:
     return sorted(METHODS)
 
 
-FACTORIZATIONS = ("svd", "snmf")
-
-
 def get_method(name: str) -> Method:
     """The method called `name`; `base+svd` / `base+snmf` run `base` inside a low-rank space."""
     _load_all()
     if name in METHODS:
         return METHODS[name]
     if "+" in name:
-        from vocabtransfer.methods.factorized import resolve
+        from vocabtransfer.methods.variants import resolve
 
         return resolve(name)  # one-line VocabTransferError naming the bad part
     raise VocabTransferError(

@@ -6,12 +6,14 @@ Shared helpers (imported by fvt.py, wechsel.py and any new method):
                      stats convention: {"copied", "combined", "random", "mean", "reasons"}.
 * `random_matrix`    the seeded N(mean, std) draw for the whole target vocabulary (one call).
 * `copy_overlap`     copies overlapping tokens and special tokens from the source rows.
-* `method_options`   reads `init.<method>` with defaults, warning about unknown keys.
 * `token_surfaces`   the surface text of every token and whether it starts a word
                      (WordPiece `##`, SentencePiece `▁`, byte-level `Ġ`, or no markers).
 
-Every method starts from `random_matrix` (so a row that falls back to random is the same
-row in every method for one seed), overwrites what it can, and marks each row in a Ledger.
+random, overlap, mean, fvt and wechsel start from `random_matrix` (so a row that falls back to
+random is the same row in each of them for one seed), overwrite what they can, and mark each row
+in a Ledger. focus (`methods.focus.normal_rows`, deepfocus's per-token draws) and ofa / snmf
+(`methods.ofa.random_coordinates`, in the low-rank coordinate space) draw their fallback rows
+differently, so their random rows are not these.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ import torch
 
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.methods import TransferProblem, TransferResult, register
+from vocabtransfer.methods.options import merged
+from vocabtransfer.overlap import Scheme, checked_pairs
 
 log = logging.getLogger(__name__)
 
@@ -35,17 +39,7 @@ KINDS = ("copied", "combined", "random", "mean")
 MAX_EXAMPLES = 10  # tokens listed per fallback reason in stats
 
 
-# --------------------------------------------------------------------------- options, checks
-
-
-def method_options(problem: TransferProblem, name: str, defaults: dict) -> dict:
-    """`init.<name>` merged over `defaults`; unknown keys are logged and listed, not used."""
-    given = dict(problem.options or {})
-    unknown = sorted(set(given) - set(defaults))
-    if unknown:
-        log.warning("init.%s: ignoring unknown option(s) %s; this method reads %s",
-                    name, ", ".join(unknown), ", ".join(sorted(defaults)) or "no options")
-    return {**defaults, **{k: v for k, v in given.items() if k in defaults}}
+# --------------------------------------------------------------------------- checks
 
 
 def source_matrix(problem: TransferProblem) -> torch.Tensor:
@@ -64,20 +58,8 @@ def source_matrix(problem: TransferProblem) -> torch.Tensor:
 
 def overlap_pairs(problem: TransferProblem, n_source: int) -> tuple[np.ndarray, np.ndarray]:
     """The overlap stage's aligned (target id, source id) arrays, checked."""
-    t = np.asarray(problem.overlap_target_ids, dtype=np.int64).reshape(-1)
-    s = np.asarray(problem.overlap_source_ids, dtype=np.int64).reshape(-1)
-    fix = "rerun the overlap stage for this target tokenizer and source model"
-    if t.shape != s.shape:
-        raise VocabTransferError(f"overlap: {t.size} target ids but {s.size} source ids; {fix}")
-    if t.size and (t.min() < 0 or t.max() >= problem.target_size):
-        raise VocabTransferError(f"overlap: target id {int(t.max())} outside the target vocabulary "
-                                 f"({problem.target_size} tokens); {fix}")
-    if s.size and (s.min() < 0 or s.max() >= n_source):
-        raise VocabTransferError(f"overlap: source id {int(s.max())} outside the source embeddings "
-                                 f"({n_source} rows); {fix}")
-    if np.unique(t).size != t.size:
-        raise VocabTransferError(f"overlap: a target id occurs more than once; {fix}")
-    return t, s
+    return checked_pairs(problem.overlap_target_ids, problem.overlap_source_ids, problem.target_size, n_source,
+                         where="overlap")
 
 
 # --------------------------------------------------------------------------- ledger
@@ -219,14 +201,14 @@ SPECIAL_NO_SOURCE = "special token without a source counterpart"
 
 
 @dataclass(frozen=True)
-class Scheme:
+class Markers:
     """How a tokenizer marks word boundaries in its token strings."""
 
-    kind: str  # "wordpiece" (continuation prefix), "bytelevel" (Ġ word start), "metaspace" (▁), "plain"
+    kind: Scheme  # "wordpiece" (continuation prefix), "bytelevel" (Ġ word start), "sentencepiece" (▁), "plain"
     marker: str = ""  # "##" / "Ġ" / "▁" / ""
 
 
-def tokenizer_scheme(tokenizer) -> Scheme:
+def tokenizer_markers(tokenizer) -> Markers:
     """Detect the marker convention from the backend tokenizer's model, pre-tokenizer and decoder."""
     backend = tokenizer.backend_tokenizer
     prefix = getattr(backend.model, "continuing_subword_prefix", None)
@@ -239,13 +221,13 @@ def tokenizer_scheme(tokenizer) -> Scheme:
                 parts.append(type(comp).__name__)
     desc = " ".join(parts)
     if type(backend.model).__name__ == "WordPiece" or prefix:
-        return Scheme("wordpiece", prefix or "##")
+        return Markers("wordpiece", prefix or "##")
     if "ByteLevel" in desc:
-        return Scheme("bytelevel", "Ġ")
+        return Markers("bytelevel", "Ġ")
     if "Metaspace" in desc or "\u2581" in desc or "\\u2581" in desc:
         match = re.search(r'"replacement":\s*"([^"]+)"', desc)
-        return Scheme("metaspace", json.loads(f'"{match.group(1)}"') if match else "\u2581")
-    return Scheme("plain", "")
+        return Markers("sentencepiece", json.loads(f'"{match.group(1)}"') if match else "\u2581")
+    return Markers("plain", "")
 
 
 @lru_cache(maxsize=1)
@@ -272,7 +254,7 @@ def token_surfaces(tokenizer) -> tuple[list[str | None], np.ndarray]:
     "▁habari" / "Ġhabari" start a word, "ari" continues one. Without markers every token
     counts as a word start. (A string loop: no batched API gives the raw pieces' text.)
     """
-    scheme = tokenizer_scheme(tokenizer)
+    scheme = tokenizer_markers(tokenizer)
     tokens = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
     special = set(tokenizer.all_special_ids)
     texts: list[str | None] = []
@@ -294,7 +276,7 @@ def token_surfaces(tokenizer) -> tuple[list[str | None], np.ndarray]:
                 text = tok if any(c not in bytemap for c in tok) else None
             start[i] = text is not None and text.startswith(" ")
             texts.append(text[1:] if start[i] else text)
-        elif scheme.kind == "metaspace":
+        elif scheme.kind == "sentencepiece":
             hit = _BYTE_FALLBACK.match(tok)
             if hit:
                 b = int(hit.group(1), 16)
@@ -314,14 +296,14 @@ def token_surfaces(tokenizer) -> tuple[list[str | None], np.ndarray]:
 @register("random")
 def random_init(problem: TransferProblem) -> TransferResult:
     """Every row from N(mean, std) of the source embeddings; special tokens copied."""
-    method_options(problem, "random", {})
+    merged(problem.options, "random")  # warns about keys the method does not read
     return _copy_then_random(problem, "random", overlap=False, reason="random method")
 
 
 @register("overlap")
 def overlap_init(problem: TransferProblem) -> TransferResult:
     """Overlapping and special tokens copied; every other row as in `random`."""
-    method_options(problem, "overlap", {})
+    merged(problem.options, "overlap")  # warns about keys the method does not read
     return _copy_then_random(problem, "overlap", overlap=True, reason="not in the source vocabulary")
 
 
@@ -339,7 +321,7 @@ def _copy_then_random(problem: TransferProblem, method: str, *, overlap: bool, r
 @register("mean")
 def mean_init(problem: TransferProblem) -> TransferResult:
     """Overlapping and special tokens copied; every other row the mean source embedding."""
-    method_options(problem, "mean", {})
+    merged(problem.options, "mean")  # warns about keys the method does not read
     source = source_matrix(problem)
     ledger = Ledger(problem.target_tokenizer)
     mean, _ = source_moments(source)

@@ -27,20 +27,19 @@ import torch
 from tokenizers import Tokenizer
 
 from vocabtransfer.methods import TransferProblem, TransferResult, register
+from vocabtransfer.methods.options import merged
 from vocabtransfer.methods.baselines import (
     SPECIAL_NO_SOURCE,
     Ledger,
     copy_overlap,
-    method_options,
     random_matrix,
     source_matrix,
     token_surfaces,
-    tokenizer_scheme,
+    tokenizer_markers,
 )
 
 log = logging.getLogger(__name__)
 
-DEFAULTS: dict = {}
 CHUNK = 1 << 16  # pieces gathered per index_add_ (bounds memory to CHUNK x D floats)
 
 
@@ -107,7 +106,7 @@ def split_with_source(tokenizer, texts: list[str], word_start: np.ndarray) -> tu
     starts, conts = np.flatnonzero(word_start), np.flatnonzero(~word_start)
     parts = [(np.zeros(0, np.int64), np.zeros(0, np.int64))]
     if starts.size:
-        lead = " " if tokenizer_scheme(tokenizer).kind == "bytelevel" else ""  # "Ġhabari" needs the space
+        lead = " " if tokenizer_markers(tokenizer).kind == "bytelevel" else ""  # "Ġhabari" needs the space
         ids = tokenizer([lead + texts[i] for i in starts], add_special_tokens=False,
                         return_attention_mask=False, return_token_type_ids=False)["input_ids"]
         parts.append(_flat(ids, starts))
@@ -135,7 +134,7 @@ def scatter_mean(source: torch.Tensor, pieces: np.ndarray, rows: np.ndarray, n_r
 @register("fvt")
 def fvt(problem: TransferProblem) -> TransferResult:
     """Overlap copied; every other token = mean of the source rows of its source-tokenizer pieces."""
-    method_options(problem, "fvt", DEFAULTS)
+    merged(problem.options, "fvt")  # warns about keys the method does not read
     source = source_matrix(problem)
     src_tok = problem.source_tokenizer
     ledger = Ledger(problem.target_tokenizer)

@@ -12,8 +12,8 @@
 5. Embeddings = coordinates @ P.
 
 The neighbour step (`neighbour_coordinates`) is shared with `snmf` and works on any
-coordinate matrix. Options (params `init.ofa`): keep_dim (100), neighbors (10),
-temperature (0.1).
+coordinate matrix. Options (params `init.ofa`; defaults in workflow/schemas/params.schema.yaml):
+keep_dim, neighbors, temperature.
 """
 
 from __future__ import annotations
@@ -27,11 +27,12 @@ from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.log import progress
 from vocabtransfer.methods import TransferProblem, TransferResult, register
 from vocabtransfer.methods.baselines import special_pairs
-from vocabtransfer.methods.factorized import factorize_source, float_option, int_option, warn_unknown
+from vocabtransfer.factorize import factorize_source
+from vocabtransfer.methods.options import integer, merged, number
+from vocabtransfer.overlap import checked_pairs
 
 log = logging.getLogger(__name__)
 
-DEFAULTS = {"keep_dim": 100, "neighbors": 10, "temperature": 0.1}
 RANDOM_BLOCK = 8192  # rows per N(0, 1) draw of the random fallback
 
 
@@ -41,26 +42,8 @@ RANDOM_BLOCK = 8192  # rows per N(0, 1) draw of the random fallback
 
 def check_overlap(problem: TransferProblem, section: str) -> tuple[torch.Tensor, torch.Tensor]:
     """The aligned overlap ids as int64 tensors, checked; an empty overlap is an error."""
-    tgt = np.asarray(problem.overlap_target_ids, dtype=np.int64).reshape(-1)
-    src = np.asarray(problem.overlap_source_ids, dtype=np.int64).reshape(-1)
-    if tgt.shape != src.shape:
-        raise VocabTransferError(
-            f"{section}: overlap has {len(tgt)} target ids but {len(src)} source ids; rerun the overlap stage"
-        )
-    if len(tgt) == 0:
-        raise VocabTransferError(
-            f"{section}: the target tokenizer shares no tokens with the source tokenizer (e.g. another script), "
-            "so there is nothing to copy or combine; use a method that needs no overlap (random) "
-            "or enable overlap.fuzzy_match_all / overlap.match_symbols"
-        )
-    V_t, V_s = problem.target_size, problem.source_embeddings.shape[0]
-    if tgt.min() < 0 or tgt.max() >= V_t or src.min() < 0 or src.max() >= V_s:
-        raise VocabTransferError(
-            f"{section}: overlap ids out of range (target vocabulary {V_t}, source vocabulary {V_s}); "
-            "the overlap was computed for other tokenizers, rerun the overlap stage"
-        )
-    if len(np.unique(tgt)) != len(tgt):
-        raise VocabTransferError(f"{section}: overlap lists a target id more than once; rerun the overlap stage")
+    tgt, src = checked_pairs(problem.overlap_target_ids, problem.overlap_source_ids, problem.target_size,
+                             problem.source_embeddings.shape[0], where=section, allow_empty=False)
     return torch.from_numpy(tgt.copy()), torch.from_numpy(src.copy())
 
 
@@ -92,15 +75,15 @@ def require_auxiliary(problem: TransferProblem, section: str) -> tuple[torch.Ten
     return aux, mask
 
 
-def neighbour_method_options(problem: TransferProblem, defaults: dict, section: str,
-                             size_key: str) -> tuple[int, int, float]:
-    """(low-rank size, neighbors, temperature) of ofa (`keep_dim`) or snmf (`rank`), checked, and
-    the overlap and auxiliary inputs checked too: every bad input fails before the factorisation."""
-    opts = problem.options or {}
-    warn_unknown(opts, defaults, section)
-    size = int_option(opts, size_key, defaults[size_key], section=section)
-    neighbors = int_option(opts, "neighbors", defaults["neighbors"], section=section)
-    temperature = float_option(opts, "temperature", defaults["temperature"], section=section)
+def neighbour_method_options(problem: TransferProblem, name: str, size_key: str) -> tuple[int, int, float]:
+    """(low-rank size, neighbors, temperature) of ofa (`keep_dim`) or snmf (`rank`) from params
+    `init.<name>`, checked, and the overlap and auxiliary inputs checked too: every bad input fails
+    before the factorisation."""
+    section = f"init.{name}"
+    opts = merged(problem.options, name)
+    size = integer(opts, size_key, section)
+    neighbors = integer(opts, "neighbors", section)
+    temperature = number(opts, "temperature", section)
     D = problem.source_embeddings.shape[1]
     if size > D:
         raise VocabTransferError(
@@ -190,26 +173,13 @@ def neighbour_coordinates(
             w = torch.softmax(sim / temperature, dim=1).to(cand_coords.dtype)
             out[ids] = torch.einsum("bn,bnk->bk", w, cand_coords[idx]).cpu()
 
-    # 4. the rest: seeded N(mean, std) of the source coordinates per dimension. The N(0, 1)
-    #    draw covers the whole vocabulary (in fixed blocks of rows), so a token's random row
-    #    does not depend on which other tokens are random.
+    # 4. the rest: seeded N(mean, std) of the source coordinates per dimension
     is_rand = ~done
     is_rand[new_ids] = False
     rand_ids = is_rand.nonzero().flatten()
     clamped = 0
     if rand_ids.numel():
-        gen = torch.Generator(device="cpu").manual_seed(int(problem.seed))
-        mean, std = coords_src.double().mean(dim=0), coords_src.double().std(dim=0, unbiased=False)
-        for start in range(0, V_t, RANDOM_BLOCK):
-            z = torch.randn(min(RANDOM_BLOCK, V_t - start), k, generator=gen)
-            local = is_rand[start:start + RANDOM_BLOCK].nonzero().flatten()
-            if local.numel() == 0:
-                continue
-            rows = (mean + std * z[local].double()).to(out.dtype)
-            if nonnegative:
-                clamped += int((rows < 0).sum())
-                rows = rows.clamp_min(0)
-            out[start + local] = rows
+        clamped = random_coordinates(out, is_rand, coords_src, problem.seed, nonnegative=nonnegative)
         log.info("%s: %d target token(s) get random coordinates (%s)", section, rand_ids.numel(),
                  ", ".join(f"{r}: {n}" for r, n in reasons.items()))
         if clamped:
@@ -236,6 +206,30 @@ def neighbour_coordinates(
     return out, stats
 
 
+def random_coordinates(out: torch.Tensor, rows: torch.Tensor, coords: torch.Tensor, seed: int, *,
+                       nonnegative: bool = False) -> int:
+    """Fill `out[rows]` (bool mask over the target ids) with seeded N(mean, std) of `coords` per
+    dimension, computed in float64; with `nonnegative`, negative entries are clamped to 0 and
+    counted (the return value). The N(0, 1) draw covers the whole vocabulary in fixed blocks of
+    RANDOM_BLOCK rows, so a token's random row does not depend on which other tokens are random.
+    (Not `baselines.random_matrix`'s rows: this draws in the coordinate space, in float64.)"""
+    V_t, k = out.shape
+    gen = torch.Generator(device="cpu").manual_seed(int(seed))
+    mean, std = coords.double().mean(dim=0), coords.double().std(dim=0, unbiased=False)
+    clamped = 0
+    for start in range(0, V_t, RANDOM_BLOCK):
+        z = torch.randn(min(RANDOM_BLOCK, V_t - start), k, generator=gen)
+        local = rows[start:start + RANDOM_BLOCK].nonzero().flatten()
+        if local.numel() == 0:
+            continue
+        values = (mean + std * z[local].double()).to(out.dtype)
+        if nonnegative:
+            clamped += int((values < 0).sum())
+            values = values.clamp_min(0)
+        out[start + local] = values
+    return clamped
+
+
 # --------------------------------------------------------------------------------------------
 # the method
 # --------------------------------------------------------------------------------------------
@@ -243,7 +237,7 @@ def neighbour_coordinates(
 @register("ofa")
 def ofa(problem: TransferProblem) -> TransferResult:
     section = "init.ofa"
-    keep_dim, neighbors, temperature = neighbour_method_options(problem, DEFAULTS, section, "keep_dim")
+    keep_dim, neighbors, temperature = neighbour_method_options(problem, "ofa", "keep_dim")
 
     # 1. factorise in float64 (keep_dim = hidden size: no factorisation, P = identity, as in OFA)
     C, P, fstats = factorize_source(problem.source_embeddings, "svd", {"keep_dim": keep_dim},

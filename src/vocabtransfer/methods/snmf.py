@@ -10,27 +10,25 @@
 4. The rest get seeded N(mean, std) rows per dimension, clamped at 0 (counted in stats).
 5. Embeddings = W_target @ H.
 
-Options (params `init.snmf`): rank (100), max_iter (500), tol (1e-4), init ("kmeans"),
-neighbors (10), temperature (0.1).
+Options (params `init.snmf`; defaults in workflow/schemas/params.schema.yaml): rank, max_iter,
+tol, init (the factorisation, computed once by the source_snmf stage), neighbors, temperature.
 """
 
 from __future__ import annotations
 
 import logging
 
+from vocabtransfer.factorize import factorize_source
 from vocabtransfer.methods import TransferProblem, TransferResult, register
-from vocabtransfer.methods.factorized import factorize_source
 from vocabtransfer.methods.ofa import neighbour_coordinates, neighbour_method_options
 
 log = logging.getLogger(__name__)
-
-DEFAULTS = {"rank": 100, "max_iter": 500, "tol": 1e-4, "init": "kmeans", "neighbors": 10, "temperature": 0.1}
 
 
 @register("snmf")
 def snmf(problem: TransferProblem) -> TransferResult:
     section = "init.snmf"
-    _, neighbors, temperature = neighbour_method_options(problem, DEFAULTS, section, "rank")
+    _, neighbors, temperature = neighbour_method_options(problem, "snmf", "rank")
 
     # 1. semi-NMF of the source embeddings
     W, H, fstats = factorize_source(problem.source_embeddings, "snmf", problem.options or {}, seed=problem.seed,

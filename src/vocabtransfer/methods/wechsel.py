@@ -31,7 +31,6 @@ pairs whose two words are in their fastText vocabularies, as the reference does.
 from __future__ import annotations
 
 import logging
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,11 +39,11 @@ import torch
 
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.methods import TransferProblem, TransferResult, register
+from vocabtransfer.methods.options import integer, merged, number
 from vocabtransfer.methods.baselines import (
     SPECIAL_NO_SOURCE,
     Ledger,
     copy_overlap,
-    method_options,
     random_matrix,
     source_matrix,
     token_surfaces,
@@ -52,13 +51,6 @@ from vocabtransfer.methods.baselines import (
 
 log = logging.getLogger(__name__)
 
-DEFAULTS = {
-    "neighbors": 10,
-    "temperature": 0.1,
-    "copy_overlap": False,
-    "dictionary_in_vocab_only": False,
-    "dictionaries": {},  # {lang: path}; used when the stage passes no resources["dictionary"]
-}
 BLOCK_ELEMENTS = 1 << 24  # similarity entries per block of target rows (64 MB of float32)
 EPS = 1e-8
 
@@ -114,8 +106,10 @@ def word_vectors(ft, words: list[str]) -> np.ndarray:
     return out
 
 
-def token_vectors(ft, tokenizer) -> tuple[np.ndarray, np.ndarray]:
-    """fastText vectors of every token's surface text (markers stripped) and a has-vector mask."""
+def surface_vectors(ft, tokenizer) -> tuple[np.ndarray, np.ndarray]:
+    """fastText vectors of every token's surface text (`token_surfaces`: markers such as ## / ▁ / Ġ
+    stripped) and a has-vector mask. Unlike `auxiliary.token_vectors` (the fasttext stage's
+    vocabulary-string or decoded-text lookups), "##ari" is looked up as "ari"."""
     texts, _ = token_surfaces(tokenizer)
     vecs = word_vectors(ft, [t.strip() if t else "" for t in texts])
     return vecs, np.any(vecs != 0, axis=1)
@@ -207,20 +201,12 @@ def nearest_sources(queries: torch.Tensor, keys: torch.Tensor, allowed: torch.Te
     return ids, torch.softmax(sims / temperature, dim=1), sims
 
 
-def _check_options(opts: dict) -> None:
-    k, temp = opts["neighbors"], opts["temperature"]
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise VocabTransferError(f"params.yaml: init.wechsel.neighbors: {k!r} must be an integer >= 1 (default 10)")
-    if isinstance(temp, bool) or not isinstance(temp, (int, float)) or not math.isfinite(temp) or temp <= 0:
-        raise VocabTransferError(f"params.yaml: init.wechsel.temperature: {temp!r} must be a number > 0 (default 0.1)")
-
-
 def _dictionary_path(problem: TransferProblem, opts: dict) -> Path:
     if problem.resources.get("dictionary"):
         return Path(problem.resources["dictionary"])
     dicts = opts.get("dictionaries") or {}
     if not isinstance(dicts, dict):
-        raise VocabTransferError(f"params.yaml: init.wechsel.dictionaries: {dicts!r} must map a language to a "
+        raise VocabTransferError(f"init.wechsel.dictionaries: {dicts!r} must map a language to a "
                                  "dictionary path, e.g. {sw: wechsel_dicts/swahili.txt}")
     if problem.lang in dicts:
         from vocabtransfer.paths import data_path
@@ -234,8 +220,9 @@ def _dictionary_path(problem: TransferProblem, opts: dict) -> Path:
 def wechsel(problem: TransferProblem) -> TransferResult:
     """Rows = softmax-weighted means of the source rows of the target token's nearest source tokens
     in an aligned fastText space."""
-    opts = method_options(problem, "wechsel", DEFAULTS)
-    _check_options(opts)
+    opts = merged(problem.options, "wechsel")
+    integer(opts, "neighbors", "init.wechsel")
+    number(opts, "temperature", "init.wechsel")
     source = source_matrix(problem)
     src_tok, tgt_tok = problem.source_tokenizer, problem.target_tokenizer
 
@@ -246,8 +233,8 @@ def wechsel(problem: TransferProblem) -> TransferResult:
     alignment = align(src_ft, tgt_ft, pairs, in_vocab_only=bool(opts["dictionary_in_vocab_only"]))
 
     # 2. token vectors in the shared (source) space
-    s_vec, s_mask = token_vectors(src_ft, src_tok)
-    t_vec, t_mask = token_vectors(tgt_ft, tgt_tok)
+    s_vec, s_mask = surface_vectors(src_ft, src_tok)
+    t_vec, t_mask = surface_vectors(tgt_ft, tgt_tok)
     n_src = len(src_tok)
     allowed = s_mask[:n_src].copy()
     allowed[[i for i in src_tok.all_special_ids if i < n_src]] = False

@@ -1,0 +1,203 @@
+"""Bad inputs through the command line: `vocabtransfer <stage>` on a missing, empty, truncated or
+corrupted input (or bad params) exits non-zero with exactly one error line that names the file or
+params key, prints no traceback, and leaves nothing at the output paths (no temporary leftovers).
+
+One small, valid set of artefacts (tiny corpus, tokenizer, pretokenised text, fastText vectors,
+overlap, a tiny source model) is built once in-process; each case copies it, breaks one thing and
+runs one stage through the CLI. The counts are printed at the end of the run (tests/conftest.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from conftest import BAD_INPUTS
+
+from vocabtransfer import io
+from vocabtransfer import paths as P
+from vocabtransfer.config import validate_params
+from vocabtransfer.stages import run_stage
+
+pytestmark = pytest.mark.slow
+
+PARAMS = {
+    "languages": ["sw"], "seed": 3, "source_model": "sentence-transformers/all-MiniLM-L6-v2",
+    "corpus": {"sources": {"sw": {"path": "sw.txt"}}, "valid_fraction": 0.1},
+    "tokenizer": {"vocab_size": 300, "min_frequency": 2},
+    "fasttext": {"dim": 8, "epochs": 1, "min_count": 2},
+    "init": {"methods": ["focus", "ofa"], "ofa": {"keep_dim": 16}},
+}
+
+
+@pytest.fixture(scope="module")
+def good(tmp_path_factory, shared_data):
+    """A work directory with valid artefacts up to overlap, plus a tiny source model."""
+    from transformers import BertConfig, BertForMaskedLM
+
+    from vocabtransfer.modeling import load_tokenizer, resolve_model_path
+
+    root = tmp_path_factory.mktemp("good")
+    data = root / "data"
+    data.mkdir()
+    with (shared_data / "pretrain_text" / "sw.txt").open(encoding="utf-8") as f:
+        (data / "sw.txt").write_text("".join(next(f) for _ in range(600)), encoding="utf-8")
+    os.environ["VOCABTRANSFER_DATA"] = str(data)
+    params = validate_params(PARAMS)
+    cwd = Path.cwd()
+    os.chdir(root)
+    try:
+        for stage in ("corpus", "tokenizer", "pretokenize", "fasttext"):
+            run_stage(stage, params, {"lang": "sw"}, threads=1)
+        # a tiny source model with MiniLM's tokenizer (random weights), where source_head writes it
+        source_tok = load_tokenizer(resolve_model_path(params["source_model"]))
+        torch.manual_seed(0)
+        model = BertForMaskedLM(BertConfig(vocab_size=len(source_tok), hidden_size=32, num_hidden_layers=1,
+                                           num_attention_heads=2, intermediate_size=32, max_position_embeddings=64))
+        model.save_pretrained(root / P.SOURCE_MODEL)
+        source_tok.save_pretrained(root / P.SOURCE_MODEL)
+        run_stage("overlap", params, {"lang": "sw"}, threads=1)
+    finally:
+        os.chdir(cwd)
+    (root / "params.yaml").write_text(yaml.safe_dump(PARAMS, sort_keys=False))
+    return root
+
+
+def _copy(good: Path, dest: Path) -> Path:
+    shutil.copytree(good, dest, symlinks=True)
+    return dest
+
+
+def _outputs(stage: str, wildcards: dict) -> list[Path]:
+    from vocabtransfer.stages import STAGES
+
+    return [Path(P.fill(t, **wildcards)) for t in STAGES[stage].outputs.values()]
+
+
+def _truncate(path: Path) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+
+
+def _garbage(path: Path) -> None:
+    path.write_bytes(b"this is not what the file should hold\n" * 10)
+
+
+def _nan_embeddings(path: Path) -> None:
+    t = io.load_tensors(path)
+    t["embeddings"][5, 0] = float("nan")
+    io.save_tensors(t, path)
+
+
+def _empty_overlap(path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(path)
+    io.write_parquet(table.slice(0, 0), path)
+
+
+def _params(**changes):
+    def edit(work: Path) -> None:
+        p = yaml.safe_load((work / "params.yaml").read_text())
+        for dotted, value in changes.items():
+            node = p
+            *head, last = dotted.split(".")
+            for key in head:
+                node = node.setdefault(key, {})
+            node[last] = value
+        (work / "params.yaml").write_text(yaml.safe_dump(p, sort_keys=False))
+    return edit
+
+
+def _on(relative: str, breaker):
+    def edit(work: Path) -> None:
+        breaker(work / relative)
+    return edit
+
+
+def _checksum_mismatch(work: Path) -> None:
+    text = work / "data" / "sw.txt"
+    wrong = hashlib.sha256(b"other bytes").hexdigest()
+    _params(**{"corpus.sources": {"sw": {"url": text.as_uri(), "sha256": wrong}}})(work)
+    os.environ.setdefault("VOCABTRANSFER_CACHE", str(work / "cache"))
+
+
+def _wordlevel_bin(breaker):
+    def edit(work: Path) -> None:
+        shutil.copy(work / P.fill(P.FASTTEXT_BIN, lang="sw"), work / "data" / "words.bin")
+        breaker(work / "data" / "words.bin")
+        _params(**{"fasttext.mode": "wordlevel", "fasttext.pretrained_path": "words.bin"})(work)
+    return edit
+
+
+SW = {"lang": "sw"}
+FT_EMB = P.fill(P.FASTTEXT_EMB, lang="sw")
+OVERLAP = P.fill(P.OVERLAP, lang="sw")
+CORPUS = P.fill(P.CORPUS_TRAIN, lang="sw")
+# (case, stage, wildcards, how to break the inputs, words the one error line must contain)
+CASES = [
+    ("corpus text missing", "corpus", SW, lambda w: (w / "data" / "sw.txt").unlink(), ["sw.txt"]),
+    ("corpus text empty", "corpus", SW, lambda w: (w / "data" / "sw.txt").write_text(""), ["sw.txt"]),
+    ("url source checksum mismatch", "corpus", SW, _checksum_mismatch, ["sha256"]),
+    ("params type error", "corpus", SW, _params(**{"tokenizer.vocab_size": "big"}), ["tokenizer.vocab_size"]),
+    ("params unknown key", "corpus", SW, _params(**{"corpus.nope": 1}), ["corpus", "nope"]),
+    ("corpus parquet missing", "tokenizer", SW, lambda w: (w / CORPUS).unlink(), ["train.parquet"]),
+    ("corpus parquet truncated", "tokenizer", SW, _on(CORPUS, _truncate), ["train.parquet"]),
+    ("corpus parquet corrupted", "tokenizer", SW, _on(CORPUS, _garbage), ["train.parquet"]),
+    ("tokenizer.json corrupted", "pretokenize", SW, _on(P.fill(P.TOKENIZER, lang="sw") + "/tokenizer.json", _garbage),
+     ["tokenizer"]),
+    ("pretokenised text empty", "fasttext", SW, lambda w: (w / P.fill(P.PRETOK_TEXT, lang="sw")).write_text(""),
+     ["train.tokens.txt"]),
+    ("pretrained fastText .bin truncated", "fasttext", SW, _wordlevel_bin(_truncate), ["words.bin"]),
+    ("pretrained fastText .bin corrupted", "fasttext", SW, _wordlevel_bin(_garbage), ["words.bin"]),
+    ("fastText embeddings missing", "init", {**SW, "method": "focus"}, lambda w: (w / FT_EMB).unlink(),
+     ["embeddings.safetensors"]),
+    ("fastText embeddings truncated", "init", {**SW, "method": "focus"}, _on(FT_EMB, _truncate),
+     ["embeddings.safetensors"]),
+    ("NaN in fastText embeddings", "init", {**SW, "method": "focus"}, _on(FT_EMB, _nan_embeddings),
+     ["embeddings.safetensors", "NaN"]),
+    ("overlap parquet corrupted", "init", {**SW, "method": "focus"}, _on(OVERLAP, _garbage), ["overlap.parquet"]),
+    ("empty overlap", "init", {**SW, "method": "ofa"}, _on(OVERLAP, _empty_overlap), ["shares no tokens"]),
+    ("source model weights corrupted", "init", {**SW, "method": "focus"},
+     _on(P.SOURCE_MODEL + "/model.safetensors", _garbage), ["results/source/model", "cannot load"]),
+]
+
+
+@pytest.mark.parametrize("case,stage,wildcards,breaker,words", CASES, ids=[c[0] for c in CASES])
+def test_bad_input_gives_one_clear_error_and_no_output(good, tmp_path, monkeypatch, case, stage, wildcards, breaker,
+                                                       words):
+    work = _copy(good, tmp_path / "work")
+    monkeypatch.setenv("VOCABTRANSFER_DATA", str(work / "data"))
+    monkeypatch.setenv("VOCABTRANSFER_CACHE", str(work / "cache"))
+    breaker(work)
+    outputs = _outputs(stage, wildcards)
+    for out in outputs:  # what the stage would write must not be there beforehand
+        target = work / out
+        if target.is_dir():
+            shutil.rmtree(target)
+        elif target.exists():
+            target.unlink()
+    before = {p for p in work.rglob("*")}
+    args = [f"--{k}={v}" for k, v in wildcards.items()]
+    BAD_INPUTS["tried"] += 1
+    proc = subprocess.run([sys.executable, "-m", "vocabtransfer", stage, *args, "--params", "params.yaml",
+                           "--threads", "1"], cwd=work, capture_output=True, text=True,
+                          env={**os.environ, "VOCABTRANSFER_DATA": str(work / "data"),
+                               "VOCABTRANSFER_CACHE": str(work / "cache"), "OMP_NUM_THREADS": "1"})
+    errors = [line for line in proc.stderr.splitlines() if " ERROR " in line]
+    clear = (proc.returncode != 0 and "Traceback" not in proc.stderr and len(errors) == 1
+             and all(w.lower() in errors[0].lower() for w in words))
+    left = [str(work / out) for out in outputs if (work / out).exists()]
+    new = [str(p) for p in set(work.rglob("*")) - before
+           if p.is_file() and "cache" not in p.relative_to(work).parts and not p.name.endswith(".log")]
+    BAD_INPUTS["clear"] += clear
+    BAD_INPUTS["partial"] += bool(left or new)
+    assert clear, f"{case}: rc={proc.returncode}\n{proc.stderr[-3000:]}"
+    assert not left and not new, f"{case}: left {left} {new}"
