@@ -251,3 +251,21 @@ def test_pretrain_jobs():
     params = {"pretrain": {"methods": ["focus", "fvt"], "objectives": ["standard", "selfish"]}}
     assert PT.pretrain_jobs(params) == [("focus", "standard"), ("focus", "selfish"), ("fvt", "standard"),
                                         ("fvt", "selfish")]
+
+
+def test_paper_config_is_valid_and_dry_runs_offline(tmp_path):
+    """config/paper.yaml merged into params.yaml (as Snakemake merges a --configfile) passes the schema, and
+    `snakemake -n --configfile config/paper.yaml` plans every pretrain job without touching the network."""
+    from snakemake.utils import update_config
+
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    update_config(params, yaml.safe_load((REPO / "config/paper.yaml").read_text()))
+    checked = validate_params(params, "config/paper.yaml")
+    assert checked["source_model"] == "xlm-roberta-base" and checked["pretrain"]["learning_rate"] == 5e-5
+    assert checked["pretrain"]["batch_size"] * checked["pretrain"]["gradient_accumulation_steps"] == 128
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    done = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--cores", "1", "--configfile", "config/paper.yaml",
+                           "--directory", str(REPO)], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    jobs = dict(line.split() for line in done.stdout.splitlines() if line.startswith(("pretrain ", "total ")))
+    assert int(jobs["pretrain"]) == len(checked["pretrain"]["methods"]) * 2
