@@ -82,7 +82,17 @@ def validate_params(params: Any, source: str = "params.yaml") -> dict:
             f"{source}: corpus.sources: no source for language(s) {', '.join(missing)}; "
             f"add e.g. `corpus.sources.{missing[0]}: {{path: pretrain_text/{missing[0]}.txt}}`"
         )
+    check_pretrain(params, source)
     return params
+
+
+def check_pretrain(params: dict, source: str = "params.yaml") -> None:
+    """`pretrain.methods` must be `init.methods` entries (continued pretraining starts from init's models)."""
+    init_methods = list((params.get("init") or {}).get("methods") or [])
+    unknown = [m for m in (params.get("pretrain") or {}).get("methods") or [] if m not in init_methods]
+    if unknown:
+        raise VocabTransferError(f"{source}: pretrain.methods: {', '.join(unknown)} not in init.methods "
+                                 f"({', '.join(init_methods)}); add them to init.methods or remove them")
 
 
 def load_params(path: str | Path = "params.yaml") -> dict:

@@ -348,6 +348,32 @@ def param_values(params: dict, name: str, wildcards: dict) -> dict[str, Any]:
     return {leaf: C.get(params, leaf) for leaf in stage.leaves(params, dict(wildcards))}
 
 
+def _pretrain_leaves(params: dict, wildcards: dict) -> list[str]:
+    from vocabtransfer import pretrain
+
+    return pretrain.leaves(params, wildcards)
+
+
+def _pretrain_expand(params: dict) -> list[dict[str, str]]:
+    from vocabtransfer import pretrain
+
+    return pretrain.expand(params)
+
+
+register(Stage(
+    name="pretrain",
+    func="vocabtransfer.pretrain:run",
+    help="continued pretraining of an initialised model with the standard or the selfish objective",
+    wildcards=("lang", "method", "objective"),
+    inputs={"init": P.INIT_DIR, "train": P.PRETOK_TRAIN, "valid": P.PRETOK_VALID},
+    outputs={"pretrain": P.PRETRAIN_DIR},
+    directories=frozenset({"pretrain"}),
+    params=("seed",),
+    extra_params=_pretrain_leaves,
+    code=("pretrain.py",),
+    expand=_pretrain_expand,
+    parallel=True,
+    gpu=True,
 def _report_inputs(params: dict, wildcards: dict) -> dict[str, str]:
     from vocabtransfer import report
 

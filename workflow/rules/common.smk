@@ -8,6 +8,7 @@ from vocabtransfer import paths as P
 from vocabtransfer import stages as S
 from vocabtransfer.config import validate_params
 from vocabtransfer.errors import VocabTransferError
+from vocabtransfer.pretrain import pretrain_jobs
 
 PARAMS_FILE = str(workflow.overwrite_configfiles[-1]) if workflow.overwrite_configfiles else "params.yaml"
 
@@ -74,4 +75,6 @@ def all_targets():
             P.fill(P.PRETOK_STATS, lang=lang),
             P.fill(P.INIT_EVAL, lang=lang),
         ]
+        targets += [P.fill(P.PRETRAIN_DIR, lang=lang, method=m, objective=o)
+                    for m, o in pretrain_jobs(config)]
     return targets + [P.REPORT]  # the report reads every other result

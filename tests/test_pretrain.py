@@ -1,0 +1,271 @@
+"""Stage `pretrain` on tiny random-weight models (BERT and GPT-2 configs) and real Swahili text.
+
+Each test lays out a small project directory (results/sw/init/<method>/model and the
+pre-tokenised splits) and runs the real stage in it, in-process or as a subprocess.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+import yaml
+
+from vocabtransfer import io
+from vocabtransfer import pretrain as PT
+from vocabtransfer.config import validate_params
+from vocabtransfer.errors import VocabTransferError
+from vocabtransfer.stages import run_stage
+
+try:
+    from test_modeling import bpe_tokenizer, save_dir, text_lines, tiny_bert, wordpiece_tokenizer
+except ImportError:  # tests collected as a package
+    from tests.test_modeling import bpe_tokenizer, save_dir, text_lines, tiny_bert, wordpiece_tokenizer
+
+REPO = Path(__file__).resolve().parents[1]
+SMALL = {"steps": 24, "batch_size": 8, "seq_len": 32, "learning_rate": 0.01, "warmup_steps": 2,
+         "eval_every": 8, "save_every": 8, "log_every": 4, "eval_lines": 40, "eval_batch_size": 16}
+
+
+@pytest.fixture(scope="module")
+def sw_wp():
+    return wordpiece_tokenizer("sw", vocab_size=250)
+
+
+@pytest.fixture(scope="module")
+def sw_bpe():
+    return bpe_tokenizer("sw", vocab_size=280)
+
+
+def tiny_gpt2(vocab_size: int, seed: int = 0):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(seed)
+    return GPT2LMHeadModel(GPT2Config(vocab_size=vocab_size, n_embd=32, n_layer=2, n_head=2, n_positions=64,
+                                      bos_token_id=0, eos_token_id=1))
+
+
+def write_ids(tokenizer, lines: list[str], path: Path) -> None:
+    ids = tokenizer(lines, add_special_tokens=False)["input_ids"]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table({"input_ids": pa.array(ids, type=pa.list_(pa.int32()))}), path)
+
+
+def project(root: Path, model, tokenizer, method: str = "focus", **pretrain) -> dict:
+    """results/sw/init/<method>/model + pre-tokenised splits of real sw text under `root`; returns params."""
+    save_dir(model, tokenizer, root / "results" / "sw" / "init" / method / "model")
+    write_ids(tokenizer, text_lines("sw", 300, start=1000), root / "results/sw/pretokenized/train.parquet")
+    write_ids(tokenizer, text_lines("sw", 60, start=5000), root / "results/sw/pretokenized/valid.parquet")
+    params = validate_params({
+        "languages": ["sw"], "source_model": "unused", "corpus": {"sources": {"sw": {"path": "unused.txt"}}},
+        "init": {"methods": [method]},
+        "pretrain": {"methods": [method], **SMALL, **pretrain},
+    })
+    (root / "params.yaml").write_text(yaml.safe_dump(params), encoding="utf-8")
+    return params
+
+
+def run(params: dict, method: str = "focus", objective: str = "standard"):
+    return run_stage("pretrain", params, {"lang": "sw", "method": method, "objective": objective}, threads=1)
+
+
+def outputs(root: Path, method: str = "focus", objective: str = "standard"):
+    out = root / "results" / "sw" / "pretrain" / method / objective
+    return out, pq.read_table(out / "metrics.parquet"), json.loads((out / "stats.json").read_text())
+
+
+@pytest.mark.parametrize("kind", ["masked", "causal"])
+@pytest.mark.parametrize("objective", ["standard", "selfish"])
+def test_tiny_models_learn_under_both_objectives(tmp_path, monkeypatch, one_thread, sw_wp, sw_bpe, kind, objective):
+    from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoTokenizer
+
+    monkeypatch.chdir(tmp_path)
+    tok = sw_wp if kind == "masked" else sw_bpe
+    model = tiny_bert(len(tok)) if kind == "masked" else tiny_gpt2(len(tok))
+    params = project(tmp_path, model, tok)
+    run(params, objective=objective)
+    out, metrics, stats = outputs(tmp_path, objective=objective)
+    assert metrics.schema == PT.METRICS_SCHEMA
+    rows = metrics.to_pylist()
+    assert rows[0]["step"] == 0 and rows[0]["tokens_seen"] == 0 and math.isnan(rows[0]["train_loss"])
+    valid = [(r["step"], r["valid_loss"]) for r in rows if not math.isnan(r["valid_loss"])]
+    assert [s for s, _ in valid] == [0, 8, 16, 24]
+    assert valid[-1][1] < valid[0][1] - 0.1, valid  # random weights: ~ln V at the start
+    assert stats["kind"] == kind and stats["objective"] == objective and stats["steps"] == 24
+    assert stats["initial_valid_loss"] == valid[0][1] and stats["final_valid_loss"] == valid[-1][1]
+    assert stats["resumed_from_step"] is None and stats["tokens_seen"] == rows[-1]["tokens_seen"] > 0
+    trained = [r for r in rows if not math.isnan(r["train_loss"])]
+    assert [r["step"] for r in trained] == [4, 8, 12, 16, 20, 24]
+    assert all(r["tokens_per_second"] > 0 for r in trained)
+    tokens = [r["tokens_seen"] for r in rows]
+    assert tokens == sorted(tokens) and len(set(tokens)) == len(tokens)
+    # the saved model loads with transformers alone and has the final valid loss
+    auto = AutoModelForMaskedLM if kind == "masked" else AutoModelForCausalLM
+    loaded = auto.from_pretrained(str(out / "model"))
+    assert len(AutoTokenizer.from_pretrained(str(out / "model"))) == len(tok)
+    assert not torch.equal(loaded.get_input_embeddings().weight, model.get_input_embeddings().weight)
+    assert not (tmp_path / "checkpoints").joinpath("sw/pretrain/focus", objective).exists()  # keep_checkpoints: false
+
+
+def test_selfish_and_standard_differ(tmp_path, monkeypatch, one_thread, sw_wp):
+    """Same data and seed: the objective changes the trajectory, the valid loss is measured the same way."""
+    monkeypatch.chdir(tmp_path)
+    params = project(tmp_path, tiny_bert(len(sw_wp)), sw_wp, steps=8, eval_every=8, save_every=8)
+    run(params, objective="standard")
+    run(params, objective="selfish")
+    a, b = outputs(tmp_path, objective="standard")[1], outputs(tmp_path, objective="selfish")[1]
+    assert a.column("valid_loss")[0] == b.column("valid_loss")[0]  # same init, same masks
+    assert a.column("valid_loss")[-1] != b.column("valid_loss")[-1]
+
+
+def _subprocess(root: Path, objective: str = "standard"):
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "1", "--cpu", "-m",
+           "vocabtransfer", "pretrain", "--lang", "sw", "--method", "focus", "--objective", objective,
+           "--params", "params.yaml", "--threads", "1"]
+    return subprocess.Popen(cmd, cwd=root, env=env, start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def test_kill_and_resume_equals_uninterrupted_run(tmp_path, monkeypatch, one_thread, sw_wp):
+    """`accelerate launch` (one CPU process) of the stage, killed with SIGKILL after its first checkpoint,
+    then started again: same metrics rows and the same final valid loss as an uninterrupted run."""
+    monkeypatch.chdir(tmp_path)
+    params = project(tmp_path, tiny_bert(len(sw_wp)), sw_wp, steps=40, eval_every=8, save_every=8,
+                     keep_checkpoints=True)
+    run(params)  # uninterrupted, in-process
+    _, reference, ref_stats = outputs(tmp_path)
+    import shutil
+
+    shutil.rmtree(tmp_path / "results/sw/pretrain")
+    shutil.rmtree(tmp_path / "checkpoints")
+
+    proc = _subprocess(tmp_path)
+    ckpt = tmp_path / "checkpoints/sw/pretrain/focus/standard"
+    deadline = time.time() + 240
+    while not list(ckpt.glob(f"checkpoint-*/{PT.ROWS_FILE}")):
+        assert proc.poll() is None, proc.stdout.read()
+        assert time.time() < deadline, "no checkpoint within 240 s"
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not (tmp_path / "results/sw/pretrain/focus/standard").exists()
+    killed_at = max(s for s, _ in PT.complete_checkpoints(ckpt))
+    assert killed_at < 40
+
+    proc = _subprocess(tmp_path)
+    log, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, log
+    _, resumed, stats = outputs(tmp_path)
+    assert stats["resumed_from_step"] is not None and stats["resumed_from_step"] >= killed_at
+    assert abs(stats["final_valid_loss"] - ref_stats["final_valid_loss"]) < 1e-4
+    for column in ("step", "tokens_seen", "train_loss", "valid_loss", "learning_rate"):
+        np.testing.assert_allclose(resumed.column(column).to_numpy(), reference.column(column).to_numpy(),
+                                   rtol=0, atol=1e-4, err_msg=column)
+
+
+def test_checkpoint_of_other_params_is_refused(tmp_path, monkeypatch, one_thread, sw_wp):
+    monkeypatch.chdir(tmp_path)
+    params = project(tmp_path, tiny_bert(len(sw_wp)), sw_wp, steps=8, save_every=4, keep_checkpoints=True)
+    run(params)
+    changed = validate_params({**params, "pretrain": {**params["pretrain"], "learning_rate": 0.02, "seq_len": 16}})
+    with pytest.raises(VocabTransferError, match=r"other params \(pretrain.learning_rate, pretrain.seq_len\)") as err:
+        run(changed)
+    assert "\n" not in str(err.value)
+    # keep_checkpoints does not change the trajectory: changing it resumes
+    run(validate_params({**params, "pretrain": {**params["pretrain"], "keep_checkpoints": False}}))
+    assert outputs(tmp_path)[2]["resumed_from_step"] == 8
+
+
+def test_nan_loss_stops_naming_the_step_and_keeps_the_checkpoint(tmp_path, monkeypatch, one_thread, sw_wp):
+    monkeypatch.chdir(tmp_path)
+    params = project(tmp_path, tiny_bert(len(sw_wp)), sw_wp, steps=12, save_every=4, log_every=2)
+    calls = []
+    real = PT.objective_loss
+
+    def poisoned(objective, logits, targets, margin):
+        calls.append(1)
+        loss = real(objective, logits, targets, margin)
+        return loss * float("nan") if len(calls) >= 6 else loss
+
+    monkeypatch.setattr(PT, "objective_loss", poisoned)
+    with pytest.raises(VocabTransferError, match=r"^step 6: the standard training loss is nan; .*checkpoint-4"):
+        run(params)
+    assert not (tmp_path / "results/sw/pretrain/focus/standard").exists()
+    assert [s for s, _ in PT.complete_checkpoints(tmp_path / "checkpoints/sw/pretrain/focus/standard")] == [4]
+
+
+def test_factorized_training_saves_full_embeddings_in_the_primitives_span(tmp_path, monkeypatch, one_thread, sw_wp):
+    from transformers import AutoModelForMaskedLM
+
+    monkeypatch.chdir(tmp_path)
+    g = torch.Generator().manual_seed(0)
+    coords, prims = torch.rand(len(sw_wp), 4, generator=g), torch.randn(4, 32, generator=g)
+    model = tiny_bert(len(sw_wp))
+    with torch.no_grad():
+        model.get_input_embeddings().weight.copy_(coords @ prims)
+    params = project(tmp_path, model, sw_wp, method="focus+svd", steps=8, factorized=True, train_primitives=False)
+    init = tmp_path / "results/sw/init/focus+svd"
+    io.save_tensors({"coordinates": coords}, init / "coordinates.safetensors")
+    io.save_tensors({"primitives": prims}, init / "primitives.safetensors")
+    run(params, method="focus+svd")
+    out, metrics, stats = outputs(tmp_path, method="focus+svd")
+    assert stats["factorized"] is True
+    loaded = AutoModelForMaskedLM.from_pretrained(str(out / "model"))
+    E = loaded.get_input_embeddings().weight.detach()
+    assert loaded.get_output_embeddings().weight.data_ptr() == E.data_ptr()  # still tied
+    assert not torch.allclose(E, coords @ prims, atol=1e-4)  # trained
+    trained_coords = E @ torch.linalg.pinv(prims)
+    torch.testing.assert_close(trained_coords @ prims, E, atol=1e-4, rtol=0)  # frozen primitives: E = C' @ P
+
+
+def test_bad_inputs(tmp_path, monkeypatch, one_thread, sw_wp):
+    monkeypatch.chdir(tmp_path)
+    params = project(tmp_path, tiny_bert(len(sw_wp)), sw_wp, steps=4)
+    write_ids(sw_wp, ["habari"], tmp_path / "results/sw/pretokenized/valid.parquet")
+    pq.write_table(pa.table({"input_ids": pa.array([[5, len(sw_wp) + 3]], type=pa.list_(pa.int32()))}),
+                   tmp_path / "results/sw/pretokenized/train.parquet")
+    with pytest.raises(VocabTransferError, match=rf"train.parquet: token id {len(sw_wp) + 3} is outside"):
+        run(params)
+    assert not (tmp_path / "results/sw/pretrain").exists()
+    with pytest.raises(VocabTransferError, match=r"pretrain.methods: wechsel not in init.methods"):
+        validate_params({**params, "pretrain": {**params["pretrain"], "methods": ["focus", "wechsel"]}})
+    with pytest.raises(VocabTransferError, match=r"pretrain.objectives.0: 'bold' is not allowed"):
+        validate_params({**params, "pretrain": {**params["pretrain"], "objectives": ["bold"]}})
+    with pytest.raises(VocabTransferError, match=r"pretrain.selfish.margin"):
+        validate_params({**params, "pretrain": {**params["pretrain"], "selfish": {"margin": 0}}})
+
+
+def test_pretrain_jobs():
+    params = {"pretrain": {"methods": ["focus", "fvt"], "objectives": ["standard", "selfish"]}}
+    assert PT.pretrain_jobs(params) == [("focus", "standard"), ("focus", "selfish"), ("fvt", "standard"),
+                                        ("fvt", "selfish")]
+
+
+def test_paper_config_is_valid_and_dry_runs_offline(tmp_path):
+    """config/paper.yaml merged into params.yaml (as Snakemake merges a --configfile) passes the schema, and
+    `snakemake -n --configfile config/paper.yaml` plans every pretrain job without touching the network."""
+    from snakemake.utils import update_config
+
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    update_config(params, yaml.safe_load((REPO / "config/paper.yaml").read_text()))
+    checked = validate_params(params, "config/paper.yaml")
+    assert checked["source_model"] == "xlm-roberta-base" and checked["pretrain"]["learning_rate"] == 5e-5
+    assert checked["pretrain"]["batch_size"] * checked["pretrain"]["gradient_accumulation_steps"] == 128
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    done = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--cores", "1", "--configfile", "config/paper.yaml",
+                           "--directory", str(REPO)], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    jobs = dict(line.split() for line in done.stdout.splitlines() if line.startswith(("pretrain ", "total ")))
+    assert int(jobs["pretrain"]) == len(checked["pretrain"]["methods"]) * 2
