@@ -374,6 +374,9 @@ register(Stage(
     expand=_pretrain_expand,
     parallel=True,
     gpu=True,
+))
+
+
 def _report_inputs(params: dict, wildcards: dict) -> dict[str, str]:
     from vocabtransfer import report
 
