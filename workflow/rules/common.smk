@@ -75,3 +75,13 @@ def all_targets():
             P.fill(P.INIT_EVAL, lang=lang),
         ]
     return targets
+
+
+# a lock left by a local run killed hard is released when its owner is gone (vocabtransfer.locks)
+from vocabtransfer import locks
+
+locks.on_load(workflow)
+
+
+onstart:
+    locks.on_start(workflow)
