@@ -68,9 +68,10 @@ def targets(params: dict) -> list[str]:
 
 
 def setup_workdir(work: Path, params: dict, env: dict) -> None:
-    """A checkout-like directory (Snakefile, workflow/, src/, params.yaml, dvc.yaml) with git and DVC."""
+    """A checkout-like directory (Snakefile, workflow/, profiles, src/, params.yaml, dvc.yaml) with git and DVC."""
     shutil.copy(REPO / "Snakefile", work)
     shutil.copytree(REPO / "workflow", work / "workflow")
+    os.symlink(os.readlink(REPO / "profiles"), work / "profiles")  # the default workflow profile
     # dvc.yaml lists the stage code as dependencies, as in a checkout
     shutil.copytree(REPO / "src", work / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     (work / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))

@@ -78,3 +78,13 @@ def all_targets():
         targets += [P.fill(P.PRETRAIN_DIR, lang=lang, method=m, objective=o)
                     for m, o in pretrain_jobs(config)]
     return targets + [P.REPORT]  # the report reads every other result
+
+
+# a lock left by a local run killed hard is released when its owner is gone (vocabtransfer.locks)
+from vocabtransfer import locks
+
+locks.on_load(workflow)
+
+
+onstart:
+    locks.on_start(workflow)
