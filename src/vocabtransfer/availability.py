@@ -82,11 +82,15 @@ def methods(params: dict, lang: str) -> list[str]:
     return [m for m in params["init"]["methods"] if method_reason(params, lang, m) is None]
 
 
-def methods_needing(params: dict, base: str) -> str | None:
-    """Why no init job of any language runs method `base` (None when one does)."""
+def needed_by(params: dict, base: str, lang: str | None = None) -> str | None:
+    """Why no init job (of `lang`, or of any language) runs method `base`: a job that only feeds
+    that method is skipped for the same reason. None when one runs."""
     if not any(m.partition("+")[0] == base for m in params["init"]["methods"]):
         return f"init.methods has no {base}"
-    if not any(base in {m.partition("+")[0] for m in methods(params, lang)} for lang in params["languages"]):
+    if lang is not None:
+        why = METHOD_CONDITIONS[base](params, lang) if base in METHOD_CONDITIONS else None
+        return f"init {base} does not run: {why}" if why else None
+    if not any(base in {m.partition("+")[0] for m in methods(params, code)} for code in params["languages"]):
         return f"no language can run init {base}"
     return None
 

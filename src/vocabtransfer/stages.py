@@ -277,7 +277,7 @@ register(Stage(
     params=WORD_FASTTEXT_LEAVES + ("init.wechsel.source_text",),
     code=("auxiliary.py",),
     parallel=True,
-    available=lambda params, wc: A.methods_needing(params, "wechsel"),
+    available=lambda params, wc: A.needed_by(params, "wechsel"),
     data=lambda params, wc: {"data_text": P.data_path(params["init"]["wechsel"]["source_text"])},
 ))
 register(Stage(
@@ -289,9 +289,7 @@ register(Stage(
     params=WORD_FASTTEXT_LEAVES,
     code=("auxiliary.py",),
     parallel=True,
-    available=lambda params, wc: (A.methods_needing(params, "wechsel")
-                                  or (f"init wechsel does not run: {why}" if (why := A.wechsel_reason(params, wc["lang"]))
-                                      else None)),
+    available=lambda params, wc: A.needed_by(params, "wechsel", wc["lang"]),
 ))
 register(Stage(
     name="source_snmf",
