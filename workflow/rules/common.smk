@@ -5,6 +5,9 @@ import os
 import re
 import sys
 
+import yaml
+from snakemake.utils import update_config
+
 from vocabtransfer import availability as A
 from vocabtransfer import paths as P
 from vocabtransfer import stages as S
@@ -13,8 +16,23 @@ from vocabtransfer.errors import VocabTransferError
 
 # the config Snakemake sees: params.yaml, then every --configfile over it, then --config
 _sources = ["params.yaml"] + [os.path.relpath(str(f)) for f in workflow.overwrite_configfiles]
+
+
+def _typed(value):
+    """--config values as YAML: Snakemake types `seed=7` but leaves `corpus={max_bytes: 9}`'s 9 a string."""
+    if isinstance(value, dict):
+        return {k: _typed(v) for k, v in value.items()}
+    if isinstance(value, str):
+        try:
+            return yaml.safe_load(value)
+        except yaml.YAMLError:
+            return value
+    return value
+
+
 if workflow.config_settings.config:
     _sources.append("--config")
+    update_config(config, _typed(dict(workflow.config_settings.config)))
 PARAMS_SOURCE = " + ".join(dict.fromkeys(_sources))
 
 try:
