@@ -221,16 +221,21 @@ def test_an_edited_corpus_file_reruns_exactly_its_dependents(xx_run):
     assert len(merged) == 1
     merged = merged[0]
     assert yaml.safe_load(merged.read_text())["corpus"]["max_bytes"] == 200000
-    shutil.copy(merged, work / "params.yaml")
-    run([str(BIN / "vocabtransfer"), "dvc-yaml"], work, env)
-    for cmd in (["git", "init", "-q"], [str(BIN / "dvc"), "init", "-q"], [str(BIN / "dvc"), "commit", "-f", "-q"]):
-        run(cmd, work, env)
-    assert "up to date" in run([str(BIN / "dvc"), "status"], work, env).stdout.lower()
     assert job_table(run([str(BIN / "snakemake"), "-n", *args], work, env).stdout) == {}
+    # DVC records the run in a copy (`dvc commit` rewrites the outputs it caches)
+    dvc_work = work.parent / "xx-dvc"
+    shutil.copytree(work, dvc_work, symlinks=True, ignore=shutil.ignore_patterns(".snakemake"))
+    shutil.copy(merged, dvc_work / "params.yaml")
+    dvc_env = {**env, "VOCABTRANSFER_DATA": str(dvc_work / "data")}
+    run([str(BIN / "vocabtransfer"), "dvc-yaml"], dvc_work, dvc_env)
+    for cmd in (["git", "init", "-q"], [str(BIN / "dvc"), "init", "-q"], [str(BIN / "dvc"), "commit", "-f", "-q"]):
+        run(cmd, dvc_work, dvc_env)
+    assert "up to date" in run([str(BIN / "dvc"), "status"], dvc_work, dvc_env).stdout.lower()
 
-    corpus = work / "data/pretrain_text/xx.txt"
-    corpus.write_bytes(corpus.read_bytes().replace(b"a", b"e", 1))
-    status = run([str(BIN / "dvc"), "status"], work, env).stdout
+    for root in (work, dvc_work):  # one byte of the corpus file
+        corpus = root / "data/pretrain_text/xx.txt"
+        corpus.write_bytes(corpus.read_bytes().replace(b"a", b"e", 1))
+    status = run([str(BIN / "dvc"), "status"], dvc_work, dvc_env).stdout
     assert set(re.findall(r"^(\S+):\s*$", status, re.M)) == {"corpus@xx"}, status
     assert "data/pretrain_text/xx.txt" in status
     jobs = job_table(run([str(BIN / "snakemake"), "-n", *args], work, env).stdout)
