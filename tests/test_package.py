@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -21,7 +22,7 @@ def test_validate_works_from_an_installed_wheel(tmp_path):
     shutil.copytree(REPO, src, ignore=shutil.ignore_patterns(".git", ".venv", "results", "logs", ".snakemake", "data",
                                                              "build", "*.egg-info", "__pycache__"))
     subprocess.run([python, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(tmp_path / "dist"),
-                    str(src)], check=True, capture_output=True)
+                    str(src)], check=True, capture_output=True, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
     wheel = next((tmp_path / "dist").glob("vocabtransfer-*.whl"))
     # a fresh venv that sees the pinned dependencies of this one but not its vocabtransfer
     venv = tmp_path / "venv"
@@ -29,8 +30,10 @@ def test_validate_works_from_an_installed_wheel(tmp_path):
     purelib = subprocess.run([str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                              check=True, capture_output=True, text=True).stdout.strip()
     (tmp_path / "venv" / purelib.split(str(venv) + "/", 1)[1] / "deps.pth").write_text(sysconfig.get_paths()["purelib"])
+    # --ignore-installed: the dependencies' directory holds the checkout's editable install; never touch it
+    clean = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     subprocess.run([python, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "-q", "--no-deps",
-                    "--no-index", str(wheel)], check=True, capture_output=True)
+                    "--no-index", "--ignore-installed", str(wheel)], check=True, capture_output=True, env=clean)
     run_dir = tmp_path / "elsewhere"
     run_dir.mkdir()
     shutil.copy(REPO / "params.yaml", run_dir)
