@@ -6,12 +6,12 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 CORES ?= 2
-# offline data: ../shared/data beside the checkout unless VOCABTRANSFER_DATA is set
-VOCABTRANSFER_DATA ?= $(abspath $(firstword $(wildcard ../shared/data) data))
-export VOCABTRANSFER_DATA
+# offline data: data/ (the default $VOCABTRANSFER_DATA) is a link to ../shared/data beside the
+# checkout when that exists, so Snakemake, DVC and the committed dvc.yaml all name data/… files
+DATA_LINK := $(if $(wildcard data),,$(if $(wildcard ../shared/data),data-link))
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: run test venv dvc-yaml clean
+.PHONY: run test venv dvc-yaml clean data-link
 
 $(BIN)/.installed: pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -19,7 +19,10 @@ $(BIN)/.installed: pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	touch $@
 
-venv: $(BIN)/.installed
+venv: $(BIN)/.installed $(DATA_LINK)
+
+data-link:
+	ln -sfn ../shared/data data
 
 run: venv
 	$(BIN)/snakemake --cores $(CORES) $(SNAKEMAKE_ARGS)

@@ -171,7 +171,8 @@ def stage_dir(tmp_path, monkeypatch, corpus):
 
 def test_stage_tokenlevel_end_to_end(stage_dir, corpus, token_model):
     tok = corpus[0]
-    run_stage("fasttext", _params(), {"lang": "sw"}, threads=1)
+    # the job is given 2 threads; fasttext.reproducible (default) trains on one, and the stats say so
+    run_stage("fasttext", _params(), {"lang": "sw"}, threads=2)
     t = load_tensors(P.fill(P.FASTTEXT_EMB, lang="sw"), ["embeddings", "mask"])
     expected_emb, expected_mask = A.token_vectors(token_model, tok, "tokenlevel")  # same seed, one thread
     assert torch.equal(t["embeddings"], expected_emb) and torch.equal(t["mask"], expected_mask)
@@ -181,6 +182,7 @@ def test_stage_tokenlevel_end_to_end(stage_dir, corpus, token_model):
     assert stats["vocab_size"] == len(tok) and stats["tokens_with_vector"] == int(expected_mask.sum())
     assert stats["tokens_with_vector"] + stats["tokens_without_vector"] == len(tok)
     assert stats["fasttext_words"] == len(token_model.get_words()) and stats["deterministic"]
+    assert stats["threads"] == 1
     assert stats["params"]["fasttext.min_count"] == 5 and "fasttext" in stats["versions"]
     assert not [p for p in stage_dir.rglob(".*tmp-*")]  # atomic writes left no temporaries
 

@@ -11,7 +11,12 @@ from vocabtransfer.stages import STAGES
 from conftest import REPO
 
 
-def test_committed_dvc_yaml_is_fresh():
+def test_committed_dvc_yaml_is_fresh(shared_data, tmp_path, monkeypatch):
+    # the committed file names data files under the default data root `data/` (which `make` links
+    # to ../shared/data), so it is the same on every machine
+    (tmp_path / "data").symlink_to(shared_data)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("VOCABTRANSFER_DATA", "data")
     fresh = dvcgen.generate(load_params(REPO / "params.yaml"))
     committed = (REPO / "dvc.yaml").read_text()
     assert committed == fresh, "dvc.yaml is stale: run `vocabtransfer dvc-yaml` and commit it"
@@ -25,7 +30,7 @@ def test_every_stage_lists_individual_params_leaves():
     assert "fasttext.epochs" in fasttext["params"]
     assert "fasttext" not in fasttext["params"]  # never a whole section
     for name, stage in stages.items():
-        for leaf in stage["params"]:
+        for leaf in stage.get("do", stage)["params"]:  # a foreach stage keeps its body under `do`
             # every leaf exists in params.yaml (with ${item.lang} filled in)
             node = params
             for part in leaf.replace("${item.lang}", params["languages"][0]).split("."):
@@ -89,7 +94,8 @@ def test_code_dependencies_follow_imports_and_the_method():
     stages = yaml.safe_load(dvcgen.generate(load_params(REPO / "params.yaml")))["stages"]
 
     def code(name):
-        return {d.removeprefix("src/vocabtransfer/") for d in stages[name]["deps"] if d.startswith("src/")}
+        deps = stages[name].get("do", stages[name])["deps"]
+        return {d.removeprefix("src/vocabtransfer/") for d in deps if d.startswith("src/")}
 
     for name in stages:
         for path in code(name):

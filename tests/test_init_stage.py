@@ -177,6 +177,13 @@ def test_method_options_for_factorised_methods():
     assert params["init"]["focus"]["k"] == 3  # a copy
 
 
+def test_method_options_leave_out_the_keys_of_other_stages():
+    """init.wechsel.source_text / fasttext feed the word-level fastText stages, not the method."""
+    wechsel = {"neighbors": 3, "dictionaries": {"sw": "d.txt"}, "source_text": "en.txt", "fasttext": {"dim": 8}}
+    assert I.method_options({"init": {"wechsel": wechsel}}, "wechsel") == {"neighbors": 3,
+                                                                          "dictionaries": {"sw": "d.txt"}}
+
+
 def test_transfer_bias():
     bias = I.transfer_bias(torch.tensor([1.0, 2.0, 3.0, 6.0]), 3, np.array([2]), np.array([3]))
     assert bias.tolist() == [3.0, 3.0, 6.0]
@@ -253,6 +260,10 @@ def test_stale_source_snmf_factors_are_refused(tmp_path, tokenizers):
         run(snmf_params(rank=8), "a")
     # neighbours / temperature do not change the factorisation
     run(snmf_params(neighbors=5), "b")
+    # the same options with another seed: another k-means start, so other factors
+    with pytest.raises(VocabTransferError, match=r"computed with other init.snmf options: seed=7 \(params: 8\); "
+                                                 r"rerun the source_snmf stage"):
+        run({**snmf_params(), "seed": 8}, "e")
     # factors of another source model
     other = tiny_bert(len(tokenizers["en_wp"]), seed=1)
     save_dir(other, tokenizers["en_wp"], inputs["source_model"])
@@ -261,7 +272,7 @@ def test_stale_source_snmf_factors_are_refused(tmp_path, tokenizers):
     factors.unlink()
     with pytest.raises(VocabTransferError, match=r"snmf.safetensors: file not found"):
         run(snmf_params(), "d")
-    assert not (tmp_path / "a").exists() and not (tmp_path / "c").exists()
+    assert not (tmp_path / "a").exists() and not (tmp_path / "c").exists() and not (tmp_path / "e").exists()
 
 
 def test_snmf_methods_depend_on_source_snmf():

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Iterable, Literal
 
 import numpy as np
 
-from vocabtransfer.errors import VocabTransferError
+from vocabtransfer.errors import VocabTransferError, brief
 from vocabtransfer.log import progress
 
 if TYPE_CHECKING:
@@ -94,11 +94,11 @@ def train_fasttext(text_path: str | os.PathLike, *, model: Literal["cbow", "skip
             ft_impl.fasttext.train(ft.f, a)
             ft.set_args(ft.f.getArgs())
     except ValueError as exc:  # "Empty vocabulary. Try a smaller -minCount value."
-        raise VocabTransferError(f"{path}: fastText training failed ({exc}); no word occurs min_count={min_count} "
+        raise VocabTransferError(f"{path}: fastText training failed ({brief(exc)}); no word occurs min_count={min_count} "
                                  "times: lower fasttext.min_count or add text") from exc
     except RuntimeError as exc:  # "Encountered NaN."
         raise VocabTransferError(
-            f"{path}: fastText training failed ({exc}); fastText 0.9.3 leaves a small input matrix partly "
+            f"{path}: fastText training failed ({brief(exc)}); fastText 0.9.3 leaves a small input matrix partly "
             "uninitialised: keep subword n-grams (maxn > 0) and the default bucket=2000000, or lower lr") from exc
     log.info("fastText %s dim=%d epochs=%d min_count=%d on %s: %d words in %.1fs (seed %d, %d thread(s))",
              model, dim, epochs, min_count, path, len(ft.get_words(on_unicode_error="replace")),
@@ -181,7 +181,7 @@ def load_fasttext(path: str | os.PathLike):
     try:
         return fasttext.load_model(str(path))
     except Exception as exc:
-        raise VocabTransferError(f"{path}: fastText cannot load it ({exc}); re-download or retrain it") from exc
+        raise VocabTransferError(f"{path}: fastText cannot load it ({brief(exc)}); re-download or retrain it") from exc
 
 
 # ---------------------------------------------------------------------------------------------
@@ -240,6 +240,7 @@ def run(ctx: "Context") -> None:
     tokenizer = load_tokenizer(ctx.input["tokenizer"])
     out = ctx.output
 
+    threads = 1  # a word-level .bin is loaded, not trained
     if mode == "tokenlevel":
         threads = 1 if ctx.param("fasttext.reproducible") else ctx.threads
         if threads == 1 and ctx.threads > 1:
@@ -297,8 +298,8 @@ def run(ctx: "Context") -> None:
         "seconds_model": round(train_seconds, 3),  # train (or load) and save the .bin
         "seconds": round(time.perf_counter() - start, 3),
         "seed": ctx.seed,
-        "threads": ctx.threads,
-        "deterministic": mode == "wordlevel" or ctx.threads == 1,
+        "threads": threads,  # the threads fastText trained on (not the ones the job was given)
+        "deterministic": mode == "wordlevel" or threads == 1,
         "params": param_values(ctx.params, "fasttext", ctx.wildcards),
         "versions": io.versions(),
     }

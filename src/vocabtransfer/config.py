@@ -1,4 +1,5 @@
-"""Load and validate params.yaml against workflow/schemas/params.schema.yaml.
+"""Load and validate params.yaml against the params schema (package data `params.schema.yaml`;
+workflow/schemas/params.schema.yaml is a link to it).
 
 `load_params` returns the config with every default filled in, or raises a
 VocabTransferError naming the key path, what was wrong and the allowed values.
@@ -7,6 +8,8 @@ VocabTransferError naming the key path, what was wrong and the allowed values.
 from __future__ import annotations
 
 import copy
+import os
+import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -16,14 +19,15 @@ import yaml
 
 from vocabtransfer.errors import VocabTransferError
 
-SCHEMA_PATH = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "params.schema.yaml"
+# shipped inside the package, so a wheel or a non-editable install finds it too
+SCHEMA_PATH = Path(__file__).resolve().parent / "params.schema.yaml"
 
 
 @lru_cache(maxsize=1)
 def schema() -> dict:
     if not SCHEMA_PATH.is_file():
-        raise VocabTransferError(f"{SCHEMA_PATH}: schema file missing; is vocabtransfer installed from its checkout (pip install -e .)?")
-    return yaml.safe_load(SCHEMA_PATH.read_text())
+        raise VocabTransferError(f"{SCHEMA_PATH}: schema file missing from the installed package; reinstall vocabtransfer")
+    return yaml.safe_load(SCHEMA_PATH.read_text(encoding="utf-8"))
 
 
 def _with_defaults(validator_cls):
@@ -76,6 +80,7 @@ def validate_params(params: Any, source: str = "params.yaml") -> dict:
         err = errors[0]
         more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
         raise VocabTransferError(f"{source}: {_key_path(err)}: {_describe(err)}{more}")
+    check_source_model(params["source_model"], source)
     missing = [lang for lang in params["languages"] if lang not in params["corpus"]["sources"]]
     if missing:
         raise VocabTransferError(
@@ -93,6 +98,24 @@ def check_pretrain(params: dict, source: str = "params.yaml") -> None:
     if unknown:
         raise VocabTransferError(f"{source}: pretrain.methods: {', '.join(unknown)} not in init.methods "
                                  f"({', '.join(init_methods)}); add them to init.methods or remove them")
+# what the hub accepts as a repository id: `name` or `owner/name`
+HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?$")
+
+
+def check_source_model(value: str, source: str = "params.yaml") -> None:
+    """`source_model` is a Hugging Face model directory (it has a config.json) or a hub id; checked
+    without loading anything or contacting the hub, so a typo stops the run before any job."""
+    path = Path(os.path.expanduser(value))
+    fix = "point it at a Hugging Face model directory (config.json, weights, tokenizer files) or a hub id such as `owner/name`"
+    if path.exists():
+        if not path.is_dir():
+            raise VocabTransferError(f"{source}: source_model: {value!r} is a file, not a model directory; {fix}")
+        if not (path / "config.json").is_file():
+            raise VocabTransferError(f"{source}: source_model: {value!r} is a directory without config.json, so not "
+                                     f"a model; {fix}")
+        return
+    if path.is_absolute() or value.startswith((".", "~")) or value.count("/") > 1 or not HUB_ID.match(value):
+        raise VocabTransferError(f"{source}: source_model: {value!r} is neither an existing directory nor a hub id; {fix}")
 
 
 def load_params(path: str | Path = "params.yaml") -> dict:
@@ -105,6 +128,22 @@ def load_params(path: str | Path = "params.yaml") -> dict:
     except yaml.YAMLError as exc:
         raise VocabTransferError(f"{path}: not valid YAML: {str(exc).splitlines()[0]}") from exc
     return validate_params(raw, source=str(path))
+
+
+def write_merged(params: dict, directory: str | Path) -> str:
+    """Write a validated config to `<directory>/params.<hash>.yaml` (once: the name is a hash of the
+    content, so the file of a config never changes and runs with other configs never share one)
+    and return its path. Snakemake hands it to every stage as `--params`."""
+    import hashlib
+
+    from vocabtransfer.io import atomic_output
+
+    text = yaml.safe_dump(params, sort_keys=True, allow_unicode=True)
+    path = Path(directory) / f"params.{hashlib.sha256(text.encode()).hexdigest()[:16]}.yaml"
+    if not path.is_file() or path.read_text(encoding="utf-8") != text:
+        with atomic_output(path) as tmp:
+            tmp.write_text(text, encoding="utf-8")
+    return str(path)
 
 
 def get(params: dict, dotted: str) -> Any:

@@ -1,7 +1,9 @@
 """Generate dvc.yaml from the stage table (never edit dvc.yaml by hand).
 
-Per-language stages become DVC `matrix` stages over `${languages}` from params.yaml, so
-adding a language needs no regeneration. Stages with other wildcards (`method`, `objective`,
+Per-language stages become DVC `matrix` stages over `${languages}` from params.yaml; a stage
+that reads data files of its own (a local corpus, a dictionary, XNLI files) becomes a `foreach`
+over the languages instead, each item naming its files (resolved through $VOCABTRANSFER_DATA at
+generation time: regenerate after adding a language or moving the data). Stages with other wildcards (`method`, `objective`,
 …) become one matrix stage per combination the stage's `expand` takes from params.yaml (e.g.
 one per `init.methods` entry), because each combination reads different params leaves.
 A stage's `metrics` outputs are declared as DVC metrics (not cached, so `dvc metrics diff`
@@ -30,20 +32,34 @@ def _dvc_template(template: str, fixed: dict[str, str]) -> str:
     return re.sub(r"\{(\w+)\}", r"${item.\1}", template)
 
 
-def _stage_entry(stage: S.Stage, params: dict, fixed: dict[str, str]) -> dict:
+def _data_dep(path: str) -> str:
+    """A data file as a DVC dep: relative to the repository when inside it, else absolute."""
+    p = Path(path)
+    if not p.is_absolute():
+        return p.as_posix()
+    try:
+        return p.relative_to(Path.cwd()).as_posix()
+    except ValueError:
+        return p.as_posix()
+
+
+def _stage_entry(stage: S.Stage, params: dict, fixed: dict[str, str], lang: str | None) -> tuple[dict, dict]:
+    """(the entry with `${item.lang}` for the language, the data deps of `lang`): the entry is the
+    same for every language whose jobs read the same kinds of inputs."""
     matrix_wcs = [w for w in stage.wildcards if w not in fixed]
     args = " ".join(f"--{w} {_dvc_template('{' + w + '}', fixed)}" for w in stage.wildcards)
     log_name = "-".join("{" + w + "}" for w in stage.wildcards) or "all"
     log = _dvc_template(S.P.LOG.format(stage=stage.name, name=log_name), fixed)
     entry: dict = {}
-    if matrix_wcs:
-        if matrix_wcs != ["lang"]:
-            raise ValueError(f"stage {stage.name}: only `lang` can be a DVC matrix wildcard")
-        entry["matrix"] = {"lang": "${languages}"}
+    if matrix_wcs and matrix_wcs != ["lang"]:
+        raise ValueError(f"stage {stage.name}: only `lang` can be a DVC matrix wildcard")
     entry["cmd"] = f"vocabtransfer {stage.name} {args} --log-file {log}".replace("  ", " ")
-    templates = stage.input_templates(params, {**fixed, "lang": "{lang}"})
+    wildcards = {**fixed, **({"lang": lang} if lang else {})}
+    templates = stage.input_templates(params, wildcards)
     deps = [_dvc_template(t, fixed) for t in templates.values()]
-    deps += [f"src/vocabtransfer/{c}" for c in stage.code_for(params, {**fixed, "lang": "{lang}"})]
+    data = {key: _data_dep(path) for key, path in stage.data_files(params, wildcards).items()}
+    deps += [f"${{item.{key}}}" if lang else path for key, path in data.items()]
+    deps += [f"src/vocabtransfer/{c}" for c in stage.code_for(params, wildcards)]
     entry["deps"] = deps
     # leaves with {lang} become ${item.lang}; a method's own leaves come from extra_params
     leaves = [_dvc_template(leaf, fixed) for leaf in stage.params]
@@ -54,7 +70,7 @@ def _stage_entry(stage: S.Stage, params: dict, fixed: dict[str, str]) -> dict:
     if stage.metrics:
         entry["metrics"] = [{_dvc_template(t, fixed): {"cache": False}}
                             for k, t in stage.outputs.items() if k in stage.metrics]
-    return entry
+    return entry, data
 
 
 def stage_name(stage: S.Stage, fixed: dict[str, str]) -> str:
@@ -62,12 +78,45 @@ def stage_name(stage: S.Stage, fixed: dict[str, str]) -> str:
     return f"{stage.name}_{suffix}" if suffix else stage.name
 
 
+def _entries(stage: S.Stage, params: dict, fixed: dict[str, str]) -> dict[str, dict]:
+    """The dvc.yaml stages of one combination of the non-`lang` wildcards: for a per-language stage
+    a `matrix` over `${languages}` when every language has the job and reads no data file of its own,
+    else a `foreach` over the languages that have it, each item carrying its data files; languages
+    whose jobs read different kinds of inputs (e.g. init_eval without a skipped method) get a stage
+    of their own, `<stage>_<lang>`."""
+    name = stage_name(stage, fixed)
+    if "lang" not in stage.wildcards:
+        if stage.skip_reason(params, fixed) is not None:
+            return {}
+        return {name: _stage_entry(stage, params, fixed, None)[0]}
+    groups: list[tuple[dict, dict[str, dict]]] = []  # (entry, {lang: data deps})
+    for lang in params["languages"]:
+        if stage.skip_reason(params, {**fixed, "lang": lang}) is not None:
+            continue
+        entry, data = _stage_entry(stage, params, fixed, lang)
+        for known, members in groups:
+            if known == entry:
+                members[lang] = data
+                break
+        else:
+            groups.append((entry, {lang: data}))
+    out = {}
+    for i, (entry, members) in enumerate(groups):
+        if any(members.values()):
+            loop = {"foreach": {lang: {"lang": lang, **data} for lang, data in members.items()}, "do": entry}
+        else:
+            langs = list(members)
+            loop = {"matrix": {"lang": "${languages}" if langs == list(params["languages"]) else langs}, **entry}
+        out[name if i == 0 else f"{name}_{next(iter(members))}"] = loop
+    return out
+
+
 def generate(params: dict) -> str:
     stages: dict[str, dict] = {}
     plots: list[dict] = []
     for stage in S.STAGES.values():
         for fixed in stage.combinations(params):
-            stages[stage_name(stage, fixed)] = _stage_entry(stage, params, fixed)
+            stages.update(_entries(stage, params, fixed))
         if stage.plots:
             plots += [{plot_id: props} for plot_id, props in stage.plots(params).items()]
     document: dict = {"stages": stages}
@@ -81,7 +130,7 @@ def missing_leaves(raw: dict, params: dict) -> list[str]:
     stages = yaml.safe_load(generate(params))["stages"]
     missing = []
     for stage in stages.values():
-        for leaf in stage["params"]:
+        for leaf in stage.get("do", stage)["params"]:
             for lang in params["languages"] if "${item.lang}" in leaf else [None]:
                 key = leaf.replace("${item.lang}", lang) if lang else leaf
                 node = raw

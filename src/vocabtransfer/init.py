@@ -44,6 +44,12 @@ METHOD_INPUTS: dict[str, dict[str, str]] = {
 }
 
 
+# keys of `init.<method>` that other stages read (the method never sees them)
+STAGE_OPTIONS: dict[str, tuple[str, ...]] = {
+    "wechsel": ("source_text", "fasttext"),  # the source_fasttext / word_fasttext stages
+}
+
+
 def uses_snmf(method: str) -> bool:
     """`snmf` and every `<base>+snmf` read the shared semi-NMF of the source_snmf stage."""
     base, _, fact = method.partition("+")
@@ -65,7 +71,7 @@ def method_options(params: dict, method: str) -> dict:
 
     section = params.get("init", {}) or {}
     base, _, fact = method.partition("+")
-    options = dict(section.get(base) or {})
+    options = {k: v for k, v in (section.get(base) or {}).items() if k not in STAGE_OPTIONS.get(base, ())}
     if fact and fact in FACTORIZATIONS:
         options["factorization"] = dict(section.get(fact) or {})
     return options
@@ -154,7 +160,8 @@ def _run(ctx) -> None:
     if "snmf_factors" in ctx.input:
         from vocabtransfer.source_snmf import load_factors
 
-        snmf = load_factors(ctx.input["snmf_factors"], matrices, (ctx.params.get("init") or {}).get("snmf") or {})
+        snmf = load_factors(ctx.input["snmf_factors"], matrices, (ctx.params.get("init") or {}).get("snmf") or {},
+                            seed=ctx.seed)
 
     resources = {k: Path(v) for k, v in ctx.input.items() if k not in CORE_INPUTS}
     dictionaries = options.get("dictionaries") or {}

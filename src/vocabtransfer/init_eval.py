@@ -34,7 +34,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from vocabtransfer import io
+from vocabtransfer import availability, io
 from vocabtransfer import modeling as M
 from vocabtransfer import paths as P
 from vocabtransfer.errors import VocabTransferError
@@ -59,14 +59,19 @@ def input_key(method: str) -> str:
 
 def inputs(params: dict, wildcards: dict) -> dict[str, str]:
     """The stage's input templates: they depend on params (one init directory per configured method)."""
+    from vocabtransfer.availability import methods
+
     out = {"source_model": P.SOURCE_MODEL, "valid": P.CORPUS_VALID}
-    for method in params["init"]["methods"]:
+    for method in methods(params, wildcards["lang"]):  # the ones the language has data for
         out[input_key(method)] = P.INIT_DIR.replace("{method}", method)
     return out
 
 
 def read_xnli_premises(template: str, source_lang: str, lang: str, n: int) -> tuple[list[str], list[str]]:
-    """The first `n` distinct source-language premises and the same rows of the target-language file."""
+    """The first `n` distinct source-language premises and the same rows of the target-language file
+    (none for `n` <= 0)."""
+    if n <= 0:
+        return [], []
     files = [P.data_path(template.format(lang=code)) for code in (source_lang, lang)]
     columns = []
     for path in files:
@@ -204,7 +209,11 @@ def _run(ctx) -> None:
     opts = ctx.param("init_eval")
     seq_len, batch_size, seed = int(opts["seq_len"]), int(opts["batch_size"]), ctx.seed
     source_lang = opts["source_lang"]
-    methods = list(ctx.param("init.methods"))
+    methods = availability.methods(ctx.params, ctx.lang)
+    skipped = [m for m in ctx.param("init.methods") if m not in methods]
+    if skipped:
+        log.info("init_eval %s: %s skipped (%s)", ctx.lang, ", ".join(skipped),
+                 "; ".join(availability.method_reason(ctx.params, ctx.lang, m) for m in skipped))
 
     # the shared inputs: target text, source text, XNLI sentences
     valid = io.read_parquet(ctx.input["valid"], ["text"]).column("text").to_pylist()
@@ -212,7 +221,12 @@ def _run(ctx) -> None:
     source_text = P.data_path(ctx.param("source_head.text"))
     n_ref = min(int(opts["max_lines"]), int(ctx.param("source_head.eval_lines")))
     source_lines = M.read_lines(source_text)[-n_ref:]  # held out by source_head
-    src_sent, tgt_sent = read_xnli_premises(opts["xnli"], source_lang, ctx.lang, int(opts["retrieval_sentences"]))
+    no_retrieval = availability.retrieval_reason(ctx.params, ctx.lang)
+    if no_retrieval:
+        log.info("init_eval %s: no retrieval (%s)", ctx.lang, no_retrieval)
+        src_sent, tgt_sent = [], []
+    else:
+        src_sent, tgt_sent = read_xnli_premises(opts["xnli"], source_lang, ctx.lang, int(opts["retrieval_sentences"]))
     log.info("init_eval %s: %d valid lines, %d held-out %s lines, %d XNLI premise pairs, methods %s",
              ctx.lang, len(valid), len(source_lines), source_lang, len(src_sent), ", ".join(methods))
 

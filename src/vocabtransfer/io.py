@@ -18,7 +18,7 @@ from typing import Iterator, Mapping
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from vocabtransfer.errors import VocabTransferError
+from vocabtransfer.errors import VocabTransferError, brief
 
 TOKEN_IDS = pa.list_(pa.int32())
 
@@ -73,7 +73,7 @@ def read_parquet(path: str | os.PathLike, columns: list[str] | None = None) -> p
     try:
         table = pq.read_table(path)
     except Exception as exc:  # pyarrow raises several types for corrupt files
-        raise VocabTransferError(f"{path}: not a readable Parquet file ({exc}); delete it and rerun its stage") from exc
+        raise VocabTransferError(f"{path}: not a readable Parquet file ({brief(exc)}); delete it and rerun its stage") from exc
     if columns:
         missing = [c for c in columns if c not in table.column_names]
         if missing:
@@ -114,7 +114,7 @@ def load_tensors(path: str | os.PathLike, keys: list[str] | None = None) -> dict
     try:
         tensors = load_file(str(path))
     except Exception as exc:
-        raise VocabTransferError(f"{path}: not a readable safetensors file ({exc}); delete it and rerun its stage") from exc
+        raise VocabTransferError(f"{path}: not a readable safetensors file ({brief(exc)}); delete it and rerun its stage") from exc
     missing = [k for k in keys or [] if k not in tensors]
     if missing:
         raise VocabTransferError(f"{path}: missing tensor(s) {', '.join(missing)} (has {', '.join(sorted(tensors))})")
@@ -133,7 +133,7 @@ def read_json(path: str | os.PathLike) -> dict:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
-        raise VocabTransferError(f"{path}: not valid JSON ({exc}); delete it and rerun its stage") from exc
+        raise VocabTransferError(f"{path}: not valid JSON ({brief(exc)}); delete it and rerun its stage") from exc
 
 
 def versions() -> dict[str, str]:

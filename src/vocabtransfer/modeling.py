@@ -21,7 +21,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Iterable, Literal, Sequence
 
-from vocabtransfer.errors import VocabTransferError
+from vocabtransfer.errors import VocabTransferError, brief
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +71,7 @@ def load_tokenizer(name_or_path: str | Path):
     try:
         tok = AutoTokenizer.from_pretrained(str(directory))
     except Exception as exc:
-        raise VocabTransferError(f"{directory}: cannot load a tokenizer ({type(exc).__name__}: {exc})") from exc
+        raise VocabTransferError(f"{directory}: cannot load a tokenizer ({brief(exc)})") from exc
     if not getattr(tok, "is_fast", False):
         raise VocabTransferError(f"{directory}: vocabtransfer needs a fast (Rust) tokenizer, got {type(tok).__name__}")
     return tok

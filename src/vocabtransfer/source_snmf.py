@@ -71,12 +71,13 @@ def _run(ctx) -> None:
     log.info("source_snmf done in %.1f s: %s", time.perf_counter() - start, ctx.output["factors"])
 
 
-def load_factors(path: str | Path, matrices: dict, options: dict) -> dict:
+def load_factors(path: str | Path, matrices: dict, options: dict, seed: int | None = None) -> dict:
     """{which: (W, H, stats)} from a source_snmf file for each matrix in `matrices`
     ({"input": E, "output": E or None}, as `modeling.embedding_matrices` returns them).
 
-    Refuses, with the cause, factors of another matrix (fingerprint) or computed with other
-    `init.snmf` options than `options`: a stale file must never be used silently.
+    Refuses, with the cause, factors of another matrix (fingerprint), computed with other
+    `init.snmf` options than `options` or (when `seed` is given) with another seed: a stale
+    file must never be used silently.
     """
     path = Path(path)
     tensors = io.load_tensors(path)  # a missing or unreadable file: one clear error
@@ -84,6 +85,8 @@ def load_factors(path: str | Path, matrices: dict, options: dict) -> dict:
     saved = meta.get("options") or {}
     differ = [f"{k}={saved.get(k)!r} (params: {options[k]!r})" for k in FACTOR_KEYS
               if k in options and saved.get(k) != options[k]]
+    if seed is not None and meta.get("seed") != seed:
+        differ.append(f"seed={meta.get('seed')!r} (params: {seed!r})")
     if differ:
         raise VocabTransferError(f"{path}: computed with other init.snmf options: {', '.join(differ)}; "
                                  "rerun the source_snmf stage")

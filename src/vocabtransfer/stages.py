@@ -15,6 +15,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable
 
+from vocabtransfer import availability as A
 from vocabtransfer import config as C
 from vocabtransfer import paths as P
 
@@ -42,6 +43,22 @@ class Stage:
     # and params -> top-level plot definitions over the stage's outputs ({plot id: DVC plot properties})
     metrics: frozenset[str] = frozenset()
     plots: Callable[[dict], dict[str, dict]] | None = None
+    # (params, wildcards) -> None when the job runs, else why params or the data present rule it out
+    # (availability.py); such a job is in neither `snakemake` nor dvc.yaml, and the run says why
+    available: Callable[[dict, dict], str | None] | None = None
+    # (params, wildcards) -> {part: reason} for parts of a running job left out (e.g. retrieval)
+    partial: Callable[[dict, dict], dict[str, str]] | None = None
+    # (params, wildcards) -> {key: path}: the local data files the job reads, resolved through
+    # $VOCABTRANSFER_DATA; Snakemake inputs and DVC deps, so an edited data file reruns the job
+    data: Callable[[dict, dict], dict[str, str]] | None = None
+
+    def skip_reason(self, params: dict, wildcards: dict) -> str | None:
+        """None when params and the data present give this job, else the reason they do not."""
+        return self.available(params, wildcards) if self.available else None
+
+    def data_files(self, params: dict, wildcards: dict) -> dict[str, str]:
+        """The local data files this job reads (`data`), as path strings."""
+        return {k: str(v) for k, v in self.data(params, wildcards).items()} if self.data else {}
 
     def combinations(self, params: dict) -> list[dict[str, str]]:
         """The non-`lang` wildcard values params ask for (one empty dict when there are none)."""
@@ -76,6 +93,19 @@ def register(stage: Stage) -> Stage:
     return stage
 
 
+def _source_model_data(params: dict, wildcards: dict) -> dict[str, Path]:
+    """A local `source_model` directory (a hub id is pinned by its name, a params leaf)."""
+    path = A.local_source_model(params)
+    return {"data_source_model": path} if path else {}
+
+
+def _fasttext_data(params: dict, wildcards: dict) -> dict[str, Path]:
+    pretrained = params["fasttext"].get("pretrained_path")
+    if params["fasttext"]["mode"] == "wordlevel" and pretrained:
+        return {"data_pretrained": P.data_path(pretrained)}
+    return {}
+
+
 register(Stage(
     name="corpus",
     func="vocabtransfer.corpus:run",
@@ -84,6 +114,7 @@ register(Stage(
     params=("seed", "corpus.sources.{lang}", "corpus.normalization", "corpus.max_bytes",
             "corpus.valid_fraction", "corpus.min_chars"),
     code=("corpus.py", "download.py"),
+    data=lambda params, wc: {"data_corpus": path} if (path := A.corpus_file(params, wc["lang"])) else {},
 ))
 register(Stage(
     name="tokenizer",
@@ -95,6 +126,7 @@ register(Stage(
     params=("source_model", "tokenizer.family", "tokenizer.vocab_size", "tokenizer.min_frequency"),
     code=("tokenizer.py",),
     parallel=True,
+    data=_source_model_data,
 ))
 register(Stage(
     name="pretokenize",
@@ -106,6 +138,7 @@ register(Stage(
     params=("source_model", "pretokenize.batch_size"),
     code=("pretokenize.py",),
     parallel=True,
+    data=_source_model_data,
 ))
 register(Stage(
     name="fasttext",
@@ -117,6 +150,7 @@ register(Stage(
             "fasttext.epochs", "fasttext.min_count", "fasttext.neg", "fasttext.reproducible"),
     code=("auxiliary.py",),
     parallel=True,
+    data=_fasttext_data,
 ))
 register(Stage(
     name="overlap",
@@ -126,6 +160,7 @@ register(Stage(
     outputs={"overlap": P.OVERLAP, "stats": P.OVERLAP_STATS},
     params=("source_model", "overlap.exact_match_all", "overlap.fuzzy_match_all", "overlap.match_symbols"),
     code=("overlap.py",),
+    data=_source_model_data,
 ))
 
 
@@ -135,6 +170,12 @@ def section_leaves(params: dict, section: str) -> list[str]:
     if not isinstance(node, dict):
         return [section]
     return [leaf for key in node for leaf in section_leaves(params, f"{section}.{key}")]
+
+
+def uses_snmf(method: str) -> bool:
+    from vocabtransfer.init import uses_snmf
+
+    return uses_snmf(method)
 
 
 def _init_inputs(params: dict, wildcards: dict) -> dict[str, str]:
@@ -228,6 +269,8 @@ register(Stage(
     code=("source_head.py",),
     parallel=True,
     gpu=True,
+    data=lambda params, wc: {**_source_model_data(params, wc),
+                             "data_text": P.data_path(params["source_head"]["text"])},
 ))
 register(Stage(
     name="source_fasttext",
@@ -238,6 +281,8 @@ register(Stage(
     params=WORD_FASTTEXT_LEAVES + ("init.wechsel.source_text",),
     code=("auxiliary.py",),
     parallel=True,
+    available=lambda params, wc: A.needed_by(params, "wechsel"),
+    data=lambda params, wc: {"data_text": P.data_path(params["init"]["wechsel"]["source_text"])},
 ))
 register(Stage(
     name="word_fasttext",
@@ -248,6 +293,7 @@ register(Stage(
     params=WORD_FASTTEXT_LEAVES,
     code=("auxiliary.py",),
     parallel=True,
+    available=lambda params, wc: A.needed_by(params, "wechsel", wc["lang"]),
 ))
 register(Stage(
     name="source_snmf",
@@ -260,6 +306,8 @@ register(Stage(
     code=("source_snmf.py",),
     parallel=True,
     gpu=True,
+    available=lambda params, wc: (None if any(uses_snmf(m) for m in params["init"]["methods"])
+                                  else "init.methods has no snmf or <method>+snmf"),
 ))
 register(Stage(
     name="init",
@@ -275,6 +323,9 @@ register(Stage(
     expand=lambda params: [{"method": m} for m in params["init"]["methods"]],
     parallel=True,
     gpu=True,
+    available=lambda params, wc: A.method_reason(params, wc["lang"], wc["method"]),
+    data=lambda params, wc: ({"data_dictionary": A.dictionary_file(params, wc["lang"])}
+                             if wc["method"].partition("+")[0] == "wechsel" else {}),
 ))
 register(Stage(
     name="init_eval",
@@ -287,6 +338,10 @@ register(Stage(
     code=("init_eval.py",),
     parallel=True,
     gpu=True,
+    partial=lambda params, wc: {"retrieval": why} if (why := A.retrieval_reason(params, wc["lang"])) else {},
+    data=lambda params, wc: {"data_source_text": P.data_path(params["source_head"]["text"]),
+                             **({} if A.retrieval_reason(params, wc["lang"]) else
+                                dict(zip(("data_xnli_source", "data_xnli"), A.xnli_files(params, wc["lang"]))))},
 ))
 
 @dataclass

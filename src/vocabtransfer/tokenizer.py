@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Iterator, Literal
 
 from vocabtransfer import io
-from vocabtransfer.errors import VocabTransferError
+from vocabtransfer.errors import VocabTransferError, brief
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +82,7 @@ def _open_corpus(path: str | os.PathLike):
     try:
         pf = pq.ParquetFile(path)
     except Exception as exc:
-        raise VocabTransferError(f"{path}: not a readable Parquet file ({exc}); delete it and rerun the corpus stage") from exc
+        raise VocabTransferError(f"{path}: not a readable Parquet file ({brief(exc)}); delete it and rerun the corpus stage") from exc
     names = pf.schema_arrow.names
     if TEXT_COLUMN not in names:
         raise VocabTransferError(

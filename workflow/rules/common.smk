@@ -1,23 +1,56 @@
 # Helpers shared by all rule files: config validation and the stage table lookups.
 # (The only file with helper functions; rule files hold rules.)
 
+import os
 import re
 import sys
 
+import yaml
+from snakemake.utils import update_config
+
+from vocabtransfer import availability as A
 from vocabtransfer import paths as P
 from vocabtransfer import stages as S
-from vocabtransfer.config import validate_params
+from vocabtransfer.config import validate_params, write_merged
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.pretrain import pretrain_jobs
 
-PARAMS_FILE = str(workflow.overwrite_configfiles[-1]) if workflow.overwrite_configfiles else "params.yaml"
+# the config Snakemake sees: params.yaml, then every --configfile over it, then --config
+_sources = ["params.yaml"] + [os.path.relpath(str(f)) for f in workflow.overwrite_configfiles]
+
+
+def _typed(value):
+    """--config values as YAML: Snakemake types `seed=7` but leaves `corpus={max_bytes: 9}`'s 9 a string."""
+    if isinstance(value, dict):
+        return {k: _typed(v) for k, v in value.items()}
+    if isinstance(value, str):
+        try:
+            return yaml.safe_load(value)
+        except yaml.YAMLError:
+            return value
+    return value
+
+
+if workflow.config_settings.config:
+    _sources.append("--config")
+    update_config(config, _typed(dict(workflow.config_settings.config)))
+PARAMS_SOURCE = " + ".join(dict.fromkeys(_sources))
 
 try:
-    _validated = validate_params(dict(config), source=PARAMS_FILE)
+    _validated = validate_params(dict(config), source=PARAMS_SOURCE)
+    # the stages read exactly this merged, validated config: written once per distinct config
+    # (the name is its hash, so concurrent runs with other configs never share a file)
+    PARAMS_FILE = write_merged(_validated, ".snakemake/vocabtransfer")
+    _lines = A.preflight(_validated, source=PARAMS_SOURCE)
 except VocabTransferError as exc:
     sys.exit(f"error: {exc}")
 config.clear()
 config.update(_validated)
+# one line per job that params ask for but the data do not allow, before any job starts
+for _line in _lines:
+    print(_line, file=sys.stderr)
+# what every rule's shell passes as --params (an environment variable, so that the command line
+# itself, which Snakemake compares to decide reruns, stays the same whatever the config)
+os.environ["VOCABTRANSFER_PARAMS"] = PARAMS_FILE
 
 wildcard_constraints:
     lang="|".join(config["languages"]),
@@ -26,14 +59,19 @@ wildcard_constraints:
 
 def stage_input(name):
     """The stage's inputs (use with `unpack`): the artefacts it reads, computed from params and
-    wildcards where they depend on them, and as `code` the vocabtransfer modules it runs (the
-    installed ones), so that editing a module reruns its jobs, as under DVC."""
+    wildcards where they depend on them, the local data files it reads (`Stage.data`, so an edited
+    corpus or dictionary reruns its jobs), and as `code` the vocabtransfer modules it runs (the
+    installed ones), so that editing a module reruns its jobs, as under DVC. A job that params or
+    the data present rule out (`Stage.available`) is an error naming the reason."""
     stage = S.STAGES[name]
 
     def inputs(wildcards):
         wc = dict(wildcards)
+        reason = stage.skip_reason(config, wc)
+        if reason is not None:
+            raise VocabTransferError(f"{name} {' '.join(wc.values())}: not possible with these params: {reason}")
         code = [str(S.PACKAGE / module) for module in stage.code_for(config, wc)]
-        return {**stage.input_templates(config, wc), "code": code}
+        return {**stage.input_templates(config, wc), **stage.data_files(config, wc), "code": code}
 
     return inputs
 
@@ -65,18 +103,24 @@ def stage_threads(name):
 
 
 # appended to every `vocabtransfer <stage>` shell command
-STAGE_ARGS = f"--params {PARAMS_FILE} --threads {{threads}} --log-file {{log}}"
+STAGE_ARGS = '--params "$VOCABTRANSFER_PARAMS" --threads {threads} --log-file {log}'
+
+
+def stage_targets(name, output=None):
+    """The outputs (all, or the one named `output`) of every job of a stage that params and the data
+    present give, for every language (`availability.jobs`)."""
+    stage = S.STAGES[name]
+    keys = [output] if output else list(stage.outputs)
+    targets = []
+    for lang in config["languages"] if "lang" in stage.wildcards else [None]:
+        for wc in A.jobs(config, stage, lang):
+            targets += [P.fill(stage.outputs[k], **wc) for k in keys]
+    return targets
 
 
 def all_targets():
-    targets = []
-    for lang in config["languages"]:
-        targets += [
-            P.fill(P.PRETOK_STATS, lang=lang),
-            P.fill(P.INIT_EVAL, lang=lang),
-        ]
-        targets += [P.fill(P.PRETRAIN_DIR, lang=lang, method=m, objective=o)
-                    for m, o in pretrain_jobs(config)]
+    targets = stage_targets("pretokenize", "stats") + stage_targets("init_eval", "init_eval")
+    targets += stage_targets("pretrain", "pretrain")
     return targets + [P.REPORT]  # the report reads every other result
 
 

@@ -1,0 +1,47 @@
+"""vocabtransfer works from a wheel (a non-editable install): what it reads at run time is package data."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+
+import pytest
+
+from conftest import REPO
+
+pytestmark = pytest.mark.slow
+
+
+def test_validate_works_from_an_installed_wheel(tmp_path):
+    python = sys.executable
+    # build the wheel from a copy, so the checkout gets no build/ directory
+    src = tmp_path / "src-copy"
+    shutil.copytree(REPO, src, ignore=shutil.ignore_patterns(".git", ".venv", "results", "logs", ".snakemake", "data",
+                                                             "build", "*.egg-info", "__pycache__"))
+    subprocess.run([python, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(tmp_path / "dist"),
+                    str(src)], check=True, capture_output=True, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    wheel = next((tmp_path / "dist").glob("vocabtransfer-*.whl"))
+    # a fresh venv that sees the pinned dependencies of this one but not its vocabtransfer
+    venv = tmp_path / "venv"
+    subprocess.run([python, "-m", "venv", "--without-pip", str(venv)], check=True)
+    purelib = subprocess.run([str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             check=True, capture_output=True, text=True).stdout.strip()
+    (tmp_path / "venv" / purelib.split(str(venv) + "/", 1)[1] / "deps.pth").write_text(sysconfig.get_paths()["purelib"])
+    # --ignore-installed: the dependencies' directory holds the checkout's editable install; never touch it
+    clean = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    subprocess.run([python, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "-q", "--no-deps",
+                    "--no-index", "--ignore-installed", str(wheel)], check=True, capture_output=True, env=clean)
+    run_dir = tmp_path / "elsewhere"
+    run_dir.mkdir()
+    shutil.copy(REPO / "params.yaml", run_dir)
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run([str(venv / "bin" / "vocabtransfer"), "validate", "--params", "params.yaml"], cwd=run_dir,
+                          env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "vocab_size: 16000" in proc.stdout
+    where = subprocess.run([str(venv / "bin" / "python"), "-c", "import vocabtransfer.config as c; print(c.SCHEMA_PATH)"],
+                           cwd=run_dir, env=env, capture_output=True, text=True, check=True).stdout
+    assert where.startswith(str(venv))  # the installed copy, not the checkout
