@@ -84,3 +84,19 @@ def test_method_defaults_are_the_schemas():
     for name in ("focus", "ofa", "snmf", "svd", "wechsel", "fvt"):
         assert merged({}, name) == init[name], name
     assert merged({"neighbors": 3, "nope": 1}, "ofa") == {**init["ofa"], "neighbors": 3}  # unknown keys dropped
+
+
+def test_merge_overlay_merges_key_by_key_but_replaces_a_data_source_whole():
+    from vocabtransfer.config import merge_overlay
+
+    base = {"tokenizer": {"vocab_size": 16000, "family": "auto"},
+            "corpus": {"sources": {"sw": {"path": "pretrain_text/sw.txt"}, "de": {"path": "pretrain_text/de.txt"}},
+                       "max_bytes": 0}}
+    overlay = {"tokenizer": {"vocab_size": 3000},
+               "corpus": {"sources": {"sw": {"dataset": {"path": "uonlp/CulturaX", "name": "sw"}}}}}
+    merged = merge_overlay(base, overlay)
+    assert merged["tokenizer"] == {"vocab_size": 3000, "family": "auto"}
+    assert merged["corpus"]["sources"] == {"sw": {"dataset": {"path": "uonlp/CulturaX", "name": "sw"}},
+                                           "de": {"path": "pretrain_text/de.txt"}}
+    assert merged["corpus"]["max_bytes"] == 0
+    assert base["corpus"]["sources"]["sw"] == {"path": "pretrain_text/sw.txt"}  # the inputs are not modified

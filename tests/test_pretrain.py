@@ -254,13 +254,15 @@ def test_pretrain_jobs():
 
 
 def test_paper_config_is_valid_and_dry_runs_offline(tmp_path):
-    """config/paper.yaml merged into params.yaml (as Snakemake merges a --configfile) passes the schema, and
+    """config/paper.yaml merged into params.yaml (as the workflow merges a --configfile) passes the schema, and
     `snakemake -n --configfile config/paper.yaml` plans every pretrain job without touching the network."""
-    from snakemake.utils import update_config
+    from vocabtransfer.config import merge_overlay, read_yaml
 
-    params = yaml.safe_load((REPO / "params.yaml").read_text())
-    update_config(params, yaml.safe_load((REPO / "config/paper.yaml").read_text()))
+    params = merge_overlay(read_yaml(REPO / "params.yaml"), read_yaml(REPO / "config/paper.yaml"))
     checked = validate_params(params, "config/paper.yaml")
+    # the overlay's hub corpus replaces params.yaml's local file for sw as a whole
+    source = checked["corpus"]["sources"]["sw"]
+    assert "path" not in source and source["dataset"]["path"] == "uonlp/CulturaX" and source["dataset"]["name"] == "sw"
     assert checked["source_model"] == "xlm-roberta-base" and checked["pretrain"]["learning_rate"] == 5e-5
     assert checked["pretrain"]["batch_size"] * checked["pretrain"]["gradient_accumulation_steps"] == 128
     env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}

@@ -98,6 +98,35 @@ def check_pretrain(params: dict, source: str = "params.yaml") -> None:
     if unknown:
         raise VocabTransferError(f"{source}: pretrain.methods: {', '.join(unknown)} not in init.methods "
                                  f"({', '.join(init_methods)}); add them to init.methods or remove them")
+
+
+# the keys that make a mapping a data source (a local file, a URL with its sha256, a datasets spec)
+SOURCE_KEYS = ("path", "url", "dataset")
+
+
+def merge_overlay(base: Any, overlay: Any) -> Any:
+    """`overlay` laid over `base` key by key (what `--configfile` and `--config` do), except that a
+    data source (a mapping with `path`, `url` or `dataset`) replaces the base's source as a whole:
+    an overlay that points `corpus.sources.sw` at a hub dataset drops params.yaml's local `path`."""
+    if not isinstance(base, dict) or not isinstance(overlay, dict) or any(k in overlay for k in SOURCE_KEYS):
+        return copy.deepcopy(overlay)
+    out = copy.deepcopy(base)
+    for key, value in overlay.items():
+        out[key] = merge_overlay(base[key], value) if key in base else copy.deepcopy(value)
+    return out
+
+
+def read_yaml(path: str | Path) -> Any:
+    """A YAML file's content, or one error line naming the file."""
+    path = Path(path)
+    if not path.is_file():
+        raise VocabTransferError(f"{path}: params file not found; run from the repository root or pass --params")
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise VocabTransferError(f"{path}: not valid YAML: {str(exc).splitlines()[0]}") from exc
+
+
 # what the hub accepts as a repository id: `name` or `owner/name`
 HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?$")
 
@@ -120,14 +149,7 @@ def check_source_model(value: str, source: str = "params.yaml") -> None:
 
 def load_params(path: str | Path = "params.yaml") -> dict:
     """Read, validate and default-fill a params file."""
-    path = Path(path)
-    if not path.is_file():
-        raise VocabTransferError(f"{path}: params file not found; run from the repository root or pass --params")
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise VocabTransferError(f"{path}: not valid YAML: {str(exc).splitlines()[0]}") from exc
-    return validate_params(raw, source=str(path))
+    return validate_params(read_yaml(path), source=str(path))
 
 
 def write_merged(params: dict, directory: str | Path) -> str:

@@ -6,16 +6,18 @@ import re
 import sys
 
 import yaml
-from snakemake.utils import update_config
 
 from vocabtransfer import availability as A
 from vocabtransfer import paths as P
 from vocabtransfer import stages as S
-from vocabtransfer.config import validate_params, write_merged
+from vocabtransfer.config import merge_overlay, read_yaml, validate_params, write_merged
 from vocabtransfer.errors import VocabTransferError
 
-# the config Snakemake sees: params.yaml, then every --configfile over it, then --config
-_sources = ["params.yaml"] + [os.path.relpath(str(f)) for f in workflow.overwrite_configfiles]
+# the config Snakemake sees: params.yaml, then every --configfile over it, then --config. It is
+# rebuilt here with `merge_overlay`, which merges key by key as Snakemake does, except that an
+# overlay's data source (`path`/`url`/`dataset`) replaces params.yaml's source for that language.
+_overlays = [os.path.relpath(str(f)) for f in workflow.overwrite_configfiles]
+_sources = ["params.yaml"] + _overlays
 
 
 def _typed(value):
@@ -30,9 +32,17 @@ def _typed(value):
     return value
 
 
-if workflow.config_settings.config:
-    _sources.append("--config")
-    update_config(config, _typed(dict(workflow.config_settings.config)))
+try:
+    _merged = read_yaml("params.yaml")
+    for _overlay in _overlays:
+        _merged = merge_overlay(_merged, read_yaml(_overlay))
+    if workflow.config_settings.config:
+        _sources.append("--config")
+        _merged = merge_overlay(_merged, _typed(dict(workflow.config_settings.config)))
+except VocabTransferError as exc:
+    sys.exit(f"error: {exc}")
+config.clear()
+config.update(_merged or {})
 PARAMS_SOURCE = " + ".join(dict.fromkeys(_sources))
 
 try:
