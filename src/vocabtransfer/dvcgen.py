@@ -37,7 +37,7 @@ def _stage_entry(stage: S.Stage, params: dict, fixed: dict[str, str]) -> dict:
     if matrix_wcs:
         if matrix_wcs != ["lang"]:
             raise ValueError(f"stage {stage.name}: only `lang` can be a DVC matrix wildcard")
-        entry["matrix"] = {"lang": "${languages}"}
+        entry["matrix"] = {"lang": stage.languages(params, fixed) if stage.languages else "${languages}"}
     entry["cmd"] = f"vocabtransfer {stage.name} {args} --log-file {log}".replace("  ", " ")
     templates = stage.input_templates(params, {**fixed, "lang": "{lang}"})
     deps = [_dvc_template(t, fixed) for t in templates.values()]
@@ -61,6 +61,8 @@ def generate(params: dict) -> str:
     stages: dict[str, dict] = {}
     for stage in S.STAGES.values():
         for fixed in stage.combinations(params):
+            if stage.languages and not stage.languages(params, fixed):
+                continue
             stages[stage_name(stage, fixed)] = _stage_entry(stage, params, fixed)
     return HEADER + yaml.safe_dump({"stages": stages}, sort_keys=False, width=120)
 
@@ -70,8 +72,10 @@ def missing_leaves(raw: dict, params: dict) -> list[str]:
     stages = yaml.safe_load(generate(params))["stages"]
     missing = []
     for stage in stages.values():
+        matrix = stage.get("matrix", {}).get("lang")
+        langs = matrix if isinstance(matrix, list) else params["languages"]
         for leaf in stage["params"]:
-            for lang in params["languages"] if "${item.lang}" in leaf else [None]:
+            for lang in langs if "${item.lang}" in leaf else [None]:
                 key = leaf.replace("${item.lang}", lang) if lang else leaf
                 node = raw
                 for part in key.split("."):

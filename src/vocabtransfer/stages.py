@@ -38,6 +38,9 @@ class Stage:
     # the values of the wildcards other than `lang` that params ask for, e.g. init: one
     # {"method": m} per `init.methods` entry; dvc.yaml gets one (lang-matrix) stage per entry
     expand: Callable[[dict], list[dict[str, str]]] | None = None
+    # (params, combination) -> the languages that combination runs for (default: every language);
+    # dvc.yaml then lists them in the stage's matrix instead of ${languages}
+    languages: Callable[[dict, dict], list[str]] | None = None
 
     def combinations(self, params: dict) -> list[dict[str, str]]:
         """The non-`lang` wildcard values params ask for (one empty dict when there are none)."""
@@ -342,3 +345,54 @@ def param_values(params: dict, name: str, wildcards: dict) -> dict[str, Any]:
     """The params leaves a stage reads and their values (Snakemake's params, which rerun jobs on change)."""
     stage = STAGES[name]
     return {leaf: C.get(params, leaf) for leaf in stage.leaves(params, dict(wildcards))}
+
+
+def _eval_code(params: dict, wildcards: dict) -> tuple[str, ...]:
+    """finetune_eval.py and the task's module: editing one task reruns only its jobs."""
+    return ("finetune_eval.py", f"tasks/{wildcards['task']}.py")
+
+
+def _eval_inputs(params: dict, wildcards: dict) -> dict[str, str]:
+    from vocabtransfer import finetune_eval
+
+    return finetune_eval.inputs(params, wildcards)
+
+
+def _eval_leaves(params: dict, wildcards: dict) -> list[str]:
+    task = wildcards["task"]
+    return [leaf for leaf in section_leaves(params, f"eval.tasks.{task}") if ".data." not in leaf] + [
+        f"eval.tasks.{task}.data.{wildcards['lang']}"]
+
+
+def _eval_combinations(params: dict) -> list[dict[str, str]]:
+    """Every (task, model, seed) some language has a job for; `_eval_languages` says which languages."""
+    from vocabtransfer import finetune_eval
+
+    seen: dict[tuple, None] = {}
+    for lang in params["languages"]:
+        for job in finetune_eval.eval_jobs(params, lang):
+            seen[(job["task"], job["model"], str(job["seed"]))] = None
+    return [{"task": t, "model": m, "seed": s} for t, m, s in seen]
+
+
+def _eval_languages(params: dict, fixed: dict) -> list[str]:
+    from vocabtransfer import finetune_eval
+
+    return finetune_eval.job_languages(params, fixed["task"])
+
+
+register(Stage(
+    name="finetune_eval",
+    func="vocabtransfer.finetune_eval:run",
+    help="fine-tune one model on one downstream task (nli, qa, ner) with one seed and score it",
+    wildcards=("lang", "task", "model", "seed"),
+    inputs=_eval_inputs,
+    outputs={"result": P.EVAL_RESULT},
+    params=("seed", "eval.seeds", "eval.models"),
+    extra_params=_eval_leaves,
+    code=_eval_code,
+    expand=_eval_combinations,
+    languages=_eval_languages,
+    parallel=True,
+    gpu=True,
+))

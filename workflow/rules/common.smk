@@ -5,6 +5,7 @@ import re
 import sys
 
 from vocabtransfer import paths as P
+from vocabtransfer import finetune_eval as FE
 from vocabtransfer import stages as S
 from vocabtransfer.config import validate_params
 from vocabtransfer.errors import VocabTransferError
@@ -74,4 +75,6 @@ def all_targets():
             P.fill(P.PRETOK_STATS, lang=lang),
             P.fill(P.INIT_EVAL, lang=lang),
         ]
+        targets += [P.fill(P.EVAL_RESULT, lang=lang, task=job["task"], model=job["model"], seed=str(job["seed"]))
+                    for job in FE.eval_jobs(config, lang)]
     return targets
