@@ -388,11 +388,11 @@ register(Stage(
     wildcards=("lang", "task", "model", "seed"),
     inputs=_eval_inputs,
     outputs={"result": P.EVAL_RESULT},
-    params=("seed", "eval.seeds", "eval.models"),
+    params=("seed",),  # eval.models and eval.seeds decide which jobs exist, not what one computes
     extra_params=_eval_leaves,
     code=_eval_code,
     expand=_eval_combinations,
     languages=_eval_languages,
-    parallel=True,
+    parallel=False,  # small models: two one-thread jobs side by side use two cores better than one job
     gpu=True,
 ))
