@@ -33,7 +33,6 @@ from vocabtransfer.errors import VocabTransferError
 
 log = logging.getLogger(__name__)
 
-MODEL_KINDS = ("pretrained", "init", "source")
 # pretrain's defaults (contract), used while params have no `pretrain` section
 PRETRAIN_DEFAULTS = {"methods": ["random", "fvt", "focus", "ofa", "snmf"], "objectives": ["standard", "selfish"]}
 
