@@ -19,6 +19,7 @@ include: "workflow/rules/auxiliary.smk"
 include: "workflow/rules/init.smk"
 include: "workflow/rules/pretrain.smk"
 include: "workflow/rules/report.smk"
+include: "workflow/rules/eval.smk"
 
 
 rule all:

@@ -427,6 +427,7 @@ register(Stage(
     extra_params=_pretrain_leaves,
     code=("pretrain.py",),
     expand=_pretrain_expand,
+    available=lambda params, wc: A.method_reason(params, wc["lang"], wc["method"]),
     parallel=True,
     gpu=True,
 ))
@@ -457,4 +458,62 @@ register(Stage(
     plots=_report_plots,
     params=("seed", "languages", "source_model", "init.methods", "report.bootstrap_resamples", "report.confidence"),
     code=("report.py",),
+))
+
+
+def _eval_code(params: dict, wildcards: dict) -> tuple[str, ...]:
+    """finetune_eval.py and the task's module: editing one task reruns only its jobs."""
+    return ("finetune_eval.py", f"tasks/{wildcards['task']}.py")
+
+
+def _eval_inputs(params: dict, wildcards: dict) -> dict[str, str]:
+    from vocabtransfer import finetune_eval
+
+    return finetune_eval.inputs(params, wildcards)
+
+
+def _eval_leaves(params: dict, wildcards: dict) -> list[str]:
+    task = wildcards["task"]
+    return [leaf for leaf in section_leaves(params, f"eval.tasks.{task}") if ".data." not in leaf] + [
+        f"eval.tasks.{task}.data.{wildcards['lang']}"]
+
+
+def _eval_combinations(params: dict) -> list[dict[str, str]]:
+    """Every (task, model, seed) some language has a job for; `_eval_languages` says which languages."""
+    from vocabtransfer import finetune_eval
+
+    seen: dict[tuple, None] = {}
+    for lang in params["languages"]:
+        for job in finetune_eval.eval_jobs(params, lang):
+            seen[(job["task"], job["model"], str(job["seed"]))] = None
+    return [{"task": t, "model": m, "seed": s} for t, m, s in seen]
+
+
+def _eval_available(params: dict, wildcards: dict) -> str | None:
+    from vocabtransfer import finetune_eval
+
+    return finetune_eval.skip_reason(params, wildcards)
+
+
+def _eval_data(params: dict, wildcards: dict) -> dict[str, str]:
+    from vocabtransfer import finetune_eval
+
+    return finetune_eval.data_files(params, wildcards)
+
+
+register(Stage(
+    name="finetune_eval",
+    func="vocabtransfer.finetune_eval:run",
+    help="fine-tune one model on one downstream task (nli, qa, ner) with one seed and score it",
+    wildcards=("lang", "task", "model", "seed"),
+    inputs=_eval_inputs,
+    outputs={"result": P.EVAL_RESULT},
+    params=("seed",),  # eval.models and eval.seeds decide which jobs exist, not what one computes
+    extra_params=_eval_leaves,
+    code=_eval_code,
+    expand=_eval_combinations,
+    available=_eval_available,
+    data=_eval_data,
+    parallel=False,  # small models: two one-thread jobs side by side use two cores better than one job
+    gpu=True,
 ))

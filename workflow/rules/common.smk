@@ -130,7 +130,7 @@ def stage_targets(name, output=None):
 
 def all_targets():
     targets = stage_targets("pretokenize", "stats") + stage_targets("init_eval", "init_eval")
-    targets += stage_targets("pretrain", "pretrain")
+    targets += stage_targets("pretrain", "pretrain") + stage_targets("finetune_eval", "result")
     return targets + [P.REPORT]  # the report reads every other result
 
 

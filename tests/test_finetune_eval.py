@@ -1,0 +1,180 @@
+"""finetune_eval: which jobs params and data ask for, model names, data specs and bad input."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+import yaml
+
+from vocabtransfer import finetune_eval as FE
+from vocabtransfer.config import load_params, validate_params
+from vocabtransfer.errors import VocabTransferError
+from vocabtransfer.tasks import get_task, load_splits, open_source
+
+from conftest import REPO
+
+
+@pytest.fixture(scope="module")
+def params():
+    return load_params(REPO / "params.yaml")
+
+
+def with_eval(params, **changes):
+    out = copy.deepcopy(params)
+    out["eval"].update(changes)
+    return out
+
+
+def test_jobs_cover_models_tasks_and_seeds(params):
+    p = with_eval(params, models=["pretrained", "init", "source", "wechsel-init"], seeds=2)
+    models = FE.eval_models(p)
+    pairs = FE.pretrain_pairs(p)
+    assert models[:len(pairs)] == [f"{m}-{o}" for m, o in pairs]
+    assert models[-2:] == ["source", "wechsel-init"]
+    assert [m for m in models if m.endswith("-init")] == [f"{m}-init" for m in dict.fromkeys(m for m, _ in pairs)] + ["wechsel-init"]
+    jobs = FE.eval_jobs(p, "sw")
+    assert len(jobs) == 3 * len(models) * 2
+    assert {j["seed"] for j in jobs} == {1, 2}
+    assert FE.skipped_tasks(p, "sw") == {}
+
+
+def test_language_with_only_ner_data(params):
+    p = copy.deepcopy(params)
+    p["languages"] = ["sw", "de", "ha"]
+    p["corpus"]["sources"]["ha"] = {"path": "pretrain_text/ha.txt"}
+    p["eval"]["tasks"]["ner"]["data"]["ha"] = {"train": {"path": "masakhaner2/hau/train.txt"}}
+    p = validate_params(p)
+    assert {j["task"] for j in FE.eval_jobs(p, "ha")} == {"ner"}
+    reasons = FE.skipped_tasks(p, "ha")
+    assert set(reasons) == {"nli", "qa"} and "no data for 'ha'" in reasons["qa"]
+    assert [lang for lang in p["languages"] if any(j["task"] == "qa" for j in FE.eval_jobs(p, lang))] == ["sw", "de"]
+    assert all(any(j["task"] == "ner" for j in FE.eval_jobs(p, lang)) for lang in p["languages"])
+
+
+def test_dvc_stages_list_only_languages_with_data_and_their_files(params):
+    from vocabtransfer import dvcgen
+
+    p = copy.deepcopy(params)
+    p["languages"] = ["sw", "de", "ha"]
+    p["corpus"]["sources"]["ha"] = {"path": "pretrain_text/ha.txt"}
+    p["eval"]["tasks"]["ner"]["data"]["ha"] = {"train": {"path": "masakhaner2/hau/train.txt"}}
+    stages = yaml.safe_load(dvcgen.generate(validate_params(p)))["stages"]
+    assert list(stages["finetune_eval_qa_source_1"]["foreach"]) == ["sw", "de"]
+    assert list(stages["finetune_eval_ner_source_1"]["foreach"]) == ["sw", "de", "ha"]
+    # each language's own data files are its dependencies
+    assert stages["finetune_eval_ner_source_1"]["foreach"]["ha"]["data_train"].endswith("masakhaner2/hau/train.txt")
+    ner = stages["finetune_eval_ner_source_1"]["do"]
+    assert "${item.data_train}" in ner["deps"]
+    assert ner["cmd"].startswith("vocabtransfer finetune_eval --lang ${item.lang} --task ner --model source --seed 1")
+    assert "eval.tasks.ner.data.${item.lang}" in ner["params"]
+    assert "eval.tasks.ner.strict" in ner["params"] and "src/vocabtransfer/tasks/ner.py" in ner["deps"]
+    assert "src/vocabtransfer/tasks/qa.py" not in ner["deps"]
+    assert ner["outs"] == ["results/${item.lang}/eval/ner/source/seed1.json"]
+
+
+def test_model_names_and_directories(params):
+    assert FE.parse_model(params, "source")["input"] == "results/source/model"
+    init = FE.parse_model(params, "focus+svd-init")
+    assert (init["method"], init["objective"], init["input"]) == ("focus+svd", "init", "results/{lang}/init/focus+svd")
+    pre = FE.parse_model(params, "focus-selfish")
+    assert (pre["method"], pre["objective"], pre["input"]) == ("focus", "selfish", "results/{lang}/pretrain/focus/selfish")
+    for bad in ("focus-finetuned", "nomethod-init", "bert"):
+        with pytest.raises(VocabTransferError, match=f"model '{bad}' is produced by no stage"):
+            FE.parse_model(params, bad)
+    with pytest.raises(VocabTransferError, match="produced by no stage"):
+        FE.eval_models(with_eval(params, models=["source", "focus-sgd"]))
+
+
+def test_data_spec_for_unknown_language_is_a_config_error(params):
+    p = copy.deepcopy(params)
+    p["eval"]["tasks"]["qa"]["data"]["ar"] = {"train": {"path": "tydiqa_goldp/arabic_tydiqa_dev.json"}}
+    with pytest.raises(VocabTransferError, match=r"eval.tasks.qa.data: language\(s\) ar not in `languages`"):
+        validate_params(p)
+
+
+def task(params, name, **opts):
+    return get_task(name, {**params["eval"]["tasks"][name], **opts})
+
+
+def test_nli_reads_string_labels_and_splits_by_premise(params, shared_data, monkeypatch):
+    monkeypatch.setenv("VOCABTRANSFER_DATA", str(shared_data))
+    nli = task(params, "nli", max_train=0, max_test=0)
+    splits = load_splits(nli, {"train": {"path": "xnli/dev-sw.tsv"}}, "k", seed=42)
+    assert len(splits.train) + len(splits.test) == 2490
+    assert {e["label"] for e in splits.train} == {0, 1, 2}
+    assert not {e["premise"] for e in splits.train} & {e["premise"] for e in splits.test}
+    assert 0.1 < len(splits.test) / 2490 < 0.3
+    again = load_splits(nli, {"train": {"path": "xnli/dev-sw.tsv"}}, "k", seed=42)
+    assert [e["id"] for e in again.test] == [e["id"] for e in splits.test]
+    other = load_splits(nli, {"train": {"path": "xnli/dev-sw.tsv"}}, "k", seed=7)
+    assert [e["id"] for e in other.test] != [e["id"] for e in splits.test]
+
+
+def test_bad_nli_label_and_unlabelled_file(params, shared_data, data_root):
+    (data_root / "bad.tsv").write_text("a\tb\tentailment\nc\td\tmaybe\n")
+    with pytest.raises(VocabTransferError, match=r"bad.tsv: line 2: label 'maybe' is not one of entailment"):
+        load_splits(task(params, "nli"), {"train": {"path": "bad.tsv"}}, "k", seed=1)
+    (data_root / "unlabelled.tsv").write_text("a\tb\n")
+    with pytest.raises(VocabTransferError, match="unlabelled.tsv: line 1 has 2 tab-separated column"):
+        load_splits(task(params, "nli"), {"train": {"path": "unlabelled.tsv"}}, "k", seed=1)
+    with pytest.raises(VocabTransferError, match="missing.tsv: data file not found"):
+        load_splits(task(params, "nli"), {"train": {"path": "missing.tsv"}}, "k", seed=1)
+
+
+def test_empty_test_split_is_an_error(params, data_root):
+    (data_root / "train.tsv").write_text("a\tb\tentailment\n")
+    (data_root / "test.tsv").write_text("\n")
+    with pytest.raises(VocabTransferError, match="the test split is empty"):
+        load_splits(task(params, "nli"), {"train": {"path": "train.tsv"}, "test": {"path": "test.tsv"}}, "k", seed=1)
+
+
+def test_qa_answers_not_in_context_are_counted_and_skipped(params, data_root):
+    squad = {"data": [{"title": "t", "paragraphs": [{"context": "Mto Nile ni mrefu. Uko Afrika.", "qas": [
+        {"id": "q1", "question": "Mto gani?", "answers": [{"text": "Nile", "answer_start": 4}]},
+        {"id": "q2", "question": "Wapi?", "answers": [{"text": "Afrika", "answer_start": 0}]},  # start off: moved
+        {"id": "q3", "question": "Nini?", "answers": [{"text": "Ulaya", "answer_start": 3}]},  # not in context
+    ]}]}]}
+    (data_root / "qa.json").write_text(json.dumps(squad))
+    qa = task(params, "qa")
+    examples, skipped = qa.read(open_source({"path": "qa.json"}, "k"))
+    assert skipped == {"answer_not_in_context": 1}
+    assert [e["id"] for e in examples] == ["q1", "q2"]
+    assert examples[1]["answers"][0]["answer_start"] == 23
+    (data_root / "notsquad.json").write_text(json.dumps({"rows": []}))
+    with pytest.raises(VocabTransferError, match="notsquad.json: not a SQuAD-format JSON file"):
+        qa.read(open_source({"path": "notsquad.json"}, "k"))
+
+
+def test_qa_windows_point_at_the_answer(params, shared_data, monkeypatch):
+    from vocabtransfer.modeling import load_tokenizer
+
+    monkeypatch.setenv("VOCABTRANSFER_DATA", str(shared_data))
+    qa = task(params, "qa", max_length=96, doc_stride=32)
+    examples, _ = qa.read(open_source({"path": "xquad/xquad.de.json"}, "k"))
+    tok = load_tokenizer(params["source_model"])
+    feats = qa.features(examples[:20], tok)
+    assert len(feats) > 20  # long contexts give several windows
+    found = 0
+    for f in feats:
+        if f["start_positions"]:
+            span = tok.decode(f["input_ids"][f["start_positions"]:f["end_positions"] + 1])
+            found += 1
+            assert span.strip(), span
+    assert found >= 20
+
+
+def test_ner_reads_germeval_columns_and_rejects_bad_tags(params, shared_data, data_root, monkeypatch):
+    ner = task(params, "ner")
+    (data_root / "bad.txt").write_text("Juma B-PER\nalikwenda O\n\nDodoma X-LOC\n")
+    with pytest.raises(VocabTransferError, match=r"bad.txt: line 4: tag 'X-LOC' is not O, B-<type> or I-<type>"):
+        ner.read(open_source({"path": "bad.txt"}, "k"))
+    monkeypatch.setenv("VOCABTRANSFER_DATA", str(shared_data))
+    spec = {"path": "germeval2014/NER-de-dev.tsv", "token_column": 1, "tag_column": 2, "comment": "#"}
+    sentences, _ = ner.read(open_source(spec, "k"))
+    assert len(sentences) == 2200
+    assert sentences[0]["tokens"][:3] == ["Gleich", "darauf", "entwirft"]
+    assert sentences[0]["tags"][7:9] == ["B-OTH", "I-OTH"]
+    labels = ner.labels(sentences)
+    assert labels[0] == "O" and "B-LOCderiv" in labels

@@ -1,0 +1,71 @@
+"""SQuAD v1.1 EM/F1 and seqeval entity counts on hand-computed cases."""
+
+from __future__ import annotations
+
+import pytest
+
+from vocabtransfer.tasks.ner import seqeval_scores, sentence_counts
+from vocabtransfer.tasks.squad_metric import normalize_answer, score, squad_scores
+
+
+def test_normalisation_drops_case_punctuation_articles_and_spaces():
+    assert normalize_answer("The  Eiffel-Tower!") == "eiffeltower"
+    assert normalize_answer("an apple, a pear") == "apple pear"
+    assert normalize_answer("Theory") == "theory"  # "the" only as a word
+
+
+def test_exact_match_and_f1_by_hand():
+    # punctuation and article differences vanish
+    assert score("the Nile.", ["Nile"]) == (100.0, 100.0)
+    # pred tokens [big, red, house], gold [red, house, on, hill]: 2 common -> P 2/3, R 2/4, F1 4/7
+    em, f1 = score("a big red house", ["the red house on the hill"])
+    assert em == 0.0 and f1 == pytest.approx(100 * 4 / 7)
+    # several gold answers: the best one counts
+    em, f1 = score("Dar es Salaam", ["Dodoma", "Dar es Salaam, Tanzania", "dar es salaam"])
+    assert em == 100.0 and f1 == 100.0
+    # partial match against one of two golds: [1961] vs [december, 1961] -> P 1, R 1/2, F1 2/3
+    em, f1 = score("1961", ["December 1961", "1962"])
+    assert em == 0.0 and f1 == pytest.approx(100 * 2 / 3)
+    # an empty prediction scores zero
+    assert score("", ["Nile"]) == (0.0, 0.0)
+
+
+def test_squad_scores_average_over_questions():
+    out = squad_scores(["Nile", "a big red house", ""], [["the Nile"], ["the red house on the hill"], ["x"]])
+    assert out["exact_match"] == pytest.approx(100 / 3)
+    assert out["f1"] == pytest.approx((100 + 100 * 4 / 7 + 0) / 3)
+
+
+GOLD = [
+    ["B-PER", "I-PER", "O", "B-LOC", "O"],
+    ["O", "B-ORG", "I-ORG", "I-ORG", "O", "B-DATE"],
+    ["O", "O", "O"],
+    ["I-LOC", "I-LOC", "O", "B-PER"],  # starts with I-: an entity in conlleval mode, not in strict IOB2
+]
+PRED = [
+    ["B-PER", "I-PER", "O", "B-ORG", "O"],   # PER right, LOC predicted as ORG
+    ["O", "B-ORG", "I-ORG", "O", "O", "B-DATE"],  # ORG too short, DATE right
+    ["O", "B-LOC", "O"],                      # spurious LOC
+    ["B-LOC", "I-LOC", "O", "B-PER"],
+]
+
+
+def test_sentence_counts_by_hand():
+    counts = [sentence_counts(g, p) for g, p in zip(GOLD, PRED)]
+    # default (conlleval) mode: I-LOC I-LOC is a LOC entity spanning 0..1, equal to B-LOC I-LOC
+    assert counts == [(1, 2, 2), (1, 2, 2), (0, 1, 0), (2, 2, 2)]
+    strict = [sentence_counts(g, p, strict=True) for g, p in zip(GOLD, PRED)]
+    assert strict[3] == (1, 2, 1)  # strict IOB2: the gold I-LOC run is no entity
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_sentence_counts_sum_to_seqeval_micro_f1(strict):
+    counts = [sentence_counts(g, p, strict) for g, p in zip(GOLD, PRED)]
+    tp, n_pred, n_gold = (sum(c[i] for c in counts) for i in range(3))
+    scores = seqeval_scores(GOLD, PRED, strict)
+    assert scores["f1"] == pytest.approx(200 * tp / (n_pred + n_gold))
+    assert scores["precision"] == pytest.approx(100 * tp / n_pred)
+    assert scores["recall"] == pytest.approx(100 * tp / n_gold)
+    if not strict:  # hand count: tp 4 of 7 predicted and 6 gold
+        assert (tp, n_pred, n_gold) == (4, 7, 6)
+        assert scores["f1"] == pytest.approx(200 * 4 / 13)
