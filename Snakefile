@@ -14,6 +14,7 @@ include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/auxiliary.smk"
 include: "workflow/rules/init.smk"
+include: "workflow/rules/analysis.smk"
 
 
 rule all:

@@ -37,9 +37,8 @@ import pyarrow as pa
 
 from vocabtransfer import io
 from vocabtransfer import modeling as M
-from vocabtransfer import paths as P
 from vocabtransfer.losses import objective_loss
-from vocabtransfer.token_frequency_loss import frequency_ranks, pretrain_jobs, read_ids, token_counts
+from vocabtransfer.token_frequency_loss import frequency_ranks, read_ids, token_counts
 
 log = logging.getLogger(__name__)
 
@@ -49,14 +48,6 @@ SCHEMA = pa.schema([
     ("input_norm", pa.float64()), ("output_target_norm", pa.float64()), ("output_nontarget_norm", pa.float64()),
 ])
 PARTS = ("input", "output_target", "output_nontarget")
-
-
-def expand(params: dict) -> list[dict[str, str]]:
-    return [{"method": m, "objective": o} for m, o in pretrain_jobs(params)]
-
-
-def inputs(params: dict, wildcards: dict) -> dict[str, str]:
-    return {"train_ids": P.PRETOK_TRAIN, "init": P.INIT_DIR, "pretrain": P.PRETRAIN_DIR}
 
 
 def margin(params: dict, objective: str) -> float:

@@ -74,4 +74,8 @@ def all_targets():
             P.fill(P.PRETOK_STATS, lang=lang),
             P.fill(P.INIT_EVAL, lang=lang),
         ]
+        jobs = S.STAGES["gradient_scenarios"].combinations(config)  # the pretrained method × objective pairs
+        if jobs:
+            targets.append(P.fill(P.TOKEN_FREQUENCY_LOSS, lang=lang))
+            targets += [P.fill(P.GRADIENT_SCENARIOS, lang=lang, **job) for job in jobs]
     return targets
