@@ -20,11 +20,11 @@ def random_case(n=37, v=53, seed=0, ignored=0.3, scale=3.0):
     return logits, labels
 
 
-def value_and_grad(fn, logits, labels, **kw):
+def value_and_grad(fn, logits, labels, low=0.5, **kw):
     x = logits.clone().requires_grad_()
     out = fn(x, labels, **kw)
     # a non-uniform upstream gradient, so reduction="none" checks each row's scale
-    weight = torch.linspace(0.5, 1.5, out.numel(), dtype=out.dtype).reshape(out.shape)
+    weight = torch.linspace(low, 1.5, out.numel(), dtype=out.dtype).reshape(out.shape)
     (out * weight).sum().backward()
     return out.detach(), x.grad
 
@@ -64,6 +64,16 @@ def test_equals_naive_reference(reduction, margin, monkeypatch):
         assert fast[ignored].abs().max() == 0 and (fast[~ignored] >= 0).all()
     # the margin bites: some non-target tokens got no gradient where plain cross-entropy gives them some
     assert (g_fast[~ignored] == 0).sum() > 0
+
+
+@pytest.mark.parametrize("low", [-1.0, 0.0])
+def test_upstream_gradient_zero_or_negative(low, monkeypatch):
+    """Rows whose upstream gradient is not positive take the multiply path instead of the folded one."""
+    monkeypatch.setattr(L, "CHUNK_ELEMENTS", 300)
+    logits, labels = random_case(seed=11)
+    fast, g_fast = value_and_grad(L.selfish_cross_entropy, logits, labels, low=low, reduction="none")
+    ref, g_ref = value_and_grad(L.selfish_cross_entropy_naive, logits, labels, low=low, reduction="none")
+    torch.testing.assert_close(g_fast, g_ref, rtol=1e-6, atol=1e-7)
 
 
 def test_no_ignored_rows_and_float32(monkeypatch):

@@ -110,15 +110,21 @@ class _SelfishCrossEntropy(torch.autograd.Function):
         work = _work_dtype(logits)
         in_place = rows is None and logits.dtype == work
         grad_losses = grad_losses.to(work)
+        # a positive upstream gradient c folds into the exponent: c * exp(x - lse) = exp(x - (lse - log c))
+        folded = bool((grad_losses > 0).all())
+        shift = lse - grad_losses.log() if folded else lse
         for s, e in _row_chunks(labels.shape[0], logits.shape[1]):
             x = (logits[s:e] if rows is None else logits.index_select(0, rows[s:e])).to(work)
             # 3. softmax over the kept set (0 outside it) minus the one-hot target, times the upstream gradient
-            g = torch.sub(x, lse[s:e, None], out=grad[s:e]) if in_place else torch.sub(x, lse[s:e, None])
+            g = torch.sub(x, shift[s:e, None], out=grad[s:e]) if in_place else torch.sub(x, shift[s:e, None])
             g.exp_()
             g.masked_fill_(x < threshold[s:e, None], 0.0)
             idx = torch.arange(e - s, device=g.device)
-            g[idx, labels[s:e]] -= 1.0
-            g.mul_(grad_losses[s:e, None])
+            if folded:
+                g[idx, labels[s:e]] -= grad_losses[s:e]
+            else:
+                g[idx, labels[s:e]] -= 1.0
+                g.mul_(grad_losses[s:e, None])
             if rows is not None:
                 grad.index_copy_(0, rows[s:e], g.to(grad.dtype))
             elif not in_place:
