@@ -76,6 +76,25 @@ def test_upstream_gradient_zero_or_negative(low, monkeypatch):
     torch.testing.assert_close(g_fast, g_ref, rtol=1e-6, atol=1e-7)
 
 
+def test_a_logit_exactly_at_the_threshold_is_kept():
+    """logits (2, 0, -1), target 0, margin 2: token 1 sits exactly at 2 - 2 = 0 and stays in the softmax."""
+    logits = torch.tensor([[2.0, 0.0, -1.0]], requires_grad=True)
+    L.selfish_cross_entropy(logits, torch.tensor([0])).backward()
+    p1 = 1 / (math.exp(2) + 1)  # kept softmax (e^2, e^0) / (e^2 + 1); the target's gradient is p0 - 1 = -p1
+    assert logits.grad[0].tolist() == pytest.approx([-p1, p1, 0.0], abs=1e-6)
+
+
+def test_backward_twice_is_an_error_and_no_grad_needs_no_buffer():
+    logits, labels = random_case(n=6, v=9, ignored=0.0)
+    x = logits.clone().requires_grad_()
+    loss = L.selfish_cross_entropy(x, labels)
+    loss.backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="second time"):
+        loss.backward()
+    with torch.no_grad():
+        assert float(L.selfish_cross_entropy(x, labels)) == pytest.approx(float(loss))
+
+
 def test_no_ignored_rows_and_float32(monkeypatch):
     monkeypatch.setattr(L, "CHUNK_ELEMENTS", 500)
     logits, labels = random_case(n=20, v=40, ignored=0.0)
