@@ -144,8 +144,9 @@ def selfish_cross_entropy(logits: torch.Tensor, labels: torch.Tensor, margin: fl
 
     logits (N, V), labels (N,) with `ignore_index` for positions that do not count; `reduction` as
     in `F.cross_entropy` ("mean": over the positions that count). `margin = math.inf` gives
-    `F.cross_entropy`. Computed in float32 for half-precision logits (else in their dtype); the gradient has the logits'
-    dtype. Raises VocabTransferError for margin <= 0 or NaN and labels outside [0, V).
+    `F.cross_entropy`. Computed in float32 for half-precision logits (else in their dtype); the
+    gradient has the logits' dtype. Raises VocabTransferError for margin <= 0 or NaN and labels
+    outside [0, V); a second backward through the same loss is a RuntimeError.
     """
     _check(logits, labels, margin, ignore_index, reduction)
     valid = labels != ignore_index
