@@ -29,8 +29,10 @@ from vocabtransfer.errors import VocabTransferError
 
 Reduction = Literal["none", "sum", "mean"]
 
-# rows per chunk: about this many logits, so a chunk's temporaries stay in cache
+# rows per chunk: about this many logits; on CPU so a chunk's temporaries stay in cache, on a GPU
+# large enough that kernel launches do not dominate (the temporaries are then at most 2 x 64 MiB)
 CHUNK_ELEMENTS = 1 << 18
+GPU_CHUNK_ELEMENTS = 1 << 24
 
 
 def _check(logits: torch.Tensor, labels: torch.Tensor, margin: float, ignore_index: int, reduction: str) -> None:
@@ -82,8 +84,8 @@ def _kept(x: torch.Tensor, threshold: torch.Tensor, out: torch.Tensor | None = N
     return g.add_(x)  # kept: x itself, dropped: -inf
 
 
-def _row_chunks(n: int, vocab: int):
-    step = max(1, CHUNK_ELEMENTS // max(1, vocab))
+def _row_chunks(n: int, vocab: int, device: torch.device):
+    step = max(1, (CHUNK_ELEMENTS if device.type == "cpu" else GPU_CHUNK_ELEMENTS) // max(1, vocab))
     return [(s, min(n, s + step)) for s in range(0, n, step)]
 
 
@@ -103,7 +105,7 @@ class _SelfishCrossEntropy(torch.autograd.Function):
         need_grad = ctx.needs_input_grad[0]
         grad = torch.empty((n_rows, vocab), dtype=logits.dtype, device=logits.device) if need_grad else None
         losses = torch.empty(n_rows, dtype=work, device=logits.device)
-        for s, e in _row_chunks(n_rows, vocab):
+        for s, e in _row_chunks(n_rows, vocab, logits.device):
             # 1. the chunk in float32 or better (a view when every row counts and no cast is needed)
             x = (logits[s:e] if rows is None else logits.index_select(0, rows[s:e])).to(work)
             y = labels[s:e, None]
