@@ -20,6 +20,7 @@ include: "workflow/rules/init.smk"
 include: "workflow/rules/pretrain.smk"
 include: "workflow/rules/report.smk"
 include: "workflow/rules/eval.smk"
+include: "workflow/rules/analysis.smk"
 
 
 rule all:

@@ -213,6 +213,14 @@ def test_minilm_vs_sw_tokenizer_equals_deepfocus(minilm, sw_tokenizer):
 # --------------------------------------------------------------------------- the stage
 
 
+def _save_source(source, path: str = "source") -> None:
+    """The source tokenizer in a model directory (a config makes it one; overlap reads the tokenizer only)."""
+    from transformers import BertConfig
+
+    source.save_pretrained(path)
+    BertConfig(vocab_size=len(source)).save_pretrained(path)
+
+
 def _params(source_model: str, **overlap) -> dict:
     return validate_params({"languages": ["sw"], "source_model": source_model,
                             "corpus": {"sources": {"sw": {"path": "sw.txt"}}}, "overlap": overlap})
@@ -220,7 +228,7 @@ def _params(source_model: str, **overlap) -> dict:
 
 def test_stage_writes_table_and_stats(tmp_path, monkeypatch, source):
     monkeypatch.chdir(tmp_path)
-    source.save_pretrained("source")
+    _save_source(source)
     unigram_tokenizer(UNIGRAM_TOKENS).save_pretrained("results/sw/tokenizer")
     run_stage("overlap", _params(str(tmp_path / "source"), fuzzy_match_all=True), {"lang": "sw"})
     table = pq.read_table("results/sw/overlap/overlap.parquet")
@@ -236,7 +244,7 @@ def test_stage_writes_table_and_stats(tmp_path, monkeypatch, source):
 
 def test_stage_warns_on_empty_overlap(tmp_path, monkeypatch, caplog, source):
     monkeypatch.chdir(tmp_path)
-    source.save_pretrained("source")
+    _save_source(source)
     bytelevel_tokenizer(["Ġzzz", "Ġyyy", "xx"]).save_pretrained("results/sw/tokenizer")
     with caplog.at_level(logging.WARNING, logger="vocabtransfer.overlap"):
         run_stage("overlap", _params(str(tmp_path / "source")), {"lang": "sw"})

@@ -124,23 +124,32 @@ def _job_label(stage, wildcards: dict) -> str:
 
 
 def skip_lines(params: dict) -> list[str]:
-    """One line per job that params ask for but the data do not allow, and per part a job leaves
-    out, e.g. `xx: skipping init wechsel (no dictionary: init.wechsel.dictionaries has no entry for xx)`."""
+    """One line per job that params ask for but the data do not allow (jobs of one stage and language
+    skipped for the same reason share a line), and per part a job leaves out, e.g.
+    `xx: skipping init wechsel (no dictionary: init.wechsel.dictionaries has no entry for xx)`."""
     from vocabtransfer.stages import STAGES
 
     lines = []
     for stage in STAGES.values():
         langs = params["languages"] if "lang" in stage.wildcards else [None]
         for lang in langs:
+            prefix = f"{lang}: " if lang else ""
+            skipped: dict[str, list[str]] = {}  # reason -> the skipped jobs' labels
             for combo in stage.combinations(params):
                 wildcards = {**combo, "lang": lang} if lang else dict(combo)
-                prefix = f"{lang}: " if lang else ""
                 reason = stage.skip_reason(params, wildcards)
                 if reason is not None:
-                    lines.append(f"{prefix}skipping {_job_label(stage, wildcards)} ({reason})")
+                    skipped.setdefault(reason, []).append(_job_label(stage, wildcards))
                     continue
                 for part, why in (stage.partial(params, wildcards) if stage.partial else {}).items():
                     lines.append(f"{prefix}{_job_label(stage, wildcards)} without {part} ({why})")
+            for reason, labels in skipped.items():
+                if len(labels) == 1:
+                    lines.append(f"{prefix}skipping {labels[0]} ({reason})")
+                else:
+                    shown = ", ".join(label.removeprefix(stage.name + " ") for label in labels[:3])
+                    more = f", … {len(labels) - 3} more" if len(labels) > 3 else ""
+                    lines.append(f"{prefix}skipping {len(labels)} {stage.name} jobs: {shown}{more} ({reason})")
     return lines
 
 

@@ -58,10 +58,14 @@ METRICS_SCHEMA = pa.schema([
 ])
 
 
-def pretrain_jobs(params: dict) -> list[tuple[str, str]]:
-    """The (method, objective) pairs params ask for."""
+def pretrain_jobs(params: dict, lang: str | None = None) -> list[tuple[str, str]]:
+    """The (method, objective) pairs params ask for; with `lang`, those whose init method can run for
+    that language (a method without its data, e.g. wechsel without a dictionary, has no model)."""
+    from vocabtransfer.availability import method_reason
+
     section = params.get("pretrain") or {}
-    return [(m, o) for m in section.get("methods") or [] for o in section.get("objectives") or []]
+    return [(m, o) for m in section.get("methods") or [] for o in section.get("objectives") or []
+            if lang is None or method_reason(params, lang, m) is None]
 
 
 def check_params(params: dict, source: str = "params.yaml") -> None:

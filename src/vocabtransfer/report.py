@@ -44,14 +44,11 @@ DPI = 100
 
 # 1. what the study asked for ------------------------------------------------------------------------
 
-def pretrain_jobs(params: dict) -> list[tuple[str, str]]:
-    """The (method, objective) continued-pretraining runs params ask for."""
-    try:
-        from vocabtransfer.pretrain import pretrain_jobs as jobs
-    except ImportError:  # a build without the pretrain stage: read the section as the contract defines it
-        section = params.get("pretrain") or {}
-        return [(m, o) for m in section.get("methods", []) for o in section.get("objectives", [])]
-    return list(jobs(params))
+def pretrain_jobs(params: dict, lang: str | None = None) -> list[tuple[str, str]]:
+    """The (method, objective) continued-pretraining runs params ask for (of one language: those it has)."""
+    from vocabtransfer.pretrain import pretrain_jobs as jobs
+
+    return list(jobs(params, lang))
 
 
 def _result_files(root: Path, lang: str) -> list[dict]:
@@ -115,12 +112,13 @@ def inputs(params: dict, wildcards: dict) -> dict[str, str]:
         out[_key("corpus_stats", lang)] = P.fill(P.CORPUS_STATS, lang=lang)
         out[_key("tokenizer_stats", lang)] = P.fill(P.TOKENIZER_STATS, lang=lang)
         out[_key("pretok_stats", lang)] = P.fill(P.PRETOK_STATS, lang=lang)
-        for method, objective in p.pretrain:
+        has = set(pretrain_jobs(params, lang))
+        for method, objective in (pair for pair in p.pretrain if pair in has):
             out[_key("pretrain", lang, method, objective)] = P.fill(P.PRETRAIN_DIR, lang=lang, method=method,
                                                                     objective=objective)
         if p.token_frequency:
             out[_key("token_frequency_loss", lang)] = P.fill(P.TOKEN_FREQUENCY_LOSS, lang=lang)
-        for method, objective in p.gradients:
+        for method, objective in (pair for pair in p.gradients if pair in has):
             out[_key("gradients", lang, method, objective)] = P.fill(P.GRADIENT_SCENARIOS, lang=lang,
                                                                      method=method, objective=objective)
         for job in p.evals[lang]:

@@ -517,3 +517,48 @@ register(Stage(
     parallel=False,  # small models: two one-thread jobs side by side use two cores better than one job
     gpu=True,
 ))
+
+
+# ---------------------------------------------------------------- analyses of continued pretraining
+
+def _pretrain_jobs(params: dict) -> list[tuple[str, str]]:
+    from vocabtransfer.pretrain import pretrain_jobs
+
+    return pretrain_jobs(params)
+
+
+def _token_frequency_inputs(params: dict, wildcards: dict) -> dict[str, str]:
+    from vocabtransfer import token_frequency_loss
+
+    return token_frequency_loss.inputs(params, wildcards)
+
+
+register(Stage(
+    name="token_frequency_loss",
+    func="vocabtransfer.token_frequency_loss:run",
+    help="held-out loss per train-frequency bucket: init vs standard vs selfish pretraining",
+    inputs=_token_frequency_inputs,
+    outputs={"table": P.TOKEN_FREQUENCY_LOSS, "plot": P.TOKEN_FREQUENCY_PLOT},
+    params=("seed",),
+    extra_params=lambda params, wildcards: (section_leaves(params, "token_frequency_loss")
+                                            + ["pretrain.methods", "pretrain.objectives"]),
+    code=("token_frequency_loss.py",),
+    parallel=True,
+    gpu=True,
+))
+register(Stage(
+    name="gradient_scenarios",
+    func="vocabtransfer.gradient_scenarios:run",
+    help="gradient reaching each token's embedding: as input, as target, as non-target (start and end)",
+    wildcards=("lang", "method", "objective"),
+    inputs={"train_ids": P.PRETOK_TRAIN, "init": P.INIT_DIR, "pretrain": P.PRETRAIN_DIR},
+    outputs={"table": P.GRADIENT_SCENARIOS, "plot": P.GRADIENT_PLOT},
+    params=("seed",),
+    extra_params=lambda params, wildcards: (section_leaves(params, "gradient_scenarios") + (
+        ["pretrain.selfish.margin"] if wildcards.get("objective") == "selfish" else [])),
+    code=("gradient_scenarios.py",),
+    expand=lambda params: [{"method": m, "objective": o} for m, o in _pretrain_jobs(params)],
+    available=lambda params, wc: A.method_reason(params, wc["lang"], wc["method"]),
+    parallel=True,
+    gpu=True,
+))

@@ -131,6 +131,7 @@ def stage_targets(name, output=None):
 def all_targets():
     targets = stage_targets("pretokenize", "stats") + stage_targets("init_eval", "init_eval")
     targets += stage_targets("pretrain", "pretrain") + stage_targets("finetune_eval", "result")
+    targets += stage_targets("token_frequency_loss", "table") + stage_targets("gradient_scenarios", "table")
     return targets + [P.REPORT]  # the report reads every other result
 
 

@@ -1,0 +1,249 @@
+"""Stages `token_frequency_loss` and `gradient_scenarios` on hand-made counts and tiny models."""
+
+from __future__ import annotations
+
+import math
+
+import matplotlib.image
+import numpy as np
+import pyarrow as pa
+import pytest
+import torch
+
+from vocabtransfer import gradient_scenarios as G
+from vocabtransfer import io
+from vocabtransfer import modeling as M
+from vocabtransfer import token_frequency_loss as T
+from vocabtransfer.errors import VocabTransferError
+from vocabtransfer.losses import objective_loss
+
+try:
+    from test_modeling import make_ctx, save_dir, text_lines, tiny_bert, tiny_llama, wordpiece_tokenizer
+except ImportError:  # tests collected as a package
+    from tests.test_modeling import make_ctx, save_dir, text_lines, tiny_bert, tiny_llama, wordpiece_tokenizer
+
+#               id: 0   1  2  3  4  5  6  7
+COUNTS = np.array([0, 10, 5, 5, 1, 0, 3, 2])
+# ranks: id 1 -> 0, 2 -> 1, 3 -> 2 (tie with 2: smaller id first), 6 -> 3, 7 -> 4, 4 -> 5; unseen 0 -> 6, 5 -> 7
+
+
+def test_frequency_ranks_and_equal_type_buckets():
+    assert T.frequency_ranks(COUNTS).tolist() == [6, 0, 1, 2, 5, 7, 3, 4]
+    bucket, spans = T.frequency_buckets(COUNTS, 3, "equal_types")
+    # 6 seen types in 3 buckets of 2 ranks each; the 2 unseen types in bucket 3
+    assert spans == [(0, 1, 2), (2, 3, 2), (4, 5, 2), (6, 7, 2)]
+    assert bucket.tolist() == [3, 0, 0, 1, 2, 3, 1, 2]
+
+
+def test_log_buckets():
+    # edges floor(geomspace(1, 7, 4)) - 1 = floor(1, 1.91, 3.66, 7) - 1 = 0, 0, 2, 6 -> 0, 2, 6
+    bucket, spans = T.frequency_buckets(COUNTS, 3, "log")
+    assert spans == [(0, 1, 2), (2, 5, 4), (6, 7, 2)]
+    assert bucket.tolist() == [2, 0, 0, 1, 1, 2, 1, 1]
+    with pytest.raises(VocabTransferError, match="token_frequency_loss.scheme"):
+        T.frequency_buckets(COUNTS, 3, "quantile")
+
+
+def test_bucket_means_on_known_losses(monkeypatch):
+    """Two batches of fixed logits: zeros except a logit a at the target, so a token's loss is
+    log(7 + e^a) - a; the bucket means are worked out from the counts above."""
+    targets = [torch.tensor([1, 2, 6, 0]), torch.tensor([4, 1, 5, 7, 3])]
+    boost = [torch.tensor([2.0, 0.0, 1.0, -1.0]), torch.tensor([0.5, 1.0, 0.0, 3.0, 2.0])]
+
+    def fixed(model, batch, kind):
+        t, a = targets[batch["i"]], boost[batch["i"]]
+        logits = torch.zeros(len(t), 8)
+        logits[torch.arange(len(t)), t] = a
+        return logits, t
+
+    monkeypatch.setattr(M, "predicted_logits", fixed)
+    bucket, spans = T.frequency_buckets(COUNTS, 3, "equal_types")
+    sums, n = T.bucket_losses(torch.nn.Linear(1, 1), [{"i": 0}, {"i": 1}], "masked", bucket, len(spans))
+
+    def ce(a):
+        return math.log(7 + math.exp(a)) - a
+
+    # bucket 0: ids 1, 2 -> targets 1 (a=2), 2 (a=0), 1 (a=1); bucket 1: ids 3, 6 -> 6 (a=1), 3 (a=2);
+    # bucket 2: ids 4, 7 -> 4 (a=.5), 7 (a=3); bucket 3 (unseen): 0 (a=-1), 5 (a=0)
+    expected = [[ce(2), ce(0), ce(1)], [ce(1), ce(2)], [ce(0.5), ce(3)], [ce(-1), ce(0)]]
+    assert n.tolist() == [3, 2, 2, 2]
+    assert (sums / n).tolist() == pytest.approx([sum(e) / len(e) for e in expected])
+    rows = T.rows_for("xx", "m", "init", spans, sums, n)
+    assert [r["loss"] for r in rows] == pytest.approx([sum(e) / len(e) for e in expected])
+    assert [r["rank_lo"] for r in rows] == [0, 2, 4, 6] and rows[3]["n_types"] == 2
+
+
+@pytest.fixture(scope="module")
+def wp():
+    return wordpiece_tokenizer("en", vocab_size=200, n_lines=200)
+
+
+def test_token_counts_add_the_special_tokens(wp):
+    ids = pa.array([[10, 11, 11], [12], []], type=pa.list_(pa.int32()))
+    counts = T.token_counts(ids, wp, "masked")
+    assert counts[11] == 2 and counts[10] == 1 and counts[12] == 1
+    assert counts[wp.cls_token_id] == 3 and counts[wp.sep_token_id] == 3
+    assert counts.sum() == 4 + 6
+    with pytest.raises(VocabTransferError, match="outside the tokenizer"):
+        T.token_counts(pa.array([[len(wp)]], type=pa.list_(pa.int32())), wp, "masked")
+
+
+# ------------------------------------------------------------------ gradient decomposition
+
+def gpt2(vocab: int, seed: int = 0):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(seed)
+    return GPT2LMHeadModel(GPT2Config(vocab_size=vocab, n_embd=32, n_layer=2, n_head=2, n_positions=64,
+                                      bos_token_id=0, eos_token_id=1))
+
+
+def causal_batch(vocab: int, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(3, vocab, (3, 12), generator=g)
+    mask = torch.ones_like(ids)
+    mask[2, 9:] = 0
+    return {"input_ids": ids, "attention_mask": mask, "labels": ids.masked_fill(mask == 0, -100)}
+
+
+def autograd_gradients(model, batch, kind, objective, margin=2.0):
+    """Plain autograd: the gradient of the embedding matrices for the same loss."""
+    model.eval()
+    model.zero_grad(set_to_none=True)
+    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    labels = batch["labels"]
+    if kind == "causal":
+        logits, labels = logits[:, :-1], labels[:, 1:]
+    sel = labels != -100
+    objective_loss(objective, logits[sel].float(), labels[sel], margin=margin).backward()
+    inp, out = model.get_input_embeddings().weight, model.get_output_embeddings().weight
+    grads = (inp.grad.clone(), out.grad.clone() if out is not inp else None)
+    model.zero_grad(set_to_none=True)
+    return grads
+
+
+@pytest.mark.parametrize("objective", ["standard", "selfish"])
+def test_decomposition_sums_to_autograd_tied_bert(objective, wp, one_thread):
+    model = tiny_bert(len(wp))
+    assert M.is_tied(model)
+    batch = M.lm_batches(wp, M.pack_lines(wp, text_lines("en", 12), 32), "masked", 4, seed=1)[0]
+    model.eval()
+    parts = G.decompose(model, batch, "masked", objective, margin=1.0)
+    full, _ = autograd_gradients(model, batch, "masked", objective, margin=1.0)
+    total = parts["input"] + parts["output_target"] + parts["output_nontarget"]
+    torch.testing.assert_close(total, full, rtol=1e-4, atol=1e-6)
+    for p in G.PARTS:
+        assert parts[p].norm() > 0
+    # target rows only where a token is a target, input rows only where it is an input
+    targets = set(batch["labels"][batch["labels"] != -100].tolist())
+    nonzero = set(parts["output_target"].norm(dim=1).nonzero()[:, 0].tolist())
+    assert nonzero <= targets
+    assert set(parts["input"].norm(dim=1).nonzero()[:, 0].tolist()) <= set(batch["input_ids"].flatten().tolist())
+
+
+def test_selfish_nontarget_gradient_is_smaller_than_standard(wp, one_thread):
+    model = tiny_bert(len(wp), seed=4)
+    with torch.no_grad():  # spread the logits (a random model's are all alike), so the margin bites
+        M.output_bias(model).copy_(torch.randn(len(wp), generator=torch.Generator().manual_seed(0)) * 3)
+    batch = M.lm_batches(wp, M.pack_lines(wp, text_lines("en", 12), 32), "masked", 4, seed=1)[0]
+    model.eval()
+    std = G.decompose(model, batch, "masked", "standard")["output_nontarget"].norm(dim=1)
+    sel = G.decompose(model, batch, "masked", "selfish", margin=1.0)["output_nontarget"].norm(dim=1)
+    # the tokens far below the targets leave the softmax, so most tokens are pushed less; the kept
+    # ones share the renormalised mass, so the total need not drop
+    assert (sel < std).float().mean() > 0.7
+
+
+def test_decomposition_tied_gpt2(one_thread):
+    model = gpt2(50)
+    batch = causal_batch(50)
+    model.eval()
+    parts = G.decompose(model, batch, "causal", "selfish")
+    full, _ = autograd_gradients(model, batch, "causal", "selfish")
+    torch.testing.assert_close(parts["input"] + parts["output_target"] + parts["output_nontarget"], full,
+                               rtol=1e-4, atol=1e-6)
+
+
+def test_decomposition_untied_llama(one_thread):
+    model = tiny_llama(50)
+    assert not M.is_tied(model)
+    batch = causal_batch(50, seed=2)
+    model.eval()
+    parts = G.decompose(model, batch, "causal", "standard")
+    inp, out = autograd_gradients(model, batch, "causal", "standard")
+    torch.testing.assert_close(parts["input"], inp, rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(parts["output_target"] + parts["output_nontarget"], out, rtol=1e-4, atol=1e-6)
+
+
+# ------------------------------------------------------------------ both stages end to end
+
+def encode(tok, lines):
+    return pa.table({"input_ids": pa.array(tok(lines, add_special_tokens=False)["input_ids"],
+                                           type=pa.list_(pa.int32()))})
+
+
+def test_stages_end_to_end(tmp_path, wp, one_thread, caplog):
+    pretok = tmp_path / "xx" / "pretokenized"
+    io.write_parquet(encode(wp, text_lines("en", 150)), pretok / "train.parquet")
+    io.write_parquet(encode(wp, text_lines("en", 40, start=2000)), pretok / "valid.parquet")
+    init = save_dir(tiny_bert(len(wp), seed=0), wp, tmp_path / "xx" / "init" / "focus" / "model").parent
+    pre = {o: save_dir(tiny_bert(len(wp), seed=s), wp, tmp_path / "xx" / "pretrain" / "focus" / o / "model").parent
+           for o, s in (("standard", 1), ("selfish", 2))}
+    params = {"seed": 5,
+              "pretrain": {"methods": ["focus"], "objectives": ["standard", "selfish"], "selfish": {"margin": 2.0}},
+              "token_frequency_loss": {"buckets": 4, "scheme": "equal_types", "max_lines": 40, "seq_len": 64,
+                                       "batch_size": 8},
+              "gradient_scenarios": {"batches": 2, "batch_size": 4, "seq_len": 64, "plot_bins": 10}}
+    assert T.pretrain_jobs(params) == [("focus", "standard"), ("focus", "selfish")]
+
+    # token_frequency_loss
+    inputs = {"train_ids": pretok / "train.parquet", "valid_ids": pretok / "valid.parquet",
+              T.model_key("focus", "init"): init, **{T.model_key("focus", o): d for o, d in pre.items()}}
+    out = tmp_path / "xx" / "token_frequency_loss.parquet"
+    ctx = make_ctx("vocabtransfer.token_frequency_loss:run", {"lang": "xx"}, inputs,
+                   {"table": out, "plot": out.with_suffix(".png")}, params)
+    with caplog.at_level("INFO", logger="vocabtransfer.token_frequency_loss"):
+        T.run(ctx)
+    table = io.read_parquet(out)
+    assert table.schema == T.SCHEMA
+    rows = table.to_pylist()
+    models = list(dict.fromkeys((r["method"], r["objective"]) for r in rows))
+    assert models == [("focus", "init"), ("focus", "standard"), ("focus", "selfish")]
+    by_model = {m: [r for r in rows if (r["method"], r["objective"]) == m] for m in models}
+    # paired: every model scored on the same tokens; 4 seen buckets + the unseen one cover the vocabulary
+    n_tokens = [[r["n_tokens"] for r in rs] for rs in by_model.values()]
+    assert n_tokens[0] == n_tokens[1] == n_tokens[2] and sum(n_tokens[0]) > 50
+    assert [r["bucket"] for r in rows[:5]] == [0, 1, 2, 3, 4] and sum(r["n_types"] for r in rows[:5]) == len(wp)
+    # random models: every loss near log(V); the head is scored, bucket 0 holds the most tokens
+    for r in rows:
+        assert r["n_tokens"] == 0 or abs(r["loss"] - math.log(len(wp))) < 1.5
+    assert n_tokens[0][0] == max(n_tokens[0])
+    assert matplotlib.image.imread(out.with_suffix(".png")).shape[1] > 300
+    assert "| focus | selfish |" in caplog.text
+
+    # gradient_scenarios for the selfish job
+    gout = tmp_path / "xx" / "gradients" / "focus" / "selfish.parquet"
+    gctx = make_ctx("vocabtransfer.gradient_scenarios:run", {"lang": "xx", "method": "focus", "objective": "selfish"},
+                    {"train_ids": pretok / "train.parquet", "init": init, "pretrain": pre["selfish"]},
+                    {"table": gout, "plot": gout.with_suffix(".png")}, params)
+    G.run(gctx)
+    gt = io.read_parquet(gout)
+    assert gt.schema == G.SCHEMA and gt.num_rows == 2 * len(wp)
+    d = gt.to_pandas()
+    assert list(d["phase"].unique()) == ["start", "end"]
+    start = d[d["phase"] == "start"]
+    assert sorted(start["rank"]) == list(range(len(wp)))
+    # input gradient exactly on the tokens of the sampled batches (after masking: [MASK] and random
+    # replacements too), target gradient exactly on their targets
+    batches = G.sample_batches(wp, T.read_ids(pretok / "train.parquet"), "masked", batches=2, batch_size=4,
+                               seq_len=64, seed=5)
+    inputs_seen = set(torch.cat([b["input_ids"][b["attention_mask"] == 1] for b in batches]).tolist())  # no padding
+    targets_seen = set(torch.cat([b["labels"][b["labels"] != -100] for b in batches]).tolist())
+    assert set(start.loc[start["input_norm"] > 0, "token_id"]) == inputs_seen
+    assert set(start.loc[start["output_target_norm"] > 0, "token_id"]) == targets_seen
+    assert wp.mask_token_id in inputs_seen and len(targets_seen) > 20
+    assert (start["output_nontarget_norm"] > 0).sum() > 150
+    # the most frequent tokens collect more target-side gradient than the rarest seen ones
+    seen = start[start["count"] > 0].sort_values("rank")
+    assert seen["output_target_norm"].head(20).mean() > seen["output_target_norm"].tail(20).mean()
+    assert matplotlib.image.imread(gout.with_suffix(".png")).shape[1] > 300
