@@ -42,25 +42,34 @@ def corpus_only_root(root: Path, shared: Path, lines: int = 3000) -> Path:
 def xx_params(**init_eval) -> dict:
     return validate_params({"languages": ["xx"], "source_model": MINILM,
                             "corpus": {"sources": {"xx": {"path": "pretrain_text/xx.txt"}}},
-                            "init": {"methods": ["random", "fvt", "wechsel"]}, "init_eval": init_eval})
+                            "init": {"methods": ["random", "fvt", "wechsel"]},
+                            "pretrain": {"methods": ["random", "fvt", "wechsel"], "objectives": ["standard"]},
+                            "init_eval": init_eval})
 
 
 def test_corpus_only_language_has_every_job_that_needs_nothing_more(shared_data, data_root):
     corpus_only_root(data_root, shared_data, lines=10)
     params = xx_params()
     assert A.methods(params, "xx") == ["random", "fvt"]
+    no_dictionary = "no dictionary: init.wechsel.dictionaries has no entry for xx"
     assert A.preflight(params) == [
         "skipping source_fasttext (no language can run init wechsel)",
-        "xx: skipping word_fasttext (init wechsel does not run: no dictionary: init.wechsel.dictionaries has no "
-        "entry for xx)",
+        f"xx: skipping word_fasttext (init wechsel does not run: {no_dictionary})",
         "skipping source_snmf (init.methods has no snmf or <method>+snmf)",
-        "xx: skipping init wechsel (no dictionary: init.wechsel.dictionaries has no entry for xx)",
+        f"xx: skipping init wechsel ({no_dictionary})",
         f"xx: init_eval without retrieval (no XNLI file: {data_root}/xnli/dev-xx.tsv not found (init_eval.xnli))",
+        f"xx: skipping pretrain wechsel standard ({no_dictionary})",
+        *(f"xx: skipping 4 finetune_eval jobs: {task} random-standard 1, {task} fvt-standard 1, {task} "
+          f"wechsel-standard 1, … 1 more (no data for 'xx': eval.tasks.{task}.data has no entry 'xx')"
+          for task in ("nli", "qa", "ner")),
+        f"xx: skipping gradient_scenarios wechsel standard ({no_dictionary})",
     ]
     # dvc.yaml: the same plan
     stages = yaml.safe_load(dvcgen.generate(params))["stages"]
     assert set(stages) == {"corpus", "tokenizer", "pretokenize", "fasttext", "overlap", "source_head",
-                           "init_random", "init_fvt", "init_eval"}
+                           "init_random", "init_fvt", "init_eval", "pretrain_random_standard", "pretrain_fvt_standard",
+                           "token_frequency_loss", "gradient_scenarios_random_standard",
+                           "gradient_scenarios_fvt_standard", "report"}
     eval_deps = stages["init_eval"]["do"]["deps"]
     assert "results/${item.lang}/init/fvt" in eval_deps and not any("wechsel" in d for d in eval_deps)
     assert stages["init_eval"]["foreach"]["xx"] == {"lang": "xx", "data_source_text": f"{data_root}/pretrain_text/en.txt"}
@@ -150,9 +159,14 @@ OVERLAY = {
                     "eval_every": 1},
     "init": {"methods": ["random", "fvt", "wechsel"]},
     "init_eval": {"max_lines": 8, "seq_len": 32, "batch_size": 8},
+    "pretrain": {"methods": ["random", "fvt", "wechsel"], "objectives": ["standard"], "steps": 2, "batch_size": 4,
+                 "seq_len": 32, "warmup_steps": 0, "eval_every": 1, "eval_lines": 8, "log_every": 1, "save_every": 2},
+    "token_frequency_loss": {"buckets": 3, "max_lines": 8, "seq_len": 32},
+    "gradient_scenarios": {"batches": 1, "batch_size": 2, "seq_len": 32},
 }
+# xx has no task data, so no finetune_eval job; the report says so
 XX_JOBS = {"corpus": 1, "tokenizer": 1, "pretokenize": 1, "fasttext": 1, "overlap": 1, "source_head": 1, "init": 2,
-           "init_eval": 1, "all": 1}
+           "init_eval": 1, "pretrain": 2, "token_frequency_loss": 1, "gradient_scenarios": 2, "report": 1, "all": 1}
 
 
 @pytest.fixture(scope="module")
@@ -176,7 +190,7 @@ def xx_run(tmp_path_factory, shared_data):
 
 
 @pytest.mark.slow
-def test_corpus_only_language_runs_through_init_eval(xx_run):
+def test_corpus_only_language_runs_through_the_report(xx_run):
     import pyarrow.parquet as pq
 
     work, env, args, plan, done = xx_run
@@ -191,6 +205,9 @@ def test_corpus_only_language_runs_through_init_eval(xx_run):
     assert json.loads((work / "results/xx/corpus/stats.json").read_text())["max_bytes"] == 200000
     assert json.loads((work / "results/xx/tokenizer_stats.json").read_text())["vocab_size"] <= 600
     assert json.loads((work / "results/xx/init/fvt/stats.json").read_text())["target_vocab"] <= 600
+    # the report covers xx and says why it has no downstream results
+    report = (work / "results/report.md").read_text()
+    assert "no data for 'xx'" in report and "eval.tasks.ner.data" in report
 
 
 @pytest.mark.slow

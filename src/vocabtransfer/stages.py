@@ -479,14 +479,13 @@ def _eval_leaves(params: dict, wildcards: dict) -> list[str]:
 
 
 def _eval_combinations(params: dict) -> list[dict[str, str]]:
-    """Every (task, model, seed) some language has a job for; `_eval_languages` says which languages."""
+    """Every (task, model, seed) params ask for; `_eval_available` rules out, per language, the tasks
+    without data and the models that do not exist there (and says why)."""
     from vocabtransfer import finetune_eval
 
-    seen: dict[tuple, None] = {}
-    for lang in params["languages"]:
-        for job in finetune_eval.eval_jobs(params, lang):
-            seen[(job["task"], job["model"], str(job["seed"]))] = None
-    return [{"task": t, "model": m, "seed": s} for t, m, s in seen]
+    return [{"task": t, "model": m, "seed": str(s)} for t, section in params["eval"]["tasks"].items()
+            if section["enabled"] for m in finetune_eval.eval_models(params)
+            for s in range(1, int(params["eval"]["seeds"]) + 1)]
 
 
 def _eval_available(params: dict, wildcards: dict) -> str | None:
