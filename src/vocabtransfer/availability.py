@@ -154,8 +154,14 @@ def skip_lines(params: dict) -> list[str]:
 
 
 def notes(params: dict) -> list[str]:
-    """Sources that can change under the same params (a hub dataset without a `revision`)."""
+    """Sources that can change under the same params (a hub dataset without a `revision`), and task
+    data for languages the run does not have (e.g. an overlay that narrows `languages`)."""
     out = []
+    for task, section in params["eval"]["tasks"].items():
+        unused = [lang for lang in section["data"] if lang not in params["languages"]]
+        if unused:
+            out.append(f"eval.tasks.{task}.data: {', '.join(unused)} not in `languages` "
+                       f"({', '.join(params['languages'])}); their data specs are not used")
     for lang in params["languages"]:
         spec = (params["corpus"]["sources"].get(lang) or {}).get("dataset")
         if isinstance(spec, dict) and not spec.get("revision"):

@@ -84,6 +84,8 @@ class Plan:
     token_frequency: bool = False
     evals: dict[str, list[dict]] = field(default_factory=dict)
     skipped: dict[str, dict[str, str]] = field(default_factory=dict)
+    # per language, the (method, objective) runs it has no model for (its init method cannot run there)
+    absent: dict[str, set[tuple[str, str]]] = field(default_factory=dict)
 
 
 def plan(params: dict, root: Path = Path(".")) -> Plan:
@@ -96,6 +98,7 @@ def plan(params: dict, root: Path = Path(".")) -> Plan:
                token_frequency="token_frequency_loss" in STAGES)
     for lang in out.languages:
         out.evals[lang], out.skipped[lang] = eval_plan(params, lang, root)
+        out.absent[lang] = set(out.pretrain) - set(pretrain_jobs(params, lang))
     return out
 
 
@@ -112,13 +115,13 @@ def inputs(params: dict, wildcards: dict) -> dict[str, str]:
         out[_key("corpus_stats", lang)] = P.fill(P.CORPUS_STATS, lang=lang)
         out[_key("tokenizer_stats", lang)] = P.fill(P.TOKENIZER_STATS, lang=lang)
         out[_key("pretok_stats", lang)] = P.fill(P.PRETOK_STATS, lang=lang)
-        has = set(pretrain_jobs(params, lang))
-        for method, objective in (pair for pair in p.pretrain if pair in has):
+        absent = p.absent.get(lang, set())
+        for method, objective in (pair for pair in p.pretrain if pair not in absent):
             out[_key("pretrain", lang, method, objective)] = P.fill(P.PRETRAIN_DIR, lang=lang, method=method,
                                                                     objective=objective)
         if p.token_frequency:
             out[_key("token_frequency_loss", lang)] = P.fill(P.TOKEN_FREQUENCY_LOSS, lang=lang)
-        for method, objective in (pair for pair in p.gradients if pair in has):
+        for method, objective in (pair for pair in p.gradients if pair not in absent):
             out[_key("gradients", lang, method, objective)] = P.fill(P.GRADIENT_SCENARIOS, lang=lang,
                                                                      method=method, objective=objective)
         for job in p.evals[lang]:
