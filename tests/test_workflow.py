@@ -40,14 +40,6 @@ def run(cmd: list[str], cwd: Path, env: dict) -> str:
     return proc.stdout + proc.stderr
 
 
-def merge(base: dict, overlay: dict) -> dict:
-    """The repository's params.yaml with the small test config laid over it (DVC needs every leaf)."""
-    out = dict(base)
-    for key, value in overlay.items():
-        out[key] = merge(base[key], value) if isinstance(value, dict) and isinstance(base.get(key), dict) else value
-    return out
-
-
 def digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
@@ -61,10 +53,8 @@ def snakemake_jobs(out: str) -> dict[str, int]:
 
 
 def targets(params: dict) -> list[str]:
-    """Both languages through overlap and fastText; sw through init_eval with every configured method."""
-    out = [f"results/{lang}/{leaf}" for lang in params["languages"]
-           for leaf in ("overlap/overlap.parquet", "fasttext/embeddings.safetensors", "pretokenized/stats.json")]
-    return out + ["results/sw/init_eval.parquet"]
+    """The whole study: every stage for both languages, up to the report."""
+    return ["results/report.md"]
 
 
 def setup_workdir(work: Path, params: dict, env: dict) -> None:
@@ -90,8 +80,10 @@ def environment(shared_data):
 
 @pytest.fixture(scope="module")
 def params() -> dict:
-    overlay = yaml.safe_load((REPO / "tests" / "workflow" / "params.yaml").read_text())
-    return merge(yaml.safe_load((REPO / "params.yaml").read_text()), overlay)
+    from vocabtransfer.config import merge_overlay, read_yaml
+
+    # the repository's params.yaml with the small test config laid over it (DVC needs every leaf)
+    return merge_overlay(read_yaml(REPO / "params.yaml"), read_yaml(REPO / "tests" / "workflow" / "params.yaml"))
 
 
 @pytest.fixture(scope="module")
@@ -174,6 +166,83 @@ def test_dvc_repro_reproduces_the_same_artefacts_and_params_change_marks_exactly
     assert stale == {f"fasttext@{lang}" for lang in params["languages"]}, status
     assert "fasttext.epochs" in status
 
-    # Snakemake: the fastText jobs and what depends on them (every sw init job and init_eval)
+    # Snakemake: the fastText jobs and what depends on them (every init job, and everything after init),
+    # nothing before or beside them
     jobs = snakemake_jobs(run([str(BIN / "snakemake"), "-n", *targets(params)], work, env))
-    assert jobs == {"fasttext": len(params["languages"]), "init": len(params["init"]["methods"]), "init_eval": 1}, jobs
+    n = len(params["languages"])
+    assert {k: jobs.get(k) for k in ("fasttext", "init", "init_eval", "pretrain", "token_frequency_loss", "report")} == {
+        "fasttext": n, "init": n * len(params["init"]["methods"]), "init_eval": n, "pretrain": n * 4,
+        "token_frequency_loss": n, "report": 1}, jobs
+    assert not {"corpus", "tokenizer", "pretokenize", "overlap", "source_head", "source_snmf", "word_fasttext"} & set(jobs)
+
+
+def test_init_artefacts_are_byte_identical_when_recomputed(workdir, tmp_path):
+    """source_snmf, two init jobs and init_eval recomputed by the CLI from the run's own inputs give the same
+    bytes (init_eval: the same table but for its timing column). (The DVC run above reproduces the stages
+    up to fastText and the overlap; the init stages are compared here instead of under DVC, which would
+    retrain the source LM head.)"""
+    import pyarrow.parquet as pq
+
+    work, env, params = workdir
+    again = tmp_path / "again"
+    for part in ("results/source/model", "results/sw/tokenizer", "results/sw/overlap", "results/sw/fasttext",
+                 "results/sw/corpus", "results/sw/pretokenized"):
+        (again / part).parent.mkdir(parents=True, exist_ok=True)
+        (again / part).symlink_to(work / part)
+    recomputed = ["focus", "snmf"]
+    for method in params["init"]["methods"]:
+        if method not in recomputed:
+            (again / "results/sw/init").mkdir(parents=True, exist_ok=True)
+            (again / f"results/sw/init/{method}").symlink_to(work / f"results/sw/init/{method}")
+    common = ["--params", str(work / "params.yaml"), "--threads", "2"]
+    run([str(BIN / "vocabtransfer"), "source_snmf", *common], again, env)
+    assert digest(again / "results/source/snmf.safetensors") == digest(work / "results/source/snmf.safetensors")
+    for method in recomputed:
+        run([str(BIN / "vocabtransfer"), "init", "--lang", "sw", "--method", method, *common], again, env)
+        files = sorted(p.relative_to(work / f"results/sw/init/{method}")
+                       for p in (work / f"results/sw/init/{method}").rglob("*.safetensors"))
+        assert any(str(f).startswith("model") for f in files), files
+        for f in files:
+            assert digest(again / f"results/sw/init/{method}" / f) == digest(work / f"results/sw/init/{method}" / f), f
+    run([str(BIN / "vocabtransfer"), "init_eval", "--lang", "sw", *common], again, env)
+    first, second = (pq.read_table(d / "results/sw/init_eval.parquet").drop(["seconds"]) for d in (work, again))
+    assert first.equals(second)
+
+
+def test_pretraining_analyses_and_downstream_evaluation_reach_the_report(workdir):
+    import pyarrow.parquet as pq
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    work, _, params = workdir
+    for lang in params["languages"]:
+        for method in params["pretrain"]["methods"]:
+            for objective in params["pretrain"]["objectives"]:
+                run_dir = work / f"results/{lang}/pretrain/{method}/{objective}"
+                metrics = pq.read_table(run_dir / "metrics.parquet").to_pandas()
+                valid = metrics.dropna(subset=["valid_loss"])
+                assert valid["step"].iloc[0] == 0 and valid["step"].iloc[-1] == params["pretrain"]["steps"]
+                # the standard valid loss falls during pretraining, under either objective
+                assert valid["valid_loss"].iloc[-1] < valid["valid_loss"].iloc[0], (lang, method, objective)
+                stats = json.loads((run_dir / "stats.json").read_text())
+                assert stats["final_valid_loss"] == pytest.approx(valid["valid_loss"].iloc[-1])
+                grads = pq.read_table(work / f"results/{lang}/gradients/{method}/{objective}.parquet").to_pandas()
+                assert set(grads["phase"]) == {"start", "end"}
+                assert (grads[["input_norm", "output_target_norm", "output_nontarget_norm"]] >= 0).all().all()
+        # step 0 and both objectives, every method, in the frequency-bucket table
+        buckets = pq.read_table(work / f"results/{lang}/token_frequency_loss.parquet").to_pandas()
+        assert set(buckets["objective"]) == {"init", *params["pretrain"]["objectives"]}
+        assert set(buckets["method"]) == set(params["pretrain"]["methods"])
+        assert (buckets["loss"] > 0).all() and (buckets["n_tokens"] > 0).any()
+        for task in ("nli", "qa", "ner"):
+            for model in params["eval"]["models"]:
+                result = json.loads((work / f"results/{lang}/eval/{task}/{model}/seed1.json").read_text())
+                assert 0 <= result["metrics"][result["metric"]] <= 100 and result["n_test"] > 0, result
+    model = work / "results/sw/pretrain/focus/selfish/model"
+    assert AutoModelForMaskedLM.from_pretrained(model).get_input_embeddings().weight.shape[0] == len(
+        AutoTokenizer.from_pretrained(model))
+    report = (work / "results/report.md").read_text()
+    for heading in ("## sw", "## de", "## What was skipped and why"):
+        assert heading in report, heading
+    figures = re.findall(r"!\[[^\]]*\]\(([^)]+\.png)\)", report)  # every figure, relative to results/
+    assert any(f.startswith("report/figures/") for f in figures), figures
+    assert figures and all((work / "results" / f).read_bytes().startswith(b"\x89PNG") for f in figures)
