@@ -67,6 +67,8 @@ KillWait=5
 AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=127.0.0.1
 AccountingStorageTRES=gres/gpu
+# sacct shows the comment (rule and wildcards) that snakemake gives every job
+AccountingStoreFlags=job_comment
 AccountingStorageEnforce=associations
 JobAcctGatherType=jobacct_gather/linux
 JobAcctGatherFrequency=5
