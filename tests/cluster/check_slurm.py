@@ -127,8 +127,10 @@ def runs(tmp_path_factory, shared_data):
 
     local = checkout(root / "local", params)
     started = time.time()
-    subprocess.run([str(BIN / "snakemake"), "--cores", "2"], cwd=local, env=env, check=True,
-                   stdout=subprocess.DEVNULL)
+    with open(root / "local.log", "w") as log:
+        done = subprocess.run([str(BIN / "snakemake"), "--cores", "2"], cwd=local, env=env, stdout=log,
+                              stderr=subprocess.STDOUT)
+    assert done.returncode == 0, (root / "local.log").read_text()[-8000:]
     local_seconds = time.time() - started
 
     work = checkout(root / "slurm", params)
