@@ -38,7 +38,7 @@ CANCELLED_RULE = "fasttext"
 # source_snmf GPU stage) and a short LM-head training
 OVERLAY = {
     "languages": ["sw"],
-    "source_head": {"steps": 100, "eval_every": 50},
+    "source_head": {"steps": 60, "eval_every": 30, "train_blocks": 256, "eval_lines": 100},
     "init": {"methods": ["random", "fvt", "focus", "snmf"]},
 }
 # artefacts that a local run and a SLURM run must give byte for byte (both on CPU, 2 threads)
