@@ -15,7 +15,7 @@ set -euo pipefail
 
 STATE=${SLURM_TEST_DIR:-/var/tmp/vocabtransfer-slurm}
 HOST=$(hostname -s)
-CPUS=${SLURM_TEST_CPUS:-$(nproc)}
+CPUS=${SLURM_TEST_CPUS:-$(nproc --all)}  # --all: OMP_NUM_THREADS does not count
 MEM_MB=${SLURM_TEST_MEM_MB:-$(( $(awk '/MemTotal/ {print int($2 / 1024)}' /proc/meminfo) * 3 / 4 ))}
 CLUSTER=vtcluster
 ACCOUNT=vtest
