@@ -1,6 +1,7 @@
 # Two commands do all the set-up on a fresh clone:
 #   make run    creates .venv, installs vocabtransfer with pinned dependencies, runs the workflow
 #   make test   the same set-up, then the test suite
+#   make test-cluster   the SLURM profile against a one-node SLURM started here (root, Debian; tests/cluster/README.md)
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
@@ -11,7 +12,7 @@ CORES ?= 2
 DATA_LINK := $(if $(wildcard data),,$(if $(wildcard ../shared/data),data-link))
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: run test venv dvc-yaml clean data-link
+.PHONY: run test test-cluster venv dvc-yaml clean data-link
 
 $(BIN)/.installed: pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -29,6 +30,12 @@ run: venv
 
 test: venv
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# starts the test cluster, runs tests/cluster/check_slurm.py (prints the job table), stops the cluster
+test-cluster: venv
+	tests/cluster/slurm.sh start
+	$(BIN)/python -m pytest -s tests/cluster/check_slurm.py $(PYTEST_ARGS); status=$$?; \
+	  tests/cluster/slurm.sh stop; exit $$status
 
 dvc-yaml: venv
 	$(BIN)/vocabtransfer dvc-yaml --output dvc.yaml

@@ -15,6 +15,8 @@ rule token_frequency_loss:
     benchmark:
         stage_benchmark("token_frequency_loss")
     threads: stage_threads("token_frequency_loss")
+    resources:
+        **stage_resources("token_frequency_loss"),
     shell:
         "vocabtransfer token_frequency_loss --lang {wildcards.lang} " + STAGE_ARGS
 
@@ -31,6 +33,8 @@ rule gradient_scenarios:
     benchmark:
         stage_benchmark("gradient_scenarios")
     threads: stage_threads("gradient_scenarios")
+    resources:
+        **stage_resources("gradient_scenarios"),
     shell:
         "vocabtransfer gradient_scenarios --lang {wildcards.lang} --method '{wildcards.method}' "
         "--objective {wildcards.objective} " + STAGE_ARGS

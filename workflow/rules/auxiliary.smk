@@ -14,6 +14,8 @@ rule fasttext:
         stage_benchmark("fasttext")
     # one thread keeps fastText bit-reproducible (fasttext.reproducible)
     threads: 1 if config["fasttext"]["reproducible"] else stage_threads("fasttext")
+    resources:
+        **stage_resources("fasttext"),
     shell:
         "vocabtransfer fasttext --lang {wildcards.lang} " + STAGE_ARGS
 
@@ -30,5 +32,7 @@ rule overlap:
     benchmark:
         stage_benchmark("overlap")
     threads: stage_threads("overlap")
+    resources:
+        **stage_resources("overlap"),
     shell:
         "vocabtransfer overlap --lang {wildcards.lang} " + STAGE_ARGS

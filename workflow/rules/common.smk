@@ -109,7 +109,29 @@ def stage_benchmark(name):
 
 
 def stage_threads(name):
-    return workflow.cores if S.STAGES[name].parallel else 1
+    """1, or for a parallel stage every core it may use: --max-threads when given (the SLURM
+    profile sets it: cores per cluster job), else --cores."""
+    if not S.STAGES[name].parallel:
+        return 1
+    return workflow.resource_settings.max_threads or workflow.cores
+
+
+# Cluster settings come from the environment, so that one profile fits every cluster
+# (workflow/profiles/slurm; local runs ignore them): the account, the partition of the CPU
+# stages (unset: the cluster's default), and the GPU partition (`none`: no GPU partition, the
+# GPU stages run on CPU nodes without asking for a GPU).
+SLURM_ACCOUNT = os.environ.get("VOCABTRANSFER_SLURM_ACCOUNT", "")
+SLURM_PARTITION = os.environ.get("VOCABTRANSFER_SLURM_PARTITION", "")
+SLURM_GPU_PARTITION = os.environ.get("VOCABTRANSFER_SLURM_GPU_PARTITION", "gpu")
+
+
+def stage_resources(name):
+    """A job's cluster resources from the stage table: a GPU stage (`Stage.gpu`) asks for one
+    GPU in the GPU partition, every other stage runs in the CPU partition."""
+    res = {"slurm_account": SLURM_ACCOUNT} if SLURM_ACCOUNT else {}
+    if S.STAGES[name].gpu and SLURM_GPU_PARTITION != "none":
+        return {**res, "gpu": 1, "slurm_partition": SLURM_GPU_PARTITION}
+    return {**res, "slurm_partition": SLURM_PARTITION} if SLURM_PARTITION else res
 
 
 # appended to every `vocabtransfer <stage>` shell command

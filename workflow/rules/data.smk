@@ -13,6 +13,8 @@ rule corpus:
     benchmark:
         stage_benchmark("corpus")
     threads: stage_threads("corpus")
+    resources:
+        **stage_resources("corpus"),
     shell:
         "vocabtransfer corpus --lang {wildcards.lang} " + STAGE_ARGS
 
@@ -29,6 +31,8 @@ rule tokenizer:
     benchmark:
         stage_benchmark("tokenizer")
     threads: stage_threads("tokenizer")
+    resources:
+        **stage_resources("tokenizer"),
     shell:
         "vocabtransfer tokenizer --lang {wildcards.lang} " + STAGE_ARGS
 
@@ -45,5 +49,7 @@ rule pretokenize:
     benchmark:
         stage_benchmark("pretokenize")
     threads: stage_threads("pretokenize")
+    resources:
+        **stage_resources("pretokenize"),
     shell:
         "vocabtransfer pretokenize --lang {wildcards.lang} " + STAGE_ARGS

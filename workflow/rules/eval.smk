@@ -14,6 +14,8 @@ rule finetune_eval:
     benchmark:
         stage_benchmark("finetune_eval")
     threads: stage_threads("finetune_eval")
+    resources:
+        **stage_resources("finetune_eval"),
     wildcard_constraints:
         task="|".join(config["eval"]["tasks"]),
         model=r"[A-Za-z0-9_+]+(-[A-Za-z0-9_]+)?",

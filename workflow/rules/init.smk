@@ -15,6 +15,8 @@ rule source_head:
     benchmark:
         stage_benchmark("source_head")
     threads: stage_threads("source_head")
+    resources:
+        **stage_resources("source_head"),
     shell:
         "vocabtransfer source_head " + STAGE_ARGS
 
@@ -32,6 +34,8 @@ rule source_fasttext:
         stage_benchmark("source_fasttext")
     # one thread keeps fastText bit-reproducible (fasttext.reproducible)
     threads: 1 if config["fasttext"]["reproducible"] else stage_threads("source_fasttext")
+    resources:
+        **stage_resources("source_fasttext"),
     shell:
         "vocabtransfer source_fasttext " + STAGE_ARGS
 
@@ -48,6 +52,8 @@ rule word_fasttext:
     benchmark:
         stage_benchmark("word_fasttext")
     threads: 1 if config["fasttext"]["reproducible"] else stage_threads("word_fasttext")
+    resources:
+        **stage_resources("word_fasttext"),
     shell:
         "vocabtransfer word_fasttext --lang {wildcards.lang} " + STAGE_ARGS
 
@@ -64,6 +70,8 @@ rule source_snmf:
     benchmark:
         stage_benchmark("source_snmf")
     threads: stage_threads("source_snmf")
+    resources:
+        **stage_resources("source_snmf"),
     shell:
         "vocabtransfer source_snmf " + STAGE_ARGS
 
@@ -80,6 +88,8 @@ rule init:
     benchmark:
         stage_benchmark("init")
     threads: stage_threads("init")
+    resources:
+        **stage_resources("init"),
     shell:
         "vocabtransfer init --lang {wildcards.lang} --method '{wildcards.method}' " + STAGE_ARGS
 
@@ -96,5 +106,7 @@ rule init_eval:
     benchmark:
         stage_benchmark("init_eval")
     threads: stage_threads("init_eval")
+    resources:
+        **stage_resources("init_eval"),
     shell:
         "vocabtransfer init_eval --lang {wildcards.lang} " + STAGE_ARGS

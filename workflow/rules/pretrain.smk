@@ -18,6 +18,8 @@ rule pretrain:
     benchmark:
         stage_benchmark("pretrain")
     threads: stage_threads("pretrain")
+    resources:
+        **stage_resources("pretrain"),
     shell:
         "vocabtransfer pretrain --lang {wildcards.lang} --method '{wildcards.method}' "
         "--objective {wildcards.objective} " + STAGE_ARGS

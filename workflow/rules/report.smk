@@ -20,5 +20,7 @@ rule report:
     benchmark:
         stage_benchmark("report")
     threads: stage_threads("report")
+    resources:
+        **stage_resources("report"),
     shell:
         "vocabtransfer report " + STAGE_ARGS

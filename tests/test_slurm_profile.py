@@ -1,0 +1,75 @@
+"""The SLURM profile's job resources come from the stage table (a dry run; no SLURM needed).
+The profile against a real SLURM: tests/cluster/check_slurm.py (`make test-cluster`)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import REPO
+from vocabtransfer import stages as S
+
+BIN = Path(sys.executable).parent
+PROFILE = REPO / "workflow/profiles/slurm/config.yaml"
+
+
+def dry_run_resources(work: Path, shared_data: Path, **env) -> dict[str, list[str]]:
+    """rule -> the `resources:` line of each of its jobs in `snakemake -n --forceall`."""
+    full_env = {**{k: v for k, v in os.environ.items() if not k.startswith("VOCABTRANSFER_SLURM_")},
+                "VOCABTRANSFER_DATA": str(shared_data), "PATH": f"{BIN}:{os.environ['PATH']}", **env}
+    proc = subprocess.run([str(BIN / "snakemake"), "-n", "--forceall", "--cores", "2"], cwd=work,
+                          env=full_env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out: dict[str, list[str]] = {}
+    for block in re.split(r"\n(?=(?:local)?rule \w+:)", proc.stdout):
+        m = re.match(r"(?:local)?rule (\w+):", block)
+        if m and m.group(1) != "all":
+            res = re.search(r"^\s+resources: (.*)$", block, re.M)
+            out.setdefault(m.group(1), []).append(res.group(1) if res else "")
+    return out
+
+
+@pytest.fixture(scope="module")
+def checkout(tmp_path_factory):
+    work = tmp_path_factory.mktemp("profile")
+    shutil.copy(REPO / "Snakefile", work)
+    shutil.copytree(REPO / "workflow", work / "workflow")
+    shutil.copy(REPO / "params.yaml", work)
+    return work
+
+
+def test_gpu_stages_ask_for_a_gpu_in_the_gpu_partition_and_the_others_not(checkout, shared_data):
+    jobs = dry_run_resources(checkout, shared_data, VOCABTRANSFER_SLURM_PARTITION="cpu",
+                             VOCABTRANSFER_SLURM_GPU_PARTITION="a100", VOCABTRANSFER_SLURM_ACCOUNT="proj1")
+    assert {"source_head", "init", "init_eval", "corpus", "fasttext"} <= set(jobs)
+    for rule, lines in jobs.items():
+        for line in lines:
+            assert "slurm_account=proj1" in line, (rule, line)
+            if S.STAGES[rule].gpu:
+                assert "gpu=1" in line and "slurm_partition=a100" in line, (rule, line)
+            else:
+                assert "gpu=" not in line and "slurm_partition=cpu" in line, (rule, line)
+
+
+def test_without_a_gpu_partition_no_job_asks_for_a_gpu(checkout, shared_data):
+    jobs = dry_run_resources(checkout, shared_data, VOCABTRANSFER_SLURM_GPU_PARTITION="none")
+    lines = [line for lines in jobs.values() for line in lines]
+    assert lines and not any("gpu=" in x or "slurm_partition" in x or "slurm_account" in x for x in lines)
+
+
+def test_profile_holds_sizes_only_and_names_real_stages():
+    profile = yaml.safe_load(PROFILE.read_text())
+    assert profile["executor"] == "slurm" and profile["rerun-incomplete"] and profile["retries"] >= 1
+    assert "set-threads" not in profile  # threads come from Stage.parallel and max-threads
+    for rule, resources in profile["set-resources"].items():
+        # GPU requests and partitions come from the stage table (stage_resources in common.smk)
+        assert set(resources) <= {"runtime", "mem_mb"}, (rule, resources)
+        # stages of the study that are not registered yet: continued pretraining, downstream evaluation
+        assert rule in S.STAGES or rule in {"pretrain", "finetune_eval"}, rule
