@@ -168,19 +168,25 @@ def print_table(jobs: list[dict], local_seconds: float, slurm_seconds: float) ->
 
 
 def expected_jobs(params: dict) -> set[tuple[str, str]]:
-    """(rule, wildcards) of every job of the sw study, as the plugin names them."""
+    """(rule, wildcards) of every job of the study params give, as the plugin names them (the
+    wildcard values in the order of the output path, joined by `_`)."""
+    from vocabtransfer import availability as A
+    from vocabtransfer.config import validate_params
+
+    params = validate_params(params)
     jobs = set()
-    for name in ("corpus", "tokenizer", "pretokenize", "fasttext", "overlap", "init_eval"):
-        jobs.add((name, "sw"))
-    jobs |= {("source_head", ""), ("source_snmf", "")}
-    jobs |= {("init", f"sw_{m}") for m in params["init"]["methods"]}
+    for stage in S.STAGES.values():
+        order = dict.fromkeys(re.findall(r"\{(\w+)\}", next(iter(stage.outputs.values()))))
+        for lang in params["languages"] if "lang" in stage.wildcards else [None]:
+            for wc in A.jobs(params, stage, lang):
+                jobs.add((stage.name, "_".join(str(wc[k]) for k in order)))
     return jobs
 
 
 def test_every_job_ran_as_a_slurm_job(runs):
     done = {(r["rule"], r["wildcards"]) for r in runs["jobs"] if r["State"] == "COMPLETED"}
     assert done == expected_jobs(runs["params"])
-    assert (runs["work"] / "results/sw/init_eval.parquet").is_file()
+    assert (runs["work"] / "results/sw/init_eval.parquet").is_file() and (runs["work"] / "results/report.md").is_file()
 
 
 def test_gpu_stages_ran_in_the_gpu_partition_with_one_gpu(runs):
@@ -189,8 +195,9 @@ def test_gpu_stages_ran_in_the_gpu_partition_with_one_gpu(runs):
             assert r["Partition"] == "gpu" and "gres/gpu=1" in r["ReqTRES"], r
         else:
             assert r["Partition"] == "cpu" and "gpu" not in r["ReqTRES"], r
-    assert {r["rule"] for r in runs["jobs"] if r["Partition"] == "gpu"} == {
-        "source_head", "source_snmf", "init", "init_eval"}
+    ran = {r["rule"] for r in runs["jobs"]}
+    assert {r["rule"] for r in runs["jobs"] if r["Partition"] == "gpu"} == {n for n in ran if S.STAGES[n].gpu}
+    assert {"source_head", "init", "pretrain", "finetune_eval"} <= ran and "report" in ran
 
 
 def test_cancelled_job_fails_the_run_and_the_rerun_resubmits_only_what_was_incomplete(runs):
