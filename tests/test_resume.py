@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from conftest import REPO
-from test_workflow import BIN, digest, environment, merge, run, setup_workdir, snakemake_jobs  # noqa: F401
+from test_workflow import BIN, digest, environment, run, setup_workdir, snakemake_jobs  # noqa: F401
 
 pytestmark = pytest.mark.slow
 TARGET = "results/sw/fasttext/embeddings.safetensors"
@@ -37,8 +37,10 @@ PROFILE_NOTICE = "Using workflow specific profile profiles/default for setting d
 
 @pytest.fixture(scope="module")
 def params() -> dict:
-    overlay = yaml.safe_load((REPO / "tests" / "workflow" / "params.yaml").read_text())
-    return {**merge(yaml.safe_load((REPO / "params.yaml").read_text()), overlay), "languages": ["sw"]}
+    from vocabtransfer.config import merge_overlay, read_yaml
+
+    merged = merge_overlay(read_yaml(REPO / "params.yaml"), read_yaml(REPO / "tests" / "workflow" / "params.yaml"))
+    return {**merged, "languages": ["sw"]}
 
 
 @pytest.fixture(scope="module")
