@@ -71,10 +71,11 @@ def test_dvc_yaml_declares_curves_as_plots_and_metrics_uncached(monkeypatch, tmp
 
 
 @pytest.mark.slow
-def test_snakemake_report_embeds_the_figures(tmp_path):
+def test_snakemake_report_embeds_the_figures(tmp_path, shared_data):
     """`snakemake --report` on the workflow's DAG, with the report stage's outputs present."""
     for name in ("Snakefile", "params.yaml"):
         shutil.copy(REPO / name, tmp_path / name)
+    (tmp_path / "data").symlink_to(shared_data)  # the data files the workflow checks before any job
     shutil.copytree(REPO / "workflow", tmp_path / "workflow")
     figures = tmp_path / P.REPORT_FIGURES
     figures.mkdir(parents=True)
