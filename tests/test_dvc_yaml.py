@@ -79,19 +79,28 @@ def test_dvc_builds_the_whole_dag(tmp_path):
     subprocess.run([dvc, "init", "-q"], cwd=tmp_path, check=True)
     out = subprocess.run([dvc, "dag", "--dot"], cwd=tmp_path, check=True, capture_output=True, text=True).stdout
     edges = set(re.findall(r'"([^"]+)" -> "([^"]+)"', out))
-    snmf_users = {f"init_{m}@{lang}" for m in ("snmf", "focus_snmf", "overlap_snmf") for lang in ("sw", "de")}
-    assert {b for a, b in edges if a == "source_snmf"} == snmf_users
+    methods = load_params(REPO / "params.yaml")["init"]["methods"]
+    snmf_users = {f"init_{m.replace('+', '_')}@{lang}" for m in methods if m == "snmf" or m.endswith("+snmf")
+                  for lang in ("sw", "de")}
+    assert snmf_users and {b for a, b in edges if a == "source_snmf"} == snmf_users
     assert ("source_head", "source_snmf") in edges
     assert {("corpus@sw", "tokenizer@sw"), ("tokenizer@sw", "overlap@sw"), ("fasttext@sw", "init_focus@sw"),
             ("word_fasttext@sw", "init_wechsel@sw"), ("source_fasttext", "init_wechsel@sw"),
-            ("init_focus_svd@de", "init_eval@de")} <= edges
+            ("init_ofa@de", "init_eval@de"),
+            # continued pretraining, its analyses, downstream evaluation and the report
+            ("init_focus@sw", "pretrain_focus_selfish@sw"), ("pretrain_focus_selfish@sw", "token_frequency_loss@sw"),
+            ("pretrain_focus_selfish@sw", "gradient_scenarios_focus_selfish@sw"),
+            ("pretrain_focus_selfish@sw", "finetune_eval_nli_focus_selfish_1@sw"),
+            ("finetune_eval_nli_focus_selfish_1@sw", "report"), ("token_frequency_loss@de", "report")} <= edges
     assert ("source_snmf", "init_focus@sw") not in edges  # methods without semi-NMF do not wait for it
 
 
 def test_code_dependencies_follow_imports_and_the_method():
     """A stage's code deps are its entry modules and what they import; an init job depends on its own
     method's module, not on the other methods'."""
-    stages = yaml.safe_load(dvcgen.generate(load_params(REPO / "params.yaml")))["stages"]
+    params = load_params(REPO / "params.yaml")
+    params["init"]["methods"] = params["init"]["methods"] + ["fvt+svd"]
+    stages = yaml.safe_load(dvcgen.generate(params))["stages"]
 
     def code(name):
         deps = stages[name].get("do", stages[name])["deps"]

@@ -77,7 +77,7 @@ def test_default_profile_applies_to_a_plain_run_and_slurm_profile_replaces_it(re
     out = run(snakemake, reference, environment)
     assert PROFILE_NOTICE in out
     # printshellcmds: true in the profile
-    assert "Shell command: vocabtransfer fasttext --lang sw --params params.yaml" in out
+    assert "Shell command: vocabtransfer fasttext --lang sw --params \"$VOCABTRANSFER_PARAMS\"" in out
     assert snakemake_jobs(out) == {"corpus": 1, "tokenizer": 1, "pretokenize": 1, "fasttext": 1}
     without = run(snakemake + ["--workflow-profile", "none"], reference, environment)
     assert "workflow specific profile" not in without and "Shell command:" not in without
