@@ -49,11 +49,10 @@ def good(tmp_path_factory, shared_data):
     data.mkdir()
     with (shared_data / "pretrain_text" / "sw.txt").open(encoding="utf-8") as f:
         (data / "sw.txt").write_text("".join(next(f) for _ in range(600)), encoding="utf-8")
-    os.environ["VOCABTRANSFER_DATA"] = str(data)
     params = validate_params(PARAMS)
-    cwd = Path.cwd()
-    os.chdir(root)
-    try:
+    with pytest.MonkeyPatch.context() as mp:  # nothing of this set-up outlives the fixture
+        mp.setenv("VOCABTRANSFER_DATA", str(data))
+        mp.chdir(root)
         for stage in ("corpus", "tokenizer", "pretokenize", "fasttext"):
             run_stage(stage, params, {"lang": "sw"}, threads=1)
         # a tiny source model with MiniLM's tokenizer (random weights), where source_head writes it
@@ -64,8 +63,6 @@ def good(tmp_path_factory, shared_data):
         model.save_pretrained(root / P.SOURCE_MODEL)
         source_tok.save_pretrained(root / P.SOURCE_MODEL)
         run_stage("overlap", params, {"lang": "sw"}, threads=1)
-    finally:
-        os.chdir(cwd)
     (root / "params.yaml").write_text(yaml.safe_dump(PARAMS, sort_keys=False))
     return root
 
@@ -126,7 +123,6 @@ def _checksum_mismatch(work: Path) -> None:
     text = work / "data" / "sw.txt"
     wrong = hashlib.sha256(b"other bytes").hexdigest()
     _params(**{"corpus.sources": {"sw": {"url": text.as_uri(), "sha256": wrong}}})(work)
-    os.environ.setdefault("VOCABTRANSFER_CACHE", str(work / "cache"))
 
 
 def _wordlevel_bin(breaker):

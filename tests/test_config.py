@@ -100,3 +100,13 @@ def test_merge_overlay_merges_key_by_key_but_replaces_a_data_source_whole():
                                            "de": {"path": "pretrain_text/de.txt"}}
     assert merged["corpus"]["max_bytes"] == 0
     assert base["corpus"]["sources"]["sw"] == {"path": "pretrain_text/sw.txt"}  # the inputs are not modified
+
+
+def test_default_pretrain_methods_follow_init_methods_but_an_explicit_list_is_checked():
+    from vocabtransfer.errors import VocabTransferError
+
+    base = {"languages": ["sw"], "source_model": "sentence-transformers/all-MiniLM-L6-v2",
+            "corpus": {"sources": {"sw": {"path": "pretrain_text/sw.txt"}}}, "init": {"methods": ["focus", "ofa"]}}
+    assert validate_params(base)["pretrain"]["methods"] == ["focus"]  # the default [random, fvt, focus] ∩ init
+    with pytest.raises(VocabTransferError, match=r"pretrain.methods: random not in init.methods \(focus, ofa\)"):
+        validate_params({**base, "pretrain": {"methods": ["random", "focus"]}})

@@ -75,6 +75,7 @@ def validate_params(params: Any, source: str = "params.yaml") -> dict:
     if not isinstance(params, dict):
         raise VocabTransferError(f"{source}: expected a mapping of keys at the top level, got {type(params).__name__}")
     params = copy.deepcopy(params)
+    explicit_pretrain = "methods" in (params.get("pretrain") or {})
     errors = sorted(_Validator(schema()).iter_errors(params), key=lambda e: (len(e.absolute_path), str(e.absolute_path)))
     if errors:
         err = errors[0]
@@ -87,6 +88,8 @@ def validate_params(params: Any, source: str = "params.yaml") -> dict:
             f"{source}: corpus.sources: no source for language(s) {', '.join(missing)}; "
             f"add e.g. `corpus.sources.{missing[0]}: {{path: pretrain_text/{missing[0]}.txt}}`"
         )
+    if not explicit_pretrain:  # the default list means "those of them that init runs"
+        params["pretrain"]["methods"] = [m for m in params["pretrain"]["methods"] if m in params["init"]["methods"]]
     check_pretrain(params, source)
     return params
 
