@@ -180,9 +180,7 @@ def plot(rows: dict, path: str | Path, title: str, n_bins: int) -> None:
     axes[0][0].legend(fontsize=8)
     fig.suptitle(title)
     fig.tight_layout()
-    with io.atomic_output(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=110, metadata={"Software": None})
-    plt.close(fig)
+    io.save_png(fig, path, dpi=110)
 
 
 def run(ctx) -> None:

@@ -195,9 +195,7 @@ def plot(rows: list[dict], path: str | Path, lang: str) -> None:
             ax.legend(loc="upper right", fontsize=8, ncols=3)
     fig.suptitle(f"{lang}: right after initialisation, no training")
     fig.tight_layout()
-    with io.atomic_output(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=120, metadata={"Software": None})
-    plt.close(fig)
+    io.save_png(fig, path, dpi=120)
 
 
 def run(ctx) -> None:

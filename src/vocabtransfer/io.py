@@ -147,3 +147,14 @@ def versions() -> dict[str, str]:
         except PackageNotFoundError:
             pass
     return out
+
+
+def save_png(fig, path: str | os.PathLike, dpi: int) -> Path:
+    """Write a matplotlib figure as a PNG atomically (no `Software` metadata, so the same figure gives
+    the same bytes) and close it."""
+    import matplotlib.pyplot as plt
+
+    with atomic_output(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=dpi, metadata={"Software": None})
+    plt.close(fig)
+    return Path(path)

@@ -360,11 +360,16 @@ def pack_lines(tokenizer, lines: list[str], seq_len: int, *, kind: Kind = "maske
     Lines are encoded with the tokenizer's special tokens (BERT: `[CLS] … [SEP]`); for causal models an
     end-of-sequence token closes each line when the tokenizer does not add one.
     """
-    eos = tokenizer.eos_token_id if kind == "causal" else None
     encoded = tokenizer(lines, add_special_tokens=True, truncation=True, max_length=seq_len)["input_ids"]
+    return _pack(encoded, seq_len, tokenizer.eos_token_id if kind == "causal" else None)
+
+
+def _pack(lines: Iterable[list[int]], seq_len: int, eos: int | None) -> list[list[int]]:
+    """Whole lines (ids with their special tokens) packed into blocks of at most `seq_len` ids; with
+    `eos`, each line ends with it (the last id replaced when the line is full)."""
     blocks: list[list[int]] = []
     block: list[int] = []
-    for ids in encoded:
+    for ids in lines:
         if eos is not None and (not ids or ids[-1] != eos):
             ids = ids[: seq_len - 1] + [eos]
         if block and len(block) + len(ids) > seq_len:
@@ -400,20 +405,8 @@ def pack_ids(tokenizer, sequences: Iterable[Sequence[int]], seq_len: int, *, kin
     room = seq_len - len(prefix) - len(suffix)
     if room < 1:
         raise VocabTransferError(f"seq_len {seq_len} leaves no room for tokens between the special tokens")
-    eos = tokenizer.eos_token_id if kind == "causal" else None
-    blocks: list[list[int]] = []
-    block: list[int] = []
-    for line in sequences:
-        ids = prefix + [int(i) for i in line[:room]] + suffix
-        if eos is not None and (not ids or ids[-1] != eos):
-            ids = ids[: seq_len - 1] + [eos]
-        if block and len(block) + len(ids) > seq_len:
-            blocks.append(block)
-            block = []
-        block = block + ids
-    if block:
-        blocks.append(block)
-    return blocks
+    return _pack((prefix + [int(i) for i in line[:room]] + suffix for line in sequences), seq_len,
+                 tokenizer.eos_token_id if kind == "causal" else None)
 
 
 class LMCollator:

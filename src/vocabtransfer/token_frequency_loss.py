@@ -190,9 +190,7 @@ def plot(rows: list[dict], path: str | Path, lang: str, n_seen_buckets: int) -> 
     axes[0][0].legend(fontsize=8)
     fig.suptitle(f"{lang}: loss by token frequency, standard vs selfish pretraining")
     fig.tight_layout()
-    with io.atomic_output(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=110, metadata={"Software": None})
-    plt.close(fig)
+    io.save_png(fig, path, dpi=110)
 
 
 def model_dir(ctx, method: str, objective: str) -> Path:
