@@ -85,6 +85,17 @@ class Stage:
         return {k: Path(P.fill(v, **wildcards)) for k, v in templates.items()}
 
 
+def _lazy(target: str) -> Callable:
+    """`module:function` of vocabtransfer, imported on the first call (the stage table stays cheap to
+    import: Snakemake and the CLI load it before any stage runs)."""
+    module, _, function = target.partition(":")
+
+    def call(*args):
+        return getattr(importlib.import_module(f"vocabtransfer.{module}"), function)(*args)
+
+    return call
+
+
 STAGES: dict[str, Stage] = {}
 
 
@@ -178,10 +189,7 @@ def uses_snmf(method: str) -> bool:
     return uses_snmf(method)
 
 
-def _init_inputs(params: dict, wildcards: dict) -> dict[str, str]:
-    from vocabtransfer import init
-
-    return init.inputs(params, wildcards)
+_init_inputs = _lazy("init:inputs")
 
 
 def _init_leaves(params: dict, wildcards: dict) -> list[str]:
@@ -248,10 +256,7 @@ def _init_code(params: dict, wildcards: dict) -> tuple[str, ...]:
     return ("init.py", str(module.relative_to(PACKAGE))) + (("methods/variants.py",) if fact else ())
 
 
-def _init_eval_inputs(params: dict, wildcards: dict) -> dict[str, str]:
-    from vocabtransfer import init_eval
-
-    return init_eval.inputs(params, wildcards)
+_init_eval_inputs = _lazy("init_eval:inputs")
 
 
 WORD_FASTTEXT_LEAVES = ("seed", "fasttext.reproducible", "init.wechsel.fasttext.model", "init.wechsel.fasttext.dim",
@@ -403,16 +408,8 @@ def param_values(params: dict, name: str, wildcards: dict) -> dict[str, Any]:
     return {leaf: C.get(params, leaf) for leaf in stage.leaves(params, dict(wildcards))}
 
 
-def _pretrain_leaves(params: dict, wildcards: dict) -> list[str]:
-    from vocabtransfer import pretrain
-
-    return pretrain.leaves(params, wildcards)
-
-
-def _pretrain_expand(params: dict) -> list[dict[str, str]]:
-    from vocabtransfer import pretrain
-
-    return pretrain.expand(params)
+_pretrain_leaves = _lazy("pretrain:leaves")
+_pretrain_expand = _lazy("pretrain:expand")
 
 
 register(Stage(
@@ -433,16 +430,8 @@ register(Stage(
 ))
 
 
-def _report_inputs(params: dict, wildcards: dict) -> dict[str, str]:
-    from vocabtransfer import report
-
-    return report.inputs(params, wildcards)
-
-
-def _report_plots(params: dict) -> dict[str, dict]:
-    from vocabtransfer import report
-
-    return report.dvc_plots(params)
+_report_inputs = _lazy("report:inputs")
+_report_plots = _lazy("report:dvc_plots")
 
 
 register(Stage(
@@ -466,10 +455,7 @@ def _eval_code(params: dict, wildcards: dict) -> tuple[str, ...]:
     return ("finetune_eval.py", f"tasks/{wildcards['task']}.py")
 
 
-def _eval_inputs(params: dict, wildcards: dict) -> dict[str, str]:
-    from vocabtransfer import finetune_eval
-
-    return finetune_eval.inputs(params, wildcards)
+_eval_inputs = _lazy("finetune_eval:inputs")
 
 
 def _eval_leaves(params: dict, wildcards: dict) -> list[str]:
@@ -488,16 +474,8 @@ def _eval_combinations(params: dict) -> list[dict[str, str]]:
             for s in range(1, int(params["eval"]["seeds"]) + 1)]
 
 
-def _eval_available(params: dict, wildcards: dict) -> str | None:
-    from vocabtransfer import finetune_eval
-
-    return finetune_eval.skip_reason(params, wildcards)
-
-
-def _eval_data(params: dict, wildcards: dict) -> dict[str, str]:
-    from vocabtransfer import finetune_eval
-
-    return finetune_eval.data_files(params, wildcards)
+_eval_available = _lazy("finetune_eval:skip_reason")
+_eval_data = _lazy("finetune_eval:data_files")
 
 
 register(Stage(
@@ -526,10 +504,7 @@ def _pretrain_jobs(params: dict) -> list[tuple[str, str]]:
     return pretrain_jobs(params)
 
 
-def _token_frequency_inputs(params: dict, wildcards: dict) -> dict[str, str]:
-    from vocabtransfer import token_frequency_loss
-
-    return token_frequency_loss.inputs(params, wildcards)
+_token_frequency_inputs = _lazy("token_frequency_loss:inputs")
 
 
 register(Stage(
