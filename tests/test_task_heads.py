@@ -1,5 +1,5 @@
-"""Each task head fine-tunes the real MiniLM for a few seeded steps on a slice of the real data: QA
-and NER beat the trivial baseline on a held-out slice, NLI fits its training slice; and a language with only NER data runs the stage
+"""Each task head fine-tunes the real MiniLM for a few seeded steps on a slice of the real data: each
+beats the trivial baseline (majority class, empty answer, all-O) on a held-out slice; and a language with only NER data runs the stage
 end to end through the command line."""
 
 from __future__ import annotations
@@ -37,24 +37,20 @@ def fine_tune(params, name, spec, tmp_path, **opts):
     return splits, result
 
 
-def test_nli_head_fits_a_training_slice(params, tmp_path, on_shared_data):
-    """NLI needs thousands of steps to beat the majority class on held-out pairs (at CPU test scale
-    the held-out accuracy stays at chance), so this test checks that the head learns: it fits a
-    small training slice far above the majority class, and the per-example arrays match."""
-    from vocabtransfer.tasks import Splits, open_source
-
-    task = get_task("nli", {**params["eval"]["tasks"]["nli"], "learning_rate": 2e-4, "batch_size": 8,
-                            "epochs": 8, "max_length": 64})
-    examples, _ = task.read(open_source({"path": "xnli/dev-en.tsv"}, "k"))
-    slice_ = examples[:48]
-    splits = Splits(train=slice_, test=slice_)
-    result, _ = FE.finetune(task=task, splits=splits, model_dir=resolve_model_path(params["source_model"]),
-                            seed=1, output_dir=tmp_path / "ckpt")
-    majority = 100 * Counter(e["label"] for e in slice_).most_common(1)[0][1] / len(slice_)
-    print(f"nli training-slice accuracy {result['metrics']['accuracy']:.1f} vs majority {majority:.1f}")
-    assert result["metrics"]["accuracy"] > majority + 25
-    assert result["examples"]["ids"] == [e["id"] for e in slice_]
-    assert sum(result["examples"]["score"]) == pytest.approx(result["metrics"]["accuracy"] * len(slice_) / 100, abs=1e-3)
+def test_nli_head_beats_the_majority_class(params, tmp_path, on_shared_data):
+    """English XNLI dev split by premise (the stage's own split): 800 training pairs for 2 epochs lift
+    the held-out accuracy well above the majority class (about 3.5 standard errors at 300 test pairs)."""
+    splits, result = fine_tune(params, "nli", {"train": {"path": "xnli/dev-en.tsv"}}, tmp_path,
+                               max_train=800, max_test=300, test_fraction=0.2, epochs=2, learning_rate=1e-4,
+                               batch_size=16, max_length=64)
+    train_premises = {e["premise"] for e in splits.train}
+    assert not any(e["premise"] in train_premises for e in splits.test)  # held out: no shared premise
+    test = splits.test
+    majority = 100 * Counter(e["label"] for e in test).most_common(1)[0][1] / len(test)
+    print(f"nli held-out accuracy {result['metrics']['accuracy']:.1f} vs majority class {majority:.1f}")
+    assert result["metrics"]["accuracy"] > majority + 5
+    assert result["examples"]["ids"] == [e["id"] for e in test]
+    assert sum(result["examples"]["score"]) == pytest.approx(result["metrics"]["accuracy"] * len(test) / 100, abs=1e-3)
 
 
 def test_qa_head_beats_the_empty_answer(params, tmp_path, on_shared_data):
