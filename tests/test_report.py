@@ -48,6 +48,10 @@ def split(model: str) -> tuple[str, str | None]:
     return method, objective
 
 
+TRIVIAL = {"nli": {"name": "majority class", "value": 34.0}, "qa": {"name": "empty answer", "value": 0.0},
+           "ner": {"name": "all O", "value": 0.0}}
+
+
 def eval_result(lang: str, task: str, model: str, seed: int) -> dict:
     c = CORRECT[model][seed - 1]
     ids = [f"{task}-{i}" for i in range(N)]
@@ -66,7 +70,7 @@ def eval_result(lang: str, task: str, model: str, seed: int) -> dict:
     method, objective = split(model)
     return {"lang": lang, "task": task, "model": model, "method": method, "objective": objective, "seed": seed,
             "metric": metric, "metrics": metrics, "n_train": 100, "n_test": N, "examples_seen": 200,
-            "seconds": 1.0, "skipped": {}, "examples": examples}
+            "seconds": 1.0, "skipped": {}, "examples": examples, "trivial": TRIVIAL[task]}
 
 
 def make_results(root: Path, langs=LANGS, with_evals: bool = True) -> R.Plan:
@@ -191,7 +195,9 @@ def test_downstream_table_mean_std_bold_and_interval(rendered):
     assert rows["focus-standard"][1] == f"+12.0 [{d.low:+.1f}, {d.high:+.1f}] ✱"
     # focus-selfish vs random-selfish: 26/28 vs 24/26 correct -> +4.0; the interval still excludes 0 here
     assert rows["focus-selfish"][1].startswith("+4.0 [")
-    assert list(rows) == ["source", "random-init", "random-standard", "random-selfish", "focus-init",
+    assert rows["trivial predictor"] == ["34.0 (majority class)", ""] + rows["trivial predictor"][2:]
+    assert rows["trivial predictor"][header.index("ner (f1)") - 1] == "0.0 (all O)"
+    assert list(rows) == ["trivial predictor", "source", "random-init", "random-standard", "random-selfish", "focus-init",
                           "focus-standard", "focus-selfish"]
     # de has no ner column
     de = section(section((root / P.REPORT).read_text(), "## de"), "### Downstream tasks")

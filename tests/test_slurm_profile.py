@@ -73,3 +73,21 @@ def test_profile_holds_sizes_only_and_names_real_stages():
         assert set(resources) <= {"runtime", "mem_mb"}, (rule, resources)
         # stages of the study that are not registered yet: continued pretraining, downstream evaluation
         assert rule in S.STAGES or rule in {"pretrain", "finetune_eval"}, rule
+
+
+def test_every_rule_takes_its_priority_from_the_stage_list():
+    """On a few cores the scheduler must start the jobs that others wait for (pretrain above all)
+    before the leaves of the DAG: every rule reads its priority from common.smk's stage_priority."""
+    rules = {}
+    for path in sorted((REPO / "workflow/rules").glob("*.smk")):
+        for block in re.split(r"\n(?=rule \w+:)", path.read_text()):
+            m = re.match(r"rule (\w+):", block)
+            if m:
+                rules[m.group(1)] = re.search(r'^    priority: stage_priority\("(\w+)"\)$', block, re.M)
+    assert set(rules) == set(S.STAGES)
+    assert all(m and m.group(1) == name for name, m in rules.items()), rules
+    common = (REPO / "workflow/rules/common.smk").read_text()
+    leaves = set(re.search(r"^LEAF_STAGES = \((.*)\)$", common, re.M).group(1).replace('"', "").replace(" ", "")
+                 .split(","))
+    assert leaves == {"init_eval", "token_frequency_loss", "gradient_scenarios", "finetune_eval", "report"}
+    assert {"pretrain", "init", "source_head"}.isdisjoint(leaves)

@@ -106,5 +106,6 @@ def test_language_with_only_ner_data_runs_end_to_end(params, tmp_path, shared_da
     assert out["metric"] == "f1" and set(out["metrics"]) == {"f1", "precision", "recall"}
     assert (out["n_train"], out["n_test"]) == (48, 24) and out["examples_seen"] == 48
     assert out["skipped"] == {} and out["seconds"] > 0
+    assert out["trivial"] == {"name": "all O", "value": 0.0}  # the test sentences have entities
     assert len(out["examples"]["ids"]) == len(out["examples"]["tp"]) == 24
     assert not (tmp_path / "checkpoints/sw/eval/ner/source/seed1").exists()

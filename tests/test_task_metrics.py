@@ -69,3 +69,24 @@ def test_sentence_counts_sum_to_seqeval_micro_f1(strict):
     if not strict:  # hand count: tp 4 of 7 predicted and 6 gold
         assert (tp, n_pred, n_gold) == (4, 7, 6)
         assert scores["f1"] == pytest.approx(200 * 4 / 13)
+
+
+def test_trivial_predictors_by_hand():
+    from vocabtransfer.tasks import Splits, get_task
+
+    nli = get_task("nli", {})
+    ex = lambda label: {"label": label}  # noqa: E731
+    # train: 3 × neutral (1), 2 × entailment (0) -> always neutral; test: 2 of 5 are neutral
+    splits = Splits(train=[ex(1)] * 3 + [ex(0)] * 2, test=[ex(1), ex(0), ex(2), ex(1), ex(2)])
+    assert nli.trivial(splits) == {"name": "majority class", "value": 40.0}
+    # a tie in training goes to the lowest label id (entailment): 1 of 5
+    splits.train = [ex(2), ex(0)]
+    assert nli.trivial(splits)["value"] == 20.0
+    qa = get_task("qa", {})
+    test = [{"answers": [{"text": "Nile"}]}, {"answers": [{"text": "1961"}, {"text": "the"}]}]
+    # F1 0 everywhere, even against a gold answer that normalises to nothing ("the"): SQuAD v1.1's F1
+    # has no shared token there (its exact match would be 1)
+    assert qa.trivial(Splits(train=[], test=test)) == {"name": "empty answer", "value": 0.0}
+    ner = get_task("ner", {})
+    test = [{"tags": ["B-PER", "I-PER", "O"]}, {"tags": ["O", "O"]}]
+    assert ner.trivial(Splits(train=[], test=test)) == {"name": "all O", "value": 0.0}

@@ -178,6 +178,7 @@ def finetune(*, task, splits, model_dir: Path, seed: int, output_dir: Path, devi
                           data_collator=task.collator(tokenizer))
         trainer.train()
         evaluation = task.evaluate(trainer, splits.test, tokenizer, labels)
+    trivial = task.trivial(splits)  # the score of the trivial predictor (majority class, empty answer, all O)
     result = {
         "metric": task.metric,
         "metrics": {k: round(float(v), 4) for k, v in evaluation.metrics.items()},
@@ -185,6 +186,7 @@ def finetune(*, task, splits, model_dir: Path, seed: int, output_dir: Path, devi
         "n_train_features": len(train_features),
         "examples_seen": int(round(len(train_features) * float(opts["epochs"]))),
         "skipped": {**splits.skipped, **evaluation.skipped},
+        "trivial": {**trivial, "value": round(float(trivial["value"]), 4)},
         "examples": evaluation.examples,
         **splits.notes,
     }

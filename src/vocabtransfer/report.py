@@ -519,9 +519,14 @@ def downstream_section(lang: Language, cells: dict[str, dict[str, Cell]], figure
             else:
                 d = c.diff
                 row.append(f"{signed(d.diff)} [{signed(d.low)}, {signed(d.high)}]" + (" ✱" if d.excludes_zero else ""))
-    lines.append(md_table(headers, table))
+    trivial = ["trivial predictor"]
+    for t in tasks:  # the same test split for every model: the first result's value stands for all
+        first = next(iter(next(iter(lang.evals[t].values())).values())).get("trivial")
+        trivial += [f"{first['value']:.1f} ({first['name']})" if first else "–", ""]
+    lines.append(md_table(headers, [trivial] + table))
     lines += ["", "Mean ± standard deviation over seeds of each task's main metric (percent); best per column in "
-              "bold. Δ random: the difference to `random-<same objective>` on the same seeds and test examples, "
+              "bold; the first row is the trivial predictor's score on the same test examples (a model has to "
+              "beat it before its score means anything). Δ random: the difference to `random-<same objective>` on the same seeds and test examples, "
               f"with its paired-bootstrap {100 * confidence:g}% interval (test examples resampled jointly for both "
               "models, the same resamples for every seed, differences averaged over seeds); ✱ marks an interval "
               "that excludes 0.", ""]

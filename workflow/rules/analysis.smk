@@ -15,6 +15,7 @@ rule token_frequency_loss:
     benchmark:
         stage_benchmark("token_frequency_loss")
     threads: stage_threads("token_frequency_loss")
+    priority: stage_priority("token_frequency_loss")
     resources:
         **stage_resources("token_frequency_loss"),
     shell:
@@ -33,6 +34,7 @@ rule gradient_scenarios:
     benchmark:
         stage_benchmark("gradient_scenarios")
     threads: stage_threads("gradient_scenarios")
+    priority: stage_priority("gradient_scenarios")
     resources:
         **stage_resources("gradient_scenarios"),
     shell:

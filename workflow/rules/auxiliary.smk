@@ -14,6 +14,7 @@ rule fasttext:
         stage_benchmark("fasttext")
     # one thread keeps fastText bit-reproducible (fasttext.reproducible)
     threads: 1 if config["fasttext"]["reproducible"] else stage_threads("fasttext")
+    priority: stage_priority("fasttext")
     resources:
         **stage_resources("fasttext"),
     shell:
@@ -32,6 +33,7 @@ rule overlap:
     benchmark:
         stage_benchmark("overlap")
     threads: stage_threads("overlap")
+    priority: stage_priority("overlap")
     resources:
         **stage_resources("overlap"),
     shell:

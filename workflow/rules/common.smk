@@ -116,6 +116,16 @@ def stage_threads(name):
     return workflow.resource_settings.max_threads or workflow.cores
 
 
+# Among the jobs that are ready, Snakemake starts those of higher priority first: the stages that
+# later jobs wait for go before the leaves of the DAG, so that on a few cores the long pretrain jobs
+# do not queue behind dozens of evaluation jobs and end up last.
+LEAF_STAGES = ("init_eval", "token_frequency_loss", "gradient_scenarios", "finetune_eval", "report")
+
+
+def stage_priority(name):
+    return 0 if name in LEAF_STAGES else 1
+
+
 # Cluster settings come from the environment, so that one profile fits every cluster
 # (workflow/profiles/slurm; local runs ignore them): the account, the partition of the CPU
 # stages (unset: the cluster's default), and the GPU partition (`none`: no GPU partition, the

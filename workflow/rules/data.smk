@@ -13,6 +13,7 @@ rule corpus:
     benchmark:
         stage_benchmark("corpus")
     threads: stage_threads("corpus")
+    priority: stage_priority("corpus")
     resources:
         **stage_resources("corpus"),
     shell:
@@ -31,6 +32,7 @@ rule tokenizer:
     benchmark:
         stage_benchmark("tokenizer")
     threads: stage_threads("tokenizer")
+    priority: stage_priority("tokenizer")
     resources:
         **stage_resources("tokenizer"),
     shell:
@@ -49,6 +51,7 @@ rule pretokenize:
     benchmark:
         stage_benchmark("pretokenize")
     threads: stage_threads("pretokenize")
+    priority: stage_priority("pretokenize")
     resources:
         **stage_resources("pretokenize"),
     shell:

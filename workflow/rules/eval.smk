@@ -14,6 +14,7 @@ rule finetune_eval:
     benchmark:
         stage_benchmark("finetune_eval")
     threads: stage_threads("finetune_eval")
+    priority: stage_priority("finetune_eval")
     resources:
         **stage_resources("finetune_eval"),
     wildcard_constraints:

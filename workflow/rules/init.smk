@@ -15,6 +15,7 @@ rule source_head:
     benchmark:
         stage_benchmark("source_head")
     threads: stage_threads("source_head")
+    priority: stage_priority("source_head")
     resources:
         **stage_resources("source_head"),
     shell:
@@ -34,6 +35,7 @@ rule source_fasttext:
         stage_benchmark("source_fasttext")
     # one thread keeps fastText bit-reproducible (fasttext.reproducible)
     threads: 1 if config["fasttext"]["reproducible"] else stage_threads("source_fasttext")
+    priority: stage_priority("source_fasttext")
     resources:
         **stage_resources("source_fasttext"),
     shell:
@@ -52,6 +54,7 @@ rule word_fasttext:
     benchmark:
         stage_benchmark("word_fasttext")
     threads: 1 if config["fasttext"]["reproducible"] else stage_threads("word_fasttext")
+    priority: stage_priority("word_fasttext")
     resources:
         **stage_resources("word_fasttext"),
     shell:
@@ -70,6 +73,7 @@ rule source_snmf:
     benchmark:
         stage_benchmark("source_snmf")
     threads: stage_threads("source_snmf")
+    priority: stage_priority("source_snmf")
     resources:
         **stage_resources("source_snmf"),
     shell:
@@ -88,6 +92,7 @@ rule init:
     benchmark:
         stage_benchmark("init")
     threads: stage_threads("init")
+    priority: stage_priority("init")
     resources:
         **stage_resources("init"),
     shell:
@@ -106,6 +111,7 @@ rule init_eval:
     benchmark:
         stage_benchmark("init_eval")
     threads: stage_threads("init_eval")
+    priority: stage_priority("init_eval")
     resources:
         **stage_resources("init_eval"),
     shell:

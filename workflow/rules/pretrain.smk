@@ -18,6 +18,7 @@ rule pretrain:
     benchmark:
         stage_benchmark("pretrain")
     threads: stage_threads("pretrain")
+    priority: stage_priority("pretrain")
     resources:
         **stage_resources("pretrain"),
     shell:

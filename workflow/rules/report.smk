@@ -20,6 +20,7 @@ rule report:
     benchmark:
         stage_benchmark("report")
     threads: stage_threads("report")
+    priority: stage_priority("report")
     resources:
         **stage_resources("report"),
     shell:

@@ -91,6 +91,11 @@ class Task:
         """Predict with `trainer.predict` and score."""
         raise NotImplementedError
 
+    def trivial(self, splits: Splits) -> dict:
+        """The score of the task's trivial predictor on the test split ({"name", "value"}, percent):
+        the level a fine-tuned model has to beat before its score means anything."""
+        raise NotImplementedError
+
 
 TASKS: dict[str, type[Task]] = {}
 

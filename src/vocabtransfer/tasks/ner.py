@@ -147,6 +147,12 @@ class NER(Task):
 
         return DataCollatorForTokenClassification(tokenizer)
 
+    def trivial(self, splits) -> dict:
+        """`O` for every word: no entity predicted (seqeval F1 0 whenever the test split has entities)."""
+        gold = [ex["tags"] for ex in splits.test]
+        f1 = seqeval_scores(gold, [["O"] * len(g) for g in gold], bool(self.options.get("strict", False)))["f1"]
+        return {"name": "all O", "value": f1}
+
     def evaluate(self, trainer, examples: list[dict], tokenizer, labels: list[str]) -> Evaluation:
         strict = bool(self.options.get("strict", False))
         enc = self._encode(examples, tokenizer)

@@ -10,6 +10,7 @@ hypotheses on both sides.
 from __future__ import annotations
 
 import csv
+from collections import Counter
 
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.tasks import Evaluation, Source, Task, register, require_columns
@@ -61,6 +62,13 @@ class NLI(Task):
         enc = tokenizer([e["premise"] for e in examples], [e["hypothesis"] for e in examples],
                         truncation=True, max_length=int(self.options["max_length"]))
         return [{**{k: enc[k][i] for k in enc.keys()}, "labels": e["label"]} for i, e in enumerate(examples)]
+
+    def trivial(self, splits) -> dict:
+        """Always the most frequent training label (ties: the lowest label id)."""
+        counts = Counter(e["label"] for e in splits.train)
+        majority = min(counts, key=lambda label: (-counts[label], label))
+        hits = sum(e["label"] == majority for e in splits.test)
+        return {"name": "majority class", "value": 100.0 * hits / len(splits.test)}
 
     def evaluate(self, trainer, examples: list[dict], tokenizer, labels=None) -> Evaluation:
         logits = trainer.predict(self.features(examples, tokenizer)).predictions
