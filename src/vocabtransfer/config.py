@@ -91,6 +91,9 @@ def validate_params(params: Any, source: str = "params.yaml") -> dict:
     if not explicit_pretrain:  # the default list means "those of them that init runs"
         params["pretrain"]["methods"] = [m for m in params["pretrain"]["methods"] if m in params["init"]["methods"]]
     check_pretrain(params, source)
+    from vocabtransfer.auxiliary import check_oov
+
+    check_oov(params["fasttext"]["mode"], params["fasttext"]["oov"], source)
     return params
 
 
