@@ -51,7 +51,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 Mode = Literal["tokenlevel", "wordlevel"]
-Oov = Literal["random", "subword"]
 _MAGIC, _VERSION = 793712314, 12  # fastText's .bin signature (FASTTEXT_FILEFORMAT_MAGIC_INT32, FASTTEXT_VERSION)
 
 
@@ -271,8 +270,7 @@ def run(ctx: "Context") -> None:
 
     start = time.perf_counter()
     mode = ctx.param("fasttext.mode")
-    oov = ctx.param("fasttext.oov")
-    check_oov(mode, oov)
+    oov = ctx.param("fasttext.oov")  # validate_params allows subword with tokenlevel only
     tokenizer = load_tokenizer(ctx.input["tokenizer"])
     out = ctx.output
 
@@ -352,15 +350,6 @@ def run(ctx: "Context") -> None:
     log.info("fastText %s: %d of %d target tokens have a vector (%.1f%%; %d from the dictionary, %d from "
              "subwords) in %.1fs", mode, n_with, len(mask), 100 * n_with / len(mask), n_dict, n_with - n_dict,
              stats["seconds"])
-
-
-def check_oov(mode: str, oov: str, source: str = "params.yaml") -> None:
-    """`fasttext.oov: subword` needs tokenlevel mode (wordlevel vectors already come from subwords)."""
-    if oov not in ("random", "subword"):
-        raise VocabTransferError(f"{source}: fasttext.oov: {oov!r} is not allowed; allowed values: 'random', 'subword'")
-    if oov == "subword" and mode != "tokenlevel":
-        raise VocabTransferError(f"{source}: fasttext.oov: subword applies to fasttext.mode tokenlevel only (wordlevel "
-                                 "already embeds every token with its subword n-grams); set fasttext.oov: random")
 
 
 # ---------------------------------------------------------------------------------------------
