@@ -9,7 +9,9 @@ For `--lang L --method M`:
 3. write results/L/init/M/ atomically: embeddings.safetensors (`input_embeddings`,
    `output_embeddings` when untied), one `<name>.safetensors` per extra tensor of the method
    (coordinates, primitives; `output_<name>` for the output pass), model/ (the source model with
-   the new embeddings and the target tokenizer, loadable with AutoModelFor… alone) and stats.json.
+   the new embeddings and the target tokenizer, loadable with AutoModelFor… alone) and stats.json
+   (for focus, ofa, snmf and their variants `target_rows`: how many rows came from the overlap,
+   from fastText dictionary vectors, from subword vectors, and random ones).
 
 The LM head's output bias (BERT `cls.predictions.bias`) is indexed by token id, so it is moved
 like the embeddings: the source bias is copied for target tokens that overlap a source token, and
