@@ -228,7 +228,8 @@ def subword_vectors(ft_model, tokenizer, embeddings: "torch.Tensor", mask: "torc
 
     Every target token with mask False that is not a special token of `tokenizer` (those never
     occur in text) gets `ft_model.get_word_vector(vocabulary string)`; a vector that is all zeros
-    (a model trained with maxn=0, or no n-gram of the string) stays "no vector".
+    (a model trained with maxn=0, or only n-grams that training never touched: fastText 0.9.3
+    leaves most rows of its input matrix at zero until trained) stays "no vector".
     Returns new (embeddings, mask, subword): mask = had a vector or got a non-zero subword vector,
     subword (V bool) = the row came from n-grams.
     """
@@ -304,7 +305,7 @@ def run(ctx: "Context") -> None:
 
     emb, mask = token_vectors(ft, tokenizer, mode)
     n_dict = int(mask.sum())
-    tensors, metadata = {}, {}
+    tensors, metadata, subword = {}, {}, None
     if oov == "subword":
         emb, mask, subword = subword_vectors(ft, tokenizer, emb, mask)
         tensors, metadata = {"subword": subword}, {"oov": oov}
@@ -326,6 +327,8 @@ def run(ctx: "Context") -> None:
 
     missing = (~mask).nonzero().flatten().tolist()
     missing = missing[:: max(1, len(missing) // 20)][:20]  # spread over the id range
+    from_subwords = subword.nonzero().flatten().tolist() if subword is not None else []
+    from_subwords = from_subwords[:: max(1, len(from_subwords) // 20)][:20]
     stats = {
         "mode": mode,
         "vocab_size": len(mask),
@@ -338,6 +341,7 @@ def run(ctx: "Context") -> None:
         "coverage": n_with / len(mask),
         "fasttext_words": len(words),
         "examples_without_vector": tokenizer.convert_ids_to_tokens(missing),
+        "examples_from_subwords": tokenizer.convert_ids_to_tokens(from_subwords),
         "seconds_model": round(train_seconds, 3),  # train (or load) and save the .bin
         "seconds": round(time.perf_counter() - start, 3),
         "seed": ctx.seed,
