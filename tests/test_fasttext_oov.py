@@ -133,6 +133,8 @@ def test_stage_oov_random_is_byte_identical_and_subword_adds_the_rows(stage_dir,
     assert stats["tokens_with_vector"] == stats["tokens_from_dictionary"] + stats["tokens_from_subwords"]
     assert stats["tokens_with_vector"] + stats["tokens_without_vector"] == stats["vocab_size"] == len(tok)
     assert stats["params"]["fasttext.oov"] == "subword"
+    examples = tok.convert_tokens_to_ids(stats["examples_from_subwords"])
+    assert len(examples) == 20 and bool(expected[2][examples].all())
 
 
 def test_oov_values_are_checked_before_any_work():
