@@ -22,7 +22,8 @@ def test_repository_params_validate_and_defaults_fill_in():
     params = load_params(REPO / "params.yaml")
     assert params["languages"] == ["sw", "de"]
     assert params["fasttext"] == {"mode": "tokenlevel", "pretrained_path": None, "model": "cbow", "dim": 100,
-                                  "epochs": 3, "min_count": 10, "neg": 10, "reproducible": True}
+                                  "epochs": 3, "min_count": 10, "neg": 10, "reproducible": True,
+                                  "oov": "random"}
 
 
 def test_defaults_filled_for_missing_sections():

@@ -8,8 +8,15 @@ Two modes, as in FOCUS (konstantinjdobler/focus, `deepfocus`):
 - `wordlevel` (WECHSEL-style): embed every target token with a pretrained word-level .bin,
   looking up the token's decoded, stripped form; a token has a vector iff it is non-zero.
 
+Out-of-dictionary tokens (`fasttext.oov`, tokenlevel only): with `random` (FOCUS's rule) a token
+outside the dictionary has no vector and the methods give it a random row; with `subword` every
+such token except the target tokenizer's special tokens gets fastText's character n-gram vector
+of its vocabulary string (`get_word_vector`), unless that vector is all zeros (e.g. maxn=0).
+
 Outputs: the fastText .bin, `embeddings.safetensors` with `embeddings` (V x dim float32,
-row i = target token id i, zeros where there is no vector) and `mask` (V bool), and stats.json.
+row i = target token id i, zeros where there is no vector) and `mask` (V bool, the token has a
+vector) and, with oov `subword` only, `subword` (V bool, the vector came from n-grams), and
+stats.json.
 
 Determinism: the seed and the thread count decide the result. fastText trains lock-free
 ("Hogwild") on `threads` threads: with one thread the same seed gives the same vectors, byte
@@ -215,6 +222,33 @@ def token_vectors(ft_model, tokenizer, mode: Mode = "tokenlevel") -> tuple["torc
     return torch.from_numpy(emb), torch.from_numpy(mask)
 
 
+def subword_vectors(ft_model, tokenizer, embeddings: "torch.Tensor", mask: "torch.Tensor"
+                    ) -> tuple["torch.Tensor", "torch.Tensor", "torch.Tensor"]:
+    """Fill the rows of tokenlevel `token_vectors` that have no vector from character n-grams.
+
+    Every target token with mask False that is not a special token of `tokenizer` (those never
+    occur in text) gets `ft_model.get_word_vector(vocabulary string)`; a vector that is all zeros
+    (a model trained with maxn=0, or only n-grams that training never touched: fastText 0.9.3
+    leaves most rows of its input matrix at zero until trained) stays "no vector".
+    Returns new (embeddings, mask, subword): mask = had a vector or got a non-zero subword vector,
+    subword (V bool) = the row came from n-grams.
+    """
+    import torch
+
+    emb = embeddings.clone().numpy()
+    has = mask.numpy().copy()
+    special = set(tokenizer.all_special_ids)
+    lookups = sorted((i, tok) for tok, i in tokenizer.get_vocab().items()
+                     if i < len(has) and not has[i] and i not in special)
+    for i, tok in progress(lookups, desc="fastText subword vectors", unit="tok"):
+        emb[i] = ft_model.get_word_vector(tok)
+    subword = np.zeros_like(has)
+    if lookups:
+        ids = np.fromiter((i for i, _ in lookups), dtype=np.int64, count=len(lookups))
+        subword[ids] = np.any(emb[ids] != 0, axis=1)
+    return torch.from_numpy(emb), torch.from_numpy(has | subword), torch.from_numpy(subword)
+
+
 # ---------------------------------------------------------------------------------------------
 # the stage
 
@@ -237,6 +271,7 @@ def run(ctx: "Context") -> None:
 
     start = time.perf_counter()
     mode = ctx.param("fasttext.mode")
+    oov = ctx.param("fasttext.oov")  # validate_params allows subword with tokenlevel only
     tokenizer = load_tokenizer(ctx.input["tokenizer"])
     out = ctx.output
 
@@ -269,32 +304,44 @@ def run(ctx: "Context") -> None:
     train_seconds = time.perf_counter() - start
 
     emb, mask = token_vectors(ft, tokenizer, mode)
+    n_dict = int(mask.sum())
+    tensors, metadata, subword = {}, {}, None
+    if oov == "subword":
+        emb, mask, subword = subword_vectors(ft, tokenizer, emb, mask)
+        tensors, metadata = {"subword": subword}, {"oov": oov}
     if not torch.isfinite(emb).all():
         raise VocabTransferError(f"{out['model']}: fastText vectors contain NaN/inf; "
                                  "retrain with 1 thread or a lower fastText lr")
     n_with = int(mask.sum())
     words = ft.get_words(on_unicode_error="replace")
-    if n_with == 0:
+    if n_dict == 0:
         raise VocabTransferError(
             f"{ctx.input['text'] if mode == 'tokenlevel' else src}: no target token of {ctx.input['tokenizer']} "
             f"got a fastText vector ({len(words)} fastText words); was the text pre-tokenised with this tokenizer? "
             "rerun pretokenize (or lower fasttext.min_count)")
     if n_with < 0.1 * len(mask):
         log.warning("only %d of %d target tokens have a fastText vector", n_with, len(mask))
-    io.save_tensors({"embeddings": emb, "mask": mask}, out["embeddings"],
-                    metadata={"mode": mode, "dim": emb.shape[1], "seed": ctx.seed})
+    # oov random: exactly the tensors and metadata of a stage without the option (byte-identical file)
+    io.save_tensors({"embeddings": emb, "mask": mask, **tensors}, out["embeddings"],
+                    metadata={"mode": mode, "dim": emb.shape[1], "seed": ctx.seed, **metadata})
 
     missing = (~mask).nonzero().flatten().tolist()
     missing = missing[:: max(1, len(missing) // 20)][:20]  # spread over the id range
+    from_subwords = subword.nonzero().flatten().tolist() if subword is not None else []
+    from_subwords = from_subwords[:: max(1, len(from_subwords) // 20)][:20]
     stats = {
         "mode": mode,
         "vocab_size": len(mask),
         "dim": int(emb.shape[1]),
-        "tokens_with_vector": n_with,
+        "oov": oov,
+        "tokens_with_vector": n_with,  # tokens_from_dictionary + tokens_from_subwords
+        "tokens_from_dictionary": n_dict,
+        "tokens_from_subwords": n_with - n_dict,
         "tokens_without_vector": len(mask) - n_with,
         "coverage": n_with / len(mask),
         "fasttext_words": len(words),
         "examples_without_vector": tokenizer.convert_ids_to_tokens(missing),
+        "examples_from_subwords": tokenizer.convert_ids_to_tokens(from_subwords),
         "seconds_model": round(train_seconds, 3),  # train (or load) and save the .bin
         "seconds": round(time.perf_counter() - start, 3),
         "seed": ctx.seed,
@@ -304,8 +351,9 @@ def run(ctx: "Context") -> None:
         "versions": io.versions(),
     }
     io.write_json(stats, out["stats"])
-    log.info("fastText %s: %d of %d target tokens have a vector (%.1f%%) in %.1fs",
-             mode, n_with, len(mask), 100 * n_with / len(mask), stats["seconds"])
+    log.info("fastText %s: %d of %d target tokens have a vector (%.1f%%; %d from the dictionary, %d from "
+             "subwords) in %.1fs", mode, n_with, len(mask), 100 * n_with / len(mask), n_dict, n_with - n_dict,
+             stats["seconds"])
 
 
 # ---------------------------------------------------------------------------------------------

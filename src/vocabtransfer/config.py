@@ -91,6 +91,7 @@ def validate_params(params: Any, source: str = "params.yaml") -> dict:
     if not explicit_pretrain:  # the default list means "those of them that init runs"
         params["pretrain"]["methods"] = [m for m in params["pretrain"]["methods"] if m in params["init"]["methods"]]
     check_pretrain(params, source)
+    check_fasttext_oov(params, source)
     return params
 
 
@@ -101,6 +102,14 @@ def check_pretrain(params: dict, source: str = "params.yaml") -> None:
     if unknown:
         raise VocabTransferError(f"{source}: pretrain.methods: {', '.join(unknown)} not in init.methods "
                                  f"({', '.join(init_methods)}); add them to init.methods or remove them")
+
+
+def check_fasttext_oov(params: dict, source: str = "params.yaml") -> None:
+    """`fasttext.oov: subword` needs tokenlevel mode (wordlevel vectors already come from subwords)."""
+    fasttext = params.get("fasttext") or {}
+    if fasttext.get("oov") == "subword" and fasttext.get("mode") != "tokenlevel":
+        raise VocabTransferError(f"{source}: fasttext.oov: subword applies to fasttext.mode tokenlevel only (wordlevel "
+                                 "already embeds every token with its subword n-grams); set fasttext.oov: random")
 
 
 # the keys that make a mapping a data source (a local file, a URL with its sha256, a datasets spec)

@@ -9,7 +9,9 @@ For `--lang L --method M`:
 3. write results/L/init/M/ atomically: embeddings.safetensors (`input_embeddings`,
    `output_embeddings` when untied), one `<name>.safetensors` per extra tensor of the method
    (coordinates, primitives; `output_<name>` for the output pass), model/ (the source model with
-   the new embeddings and the target tokenizer, loadable with AutoModelFor… alone) and stats.json.
+   the new embeddings and the target tokenizer, loadable with AutoModelFor… alone) and stats.json
+   (for focus, ofa, snmf and their variants `target_rows`: how many rows came from the overlap,
+   from fastText dictionary vectors, from subword vectors, and random ones).
 
 The LM head's output bias (BERT `cls.predictions.bias`) is indexed by token id, so it is moved
 like the embeddings: the source bias is copied for target tokens that overlap a source token, and
@@ -86,16 +88,45 @@ def read_overlap(path: Path, n_target: int, n_source: int) -> tuple[np.ndarray, 
 
 
 def read_auxiliary(path: Path, n_target: int):
+    """(embeddings V x d, mask V bool, subword V bool or None) of the fasttext stage; `subword` (rows
+    whose vector came from character n-grams) exists only when it ran with fasttext.oov subword."""
     tensors = io.load_tensors(path, ["embeddings", "mask"])
     emb, mask = tensors["embeddings"].float(), tensors["mask"].bool()
+    subword = tensors["subword"].bool() if "subword" in tensors else None
     if emb.shape[0] != n_target or mask.shape != (n_target,):
         raise VocabTransferError(f"{path}: embeddings {tuple(emb.shape)} / mask {tuple(mask.shape)} do not have one row "
                                  f"per target token ({n_target}); rerun the fasttext stage")
+    if subword is not None and (subword.shape != (n_target,) or bool((subword & ~mask).any())):
+        raise VocabTransferError(f"{path}: tensor 'subword' {tuple(subword.shape)} must be a ({n_target},) bool marking "
+                                 "rows that have a vector (mask); delete the file and rerun the fasttext stage")
     bad = mask & ~emb.isfinite().all(dim=1)
     if bool(bad.any()):
         raise VocabTransferError(f"{path}: the vector of target id {int(bad.nonzero()[0])} contains NaN or "
                                  "infinite values; delete the file and rerun the fasttext stage")
-    return emb, mask
+    return emb, mask, subword
+
+
+# base methods that give target tokens outside the overlap a row from their fastText vector (and
+# a random row when they have none); their factorised variants (focus+svd, …) do too
+AUXILIARY_METHODS = ("focus", "ofa", "snmf")
+
+
+def target_rows(method: str, n_target: int, overlap_target_ids: np.ndarray, aux_mask, subword) -> dict | None:
+    """Where the target rows of a method in AUXILIARY_METHODS come from, counts that add up to
+    n_target: `overlap` (copied source rows), `dictionary` / `subword` (a combination driven by a
+    fastText dictionary / character n-gram vector) and `random` (no vector). None for other methods.
+
+    ofa and snmf also copy special tokens that match a source special token by role; the fasttext
+    stage gives special tokens no vector, so such a token outside the overlap counts as random here.
+    """
+    if method.partition("+")[0] not in AUXILIARY_METHODS:
+        return None
+    overlap = np.zeros(n_target, dtype=bool)
+    overlap[np.asarray(overlap_target_ids, dtype=np.int64)] = True
+    has = aux_mask.numpy().astype(bool) & ~overlap
+    sub = subword.numpy().astype(bool) & has if subword is not None else np.zeros(n_target, dtype=bool)
+    return {"overlap": int(overlap.sum()), "dictionary": int((has & ~sub).sum()), "subword": int(sub.sum()),
+            "random": int((~overlap & ~has).sum())}
 
 
 def _check_result(result, method: str, shape: tuple[int, int], which: str):
@@ -151,7 +182,8 @@ def _run(ctx) -> None:
     del model
     n_target, n_source = len(target_tok), len(source_tok)
     target_ids, source_ids = read_overlap(Path(ctx.input["overlap"]), n_target, n_source)
-    aux, aux_mask = read_auxiliary(Path(ctx.input["fasttext"]), n_target)
+    aux, aux_mask, subword = read_auxiliary(Path(ctx.input["fasttext"]), n_target)
+    rows = target_rows(method_name, n_target, target_ids, aux_mask, subword)
 
     options = method_options(ctx.params, method_name)
 
@@ -204,6 +236,7 @@ def _run(ctx) -> None:
         "source_model": str(source_dir), "target_tokenizer": str(target_dir),
         "source_vocab": n_source, "target_vocab": n_target, "dim": int(inp.shape[1]),
         "overlap": int(len(target_ids)), "auxiliary_vectors": int(aux_mask.sum()),
+        "auxiliary_subword_vectors": int(subword.sum()) if subword is not None else 0, "target_rows": rows,
         "untied_output_embeddings": untied, "options": options, "resources": {k: str(v) for k, v in resources.items()},
         "method_stats": result.stats, "output_method_stats": out_stats,
         "output_bias": ("source bias copied for overlapping ids, mean source bias elsewhere"
