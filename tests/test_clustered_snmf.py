@@ -218,6 +218,22 @@ def test_source_snmf_stores_clusters_compactly_and_refuses_other_clusters(tmp_pa
     st = json.loads((tmp_path / "shared" / "stats.json").read_text())
     assert sum(st["method_stats"]["clusters"]["combined_tokens"]) == st["method_stats"]["combined"]
 
+    # factorised training (lowrank) takes the wide W' / stacked H' unchanged: same logits, gradients on W'
+    from transformers import AutoModelForCausalLM
+
+    from vocabtransfer.lowrank import factorize_model
+
+    model = AutoModelForCausalLM.from_pretrained(str(tmp_path / "shared" / "model"))
+    ids = torch.tensor([[1, 5, 9, 17, 30]])
+    with torch.no_grad():
+        full = model(input_ids=ids).logits
+    factorize_model(model, tmp_path / "shared", train_primitives=True)
+    assert model.get_input_embeddings().coordinates.shape == (len(sw), 12)
+    low = model(input_ids=ids).logits
+    torch.testing.assert_close(low, full, atol=1e-4, rtol=1e-4)
+    low.sum().backward()
+    assert model.get_input_embeddings().coordinates.grad is not None
+
     # factors computed with other clusters are refused, in both directions
     with pytest.raises(VocabTransferError, match=r"computed with other init.snmf options: clusters=3 \(params: 1\); "
                                                  r"rerun the source_snmf stage"):
