@@ -318,6 +318,117 @@ def semi_nmf(
 
 
 # --------------------------------------------------------------------------------------------
+# Clustered semi-NMF (UNKs Everywhere's C up-projections)
+# --------------------------------------------------------------------------------------------
+
+CLUSTER_KMEANS_ITER = 20  # Lloyd iterations of the clustering that splits the rows into C groups
+
+
+def clustered_semi_nmf(
+    X: torch.Tensor,
+    rank: int,
+    clusters: int,
+    *,
+    seed: int = 0,
+    max_iter: int = 500,
+    tol: float = 1e-4,
+    device: str | torch.device | None = None,
+    init: Literal["kmeans", "svd"] = "kmeans",
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict]:
+    """Semi-NMF per cluster of rows, written as ONE block-structured factorisation X ≈ W' H'.
+
+    UNKs Everywhere (Pfeiffer et al. 2021) splits the source vocabulary into C clusters and
+    gives every cluster its own up-projection. Here:
+
+      1. the rows of X are clustered with the seeded `kmeans` (k-means++ then
+         CLUSTER_KMEANS_ITER Lloyd iterations, `seed`) into `clusters` groups;
+      2. each group c is factorised on its own, X_c ≈ W_c H_c, with `semi_nmf` at the same
+         `rank` (capped at the group's size: rank_c = min(rank, |c|), the missing columns of
+         W_c and rows of H_c are zero; an all-zero group gets W_c = 0, H_c = 0) and the same
+         `seed`, `max_iter`, `tol`, `init`;
+      3. W' (V×C·rank, ≥ 0) holds row i's coefficients in the columns of its cluster's block
+         [c·rank, (c+1)·rank) and zeros elsewhere; H' = vstack(H_1, …, H_C) (C·rank×D). So
+         W' H' is exactly the clustered reconstruction, and every consumer of a (W, H) pair
+         works unchanged.
+
+    With clusters = 1 this is `semi_nmf(X, rank, …)` itself (no clustering): the same W, H
+    byte for byte. Returns (W', H', labels (V,) int64 on the CPU, info) where info holds
+    `sizes`, `ranks`, per-cluster `relative_errors` (‖X_c − W_c H_c‖/‖X_c‖, computed
+    directly in float64), `initial_relative_errors` and `iterations`, and the overall
+    `relative_error` / `initial_relative_error` (‖X − W'H'‖/‖X‖, combined from the clusters).
+    W', H' are on `device` (default: X's device) in X's float precision.
+    """
+    _check_matrix(X, "clustered_semi_nmf: X")
+    V, D = X.shape
+    k = _check_rank(rank, "rank", V, D)
+    if isinstance(clusters, bool) or not isinstance(clusters, int) or clusters < 1:
+        raise VocabTransferError(f"clusters={clusters!r}: must be a positive integer (e.g. 1 or 16)")
+    if clusters > V:
+        raise VocabTransferError(f"clusters={clusters}: more clusters than the {V} rows; choose at most {V}")
+    dev = torch.device(device) if device is not None else X.device
+    dtype = torch.float64 if X.dtype == torch.float64 else torch.float32
+    X = X.detach().to(device=dev, dtype=dtype)
+
+    # 1. which cluster each row belongs to (clusters = 1: all rows, in their order)
+    if clusters == 1:
+        labels = torch.zeros(V, dtype=torch.int64)
+    else:
+        labels, _ = kmeans(X, clusters, iters=CLUSTER_KMEANS_ITER, seed=seed)
+        labels = labels.cpu()
+        log.info("semi-NMF: %d rows in %d clusters (sizes %s)", V, clusters,
+                 torch.bincount(labels, minlength=clusters).tolist())
+    # 2. one semi-NMF per cluster, written into its block of W' and H'
+    W = X.new_zeros(V, clusters * k)
+    H = X.new_zeros(clusters * k, D)
+    info = {"sizes": [], "ranks": [], "relative_errors": [], "initial_relative_errors": [], "iterations": []}
+    sq_total = sq_start = norm_total = 0.0
+    for c in range(clusters):
+        rows = (labels == c).nonzero().flatten().to(dev)
+        Xc = X[rows]
+        n, k_c = int(rows.numel()), min(k, int(rows.numel()))
+        norm = float((Xc.double() ** 2).sum())
+        if norm == 0.0:  # nothing to factorise: zero coefficients and primitives reconstruct it exactly
+            errs, iters = [0.0, 0.0], 0
+        else:
+            Wc, Hc, history = semi_nmf(Xc, k_c, max_iter=max_iter, tol=tol, seed=seed, init=init, log_every=0,
+                                       return_history=True)
+            W[rows, c * k:c * k + k_c] = Wc
+            H[c * k:c * k + k_c] = Hc
+            errs, iters = [history[0], relative_error(Xc, Wc, Hc)], len(history) - 1
+            if clusters > 1:
+                log.info("semi-NMF cluster %d/%d: %d rows, rank %d, relative error %.4f after %d iteration(s)",
+                         c + 1, clusters, n, k_c, errs[1], iters)
+        info["sizes"].append(n)
+        info["ranks"].append(k_c)
+        info["initial_relative_errors"].append(errs[0])
+        info["relative_errors"].append(errs[1])
+        info["iterations"].append(iters)
+        sq_start += errs[0] ** 2 * norm
+        sq_total += errs[1] ** 2 * norm
+        norm_total += norm
+    # 3. the overall error: the clusters' squared errors add up
+    info["initial_relative_error"] = (sq_start / norm_total) ** 0.5 if norm_total else 0.0
+    info["relative_error"] = (sq_total / norm_total) ** 0.5 if norm_total else 0.0
+    return W.contiguous(), H.contiguous(), labels, info
+
+
+def block_coefficients(W: torch.Tensor, labels: torch.Tensor, clusters: int) -> torch.Tensor:
+    """The V×rank coefficients of each row's own block of a block-structured W' (V×C·rank):
+    the compact form `expand_blocks` inverts."""
+    V, width = W.shape
+    rank = width // clusters
+    return W.reshape(V, clusters, rank)[torch.arange(V), labels.to(torch.int64)].contiguous()
+
+
+def expand_blocks(coefficients: torch.Tensor, labels: torch.Tensor, clusters: int) -> torch.Tensor:
+    """W' (V×C·rank) with row i's `coefficients` (V×rank) in the block of cluster labels[i], zeros elsewhere."""
+    V, rank = coefficients.shape
+    W = coefficients.new_zeros(V, clusters, rank)
+    W[torch.arange(V), labels.to(torch.int64)] = coefficients
+    return W.reshape(V, clusters * rank)
+
+
+# --------------------------------------------------------------------------------------------
 # The factorisation an initialisation method uses
 # --------------------------------------------------------------------------------------------
 
@@ -329,17 +440,23 @@ def factorize_source(
     seed: int,
     device: str = "cpu",
     section: str | None = None,
-    cached: tuple[torch.Tensor, torch.Tensor, dict] | None = None,
-) -> tuple[torch.Tensor, torch.Tensor, dict]:
-    """(coordinates V×k, primitives k×D, stats) of the source embeddings, on the CPU.
+    cached: tuple | None = None,
+    return_labels: bool = False,
+) -> tuple:
+    """(coordinates V×k, primitives k×D, stats) of the source embeddings, on the CPU; with
+    `return_labels=True` also the (V,) int64 cluster of every row (all 0 for svd and for
+    snmf with `clusters` = 1).
 
-    `cached` = (C, P, stats) computed earlier for the same E and options (the source_snmf
-    stage, `problem.factors[kind]`) is checked for shape and returned instead of factorising.
+    `cached` = (C, P, stats) or (C, P, stats, labels) computed earlier for the same E and
+    options (the source_snmf stage, `problem.factors[kind]`) is checked for shape and
+    returned instead of factorising.
 
     svd returns float64 factors; with keep_dim = D it does not factorise (C = E, P = I, as
-    OFA does), so copied rows reproduce the source rows exactly. snmf returns float32.
-    `options` is the params section (`init.svd` / `init.snmf`, missing keys take the schema's
-    defaults), named `section` in errors.
+    OFA does), so copied rows reproduce the source rows exactly. snmf returns float32; with
+    `init.snmf.clusters` = C > 1 it is the block-structured `clustered_semi_nmf` (k = C·rank
+    columns, each row non-zero only in its cluster's block), with C = 1 today's single
+    `semi_nmf`. `options` is the params section (`init.svd` / `init.snmf`, missing keys take
+    the schema's defaults), named `section` in errors.
     """
     from vocabtransfer.methods.options import integer, merged, number
 
@@ -347,8 +464,9 @@ def factorize_source(
         raise VocabTransferError(f"factorization {kind!r}: unknown; allowed values: {', '.join(FACTORIZATIONS)}")
     section = section or f"init.{kind}"
     options = merged(options, kind)  # the schema's defaults of init.svd / init.snmf
-    D = E.shape[1]
+    V, D = E.shape
     t0 = time.perf_counter()
+    labels = torch.zeros(V, dtype=torch.int64)
     if kind == "svd":
         k = integer(options, "keep_dim", section)
         if k > D:
@@ -374,16 +492,30 @@ def factorize_source(
             raise VocabTransferError(
                 f"{section}.rank={k}: larger than the source model's hidden size {D}; set it to at most {D}"
             )
+        n_clusters = integer(options, "clusters", section)
+        if n_clusters > V:
+            raise VocabTransferError(
+                f"{section}.clusters={n_clusters}: more clusters than the {V} source tokens; set it to at most {V}"
+            )
+        width = n_clusters * k
         if cached is not None:
-            C, P, stats = cached
-            if tuple(C.shape) != (E.shape[0], k) or tuple(P.shape) != (k, D):
+            C, P, stats = cached[:3]
+            saved_clusters = int(stats.get("clusters", 1))
+            if tuple(C.shape) != (V, width) or tuple(P.shape) != (width, D) or saved_clusters != n_clusters:
                 raise VocabTransferError(
-                    f"{section}: precomputed factors have shapes {tuple(C.shape)} and {tuple(P.shape)}, expected "
-                    f"({E.shape[0]}, {k}) and ({k}, {D}); rerun the source_snmf stage"
+                    f"{section}: precomputed factors have shapes {tuple(C.shape)} and {tuple(P.shape)} for "
+                    f"{saved_clusters} cluster(s), expected ({V}, {width}) and ({width}, {D}) for {n_clusters}; "
+                    "rerun the source_snmf stage"
                 )
-            log.info("%s: using the precomputed semi-NMF (rank %d, relative error %.4f)", section, k,
-                     stats.get("relative_error", float("nan")))
-            return C.float(), P.float(), dict(stats)
+            if len(cached) > 3:
+                labels = cached[3].to(torch.int64)
+            elif n_clusters > 1:
+                raise VocabTransferError(f"{section}: precomputed clustered factors come without their cluster ids; "
+                                         "rerun the source_snmf stage")
+            log.info("%s: using the precomputed semi-NMF (rank %d, %d cluster(s), relative error %.4f)", section, k,
+                     n_clusters, stats.get("relative_error", float("nan")))
+            out = (C.float(), P.float(), dict(stats))
+            return out + (labels,) if return_labels else out
         max_iter = integer(options, "max_iter", section, minimum=0)
         tol = number(options, "tol", section, strict=False)
         init = options["init"]
@@ -391,16 +523,31 @@ def factorize_source(
             raise VocabTransferError(
                 f"{section}.init={init!r}: unknown initialisation; allowed values: 'kmeans', 'svd'"
             )
-        W, H, history = semi_nmf(E.detach().float(), k, max_iter=max_iter, tol=tol, seed=seed, device=device,
-                                 init=init, return_history=True)
+        if n_clusters == 1:  # today's single factorisation, unchanged
+            W, H, history = semi_nmf(E.detach().float(), k, max_iter=max_iter, tol=tol, seed=seed, device=device,
+                                     init=init, return_history=True)
+            iterations = len(history) - 1
+            stats = {"kind": "snmf", "rank": k, "clusters": 1, "init": init, "max_iter": max_iter, "tol": tol,
+                     "iterations": iterations, "stopped_by_tol": iterations < max_iter,
+                     "initial_relative_error": history[0], "relative_error": history[-1]}
+        else:
+            W, H, labels, info = clustered_semi_nmf(E.detach().float(), k, n_clusters, seed=seed, max_iter=max_iter,
+                                                    tol=tol, device=device, init=init)
+            iterations = max(info["iterations"])
+            stats = {"kind": "snmf", "rank": k, "clusters": n_clusters, "init": init, "max_iter": max_iter,
+                     "tol": tol, "iterations": iterations,
+                     "stopped_by_tol": all(i < max_iter for i in info["iterations"]),
+                     "initial_relative_error": info["initial_relative_error"],
+                     "relative_error": info["relative_error"],
+                     "cluster_sizes": info["sizes"], "cluster_ranks": info["ranks"],
+                     "cluster_relative_errors": info["relative_errors"],
+                     "cluster_iterations": info["iterations"]}
+            log.info("%s: %d clusters × rank %d, relative error %.4f (per cluster %s)", section, n_clusters, k,
+                     info["relative_error"], ", ".join(f"{e:.3f}" for e in info["relative_errors"]))
         C, P = W.cpu(), H.cpu()
-        iterations = len(history) - 1
-        stats = {"kind": "snmf", "rank": k, "init": init, "max_iter": max_iter, "tol": tol,
-                 "iterations": iterations, "stopped_by_tol": iterations < max_iter,
-                 "initial_relative_error": history[0], "relative_error": history[-1]}
-        if iterations >= max_iter and max_iter > 0:
+        if not stats["stopped_by_tol"] and max_iter > 0:
             log.warning("%s: semi-NMF hit max_iter=%d before the relative improvement fell below tol=%g "
                         "(relative error %.4f); raise %s.max_iter for a closer fit",
-                        section, max_iter, tol, history[-1], section)
+                        section, max_iter, tol, stats["relative_error"], section)
     stats["seconds"] = round(time.perf_counter() - t0, 3)
-    return C, P, stats
+    return (C, P, stats, labels) if return_labels else (C, P, stats)

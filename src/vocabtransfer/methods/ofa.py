@@ -107,6 +107,8 @@ def neighbour_coordinates(
     section: str,
     nonnegative: bool = False,
     block_size: int = 1024,
+    source_clusters: torch.Tensor | None = None,
+    n_clusters: int = 1,
 ) -> tuple[torch.Tensor, dict]:
     """Target coordinates (V_t×k, dtype of `source_coords`, CPU) and stats.
 
@@ -117,6 +119,15 @@ def neighbour_coordinates(
     neighbours); the rest get seeded N(mean, std) rows of `source_coords` per dimension.
     With `nonnegative=True` (semi-NMF coefficients) negative random entries are clamped to
     0 and counted. Runs over blocks of rows on `problem.device`; no per-token Python loop.
+
+    Clustered coordinates (`n_clusters` = C > 1, `source_clusters` = the (V_s,) cluster of
+    every source row, k = C·rank columns in C blocks, a clustered semi-NMF's W'): copies are
+    unchanged; a new token joins the ONE cluster with the largest summed softmax weight
+    among its top-`neighbors` neighbours (ties: the lowest cluster id) and gets the
+    renormalised mix of the neighbours in that cluster only, so it lives in that cluster's
+    block; a random token draws its cluster (seeded, proportional to the clusters' source
+    sizes) and gets N(mean, std) of that cluster's rows within its block. The stats count
+    the new and random tokens per cluster.
     """
     tgt, src = check_overlap(problem, section)
     aux, has_vec = require_auxiliary(problem, section)
@@ -124,6 +135,10 @@ def neighbour_coordinates(
     coords_src = source_coords.detach().cpu()
     k = coords_src.shape[1]
     out = coords_src.new_zeros(V_t, k)
+    clustered = n_clusters > 1
+    if clustered:
+        labels_src = _checked_clusters(source_clusters, coords_src.shape, n_clusters, section)
+        per_cluster = {"combined": [0] * n_clusters, "random": [0] * n_clusters}
 
     # 1. overlapping tokens copy their source coordinates, and so do special tokens that
     #    match a source special token (same string or role) without being in the overlap
@@ -165,13 +180,26 @@ def neighbour_coordinates(
         dev = torch.device(problem.device)
         cand_vec = torch.nn.functional.normalize(aux[cand_tgt], dim=1).to(dev)
         cand_coords = coords_src[cand_src].to(dev)
+        if clustered:
+            cand_labels = labels_src[cand_src].to(dev)
+            chosen_counts = torch.zeros(n_clusters, dtype=torch.int64, device=dev)
         blocks = range(0, int(new_ids.numel()), block_size)
         for start in progress(blocks, desc=f"{section}: neighbours", unit="block"):
             ids = new_ids[start:start + block_size]
             q = torch.nn.functional.normalize(aux[ids], dim=1).to(dev)
             sim, idx = (q @ cand_vec.T).topk(top, dim=1)  # (b, top), sorted, deterministic ties
             w = torch.softmax(sim / temperature, dim=1).to(cand_coords.dtype)
+            if clustered:
+                # the cluster with the largest summed weight; only its neighbours are mixed
+                lab = cand_labels[idx]
+                votes = w.new_zeros(w.shape[0], n_clusters).scatter_add_(1, lab, w)
+                chosen = votes.argmax(dim=1)  # first maximum: the lowest cluster id on ties
+                w = w * (lab == chosen[:, None]).to(w.dtype)
+                w = w / w.sum(dim=1, keepdim=True)
+                chosen_counts += torch.bincount(chosen, minlength=n_clusters)
             out[ids] = torch.einsum("bn,bnk->bk", w, cand_coords[idx]).cpu()
+        if clustered:
+            per_cluster["combined"] = chosen_counts.cpu().tolist()
 
     # 4. the rest: seeded N(mean, std) of the source coordinates per dimension
     is_rand = ~done
@@ -179,7 +207,12 @@ def neighbour_coordinates(
     rand_ids = is_rand.nonzero().flatten()
     clamped = 0
     if rand_ids.numel():
-        clamped = random_coordinates(out, is_rand, coords_src, problem.seed, nonnegative=nonnegative)
+        if clustered:
+            clamped, drawn = random_cluster_coordinates(out, is_rand, coords_src, labels_src, n_clusters,
+                                                        problem.seed, nonnegative=nonnegative)
+            per_cluster["random"] = torch.bincount(drawn, minlength=n_clusters).tolist()
+        else:
+            clamped = random_coordinates(out, is_rand, coords_src, problem.seed, nonnegative=nonnegative)
         log.info("%s: %d target token(s) get random coordinates (%s)", section, rand_ids.numel(),
                  ", ".join(f"{r}: {n}" for r, n in reasons.items()))
         if clamped:
@@ -203,7 +236,25 @@ def neighbour_coordinates(
     }
     if nonnegative:
         stats["random_negative_entries_clamped"] = clamped
+    if clustered:
+        stats["clusters"] = {"clusters": n_clusters,
+                             "source_tokens": torch.bincount(labels_src, minlength=n_clusters).tolist(),
+                             "combined_tokens": per_cluster["combined"], "random_tokens": per_cluster["random"]}
     return out, stats
+
+
+def _checked_clusters(labels: torch.Tensor | None, shape: tuple, n_clusters: int, section: str) -> torch.Tensor:
+    """The (V_s,) int64 cluster ids of the source rows, checked against the block structure."""
+    V_s, k = shape
+    if labels is None or tuple(labels.shape) != (V_s,) or k % n_clusters:
+        got = None if labels is None else tuple(labels.shape)
+        raise VocabTransferError(f"{section}: {n_clusters} clusters need the cluster id of each of the {V_s} source "
+                                 f"rows and a width divisible by {n_clusters} (got ids {got}, width {k}); "
+                                 "rerun the source_snmf stage")
+    labels = labels.detach().cpu().to(torch.int64)
+    if V_s and (int(labels.min()) < 0 or int(labels.max()) >= n_clusters):
+        raise VocabTransferError(f"{section}: cluster ids outside 0..{n_clusters - 1}; rerun the source_snmf stage")
+    return labels
 
 
 def random_coordinates(out: torch.Tensor, rows: torch.Tensor, coords: torch.Tensor, seed: int, *,
@@ -228,6 +279,42 @@ def random_coordinates(out: torch.Tensor, rows: torch.Tensor, coords: torch.Tens
             values = values.clamp_min(0)
         out[start + local] = values
     return clamped
+
+
+def random_cluster_coordinates(out: torch.Tensor, rows: torch.Tensor, coords: torch.Tensor, labels: torch.Tensor,
+                               n_clusters: int, seed: int, *, nonnegative: bool = False) -> tuple[int, torch.Tensor]:
+    """The clustered form of `random_coordinates`: every row in `rows` (bool mask over the
+    target ids) draws a cluster c with probability proportional to the number of source rows
+    in c, and gets N(mean, std) of those rows' coefficients in c's block (zeros elsewhere).
+    The cluster and N(0, 1) draws cover the whole vocabulary (fixed RANDOM_BLOCK blocks), so a
+    token's row does not depend on which other tokens are random. Returns (clamped negative
+    entries, the drawn clusters of the rows in `rows`)."""
+    V_t, k = out.shape
+    rank = k // n_clusters
+    gen = torch.Generator(device="cpu").manual_seed(int(seed))
+    sizes = torch.bincount(labels, minlength=n_clusters).double()
+    drawn_all = torch.multinomial(sizes, V_t, replacement=True, generator=gen)
+    mean = torch.zeros(n_clusters, rank, dtype=torch.float64)
+    std = torch.zeros(n_clusters, rank, dtype=torch.float64)
+    for c in range(n_clusters):
+        if sizes[c]:
+            own = coords[labels == c, c * rank:(c + 1) * rank].double()
+            mean[c], std[c] = own.mean(dim=0), own.std(dim=0, unbiased=False)
+    clamped = 0
+    view = out.view(V_t, n_clusters, rank)
+    for start in range(0, V_t, RANDOM_BLOCK):
+        z = torch.randn(min(RANDOM_BLOCK, V_t - start), rank, generator=gen)
+        local = rows[start:start + RANDOM_BLOCK].nonzero().flatten()
+        if local.numel() == 0:
+            continue
+        c = drawn_all[start + local]
+        values = (mean[c] + std[c] * z[local].double()).to(out.dtype)
+        if nonnegative:
+            clamped += int((values < 0).sum())
+            values = values.clamp_min(0)
+        view[start + local] = 0
+        view[start + local, c] = values
+    return clamped, drawn_all[rows]
 
 
 # --------------------------------------------------------------------------------------------
