@@ -89,7 +89,7 @@ def test_language_with_only_ner_data_runs_end_to_end(params, tmp_path, shared_da
     for name in ("nli", "qa"):
         del raw["eval"]["tasks"][name]["data"]["sw"]
     raw["eval"]["models"] = ["source"]
-    raw["eval"]["tasks"]["ner"].update(max_train=48, max_test=24)
+    raw["eval"]["tasks"]["ner"].update(max_train=48, max_test=24, epochs=1)
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw))
     p = load_params(tmp_path / "params.yaml")
     assert FE.eval_jobs(p, "sw") == [{"task": "ner", "model": "source", "seed": 1}]
