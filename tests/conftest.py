@@ -85,3 +85,18 @@ def pytest_sessionfinish(session, exitstatus):
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None and os.environ.get("VOCABTRANSFER_NO_SKIPS") == "1" and _bad_skips(reporter):
         session.exitstatus = 1
+
+
+@pytest.fixture
+def stage_dir(tmp_path, monkeypatch, corpus):
+    """A working directory holding the sw tokenizer and pre-tokenised text of the test module's own
+    `corpus` fixture ((tokenizer, its dir, the token text)), where the fasttext stage can run."""
+    import shutil
+
+    from vocabtransfer import paths as P
+
+    monkeypatch.chdir(tmp_path)
+    shutil.copytree(corpus[1], P.fill(P.TOKENIZER, lang="sw"))
+    Path(P.fill(P.PRETOK_TEXT, lang="sw")).parent.mkdir(parents=True)
+    shutil.copyfile(corpus[2], P.fill(P.PRETOK_TEXT, lang="sw"))
+    return tmp_path

@@ -158,17 +158,6 @@ def _params(**fasttext) -> dict:
     })
 
 
-@pytest.fixture
-def stage_dir(tmp_path, monkeypatch, corpus):
-    import shutil
-
-    monkeypatch.chdir(tmp_path)
-    shutil.copytree(corpus[1], P.fill(P.TOKENIZER, lang="sw"))
-    Path(P.fill(P.PRETOK_TEXT, lang="sw")).parent.mkdir(parents=True)
-    shutil.copyfile(corpus[2], P.fill(P.PRETOK_TEXT, lang="sw"))
-    return tmp_path
-
-
 def test_stage_tokenlevel_end_to_end(stage_dir, corpus, token_model):
     tok = corpus[0]
     # the job is given 2 threads; fasttext.reproducible (default) trains on one, and the stats say so

@@ -110,15 +110,6 @@ def _params(**fasttext) -> dict:
     })
 
 
-@pytest.fixture
-def stage_dir(tmp_path, monkeypatch, corpus):
-    monkeypatch.chdir(tmp_path)
-    shutil.copytree(corpus[1], P.fill(P.TOKENIZER, lang="sw"))
-    Path(P.fill(P.PRETOK_TEXT, lang="sw")).parent.mkdir(parents=True)
-    shutil.copyfile(corpus[2], P.fill(P.PRETOK_TEXT, lang="sw"))
-    return tmp_path
-
-
 def _stats(template: str, **wc) -> dict:
     return json.loads(Path(P.fill(template, **wc)).read_text())
 
