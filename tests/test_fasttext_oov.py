@@ -5,7 +5,6 @@ stage counts where each target row came from."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
