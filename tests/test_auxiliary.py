@@ -87,6 +87,36 @@ def test_same_seed_one_thread_is_identical_and_seed_matters(corpus, token_model)
     assert torch.equal(mask1, mask3) and not torch.equal(emb1, emb3)
 
 
+_POISONED_TRAINING = """
+import sys, numpy as np
+from vocabtransfer import auxiliary as A
+text, out, poison = sys.argv[1], sys.argv[2], sys.argv[3] == "poison"
+if poison:
+    # ~200 MB of freed heap chunks full of 0xff bytes (NaN as float32), kept from being returned to
+    # the OS by a live chunk above them: what a long test session or notebook leaves behind.
+    junk = [b"\\xff" * 65536 for _ in range(3000)]
+    keep = b"\\x01" * 65536
+    del junk
+ft = A.train_fasttext(text, seed=7, dim=8, epochs=2, min_count=5, threads=1)
+np.save(out, ft.get_input_matrix()[: len(ft.words)])
+"""
+
+
+def test_training_does_not_depend_on_old_heap_bytes(corpus, tmp_path):
+    """fastText leaves most of its input matrix as malloc returns it; on a reused heap that was NaN
+    bytes ("Encountered NaN", seen in CI) or silently different vectors. Fresh and poisoned
+    processes must give the same vectors."""
+    import subprocess
+    import sys
+
+    def train(mode):
+        out = tmp_path / f"{mode}.npy"
+        subprocess.run([sys.executable, "-c", _POISONED_TRAINING, str(corpus[2]), str(out), mode], check=True)
+        return np.load(out)
+
+    fresh, poisoned = train("fresh"), train("poison")
+    assert np.isfinite(fresh).all() and np.array_equal(fresh, poisoned)
+
 @pytest.fixture(scope="module")
 def word_bin(tmp_path_factory, raw_lines):
     """A small word-level .bin (subword n-grams, default bucket), trained from an iterable of lines."""

@@ -73,8 +73,8 @@ def test_subword_rows_are_the_ngram_vectors_of_the_vocabulary_string(corpus, tok
 
 
 class ZeroVectors:
-    """A trained fastText model whose n-gram vector of some strings is all zeros (what maxn=0 gives;
-    training with maxn=0 itself is not used here: fastText 0.9.3 can then hit NaN at random)."""
+    """A trained fastText model whose n-gram vector of some strings is all zeros (what maxn=0 gives,
+    without a second training run)."""
 
     def __init__(self, ft, zero: set[str]):
         self.ft, self.zero = ft, zero

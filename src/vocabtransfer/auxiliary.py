@@ -24,10 +24,18 @@ for byte; with more threads they also depend on thread scheduling and differ bet
 (The thread count also changes the initialisation: fastText 0.9.3 initialises `threads`/10 of
 the input matrix.) For byte-identical artefacts run this stage with one thread (Snakemake:
 `--set-threads fasttext=1`).
+
+fastText leaves the rest of its input matrix as malloc returns it. A fresh mapping reads as
+zeros, but in a long-lived process (a test session, a notebook) the matrix can land on freed
+heap memory, and its old bytes become starting vectors: the result then depends on what ran
+before, and bytes that read as NaN abort training with "Encountered NaN". `train_fasttext` has
+glibc zero every allocation while fastText trains (`_zeroed_allocations`), so training sees
+zeros, as in a fresh process, wherever the memory comes from.
 """
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import mmap
 import os
@@ -35,6 +43,7 @@ import shutil
 import struct
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Literal
 
@@ -70,6 +79,26 @@ def _nonempty_text(path: Path) -> None:
                              "check the corpus and rerun the stage that wrote it")
 
 
+@contextmanager
+def _zeroed_allocations():
+    """While active, every glibc malloc returns zeroed memory (mallopt M_PERTURB; see the module docstring).
+
+    M_PERTURB=b fills allocations with b ^ 0xff and freed memory with b, so b=0xff zeroes what is
+    allocated. Without glibc's mallopt (macOS, musl) this does nothing, and fastText may again start
+    from old heap bytes in a long-lived process.
+    """
+    M_PERTURB = -6  # malloc.h
+    mallopt = getattr(ctypes.CDLL(None), "mallopt", None)
+    if mallopt is None or not mallopt(M_PERTURB, 0xFF):
+        log.debug("mallopt(M_PERTURB) unavailable: fastText's input matrix may start from old heap bytes")
+        yield
+        return
+    try:
+        yield
+    finally:
+        mallopt(M_PERTURB, 0)
+
+
 def train_fasttext(text_path: str | os.PathLike, *, model: Literal["cbow", "skipgram"] = "cbow", dim: int = 100,
                    epochs: int = 3, min_count: int = 10, neg: int = 10, seed: int = 42, threads: int = 1,
                    **fasttext_args):
@@ -87,26 +116,27 @@ def train_fasttext(text_path: str | os.PathLike, *, model: Literal["cbow", "skip
                   thread=threads, verbose=2 if log.isEnabledFor(logging.DEBUG) else 0, **fasttext_args)
     start = time.perf_counter()
     try:
-        try:
-            ft = fasttext.train_unsupervised(seed=seed, **kwargs)
-        except TypeError as exc:  # fasttext <= 0.9.3's Python wrapper does not forward `seed` ...
-            if "seed" not in str(exc):
-                raise
-            # ... although the C++ trainer has it: build the args the way train_unsupervised does, plus seed.
-            args, manual = ft_impl.read_args((), kwargs, list(kwargs), ft_impl.unsupervised_default)
-            args["seed"] = seed
-            manual.add("seed")
-            a = ft_impl._build_args(args, manual)
-            ft = ft_impl._FastText(args=a)
-            ft_impl.fasttext.train(ft.f, a)
-            ft.set_args(ft.f.getArgs())
+        with _zeroed_allocations():
+            try:
+                ft = fasttext.train_unsupervised(seed=seed, **kwargs)
+            except TypeError as exc:  # fasttext <= 0.9.3's Python wrapper does not forward `seed` ...
+                if "seed" not in str(exc):
+                    raise
+                # ... although the C++ trainer has it: build the args the way train_unsupervised does, plus seed.
+                args, manual = ft_impl.read_args((), kwargs, list(kwargs), ft_impl.unsupervised_default)
+                args["seed"] = seed
+                manual.add("seed")
+                a = ft_impl._build_args(args, manual)
+                ft = ft_impl._FastText(args=a)
+                ft_impl.fasttext.train(ft.f, a)
+                ft.set_args(ft.f.getArgs())
     except ValueError as exc:  # "Empty vocabulary. Try a smaller -minCount value."
         raise VocabTransferError(f"{path}: fastText training failed ({brief(exc)}); no word occurs min_count={min_count} "
                                  "times: lower fasttext.min_count or add text") from exc
     except RuntimeError as exc:  # "Encountered NaN."
         raise VocabTransferError(
-            f"{path}: fastText training failed ({brief(exc)}); fastText 0.9.3 leaves a small input matrix partly "
-            "uninitialised: keep subword n-grams (maxn > 0) and the default bucket=2000000, or lower lr") from exc
+            f"{path}: fastText training failed ({brief(exc)}); the vectors diverged: train with a "
+            "lower learning rate (train_fasttext(..., lr=...); fastText's default is 0.05)") from exc
     log.info("fastText %s dim=%d epochs=%d min_count=%d on %s: %d words in %.1fs (seed %d, %d thread(s))",
              model, dim, epochs, min_count, path, len(ft.get_words(on_unicode_error="replace")),
              time.perf_counter() - start, seed, threads)
