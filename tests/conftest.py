@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
@@ -24,6 +25,21 @@ def shared_file(relative: str) -> Path:
         raise RuntimeError(f"{path}: missing; tests need the shared data directory ../shared/data "
                            "(or VOCABTRANSFER_SHARED_DATA) with its MANIFEST.md files")
     return path
+
+
+@pytest.fixture(autouse=True)
+def _no_stale_log_handlers():
+    """A test that runs the CLI in-process leaves setup_logging's handlers on the root logger,
+    writing to that test's captured stderr; pytest closes that stream after the test, and every
+    later log record would print "Logging error ... I/O operation on closed file"."""
+    root = logging.getLogger()
+    before, level = set(root.handlers), root.level
+    yield
+    for handler in root.handlers[:]:
+        if handler not in before and not type(handler).__module__.startswith("_pytest"):
+            root.removeHandler(handler)
+            handler.close()
+    root.setLevel(level)
 
 
 @pytest.fixture(scope="session")
