@@ -30,9 +30,13 @@ def text_lines(lang: str, n: int, start: int = 0) -> list[str]:
 
 
 def wordpiece_tokenizer(lang: str, vocab_size: int = 300, n_lines: int = 300):
-    """A BERT-style WordPiece tokenizer trained the Hugging Face way (the source tokenizer's conventions)."""
+    """A BERT-style WordPiece tokenizer in the source tokenizer's conventions, trained by the tokenizer
+    stage's `train_tokenizer`: the same one on every run (transformers' `train_new_from_iterator`
+    is not, huggingface/tokenizers#1794, and tests then saw different data from run to run)."""
+    from vocabtransfer.tokenizer import train_tokenizer
+
     base = M.load_tokenizer(M.resolve_model_path(MINILM))
-    return base.train_new_from_iterator(text_lines(lang, n_lines), vocab_size=vocab_size)
+    return train_tokenizer(base, [list(text_lines(lang, n_lines))], vocab_size=vocab_size, min_frequency=0)
 
 
 def bpe_tokenizer(lang: str, vocab_size: int = 300, n_lines: int = 300):
