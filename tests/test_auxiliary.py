@@ -117,6 +117,7 @@ def test_training_does_not_depend_on_old_heap_bytes(corpus, tmp_path):
     fresh, poisoned = train("fresh"), train("poison")
     assert np.isfinite(fresh).all() and np.array_equal(fresh, poisoned)
 
+
 @pytest.fixture(scope="module")
 def word_bin(tmp_path_factory, raw_lines):
     """A small word-level .bin (subword n-grams, default bucket), trained from an iterable of lines."""

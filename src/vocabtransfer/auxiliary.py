@@ -29,7 +29,7 @@ fastText leaves the rest of its input matrix as malloc returns it. A fresh mappi
 zeros, but in a long-lived process (a test session, a notebook) the matrix can land on freed
 heap memory, and its old bytes become starting vectors: the result then depends on what ran
 before, and bytes that read as NaN abort training with "Encountered NaN". `train_fasttext` has
-glibc zero every allocation while fastText trains (`_zeroed_allocations`), so training sees
+glibc zero every allocation while fastText trains (`zeroed_allocations`), so training sees
 zeros, as in a fresh process, wherever the memory comes from.
 """
 
@@ -80,7 +80,7 @@ def _nonempty_text(path: Path) -> None:
 
 
 @contextmanager
-def _zeroed_allocations():
+def zeroed_allocations():
     """While active, every glibc malloc returns zeroed memory (mallopt M_PERTURB; see the module docstring).
 
     M_PERTURB=b fills allocations with b ^ 0xff and freed memory with b, so b=0xff zeroes what is
@@ -89,14 +89,35 @@ def _zeroed_allocations():
     """
     M_PERTURB = -6  # malloc.h
     mallopt = getattr(ctypes.CDLL(None), "mallopt", None)
-    if mallopt is None or not mallopt(M_PERTURB, 0xFF):
+    zeroing = mallopt is not None and bool(mallopt(M_PERTURB, 0xFF))
+    if not zeroing:
         log.debug("mallopt(M_PERTURB) unavailable: fastText's input matrix may start from old heap bytes")
-        yield
-        return
     try:
         yield
     finally:
-        mallopt(M_PERTURB, 0)
+        if zeroing:
+            mallopt(M_PERTURB, 0)
+
+
+def _train_unsupervised(seed: int, kwargs: dict):
+    """`fasttext.train_unsupervised(seed=seed, **kwargs)`, also where the wrapper lacks `seed`."""
+    import fasttext
+    from fasttext import FastText as ft_impl
+
+    try:
+        return fasttext.train_unsupervised(seed=seed, **kwargs)
+    except TypeError as exc:  # fasttext <= 0.9.3's Python wrapper does not forward `seed` ...
+        if "seed" not in str(exc):
+            raise
+    # ... although the C++ trainer has it: build the args the way train_unsupervised does, plus seed.
+    args, manual = ft_impl.read_args((), kwargs, list(kwargs), ft_impl.unsupervised_default)
+    args["seed"] = seed
+    manual.add("seed")
+    a = ft_impl._build_args(args, manual)
+    ft = ft_impl._FastText(args=a)
+    ft_impl.fasttext.train(ft.f, a)
+    ft.set_args(ft.f.getArgs())
+    return ft
 
 
 def train_fasttext(text_path: str | os.PathLike, *, model: Literal["cbow", "skipgram"] = "cbow", dim: int = 100,
@@ -107,29 +128,14 @@ def train_fasttext(text_path: str | os.PathLike, *, model: Literal["cbow", "skip
     `fasttext_args` go to fastText unchanged (e.g. `minn`, `maxn`, `ws`, `lr`, `bucket`).
     With `threads=1` the same seed gives identical vectors; see the module docstring.
     """
-    import fasttext
-    from fasttext import FastText as ft_impl
-
     path = Path(text_path)
     _nonempty_text(path)
     kwargs = dict(input=str(path), model=model, dim=dim, epoch=epochs, minCount=min_count, neg=neg,
                   thread=threads, verbose=2 if log.isEnabledFor(logging.DEBUG) else 0, **fasttext_args)
     start = time.perf_counter()
     try:
-        with _zeroed_allocations():
-            try:
-                ft = fasttext.train_unsupervised(seed=seed, **kwargs)
-            except TypeError as exc:  # fasttext <= 0.9.3's Python wrapper does not forward `seed` ...
-                if "seed" not in str(exc):
-                    raise
-                # ... although the C++ trainer has it: build the args the way train_unsupervised does, plus seed.
-                args, manual = ft_impl.read_args((), kwargs, list(kwargs), ft_impl.unsupervised_default)
-                args["seed"] = seed
-                manual.add("seed")
-                a = ft_impl._build_args(args, manual)
-                ft = ft_impl._FastText(args=a)
-                ft_impl.fasttext.train(ft.f, a)
-                ft.set_args(ft.f.getArgs())
+        with zeroed_allocations():
+            ft = _train_unsupervised(seed, kwargs)
     except ValueError as exc:  # "Empty vocabulary. Try a smaller -minCount value."
         raise VocabTransferError(f"{path}: fastText training failed ({brief(exc)}); no word occurs min_count={min_count} "
                                  "times: lower fasttext.min_count or add text") from exc

@@ -95,7 +95,7 @@ def train_token_fasttext(text_path: str, tokenizer, *, epochs: int = 3, dim: int
     path, tokenizer and settings, as deepfocus caches it under ~/.cache/deepfocus."""
     import fasttext
 
-    from vocabtransfer.auxiliary import _zeroed_allocations
+    from vocabtransfer.auxiliary import zeroed_allocations
 
     text_path = str(text_path)
     if not Path(text_path).is_file():
@@ -116,7 +116,7 @@ def train_token_fasttext(text_path: str, tokenizer, *, epochs: int = 3, dim: int
                 enc = tokenizer(lines[start:start + 10_000], add_special_tokens=False)
                 f.writelines(" ".join(e.tokens) + "\n" for e in enc.encodings)
         log.info("training fastText cbow epochs=%d dim=%d min_count=%d on %d thread(s)", epochs, dim, min_count, processes)
-        with _zeroed_allocations():  # as train_fasttext: no start from old heap bytes in a long-lived process
+        with zeroed_allocations():  # as train_fasttext: no start from old heap bytes in a long-lived process
             model = fasttext.train_unsupervised(str(tokenized), dim=dim, neg=10, model="cbow", epoch=epochs,
                                                 thread=processes, minCount=min_count)
     if cache:
