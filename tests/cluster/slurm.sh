@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # A one-node SLURM cluster on this machine for `make test-cluster`, from Debian's packages
-# (slurmctld, slurmd, slurmdbd, munge, mariadb-server; see tests/cluster/README.md).
+# (slurmctld, slurmd, slurmdbd, munge, mariadb-server; `start` installs them with apt-get when
+# they are missing; see tests/cluster/README.md).
 #
 #   tests/cluster/slurm.sh start    start munged, mariadb, slurmdbd, slurmctld, slurmd (idempotent)
 #   tests/cluster/slurm.sh stop     stop them all again (idempotent; nothing is left running)
@@ -113,8 +114,29 @@ EOF
 
 sql() { mariadb --socket="$STATE/run/mysqld.sock" -u root "$@"; }
 
+PACKAGES=(slurmctld slurmd slurm-client slurmdbd munge mariadb-server)
+install_packages() {  # Debian's packages, once: only when a program this script runs is missing
+  local missing=() prog
+  for prog in /usr/sbin/{slurmctld,slurmd,slurmdbd,munged,mungekey,mariadbd,mariadb-install-db} /usr/bin/{sacct,sacctmgr,sinfo,mariadb}; do
+    [[ -x $prog ]] || missing+=("${prog##*/}")
+  done
+  (( ${#missing[@]} )) || return 0
+  log "installing ${PACKAGES[*]} (missing: ${missing[*]})"
+  # no package may start its service from its postinst: start() starts every daemon itself
+  local policy=/usr/sbin/policy-rc.d added=""
+  if [[ ! -e $policy ]]; then
+    printf '#!/bin/sh\nexit 101\n' > "$policy" && chmod 0755 "$policy" && added=1
+  fi
+  local status=0
+  { DEBIAN_FRONTEND=noninteractive apt-get update -qq &&
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${PACKAGES[@]}"; } || status=$?
+  [[ -z $added ]] || rm -f "$policy"
+  (( status == 0 )) || { log "apt-get install ${PACKAGES[*]} failed (exit $status)"; exit 1; }
+}
+
 start() {
   [[ $(id -u) == 0 ]] || { log "must run as root"; exit 1; }
+  install_packages
   write_config
 
   if ! alive munged; then
