@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -40,6 +41,20 @@ def _no_stale_log_handlers():
             root.removeHandler(handler)
             handler.close()
     root.setLevel(level)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _module_scratch_removed(request, tmp_path_factory):
+    """What a test module's fixtures wrote under pytest's base temporary directory is removed once
+    the module has run, unless one of its tests failed (kept for a look). Together with
+    `tmp_path_retention_policy = "failed"` (pyproject.toml) the suite holds one module's models
+    and runs on disk at a time instead of several GB at the end."""
+    base = tmp_path_factory.getbasetemp()
+    before, failed = set(base.iterdir()), request.session.testsfailed
+    yield
+    if request.session.testsfailed == failed:
+        for path in set(base.iterdir()) - before:
+            shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -154,7 +154,7 @@ OVERLAY = {
     "languages": ["xx"],
     "corpus": {"sources": {"xx": {"path": "pretrain_text/xx.txt"}}},
     "tokenizer": {"vocab_size": 600},
-    "fasttext": {"dim": 16, "epochs": 1, "min_count": 2},
+    "fasttext": {"dim": 16, "epochs": 1, "min_count": 2, "bucket": 50000},
     "source_head": {"steps": 2, "batch_size": 4, "seq_len": 32, "train_blocks": 8, "eval_lines": 8,
                     "eval_every": 1},
     "init": {"methods": ["random", "fvt", "wechsel"]},

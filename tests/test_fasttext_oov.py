@@ -147,6 +147,21 @@ def test_stage_oov_random_is_byte_identical_and_subword_adds_the_rows(stage_dir,
     assert len(examples) == 20 and bool(expected[2][examples].all())
 
 
+def test_stage_bucket_sets_the_ngram_rows_of_the_bin(stage_dir):
+    """`fasttext.bucket` reaches fastText: the saved .bin's input matrix has words + bucket rows, and
+    the file shrinks with it (fastText's default is 2,000,000 buckets)."""
+    sizes = {}
+    for bucket in (1000, 2_000_000):
+        run_stage("fasttext", _params(bucket=bucket), {"lang": "sw"}, threads=1)
+        path = Path(P.fill(P.FASTTEXT_BIN, lang="sw"))
+        ft = A.load_fasttext(path)
+        assert ft.get_input_matrix().shape == (len(ft.get_words(on_unicode_error="replace")) + bucket, 8)
+        assert _stats(P.FASTTEXT_STATS, lang="sw")["params"]["fasttext.bucket"] == bucket
+        sizes[bucket] = path.stat().st_size
+    assert sizes[1000] * 100 < sizes[2_000_000]
+    assert _params()["fasttext"]["bucket"] == 2_000_000
+
+
 def test_oov_values_are_checked_before_any_work():
     with pytest.raises(VocabTransferError, match=r"fasttext\.oov.*'ngram'.*random.*subword") as err:
         _params(oov="ngram")

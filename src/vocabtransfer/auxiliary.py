@@ -322,7 +322,8 @@ def run(ctx: "Context") -> None:
                      threads)
         ft = train_fasttext(ctx.input["text"], model=ctx.param("fasttext.model"), dim=ctx.param("fasttext.dim"),
                             epochs=ctx.param("fasttext.epochs"), min_count=ctx.param("fasttext.min_count"),
-                            neg=ctx.param("fasttext.neg"), seed=ctx.seed, threads=threads)
+                            neg=ctx.param("fasttext.neg"), bucket=ctx.param("fasttext.bucket"), seed=ctx.seed,
+                            threads=threads)
         with io.atomic_output(out["model"]) as tmp:
             ft.save_model(str(tmp))
     else:
@@ -400,7 +401,7 @@ def _word_fasttext_options(ctx: "Context") -> dict:
     opts = ctx.param("init.wechsel.fasttext")
     threads = 1 if ctx.param("fasttext.reproducible") else ctx.threads
     return dict(model=opts["model"], dim=opts["dim"], epochs=opts["epochs"], min_count=opts["min_count"],
-                seed=ctx.seed, threads=threads)
+                bucket=opts["bucket"], seed=ctx.seed, threads=threads)
 
 
 def run_source_words(ctx: "Context") -> None:

@@ -158,7 +158,7 @@ register(Stage(
     inputs={"text": P.PRETOK_TEXT, "tokenizer": P.TOKENIZER},
     outputs={"model": P.FASTTEXT_BIN, "embeddings": P.FASTTEXT_EMB, "stats": P.FASTTEXT_STATS},
     params=("seed", "fasttext.mode", "fasttext.pretrained_path", "fasttext.model", "fasttext.dim",
-            "fasttext.epochs", "fasttext.min_count", "fasttext.neg", "fasttext.reproducible",
+            "fasttext.epochs", "fasttext.min_count", "fasttext.neg", "fasttext.bucket", "fasttext.reproducible",
             "fasttext.oov"),
     code=("auxiliary.py",),
     parallel=True,
@@ -261,7 +261,8 @@ _init_eval_inputs = _lazy("init_eval:inputs")
 
 
 WORD_FASTTEXT_LEAVES = ("seed", "fasttext.reproducible", "init.wechsel.fasttext.model", "init.wechsel.fasttext.dim",
-                        "init.wechsel.fasttext.epochs", "init.wechsel.fasttext.min_count")
+                        "init.wechsel.fasttext.epochs", "init.wechsel.fasttext.min_count",
+                        "init.wechsel.fasttext.bucket")
 
 register(Stage(
     name="source_head",
