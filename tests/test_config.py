@@ -22,8 +22,8 @@ def test_repository_params_validate_and_defaults_fill_in():
     params = load_params(REPO / "params.yaml")
     assert params["languages"] == ["sw", "de"]
     assert params["fasttext"] == {"mode": "tokenlevel", "pretrained_path": None, "model": "cbow", "dim": 100,
-                                  "epochs": 3, "min_count": 10, "neg": 10, "reproducible": True,
-                                  "oov": "random"}
+                                  "epochs": 3, "min_count": 10, "neg": 10, "bucket": 2_000_000,
+                                  "reproducible": True, "oov": "random"}
 
 
 def test_defaults_filled_for_missing_sections():
@@ -38,7 +38,7 @@ def test_defaults_filled_for_missing_sections():
     "over, expected",
     [
         ({"fasttext": {"epochs": "three"}}, "fasttext.epochs: 'three' is not of type 'integer'"),
-        ({"fasttext": {"epoch": 3}}, "fasttext: unknown key(s) 'epoch'; allowed keys: dim, epochs,"),
+        ({"fasttext": {"epoch": 3}}, "fasttext: unknown key(s) 'epoch'; allowed keys: bucket, dim, epochs,"),
         ({"tokenizer": {"family": "sentencepiece"}}, "tokenizer.family: 'sentencepiece' is not allowed; allowed values: 'auto', 'wordpiece', 'unigram', 'bpe'"),
         ({"languages": ["Swahili"]}, "languages.0:"),
         ({"corpus": {"sources": {"sw": {"url": "https://x.org/a.txt"}}}}, "corpus.sources.sw: "),
