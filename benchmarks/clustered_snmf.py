@@ -19,8 +19,8 @@ import time
 
 import torch
 
-from vocabtransfer import modeling as M
-from vocabtransfer.factorize import factorize_source, relative_error
+from vocabtransfer.train import modeling as M
+from vocabtransfer.init.factorize import factorize_source, relative_error
 
 
 def main() -> None:

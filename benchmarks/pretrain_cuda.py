@@ -58,7 +58,7 @@ def main() -> None:
     ap.add_argument("--vocab-size", type=int, default=16000)
     args = ap.parse_args()
 
-    from vocabtransfer.config import validate_params
+    from vocabtransfer.pipeline.config import validate_params
 
     root = Path(tempfile.mkdtemp(prefix="pretrain_cuda_"))
     build_project(root, args.text.resolve(), args.vocab_size)

@@ -18,8 +18,8 @@ import time
 import torch
 from safetensors.torch import load_file
 
-from vocabtransfer.factorize import relative_error, semi_nmf, truncated_svd
-from vocabtransfer.modeling import resolve_model_path
+from vocabtransfer.init.factorize import relative_error, semi_nmf, truncated_svd
+from vocabtransfer.train.modeling import resolve_model_path
 
 
 def input_embeddings(model: str) -> torch.Tensor:

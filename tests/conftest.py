@@ -124,7 +124,7 @@ def stage_dir(tmp_path, monkeypatch, corpus):
     `corpus` fixture ((tokenizer, its dir, the token text)), where the fasttext stage can run."""
     import shutil
 
-    from vocabtransfer import paths as P
+    from vocabtransfer.pipeline import paths as P
 
     monkeypatch.chdir(tmp_path)
     shutil.copytree(corpus[1], P.fill(P.TOKENIZER, lang="sw"))

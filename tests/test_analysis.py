@@ -10,12 +10,12 @@ import pyarrow as pa
 import pytest
 import torch
 
-from vocabtransfer import gradient_scenarios as G
+from vocabtransfer.evaluate import gradient_scenarios as G
 from vocabtransfer import io
-from vocabtransfer import modeling as M
-from vocabtransfer import token_frequency_loss as T
+from vocabtransfer.train import modeling as M
+from vocabtransfer.evaluate import token_frequency_loss as T
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.losses import objective_loss
+from vocabtransfer.train.losses import objective_loss
 
 try:
     from test_modeling import make_ctx, save_dir, text_lines, tiny_bert, tiny_llama, wordpiece_tokenizer
@@ -200,9 +200,9 @@ def test_stages_end_to_end(tmp_path, wp, one_thread, caplog):
     inputs = {"train_ids": pretok / "train.parquet", "valid_ids": pretok / "valid.parquet",
               T.model_key("focus", "init"): init, **{T.model_key("focus", o): d for o, d in pre.items()}}
     out = tmp_path / "xx" / "token_frequency_loss.parquet"
-    ctx = make_ctx("vocabtransfer.token_frequency_loss:run", {"lang": "xx"}, inputs,
+    ctx = make_ctx("vocabtransfer.evaluate.token_frequency_loss:run", {"lang": "xx"}, inputs,
                    {"table": out, "plot": out.with_suffix(".png")}, params)
-    with caplog.at_level("INFO", logger="vocabtransfer.token_frequency_loss"):
+    with caplog.at_level("INFO", logger="vocabtransfer.evaluate.token_frequency_loss"):
         T.run(ctx)
     table = io.read_parquet(out)
     assert table.schema == T.SCHEMA
@@ -223,7 +223,7 @@ def test_stages_end_to_end(tmp_path, wp, one_thread, caplog):
 
     # gradient_scenarios for the selfish job
     gout = tmp_path / "xx" / "gradients" / "focus" / "selfish.parquet"
-    gctx = make_ctx("vocabtransfer.gradient_scenarios:run", {"lang": "xx", "method": "focus", "objective": "selfish"},
+    gctx = make_ctx("vocabtransfer.evaluate.gradient_scenarios:run", {"lang": "xx", "method": "focus", "objective": "selfish"},
                     {"train_ids": pretok / "train.parquet", "init": init, "pretrain": pre["selfish"]},
                     {"table": gout, "plot": gout.with_suffix(".png")}, params)
     G.run(gctx)

@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 import torch
 
-from vocabtransfer import auxiliary as A
-from vocabtransfer import paths as P
-from vocabtransfer.config import validate_params
+from vocabtransfer.data import auxiliary as A
+from vocabtransfer.pipeline import paths as P
+from vocabtransfer.pipeline.config import validate_params
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.io import load_tensors
-from vocabtransfer.stages import run_stage
+from vocabtransfer.pipeline.stages import run_stage
 
 N_LINES = 1500
 FAST = dict(dim=8, epochs=2, min_count=5, threads=1)  # tiny, single-threaded (deterministic)
@@ -89,7 +89,7 @@ def test_same_seed_one_thread_is_identical_and_seed_matters(corpus, token_model)
 
 _POISONED_TRAINING = """
 import sys, numpy as np
-from vocabtransfer import auxiliary as A
+from vocabtransfer.data import auxiliary as A
 text, out, poison = sys.argv[1], sys.argv[2], sys.argv[3] == "poison"
 if poison:
     # ~200 MB of freed heap chunks full of 0xff bytes (NaN as float32), kept from being returned to
@@ -140,7 +140,7 @@ def test_train_word_fasttext_saves_a_loadable_model(word_bin, raw_lines):
 
 
 def test_wordlevel_uses_decoded_stripped_forms(word_bin):
-    from vocabtransfer.modeling import load_tokenizer
+    from vocabtransfer.train.modeling import load_tokenizer
 
     tok = load_tokenizer("sentence-transformers/all-MiniLM-L6-v2")
     ft = A.load_fasttext(word_bin)

@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from vocabtransfer import availability as A
-from vocabtransfer import dvcgen
-from vocabtransfer.config import validate_params
+from vocabtransfer.pipeline import availability as A
+from vocabtransfer.pipeline import dvcgen
+from vocabtransfer.pipeline.config import validate_params
 from vocabtransfer.errors import VocabTransferError, brief
-from vocabtransfer.stages import STAGES
+from vocabtransfer.pipeline.stages import STAGES
 
 from conftest import REPO
 
@@ -86,7 +86,7 @@ def test_retrieval_sentences_zero_skips_retrieval(shared_data, data_root):
     params = xx_params(retrieval_sentences=0)
     assert A.retrieval_reason(params, "xx") == "init_eval.retrieval_sentences is 0"
     assert "data_xnli" not in STAGES["init_eval"].data_files(params, {"lang": "xx"})
-    from vocabtransfer.init_eval import read_xnli_premises
+    from vocabtransfer.evaluate.init_eval import read_xnli_premises
 
     assert read_xnli_premises("xnli/dev-{lang}.tsv", "en", "xx", 0) == ([], [])
     assert len(read_xnli_premises("xnli/dev-{lang}.tsv", "en", "xx", 7)[0]) == 7
@@ -122,7 +122,7 @@ def test_errors_are_one_line():
 
 
 def test_a_tokenizer_load_error_is_one_line(tmp_path):
-    from vocabtransfer.modeling import load_tokenizer
+    from vocabtransfer.train.modeling import load_tokenizer
 
     (tmp_path / "tok").mkdir()
     (tmp_path / "tok" / "tokenizer.json").write_text("{not json")

@@ -22,9 +22,9 @@ import yaml
 from conftest import BAD_INPUTS
 
 from vocabtransfer import io
-from vocabtransfer import paths as P
-from vocabtransfer.config import validate_params
-from vocabtransfer.stages import run_stage
+from vocabtransfer.pipeline import paths as P
+from vocabtransfer.pipeline.config import validate_params
+from vocabtransfer.pipeline.stages import run_stage
 
 pytestmark = pytest.mark.slow
 
@@ -42,7 +42,7 @@ def good(tmp_path_factory, shared_data):
     """A work directory with valid artefacts up to overlap, plus a tiny source model."""
     from transformers import BertConfig, BertForMaskedLM
 
-    from vocabtransfer.modeling import load_tokenizer, resolve_model_path
+    from vocabtransfer.train.modeling import load_tokenizer, resolve_model_path
 
     root = tmp_path_factory.mktemp("good")
     data = root / "data"
@@ -73,7 +73,7 @@ def _copy(good: Path, dest: Path) -> Path:
 
 
 def _outputs(stage: str, wildcards: dict) -> list[Path]:
-    from vocabtransfer.stages import STAGES
+    from vocabtransfer.pipeline.stages import STAGES
 
     return [Path(P.fill(t, **wildcards)) for t in STAGES[stage].outputs.values()]
 

@@ -11,13 +11,13 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from vocabtransfer import init as I
+from vocabtransfer.init import stage as I
 from vocabtransfer import io
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.factorize import (block_coefficients, clustered_semi_nmf, expand_blocks, factorize_source,
+from vocabtransfer.init.factorize import (block_coefficients, clustered_semi_nmf, expand_blocks, factorize_source,
                                      relative_error, semi_nmf)
-from vocabtransfer.methods import TransferProblem
-from vocabtransfer.methods.snmf import snmf
+from vocabtransfer.init.methods import TransferProblem
+from vocabtransfer.init.methods.snmf import snmf
 
 try:
     from test_init_stage import write_inputs
@@ -178,13 +178,13 @@ def snmf_params(**snmf_opts):
 
 
 def test_source_snmf_stores_clusters_compactly_and_refuses_other_clusters(tmp_path):
-    from vocabtransfer import source_snmf
+    from vocabtransfer.init import source_snmf
 
     en, sw = bpe_tokenizer("en"), bpe_tokenizer("sw", 280)
     source = tiny_llama(len(en))  # untied: input and output embeddings, two clustered factorisations
     inputs, pairs = write_inputs(tmp_path, source, en, sw)
     factors = tmp_path / "source" / "snmf.safetensors"
-    source_snmf.run(make_ctx("vocabtransfer.source_snmf:run", {}, {"source_model": inputs["source_model"]},
+    source_snmf.run(make_ctx("vocabtransfer.init.source_snmf:run", {}, {"source_model": inputs["source_model"]},
                              {"factors": factors}, snmf_params(clusters=3)))
     saved = load_file(str(factors))
     V, D = source.get_input_embeddings().weight.shape
@@ -196,7 +196,7 @@ def test_source_snmf_stores_clusters_compactly_and_refuses_other_clusters(tmp_pa
     assert sum(meta["input"]["stats"]["cluster_sizes"]) == V
 
     # load_factors expands to the block-structured W', equal to the inline factorisation
-    import vocabtransfer.modeling as M
+    import vocabtransfer.train.modeling as M
 
     model, _ = M.load_source_model(inputs["source_model"])
     matrices = M.embedding_matrices(model, M.load_tokenizer(inputs["source_model"]))
@@ -209,7 +209,7 @@ def test_source_snmf_stores_clusters_compactly_and_refuses_other_clusters(tmp_pa
 
     # init with the stored factors gives the same artefact as factorising inline
     run = lambda params, out, extra: I.run(make_ctx(  # noqa: E731
-        "vocabtransfer.init:run", {"lang": "sw", "method": "snmf"}, {**inputs, **extra},
+        "vocabtransfer.init.stage:run", {"lang": "sw", "method": "snmf"}, {**inputs, **extra},
         {"init": tmp_path / out}, params))
     run(snmf_params(clusters=3), "shared", {"snmf_factors": factors})
     run(snmf_params(clusters=3), "inline", {})
@@ -221,7 +221,7 @@ def test_source_snmf_stores_clusters_compactly_and_refuses_other_clusters(tmp_pa
     # factorised training (lowrank) takes the wide W' / stacked H' unchanged: same logits, gradients on W'
     from transformers import AutoModelForCausalLM
 
-    from vocabtransfer.lowrank import factorize_model
+    from vocabtransfer.train.lowrank import factorize_model
 
     model = AutoModelForCausalLM.from_pretrained(str(tmp_path / "shared" / "model"))
     ids = torch.tensor([[1, 5, 9, 17, 30]])
@@ -239,7 +239,7 @@ def test_source_snmf_stores_clusters_compactly_and_refuses_other_clusters(tmp_pa
                                                  r"rerun the source_snmf stage"):
         run(snmf_params(clusters=1), "a", {"snmf_factors": factors})
     one = tmp_path / "source" / "one.safetensors"
-    source_snmf.run(make_ctx("vocabtransfer.source_snmf:run", {}, {"source_model": inputs["source_model"]},
+    source_snmf.run(make_ctx("vocabtransfer.init.source_snmf:run", {}, {"source_model": inputs["source_model"]},
                              {"factors": one}, snmf_params()))
     assert set(load_file(str(one))) == {"input_coordinates", "input_primitives", "output_coordinates",
                                         "output_primitives"}

@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from vocabtransfer.cli import main
-from vocabtransfer.config import load_params, validate_params
+from vocabtransfer.pipeline.config import load_params, validate_params
 from vocabtransfer.errors import VocabTransferError
 
 from conftest import REPO
@@ -79,7 +79,7 @@ def test_cli_unknown_stage_is_rejected(capsys):
 def test_method_defaults_are_the_schemas():
     """A method called from Python with options={} gets the schema's defaults: a library call and a
     pipeline run with default params agree."""
-    from vocabtransfer.methods.options import merged
+    from vocabtransfer.init.methods.options import merged
 
     init = validate_params(minimal())["init"]
     for name in ("focus", "ofa", "snmf", "svd", "wechsel", "fvt"):
@@ -88,7 +88,7 @@ def test_method_defaults_are_the_schemas():
 
 
 def test_merge_overlay_merges_key_by_key_but_replaces_a_data_source_whole():
-    from vocabtransfer.config import merge_overlay
+    from vocabtransfer.pipeline.config import merge_overlay
 
     base = {"tokenizer": {"vocab_size": 16000, "family": "auto"},
             "corpus": {"sources": {"sw": {"path": "pretrain_text/sw.txt"}, "de": {"path": "pretrain_text/de.txt"}},

@@ -10,11 +10,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from vocabtransfer import corpus
+from vocabtransfer.data import corpus
 from vocabtransfer.cli import main
-from vocabtransfer.config import validate_params
+from vocabtransfer.pipeline.config import validate_params
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.stages import run_stage
+from vocabtransfer.pipeline.stages import run_stage
 
 
 @pytest.fixture(autouse=True)

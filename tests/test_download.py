@@ -9,7 +9,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from vocabtransfer import download
+from vocabtransfer.data import download
 from vocabtransfer.errors import VocabTransferError
 
 PAYLOAD = ("Habari ya asubuhi\nNimefurahi kukuona\n" * 2000).encode("utf-8")  # ~74 kB

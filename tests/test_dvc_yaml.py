@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import yaml
 
-from vocabtransfer import dvcgen
-from vocabtransfer.config import load_params
-from vocabtransfer.stages import STAGES
+from vocabtransfer.pipeline import dvcgen
+from vocabtransfer.pipeline.config import load_params
+from vocabtransfer.pipeline.stages import STAGES
 
 from conftest import REPO
 
@@ -109,13 +109,13 @@ def test_code_dependencies_follow_imports_and_the_method():
     for name in stages:
         for path in code(name):
             assert (REPO / "src" / "vocabtransfer" / path).is_file(), f"{name}: {path}"
-    assert {"corpus.py", "download.py", "io.py"} <= code("corpus")  # io.py: imported, not listed
-    assert {"init.py", "methods/focus.py", "methods/options.py", "overlap.py", "modeling.py"} <= code("init_focus")
-    assert "deepfocus.py" not in code("init_focus")  # the deepfocus drop-in is not the pipeline's code
-    assert not {"methods/wechsel.py", "methods/ofa.py", "methods/baselines.py", "auxiliary.py"} & code("init_focus")
-    assert {"methods/baselines.py"} <= code("init_random") and "methods/focus.py" not in code("init_random")
-    assert {"methods/wechsel.py", "auxiliary.py"} <= code("init_wechsel")
-    assert {"methods/snmf.py", "methods/ofa.py", "source_snmf.py", "factorize.py"} <= code("init_snmf")
-    assert {"methods/fvt.py", "methods/variants.py", "factorize.py"} <= code("init_fvt_svd")
-    assert {"source_snmf.py", "factorize.py", "methods/options.py"} <= code("source_snmf")
-    assert not {"stages.py", "cli.py", "__init__.py"} & code("init_wechsel")  # the stage table is not code
+    assert {"data/corpus.py", "data/download.py", "io.py"} <= code("corpus")  # io.py: imported, not listed
+    assert {"init/stage.py", "init/methods/focus.py", "init/methods/options.py", "data/overlap.py", "train/modeling.py"} <= code("init_focus")
+    assert "init/deepfocus.py" not in code("init_focus")  # the deepfocus drop-in is not the pipeline's code
+    assert not {"init/methods/wechsel.py", "init/methods/ofa.py", "init/methods/baselines.py", "data/auxiliary.py"} & code("init_focus")
+    assert {"init/methods/baselines.py"} <= code("init_random") and "init/methods/focus.py" not in code("init_random")
+    assert {"init/methods/wechsel.py", "data/auxiliary.py"} <= code("init_wechsel")
+    assert {"init/methods/snmf.py", "init/methods/ofa.py", "init/source_snmf.py", "init/factorize.py"} <= code("init_snmf")
+    assert {"init/methods/fvt.py", "init/methods/variants.py", "init/factorize.py"} <= code("init_fvt_svd")
+    assert {"init/source_snmf.py", "init/factorize.py", "init/methods/options.py"} <= code("source_snmf")
+    assert not {"pipeline/stages.py", "cli.py", "__init__.py"} & code("init_wechsel")  # the stage table is not code

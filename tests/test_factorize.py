@@ -1,4 +1,4 @@
-"""Truncated SVD and semi-NMF (vocabtransfer.factorize)."""
+"""Truncated SVD and semi-NMF (vocabtransfer.init.factorize)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.factorize import kmeans, relative_error, semi_nmf, truncated_svd
+from vocabtransfer.init.factorize import kmeans, relative_error, semi_nmf, truncated_svd
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -176,7 +176,7 @@ def test_semi_nmf_within_two_percent_of_svd_on_minilm():
     default k-means init is measured in benchmarks/semi_nmf_vs_svd.py)."""
     from safetensors.torch import load_file
 
-    from vocabtransfer.modeling import resolve_model_path
+    from vocabtransfer.train.modeling import resolve_model_path
 
     path = resolve_model_path("sentence-transformers/all-MiniLM-L6-v2") / "model.safetensors"
     E = load_file(str(path))["embeddings.word_embeddings.weight"].float()

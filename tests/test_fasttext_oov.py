@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 import torch
 
-from vocabtransfer import auxiliary as A
+from vocabtransfer.data import auxiliary as A
 from vocabtransfer import io
-from vocabtransfer import paths as P
-from vocabtransfer.config import validate_params
+from vocabtransfer.pipeline import paths as P
+from vocabtransfer.pipeline.config import validate_params
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.stages import run_stage
+from vocabtransfer.pipeline.stages import run_stage
 
 try:
     from test_modeling import MINILM, save_dir, text_lines, tiny_bert, wordpiece_tokenizer
@@ -174,7 +174,7 @@ def test_oov_values_are_checked_before_any_work():
 def test_init_counts_rows_by_origin_and_uses_subword_vectors(stage_dir, corpus, one_thread):
     """focus, ofa and focus+svd combine the subword rows (instead of random ones), and the init
     stats say how many rows came from the overlap, dictionary vectors, subword vectors, or random."""
-    from vocabtransfer import modeling as M
+    from vocabtransfer.train import modeling as M
 
     tok = corpus[0]
     source_tok = M.load_tokenizer(M.resolve_model_path(MINILM))

@@ -8,10 +8,10 @@ import json
 import pytest
 import yaml
 
-from vocabtransfer import finetune_eval as FE
-from vocabtransfer.config import load_params, validate_params
+from vocabtransfer.evaluate import finetune_eval as FE
+from vocabtransfer.pipeline.config import load_params, validate_params
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.tasks import get_task, load_splits, open_source
+from vocabtransfer.evaluate.tasks import get_task, load_splits, open_source
 
 from conftest import REPO
 
@@ -54,7 +54,7 @@ def test_language_with_only_ner_data(params):
 
 
 def test_dvc_stages_list_only_languages_with_data_and_their_files(params):
-    from vocabtransfer import dvcgen
+    from vocabtransfer.pipeline import dvcgen
 
     p = copy.deepcopy(params)
     p["languages"] = ["sw", "de", "ha"]
@@ -73,8 +73,8 @@ def test_dvc_stages_list_only_languages_with_data_and_their_files(params):
     assert "${item.data_train}" in ner["deps"]
     assert ner["cmd"].startswith("vocabtransfer finetune_eval --lang ${item.lang} --task ner --model source --seed 1")
     assert "eval.tasks.ner.data.${item.lang}" in ner["params"]
-    assert "eval.tasks.ner.strict" in ner["params"] and "src/vocabtransfer/tasks/ner.py" in ner["deps"]
-    assert "src/vocabtransfer/tasks/qa.py" not in ner["deps"]
+    assert "eval.tasks.ner.strict" in ner["params"] and "src/vocabtransfer/evaluate/tasks/ner.py" in ner["deps"]
+    assert "src/vocabtransfer/evaluate/tasks/qa.py" not in ner["deps"]
     assert ner["outs"] == ["results/${item.lang}/eval/ner/source/seed1.json"]
 
 
@@ -96,7 +96,7 @@ def test_model_names_and_directories(params):
 def test_data_spec_for_a_language_not_in_languages_is_a_reported_skip(params):
     """A task data spec for a language the run does not have (say, an overlay narrowed `languages`) runs
     nothing and is reported before any job."""
-    from vocabtransfer import availability as A
+    from vocabtransfer.pipeline import availability as A
 
     p = copy.deepcopy(params)
     p["eval"]["tasks"]["qa"]["data"]["ar"] = {"train": {"path": "tydiqa_goldp/arabic_tydiqa_dev.json"}}
@@ -158,7 +158,7 @@ def test_qa_answers_not_in_context_are_counted_and_skipped(params, data_root):
 
 
 def test_qa_windows_point_at_the_answer(params, shared_data, monkeypatch):
-    from vocabtransfer.modeling import load_tokenizer
+    from vocabtransfer.train.modeling import load_tokenizer
 
     monkeypatch.setenv("VOCABTRANSFER_DATA", str(shared_data))
     qa = task(params, "qa", max_length=96, doc_stride=32)

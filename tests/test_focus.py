@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 import torch
 
-from vocabtransfer import deepfocus as F
-from vocabtransfer.auxiliary import load_fasttext
-from vocabtransfer.methods import focus as MF
+from vocabtransfer.init import deepfocus as F
+from vocabtransfer.data.auxiliary import load_fasttext
+from vocabtransfer.init.methods import focus as MF
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.modeling import load_tokenizer, resolve_model_path
-from vocabtransfer.overlap import compute_overlap, overlap_pairs
+from vocabtransfer.train.modeling import load_tokenizer, resolve_model_path
+from vocabtransfer.data.overlap import compute_overlap, overlap_pairs
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 N_LINES = 3000
@@ -316,7 +316,7 @@ def test_signature_is_deepfocus_signature():
 
 
 def test_focus_method_from_a_transfer_problem(minilm, sw_tokenizer, token_fasttext):
-    from vocabtransfer.methods import TransferProblem, get_method
+    from vocabtransfer.init.methods import TransferProblem, get_method
 
     source_tokenizer, embeddings = minilm
     table = compute_overlap(sw_tokenizer, source_tokenizer)

@@ -11,7 +11,7 @@ import pytest
 import torch
 from conftest import shared_file
 
-from vocabtransfer import init_eval as E
+from vocabtransfer.evaluate import init_eval as E
 from vocabtransfer import io
 from vocabtransfer.errors import VocabTransferError
 
@@ -51,7 +51,7 @@ def setup_study(tmp_path, source_model, source_tok, methods: dict, *, xx_same_as
     inputs.update({E.input_key(m): tmp_path / "xx" / "init" / m for m in methods})
     out = tmp_path / "xx" / "init_eval.parquet"
     outputs = {"init_eval": out, "plot": out.with_suffix(".png")}
-    return make_ctx("vocabtransfer.init_eval:run", {"lang": "xx"}, inputs, outputs, params), out
+    return make_ctx("vocabtransfer.evaluate.init_eval:run", {"lang": "xx"}, inputs, outputs, params), out
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +65,7 @@ def test_source_model_as_its_own_initialisation(tmp_path, en_wp, caplog):
     other = tiny_bert(len(en_wp), seed=1)  # a different model with the same tokenizer
     ctx, out = setup_study(tmp_path, source, en_wp, {"same": (source, en_wp), "other": (other, en_wp)},
                            xx_same_as_en=True)
-    with caplog.at_level(logging.INFO, logger="vocabtransfer.init_eval"):
+    with caplog.at_level(logging.INFO, logger="vocabtransfer.evaluate.init_eval"):
         E.run(ctx)
     table = io.read_parquet(out)
     assert table.schema == E.SCHEMA

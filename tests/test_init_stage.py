@@ -10,10 +10,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from vocabtransfer import init as I
+from vocabtransfer.init import stage as I
 from vocabtransfer import io
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.methods import TransferResult, register
+from vocabtransfer.init.methods import TransferResult, register
 
 try:
     from test_modeling import (bpe_tokenizer, make_ctx, save_dir, tiny_bert, tiny_llama,  # noqa: F401
@@ -66,7 +66,7 @@ def write_inputs(tmp_path, source_model, source_tok, target_tok):
 
 def init_ctx(tmp_path, inputs, method="test_copy", params=None):
     params = params or {"seed": 7, "init": {"methods": [method], "test_copy": {"alpha": 1}}}
-    return make_ctx("vocabtransfer.init:run", {"lang": "sw", "method": method}, inputs,
+    return make_ctx("vocabtransfer.init.stage:run", {"lang": "sw", "method": method}, inputs,
                     {"init": tmp_path / "sw" / "init" / method}, params)
 
 
@@ -204,13 +204,13 @@ def snmf_params(**snmf):
 def test_snmf_methods_use_the_shared_source_snmf_factors(tmp_path, tokenizers):
     """source_snmf factorises input and (untied) output embeddings once; init with those factors gives the
     same artefact as factorising inline, and says it used them."""
-    from vocabtransfer import source_snmf
+    from vocabtransfer.init import source_snmf
 
     source = tiny_llama(len(tokenizers["en_bpe"]))
     inputs, pairs = write_inputs(tmp_path, source, tokenizers["en_bpe"], tokenizers["sw_bpe"])
     factors = tmp_path / "source" / "snmf.safetensors"
     params = snmf_params()
-    source_snmf.run(make_ctx("vocabtransfer.source_snmf:run", {}, {"source_model": inputs["source_model"]},
+    source_snmf.run(make_ctx("vocabtransfer.init.source_snmf:run", {}, {"source_model": inputs["source_model"]},
                              {"factors": factors}, params))
     saved = load_file(str(factors))
     V, D = source.get_input_embeddings().weight.shape
@@ -223,10 +223,10 @@ def test_snmf_methods_use_the_shared_source_snmf_factors(tmp_path, tokenizers):
     for method in ("overlap+snmf", "snmf"):
         shared = tmp_path / "shared" / method
         inline = tmp_path / "inline" / method
-        ctx = make_ctx("vocabtransfer.init:run", {"lang": "sw", "method": method},
+        ctx = make_ctx("vocabtransfer.init.stage:run", {"lang": "sw", "method": method},
                        {**inputs, "snmf_factors": factors}, {"init": shared}, params)
         I.run(ctx)
-        ctx = make_ctx("vocabtransfer.init:run", {"lang": "sw", "method": method}, inputs, {"init": inline}, params)
+        ctx = make_ctx("vocabtransfer.init.stage:run", {"lang": "sw", "method": method}, inputs, {"init": inline}, params)
         I.run(ctx)
         assert (shared / "embeddings.safetensors").read_bytes() == (inline / "embeddings.safetensors").read_bytes()
         assert (shared / "primitives.safetensors").read_bytes() == (inline / "primitives.safetensors").read_bytes()
@@ -243,16 +243,16 @@ def test_snmf_methods_use_the_shared_source_snmf_factors(tmp_path, tokenizers):
 
 
 def test_stale_source_snmf_factors_are_refused(tmp_path, tokenizers):
-    from vocabtransfer import source_snmf
+    from vocabtransfer.init import source_snmf
 
     source = tiny_bert(len(tokenizers["en_wp"]))
     inputs, _ = write_inputs(tmp_path, source, tokenizers["en_wp"], tokenizers["sw_wp"])
     factors = tmp_path / "source" / "snmf.safetensors"
-    source_snmf.run(make_ctx("vocabtransfer.source_snmf:run", {}, {"source_model": inputs["source_model"]},
+    source_snmf.run(make_ctx("vocabtransfer.init.source_snmf:run", {}, {"source_model": inputs["source_model"]},
                              {"factors": factors}, snmf_params()))
     assert set(load_file(str(factors))) == {"input_coordinates", "input_primitives"}  # tied: one factorisation
     run = lambda params, out: I.run(make_ctx(  # noqa: E731
-        "vocabtransfer.init:run", {"lang": "sw", "method": "snmf"}, {**inputs, "snmf_factors": factors},
+        "vocabtransfer.init.stage:run", {"lang": "sw", "method": "snmf"}, {**inputs, "snmf_factors": factors},
         {"init": tmp_path / out}, params))
     # other options than the factors were computed with
     with pytest.raises(VocabTransferError, match=r"snmf.safetensors: computed with other init.snmf options: "

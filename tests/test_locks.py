@@ -1,4 +1,4 @@
-"""vocabtransfer.locks on hand-made Snakemake lock directories: a lock is released only when
+"""vocabtransfer.pipeline.locks on hand-made Snakemake lock directories: a lock is released only when
 every recorded owner is a process of this host that is gone."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import psutil
 
-from vocabtransfer import locks
+from vocabtransfer.pipeline import locks
 
 
 def make_lock(lock_dir: Path) -> list[Path]:

@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from vocabtransfer import losses as L
+from vocabtransfer.train import losses as L
 from vocabtransfer.errors import VocabTransferError
 
 

@@ -9,9 +9,9 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.methods import TransferProblem, get_method
-from vocabtransfer.methods.baselines import token_surfaces, tokenizer_markers
-from vocabtransfer.methods.fvt import split_with_source
+from vocabtransfer.init.methods import TransferProblem, get_method
+from vocabtransfer.init.methods.baselines import token_surfaces, tokenizer_markers
+from vocabtransfer.init.methods.fvt import split_with_source
 
 # --------------------------------------------------------------------------- tiny tokenizers
 
@@ -46,7 +46,7 @@ def metaspace(pieces: list[tuple[str, float]], **special) -> PreTrainedTokenizer
 
 @pytest.fixture(scope="module")
 def minilm_tokenizer():
-    from vocabtransfer.modeling import load_tokenizer
+    from vocabtransfer.train.modeling import load_tokenizer
 
     return load_tokenizer("sentence-transformers/all-MiniLM-L6-v2")
 

@@ -10,11 +10,11 @@ import pytest
 import torch
 
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.factorize import truncated_svd
-from vocabtransfer.methods import METHODS, TransferProblem, TransferResult
-from vocabtransfer.methods.variants import factorized, resolve
-from vocabtransfer.methods.ofa import neighbour_coordinates, ofa
-from vocabtransfer.methods.snmf import snmf
+from vocabtransfer.init.factorize import truncated_svd
+from vocabtransfer.init.methods import METHODS, TransferProblem, TransferResult
+from vocabtransfer.init.methods.variants import factorized, resolve
+from vocabtransfer.init.methods.ofa import neighbour_coordinates, ofa
+from vocabtransfer.init.methods.snmf import snmf
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")

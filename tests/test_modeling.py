@@ -14,7 +14,7 @@ import pytest
 from conftest import shared_file
 import torch
 
-from vocabtransfer import modeling as M
+from vocabtransfer.train import modeling as M
 from vocabtransfer.errors import VocabTransferError
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -33,7 +33,7 @@ def wordpiece_tokenizer(lang: str, vocab_size: int = 300, n_lines: int = 300):
     """A BERT-style WordPiece tokenizer in the source tokenizer's conventions, trained by the tokenizer
     stage's `train_tokenizer`: the same one on every run (transformers' `train_new_from_iterator`
     is not, huggingface/tokenizers#1794, and tests then saw different data from run to run)."""
-    from vocabtransfer.tokenizer import train_tokenizer
+    from vocabtransfer.data.tokenizer import train_tokenizer
 
     base = M.load_tokenizer(M.resolve_model_path(MINILM))
     return train_tokenizer(base, [list(text_lines(lang, n_lines))], vocab_size=vocab_size, min_frequency=0)
@@ -306,7 +306,7 @@ def test_causal_loss(en_bpe):
 
 def make_ctx(func: str, wildcards: dict, inputs: dict, outputs: dict, params: dict):
     """A stage Context with explicit paths (the stage table entries live in stages.py)."""
-    from vocabtransfer.stages import Context, Stage
+    from vocabtransfer.pipeline.stages import Context, Stage
 
     stage = Stage(name=func.split(":")[0].rsplit(".", 1)[-1], func=func, help="", wildcards=tuple(wildcards))
     return Context(stage=stage, params=params, wildcards=wildcards, input={k: Path(v) for k, v in inputs.items()},

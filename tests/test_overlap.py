@@ -12,10 +12,10 @@ import pytest
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
-from vocabtransfer import overlap as O
-from vocabtransfer.config import validate_params
-from vocabtransfer.modeling import load_tokenizer
-from vocabtransfer.stages import run_stage
+from vocabtransfer.data import overlap as O
+from vocabtransfer.pipeline.config import validate_params
+from vocabtransfer.train.modeling import load_tokenizer
+from vocabtransfer.pipeline.stages import run_stage
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 N_FILLER = 101  # deepfocus picks a scheme when more than 100 tokens carry its marker
@@ -246,7 +246,7 @@ def test_stage_warns_on_empty_overlap(tmp_path, monkeypatch, caplog, source):
     monkeypatch.chdir(tmp_path)
     _save_source(source)
     bytelevel_tokenizer(["Ġzzz", "Ġyyy", "xx"]).save_pretrained("results/sw/tokenizer")
-    with caplog.at_level(logging.WARNING, logger="vocabtransfer.overlap"):
+    with caplog.at_level(logging.WARNING, logger="vocabtransfer.data.overlap"):
         run_stage("overlap", _params(str(tmp_path / "source")), {"lang": "sw"})
     assert any("no target token overlaps" in r.message for r in caplog.records)
     stats = json.loads((tmp_path / "results/sw/overlap/stats.json").read_text())

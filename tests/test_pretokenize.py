@@ -13,13 +13,13 @@ import pyarrow.parquet as pq
 import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers
 
-from vocabtransfer import paths as P
-from vocabtransfer.config import validate_params
+from vocabtransfer.pipeline import paths as P
+from vocabtransfer.pipeline.config import validate_params
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.modeling import load_tokenizer
-from vocabtransfer.pretokenize import TokenStats, flatten, ids_array, markdown_table
-from vocabtransfer.stages import run_stage
-from vocabtransfer.tokenizer import load_target_tokenizer, train_tokenizer
+from vocabtransfer.train.modeling import load_tokenizer
+from vocabtransfer.data.pretokenize import TokenStats, flatten, ids_array, markdown_table
+from vocabtransfer.pipeline.stages import run_stage
+from vocabtransfer.data.tokenizer import load_target_tokenizer, train_tokenizer
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 EXTRA = ["", "   ", "Habari  za\tasubuhi!", "Ŋombe wa Çà ✓ 🙂", "X" * 300]  # empty, blank, odd spacing, rare chars, long

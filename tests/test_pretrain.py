@@ -23,10 +23,10 @@ import torch
 import yaml
 
 from vocabtransfer import io
-from vocabtransfer import pretrain as PT
-from vocabtransfer.config import validate_params
+from vocabtransfer.train import pretrain as PT
+from vocabtransfer.pipeline.config import validate_params
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.stages import run_stage
+from vocabtransfer.pipeline.stages import run_stage
 
 try:
     from test_modeling import bpe_tokenizer, save_dir, text_lines, tiny_bert, wordpiece_tokenizer
@@ -261,7 +261,7 @@ def test_pretrain_jobs():
 def test_paper_config_is_valid_and_dry_runs_offline(tmp_path):
     """config/paper.yaml merged into params.yaml (as the workflow merges a --configfile) passes the schema, and
     `snakemake -n --configfile config/paper.yaml` plans every pretrain job without touching the network."""
-    from vocabtransfer.config import merge_overlay, read_yaml
+    from vocabtransfer.pipeline.config import merge_overlay, read_yaml
 
     params = merge_overlay(read_yaml(REPO / "params.yaml"), read_yaml(REPO / "config/paper.yaml"))
     checked = validate_params(params, "config/paper.yaml")

@@ -10,10 +10,10 @@ import pyarrow as pa
 import pytest
 
 from vocabtransfer import io
-from vocabtransfer import paths as P
-from vocabtransfer import report as R
-from vocabtransfer import stats as S
-from vocabtransfer.init_eval import SCHEMA as INIT_EVAL_SCHEMA
+from vocabtransfer.pipeline import paths as P
+from vocabtransfer.report import stage as R
+from vocabtransfer.evaluate import stats as S
+from vocabtransfer.evaluate.init_eval import SCHEMA as INIT_EVAL_SCHEMA
 
 LANGS = ("sw", "de")
 METHODS = ("random", "focus")
@@ -284,7 +284,7 @@ def test_cli_runs_the_stage(tmp_path, monkeypatch):
     """`vocabtransfer report` in a results tree: the stage writes every declared output."""
     from conftest import REPO
     from vocabtransfer.cli import main
-    from vocabtransfer.stages import STAGES
+    from vocabtransfer.pipeline.stages import STAGES
 
     plan = make_results(tmp_path)
     monkeypatch.setattr(R, "plan", lambda params, root=Path("."): plan)

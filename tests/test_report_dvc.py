@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from vocabtransfer import dvcgen
-from vocabtransfer import paths as P
-from vocabtransfer import report as R
-from vocabtransfer.config import load_params
+from vocabtransfer.pipeline import dvcgen
+from vocabtransfer.pipeline import paths as P
+from vocabtransfer.report import stage as R
+from vocabtransfer.pipeline.config import load_params
 
 from conftest import REPO
 
@@ -38,7 +38,7 @@ def test_dvc_yaml_declares_curves_as_plots_and_metrics_uncached(monkeypatch, tmp
     stage = doc["stages"]["report"]
     assert stage["metrics"] == [{P.REPORT_METRICS: {"cache": False}}]
     assert P.REPORT_METRICS not in stage["outs"] and {P.REPORT, P.REPORT_FIGURES, P.REPORT_CURVES} <= set(stage["outs"])
-    assert "results/sw/init_eval.parquet" in stage["deps"] and "src/vocabtransfer/stats.py" in stage["deps"]
+    assert "results/sw/init_eval.parquet" in stage["deps"] and "src/vocabtransfer/evaluate/stats.py" in stage["deps"]
     plots = {k: v for entry in doc["plots"] for k, v in entry.items()}
     assert set(plots) == {f"valid_loss_{lang}" for lang in params["languages"]}
     assert plots["valid_loss_sw"]["x"] == "step"

@@ -1,6 +1,6 @@
 """A local run killed hard (kill -9 of its process group) in the middle of the fastText job
 finishes with the same command: Snakemake through the default workflow profile
-(`rerun-incomplete`) and vocabtransfer.locks (the killed run's lock), DVC by itself. Only
+(`rerun-incomplete`) and vocabtransfer.pipeline.locks (the killed run's lock), DVC by itself. Only
 the killed job reruns, and the artefacts equal those of an uninterrupted run byte for byte.
 sw only, up to fastText, on the small end-to-end config of tests/workflow/params.yaml."""
 
@@ -37,7 +37,7 @@ PROFILE_NOTICE = "Using workflow specific profile profiles/default for setting d
 
 @pytest.fixture(scope="module")
 def params() -> dict:
-    from vocabtransfer.config import merge_overlay, read_yaml
+    from vocabtransfer.pipeline.config import merge_overlay, read_yaml
 
     merged = merge_overlay(read_yaml(REPO / "params.yaml"), read_yaml(REPO / "tests" / "workflow" / "params.yaml"))
     return {**merged, "languages": ["sw"]}

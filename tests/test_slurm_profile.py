@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from conftest import REPO
-from vocabtransfer import stages as S
+from vocabtransfer.pipeline import stages as S
 
 BIN = Path(sys.executable).parent
 PROFILE = REPO / "workflow/profiles/slurm/config.yaml"

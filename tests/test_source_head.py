@@ -8,8 +8,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from vocabtransfer import modeling as M
-from vocabtransfer import source_head as S
+from vocabtransfer.train import modeling as M
+from vocabtransfer.init import source_head as S
 from vocabtransfer.errors import VocabTransferError
 
 try:
@@ -26,7 +26,7 @@ def head_ctx(tmp_path, source_model: str, n_lines=300, **overrides):
     opts = {"text": str(text), "steps": 30, "learning_rate": 3e-3, "batch_size": 8, "seq_len": 64,
             "eval_lines": 40, "train_blocks": 10_000, "eval_every": 10, **overrides}
     outputs = {"model": tmp_path / "source" / "model", "stats": tmp_path / "source" / "head_stats.json"}
-    return make_ctx("vocabtransfer.source_head:run", {}, {}, outputs,
+    return make_ctx("vocabtransfer.init.source_head:run", {}, {}, outputs,
                     {"seed": 5, "source_model": source_model, "source_head": opts}), outputs
 
 

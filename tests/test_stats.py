@@ -1,4 +1,4 @@
-"""Mean ± std over seeds and the paired bootstrap interval (vocabtransfer.stats), on constructed cases."""
+"""Mean ± std over seeds and the paired bootstrap interval (vocabtransfer.evaluate.stats), on constructed cases."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from vocabtransfer import stats as S
+from vocabtransfer.evaluate import stats as S
 from vocabtransfer.errors import VocabTransferError
 
 

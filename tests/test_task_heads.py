@@ -11,10 +11,10 @@ from collections import Counter
 
 import pytest
 
-from vocabtransfer import finetune_eval as FE
-from vocabtransfer.config import load_params
-from vocabtransfer.modeling import resolve_model_path
-from vocabtransfer.tasks import get_task, load_splits
+from vocabtransfer.evaluate import finetune_eval as FE
+from vocabtransfer.pipeline.config import load_params
+from vocabtransfer.train.modeling import resolve_model_path
+from vocabtransfer.evaluate.tasks import get_task, load_splits
 
 from conftest import REPO
 

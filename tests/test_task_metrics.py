@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from vocabtransfer.tasks.ner import seqeval_scores, sentence_counts
-from vocabtransfer.tasks.squad_metric import normalize_answer, score, squad_scores
+from vocabtransfer.evaluate.tasks.ner import seqeval_scores, sentence_counts
+from vocabtransfer.evaluate.tasks.squad_metric import normalize_answer, score, squad_scores
 
 
 def test_normalisation_drops_case_punctuation_articles_and_spaces():
@@ -72,7 +72,7 @@ def test_sentence_counts_sum_to_seqeval_micro_f1(strict):
 
 
 def test_trivial_predictors_by_hand():
-    from vocabtransfer.tasks import Splits, get_task
+    from vocabtransfer.evaluate.tasks import Splits, get_task
 
     nli = get_task("nli", {})
     ex = lambda label: {"label": label}  # noqa: E731

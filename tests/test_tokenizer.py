@@ -14,12 +14,12 @@ from conftest import shared_file
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-from vocabtransfer import paths as P
-from vocabtransfer.config import validate_params
+from vocabtransfer.pipeline import paths as P
+from vocabtransfer.pipeline.config import validate_params
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.modeling import load_tokenizer
-from vocabtransfer.stages import run_stage
-from vocabtransfer.tokenizer import (BYTE_TOKENS, _canonical_unigram, detect_family, iter_text_batches,
+from vocabtransfer.train.modeling import load_tokenizer
+from vocabtransfer.pipeline.stages import run_stage
+from vocabtransfer.data.tokenizer import (BYTE_TOKENS, _canonical_unigram, detect_family, iter_text_batches,
                                      load_target_tokenizer, train_tokenizer)
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"

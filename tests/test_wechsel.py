@@ -11,8 +11,8 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.methods import TransferProblem, get_method
-from vocabtransfer.methods.wechsel import procrustes, read_dictionary
+from vocabtransfer.init.methods import TransferProblem, get_method
+from vocabtransfer.init.methods.wechsel import procrustes, read_dictionary
 
 SPECIALS = ["[UNK]", "[CLS]", "[SEP]"]
 NO_NGRAMS = "ǂ"  # one character: with minn=4 it has no n-gram, and it never occurs in the text
@@ -32,7 +32,7 @@ def lines(path, n):
 @pytest.fixture(scope="module")
 def fasttext_models(tmp_path_factory, shared_data):
     """Word-level fastText (dim 16, one thread, fixed seed) on 4000 lines of English and Swahili."""
-    from vocabtransfer.auxiliary import train_word_fasttext
+    from vocabtransfer.data.auxiliary import train_word_fasttext
 
     out = tmp_path_factory.mktemp("wechsel")
     args = dict(dim=16, epochs=5, min_count=3, seed=1, threads=1, maxn=5)

@@ -80,7 +80,7 @@ def environment(shared_data):
 
 @pytest.fixture(scope="module")
 def params() -> dict:
-    from vocabtransfer.config import merge_overlay, read_yaml
+    from vocabtransfer.pipeline.config import merge_overlay, read_yaml
 
     # the repository's params.yaml with the small test config laid over it (DVC needs every leaf)
     return merge_overlay(read_yaml(REPO / "params.yaml"), read_yaml(REPO / "tests" / "workflow" / "params.yaml"))
@@ -156,8 +156,8 @@ def test_dvc_repro_reproduces_the_same_artefacts_and_params_change_marks_exactly
     # Snakemake, like DVC, takes the modules a job runs as inputs: its own method's, not the others'
     shown = run([str(BIN / "snakemake"), "-n", "-f", "results/sw/init/focus"], work, env)
     job_input = next(line for line in shown.splitlines() if line.strip().startswith("input:"))
-    assert "src/vocabtransfer/methods/focus.py" in job_input and "src/vocabtransfer/init.py" in job_input
-    assert "methods/wechsel.py" not in job_input
+    assert "src/vocabtransfer/init/methods/focus.py" in job_input and "src/vocabtransfer/init/stage.py" in job_input
+    assert "init/methods/wechsel.py" not in job_input
 
     for d in (fresh, work):
         p = yaml.safe_load((d / "params.yaml").read_text())

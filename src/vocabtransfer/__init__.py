@@ -14,7 +14,7 @@ __all__ = ["FOCUS", "VocabTransferError", "__version__"]
 
 def __getattr__(name):
     if name == "FOCUS":  # lazy: `import vocabtransfer` stays light (no torch)
-        from vocabtransfer.deepfocus import FOCUS
+        from vocabtransfer.init.deepfocus import FOCUS
 
         return FOCUS
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

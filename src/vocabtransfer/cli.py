@@ -19,7 +19,7 @@ log = logging.getLogger("vocabtransfer")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from vocabtransfer.stages import STAGES
+    from vocabtransfer.pipeline.stages import STAGES
 
     parser = argparse.ArgumentParser(prog="vocabtransfer", description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
 
     setup_logging(args.log_file, logging.DEBUG if args.verbose else logging.INFO)
     try:
-        from vocabtransfer.config import load_params
+        from vocabtransfer.pipeline.config import load_params
 
         params = load_params(args.params)
         if args.command == "validate":
@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "dvc-yaml":
             import yaml
 
-            from vocabtransfer import dvcgen
+            from vocabtransfer.pipeline import dvcgen
 
             missing = dvcgen.missing_leaves(yaml.safe_load(open(args.params, encoding="utf-8")), params)
             if missing:
@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
                 log.info("wrote %s", dvcgen.write(params, args.output))
             return 0
 
-        from vocabtransfer.stages import STAGES, run_stage
+        from vocabtransfer.pipeline.stages import STAGES, run_stage
 
         stage = STAGES[args.command]
         wildcards = {wc: getattr(args, wc) for wc in stage.wildcards}

@@ -30,7 +30,7 @@ import pytest
 import yaml
 
 from conftest import REPO
-from vocabtransfer import stages as S
+from vocabtransfer.pipeline import stages as S
 
 BIN = Path(sys.executable).parent
 CANCELLED_RULE = "fasttext"
@@ -170,8 +170,8 @@ def print_table(jobs: list[dict], local_seconds: float, slurm_seconds: float) ->
 def expected_jobs(params: dict) -> set[tuple[str, str]]:
     """(rule, wildcards) of every job of the study params give, as the plugin names them (the
     wildcard values in the order of the output path, joined by `_`)."""
-    from vocabtransfer import availability as A
-    from vocabtransfer.config import validate_params
+    from vocabtransfer.pipeline import availability as A
+    from vocabtransfer.pipeline.config import validate_params
 
     params = validate_params(params)
     jobs = set()

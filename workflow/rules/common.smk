@@ -7,10 +7,10 @@ import sys
 
 import yaml
 
-from vocabtransfer import availability as A
-from vocabtransfer import paths as P
-from vocabtransfer import stages as S
-from vocabtransfer.config import merge_overlay, read_yaml, validate_params, write_merged
+from vocabtransfer.pipeline import availability as A
+from vocabtransfer.pipeline import paths as P
+from vocabtransfer.pipeline import stages as S
+from vocabtransfer.pipeline.config import merge_overlay, read_yaml, validate_params, write_merged
 from vocabtransfer.errors import VocabTransferError
 
 # the config Snakemake sees: params.yaml, then every --configfile over it, then --config. It is
@@ -167,8 +167,8 @@ def all_targets():
     return targets + [P.REPORT]  # the report reads every other result
 
 
-# a lock left by a local run killed hard is released when its owner is gone (vocabtransfer.locks)
-from vocabtransfer import locks
+# a lock left by a local run killed hard is released when its owner is gone (vocabtransfer.pipeline.locks)
+from vocabtransfer.pipeline import locks
 
 locks.on_load(workflow)
 

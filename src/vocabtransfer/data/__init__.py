@@ -1,0 +1,1 @@
+"""Data stages: corpus, target tokenizer, pre-tokenisation, fastText auxiliary embeddings, vocabulary overlap."""

@@ -1,0 +1,313 @@
+"""Source vs target vocabulary overlap on canonical token forms (the `overlap` stage).
+
+Token forms and matching follow `deepfocus.vocab_helper` / `deepfocus.focus.get_overlapping_tokens`
+(FOCUS, Dobler & de Melo 2023) exactly, so the overlap here is the one FOCUS uses:
+
+1. Canonical form per token, by scheme (picked with deepfocus's "more than 100 tokens" heuristics):
+   - sentencepiece (> 100 vocab entries start with ▁): the decoded token, left-stripped, with ▁
+     prepended when the raw token starts with ▁; byte-fallback tokens `<0x..>` stay as they are;
+   - wordpiece (> 100 entries start with ##): `##x` -> `x`, any other `x` -> `▁x`;
+   - otherwise (byte-level BPE and the rest): like sentencepiece, with Ġ marking a word start.
+   Fuzzy form = canonical form without ▁, lower-cased.
+2. Views of the source vocabulary by canonical and by fuzzy form. Where several source tokens
+   share a form, deepfocus keeps a list sorted by id with canonical-form entries moved first and
+   uses its first element; `_pick_first` computes that element directly.
+3. Per target token, in priority order: symbol match (numbers, punctuation, whitespace, special
+   tokens; `match_symbols`), exact match (`exact_match_all`), fuzzy match (`fuzzy_match_all`).
+
+Speed: one batched Rust decode and one `convert_ids_to_tokens` per vocabulary, then dict look-ups.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import logging
+import re
+import string
+import time
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import pyarrow as pa
+
+from vocabtransfer.errors import VocabTransferError
+
+log = logging.getLogger(__name__)
+
+SP_SPACE = "▁"  # SentencePiece word-start marker; the canonical word-start marker
+BPE_SPACE = "Ġ"  # byte-level BPE word-start marker
+WORDPIECE_PREFIX = "##"
+_BYTE_FALLBACK = re.compile(r"<0x[0-9,A-F]{2}>")  # deepfocus's pattern, `re.match` semantics (prefix)
+_PUNCTUATION = frozenset(string.punctuation)
+
+# deepfocus's descriptors, plus "none" for target tokens without a match
+EXACT, FUZZY, SYMBOL, NONE = "exact_match", "fuzzy_match", "numerical_symbol", "none"
+MATCH_KINDS = (EXACT, FUZZY, SYMBOL, NONE)
+
+# how a tokenizer marks word boundaries in its token strings ("plain": no markers); one vocabulary for
+# `detect_scheme` (from the token strings) and `methods.baselines.tokenizer_markers` (from the backend)
+Scheme = Literal["sentencepiece", "wordpiece", "bytelevel", "plain"]
+
+SCHEMA = pa.schema([
+    pa.field("target_id", pa.int32(), nullable=False),
+    pa.field("target_token", pa.string(), nullable=False),
+    pa.field("source_id", pa.int32()),
+    pa.field("source_token", pa.string()),
+    pa.field("match", pa.string(), nullable=False),
+])
+
+
+@dataclass
+class CanonicalVocab:
+    """A tokenizer's vocabulary (`get_vocab()` entries) sorted by id, with canonical and fuzzy forms."""
+
+    ids: np.ndarray  # (n,) int64, ascending (stable for ids shared by several entries)
+    tokens: list[str]  # native forms
+    canonical: list[str]
+    fuzzy: list[str]
+    scheme: Scheme
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+
+@contextlib.contextmanager
+def gc_paused():
+    """Pause the garbage collector: building ~10^5 small lists triggers full collections over
+    the large heap that torch and transformers leave, which costs more than the work itself."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def detect_scheme(tokens) -> Scheme:
+    """deepfocus's heuristics: > 100 tokens starting with ▁ -> sentencepiece, > 100 with ## -> wordpiece."""
+    tokens = list(tokens)
+    if sum(1 for t in tokens if t[:1] == SP_SPACE) > 100:
+        return "sentencepiece"
+    if sum(1 for t in tokens if t[:2] == WORDPIECE_PREFIX) > 100:
+        return "wordpiece"
+    return "bytelevel"
+
+
+def decode_each(tokenizer, ids) -> list[str]:
+    """`[tokenizer.decode(i) for i in ids]`, computed with one batched call into the Rust tokenizer.
+
+    Tokenizers whose `_decode` is the standard fast-tokenizer one are decoded with the backend's
+    `decode_batch` plus the same clean-up step transformers applies; any other tokenizer goes
+    through `tokenizer.batch_decode`, which is the per-id `decode` by definition.
+    """
+    ids = [[i] for i in np.asarray(ids, dtype=np.int64).reshape(-1).tolist()]
+    if not ids:
+        return []
+    try:
+        from transformers.tokenization_utils_tokenizers import TokenizersBackend
+    except ImportError:  # older transformers
+        TokenizersBackend = None
+    if TokenizersBackend is None or type(tokenizer)._decode is not TokenizersBackend._decode:
+        return tokenizer.batch_decode(ids)
+    texts = tokenizer.backend_tokenizer.decode_batch(ids, skip_special_tokens=False)
+    # the clean-up that TokenizersBackend._decode applies (never to BPE models, unless forced)
+    if tokenizer.clean_up_tokenization_spaces and not (
+        type(tokenizer.backend_tokenizer.model).__name__ == "BPE"
+        and not getattr(tokenizer, "clean_up_tokenization_spaces_for_bpe_even_though_it_will_corrupt_output", False)
+    ):
+        texts = [tokenizer.clean_up_tokenization(t) for t in texts]
+    return texts
+
+
+def canonicalize(tokenizer) -> CanonicalVocab:
+    """Canonical and fuzzy forms of every vocabulary entry (deepfocus.vocab_helper.canonicalize_vocab)."""
+    vocab = tokenizer.get_vocab()
+    unsorted = np.fromiter(vocab.values(), dtype=np.int64, count=len(vocab))
+    order = np.argsort(unsorted, kind="stable")  # by id; ties keep dict order (deepfocus's sorted())
+    keys = list(vocab)
+    tokens = [keys[i] for i in order.tolist()]
+    ids = unsorted[order]
+    scheme = detect_scheme(tokens)
+    decoded = decode_each(tokenizer, ids)
+    if scheme == "wordpiece":
+        canonical = [d[2:] if d.startswith(WORDPIECE_PREFIX) else SP_SPACE + d for d in decoded]
+    else:
+        # deepfocus inspects convert_ids_to_tokens(id), which can differ from the vocab key
+        raw = tokenizer.convert_ids_to_tokens(ids.tolist())
+        marker = SP_SPACE if scheme == "sentencepiece" else BPE_SPACE
+        canonical = []
+        for d, r in zip(decoded, raw):
+            if scheme == "sentencepiece" and _BYTE_FALLBACK.match(r):
+                canonical.append(r)
+            elif r.startswith(marker):
+                canonical.append(SP_SPACE + d.lstrip())
+            else:
+                canonical.append(d.lstrip())
+    fuzzy = [c.replace(SP_SPACE, "").lower() for c in canonical]
+    return CanonicalVocab(ids=ids, tokens=tokens, canonical=canonical, fuzzy=fuzzy, scheme=scheme)
+
+
+def _pick_first(vocab: CanonicalVocab, keys: list[str]) -> dict[str, int]:
+    """form -> position in `vocab` of the entry deepfocus's `construct_vocab_view(...)[form][0]` holds.
+
+    deepfocus walks the entries by id: the first one with a form starts its list, a later one is
+    inserted at the front when the form is its canonical form and appended otherwise. So the front
+    is the last (highest-id) entry whose canonical form equals the form, or else the first entry.
+    """
+    first: dict[str, int] = {}
+    for pos, key in enumerate(keys):
+        if key not in first or key == vocab.canonical[pos]:
+            first[key] = pos
+    return first
+
+
+def is_numerical_symbol_etc(form: str, special_tokens: frozenset[str]) -> bool:
+    """deepfocus.vocab_helper.is_numerical_symbol_etc (an empty form counts, as there)."""
+    if form in special_tokens:
+        return True
+    return form.isnumeric() or all(c in _PUNCTUATION for c in form) or form.isspace()
+
+
+def compute_overlap(
+    target_tokenizer,
+    source_tokenizer,
+    *,
+    exact_match_all: bool = True,
+    fuzzy_match_all: bool = False,
+    match_symbols: bool = False,
+) -> pa.Table:
+    """One row per target vocabulary entry (sorted by target id) with its source match, if any.
+
+    Columns: target_id (int32), target_token, source_id (int32, null = no match), source_token
+    (null = no match), match (exact_match / fuzzy_match / numerical_symbol / none).
+    The same pairs and descriptors as `deepfocus.focus.get_overlapping_tokens`.
+    """
+    with gc_paused():
+        return _compute_overlap(target_tokenizer, source_tokenizer, exact_match_all, fuzzy_match_all, match_symbols)
+
+
+def _compute_overlap(target_tokenizer, source_tokenizer, exact_match_all, fuzzy_match_all, match_symbols):
+    tgt = canonicalize(target_tokenizer)
+    src = canonicalize(source_tokenizer)
+    log.debug("canonicalisation: target %s, source %s", tgt.scheme, src.scheme)
+    exact_view = _pick_first(src, src.canonical)
+    fuzzy_view = _pick_first(src, src.fuzzy)
+    specials = frozenset(target_tokenizer.all_special_tokens)
+
+    n = len(tgt)
+    source_pos = np.full(n, -1, dtype=np.int64)
+    kinds = [NONE] * n
+    for i, (canon, fuzz) in enumerate(zip(tgt.canonical, tgt.fuzzy)):
+        hit = exact_view.get(canon)
+        if match_symbols and is_numerical_symbol_etc(fuzz, specials):
+            sym = hit if hit is not None else fuzzy_view.get(fuzz)
+            if sym is not None:
+                source_pos[i], kinds[i] = sym, SYMBOL
+                continue
+        if exact_match_all and hit is not None:
+            source_pos[i], kinds[i] = hit, EXACT
+        elif fuzzy_match_all and (hit := fuzzy_view.get(fuzz)) is not None:
+            source_pos[i], kinds[i] = hit, FUZZY
+
+    matched = source_pos >= 0
+    source_ids = np.where(matched, src.ids[np.maximum(source_pos, 0)], 0)
+    source_tokens = [src.tokens[p] if p >= 0 else None for p in source_pos.tolist()]
+    return pa.table(
+        {
+            "target_id": pa.array(tgt.ids, pa.int32()),
+            "target_token": pa.array(tgt.tokens, pa.string()),
+            "source_id": pa.array(source_ids, pa.int32(), mask=~matched),
+            "source_token": pa.array(source_tokens, pa.string()),
+            "match": pa.array(kinds, pa.string()),
+        },
+        schema=SCHEMA,
+    )
+
+
+def overlap_pairs(table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+    """The matched (target_ids, source_ids) of an overlap table, as int64 arrays in target-id order."""
+    source = table.column("source_id")
+    valid = source.is_valid().to_numpy(zero_copy_only=False)
+    target_ids = table.column("target_id").to_numpy().astype(np.int64)[valid]
+    source_ids = source.fill_null(0).to_numpy().astype(np.int64)[valid]
+    return target_ids, source_ids
+
+
+def checked_pairs(target_ids, source_ids, n_target: int, n_source: int, *, where: str,
+                  allow_empty: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """Aligned (target ids, source ids) as int64 arrays, checked against both vocabularies:
+    the same length, in range, each target id once, and (unless `allow_empty`) at least one pair.
+    `where` (a file or params section) starts every error line."""
+    t = np.asarray(target_ids, dtype=np.int64).reshape(-1)
+    s = np.asarray(source_ids, dtype=np.int64).reshape(-1)
+    fix = "rerun the overlap stage for this target tokenizer and source model"
+    if t.shape != s.shape:
+        raise VocabTransferError(f"{where}: overlap has {t.size} target ids but {s.size} source ids; {fix}")
+    if t.size == 0 and not allow_empty:
+        raise VocabTransferError(
+            f"{where}: the target tokenizer shares no tokens with the source tokenizer (e.g. another script), "
+            "so there is nothing to copy or combine; use a method that needs no overlap (random) "
+            "or enable overlap.fuzzy_match_all / overlap.match_symbols")
+    for ids, n, what, owner in ((t, n_target, "target_id", "target tokenizer"), (s, n_source, "source_id", "source model")):
+        if ids.size and (ids.min() < 0 or ids.max() >= n):
+            bad = int(ids.max() if ids.max() >= n else ids.min())
+            raise VocabTransferError(f"{where}: {what} {bad} is outside the {owner}'s vocabulary (size {n}); {fix}")
+    if np.unique(t).size != t.size:
+        raise VocabTransferError(f"{where}: a target_id appears more than once; {fix}")
+    return t, s
+
+
+def match_counts(table: pa.Table) -> dict[str, int]:
+    kinds = table.column("match").to_pylist()
+    return {kind: kinds.count(kind) for kind in MATCH_KINDS}
+
+
+def markdown_counts(counts: dict[str, int], total: int) -> str:
+    lines = ["| match | tokens | share |", "|---|---:|---:|"]
+    for kind in MATCH_KINDS:
+        lines.append(f"| {kind} | {counts[kind]} | {counts[kind] / max(total, 1):.1%} |")
+    lines.append(f"| total | {total} | 100.0% |")
+    return "\n".join(lines)
+
+
+def run(ctx) -> None:
+    """The `overlap` stage: target tokenizer (stage input) vs the source model's tokenizer."""
+    from vocabtransfer import io
+    from vocabtransfer.train.modeling import load_tokenizer
+
+    start = time.perf_counter()
+    source_model = ctx.param("source_model")
+    target_tokenizer = load_tokenizer(ctx.input["tokenizer"])
+    source_tokenizer = load_tokenizer(source_model)
+    options = {key: bool(ctx.param(f"overlap.{key}")) for key in ("exact_match_all", "fuzzy_match_all", "match_symbols")}
+    table = compute_overlap(target_tokenizer, source_tokenizer, **options)
+    seconds = time.perf_counter() - start
+
+    counts = match_counts(table)
+    total = table.num_rows
+    overlapping = total - counts[NONE]
+    if overlapping == 0:
+        log.warning("%s: no target token overlaps the source vocabulary of %s; overlap-based methods "
+                    "(overlap, fvt, focus) will have nothing to copy", ctx.input["tokenizer"], source_model)
+    io.write_parquet(table, ctx.output["overlap"])
+    io.write_json(
+        {
+            "lang": ctx.lang,
+            "source_model": source_model,
+            "n_target_tokens": total,
+            "n_source_tokens": len(source_tokenizer.get_vocab()),
+            "n_overlapping": overlapping,
+            "overlap_share": overlapping / total if total else 0.0,
+            "counts": counts,
+            "options": options,
+            "schemes": {"target": detect_scheme(table.column("target_token").to_pylist()),
+                        "source": detect_scheme(source_tokenizer.get_vocab())},
+            "seconds": round(seconds, 3),
+            "versions": io.versions(),
+        },
+        ctx.output["stats"],
+    )
+    log.info("overlap %s vs %s (%.1f s):\n%s", ctx.lang, source_model, seconds, markdown_counts(counts, total))

@@ -1,0 +1,247 @@
+"""The `pretokenize` stage: encode the corpus with the target tokenizer, and compare it with the
+source tokenizer on the same text.
+
+Outputs
+  train_ids / valid_ids  Parquet, one row per corpus line, column `input_ids` list<int32>,
+                         no special tokens (what `tokenizer(text, add_special_tokens=False)` gives);
+  text                   the train split as tokens for fastText: line i is
+                         `" ".join(target.tokenize(line_i))` (exactly what deepfocus feeds fastText);
+  stats                  JSON: per split and tokenizer, lines, words, tokens, fertility (tokens per
+                         whitespace-separated word), unknown-token rate (share of tokens that are the
+                         unk token) and the share of words split into more than one token; also
+                         logged as a Markdown table. The source tokenizer is measured on the valid
+                         split only (one extra pass over held-out text); the target on both.
+
+The corpus is streamed in batches of `pretokenize.batch_size` lines; each batch goes to the Rust
+tokenizer's `encode_batch`, which encodes it on `--threads` cores (RAYON_NUM_THREADS).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+import time
+from dataclasses import dataclass
+from itertools import chain
+from pathlib import Path
+from typing import Iterable, Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from vocabtransfer import io
+from vocabtransfer.log import progress
+from vocabtransfer.data.tokenizer import corpus_rows, iter_text_batches, load_target_tokenizer, set_threads
+
+log = logging.getLogger(__name__)
+
+IDS_SCHEMA = pa.schema([pa.field("input_ids", io.TOKEN_IDS)])
+ROW_GROUP_ROWS = 65536
+_WORD = re.compile(r"\S+")
+
+
+# ---------------------------------------------------------------------------------------------
+# statistics
+
+@dataclass
+class TokenStats:
+    """Running counts for fertility, unknown-token rate and split-word share of one tokenizer."""
+
+    unk_id: int | None = None
+    lines: int = 0
+    words: int = 0
+    tokens: int = 0
+    unk: int = 0
+    split_words: int = 0
+
+    def update(self, texts: list[str], encodings: list) -> None:
+        """Add a batch: the lines and their `tokenizers.Encoding`s (with offsets)."""
+        self.update_flat(texts, *flatten(encodings))
+
+    def update_flat(self, texts: list[str], lengths: np.ndarray, ids: np.ndarray, offsets: np.ndarray) -> None:
+        """Add a batch given as `flatten(encodings)`; vectorised over the whole batch."""
+        n = len(texts)
+        self.lines += n
+        self.tokens += int(ids.size)
+        if self.unk_id is not None:
+            self.unk += int(np.count_nonzero(ids == self.unk_id))
+        # 1. whitespace words of the batch, as end positions in "\n".join(texts)
+        text_lens = np.fromiter((len(t) for t in texts), dtype=np.int64, count=n)
+        line_start = np.zeros(n, dtype=np.int64)
+        np.cumsum(text_lens[:-1] + 1, out=line_start[1:])
+        ends = np.fromiter((m.end() for m in _WORD.finditer("\n".join(texts))), dtype=np.int64)
+        self.words += int(ends.size)
+        if ends.size == 0 or ids.size == 0:
+            return
+        # 2. each token belongs to the word holding its last character (a bare `▁` or `Ġ`
+        #    belongs to the word after it); tokens after their line's last word belong to none
+        pos = np.where(offsets[:, 1] > offsets[:, 0], offsets[:, 1] - 1, offsets[:, 0])
+        pos = pos + np.repeat(line_start, lengths)
+        word = np.searchsorted(ends, pos, side="right")
+        inside = word < ends.size
+        inside[inside] &= ends[word[inside]] <= np.repeat(line_start + text_lens, lengths)[inside]
+        # 3. words with two or more tokens are split
+        counts = np.bincount(word[inside], minlength=ends.size)
+        self.split_words += int(np.count_nonzero(counts > 1))
+
+    def as_dict(self) -> dict:
+        return {
+            "lines": self.lines, "words": self.words, "tokens": self.tokens, "unk_tokens": self.unk,
+            "fertility": _ratio(self.tokens, self.words),
+            "unk_rate": _ratio(self.unk, self.tokens),
+            "split_word_share": _ratio(self.split_words, self.words),
+        }
+
+
+def flatten(encodings: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A batch of encodings as (tokens per line, all ids, all (start, end) char offsets)."""
+    id_lists = [e.ids for e in encodings]  # each access builds a Python list: once only
+    lengths = np.fromiter(map(len, id_lists), dtype=np.int64, count=len(id_lists))
+    total = int(lengths.sum())
+    ids = np.fromiter(chain.from_iterable(id_lists), dtype=np.int64, count=total)
+    offsets = np.fromiter(chain.from_iterable(chain.from_iterable(e.offsets for e in encodings)),
+                          dtype=np.int64, count=2 * total).reshape(total, 2)
+    return lengths, ids, offsets
+
+
+def ids_array(lengths: np.ndarray, ids: np.ndarray) -> pa.Array:
+    """list<int32> rows from flat ids and per-row lengths."""
+    offsets = np.zeros(lengths.size + 1, dtype=np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(ids.astype(np.int32)), type=io.TOKEN_IDS)
+
+
+def _ratio(a: int, b: int) -> float | None:
+    return round(a / b, 6) if b else None
+
+
+def markdown_table(rows: list[tuple[str, str, dict]]) -> str:
+    """(split, tokenizer, TokenStats.as_dict()) rows as a Markdown table."""
+    def fmt(x, spec):
+        return "–" if x is None else format(x, spec)
+
+    out = ["| split | tokenizer | lines | words | tokens | fertility | unk rate | words split |",
+           "|---|---|---:|---:|---:|---:|---:|---:|"]
+    for split, name, s in rows:
+        out.append(f"| {split} | {name} | {s['lines']} | {s['words']} | {s['tokens']} | "
+                   f"{fmt(s['fertility'], '.3f')} | {fmt(s['unk_rate'], '.4%')} | {fmt(s['split_word_share'], '.2%')} |")
+    return "\n".join(out)
+
+
+# ---------------------------------------------------------------------------------------------
+# encoding
+
+def encoder(tokenizer):
+    """A copy of a fast tokenizer's Rust backend with padding and truncation off (a source's
+    tokenizer.json may pad or truncate every encoding, e.g. MiniLM's fixed 128)."""
+    from tokenizers import Tokenizer
+
+    backend = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
+    backend.no_padding()
+    backend.no_truncation()
+    return backend
+
+
+def encode_batches(backend, batches: Iterable[list[str]]) -> Iterator[tuple[list[str], list]]:
+    """(lines, encodings) per batch, without special tokens; encode_batch runs on all Rayon threads."""
+    for texts in batches:
+        yield texts, backend.encode_batch(texts, add_special_tokens=False)
+
+
+def encode_split(target, corpus: Path, ids_path: Path, *, text_path: Path | None = None,
+                 batch_size: int = 1000, desc: str = "") -> TokenStats:
+    """Encode one corpus split with the target tokenizer into an ids Parquet file (and the
+    token-joined text file), streaming; returns the target's statistics on it."""
+    backend = encoder(target)
+    stats = TokenStats(unk_id=target.unk_token_id)
+    total = corpus_rows(corpus)
+    bad_lines = 0
+    with contextlib.ExitStack() as stack:
+        # exits in reverse: writer and text file close, then both artefacts are renamed into place
+        ids_tmp = stack.enter_context(io.atomic_output(ids_path))
+        text_file = None
+        if text_path is not None:
+            text_tmp = stack.enter_context(io.atomic_output(text_path))
+            text_file = stack.enter_context(open(text_tmp, "w", encoding="utf-8", newline="\n"))
+        writer = pq.ParquetWriter(ids_tmp, IDS_SCHEMA, compression="zstd")
+        stack.callback(writer.close)
+        bar = stack.enter_context(progress(total=total, unit="lines", desc=desc or corpus.name))
+        pending: list[pa.Array] = []
+        pending_rows = 0
+        for texts, encs in encode_batches(backend, iter_text_batches(corpus, batch_size)):
+            lengths, ids, offsets = flatten(encs)
+            pending.append(ids_array(lengths, ids))
+            pending_rows += len(encs)
+            if pending_rows >= ROW_GROUP_ROWS:
+                writer.write_table(pa.Table.from_arrays([pa.concat_arrays(pending)], schema=IDS_SCHEMA))
+                pending, pending_rows = [], 0
+            if text_file is not None:
+                joined = "\n".join(" ".join(e.tokens) for e in encs) + "\n"
+                bad_lines += joined.count("\n") - len(encs)
+                text_file.write(joined)
+            stats.update_flat(texts, lengths, ids, offsets)
+            bar.update(len(encs))
+        if pending or stats.lines == 0:
+            arr = pa.concat_arrays(pending) if pending else pa.array([], type=io.TOKEN_IDS)
+            writer.write_table(pa.Table.from_arrays([arr], schema=IDS_SCHEMA))
+    if bad_lines:
+        log.warning("%s: %d token(s) contain a line break, so %s has more lines than the corpus",
+                    corpus, bad_lines, text_path)
+    return stats
+
+
+def measure(tokenizer, corpus: Path, batch_size: int = 1000) -> TokenStats:
+    """A tokenizer's statistics on a corpus split (nothing written)."""
+    backend = encoder(tokenizer)
+    stats = TokenStats(unk_id=tokenizer.unk_token_id)
+    for texts, encs in encode_batches(backend, iter_text_batches(corpus, batch_size)):
+        stats.update(texts, encs)
+    return stats
+
+
+# ---------------------------------------------------------------------------------------------
+# the stage
+
+def run(ctx) -> None:
+    from vocabtransfer.train.modeling import load_tokenizer
+
+    set_threads(ctx.threads)
+    batch_size = int(ctx.param("pretokenize.batch_size"))
+    source_name = ctx.param("source_model")
+    target = load_target_tokenizer(ctx.input["tokenizer"])
+    source = load_tokenizer(source_name)
+    for split in ("train", "valid"):
+        corpus_rows(ctx.input[split])  # a missing or malformed split fails before any work
+
+    seconds: dict[str, float] = {}
+    start = time.perf_counter()
+    train = encode_split(target, ctx.input["train"], ctx.output["train_ids"], text_path=ctx.output["text"],
+                         batch_size=batch_size, desc="train")
+    seconds["train"] = time.perf_counter() - start
+    start = time.perf_counter()
+    valid = encode_split(target, ctx.input["valid"], ctx.output["valid_ids"], batch_size=batch_size, desc="valid")
+    seconds["valid"] = time.perf_counter() - start
+    start = time.perf_counter()
+    valid_source = measure(source, ctx.input["valid"], batch_size)
+    seconds["valid_source"] = time.perf_counter() - start
+
+    source_label = f"source ({Path(str(source_name)).name})"
+    rows = [("valid", source_label, valid_source.as_dict()), ("valid", "target", valid.as_dict()),
+            ("train", "target", train.as_dict())]
+    table = markdown_table(rows)
+    log.info("pretokenize: %s\n%s", ctx.lang, table)
+    if valid_source.words and valid.words:
+        log.info("pretokenize: target fertility %.3f vs source %.3f on valid",
+                 valid.as_dict()["fertility"], valid_source.as_dict()["fertility"])
+
+    io.write_json({
+        "lang": ctx.lang, "source_model": source_name, "tokenizer": str(ctx.input["tokenizer"]),
+        "target_vocab_size": len(target), "source_vocab_size": len(source),
+        "unk_token": {"source": source.unk_token, "target": target.unk_token},
+        "stats": {"valid": {"source": valid_source.as_dict(), "target": valid.as_dict()},
+                  "train": {"target": train.as_dict()}},
+        "table": table, "batch_size": batch_size, "threads": ctx.threads,
+        "seconds": {k: round(v, 3) for k, v in seconds.items()}, "versions": io.versions(),
+    }, ctx.output["stats"])

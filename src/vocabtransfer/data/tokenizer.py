@@ -1,0 +1,520 @@
+"""The `tokenizer` stage: train the target-language tokenizer in the source tokenizer's family
+and conventions, with Hugging Face `tokenizers`, and save it as an HF fast-tokenizer directory.
+
+What carries over from the source tokenizer (read from its backend `tokenizer.json`):
+  * the special tokens: same strings and AddedToken flags, placed first with ids 0, 1, … in the
+    order of their source ids (BERT: [PAD] [UNK] [CLS] [SEP] [MASK]; XLM-R: <s> <pad> </s> <unk> <mask>);
+  * the normalizer (e.g. BERT lowercasing and accent handling), the pre-tokenizer, the decoder and
+    the model's options (unk token, `##` prefix, byte_fallback, …);
+  * the post-processor (e.g. BERT's [CLS] … [SEP] template) with its token ids remapped to the
+    new vocabulary; the special-token attributes (cls/sep/pad/mask/unk/bos/eos) and model_max_length.
+  Not carried over: the source's truncation/padding settings (they are per-use, and a fixed padding
+  in tokenizer.json would pad every encoding) and added tokens that are not special.
+
+Families (`tokenizer.family`; `auto` takes the source backend's model type):
+  wordpiece  WordPieceTrainer with the `##` continuing prefix (BERT, MiniLM).
+  unigram    UnigramTrainer on the source's `▁` Metaspace pipeline (XLM-R, T5, ALBERT).
+             `tokenizer.min_frequency` does not apply (the Unigram trainer has no such option).
+  bpe        byte-level (GPT-2, RoBERTa, Llama-3: a ByteLevel pre-tokenizer): BpeTrainer with the 256
+             ByteLevel characters as initial alphabet, so no input is ever unknown.
+             SentencePiece-style (Llama-2, Mistral: `▁` Metaspace and byte_fallback): BpeTrainer on
+             the source's `▁` pipeline with byte_fallback kept; the 256 `<0x00>`…`<0xFF>` byte tokens
+             are put right after the special tokens, as SentencePiece does, and count in vocab_size.
+  A family other than the source's keeps the source's normalizer and post-processor but takes the
+  family's own pre-tokenizer and decoder (wordpiece: BertPreTokenizer + `##`; unigram: Metaspace `▁`;
+  bpe: byte-level); a SentencePiece-style normalizer (one that writes `▁`) is dropped then.
+
+The directory holds tokenizer.json, tokenizer_config.json (class `TokenizersBackend`, i.e.
+transformers' PreTrainedTokenizerFast: tokenizer.json is the whole truth, no model-specific class
+rebuilds the pipeline) and vocabtransfer_stats.json (family, vocab size reached, seconds).
+
+Reproducibility: the same corpus and params give a byte-identical tokenizer.json for WordPiece
+and BPE. (WordPiece needs help: the trainer numbers its `##x` symbols in hash-map order, which
+changes tie-breaks between merges, huggingface/tokenizers#1794; we hand it those symbols up front
+in sorted order, one extra pass over the corpus.) The Unigram trainer has run-to-run noise we can
+only reduce: its pieces are put in canonical order with scores rounded to 1e-6, but on rare ties
+in its pruning a piece can still differ between runs.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Iterator, Literal
+
+from vocabtransfer import io
+from vocabtransfer.errors import VocabTransferError, brief
+
+log = logging.getLogger(__name__)
+
+Family = Literal["wordpiece", "unigram", "bpe"]
+FAMILIES: tuple[str, ...] = ("wordpiece", "unigram", "bpe")
+MODEL_TO_FAMILY = {"WordPiece": "wordpiece", "Unigram": "unigram", "BPE": "bpe"}
+TEXT_COLUMN = "text"
+BYTE_TOKENS = [f"<0x{b:02X}>" for b in range(256)]  # SentencePiece's byte-fallback pieces
+
+
+# ---------------------------------------------------------------------------------------------
+# corpus access (shared with the pretokenize stage)
+
+def corpus_rows(path: str | os.PathLike) -> int:
+    """Number of lines in a corpus Parquet file (from its metadata, nothing is read)."""
+    return _open_corpus(path).metadata.num_rows
+
+
+def iter_text_batches(path: str | os.PathLike, batch_size: int = 1000) -> Iterator[list[str]]:
+    """Stream the `text` column of a corpus Parquet file as lists of at most `batch_size` lines."""
+    pf = _open_corpus(path)
+    for batch in pf.iter_batches(batch_size=batch_size, columns=[TEXT_COLUMN]):
+        yield [t if t is not None else "" for t in batch.column(0).to_pylist()]
+
+
+def _open_corpus(path: str | os.PathLike):
+    import pyarrow.parquet as pq
+
+    path = Path(path)
+    if not path.is_file():
+        raise VocabTransferError(f"{path}: corpus file not found; run `vocabtransfer corpus` for this language first")
+    try:
+        pf = pq.ParquetFile(path)
+    except Exception as exc:
+        raise VocabTransferError(f"{path}: not a readable Parquet file ({brief(exc)}); delete it and rerun the corpus stage") from exc
+    names = pf.schema_arrow.names
+    if TEXT_COLUMN not in names:
+        raise VocabTransferError(
+            f"{path}: no `{TEXT_COLUMN}` column (has {', '.join(names)}); rerun the corpus stage to rewrite it"
+        )
+    return pf
+
+
+class CorpusBatches:
+    """A re-iterable view of a corpus file's lines in batches (each iteration streams it anew)."""
+
+    def __init__(self, path: str | os.PathLike, batch_size: int = 1000):
+        self.path, self.batch_size = Path(path), batch_size
+        self.rows = corpus_rows(self.path)
+
+    def __iter__(self) -> Iterator[list[str]]:
+        return iter_text_batches(self.path, self.batch_size)
+
+    def __len__(self) -> int:
+        return -(-self.rows // self.batch_size)
+
+
+def set_threads(threads: int) -> None:
+    """Let the Rust tokenizers use `threads` cores (read when its thread pool first starts)."""
+    threads = max(1, int(threads))
+    os.environ["RAYON_NUM_THREADS"] = str(threads)
+    os.environ["TOKENIZERS_PARALLELISM"] = "true" if threads > 1 else "false"
+
+
+# ---------------------------------------------------------------------------------------------
+# the source tokenizer's family and conventions
+
+def _backend_json(tokenizer) -> dict:
+    return json.loads(tokenizer.backend_tokenizer.to_str())
+
+
+def _contains_type(node, type_name: str) -> bool:
+    """Whether a serialized component (or any member of a Sequence) has this `type`."""
+    if isinstance(node, dict):
+        return node.get("type") == type_name or any(_contains_type(v, type_name) for v in node.values())
+    if isinstance(node, list):
+        return any(_contains_type(v, type_name) for v in node)
+    return False
+
+
+def detect_family(source) -> tuple[Family, str]:
+    """The source tokenizer's family and style: (wordpiece, wordpiece), (unigram, unigram),
+    (bpe, byte_level) or (bpe, sentencepiece)."""
+    spec = _backend_json(source)
+    model_type = spec["model"]["type"]
+    family = MODEL_TO_FAMILY.get(model_type)
+    if family is None:
+        raise VocabTransferError(
+            f"source tokenizer: model type {model_type!r} has no trainable family here; "
+            f"set `tokenizer.family` to one of {', '.join(FAMILIES)}"
+        )
+    return family, _style(family, spec)
+
+
+def _style(family: str, spec: dict) -> str:
+    if family != "bpe":
+        return family
+    return "byte_level" if _contains_type(spec.get("pre_tokenizer"), "ByteLevel") else "sentencepiece"
+
+
+def source_special_tokens(source) -> list:
+    """The source's special tokens as AddedTokens (flags kept), in the order of their source ids."""
+    from tokenizers import AddedToken
+
+    by_content: dict[str, tuple[int, AddedToken]] = {}
+    for idx, tok in source.added_tokens_decoder.items():
+        if tok.special:
+            by_content.setdefault(str(tok.content), (idx, tok))
+    for attr in source.SPECIAL_TOKENS_ATTRIBUTES:
+        value = getattr(source, attr, None)
+        if value is not None and str(value) not in by_content:
+            idx = source.convert_tokens_to_ids(str(value))
+            by_content[str(value)] = (idx if isinstance(idx, int) else sys.maxsize,
+                                      AddedToken(str(value), special=True, normalized=False))
+    ordered = sorted(by_content.values(), key=lambda item: item[0])
+    return [AddedToken(t.content, single_word=t.single_word, lstrip=t.lstrip, rstrip=t.rstrip,
+                       normalized=t.normalized, special=True) for _, t in ordered]
+
+
+def _family_conventions(family: str) -> tuple[dict, dict]:
+    """Pre-tokenizer and decoder a family uses when it is not the source's own."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    if family == "wordpiece":
+        tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        tok.decoder = decoders.WordPiece(prefix="##")
+    elif family == "unigram":
+        tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
+        tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
+    else:
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = decoders.ByteLevel()
+    spec = json.loads(tok.to_str())
+    return spec["pre_tokenizer"], spec["decoder"]
+
+
+def _empty_model(family: str, source_model: dict | None, unk: str | None) -> dict:
+    """The serialized, untrained model: the source's options when it is the same family."""
+    from tokenizers import Tokenizer, models
+
+    if source_model is not None:
+        model = dict(source_model)
+        if family == "unigram":
+            model.update(vocab=[], unk_id=None)
+        else:
+            model["vocab"] = {}
+            if family == "bpe":
+                model["merges"] = []
+        return model
+    if family == "wordpiece":
+        obj = models.WordPiece(unk_token=unk or "[UNK]", continuing_subword_prefix="##")
+    elif family == "unigram":
+        obj = models.Unigram()
+    else:
+        obj = models.BPE()
+    return json.loads(Tokenizer(obj).to_str())["model"]
+
+
+def _remap_ids(node, vocab: dict[str, int]):
+    """Point the token ids inside a serialized post-processor at the new vocabulary."""
+    if isinstance(node, dict):
+        out = {k: _remap_ids(v, vocab) for k, v in node.items()}
+        if isinstance(out.get("tokens"), list) and isinstance(out.get("ids"), list):
+            missing = [t for t in out["tokens"] if t not in vocab]
+            if missing:
+                raise VocabTransferError(
+                    f"source tokenizer: its post-processor uses {', '.join(missing)}, which is not a special token; "
+                    "the target tokenizer cannot reproduce its template"
+                )
+            out["ids"] = [vocab[t] for t in out["tokens"]]
+        return out
+    if isinstance(node, list):
+        # RobertaProcessing / BertProcessing store `cls` and `sep` as [token, id]
+        if len(node) == 2 and isinstance(node[0], str) and isinstance(node[1], int) and node[0] in vocab:
+            return [node[0], vocab[node[0]]]
+        return [_remap_ids(v, vocab) for v in node]
+    return node
+
+
+def _without_byte_level(processor: dict | None) -> dict | None:
+    if processor is None or processor.get("type") == "ByteLevel":
+        return None
+    if processor.get("type") == "Sequence":
+        members = [p for p in processor.get("processors", []) if p.get("type") != "ByteLevel"]
+        return {**processor, "processors": members} if members else None
+    return processor
+
+
+def _insert_byte_tokens(spec: dict, n_special: int) -> dict:
+    """Put the 256 `<0xXX>` byte-fallback tokens right after the special tokens (ids shift by 256)."""
+    vocab: dict[str, int] = spec["model"]["vocab"]
+    ordered = sorted(vocab, key=vocab.__getitem__)
+    head, rest = ordered[:n_special], [t for t in ordered[n_special:] if t not in BYTE_TOKENS]
+    spec["model"]["vocab"] = {t: i for i, t in enumerate(head + BYTE_TOKENS + rest)}
+    return spec
+
+
+def _continuation_symbols(tok, batches, prefix: str) -> list[str]:
+    """Every `prefix + char` symbol the BPE/WordPiece trainer will create, sorted.
+
+    The trainer gives these symbols ids in hash-map order, and ids break ties between equally
+    frequent merges, so the same corpus can give different vocabularies
+    (huggingface/tokenizers#1794). Passing them to the trainer up front, in sorted order, fixes
+    their ids and makes training deterministic; they are the same symbols the trainer would add.
+    """
+    normalizer, pre_tokenizer = tok.normalizer, tok.pre_tokenizer
+    words: set[str] = set()
+    for texts in batches:
+        for text in texts:
+            if normalizer is not None:
+                text = normalizer.normalize_str(text)
+            if pre_tokenizer is None:
+                words.add(text)
+            else:
+                words.update(w for w, _ in pre_tokenizer.pre_tokenize_str(text))
+    chars: set[str] = set()
+    for word in words:
+        chars.update(word[1:])
+    return [prefix + c for c in sorted(chars)]
+
+
+def _canonical_unigram(spec: dict, n_special: int) -> dict:
+    """Make a trained Unigram model independent of the trainer's run-to-run noise.
+
+    The UnigramTrainer (a) gives the required characters it had to add the scores
+    min_score + k·1e-4 in hash-set order and (b) sums EM counts in parallel, so scores differ in
+    the last bits between runs. Here (a) the added characters get those scores in sorted order,
+    (b) scores are rounded to 1e-6 (SentencePiece itself stores float32 scores) and (c) pieces
+    after the special tokens are ordered by (score descending, piece).
+    """
+    model = spec["model"]
+    pieces = [list(p) for p in model["vocab"]]
+    unk = pieces[model["unk_id"]][0] if model.get("unk_id") is not None else None
+    head, rest = pieces[:n_special], pieces[n_special:]
+    if rest:
+        # (a) the scores the trainer hands out, computed exactly as it does (repeated addition)
+        lowest, penalty, ladder = min(p[1] for p in rest), 0.0, []
+        chars = [p for p in rest if len(p[0]) == 1]
+        for _ in chars:
+            ladder.append(lowest + penalty)
+            penalty += 0.0001
+        on_ladder = set(ladder)
+        added = sorted((p for p in chars if p[1] in on_ladder), key=lambda p: p[0])
+        for p, score in zip(added, ladder):
+            p[1] = score
+        for p in rest:  # (b)
+            p[1] = round(p[1], 6)
+        rest.sort(key=lambda p: (-p[1], p[0]))  # (c)
+    pieces = head + rest
+    model["vocab"] = pieces
+    if unk is not None:
+        model["unk_id"] = [p[0] for p in pieces].index(unk)
+    return spec
+
+
+# ---------------------------------------------------------------------------------------------
+# training
+
+def train_tokenizer(
+    source,
+    batches,
+    *,
+    family: Literal["auto", "wordpiece", "unigram", "bpe"] = "auto",
+    vocab_size: int = 16000,
+    min_frequency: int = 2,
+    length: int | None = None,
+    show_progress: bool = False,
+):
+    """Train a target tokenizer in the source's conventions on `batches` and return it as a
+    transformers fast tokenizer (a `PreTrainedTokenizerFast`).
+
+    `batches` is an iterable of lists of lines that can be iterated more than once (a list, or
+    `CorpusBatches`): WordPiece reads it twice to make training deterministic.
+    """
+    from tokenizers import AddedToken, Tokenizer, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    src = _backend_json(source)
+    src_family, src_style = detect_family(source)
+    family = src_family if family == "auto" else family
+    if family not in FAMILIES:
+        raise VocabTransferError(f"tokenizer.family: {family!r} is not allowed; allowed values: auto, {', '.join(FAMILIES)}")
+    same = family == src_family
+    style = src_style if same else ("byte_level" if family == "bpe" else family)
+
+    # 1. special tokens (ids 0..k-1 in source order) and the unknown token
+    specials = source_special_tokens(source)
+    unk = None
+    if same and family == "unigram":
+        unk_id = src["model"].get("unk_id")
+        unk = src["model"]["vocab"][unk_id][0] if unk_id is not None else None
+    elif same:
+        unk = src["model"].get("unk_token")
+    elif family != "bpe":  # a byte-level BPE never needs an unknown token
+        unk = source.unk_token
+    if family in ("wordpiece", "unigram") and unk is None:
+        raise VocabTransferError(
+            f"source tokenizer: has no unknown token, which a {family} tokenizer needs; "
+            "set `tokenizer.family: bpe` (byte-level, never unknown) or use a source with an unk token"
+        )
+    if unk is not None and unk not in {str(t.content) for t in specials}:
+        specials.append(AddedToken(unk, special=True, normalized=False))
+    n_special = len(specials)
+
+    # 2. an empty tokenizer with the source's normalizer / pre-tokenizer / decoder and model options
+    normalizer = src.get("normalizer")
+    if same:
+        pre_tok, decoder = src.get("pre_tokenizer"), src.get("decoder")
+    else:
+        pre_tok, decoder = _family_conventions(family)
+        if normalizer is not None and "▁" in json.dumps(normalizer, ensure_ascii=False):
+            log.warning("tokenizer: dropping the source's SentencePiece-style normalizer for a %s target", family)
+            normalizer = None
+        log.warning("tokenizer: family %s differs from the source's (%s); using the %s pre-tokenizer and decoder",
+                    family, src_family, family)
+    model = _empty_model(family, src["model"] if same else None, unk)
+    if family in ("wordpiece", "bpe") and model.get("unk_token") is None and unk is not None:
+        model["unk_token"] = unk
+    spec = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": [],
+            "normalizer": normalizer, "pre_tokenizer": pre_tok, "post_processor": None,
+            "decoder": decoder, "model": model}
+    tok = Tokenizer.from_str(json.dumps(spec))
+    if style in ("unigram", "sentencepiece"):
+        # SentencePiece trains on whitespace-split pieces (`▁word`) even where its HF conversion
+        # encodes whole lines (Metaspace split=False, or a normalizer that writes `▁`): train with
+        # a split at every `▁`, then restore the source's pre-tokenizer for encoding.
+        split = pre_tokenizers.Split("▁", behavior="merged_with_next")
+        tok.pre_tokenizer = pre_tokenizers.Sequence([tok.pre_tokenizer, split]) if tok.pre_tokenizer else split
+
+    # 3. the family's trainer
+    byte_fallback = family == "bpe" and bool(model.get("byte_fallback"))
+    target_size = vocab_size - (len(BYTE_TOKENS) if byte_fallback else 0)
+    if target_size <= n_special:
+        raise VocabTransferError(
+            f"tokenizer.vocab_size: {vocab_size} leaves no room beyond the {n_special} special tokens"
+            + (f" and {len(BYTE_TOKENS)} byte tokens" if byte_fallback else "") + "; raise it"
+        )
+    prefix = (model.get("continuing_subword_prefix") or "##") if family == "wordpiece" else model.get("continuing_subword_prefix")
+    if prefix and iter(batches) is batches:
+        raise TypeError("train_tokenizer: `batches` must be re-iterable (a list or CorpusBatches), not an iterator")
+    seeds = _continuation_symbols(tok, batches, prefix) if prefix else []
+    common = dict(vocab_size=target_size, show_progress=show_progress,
+                  special_tokens=specials + [AddedToken(t, special=True, normalized=False) for t in seeds])
+    if family == "wordpiece":
+        trainer = trainers.WordPieceTrainer(min_frequency=min_frequency, continuing_subword_prefix=prefix, **common)
+    elif family == "unigram":
+        trainer = trainers.UnigramTrainer(unk_token=unk, **common)
+    else:
+        extra = {}
+        if style == "byte_level":
+            extra["initial_alphabet"] = pre_tokenizers.ByteLevel.alphabet()
+        if prefix:
+            extra["continuing_subword_prefix"] = prefix
+        if model.get("end_of_word_suffix"):
+            extra["end_of_word_suffix"] = model["end_of_word_suffix"]
+        trainer = trainers.BpeTrainer(min_frequency=min_frequency, **extra, **common)
+
+    start = time.perf_counter()
+    tok.train_from_iterator(batches, trainer=trainer, length=length)
+    log.info("tokenizer: trained a %s (%s) vocabulary of %d in %.1f s",
+             family, style, tok.get_vocab_size(), time.perf_counter() - start)
+
+    # 4. byte-fallback tokens, then the post-processor with remapped ids
+    spec = json.loads(tok.to_str())
+    spec["pre_tokenizer"] = pre_tok
+    if seeds:  # the seeded `##x` symbols stay in the vocabulary but are no special tokens
+        seeded = set(seeds)
+        spec["added_tokens"] = [t for t in spec["added_tokens"] if t["content"] not in seeded]
+    if family == "unigram":
+        spec = _canonical_unigram(spec, n_special)
+    if byte_fallback:
+        spec = _insert_byte_tokens(spec, n_special)
+    processor = src.get("post_processor")
+    if not (same and style == "byte_level"):
+        processor = _without_byte_level(processor)
+    vocab = spec["model"]["vocab"]
+    vocab = dict(vocab) if isinstance(vocab, dict) else {p[0]: i for i, p in enumerate(vocab)}
+    spec["post_processor"] = _remap_ids(processor, vocab) if processor is not None else None
+    tok = Tokenizer.from_str(json.dumps(spec))
+
+    # 5. the transformers wrapper with the source's special-token attributes
+    kwargs = {"model_max_length": source.model_max_length, "padding_side": source.padding_side,
+              "truncation_side": source.truncation_side}
+    flags = {str(t.content): t for t in specials}
+    for attr in source.SPECIAL_TOKENS_ATTRIBUTES:
+        value = getattr(source, attr, None)
+        if value is not None:
+            kwargs[attr] = flags.get(str(value), str(value))
+    extra_specials = [str(t) for t in (getattr(source, "extra_special_tokens", None) or [])]
+    if extra_specials:
+        kwargs["extra_special_tokens"] = extra_specials
+    return PreTrainedTokenizerFast(tokenizer_object=tok, **kwargs)
+
+
+# ---------------------------------------------------------------------------------------------
+# loading a saved target tokenizer
+
+def load_target_tokenizer(path: str | os.PathLike):
+    """Load the target tokenizer directory; a missing or corrupt one is one clear error."""
+    from tokenizers import Tokenizer
+    from transformers import AutoTokenizer
+
+    path = Path(path)
+    if not path.is_dir():
+        raise VocabTransferError(f"{path}: tokenizer directory not found; run `vocabtransfer tokenizer` for this language first")
+    tokenizer_json = path / "tokenizer.json"
+    if not tokenizer_json.is_file():
+        raise VocabTransferError(f"{tokenizer_json}: file missing, so {path} is no complete tokenizer; delete it and rerun the tokenizer stage")
+    try:
+        Tokenizer.from_file(str(tokenizer_json))
+    except Exception as exc:
+        cause = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+        raise VocabTransferError(f"{tokenizer_json}: corrupt tokenizer file ({cause}); delete {path} and rerun the tokenizer stage") from exc
+    try:
+        tok = AutoTokenizer.from_pretrained(str(path))
+    except Exception as exc:
+        cause = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+        raise VocabTransferError(f"{path}: cannot load the tokenizer ({type(exc).__name__}: {cause}); delete it and rerun the tokenizer stage") from exc
+    if not getattr(tok, "is_fast", False):
+        raise VocabTransferError(f"{path}: loaded a slow {type(tok).__name__}; delete it and rerun the tokenizer stage")
+    return tok
+
+
+# ---------------------------------------------------------------------------------------------
+# the stage
+
+def run(ctx) -> None:
+    from vocabtransfer.train.modeling import load_tokenizer
+
+    set_threads(ctx.threads)
+    source_name = ctx.param("source_model")
+    source = load_tokenizer(source_name)
+    train_path = ctx.input["train"]
+    corpus = CorpusBatches(train_path)
+    lines = corpus.rows
+    if lines == 0:
+        raise VocabTransferError(f"{train_path}: the corpus has no lines; check `corpus.sources.{ctx.lang}` and rerun the corpus stage")
+    family_param = ctx.param("tokenizer.family")
+    vocab_size = int(ctx.param("tokenizer.vocab_size"))
+    min_frequency = int(ctx.param("tokenizer.min_frequency"))
+
+    start = time.perf_counter()
+    target = train_tokenizer(source, corpus, family=family_param, vocab_size=vocab_size,
+                             min_frequency=min_frequency, length=lines, show_progress=sys.stderr.isatty())
+    seconds = time.perf_counter() - start
+    family, style = _detect_saved_family(target)
+    reached = len(target)
+    if reached < vocab_size:
+        log.warning("tokenizer: reached %d of the %d tokens asked for (the corpus is too small)", reached, vocab_size)
+    stats = {
+        "source_model": source_name, "family": family, "style": style, "family_param": family_param,
+        "vocab_size": vocab_size, "vocab_size_reached": reached, "min_frequency": min_frequency,
+        "special_tokens": {str(t): target.convert_tokens_to_ids(str(t)) for t in target.all_special_tokens},
+        "train_lines": lines, "seconds": round(seconds, 3), "threads": ctx.threads, "versions": io.versions(),
+    }
+    with io.atomic_output(ctx.output["tokenizer"], directory=True) as tmp:
+        target.save_pretrained(str(tmp))
+        reloaded = load_target_tokenizer(tmp)  # the directory loads with AutoTokenizer alone
+        if len(reloaded) != reached:
+            raise VocabTransferError(f"{tmp}: saved tokenizer has {len(reloaded)} tokens, expected {reached}; report this as a bug")
+    io.write_json(stats, ctx.output["stats"])  # beside the directory: its timings must not change the dir's hash
+    log.info("tokenizer: %s %s tokenizer with %d tokens written to %s in %.1f s",
+             family, style, reached, ctx.output["tokenizer"], seconds)
+
+
+def _detect_saved_family(tokenizer) -> tuple[str, str]:
+    spec = _backend_json(tokenizer)
+    family = MODEL_TO_FAMILY[spec["model"]["type"]]
+    return family, _style(family, spec)

@@ -1,0 +1,1 @@
+"""Evaluation: downstream tasks (tasks/), fine-tuning, the loss right after initialisation, statistics, analyses of pretraining."""

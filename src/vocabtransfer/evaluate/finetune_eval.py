@@ -1,0 +1,225 @@
+"""Stage `finetune_eval`: fine-tune one model on one downstream task with one seed, and score it.
+
+Wildcards: `lang`, `task` (a registered task: nli, qa, ner — see `vocabtransfer.evaluate.tasks`), `model`
+and `seed`. A `model` is
+
+  * `<method>-<objective>`: a continued-pretrained model, results/L/pretrain/<method>/<objective>/model
+  * `<method>-init`: an initialised-only model, results/L/init/<method>/model
+  * `source`: the source model with its own tokenizer, results/source/model (no transfer)
+
+`eval.models` lists kinds (`pretrained`: every pretraining method × objective; `init`: `<m>-init`
+for every pretraining method; `source`) and/or explicit model names. The model's directory is loaded
+with the task's transformers head (`AutoModelFor…`): the LM head is dropped and the task head is
+initialised under the eval seed. Training uses the transformers `Trainer` (seeded data order); the
+train/test split and the subsample depend on the params `seed` only, so every model and every eval
+seed sees the same test examples in the same order, and the per-example arrays of the result JSON
+can be paired across them.
+
+`eval_jobs(params, lang)` lists the jobs params and the data present ask for; `skipped_tasks`
+says why a task has none for a language.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+from pathlib import Path
+
+from vocabtransfer import io
+from vocabtransfer.pipeline import paths as P
+from vocabtransfer.errors import VocabTransferError
+
+log = logging.getLogger(__name__)
+
+# pretrain's defaults (contract), used while params have no `pretrain` section
+
+
+def pretrain_pairs(params: dict) -> list[tuple[str, str]]:
+    """The (method, objective) pairs continued pretraining produces."""
+    from vocabtransfer.train.pretrain import pretrain_jobs
+
+    return pretrain_jobs(params)
+
+
+def producible_models(params: dict) -> list[str]:
+    """Every model name some stage produces."""
+    return (["source"] + [f"{m}-init" for m in params["init"]["methods"]]
+            + [f"{m}-{o}" for m, o in pretrain_pairs(params)])
+
+
+def parse_model(params: dict, model: str) -> dict:
+    """`method`, `objective` and the directory template of a model name; unknown names are one error."""
+    if model == "source":
+        return {"method": "source", "objective": None, "input": P.SOURCE_MODEL, "subdir": ""}
+    method, _, objective = model.rpartition("-")
+    if objective == "init" and method in params["init"]["methods"]:
+        return {"method": method, "objective": "init", "input": P.fill(P.INIT_DIR, lang="{lang}", method=method),
+                "subdir": "model"}
+    if (method, objective) in pretrain_pairs(params):
+        return {"method": method, "objective": objective,
+                "input": P.PRETRAIN_DIR.replace("{method}", method).replace("{objective}", objective),
+                "subdir": "model"}
+    raise VocabTransferError(
+        f"eval: model {model!r} is produced by no stage; use `source`, `<method>-init` (method in init.methods) "
+        f"or `<method>-<objective>` (pretrain.methods × pretrain.objectives), e.g. {producible_models(params)[-1]!r}")
+
+
+def eval_models(params: dict) -> list[str]:
+    """The models `eval.models` asks for (kinds expanded, duplicates dropped, order kept)."""
+    out: list[str] = []
+    for entry in params["eval"]["models"]:
+        if entry == "pretrained":
+            names = [f"{m}-{o}" for m, o in pretrain_pairs(params)]
+        elif entry == "init":
+            names = [f"{m}-init" for m in dict.fromkeys(m for m, _ in pretrain_pairs(params))]
+        else:
+            parse_model(params, entry)  # one clear error for a name no stage produces
+            names = [entry]
+        out += [n for n in names if n not in out]
+    return out
+
+
+def skipped_tasks(params: dict, lang: str) -> dict[str, str]:
+    """Task -> why it has no job for this language."""
+    out = {}
+    for task in params["eval"]["tasks"]:
+        section = params["eval"]["tasks"][task]
+        if not section["enabled"]:
+            out[task] = f"eval.tasks.{task}.enabled is false"
+        elif lang not in section["data"]:
+            out[task] = f"no data for {lang!r}: eval.tasks.{task}.data has no entry {lang!r}"
+    return out
+
+
+def model_reason(params: dict, lang: str, model: str) -> str | None:
+    """Why `model` does not exist for `lang` (its init method cannot run there), None when it does."""
+    from vocabtransfer.pipeline import availability as A
+
+    method = parse_model(params, model)["method"]
+    why = None if method == "source" else A.method_reason(params, lang, method)
+    return f"model {model} does not exist for {lang}: {why}" if why else None
+
+
+def skip_reason(params: dict, wildcards: dict) -> str | None:
+    """None when the job (lang, task, model, seed) runs, else why the params or data rule it out."""
+    return (skipped_tasks(params, wildcards["lang"]).get(wildcards["task"])
+            or model_reason(params, wildcards["lang"], wildcards["model"]))
+
+
+def data_files(params: dict, wildcards: dict) -> dict[str, Path]:
+    """The local files of the task's data spec for this language (`<split>` -> path): the job's data
+    dependencies. URL and hub sources are pinned by their sha256 / revision params instead."""
+    spec = params["eval"]["tasks"][wildcards["task"]]["data"].get(wildcards["lang"]) or {}
+    return {f"data_{split}": P.data_path(source["path"]) for split, source in spec.items()
+            if isinstance(source, dict) and source.get("path")}
+
+
+def eval_jobs(params: dict, lang: str) -> list[dict]:
+    """One {task, model, seed} per job the params and the data present ask for this language."""
+    skipped = skipped_tasks(params, lang)
+    tasks = [t for t in params["eval"]["tasks"] if t not in skipped]
+    return [{"task": t, "model": m, "seed": s}
+            for t in tasks for m in eval_models(params) if model_reason(params, lang, m) is None
+            for s in range(1, int(params["eval"]["seeds"]) + 1)]
+
+
+def inputs(params: dict, wildcards: dict) -> dict[str, str]:
+    return {"model": parse_model(params, wildcards["model"])["input"]}
+
+
+def result_path(lang: str, task: str, model: str, seed: int) -> str:
+    return P.fill(P.EVAL_RESULT, lang=lang, task=task, model=model, seed=str(seed))
+
+
+# --- one job ------------------------------------------------------------------------------------
+
+def _model_dir(ctx, info: dict) -> Path:
+    path = ctx.input["model"] / info["subdir"] if info["subdir"] else ctx.input["model"]
+    if not (path / "config.json").is_file():
+        raise VocabTransferError(f"{path}: no model directory (config.json missing); run the stage that produces "
+                                 f"model {ctx.wildcards['model']!r} first")
+    return path
+
+
+def finetune(*, task, splits, model_dir: Path, seed: int, output_dir: Path, device: str = "cpu",
+             threads: int = 1) -> tuple[dict, object]:
+    """Fine-tune `model_dir` with the task head on splits.train, score it on splits.test.
+    Returns (result fields, the Trainer)."""
+    import transformers
+    from transformers import AutoTokenizer, Trainer, TrainingArguments, set_seed
+
+    from vocabtransfer.train.modeling import torch_threads
+
+    opts = task.options
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    if not getattr(tokenizer, "is_fast", False):
+        raise VocabTransferError(f"{model_dir}: the tokenizer is not a fast tokenizer (offsets and word ids need one)")
+    labels = task.labels(splits.train)
+    task.prepare(splits, labels)
+    kwargs = {"num_labels": len(labels), "id2label": dict(enumerate(labels)),
+              "label2id": {l: i for i, l in enumerate(labels)}} if labels else {}
+    with torch_threads(threads):
+        set_seed(seed)  # the task head is initialised under the eval seed
+        head_cls = getattr(transformers, task.head)
+        model = head_cls.from_pretrained(str(model_dir), **kwargs)
+        train_features = task.features(splits.train, tokenizer, labels)
+        args = TrainingArguments(
+            output_dir=str(output_dir), seed=seed, data_seed=seed,
+            num_train_epochs=float(opts["epochs"]), learning_rate=float(opts["learning_rate"]),
+            per_device_train_batch_size=int(opts["batch_size"]),
+            per_device_eval_batch_size=int(opts["eval_batch_size"]),
+            warmup_steps=float(opts["warmup_ratio"]),  # a float below 1 is a share of the steps
+            weight_decay=float(opts["weight_decay"]),
+            save_strategy="no", eval_strategy="no", logging_strategy="no", report_to=[],
+            disable_tqdm=True, use_cpu=device == "cpu", dataloader_num_workers=0,
+        )
+        trainer = Trainer(model=model, args=args, train_dataset=train_features,
+                          data_collator=task.collator(tokenizer))
+        trainer.train()
+        evaluation = task.evaluate(trainer, splits.test, tokenizer, labels)
+    trivial = task.trivial(splits)  # the score of the trivial predictor (majority class, empty answer, all O)
+    result = {
+        "metric": task.metric,
+        "metrics": {k: round(float(v), 4) for k, v in evaluation.metrics.items()},
+        "n_train": len(splits.train), "n_test": len(splits.test),
+        "n_train_features": len(train_features),
+        "examples_seen": int(round(len(train_features) * float(opts["epochs"]))),
+        "skipped": {**splits.skipped, **evaluation.skipped},
+        "trivial": {**trivial, "value": round(float(trivial["value"]), 4)},
+        "examples": evaluation.examples,
+        **splits.notes,
+    }
+    return result, trainer
+
+
+def run(ctx) -> None:
+    from vocabtransfer.evaluate.tasks import get_task, load_splits
+
+    start = time.perf_counter()
+    lang, task_name, model_name = ctx.lang, ctx.wildcards["task"], ctx.wildcards["model"]
+    seed = int(ctx.wildcards["seed"])
+    info = parse_model(ctx.params, model_name)
+    jobs = eval_jobs(ctx.params, lang)
+    if {"task": task_name, "model": model_name, "seed": seed} not in jobs:
+        reason = skipped_tasks(ctx.params, lang).get(task_name)
+        raise VocabTransferError(
+            f"eval: no job {task_name}/{model_name}/seed{seed} for {lang!r}: "
+            + (reason if reason else f"check eval.models and eval.seeds ({ctx.params['eval']['seeds']})"))
+    task = get_task(task_name, ctx.params["eval"]["tasks"][task_name])
+    model_dir = _model_dir(ctx, info)
+    key = f"eval.tasks.{task_name}.data.{lang}"
+    splits = load_splits(task, ctx.params["eval"]["tasks"][task_name]["data"][lang], key, seed=ctx.seed)
+    log.info("%s %s %s seed %d: %d train / %d test examples, skipped %s", lang, task_name, model_name, seed,
+             len(splits.train), len(splits.test), splits.skipped or "none")
+    checkpoints = Path(P.fill(P.EVAL_CHECKPOINTS, lang=lang, task=task_name, model=model_name, seed=str(seed)))
+    result, _ = finetune(task=task, splits=splits, model_dir=model_dir, seed=seed, output_dir=checkpoints,
+                         device=ctx.device, threads=ctx.threads)
+    shutil.rmtree(checkpoints, ignore_errors=True)  # nothing is saved (save_strategy no): a job is short
+    out = {"lang": lang, "task": task_name, "model": model_name, "method": info["method"],
+           "objective": info["objective"], "seed": seed, **result,
+           "seconds": round(time.perf_counter() - start, 3), "model_dir": str(model_dir),
+           "versions": io.versions()}
+    io.write_json(out, ctx.output["result"])
+    log.info("%s %s %s seed %d: %s", lang, task_name, model_name, seed,
+             ", ".join(f"{k} {v:.2f}" for k, v in out["metrics"].items()))

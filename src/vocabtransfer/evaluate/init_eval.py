@@ -1,0 +1,280 @@
+"""Stage `init_eval`: how good is each initialisation before any training?
+
+For target language L and every method in params `init.methods` (results/L/init/<method>/model):
+
+(a) language-model loss on the held-out target text (results/L/corpus/valid.parquet, the first
+    `init_eval.max_lines` lines, packed into blocks of `seq_len` tokens): masked-LM loss for
+    encoders, causal-LM loss for decoders, and its perplexity. The masking is seeded and every
+    method shares the target tokenizer, so all methods are scored on the same masked tokens
+    (a paired comparison). Next to it the temperature-calibrated loss: the same logits divided by
+    the one temperature that minimises the loss (`calibrated_loss`, `temperature`). Right after
+    initialisation the encoder has never seen the target language, so the raw loss mixes how well
+    a method ranks the right token with how over-confident its logits are; the calibrated loss
+    measures the ranking alone (see `modeling.evaluate_lm`);
+(b) encoders only: parallel-sentence retrieval on XNLI dev premises. N distinct source-language
+    premises (`init_eval.xnli` with lang = `init_eval.source_lang`) are embedded by the source
+    model, the same rows of the target-language file by the initialised model (mean pooling of the
+    last hidden state over the attention mask); top-1 accuracy of the cosine-similarity matrix
+    both ways (`retrieval_en2xx`: source sentence -> its translation, `retrieval_xx2en` back).
+
+A reference row (method `source`, lang = the source language) gives the source model's loss on
+held-out source text (the last lines of `source_head.text`, which source_head never trained on)
+and, as the no-transfer baseline for retrieval, the source model with its own tokenizer on the
+target-language sentences. Output: results/L/init_eval.parquet, a Markdown table in the log, and
+results/L/init_eval.png: loss per method against the source reference, and retrieval both ways.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+import time
+from pathlib import Path
+
+import pyarrow as pa
+
+from vocabtransfer import io
+from vocabtransfer.pipeline import availability
+from vocabtransfer.train import modeling as M
+from vocabtransfer.pipeline import paths as P
+from vocabtransfer.errors import VocabTransferError
+from vocabtransfer.log import progress
+
+log = logging.getLogger(__name__)
+
+SCHEMA = pa.schema([
+    ("lang", pa.string()), ("method", pa.string()), ("kind", pa.string()),
+    ("loss", pa.float64()), ("perplexity", pa.float64()),
+    ("calibrated_loss", pa.float64()), ("temperature", pa.float64()),
+    ("n_eval_tokens", pa.int64()), ("n_eval_lines", pa.int64()),
+    ("retrieval_en2xx", pa.float64()), ("retrieval_xx2en", pa.float64()), ("n_sentences", pa.int64()),
+    ("model", pa.string()), ("seconds", pa.float64()),
+])
+
+
+def input_key(method: str) -> str:
+    """ctx.input key of a method's init directory (`focus+svd` -> `init_focus_svd`)."""
+    return "init_" + re.sub(r"\W", "_", method)
+
+
+def inputs(params: dict, wildcards: dict) -> dict[str, str]:
+    """The stage's input templates: they depend on params (one init directory per configured method)."""
+    from vocabtransfer.pipeline.availability import methods
+
+    out = {"source_model": P.SOURCE_MODEL, "valid": P.CORPUS_VALID}
+    for method in methods(params, wildcards["lang"]):  # the ones the language has data for
+        out[input_key(method)] = P.INIT_DIR.replace("{method}", method)
+    return out
+
+
+def read_xnli_premises(template: str, source_lang: str, lang: str, n: int) -> tuple[list[str], list[str]]:
+    """The first `n` distinct source-language premises and the same rows of the target-language file
+    (none for `n` <= 0)."""
+    if n <= 0:
+        return [], []
+    files = [P.data_path(template.format(lang=code)) for code in (source_lang, lang)]
+    columns = []
+    for path in files:
+        if not path.is_file():
+            raise VocabTransferError(f"{path}: XNLI file not found; check init_eval.xnli (relative paths resolve "
+                                     "against $VOCABTRANSFER_DATA)")
+        with path.open(encoding="utf-8") as fh:
+            columns.append([line.rstrip("\n").split("\t")[0].strip() for line in fh if line.strip()])
+    if len(columns[0]) != len(columns[1]):
+        raise VocabTransferError(f"{files[1]}: {len(columns[1])} rows but {files[0]} has {len(columns[0])}; "
+                                 "the files must be row-aligned translations")
+    seen: set[str] = set()
+    src, tgt = [], []
+    for a, b in zip(*columns):
+        if a and b and a not in seen:
+            seen.add(a)
+            src.append(a)
+            tgt.append(b)
+            if len(src) == n:
+                break
+    return src, tgt
+
+
+def sentence_embeddings(model, tokenizer, texts: list[str], *, batch_size: int, max_length: int, desc: str = ""):
+    """Mean of the last hidden state over the attention mask, one row per text (float32, CPU)."""
+    import torch
+
+    device = next(model.parameters()).device
+    rows = []
+    with torch.inference_mode():
+        for i in progress(range(0, len(texts), batch_size), desc=desc or "embed", unit="batch"):
+            enc = tokenizer(texts[i: i + batch_size], padding=True, truncation=True, max_length=max_length,
+                            return_tensors="pt")
+            mask = enc["attention_mask"].to(device)
+            hidden = model.base_model(input_ids=enc["input_ids"].to(device), attention_mask=mask).last_hidden_state
+            m = mask.unsqueeze(-1).to(hidden.dtype)
+            rows.append(((hidden * m).sum(1) / m.sum(1).clamp(min=1)).float().cpu())
+    return torch.cat(rows)
+
+
+def retrieval_accuracy(src, tgt) -> tuple[float, float]:
+    """Top-1 accuracy of cosine similarity: row i of `src` should find row i of `tgt`, and back."""
+    import torch
+    import torch.nn.functional as F
+
+    sim = F.normalize(src, dim=-1) @ F.normalize(tgt, dim=-1).T
+    gold = torch.arange(sim.shape[0])
+    n = sim.shape[0]
+    return int((sim.argmax(1) == gold).sum()) / n, int((sim.argmax(0) == gold).sum()) / n
+
+
+def lm_eval(model, tokenizer, kind: M.Kind, lines: list[str], *, seq_len: int, batch_size: int, seed: int) -> dict:
+    blocks = M.pack_lines(tokenizer, lines, seq_len, kind=kind)
+    if not blocks:
+        raise VocabTransferError("init_eval: no text to evaluate on (empty valid split or max_lines = 0)")
+    return M.evaluate_lm(model, M.lm_batches(tokenizer, blocks, kind, batch_size, seed), kind, calibrate=True)
+
+
+def loss_columns(res: dict) -> dict:
+    """The loss columns of an init_eval row from `lm_eval`'s result."""
+    return {"loss": res["loss"], "perplexity": res["perplexity"], "calibrated_loss": res["calibrated_loss"],
+            "temperature": res["temperature"], "n_eval_tokens": res["n_tokens"]}
+
+
+def markdown(rows: list[dict]) -> str:
+    cols = ["lang", "method", "loss", "perplexity", "calibrated_loss", "temperature", "retrieval_en2xx",
+            "retrieval_xx2en", "n_eval_tokens"]
+
+    def fmt(v):
+        if v is None or (isinstance(v, float) and math.isnan(v)):
+            return "–"
+        return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    lines += ["| " + " | ".join(fmt(r[c]) for c in cols) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def plot(rows: list[dict], path: str | Path, lang: str) -> None:
+    """Loss per method (best at the top; diamonds: at the best temperature; the source reference as a
+    dashed line) and retrieval both ways."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ref = next((r for r in rows if r["method"] == "source"), None)
+    methods = sorted((r for r in rows if r["method"] != "source"), key=lambda r: r["loss"], reverse=True)
+    has_retrieval = any(r["retrieval_en2xx"] is not None for r in methods)
+    height = 1.5 + 0.32 * len(methods)
+    fig, axes = plt.subplots(1, 2 if has_retrieval else 1, figsize=(11 if has_retrieval else 6, height),
+                             sharey=True, squeeze=False)
+    y = list(range(len(methods)))
+    names = [r["method"] for r in methods]
+    ax = axes[0][0]
+    ax.barh(y, [r["loss"] for r in methods], color="tab:blue", label="loss")
+    ax.scatter([r["calibrated_loss"] for r in methods], y, marker="D", color="white", edgecolors="black",
+               zorder=3, s=20, label="at the best temperature")
+    for yi, r in zip(y, methods):
+        ax.text(r["loss"], yi, f" {r['loss']:.2f} ({r['calibrated_loss']:.2f})", va="center", fontsize=8)
+    if ref is not None:
+        ax.axvline(ref["loss"], color="black", linestyle="--", linewidth=1,
+                   label=f"source model on {ref['lang']} ({ref['loss']:.2f})")
+    ax.set_yticks(y, names)
+    ax.set_ylim(-0.6, len(methods) + 0.4)  # a free row at the top for the legends
+    ax.set_xlabel(f"{'masked' if methods and methods[0]['kind'] == 'masked' else 'causal'}-LM loss on held-out "
+                  f"{lang} text (lower is better)")
+    ax.set_xlim(0, max([r["loss"] for r in rows] + [1.0]) * 1.2)
+    if has_retrieval:
+        ax = axes[0][1]
+        width = 0.4
+        for offset, key, label in ((-width / 2, "retrieval_en2xx", f"{ref['lang'] if ref else 'source'}→{lang}"),
+                                   (width / 2, "retrieval_xx2en", f"{lang}→{ref['lang'] if ref else 'source'}")):
+            ax.barh([yi + offset for yi in y], [r[key] or 0.0 for r in methods], height=width, label=label)
+        if ref is not None and ref["retrieval_en2xx"] is not None:
+            ax.axvline(ref["retrieval_en2xx"], color="black", linestyle="--", linewidth=1,
+                       label="source model, own tokenizer")
+        ax.set_xlabel(f"top-1 retrieval accuracy, {methods[0]['n_sentences'] or 0} XNLI premises")
+    for ax in axes[0]:
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(loc="upper right", fontsize=8, ncols=3)
+    fig.suptitle(f"{lang}: right after initialisation, no training")
+    fig.tight_layout()
+    io.save_png(fig, path, dpi=120)
+
+
+def run(ctx) -> None:
+    with M.torch_threads(ctx.threads):
+        _run(ctx)
+
+
+def _run(ctx) -> None:
+    opts = ctx.param("init_eval")
+    seq_len, batch_size, seed = int(opts["seq_len"]), int(opts["batch_size"]), ctx.seed
+    source_lang = opts["source_lang"]
+    methods = availability.methods(ctx.params, ctx.lang)
+    skipped = [m for m in ctx.param("init.methods") if m not in methods]
+    if skipped:
+        log.info("init_eval %s: %s skipped (%s)", ctx.lang, ", ".join(skipped),
+                 "; ".join(availability.method_reason(ctx.params, ctx.lang, m) for m in skipped))
+
+    # the shared inputs: target text, source text, XNLI sentences
+    valid = io.read_parquet(ctx.input["valid"], ["text"]).column("text").to_pylist()
+    valid = [s.strip() for s in valid if s and s.strip()][: int(opts["max_lines"])]
+    source_text = P.data_path(ctx.param("source_head.text"))
+    n_ref = min(int(opts["max_lines"]), int(ctx.param("source_head.eval_lines")))
+    source_lines = M.read_lines(source_text)[-n_ref:]  # held out by source_head
+    no_retrieval = availability.retrieval_reason(ctx.params, ctx.lang)
+    if no_retrieval:
+        log.info("init_eval %s: no retrieval (%s)", ctx.lang, no_retrieval)
+        src_sent, tgt_sent = [], []
+    else:
+        src_sent, tgt_sent = read_xnli_premises(opts["xnli"], source_lang, ctx.lang, int(opts["retrieval_sentences"]))
+    log.info("init_eval %s: %d valid lines, %d held-out %s lines, %d XNLI premise pairs, methods %s",
+             ctx.lang, len(valid), len(source_lines), source_lang, len(src_sent), ", ".join(methods))
+
+    # reference row: the source model
+    start = time.perf_counter()
+    source_dir = Path(ctx.input["source_model"])
+    source, source_kind = M.load_source_model(source_dir)
+    source.to(ctx.device)
+    source_tok = M.load_tokenizer(source_dir)
+    ref = lm_eval(source, source_tok, source_kind, source_lines, seq_len=seq_len, batch_size=batch_size, seed=seed)
+    row = {"lang": source_lang, "method": "source", "kind": source_kind, **loss_columns(ref),
+           "n_eval_lines": len(source_lines), "retrieval_en2xx": None, "retrieval_xx2en": None,
+           "n_sentences": None, "model": str(source_dir)}
+    src_vecs = None
+    if source_kind == "masked" and src_sent:
+        src_vecs = sentence_embeddings(source, source_tok, src_sent, batch_size=batch_size, max_length=seq_len,
+                                       desc=f"{source_lang} sentences")
+        base = sentence_embeddings(source, source_tok, tgt_sent, batch_size=batch_size, max_length=seq_len,
+                                   desc=f"{ctx.lang} sentences, source model")
+        row["retrieval_en2xx"], row["retrieval_xx2en"] = retrieval_accuracy(src_vecs, base)
+        row["n_sentences"] = len(src_sent)
+    row["seconds"] = time.perf_counter() - start
+    rows = [row]
+    del source
+
+    # one row per initialised model
+    for method in methods:
+        start = time.perf_counter()
+        model_dir = Path(ctx.input.get(input_key(method)) or P.fill(P.INIT_DIR, lang=ctx.lang, method=method)) / "model"
+        model, kind = M.load_source_model(model_dir)
+        model.to(ctx.device)
+        tok = M.load_tokenizer(model_dir)
+        res = lm_eval(model, tok, kind, valid, seq_len=seq_len, batch_size=batch_size, seed=seed)
+        row = {"lang": ctx.lang, "method": method, "kind": kind, **loss_columns(res), "n_eval_lines": len(valid),
+               "retrieval_en2xx": None, "retrieval_xx2en": None, "n_sentences": None, "model": str(model_dir)}
+        if kind == "masked" and src_vecs is not None:
+            vecs = sentence_embeddings(model, tok, tgt_sent, batch_size=batch_size, max_length=seq_len,
+                                       desc=f"{ctx.lang} sentences, {method}")
+            row["retrieval_en2xx"], row["retrieval_xx2en"] = retrieval_accuracy(src_vecs, vecs)
+            row["n_sentences"] = len(tgt_sent)
+        row["seconds"] = time.perf_counter() - start
+        rows.append(row)
+        log.info("%s/%s: loss %.4f (perplexity %.1f; %.4f at temperature %.2f), retrieval %s", ctx.lang, method,
+                 row["loss"], row["perplexity"], row["calibrated_loss"], row["temperature"],
+                 "n/a" if row["retrieval_en2xx"] is None
+                 else f"{row['retrieval_en2xx']:.3f} / {row['retrieval_xx2en']:.3f}")
+        del model
+
+    io.write_parquet(pa.Table.from_pylist(rows, schema=SCHEMA), ctx.output["init_eval"])
+    plot(rows, ctx.output["plot"], ctx.lang)
+    log.info("initialisation without training, %s (loss: masked-/causal-LM loss on held-out text; retrieval: "
+             "top-1 on %d XNLI premises)\n%s", ctx.lang, len(src_sent), markdown(rows))

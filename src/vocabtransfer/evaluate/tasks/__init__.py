@@ -1,0 +1,222 @@
+"""Downstream tasks: a registry, one module per task (nli, qa, ner).
+
+A task is a `Task` subclass registered with `@register("name")`; adding a task = one module
+and one line in `_load_all`. A task knows how to
+
+  1. read its data from a source (`read`: a local file, a URL with sha256, or a
+     `datasets.load_dataset` spec) into a list of examples, each with an `id` and a `group`
+     (the unit a deterministic train/test split keeps together: an XNLI premise, a SQuAD
+     article, a sentence);
+  2. turn examples into model features (`features`) and name its transformers head (`head`);
+  3. score the fine-tuned model on the test examples (`evaluate`): the metrics in percent,
+     per-example arrays in the test examples' order (for the paired bootstrap) and the
+     counted skips.
+
+`load_splits` reads a language's data spec (`eval.tasks.<task>.data.<lang>`): `train` and
+`test` sources, or only `train`, which is then split by a seeded hash of each example's group.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from vocabtransfer.errors import VocabTransferError
+from vocabtransfer.pipeline.paths import data_path
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Source:
+    """One opened data source: a local file, or the rows of a `datasets` dataset."""
+
+    key: str  # params key, for messages (e.g. eval.tasks.ner.data.sw.train)
+    name: str  # file path or dataset name, for messages
+    path: Path | None = None
+    rows: Any = None  # a datasets.Dataset (iterable of dicts) when the source is a `dataset` spec
+    options: dict = field(default_factory=dict)  # the spec's task-specific keys (token_column, …)
+
+
+@dataclass
+class Splits:
+    train: list[dict]
+    test: list[dict]
+    skipped: dict[str, int] = field(default_factory=dict)  # counted, reported skips
+    notes: dict = field(default_factory=dict)  # extra facts for the result JSON (e.g. unseen labels)
+
+
+@dataclass
+class Evaluation:
+    metrics: dict[str, float]  # in percent
+    examples: dict[str, list]  # per test example, in the test order
+    skipped: dict[str, int] = field(default_factory=dict)
+
+
+class Task:
+    """Base class; subclasses fill in the class attributes and the methods below."""
+
+    name: str = ""
+    metric: str = ""  # the main metric's name
+    head: str = ""  # transformers AutoModelFor… class name
+
+    def __init__(self, options: dict):
+        self.options = options  # the params section eval.tasks.<name>
+
+    def read(self, source: Source) -> tuple[list[dict], dict[str, int]]:
+        """Examples of one source and counted skips; a malformed source raises one clear error."""
+        raise NotImplementedError
+
+    def labels(self, train: list[dict]) -> list[str] | None:
+        """The label names of a classification head (None for QA)."""
+        return None
+
+    def prepare(self, splits: Splits, labels: list[str] | None) -> None:
+        """Check the test split against the label set (counts go to splits.notes / skipped)."""
+
+    def features(self, examples: list[dict], tokenizer, labels: list[str] | None) -> list[dict]:
+        """Training features (dicts of token ids and labels) for the Trainer."""
+        raise NotImplementedError
+
+    def collator(self, tokenizer):
+        """Pads a batch of features (dynamic padding)."""
+        from transformers import DataCollatorWithPadding
+
+        return DataCollatorWithPadding(tokenizer)
+
+    def evaluate(self, trainer, examples: list[dict], tokenizer, labels: list[str] | None) -> Evaluation:
+        """Predict with `trainer.predict` and score."""
+        raise NotImplementedError
+
+    def trivial(self, splits: Splits) -> dict:
+        """The score of the task's trivial predictor on the test split ({"name", "value"}, percent):
+        the level a fine-tuned model has to beat before its score means anything."""
+        raise NotImplementedError
+
+
+TASKS: dict[str, type[Task]] = {}
+
+
+def register(name: str) -> Callable[[type[Task]], type[Task]]:
+    def deco(cls: type[Task]) -> type[Task]:
+        cls.name = name
+        TASKS[name] = cls
+        return cls
+
+    return deco
+
+
+def _load_all() -> None:
+    """Import every task module so its @register line runs (one line per task)."""
+    import importlib
+
+    for module in ("nli", "qa", "ner"):
+        importlib.import_module(f"vocabtransfer.evaluate.tasks.{module}")
+
+
+def available() -> list[str]:
+    _load_all()
+    return sorted(TASKS)
+
+
+def get_task(name: str, options: dict) -> Task:
+    _load_all()
+    if name not in TASKS:
+        raise VocabTransferError(f"unknown task {name!r}; available: {', '.join(sorted(TASKS))}")
+    return TASKS[name](options)
+
+
+# --- data sources -----------------------------------------------------------------------------
+
+SOURCE_KEYS = frozenset({"path", "url", "sha256", "dataset"})
+
+
+def open_source(spec: dict, key: str) -> Source:
+    """A local file (relative to $VOCABTRANSFER_DATA), a verified download, or a loaded dataset."""
+    options = {k: v for k, v in spec.items() if k not in SOURCE_KEYS}
+    if "path" in spec:
+        path = data_path(spec["path"])
+        if not path.is_file():
+            raise VocabTransferError(f"{path}: data file not found ({key}.path = {spec['path']!r}; relative paths "
+                                     "resolve against $VOCABTRANSFER_DATA); fix the path or set VOCABTRANSFER_DATA")
+        return Source(key, str(path), path=path, options=options)
+    if "url" in spec:
+        from vocabtransfer.data import download
+
+        fetched = download.fetch(spec["url"], spec["sha256"])
+        return Source(key, f"{spec['url']} ({fetched.path})", path=fetched.path, options=options)
+    if "dataset" in spec:
+        from vocabtransfer.data.corpus import LOCAL_BUILDERS, _load_dataset, _resolve_data_files
+
+        ds_spec = {"split": "train", **spec["dataset"]}
+        ds_spec.pop("streaming", None)
+        path = ds_spec.pop("path")
+        if path in LOCAL_BUILDERS:
+            ds_spec["data_files"] = _resolve_data_files(ds_spec.get("data_files"))
+        elif data_path(path).exists():
+            path = str(data_path(path))
+        rows = _load_dataset(path, f"{key}.dataset", **{k: v for k, v in ds_spec.items() if v is not None})
+        name = f"dataset {path}" + (f" ({ds_spec['name']})" if ds_spec.get("name") else "") + f" [{ds_spec['split']}]"
+        return Source(key, name, rows=rows, options=options)
+    raise VocabTransferError(f"{key}: needs one of `path`, `url` with `sha256`, or `dataset`")
+
+
+def require_columns(source: Source, row: dict, columns: tuple[str, ...]) -> None:
+    missing = [c for c in columns if c not in row]
+    if missing:
+        raise VocabTransferError(f"{source.name}: missing column(s) {', '.join(missing)} (has {', '.join(row)}) "
+                                 f"({source.key}); point the spec at a dataset with these columns")
+
+
+def unit_hash(text: str, seed: int) -> float:
+    """A seeded hash of a string mapped to [0, 1): decides the split and the subsample."""
+    digest = hashlib.blake2b(f"{seed}:{text}".encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / 2**64
+
+
+def split_by_group(examples: list[dict], test_fraction: float, seed: int) -> tuple[list[dict], list[dict]]:
+    """Deterministic train/test split: an example goes to test when the seeded hash of its group is
+    below `test_fraction`, so examples of one group (premise, article) never straddle the split."""
+    train, test = [], []
+    for ex in examples:
+        (test if unit_hash(str(ex["group"]), seed) < test_fraction else train).append(ex)
+    return train, test
+
+
+def subsample(examples: list[dict], n: int, seed: int, salt: str) -> list[dict]:
+    """At most `n` examples (0 = all), chosen by a seeded hash of their ids, kept in their original
+    order: the same for every model and eval seed."""
+    if not n or len(examples) <= n:
+        return examples
+    ranked = sorted(range(len(examples)), key=lambda i: unit_hash(f"{salt}:{examples[i]['id']}", seed))
+    return [examples[i] for i in sorted(ranked[:n])]
+
+
+def _merge_counts(a: dict[str, int], b: dict[str, int]) -> dict[str, int]:
+    out = dict(a)
+    for k, v in b.items():
+        out[k] = out.get(k, 0) + v
+    return out
+
+
+def load_splits(task: Task, spec: dict, key: str, *, seed: int) -> Splits:
+    """Read a language's data spec into train and test examples, capped at max_train / max_test."""
+    train, skipped = task.read(open_source(spec["train"], f"{key}.train"))
+    if "test" in spec:
+        test, skipped_test = task.read(open_source(spec["test"], f"{key}.test"))
+        skipped = _merge_counts(skipped, skipped_test)
+    else:
+        train, test = split_by_group(train, float(task.options["test_fraction"]), seed)
+    for split, rows in (("train", train), ("test", test)):
+        if not rows:
+            raise VocabTransferError(f"{key}: the {split} split is empty (after reading and splitting); "
+                                     f"check the data or eval.tasks.{task.name}.test_fraction")
+    ids = [ex["id"] for ex in test]
+    if len(set(ids)) != len(ids):
+        raise VocabTransferError(f"{key}: test example ids are not unique; the per-example results could not be paired")
+    train = subsample(train, int(task.options["max_train"]), seed, "train")
+    test = subsample(test, int(task.options["max_test"]), seed, "test")
+    return Splits(train=train, test=test, skipped=skipped)

@@ -1,0 +1,254 @@
+"""Stage `token_frequency_loss`: does the selfish objective help rare tokens and cost frequent ones?
+
+For target language L, every pretrained model (results/L/pretrain/<method>/<objective>/model, the
+(method, objective) pairs of `pretrain_jobs`) and every such method's initialised-only model
+(results/L/init/<method>/model, objective `init` = step 0) are scored on the same held-out
+tokens: the standard cross-entropy of each target token of the valid split, grouped by the
+token's frequency rank in the train split.
+
+1. Frequencies: token counts of the pre-tokenised train split plus the special tokens the model
+   sees around every line (BERT: [CLS], [SEP]; causal models: the end-of-sequence token that
+   closes each line). Rank 0 is the most frequent type; ties go to the smaller id.
+2. Buckets over the token types that occur in train (S of them): `equal_types` cuts ranks
+   0..S-1 into `buckets` runs of (nearly) equal type count; `log` cuts them at log-spaced ranks
+   (bucket edges ~ S^(i/buckets)), so the head gets narrow buckets and the tail wide ones.
+   Types never seen in train (rank S..V-1) form one extra bucket after the rarest, number
+   `buckets` (fewer when S < buckets): their loss is reported, never mixed into the rare bucket.
+3. Scoring: the first `max_lines` valid lines packed into blocks of `seq_len`; masked LMs get
+   seeded masks (`modeling.LMCollator`), identical for every model since all share the target
+   tokenizer, so the comparison is paired token by token.
+
+Output: results/L/token_frequency_loss.parquet (one row per model × bucket), a PNG with one panel
+per method (loss per bucket: init, standard, selfish) and a Markdown table in the log.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from vocabtransfer import io
+from vocabtransfer.train import modeling as M
+from vocabtransfer.pipeline import paths as P
+from vocabtransfer.train.pretrain import pretrain_jobs
+from vocabtransfer.errors import VocabTransferError
+from vocabtransfer.log import progress
+
+log = logging.getLogger(__name__)
+
+SCHEMA = pa.schema([
+    ("lang", pa.string()), ("method", pa.string()), ("objective", pa.string()), ("bucket", pa.int32()),
+    ("rank_lo", pa.int64()), ("rank_hi", pa.int64()), ("n_types", pa.int64()), ("n_tokens", pa.int64()),
+    ("loss", pa.float64()),
+])
+SCHEMES = ("equal_types", "log")
+
+
+def model_key(method: str, objective: str) -> str:
+    """ctx.input key of a model directory (`focus+svd`, `selfish` -> `focus_svd__selfish`)."""
+    return re.sub(r"\W", "_", method) + "__" + objective
+
+
+def inputs(params: dict, wildcards: dict) -> dict[str, str]:
+    """Train and valid ids, every pretrained model and every pretrained method's init model."""
+    out = {"train_ids": P.PRETOK_TRAIN, "valid_ids": P.PRETOK_VALID}
+    for method, objective in pretrain_jobs(params, wildcards["lang"]):
+        out[model_key(method, "init")] = P.INIT_DIR.replace("{method}", method)
+        out[model_key(method, objective)] = P.PRETRAIN_DIR.replace("{method}", method).replace("{objective}", objective)
+    return out
+
+
+# ------------------------------------------------------------------------------ frequencies
+
+def read_ids(path: str | Path, max_lines: int | None = None) -> pa.ListArray:
+    col = io.read_parquet(path, ["input_ids"]).column("input_ids").combine_chunks()
+    return col if max_lines is None else col.slice(0, max_lines)
+
+
+def token_counts(ids: pa.ListArray, tokenizer, kind: M.Kind) -> np.ndarray:
+    """Occurrences of every token id (len(tokenizer)) in pre-tokenised lines, with the special tokens
+    the model sees around each line (`pack_ids`'s prefix and suffix, and the eos that closes a line
+    of a causal model)."""
+    vocab = len(tokenizer)
+    flat = ids.flatten().to_numpy(zero_copy_only=False).astype(np.int64)
+    if flat.size and (flat.min() < 0 or flat.max() >= vocab):
+        raise VocabTransferError(f"token id {int(flat.max())} is outside the tokenizer's {vocab} ids; the "
+                                 "pre-tokenised split and the model's tokenizer do not match, rerun pretokenize")
+    counts = np.bincount(flat, minlength=vocab).astype(np.int64)
+    prefix, suffix = M.special_tokens_around(tokenizer)
+    extra = prefix + suffix
+    if kind == "causal" and tokenizer.eos_token_id is not None and (not suffix or suffix[-1] != tokenizer.eos_token_id):
+        extra.append(tokenizer.eos_token_id)
+    for token in extra:
+        counts[token] += len(ids)
+    return counts
+
+
+def frequency_ranks(counts: np.ndarray) -> np.ndarray:
+    """Rank of every token id: 0 = most frequent, ties broken by the smaller id."""
+    order = np.lexsort((np.arange(len(counts)), -counts))
+    ranks = np.empty(len(counts), dtype=np.int64)
+    ranks[order] = np.arange(len(counts))
+    return ranks
+
+
+def bucket_edges(n_seen: int, n_buckets: int, scheme: str) -> np.ndarray:
+    """Strictly increasing rank edges 0 = e_0 < … < e_k = n_seen: bucket i holds ranks e_i..e_{i+1}-1."""
+    if scheme not in SCHEMES:
+        raise VocabTransferError(f"token_frequency_loss.scheme: {scheme!r} is not one of {', '.join(SCHEMES)}")
+    if n_seen == 0:
+        return np.array([0], dtype=np.int64)
+    if scheme == "equal_types":
+        edges = np.rint(np.linspace(0, n_seen, n_buckets + 1))
+    else:
+        edges = np.floor(np.geomspace(1, n_seen + 1, n_buckets + 1)) - 1
+    edges = np.unique(edges.astype(np.int64))
+    edges[0], edges[-1] = 0, n_seen
+    return np.unique(edges)
+
+
+def frequency_buckets(counts: np.ndarray, n_buckets: int, scheme: str = "equal_types"):
+    """(bucket of every token id, [(rank_lo, rank_hi, n_types)] per bucket). Seen types fill buckets
+    0..k-1 by `scheme`; types never seen (count 0) form bucket k, after the rarest seen bucket."""
+    ranks = frequency_ranks(counts)
+    n_seen = int((counts > 0).sum())
+    edges = bucket_edges(n_seen, n_buckets, scheme)
+    k = len(edges) - 1
+    bucket = np.where(ranks < n_seen, np.searchsorted(edges, ranks, side="right") - 1, k)
+    spans = [(int(edges[i]), int(edges[i + 1]) - 1, int(edges[i + 1] - edges[i])) for i in range(k)]
+    if n_seen < len(counts):
+        spans.append((n_seen, len(counts) - 1, len(counts) - n_seen))
+    return bucket.astype(np.int64), spans
+
+
+# ------------------------------------------------------------------------------ scoring
+
+def bucket_losses(model, batches: list[dict], kind: M.Kind, bucket: np.ndarray, n_buckets: int):
+    """(summed standard cross-entropy, number of target tokens) per bucket over fixed batches."""
+    import torch
+    import torch.nn.functional as F
+
+    sums = np.zeros(n_buckets)
+    counts = np.zeros(n_buckets, dtype=np.int64)
+    model.eval()
+    with torch.inference_mode():
+        for batch in batches:
+            logits, targets = M.predicted_logits(model, batch, kind)
+            loss = F.cross_entropy(logits, targets, reduction="none").double().cpu().numpy()
+            b = bucket[targets.cpu().numpy()]
+            sums += np.bincount(b, weights=loss, minlength=n_buckets)
+            counts += np.bincount(b, minlength=n_buckets)
+    return sums, counts
+
+
+def rows_for(lang: str, method: str, objective: str, spans, sums, counts) -> list[dict]:
+    return [{"lang": lang, "method": method, "objective": objective, "bucket": i, "rank_lo": lo, "rank_hi": hi,
+             "n_types": n, "n_tokens": int(counts[i]), "loss": float(sums[i] / counts[i]) if counts[i] else math.nan}
+            for i, (lo, hi, n) in enumerate(spans)]
+
+
+def markdown(rows: list[dict], n_seen_buckets: int) -> str:
+    spans = sorted({(r["bucket"], r["rank_lo"], r["rank_hi"]) for r in rows})
+    head = [f"{'unseen ' if b >= n_seen_buckets else ''}{lo}–{hi}" for b, lo, hi in spans]
+    models = list(dict.fromkeys((r["method"], r["objective"]) for r in rows))
+    loss = {(r["method"], r["objective"], r["bucket"]): r["loss"] for r in rows}
+    lines = ["| method | objective | " + " | ".join(head) + " |", "|---|---|" + "---|" * len(head)]
+    for m, o in models:
+        cells = [loss[(m, o, b)] for b, _, _ in spans]
+        lines.append(f"| {m} | {o} | " + " | ".join("–" if math.isnan(c) else f"{c:.3f}" for c in cells) + " |")
+    return "\n".join(lines)
+
+
+STYLE = {"init": ("tab:gray", "--", "o"), "standard": ("tab:blue", "-", "s"), "selfish": ("tab:orange", "-", "^")}
+
+
+def plot(rows: list[dict], path: str | Path, lang: str, n_seen_buckets: int) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    methods = list(dict.fromkeys(r["method"] for r in rows))
+    fig, axes = plt.subplots(1, len(methods), figsize=(4.2 * len(methods) + 0.8, 3.8), sharey=True, squeeze=False)
+    for ax, method in zip(axes[0], methods):
+        for objective in dict.fromkeys(r["objective"] for r in rows if r["method"] == method):
+            pts = sorted((r["bucket"], r["loss"]) for r in rows if r["method"] == method and r["objective"] == objective)
+            color, style, marker = STYLE.get(objective, ("black", "-", "."))
+            ax.plot([b for b, _ in pts], [v for _, v in pts], color=color, linestyle=style, marker=marker,
+                    markersize=4, label=objective)
+        if any(r["bucket"] >= n_seen_buckets for r in rows):
+            ax.axvspan(n_seen_buckets - 0.5, n_seen_buckets + 0.5, color="0.92", zorder=0)
+        ax.set_title(method)
+        ax.set_xlabel("frequency bucket (0 = most frequent; shaded: unseen in train)")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel(f"mean cross-entropy on held-out {lang} tokens")
+    axes[0][0].legend(fontsize=8)
+    fig.suptitle(f"{lang}: loss by token frequency, standard vs selfish pretraining")
+    fig.tight_layout()
+    io.save_png(fig, path, dpi=110)
+
+
+def model_dir(ctx, method: str, objective: str) -> Path:
+    key = model_key(method, objective)
+    if key in ctx.input:
+        return Path(ctx.input[key]) / "model"
+    template = P.INIT_DIR if objective == "init" else P.PRETRAIN_DIR
+    return Path(P.fill(template, lang=ctx.lang, method=method, objective=objective)) / "model"
+
+
+def same_tokenizer(a, b, where: Path) -> None:
+    if a.get_vocab() != b.get_vocab():
+        raise VocabTransferError(f"{where}: its tokenizer differs from the other models' of this language; every "
+                                 "model scored here must use the target tokenizer")
+
+
+def run(ctx) -> None:
+    with M.torch_threads(ctx.threads):
+        _run(ctx)
+
+
+def _run(ctx) -> None:
+    opts = ctx.param("token_frequency_loss")
+    jobs = pretrain_jobs(ctx.params, ctx.lang)
+    if not jobs:
+        raise VocabTransferError("token_frequency_loss: params ask for no pretrained models (pretrain.methods × "
+                                 "pretrain.objectives is empty); nothing to compare")
+    models = [(m, "init") for m in dict.fromkeys(m for m, _ in jobs)] + list(jobs)
+
+    # 1. the target tokenizer, frequencies and buckets, fixed valid batches
+    first = model_dir(ctx, *models[0])
+    tokenizer = M.load_tokenizer(first)
+    model, kind = M.load_source_model(first)
+    counts = token_counts(read_ids(ctx.input["train_ids"]), tokenizer, kind)
+    bucket, spans = frequency_buckets(counts, int(opts["buckets"]), opts["scheme"])
+    n_seen_buckets = len(spans) - (1 if spans and (counts == 0).any() else 0)
+    valid = read_ids(ctx.input["valid_ids"], int(opts["max_lines"])).to_pylist()
+    blocks = M.pack_ids(tokenizer, valid, int(opts["seq_len"]), kind=kind)
+    if not blocks:
+        raise VocabTransferError(f"{ctx.input['valid_ids']}: no held-out tokens to score")
+    batches = M.lm_batches(tokenizer, blocks, kind, int(opts["batch_size"]), ctx.seed)
+    log.info("token_frequency_loss %s: %d train token types seen of %d, %d buckets (%s), %d valid blocks, %d models",
+             ctx.lang, int((counts > 0).sum()), len(counts), len(spans), opts["scheme"], len(blocks), len(models))
+
+    # 2. every model on the same tokens
+    rows: list[dict] = []
+    for i, (method, objective) in enumerate(progress(models, desc="models", unit="model")):
+        path = model_dir(ctx, method, objective)
+        if i:
+            same_tokenizer(tokenizer, M.load_tokenizer(path), path)
+            model, _ = M.load_source_model(path, kind)
+        model.to(ctx.device)
+        sums, n = bucket_losses(model, batches, kind, bucket, len(spans))
+        rows += rows_for(ctx.lang, method, objective, spans, sums, n)
+        log.info("%s/%s: mean loss %.4f over %d tokens", method, objective, sums.sum() / max(1, n.sum()), n.sum())
+        del model
+
+    io.write_parquet(pa.Table.from_pylist(rows, schema=SCHEMA), ctx.output["table"])
+    plot(rows, ctx.output["plot"], ctx.lang, n_seen_buckets)
+    log.info("mean cross-entropy per frequency bucket (columns: train frequency ranks), %s\n%s", ctx.lang,
+             markdown(rows, n_seen_buckets))

@@ -1,0 +1,254 @@
+"""Stage `init`: initialise the target-vocabulary embeddings with one method and build the model.
+
+For `--lang L --method M`:
+1. load the source model (results/source/model: with its trained LM head) and its tokenizer, the
+   target tokenizer, the overlap table and the fastText auxiliary embeddings of the target tokens;
+2. build a `TransferProblem` (options = params `init.<base>`; for a factorised method
+   `base+svd` also `options["factorization"] = init.svd`) and run `get_method(M)` on the input
+   embeddings, and again on the output embeddings when the source model's are untied;
+3. write results/L/init/M/ atomically: embeddings.safetensors (`input_embeddings`,
+   `output_embeddings` when untied), one `<name>.safetensors` per extra tensor of the method
+   (coordinates, primitives; `output_<name>` for the output pass), model/ (the source model with
+   the new embeddings and the target tokenizer, loadable with AutoModelFor… alone) and stats.json
+   (for focus, ofa, snmf and their variants `target_rows`: how many rows came from the overlap,
+   from fastText dictionary vectors, from subword vectors, and random ones).
+
+The LM head's output bias (BERT `cls.predictions.bias`) is indexed by token id, so it is moved
+like the embeddings: the source bias is copied for target tokens that overlap a source token, and
+every other target token gets the mean source bias (neither favoured nor penalised on average).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+from vocabtransfer import io
+from vocabtransfer.train import modeling as M
+from vocabtransfer.errors import VocabTransferError
+from vocabtransfer.pipeline import paths as P
+from vocabtransfer.pipeline.paths import data_path
+
+log = logging.getLogger(__name__)
+
+# ctx.input keys every init job has; any other input is handed to the method as a resource
+CORE_INPUTS = ("source_model", "tokenizer", "overlap", "fasttext", "snmf_factors")
+
+
+# method-specific pipeline artefacts (ctx.input key -> path template); they reach the method as
+# `problem.resources[key]`
+METHOD_INPUTS: dict[str, dict[str, str]] = {
+    "wechsel": {"source_fasttext": P.SOURCE_WORD_FASTTEXT, "target_fasttext": P.WORD_FASTTEXT},
+}
+
+
+# keys of `init.<method>` that other stages read (the method never sees them)
+STAGE_OPTIONS: dict[str, tuple[str, ...]] = {
+    "wechsel": ("source_text", "fasttext"),  # the source_fasttext / word_fasttext stages
+}
+
+
+def uses_snmf(method: str) -> bool:
+    """`snmf` and every `<base>+snmf` read the shared semi-NMF of the source_snmf stage."""
+    base, _, fact = method.partition("+")
+    return base == "snmf" or fact == "snmf"
+
+
+def inputs(params: dict, wildcards: dict) -> dict[str, str]:
+    """The stage's input templates for these wildcards: the core inputs plus the method's own."""
+    method = wildcards["method"]
+    base = method.partition("+")[0]
+    factors = {"snmf_factors": P.SOURCE_SNMF} if uses_snmf(method) else {}
+    return {"source_model": P.SOURCE_MODEL, "tokenizer": P.TOKENIZER, "overlap": P.OVERLAP,
+            "fasttext": P.FASTTEXT_EMB, **factors, **METHOD_INPUTS.get(base, {})}
+
+
+def method_options(params: dict, method: str) -> dict:
+    """params `init.<base>` (a copy); for `base+fact` with `factorization` = params `init.<fact>`."""
+    from vocabtransfer.init.factorize import FACTORIZATIONS
+
+    section = params.get("init", {}) or {}
+    base, _, fact = method.partition("+")
+    options = {k: v for k, v in (section.get(base) or {}).items() if k not in STAGE_OPTIONS.get(base, ())}
+    if fact and fact in FACTORIZATIONS:
+        options["factorization"] = dict(section.get(fact) or {})
+    return options
+
+
+def read_overlap(path: Path, n_target: int, n_source: int) -> tuple[np.ndarray, np.ndarray]:
+    """(target ids, source ids) of the overlapping pairs, checked against both vocabularies."""
+    from vocabtransfer.data.overlap import checked_pairs, overlap_pairs
+
+    target, source = overlap_pairs(io.read_parquet(path, ["target_id", "source_id"]))
+    return checked_pairs(target, source, n_target, n_source, where=str(path))
+
+
+def read_auxiliary(path: Path, n_target: int):
+    """(embeddings V x d, mask V bool, subword V bool or None) of the fasttext stage; `subword` (rows
+    whose vector came from character n-grams) exists only when it ran with fasttext.oov subword."""
+    tensors = io.load_tensors(path, ["embeddings", "mask"])
+    emb, mask = tensors["embeddings"].float(), tensors["mask"].bool()
+    subword = tensors["subword"].bool() if "subword" in tensors else None
+    if emb.shape[0] != n_target or mask.shape != (n_target,):
+        raise VocabTransferError(f"{path}: embeddings {tuple(emb.shape)} / mask {tuple(mask.shape)} do not have one row "
+                                 f"per target token ({n_target}); rerun the fasttext stage")
+    if subword is not None and (subword.shape != (n_target,) or bool((subword & ~mask).any())):
+        raise VocabTransferError(f"{path}: tensor 'subword' {tuple(subword.shape)} must be a ({n_target},) bool marking "
+                                 "rows that have a vector (mask); delete the file and rerun the fasttext stage")
+    bad = mask & ~emb.isfinite().all(dim=1)
+    if bool(bad.any()):
+        raise VocabTransferError(f"{path}: the vector of target id {int(bad.nonzero()[0])} contains NaN or "
+                                 "infinite values; delete the file and rerun the fasttext stage")
+    return emb, mask, subword
+
+
+# base methods that give target tokens outside the overlap a row from their fastText vector (and
+# a random row when they have none); their factorised variants (focus+svd, …) do too
+AUXILIARY_METHODS = ("focus", "ofa", "snmf")
+
+
+def target_rows(method: str, n_target: int, overlap_target_ids: np.ndarray, aux_mask, subword) -> dict | None:
+    """Where the target rows of a method in AUXILIARY_METHODS come from, counts that add up to
+    n_target: `overlap` (copied source rows), `dictionary` / `subword` (a combination driven by a
+    fastText dictionary / character n-gram vector) and `random` (no vector). None for other methods.
+
+    ofa and snmf also copy special tokens that match a source special token by role; the fasttext
+    stage gives special tokens no vector, so such a token outside the overlap counts as random here.
+    """
+    if method.partition("+")[0] not in AUXILIARY_METHODS:
+        return None
+    overlap = np.zeros(n_target, dtype=bool)
+    overlap[np.asarray(overlap_target_ids, dtype=np.int64)] = True
+    has = aux_mask.numpy().astype(bool) & ~overlap
+    sub = subword.numpy().astype(bool) & has if subword is not None else np.zeros(n_target, dtype=bool)
+    return {"overlap": int(overlap.sum()), "dictionary": int((has & ~sub).sum()), "subword": int(sub.sum()),
+            "random": int((~overlap & ~has).sum())}
+
+
+def _check_result(result, method: str, shape: tuple[int, int], which: str):
+    import torch
+
+    emb = getattr(result, "embeddings", None)
+    if not isinstance(emb, torch.Tensor) or tuple(emb.shape) != shape:
+        got = tuple(emb.shape) if isinstance(emb, torch.Tensor) else type(emb).__name__
+        raise VocabTransferError(f"method {method!r}: returned {which} embeddings of shape {got}, expected {shape} "
+                                 "(target vocabulary x hidden size); this is a bug in the method")
+    if not torch.isfinite(emb).all():
+        raise VocabTransferError(f"method {method!r}: {which} embeddings contain NaN/Inf; this is a bug in the method "
+                                 "or its params (init section) are degenerate")
+    return emb.detach().float().cpu().contiguous()
+
+
+def transfer_bias(source_bias, n_target: int, target_ids: np.ndarray, source_ids: np.ndarray):
+    """Target output bias: source bias copied for overlapping ids, the mean source bias elsewhere."""
+    import torch
+
+    src = source_bias.detach().float().cpu()
+    bias = torch.full((n_target,), float(src.mean()))
+    if len(target_ids):
+        bias[torch.from_numpy(target_ids)] = src[torch.from_numpy(source_ids)]
+    return bias
+
+
+def run(ctx) -> None:
+    with M.torch_threads(ctx.threads):
+        _run(ctx)
+
+
+def _run(ctx) -> None:
+    import torch
+
+    from vocabtransfer.init.methods import TransferProblem, get_method
+
+    start = time.perf_counter()
+    method_name = ctx.method
+    method = get_method(method_name)  # unknown method: the registry's error, before any loading
+    torch.manual_seed(ctx.seed)
+    source_dir = Path(ctx.input["source_model"])
+    target_dir = Path(ctx.input["tokenizer"])
+
+    # 1. inputs
+    model, kind = M.load_source_model(source_dir)
+    source_tok = M.load_tokenizer(source_dir)
+    target_tok = M.load_tokenizer(target_dir)
+    matrices = M.embedding_matrices(model, source_tok)
+    src_bias = M.output_bias(model)
+    src_bias = src_bias[: len(source_tok)].detach().clone() if src_bias is not None else None
+    untied = matrices["output"] is not None
+    del model
+    n_target, n_source = len(target_tok), len(source_tok)
+    target_ids, source_ids = read_overlap(Path(ctx.input["overlap"]), n_target, n_source)
+    aux, aux_mask, subword = read_auxiliary(Path(ctx.input["fasttext"]), n_target)
+    rows = target_rows(method_name, n_target, target_ids, aux_mask, subword)
+
+    options = method_options(ctx.params, method_name)
+
+    # the shared source_snmf factors of each matrix, checked against it and init.snmf (read once)
+    snmf = {}
+    if "snmf_factors" in ctx.input:
+        from vocabtransfer.init.source_snmf import load_factors
+
+        snmf = load_factors(ctx.input["snmf_factors"], matrices, (ctx.params.get("init") or {}).get("snmf") or {},
+                            seed=ctx.seed)
+
+    resources = {k: Path(v) for k, v in ctx.input.items() if k not in CORE_INPUTS}
+    dictionaries = options.get("dictionaries") or {}
+    if isinstance(dictionaries, dict) and dictionaries.get(ctx.lang):
+        resources["dictionary"] = data_path(dictionaries[ctx.lang])
+    problem = TransferProblem(
+        source_embeddings=matrices["input"], source_tokenizer=source_tok, target_tokenizer=target_tok,
+        overlap_target_ids=target_ids, overlap_source_ids=source_ids, auxiliary=aux, auxiliary_mask=aux_mask,
+        options=options, seed=ctx.seed, device=ctx.device, lang=ctx.lang, resources=resources,
+        factors={"snmf": snmf["input"]} if snmf else {},
+    )
+    log.info("init %s/%s: %d target tokens (%d overlap, %d with fastText vectors), %d source tokens, dim %d, %s "
+             "output embeddings", ctx.lang, method_name, n_target, len(target_ids), int(aux_mask.sum()), n_source,
+             matrices["input"].shape[1], "untied" if untied else "tied")
+
+    # 2. the method, on the input and (untied) output embeddings
+    shape = (n_target, matrices["input"].shape[1])
+    t = time.perf_counter()
+    result = method(problem)
+    inp = _check_result(result, method_name, shape, "input")
+    seconds = {"input": time.perf_counter() - t}
+    tensors = {"input_embeddings": inp}
+    extra = {name: value for name, value in result.extra.items()}
+    out = None
+    out_stats = None
+    if untied:
+        t = time.perf_counter()
+        out_result = method(replace(problem, source_embeddings=matrices["output"], factors={"snmf": snmf["output"]} if snmf else {}))
+        out = _check_result(out_result, method_name, (n_target, matrices["output"].shape[1]), "output")
+        seconds["output"] = time.perf_counter() - t
+        tensors["output_embeddings"] = out
+        extra.update({f"output_{name}": value for name, value in out_result.extra.items()})
+        out_stats = out_result.stats
+    bias = transfer_bias(src_bias, n_target, target_ids, source_ids) if src_bias is not None else None
+
+    # 3. the model with the new embeddings, and the artefacts
+    target_model = M.build_target_model(source_dir, target_dir, inp, out, bias=bias, kind=kind)
+    stats = {
+        "lang": ctx.lang, "method": method_name, "kind": kind, "model_class": type(target_model).__name__,
+        "source_model": str(source_dir), "target_tokenizer": str(target_dir),
+        "source_vocab": n_source, "target_vocab": n_target, "dim": int(inp.shape[1]),
+        "overlap": int(len(target_ids)), "auxiliary_vectors": int(aux_mask.sum()),
+        "auxiliary_subword_vectors": int(subword.sum()) if subword is not None else 0, "target_rows": rows,
+        "untied_output_embeddings": untied, "options": options, "resources": {k: str(v) for k, v in resources.items()},
+        "method_stats": result.stats, "output_method_stats": out_stats,
+        "output_bias": ("source bias copied for overlapping ids, mean source bias elsewhere"
+                        if bias is not None else None),
+        "extra_tensors": sorted(extra), "seed": ctx.seed, "method_seconds": seconds,
+        "versions": io.versions(),
+    }
+    with io.atomic_output(ctx.output["init"], directory=True) as tmp:
+        io.save_tensors(tensors, tmp / "embeddings.safetensors", metadata={"method": method_name, "lang": ctx.lang})
+        for name, value in extra.items():
+            io.save_tensors({name: value}, tmp / f"{name}.safetensors", metadata={"method": method_name})
+        M.save_model_dir(target_model, target_tok, tmp / "model")
+        stats["seconds"] = time.perf_counter() - start
+        io.write_json(stats, tmp / "stats.json")
+    log.info("init %s/%s done in %.1f s: %s", ctx.lang, method_name, stats["seconds"], ctx.output["init"])

@@ -1,0 +1,1 @@
+"""The pipeline itself: the stage table, artefact paths, params and their schema, what the data allow, the dvc.yaml generator, locks."""

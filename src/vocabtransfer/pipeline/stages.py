@@ -1,0 +1,541 @@
+"""The stage table: for every pipeline stage, its wildcards, input and output path
+templates, the params leaves it reads and the code it runs.
+
+This table is the single source of truth. The CLI builds `vocabtransfer <stage>` from it,
+the Snakemake rules take their input/output/params from it (workflow/rules/common.smk),
+and `vocabtransfer dvc-yaml` generates dvc.yaml from it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Callable
+
+from vocabtransfer.pipeline import availability as A
+from vocabtransfer.pipeline import config as C
+from vocabtransfer.pipeline import paths as P
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    func: str  # "module:function", called with a Context
+    help: str
+    wildcards: tuple[str, ...] = ("lang",)
+    inputs: dict[str, str] | Callable[[dict, dict], dict[str, str]] = field(default_factory=dict)  # or (params, wildcards) -> dict
+    outputs: dict[str, str] = field(default_factory=dict)
+    directories: frozenset[str] = frozenset()  # output names that are directories
+    params: tuple[str, ...] = ()  # dotted params leaves; may contain {lang}
+    extra_params: Callable[[dict, dict], list[str]] | None = None  # (params, wildcards) -> more leaves
+    # the stage's entry modules under src/vocabtransfer, or (params, wildcards) -> them; DVC reruns the
+    # stage when one of them or any vocabtransfer module they import changes (`code_for`)
+    code: tuple[str, ...] | Callable[[dict, dict], tuple[str, ...]] = ()
+    parallel: bool = False  # uses all the cores it is given
+    gpu: bool = False  # benefits from a GPU (SLURM profile asks for one)
+    # the values of the wildcards other than `lang` that params ask for, e.g. init: one
+    # {"method": m} per `init.methods` entry; dvc.yaml gets one (lang-matrix) stage per entry
+    expand: Callable[[dict], list[dict[str, str]]] | None = None
+    # DVC: output names that are metrics files (`metrics:` with cache: false, for `dvc metrics show/diff`),
+    # and params -> top-level plot definitions over the stage's outputs ({plot id: DVC plot properties})
+    metrics: frozenset[str] = frozenset()
+    plots: Callable[[dict], dict[str, dict]] | None = None
+    # (params, wildcards) -> None when the job runs, else why params or the data present rule it out
+    # (availability.py); such a job is in neither `snakemake` nor dvc.yaml, and the run says why
+    available: Callable[[dict, dict], str | None] | None = None
+    # (params, wildcards) -> {part: reason} for parts of a running job left out (e.g. retrieval)
+    partial: Callable[[dict, dict], dict[str, str]] | None = None
+    # (params, wildcards) -> {key: path}: the local data files the job reads, resolved through
+    # $VOCABTRANSFER_DATA; Snakemake inputs and DVC deps, so an edited data file reruns the job
+    data: Callable[[dict, dict], dict[str, str]] | None = None
+
+    def skip_reason(self, params: dict, wildcards: dict) -> str | None:
+        """None when params and the data present give this job, else the reason they do not."""
+        return self.available(params, wildcards) if self.available else None
+
+    def data_files(self, params: dict, wildcards: dict) -> dict[str, str]:
+        """The local data files this job reads (`data`), as path strings."""
+        return {k: str(v) for k, v in self.data(params, wildcards).items()} if self.data else {}
+
+    def combinations(self, params: dict) -> list[dict[str, str]]:
+        """The non-`lang` wildcard values params ask for (one empty dict when there are none)."""
+        return self.expand(params) if self.expand else [{}]
+
+    def leaves(self, params: dict, wildcards: dict) -> list[str]:
+        """The concrete params leaves this stage reads for these wildcards."""
+        out = [leaf.format(**wildcards) for leaf in self.params]
+        if self.extra_params:
+            out += self.extra_params(params, wildcards)
+        return out
+
+    def code_for(self, params: dict, wildcards: dict) -> tuple[str, ...]:
+        """The stage's code dependencies for these wildcards (paths relative to src/vocabtransfer):
+        its entry modules and everything they import (`module_closure`)."""
+        entries = self.code(params, wildcards) if callable(self.code) else self.code
+        return module_closure(*entries)
+
+    def input_templates(self, params: dict, wildcards: dict) -> dict[str, str]:
+        """Input path templates; a stage whose inputs depend on params or wildcards computes them."""
+        return self.inputs(params, wildcards) if callable(self.inputs) else dict(self.inputs)
+
+    def resolve(self, templates: dict[str, str], wildcards: dict) -> dict[str, Path]:
+        return {k: Path(P.fill(v, **wildcards)) for k, v in templates.items()}
+
+
+def _lazy(target: str) -> Callable:
+    """`module:function` of vocabtransfer, imported on the first call (the stage table stays cheap to
+    import: Snakemake and the CLI load it before any stage runs)."""
+    module, _, function = target.partition(":")
+
+    def call(*args):
+        return getattr(importlib.import_module(f"vocabtransfer.{module}"), function)(*args)
+
+    return call
+
+
+STAGES: dict[str, Stage] = {}
+
+
+def register(stage: Stage) -> Stage:
+    STAGES[stage.name] = stage
+    return stage
+
+
+def _source_model_data(params: dict, wildcards: dict) -> dict[str, Path]:
+    """A local `source_model` directory (a hub id is pinned by its name, a params leaf)."""
+    path = A.local_source_model(params)
+    return {"data_source_model": path} if path else {}
+
+
+def _fasttext_data(params: dict, wildcards: dict) -> dict[str, Path]:
+    pretrained = params["fasttext"].get("pretrained_path")
+    if params["fasttext"]["mode"] == "wordlevel" and pretrained:
+        return {"data_pretrained": P.data_path(pretrained)}
+    return {}
+
+
+register(Stage(
+    name="corpus",
+    func="vocabtransfer.data.corpus:run",
+    help="fetch, normalise, deduplicate, cap and split a language's raw text",
+    outputs={"train": P.CORPUS_TRAIN, "valid": P.CORPUS_VALID, "stats": P.CORPUS_STATS},
+    params=("seed", "corpus.sources.{lang}", "corpus.normalization", "corpus.max_bytes",
+            "corpus.valid_fraction", "corpus.min_chars"),
+    code=("data/corpus.py", "data/download.py"),
+    data=lambda params, wc: {"data_corpus": path} if (path := A.corpus_file(params, wc["lang"])) else {},
+))
+register(Stage(
+    name="tokenizer",
+    func="vocabtransfer.data.tokenizer:run",
+    help="train the target tokenizer (the source tokenizer's family and conventions)",
+    inputs={"train": P.CORPUS_TRAIN},
+    outputs={"tokenizer": P.TOKENIZER, "stats": P.TOKENIZER_STATS},
+    directories=frozenset({"tokenizer"}),
+    params=("source_model", "tokenizer.family", "tokenizer.vocab_size", "tokenizer.min_frequency"),
+    code=("data/tokenizer.py",),
+    parallel=True,
+    data=_source_model_data,
+))
+register(Stage(
+    name="pretokenize",
+    func="vocabtransfer.data.pretokenize:run",
+    help="encode the corpus with the target tokenizer; fertility stats against the source tokenizer",
+    inputs={"tokenizer": P.TOKENIZER, "train": P.CORPUS_TRAIN, "valid": P.CORPUS_VALID},
+    outputs={"train_ids": P.PRETOK_TRAIN, "valid_ids": P.PRETOK_VALID, "text": P.PRETOK_TEXT,
+             "stats": P.PRETOK_STATS},
+    params=("source_model", "pretokenize.batch_size"),
+    code=("data/pretokenize.py",),
+    parallel=True,
+    data=_source_model_data,
+))
+register(Stage(
+    name="fasttext",
+    func="vocabtransfer.data.auxiliary:run",
+    help="fastText auxiliary embeddings for the target tokens",
+    inputs={"text": P.PRETOK_TEXT, "tokenizer": P.TOKENIZER},
+    outputs={"model": P.FASTTEXT_BIN, "embeddings": P.FASTTEXT_EMB, "stats": P.FASTTEXT_STATS},
+    params=("seed", "fasttext.mode", "fasttext.pretrained_path", "fasttext.model", "fasttext.dim",
+            "fasttext.epochs", "fasttext.min_count", "fasttext.neg", "fasttext.bucket", "fasttext.reproducible",
+            "fasttext.oov"),
+    code=("data/auxiliary.py",),
+    parallel=True,
+    data=_fasttext_data,
+))
+register(Stage(
+    name="overlap",
+    func="vocabtransfer.data.overlap:run",
+    help="source vs target vocabulary overlap on canonical token forms",
+    inputs={"tokenizer": P.TOKENIZER},
+    outputs={"overlap": P.OVERLAP, "stats": P.OVERLAP_STATS},
+    params=("source_model", "overlap.exact_match_all", "overlap.fuzzy_match_all", "overlap.match_symbols"),
+    code=("data/overlap.py",),
+    data=_source_model_data,
+))
+
+
+def section_leaves(params: dict, section: str) -> list[str]:
+    """Every leaf under a params section, e.g. `init.focus` -> [`init.focus.block_size`, …]."""
+    node = C.get(params, section)
+    if not isinstance(node, dict):
+        return [section]
+    return [leaf for key in node for leaf in section_leaves(params, f"{section}.{key}")]
+
+
+def uses_snmf(method: str) -> bool:
+    from vocabtransfer.init.stage import uses_snmf
+
+    return uses_snmf(method)
+
+
+_init_inputs = _lazy("init.stage:inputs")
+
+
+def _init_leaves(params: dict, wildcards: dict) -> list[str]:
+    base, _, fact = wildcards["method"].partition("+")
+    return [leaf for name in (base, fact) if name and name in params["init"]
+            for leaf in section_leaves(params, f"init.{name}")]
+
+
+PACKAGE = Path(__file__).resolve().parents[1]  # src/vocabtransfer
+
+
+def _module_file(dotted: str) -> Path | None:
+    """src/vocabtransfer/<…>.py (or <…>/__init__.py) of a `vocabtransfer.…` module name, if it exists."""
+    parts = dotted.split(".")
+    if parts[0] != "vocabtransfer":
+        return None
+    base = PACKAGE.joinpath(*parts[1:])
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+# the stage table and the command line (what they change reaches DVC as params and paths, not as
+# code), and the package's lazy exports
+NOT_FOLLOWED = ("pipeline/stages.py", "cli.py", "pipeline/dvcgen.py", "__init__.py")
+
+
+@lru_cache(maxsize=None)
+def module_closure(*files: str) -> tuple[str, ...]:
+    """These modules (paths relative to src/vocabtransfer) and every vocabtransfer module they import,
+    at any depth and inside functions too (read from the source, nothing is imported), sorted.
+    Imports of NOT_FOLLOWED modules are not followed."""
+    import ast
+
+    todo = [PACKAGE / f for f in files]
+    boundary = {PACKAGE / f for f in NOT_FOLLOWED} - set(todo)
+    seen: set[Path] = set()
+    while todo:
+        path = todo.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            for name in names:
+                found = _module_file(name)
+                if found is not None and found not in seen and found not in boundary:
+                    todo.append(found)
+    return tuple(sorted(str(p.relative_to(PACKAGE)) for p in seen))
+
+
+def _init_code(params: dict, wildcards: dict) -> tuple[str, ...]:
+    """The entry modules of one init job: init.py, the method's module and, for base+fact, the
+    factorised wrapper; editing another method does not rerun this one."""
+    from vocabtransfer.init.methods import get_method
+
+    base, _, fact = wildcards["method"].partition("+")
+    module = _module_file(get_method(base).__module__)  # e.g. random lives in methods/baselines.py
+    return ("init/stage.py", str(module.relative_to(PACKAGE))) + (("init/methods/variants.py",) if fact else ())
+
+
+_init_eval_inputs = _lazy("evaluate.init_eval:inputs")
+
+
+WORD_FASTTEXT_LEAVES = ("seed", "fasttext.reproducible", "init.wechsel.fasttext.model", "init.wechsel.fasttext.dim",
+                        "init.wechsel.fasttext.epochs", "init.wechsel.fasttext.min_count",
+                        "init.wechsel.fasttext.bucket")
+
+register(Stage(
+    name="source_head",
+    func="vocabtransfer.init.source_head:run",
+    help="complete the source model with a trained LM head when its checkpoint has none",
+    wildcards=(),
+    outputs={"model": P.SOURCE_MODEL, "stats": P.SOURCE_HEAD_STATS},
+    directories=frozenset({"model"}),
+    params=("seed", "source_model"),
+    extra_params=lambda params, wildcards: section_leaves(params, "source_head"),
+    code=("init/source_head.py",),
+    parallel=True,
+    gpu=True,
+    data=lambda params, wc: {**_source_model_data(params, wc),
+                             "data_text": P.data_path(params["source_head"]["text"])},
+))
+register(Stage(
+    name="source_fasttext",
+    func="vocabtransfer.data.auxiliary:run_source_words",
+    help="word-level fastText on source-language text (WECHSEL)",
+    wildcards=(),
+    outputs={"model": P.SOURCE_WORD_FASTTEXT},
+    params=WORD_FASTTEXT_LEAVES + ("init.wechsel.source_text",),
+    code=("data/auxiliary.py",),
+    parallel=True,
+    available=lambda params, wc: A.needed_by(params, "wechsel"),
+    data=lambda params, wc: {"data_text": P.data_path(params["init"]["wechsel"]["source_text"])},
+))
+register(Stage(
+    name="word_fasttext",
+    func="vocabtransfer.data.auxiliary:run_target_words",
+    help="word-level fastText on the target corpus (WECHSEL)",
+    inputs={"train": P.CORPUS_TRAIN},
+    outputs={"model": P.WORD_FASTTEXT},
+    params=WORD_FASTTEXT_LEAVES,
+    code=("data/auxiliary.py",),
+    parallel=True,
+    available=lambda params, wc: A.needed_by(params, "wechsel", wc["lang"]),
+))
+register(Stage(
+    name="source_snmf",
+    func="vocabtransfer.init.source_snmf:run",
+    help="semi-NMF of the source embeddings, shared by the snmf and <method>+snmf init jobs",
+    wildcards=(),
+    inputs={"source_model": P.SOURCE_MODEL},
+    outputs={"factors": P.SOURCE_SNMF},
+    params=("seed", "init.snmf.rank", "init.snmf.max_iter", "init.snmf.tol", "init.snmf.init",
+            "init.snmf.clusters"),
+    code=("init/source_snmf.py",),
+    parallel=True,
+    gpu=True,
+    available=lambda params, wc: (None if any(uses_snmf(m) for m in params["init"]["methods"])
+                                  else "init.methods has no snmf or <method>+snmf"),
+))
+register(Stage(
+    name="init",
+    func="vocabtransfer.init.stage:run",
+    help="initialise the target embeddings with one method and save the model",
+    wildcards=("lang", "method"),
+    inputs=_init_inputs,
+    outputs={"init": P.INIT_DIR},
+    directories=frozenset({"init"}),
+    params=("seed",),
+    extra_params=_init_leaves,
+    code=_init_code,
+    expand=lambda params: [{"method": m} for m in params["init"]["methods"]],
+    parallel=True,
+    gpu=True,
+    available=lambda params, wc: A.method_reason(params, wc["lang"], wc["method"]),
+    data=lambda params, wc: ({"data_dictionary": A.dictionary_file(params, wc["lang"])}
+                             if wc["method"].partition("+")[0] == "wechsel" else {}),
+))
+register(Stage(
+    name="init_eval",
+    func="vocabtransfer.evaluate.init_eval:run",
+    help="loss right after initialisation and parallel-sentence retrieval, per method",
+    inputs=_init_eval_inputs,
+    outputs={"init_eval": P.INIT_EVAL, "plot": P.INIT_EVAL_PLOT},
+    params=("seed", "init.methods", "source_head.text", "source_head.eval_lines"),
+    extra_params=lambda params, wildcards: section_leaves(params, "init_eval"),
+    code=("evaluate/init_eval.py",),
+    parallel=True,
+    gpu=True,
+    partial=lambda params, wc: {"retrieval": why} if (why := A.retrieval_reason(params, wc["lang"])) else {},
+    data=lambda params, wc: {"data_source_text": P.data_path(params["source_head"]["text"]),
+                             **({} if A.retrieval_reason(params, wc["lang"]) else
+                                dict(zip(("data_xnli_source", "data_xnli"), A.xnli_files(params, wc["lang"]))))},
+))
+
+@dataclass
+class Context:
+    """What a stage function gets: validated params, its wildcards and resolved paths."""
+
+    stage: Stage
+    params: dict
+    wildcards: dict[str, str]
+    input: dict[str, Path]
+    output: dict[str, Path]
+    threads: int = 1
+    device: str = "cpu"
+
+    @property
+    def lang(self) -> str:
+        return self.wildcards["lang"]
+
+    @property
+    def method(self) -> str:
+        return self.wildcards["method"]
+
+    @property
+    def seed(self) -> int:
+        return int(self.params["seed"])
+
+    def param(self, dotted: str) -> Any:
+        return C.get(self.params, dotted)
+
+
+def make_context(name: str, params: dict, wildcards: dict[str, str], threads: int | None = None,
+                 device: str = "cpu") -> Context:
+    stage = STAGES[name]
+    if "lang" in wildcards:
+        C.check_language(params, wildcards["lang"])
+    return Context(
+        stage=stage,
+        params=params,
+        wildcards=wildcards,
+        input=stage.resolve(stage.input_templates(params, wildcards), wildcards),
+        output=stage.resolve(stage.outputs, wildcards),
+        threads=threads or os.cpu_count() or 1,
+        device=device,
+    )
+
+
+def run_stage(name: str, params: dict, wildcards: dict[str, str], threads: int | None = None,
+              device: str = "cpu") -> Context:
+    """Run one stage in-process (what `vocabtransfer <stage>` does)."""
+    ctx = make_context(name, params, wildcards, threads=threads, device=device)
+    module_name, func_name = ctx.stage.func.split(":")
+    getattr(importlib.import_module(module_name), func_name)(ctx)
+    return ctx
+
+
+def param_values(params: dict, name: str, wildcards: dict) -> dict[str, Any]:
+    """The params leaves a stage reads and their values (Snakemake's params, which rerun jobs on change)."""
+    stage = STAGES[name]
+    return {leaf: C.get(params, leaf) for leaf in stage.leaves(params, dict(wildcards))}
+
+
+_pretrain_leaves = _lazy("train.pretrain:leaves")
+_pretrain_expand = _lazy("train.pretrain:expand")
+
+
+register(Stage(
+    name="pretrain",
+    func="vocabtransfer.train.pretrain:run",
+    help="continued pretraining of an initialised model with the standard or the selfish objective",
+    wildcards=("lang", "method", "objective"),
+    inputs={"init": P.INIT_DIR, "train": P.PRETOK_TRAIN, "valid": P.PRETOK_VALID},
+    outputs={"pretrain": P.PRETRAIN_DIR},
+    directories=frozenset({"pretrain"}),
+    params=("seed",),
+    extra_params=_pretrain_leaves,
+    code=("train/pretrain.py",),
+    expand=_pretrain_expand,
+    available=lambda params, wc: A.method_reason(params, wc["lang"], wc["method"]),
+    parallel=True,
+    gpu=True,
+))
+
+
+_report_inputs = _lazy("report.stage:inputs")
+_report_plots = _lazy("report.stage:dvc_plots")
+
+
+register(Stage(
+    name="report",
+    func="vocabtransfer.report.stage:run",
+    help="the study's report: results/report.md with figures, DVC plots (valid-loss curves) and metrics",
+    wildcards=(),
+    inputs=_report_inputs,
+    outputs={"report": P.REPORT, "figures": P.REPORT_FIGURES, "curves": P.REPORT_CURVES,
+             "metrics": P.REPORT_METRICS},
+    directories=frozenset({"figures", "curves"}),
+    metrics=frozenset({"metrics"}),
+    plots=_report_plots,
+    params=("seed", "languages", "source_model", "init.methods", "report.bootstrap_resamples", "report.confidence"),
+    code=("report/stage.py",),
+))
+
+
+def _eval_code(params: dict, wildcards: dict) -> tuple[str, ...]:
+    """finetune_eval.py and the task's module: editing one task reruns only its jobs."""
+    return ("evaluate/finetune_eval.py", f"evaluate/tasks/{wildcards['task']}.py")
+
+
+_eval_inputs = _lazy("evaluate.finetune_eval:inputs")
+
+
+def _eval_leaves(params: dict, wildcards: dict) -> list[str]:
+    task = wildcards["task"]
+    return [leaf for leaf in section_leaves(params, f"eval.tasks.{task}") if ".data." not in leaf] + [
+        f"eval.tasks.{task}.data.{wildcards['lang']}"]
+
+
+def _eval_combinations(params: dict) -> list[dict[str, str]]:
+    """Every (task, model, seed) params ask for; `_eval_available` rules out, per language, the tasks
+    without data and the models that do not exist there (and says why)."""
+    from vocabtransfer.evaluate import finetune_eval
+
+    return [{"task": t, "model": m, "seed": str(s)} for t, section in params["eval"]["tasks"].items()
+            if section["enabled"] for m in finetune_eval.eval_models(params)
+            for s in range(1, int(params["eval"]["seeds"]) + 1)]
+
+
+_eval_available = _lazy("evaluate.finetune_eval:skip_reason")
+_eval_data = _lazy("evaluate.finetune_eval:data_files")
+
+
+register(Stage(
+    name="finetune_eval",
+    func="vocabtransfer.evaluate.finetune_eval:run",
+    help="fine-tune one model on one downstream task (nli, qa, ner) with one seed and score it",
+    wildcards=("lang", "task", "model", "seed"),
+    inputs=_eval_inputs,
+    outputs={"result": P.EVAL_RESULT},
+    params=("seed",),  # eval.models and eval.seeds decide which jobs exist, not what one computes
+    extra_params=_eval_leaves,
+    code=_eval_code,
+    expand=_eval_combinations,
+    available=_eval_available,
+    data=_eval_data,
+    parallel=False,  # small models: two one-thread jobs side by side use two cores better than one job
+    gpu=True,
+))
+
+
+# ---------------------------------------------------------------- analyses of continued pretraining
+
+def _pretrain_jobs(params: dict) -> list[tuple[str, str]]:
+    from vocabtransfer.train.pretrain import pretrain_jobs
+
+    return pretrain_jobs(params)
+
+
+_token_frequency_inputs = _lazy("evaluate.token_frequency_loss:inputs")
+
+
+register(Stage(
+    name="token_frequency_loss",
+    func="vocabtransfer.evaluate.token_frequency_loss:run",
+    help="held-out loss per train-frequency bucket: init vs standard vs selfish pretraining",
+    inputs=_token_frequency_inputs,
+    outputs={"table": P.TOKEN_FREQUENCY_LOSS, "plot": P.TOKEN_FREQUENCY_PLOT},
+    params=("seed",),
+    extra_params=lambda params, wildcards: (section_leaves(params, "token_frequency_loss")
+                                            + ["pretrain.methods", "pretrain.objectives"]),
+    code=("evaluate/token_frequency_loss.py",),
+    parallel=True,
+    gpu=True,
+))
+register(Stage(
+    name="gradient_scenarios",
+    func="vocabtransfer.evaluate.gradient_scenarios:run",
+    help="gradient reaching each token's embedding: as input, as target, as non-target (start and end)",
+    wildcards=("lang", "method", "objective"),
+    inputs={"train_ids": P.PRETOK_TRAIN, "init": P.INIT_DIR, "pretrain": P.PRETRAIN_DIR},
+    outputs={"table": P.GRADIENT_SCENARIOS, "plot": P.GRADIENT_PLOT},
+    params=("seed",),
+    extra_params=lambda params, wildcards: (section_leaves(params, "gradient_scenarios") + (
+        ["pretrain.selfish.margin"] if wildcards.get("objective") == "selfish" else [])),
+    code=("evaluate/gradient_scenarios.py",),
+    expand=lambda params: [{"method": m, "objective": o} for m, o in _pretrain_jobs(params)],
+    available=lambda params, wc: A.method_reason(params, wc["lang"], wc["method"]),
+    parallel=True,
+    gpu=True,
+))

@@ -1,0 +1,436 @@
+"""Stage `pretrain`: continued pretraining of an initialised model with the standard or the selfish objective.
+
+For `--lang L --method M --objective O`:
+1. load `results/L/init/M/model` (masked or causal LM, from its config) and its tokenizer; pack the
+   pre-tokenised train split into blocks of `seq_len` ids (`modeling.pack_ids`) and check that every
+   id is inside the vocabulary;
+2. fixed evaluation batches of the valid split with seeded masks (`modeling.lm_batches`): the same
+   tokens and masks at every evaluation, for every method and objective;
+3. train with the transformers `Trainer` (AdamW, linear or constant-with-warm-up schedule, gradient
+   accumulation, bf16 on a GPU) for `steps` optimiser steps. The loss is computed on the logits at
+   the predicted positions only (`modeling.predicted_logits`): cross-entropy for `standard`,
+   `losses.selfish_cross_entropy` with `pretrain.selfish.margin` for `selfish`. The valid loss is
+   always the standard cross-entropy;
+4. data order and masks are a function of the sample's position in the run (a seeded permutation
+   per pass over the blocks, a masking seed per batch), so a run resumed from a checkpoint in
+   `checkpoints/L/pretrain/M/O/` sees exactly the batches of an uninterrupted one; the metrics rows
+   up to a checkpoint are stored in it, and the params it was written with beside it;
+5. write `results/L/pretrain/M/O/` atomically: `model/` (HF directory with the tokenizer),
+   `metrics.parquet`, `stats.json`; then drop the checkpoints unless `pretrain.keep_checkpoints`.
+
+Options: `pretrain.factorized` trains `<m>+svd`/`<m>+snmf` (and ofa/snmf) models in their low-rank
+form (coordinates trainable, primitives trainable or frozen: `pretrain.train_primitives`); the
+saved model has the multiplied-out embeddings. `pretrain.embedding_warmup_steps` first trains the
+embeddings (and LM-head output embeddings/bias) alone, with the body frozen.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from vocabtransfer import io
+from vocabtransfer.train import lowrank
+from vocabtransfer.train import modeling as M
+from vocabtransfer.pipeline import paths as P
+from vocabtransfer.errors import VocabTransferError
+from vocabtransfer.log import progress
+
+log = logging.getLogger(__name__)
+
+OBJECTIVES = ("standard", "selfish")
+ROWS_FILE = "vocabtransfer_metrics.json"  # in each checkpoint: the metrics rows up to it (also marks it complete)
+PARAMS_FILE = "params.json"  # beside the checkpoints: the params leaves they were written with
+# params leaves that do not change the trained model or its metrics
+NOT_CHECKED = ("pretrain.methods", "pretrain.objectives", "pretrain.keep_checkpoints")
+
+METRICS_SCHEMA = pa.schema([
+    ("step", pa.int64()), ("tokens_seen", pa.int64()), ("train_loss", pa.float64()),
+    ("valid_loss", pa.float64()), ("learning_rate", pa.float64()), ("tokens_per_second", pa.float64()),
+])
+
+
+def pretrain_jobs(params: dict, lang: str | None = None) -> list[tuple[str, str]]:
+    """The (method, objective) pairs params ask for; with `lang`, those whose init method can run for
+    that language (a method without its data, e.g. wechsel without a dictionary, has no model)."""
+    from vocabtransfer.pipeline.availability import method_reason
+
+    section = params.get("pretrain") or {}
+    return [(m, o) for m in section.get("methods") or [] for o in section.get("objectives") or []
+            if lang is None or method_reason(params, lang, m) is None]
+
+
+def check_params(params: dict, source: str = "params.yaml") -> None:
+    """Every `pretrain.methods` entry must be an `init.methods` entry; objectives must be known."""
+    from vocabtransfer.pipeline.config import check_pretrain
+
+    check_pretrain(params, source)
+    bad = [o for o in (params.get("pretrain") or {}).get("objectives") or [] if o not in OBJECTIVES]
+    if bad:
+        raise VocabTransferError(f"{source}: pretrain.objectives: {', '.join(bad)} unknown; allowed: {', '.join(OBJECTIVES)}")
+
+
+def leaves(params: dict, wildcards: dict) -> list[str]:
+    """The params leaves one job reads: `pretrain.*` (the margin only for the selfish objective)."""
+    from vocabtransfer.pipeline.stages import section_leaves
+
+    out = [leaf for leaf in section_leaves(params, "pretrain") if leaf not in NOT_CHECKED]
+    if wildcards.get("objective") != "selfish":
+        out = [leaf for leaf in out if not leaf.startswith("pretrain.selfish.")]
+    return out
+
+
+def expand(params: dict) -> list[dict[str, str]]:
+    return [{"method": m, "objective": o} for m, o in pretrain_jobs(params)]
+
+
+# ---------------------------------------------------------------------------------------------
+# Data: blocks in a seeded order, masks seeded per batch
+# ---------------------------------------------------------------------------------------------
+
+def read_ids(path: Path, vocab_size: int) -> list:
+    """`input_ids` of a pre-tokenised split, checked against the vocabulary."""
+    table = io.read_parquet(path, ["input_ids"])
+    flat = pc.list_flatten(table.column("input_ids"))
+    if len(flat):
+        lo, hi = pc.min(flat).as_py(), pc.max(flat).as_py()
+        if lo < 0 or hi >= vocab_size:
+            raise VocabTransferError(f"{path}: token id {hi if hi >= vocab_size else lo} is outside the model's "
+                                     f"vocabulary (size {vocab_size}); it was tokenised with another tokenizer, "
+                                     "rerun the pretokenize stage")
+    return table.column("input_ids").to_pylist()
+
+
+class StepBlocks:
+    """Sample i of the run is block `perm_e[i mod n]` of pass e = i // n (perm_e seeded with seed + e)."""
+
+    def __init__(self, blocks: list[list[int]], length: int, seed: int):
+        self.blocks, self.length, self.seed = blocks, length, seed
+        self._perms: dict[int, list[int]] = {}
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, i: int) -> dict:
+        import torch
+
+        epoch, j = divmod(int(i), len(self.blocks))
+        if epoch not in self._perms:
+            self._perms[epoch] = torch.randperm(len(self.blocks),
+                                                generator=torch.Generator().manual_seed(self.seed + epoch)).tolist()
+        return {"input_ids": self.blocks[self._perms[epoch][j]], "index": int(i)}
+
+
+class StepCollator:
+    """`modeling.LMCollator` whose masking generator is re-seeded from the batch's first sample index."""
+
+    def __init__(self, tokenizer, kind: M.Kind, seed: int):
+        self.lm = M.LMCollator(tokenizer, kind, seed)
+        self.kind, self.seed = kind, seed
+
+    def __call__(self, items: list[dict]) -> dict:
+        import torch
+
+        if self.kind == "masked":
+            self.lm.mlm.generator = torch.Generator().manual_seed(self.seed * 1_000_003 + items[0]["index"])
+        return self.lm([item["input_ids"] for item in items])
+
+
+# ---------------------------------------------------------------------------------------------
+# Checkpoints: which one to resume from, and the params they were written with
+# ---------------------------------------------------------------------------------------------
+
+def complete_checkpoints(directory: Path) -> list[tuple[int, Path]]:
+    """(step, path) of the checkpoints whose metrics rows were written (so the whole checkpoint was), by step."""
+    out = []
+    for path in directory.glob("checkpoint-*"):
+        suffix = path.name.split("-", 1)[1]
+        if suffix.isdigit() and (path / ROWS_FILE).is_file():
+            out.append((int(suffix), path))
+    return sorted(out)
+
+
+def check_resume_params(directory: Path, expected: dict) -> None:
+    stored = json.loads((directory / PARAMS_FILE).read_text(encoding="utf-8"))
+    differing = sorted(k for k in set(stored) | set(expected) if stored.get(k, "<unset>") != expected.get(k, "<unset>"))
+    if differing:
+        raise VocabTransferError(f"{directory}: the checkpoints were written with other params ({', '.join(differing)}); "
+                                 "restore those params to resume, or delete the directory to start afresh")
+
+
+def model_fingerprint(model_dir: Path) -> str:
+    """sha256 of the initialised model's weight files (a checkpoint of another init is refused)."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for path in sorted(model_dir.glob("*.safetensors")):
+        with path.open("rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 22), b""):
+                digest.update(chunk)
+    return digest.hexdigest()
+
+
+# ---------------------------------------------------------------------------------------------
+# Trainer: the objective, metrics rows, embedding warm-up
+# ---------------------------------------------------------------------------------------------
+
+def objective_loss(objective: str, logits, targets, margin: float):
+    import torch.nn.functional as F
+
+    if objective == "selfish":
+        from vocabtransfer.train.losses import selfish_cross_entropy
+
+        return selfish_cross_entropy(logits, targets, margin=margin)
+    return F.cross_entropy(logits, targets)
+
+
+def _trainer_classes():
+    import torch
+    from transformers import Trainer, TrainerCallback
+
+    class ObjectiveTrainer(Trainer):
+        """Loss on the logits at the predicted positions only; a NaN/inf loss stops the run."""
+
+        def __init__(self, *args, kind: M.Kind, objective: str, margin: float, checkpoints: Path, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.kind, self.objective, self.margin, self.checkpoints = kind, objective, margin, checkpoints
+            self.model_accepts_loss_kwargs = False  # mean loss per micro-batch; Trainer averages over accumulation
+
+        def _get_train_sampler(self, train_dataset=None):
+            return torch.utils.data.SequentialSampler(train_dataset or self.train_dataset)  # order is in StepBlocks
+
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            if self.accelerator.unwrap_model(model) is model:
+                logits, targets = M.predicted_logits(model, inputs, self.kind)
+            else:  # wrapped (DDP): its own forward, so that gradients are synchronised
+                labels = inputs["labels"]
+                logits = model(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"]).logits
+                if self.kind == "causal":
+                    logits, labels = logits[:, :-1], labels[:, 1:]
+                selected = labels != -100
+                logits, targets = logits[selected].float(), labels[selected]
+            loss = objective_loss(self.objective, logits, targets, self.margin)
+            if not torch.isfinite(loss):
+                last = complete_checkpoints(self.checkpoints)
+                kept = f"the last good checkpoint is {last[-1][1]}" if last else "no checkpoint was written yet"
+                raise VocabTransferError(f"step {self.state.global_step + 1}: the {self.objective} training loss is "
+                                         f"{float(loss)}; training stopped, {kept} (lower pretrain.learning_rate, "
+                                         "delete the checkpoints and rerun)")
+            return (loss, None) if return_outputs else loss
+
+    class MetricsCallback(TrainerCallback):
+        """Metrics rows (valid loss every `eval_every` steps, train loss when logged, tokens/s), a progress
+        bar, the rows stored in each checkpoint, and the embedding-only warm-up."""
+
+        def __init__(self, evaluate, eval_every: int, rows: dict, warmup_steps: int, embedding_params: set):
+            self.evaluate, self.eval_every, self.rows = evaluate, eval_every, rows
+            self.warmup_steps, self.embedding_params = warmup_steps, embedding_params
+            self.bar = None
+            self.mark = (time.perf_counter(), 0)
+
+        def _row(self, state, lr_scheduler=None) -> dict:
+            row = self.rows.setdefault(state.global_step, {
+                "step": state.global_step, "tokens_seen": int(state.num_input_tokens_seen),
+                "train_loss": math.nan, "valid_loss": math.nan, "learning_rate": math.nan,
+                "tokens_per_second": math.nan})
+            if lr_scheduler is not None and math.isnan(row["learning_rate"]):
+                row["learning_rate"] = float(lr_scheduler.get_last_lr()[0])
+            return row
+
+        def _freeze_body(self, model, frozen: bool) -> None:
+            for p in model.parameters():
+                if id(p) not in self.embedding_params:
+                    p.requires_grad_(not frozen)
+
+        def on_train_begin(self, args, state, control, model=None, lr_scheduler=None, **kw):
+            if state.global_step < self.warmup_steps:
+                self._freeze_body(model, True)
+                log.info("embedding warm-up: body frozen until step %d", self.warmup_steps)
+            if state.global_step == 0 and 0 not in self.rows:
+                self._row(state, lr_scheduler)["valid_loss"] = self.evaluate(model)
+                log.info("step 0: valid loss %.4f", self.rows[0]["valid_loss"])
+            self.mark = (time.perf_counter(), int(state.num_input_tokens_seen))
+            if state.is_world_process_zero:
+                self.bar = progress(total=state.max_steps, initial=state.global_step, desc="pretrain", unit="step")
+
+        def on_step_end(self, args, state, control, model=None, lr_scheduler=None, **kw):
+            if self.bar is not None:
+                self.bar.update(1)
+            if self.warmup_steps and state.global_step == self.warmup_steps:
+                self._freeze_body(model, False)
+                log.info("step %d: embedding warm-up over, the whole model trains", state.global_step)
+            if state.global_step % self.eval_every == 0 or state.global_step == state.max_steps:
+                row = self._row(state, lr_scheduler)
+                row["valid_loss"] = self.evaluate(model)
+                log.info("step %d: valid loss %.4f", state.global_step, row["valid_loss"])
+
+        def on_log(self, args, state, control, logs=None, lr_scheduler=None, **kw):
+            if not logs or "loss" not in logs:
+                return
+            now, tokens = time.perf_counter(), int(state.num_input_tokens_seen)
+            speed = (tokens - self.mark[1]) / max(now - self.mark[0], 1e-9)
+            self.mark = (now, tokens)
+            row = self._row(state)
+            row.update(train_loss=float(logs["loss"]), learning_rate=float(logs.get("learning_rate", math.nan)),
+                       tokens_per_second=speed, tokens_seen=tokens)
+            if self.bar is not None:
+                self.bar.set_postfix(loss=f"{logs['loss']:.3f}", tok_s=f"{speed:.0f}")
+            log.info("step %d: train loss %.4f, lr %.3g, %.0f tokens/s", state.global_step, logs["loss"],
+                     row["learning_rate"], speed)
+
+        def on_save(self, args, state, control, **kw):
+            if state.is_world_process_zero:
+                path = Path(args.output_dir) / f"checkpoint-{state.global_step}" / ROWS_FILE
+                with io.atomic_output(path) as tmp:
+                    tmp.write_text(json.dumps(sorted(self.rows.values(), key=lambda r: r["step"])), encoding="utf-8")
+
+        def on_train_end(self, args, state, control, **kw):
+            if self.bar is not None:
+                self.bar.close()
+
+    return ObjectiveTrainer, MetricsCallback
+
+
+# ---------------------------------------------------------------------------------------------
+# The stage
+# ---------------------------------------------------------------------------------------------
+
+def run(ctx) -> None:
+    with M.torch_threads(ctx.threads):
+        _run(ctx)
+
+
+def _run(ctx) -> None:
+    import torch
+    from transformers import PrinterCallback, TrainingArguments
+
+    start = time.perf_counter()
+    opts = ctx.param("pretrain")
+    method, objective = ctx.method, ctx.wildcards["objective"]
+    check_params(ctx.params)
+    if method not in opts["methods"] or objective not in opts["objectives"]:
+        raise VocabTransferError(f"pretrain {method}/{objective}: not a job of params pretrain.methods × "
+                                 f"pretrain.objectives ({', '.join(opts['methods'])} × {', '.join(opts['objectives'])})")
+    margin = float(opts["selfish"]["margin"])
+    if not margin > 0:
+        raise VocabTransferError(f"pretrain.selfish.margin={margin}: must be > 0")
+    init_dir = Path(ctx.input["init"])
+    model_dir = init_dir / "model"
+    checkpoints = Path(P.fill(P.PRETRAIN_CHECKPOINTS, lang=ctx.lang, method=method, objective=objective))
+
+    # 1. model, tokenizer, data
+    model, kind = M.load_source_model(model_dir, dtype=torch.float32)
+    tokenizer = M.load_tokenizer(model_dir)
+    vocab = min(len(tokenizer), model.get_input_embeddings().weight.shape[0])
+    seq_len, batch_size = int(opts["seq_len"]), int(opts["batch_size"])
+    blocks = M.pack_ids(tokenizer, read_ids(Path(ctx.input["train"]), vocab), seq_len, kind=kind)
+    valid = read_ids(Path(ctx.input["valid"]), vocab)[: int(opts["eval_lines"])]
+    valid_blocks = M.pack_ids(tokenizer, valid, seq_len, kind=kind)
+    if not blocks or not valid_blocks:
+        raise VocabTransferError(f"{ctx.input['train']}: no training or valid blocks ({len(blocks)} / "
+                                 f"{len(valid_blocks)}); the corpus is empty, rerun corpus and pretokenize")
+    eval_batches = M.lm_batches(tokenizer, valid_blocks, kind, int(opts["eval_batch_size"]), ctx.seed + 1)
+
+    # 2. resume: the params the checkpoints were written with must be these
+    expected = {leaf: ctx.param(leaf) for leaf in ["seed"] + leaves(ctx.params, ctx.wildcards)}
+    expected["input:init_model_sha256"] = model_fingerprint(model_dir)
+    resume = None
+    done = complete_checkpoints(checkpoints)
+    if done and (checkpoints / PARAMS_FILE).is_file():
+        check_resume_params(checkpoints, expected)
+        resume = done[-1]
+        log.info("resuming from %s (step %d)", resume[1], resume[0])
+    elif checkpoints.exists():
+        shutil.rmtree(checkpoints)  # only incomplete checkpoints: start afresh
+    checkpoints.mkdir(parents=True, exist_ok=True)
+    with io.atomic_output(checkpoints / PARAMS_FILE) as tmp:
+        tmp.write_text(json.dumps(expected, indent=1, sort_keys=True, default=str), encoding="utf-8")
+
+    # 3. options: factorised embeddings, precision, embedding warm-up
+    original = None
+    if opts["factorized"] and (init_dir / "coordinates.safetensors").is_file():
+        original = lowrank.factorize_model(model, init_dir, bool(opts["train_primitives"]))
+        log.info("training in factorised form: coordinates %s, primitives %s (%s)",
+                 tuple(model.get_input_embeddings().coordinates.shape),
+                 tuple(model.get_input_embeddings().primitives.shape),
+                 "trainable" if opts["train_primitives"] else "frozen")
+    elif opts["factorized"]:
+        log.info("pretrain.factorized: %s has no coordinates/primitives; training its full embeddings", init_dir)
+    use_cpu = ctx.device == "cpu"
+    bf16 = opts["precision"] == "bf16" or (opts["precision"] == "auto" and not use_cpu and torch.cuda.is_available()
+                                           and torch.cuda.is_bf16_supported())
+    embedding_params = {id(p) for mod in (model.get_input_embeddings(), model.get_output_embeddings())
+                        if mod is not None for p in mod.parameters()}
+    bias = M.output_bias(model)
+    if bias is not None:
+        embedding_params.add(id(bias))
+
+    args = TrainingArguments(
+        output_dir=str(checkpoints), max_steps=int(opts["steps"]), per_device_train_batch_size=batch_size,
+        gradient_accumulation_steps=int(opts["gradient_accumulation_steps"]), learning_rate=float(opts["learning_rate"]),
+        weight_decay=float(opts["weight_decay"]), lr_scheduler_type=opts["schedule"],
+        warmup_steps=int(opts["warmup_steps"]), max_grad_norm=float(opts["max_grad_norm"]), optim="adamw_torch",
+        logging_steps=int(opts["log_every"]), save_strategy="steps", save_steps=int(opts["save_every"]),
+        save_total_limit=2, eval_strategy="no", report_to=[], seed=ctx.seed, data_seed=ctx.seed, bf16=bf16,
+        use_cpu=use_cpu, remove_unused_columns=False, include_num_input_tokens_seen="non_padding",
+        dataloader_num_workers=0, disable_tqdm=True, save_only_model=False,
+    )
+    length = int(opts["steps"]) * batch_size * int(opts["gradient_accumulation_steps"]) * args.world_size
+    dataset = StepBlocks(blocks, length, ctx.seed)
+    log.info("pretrain %s/%s/%s: %s LM, %d train blocks of ≤%d ids, %d valid blocks; %d steps × %d × %d "
+             "(accumulation) × %d process(es); %s", ctx.lang, method, objective, kind, len(blocks), seq_len,
+             len(valid_blocks), int(opts["steps"]), batch_size, int(opts["gradient_accumulation_steps"]),
+             args.world_size, "bf16" if bf16 else "fp32")
+
+    # 4. train
+    rows: dict[int, dict] = {}
+    if resume is not None:
+        rows = {r["step"]: r for r in json.loads((resume[1] / ROWS_FILE).read_text(encoding="utf-8"))}
+    ObjectiveTrainer, MetricsCallback = _trainer_classes()
+    evaluate = lambda m: M.evaluate_lm(m, eval_batches, kind)["loss"]  # noqa: E731
+    callback = MetricsCallback(evaluate, int(opts["eval_every"]), rows, int(opts["embedding_warmup_steps"]),
+                               embedding_params)
+    trainer = ObjectiveTrainer(model=model, args=args, train_dataset=dataset,
+                               data_collator=StepCollator(tokenizer, kind, ctx.seed), callbacks=[callback],
+                               kind=kind, objective=objective, margin=margin, checkpoints=checkpoints)
+    trainer.remove_callback(PrinterCallback)
+    train_start = time.perf_counter()
+    trainer.train(resume_from_checkpoint=str(resume[1]) if resume else None)
+    train_seconds = time.perf_counter() - train_start
+    if not trainer.is_world_process_zero():
+        return
+
+    # 5. outputs
+    model = trainer.accelerator.unwrap_model(trainer.model).to("cpu").float()
+    if original is not None:
+        lowrank.unfactorize_model(model, original)
+    model.eval()
+    table = pa.Table.from_pylist(sorted(rows.values(), key=lambda r: r["step"]), schema=METRICS_SCHEMA)
+    final = rows[max(rows)]
+    stats = {
+        "lang": ctx.lang, "method": method, "objective": objective, "kind": kind, "model_class": type(model).__name__,
+        "steps": int(opts["steps"]), "tokens_seen": int(trainer.state.num_input_tokens_seen),
+        "initial_valid_loss": rows[0]["valid_loss"], "final_valid_loss": final["valid_loss"],
+        "seconds": time.perf_counter() - start, "train_seconds": train_seconds,
+        "resumed_from_step": resume[0] if resume else None, "seed": ctx.seed,
+        "margin": margin if objective == "selfish" else None, "factorized": original is not None,
+        "train_blocks": len(blocks), "valid_blocks": len(valid_blocks),
+        "valid_tokens": sum(int((b["labels"] != -100).sum()) for b in eval_batches), "bf16": bf16,
+        "processes": args.world_size, "init_model": str(model_dir), "versions": io.versions(),
+    }
+    with io.atomic_output(ctx.output["pretrain"], directory=True) as tmp:
+        M.save_model_dir(model, tokenizer, tmp / "model")
+        io.write_parquet(table, tmp / "metrics.parquet")
+        io.write_json(stats, tmp / "stats.json")
+    if not opts["keep_checkpoints"]:
+        shutil.rmtree(checkpoints, ignore_errors=True)
+    log.info("pretrain %s/%s/%s done in %.1f s: valid loss %.4f -> %.4f", ctx.lang, method, objective,
+             stats["seconds"], stats["initial_valid_loss"], stats["final_valid_loss"])
