@@ -1,6 +1,6 @@
 # vocabtransfer workflow: `snakemake --cores N` reproduces the whole study.
-# Every rule's shell is `vocabtransfer <stage> …`; inputs, outputs and the params each
-# stage reads come from src/vocabtransfer/stages.py (the same table that generates dvc.yaml).
+# Every rule's shell is `vocabtransfer <stage> …`; the rules are generated from the stage table
+# src/vocabtransfer/pipeline/stages.py (the same table that generates dvc.yaml).
 
 from snakemake.utils import min_version
 
@@ -14,13 +14,8 @@ report: "workflow/report/workflow.rst"
 
 
 include: "workflow/rules/common.smk"
-include: "workflow/rules/data.smk"
-include: "workflow/rules/auxiliary.smk"
-include: "workflow/rules/init.smk"
-include: "workflow/rules/pretrain.smk"
+include: "workflow/rules/stages.smk"
 include: "workflow/rules/report.smk"
-include: "workflow/rules/eval.smk"
-include: "workflow/rules/analysis.smk"
 
 
 rule all:

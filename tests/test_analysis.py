@@ -58,7 +58,12 @@ def test_bucket_means_on_known_losses(monkeypatch):
 
     monkeypatch.setattr(M, "predicted_logits", fixed)
     bucket, spans = T.frequency_buckets(COUNTS, 3, "equal_types")
-    sums, n = T.bucket_losses(torch.nn.Linear(1, 1), [{"i": 0}, {"i": 1}], "masked", bucket, len(spans))
+    # batch 0: two blocks, predicted positions in block 0 (x2) and block 1 (x2); batch 1: one block of five
+    labels = [torch.tensor([[1, 2, -100], [6, -100, 0]]), torch.tensor([[4, 1, 5, 7, 3]])]
+    batches = [{"i": 0, "labels": labels[0]}, {"i": 1, "labels": labels[1]}]
+    per_block, per_block_n = T.bucket_losses(torch.nn.Linear(1, 1), batches, "masked", bucket, len(spans))
+    assert per_block_n.tolist() == [[2, 0, 0, 0], [0, 1, 0, 1], [1, 1, 2, 1]]  # (blocks, buckets)
+    sums, n = per_block.sum(0), per_block_n.sum(0)
 
     def ce(a):
         return math.log(7 + math.exp(a)) - a
@@ -68,7 +73,7 @@ def test_bucket_means_on_known_losses(monkeypatch):
     expected = [[ce(2), ce(0), ce(1)], [ce(1), ce(2)], [ce(0.5), ce(3)], [ce(-1), ce(0)]]
     assert n.tolist() == [3, 2, 2, 2]
     assert (sums / n).tolist() == pytest.approx([sum(e) / len(e) for e in expected])
-    rows = T.rows_for("xx", "m", "init", spans, sums, n)
+    rows = T.rows_for("xx", "m", "init", 1, spans, sums, n)
     assert [r["loss"] for r in rows] == pytest.approx([sum(e) / len(e) for e in expected])
     assert [r["rank_lo"] for r in rows] == [0, 2, 4, 6] and rows[3]["n_types"] == 2
 
@@ -186,22 +191,25 @@ def test_stages_end_to_end(tmp_path, wp, one_thread, caplog):
     pretok = tmp_path / "xx" / "pretokenized"
     io.write_parquet(encode(wp, text_lines("en", 150)), pretok / "train.parquet")
     io.write_parquet(encode(wp, text_lines("en", 40, start=2000)), pretok / "valid.parquet")
-    init = save_dir(tiny_bert(len(wp), seed=0), wp, tmp_path / "xx" / "init" / "focus" / "model").parent
-    pre = {o: save_dir(tiny_bert(len(wp), seed=s), wp, tmp_path / "xx" / "pretrain" / "focus" / o / "model").parent
+    init = save_dir(tiny_bert(len(wp), seed=0), wp, tmp_path / "xx" / "init" / "focus" / "pseed1" / "model").parent
+    pre = {o: save_dir(tiny_bert(len(wp), seed=s), wp,
+                       tmp_path / "xx" / "pretrain" / "focus" / o / "pseed1" / "model").parent
            for o, s in (("standard", 1), ("selfish", 2))}
-    params = {"seed": 5,
-              "pretrain": {"methods": ["focus"], "objectives": ["standard", "selfish"], "selfish": {"margin": 2.0}},
+    params = {"seed": 5, "languages": ["xx"], "init": {"methods": ["focus"]},
+              "pretrain": {"methods": ["focus"], "objectives": ["standard", "selfish"], "seeds": 1,
+                           "selfish": {"margin": 2.0}},
               "token_frequency_loss": {"buckets": 4, "scheme": "equal_types", "max_lines": 40, "seq_len": 64,
                                        "batch_size": 8},
               "gradient_scenarios": {"batches": 2, "batch_size": 4, "seq_len": 64, "plot_bins": 10}}
-    assert T.pretrain_jobs(params) == [("focus", "standard"), ("focus", "selfish")]
+    assert T.scored_models(params, "xx") == [("focus", "init", 1), ("focus", "standard", 1), ("focus", "selfish", 1)]
 
     # token_frequency_loss
     inputs = {"train_ids": pretok / "train.parquet", "valid_ids": pretok / "valid.parquet",
-              T.model_key("focus", "init"): init, **{T.model_key("focus", o): d for o, d in pre.items()}}
+              T.model_key("focus", "init", 1): init, **{T.model_key("focus", o, 1): d for o, d in pre.items()}}
     out = tmp_path / "xx" / "token_frequency_loss.parquet"
+    blocks = tmp_path / "xx" / "token_frequency_blocks.parquet"
     ctx = make_ctx("vocabtransfer.evaluate.token_frequency_loss:run", {"lang": "xx"}, inputs,
-                   {"table": out, "plot": out.with_suffix(".png")}, params)
+                   {"table": out, "blocks": blocks, "plot": out.with_suffix(".png")}, params)
     with caplog.at_level("INFO", logger="vocabtransfer.evaluate.token_frequency_loss"):
         T.run(ctx)
     table = io.read_parquet(out)
@@ -220,10 +228,18 @@ def test_stages_end_to_end(tmp_path, wp, one_thread, caplog):
     assert n_tokens[0][0] == max(n_tokens[0])
     assert matplotlib.image.imread(out.with_suffix(".png")).shape[1] > 300
     assert "| focus | selfish |" in caplog.text
+    # per held-out block: the cells add up to each model's bucket totals
+    cells = io.read_parquet(blocks).to_pandas()
+    assert io.read_parquet(blocks).schema == T.BLOCKS_SCHEMA and cells["n_tokens"].min() > 0
+    for (m, o, b), g in cells.groupby(["method", "objective", "bucket"]):
+        row = next(r for r in rows if (r["method"], r["objective"], r["bucket"]) == (m, o, b))
+        assert g["n_tokens"].sum() == row["n_tokens"]
+        assert g["loss_sum"].sum() / g["n_tokens"].sum() == pytest.approx(row["loss"])
 
     # gradient_scenarios for the selfish job
-    gout = tmp_path / "xx" / "gradients" / "focus" / "selfish.parquet"
-    gctx = make_ctx("vocabtransfer.evaluate.gradient_scenarios:run", {"lang": "xx", "method": "focus", "objective": "selfish"},
+    gout = tmp_path / "xx" / "gradients" / "focus" / "selfish" / "pseed1.parquet"
+    gctx = make_ctx("vocabtransfer.evaluate.gradient_scenarios:run",
+                    {"lang": "xx", "method": "focus", "objective": "selfish", "pseed": "1"},
                     {"train_ids": pretok / "train.parquet", "init": init, "pretrain": pre["selfish"]},
                     {"table": gout, "plot": gout.with_suffix(".png")}, params)
     G.run(gctx)

@@ -56,22 +56,23 @@ def test_corpus_only_language_has_every_job_that_needs_nothing_more(shared_data,
         "skipping source_fasttext (no language can run init wechsel)",
         f"xx: skipping word_fasttext (init wechsel does not run: {no_dictionary})",
         "skipping source_snmf (init.methods has no snmf or <method>+snmf)",
-        f"xx: skipping init wechsel ({no_dictionary})",
+        f"xx: skipping init wechsel pseed1 ({no_dictionary})",
         f"xx: init_eval without retrieval (no XNLI file: {data_root}/xnli/dev-xx.tsv not found (init_eval.xnli))",
-        f"xx: skipping pretrain wechsel standard ({no_dictionary})",
-        *(f"xx: skipping 4 finetune_eval jobs: {task} random-standard 1, {task} fvt-standard 1, {task} "
-          f"wechsel-standard 1, … 1 more (no data for 'xx': eval.tasks.{task}.data has no entry 'xx')"
+        f"xx: skipping pretrain wechsel standard pseed1 ({no_dictionary})",
+        *(f"xx: skipping 4 finetune_eval jobs: {task} random-standard-pseed1 1, {task} fvt-standard-pseed1 1, {task} "
+          f"wechsel-standard-pseed1 1, … 1 more (no data for 'xx': eval.tasks.{task}.data has no entry 'xx')"
           for task in ("nli", "qa", "ner")),
-        f"xx: skipping gradient_scenarios wechsel standard ({no_dictionary})",
+        f"xx: skipping gradient_scenarios wechsel standard pseed1 ({no_dictionary})",
     ]
     # dvc.yaml: the same plan
     stages = yaml.safe_load(dvcgen.generate(params))["stages"]
     assert set(stages) == {"corpus", "tokenizer", "pretokenize", "fasttext", "overlap", "source_head",
-                           "init_random", "init_fvt", "init_eval", "pretrain_random_standard", "pretrain_fvt_standard",
-                           "token_frequency_loss", "gradient_scenarios_random_standard",
-                           "gradient_scenarios_fvt_standard", "report"}
+                           "init_random_pseed1", "init_fvt_pseed1", "init_eval", "pretrain_random_standard_pseed1",
+                           "pretrain_fvt_standard_pseed1", "token_frequency_loss",
+                           "gradient_scenarios_random_standard_pseed1", "gradient_scenarios_fvt_standard_pseed1",
+                           "report"}
     eval_deps = stages["init_eval"]["do"]["deps"]
-    assert "results/${item.lang}/init/fvt" in eval_deps and not any("wechsel" in d for d in eval_deps)
+    assert "results/${item.lang}/init/fvt/pseed1" in eval_deps and not any("wechsel" in d for d in eval_deps)
     assert stages["init_eval"]["foreach"]["xx"] == {"lang": "xx", "data_source_text": f"{data_root}/pretrain_text/en.txt"}
     # a dictionary that is named but missing is a skip too, with the file
     params["init"]["wechsel"]["dictionaries"]["xx"] = "wechsel_dicts/xx.txt"
@@ -196,7 +197,7 @@ def test_corpus_only_language_runs_through_the_report(xx_run):
     work, env, args, plan, done = xx_run
     # the dry run plans every stage that can run and none that cannot, and says why
     assert job_table(plan.stdout) == XX_JOBS, plan.stdout
-    assert "xx: skipping init wechsel (no dictionary: init.wechsel.dictionaries has no entry for xx)" in plan.stderr
+    assert "xx: skipping init wechsel pseed1 (no dictionary: init.wechsel.dictionaries has no entry for xx)" in plan.stderr
     assert "xx: init_eval without retrieval (no XNLI file:" in plan.stderr
     rows = pq.read_table(work / "results/xx/init_eval.parquet").to_pylist()
     assert [r["method"] for r in rows] == ["source", "random", "fvt"]
@@ -204,7 +205,7 @@ def test_corpus_only_language_runs_through_the_report(xx_run):
     # the stages saw the merged config: the overlay's vocabulary and the --config value
     assert json.loads((work / "results/xx/corpus/stats.json").read_text())["max_bytes"] == 200000
     assert json.loads((work / "results/xx/tokenizer_stats.json").read_text())["vocab_size"] <= 600
-    assert json.loads((work / "results/xx/init/fvt/stats.json").read_text())["target_vocab"] <= 600
+    assert json.loads((work / "results/xx/init/fvt/pseed1/stats.json").read_text())["target_vocab"] <= 600
     # the report covers xx and says why it has no downstream results
     report = (work / "results/report.md").read_text()
     assert "no data for 'xx'" in report and "eval.tasks.ner.data" in report

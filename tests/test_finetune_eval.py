@@ -29,15 +29,20 @@ def with_eval(params, **changes):
 
 def test_jobs_cover_models_tasks_and_seeds(params):
     p = with_eval(params, models=["pretrained", "init", "source", "wechsel-init"], seeds=2)
+    p["pretrain"]["seeds"] = 2
     models = FE.eval_models(p)
     pairs = FE.pretrain_pairs(p)
-    assert models[:len(pairs)] == [f"{m}-{o}" for m, o in pairs]
-    assert models[-2:] == ["source", "wechsel-init"]
-    assert [m for m in models if m.endswith("-init")] == [f"{m}-init" for m in dict.fromkeys(m for m, _ in pairs)] + ["wechsel-init"]
+    assert models[:2 * len(pairs)] == [f"{m}-{o}-pseed{s}" for m, o in pairs for s in (1, 2)]
+    assert models[-2:] == ["source", "wechsel-init-pseed1"]
+    # every pretrained method's init, per pretraining seed (random, fvt and focus all have random rows)
+    assert [m for m in models if "-init-" in m] == [f"{m}-init-pseed{s}" for m in ("random", "fvt", "focus")
+                                                   for s in (1, 2)] + ["wechsel-init-pseed1"]
     jobs = FE.eval_jobs(p, "sw")
     assert len(jobs) == 3 * len(models) * 2
     assert {j["seed"] for j in jobs} == {1, 2}
     assert FE.skipped_tasks(p, "sw") == {}
+    # a name without its pretraining seed stands for every pretraining seed of it
+    assert FE.eval_models(with_eval(p, models=["focus-standard"])) == ["focus-standard-pseed1", "focus-standard-pseed2"]
 
 
 def test_language_with_only_ner_data(params):
@@ -82,11 +87,13 @@ def test_model_names_and_directories(params):
     params = copy.deepcopy(params)
     params["init"]["methods"].append("focus+svd")
     assert FE.parse_model(params, "source")["input"] == "results/source/model"
-    init = FE.parse_model(params, "focus+svd-init")
-    assert (init["method"], init["objective"], init["input"]) == ("focus+svd", "init", "results/{lang}/init/focus+svd")
-    pre = FE.parse_model(params, "focus-selfish")
-    assert (pre["method"], pre["objective"], pre["input"]) == ("focus", "selfish", "results/{lang}/pretrain/focus/selfish")
-    for bad in ("focus-finetuned", "nomethod-init", "bert"):
+    init = FE.parse_model(params, "focus+svd-init-pseed1")
+    assert (init["method"], init["objective"], init["input"]) == ("focus+svd", "init",
+                                                                  "results/{lang}/init/focus+svd/pseed1")
+    pre = FE.parse_model(params, "focus-selfish-pseed1")
+    assert (pre["method"], pre["objective"], pre["pseed"], pre["input"]) == (
+        "focus", "selfish", 1, "results/{lang}/pretrain/focus/selfish/pseed1")
+    for bad in ("focus-finetuned-pseed1", "nomethod-init-pseed1", "focus-selfish-pseed2", "bert"):
         with pytest.raises(VocabTransferError, match=f"model '{bad}' is produced by no stage"):
             FE.parse_model(params, bad)
     with pytest.raises(VocabTransferError, match="produced by no stage"):

@@ -145,4 +145,4 @@ def test_inputs_follow_params():
     params = {"init": {"methods": ["random", "focus+svd"]}}
     assert E.inputs(params, {"lang": "sw"}) == {
         "source_model": "results/source/model", "valid": "results/{lang}/corpus/valid.parquet",
-        "init_random": "results/{lang}/init/random", "init_focus_svd": "results/{lang}/init/focus+svd"}
+        "init_random": "results/{lang}/init/random/pseed1", "init_focus_svd": "results/{lang}/init/focus+svd/pseed1"}

@@ -63,8 +63,8 @@ def write_ids(tokenizer, lines: list[str], path: Path) -> None:
 
 
 def project(root: Path, model, tokenizer, method: str = "focus", **pretrain) -> dict:
-    """results/sw/init/<method>/model + pre-tokenised splits of real sw text under `root`; returns params."""
-    save_dir(model, tokenizer, root / "results" / "sw" / "init" / method / "model")
+    """results/sw/init/<method>/pseed1/model + pre-tokenised splits of real sw text under `root`; returns params."""
+    save_dir(model, tokenizer, root / "results" / "sw" / "init" / method / "pseed1" / "model")
     write_ids(tokenizer, text_lines("sw", 300, start=1000), root / "results/sw/pretokenized/train.parquet")
     write_ids(tokenizer, text_lines("sw", 60, start=5000), root / "results/sw/pretokenized/valid.parquet")
     params = validate_params({
@@ -76,12 +76,13 @@ def project(root: Path, model, tokenizer, method: str = "focus", **pretrain) -> 
     return params
 
 
-def run(params: dict, method: str = "focus", objective: str = "standard"):
-    return run_stage("pretrain", params, {"lang": "sw", "method": method, "objective": objective}, threads=1)
+def run(params: dict, method: str = "focus", objective: str = "standard", pseed: int = 1):
+    return run_stage("pretrain", params, {"lang": "sw", "method": method, "objective": objective, "pseed": str(pseed)},
+                     threads=1)
 
 
-def outputs(root: Path, method: str = "focus", objective: str = "standard"):
-    out = root / "results" / "sw" / "pretrain" / method / objective
+def outputs(root: Path, method: str = "focus", objective: str = "standard", pseed: int = 1):
+    out = root / "results" / "sw" / "pretrain" / method / objective / f"pseed{pseed}"
     return out, pq.read_table(out / "metrics.parquet"), json.loads((out / "stats.json").read_text())
 
 
@@ -115,7 +116,31 @@ def test_tiny_models_learn_under_both_objectives(tmp_path, monkeypatch, one_thre
     loaded = auto.from_pretrained(str(out / "model"))
     assert len(AutoTokenizer.from_pretrained(str(out / "model"))) == len(tok)
     assert not torch.equal(loaded.get_input_embeddings().weight, model.get_input_embeddings().weight)
-    assert not (tmp_path / "checkpoints").joinpath("sw/pretrain/focus", objective).exists()  # keep_checkpoints: false
+    assert not (tmp_path / "checkpoints").joinpath("sw/pretrain/focus", objective, "pseed1").exists()  # not kept
+    # the final valid loss per evaluation block: its totals give the final valid loss
+    blocks = pq.read_table(out / "valid_blocks.parquet")
+    assert blocks.schema == PT.BLOCKS_SCHEMA and len(blocks) == stats["valid_blocks"]
+    total = sum(blocks.column("loss_sum").to_pylist()) / sum(blocks.column("n_tokens").to_pylist())
+    assert total == pytest.approx(valid[-1][1], rel=1e-5)
+    assert sum(blocks.column("n_tokens").to_pylist()) == stats["valid_tokens"]
+
+
+def test_pretraining_seeds_change_the_data_order_not_the_evaluation(tmp_path, monkeypatch, one_thread, sw_wp):
+    """Pretraining seed 2 starts from the same init (a tiny BERT saved as pseed1 of a method here) and is
+    scored on the same valid blocks and masks, but sees the training blocks in another order: the
+    valid loss at step 0 is equal, the trained models differ; seed value = seed + 1000 (k - 1)."""
+    monkeypatch.chdir(tmp_path)
+    params = project(tmp_path, tiny_bert(len(sw_wp)), sw_wp, method="mean", steps=8, eval_every=8, save_every=8,
+                     seeds=2)
+    params["init"]["methods"] = ["mean"]  # no random rows: every pretraining seed starts from pseed1's init
+    run(params, method="mean", pseed=1)
+    run(params, method="mean", pseed=2)
+    (_, a, sa), (_, b, sb) = outputs(tmp_path, "mean", pseed=1), outputs(tmp_path, "mean", pseed=2)
+    assert (sa["pseed"], sa["seed"], sb["pseed"], sb["seed"]) == (1, 42, 2, 1042)
+    assert a.column("valid_loss")[0] == b.column("valid_loss")[0]
+    assert a.column("valid_loss")[-1] != b.column("valid_loss")[-1]
+    with pytest.raises(VocabTransferError, match="pseed3: not a job"):
+        run(params, method="mean", pseed=3)
 
 
 def test_selfish_and_standard_differ(tmp_path, monkeypatch, one_thread, sw_wp):
@@ -138,7 +163,7 @@ def _subprocess(root: Path, objective: str = "standard"):
     env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "1", "--cpu", "-m",
            "vocabtransfer", "pretrain", "--lang", "sw", "--method", "focus", "--objective", objective,
-           "--params", "params.yaml", "--threads", "1"]
+           "--pseed", "1", "--params", "params.yaml", "--threads", "1"]
     return subprocess.Popen(cmd, cwd=root, env=env, start_new_session=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
@@ -157,7 +182,7 @@ def test_kill_and_resume_equals_uninterrupted_run(tmp_path, monkeypatch, one_thr
     shutil.rmtree(tmp_path / "checkpoints")
 
     proc = _subprocess(tmp_path)
-    ckpt = tmp_path / "checkpoints/sw/pretrain/focus/standard"
+    ckpt = tmp_path / "checkpoints/sw/pretrain/focus/standard/pseed1"
     deadline = time.time() + 240
     while not list(ckpt.glob(f"checkpoint-*/{PT.ROWS_FILE}")):
         assert proc.poll() is None, proc.stdout.read()
@@ -165,7 +190,7 @@ def test_kill_and_resume_equals_uninterrupted_run(tmp_path, monkeypatch, one_thr
         time.sleep(0.2)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
-    assert not (tmp_path / "results/sw/pretrain/focus/standard").exists()
+    assert not (tmp_path / "results/sw/pretrain/focus/standard/pseed1").exists()
     killed_at = max(s for s, _ in PT.complete_checkpoints(ckpt))
     assert killed_at < 40
 
@@ -207,8 +232,8 @@ def test_nan_loss_stops_naming_the_step_and_keeps_the_checkpoint(tmp_path, monke
     monkeypatch.setattr(PT, "objective_loss", poisoned)
     with pytest.raises(VocabTransferError, match=r"^step 6: the standard training loss is nan; .*checkpoint-4"):
         run(params)
-    assert not (tmp_path / "results/sw/pretrain/focus/standard").exists()
-    assert [s for s, _ in PT.complete_checkpoints(tmp_path / "checkpoints/sw/pretrain/focus/standard")] == [4]
+    assert not (tmp_path / "results/sw/pretrain/focus/standard/pseed1").exists()
+    assert [s for s, _ in PT.complete_checkpoints(tmp_path / "checkpoints/sw/pretrain/focus/standard/pseed1")] == [4]
 
 
 def test_factorized_training_saves_full_embeddings_in_the_primitives_span(tmp_path, monkeypatch, one_thread, sw_wp):
@@ -221,7 +246,7 @@ def test_factorized_training_saves_full_embeddings_in_the_primitives_span(tmp_pa
     with torch.no_grad():
         model.get_input_embeddings().weight.copy_(coords @ prims)
     params = project(tmp_path, model, sw_wp, method="focus+svd", steps=8, factorized=True, train_primitives=False)
-    init = tmp_path / "results/sw/init/focus+svd"
+    init = tmp_path / "results/sw/init/focus+svd/pseed1"
     io.save_tensors({"coordinates": coords}, init / "coordinates.safetensors")
     io.save_tensors({"primitives": prims}, init / "primitives.safetensors")
     run(params, method="focus+svd")
@@ -250,12 +275,27 @@ def test_bad_inputs(tmp_path, monkeypatch, one_thread, sw_wp):
         validate_params({**params, "pretrain": {**params["pretrain"], "objectives": ["bold"]}})
     with pytest.raises(VocabTransferError, match=r"pretrain.selfish.margin"):
         validate_params({**params, "pretrain": {**params["pretrain"], "selfish": {"margin": 0}}})
+    with pytest.raises(VocabTransferError, match=r"pretrain.seeds: 0 is less than the minimum of 1"):
+        validate_params({**params, "pretrain": {**params["pretrain"], "seeds": 0}})
 
 
-def test_pretrain_jobs():
-    params = {"pretrain": {"methods": ["focus", "fvt"], "objectives": ["standard", "selfish"]}}
-    assert PT.pretrain_jobs(params) == [("focus", "standard"), ("focus", "selfish"), ("fvt", "standard"),
-                                        ("fvt", "selfish")]
+def test_pretrain_runs_and_init_seeds():
+    """Every method × objective × pretraining seed is a run; a method with random rows has one init per
+    pretraining seed, a deterministic one (mean) one init that all its runs share."""
+    from vocabtransfer.pipeline import models as MN
+
+    params = {"seed": 7, "init": {"methods": ["focus", "mean", "fvt"]},
+              "pretrain": {"methods": ["focus", "mean"], "objectives": ["standard", "selfish"], "seeds": 2}}
+    assert MN.pretrain_pairs(params) == [("focus", "standard"), ("focus", "selfish"), ("mean", "standard"),
+                                         ("mean", "selfish")]
+    assert len(MN.pretrain_runs(params)) == 8 and MN.pretrain_runs(params)[1] == ("focus", "standard", 2)
+    assert MN.init_runs(params) == [("focus", 1), ("focus", 2), ("mean", 1), ("fvt", 1)]
+    assert (MN.init_pseed("focus+svd", 2), MN.init_pseed("mean+svd", 2)) == (2, 1)
+    assert (MN.seed_value(params, 1), MN.seed_value(params, 3)) == (7, 2007)
+    assert MN.parse_model_name("focus+svd-selfish-pseed2") == MN.Model("focus+svd", "selfish", 2)
+    assert MN.parse_model_name("focus+svd-selfish-pseed2").group == "focus+svd-selfish"
+    with pytest.raises(VocabTransferError, match="expected `source`"):
+        MN.parse_model_name("focus-selfish")
 
 
 def test_paper_config_is_valid_and_dry_runs_offline(tmp_path):

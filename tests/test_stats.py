@@ -1,4 +1,5 @@
-"""Mean ± std over seeds and the paired bootstrap interval (vocabtransfer.evaluate.stats), on constructed cases."""
+"""The nested, clustered, paired bootstrap and the multiple-comparison correction
+(vocabtransfer.evaluate.stats), on constructed cases with known answers."""
 
 from __future__ import annotations
 
@@ -6,85 +7,148 @@ import math
 
 import numpy as np
 import pytest
+from scipy import stats as scipy_stats
 
-from vocabtransfer.evaluate import stats as S
 from vocabtransfer.errors import VocabTransferError
+from vocabtransfer.evaluate import stats as S
 
 
-def nli(scores):
-    return {"ids": [f"ex{i}" for i in range(len(scores))], "score": list(scores)}
+def nli_result(scores, clusters=None, trivial=None) -> dict:
+    n = len(scores)
+    examples = {"ids": [f"ex{i}" for i in range(n)], "score": list(map(int, scores)),
+                "clusters": list(clusters) if clusters is not None else [f"c{i}" for i in range(n)]}
+    out = {"examples": examples}
+    if trivial is not None:
+        out["trivial"] = {"examples": {"ids": examples["ids"], "score": list(trivial)}}
+    return out
 
 
-def binomial_quantile(n: int, p: float, q: float) -> int:
-    """Smallest x with P(X <= x) >= q for X ~ Binomial(n, p)."""
-    cdf = 0.0
-    for x in range(n + 1):
-        cdf += math.comb(n, x) * p**x * (1 - p) ** (n - x)
-        if cdf >= q:
-            return x
-    return n
+def runs(task: str, results: dict) -> S.Runs:
+    return S.Runs.from_results(task, results)
 
 
-def test_b_beats_a_on_k_of_n_matches_the_binomial():
-    """B is right on exactly k examples where A is wrong, equal elsewhere: each resample's difference is
-    100 · (draws that hit those k examples) / n, a Binomial(n, k/n) count; the percentile interval must
-    sit at the binomial quantiles (within one count, the bootstrap's Monte-Carlo error)."""
-    n, k = 200, 30
+def test_one_level_matches_scipy_bootstrap():
+    """One pretraining seed, one fine-tuning seed, one example per cluster: the ordinary paired
+    percentile bootstrap, which scipy.stats.bootstrap computes independently (other random draws, so
+    the endpoints agree to the Monte-Carlo error of 20,000 resamples)."""
     rng = np.random.default_rng(0)
+    n = 300
     a = rng.integers(0, 2, n)
-    losers = np.flatnonzero(a == 0)[:k]
-    b = a.copy()
-    b[losers] = 1
-    d = S.paired_bootstrap("nli", {1: nli(a)}, {1: nli(b)}, resamples=4000, seed=7)
-    assert d.diff == pytest.approx(100 * k / n)
-    lo = 100 * binomial_quantile(n, k / n, 0.025) / n
-    hi = 100 * binomial_quantile(n, k / n, 0.975) / n
-    assert abs(d.low - lo) <= 100 / n and abs(d.high - hi) <= 100 / n, (d, lo, hi)
-    assert d.excludes_zero and d.seeds == (1,) and d.n_examples == n
-    # B worse on the same examples: the interval mirrors
-    r = S.paired_bootstrap("nli", {1: nli(b)}, {1: nli(a)}, resamples=4000, seed=7)
-    assert (r.diff, r.low, r.high) == pytest.approx((-d.diff, -d.high, -d.low))
+    b = np.where(rng.random(n) < 0.2, 1, a)
+    d = S.nested_bootstrap(runs("nli", {(1, 1): nli_result(a)}), runs("nli", {(1, 1): nli_result(b)}),
+                           resamples=20000, seed=1)
+    ref = scipy_stats.bootstrap((a, b), lambda x, y, axis: 100 * (y.mean(axis) - x.mean(axis)), paired=True,
+                                method="percentile", n_resamples=20000, vectorized=True, random_state=2)
+    assert d.diff == pytest.approx(100 * (b.mean() - a.mean()))
+    assert d.low == pytest.approx(ref.confidence_interval.low, abs=0.5)
+    assert d.high == pytest.approx(ref.confidence_interval.high, abs=0.5)
+    assert (d.n_pseeds, d.n_fseeds, d.n_clusters) == (1, 1, n)
+    assert d.excludes_zero and d.p_value < 0.001
 
 
-def test_identical_models_give_zero_interval():
-    scores = np.random.default_rng(1).random(50) * 100
-    qa = {"ids": list(range(50)), "score": scores.tolist()}
-    d = S.paired_bootstrap("qa", {1: qa, 2: qa}, {1: qa, 2: qa}, resamples=500, seed=3)
-    assert (d.diff, d.low, d.high) == (0.0, 0.0, 0.0)
-    assert not d.excludes_zero
-    ner = {"ids": [0, 1, 2], "tp": [1, 0, 2], "n_pred": [1, 1, 2], "n_gold": [2, 0, 2]}
-    d = S.paired_bootstrap("ner", {1: ner}, {1: ner}, resamples=200, seed=3)
-    assert (d.diff, d.low, d.high) == (0.0, 0.0, 0.0)
+def test_identical_seeds_give_the_cluster_only_interval():
+    """When every pretraining and fine-tuning seed gives the same scores, resampling the seeds changes
+    nothing: the interval is exactly the cluster-only one (the cluster draws have their own stream)."""
+    rng = np.random.default_rng(3)
+    n = 120
+    clusters = [f"premise{i // 3}" for i in range(n)]  # XNLI: three hypotheses per premise
+    a, b = rng.integers(0, 2, n), rng.integers(0, 2, n)
+    one = S.nested_bootstrap(runs("nli", {(1, 1): nli_result(a, clusters)}),
+                             runs("nli", {(1, 1): nli_result(b, clusters)}), resamples=2000, seed=9)
+    keys = [(p, f) for p in (1, 2, 3) for f in (1, 2)]
+    many = S.nested_bootstrap(runs("nli", {k: nli_result(a, clusters) for k in keys}),
+                              runs("nli", {k: nli_result(b, clusters) for k in keys}), resamples=2000, seed=9)
+    assert (many.diff, many.low, many.high) == (one.diff, one.low, one.high)
+    assert (many.n_pseeds, many.n_fseeds, many.n_clusters) == (3, 2, 40)
 
 
-def test_differences_are_averaged_over_seeds_with_shared_resamples():
-    """Seed 1: B beats A on k examples; seed 2: B equals A. The same resampled test sets serve every seed,
-    so the seed-averaged interval is exactly half the single-seed one."""
-    n, k = 80, 12
+def test_clusters_widen_the_interval():
+    """Perfectly correlated examples within a cluster (a premise right or wrong for all its hypotheses)
+    carry the information of one example each: resampling clusters gives a wider interval than
+    treating the examples as independent."""
+    rng = np.random.default_rng(5)
+    per_premise = rng.integers(0, 2, 40)
+    a = np.zeros(120, dtype=int)
+    b = np.repeat(per_premise, 3)
+    clusters = [f"p{i // 3}" for i in range(120)]
+    clustered = S.nested_bootstrap(runs("nli", {(1, 1): nli_result(a, clusters)}),
+                                   runs("nli", {(1, 1): nli_result(b, clusters)}), resamples=4000, seed=1)
+    flat = S.nested_bootstrap(runs("nli", {(1, 1): nli_result(a)}), runs("nli", {(1, 1): nli_result(b)}),
+                              resamples=4000, seed=1)
+    assert clustered.diff == flat.diff
+    assert (clustered.high - clustered.low) > 1.5 * (flat.high - flat.low)
+
+
+def test_seed_variation_widens_the_interval_and_pairs_by_seed():
+    """B beats A by 10 points on pretraining seed 1 and equals it on seed 2: the point estimate is the
+    mean over seeds (5), and resampling the seeds puts 0 and 10 inside the interval."""
+    n = 200
     a = np.zeros(n, dtype=int)
     b = a.copy()
-    b[:k] = 1
-    single = S.paired_bootstrap("nli", {1: nli(a)}, {1: nli(b)}, resamples=1000, seed=5)
-    both = S.paired_bootstrap("nli", {1: nli(a), 2: nli(a)}, {1: nli(b), 2: nli(a), 3: nli(b)},
-                              resamples=1000, seed=5)
-    assert both.seeds == (1, 2)  # seed 3 has no baseline run
-    assert (both.diff, both.low, both.high) == pytest.approx((single.diff / 2, single.low / 2, single.high / 2))
+    b[: n // 10] = 1
+    A = runs("nli", {(1, 1): nli_result(a), (2, 1): nli_result(a)})
+    B = runs("nli", {(1, 1): nli_result(b), (2, 1): nli_result(a), (3, 1): nli_result(b)})  # seed 3: no partner
+    d = S.nested_bootstrap(A, B, resamples=4000, seed=2)
+    assert d.diff == pytest.approx(5.0) and d.n_pseeds == 2
+    assert d.low <= 0.0 and d.high >= 10.0
 
 
 def test_task_metrics_by_hand():
-    # ner micro F1: 200 · (1+0+2) / ((1+1+2) + (2+0+2)) = 75
-    ner = {"ids": [0, 1, 2], "tp": [1, 0, 2], "n_pred": [1, 1, 2], "n_gold": [2, 0, 2]}
-    assert S.metric("ner", ner) == pytest.approx(75.0)
-    assert S.metric("ner", {"ids": [0], "tp": [0], "n_pred": [0], "n_gold": [0]}) == 0.0
-    assert S.metric("nli", nli([1, 0, 1, 1])) == pytest.approx(75.0)
-    assert S.metric("qa", {"ids": [0, 1], "score": [50.0, 100.0]}) == pytest.approx(75.0)
-    # an index matrix: one metric per row
-    rows = S.metric("ner", ner, np.array([[0, 0, 0], [1, 1, 1], [2, 2, 2]]))
-    assert rows.tolist() == pytest.approx([200 * 3 / 9, 0.0, 100.0])
+    """ner: micro F1 200 · Σtp / (Σpred + Σgold) = 200 · 3 / 8 = 75; nli: percent correct; qa: mean F1."""
+    ner = {"examples": {"ids": [0, 1, 2], "tp": [1, 0, 2], "n_pred": [1, 1, 2], "n_gold": [2, 0, 2],
+                        "clusters": ["s0", "s1", "s2"]}}
+    assert runs("ner", {(1, 1): ner}).metric((1, 1)) == pytest.approx(75.0)
+    assert runs("nli", {(1, 1): nli_result([1, 0, 1, 1])}).metric((1, 1)) == pytest.approx(75.0)
+    qa = {"examples": {"ids": [0, 1], "score": [50.0, 100.0], "clusters": ["t", "t"]}}
+    assert runs("qa", {(1, 1): qa}).metric((1, 1)) == pytest.approx(75.0)
     assert S.mean_std([60.0, 64.0]) == pytest.approx((62.0, math.sqrt(8)))
     assert S.mean_std([61.0]) == (61.0, 0.0)
 
 
-def test_different_test_examples_are_an_error():
-    with pytest.raises(VocabTransferError, match="different test examples"):
-        S.paired_bootstrap("nli", {1: nli([1, 0])}, {1: {"ids": ["x", "y"], "score": [1, 1]}})
+def test_trivial_scores_and_identical_models():
+    r = {(1, 1): nli_result([1, 1, 0, 1], trivial=[1, 0, 0, 0])}
+    model, trivial = runs("nli", r), S.Runs.from_results("nli", r, trivial=True)
+    d = S.nested_bootstrap(trivial, model, resamples=500, seed=0)
+    assert d.diff == pytest.approx(50.0)
+    same = S.nested_bootstrap(model, model, resamples=500, seed=0)
+    assert (same.diff, same.low, same.high) == (0.0, 0.0, 0.0) and not same.excludes_zero and same.p_value == 1.0
+
+
+def test_holm_and_bh_by_hand():
+    """Holm: sorted p times (m - rank), running maximum; BH: scipy's false_discovery_control."""
+    p = [0.01, 0.04, 0.03, 0.2]
+    assert S.correct(p, "holm") == pytest.approx([0.04, 0.09, 0.09, 0.2])
+    assert S.correct(p, "bh") == pytest.approx([0.04, 0.0533333, 0.0533333, 0.2], rel=1e-4)
+    assert S.correct([], "holm") == []
+    d = S.Difference(1.0, 0.5, 1.5, 0.01, 3, 1, 40)
+    fixed = S.corrected([d, None, d, d], "holm")
+    assert fixed[1] is None and fixed[0].adjusted_p == pytest.approx(0.03)
+    assert fixed[0].survives(0.05) and not S.corrected([d] * 6, "holm")[0].survives(0.05)
+
+
+def test_seed_interval_needs_two_seeds():
+    lo, hi = S.seed_interval([1.0, 2.0, 3.0], 0.95)
+    assert lo < 2.0 < hi and hi - lo == pytest.approx(2 * scipy_stats.t.ppf(0.975, 2) * 1.0 / math.sqrt(3))
+    with pytest.raises(VocabTransferError, match="at least 2 seeds.*pretrain.seeds"):
+        S.seed_interval([1.0])
+
+
+@pytest.mark.parametrize("confidence", [0, 1, 1.5, -0.1, True])
+def test_confidence_outside_the_unit_interval_is_one_error(confidence):
+    A = runs("nli", {(1, 1): nli_result([1, 0])})
+    with pytest.raises(VocabTransferError, match="report.confidence"):
+        S.nested_bootstrap(A, A, confidence=confidence)
+
+
+def test_bad_results_are_one_error():
+    no_clusters = {"examples": {"ids": ["a"], "score": [1]}}
+    with pytest.raises(VocabTransferError, match="examples.clusters"):
+        runs("nli", {(1, 1): no_clusters})
+    with pytest.raises(VocabTransferError, match="other test examples"):
+        runs("nli", {(1, 1): nli_result([1, 0]), (1, 2): {"examples": {**nli_result([1, 0])["examples"],
+                                                                      "ids": ["x", "y"]}}})
+    with pytest.raises(VocabTransferError, match="trivial"):
+        S.Runs.from_results("nli", {(1, 1): nli_result([1, 0])}, trivial=True)
+    with pytest.raises(VocabTransferError, match="different test clusters"):
+        S.nested_bootstrap(runs("nli", {(1, 1): nli_result([1, 0])}),
+                           runs("nli", {(1, 1): nli_result([1, 0], ["x", "x"])}))

@@ -124,17 +124,27 @@ def test_init_eval_focus_ranks_above_random_right_after_initialisation(workdir):
     assert (rows["calibrated_loss"] <= rows["loss"] + 1e-9).all() and (rows["temperature"] > 0).all()
     # every method's directory: embeddings, stats and a model that loads with transformers alone
     for method in params["init"]["methods"]:
-        d = work / f"results/sw/init/{method}"
+        d = work / f"results/sw/init/{method}/pseed1"
         assert (d / "embeddings.safetensors").is_file() and (d / "stats.json").is_file()
-    model_dir = work / "results/sw/init/focus/model"
+    # the second pretraining seed of a pretrained method redraws its random rows, and only those
+    from safetensors.torch import load_file
+
+    first, second = (load_file(work / f"results/sw/init/random/pseed{s}/embeddings.safetensors")["input_embeddings"]
+                     for s in (1, 2))
+    stats = json.loads((work / "results/sw/init/random/pseed2/stats.json").read_text())
+    assert (stats["pseed"], stats["seed"]) == (2, params["seed"] + 1000)
+    differ = (first != second).any(dim=1)
+    assert 0 < int(differ.sum()) <= stats["method_stats"]["random"]
+    assert not (work / "results/sw/init/mean/pseed2").exists()  # not pretrained, and deterministic anyway
+    model_dir = work / "results/sw/init/focus/pseed1/model"
     model = AutoModelForMaskedLM.from_pretrained(model_dir)
     tok = AutoTokenizer.from_pretrained(model_dir)
     assert model.get_input_embeddings().weight.shape[0] == len(tok) == params["tokenizer"]["vocab_size"]
-    assert (work / "results/sw/init/ofa/coordinates.safetensors").is_file()
+    assert (work / "results/sw/init/ofa/pseed1/coordinates.safetensors").is_file()
     assert (work / "results/sw/init_eval.png").read_bytes().startswith(b"\x89PNG")
     # every *snmf method used the one shared factorisation of the source_snmf job
     for method in (m for m in params["init"]["methods"] if m == "snmf" or m.endswith("+snmf")):
-        stats = json.loads((work / f"results/sw/init/{method}/stats.json").read_text())
+        stats = json.loads((work / f"results/sw/init/{method}/pseed1/stats.json").read_text())
         assert stats["method_stats"]["factorization"]["cached"] == "results/source/snmf.safetensors", method
 
 
@@ -154,7 +164,7 @@ def test_dvc_repro_reproduces_the_same_artefacts_and_params_change_marks_exactly
     assert "up to date" in run([str(BIN / "dvc"), "status", "--with-deps", *stages], fresh, env).lower()
     assert snakemake_jobs(run([str(BIN / "snakemake"), "-n", *targets(params)], work, env)) == {}
     # Snakemake, like DVC, takes the modules a job runs as inputs: its own method's, not the others'
-    shown = run([str(BIN / "snakemake"), "-n", "-f", "results/sw/init/focus"], work, env)
+    shown = run([str(BIN / "snakemake"), "-n", "-f", "results/sw/init/focus/pseed1"], work, env)
     job_input = next(line for line in shown.splitlines() if line.strip().startswith("input:"))
     assert "src/vocabtransfer/init/methods/focus.py" in job_input and "src/vocabtransfer/init/stage.py" in job_input
     assert "init/methods/wechsel.py" not in job_input
@@ -171,11 +181,13 @@ def test_dvc_repro_reproduces_the_same_artefacts_and_params_change_marks_exactly
 
     # Snakemake: the fastText jobs and what depends on them (every init job, and everything after init),
     # nothing before or beside them
+    from vocabtransfer.pipeline import models as MN
+
     jobs = snakemake_jobs(run([str(BIN / "snakemake"), "-n", *targets(params)], work, env))
     n = len(params["languages"])
     assert {k: jobs.get(k) for k in ("fasttext", "init", "init_eval", "pretrain", "token_frequency_loss", "report")} == {
-        "fasttext": n, "init": n * len(params["init"]["methods"]), "init_eval": n, "pretrain": n * 4,
-        "token_frequency_loss": n, "report": 1}, jobs
+        "fasttext": n, "init": n * len(MN.init_runs(params)), "init_eval": n,
+        "pretrain": n * len(MN.pretrain_runs(params)), "token_frequency_loss": n, "report": 1}, jobs
     assert not {"corpus", "tokenizer", "pretokenize", "overlap", "source_head", "source_snmf", "word_fasttext"} & set(jobs)
 
 
@@ -198,54 +210,75 @@ def test_init_artefacts_are_byte_identical_when_recomputed(workdir, tmp_path):
             (again / "results/sw/init").mkdir(parents=True, exist_ok=True)
             (again / f"results/sw/init/{method}").symlink_to(work / f"results/sw/init/{method}")
     common = ["--params", str(work / "params.yaml"), "--threads", "2"]
+    pseed1 = "pseed1"
     run([str(BIN / "vocabtransfer"), "source_snmf", *common], again, env)
     assert digest(again / "results/source/snmf.safetensors") == digest(work / "results/source/snmf.safetensors")
     for method in recomputed:
-        run([str(BIN / "vocabtransfer"), "init", "--lang", "sw", "--method", method, *common], again, env)
-        files = sorted(p.relative_to(work / f"results/sw/init/{method}")
-                       for p in (work / f"results/sw/init/{method}").rglob("*.safetensors"))
+        run([str(BIN / "vocabtransfer"), "init", "--lang", "sw", "--method", method, "--pseed", "1", *common], again,
+            env)
+        out = f"results/sw/init/{method}/{pseed1}"
+        files = sorted(p.relative_to(work / out) for p in (work / out).rglob("*.safetensors"))
         assert any(str(f).startswith("model") for f in files), files
         for f in files:
-            assert digest(again / f"results/sw/init/{method}" / f) == digest(work / f"results/sw/init/{method}" / f), f
+            assert digest(again / out / f) == digest(work / out / f), f
     run([str(BIN / "vocabtransfer"), "init_eval", "--lang", "sw", *common], again, env)
     first, second = (pq.read_table(d / "results/sw/init_eval.parquet").drop(["seconds"]) for d in (work, again))
     assert first.equals(second)
+    # a pretraining run of the second pretraining seed, recomputed: the same metrics and valid blocks
+    (again / "results/sw/init/focus/pseed2").symlink_to(work / "results/sw/init/focus/pseed2")
+    run([str(BIN / "vocabtransfer"), "pretrain", "--lang", "sw", "--method", "focus", "--objective", "selfish",
+         "--pseed", "2", *common], again, env)
+    run_dir = "results/sw/pretrain/focus/selfish/pseed2"
+    for name, drop in (("metrics.parquet", ["tokens_per_second"]), ("valid_blocks.parquet", [])):
+        first, second = (pq.read_table(d / run_dir / name).drop(drop) for d in (work, again))
+        assert first.equals(second), name
 
 
 def test_pretraining_analyses_and_downstream_evaluation_reach_the_report(workdir):
     import pyarrow.parquet as pq
     from transformers import AutoModelForMaskedLM, AutoTokenizer
 
+    from vocabtransfer.evaluate.finetune_eval import eval_models
+    from vocabtransfer.pipeline import models as MN
+
     work, _, params = workdir
+    assert params["pretrain"]["seeds"] == 2 and len(MN.pretrain_runs(params)) == 8
     for lang in params["languages"]:
-        for method in params["pretrain"]["methods"]:
-            for objective in params["pretrain"]["objectives"]:
-                run_dir = work / f"results/{lang}/pretrain/{method}/{objective}"
-                metrics = pq.read_table(run_dir / "metrics.parquet").to_pandas()
-                valid = metrics.dropna(subset=["valid_loss"])
-                assert valid["step"].iloc[0] == 0 and valid["step"].iloc[-1] == params["pretrain"]["steps"]
-                # the standard valid loss falls during pretraining, under either objective
-                assert valid["valid_loss"].iloc[-1] < valid["valid_loss"].iloc[0], (lang, method, objective)
-                stats = json.loads((run_dir / "stats.json").read_text())
-                assert stats["final_valid_loss"] == pytest.approx(valid["valid_loss"].iloc[-1])
-                grads = pq.read_table(work / f"results/{lang}/gradients/{method}/{objective}.parquet").to_pandas()
-                assert set(grads["phase"]) == {"start", "end"}
-                assert (grads[["input_norm", "output_target_norm", "output_nontarget_norm"]] >= 0).all().all()
+        for method, objective, pseed in MN.pretrain_runs(params):
+            run_dir = work / f"results/{lang}/pretrain/{method}/{objective}/pseed{pseed}"
+            metrics = pq.read_table(run_dir / "metrics.parquet").to_pandas()
+            valid = metrics.dropna(subset=["valid_loss"])
+            assert valid["step"].iloc[0] == 0 and valid["step"].iloc[-1] == params["pretrain"]["steps"]
+            # the standard valid loss falls during pretraining, under either objective
+            assert valid["valid_loss"].iloc[-1] < valid["valid_loss"].iloc[0], (lang, method, objective)
+            stats = json.loads((run_dir / "stats.json").read_text())
+            assert stats["final_valid_loss"] == pytest.approx(valid["valid_loss"].iloc[-1])
+            assert stats["pseed"] == pseed and stats["seed"] == params["seed"] + 1000 * (pseed - 1)
+            blocks = pq.read_table(run_dir / "valid_blocks.parquet").to_pandas()
+            assert blocks["loss_sum"].sum() / blocks["n_tokens"].sum() == pytest.approx(stats["final_valid_loss"],
+                                                                                        rel=1e-4)
+            if pseed > 1:
+                continue  # the gradient decomposition is drawn for the first pretraining seed
+            grads = pq.read_table(work / f"results/{lang}/gradients/{method}/{objective}/pseed1.parquet").to_pandas()
+            assert set(grads["phase"]) == {"start", "end"}
+            assert (grads[["input_norm", "output_target_norm", "output_nontarget_norm"]] >= 0).all().all()
         # step 0 and both objectives, every method, in the frequency-bucket table
         buckets = pq.read_table(work / f"results/{lang}/token_frequency_loss.parquet").to_pandas()
         assert set(buckets["objective"]) == {"init", *params["pretrain"]["objectives"]}
-        assert set(buckets["method"]) == set(params["pretrain"]["methods"])
+        assert set(buckets["method"]) == set(params["pretrain"]["methods"]) and set(buckets["pseed"]) == {1, 2}
         scored = buckets["n_tokens"] > 0  # a bucket without valid tokens (e.g. no unseen token) has no loss
         assert scored.any() and (buckets.loc[scored, "loss"] > 0).all() and buckets.loc[~scored, "loss"].isna().all()
         for task in ("nli", "qa", "ner"):
-            for model in params["eval"]["models"]:
+            for model in eval_models(params):
                 result = json.loads((work / f"results/{lang}/eval/{task}/{model}/seed1.json").read_text())
                 assert 0 <= result["metrics"][result["metric"]] <= 100 and result["n_test"] > 0, result
-    model = work / "results/sw/pretrain/focus/selfish/model"
+                assert len(result["examples"]["clusters"]) == result["n_test"] and "examples" in result["trivial"]
+    model = work / "results/sw/pretrain/focus/selfish/pseed2/model"
     assert AutoModelForMaskedLM.from_pretrained(model).get_input_embeddings().weight.shape[0] == len(
         AutoTokenizer.from_pretrained(model))
     report = (work / "results/report.md").read_text()
-    for heading in ("## sw", "## de", "## What was skipped and why"):
+    assert report.split("\n## ")[1].startswith("Verdict\n")  # the verdict comes first
+    for heading in ("## sw", "## de", "## What was skipped and why", "### Comparisons"):
         assert heading in report, heading
     figures = re.findall(r"!\[[^\]]*\]\(([^)]+\.png)\)", report)  # every figure, relative to results/
     assert any(f.startswith("report/figures/") for f in figures), figures

@@ -65,6 +65,11 @@ os.environ["VOCABTRANSFER_PARAMS"] = PARAMS_FILE
 wildcard_constraints:
     lang="|".join(config["languages"]),
     method="|".join(re.escape(m) for m in config["init"]["methods"]),
+    objective="standard|selfish",
+    pseed=r"[1-9][0-9]*",
+    task="|".join(config["eval"]["tasks"]),
+    model=r"source|[A-Za-z0-9_+]+-[a-z]+-pseed[1-9][0-9]*",
+    seed=r"[0-9]+",
 
 
 def stage_input(name):
@@ -110,8 +115,10 @@ def stage_benchmark(name):
 
 def stage_threads(name):
     """1, or for a parallel stage every core it may use: --max-threads when given (the SLURM
-    profile sets it: cores per cluster job), else --cores."""
-    if not S.STAGES[name].parallel:
+    profile sets it: cores per cluster job), else --cores. A stage that is bit-reproducible only on
+    one thread (fastText) gets one while its `Stage.one_thread_if` params leaf is true."""
+    stage = S.STAGES[name]
+    if not stage.parallel or (stage.one_thread_if and S.C.get(config, stage.one_thread_if)):
         return 1
     return workflow.resource_settings.max_threads or workflow.cores
 
@@ -146,6 +153,18 @@ def stage_resources(name):
 
 # appended to every `vocabtransfer <stage>` shell command
 STAGE_ARGS = '--params "$VOCABTRANSFER_PARAMS" --threads {threads} --log-file {log}'
+
+
+def stage_args(name):
+    """The job's `--<wildcard> <value>` options (a param: it is computed per job and bound to the stage
+    when the rule is defined, while a `shell:` string in a loop is formatted later)."""
+    import shlex
+
+    return lambda wildcards: " ".join(f"--{w} {shlex.quote(str(wildcards[w]))}" for w in S.STAGES[name].wildcards)
+
+
+# every rule's shell: the stage is the rule's name
+STAGE_SHELL = "vocabtransfer {rule} {params.args} " + STAGE_ARGS
 
 
 def stage_targets(name, output=None):

@@ -1,5 +1,6 @@
-# The study's report: results/report.md, its figures (in `snakemake --report` too), the
-# valid-loss curves (DVC plots) and metrics.json (DVC metrics).
+# The study's report: results/report.md, its figures, the valid-loss curves (DVC plots) and
+# metrics.json (DVC metrics). Written by hand: its figures directory is registered with
+# `report(...)` so that `snakemake --report` shows them, which the generated rules do not do.
 
 
 rule report:
@@ -15,6 +16,7 @@ rule report:
         ),
     params:
         leaves=stage_params("report"),
+        args=stage_args("report"),
     log:
         stage_log("report"),
     benchmark:
@@ -24,4 +26,4 @@ rule report:
     resources:
         **stage_resources("report"),
     shell:
-        "vocabtransfer report " + STAGE_ARGS
+        STAGE_SHELL

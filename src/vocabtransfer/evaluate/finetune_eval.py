@@ -1,14 +1,17 @@
 """Stage `finetune_eval`: fine-tune one model on one downstream task with one seed, and score it.
 
 Wildcards: `lang`, `task` (a registered task: nli, qa, ner — see `vocabtransfer.evaluate.tasks`), `model`
-and `seed`. A `model` is
+and `seed` (the fine-tuning seed). A `model` is (vocabtransfer.pipeline.models)
 
-  * `<method>-<objective>`: a continued-pretrained model, results/L/pretrain/<method>/<objective>/model
-  * `<method>-init`: an initialised-only model, results/L/init/<method>/model
+  * `<method>-<objective>-pseed<k>`: continued pretraining with pretraining seed k,
+    results/L/pretrain/<method>/<objective>/pseed<k>/model
+  * `<method>-init-pseed<k>`: the initialised-only model that run starts from,
+    results/L/init/<method>/pseed<k>/model
   * `source`: the source model with its own tokenizer, results/source/model (no transfer)
 
-`eval.models` lists kinds (`pretrained`: every pretraining method × objective; `init`: `<m>-init`
-for every pretraining method; `source`) and/or explicit model names. The model's directory is loaded
+`eval.models` lists kinds (`pretrained`: every pretraining method × objective × seed; `init`: the
+initialisation of every pretrained run; `source`), model names, and names without the pretraining
+seed (`focus-standard`: every pretraining seed of it). The model's directory is loaded
 with the task's transformers head (`AutoModelFor…`): the LM head is dropped and the task head is
 initialised under the eval seed. Training uses the transformers `Trainer` (seeded data order); the
 train/test split and the subsample depend on the params `seed` only, so every model and every eval
@@ -27,56 +30,69 @@ import time
 from pathlib import Path
 
 from vocabtransfer import io
+from vocabtransfer.pipeline import models as MN
 from vocabtransfer.pipeline import paths as P
 from vocabtransfer.errors import VocabTransferError
 
 log = logging.getLogger(__name__)
 
-# pretrain's defaults (contract), used while params have no `pretrain` section
-
-
 def pretrain_pairs(params: dict) -> list[tuple[str, str]]:
     """The (method, objective) pairs continued pretraining produces."""
-    from vocabtransfer.train.pretrain import pretrain_jobs
+    return MN.pretrain_pairs(params)
 
-    return pretrain_jobs(params)
+
+def init_models(params: dict) -> list[str]:
+    """`<m>-init-pseed<k>`: the initialisation every pretrained run of method m with seed k starts from."""
+    runs = dict.fromkeys((m, MN.init_pseed(m, s)) for m, _, s in MN.pretrain_runs(params))
+    return [MN.model_name(m, MN.INIT, s) for m, s in runs]
 
 
 def producible_models(params: dict) -> list[str]:
     """Every model name some stage produces."""
-    return (["source"] + [f"{m}-init" for m in params["init"]["methods"]]
-            + [f"{m}-{o}" for m, o in pretrain_pairs(params)])
+    return ([MN.SOURCE] + [MN.model_name(m, MN.INIT, s) for m, s in MN.init_runs(params)]
+            + [MN.model_name(m, o, s) for m, o, s in MN.pretrain_runs(params)])
 
 
 def parse_model(params: dict, model: str) -> dict:
-    """`method`, `objective` and the directory template of a model name; unknown names are one error."""
-    if model == "source":
-        return {"method": "source", "objective": None, "input": P.SOURCE_MODEL, "subdir": ""}
-    method, _, objective = model.rpartition("-")
-    if objective == "init" and method in params["init"]["methods"]:
-        return {"method": method, "objective": "init", "input": P.fill(P.INIT_DIR, lang="{lang}", method=method),
-                "subdir": "model"}
-    if (method, objective) in pretrain_pairs(params):
-        return {"method": method, "objective": objective,
-                "input": P.PRETRAIN_DIR.replace("{method}", method).replace("{objective}", objective),
+    """`method`, `objective`, `pseed` and the directory template of a model name; a name no stage
+    produces is one error."""
+    parsed = MN.parse_model_name(model) if model == MN.SOURCE or "-pseed" in model else None
+    if parsed is not None and model in producible_models(params):
+        if parsed.method == MN.SOURCE:
+            return {"method": MN.SOURCE, "objective": None, "pseed": None, "input": P.SOURCE_MODEL, "subdir": ""}
+        if parsed.objective == MN.INIT:
+            template = P.partial(P.INIT_DIR, method=parsed.method, pseed=parsed.pseed)
+        else:
+            template = P.partial(P.PRETRAIN_DIR, method=parsed.method, objective=parsed.objective, pseed=parsed.pseed)
+        return {"method": parsed.method, "objective": parsed.objective, "pseed": parsed.pseed, "input": template,
                 "subdir": "model"}
     raise VocabTransferError(
-        f"eval: model {model!r} is produced by no stage; use `source`, `<method>-init` (method in init.methods) "
-        f"or `<method>-<objective>` (pretrain.methods × pretrain.objectives), e.g. {producible_models(params)[-1]!r}")
+        f"eval: model {model!r} is produced by no stage; use `source`, `<method>-init-pseed<k>` (method in "
+        "init.methods) or `<method>-<objective>-pseed<k>` (pretrain.methods × pretrain.objectives × "
+        f"1..pretrain.seeds), e.g. {producible_models(params)[-1]!r}")
+
+
+def _expand_entry(params: dict, entry: str) -> list[str]:
+    """The models one `eval.models` entry names: a kind (`pretrained`, `init`, `source`), a model name,
+    or a name without its pretraining seed (`focus-standard`: every pretraining seed)."""
+    if entry == "pretrained":
+        return [MN.model_name(m, o, s) for m, o, s in MN.pretrain_runs(params)]
+    if entry == "init":
+        return init_models(params)
+    if entry == MN.SOURCE or "-pseed" in entry:
+        parse_model(params, entry)  # one clear error for a name no stage produces
+        return [entry]
+    names = [n for n in producible_models(params) if n.rpartition("-pseed")[0] == entry]
+    if not names:
+        parse_model(params, entry)  # raises: the error lists the grammar and an example
+    return names
 
 
 def eval_models(params: dict) -> list[str]:
-    """The models `eval.models` asks for (kinds expanded, duplicates dropped, order kept)."""
+    """The models `eval.models` asks for (kinds and seedless names expanded, duplicates dropped, order kept)."""
     out: list[str] = []
     for entry in params["eval"]["models"]:
-        if entry == "pretrained":
-            names = [f"{m}-{o}" for m, o in pretrain_pairs(params)]
-        elif entry == "init":
-            names = [f"{m}-init" for m in dict.fromkeys(m for m, _ in pretrain_pairs(params))]
-        else:
-            parse_model(params, entry)  # one clear error for a name no stage produces
-            names = [entry]
-        out += [n for n in names if n not in out]
+        out += [n for n in _expand_entry(params, entry) if n not in out]
     return out
 
 
@@ -97,7 +113,7 @@ def model_reason(params: dict, lang: str, model: str) -> str | None:
     from vocabtransfer.pipeline import availability as A
 
     method = parse_model(params, model)["method"]
-    why = None if method == "source" else A.method_reason(params, lang, method)
+    why = None if method == MN.SOURCE else A.method_reason(params, lang, method)
     return f"model {model} does not exist for {lang}: {why}" if why else None
 
 
@@ -179,6 +195,7 @@ def finetune(*, task, splits, model_dir: Path, seed: int, output_dir: Path, devi
         trainer.train()
         evaluation = task.evaluate(trainer, splits.test, tokenizer, labels)
     trivial = task.trivial(splits)  # the score of the trivial predictor (majority class, empty answer, all O)
+    evaluation.examples["clusters"] = test_clusters(splits.test, task.name)
     result = {
         "metric": task.metric,
         "metrics": {k: round(float(v), 4) for k, v in evaluation.metrics.items()},
@@ -186,11 +203,20 @@ def finetune(*, task, splits, model_dir: Path, seed: int, output_dir: Path, devi
         "n_train_features": len(train_features),
         "examples_seen": int(round(len(train_features) * float(opts["epochs"]))),
         "skipped": {**splits.skipped, **evaluation.skipped},
-        "trivial": {**trivial, "value": round(float(trivial["value"]), 4)},
+        "trivial": {**trivial, "value": round(float(trivial["value"]), 4)},  # with per-example scores
         "examples": evaluation.examples,
         **splits.notes,
     }
     return result, trainer
+
+
+def test_clusters(test: list[dict], task: str) -> list[str]:
+    """The cluster key of every test example (what the report's bootstrap resamples together)."""
+    missing = [ex.get("id") for ex in test if ex.get("cluster") in (None, "")]
+    if missing:
+        raise VocabTransferError(f"eval task {task}: test example {missing[0]!r} has no cluster key (premise, "
+                                 f"article or sentence); check the task's data columns (eval.tasks.{task}.data)")
+    return [str(ex["cluster"]) for ex in test]
 
 
 def run(ctx) -> None:
@@ -217,7 +243,7 @@ def run(ctx) -> None:
                          device=ctx.device, threads=ctx.threads)
     shutil.rmtree(checkpoints, ignore_errors=True)  # nothing is saved (save_strategy no): a job is short
     out = {"lang": lang, "task": task_name, "model": model_name, "method": info["method"],
-           "objective": info["objective"], "seed": seed, **result,
+           "objective": info["objective"], "pseed": info["pseed"], "seed": seed, **result,
            "seconds": round(time.perf_counter() - start, 3), "model_dir": str(model_dir),
            "versions": io.versions()}
     io.write_json(out, ctx.output["result"])

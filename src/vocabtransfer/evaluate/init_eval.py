@@ -64,7 +64,7 @@ def inputs(params: dict, wildcards: dict) -> dict[str, str]:
 
     out = {"source_model": P.SOURCE_MODEL, "valid": P.CORPUS_VALID}
     for method in methods(params, wildcards["lang"]):  # the ones the language has data for
-        out[input_key(method)] = P.INIT_DIR.replace("{method}", method)
+        out[input_key(method)] = P.partial(P.INIT_DIR, method=method, pseed=1)  # pretraining seed 1's init
     return out
 
 
@@ -254,7 +254,7 @@ def _run(ctx) -> None:
     # one row per initialised model
     for method in methods:
         start = time.perf_counter()
-        model_dir = Path(ctx.input.get(input_key(method)) or P.fill(P.INIT_DIR, lang=ctx.lang, method=method)) / "model"
+        model_dir = Path(ctx.input.get(input_key(method)) or P.fill(P.INIT_DIR, lang=ctx.lang, method=method, pseed=1)) / "model"
         model, kind = M.load_source_model(model_dir)
         model.to(ctx.device)
         tok = M.load_tokenizer(model_dir)

@@ -1,8 +1,8 @@
 """Stage `token_frequency_loss`: does the selfish objective help rare tokens and cost frequent ones?
 
-For target language L, every pretrained model (results/L/pretrain/<method>/<objective>/model, the
-(method, objective) pairs of `pretrain_jobs`) and every such method's initialised-only model
-(results/L/init/<method>/model, objective `init` = step 0) are scored on the same held-out
+For target language L, every pretrained model (results/L/pretrain/<method>/<objective>/pseed<k>/model:
+each run of `pipeline.models.pretrain_runs`) and the initialised-only model each started from
+(results/L/init/<method>/pseed<k>/model, objective `init` = step 0) are scored on the same held-out
 tokens: the standard cross-entropy of each target token of the valid split, grouped by the
 token's frequency rank in the train split.
 
@@ -18,7 +18,9 @@ token's frequency rank in the train split.
    seeded masks (`modeling.LMCollator`), identical for every model since all share the target
    tokenizer, so the comparison is paired token by token.
 
-Output: results/L/token_frequency_loss.parquet (one row per model × bucket), a PNG with one panel
+Output: results/L/token_frequency_loss.parquet (one row per model × pretraining seed × bucket),
+results/L/token_frequency_blocks.parquet (the summed loss and token count per model, bucket and
+held-out block: what the report's nested bootstrap resamples), a PNG with one panel
 per method (loss per bucket: init, standard, selfish) and a Markdown table in the log.
 """
 
@@ -34,32 +36,50 @@ import pyarrow as pa
 
 from vocabtransfer import io
 from vocabtransfer.train import modeling as M
+from vocabtransfer.pipeline import models as MN
 from vocabtransfer.pipeline import paths as P
-from vocabtransfer.train.pretrain import pretrain_jobs
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.log import progress
 
 log = logging.getLogger(__name__)
 
 SCHEMA = pa.schema([
-    ("lang", pa.string()), ("method", pa.string()), ("objective", pa.string()), ("bucket", pa.int32()),
-    ("rank_lo", pa.int64()), ("rank_hi", pa.int64()), ("n_types", pa.int64()), ("n_tokens", pa.int64()),
-    ("loss", pa.float64()),
+    ("lang", pa.string()), ("method", pa.string()), ("objective", pa.string()), ("pseed", pa.int32()),
+    ("bucket", pa.int32()), ("rank_lo", pa.int64()), ("rank_hi", pa.int64()), ("n_types", pa.int64()),
+    ("n_tokens", pa.int64()), ("loss", pa.float64()),
+])
+# per model, bucket and held-out block (the unit the report's bootstrap resamples); empty cells left out
+BLOCKS_SCHEMA = pa.schema([
+    ("method", pa.string()), ("objective", pa.string()), ("pseed", pa.int32()), ("bucket", pa.int32()),
+    ("block", pa.int32()), ("loss_sum", pa.float64()), ("n_tokens", pa.int64()),
 ])
 SCHEMES = ("equal_types", "log")
 
 
-def model_key(method: str, objective: str) -> str:
-    """ctx.input key of a model directory (`focus+svd`, `selfish` -> `focus_svd__selfish`)."""
-    return re.sub(r"\W", "_", method) + "__" + objective
+def model_key(method: str, objective: str, pseed: int) -> str:
+    """ctx.input key of a model directory (`focus+svd`, `selfish`, 2 -> `focus_svd__selfish__2`)."""
+    return re.sub(r"\W", "_", method) + "__" + objective + f"__{pseed}"
+
+
+def scored_models(params: dict, lang: str) -> list[tuple[str, str, int]]:
+    """(method, objective, pretraining seed) of every model scored: each pretrained run and the
+    initialised model it started from (objective `init`)."""
+    runs = MN.pretrain_runs(params, lang)
+    inits = dict.fromkeys((m, "init", MN.init_pseed(m, s)) for m, _, s in runs)
+    return list(inits) + runs
+
+
+def _model_template(method: str, objective: str, pseed: int) -> str:
+    if objective == "init":
+        return P.partial(P.INIT_DIR, method=method, pseed=pseed)
+    return P.partial(P.PRETRAIN_DIR, method=method, objective=objective, pseed=pseed)
 
 
 def inputs(params: dict, wildcards: dict) -> dict[str, str]:
-    """Train and valid ids, every pretrained model and every pretrained method's init model."""
+    """Train and valid ids, every pretrained model and the init model each started from."""
     out = {"train_ids": P.PRETOK_TRAIN, "valid_ids": P.PRETOK_VALID}
-    for method, objective in pretrain_jobs(params, wildcards["lang"]):
-        out[model_key(method, "init")] = P.INIT_DIR.replace("{method}", method)
-        out[model_key(method, objective)] = P.PRETRAIN_DIR.replace("{method}", method).replace("{objective}", objective)
+    for method, objective, pseed in scored_models(params, wildcards["lang"]):
+        out[model_key(method, objective, pseed)] = _model_template(method, objective, pseed)
     return out
 
 
@@ -129,37 +149,59 @@ def frequency_buckets(counts: np.ndarray, n_buckets: int, scheme: str = "equal_t
 # ------------------------------------------------------------------------------ scoring
 
 def bucket_losses(model, batches: list[dict], kind: M.Kind, bucket: np.ndarray, n_buckets: int):
-    """(summed standard cross-entropy, number of target tokens) per bucket over fixed batches."""
+    """(summed standard cross-entropy, number of target tokens), each (blocks, buckets), over fixed
+    batches: block = the row of the packed held-out block a predicted token belongs to."""
     import torch
     import torch.nn.functional as F
 
-    sums = np.zeros(n_buckets)
-    counts = np.zeros(n_buckets, dtype=np.int64)
+    sums, counts = [], []
     model.eval()
     with torch.inference_mode():
         for batch in batches:
+            labels = batch["labels"][:, 1:] if kind == "causal" else batch["labels"]
+            rows = (labels != -100).nonzero()[:, 0].numpy()
             logits, targets = M.predicted_logits(model, batch, kind)
             loss = F.cross_entropy(logits, targets, reduction="none").double().cpu().numpy()
-            b = bucket[targets.cpu().numpy()]
-            sums += np.bincount(b, weights=loss, minlength=n_buckets)
-            counts += np.bincount(b, minlength=n_buckets)
-    return sums, counts
+            cell = rows * n_buckets + bucket[targets.cpu().numpy()]
+            size = labels.shape[0] * n_buckets
+            sums.append(np.bincount(cell, weights=loss, minlength=size).reshape(-1, n_buckets))
+            counts.append(np.bincount(cell, minlength=size).reshape(-1, n_buckets))
+    return np.concatenate(sums), np.concatenate(counts).astype(np.int64)
 
 
-def rows_for(lang: str, method: str, objective: str, spans, sums, counts) -> list[dict]:
-    return [{"lang": lang, "method": method, "objective": objective, "bucket": i, "rank_lo": lo, "rank_hi": hi,
-             "n_types": n, "n_tokens": int(counts[i]), "loss": float(sums[i] / counts[i]) if counts[i] else math.nan}
+def rows_for(lang: str, method: str, objective: str, pseed: int, spans, sums, counts) -> list[dict]:
+    """One row per bucket: the mean loss over every held-out block (sums and counts are per bucket)."""
+    return [{"lang": lang, "method": method, "objective": objective, "pseed": pseed, "bucket": i, "rank_lo": lo,
+             "rank_hi": hi, "n_types": n, "n_tokens": int(counts[i]),
+             "loss": float(sums[i] / counts[i]) if counts[i] else math.nan}
             for i, (lo, hi, n) in enumerate(spans)]
 
 
+def block_rows(method: str, objective: str, pseed: int, sums: np.ndarray, counts: np.ndarray) -> dict[str, list]:
+    """Columns of BLOCKS_SCHEMA for the non-empty (block, bucket) cells of one model."""
+    block, bucket = np.nonzero(counts)
+    return {"method": [method] * len(block), "objective": [objective] * len(block), "pseed": [pseed] * len(block),
+            "bucket": bucket.tolist(), "block": block.tolist(), "loss_sum": sums[block, bucket].tolist(),
+            "n_tokens": counts[block, bucket].tolist()}
+
+
+def seed_means(rows: list[dict]) -> dict[tuple[str, str, int], tuple[float, float, int]]:
+    """(method, objective, bucket) -> (mean loss over pretraining seeds, lowest, highest seed's loss)."""
+    per: dict[tuple[str, str, int], list[float]] = {}
+    for r in rows:
+        per.setdefault((r["method"], r["objective"], r["bucket"]), []).append(r["loss"])
+    return {k: (float(np.mean(v)), float(np.min(v)), float(np.max(v))) for k, v in per.items()}
+
+
 def markdown(rows: list[dict], n_seen_buckets: int) -> str:
+    """The loss per bucket, averaged over pretraining seeds (the report gives the intervals)."""
     spans = sorted({(r["bucket"], r["rank_lo"], r["rank_hi"]) for r in rows})
     head = [f"{'unseen ' if b >= n_seen_buckets else ''}{lo}–{hi}" for b, lo, hi in spans]
     models = list(dict.fromkeys((r["method"], r["objective"]) for r in rows))
-    loss = {(r["method"], r["objective"], r["bucket"]): r["loss"] for r in rows}
+    means = seed_means(rows)
     lines = ["| method | objective | " + " | ".join(head) + " |", "|---|---|" + "---|" * len(head)]
     for m, o in models:
-        cells = [loss[(m, o, b)] for b, _, _ in spans]
+        cells = [means[(m, o, b)][0] for b, _, _ in spans]
         lines.append(f"| {m} | {o} | " + " | ".join("–" if math.isnan(c) else f"{c:.3f}" for c in cells) + " |")
     return "\n".join(lines)
 
@@ -168,19 +210,25 @@ STYLE = {"init": ("tab:gray", "--", "o"), "standard": ("tab:blue", "-", "s"), "s
 
 
 def plot(rows: list[dict], path: str | Path, lang: str, n_seen_buckets: int) -> None:
+    """One panel per method: the loss per bucket for init, standard and selfish, the mean over
+    pretraining seeds with the band from the lowest to the highest seed."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     methods = list(dict.fromkeys(r["method"] for r in rows))
+    means = seed_means(rows)
+    n_seeds = len({r["pseed"] for r in rows})
     fig, axes = plt.subplots(1, len(methods), figsize=(4.2 * len(methods) + 0.8, 3.8), sharey=True, squeeze=False)
     for ax, method in zip(axes[0], methods):
         for objective in dict.fromkeys(r["objective"] for r in rows if r["method"] == method):
-            pts = sorted((r["bucket"], r["loss"]) for r in rows if r["method"] == method and r["objective"] == objective)
+            pts = sorted((b, *v) for (m, o, b), v in means.items() if m == method and o == objective)
             color, style, marker = STYLE.get(objective, ("black", "-", "."))
-            ax.plot([b for b, _ in pts], [v for _, v in pts], color=color, linestyle=style, marker=marker,
-                    markersize=4, label=objective)
+            x = [p[0] for p in pts]
+            ax.plot(x, [p[1] for p in pts], color=color, linestyle=style, marker=marker, markersize=4, label=objective)
+            if n_seeds > 1:
+                ax.fill_between(x, [p[2] for p in pts], [p[3] for p in pts], color=color, alpha=0.15, linewidth=0)
         if any(r["bucket"] >= n_seen_buckets for r in rows):
             ax.axvspan(n_seen_buckets - 0.5, n_seen_buckets + 0.5, color="0.92", zorder=0)
         ax.set_title(method)
@@ -188,17 +236,17 @@ def plot(rows: list[dict], path: str | Path, lang: str, n_seen_buckets: int) -> 
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel(f"mean cross-entropy on held-out {lang} tokens")
     axes[0][0].legend(fontsize=8)
-    fig.suptitle(f"{lang}: loss by token frequency, standard vs selfish pretraining")
+    seeds = f" ({n_seeds} pretraining seeds: mean, band from lowest to highest)" if n_seeds > 1 else ""
+    fig.suptitle(f"{lang}: loss by token frequency, standard vs selfish pretraining{seeds}")
     fig.tight_layout()
     io.save_png(fig, path, dpi=110)
 
 
-def model_dir(ctx, method: str, objective: str) -> Path:
-    key = model_key(method, objective)
+def model_dir(ctx, method: str, objective: str, pseed: int) -> Path:
+    key = model_key(method, objective, pseed)
     if key in ctx.input:
         return Path(ctx.input[key]) / "model"
-    template = P.INIT_DIR if objective == "init" else P.PRETRAIN_DIR
-    return Path(P.fill(template, lang=ctx.lang, method=method, objective=objective)) / "model"
+    return Path(P.fill(_model_template(method, objective, pseed), lang=ctx.lang)) / "model"
 
 
 def same_tokenizer(a, b, where: Path) -> None:
@@ -214,11 +262,10 @@ def run(ctx) -> None:
 
 def _run(ctx) -> None:
     opts = ctx.param("token_frequency_loss")
-    jobs = pretrain_jobs(ctx.params, ctx.lang)
-    if not jobs:
+    models = scored_models(ctx.params, ctx.lang)
+    if not models:
         raise VocabTransferError("token_frequency_loss: params ask for no pretrained models (pretrain.methods × "
                                  "pretrain.objectives is empty); nothing to compare")
-    models = [(m, "init") for m in dict.fromkeys(m for m, _ in jobs)] + list(jobs)
 
     # 1. the target tokenizer, frequencies and buckets, fixed valid batches
     first = model_dir(ctx, *models[0])
@@ -237,18 +284,23 @@ def _run(ctx) -> None:
 
     # 2. every model on the same tokens
     rows: list[dict] = []
-    for i, (method, objective) in enumerate(progress(models, desc="models", unit="model")):
-        path = model_dir(ctx, method, objective)
+    cells: dict[str, list] = {name: [] for name in BLOCKS_SCHEMA.names}
+    for i, (method, objective, pseed) in enumerate(progress(models, desc="models", unit="model")):
+        path = model_dir(ctx, method, objective, pseed)
         if i:
             same_tokenizer(tokenizer, M.load_tokenizer(path), path)
             model, _ = M.load_source_model(path, kind)
         model.to(ctx.device)
         sums, n = bucket_losses(model, batches, kind, bucket, len(spans))
-        rows += rows_for(ctx.lang, method, objective, spans, sums, n)
-        log.info("%s/%s: mean loss %.4f over %d tokens", method, objective, sums.sum() / max(1, n.sum()), n.sum())
+        rows += rows_for(ctx.lang, method, objective, pseed, spans, sums.sum(0), n.sum(0))
+        for name, values in block_rows(method, objective, pseed, sums, n).items():
+            cells[name] += values
+        log.info("%s/%s/pseed%d: mean loss %.4f over %d tokens", method, objective, pseed,
+                 sums.sum() / max(1, n.sum()), n.sum())
         del model
 
     io.write_parquet(pa.Table.from_pylist(rows, schema=SCHEMA), ctx.output["table"])
+    io.write_parquet(pa.table(cells, schema=BLOCKS_SCHEMA), ctx.output["blocks"])
     plot(rows, ctx.output["plot"], ctx.lang, n_seen_buckets)
-    log.info("mean cross-entropy per frequency bucket (columns: train frequency ranks), %s\n%s", ctx.lang,
-             markdown(rows, n_seen_buckets))
+    log.info("mean cross-entropy per frequency bucket (columns: train frequency ranks; mean over pretraining "
+             "seeds), %s\n%s", ctx.lang, markdown(rows, n_seen_buckets))

@@ -1,12 +1,13 @@
 """Stage `init`: initialise the target-vocabulary embeddings with one method and build the model.
 
-For `--lang L --method M`:
+For `--lang L --method M --pseed K` (pretraining seed K: the method draws its random rows with
+`seed + 1000 (K - 1)`, see vocabtransfer.pipeline.models; a method without random rows has K = 1 only):
 1. load the source model (results/source/model: with its trained LM head) and its tokenizer, the
    target tokenizer, the overlap table and the fastText auxiliary embeddings of the target tokens;
 2. build a `TransferProblem` (options = params `init.<base>`; for a factorised method
    `base+svd` also `options["factorization"] = init.svd`) and run `get_method(M)` on the input
    embeddings, and again on the output embeddings when the source model's are untied;
-3. write results/L/init/M/ atomically: embeddings.safetensors (`input_embeddings`,
+3. write results/L/init/M/pseedK/ atomically: embeddings.safetensors (`input_embeddings`,
    `output_embeddings` when untied), one `<name>.safetensors` per extra tensor of the method
    (coordinates, primitives; `output_<name>` for the output pass), model/ (the source model with
    the new embeddings and the target tokenizer, loadable with AutoModelFor… alone) and stats.json
@@ -30,6 +31,7 @@ import numpy as np
 from vocabtransfer import io
 from vocabtransfer.train import modeling as M
 from vocabtransfer.errors import VocabTransferError
+from vocabtransfer.pipeline import models as MN
 from vocabtransfer.pipeline import paths as P
 from vocabtransfer.pipeline.paths import data_path
 
@@ -167,7 +169,12 @@ def _run(ctx) -> None:
     start = time.perf_counter()
     method_name = ctx.method
     method = get_method(method_name)  # unknown method: the registry's error, before any loading
-    torch.manual_seed(ctx.seed)
+    pseed = int(ctx.wildcards.get("pseed", 1))
+    if pseed != 1 and (method_name, pseed) not in MN.init_runs(ctx.params):
+        raise VocabTransferError(f"init {method_name} pseed{pseed}: not a job of these params (init.methods, and "
+                                 "pretrain.seeds for a pretrained method whose rows depend on the seed)")
+    seed = MN.seed_value(ctx.params, pseed)  # the random rows of this pretraining seed
+    torch.manual_seed(seed)
     source_dir = Path(ctx.input["source_model"])
     target_dir = Path(ctx.input["tokenizer"])
 
@@ -202,7 +209,7 @@ def _run(ctx) -> None:
     problem = TransferProblem(
         source_embeddings=matrices["input"], source_tokenizer=source_tok, target_tokenizer=target_tok,
         overlap_target_ids=target_ids, overlap_source_ids=source_ids, auxiliary=aux, auxiliary_mask=aux_mask,
-        options=options, seed=ctx.seed, device=ctx.device, lang=ctx.lang, resources=resources,
+        options=options, seed=seed, device=ctx.device, lang=ctx.lang, resources=resources,
         factors={"snmf": snmf["input"]} if snmf else {},
     )
     log.info("init %s/%s: %d target tokens (%d overlap, %d with fastText vectors), %d source tokens, dim %d, %s "
@@ -241,7 +248,7 @@ def _run(ctx) -> None:
         "method_stats": result.stats, "output_method_stats": out_stats,
         "output_bias": ("source bias copied for overlapping ids, mean source bias elsewhere"
                         if bias is not None else None),
-        "extra_tensors": sorted(extra), "seed": ctx.seed, "method_seconds": seconds,
+        "extra_tensors": sorted(extra), "pseed": pseed, "seed": seed, "method_seconds": seconds,
         "versions": io.versions(),
     }
     with io.atomic_output(ctx.output["init"], directory=True) as tmp:

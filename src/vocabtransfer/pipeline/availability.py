@@ -119,7 +119,7 @@ def jobs(params: dict, stage, lang: str | None = None) -> list[dict[str, str]]:
 
 
 def _job_label(stage, wildcards: dict) -> str:
-    rest = " ".join(v for k, v in wildcards.items() if k != "lang")
+    rest = " ".join(f"pseed{v}" if k == "pseed" else v for k, v in wildcards.items() if k != "lang")
     return f"{stage.name} {rest}" if rest else stage.name
 
 

@@ -74,7 +74,8 @@ def _stage_entry(stage: S.Stage, params: dict, fixed: dict[str, str], lang: str 
 
 
 def stage_name(stage: S.Stage, fixed: dict[str, str]) -> str:
-    suffix = "_".join(re.sub(r"[^A-Za-z0-9]+", "_", v) for v in fixed.values())
+    named = {"pseed": "pseed"}  # wildcards whose value alone would not say what it is (a number)
+    suffix = "_".join(named.get(k, "") + re.sub(r"[^A-Za-z0-9]+", "_", v) for k, v in fixed.items())
     return f"{stage.name}_{suffix}" if suffix else stage.name
 
 

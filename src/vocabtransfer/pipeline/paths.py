@@ -53,9 +53,16 @@ def data_path(path: str | os.PathLike) -> Path:
     return p if p.is_absolute() else data_root() / p
 
 
-def fill(template: str, **wildcards: str) -> str:
-    """Fill a path template's wildcards (`{lang}`, `{method}`)."""
+def fill(template: str, **wildcards) -> str:
+    """Fill a path template's wildcards (`{lang}`, `{method}`, `{pseed}`, …)."""
     return template.format(**wildcards)
+
+
+def partial(template: str, **wildcards) -> str:
+    """Fill some of a template's wildcards and keep the others, e.g. `{lang}`."""
+    for key, value in wildcards.items():
+        template = template.replace("{" + key + "}", str(value))
+    return template
 
 # source side (issue: embedding initialisation)
 SOURCE_MODEL = "results/source/model"  # the source model completed with a trained LM head (source_head)
@@ -64,25 +71,29 @@ SOURCE_WORD_FASTTEXT = "results/source/fasttext/words.bin"  # word-level fastTex
 SOURCE_SNMF = "results/source/snmf.safetensors"  # semi-NMF of the source embeddings, shared by every *snmf method
 WORD_FASTTEXT = "results/{lang}/fasttext/words.bin"  # word-level fastText on the target corpus (WECHSEL)
 
-# embedding initialisation: a directory per method with embeddings.safetensors, model/, stats.json
-INIT_DIR = "results/{lang}/init/{method}"
+# embedding initialisation: a directory per method and pretraining seed with embeddings.safetensors,
+# model/, stats.json. A method whose rows do not depend on the seed (mean) has pseed1 only.
+INIT_DIR = "results/{lang}/init/{method}/pseed{pseed}"
 INIT_EVAL = "results/{lang}/init_eval.parquet"
 INIT_EVAL_PLOT = "results/{lang}/init_eval.png"
 
-# continued pretraining (one directory per language × method × objective): model/ (HF directory with
-# the tokenizer), metrics.parquet, stats.json. Trainer checkpoints live outside the declared outputs,
-# so a killed job resumes from them and Snakemake/DVC never delete them with an incomplete output.
-PRETRAIN_DIR = "results/{lang}/pretrain/{method}/{objective}"
-PRETRAIN_CHECKPOINTS = "checkpoints/{lang}/pretrain/{method}/{objective}"
+# continued pretraining (one directory per language × method × objective × pretraining seed): model/
+# (HF directory with the tokenizer), metrics.parquet, valid_blocks.parquet, stats.json. Trainer
+# checkpoints live outside the declared outputs, so a killed job resumes from them and Snakemake/DVC
+# never delete them with an incomplete output.
+PRETRAIN_DIR = "results/{lang}/pretrain/{method}/{objective}/pseed{pseed}"
+PRETRAIN_CHECKPOINTS = "checkpoints/{lang}/pretrain/{method}/{objective}/pseed{pseed}"
 
 # analyses of continued pretraining
 TOKEN_FREQUENCY_LOSS = "results/{lang}/token_frequency_loss.parquet"
 TOKEN_FREQUENCY_PLOT = "results/{lang}/token_frequency_loss.png"
-GRADIENT_SCENARIOS = "results/{lang}/gradients/{method}/{objective}.parquet"
-GRADIENT_PLOT = "results/{lang}/gradients/{method}/{objective}.png"
+TOKEN_FREQUENCY_BLOCKS = "results/{lang}/token_frequency_blocks.parquet"  # per model, bucket and held-out block
+GRADIENT_SCENARIOS = "results/{lang}/gradients/{method}/{objective}/pseed{pseed}.parquet"
+GRADIENT_PLOT = "results/{lang}/gradients/{method}/{objective}/pseed{pseed}.png"
 
-# downstream evaluation: one JSON per language × task × model × seed, where `model` is
-# `<method>-<objective>` (pretrained), `<method>-init` (initialised only) or `source` (no transfer)
+# downstream evaluation: one JSON per language × task × model × fine-tuning seed, where `model` is
+# `<method>-<objective>-pseed<k>` (pretrained with pretraining seed k), `<method>-init-pseed<k>`
+# (initialised only) or `source` (no transfer); see vocabtransfer.pipeline.models
 EVAL_RESULT = "results/{lang}/eval/{task}/{model}/seed{seed}.json"
 EVAL_CHECKPOINTS = "checkpoints/{lang}/eval/{task}/{model}/seed{seed}"
 

@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 from vocabtransfer.pipeline import availability as A
 from vocabtransfer.pipeline import config as C
+from vocabtransfer.pipeline import models as MN
 from vocabtransfer.pipeline import paths as P
 
 
@@ -35,6 +36,7 @@ class Stage:
     # stage when one of them or any vocabtransfer module they import changes (`code_for`)
     code: tuple[str, ...] | Callable[[dict, dict], tuple[str, ...]] = ()
     parallel: bool = False  # uses all the cores it is given
+    one_thread_if: str | None = None  # a params leaf: while it is true the job gets one thread (reproducibility)
     gpu: bool = False  # benefits from a GPU (SLURM profile asks for one)
     # the values of the wildcards other than `lang` that params ask for, e.g. init: one
     # {"method": m} per `init.methods` entry; dvc.yaml gets one (lang-matrix) stage per entry
@@ -162,6 +164,7 @@ register(Stage(
             "fasttext.oov"),
     code=("data/auxiliary.py",),
     parallel=True,
+    one_thread_if="fasttext.reproducible",  # fastText is bit-reproducible on one thread only
     data=_fasttext_data,
 ))
 register(Stage(
@@ -194,7 +197,7 @@ _init_inputs = _lazy("init.stage:inputs")
 
 
 def _init_leaves(params: dict, wildcards: dict) -> list[str]:
-    base, _, fact = wildcards["method"].partition("+")
+    base, fact = MN.split_method(wildcards["method"])
     return [leaf for name in (base, fact) if name and name in params["init"]
             for leaf in section_leaves(params, f"init.{name}")]
 
@@ -252,7 +255,7 @@ def _init_code(params: dict, wildcards: dict) -> tuple[str, ...]:
     factorised wrapper; editing another method does not rerun this one."""
     from vocabtransfer.init.methods import get_method
 
-    base, _, fact = wildcards["method"].partition("+")
+    base, fact = MN.split_method(wildcards["method"])
     module = _module_file(get_method(base).__module__)  # e.g. random lives in methods/baselines.py
     return ("init/stage.py", str(module.relative_to(PACKAGE))) + (("init/methods/variants.py",) if fact else ())
 
@@ -288,6 +291,7 @@ register(Stage(
     params=WORD_FASTTEXT_LEAVES + ("init.wechsel.source_text",),
     code=("data/auxiliary.py",),
     parallel=True,
+    one_thread_if="fasttext.reproducible",  # fastText is bit-reproducible on one thread only
     available=lambda params, wc: A.needed_by(params, "wechsel"),
     data=lambda params, wc: {"data_text": P.data_path(params["init"]["wechsel"]["source_text"])},
 ))
@@ -300,6 +304,7 @@ register(Stage(
     params=WORD_FASTTEXT_LEAVES,
     code=("data/auxiliary.py",),
     parallel=True,
+    one_thread_if="fasttext.reproducible",  # fastText is bit-reproducible on one thread only
     available=lambda params, wc: A.needed_by(params, "wechsel", wc["lang"]),
 ))
 register(Stage(
@@ -321,19 +326,19 @@ register(Stage(
     name="init",
     func="vocabtransfer.init.stage:run",
     help="initialise the target embeddings with one method and save the model",
-    wildcards=("lang", "method"),
+    wildcards=("lang", "method", "pseed"),
     inputs=_init_inputs,
     outputs={"init": P.INIT_DIR},
     directories=frozenset({"init"}),
     params=("seed",),
     extra_params=_init_leaves,
     code=_init_code,
-    expand=lambda params: [{"method": m} for m in params["init"]["methods"]],
+    expand=lambda params: [{"method": m, "pseed": str(s)} for m, s in MN.init_runs(params)],
     parallel=True,
     gpu=True,
     available=lambda params, wc: A.method_reason(params, wc["lang"], wc["method"]),
     data=lambda params, wc: ({"data_dictionary": A.dictionary_file(params, wc["lang"])}
-                             if wc["method"].partition("+")[0] == "wechsel" else {}),
+                             if MN.split_method(wc["method"])[0] == "wechsel" else {}),
 ))
 register(Stage(
     name="init_eval",
@@ -419,8 +424,10 @@ register(Stage(
     name="pretrain",
     func="vocabtransfer.train.pretrain:run",
     help="continued pretraining of an initialised model with the standard or the selfish objective",
-    wildcards=("lang", "method", "objective"),
-    inputs={"init": P.INIT_DIR, "train": P.PRETOK_TRAIN, "valid": P.PRETOK_VALID},
+    wildcards=("lang", "method", "objective", "pseed"),
+    inputs=lambda params, wc: {"init": P.partial(P.INIT_DIR, method=wc["method"],
+                                                 pseed=MN.init_pseed(wc["method"], wc["pseed"])),
+                               "train": P.PRETOK_TRAIN, "valid": P.PRETOK_VALID},
     outputs={"pretrain": P.PRETRAIN_DIR},
     directories=frozenset({"pretrain"}),
     params=("seed",),
@@ -433,7 +440,7 @@ register(Stage(
 ))
 
 
-_report_inputs = _lazy("report.stage:inputs")
+_report_inputs = _lazy("report.read:inputs")
 _report_plots = _lazy("report.stage:dvc_plots")
 
 
@@ -448,7 +455,8 @@ register(Stage(
     directories=frozenset({"figures", "curves"}),
     metrics=frozenset({"metrics"}),
     plots=_report_plots,
-    params=("seed", "languages", "source_model", "init.methods", "report.bootstrap_resamples", "report.confidence"),
+    params=("seed", "languages", "source_model", "init.methods", "report.bootstrap_resamples", "report.confidence",
+            "report.correction"),
     code=("report/stage.py",),
 ))
 
@@ -501,12 +509,6 @@ register(Stage(
 
 # ---------------------------------------------------------------- analyses of continued pretraining
 
-def _pretrain_jobs(params: dict) -> list[tuple[str, str]]:
-    from vocabtransfer.train.pretrain import pretrain_jobs
-
-    return pretrain_jobs(params)
-
-
 _token_frequency_inputs = _lazy("evaluate.token_frequency_loss:inputs")
 
 
@@ -515,10 +517,10 @@ register(Stage(
     func="vocabtransfer.evaluate.token_frequency_loss:run",
     help="held-out loss per train-frequency bucket: init vs standard vs selfish pretraining",
     inputs=_token_frequency_inputs,
-    outputs={"table": P.TOKEN_FREQUENCY_LOSS, "plot": P.TOKEN_FREQUENCY_PLOT},
+    outputs={"table": P.TOKEN_FREQUENCY_LOSS, "blocks": P.TOKEN_FREQUENCY_BLOCKS, "plot": P.TOKEN_FREQUENCY_PLOT},
     params=("seed",),
     extra_params=lambda params, wildcards: (section_leaves(params, "token_frequency_loss")
-                                            + ["pretrain.methods", "pretrain.objectives"]),
+                                            + ["pretrain.methods", "pretrain.objectives", "pretrain.seeds"]),
     code=("evaluate/token_frequency_loss.py",),
     parallel=True,
     gpu=True,
@@ -527,14 +529,17 @@ register(Stage(
     name="gradient_scenarios",
     func="vocabtransfer.evaluate.gradient_scenarios:run",
     help="gradient reaching each token's embedding: as input, as target, as non-target (start and end)",
-    wildcards=("lang", "method", "objective"),
-    inputs={"train_ids": P.PRETOK_TRAIN, "init": P.INIT_DIR, "pretrain": P.PRETRAIN_DIR},
+    wildcards=("lang", "method", "objective", "pseed"),
+    inputs=lambda params, wc: {"train_ids": P.PRETOK_TRAIN, "pretrain": P.PRETRAIN_DIR,
+                               "init": P.partial(P.INIT_DIR, method=wc["method"],
+                                                 pseed=MN.init_pseed(wc["method"], wc["pseed"]))},
     outputs={"table": P.GRADIENT_SCENARIOS, "plot": P.GRADIENT_PLOT},
     params=("seed",),
     extra_params=lambda params, wildcards: (section_leaves(params, "gradient_scenarios") + (
         ["pretrain.selfish.margin"] if wildcards.get("objective") == "selfish" else [])),
     code=("evaluate/gradient_scenarios.py",),
-    expand=lambda params: [{"method": m, "objective": o} for m, o in _pretrain_jobs(params)],
+    # descriptive, on the first pretraining seed only
+    expand=lambda params: [{"method": m, "objective": o, "pseed": "1"} for m, o in MN.pretrain_pairs(params)],
     available=lambda params, wc: A.method_reason(params, wc["lang"], wc["method"]),
     parallel=True,
     gpu=True,

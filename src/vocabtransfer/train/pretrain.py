@@ -1,7 +1,8 @@
 """Stage `pretrain`: continued pretraining of an initialised model with the standard or the selfish objective.
 
-For `--lang L --method M --objective O`:
-1. load `results/L/init/M/model` (masked or causal LM, from its config) and its tokenizer; pack the
+For `--lang L --method M --objective O --pseed K` (pretraining seed K, 1..`pretrain.seeds`, whose seed
+value is `seed + 1000 (K - 1)`, see vocabtransfer.pipeline.models):
+1. load `results/L/init/M/pseedK/model` (pseed1 for a method without random rows; masked or causal LM, from its config) and its tokenizer; pack the
    pre-tokenised train split into blocks of `seq_len` ids (`modeling.pack_ids`) and check that every
    id is inside the vocabulary;
 2. fixed evaluation batches of the valid split with seeded masks (`modeling.lm_batches`): the same
@@ -11,12 +12,13 @@ For `--lang L --method M --objective O`:
    the predicted positions only (`modeling.predicted_logits`): cross-entropy for `standard`,
    `losses.selfish_cross_entropy` with `pretrain.selfish.margin` for `selfish`. The valid loss is
    always the standard cross-entropy;
-4. data order and masks are a function of the sample's position in the run (a seeded permutation
-   per pass over the blocks, a masking seed per batch), so a run resumed from a checkpoint in
-   `checkpoints/L/pretrain/M/O/` sees exactly the batches of an uninterrupted one; the metrics rows
+4. data order and masks are a function of the pretraining seed and the sample's position in the run
+   (a seeded permutation per pass over the blocks, a masking seed per batch), so a run resumed from
+   a checkpoint in `checkpoints/L/pretrain/M/O/pseedK/` sees exactly the batches of an uninterrupted one; the metrics rows
    up to a checkpoint are stored in it, and the params it was written with beside it;
-5. write `results/L/pretrain/M/O/` atomically: `model/` (HF directory with the tokenizer),
-   `metrics.parquet`, `stats.json`; then drop the checkpoints unless `pretrain.keep_checkpoints`.
+5. write `results/L/pretrain/M/O/pseedK/` atomically: `model/` (HF directory with the tokenizer),
+   `metrics.parquet`, `valid_blocks.parquet` (the final valid loss summed per evaluation block, with
+   its token count: the clusters of the report's bootstrap), `stats.json`; then drop the checkpoints unless `pretrain.keep_checkpoints`.
 
 Options: `pretrain.factorized` trains `<m>+svd`/`<m>+snmf` (and ofa/snmf) models in their low-rank
 form (coordinates trainable, primitives trainable or frozen: `pretrain.train_primitives`); the
@@ -40,6 +42,7 @@ import pyarrow.compute as pc
 from vocabtransfer import io
 from vocabtransfer.train import lowrank
 from vocabtransfer.train import modeling as M
+from vocabtransfer.pipeline import models as MN
 from vocabtransfer.pipeline import paths as P
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.log import progress
@@ -50,22 +53,12 @@ OBJECTIVES = ("standard", "selfish")
 ROWS_FILE = "vocabtransfer_metrics.json"  # in each checkpoint: the metrics rows up to it (also marks it complete)
 PARAMS_FILE = "params.json"  # beside the checkpoints: the params leaves they were written with
 # params leaves that do not change the trained model or its metrics
-NOT_CHECKED = ("pretrain.methods", "pretrain.objectives", "pretrain.keep_checkpoints")
+NOT_CHECKED = ("pretrain.methods", "pretrain.objectives", "pretrain.seeds", "pretrain.keep_checkpoints")
 
 METRICS_SCHEMA = pa.schema([
     ("step", pa.int64()), ("tokens_seen", pa.int64()), ("train_loss", pa.float64()),
     ("valid_loss", pa.float64()), ("learning_rate", pa.float64()), ("tokens_per_second", pa.float64()),
 ])
-
-
-def pretrain_jobs(params: dict, lang: str | None = None) -> list[tuple[str, str]]:
-    """The (method, objective) pairs params ask for; with `lang`, those whose init method can run for
-    that language (a method without its data, e.g. wechsel without a dictionary, has no model)."""
-    from vocabtransfer.pipeline.availability import method_reason
-
-    section = params.get("pretrain") or {}
-    return [(m, o) for m in section.get("methods") or [] for o in section.get("objectives") or []
-            if lang is None or method_reason(params, lang, m) is None]
 
 
 def check_params(params: dict, source: str = "params.yaml") -> None:
@@ -89,7 +82,33 @@ def leaves(params: dict, wildcards: dict) -> list[str]:
 
 
 def expand(params: dict) -> list[dict[str, str]]:
-    return [{"method": m, "objective": o} for m, o in pretrain_jobs(params)]
+    return [{"method": m, "objective": o, "pseed": str(s)} for m, o, s in MN.pretrain_runs(params)]
+
+
+BLOCKS_SCHEMA = pa.schema([("block", pa.int32()), ("loss_sum", pa.float64()), ("n_tokens", pa.int64())])
+
+
+def block_losses(model, batches: list[dict], kind: M.Kind) -> pa.Table:
+    """The summed standard cross-entropy and the number of predicted tokens of every evaluation block
+    (the clusters the report's bootstrap resamples); their totals give the valid loss."""
+    import torch
+    import torch.nn.functional as F
+
+    sums, counts = [], []
+    was_training = model.training
+    model.eval()
+    with torch.inference_mode():
+        for batch in batches:
+            labels = batch["labels"][:, 1:] if kind == "causal" else batch["labels"]
+            rows = (labels != -100).nonzero()[:, 0]
+            logits, targets = M.predicted_logits(model, batch, kind)
+            loss = F.cross_entropy(logits, targets, reduction="none").double().cpu()
+            sums.append(torch.bincount(rows, weights=loss, minlength=labels.shape[0]))
+            counts.append(torch.bincount(rows, minlength=labels.shape[0]))
+    model.train(was_training)
+    total, n = torch.cat(sums), torch.cat(counts)
+    return pa.table({"block": pa.array(range(len(n)), pa.int32()), "loss_sum": total.numpy(),
+                     "n_tokens": n.numpy().astype("int64")}, schema=BLOCKS_SCHEMA)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -314,17 +333,19 @@ def _run(ctx) -> None:
 
     start = time.perf_counter()
     opts = ctx.param("pretrain")
-    method, objective = ctx.method, ctx.wildcards["objective"]
+    method, objective, pseed = ctx.method, ctx.wildcards["objective"], int(ctx.wildcards["pseed"])
+    seed = MN.seed_value(ctx.params, pseed)  # data order, masks and dropout of this pretraining seed
     check_params(ctx.params)
-    if method not in opts["methods"] or objective not in opts["objectives"]:
-        raise VocabTransferError(f"pretrain {method}/{objective}: not a job of params pretrain.methods × "
-                                 f"pretrain.objectives ({', '.join(opts['methods'])} × {', '.join(opts['objectives'])})")
+    if method not in opts["methods"] or objective not in opts["objectives"] or pseed not in MN.pretrain_seeds(ctx.params):
+        raise VocabTransferError(f"pretrain {method}/{objective}/pseed{pseed}: not a job of params pretrain.methods × "
+                                 f"pretrain.objectives × pretrain.seeds ({', '.join(opts['methods'])} × "
+                                 f"{', '.join(opts['objectives'])} × 1..{opts['seeds']})")
     margin = float(opts["selfish"]["margin"])
     if not margin > 0:
         raise VocabTransferError(f"pretrain.selfish.margin={margin}: must be > 0")
     init_dir = Path(ctx.input["init"])
     model_dir = init_dir / "model"
-    checkpoints = Path(P.fill(P.PRETRAIN_CHECKPOINTS, lang=ctx.lang, method=method, objective=objective))
+    checkpoints = Path(P.fill(P.PRETRAIN_CHECKPOINTS, lang=ctx.lang, method=method, objective=objective, pseed=pseed))
 
     # 1. model, tokenizer, data
     model, kind = M.load_source_model(model_dir, dtype=torch.float32)
@@ -341,6 +362,7 @@ def _run(ctx) -> None:
 
     # 2. resume: the params the checkpoints were written with must be these
     expected = {leaf: ctx.param(leaf) for leaf in ["seed"] + leaves(ctx.params, ctx.wildcards)}
+    expected["pseed"] = pseed
     expected["input:init_model_sha256"] = model_fingerprint(model_dir)
     resume = None
     done = complete_checkpoints(checkpoints)
@@ -379,14 +401,14 @@ def _run(ctx) -> None:
         weight_decay=float(opts["weight_decay"]), lr_scheduler_type=opts["schedule"],
         warmup_steps=int(opts["warmup_steps"]), max_grad_norm=float(opts["max_grad_norm"]), optim="adamw_torch",
         logging_steps=int(opts["log_every"]), save_strategy="steps", save_steps=int(opts["save_every"]),
-        save_total_limit=2, eval_strategy="no", report_to=[], seed=ctx.seed, data_seed=ctx.seed, bf16=bf16,
+        save_total_limit=2, eval_strategy="no", report_to=[], seed=seed, data_seed=seed, bf16=bf16,
         use_cpu=use_cpu, remove_unused_columns=False, include_num_input_tokens_seen="non_padding",
         dataloader_num_workers=0, disable_tqdm=True, save_only_model=False,
     )
     length = int(opts["steps"]) * batch_size * int(opts["gradient_accumulation_steps"]) * args.world_size
-    dataset = StepBlocks(blocks, length, ctx.seed)
-    log.info("pretrain %s/%s/%s: %s LM, %d train blocks of ≤%d ids, %d valid blocks; %d steps × %d × %d "
-             "(accumulation) × %d process(es); %s", ctx.lang, method, objective, kind, len(blocks), seq_len,
+    dataset = StepBlocks(blocks, length, seed)
+    log.info("pretrain %s/%s/%s pseed %d (seed %d): %s LM, %d train blocks of ≤%d ids, %d valid blocks; %d steps × %d × %d "
+             "(accumulation) × %d process(es); %s", ctx.lang, method, objective, pseed, seed, kind, len(blocks), seq_len,
              len(valid_blocks), int(opts["steps"]), batch_size, int(opts["gradient_accumulation_steps"]),
              args.world_size, "bf16" if bf16 else "fp32")
 
@@ -399,7 +421,7 @@ def _run(ctx) -> None:
     callback = MetricsCallback(evaluate, int(opts["eval_every"]), rows, int(opts["embedding_warmup_steps"]),
                                embedding_params)
     trainer = ObjectiveTrainer(model=model, args=args, train_dataset=dataset,
-                               data_collator=StepCollator(tokenizer, kind, ctx.seed), callbacks=[callback],
+                               data_collator=StepCollator(tokenizer, kind, seed), callbacks=[callback],
                                kind=kind, objective=objective, margin=margin, checkpoints=checkpoints)
     trainer.remove_callback(PrinterCallback)
     train_start = time.perf_counter()
@@ -420,17 +442,20 @@ def _run(ctx) -> None:
         "steps": int(opts["steps"]), "tokens_seen": int(trainer.state.num_input_tokens_seen),
         "initial_valid_loss": rows[0]["valid_loss"], "final_valid_loss": final["valid_loss"],
         "seconds": time.perf_counter() - start, "train_seconds": train_seconds,
-        "resumed_from_step": resume[0] if resume else None, "seed": ctx.seed,
+        "resumed_from_step": resume[0] if resume else None, "pseed": pseed, "seed": seed,
         "margin": margin if objective == "selfish" else None, "factorized": original is not None,
         "train_blocks": len(blocks), "valid_blocks": len(valid_blocks),
         "valid_tokens": sum(int((b["labels"] != -100).sum()) for b in eval_batches), "bf16": bf16,
         "processes": args.world_size, "init_model": str(model_dir), "versions": io.versions(),
     }
+    blocks_table = block_losses(model, eval_batches, kind)  # the final valid loss per block, for intervals
+    stats["valid_tokens"] = int(pc.sum(blocks_table.column("n_tokens")).as_py())  # predicted positions scored
     with io.atomic_output(ctx.output["pretrain"], directory=True) as tmp:
         M.save_model_dir(model, tokenizer, tmp / "model")
         io.write_parquet(table, tmp / "metrics.parquet")
+        io.write_parquet(blocks_table, tmp / "valid_blocks.parquet")
         io.write_json(stats, tmp / "stats.json")
     if not opts["keep_checkpoints"]:
         shutil.rmtree(checkpoints, ignore_errors=True)
-    log.info("pretrain %s/%s/%s done in %.1f s: valid loss %.4f -> %.4f", ctx.lang, method, objective,
-             stats["seconds"], stats["initial_valid_loss"], stats["final_valid_loss"])
+    log.info("pretrain %s/%s/%s pseed %d done in %.1f s: valid loss %.4f -> %.4f", ctx.lang, method, objective,
+             pseed, stats["seconds"], stats["initial_valid_loss"], stats["final_valid_loss"])

@@ -70,7 +70,7 @@ class NER(Task):
 
         def flush():
             if tokens:
-                sentences.append({"id": str(len(sentences)), "group": str(len(sentences)),
+                sentences.append({"id": str(len(sentences)), "group": str(len(sentences)), "cluster": str(len(sentences)),
                                   "tokens": list(tokens), "tags": list(tags)})
                 tokens.clear()
                 tags.clear()
@@ -109,7 +109,8 @@ class NER(Task):
             bad = [t for t in tags if not TAG.match(t)]
             if bad:
                 raise VocabTransferError(f"{source.name}: row {i}: tag {bad[0]!r} is not O, B-<type> or I-<type>")
-            out.append({"id": str(row.get("id", i)), "group": str(i), "tokens": list(row["tokens"]), "tags": tags})
+            out.append({"id": str(row.get("id", i)), "group": str(i), "cluster": str(i), "tokens": list(row["tokens"]),
+                        "tags": tags})
         return out
 
     def labels(self, train: list[dict]) -> list[str]:
@@ -149,9 +150,13 @@ class NER(Task):
 
     def trivial(self, splits) -> dict:
         """`O` for every word: no entity predicted (seqeval F1 0 whenever the test split has entities)."""
+        strict = bool(self.options.get("strict", False))
         gold = [ex["tags"] for ex in splits.test]
-        f1 = seqeval_scores(gold, [["O"] * len(g) for g in gold], bool(self.options.get("strict", False)))["f1"]
-        return {"name": "all O", "value": f1}
+        f1 = seqeval_scores(gold, [["O"] * len(g) for g in gold], strict)["f1"]
+        counts = [sentence_counts(g, ["O"] * len(g), strict) for g in gold]
+        return {"name": "all O", "value": f1,
+                "examples": {"ids": [ex["id"] for ex in splits.test], "tp": [c[0] for c in counts],
+                             "n_pred": [c[1] for c in counts], "n_gold": [c[2] for c in counts]}}
 
     def evaluate(self, trainer, examples: list[dict], tokenizer, labels: list[str]) -> Evaluation:
         strict = bool(self.options.get("strict", False))

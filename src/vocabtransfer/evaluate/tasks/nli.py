@@ -53,7 +53,9 @@ class NLI(Task):
 
     @staticmethod
     def _example(index: int, premise: str, hypothesis: str, label: int) -> dict:
-        return {"id": str(index), "group": premise, "premise": premise, "hypothesis": hypothesis, "label": label}
+        # the premise is the split unit and the bootstrap's cluster: XNLI pairs it with three hypotheses
+        return {"id": str(index), "group": premise, "cluster": premise, "premise": premise, "hypothesis": hypothesis,
+                "label": label}
 
     def labels(self, train: list[dict]) -> list[str]:
         return list(LABELS)
@@ -67,8 +69,9 @@ class NLI(Task):
         """Always the most frequent training label (ties: the lowest label id)."""
         counts = Counter(e["label"] for e in splits.train)
         majority = min(counts, key=lambda label: (-counts[label], label))
-        hits = sum(e["label"] == majority for e in splits.test)
-        return {"name": "majority class", "value": 100.0 * hits / len(splits.test)}
+        hits = [int(e["label"] == majority) for e in splits.test]
+        return {"name": "majority class", "value": 100.0 * sum(hits) / len(hits),
+                "examples": {"ids": [e["id"] for e in splits.test], "score": hits}}
 
     def evaluate(self, trainer, examples: list[dict], tokenizer, labels=None) -> Evaluation:
         logits = trainer.predict(self.features(examples, tokenizer)).predictions

@@ -3,9 +3,10 @@ with the SQuAD v1.1 normalisation (`squad_metric`), per question the best over i
 
 A local file is SQuAD JSON (`data` → articles → `paragraphs` → `context`, `qas` → `id`,
 `question`, `answers` [`text`, `answer_start`]); a `datasets` spec needs the columns `id`,
-`context`, `question`, `answers` ({`text`: [...], `answer_start`: [...]}) and optionally `title`.
-Examples are grouped by article title, so a deterministic split (XQuAD has one split only) keeps an
-article's questions together.
+`context`, `question`, `answers` ({`text`: [...], `answer_start`: [...]}) and `title` (the article;
+not needed with `cluster: context`). Examples are grouped by article title, so a deterministic split
+(XQuAD has one split only) keeps an article's questions together; the report's bootstrap resamples
+articles (`cluster: article`, the default) or contexts (`cluster: context`) as clusters.
 
 An answer must occur in its context: one whose `answer_start` is off but whose text occurs in the
 context is moved to the nearest occurrence; a question none of whose answers occurs is counted
@@ -59,7 +60,8 @@ class QA(Task):
             if not answers:
                 missing += 1
                 continue
-            examples.append({"id": str(qa["id"]), "group": title, "context": context,
+            cluster = context if self.options.get("cluster", "article") == "context" else title
+            examples.append({"id": str(qa["id"]), "group": title, "cluster": cluster, "context": context,
                              "question": qa["question"], "answers": answers})
         if missing:
             log.warning("%s: %d question(s) skipped: no answer occurs in its context", source.name, missing)
@@ -70,9 +72,13 @@ class QA(Task):
             out = []
             for i, row in enumerate(source.rows):
                 require_columns(source, row, ("id", "context", "question", "answers"))
+                if self.options.get("cluster", "article") == "article" and not row.get("title"):
+                    raise VocabTransferError(
+                        f"{source.name}: row {i} has no `title` ({source.key}): the article is the cluster of the "
+                        "bootstrap and the split unit; add the column or set eval.tasks.qa.cluster: context")
                 ans = row["answers"]
                 answers = [{"text": t, "answer_start": s} for t, s in zip(ans["text"], ans["answer_start"])]
-                out.append((row.get("title") or str(i), row["context"], {**row, "answers": answers}))
+                out.append((row.get("title") or row["context"], row["context"], {**row, "answers": answers}))
             return out
         try:
             data = json.loads(source.path.read_text(encoding="utf-8"))["data"]
@@ -129,7 +135,8 @@ class QA(Task):
     def trivial(self, splits) -> dict:
         """The empty answer for every question (F1 with the SQuAD normalisation)."""
         f1 = [score("", [a["text"] for a in ex["answers"]])[1] for ex in splits.test]
-        return {"name": "empty answer", "value": sum(f1) / len(f1)}
+        return {"name": "empty answer", "value": sum(f1) / len(f1),
+                "examples": {"ids": [ex["id"] for ex in splits.test], "score": f1}}
 
     def evaluate(self, trainer, examples: list[dict], tokenizer, labels=None) -> Evaluation:
         enc = self._windows(examples, tokenizer)

@@ -1,0 +1,111 @@
+"""Names in the study: init methods, pretraining seeds and the models that evaluation sees.
+
+* A method name is `base` or `base+factorisation` (`focus`, `focus+svd`, `overlap+snmf`);
+  `split_method` is the one place that splits it.
+* Pretraining seeds are 1..`pretrain.seeds`. Seed k changes the order of the training blocks and
+  the random rows of the initialisation (the seed the init method draws with is
+  `seed + 1000 * (k - 1)`, so seed 1 is the params `seed` itself). A method whose rows never
+  depend on the seed (`DETERMINISTIC`) has one initialisation, pseed 1, shared by all its runs.
+* A model name is `source`, `<method>-init-pseed<k>` (initialised only) or
+  `<method>-<objective>-pseed<k>` (continued pretraining with pretraining seed k).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from vocabtransfer.errors import VocabTransferError
+
+# init methods whose every row is a copy or a mean: the seed changes nothing (their `+svd` variants too)
+DETERMINISTIC = frozenset({"mean"})
+SEED_STRIDE = 1000
+SOURCE = "source"
+INIT = "init"  # the objective-like label of an initialised-only model
+_MODEL = re.compile(r"(?P<method>.+)-(?P<objective>[a-z]+)-pseed(?P<pseed>[1-9][0-9]*)")
+
+
+def split_method(method: str) -> tuple[str, str]:
+    """(base, factorisation) of a method name; the factorisation is '' for a plain method."""
+    base, _, fact = method.partition("+")
+    return base, fact
+
+
+def seeded(method: str) -> bool:
+    """Whether a method's initialisation depends on the seed (it has random rows)."""
+    return split_method(method)[0] not in DETERMINISTIC
+
+
+def pretrain_seeds(params: dict) -> list[int]:
+    """1..pretrain.seeds."""
+    return list(range(1, int((params.get("pretrain") or {}).get("seeds", 1)) + 1))
+
+
+def init_pseed(method: str, pseed: int | str) -> int:
+    """The pretraining seed whose initialisation a run with `pseed` starts from."""
+    return int(pseed) if seeded(method) else 1
+
+
+def seed_value(params: dict, pseed: int | str) -> int:
+    """The random seed of pretraining seed `pseed`: params `seed` for pseed 1."""
+    pseed = int(pseed)
+    if pseed < 1:
+        raise VocabTransferError(f"pretraining seed {pseed}: must be 1 or more (1..pretrain.seeds)")
+    return int(params["seed"]) + SEED_STRIDE * (pseed - 1)
+
+
+@dataclass(frozen=True)
+class Model:
+    """A model evaluation sees: `source`, or a method with an objective (`init` for initialised only)
+    and a pretraining seed."""
+
+    method: str
+    objective: str | None = None
+    pseed: int | None = None
+
+    @property
+    def name(self) -> str:
+        return SOURCE if self.method == SOURCE else f"{self.method}-{self.objective}-pseed{self.pseed}"
+
+    @property
+    def group(self) -> str:
+        """The name without the pretraining seed (`focus-standard`): what the report compares."""
+        return SOURCE if self.method == SOURCE else f"{self.method}-{self.objective}"
+
+
+def model_name(method: str, objective: str, pseed: int | str) -> str:
+    return Model(method, objective, int(pseed)).name
+
+
+def parse_model_name(name: str) -> Model:
+    """The parts of a model name; a malformed one is one error that shows the grammar."""
+    if name == SOURCE:
+        return Model(SOURCE)
+    m = _MODEL.fullmatch(name)
+    if not m:
+        raise VocabTransferError(f"model {name!r}: expected `source`, `<method>-init-pseed<k>` or "
+                                 "`<method>-<objective>-pseed<k>` (e.g. focus-standard-pseed1)")
+    return Model(m["method"], m["objective"], int(m["pseed"]))
+
+
+def pretrain_pairs(params: dict, lang: str | None = None) -> list[tuple[str, str]]:
+    """The (method, objective) pairs params ask for (`pretrain.methods` × `pretrain.objectives`); with
+    `lang`, those whose init method can run for that language (wechsel without a dictionary cannot)."""
+    from vocabtransfer.pipeline.availability import method_reason
+
+    section = params.get("pretrain") or {}
+    return [(m, o) for m in section.get("methods") or [] for o in section.get("objectives") or []
+            if lang is None or method_reason(params, lang, m) is None]
+
+
+def pretrain_runs(params: dict, lang: str | None = None) -> list[tuple[str, str, int]]:
+    """Every (method, objective, pretraining seed) continued-pretraining run params ask for."""
+    return [(m, o, s) for m, o in pretrain_pairs(params, lang) for s in pretrain_seeds(params)]
+
+
+def init_runs(params: dict) -> list[tuple[str, int]]:
+    """Every (method, pretraining seed) initialisation: pseed 1 for each init method, and the other
+    pretraining seeds for the pretrained methods whose rows depend on the seed."""
+    pretrained = set((params.get("pretrain") or {}).get("methods") or [])
+    return [(m, s) for m in params["init"]["methods"]
+            for s in (pretrain_seeds(params) if m in pretrained and seeded(m) else [1])]

@@ -1,0 +1,115 @@
+"""The report's figures (PNG, byte-identical for identical inputs) and the valid-loss curves as CSV.
+
+* curves: the valid loss against the step, one panel per objective, one line per method: the mean
+  over pretraining seeds, with a band from the lowest to the highest seed;
+* downstream: each model's score per task with its nested bootstrap interval as an error bar and
+  the trivial predictor as a dashed line; a task no model learns is drawn in grey.
+"""
+
+from __future__ import annotations
+
+import csv
+import io as _io
+from pathlib import Path
+
+import numpy as np
+
+from vocabtransfer.report.read import OBJECTIVE_ORDER, Language
+
+DPI = 100
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig, path: Path) -> None:
+    fig.savefig(path, format="png", dpi=DPI, metadata={"Software": None})
+    _plt().close(fig)
+
+
+def seed_curves(lang: Language) -> dict[tuple[str, str], object]:
+    """(method, objective) -> DataFrame indexed by step with the columns mean, low, high, n (seeds)."""
+    import pandas as pd
+
+    per: dict[tuple[str, str], list] = {}
+    for (m, o, s), curve in sorted(lang.curves.items()):
+        c = curve.dropna(subset=["valid_loss"]).set_index("step")["valid_loss"].rename(s)
+        per.setdefault((m, o), []).append(c)
+    out = {}
+    for key, series in per.items():
+        table = pd.concat(series, axis=1)
+        out[key] = pd.DataFrame({"mean": table.mean(axis=1), "low": table.min(axis=1), "high": table.max(axis=1),
+                                 "n": table.notna().sum(axis=1)})
+    return out
+
+
+def plot_curves(lang: Language, path: Path) -> None:
+    plt = _plt()
+    curves = seed_curves(lang)
+    objectives = [o for o in OBJECTIVE_ORDER if any(ob == o for _, ob in curves)]
+    fig, axes = plt.subplots(1, len(objectives), figsize=(5.5 * len(objectives), 4), sharey=True, squeeze=False)
+    methods = list(dict.fromkeys(m for m, _ in curves))
+    colors = {m: plt.cm.tab10(i % 10) for i, m in enumerate(methods)}
+    n_seeds = max(int(c["n"].max()) for c in curves.values())
+    for ax, objective in zip(axes[0], objectives):
+        for (method, ob), c in curves.items():
+            if ob != objective:
+                continue
+            ax.plot(c.index, c["mean"], marker="o", markersize=3, label=method, color=colors[method])
+            if n_seeds > 1:
+                ax.fill_between(c.index, c["low"], c["high"], color=colors[method], alpha=0.18, linewidth=0)
+        ax.set_title(objective)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    axes[0][0].set_ylabel("valid loss (standard cross-entropy)")
+    band = f"; mean of {n_seeds} pretraining seeds, band from lowest to highest" if n_seeds > 1 else ""
+    fig.suptitle(f"{lang.lang}: continued pretraining{band}")
+    fig.tight_layout()
+    _save(fig, path)
+
+
+def plot_downstream(lang: str, scores: dict, path: Path) -> None:
+    """`scores`: task -> (learned, [tables.Score]) with the trivial predictor's value per task."""
+    plt = _plt()
+    tasks = list(scores)
+    n = max(len(s[1]) for s in scores.values())
+    fig, axes = plt.subplots(1, len(tasks), figsize=(4.6 * len(tasks), 1.4 + 0.32 * n), squeeze=False)
+    for ax, task in zip(axes[0], tasks):
+        learned, rows, trivial = scores[task]
+        rows = rows[::-1]
+        y = np.arange(len(rows))
+        mean = [r.score.diff for r in rows]
+        err = np.array([[r.score.diff - r.score.low for r in rows], [r.score.high - r.score.diff for r in rows]])
+        color = "tab:blue" if learned else "0.7"
+        ax.barh(y, mean, xerr=err, color=color, capsize=2, ecolor="0.25")
+        if trivial is not None:
+            ax.axvline(trivial, color="tab:red", linestyle="--", linewidth=1, label="trivial predictor")
+            ax.legend(fontsize=7, loc="lower right")
+        ax.set_yticks(y, [r.group for r in rows], fontsize=8)
+        ax.set_title(task if learned else f"{task}: not learned at these sizes", color="black" if learned else "0.45")
+        ax.set_xlabel("score (percent) with its interval")
+        ax.grid(axis="x", alpha=0.3)
+    fig.suptitle(f"{lang}: downstream tasks")
+    fig.tight_layout()
+    _save(fig, path)
+
+
+def write_curves_csv(lang: Language, path: Path) -> None:
+    """step, then one column per `<method>-<objective>`: the valid loss averaged over pretraining seeds."""
+    curves = seed_curves(lang)
+    names = {k: f"{k[0]}-{k[1]}" for k in curves}
+    steps = sorted({int(s) for c in curves.values() for s in c.index})
+    buf = _io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(["step"] + list(names.values()))
+    for step in steps:
+        writer.writerow([step] + [f"{float(curves[k].loc[step, 'mean']):.6g}" if step in curves[k].index else ""
+                                  for k in names])
+    path.write_text(buf.getvalue(), encoding="utf-8")

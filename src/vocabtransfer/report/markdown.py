@@ -1,0 +1,281 @@
+"""The report's Markdown: tables and sections. Numbers come from report.tables; nothing here computes
+a statistic."""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+from vocabtransfer.pipeline import paths as P
+from vocabtransfer.report.read import OBJECTIVE_ORDER, Language, Plan
+from vocabtransfer.report.tables import Family, Settings, finite, seeds_text
+from vocabtransfer.report.verdict import number
+
+CORRECTION_NAME = {"holm": "Holm", "bh": "Benjamini–Hochberg"}
+
+
+def fmt(x, digits: int = 3) -> str:
+    return f"{float(x):.{digits}f}" if finite(x) else "–"
+
+
+def grey(text: str) -> str:
+    """A value of a task no model learns: shown, marked, never ranked."""
+    return f"<span style=\"color:gray\">{text}</span>"
+
+
+def md_table(headers: list[str], rows: list[list[str]]) -> str:
+    from tabulate import tabulate
+
+    return tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True)
+
+
+def bold_best(values: list[float], texts: list[str], higher: bool) -> list[str]:
+    present = [v for v in values if finite(v)]
+    if not present:
+        return texts
+    best = max(present) if higher else min(present)
+    return [f"**{t}**" if finite(v) and v == best else t for v, t in zip(values, texts)]
+
+
+
+def _rel(target: str) -> str:
+    """A link from report.md to a path relative to the root."""
+    return Path(os.path.relpath(target, Path(P.REPORT).parent)).as_posix()
+
+
+
+def setup_section(params: dict, head: dict | None, langs: list[Language], p: Plan, settings: Settings,
+                  seconds: float | None = None) -> list[str]:
+    lines = ["## Set-up", ""]
+    lines.append(f"* Source model: `{params.get('source_model')}`"
+                 + (f" ({head.get('model_class')}, {head.get('kind')} LM)" if head else ""))
+    if head is None:
+        lines.append(f"* LM head: {P.SOURCE_HEAD_STATS} missing")
+    elif head.get("skipped"):
+        lines.append("* LM head: the checkpoint's own")
+    else:
+        lines.append(f"* LM head: the checkpoint has none; trained for {head.get('steps')} steps on "
+                     f"`{Path(str(head.get('text'))).name}` (held-out loss {fmt(head.get('loss_before'))} → "
+                     f"{fmt(head.get('loss_after'))})")
+    pre = params.get("pretrain") or {}
+    steps = sorted({r.get("steps") for lang in langs for r in lang.runs.values() if r.get("steps") is not None})
+    pairs = list(dict.fromkeys(f"{m}-{o}" for m, o, _ in p.pretrain))
+    pseeds = sorted({s for _, _, s in p.pretrain})
+    lines.append(f"* Continued pretraining: {', '.join(pairs) or 'none configured'}, each with "
+                 f"{len(pseeds)} pretraining seed(s)"
+                 + (f", {', '.join(map(str, steps))} steps" if steps else
+                    (f", {pre['steps']} steps" if "steps" in pre else "")))
+    fseeds = sorted({f for lang in langs for models in lang.evals.values() for runs in models.values() for _, f in runs})
+    lines.append(f"* Downstream evaluation: fine-tuning seeds {', '.join(map(str, fseeds)) if fseeds else '–'} per "
+                 f"model and pretraining seed; nested bootstrap with {settings.resamples} resamples, "
+                 f"{100 * settings.confidence:g} % intervals, {CORRECTION_NAME[settings.correction]} correction per table")
+    if seconds:
+        lines.append(f"* Wall-clock time of the jobs behind this report: {seconds / 60:.1f} min of job time "
+                     "(the sum of Snakemake's per-job benchmarks under logs/benchmarks; with N cores the run takes "
+                     "about this divided by the parallelism it reached)")
+    lines.append("")
+    rows = []
+    for lang in langs:
+        c, t, k = lang.corpus or {}, lang.tokenizer or {}, lang.pretok or {}
+        valid = (k.get("stats") or {}).get("valid") or {}
+        rows.append([lang.lang, str(c.get("train_lines", "–")), str(c.get("train_bytes", "–")),
+                     str(c.get("valid_lines", "–")),
+                     f"{t.get('family', '–')} {t.get('style', '') or ''}".strip(),
+                     str(t.get("vocab_size_reached", "–")),
+                     fmt((valid.get("target") or {}).get("fertility"), 2),
+                     fmt((valid.get("source") or {}).get("fertility"), 2)])
+    lines.append(md_table(["lang", "train lines", "train bytes", "valid lines", "tokenizer", "vocabulary",
+                           "fertility (target)", "fertility (source)"], rows))
+    lines.append("")
+    lines.append("Fertility: tokens per word on the valid split, target tokenizer vs the source tokenizer.")
+    lines.append("")
+    return lines
+
+
+
+def init_section(lang: Language) -> list[str]:
+    lines = ["### Right after initialisation", ""]
+    if not lang.init_eval:
+        return lines + [f"_No init_eval results ({P.fill(P.INIT_EVAL, lang=lang.lang)} missing)._", ""]
+    rows = [r for r in lang.init_eval if r["method"] != "source"]
+    ref = [r for r in lang.init_eval if r["method"] == "source"]
+    cols = [("loss", "loss", False, 3), ("calibrated_loss", "calibrated loss", False, 3),
+            ("temperature", "temperature", None, 2), ("retrieval_en2xx", "retrieval en→xx", True, 3),
+            ("retrieval_xx2en", "retrieval xx→en", True, 3)]
+    table = [[r["method"]] for r in rows]
+    for key, _, higher, digits in cols:
+        texts = [fmt(r[key], digits) for r in rows]
+        if higher is not None:
+            texts = bold_best([r[key] for r in rows], texts, higher)
+        for row, text in zip(table, texts):
+            row.append(text)
+    for r in ref:
+        table.append([f"source model ({r['lang']} text; retrieval with its own tokenizer)"]
+                     + [fmt(r[key], digits) for key, _, _, digits in cols])
+    lines.append(md_table(["method"] + [c[1] for c in cols], table))
+    lines += ["", "Loss: masked-/causal-LM loss on held-out target text with no training; calibrated: at the "
+              "one temperature that minimises it; retrieval: top-1 accuracy on XNLI premises. Best in bold.", "",
+              f"![{lang.lang}: right after initialisation]({_rel(P.fill(P.INIT_EVAL_PLOT, lang=lang.lang))})",
+              ""]
+    return lines
+
+
+
+def gradient_section(lang: Language) -> list[str]:
+    lines = ["### Gradient scenarios", ""]
+    if not lang.gradients:
+        return lines + ["_No gradient-scenario results for this language._", ""]
+    objectives = [o for o in OBJECTIVE_ORDER if any(ob == o for _, ob, _ in lang.gradients)]
+    methods = list(dict.fromkeys(m for m, _, _ in lang.gradients))
+    rows = []
+    for m in methods:
+        row = [m]
+        for o in objectives:
+            runs = [s for mm, oo, s in lang.gradients if (mm, oo) == (m, o)]
+            path = P.fill(P.GRADIENT_PLOT, lang=lang.lang, method=m, objective=o, pseed=runs[0]) if runs else None
+            row.append(f"![{m} {o}]({_rel(path)})" if path else "–")
+        rows.append(row)
+    lines.append(md_table(["method"] + objectives, rows))
+    lines += ["", "Gradient norms per token against its frequency rank (input embedding, output embedding as "
+              "target, output embedding as non-target), at the start and the end of pretraining (pretraining seed 1).", ""]
+    return lines
+
+
+
+def skipped_section(langs: list[Language], p: Plan) -> list[str]:
+    lines = ["## What was skipped and why", ""]
+    items = []
+    for lang in langs:
+        for task, reason in sorted(lang.skipped.items()):
+            items.append(f"* {lang.lang} / {task}: {reason}")
+        if not p.pretrain:
+            items.append(f"* {lang.lang}: no continued-pretraining runs configured")
+        for path in lang.missing:
+            items.append(f"* {lang.lang}: `{path}` missing, its section shows no data")
+    return lines + (items or ["Nothing: every configured job has results."]) + [""]
+
+
+
+
+def pretrain_section(lang: Language, figure: str | None) -> list[str]:
+    from vocabtransfer.report.figures import seed_curves
+
+    lines = ["### Continued pretraining", ""]
+    if not lang.curves:
+        return lines + ["_No continued-pretraining results for this language._", ""]
+    lines += [f"![{lang.lang}: valid loss during continued pretraining]({_rel(figure)})", ""]
+    curves = seed_curves(lang)
+    methods = list(dict.fromkeys(m for m, _ in curves))
+    objectives = [o for o in OBJECTIVE_ORDER if any(ob == o for _, ob in curves)]
+    table = []
+    for m in methods:
+        starts = [c["mean"].get(0, math.nan) for (mm, _), c in curves.items() if mm == m]
+        row = [m, fmt(starts[0] if starts else math.nan)]
+        for o in objectives:
+            c = curves.get((m, o))
+            if c is None:
+                row.append("–")
+                continue
+            last = c.iloc[-1]
+            spread = f" ({fmt(last['low'])}–{fmt(last['high'])}, {int(last['n'])} seeds)" if last["n"] > 1 else ""
+            row.append(fmt(last["mean"]) + spread)
+        table.append(row)
+    lines.append(md_table(["method", "step 0 (pretraining seed 1)"] + [f"{o} (end)" for o in objectives], table))
+    lines += ["", "Valid loss (standard cross-entropy on the valid split) right after initialisation and after "
+              "continued pretraining with each objective: the mean over pretraining seeds, with the lowest and "
+              "highest seed in brackets. Which differences are real is in the comparison tables.", ""]
+    return lines
+
+
+def family_section(family: Family, settings: Settings) -> list[str]:
+    alpha = settings.alpha
+    lines = [f"#### {family.title}", ""]
+    rows = []
+    for r in family.rows:
+        if r.diff is None:
+            rows.append([r.label, r.measure, "–", "–", "–", r.note or "no paired runs"])
+            continue
+        verdict = {True: "better", False: "worse", None: "no detectable difference"}[r.better(alpha)]
+        digits = 1 if r.measure in ("nli", "qa", "ner") else 3
+        rows.append([r.label, r.measure, number(r.diff, digits), f"{r.diff.p_value:.3g}",
+                     f"{r.diff.adjusted_p:.3g}" if r.diff.adjusted_p is not None else "–",
+                     f"{'✱ ' if verdict != 'no detectable difference' else ''}{verdict} ({seeds_text(r.diff)}, "
+                     f"{r.diff.n_clusters} clusters)"])
+    lines.append(md_table(["comparison", "measure", "difference [interval]", "p", "adjusted p", "verdict"], rows))
+    lines += ["", family.description + " ✱: the interval excludes zero and the difference survives the "
+              "correction over this table."]
+    floor = 2.0 / (settings.resamples + 1)  # the smallest bootstrap p-value
+    if settings.correction == "holm" and floor * len(family.rows) >= alpha:
+        lines.append(f"_With {settings.resamples} resamples no row of this {len(family.rows)}-row table can survive "
+                     f"Holm's correction: raise report.bootstrap_resamples above {int(2 * len(family.rows) / alpha)}._")
+    return lines + [""]
+
+
+def token_frequency_section(lang: Language) -> list[str]:
+    from vocabtransfer.evaluate.token_frequency_loss import seed_means
+
+    lines = ["### Loss by token frequency", ""]
+    df = lang.token_frequency
+    if df is None or len(df) == 0:
+        return lines + [f"_No token-frequency results ({P.fill(P.TOKEN_FREQUENCY_LOSS, lang=lang.lang)})._", ""]
+    buckets = df.drop_duplicates("bucket").sort_values("bucket")
+    headers = ["method", "objective"] + [f"b{int(b.bucket)} (ranks {int(b.rank_lo)}–{int(b.rank_hi)})"
+                                         for b in buckets.itertuples()]
+    means = seed_means(df.to_dict("records"))
+    keys = list(dict.fromkeys((m, o) for m, o, _ in means))
+    keys.sort(key=lambda k: (lang.methods().index(k[0]) if k[0] in lang.methods() else 99,
+                             OBJECTIVE_ORDER.index(k[1]) if k[1] in OBJECTIVE_ORDER else 9))
+    rows = [[m, o] + [fmt(means.get((m, o, int(b)), (math.nan,))[0], 2) for b in buckets["bucket"]] for m, o in keys]
+    lines.append(md_table(headers, rows))
+    lines += ["", "Mean cross-entropy on held-out target tokens by the train-frequency bucket of the target token "
+              "(b0 = most frequent types), averaged over pretraining seeds; `init` = the initialised model. The "
+              "selfish − standard table gives each bucket's difference with its interval.", "",
+              f"![{lang.lang}: loss by token frequency]({_rel(P.fill(P.TOKEN_FREQUENCY_PLOT, lang=lang.lang))})", ""]
+    return lines
+
+
+def downstream_section(lang: Language, status: dict, figure: str | None) -> list[str]:
+    lines = ["### Downstream tasks", ""]
+    if not status:
+        return lines + ["_No downstream results for this language._", ""]
+    for task, (learned, scores) in status.items():
+        first = next(iter(next(iter(lang.evals[task].values())).values()))
+        trivial = first.get("trivial") or {}
+        title = f"#### {task} ({first['metric']})" + ("" if learned else " — not learned at these sizes")
+        rows = []
+        best = max((s.score.diff for s in scores), default=math.nan) if learned else math.nan
+        for s in scores:
+            score = f"{number(s.score, 1).replace('+', '')}"
+            margin = number(s.over_trivial, 1)
+            if not learned:
+                score, margin = grey(score), grey(margin)
+            elif s.score.diff == best:
+                score = f"**{score}**"
+            rows.append([s.group, score, margin, seeds_text(s.score)])
+        lines += [title, "", md_table(["model", "score [interval]", "over the trivial predictor [interval]",
+                                       "seeds"], rows), ""]
+        note = (f"Trivial predictor ({trivial.get('name', '–')}): {fmt(trivial.get('value'), 1)}. ")
+        if not learned:
+            note += ("No model's score is above it by its interval after the correction: the task is not learned "
+                     "at these sizes, so its scores are greyed, never ranked, and left out of the comparisons and "
+                     "the verdict.")
+        else:
+            note += "Best score in bold."
+        lines += [note, ""]
+    if figure:
+        lines += [f"![{lang.lang}: downstream tasks]({_rel(figure)})", ""]
+    return lines
+
+
+def method_section(settings: Settings) -> list[str]:
+    return ["## How the intervals are computed", "",
+            "Each difference is a nested, clustered, paired bootstrap (vocabtransfer.evaluate.stats): per resample, "
+            "the test clusters (XNLI premise, QA article or context, NER sentence, held-out block for a loss) are "
+            "drawn once and shared by every run, then the pretraining seeds with replacement, then the fine-tuning "
+            "seeds within each drawn pretraining seed; both models of a comparison use the same draws. The interval "
+            f"is the percentile interval of {settings.resamples} resamples at {100 * settings.confidence:g} %; the "
+            "p-values are two-sided bootstrap p-values, adjusted by the "
+            f"{CORRECTION_NAME[settings.correction]} method over the rows of each comparison table. A single "
+            "pretraining seed leaves the variation between pretraining runs out of the interval: the seeds column "
+            "says how many stand behind each number.", ""]

@@ -1,0 +1,142 @@
+"""What the report reads: the plan of every artefact the study produced (paths from
+vocabtransfer.pipeline.paths, runs from vocabtransfer.pipeline.models) and one language's results.
+
+A section whose files are missing shows what is missing instead of failing (`Language.missing`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from vocabtransfer import io
+from vocabtransfer.pipeline import models as MN
+from vocabtransfer.pipeline import paths as P
+
+TASKS = ("nli", "qa", "ner")
+OBJECTIVE_ORDER = ("init", "standard", "selfish")
+Run = tuple[str, str, int]  # (method, objective, pretraining seed)
+
+
+@dataclass
+class Plan:
+    """Every artefact the report reads, per language."""
+
+    languages: list[str]
+    pretrain: list[Run] = field(default_factory=list)
+    gradients: list[Run] = field(default_factory=list)
+    token_frequency: bool = False
+    evals: dict[str, list[dict]] = field(default_factory=dict)
+    skipped: dict[str, dict[str, str]] = field(default_factory=dict)
+    # per language, the runs it has no model for (its init method cannot run there)
+    absent: dict[str, set[Run]] = field(default_factory=dict)
+
+
+def plan(params: dict) -> Plan:
+    from vocabtransfer.evaluate.finetune_eval import eval_jobs, skipped_tasks
+    from vocabtransfer.pipeline.stages import STAGES
+
+    gradients = [(c["method"], c["objective"], int(c["pseed"])) for c in STAGES["gradient_scenarios"].combinations(params)]
+    out = Plan(languages=list(params["languages"]), pretrain=MN.pretrain_runs(params), gradients=gradients,
+               token_frequency="token_frequency_loss" in STAGES)
+    for lang in out.languages:
+        out.evals[lang], out.skipped[lang] = list(eval_jobs(params, lang)), dict(skipped_tasks(params, lang))
+        out.absent[lang] = set(out.pretrain) - set(MN.pretrain_runs(params, lang))
+    return out
+
+
+def _key(*parts) -> str:
+    return re.sub(r"\W", "_", "_".join(str(p) for p in parts))
+
+
+def inputs(params: dict, wildcards: dict) -> dict[str, str]:
+    """The report stage's inputs: every artefact `plan(params)` names."""
+    p = plan(params)
+    out = {"head_stats": P.SOURCE_HEAD_STATS}
+    for lang in p.languages:
+        for name, template in (("init_eval", P.INIT_EVAL), ("corpus_stats", P.CORPUS_STATS),
+                               ("tokenizer_stats", P.TOKENIZER_STATS), ("pretok_stats", P.PRETOK_STATS)):
+            out[_key(name, lang)] = P.fill(template, lang=lang)
+        absent = p.absent.get(lang, set())
+        for m, o, s in (run for run in p.pretrain if run not in absent):
+            out[_key("pretrain", lang, m, o, s)] = P.fill(P.PRETRAIN_DIR, lang=lang, method=m, objective=o, pseed=s)
+        if p.token_frequency:
+            out[_key("token_frequency_loss", lang)] = P.fill(P.TOKEN_FREQUENCY_LOSS, lang=lang)
+            out[_key("token_frequency_blocks", lang)] = P.fill(P.TOKEN_FREQUENCY_BLOCKS, lang=lang)
+        for m, o, s in (run for run in p.gradients if run not in absent):
+            out[_key("gradients", lang, m, o, s)] = P.fill(P.GRADIENT_SCENARIOS, lang=lang, method=m, objective=o,
+                                                          pseed=s)
+        for job in p.evals[lang]:
+            out[_key("eval", lang, job["task"], job["model"], f"seed{job['seed']}")] = P.fill(
+                P.EVAL_RESULT, lang=lang, task=job["task"], model=job["model"], seed=str(job["seed"]))
+    return out
+
+
+def _json(path: Path) -> dict | None:
+    return io.read_json(path) if path.is_file() else None
+
+
+def _parquet(path: Path):
+    return io.read_parquet(path).to_pandas() if path.is_file() else None
+
+
+@dataclass
+class Language:
+    """One language's results (None / empty where missing)."""
+
+    lang: str
+    corpus: dict | None = None
+    tokenizer: dict | None = None
+    pretok: dict | None = None
+    init_eval: list[dict] | None = None
+    curves: dict = field(default_factory=dict)  # Run -> DataFrame of metrics.parquet
+    runs: dict = field(default_factory=dict)  # Run -> stats.json
+    blocks: dict = field(default_factory=dict)  # Run -> DataFrame of valid_blocks.parquet
+    token_frequency: object = None  # DataFrame: one row per model × pretraining seed × bucket
+    token_blocks: object = None  # DataFrame: per model, bucket and held-out block
+    gradients: list[Run] = field(default_factory=list)  # runs with a gradient plot
+    # task -> model group (`focus-standard`, `focus-init`, `source`) -> (pretraining seed, fine-tuning seed) -> result
+    evals: dict = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+    missing: list[str] = field(default_factory=list)
+
+    def methods(self) -> list[str]:
+        return list(dict.fromkeys(m for m, _, _ in self.curves))
+
+
+def read_language(lang: str, p: Plan, root: Path) -> Language:
+    out = Language(lang=lang, skipped=dict(p.skipped.get(lang, {})))
+
+    def need(template: str, **wc) -> Path:
+        path = root / P.fill(template, lang=lang, **wc)
+        if not path.exists():
+            out.missing.append(P.fill(template, lang=lang, **wc))
+        return path
+
+    out.corpus = _json(need(P.CORPUS_STATS))
+    out.tokenizer = _json(need(P.TOKENIZER_STATS))
+    out.pretok = _json(need(P.PRETOK_STATS))
+    table = _parquet(need(P.INIT_EVAL))
+    out.init_eval = table.to_dict("records") if table is not None else None
+    for run in (r for r in p.pretrain if r not in p.absent.get(lang, set())):
+        m, o, s = run
+        directory = need(P.PRETRAIN_DIR, method=m, objective=o, pseed=s)
+        for store, name, reader in ((out.curves, "metrics.parquet", _parquet), (out.runs, "stats.json", _json),
+                                    (out.blocks, "valid_blocks.parquet", _parquet)):
+            value = reader(directory / name)
+            if value is not None:
+                store[run] = value
+    if p.token_frequency:
+        out.token_frequency = _parquet(need(P.TOKEN_FREQUENCY_LOSS))
+        out.token_blocks = _parquet(need(P.TOKEN_FREQUENCY_BLOCKS))
+    for m, o, s in p.gradients:
+        if need(P.GRADIENT_PLOT, method=m, objective=o, pseed=s).is_file():
+            out.gradients.append((m, o, s))
+    for job in p.evals.get(lang, []):
+        res = _json(need(P.EVAL_RESULT, task=job["task"], model=job["model"], seed=str(job["seed"])))
+        if res is not None:
+            model = MN.parse_model_name(job["model"])
+            runs = out.evals.setdefault(job["task"], {}).setdefault(model.group, {})
+            runs[(model.pseed or 0, int(job["seed"]))] = res
+    return out

@@ -1,0 +1,250 @@
+"""The comparisons that answer the study's question, each a difference with its nested bootstrap
+interval (vocabtransfer.evaluate.stats), grouped in families that are corrected together:
+
+1. which tasks are learned at all: every model against the task's trivial predictor (one family per
+   task); a task where no model is above it after the correction is "not learned at these sizes"
+   and takes no further part (never ranked, bolded or used in the verdict);
+2. every method minus random, per objective (`init` too): the valid loss after pretraining (one
+   family) and each learned task (one family per task);
+3. selfish minus standard for every method: the valid loss, each learned task and the loss of every
+   token-frequency bucket (one family).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from vocabtransfer.evaluate import stats as S
+from vocabtransfer.pipeline import models as MN
+from vocabtransfer.report.read import OBJECTIVE_ORDER, TASKS, Language
+
+
+@dataclass(frozen=True)
+class Settings:
+    """params `report` (validated and defaulted by the schema), read once."""
+
+    resamples: int
+    confidence: float
+    correction: str
+    seed: int
+
+    @classmethod
+    def from_params(cls, params: dict) -> "Settings":
+        opts = params["report"]
+        S.check_confidence(opts["confidence"])
+        return cls(int(opts["bootstrap_resamples"]), float(opts["confidence"]), opts["correction"], int(params["seed"]))
+
+    @property
+    def alpha(self) -> float:
+        return 1.0 - self.confidence
+
+    def bootstrap(self, a: S.Runs, b: S.Runs) -> S.Difference | None:
+        return S.nested_bootstrap(a, b, resamples=self.resamples, seed=self.seed, confidence=self.confidence)
+
+
+@dataclass
+class Row:
+    """One comparison: `label` (what is compared), `measure` (on what) and B − A."""
+
+    label: str
+    measure: str
+    diff: S.Difference | None
+    lower_is_better: bool = False
+    note: str = ""
+
+    def better(self, alpha: float) -> bool | None:
+        """Whether B is detectably better than A after the correction (None: no detectable difference)."""
+        if self.diff is None or not self.diff.survives(alpha):
+            return None
+        return (self.diff.diff < 0) == self.lower_is_better
+
+
+@dataclass
+class Family:
+    title: str
+    description: str
+    rows: list[Row] = field(default_factory=list)
+
+
+def _corrected(rows: list[Row], settings: Settings) -> list[Row]:
+    for row, diff in zip(rows, S.corrected([r.diff for r in rows], settings.correction)):
+        row.diff = diff
+    return rows
+
+
+# 1. runs -----------------------------------------------------------------------------------------
+
+def task_runs(lang: Language, task: str, group: str, trivial: bool = False) -> S.Runs:
+    return S.Runs.from_results(task, lang.evals[task][group], where=f"{lang.lang} {task} {group}", trivial=trivial)
+
+
+def zero_like(runs: S.Runs) -> S.Runs:
+    """A model that scores 0 everywhere: B minus it is B's own score with its interval."""
+    return S.Runs({k: (np.zeros_like(n), np.ones_like(d)) for k, (n, d) in runs.parts.items()}, runs.clusters,
+                  runs.scale)
+
+
+def loss_runs(lang: Language, method: str, objective: str) -> S.Runs | None:
+    """The final valid loss of every pretraining seed of a run, per held-out block."""
+    parts = {(s, 0): (df["loss_sum"].to_numpy(float), df["n_tokens"].to_numpy(float))
+             for (m, o, s), df in lang.blocks.items() if m == method and o == objective}
+    if not parts:
+        return None
+    sizes = {len(n) for n, _ in parts.values()}
+    if len(sizes) != 1:
+        return None  # runs scored on different valid blocks cannot be paired
+    return S.Runs(parts, tuple(range(sizes.pop())))
+
+
+def bucket_runs(lang: Language, method: str, objective: str, bucket: int) -> S.Runs | None:
+    """The held-out loss of one frequency bucket, per block, for every pretraining seed."""
+    df = lang.token_blocks
+    if df is None or not len(df):
+        return None
+    n_blocks = int(df["block"].max()) + 1
+    sub = df[(df["method"] == method) & (df["objective"] == objective) & (df["bucket"] == bucket)]
+    parts = {}
+    for pseed, g in sub.groupby("pseed"):
+        num, den = np.zeros(n_blocks), np.zeros(n_blocks)
+        num[g["block"].to_numpy()] = g["loss_sum"].to_numpy(float)
+        den[g["block"].to_numpy()] = g["n_tokens"].to_numpy(float)
+        parts[(int(pseed), 0)] = (num, den)
+    return S.Runs(parts, tuple(range(n_blocks))) if parts else None
+
+
+def groups(lang: Language, task: str) -> list[str]:
+    """The task's model groups in display order: source, then by method and objective."""
+    def key(group: str) -> tuple:
+        if group == MN.SOURCE:
+            return (-1, 0, group)
+        method, _, objective = group.rpartition("-")
+        order = lang.methods()
+        return (order.index(method) if method in order else len(order),
+                OBJECTIVE_ORDER.index(objective) if objective in OBJECTIVE_ORDER else 9, group)
+
+    return sorted(lang.evals.get(task, {}), key=key)
+
+
+def tasks(lang: Language) -> list[str]:
+    return [t for t in TASKS if t in lang.evals] + sorted(t for t in lang.evals if t not in TASKS)
+
+
+# 2. is a task learned? ---------------------------------------------------------------------------
+
+@dataclass
+class Score:
+    """One model group on one task: its mean score with interval, and its margin over the trivial predictor."""
+
+    group: str
+    score: S.Difference  # B = the model, A = zero: its score and interval
+    over_trivial: S.Difference
+
+
+def learned(lang: Language, settings: Settings) -> dict[str, tuple[bool, list[Score]]]:
+    """task -> (learned, every group's Score): learned when some group's margin over the trivial
+    predictor is positive and survives the correction over the task's groups."""
+    out = {}
+    for task in tasks(lang):
+        scores = []
+        for group in groups(lang, task):
+            runs = task_runs(lang, task, group)
+            scores.append(Score(group, settings.bootstrap(zero_like(runs), runs),
+                                settings.bootstrap(task_runs(lang, task, group, trivial=True), runs)))
+        adjusted = S.corrected([s.over_trivial for s in scores], settings.correction)
+        for s, d in zip(scores, adjusted):
+            s.over_trivial = d
+        out[task] = (any(s.over_trivial.survives(settings.alpha) and s.over_trivial.diff > 0 for s in scores), scores)
+    return out
+
+
+# 3. the families ---------------------------------------------------------------------------------
+
+def _objectives(lang: Language) -> list[str]:
+    return [o for o in OBJECTIVE_ORDER if any(ob == o for _, ob, _ in lang.curves)]
+
+
+def methods_vs_random(lang: Language, settings: Settings, status: dict) -> list[Family]:
+    """The valid loss and every learned task: each method minus random with the same objective."""
+    out = []
+    rows = []
+    for objective in _objectives(lang):
+        base = loss_runs(lang, "random", objective)
+        for method in (m for m in lang.methods() if m != "random"):
+            runs = loss_runs(lang, method, objective)
+            diff = settings.bootstrap(base, runs) if base is not None and runs is not None else None
+            rows.append(Row(f"{method} − random ({objective})", "valid loss", diff, lower_is_better=True,
+                            note="" if diff else "no paired runs"))
+    if rows:
+        out.append(Family("Valid loss after pretraining: method − random",
+                          "Negative: the method ends with a lower valid loss than random (better).",
+                          _corrected(rows, settings)))
+    for task in tasks(lang):
+        if not status.get(task, (False,))[0]:
+            continue
+        rows = []
+        for group in groups(lang, task):
+            method, _, objective = group.rpartition("-")
+            base = f"random-{objective}"
+            if group == MN.SOURCE or method == "random" or base not in lang.evals[task]:
+                continue
+            diff = settings.bootstrap(task_runs(lang, task, base), task_runs(lang, task, group))
+            rows.append(Row(f"{method} − random ({objective})", task, diff, note="" if diff else "no paired runs"))
+        if rows:
+            out.append(Family(f"{task}: method − random", "Positive: the method scores higher than random (better).",
+                              _corrected(rows, settings)))
+    return out
+
+
+def selfish_vs_standard(lang: Language, settings: Settings, status: dict) -> Family | None:
+    """Per method: selfish minus standard on the valid loss, every learned task and every frequency bucket."""
+    rows = []
+    buckets = _bucket_labels(lang)
+    for method in lang.methods():
+        if not {(method, "standard"), (method, "selfish")} <= {(m, o) for m, o, _ in lang.curves}:
+            continue
+        std, sel = loss_runs(lang, method, "standard"), loss_runs(lang, method, "selfish")
+        if std is not None and sel is not None:
+            rows.append(Row(method, "valid loss", settings.bootstrap(std, sel), lower_is_better=True))
+        for task in tasks(lang):
+            a, b = f"{method}-standard", f"{method}-selfish"
+            if status.get(task, (False,))[0] and a in lang.evals[task] and b in lang.evals[task]:
+                rows.append(Row(method, task, settings.bootstrap(task_runs(lang, task, a), task_runs(lang, task, b))))
+        for bucket, label in buckets.items():
+            a, b = bucket_runs(lang, method, "standard", bucket), bucket_runs(lang, method, "selfish", bucket)
+            if a is not None and b is not None:
+                rows.append(Row(method, label, settings.bootstrap(a, b), lower_is_better=True))
+    if not rows:
+        return None
+    return Family("Selfish − standard, per method",
+                  "Loss rows: negative = selfish lower (better); task rows: positive = selfish higher (better). "
+                  "Buckets: held-out tokens by train frequency (b0 = most frequent types).",
+                  _corrected(rows, settings))
+
+
+def _bucket_labels(lang: Language) -> dict[int, str]:
+    df = lang.token_frequency
+    if df is None or not len(df):
+        return {}
+    spans = df.drop_duplicates("bucket").sort_values("bucket")
+    return {int(b.bucket): f"b{int(b.bucket)} (ranks {int(b.rank_lo)}–{int(b.rank_hi)})" for b in spans.itertuples()}
+
+
+def families(lang: Language, settings: Settings, status: dict) -> list[Family]:
+    out = methods_vs_random(lang, settings, status)
+    selfish = selfish_vs_standard(lang, settings, status)
+    return out + ([selfish] if selfish else [])
+
+
+def seeds_text(d: S.Difference | None) -> str:
+    """`3 pretraining × 2 fine-tuning seeds`: the seeds behind a difference."""
+    if d is None:
+        return "–"
+    levels = [f"{n} {name}" for n, name in ((d.n_pseeds, "pretraining"), (d.n_fseeds, "fine-tuning")) if n]
+    return " × ".join(levels) + " seeds"
+
+
+def finite(x) -> bool:
+    return x is not None and isinstance(x, (int, float, np.floating, np.integer)) and math.isfinite(float(x))

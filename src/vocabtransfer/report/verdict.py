@@ -1,0 +1,117 @@
+"""`## Verdict`: a few sentences per language, written from the comparison families (report.tables),
+never typed. A difference counts as a win or a loss only when its interval excludes zero and it
+survives the correction over its family; every other one is "no detectable difference". Every
+number carries its interval `[lo, hi]` and the seeds behind it; tasks no model learns are named
+as such and take no part.
+"""
+
+from __future__ import annotations
+
+from vocabtransfer.report.tables import Family, Row, Settings, seeds_text
+
+
+def number(d, digits: int) -> str:
+    """`+0.59 [+0.40, +0.77]`."""
+    return f"{d.diff:+.{digits}f} [{d.low:+.{digits}f}, {d.high:+.{digits}f}]"
+
+
+def _digits(measure: str) -> int:
+    return 1 if measure in ("nli", "qa", "ner") else 3
+
+
+def _seeds(rows: list[Row]) -> str | None:
+    """The seeds behind every row when they are the same for all (else None: each row says its own)."""
+    kinds = {seeds_text(r.diff) for r in rows if r.diff is not None}
+    return kinds.pop() if len(kinds) == 1 else None
+
+
+def _listing(rows: list[Row], per_row: bool) -> list[str]:
+    """`label +0.59 [+0.40, +0.77]` per row, with its seeds when the rows differ in them."""
+    return [f"{r.label} {number(r.diff, _digits(r.measure))}" + (f" ({seeds_text(r.diff)})" if per_row else "")
+            for r in rows]
+
+
+def family_sentence(family: Family, measure: str, alpha: float, what: str) -> str | None:
+    """One sentence on the rows of `family` that measure `measure`."""
+    rows = [r for r in family.rows if r.measure == measure and r.diff is not None]
+    if not rows:
+        return None
+    better = [r for r in rows if r.better(alpha) is True]
+    worse = [r for r in rows if r.better(alpha) is False]
+    unclear = [r for r in rows if r.better(alpha) is None]
+    shared = _seeds(rows)
+    parts = []
+    for name, group in (("better", better), ("worse", worse), ("no detectable difference", unclear)):
+        if group:
+            parts.append(f"{name}: " + "; ".join(_listing(group, shared is None)))
+    return f"**{what}**" + (f" ({shared})" if shared else "") + ": " + ". ".join(parts) + "."
+
+
+def selfish_sentences(family: Family, alpha: float) -> list[str]:
+    """Per method: where selfish helps and costs, on the valid loss, the tasks and the buckets."""
+    out = []
+    for method in dict.fromkeys(r.label for r in family.rows):
+        rows = [r for r in family.rows if r.label == method and r.diff is not None]
+        buckets = [r for r in rows if r.measure.startswith("b")]
+        other = [r for r in rows if not r.measure.startswith("b")]
+        parts = []
+        for r in other:
+            verdict = {True: "helps", False: "costs", None: "no detectable difference"}[r.better(alpha)]
+            parts.append(f"{r.measure} {number(r.diff, _digits(r.measure))} ({verdict}; {seeds_text(r.diff)})")
+        helps = [r for r in buckets if r.better(alpha) is True]
+        costs = [r for r in buckets if r.better(alpha) is False]
+        if buckets:
+            def names(rs):
+                return ", ".join(f"{r.measure.split(' ')[0]} {number(r.diff, 3)}" for r in rs)
+
+            parts.append(f"by token frequency ({_seeds(buckets) or 'seeds as in the table'}): "
+                         + (("lower loss (helps) in " + names(helps)) if helps else "no bucket with a detectably lower loss"))
+            if costs:
+                parts.append("higher loss (costs) in " + names(costs))
+            flat = len(buckets) - len(helps) - len(costs)
+            if flat:
+                parts.append(f"no detectable difference in {flat} of {len(buckets)} frequency buckets")
+        if parts:
+            out.append(f"**selfish − standard, {method}**: " + "; ".join(parts) + ".")
+    return out
+
+
+def language_verdict(lang: str, families: list[Family], status: dict, settings: Settings) -> list[str]:
+    """The verdict's bullet points for one language."""
+    alpha = settings.alpha
+    lines = [f"### {lang}", ""]
+    bullets = []
+    for family in families:
+        if family.title.startswith("Valid loss"):
+            s = family_sentence(family, "valid loss", alpha, "Valid loss after pretraining, method − random "
+                                "(negative is better)")
+            bullets += [s] if s else []
+    for task, (learned, scores) in status.items():
+        if not learned:
+            best = max(scores, key=lambda s: s.over_trivial.diff)
+            bullets.append(f"**{task}: not learned at these sizes**: no model is above the trivial predictor by "
+                           f"its interval (best: {best.group} {number(best.over_trivial, 1)} points over it, "
+                           f"{seeds_text(best.over_trivial)}); its scores are left out of every comparison.")
+            continue
+        for family in families:
+            if family.title.startswith(f"{task}:"):
+                s = family_sentence(family, task, alpha, f"{task}, method − random (points, positive is better)")
+                bullets += [s] if s else []
+    for family in families:
+        if family.title.startswith("Selfish"):
+            bullets += selfish_sentences(family, alpha)
+    if not bullets:
+        bullets.append("No comparison could be made: the study has no paired runs for this language.")
+    return lines + [f"- {b}" for b in bullets] + [""]
+
+
+def section(per_language: dict[str, tuple[list[Family], dict]], settings: Settings) -> list[str]:
+    """`## Verdict`, the report's first section."""
+    lines = ["## Verdict", "",
+             f"Computed from the tables below: each difference with its {100 * settings.confidence:g} % nested "
+             f"bootstrap interval; \"better\"/\"worse\" only where the interval excludes zero and the difference "
+             f"survives the {'Holm' if settings.correction == 'holm' else 'Benjamini–Hochberg'} correction over its "
+             "table; otherwise \"no detectable difference\".", ""]
+    for lang, (families, status) in per_language.items():
+        lines += language_verdict(lang, families, status, settings)
+    return lines
