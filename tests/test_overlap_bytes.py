@@ -138,3 +138,18 @@ def test_byte_fallback_overlap_stage_counts_byte_tokens(tmp_path, monkeypatch, l
         stats = json.loads((tmp_path / "results/sw/overlap/stats.json").read_text())
         assert stats["options"]["match_bytes"] is match_bytes
         assert stats["byte_tokens"] == {"target": 128, "source": 256, "matched": 128 if match_bytes else 0}
+
+
+def test_byte_fallback_piece_against_wordpiece_characters():
+    """WordPiece spells text: with match_bytes the piece <0x41> (byte fallback) is the continuation "##A",
+    not the WordPiece string "##<0x41>" that deepfocus's forms pair it with."""
+    try:
+        from test_overlap import SOURCE_TOKENS, UNIGRAM_TOKENS, unigram_tokenizer, wordpiece_tokenizer
+    except ImportError:  # tests collected as a package
+        from tests.test_overlap import SOURCE_TOKENS, UNIGRAM_TOKENS, unigram_tokenizer, wordpiece_tokenizer
+
+    target, source = unigram_tokenizer(UNIGRAM_TOKENS), wordpiece_tokenizer(SOURCE_TOKENS)
+    assert matches(O.compute_overlap(target, source, match_bytes=True))["<0x41>"] == "##A"
+    assert matches(O.compute_overlap(target, source))["<0x41>"] == "##<0x41>"
+    table = O.compute_overlap(target, source, match_bytes=True)
+    assert O.byte_counts(table, target, source) == {"target": 1, "source": 0, "matched": 1}
