@@ -30,12 +30,12 @@ batch; memory and speed only).
 
 Complexity, with n atoms, m tokens to combine, fastText dimension d, hidden size D and k atoms:
 the correlations take k dense products (m x d) @ (d x n), m n d k in all; the Cholesky rows and
-residuals m k² d; the triangular solves m k³ / 3; the combination m k D. Memory: block_size x n
+residuals m k² d; the triangular solves about 2 m k³ / 3; the combination m k D. Memory: block_size x n
 for the correlations and block_size x k x (k + d) for the factors and selected atoms, all float64.
 The full n x n Gram matrix is never formed (Rubinstein et al.'s Batch-OMP precomputes it): its
 updates α = Â x̂ - G[:, I] γ_I cost m n k² / 2 fewer flops when k / 2 < d, but as sparse products
-or gathers of G's rows they ran 2-4x slower on CPU than the dense product above (2 cores, n = 1626
-and 10000, d = 100), and G needs n² memory.
+or gathers of G's rows they ran 1.6-4x slower on CPU than the dense product above (2 cores, n = 1626
+and 10000, d = 100, b = 1024, t = 32), and G needs n² memory.
 """
 
 from __future__ import annotations
@@ -213,8 +213,8 @@ def omp_embeddings(
     if omp_ids.size and k > anchor_t.size:
         raise VocabTransferError(
             f"init.omp.k={k}: larger than the {anchor_t.size} overlapping tokens with a fastText vector{where}, the "
-            f"atoms OMP picks from; set init.omp.k to at most {anchor_t.size}, or grow the overlap (overlap.*_match_*) "
-            "or the fastText vocabulary (fasttext.min_count)")
+            f"atoms OMP picks from; set init.omp.k to at most {anchor_t.size}, or grow the overlap "
+            "(overlap.fuzzy_match_all, overlap.match_symbols) or the fastText vocabulary (fasttext.min_count)")
 
     # 1. copies and FOCUS's random rows (no OMP row is touched)
     out, fstats = focus_embeddings(source_embeddings, t_ov, s_ov, aux, auxiliary_mask, target_size, seed=seed,
