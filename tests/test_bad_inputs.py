@@ -161,6 +161,8 @@ CASES = [
      ["embeddings.safetensors", "NaN"]),
     ("overlap parquet corrupted", "init", {**SW, "method": "focus", "pseed": "1"}, _on(OVERLAP, _garbage), ["overlap.parquet"]),
     ("empty overlap", "init", {**SW, "method": "ofa", "pseed": "1"}, _on(OVERLAP, _empty_overlap), ["shares no tokens"]),
+    ("omp k above the overlap", "init", {**SW, "method": "omp", "pseed": "1"},
+     _params(**{"init.methods": ["focus", "ofa", "omp"], "init.omp.k": 100_000}), ["init.omp.k=100000", "at most"]),
     ("source model weights corrupted", "init", {**SW, "method": "focus", "pseed": "1"},
      _on(P.SOURCE_MODEL + "/model.safetensors", _garbage), ["results/source/model", "cannot load"]),
 ]

@@ -82,7 +82,7 @@ def test_method_defaults_are_the_schemas():
     from vocabtransfer.init.methods.options import merged
 
     init = validate_params(minimal())["init"]
-    for name in ("focus", "ofa", "snmf", "svd", "wechsel", "fvt"):
+    for name in ("focus", "ofa", "omp", "snmf", "svd", "wechsel", "fvt"):
         assert merged({}, name) == init[name], name
     assert merged({"neighbors": 3, "nope": 1}, "ofa") == {**init["ofa"], "neighbors": 3}  # unknown keys dropped
 

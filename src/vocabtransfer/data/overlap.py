@@ -9,6 +9,15 @@ Token forms and matching follow `deepfocus.vocab_helper` / `deepfocus.focus.get_
    - wordpiece (> 100 entries start with ##): `##x` -> `x`, any other `x` -> `▁x`;
    - otherwise (byte-level BPE and the rest): like sentencepiece, with Ġ marking a word start.
    Fuzzy form = canonical form without ▁, lower-cased.
+   With `match_bytes` (params `overlap.match_bytes`; not deepfocus's) the canonical form of a
+   byte-level or SentencePiece-style token is the bytes it spells (`tokenizer.token_bytes`), a
+   leading space written ▁: `Ġthe` and `▁the` give "▁the", `<0xC3>` and `Ã` (byte 0xC3) give
+   the same form, `Ċ` and `<0x0A>` give "\n". The form is a str that holds the bytes losslessly:
+   UTF-8 text as itself, bytes that are no whole character as lone surrogates U+DC80-U+DCFF
+   (Python's surrogateescape), so it never equals a text form by accident (deepfocus decodes such
+   bytes to "�", and all of them then share one form). WordPiece forms are text already; added
+   and special tokens keep their text form. "Byte tokens" (byte-fallback pieces and byte-level
+   tokens that are part of a character) are counted apart in the stage's stats.
 2. Views of the source vocabulary by canonical and by fuzzy form. Where several source tokens
    share a form, deepfocus keeps a list sorted by id with canonical-form entries moved first and
    uses its first element; `_pick_first` computes that element directly.
@@ -68,6 +77,7 @@ class CanonicalVocab:
     canonical: list[str]
     fuzzy: list[str]
     scheme: Scheme
+    byte: np.ndarray | None = None  # (n,) bool: a byte token (byte-fallback piece, byte-level token that is no whole text)
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -122,8 +132,9 @@ def decode_each(tokenizer, ids) -> list[str]:
     return texts
 
 
-def canonicalize(tokenizer) -> CanonicalVocab:
-    """Canonical and fuzzy forms of every vocabulary entry (deepfocus.vocab_helper.canonicalize_vocab)."""
+def canonicalize(tokenizer, *, match_bytes: bool = False) -> CanonicalVocab:
+    """Canonical and fuzzy forms of every vocabulary entry (deepfocus.vocab_helper.canonicalize_vocab;
+    with `match_bytes` byte-level and SentencePiece-style entries by the bytes they spell, module doc)."""
     vocab = tokenizer.get_vocab()
     unsorted = np.fromiter(vocab.values(), dtype=np.int64, count=len(vocab))
     order = np.argsort(unsorted, kind="stable")  # by id; ties keep dict order (deepfocus's sorted())
@@ -132,11 +143,11 @@ def canonicalize(tokenizer) -> CanonicalVocab:
     ids = unsorted[order]
     scheme = detect_scheme(tokens)
     decoded = decode_each(tokenizer, ids)
+    # deepfocus inspects convert_ids_to_tokens(id), which can differ from the vocab key
+    raw = tokenizer.convert_ids_to_tokens(ids.tolist())
     if scheme == "wordpiece":
         canonical = [d[2:] if d.startswith(WORDPIECE_PREFIX) else SP_SPACE + d for d in decoded]
     else:
-        # deepfocus inspects convert_ids_to_tokens(id), which can differ from the vocab key
-        raw = tokenizer.convert_ids_to_tokens(ids.tolist())
         marker = SP_SPACE if scheme == "sentencepiece" else BPE_SPACE
         canonical = []
         for d, r in zip(decoded, raw):
@@ -146,8 +157,39 @@ def canonicalize(tokenizer) -> CanonicalVocab:
                 canonical.append(SP_SPACE + d.lstrip())
             else:
                 canonical.append(d.lstrip())
+    spelled, byte = spelled_bytes(tokenizer, raw)
+    if match_bytes:
+        canonical = [c if b is None else byte_form(b) for c, b in zip(canonical, spelled)]
     fuzzy = [c.replace(SP_SPACE, "").lower() for c in canonical]
-    return CanonicalVocab(ids=ids, tokens=tokens, canonical=canonical, fuzzy=fuzzy, scheme=scheme)
+    return CanonicalVocab(ids=ids, tokens=tokens, canonical=canonical, fuzzy=fuzzy, scheme=scheme, byte=byte)
+
+
+def spelled_bytes(tokenizer, raw: list[str]) -> tuple[list[bytes | None], np.ndarray]:
+    """The bytes each raw token string spells (None: text, or an added token; `tokenizer.token_bytes`)
+    and which of them are byte tokens: byte-fallback pieces, and byte-level tokens that are no whole text."""
+    from vocabtransfer.data.tokenizer import is_byte_piece, spelling, token_bytes
+
+    how = spelling(tokenizer)
+    added = set(tokenizer.added_tokens_encoder)
+    spelled = [None if r in added else token_bytes(r, how) for r in raw]
+    byte = np.fromiter((b is not None and (is_byte_piece(r, how) or not _is_text(b)) for b, r in zip(spelled, raw)),
+                       dtype=bool, count=len(raw))
+    return spelled, byte
+
+
+def _is_text(spelled: bytes) -> bool:
+    try:
+        spelled.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def byte_form(spelled: bytes) -> str:
+    """The canonical form of a spelled byte string: a leading space byte as ▁, bytes that are no UTF-8
+    text as lone surrogates (surrogateescape), so equal bytes give equal forms and no text form collides."""
+    text = spelled.decode("utf-8", "surrogateescape")
+    return SP_SPACE + text[1:] if text.startswith(" ") else text
 
 
 def _pick_first(vocab: CanonicalVocab, keys: list[str]) -> dict[str, int]:
@@ -178,20 +220,36 @@ def compute_overlap(
     exact_match_all: bool = True,
     fuzzy_match_all: bool = False,
     match_symbols: bool = False,
+    match_bytes: bool = False,
 ) -> pa.Table:
     """One row per target vocabulary entry (sorted by target id) with its source match, if any.
 
     Columns: target_id (int32), target_token, source_id (int32, null = no match), source_token
     (null = no match), match (exact_match / fuzzy_match / numerical_symbol / none).
-    The same pairs and descriptors as `deepfocus.focus.get_overlapping_tokens`.
+    The same pairs and descriptors as `deepfocus.focus.get_overlapping_tokens`; with `match_bytes`,
+    byte-level and SentencePiece-style tokens are compared by the bytes they spell (module doc).
     """
     with gc_paused():
-        return _compute_overlap(target_tokenizer, source_tokenizer, exact_match_all, fuzzy_match_all, match_symbols)
+        return _compute_overlap(target_tokenizer, source_tokenizer, exact_match_all, fuzzy_match_all, match_symbols,
+                                match_bytes)
 
 
-def _compute_overlap(target_tokenizer, source_tokenizer, exact_match_all, fuzzy_match_all, match_symbols):
-    tgt = canonicalize(target_tokenizer)
-    src = canonicalize(source_tokenizer)
+def byte_counts(table: pa.Table, target_tokenizer, source_tokenizer) -> dict[str, int]:
+    """Byte tokens (byte-fallback pieces, byte-level tokens that are part of a character) of each
+    vocabulary, and how many of the target's have a match in `table`."""
+    byte_ids = {}
+    for side, tokenizer in (("target", target_tokenizer), ("source", source_tokenizer)):
+        ids = sorted(set(tokenizer.get_vocab().values()))
+        _, byte = spelled_bytes(tokenizer, tokenizer.convert_ids_to_tokens(ids))
+        byte_ids[side] = np.asarray(ids, dtype=np.int64)[byte]
+    matched = table.column("target_id").to_numpy()[table.column("source_id").is_valid().to_numpy(zero_copy_only=False)]
+    return {"target": int(byte_ids["target"].size), "source": int(byte_ids["source"].size),
+            "matched": int(np.isin(byte_ids["target"], matched).sum())}
+
+
+def _compute_overlap(target_tokenizer, source_tokenizer, exact_match_all, fuzzy_match_all, match_symbols, match_bytes):
+    tgt = canonicalize(target_tokenizer, match_bytes=match_bytes)
+    src = canonicalize(source_tokenizer, match_bytes=match_bytes)
     log.debug("canonicalisation: target %s, source %s", tgt.scheme, src.scheme)
     exact_view = _pick_first(src, src.canonical)
     fuzzy_view = _pick_first(src, src.fuzzy)
@@ -282,9 +340,11 @@ def run(ctx) -> None:
     source_model = ctx.param("source_model")
     target_tokenizer = load_tokenizer(ctx.input["tokenizer"])
     source_tokenizer = load_tokenizer(source_model)
-    options = {key: bool(ctx.param(f"overlap.{key}")) for key in ("exact_match_all", "fuzzy_match_all", "match_symbols")}
+    options = {key: bool(ctx.param(f"overlap.{key}"))
+               for key in ("exact_match_all", "fuzzy_match_all", "match_symbols", "match_bytes")}
     table = compute_overlap(target_tokenizer, source_tokenizer, **options)
     seconds = time.perf_counter() - start
+    byte_tokens = byte_counts(table, target_tokenizer, source_tokenizer)
 
     counts = match_counts(table)
     total = table.num_rows
@@ -302,6 +362,7 @@ def run(ctx) -> None:
             "n_overlapping": overlapping,
             "overlap_share": overlapping / total if total else 0.0,
             "counts": counts,
+            "byte_tokens": byte_tokens,
             "options": options,
             "schemes": {"target": detect_scheme(table.column("target_token").to_pylist()),
                         "source": detect_scheme(source_tokenizer.get_vocab())},
@@ -310,4 +371,6 @@ def run(ctx) -> None:
         },
         ctx.output["stats"],
     )
-    log.info("overlap %s vs %s (%.1f s):\n%s", ctx.lang, source_model, seconds, markdown_counts(counts, total))
+    log.info("overlap %s vs %s (%.1f s):\n%s\nbyte tokens: %d of the target's matched; %d in the target, %d in the "
+             "source", ctx.lang, source_model, seconds, markdown_counts(counts, total), byte_tokens["matched"],
+             byte_tokens["target"], byte_tokens["source"])

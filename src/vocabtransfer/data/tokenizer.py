@@ -41,8 +41,11 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import sys
 import time
+from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Iterator, Literal
 
@@ -441,6 +444,84 @@ def train_tokenizer(
     if extra_specials:
         kwargs["extra_special_tokens"] = extra_specials
     return PreTrainedTokenizerFast(tokenizer_object=tok, **kwargs)
+
+
+# ---------------------------------------------------------------------------------------------
+# spellings: the bytes a vocabulary string stands for
+
+_BYTE_PIECE = re.compile(r"<0x([0-9A-F]{2})>")  # SentencePiece's byte-fallback pieces (BYTE_TOKENS), fullmatch
+
+
+@dataclass(frozen=True)
+class Spelling:
+    """How a tokenizer's vocabulary strings spell text.
+
+    kind: `byte_level` (GPT-2's printable alphabet, one character per byte, `Ġ` = a space byte),
+    `metaspace` (text with `marker`, usually `▁`, for a space), `wordpiece` (text; `##` marks a
+    continuation) or `text`; byte_fallback: `<0x00>` … `<0xFF>` are single bytes (Llama-2, Mistral).
+    """
+
+    kind: Literal["byte_level", "metaspace", "wordpiece", "text"]
+    marker: str
+    byte_fallback: bool
+
+
+def spelling(tokenizer) -> Spelling:
+    """The spelling of a fast tokenizer, read from its backend's model, normalizer, pre-tokenizer and decoder."""
+    spec = _backend_json(tokenizer)
+    model = spec.get("model") or {}
+    parts = [spec.get(key) for key in ("normalizer", "pre_tokenizer", "decoder")]
+    byte_fallback = bool(model.get("byte_fallback")) or _contains_type(spec.get("decoder"), "ByteFallback")
+    if model.get("type") == "WordPiece":
+        return Spelling("wordpiece", model.get("continuing_subword_prefix") or "##", byte_fallback)
+    if any(_contains_type(part, "ByteLevel") for part in parts):
+        return Spelling("byte_level", "Ġ", byte_fallback)
+    replacement = _metaspace_replacement(parts)
+    if replacement:
+        return Spelling("metaspace", replacement, byte_fallback)
+    return Spelling("text", "", byte_fallback)
+
+
+def _metaspace_replacement(node) -> str | None:
+    """The `replacement` of a Metaspace component, or the `▁` that a Replace normalizer writes (Llama-2's
+    tokenizer.json spells spaces that way, without a Metaspace pre-tokenizer)."""
+    if isinstance(node, dict):
+        if node.get("type") == "Metaspace":
+            return node.get("replacement") or "▁"
+        if node.get("type") == "Replace" and node.get("content") == "▁":
+            return "▁"
+        node = list(node.values())
+    if isinstance(node, list):
+        return next((r for r in map(_metaspace_replacement, node) if r), None)
+    return None
+
+
+@lru_cache(maxsize=1)
+def byte_level_alphabet() -> dict[str, int]:
+    """GPT-2's printable character of each byte, inverted: `Ġ` -> 0x20, `Ċ` -> 0x0A, `Ã` -> 0xC3."""
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+    return {char: byte for byte, char in bytes_to_unicode().items()}
+
+
+def token_bytes(token: str, how: Spelling) -> bytes | None:
+    """The bytes a vocabulary string spells, a word-start space included: `Ġthe` and `▁the` -> b" the",
+    `Ã` and `<0xC3>` -> b"\xc3", `Ċ` and `<0x0A>` -> b"\n". None where the string is text in the usual
+    sense (wordpiece and plain vocabularies), and for a byte-level string outside the byte alphabet (an
+    added token)."""
+    if how.byte_fallback and (piece := _BYTE_PIECE.fullmatch(token)):
+        return bytes([int(piece.group(1), 16)])
+    if how.kind == "byte_level":
+        alphabet = byte_level_alphabet()
+        return bytes(alphabet[c] for c in token) if all(c in alphabet for c in token) else None
+    if how.kind == "metaspace":
+        return token.replace(how.marker, " ").encode("utf-8")
+    return None
+
+
+def is_byte_piece(token: str, how: Spelling) -> bool:
+    """A byte-fallback piece `<0xXX>` of a tokenizer that has byte fallback."""
+    return how.byte_fallback and _BYTE_PIECE.fullmatch(token) is not None
 
 
 # ---------------------------------------------------------------------------------------------

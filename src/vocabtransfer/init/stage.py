@@ -110,7 +110,7 @@ def read_auxiliary(path: Path, n_target: int):
 
 # base methods that give target tokens outside the overlap a row from their fastText vector (and
 # a random row when they have none); their factorised variants (focus+svd, …) do too
-AUXILIARY_METHODS = ("focus", "ofa", "snmf")
+AUXILIARY_METHODS = ("focus", "ofa", "omp", "snmf")
 
 
 def target_rows(method: str, n_target: int, overlap_target_ids: np.ndarray, aux_mask, subword) -> dict | None:

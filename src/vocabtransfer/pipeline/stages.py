@@ -173,7 +173,8 @@ register(Stage(
     help="source vs target vocabulary overlap on canonical token forms",
     inputs={"tokenizer": P.TOKENIZER},
     outputs={"overlap": P.OVERLAP, "stats": P.OVERLAP_STATS},
-    params=("source_model", "overlap.exact_match_all", "overlap.fuzzy_match_all", "overlap.match_symbols"),
+    params=("source_model", "overlap.exact_match_all", "overlap.fuzzy_match_all", "overlap.match_symbols",
+            "overlap.match_bytes"),
     code=("data/overlap.py",),
     data=_source_model_data,
 ))

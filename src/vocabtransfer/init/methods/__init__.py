@@ -87,5 +87,5 @@ def _load_all() -> None:
     """Import every method module so its @register lines run (one line per module)."""
     import importlib
 
-    for module in ("baselines", "fvt", "focus", "ofa", "snmf", "wechsel"):
+    for module in ("baselines", "fvt", "focus", "ofa", "omp", "snmf", "wechsel"):
         importlib.import_module(f"vocabtransfer.init.methods.{module}")

@@ -44,31 +44,53 @@ def focus(problem: TransferProblem) -> TransferResult:
     opts = merged(problem.options, "focus")
     for key in opts:
         integer(opts, key, "init.focus")
-    if problem.auxiliary is None or problem.auxiliary_mask is None:
-        raise VocabTransferError(f"init focus ({problem.lang or 'target'}): no auxiliary fastText embeddings were "
-                                 "given; run the fasttext stage and pass its embeddings.safetensors to FOCUS")
-    n_source = problem.source_embeddings.shape[0]
-    if n_source < len(problem.source_tokenizer):
-        raise VocabTransferError(f"source embeddings: {n_source} rows but the source tokenizer has "
-                                 f"{len(problem.source_tokenizer)} tokens; the tokenizer and the model come from "
-                                 "different checkpoints")
+    check_problem(problem, "focus")
     embeddings, stats = focus_embeddings(
         problem.source_embeddings, problem.overlap_target_ids, problem.overlap_source_ids,
         problem.auxiliary, problem.auxiliary_mask, problem.target_size, seed=problem.seed,
         device=problem.device, block_size=opts["block_size"], topk=opts["topk"],
     )
-    special = problem.special_target_ids()
-    copied = np.isin(special, np.asarray(problem.overlap_target_ids, dtype=np.int64))
-    stats["special_copied"] = int(copied.sum())
-    if (~copied).any():
-        missing = problem.target_tokenizer.convert_ids_to_tokens(special[~copied].tolist())
-        stats["special_not_in_overlap"] = missing
-        log.warning("focus: special token(s) %s do not overlap the source vocabulary; they are initialised "
-                    "like other new tokens (FOCUS combination or random row)", ", ".join(missing))
+    stats.update(special_overlap_stats(problem, "focus", "FOCUS combination or random row"))
     stats.update(method="focus", options=opts)
     log.info("focus: %d copied, %d FOCUS combinations of %d anchors, %d random (no fastText vector) in %.1f s",
              stats["copied"], stats["focus_combined"], stats["anchors"], stats["random"], stats["seconds"])
     return TransferResult(embeddings=embeddings.cpu(), stats=stats)
+
+
+# ---------------------------------------------------------------------------------------------
+# checks and helpers shared with the methods built on FOCUS's rows (omp)
+
+
+def check_problem(problem: TransferProblem, name: str) -> None:
+    """The auxiliary vectors are there and the source matrix has a row per source token."""
+    if problem.auxiliary is None or problem.auxiliary_mask is None:
+        raise VocabTransferError(f"init {name} ({problem.lang or 'target'}): no auxiliary fastText embeddings were "
+                                 f"given; run the fasttext stage and pass its embeddings.safetensors to {name}")
+    n_source = problem.source_embeddings.shape[0]
+    if n_source < len(problem.source_tokenizer):
+        raise VocabTransferError(f"source embeddings: {n_source} rows but the source tokenizer has "
+                                 f"{len(problem.source_tokenizer)} tokens; the tokenizer and the model come from "
+                                 "different checkpoints")
+
+
+def special_overlap_stats(problem: TransferProblem, name: str, fallback: str) -> dict:
+    """`special_copied` and (logged) `special_not_in_overlap`: special target tokens outside the overlap
+    are initialised like other new tokens (`fallback` says how)."""
+    special = problem.special_target_ids()
+    copied = np.isin(special, np.asarray(problem.overlap_target_ids, dtype=np.int64))
+    stats = {"special_copied": int(copied.sum())}
+    if (~copied).any():
+        missing = problem.target_tokenizer.convert_ids_to_tokens(special[~copied].tolist())
+        stats["special_not_in_overlap"] = missing
+        log.warning("%s: special token(s) %s do not overlap the source vocabulary; they are initialised "
+                    "like other new tokens (%s)", name, ", ".join(missing), fallback)
+    return stats
+
+
+def has_vector(auxiliary: torch.Tensor, auxiliary_mask) -> np.ndarray:
+    """(V_t,) bool: the token has an auxiliary vector (mask set and the row not all zeros, deepfocus's rule)."""
+    aux_mask = torch.as_tensor(auxiliary_mask).to("cpu", torch.bool).numpy().reshape(-1)
+    return aux_mask & (torch.as_tensor(auxiliary).to("cpu").abs().sum(dim=1) != 0).numpy()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -209,7 +231,7 @@ def focus_embeddings(
         raise VocabTransferError(f"auxiliary embeddings: expected ({target_size}, d) vectors and a ({target_size},) "
                                  f"mask, got {tuple(aux.shape)} and {aux_mask.shape}; {fix}")
     aux = aux.to("cpu", torch.float32)
-    has_vec = aux_mask & (aux.abs().sum(dim=1) != 0).numpy()
+    has_vec = has_vector(aux, aux_mask)
 
     # 1. copy the overlapping tokens
     src = source_embeddings.detach()
