@@ -20,7 +20,8 @@ import time
 import torch
 
 from vocabtransfer.train import modeling as M
-from vocabtransfer.init.factorize import factorize_source, relative_error
+from vocabtransfer.init.factorize import factorize_source
+from vocabtransfer.init.factors import relative_error
 
 
 def main() -> None:

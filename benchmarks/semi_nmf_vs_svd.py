@@ -18,7 +18,9 @@ import time
 import torch
 from safetensors.torch import load_file
 
-from vocabtransfer.init.factorize import relative_error, semi_nmf, truncated_svd
+from vocabtransfer.init.factors import relative_error
+from vocabtransfer.init.semi_nmf import semi_nmf
+from vocabtransfer.init.svd import truncated_svd
 from vocabtransfer.train.modeling import resolve_model_path
 
 

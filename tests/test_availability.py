@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from vocabtransfer.pipeline import availability as A
+from vocabtransfer.pipeline import plan as PL
 from vocabtransfer.pipeline import dvcgen
 from vocabtransfer.pipeline.config import validate_params
 from vocabtransfer.errors import VocabTransferError, brief
@@ -52,7 +53,7 @@ def test_corpus_only_language_has_every_job_that_needs_nothing_more(shared_data,
     params = xx_params()
     assert A.methods(params, "xx") == ["random", "fvt"]
     no_dictionary = "no dictionary: init.wechsel.dictionaries has no entry for xx"
-    assert A.preflight(params) == [
+    assert PL.preflight(params) == [
         "skipping source_fasttext (no language can run init wechsel)",
         f"xx: skipping word_fasttext (init wechsel does not run: {no_dictionary})",
         "skipping source_snmf (init.methods has no snmf or <method>+snmf)",
@@ -95,7 +96,7 @@ def test_retrieval_sentences_zero_skips_retrieval(shared_data, data_root):
 
 def test_a_missing_corpus_file_stops_before_any_job(data_root):
     with pytest.raises(VocabTransferError, match=r"corpus.sources.xx.path: .*pretrain_text/xx.txt not found"):
-        A.preflight(xx_params())
+        PL.preflight(xx_params())
 
 
 @pytest.mark.parametrize("make, match", [

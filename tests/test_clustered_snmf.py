@@ -14,8 +14,9 @@ from safetensors.torch import load_file
 from vocabtransfer.init import stage as I
 from vocabtransfer import io
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.init.factorize import (block_coefficients, clustered_semi_nmf, expand_blocks, factorize_source,
-                                     relative_error, semi_nmf)
+from vocabtransfer.init.factorize import factorize_source
+from vocabtransfer.init.factors import relative_error
+from vocabtransfer.init.semi_nmf import block_coefficients, clustered_semi_nmf, expand_blocks, semi_nmf
 from vocabtransfer.init.methods import TransferProblem
 from vocabtransfer.init.methods.snmf import snmf
 

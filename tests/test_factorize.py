@@ -6,7 +6,9 @@ import pytest
 import torch
 
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.init.factorize import kmeans, relative_error, semi_nmf, truncated_svd
+from vocabtransfer.init.factors import relative_error
+from vocabtransfer.init.semi_nmf import kmeans, semi_nmf
+from vocabtransfer.init.svd import truncated_svd
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -103,12 +103,12 @@ def test_model_names_and_directories(params):
 def test_data_spec_for_a_language_not_in_languages_is_a_reported_skip(params):
     """A task data spec for a language the run does not have (say, an overlay narrowed `languages`) runs
     nothing and is reported before any job."""
-    from vocabtransfer.pipeline import availability as A
+    from vocabtransfer.pipeline import plan as PL
 
     p = copy.deepcopy(params)
     p["eval"]["tasks"]["qa"]["data"]["ar"] = {"train": {"path": "tydiqa_goldp/arabic_tydiqa_dev.json"}}
     note = "eval.tasks.qa.data: ar not in `languages` (sw, de); their data specs are not used"
-    assert note in A.notes(validate_params(p)) and note not in A.notes(params)
+    assert note in PL.notes(validate_params(p)) and note not in PL.notes(params)
 
 
 def task(params, name, **opts):

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.init.factorize import truncated_svd
+from vocabtransfer.init.svd import truncated_svd
 from vocabtransfer.init.methods import METHODS, TransferProblem, TransferResult
 from vocabtransfer.init.methods.variants import factorized, resolve
 from vocabtransfer.init.methods.ofa import neighbour_coordinates, ofa

@@ -5,7 +5,7 @@ The library behind the `vocabtransfer` command: one module per pipeline concept
 without Snakemake or DVC.
 """
 
-__version__ = "0.1.0"
+from vocabtransfer.version import __version__
 
 from vocabtransfer.errors import VocabTransferError
 

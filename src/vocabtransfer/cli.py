@@ -12,7 +12,7 @@ import logging
 import sys
 import time
 
-from vocabtransfer import __version__
+from vocabtransfer.version import __version__
 from vocabtransfer.errors import VocabTransferError
 
 log = logging.getLogger("vocabtransfer")

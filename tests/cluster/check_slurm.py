@@ -170,7 +170,7 @@ def print_table(jobs: list[dict], local_seconds: float, slurm_seconds: float) ->
 def expected_jobs(params: dict) -> set[tuple[str, str]]:
     """(rule, wildcards) of every job of the study params give, as the plugin names them (the
     wildcard values in the order of the output path, joined by `_`)."""
-    from vocabtransfer.pipeline import availability as A
+    from vocabtransfer.pipeline import plan as PL
     from vocabtransfer.pipeline.config import validate_params
 
     params = validate_params(params)
@@ -178,7 +178,7 @@ def expected_jobs(params: dict) -> set[tuple[str, str]]:
     for stage in S.STAGES.values():
         order = dict.fromkeys(re.findall(r"\{(\w+)\}", next(iter(stage.outputs.values()))))
         for lang in params["languages"] if "lang" in stage.wildcards else [None]:
-            for wc in A.jobs(params, stage, lang):
+            for wc in PL.jobs(params, stage, lang):
                 jobs.add((stage.name, "_".join(str(wc[k]) for k in order)))
     return jobs
 

@@ -7,7 +7,7 @@ import sys
 
 import yaml
 
-from vocabtransfer.pipeline import availability as A
+from vocabtransfer.pipeline import plan as PL
 from vocabtransfer.pipeline import paths as P
 from vocabtransfer.pipeline import stages as S
 from vocabtransfer.pipeline.config import merge_overlay, read_yaml, validate_params, write_merged
@@ -50,7 +50,7 @@ try:
     # the stages read exactly this merged, validated config: written once per distinct config
     # (the name is its hash, so concurrent runs with other configs never share a file)
     PARAMS_FILE = write_merged(_validated, ".snakemake/vocabtransfer")
-    _lines = A.preflight(_validated, source=PARAMS_SOURCE)
+    _lines = PL.preflight(_validated, source=PARAMS_SOURCE)
 except VocabTransferError as exc:
     sys.exit(f"error: {exc}")
 config.clear()
@@ -169,12 +169,12 @@ STAGE_SHELL = "vocabtransfer {rule} {params.args} " + STAGE_ARGS
 
 def stage_targets(name, output=None):
     """The outputs (all, or the one named `output`) of every job of a stage that params and the data
-    present give, for every language (`availability.jobs`)."""
+    present give, for every language (`plan.jobs`)."""
     stage = S.STAGES[name]
     keys = [output] if output else list(stage.outputs)
     targets = []
     for lang in config["languages"] if "lang" in stage.wildcards else [None]:
-        for wc in A.jobs(config, stage, lang):
+        for wc in PL.jobs(config, stage, lang):
             targets += [P.fill(stage.outputs[k], **wc) for k in keys]
     return targets
 

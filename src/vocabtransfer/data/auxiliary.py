@@ -55,7 +55,7 @@ from vocabtransfer.log import progress
 if TYPE_CHECKING:
     import torch
 
-    from vocabtransfer.pipeline.stages import Context
+    from vocabtransfer.pipeline.stage import Context
 
 log = logging.getLogger(__name__)
 
@@ -303,7 +303,6 @@ def run(ctx: "Context") -> None:
     from vocabtransfer import io
     from vocabtransfer.train.modeling import load_tokenizer
     from vocabtransfer.pipeline.paths import data_path
-    from vocabtransfer.pipeline.stages import param_values
 
     start = time.perf_counter()
     mode = ctx.param("fasttext.mode")
@@ -384,7 +383,7 @@ def run(ctx: "Context") -> None:
         "seed": ctx.seed,
         "threads": threads,  # the threads fastText trained on (not the ones the job was given)
         "deterministic": mode == "wordlevel" or threads == 1,
-        "params": param_values(ctx.params, "fasttext", ctx.wildcards),
+        "params": ctx.leaf_values(),
         "versions": io.versions(),
     }
     io.write_json(stats, out["stats"])

@@ -28,7 +28,7 @@ from typing import Literal
 
 from filelock import FileLock
 
-from vocabtransfer import __version__
+from vocabtransfer.version import __version__
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.log import progress
 

@@ -60,7 +60,8 @@ def run(ctx) -> None:
 def _run(ctx) -> None:
     import torch
 
-    from vocabtransfer.init.factorize import block_coefficients, factorize_source
+    from vocabtransfer.init.factorize import factorize_source
+    from vocabtransfer.init.semi_nmf import block_coefficients
     from vocabtransfer.init.methods.options import merged
 
     start = time.perf_counter()
@@ -104,7 +105,7 @@ def load_factors(path: str | Path, matrices: dict, options: dict, seed: int | No
     """
     import torch
 
-    from vocabtransfer.init.factorize import expand_blocks
+    from vocabtransfer.init.semi_nmf import expand_blocks
 
     path = Path(path)
     tensors = io.load_tensors(path)  # a missing or unreadable file: one clear error

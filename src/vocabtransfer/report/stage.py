@@ -24,7 +24,7 @@ from vocabtransfer.report import markdown as MD
 from vocabtransfer.report import tables as T
 from vocabtransfer.report import verdict as V
 from vocabtransfer.report.figures import plot_curves, plot_downstream, seed_curves, write_curves_csv
-from vocabtransfer.report.read import Plan, inputs, plan, read_language  # noqa: F401  (inputs: the stage table's)
+from vocabtransfer.report.read import Plan, plan, read_language
 
 log = logging.getLogger(__name__)
 

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.init.methods import TransferProblem, TransferResult, register
+from vocabtransfer.init.methods.registry import TransferProblem, TransferResult, register
 from vocabtransfer.init.methods.options import merged
 from vocabtransfer.data.overlap import Scheme, checked_pairs
 

@@ -32,7 +32,7 @@ import torch
 
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.log import progress
-from vocabtransfer.init.methods import TransferProblem, TransferResult, register
+from vocabtransfer.init.methods.registry import TransferProblem, TransferResult, register
 from vocabtransfer.init.methods.options import defaults, integer, merged
 from vocabtransfer.data.overlap import checked_pairs
 

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from tokenizers import Tokenizer
 
-from vocabtransfer.init.methods import TransferProblem, TransferResult, register
+from vocabtransfer.init.methods.registry import TransferProblem, TransferResult, register
 from vocabtransfer.init.methods.options import merged
 from vocabtransfer.init.methods.baselines import (
     SPECIAL_NO_SOURCE,

@@ -25,7 +25,7 @@ import torch
 
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.log import progress
-from vocabtransfer.init.methods import TransferProblem, TransferResult, register
+from vocabtransfer.init.methods.registry import TransferProblem, TransferResult, register
 from vocabtransfer.init.methods.baselines import special_pairs
 from vocabtransfer.init.factorize import factorize_source
 from vocabtransfer.init.methods.options import integer, merged, number

@@ -49,7 +49,7 @@ import torch
 
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.log import progress
-from vocabtransfer.init.methods import TransferProblem, TransferResult, register
+from vocabtransfer.init.methods.registry import TransferProblem, TransferResult, register
 from vocabtransfer.init.methods.focus import check_problem, focus_embeddings, has_vector, special_overlap_stats
 from vocabtransfer.init.methods.options import integer, merged
 from vocabtransfer.data.overlap import checked_pairs

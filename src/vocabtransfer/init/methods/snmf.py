@@ -2,7 +2,7 @@
 
 1. Factorise the source embeddings E ≈ W H with semi-NMF: W ≥ 0 (V_s×rank) are per-token
    non-negative coefficients, H (rank×D) is the shared, unconstrained up-projection
-   (see vocabtransfer.init.factorize.semi_nmf for why this orientation).
+   (see vocabtransfer.init.semi_nmf.semi_nmf for why this orientation).
 2. Overlapping target tokens copy their source token's W row.
 3. Other target tokens with an auxiliary (fastText) vector get the softmax-weighted mix of
    their nearest overlapping tokens' W rows, exactly as in OFA (shared code:
@@ -31,7 +31,7 @@ from __future__ import annotations
 import logging
 
 from vocabtransfer.init.factorize import factorize_source
-from vocabtransfer.init.methods import TransferProblem, TransferResult, register
+from vocabtransfer.init.methods.registry import TransferProblem, TransferResult, register
 from vocabtransfer.init.methods.ofa import neighbour_coordinates, neighbour_method_options
 
 log = logging.getLogger(__name__)

@@ -27,7 +27,7 @@ import torch
 
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.init.factorize import FACTORIZATIONS, factorize_source
-from vocabtransfer.init.methods import METHODS, Method, TransferProblem, TransferResult
+from vocabtransfer.init.methods.registry import METHODS, Method, TransferProblem, TransferResult
 
 log = logging.getLogger(__name__)
 

@@ -38,7 +38,7 @@ import numpy as np
 import torch
 
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.init.methods import TransferProblem, TransferResult, register
+from vocabtransfer.init.methods.registry import TransferProblem, TransferResult, register
 from vocabtransfer.init.methods.options import integer, merged, number
 from vocabtransfer.init.methods.baselines import (
     SPECIAL_NO_SOURCE,

@@ -1,0 +1,102 @@
+"""The package's shape: grouped by the phase each module serves, no module over 450 lines, and no
+import cycle among its modules (imports inside functions count too)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from conftest import REPO
+
+PACKAGE = REPO / "src" / "vocabtransfer"
+PHASES = ("pipeline", "data", "init", "train", "evaluate", "report")
+TOP_LEVEL = {"__init__.py", "__main__.py", "cli.py", "errors.py", "io.py", "log.py", "version.py"}
+MAX_LINES = 450
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph() -> dict[str, set[str]]:
+    """module -> the vocabtransfer modules it imports anywhere in its source (read, not imported)."""
+    modules = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+
+    def resolve(name: str) -> str | None:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph = {}
+    for name, path in modules.items():
+        deps = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                targets = [f"{node.module}.{a.name}" for a in node.names]
+            else:
+                continue
+            deps |= {r for t in targets if t.startswith("vocabtransfer") and (r := resolve(t)) and r != name}
+        graph[name] = deps
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_cycle():
+    graph = import_graph()
+    assert "vocabtransfer.pipeline.stage" in graph and "vocabtransfer.pipeline.stages" in graph["vocabtransfer.cli"]
+    assert cycles(graph) == []
+
+
+def test_the_cycle_check_finds_a_cycle():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_stage_modules_never_import_the_stage_table():
+    """The table imports the stages it describes, one way: no stage module imports it back."""
+    graph = import_graph()
+    table = "vocabtransfer.pipeline.stages"
+    users = {m for m, deps in graph.items() if table in deps}
+    assert users <= {"vocabtransfer.cli", "vocabtransfer.pipeline.plan", "vocabtransfer.pipeline.dvcgen",
+                     "vocabtransfer.report.read"}, users
+
+
+def test_modules_are_grouped_by_phase_and_small():
+    for path in PACKAGE.rglob("*.py"):
+        rel = path.relative_to(PACKAGE)
+        assert rel.parts[0] in PHASES or str(rel) in TOP_LEVEL, rel
+        lines = len(path.read_text(encoding="utf-8").splitlines())
+        assert lines <= MAX_LINES, f"{rel}: {lines} lines (split it along its concepts)"
