@@ -2,6 +2,7 @@
 #   make run    creates .venv, installs vocabtransfer with pinned dependencies, runs the workflow
 #   make test   the same set-up, then the test suite
 #   make test-cluster   the SLURM profile against a one-node SLURM started here (root, Debian; tests/cluster/README.md)
+#   make remote REMOTE=<dir or URL>   the default DVC remote, for dvc push / dvc pull
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
@@ -12,7 +13,7 @@ CORES ?= 2
 DATA_LINK := $(if $(wildcard data),,$(if $(wildcard ../shared/data),data-link))
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: run test test-cluster venv dvc-yaml clean data-link
+.PHONY: run test test-cluster venv dvc-yaml clean data-link remote
 
 $(BIN)/.installed: pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -36,6 +37,10 @@ test-cluster: venv
 	tests/cluster/slurm.sh start
 	$(BIN)/python -m pytest -s tests/cluster/check_slurm.py $(PYTEST_ARGS); status=$$?; \
 	  tests/cluster/slurm.sh stop; exit $$status
+
+# a shared DVC remote: a directory or a URL (s3://, gs://, ssh://, https:// with the matching dvc extra)
+remote: venv
+	$(BIN)/vocabtransfer remote "$(REMOTE)"
 
 dvc-yaml: venv
 	$(BIN)/vocabtransfer dvc-yaml --output dvc.yaml

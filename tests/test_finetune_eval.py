@@ -164,6 +164,34 @@ def test_qa_answers_not_in_context_are_counted_and_skipped(params, data_root):
         qa.read(open_source({"path": "notsquad.json"}, "k"))
 
 
+def test_test_examples_carry_their_cluster_key(params, data_root):
+    """The bootstrap's clusters: the premise (XNLI), the article (QA, `cluster: article`) or the context
+    (`cluster: context`); a rows source without the article's title is one error naming the key."""
+    (data_root / "nli.tsv").write_text("p1\th1\tentailment\np1\th2\tneutral\np2\th3\tcontradiction\n")
+    examples, _ = task(params, "nli").read(open_source({"path": "nli.tsv"}, "k"))
+    assert [e["cluster"] for e in examples] == ["p1", "p1", "p2"]
+    assert FE.test_clusters(examples, "nli") == ["p1", "p1", "p2"]
+    with pytest.raises(VocabTransferError, match="test example '2' has no cluster key"):
+        FE.test_clusters([{"id": "2", "cluster": ""}], "nli")
+    squad = {"data": [{"title": "Nile", "paragraphs": [
+        {"context": "Mto Nile ni mrefu.", "qas": [{"id": "q1", "question": "Mto?", "answers": [
+            {"text": "Nile", "answer_start": 4}]}]},
+        {"context": "Uko Afrika.", "qas": [{"id": "q2", "question": "Wapi?", "answers": [
+            {"text": "Afrika", "answer_start": 4}]}]}]}]}
+    (data_root / "qa.json").write_text(json.dumps(squad))
+    by_article, _ = task(params, "qa").read(open_source({"path": "qa.json"}, "k"))
+    by_context, _ = task(params, "qa", cluster="context").read(open_source({"path": "qa.json"}, "k"))
+    assert [e["cluster"] for e in by_article] == ["Nile", "Nile"]
+    assert [e["cluster"] for e in by_context] == ["Mto Nile ni mrefu.", "Uko Afrika."]
+    rows = [{"id": "q1", "context": "Uko Afrika.", "question": "Wapi?", "answers": {"text": ["Afrika"],
+                                                                                  "answer_start": [4]}}]
+    (data_root / "qa.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    spec = {"dataset": {"path": "json", "data_files": str(data_root / "qa.jsonl"), "split": "train"}}
+    with pytest.raises(VocabTransferError, match="no `title`.*eval.tasks.qa.cluster: context"):
+        task(params, "qa").read(open_source(spec, "k"))
+    assert task(params, "qa", cluster="context").read(open_source(spec, "k"))[0][0]["cluster"] == "Uko Afrika."
+
+
 def test_qa_windows_point_at_the_answer(params, shared_data, monkeypatch):
     from vocabtransfer.train.modeling import load_tokenizer
 

@@ -283,3 +283,77 @@ def test_pretraining_analyses_and_downstream_evaluation_reach_the_report(workdir
     figures = re.findall(r"!\[[^\]]*\]\(([^)]+\.png)\)", report)  # every figure, relative to results/
     assert any(f.startswith("report/figures/") for f in figures), figures
     assert figures and all((work / "results" / f).read_bytes().startswith(b"\x89PNG") for f in figures)
+
+
+def _restore_params(work: Path, params: dict) -> None:
+    """The run's own params.yaml (an earlier test edits fasttext.epochs)."""
+    (work / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+
+
+# the stages of one pretraining job and everything upstream of it, for sw
+PRETRAIN_TARGET = "pretrain_focus_standard_pseed1@sw"
+UPSTREAM_STAGES = ["corpus@sw", "tokenizer@sw", "pretokenize@sw", "fasttext@sw", "overlap@sw", "source_head",
+                   "init_focus_pseed1@sw", PRETRAIN_TARGET]
+
+
+@pytest.fixture(scope="module")
+def dvc_tracked(workdir):
+    """The Snakemake run's artefacts of one pretraining job and its upstream, recorded in dvc.lock and
+    committed to git (what a user does after `snakemake`: `dvc commit`, `git commit`)."""
+    work, env, params = workdir
+    _restore_params(work, params)
+    (work / ".gitignore").write_text("/logs/\n/.snakemake/\n/checkpoints/\n/results/\n")
+    run([str(BIN / "dvc"), "commit", "-f", "-q", *UPSTREAM_STAGES], work, env)
+    run(["git", "add", "-A"], work, env)
+    run(["git", "commit", "-qm", "a run"], work, env)
+    return work, env, params
+
+
+def test_dvc_remote_push_then_pull_gives_byte_identical_artefacts(dvc_tracked, tmp_path):
+    """`vocabtransfer remote <dir>` (what `make remote REMOTE=<dir>` runs), `dvc push`, the cache and the
+    outputs deleted, `dvc pull`: the same bytes back."""
+    work, env, _ = dvc_tracked
+    store = tmp_path / "store"
+    bad = subprocess.run([str(BIN / "vocabtransfer"), "remote", str(tmp_path / "missing")], cwd=work, env=env,
+                         capture_output=True, text=True)
+    assert bad.returncode == 1 and "missing is not a directory" in bad.stderr and len(bad.stderr.splitlines()) == 1
+    store.mkdir()
+    run([str(BIN / "vocabtransfer"), "remote", str(store)], work, env)
+    assert f"url = {store}" in (work / ".dvc/config").read_text()
+    stages = ["corpus@sw", "overlap@sw"]
+    files = [work / f for f in ("results/sw/corpus/train.parquet", "results/sw/corpus/valid.parquet",
+                                "results/sw/overlap/overlap.parquet", "results/sw/overlap/stats.json")]
+    before = {f: digest(f) for f in files}
+    run([str(BIN / "dvc"), "push", "-q", *stages], work, env)
+    shutil.rmtree(work / ".dvc/cache")
+    for f in files:
+        f.unlink()
+    run([str(BIN / "dvc"), "pull", "-q", *stages], work, env)
+    assert {f: digest(f) for f in files} == before
+    assert "up to date" in run([str(BIN / "dvc"), "status", *stages], work, env).lower()
+
+
+def test_dvc_exp_run_sweeps_a_parameter_and_exp_show_lists_it(dvc_tracked):
+    """`dvc exp run -S pretrain.steps=…` reruns the pretraining job only (its upstream is up to date);
+    `dvc exp show` lists the experiment with its parameter; a key that is no parameter is refused."""
+    work, env, params = dvc_tracked
+    steps = params["pretrain"]["steps"] // 2
+    out = run([str(BIN / "dvc"), "exp", "run", "-n", "half-steps", "-S", f"pretrain.steps={steps}", PRETRAIN_TARGET],
+              work, env)
+    assert "Running stage 'pretrain_focus_standard_pseed1@sw'" in out and "Running stage 'init" not in out
+    stats = json.loads((work / "results/sw/pretrain/focus/standard/pseed1/stats.json").read_text())
+    assert stats["steps"] == steps
+    shown = json.loads(run([str(BIN / "dvc"), "exp", "show", "--json"], work, env))
+    experiments = [e for baseline in shown for e in (baseline.get("experiments") or [])]
+    names = {e["name"]: e for e in experiments}
+    assert "half-steps" in names, shown
+    revs = names["half-steps"]["revs"][0]["data"]["params"]["params.yaml"]["data"]
+    assert revs["pretrain"]["steps"] == steps
+    # a key that is not a parameter: DVC refuses it, naming it; appended with +, the stage refuses it
+    refused = subprocess.run([str(BIN / "dvc"), "exp", "run", "-S", "pretrain.stepz=3", PRETRAIN_TARGET], cwd=work,
+                             env=env, capture_output=True, text=True)
+    assert refused.returncode != 0 and "pretrain.stepz" in refused.stdout + refused.stderr
+    appended = subprocess.run([str(BIN / "dvc"), "exp", "run", "-S", "+pretrain.stepz=3", PRETRAIN_TARGET],
+                              cwd=work, env=env, capture_output=True, text=True)
+    assert appended.returncode != 0
+    assert "pretrain: unknown key(s) 'stepz'" in appended.stdout + appended.stderr

@@ -41,6 +41,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("dvc-yaml", parents=[common], help="generate dvc.yaml from the stage table")
     p.add_argument("--output", default="dvc.yaml", help="where to write (default: dvc.yaml; - for stdout)")
     sub.add_parser("validate", parents=[common], help="validate params.yaml and print it with defaults filled in")
+    p = sub.add_parser("remote", help="make a directory or URL the default DVC remote (dvc push / dvc pull)")
+    p.add_argument("url", help="a directory (shared disk) or a URL: s3://…, gs://…, ssh://…, https://…")
+    p.add_argument("--name", default="origin", help="the remote's name in .dvc/config (default: origin)")
+    p.add_argument("--log-file", default=None, help=argparse.SUPPRESS)
+    p.add_argument("-v", "--verbose", action="store_true", help=argparse.SUPPRESS)
     return parser
 
 
@@ -58,6 +63,13 @@ def main(argv: list[str] | None = None) -> int:
 
     setup_logging(args.log_file, logging.DEBUG if args.verbose else logging.INFO)
     try:
+        if args.command == "remote":
+            from vocabtransfer.pipeline.remote import add_remote
+
+            target = add_remote(args.url, args.name)
+            log.info("default DVC remote %s: %s (commit .dvc/config; then `dvc push` shares the results and "
+                     "`dvc pull` fetches them)", args.name, target)
+            return 0
         from vocabtransfer.pipeline.config import load_params
 
         params = load_params(args.params)
