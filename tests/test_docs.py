@@ -57,6 +57,14 @@ def test_committed_parameters_doc_is_fresh():
     assert committed == fresh, "docs/parameters.md is stale: run `make docs` (vocabtransfer params-doc) and commit it"
 
 
+def test_params_doc_command_writes_the_committed_file(tmp_path):
+    from vocabtransfer.cli import main
+
+    out = tmp_path / "parameters.md"
+    assert main(["params-doc", "--params", str(REPO / "params.yaml"), "--output", str(out)]) == 0
+    assert out.read_text(encoding="utf-8") == (DOCS / "parameters.md").read_text(encoding="utf-8")
+
+
 def test_every_schema_leaf_is_in_the_parameters_doc():
     root = schema()
     documented = set(re.findall(r"^\| `([^`]+)` \|", (DOCS / "parameters.md").read_text(encoding="utf-8"), re.M))
