@@ -3,6 +3,7 @@
 #   make test   the same set-up, then the test suite
 #   make test-cluster   the SLURM profile against a one-node SLURM started here (root, Debian; tests/cluster/README.md)
 #   make remote REMOTE=<dir or URL>   the default DVC remote, for dvc push / dvc pull
+#   make docs   regenerates docs/parameters.md from the params schema
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
@@ -13,7 +14,7 @@ CORES ?= 2
 DATA_LINK := $(if $(wildcard data),,$(if $(wildcard ../shared/data),data-link))
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: run test test-cluster venv dvc-yaml clean data-link remote
+.PHONY: run test test-cluster venv dvc-yaml docs clean data-link remote
 
 $(BIN)/.installed: pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -44,6 +45,9 @@ remote: venv
 
 dvc-yaml: venv
 	$(BIN)/vocabtransfer dvc-yaml --output dvc.yaml
+
+docs: venv
+	$(BIN)/vocabtransfer params-doc --output docs/parameters.md
 
 clean:
 	rm -rf results logs .snakemake

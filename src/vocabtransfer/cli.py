@@ -3,6 +3,7 @@
     vocabtransfer corpus --lang sw            # run one stage on its own
     vocabtransfer dvc-yaml --output dvc.yaml  # regenerate dvc.yaml
     vocabtransfer validate                    # check params.yaml against the schema
+    vocabtransfer params-doc                  # regenerate docs/parameters.md from the schema
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("dvc-yaml", parents=[common], help="generate dvc.yaml from the stage table")
     p.add_argument("--output", default="dvc.yaml", help="where to write (default: dvc.yaml; - for stdout)")
     sub.add_parser("validate", parents=[common], help="validate params.yaml and print it with defaults filled in")
+    p = sub.add_parser("params-doc", parents=[common], help="generate docs/parameters.md from the params schema")
+    p.add_argument("--output", default="docs/parameters.md", help="where to write (default: docs/parameters.md; - for stdout)")
     p = sub.add_parser("remote", help="make a directory or URL the default DVC remote (dvc push / dvc pull)")
     p.add_argument("url", help="a directory (shared disk) or a URL: s3://…, gs://…, ssh://…, https://…")
     p.add_argument("--name", default="origin", help="the remote's name in .dvc/config (default: origin)")
@@ -72,7 +75,15 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         from vocabtransfer.pipeline.config import load_params
 
-        params = load_params(args.params)
+        params = load_params(args.params)  # params-doc too: a file that does not validate is not documented
+        if args.command == "params-doc":
+            from vocabtransfer.pipeline import params_doc
+
+            if args.output == "-":
+                sys.stdout.write(params_doc.render(args.params))
+            else:
+                log.info("wrote %s", params_doc.write(args.output, args.params))
+            return 0
         if args.command == "validate":
             import yaml
 
