@@ -75,18 +75,25 @@ def test_trivial_predictors_by_hand():
     from vocabtransfer.evaluate.tasks import Splits, get_task
 
     nli = get_task("nli", {})
-    ex = lambda label: {"label": label}  # noqa: E731
+    ex = lambda label, i=0: {"label": label, "id": str(i)}  # noqa: E731
     # train: 3 × neutral (1), 2 × entailment (0) -> always neutral; test: 2 of 5 are neutral
-    splits = Splits(train=[ex(1)] * 3 + [ex(0)] * 2, test=[ex(1), ex(0), ex(2), ex(1), ex(2)])
-    assert nli.trivial(splits) == {"name": "majority class", "value": 40.0}
+    splits = Splits(train=[ex(1)] * 3 + [ex(0)] * 2, test=[ex(1, 0), ex(0, 1), ex(2, 2), ex(1, 3), ex(2, 4)])
+    assert nli.trivial(splits) == {"name": "majority class", "value": 40.0,
+                                   "examples": {"ids": ["0", "1", "2", "3", "4"], "score": [1, 0, 0, 1, 0]}}
     # a tie in training goes to the lowest label id (entailment): 1 of 5
     splits.train = [ex(2), ex(0)]
     assert nli.trivial(splits)["value"] == 20.0
     qa = get_task("qa", {})
-    test = [{"answers": [{"text": "Nile"}]}, {"answers": [{"text": "1961"}, {"text": "the"}]}]
+    test = [{"id": "a", "answers": [{"text": "Nile"}]}, {"id": "b", "answers": [{"text": "1961"}, {"text": "the"}]}]
     # F1 0 everywhere, even against a gold answer that normalises to nothing ("the"): SQuAD v1.1's F1
     # has no shared token there (its exact match would be 1)
-    assert qa.trivial(Splits(train=[], test=test)) == {"name": "empty answer", "value": 0.0}
+    assert qa.trivial(Splits(train=[], test=test)) == {"name": "empty answer", "value": 0.0,
+                                                       "examples": {"ids": ["a", "b"], "score": [0.0, 0.0]}}
     ner = get_task("ner", {})
-    test = [{"tags": ["B-PER", "I-PER", "O"]}, {"tags": ["O", "O"]}]
-    assert ner.trivial(Splits(train=[], test=test)) == {"name": "all O", "value": 0.0}
+    test = [{"id": "s0", "tags": ["B-PER", "I-PER", "O"]}, {"id": "s1", "tags": ["O", "O"]}]
+    assert ner.trivial(Splits(train=[], test=test)) == {
+        "name": "all O", "value": 0.0, "examples": {"ids": ["s0", "s1"], "tp": [0, 0], "n_pred": [0, 0],
+                                                    "n_gold": [1, 0]}}
+    # the parts of each task's metric: 200 · Σ tp / (Σ pred + Σ gold) = 200 · 1 / 4 for NER
+    num, den, scale = type(ner).metric_parts({"tp": [1, 0], "n_pred": [1, 1], "n_gold": [1, 1]})
+    assert scale * num.sum() / den.sum() == 50.0

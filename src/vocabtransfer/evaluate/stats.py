@@ -49,8 +49,6 @@ import numpy as np
 
 from vocabtransfer.errors import VocabTransferError
 
-SCORE_SCALE = {"nli": 100.0, "qa": 1.0}  # per-example `score` -> percent
-COUNT_TASKS = ("ner",)
 CORRECTIONS = ("holm", "bh")
 
 
@@ -82,20 +80,11 @@ def check_confidence(confidence: float, key: str = "report.confidence") -> None:
 # 1. runs as per-cluster sums ---------------------------------------------------------------------
 
 def example_parts(task: str, examples: Mapping, where: str = "eval result") -> tuple[np.ndarray, np.ndarray, float]:
-    """(numerator, denominator, scale) per test example of a task's metric from a result's `examples`."""
-    keys = ("tp", "n_pred", "n_gold") if task in COUNT_TASKS else ("score",)
-    missing = [k for k in keys if k not in examples]
-    if missing:
-        raise VocabTransferError(f"{where}: `examples` lacks {', '.join(missing)} for task {task}; rerun its "
-                                 "finetune_eval job")
-    if task in COUNT_TASKS:
-        tp, pred, gold = (np.asarray(examples[k], dtype=np.float64) for k in keys)
-        return tp, pred + gold, 200.0
-    if task not in SCORE_SCALE:
-        raise VocabTransferError(f"task {task!r}: no per-example metric known; known: "
-                                 f"{', '.join(list(SCORE_SCALE) + list(COUNT_TASKS))}")
-    score = np.asarray(examples["score"], dtype=np.float64)
-    return score, np.ones_like(score), SCORE_SCALE[task]
+    """(numerator, denominator, scale) per test example of a task's metric (the task declares them:
+    `Task.PARTS`, vocabtransfer.evaluate.tasks)."""
+    from vocabtransfer.evaluate.tasks import task_class
+
+    return task_class(task).metric_parts(examples, where)
 
 
 def cluster_sums(values: np.ndarray, clusters: Sequence, order: Sequence) -> np.ndarray:

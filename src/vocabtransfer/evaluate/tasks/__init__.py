@@ -92,9 +92,29 @@ class Task:
         raise NotImplementedError
 
     def trivial(self, splits: Splits) -> dict:
-        """The score of the task's trivial predictor on the test split ({"name", "value"}, percent):
-        the level a fine-tuned model has to beat before its score means anything."""
+        """The score of the task's trivial predictor on the test split ({"name", "value"}, percent, and
+        its per-example `examples`): the level a fine-tuned model has to beat before it means anything."""
         raise NotImplementedError
+
+    # the per-example arrays of a result's `examples` and how they make the metric (percent):
+    # metric = SCALE · Σ numerator / Σ denominator, with denominator 1 per example when it is None
+    PARTS: tuple[str, str | tuple[str, ...] | None, float] = ("score", None, 1.0)
+
+    @classmethod
+    def metric_parts(cls, examples: dict, where: str = "eval result"):
+        """(numerator, denominator, scale) per test example, as float64 arrays (the report's bootstrap
+        sums them over resampled clusters)."""
+        import numpy as np
+
+        numerator, denominator, scale = cls.PARTS
+        keys = [numerator] + ([denominator] if isinstance(denominator, str) else list(denominator or ()))
+        missing = [k for k in keys if k not in examples]
+        if missing:
+            raise VocabTransferError(f"{where}: `examples` lacks {', '.join(missing)} for task {cls.name}; rerun "
+                                     "its finetune_eval job")
+        num = np.asarray(examples[numerator], dtype=np.float64)
+        parts = [np.asarray(examples[k], dtype=np.float64) for k in keys[1:]]
+        return num, (sum(parts) if parts else np.ones_like(num)), float(scale)
 
 
 TASKS: dict[str, type[Task]] = {}
@@ -122,11 +142,15 @@ def available() -> list[str]:
     return sorted(TASKS)
 
 
-def get_task(name: str, options: dict) -> Task:
+def task_class(name: str) -> type[Task]:
     _load_all()
     if name not in TASKS:
         raise VocabTransferError(f"unknown task {name!r}; available: {', '.join(sorted(TASKS))}")
-    return TASKS[name](options)
+    return TASKS[name]
+
+
+def get_task(name: str, options: dict) -> Task:
+    return task_class(name)(options)
 
 
 # --- data sources -----------------------------------------------------------------------------

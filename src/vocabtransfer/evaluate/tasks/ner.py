@@ -59,6 +59,7 @@ def seqeval_scores(gold: list[list[str]], pred: list[list[str]], strict: bool = 
 class NER(Task):
     metric = "f1"
     head = "AutoModelForTokenClassification"
+    PARTS = ("tp", ("n_pred", "n_gold"), 200.0)  # micro F1: 200 · Σ tp / (Σ predicted + Σ gold)
 
     def read(self, source: Source) -> tuple[list[dict], dict[str, int]]:
         if source.rows is not None:

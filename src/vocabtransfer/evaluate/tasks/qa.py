@@ -51,6 +51,7 @@ def align_answers(context: str, answers: list[dict]) -> list[dict]:
 class QA(Task):
     metric = "f1"
     head = "AutoModelForQuestionAnswering"
+    PARTS = ("score", None, 1.0)  # F1: Σ per-question F1 (percent) / Σ questions
 
     def read(self, source: Source) -> tuple[list[dict], dict[str, int]]:
         rows = self._rows(source)
