@@ -14,7 +14,8 @@ from vocabtransfer.data import overlap as O
 from vocabtransfer.pipeline.config import validate_params
 from vocabtransfer.train.modeling import load_tokenizer
 from vocabtransfer.pipeline.stages import run_stage
-from vocabtransfer.data.tokenizer import Spelling, spelling, token_bytes, train_tokenizer
+from vocabtransfer.data.families import Spelling, spelling, token_bytes
+from vocabtransfer.data.tokenizer import train_tokenizer
 
 try:
     from test_modeling import text_lines

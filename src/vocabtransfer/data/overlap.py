@@ -167,7 +167,7 @@ def canonicalize(tokenizer, *, match_bytes: bool = False) -> CanonicalVocab:
 def spelled_bytes(tokenizer, raw: list[str]) -> tuple[list[bytes | None], np.ndarray]:
     """The bytes each raw token string spells (None: text, or an added token; `tokenizer.token_bytes`)
     and which of them are byte tokens: byte-fallback pieces, and byte-level tokens that are no whole text."""
-    from vocabtransfer.data.tokenizer import is_byte_piece, spelling, token_bytes
+    from vocabtransfer.data.families import is_byte_piece, spelling, token_bytes
 
     how = spelling(tokenizer)
     added = set(tokenizer.added_tokens_encoder)

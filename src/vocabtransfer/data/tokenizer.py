@@ -41,24 +41,20 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import sys
 import time
-from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 from typing import Iterator, Literal
 
 from vocabtransfer import io
+from vocabtransfer.data.families import (  # noqa: F401  (FAMILIES, BYTE_TOKENS, detect_family: public here too)
+    BYTE_TOKENS, FAMILIES, MODEL_TO_FAMILY, _backend_json, _family_conventions, _style, detect_family,
+    source_special_tokens)
 from vocabtransfer.errors import VocabTransferError, brief
 
 log = logging.getLogger(__name__)
 
-Family = Literal["wordpiece", "unigram", "bpe"]
-FAMILIES: tuple[str, ...] = ("wordpiece", "unigram", "bpe")
-MODEL_TO_FAMILY = {"WordPiece": "wordpiece", "Unigram": "unigram", "BPE": "bpe"}
 TEXT_COLUMN = "text"
-BYTE_TOKENS = [f"<0x{b:02X}>" for b in range(256)]  # SentencePiece's byte-fallback pieces
 
 
 # ---------------------------------------------------------------------------------------------
@@ -113,79 +109,6 @@ def set_threads(threads: int) -> None:
     threads = max(1, int(threads))
     os.environ["RAYON_NUM_THREADS"] = str(threads)
     os.environ["TOKENIZERS_PARALLELISM"] = "true" if threads > 1 else "false"
-
-
-# ---------------------------------------------------------------------------------------------
-# the source tokenizer's family and conventions
-
-def _backend_json(tokenizer) -> dict:
-    return json.loads(tokenizer.backend_tokenizer.to_str())
-
-
-def _contains_type(node, type_name: str) -> bool:
-    """Whether a serialized component (or any member of a Sequence) has this `type`."""
-    if isinstance(node, dict):
-        return node.get("type") == type_name or any(_contains_type(v, type_name) for v in node.values())
-    if isinstance(node, list):
-        return any(_contains_type(v, type_name) for v in node)
-    return False
-
-
-def detect_family(source) -> tuple[Family, str]:
-    """The source tokenizer's family and style: (wordpiece, wordpiece), (unigram, unigram),
-    (bpe, byte_level) or (bpe, sentencepiece)."""
-    spec = _backend_json(source)
-    model_type = spec["model"]["type"]
-    family = MODEL_TO_FAMILY.get(model_type)
-    if family is None:
-        raise VocabTransferError(
-            f"source tokenizer: model type {model_type!r} has no trainable family here; "
-            f"set `tokenizer.family` to one of {', '.join(FAMILIES)}"
-        )
-    return family, _style(family, spec)
-
-
-def _style(family: str, spec: dict) -> str:
-    if family != "bpe":
-        return family
-    return "byte_level" if _contains_type(spec.get("pre_tokenizer"), "ByteLevel") else "sentencepiece"
-
-
-def source_special_tokens(source) -> list:
-    """The source's special tokens as AddedTokens (flags kept), in the order of their source ids."""
-    from tokenizers import AddedToken
-
-    by_content: dict[str, tuple[int, AddedToken]] = {}
-    for idx, tok in source.added_tokens_decoder.items():
-        if tok.special:
-            by_content.setdefault(str(tok.content), (idx, tok))
-    for attr in source.SPECIAL_TOKENS_ATTRIBUTES:
-        value = getattr(source, attr, None)
-        if value is not None and str(value) not in by_content:
-            idx = source.convert_tokens_to_ids(str(value))
-            by_content[str(value)] = (idx if isinstance(idx, int) else sys.maxsize,
-                                      AddedToken(str(value), special=True, normalized=False))
-    ordered = sorted(by_content.values(), key=lambda item: item[0])
-    return [AddedToken(t.content, single_word=t.single_word, lstrip=t.lstrip, rstrip=t.rstrip,
-                       normalized=t.normalized, special=True) for _, t in ordered]
-
-
-def _family_conventions(family: str) -> tuple[dict, dict]:
-    """Pre-tokenizer and decoder a family uses when it is not the source's own."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-
-    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
-    if family == "wordpiece":
-        tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-        tok.decoder = decoders.WordPiece(prefix="##")
-    elif family == "unigram":
-        tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
-        tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
-    else:
-        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-        tok.decoder = decoders.ByteLevel()
-    spec = json.loads(tok.to_str())
-    return spec["pre_tokenizer"], spec["decoder"]
 
 
 def _empty_model(family: str, source_model: dict | None, unk: str | None) -> dict:
@@ -444,84 +367,6 @@ def train_tokenizer(
     if extra_specials:
         kwargs["extra_special_tokens"] = extra_specials
     return PreTrainedTokenizerFast(tokenizer_object=tok, **kwargs)
-
-
-# ---------------------------------------------------------------------------------------------
-# spellings: the bytes a vocabulary string stands for
-
-_BYTE_PIECE = re.compile(r"<0x([0-9A-F]{2})>")  # SentencePiece's byte-fallback pieces (BYTE_TOKENS), fullmatch
-
-
-@dataclass(frozen=True)
-class Spelling:
-    """How a tokenizer's vocabulary strings spell text.
-
-    kind: `byte_level` (GPT-2's printable alphabet, one character per byte, `Ġ` = a space byte),
-    `metaspace` (text with `marker`, usually `▁`, for a space), `wordpiece` (text; `##` marks a
-    continuation) or `text`; byte_fallback: `<0x00>` … `<0xFF>` are single bytes (Llama-2, Mistral).
-    """
-
-    kind: Literal["byte_level", "metaspace", "wordpiece", "text"]
-    marker: str
-    byte_fallback: bool
-
-
-def spelling(tokenizer) -> Spelling:
-    """The spelling of a fast tokenizer, read from its backend's model, normalizer, pre-tokenizer and decoder."""
-    spec = _backend_json(tokenizer)
-    model = spec.get("model") or {}
-    parts = [spec.get(key) for key in ("normalizer", "pre_tokenizer", "decoder")]
-    byte_fallback = bool(model.get("byte_fallback")) or _contains_type(spec.get("decoder"), "ByteFallback")
-    if model.get("type") == "WordPiece":
-        return Spelling("wordpiece", model.get("continuing_subword_prefix") or "##", byte_fallback)
-    if any(_contains_type(part, "ByteLevel") for part in parts):
-        return Spelling("byte_level", "Ġ", byte_fallback)
-    replacement = _metaspace_replacement(parts)
-    if replacement:
-        return Spelling("metaspace", replacement, byte_fallback)
-    return Spelling("text", "", byte_fallback)
-
-
-def _metaspace_replacement(node) -> str | None:
-    """The `replacement` of a Metaspace component, or the `▁` that a Replace normalizer writes (Llama-2's
-    tokenizer.json spells spaces that way, without a Metaspace pre-tokenizer)."""
-    if isinstance(node, dict):
-        if node.get("type") == "Metaspace":
-            return node.get("replacement") or "▁"
-        if node.get("type") == "Replace" and node.get("content") == "▁":
-            return "▁"
-        node = list(node.values())
-    if isinstance(node, list):
-        return next((r for r in map(_metaspace_replacement, node) if r), None)
-    return None
-
-
-@lru_cache(maxsize=1)
-def byte_level_alphabet() -> dict[str, int]:
-    """GPT-2's printable character of each byte, inverted: `Ġ` -> 0x20, `Ċ` -> 0x0A, `Ã` -> 0xC3."""
-    from transformers.convert_slow_tokenizer import bytes_to_unicode
-
-    return {char: byte for byte, char in bytes_to_unicode().items()}
-
-
-def token_bytes(token: str, how: Spelling) -> bytes | None:
-    """The bytes a vocabulary string spells, a word-start space included: `Ġthe` and `▁the` -> b" the",
-    `Ã` and `<0xC3>` -> b"\xc3", `Ċ` and `<0x0A>` -> b"\n". None where the string is text in the usual
-    sense (wordpiece and plain vocabularies), and for a byte-level string outside the byte alphabet (an
-    added token)."""
-    if how.byte_fallback and (piece := _BYTE_PIECE.fullmatch(token)):
-        return bytes([int(piece.group(1), 16)])
-    if how.kind == "byte_level":
-        alphabet = byte_level_alphabet()
-        return bytes(alphabet[c] for c in token) if all(c in alphabet for c in token) else None
-    if how.kind == "metaspace":
-        return token.replace(how.marker, " ").encode("utf-8")
-    return None
-
-
-def is_byte_piece(token: str, how: Spelling) -> bool:
-    """A byte-fallback piece `<0xXX>` of a tokenizer that has byte fallback."""
-    return how.byte_fallback and _BYTE_PIECE.fullmatch(token) is not None
 
 
 # ---------------------------------------------------------------------------------------------
