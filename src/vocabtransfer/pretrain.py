@@ -7,10 +7,12 @@ For `--lang L --method M --objective O`:
 2. fixed evaluation batches of the valid split with seeded masks (`modeling.lm_batches`): the same
    tokens and masks at every evaluation, for every method and objective;
 3. train with the transformers `Trainer` (AdamW, linear or constant-with-warm-up schedule, gradient
-   accumulation, bf16 on a GPU) for `steps` optimiser steps. The loss is computed on the logits at
-   the predicted positions only (`modeling.predicted_logits`): cross-entropy for `standard`,
-   `losses.selfish_cross_entropy` with `pretrain.selfish.margin` for `selfish`. The valid loss is
-   always the standard cross-entropy;
+   accumulation, bf16 on a GPU) for `steps` optimiser steps, in `pretrain.processes` data-parallel
+   processes when launched with `accelerate launch`. The loss is computed from the hidden states at
+   the predicted positions only (`heads.predicted_hidden`, selected before the head) through the LM
+   head fused with the objective (`heads.head_loss` -> `losses.linear_objective_loss`): no logits are
+   formed; cross-entropy for `standard`, the selfish loss with `pretrain.selfish.margin` for
+   `selfish`. The valid loss is always the standard cross-entropy, by the same path;
 4. data order and masks are a function of the sample's position in the run (a seeded permutation
    per pass over the blocks, a masking seed per batch), so a run resumed from a checkpoint in
    `checkpoints/L/pretrain/M/O/` sees exactly the batches of an uninterrupted one; the metrics rows
@@ -46,7 +48,6 @@ from vocabtransfer.log import progress
 
 log = logging.getLogger(__name__)
 
-OBJECTIVES = ("standard", "selfish")
 ROWS_FILE = "vocabtransfer_metrics.json"  # in each checkpoint: the metrics rows up to it (also marks it complete)
 PARAMS_FILE = "params.json"  # beside the checkpoints: the params leaves they were written with
 # params leaves that do not change the trained model or its metrics
@@ -71,6 +72,7 @@ def pretrain_jobs(params: dict, lang: str | None = None) -> list[tuple[str, str]
 def check_params(params: dict, source: str = "params.yaml") -> None:
     """Every `pretrain.methods` entry must be an `init.methods` entry; objectives must be known."""
     from vocabtransfer.config import check_pretrain
+    from vocabtransfer.losses import OBJECTIVES
 
     check_pretrain(params, source)
     bad = [o for o in (params.get("pretrain") or {}).get("objectives") or [] if o not in OBJECTIVES]
@@ -182,47 +184,35 @@ def model_fingerprint(model_dir: Path) -> str:
 # Trainer: the objective, metrics rows, embedding warm-up
 # ---------------------------------------------------------------------------------------------
 
-def objective_loss(objective: str, logits, targets, margin: float):
-    import torch.nn.functional as F
-
-    if objective == "selfish":
-        from vocabtransfer.losses import selfish_cross_entropy
-
-        return selfish_cross_entropy(logits, targets, margin=margin)
-    return F.cross_entropy(logits, targets)
-
-
 def _trainer_classes():
     import torch
     from transformers import Trainer, TrainerCallback
 
+    from vocabtransfer import heads as HD
+
     class ObjectiveTrainer(Trainer):
-        """Loss on the logits at the predicted positions only; a NaN/inf loss stops the run."""
+        """Loss from the hidden states at the predicted positions through the fused head; a NaN/inf
+        loss stops the run."""
 
         def __init__(self, *args, kind: M.Kind, objective: str, margin: float, checkpoints: Path, **kwargs):
             super().__init__(*args, **kwargs)
             self.kind, self.objective, self.margin, self.checkpoints = kind, objective, margin, checkpoints
+            self.head = HD.head_parts(self.model)
             self.model_accepts_loss_kwargs = False  # mean loss per micro-batch; Trainer averages over accumulation
 
         def _get_train_sampler(self, train_dataset=None):
             return torch.utils.data.SequentialSampler(train_dataset or self.train_dataset)  # order is in StepBlocks
 
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-            if self.accelerator.unwrap_model(model) is model:
-                logits, targets = M.predicted_logits(model, inputs, self.kind)
-            else:  # wrapped (DDP): its own forward, so that gradients are synchronised
-                labels = inputs["labels"]
-                logits = model(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"]).logits
-                if self.kind == "causal":
-                    logits, labels = logits[:, :-1], labels[:, 1:]
-                selected = labels != -100
-                logits, targets = logits[selected].float(), labels[selected]
-            loss = objective_loss(self.objective, logits, targets, self.margin)
+            # `model` may be DDP-wrapped: its own forward runs (so gradients are synchronised), the
+            # head bypassed; the predicted positions are selected before the head
+            hidden, targets = HD.predicted_hidden(model, inputs, self.kind, self.head)
+            loss = HD.head_loss(self.head, hidden, targets, objective=self.objective, margin=self.margin)
             if not torch.isfinite(loss):
                 last = complete_checkpoints(self.checkpoints)
                 kept = f"the last good checkpoint is {last[-1][1]}" if last else "no checkpoint was written yet"
                 raise VocabTransferError(f"step {self.state.global_step + 1}: the {self.objective} training loss is "
-                                         f"{float(loss)}; training stopped, {kept} (lower pretrain.learning_rate, "
+                                         f"{float(loss.detach())}; training stopped, {kept} (lower pretrain.learning_rate, "
                                          "delete the checkpoints and rerun)")
             return (loss, None) if return_outputs else loss
 

@@ -129,17 +129,17 @@ def frequency_buckets(counts: np.ndarray, n_buckets: int, scheme: str = "equal_t
 # ------------------------------------------------------------------------------ scoring
 
 def bucket_losses(model, batches: list[dict], kind: M.Kind, bucket: np.ndarray, n_buckets: int):
-    """(summed standard cross-entropy, number of target tokens) per bucket over fixed batches."""
+    """(summed standard cross-entropy, number of target tokens) per bucket over fixed batches (each
+    token's loss from the hidden states through the fused head, `modeling.token_losses`)."""
     import torch
-    import torch.nn.functional as F
 
     sums = np.zeros(n_buckets)
     counts = np.zeros(n_buckets, dtype=np.int64)
     model.eval()
     with torch.inference_mode():
         for batch in batches:
-            logits, targets = M.predicted_logits(model, batch, kind)
-            loss = F.cross_entropy(logits, targets, reduction="none").double().cpu().numpy()
+            losses, targets = M.token_losses(model, batch, kind, objective="standard")
+            loss = losses.double().cpu().numpy()
             b = bucket[targets.cpu().numpy()]
             sums += np.bincount(b, weights=loss, minlength=n_buckets)
             counts += np.bincount(b, minlength=n_buckets)
