@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import shutil
 import time
 from pathlib import Path
@@ -132,18 +133,47 @@ class StepBlocks:
 
 
 class StepCollator:
-    """`modeling.LMCollator` whose masking generator is re-seeded from the batch's first sample index."""
+    """`modeling.LMCollator` whose masks are seeded by each sample's index in the run, so a sample gets
+    the same masks whatever batch, and whichever data-parallel process, it falls in."""
+
+    PAD = {"labels": -100}
 
     def __init__(self, tokenizer, kind: M.Kind, seed: int):
         self.lm = M.LMCollator(tokenizer, kind, seed)
         self.kind, self.seed = kind, seed
+        self.pad_id = tokenizer.pad_token_id or 0
 
     def __call__(self, items: list[dict]) -> dict:
         import torch
 
-        if self.kind == "masked":
-            self.lm.mlm.generator = torch.Generator().manual_seed(self.seed * 1_000_003 + items[0]["index"])
-        return self.lm([item["input_ids"] for item in items])
+        if self.kind != "masked":
+            return self.lm([item["input_ids"] for item in items])
+        rows = []
+        for item in items:
+            self.lm.mlm.generator = torch.Generator().manual_seed(self.seed * 1_000_003 + item["index"])
+            rows.append(self.lm([item["input_ids"]]))
+        width = max(r["input_ids"].shape[1] for r in rows)
+        pad = {**self.PAD, "input_ids": self.pad_id}
+        return {key: torch.cat([torch.nn.functional.pad(r[key], (0, width - r[key].shape[1]), value=pad.get(key, 0))
+                                for r in rows]) for key in rows[0]}
+
+
+def check_processes(processes: int, device: str, world_size: int) -> None:
+    """`pretrain.processes` must fit the devices present (GPUs when CUDA is used, else CPU cores) and
+    be the number of processes this job was launched with."""
+    import torch
+
+    gpu = device != "cpu" and torch.cuda.is_available()
+    present = torch.cuda.device_count() if gpu else (os.cpu_count() or 1)
+    if processes > present:
+        raise VocabTransferError(f"pretrain.processes={processes}: only {present} {'GPU' if gpu else 'CPU core'}"
+                                 f"{'s' if present != 1 else ''} present; lower pretrain.processes or ask the "
+                                 f"cluster for {processes} {'GPUs' if gpu else 'cores'}")
+    if processes != world_size:
+        raise VocabTransferError(f"pretrain.processes={processes} but this job runs as {world_size} process(es); "
+                                 f"launch it as `accelerate launch --multi_gpu --num_processes {processes} -m "
+                                 "vocabtransfer pretrain …` (the Snakemake rule does; on CPU too, where `--cpu` "
+                                 f"starts one process without mpirun), or set pretrain.processes to {world_size}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -198,16 +228,37 @@ def _trainer_classes():
             super().__init__(*args, **kwargs)
             self.kind, self.objective, self.margin, self.checkpoints = kind, objective, margin, checkpoints
             self.head = HD.head_parts(self.model)
-            self.model_accepts_loss_kwargs = False  # mean loss per micro-batch; Trainer averages over accumulation
+            # the loss is normalised by the step's predicted tokens over all micro-batches and processes
+            # (`get_batch_samples`), so the Trainer does not divide by the accumulation steps again
+            self.model_accepts_loss_kwargs = True
 
         def _get_train_sampler(self, train_dataset=None):
             return torch.utils.data.SequentialSampler(train_dataset or self.train_dataset)  # order is in StepBlocks
+
+        def get_batch_samples(self, epoch_iterator, num_batches, device):
+            """The step's micro-batches and its number of predicted tokens, summed over the processes:
+            a step of P processes with batch b is then the step of one process with batch P x b."""
+            batches = []
+            for _ in range(num_batches):
+                try:
+                    batches.append(next(epoch_iterator))
+                except StopIteration:
+                    break
+            labels = [b["labels"][:, 1:] if self.kind == "causal" else b["labels"] for b in batches]
+            count = torch.tensor(sum(int((y != -100).sum()) for y in labels), device=device)
+            if self.args.world_size > 1:
+                count = self.accelerator.gather(count).sum()
+            return batches, count
 
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
             # `model` may be DDP-wrapped: its own forward runs (so gradients are synchronised), the
             # head bypassed; the predicted positions are selected before the head
             hidden, targets = HD.predicted_hidden(model, inputs, self.kind, self.head)
-            loss = HD.head_loss(self.head, hidden, targets, objective=self.objective, margin=self.margin)
+            loss = HD.head_loss(self.head, hidden, targets, objective=self.objective, margin=self.margin,
+                                reduction="sum")
+            # mean over the step's predicted tokens; DDP averages the processes' gradients, hence x P
+            count = targets.numel() if num_items_in_batch is None else int(num_items_in_batch)
+            loss = loss * self.accelerator.num_processes / max(1, count)
             if not torch.isfinite(loss):
                 last = complete_checkpoints(self.checkpoints)
                 kept = f"the last good checkpoint is {last[-1][1]}" if last else "no checkpoint was written yet"
@@ -312,6 +363,7 @@ def _run(ctx) -> None:
     margin = float(opts["selfish"]["margin"])
     if not margin > 0:
         raise VocabTransferError(f"pretrain.selfish.margin={margin}: must be > 0")
+    check_processes(int(opts["processes"]), ctx.device, int(os.environ.get("WORLD_SIZE", "1")))
     init_dir = Path(ctx.input["init"])
     model_dir = init_dir / "model"
     checkpoints = Path(P.fill(P.PRETRAIN_CHECKPOINTS, lang=ctx.lang, method=method, objective=objective))
