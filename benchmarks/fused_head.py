@@ -1,0 +1,215 @@
+"""The LM head fused with the objective against materialised logits, side by side, in one run.
+
+    python benchmarks/fused_head.py --threads 2                      # CPU, (1024,384,250k) and (4096,384,32k)
+    python benchmarks/fused_head.py --threads 2 --busy               # the same with a busy process on a core
+    python benchmarks/fused_head.py --device cuda --dtype bfloat16 --shapes 8192,2048,256000 --step
+
+Per shape (N predicted rows, H hidden, V vocabulary; random inputs with logits of standard deviation
+~3, every label counts), loss forward + backward of:
+  materialised CE       logits = h @ W.T (float32), F.cross_entropy
+  materialised selfish  the same logits, losses.selfish_cross_entropy (margin 2)
+  torch chunked CE      F.linear_cross_entropy(..., options=LinearCrossEntropyOptions()) (torch >= 2.13)
+  fused standard/selfish  losses.linear_objective_loss (on CUDA: the Triton path; `fused … (torch)`: the
+                        chunked torch path, VOCABTRANSFER_FUSED_HEAD=torch)
+  dense-matmul floor    the three products h @ W.T, G @ W, G.T @ h that any exact dense method does
+Time: the best of --repeat runs after a warm-up (CUDA: synchronised). Memory beyond the gradients:
+peak memory while computing, minus the inputs and the gradients of h and W (CPU: peak RSS of a fresh
+process per variant; CUDA: torch.cuda.max_memory_allocated). Ratios: to materialised CE, and to
+torch's chunked CE. `--step`: a training step of a small pre-norm transformer body (4 layers of width H,
+N tokens) with the fused head, standard vs selfish, alternating (the median of --repeat each).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+from vocabtransfer import losses as L  # noqa: E402
+
+VARIANTS = ["materialised CE", "materialised selfish", "torch chunked CE", "fused standard", "fused selfish",
+            "fused standard (torch)", "fused selfish (torch)", "dense-matmul floor"]
+MARGIN = 2.0
+
+
+def inputs(n: int, h: int, v: int, dtype, device, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    hidden = torch.randn(n, h, generator=g)
+    weight = torch.randn(v, h, generator=g) * (3.0 / h ** 0.5)  # logits ~ N(0, 9)
+    labels = torch.randint(0, v, (n,), generator=g)
+    return hidden.to(device, dtype), weight.to(device, dtype), labels.to(device)
+
+
+def loss_fn(variant: str):
+    def logits(h, w):
+        x = h @ w.T
+        return x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+
+    if variant == "materialised CE":
+        return lambda h, w, y: F.cross_entropy(logits(h, w), y)
+    if variant == "materialised selfish":
+        return lambda h, w, y: L.selfish_cross_entropy(logits(h, w), y, MARGIN)
+    if variant == "torch chunked CE":
+        return lambda h, w, y: F.linear_cross_entropy(h, w, y, options=torch.nn.LinearCrossEntropyOptions())
+    objective = "selfish" if "selfish" in variant else "standard"
+    return lambda h, w, y: L.linear_objective_loss(h, w, y, objective=objective, margin=MARGIN)
+
+
+def available(variant: str, device: str) -> bool:
+    if variant == "torch chunked CE":
+        return hasattr(F, "linear_cross_entropy") and hasattr(torch.nn, "LinearCrossEntropyOptions")
+    if variant.endswith("(torch)"):
+        return device == "cuda"
+    return True
+
+
+def sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def one_run(variant: str, h, w, y, device: str) -> None:
+    if variant == "dense-matmul floor":
+        with torch.no_grad():
+            x = h @ w.T
+            x @ w
+            x.T @ h
+        return
+    h.grad = w.grad = None
+    loss_fn(variant)(h, w, y).backward()
+
+
+def measure(variant: str, shape, dtype, device: str, repeat: int) -> dict:
+    """Time (best of `repeat`) and memory beyond the inputs and gradients of one variant."""
+    if variant.endswith("(torch)"):
+        os.environ["VOCABTRANSFER_FUSED_HEAD"] = "torch"
+    h, w, y = inputs(*shape, dtype, device)
+    h.requires_grad_(True)
+    w.requires_grad_(True)
+    grads = (h.numel() + w.numel()) * h.element_size()
+    if device == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+    else:
+        base = rss_now()
+    one_run(variant, h, w, y, device)  # warm-up, and the memory peak
+    sync(device)
+    if device == "cuda":
+        peak = torch.cuda.max_memory_allocated() - base
+    else:
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - base
+    beyond = peak - (grads if variant != "dense-matmul floor" else 0)
+    times = []
+    for _ in range(repeat):
+        sync(device)
+        start = time.perf_counter()
+        one_run(variant, h, w, y, device)
+        sync(device)
+        times.append(time.perf_counter() - start)
+    os.environ.pop("VOCABTRANSFER_FUSED_HEAD", None)
+    return {"variant": variant, "seconds": min(times), "memory": max(0, beyond)}
+
+
+def rss_now() -> int:
+    with open("/proc/self/statm", encoding="ascii") as fh:
+        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def training_step(shape, dtype, device: str, repeat: int) -> list[dict]:
+    """A small pre-norm transformer body (4 layers, width H, N tokens) + the fused head: standard vs selfish."""
+    n, hdim, v = shape
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(hdim, max(1, hdim // 128), 4 * hdim, dropout=0.0, batch_first=True,
+                                             norm_first=True)
+    body = torch.nn.TransformerEncoder(layer, 4).to(device, dtype)
+    _, w, y = inputs(n, hdim, v, dtype, device)
+    w.requires_grad_(True)
+    seq = 2048 if n % 2048 == 0 else n
+    x = torch.randn(n // seq, seq, hdim, device=device, dtype=dtype)
+    times: dict[str, list[float]] = {"standard": [], "selfish": []}
+    for i in range(2 * (repeat + 1)):  # alternating, so that both objectives see the same conditions
+        objective = ("standard", "selfish")[i % 2]
+        body.zero_grad(set_to_none=True)
+        w.grad = None
+        sync(device)
+        start = time.perf_counter()
+        hidden = body(x).reshape(n, hdim)
+        L.linear_objective_loss(hidden, w, y, objective=objective, margin=MARGIN).backward()
+        sync(device)
+        if i >= 2:
+            times[objective].append(time.perf_counter() - start)
+    return [{"variant": f"training step, {o}", "seconds": sorted(t)[len(t) // 2], "memory": 0} for o, t in times.items()]
+
+
+def child(args) -> None:
+    torch.set_num_threads(args.threads)
+    shape = tuple(int(s) for s in args.child_shape.split(","))
+    print(json.dumps(measure(args.child, shape, getattr(torch, args.dtype), args.device, args.repeat)))
+
+
+def table(shape, rows: list[dict], device: str, busy: bool) -> str:
+    by = {r["variant"]: r for r in rows}
+    ce, lce = by["materialised CE"], by.get("torch chunked CE")
+    lines = [f"\n(N, H, V) = {shape}, {device}, {'busy' if busy else 'idle'}\n",
+             "| variant | time s | × mat. CE | × torch chunked CE | memory MiB | × mat. CE |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        t, no_memory = r["seconds"], r["variant"] == "dense-matmul floor" or r["variant"].startswith("training")
+        versus = f"{t / lce['seconds']:.2f}" if lce else "–"
+        memory = "– | –" if no_memory else f"{r['memory'] / 2 ** 20:.0f} | {r['memory'] / max(1, ce['memory']):.3f}"
+        lines.append(f"| {r['variant']} | {t:.3f} | {t / ce['seconds']:.2f} | {versus} | {memory} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--shapes", nargs="+", default=["1024,384,250000", "4096,384,32000"])
+    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--busy", action="store_true", help="a busy-looping process on a core while measuring")
+    parser.add_argument("--step", action="store_true", help="also a training step, standard vs selfish (CUDA)")
+    parser.add_argument("--variants", nargs="+", default=VARIANTS)
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--child-shape", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        return child(args)
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if args.busy else None
+    try:
+        print(f"torch {torch.__version__}, {args.device}, {args.dtype}, {args.threads} threads"
+              f"{', a busy process on a core' if args.busy else ''}", flush=True)
+        for spec in args.shapes:
+            shape = tuple(int(s) for s in spec.split(","))
+            rows = []
+            for variant in [v for v in args.variants if available(v, args.device)]:
+                if args.device == "cpu":  # a fresh process per variant: its peak RSS is this variant's
+                    cmd = [sys.executable, __file__, "--child", variant, "--child-shape", spec, "--device", "cpu",
+                           "--dtype", args.dtype, "--threads", str(args.threads), "--repeat", str(args.repeat)]
+                    rows.append(json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True)
+                                           .stdout.strip().splitlines()[-1]))
+                else:
+                    torch.cuda.empty_cache()
+                    rows.append(measure(variant, shape, getattr(torch, args.dtype), args.device, args.repeat))
+                print(f"  {variant}: {rows[-1]['seconds']:.3f} s, {rows[-1]['memory'] / 2 ** 20:.0f} MiB", flush=True)
+            if args.step:
+                rows += training_step(shape, getattr(torch, args.dtype), args.device, args.repeat)
+            print(table(shape, rows, args.device, args.busy), flush=True)
+    finally:
+        if busy is not None:
+            busy.kill()
+
+
+if __name__ == "__main__":
+    main()
