@@ -12,9 +12,10 @@ Per shape (N predicted rows, H hidden, V vocabulary; random inputs with logits o
   fused standard/selfish  losses.linear_objective_loss (on CUDA: the Triton path; `fused … (torch)`: the
                         chunked torch path, VOCABTRANSFER_FUSED_HEAD=torch)
   dense-matmul floor    the three products h @ W.T, G @ W, G.T @ h that any exact dense method does
-Time: the best of --repeat runs after a warm-up (CUDA: synchronised). Memory beyond the gradients:
-peak memory while computing, minus the inputs and the gradients of h and W (CPU: peak RSS of a fresh
-process per variant; CUDA: torch.cuda.max_memory_allocated). Ratios: to materialised CE, and to
+Time: the best of --repeat rounds after a warm-up round, the variants taking turns in each round (a
+load that comes and goes on a shared machine hits them all alike; CUDA: synchronised). Memory beyond
+the gradients: peak memory of one run minus the inputs and the gradients of h and W (CPU: peak RSS of
+a fresh process per variant; CUDA: torch.cuda.max_memory_allocated). Ratios: to materialised CE, and to
 torch's chunked CE. `--step`: a training step of a small pre-norm transformer body (4 layers of width H,
 N tokens) with the fused head, standard vs selfish, alternating (the median of --repeat each).
 """
@@ -89,36 +90,51 @@ def one_run(variant: str, h, w, y, device: str) -> None:
     loss_fn(variant)(h, w, y).backward()
 
 
-def measure(variant: str, shape, dtype, device: str, repeat: int) -> dict:
-    """Time (best of `repeat`) and memory beyond the inputs and gradients of one variant."""
+def memory(variant: str, shape, dtype, device: str) -> int:
+    """Peak memory of one run beyond the inputs and the gradients of h and W (CPU: call it in a fresh
+    process, whose peak RSS is then this run's)."""
     if variant.endswith("(torch)"):
         os.environ["VOCABTRANSFER_FUSED_HEAD"] = "torch"
     h, w, y = inputs(*shape, dtype, device)
     h.requires_grad_(True)
     w.requires_grad_(True)
-    grads = (h.numel() + w.numel()) * h.element_size()
+    grads = 0 if variant == "dense-matmul floor" else (h.numel() + w.numel()) * h.element_size()
     if device == "cuda":
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
         base = torch.cuda.memory_allocated()
     else:
         base = rss_now()
-    one_run(variant, h, w, y, device)  # warm-up, and the memory peak
+    one_run(variant, h, w, y, device)
     sync(device)
     if device == "cuda":
         peak = torch.cuda.max_memory_allocated() - base
     else:
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - base
-    beyond = peak - (grads if variant != "dense-matmul floor" else 0)
-    times = []
-    for _ in range(repeat):
-        sync(device)
-        start = time.perf_counter()
-        one_run(variant, h, w, y, device)
-        sync(device)
-        times.append(time.perf_counter() - start)
     os.environ.pop("VOCABTRANSFER_FUSED_HEAD", None)
-    return {"variant": variant, "seconds": min(times), "memory": max(0, beyond)}
+    return max(0, peak - grads)
+
+
+def times(variants: list[str], shape, dtype, device: str, repeat: int) -> dict[str, float]:
+    """The best of `repeat` rounds per variant; the variants take turns within each round (after a
+    warm-up round), so that a load that comes and goes on a shared machine hits them all alike."""
+    h, w, y = inputs(*shape, dtype, device)
+    h.requires_grad_(True)
+    w.requires_grad_(True)
+    best = {v: float("inf") for v in variants}
+    for r in range(repeat + 1):
+        for variant in variants:
+            if variant.endswith("(torch)"):
+                os.environ["VOCABTRANSFER_FUSED_HEAD"] = "torch"
+            sync(device)
+            start = time.perf_counter()
+            one_run(variant, h, w, y, device)
+            sync(device)
+            if r:
+                best[variant] = min(best[variant], time.perf_counter() - start)
+            os.environ.pop("VOCABTRANSFER_FUSED_HEAD", None)
+        h.grad = w.grad = None
+    return best
 
 
 def rss_now() -> int:
@@ -155,7 +171,7 @@ def training_step(shape, dtype, device: str, repeat: int) -> list[dict]:
 def child(args) -> None:
     torch.set_num_threads(args.threads)
     shape = tuple(int(s) for s in args.child_shape.split(","))
-    print(json.dumps(measure(args.child, shape, getattr(torch, args.dtype), args.device, args.repeat)))
+    print(json.dumps(memory(args.child, shape, getattr(torch, args.dtype), args.device)))
 
 
 def table(shape, rows: list[dict], device: str, busy: bool) -> str:
@@ -177,7 +193,7 @@ def main() -> None:
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--shapes", nargs="+", default=["1024,384,250000", "4096,384,32000"])
-    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--repeat", type=int, default=2, help="timed rounds (after a warm-up round)")
     parser.add_argument("--busy", action="store_true", help="a busy-looping process on a core while measuring")
     parser.add_argument("--step", action="store_true", help="also a training step, standard vs selfish (CUDA)")
     parser.add_argument("--variants", nargs="+", default=VARIANTS)
@@ -192,17 +208,19 @@ def main() -> None:
               f"{', a busy process on a core' if args.busy else ''}", flush=True)
         for spec in args.shapes:
             shape = tuple(int(s) for s in spec.split(","))
-            rows = []
-            for variant in [v for v in args.variants if available(v, args.device)]:
+            variants = [v for v in args.variants if available(v, args.device)]
+            peaks = {}
+            for variant in variants:
                 if args.device == "cpu":  # a fresh process per variant: its peak RSS is this variant's
                     cmd = [sys.executable, __file__, "--child", variant, "--child-shape", spec, "--device", "cpu",
-                           "--dtype", args.dtype, "--threads", str(args.threads), "--repeat", str(args.repeat)]
-                    rows.append(json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True)
-                                           .stdout.strip().splitlines()[-1]))
+                           "--dtype", args.dtype, "--threads", str(args.threads)]
+                    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+                    peaks[variant] = json.loads(out.strip().splitlines()[-1])
                 else:
                     torch.cuda.empty_cache()
-                    rows.append(measure(variant, shape, getattr(torch, args.dtype), args.device, args.repeat))
-                print(f"  {variant}: {rows[-1]['seconds']:.3f} s, {rows[-1]['memory'] / 2 ** 20:.0f} MiB", flush=True)
+                    peaks[variant] = memory(variant, shape, getattr(torch, args.dtype), args.device)
+            best = times(variants, shape, getattr(torch, args.dtype), args.device, args.repeat)
+            rows = [{"variant": v, "seconds": best[v], "memory": peaks[v]} for v in variants]
             if args.step:
                 rows += training_step(shape, getattr(torch, args.dtype), args.device, args.repeat)
             print(table(shape, rows, args.device, args.busy), flush=True)

@@ -15,11 +15,12 @@ from vocabtransfer.errors import VocabTransferError
 
 @pytest.fixture(autouse=True)
 def small_chunks(monkeypatch):
-    """Chunks of 8 rows and tiles of 16 columns, so that every case runs several chunks and tiles."""
+    """Chunks of 8 rows, tiles of 16 columns, masks of 3 rows: every case runs several of each."""
     monkeypatch.setattr(FH, "MIN_GEMM_ROWS", 8)
     monkeypatch.setattr(FH, "cache_bytes", lambda: 1)
     monkeypatch.setattr(FH, "MAX_CHUNK_BYTES", 8 * 8 * 4096)
     monkeypatch.setattr(FH, "TILE", 16)
+    monkeypatch.setattr(FH, "MASK_ROWS", 3)
     torch.set_num_threads(1)
 
 

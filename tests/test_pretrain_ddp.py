@@ -26,6 +26,7 @@ import numpy as np
 import pytest
 import torch
 
+from vocabtransfer import parallel
 from vocabtransfer import pretrain as PT
 from vocabtransfer.errors import VocabTransferError
 
@@ -58,14 +59,17 @@ def tokenizers():
     return {"masked": wordpiece_tokenizer("sw", vocab_size=250), "causal": bpe_tokenizer("sw", vocab_size=280)}
 
 
+def launch_args(processes: int) -> list[str]:
+    """The arguments after `accelerate launch` of `parallel.launch_prefix` (the Snakemake rule's command)."""
+    return parallel.launch_prefix(processes).split()[2:]
+
+
 def launch(root: Path, processes: int, objective: str = "selfish") -> subprocess.Popen:
     """`accelerate launch --multi_gpu --num_processes N … -m vocabtransfer pretrain …` in `root` (the command
     the Snakemake rule runs for pretrain.processes = N > 1), one thread per process, a free port."""
     env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", str(processes),
-           "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "0",
-           "-m", "vocabtransfer", "pretrain", "--lang", "sw", "--method", "focus", "--objective", objective,
-           "--params", "params.yaml", "--threads", "1"]
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", *launch_args(processes), "pretrain", "--lang", "sw",
+           "--method", "focus", "--objective", objective, "--params", "params.yaml", "--threads", "1"]
     return subprocess.Popen(cmd, cwd=root, env=env, start_new_session=True, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
 
@@ -145,9 +149,16 @@ def test_ddp_killed_after_a_checkpoint_and_resumed_equals_uninterrupted(ddp_runs
 
 def test_processes_beyond_the_devices_or_the_launch_are_errors():
     with pytest.raises(VocabTransferError, match=r"^pretrain.processes=4096: only \d+ CPU cores? present") as err:
-        PT.check_processes(4096, "cpu", 1)
+        parallel.check_processes(4096, "cpu", 1)
     assert "\n" not in str(err.value)
     with pytest.raises(VocabTransferError, match=r"^pretrain.processes=2 but this job runs as 1 process.*"
                                                  r"accelerate launch --multi_gpu --num_processes 2"):
-        PT.check_processes(2, "cpu", 1)
-    PT.check_processes(1, "cpu", 1)
+        parallel.check_processes(2, "cpu", 1)
+    parallel.check_processes(1, "cpu", 1)
+
+
+def test_launch_prefix_is_what_the_tests_launch():
+    assert parallel.launch_prefix(1) == "vocabtransfer"
+    prefix = " ".join(parallel.launch_prefix(2).split())
+    assert prefix.startswith("accelerate launch --multi_gpu --num_processes 2 ") and prefix.endswith(" -m vocabtransfer")
+    assert "--main_process_port 0" in prefix and "--cpu" not in prefix

@@ -38,11 +38,12 @@ from vocabtransfer.errors import VocabTransferError
 Reduction = Literal["none", "sum", "mean"]
 OBJECTIVE_NAMES = ("standard", "selfish")  # the registry (losses.OBJECTIVES) maps names to these kernels
 
-MIN_GEMM_ROWS = 128  # rows per chunk at least: each weight row read from memory then feeds >= 128 products
-MAX_CHUNK_BYTES = 256 << 20  # the logits chunk at most (CPU); on a GPU without Triton: GPU_CHUNK_BYTES
+MIN_GEMM_ROWS = 256  # rows per chunk at least: each weight row read from memory then feeds >= 256 products
+MAX_CHUNK_BYTES = 224 << 20  # the logits chunk at most (CPU); on a GPU without Triton: GPU_CHUNK_BYTES
 GPU_CHUNK_BYTES = 1 << 30
 DEFAULT_CACHE_BYTES = 32 << 20
 TILE = 2048  # columns per tile when looking for selfish tiles without a kept entry
+MASK_ROWS = 16  # rows of the chunk whose selfish mask is formed at a time
 _TINY = {torch.float32: 2.0 ** -149, torch.float64: 2.0 ** -1074}  # the smallest positive numbers
 
 
@@ -153,7 +154,7 @@ def chunked_pass(hidden, weight, bias, labels, margin: float, row_weight=1.0, ne
         db = torch.zeros(vocab, dtype=work, device=hidden.device) if bias is not None else None
     rows = chunk_rows(n, vocab, torch.finfo(work).bits // 8, hidden.device)
     buffer = torch.empty((min(rows, n), vocab), dtype=work, device=hidden.device)
-    kept = torch.empty(buffer.shape, dtype=torch.bool, device=hidden.device) if selfish else None
+    kept = torch.empty((min(rows, n, MASK_ROWS), vocab), dtype=torch.bool, device=hidden.device) if selfish else None
     minus_inf = torch.tensor(float("-inf"), dtype=work, device=hidden.device)
     for s in range(0, n, rows):
         e = min(n, s + rows)
@@ -166,10 +167,17 @@ def chunked_pass(hidden, weight, bias, labels, margin: float, row_weight=1.0, ne
             torch.addmm(bias, h, weight.T, out=x)
         else:
             torch.mm(h, weight.T, out=x)
-        # 2. selfish: entries below the row's threshold -inf (the target, at the threshold + margin, stays)
+        # 2. selfish: entries below the row's threshold -inf (the target, at the threshold + margin, stays),
+        #    a few rows at a time; the columns anybody keeps (for step 4)
+        kept_columns = None
         if selfish:
-            k = torch.ge(x, x.gather(1, y) - margin, out=kept[: e - s])
-            torch.where(k, x, minus_inf, out=x)
+            threshold = x.gather(1, y) - margin
+            for a in range(0, e - s, MASK_ROWS):
+                xs = x[a: a + MASK_ROWS]
+                k = torch.ge(xs, threshold[a: a + MASK_ROWS], out=kept[: xs.shape[0]])
+                torch.where(k, xs, minus_inf, out=xs)
+                if need_grad:
+                    kept_columns = k.any(0) if kept_columns is None else kept_columns.logical_or_(k.any(0))
         # 3. log-softmax over the kept set; the loss is minus the target's entry
         torch.log_softmax(x, 1, out=x)
         losses[s:e] = -x.gather(1, y)[:, 0]
@@ -182,7 +190,7 @@ def chunked_pass(hidden, weight, bias, labels, margin: float, row_weight=1.0, ne
         w = row_weight[s:e, None].to(work) if isinstance(row_weight, torch.Tensor) else float(row_weight)
         hw = h.to(work) * w
         ones = w[:, 0] if isinstance(w, torch.Tensor) else torch.full((e - s,), w, dtype=work, device=x.device)
-        runs = _runs(k.any(0), TILE) if selfish and vocab > 2 * TILE else [(0, vocab)]
+        runs = _runs(kept_columns, TILE) if selfish and vocab > 2 * TILE else [(0, vocab)]
         g = x.to(hidden.dtype) if half else x
         out = dh[s:e].zero_()
         for a, b in runs:

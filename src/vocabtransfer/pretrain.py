@@ -7,14 +7,13 @@ For `--lang L --method M --objective O`:
 2. fixed evaluation batches of the valid split with seeded masks (`modeling.lm_batches`): the same
    tokens and masks at every evaluation, for every method and objective;
 3. train with the transformers `Trainer` (AdamW, linear or constant-with-warm-up schedule, gradient
-   accumulation, bf16 on a GPU) for `steps` optimiser steps, in `pretrain.processes` data-parallel
-   processes when launched with `accelerate launch`. The loss is computed from the hidden states at
-   the predicted positions only (`heads.predicted_hidden`, selected before the head) through the LM
-   head fused with the objective (`heads.head_loss` -> `losses.linear_objective_loss`): no logits are
-   formed; cross-entropy for `standard`, the selfish loss with `pretrain.selfish.margin` for
-   `selfish`. The valid loss is always the standard cross-entropy, by the same path;
+   accumulation, bf16 on a GPU) for `steps` optimiser steps, in `pretrain.processes` DDP processes
+   (`parallel`). The loss: hidden states at the predicted positions only, through the LM head fused
+   with the objective (`heads`, `losses.linear_objective_loss`: no logits), the mean over the step's
+   predicted tokens of all micro-batches and processes; `pretrain.selfish.margin` for `selfish`. The
+   valid loss is always the standard cross-entropy, by the same path;
 4. data order and masks are a function of the sample's position in the run (a seeded permutation
-   per pass over the blocks, a masking seed per batch), so a run resumed from a checkpoint in
+   per pass over the blocks, a masking seed per sample), so a run resumed from a checkpoint in
    `checkpoints/L/pretrain/M/O/` sees exactly the batches of an uninterrupted one; the metrics rows
    up to a checkpoint are stored in it, and the params it was written with beside it;
 5. write `results/L/pretrain/M/O/` atomically: `model/` (HF directory with the tokenizer),
@@ -43,6 +42,7 @@ import pyarrow.compute as pc
 from vocabtransfer import io
 from vocabtransfer import lowrank
 from vocabtransfer import modeling as M
+from vocabtransfer import parallel
 from vocabtransfer import paths as P
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.log import progress
@@ -136,12 +136,9 @@ class StepCollator:
     """`modeling.LMCollator` whose masks are seeded by each sample's index in the run, so a sample gets
     the same masks whatever batch, and whichever data-parallel process, it falls in."""
 
-    PAD = {"labels": -100}
-
     def __init__(self, tokenizer, kind: M.Kind, seed: int):
         self.lm = M.LMCollator(tokenizer, kind, seed)
-        self.kind, self.seed = kind, seed
-        self.pad_id = tokenizer.pad_token_id or 0
+        self.kind, self.seed, self.pad = kind, seed, {"labels": -100, "input_ids": tokenizer.pad_token_id or 0}
 
     def __call__(self, items: list[dict]) -> dict:
         import torch
@@ -153,27 +150,8 @@ class StepCollator:
             self.lm.mlm.generator = torch.Generator().manual_seed(self.seed * 1_000_003 + item["index"])
             rows.append(self.lm([item["input_ids"]]))
         width = max(r["input_ids"].shape[1] for r in rows)
-        pad = {**self.PAD, "input_ids": self.pad_id}
-        return {key: torch.cat([torch.nn.functional.pad(r[key], (0, width - r[key].shape[1]), value=pad.get(key, 0))
-                                for r in rows]) for key in rows[0]}
-
-
-def check_processes(processes: int, device: str, world_size: int) -> None:
-    """`pretrain.processes` must fit the devices present (GPUs when CUDA is used, else CPU cores) and
-    be the number of processes this job was launched with."""
-    import torch
-
-    gpu = device != "cpu" and torch.cuda.is_available()
-    present = torch.cuda.device_count() if gpu else (os.cpu_count() or 1)
-    if processes > present:
-        raise VocabTransferError(f"pretrain.processes={processes}: only {present} {'GPU' if gpu else 'CPU core'}"
-                                 f"{'s' if present != 1 else ''} present; lower pretrain.processes or ask the "
-                                 f"cluster for {processes} {'GPUs' if gpu else 'cores'}")
-    if processes != world_size:
-        raise VocabTransferError(f"pretrain.processes={processes} but this job runs as {world_size} process(es); "
-                                 f"launch it as `accelerate launch --multi_gpu --num_processes {processes} -m "
-                                 "vocabtransfer pretrain …` (the Snakemake rule does; on CPU too, where `--cpu` "
-                                 f"starts one process without mpirun), or set pretrain.processes to {world_size}")
+        return {key: torch.cat([torch.nn.functional.pad(r[key], (0, width - r[key].shape[1]),
+                                                        value=self.pad.get(key, 0)) for r in rows]) for key in rows[0]}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -228,31 +206,23 @@ def _trainer_classes():
             super().__init__(*args, **kwargs)
             self.kind, self.objective, self.margin, self.checkpoints = kind, objective, margin, checkpoints
             self.head = HD.head_parts(self.model)
-            # the loss is normalised by the step's predicted tokens over all micro-batches and processes
-            # (`get_batch_samples`), so the Trainer does not divide by the accumulation steps again
-            self.model_accepts_loss_kwargs = True
+            self.model_accepts_loss_kwargs = True  # the loss is a mean over the whole step: not divided again
 
         def _get_train_sampler(self, train_dataset=None):
             return torch.utils.data.SequentialSampler(train_dataset or self.train_dataset)  # order is in StepBlocks
 
         def get_batch_samples(self, epoch_iterator, num_batches, device):
-            """The step's micro-batches and its number of predicted tokens, summed over the processes:
-            a step of P processes with batch b is then the step of one process with batch P x b."""
+            """The step's micro-batches and its predicted tokens over all processes (P x b == 1 x Pb)."""
             batches = []
             for _ in range(num_batches):
                 try:
                     batches.append(next(epoch_iterator))
                 except StopIteration:
                     break
-            labels = [b["labels"][:, 1:] if self.kind == "causal" else b["labels"] for b in batches]
-            count = torch.tensor(sum(int((y != -100).sum()) for y in labels), device=device)
-            if self.args.world_size > 1:
-                count = self.accelerator.gather(count).sum()
-            return batches, count
+            return batches, parallel.step_token_count(batches, self.kind, self.accelerator, device)
 
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-            # `model` may be DDP-wrapped: its own forward runs (so gradients are synchronised), the
-            # head bypassed; the predicted positions are selected before the head
+            # `model` may be DDP-wrapped: its forward runs (gradients synchronised), the head bypassed
             hidden, targets = HD.predicted_hidden(model, inputs, self.kind, self.head)
             loss = HD.head_loss(self.head, hidden, targets, objective=self.objective, margin=self.margin,
                                 reduction="sum")
@@ -263,8 +233,8 @@ def _trainer_classes():
                 last = complete_checkpoints(self.checkpoints)
                 kept = f"the last good checkpoint is {last[-1][1]}" if last else "no checkpoint was written yet"
                 raise VocabTransferError(f"step {self.state.global_step + 1}: the {self.objective} training loss is "
-                                         f"{float(loss.detach())}; training stopped, {kept} (lower pretrain.learning_rate, "
-                                         "delete the checkpoints and rerun)")
+                                         f"{float(loss.detach())}; training stopped, {kept} (lower "
+                                         "pretrain.learning_rate, delete the checkpoints and rerun)")
             return (loss, None) if return_outputs else loss
 
     class MetricsCallback(TrainerCallback):
@@ -363,7 +333,7 @@ def _run(ctx) -> None:
     margin = float(opts["selfish"]["margin"])
     if not margin > 0:
         raise VocabTransferError(f"pretrain.selfish.margin={margin}: must be > 0")
-    check_processes(int(opts["processes"]), ctx.device, int(os.environ.get("WORLD_SIZE", "1")))
+    parallel.check_processes(int(opts["processes"]), ctx.device, int(os.environ.get("WORLD_SIZE", "1")))
     init_dir = Path(ctx.input["init"])
     model_dir = init_dir / "model"
     checkpoints = Path(P.fill(P.PRETRAIN_CHECKPOINTS, lang=ctx.lang, method=method, objective=objective))
