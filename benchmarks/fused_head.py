@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import time
@@ -110,7 +109,7 @@ def memory(variant: str, shape, dtype, device: str) -> int:
     if device == "cuda":
         peak = torch.cuda.max_memory_allocated() - base
     else:
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - base
+        peak = peak_rss() - base
     os.environ.pop("VOCABTRANSFER_FUSED_HEAD", None)
     return max(0, peak - grads)
 
@@ -140,6 +139,12 @@ def times(variants: list[str], shape, dtype, device: str, repeat: int) -> dict[s
 def rss_now() -> int:
     with open("/proc/self/statm", encoding="ascii") as fh:
         return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def peak_rss() -> int:
+    """This process's peak RSS (VmHWM: unlike ru_maxrss, not inherited from the parent across exec)."""
+    with open("/proc/self/status", encoding="ascii") as fh:
+        return next(int(line.split()[1]) * 1024 for line in fh if line.startswith("VmHWM:"))
 
 
 def training_step(shape, dtype, device: str, repeat: int) -> list[dict]:
@@ -181,9 +186,13 @@ def table(shape, rows: list[dict], device: str, busy: bool) -> str:
              "| variant | time s | × mat. CE | × torch chunked CE | memory MiB | × mat. CE |", "|---|---|---|---|---|---|"]
     for r in rows:
         t, no_memory = r["seconds"], r["variant"] == "dense-matmul floor" or r["variant"].startswith("training")
-        versus = f"{t / lce['seconds']:.2f}" if lce else "–"
+        versus = f"{t / lce['seconds']:.3f}" if lce else "–"
         memory = "– | –" if no_memory else f"{r['memory'] / 2 ** 20:.0f} | {r['memory'] / max(1, ce['memory']):.3f}"
-        lines.append(f"| {r['variant']} | {t:.3f} | {t / ce['seconds']:.2f} | {versus} | {memory} |")
+        lines.append(f"| {r['variant']} | {t:.4f} | {t / ce['seconds']:.3f} | {versus} | {memory} |")
+    if "training step, standard" in by:
+        loss = by["fused selfish"]["seconds"] / by["fused standard"]["seconds"]
+        step = by["training step, selfish"]["seconds"] / by["training step, standard"]["seconds"]
+        lines.append(f"\nselfish / standard: loss {loss:.3f}, training step {step:.3f}")
     return "\n".join(lines)
 
 

@@ -10,13 +10,14 @@ is softmax over its kept set minus the one-hot target, exactly zero outside the 
 Algorithm (CPU, and CUDA tensors when Triton is absent): only the rows that count, in chunks of R rows
 (R from the vocabulary and the last-level cache, `chunk_rows`):
   1. x = h_c @ weight.T + bias, the chunk's logits (R x V: the only buffer that grows with V);
-  2. selfish: each row shifted by its threshold (target logit - margin, read off x itself, so the
-     target is always kept) and the entries below 0 set to -inf (log-softmax is shift-invariant);
+  2. selfish: each row shifted by its target logit (read off x itself: the target becomes exactly 0,
+     log-softmax is shift-invariant) and the entries below -margin set to -inf;
   3. log-softmax in place; the row's loss is minus its target entry;
   4. when gradients are needed, in the same pass: exp in place (the softmax over the kept set), 1 taken
      off at the target, and the three gradient products dh_c = G @ weight, dweight += G.T @ h_c,
      dbias += G.T @ 1; for `selfish`, column tiles whose entries were all dropped in every row of the
-     chunk are left out of these products (their gradient is exactly zero).
+     chunk are left out of these products (their gradient is exactly zero). Finding them costs a pass,
+     so once a chunk has no such tile, the later chunks are not searched.
 For reduction mean/sum the gradients are computed in the forward pass and the backward pass only
 scales them by the upstream gradient (a second backward through a retained graph recomputes them);
 for `none` the backward pass recomputes them with the per-row upstream gradients. On CUDA with Triton the
@@ -43,8 +44,6 @@ MAX_CHUNK_BYTES = 224 << 20  # the logits chunk at most (CPU); on a GPU without 
 GPU_CHUNK_BYTES = 1 << 30
 DEFAULT_CACHE_BYTES = 32 << 20
 TILE = 2048  # columns per tile when looking for selfish tiles without a kept entry
-MASK_ROWS = 16  # rows of the chunk whose selfish mask is formed at a time
-_TINY = {torch.float32: 2.0 ** -149, torch.float64: 2.0 ** -1074}  # the smallest positive numbers
 
 
 @lru_cache(maxsize=None)
@@ -154,8 +153,11 @@ def chunked_pass(hidden, weight, bias, labels, margin: float, row_weight=1.0, ne
         db = torch.zeros(vocab, dtype=work, device=hidden.device) if bias is not None else None
     rows = chunk_rows(n, vocab, torch.finfo(work).bits // 8, hidden.device)
     buffer = torch.empty((min(rows, n), vocab), dtype=work, device=hidden.device)
-    kept = torch.empty((min(rows, n, MASK_ROWS), vocab), dtype=torch.bool, device=hidden.device) if selfish else None
-    minus_inf = torch.tensor(float("-inf"), dtype=work, device=hidden.device)
+    ones = torch.ones(min(rows, n), dtype=work, device=hidden.device)
+    minus_one = -ones[:, None]
+    # keep x - target >= -margin: F.threshold keeps what is above its threshold, so the next float below
+    below = float(torch.nextafter(torch.tensor(-float(margin), dtype=work), torch.tensor(-math.inf, dtype=work)))
+    search = selfish and need_grad and vocab > 2 * TILE  # for tiles nobody keeps, until a chunk keeps all
     for s in range(0, n, rows):
         e = min(n, s + rows)
         h, y = hidden[s:e], labels[s:e, None]
@@ -167,38 +169,39 @@ def chunked_pass(hidden, weight, bias, labels, margin: float, row_weight=1.0, ne
             torch.addmm(bias, h, weight.T, out=x)
         else:
             torch.mm(h, weight.T, out=x)
-        # 2. selfish: entries below the row's threshold -inf (the target, at the threshold + margin, stays),
-        #    a few rows at a time; the columns anybody keeps (for step 4)
-        kept_columns = None
+        # 2. selfish: each row shifted by its target logit (log-softmax is shift-invariant; the target
+        #    becomes exactly 0), the entries below -margin set to -inf: two in-place passes, no mask
         if selfish:
-            threshold = x.gather(1, y) - margin
-            for a in range(0, e - s, MASK_ROWS):
-                xs = x[a: a + MASK_ROWS]
-                k = torch.ge(xs, threshold[a: a + MASK_ROWS], out=kept[: xs.shape[0]])
-                torch.where(k, xs, minus_inf, out=xs)
-                if need_grad:
-                    kept_columns = k.any(0) if kept_columns is None else kept_columns.logical_or_(k.any(0))
+            x.sub_(x.gather(1, y))
+            F.threshold_(x, below, -math.inf)
         # 3. log-softmax over the kept set; the loss is minus the target's entry
         torch.log_softmax(x, 1, out=x)
         losses[s:e] = -x.gather(1, y)[:, 0]
         if not need_grad:
             continue
-        # 4. the gradient G = softmax over the kept set - onehot(target), and its three products,
-        #    each row weighted (the weight folded into h for dweight, into the row sums for dbias)
+        # 4. the gradient G = softmax over the kept set - onehot(target), and its three products, each
+        #    row weighted (a number: folded into the products' alpha; per row: into h and the row sums)
         x.exp_()
-        x.scatter_add_(1, y, torch.full(y.shape, -1.0, dtype=work, device=x.device))
-        w = row_weight[s:e, None].to(work) if isinstance(row_weight, torch.Tensor) else float(row_weight)
-        hw = h.to(work) * w
-        ones = w[:, 0] if isinstance(w, torch.Tensor) else torch.full((e - s,), w, dtype=work, device=x.device)
-        runs = _runs(kept_columns, TILE) if selfish and vocab > 2 * TILE else [(0, vocab)]
-        g = x.to(hidden.dtype) if half else x
-        out = dh[s:e].zero_()
-        for a, b in runs:
-            out.add_(g[:, a:b] @ weight[a:b]) if half else out.addmm_(g[:, a:b], weight[a:b])
-            dw[a:b].addmm_(x[:, a:b].T, hw)
+        runs = [(0, vocab)]
+        if search:  # G != 0 exactly at the kept entries (exp > 0) and at the targets
+            runs = _runs((x.amax(0) > 0).index_fill_(0, y[:, 0], True), TILE)
+            search = runs != [(0, vocab)]
+        x.scatter_add_(1, y, minus_one[: e - s])
+        per_row = isinstance(row_weight, torch.Tensor)
+        w = row_weight[s:e].to(work) if per_row else float(row_weight)
+        hw, alpha, vec = (h.to(work) * w[:, None], 1.0, w) if per_row else (h.to(work), w, ones[: e - s])
+        out = dh[s:e]
+        for i, (a, b) in enumerate(runs):
+            if half:
+                part = (x[:, a:b].to(hidden.dtype) @ weight[a:b]).to(work)
+                out.copy_(part) if i == 0 else out.add_(part)
+            else:
+                out.addmm_(x[:, a:b], weight[a:b], beta=0.0 if i == 0 else 1.0, alpha=alpha)
+            dw[a:b].addmm_(x[:, a:b].T, hw, alpha=alpha)
             if db is not None:
-                db[a:b].addmv_(x[:, a:b].T, ones)
-        out.mul_(w)
+                db[a:b].addmv_(x[:, a:b].T, vec, alpha=alpha)
+        if per_row or half:
+            out.mul_(w[:, None] if per_row else w)
     return losses, (dh, dw, db)
 
 

@@ -315,7 +315,8 @@ def _trainer_classes():
 # ---------------------------------------------------------------------------------------------
 
 def run(ctx) -> None:
-    with M.torch_threads(ctx.threads):
+    # --threads are the job's cores: shared by the data-parallel processes on this node
+    with M.torch_threads(max(1, ctx.threads // int(os.environ.get("LOCAL_WORLD_SIZE", "1")))):
         _run(ctx)
 
 
