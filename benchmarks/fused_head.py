@@ -170,7 +170,8 @@ def training_step(shape, dtype, device: str, repeat: int) -> list[dict]:
         sync(device)
         if i >= 2:
             times[objective].append(time.perf_counter() - start)
-    return [{"variant": f"training step, {o}", "seconds": sorted(t)[len(t) // 2], "memory": 0} for o, t in times.items()]
+    return [{"variant": f"training step, {o}", "seconds": sorted(t)[len(t) // 2], "memory": 0}
+            for o, t in times.items()]
 
 
 def child(args) -> None:
@@ -183,7 +184,8 @@ def table(shape, rows: list[dict], device: str, busy: bool) -> str:
     by = {r["variant"]: r for r in rows}
     ce, lce = by["materialised CE"], by.get("torch chunked CE")
     lines = [f"\n(N, H, V) = {shape}, {device}, {'busy' if busy else 'idle'}\n",
-             "| variant | time s | × mat. CE | × torch chunked CE | memory MiB | × mat. CE |", "|---|---|---|---|---|---|"]
+             "| variant | time s | × mat. CE | × torch chunked CE | memory MiB | × mat. CE |",
+             "|---|---|---|---|---|---|"]
     for r in rows:
         t, no_memory = r["seconds"], r["variant"] == "dense-matmul floor" or r["variant"].startswith("training")
         versus = f"{t / lce['seconds']:.3f}" if lce else "–"

@@ -55,8 +55,8 @@ def check_case(path, dtype, objective, margin, bias, reduction, n=300, h=64, v=2
         params = [t for t in leaves if t is not None]
         return out.detach(), torch.autograd.grad(total, params)
 
-    got, g_got = run(lambda hh, ww, bb: L.linear_objective_loss(hh, ww, labels, objective=objective, margin=margin,
-                                                                 bias=bb, reduction=reduction))
+    got, g_got = run(lambda hh, ww, bb: L.linear_objective_loss(
+        hh, ww, labels, objective=objective, margin=margin, bias=bb, reduction=reduction))
 
     def reference(hh, ww, bb):
         logits = F.linear(hh, ww, bb).float()
@@ -69,8 +69,8 @@ def check_case(path, dtype, objective, margin, bias, reduction, n=300, h=64, v=2
         close(a, r, dtype, f"d{name}")
 
 
-CASES = list(itertools.product(PATHS, [torch.float32, torch.bfloat16],
-                               [("standard", 2.0), ("selfish", 2.0), ("selfish", 0.0)], [True, False], ["mean", "none"]))
+OBJECTIVES = [("standard", 2.0), ("selfish", 2.0), ("selfish", 0.0)]
+CASES = list(itertools.product(PATHS, [torch.float32, torch.bfloat16], OBJECTIVES, [True, False], ["mean", "none"]))
 
 
 @pytest.mark.parametrize("path,dtype,objective_margin,bias,reduction", CASES)

@@ -1,8 +1,9 @@
 """Data-parallel pretraining: `accelerate launch --multi_gpu --num_processes 2` runs the pretrain stage as
 real DDP on the CPU cores (gloo: the stage asks the Trainer for the CPU, so accelerate sets up
 MULTI_CPU; `accelerate launch --cpu --num_processes 2` would start ONE process, accelerate 1.15 needs
-mpirun for that, and the stage refuses it: pretrain.processes=2 but 1 process), with tiny random-weight models (dropout off: each process draws its
-own dropout masks, so only a dropout-free run can equal a one-process run) and real Swahili text.
+mpirun for that, and the stage refuses it: pretrain.processes=2 but 1 process), with tiny
+random-weight models (dropout off: each process draws its own dropout masks, so only a dropout-free
+run can equal a one-process run) and real Swahili text.
 
 1. Two processes with batch b each equal one process with batch 2b: the same samples and masks per
    step (masks are seeded per sample), the loss is the mean over the step's predicted tokens of all
@@ -88,7 +89,7 @@ def weights(root: Path, kind: str) -> dict:
 
 
 def assert_same_run(a: Path, b: Path, kind: str) -> None:
-    (_, ma, sa), (_, mb, sb) = outputs(a, objective="selfish"), outputs(b, objective="selfish")
+    (_, ma, _), (_, mb, _) = outputs(a, objective="selfish"), outputs(b, objective="selfish")
     assert ma.column("step").to_pylist() == mb.column("step").to_pylist()
     assert ma.column("tokens_seen").to_pylist() == mb.column("tokens_seen").to_pylist()
     for column in ("train_loss", "valid_loss", "learning_rate"):
@@ -160,5 +161,6 @@ def test_processes_beyond_the_devices_or_the_launch_are_errors():
 def test_launch_prefix_is_what_the_tests_launch():
     assert parallel.launch_prefix(1) == "vocabtransfer"
     prefix = " ".join(parallel.launch_prefix(2).split())
-    assert prefix.startswith("accelerate launch --multi_gpu --num_processes 2 ") and prefix.endswith(" -m vocabtransfer")
+    assert prefix.startswith("accelerate launch --multi_gpu --num_processes 2 ")
+    assert prefix.endswith(" -m vocabtransfer")
     assert "--main_process_port 0" in prefix and "--cpu" not in prefix

@@ -123,7 +123,8 @@ def head_parts(model) -> Head:
     if hasattr(model, "vocab_projector") and hasattr(model, "vocab_transform"):
         return distilbert_head(model)
     out = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    if (isinstance(out, nn.Linear) or hasattr(out, "factors")) and not getattr(model.config, "is_encoder_decoder", False):
+    linear = isinstance(out, nn.Linear) or hasattr(out, "factors")
+    if linear and not getattr(model.config, "is_encoder_decoder", False):
         return decoder_head(model)
     raise VocabTransferError(f"{type(model).__name__}: no LM head of a family vocabtransfer knows (BERT, RoBERTa, "
                              "DistilBERT, decoder lm_head); use a masked or causal LM of one of these families")
