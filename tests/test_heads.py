@@ -219,3 +219,26 @@ def test_ddp_wrapped_model_synchronises_through_the_fused_head(tmp_path, find_un
                 torch.testing.assert_close(got[n], p.grad, rtol=1e-4, atol=1e-6, msg=n)
     finally:
         dist.destroy_process_group()
+
+
+def test_head_loss_under_autocast_runs_the_head_in_the_autocast_dtype(one_thread, monkeypatch):
+    """bf16 mixed precision (the pretrain stage wraps the loss in the accelerator's autocast): the
+    fused head gets bf16 states and weights; the loss is the float32 one to bf16 precision and the
+    float32 parameters get float32 gradients."""
+    from vocabtransfer import fused_head as FH
+
+    seen = []
+    real = FH.chunked_pass
+    monkeypatch.setattr(FH, "chunked_pass",
+                        lambda h, w, *a, **k: seen.append((h.dtype, w.dtype)) or real(h, w, *a, **k))
+    torch.manual_seed(6)
+    model, kind = bert()
+    model.eval()
+    head, b = HD.head_parts(model), batch(kind, seed=6)
+    ref = HD.head_loss(head, *HD.predicted_hidden(model, b, kind, head), objective="selfish")
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = HD.head_loss(head, *HD.predicted_hidden(model, b, kind, head), objective="selfish")
+    assert seen == [(torch.float32, torch.float32), (torch.bfloat16, torch.bfloat16)]
+    assert loss.dtype == torch.float32 and float(loss.detach()) == pytest.approx(float(ref.detach()), rel=2e-2)
+    loss.backward()
+    assert model.cls.predictions.bias.grad.dtype == torch.float32

@@ -199,8 +199,7 @@ def _trainer_classes():
     from vocabtransfer import heads as HD
 
     class ObjectiveTrainer(Trainer):
-        """Loss from the hidden states at the predicted positions through the fused head; a NaN/inf
-        loss stops the run."""
+        """Loss from the predicted positions' hidden states through the fused head; NaN/inf stops the run."""
 
         def __init__(self, *args, kind: M.Kind, objective: str, margin: float, checkpoints: Path, **kwargs):
             super().__init__(*args, **kwargs)
@@ -224,8 +223,9 @@ def _trainer_classes():
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
             # `model` may be DDP-wrapped: its forward runs (gradients synchronised), the head bypassed
             hidden, targets = HD.predicted_hidden(model, inputs, self.kind, self.head)
-            loss = HD.head_loss(self.head, hidden, targets, objective=self.objective, margin=self.margin,
-                                reduction="sum")
+            with self.accelerator.autocast():  # bf16 training: the head in bf16, as it was inside the forward
+                loss = HD.head_loss(self.head, hidden, targets, objective=self.objective, margin=self.margin,
+                                    reduction="sum")
             # mean over the step's predicted tokens; DDP averages the processes' gradients, hence x P
             count = targets.numel() if num_items_in_batch is None else int(num_items_in_batch)
             loss = loss * self.accelerator.num_processes / max(1, count)
