@@ -20,8 +20,9 @@ Algorithm (CPU, and CUDA tensors when Triton is absent): only the rows that coun
      so once a chunk has no such tile, the later chunks are not searched.
 For reduction mean/sum the gradients are computed in the forward pass and the backward pass only
 scales them by the upstream gradient (a second backward through a retained graph recomputes them);
-for `none` the backward pass recomputes them with the per-row upstream gradients. On CUDA with Triton the
-same function runs the tiled kernels of `fused_head_triton` (imported lazily: CPU code never needs it).
+for `none` the backward pass recomputes them with the per-row upstream gradients. On CUDA with Triton
+the same function runs `fused_head_triton` (cuBLAS products per chunk, the objective in one Triton
+kernel; imported lazily, CPU code never needs it; VOCABTRANSFER_FUSED_HEAD=torch forces this path).
 """
 
 from __future__ import annotations
