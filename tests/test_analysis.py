@@ -50,13 +50,13 @@ def test_bucket_means_on_known_losses(monkeypatch):
     targets = [torch.tensor([1, 2, 6, 0]), torch.tensor([4, 1, 5, 7, 3])]
     boost = [torch.tensor([2.0, 0.0, 1.0, -1.0]), torch.tensor([0.5, 1.0, 0.0, 3.0, 2.0])]
 
-    def fixed(model, batch, kind):
+    def fixed(model, batch, kind, objective):
         t, a = targets[batch["i"]], boost[batch["i"]]
         logits = torch.zeros(len(t), 8)
         logits[torch.arange(len(t)), t] = a
-        return logits, t
+        return torch.nn.functional.cross_entropy(logits, t, reduction="none"), t
 
-    monkeypatch.setattr(M, "predicted_logits", fixed)
+    monkeypatch.setattr(M, "token_losses", fixed)
     bucket, spans = T.frequency_buckets(COUNTS, 3, "equal_types")
     # batch 0: two blocks, predicted positions in block 0 (x2) and block 1 (x2); batch 1: one block of five
     labels = [torch.tensor([[1, 2, -100], [6, -100, 0]]), torch.tensor([[4, 1, 5, 7, 3]])]

@@ -132,10 +132,18 @@ def test_bfloat16_logits_give_bfloat16_loss_and_gradient():
     assert float(loss.detach()) == pytest.approx(float(ref), rel=1e-2)
 
 
-@pytest.mark.parametrize("margin", [0.0, -1.0, math.nan])
+@pytest.mark.parametrize("margin", [-1.0, math.nan])
 def test_bad_margin(margin):
-    with pytest.raises(VocabTransferError, match="margin must be a positive number"):
+    with pytest.raises(VocabTransferError, match="margin must be a number >= 0"):
         L.selfish_cross_entropy(torch.randn(2, 5), torch.tensor([0, 1]), margin=margin)
+
+
+def test_margin_zero_keeps_the_tokens_at_or_above_the_target():
+    """logits (2, 2, 1, 3), target 0, margin 0: tokens 0, 1 and 3 stay, token 2 leaves."""
+    logits = torch.tensor([[2.0, 2.0, 1.0, 3.0]])
+    loss = L.selfish_cross_entropy(logits, torch.tensor([0]), margin=0.0)
+    assert float(loss) == pytest.approx(math.log(2 * math.exp(2) + math.exp(3)) - 2, rel=1e-6)
+    assert float(L.selfish_cross_entropy_naive(logits, torch.tensor([0]), margin=0.0)) == pytest.approx(float(loss))
 
 
 @pytest.mark.parametrize("bad", [5, -2, 99])

@@ -95,3 +95,25 @@ def test_every_rule_takes_its_priority_from_the_stage_list(checkout, shared_data
                  .split(","))
     assert leaves == {"init_eval", "token_frequency_loss", "gradient_scenarios", "finetune_eval", "report"}
     assert priority == {name: {0 if name in leaves else 1} for name in S.STAGES}, priority
+
+def test_pretrain_processes_launch_with_accelerate_and_ask_for_that_many_gpus(checkout, shared_data):
+    """pretrain.processes: 2 -> every pretrain job asks the cluster for 2 GPUs and its shell starts with
+    accelerate's launcher for 2 processes; the other GPU stages still ask for one."""
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("VOCABTRANSFER_SLURM_")},
+           "VOCABTRANSFER_DATA": str(shared_data), "PATH": f"{BIN}:{os.environ['PATH']}",
+           "VOCABTRANSFER_SLURM_GPU_PARTITION": "a100"}
+    proc = subprocess.run([str(BIN / "snakemake"), "-n", "-p", "--forceall", "--cores", "2", "--config",
+                           "pretrain={processes: 2}"], cwd=checkout, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    blocks = {}
+    for block in re.split(r"\n(?=(?:local)?rule \w+:)", proc.stdout):
+        m = re.match(r"(?:local)?rule (\w+):", block)
+        if m:
+            blocks.setdefault(m.group(1), []).append(block)
+    assert blocks["pretrain"] and all("gpu=2" in b for b in blocks["pretrain"])
+    assert all("gpu=1" in b for b in blocks["init"])
+    shells = re.findall(r"^Shell command: (.*)$", proc.stdout, re.M)
+    pretrain = [s for s in shells if " pretrain --lang" in s]
+    assert pretrain and all(s.startswith("accelerate launch --multi_gpu --num_processes 2 ") and
+                            "-m vocabtransfer pretrain" in s for s in pretrain)
+    assert all(s.startswith("vocabtransfer ") for s in shells if " init --lang" in s)

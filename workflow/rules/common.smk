@@ -142,12 +142,18 @@ SLURM_PARTITION = os.environ.get("VOCABTRANSFER_SLURM_PARTITION", "")
 SLURM_GPU_PARTITION = os.environ.get("VOCABTRANSFER_SLURM_GPU_PARTITION", "gpu")
 
 
+def stage_processes(name):
+    """The job's data-parallel processes (`Stage.processes`, e.g. pretrain.processes), else 1."""
+    leaf = S.STAGES[name].processes
+    return int(S.C.get(config, leaf)) if leaf else 1
+
+
 def stage_resources(name):
-    """A job's cluster resources from the stage table: a GPU stage (`Stage.gpu`) asks for one
-    GPU in the GPU partition, every other stage runs in the CPU partition."""
+    """A job's cluster resources from the stage table: a GPU stage (`Stage.gpu`) asks for one GPU per
+    data-parallel process in the GPU partition, every other stage runs in the CPU partition."""
     res = {"slurm_account": SLURM_ACCOUNT} if SLURM_ACCOUNT else {}
     if S.STAGES[name].gpu and SLURM_GPU_PARTITION != "none":
-        return {**res, "gpu": 1, "slurm_partition": SLURM_GPU_PARTITION}
+        return {**res, "gpu": stage_processes(name), "slurm_partition": SLURM_GPU_PARTITION}
     return {**res, "slurm_partition": SLURM_PARTITION} if SLURM_PARTITION else res
 
 
@@ -163,8 +169,13 @@ def stage_args(name):
     return lambda wildcards: " ".join(f"--{w} {shlex.quote(str(wildcards[w]))}" for w in S.STAGES[name].wildcards)
 
 
+def stage_launch(name):
+    """`vocabtransfer`, or for a job of N > 1 data-parallel processes `accelerate launch … -m vocabtransfer`."""
+    return S.STAGES[name].launch(config)
+
+
 # every rule's shell: the stage is the rule's name
-STAGE_SHELL = "vocabtransfer {rule} {params.args} " + STAGE_ARGS
+STAGE_SHELL = "{params.launch} {rule} {params.args} " + STAGE_ARGS
 
 
 def stage_targets(name, output=None):

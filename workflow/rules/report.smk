@@ -17,6 +17,7 @@ rule report:
     params:
         leaves=stage_params("report"),
         args=stage_args("report"),
+        launch=stage_launch("report"),
     log:
         stage_log("report"),
     benchmark:

@@ -19,6 +19,7 @@ for _name in (name for name in S.STAGES if name not in HAND_WRITTEN):
         params:
             leaves=stage_params(_name),
             args=stage_args(_name),
+            launch=stage_launch(_name),
         log:
             stage_log(_name),
         benchmark:

@@ -150,9 +150,9 @@ def frequency_buckets(counts: np.ndarray, n_buckets: int, scheme: str = "equal_t
 
 def bucket_losses(model, batches: list[dict], kind: M.Kind, bucket: np.ndarray, n_buckets: int):
     """(summed standard cross-entropy, number of target tokens), each (blocks, buckets), over fixed
-    batches: block = the row of the packed held-out block a predicted token belongs to."""
+    batches: block = the row of the packed held-out block a predicted token belongs to (each token's
+    loss from the hidden states through the fused head, `modeling.token_losses`)."""
     import torch
-    import torch.nn.functional as F
 
     sums, counts = [], []
     model.eval()
@@ -160,8 +160,8 @@ def bucket_losses(model, batches: list[dict], kind: M.Kind, bucket: np.ndarray, 
         for batch in batches:
             labels = batch["labels"][:, 1:] if kind == "causal" else batch["labels"]
             rows = (labels != -100).nonzero()[:, 0].numpy()
-            logits, targets = M.predicted_logits(model, batch, kind)
-            loss = F.cross_entropy(logits, targets, reduction="none").double().cpu().numpy()
+            losses, targets = M.token_losses(model, batch, kind, objective="standard")
+            loss = losses.double().cpu().numpy()
             cell = rows * n_buckets + bucket[targets.cpu().numpy()]
             size = labels.shape[0] * n_buckets
             sums.append(np.bincount(cell, weights=loss, minlength=size).reshape(-1, n_buckets))

@@ -53,7 +53,7 @@ def _stage_entry(stage: S.Stage, params: dict, fixed: dict[str, str], lang: str 
     entry: dict = {}
     if matrix_wcs and matrix_wcs != ["lang"]:
         raise ValueError(f"stage {stage.name}: only `lang` can be a DVC matrix wildcard")
-    entry["cmd"] = f"vocabtransfer {stage.name} {args} --log-file {log}".replace("  ", " ")
+    entry["cmd"] = f"{stage.launch(params)} {stage.name} {args} --log-file {log}".replace("  ", " ")
     wildcards = {**fixed, **({"lang": lang} if lang else {})}
     templates = stage.input_templates(params, wildcards)
     deps = [_dvc_template(t, fixed) for t in templates.values()]

@@ -15,6 +15,14 @@ from vocabtransfer.pipeline import config as C
 from vocabtransfer.pipeline import paths as P
 
 
+def launch_prefix(processes: int) -> str:
+    """The command that runs `<prefix> pretrain --lang … ` with `processes` data-parallel processes."""
+    if processes <= 1:
+        return "vocabtransfer"
+    return (f"accelerate launch --multi_gpu --num_processes {processes} --num_machines 1 --main_process_port 0 "
+            "--mixed_precision no --dynamo_backend no -m vocabtransfer")
+
+
 @dataclass(frozen=True)
 class Stage:
     name: str
@@ -31,6 +39,7 @@ class Stage:
     code: tuple[str, ...] | Callable[[dict, dict], tuple[str, ...]] = ()
     parallel: bool = False  # uses all the cores it is given
     one_thread_if: str | None = None  # a params leaf: while it is true the job gets one thread (reproducibility)
+    processes: str | None = None  # a params leaf: the job's data-parallel processes (one GPU each on a cluster)
     gpu: bool = False  # benefits from a GPU (SLURM profile asks for one)
     # the values of the wildcards other than `lang` that params ask for, e.g. init: one
     # {"method": m} per `init.methods` entry; dvc.yaml gets one (lang-matrix) stage per entry
@@ -47,6 +56,11 @@ class Stage:
     # (params, wildcards) -> {key: path}: the local data files the job reads, resolved through
     # $VOCABTRANSFER_DATA; Snakemake inputs and DVC deps, so an edited data file reruns the job
     data: Callable[[dict, dict], dict[str, str]] | None = None
+
+    def launch(self, params: dict) -> str:
+        """The command the job starts with: `vocabtransfer`, or accelerate's launcher for N > 1
+        data-parallel processes (`processes`)."""
+        return launch_prefix(int(C.get(params, self.processes)) if self.processes else 1)
 
     def skip_reason(self, params: dict, wildcards: dict) -> str | None:
         """None when params and the data present give this job, else the reason they do not."""

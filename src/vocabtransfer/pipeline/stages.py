@@ -276,6 +276,7 @@ register(Stage(
     expand=_pretrain_expand,
     available=lambda params, wc: A.method_reason(params, wc["lang"], wc["method"]),
     parallel=True,
+    processes="pretrain.processes",  # > 1: launched with accelerate, N GPUs on a cluster
     gpu=True,
 ))
 

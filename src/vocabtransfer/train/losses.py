@@ -20,7 +20,8 @@ which the backward pass scales in place. With `margin = inf` it equals `F.cross_
 from __future__ import annotations
 
 import math
-from typing import Literal
+from dataclasses import dataclass
+from typing import Callable, Literal
 
 import torch
 import torch.nn.functional as F
@@ -36,8 +37,8 @@ GPU_CHUNK_ELEMENTS = 1 << 24
 
 
 def _check(logits: torch.Tensor, labels: torch.Tensor, margin: float, ignore_index: int, reduction: str) -> None:
-    if isinstance(margin, bool) or not isinstance(margin, (int, float)) or math.isnan(margin) or margin <= 0:
-        raise VocabTransferError(f"selfish_cross_entropy: margin must be a positive number (or math.inf for plain "
+    if isinstance(margin, bool) or not isinstance(margin, (int, float)) or math.isnan(margin) or margin < 0:
+        raise VocabTransferError(f"selfish_cross_entropy: margin must be a number >= 0 (or math.inf for plain "
                                  f"cross-entropy), got {margin!r}; set pretrain.selfish.margin > 0")
     if reduction not in ("none", "sum", "mean"):
         raise VocabTransferError(f"selfish_cross_entropy: reduction must be none, sum or mean, got {reduction!r}")
@@ -147,8 +148,9 @@ def selfish_cross_entropy(logits: torch.Tensor, labels: torch.Tensor, margin: fl
     logits (N, V), labels (N,) with `ignore_index` for positions that do not count; `reduction` as
     in `F.cross_entropy` ("mean": over the positions that count). `margin = math.inf` gives
     `F.cross_entropy`. Computed in float32 for half-precision logits (else in their dtype); the
-    gradient has the logits' dtype. Raises VocabTransferError for margin <= 0 or NaN and labels
-    outside [0, V); a second backward through the same loss is a RuntimeError.
+    gradient has the logits' dtype. Raises VocabTransferError for a negative or NaN margin and labels
+    outside [0, V); margin 0 keeps the tokens at or above the target's logit. A second backward
+    through the same loss is a RuntimeError.
     """
     _check(logits, labels, margin, ignore_index, reduction)
     valid = labels != ignore_index
@@ -164,15 +166,48 @@ def selfish_cross_entropy(logits: torch.Tensor, labels: torch.Tensor, margin: fl
     return (total if reduction == "sum" else total / n_valid).to(logits.dtype)
 
 
-OBJECTIVES = ("standard", "selfish")
+# ---------------------------------------------------------------------------------------------
+# The objectives registry: pretraining, evaluation and the analyses all read objectives from here
+# ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Objective:
+    """A training objective: its loss on logits (N, V); on hidden states through a linear head it is
+    `linear_objective_loss(..., objective=name)` (the fused head, same objectives by name)."""
+
+    name: str
+    summary: str
+    uses_margin: bool
+    on_logits: Callable[..., torch.Tensor]  # (logits, labels, *, margin, ignore_index, reduction)
+
+
+def _standard(logits, labels, *, margin, ignore_index, reduction):
+    return F.cross_entropy(logits, labels, ignore_index=ignore_index, reduction=reduction)
+
+
+def _selfish(logits, labels, *, margin, ignore_index, reduction):
+    return selfish_cross_entropy(logits, labels, margin, ignore_index=ignore_index, reduction=reduction)
+
+
+OBJECTIVES: dict[str, Objective] = {o.name: o for o in (
+    Objective("standard", "softmax cross-entropy over the whole vocabulary", False, _standard),
+    Objective("selfish", "cross-entropy over the tokens at most `margin` below the target's logit", True, _selfish),
+)}
+
+
+def get_objective(name: str) -> Objective:
+    if name not in OBJECTIVES:
+        raise VocabTransferError(f"objective {name!r}: unknown, expected one of {', '.join(OBJECTIVES)}")
+    return OBJECTIVES[name]
 
 
 def objective_loss(objective: str, logits: torch.Tensor, labels: torch.Tensor, *, margin: float = 2.0,
-                   ignore_index: int = -100) -> torch.Tensor:
-    """Mean loss of a training objective over the positions that count: `standard`
-    (`F.cross_entropy`) or `selfish` (`selfish_cross_entropy` with `margin`)."""
-    if objective == "standard":
-        return F.cross_entropy(logits, labels, ignore_index=ignore_index)
-    if objective == "selfish":
-        return selfish_cross_entropy(logits, labels, margin, ignore_index=ignore_index)
-    raise VocabTransferError(f"objective {objective!r}: unknown, expected one of {', '.join(OBJECTIVES)}")
+                   ignore_index: int = -100, reduction: Reduction = "mean") -> torch.Tensor:
+    """Loss of a training objective on logits (N, V): `standard` (`F.cross_entropy`) or `selfish`
+    (`selfish_cross_entropy` with `margin`); mean over the positions that count unless `reduction`."""
+    return get_objective(objective).on_logits(logits, labels, margin=margin, ignore_index=ignore_index,
+                                              reduction=reduction)
+
+
+# the same objectives from hidden states (N, H) and the head's weight (V, H), without the logits
+from vocabtransfer.train.fused_head import linear_objective_loss  # noqa: E402,F401

@@ -450,63 +450,48 @@ def lm_batches(tokenizer, blocks: list[list[int]], kind: Kind, batch_size: int, 
     return [collate(blocks[i: i + batch_size]) for i in range(0, len(blocks), batch_size)]
 
 
-def lm_head(model, kind: Kind):
-    """The module that maps final hidden states to vocabulary logits, if it is one module.
+def lm_head(model, kind: Kind | None = None):
+    """The model's LM head (`heads.head_parts`, by architecture family): callable on final hidden
+    states (-> logits), with `.parameters()`."""
+    from vocabtransfer.train.heads import head_parts
 
-    Masked LMs: BERT-family `cls`, RoBERTa/XLM-R `lm_head` (None for others, e.g. DistilBERT);
-    causal LMs: the output projection (`lm_head`).
-    """
-    if kind == "causal":
-        return model.get_output_embeddings()
-    for name in ("cls", "lm_head"):
-        head = getattr(model, name, None)
-        if head is not None and hasattr(head, "forward"):
-            return head
-    return None
+    return head_parts(model)
 
 
 def head_inputs(model, batch: dict, kind: Kind):
-    """(final hidden states at the predicted positions, their target ids) of one batch.
+    """(final hidden states at the predicted positions, their target ids) of one batch (`heads.predicted_hidden`).
 
     Masked: the masked positions. Causal: every position whose next token is a label.
     """
-    device = next(model.parameters()).device
-    labels = batch["labels"].to(device)
-    hidden = model.base_model(input_ids=batch["input_ids"].to(device),
-                              attention_mask=batch["attention_mask"].to(device)).last_hidden_state
-    if kind == "causal":
-        hidden, labels = hidden[:, :-1], labels[:, 1:]
-    selected = labels != -100
-    return hidden[selected], labels[selected]
+    from vocabtransfer.train.heads import predicted_hidden
+
+    return predicted_hidden(model, batch, kind)
 
 
 def predicted_logits(model, batch: dict, kind: Kind):
-    """(vocabulary logits at the predicted positions as float32, their target ids) of one batch.
+    """(vocabulary logits at the predicted positions as float32, their target ids) of one batch; the
+    head runs on the predicted positions only. Materialises their logits: for the calibrated loss."""
+    from vocabtransfer.train.heads import head_parts, predicted_hidden
 
-    For masked LMs whose head is one module (BERT, RoBERTa, XLM-R) the head runs on the masked
-    positions only, a fraction of the cost of the full forward (the vocabulary projection
-    dominates small models). Other models run their own forward; causal models predict the
-    next token at every labelled position.
-    """
-    head = lm_head(model, kind) if kind == "masked" else None
-    if head is not None:
-        hidden, targets = head_inputs(model, batch, kind)
-        return head(hidden).float(), targets
-    device = next(model.parameters()).device
-    labels = batch["labels"].to(device)
-    logits = model(input_ids=batch["input_ids"].to(device), attention_mask=batch["attention_mask"].to(device)).logits
-    if kind == "causal":
-        logits, labels = logits[:, :-1], labels[:, 1:]
-    selected = labels != -100
-    return logits[selected].float(), labels[selected]
+    head = head_parts(model)
+    hidden, targets = predicted_hidden(model, batch, kind, head)
+    return head.logits(hidden).float(), targets
+
+
+def token_losses(model, batch: dict, kind: Kind, *, objective: str = "standard", margin: float = 2.0, head=None):
+    """(the objective's loss of each predicted token, their target ids) of one batch, from the hidden
+    states through the fused head (no logits are formed)."""
+    from vocabtransfer.train.heads import head_loss, head_parts, predicted_hidden
+
+    head = head if head is not None else head_parts(model)
+    hidden, targets = predicted_hidden(model, batch, kind, head)
+    return head_loss(head, hidden, targets, objective=objective, margin=margin, reduction="none"), targets
 
 
 def lm_loss_sum(model, batch: dict, kind: Kind):
     """(summed token loss, number of predicted tokens) of one batch: `model(**batch).loss` × count."""
-    import torch.nn.functional as F
-
-    logits, targets = predicted_logits(model, batch, kind)
-    return F.cross_entropy(logits, targets, reduction="sum"), int(targets.numel())
+    losses, targets = token_losses(model, batch, kind)
+    return losses.sum(), int(targets.numel())
 
 
 # logit scales tried for the temperature-calibrated loss: 1.1**i from 0.052 to 3.8, 1 included
@@ -532,12 +517,15 @@ def evaluate_lm(model, batches: list[dict], kind: Kind, *, calibrate: bool = Fal
     scaled = [0.0] * len(CALIBRATION_SCALES)
     with torch.inference_mode():
         for batch in batches:
-            logits, targets = predicted_logits(model, batch, kind)
+            if not calibrate:  # through the fused head
+                loss_sum, n = lm_loss_sum(model, batch, kind)
+                total, count = total + float(loss_sum), count + n
+                continue
+            logits, targets = predicted_logits(model, batch, kind)  # the temperatures need the logits
             total += float(F.cross_entropy(logits, targets, reduction="sum"))
             count += int(targets.numel())
-            if calibrate:
-                for i, scale in enumerate(CALIBRATION_SCALES):
-                    scaled[i] += float(F.cross_entropy(logits * scale, targets, reduction="sum"))
+            for i, scale in enumerate(CALIBRATION_SCALES):
+                scaled[i] += float(F.cross_entropy(logits * scale, targets, reduction="sum"))
     model.train(was_training)
     loss = total / count if count else math.nan
     out = {"loss": loss, "perplexity": math.exp(loss) if count and loss < 700 else math.inf if count else math.nan,

@@ -8,12 +8,13 @@ value is `seed + 1000 (K - 1)`, see vocabtransfer.pipeline.models):
 2. fixed evaluation batches of the valid split with seeded masks (`modeling.lm_batches`): the same
    tokens and masks at every evaluation, for every method and objective;
 3. train with the transformers `Trainer` (AdamW, linear or constant-with-warm-up schedule, gradient
-   accumulation, bf16 on a GPU) for `steps` optimiser steps. The loss is computed on the logits at
-   the predicted positions only (`modeling.predicted_logits`): cross-entropy for `standard`,
-   `losses.selfish_cross_entropy` with `pretrain.selfish.margin` for `selfish`. The valid loss is
-   always the standard cross-entropy;
+   accumulation, bf16 on a GPU) for `steps` optimiser steps, in `pretrain.processes` DDP processes
+   (`train.parallel`). The loss: hidden states at the predicted positions only, through the LM head
+   fused with the objective (`train.heads`, `losses.linear_objective_loss`: no logits), the mean over
+   the step's predicted tokens of all micro-batches and processes; `pretrain.selfish.margin` for
+   `selfish`. The valid loss is always the standard cross-entropy, by the same path;
 4. data order and masks are a function of the pretraining seed and the sample's position in the run
-   (a seeded permutation per pass over the blocks, a masking seed per batch), so a run resumed from
+   (a seeded permutation per pass over the blocks, a masking seed per sample), so a run resumed from
    a checkpoint in `checkpoints/L/pretrain/M/O/pseedK/` sees exactly the batches of an uninterrupted one; the metrics rows
    up to a checkpoint are stored in it, and the params it was written with beside it;
 5. write `results/L/pretrain/M/O/pseedK/` atomically: `model/` (HF directory with the tokenizer),
@@ -31,6 +32,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import shutil
 import time
 from pathlib import Path
@@ -42,6 +44,7 @@ import pyarrow.compute as pc
 from vocabtransfer import io
 from vocabtransfer.train import lowrank
 from vocabtransfer.train import modeling as M
+from vocabtransfer.train import parallel
 from vocabtransfer.pipeline import models as MN
 from vocabtransfer.pipeline import paths as P
 from vocabtransfer.errors import VocabTransferError
@@ -49,7 +52,6 @@ from vocabtransfer.log import progress
 
 log = logging.getLogger(__name__)
 
-OBJECTIVES = ("standard", "selfish")
 ROWS_FILE = "vocabtransfer_metrics.json"  # in each checkpoint: the metrics rows up to it (also marks it complete)
 PARAMS_FILE = "params.json"  # beside the checkpoints: the params leaves they were written with
 # params leaves that do not change the trained model or its metrics
@@ -64,6 +66,7 @@ METRICS_SCHEMA = pa.schema([
 def check_params(params: dict, source: str = "params.yaml") -> None:
     """Every `pretrain.methods` entry must be an `init.methods` entry; objectives must be known."""
     from vocabtransfer.pipeline.config import check_pretrain
+    from vocabtransfer.train.losses import OBJECTIVES
 
     check_pretrain(params, source)
     bad = [o for o in (params.get("pretrain") or {}).get("objectives") or [] if o not in OBJECTIVES]
@@ -92,7 +95,6 @@ def block_losses(model, batches: list[dict], kind: M.Kind) -> pa.Table:
     """The summed standard cross-entropy and the number of predicted tokens of every evaluation block
     (the clusters the report's bootstrap resamples); their totals give the valid loss."""
     import torch
-    import torch.nn.functional as F
 
     sums, counts = [], []
     was_training = model.training
@@ -101,8 +103,8 @@ def block_losses(model, batches: list[dict], kind: M.Kind) -> pa.Table:
         for batch in batches:
             labels = batch["labels"][:, 1:] if kind == "causal" else batch["labels"]
             rows = (labels != -100).nonzero()[:, 0]
-            logits, targets = M.predicted_logits(model, batch, kind)
-            loss = F.cross_entropy(logits, targets, reduction="none").double().cpu()
+            losses, _ = M.token_losses(model, batch, kind, objective="standard")
+            loss = losses.double().cpu()
             sums.append(torch.bincount(rows, weights=loss, minlength=labels.shape[0]))
             counts.append(torch.bincount(rows, minlength=labels.shape[0]))
     model.train(was_training)
@@ -149,18 +151,25 @@ class StepBlocks:
 
 
 class StepCollator:
-    """`modeling.LMCollator` whose masking generator is re-seeded from the batch's first sample index."""
+    """`modeling.LMCollator` whose masks are seeded by each sample's index in the run, so a sample gets
+    the same masks whatever batch, and whichever data-parallel process, it falls in."""
 
     def __init__(self, tokenizer, kind: M.Kind, seed: int):
         self.lm = M.LMCollator(tokenizer, kind, seed)
-        self.kind, self.seed = kind, seed
+        self.kind, self.seed, self.pad = kind, seed, {"labels": -100, "input_ids": tokenizer.pad_token_id or 0}
 
     def __call__(self, items: list[dict]) -> dict:
         import torch
 
-        if self.kind == "masked":
-            self.lm.mlm.generator = torch.Generator().manual_seed(self.seed * 1_000_003 + items[0]["index"])
-        return self.lm([item["input_ids"] for item in items])
+        if self.kind != "masked":
+            return self.lm([item["input_ids"] for item in items])
+        rows = []
+        for item in items:
+            self.lm.mlm.generator = torch.Generator().manual_seed(self.seed * 1_000_003 + item["index"])
+            rows.append(self.lm([item["input_ids"]]))
+        width = max(r["input_ids"].shape[1] for r in rows)
+        return {key: torch.cat([torch.nn.functional.pad(r[key], (0, width - r[key].shape[1]),
+                                                        value=self.pad.get(key, 0)) for r in rows]) for key in rows[0]}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -201,48 +210,49 @@ def model_fingerprint(model_dir: Path) -> str:
 # Trainer: the objective, metrics rows, embedding warm-up
 # ---------------------------------------------------------------------------------------------
 
-def objective_loss(objective: str, logits, targets, margin: float):
-    import torch.nn.functional as F
-
-    if objective == "selfish":
-        from vocabtransfer.train.losses import selfish_cross_entropy
-
-        return selfish_cross_entropy(logits, targets, margin=margin)
-    return F.cross_entropy(logits, targets)
-
-
 def _trainer_classes():
     import torch
     from transformers import Trainer, TrainerCallback
 
+    from vocabtransfer.train import heads as HD
+
     class ObjectiveTrainer(Trainer):
-        """Loss on the logits at the predicted positions only; a NaN/inf loss stops the run."""
+        """Loss from the predicted positions' hidden states through the fused head; NaN/inf stops the run."""
 
         def __init__(self, *args, kind: M.Kind, objective: str, margin: float, checkpoints: Path, **kwargs):
             super().__init__(*args, **kwargs)
             self.kind, self.objective, self.margin, self.checkpoints = kind, objective, margin, checkpoints
-            self.model_accepts_loss_kwargs = False  # mean loss per micro-batch; Trainer averages over accumulation
+            self.head = HD.head_parts(self.model)
+            self.model_accepts_loss_kwargs = True  # the loss is a mean over the whole step: not divided again
 
         def _get_train_sampler(self, train_dataset=None):
             return torch.utils.data.SequentialSampler(train_dataset or self.train_dataset)  # order is in StepBlocks
 
+        def get_batch_samples(self, epoch_iterator, num_batches, device):
+            """The step's micro-batches and its predicted tokens over all processes (P x b == 1 x Pb)."""
+            batches = []
+            for _ in range(num_batches):
+                try:
+                    batches.append(next(epoch_iterator))
+                except StopIteration:
+                    break
+            return batches, parallel.step_token_count(batches, self.kind, self.accelerator, device)
+
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-            if self.accelerator.unwrap_model(model) is model:
-                logits, targets = M.predicted_logits(model, inputs, self.kind)
-            else:  # wrapped (DDP): its own forward, so that gradients are synchronised
-                labels = inputs["labels"]
-                logits = model(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"]).logits
-                if self.kind == "causal":
-                    logits, labels = logits[:, :-1], labels[:, 1:]
-                selected = labels != -100
-                logits, targets = logits[selected].float(), labels[selected]
-            loss = objective_loss(self.objective, logits, targets, self.margin)
+            # `model` may be DDP-wrapped: its forward runs (gradients synchronised), the head bypassed
+            hidden, targets = HD.predicted_hidden(model, inputs, self.kind, self.head)
+            with self.accelerator.autocast():  # bf16 training: the head in bf16, as it was inside the forward
+                loss = HD.head_loss(self.head, hidden, targets, objective=self.objective, margin=self.margin,
+                                    reduction="sum")
+            # mean over the step's predicted tokens; DDP averages the processes' gradients, hence x P
+            count = targets.numel() if num_items_in_batch is None else int(num_items_in_batch)
+            loss = loss * self.accelerator.num_processes / max(1, count)
             if not torch.isfinite(loss):
                 last = complete_checkpoints(self.checkpoints)
                 kept = f"the last good checkpoint is {last[-1][1]}" if last else "no checkpoint was written yet"
                 raise VocabTransferError(f"step {self.state.global_step + 1}: the {self.objective} training loss is "
-                                         f"{float(loss)}; training stopped, {kept} (lower pretrain.learning_rate, "
-                                         "delete the checkpoints and rerun)")
+                                         f"{float(loss.detach())}; training stopped, {kept} (lower "
+                                         "pretrain.learning_rate, delete the checkpoints and rerun)")
             return (loss, None) if return_outputs else loss
 
     class MetricsCallback(TrainerCallback):
@@ -323,7 +333,8 @@ def _trainer_classes():
 # ---------------------------------------------------------------------------------------------
 
 def run(ctx) -> None:
-    with M.torch_threads(ctx.threads):
+    # --threads are the job's cores: shared by the data-parallel processes on this node
+    with M.torch_threads(max(1, ctx.threads // int(os.environ.get("LOCAL_WORLD_SIZE", "1")))):
         _run(ctx)
 
 
@@ -343,6 +354,7 @@ def _run(ctx) -> None:
     margin = float(opts["selfish"]["margin"])
     if not margin > 0:
         raise VocabTransferError(f"pretrain.selfish.margin={margin}: must be > 0")
+    parallel.check_processes(int(opts["processes"]), ctx.device, int(os.environ.get("WORLD_SIZE", "1")))
     init_dir = Path(ctx.input["init"])
     model_dir = init_dir / "model"
     checkpoints = Path(P.fill(P.PRETRAIN_CHECKPOINTS, lang=ctx.lang, method=method, objective=objective, pseed=pseed))

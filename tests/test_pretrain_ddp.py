@@ -1,0 +1,166 @@
+"""Data-parallel pretraining: `accelerate launch --multi_gpu --num_processes 2` runs the pretrain stage as
+real DDP on the CPU cores (gloo: the stage asks the Trainer for the CPU, so accelerate sets up
+MULTI_CPU; `accelerate launch --cpu --num_processes 2` would start ONE process, accelerate 1.15 needs
+mpirun for that, and the stage refuses it: pretrain.processes=2 but 1 process), with tiny
+random-weight models (dropout off: each process draws its own dropout masks, so only a dropout-free
+run can equal a one-process run) and real Swahili text.
+
+1. Two processes with batch b each equal one process with batch 2b: the same samples and masks per
+   step (masks are seeded per sample), the loss is the mean over the step's predicted tokens of all
+   processes, DDP averages the gradients. Loss curves and final weights agree to TOLERANCE (float32
+   round-off of the all-reduce and of the split matrix products, carried through AdamW).
+2. A two-process run killed (SIGKILL of the process group) after a checkpoint and started again
+   equals the uninterrupted two-process run.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from vocabtransfer.train import parallel
+from vocabtransfer.train import pretrain as PT
+from vocabtransfer.errors import VocabTransferError
+
+try:
+    from test_pretrain import REPO, outputs, project, run
+    from test_modeling import bpe_tokenizer, wordpiece_tokenizer
+except ImportError:  # tests collected as a package
+    from tests.test_pretrain import REPO, outputs, project, run
+    from tests.test_modeling import bpe_tokenizer, wordpiece_tokenizer
+
+pytestmark = pytest.mark.slow
+TOLERANCE = 1e-5  # absolute, on losses and weights; measured: <= 1.3e-6 (a per-process mean loss: 8e-5)
+STEPS = {"steps": 12, "eval_every": 4, "save_every": 4, "log_every": 2, "learning_rate": 0.003}
+
+
+def tiny_model(kind: str, vocab: int):
+    from transformers import BertConfig, BertForMaskedLM, GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    if kind == "masked":
+        return BertForMaskedLM(BertConfig(vocab_size=vocab, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                          intermediate_size=64, max_position_embeddings=128, hidden_dropout_prob=0.0,
+                                          attention_probs_dropout_prob=0.0))
+    return GPT2LMHeadModel(GPT2Config(vocab_size=vocab, n_embd=32, n_layer=2, n_head=2, n_positions=64, bos_token_id=0,
+                                      eos_token_id=1, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0))
+
+
+@pytest.fixture(scope="module")
+def tokenizers():
+    return {"masked": wordpiece_tokenizer("sw", vocab_size=250), "causal": bpe_tokenizer("sw", vocab_size=280)}
+
+
+def launch_args(processes: int) -> list[str]:
+    """The arguments after `accelerate launch` of `parallel.launch_prefix` (the Snakemake rule's command)."""
+    return parallel.launch_prefix(processes).split()[2:]
+
+
+def launch(root: Path, processes: int, objective: str = "selfish") -> subprocess.Popen:
+    """`accelerate launch --multi_gpu --num_processes N … -m vocabtransfer pretrain …` in `root` (the command
+    the Snakemake rule runs for pretrain.processes = N > 1), one thread per process, a free port."""
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", *launch_args(processes), "pretrain", "--lang", "sw",
+           "--method", "focus", "--objective", objective, "--params", "params.yaml", "--threads", "1"]
+    return subprocess.Popen(cmd, cwd=root, env=env, start_new_session=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+def finish(proc: subprocess.Popen) -> str:
+    log, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0, log[-4000:]
+    return log
+
+
+def weights(root: Path, kind: str) -> dict:
+    from transformers import AutoModelForCausalLM, AutoModelForMaskedLM
+
+    auto = AutoModelForMaskedLM if kind == "masked" else AutoModelForCausalLM
+    return auto.from_pretrained(str(outputs(root, objective="selfish")[0] / "model")).state_dict()
+
+
+def assert_same_run(a: Path, b: Path, kind: str) -> None:
+    (_, ma, _), (_, mb, _) = outputs(a, objective="selfish"), outputs(b, objective="selfish")
+    assert ma.column("step").to_pylist() == mb.column("step").to_pylist()
+    assert ma.column("tokens_seen").to_pylist() == mb.column("tokens_seen").to_pylist()
+    for column in ("train_loss", "valid_loss", "learning_rate"):
+        np.testing.assert_allclose(ma.column(column).to_numpy(), mb.column(column).to_numpy(), rtol=0,
+                                   atol=TOLERANCE, err_msg=column)
+    wa, wb = weights(a, kind), weights(b, kind)
+    assert wa.keys() == wb.keys()
+    for name in wa:
+        torch.testing.assert_close(wa[name], wb[name], rtol=0, atol=TOLERANCE, msg=name)
+    assert not any(math.isnan(v) for v in ma.column("valid_loss").to_pylist()[-1:])
+
+
+@pytest.fixture(scope="module")
+def ddp_runs(tmp_path_factory, tokenizers):
+    """An uninterrupted two-process run (batch 4 per process) per kind, launched side by side."""
+    roots, procs = {}, {}
+    for kind in ("masked", "causal"):
+        root = tmp_path_factory.mktemp(f"ddp_{kind}")
+        project(root, tiny_model(kind, len(tokenizers[kind])), tokenizers[kind], batch_size=4, processes=2, **STEPS)
+        roots[kind], procs[kind] = root, launch(root, 2)
+    for kind in procs:
+        log = finish(procs[kind])
+        assert "2 process(es)" in log
+    return roots
+
+
+@pytest.mark.parametrize("kind", ["masked", "causal"])
+def test_ddp_two_processes_equal_one_process_with_twice_the_batch(kind, ddp_runs, tokenizers, tmp_path, monkeypatch,
+                                                                 one_thread):
+    monkeypatch.chdir(tmp_path)
+    params = project(tmp_path, tiny_model(kind, len(tokenizers[kind])), tokenizers[kind], batch_size=8, **STEPS)
+    run(params, objective="selfish")
+    assert outputs(ddp_runs[kind], objective="selfish")[2]["processes"] == 2
+    assert outputs(tmp_path, objective="selfish")[2]["processes"] == 1
+    assert_same_run(ddp_runs[kind], tmp_path, kind)
+
+
+def test_ddp_killed_after_a_checkpoint_and_resumed_equals_uninterrupted(ddp_runs, tokenizers, tmp_path):
+    kind = "masked"
+    project(tmp_path, tiny_model(kind, len(tokenizers[kind])), tokenizers[kind], batch_size=4, processes=2,
+            keep_checkpoints=True, **STEPS)
+    proc = launch(tmp_path, 2)
+    ckpt = tmp_path / "checkpoints/sw/pretrain/focus/selfish"
+    deadline = time.time() + 300
+    while not list(ckpt.glob(f"checkpoint-*/{PT.ROWS_FILE}")):
+        assert proc.poll() is None, proc.stdout.read()[-4000:]
+        assert time.time() < deadline, "no checkpoint within 300 s"
+        time.sleep(0.1)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    killed_at = max(s for s, _ in PT.complete_checkpoints(ckpt))
+    assert killed_at < STEPS["steps"] and not (tmp_path / "results/sw/pretrain/focus/selfish").exists()
+    finish(launch(tmp_path, 2))
+    stats = outputs(tmp_path, objective="selfish")[2]
+    assert stats["resumed_from_step"] is not None and stats["resumed_from_step"] >= killed_at
+    assert_same_run(ddp_runs[kind], tmp_path, kind)
+
+
+def test_processes_beyond_the_devices_or_the_launch_are_errors():
+    with pytest.raises(VocabTransferError, match=r"^pretrain.processes=4096: only \d+ CPU cores? present") as err:
+        parallel.check_processes(4096, "cpu", 1)
+    assert "\n" not in str(err.value)
+    with pytest.raises(VocabTransferError, match=r"^pretrain.processes=2 but this job runs as 1 process.*"
+                                                 r"accelerate launch --multi_gpu --num_processes 2"):
+        parallel.check_processes(2, "cpu", 1)
+    parallel.check_processes(1, "cpu", 1)
+
+
+def test_launch_prefix_is_what_the_tests_launch():
+    assert parallel.launch_prefix(1) == "vocabtransfer"
+    prefix = " ".join(parallel.launch_prefix(2).split())
+    assert prefix.startswith("accelerate launch --multi_gpu --num_processes 2 ")
+    assert prefix.endswith(" -m vocabtransfer")
+    assert "--main_process_port 0" in prefix and "--cpu" not in prefix
