@@ -1,0 +1,188 @@
+"""The transformers `Trainer` of the pretrain stage and its checkpoints.
+
+* `ObjectiveTrainer`: the loss of the training objective on the hidden states of the predicted
+  positions only (the fused head, `heads` / `losses.linear_objective_loss`), the same code path for a
+  plain and a DDP-wrapped model; a NaN or infinite loss stops the run naming the step and the last
+  good checkpoint.
+* `MetricsCallback`: the metrics rows (valid loss every `eval_every` steps, train loss, learning rate,
+  tokens/s), the progress bar, the rows stored in each checkpoint, and the embedding-only warm-up.
+* checkpoints: which one to resume from (`complete_checkpoints`), and the params they were written
+  with (`check_resume_params`, `model_fingerprint`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from pathlib import Path
+
+from vocabtransfer import io
+from vocabtransfer.errors import VocabTransferError
+from vocabtransfer.log import progress
+from vocabtransfer.train import modeling as M
+from vocabtransfer.train import parallel
+
+log = logging.getLogger("vocabtransfer.train.pretrain")
+
+ROWS_FILE = "vocabtransfer_metrics.json"  # in each checkpoint: the metrics rows up to it (also marks it complete)
+PARAMS_FILE = "params.json"  # beside the checkpoints: the params leaves they were written with
+
+
+# ---------------------------------------------------------------------------------------------
+# Checkpoints: which one to resume from, and the params they were written with
+# ---------------------------------------------------------------------------------------------
+
+def complete_checkpoints(directory: Path) -> list[tuple[int, Path]]:
+    """(step, path) of the checkpoints whose metrics rows were written (so the whole checkpoint was), by step."""
+    out = []
+    for path in directory.glob("checkpoint-*"):
+        suffix = path.name.split("-", 1)[1]
+        if suffix.isdigit() and (path / ROWS_FILE).is_file():
+            out.append((int(suffix), path))
+    return sorted(out)
+
+
+def check_resume_params(directory: Path, expected: dict) -> None:
+    stored = json.loads((directory / PARAMS_FILE).read_text(encoding="utf-8"))
+    differing = sorted(k for k in set(stored) | set(expected) if stored.get(k, "<unset>") != expected.get(k, "<unset>"))
+    if differing:
+        raise VocabTransferError(f"{directory}: the checkpoints were written with other params ({', '.join(differing)}); "
+                                 "restore those params to resume, or delete the directory to start afresh")
+
+
+def model_fingerprint(model_dir: Path) -> str:
+    """sha256 of the initialised model's weight files (a checkpoint of another init is refused)."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for path in sorted(model_dir.glob("*.safetensors")):
+        with path.open("rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 22), b""):
+                digest.update(chunk)
+    return digest.hexdigest()
+
+
+# ---------------------------------------------------------------------------------------------
+# Trainer: the objective, metrics rows, embedding warm-up
+# ---------------------------------------------------------------------------------------------
+
+def _trainer_classes():
+    import torch
+    from transformers import Trainer, TrainerCallback
+
+    from vocabtransfer.train import heads as HD
+
+    class ObjectiveTrainer(Trainer):
+        """Loss from the predicted positions' hidden states through the fused head; NaN/inf stops the run."""
+
+        def __init__(self, *args, kind: M.Kind, objective: str, margin: float, checkpoints: Path, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.kind, self.objective, self.margin, self.checkpoints = kind, objective, margin, checkpoints
+            self.head = HD.head_parts(self.model)
+            self.model_accepts_loss_kwargs = True  # the loss is a mean over the whole step: not divided again
+
+        def _get_train_sampler(self, train_dataset=None):
+            return torch.utils.data.SequentialSampler(train_dataset or self.train_dataset)  # order is in StepBlocks
+
+        def get_batch_samples(self, epoch_iterator, num_batches, device):
+            """The step's micro-batches and its predicted tokens over all processes (P x b == 1 x Pb)."""
+            batches = []
+            for _ in range(num_batches):
+                try:
+                    batches.append(next(epoch_iterator))
+                except StopIteration:
+                    break
+            return batches, parallel.step_token_count(batches, self.kind, self.accelerator, device)
+
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            # `model` may be DDP-wrapped: its forward runs (gradients synchronised), the head bypassed
+            hidden, targets = HD.predicted_hidden(model, inputs, self.kind, self.head)
+            with self.accelerator.autocast():  # bf16 training: the head in bf16, as it was inside the forward
+                loss = HD.head_loss(self.head, hidden, targets, objective=self.objective, margin=self.margin,
+                                    reduction="sum")
+            # mean over the step's predicted tokens; DDP averages the processes' gradients, hence x P
+            count = targets.numel() if num_items_in_batch is None else int(num_items_in_batch)
+            loss = loss * self.accelerator.num_processes / max(1, count)
+            if not torch.isfinite(loss):
+                last = complete_checkpoints(self.checkpoints)
+                kept = f"the last good checkpoint is {last[-1][1]}" if last else "no checkpoint was written yet"
+                raise VocabTransferError(f"step {self.state.global_step + 1}: the {self.objective} training loss is "
+                                         f"{float(loss.detach())}; training stopped, {kept} (lower "
+                                         "pretrain.learning_rate, delete the checkpoints and rerun)")
+            return (loss, None) if return_outputs else loss
+
+    class MetricsCallback(TrainerCallback):
+        """Metrics rows (valid loss every `eval_every` steps, train loss when logged, tokens/s), a progress
+        bar, the rows stored in each checkpoint, and the embedding-only warm-up."""
+
+        def __init__(self, evaluate, eval_every: int, rows: dict, warmup_steps: int, embedding_params: set):
+            self.evaluate, self.eval_every, self.rows = evaluate, eval_every, rows
+            self.warmup_steps, self.embedding_params = warmup_steps, embedding_params
+            self.bar = None
+            self.mark = (time.perf_counter(), 0)
+
+        def _row(self, state, lr_scheduler=None) -> dict:
+            row = self.rows.setdefault(state.global_step, {
+                "step": state.global_step, "tokens_seen": int(state.num_input_tokens_seen),
+                "train_loss": math.nan, "valid_loss": math.nan, "learning_rate": math.nan,
+                "tokens_per_second": math.nan})
+            if lr_scheduler is not None and math.isnan(row["learning_rate"]):
+                row["learning_rate"] = float(lr_scheduler.get_last_lr()[0])
+            return row
+
+        def _freeze_body(self, model, frozen: bool) -> None:
+            for p in model.parameters():
+                if id(p) not in self.embedding_params:
+                    p.requires_grad_(not frozen)
+
+        def on_train_begin(self, args, state, control, model=None, lr_scheduler=None, **kw):
+            if state.global_step < self.warmup_steps:
+                self._freeze_body(model, True)
+                log.info("embedding warm-up: body frozen until step %d", self.warmup_steps)
+            if state.global_step == 0 and 0 not in self.rows:
+                self._row(state, lr_scheduler)["valid_loss"] = self.evaluate(model)
+                log.info("step 0: valid loss %.4f", self.rows[0]["valid_loss"])
+            self.mark = (time.perf_counter(), int(state.num_input_tokens_seen))
+            if state.is_world_process_zero:
+                self.bar = progress(total=state.max_steps, initial=state.global_step, desc="pretrain", unit="step")
+
+        def on_step_end(self, args, state, control, model=None, lr_scheduler=None, **kw):
+            if self.bar is not None:
+                self.bar.update(1)
+            if self.warmup_steps and state.global_step == self.warmup_steps:
+                self._freeze_body(model, False)
+                log.info("step %d: embedding warm-up over, the whole model trains", state.global_step)
+            if state.global_step % self.eval_every == 0 or state.global_step == state.max_steps:
+                row = self._row(state, lr_scheduler)
+                row["valid_loss"] = self.evaluate(model)
+                log.info("step %d: valid loss %.4f", state.global_step, row["valid_loss"])
+
+        def on_log(self, args, state, control, logs=None, lr_scheduler=None, **kw):
+            if not logs or "loss" not in logs:
+                return
+            now, tokens = time.perf_counter(), int(state.num_input_tokens_seen)
+            speed = (tokens - self.mark[1]) / max(now - self.mark[0], 1e-9)
+            self.mark = (now, tokens)
+            row = self._row(state)
+            row.update(train_loss=float(logs["loss"]), learning_rate=float(logs.get("learning_rate", math.nan)),
+                       tokens_per_second=speed, tokens_seen=tokens)
+            if self.bar is not None:
+                self.bar.set_postfix(loss=f"{logs['loss']:.3f}", tok_s=f"{speed:.0f}")
+            log.info("step %d: train loss %.4f, lr %.3g, %.0f tokens/s", state.global_step, logs["loss"],
+                     row["learning_rate"], speed)
+
+        def on_save(self, args, state, control, **kw):
+            if state.is_world_process_zero:
+                path = Path(args.output_dir) / f"checkpoint-{state.global_step}" / ROWS_FILE
+                with io.atomic_output(path) as tmp:
+                    tmp.write_text(json.dumps(sorted(self.rows.values(), key=lambda r: r["step"])), encoding="utf-8")
+
+        def on_train_end(self, args, state, control, **kw):
+            if self.bar is not None:
+                self.bar.close()
+
+    return ObjectiveTrainer, MetricsCallback
+
+
