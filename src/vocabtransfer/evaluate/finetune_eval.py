@@ -236,7 +236,7 @@ def finetune(*, task, splits, model_dir: Path, seed: int, output_dir: Path, devi
     trivial = task.trivial(splits)  # the score of the trivial predictor (majority class, empty answer, all O)
     evaluation.examples["clusters"] = test_clusters(splits.test, task.name)
     result = {
-        "metric": task.metric,
+        "metric": task.metric, "head_class": type(trainer.model).__name__,
         "metrics": {k: round(float(v), 4) for k, v in evaluation.metrics.items()},
         "n_train": len(splits.train), "n_test": len(splits.test),
         "n_train_features": len(train_features),
