@@ -30,6 +30,7 @@ except ImportError:  # tests collected as a package
     from tests.test_overlap_bytes import gpt2_seed, llama_seed
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+pytestmark = pytest.mark.slow
 BIN = Path(sys.executable).parent
 LLAMA_METHODS = ["random", "overlap", "mean", "fvt", "focus", "ofa", "snmf", "wechsel", "omp"]
 EXACT_OVERLAP = ("overlap", "mean", "focus", "omp", "fvt")  # copy the source rows of overlapping tokens

@@ -51,12 +51,13 @@ def _break_head(source: Path, how: str) -> None:
 
 
 @pytest.mark.parametrize("how, words", [("missing", ("model.safetensors", "no LM head", "lm_head.weight",
-                                                     "tie_word_embeddings")),
+                                                     "LlamaForCausalLM", "re-download")),
                                         ("wide", ("model.safetensors", "lm_head.weight", "(1000, 40)", "(1000, 32)"))])
 def test_decoder_only_source_with_a_bad_lm_head_stops_with_one_line(tmp_path, shared_data, how, words):
-    """A Llama-style source whose checkpoint lacks its untied lm_head, or has one of another width than the
+    """A LlamaForCausalLM checkpoint that lacks its untied lm_head, or has one of another width than the
     embeddings: `vocabtransfer source_head` (the first stage that loads the model) exits with one error line
-    naming the weights file, and writes nothing."""
+    naming the weights file, and writes nothing. (A bare LlamaModel has no head to lose: source_head trains
+    one, test_source_head.py.)"""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     source = tmp_path / "source"

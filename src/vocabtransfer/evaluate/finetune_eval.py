@@ -20,6 +20,12 @@ can be paired across them.
 
 `eval_jobs(params, lang)` lists the jobs params and the data present ask for; `skipped_tasks`
 says why a task has none for a language.
+
+Decoders (GPT-2, Llama, Qwen) are fine-tuned with their architecture's heads (`LlamaForSequenceClassification`
+…); a tokenizer without a pad token pads with its eos token (`set_padding`, recorded as `pad_token_set`).
+Where transformers has no head of the task for the architecture (`missing_head`: CodeGen has none, GPT-J
+no token classification), the job writes `{"not_run": reason}` instead of scores, and the report lists the
+task under what was skipped: the architecture is known for sure only once the model is downloaded.
 """
 
 from __future__ import annotations

@@ -129,9 +129,11 @@ def weights_file(directory: Path) -> Path:
 
 
 def check_lm_head(model, kind: Kind, directory: Path, missing: tuple[str, ...], mismatched: list) -> None:
-    """The LM head's output embeddings must be in the checkpoint (a decoder's untied head: training one
-    from scratch is no completion) and have the shape config.json gives the input embeddings
-    (vocab_size x hidden_size): every init method fills both with rows of one width."""
+    """The LM head's output embeddings must have the shape config.json gives the input embeddings
+    (vocab_size x hidden_size): every init method fills both with rows of one width. A checkpoint that
+    config.json declares a causal LM (`…ForCausalLM`, `…LMHeadModel`) must hold its untied head: without
+    it the checkpoint is incomplete. (A bare body, e.g. `LlamaModel`, has no head to lose: source_head
+    trains one, as for MiniLM.)"""
     out = model.get_output_embeddings()
     if out is None:
         return
@@ -143,10 +145,12 @@ def check_lm_head(model, kind: Kind, directory: Path, missing: tuple[str, ...], 
         raise VocabTransferError(f"{weights}: the LM head {key} is {tuple(got)} but config.json makes the embeddings "
                                  f"{tuple(want)} (vocab_size x hidden_size); use a checkpoint whose LM head matches its "
                                  "embeddings (or fix config.json)")
-    if kind == "causal" and key in missing:
-        raise VocabTransferError(f"{weights}: no LM head ({key}) in the checkpoint, and config.json does not tie it to the "
-                                 "input embeddings (tie_word_embeddings: false); use the …ForCausalLM checkpoint with its "
-                                 "LM head, or set tie_word_embeddings: true if the input embeddings are the head")
+    declared = [a for a in (getattr(model.config, "architectures", None) or [])
+                if a.endswith(("ForCausalLM", "LMHeadModel"))]
+    if kind == "causal" and key in missing and declared:
+        raise VocabTransferError(f"{weights}: no LM head ({key}), though config.json declares {declared[0]} with "
+                                 "tie_word_embeddings false; the checkpoint is incomplete: re-download it, or set "
+                                 "tie_word_embeddings: true if the input embeddings are the head")
     width, hidden = out.weight.shape[-1], model.get_input_embeddings().weight.shape[-1]
     if width != hidden:
         raise VocabTransferError(f"{weights}: the LM head {key} is {width} wide but the input embeddings are {hidden}; "
