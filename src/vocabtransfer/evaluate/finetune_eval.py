@@ -20,6 +20,12 @@ can be paired across them.
 
 `eval_jobs(params, lang)` lists the jobs params and the data present ask for; `skipped_tasks`
 says why a task has none for a language.
+
+Decoders (GPT-2, Llama, Qwen) are fine-tuned with their architecture's heads (`LlamaForSequenceClassification`
+…); a tokenizer without a pad token pads with its eos token (`set_padding`, recorded as `pad_token_set`).
+Where transformers has no head of the task for the architecture (`missing_head`: CodeGen has none, GPT-J
+no token classification), the job writes `{"not_run": reason}` instead of scores, and the report lists the
+task under what was skipped: the architecture is known for sure only once the model is downloaded.
 """
 
 from __future__ import annotations
@@ -158,19 +164,58 @@ def _model_dir(ctx, info: dict) -> Path:
     return path
 
 
+def missing_head(head: str, model_dir: Path) -> str | None:
+    """Why transformers has no `head` (an `AutoModelFor…` class name) for the architecture in
+    `model_dir`/config.json, or None when it has one (GPT-2, Llama, Qwen2 have all three task heads;
+    e.g. CodeGen has none, GPT-J no token classification, Gemma no question answering)."""
+    import re
+
+    from transformers import AutoConfig
+    from transformers.models.auto import modeling_auto
+
+    model_type = AutoConfig.from_pretrained(str(model_dir)).model_type
+    # AutoModelForQuestionAnswering -> MODEL_FOR_QUESTION_ANSWERING_MAPPING_NAMES
+    names = getattr(modeling_auto, re.sub(r"(?<!^)(?=[A-Z])", "_", head.removeprefix("Auto")).upper() + "_MAPPING_NAMES")
+    if model_type in names:
+        return None
+    return (f"transformers has no {head.removeprefix('AutoModelFor')} head for model type {model_type!r} "
+            f"({head} lacks it), so this architecture cannot be fine-tuned on the task")
+
+
+def set_padding(tokenizer, model_dir: Path) -> str | None:
+    """Right padding, and a pad token for tokenizers without one (GPT-2, Llama: their eos token, the usual
+    choice for fine-tuning decoders; a classification head reads the last non-pad position). Returns the
+    pad token it set, None when the tokenizer had one."""
+    tokenizer.padding_side = "right"  # QA windows and token labels assume it
+    if tokenizer.pad_token is not None:
+        return None
+    fallback = tokenizer.eos_token or tokenizer.unk_token or tokenizer.bos_token
+    if fallback is None:
+        raise VocabTransferError(f"{model_dir}: the tokenizer has no pad, eos, unk or bos token to pad batches with; "
+                                 "give it a pad token (tokenizer_config.json) and rerun")
+    tokenizer.pad_token = fallback
+    return str(fallback)
+
+
 def finetune(*, task, splits, model_dir: Path, seed: int, output_dir: Path, device: str = "cpu",
              threads: int = 1) -> tuple[dict, object]:
     """Fine-tune `model_dir` with the task head on splits.train, score it on splits.test.
-    Returns (result fields, the Trainer)."""
+    Returns (result fields, the Trainer); ({"not_run": why}, None) when transformers has no head of
+    the task for the model's architecture."""
     import transformers
     from transformers import AutoTokenizer, Trainer, TrainingArguments, set_seed
 
     from vocabtransfer.train.modeling import torch_threads
 
     opts = task.options
+    why = missing_head(task.head, model_dir)
+    if why is not None:
+        log.warning("%s: %s; the job writes the reason instead of scores", model_dir, why)
+        return {"not_run": why}, None
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
     if not getattr(tokenizer, "is_fast", False):
         raise VocabTransferError(f"{model_dir}: the tokenizer is not a fast tokenizer (offsets and word ids need one)")
+    pad_token = set_padding(tokenizer, model_dir)
     labels = task.labels(splits.train)
     task.prepare(splits, labels)
     kwargs = {"num_labels": len(labels), "id2label": dict(enumerate(labels)),
@@ -178,7 +223,7 @@ def finetune(*, task, splits, model_dir: Path, seed: int, output_dir: Path, devi
     with torch_threads(threads):
         set_seed(seed)  # the task head is initialised under the eval seed
         head_cls = getattr(transformers, task.head)
-        model = head_cls.from_pretrained(str(model_dir), **kwargs)
+        model = head_cls.from_pretrained(str(model_dir), pad_token_id=tokenizer.pad_token_id, **kwargs)
         train_features = task.features(splits.train, tokenizer, labels)
         args = TrainingArguments(
             output_dir=str(output_dir), seed=seed, data_seed=seed,
@@ -197,7 +242,7 @@ def finetune(*, task, splits, model_dir: Path, seed: int, output_dir: Path, devi
     trivial = task.trivial(splits)  # the score of the trivial predictor (majority class, empty answer, all O)
     evaluation.examples["clusters"] = test_clusters(splits.test, task.name)
     result = {
-        "metric": task.metric,
+        "metric": task.metric, "head_class": type(trainer.model).__name__,
         "metrics": {k: round(float(v), 4) for k, v in evaluation.metrics.items()},
         "n_train": len(splits.train), "n_test": len(splits.test),
         "n_train_features": len(train_features),
@@ -205,6 +250,7 @@ def finetune(*, task, splits, model_dir: Path, seed: int, output_dir: Path, devi
         "skipped": {**splits.skipped, **evaluation.skipped},
         "trivial": {**trivial, "value": round(float(trivial["value"]), 4)},  # with per-example scores
         "examples": evaluation.examples,
+        "pad_token_set": pad_token,  # the tokenizer had none: batches padded with this token
         **splits.notes,
     }
     return result, trainer
@@ -248,4 +294,4 @@ def run(ctx) -> None:
            "versions": io.versions()}
     io.write_json(out, ctx.output["result"])
     log.info("%s %s %s seed %d: %s", lang, task_name, model_name, seed,
-             ", ".join(f"{k} {v:.2f}" for k, v in out["metrics"].items()))
+             out.get("not_run") or ", ".join(f"{k} {v:.2f}" for k, v in out["metrics"].items()))

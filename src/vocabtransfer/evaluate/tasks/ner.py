@@ -11,7 +11,9 @@ strings). A tag that is neither `O` nor `B-…`/`I-…` is one error naming the 
 The label set is read from the training split. Test tags missing from it stay in the gold
 sequences — the model cannot predict them, so they count as missed entities (an honest score) —
 and are counted in the result's `unseen_test_labels` and logged. Each word is labelled on its first
-sub-token (the others get -100); words cut off by `max_length` are predicted `O`.
+sub-token (the others get -100); words cut off by `max_length` are predicted `O`. A byte-level BPE
+tokenizer (GPT-2, Llama-3) gets each word after the first with its leading space, as it would see it in
+running text (`Ġword`), which `is_split_into_words` alone does not give it.
 """
 
 from __future__ import annotations
@@ -125,8 +127,14 @@ class NER(Task):
         splits.notes["unseen_test_labels"] = dict(sorted(unseen.items()))
 
     def _encode(self, examples: list[dict], tokenizer):
-        return tokenizer([ex["tokens"] for ex in examples], is_split_into_words=True, truncation=True,
-                         max_length=int(self.options["max_length"]))
+        from vocabtransfer.data.tokenizer import spelling
+
+        words = [ex["tokens"] for ex in examples]
+        if spelling(tokenizer).kind == "byte_level":
+            # byte-level BPE (GPT-2, Llama-3, Qwen) spells the space before a word (`Ġword`), and split words
+            # reach it without one: give every word but the first its space, as in the running text
+            words = [[w if i == 0 else f" {w}" for i, w in enumerate(ws)] for ws in words]
+        return tokenizer(words, is_split_into_words=True, truncation=True, max_length=int(self.options["max_length"]))
 
     def features(self, examples: list[dict], tokenizer, labels: list[str]) -> list[dict]:
         index = {t: i for i, t in enumerate(labels)}
