@@ -127,7 +127,7 @@ class NER(Task):
         splits.notes["unseen_test_labels"] = dict(sorted(unseen.items()))
 
     def _encode(self, examples: list[dict], tokenizer):
-        from vocabtransfer.data.tokenizer import spelling
+        from vocabtransfer.data.families import spelling
 
         words = [ex["tokens"] for ex in examples]
         if spelling(tokenizer).kind == "byte_level":
