@@ -284,13 +284,14 @@ def test_bad_inputs(tmp_path, monkeypatch, one_thread, sw_wp):
 def test_pretrain_runs_and_init_seeds():
     """Every method × objective × pretraining seed is a run; a method with random rows has one init per
     pretraining seed, a deterministic one (mean) one init that all its runs share."""
+    from vocabtransfer.pipeline import availability as A
     from vocabtransfer.pipeline import models as MN
 
     params = {"seed": 7, "init": {"methods": ["focus", "mean", "fvt"]},
               "pretrain": {"methods": ["focus", "mean"], "objectives": ["standard", "selfish"], "seeds": 2}}
-    assert MN.pretrain_pairs(params) == [("focus", "standard"), ("focus", "selfish"), ("mean", "standard"),
+    assert A.pretrain_pairs(params) == [("focus", "standard"), ("focus", "selfish"), ("mean", "standard"),
                                          ("mean", "selfish")]
-    assert len(MN.pretrain_runs(params)) == 8 and MN.pretrain_runs(params)[1] == ("focus", "standard", 2)
+    assert len(A.pretrain_runs(params)) == 8 and A.pretrain_runs(params)[1] == ("focus", "standard", 2)
     assert MN.init_runs(params) == [("focus", 1), ("focus", 2), ("mean", 1), ("fvt", 1)]
     assert (MN.init_pseed("focus+svd", 2), MN.init_pseed("mean+svd", 2)) == (2, 1)
     assert (MN.seed_value(params, 1), MN.seed_value(params, 3)) == (7, 2007)

@@ -31,7 +31,7 @@ def run(cmd: list[str], cwd: Path, **kwargs) -> str:
 
 
 def test_dvc_yaml_declares_curves_as_plots_and_metrics_uncached(monkeypatch, tmp_path):
-    monkeypatch.setattr(R.MN, "pretrain_pairs", lambda params, lang=None: RUNS)
+    monkeypatch.setattr(R.A, "pretrain_pairs", lambda params, lang=None: RUNS)
     params = load_params(REPO / "params.yaml")
     text = dvcgen.generate(params)
     doc = yaml.safe_load(text)

@@ -36,6 +36,7 @@ import time
 from pathlib import Path
 
 from vocabtransfer import io
+from vocabtransfer.pipeline import availability as A
 from vocabtransfer.pipeline import models as MN
 from vocabtransfer.pipeline import paths as P
 from vocabtransfer.errors import VocabTransferError
@@ -44,19 +45,19 @@ log = logging.getLogger(__name__)
 
 def pretrain_pairs(params: dict) -> list[tuple[str, str]]:
     """The (method, objective) pairs continued pretraining produces."""
-    return MN.pretrain_pairs(params)
+    return A.pretrain_pairs(params)
 
 
 def init_models(params: dict) -> list[str]:
     """`<m>-init-pseed<k>`: the initialisation every pretrained run of method m with seed k starts from."""
-    runs = dict.fromkeys((m, MN.init_pseed(m, s)) for m, _, s in MN.pretrain_runs(params))
+    runs = dict.fromkeys((m, MN.init_pseed(m, s)) for m, _, s in A.pretrain_runs(params))
     return [MN.model_name(m, MN.INIT, s) for m, s in runs]
 
 
 def producible_models(params: dict) -> list[str]:
     """Every model name some stage produces."""
     return ([MN.SOURCE] + [MN.model_name(m, MN.INIT, s) for m, s in MN.init_runs(params)]
-            + [MN.model_name(m, o, s) for m, o, s in MN.pretrain_runs(params)])
+            + [MN.model_name(m, o, s) for m, o, s in A.pretrain_runs(params)])
 
 
 def parse_model(params: dict, model: str) -> dict:
@@ -82,7 +83,7 @@ def _expand_entry(params: dict, entry: str) -> list[str]:
     """The models one `eval.models` entry names: a kind (`pretrained`, `init`, `source`), a model name,
     or a name without its pretraining seed (`focus-standard`: every pretraining seed)."""
     if entry == "pretrained":
-        return [MN.model_name(m, o, s) for m, o, s in MN.pretrain_runs(params)]
+        return [MN.model_name(m, o, s) for m, o, s in A.pretrain_runs(params)]
     if entry == "init":
         return init_models(params)
     if entry == MN.SOURCE or "-pseed" in entry:
@@ -116,8 +117,6 @@ def skipped_tasks(params: dict, lang: str) -> dict[str, str]:
 
 def model_reason(params: dict, lang: str, model: str) -> str | None:
     """Why `model` does not exist for `lang` (its init method cannot run there), None when it does."""
-    from vocabtransfer.pipeline import availability as A
-
     method = parse_model(params, model)["method"]
     why = None if method == MN.SOURCE else A.method_reason(params, lang, method)
     return f"model {model} does not exist for {lang}: {why}" if why else None
@@ -205,8 +204,6 @@ def finetune(*, task, splits, model_dir: Path, seed: int, output_dir: Path, devi
     import transformers
     from transformers import AutoTokenizer, Trainer, TrainingArguments, set_seed
 
-    from vocabtransfer.train.modeling import torch_threads
-
     opts = task.options
     why = missing_head(task.head, model_dir)
     if why is not None:
@@ -220,25 +217,24 @@ def finetune(*, task, splits, model_dir: Path, seed: int, output_dir: Path, devi
     task.prepare(splits, labels)
     kwargs = {"num_labels": len(labels), "id2label": dict(enumerate(labels)),
               "label2id": {l: i for i, l in enumerate(labels)}} if labels else {}
-    with torch_threads(threads):
-        set_seed(seed)  # the task head is initialised under the eval seed
-        head_cls = getattr(transformers, task.head)
-        model = head_cls.from_pretrained(str(model_dir), pad_token_id=tokenizer.pad_token_id, **kwargs)
-        train_features = task.features(splits.train, tokenizer, labels)
-        args = TrainingArguments(
-            output_dir=str(output_dir), seed=seed, data_seed=seed,
-            num_train_epochs=float(opts["epochs"]), learning_rate=float(opts["learning_rate"]),
-            per_device_train_batch_size=int(opts["batch_size"]),
-            per_device_eval_batch_size=int(opts["eval_batch_size"]),
-            warmup_steps=float(opts["warmup_ratio"]),  # a float below 1 is a share of the steps
-            weight_decay=float(opts["weight_decay"]),
-            save_strategy="no", eval_strategy="no", logging_strategy="no", report_to=[],
-            disable_tqdm=True, use_cpu=device == "cpu", dataloader_num_workers=0,
-        )
-        trainer = Trainer(model=model, args=args, train_dataset=train_features,
-                          data_collator=task.collator(tokenizer))
-        trainer.train()
-        evaluation = task.evaluate(trainer, splits.test, tokenizer, labels)
+    set_seed(seed)  # the task head is initialised under the eval seed
+    head_cls = getattr(transformers, task.head)
+    model = head_cls.from_pretrained(str(model_dir), pad_token_id=tokenizer.pad_token_id, **kwargs)
+    train_features = task.features(splits.train, tokenizer, labels)
+    args = TrainingArguments(
+        output_dir=str(output_dir), seed=seed, data_seed=seed,
+        num_train_epochs=float(opts["epochs"]), learning_rate=float(opts["learning_rate"]),
+        per_device_train_batch_size=int(opts["batch_size"]),
+        per_device_eval_batch_size=int(opts["eval_batch_size"]),
+        warmup_steps=float(opts["warmup_ratio"]),  # a float below 1 is a share of the steps
+        weight_decay=float(opts["weight_decay"]),
+        save_strategy="no", eval_strategy="no", logging_strategy="no", report_to=[],
+        disable_tqdm=True, use_cpu=device == "cpu", dataloader_num_workers=0,
+    )
+    trainer = Trainer(model=model, args=args, train_dataset=train_features,
+                      data_collator=task.collator(tokenizer))
+    trainer.train()
+    evaluation = task.evaluate(trainer, splits.test, tokenizer, labels)
     trivial = task.trivial(splits)  # the score of the trivial predictor (majority class, empty answer, all O)
     evaluation.examples["clusters"] = test_clusters(splits.test, task.name)
     result = {

@@ -184,11 +184,6 @@ def plot(rows: dict, path: str | Path, title: str, n_bins: int) -> None:
 
 
 def run(ctx) -> None:
-    with M.torch_threads(ctx.threads):
-        _run(ctx)
-
-
-def _run(ctx) -> None:
     opts = ctx.param("gradient_scenarios")
     objective = ctx.wildcards["objective"]
     m = margin(ctx.params, objective)

@@ -200,11 +200,6 @@ def plot(rows: list[dict], path: str | Path, lang: str) -> None:
 
 
 def run(ctx) -> None:
-    with M.torch_threads(ctx.threads):
-        _run(ctx)
-
-
-def _run(ctx) -> None:
     opts = ctx.param("init_eval")
     seq_len, batch_size, seed = int(opts["seq_len"]), int(opts["batch_size"]), ctx.seed
     source_lang = opts["source_lang"]

@@ -36,6 +36,7 @@ import pyarrow as pa
 
 from vocabtransfer import io
 from vocabtransfer.train import modeling as M
+from vocabtransfer.pipeline import availability as A
 from vocabtransfer.pipeline import models as MN
 from vocabtransfer.pipeline import paths as P
 from vocabtransfer.errors import VocabTransferError
@@ -64,7 +65,7 @@ def model_key(method: str, objective: str, pseed: int) -> str:
 def scored_models(params: dict, lang: str) -> list[tuple[str, str, int]]:
     """(method, objective, pretraining seed) of every model scored: each pretrained run and the
     initialised model it started from (objective `init`)."""
-    runs = MN.pretrain_runs(params, lang)
+    runs = A.pretrain_runs(params, lang)
     inits = dict.fromkeys((m, "init", MN.init_pseed(m, s)) for m, _, s in runs)
     return list(inits) + runs
 
@@ -256,11 +257,6 @@ def same_tokenizer(a, b, where: Path) -> None:
 
 
 def run(ctx) -> None:
-    with M.torch_threads(ctx.threads):
-        _run(ctx)
-
-
-def _run(ctx) -> None:
     opts = ctx.param("token_frequency_loss")
     models = scored_models(ctx.params, ctx.lang)
     if not models:

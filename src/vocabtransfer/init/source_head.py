@@ -208,11 +208,6 @@ def train_head(model, tokenizer, kind: M.Kind, loading: M.LoadingInfo, train_lin
 
 
 def run(ctx) -> None:
-    with M.torch_threads(ctx.threads):
-        _run(ctx)
-
-
-def _run(ctx) -> None:
     import torch
 
     opts = ctx.param("source_head")

@@ -53,11 +53,6 @@ def fingerprint(E) -> str:
 
 
 def run(ctx) -> None:
-    with M.torch_threads(ctx.threads):
-        _run(ctx)
-
-
-def _run(ctx) -> None:
     import torch
 
     from vocabtransfer.init.factorize import factorize_source

@@ -56,14 +56,14 @@ STAGE_OPTIONS: dict[str, tuple[str, ...]] = {
 
 def uses_snmf(method: str) -> bool:
     """`snmf` and every `<base>+snmf` read the shared semi-NMF of the source_snmf stage."""
-    base, _, fact = method.partition("+")
+    base, fact = MN.split_method(method)
     return base == "snmf" or fact == "snmf"
 
 
 def inputs(params: dict, wildcards: dict) -> dict[str, str]:
     """The stage's input templates for these wildcards: the core inputs plus the method's own."""
     method = wildcards["method"]
-    base = method.partition("+")[0]
+    base = MN.split_method(method)[0]
     factors = {"snmf_factors": P.SOURCE_SNMF} if uses_snmf(method) else {}
     return {"source_model": P.SOURCE_MODEL, "tokenizer": P.TOKENIZER, "overlap": P.OVERLAP,
             "fasttext": P.FASTTEXT_EMB, **factors, **METHOD_INPUTS.get(base, {})}
@@ -74,7 +74,7 @@ def method_options(params: dict, method: str) -> dict:
     from vocabtransfer.init.factorize import FACTORIZATIONS
 
     section = params.get("init", {}) or {}
-    base, _, fact = method.partition("+")
+    base, fact = MN.split_method(method)
     options = {k: v for k, v in (section.get(base) or {}).items() if k not in STAGE_OPTIONS.get(base, ())}
     if fact and fact in FACTORIZATIONS:
         options["factorization"] = dict(section.get(fact) or {})
@@ -121,7 +121,7 @@ def target_rows(method: str, n_target: int, overlap_target_ids: np.ndarray, aux_
     ofa and snmf also copy special tokens that match a source special token by role; the fasttext
     stage gives special tokens no vector, so such a token outside the overlap counts as random here.
     """
-    if method.partition("+")[0] not in AUXILIARY_METHODS:
+    if MN.split_method(method)[0] not in AUXILIARY_METHODS:
         return None
     overlap = np.zeros(n_target, dtype=bool)
     overlap[np.asarray(overlap_target_ids, dtype=np.int64)] = True
@@ -157,11 +157,6 @@ def transfer_bias(source_bias, n_target: int, target_ids: np.ndarray, source_ids
 
 
 def run(ctx) -> None:
-    with M.torch_threads(ctx.threads):
-        _run(ctx)
-
-
-def _run(ctx) -> None:
     import torch
 
     from vocabtransfer.init.methods import TransferProblem, get_method

@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from vocabtransfer.pipeline import models as MN
 from vocabtransfer.pipeline import paths as P
 
 log = logging.getLogger(__name__)
@@ -72,7 +73,7 @@ METHOD_CONDITIONS = {"wechsel": wechsel_reason}
 
 
 def method_reason(params: dict, lang: str, method: str) -> str | None:
-    condition = METHOD_CONDITIONS.get(method.partition("+")[0])
+    condition = METHOD_CONDITIONS.get(MN.split_method(method)[0])
     return condition(params, lang) if condition else None
 
 
@@ -84,12 +85,12 @@ def methods(params: dict, lang: str) -> list[str]:
 def needed_by(params: dict, base: str, lang: str | None = None) -> str | None:
     """Why no init job (of `lang`, or of any language) runs method `base`: a job that only feeds
     that method is skipped for the same reason. None when one runs."""
-    if not any(m.partition("+")[0] == base for m in params["init"]["methods"]):
+    if not any(MN.split_method(m)[0] == base for m in params["init"]["methods"]):
         return f"init.methods has no {base}"
     if lang is not None:
         why = METHOD_CONDITIONS[base](params, lang) if base in METHOD_CONDITIONS else None
         return f"init {base} does not run: {why}" if why else None
-    if not any(base in {m.partition("+")[0] for m in methods(params, code)} for code in params["languages"]):
+    if not any(base in {MN.split_method(m)[0] for m in methods(params, code)} for code in params["languages"]):
         return f"no language can run init {base}"
     return None
 
@@ -102,3 +103,19 @@ def retrieval_reason(params: dict, lang: str) -> str | None:
         if not path.is_file():
             return f"no XNLI file: {path} not found (init_eval.xnli)"
     return None
+
+
+# --------------------------------------------------------------------------- the pretraining runs
+
+
+def pretrain_pairs(params: dict, lang: str | None = None) -> list[tuple[str, str]]:
+    """The (method, objective) pairs params ask for (`pretrain.methods` × `pretrain.objectives`); with
+    `lang`, those whose init method can run for that language (wechsel without a dictionary cannot)."""
+    section = params.get("pretrain") or {}
+    return [(m, o) for m in section.get("methods") or [] for o in section.get("objectives") or []
+            if lang is None or method_reason(params, lang, m) is None]
+
+
+def pretrain_runs(params: dict, lang: str | None = None) -> list[tuple[str, str, int]]:
+    """Every (method, objective, pretraining seed) continued-pretraining run params ask for."""
+    return [(m, o, s) for m, o in pretrain_pairs(params, lang) for s in MN.pretrain_seeds(params)]

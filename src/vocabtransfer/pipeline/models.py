@@ -88,21 +88,6 @@ def parse_model_name(name: str) -> Model:
     return Model(m["method"], m["objective"], int(m["pseed"]))
 
 
-def pretrain_pairs(params: dict, lang: str | None = None) -> list[tuple[str, str]]:
-    """The (method, objective) pairs params ask for (`pretrain.methods` × `pretrain.objectives`); with
-    `lang`, those whose init method can run for that language (wechsel without a dictionary cannot)."""
-    from vocabtransfer.pipeline.availability import method_reason
-
-    section = params.get("pretrain") or {}
-    return [(m, o) for m in section.get("methods") or [] for o in section.get("objectives") or []
-            if lang is None or method_reason(params, lang, m) is None]
-
-
-def pretrain_runs(params: dict, lang: str | None = None) -> list[tuple[str, str, int]]:
-    """Every (method, objective, pretraining seed) continued-pretraining run params ask for."""
-    return [(m, o, s) for m, o in pretrain_pairs(params, lang) for s in pretrain_seeds(params)]
-
-
 def init_runs(params: dict) -> list[tuple[str, int]]:
     """Every (method, pretraining seed) initialisation: pseed 1 for each init method, and the other
     pretraining seeds for the pretrained methods whose rows depend on the seed."""

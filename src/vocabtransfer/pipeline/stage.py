@@ -5,7 +5,9 @@ stage: the stages import it, and the table imports the stages (one way)."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import os
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -21,6 +23,20 @@ def launch_prefix(processes: int) -> str:
         return "vocabtransfer"
     return (f"accelerate launch --multi_gpu --num_processes {processes} --num_machines 1 --main_process_port 0 "
             "--mixed_precision no --dynamo_backend no -m vocabtransfer")
+
+
+@contextlib.contextmanager
+def torch_threads(n: int):
+    """Run the block with `n` intra-op torch threads, then restore the setting (the one place a stage's
+    torch threads are set: `run_stage`, for the stages that compute with torch)."""
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(max(1, int(n)))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
 
 
 @dataclass(frozen=True)
@@ -189,6 +205,13 @@ class Context:
 
     def param(self, dotted: str) -> Any:
         return C.get(self.params, dotted)
+
+    def torch_threads(self):
+        """A context with this job's torch threads: its --threads, shared by the data-parallel processes
+        on this node (LOCAL_WORLD_SIZE); a stage that does not compute with torch (`gpu` false) is left as is."""
+        if not self.stage.gpu:
+            return contextlib.nullcontext()
+        return torch_threads(max(1, self.threads // int(os.environ.get("LOCAL_WORLD_SIZE", "1"))))
 
     def leaf_values(self) -> dict[str, Any]:
         """The params leaves this job reads and their values."""

@@ -246,7 +246,8 @@ def run_stage(name: str, params: dict, wildcards: dict[str, str], threads: int |
     """Run one stage in-process (what `vocabtransfer <stage>` does)."""
     ctx = make_context(name, params, wildcards, threads=threads, device=device)
     module_name, func_name = ctx.stage.func.split(":")
-    getattr(importlib.import_module(module_name), func_name)(ctx)
+    with ctx.torch_threads():
+        getattr(importlib.import_module(module_name), func_name)(ctx)
     return ctx
 
 
@@ -380,7 +381,7 @@ register(Stage(
         ["pretrain.selfish.margin"] if wildcards.get("objective") == "selfish" else [])),
     code=("evaluate/gradient_scenarios.py",),
     # descriptive, on the first pretraining seed only
-    expand=lambda params: [{"method": m, "objective": o, "pseed": "1"} for m, o in MN.pretrain_pairs(params)],
+    expand=lambda params: [{"method": m, "objective": o, "pseed": "1"} for m, o in A.pretrain_pairs(params)],
     available=lambda params, wc: A.method_reason(params, wc["lang"], wc["method"]),
     parallel=True,
     gpu=True,

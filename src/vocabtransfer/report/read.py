@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from vocabtransfer import io
+from vocabtransfer.pipeline import availability as A
 from vocabtransfer.pipeline import models as MN
 from vocabtransfer.pipeline import paths as P
 
@@ -38,11 +39,11 @@ def plan(params: dict) -> Plan:
     from vocabtransfer.pipeline.stages import STAGES
 
     gradients = [(c["method"], c["objective"], int(c["pseed"])) for c in STAGES["gradient_scenarios"].combinations(params)]
-    out = Plan(languages=list(params["languages"]), pretrain=MN.pretrain_runs(params), gradients=gradients,
+    out = Plan(languages=list(params["languages"]), pretrain=A.pretrain_runs(params), gradients=gradients,
                token_frequency="token_frequency_loss" in STAGES)
     for lang in out.languages:
         out.evals[lang], out.skipped[lang] = list(eval_jobs(params, lang)), dict(skipped_tasks(params, lang))
-        out.absent[lang] = set(out.pretrain) - set(MN.pretrain_runs(params, lang))
+        out.absent[lang] = set(out.pretrain) - set(A.pretrain_runs(params, lang))
     return out
 
 

@@ -18,7 +18,7 @@ import logging
 from pathlib import Path
 
 from vocabtransfer import io
-from vocabtransfer.pipeline import models as MN
+from vocabtransfer.pipeline import availability as A
 from vocabtransfer.pipeline import paths as P
 from vocabtransfer.report import markdown as MD
 from vocabtransfer.report import tables as T
@@ -35,7 +35,7 @@ def curves_csv(lang: str) -> str:
 
 def dvc_plots(params: dict) -> dict[str, dict]:
     """Top-level DVC plot definitions: per language, the valid loss of every run against the step."""
-    models = [f"{m}-{o}" for m, o in MN.pretrain_pairs(params)]
+    models = [f"{m}-{o}" for m, o in A.pretrain_pairs(params)]
     if not models:
         return {}
     return {f"valid_loss_{lang}": {"template": "linear", "x": "step", "y": {curves_csv(lang): list(models)},

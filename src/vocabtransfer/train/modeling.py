@@ -5,7 +5,6 @@ or a path to a local directory is `vocabtransfer.train.hub` (re-exported here).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 import os
@@ -305,19 +304,6 @@ def save_model_dir(model, tokenizer, out_dir: str | os.PathLike) -> Path:
         model.save_pretrained(str(tmp))
         tokenizer.save_pretrained(str(tmp))
     return out_dir
-
-
-@contextlib.contextmanager
-def torch_threads(n: int):
-    """Run the block with `n` intra-op torch threads (a stage's --threads), then restore the setting."""
-    import torch
-
-    previous = torch.get_num_threads()
-    torch.set_num_threads(max(1, int(n)))
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -45,6 +45,7 @@ from vocabtransfer.train import modeling as M
 from vocabtransfer.train import parallel
 from vocabtransfer.train.trainer import (  # noqa: F401  (the checkpoint helpers: part of the stage's API)
     PARAMS_FILE, ROWS_FILE, _trainer_classes, check_resume_params, complete_checkpoints, model_fingerprint)
+from vocabtransfer.pipeline import availability as A
 from vocabtransfer.pipeline import models as MN
 from vocabtransfer.pipeline import paths as P
 from vocabtransfer.errors import VocabTransferError
@@ -82,7 +83,7 @@ def leaves(params: dict, wildcards: dict) -> list[str]:
 
 
 def expand(params: dict) -> list[dict[str, str]]:
-    return [{"method": m, "objective": o, "pseed": str(s)} for m, o, s in MN.pretrain_runs(params)]
+    return [{"method": m, "objective": o, "pseed": str(s)} for m, o, s in A.pretrain_runs(params)]
 
 
 BLOCKS_SCHEMA = pa.schema([("block", pa.int32()), ("loss_sum", pa.float64()), ("n_tokens", pa.int64())])
@@ -174,12 +175,6 @@ class StepCollator:
 # ---------------------------------------------------------------------------------------------
 
 def run(ctx) -> None:
-    # --threads are the job's cores: shared by the data-parallel processes on this node
-    with M.torch_threads(max(1, ctx.threads // int(os.environ.get("LOCAL_WORLD_SIZE", "1")))):
-        _run(ctx)
-
-
-def _run(ctx) -> None:
     import torch
     from transformers import PrinterCallback, TrainingArguments
 

@@ -27,6 +27,7 @@ import torch
 
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.init.factorize import FACTORIZATIONS, factorize_source
+from vocabtransfer.pipeline.models import split_method
 from vocabtransfer.init.methods.registry import METHODS, Method, TransferProblem, TransferResult
 
 log = logging.getLogger(__name__)
@@ -98,8 +99,8 @@ def factorized(base_method: Method, factorization: Literal["svd", "snmf"], *, na
 
 def resolve(name: str) -> Method:
     """`<base>+svd` / `<base>+snmf` for any registered base method (e.g. focus+svd)."""
-    base, sep, fact = name.partition("+")
-    if not sep or fact not in FACTORIZATIONS:
+    base, fact = split_method(name)
+    if fact not in FACTORIZATIONS:
         raise VocabTransferError(
             f"method {name!r}: a factorised form is <base>+<factorization> with factorization one of "
             f"{', '.join(FACTORIZATIONS)} (e.g. focus+svd)"
