@@ -126,12 +126,18 @@ def write_json(obj, path: str | os.PathLike) -> None:
         tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False, default=str) + "\n", encoding="utf-8")
 
 
-def read_json(path: str | os.PathLike) -> dict:
+def read_text(path: str | os.PathLike, missing: str) -> str:
+    """A UTF-8 file's text, or one error line: `<path>: <missing>`."""
     path = Path(path)
     if not path.is_file():
-        raise VocabTransferError(f"{path}: file not found; run the stage that produces it first")
+        raise VocabTransferError(f"{path}: {missing}")
+    return path.read_text(encoding="utf-8")
+
+
+def read_json(path: str | os.PathLike) -> dict:
+    text = read_text(path, "file not found; run the stage that produces it first")
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(text)
     except json.JSONDecodeError as exc:
         raise VocabTransferError(f"{path}: not valid JSON ({brief(exc)}); delete it and rerun its stage") from exc
 

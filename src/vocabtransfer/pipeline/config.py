@@ -30,6 +30,26 @@ def schema() -> dict:
     return yaml.safe_load(SCHEMA_PATH.read_text(encoding="utf-8"))
 
 
+def section_defaults(*path: str) -> dict:
+    """The schema's defaults of one params section (e.g. `init`, `focus` or `eval`, `tasks`, `ner`),
+    nested objects filled in as validation fills them: what a library call with partial options gets,
+    from the one place the defaults live."""
+    node = schema()
+    for key in path:
+        node = (node.get("properties") or {}).get(key) or {}
+    return _defaults_of(node)
+
+
+def _defaults_of(node: dict) -> dict:
+    out = {}
+    for key, sub in (node.get("properties") or {}).items():
+        if "default" in sub:
+            out[key] = sub["default"]
+            if isinstance(sub["default"], dict) and "properties" in sub:
+                out[key] = {**_defaults_of(sub), **sub["default"]}
+    return out
+
+
 def _with_defaults(validator_cls):
     """A validator that fills `default` values into objects as it validates them."""
     validate_props = validator_cls.VALIDATORS["properties"]
@@ -130,11 +150,11 @@ def merge_overlay(base: Any, overlay: Any) -> Any:
 
 def read_yaml(path: str | Path) -> Any:
     """A YAML file's content, or one error line naming the file."""
-    path = Path(path)
-    if not path.is_file():
-        raise VocabTransferError(f"{path}: params file not found; run from the repository root or pass --params")
+    from vocabtransfer.io import read_text
+
+    text = read_text(path, "params file not found; run from the repository root or pass --params")
     try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
+        return yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise VocabTransferError(f"{path}: not valid YAML: {str(exc).splitlines()[0]}") from exc
 

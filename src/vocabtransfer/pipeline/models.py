@@ -38,7 +38,7 @@ def seeded(method: str) -> bool:
 
 def pretrain_seeds(params: dict) -> list[int]:
     """1..pretrain.seeds."""
-    return list(range(1, int((params.get("pretrain") or {}).get("seeds", 1)) + 1))
+    return list(range(1, int(params["pretrain"]["seeds"]) + 1))
 
 
 def init_pseed(method: str, pseed: int | str) -> int:

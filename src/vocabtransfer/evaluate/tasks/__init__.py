@@ -150,7 +150,11 @@ def task_class(name: str) -> type[Task]:
 
 
 def get_task(name: str, options: dict) -> Task:
-    return task_class(name)(options)
+    """The task with `options` (params `eval.tasks.<name>`) over the schema's defaults of that section."""
+    from vocabtransfer.pipeline.config import section_defaults
+
+    cls = task_class(name)
+    return cls({**section_defaults("eval", "tasks", name), **(options or {})})
 
 
 # --- data sources -----------------------------------------------------------------------------

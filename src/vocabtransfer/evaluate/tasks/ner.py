@@ -159,7 +159,7 @@ class NER(Task):
 
     def trivial(self, splits) -> dict:
         """`O` for every word: no entity predicted (seqeval F1 0 whenever the test split has entities)."""
-        strict = bool(self.options.get("strict", False))
+        strict = bool(self.options["strict"])
         gold = [ex["tags"] for ex in splits.test]
         f1 = seqeval_scores(gold, [["O"] * len(g) for g in gold], strict)["f1"]
         counts = [sentence_counts(g, ["O"] * len(g), strict) for g in gold]
@@ -168,7 +168,7 @@ class NER(Task):
                              "n_pred": [c[1] for c in counts], "n_gold": [c[2] for c in counts]}}
 
     def evaluate(self, trainer, examples: list[dict], tokenizer, labels: list[str]) -> Evaluation:
-        strict = bool(self.options.get("strict", False))
+        strict = bool(self.options["strict"])
         enc = self._encode(examples, tokenizer)
         feats = [{k: enc[k][i] for k in enc.keys()} for i in range(len(examples))]
         logits = trainer.predict(feats).predictions  # (N, L, C), padded across batches

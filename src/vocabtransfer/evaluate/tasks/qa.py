@@ -61,7 +61,7 @@ class QA(Task):
             if not answers:
                 missing += 1
                 continue
-            cluster = context if self.options.get("cluster", "article") == "context" else title
+            cluster = context if self.options["cluster"] == "context" else title
             examples.append({"id": str(qa["id"]), "group": title, "cluster": cluster, "context": context,
                              "question": qa["question"], "answers": answers})
         if missing:
@@ -73,7 +73,7 @@ class QA(Task):
             out = []
             for i, row in enumerate(source.rows):
                 require_columns(source, row, ("id", "context", "question", "answers"))
-                if self.options.get("cluster", "article") == "article" and not row.get("title"):
+                if self.options["cluster"] == "article" and not row.get("title"):
                     raise VocabTransferError(
                         f"{source.name}: row {i} has no `title` ({source.key}): the article is the cluster of the "
                         "bootstrap and the split unit; add the column or set eval.tasks.qa.cluster: context")

@@ -179,11 +179,7 @@ def _combine(weights: torch.Tensor, idx: torch.Tensor, anchors: torch.Tensor) ->
 
 
 def focus_embeddings(
-    source_embeddings: torch.Tensor,
-    target_ids_overlap,
-    source_ids_overlap,
-    auxiliary,
-    auxiliary_mask,
+    source_embeddings: torch.Tensor, target_ids_overlap, source_ids_overlap, auxiliary, auxiliary_mask,
     target_size: int,
     seed: int = 42,
     device: str | torch.device = "cpu",

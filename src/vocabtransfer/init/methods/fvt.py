@@ -28,15 +28,8 @@ from tokenizers import Tokenizer
 
 from vocabtransfer.init.methods.registry import TransferProblem, TransferResult, register
 from vocabtransfer.init.methods.options import merged
-from vocabtransfer.init.methods.baselines import (
-    SPECIAL_NO_SOURCE,
-    Ledger,
-    copy_overlap,
-    random_matrix,
-    source_matrix,
-    token_surfaces,
-    tokenizer_markers,
-)
+from vocabtransfer.init.methods.baselines import (SPECIAL_NO_SOURCE, Ledger, copy_overlap, random_matrix,
+    source_matrix, token_surfaces, tokenizer_markers)
 
 log = logging.getLogger(__name__)
 

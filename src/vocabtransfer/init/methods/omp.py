@@ -170,11 +170,7 @@ def sparse_rows(idx: torch.Tensor, coef: torch.Tensor, valid: torch.Tensor, n: i
 
 
 def omp_embeddings(
-    source_embeddings: torch.Tensor,
-    target_ids_overlap,
-    source_ids_overlap,
-    auxiliary,
-    auxiliary_mask,
+    source_embeddings: torch.Tensor, target_ids_overlap, source_ids_overlap, auxiliary, auxiliary_mask,
     target_size: int,
     *,
     k: int = 64,

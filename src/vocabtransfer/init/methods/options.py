@@ -22,20 +22,9 @@ log = logging.getLogger(__name__)
 
 @lru_cache(maxsize=None)
 def _schema_defaults(name: str) -> dict:
-    from vocabtransfer.pipeline.config import schema
+    from vocabtransfer.pipeline.config import section_defaults
 
-    return _defaults_of(schema()["properties"]["init"]["properties"].get(name) or {})
-
-
-def _defaults_of(node: dict) -> dict:
-    """The defaults of an object schema, nested objects filled in as the params validation fills them."""
-    out = {}
-    for key, sub in (node.get("properties") or {}).items():
-        if "default" in sub:
-            out[key] = sub["default"]
-            if isinstance(sub["default"], dict) and "properties" in sub:
-                out[key] = {**_defaults_of(sub), **sub["default"]}
-    return out
+    return section_defaults("init", name)
 
 
 def defaults(name: str) -> dict:

@@ -40,14 +40,8 @@ import torch
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.init.methods.registry import TransferProblem, TransferResult, register
 from vocabtransfer.init.methods.options import integer, merged, number
-from vocabtransfer.init.methods.baselines import (
-    SPECIAL_NO_SOURCE,
-    Ledger,
-    copy_overlap,
-    random_matrix,
-    source_matrix,
-    token_surfaces,
-)
+from vocabtransfer.init.methods.baselines import (SPECIAL_NO_SOURCE, Ledger, copy_overlap, random_matrix,
+    source_matrix, token_surfaces)
 
 log = logging.getLogger(__name__)
 
