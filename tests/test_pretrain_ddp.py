@@ -70,7 +70,7 @@ def launch(root: Path, processes: int, objective: str = "selfish") -> subprocess
     the Snakemake rule runs for pretrain.processes = N > 1), one thread per process, a free port."""
     env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     cmd = [sys.executable, "-m", "accelerate.commands.launch", *launch_args(processes), "pretrain", "--lang", "sw",
-           "--method", "focus", "--objective", objective, "--params", "params.yaml", "--threads", "1"]
+           "--method", "focus", "--objective", objective, "--pseed", "1", "--params", "params.yaml", "--threads", "1"]
     return subprocess.Popen(cmd, cwd=root, env=env, start_new_session=True, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
 
@@ -132,7 +132,7 @@ def test_ddp_killed_after_a_checkpoint_and_resumed_equals_uninterrupted(ddp_runs
     project(tmp_path, tiny_model(kind, len(tokenizers[kind])), tokenizers[kind], batch_size=4, processes=2,
             keep_checkpoints=True, **STEPS)
     proc = launch(tmp_path, 2)
-    ckpt = tmp_path / "checkpoints/sw/pretrain/focus/selfish"
+    ckpt = tmp_path / "checkpoints/sw/pretrain/focus/selfish/pseed1"
     deadline = time.time() + 300
     while not list(ckpt.glob(f"checkpoint-*/{PT.ROWS_FILE}")):
         assert proc.poll() is None, proc.stdout.read()[-4000:]
