@@ -91,13 +91,13 @@ def test_cuda_selfish_skips_blocks_nobody_keeps(path):
     labels = torch.randint(0, 64, (n,), generator=g).cuda()
     hidden, weight = hidden.cuda().requires_grad_(True), weight.cuda().requires_grad_(True)
     seen = []
-    real = T._runs
-    T._runs = lambda alive, vocab: seen.append(real(alive, vocab)) or seen[-1]
+    real = T.kept_runs
+    T.kept_runs = lambda alive, tile, vocab: seen.append(real(alive, tile, vocab)) or seen[-1]
     try:
         loss = L.linear_objective_loss(hidden, weight, labels, objective="selfish")
         dh, dw = torch.autograd.grad(loss, (hidden, weight))
     finally:
-        T._runs = real
+        T.kept_runs = real
     ref = L.objective_loss("selfish", hidden @ weight.T, labels)
     rh, rw = torch.autograd.grad(ref, (hidden, weight))
     close(loss, ref, torch.float32, "loss")

@@ -36,6 +36,7 @@ import torch
 import torch.nn.functional as F
 
 from vocabtransfer.errors import VocabTransferError
+from vocabtransfer.train.tiles import kept_runs
 
 Reduction = Literal["none", "sum", "mean"]
 OBJECTIVE_NAMES = ("standard", "selfish")  # the registry (losses.OBJECTIVES) maps names to these kernels
@@ -125,17 +126,7 @@ def _runs(kept_columns: torch.Tensor, tile: int) -> list[tuple[int, int]]:
     """Column ranges covering the tiles with a kept column (all columns when most tiles have one)."""
     vocab = kept_columns.shape[0]
     tiles = -(-vocab // tile)
-    alive = F.pad(kept_columns, (0, tiles * tile - vocab)).view(tiles, tile).any(1).tolist()
-    if sum(alive) * 4 >= 3 * tiles:
-        return [(0, vocab)]
-    out: list[tuple[int, int]] = []
-    for t, on in enumerate(alive):
-        start, end = t * tile, min(vocab, (t + 1) * tile)
-        if on and out and out[-1][1] == start:
-            out[-1] = (out[-1][0], end)
-        elif on:
-            out.append((start, end))
-    return out
+    return kept_runs(F.pad(kept_columns, (0, tiles * tile - vocab)).view(tiles, tile).any(1).tolist(), tile, vocab)
 
 
 def chunked_pass(hidden, weight, bias, labels, margin: float, row_weight=1.0, need_grad: bool = True):

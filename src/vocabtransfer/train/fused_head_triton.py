@@ -24,6 +24,8 @@ import math
 
 import torch
 
+from vocabtransfer.train.tiles import kept_runs
+
 try:  # optional: CPU code never imports this module, and CUDA code runs without Triton
     import triton
     import triton.language as tl
@@ -81,20 +83,6 @@ if triton is not None:
                     tl.atomic_max(ALIVE + start // BLOCK, tl.max(keep.to(tl.int32), 0))
 
 
-def _runs(alive: list[int], vocab: int) -> list[tuple[int, int]]:
-    """Column ranges of the flagged blocks (all columns when most blocks are flagged)."""
-    if sum(alive) * 4 >= 3 * len(alive):
-        return [(0, vocab)]
-    out: list[tuple[int, int]] = []
-    for b, on in enumerate(alive):
-        start, end = b * BLOCK, min(vocab, (b + 1) * BLOCK)
-        if on and out and out[-1][1] == start:
-            out[-1] = (out[-1][0], end)
-        elif on:
-            out.append((start, end))
-    return out
-
-
 def fused_pass(hidden, weight, bias, labels, margin: float, row_weight=1.0, need_grad: bool = True):
     """`fused_head.chunked_pass` on CUDA: the same results, steps 1-3 of the module docstring."""
     n, vocab = hidden.shape[0], weight.shape[0]
@@ -134,7 +122,7 @@ def fused_pass(hidden, weight, bias, labels, margin: float, row_weight=1.0, need
         if not need_grad:
             continue
         # 3. the gradient products over the column ranges with a kept entry
-        runs = _runs(alive.tolist(), vocab) if track else [(0, vocab)]
+        runs = kept_runs(alive.tolist(), BLOCK, vocab) if track else [(0, vocab)]
         track = track and runs != [(0, vocab)]
         out = dh[s:e]
         if len(runs) == 1 and runs[0] == (0, vocab):
