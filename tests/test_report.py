@@ -326,3 +326,24 @@ def test_cli_runs_the_stage(tmp_path, monkeypatch):
     for name, template in STAGES["report"].outputs.items():
         assert (tmp_path / template).exists(), name
     assert (tmp_path / P.REPORT).read_text().startswith("# vocabtransfer: report\n\n")
+
+
+def test_a_difference_whose_interval_alone_excludes_zero_is_said_apart_from_a_win():
+    """Holm can reject what the uncorrected interval suggests: such a row is neither better nor plain
+    'no detectable difference' but says so, in the tables and in the verdict."""
+    from vocabtransfer.evaluate.stats import Difference
+    from vocabtransfer.report.tables import NO_DIFFERENCE, NOT_AFTER_CORRECTION, Family, Row
+    from vocabtransfer.report.verdict import family_sentence
+
+    def diff(low, high, adjusted):
+        return Difference(diff=(low + high) / 2, low=low, high=high, p_value=0.01, n_pseeds=3, n_fseeds=1,
+                          n_clusters=40, adjusted_p=adjusted)
+
+    kept, lost, flat = (Row("a − random", "qa", diff(1.0, 3.0, 0.02)), Row("b − random", "qa", diff(0.5, 2.0, 0.09)),
+                        Row("c − random", "qa", diff(-1.0, 2.0, 0.5)))
+    assert (kept.status(0.05), lost.status(0.05), flat.status(0.05)) == ("better", NOT_AFTER_CORRECTION, NO_DIFFERENCE)
+    assert lost.better(0.05) is None
+    sentence = family_sentence(Family("qa: method − random", "", [kept, lost, flat]), "qa", 0.05, "qa")
+    assert "better: a − random +2.0 [+1.0, +3.0]" in sentence
+    assert f"{NOT_AFTER_CORRECTION}: b − random +1.2 [+0.5, +2.0]" in sentence
+    assert f"{NO_DIFFERENCE}: c − random +0.5 [-1.0, +2.0]" in sentence

@@ -196,11 +196,11 @@ def family_section(family: Family, settings: Settings) -> list[str]:
         if r.diff is None:
             rows.append([r.label, r.measure, "–", "–", "–", r.note or "no paired runs"])
             continue
-        verdict = {True: "better", False: "worse", None: "no detectable difference"}[r.better(alpha)]
+        verdict = r.status(alpha)
         digits = 1 if r.measure in ("nli", "qa", "ner") else 3
         rows.append([r.label, r.measure, number(r.diff, digits), f"{r.diff.p_value:.3g}",
                      f"{r.diff.adjusted_p:.3g}" if r.diff.adjusted_p is not None else "–",
-                     f"{'✱ ' if verdict != 'no detectable difference' else ''}{verdict} ({seeds_text(r.diff)}, "
+                     f"{'✱ ' if r.better(alpha) is not None else ''}{verdict} ({seeds_text(r.diff)}, "
                      f"{r.diff.n_clusters} clusters)"])
     lines.append(md_table(["comparison", "measure", "difference [interval]", "p", "adjusted p", "verdict"], rows))
     lines += ["", family.description + " ✱: the interval excludes zero and the difference survives the "

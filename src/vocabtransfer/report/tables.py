@@ -45,6 +45,10 @@ class Settings:
         return S.nested_bootstrap(a, b, resamples=self.resamples, seed=self.seed, confidence=self.confidence)
 
 
+NO_DIFFERENCE = "no detectable difference"
+NOT_AFTER_CORRECTION = "interval excludes zero, but not after the correction"
+
+
 @dataclass
 class Row:
     """One comparison: `label` (what is compared), `measure` (on what) and B − A."""
@@ -60,6 +64,14 @@ class Row:
         if self.diff is None or not self.diff.survives(alpha):
             return None
         return (self.diff.diff < 0) == self.lower_is_better
+
+    def status(self, alpha: float, better: str = "better", worse: str = "worse") -> str:
+        """`better` / `worse` where the difference survives the correction; NOT_AFTER_CORRECTION where only
+        the uncorrected interval excludes zero; else NO_DIFFERENCE."""
+        verdict = self.better(alpha)
+        if verdict is not None:
+            return better if verdict else worse
+        return NOT_AFTER_CORRECTION if self.diff is not None and self.diff.excludes_zero else NO_DIFFERENCE
 
 
 @dataclass

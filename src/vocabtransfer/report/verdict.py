@@ -1,13 +1,14 @@
 """`## Verdict`: a few sentences per language, written from the comparison families (report.tables),
 never typed. A difference counts as a win or a loss only when its interval excludes zero and it
-survives the correction over its family; every other one is "no detectable difference". Every
+survives the correction over its family; every other one is "no detectable difference" (said apart
+when its interval alone excludes zero but the corrected p-value does not pass). Every
 number carries its interval `[lo, hi]` and the seeds behind it; tasks no model learns are named
 as such and take no part.
 """
 
 from __future__ import annotations
 
-from vocabtransfer.report.tables import Family, Row, Settings, seeds_text
+from vocabtransfer.report.tables import NO_DIFFERENCE, NOT_AFTER_CORRECTION, Family, Row, Settings, seeds_text
 
 
 def number(d, digits: int) -> str:
@@ -36,12 +37,10 @@ def family_sentence(family: Family, measure: str, alpha: float, what: str) -> st
     rows = [r for r in family.rows if r.measure == measure and r.diff is not None]
     if not rows:
         return None
-    better = [r for r in rows if r.better(alpha) is True]
-    worse = [r for r in rows if r.better(alpha) is False]
-    unclear = [r for r in rows if r.better(alpha) is None]
     shared = _seeds(rows)
     parts = []
-    for name, group in (("better", better), ("worse", worse), ("no detectable difference", unclear)):
+    for name in ("better", "worse", NOT_AFTER_CORRECTION, NO_DIFFERENCE):
+        group = [r for r in rows if r.status(alpha) == name]
         if group:
             parts.append(f"{name}: " + "; ".join(_listing(group, shared is None)))
     return f"**{what}**" + (f" ({shared})" if shared else "") + ": " + ". ".join(parts) + "."
@@ -56,7 +55,7 @@ def selfish_sentences(family: Family, alpha: float) -> list[str]:
         other = [r for r in rows if not r.measure.startswith("b")]
         parts = []
         for r in other:
-            verdict = {True: "helps", False: "costs", None: "no detectable difference"}[r.better(alpha)]
+            verdict = r.status(alpha, "helps", "costs")
             parts.append(f"{r.measure} {number(r.diff, _digits(r.measure))} ({verdict}; {seeds_text(r.diff)})")
         helps = [r for r in buckets if r.better(alpha) is True]
         costs = [r for r in buckets if r.better(alpha) is False]
@@ -68,9 +67,12 @@ def selfish_sentences(family: Family, alpha: float) -> list[str]:
                          + (("lower loss (helps) in " + names(helps)) if helps else "no bucket with a detectably lower loss"))
             if costs:
                 parts.append("higher loss (costs) in " + names(costs))
+            uncorrected = sum(r.status(alpha) == NOT_AFTER_CORRECTION for r in buckets)
             flat = len(buckets) - len(helps) - len(costs)
             if flat:
-                parts.append(f"no detectable difference in {flat} of {len(buckets)} frequency buckets")
+                parts.append(f"no detectable difference in {flat} of {len(buckets)} frequency buckets"
+                             + (f" ({uncorrected} of them with an interval excluding zero before the correction)"
+                                if uncorrected else ""))
         if parts:
             out.append(f"**selfish − standard, {method}**: " + "; ".join(parts) + ".")
     return out
@@ -111,7 +113,8 @@ def section(per_language: dict[str, tuple[list[Family], dict]], settings: Settin
              f"Computed from the tables below: each difference with its {100 * settings.confidence:g} % nested "
              f"bootstrap interval; \"better\"/\"worse\" only where the interval excludes zero and the difference "
              f"survives the {'Holm' if settings.correction == 'holm' else 'Benjamini–Hochberg'} correction over its "
-             "table; otherwise \"no detectable difference\".", ""]
+             "table; otherwise \"no detectable difference\", or \"interval excludes zero, but not after the "
+             "correction\".", ""]
     for lang, (families, status) in per_language.items():
         lines += language_verdict(lang, families, status, settings)
     return lines
