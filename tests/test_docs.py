@@ -14,8 +14,8 @@ from vocabtransfer.pipeline import config as C
 from vocabtransfer.pipeline import params_doc
 
 DOCS = REPO / "docs"
-PAGES = [REPO / "README.md"] + sorted(DOCS.glob("*.md")) + [DOCS / "study" / "report.md"]
 STUDY = DOCS / "study" / "report.md"  # the committed result of config/study.yaml
+PAGES = [REPO / "README.md"] + sorted(DOCS.glob("*.md")) + [STUDY]
 # what a JSON Schema node of params.schema.yaml may say; anything else is a typo, or a flow mapping
 # `{…, description: a, b}` whose unquoted comma made `b` a key of its own
 KEYWORDS = {"$schema", "$defs", "$ref", "title", "description", "type", "properties", "additionalProperties",

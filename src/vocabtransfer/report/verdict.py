@@ -39,8 +39,9 @@ def family_sentence(family: Family, measure: str, alpha: float, what: str) -> st
         return None
     shared = _seeds(rows)
     parts = []
+    states = [r.status(alpha) for r in rows]
     for name in ("better", "worse", NOT_AFTER_CORRECTION, NO_DIFFERENCE):
-        group = [r for r in rows if r.status(alpha) == name]
+        group = [r for r, state in zip(rows, states) if state == name]
         if group:
             parts.append(f"{name}: " + "; ".join(_listing(group, shared is None)))
     return f"**{what}**" + (f" ({shared})" if shared else "") + ": " + ". ".join(parts) + "."
@@ -57,8 +58,9 @@ def selfish_sentences(family: Family, alpha: float) -> list[str]:
         for r in other:
             verdict = r.status(alpha, "helps", "costs")
             parts.append(f"{r.measure} {number(r.diff, _digits(r.measure))} ({verdict}; {seeds_text(r.diff)})")
-        helps = [r for r in buckets if r.better(alpha) is True]
-        costs = [r for r in buckets if r.better(alpha) is False]
+        states = [r.status(alpha, "helps", "costs") for r in buckets]
+        helps = [r for r, state in zip(buckets, states) if state == "helps"]
+        costs = [r for r, state in zip(buckets, states) if state == "costs"]
         if buckets:
             def names(rs):
                 return ", ".join(f"{r.measure.split(' ')[0]} {number(r.diff, 3)}" for r in rs)
@@ -67,7 +69,7 @@ def selfish_sentences(family: Family, alpha: float) -> list[str]:
                          + (("lower loss (helps) in " + names(helps)) if helps else "no bucket with a detectably lower loss"))
             if costs:
                 parts.append("higher loss (costs) in " + names(costs))
-            uncorrected = sum(r.status(alpha) == NOT_AFTER_CORRECTION for r in buckets)
+            uncorrected = states.count(NOT_AFTER_CORRECTION)
             flat = len(buckets) - len(helps) - len(costs)
             if flat:
                 parts.append(f"no detectable difference in {flat} of {len(buckets)} frequency buckets"
