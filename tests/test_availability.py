@@ -63,6 +63,8 @@ def test_corpus_only_language_has_every_job_that_needs_nothing_more(shared_data,
         *(f"xx: skipping 4 finetune_eval jobs: {task} random-standard-pseed1 1, {task} fvt-standard-pseed1 1, {task} "
           f"wechsel-standard-pseed1 1, … 1 more (no data for 'xx': eval.tasks.{task}.data has no entry 'xx')"
           for task in ("nli", "qa", "ner")),
+        *(f"xx: skipping floor {task} (no data for 'xx': eval.tasks.{task}.data has no entry 'xx')"
+          for task in ("nli", "qa", "ner")),
         f"xx: skipping gradient_scenarios wechsel standard pseed1 ({no_dictionary})",
     ]
     # dvc.yaml: the same plan

@@ -1,6 +1,7 @@
 """The report renders from small hand-made result files that follow the stage contracts: the verdict
-first, comparisons with nested bootstrap intervals recomputed here from the same files, tasks no
-model learns greyed, figures byte-identical on a second render."""
+first, comparisons with nested intervals recomputed here from the same files, tasks no model
+learns (against their floor) greyed, too few clusters or seeds said as such, figures byte-identical
+on a second render."""
 
 from __future__ import annotations
 
@@ -31,10 +32,11 @@ N = 60  # test examples per task
 BLOCKS = 20  # held-out blocks of the valid loss
 PARAMS = {"languages": list(LANGS), "seed": 42, "source_model": "sentence-transformers/all-MiniLM-L6-v2",
           "init": {"methods": list(METHODS)}, "pretrain": {"steps": 20},
-          "report": {"bootstrap_resamples": 2000, "confidence": 0.95, "correction": "holm"}}
+          "report": {"bootstrap_resamples": 2000, "confidence": 0.95, "correction": "holm", "min_clusters": 10}}
 TASKS_OF = {"sw": ("nli", "qa", "ner"), "de": ("nli", "qa")}  # de has no NER data
 # examples right per run: focus well above random on qa and ner; nli: every model is the majority class
 RIGHT = {"random": 20, "focus": 40, "source": 45}
+FLOOR_RIGHT = {"nli": 20, "qa": 10, "ner": 0}  # the floor: the majority class on nli, below every model elsewhere
 
 
 def write(root: Path, template: str, obj, **wc) -> Path:
@@ -52,31 +54,37 @@ def write(root: Path, template: str, obj, **wc) -> Path:
 def eval_result(task: str, method: str, objective: str | None, pseed: int | None, seed: int) -> dict:
     ids = [f"{task}-{i}" for i in range(N)]
     c = RIGHT[method] + (pseed or 0) - (1 if objective == "selfish" else 0)
-    if task == "ner":  # one gold entity per sentence, found in the first c
-        examples = {"ids": ids, "tp": [1] * c + [0] * (N - c), "n_pred": [1] * N, "n_gold": [1] * N}
-        trivial = {"name": "all O", "value": 0.0, "examples": {"ids": ids, "tp": [0] * N, "n_pred": [0] * N,
-                                                               "n_gold": [1] * N}}
-        metric, metrics = "f1", {"f1": 100 * c / N}
-    elif task == "qa":
-        examples = {"ids": ids, "score": [100.0] * c + [0.0] * (N - c)}
-        trivial = {"name": "empty answer", "value": 0.0, "examples": {"ids": ids, "score": [0.0] * N}}
-        metric, metrics = "f1", {"f1": 100 * c / N}
-    else:  # nli: everyone predicts the majority class, right on the first 20
-        examples = {"ids": ids, "score": [1] * 20 + [0] * (N - 20)}
-        trivial = {"name": "majority class", "value": 100 * 20 / N, "examples": dict(examples)}
-        metric, metrics = "accuracy", {"accuracy": 100 * 20 / N}
-    examples["clusters"] = [f"{task}-c{i // 3}" for i in range(N)]  # three examples per cluster
+    examples, metric = task_examples(task, c), "accuracy" if task == "nli" else "f1"
     model = MN.SOURCE if method == MN.SOURCE else MN.model_name(method, objective, pseed)
     return {"task": task, "model": model, "method": method, "objective": objective, "pseed": pseed, "seed": seed,
-            "metric": metric, "metrics": metrics, "n_train": 100, "n_test": N, "examples": examples,
-            "trivial": trivial, "skipped": {}}
+            "metric": metric, "metrics": {metric: 100 * c / N}, "n_train": 100, "n_test": N, "examples": examples,
+            "skipped": {}}
+
+
+def task_examples(task: str, c: int) -> dict:
+    """Per-example results right on the first c of N test examples, three examples per cluster."""
+    ids = [f"{task}-{i}" for i in range(N)]
+    if task == "ner":  # one gold entity per sentence, found in the first c
+        examples = {"ids": ids, "tp": [1] * c + [0] * (N - c), "n_pred": [1] * c + [0] * (N - c), "n_gold": [1] * N}
+    elif task == "qa":
+        examples = {"ids": ids, "score": [100.0] * c + [0.0] * (N - c)}
+    else:  # nli: everyone predicts the majority class, right on the first 20
+        examples = {"ids": ids, "score": [1] * 20 + [0] * (N - 20)}
+    return {**examples, "clusters": [f"{task}-c{i // 3}" for i in range(N)]}
+
+
+def floor_result(task: str) -> dict:
+    c = FLOOR_RIGHT[task]
+    name = {"nli": "majority class", "qa": "sliding window (2-word span)", "ner": "training lexicon"}[task]
+    return {"task": task, "metric": "accuracy" if task == "nli" else "f1", "name": name, "value": 100 * c / N,
+            "n_train": 100, "n_test": N, "examples": task_examples(task, c)}
 
 
 def block_losses(method: str, objective: str, pseed: int) -> tuple[np.ndarray, np.ndarray]:
     """Per-block loss sums with 10 tokens a block: focus 1.0 below random, selfish 0.1 above standard."""
     rng = np.random.default_rng(100 * pseed + METHODS.index(method) + 10 * OBJECTIVES.index(objective))
     per_token = 6.0 - (1.0 if method == "focus" else 0.0) + (0.1 if objective == "selfish" else 0.0)
-    per_token = per_token + 0.05 * rng.standard_normal(BLOCKS) + 0.01 * pseed
+    per_token = per_token + 0.02 * rng.standard_normal(BLOCKS) + 0.01 * pseed
     return 10 * per_token, np.full(BLOCKS, 10)
 
 
@@ -145,6 +153,7 @@ def make_results(root: Path, langs=LANGS, with_evals: bool = True) -> RD.Plan:
         models = [(MN.SOURCE, None, None)] + [(m, o, s) for m in METHODS for o in ("init",) + OBJECTIVES
                                               for s in PSEEDS]
         for task in TASKS_OF[lang]:
+            write(root, P.EVAL_FLOOR, floor_result(task), lang=lang, task=task)
             for m, o, s in models:
                 for seed in FSEEDS:
                     result = eval_result(task, m, o, s, seed)
@@ -180,7 +189,7 @@ def cells(text: str, *first: str) -> list[str]:
 
 
 def recomputed(root: Path, lang: str, task: str, a: str, b: str) -> S.Difference:
-    """The nested bootstrap of b − a straight from the eval JSONs (what the report must show)."""
+    """The nested interval of b − a straight from the eval JSONs (what the report must show)."""
     def runs(group):
         results = {}
         for path in (root / f"results/{lang}/eval/{task}").glob(f"{group}-pseed*/seed*.json"):
@@ -188,7 +197,7 @@ def recomputed(root: Path, lang: str, task: str, a: str, b: str) -> S.Difference
             results[(model.pseed, int(path.stem.removeprefix("seed")))] = json.loads(path.read_text())
         return S.Runs.from_results(task, results)
 
-    return S.nested_bootstrap(runs(a), runs(b), resamples=2000, seed=42, confidence=0.95)
+    return S.nested_interval(runs(a), runs(b), resamples=2000, seed=42, confidence=0.95)
 
 
 def test_the_report_opens_with_the_verdict(rendered):
@@ -232,12 +241,14 @@ def test_comparison_tables_show_the_recomputed_intervals(rendered):
     root, _, text = rendered
     comparisons = section(section(text, "## sw"), "### Comparisons")
     qa = section(comparisons, "#### qa: method − random")
-    for objective in ("init", "standard", "selfish"):
-        d = recomputed(root, "sw", "qa", f"random-{objective}", f"focus-{objective}")
+    objectives = ("init", "standard", "selfish")
+    diffs = [recomputed(root, "sw", "qa", f"random-{o}", f"focus-{o}") for o in objectives]
+    for objective, d, adjusted in zip(objectives, diffs, S.correct([d.p_value for d in diffs], "holm")):
         row = cells(qa, f"focus − random ({objective})", "qa")
         assert row[2] == f"{d.diff:+.1f} [{d.low:+.1f}, {d.high:+.1f}]"
         assert row[5].startswith("✱ better (3 pretraining × 2 fine-tuning seeds, 20 clusters)")
-        assert float(row[4]) == pytest.approx(min(1.0, 3 * float(row[3])), rel=0.01)  # Holm over 3 rows
+        assert float(row[3]) == pytest.approx(d.p_value, rel=0.01)
+        assert float(row[4]) == pytest.approx(adjusted, rel=0.01)  # Holm over the table's 3 rows
     assert "#### nli: method − random" not in comparisons  # not learned: never compared
     valid = section(comparisons, "#### Valid loss after pretraining: method − random")
     assert cells(valid, "focus − random (selfish)", "valid loss")[5].startswith("✱ better (3 pretraining seeds")
@@ -251,9 +262,12 @@ def test_downstream_tables_grey_what_is_not_learned(rendered):
     down = section(section(text, "## sw"), "### Downstream tasks")
     nli = section(down, "#### nli (accuracy) — not learned at these sizes")
     assert "**" not in nli and cells(nli, "focus-standard")[1].startswith('<span style="color:gray">33.3')
-    assert "Trivial predictor (majority class): 33.3" in nli
+    assert "Floor (majority class, no model: always the most frequent training label): 33.3" in nli
+    assert cells(nli, "floor: majority class")[1] == "33.3"
     qa = section(down, "#### qa (f1)")
     assert cells(qa, "source")[1].startswith("**75.0 [")  # the best score in bold
+    assert cells(qa, "floor: sliding window (2-word span)")[1] == "16.7"
+    assert cells(qa, "random-init")[2].startswith("+20.0 [")  # 21–23 of 60 right (mean 22) against the floor's 10
     assert cells(qa, "focus-standard")[3] == "3 pretraining × 2 fine-tuning seeds"
     de = section(text, "## de")
     assert "#### ner" not in de and "#### qa (f1)" in de
@@ -285,6 +299,7 @@ def test_figures_curves_and_metrics_are_reproducible(rendered, tmp_path):
     assert lines[0] == "step,focus-selfish,focus-standard,random-selfish,random-standard"
     metrics = json.loads((root / P.REPORT_METRICS).read_text())
     assert metrics["sw"]["learned"] == {"nli": False, "qa": True, "ner": True}
+    assert metrics["sw"]["floor"] == {"nli": pytest.approx(100 / 3, abs=1e-4), "qa": pytest.approx(100 / 6, abs=1e-4), "ner": 0.0}
     assert metrics["sw"]["eval"]["qa"]["focus-standard"] == pytest.approx(100 * 42 / N)  # mean of 41, 42, 43 right
 
 
@@ -332,7 +347,7 @@ def test_a_difference_whose_interval_alone_excludes_zero_is_said_apart_from_a_wi
     """Holm can reject what the uncorrected interval suggests: such a row is neither better nor plain
     'no detectable difference' but says so, in the tables and in the verdict."""
     from vocabtransfer.evaluate.stats import Difference
-    from vocabtransfer.report.tables import NO_DIFFERENCE, NOT_AFTER_CORRECTION, Family, Row
+    from vocabtransfer.report.tables import NO_DIFFERENCE, NOT_AFTER_CORRECTION, Family, Row, Settings
     from vocabtransfer.report.verdict import family_sentence
 
     def diff(low, high, adjusted):
@@ -341,9 +356,49 @@ def test_a_difference_whose_interval_alone_excludes_zero_is_said_apart_from_a_wi
 
     kept, lost, flat = (Row("a − random", "qa", diff(1.0, 3.0, 0.02)), Row("b − random", "qa", diff(0.5, 2.0, 0.09)),
                         Row("c − random", "qa", diff(-1.0, 2.0, 0.5)))
-    assert (kept.status(0.05), lost.status(0.05), flat.status(0.05)) == ("better", NOT_AFTER_CORRECTION, NO_DIFFERENCE)
-    assert lost.better(0.05) is None
-    sentence = family_sentence(Family("qa: method − random", "", [kept, lost, flat]), "qa", 0.05, "qa")
+    settings = Settings(2000, 0.95, "holm", 0, min_clusters=30)
+    assert [r.status(settings) for r in (kept, lost, flat)] == ["better", NOT_AFTER_CORRECTION, NO_DIFFERENCE]
+    assert lost.better(settings) is None
+    sentence = family_sentence(Family("qa: method − random", "", [kept, lost, flat]), "qa", settings, "qa")
     assert "better: a − random +2.0 [+1.0, +3.0]" in sentence
     assert f"{NOT_AFTER_CORRECTION}: b − random +1.2 [+0.5, +2.0]" in sentence
     assert f"{NO_DIFFERENCE}: c − random +0.5 [-1.0, +2.0]" in sentence
+
+
+def test_too_few_clusters_or_a_single_run_get_no_word():
+    """A difference on fewer clusters than report.min_clusters, or on one pretraining and one fine-tuning
+    run, is neither better nor worse, whatever its interval: the verdict says what is missing."""
+    from vocabtransfer.evaluate.stats import Difference
+    from vocabtransfer.report.tables import Family, Row, Settings
+    from vocabtransfer.report.verdict import family_sentence
+
+    settings = Settings(2000, 0.95, "holm", 0, min_clusters=30)
+    clear = dict(diff=4.1, low=1.8, high=6.9, p_value=0.001, adjusted_p=0.002)
+    few = Row("focus − random (standard)", "qa", Difference(**clear, n_pseeds=3, n_fseeds=1, n_clusters=10))
+    single = Row("focus − random (init)", "qa", Difference(**clear, n_pseeds=1, n_fseeds=1, n_clusters=120))
+    enough = Row("omp − random (standard)", "qa", Difference(**clear, n_pseeds=3, n_fseeds=1, n_clusters=30))
+    assert few.status(settings) == "10 clusters: too few to tell" and few.better(settings) is None
+    assert single.status(settings) == "1 seed: too few to tell" and single.better(settings) is None
+    assert enough.status(settings) == "better"
+    sentence = family_sentence(Family("qa: method − random", "", [few, single, enough]), "qa", settings, "qa")
+    assert "better: omp − random (standard) +4.1 [+1.8, +6.9]" in sentence
+    assert "10 clusters: too few to tell: focus − random (standard) +4.1 [+1.8, +6.9]" in sentence
+    assert "1 seed: too few to tell: focus − random (init) +4.1 [+1.8, +6.9]" in sentence
+
+
+def test_a_report_on_too_few_clusters_words_no_difference(tmp_path):
+    """The same results with report.min_clusters above their 20 test clusters and 20 held-out blocks: no
+    row is better or worse, no task is learned or compared, and the verdict says why."""
+    plan = make_results(tmp_path, langs=("sw",))
+    params = {**PARAMS, "languages": ["sw"], "report": {**PARAMS["report"], "min_clusters": 30}}
+    R.write_report(params, plan, tmp_path)
+    text = (tmp_path / P.REPORT).read_text()
+    verdict = section(text, "## Verdict")
+    sw = section(verdict, "### sw")
+    assert not re.search(r"\b(better|worse):|\((helps|costs)[;)]|lower loss \(helps\) in", sw), sw
+    assert "**qa: cannot tell whether it is learned (20 clusters: too few to tell)**: the models above its floor" in sw
+    assert "**nli: not learned at these sizes**" in verdict  # nobody is above the majority class at all
+    assert "20 clusters: too few to tell: focus − random (standard) -1.0" in verdict
+    down = section(section(text, "## sw"), "### Downstream tasks")
+    assert "#### qa (f1) — 20 clusters: too few to tell" in down
+    assert json.loads((tmp_path / P.REPORT_METRICS).read_text())["sw"]["learned"]["qa"] is False

@@ -1,5 +1,5 @@
-"""The nested, clustered, paired bootstrap and the multiple-comparison correction
-(vocabtransfer.evaluate.stats), on constructed cases with known answers."""
+"""The nested, clustered, paired interval and the multiple-comparison correction
+(vocabtransfer.evaluate.stats), on constructed cases with known answers (its coverage: test_coverage.py)."""
 
 from __future__ import annotations
 
@@ -13,37 +13,55 @@ from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.evaluate import stats as S
 
 
-def nli_result(scores, clusters=None, trivial=None) -> dict:
+def nli_result(scores, clusters=None) -> dict:
     n = len(scores)
     examples = {"ids": [f"ex{i}" for i in range(n)], "score": list(map(int, scores)),
                 "clusters": list(clusters) if clusters is not None else [f"c{i}" for i in range(n)]}
-    out = {"examples": examples}
-    if trivial is not None:
-        out["trivial"] = {"examples": {"ids": examples["ids"], "score": list(trivial)}}
-    return out
+    return {"examples": examples}
 
 
 def runs(task: str, results: dict) -> S.Runs:
     return S.Runs.from_results(task, results)
 
 
-def test_one_level_matches_scipy_bootstrap():
-    """One pretraining seed, one fine-tuning seed, one example per cluster: the ordinary paired
-    percentile bootstrap, which scipy.stats.bootstrap computes independently (other random draws, so
-    the endpoints agree to the Monte-Carlo error of 20,000 resamples)."""
+def test_one_level_matches_the_paired_t_interval():
+    """One pretraining seed, one fine-tuning seed, one example per cluster: the cluster bootstrap's
+    variance (times n / (n − 1)) is the paired differences' variance of the mean, so the interval is the
+    paired t interval that scipy.stats.ttest_rel computes independently (to the Monte-Carlo error of
+    20,000 resamples), and so is the p-value."""
     rng = np.random.default_rng(0)
     n = 300
     a = rng.integers(0, 2, n)
     b = np.where(rng.random(n) < 0.2, 1, a)
-    d = S.nested_bootstrap(runs("nli", {(1, 1): nli_result(a)}), runs("nli", {(1, 1): nli_result(b)}),
-                           resamples=20000, seed=1)
-    ref = scipy_stats.bootstrap((a, b), lambda x, y, axis: 100 * (y.mean(axis) - x.mean(axis)), paired=True,
-                                method="percentile", n_resamples=20000, vectorized=True, random_state=2)
+    d = S.nested_interval(runs("nli", {(1, 1): nli_result(a)}), runs("nli", {(1, 1): nli_result(b)}),
+                          resamples=20000, seed=1)
+    ref = scipy_stats.ttest_rel(100 * b, 100 * a)
+    ci = ref.confidence_interval(0.95)
     assert d.diff == pytest.approx(100 * (b.mean() - a.mean()))
-    assert d.low == pytest.approx(ref.confidence_interval.low, abs=0.5)
-    assert d.high == pytest.approx(ref.confidence_interval.high, abs=0.5)
-    assert (d.n_pseeds, d.n_fseeds, d.n_clusters) == (1, 1, n)
+    assert d.low == pytest.approx(ci.low, abs=0.02 * (ci.high - ci.low))
+    assert d.high == pytest.approx(ci.high, abs=0.02 * (ci.high - ci.low))
+    assert d.p_value == pytest.approx(ref.pvalue, rel=0.2)
+    assert (d.n_pseeds, d.n_fseeds, d.n_clusters) == (1, 1, n) and d.single_run
     assert d.excludes_zero and d.p_value < 0.001
+
+
+def test_seed_level_is_the_one_sample_t_interval_over_seeds():
+    """Three pretraining seeds whose differences are 1, 2 and 3 points on every cluster: the test set
+    adds no variance, and the interval and p-value are the one-sample t test's over the three seeds
+    (t(2) = 4.30, not the 1.96 a bootstrap over three values would take)."""
+    n = 50
+    zero = {"examples": {"ids": [str(i) for i in range(n)], "score": [0.0] * n, "clusters": [str(i) for i in range(n)]}}
+    A = runs("qa", {(k, 1): zero for k in (1, 2, 3)})
+    B = runs("qa", {(k, 1): {"examples": {**zero["examples"], "score": [float(k)] * n}} for k in (1, 2, 3)})
+    d = S.nested_interval(A, B, resamples=1000, seed=0)
+    ref = scipy_stats.ttest_1samp([1.0, 2.0, 3.0], 0.0)
+    ci = ref.confidence_interval(0.95)
+    assert (d.diff, d.n_pseeds, d.n_fseeds) == (pytest.approx(2.0), 3, 1) and not d.single_run
+    assert (d.low, d.high) == (pytest.approx(ci.low), pytest.approx(ci.high))
+    assert d.p_value == pytest.approx(ref.pvalue)
+    # the interval reaches zero exactly at the p-value's level
+    s = S.spread(A, B, resamples=1000, seed=0)
+    assert s.half_width(1 - d.p_value) == pytest.approx(abs(d.diff))
 
 
 def test_identical_seeds_give_the_cluster_only_interval():
@@ -53,12 +71,12 @@ def test_identical_seeds_give_the_cluster_only_interval():
     n = 120
     clusters = [f"premise{i // 3}" for i in range(n)]  # XNLI: three hypotheses per premise
     a, b = rng.integers(0, 2, n), rng.integers(0, 2, n)
-    one = S.nested_bootstrap(runs("nli", {(1, 1): nli_result(a, clusters)}),
+    one = S.nested_interval(runs("nli", {(1, 1): nli_result(a, clusters)}),
                              runs("nli", {(1, 1): nli_result(b, clusters)}), resamples=2000, seed=9)
     keys = [(p, f) for p in (1, 2, 3) for f in (1, 2)]
-    many = S.nested_bootstrap(runs("nli", {k: nli_result(a, clusters) for k in keys}),
+    many = S.nested_interval(runs("nli", {k: nli_result(a, clusters) for k in keys}),
                               runs("nli", {k: nli_result(b, clusters) for k in keys}), resamples=2000, seed=9)
-    assert (many.diff, many.low, many.high) == (one.diff, one.low, one.high)
+    assert (many.diff, many.low, many.high) == (pytest.approx(one.diff), pytest.approx(one.low), pytest.approx(one.high))
     assert (many.n_pseeds, many.n_fseeds, many.n_clusters) == (3, 2, 40)
 
 
@@ -71,9 +89,9 @@ def test_clusters_widen_the_interval():
     a = np.zeros(120, dtype=int)
     b = np.repeat(per_premise, 3)
     clusters = [f"p{i // 3}" for i in range(120)]
-    clustered = S.nested_bootstrap(runs("nli", {(1, 1): nli_result(a, clusters)}),
+    clustered = S.nested_interval(runs("nli", {(1, 1): nli_result(a, clusters)}),
                                    runs("nli", {(1, 1): nli_result(b, clusters)}), resamples=4000, seed=1)
-    flat = S.nested_bootstrap(runs("nli", {(1, 1): nli_result(a)}), runs("nli", {(1, 1): nli_result(b)}),
+    flat = S.nested_interval(runs("nli", {(1, 1): nli_result(a)}), runs("nli", {(1, 1): nli_result(b)}),
                               resamples=4000, seed=1)
     assert clustered.diff == flat.diff
     assert (clustered.high - clustered.low) > 1.5 * (flat.high - flat.low)
@@ -81,14 +99,15 @@ def test_clusters_widen_the_interval():
 
 def test_seed_variation_widens_the_interval_and_pairs_by_seed():
     """B beats A by 10 points on pretraining seed 1 and equals it on seed 2: the point estimate is the
-    mean over seeds (5), and resampling the seeds puts 0 and 10 inside the interval."""
+    mean over seeds (5), and the variance between the two seeds (one degree of freedom) puts 0 and 10
+    inside the interval."""
     n = 200
     a = np.zeros(n, dtype=int)
     b = a.copy()
     b[: n // 10] = 1
     A = runs("nli", {(1, 1): nli_result(a), (2, 1): nli_result(a)})
     B = runs("nli", {(1, 1): nli_result(b), (2, 1): nli_result(a), (3, 1): nli_result(b)})  # seed 3: no partner
-    d = S.nested_bootstrap(A, B, resamples=4000, seed=2)
+    d = S.nested_interval(A, B, resamples=4000, seed=2)
     assert d.diff == pytest.approx(5.0) and d.n_pseeds == 2
     assert d.low <= 0.0 and d.high >= 10.0
 
@@ -105,12 +124,15 @@ def test_task_metrics_by_hand():
     assert S.mean_std([61.0]) == (61.0, 0.0)
 
 
-def test_trivial_scores_and_identical_models():
-    r = {(1, 1): nli_result([1, 1, 0, 1], trivial=[1, 0, 0, 0])}
-    model, trivial = runs("nli", r), S.Runs.from_results("nli", r, trivial=True)
-    d = S.nested_bootstrap(trivial, model, resamples=500, seed=0)
-    assert d.diff == pytest.approx(50.0)
-    same = S.nested_bootstrap(model, model, resamples=500, seed=0)
+def test_floor_scores_and_identical_models():
+    """A floor (no seeds) is paired with every run of the model it is compared with."""
+    model = runs("nli", {(1, 1): nli_result([1, 1, 0, 1]), (2, 1): nli_result([1, 1, 1, 1])})
+    floor = model.fixed("nli", {"ids": ["ex0", "ex1", "ex2", "ex3"], "score": [1, 0, 0, 0],
+                                "clusters": ["c0", "c1", "c2", "c3"]}, "floor")
+    assert sorted(floor.parts) == [(1, 1), (2, 1)] and floor.metric((2, 1)) == 25.0
+    d = S.nested_interval(floor, model, resamples=500, seed=0)
+    assert d.diff == pytest.approx(62.5) and d.n_pseeds == 2
+    same = S.nested_interval(model, model, resamples=500, seed=0)
     assert (same.diff, same.low, same.high) == (0.0, 0.0, 0.0) and not same.excludes_zero and same.p_value == 1.0
 
 
@@ -137,7 +159,7 @@ def test_seed_interval_needs_two_seeds():
 def test_confidence_outside_the_unit_interval_is_one_error(confidence):
     A = runs("nli", {(1, 1): nli_result([1, 0])})
     with pytest.raises(VocabTransferError, match="report.confidence"):
-        S.nested_bootstrap(A, A, confidence=confidence)
+        S.nested_interval(A, A, confidence=confidence)
 
 
 def test_bad_results_are_one_error():
@@ -147,8 +169,11 @@ def test_bad_results_are_one_error():
     with pytest.raises(VocabTransferError, match="other test examples"):
         runs("nli", {(1, 1): nli_result([1, 0]), (1, 2): {"examples": {**nli_result([1, 0])["examples"],
                                                                       "ids": ["x", "y"]}}})
-    with pytest.raises(VocabTransferError, match="trivial"):
-        S.Runs.from_results("nli", {(1, 1): nli_result([1, 0])}, trivial=True)
+    model = runs("nli", {(1, 1): nli_result([1, 0])})
+    with pytest.raises(VocabTransferError, match="floor: scored on other test clusters"):
+        model.fixed("nli", {"ids": ["a", "b"], "score": [1, 0], "clusters": ["x", "y"]}, "floor")
+    with pytest.raises(VocabTransferError, match="floor: `examples.clusters` is missing"):
+        model.fixed("nli", {"ids": ["a", "b"], "score": [1, 0]}, "floor")
     with pytest.raises(VocabTransferError, match="different test clusters"):
-        S.nested_bootstrap(runs("nli", {(1, 1): nli_result([1, 0])}),
+        S.nested_interval(runs("nli", {(1, 1): nli_result([1, 0])}),
                            runs("nli", {(1, 1): nli_result([1, 0], ["x", "x"])}))

@@ -51,12 +51,9 @@ def test_nli_head_beats_the_majority_class(params, tmp_path, on_shared_data):
     assert result["metrics"]["accuracy"] > majority + 5
     assert result["examples"]["ids"] == [e["id"] for e in test]
     assert sum(result["examples"]["score"]) == pytest.approx(result["metrics"]["accuracy"] * len(test) / 100, abs=1e-3)
-    # the bootstrap's clusters are the premises; the trivial predictor's per-example scores give its value
+    # the report's clusters are the premises
     assert result["examples"]["clusters"] == [e["premise"] for e in test]
     assert len(set(result["examples"]["clusters"])) < len(test)  # XNLI: several hypotheses per premise
-    trivial = result["trivial"]["examples"]
-    assert trivial["ids"] == result["examples"]["ids"]
-    assert 100 * sum(trivial["score"]) / len(test) == pytest.approx(result["trivial"]["value"], abs=1e-3)
 
 
 def test_qa_head_beats_the_empty_answer(params, tmp_path, on_shared_data):
@@ -112,8 +109,12 @@ def test_language_with_only_ner_data_runs_end_to_end(params, tmp_path, shared_da
     assert out["metric"] == "f1" and set(out["metrics"]) == {"f1", "precision", "recall"}
     assert (out["n_train"], out["n_test"]) == (48, 24) and out["examples_seen"] == 48
     assert out["skipped"] == {} and out["seconds"] > 0
-    assert (out["trivial"]["name"], out["trivial"]["value"]) == ("all O", 0.0)  # the test sentences have entities
-    trivial = out["trivial"]["examples"]
-    assert sum(trivial["tp"]) == sum(trivial["n_pred"]) == 0 and sum(trivial["n_gold"]) == sum(out["examples"]["n_gold"])
+    # the floor stage reads the same training and test sentences: the training split's lexicon
+    assert main(["floor", "--task", "ner", "--params", "params.yaml", "--lang", "sw"]) == 0
+    floor = json.loads((tmp_path / "results/sw/eval/ner/floor.json").read_text())
+    assert (floor["name"], floor["n_train"], floor["n_test"]) == ("training lexicon", 48, 24)
+    assert floor["examples"]["ids"] == out["examples"]["ids"] and floor["examples"]["clusters"] == out["examples"]["clusters"]
+    assert sum(floor["examples"]["n_gold"]) == sum(out["examples"]["n_gold"]) and sum(floor["examples"]["n_pred"]) > 0
+    assert main(["floor", "--task", "qa", "--params", "params.yaml", "--lang", "sw"]) == 1  # no QA data: one error
     assert len(out["examples"]["ids"]) == len(out["examples"]["tp"]) == len(set(out["examples"]["clusters"])) == 24
     assert not (tmp_path / "checkpoints/sw/eval/ner/source/seed1").exists()

@@ -281,10 +281,14 @@ def test_pretraining_analyses_and_downstream_evaluation_reach_the_report(workdir
         scored = buckets["n_tokens"] > 0  # a bucket without valid tokens (e.g. no unseen token) has no loss
         assert scored.any() and (buckets.loc[scored, "loss"] > 0).all() and buckets.loc[~scored, "loss"].isna().all()
         for task in ("nli", "qa", "ner"):
+            floor = json.loads((work / f"results/{lang}/eval/{task}/floor.json").read_text())
+            assert 0 <= floor["value"] <= 100 and floor["name"]
             for model in eval_models(params):
                 result = json.loads((work / f"results/{lang}/eval/{task}/{model}/seed1.json").read_text())
                 assert 0 <= result["metrics"][result["metric"]] <= 100 and result["n_test"] > 0, result
-                assert len(result["examples"]["clusters"]) == result["n_test"] and "examples" in result["trivial"]
+                assert len(result["examples"]["clusters"]) == result["n_test"]
+                # the floor is scored on the very test examples the models are
+                assert floor["examples"]["ids"] == result["examples"]["ids"]
     model = work / "results/sw/pretrain/focus/selfish/pseed2/model"
     assert AutoModelForMaskedLM.from_pretrained(model).get_input_embeddings().weight.shape[0] == len(
         AutoTokenizer.from_pretrained(model))

@@ -4,6 +4,7 @@
     vocabtransfer dvc-yaml --output dvc.yaml  # regenerate dvc.yaml
     vocabtransfer validate                    # check params.yaml against the schema
     vocabtransfer params-doc                  # regenerate docs/parameters.md from the schema
+    vocabtransfer coverage                    # the coverage of the report's intervals, by simulation
 """
 
 from __future__ import annotations
@@ -44,6 +45,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("validate", parents=[common], help="validate params.yaml and print it with defaults filled in")
     p = sub.add_parser("params-doc", parents=[common], help="generate docs/parameters.md from the params schema")
     p.add_argument("--output", default="docs/parameters.md", help="where to write (default: docs/parameters.md; - for stdout)")
+    p = sub.add_parser("coverage", help="measure by simulation how often the report's 95 %% interval holds the true "
+                       "difference at the study's sizes (a Markdown table)")
+    p.add_argument("--sims", type=int, default=1000, help="synthetic studies per size and scenario (default: 1000)")
+    p.add_argument("--resamples", type=int, default=2000, help="cluster-bootstrap resamples each (default: 2000)")
+    p.add_argument("--log-file", default=None, help=argparse.SUPPRESS)
+    p.add_argument("-v", "--verbose", action="store_true", help=argparse.SUPPRESS)
     p = sub.add_parser("remote", help="make a directory or URL the default DVC remote (dvc push / dvc pull)")
     p.add_argument("url", help="a directory (shared disk) or a URL: s3://…, gs://…, ssh://…, https://…")
     p.add_argument("--name", default="origin", help="the remote's name in .dvc/config (default: origin)")
@@ -66,6 +73,11 @@ def main(argv: list[str] | None = None) -> int:
 
     setup_logging(args.log_file, logging.DEBUG if args.verbose else logging.INFO)
     try:
+        if args.command == "coverage":
+            from vocabtransfer.evaluate import coverage
+
+            sys.stdout.write(coverage.markdown(coverage.table(sims=args.sims, resamples=args.resamples)))
+            return 0
         if args.command == "remote":
             from vocabtransfer.pipeline.remote import add_remote
 

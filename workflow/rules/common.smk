@@ -126,7 +126,7 @@ def stage_threads(name):
 # Among the jobs that are ready, Snakemake starts those of higher priority first: the stages that
 # later jobs wait for go before the leaves of the DAG, so that on a few cores the long pretrain jobs
 # do not queue behind dozens of evaluation jobs and end up last.
-LEAF_STAGES = ("init_eval", "token_frequency_loss", "gradient_scenarios", "finetune_eval", "report")
+LEAF_STAGES = ("init_eval", "token_frequency_loss", "gradient_scenarios", "finetune_eval", "floor", "report")
 
 
 def stage_priority(name):

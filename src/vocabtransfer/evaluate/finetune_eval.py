@@ -40,6 +40,7 @@ from vocabtransfer.pipeline import availability as A
 from vocabtransfer.pipeline import models as MN
 from vocabtransfer.pipeline import paths as P
 from vocabtransfer.errors import VocabTransferError
+from vocabtransfer.evaluate.tasks import test_clusters
 
 log = logging.getLogger(__name__)
 
@@ -235,7 +236,6 @@ def finetune(*, task, splits, model_dir: Path, seed: int, output_dir: Path, devi
                       data_collator=task.collator(tokenizer))
     trainer.train()
     evaluation = task.evaluate(trainer, splits.test, tokenizer, labels)
-    trivial = task.trivial(splits)  # the score of the trivial predictor (majority class, empty answer, all O)
     evaluation.examples["clusters"] = test_clusters(splits.test, task.name)
     result = {
         "metric": task.metric, "head_class": type(trainer.model).__name__,
@@ -244,21 +244,11 @@ def finetune(*, task, splits, model_dir: Path, seed: int, output_dir: Path, devi
         "n_train_features": len(train_features),
         "examples_seen": int(round(len(train_features) * float(opts["epochs"]))),
         "skipped": {**splits.skipped, **evaluation.skipped},
-        "trivial": {**trivial, "value": round(float(trivial["value"]), 4)},  # with per-example scores
         "examples": evaluation.examples,
         "pad_token_set": pad_token,  # the tokenizer had none: batches padded with this token
         **splits.notes,
     }
     return result, trainer
-
-
-def test_clusters(test: list[dict], task: str) -> list[str]:
-    """The cluster key of every test example (what the report's bootstrap resamples together)."""
-    missing = [ex.get("id") for ex in test if ex.get("cluster") in (None, "")]
-    if missing:
-        raise VocabTransferError(f"eval task {task}: test example {missing[0]!r} has no cluster key (premise, "
-                                 f"article or sentence); check the task's data columns (eval.tasks.{task}.data)")
-    return [str(ex["cluster"]) for ex in test]
 
 
 def run(ctx) -> None:

@@ -298,7 +298,7 @@ register(Stage(
     metrics=frozenset({"metrics"}),
     plots=_report_plots,
     params=("seed", "languages", "source_model", "init.methods", "report.bootstrap_resamples", "report.confidence",
-            "report.correction"),
+            "report.correction", "report.min_clusters"),
     code=("report/stage.py",),
 ))
 
@@ -346,6 +346,21 @@ register(Stage(
     data=_eval_data,
     parallel=False,  # small models: two one-thread jobs side by side use two cores better than one job
     gpu=True,
+))
+
+
+register(Stage(
+    name="floor",
+    func="vocabtransfer.evaluate.floor:run",
+    help="the score of a task's floor (majority class, training lexicon, sliding-window span) on its test split",
+    wildcards=("lang", "task"),
+    outputs={"floor": P.EVAL_FLOOR},
+    params=("seed",),
+    extra_params=_eval_leaves,
+    code=lambda params, wildcards: ("evaluate/floor.py", f"evaluate/tasks/{wildcards['task']}.py"),
+    expand=_lazy("evaluate.floor:tasks"),
+    available=_lazy("evaluate.floor:skip_reason"),
+    data=_eval_data,
 ))
 
 

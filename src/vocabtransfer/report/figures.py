@@ -3,7 +3,7 @@
 * curves: the valid loss against the step, one panel per objective, one line per method: the mean
   over pretraining seeds, with a band from the lowest to the highest seed;
 * downstream: each model's score per task with its nested bootstrap interval as an error bar and
-  the trivial predictor as a dashed line; a task no model learns is drawn in grey.
+  the task's floor as a dashed line; a task no model learns is drawn in grey.
 """
 
 from __future__ import annotations
@@ -75,25 +75,23 @@ def plot_curves(lang: Language, path: Path) -> None:
     _save(fig, path)
 
 
-def plot_downstream(lang: str, scores: dict, path: Path) -> None:
-    """`scores`: task -> (learned, [tables.Score]) with the trivial predictor's value per task."""
+def plot_downstream(lang: str, status: dict, path: Path) -> None:
+    """`status`: task -> tables.TaskStatus (every group's score, the floor, whether the task is learned)."""
     plt = _plt()
-    tasks = list(scores)
-    n = max(len(s[1]) for s in scores.values())
+    tasks = list(status)
+    n = max(len(s.scores) for s in status.values())
     fig, axes = plt.subplots(1, len(tasks), figsize=(4.6 * len(tasks), 1.4 + 0.32 * n), squeeze=False)
     for ax, task in zip(axes[0], tasks):
-        learned, rows, trivial = scores[task]
-        rows = rows[::-1]
+        learned, rows, floor = status[task].learned, status[task].scores[::-1], status[task].floor
         y = np.arange(len(rows))
         mean = [r.score.diff for r in rows]
         err = np.array([[r.score.diff - r.score.low for r in rows], [r.score.high - r.score.diff for r in rows]])
         color = "tab:blue" if learned else "0.7"
         ax.barh(y, mean, xerr=err, color=color, capsize=2, ecolor="0.25")
-        if trivial is not None:
-            ax.axvline(trivial, color="tab:red", linestyle="--", linewidth=1, label="trivial predictor")
-            ax.legend(fontsize=7, loc="lower right")
+        ax.axvline(floor["value"], color="tab:red", linestyle="--", linewidth=1, label=f"floor: {floor['name']}")
+        ax.legend(fontsize=7, loc="lower right")
         ax.set_yticks(y, [r.group for r in rows], fontsize=8)
-        ax.set_title(task if learned else f"{task}: not learned at these sizes", color="black" if learned else "0.45")
+        ax.set_title(task if learned else f"{task}: {status[task].state}", color="black" if learned else "0.45")
         ax.set_xlabel("score (percent) with its interval")
         ax.grid(axis="x", alpha=0.3)
     fig.suptitle(f"{lang}: downstream tasks")

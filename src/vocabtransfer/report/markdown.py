@@ -9,7 +9,7 @@ from pathlib import Path
 
 from vocabtransfer.pipeline import paths as P
 from vocabtransfer.report.read import OBJECTIVE_ORDER, Language, Plan
-from vocabtransfer.report.tables import Family, Settings, finite, seeds_text
+from vocabtransfer.report.tables import NOT_LEARNED, Family, Settings, finite, seeds_text
 from vocabtransfer.report.verdict import number
 
 CORRECTION_NAME = {"holm": "Holm", "bh": "Benjamini–Hochberg"}
@@ -189,26 +189,22 @@ def pretrain_section(lang: Language, figure: str | None) -> list[str]:
 
 
 def family_section(family: Family, settings: Settings) -> list[str]:
-    alpha = settings.alpha
     lines = [f"#### {family.title}", ""]
     rows = []
     for r in family.rows:
         if r.diff is None:
             rows.append([r.label, r.measure, "–", "–", "–", r.note or "no paired runs"])
             continue
-        verdict = r.status(alpha)
+        verdict = r.status(settings)
         digits = 1 if r.measure in ("nli", "qa", "ner") else 3
         rows.append([r.label, r.measure, number(r.diff, digits), f"{r.diff.p_value:.3g}",
                      f"{r.diff.adjusted_p:.3g}" if r.diff.adjusted_p is not None else "–",
-                     f"{'✱ ' if r.better(alpha) is not None else ''}{verdict} ({seeds_text(r.diff)}, "
+                     f"{'✱ ' if r.better(settings) is not None else ''}{verdict} ({seeds_text(r.diff)}, "
                      f"{r.diff.n_clusters} clusters)"])
     lines.append(md_table(["comparison", "measure", "difference [interval]", "p", "adjusted p", "verdict"], rows))
-    lines += ["", family.description + " ✱: the interval excludes zero and the difference survives the "
-              "correction over this table."]
-    floor = 2.0 / (settings.resamples + 1)  # the smallest bootstrap p-value
-    if settings.correction == "holm" and floor * len(family.rows) >= alpha:
-        lines.append(f"_With {settings.resamples} resamples no row of this {len(family.rows)}-row table can survive "
-                     f"Holm's correction: raise report.bootstrap_resamples above {int(2 * len(family.rows) / alpha)}._")
+    lines += ["", family.description + " ✱: the interval excludes zero, the difference survives the "
+              f"correction over this table and rests on at least {settings.min_clusters} clusters "
+              "(report.min_clusters) and more than one run."]
     return lines + [""]
 
 
@@ -239,27 +235,29 @@ def downstream_section(lang: Language, status: dict, figure: str | None) -> list
     lines = ["### Downstream tasks", ""]
     if not status:
         return lines + ["_No downstream results for this language._", ""]
-    for task, (learned, scores) in status.items():
+    for task, st in status.items():
         first = next(iter(next(iter(lang.evals[task].values())).values()))
-        trivial = first.get("trivial") or {}
-        title = f"#### {task} ({first['metric']})" + ("" if learned else " — not learned at these sizes")
-        rows = []
-        best = max((s.score.diff for s in scores), default=math.nan) if learned else math.nan
-        for s in scores:
+        title = f"#### {task} ({first['metric']})" + ("" if st.learned else f" — {st.state}")
+        rows = [[f"floor: {st.floor['name']}", fmt(st.floor["value"], 1), "–", "–"]]
+        best = max((s.score.diff for s in st.scores), default=math.nan) if st.learned else math.nan
+        for s in st.scores:
             score = f"{number(s.score, 1).replace('+', '')}"
-            margin = number(s.over_trivial, 1)
-            if not learned:
+            margin = number(s.over_floor, 1)
+            if not st.learned:
                 score, margin = grey(score), grey(margin)
             elif s.score.diff == best:
                 score = f"**{score}**"
             rows.append([s.group, score, margin, seeds_text(s.score)])
-        lines += [title, "", md_table(["model", "score [interval]", "over the trivial predictor [interval]",
-                                       "seeds"], rows), ""]
-        note = (f"Trivial predictor ({trivial.get('name', '–')}): {fmt(trivial.get('value'), 1)}. ")
-        if not learned:
+        lines += [title, "", md_table(["model", "score [interval]", "over the floor [interval]", "seeds"], rows), ""]
+        note = (f"Floor ({st.floor['name']}, no model: {FLOOR_TEXT.get(task, 'see docs/evaluation.md')}): "
+                f"{fmt(st.floor['value'], 1)}. ")
+        if st.state == NOT_LEARNED:
             note += ("No model's score is above it by its interval after the correction: the task is not learned "
                      "at these sizes, so its scores are greyed, never ranked, and left out of the comparisons and "
                      "the verdict.")
+        elif not st.learned:
+            note += (f"Models above it by their interval rest on too little to say so ({st.state}): whether the task "
+                     "is learned cannot be told, so its scores are greyed and left out of the comparisons.")
         else:
             note += "Best score in bold."
         lines += [note, ""]
@@ -268,14 +266,25 @@ def downstream_section(lang: Language, status: dict, figure: str | None) -> list
     return lines
 
 
+FLOOR_TEXT = {
+    "nli": "always the most frequent training label",
+    "ner": "each test word tagged with its most frequent tag in the training sentences, O when unseen",
+    "qa": "the span of the training answers' median length whose surrounding words share the most words with "
+          "the question",
+}
+
+
 def method_section(settings: Settings) -> list[str]:
     return ["## How the intervals are computed", "",
-            "Each difference is a nested, clustered, paired bootstrap (vocabtransfer.evaluate.stats): per resample, "
-            "the test clusters (XNLI premise, QA article or context, NER sentence, held-out block for a loss) are "
-            "drawn once and shared by every run, then the pretraining seeds with replacement, then the fine-tuning "
-            "seeds within each drawn pretraining seed; both models of a comparison use the same draws. The interval "
-            f"is the percentile interval of {settings.resamples} resamples at {100 * settings.confidence:g} %; the "
-            "p-values are two-sided bootstrap p-values, adjusted by the "
-            f"{CORRECTION_NAME[settings.correction]} method over the rows of each comparison table. A single "
-            "pretraining seed leaves the variation between pretraining runs out of the interval: the seeds column "
-            "says how many stand behind each number.", ""]
+            "Each difference B − A is the mean over pretraining seeds of the mean over their fine-tuning seeds, "
+            "with an interval that adds two variances (vocabtransfer.evaluate.stats): the test set's, from a "
+            "cluster bootstrap (the test clusters — XNLI premise, QA article or context, NER sentence, held-out "
+            "block for a loss — drawn with replacement and shared by every run of both models, "
+            f"{settings.resamples} resamples), and the seeds', from the spread of the per-pretraining-seed "
+            "differences. Each is widened by the Student t quantile of its own degrees of freedom (clusters − 1, "
+            "seeds − 1), so that three seeds are not taken for many: a simulation at the study's sizes measured "
+            "93–99 % coverage for the 95 % interval (docs/evaluation.md). The p-values are the levels at which "
+            f"the interval reaches zero, adjusted by the {CORRECTION_NAME[settings.correction]} method over the "
+            "rows of each comparison table. A difference resting on fewer than "
+            f"{settings.min_clusters} clusters (report.min_clusters), or on a single pretraining and fine-tuning "
+            "run, is shown but not worded: its verdict says what is missing.", ""]

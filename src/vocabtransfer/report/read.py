@@ -33,6 +33,10 @@ class Plan:
     # per language, the runs it has no model for (its init method cannot run there)
     absent: dict[str, set[Run]] = field(default_factory=dict)
 
+    def tasks(self, lang: str) -> list[str]:
+        """The tasks with finetune_eval jobs for `lang` (each has a floor job too)."""
+        return list(dict.fromkeys(job["task"] for job in self.evals.get(lang, [])))
+
 
 def plan(params: dict) -> Plan:
     from vocabtransfer.evaluate.finetune_eval import eval_jobs, skipped_tasks
@@ -71,6 +75,8 @@ def inputs(params: dict, wildcards: dict) -> dict[str, str]:
         for job in p.evals[lang]:
             out[_key("eval", lang, job["task"], job["model"], f"seed{job['seed']}")] = P.fill(
                 P.EVAL_RESULT, lang=lang, task=job["task"], model=job["model"], seed=str(job["seed"]))
+        for task in p.tasks(lang):
+            out[_key("floor", lang, task)] = P.fill(P.EVAL_FLOOR, lang=lang, task=task)
     return out
 
 
@@ -99,6 +105,7 @@ class Language:
     gradients: list[Run] = field(default_factory=list)  # runs with a gradient plot
     # task -> model group (`focus-standard`, `focus-init`, `source`) -> (pretraining seed, fine-tuning seed) -> result
     evals: dict = field(default_factory=dict)
+    floors: dict = field(default_factory=dict)  # task -> floor.json (vocabtransfer.evaluate.floor)
     skipped: dict[str, str] = field(default_factory=dict)
     missing: list[str] = field(default_factory=list)
 
@@ -142,4 +149,8 @@ def read_language(lang: str, p: Plan, root: Path) -> Language:
             model = MN.parse_model_name(job["model"])
             runs = out.evals.setdefault(job["task"], {}).setdefault(model.group, {})
             runs[(model.pseed or 0, int(job["seed"]))] = res
+    for task in p.tasks(lang):
+        floor = _json(need(P.EVAL_FLOOR, task=task))
+        if floor is not None:
+            out.floors[task] = floor
     return out

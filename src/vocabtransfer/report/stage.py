@@ -6,7 +6,8 @@ with the nested bootstrap of vocabtransfer.evaluate.stats) and writes:
 * results/report.md, opening with `## Verdict` (report.verdict), then the set-up and per language:
   the loss right after initialisation, continued pretraining (curves with seed bands), the
   comparison tables (method − random, selfish − standard, corrected per table), the loss by token
-  frequency, the gradient plots and the downstream scores (tasks no model learns greyed);
+  frequency, the gradient plots and the downstream scores beside each task's floor (tasks no model
+  learns greyed);
 * PNG figures in results/report/figures/ (byte-identical for identical inputs), the valid-loss
   curves as CSV in results/report/curves/<lang>.csv (DVC plots) and results/report/metrics.json
   (DVC metrics). A section without data says what is missing; "What was skipped and why" lists it.
@@ -92,11 +93,10 @@ def write_report(params: dict, p: Plan, root: Path = Path(".")) -> Path:
             down_fig = None
             if status:
                 down_fig = f"{P.REPORT_FIGURES}/{lang.lang}_downstream.png"
-                trivial = {t: next(iter(next(iter(lang.evals[t].values())).values())).get("trivial", {}).get("value")
-                           for t in status}
-                plot_downstream(lang.lang, {t: (*status[t], trivial[t]) for t in status}, figures / Path(down_fig).name)
-                m["eval"] = {t: {s.group: round(s.score.diff, 4) for s in scores} for t, (_, scores) in status.items()}
-                m["learned"] = {t: learned for t, (learned, _) in status.items()}
+                plot_downstream(lang.lang, status, figures / Path(down_fig).name)
+                m["eval"] = {t: {s.group: round(s.score.diff, 4) for s in st.scores} for t, st in status.items()}
+                m["floor"] = {t: round(float(st.floor["value"]), 4) for t, st in status.items()}
+                m["learned"] = {t: st.learned for t, st in status.items()}
             body += MD.downstream_section(lang, status, down_fig)
         md = ["# vocabtransfer: report", "",
               "Embedding initialisation for a new target-language vocabulary, continued pretraining with the "

@@ -1,13 +1,18 @@
 """The comparisons that answer the study's question, each a difference with its nested bootstrap
 interval (vocabtransfer.evaluate.stats), grouped in families that are corrected together:
 
-1. which tasks are learned at all: every model against the task's trivial predictor (one family per
-   task); a task where no model is above it after the correction is "not learned at these sizes"
-   and takes no further part (never ranked, bolded or used in the verdict);
+1. which tasks are learned at all: every model against the task's floor (vocabtransfer.evaluate.floor;
+   one family per task); a task where no model is above it after the correction is "not learned at
+   these sizes" and takes no further part (never ranked, bolded or used in the verdict);
 2. every method minus random, per objective (`init` too): the valid loss after pretraining (one
    family) and each learned task (one family per task);
 3. selfish minus standard for every method: the valid loss, each learned task and the loss of every
    token-frequency bucket (one family).
+
+A difference resting on fewer test clusters than `report.min_clusters`, or on a single run (one
+pretraining and one fine-tuning seed: every compared model's training depends on its seed, so the
+variation between seeds is unknown), gets no "better"/"worse" word: its status says what is missing
+("10 clusters: too few to tell").
 """
 
 from __future__ import annotations
@@ -30,23 +35,36 @@ class Settings:
     confidence: float
     correction: str
     seed: int
+    min_clusters: int = 30
 
     @classmethod
     def from_params(cls, params: dict) -> "Settings":
         opts = params["report"]
         S.check_confidence(opts["confidence"])
-        return cls(int(opts["bootstrap_resamples"]), float(opts["confidence"]), opts["correction"], int(params["seed"]))
+        return cls(int(opts["bootstrap_resamples"]), float(opts["confidence"]), opts["correction"], int(params["seed"]),
+                   int(opts["min_clusters"]))
 
     @property
     def alpha(self) -> float:
         return 1.0 - self.confidence
 
     def bootstrap(self, a: S.Runs, b: S.Runs) -> S.Difference | None:
-        return S.nested_bootstrap(a, b, resamples=self.resamples, seed=self.seed, confidence=self.confidence)
+        return S.nested_interval(a, b, resamples=self.resamples, seed=self.seed, confidence=self.confidence)
+
+    def too_few(self, d: S.Difference | None) -> str | None:
+        """What is missing for a difference to be worded: `10 clusters: too few to tell`, `1 seed: …`."""
+        if d is None:
+            return None
+        if d.n_clusters < self.min_clusters:
+            return f"{d.n_clusters} clusters: {TOO_FEW}"
+        if d.single_run:
+            return f"1 seed: {TOO_FEW}"
+        return None
 
 
 NO_DIFFERENCE = "no detectable difference"
 NOT_AFTER_CORRECTION = "interval excludes zero, but not after the correction"
+TOO_FEW = "too few to tell"
 
 
 @dataclass
@@ -59,16 +77,21 @@ class Row:
     lower_is_better: bool = False
     note: str = ""
 
-    def better(self, alpha: float) -> bool | None:
-        """Whether B is detectably better than A after the correction (None: no detectable difference)."""
-        if self.diff is None or not self.diff.survives(alpha):
+    def better(self, settings: Settings) -> bool | None:
+        """Whether B is detectably better than A after the correction (None: no detectable difference, or
+        too few clusters or seeds to tell)."""
+        if self.diff is None or not self.diff.survives(settings.alpha) or settings.too_few(self.diff):
             return None
         return (self.diff.diff < 0) == self.lower_is_better
 
-    def status(self, alpha: float, better: str = "better", worse: str = "worse") -> str:
-        """`better` / `worse` where the difference survives the correction; NOT_AFTER_CORRECTION where only
+    def status(self, settings: Settings, better: str = "better", worse: str = "worse") -> str:
+        """What is missing (`10 clusters: too few to tell`) where the difference rests on too few clusters
+        or seeds; else `better` / `worse` where it survives the correction; NOT_AFTER_CORRECTION where only
         the uncorrected interval excludes zero; else NO_DIFFERENCE."""
-        verdict = self.better(alpha)
+        few = settings.too_few(self.diff)
+        if few:
+            return few
+        verdict = self.better(settings)
         if verdict is not None:
             return better if verdict else worse
         return NOT_AFTER_CORRECTION if self.diff is not None and self.diff.excludes_zero else NO_DIFFERENCE
@@ -89,8 +112,8 @@ def _corrected(rows: list[Row], settings: Settings) -> list[Row]:
 
 # 1. runs -----------------------------------------------------------------------------------------
 
-def task_runs(lang: Language, task: str, group: str, trivial: bool = False) -> S.Runs:
-    return S.Runs.from_results(task, lang.evals[task][group], where=f"{lang.lang} {task} {group}", trivial=trivial)
+def task_runs(lang: Language, task: str, group: str) -> S.Runs:
+    return S.Runs.from_results(task, lang.evals[task][group], where=f"{lang.lang} {task} {group}")
 
 
 def zero_like(runs: S.Runs) -> S.Runs:
@@ -146,29 +169,56 @@ def tasks(lang: Language) -> list[str]:
 
 # 2. is a task learned? ---------------------------------------------------------------------------
 
+LEARNED, NOT_LEARNED = "learned", "not learned at these sizes"
+
+
 @dataclass
 class Score:
-    """One model group on one task: its mean score with interval, and its margin over the trivial predictor."""
+    """One model group on one task: its mean score with interval, and its margin over the task's floor."""
 
     group: str
     score: S.Difference  # B = the model, A = zero: its score and interval
-    over_trivial: S.Difference
+    over_floor: S.Difference
 
 
-def learned(lang: Language, settings: Settings) -> dict[str, tuple[bool, list[Score]]]:
-    """task -> (learned, every group's Score): learned when some group's margin over the trivial
-    predictor is positive and survives the correction over the task's groups."""
+@dataclass
+class TaskStatus:
+    """Whether a task is learned: `LEARNED` when some group is detectably above the floor (a worded
+    "better"), `NOT_LEARNED` when none is above it by its interval, else what is missing to tell
+    (`10 clusters: too few to tell`)."""
+
+    state: str
+    scores: list[Score]
+    floor: dict  # floor.json: name, value, …
+
+    @property
+    def learned(self) -> bool:
+        return self.state == LEARNED
+
+
+def learned(lang: Language, settings: Settings) -> dict[str, TaskStatus]:
+    """task -> its TaskStatus: every group's margin over the floor, corrected over the task's groups.
+    A task without its floor result is left out (the report lists the missing file)."""
     out = {}
     for task in tasks(lang):
+        floor = lang.floors.get(task)
+        if floor is None:
+            continue
         scores = []
         for group in groups(lang, task):
             runs = task_runs(lang, task, group)
-            scores.append(Score(group, settings.bootstrap(zero_like(runs), runs),
-                                settings.bootstrap(task_runs(lang, task, group, trivial=True), runs)))
-        adjusted = S.corrected([s.over_trivial for s in scores], settings.correction)
-        for s, d in zip(scores, adjusted):
-            s.over_trivial = d
-        out[task] = (any(s.over_trivial.survives(settings.alpha) and s.over_trivial.diff > 0 for s in scores), scores)
+            floor_runs = runs.fixed(task, floor["examples"], f"{lang.lang} {task} floor")
+            scores.append(Score(group, settings.bootstrap(zero_like(runs), runs), settings.bootstrap(floor_runs, runs)))
+        for s, d in zip(scores, S.corrected([s.over_floor for s in scores], settings.correction)):
+            s.over_floor = d
+        rows = [Row(s.group, task, s.over_floor) for s in scores]
+        if any(r.better(settings) for r in rows):
+            state = LEARNED
+        else:
+            # above the floor by its interval, but resting on too few clusters or seeds to say so
+            few = [settings.too_few(r.diff) for r in rows if r.diff.survives(settings.alpha) and r.diff.diff > 0]
+            state = next((f for f in few if f), NOT_LEARNED)
+        out[task] = TaskStatus(state, scores, floor)
     return out
 
 
@@ -194,7 +244,7 @@ def methods_vs_random(lang: Language, settings: Settings, status: dict) -> list[
                           "Negative: the method ends with a lower valid loss than random (better).",
                           _corrected(rows, settings)))
     for task in tasks(lang):
-        if not status.get(task, (False,))[0]:
+        if task not in status or not status[task].learned:
             continue
         rows = []
         for group in groups(lang, task):
@@ -222,7 +272,7 @@ def selfish_vs_standard(lang: Language, settings: Settings, status: dict) -> Fam
             rows.append(Row(method, "valid loss", settings.bootstrap(std, sel), lower_is_better=True))
         for task in tasks(lang):
             a, b = f"{method}-standard", f"{method}-selfish"
-            if status.get(task, (False,))[0] and a in lang.evals[task] and b in lang.evals[task]:
+            if task in status and status[task].learned and a in lang.evals[task] and b in lang.evals[task]:
                 rows.append(Row(method, task, settings.bootstrap(task_runs(lang, task, a), task_runs(lang, task, b))))
         for bucket, label in buckets.items():
             a, b = bucket_runs(lang, method, "standard", bucket), bucket_runs(lang, method, "selfish", bucket)

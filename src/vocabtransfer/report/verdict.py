@@ -1,14 +1,16 @@
 """`## Verdict`: a few sentences per language, written from the comparison families (report.tables),
-never typed. A difference counts as a win or a loss only when its interval excludes zero and it
-survives the correction over its family; every other one is "no detectable difference" (said apart
-when its interval alone excludes zero but the corrected p-value does not pass). Every
-number carries its interval `[lo, hi]` and the seeds behind it; tasks no model learns are named
-as such and take no part.
+never typed. A difference counts as a win or a loss only when its interval excludes zero, it
+survives the correction over its family and it rests on enough clusters and more than one run;
+one resting on too little says what is missing ("10 clusters: too few to tell"); every other one is
+"no detectable difference" (said apart when its interval alone excludes zero but the corrected
+p-value does not pass). Every number carries its interval `[lo, hi]` and the seeds behind it;
+tasks no model learns are named as such, with their floor's score, and take no part.
 """
 
 from __future__ import annotations
 
-from vocabtransfer.report.tables import NO_DIFFERENCE, NOT_AFTER_CORRECTION, Family, Row, Settings, seeds_text
+from vocabtransfer.report.tables import (NO_DIFFERENCE, NOT_AFTER_CORRECTION, NOT_LEARNED, Family, Row, Settings,
+                                         seeds_text)
 
 
 def number(d, digits: int) -> str:
@@ -32,22 +34,23 @@ def _listing(rows: list[Row], per_row: bool) -> list[str]:
             for r in rows]
 
 
-def family_sentence(family: Family, measure: str, alpha: float, what: str) -> str | None:
+def family_sentence(family: Family, measure: str, settings: Settings, what: str) -> str | None:
     """One sentence on the rows of `family` that measure `measure`."""
     rows = [r for r in family.rows if r.measure == measure and r.diff is not None]
     if not rows:
         return None
     shared = _seeds(rows)
     parts = []
-    states = [r.status(alpha) for r in rows]
-    for name in ("better", "worse", NOT_AFTER_CORRECTION, NO_DIFFERENCE):
+    states = [r.status(settings) for r in rows]
+    too_few = list(dict.fromkeys(state for state in states if state.endswith("too few to tell")))
+    for name in ("better", "worse", NOT_AFTER_CORRECTION, NO_DIFFERENCE, *too_few):
         group = [r for r, state in zip(rows, states) if state == name]
         if group:
             parts.append(f"{name}: " + "; ".join(_listing(group, shared is None)))
     return f"**{what}**" + (f" ({shared})" if shared else "") + ": " + ". ".join(parts) + "."
 
 
-def selfish_sentences(family: Family, alpha: float) -> list[str]:
+def selfish_sentences(family: Family, settings: Settings) -> list[str]:
     """Per method: where selfish helps and costs, on the valid loss, the tasks and the buckets."""
     out = []
     for method in dict.fromkeys(r.label for r in family.rows):
@@ -56,9 +59,9 @@ def selfish_sentences(family: Family, alpha: float) -> list[str]:
         other = [r for r in rows if not r.measure.startswith("b")]
         parts = []
         for r in other:
-            verdict = r.status(alpha, "helps", "costs")
+            verdict = r.status(settings, "helps", "costs")
             parts.append(f"{r.measure} {number(r.diff, _digits(r.measure))} ({verdict}; {seeds_text(r.diff)})")
-        states = [r.status(alpha, "helps", "costs") for r in buckets]
+        states = [r.status(settings, "helps", "costs") for r in buckets]
         helps = [r for r, state in zip(buckets, states) if state == "helps"]
         costs = [r for r, state in zip(buckets, states) if state == "costs"]
         if buckets:
@@ -70,11 +73,14 @@ def selfish_sentences(family: Family, alpha: float) -> list[str]:
             if costs:
                 parts.append("higher loss (costs) in " + names(costs))
             uncorrected = states.count(NOT_AFTER_CORRECTION)
-            flat = len(buckets) - len(helps) - len(costs)
+            few = [state for state in states if state.endswith("too few to tell")]
+            flat = len(buckets) - len(helps) - len(costs) - len(few)
             if flat:
                 parts.append(f"no detectable difference in {flat} of {len(buckets)} frequency buckets"
                              + (f" ({uncorrected} of them with an interval excluding zero before the correction)"
                                 if uncorrected else ""))
+            for state in dict.fromkeys(few):
+                parts.append(f"{state} in {few.count(state)} of {len(buckets)} frequency buckets")
         if parts:
             out.append(f"**selfish − standard, {method}**: " + "; ".join(parts) + ".")
     return out
@@ -82,28 +88,33 @@ def selfish_sentences(family: Family, alpha: float) -> list[str]:
 
 def language_verdict(lang: str, families: list[Family], status: dict, settings: Settings) -> list[str]:
     """The verdict's bullet points for one language."""
-    alpha = settings.alpha
     lines = [f"### {lang}", ""]
     bullets = []
     for family in families:
         if family.title.startswith("Valid loss"):
-            s = family_sentence(family, "valid loss", alpha, "Valid loss after pretraining, method − random "
+            s = family_sentence(family, "valid loss", settings, "Valid loss after pretraining, method − random "
                                 "(negative is better)")
             bullets += [s] if s else []
-    for task, (learned, scores) in status.items():
-        if not learned:
-            best = max(scores, key=lambda s: s.over_trivial.diff)
-            bullets.append(f"**{task}: not learned at these sizes**: no model is above the trivial predictor by "
-                           f"its interval (best: {best.group} {number(best.over_trivial, 1)} points over it, "
-                           f"{seeds_text(best.over_trivial)}); its scores are left out of every comparison.")
+    for task, st in status.items():
+        floor = f"{st.floor['name']}, {st.floor['value']:.1f}"
+        if not st.learned:
+            best = max(st.scores, key=lambda s: s.over_floor.diff)
+            head = (f"**{task}: not learned at these sizes**: no model is above its floor" if st.state == NOT_LEARNED
+                    else f"**{task}: cannot tell whether it is learned ({st.state})**: the models above its floor")
+            bullets.append(f"{head} ({floor}) by its interval rest on too little" if st.state != NOT_LEARNED else head
+                           + f" ({floor}) by its interval")
+            bullets[-1] += (f" (best: {best.group} {number(best.over_floor, 1)} points over it, "
+                            f"{seeds_text(best.over_floor)}, {best.over_floor.n_clusters} clusters); its scores are "
+                            "left out of every comparison.")
             continue
         for family in families:
             if family.title.startswith(f"{task}:"):
-                s = family_sentence(family, task, alpha, f"{task}, method − random (points, positive is better)")
+                s = family_sentence(family, task, settings, f"{task}, method − random (points, positive is better; "
+                                    f"floor: {floor})")
                 bullets += [s] if s else []
     for family in families:
         if family.title.startswith("Selfish"):
-            bullets += selfish_sentences(family, alpha)
+            bullets += selfish_sentences(family, settings)
     if not bullets:
         bullets.append("No comparison could be made: the study has no paired runs for this language.")
     return lines + [f"- {b}" for b in bullets] + [""]
@@ -113,10 +124,12 @@ def section(per_language: dict[str, tuple[list[Family], dict]], settings: Settin
     """`## Verdict`, the report's first section."""
     lines = ["## Verdict", "",
              f"Computed from the tables below: each difference with its {100 * settings.confidence:g} % nested "
-             f"bootstrap interval; \"better\"/\"worse\" only where the interval excludes zero and the difference "
-             f"survives the {'Holm' if settings.correction == 'holm' else 'Benjamini–Hochberg'} correction over its "
-             "table; otherwise \"no detectable difference\", or \"interval excludes zero, but not after the "
-             "correction\".", ""]
+             f"interval; \"better\"/\"worse\" only where the interval excludes zero, the difference survives the "
+             f"{'Holm' if settings.correction == 'holm' else 'Benjamini–Hochberg'} correction over its table and it "
+             f"rests on at least {settings.min_clusters} test clusters and more than one run; \"too few to tell\" "
+             "where it rests on less; otherwise \"no detectable difference\", or \"interval excludes zero, but not "
+             "after the correction\". A task is learned when some model is detectably above its floor (a "
+             "predictor without a model).", ""]
     for lang, (families, status) in per_language.items():
         lines += language_verdict(lang, families, status, settings)
     return lines

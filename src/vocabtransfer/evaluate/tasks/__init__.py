@@ -9,8 +9,10 @@ and one line in `_load_all`. A task knows how to
      article, a sentence);
   2. turn examples into model features (`features`) and name its transformers head (`head`);
   3. score the fine-tuned model on the test examples (`evaluate`): the metrics in percent,
-     per-example arrays in the test examples' order (for the paired bootstrap) and the
-     counted skips.
+     per-example arrays in the test examples' order (for the paired comparisons) and the
+     counted skips;
+  4. score its floor (`floor`): a predictor without a model, from the same training and test
+     examples (majority class, the training split's lexicon, a sliding-window span).
 
 `load_splits` reads a language's data spec (`eval.tasks.<task>.data.<lang>`): `train` and
 `test` sources, or only `train`, which is then split by a seeded hash of each example's group.
@@ -91,9 +93,11 @@ class Task:
         """Predict with `trainer.predict` and score."""
         raise NotImplementedError
 
-    def trivial(self, splits: Splits) -> dict:
-        """The score of the task's trivial predictor on the test split ({"name", "value"}, percent, and
-        its per-example `examples`): the level a fine-tuned model has to beat before it means anything."""
+    def floor(self, splits: Splits) -> dict:
+        """The score of the task's floor on the test split ({"name", "value"} in percent, and its per-example
+        `examples` in the task's PARTS): a predictor without a model, built from the same training
+        examples, that a fine-tuned model has to beat before it has learned the task in any sense a
+        reader cares about (the `floor` stage, vocabtransfer.evaluate.floor)."""
         raise NotImplementedError
 
     # the per-example arrays of a result's `examples` and how they make the metric (percent):
@@ -248,3 +252,12 @@ def load_splits(task: Task, spec: dict, key: str, *, seed: int) -> Splits:
     train = subsample(train, int(task.options["max_train"]), seed, "train")
     test = subsample(test, int(task.options["max_test"]), seed, "test")
     return Splits(train=train, test=test, skipped=skipped)
+
+
+def test_clusters(test: list[dict], task: str) -> list[str]:
+    """The cluster key of every test example (what the report resamples together)."""
+    missing = [ex.get("id") for ex in test if ex.get("cluster") in (None, "")]
+    if missing:
+        raise VocabTransferError(f"eval task {task}: test example {missing[0]!r} has no cluster key (premise, "
+                                 f"article or sentence); check the task's data columns (eval.tasks.{task}.data)")
+    return [str(ex["cluster"]) for ex in test]

@@ -66,8 +66,8 @@ class NLI(Task):
                         truncation=True, max_length=int(self.options["max_length"]))
         return [{**{k: enc[k][i] for k in enc.keys()}, "labels": e["label"]} for i, e in enumerate(examples)]
 
-    def trivial(self, splits) -> dict:
-        """Always the most frequent training label (ties: the lowest label id)."""
+    def floor(self, splits) -> dict:
+        """The majority class: always the most frequent training label (ties: the lowest label id)."""
         counts = Counter(e["label"] for e in splits.train)
         majority = min(counts, key=lambda label: (-counts[label], label))
         hits = [int(e["label"] == majority) for e in splits.test]

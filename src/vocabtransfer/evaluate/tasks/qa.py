@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 
 import numpy as np
 
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.evaluate.tasks import Evaluation, Source, Task, register, require_columns
-from vocabtransfer.evaluate.tasks.squad_metric import score
+from vocabtransfer.evaluate.tasks.squad_metric import normalize_answer, score
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +46,36 @@ def align_answers(context: str, answers: list[dict]) -> list[dict]:
             start = min(found, key=lambda i: abs(i - start))
         out.append({"text": text, "answer_start": start})
     return out
+
+
+WINDOW = 10  # words on each side of a candidate span that are matched against the question
+
+
+def typical_answer_words(train: list[dict]) -> int:
+    """The median length in words of the training questions' first answers (at least 1)."""
+    lengths = sorted(len(ex["answers"][0]["text"].split()) for ex in train if ex["answers"])
+    return max(1, lengths[len(lengths) // 2]) if lengths else 1
+
+
+def sliding_window(context: str, question: str, length: int, window: int = WINDOW) -> str:
+    """The floor of extractive QA, after the sliding-window baseline of the SQuAD paper: among the
+    spans of `length` words of the context, the one whose surroundings (`window` words on each side,
+    the span itself left out) share the most distinct words with the question; ties go to the span
+    that repeats fewer question words (an answer rarely restates its question), then to the first.
+    Words are white-space separated and compared after the SQuAD normalisation."""
+    words = [(m.start(), m.end(), normalize_answer(m.group())) for m in re.finditer(r"\S+", context)]
+    if not words:
+        return ""
+    asked = set(normalize_answer(question).split())
+    length = min(length, len(words))
+    best, best_key = 0, None
+    for i in range(len(words) - length + 1):
+        around = {w for _, _, w in words[max(0, i - window):i] + words[i + length:i + length + window]} & asked
+        inside = {w for _, _, w in words[i:i + length]} & asked
+        key = (-len(around), len(inside), i)
+        if best_key is None or key < best_key:
+            best, best_key = i, key
+    return context[words[best][0]:words[best + length - 1][1]]
 
 
 @register("qa")
@@ -133,11 +164,13 @@ class QA(Task):
             out.append({**self._model_inputs(enc, i), "start_positions": start, "end_positions": end})
         return out
 
-    def trivial(self, splits) -> dict:
-        """The empty answer for every question (F1 with the SQuAD normalisation)."""
-        f1 = [score("", [a["text"] for a in ex["answers"]])[1] for ex in splits.test]
-        return {"name": "empty answer", "value": sum(f1) / len(f1),
-                "examples": {"ids": [ex["id"] for ex in splits.test], "score": f1}}
+    def floor(self, splits) -> dict:
+        """The sliding-window span (`sliding_window`), its length the training answers' median."""
+        length = typical_answer_words(splits.train)
+        predictions = [sliding_window(ex["context"], ex["question"], length) for ex in splits.test]
+        f1 = [score(p, [a["text"] for a in ex["answers"]])[1] for p, ex in zip(predictions, splits.test)]
+        return {"name": f"sliding window ({length}-word span)", "value": sum(f1) / len(f1),
+                "examples": {"ids": [ex["id"] for ex in splits.test], "score": f1, "prediction": predictions}}
 
     def evaluate(self, trainer, examples: list[dict], tokenizer, labels=None) -> Evaluation:
         enc = self._windows(examples, tokenizer)

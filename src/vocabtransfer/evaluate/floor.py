@@ -1,0 +1,54 @@
+"""Stage `floor`: the score of a downstream task's floor for one language, the level below which a
+fine-tuned model has not learned the task.
+
+A floor is a predictor without a model, built from the same training and test examples the
+finetune_eval jobs read (the split and the subsample depend on the params `seed` only, so they are
+the same for every model and fine-tuning seed): NLI's majority class, NER's training lexicon (each
+test word's most frequent training tag), QA's sliding-window span (vocabtransfer.evaluate.tasks).
+It is scored per test example like the models, so the report compares every model with it by the
+same interval as any two models, and a task where no model is above it is "not learned at these
+sizes".
+
+Output: results/<lang>/eval/<task>/floor.json — {lang, task, metric, name, value (percent), n_train,
+n_test, examples: {ids, clusters, the task's per-example parts}}.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from vocabtransfer import io
+from vocabtransfer.evaluate.tasks import get_task, load_splits, test_clusters
+
+log = logging.getLogger(__name__)
+
+
+def skip_reason(params: dict, wildcards: dict) -> str | None:
+    """Why the task has no floor job for this language (disabled, or no data), None when it has one."""
+    from vocabtransfer.evaluate.finetune_eval import skipped_tasks
+
+    return skipped_tasks(params, wildcards["lang"]).get(wildcards["task"])
+
+
+def tasks(params: dict) -> list[dict[str, str]]:
+    """One job per enabled task (per language: `skip_reason` rules out the tasks without data)."""
+    return [{"task": t} for t, section in params["eval"]["tasks"].items() if section["enabled"]]
+
+
+def floor(params: dict, lang: str, task_name: str, seed: int) -> dict:
+    """The floor's result for one language and task."""
+    task = get_task(task_name, params["eval"]["tasks"][task_name])
+    splits = load_splits(task, params["eval"]["tasks"][task_name]["data"][lang], f"eval.tasks.{task_name}.data.{lang}",
+                         seed=seed)
+    result = task.floor(splits)
+    result["examples"]["clusters"] = test_clusters(splits.test, task_name)
+    return {"lang": lang, "task": task_name, "metric": task.metric, "name": result["name"],
+            "value": round(float(result["value"]), 4), "n_train": len(splits.train), "n_test": len(splits.test),
+            "examples": result["examples"]}
+
+
+def run(ctx) -> None:
+    out = floor(ctx.params, ctx.lang, ctx.wildcards["task"], ctx.seed)
+    io.write_json({**out, "versions": io.versions()}, ctx.output["floor"])
+    log.info("%s %s floor (%s): %s %.2f on %d test examples", ctx.lang, out["task"], out["name"], out["metric"],
+             out["value"], out["n_test"])
