@@ -2,7 +2,7 @@
 
 * curves: the valid loss against the step, one panel per objective, one line per method: the mean
   over pretraining seeds, with a band from the lowest to the highest seed;
-* downstream: each model's score per task with its nested bootstrap interval as an error bar and
+* downstream: each model's score per task with its nested interval as an error bar and
   the task's floor as a dashed line; a task no model learns is drawn in grey.
 """
 

@@ -68,8 +68,10 @@ def setup_section(params: dict, head: dict | None, langs: list[Language], p: Pla
                     (f", {pre['steps']} steps" if "steps" in pre else "")))
     fseeds = sorted({f for lang in langs for models in lang.evals.values() for runs in models.values() for _, f in runs})
     lines.append(f"* Downstream evaluation: fine-tuning seeds {', '.join(map(str, fseeds)) if fseeds else '–'} per "
-                 f"model and pretraining seed; nested bootstrap with {settings.resamples} resamples, "
-                 f"{100 * settings.confidence:g} % intervals, {CORRECTION_NAME[settings.correction]} correction per table")
+                 f"model and pretraining seed; {100 * settings.confidence:g} % nested intervals (test-set variance "
+                 f"from a cluster bootstrap of {settings.resamples} resamples, seed variance from the seeds, t "
+                 f"quantiles per level), {CORRECTION_NAME[settings.correction]} correction per table; no difference "
+                 f"is worded on fewer than {settings.min_clusters} clusters or a single run")
     if seconds:
         lines.append(f"* Wall-clock time of the jobs behind this report: {seconds / 60:.1f} min of job time "
                      "(the sum of Snakemake's per-job benchmarks under logs/benchmarks; with N cores the run takes "

@@ -1,7 +1,7 @@
 """Stage `report`: the study's results as one Markdown file, `results/report.md`, with its figures.
 
 Reads every artefact the study produced (report.read), computes the comparisons (report.tables,
-with the nested bootstrap of vocabtransfer.evaluate.stats) and writes:
+with the nested intervals of vocabtransfer.evaluate.stats) and writes:
 
 * results/report.md, opening with `## Verdict` (report.verdict), then the set-up and per language:
   the loss right after initialisation, continued pretraining (curves with seed bands), the

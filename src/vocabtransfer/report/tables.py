@@ -1,4 +1,4 @@
-"""The comparisons that answer the study's question, each a difference with its nested bootstrap
+"""The comparisons that answer the study's question, each a difference with its nested
 interval (vocabtransfer.evaluate.stats), grouped in families that are corrected together:
 
 1. which tasks are learned at all: every model against the task's floor (vocabtransfer.evaluate.floor;
