@@ -285,7 +285,7 @@ def method_section(settings: Settings) -> list[str]:
             f"{settings.resamples} resamples), and the seeds', from the spread of the per-pretraining-seed "
             "differences. Each is widened by the Student t quantile of its own degrees of freedom (clusters − 1, "
             "seeds − 1), so that three seeds are not taken for many: a simulation at the study's sizes measured "
-            "93–99 % coverage for the 95 % interval (docs/evaluation.md). The p-values are the levels at which "
+            "94.7–98.4 % coverage for the 95 % interval (docs/evaluation.md). The p-values are the levels at which "
             f"the interval reaches zero, adjusted by the {CORRECTION_NAME[settings.correction]} method over the "
             "rows of each comparison table. A difference resting on fewer than "
             f"{settings.min_clusters} clusters (report.min_clusters), or on a single pretraining and fine-tuning "
