@@ -36,9 +36,10 @@ estimated at its own level, and takes a t quantile for each:
    1 when the difference is 0), so "the interval excludes zero" and "p < 1 − confidence" agree.
 
 Why not resample the seeds as well: a percentile bootstrap that draws 3 pretraining seeds with
-replacement out of 3 sees at most 3 distinct values and understates their variance by 2/3 before it
-takes a normal-like quantile; the simulation in vocabtransfer.evaluate.coverage measured 72–90 %
-coverage for its 95 % interval at the study's sizes, and 94.7–98.4 % for this one (docs/evaluation.md).
+replacement out of 3 sees at most 3 distinct values and understates their variance by a third before
+it takes a normal-like quantile; the simulation in vocabtransfer.evaluate.coverage measured 72–88 %
+coverage for its 95 % interval at the study's sizes where the seeds matter, and 94.7–98.4 % for this
+one everywhere (docs/evaluation.md).
 
 With one pretraining and one fine-tuning seed this is the cluster bootstrap's variance with a t(C − 1)
 interval; when every seed gives the same scores, step 4 adds nothing and the interval is the
