@@ -151,7 +151,8 @@ def test_docs_pages_are_listed_in_the_readme_and_the_docs_index():
 
 def test_the_committed_study_opens_with_its_verdict_and_the_readme_quotes_it():
     """docs/study/report.md opens with `## Verdict`, every bullet of it carries intervals and seeds,
-    and every number the README's answer states stands in the verdict (a quote, not a paraphrase)."""
+    every number the README's answer states stands in the verdict (a quote, not a paraphrase), and
+    every downstream table shows the task's floor."""
     text = STUDY.read_text(encoding="utf-8")
     headings = re.findall(r"^## (.+)$", text, flags=re.M)
     assert headings[0] == "Verdict", headings[:3]
@@ -167,3 +168,7 @@ def test_the_committed_study_opens_with_its_verdict_and_the_readme_quotes_it():
     assert len(quoted) >= 8, answer
     for number in quoted:
         assert number in verdict, f"README quotes {number}, which the study's verdict does not state"
+    # every downstream table of the study shows its task's floor, and the verdict weighs the tasks against it
+    tables = re.findall(r"^#### (?:qa|ner|nli) \(.*?(?=^#### |^### |^## )", text, flags=re.M | re.S)
+    assert tables and all("| floor: " in table for table in tables), tables
+    assert "floor" in verdict
