@@ -40,6 +40,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from vocabtransfer import io
+from vocabtransfer.train import distill as D
 from vocabtransfer.train import lowrank
 from vocabtransfer.train import modeling as M
 from vocabtransfer.train import parallel
@@ -79,6 +80,8 @@ def leaves(params: dict, wildcards: dict) -> list[str]:
     out = [leaf for leaf in section_leaves(params, "pretrain") if leaf not in NOT_CHECKED]
     if wildcards.get("objective") != "selfish":
         out = [leaf for leaf in out if not leaf.startswith("pretrain.selfish.")]
+    if wildcards.get("objective") != "distill":
+        out = [leaf for leaf in out if not leaf.startswith("pretrain.distill.")]
     return out
 
 
@@ -145,22 +148,29 @@ class StepBlocks:
         if epoch not in self._perms:
             self._perms[epoch] = torch.randperm(len(self.blocks),
                                                 generator=torch.Generator().manual_seed(self.seed + epoch)).tolist()
-        return {"input_ids": self.blocks[self._perms[epoch][j]], "index": int(i)}
+        block = self.blocks[self._perms[epoch][j]]
+        if isinstance(block, D.PairBlock):  # distill: the student's ids beside the teacher's
+            return {"input_ids": block.input_ids, "pair": block, "index": int(i)}
+        return {"input_ids": block, "index": int(i)}
 
 
 class StepCollator:
     """`modeling.LMCollator` whose masks are seeded by each sample's index in the run, so a sample gets
     the same masks whatever batch, and whichever data-parallel process, it falls in."""
 
-    def __init__(self, tokenizer, kind: M.Kind, seed: int):
+    def __init__(self, tokenizer, kind: M.Kind, seed: int, teacher_pad: int = 0):
         self.lm = M.LMCollator(tokenizer, kind, seed)
         self.kind, self.seed, self.pad = kind, seed, {"labels": -100, "input_ids": tokenizer.pad_token_id or 0}
+        self.teacher_pad = teacher_pad
 
     def __call__(self, items: list[dict]) -> dict:
         import torch
 
         if self.kind != "masked":
-            return self.lm([item["input_ids"] for item in items])
+            batch = self.lm([item["input_ids"] for item in items])
+            if "pair" in items[0]:  # distill: the teacher's ids and both sides' chunks
+                batch.update(D.collate_teacher([item["pair"] for item in items], self.teacher_pad))
+            return batch
         rows = []
         for item in items:
             self.lm.mlm.generator = torch.Generator().manual_seed(self.seed * 1_000_003 + item["index"])
@@ -173,6 +183,25 @@ class StepCollator:
 # ---------------------------------------------------------------------------------------------
 # The stage
 # ---------------------------------------------------------------------------------------------
+
+def check_distill(ctx, objective: str, opts: dict) -> Path | None:
+    """The teacher's directory (the source model) for the distill objective, else None; one line for a
+    masked-LM source, `alpha` outside [0, 1] or a temperature <= 0."""
+    from vocabtransfer.train.losses import get_objective
+
+    if not get_objective(objective).teacher:
+        return None
+    from transformers import AutoConfig
+
+    D.check_alpha((opts.get("distill") or {}).get("alpha", 0.5))
+    D.check_temperature((opts.get("distill") or {}).get("temperature", 1.0))
+    source = Path(ctx.input["source"]) if "source" in ctx.input else Path(P.SOURCE_MODEL)
+    kind = M.detect_kind(AutoConfig.from_pretrained(str(source)))
+    if kind != "causal":
+        raise VocabTransferError(f"pretrain.objectives: distill needs a causal source model, and {source} is a masked "
+                                 "LM (it gives no sequence likelihood to match); use standard or selfish with it")
+    return source
+
 
 def run(ctx) -> None:
     import torch
@@ -190,6 +219,7 @@ def run(ctx) -> None:
     margin = float(opts["selfish"]["margin"])
     if not margin > 0:
         raise VocabTransferError(f"pretrain.selfish.margin={margin}: must be > 0")
+    teacher_dir = check_distill(ctx, objective, opts)
     parallel.check_processes(int(opts["processes"]), ctx.device, int(os.environ.get("WORLD_SIZE", "1")))
     init_dir = Path(ctx.input["init"])
     model_dir = init_dir / "model"
@@ -200,7 +230,15 @@ def run(ctx) -> None:
     tokenizer = M.load_tokenizer(model_dir)
     vocab = min(len(tokenizer), model.get_input_embeddings().weight.shape[0])
     seq_len, batch_size = int(opts["seq_len"]), int(opts["batch_size"])
-    blocks = M.pack_ids(tokenizer, read_ids(Path(ctx.input["train"]), vocab), seq_len, kind=kind)
+    teacher = teacher_tok = None
+    if teacher_dir is None:
+        blocks = M.pack_ids(tokenizer, read_ids(Path(ctx.input["train"]), vocab), seq_len, kind=kind)
+    else:  # distill: the frozen source model and its tokenization of the same blocks' text
+        teacher, _ = M.load_source_model(teacher_dir, "causal", dtype=torch.float32)
+        teacher_tok = M.load_tokenizer(teacher_dir)
+        blocks = D.pack_pairs(tokenizer, teacher_tok, read_ids(Path(ctx.input["train"]), vocab), seq_len)
+        log.info("distill: teacher %s (%s), %d chunks in %d training blocks", teacher_dir, type(teacher).__name__,
+                 sum(b.n_chunks for b in blocks), len(blocks))
     valid = read_ids(Path(ctx.input["valid"]), vocab)[: int(opts["eval_lines"])]
     valid_blocks = M.pack_ids(tokenizer, valid, seq_len, kind=kind)
     if not blocks or not valid_blocks:
@@ -212,6 +250,8 @@ def run(ctx) -> None:
     expected = {leaf: ctx.param(leaf) for leaf in ["seed"] + leaves(ctx.params, ctx.wildcards)}
     expected["pseed"] = pseed
     expected["input:init_model_sha256"] = model_fingerprint(model_dir)
+    if teacher_dir is not None:
+        expected["input:source_model_sha256"] = model_fingerprint(teacher_dir)
     resume = None
     done = complete_checkpoints(checkpoints)
     if done and (checkpoints / PARAMS_FILE).is_file():
@@ -268,9 +308,14 @@ def run(ctx) -> None:
     evaluate = lambda m: M.evaluate_lm(m, eval_batches, kind)["loss"]  # noqa: E731
     callback = MetricsCallback(evaluate, int(opts["eval_every"]), rows, int(opts["embedding_warmup_steps"]),
                                embedding_params)
+    teacher_pad = 0 if teacher_tok is None else next(
+        (i for i in (teacher_tok.pad_token_id, teacher_tok.eos_token_id) if i is not None), 0)
+    distill_opts = opts.get("distill") or {}
     trainer = ObjectiveTrainer(model=model, args=args, train_dataset=dataset,
-                               data_collator=StepCollator(tokenizer, kind, seed), callbacks=[callback],
-                               kind=kind, objective=objective, margin=margin, checkpoints=checkpoints)
+                               data_collator=StepCollator(tokenizer, kind, seed, teacher_pad), callbacks=[callback],
+                               kind=kind, objective=objective, margin=margin, checkpoints=checkpoints,
+                               teacher=teacher, alpha=float(distill_opts.get("alpha", 0.5)),
+                               temperature=float(distill_opts.get("temperature", 1.0)))
     trainer.remove_callback(PrinterCallback)
     train_start = time.perf_counter()
     trainer.train(resume_from_checkpoint=str(resume[1]) if resume else None)
@@ -292,6 +337,9 @@ def run(ctx) -> None:
         "seconds": time.perf_counter() - start, "train_seconds": train_seconds,
         "resumed_from_step": resume[0] if resume else None, "pseed": pseed, "seed": seed,
         "margin": margin if objective == "selfish" else None, "factorized": original is not None,
+        "distill": None if teacher_dir is None else {
+            "alpha": float(distill_opts["alpha"]), "temperature": float(distill_opts["temperature"]),
+            "teacher": str(teacher_dir), "train_chunks": sum(b.n_chunks for b in blocks)},
         "train_blocks": len(blocks), "valid_blocks": len(valid_blocks),
         "valid_tokens": sum(int((b["labels"] != -100).sum()) for b in eval_batches), "bf16": bf16,
         "processes": args.world_size, "init_model": str(model_dir), "versions": io.versions(),
