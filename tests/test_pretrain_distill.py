@@ -151,3 +151,40 @@ def test_distill_leaves_only_for_the_distill_objective():
     wc = {"lang": "sw", "method": "focus", "pseed": "1"}
     assert "source" in STAGES["pretrain"].inputs(params, {**wc, "objective": "distill"})
     assert "source" not in STAGES["pretrain"].inputs(params, {**wc, "objective": "standard"})
+
+
+@pytest.mark.slow
+def test_distill_ddp_two_processes_equal_one_process_with_twice_the_batch(tmp_path, monkeypatch, one_thread,
+                                                                          tokenizers):
+    """`accelerate launch --multi_gpu --num_processes 2` with batch 4 each equals one process with batch 8:
+    the chunk loss is the mean over the step's chunks of all processes, the LM loss the mean over its tokens
+    (dropout off: each process would draw its own masks)."""
+    try:
+        from test_pretrain_ddp import TOLERANCE, finish, launch, tiny_model
+    except ImportError:  # tests collected as a package
+        from tests.test_pretrain_ddp import TOLERANCE, finish, launch, tiny_model
+
+    teacher_tok, student_tok = tokenizers
+    roots = {}
+    for processes, batch in ((2, 4), (1, 8)):
+        root = tmp_path / f"p{processes}"
+        save_dir(tiny_llama(teacher_tok), teacher_tok, root / "results/source/model")
+        project(root, tiny_model("causal", len(student_tok)), student_tok, objectives=["distill"],
+                **{**STEPS, "batch_size": batch, "processes": processes, "distill": {"alpha": 0.8}})
+        roots[processes] = root
+    log = finish(launch(roots[2], 2, objective="distill"))
+    assert "2 process(es)" in log
+    monkeypatch.chdir(roots[1])
+    run(yaml_params(roots[1]), objective="distill")
+    (_, ma, sa), (_, mb, sb) = outputs(roots[2], objective="distill"), outputs(roots[1], objective="distill")
+    assert sa["processes"] == 2 and sb["processes"] == 1
+    assert ma.column("tokens_seen").to_pylist() == mb.column("tokens_seen").to_pylist()
+    for column in ("train_loss", "valid_loss"):
+        np.testing.assert_allclose(ma.column(column).to_numpy(), mb.column(column).to_numpy(), rtol=0,
+                                   atol=TOLERANCE, err_msg=column)
+
+
+def yaml_params(root):
+    import yaml
+
+    return yaml.safe_load((root / "params.yaml").read_text(encoding="utf-8"))

@@ -1,4 +1,4 @@
-"""Stage `pretrain`: continued pretraining of an initialised model with the standard or the selfish objective.
+"""Stage `pretrain`: continued pretraining of an initialised model with the standard, selfish or distill objective.
 
 For `--lang L --method M --objective O --pseed K` (pretraining seed K, 1..`pretrain.seeds`, whose seed
 value is `seed + 1000 (K - 1)`, see vocabtransfer.pipeline.models):
@@ -12,7 +12,10 @@ value is `seed + 1000 (K - 1)`, see vocabtransfer.pipeline.models):
    (`train.parallel`). The loss: hidden states at the predicted positions only, through the LM head
    fused with the objective (`train.heads`, `losses.linear_objective_loss`: no logits), the mean over
    the step's predicted tokens of all micro-batches and processes; `pretrain.selfish.margin` for
-   `selfish`. The valid loss is always the standard cross-entropy, by the same path;
+   `selfish`. `distill` (causal sources; `train.distill`): the source model `results/source/model`, frozen,
+   reads the same lines through its own tokenizer (`distill.pack_pairs`, beside the same student blocks)
+   and the loss is `pretrain.distill.alpha` x the chunk-likelihood matching loss + (1 - alpha) x the
+   standard one. The valid loss is always the standard cross-entropy, by the same path;
 4. data order and masks are a function of the pretraining seed and the sample's position in the run
    (a seeded permutation per pass over the blocks, a masking seed per sample), so a run resumed from
    a checkpoint in `checkpoints/L/pretrain/M/O/pseedK/` sees exactly the batches of an uninterrupted one; the metrics rows
