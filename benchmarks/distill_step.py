@@ -22,6 +22,7 @@ stage's start) is timed per block. Steps alternate between the variants; medians
 from __future__ import annotations
 
 import argparse
+import copy
 import os
 import statistics
 import time
@@ -84,6 +85,7 @@ def main() -> None:
     config.use_cache = False
     torch.manual_seed(0)
     teacher = Gemma3ForCausalLM(config).eval().requires_grad_(False)
+    config = copy.deepcopy(config)
     config.vocab_size = len(target)
     student = Gemma3ForCausalLM(config).train()
     optimizer = torch.optim.AdamW(student.parameters(), lr=1e-5)

@@ -99,6 +99,27 @@ def _other(tok):
     return model
 
 
+def test_cached_teacher_equals_the_teacher_on_the_fly(tmp_path, monkeypatch, one_thread, tokenizers):
+    """`pretrain.distill.teacher: cached` (its chunk log-likelihoods computed once per visited block before
+    training) gives the run `on_the_fly` gives (the teacher beside the student at every step)."""
+    runs = {}
+    for mode in ("cached", "on_the_fly"):
+        root = tmp_path / mode
+        monkeypatch.chdir(root.parent)
+        params = distill_project(root, tokenizers, distill={"alpha": 1.0, "teacher": mode}, steps=4, eval_every=2)
+        monkeypatch.chdir(root)
+        run(params, objective="distill")
+        runs[mode] = outputs(root, objective="distill")
+    (_, cached, s1), (_, fly, s2) = runs["cached"], runs["on_the_fly"]
+    assert s1["distill"]["teacher_mode"] == "cached" and s1["distill"]["teacher_cache_seconds"] > 0
+    assert s2["distill"]["teacher_mode"] == "on_the_fly" and s2["distill"]["teacher_cache_seconds"] is None
+    losses = cached.column("train_loss").to_numpy()
+    assert np.isfinite(losses[[1, 2]]).all() and (losses[[1, 2]] > 0).all()  # alpha = 1: the chunk loss alone
+    for column in ("train_loss", "valid_loss"):
+        np.testing.assert_allclose(cached.column(column).to_numpy(), fly.column(column).to_numpy(), rtol=1e-4,
+                                   atol=1e-6, err_msg=column)
+
+
 def test_distill_with_alpha_zero_is_the_standard_objective(tmp_path, monkeypatch, one_thread, tokenizers):
     """alpha = 0: the teacher is read but weighs nothing; the run equals the standard one step for step."""
     monkeypatch.chdir(tmp_path)
@@ -141,7 +162,7 @@ def test_distill_leaves_only_for_the_distill_objective():
     params = validate_params({"languages": ["sw"], "source_model": "unused",
                               "corpus": {"sources": {"sw": {"path": "unused.txt"}}}, "init": {"methods": ["focus"]},
                               "pretrain": {"methods": ["focus"], "objectives": ["standard", "distill"]}})
-    assert params["pretrain"]["distill"] == {"temperature": 1.0, "alpha": 0.5}
+    assert params["pretrain"]["distill"] == {"temperature": 1.0, "alpha": 0.5, "teacher": "cached"}
     distill = PT.leaves(params, {"objective": "distill"})
     standard = PT.leaves(params, {"objective": "standard"})
     assert "pretrain.distill.alpha" in distill and "pretrain.distill.temperature" in distill

@@ -151,6 +151,7 @@ class PairBlock:
     chunks: list[int]
     teacher_chunks: list[int]
     n_chunks: int
+    teacher_ll: tuple[float, ...] | None = None  # the teacher's chunk log-likelihoods, when cached
 
 
 def _valid_utf8_prefix(data: bytes) -> str:
@@ -239,9 +240,48 @@ def collate_teacher(blocks: Sequence[PairBlock], pad_id: int) -> dict:
         t_chunks[k, :n] = torch.where(tc >= 0, tc + offset, tc)
         s_chunks[k, : len(b.chunks)] = torch.where(sc >= 0, sc + offset, sc)
         offset += b.n_chunks
-    return {"teacher_input_ids": ids, "teacher_attention_mask": mask,
-            "teacher_labels": ids.masked_fill(mask == 0, -100), "chunks": s_chunks, "teacher_chunks": t_chunks,
-            "n_chunks": torch.tensor(offset)}
+    out = {"teacher_input_ids": ids, "teacher_attention_mask": mask,
+           "teacher_labels": ids.masked_fill(mask == 0, -100), "chunks": s_chunks, "teacher_chunks": t_chunks,
+           "n_chunks": torch.tensor(offset)}
+    if all(b.teacher_ll is not None for b in blocks):  # cached: the teacher need not run
+        out["teacher_chunk_ll"] = torch.tensor([x for b in blocks for x in b.teacher_ll], dtype=torch.float32)
+    return out
+
+
+def cache_teacher(teacher, blocks: Sequence[PairBlock], indices: Iterable[int], *, batch_size: int, pad_id: int,
+                  device) -> list[PairBlock]:
+    """`blocks` with the teacher's chunk log-likelihoods (`teacher_ll`) of the blocks at `indices` filled in:
+    one forward of the frozen teacher per block, in batches, before training (`pretrain.distill.teacher:
+    cached`); the other blocks are returned as they are."""
+    from dataclasses import replace
+
+    from vocabtransfer.train import heads as HD
+
+    out = list(blocks)
+    head = HD.head_parts(teacher)
+    order = sorted(set(int(i) for i in indices))
+    for s in range(0, len(order), batch_size):
+        part = [blocks[i] for i in order[s: s + batch_size]]
+        batch = collate_teacher(part, pad_id)
+        ll = teacher_chunk_ll(teacher, head, batch, device)
+        sizes = [b.n_chunks for b in part]
+        for i, values in zip(order[s: s + batch_size], torch.split(ll.cpu(), sizes)):
+            out[i] = replace(blocks[i], teacher_ll=tuple(values.tolist()))
+    return out
+
+
+def teacher_chunk_ll(teacher, teacher_head, batch: dict, device) -> torch.Tensor:
+    """The teacher's chunk log-likelihoods of a batch of `collate_teacher` (no gradients)."""
+    from vocabtransfer.train import heads as HD
+
+    teacher_batch = {"input_ids": batch["teacher_input_ids"], "attention_mask": batch["teacher_attention_mask"],
+                     "labels": batch["teacher_labels"]}
+    with torch.no_grad():
+        hidden, targets = HD.predicted_hidden(teacher, teacher_batch, "causal", teacher_head)
+        rows = HD.head_loss(teacher_head, hidden, targets, objective="standard", reduction="none")
+    labels = batch["teacher_labels"].to(rows.device)[:, 1:]
+    chunks = batch["teacher_chunks"].to(rows.device)[:, 1:][labels != -100]
+    return chunk_log_likelihoods(-rows, chunks, int(batch["n_chunks"])).to(device)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -305,7 +345,8 @@ def loss_terms(model, teacher, batch: dict, *, head, teacher_head, temperature: 
     batch's chunks) of one batch of `collate_teacher`'s fields beside the student's causal batch.
 
     The student's per-token log-probabilities of the observed tokens come from the fused head (one pass,
-    `reduction="none"`: they give both terms); the teacher runs frozen, without gradients, the same way.
+    `reduction="none"`: they give both terms); the teacher's chunk log-likelihoods are the batch's
+    `teacher_chunk_ll` when cached, else the frozen teacher runs here, without gradients, the same way.
     `model` may be DDP-wrapped; `head`/`teacher_head`: `heads.head_parts` of the unwrapped models.
     """
     from vocabtransfer.train import heads as HD
@@ -314,14 +355,10 @@ def loss_terms(model, teacher, batch: dict, *, head, teacher_head, temperature: 
     rows = HD.head_loss(head, hidden, targets, objective="standard", reduction="none")
     device = rows.device
     s_chunks = batch["chunks"].to(device)[:, 1:][batch["labels"].to(device)[:, 1:] != -100]
-    teacher_batch = {"input_ids": batch["teacher_input_ids"], "attention_mask": batch["teacher_attention_mask"],
-                     "labels": batch["teacher_labels"]}
-    with torch.no_grad():
-        t_hidden, t_targets = HD.predicted_hidden(teacher, teacher_batch, "causal", teacher_head)
-        t_rows = HD.head_loss(teacher_head, t_hidden, t_targets, objective="standard", reduction="none")
-    t_labels = batch["teacher_labels"].to(t_rows.device)[:, 1:]
-    t_chunks = batch["teacher_chunks"].to(t_rows.device)[:, 1:][t_labels != -100]
     n = int(batch["n_chunks"])
-    distilled = distill_objective(-rows, s_chunks, -t_rows.to(device), t_chunks.to(device), n,
-                                  temperature=temperature)
-    return rows.sum(), distilled
+    if "teacher_chunk_ll" in batch:  # cached before training
+        ll_t = batch["teacher_chunk_ll"].to(device)
+    else:
+        ll_t = teacher_chunk_ll(teacher, teacher_head, batch, device)
+    ll_s = chunk_log_likelihoods(-rows, s_chunks, n)
+    return rows.sum(), chunk_loss(ll_t.to(ll_s.dtype).detach(), ll_s, temperature).sum()

@@ -144,6 +144,16 @@ class StepBlocks:
     def __len__(self) -> int:
         return self.length
 
+    def visited(self) -> set[int]:
+        """The indices of the blocks the run's samples take (all of them once it passes over every block)."""
+        import torch
+
+        n = len(self.blocks)
+        epochs, rest = divmod(self.length, n)
+        if epochs:
+            return set(range(n))
+        return set(torch.randperm(n, generator=torch.Generator().manual_seed(self.seed)).tolist()[:rest])
+
     def __getitem__(self, i: int) -> dict:
         import torch
 
@@ -296,8 +306,22 @@ def run(ctx) -> None:
         use_cpu=use_cpu, remove_unused_columns=False, include_num_input_tokens_seen="non_padding",
         dataloader_num_workers=0, disable_tqdm=True, save_only_model=False,
     )
+    teacher_pad = 0 if teacher_tok is None else next(
+        (i for i in (teacher_tok.pad_token_id, teacher_tok.eos_token_id) if i is not None), 0)
+    distill_opts = opts.get("distill") or {}
     length = int(opts["steps"]) * batch_size * int(opts["gradient_accumulation_steps"]) * args.world_size
     dataset = StepBlocks(blocks, length, seed)
+    teacher_seconds = None
+    if teacher is not None and distill_opts.get("teacher", "cached") == "cached":
+        # the teacher's chunk log-likelihoods of every block the run visits, once; then it leaves memory
+        device = "cuda" if not use_cpu and torch.cuda.is_available() else "cpu"
+        tick = time.perf_counter()
+        dataset.blocks = D.cache_teacher(teacher.to(device).eval(), blocks, dataset.visited(), pad_id=teacher_pad,
+                                         batch_size=int(opts["eval_batch_size"]), device="cpu")
+        teacher_seconds = time.perf_counter() - tick
+        log.info("distill: the teacher's chunk log-likelihoods of %d blocks cached in %.1f s",
+                 len(dataset.visited()), teacher_seconds)
+        teacher = None
     log.info("pretrain %s/%s/%s pseed %d (seed %d): %s LM, %d train blocks of ≤%d ids, %d valid blocks; %d steps × %d × %d "
              "(accumulation) × %d process(es); %s", ctx.lang, method, objective, pseed, seed, kind, len(blocks), seq_len,
              len(valid_blocks), int(opts["steps"]), batch_size, int(opts["gradient_accumulation_steps"]),
@@ -311,13 +335,11 @@ def run(ctx) -> None:
     evaluate = lambda m: M.evaluate_lm(m, eval_batches, kind)["loss"]  # noqa: E731
     callback = MetricsCallback(evaluate, int(opts["eval_every"]), rows, int(opts["embedding_warmup_steps"]),
                                embedding_params)
-    teacher_pad = 0 if teacher_tok is None else next(
-        (i for i in (teacher_tok.pad_token_id, teacher_tok.eos_token_id) if i is not None), 0)
-    distill_opts = opts.get("distill") or {}
     trainer = ObjectiveTrainer(model=model, args=args, train_dataset=dataset,
                                data_collator=StepCollator(tokenizer, kind, seed, teacher_pad), callbacks=[callback],
                                kind=kind, objective=objective, margin=margin, checkpoints=checkpoints,
-                               teacher=teacher, alpha=float(distill_opts.get("alpha", 0.5)),
+                               distill=teacher_dir is not None, teacher=teacher,
+                               alpha=float(distill_opts.get("alpha", 0.5)),
                                temperature=float(distill_opts.get("temperature", 1.0)))
     trainer.remove_callback(PrinterCallback)
     train_start = time.perf_counter()
@@ -342,7 +364,8 @@ def run(ctx) -> None:
         "margin": margin if objective == "selfish" else None, "factorized": original is not None,
         "distill": None if teacher_dir is None else {
             "alpha": float(distill_opts["alpha"]), "temperature": float(distill_opts["temperature"]),
-            "teacher": str(teacher_dir), "train_chunks": sum(b.n_chunks for b in blocks)},
+            "teacher": str(teacher_dir), "train_chunks": sum(b.n_chunks for b in blocks),
+            "teacher_mode": distill_opts["teacher"], "teacher_cache_seconds": teacher_seconds},
         "train_blocks": len(blocks), "valid_blocks": len(valid_blocks),
         "valid_tokens": sum(int((b["labels"] != -100).sum()) for b in eval_batches), "bf16": bf16,
         "processes": args.world_size, "init_model": str(model_dir), "versions": io.versions(),

@@ -79,14 +79,16 @@ def _trainer_classes():
     class ObjectiveTrainer(Trainer):
         """Loss from the predicted positions' hidden states through the fused head; NaN/inf stops the run."""
 
-        def __init__(self, *args, kind: M.Kind, objective: str, margin: float, checkpoints: Path, teacher=None,
-                     alpha: float = 0.5, temperature: float = 1.0, **kwargs):
+        def __init__(self, *args, kind: M.Kind, objective: str, margin: float, checkpoints: Path,
+                     distill: bool = False, teacher=None, alpha: float = 0.5, temperature: float = 1.0, **kwargs):
             super().__init__(*args, **kwargs)
             self.kind, self.objective, self.margin, self.checkpoints = kind, objective, margin, checkpoints
             self.head = HD.head_parts(self.model)
             self.model_accepts_loss_kwargs = True  # the loss is a mean over the whole step: not divided again
-            # distill: the frozen source model (never a submodule of the student: not trained, not saved)
-            self.teacher, self.alpha, self.temperature, self.step_chunks = teacher, alpha, temperature, None
+            # distill: the frozen source model (never a submodule of the student: not trained, not saved), or
+            # None when its chunk log-likelihoods were cached in the blocks
+            self.distill, self.alpha, self.temperature, self.step_chunks = distill, alpha, temperature, None
+            self.teacher = self.teacher_head = None
             if teacher is not None:
                 self.teacher = teacher.to(self.args.device).eval().requires_grad_(False)
                 self.teacher_head = HD.head_parts(self.teacher)
@@ -102,7 +104,7 @@ def _trainer_classes():
                     batches.append(next(epoch_iterator))
                 except StopIteration:
                     break
-            if self.teacher is not None:  # distill: the step's chunks over all processes, for their mean
+            if self.distill:  # distill: the step's chunks over all processes, for their mean
                 chunks = torch.tensor(sum(int(b["n_chunks"]) for b in batches), device=device)
                 self.step_chunks = int(self.accelerator.gather(chunks).sum() if self.accelerator.num_processes > 1
                                        else chunks)
@@ -110,7 +112,7 @@ def _trainer_classes():
 
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
             # `model` may be DDP-wrapped: its forward runs (gradients synchronised), the head bypassed
-            if self.teacher is not None:  # distill: alpha x mean chunk loss + (1 - alpha) x mean cross-entropy
+            if self.distill:  # distill: alpha x mean chunk loss + (1 - alpha) x mean cross-entropy
                 with self.accelerator.autocast():
                     lm_sum, chunk_sum = D.loss_terms(model, self.teacher, inputs, head=self.head,
                                                      teacher_head=self.teacher_head, temperature=self.temperature)
