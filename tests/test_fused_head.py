@@ -226,7 +226,10 @@ def test_bad_input_names_the_argument(kwargs, argument):
 
 
 def test_one_registry_of_objectives():
-    assert set(L.OBJECTIVES) == set(FH.OBJECTIVE_NAMES) == {"standard", "selfish"}
+    assert set(L.OBJECTIVES) == {"standard", "selfish", "distill"}
+    # every objective runs on one of the fused head's kernels; distill's own term needs a teacher (train/distill.py)
+    assert {o.kernel for o in L.OBJECTIVES.values()} == set(FH.OBJECTIVE_NAMES) == {"standard", "selfish"}
+    assert [o.name for o in L.OBJECTIVES.values() if o.teacher] == ["distill"]
     with pytest.raises(VocabTransferError, match="objective 'focal': unknown"):
         L.objective_loss("focal", torch.randn(2, 3), torch.tensor([0, 1]))
     import vocabtransfer.train.pretrain as PT

@@ -10,7 +10,7 @@ import yaml
 from vocabtransfer.pipeline import plan as PL
 from vocabtransfer.pipeline import paths as P
 from vocabtransfer.pipeline import stages as S
-from vocabtransfer.pipeline.config import merge_overlay, read_yaml, validate_params, write_merged
+from vocabtransfer.pipeline.config import merge_overlay, read_yaml, schema, validate_params, write_merged
 from vocabtransfer.errors import VocabTransferError
 
 # the config Snakemake sees: params.yaml, then every --configfile over it, then --config. It is
@@ -65,7 +65,7 @@ os.environ["VOCABTRANSFER_PARAMS"] = PARAMS_FILE
 wildcard_constraints:
     lang="|".join(config["languages"]),
     method="|".join(re.escape(m) for m in config["init"]["methods"]),
-    objective="standard|selfish",
+    objective="|".join(schema()["properties"]["pretrain"]["properties"]["objectives"]["items"]["enum"]),
     pseed=r"[1-9][0-9]*",
     task="|".join(config["eval"]["tasks"]),
     model=r"source|[A-Za-z0-9_+]+-[a-z]+-pseed[1-9][0-9]*",

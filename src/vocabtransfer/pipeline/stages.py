@@ -264,11 +264,13 @@ _pretrain_expand = _lazy("train.pretrain:expand")
 register(Stage(
     name="pretrain",
     func="vocabtransfer.train.pretrain:run",
-    help="continued pretraining of an initialised model with the standard or the selfish objective",
+    help="continued pretraining of an initialised model with the standard, selfish or distill objective",
     wildcards=("lang", "method", "objective", "pseed"),
     inputs=lambda params, wc: {"init": P.partial(P.INIT_DIR, method=wc["method"],
                                                  pseed=MN.init_pseed(wc["method"], wc["pseed"])),
-                               "train": P.PRETOK_TRAIN, "valid": P.PRETOK_VALID},
+                               "train": P.PRETOK_TRAIN, "valid": P.PRETOK_VALID,
+                               # the distill objective's teacher: the source model with its own tokenizer
+                               **({"source": P.SOURCE_MODEL} if wc.get("objective") == "distill" else {})},
     outputs={"pretrain": P.PRETRAIN_DIR},
     directories=frozenset({"pretrain"}),
     params=("seed",),

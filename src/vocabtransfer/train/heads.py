@@ -176,7 +176,7 @@ def head_loss(head: Head, hidden: torch.Tensor, targets: torch.Tensor, *, object
     Under autocast the head runs in the autocast dtype (as its matmul would), else in the weight's
     dtype. A soft-capped head (not linear) materialises the logits of these rows instead.
     """
-    from vocabtransfer.train.losses import linear_objective_loss, objective_loss
+    from vocabtransfer.train.losses import get_objective, linear_objective_loss, objective_loss
 
     if not head.fusable:
         logits = head.logits(hidden)
@@ -186,6 +186,7 @@ def head_loss(head: Head, hidden: torch.Tensor, targets: torch.Tensor, *, object
     device = states.device.type
     dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else weight.dtype
     with torch.autocast(device, enabled=False):
-        return linear_objective_loss(states.to(dtype), weight.to(dtype), targets, objective=objective,
+        return linear_objective_loss(states.to(dtype), weight.to(dtype), targets,
+                                     objective=get_objective(objective).kernel,
                                      margin=margin,
                                      bias=None if bias is None else bias.to(dtype), reduction=reduction)

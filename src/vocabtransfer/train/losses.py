@@ -179,6 +179,8 @@ class Objective:
     summary: str
     uses_margin: bool
     on_logits: Callable[..., torch.Tensor]  # (logits, labels, *, margin, ignore_index, reduction)
+    kernel: str = "standard"  # the fused head's objective for one model's own tokens (fused_head.OBJECTIVE_NAMES)
+    teacher: bool = False  # trained against the source model as a teacher (train/distill.py); causal LMs only
 
 
 def _standard(logits, labels, *, margin, ignore_index, reduction):
@@ -191,7 +193,11 @@ def _selfish(logits, labels, *, margin, ignore_index, reduction):
 
 OBJECTIVES: dict[str, Objective] = {o.name: o for o in (
     Objective("standard", "softmax cross-entropy over the whole vocabulary", False, _standard),
-    Objective("selfish", "cross-entropy over the tokens at most `margin` below the target's logit", True, _selfish),
+    Objective("selfish", "cross-entropy over the tokens at most `margin` below the target's logit", True, _selfish,
+              kernel="selfish"),
+    # on one model's logits (the analyses, which have no teacher) distill is its LM part: cross-entropy
+    Objective("distill", "alpha x chunk-likelihood matching to the source model through its own tokenizer "
+              "+ (1 - alpha) x cross-entropy", False, _standard, teacher=True),
 )}
 
 
@@ -204,7 +210,8 @@ def get_objective(name: str) -> Objective:
 def objective_loss(objective: str, logits: torch.Tensor, labels: torch.Tensor, *, margin: float = 2.0,
                    ignore_index: int = -100, reduction: Reduction = "mean") -> torch.Tensor:
     """Loss of a training objective on logits (N, V): `standard` (`F.cross_entropy`) or `selfish`
-    (`selfish_cross_entropy` with `margin`); mean over the positions that count unless `reduction`."""
+    (`selfish_cross_entropy` with `margin`); `distill` needs a teacher (`train/distill.py`), on one model's
+    logits it is its LM part, `F.cross_entropy`; mean over the positions that count unless `reduction`."""
     return get_objective(objective).on_logits(logits, labels, margin=margin, ignore_index=ignore_index,
                                               reduction=reduction)
 

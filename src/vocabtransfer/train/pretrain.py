@@ -1,4 +1,4 @@
-"""Stage `pretrain`: continued pretraining of an initialised model with the standard or the selfish objective.
+"""Stage `pretrain`: continued pretraining of an initialised model with the standard, selfish or distill objective.
 
 For `--lang L --method M --objective O --pseed K` (pretraining seed K, 1..`pretrain.seeds`, whose seed
 value is `seed + 1000 (K - 1)`, see vocabtransfer.pipeline.models):
@@ -12,7 +12,10 @@ value is `seed + 1000 (K - 1)`, see vocabtransfer.pipeline.models):
    (`train.parallel`). The loss: hidden states at the predicted positions only, through the LM head
    fused with the objective (`train.heads`, `losses.linear_objective_loss`: no logits), the mean over
    the step's predicted tokens of all micro-batches and processes; `pretrain.selfish.margin` for
-   `selfish`. The valid loss is always the standard cross-entropy, by the same path;
+   `selfish`. `distill` (causal sources; `train.distill`): the source model `results/source/model`, frozen,
+   reads the same lines through its own tokenizer (`distill.pack_pairs`, beside the same student blocks)
+   and the loss is `pretrain.distill.alpha` x the chunk-likelihood matching loss + (1 - alpha) x the
+   standard one. The valid loss is always the standard cross-entropy, by the same path;
 4. data order and masks are a function of the pretraining seed and the sample's position in the run
    (a seeded permutation per pass over the blocks, a masking seed per sample), so a run resumed from
    a checkpoint in `checkpoints/L/pretrain/M/O/pseedK/` sees exactly the batches of an uninterrupted one; the metrics rows
@@ -40,6 +43,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from vocabtransfer import io
+from vocabtransfer.train import distill as D
 from vocabtransfer.train import lowrank
 from vocabtransfer.train import modeling as M
 from vocabtransfer.train import parallel
@@ -79,6 +83,8 @@ def leaves(params: dict, wildcards: dict) -> list[str]:
     out = [leaf for leaf in section_leaves(params, "pretrain") if leaf not in NOT_CHECKED]
     if wildcards.get("objective") != "selfish":
         out = [leaf for leaf in out if not leaf.startswith("pretrain.selfish.")]
+    if wildcards.get("objective") != "distill":
+        out = [leaf for leaf in out if not leaf.startswith("pretrain.distill.")]
     return out
 
 
@@ -138,6 +144,16 @@ class StepBlocks:
     def __len__(self) -> int:
         return self.length
 
+    def visited(self) -> set[int]:
+        """The indices of the blocks the run's samples take (all of them once it passes over every block)."""
+        import torch
+
+        n = len(self.blocks)
+        epochs, rest = divmod(self.length, n)
+        if epochs:
+            return set(range(n))
+        return set(torch.randperm(n, generator=torch.Generator().manual_seed(self.seed)).tolist()[:rest])
+
     def __getitem__(self, i: int) -> dict:
         import torch
 
@@ -145,22 +161,29 @@ class StepBlocks:
         if epoch not in self._perms:
             self._perms[epoch] = torch.randperm(len(self.blocks),
                                                 generator=torch.Generator().manual_seed(self.seed + epoch)).tolist()
-        return {"input_ids": self.blocks[self._perms[epoch][j]], "index": int(i)}
+        block = self.blocks[self._perms[epoch][j]]
+        if isinstance(block, D.PairBlock):  # distill: the student's ids beside the teacher's
+            return {"input_ids": block.input_ids, "pair": block, "index": int(i)}
+        return {"input_ids": block, "index": int(i)}
 
 
 class StepCollator:
     """`modeling.LMCollator` whose masks are seeded by each sample's index in the run, so a sample gets
     the same masks whatever batch, and whichever data-parallel process, it falls in."""
 
-    def __init__(self, tokenizer, kind: M.Kind, seed: int):
+    def __init__(self, tokenizer, kind: M.Kind, seed: int, teacher_pad: int = 0):
         self.lm = M.LMCollator(tokenizer, kind, seed)
         self.kind, self.seed, self.pad = kind, seed, {"labels": -100, "input_ids": tokenizer.pad_token_id or 0}
+        self.teacher_pad = teacher_pad
 
     def __call__(self, items: list[dict]) -> dict:
         import torch
 
         if self.kind != "masked":
-            return self.lm([item["input_ids"] for item in items])
+            batch = self.lm([item["input_ids"] for item in items])
+            if "pair" in items[0]:  # distill: the teacher's ids and both sides' chunks
+                batch.update(D.collate_teacher([item["pair"] for item in items], self.teacher_pad))
+            return batch
         rows = []
         for item in items:
             self.lm.mlm.generator = torch.Generator().manual_seed(self.seed * 1_000_003 + item["index"])
@@ -173,6 +196,25 @@ class StepCollator:
 # ---------------------------------------------------------------------------------------------
 # The stage
 # ---------------------------------------------------------------------------------------------
+
+def check_distill(ctx, objective: str, opts: dict) -> Path | None:
+    """The teacher's directory (the source model) for the distill objective, else None; one line for a
+    masked-LM source, `alpha` outside [0, 1] or a temperature <= 0."""
+    from vocabtransfer.train.losses import get_objective
+
+    if not get_objective(objective).teacher:
+        return None
+    from transformers import AutoConfig
+
+    D.check_alpha((opts.get("distill") or {}).get("alpha", 0.5))
+    D.check_temperature((opts.get("distill") or {}).get("temperature", 1.0))
+    source = Path(ctx.input["source"]) if "source" in ctx.input else Path(P.SOURCE_MODEL)
+    kind = M.detect_kind(AutoConfig.from_pretrained(str(source)))
+    if kind != "causal":
+        raise VocabTransferError(f"pretrain.objectives: distill needs a causal source model, and {source} is a masked "
+                                 "LM (it gives no sequence likelihood to match); use standard or selfish with it")
+    return source
+
 
 def run(ctx) -> None:
     import torch
@@ -190,6 +232,7 @@ def run(ctx) -> None:
     margin = float(opts["selfish"]["margin"])
     if not margin > 0:
         raise VocabTransferError(f"pretrain.selfish.margin={margin}: must be > 0")
+    teacher_dir = check_distill(ctx, objective, opts)
     parallel.check_processes(int(opts["processes"]), ctx.device, int(os.environ.get("WORLD_SIZE", "1")))
     init_dir = Path(ctx.input["init"])
     model_dir = init_dir / "model"
@@ -200,7 +243,15 @@ def run(ctx) -> None:
     tokenizer = M.load_tokenizer(model_dir)
     vocab = min(len(tokenizer), model.get_input_embeddings().weight.shape[0])
     seq_len, batch_size = int(opts["seq_len"]), int(opts["batch_size"])
-    blocks = M.pack_ids(tokenizer, read_ids(Path(ctx.input["train"]), vocab), seq_len, kind=kind)
+    teacher = teacher_tok = None
+    if teacher_dir is None:
+        blocks = M.pack_ids(tokenizer, read_ids(Path(ctx.input["train"]), vocab), seq_len, kind=kind)
+    else:  # distill: the frozen source model and its tokenization of the same blocks' text
+        teacher, _ = M.load_source_model(teacher_dir, "causal", dtype=torch.float32)
+        teacher_tok = M.load_tokenizer(teacher_dir)
+        blocks = D.pack_pairs(tokenizer, teacher_tok, read_ids(Path(ctx.input["train"]), vocab), seq_len)
+        log.info("distill: teacher %s (%s), %d chunks in %d training blocks", teacher_dir, type(teacher).__name__,
+                 sum(b.n_chunks for b in blocks), len(blocks))
     valid = read_ids(Path(ctx.input["valid"]), vocab)[: int(opts["eval_lines"])]
     valid_blocks = M.pack_ids(tokenizer, valid, seq_len, kind=kind)
     if not blocks or not valid_blocks:
@@ -212,6 +263,8 @@ def run(ctx) -> None:
     expected = {leaf: ctx.param(leaf) for leaf in ["seed"] + leaves(ctx.params, ctx.wildcards)}
     expected["pseed"] = pseed
     expected["input:init_model_sha256"] = model_fingerprint(model_dir)
+    if teacher_dir is not None:
+        expected["input:source_model_sha256"] = model_fingerprint(teacher_dir)
     resume = None
     done = complete_checkpoints(checkpoints)
     if done and (checkpoints / PARAMS_FILE).is_file():
@@ -253,8 +306,22 @@ def run(ctx) -> None:
         use_cpu=use_cpu, remove_unused_columns=False, include_num_input_tokens_seen="non_padding",
         dataloader_num_workers=0, disable_tqdm=True, save_only_model=False,
     )
+    teacher_pad = 0 if teacher_tok is None else next(
+        (i for i in (teacher_tok.pad_token_id, teacher_tok.eos_token_id) if i is not None), 0)
+    distill_opts = opts.get("distill") or {}
     length = int(opts["steps"]) * batch_size * int(opts["gradient_accumulation_steps"]) * args.world_size
     dataset = StepBlocks(blocks, length, seed)
+    teacher_seconds = None
+    if teacher is not None and distill_opts.get("teacher", "cached") == "cached":
+        # the teacher's chunk log-likelihoods of every block the run visits, once; then it leaves memory
+        device = "cuda" if not use_cpu and torch.cuda.is_available() else "cpu"
+        tick = time.perf_counter()
+        dataset.blocks = D.cache_teacher(teacher.to(device).eval(), blocks, dataset.visited(), pad_id=teacher_pad,
+                                         batch_size=int(opts["eval_batch_size"]), device="cpu")
+        teacher_seconds = time.perf_counter() - tick
+        log.info("distill: the teacher's chunk log-likelihoods of %d blocks cached in %.1f s",
+                 len(dataset.visited()), teacher_seconds)
+        teacher = None
     log.info("pretrain %s/%s/%s pseed %d (seed %d): %s LM, %d train blocks of ≤%d ids, %d valid blocks; %d steps × %d × %d "
              "(accumulation) × %d process(es); %s", ctx.lang, method, objective, pseed, seed, kind, len(blocks), seq_len,
              len(valid_blocks), int(opts["steps"]), batch_size, int(opts["gradient_accumulation_steps"]),
@@ -269,8 +336,11 @@ def run(ctx) -> None:
     callback = MetricsCallback(evaluate, int(opts["eval_every"]), rows, int(opts["embedding_warmup_steps"]),
                                embedding_params)
     trainer = ObjectiveTrainer(model=model, args=args, train_dataset=dataset,
-                               data_collator=StepCollator(tokenizer, kind, seed), callbacks=[callback],
-                               kind=kind, objective=objective, margin=margin, checkpoints=checkpoints)
+                               data_collator=StepCollator(tokenizer, kind, seed, teacher_pad), callbacks=[callback],
+                               kind=kind, objective=objective, margin=margin, checkpoints=checkpoints,
+                               distill=teacher_dir is not None, teacher=teacher,
+                               alpha=float(distill_opts.get("alpha", 0.5)),
+                               temperature=float(distill_opts.get("temperature", 1.0)))
     trainer.remove_callback(PrinterCallback)
     train_start = time.perf_counter()
     trainer.train(resume_from_checkpoint=str(resume[1]) if resume else None)
@@ -292,6 +362,10 @@ def run(ctx) -> None:
         "seconds": time.perf_counter() - start, "train_seconds": train_seconds,
         "resumed_from_step": resume[0] if resume else None, "pseed": pseed, "seed": seed,
         "margin": margin if objective == "selfish" else None, "factorized": original is not None,
+        "distill": None if teacher_dir is None else {
+            "alpha": float(distill_opts["alpha"]), "temperature": float(distill_opts["temperature"]),
+            "teacher": str(teacher_dir), "train_chunks": sum(b.n_chunks for b in blocks),
+            "teacher_mode": distill_opts["teacher"], "teacher_cache_seconds": teacher_seconds},
         "train_blocks": len(blocks), "valid_blocks": len(valid_blocks),
         "valid_tokens": sum(int((b["labels"] != -100).sum()) for b in eval_batches), "bf16": bf16,
         "processes": args.world_size, "init_model": str(model_dir), "versions": io.versions(),

@@ -2,7 +2,8 @@
 
 * `ObjectiveTrainer`: the loss of the training objective on the hidden states of the predicted
   positions only (the fused head, `heads` / `losses.linear_objective_loss`), the same code path for a
-  plain and a DDP-wrapped model; a NaN or infinite loss stops the run naming the step and the last
+  plain and a DDP-wrapped model; for `distill`, alpha x the mean chunk loss of `train.distill` over the
+  step's chunks (all micro-batches and processes) + (1 - alpha) x the mean cross-entropy; a NaN or infinite loss stops the run naming the step and the last
   good checkpoint.
 * `MetricsCallback`: the metrics rows (valid loss every `eval_every` steps, train loss, learning rate,
   tokens/s), the progress bar, the rows stored in each checkpoint, and the embedding-only warm-up.
@@ -72,16 +73,25 @@ def _trainer_classes():
     import torch
     from transformers import Trainer, TrainerCallback
 
+    from vocabtransfer.train import distill as D
     from vocabtransfer.train import heads as HD
 
     class ObjectiveTrainer(Trainer):
         """Loss from the predicted positions' hidden states through the fused head; NaN/inf stops the run."""
 
-        def __init__(self, *args, kind: M.Kind, objective: str, margin: float, checkpoints: Path, **kwargs):
+        def __init__(self, *args, kind: M.Kind, objective: str, margin: float, checkpoints: Path,
+                     distill: bool = False, teacher=None, alpha: float = 0.5, temperature: float = 1.0, **kwargs):
             super().__init__(*args, **kwargs)
             self.kind, self.objective, self.margin, self.checkpoints = kind, objective, margin, checkpoints
             self.head = HD.head_parts(self.model)
             self.model_accepts_loss_kwargs = True  # the loss is a mean over the whole step: not divided again
+            # distill: the frozen source model (never a submodule of the student: not trained, not saved), or
+            # None when its chunk log-likelihoods were cached in the blocks
+            self.distill, self.alpha, self.temperature, self.step_chunks = distill, alpha, temperature, None
+            self.teacher = self.teacher_head = None
+            if teacher is not None:
+                self.teacher = teacher.to(self.args.device).eval().requires_grad_(False)
+                self.teacher_head = HD.head_parts(self.teacher)
 
         def _get_train_sampler(self, train_dataset=None):
             return torch.utils.data.SequentialSampler(train_dataset or self.train_dataset)  # order is in StepBlocks
@@ -94,17 +104,31 @@ def _trainer_classes():
                     batches.append(next(epoch_iterator))
                 except StopIteration:
                     break
+            if self.distill:  # distill: the step's chunks over all processes, for their mean
+                chunks = torch.tensor(sum(int(b["n_chunks"]) for b in batches), device=device)
+                self.step_chunks = int(self.accelerator.gather(chunks).sum() if self.accelerator.num_processes > 1
+                                       else chunks)
             return batches, parallel.step_token_count(batches, self.kind, self.accelerator, device)
 
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
             # `model` may be DDP-wrapped: its forward runs (gradients synchronised), the head bypassed
-            hidden, targets = HD.predicted_hidden(model, inputs, self.kind, self.head)
-            with self.accelerator.autocast():  # bf16 training: the head in bf16, as it was inside the forward
-                loss = HD.head_loss(self.head, hidden, targets, objective=self.objective, margin=self.margin,
-                                    reduction="sum")
-            # mean over the step's predicted tokens; DDP averages the processes' gradients, hence x P
-            count = targets.numel() if num_items_in_batch is None else int(num_items_in_batch)
-            loss = loss * self.accelerator.num_processes / max(1, count)
+            if self.distill:  # distill: alpha x mean chunk loss + (1 - alpha) x mean cross-entropy
+                with self.accelerator.autocast():
+                    lm_sum, chunk_sum = D.loss_terms(model, self.teacher, inputs, head=self.head,
+                                                     teacher_head=self.teacher_head, temperature=self.temperature)
+                count = int(num_items_in_batch) if num_items_in_batch is not None else \
+                    int((inputs["labels"][:, 1:] != -100).sum())
+                chunks = self.step_chunks if self.step_chunks is not None else int(inputs["n_chunks"])
+                loss = self.accelerator.num_processes * (self.alpha * chunk_sum / max(1, chunks)
+                                                         + (1 - self.alpha) * lm_sum / max(1, count))
+            else:
+                hidden, targets = HD.predicted_hidden(model, inputs, self.kind, self.head)
+                with self.accelerator.autocast():  # bf16 training: the head in bf16, as it was inside the forward
+                    loss = HD.head_loss(self.head, hidden, targets, objective=self.objective, margin=self.margin,
+                                        reduction="sum")
+                # mean over the step's predicted tokens; DDP averages the processes' gradients, hence x P
+                count = targets.numel() if num_items_in_batch is None else int(num_items_in_batch)
+                loss = loss * self.accelerator.num_processes / max(1, count)
             if not torch.isfinite(loss):
                 last = complete_checkpoints(self.checkpoints)
                 kept = f"the last good checkpoint is {last[-1][1]}" if last else "no checkpoint was written yet"
