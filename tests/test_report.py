@@ -402,3 +402,27 @@ def test_a_report_on_too_few_clusters_words_no_difference(tmp_path):
     down = section(section(text, "## sw"), "### Downstream tasks")
     assert "#### qa (f1) — 20 clusters: too few to tell" in down
     assert json.loads((tmp_path / P.REPORT_METRICS).read_text())["sw"]["learned"]["qa"] is False
+
+
+def test_every_objective_is_compared_with_standard():
+    """A third objective (distill) gets its own family against standard and its own verdict bullets."""
+    import pandas as pd
+
+    from vocabtransfer.report import tables as T
+    from vocabtransfer.report.verdict import language_verdict
+
+    lang = RD.Language(lang="sw")
+    for objective, shift in (("standard", 0.0), ("distill", -0.2)):
+        for s in PSEEDS:
+            sums, counts = block_losses("focus", "standard", s)
+            lang.curves[("focus", objective, s)] = pd.DataFrame({"step": [0], "valid_loss": [6.0]})
+            lang.blocks[("focus", objective, s)] = pd.DataFrame({"block": range(BLOCKS), "loss_sum": sums + 10 * shift,
+                                                                 "n_tokens": counts})
+    settings = T.Settings(2000, 0.95, "holm", 42, min_clusters=10)
+    families = T.families(lang, settings, {})
+    family = next(f for f in families if f.title == "Distill − standard, per method")
+    assert not any(f.title.startswith("Selfish") for f in families)
+    row = family.rows[0]
+    assert (row.label, row.measure, round(row.diff.diff, 3), row.status(settings)) == ("focus", "valid loss", -0.2, "better")
+    bullets = language_verdict("sw", families, {}, settings)
+    assert any(b.startswith("- **distill − standard, focus**: valid loss -0.200 [") for b in bullets), bullets

@@ -16,7 +16,7 @@ from vocabtransfer.pipeline import models as MN
 from vocabtransfer.pipeline import paths as P
 
 TASKS = ("nli", "qa", "ner")
-OBJECTIVE_ORDER = ("init", "standard", "selfish")
+OBJECTIVE_ORDER = ("init", "standard", "selfish", "distill")
 Run = tuple[str, str, int]  # (method, objective, pretraining seed)
 
 

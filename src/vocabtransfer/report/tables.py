@@ -6,8 +6,8 @@ interval (vocabtransfer.evaluate.stats), grouped in families that are corrected 
    these sizes" and takes no further part (never ranked, bolded or used in the verdict);
 2. every method minus random, per objective (`init` too): the valid loss after pretraining (one
    family) and each learned task (one family per task);
-3. selfish minus standard for every method: the valid loss, each learned task and the loss of every
-   token-frequency bucket (one family).
+3. every other objective (selfish, distill) minus standard for every method: the valid loss, each
+   learned task and the loss of every token-frequency bucket (one family per objective).
 
 A difference resting on fewer test clusters than `report.min_clusters`, or on a single run (one
 pretraining and one fine-tuning seed: every compared model's training depends on its seed, so the
@@ -260,29 +260,30 @@ def methods_vs_random(lang: Language, settings: Settings, status: dict) -> list[
     return out
 
 
-def selfish_vs_standard(lang: Language, settings: Settings, status: dict) -> Family | None:
-    """Per method: selfish minus standard on the valid loss, every learned task and every frequency bucket."""
+def objective_vs_standard(lang: Language, settings: Settings, status: dict, objective: str) -> Family | None:
+    """Per method: `objective` (selfish, distill) minus standard on the valid loss, every learned task and
+    every frequency bucket."""
     rows = []
     buckets = _bucket_labels(lang)
     for method in lang.methods():
-        if not {(method, "standard"), (method, "selfish")} <= {(m, o) for m, o, _ in lang.curves}:
+        if not {(method, "standard"), (method, objective)} <= {(m, o) for m, o, _ in lang.curves}:
             continue
-        std, sel = loss_runs(lang, method, "standard"), loss_runs(lang, method, "selfish")
-        if std is not None and sel is not None:
-            rows.append(Row(method, "valid loss", settings.bootstrap(std, sel), lower_is_better=True))
+        std, other = loss_runs(lang, method, "standard"), loss_runs(lang, method, objective)
+        if std is not None and other is not None:
+            rows.append(Row(method, "valid loss", settings.bootstrap(std, other), lower_is_better=True))
         for task in tasks(lang):
-            a, b = f"{method}-standard", f"{method}-selfish"
+            a, b = f"{method}-standard", f"{method}-{objective}"
             if task in status and status[task].learned and a in lang.evals[task] and b in lang.evals[task]:
                 rows.append(Row(method, task, settings.bootstrap(task_runs(lang, task, a), task_runs(lang, task, b))))
         for bucket, label in buckets.items():
-            a, b = bucket_runs(lang, method, "standard", bucket), bucket_runs(lang, method, "selfish", bucket)
+            a, b = bucket_runs(lang, method, "standard", bucket), bucket_runs(lang, method, objective, bucket)
             if a is not None and b is not None:
                 rows.append(Row(method, label, settings.bootstrap(a, b), lower_is_better=True))
     if not rows:
         return None
-    return Family("Selfish − standard, per method",
-                  "Loss rows: negative = selfish lower (better); task rows: positive = selfish higher (better). "
-                  "Buckets: held-out tokens by train frequency (b0 = most frequent types).",
+    return Family(f"{objective.capitalize()} − standard, per method",
+                  f"Loss rows: negative = {objective} lower (better); task rows: positive = {objective} higher "
+                  "(better). Buckets: held-out tokens by train frequency (b0 = most frequent types).",
                   _corrected(rows, settings))
 
 
@@ -296,8 +297,10 @@ def _bucket_labels(lang: Language) -> dict[int, str]:
 
 def families(lang: Language, settings: Settings, status: dict) -> list[Family]:
     out = methods_vs_random(lang, settings, status)
-    selfish = selfish_vs_standard(lang, settings, status)
-    return out + ([selfish] if selfish else [])
+    for objective in (o for o in _objectives(lang) if o not in ("init", "standard")):
+        family = objective_vs_standard(lang, settings, status, objective)
+        out += [family] if family else []
+    return out
 
 
 def seeds_text(d: S.Difference | None) -> str:

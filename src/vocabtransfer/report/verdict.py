@@ -50,8 +50,10 @@ def family_sentence(family: Family, measure: str, settings: Settings, what: str)
     return f"**{what}**" + (f" ({shared})" if shared else "") + ": " + ". ".join(parts) + "."
 
 
-def selfish_sentences(family: Family, settings: Settings) -> list[str]:
-    """Per method: where selfish helps and costs, on the valid loss, the tasks and the buckets."""
+def objective_sentences(family: Family, settings: Settings) -> list[str]:
+    """Per method: where an objective (selfish, distill) helps and costs against standard, on the valid
+    loss, the tasks and the buckets."""
+    objective = family.title.split(" − ")[0].lower()
     out = []
     for method in dict.fromkeys(r.label for r in family.rows):
         rows = [r for r in family.rows if r.label == method and r.diff is not None]
@@ -82,7 +84,7 @@ def selfish_sentences(family: Family, settings: Settings) -> list[str]:
             for state in dict.fromkeys(few):
                 parts.append(f"{state} in {few.count(state)} of {len(buckets)} frequency buckets")
         if parts:
-            out.append(f"**selfish − standard, {method}**: " + "; ".join(parts) + ".")
+            out.append(f"**{objective} − standard, {method}**: " + "; ".join(parts) + ".")
     return out
 
 
@@ -113,8 +115,8 @@ def language_verdict(lang: str, families: list[Family], status: dict, settings: 
                                     f"floor: {floor})")
                 bullets += [s] if s else []
     for family in families:
-        if family.title.startswith("Selfish"):
-            bullets += selfish_sentences(family, settings)
+        if " − standard, per method" in family.title:
+            bullets += objective_sentences(family, settings)
     if not bullets:
         bullets.append("No comparison could be made: the study has no paired runs for this language.")
     return lines + [f"- {b}" for b in bullets] + [""]
