@@ -252,14 +252,15 @@ def child(problem: str, method: str, args) -> dict:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    E, prob = build_problem(args.cache, problem, args)
-    prob.options = method_options(method) if method != "svd" else {}
-    row = {"problem": problem, "method": method, "source_shape": list(E.shape), "target_vocab": prob.target_size,
-           "overlap": int(len(prob.overlap_target_ids)), "threads": torch.get_num_threads()}
-    t = time.perf_counter()
-    if method == "svd":
+    row = {"problem": problem, "method": method, "threads": torch.get_num_threads()}
+    if method == "svd":  # the plain truncated SVD: the source matrix alone
+        import numpy as np
+
         from vocabtransfer.init.factorize import svd_relative_error
 
+        E = torch.from_numpy(np.load(source_matrix_path(args.cache, problem, args.seed)))
+        row["source_shape"] = list(E.shape)
+        t = time.perf_counter()
         C, P = truncated_svd(E, 100)
         row["seconds"] = time.perf_counter() - t
         row["rank"] = 100
@@ -267,6 +268,11 @@ def child(problem: str, method: str, args) -> dict:
     else:
         from vocabtransfer.init.methods import get_method
 
+        E, prob = build_problem(args.cache, problem, args)
+        prob.options = method_options(method)
+        row.update({"source_shape": list(E.shape), "target_vocab": prob.target_size,
+                    "overlap": int(len(prob.overlap_target_ids))})
+        t = time.perf_counter()
         result = get_method(method)(prob)
         row["seconds"] = time.perf_counter() - t
         assert tuple(result.embeddings.shape) == (prob.target_size, E.shape[1])
