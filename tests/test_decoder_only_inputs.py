@@ -210,6 +210,8 @@ def test_decoder_config_is_valid_and_dry_runs_offline():
     checked = validate_params(merge_overlay(read_yaml(REPO / "params.yaml"), read_yaml(overlay_file)), str(overlay_file))
     assert checked["source_model"] == "meta-llama/Llama-3.2-1B" and checked["tokenizer"]["family"] == "auto"
     assert "omp" in checked["init"]["methods"] and checked["pretrain"]["precision"] == "auto"
+    # semi-NMF runs at that size with the svd start (benchmarks/init_scale.py)
+    assert "snmf" in checked["init"]["methods"] and checked["init"]["snmf"]["init"] == "svd"
     env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
     done = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--cores", "1", "--configfile", "config/decoder.yaml",
                            "--directory", str(REPO)], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)

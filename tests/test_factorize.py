@@ -8,7 +8,8 @@ import torch
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.init.factors import relative_error
 from vocabtransfer.init.semi_nmf import kmeans, semi_nmf
-from vocabtransfer.init.svd import truncated_svd
+from vocabtransfer.init.factorize import factorize_source, svd_relative_error
+from vocabtransfer.init.svd import TALL, truncated_svd
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -74,6 +75,42 @@ def test_svd_rejects_non_finite_input():
     E[3, 1] = float("nan")
     with pytest.raises(VocabTransferError, match="NaN"):
         truncated_svd(E, 2)
+
+
+def _lapack(E: torch.Tensor, k: int):
+    U, S, Vh = torch.linalg.svd(E.double(), full_matrices=False)
+    U, S, Vh = U[:, :k], S[:k], Vh[:k]
+    signs = torch.sign(U[U.abs().argmax(dim=0), torch.arange(k)])
+    return U * signs, S[:, None] * Vh * signs[:, None]
+
+
+def test_svd_of_a_tall_matrix_through_the_gram_matrix_equals_lapack():
+    # ≥ TALL rows per column: the Gram route; decaying singular values like an embedding matrix's
+    g = torch.Generator().manual_seed(11)
+    E = torch.randn(3000, 24, generator=g, dtype=torch.float64) * torch.linspace(3.0, 0.2, 24, dtype=torch.float64)
+    assert E.shape[0] >= TALL * E.shape[1]
+    C, P = truncated_svd(E, 10)
+    C_ref, P_ref = _lapack(E, 10)
+    torch.testing.assert_close(C, C_ref, atol=1e-10, rtol=0)
+    torch.testing.assert_close(P, P_ref, atol=1e-10, rtol=0)
+    torch.testing.assert_close(C.T @ C, torch.eye(10, dtype=torch.float64), atol=1e-12, rtol=0)
+    # float32 in, float32 out, the same factors to float32 precision, byte-identical on a rerun
+    C32, P32 = truncated_svd(E.float(), 10)
+    assert C32.dtype == torch.float32
+    torch.testing.assert_close(C32.double() @ P32.double(), C_ref @ P_ref, atol=1e-4, rtol=0)
+    C32b, P32b = truncated_svd(E.float().clone(), 10)
+    assert torch.equal(C32, C32b) and torch.equal(P32, P32b)
+    # the error of the factorisation by Pythagoras equals the direct one
+    assert svd_relative_error(E, P) == pytest.approx(relative_error(E, C, P), rel=1e-9)
+
+
+def test_svd_of_a_tall_rank_deficient_matrix_falls_back_to_lapack():
+    # rank 3 in 8 columns: the Gram route cannot resolve the zero singular values, LAPACK can
+    g = torch.Generator().manual_seed(12)
+    E = torch.randn(400, 3, generator=g, dtype=torch.float64) @ torch.randn(3, 8, generator=g, dtype=torch.float64)
+    C, P = truncated_svd(E, 8)
+    torch.testing.assert_close(C @ P, E, atol=1e-10, rtol=0)
+    torch.testing.assert_close(C.T @ C, torch.eye(8, dtype=torch.float64), atol=1e-10, rtol=0)
 
 
 # ------------------------------------------------------------------------------ semi-NMF
@@ -188,3 +225,26 @@ def test_semi_nmf_within_two_percent_of_svd_on_minilm():
     err_snmf = relative_error(E, W, H)
     assert bool((W >= 0).all())
     assert err_svd <= err_snmf <= 1.02 * err_svd
+
+
+def test_snmf_with_the_default_params_is_within_two_percent_of_svd_on_minilm():
+    """What an init job runs (`factorize_source` with init.snmf's defaults: the svd start, max_iter 500,
+    tol 1e-4) on MiniLM at rank 100: within the 1.02 bar, stopped by tol, W ≥ 0."""
+    from safetensors.torch import load_file
+
+    from vocabtransfer.train.modeling import resolve_model_path
+
+    path = resolve_model_path("sentence-transformers/all-MiniLM-L6-v2") / "model.safetensors"
+    E = load_file(str(path))["embeddings.word_embeddings.weight"].float()
+    W, H, stats = factorize_source(E, "snmf", {}, seed=0)
+    err_svd = svd_relative_error(E, truncated_svd(E, 100)[1])
+    assert stats["init"] == "svd" and stats["stopped_by_tol"] and bool((W >= 0).all())
+    assert relative_error(E, W, H) == pytest.approx(stats["relative_error"], rel=1e-4)
+    assert err_svd <= stats["relative_error"] <= 1.02 * err_svd
+
+
+def test_snmf_with_the_default_params_same_seed_same_factors():
+    X = _random(400, 12, seed=9) + 0.2
+    W1, H1, s1 = factorize_source(X, "snmf", {"rank": 5}, seed=3)
+    W2, H2, s2 = factorize_source(X.clone(), "snmf", {"rank": 5}, seed=3)
+    assert torch.equal(W1, W2) and torch.equal(H1, H2) and s1["iterations"] == s2["iterations"]

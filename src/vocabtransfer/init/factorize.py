@@ -17,13 +17,20 @@ from typing import Literal
 import torch
 
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.init.factors import relative_error
 from vocabtransfer.init.semi_nmf import clustered_semi_nmf, semi_nmf
 from vocabtransfer.init.svd import truncated_svd
 
 log = logging.getLogger(__name__)
 
 FACTORIZATIONS = ("svd", "snmf")  # the kinds `factorize_source` runs; `<method>+<kind>` names a variant
+
+
+def svd_relative_error(E: torch.Tensor, P: torch.Tensor) -> float:
+    """‖E − CP‖_F / ‖E‖_F of a truncated SVD (C orthonormal, P = CᵀE): by Pythagoras
+    ‖E‖² − ‖P‖², in float64, without forming the V×D product."""
+    den = float(E.detach().double().square().sum())
+    num = den - float(P.detach().double().square().sum())
+    return (max(num, 0.0) / den) ** 0.5 if den > 0 else 0.0
 
 
 def factorize_source(
@@ -77,7 +84,7 @@ def factorize_source(
             log.info("%s: keep_dim = hidden size %d, so the embeddings are used unfactorised", section, D)
         else:
             C, P = truncated_svd(E.detach().cpu().double(), k)
-            err = relative_error(E, C, P)
+            err = svd_relative_error(E, P)
             stats = {"kind": "svd", "keep_dim": k, "relative_error": err}
             log.info("%s: truncated SVD to %d primitives, relative reconstruction error %.4f", section, k, err)
     else:

@@ -46,7 +46,7 @@ def _rel(target: str) -> str:
 
 
 def setup_section(params: dict, head: dict | None, langs: list[Language], p: Plan, settings: Settings,
-                  seconds: float | None = None) -> list[str]:
+                  seconds: float | None = None, root: Path | None = None) -> list[str]:
     lines = ["## Set-up", ""]
     lines.append(f"* Source model: `{params.get('source_model')}`"
                  + (f" ({head.get('model_class')}, {head.get('kind')} LM)" if head else ""))
@@ -92,6 +92,10 @@ def setup_section(params: dict, head: dict | None, langs: list[Language], p: Pla
     lines.append("")
     lines.append("Fertility: tokens per word on the valid split, target tokenizer vs the source tokenizer.")
     lines.append("")
+    if root is not None:
+        from vocabtransfer.report.costs import cost_lines
+
+        lines += cost_lines(root, md_table)
     return lines
 
 
