@@ -1,5 +1,5 @@
 """Decoder-only sources, in-process: a source with a missing or mis-shaped LM head (one clear error, nothing
-written), an architecture without a task head (a skip the report lists), an LM head with a bias (moved by
+written), an architecture without a task head, even a generic one (a skip the report lists), an LM head with a bias (moved by
 token), the hub download (only the files a model directory needs) and config/decoder.yaml (valid, plans
 offline). The end-to-end workflow runs are in test_decoder_only.py."""
 
@@ -101,34 +101,48 @@ def tiny_gptj(directory: Path, tokenizer) -> Path:
     return directory
 
 
+def tiny_codegen(directory: Path, tokenizer) -> Path:
+    """CodeGen: a decoder for which transformers has no task head at all."""
+    from transformers import CodeGenConfig, CodeGenForCausalLM
+
+    torch.manual_seed(0)
+    CodeGenForCausalLM(CodeGenConfig(vocab_size=len(tokenizer), n_embd=32, n_layer=1, n_head=2, n_positions=64,
+                                     n_ctx=64, rotary_dim=8, bos_token_id=tokenizer.bos_token_id,
+                                     eos_token_id=tokenizer.eos_token_id)).save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return directory
+
+
 def test_decoder_only_missing_task_head_is_a_skip_the_report_lists(tmp_path):
-    """transformers has no GPTJForTokenClassification: the NER job writes the reason instead of scores, and
-    the report lists it under what was skipped (never a crash, never a score)."""
+    """transformers has no CodeGenForSequenceClassification and there is no generic sequence-classification head
+    (the generic heads, test_generic_heads.py, cover token classification and QA): the NLI job writes the reason
+    instead of scores, and the report lists it under what was skipped (never a crash, never a score)."""
     from vocabtransfer.evaluate import finetune_eval as FE
     from vocabtransfer.evaluate.tasks import Splits, get_task
     from vocabtransfer.pipeline import paths as P
     from vocabtransfer.report import markdown as MD
     from vocabtransfer.report import read as RD
-    model_dir = tiny_gptj(tmp_path / "gptj", bpe_tokenizer("sw"))
+    model_dir = tiny_codegen(tmp_path / "codegen", bpe_tokenizer("sw"))
     params = validate_params({"languages": ["sw"], "source_model": str(model_dir),
                               "corpus": {"sources": {"sw": {"path": "sw.txt"}}},
                               "pretrain": {"methods": ["focus"]}, "init": {"methods": ["focus"]},
                               "eval": {"models": ["source"]}})
-    assert FE.missing_head("AutoModelForSequenceClassification", model_dir) is None
-    ner = get_task("ner", params["eval"]["tasks"]["ner"])
-    example = {"id": "0", "group": "0", "cluster": "0", "tokens": ["Juma", "yuko"], "tags": ["B-PER", "O"]}
-    result, trainer = FE.finetune(task=ner, splits=Splits(train=[example], test=[example]), model_dir=model_dir,
+    assert FE.missing_head("AutoModelForSequenceClassification", model_dir) is not None
+    nli = get_task("nli", params["eval"]["tasks"]["nli"])
+    example = {"id": "0", "group": "0", "cluster": "0", "premise": "Juma yuko", "hypothesis": "Juma", "label": 0}
+    result, trainer = FE.finetune(task=nli, splits=Splits(train=[example], test=[example]), model_dir=model_dir,
                                   seed=1, output_dir=tmp_path / "ckpt")
     assert trainer is None and set(result) == {"not_run"}
-    assert "TokenClassification" in result["not_run"] and "'gptj'" in result["not_run"]
-    written = tmp_path / P.fill(P.EVAL_RESULT, lang="sw", task="ner", model="source", seed="1")
+    assert "SequenceClassification" in result["not_run"] and "'codegen'" in result["not_run"]
+    assert "no generic SequenceClassification head" in result["not_run"]
+    written = tmp_path / P.fill(P.EVAL_RESULT, lang="sw", task="nli", model="source", seed="1")
     written.parent.mkdir(parents=True)
-    written.write_text(json.dumps({"task": "ner", "model": "source", **result}))
+    written.write_text(json.dumps({"task": "nli", "model": "source", **result}))
     plan = RD.plan(params)
-    plan.evals["sw"] = [{"task": "ner", "model": "source", "seed": 1}]
+    plan.evals["sw"] = [{"task": "nli", "model": "source", "seed": 1}]
     lang = RD.read_language("sw", plan, tmp_path)
-    assert "ner" not in lang.evals and lang.skipped["ner"] == result["not_run"]
-    assert f"* sw / ner: {result['not_run']}" in MD.skipped_section([lang], plan)
+    assert "nli" not in lang.evals and lang.skipped["nli"] == result["not_run"]
+    assert f"* sw / nli: {result['not_run']}" in MD.skipped_section([lang], plan)
 
 
 def test_decoder_only_lm_head_bias_moves_with_its_tokens(tmp_path):

@@ -23,9 +23,13 @@ says why a task has none for a language.
 
 Decoders (GPT-2, Llama, Qwen) are fine-tuned with their architecture's heads (`LlamaForSequenceClassification`
 …); a tokenizer without a pad token pads with its eos token (`set_padding`, recorded as `pad_token_set`).
-Where transformers has no head of the task for the architecture (`missing_head`: CodeGen has none, GPT-J
-no token classification), the job writes `{"not_run": reason}` instead of scores, and the report lists the
-task under what was skipped: the architecture is known for sure only once the model is downloaded.
+Where transformers has no head of the task for the architecture (`missing_head`: Gemma 3 has only sequence
+classification, GPT-J no token classification), a decoder gets the generic token-classification or span
+head of `vocabtransfer.evaluate.generic_heads` (a linear layer over its last hidden states; `head_class`
+names it, `GenericGemma3TextForTokenClassification`). Where no head applies (no generic sequence
+classification, e.g. NLI for CodeGen; an encoder, encoder-decoder or multimodal model without the head), the
+job writes `{"not_run": reason}` instead of scores, and the report lists the task under what was skipped: the
+architecture is known for sure only once the model is downloaded.
 """
 
 from __future__ import annotations
@@ -167,7 +171,7 @@ def _model_dir(ctx, info: dict) -> Path:
 def missing_head(head: str, model_dir: Path) -> str | None:
     """Why transformers has no `head` (an `AutoModelFor…` class name) for the architecture in
     `model_dir`/config.json, or None when it has one (GPT-2, Llama, Qwen2 have all three task heads;
-    e.g. CodeGen has none, GPT-J no token classification, Gemma no question answering)."""
+    e.g. CodeGen has none, GPT-J no token classification, Gemma 3 only sequence classification)."""
     import re
 
     from transformers import AutoConfig
@@ -178,8 +182,7 @@ def missing_head(head: str, model_dir: Path) -> str | None:
     names = getattr(modeling_auto, re.sub(r"(?<!^)(?=[A-Z])", "_", head.removeprefix("Auto")).upper() + "_MAPPING_NAMES")
     if model_type in names:
         return None
-    return (f"transformers has no {head.removeprefix('AutoModelFor')} head for model type {model_type!r} "
-            f"({head} lacks it), so this architecture cannot be fine-tuned on the task")
+    return f"transformers has no {head.removeprefix('AutoModelFor')} head for model type {model_type!r} ({head} lacks it)"
 
 
 def set_padding(tokenizer, model_dir: Path) -> str | None:
@@ -200,16 +203,26 @@ def set_padding(tokenizer, model_dir: Path) -> str | None:
 def finetune(*, task, splits, model_dir: Path, seed: int, output_dir: Path, device: str = "cpu",
              threads: int = 1) -> tuple[dict, object]:
     """Fine-tune `model_dir` with the task head on splits.train, score it on splits.test.
-    Returns (result fields, the Trainer); ({"not_run": why}, None) when transformers has no head of
-    the task for the model's architecture."""
+    The head is transformers' (`task.head`) where it has one for the architecture, else the generic head of
+    `evaluate.generic_heads` (a linear layer over a decoder's last hidden states). Returns (result fields,
+    the Trainer); ({"not_run": why}, None) when neither applies (e.g. NLI for CodeGen, an encoder-decoder)."""
     import transformers
     from transformers import AutoTokenizer, Trainer, TrainingArguments, set_seed
 
     opts = task.options
+    head_cls = getattr(transformers, task.head)
     why = missing_head(task.head, model_dir)
-    if why is not None:
-        log.warning("%s: %s; the job writes the reason instead of scores", model_dir, why)
-        return {"not_run": why}, None
+    if why is not None:  # a decoder without transformers' head: the generic one (evaluate/generic_heads.py)
+        from vocabtransfer.evaluate import generic_heads as GH
+
+        config = transformers.AutoConfig.from_pretrained(str(model_dir))
+        why_not = GH.unsupported(task.head, config)
+        if why_not is not None:
+            why = f"{why}, and {why_not}"
+            log.warning("%s: %s; the job writes the reason instead of scores", model_dir, why)
+            return {"not_run": why}, None
+        head_cls = GH.head_class(task.head, config)
+        log.info("%s: %s; fine-tuning with %s", model_dir, why, head_cls.__name__)
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
     if not getattr(tokenizer, "is_fast", False):
         raise VocabTransferError(f"{model_dir}: the tokenizer is not a fast tokenizer (offsets and word ids need one)")
@@ -219,7 +232,6 @@ def finetune(*, task, splits, model_dir: Path, seed: int, output_dir: Path, devi
     kwargs = {"num_labels": len(labels), "id2label": dict(enumerate(labels)),
               "label2id": {l: i for i, l in enumerate(labels)}} if labels else {}
     set_seed(seed)  # the task head is initialised under the eval seed
-    head_cls = getattr(transformers, task.head)
     model = head_cls.from_pretrained(str(model_dir), pad_token_id=tokenizer.pad_token_id, **kwargs)
     train_features = task.features(splits.train, tokenizer, labels)
     args = TrainingArguments(
