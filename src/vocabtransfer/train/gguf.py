@@ -140,6 +140,11 @@ def sha256(path: str | os.PathLike, chunk: int = 1 << 22) -> str:
     return digest.hexdigest()
 
 
+# llama.cpp's names that transformers renames before looking them up (modeling_gguf_pytorch_utils)
+ARCHITECTURE_ALIASES = {"qwen2moe": "qwen2_moe", "qwen3moe": "qwen3_moe", "gpt-oss": "gpt_oss",
+                        "minimax-m2": "minimax_m2", "t5encoder": "t5"}
+
+
 def supported_architectures() -> list[str]:
     """The `general.architecture` values transformers loads from GGUF."""
     from transformers.integrations.ggml import GGUF_CONFIG_MAPPING
@@ -165,7 +170,7 @@ def read_header(path: Path) -> dict:
         raise VocabTransferError(f"{path}: not a readable GGUF file ({brief(exc)}); the file is truncated or not GGUF: "
                                  "download or assemble it again") from exc
     supported = supported_architectures()
-    if architecture not in supported:
+    if architecture not in supported and ARCHITECTURE_ALIASES.get(architecture) not in supported:
         raise VocabTransferError(f"{path}: GGUF architecture {architecture!r} cannot be loaded by transformers "
                                  f"(it loads {', '.join(supported)}); convert the model to a Hugging Face "
                                  "directory another way and point source_model at it")
