@@ -69,7 +69,7 @@ def test_corpus_only_language_has_every_job_that_needs_nothing_more(shared_data,
     ]
     # dvc.yaml: the same plan
     stages = yaml.safe_load(dvcgen.generate(params))["stages"]
-    assert set(stages) == {"corpus", "tokenizer", "pretokenize", "fasttext", "overlap", "source_head",
+    assert set(stages) == {"corpus", "source_model", "tokenizer", "pretokenize", "fasttext", "overlap", "source_head",
                            "init_random_pseed1", "init_fvt_pseed1", "init_eval", "pretrain_random_standard_pseed1",
                            "pretrain_fvt_standard_pseed1", "token_frequency_loss",
                            "gradient_scenarios_random_standard_pseed1", "gradient_scenarios_fvt_standard_pseed1",
