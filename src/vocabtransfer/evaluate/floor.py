@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 
 from vocabtransfer import io
+from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.evaluate.tasks import get_task, load_splits, test_clusters
 
 log = logging.getLogger(__name__)
@@ -48,6 +49,9 @@ def floor(params: dict, lang: str, task_name: str, seed: int) -> dict:
 
 
 def run(ctx) -> None:
+    why = skip_reason(ctx.params, ctx.wildcards)
+    if why is not None:
+        raise VocabTransferError(f"floor: no job {ctx.wildcards['task']} for {ctx.lang!r}: {why}")
     out = floor(ctx.params, ctx.lang, ctx.wildcards["task"], ctx.seed)
     io.write_json({**out, "versions": io.versions()}, ctx.output["floor"])
     log.info("%s %s floor (%s): %s %.2f on %d test examples", ctx.lang, out["task"], out["name"], out["metric"],
