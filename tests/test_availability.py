@@ -169,7 +169,7 @@ OVERLAY = {
     "gradient_scenarios": {"batches": 1, "batch_size": 2, "seq_len": 32},
 }
 # xx has no task data, so no finetune_eval job; the report says so
-XX_JOBS = {"source_model": 1, "corpus": 1, "tokenizer": 1, "pretokenize": 1, "fasttext": 1, "overlap": 1, "source_head": 1, "init": 2,
+XX_JOBS = {"corpus": 1, "source_model": 1, "tokenizer": 1, "pretokenize": 1, "fasttext": 1, "overlap": 1, "source_head": 1, "init": 2,
            "init_eval": 1, "pretrain": 2, "token_frequency_loss": 1, "gradient_scenarios": 2, "report": 1, "all": 1}
 
 
