@@ -93,7 +93,7 @@ def test_every_rule_takes_its_priority_from_the_stage_list(checkout, shared_data
     common = (REPO / "workflow/rules/common.smk").read_text()
     leaves = set(re.search(r"^LEAF_STAGES = \((.*)\)$", common, re.M).group(1).replace('"', "").replace(" ", "")
                  .split(","))
-    assert leaves == {"init_eval", "token_frequency_loss", "gradient_scenarios", "finetune_eval", "report"}
+    assert leaves == {"init_eval", "token_frequency_loss", "gradient_scenarios", "finetune_eval", "floor", "report"}
     assert priority == {name: {0 if name in leaves else 1} for name in S.STAGES}, priority
 
 def test_pretrain_processes_launch_with_accelerate_and_ask_for_that_many_gpus(checkout, shared_data):
