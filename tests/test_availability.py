@@ -69,7 +69,7 @@ def test_corpus_only_language_has_every_job_that_needs_nothing_more(shared_data,
     ]
     # dvc.yaml: the same plan
     stages = yaml.safe_load(dvcgen.generate(params))["stages"]
-    assert set(stages) == {"corpus", "tokenizer", "pretokenize", "fasttext", "overlap", "source_head",
+    assert set(stages) == {"corpus", "source_model", "tokenizer", "pretokenize", "fasttext", "overlap", "source_head",
                            "init_random_pseed1", "init_fvt_pseed1", "init_eval", "pretrain_random_standard_pseed1",
                            "pretrain_fvt_standard_pseed1", "token_frequency_loss",
                            "gradient_scenarios_random_standard_pseed1", "gradient_scenarios_fvt_standard_pseed1",
@@ -169,7 +169,7 @@ OVERLAY = {
     "gradient_scenarios": {"batches": 1, "batch_size": 2, "seq_len": 32},
 }
 # xx has no task data, so no finetune_eval job; the report says so
-XX_JOBS = {"corpus": 1, "tokenizer": 1, "pretokenize": 1, "fasttext": 1, "overlap": 1, "source_head": 1, "init": 2,
+XX_JOBS = {"corpus": 1, "source_model": 1, "tokenizer": 1, "pretokenize": 1, "fasttext": 1, "overlap": 1, "source_head": 1, "init": 2,
            "init_eval": 1, "pretrain": 2, "token_frequency_loss": 1, "gradient_scenarios": 2, "report": 1, "all": 1}
 
 

@@ -53,6 +53,7 @@ def good(tmp_path_factory, shared_data):
     with pytest.MonkeyPatch.context() as mp:  # nothing of this set-up outlives the fixture
         mp.setenv("VOCABTRANSFER_DATA", str(data))
         mp.chdir(root)
+        run_stage("source_model", params, {}, threads=1)
         for stage in ("corpus", "tokenizer", "pretokenize", "fasttext"):
             run_stage(stage, params, {"lang": "sw"}, threads=1)
         # a tiny source model with MiniLM's tokenizer (random weights), where source_head writes it

@@ -74,11 +74,15 @@ def test_decoder_only_source_with_a_bad_lm_head_stops_with_one_line(tmp_path, sh
     (work / "params.yaml").write_text(yaml.safe_dump({
         "languages": ["sw"], "source_model": str(source), "corpus": {"sources": {"sw": {"path": "sw.txt"}}},
         "source_head": {"eval_lines": 10, "seq_len": 16, "batch_size": 4}}))
+    env = {**os.environ, "VOCABTRANSFER_DATA": str(work / "data"), "HF_HUB_OFFLINE": "1"}
+    # the source_model stage copies the checkpoint as it is (results/source/base); source_head loads it
+    copied = subprocess.run([sys.executable, "-m", "vocabtransfer", "source_model", "--params", "params.yaml"],
+                            cwd=work, capture_output=True, text=True, env=env)
+    assert copied.returncode == 0, copied.stderr[-3000:]
     before = set(work.rglob("*"))
     BAD_INPUTS["tried"] += 1
     proc = subprocess.run([sys.executable, "-m", "vocabtransfer", "source_head", "--params", "params.yaml", "--threads",
-                           "1"], cwd=work, capture_output=True, text=True,
-                          env={**os.environ, "VOCABTRANSFER_DATA": str(work / "data"), "HF_HUB_OFFLINE": "1"})
+                           "1"], cwd=work, capture_output=True, text=True, env=env)
     errors = [line for line in proc.stderr.splitlines() if " ERROR " in line]
     clear = (proc.returncode != 0 and "Traceback" not in proc.stderr and len(errors) == 1
              and all(w in errors[0] for w in words))
@@ -86,7 +90,7 @@ def test_decoder_only_source_with_a_bad_lm_head_stops_with_one_line(tmp_path, sh
     BAD_INPUTS["clear"] += clear
     BAD_INPUTS["partial"] += bool(new)
     assert clear, proc.stderr[-3000:]
-    assert not new and not (work / "results").exists(), new
+    assert not new and not (work / "results" / "source" / "model").exists(), new
 
 
 def tiny_gptj(directory: Path, tokenizer) -> Path:

@@ -179,6 +179,7 @@ def test_init_counts_rows_by_origin_and_uses_subword_vectors(stage_dir, corpus, 
     tok = corpus[0]
     source_tok = M.load_tokenizer(M.resolve_model_path(MINILM))
     save_dir(tiny_bert(len(source_tok)), source_tok, stage_dir / P.SOURCE_MODEL)
+    run_stage("source_model", _params(), {}, threads=1)
     run_stage("overlap", _params(), {"lang": "sw"}, threads=1)
     rows = {}
     for oov in ("random", "subword"):

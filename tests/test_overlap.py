@@ -229,6 +229,7 @@ def _params(source_model: str, **overlap) -> dict:
 def test_stage_writes_table_and_stats(tmp_path, monkeypatch, source):
     monkeypatch.chdir(tmp_path)
     _save_source(source)
+    run_stage("source_model", _params(str(tmp_path / "source")), {})
     unigram_tokenizer(UNIGRAM_TOKENS).save_pretrained("results/sw/tokenizer")
     run_stage("overlap", _params(str(tmp_path / "source"), fuzzy_match_all=True), {"lang": "sw"})
     table = pq.read_table("results/sw/overlap/overlap.parquet")
@@ -245,6 +246,7 @@ def test_stage_writes_table_and_stats(tmp_path, monkeypatch, source):
 def test_stage_warns_on_empty_overlap(tmp_path, monkeypatch, caplog, source):
     monkeypatch.chdir(tmp_path)
     _save_source(source)
+    run_stage("source_model", _params(str(tmp_path / "source")), {})
     bytelevel_tokenizer(["Ġzzz", "Ġyyy", "xx"]).save_pretrained("results/sw/tokenizer")
     with caplog.at_level(logging.WARNING, logger="vocabtransfer.data.overlap"):
         run_stage("overlap", _params(str(tmp_path / "source")), {"lang": "sw"})

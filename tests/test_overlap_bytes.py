@@ -135,6 +135,7 @@ def test_byte_fallback_overlap_stage_counts_byte_tokens(tmp_path, monkeypatch, l
         params = validate_params({"languages": ["sw"], "source_model": str(tmp_path / "source"),
                                   "corpus": {"sources": {"sw": {"path": "sw.txt"}}},
                                   **({} if match_bytes else {"overlap": {"match_bytes": False}})})
+        run_stage("source_model", params, {})
         run_stage("overlap", params, {"lang": "sw"})
         stats = json.loads((tmp_path / "results/sw/overlap/stats.json").read_text())
         assert stats["options"]["match_bytes"] is match_bytes

@@ -53,6 +53,7 @@ def workdir(tmp_path_factory, source, shared_data):
         mp.chdir(root)
         for var in ("RAYON_NUM_THREADS", "TOKENIZERS_PARALLELISM"):  # the stage sets them from --threads
             mp.setenv(var, os.environ.get(var, ""))
+        run_stage("source_model", _params(), {}, threads=1)
         run_stage("pretokenize", _params(), {"lang": "sw"}, threads=2)
     return {"root": root, "train": train, "valid": valid,
             "target": load_target_tokenizer(root / P.fill(P.TOKENIZER, lang="sw"))}

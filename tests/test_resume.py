@@ -78,7 +78,7 @@ def test_default_profile_applies_to_a_plain_run_and_slurm_profile_replaces_it(re
     assert PROFILE_NOTICE in out
     # printshellcmds: true in the profile
     assert "Shell command: vocabtransfer fasttext --lang sw --params \"$VOCABTRANSFER_PARAMS\"" in out
-    assert snakemake_jobs(out) == {"corpus": 1, "tokenizer": 1, "pretokenize": 1, "fasttext": 1}
+    assert snakemake_jobs(out) == {"corpus": 1, "source_model": 1, "tokenizer": 1, "pretokenize": 1, "fasttext": 1}
     without = run(snakemake + ["--workflow-profile", "none"], reference, environment)
     assert "workflow specific profile" not in without and "Shell command:" not in without
     # the SLURM profile is used instead of (not together with) the default one

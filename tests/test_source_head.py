@@ -26,7 +26,9 @@ def head_ctx(tmp_path, source_model: str, n_lines=300, **overrides):
     opts = {"text": str(text), "steps": 30, "learning_rate": 3e-3, "batch_size": 8, "seq_len": 64,
             "eval_lines": 40, "train_blocks": 10_000, "eval_every": 10, **overrides}
     outputs = {"model": tmp_path / "source" / "model", "stats": tmp_path / "source" / "head_stats.json"}
-    return make_ctx("vocabtransfer.init.source_head:run", {}, {}, outputs,
+    # the stage reads the source from the source_model stage's directory: here the model's own directory
+    inputs = {"source": M.resolve_model_path(source_model)}
+    return make_ctx("vocabtransfer.init.source_head:run", {}, inputs, outputs,
                     {"seed": 5, "source_model": source_model, "source_head": opts}), outputs
 
 

@@ -120,6 +120,7 @@ def stage_dir(tmp_path, monkeypatch, sw_lines):
     train = tmp_path / P.fill(P.CORPUS_TRAIN, lang="sw")
     train.parent.mkdir(parents=True)
     pq.write_table(pa.table({"text": sw_lines}), train)
+    run_stage("source_model", _params(), {}, threads=1)  # results/source/base: what the stage reads the source from
     return tmp_path
 
 

@@ -334,12 +334,12 @@ def markdown_counts(counts: dict[str, int], total: int) -> str:
 def run(ctx) -> None:
     """The `overlap` stage: target tokenizer (stage input) vs the source model's tokenizer."""
     from vocabtransfer import io
-    from vocabtransfer.train.modeling import load_tokenizer
+    from vocabtransfer.train.hub import load_tokenizer, materialised_source
 
     start = time.perf_counter()
     source_model = ctx.param("source_model")
     target_tokenizer = load_tokenizer(ctx.input["tokenizer"])
-    source_tokenizer = load_tokenizer(source_model)
+    source_tokenizer = load_tokenizer(materialised_source(ctx.input["source"]))
     options = {key: bool(ctx.param(f"overlap.{key}"))
                for key in ("exact_match_all", "fuzzy_match_all", "match_symbols", "match_bytes")}
     table = compute_overlap(target_tokenizer, source_tokenizer, **options)

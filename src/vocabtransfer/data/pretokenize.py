@@ -205,13 +205,13 @@ def measure(tokenizer, corpus: Path, batch_size: int = 1000) -> TokenStats:
 # the stage
 
 def run(ctx) -> None:
-    from vocabtransfer.train.modeling import load_tokenizer
+    from vocabtransfer.train.hub import load_tokenizer, materialised_source
 
     set_threads(ctx.threads)
     batch_size = int(ctx.param("pretokenize.batch_size"))
     source_name = ctx.param("source_model")
     target = load_target_tokenizer(ctx.input["tokenizer"])
-    source = load_tokenizer(source_name)
+    source = load_tokenizer(materialised_source(ctx.input["source"]))
     for split in ("train", "valid"):
         corpus_rows(ctx.input[split])  # a missing or malformed split fails before any work
 

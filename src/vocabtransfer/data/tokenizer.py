@@ -402,11 +402,11 @@ def load_target_tokenizer(path: str | os.PathLike):
 # the stage
 
 def run(ctx) -> None:
-    from vocabtransfer.train.modeling import load_tokenizer
+    from vocabtransfer.train.hub import load_tokenizer, materialised_source
 
     set_threads(ctx.threads)
     source_name = ctx.param("source_model")
-    source = load_tokenizer(source_name)
+    source = load_tokenizer(materialised_source(ctx.input["source"]))
     train_path = ctx.input["train"]
     corpus = CorpusBatches(train_path)
     lines = corpus.rows

@@ -1,5 +1,8 @@
 """Stage `source_head`: complete the source model with a trained LM head.
 
+It reads the source from the `source_model` stage's directory (results/source/base), never from
+`source_model` itself, so a hub id, a directory and a GGUF file are all one Hugging Face directory here.
+
 Some source checkpoints carry no LM head: sentence-transformers/all-MiniLM-L6-v2 is a bare
 `BertModel`, so `BertForMaskedLM` gets `cls.predictions.*` initialised randomly (held-out
 masked-LM loss ≈ 10.7 = ln 30522 + noise). Every later comparison (init_eval, continued
@@ -46,6 +49,7 @@ import time
 
 from vocabtransfer import io
 from vocabtransfer.train import modeling as M
+from vocabtransfer.train.hub import materialised_source
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.log import progress
 from vocabtransfer.pipeline.paths import data_path
@@ -212,7 +216,7 @@ def run(ctx) -> None:
 
     opts = ctx.param("source_head")
     source = ctx.param("source_model")
-    directory = M.resolve_model_path(source)
+    directory = materialised_source(ctx.input["source"])  # the source_model stage's directory
     start = time.perf_counter()
     torch.manual_seed(ctx.seed)  # the randomly initialised head, if any
     model, kind, loading = M.load_source_model(directory, dtype=torch.float32, output_loading_info=True)

@@ -47,9 +47,13 @@ def xnli_files(params: dict, lang: str) -> list[Path]:
 
 
 def local_source_model(params: dict) -> Path | None:
-    """`source_model` when it is a local directory (a hub id is pinned by its name only)."""
-    path = Path(params["source_model"]).expanduser()
-    return path if path.is_dir() else None
+    """`source_model` when it is a local directory or GGUF file (a hub id, `hf://…` file or `package:…`
+    is pinned by its name only)."""
+    value = str(params["source_model"])
+    if value.startswith(("hf://", "package:")):
+        return None
+    path = Path(value).expanduser()
+    return path if path.is_dir() or (path.is_file() and path.suffix.lower() == ".gguf") else None
 
 
 # --------------------------------------------------------------------------- availability

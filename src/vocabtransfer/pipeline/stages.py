@@ -30,7 +30,7 @@ def register(stage: Stage) -> Stage:
 
 
 def _source_model_data(params: dict, wildcards: dict) -> dict[str, Path]:
-    """A local `source_model` directory (a hub id is pinned by its name, a params leaf)."""
+    """A local `source_model` directory or GGUF file (a hub id is pinned by its name, a params leaf)."""
     path = A.local_source_model(params)
     return {"data_source_model": path} if path else {}
 
@@ -53,28 +53,37 @@ register(Stage(
     data=lambda params, wc: {"data_corpus": path} if (path := A.corpus_file(params, wc["lang"])) else {},
 ))
 register(Stage(
+    name="source_model",
+    func="vocabtransfer.init.source_model:run",
+    help="materialise the source model once as a Hugging Face directory (hub id, directory or GGUF file), hashed",
+    wildcards=(),
+    outputs={"model": P.SOURCE_BASE, "stats": P.SOURCE_BASE_STATS},
+    directories=frozenset({"model"}),
+    params=("source_model",),
+    code=("init/source_model.py", "train/gguf.py"),
+    data=_source_model_data,
+))
+register(Stage(
     name="tokenizer",
     func="vocabtransfer.data.tokenizer:run",
     help="train the target tokenizer (the source tokenizer's family and conventions)",
-    inputs={"train": P.CORPUS_TRAIN},
+    inputs={"train": P.CORPUS_TRAIN, "source": P.SOURCE_BASE},
     outputs={"tokenizer": P.TOKENIZER, "stats": P.TOKENIZER_STATS},
     directories=frozenset({"tokenizer"}),
     params=("source_model", "tokenizer.family", "tokenizer.vocab_size", "tokenizer.min_frequency"),
     code=("data/tokenizer.py",),
     parallel=True,
-    data=_source_model_data,
 ))
 register(Stage(
     name="pretokenize",
     func="vocabtransfer.data.pretokenize:run",
     help="encode the corpus with the target tokenizer; fertility stats against the source tokenizer",
-    inputs={"tokenizer": P.TOKENIZER, "train": P.CORPUS_TRAIN, "valid": P.CORPUS_VALID},
+    inputs={"tokenizer": P.TOKENIZER, "train": P.CORPUS_TRAIN, "valid": P.CORPUS_VALID, "source": P.SOURCE_BASE},
     outputs={"train_ids": P.PRETOK_TRAIN, "valid_ids": P.PRETOK_VALID, "text": P.PRETOK_TEXT,
              "stats": P.PRETOK_STATS},
     params=("source_model", "pretokenize.batch_size"),
     code=("data/pretokenize.py",),
     parallel=True,
-    data=_source_model_data,
 ))
 register(Stage(
     name="fasttext",
@@ -94,12 +103,11 @@ register(Stage(
     name="overlap",
     func="vocabtransfer.data.overlap:run",
     help="source vs target vocabulary overlap on canonical token forms",
-    inputs={"tokenizer": P.TOKENIZER},
+    inputs={"tokenizer": P.TOKENIZER, "source": P.SOURCE_BASE},
     outputs={"overlap": P.OVERLAP, "stats": P.OVERLAP_STATS},
     params=("source_model", "overlap.exact_match_all", "overlap.fuzzy_match_all", "overlap.match_symbols",
             "overlap.match_bytes"),
     code=("data/overlap.py",),
-    data=_source_model_data,
 ))
 
 
@@ -140,6 +148,7 @@ register(Stage(
     func="vocabtransfer.init.source_head:run",
     help="complete the source model with a trained LM head when its checkpoint has none",
     wildcards=(),
+    inputs={"source": P.SOURCE_BASE},
     outputs={"model": P.SOURCE_MODEL, "stats": P.SOURCE_HEAD_STATS},
     directories=frozenset({"model"}),
     params=("seed", "source_model"),
@@ -147,8 +156,7 @@ register(Stage(
     code=("init/source_head.py",),
     parallel=True,
     gpu=True,
-    data=lambda params, wc: {**_source_model_data(params, wc),
-                             "data_text": P.data_path(params["source_head"]["text"])},
+    data=lambda params, wc: {"data_text": P.data_path(params["source_head"]["text"])},
 ))
 register(Stage(
     name="source_fasttext",

@@ -19,6 +19,7 @@ cache only.
 from __future__ import annotations
 
 import logging
+import os
 from functools import lru_cache
 from pathlib import Path
 
@@ -107,3 +108,12 @@ def load_tokenizer(name_or_path: str | Path):
     if not getattr(tok, "is_fast", False):
         raise VocabTransferError(f"{directory}: vocabtransfer needs a fast (Rust) tokenizer, got {type(tok).__name__}")
     return tok
+
+
+def materialised_source(path: str | os.PathLike) -> Path:
+    """The source model directory the `source_model` stage wrote (a stage input), checked to exist."""
+    directory = Path(path)
+    if not (directory / "config.json").is_file() and not (directory / "tokenizer.json").is_file():
+        raise VocabTransferError(f"{directory}: the materialised source model is missing; run the source_model "
+                                 "stage first (`vocabtransfer source_model`, or let Snakemake/DVC schedule it)")
+    return directory
