@@ -308,8 +308,8 @@ def _restore_params(work: Path, params: dict) -> None:
 
 # the stages of one pretraining job and everything upstream of it, for sw
 PRETRAIN_TARGET = "pretrain_focus_standard_pseed1@sw"
-UPSTREAM_STAGES = ["corpus@sw", "tokenizer@sw", "pretokenize@sw", "fasttext@sw", "overlap@sw", "source_head",
-                   "init_focus_pseed1@sw", PRETRAIN_TARGET]
+UPSTREAM_STAGES = ["source_model", "corpus@sw", "tokenizer@sw", "pretokenize@sw", "fasttext@sw", "overlap@sw",
+                   "source_head", "init_focus_pseed1@sw", PRETRAIN_TARGET]
 
 
 @pytest.fixture(scope="module")
