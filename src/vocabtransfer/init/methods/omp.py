@@ -85,7 +85,12 @@ def batch_omp(atoms: torch.Tensor, signals: torch.Tensor, k: int, *, eps: float 
     """OMP with at most `k` atoms for every signal at once, in float64 (module doc, step 3).
 
     scikit-learn's `orthogonal_mp` (its Cholesky form, `_cholesky_omp`) run on all signals in each
-    tensor operation: the same choices, coefficients and stopping rules.
+    tensor operation: the same choices, coefficients and stopping rules. The Cholesky factor L of the
+    selected atoms' Gram matrix is grown as scikit-learn grows it; the residual is kept through the
+    orthonormal directions that L defines (q_t = (â_j - Σ_{i<t} w_i q_i) / L_tt, with w = L⁻¹ G[I, j] =
+    the coordinates of â_j on q_1..q_{t-1}), so that a step costs one product with the atoms and no
+    triangular solve: r_t = r_{t-1} - z_t q_t with z = L⁻¹ (Â x)_I. The coefficients are solved once at
+    the end, Lᵀ γ = z (scikit-learn solves L Lᵀ γ = (Â x)_I every step: the same γ at the last one).
 
     Args:
         atoms: (n, d) dictionary rows (unit norm for OMP's usual meaning of "most correlated").
@@ -109,25 +114,20 @@ def batch_omp(atoms: torch.Tensor, signals: torch.Tensor, k: int, *, eps: float 
     xy = X @ A.T  # (b, n): Â x
     idx = torch.zeros((b, k), dtype=torch.int64, device=dev)
     valid = torch.zeros((b, k), dtype=torch.bool, device=dev)
-    chosen = torch.zeros((b, k, d), dtype=torch.float64, device=dev)  # the selected atoms, in order
+    Q = torch.zeros((b, k, d), dtype=torch.float64, device=dev)  # orthonormal directions of the selected atoms
     L = torch.eye(k, dtype=torch.float64, device=dev).repeat(b, 1, 1)  # Cholesky factor of G[I, I]; identity where unused
-    z = torch.zeros((b, k), dtype=torch.float64, device=dev)  # L⁻¹ (Â x)_I
-    coef = torch.zeros((b, k), dtype=torch.float64, device=dev)
+    z = torch.zeros((b, k), dtype=torch.float64, device=dev)  # L⁻¹ (Â x)_I, the signal's coordinates on Q
     live = torch.ones(b, dtype=torch.bool, device=dev)
-    alpha = xy
+    residual, alpha = X.clone(), xy
     for t in range(k):
-        # (a) the atom most correlated with the residual; ties go to the lower index, as np.argmax. An atom
+        # (a) the atom most correlated with the residual: np.argmax(|α|), ties to the lower index. An atom
         # taken already (its correlation is ~0) means no correlation is left: the token stops (scikit-learn)
-        top, top_at = alpha.max(dim=1)
-        low, low_at = alpha.min(dim=1)
-        pick_low = (low.abs() > top) | ((low.abs() == top) & (low_at < top_at))
-        best, lam = torch.where(pick_low, low.abs(), top), torch.where(pick_low, low_at, top_at)
+        best, lam = alpha.abs().max(dim=1)
         live &= (best.square() >= eps) & ~(idx[:, :t] == lam[:, None]).any(dim=1)
         new = A[lam]
-        # (b) its row of the Cholesky factor: w = L⁻¹ G[I, j] with G[I, j] = Â_I â_j, L_tt = sqrt(G_jj - |w|²)
+        # (b) its row of the Cholesky factor: w = L⁻¹ G[I, j] = Q_I â_j, L_tt = sqrt(G_jj - |w|²)
         if t:
-            g = torch.bmm(chosen[:, :t], new.unsqueeze(-1))
-            w = torch.linalg.solve_triangular(L[:, :t, :t], g, upper=False).squeeze(-1)
+            w = torch.bmm(Q[:, :t], new.unsqueeze(-1)).squeeze(-1)
             lkk = sq[lam] - w.square().sum(dim=1)
         else:
             w, lkk = None, sq[lam]
@@ -135,20 +135,22 @@ def batch_omp(atoms: torch.Tensor, signals: torch.Tensor, k: int, *, eps: float 
         if not bool(live.any()):
             break
         idx[:, t], valid[:, t] = lam, live
-        chosen[:, t] = torch.where(live[:, None], new, 0.0)
         diag = torch.where(live, lkk.clamp_min(eps).sqrt(), 1.0)
         L[:, t, t] = diag
         proj = xy.gather(1, lam[:, None]).squeeze(1)
+        direction = new
         if w is not None:
             w = torch.where(live[:, None], w, 0.0)
             L[:, t, :t] = w
             proj = proj - (w * z[:, :t]).sum(dim=1)
+            direction = new - torch.bmm(w.unsqueeze(1), Q[:, :t]).squeeze(1)
         z[:, t] = torch.where(live, proj / diag, 0.0)
-        # (c) least-squares coefficients on the selected atoms: L Lᵀ γ = (Â x)_I, i.e. Lᵀ γ = z
-        coef[:, :t + 1] = torch.linalg.solve_triangular(L[:, :t + 1, :t + 1].mT, z[:, :t + 1, None],
-                                                        upper=True).squeeze(-1)
-        if t + 1 < k:  # correlations of the atoms with the new residual x - Â_Iᵀ γ
-            alpha = (X - (coef[:, :t + 1, None] * chosen[:, :t + 1]).sum(dim=1)) @ A.T
+        Q[:, t] = torch.where(live[:, None], direction / diag[:, None], 0.0)
+        if t + 1 < k:  # (c) the residual x - Â_Iᵀ γ and the atoms' correlations with it
+            residual = residual - z[:, t, None] * Q[:, t]
+            alpha = residual @ A.T
+    # the least-squares coefficients on the selected atoms: L Lᵀ γ = (Â x)_I, i.e. Lᵀ γ = z
+    coef = torch.linalg.solve_triangular(L.mT, z[:, :, None], upper=True).squeeze(-1)
     return idx * valid, coef * valid, valid.sum(dim=1)
 
 
