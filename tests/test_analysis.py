@@ -204,12 +204,16 @@ def test_stages_end_to_end(tmp_path, wp, one_thread, caplog):
     assert T.scored_models(params, "xx") == [("focus", "init", 1), ("focus", "standard", 1), ("focus", "selfish", 1)]
 
     # token_frequency_loss
+    io.write_parquet(pa.table({"text": text_lines("en", 40, start=2000)}), tmp_path / "xx" / "corpus" / "valid.parquet")
+    source = save_dir(tiny_bert(len(wp), seed=9), wp, tmp_path / "source" / "model")
     inputs = {"train_ids": pretok / "train.parquet", "valid_ids": pretok / "valid.parquet",
+              "valid_text": tmp_path / "xx" / "corpus" / "valid.parquet", "source_model": source,
               T.model_key("focus", "init", 1): init, **{T.model_key("focus", o, 1): d for o, d in pre.items()}}
     out = tmp_path / "xx" / "token_frequency_loss.parquet"
     blocks = tmp_path / "xx" / "token_frequency_blocks.parquet"
+    bpb = tmp_path / "xx" / "bits_per_byte.parquet"
     ctx = make_ctx("vocabtransfer.evaluate.token_frequency_loss:run", {"lang": "xx"}, inputs,
-                   {"table": out, "blocks": blocks, "plot": out.with_suffix(".png")}, params)
+                   {"table": out, "blocks": blocks, "bits_per_byte": bpb, "plot": out.with_suffix(".png")}, params)
     with caplog.at_level("INFO", logger="vocabtransfer.evaluate.token_frequency_loss"):
         T.run(ctx)
     table = io.read_parquet(out)
@@ -235,6 +239,14 @@ def test_stages_end_to_end(tmp_path, wp, one_thread, caplog):
         row = next(r for r in rows if (r["method"], r["objective"], r["bucket"]) == (m, o, b))
         assert g["n_tokens"].sum() == row["n_tokens"]
         assert g["loss_sum"].sum() / g["n_tokens"].sum() == pytest.approx(row["loss"])
+    # masked LMs: no bits per byte (null, and the log says why), their tokens and bytes per valid line counted
+    lines = io.read_parquet(bpb)
+    assert lines.schema == T.BPB_SCHEMA and lines.num_rows == 4 * 40  # the source and the three models
+    per_line = lines.to_pandas()
+    assert per_line["bits"].isna().all() and "bits per byte needs a causal LM" in caplog.text
+    focus = per_line[per_line["objective"] == "standard"]
+    assert focus["n_tokens"].tolist() == [len(x) for x in io.read_parquet(pretok / "valid.parquet").column("input_ids").to_pylist()]
+    assert focus["n_bytes"].tolist() == [len(x.encode("utf-8")) for x in text_lines("en", 40, start=2000)]
 
     # gradient_scenarios for the selfish job
     gout = tmp_path / "xx" / "gradients" / "focus" / "selfish" / "pseed1.parquet"

@@ -10,6 +10,7 @@ runs one stage through the CLI. The counts are printed at the end of the run (te
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -134,6 +135,22 @@ def _wordlevel_bin(breaker):
     return edit
 
 
+def _headless_causal_source(work: Path) -> None:
+    """The source model replaced by a bare, untied Llama body (no lm_head in the checkpoint), with
+    bits per byte asked for (init_eval.bits_per_byte defaults to true)."""
+    from transformers import LlamaConfig, LlamaModel
+
+    source = work / P.SOURCE_MODEL
+    for path in source.glob("model*.safetensors"):
+        path.unlink()
+    n = json.loads((source / "config.json").read_text())["vocab_size"]
+    torch.manual_seed(0)
+    LlamaModel(LlamaConfig(vocab_size=n, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                           num_key_value_heads=2, intermediate_size=16, max_position_embeddings=64,
+                           tie_word_embeddings=False)).save_pretrained(source)
+    _params(**{"source_head.text": "sw.txt"})(work)
+
+
 SW = {"lang": "sw"}
 FT_EMB = P.fill(P.FASTTEXT_EMB, lang="sw")
 OVERLAP = P.fill(P.OVERLAP, lang="sw")
@@ -166,6 +183,8 @@ CASES = [
      _params(**{"init.methods": ["focus", "ofa", "omp"], "init.omp.k": 100_000}), ["init.omp.k=100000", "at most"]),
     ("source model weights corrupted", "init", {**SW, "method": "focus", "pseed": "1"},
      _on(P.SOURCE_MODEL + "/model.safetensors", _garbage), ["results/source/model", "cannot load"]),
+    ("source without LM head, bits per byte asked", "init_eval", SW, _headless_causal_source,
+     ["results/source/model/model.safetensors", "no LM head", "init_eval.bits_per_byte: false"]),
 ]
 
 

@@ -86,6 +86,10 @@ def test_source_model_as_its_own_initialisation(tmp_path, en_wp, caplog):
     assert oth["n_eval_tokens"] == same["n_eval_tokens"] and oth["loss"] != same["loss"]
     assert oth["retrieval_en2xx"] < 1.0
     assert "| lang | method | loss |" in caplog.text and "| xx | other |" in caplog.text
+    # masked LMs keep their per-token loss: no bits per byte, the log says why; bytes per token all the same
+    assert all(r["bits_per_byte"] is None and r["share_kept"] is None for r in rows.values())
+    assert "no bits per byte for source, same, other (bits per byte needs a causal LM" in caplog.text
+    assert same["bytes_per_token"] == ref["bytes_per_token"] > 1 and same["n_bytes"] == ref["n_bytes"] > 1000
     image = matplotlib.image.imread(out.with_suffix(".png"))
     assert image.shape[:2] == (int(120 * (1.5 + 0.32 * 2)), 120 * 11)  # two methods, loss and retrieval panels
 
@@ -105,6 +109,48 @@ def test_translations_and_causal_models(tmp_path, en_wp):
     # a random model knows nothing: its loss is about that of a uniform guess over its vocabulary
     assert abs(llama["loss"] - math.log(len(sw_bpe))) < 1.0
     assert abs(bert["loss"] - math.log(len(sw_wp))) < 1.0
+
+
+def test_bits_per_byte_of_causal_models_and_the_source(tmp_path, caplog):
+    """Causal models get bits per byte on the valid lines, the source with its own tokenizer on the same
+    lines; the source scored as its own 'initialisation' keeps all of its advantage (share 1), random none."""
+    from vocabtransfer.evaluate import bits_per_byte as B
+
+    en_bpe, sw_bpe = bpe_tokenizer("en"), bpe_tokenizer("sw", 280)
+    source, rand = tiny_llama(len(en_bpe)), tiny_llama(len(sw_bpe), seed=1)
+    ctx, out = setup_study(tmp_path, source, en_bpe, {"random": (rand, sw_bpe), "same": (source, en_bpe)},
+                           xx_same_as_en=True)
+    with caplog.at_level(logging.INFO, logger="vocabtransfer.evaluate.init_eval"):
+        E.run(ctx)
+    rows = {r["method"]: r for r in io.read_parquet(out).to_pylist()}
+    valid = io.read_parquet(tmp_path / "xx" / "corpus" / "valid.parquet").column("text").to_pylist()
+    for name, (model, tok) in (("random", (rand, sw_bpe)), ("source", (source, en_bpe))):
+        want = B.score_lines(model.eval(), tok, valid, seq_len=64, batch_size=8)
+        assert rows[name]["bits_per_byte"] == pytest.approx(want.bits_per_byte, rel=1e-6)
+        assert rows[name]["bytes_per_token"] == pytest.approx(want.bytes_per_token)
+        assert rows[name]["n_bytes"] == sum(len(s.encode("utf-8")) for s in valid)
+    assert rows["same"]["bits_per_byte"] == pytest.approx(rows["source"]["bits_per_byte"], rel=1e-6)
+    assert rows["same"]["share_kept"] == pytest.approx(1.0) and rows["random"]["share_kept"] == 0.0
+    assert rows["source"]["share_kept"] is None
+    assert "| bits_per_byte | bytes_per_token | share_kept |" in caplog.text and "no bits per byte" not in caplog.text
+
+
+def test_a_source_without_its_lm_head_is_refused_before_any_output(tmp_path):
+    """A causal source whose checkpoint lacks its LM head gives a random head's bits: refused in one line
+    naming the file when bits per byte is asked for, and no output is left; not asked, it runs."""
+    from transformers import LlamaModel
+
+    en_bpe = bpe_tokenizer("en")
+    ctx, out = setup_study(tmp_path, LlamaModel(tiny_llama(len(en_bpe)).config), en_bpe,
+                           {"random": (tiny_llama(len(en_bpe), seed=1), en_bpe)}, xx_same_as_en=True)
+    with pytest.raises(VocabTransferError) as err:
+        E.run(ctx)
+    assert "\n" not in str(err.value) and str(err.value).startswith(str(tmp_path / "source" / "model" / "model.safetensors"))
+    assert "no LM head (lm_head.weight" in str(err.value) and "init_eval.bits_per_byte: false" in str(err.value)
+    assert not out.exists() and not out.with_suffix(".png").exists()
+    ctx.params["init_eval"]["bits_per_byte"] = False
+    E.run(ctx)
+    assert all(r["bits_per_byte"] is None for r in io.read_parquet(out).to_pylist())
 
 
 def test_plot_has_a_retrieval_panel_only_for_encoders(tmp_path):

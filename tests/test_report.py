@@ -17,7 +17,7 @@ import pytest
 from vocabtransfer import io
 from vocabtransfer.evaluate import stats as S
 from vocabtransfer.evaluate.init_eval import SCHEMA as INIT_EVAL_SCHEMA
-from vocabtransfer.evaluate.token_frequency_loss import BLOCKS_SCHEMA, SCHEMA as TFL_SCHEMA
+from vocabtransfer.evaluate.token_frequency_loss import BLOCKS_SCHEMA, BPB_SCHEMA, SCHEMA as TFL_SCHEMA
 from vocabtransfer.pipeline import models as MN
 from vocabtransfer.pipeline import paths as P
 from vocabtransfer.report import read as RD
@@ -94,6 +94,24 @@ def bucket_loss(objective: str, bucket: int) -> float:
     return base[objective]
 
 
+LINES = 20  # valid lines scored in bits per byte
+# bits per byte of each model before noise: focus below random, pretraining below init, the source lowest
+BPB = {("random", "init"): 3.0, ("focus", "init"): 2.6, ("random", "standard"): 2.2, ("focus", "standard"): 1.9,
+       ("random", "selfish"): 2.25, ("focus", "selfish"): 1.95, ("source", "source"): 1.5}
+
+
+def bpb_lines(method: str, objective: str, pseed: int) -> dict[str, list]:
+    """Columns of BPB_SCHEMA for one model: per line its bytes, tokens (the source's tokenizer cuts the text
+    into more of them) and bits, BPB[model] per byte with noise per line and pretraining seed."""
+    rng = np.random.default_rng(1000 * pseed + 10 * list(BPB).index((method, objective)))
+    n_bytes = 50 + np.arange(LINES) % 7
+    n_tokens = (20 + np.arange(LINES) % 5) if method == "source" else (12 + np.arange(LINES) % 3)
+    bits = (BPB[(method, objective)] + 0.01 * pseed + 0.05 * rng.standard_normal(LINES)) * n_bytes
+    return {"method": [method] * LINES, "objective": [objective] * LINES, "pseed": [pseed] * LINES,
+            "line": list(range(LINES)), "bits": bits.tolist(), "n_bytes": n_bytes.tolist(),
+            "n_tokens": n_tokens.tolist(), "n_scored": n_tokens.tolist()}
+
+
 def make_results(root: Path, langs=LANGS, with_evals: bool = True) -> RD.Plan:
     write(root, P.SOURCE_HEAD_STATS, {"kind": "masked", "model_class": "BertForMaskedLM", "skipped": False,
                                       "steps": 100, "text": "pretrain_text/en.txt", "loss_before": 10.4,
@@ -146,6 +164,11 @@ def make_results(root: Path, langs=LANGS, with_evals: bool = True) -> RD.Plan:
                             cells[name].append(value)
         write(root, P.TOKEN_FREQUENCY_LOSS, pa.Table.from_pylist(tfl, schema=TFL_SCHEMA), lang=lang)
         write(root, P.TOKEN_FREQUENCY_BLOCKS, pa.table(cells, schema=BLOCKS_SCHEMA), lang=lang)
+        lines = {name: [] for name in BPB_SCHEMA.names}
+        for m, o, s in [("source", "source", 0)] + [(m, "init", s) for m in METHODS for s in PSEEDS] + runs:
+            for name, values in bpb_lines(m, o, s).items():
+                lines[name] += values
+        write(root, P.BITS_PER_BYTE, pa.table(lines, schema=BPB_SCHEMA), lang=lang)
         plan.evals[lang] = []
         plan.skipped[lang] = {} if len(TASKS_OF[lang]) == 3 else {"ner": "no NER data for de in params"}
         if not with_evals:
@@ -284,6 +307,91 @@ def test_pretrain_and_frequency_tables(rendered):
     freq = section(sw, "### Loss by token frequency")
     assert cells(freq, "focus", "init")[2:] == ["9.04", "9.04", "9.04"]  # mean over pseeds 1..3 of 9 + 0.02 s
     assert "![focus selfish](sw/gradients/focus/selfish/pseed1.png)" in section(sw, "### Gradient scenarios")
+
+
+def bpb_runs(root: Path, lang: str, method: str, objective: str) -> S.Runs:
+    """Bits and bytes per valid line of every pretraining seed, straight from bits_per_byte.parquet."""
+    df = io.read_parquet(root / P.fill(P.BITS_PER_BYTE, lang=lang)).to_pandas()
+    sub = df[(df["method"] == method) & (df["objective"] == objective)].sort_values(["pseed", "line"])
+    return S.Runs({(int(p), 0): (g["bits"].to_numpy(float), g["n_bytes"].to_numpy(float))
+                   for p, g in sub.groupby("pseed")}, tuple(range(LINES)))
+
+
+def test_bits_per_byte_table_with_intervals_bytes_per_token_and_the_share_kept(rendered):
+    root, _, text = rendered
+    table = section(section(text, "## sw"), "### Bits per byte")
+    assert cells(table, "model") == ["model", "objective", "bits per byte [interval]", "seeds", "bytes per token",
+                                     "share kept", "− random [interval]", "p", "adjusted p", "verdict"]
+
+    def interval(runs):  # the model's own bits per byte with its interval: B = the model, A = zero
+        zero = S.Runs({k: (np.zeros(LINES), np.ones(LINES)) for k in runs.parts}, runs.clusters)
+        return S.nested_interval(zero, runs, resamples=2000, seed=42, confidence=0.95)
+
+    def mean(runs):
+        return np.mean([runs.metric(k) for k in runs.parts])
+
+    source = bpb_runs(root, "sw", "source", "source")
+    src = cells(table, "source (its own tokenizer)")
+    d = interval(source)
+    assert src[2] == f"{d.diff:.3f} [{d.low:.3f}, {d.high:.3f}]" and src[3] == "one model" and src[5:7] == ["–", "–"]
+    n_bytes = 50 + np.arange(LINES) % 7
+    assert src[4] == f"{n_bytes.sum() / (20 + np.arange(LINES) % 5).sum():.2f}"  # the source's own tokenizer
+    diffs = []
+    for objective in ("init", "standard", "selfish"):
+        base, focus = bpb_runs(root, "sw", "random", objective), bpb_runs(root, "sw", "focus", objective)
+        row, own = cells(table, "focus", objective), interval(focus)
+        assert row[2] == f"{own.diff:.3f} [{own.low:.3f}, {own.high:.3f}]" and row[3] == "3 pretraining seeds"
+        assert row[4] == f"{n_bytes.sum() / (12 + np.arange(LINES) % 3).sum():.2f}"
+        share = (mean(base) - mean(focus)) / (mean(base) - mean(source))
+        assert row[5] == f"{share:.2f}" and 0 < share < 1
+        d = S.nested_interval(base, focus, resamples=2000, seed=42, confidence=0.95)
+        assert row[6] == f"{d.diff:+.3f} [{d.low:+.3f}, {d.high:+.3f}]" and d.high < 0
+        assert row[9].startswith("✱ better (3 pretraining seeds, 20 clusters)")
+        diffs.append((row, d))
+        assert cells(table, "random", objective)[5:7] == ["0.00", "–"]
+    for (row, d), adjusted in zip(diffs, S.correct([d.p_value for _, d in diffs], "holm")):
+        assert float(row[8]) == pytest.approx(adjusted, rel=0.01)  # Holm over the table's 3 rows
+    assert "the target tokenizer needs 41 % fewer tokens for the same text" in section(section(text, "## sw"),
+                                                                                   "### Bits per byte")
+    verdict = section(section(text, "## Verdict"), "### sw")
+    line = next(x for x in verdict.splitlines() if x.startswith("- **Bits per byte of the valid text"))
+    assert "(3 pretraining seeds): better: focus − random (init) -0.39" in line
+    metrics = json.loads((root / P.REPORT_METRICS).read_text())["sw"]["bits_per_byte"]
+    assert metrics["source"] == pytest.approx(mean(source), abs=1e-4) and set(metrics) == {
+        "source", *(f"{m}-{o}" for m in METHODS for o in ("init",) + OBJECTIVES)}
+
+
+def test_init_table_shows_bits_per_byte_of_causal_models(tmp_path):
+    plan = make_results(tmp_path, langs=("sw",), with_evals=False)
+    path = tmp_path / P.fill(P.INIT_EVAL, lang="sw")
+    rows = io.read_parquet(path).to_pylist()
+    for r, (bits, share) in zip(rows, ((1.5, None), (3.0, 0.0), (2.5, 1 / 3))):  # source, random, focus
+        r.update(kind="causal", bits_per_byte=bits, share_kept=share, bytes_per_token=2.4 if bits == 1.5 else 4.08)
+    io.write_parquet(pa.Table.from_pylist(rows, schema=INIT_EVAL_SCHEMA), path)
+    R.write_report({**PARAMS, "languages": ["sw"]}, plan, tmp_path)
+    init = section(section((tmp_path / P.REPORT).read_text(), "## sw"), "### Right after initialisation")
+    assert cells(init, "method")[6:] == ["bits per byte", "share kept", "bytes per token"]
+    assert cells(init, "focus")[6:] == ["**2.500**", "**0.33**", "4.08"] and cells(init, "random")[6:8] == ["3.000", "0.00"]
+    assert cells(init, "source model (loss on en text; bits per byte on sw text and retrieval with its own "
+                 "tokenizer)")[6:] == ["1.500", "–", "2.40"]
+
+
+def test_masked_models_get_no_bits_per_byte_and_the_report_says_why(tmp_path):
+    plan = make_results(tmp_path, langs=("sw",), with_evals=False)
+    path = tmp_path / P.fill(P.BITS_PER_BYTE, lang="sw")
+    df = io.read_parquet(path).to_pandas()
+    df["bits"] = None
+    io.write_parquet(pa.Table.from_pandas(df, schema=BPB_SCHEMA, preserve_index=False), path)
+    R.write_report({**PARAMS, "languages": ["sw"]}, plan, tmp_path)
+    text = (tmp_path / P.REPORT).read_text()
+    table = section(section(text, "## sw"), "### Bits per byte")
+    assert "_No bits per byte: bits per byte needs a causal LM" in table and "keeps its per-token loss" in table
+    assert "Bytes per token on the 20 valid lines: 4.08 with the target tokenizer, 2.40 with the source's" in table
+    assert "Bits per byte" not in section(text, "## Verdict")
+    path.unlink()
+    R.write_report({**PARAMS, "languages": ["sw"]}, plan, tmp_path)
+    text = (tmp_path / P.REPORT).read_text()
+    assert "_No bits-per-byte results (results/sw/bits_per_byte.parquet missing)._" in text
 
 
 def test_figures_curves_and_metrics_are_reproducible(rendered, tmp_path):

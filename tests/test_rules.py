@@ -1,8 +1,8 @@
 """The rules generated from the stage table schedule exactly the jobs of the table, under Snakemake and
 in dvc.yaml, and for the default params exactly the jobs the hand-written rules scheduled before
 (tests/data/jobs_before_generated_rules.txt: `snakemake -n --forceall` of a6306cc, before pretraining
-seeds put `pseed1` into the paths, the frequency analysis wrote its per-block table and the tasks'
-floors became jobs of their own)."""
+seeds put `pseed1` into the paths, the frequency analysis wrote its per-block and bits-per-byte tables
+and the tasks' floors became jobs of their own)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ from conftest import REPO
 
 BIN = Path(sys.executable).parent
 BEFORE = REPO / "tests" / "data" / "jobs_before_generated_rules.txt"
-NEW_OUTPUTS = ("token_frequency_blocks.parquet",)  # written since, beside the table it details
+# written since by token_frequency_loss, beside the table they detail
+NEW_OUTPUTS = ("token_frequency_blocks.parquet", "bits_per_byte.parquet")
 NEW_STAGES = ("floor", "source_model")  # stages added since: floor one job per language and task, source_model one
 
 

@@ -17,11 +17,21 @@ For target language L and every method in params `init.methods` (results/L/init/
     last hidden state over the attention mask); top-1 accuracy of the cosine-similarity matrix
     both ways (`retrieval_en2xx`: source sentence -> its translation, `retrieval_xx2en` back).
 
+(c) a measure that does not depend on the tokenizer (`init_eval.bits_per_byte`): bits per UTF-8
+    byte of the same valid lines, each line scored alone (`evaluate.bits_per_byte`, where the exact
+    definition is), for every causal model and for the source model with its own tokenizer;
+    `bytes_per_token` of each model's tokenizer on those lines (what the target tokenizer saves), and
+    `share_kept` = (BPB_random − BPB_method) / (BPB_random − BPB_source), the share of the source's
+    advantage over `random` a method keeps. A masked LM keeps its per-token loss: its bits per byte
+    and share are null and the log says why. A causal source without its LM head is refused.
+
 A reference row (method `source`, lang = the source language) gives the source model's loss on
 held-out source text (the last lines of `source_head.text`, which source_head never trained on)
 and, as the no-transfer baseline for retrieval, the source model with its own tokenizer on the
-target-language sentences. Output: results/L/init_eval.parquet, a Markdown table in the log, and
-results/L/init_eval.png: loss per method against the source reference, and retrieval both ways.
+target-language sentences; its `bits_per_byte`, `bytes_per_token` and `n_bytes`, like every row's,
+are on the target-language valid lines. Output: results/L/init_eval.parquet, a Markdown table in
+the log, and results/L/init_eval.png: loss per method against the source reference, and retrieval
+both ways.
 """
 
 from __future__ import annotations
@@ -35,6 +45,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from vocabtransfer import io
+from vocabtransfer.evaluate import bits_per_byte as BPB
 from vocabtransfer.pipeline import availability
 from vocabtransfer.train import modeling as M
 from vocabtransfer.pipeline import paths as P
@@ -48,6 +59,8 @@ SCHEMA = pa.schema([
     ("loss", pa.float64()), ("perplexity", pa.float64()),
     ("calibrated_loss", pa.float64()), ("temperature", pa.float64()),
     ("n_eval_tokens", pa.int64()), ("n_eval_lines", pa.int64()),
+    ("bits_per_byte", pa.float64()), ("bytes_per_token", pa.float64()), ("n_bytes", pa.int64()),
+    ("share_kept", pa.float64()),
     ("retrieval_en2xx", pa.float64()), ("retrieval_xx2en", pa.float64()), ("n_sentences", pa.int64()),
     ("model", pa.string()), ("seconds", pa.float64()),
 ])
@@ -137,9 +150,32 @@ def loss_columns(res: dict) -> dict:
             "temperature": res["temperature"], "n_eval_tokens": res["n_tokens"]}
 
 
+def bpb_columns(model, tokenizer, kind: M.Kind, lines: list[str], *, asked: bool, seq_len: int,
+                batch_size: int) -> dict:
+    """`bits_per_byte` (causal LMs, when asked), `bytes_per_token` and `n_bytes` of a model on the valid lines."""
+    _, n_bytes, n_tokens = BPB.line_counts(tokenizer, lines)
+    out = {"bits_per_byte": None, "bytes_per_token": BPB.bytes_per_token(n_bytes, n_tokens),
+           "n_bytes": int(n_bytes.sum())}
+    if asked and kind == "causal":
+        out["bits_per_byte"] = BPB.score_lines(model, tokenizer, lines, seq_len=seq_len,
+                                               batch_size=batch_size).bits_per_byte
+    return out
+
+
+def add_share_kept(rows: list[dict]) -> None:
+    """`share_kept` of every method row, from the `random` row and the source row (null without either)."""
+    source = next((r["bits_per_byte"] for r in rows if r["method"] == "source"), None)
+    random = next((r["bits_per_byte"] for r in rows if r["method"] == "random"), None)
+    for r in rows:
+        r["share_kept"] = None
+        if r["method"] != "source" and None not in (source, random, r["bits_per_byte"]):
+            share = BPB.share_kept(random, r["bits_per_byte"], source)
+            r["share_kept"] = None if math.isnan(share) else share
+
+
 def markdown(rows: list[dict]) -> str:
     cols = ["lang", "method", "loss", "perplexity", "calibrated_loss", "temperature", "retrieval_en2xx",
-            "retrieval_xx2en", "n_eval_tokens"]
+            "retrieval_xx2en", "n_eval_tokens", "bits_per_byte", "bytes_per_token", "share_kept"]
 
     def fmt(v):
         if v is None or (isinstance(v, float) and math.isnan(v)):
@@ -202,6 +238,7 @@ def plot(rows: list[dict], path: str | Path, lang: str) -> None:
 def run(ctx) -> None:
     opts = ctx.param("init_eval")
     seq_len, batch_size, seed = int(opts["seq_len"]), int(opts["batch_size"]), ctx.seed
+    bpb = bool(opts.get("bits_per_byte", True))
     source_lang = opts["source_lang"]
     methods = availability.methods(ctx.params, ctx.lang)
     skipped = [m for m in ctx.param("init.methods") if m not in methods]
@@ -227,13 +264,17 @@ def run(ctx) -> None:
     # reference row: the source model
     start = time.perf_counter()
     source_dir = Path(ctx.input["source_model"])
-    source, source_kind = M.load_source_model(source_dir)
+    source, source_kind, loading = M.load_source_model(source_dir, output_loading_info=True)
+    if bpb and source_kind == "causal":
+        BPB.require_lm_head(source_dir, loading, "init_eval.bits_per_byte")
     source.to(ctx.device)
     source_tok = M.load_tokenizer(source_dir)
     ref = lm_eval(source, source_tok, source_kind, source_lines, seq_len=seq_len, batch_size=batch_size, seed=seed)
     row = {"lang": source_lang, "method": "source", "kind": source_kind, **loss_columns(ref),
            "n_eval_lines": len(source_lines), "retrieval_en2xx": None, "retrieval_xx2en": None,
-           "n_sentences": None, "model": str(source_dir)}
+           "n_sentences": None, "model": str(source_dir),
+           # on the target-language valid lines, with the source's own tokenizer
+           **bpb_columns(source, source_tok, source_kind, valid, asked=bpb, seq_len=seq_len, batch_size=batch_size)}
     src_vecs = None
     if source_kind == "masked" and src_sent:
         src_vecs = sentence_embeddings(source, source_tok, src_sent, batch_size=batch_size, max_length=seq_len,
@@ -255,7 +296,8 @@ def run(ctx) -> None:
         tok = M.load_tokenizer(model_dir)
         res = lm_eval(model, tok, kind, valid, seq_len=seq_len, batch_size=batch_size, seed=seed)
         row = {"lang": ctx.lang, "method": method, "kind": kind, **loss_columns(res), "n_eval_lines": len(valid),
-               "retrieval_en2xx": None, "retrieval_xx2en": None, "n_sentences": None, "model": str(model_dir)}
+               "retrieval_en2xx": None, "retrieval_xx2en": None, "n_sentences": None, "model": str(model_dir),
+               **bpb_columns(model, tok, kind, valid, asked=bpb, seq_len=seq_len, batch_size=batch_size)}
         if kind == "masked" and src_vecs is not None:
             vecs = sentence_embeddings(model, tok, tgt_sent, batch_size=batch_size, max_length=seq_len,
                                        desc=f"{ctx.lang} sentences, {method}")
@@ -263,13 +305,19 @@ def run(ctx) -> None:
             row["n_sentences"] = len(tgt_sent)
         row["seconds"] = time.perf_counter() - start
         rows.append(row)
-        log.info("%s/%s: loss %.4f (perplexity %.1f; %.4f at temperature %.2f), retrieval %s", ctx.lang, method,
-                 row["loss"], row["perplexity"], row["calibrated_loss"], row["temperature"],
+        log.info("%s/%s: loss %.4f (perplexity %.1f; %.4f at temperature %.2f), retrieval %s, bits per byte %s",
+                 ctx.lang, method, row["loss"], row["perplexity"], row["calibrated_loss"], row["temperature"],
                  "n/a" if row["retrieval_en2xx"] is None
-                 else f"{row['retrieval_en2xx']:.3f} / {row['retrieval_xx2en']:.3f}")
+                 else f"{row['retrieval_en2xx']:.3f} / {row['retrieval_xx2en']:.3f}",
+                 "n/a" if row["bits_per_byte"] is None else f"{row['bits_per_byte']:.4f}")
         del model
 
+    add_share_kept(rows)
+    masked = [r["method"] for r in rows if r["kind"] != "causal"]
+    if bpb and masked:
+        log.info("init_eval %s: no bits per byte for %s (%s)", ctx.lang, ", ".join(masked), BPB.MASKED_REASON)
     io.write_parquet(pa.Table.from_pylist(rows, schema=SCHEMA), ctx.output["init_eval"])
     plot(rows, ctx.output["plot"], ctx.lang)
     log.info("initialisation without training, %s (loss: masked-/causal-LM loss on held-out text; retrieval: "
-             "top-1 on %d XNLI premises)\n%s", ctx.lang, len(src_sent), markdown(rows))
+             "top-1 on %d XNLI premises; bits per byte and bytes per token: on the %d valid lines, the source with "
+             "its own tokenizer)\n%s", ctx.lang, len(src_sent), len(valid), markdown(rows))

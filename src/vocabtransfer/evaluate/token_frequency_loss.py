@@ -18,10 +18,18 @@ token's frequency rank in the train split.
    seeded masks (`modeling.LMCollator`), identical for every model since all share the target
    tokenizer, so the comparison is paired token by token.
 
+4. Bits per byte (`bits_per_byte`, on by default): the same first `max_lines` valid lines as text,
+   each line scored alone by every causal model and by the source model with its own tokenizer
+   (`evaluate.bits_per_byte` has the exact definition): per line its bits, UTF-8 bytes and tokens, so
+   the report resamples lines (the clusters) and pretraining seeds. A masked LM gets no bits (null):
+   it keeps its per-token loss. A causal source without its LM head is refused before any scoring.
+
 Output: results/L/token_frequency_loss.parquet (one row per model × pretraining seed × bucket),
 results/L/token_frequency_blocks.parquet (the summed loss and token count per model, bucket and
-held-out block: what the report's nested bootstrap resamples), a PNG with one panel
-per method (loss per bucket: init, standard, selfish) and a Markdown table in the log.
+held-out block: what the report's nested bootstrap resamples), results/L/bits_per_byte.parquet (one
+row per model × pretraining seed × valid line, the source as method and objective `source`, pseed 0),
+a PNG with one panel per method (loss per bucket: init, standard, selfish) and a Markdown table in
+the log.
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ import numpy as np
 import pyarrow as pa
 
 from vocabtransfer import io
+from vocabtransfer.evaluate import bits_per_byte as BPB
 from vocabtransfer.train import modeling as M
 from vocabtransfer.pipeline import availability as A
 from vocabtransfer.pipeline import models as MN
@@ -54,6 +63,12 @@ BLOCKS_SCHEMA = pa.schema([
     ("method", pa.string()), ("objective", pa.string()), ("pseed", pa.int32()), ("bucket", pa.int32()),
     ("block", pa.int32()), ("loss_sum", pa.float64()), ("n_tokens", pa.int64()),
 ])
+# per model, pretraining seed and valid line (the report's bits-per-byte clusters); bits null for a masked LM
+BPB_SCHEMA = pa.schema([
+    ("method", pa.string()), ("objective", pa.string()), ("pseed", pa.int32()), ("line", pa.int32()),
+    ("bits", pa.float64()), ("n_bytes", pa.int64()), ("n_tokens", pa.int64()), ("n_scored", pa.int64()),
+])
+SOURCE = "source"  # method and objective of the source model's rows (pseed 0)
 SCHEMES = ("equal_types", "log")
 
 
@@ -77,8 +92,10 @@ def _model_template(method: str, objective: str, pseed: int) -> str:
 
 
 def inputs(params: dict, wildcards: dict) -> dict[str, str]:
-    """Train and valid ids, every pretrained model and the init model each started from."""
-    out = {"train_ids": P.PRETOK_TRAIN, "valid_ids": P.PRETOK_VALID}
+    """Train and valid ids, the valid text and the source model (bits per byte), every pretrained model and the
+    init model each started from."""
+    out = {"train_ids": P.PRETOK_TRAIN, "valid_ids": P.PRETOK_VALID, "valid_text": P.CORPUS_VALID,
+           "source_model": P.SOURCE_MODEL}
     for method, objective, pseed in scored_models(params, wildcards["lang"]):
         out[model_key(method, objective, pseed)] = _model_template(method, objective, pseed)
     return out
@@ -186,6 +203,34 @@ def block_rows(method: str, objective: str, pseed: int, sums: np.ndarray, counts
             "n_tokens": counts[block, bucket].tolist()}
 
 
+def line_rows(method: str, objective: str, pseed: int, scores: BPB.LineScores) -> dict[str, list]:
+    """Columns of BPB_SCHEMA for one model's lines (bits None where not scored: a masked LM)."""
+    n = len(scores.n_bytes)
+    return {"method": [method] * n, "objective": [objective] * n, "pseed": [pseed] * n, "line": list(range(n)),
+            "bits": [None if np.isnan(b) else float(b) for b in scores.bits], "n_bytes": scores.n_bytes.tolist(),
+            "n_tokens": scores.n_tokens.tolist(), "n_scored": scores.n_scored.tolist()}
+
+
+def valid_lines(path: str | Path, max_lines: int) -> list[str]:
+    """The first `max_lines` non-empty valid lines, stripped (the corpus stage wrote them so: the same lines
+    as the first rows of the pre-tokenised valid split)."""
+    text = io.read_parquet(path, ["text"]).column("text").to_pylist()
+    return [s.strip() for s in text if s and s.strip()][:max_lines]
+
+
+def source_scores(ctx, kind: M.Kind, lines: list[str], seq_len: int, batch_size: int) -> BPB.LineScores:
+    """The source model with its own tokenizer on the valid lines; a causal source must have its LM head
+    (checked before any model is scored); a masked one only has its tokens counted."""
+    directory = Path(ctx.input["source_model"])
+    tokenizer = M.load_tokenizer(directory)
+    if kind != "causal":
+        return BPB.score_lines(None, tokenizer, lines, seq_len=seq_len, batch_size=batch_size, kind=kind)
+    model, _, loading = M.load_source_model(directory, "causal", output_loading_info=True)
+    BPB.require_lm_head(directory, loading, "token_frequency_loss.bits_per_byte")
+    model.to(ctx.device)
+    return BPB.score_lines(model, tokenizer, lines, seq_len=seq_len, batch_size=batch_size)
+
+
 def seed_means(rows: list[dict]) -> dict[tuple[str, str, int], tuple[float, float, int]]:
     """(method, objective, bucket) -> (mean loss over pretraining seeds, lowest, highest seed's loss)."""
     per: dict[tuple[str, str, int], list[float]] = {}
@@ -275,6 +320,21 @@ def run(ctx) -> None:
     if not blocks:
         raise VocabTransferError(f"{ctx.input['valid_ids']}: no held-out tokens to score")
     batches = M.lm_batches(tokenizer, blocks, kind, int(opts["batch_size"]), ctx.seed)
+    seq_len, batch_size = int(opts["seq_len"]), int(opts["batch_size"])
+    bpb = bool(opts.get("bits_per_byte", True))
+    lines = valid_lines(ctx.input["valid_text"], int(opts["max_lines"])) if bpb else []
+    lines_out: dict[str, list] = {name: [] for name in BPB_SCHEMA.names}
+    if bpb:  # the source first: a causal source without its LM head stops the job before any scoring
+        source = source_scores(ctx, kind, lines, seq_len, batch_size)
+        for name, values in line_rows(SOURCE, SOURCE, 0, source).items():
+            lines_out[name] += values
+        if kind == "causal":
+            log.info("source model, own tokenizer: %.4f bits per byte on %d valid lines (%.3f bytes per token)",
+                     source.bits_per_byte, len(lines), source.bytes_per_token)
+        else:
+            log.info("token_frequency_loss %s: no bits per byte (%s)", ctx.lang, BPB.MASKED_REASON)
+    else:
+        log.info("token_frequency_loss %s: no bits per byte (token_frequency_loss.bits_per_byte is false)", ctx.lang)
     log.info("token_frequency_loss %s: %d train token types seen of %d, %d buckets (%s), %d valid blocks, %d models",
              ctx.lang, int((counts > 0).sum()), len(counts), len(spans), opts["scheme"], len(blocks), len(models))
 
@@ -291,12 +351,19 @@ def run(ctx) -> None:
         rows += rows_for(ctx.lang, method, objective, pseed, spans, sums.sum(0), n.sum(0))
         for name, values in block_rows(method, objective, pseed, sums, n).items():
             cells[name] += values
-        log.info("%s/%s/pseed%d: mean loss %.4f over %d tokens", method, objective, pseed,
-                 sums.sum() / max(1, n.sum()), n.sum())
+        bits = ""
+        if bpb:
+            scores = BPB.score_lines(model, tokenizer, lines, seq_len=seq_len, batch_size=batch_size, kind=kind)
+            for name, values in line_rows(method, objective, pseed, scores).items():
+                lines_out[name] += values
+            bits = f", {scores.bits_per_byte:.4f} bits per byte" if kind == "causal" else ""
+        log.info("%s/%s/pseed%d: mean loss %.4f over %d tokens%s", method, objective, pseed,
+                 sums.sum() / max(1, n.sum()), n.sum(), bits)
         del model
 
     io.write_parquet(pa.Table.from_pylist(rows, schema=SCHEMA), ctx.output["table"])
     io.write_parquet(pa.table(cells, schema=BLOCKS_SCHEMA), ctx.output["blocks"])
+    io.write_parquet(pa.table(lines_out, schema=BPB_SCHEMA), ctx.output["bits_per_byte"])
     plot(rows, ctx.output["plot"], ctx.lang, n_seen_buckets)
     log.info("mean cross-entropy per frequency bucket (columns: train frequency ranks; mean over pretraining "
              "seeds), %s\n%s", ctx.lang, markdown(rows, n_seen_buckets))

@@ -90,6 +90,7 @@ PRETRAIN_CHECKPOINTS = "checkpoints/{lang}/pretrain/{method}/{objective}/pseed{p
 TOKEN_FREQUENCY_LOSS = "results/{lang}/token_frequency_loss.parquet"
 TOKEN_FREQUENCY_PLOT = "results/{lang}/token_frequency_loss.png"
 TOKEN_FREQUENCY_BLOCKS = "results/{lang}/token_frequency_blocks.parquet"  # per model, bucket and held-out block
+BITS_PER_BYTE = "results/{lang}/bits_per_byte.parquet"  # per model and valid line: bits, bytes, tokens (token_frequency_loss)
 GRADIENT_SCENARIOS = "results/{lang}/gradients/{method}/{objective}/pseed{pseed}.parquet"
 GRADIENT_PLOT = "results/{lang}/gradients/{method}/{objective}/pseed{pseed}.png"
 

@@ -382,9 +382,10 @@ _token_frequency_inputs = _lazy("evaluate.token_frequency_loss:inputs")
 register(Stage(
     name="token_frequency_loss",
     func="vocabtransfer.evaluate.token_frequency_loss:run",
-    help="held-out loss per train-frequency bucket: init vs standard vs selfish pretraining",
+    help="held-out loss per train-frequency bucket (init vs standard vs selfish pretraining) and bits per byte",
     inputs=_token_frequency_inputs,
-    outputs={"table": P.TOKEN_FREQUENCY_LOSS, "blocks": P.TOKEN_FREQUENCY_BLOCKS, "plot": P.TOKEN_FREQUENCY_PLOT},
+    outputs={"table": P.TOKEN_FREQUENCY_LOSS, "blocks": P.TOKEN_FREQUENCY_BLOCKS, "bits_per_byte": P.BITS_PER_BYTE,
+             "plot": P.TOKEN_FREQUENCY_PLOT},
     params=("seed",),
     extra_params=lambda params, wildcards: (section_leaves(params, "token_frequency_loss")
                                             + ["pretrain.methods", "pretrain.objectives", "pretrain.seeds"]),

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from vocabtransfer.pipeline import paths as P
 from vocabtransfer.report.read import OBJECTIVE_ORDER, Language, Plan
-from vocabtransfer.report.tables import NOT_LEARNED, Family, Settings, finite, seeds_text
+from vocabtransfer.report.tables import NOT_LEARNED, BpbTable, Family, Settings, finite, seeds_text
 from vocabtransfer.report.verdict import number
 
 CORRECTION_NAME = {"holm": "Holm", "bh": "Benjamini–Hochberg"}
@@ -109,19 +109,32 @@ def init_section(lang: Language) -> list[str]:
     cols = [("loss", "loss", False, 3), ("calibrated_loss", "calibrated loss", False, 3),
             ("temperature", "temperature", None, 2), ("retrieval_en2xx", "retrieval en→xx", True, 3),
             ("retrieval_xx2en", "retrieval xx→en", True, 3)]
+    has_bits = any(finite(r.get("bits_per_byte")) for r in lang.init_eval)
+    if has_bits:  # causal models (init_eval.bits_per_byte): the measure that does not depend on the tokenizer
+        cols += [("bits_per_byte", "bits per byte", False, 3), ("share_kept", "share kept", True, 2)]
+    if any(finite(r.get("bytes_per_token")) for r in lang.init_eval):
+        cols.append(("bytes_per_token", "bytes per token", None, 2))
     table = [[r["method"]] for r in rows]
     for key, _, higher, digits in cols:
-        texts = [fmt(r[key], digits) for r in rows]
+        texts = [fmt(r.get(key), digits) for r in rows]
         if higher is not None:
-            texts = bold_best([r[key] for r in rows], texts, higher)
+            texts = bold_best([r.get(key) for r in rows], texts, higher)
         for row, text in zip(table, texts):
             row.append(text)
     for r in ref:
-        table.append([f"source model ({r['lang']} text; retrieval with its own tokenizer)"]
-                     + [fmt(r[key], digits) for key, _, _, digits in cols])
+        own = f"bits per byte on {lang.lang} text and retrieval" if has_bits else "retrieval"
+        table.append([f"source model (loss on {r['lang']} text; {own} with its own tokenizer)"]
+                     + [fmt(r.get(key), digits) for key, _, _, digits in cols])
     lines.append(md_table(["method"] + [c[1] for c in cols], table))
-    lines += ["", "Loss: masked-/causal-LM loss on held-out target text with no training; calibrated: at the "
-              "one temperature that minimises it; retrieval: top-1 accuracy on XNLI premises. Best in bold.", "",
+    note = ("Loss: masked-/causal-LM loss on held-out target text with no training; calibrated: at the "
+            "one temperature that minimises it; retrieval: top-1 accuracy on XNLI premises.")
+    if has_bits:
+        note += (" Bits per byte: bits per UTF-8 byte of the valid lines (pretraining seed 1's initialisation; "
+                 "the table *Bits per byte* below has every seed and the intervals); share kept: (BPB_random − "
+                 "BPB_method) / (BPB_random − BPB_source).")
+    if any(finite(r.get("bytes_per_token")) for r in lang.init_eval):
+        note += " Bytes per token: of each model's tokenizer on the valid lines."
+    lines += ["", note + " Best in bold.", "",
               f"![{lang.lang}: right after initialisation]({_rel(P.fill(P.INIT_EVAL_PLOT, lang=lang.lang))})",
               ""]
     return lines
@@ -212,6 +225,52 @@ def family_section(family: Family, settings: Settings) -> list[str]:
               f"correction over this table and rests on at least {settings.min_clusters} clusters "
               "(report.min_clusters) and more than one run."]
     return lines + [""]
+
+
+def bits_per_byte_section(lang: Language, table: BpbTable | None, settings: Settings) -> list[str]:
+    """Bits per byte of every init-only and pretrained model and of the source with its own tokenizer, bytes
+    per token, the share of the source's advantage over random kept, and the − random differences."""
+    lines = ["### Bits per byte", ""]
+    if lang.bits_per_byte is None:
+        return lines + [f"_No bits-per-byte results ({P.fill(P.BITS_PER_BYTE, lang=lang.lang)} missing)._", ""]
+    if table is None:
+        return lines + ["_No bits per byte: token_frequency_loss.bits_per_byte was false for this run._", ""]
+    saving = (f"Bytes per token on the {table.n_lines} valid lines: {fmt(table.target_bytes_per_token, 2)} with the "
+              f"target tokenizer, {fmt(table.source_bytes_per_token, 2)} with the source's")
+    if finite(table.target_bytes_per_token) and finite(table.source_bytes_per_token):
+        fewer = 1 - table.source_bytes_per_token / table.target_bytes_per_token  # share of tokens saved
+        saving += (f" (the target tokenizer needs {100 * abs(fewer):.0f} % {'fewer' if fewer >= 0 else 'more'} "
+                   "tokens for the same text)")
+    if table.reason:
+        return lines + [f"_No bits per byte: {table.reason}; compare these models on the loss per token above "
+                        "(they share the target tokenizer)._ " + saving + ".", ""]
+    rows = []
+    for r in table.rows:
+        label = "source (its own tokenizer)" if r.method == "source" else r.method
+        objective = "–" if r.method == "source" else r.objective
+        score = "–" if r.score is None else f"{fmt(r.score.diff)} [{fmt(r.score.low)}, {fmt(r.score.high)}]"
+        seeds = "–" if r.score is None else (seeds_text(r.score) if r.score.n_pseeds else "one model")
+        share = fmt(r.share_kept, 2) if r.method != "source" else "–"
+        d = r.vs_random.diff if r.vs_random is not None else None
+        if d is None:
+            diff = ["–", "–", "–", (r.vs_random.note if r.vs_random is not None else "")]
+        else:
+            diff = [number(d, 3), f"{d.p_value:.3g}", f"{d.adjusted_p:.3g}" if d.adjusted_p is not None else "–",
+                    f"{'✱ ' if r.vs_random.better(settings) is not None else ''}{r.vs_random.status(settings)} "
+                    f"({seeds_text(d)}, {d.n_clusters} clusters)"]
+        rows.append([label, objective, score, seeds, fmt(r.bytes_per_token, 2), share] + diff)
+    lines.append(md_table(["model", "objective", "bits per byte [interval]", "seeds", "bytes per token", "share kept",
+                           "− random [interval]", "p", "adjusted p", "verdict"], rows))
+    lines += ["", f"Bits per UTF-8 byte of the first {table.n_lines} valid lines, each line scored alone "
+              "(docs/evaluation.md, *Bits per byte*): a measure that does not depend on the tokenizer, so the source "
+              "model, reading the same text with its own tokenizer, is on the same scale. " + saving + ". Share kept: "
+              "(BPB_random − BPB_method) / (BPB_random − BPB_source), random with the same objective, from the means "
+              "over pretraining seeds (– where the source is not better than random). Intervals are nested over "
+              "valid lines (the clusters) and pretraining seeds; the − random rows are corrected "
+              f"({CORRECTION_NAME[settings.correction]}) over this table. ✱: the interval excludes zero, the "
+              f"difference survives the correction and rests on at least {settings.min_clusters} lines and more "
+              "than one run.", ""]
+    return lines
 
 
 def token_frequency_section(lang: Language) -> list[str]:

@@ -69,6 +69,7 @@ def inputs(params: dict, wildcards: dict) -> dict[str, str]:
         if p.token_frequency:
             out[_key("token_frequency_loss", lang)] = P.fill(P.TOKEN_FREQUENCY_LOSS, lang=lang)
             out[_key("token_frequency_blocks", lang)] = P.fill(P.TOKEN_FREQUENCY_BLOCKS, lang=lang)
+            out[_key("bits_per_byte", lang)] = P.fill(P.BITS_PER_BYTE, lang=lang)
         for m, o, s in (run for run in p.gradients if run not in absent):
             out[_key("gradients", lang, m, o, s)] = P.fill(P.GRADIENT_SCENARIOS, lang=lang, method=m, objective=o,
                                                           pseed=s)
@@ -102,6 +103,7 @@ class Language:
     blocks: dict = field(default_factory=dict)  # Run -> DataFrame of valid_blocks.parquet
     token_frequency: object = None  # DataFrame: one row per model × pretraining seed × bucket
     token_blocks: object = None  # DataFrame: per model, bucket and held-out block
+    bits_per_byte: object = None  # DataFrame: per model, pretraining seed and valid line (bits, bytes, tokens)
     gradients: list[Run] = field(default_factory=list)  # runs with a gradient plot
     # task -> model group (`focus-standard`, `focus-init`, `source`) -> (pretraining seed, fine-tuning seed) -> result
     evals: dict = field(default_factory=dict)
@@ -138,6 +140,7 @@ def read_language(lang: str, p: Plan, root: Path) -> Language:
     if p.token_frequency:
         out.token_frequency = _parquet(need(P.TOKEN_FREQUENCY_LOSS))
         out.token_blocks = _parquet(need(P.TOKEN_FREQUENCY_BLOCKS))
+        out.bits_per_byte = _parquet(need(P.BITS_PER_BYTE))
     for m, o, s in p.gradients:
         if need(P.GRADIENT_PLOT, method=m, objective=o, pseed=s).is_file():
             out.gradients.append((m, o, s))

@@ -5,7 +5,8 @@ with the nested intervals of vocabtransfer.evaluate.stats) and writes:
 
 * results/report.md, opening with `## Verdict` (report.verdict), then the set-up and per language:
   the loss right after initialisation, continued pretraining (curves with seed bands), the
-  comparison tables (method − random, selfish − standard, corrected per table), the loss by token
+  comparison tables (method − random, selfish − standard, corrected per table), bits per byte
+  (every model and the source on one scale, with the − random differences), the loss by token
   frequency, the gradient plots and the downstream scores beside each task's floor (tasks no model
   learns greyed);
 * PNG figures in results/report/figures/ (byte-identical for identical inputs), the valid-loss
@@ -73,7 +74,9 @@ def write_report(params: dict, p: Plan, root: Path = Path(".")) -> Path:
             m = metrics.setdefault(lang.lang, {})
             status = T.learned(lang, settings)
             families = T.families(lang, settings, status)
-            per_language[lang.lang] = (families, status)
+            bpb = T.bits_per_byte_table(lang, settings)
+            per_language[lang.lang] = (families + ([bpb.family] if bpb is not None and bpb.family.rows else []),
+                                       status)
             body += [f"## {lang.lang}", ""] + MD.init_section(lang)
             if lang.init_eval:
                 m["init_loss"] = {r["method"]: float(r["loss"]) for r in lang.init_eval if r["method"] != "source"}
@@ -89,6 +92,10 @@ def write_report(params: dict, p: Plan, root: Path = Path(".")) -> Path:
                 body += MD.family_section(family, settings)
             if not families:
                 body += ["_No comparison: no paired runs for this language._", ""]
+            body += MD.bits_per_byte_section(lang, bpb, settings)
+            if bpb is not None and bpb.rows:
+                m["bits_per_byte"] = {(r.method if r.method == T.SOURCE_ROW else f"{r.method}-{r.objective}"):
+                                      round(r.score.diff, 4) for r in bpb.rows if r.score is not None}
             body += MD.token_frequency_section(lang) + MD.gradient_section(lang)
             down_fig = None
             if status:

@@ -7,7 +7,11 @@ interval (vocabtransfer.evaluate.stats), grouped in families that are corrected 
 2. every method minus random, per objective (`init` too): the valid loss after pretraining (one
    family) and each learned task (one family per task);
 3. every other objective (selfish, distill) minus standard for every method: the valid loss, each
-   learned task and the loss of every token-frequency bucket (one family per objective).
+   learned task and the loss of every token-frequency bucket (one family per objective);
+4. bits per UTF-8 byte (`bits_per_byte_table`): every init-only and pretrained causal model and the
+   source with its own tokenizer, each with its interval, its tokenizer's bytes per token and the share
+   of the source's advantage over random it keeps, and every method minus random with the same
+   objective (one family), nested over valid lines (the clusters) and pretraining seeds.
 
 A difference resting on fewer test clusters than `report.min_clusters`, or on a single run (one
 pretraining and one fine-tuning seed: every compared model's training depends on its seed, so the
@@ -22,6 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from vocabtransfer.evaluate import bits_per_byte as BPB
 from vocabtransfer.evaluate import stats as S
 from vocabtransfer.pipeline import models as MN
 from vocabtransfer.report.read import OBJECTIVE_ORDER, TASKS, Language
@@ -301,6 +306,111 @@ def families(lang: Language, settings: Settings, status: dict) -> list[Family]:
         family = objective_vs_standard(lang, settings, status, objective)
         out += [family] if family else []
     return out
+
+
+# 4. bits per byte ---------------------------------------------------------------------------------
+
+BPB_TITLE = "Bits per byte: method − random"
+SOURCE_ROW = "source"  # method and objective of the source model's rows in bits_per_byte.parquet
+
+
+def _per_line(g, n_lines: int, column: str) -> np.ndarray:
+    out = np.zeros(n_lines)
+    out[g["line"].to_numpy()] = g[column].to_numpy(float)
+    return out
+
+
+def bpb_runs(lang: Language, method: str, objective: str) -> S.Runs | None:
+    """Bits and UTF-8 bytes per valid line (the clusters) of every pretraining seed of a model (the source:
+    pseed 0); None without rows or without bits (a masked LM). A method without random rows has one
+    initialisation (pseed 1) shared by all its pretraining seeds: its `init` runs repeat it for each."""
+    df = lang.bits_per_byte
+    if df is None or not len(df):
+        return None
+    n_lines = int(df["line"].max()) + 1
+    sub = df[(df["method"] == method) & (df["objective"] == objective)]
+    if not len(sub) or sub["bits"].isna().any():
+        return None
+    per = {int(p): (_per_line(g, n_lines, "bits"), _per_line(g, n_lines, "n_bytes")) for p, g in sub.groupby("pseed")}
+    if objective == MN.INIT:
+        pseeds = sorted({int(p) for p in df.loc[(df["method"] == method) & (df["objective"] != MN.INIT), "pseed"]})
+        shared = {p: per[MN.init_pseed(method, p)] for p in pseeds if MN.init_pseed(method, p) in per}
+        per = shared or per
+    return S.Runs({(p, 0): parts for p, parts in per.items()}, tuple(range(n_lines)))
+
+
+@dataclass
+class BpbRow:
+    """One model in the bits-per-byte table: its bits per byte with interval (B = the model, A = zero), its
+    tokenizer's bytes per token, the share of the source's advantage over random it keeps (NaN where
+    undefined) and its difference from random with the same objective (None for random and the source)."""
+
+    method: str
+    objective: str
+    score: S.Difference | None
+    bytes_per_token: float
+    share_kept: float = math.nan
+    vs_random: Row | None = None
+
+
+@dataclass
+class BpbTable:
+    rows: list[BpbRow]
+    family: Family  # the − random rows, corrected together
+    n_lines: int
+    target_bytes_per_token: float
+    source_bytes_per_token: float
+    reason: str | None = None  # why no model has bits (masked LMs keep their per-token loss)
+
+
+def bits_per_byte_table(lang: Language, settings: Settings) -> BpbTable | None:
+    """Family 4 of the module docstring; None without bits-per-byte rows."""
+    df = lang.bits_per_byte
+    if df is None or not len(df):
+        return None
+    n_lines = int(df["line"].max()) + 1
+    is_source = df["method"] == SOURCE_ROW
+    target_bpt = BPB.bytes_per_token(*_first_model(df[~is_source]))
+    source_bpt = BPB.bytes_per_token(*_first_model(df[is_source]))
+    family = Family(BPB_TITLE, "Negative: the method needs fewer bits per byte of the valid text than random "
+                    "(better).")
+    if df.loc[~is_source, "bits"].isna().all():
+        return BpbTable([], family, n_lines, target_bpt, source_bpt, reason=BPB.MASKED_REASON)
+    source = bpb_runs(lang, SOURCE_ROW, SOURCE_ROW)
+    source_score = settings.bootstrap(zero_like(source), source) if source is not None else None
+    rows = [BpbRow(SOURCE_ROW, SOURCE_ROW, source_score, source_bpt)]
+    present = set(df.loc[~is_source, "objective"])
+    objectives = [o for o in OBJECTIVE_ORDER if o in present] + sorted(present - set(OBJECTIVE_ORDER))
+    methods = list(dict.fromkeys(["random"] + [m for m in df.loc[~is_source, "method"] if m != "random"]))
+    for objective in objectives:
+        base = bpb_runs(lang, "random", objective)
+        base_score = settings.bootstrap(zero_like(base), base) if base is not None else None
+        for method in methods:
+            runs = bpb_runs(lang, method, objective)
+            if runs is None:
+                continue
+            score = settings.bootstrap(zero_like(runs), runs)
+            share = (BPB.share_kept(base_score.diff, score.diff, source_score.diff)
+                     if base_score is not None and source_score is not None else math.nan)
+            vs = None
+            if method != "random":
+                diff = settings.bootstrap(base, runs) if base is not None else None
+                vs = Row(f"{method} − random ({objective})", "bits per byte", diff, lower_is_better=True,
+                         note="" if diff else "no paired runs")
+                family.rows.append(vs)
+            g = df[(df["method"] == method) & (df["objective"] == objective)]
+            rows.append(BpbRow(method, objective, score, BPB.bytes_per_token(g["n_bytes"], g["n_tokens"]), share, vs))
+    _corrected(family.rows, settings)  # in place: the rows' vs_random see the adjusted p-values
+    return BpbTable(rows, family, n_lines, target_bpt, source_bpt)
+
+
+def _first_model(df):
+    """(bytes, tokens) per line of the first model in `df` (every model of one tokenizer counts the same)."""
+    if not len(df):
+        return np.zeros(0), np.zeros(0)
+    first = df.iloc[0]
+    g = df[(df["method"] == first["method"]) & (df["objective"] == first["objective"]) & (df["pseed"] == first["pseed"])]
+    return g["n_bytes"].to_numpy(), g["n_tokens"].to_numpy()
 
 
 def seeds_text(d: S.Difference | None) -> str:

@@ -97,6 +97,10 @@ def language_verdict(lang: str, families: list[Family], status: dict, settings: 
             s = family_sentence(family, "valid loss", settings, "Valid loss after pretraining, method − random "
                                 "(negative is better)")
             bullets += [s] if s else []
+        elif family.title.startswith("Bits per byte"):
+            s = family_sentence(family, "bits per byte", settings, "Bits per byte of the valid text, method − random "
+                                "(negative is better)")
+            bullets += [s] if s else []
     for task, st in status.items():
         floor = f"{st.floor['name']}, {st.floor['value']:.1f}"
         if not st.learned:
