@@ -1,5 +1,6 @@
 # Two commands do all the set-up on a fresh clone:
 #   make run    creates .venv, installs vocabtransfer with pinned dependencies, runs the workflow
+#               (CONFIG=config/gemma.yaml: an overlay on params.yaml, e.g. Gemma 3 270M as the source)
 #   make test   the same set-up, then the test suite
 #   make test-cluster   the SLURM profile against a one-node SLURM started here (root, Debian; tests/cluster/README.md)
 #   make remote REMOTE=<dir or URL>   the default DVC remote, for dvc push / dvc pull
@@ -28,7 +29,7 @@ data-link:
 	ln -sfn ../shared/data data
 
 run: venv
-	$(BIN)/snakemake --cores $(CORES) $(SNAKEMAKE_ARGS)
+	$(BIN)/snakemake --cores $(CORES) $(if $(CONFIG),--configfile $(CONFIG)) $(SNAKEMAKE_ARGS)
 
 test: venv
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
