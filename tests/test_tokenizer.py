@@ -19,7 +19,8 @@ from vocabtransfer.pipeline.config import validate_params
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.train.modeling import load_tokenizer
 from vocabtransfer.pipeline.stages import run_stage
-from vocabtransfer.data.tokenizer import (BYTE_TOKENS, _canonical_unigram, detect_family, iter_text_batches,
+from vocabtransfer.data.families import canonical_unigram
+from vocabtransfer.data.tokenizer import (BYTE_TOKENS, detect_family, iter_text_batches,
                                      load_target_tokenizer, train_tokenizer)
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
@@ -244,7 +245,7 @@ def test_canonical_unigram_orders_added_characters_and_ties():
     # "ab" and "ba" tie after rounding; "<unk>" is special
     vocab = [["<unk>", 0.0], ["ba", -2.0000000000000004], ["ab", -2.0], ["x", ladder[0]], ["a", ladder[1]],
              ["m", ladder[2]], ["q", -5.0]]
-    spec = _canonical_unigram({"model": {"type": "Unigram", "unk_id": 0, "vocab": vocab}}, n_special=1)
+    spec = canonical_unigram({"model": {"type": "Unigram", "unk_id": 0, "vocab": vocab}}, n_special=1)
     assert spec["model"]["vocab"] == [["<unk>", 0.0], ["ab", -2.0], ["ba", -2.0], ["q", -5.0],
                                       ["x", round(ladder[2], 6)], ["m", round(ladder[1], 6)], ["a", round(ladder[0], 6)]]
     assert spec["model"]["unk_id"] == 0

@@ -5,6 +5,10 @@
 * `spelling` / `token_bytes`: the bytes a vocabulary string stands for — byte-level BPE's printable
   alphabet (`Ġ`, `Ċ`, `Ã©`), SentencePiece's byte fallback (`<0xC3>`), `▁` or `##` word markers —
   so that the overlap can match byte strings whatever their spelling.
+* `source_head` / `head_and_byte_tokens` / `insert_byte_tokens` / `canonical_unigram`: the layout of a
+  trained target vocabulary (the source's head and byte tokens at the source's ids, SentencePiece's
+  byte tokens after the specials, a Unigram model in an order free of the trainer's noise;
+  `data.tokenizer` explains when each applies).
 """
 
 from __future__ import annotations
@@ -173,3 +177,81 @@ def token_bytes(token: str, how: Spelling) -> bytes | None:
 def is_byte_piece(token: str, how: Spelling) -> bool:
     """A byte-fallback piece `<0xXX>` of a tokenizer that has byte fallback."""
     return how.byte_fallback and _BYTE_PIECE.fullmatch(token) is not None
+
+
+# ---------------------------------------------------------------------------------------------
+# a trained vocabulary's layout: the source's head and byte tokens, a canonical Unigram order
+
+def source_head(src: dict) -> list[tuple[str, dict | None]] | None:
+    """The source vocabulary's entries before its byte tokens, in id order, when it is a byte-fallback BPE
+    whose 256 `<0xXX>` tokens are contiguous at ids h..h+255: (content, its added-token entry or None for
+    a plain vocabulary entry). None when the source has no such layout."""
+    model = src.get("model") or {}
+    vocab = model.get("vocab")
+    if model.get("type") != "BPE" or not model.get("byte_fallback") or not isinstance(vocab, dict):
+        return None
+    ids = [vocab.get(t) for t in BYTE_TOKENS]
+    if ids[0] is None or ids != list(range(ids[0], ids[0] + len(BYTE_TOKENS))):
+        return None
+    added = {int(a["id"]): a for a in src.get("added_tokens") or []}
+    by_id = {i: t for t, i in vocab.items() if i < ids[0]}
+    by_id.update({i: a["content"] for i, a in added.items() if i < ids[0]})
+    if sorted(by_id) != list(range(ids[0])):
+        return None
+    return [(by_id[i], added.get(i)) for i in range(ids[0])]
+
+
+def head_and_byte_tokens(spec: dict, head: list[tuple[str, dict | None]]) -> dict:
+    """The source's head at its own ids, then the 256 byte tokens, then the trained tokens (module doc)."""
+    vocab: dict[str, int] = spec["model"]["vocab"]
+    first = [content for content, _ in head] + BYTE_TOKENS
+    taken = set(first)
+    rest = [t for t in sorted(vocab, key=vocab.__getitem__) if t not in taken]
+    spec["model"]["vocab"] = {t: i for i, t in enumerate(first + rest)}  # the trainer left room for `first`
+    keys = ("content", "single_word", "lstrip", "rstrip", "normalized", "special")
+    spec["added_tokens"] = [{"id": i, **{k: entry[k] for k in keys}}
+                            for i, (_, entry) in enumerate(head) if entry is not None]
+    return spec
+
+
+def insert_byte_tokens(spec: dict, n_special: int) -> dict:
+    """Put the 256 `<0xXX>` byte-fallback tokens right after the special tokens (ids shift by 256)."""
+    vocab: dict[str, int] = spec["model"]["vocab"]
+    ordered = sorted(vocab, key=vocab.__getitem__)
+    head, rest = ordered[:n_special], [t for t in ordered[n_special:] if t not in BYTE_TOKENS]
+    spec["model"]["vocab"] = {t: i for i, t in enumerate(head + BYTE_TOKENS + rest)}
+    return spec
+
+
+def canonical_unigram(spec: dict, n_special: int) -> dict:
+    """Make a trained Unigram model independent of the trainer's run-to-run noise.
+
+    The UnigramTrainer (a) gives the required characters it had to add the scores
+    min_score + k·1e-4 in hash-set order and (b) sums EM counts in parallel, so scores differ in
+    the last bits between runs. Here (a) the added characters get those scores in sorted order,
+    (b) scores are rounded to 1e-6 (SentencePiece itself stores float32 scores) and (c) pieces
+    after the special tokens are ordered by (score descending, piece).
+    """
+    model = spec["model"]
+    pieces = [list(p) for p in model["vocab"]]
+    unk = pieces[model["unk_id"]][0] if model.get("unk_id") is not None else None
+    head, rest = pieces[:n_special], pieces[n_special:]
+    if rest:
+        # (a) the scores the trainer hands out, computed exactly as it does (repeated addition)
+        lowest, penalty, ladder = min(p[1] for p in rest), 0.0, []
+        chars = [p for p in rest if len(p[0]) == 1]
+        for _ in chars:
+            ladder.append(lowest + penalty)
+            penalty += 0.0001
+        on_ladder = set(ladder)
+        added = sorted((p for p in chars if p[1] in on_ladder), key=lambda p: p[0])
+        for p, score in zip(added, ladder):
+            p[1] = score
+        for p in rest:  # (b)
+            p[1] = round(p[1], 6)
+        rest.sort(key=lambda p: (-p[1], p[0]))  # (c)
+    pieces = head + rest
+    model["vocab"] = pieces
+    if unk is not None:
+        model["unk_id"] = [p[0] for p in pieces].index(unk)
+    return spec

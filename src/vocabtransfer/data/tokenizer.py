@@ -55,8 +55,8 @@ from typing import Iterator, Literal
 
 from vocabtransfer import io
 from vocabtransfer.data.families import (  # noqa: F401  (FAMILIES, BYTE_TOKENS, detect_family: public here too)
-    BYTE_TOKENS, FAMILIES, MODEL_TO_FAMILY, _backend_json, _family_conventions, _style, detect_family,
-    source_special_tokens)
+    BYTE_TOKENS, FAMILIES, MODEL_TO_FAMILY, _backend_json, _family_conventions, _style, canonical_unigram, detect_family,
+    head_and_byte_tokens, insert_byte_tokens, source_head, source_special_tokens)
 from vocabtransfer.errors import VocabTransferError, brief
 
 log = logging.getLogger(__name__)
@@ -170,47 +170,6 @@ def _without_byte_level(processor: dict | None) -> dict | None:
     return processor
 
 
-def source_head(src: dict) -> list[tuple[str, dict | None]] | None:
-    """The source vocabulary's entries before its byte tokens, in id order, when it is a byte-fallback BPE
-    whose 256 `<0xXX>` tokens are contiguous at ids h..h+255: (content, its added-token entry or None for
-    a plain vocabulary entry). None when the source has no such layout."""
-    model = src.get("model") or {}
-    vocab = model.get("vocab")
-    if model.get("type") != "BPE" or not model.get("byte_fallback") or not isinstance(vocab, dict):
-        return None
-    ids = [vocab.get(t) for t in BYTE_TOKENS]
-    if ids[0] is None or ids != list(range(ids[0], ids[0] + len(BYTE_TOKENS))):
-        return None
-    added = {int(a["id"]): a for a in src.get("added_tokens") or []}
-    by_id = {i: t for t, i in vocab.items() if i < ids[0]}
-    by_id.update({i: a["content"] for i, a in added.items() if i < ids[0]})
-    if sorted(by_id) != list(range(ids[0])):
-        return None
-    return [(by_id[i], added.get(i)) for i in range(ids[0])]
-
-
-def _head_and_byte_tokens(spec: dict, head: list[tuple[str, dict | None]]) -> dict:
-    """The source's head at its own ids, then the 256 byte tokens, then the trained tokens (module doc)."""
-    vocab: dict[str, int] = spec["model"]["vocab"]
-    first = [content for content, _ in head] + BYTE_TOKENS
-    taken = set(first)
-    rest = [t for t in sorted(vocab, key=vocab.__getitem__) if t not in taken]
-    spec["model"]["vocab"] = {t: i for i, t in enumerate(first + rest)}  # the trainer left room for `first`
-    keys = ("content", "single_word", "lstrip", "rstrip", "normalized", "special")
-    spec["added_tokens"] = [{"id": i, **{k: entry[k] for k in keys}}
-                            for i, (_, entry) in enumerate(head) if entry is not None]
-    return spec
-
-
-def _insert_byte_tokens(spec: dict, n_special: int) -> dict:
-    """Put the 256 `<0xXX>` byte-fallback tokens right after the special tokens (ids shift by 256)."""
-    vocab: dict[str, int] = spec["model"]["vocab"]
-    ordered = sorted(vocab, key=vocab.__getitem__)
-    head, rest = ordered[:n_special], [t for t in ordered[n_special:] if t not in BYTE_TOKENS]
-    spec["model"]["vocab"] = {t: i for i, t in enumerate(head + BYTE_TOKENS + rest)}
-    return spec
-
-
 def _continuation_symbols(tok, batches, prefix: str) -> list[str]:
     """Every `prefix + char` symbol the BPE/WordPiece trainer will create, sorted.
 
@@ -233,40 +192,6 @@ def _continuation_symbols(tok, batches, prefix: str) -> list[str]:
     for word in words:
         chars.update(word[1:])
     return [prefix + c for c in sorted(chars)]
-
-
-def _canonical_unigram(spec: dict, n_special: int) -> dict:
-    """Make a trained Unigram model independent of the trainer's run-to-run noise.
-
-    The UnigramTrainer (a) gives the required characters it had to add the scores
-    min_score + k·1e-4 in hash-set order and (b) sums EM counts in parallel, so scores differ in
-    the last bits between runs. Here (a) the added characters get those scores in sorted order,
-    (b) scores are rounded to 1e-6 (SentencePiece itself stores float32 scores) and (c) pieces
-    after the special tokens are ordered by (score descending, piece).
-    """
-    model = spec["model"]
-    pieces = [list(p) for p in model["vocab"]]
-    unk = pieces[model["unk_id"]][0] if model.get("unk_id") is not None else None
-    head, rest = pieces[:n_special], pieces[n_special:]
-    if rest:
-        # (a) the scores the trainer hands out, computed exactly as it does (repeated addition)
-        lowest, penalty, ladder = min(p[1] for p in rest), 0.0, []
-        chars = [p for p in rest if len(p[0]) == 1]
-        for _ in chars:
-            ladder.append(lowest + penalty)
-            penalty += 0.0001
-        on_ladder = set(ladder)
-        added = sorted((p for p in chars if p[1] in on_ladder), key=lambda p: p[0])
-        for p, score in zip(added, ladder):
-            p[1] = score
-        for p in rest:  # (b)
-            p[1] = round(p[1], 6)
-        rest.sort(key=lambda p: (-p[1], p[0]))  # (c)
-    pieces = head + rest
-    model["vocab"] = pieces
-    if unk is not None:
-        model["unk_id"] = [p[0] for p in pieces].index(unk)
-    return spec
 
 
 # ---------------------------------------------------------------------------------------------
@@ -394,11 +319,11 @@ def train_tokenizer(
         seeded = set(seeds)
         spec["added_tokens"] = [t for t in spec["added_tokens"] if t["content"] not in seeded]
     if family == "unigram":
-        spec = _canonical_unigram(spec, n_special)
+        spec = canonical_unigram(spec, n_special)
     if head is not None:
-        spec = _head_and_byte_tokens(spec, head)
+        spec = head_and_byte_tokens(spec, head)
     elif byte_fallback:
-        spec = _insert_byte_tokens(spec, n_special)
+        spec = insert_byte_tokens(spec, n_special)
     processor = src.get("post_processor")
     if not (same and style == "byte_level"):
         processor = _without_byte_level(processor)
