@@ -46,6 +46,7 @@ from vocabtransfer.init.methods.baselines import (SPECIAL_NO_SOURCE, Ledger, cop
 log = logging.getLogger(__name__)
 
 BLOCK_ELEMENTS = 1 << 24  # similarity entries per block of target rows (64 MB of float32)
+NEIGHBOUR_BLOCK_ELEMENTS = 1 << 26  # query-key similarities per block of `nearest_sources` (256 MB of float32)
 EPS = 1e-8
 
 
@@ -181,17 +182,21 @@ def nearest_sources(queries: torch.Tensor, keys: torch.Tensor, allowed: torch.Te
                     temperature: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Top-k cosine neighbours of unit rows `queries` among unit rows `keys[allowed]`, in blocks.
 
+    The allowed keys are gathered once, and a block holds `NEIGHBOUR_BLOCK_ELEMENTS` similarities: on
+    Gemma's 262,144 keys, blocks of 64 queries re-read the 105 MB of keys for every block and took 73 s
+    of the method's 93 s; 256 queries per block take a quarter of the re-reads.
+
     Returns (ids (n, k) int64, softmax(sim / temperature) weights (n, k), similarities (n, k)).
     """
     n = queries.shape[0]
-    block = max(1, BLOCK_ELEMENTS // max(1, keys.shape[0]))
-    penalty = torch.zeros(keys.shape[0], dtype=keys.dtype, device=keys.device)
-    penalty[~allowed] = float("-inf")
+    where = allowed.nonzero().squeeze(1)
+    candidates = keys[where]
+    block = max(1, NEIGHBOUR_BLOCK_ELEMENTS // max(1, candidates.shape[0]))
     ids = torch.empty((n, k), dtype=torch.int64, device=keys.device)
     sims = torch.empty((n, k), dtype=keys.dtype, device=keys.device)
     for a in range(0, n, block):  # blocks of rows: one matmul + topk each
-        s = queries[a:a + block] @ keys.T + penalty
-        sims[a:a + block], ids[a:a + block] = s.topk(k, dim=1)
+        sims[a:a + block], local = (queries[a:a + block] @ candidates.T).topk(k, dim=1)
+        ids[a:a + block] = where[local]
     return ids, torch.softmax(sims / temperature, dim=1), sims
 
 
