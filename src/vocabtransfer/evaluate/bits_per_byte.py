@@ -38,6 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
+from vocabtransfer import io
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.train import modeling as M
 
@@ -120,6 +121,14 @@ def windows(seq_len: int, n_context: int, n_ids: int) -> list[tuple[int, int, in
         out.append((begin, end, scored))
         scored, begin = end, max(0, min(end - keep, total - seq_len))  # the last window: as much context as fits
     return out
+
+
+def valid_lines(path: str | Path, max_lines: int) -> list[str]:
+    """The first `max_lines` non-empty lines of a corpus split's `text` column, stripped (the corpus stage
+    wrote them so: the same lines as the first rows of the pre-tokenised split); what init_eval and
+    token_frequency_loss score."""
+    text = io.read_parquet(path, ["text"]).column("text").to_pylist()
+    return [s.strip() for s in text if s and s.strip()][:max_lines]
 
 
 def line_counts(tokenizer, lines: list[str]) -> tuple[list[list[int]], np.ndarray, np.ndarray]:

@@ -152,14 +152,15 @@ def loss_columns(res: dict) -> dict:
 
 def bpb_columns(model, tokenizer, kind: M.Kind, lines: list[str], *, asked: bool, seq_len: int,
                 batch_size: int) -> dict:
-    """`bits_per_byte` (causal LMs, when asked), `bytes_per_token` and `n_bytes` of a model on the valid lines."""
-    _, n_bytes, n_tokens = BPB.line_counts(tokenizer, lines)
-    out = {"bits_per_byte": None, "bytes_per_token": BPB.bytes_per_token(n_bytes, n_tokens),
-           "n_bytes": int(n_bytes.sum())}
+    """`bits_per_byte` (causal LMs, when asked), `bytes_per_token` and `n_bytes` of a model on the valid lines
+    (each line tokenised once: scored, or only counted)."""
     if asked and kind == "causal":
-        out["bits_per_byte"] = BPB.score_lines(model, tokenizer, lines, seq_len=seq_len,
-                                               batch_size=batch_size).bits_per_byte
-    return out
+        scores = BPB.score_lines(model, tokenizer, lines, seq_len=seq_len, batch_size=batch_size)
+        bits, n_bytes, n_tokens = scores.bits_per_byte, scores.n_bytes, scores.n_tokens
+    else:
+        (_, n_bytes, n_tokens), bits = BPB.line_counts(tokenizer, lines), None
+    return {"bits_per_byte": bits, "bytes_per_token": BPB.bytes_per_token(n_bytes, n_tokens),
+            "n_bytes": int(n_bytes.sum())}
 
 
 def add_share_kept(rows: list[dict]) -> None:
@@ -247,8 +248,7 @@ def run(ctx) -> None:
                  "; ".join(availability.method_reason(ctx.params, ctx.lang, m) for m in skipped))
 
     # the shared inputs: target text, source text, XNLI sentences
-    valid = io.read_parquet(ctx.input["valid"], ["text"]).column("text").to_pylist()
-    valid = [s.strip() for s in valid if s and s.strip()][: int(opts["max_lines"])]
+    valid = BPB.valid_lines(ctx.input["valid"], int(opts["max_lines"]))
     source_text = P.data_path(ctx.param("source_head.text"))
     n_ref = min(int(opts["max_lines"]), int(ctx.param("source_head.eval_lines")))
     source_lines = M.read_lines(source_text)[-n_ref:]  # held out by source_head

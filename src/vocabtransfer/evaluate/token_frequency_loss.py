@@ -211,13 +211,6 @@ def line_rows(method: str, objective: str, pseed: int, scores: BPB.LineScores) -
             "n_tokens": scores.n_tokens.tolist(), "n_scored": scores.n_scored.tolist()}
 
 
-def valid_lines(path: str | Path, max_lines: int) -> list[str]:
-    """The first `max_lines` non-empty valid lines, stripped (the corpus stage wrote them so: the same lines
-    as the first rows of the pre-tokenised valid split)."""
-    text = io.read_parquet(path, ["text"]).column("text").to_pylist()
-    return [s.strip() for s in text if s and s.strip()][:max_lines]
-
-
 def source_scores(ctx, kind: M.Kind, lines: list[str], seq_len: int, batch_size: int) -> BPB.LineScores:
     """The source model with its own tokenizer on the valid lines; a causal source must have its LM head
     (checked before any model is scored); a masked one only has its tokens counted."""
@@ -322,7 +315,7 @@ def run(ctx) -> None:
     batches = M.lm_batches(tokenizer, blocks, kind, int(opts["batch_size"]), ctx.seed)
     seq_len, batch_size = int(opts["seq_len"]), int(opts["batch_size"])
     bpb = bool(opts.get("bits_per_byte", True))
-    lines = valid_lines(ctx.input["valid_text"], int(opts["max_lines"])) if bpb else []
+    lines = BPB.valid_lines(ctx.input["valid_text"], int(opts["max_lines"])) if bpb else []
     lines_out: dict[str, list] = {name: [] for name in BPB_SCHEMA.names}
     if bpb:  # the source first: a causal source without its LM head stops the job before any scoring
         source = source_scores(ctx, kind, lines, seq_len, batch_size)
