@@ -12,7 +12,8 @@ from transformers import PreTrainedTokenizerFast
 
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.init.methods import TransferProblem, get_method
-from vocabtransfer.init.methods.wechsel import procrustes, read_dictionary
+from vocabtransfer.init.methods import wechsel as wechsel_module
+from vocabtransfer.init.methods.wechsel import nearest_sources, procrustes, read_dictionary
 
 SPECIALS = ["[UNK]", "[CLS]", "[SEP]"]
 NO_NGRAMS = "ǂ"  # one character: with minn=4 it has no n-gram, and it never occurs in the text
@@ -77,6 +78,26 @@ def test_procrustes_recovers_a_rotation():
     w = procrustes(x, x @ rotation)
     np.testing.assert_allclose(w, rotation, atol=1e-10)
     np.testing.assert_allclose(w @ w.T, np.eye(6), atol=1e-10)
+
+
+@pytest.mark.parametrize("query_block, key_chunk, k", [(7, 5, 3), (7, 5, 9), (64, 1000, 4), (1, 2, 1)])
+def test_nearest_sources_blocks_and_chunks_give_the_dense_top_k(monkeypatch, query_block, key_chunk, k):
+    """Queries in blocks, keys in chunks (each chunk's own top k, then the block's): the same ids and
+    similarities as one dense top k over the allowed keys, also when k exceeds a chunk (k = 9 > 5)."""
+    g = torch.Generator().manual_seed(3)
+    queries = torch.nn.functional.normalize(torch.randn(30, 6, generator=g), dim=1)
+    keys = torch.nn.functional.normalize(torch.randn(41, 6, generator=g), dim=1)
+    allowed = torch.rand(41, generator=g) > 0.3
+    monkeypatch.setattr(wechsel_module, "QUERY_BLOCK", query_block)
+    monkeypatch.setattr(wechsel_module, "KEY_CHUNK", key_chunk)
+    ids, weights, sims = nearest_sources(queries, keys, allowed, k, temperature=0.1)
+    dense = queries @ keys.T
+    dense[:, ~allowed] = -torch.inf
+    want_sims, want_ids = dense.topk(k, dim=1)
+    assert torch.equal(ids, want_ids)
+    assert torch.allclose(sims, want_sims)
+    assert bool(allowed[ids].all())
+    assert torch.allclose(weights, torch.softmax(want_sims / 0.1, dim=1))
 
 
 def test_read_dictionary_keeps_single_word_pairs(tmp_path):
