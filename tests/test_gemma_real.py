@@ -52,7 +52,7 @@ def gemma_run(tmp_path_factory, shared_data):
         "fasttext": {"dim": 50, "epochs": 3, "min_count": 3},
         "source_head": {"text": "pretrain_text/en.txt", "batch_size": 4, "seq_len": 64, "eval_lines": 8},
         "init": {"methods": ["random", "focus"]},
-        "pretrain": {"methods": ["random", "focus"]},  # not run here: the target is init_eval
+        "pretrain": {"methods": ["random", "focus"], "pairs": None},  # not run here: the target is init_eval
         "init_eval": {"max_lines": LINES, "seq_len": 128, "batch_size": 8, "retrieval_sentences": 0},
     }
     (work / "overlay.yaml").write_text(yaml.safe_dump(overlay, sort_keys=False))

@@ -82,7 +82,7 @@ def params_with(*overlays: str) -> dict:
     return validate_params(params)
 
 
-@pytest.mark.parametrize("overlay", [None, "tests/workflow/params.yaml", "config/study.yaml"])
+@pytest.mark.parametrize("overlay", [None, "tests/workflow/params.yaml", "config/study.yaml", "config/gemma.yaml"])
 def test_snakemake_and_dvc_yaml_schedule_exactly_the_stage_tables_jobs(shared_data, monkeypatch, overlay):
     monkeypatch.setenv("VOCABTRANSFER_DATA", str(shared_data))
     params = params_with(*([overlay] if overlay else []))

@@ -113,11 +113,15 @@ def retrieval_reason(params: dict, lang: str) -> str | None:
 
 
 def pretrain_pairs(params: dict, lang: str | None = None) -> list[tuple[str, str]]:
-    """The (method, objective) pairs params ask for (`pretrain.methods` × `pretrain.objectives`); with
-    `lang`, those whose init method can run for that language (wechsel without a dictionary cannot)."""
+    """The (method, objective) pairs params ask for (`pretrain.pairs`, or else `pretrain.methods` ×
+    `pretrain.objectives`); with `lang`, those whose init method can run for that language (wechsel
+    without a dictionary cannot)."""
     section = params.get("pretrain") or {}
-    return [(m, o) for m in section.get("methods") or [] for o in section.get("objectives") or []
-            if lang is None or method_reason(params, lang, m) is None]
+    pairs = [(m, o) for m in section.get("methods") or [] for o in section.get("objectives") or []]
+    if section.get("pairs") is not None:
+        chosen = {tuple(p.rsplit("-", 1)) for p in section["pairs"]}
+        pairs = [p for p in pairs if p in chosen]
+    return [(m, o) for m, o in pairs if lang is None or method_reason(params, lang, m) is None]
 
 
 def pretrain_runs(params: dict, lang: str | None = None) -> list[tuple[str, str, int]]:

@@ -123,6 +123,14 @@ def check_pretrain(params: dict, source: str = "params.yaml") -> None:
     if unknown:
         raise VocabTransferError(f"{source}: pretrain.methods: {', '.join(unknown)} not in init.methods "
                                  f"({', '.join(init_methods)}); add them to init.methods or remove them")
+    section = params.get("pretrain") or {}
+    methods, objectives = section.get("methods") or [], section.get("objectives") or []
+    for pair in section.get("pairs") or []:
+        method, _, objective = pair.rpartition("-")
+        if method not in methods or objective not in objectives:
+            raise VocabTransferError(
+                f"{source}: pretrain.pairs: {pair} is not a pretrain.methods × pretrain.objectives pair "
+                f"({', '.join(methods)} × {', '.join(objectives)}); add its method and objective there or remove it")
 
 
 def check_fasttext_oov(params: dict, source: str = "params.yaml") -> None:

@@ -388,7 +388,7 @@ register(Stage(
              "plot": P.TOKEN_FREQUENCY_PLOT},
     params=("seed",),
     extra_params=lambda params, wildcards: (section_leaves(params, "token_frequency_loss")
-                                            + ["pretrain.methods", "pretrain.objectives", "pretrain.seeds"]),
+                                            + ["pretrain.methods", "pretrain.objectives", "pretrain.pairs", "pretrain.seeds"]),
     code=("evaluate/token_frequency_loss.py",),
     parallel=True,
     gpu=True,

@@ -57,7 +57,7 @@ from vocabtransfer.errors import VocabTransferError
 log = logging.getLogger(__name__)
 
 # params leaves that do not change the trained model or its metrics
-NOT_CHECKED = ("pretrain.methods", "pretrain.objectives", "pretrain.seeds", "pretrain.keep_checkpoints")
+NOT_CHECKED = ("pretrain.methods", "pretrain.objectives", "pretrain.pairs", "pretrain.seeds", "pretrain.keep_checkpoints")
 
 METRICS_SCHEMA = pa.schema([
     ("step", pa.int64()), ("tokens_seen", pa.int64()), ("train_loss", pa.float64()),
@@ -225,9 +225,9 @@ def run(ctx) -> None:
     method, objective, pseed = ctx.method, ctx.wildcards["objective"], int(ctx.wildcards["pseed"])
     seed = MN.seed_value(ctx.params, pseed)  # data order, masks and dropout of this pretraining seed
     check_params(ctx.params)
-    if method not in opts["methods"] or objective not in opts["objectives"] or pseed not in MN.pretrain_seeds(ctx.params):
+    if (method, objective) not in A.pretrain_pairs(ctx.params) or pseed not in MN.pretrain_seeds(ctx.params):
         raise VocabTransferError(f"pretrain {method}/{objective}/pseed{pseed}: not a job of params pretrain.methods × "
-                                 f"pretrain.objectives × pretrain.seeds ({', '.join(opts['methods'])} × "
+                                 f"pretrain.objectives (or pretrain.pairs) × pretrain.seeds ({', '.join(opts['methods'])} × "
                                  f"{', '.join(opts['objectives'])} × 1..{opts['seeds']})")
     margin = float(opts["selfish"]["margin"])
     if not margin > 0:
