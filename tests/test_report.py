@@ -534,3 +534,24 @@ def test_every_objective_is_compared_with_standard():
     assert (row.label, row.measure, round(row.diff.diff, 3), row.status(settings)) == ("focus", "valid loss", -0.2, "better")
     bullets = language_verdict("sw", families, {}, settings)
     assert any(b.startswith("- **distill − standard, focus**: valid loss -0.200 [") for b in bullets), bullets
+
+
+def test_only_the_pairs_that_ran_are_compared_with_random():
+    """pretrain.pairs: random-standard, focus-standard, focus-distill: focus − random for standard only (no
+    random-distill ran, so no "no paired runs" row for it); distill − standard for focus."""
+    import pandas as pd
+
+    from vocabtransfer.report import tables as T
+
+    lang = RD.Language(lang="sw")
+    for method, objective, shift in (("random", "standard", 0.3), ("focus", "standard", 0.0), ("focus", "distill", -0.2)):
+        for s in PSEEDS:
+            sums, counts = block_losses("focus", "standard", s)
+            lang.curves[(method, objective, s)] = pd.DataFrame({"step": [0], "valid_loss": [6.0]})
+            lang.blocks[(method, objective, s)] = pd.DataFrame({"block": range(BLOCKS), "loss_sum": sums + 10 * shift,
+                                                                "n_tokens": counts})
+    settings = T.Settings(2000, 0.95, "holm", 42, min_clusters=10)
+    families = {f.title: f for f in T.families(lang, settings, {})}
+    vs_random = families["Valid loss after pretraining: method − random"]
+    assert [(r.label, round(r.diff.diff, 3)) for r in vs_random.rows] == [("focus − random (standard)", -0.3)]
+    assert [r.label for r in families["Distill − standard, per method"].rows] == ["focus"]

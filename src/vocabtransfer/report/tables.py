@@ -237,9 +237,12 @@ def methods_vs_random(lang: Language, settings: Settings, status: dict) -> list[
     """The valid loss and every learned task: each method minus random with the same objective."""
     out = []
     rows = []
+    pretrained = {(m, o) for m, o, _ in lang.curves}
     for objective in _objectives(lang):
         base = loss_runs(lang, "random", objective)
         for method in (m for m in lang.methods() if m != "random"):
+            if not {(method, objective), ("random", objective)} <= pretrained:
+                continue  # a pair params do not ask for (pretrain.pairs): nothing to compare
             runs = loss_runs(lang, method, objective)
             diff = settings.bootstrap(base, runs) if base is not None and runs is not None else None
             rows.append(Row(f"{method} − random ({objective})", "valid loss", diff, lower_is_better=True,
