@@ -151,6 +151,16 @@ def _headless_causal_source(work: Path) -> None:
     _params(**{"source_head.text": "sw.txt"})(work)
 
 
+def _special_clash(work: Path) -> None:
+    """The target tokenizer gains a special token that MiniLM's vocabulary has as an ordinary word."""
+    from transformers import AutoTokenizer
+
+    path = work / P.fill(P.TOKENIZER, lang="sw")
+    tok = AutoTokenizer.from_pretrained(path)
+    tok.add_special_tokens({"additional_special_tokens": ["hello"]})
+    tok.save_pretrained(path)
+
+
 SW = {"lang": "sw"}
 FT_EMB = P.fill(P.FASTTEXT_EMB, lang="sw")
 OVERLAP = P.fill(P.OVERLAP, lang="sw")
@@ -171,6 +181,8 @@ CASES = [
      ["train.tokens.txt"]),
     ("pretrained fastText .bin truncated", "fasttext", SW, _wordlevel_bin(_truncate), ["words.bin"]),
     ("pretrained fastText .bin corrupted", "fasttext", SW, _wordlevel_bin(_garbage), ["words.bin"]),
+    ("target special token is an ordinary source token", "overlap", SW, _special_clash,
+     ["results/sw/tokenizer", "special token 'hello'", "ordinary token of the source", "retrain it"]),
     ("fastText embeddings missing", "init", {**SW, "method": "focus", "pseed": "1"}, lambda w: (w / FT_EMB).unlink(),
      ["embeddings.safetensors"]),
     ("fastText embeddings truncated", "init", {**SW, "method": "focus", "pseed": "1"}, _on(FT_EMB, _truncate),

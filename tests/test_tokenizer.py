@@ -344,3 +344,31 @@ def test_gemma_family_keeps_the_head_and_byte_tokens_at_the_source_ids(gemma_tok
     pairs = {t: s for t, s in zip(table["target_id"], table["source_id"]) if s is not None}
     assert all(pairs.get(i) == i for i in range(494))
     assert pairs[tgt_vocab["▁za"]] == src_vocab["▁za"]
+    # the special tokens do not clash; a head in another order (what a tokenizer trained for another
+    # source would have) does, and so does a source special token that the target has as an ordinary one
+    from tokenizers import Tokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    from vocabtransfer.data.families import special_token_clash
+
+    assert special_token_clash(target, src) is None
+
+    def edited(change) -> PreTrainedTokenizerFast:
+        spec = json.loads(target.backend_tokenizer.to_str())
+        change(spec)
+        return PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_str(json.dumps(spec)))
+
+    def swap_turns(spec):
+        for entry in spec["added_tokens"]:
+            entry["id"] = {105: 106, 106: 105}.get(entry["id"], entry["id"])
+        vocab = spec["model"]["vocab"]
+        vocab["<start_of_turn>"], vocab["<end_of_turn>"] = vocab["<end_of_turn>"], vocab["<start_of_turn>"]
+
+    def unflag_eos(spec):
+        next(e for e in spec["added_tokens"] if e["content"] == "<eos>")["special"] = False
+
+    assert special_token_clash(edited(swap_turns), src) == (
+        "the target does not keep the source's 238 head tokens at their ids: id 105 is '<end_of_turn>' in the target "
+        "and '<start_of_turn>' in the source")
+    assert special_token_clash(edited(unflag_eos), src) == (
+        "the source's special token '<eos>' (id 1) is an ordinary token of the target (id 1)")

@@ -255,3 +255,36 @@ def canonical_unigram(spec: dict, n_special: int) -> dict:
     if unk is not None:
         model["unk_id"] = [p[0] for p in pieces].index(unk)
     return spec
+
+
+# ---------------------------------------------------------------------------------------------
+# the target's special tokens against the source's
+
+def special_token_clash(target, source) -> str | None:
+    """Why the target tokenizer's special tokens clash with the source's, or None when they do not.
+
+    A clash: (a) a special token of one side is an ordinary vocabulary entry of the other (the overlap
+    would give a control token a word's row, or the reverse); (b) both vocabularies have the
+    byte-fallback layout `source_head` reads, the target's head is not the source's, token for token
+    at the same ids (what the tokenizer stage trains for such a source: a tokenizer trained for another
+    source, or edited, would put Gemma's `<eos>` where the model's config says something else)."""
+
+    def specials(tok) -> dict[str, int]:
+        return {t.content: i for i, t in tok.added_tokens_decoder.items() if t.special}
+
+    t_special, s_special = specials(target), specials(source)
+    for mine, theirs, side, other in ((t_special, source, "target", "source"), (s_special, target, "source", "target")):
+        vocab, special = theirs.get_vocab(), specials(theirs)
+        for content, i in sorted(mine.items(), key=lambda kv: kv[1]):
+            if content in vocab and content not in special:
+                return (f"the {side}'s special token {content!r} (id {i}) is an ordinary token of the {other} "
+                        f"(id {vocab[content]})")
+    s_head = source_head(_backend_json(source))
+    t_head = source_head(_backend_json(target)) if s_head else None
+    if t_head is not None and [c for c, _ in t_head] != [c for c, _ in s_head]:
+        at = next((i for i, (a, b) in enumerate(zip(t_head, s_head)) if a[0] != b[0]), min(len(t_head), len(s_head)))
+        mine = repr(t_head[at][0]) if at < len(t_head) else "a byte token"
+        theirs = repr(s_head[at][0]) if at < len(s_head) else "a byte token"
+        return (f"the target does not keep the source's {len(s_head)} head tokens at their ids: id {at} is {mine} "
+                f"in the target and {theirs} in the source")
+    return None

@@ -342,12 +342,19 @@ def markdown_counts(counts: dict[str, int], total: int) -> str:
 def run(ctx) -> None:
     """The `overlap` stage: target tokenizer (stage input) vs the source model's tokenizer."""
     from vocabtransfer import io
+    from vocabtransfer.data.families import special_token_clash
     from vocabtransfer.train.hub import load_tokenizer, materialised_source
 
     start = time.perf_counter()
     source_model = ctx.param("source_model")
     target_tokenizer = load_tokenizer(ctx.input["tokenizer"])
     source_tokenizer = load_tokenizer(materialised_source(ctx.input["source"]))
+    clash = special_token_clash(target_tokenizer, source_tokenizer)
+    if clash:
+        raise VocabTransferError(
+            f"{ctx.input['tokenizer']}: its special tokens clash with those of the source model {source_model}: {clash}; "
+            "it was trained for another source or edited: retrain it with the tokenizer stage "
+            "(snakemake --forcerun tokenizer, or dvc repro --force tokenizer)")
     options = {key: bool(ctx.param(f"overlap.{key}"))
                for key in ("exact_match_all", "fuzzy_match_all", "match_symbols", "match_bytes")}
     table = compute_overlap(target_tokenizer, source_tokenizer, **options)
