@@ -17,7 +17,7 @@ from vocabtransfer.init import stage as I
 from vocabtransfer import io
 from vocabtransfer.pipeline.config import validate_params
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.init.methods import TransferProblem, get_method
+from vocabtransfer.init.methods import TransferProblem, available, get_method
 from vocabtransfer.init.methods.focus import focus_embeddings
 from vocabtransfer.init.methods.omp import batch_omp, omp_embeddings
 
@@ -164,7 +164,7 @@ def test_omp_and_omp_svd_run_through_the_init_stage(tmp_path, stage_inputs, one_
     inputs, pairs, mask = stage_inputs
     params = omp_params()
     assert params["init"]["omp"] == {"k": 4, "block_size": 256}
-    assert get_method("omp") is not None and get_method("omp+svd") is not None
+    assert "omp" in available() and callable(get_method("omp")) and callable(get_method("omp+svd"))
     runs = {m: run_init(tmp_path, inputs, m, params) for m in ("omp", "omp+svd", "focus")}
     emb = {m: load_file(str(p / "embeddings.safetensors"))["input_embeddings"] for m, p in runs.items()}
     n = mask.shape[0]
