@@ -555,3 +555,23 @@ def test_only_the_pairs_that_ran_are_compared_with_random():
     vs_random = families["Valid loss after pretraining: method − random"]
     assert [(r.label, round(r.diff.diff, 3)) for r in vs_random.rows] == [("focus − random (standard)", -0.3)]
     assert [r.label for r in families["Distill − standard, per method"].rows] == ["focus"]
+
+
+def test_a_gguf_source_is_said_to_be_a_quantisation(tmp_path):
+    """config/gemma.yaml's source is a Q4_K_M file: the set-up says the weights are a quantisation, and to how
+    many bits (the file's name says 4; its embedding matrix, two thirds of the weights, is at 8)."""
+    plan = make_results(tmp_path, with_evals=False)
+    write(tmp_path, P.SOURCE_BASE_STATS, {"route": "package", "resolved": "/cache/gemma-3-270m-q4_k_m.gguf",
+                                          "gguf_sha256": "a5fd3b62230aa5ec" + "0" * 48,
+                                          "gguf_tensor_types": ["F32", "Q4_K", "Q5_0", "Q6_K", "Q8_0"],
+                                          # Gemma 3 270M's Q4_K_M file: the embedding matrix stays at 8 bits
+                                          "gguf_type_weights": {"Q8_0": 169246720, "Q5_0": 63406080,
+                                                                "Q4_K": 23592960, "Q6_K": 11796480, "F32": 55936}})
+    R.write_report(PARAMS, plan, tmp_path)
+    setup = section((tmp_path / P.REPORT).read_text(), "## Set-up")
+    assert ("* Source weights: **a quantisation of the released model to 4–8 bits per weight (Q8_0 for 169.2 M, "
+            "Q5_0 for 63.4 M, Q4_K for 23.6 M, Q6_K for 11.8 M)**, read from the GGUF file `gemma-3-270m-q4_k_m.gguf` "
+            "(sha256 a5fd3b62230a…)") in " ".join(setup.split())
+    (tmp_path / P.SOURCE_BASE_STATS).write_text(json.dumps({"route": "hub"}))  # a plain checkpoint: nothing said
+    R.write_report(PARAMS, plan, tmp_path)
+    assert "Source weights" not in (tmp_path / P.REPORT).read_text()

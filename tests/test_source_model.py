@@ -146,9 +146,12 @@ def test_gguf_file_becomes_a_plain_hf_directory_that_transformers_alone_loads(ti
 
 
 def test_stats_hash_the_weights_and_the_gguf_file(tiny):
-    path, _, base, stats_path = tiny
+    path, written, base, stats_path = tiny
     stats = json.loads(stats_path.read_text())
     assert stats["route"] == "file" and stats["source_model"] == str(path)
+    # weights per tensor type: every written tensor counted once, under its type
+    assert set(stats["gguf_type_weights"]) == {"F32", "Q8_0"}
+    assert sum(stats["gguf_type_weights"].values()) == sum(int(a.size) for a in written.values())
     assert stats["gguf_sha256"] == sha(path) and stats["gguf_bytes"] == path.stat().st_size
     assert stats["weights_sha256"] == {"model.safetensors": sha(base / "model.safetensors")}
     assert stats["gguf_architecture"] == "llama" and stats["gguf_tensor_types"] == ["F32", "Q8_0"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from pathlib import Path
 
 from vocabtransfer.pipeline import paths as P
@@ -45,11 +46,37 @@ def _rel(target: str) -> str:
 
 
 
+def quantisation_lines(root: Path | None) -> list[str]:
+    """What the report must say when the source came from a GGUF file: its weights are a quantisation
+    of the released model (the tensor types of the file), dequantised, not the released weights."""
+    import json
+
+    path = root / P.SOURCE_BASE_STATS if root is not None else None
+    if path is None or not path.is_file():
+        return []
+    stats = json.loads(path.read_text(encoding="utf-8"))
+    if not stats.get("gguf_sha256"):
+        return []
+    quantised = [t for t in stats.get("gguf_tensor_types") or [] if t.startswith(("Q", "IQ", "TQ"))]
+    weights = {t: n for t, n in (stats.get("gguf_type_weights") or {}).items() if t in quantised}
+    bits = sorted({int(m.group(1)) for t in quantised if (m := re.match(r"[A-Z]*Q(\d)", t))})
+    if not bits:
+        what = "the released model's weights, converted to GGUF"
+    else:
+        spread = (", ".join(f"{t} for {n / 1e6:.1f} M" for t, n in weights.items()) if weights
+                  else f"GGUF tensor types {', '.join(quantised)}")
+        what = f"a quantisation of the released model to {bits[0]}–{bits[-1]} bits per weight ({spread})"
+    return [f"* Source weights: **{what}**, read from the GGUF file `{Path(str(stats.get('resolved'))).name}` "
+            f"(sha256 {str(stats['gguf_sha256'])[:12]}…) and dequantised to float32; every number below is that "
+            "model's, not the one released in bf16"]
+
+
 def setup_section(params: dict, head: dict | None, langs: list[Language], p: Plan, settings: Settings,
                   seconds: float | None = None, root: Path | None = None) -> list[str]:
     lines = ["## Set-up", ""]
     lines.append(f"* Source model: `{params.get('source_model')}`"
                  + (f" ({head.get('model_class')}, {head.get('kind')} LM)" if head else ""))
+    lines += quantisation_lines(root)
     if head is None:
         lines.append(f"* LM head: {P.SOURCE_HEAD_STATS} missing")
     elif head.get("skipped"):

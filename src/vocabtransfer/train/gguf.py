@@ -153,7 +153,7 @@ def supported_architectures() -> list[str]:
 
 
 def read_header(path: Path) -> dict:
-    """`{"architecture", "name", "tensors", "quantization"}` of a GGUF file; one-line errors for a
+    """`{"architecture", "name", "tensors", "tensor_types", "type_weights"}` of a GGUF file; one-line errors for a
     file that is not GGUF, is cut short, or holds an architecture transformers cannot load."""
     import gguf
 
@@ -164,7 +164,11 @@ def read_header(path: Path) -> dict:
             raise ValueError("no general.architecture key")
         architecture = field.contents()
         name = reader.get_field("general.name")
-        types = sorted({gguf.GGMLQuantizationType(t.tensor_type).name for t in reader.tensors})
+        weights: dict[str, int] = {}  # weights per tensor type (Q4_K_M files keep the embeddings at Q8_0)
+        for t in reader.tensors:
+            kind = gguf.GGMLQuantizationType(t.tensor_type).name
+            weights[kind] = weights.get(kind, 0) + int(t.n_elements)
+        types = sorted(weights)
         n_tensors = len(reader.tensors)
     except Exception as exc:  # a short read, a bad magic number, a garbled key: numpy and gguf raise many kinds
         raise VocabTransferError(f"{path}: not a readable GGUF file ({brief(exc)}); the file is truncated or not GGUF: "
@@ -175,7 +179,8 @@ def read_header(path: Path) -> dict:
                                  f"(it loads {', '.join(supported)}); convert the model to a Hugging Face "
                                  "directory another way and point source_model at it")
     return {"architecture": architecture, "name": name.contents() if name is not None else None,
-            "tensors": n_tensors, "tensor_types": types}
+            "tensors": n_tensors, "tensor_types": types,
+            "type_weights": dict(sorted(weights.items(), key=lambda kv: -kv[1]))}
 
 
 def load(path: Path):
@@ -221,5 +226,5 @@ def materialise(path: Path, out_dir: Path) -> dict:
         raise VocabTransferError(f"{path}: the tokenizer from its GGUF metadata is not a fast tokenizer "
                                  "(no tokenizer.json); vocabtransfer needs one")
     return {"gguf_architecture": header["architecture"], "gguf_name": header["name"],
-            "gguf_tensor_types": header["tensor_types"], "model_class": type(model).__name__,
+            "gguf_tensor_types": header["tensor_types"], "gguf_type_weights": header["type_weights"], "model_class": type(model).__name__,
             "parameters": sum(p.numel() for p in model.parameters())}
