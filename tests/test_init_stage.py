@@ -13,7 +13,7 @@ from safetensors.torch import load_file
 from vocabtransfer.init import stage as I
 from vocabtransfer import io
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.init.methods import TransferResult, register
+from vocabtransfer.init.methods import METHODS, TransferResult, available
 
 try:
     from test_modeling import (bpe_tokenizer, make_ctx, save_dir, tiny_bert, tiny_llama,  # noqa: F401
@@ -24,7 +24,6 @@ except ImportError:  # tests collected as a package
 CALLS: list[dict] = []
 
 
-@register("test_copy")
 def _test_copy(problem):
     """Overlapping rows copied, the rest the source mean plus seeded noise; one extra tensor."""
     CALLS.append({"source_sum": float(problem.source_embeddings.sum()), "options": problem.options,
@@ -37,9 +36,18 @@ def _test_copy(problem):
     return TransferResult(emb, {"copied": len(t)}, extra={"coordinates": torch.ones(problem.target_size, 3)})
 
 
-@register("test_broken")
 def _test_broken(problem):
     return TransferResult(torch.zeros(problem.target_size - 1, problem.source_embeddings.shape[1]), {})
+
+
+@pytest.fixture(autouse=True)
+def throwaway_methods(monkeypatch):
+    """`test_copy` and `test_broken` are registered for each test of this module only: the global
+    registry is as it was before and after (no other module sees them)."""
+    available()  # the real methods register first
+    monkeypatch.setitem(METHODS, "test_copy", _test_copy)
+    monkeypatch.setitem(METHODS, "test_broken", _test_broken)
+    yield
 
 
 def write_inputs(tmp_path, source_model, source_tok, target_tok):
