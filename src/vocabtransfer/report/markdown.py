@@ -46,16 +46,11 @@ def _rel(target: str) -> str:
 
 
 
-def quantisation_lines(root: Path | None) -> list[str]:
-    """What the report must say when the source came from a GGUF file: its weights are a quantisation
-    of the released model (the tensor types of the file), dequantised, not the released weights."""
-    import json
-
-    path = root / P.SOURCE_BASE_STATS if root is not None else None
-    if path is None or not path.is_file():
-        return []
-    stats = json.loads(path.read_text(encoding="utf-8"))
-    if not stats.get("gguf_sha256"):
+def quantisation_lines(stats: dict | None) -> list[str]:
+    """What the report must say when the source came from a GGUF file (`stats`: the source_model stage's
+    base_stats.json): its weights are a quantisation of the released model, dequantised, not the
+    released weights."""
+    if not stats or not stats.get("gguf_sha256"):
         return []
     quantised = [t for t in stats.get("gguf_tensor_types") or [] if t.startswith(("Q", "IQ", "TQ"))]
     weights = {t: n for t, n in (stats.get("gguf_type_weights") or {}).items() if t in quantised}
@@ -72,11 +67,11 @@ def quantisation_lines(root: Path | None) -> list[str]:
 
 
 def setup_section(params: dict, head: dict | None, langs: list[Language], p: Plan, settings: Settings,
-                  seconds: float | None = None, root: Path | None = None) -> list[str]:
+                  seconds: float | None = None, root: Path | None = None, base: dict | None = None) -> list[str]:
     lines = ["## Set-up", ""]
     lines.append(f"* Source model: `{params.get('source_model')}`"
                  + (f" ({head.get('model_class')}, {head.get('kind')} LM)" if head else ""))
-    lines += quantisation_lines(root)
+    lines += quantisation_lines(base)
     if head is None:
         lines.append(f"* LM head: {P.SOURCE_HEAD_STATS} missing")
     elif head.get("skipped"):

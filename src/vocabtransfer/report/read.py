@@ -58,7 +58,7 @@ def _key(*parts) -> str:
 def inputs(params: dict, wildcards: dict) -> dict[str, str]:
     """The report stage's inputs: every artefact `plan(params)` names."""
     p = plan(params)
-    out = {"head_stats": P.SOURCE_HEAD_STATS}
+    out = {"head_stats": P.SOURCE_HEAD_STATS, "base_stats": P.SOURCE_BASE_STATS}
     for lang in p.languages:
         for name, template in (("init_eval", P.INIT_EVAL), ("corpus_stats", P.CORPUS_STATS),
                                ("tokenizer_stats", P.TOKENIZER_STATS), ("pretok_stats", P.PRETOK_STATS)):
