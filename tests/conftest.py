@@ -5,11 +5,16 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
 
+# tests/helpers.py holds the builders the test modules share; its asserts are rewritten like theirs
+pytest.register_assert_rewrite("helpers")
+
 REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent  # the virtualenv's scripts: vocabtransfer, snakemake, dvc
 SHARED_DATA = Path(os.environ.get("VOCABTRANSFER_SHARED_DATA", REPO.parent / "shared" / "data"))
 
 # no test may reach the network
@@ -74,6 +79,15 @@ def gemma_tokenizer(tmp_path_factory):
     out = tmp_path_factory.mktemp("gemma_tokenizer")
     AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name).save_pretrained(out)
     return AutoTokenizer.from_pretrained(str(out))
+
+
+@pytest.fixture(scope="module")
+def environment(shared_data):
+    """The environment of the end-to-end workflow runs: the shared data, the virtualenv's scripts first on
+    PATH, offline, a git identity."""
+    return {**os.environ, "VOCABTRANSFER_DATA": str(shared_data), "PATH": f"{BIN}:{os.environ['PATH']}",
+            "HF_HUB_OFFLINE": "1", "DVC_NO_ANALYTICS": "1", "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
+            "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
 
 
 @pytest.fixture

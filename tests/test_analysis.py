@@ -17,10 +17,7 @@ from vocabtransfer.evaluate import token_frequency_loss as T
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.train.losses import objective_loss
 
-try:
-    from test_modeling import make_ctx, save_dir, text_lines, tiny_bert, tiny_llama, wordpiece_tokenizer
-except ImportError:  # tests collected as a package
-    from tests.test_modeling import make_ctx, save_dir, text_lines, tiny_bert, tiny_llama, wordpiece_tokenizer
+from helpers import make_ctx, save_dir, text_lines, tiny_bert, tiny_llama, wordpiece_tokenizer
 
 #               id: 0   1  2  3  4  5  6  7
 COUNTS = np.array([0, 10, 5, 5, 1, 0, 3, 2])

@@ -14,10 +14,8 @@ from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.evaluate import bits_per_byte as B
 from vocabtransfer.train import modeling as M
 
-try:
-    from test_modeling import bpe_tokenizer, save_dir, tiny_bert, tiny_llama, wordpiece_tokenizer
-except ImportError:  # tests collected as a package
-    from tests.test_modeling import bpe_tokenizer, save_dir, tiny_bert, tiny_llama, wordpiece_tokenizer
+from helpers import (bpe_tokenizer, make_ctx, save_dir, text_lines, tiny_bert, tiny_llama,
+                     wordpiece_tokenizer)
 
 LINES = ["Habari ya asubuhi, rafiki yangu.", "Ninapenda kusoma vitabu", "Mji wa Nairobi ni mkubwa sana na una watu wengi."]
 WORDS = ["añb", "cd", "é", "xyz", "hello", "world"]
@@ -181,11 +179,6 @@ def tfl_study(tmp_path, source_model, source_tok, tok):
 
     from vocabtransfer import io
     from vocabtransfer.evaluate import token_frequency_loss as T
-
-    try:
-        from test_modeling import make_ctx, text_lines
-    except ImportError:
-        from tests.test_modeling import make_ctx, text_lines
 
     def encode(lines):
         return pa.table({"input_ids": pa.array(tok(lines, add_special_tokens=False)["input_ids"], pa.list_(pa.int32()))})

@@ -20,14 +20,7 @@ from vocabtransfer.init.semi_nmf import block_coefficients, clustered_semi_nmf, 
 from vocabtransfer.init.methods import TransferProblem
 from vocabtransfer.init.methods.snmf import snmf
 
-try:
-    from test_init_stage import write_inputs
-    from test_methods_variants import Tok
-    from test_modeling import bpe_tokenizer, make_ctx, tiny_llama
-except ImportError:  # tests collected as a package
-    from tests.test_init_stage import write_inputs
-    from tests.test_methods_variants import Tok
-    from tests.test_modeling import bpe_tokenizer, make_ctx, tiny_llama
+from helpers import Tok, bpe_tokenizer, make_ctx, tiny_llama, write_inputs
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -22,12 +22,7 @@ from conftest import REPO
 
 from vocabtransfer.pipeline.config import merge_overlay, read_yaml, validate_params
 
-try:
-    from test_modeling import text_lines
-    from test_overlap_bytes import gpt2_seed, llama_seed
-except ImportError:  # tests collected as a package
-    from tests.test_modeling import text_lines
-    from tests.test_overlap_bytes import gpt2_seed, llama_seed
+from helpers import gpt2_seed, llama_seed, text_lines
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 pytestmark = pytest.mark.slow

@@ -21,12 +21,7 @@ from conftest import BAD_INPUTS, REPO
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.pipeline.config import merge_overlay, read_yaml, validate_params
 
-try:
-    from test_modeling import bpe_tokenizer, text_lines
-    from test_overlap_bytes import llama_seed
-except ImportError:  # tests collected as a package
-    from tests.test_modeling import bpe_tokenizer, text_lines
-    from tests.test_overlap_bytes import llama_seed
+from helpers import bpe_tokenizer, llama_seed, text_lines, tiny_gptj
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -91,18 +86,6 @@ def test_decoder_only_source_with_a_bad_lm_head_stops_with_one_line(tmp_path, sh
     BAD_INPUTS["partial"] += bool(new)
     assert clear, proc.stderr[-3000:]
     assert not new and not (work / "results" / "source" / "model").exists(), new
-
-
-def tiny_gptj(directory: Path, tokenizer) -> Path:
-    """GPT-J: untied LM head with a bias, and no token-classification head in transformers."""
-    from transformers import GPTJConfig, GPTJForCausalLM
-
-    torch.manual_seed(0)
-    GPTJForCausalLM(GPTJConfig(vocab_size=len(tokenizer), n_embd=32, n_layer=1, n_head=2, n_positions=64, rotary_dim=8,
-                               bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
-                    ).save_pretrained(directory)
-    tokenizer.save_pretrained(directory)
-    return directory
 
 
 def tiny_codegen(directory: Path, tokenizer) -> Path:

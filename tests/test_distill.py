@@ -16,12 +16,7 @@ from vocabtransfer.train import distill as D
 from vocabtransfer.train import heads as HD
 from vocabtransfer.train.lmdata import pack_ids
 
-try:
-    from test_modeling import text_lines
-    from test_overlap_bytes import gpt2_seed, llama_seed
-except ImportError:  # tests collected as a package
-    from tests.test_modeling import text_lines
-    from tests.test_overlap_bytes import gpt2_seed, llama_seed
+from helpers import gpt2_seed, llama_seed, text_lines
 
 
 @pytest.fixture(scope="module")

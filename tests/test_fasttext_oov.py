@@ -18,10 +18,7 @@ from vocabtransfer.pipeline.config import validate_params
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.pipeline.stages import run_stage
 
-try:
-    from test_modeling import MINILM, save_dir, text_lines, tiny_bert, wordpiece_tokenizer
-except ImportError:  # tests collected as a package
-    from tests.test_modeling import MINILM, save_dir, text_lines, tiny_bert, wordpiece_tokenizer
+from helpers import MINILM, save_dir, text_lines, tiny_bert, wordpiece_tokenizer
 
 N_LINES = 1500
 FAST = dict(dim=8, epochs=2, min_count=10, threads=1)  # tiny, single-threaded (deterministic)

@@ -15,12 +15,7 @@ from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.evaluate import finetune_eval as FE
 from vocabtransfer.evaluate import generic_heads as GH
 
-try:
-    from test_decoder_only_inputs import tiny_gptj
-    from test_modeling import bpe_tokenizer
-except ImportError:  # tests collected as a package
-    from tests.test_decoder_only_inputs import tiny_gptj
-    from tests.test_modeling import bpe_tokenizer
+from helpers import bpe_tokenizer, tiny_gptj
 
 from conftest import REPO
 

@@ -15,11 +15,7 @@ from vocabtransfer.evaluate import init_eval as E
 from vocabtransfer import io
 from vocabtransfer.errors import VocabTransferError
 
-try:
-    from test_modeling import bpe_tokenizer, make_ctx, save_dir, text_lines, tiny_bert, tiny_llama, wordpiece_tokenizer
-except ImportError:  # tests collected as a package
-    from tests.test_modeling import (bpe_tokenizer, make_ctx, save_dir, text_lines, tiny_bert, tiny_llama,
-                                     wordpiece_tokenizer)
+from helpers import bpe_tokenizer, make_ctx, save_dir, text_lines, tiny_bert, tiny_llama, wordpiece_tokenizer
 
 N_XNLI_ROWS = 90  # 30 distinct premises
 

@@ -15,11 +15,7 @@ from vocabtransfer import io
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.init.methods import METHODS, TransferResult, available
 
-try:
-    from test_modeling import (bpe_tokenizer, make_ctx, save_dir, tiny_bert, tiny_llama,  # noqa: F401
-                               wordpiece_tokenizer)
-except ImportError:  # tests collected as a package
-    from tests.test_modeling import bpe_tokenizer, make_ctx, save_dir, tiny_bert, tiny_llama, wordpiece_tokenizer
+from helpers import bpe_tokenizer, make_ctx, save_dir, tiny_bert, tiny_llama, wordpiece_tokenizer, write_inputs
 
 CALLS: list[dict] = []
 
@@ -48,28 +44,6 @@ def throwaway_methods(monkeypatch):
     monkeypatch.setitem(METHODS, "test_copy", _test_copy)
     monkeypatch.setitem(METHODS, "test_broken", _test_broken)
     yield
-
-
-def write_inputs(tmp_path, source_model, source_tok, target_tok):
-    """source model dir, target tokenizer dir, overlap parquet and fastText tensors, as the pipeline writes them."""
-    src = save_dir(source_model, source_tok, tmp_path / "source" / "model")
-    tok_dir = tmp_path / "sw" / "tokenizer"
-    target_tok.save_pretrained(str(tok_dir))
-    source_vocab = source_tok.get_vocab()
-    target_vocab = sorted(target_tok.get_vocab().items(), key=lambda kv: kv[1])
-    rows = [{"target_id": i, "target_token": t, "source_id": source_vocab.get(t),
-             "source_token": t if t in source_vocab else None, "match": "exact" if t in source_vocab else None}
-            for t, i in target_vocab]
-    overlap = tmp_path / "sw" / "overlap" / "overlap.parquet"
-    io.write_parquet(pa.Table.from_pylist(rows, schema=pa.schema([
-        ("target_id", pa.int32()), ("target_token", pa.string()), ("source_id", pa.int32()),
-        ("source_token", pa.string()), ("match", pa.string())])), overlap)
-    n = len(target_tok)
-    fasttext = tmp_path / "sw" / "fasttext" / "embeddings.safetensors"
-    io.save_tensors({"embeddings": torch.randn(n, 8, generator=torch.Generator().manual_seed(0)),
-                     "mask": torch.arange(n) % 3 != 0}, fasttext)
-    pairs = [(r["target_id"], r["source_id"]) for r in rows if r["source_id"] is not None]
-    return {"source_model": src, "tokenizer": tok_dir, "overlap": overlap, "fasttext": fasttext}, pairs
 
 
 def init_ctx(tmp_path, inputs, method="test_copy", params=None):

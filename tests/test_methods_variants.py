@@ -16,26 +16,10 @@ from vocabtransfer.init.methods.variants import factorized, resolve
 from vocabtransfer.init.methods.ofa import neighbour_coordinates, ofa
 from vocabtransfer.init.methods.snmf import snmf
 
+from helpers import Tok
+
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-class Tok:
-    """Just enough of a tokenizer: tokens "t0", "t1", … and optional special tokens by role."""
-
-    def __init__(self, n: int, prefix: str = "t", specials: dict[str, int] | None = None):
-        self.tokens = [f"{prefix}{i}" for i in range(n)]
-        self.special_tokens_map = {role: self.tokens[i] for role, i in (specials or {}).items()}
-        self.all_special_ids = sorted((specials or {}).values())
-
-    def __len__(self) -> int:
-        return len(self.tokens)
-
-    def get_vocab(self) -> dict[str, int]:
-        return {t: i for i, t in enumerate(self.tokens)}
-
-    def convert_ids_to_tokens(self, ids):
-        return [self.tokens[i] for i in ids]
 
 
 # 4 source tokens in 3 dimensions; 6 target tokens:

@@ -1,83 +1,26 @@
 """modeling.py: loading with an LM head, embedding matrices, building and saving target models, LM batches.
 
 Tiny models are built from configs with random weights; tiny tokenizers are trained on a few
-hundred lines of the shared data. The helpers at the top are reused by the stage tests.
+hundred lines of the shared data (the builders in helpers.py).
 """
 
 from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
 
 import pytest
-from conftest import shared_file
 import torch
 
 from vocabtransfer.train import modeling as M
 from vocabtransfer.errors import VocabTransferError
 
+from helpers import MINILM, bpe_tokenizer, save_dir, text_lines, tiny_bert, tiny_llama, wordpiece_tokenizer
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 
 
-# ---------------------------------------------------------------- helpers (used by other test files)
-
-def text_lines(lang: str, n: int, start: int = 0) -> list[str]:
-    with shared_file(f"pretrain_text/{lang}.txt").open(encoding="utf-8") as fh:
-        lines = [line.strip() for line in fh if line.strip()]
-    return lines[start: start + n]
-
-
-def wordpiece_tokenizer(lang: str, vocab_size: int = 300, n_lines: int = 300):
-    """A BERT-style WordPiece tokenizer in the source tokenizer's conventions, trained by the tokenizer
-    stage's `train_tokenizer`: the same one on every run (transformers' `train_new_from_iterator`
-    is not, huggingface/tokenizers#1794, and tests then saw different data from run to run)."""
-    from vocabtransfer.data.tokenizer import train_tokenizer
-
-    base = M.load_tokenizer(M.resolve_model_path(MINILM))
-    return train_tokenizer(base, [list(text_lines(lang, n_lines))], vocab_size=vocab_size, min_frequency=0)
-
-
-def bpe_tokenizer(lang: str, vocab_size: int = 300, n_lines: int = 300):
-    """A Llama-style byte-level BPE tokenizer: <s> prepended, </s> as eos, a pad token."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator(text_lines(lang, n_lines), trainers.BpeTrainer(
-        vocab_size=vocab_size, special_tokens=["<s>", "</s>", "<pad>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 0)])
-    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
-
-
-def tiny_bert(vocab_size: int, seed: int = 0):
-    from transformers import BertConfig, BertForMaskedLM
-
-    torch.manual_seed(seed)
-    return BertForMaskedLM(BertConfig(vocab_size=vocab_size, hidden_size=32, num_hidden_layers=2,
-                                      num_attention_heads=2, intermediate_size=64, max_position_embeddings=128))
-
-
-def tiny_llama(vocab_size: int, seed: int = 0, tie: bool = False):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(seed)
-    return LlamaForCausalLM(LlamaConfig(vocab_size=vocab_size, hidden_size=32, num_hidden_layers=2,
-                                        num_attention_heads=2, num_key_value_heads=2, intermediate_size=64,
-                                        max_position_embeddings=128, tie_word_embeddings=tie,
-                                        bos_token_id=0, eos_token_id=1, pad_token_id=2))
-
-
-def save_dir(model, tokenizer, path: Path) -> Path:
-    path.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(str(path))
-    tokenizer.save_pretrained(str(path))
-    return path
-
+# ---------------------------------------------------------------- tokenizers
 
 @pytest.fixture(scope="session")
 def en_wordpiece():
@@ -302,15 +245,6 @@ def test_causal_loss(en_bpe):
     result = M.evaluate_lm(model, batches, "causal")
     assert result["n_tokens"] == sum(int((b["labels"][:, 1:] != -100).sum()) for b in batches)
     assert abs(result["loss"] - torch.log(torch.tensor(float(len(en_bpe)))).item()) < 1.0  # ~uniform at init
-
-
-def make_ctx(func: str, wildcards: dict, inputs: dict, outputs: dict, params: dict):
-    """A stage Context with explicit paths (the stage table entries live in stages.py)."""
-    from vocabtransfer.pipeline.stages import Context, Stage
-
-    stage = Stage(name=func.split(":")[0].rsplit(".", 1)[-1], func=func, help="", wildcards=tuple(wildcards))
-    return Context(stage=stage, params=params, wildcards=wildcards, input={k: Path(v) for k, v in inputs.items()},
-                   output={k: Path(v) for k, v in outputs.items()}, threads=1)
 
 
 def test_calibrated_loss_undoes_an_over_confident_scale(monkeypatch):

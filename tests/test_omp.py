@@ -21,12 +21,7 @@ from vocabtransfer.init.methods import TransferProblem, available, get_method
 from vocabtransfer.init.methods.focus import focus_embeddings
 from vocabtransfer.init.methods.omp import batch_omp, omp_embeddings
 
-try:
-    from test_init_stage import write_inputs
-    from test_modeling import make_ctx, text_lines, tiny_bert, wordpiece_tokenizer
-except ImportError:  # tests collected as a package
-    from tests.test_init_stage import write_inputs
-    from tests.test_modeling import make_ctx, text_lines, tiny_bert, wordpiece_tokenizer
+from helpers import make_ctx, text_lines, tiny_bert, wordpiece_tokenizer, write_inputs
 
 
 def basis_and_pairs(d: int = 8) -> torch.Tensor:

@@ -9,50 +9,21 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
-from transformers import PreTrainedTokenizerFast
 
 from vocabtransfer.data import overlap as O
 from vocabtransfer.pipeline.config import validate_params
 from vocabtransfer.train.modeling import load_tokenizer
 from vocabtransfer.pipeline.stages import run_stage
 
+from helpers import SOURCE_TOKENS, UNIGRAM_TOKENS, bytelevel_from_tokens, unigram_from_tokens, wordpiece_from_tokens
+
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
-N_FILLER = 101  # deepfocus picks a scheme when more than 100 tokens carry its marker
-
-SOURCE_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "hello", "##lo", "world", "##hello", "Hello",
-                 ",", "123", "##A", "##<0x41>"] + [f"##q{i}" for i in range(N_FILLER)]
-UNIGRAM_TOKENS = ["<unk>", "<s>", "</s>", "▁hello", "lo", "▁HELLO", ",", "▁123", "▁wow", "<0x41>", "▁world",
-                  "hello"] + [f"▁f{i}" for i in range(N_FILLER)]
 BYTELEVEL_TOKENS = ["<|endoftext|>", "Ġhello", "lo", "ĠHELLO", ",", "Ġ123", "Ġzzz", "hello"]
-
-
-def wordpiece_tokenizer(tokens: list[str]):
-    tok = Tokenizer(models.WordPiece({t: i for i, t in enumerate(tokens)}, unk_token="[UNK]"))
-    tok.normalizer = normalizers.BertNormalizer(lowercase=False)
-    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    tok.decoder = decoders.WordPiece()
-    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
-                                   sep_token="[SEP]", mask_token="[MASK]")
-
-
-def unigram_tokenizer(tokens: list[str]):
-    tok = Tokenizer(models.Unigram([(t, -float(i)) for i, t in enumerate(tokens)], unk_id=0, byte_fallback=True))
-    tok.pre_tokenizer = pre_tokenizers.Metaspace()
-    tok.decoder = decoders.Sequence([decoders.ByteFallback(), decoders.Metaspace()])
-    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>")
-
-
-def bytelevel_tokenizer(tokens: list[str]):
-    tok = Tokenizer(models.BPE({t: i for i, t in enumerate(tokens)}, merges=[]))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>")
 
 
 @pytest.fixture(scope="module")
 def source():
-    return wordpiece_tokenizer(SOURCE_TOKENS)
+    return wordpiece_from_tokens(SOURCE_TOKENS)
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +65,7 @@ OPTION_SETS = [
 
 
 def test_schemes_and_canonical_forms(source):
-    uni, byte = unigram_tokenizer(UNIGRAM_TOKENS), bytelevel_tokenizer(BYTELEVEL_TOKENS)
+    uni, byte = unigram_from_tokens(UNIGRAM_TOKENS), bytelevel_from_tokens(BYTELEVEL_TOKENS)
     src = O.canonicalize(source)
     assert src.scheme == "wordpiece"
     forms = dict(zip(src.tokens, src.canonical))
@@ -122,11 +93,11 @@ def test_few_markers_fall_back_to_the_decode_scheme():
 
 
 def test_batched_decode_equals_per_id_decode(source, minilm):
-    for tok in (source, unigram_tokenizer(UNIGRAM_TOKENS), bytelevel_tokenizer(BYTELEVEL_TOKENS), minilm):
+    for tok in (source, unigram_from_tokens(UNIGRAM_TOKENS), bytelevel_from_tokens(BYTELEVEL_TOKENS), minilm):
         ids = sorted(tok.get_vocab().values())
         assert O.decode_each(tok, ids) == [tok.decode(i) for i in ids]
     # with transformers' clean-up step on: an added token "x ." decodes to "x." either way
-    tok = wordpiece_tokenizer(SOURCE_TOKENS)
+    tok = wordpiece_from_tokens(SOURCE_TOKENS)
     tok.add_tokens(["x ."])
     tok.clean_up_tokenization_spaces = True
     ids = sorted(tok.get_vocab().values())
@@ -156,7 +127,7 @@ def test_tie_breaking_equals_construct_vocab_view():
 
 
 def test_unigram_target_matches(source):
-    target = unigram_tokenizer(UNIGRAM_TOKENS)
+    target = unigram_from_tokens(UNIGRAM_TOKENS)
     exact = matches(O.compute_overlap(target, source))
     assert exact == {"▁hello": ("hello", "exact_match"), "lo": ("##lo", "exact_match"),
                      "▁123": ("123", "exact_match"), "<0x41>": ("##<0x41>", "exact_match"),
@@ -172,7 +143,7 @@ def test_unigram_target_matches(source):
 
 
 def test_bytelevel_target_matches(source):
-    target = bytelevel_tokenizer(BYTELEVEL_TOKENS)
+    target = bytelevel_from_tokens(BYTELEVEL_TOKENS)
     table = O.compute_overlap(target, source, fuzzy_match_all=True)
     assert matches(table) == {"Ġhello": ("hello", "exact_match"), "lo": ("##lo", "exact_match"),
                               "Ġ123": ("123", "exact_match"), "hello": ("##hello", "exact_match"),
@@ -180,7 +151,7 @@ def test_bytelevel_target_matches(source):
 
 
 def test_table_schema_and_pairs(source):
-    target = unigram_tokenizer(UNIGRAM_TOKENS)
+    target = unigram_from_tokens(UNIGRAM_TOKENS)
     table = O.compute_overlap(target, source)
     assert table.schema.equals(O.SCHEMA)
     assert table.column("target_id").to_pylist() == list(range(len(UNIGRAM_TOKENS)))
@@ -193,9 +164,9 @@ def test_table_schema_and_pairs(source):
                                      "none": len(UNIGRAM_TOKENS) - 6}
 
 
-@pytest.mark.parametrize("make", [unigram_tokenizer, bytelevel_tokenizer], ids=["unigram", "bytelevel"])
+@pytest.mark.parametrize("make", [unigram_from_tokens, bytelevel_from_tokens], ids=["unigram", "bytelevel"])
 def test_hand_made_tokenizers_equal_deepfocus(source, make):
-    target = make(UNIGRAM_TOKENS if make is unigram_tokenizer else BYTELEVEL_TOKENS)
+    target = make(UNIGRAM_TOKENS if make is unigram_from_tokens else BYTELEVEL_TOKENS)
     for opts in OPTION_SETS:
         assert table_matches(O.compute_overlap(target, source, **opts)) == deepfocus_matches(target, source, **opts), opts
 
@@ -230,7 +201,7 @@ def test_stage_writes_table_and_stats(tmp_path, monkeypatch, source):
     monkeypatch.chdir(tmp_path)
     _save_source(source)
     run_stage("source_model", _params(str(tmp_path / "source")), {})
-    unigram_tokenizer(UNIGRAM_TOKENS).save_pretrained("results/sw/tokenizer")
+    unigram_from_tokens(UNIGRAM_TOKENS).save_pretrained("results/sw/tokenizer")
     run_stage("overlap", _params(str(tmp_path / "source"), fuzzy_match_all=True), {"lang": "sw"})
     table = pq.read_table("results/sw/overlap/overlap.parquet")
     assert table.schema.equals(O.SCHEMA) and table.num_rows == len(UNIGRAM_TOKENS)
@@ -247,7 +218,7 @@ def test_stage_warns_on_empty_overlap(tmp_path, monkeypatch, caplog, source):
     monkeypatch.chdir(tmp_path)
     _save_source(source)
     run_stage("source_model", _params(str(tmp_path / "source")), {})
-    bytelevel_tokenizer(["Ġzzz", "Ġyyy", "xx"]).save_pretrained("results/sw/tokenizer")
+    bytelevel_from_tokens(["Ġzzz", "Ġyyy", "xx"]).save_pretrained("results/sw/tokenizer")
     with caplog.at_level(logging.WARNING, logger="vocabtransfer.data.overlap"):
         run_stage("overlap", _params(str(tmp_path / "source")), {"lang": "sw"})
     assert any("no target token overlaps" in r.message for r in caplog.records)

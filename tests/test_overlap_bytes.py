@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
 from transformers import LlamaConfig, PreTrainedTokenizerFast
 
 from vocabtransfer.data import overlap as O
@@ -17,38 +17,11 @@ from vocabtransfer.pipeline.stages import run_stage
 from vocabtransfer.data.families import Spelling, spelling, token_bytes
 from vocabtransfer.data.tokenizer import train_tokenizer
 
-try:
-    from test_modeling import text_lines
-except ImportError:  # tests collected as a package
-    from tests.test_modeling import text_lines
+from helpers import (SOURCE_TOKENS, UNIGRAM_TOKENS, gpt2_seed, llama_seed, text_lines, unigram_from_tokens,
+                     wordpiece_from_tokens)
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 HIGH_BYTES = range(0x80, 0x100)  # never a whole UTF-8 character on their own
-
-
-def llama_seed():
-    """Llama-2's conventions: ▁ Metaspace without splitting, byte_fallback, <unk> <s> </s>."""
-    tok = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
-    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first", split=False)
-    tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
-                                     decoders.Strip(" ", 1, 0)])
-    tok.train_from_iterator([text_lines("en", 300)], trainers.BpeTrainer(
-        vocab_size=300, special_tokens=["<unk>", "<s>", "</s>"], show_progress=False))
-    tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
-    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>")
-
-
-def gpt2_seed():
-    """GPT-2's conventions: byte-level pre-tokenizer and decoder, <|endoftext|>."""
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.post_processor = processors.ByteLevel(trim_offsets=True)
-    tok.train_from_iterator([text_lines("en", 300)], trainers.BpeTrainer(
-        vocab_size=300, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
-    tok.add_special_tokens(["<|endoftext|>"])
-    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|endoftext|>", eos_token="<|endoftext|>",
-                                   unk_token="<|endoftext|>")
 
 
 @pytest.fixture(scope="module")
@@ -145,12 +118,7 @@ def test_byte_fallback_overlap_stage_counts_byte_tokens(tmp_path, monkeypatch, l
 def test_byte_fallback_piece_against_wordpiece_characters():
     """WordPiece spells text: with match_bytes the piece <0x41> (byte fallback) is the continuation "##A",
     not the WordPiece string "##<0x41>" that deepfocus's forms pair it with."""
-    try:
-        from test_overlap import SOURCE_TOKENS, UNIGRAM_TOKENS, unigram_tokenizer, wordpiece_tokenizer
-    except ImportError:  # tests collected as a package
-        from tests.test_overlap import SOURCE_TOKENS, UNIGRAM_TOKENS, unigram_tokenizer, wordpiece_tokenizer
-
-    target, source = unigram_tokenizer(UNIGRAM_TOKENS), wordpiece_tokenizer(SOURCE_TOKENS)
+    target, source = unigram_from_tokens(UNIGRAM_TOKENS), wordpiece_from_tokens(SOURCE_TOKENS)
     assert matches(O.compute_overlap(target, source, match_bytes=True))["<0x41>"] == "##A"
     assert matches(O.compute_overlap(target, source))["<0x41>"] == "##<0x41>"
     table = O.compute_overlap(target, source, match_bytes=True)

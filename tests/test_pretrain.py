@@ -6,7 +6,6 @@ pre-tokenised splits) and runs the real stage in it, in-process or as a subproce
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import signal
@@ -20,23 +19,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
-import yaml
 
 from vocabtransfer import io
 from vocabtransfer.train import pretrain as PT
 from vocabtransfer.pipeline.config import validate_params
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.pipeline.stages import run_stage
 
-try:
-    from test_modeling import bpe_tokenizer, save_dir, text_lines, tiny_bert, wordpiece_tokenizer
-except ImportError:  # tests collected as a package
-    from tests.test_modeling import bpe_tokenizer, save_dir, text_lines, tiny_bert, wordpiece_tokenizer
-
-REPO = Path(__file__).resolve().parents[1]
-SMALL = {"steps": 24, "batch_size": 8, "seq_len": 32, "learning_rate": 0.01, "warmup_steps": 2,
-         "eval_every": 8, "save_every": 8, "log_every": 4, "eval_lines": 40, "eval_batch_size": 16}
-
+from conftest import REPO
+from helpers import (bpe_tokenizer, pretrain_outputs, pretrain_project, run_pretrain, tiny_bert, tiny_gpt2,
+                     wordpiece_tokenizer, write_ids)
 
 @pytest.fixture(scope="module")
 def sw_wp():
@@ -48,44 +39,6 @@ def sw_bpe():
     return bpe_tokenizer("sw", vocab_size=280)
 
 
-def tiny_gpt2(vocab_size: int, seed: int = 0):
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    torch.manual_seed(seed)
-    return GPT2LMHeadModel(GPT2Config(vocab_size=vocab_size, n_embd=32, n_layer=2, n_head=2, n_positions=64,
-                                      bos_token_id=0, eos_token_id=1))
-
-
-def write_ids(tokenizer, lines: list[str], path: Path) -> None:
-    ids = tokenizer(lines, add_special_tokens=False)["input_ids"]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(pa.table({"input_ids": pa.array(ids, type=pa.list_(pa.int32()))}), path)
-
-
-def project(root: Path, model, tokenizer, method: str = "focus", **pretrain) -> dict:
-    """results/sw/init/<method>/pseed1/model + pre-tokenised splits of real sw text under `root`; returns params."""
-    save_dir(model, tokenizer, root / "results" / "sw" / "init" / method / "pseed1" / "model")
-    write_ids(tokenizer, text_lines("sw", 300, start=1000), root / "results/sw/pretokenized/train.parquet")
-    write_ids(tokenizer, text_lines("sw", 60, start=5000), root / "results/sw/pretokenized/valid.parquet")
-    params = validate_params({
-        "languages": ["sw"], "source_model": "unused", "corpus": {"sources": {"sw": {"path": "unused.txt"}}},
-        "init": {"methods": [method]},
-        "pretrain": {"methods": [method], **SMALL, **pretrain},
-    })
-    (root / "params.yaml").write_text(yaml.safe_dump(params), encoding="utf-8")
-    return params
-
-
-def run(params: dict, method: str = "focus", objective: str = "standard", pseed: int = 1):
-    return run_stage("pretrain", params, {"lang": "sw", "method": method, "objective": objective, "pseed": str(pseed)},
-                     threads=1)
-
-
-def outputs(root: Path, method: str = "focus", objective: str = "standard", pseed: int = 1):
-    out = root / "results" / "sw" / "pretrain" / method / objective / f"pseed{pseed}"
-    return out, pq.read_table(out / "metrics.parquet"), json.loads((out / "stats.json").read_text())
-
-
 @pytest.mark.parametrize("kind", ["masked", "causal"])
 @pytest.mark.parametrize("objective", ["standard", "selfish"])
 def test_tiny_models_learn_under_both_objectives(tmp_path, monkeypatch, one_thread, sw_wp, sw_bpe, kind, objective):
@@ -94,9 +47,9 @@ def test_tiny_models_learn_under_both_objectives(tmp_path, monkeypatch, one_thre
     monkeypatch.chdir(tmp_path)
     tok = sw_wp if kind == "masked" else sw_bpe
     model = tiny_bert(len(tok)) if kind == "masked" else tiny_gpt2(len(tok))
-    params = project(tmp_path, model, tok)
-    run(params, objective=objective)
-    out, metrics, stats = outputs(tmp_path, objective=objective)
+    params = pretrain_project(tmp_path, model, tok)
+    run_pretrain(params, objective=objective)
+    out, metrics, stats = pretrain_outputs(tmp_path, objective=objective)
     assert metrics.schema == PT.METRICS_SCHEMA
     rows = metrics.to_pylist()
     assert rows[0]["step"] == 0 and rows[0]["tokens_seen"] == 0 and math.isnan(rows[0]["train_loss"])
@@ -130,17 +83,17 @@ def test_pretraining_seeds_change_the_data_order_not_the_evaluation(tmp_path, mo
     scored on the same valid blocks and masks, but sees the training blocks in another order: the
     valid loss at step 0 is equal, the trained models differ; seed value = seed + 1000 (k - 1)."""
     monkeypatch.chdir(tmp_path)
-    params = project(tmp_path, tiny_bert(len(sw_wp)), sw_wp, method="mean", steps=8, eval_every=8, save_every=8,
-                     seeds=2)
+    params = pretrain_project(tmp_path, tiny_bert(len(sw_wp)), sw_wp, method="mean", steps=8, eval_every=8,
+                              save_every=8, seeds=2)
     params["init"]["methods"] = ["mean"]  # no random rows: every pretraining seed starts from pseed1's init
-    run(params, method="mean", pseed=1)
-    run(params, method="mean", pseed=2)
-    (_, a, sa), (_, b, sb) = outputs(tmp_path, "mean", pseed=1), outputs(tmp_path, "mean", pseed=2)
+    run_pretrain(params, method="mean", pseed=1)
+    run_pretrain(params, method="mean", pseed=2)
+    (_, a, sa), (_, b, sb) = pretrain_outputs(tmp_path, "mean", pseed=1), pretrain_outputs(tmp_path, "mean", pseed=2)
     assert (sa["pseed"], sa["seed"], sb["pseed"], sb["seed"]) == (1, 42, 2, 1042)
     assert a.column("valid_loss")[0] == b.column("valid_loss")[0]
     assert a.column("valid_loss")[-1] != b.column("valid_loss")[-1]
     with pytest.raises(VocabTransferError, match="pseed3: not a job"):
-        run(params, method="mean", pseed=3)
+        run_pretrain(params, method="mean", pseed=3)
 
 
 def test_selfish_and_standard_differ(tmp_path, monkeypatch, one_thread, sw_wp):
@@ -150,11 +103,11 @@ def test_selfish_and_standard_differ(tmp_path, monkeypatch, one_thread, sw_wp):
     default margin 2.0 few or no negatives are dropped in 8 steps and both objectives could end
     equal (seen once, with one of the tokenizers the fixture learns); a margin of 0.05 drops most."""
     monkeypatch.chdir(tmp_path)
-    params = project(tmp_path, tiny_bert(len(sw_wp)), sw_wp, steps=8, eval_every=8, save_every=8,
-                     selfish={"margin": 0.05})
-    run(params, objective="standard")
-    run(params, objective="selfish")
-    a, b = outputs(tmp_path, objective="standard")[1], outputs(tmp_path, objective="selfish")[1]
+    params = pretrain_project(tmp_path, tiny_bert(len(sw_wp)), sw_wp, steps=8, eval_every=8, save_every=8,
+                              selfish={"margin": 0.05})
+    run_pretrain(params, objective="standard")
+    run_pretrain(params, objective="selfish")
+    a, b = pretrain_outputs(tmp_path, objective="standard")[1], pretrain_outputs(tmp_path, objective="selfish")[1]
     assert a.column("valid_loss")[0] == b.column("valid_loss")[0]  # same init, same masks
     assert a.column("valid_loss")[-1] != b.column("valid_loss")[-1]
 
@@ -172,10 +125,10 @@ def test_kill_and_resume_equals_uninterrupted_run(tmp_path, monkeypatch, one_thr
     """`accelerate launch` (one CPU process) of the stage, killed with SIGKILL after its first checkpoint,
     then started again: same metrics rows and the same final valid loss as an uninterrupted run."""
     monkeypatch.chdir(tmp_path)
-    params = project(tmp_path, tiny_bert(len(sw_wp)), sw_wp, steps=40, eval_every=8, save_every=8,
-                     keep_checkpoints=True)
-    run(params)  # uninterrupted, in-process
-    _, reference, ref_stats = outputs(tmp_path)
+    params = pretrain_project(tmp_path, tiny_bert(len(sw_wp)), sw_wp, steps=40, eval_every=8, save_every=8,
+                              keep_checkpoints=True)
+    run_pretrain(params)  # uninterrupted, in-process
+    _, reference, ref_stats = pretrain_outputs(tmp_path)
     import shutil
 
     shutil.rmtree(tmp_path / "results/sw/pretrain")
@@ -197,7 +150,7 @@ def test_kill_and_resume_equals_uninterrupted_run(tmp_path, monkeypatch, one_thr
     proc = _subprocess(tmp_path)
     log, _ = proc.communicate(timeout=300)
     assert proc.returncode == 0, log
-    _, resumed, stats = outputs(tmp_path)
+    _, resumed, stats = pretrain_outputs(tmp_path)
     assert stats["resumed_from_step"] is not None and stats["resumed_from_step"] >= killed_at
     assert abs(stats["final_valid_loss"] - ref_stats["final_valid_loss"]) < 1e-4
     for column in ("step", "tokens_seen", "train_loss", "valid_loss", "learning_rate"):
@@ -207,20 +160,20 @@ def test_kill_and_resume_equals_uninterrupted_run(tmp_path, monkeypatch, one_thr
 
 def test_checkpoint_of_other_params_is_refused(tmp_path, monkeypatch, one_thread, sw_wp):
     monkeypatch.chdir(tmp_path)
-    params = project(tmp_path, tiny_bert(len(sw_wp)), sw_wp, steps=8, save_every=4, keep_checkpoints=True)
-    run(params)
+    params = pretrain_project(tmp_path, tiny_bert(len(sw_wp)), sw_wp, steps=8, save_every=4, keep_checkpoints=True)
+    run_pretrain(params)
     changed = validate_params({**params, "pretrain": {**params["pretrain"], "learning_rate": 0.02, "seq_len": 16}})
     with pytest.raises(VocabTransferError, match=r"other params \(pretrain.learning_rate, pretrain.seq_len\)") as err:
-        run(changed)
+        run_pretrain(changed)
     assert "\n" not in str(err.value)
     # keep_checkpoints does not change the trajectory: changing it resumes
-    run(validate_params({**params, "pretrain": {**params["pretrain"], "keep_checkpoints": False}}))
-    assert outputs(tmp_path)[2]["resumed_from_step"] == 8
+    run_pretrain(validate_params({**params, "pretrain": {**params["pretrain"], "keep_checkpoints": False}}))
+    assert pretrain_outputs(tmp_path)[2]["resumed_from_step"] == 8
 
 
 def test_nan_loss_stops_naming_the_step_and_keeps_the_checkpoint(tmp_path, monkeypatch, one_thread, sw_wp):
     monkeypatch.chdir(tmp_path)
-    params = project(tmp_path, tiny_bert(len(sw_wp)), sw_wp, steps=12, save_every=4, log_every=2)
+    params = pretrain_project(tmp_path, tiny_bert(len(sw_wp)), sw_wp, steps=12, save_every=4, log_every=2)
     from vocabtransfer.train import heads
 
     calls = []
@@ -233,7 +186,7 @@ def test_nan_loss_stops_naming_the_step_and_keeps_the_checkpoint(tmp_path, monke
 
     monkeypatch.setattr(heads, "head_loss", poisoned)
     with pytest.raises(VocabTransferError, match=r"^step 6: the standard training loss is nan; .*checkpoint-4"):
-        run(params)
+        run_pretrain(params)
     assert not (tmp_path / "results/sw/pretrain/focus/standard/pseed1").exists()
     assert [s for s, _ in PT.complete_checkpoints(tmp_path / "checkpoints/sw/pretrain/focus/standard/pseed1")] == [4]
 
@@ -247,12 +200,13 @@ def test_factorized_training_saves_full_embeddings_in_the_primitives_span(tmp_pa
     model = tiny_bert(len(sw_wp))
     with torch.no_grad():
         model.get_input_embeddings().weight.copy_(coords @ prims)
-    params = project(tmp_path, model, sw_wp, method="focus+svd", steps=8, factorized=True, train_primitives=False)
+    params = pretrain_project(tmp_path, model, sw_wp, method="focus+svd", steps=8, factorized=True,
+                              train_primitives=False)
     init = tmp_path / "results/sw/init/focus+svd/pseed1"
     io.save_tensors({"coordinates": coords}, init / "coordinates.safetensors")
     io.save_tensors({"primitives": prims}, init / "primitives.safetensors")
-    run(params, method="focus+svd")
-    out, metrics, stats = outputs(tmp_path, method="focus+svd")
+    run_pretrain(params, method="focus+svd")
+    out, metrics, stats = pretrain_outputs(tmp_path, method="focus+svd")
     assert stats["factorized"] is True
     loaded = AutoModelForMaskedLM.from_pretrained(str(out / "model"))
     E = loaded.get_input_embeddings().weight.detach()
@@ -264,12 +218,12 @@ def test_factorized_training_saves_full_embeddings_in_the_primitives_span(tmp_pa
 
 def test_bad_inputs(tmp_path, monkeypatch, one_thread, sw_wp):
     monkeypatch.chdir(tmp_path)
-    params = project(tmp_path, tiny_bert(len(sw_wp)), sw_wp, steps=4)
+    params = pretrain_project(tmp_path, tiny_bert(len(sw_wp)), sw_wp, steps=4)
     write_ids(sw_wp, ["habari"], tmp_path / "results/sw/pretokenized/valid.parquet")
     pq.write_table(pa.table({"input_ids": pa.array([[5, len(sw_wp) + 3]], type=pa.list_(pa.int32()))}),
                    tmp_path / "results/sw/pretokenized/train.parquet")
     with pytest.raises(VocabTransferError, match=rf"train.parquet: token id {len(sw_wp) + 3} is outside"):
-        run(params)
+        run_pretrain(params)
     assert not (tmp_path / "results/sw/pretrain").exists()
     with pytest.raises(VocabTransferError, match=r"pretrain.methods: wechsel not in init.methods"):
         validate_params({**params, "pretrain": {**params["pretrain"], "methods": ["focus", "wechsel"]}})

@@ -18,8 +18,6 @@ from __future__ import annotations
 import math
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -31,28 +29,11 @@ from vocabtransfer.train import parallel
 from vocabtransfer.train import pretrain as PT
 from vocabtransfer.errors import VocabTransferError
 
-try:
-    from test_pretrain import REPO, outputs, project, run
-    from test_modeling import bpe_tokenizer, wordpiece_tokenizer
-except ImportError:  # tests collected as a package
-    from tests.test_pretrain import REPO, outputs, project, run
-    from tests.test_modeling import bpe_tokenizer, wordpiece_tokenizer
+from helpers import (TOLERANCE, bpe_tokenizer, finish, launch, pretrain_outputs, pretrain_project, run_pretrain,
+                     tiny_model, wordpiece_tokenizer)
 
 pytestmark = pytest.mark.slow
-TOLERANCE = 1e-5  # absolute, on losses and weights; measured: <= 1.3e-6 (a per-process mean loss: 8e-5)
 STEPS = {"steps": 12, "eval_every": 4, "save_every": 4, "log_every": 2, "learning_rate": 0.003}
-
-
-def tiny_model(kind: str, vocab: int):
-    from transformers import BertConfig, BertForMaskedLM, GPT2Config, GPT2LMHeadModel
-
-    torch.manual_seed(0)
-    if kind == "masked":
-        return BertForMaskedLM(BertConfig(vocab_size=vocab, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                                          intermediate_size=64, max_position_embeddings=128, hidden_dropout_prob=0.0,
-                                          attention_probs_dropout_prob=0.0))
-    return GPT2LMHeadModel(GPT2Config(vocab_size=vocab, n_embd=32, n_layer=2, n_head=2, n_positions=64, bos_token_id=0,
-                                      eos_token_id=1, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0))
 
 
 @pytest.fixture(scope="module")
@@ -60,36 +41,15 @@ def tokenizers():
     return {"masked": wordpiece_tokenizer("sw", vocab_size=250), "causal": bpe_tokenizer("sw", vocab_size=280)}
 
 
-def launch_args(processes: int) -> list[str]:
-    """The arguments after `accelerate launch` of `parallel.launch_prefix` (the Snakemake rule's command)."""
-    return parallel.launch_prefix(processes).split()[2:]
-
-
-def launch(root: Path, processes: int, objective: str = "selfish") -> subprocess.Popen:
-    """`accelerate launch --multi_gpu --num_processes N … -m vocabtransfer pretrain …` in `root` (the command
-    the Snakemake rule runs for pretrain.processes = N > 1), one thread per process, a free port."""
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", *launch_args(processes), "pretrain", "--lang", "sw",
-           "--method", "focus", "--objective", objective, "--pseed", "1", "--params", "params.yaml", "--threads", "1"]
-    return subprocess.Popen(cmd, cwd=root, env=env, start_new_session=True, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
-
-
-def finish(proc: subprocess.Popen) -> str:
-    log, _ = proc.communicate(timeout=600)
-    assert proc.returncode == 0, log[-4000:]
-    return log
-
-
 def weights(root: Path, kind: str) -> dict:
     from transformers import AutoModelForCausalLM, AutoModelForMaskedLM
 
     auto = AutoModelForMaskedLM if kind == "masked" else AutoModelForCausalLM
-    return auto.from_pretrained(str(outputs(root, objective="selfish")[0] / "model")).state_dict()
+    return auto.from_pretrained(str(pretrain_outputs(root, objective="selfish")[0] / "model")).state_dict()
 
 
 def assert_same_run(a: Path, b: Path, kind: str) -> None:
-    (_, ma, _), (_, mb, _) = outputs(a, objective="selfish"), outputs(b, objective="selfish")
+    (_, ma, _), (_, mb, _) = pretrain_outputs(a, objective="selfish"), pretrain_outputs(b, objective="selfish")
     assert ma.column("step").to_pylist() == mb.column("step").to_pylist()
     assert ma.column("tokens_seen").to_pylist() == mb.column("tokens_seen").to_pylist()
     for column in ("train_loss", "valid_loss", "learning_rate"):
@@ -108,7 +68,8 @@ def ddp_runs(tmp_path_factory, tokenizers):
     roots, procs = {}, {}
     for kind in ("masked", "causal"):
         root = tmp_path_factory.mktemp(f"ddp_{kind}")
-        project(root, tiny_model(kind, len(tokenizers[kind])), tokenizers[kind], batch_size=4, processes=2, **STEPS)
+        pretrain_project(root, tiny_model(kind, len(tokenizers[kind])), tokenizers[kind], batch_size=4, processes=2,
+                         **STEPS)
         roots[kind], procs[kind] = root, launch(root, 2)
     for kind in procs:
         log = finish(procs[kind])
@@ -120,17 +81,18 @@ def ddp_runs(tmp_path_factory, tokenizers):
 def test_ddp_two_processes_equal_one_process_with_twice_the_batch(kind, ddp_runs, tokenizers, tmp_path, monkeypatch,
                                                                  one_thread):
     monkeypatch.chdir(tmp_path)
-    params = project(tmp_path, tiny_model(kind, len(tokenizers[kind])), tokenizers[kind], batch_size=8, **STEPS)
-    run(params, objective="selfish")
-    assert outputs(ddp_runs[kind], objective="selfish")[2]["processes"] == 2
-    assert outputs(tmp_path, objective="selfish")[2]["processes"] == 1
+    params = pretrain_project(tmp_path, tiny_model(kind, len(tokenizers[kind])), tokenizers[kind], batch_size=8,
+                              **STEPS)
+    run_pretrain(params, objective="selfish")
+    assert pretrain_outputs(ddp_runs[kind], objective="selfish")[2]["processes"] == 2
+    assert pretrain_outputs(tmp_path, objective="selfish")[2]["processes"] == 1
     assert_same_run(ddp_runs[kind], tmp_path, kind)
 
 
 def test_ddp_killed_after_a_checkpoint_and_resumed_equals_uninterrupted(ddp_runs, tokenizers, tmp_path):
     kind = "masked"
-    project(tmp_path, tiny_model(kind, len(tokenizers[kind])), tokenizers[kind], batch_size=4, processes=2,
-            keep_checkpoints=True, **STEPS)
+    pretrain_project(tmp_path, tiny_model(kind, len(tokenizers[kind])), tokenizers[kind], batch_size=4, processes=2,
+                     keep_checkpoints=True, **STEPS)
     proc = launch(tmp_path, 2)
     ckpt = tmp_path / "checkpoints/sw/pretrain/focus/selfish/pseed1"
     deadline = time.time() + 300
@@ -143,7 +105,7 @@ def test_ddp_killed_after_a_checkpoint_and_resumed_equals_uninterrupted(ddp_runs
     killed_at = max(s for s, _ in PT.complete_checkpoints(ckpt))
     assert killed_at < STEPS["steps"] and not (tmp_path / "results/sw/pretrain/focus/selfish").exists()
     finish(launch(tmp_path, 2))
-    stats = outputs(tmp_path, objective="selfish")[2]
+    stats = pretrain_outputs(tmp_path, objective="selfish")[2]
     assert stats["resumed_from_step"] is not None and stats["resumed_from_step"] >= killed_at
     assert_same_run(ddp_runs[kind], tmp_path, kind)
 

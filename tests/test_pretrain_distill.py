@@ -18,14 +18,8 @@ from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.train import distill as D
 from vocabtransfer.train import pretrain as PT
 
-try:
-    from test_modeling import save_dir, text_lines, tiny_bert, wordpiece_tokenizer
-    from test_overlap_bytes import gpt2_seed, llama_seed
-    from test_pretrain import outputs, project, run, tiny_gpt2
-except ImportError:  # tests collected as a package
-    from tests.test_modeling import save_dir, text_lines, tiny_bert, wordpiece_tokenizer
-    from tests.test_overlap_bytes import gpt2_seed, llama_seed
-    from tests.test_pretrain import outputs, project, run, tiny_gpt2
+from helpers import (TOLERANCE, finish, gpt2_seed, launch, llama_seed, pretrain_outputs, pretrain_project, run_pretrain,
+                     save_dir, text_lines, tiny_bert, tiny_gpt2, tiny_model, wordpiece_tokenizer)
 
 STEPS = {"steps": 8, "eval_every": 4, "save_every": 4, "log_every": 2, "batch_size": 4, "seq_len": 32,
          "learning_rate": 0.01, "warmup_steps": 1, "eval_lines": 20, "eval_batch_size": 8}
@@ -53,16 +47,16 @@ def tiny_llama(tok):
 def distill_project(root, tokenizers, **pretrain):
     teacher_tok, student_tok = tokenizers
     save_dir(tiny_llama(teacher_tok), teacher_tok, root / "results/source/model")
-    params = project(root, tiny_gpt2(len(student_tok)), student_tok, objectives=["standard", "distill"],
-                     **{**STEPS, **pretrain})
+    params = pretrain_project(root, tiny_gpt2(len(student_tok)), student_tok, objectives=["standard", "distill"],
+                              **{**STEPS, **pretrain})
     return params
 
 
 def test_distill_trains_and_resumes(tmp_path, monkeypatch, one_thread, tokenizers):
     monkeypatch.chdir(tmp_path)
     params = distill_project(tmp_path, tokenizers, distill={"alpha": 0.7, "temperature": 2.0}, keep_checkpoints=True)
-    run(params, objective="distill")
-    out, metrics, stats = outputs(tmp_path, objective="distill")
+    run_pretrain(params, objective="distill")
+    out, metrics, stats = pretrain_outputs(tmp_path, objective="distill")
     rows = metrics.to_pylist()
     valid = [r["valid_loss"] for r in rows if not math.isnan(r["valid_loss"])]
     assert len(valid) == 3 and valid[-1] < valid[0] - 0.1, valid
@@ -79,8 +73,8 @@ def test_distill_trains_and_resumes(tmp_path, monkeypatch, one_thread, tokenizer
     assert sorted(s for s, _ in PT.complete_checkpoints(ckpt)) == [4, 8]
     shutil.rmtree(out)
     shutil.rmtree(ckpt / "checkpoint-8")
-    run(params, objective="distill")
-    _, resumed, stats2 = outputs(tmp_path, objective="distill")
+    run_pretrain(params, objective="distill")
+    _, resumed, stats2 = pretrain_outputs(tmp_path, objective="distill")
     assert stats2["resumed_from_step"] == 4
     for column in ("step", "tokens_seen", "train_loss", "valid_loss", "learning_rate"):
         np.testing.assert_allclose(resumed.column(column).to_numpy(), metrics.column(column).to_numpy(),
@@ -89,7 +83,7 @@ def test_distill_trains_and_resumes(tmp_path, monkeypatch, one_thread, tokenizer
     shutil.rmtree(tmp_path / "results/sw/pretrain")
     save_dir(_other(tokenizers[0]), tokenizers[0], tmp_path / "results/source/model")
     with pytest.raises(VocabTransferError, match="input:source_model_sha256"):
-        run(params, objective="distill")
+        run_pretrain(params, objective="distill")
 
 
 def _other(tok):
@@ -108,8 +102,8 @@ def test_cached_teacher_equals_the_teacher_on_the_fly(tmp_path, monkeypatch, one
         monkeypatch.chdir(root.parent)
         params = distill_project(root, tokenizers, distill={"alpha": 1.0, "teacher": mode}, steps=4, eval_every=2)
         monkeypatch.chdir(root)
-        run(params, objective="distill")
-        runs[mode] = outputs(root, objective="distill")
+        run_pretrain(params, objective="distill")
+        runs[mode] = pretrain_outputs(root, objective="distill")
     (_, cached, s1), (_, fly, s2) = runs["cached"], runs["on_the_fly"]
     assert s1["distill"]["teacher_mode"] == "cached" and s1["distill"]["teacher_cache_seconds"] > 0
     assert s2["distill"]["teacher_mode"] == "on_the_fly" and s2["distill"]["teacher_cache_seconds"] is None
@@ -124,10 +118,10 @@ def test_distill_with_alpha_zero_is_the_standard_objective(tmp_path, monkeypatch
     """alpha = 0: the teacher is read but weighs nothing; the run equals the standard one step for step."""
     monkeypatch.chdir(tmp_path)
     params = distill_project(tmp_path, tokenizers, distill={"alpha": 0.0}, steps=4, eval_every=2)
-    run(params, objective="distill")
-    run(params, objective="standard")
-    _, dist, _ = outputs(tmp_path, objective="distill")
-    _, std, _ = outputs(tmp_path, objective="standard")
+    run_pretrain(params, objective="distill")
+    run_pretrain(params, objective="standard")
+    _, dist, _ = pretrain_outputs(tmp_path, objective="distill")
+    _, std, _ = pretrain_outputs(tmp_path, objective="standard")
     for column in ("train_loss", "valid_loss"):
         np.testing.assert_allclose(dist.column(column).to_numpy(), std.column(column).to_numpy(), rtol=1e-5,
                                    atol=1e-6, err_msg=column)
@@ -140,9 +134,9 @@ def test_distill_refusals_in_one_line(tmp_path, monkeypatch, one_thread):
     # a masked-LM source: no sequence likelihood to match
     wp = wordpiece_tokenizer("sw", vocab_size=250)
     save_dir(tiny_bert(len(wp)), wp, tmp_path / "results/source/model")
-    params = project(tmp_path, tiny_bert(len(wp)), wp, objectives=["distill"], **STEPS)
+    params = pretrain_project(tmp_path, tiny_bert(len(wp)), wp, objectives=["distill"], **STEPS)
     with pytest.raises(VocabTransferError) as err:
-        run(params, objective="distill")
+        run_pretrain(params, objective="distill")
     message = str(err.value)
     assert "\n" not in message and message.startswith("pretrain.objectives: distill needs a causal source")
     assert "masked LM" in message and "no sequence likelihood" in message
@@ -180,24 +174,20 @@ def test_distill_ddp_two_processes_equal_one_process_with_twice_the_batch(tmp_pa
     """`accelerate launch --multi_gpu --num_processes 2` with batch 4 each equals one process with batch 8:
     the chunk loss is the mean over the step's chunks of all processes, the LM loss the mean over its tokens
     (dropout off: each process would draw its own masks)."""
-    try:
-        from test_pretrain_ddp import TOLERANCE, finish, launch, tiny_model
-    except ImportError:  # tests collected as a package
-        from tests.test_pretrain_ddp import TOLERANCE, finish, launch, tiny_model
-
     teacher_tok, student_tok = tokenizers
     roots = {}
     for processes, batch in ((2, 4), (1, 8)):
         root = tmp_path / f"p{processes}"
         save_dir(tiny_llama(teacher_tok), teacher_tok, root / "results/source/model")
-        project(root, tiny_model("causal", len(student_tok)), student_tok, objectives=["distill"],
-                **{**STEPS, "batch_size": batch, "processes": processes, "distill": {"alpha": 0.8}})
+        pretrain_project(root, tiny_model("causal", len(student_tok)), student_tok, objectives=["distill"],
+                         **{**STEPS, "batch_size": batch, "processes": processes, "distill": {"alpha": 0.8}})
         roots[processes] = root
     log = finish(launch(roots[2], 2, objective="distill"))
     assert "2 process(es)" in log
     monkeypatch.chdir(roots[1])
-    run(yaml_params(roots[1]), objective="distill")
-    (_, ma, sa), (_, mb, sb) = outputs(roots[2], objective="distill"), outputs(roots[1], objective="distill")
+    run_pretrain(yaml_params(roots[1]), objective="distill")
+    (_, ma, sa), (_, mb, sb) = (pretrain_outputs(roots[2], objective="distill"),
+                                pretrain_outputs(roots[1], objective="distill"))
     assert sa["processes"] == 2 and sb["processes"] == 1
     assert ma.column("tokens_seen").to_pylist() == mb.column("tokens_seen").to_pylist()
     for column in ("train_loss", "valid_loss"):

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO
-from test_workflow import BIN, digest, environment, run, setup_workdir, snakemake_jobs  # noqa: F401
+from conftest import BIN, REPO
+from helpers import digest, run_command, setup_workdir, snakemake_jobs
 
 pytestmark = pytest.mark.slow
 TARGET = "results/sw/fasttext/embeddings.safetensors"
@@ -44,11 +44,11 @@ def params() -> dict:
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory, environment, params) -> Path:  # noqa: F811
+def reference(tmp_path_factory, environment, params) -> Path:
     """An uninterrupted run."""
     work = tmp_path_factory.mktemp("uninterrupted")
     setup_workdir(work, params, environment)
-    run([str(BIN / "snakemake"), "--cores", "2", TARGET], work, environment)
+    run_command([str(BIN / "snakemake"), "--cores", "2", TARGET], work, environment)
     return work
 
 
@@ -72,17 +72,17 @@ def mtimes(work: Path) -> dict[str, int]:
     return {path: (work / path).stat().st_mtime_ns for path in UPSTREAM}
 
 
-def test_default_profile_applies_to_a_plain_run_and_slurm_profile_replaces_it(reference, environment):  # noqa: F811
+def test_default_profile_applies_to_a_plain_run_and_slurm_profile_replaces_it(reference, environment):
     snakemake = [str(BIN / "snakemake"), "-n", "--forceall", TARGET]
-    out = run(snakemake, reference, environment)
+    out = run_command(snakemake, reference, environment)
     assert PROFILE_NOTICE in out
     # printshellcmds: true in the profile
     assert "Shell command: vocabtransfer fasttext --lang sw --params \"$VOCABTRANSFER_PARAMS\"" in out
     assert snakemake_jobs(out) == {"corpus": 1, "source_model": 1, "tokenizer": 1, "pretokenize": 1, "fasttext": 1}
-    without = run(snakemake + ["--workflow-profile", "none"], reference, environment)
+    without = run_command(snakemake + ["--workflow-profile", "none"], reference, environment)
     assert "workflow specific profile" not in without and "Shell command:" not in without
     # the SLURM profile is used instead of (not together with) the default one
-    slurm = run(snakemake + ["--workflow-profile", "workflow/profiles/slurm"], reference, environment)
+    slurm = run_command(snakemake + ["--workflow-profile", "workflow/profiles/slurm"], reference, environment)
     notices = re.findall(r"^Using .*profile.*$", slurm, re.M)
     assert notices == ["Using workflow specific profile workflow/profiles/slurm for setting default command "
                        "line arguments."], notices
@@ -90,7 +90,7 @@ def test_default_profile_applies_to_a_plain_run_and_slurm_profile_replaces_it(re
     assert not (reference / ".snakemake/locks/owners").exists()
 
 
-def test_snakemake_killed_mid_job_finishes_with_the_same_command(reference, tmp_path, environment, params):  # noqa: F811
+def test_snakemake_killed_mid_job_finishes_with_the_same_command(reference, tmp_path, environment, params):
     setup_workdir(tmp_path, params, environment)
     cmd = [str(BIN / "snakemake"), "--cores", "2", TARGET]
     pid = kill_when_fasttext_saved(cmd, tmp_path, environment)
@@ -101,7 +101,7 @@ def test_snakemake_killed_mid_job_finishes_with_the_same_command(reference, tmp_
     assert [p.name for p in (tmp_path / ".snakemake/locks/owners").iterdir()] == [f"{socket.gethostname()}-{pid}.json"]
     before = mtimes(tmp_path)
 
-    out = run(cmd, tmp_path, environment)
+    out = run_command(cmd, tmp_path, environment)
     assert PROFILE_NOTICE in out
     released = [line for line in out.splitlines() if line.startswith("Released the stale Snakemake lock")]
     assert len(released) == 1 and f"pid {pid} " in released[0], out[-3000:]
@@ -112,10 +112,10 @@ def test_snakemake_killed_mid_job_finishes_with_the_same_command(reference, tmp_
         assert digest(tmp_path / path) == digest(reference / path), path
     assert not (tmp_path / ".snakemake/locks").exists()
     # and the study is complete: nothing left to do
-    assert snakemake_jobs(run([str(BIN / "snakemake"), "-n", TARGET], tmp_path, environment)) == {}
+    assert snakemake_jobs(run_command([str(BIN / "snakemake"), "-n", TARGET], tmp_path, environment)) == {}
 
 
-def test_dvc_repro_killed_mid_stage_finishes_with_the_same_command(reference, tmp_path, environment, params):  # noqa: F811
+def test_dvc_repro_killed_mid_stage_finishes_with_the_same_command(reference, tmp_path, environment, params):
     setup_workdir(tmp_path, params, environment)
     cmd = [str(BIN / "dvc"), "repro", "fasttext@sw"]
     pid = kill_when_fasttext_saved(cmd, tmp_path, environment)
@@ -124,7 +124,7 @@ def test_dvc_repro_killed_mid_stage_finishes_with_the_same_command(reference, tm
     assert f'"pid": {pid}' in (tmp_path / ".dvc/tmp/rwlock").read_text()
     before = mtimes(tmp_path)
 
-    out = run(cmd, tmp_path, environment)
+    out = run_command(cmd, tmp_path, environment)
     for stage in ("corpus@sw", "tokenizer@sw", "pretokenize@sw"):
         assert f"Stage '{stage}' didn't change, skipping" in out
     assert re.findall(r"Running stage '([^']+)'", out) == ["fasttext@sw"]
@@ -133,4 +133,4 @@ def test_dvc_repro_killed_mid_stage_finishes_with_the_same_command(reference, tm
     assert mtimes(tmp_path) == before
     for path in UPSTREAM + FASTTEXT:
         assert digest(tmp_path / path) == digest(reference / path), path
-    assert "up to date" in run([str(BIN / "dvc"), "status", "fasttext@sw"], tmp_path, environment).lower()
+    assert "up to date" in run_command([str(BIN / "dvc"), "status", "fasttext@sw"], tmp_path, environment).lower()

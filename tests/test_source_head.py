@@ -12,11 +12,7 @@ from vocabtransfer.train import modeling as M
 from vocabtransfer.init import source_head as S
 from vocabtransfer.errors import VocabTransferError
 
-try:
-    from test_modeling import MINILM, bpe_tokenizer, make_ctx, save_dir, text_lines, tiny_bert, wordpiece_tokenizer
-except ImportError:  # tests collected as a package
-    from tests.test_modeling import (MINILM, bpe_tokenizer, make_ctx, save_dir, text_lines, tiny_bert,
-                                     wordpiece_tokenizer)
+from helpers import MINILM, bpe_tokenizer, make_ctx, save_dir, text_lines, tiny_bert, wordpiece_tokenizer
 
 
 def head_ctx(tmp_path, source_model: str, n_lines=300, **overrides):

@@ -3,22 +3,19 @@ the same artefacts, and a params change marking exactly the affected stages stal
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-from conftest import REPO
+from conftest import BIN, REPO
+from helpers import digest, run_command, setup_workdir, snakemake_jobs
 
 pytestmark = pytest.mark.slow
-BIN = Path(sys.executable).parent
 LANGS = ("sw", "de")
 # artefacts that must be byte-identical between two runs (fasttext.reproducible is on by default)
 DETERMINISTIC = [
@@ -33,49 +30,9 @@ DETERMINISTIC = [
 ]
 
 
-def run(cmd: list[str], cwd: Path, env: dict) -> str:
-    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise AssertionError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-8000:]}")
-    return proc.stdout + proc.stderr
-
-
-def digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def snakemake_jobs(out: str) -> dict[str, int]:
-    """The rule -> count table that `snakemake -n` prints under 'Job stats:'."""
-    if "Job stats:" not in out:
-        return {}
-    table = out.split("Job stats:")[1]
-    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)\s*$", table, re.M) if m.group(1) != "total"}
-
-
 def targets(params: dict) -> list[str]:
     """The whole study: every stage for both languages, up to the report."""
     return ["results/report.md"]
-
-
-def setup_workdir(work: Path, params: dict, env: dict) -> None:
-    """A checkout-like directory (Snakefile, workflow/, profiles, src/, params.yaml, dvc.yaml) with git and DVC."""
-    shutil.copy(REPO / "Snakefile", work)
-    shutil.copytree(REPO / "workflow", work / "workflow")
-    os.symlink(os.readlink(REPO / "profiles"), work / "profiles")  # the default workflow profile
-    # dvc.yaml lists the stage code as dependencies, as in a checkout
-    shutil.copytree(REPO / "src", work / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-    (work / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    run([str(BIN / "vocabtransfer"), "dvc-yaml"], work, env)
-    run(["git", "init", "-q"], work, env)
-    run([str(BIN / "dvc"), "init", "-q"], work, env)
-    run([str(BIN / "dvc"), "config", "core.analytics", "false"], work, env)
-
-
-@pytest.fixture(scope="module")
-def environment(shared_data):
-    return {**os.environ, "VOCABTRANSFER_DATA": str(shared_data), "PATH": f"{BIN}:{os.environ['PATH']}",
-            "HF_HUB_OFFLINE": "1", "DVC_NO_ANALYTICS": "1", "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
-            "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +47,7 @@ def params() -> dict:
 def workdir(tmp_path_factory, environment, params):
     work = tmp_path_factory.mktemp("snakemake")
     setup_workdir(work, params, environment)
-    run([str(BIN / "snakemake"), "--cores", "2", *targets(params)], work, environment)
+    run_command([str(BIN / "snakemake"), "--cores", "2", *targets(params)], work, environment)
     return work, environment, params
 
 
@@ -155,16 +112,16 @@ def test_dvc_repro_reproduces_the_same_artefacts_and_params_change_marks_exactly
     fresh = tmp_path_factory.mktemp("dvc")
     setup_workdir(fresh, params, env)
     stages = ["overlap", "fasttext", "pretokenize"]
-    run([str(BIN / "dvc"), "repro", "--quiet", *stages], fresh, env)
+    run_command([str(BIN / "dvc"), "repro", "--quiet", *stages], fresh, env)
     for lang in params["languages"]:
         for template in DETERMINISTIC:
             path = template.format(lang=lang)
             assert digest(fresh / path) == digest(work / path), path
 
-    assert "up to date" in run([str(BIN / "dvc"), "status", "--with-deps", *stages], fresh, env).lower()
-    assert snakemake_jobs(run([str(BIN / "snakemake"), "-n", *targets(params)], work, env)) == {}
+    assert "up to date" in run_command([str(BIN / "dvc"), "status", "--with-deps", *stages], fresh, env).lower()
+    assert snakemake_jobs(run_command([str(BIN / "snakemake"), "-n", *targets(params)], work, env)) == {}
     # Snakemake, like DVC, takes the modules a job runs as inputs: its own method's, not the others'
-    shown = run([str(BIN / "snakemake"), "-n", "-f", "results/sw/init/focus/pseed1"], work, env)
+    shown = run_command([str(BIN / "snakemake"), "-n", "-f", "results/sw/init/focus/pseed1"], work, env)
     job_input = next(line for line in shown.splitlines() if line.strip().startswith("input:"))
     assert "src/vocabtransfer/init/methods/focus.py" in job_input and "src/vocabtransfer/init/stage.py" in job_input
     assert "init/methods/wechsel.py" not in job_input
@@ -174,7 +131,7 @@ def test_dvc_repro_reproduces_the_same_artefacts_and_params_change_marks_exactly
         p["fasttext"]["epochs"] += 1
         (d / "params.yaml").write_text(yaml.safe_dump(p, sort_keys=False))
 
-    status = run([str(BIN / "dvc"), "status", "--with-deps", *stages], fresh, env)
+    status = run_command([str(BIN / "dvc"), "status", "--with-deps", *stages], fresh, env)
     stale = set(re.findall(r"^(\S+):\s*$", status, re.M))
     assert stale == {f"fasttext@{lang}" for lang in params["languages"]}, status
     assert "fasttext.epochs" in status
@@ -184,7 +141,7 @@ def test_dvc_repro_reproduces_the_same_artefacts_and_params_change_marks_exactly
     from vocabtransfer.pipeline import availability as A
     from vocabtransfer.pipeline import models as MN
 
-    jobs = snakemake_jobs(run([str(BIN / "snakemake"), "-n", *targets(params)], work, env))
+    jobs = snakemake_jobs(run_command([str(BIN / "snakemake"), "-n", *targets(params)], work, env))
     n = len(params["languages"])
     assert {k: jobs.get(k) for k in ("fasttext", "init", "init_eval", "pretrain", "token_frequency_loss", "report")} == {
         "fasttext": n, "init": n * len(MN.init_runs(params)), "init_eval": n,
@@ -212,23 +169,23 @@ def test_init_artefacts_are_byte_identical_when_recomputed(workdir, tmp_path):
             (again / f"results/sw/init/{method}").symlink_to(work / f"results/sw/init/{method}")
     common = ["--params", str(work / "params.yaml"), "--threads", "2"]
     pseed1 = "pseed1"
-    run([str(BIN / "vocabtransfer"), "source_snmf", *common], again, env)
+    run_command([str(BIN / "vocabtransfer"), "source_snmf", *common], again, env)
     assert digest(again / "results/source/snmf.safetensors") == digest(work / "results/source/snmf.safetensors")
     for method in recomputed:
-        run([str(BIN / "vocabtransfer"), "init", "--lang", "sw", "--method", method, "--pseed", "1", *common], again,
-            env)
+        run_command([str(BIN / "vocabtransfer"), "init", "--lang", "sw", "--method", method, "--pseed", "1", *common],
+                    again, env)
         out = f"results/sw/init/{method}/{pseed1}"
         files = sorted(p.relative_to(work / out) for p in (work / out).rglob("*.safetensors"))
         assert any(str(f).startswith("model") for f in files), files
         for f in files:
             assert digest(again / out / f) == digest(work / out / f), f
-    run([str(BIN / "vocabtransfer"), "init_eval", "--lang", "sw", *common], again, env)
+    run_command([str(BIN / "vocabtransfer"), "init_eval", "--lang", "sw", *common], again, env)
     first, second = (pq.read_table(d / "results/sw/init_eval.parquet").drop(["seconds"]) for d in (work, again))
     assert first.equals(second)
     # a pretraining run of the second pretraining seed, recomputed: the same metrics and valid blocks
     (again / "results/sw/init/focus/pseed2").symlink_to(work / "results/sw/init/focus/pseed2")
-    run([str(BIN / "vocabtransfer"), "pretrain", "--lang", "sw", "--method", "focus", "--objective", "selfish",
-         "--pseed", "2", *common], again, env)
+    run_command([str(BIN / "vocabtransfer"), "pretrain", "--lang", "sw", "--method", "focus", "--objective", "selfish",
+                 "--pseed", "2", *common], again, env)
     run_dir = "results/sw/pretrain/focus/selfish/pseed2"
     for name, drop in (("metrics.parquet", ["tokens_per_second"]), ("valid_blocks.parquet", [])):
         first, second = (pq.read_table(d / run_dir / name).drop(drop).to_pandas() for d in (work, again))
@@ -238,8 +195,8 @@ def test_init_artefacts_are_byte_identical_when_recomputed(workdir, tmp_path):
     assert model in params["eval"]["models"]
     (again / "results/sw/pretrain/focus/standard").mkdir(parents=True)
     (again / "results/sw/pretrain/focus/standard/pseed2").symlink_to(work / "results/sw/pretrain/focus/standard/pseed2")
-    run([str(BIN / "vocabtransfer"), "finetune_eval", "--lang", "sw", "--task", "ner", "--model", model, "--seed", "1",
-         *common], again, env)
+    run_command([str(BIN / "vocabtransfer"), "finetune_eval", "--lang", "sw", "--task", "ner", "--model", model,
+                 "--seed", "1", *common], again, env)
     result = f"results/sw/eval/ner/{model}/seed1.json"
     first, second = (json.loads((d / result).read_text()) for d in (work, again))
     for key in ("metrics", "examples"):
@@ -319,9 +276,9 @@ def dvc_tracked(workdir):
     work, env, params = workdir
     _restore_params(work, params)
     (work / ".gitignore").write_text("/logs/\n/.snakemake/\n/checkpoints/\n/results/\n")
-    run([str(BIN / "dvc"), "commit", "-f", "-q", *UPSTREAM_STAGES], work, env)
-    run(["git", "add", "-A"], work, env)
-    run(["git", "commit", "-qm", "a run"], work, env)
+    run_command([str(BIN / "dvc"), "commit", "-f", "-q", *UPSTREAM_STAGES], work, env)
+    run_command(["git", "add", "-A"], work, env)
+    run_command(["git", "commit", "-qm", "a run"], work, env)
     return work, env, params
 
 
@@ -334,21 +291,21 @@ def test_dvc_remote_push_then_pull_gives_byte_identical_artefacts(dvc_tracked, t
                          capture_output=True, text=True)
     assert bad.returncode == 1 and "missing is not a directory" in bad.stderr and len(bad.stderr.splitlines()) == 1
     store.mkdir()
-    run([str(BIN / "vocabtransfer"), "remote", str(store)], work, env)
+    run_command([str(BIN / "vocabtransfer"), "remote", str(store)], work, env)
     assert f"url = {store}" in (work / ".dvc/config").read_text()
     stages = ["corpus@sw", "overlap@sw"]
     files = [work / f for f in ("results/sw/corpus/train.parquet", "results/sw/corpus/valid.parquet",
                                 "results/sw/overlap/overlap.parquet", "results/sw/overlap/stats.json")]
     before = {f: digest(f) for f in files}
-    run([str(BIN / "dvc"), "push", "-q", *stages], work, env)
+    run_command([str(BIN / "dvc"), "push", "-q", *stages], work, env)
     kept = tmp_path / "cache"  # the local cache moved away (and back after: the next test needs all of it)
     shutil.move(work / ".dvc/cache", kept)
     try:
         for f in files:
             f.unlink()
-        run([str(BIN / "dvc"), "pull", "-q", *stages], work, env)
+        run_command([str(BIN / "dvc"), "pull", "-q", *stages], work, env)
         assert {f: digest(f) for f in files} == before
-        assert "up to date" in run([str(BIN / "dvc"), "status", *stages], work, env).lower()
+        assert "up to date" in run_command([str(BIN / "dvc"), "status", *stages], work, env).lower()
     finally:
         shutil.rmtree(work / ".dvc/cache", ignore_errors=True)
         shutil.move(kept, work / ".dvc/cache")
@@ -359,12 +316,12 @@ def test_dvc_exp_run_sweeps_a_parameter_and_exp_show_lists_it(dvc_tracked):
     `dvc exp show` lists the experiment with its parameter; a key that is no parameter is refused."""
     work, env, params = dvc_tracked
     steps = params["pretrain"]["steps"] // 2
-    out = run([str(BIN / "dvc"), "exp", "run", "-n", "half-steps", "-S", f"pretrain.steps={steps}", PRETRAIN_TARGET],
-              work, env)
+    out = run_command([str(BIN / "dvc"), "exp", "run", "-n", "half-steps", "-S", f"pretrain.steps={steps}",
+                       PRETRAIN_TARGET], work, env)
     assert "Running stage 'pretrain_focus_standard_pseed1@sw'" in out and "Running stage 'init" not in out
     stats = json.loads((work / "results/sw/pretrain/focus/standard/pseed1/stats.json").read_text())
     assert stats["steps"] == steps
-    shown = json.loads(run([str(BIN / "dvc"), "exp", "show", "--json"], work, env))
+    shown = json.loads(run_command([str(BIN / "dvc"), "exp", "show", "--json"], work, env))
     experiments = [e for baseline in shown for e in (baseline.get("experiments") or [])]
     names = {e["name"]: e for e in experiments}
     assert "half-steps" in names, shown
@@ -375,7 +332,7 @@ def test_dvc_exp_run_sweeps_a_parameter_and_exp_show_lists_it(dvc_tracked):
     refused = subprocess.run([str(BIN / "dvc"), "exp", "run", "-S", "pretrain.stepz=3", PRETRAIN_TARGET], cwd=work,
                              env=env, capture_output=True, text=True)
     assert refused.returncode != 0 and "pretrain.stepz" in refused.stdout + refused.stderr
-    run([str(BIN / "dvc"), "exp", "run", "-S", "+pretrain.stepz=3", PRETRAIN_TARGET], work, env)
+    run_command([str(BIN / "dvc"), "exp", "run", "-S", "+pretrain.stepz=3", PRETRAIN_TARGET], work, env)
     assert yaml.safe_load((work / "params.yaml").read_text())["pretrain"]["stepz"] == 3
     checked = subprocess.run([str(BIN / "snakemake"), "-n"], cwd=work, env=env, capture_output=True, text=True)
     assert checked.returncode != 0
