@@ -9,7 +9,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -22,9 +21,8 @@ from vocabtransfer.pipeline.config import validate_params
 from vocabtransfer.errors import VocabTransferError, brief
 from vocabtransfer.pipeline.stages import STAGES
 
-from conftest import REPO
+from conftest import BIN, REPO
 
-BIN = Path(sys.executable).parent
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 
 

@@ -10,7 +10,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -18,7 +17,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 import yaml
-from conftest import REPO
+from conftest import BIN, REPO
 
 from vocabtransfer.pipeline.config import merge_overlay, read_yaml, validate_params
 
@@ -26,7 +25,6 @@ from helpers import gpt2_seed, llama_seed, text_lines
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 pytestmark = pytest.mark.slow
-BIN = Path(sys.executable).parent
 LLAMA_METHODS = ["random", "overlap", "mean", "fvt", "focus", "ofa", "snmf", "wechsel", "omp"]
 EXACT_OVERLAP = ("overlap", "mean", "focus", "omp", "fvt")  # copy the source rows of overlapping tokens
 ESCAPES = "ŋ€😀"  # not in the tiny vocabularies: byte fallback (Llama) or byte-level pieces (GPT-2)

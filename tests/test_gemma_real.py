@@ -12,17 +12,14 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from conftest import REPO
+from conftest import BIN, REPO
 
 pytestmark = pytest.mark.slow
-BIN = Path(sys.executable).parent
 LINES = 200
 
 

@@ -6,7 +6,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,9 +16,8 @@ from vocabtransfer.pipeline import paths as P
 from vocabtransfer.report import stage as R
 from vocabtransfer.pipeline.config import load_params
 
-from conftest import REPO
+from conftest import BIN, REPO
 
-BIN = Path(sys.executable).parent
 RUNS = [("random", "standard"), ("focus", "selfish")]
 
 

@@ -1,27 +1,17 @@
-"""The rules generated from the stage table schedule exactly the jobs of the table, under Snakemake and
-in dvc.yaml, and for the default params exactly the jobs the hand-written rules scheduled before
-(tests/data/jobs_before_generated_rules.txt: `snakemake -n --forceall` of a6306cc, before pretraining
-seeds put `pseed1` into the paths, the frequency analysis wrote its per-block and bits-per-byte tables
-and the tasks' floors became jobs of their own)."""
+"""The rules generated from the stage table schedule exactly the jobs of the planner (`plan.jobs`), under
+Snakemake and in dvc.yaml, and as many jobs of each rule as the params say, counted by hand."""
 
 from __future__ import annotations
 
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-from conftest import REPO
-
-BIN = Path(sys.executable).parent
-BEFORE = REPO / "tests" / "data" / "jobs_before_generated_rules.txt"
-# written since by token_frequency_loss, beside the table they detail
-NEW_OUTPUTS = ("token_frequency_blocks.parquet", "bits_per_byte.parquet")
-NEW_STAGES = ("floor", "source_model")  # stages added since: floor one job per language and task, source_model one
+from conftest import BIN, REPO
 
 
 def snakemake_jobs(shared_data: Path, *args: str) -> set[str]:
@@ -92,14 +82,41 @@ def test_snakemake_and_dvc_yaml_schedule_exactly_the_stage_tables_jobs(shared_da
     assert dvc_jobs(params) == expected
 
 
-def test_the_default_jobs_are_those_of_the_hand_written_rules(shared_data):
-    before = set(BEFORE.read_text().splitlines())
-    now = snakemake_jobs(shared_data)
-    unchanged = set()
-    assert {job for job in now if job.split(" ")[0] in NEW_STAGES} == {
-        f"floor results/{lang}/eval/{task}/floor.json" for lang in ("sw", "de") for task in ("nli", "qa", "ner")} | {
-        "source_model results/source/base results/source/base_stats.json"}
-    for job in (job for job in now if job.split(" ")[0] not in NEW_STAGES):
-        paths = [p for p in job.split(" ")[1:] if not p.endswith(NEW_OUTPUTS)]
-        unchanged.add(" ".join([job.split(" ")[0]] + sorted(re.sub(r"(/|-)pseed1\b", "", p) for p in paths)))
-    assert len(before) == 102 and unchanged == before
+def rule_counts(shared_data: Path, *args: str) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for job in snakemake_jobs(shared_data, *args):
+        counts[job.split(" ")[0]] = counts.get(job.split(" ")[0], 0) + 1
+    return counts
+
+
+@pytest.mark.parametrize("overlay", [None, "config/study.yaml"])
+def test_the_number_of_jobs_of_each_rule_follows_from_the_params_by_hand(shared_data, monkeypatch, overlay):
+    """Counted from the params as a reader would: one job per language for each per-language stage, one per
+    language × init method, language × method × objective × seed for pretraining, language × task × model ×
+    fine-tuning seed for downstream evaluation, one floor per language and enabled task; an init method is
+    initialised once per pretraining seed when it is pretrained and has random rows (every method but `mean`),
+    once otherwise."""
+    monkeypatch.setenv("VOCABTRANSFER_DATA", str(shared_data))
+    params = params_with(*([overlay] if overlay else []))
+    langs = len(params["languages"])
+    tasks = [t for t, opts in params["eval"]["tasks"].items() if opts["enabled"]]
+    runs = len(params["pretrain"]["methods"]) * len(params["pretrain"]["objectives"])
+    pretrained = runs * params["pretrain"]["seeds"]
+    models = pretrained + sum(1 for m in params["eval"]["models"] if m != "pretrained")
+    wechsel = "wechsel" in params["init"]["methods"]
+    snmf = any("snmf" in m for m in params["init"]["methods"])
+    expected = {
+        "source_model": 1, "source_head": 1, "source_fasttext": 1 if wechsel else None,
+        "source_snmf": 1 if snmf else None, "word_fasttext": langs if wechsel else None,
+        **{rule: langs for rule in ("corpus", "tokenizer", "overlap", "pretokenize", "fasttext", "init_eval",
+                                    "token_frequency_loss")},
+        "init": langs * sum(params["pretrain"]["seeds"] if m in params["pretrain"]["methods"] and m != "mean" else 1
+                            for m in params["init"]["methods"]),
+        "pretrain": langs * pretrained,
+        "gradient_scenarios": langs * runs,  # the first pretraining seed of each method × objective
+        "floor": langs * len(tasks),
+        "finetune_eval": langs * len(tasks) * models * params["eval"]["seeds"],
+        "report": 1,
+    }
+    assert rule_counts(shared_data, *(["--configfile", overlay] if overlay else [])) == {
+        rule: n for rule, n in expected.items() if n is not None}

@@ -7,16 +7,14 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-from conftest import REPO
+from conftest import BIN, REPO
 from vocabtransfer.pipeline import stages as S
 
-BIN = Path(sys.executable).parent
 PROFILE = REPO / "workflow/profiles/slurm/config.yaml"
 
 
