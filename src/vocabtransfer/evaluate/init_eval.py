@@ -284,6 +284,9 @@ def run(ctx) -> None:
         row["retrieval_en2xx"], row["retrieval_xx2en"] = retrieval_accuracy(src_vecs, base)
         row["n_sentences"] = len(src_sent)
     row["seconds"] = time.perf_counter() - start
+    log.info("%s/source: loss %.4f on %d held-out %s lines, bits per byte %s on the %s valid lines (its own tokenizer), "
+             "%.0f s", ctx.lang, row["loss"], len(source_lines), source_lang,
+             "n/a" if row["bits_per_byte"] is None else f"{row['bits_per_byte']:.4f}", ctx.lang, row["seconds"])
     rows = [row]
     del source
 
@@ -305,11 +308,11 @@ def run(ctx) -> None:
             row["n_sentences"] = len(tgt_sent)
         row["seconds"] = time.perf_counter() - start
         rows.append(row)
-        log.info("%s/%s: loss %.4f (perplexity %.1f; %.4f at temperature %.2f), retrieval %s, bits per byte %s",
+        log.info("%s/%s: loss %.4f (perplexity %.1f; %.4f at temperature %.2f), retrieval %s, bits per byte %s, %.0f s",
                  ctx.lang, method, row["loss"], row["perplexity"], row["calibrated_loss"], row["temperature"],
                  "n/a" if row["retrieval_en2xx"] is None
                  else f"{row['retrieval_en2xx']:.3f} / {row['retrieval_xx2en']:.3f}",
-                 "n/a" if row["bits_per_byte"] is None else f"{row['bits_per_byte']:.4f}")
+                 "n/a" if row["bits_per_byte"] is None else f"{row['bits_per_byte']:.4f}", row["seconds"])
         del model
 
     add_share_kept(rows)
