@@ -184,3 +184,17 @@ def test_the_floors_the_readme_states_are_the_floor_stage_on_the_study(shared_da
         result = floor(params, lang, task, params["seed"])
         assert f"{result['value']:.1f}" in quoted and quoted in answer, (lang, task, result["value"])
     assert len(set(floor(params, "de", "qa", params["seed"])["examples"]["clusters"])) == 10
+
+
+def test_every_downstream_table_of_the_committed_study_shows_its_floor():
+    """Each task's table in docs/study/report.md (sw and de) has the floor's row, the score a model must
+    beat to have learned the task (evaluate/floor.py)."""
+    text = STUDY.read_text(encoding="utf-8")
+    tables = 0
+    for lang in ("sw", "de"):
+        body = text.split(f"\n## {lang}\n", 1)[1].split("\n## ", 1)[0]
+        downstream = body.split("\n### Downstream tasks\n", 1)[1].split("\n### ", 1)[0]
+        for table in re.split(r"^#### ", downstream, flags=re.M)[1:]:
+            tables += 1
+            assert re.search(r"^\| floor: ", table, flags=re.M), f"{lang}: no floor row under #### {table[:60]}"
+    assert tables >= 4  # qa and ner in both languages
