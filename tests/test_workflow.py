@@ -16,7 +16,6 @@ from conftest import BIN, REPO
 from helpers import digest, run_command, setup_workdir, snakemake_jobs
 
 pytestmark = pytest.mark.slow
-LANGS = ("sw", "de")
 # artefacts that must be byte-identical between two runs (fasttext.reproducible is on by default)
 DETERMINISTIC = [
     "results/{lang}/fasttext/embeddings.safetensors",
