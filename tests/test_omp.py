@@ -78,6 +78,34 @@ def test_omp_signed_coefficients_reach_the_source_rows():
     assert stats["atoms_mean"] == 3 and stats["stopped_early"] == 1 and stats["residual_mean"] < 1e-6
 
 
+def test_omp_norm_atoms_rescales_the_combined_row_to_its_atoms_norms():
+    """init.omp.norm = atoms: the row of test_omp_signed_coefficients_reach_the_source_rows keeps its direction
+    and takes the |γ|-weighted mean norm of its atoms' source rows. Source row s is (s + 1) e_s, so the
+    atoms 1, 5, 7 (source rows 14, 10, 8) have norms 15, 11, 9 and γ ∝ (3, -2, 0.5): the norm is
+    (3·15 + 2·11 + 0.5·9) / 5.5 = 13.0, where the raw combination's is |(45, -22, 4.5)| / |x| = 14.1 (a
+    larger Σ|γ| would make it longer than any of its atoms); the copies and FOCUS's rows do not change."""
+    atoms = basis_and_pairs().float()
+    n = atoms.shape[0]
+    source = torch.diag(torch.arange(1, n + 1, dtype=torch.float32))
+    t_ov, s_ov = np.arange(n), n - 1 - np.arange(n)
+    x = 3 * atoms[1] - 2 * atoms[5] + 0.5 * atoms[7]
+    aux = torch.cat([atoms, x[None], torch.zeros(1, 8)])
+    mask = torch.ones(n + 2, dtype=torch.bool)
+    raw, raw_stats = omp_embeddings(source, t_ov, s_ov, aux, mask, n + 2, k=5, seed=3)
+    out, stats = omp_embeddings(source, t_ov, s_ov, aux, mask, n + 2, k=5, seed=3, norm="atoms")
+    expected = torch.zeros(n)
+    expected[[14, 10, 8]] = torch.tensor([45.0, -22.0, 4.5])
+    expected = expected / expected.norm() * (3 * 15 + 2 * 11 + 0.5 * 9) / 5.5
+    assert torch.allclose(out[n], expected, atol=1e-5)
+    assert out[n].norm() == pytest.approx(13.0, abs=1e-5)
+    assert raw[n].norm() == pytest.approx(float(torch.tensor([45.0, -22.0, 4.5]).norm() / x.norm()), rel=1e-5)
+    assert torch.equal(out[:n], raw[:n]) and torch.equal(out[n + 1:], raw[n + 1:])
+    assert stats["norm"] == "atoms" and raw_stats["norm"] == "combination"
+    assert stats["combined_norm_max"] == pytest.approx(float(raw[n].norm()), rel=1e-4)
+    with pytest.raises(VocabTransferError, match="init.omp.norm='unit'"):
+        omp_embeddings(source, t_ov, s_ov, aux, mask, n + 2, k=5, norm="unit")
+
+
 def test_omp_k1_picks_the_nearest_atom_by_absolute_cosine():
     """Nearest, as OMP defines it: the atom with the largest |<â, x̂>| (unit atoms, either sign), and its
     coefficient is that cosine. x = (1, 0.1, 0): cos with a0 = (0.9, 0.44, 0) is 0.938, with a1 = (-1, 0, 0)
@@ -158,7 +186,7 @@ def run_init(tmp_path, inputs, method, params, out="init"):
 def test_omp_and_omp_svd_run_through_the_init_stage(tmp_path, stage_inputs, one_thread):
     inputs, pairs, mask = stage_inputs
     params = omp_params()
-    assert params["init"]["omp"] == {"k": 4, "block_size": 256}
+    assert params["init"]["omp"] == {"k": 4, "block_size": 256, "norm": "combination"}
     assert "omp" in available() and callable(get_method("omp")) and callable(get_method("omp+svd"))
     runs = {m: run_init(tmp_path, inputs, m, params) for m in ("omp", "omp+svd", "focus")}
     emb = {m: load_file(str(p / "embeddings.safetensors"))["input_embeddings"] for m, p in runs.items()}

@@ -21,12 +21,18 @@ matching pursuit in the auxiliary (fastText) space (tokensurgeon: Goddard & Fern
    distance to the span of the selected ones is below float64's epsilon (scikit-learn's rules);
    in a d-dimensional fastText space that happens at d atoms at the latest.
 4. The new row is Σ_j γ_j E_src(j): the same coefficients on the source rows of the atoms
-   (`omp_embeddings`).
+   (`omp_embeddings`). With `norm: atoms` it is then rescaled to the mean source-row norm of its atoms,
+   weighted by |γ_j|: Σ_j |γ_j| ‖E_src(j)‖ / Σ_j |γ_j|. Signed least-squares coefficients are not
+   bounded (with 64 atoms in a 100-dim fastText space they fit x̂ almost exactly, Σ|γ| ≈ 3 on Gemma 3),
+   so the combined rows can be several times longer than any source row; where the LM head is tied to
+   the embeddings, as in Gemma, such a row's logit swamps the softmax wherever the token is a candidate
+   (measured on Gemma 3 → sw, 200 valid lines: 6.46 bits per byte with the raw rows, behind random's
+   4.60; config/gemma.yaml). tokensurgeon applies the raw combination, the default here (`combination`).
 
 Options (params `init.omp`; defaults in workflow/schemas/params.schema.yaml): `k`, the most atoms
 per token (64: the setting the tokensurgeon paper reports its results with, issue 21; mergekit's
 CLI default is 8), at most the overlapping tokens with a vector; `block_size` (new tokens per
-batch; memory and speed only).
+batch; memory and speed only); `norm` (`combination` or `atoms`, step 4).
 
 Complexity, with n atoms, m tokens to combine, fastText dimension d, hidden size D and k atoms:
 the correlations take k dense products (m x d) @ (d x n), m n d k in all; the Cholesky rows, the
@@ -59,17 +65,22 @@ from vocabtransfer.data.overlap import checked_pairs
 
 log = logging.getLogger(__name__)
 
+NORMS = ("combination", "atoms")  # params init.omp.norm (module doc, step 4)
+
 
 @register("omp")
 def omp(problem: TransferProblem) -> TransferResult:
     opts = merged(problem.options, "omp")
     k = integer(opts, "k", "init.omp")
     block_size = integer(opts, "block_size", "init.omp")
+    norm = opts["norm"]
+    if norm not in NORMS:
+        raise VocabTransferError(f"init.omp.norm={norm!r}: must be one of {', '.join(NORMS)}; fix params.yaml")
     check_problem(problem, "omp")
     embeddings, stats = omp_embeddings(
         problem.source_embeddings, problem.overlap_target_ids, problem.overlap_source_ids, problem.auxiliary,
         problem.auxiliary_mask, problem.target_size, k=k, seed=problem.seed, device=problem.device,
-        block_size=block_size, lang=problem.lang,
+        block_size=block_size, lang=problem.lang, norm=norm,
     )
     stats.update(special_overlap_stats(problem, "omp", "OMP combination or random row"))
     stats.update(method="omp", options=opts)
@@ -183,16 +194,18 @@ def omp_embeddings(
     device: str | torch.device = "cpu",
     block_size: int = 256,
     lang: str = "",
+    norm: str = "combination",
 ) -> tuple[torch.Tensor, dict]:
     """OMP rows for the new tokens with an auxiliary vector, FOCUS's rows for the rest (module doc).
 
-    Args mirror `methods.focus.focus_embeddings`; `k` is params `init.omp.k`.
+    Args mirror `methods.focus.focus_embeddings`; `k` and `norm` are params `init.omp.k` and `init.omp.norm`.
 
     Returns:
         ((target_size, D) float32 tensor on `device`, stats): copied, omp_combined and random rows,
         anchors (atoms to choose from), atoms_mean / atoms_max per token, stopped_early (tokens that
         used fewer than k atoms), residual_mean (mean ‖x̂ - Σ γ_j â_j‖ of the unit signals),
-        coef_abs_sum_mean (mean Σ|γ_j|), seconds.
+        coef_abs_sum_mean (mean Σ|γ_j|), norm, combined_norm_mean / combined_norm_max (the combined rows'
+        norms before any rescaling), source_norm_mean (the atoms' source rows), seconds.
     """
     start = time.perf_counter()
     device = torch.device(device)
@@ -229,14 +242,24 @@ def omp_embeddings(
     atoms = torch.nn.functional.normalize(aux[torch.from_numpy(anchor_t)].to(device, torch.float64), dim=1)
     anchor_src = source_embeddings.detach()[torch.from_numpy(anchor_s).to(source_embeddings.device)].to(
         device, torch.float64)
-    counts, residuals, coef_sums = [], [], []
+    if norm not in NORMS:
+        raise VocabTransferError(f"init.omp.norm={norm!r}: must be one of {', '.join(NORMS)}")
+    anchor_norm = anchor_src.norm(dim=1)
+    counts, residuals, coef_sums, raw_norms = [], [], [], []
     for s in progress(range(0, omp_ids.size, block_size), desc="OMP", unit="block"):
         ids = torch.from_numpy(omp_ids[s:s + block_size])
         signals = torch.nn.functional.normalize(aux[ids].to(device, torch.float64), dim=1)
         idx, coef, count = batch_omp(atoms, signals, k)
         valid = torch.arange(k, device=device) < count[:, None]
         combination = sparse_rows(idx, coef, valid, atoms.shape[0], torch.float64)
-        out[ids.to(device)] = (combination @ anchor_src).float()
+        rows = combination @ anchor_src
+        raw = rows.norm(dim=1)
+        if norm == "atoms":  # step 4: the |γ|-weighted mean norm of the atoms' source rows
+            weight = coef.abs() * valid
+            target = (weight * anchor_norm[idx]).sum(dim=1) / weight.sum(dim=1).clamp_min(1e-300)
+            rows = rows * torch.where(raw > 0, target / raw.clamp_min(1e-300), 1.0)[:, None]
+        out[ids.to(device)] = rows.float()
+        raw_norms.append(raw.cpu())
         residuals.append((signals - combination @ atoms).norm(dim=1).cpu())
         counts.append(count.cpu())
         coef_sums.append(coef.abs().sum(dim=1).cpu())
@@ -251,7 +274,9 @@ def omp_embeddings(
         "atoms_mean": round(float(count.mean()), 3) if count.numel() else 0.0,
         "atoms_max": int(count.max()) if count.numel() else 0,
         "stopped_early": int((count < k).sum()), "residual_mean": mean(residuals),
-        "coef_abs_sum_mean": mean(coef_sums), "seed": int(seed), "device": str(device),
+        "coef_abs_sum_mean": mean(coef_sums), "norm": norm, "combined_norm_mean": mean(raw_norms),
+        "combined_norm_max": round(float(torch.cat(raw_norms).max()), 4) if raw_norms else 0.0,
+        "source_norm_mean": round(float(anchor_norm.mean()), 4) if anchor_norm.numel() else 0.0, "seed": int(seed), "device": str(device),
         "seconds": round(time.perf_counter() - start, 3),
     }
     return out, stats
