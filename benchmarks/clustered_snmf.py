@@ -19,7 +19,8 @@ import time
 
 import torch
 
-from vocabtransfer.train import modeling as M
+from vocabtransfer.train import modeling
+from vocabtransfer.train.hub import load_tokenizer, resolve_model_path
 from vocabtransfer.init.factorize import factorize_source
 from vocabtransfer.init.factors import relative_error
 
@@ -37,9 +38,9 @@ def main() -> None:
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
 
-    path = M.resolve_model_path(args.model)
-    model, _ = M.load_source_model(path)
-    E = M.embedding_matrices(model, M.load_tokenizer(path))["input"].detach().float()
+    path = resolve_model_path(args.model)
+    model, _ = modeling.load_source_model(path)
+    E = modeling.embedding_matrices(model, load_tokenizer(path))["input"].detach().float()
     del model
     print(f"{args.model}: input embeddings {tuple(E.shape)}, rank {args.rank}, init {args.init}, "
           f"torch threads {torch.get_num_threads()}\n")

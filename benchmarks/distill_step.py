@@ -30,8 +30,8 @@ from pathlib import Path
 
 import torch
 
-from vocabtransfer.train import distill as D
-from vocabtransfer.train import heads as HD
+from vocabtransfer.train.distill import chunk_log_likelihoods, chunk_loss, collate_teacher, loss_terms, pack_pairs
+from vocabtransfer.train import heads
 from vocabtransfer.train.lmdata import LMCollator
 
 CACHE = Path(os.environ.get("VOCABTRANSFER_CACHE", Path.home() / ".cache" / "vocabtransfer")) / "benchmarks" / "distill"
@@ -93,38 +93,38 @@ def main() -> None:
     # data: the stage's preparation, timed per block
     ids = target(lines[20000:20400], add_special_tokens=False)["input_ids"]
     start = time.perf_counter()
-    blocks = D.pack_pairs(target, gemma, ids, args.seq_len)
+    blocks = pack_pairs(target, gemma, ids, args.seq_len)
     prep = (time.perf_counter() - start) / len(blocks)
     chosen = blocks[: args.batch]
     batch = LMCollator(target, "causal", 0)([b.input_ids for b in chosen])
-    batch.update(D.collate_teacher(chosen, gemma.pad_token_id))
-    head, teacher_head = HD.head_parts(student), HD.head_parts(teacher)
+    batch.update(collate_teacher(chosen, gemma.pad_token_id))
+    head, teacher_head = heads.head_parts(student), heads.head_parts(teacher)
     n_chunks, count = int(batch["n_chunks"]), int((batch["labels"][:, 1:] != -100).sum())
 
     # the cache's content: the teacher's chunk log-likelihoods of this batch
     with torch.no_grad():
         tb = {"input_ids": batch["teacher_input_ids"], "attention_mask": batch["teacher_attention_mask"],
               "labels": batch["teacher_labels"]}
-        th, tt = HD.predicted_hidden(teacher, tb, "causal", teacher_head)
-        t_lp = -HD.head_loss(teacher_head, th, tt, reduction="none")
+        th, tt = heads.predicted_hidden(teacher, tb, "causal", teacher_head)
+        t_lp = -heads.head_loss(teacher_head, th, tt, reduction="none")
         t_chunks = batch["teacher_chunks"][:, 1:][batch["teacher_labels"][:, 1:] != -100]
-        cached = D.chunk_log_likelihoods(t_lp, t_chunks, n_chunks)
+        cached = chunk_log_likelihoods(t_lp, t_chunks, n_chunks)
 
     def standard():
-        hidden, targets = HD.predicted_hidden(student, batch, "causal", head)
-        return HD.head_loss(head, hidden, targets, reduction="sum") / count
+        hidden, targets = heads.predicted_hidden(student, batch, "causal", head)
+        return heads.head_loss(head, hidden, targets, reduction="sum") / count
 
     def distill():
-        lm, chunk = D.loss_terms(student, teacher, batch, head=head, teacher_head=teacher_head,
-                                 temperature=args.temperature)
+        lm, chunk = loss_terms(student, teacher, batch, head=head, teacher_head=teacher_head,
+                               temperature=args.temperature)
         return args.alpha * chunk / n_chunks + (1 - args.alpha) * lm / count
 
     def from_cache():
-        hidden, targets = HD.predicted_hidden(student, batch, "causal", head)
-        rows = HD.head_loss(head, hidden, targets, reduction="none")
+        hidden, targets = heads.predicted_hidden(student, batch, "causal", head)
+        rows = heads.head_loss(head, hidden, targets, reduction="none")
         s_chunks = batch["chunks"][:, 1:][batch["labels"][:, 1:] != -100]
-        ll = D.chunk_log_likelihoods(-rows, s_chunks, n_chunks)
-        return args.alpha * D.chunk_loss(cached, ll, args.temperature).sum() / n_chunks + \
+        ll = chunk_log_likelihoods(-rows, s_chunks, n_chunks)
+        return args.alpha * chunk_loss(cached, ll, args.temperature).sum() / n_chunks + \
             (1 - args.alpha) * rows.sum() / count
 
     variants = {"standard": standard, "distill (teacher on the fly)": distill, "distill (cached teacher)": from_cache}

@@ -35,7 +35,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from vocabtransfer.train import losses as L  # noqa: E402
+from vocabtransfer.train import losses  # noqa: E402
+from vocabtransfer.train.fused_head import linear_objective_loss
 
 VARIANTS = ["materialised CE", "materialised selfish", "torch chunked CE", "fused standard", "fused selfish",
             "fused standard (torch)", "fused selfish (torch)", "dense-matmul floor"]
@@ -58,11 +59,11 @@ def loss_fn(variant: str):
     if variant == "materialised CE":
         return lambda h, w, y: F.cross_entropy(logits(h, w), y)
     if variant == "materialised selfish":
-        return lambda h, w, y: L.selfish_cross_entropy(logits(h, w), y, MARGIN)
+        return lambda h, w, y: losses.selfish_cross_entropy(logits(h, w), y, MARGIN)
     if variant == "torch chunked CE":
         return lambda h, w, y: F.linear_cross_entropy(h, w, y, options=torch.nn.LinearCrossEntropyOptions())
     objective = "selfish" if "selfish" in variant else "standard"
-    return lambda h, w, y: L.linear_objective_loss(h, w, y, objective=objective, margin=MARGIN)
+    return lambda h, w, y: linear_objective_loss(h, w, y, objective=objective, margin=MARGIN)
 
 
 def available(variant: str, device: str) -> bool:
@@ -166,7 +167,7 @@ def training_step(shape, dtype, device: str, repeat: int) -> list[dict]:
         sync(device)
         start = time.perf_counter()
         hidden = body(x).reshape(n, hdim)
-        L.linear_objective_loss(hidden, w, y, objective=objective, margin=MARGIN).backward()
+        linear_objective_loss(hidden, w, y, objective=objective, margin=MARGIN).backward()
         sync(device)
         if i >= 2:
             times[objective].append(time.perf_counter() - start)

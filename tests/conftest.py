@@ -151,10 +151,10 @@ def stage_dir(tmp_path, monkeypatch, corpus):
     `corpus` fixture ((tokenizer, its dir, the token text)), where the fasttext stage can run."""
     import shutil
 
-    from vocabtransfer.pipeline import paths as P
+    from vocabtransfer.pipeline import paths
 
     monkeypatch.chdir(tmp_path)
-    shutil.copytree(corpus[1], P.fill(P.TOKENIZER, lang="sw"))
-    Path(P.fill(P.PRETOK_TEXT, lang="sw")).parent.mkdir(parents=True)
-    shutil.copyfile(corpus[2], P.fill(P.PRETOK_TEXT, lang="sw"))
+    shutil.copytree(corpus[1], paths.fill(paths.TOKENIZER, lang="sw"))
+    Path(paths.fill(paths.PRETOK_TEXT, lang="sw")).parent.mkdir(parents=True)
+    shutil.copyfile(corpus[2], paths.fill(paths.PRETOK_TEXT, lang="sw"))
     return tmp_path

@@ -23,8 +23,8 @@ from conftest import BIN, REPO, shared_file
 from vocabtransfer import io
 from vocabtransfer.pipeline.config import validate_params
 from vocabtransfer.pipeline.stages import run_stage
-from vocabtransfer.train import modeling as M
-from vocabtransfer.train import parallel
+from vocabtransfer.train.hub import load_tokenizer, resolve_model_path
+from vocabtransfer.pipeline.stage import launch_prefix
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 
@@ -43,7 +43,7 @@ def wordpiece_tokenizer(lang: str, vocab_size: int = 300, n_lines: int = 300):
     is not, huggingface/tokenizers#1794, and tests then saw different data from run to run)."""
     from vocabtransfer.data.tokenizer import train_tokenizer
 
-    base = M.load_tokenizer(M.resolve_model_path(MINILM))
+    base = load_tokenizer(resolve_model_path(MINILM))
     return train_tokenizer(base, [list(text_lines(lang, n_lines))], vocab_size=vocab_size, min_frequency=0)
 
 
@@ -218,7 +218,7 @@ def save_dir(model, tokenizer, path: Path) -> Path:
 
 def make_ctx(func: str, wildcards: dict, inputs: dict, outputs: dict, params: dict):
     """A stage Context with explicit paths (the stage table entries live in stages.py)."""
-    from vocabtransfer.pipeline.stages import Context, Stage
+    from vocabtransfer.pipeline.stage import Context, Stage
 
     stage = Stage(name=func.split(":")[0].rsplit(".", 1)[-1], func=func, help="", wildcards=tuple(wildcards))
     return Context(stage=stage, params=params, wildcards=wildcards, input={k: Path(v) for k, v in inputs.items()},
@@ -290,7 +290,7 @@ TOLERANCE = 1e-5  # absolute, on losses and weights; measured: <= 1.3e-6 (a per-
 
 def launch_args(processes: int) -> list[str]:
     """The arguments after `accelerate launch` of `parallel.launch_prefix` (the Snakemake rule's command)."""
-    return parallel.launch_prefix(processes).split()[2:]
+    return launch_prefix(processes).split()[2:]
 
 
 def launch(root: Path, processes: int, objective: str = "selfish") -> subprocess.Popen:

@@ -10,10 +10,11 @@ import pyarrow as pa
 import pytest
 import torch
 
-from vocabtransfer.evaluate import gradient_scenarios as G
+from vocabtransfer.evaluate import gradient_scenarios
 from vocabtransfer import io
-from vocabtransfer.train import modeling as M
-from vocabtransfer.evaluate import token_frequency_loss as T
+from vocabtransfer.train import modeling
+from vocabtransfer.train.lmdata import lm_batches, pack_lines
+from vocabtransfer.evaluate import token_frequency_loss
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.train.losses import objective_loss
 
@@ -25,8 +26,8 @@ COUNTS = np.array([0, 10, 5, 5, 1, 0, 3, 2])
 
 
 def test_frequency_ranks_and_equal_type_buckets():
-    assert T.frequency_ranks(COUNTS).tolist() == [6, 0, 1, 2, 5, 7, 3, 4]
-    bucket, spans = T.frequency_buckets(COUNTS, 3, "equal_types")
+    assert token_frequency_loss.frequency_ranks(COUNTS).tolist() == [6, 0, 1, 2, 5, 7, 3, 4]
+    bucket, spans = token_frequency_loss.frequency_buckets(COUNTS, 3, "equal_types")
     # 6 seen types in 3 buckets of 2 ranks each; the 2 unseen types in bucket 3
     assert spans == [(0, 1, 2), (2, 3, 2), (4, 5, 2), (6, 7, 2)]
     assert bucket.tolist() == [3, 0, 0, 1, 2, 3, 1, 2]
@@ -34,11 +35,11 @@ def test_frequency_ranks_and_equal_type_buckets():
 
 def test_log_buckets():
     # edges floor(geomspace(1, 7, 4)) - 1 = floor(1, 1.91, 3.66, 7) - 1 = 0, 0, 2, 6 -> 0, 2, 6
-    bucket, spans = T.frequency_buckets(COUNTS, 3, "log")
+    bucket, spans = token_frequency_loss.frequency_buckets(COUNTS, 3, "log")
     assert spans == [(0, 1, 2), (2, 5, 4), (6, 7, 2)]
     assert bucket.tolist() == [2, 0, 0, 1, 1, 2, 1, 1]
     with pytest.raises(VocabTransferError, match="token_frequency_loss.scheme"):
-        T.frequency_buckets(COUNTS, 3, "quantile")
+        token_frequency_loss.frequency_buckets(COUNTS, 3, "quantile")
 
 
 def test_bucket_means_on_known_losses(monkeypatch):
@@ -53,12 +54,13 @@ def test_bucket_means_on_known_losses(monkeypatch):
         logits[torch.arange(len(t)), t] = a
         return torch.nn.functional.cross_entropy(logits, t, reduction="none"), t
 
-    monkeypatch.setattr(M, "token_losses", fixed)
-    bucket, spans = T.frequency_buckets(COUNTS, 3, "equal_types")
+    monkeypatch.setattr(modeling, "token_losses", fixed)
+    bucket, spans = token_frequency_loss.frequency_buckets(COUNTS, 3, "equal_types")
     # batch 0: two blocks, predicted positions in block 0 (x2) and block 1 (x2); batch 1: one block of five
     labels = [torch.tensor([[1, 2, -100], [6, -100, 0]]), torch.tensor([[4, 1, 5, 7, 3]])]
     batches = [{"i": 0, "labels": labels[0]}, {"i": 1, "labels": labels[1]}]
-    per_block, per_block_n = T.bucket_losses(torch.nn.Linear(1, 1), batches, "masked", bucket, len(spans))
+    per_block, per_block_n = token_frequency_loss.bucket_losses(torch.nn.Linear(1, 1), batches, "masked", bucket,
+                                                                len(spans))
     assert per_block_n.tolist() == [[2, 0, 0, 0], [0, 1, 0, 1], [1, 1, 2, 1]]  # (blocks, buckets)
     sums, n = per_block.sum(0), per_block_n.sum(0)
 
@@ -70,7 +72,7 @@ def test_bucket_means_on_known_losses(monkeypatch):
     expected = [[ce(2), ce(0), ce(1)], [ce(1), ce(2)], [ce(0.5), ce(3)], [ce(-1), ce(0)]]
     assert n.tolist() == [3, 2, 2, 2]
     assert (sums / n).tolist() == pytest.approx([sum(e) / len(e) for e in expected])
-    rows = T.rows_for("xx", "m", "init", 1, spans, sums, n)
+    rows = token_frequency_loss.rows_for("xx", "m", "init", 1, spans, sums, n)
     assert [r["loss"] for r in rows] == pytest.approx([sum(e) / len(e) for e in expected])
     assert [r["rank_lo"] for r in rows] == [0, 2, 4, 6] and rows[3]["n_types"] == 2
 
@@ -82,12 +84,12 @@ def wp():
 
 def test_token_counts_add_the_special_tokens(wp):
     ids = pa.array([[10, 11, 11], [12], []], type=pa.list_(pa.int32()))
-    counts = T.token_counts(ids, wp, "masked")
+    counts = token_frequency_loss.token_counts(ids, wp, "masked")
     assert counts[11] == 2 and counts[10] == 1 and counts[12] == 1
     assert counts[wp.cls_token_id] == 3 and counts[wp.sep_token_id] == 3
     assert counts.sum() == 4 + 6
     with pytest.raises(VocabTransferError, match="outside the tokenizer"):
-        T.token_counts(pa.array([[len(wp)]], type=pa.list_(pa.int32())), wp, "masked")
+        token_frequency_loss.token_counts(pa.array([[len(wp)]], type=pa.list_(pa.int32())), wp, "masked")
 
 
 # ------------------------------------------------------------------ gradient decomposition
@@ -127,14 +129,14 @@ def autograd_gradients(model, batch, kind, objective, margin=2.0):
 @pytest.mark.parametrize("objective", ["standard", "selfish"])
 def test_decomposition_sums_to_autograd_tied_bert(objective, wp, one_thread):
     model = tiny_bert(len(wp))
-    assert M.is_tied(model)
-    batch = M.lm_batches(wp, M.pack_lines(wp, text_lines("en", 12), 32), "masked", 4, seed=1)[0]
+    assert modeling.is_tied(model)
+    batch = lm_batches(wp, pack_lines(wp, text_lines("en", 12), 32), "masked", 4, seed=1)[0]
     model.eval()
-    parts = G.decompose(model, batch, "masked", objective, margin=1.0)
+    parts = gradient_scenarios.decompose(model, batch, "masked", objective, margin=1.0)
     full, _ = autograd_gradients(model, batch, "masked", objective, margin=1.0)
     total = parts["input"] + parts["output_target"] + parts["output_nontarget"]
     torch.testing.assert_close(total, full, rtol=1e-4, atol=1e-6)
-    for p in G.PARTS:
+    for p in gradient_scenarios.PARTS:
         assert parts[p].norm() > 0
     # target rows only where a token is a target, input rows only where it is an input
     targets = set(batch["labels"][batch["labels"] != -100].tolist())
@@ -146,11 +148,11 @@ def test_decomposition_sums_to_autograd_tied_bert(objective, wp, one_thread):
 def test_selfish_nontarget_gradient_is_smaller_than_standard(wp, one_thread):
     model = tiny_bert(len(wp), seed=4)
     with torch.no_grad():  # spread the logits (a random model's are all alike), so the margin bites
-        M.output_bias(model).copy_(torch.randn(len(wp), generator=torch.Generator().manual_seed(0)) * 3)
-    batch = M.lm_batches(wp, M.pack_lines(wp, text_lines("en", 12), 32), "masked", 4, seed=1)[0]
+        modeling.output_bias(model).copy_(torch.randn(len(wp), generator=torch.Generator().manual_seed(0)) * 3)
+    batch = lm_batches(wp, pack_lines(wp, text_lines("en", 12), 32), "masked", 4, seed=1)[0]
     model.eval()
-    std = G.decompose(model, batch, "masked", "standard")["output_nontarget"].norm(dim=1)
-    sel = G.decompose(model, batch, "masked", "selfish", margin=1.0)["output_nontarget"].norm(dim=1)
+    std = gradient_scenarios.decompose(model, batch, "masked", "standard")["output_nontarget"].norm(dim=1)
+    sel = gradient_scenarios.decompose(model, batch, "masked", "selfish", margin=1.0)["output_nontarget"].norm(dim=1)
     # the tokens far below the targets leave the softmax, so most tokens are pushed less; the kept
     # ones share the renormalised mass, so the total need not drop
     assert (sel < std).float().mean() > 0.7
@@ -160,7 +162,7 @@ def test_decomposition_tied_gpt2(one_thread):
     model = gpt2(50)
     batch = causal_batch(50)
     model.eval()
-    parts = G.decompose(model, batch, "causal", "selfish")
+    parts = gradient_scenarios.decompose(model, batch, "causal", "selfish")
     full, _ = autograd_gradients(model, batch, "causal", "selfish")
     torch.testing.assert_close(parts["input"] + parts["output_target"] + parts["output_nontarget"], full,
                                rtol=1e-4, atol=1e-6)
@@ -168,10 +170,10 @@ def test_decomposition_tied_gpt2(one_thread):
 
 def test_decomposition_untied_llama(one_thread):
     model = tiny_llama(50)
-    assert not M.is_tied(model)
+    assert not modeling.is_tied(model)
     batch = causal_batch(50, seed=2)
     model.eval()
-    parts = G.decompose(model, batch, "causal", "standard")
+    parts = gradient_scenarios.decompose(model, batch, "causal", "standard")
     inp, out = autograd_gradients(model, batch, "causal", "standard")
     torch.testing.assert_close(parts["input"], inp, rtol=1e-4, atol=1e-6)
     torch.testing.assert_close(parts["output_target"] + parts["output_nontarget"], out, rtol=1e-4, atol=1e-6)
@@ -198,23 +200,25 @@ def test_stages_end_to_end(tmp_path, wp, one_thread, caplog):
               "token_frequency_loss": {"buckets": 4, "scheme": "equal_types", "max_lines": 40, "seq_len": 64,
                                        "batch_size": 8},
               "gradient_scenarios": {"batches": 2, "batch_size": 4, "seq_len": 64, "plot_bins": 10}}
-    assert T.scored_models(params, "xx") == [("focus", "init", 1), ("focus", "standard", 1), ("focus", "selfish", 1)]
+    assert token_frequency_loss.scored_models(params, "xx") == [("focus", "init", 1), ("focus", "standard", 1),
+                                                                ("focus", "selfish", 1)]
 
     # token_frequency_loss
     io.write_parquet(pa.table({"text": text_lines("en", 40, start=2000)}), tmp_path / "xx" / "corpus" / "valid.parquet")
     source = save_dir(tiny_bert(len(wp), seed=9), wp, tmp_path / "source" / "model")
     inputs = {"train_ids": pretok / "train.parquet", "valid_ids": pretok / "valid.parquet",
               "valid_text": tmp_path / "xx" / "corpus" / "valid.parquet", "source_model": source,
-              T.model_key("focus", "init", 1): init, **{T.model_key("focus", o, 1): d for o, d in pre.items()}}
+              token_frequency_loss.model_key("focus", "init", 1): init,
+              **{token_frequency_loss.model_key("focus", o, 1): d for o, d in pre.items()}}
     out = tmp_path / "xx" / "token_frequency_loss.parquet"
     blocks = tmp_path / "xx" / "token_frequency_blocks.parquet"
     bpb = tmp_path / "xx" / "bits_per_byte.parquet"
     ctx = make_ctx("vocabtransfer.evaluate.token_frequency_loss:run", {"lang": "xx"}, inputs,
                    {"table": out, "blocks": blocks, "bits_per_byte": bpb, "plot": out.with_suffix(".png")}, params)
     with caplog.at_level("INFO", logger="vocabtransfer.evaluate.token_frequency_loss"):
-        T.run(ctx)
+        token_frequency_loss.run(ctx)
     table = io.read_parquet(out)
-    assert table.schema == T.SCHEMA
+    assert table.schema == token_frequency_loss.SCHEMA
     rows = table.to_pylist()
     models = list(dict.fromkeys((r["method"], r["objective"]) for r in rows))
     assert models == [("focus", "init"), ("focus", "standard"), ("focus", "selfish")]
@@ -231,14 +235,15 @@ def test_stages_end_to_end(tmp_path, wp, one_thread, caplog):
     assert "| focus | selfish |" in caplog.text
     # per held-out block: the cells add up to each model's bucket totals
     cells = io.read_parquet(blocks).to_pandas()
-    assert io.read_parquet(blocks).schema == T.BLOCKS_SCHEMA and cells["n_tokens"].min() > 0
+    assert io.read_parquet(blocks).schema == token_frequency_loss.BLOCKS_SCHEMA and cells["n_tokens"].min() > 0
     for (m, o, b), g in cells.groupby(["method", "objective", "bucket"]):
         row = next(r for r in rows if (r["method"], r["objective"], r["bucket"]) == (m, o, b))
         assert g["n_tokens"].sum() == row["n_tokens"]
         assert g["loss_sum"].sum() / g["n_tokens"].sum() == pytest.approx(row["loss"])
     # masked LMs: no bits per byte (null, and the log says why), their tokens and bytes per valid line counted
     lines = io.read_parquet(bpb)
-    assert lines.schema == T.BPB_SCHEMA and lines.num_rows == 4 * 40  # the source and the three models
+    # the source and the three models
+    assert lines.schema == token_frequency_loss.BPB_SCHEMA and lines.num_rows == 4 * 40
     per_line = lines.to_pandas()
     assert per_line["bits"].isna().all() and "bits per byte needs a causal LM" in caplog.text
     focus = per_line[per_line["objective"] == "standard"]
@@ -251,17 +256,17 @@ def test_stages_end_to_end(tmp_path, wp, one_thread, caplog):
                     {"lang": "xx", "method": "focus", "objective": "selfish", "pseed": "1"},
                     {"train_ids": pretok / "train.parquet", "init": init, "pretrain": pre["selfish"]},
                     {"table": gout, "plot": gout.with_suffix(".png")}, params)
-    G.run(gctx)
+    gradient_scenarios.run(gctx)
     gt = io.read_parquet(gout)
-    assert gt.schema == G.SCHEMA and gt.num_rows == 2 * len(wp)
+    assert gt.schema == gradient_scenarios.SCHEMA and gt.num_rows == 2 * len(wp)
     d = gt.to_pandas()
     assert list(d["phase"].unique()) == ["start", "end"]
     start = d[d["phase"] == "start"]
     assert sorted(start["rank"]) == list(range(len(wp)))
     # input gradient exactly on the tokens of the sampled batches (after masking: [MASK] and random
     # replacements too), target gradient exactly on their targets
-    batches = G.sample_batches(wp, T.read_ids(pretok / "train.parquet"), "masked", batches=2, batch_size=4,
-                               seq_len=64, seed=5)
+    batches = gradient_scenarios.sample_batches(wp, token_frequency_loss.read_ids(pretok / "train.parquet"), "masked",
+                                                batches=2, batch_size=4, seq_len=64, seed=5)
     inputs_seen = set(torch.cat([b["input_ids"][b["attention_mask"] == 1] for b in batches]).tolist())  # no padding
     targets_seen = set(torch.cat([b["labels"][b["labels"] != -100] for b in batches]).tolist())
     assert set(start.loc[start["input_norm"] > 0, "token_id"]) == inputs_seen

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from vocabtransfer.pipeline import availability as A
-from vocabtransfer.pipeline import plan as PL
+from vocabtransfer.pipeline import availability
+from vocabtransfer.pipeline.plan import preflight
 from vocabtransfer.pipeline import dvcgen
 from vocabtransfer.pipeline.config import validate_params
 from vocabtransfer.errors import VocabTransferError, brief
@@ -49,9 +49,9 @@ def xx_params(**init_eval) -> dict:
 def test_corpus_only_language_has_every_job_that_needs_nothing_more(shared_data, data_root):
     corpus_only_root(data_root, shared_data, lines=10)
     params = xx_params()
-    assert A.methods(params, "xx") == ["random", "fvt"]
+    assert availability.methods(params, "xx") == ["random", "fvt"]
     no_dictionary = "no dictionary: init.wechsel.dictionaries has no entry for xx"
-    assert PL.preflight(params) == [
+    assert preflight(params) == [
         "skipping source_fasttext (no language can run init wechsel)",
         f"xx: skipping word_fasttext (init wechsel does not run: {no_dictionary})",
         "skipping source_snmf (init.methods has no snmf or <method>+snmf)",
@@ -77,16 +77,16 @@ def test_corpus_only_language_has_every_job_that_needs_nothing_more(shared_data,
     assert stages["init_eval"]["foreach"]["xx"] == {"lang": "xx", "data_source_text": f"{data_root}/pretrain_text/en.txt"}
     # a dictionary that is named but missing is a skip too, with the file
     params["init"]["wechsel"]["dictionaries"]["xx"] = "wechsel_dicts/xx.txt"
-    assert A.method_reason(params, "xx", "wechsel") == (f"no dictionary: {data_root}/wechsel_dicts/xx.txt not found "
-                                                        "(init.wechsel.dictionaries.xx)")
+    assert availability.method_reason(params, "xx", "wechsel") == (
+        f"no dictionary: {data_root}/wechsel_dicts/xx.txt not found (init.wechsel.dictionaries.xx)")
 
 
 def test_retrieval_sentences_zero_skips_retrieval(shared_data, data_root):
     corpus_only_root(data_root, shared_data, lines=10)
     (data_root / "xnli" / "dev-xx.tsv").symlink_to(shared_data / "xnli" / "dev-sw.tsv")
-    assert A.retrieval_reason(xx_params(), "xx") is None
+    assert availability.retrieval_reason(xx_params(), "xx") is None
     params = xx_params(retrieval_sentences=0)
-    assert A.retrieval_reason(params, "xx") == "init_eval.retrieval_sentences is 0"
+    assert availability.retrieval_reason(params, "xx") == "init_eval.retrieval_sentences is 0"
     assert "data_xnli" not in STAGES["init_eval"].data_files(params, {"lang": "xx"})
     from vocabtransfer.evaluate.init_eval import read_xnli_premises
 
@@ -96,7 +96,7 @@ def test_retrieval_sentences_zero_skips_retrieval(shared_data, data_root):
 
 def test_a_missing_corpus_file_stops_before_any_job(data_root):
     with pytest.raises(VocabTransferError, match=r"corpus.sources.xx.path: .*pretrain_text/xx.txt not found"):
-        PL.preflight(xx_params())
+        preflight(xx_params())
 
 
 @pytest.mark.parametrize("make, match", [
@@ -124,7 +124,7 @@ def test_errors_are_one_line():
 
 
 def test_a_tokenizer_load_error_is_one_line(tmp_path):
-    from vocabtransfer.train.modeling import load_tokenizer
+    from vocabtransfer.train.hub import load_tokenizer
 
     (tmp_path / "tok").mkdir()
     (tmp_path / "tok" / "tokenizer.json").write_text("{not json")

@@ -23,7 +23,7 @@ import yaml
 from conftest import BAD_INPUTS
 
 from vocabtransfer import io
-from vocabtransfer.pipeline import paths as P
+from vocabtransfer.pipeline import paths
 from vocabtransfer.pipeline.config import validate_params
 from vocabtransfer.pipeline.stages import run_stage
 
@@ -43,7 +43,7 @@ def good(tmp_path_factory, shared_data):
     """A work directory with valid artefacts up to overlap, plus a tiny source model."""
     from transformers import BertConfig, BertForMaskedLM
 
-    from vocabtransfer.train.modeling import load_tokenizer, resolve_model_path
+    from vocabtransfer.train.hub import load_tokenizer, resolve_model_path
 
     root = tmp_path_factory.mktemp("good")
     data = root / "data"
@@ -62,8 +62,8 @@ def good(tmp_path_factory, shared_data):
         torch.manual_seed(0)
         model = BertForMaskedLM(BertConfig(vocab_size=len(source_tok), hidden_size=32, num_hidden_layers=1,
                                            num_attention_heads=2, intermediate_size=32, max_position_embeddings=64))
-        model.save_pretrained(root / P.SOURCE_MODEL)
-        source_tok.save_pretrained(root / P.SOURCE_MODEL)
+        model.save_pretrained(root / paths.SOURCE_MODEL)
+        source_tok.save_pretrained(root / paths.SOURCE_MODEL)
         run_stage("overlap", params, {"lang": "sw"}, threads=1)
     (root / "params.yaml").write_text(yaml.safe_dump(PARAMS, sort_keys=False))
     return root
@@ -77,7 +77,7 @@ def _copy(good: Path, dest: Path) -> Path:
 def _outputs(stage: str, wildcards: dict) -> list[Path]:
     from vocabtransfer.pipeline.stages import STAGES
 
-    return [Path(P.fill(t, **wildcards)) for t in STAGES[stage].outputs.values()]
+    return [Path(paths.fill(t, **wildcards)) for t in STAGES[stage].outputs.values()]
 
 
 def _truncate(path: Path) -> None:
@@ -129,7 +129,7 @@ def _checksum_mismatch(work: Path) -> None:
 
 def _wordlevel_bin(breaker):
     def edit(work: Path) -> None:
-        shutil.copy(work / P.fill(P.FASTTEXT_BIN, lang="sw"), work / "data" / "words.bin")
+        shutil.copy(work / paths.fill(paths.FASTTEXT_BIN, lang="sw"), work / "data" / "words.bin")
         breaker(work / "data" / "words.bin")
         _params(**{"fasttext.mode": "wordlevel", "fasttext.pretrained_path": "words.bin"})(work)
     return edit
@@ -140,7 +140,7 @@ def _headless_causal_source(work: Path) -> None:
     bits per byte asked for (init_eval.bits_per_byte defaults to true)."""
     from transformers import LlamaConfig, LlamaModel
 
-    source = work / P.SOURCE_MODEL
+    source = work / paths.SOURCE_MODEL
     for path in source.glob("model*.safetensors"):
         path.unlink()
     n = json.loads((source / "config.json").read_text())["vocab_size"]
@@ -155,16 +155,16 @@ def _special_clash(work: Path) -> None:
     """The target tokenizer gains a special token that MiniLM's vocabulary has as an ordinary word."""
     from transformers import AutoTokenizer
 
-    path = work / P.fill(P.TOKENIZER, lang="sw")
+    path = work / paths.fill(paths.TOKENIZER, lang="sw")
     tok = AutoTokenizer.from_pretrained(path)
     tok.add_special_tokens({"additional_special_tokens": ["hello"]})
     tok.save_pretrained(path)
 
 
 SW = {"lang": "sw"}
-FT_EMB = P.fill(P.FASTTEXT_EMB, lang="sw")
-OVERLAP = P.fill(P.OVERLAP, lang="sw")
-CORPUS = P.fill(P.CORPUS_TRAIN, lang="sw")
+FT_EMB = paths.fill(paths.FASTTEXT_EMB, lang="sw")
+OVERLAP = paths.fill(paths.OVERLAP, lang="sw")
+CORPUS = paths.fill(paths.CORPUS_TRAIN, lang="sw")
 # (case, stage, wildcards, how to break the inputs, words the one error line must contain)
 CASES = [
     ("corpus text missing", "corpus", SW, lambda w: (w / "data" / "sw.txt").unlink(), ["sw.txt"]),
@@ -175,9 +175,9 @@ CASES = [
     ("corpus parquet missing", "tokenizer", SW, lambda w: (w / CORPUS).unlink(), ["train.parquet"]),
     ("corpus parquet truncated", "tokenizer", SW, _on(CORPUS, _truncate), ["train.parquet"]),
     ("corpus parquet corrupted", "tokenizer", SW, _on(CORPUS, _garbage), ["train.parquet"]),
-    ("tokenizer.json corrupted", "pretokenize", SW, _on(P.fill(P.TOKENIZER, lang="sw") + "/tokenizer.json", _garbage),
-     ["tokenizer"]),
-    ("pretokenised text empty", "fasttext", SW, lambda w: (w / P.fill(P.PRETOK_TEXT, lang="sw")).write_text(""),
+    ("tokenizer.json corrupted", "pretokenize", SW,
+     _on(paths.fill(paths.TOKENIZER, lang="sw") + "/tokenizer.json", _garbage), ["tokenizer"]),
+    ("pretokenised text empty", "fasttext", SW, lambda w: (w / paths.fill(paths.PRETOK_TEXT, lang="sw")).write_text(""),
      ["train.tokens.txt"]),
     ("pretrained fastText .bin truncated", "fasttext", SW, _wordlevel_bin(_truncate), ["words.bin"]),
     ("pretrained fastText .bin corrupted", "fasttext", SW, _wordlevel_bin(_garbage), ["words.bin"]),
@@ -194,7 +194,7 @@ CASES = [
     ("omp k above the overlap", "init", {**SW, "method": "omp", "pseed": "1"},
      _params(**{"init.methods": ["focus", "ofa", "omp"], "init.omp.k": 100_000}), ["init.omp.k=100000", "at most"]),
     ("source model weights corrupted", "init", {**SW, "method": "focus", "pseed": "1"},
-     _on(P.SOURCE_MODEL + "/model.safetensors", _garbage), ["results/source/model", "cannot load"]),
+     _on(paths.SOURCE_MODEL + "/model.safetensors", _garbage), ["results/source/model", "cannot load"]),
     ("source without LM head, bits per byte asked", "init_eval", SW, _headless_causal_source,
      ["results/source/model/model.safetensors", "no LM head", "init_eval.bits_per_byte: false"]),
 ]

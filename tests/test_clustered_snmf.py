@@ -11,13 +11,13 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from vocabtransfer.init import stage as I
+from vocabtransfer.init import stage
 from vocabtransfer import io
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.init.factorize import factorize_source
 from vocabtransfer.init.factors import relative_error
 from vocabtransfer.init.semi_nmf import block_coefficients, clustered_semi_nmf, expand_blocks, semi_nmf
-from vocabtransfer.init.methods import TransferProblem
+from vocabtransfer.init.methods.registry import TransferProblem
 from vocabtransfer.init.methods.snmf import snmf
 
 from helpers import Tok, bpe_tokenizer, make_ctx, tiny_llama, write_inputs
@@ -191,10 +191,11 @@ def test_source_snmf_stores_clusters_compactly_and_refuses_other_clusters(tmp_pa
     assert sum(meta["input"]["stats"]["cluster_sizes"]) == V
 
     # load_factors expands to the block-structured W', equal to the inline factorisation
-    import vocabtransfer.train.modeling as M
+    from vocabtransfer.train import modeling
+    from vocabtransfer.train.hub import load_tokenizer
 
-    model, _ = M.load_source_model(inputs["source_model"])
-    matrices = M.embedding_matrices(model, M.load_tokenizer(inputs["source_model"]))
+    model, _ = modeling.load_source_model(inputs["source_model"])
+    matrices = modeling.embedding_matrices(model, load_tokenizer(inputs["source_model"]))
     section = snmf_params(clusters=3)["init"]["snmf"]
     loaded = source_snmf.load_factors(factors, matrices, section, seed=7)
     W, H, stats, labels = loaded["input"]
@@ -203,7 +204,7 @@ def test_source_snmf_stores_clusters_compactly_and_refuses_other_clusters(tmp_pa
     assert stats["cached"] == str(factors)
 
     # init with the stored factors gives the same artefact as factorising inline
-    run = lambda params, out, extra: I.run(make_ctx(  # noqa: E731
+    run = lambda params, out, extra: stage.run(make_ctx(  # noqa: E731
         "vocabtransfer.init.stage:run", {"lang": "sw", "method": "snmf"}, {**inputs, **extra},
         {"init": tmp_path / out}, params))
     run(snmf_params(clusters=3), "shared", {"snmf_factors": factors})

@@ -114,17 +114,18 @@ def test_default_pretrain_methods_follow_init_methods_but_an_explicit_list_is_ch
 
 
 def test_pretrain_pairs_choose_the_runs_and_a_pair_outside_methods_x_objectives_is_refused():
-    from vocabtransfer.pipeline import availability as A
+    from vocabtransfer.pipeline import availability
 
     params = validate_params({**load_params(REPO / "params.yaml"),
                               "init": {"methods": ["random", "focus", "omp"]},
                               "pretrain": {"methods": ["random", "focus", "omp"], "objectives": ["standard", "selfish"],
                                            "pairs": ["random-standard", "focus-selfish", "focus-standard"], "seeds": 2}})
     # the order is methods × objectives, whatever the order of the list
-    assert A.pretrain_pairs(params) == [("random", "standard"), ("focus", "standard"), ("focus", "selfish")]
-    assert A.pretrain_runs(params) == [(m, o, s) for m, o in A.pretrain_pairs(params) for s in (1, 2)]
+    assert availability.pretrain_pairs(params) == [("random", "standard"), ("focus", "standard"), ("focus", "selfish")]
+    assert availability.pretrain_runs(params) == [(m, o, s) for m, o in availability.pretrain_pairs(params)
+                                                  for s in (1, 2)]
     params["pretrain"]["pairs"] = None  # every method × objective
-    assert len(A.pretrain_pairs(params)) == 6
+    assert len(availability.pretrain_pairs(params)) == 6
     with pytest.raises(VocabTransferError, match=r"pretrain.pairs: omp-distill is not a pretrain.methods × "
                                                  r"pretrain.objectives pair"):
         validate_params({**params, "pretrain": {**params["pretrain"], "pairs": ["omp-distill"]}})

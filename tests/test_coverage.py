@@ -6,15 +6,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from vocabtransfer.evaluate import coverage as C
-from vocabtransfer.evaluate import stats as S
+from vocabtransfer.evaluate import coverage
+from vocabtransfer.evaluate import stats
 
 
 def test_coverage_of_the_report_interval_is_at_least_93_percent_at_every_study_size():
-    rows = C.table(sims=200, resamples=500, seed=0)
-    assert len(rows) == len(C.FINETUNE_SEEDS) * len(C.CLUSTERS) * len(C.SCENARIOS)
+    rows = coverage.table(sims=200, resamples=500, seed=0)
+    assert len(rows) == len(coverage.FINETUNE_SEEDS) * len(coverage.CLUSTERS) * len(coverage.SCENARIOS)
     low = [r for r in rows if r["coverage"] < 0.93]
-    assert not low, C.markdown(rows)
+    assert not low, coverage.markdown(rows)
     # and not by making every interval enormous: on average it holds the truth about 95 % of the time
     assert np.mean([r["coverage"] for r in rows]) < 0.99
 
@@ -23,19 +23,19 @@ def test_the_simulation_catches_an_interval_that_ignores_the_seeds():
     """The cluster-only part of the interval (the seed variance left out) covers far less than 95 %
     when the seeds dominate: the simulation would flag such a method."""
     rng = np.random.default_rng(1)
-    scenario = C.SCENARIOS[0]
+    scenario = coverage.SCENARIOS[0]
     assert scenario.name == "seeds dominate"
     hits = 0
     for i in range(200):
-        a, b = C.synthetic_study(rng, scenario, 3, 1, 120)
-        s = S.spread(a, b, resamples=500, seed=i)
-        cluster_only = S.Spread(s.point, s.v_test, s.df_test, 0.0, s.df_seed, s.n_pseeds, s.n_fseeds, s.n_clusters)
-        hits += abs(s.point - C.DELTA) <= cluster_only.half_width(0.95)
+        a, b = coverage.synthetic_study(rng, scenario, 3, 1, 120)
+        s = stats.spread(a, b, resamples=500, seed=i)
+        cluster_only = stats.Spread(s.point, s.v_test, s.df_test, 0.0, s.df_seed, s.n_pseeds, s.n_fseeds, s.n_clusters)
+        hits += abs(s.point - coverage.DELTA) <= cluster_only.half_width(0.95)
     assert hits / 200 < 0.6
 
 
 def test_synthetic_study_has_the_asked_design():
-    a, b = C.synthetic_study(np.random.default_rng(0), C.SCENARIOS[1], 3, 2, 10)
+    a, b = coverage.synthetic_study(np.random.default_rng(0), coverage.SCENARIOS[1], 3, 2, 10)
     assert sorted(a.parts) == sorted(b.parts) == [(p, f) for p in (1, 2, 3) for f in (1, 2)]
     assert len(a.clusters) == 10 and all(n.shape == (10,) and d.min() >= 1 for n, d in a.parts.values())
 
@@ -47,4 +47,5 @@ def test_cli_prints_the_coverage_table(capsys):
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "| pretraining seeds | fine-tuning seeds | clusters | seeds dominate | balanced | clusters dominate |"
     rows = [line for line in lines[2:] if line.startswith("| 3 |")]
-    assert len(rows) == len(C.FINETUNE_SEEDS) * len(C.CLUSTERS) and all(line.count(" %") == 3 for line in rows)
+    assert len(rows) == len(coverage.FINETUNE_SEEDS) * len(coverage.CLUSTERS)
+    assert all(line.count(" %") == 3 for line in rows)

@@ -104,56 +104,57 @@ def test_decoder_only_missing_task_head_is_a_skip_the_report_lists(tmp_path):
     """transformers has no CodeGenForSequenceClassification and there is no generic sequence-classification head
     (the generic heads, test_generic_heads.py, cover token classification and QA): the NLI job writes the reason
     instead of scores, and the report lists it under what was skipped (never a crash, never a score)."""
-    from vocabtransfer.evaluate import finetune_eval as FE
+    from vocabtransfer.evaluate import finetune_eval
     from vocabtransfer.evaluate.tasks import Splits, get_task
-    from vocabtransfer.pipeline import paths as P
-    from vocabtransfer.report import markdown as MD
-    from vocabtransfer.report import read as RD
+    from vocabtransfer.pipeline import paths
+    from vocabtransfer.report import markdown
+    from vocabtransfer.report import read
     model_dir = tiny_codegen(tmp_path / "codegen", bpe_tokenizer("sw"))
     params = validate_params({"languages": ["sw"], "source_model": str(model_dir),
                               "corpus": {"sources": {"sw": {"path": "sw.txt"}}},
                               "pretrain": {"methods": ["focus"]}, "init": {"methods": ["focus"]},
                               "eval": {"models": ["source"]}})
-    assert FE.missing_head("AutoModelForSequenceClassification", model_dir) is not None
+    assert finetune_eval.missing_head("AutoModelForSequenceClassification", model_dir) is not None
     nli = get_task("nli", params["eval"]["tasks"]["nli"])
     example = {"id": "0", "group": "0", "cluster": "0", "premise": "Juma yuko", "hypothesis": "Juma", "label": 0}
-    result, trainer = FE.finetune(task=nli, splits=Splits(train=[example], test=[example]), model_dir=model_dir,
-                                  seed=1, output_dir=tmp_path / "ckpt")
+    result, trainer = finetune_eval.finetune(task=nli, splits=Splits(train=[example], test=[example]),
+                                             model_dir=model_dir, seed=1, output_dir=tmp_path / "ckpt")
     assert trainer is None and set(result) == {"not_run"}
     assert "SequenceClassification" in result["not_run"] and "'codegen'" in result["not_run"]
     assert "no generic SequenceClassification head" in result["not_run"]
-    written = tmp_path / P.fill(P.EVAL_RESULT, lang="sw", task="nli", model="source", seed="1")
+    written = tmp_path / paths.fill(paths.EVAL_RESULT, lang="sw", task="nli", model="source", seed="1")
     written.parent.mkdir(parents=True)
     written.write_text(json.dumps({"task": "nli", "model": "source", **result}))
-    plan = RD.plan(params)
+    plan = read.plan(params)
     plan.evals["sw"] = [{"task": "nli", "model": "source", "seed": 1}]
-    lang = RD.read_language("sw", plan, tmp_path)
+    lang = read.read_language("sw", plan, tmp_path)
     assert "nli" not in lang.evals and lang.skipped["nli"] == result["not_run"]
-    assert f"* sw / nli: {result['not_run']}" in MD.skipped_section([lang], plan)
+    assert f"* sw / nli: {result['not_run']}" in markdown.skipped_section([lang], plan)
 
 
 def test_decoder_only_lm_head_bias_moves_with_its_tokens(tmp_path):
     """An untied LM head with a bias (GPT-J): the target model's bias is the source bias for overlapping
     tokens and the mean source bias elsewhere, and it survives save and reload."""
     from vocabtransfer.init.stage import transfer_bias
-    from vocabtransfer.train import modeling as M
+    from vocabtransfer.train import modeling
+    from vocabtransfer.train.hub import load_tokenizer
     source = tiny_gptj(tmp_path / "gptj", bpe_tokenizer("en"))
     target_tok = bpe_tokenizer("sw", vocab_size=280)
     target_tok.save_pretrained(tmp_path / "target")
-    model, _ = M.load_source_model(source)
+    model, _ = modeling.load_source_model(source)
     with torch.no_grad():
         model.lm_head.bias.copy_(torch.randn_like(model.lm_head.bias))
     model.save_pretrained(source)
     src_bias = model.lm_head.bias.detach().clone()
-    src_vocab, tgt_vocab = M.load_tokenizer(source).get_vocab(), target_tok.get_vocab()
+    src_vocab, tgt_vocab = load_tokenizer(source).get_vocab(), target_tok.get_vocab()
     shared = sorted(set(src_vocab) & set(tgt_vocab))[:20]
     t_ids = np.array([tgt_vocab[w] for w in shared])
     s_ids = np.array([src_vocab[w] for w in shared])
     n = len(target_tok)
     bias = transfer_bias(src_bias, n, t_ids, s_ids)
-    target = M.build_target_model(source, tmp_path / "target", torch.randn(n, 32), torch.randn(n, 32), bias=bias)
-    assert not M.is_tied(target)
-    M.save_model_dir(target, target_tok, tmp_path / "out")
+    target = modeling.build_target_model(source, tmp_path / "target", torch.randn(n, 32), torch.randn(n, 32), bias=bias)
+    assert not modeling.is_tied(target)
+    modeling.save_model_dir(target, target_tok, tmp_path / "out")
     reloaded = _causal(tmp_path / "out")
     got = reloaded.lm_head.bias.detach()
     assert got.shape == (n,) and torch.equal(got[t_ids], src_bias[s_ids])

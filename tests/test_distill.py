@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.train import distill as D
-from vocabtransfer.train import heads as HD
+from vocabtransfer.train import distill
+from vocabtransfer.train import heads
 from vocabtransfer.train.lmdata import pack_ids
 
 from helpers import gpt2_seed, llama_seed, text_lines
@@ -42,42 +42,42 @@ def llama_tok():
 
 
 def test_chunks_of_gemma_and_byte_level_bpe_by_hand(gemma, byte_level):
-    g, b = D.Speller(gemma, "teacher"), D.Speller(byte_level, "student")
+    g, b = distill.Speller(gemma, "teacher"), distill.Speller(byte_level, "student")
     assert g.how.byte_fallback and not g.prepends_space and not b.prepends_space
     # Gemma: whole characters; byte-level BPE: every byte of ŋ € 😀 its own token (it splits the characters)
     ids, lengths = b.encode("ŋ€😀 abc")
     assert lengths[:9] == [1] * 9
-    assert D.chunk_spans("ŋ€😀 abc", b, g) == ["ŋ".encode(), "€".encode(), "😀".encode(), b" abc"]
+    assert distill.chunk_spans("ŋ€😀 abc", b, g) == ["ŋ".encode(), "€".encode(), "😀".encode(), b" abc"]
     # 𝔘 is not in Gemma's vocabulary: byte fallback <0xF0> <0x9D> <0x94> <0x98>, byte-level splits it too
     ids, lengths = g.encode("naïve café 𝔘")
     assert gemma.convert_ids_to_tokens(ids)[-4:] == ["<0xF0>", "<0x9D>", "<0x94>", "<0x98>"]
     assert lengths[-4:] == [1, 1, 1, 1]
-    assert D.chunk_spans("naïve café 𝔘", b, g) == [
+    assert distill.chunk_spans("naïve café 𝔘", b, g) == [
         b"na", "ï".encode(), b"ve", " café".encode(), b" ", b"\xf0", b"\x9d", b"\x94", b"\x98"]
     # Swahili: Gemma's "Hab|ari|▁za|▁as|ubu|hi" against byte-level's "Ha|ba|ri|Ġza|Ġa|su|bu|hi"
-    assert D.chunk_spans("Habari za asubuhi", b, g) == [b"Habari", b" za", b" asubu", b"hi"]
+    assert distill.chunk_spans("Habari za asubuhi", b, g) == [b"Habari", b" za", b" asubu", b"hi"]
 
 
 def test_chunks_of_llama_byte_fallback_and_byte_level(llama_tok, byte_level):
     """A Llama-style tokenizer writes a space before the text's first word (▁ prepended): its bytes are left
     out; its byte-fallback pieces and the byte-level tokens split the characters' bytes the same way."""
-    s, b = D.Speller(llama_tok), D.Speller(byte_level)
+    s, b = distill.Speller(llama_tok), distill.Speller(byte_level)
     assert s.prepends_space
     ids, lengths = s.encode("ŋ€ abc")
     assert llama_tok.convert_ids_to_tokens(ids)[:6] == ["▁", "<0xC5>", "<0x8B>", "<0xE2>", "<0x82>", "<0xAC>"]
     assert lengths[:6] == [0, 1, 1, 1, 1, 1]  # the prepended space spells nothing of the text
-    assert D.chunk_spans("ŋ€ abc", s, b) == [b"\xc5", b"\x8b", b"\xe2", b"\x82", b"\xac", b" a", b"b", b"c"]
-    spans = D.chunk_spans("Habari za asubuhi, rafiki!", s, b)
+    assert distill.chunk_spans("ŋ€ abc", s, b) == [b"\xc5", b"\x8b", b"\xe2", b"\x82", b"\xac", b" a", b"b", b"c"]
+    spans = distill.chunk_spans("Habari za asubuhi, rafiki!", s, b)
     assert b"".join(spans) == "Habari za asubuhi, rafiki!".encode()
 
 
 def test_chunk_ids_by_hand():
     # bytes "abcdef": A = ab|c|def, B = a|bcd|ef, specials (0 bytes) on both sides
-    a, b, n = D.chunk_ids([0, 2, 1, 3], [0, 1, 3, 2, 0])
+    a, b, n = distill.chunk_ids([0, 2, 1, 3], [0, 1, 3, 2, 0])
     assert n == 1 and a.tolist() == [-1, 0, 0, 0] and b.tolist() == [-1, 0, 0, 0, -1]
-    a, b, n = D.chunk_ids([2, 1, 3], [1, 1, 1, 3])  # ends {2,3,6} and {1,2,3,6}: chunks ab | c | def
+    a, b, n = distill.chunk_ids([2, 1, 3], [1, 1, 1, 3])  # ends {2,3,6} and {1,2,3,6}: chunks ab | c | def
     assert n == 3 and a.tolist() == [0, 1, 2] and b.tolist() == [0, 0, 1, 2]
-    a, b, n = D.chunk_ids([2, 2], [2, 1])  # B covers fewer bytes: the tokens past its end are in no chunk
+    a, b, n = distill.chunk_ids([2, 2], [2, 1])  # B covers fewer bytes: the tokens past its end are in no chunk
     assert n == 1 and a.tolist() == [0, -1] and b.tolist() == [0, -1]
 
 
@@ -86,17 +86,17 @@ def test_lossy_teacher_is_refused_in_one_line(byte_level):
 
     minilm = load_tokenizer("sentence-transformers/all-MiniLM-L6-v2")  # WordPiece: lower-cases, drops spaces
     with pytest.raises(VocabTransferError) as err:
-        D.Speller(minilm, "teacher tokenizer").encode("Habari za asubuhi")
+        distill.Speller(minilm, "teacher tokenizer").encode("Habari za asubuhi")
     assert "\n" not in str(err.value) and "teacher tokenizer" in str(err.value)
     no_bytes = llama_seed()  # a byte-fallback tokenizer without its byte pieces: unknown characters become <unk>
     with pytest.raises(VocabTransferError, match="does not reproduce the text's bytes"):
-        D.Speller(no_bytes, "teacher tokenizer").encode("ŋ abc")
+        distill.Speller(no_bytes, "teacher tokenizer").encode("ŋ abc")
 
 
 def test_pack_pairs_gives_the_student_blocks_of_pack_ids(gemma, llama_tok):
     lines = llama_tok(text_lines("sw", 60, start=1000) + ["ŋ€😀 𝔘 abc"], add_special_tokens=False)["input_ids"]
-    blocks = D.pack_pairs(llama_tok, gemma, lines, 48)
-    s_sp, t_sp = D.Speller(llama_tok), D.Speller(gemma)
+    blocks = distill.pack_pairs(llama_tok, gemma, lines, 48)
+    s_sp, t_sp = distill.Speller(llama_tok), distill.Speller(gemma)
     assert [b.input_ids for b in blocks] == pack_ids(llama_tok, lines, 48, kind="causal")
     for b in blocks:
         assert b.teacher_ids[0] == gemma.bos_token_id and b.teacher_ids[-1] == gemma.eos_token_id
@@ -130,18 +130,18 @@ def test_loss_equals_numpy_transcription(tau):
     ll_t, ll_s = -rng.exponential(2.0, 64), -rng.exponential(2.0, 64)
     bce, kl = numpy_loss(ll_t, ll_s, tau)
     t, s = torch.tensor(ll_t), torch.tensor(ll_s)
-    np.testing.assert_allclose(D.binary_ce(t, s, tau).numpy(), bce, rtol=1e-12, atol=1e-12)
-    np.testing.assert_allclose(D.chunk_loss(t, s, tau).numpy(), kl, rtol=1e-10, atol=1e-12)
-    assert (D.chunk_loss(t, s, tau) >= 0).all()
+    np.testing.assert_allclose(distill.binary_ce(t, s, tau).numpy(), bce, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(distill.chunk_loss(t, s, tau).numpy(), kl, rtol=1e-10, atol=1e-12)
+    assert (distill.chunk_loss(t, s, tau) >= 0).all()
     # the same gradient with respect to the student as binary_ce (they differ by a constant of the teacher)
     s1, s2 = s.clone().requires_grad_(), s.clone().requires_grad_()
-    D.binary_ce(t, s1, tau).sum().backward()
-    D.chunk_loss(t, s2, tau).sum().backward()
+    distill.binary_ce(t, s1, tau).sum().backward()
+    distill.chunk_loss(t, s2, tau).sum().backward()
     torch.testing.assert_close(s1.grad, s2.grad, rtol=1e-12, atol=1e-12)
     # chunk sums of token log-probabilities, then the summed loss
     token_lp = torch.tensor(-rng.exponential(1.0, 10))
     chunks = torch.tensor([-1, 0, 0, 1, 2, 2, 2, -1, 3, 3])
-    ll = D.chunk_log_likelihoods(token_lp, chunks, 4).numpy()
+    ll = distill.chunk_log_likelihoods(token_lp, chunks, 4).numpy()
     lp = token_lp.numpy()
     np.testing.assert_allclose(ll, [lp[1] + lp[2], lp[3], lp[4] + lp[5] + lp[6], lp[8] + lp[9]])
 
@@ -152,7 +152,7 @@ def test_gradcheck_float64():
     teacher_lp = torch.tensor(-rng.exponential(0.7, 9), dtype=torch.float64)
     s_chunks = torch.tensor([-1, 0, 0, 1, 1, 1, 2, 3, 3, 4, -1, 4])
     t_chunks = torch.tensor([-1, 0, 1, 1, 2, 3, 4, 4, -1])
-    f = lambda lp: D.distill_objective(lp, s_chunks, teacher_lp, t_chunks, 5, temperature=0.8)  # noqa: E731
+    f = lambda lp: distill.distill_objective(lp, s_chunks, teacher_lp, t_chunks, 5, temperature=0.8)  # noqa: E731
     assert torch.autograd.gradcheck(f, (token_lp,))
     # through the fused head: hidden states and head weight of a tiny case
     hidden = torch.randn(6, 4, dtype=torch.float64, requires_grad=True)
@@ -162,10 +162,10 @@ def test_gradcheck_float64():
     t_ll = torch.tensor([-1.5, -0.4, -2.0], dtype=torch.float64)
 
     def through_head(h, w):
-        from vocabtransfer.train.losses import linear_objective_loss
+        from vocabtransfer.train.fused_head import linear_objective_loss
 
         lp = -linear_objective_loss(h, w, targets, objective="standard", reduction="none")
-        return D.chunk_loss(t_ll, D.chunk_log_likelihoods(lp, chunks, 3), 1.3).sum()
+        return distill.chunk_loss(t_ll, distill.chunk_log_likelihoods(lp, chunks, 3), 1.3).sum()
 
     assert torch.autograd.gradcheck(through_head, (hidden, weight))
 
@@ -181,11 +181,11 @@ def test_zero_loss_and_zero_gradient_when_the_student_is_the_teacher(llama_tok):
         intermediate_size=64, max_position_embeddings=256, tie_word_embeddings=False,
         bos_token_id=llama_tok.bos_token_id, eos_token_id=llama_tok.eos_token_id)).double().eval()
     lines = llama_tok(text_lines("sw", 20, start=300), add_special_tokens=False)["input_ids"]
-    blocks = D.pack_pairs(llama_tok, llama_tok, lines, 64)
+    blocks = distill.pack_pairs(llama_tok, llama_tok, lines, 64)
     assert all(b.input_ids == b.teacher_ids and b.chunks == b.teacher_chunks for b in blocks)
     batch = _batch(llama_tok, blocks[:4])
-    head = HD.head_parts(model)
-    lm_sum, distill_sum = D.loss_terms(model, model, batch, head=head, teacher_head=head, temperature=1.0)
+    head = heads.head_parts(model)
+    lm_sum, distill_sum = distill.loss_terms(model, model, batch, head=head, teacher_head=head, temperature=1.0)
     assert int(batch["n_chunks"]) > 50 and lm_sum > 0
     assert abs(distill_sum.item()) < 1e-12
     distill_sum.backward()
@@ -194,7 +194,7 @@ def test_zero_loss_and_zero_gradient_when_the_student_is_the_teacher(llama_tok):
     # another student: a positive loss and a nonzero gradient
     model.zero_grad()
     other = LlamaForCausalLM(model.config).double().eval()
-    _, d = D.loss_terms(other, model, batch, head=HD.head_parts(other), teacher_head=head, temperature=1.0)
+    _, d = distill.loss_terms(other, model, batch, head=heads.head_parts(other), teacher_head=head, temperature=1.0)
     assert float(d) > 1e-3  # random tiny models: every chunk probability is small, so is their KL
     d.backward()
     assert any(p.grad is not None and p.grad.abs().max() > 1e-6 for p in other.parameters())
@@ -204,16 +204,16 @@ def _batch(tokenizer, blocks):
     from vocabtransfer.train.lmdata import LMCollator
 
     batch = LMCollator(tokenizer, "causal", 0)([b.input_ids for b in blocks])
-    batch.update(D.collate_teacher(blocks, tokenizer.pad_token_id or tokenizer.eos_token_id))
+    batch.update(distill.collate_teacher(blocks, tokenizer.pad_token_id or tokenizer.eos_token_id))
     return batch
 
 
 def test_bad_parameters_name_the_key():
     for bad in (0, -1.0, math.inf, math.nan, True):
         with pytest.raises(VocabTransferError, match=r"^pretrain\.distill\.temperature="):
-            D.check_temperature(bad)
+            distill.check_temperature(bad)
     for bad in (-0.1, 1.5, math.nan, None):
         with pytest.raises(VocabTransferError, match=r"^pretrain\.distill\.alpha="):
-            D.check_alpha(bad)
-    D.check_alpha(0)
-    D.check_alpha(1.0)
+            distill.check_alpha(bad)
+    distill.check_alpha(0)
+    distill.check_alpha(1.0)

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from conftest import REPO
-from vocabtransfer.pipeline import config as C
+from vocabtransfer.pipeline.config import SCHEMA_PATH
 from vocabtransfer.pipeline import params_doc
 
 DOCS = REPO / "docs"
@@ -24,7 +24,7 @@ KEYWORDS = {"$schema", "$defs", "$ref", "title", "description", "type", "propert
 
 
 def schema() -> dict:
-    return yaml.safe_load(C.SCHEMA_PATH.read_text(encoding="utf-8"))
+    return yaml.safe_load(SCHEMA_PATH.read_text(encoding="utf-8"))
 
 
 def schema_leaves(node: dict, root: dict, prefix: str = "") -> dict[str, dict]:

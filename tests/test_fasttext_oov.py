@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from vocabtransfer.data import auxiliary as A
+from vocabtransfer.data import auxiliary
 from vocabtransfer import io
-from vocabtransfer.pipeline import paths as P
+from vocabtransfer.pipeline import paths
 from vocabtransfer.pipeline.config import validate_params
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.pipeline.stages import run_stage
@@ -41,13 +41,13 @@ def corpus(tmp_path_factory, shared_data):
 
 @pytest.fixture(scope="module")
 def token_model(corpus):
-    return A.train_fasttext(corpus[2], seed=7, **FAST)
+    return auxiliary.train_fasttext(corpus[2], seed=7, **FAST)
 
 
 def test_subword_rows_are_the_ngram_vectors_of_the_vocabulary_string(corpus, token_model):
     tok = corpus[0]
-    emb, mask = A.token_vectors(token_model, tok, "tokenlevel")
-    emb2, mask2, subword = A.subword_vectors(token_model, tok, emb, mask)
+    emb, mask = auxiliary.token_vectors(token_model, tok, "tokenlevel")
+    emb2, mask2, subword = auxiliary.subword_vectors(token_model, tok, emb, mask)
     tokens = tok.convert_ids_to_tokens(list(range(len(tok))))
     special = set(tok.all_special_ids)
     assert 50 < int(mask.sum()) < len(tok) - 50  # a real mix of dictionary and rare tokens
@@ -87,10 +87,10 @@ class ZeroVectors:
 
 def test_all_zero_subword_vectors_stay_without_a_vector(corpus, token_model):
     tok = corpus[0]
-    emb, mask = A.token_vectors(token_model, tok, "tokenlevel")
+    emb, mask = auxiliary.token_vectors(token_model, tok, "tokenlevel")
     rare = [t for t, i in tok.get_vocab().items() if not mask[i] and i not in set(tok.all_special_ids)]
     zero = set(rare[::2])
-    emb2, mask2, subword = A.subword_vectors(ZeroVectors(token_model, zero), tok, emb, mask)
+    emb2, mask2, subword = auxiliary.subword_vectors(ZeroVectors(token_model, zero), tok, emb, mask)
     ids = tok.convert_tokens_to_ids(sorted(zero))
     assert not bool(subword[ids].any()) and not bool(mask2[ids].any()) and not bool(emb2[ids].any())
     kept = tok.convert_tokens_to_ids(sorted(set(rare) - zero))
@@ -107,14 +107,14 @@ def _params(**fasttext) -> dict:
 
 
 def _stats(template: str, **wc) -> dict:
-    return json.loads(Path(P.fill(template, **wc)).read_text())
+    return json.loads(Path(paths.fill(template, **wc)).read_text())
 
 
 def test_stage_oov_random_is_byte_identical_and_subword_adds_the_rows(stage_dir, corpus, token_model):
     tok = corpus[0]
-    emb_path = Path(P.fill(P.FASTTEXT_EMB, lang="sw"))
+    emb_path = Path(paths.fill(paths.FASTTEXT_EMB, lang="sw"))
     # what the stage wrote before the option existed: the dictionary rule, two tensors, three metadata keys
-    emb, mask = A.token_vectors(token_model, tok, "tokenlevel")
+    emb, mask = auxiliary.token_vectors(token_model, tok, "tokenlevel")
     io.save_tensors({"embeddings": emb, "mask": mask}, stage_dir / "before.safetensors",
                     metadata={"mode": "tokenlevel", "dim": 8, "seed": 7})
 
@@ -123,18 +123,18 @@ def test_stage_oov_random_is_byte_identical_and_subword_adds_the_rows(stage_dir,
     assert default_bytes == (stage_dir / "before.safetensors").read_bytes()
     run_stage("fasttext", _params(oov="random"), {"lang": "sw"}, threads=1)
     assert emb_path.read_bytes() == default_bytes
-    stats = _stats(P.FASTTEXT_STATS, lang="sw")
+    stats = _stats(paths.FASTTEXT_STATS, lang="sw")
     assert stats["oov"] == "random" and stats["tokens_from_subwords"] == 0
     assert stats["tokens_from_dictionary"] == stats["tokens_with_vector"] == int(mask.sum())
 
     run_stage("fasttext", _params(oov="subword"), {"lang": "sw"}, threads=1)
     saved = io.load_tensors(emb_path)
     assert set(saved) == {"embeddings", "mask", "subword"}
-    expected = A.subword_vectors(token_model, tok, emb, mask)
+    expected = auxiliary.subword_vectors(token_model, tok, emb, mask)
     for name, value in zip(("embeddings", "mask", "subword"), expected):
         assert torch.equal(saved[name], value), name
     assert io.tensor_metadata(emb_path) == {"mode": "tokenlevel", "dim": 8, "seed": 7, "oov": "subword"}
-    stats = _stats(P.FASTTEXT_STATS, lang="sw")
+    stats = _stats(paths.FASTTEXT_STATS, lang="sw")
     assert stats["tokens_from_dictionary"] == int(mask.sum())
     assert stats["tokens_from_subwords"] == int(expected[2].sum()) > 0
     assert stats["tokens_with_vector"] == stats["tokens_from_dictionary"] + stats["tokens_from_subwords"]
@@ -150,10 +150,10 @@ def test_stage_bucket_sets_the_ngram_rows_of_the_bin(stage_dir):
     sizes = {}
     for bucket in (1000, 2_000_000):
         run_stage("fasttext", _params(bucket=bucket), {"lang": "sw"}, threads=1)
-        path = Path(P.fill(P.FASTTEXT_BIN, lang="sw"))
-        ft = A.load_fasttext(path)
+        path = Path(paths.fill(paths.FASTTEXT_BIN, lang="sw"))
+        ft = auxiliary.load_fasttext(path)
         assert ft.get_input_matrix().shape == (len(ft.get_words(on_unicode_error="replace")) + bucket, 8)
-        assert _stats(P.FASTTEXT_STATS, lang="sw")["params"]["fasttext.bucket"] == bucket
+        assert _stats(paths.FASTTEXT_STATS, lang="sw")["params"]["fasttext.bucket"] == bucket
         sizes[bucket] = path.stat().st_size
     assert sizes[1000] * 100 < sizes[2_000_000]
     assert _params()["fasttext"]["bucket"] == 2_000_000
@@ -171,21 +171,21 @@ def test_oov_values_are_checked_before_any_work():
 def test_init_counts_rows_by_origin_and_uses_subword_vectors(stage_dir, corpus, one_thread):
     """focus, ofa and focus+svd combine the subword rows (instead of random ones), and the init
     stats say how many rows came from the overlap, dictionary vectors, subword vectors, or random."""
-    from vocabtransfer.train import modeling as M
+    from vocabtransfer.train.hub import load_tokenizer, resolve_model_path
 
     tok = corpus[0]
-    source_tok = M.load_tokenizer(M.resolve_model_path(MINILM))
-    save_dir(tiny_bert(len(source_tok)), source_tok, stage_dir / P.SOURCE_MODEL)
+    source_tok = load_tokenizer(resolve_model_path(MINILM))
+    save_dir(tiny_bert(len(source_tok)), source_tok, stage_dir / paths.SOURCE_MODEL)
     run_stage("source_model", _params(), {}, threads=1)
     run_stage("overlap", _params(), {"lang": "sw"}, threads=1)
     rows = {}
     for oov in ("random", "subword"):
         params = _params(oov=oov)
         run_stage("fasttext", params, {"lang": "sw"}, threads=1)
-        ft = _stats(P.FASTTEXT_STATS, lang="sw")
+        ft = _stats(paths.FASTTEXT_STATS, lang="sw")
         for method in params["init"]["methods"]:
             run_stage("init", params, {"lang": "sw", "method": method, "pseed": "1"}, threads=1)
-            stats = _stats(P.INIT_DIR + "/stats.json", lang="sw", method=method, pseed=1)
+            stats = _stats(paths.INIT_DIR + "/stats.json", lang="sw", method=method, pseed=1)
             counts = stats["target_rows"]
             assert sum(counts.values()) == len(tok) == stats["target_vocab"]
             assert counts["overlap"] == stats["overlap"] > 0

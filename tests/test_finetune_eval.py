@@ -8,7 +8,8 @@ import json
 import pytest
 import yaml
 
-from vocabtransfer.evaluate import finetune_eval as FE
+from vocabtransfer.evaluate import finetune_eval
+from vocabtransfer.evaluate import tasks
 from vocabtransfer.pipeline.config import load_params, validate_params
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.evaluate.tasks import get_task, load_splits, open_source
@@ -30,19 +31,20 @@ def with_eval(params, **changes):
 def test_jobs_cover_models_tasks_and_seeds(params):
     p = with_eval(params, models=["pretrained", "init", "source", "wechsel-init"], seeds=2)
     p["pretrain"]["seeds"] = 2
-    models = FE.eval_models(p)
-    pairs = FE.pretrain_pairs(p)
+    models = finetune_eval.eval_models(p)
+    pairs = finetune_eval.pretrain_pairs(p)
     assert models[:2 * len(pairs)] == [f"{m}-{o}-pseed{s}" for m, o in pairs for s in (1, 2)]
     assert models[-2:] == ["source", "wechsel-init-pseed1"]
     # every pretrained method's init, per pretraining seed (random, fvt and focus all have random rows)
     assert [m for m in models if "-init-" in m] == [f"{m}-init-pseed{s}" for m in ("random", "fvt", "focus")
                                                    for s in (1, 2)] + ["wechsel-init-pseed1"]
-    jobs = FE.eval_jobs(p, "sw")
+    jobs = finetune_eval.eval_jobs(p, "sw")
     assert len(jobs) == 3 * len(models) * 2
     assert {j["seed"] for j in jobs} == {1, 2}
-    assert FE.skipped_tasks(p, "sw") == {}
+    assert finetune_eval.skipped_tasks(p, "sw") == {}
     # a name without its pretraining seed stands for every pretraining seed of it
-    assert FE.eval_models(with_eval(p, models=["focus-standard"])) == ["focus-standard-pseed1", "focus-standard-pseed2"]
+    assert finetune_eval.eval_models(with_eval(p, models=["focus-standard"])) == ["focus-standard-pseed1",
+                                                                                  "focus-standard-pseed2"]
 
 
 def test_language_with_only_ner_data(params):
@@ -51,11 +53,12 @@ def test_language_with_only_ner_data(params):
     p["corpus"]["sources"]["ha"] = {"path": "pretrain_text/ha.txt"}
     p["eval"]["tasks"]["ner"]["data"]["ha"] = {"train": {"path": "masakhaner2/hau/train.txt"}}
     p = validate_params(p)
-    assert {j["task"] for j in FE.eval_jobs(p, "ha")} == {"ner"}
-    reasons = FE.skipped_tasks(p, "ha")
+    assert {j["task"] for j in finetune_eval.eval_jobs(p, "ha")} == {"ner"}
+    reasons = finetune_eval.skipped_tasks(p, "ha")
     assert set(reasons) == {"nli", "qa"} and "no data for 'ha'" in reasons["qa"]
-    assert [lang for lang in p["languages"] if any(j["task"] == "qa" for j in FE.eval_jobs(p, lang))] == ["sw", "de"]
-    assert all(any(j["task"] == "ner" for j in FE.eval_jobs(p, lang)) for lang in p["languages"])
+    with_qa = [lang for lang in p["languages"] if any(j["task"] == "qa" for j in finetune_eval.eval_jobs(p, lang))]
+    assert with_qa == ["sw", "de"]
+    assert all(any(j["task"] == "ner" for j in finetune_eval.eval_jobs(p, lang)) for lang in p["languages"])
 
 
 def test_dvc_stages_list_only_languages_with_data_and_their_files(params):
@@ -86,29 +89,29 @@ def test_dvc_stages_list_only_languages_with_data_and_their_files(params):
 def test_model_names_and_directories(params):
     params = copy.deepcopy(params)
     params["init"]["methods"].append("focus+svd")
-    assert FE.parse_model(params, "source")["input"] == "results/source/model"
-    init = FE.parse_model(params, "focus+svd-init-pseed1")
+    assert finetune_eval.parse_model(params, "source")["input"] == "results/source/model"
+    init = finetune_eval.parse_model(params, "focus+svd-init-pseed1")
     assert (init["method"], init["objective"], init["input"]) == ("focus+svd", "init",
                                                                   "results/{lang}/init/focus+svd/pseed1")
-    pre = FE.parse_model(params, "focus-selfish-pseed1")
+    pre = finetune_eval.parse_model(params, "focus-selfish-pseed1")
     assert (pre["method"], pre["objective"], pre["pseed"], pre["input"]) == (
         "focus", "selfish", 1, "results/{lang}/pretrain/focus/selfish/pseed1")
     for bad in ("focus-finetuned-pseed1", "nomethod-init-pseed1", "focus-selfish-pseed2", "bert"):
         with pytest.raises(VocabTransferError, match=f"model '{bad}' is produced by no stage"):
-            FE.parse_model(params, bad)
+            finetune_eval.parse_model(params, bad)
     with pytest.raises(VocabTransferError, match="produced by no stage"):
-        FE.eval_models(with_eval(params, models=["source", "focus-sgd"]))
+        finetune_eval.eval_models(with_eval(params, models=["source", "focus-sgd"]))
 
 
 def test_data_spec_for_a_language_not_in_languages_is_a_reported_skip(params):
     """A task data spec for a language the run does not have (say, an overlay narrowed `languages`) runs
     nothing and is reported before any job."""
-    from vocabtransfer.pipeline import plan as PL
+    from vocabtransfer.pipeline import plan
 
     p = copy.deepcopy(params)
     p["eval"]["tasks"]["qa"]["data"]["ar"] = {"train": {"path": "tydiqa_goldp/arabic_tydiqa_dev.json"}}
     note = "eval.tasks.qa.data: ar not in `languages` (sw, de); their data specs are not used"
-    assert note in PL.notes(validate_params(p)) and note not in PL.notes(params)
+    assert note in plan.notes(validate_params(p)) and note not in plan.notes(params)
 
 
 def task(params, name, **opts):
@@ -170,9 +173,9 @@ def test_test_examples_carry_their_cluster_key(params, data_root):
     (data_root / "nli.tsv").write_text("p1\th1\tentailment\np1\th2\tneutral\np2\th3\tcontradiction\n")
     examples, _ = task(params, "nli").read(open_source({"path": "nli.tsv"}, "k"))
     assert [e["cluster"] for e in examples] == ["p1", "p1", "p2"]
-    assert FE.test_clusters(examples, "nli") == ["p1", "p1", "p2"]
+    assert tasks.test_clusters(examples, "nli") == ["p1", "p1", "p2"]
     with pytest.raises(VocabTransferError, match="test example '2' has no cluster key"):
-        FE.test_clusters([{"id": "2", "cluster": ""}], "nli")
+        tasks.test_clusters([{"id": "2", "cluster": ""}], "nli")
     squad = {"data": [{"title": "Nile", "paragraphs": [
         {"context": "Mto Nile ni mrefu.", "qas": [{"id": "q1", "question": "Mto?", "answers": [
             {"text": "Nile", "answer_start": 4}]}]},
@@ -193,7 +196,7 @@ def test_test_examples_carry_their_cluster_key(params, data_root):
 
 
 def test_qa_windows_point_at_the_answer(params, shared_data, monkeypatch):
-    from vocabtransfer.train.modeling import load_tokenizer
+    from vocabtransfer.train.hub import load_tokenizer
 
     monkeypatch.setenv("VOCABTRANSFER_DATA", str(shared_data))
     qa = task(params, "qa", max_length=96, doc_stride=32)

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from vocabtransfer.init import deepfocus as F
+from vocabtransfer.init.deepfocus import FASTTEXT_WORD_URL, FOCUS, TokenVectors, download_fasttext_word_model
 from vocabtransfer.data.auxiliary import load_fasttext
-from vocabtransfer.init.methods import focus as MF
+from vocabtransfer.init.methods import focus
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.train.modeling import load_tokenizer, resolve_model_path
+from vocabtransfer.train.hub import load_tokenizer, resolve_model_path
 from vocabtransfer.data.overlap import compute_overlap, overlap_pairs
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
@@ -68,7 +68,7 @@ def tiny_problem(dim: int = 16):
 
 def test_focus_rows_are_sparsemax_convex_combinations_of_anchor_rows():
     source, t_ov, s_ov, aux, mask = tiny_problem()
-    out, stats = MF.focus_embeddings(source, t_ov, s_ov, aux, mask, target_size=11, seed=3)
+    out, stats = focus.focus_embeddings(source, t_ov, s_ov, aux, mask, target_size=11, seed=3)
     assert stats["copied"] == 6 and stats["focus_combined"] == 3 and stats["random"] == 2
     assert stats["random_reason"] == "no fastText vector" and stats["anchors"] == 6
     assert torch.equal(out[:6], source[s_ov])
@@ -88,7 +88,7 @@ def test_focus_rows_are_sparsemax_convex_combinations_of_anchor_rows():
 @pytest.mark.parametrize("dim", [16, 48, 20, 100, 8])
 def test_random_rows_are_deepfocus_stream_for_any_dim(dim):
     source = torch.randn(50, dim, generator=torch.Generator().manual_seed(1)) * 0.1 + 0.3
-    got = MF.normal_rows(source.mean(dim=0), source.std(dim=0), 37, seed=42)
+    got = focus.normal_rows(source.mean(dim=0), source.std(dim=0), 37, seed=42)
     assert torch.equal(got, deepfocus_random_rows(source, 37, seed=42))
 
 
@@ -99,10 +99,10 @@ def test_topk_and_block_size_do_not_change_the_result():
     mask = torch.rand(500, generator=gen) > 0.1
     t_ov = np.arange(0, 500, 3)
     s_ov = np.random.default_rng(0).permutation(300)[: t_ov.size]
-    ref, ref_stats = MF.focus_embeddings(source, t_ov, s_ov, aux, mask, 500, topk=10_000, block_size=4096)
+    ref, ref_stats = focus.focus_embeddings(source, t_ov, s_ov, aux, mask, 500, topk=10_000, block_size=4096)
     assert ref_stats["support_max"] > 4  # rows with supports larger than the smallest k below
     for topk, block in ((1, 7), (4, 100), (16, 64)):
-        out, _ = MF.focus_embeddings(source, t_ov, s_ov, aux, mask, 500, topk=topk, block_size=block)
+        out, _ = focus.focus_embeddings(source, t_ov, s_ov, aux, mask, 500, topk=topk, block_size=block)
         torch.testing.assert_close(out, ref, rtol=0, atol=1e-6)
 
 
@@ -119,10 +119,10 @@ def test_bad_inputs_are_one_line_errors():
                 auxiliary_mask=mask, target_size=11)
     for change, message in cases:
         with pytest.raises(VocabTransferError, match=message.replace("(", r"\(").replace(")", r"\)")) as err:
-            MF.focus_embeddings(**{**base, **change})
+            focus.focus_embeddings(**{**base, **change})
         assert "\n" not in str(err.value)
     with pytest.raises(VocabTransferError, match="no overlapping token has an auxiliary"):
-        MF.focus_embeddings(**{**base, "auxiliary_mask": torch.tensor([False] * 6 + [True] * 5)})
+        focus.focus_embeddings(**{**base, "auxiliary_mask": torch.tensor([False] * 6 + [True] * 5)})
 
 
 # --------------------------------------------------------------------------- against deepfocus
@@ -182,7 +182,7 @@ def run_both(**kwargs):
     import deepfocus
 
     ref = deepfocus.FOCUS(verbosity="silent", **kwargs)
-    ours = F.FOCUS(verbosity="silent", **kwargs)
+    ours = FOCUS(verbosity="silent", **kwargs)
     return ref, ours
 
 
@@ -198,7 +198,7 @@ def test_equals_deepfocus_on_minilm_to_swahili(minilm, sw_tokenizer, token_fastt
     table = compute_overlap(sw_tokenizer, source_tokenizer)
     t_ov, s_ov = overlap_pairs(table)
     assert torch.equal(ours[t_ov], embeddings[s_ov])
-    words = F.TokenVectors(model=load_fasttext(token_fasttext)).words
+    words = TokenVectors(model=load_fasttext(token_fasttext)).words
     rare = [i for t, i in sw_tokenizer.get_vocab().items() if t not in words and i not in set(t_ov.tolist())]
     assert len(rare) > 20 and torch.equal(ours[sorted(rare)], ref[sorted(rare)])
     assert len(sw_tokenizer) - len(t_ov) - len(rare) > 500
@@ -208,10 +208,10 @@ def test_same_seed_same_bytes_other_seed_other_random_rows(minilm, sw_tokenizer,
     source_tokenizer, embeddings = minilm
     kwargs = dict(target_tokenizer=sw_tokenizer, source_tokenizer=source_tokenizer, source_embeddings=embeddings,
                   fasttext_model_path=token_fasttext, verbosity="silent")
-    a, b, c = F.FOCUS(seed=7, **kwargs), F.FOCUS(seed=7, **kwargs), F.FOCUS(seed=8, **kwargs)
+    a, b, c = FOCUS(seed=7, **kwargs), FOCUS(seed=7, **kwargs), FOCUS(seed=8, **kwargs)
     assert a.numpy().tobytes() == b.numpy().tobytes()
     changed = (a != c).any(dim=1)
-    words = F.TokenVectors(model=load_fasttext(token_fasttext)).words
+    words = TokenVectors(model=load_fasttext(token_fasttext)).words
     no_vector = torch.tensor([t not in words for t in sw_tokenizer.convert_ids_to_tokens(list(range(len(a))))])
     assert changed.any() and not (changed & ~no_vector).any()  # only rows without a vector depend on the seed
 
@@ -233,21 +233,21 @@ def test_wordlevel_language_code_downloads_once_into_the_cache(tmp_path, monkeyp
     import gzip
     import shutil
 
-    assert F.FASTTEXT_WORD_URL == "https://dl.fbaipublicfiles.com/fasttext/vectors-crawl/cc.{lang}.300.bin.gz"
+    assert FASTTEXT_WORD_URL == "https://dl.fbaipublicfiles.com/fasttext/vectors-crawl/cc.{lang}.300.bin.gz"
     mirror = tmp_path / "mirror"
     mirror.mkdir()
     with open(token_fasttext, "rb") as src, gzip.open(mirror / "cc.xx.300.bin.gz", "wb", compresslevel=1) as dst:
         shutil.copyfileobj(src, dst)
-    monkeypatch.setattr(F, "FASTTEXT_WORD_URL", f"file://{mirror}/cc.{{lang}}.300.bin.gz")
+    monkeypatch.setattr("vocabtransfer.init.deepfocus.FASTTEXT_WORD_URL", f"file://{mirror}/cc.{{lang}}.300.bin.gz")
     monkeypatch.setenv("VOCABTRANSFER_CACHE", str(tmp_path / "cache"))
-    model = F.download_fasttext_word_model("xx")
+    model = download_fasttext_word_model("xx")
     cached = tmp_path / "cache" / "pretrained_fasttext" / "cc.xx.300.bin"
     assert cached.read_bytes() == Path(token_fasttext).read_bytes()
     assert sorted(p.name for p in cached.parent.iterdir()) == ["cc.xx.300.bin"]  # no .gz / .part left
     (mirror / "cc.xx.300.bin.gz").unlink()
-    assert F.download_fasttext_word_model("xx").get_words() == model.get_words()  # served from the cache
+    assert download_fasttext_word_model("xx").get_words() == model.get_words()  # served from the cache
     with pytest.raises(VocabTransferError, match="download failed"):
-        F.download_fasttext_word_model("yy")
+        download_fasttext_word_model("yy")
 
 
 def test_training_the_fasttext_model_like_deepfocus(tmp_path, monkeypatch, minilm, sw_tokenizer, sw_lines,
@@ -281,9 +281,9 @@ def test_training_the_fasttext_model_like_deepfocus(tmp_path, monkeypatch, minil
     assert (ours - ref).abs().max().item() < TOL
     cached = list((tmp_path / "vocabtransfer-cache" / "fasttext").glob("*.bin"))
     assert len(cached) == 1
-    F.FOCUS(target_tokenizer=sw_tokenizer, source_tokenizer=source_tokenizer, source_embeddings=embeddings,
-            target_training_data_path=str(text), fasttext_model_dim=8, fasttext_model_epochs=2,
-            fasttext_model_min_count=3, processes=1, verbosity="silent")
+    FOCUS(target_tokenizer=sw_tokenizer, source_tokenizer=source_tokenizer, source_embeddings=embeddings,
+          target_training_data_path=str(text), fasttext_model_dim=8, fasttext_model_epochs=2,
+          fasttext_model_min_count=3, processes=1, verbosity="silent")
     assert len(calls) == 2  # the second call loaded the cached model instead of training
 
 
@@ -297,7 +297,7 @@ def test_missing_arguments_raise_deepfocus_errors(minilm, sw_tokenizer):
         with pytest.raises(ValueError) as theirs:
             deepfocus.FOCUS(**kwargs)
         with pytest.raises(ValueError) as ours:
-            F.FOCUS(**kwargs)
+            FOCUS(**kwargs)
         assert str(ours.value) == str(theirs.value)
 
 
@@ -307,7 +307,7 @@ def test_signature_is_deepfocus_signature():
     import deepfocus
 
     theirs = inspect.signature(deepfocus.FOCUS).parameters
-    ours = inspect.signature(F.FOCUS).parameters
+    ours = inspect.signature(FOCUS).parameters
     assert list(ours) == list(theirs)
     assert [p.default for p in ours.values()] == [p.default for p in theirs.values()]
 
@@ -316,19 +316,20 @@ def test_signature_is_deepfocus_signature():
 
 
 def test_focus_method_from_a_transfer_problem(minilm, sw_tokenizer, token_fasttext):
-    from vocabtransfer.init.methods import TransferProblem, get_method
+    from vocabtransfer.init.methods import get_method
+    from vocabtransfer.init.methods.registry import TransferProblem
 
     source_tokenizer, embeddings = minilm
     table = compute_overlap(sw_tokenizer, source_tokenizer)
     t_ov, s_ov = overlap_pairs(table)
-    vecs, mask = F.TokenVectors(model=load_fasttext(token_fasttext)).matrix(table.column("target_token").to_pylist())
+    vecs, mask = TokenVectors(model=load_fasttext(token_fasttext)).matrix(table.column("target_token").to_pylist())
     problem = TransferProblem(source_embeddings=embeddings, source_tokenizer=source_tokenizer,
                               target_tokenizer=sw_tokenizer, overlap_target_ids=t_ov, overlap_source_ids=s_ov,
                               auxiliary=torch.from_numpy(vecs), auxiliary_mask=torch.from_numpy(mask),
                               options={"block_size": 256}, seed=5)
     result = get_method("focus")(problem)
-    expected = F.FOCUS(target_tokenizer=sw_tokenizer, source_tokenizer=source_tokenizer,
-                       source_embeddings=embeddings, fasttext_model_path=token_fasttext, seed=5, verbosity="silent")
+    expected = FOCUS(target_tokenizer=sw_tokenizer, source_tokenizer=source_tokenizer,
+                     source_embeddings=embeddings, fasttext_model_path=token_fasttext, seed=5, verbosity="silent")
     assert torch.equal(result.embeddings, expected)
     stats = result.stats
     assert stats["copied"] + stats["focus_combined"] + stats["random"] == len(sw_tokenizer)
@@ -345,5 +346,5 @@ def test_cuda_equals_cpu(minilm, sw_tokenizer, token_fasttext):
     source_tokenizer, embeddings = minilm
     kwargs = dict(target_tokenizer=sw_tokenizer, source_tokenizer=source_tokenizer, source_embeddings=embeddings,
                   fasttext_model_path=token_fasttext, verbosity="silent")
-    cpu, gpu = F.FOCUS(device="cpu", **kwargs), F.FOCUS(device="cuda", **kwargs)
+    cpu, gpu = FOCUS(device="cpu", **kwargs), FOCUS(device="cuda", **kwargs)
     assert gpu.is_cuda and (gpu.cpu() - cpu).abs().max().item() < TOL

@@ -8,18 +8,19 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from vocabtransfer.train import fused_head as FH
-from vocabtransfer.train import losses as L
+from vocabtransfer.train import fused_head
+from vocabtransfer.train import losses
+from vocabtransfer.train.fused_head import linear_objective_loss
 from vocabtransfer.errors import VocabTransferError
 
 
 @pytest.fixture(autouse=True)
 def small_chunks(monkeypatch):
     """Chunks of 8 rows and tiles of 16 columns, so that every case runs several of each."""
-    monkeypatch.setattr(FH, "MIN_GEMM_ROWS", 8)
-    monkeypatch.setattr(FH, "cache_bytes", lambda: 1)
-    monkeypatch.setattr(FH, "MAX_CHUNK_BYTES", 8 * 8 * 4096)
-    monkeypatch.setattr(FH, "TILE", 16)
+    monkeypatch.setattr(fused_head, "MIN_GEMM_ROWS", 8)
+    monkeypatch.setattr(fused_head, "cache_bytes", lambda: 1)
+    monkeypatch.setattr(fused_head, "MAX_CHUNK_BYTES", 8 * 8 * 4096)
+    monkeypatch.setattr(fused_head, "TILE", 16)
     torch.set_num_threads(1)
 
 
@@ -43,8 +44,8 @@ def loss_and_grads(fn, hidden, weight, bias, labels, reduction, seed=1):
 
 
 def fused(objective, margin):
-    return lambda h, w, b, y, r: L.linear_objective_loss(h, w, y, objective=objective, margin=margin, bias=b,
-                                                         reduction=r)
+    return lambda h, w, b, y, r: linear_objective_loss(h, w, y, objective=objective, margin=margin, bias=b,
+                                                       reduction=r)
 
 
 def materialised(objective, margin):
@@ -52,7 +53,7 @@ def materialised(objective, margin):
     def loss(h, w, b, y, r):
         logits = F.linear(h, w, b)
         logits = logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits
-        return L.objective_loss(objective, logits, y, margin=margin, reduction=r)
+        return losses.objective_loss(objective, logits, y, margin=margin, reduction=r)
     return loss
 
 
@@ -91,8 +92,8 @@ def test_selfish_margin_bites_and_skips_tiles(monkeypatch):
         hidden[:, 0] = 1.5
         labels[labels != -100] = labels[labels != -100] % 32
     seen = []
-    real = FH._runs
-    monkeypatch.setattr(FH, "_runs", lambda kept, tile: seen.append(real(kept, tile)) or seen[-1])
+    real = fused_head._runs
+    monkeypatch.setattr(fused_head, "_runs", lambda kept, tile: seen.append(real(kept, tile)) or seen[-1])
     _, grads = assert_same("selfish", 2.0, (hidden, weight, bias, labels), "mean")
     assert seen and all(sum(b - a for a, b in runs) < 640 for runs in seen)  # some tiles skipped
     assert (grads[1][32:].abs().sum(1) == 0).mean(dtype=torch.float64) > 0.5  # their rows got exactly nothing
@@ -104,8 +105,8 @@ def test_selfish_margin_bites_and_skips_tiles(monkeypatch):
 def test_runs_cover_the_alive_tiles():
     kept = torch.zeros(100, dtype=torch.bool)
     kept[[3, 40, 41, 99]] = True
-    assert FH._runs(kept, 16) == [(0, 16), (32, 48), (96, 100)]
-    assert FH._runs(torch.ones(100, dtype=torch.bool), 16) == [(0, 100)]
+    assert fused_head._runs(kept, 16) == [(0, 16), (32, 48), (96, 100)]
+    assert fused_head._runs(torch.ones(100, dtype=torch.bool), 16) == [(0, 100)]
 
 
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
@@ -151,7 +152,7 @@ def test_ties_and_tokens_at_the_threshold(margin):
 def test_margin_zero_keeps_the_tokens_tied_with_the_target():
     """logits (2, 2, 1, 3), target 0, margin 0: tokens 0, 1 and 3 are kept, token 2 is not."""
     hidden, weight = torch.tensor([[1.0]]), torch.tensor([[2.0], [2.0], [1.0], [3.0]])
-    got = L.linear_objective_loss(hidden, weight, torch.tensor([0]), objective="selfish", margin=0.0)
+    got = linear_objective_loss(hidden, weight, torch.tensor([0]), objective="selfish", margin=0.0)
     assert float(got) == pytest.approx(math.log(2 * math.exp(2) + math.exp(3)) - 2, rel=1e-6)
 
 
@@ -175,7 +176,7 @@ def test_gradcheck(objective, reduction):
 
 def test_second_backward_recomputes():
     hidden, weight, bias, labels = case(seed=4)
-    loss = L.linear_objective_loss(hidden, weight, labels, objective="selfish", bias=bias)
+    loss = linear_objective_loss(hidden, weight, labels, objective="selfish", bias=bias)
     first = torch.autograd.grad(loss * 3, (hidden, weight, bias), retain_graph=True)
     second = torch.autograd.grad(loss * 3, (hidden, weight, bias))
     for a, b in zip(first, second):
@@ -185,23 +186,23 @@ def test_second_backward_recomputes():
 def test_no_gradients_needed():
     hidden, weight, bias, labels = case(seed=6)
     with torch.no_grad():
-        got = L.linear_objective_loss(hidden, weight, labels, objective="standard", bias=bias)
+        got = linear_objective_loss(hidden, weight, labels, objective="standard", bias=bias)
     assert got.grad_fn is None
     ref = F.cross_entropy(F.linear(hidden, weight, bias), labels)
     torch.testing.assert_close(got, ref.detach(), rtol=1e-12, atol=1e-12)
 
 
 def test_chunk_rows_follow_the_vocabulary_and_the_cache(monkeypatch):
-    monkeypatch.setattr(FH, "MIN_GEMM_ROWS", 128)
-    monkeypatch.setattr(FH, "MAX_CHUNK_BYTES", 256 << 20)
-    monkeypatch.setattr(FH, "cache_bytes", lambda: 32 << 20)
+    monkeypatch.setattr(fused_head, "MIN_GEMM_ROWS", 128)
+    monkeypatch.setattr(fused_head, "MAX_CHUNK_BYTES", 256 << 20)
+    monkeypatch.setattr(fused_head, "cache_bytes", lambda: 32 << 20)
     cpu = torch.device("cpu")
-    assert FH.chunk_rows(4096, 32_000, 4, cpu) == 262  # the cache holds 262 rows of 32k logits
-    assert FH.chunk_rows(4096, 250_000, 4, cpu) == 128  # fewer than MIN_GEMM_ROWS would: 128
-    assert FH.chunk_rows(4096, 4_000_000, 4, cpu) == 16  # the memory bound: 256 MiB of logits
-    assert FH.chunk_rows(50, 32_000, 4, cpu) == 50
-    monkeypatch.setattr(FH, "cache_bytes", lambda: 64 << 20)
-    assert FH.chunk_rows(4096, 32_000, 4, cpu) == 524
+    assert fused_head.chunk_rows(4096, 32_000, 4, cpu) == 262  # the cache holds 262 rows of 32k logits
+    assert fused_head.chunk_rows(4096, 250_000, 4, cpu) == 128  # fewer than MIN_GEMM_ROWS would: 128
+    assert fused_head.chunk_rows(4096, 4_000_000, 4, cpu) == 16  # the memory bound: 256 MiB of logits
+    assert fused_head.chunk_rows(50, 32_000, 4, cpu) == 50
+    monkeypatch.setattr(fused_head, "cache_bytes", lambda: 64 << 20)
+    assert fused_head.chunk_rows(4096, 32_000, 4, cpu) == 524
 
 
 @pytest.mark.parametrize("kwargs,argument", [
@@ -221,17 +222,17 @@ def test_bad_input_names_the_argument(kwargs, argument):
     args = {"hidden": torch.randn(4, 6), "weight": torch.randn(10, 6), "labels": torch.tensor([0, 1, 2, -100]),
             "objective": "selfish", "margin": 2.0, "bias": None, "reduction": "mean", **kwargs}
     with pytest.raises(VocabTransferError, match=f"^linear_objective_loss: {argument}") as err:
-        L.linear_objective_loss(args.pop("hidden"), args.pop("weight"), args.pop("labels"), **args)
+        linear_objective_loss(args.pop("hidden"), args.pop("weight"), args.pop("labels"), **args)
     assert "\n" not in str(err.value)
 
 
 def test_one_registry_of_objectives():
-    assert set(L.OBJECTIVES) == {"standard", "selfish", "distill"}
+    assert set(losses.OBJECTIVES) == {"standard", "selfish", "distill"}
     # every objective runs on one of the fused head's kernels; distill's own term needs a teacher (train/distill.py)
-    assert {o.kernel for o in L.OBJECTIVES.values()} == set(FH.OBJECTIVE_NAMES) == {"standard", "selfish"}
-    assert [o.name for o in L.OBJECTIVES.values() if o.teacher] == ["distill"]
+    assert {o.kernel for o in losses.OBJECTIVES.values()} == set(fused_head.OBJECTIVE_NAMES) == {"standard", "selfish"}
+    assert [o.name for o in losses.OBJECTIVES.values() if o.teacher] == ["distill"]
     with pytest.raises(VocabTransferError, match="objective 'focal': unknown"):
-        L.objective_loss("focal", torch.randn(2, 3), torch.tensor([0, 1]))
-    import vocabtransfer.train.pretrain as PT
+        losses.objective_loss("focal", torch.randn(2, 3), torch.tensor([0, 1]))
+    from vocabtransfer.train import pretrain
 
-    assert not hasattr(PT, "objective_loss")
+    assert not hasattr(pretrain, "objective_loss")

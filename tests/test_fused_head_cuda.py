@@ -14,9 +14,10 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-from vocabtransfer.train import fused_head as FH  # noqa: E402
-from vocabtransfer.train import fused_head_triton as T  # noqa: E402
-from vocabtransfer.train import losses as L  # noqa: E402
+from vocabtransfer.train import fused_head  # noqa: E402
+from vocabtransfer.train import fused_head_triton  # noqa: E402
+from vocabtransfer.train import losses  # noqa: E402
+from vocabtransfer.train.fused_head import linear_objective_loss  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 TOLERANCE = {torch.float32: 1e-4, torch.bfloat16: 2e-2}  # of the largest reference entry
@@ -25,10 +26,10 @@ PATHS = ["triton", "torch"]
 
 def setup_path(path: str) -> None:
     """Small chunks, so that every case runs several; `torch` forces the chunked torch path."""
-    if path == "triton" and not T.available():
+    if path == "triton" and not fused_head_triton.available():
         pytest.skip("Triton is not installed")
     os.environ["VOCABTRANSFER_FUSED_HEAD"] = "torch" if path == "torch" else "auto"
-    T.GPU_CHUNK_BYTES = FH.GPU_CHUNK_BYTES = 96 * 20_000 * 4
+    fused_head_triton.GPU_CHUNK_BYTES = fused_head.GPU_CHUNK_BYTES = 96 * 20_000 * 4
 
 
 def close(got, ref, dtype, what: str) -> None:
@@ -55,12 +56,12 @@ def check_case(path, dtype, objective, margin, bias, reduction, n=300, h=64, v=2
         params = [t for t in leaves if t is not None]
         return out.detach(), torch.autograd.grad(total, params)
 
-    got, g_got = run(lambda hh, ww, bb: L.linear_objective_loss(
+    got, g_got = run(lambda hh, ww, bb: linear_objective_loss(
         hh, ww, labels, objective=objective, margin=margin, bias=bb, reduction=reduction))
 
     def reference(hh, ww, bb):
         logits = F.linear(hh, ww, bb).float()
-        return L.objective_loss(objective, logits, labels, margin=margin, reduction=reduction)
+        return losses.objective_loss(objective, logits, labels, margin=margin, reduction=reduction)
 
     ref, g_ref = run(reference)
     close(got, ref, dtype, "loss")
@@ -84,28 +85,28 @@ def test_cuda_selfish_skips_blocks_nobody_keeps(path):
     no kept token and are skipped (Triton path), with the reference's result."""
     setup_path(path)
     g = torch.Generator().manual_seed(1)
-    n, h, v = 200, 16, 5 * T.BLOCK + 100
+    n, h, v = 200, 16, 5 * fused_head_triton.BLOCK + 100
     hidden, weight = torch.randn(n, h, generator=g), torch.randn(v, h, generator=g)
     hidden[:, 0], weight[:, 0] = 1.5, 0.0
     weight[:64, 0] = 50.0
     labels = torch.randint(0, 64, (n,), generator=g).cuda()
     hidden, weight = hidden.cuda().requires_grad_(True), weight.cuda().requires_grad_(True)
     seen = []
-    real = T.kept_runs
-    T.kept_runs = lambda alive, tile, vocab: seen.append(real(alive, tile, vocab)) or seen[-1]
+    real = fused_head_triton.kept_runs
+    fused_head_triton.kept_runs = lambda alive, tile, vocab: seen.append(real(alive, tile, vocab)) or seen[-1]
     try:
-        loss = L.linear_objective_loss(hidden, weight, labels, objective="selfish")
+        loss = linear_objective_loss(hidden, weight, labels, objective="selfish")
         dh, dw = torch.autograd.grad(loss, (hidden, weight))
     finally:
-        T.kept_runs = real
-    ref = L.objective_loss("selfish", hidden @ weight.T, labels)
+        fused_head_triton.kept_runs = real
+    ref = losses.objective_loss("selfish", hidden @ weight.T, labels)
     rh, rw = torch.autograd.grad(ref, (hidden, weight))
     close(loss, ref, torch.float32, "loss")
     close(dh, rh, torch.float32, "dhidden")
     close(dw, rw, torch.float32, "dweight")
     if path == "triton":
-        assert seen and all(runs == [(0, T.BLOCK)] for runs in seen), seen
-    assert bool((dw[T.BLOCK:] == 0).all())
+        assert seen and all(runs == [(0, fused_head_triton.BLOCK)] for runs in seen), seen
+    assert bool((dw[fused_head_triton.BLOCK:] == 0).all())
 
 
 if __name__ == "__main__":

@@ -12,8 +12,8 @@ import torch
 import torch.nn.functional as F
 
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.evaluate import finetune_eval as FE
-from vocabtransfer.evaluate import generic_heads as GH
+from vocabtransfer.evaluate import finetune_eval
+from vocabtransfer.evaluate import generic_heads
 
 from helpers import bpe_tokenizer, tiny_gptj
 
@@ -58,18 +58,19 @@ def test_gemma3_lacks_the_heads_and_gets_generic_ones(gemma_dir):
     are the generic ones, named for the body; encoders and multimodal configs get none."""
     from transformers import BertConfig, Gemma3Config
 
-    assert FE.missing_head("AutoModelForSequenceClassification", gemma_dir) is None
+    assert finetune_eval.missing_head("AutoModelForSequenceClassification", gemma_dir) is None
     for head, name in ((TOKEN, "GenericGemma3TextForTokenClassification"),
                        (SPAN, "GenericGemma3TextForQuestionAnswering")):
-        assert FE.missing_head(head, gemma_dir) is not None
-        assert GH.unsupported(head, _config(gemma_dir)) is None
-        cls = GH.head_class(head, _config(gemma_dir))
-        assert cls.__name__ == name and cls is GH.head_class(head, _config(gemma_dir))  # built once
-    assert "SequenceClassification" in GH.unsupported("AutoModelForSequenceClassification", _config(gemma_dir))
-    assert "not a decoder-only" in GH.unsupported(TOKEN, BertConfig())
-    assert "multimodal" in GH.unsupported(SPAN, Gemma3Config())
+        assert finetune_eval.missing_head(head, gemma_dir) is not None
+        assert generic_heads.unsupported(head, _config(gemma_dir)) is None
+        cls = generic_heads.head_class(head, _config(gemma_dir))
+        assert cls.__name__ == name and cls is generic_heads.head_class(head, _config(gemma_dir))  # built once
+    assert "SequenceClassification" in generic_heads.unsupported("AutoModelForSequenceClassification",
+                                                                 _config(gemma_dir))
+    assert "not a decoder-only" in generic_heads.unsupported(TOKEN, BertConfig())
+    assert "multimodal" in generic_heads.unsupported(SPAN, Gemma3Config())
     with pytest.raises(VocabTransferError, match="bert"):
-        GH.head_class(TOKEN, BertConfig())
+        generic_heads.head_class(TOKEN, BertConfig())
 
 
 def test_token_head_shapes_and_loss_by_hand(gemma_dir):
@@ -77,7 +78,7 @@ def test_token_head_shapes_and_loss_by_hand(gemma_dir):
     lm_head dropped); the loss is the mean cross-entropy over the positions whose label is not -100."""
     from transformers import AutoModelForCausalLM
 
-    model = GH.head_class(TOKEN, _config(gemma_dir)).from_pretrained(str(gemma_dir), num_labels=3).eval()
+    model = generic_heads.head_class(TOKEN, _config(gemma_dir)).from_pretrained(str(gemma_dir), num_labels=3).eval()
     causal = AutoModelForCausalLM.from_pretrained(str(gemma_dir))
     assert torch.equal(model.model.layers[0].mlp.up_proj.weight, causal.model.layers[0].mlp.up_proj.weight)
     assert not hasattr(model, "lm_head") and model.score.weight.shape == (3, 32)
@@ -95,7 +96,7 @@ def test_token_head_shapes_and_loss_by_hand(gemma_dir):
 def test_span_head_shapes_and_loss_by_hand(gemma_dir):
     """Start and end logits (batch, length); the loss is the mean of the start and end cross-entropies, a
     position past the sequence clamped to its length and left out (as transformers' own QA heads do)."""
-    model = GH.head_class(SPAN, _config(gemma_dir)).from_pretrained(str(gemma_dir)).eval()
+    model = generic_heads.head_class(SPAN, _config(gemma_dir)).from_pretrained(str(gemma_dir)).eval()
     ids = torch.tensor([[5, 17, 42, 8, 99, 4], [7, 7, 250, 3, 1, 2], [9, 10, 11, 12, 13, 14]])
     starts, ends = torch.tensor([1, 99, 4]), torch.tensor([2, 3, 6])  # 99 and 6: outside the 6 positions
     with torch.no_grad():
@@ -115,7 +116,7 @@ def test_generic_head_round_trips_through_save_pretrained(gemma_dir, tmp_path, h
 
     labels = {"num_labels": 3, "id2label": {0: "O", 1: "B-PER", 2: "I-PER"}} if head == TOKEN else {}
     torch.manual_seed(3)
-    model = GH.head_class(head, _config(gemma_dir)).from_pretrained(str(gemma_dir), **labels).eval()
+    model = generic_heads.head_class(head, _config(gemma_dir)).from_pretrained(str(gemma_dir), **labels).eval()
     model.save_pretrained(tmp_path / "saved")
     config = _config(tmp_path / "saved")
     assert config.architectures == [type(model).__name__]
@@ -124,7 +125,7 @@ def test_generic_head_round_trips_through_save_pretrained(gemma_dir, tmp_path, h
         assert head_weight in fh.keys() and "model.embed_tokens.weight" in fh.keys()
     if head == TOKEN:
         assert config.num_labels == 3 and config.id2label[1] == "B-PER"
-    again = GH.from_pretrained(tmp_path / "saved").eval()
+    again = generic_heads.from_pretrained(tmp_path / "saved").eval()
     assert type(again) is type(model)
     ids = torch.tensor([[5, 17, 42, 8, 99, 4], [7, 7, 250, 3, 1, 0]])
     mask = torch.tensor([[1] * 6, [1] * 5 + [0]])
@@ -133,7 +134,7 @@ def test_generic_head_round_trips_through_save_pretrained(gemma_dir, tmp_path, h
     for key in ("logits",) if head == TOKEN else ("start_logits", "end_logits"):
         assert torch.equal(a[key], b[key])
     with pytest.raises(VocabTransferError, match="config.json"):
-        GH.from_pretrained(gemma_dir)  # a causal LM directory: not a generic head
+        generic_heads.from_pretrained(gemma_dir)  # a causal LM directory: not a generic head
 
 
 def test_trainer_learns_a_separable_token_labelling(gemma_dir, tmp_path):
@@ -145,7 +146,7 @@ def test_trainer_learns_a_separable_token_labelling(gemma_dir, tmp_path):
     ids = torch.randint(3, 23, (64, 8), generator=g)
     data = [{"input_ids": row.tolist(), "attention_mask": [1] * 8, "labels": (row >= 13).long().tolist()}
             for row in ids]
-    model = GH.head_class(TOKEN, _config(gemma_dir)).from_pretrained(str(gemma_dir), num_labels=2)
+    model = generic_heads.head_class(TOKEN, _config(gemma_dir)).from_pretrained(str(gemma_dir), num_labels=2)
 
     def loss() -> float:
         model.eval()
@@ -167,8 +168,8 @@ def test_gptj_token_head_loads_its_body_under_transformer(tmp_path):
     from transformers import AutoModelForCausalLM
 
     directory = tiny_gptj(tmp_path / "gptj", bpe_tokenizer("sw"))
-    assert FE.missing_head(TOKEN, directory) is not None
-    model = GH.head_class(TOKEN, _config(directory)).from_pretrained(str(directory), num_labels=2)
+    assert finetune_eval.missing_head(TOKEN, directory) is not None
+    model = generic_heads.head_class(TOKEN, _config(directory)).from_pretrained(str(directory), num_labels=2)
     causal = AutoModelForCausalLM.from_pretrained(str(directory))
     assert type(model).__name__ == "GenericGPTJForTokenClassification" and model.base_model_prefix == "transformer"
     assert torch.equal(model.transformer.h[0].mlp.fc_in.weight, causal.transformer.h[0].mlp.fc_in.weight)
@@ -200,8 +201,8 @@ def test_finetune_runs_on_gemma3(gemma_with_tokenizer, tmp_path, shared_data, mo
     task = get_task(name, {**params["eval"]["tasks"][name], "max_train": 8, "max_test": 6, "max_length": 64,
                            "doc_stride": 24, "batch_size": 4, "epochs": 1})
     splits = load_splits(task, spec, f"eval.tasks.{name}.data.sw", seed=42)
-    result, trainer = FE.finetune(task=task, splits=splits, model_dir=gemma_with_tokenizer, seed=1,
-                                  output_dir=tmp_path / "ckpt")
+    result, trainer = finetune_eval.finetune(task=task, splits=splits, model_dir=gemma_with_tokenizer, seed=1,
+                                             output_dir=tmp_path / "ckpt")
     assert "not_run" not in result and result["head_class"] == head_class == type(trainer.model).__name__
     assert result["n_test"] == len(result["examples"]["ids"]) == len(result["examples"]["clusters"]) == 6
     assert set(result["metrics"]) >= {task.metric} and 0 <= result["metrics"][task.metric] <= 100

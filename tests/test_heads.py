@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from vocabtransfer.train import heads as HD
-from vocabtransfer.train import losses as L
+from vocabtransfer.train import heads
+from vocabtransfer.train.losses import objective_loss
 from vocabtransfer.train import lowrank
-from vocabtransfer.train import modeling as M
+from vocabtransfer.train import modeling
 from vocabtransfer.errors import VocabTransferError
 
 V = 97
@@ -91,7 +91,7 @@ def reference_loss(model, b, kind, objective, margin):
     if kind == "causal":
         logits, labels = logits[:, :-1], labels[:, 1:]
     sel = labels != -100
-    return L.objective_loss(objective, logits[sel], labels[sel], margin=margin)
+    return objective_loss(objective, logits[sel], labels[sel], margin=margin)
 
 
 def grads(loss, model):
@@ -113,16 +113,16 @@ def test_fused_head_equals_the_models_own_logits(family, objective, one_thread):
     model, kind = FAMILIES[family]()
     spread_logits(model)
     model.double().eval()  # float64: the comparison shows the method, not round-off
-    head = HD.head_parts(model)
+    head = heads.head_parts(model)
     assert head.fusable == (family != "gemma2")
     b = batch(kind)
-    hidden, targets = HD.predicted_hidden(model, b, kind, head)
+    hidden, targets = heads.predicted_hidden(model, b, kind, head)
     ref_labels = b["labels"][:, 1:] if kind == "causal" else b["labels"]
     assert hidden.shape == (int((ref_labels != -100).sum()), model.config.get_text_config().hidden_size)
     logits = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits
     logits = logits[:, :-1] if kind == "causal" else logits
     torch.testing.assert_close(head.logits(hidden), logits[ref_labels != -100], rtol=1e-10, atol=1e-10)
-    loss = HD.head_loss(head, hidden, targets, objective=objective, margin=1.0)
+    loss = heads.head_loss(head, hidden, targets, objective=objective, margin=1.0)
     ref = reference_loss(model, b, kind, objective, 1.0)
     torch.testing.assert_close(loss, ref, rtol=1e-10, atol=1e-12)
     for a, r in zip(grads(loss, model), grads(ref, model)):
@@ -134,16 +134,16 @@ def test_fused_head_equals_the_models_own_logits(family, objective, one_thread):
 
 def test_tied_and_untied_heads_reach_the_right_matrices():
     model, _ = bert()
-    head = HD.head_parts(model)
+    head = heads.head_parts(model)
     assert head.family == "bert" and head.projection.weight is model.get_input_embeddings().weight
     assert head.projection.bias is model.cls.predictions.bias
     assert {id(p) for p in head.parameters()} == {id(p) for p in model.cls.parameters()}
     model, _ = llama_untied()
-    head = HD.head_parts(model)
+    head = heads.head_parts(model)
     assert head.family == "decoder" and head.transform is None
     assert head.projection.weight is not model.get_input_embeddings().weight
     model, _ = gpt2()
-    head = HD.head_parts(model)
+    head = heads.head_parts(model)
     assert head.root is model.lm_head and head.projection.weight is model.get_input_embeddings().weight
 
 
@@ -158,11 +158,11 @@ def test_low_rank_output_is_read_through_its_factors(family, one_thread):
     model.set_input_embeddings(low)
     model.set_output_embeddings(lowrank.LowRankOutput(low, bias, shared=True))
     model.eval()
-    head = HD.head_parts(model)
+    head = heads.head_parts(model)
     states, weight, _ = head.linear(torch.randn(5, 16))
     assert weight is low.coordinates and states.shape == (5, 4)
     b = batch(kind, seed=2)
-    loss = HD.head_loss(head, *HD.predicted_hidden(model, b, kind, head), objective="selfish", margin=2.0)
+    loss = heads.head_loss(head, *heads.predicted_hidden(model, b, kind, head), objective="selfish", margin=2.0)
     ref = reference_loss(model, b, kind, "selfish", 2.0)
     torch.testing.assert_close(loss, ref, rtol=1e-5, atol=1e-6)
     for a, r in zip(grads(loss, model), grads(ref, model)):
@@ -171,7 +171,7 @@ def test_low_rank_output_is_read_through_its_factors(family, one_thread):
 
 def test_unknown_head_is_an_error():
     with pytest.raises(VocabTransferError, match="no LM head of a family vocabtransfer knows"):
-        HD.head_parts(torch.nn.Linear(2, 2))
+        heads.head_parts(torch.nn.Linear(2, 2))
 
 
 def test_evaluate_lm_through_the_fused_head_equals_the_logits(one_thread):
@@ -179,12 +179,12 @@ def test_evaluate_lm_through_the_fused_head_equals_the_logits(one_thread):
     model, kind = bert()
     model.eval()
     batches = [batch(kind, seed=s) for s in range(3)]
-    fused = M.evaluate_lm(model, batches, kind)
-    calibrated = M.evaluate_lm(model, batches, kind, calibrate=True)  # the logits path
+    fused = modeling.evaluate_lm(model, batches, kind)
+    calibrated = modeling.evaluate_lm(model, batches, kind, calibrate=True)  # the logits path
     assert fused["n_tokens"] == calibrated["n_tokens"] > 0
     assert fused["loss"] == pytest.approx(calibrated["loss"], rel=1e-6)
-    losses, targets = M.token_losses(model, batches[0], kind)
-    logits, t = M.predicted_logits(model, batches[0], kind)
+    losses, targets = modeling.token_losses(model, batches[0], kind)
+    logits, t = modeling.predicted_logits(model, batches[0], kind)
     torch.testing.assert_close(losses, torch.nn.functional.cross_entropy(logits, t, reduction="none"))
 
 
@@ -205,11 +205,11 @@ def test_ddp_wrapped_model_synchronises_through_the_fused_head(tmp_path, find_un
             for p in model.bert.encoder.parameters():
                 p.requires_grad_(False)
         wrapped = DDP(model, find_unused_parameters=find_unused)
-        head = HD.head_parts(model)
+        head = heads.head_parts(model)
         b = batch(kind, seed=5)
         for _ in range(2):  # two steps: an unsynchronised parameter fails on the second
             model.zero_grad(set_to_none=True)
-            loss = HD.head_loss(head, *HD.predicted_hidden(wrapped, b, kind, head), objective="selfish")
+            loss = heads.head_loss(head, *heads.predicted_hidden(wrapped, b, kind, head), objective="selfish")
             loss.backward()
         got = {n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad}
         model.zero_grad(set_to_none=True)
@@ -225,19 +225,19 @@ def test_head_loss_under_autocast_runs_the_head_in_the_autocast_dtype(one_thread
     """bf16 mixed precision (the pretrain stage wraps the loss in the accelerator's autocast): the
     fused head gets bf16 states and weights; the loss is the float32 one to bf16 precision and the
     float32 parameters get float32 gradients."""
-    from vocabtransfer.train import fused_head as FH
+    from vocabtransfer.train import fused_head
 
     seen = []
-    real = FH.chunked_pass
-    monkeypatch.setattr(FH, "chunked_pass",
+    real = fused_head.chunked_pass
+    monkeypatch.setattr(fused_head, "chunked_pass",
                         lambda h, w, *a, **k: seen.append((h.dtype, w.dtype)) or real(h, w, *a, **k))
     torch.manual_seed(6)
     model, kind = bert()
     model.eval()
-    head, b = HD.head_parts(model), batch(kind, seed=6)
-    ref = HD.head_loss(head, *HD.predicted_hidden(model, b, kind, head), objective="selfish")
+    head, b = heads.head_parts(model), batch(kind, seed=6)
+    ref = heads.head_loss(head, *heads.predicted_hidden(model, b, kind, head), objective="selfish")
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        loss = HD.head_loss(head, *HD.predicted_hidden(model, b, kind, head), objective="selfish")
+        loss = heads.head_loss(head, *heads.predicted_hidden(model, b, kind, head), objective="selfish")
     assert seen == [(torch.float32, torch.float32), (torch.bfloat16, torch.bfloat16)]
     assert loss.dtype == torch.float32 and float(loss.detach()) == pytest.approx(float(ref.detach()), rel=2e-2)
     loss.backward()

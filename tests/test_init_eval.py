@@ -11,7 +11,7 @@ import pytest
 import torch
 from conftest import shared_file
 
-from vocabtransfer.evaluate import init_eval as E
+from vocabtransfer.evaluate import init_eval
 from vocabtransfer import io
 from vocabtransfer.errors import VocabTransferError
 
@@ -44,7 +44,7 @@ def setup_study(tmp_path, source_model, source_tok, methods: dict, *, xx_same_as
                       "xnli": str(xnli / "dev-{lang}.tsv"), "source_lang": "en"},
     }
     inputs = {"source_model": src, "valid": valid}
-    inputs.update({E.input_key(m): tmp_path / "xx" / "init" / m for m in methods})
+    inputs.update({init_eval.input_key(m): tmp_path / "xx" / "init" / m for m in methods})
     out = tmp_path / "xx" / "init_eval.parquet"
     outputs = {"init_eval": out, "plot": out.with_suffix(".png")}
     return make_ctx("vocabtransfer.evaluate.init_eval:run", {"lang": "xx"}, inputs, outputs, params), out
@@ -62,9 +62,9 @@ def test_source_model_as_its_own_initialisation(tmp_path, en_wp, caplog):
     ctx, out = setup_study(tmp_path, source, en_wp, {"same": (source, en_wp), "other": (other, en_wp)},
                            xx_same_as_en=True)
     with caplog.at_level(logging.INFO, logger="vocabtransfer.evaluate.init_eval"):
-        E.run(ctx)
+        init_eval.run(ctx)
     table = io.read_parquet(out)
-    assert table.schema == E.SCHEMA
+    assert table.schema == init_eval.SCHEMA
     rows = {r["method"]: r for r in table.to_pylist()}
     assert list(rows) == ["source", "same", "other"]
     ref, same, oth = rows["source"], rows["same"], rows["other"]
@@ -96,7 +96,7 @@ def test_translations_and_causal_models(tmp_path, en_wp):
     source = tiny_bert(len(en_wp))
     methods = {"bert_sw": (tiny_bert(len(sw_wp), seed=2), sw_wp), "llama_sw": (tiny_llama(len(sw_bpe)), sw_bpe)}
     ctx, out = setup_study(tmp_path, source, en_wp, methods, xx_same_as_en=False)
-    E.run(ctx)
+    init_eval.run(ctx)
     rows = {r["method"]: r for r in io.read_parquet(out).to_pylist()}
     bert, llama = rows["bert_sw"], rows["llama_sw"]
     assert bert["n_sentences"] == 25 and (bert["retrieval_en2xx"] * 25).is_integer()
@@ -110,18 +110,18 @@ def test_translations_and_causal_models(tmp_path, en_wp):
 def test_bits_per_byte_of_causal_models_and_the_source(tmp_path, caplog):
     """Causal models get bits per byte on the valid lines, the source with its own tokenizer on the same
     lines; the source scored as its own 'initialisation' keeps all of its advantage (share 1), random none."""
-    from vocabtransfer.evaluate import bits_per_byte as B
+    from vocabtransfer.evaluate import bits_per_byte
 
     en_bpe, sw_bpe = bpe_tokenizer("en"), bpe_tokenizer("sw", 280)
     source, rand = tiny_llama(len(en_bpe)), tiny_llama(len(sw_bpe), seed=1)
     ctx, out = setup_study(tmp_path, source, en_bpe, {"random": (rand, sw_bpe), "same": (source, en_bpe)},
                            xx_same_as_en=True)
     with caplog.at_level(logging.INFO, logger="vocabtransfer.evaluate.init_eval"):
-        E.run(ctx)
+        init_eval.run(ctx)
     rows = {r["method"]: r for r in io.read_parquet(out).to_pylist()}
     valid = io.read_parquet(tmp_path / "xx" / "corpus" / "valid.parquet").column("text").to_pylist()
     for name, (model, tok) in (("random", (rand, sw_bpe)), ("source", (source, en_bpe))):
-        want = B.score_lines(model.eval(), tok, valid, seq_len=64, batch_size=8)
+        want = bits_per_byte.score_lines(model.eval(), tok, valid, seq_len=64, batch_size=8)
         assert rows[name]["bits_per_byte"] == pytest.approx(want.bits_per_byte, rel=1e-6)
         assert rows[name]["bytes_per_token"] == pytest.approx(want.bytes_per_token)
         assert rows[name]["n_bytes"] == sum(len(s.encode("utf-8")) for s in valid)
@@ -140,12 +140,12 @@ def test_a_source_without_its_lm_head_is_refused_before_any_output(tmp_path):
     ctx, out = setup_study(tmp_path, LlamaModel(tiny_llama(len(en_bpe)).config), en_bpe,
                            {"random": (tiny_llama(len(en_bpe), seed=1), en_bpe)}, xx_same_as_en=True)
     with pytest.raises(VocabTransferError) as err:
-        E.run(ctx)
+        init_eval.run(ctx)
     assert "\n" not in str(err.value) and str(err.value).startswith(str(tmp_path / "source" / "model" / "model.safetensors"))
     assert "no LM head (lm_head.weight" in str(err.value) and "init_eval.bits_per_byte: false" in str(err.value)
     assert not out.exists() and not out.with_suffix(".png").exists()
     ctx.params["init_eval"]["bits_per_byte"] = False
-    E.run(ctx)
+    init_eval.run(ctx)
     assert all(r["bits_per_byte"] is None for r in io.read_parquet(out).to_pylist())
 
 
@@ -154,37 +154,37 @@ def test_plot_has_a_retrieval_panel_only_for_encoders(tmp_path):
                retrieval_en2xx=None, retrieval_xx2en=None, n_sentences=None, model="m", seconds=0.0)
     rows = [{**row, "lang": "en", "method": "source", "loss": 3.0}, {**row, "method": "a", "loss": 5.0},
             {**row, "method": "b", "loss": 4.0}, {**row, "method": "c", "loss": 6.0}]
-    E.plot(rows, tmp_path / "causal.png", "xx")
+    init_eval.plot(rows, tmp_path / "causal.png", "xx")
     assert matplotlib.image.imread(tmp_path / "causal.png").shape[:2] == (int(120 * (1.5 + 0.32 * 3)), 120 * 6)
     encoders = [{**r, "kind": "masked", "retrieval_en2xx": 0.5, "retrieval_xx2en": 0.25, "n_sentences": 4}
                 for r in rows]
-    E.plot(encoders, tmp_path / "masked.png", "xx")
+    init_eval.plot(encoders, tmp_path / "masked.png", "xx")
     assert matplotlib.image.imread(tmp_path / "masked.png").shape[:2] == (int(120 * (1.5 + 0.32 * 3)), 120 * 11)
     # the same rows give the same bytes (no timestamp or version in the file)
-    E.plot(encoders, tmp_path / "again.png", "xx")
+    init_eval.plot(encoders, tmp_path / "again.png", "xx")
     assert (tmp_path / "again.png").read_bytes() == (tmp_path / "masked.png").read_bytes()
 
 
 def test_read_xnli_premises_deduplicates_and_aligns(tmp_path):
     (tmp_path / "dev-en.tsv").write_text("a\th\tx\na\th2\tx\nb\th\tx\nc\th\tx\n", encoding="utf-8")
     (tmp_path / "dev-xx.tsv").write_text("A\th\tx\nA\th2\tx\nB\th\tx\nC\th\tx\n", encoding="utf-8")
-    src, tgt = E.read_xnli_premises(str(tmp_path / "dev-{lang}.tsv"), "en", "xx", 2)
+    src, tgt = init_eval.read_xnli_premises(str(tmp_path / "dev-{lang}.tsv"), "en", "xx", 2)
     assert (src, tgt) == (["a", "b"], ["A", "B"])
     (tmp_path / "dev-yy.tsv").write_text("A\th\tx\n", encoding="utf-8")
     with pytest.raises(VocabTransferError, match="dev-yy.tsv: 1 rows but .*dev-en.tsv has 4"):
-        E.read_xnli_premises(str(tmp_path / "dev-{lang}.tsv"), "en", "yy", 2)
+        init_eval.read_xnli_premises(str(tmp_path / "dev-{lang}.tsv"), "en", "yy", 2)
     with pytest.raises(VocabTransferError, match="dev-zz.tsv: XNLI file not found"):
-        E.read_xnli_premises(str(tmp_path / "dev-{lang}.tsv"), "en", "zz", 2)
+        init_eval.read_xnli_premises(str(tmp_path / "dev-{lang}.tsv"), "en", "zz", 2)
 
 
 def test_retrieval_accuracy():
     a = torch.eye(4)
-    assert E.retrieval_accuracy(a, a) == (1.0, 1.0)
-    assert E.retrieval_accuracy(a, a[[1, 0, 2, 3]]) == (0.5, 0.5)
+    assert init_eval.retrieval_accuracy(a, a) == (1.0, 1.0)
+    assert init_eval.retrieval_accuracy(a, a[[1, 0, 2, 3]]) == (0.5, 0.5)
 
 
 def test_inputs_follow_params():
     params = {"init": {"methods": ["random", "focus+svd"]}}
-    assert E.inputs(params, {"lang": "sw"}) == {
+    assert init_eval.inputs(params, {"lang": "sw"}) == {
         "source_model": "results/source/model", "valid": "results/{lang}/corpus/valid.parquet",
         "init_random": "results/{lang}/init/random/pseed1", "init_focus_svd": "results/{lang}/init/focus+svd/pseed1"}

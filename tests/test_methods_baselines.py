@@ -9,7 +9,8 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.init.methods import TransferProblem, get_method
+from vocabtransfer.init.methods import get_method
+from vocabtransfer.init.methods.registry import TransferProblem
 from vocabtransfer.init.methods.baselines import token_surfaces, tokenizer_markers
 from vocabtransfer.init.methods.fvt import split_with_source
 
@@ -46,7 +47,7 @@ def metaspace(pieces: list[tuple[str, float]], **special) -> PreTrainedTokenizer
 
 @pytest.fixture(scope="module")
 def minilm_tokenizer():
-    from vocabtransfer.train.modeling import load_tokenizer
+    from vocabtransfer.train.hub import load_tokenizer
 
     return load_tokenizer("sentence-transformers/all-MiniLM-L6-v2")
 

@@ -11,7 +11,7 @@ import torch
 
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.init.svd import truncated_svd
-from vocabtransfer.init.methods import METHODS, TransferProblem, TransferResult
+from vocabtransfer.init.methods.registry import METHODS, TransferProblem, TransferResult
 from vocabtransfer.init.methods.variants import factorized, resolve
 from vocabtransfer.init.methods.ofa import neighbour_coordinates, ofa
 from vocabtransfer.init.methods.snmf import snmf

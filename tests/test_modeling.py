@@ -12,7 +12,9 @@ import os
 import pytest
 import torch
 
-from vocabtransfer.train import modeling as M
+from vocabtransfer.train import modeling
+from vocabtransfer.train.hub import load_tokenizer, resolve_model_path
+from vocabtransfer.train.lmdata import lm_batches, pack_ids, pack_lines, special_tokens_around
 from vocabtransfer.errors import VocabTransferError
 
 from helpers import MINILM, bpe_tokenizer, save_dir, text_lines, tiny_bert, tiny_llama, wordpiece_tokenizer
@@ -45,31 +47,31 @@ def sw_bpe():
 # ---------------------------------------------------------------- loading
 
 def test_minilm_loads_as_masked_lm_with_missing_head():
-    model, kind, info = M.load_source_model(M.resolve_model_path(MINILM), output_loading_info=True)
+    model, kind, info = modeling.load_source_model(resolve_model_path(MINILM), output_loading_info=True)
     assert kind == "masked" and type(model).__name__ == "BertForMaskedLM"
     assert info.head_missing
     assert {k for k in info.missing_keys} >= {"cls.predictions.transform.dense.weight", "cls.predictions.bias"}
     assert all(k.startswith("cls.predictions.") for k in info.missing_keys)
     assert not model.training
-    mats = M.embedding_matrices(model, M.load_tokenizer(M.resolve_model_path(MINILM)))
+    mats = modeling.embedding_matrices(model, load_tokenizer(resolve_model_path(MINILM)))
     assert mats["input"].shape == (30522, 384) and mats["output"] is None  # BERT ties its decoder
-    assert M.is_tied(model)
+    assert modeling.is_tied(model)
 
 
 def test_complete_checkpoint_reports_no_missing_head(tmp_path, en_wordpiece):
     d = save_dir(tiny_bert(len(en_wordpiece)), en_wordpiece, tmp_path / "bert")
-    model, kind, info = M.load_source_model(d, output_loading_info=True)
+    model, kind, info = modeling.load_source_model(d, output_loading_info=True)
     assert kind == "masked" and not info.head_missing and info.missing_keys == ()
-    assert M.load_source_model(d)[1] == "masked"  # plain call: (model, kind)
+    assert modeling.load_source_model(d)[1] == "masked"  # plain call: (model, kind)
 
 
 def test_detect_kind():
     from transformers import BertConfig, GPT2Config, LlamaConfig
 
-    assert M.detect_kind(BertConfig(architectures=["BertModel"])) == "masked"
-    assert M.detect_kind(BertConfig(is_decoder=True)) == "causal"
-    assert M.detect_kind(GPT2Config()) == "causal"
-    assert M.detect_kind(LlamaConfig(architectures=["LlamaForCausalLM"])) == "causal"
+    assert modeling.detect_kind(BertConfig(architectures=["BertModel"])) == "masked"
+    assert modeling.detect_kind(BertConfig(is_decoder=True)) == "causal"
+    assert modeling.detect_kind(GPT2Config()) == "causal"
+    assert modeling.detect_kind(LlamaConfig(architectures=["LlamaForCausalLM"])) == "causal"
 
 
 def test_body_weights_missing_is_an_error(tmp_path, en_wordpiece):
@@ -81,12 +83,12 @@ def test_body_weights_missing_is_an_error(tmp_path, en_wordpiece):
     del weights[dropped]
     save_file(weights, str(d / "model.safetensors"), metadata={"format": "pt"})
     with pytest.raises(VocabTransferError, match=r"lacks 1 weight\(s\) of the model body"):
-        M.load_source_model(d)
+        modeling.load_source_model(d)
 
 
 def test_not_a_model_directory(tmp_path):
     with pytest.raises(VocabTransferError, match="cannot read the model config"):
-        M.load_source_model(tmp_path)
+        modeling.load_source_model(tmp_path)
 
 
 # ---------------------------------------------------------------- embedding matrices
@@ -94,7 +96,7 @@ def test_not_a_model_directory(tmp_path):
 def test_embedding_matrices_padded_vocab_is_cut_to_tokenizer(en_wordpiece):
     n = len(en_wordpiece)
     model = tiny_bert(n + 8)  # vocabulary padded beyond the tokenizer
-    mats = M.embedding_matrices(model, en_wordpiece)
+    mats = modeling.embedding_matrices(model, en_wordpiece)
     assert mats["input"].shape == (n, 32) and mats["output"] is None
     assert torch.equal(mats["input"], model.get_input_embeddings().weight[:n])
     mats["input"][0] += 1  # a copy, not a view of the model
@@ -105,22 +107,22 @@ def test_embedding_matrices_errors(en_wordpiece):
     small = tiny_bert(len(en_wordpiece) - 5)
     small.name_or_path = "some/model-dir"
     with pytest.raises(VocabTransferError, match=r"some/model-dir: input embeddings have \d+ rows but the tokenizer has"):
-        M.embedding_matrices(small, en_wordpiece)
+        modeling.embedding_matrices(small, en_wordpiece)
     model = tiny_bert(len(en_wordpiece))
     model.name_or_path = "some/model-dir"
     with torch.no_grad():
         model.get_input_embeddings().weight[7, 3] = float("nan")
     with pytest.raises(VocabTransferError, match=r"some/model-dir: input embeddings contain NaN/Inf .*token id 7"):
-        M.embedding_matrices(model, en_wordpiece)
+        modeling.embedding_matrices(model, en_wordpiece)
 
 
 def test_embedding_matrices_untied(en_bpe):
     model = tiny_llama(len(en_bpe))
-    assert not M.is_tied(model)
-    mats = M.embedding_matrices(model, en_bpe)
+    assert not modeling.is_tied(model)
+    mats = modeling.embedding_matrices(model, en_bpe)
     assert mats["output"] is not None and mats["output"].shape == mats["input"].shape == (len(en_bpe), 32)
     assert torch.equal(mats["output"], model.lm_head.weight)
-    assert M.embedding_matrices(tiny_llama(len(en_bpe), tie=True), en_bpe)["output"] is None
+    assert modeling.embedding_matrices(tiny_llama(len(en_bpe), tie=True), en_bpe)["output"] is None
 
 
 # ---------------------------------------------------------------- build + save target models
@@ -135,8 +137,8 @@ def test_build_target_model_tied_bert_round_trip(tmp_path, en_wordpiece, sw_word
     n = len(sw_wordpiece)
     new = torch.randn(n, 32, generator=torch.Generator().manual_seed(1))
     bias = torch.linspace(-3, 1, n)
-    model = M.build_target_model(src, tgt, new, bias=bias)
-    out = M.save_model_dir(model, sw_wordpiece, tmp_path / "out" / "model")
+    model = modeling.build_target_model(src, tgt, new, bias=bias)
+    out = modeling.save_model_dir(model, sw_wordpiece, tmp_path / "out" / "model")
     assert not list((tmp_path / "out").glob(".*tmp*"))  # written atomically, nothing left behind
 
     loaded = AutoModelForMaskedLM.from_pretrained(str(out))
@@ -162,7 +164,7 @@ def test_build_target_model_zero_bias_by_default(tmp_path, en_wordpiece, sw_word
     src = save_dir(tiny_bert(len(en_wordpiece)), en_wordpiece, tmp_path / "src")
     tgt = tmp_path / "tgt_tok"
     sw_wordpiece.save_pretrained(str(tgt))
-    model = M.build_target_model(src, tgt, torch.zeros(len(sw_wordpiece), 32))
+    model = modeling.build_target_model(src, tgt, torch.zeros(len(sw_wordpiece), 32))
     assert torch.count_nonzero(model.cls.predictions.bias) == 0
 
 
@@ -176,16 +178,16 @@ def test_build_target_model_untied_llama_round_trip(tmp_path, en_bpe, sw_bpe):
     g = torch.Generator().manual_seed(2)
     inp, out = torch.randn(n, 32, generator=g), torch.randn(n, 32, generator=g)
     with pytest.raises(VocabTransferError, match="untied output embeddings; pass output_embeddings"):
-        M.build_target_model(src, tgt, inp)
+        modeling.build_target_model(src, tgt, inp)
     with pytest.raises(VocabTransferError, match=r"input_embeddings must have shape \(%d, 32\)" % n):
-        M.build_target_model(src, tgt, inp[:-1], out)
-    model = M.build_target_model(src, tgt, inp, out)
-    d = M.save_model_dir(model, sw_bpe, tmp_path / "model")
+        modeling.build_target_model(src, tgt, inp[:-1], out)
+    model = modeling.build_target_model(src, tgt, inp, out)
+    d = modeling.save_model_dir(model, sw_bpe, tmp_path / "model")
     loaded = AutoModelForCausalLM.from_pretrained(str(d))
     tok = AutoTokenizer.from_pretrained(str(d))
     assert torch.equal(loaded.get_input_embeddings().weight, inp)
     assert torch.equal(loaded.lm_head.weight, out)
-    assert not M.is_tied(loaded)
+    assert not modeling.is_tied(loaded)
     assert loaded.config.eos_token_id == tok.eos_token_id and loaded.generation_config.eos_token_id == tok.eos_token_id
     assert loaded.config.vocab_size == n
 
@@ -196,29 +198,29 @@ def test_build_target_model_tied_rejects_output_embeddings(tmp_path, en_wordpiec
     sw_wordpiece.save_pretrained(str(tgt))
     e = torch.zeros(len(sw_wordpiece), 32)
     with pytest.raises(VocabTransferError, match="ties its output embeddings"):
-        M.build_target_model(src, tgt, e, e)
+        modeling.build_target_model(src, tgt, e, e)
     with pytest.raises(VocabTransferError, match="NaN/Inf"):
-        M.build_target_model(src, tgt, e.fill_(float("inf")))
+        modeling.build_target_model(src, tgt, e.fill_(float("inf")))
 
 
 # ---------------------------------------------------------------- LM data and loss
 
 def test_pack_lines_keeps_whole_lines(en_wordpiece, en_bpe):
     lines = text_lines("en", 40)
-    blocks = M.pack_lines(en_wordpiece, lines, 64)
+    blocks = pack_lines(en_wordpiece, lines, 64)
     assert all(len(b) <= 64 for b in blocks)
     flat = [i for b in blocks for i in b]
     assert flat.count(en_wordpiece.cls_token_id) == len(lines)  # every line kept, [CLS] … [SEP] each
     assert all(b[0] == en_wordpiece.cls_token_id for b in blocks)
-    causal = M.pack_lines(en_bpe, lines, 64, kind="causal")
+    causal = pack_lines(en_bpe, lines, 64, kind="causal")
     assert sum(b.count(en_bpe.eos_token_id) for b in causal) == len(lines)
 
 
 def test_masking_is_seeded(en_wordpiece):
-    blocks = M.pack_lines(en_wordpiece, text_lines("en", 60), 64)
-    a = M.lm_batches(en_wordpiece, blocks, "masked", 8, seed=3)
-    b = M.lm_batches(en_wordpiece, blocks, "masked", 8, seed=3)
-    c = M.lm_batches(en_wordpiece, blocks, "masked", 8, seed=4)
+    blocks = pack_lines(en_wordpiece, text_lines("en", 60), 64)
+    a = lm_batches(en_wordpiece, blocks, "masked", 8, seed=3)
+    b = lm_batches(en_wordpiece, blocks, "masked", 8, seed=3)
+    c = lm_batches(en_wordpiece, blocks, "masked", 8, seed=4)
     assert all(torch.equal(x["labels"], y["labels"]) and torch.equal(x["input_ids"], y["input_ids"]) for x, y in zip(a, b))
     assert not all(torch.equal(x["labels"], y["labels"]) for x, y in zip(a, c))
     labels = torch.cat([x["labels"].flatten() for x in a])
@@ -228,21 +230,21 @@ def test_masking_is_seeded(en_wordpiece):
 
 def test_fast_masked_loss_equals_model_loss(en_wordpiece):
     model = tiny_bert(len(en_wordpiece)).eval()
-    batch = M.lm_batches(en_wordpiece, M.pack_lines(en_wordpiece, text_lines("en", 30), 64), "masked", 16, 0)[0]
+    batch = lm_batches(en_wordpiece, pack_lines(en_wordpiece, text_lines("en", 30), 64), "masked", 16, 0)[0]
     with torch.no_grad():
-        total, n = M.lm_loss_sum(model, batch, "masked")
+        total, n = modeling.lm_loss_sum(model, batch, "masked")
         reference = model(**batch).loss
     assert n == int((batch["labels"] != -100).sum())
     assert torch.allclose(total / n, reference, atol=1e-5)
-    result = M.evaluate_lm(model, [batch], "masked")
+    result = modeling.evaluate_lm(model, [batch], "masked")
     assert result["n_tokens"] == n and abs(result["perplexity"] - torch.exp(reference).item()) < 1e-2
 
 
 def test_causal_loss(en_bpe):
     model = tiny_llama(len(en_bpe)).eval()
-    batches = M.lm_batches(en_bpe, M.pack_lines(en_bpe, text_lines("en", 30), 64, kind="causal"), "causal", 8, 0)
+    batches = lm_batches(en_bpe, pack_lines(en_bpe, text_lines("en", 30), 64, kind="causal"), "causal", 8, 0)
     assert (batches[-1]["labels"] == -100).any()  # padding is ignored
-    result = M.evaluate_lm(model, batches, "causal")
+    result = modeling.evaluate_lm(model, batches, "causal")
     assert result["n_tokens"] == sum(int((b["labels"][:, 1:] != -100).sum()) for b in batches)
     assert abs(result["loss"] - torch.log(torch.tensor(float(len(en_bpe)))).item()) < 1.0  # ~uniform at init
 
@@ -261,18 +263,18 @@ def test_calibrated_loss_undoes_an_over_confident_scale(monkeypatch):
             super().__init__()
             self.factor = factor
 
-    monkeypatch.setattr(M, "predicted_logits", lambda model, batch, kind: (logits * model.factor, targets))
-    monkeypatch.setattr(M, "lm_loss_sum", lambda model, batch, kind: (
+    monkeypatch.setattr(modeling, "predicted_logits", lambda model, batch, kind: (logits * model.factor, targets))
+    monkeypatch.setattr(modeling, "lm_loss_sum", lambda model, batch, kind: (
         torch.nn.functional.cross_entropy(logits * model.factor, targets, reduction="sum"), len(targets)))
-    base = M.evaluate_lm(Fixed(3.0), batches, "masked", calibrate=True)
-    sharp = M.evaluate_lm(Fixed(3.0 * 1.1 ** 5), batches, "masked", calibrate=True)
+    base = modeling.evaluate_lm(Fixed(3.0), batches, "masked", calibrate=True)
+    sharp = modeling.evaluate_lm(Fixed(3.0 * 1.1 ** 5), batches, "masked", calibrate=True)
     assert sharp["loss"] > base["loss"]
     for r in (base, sharp):
         assert r["calibrated_loss"] <= r["loss"] + 1e-9
     assert 1.1 < base["temperature"] < 5  # over-confident, and an interior optimum of the grid
     assert sharp["calibrated_loss"] == pytest.approx(base["calibrated_loss"], rel=1e-5)
     assert sharp["temperature"] == pytest.approx(base["temperature"] * 1.1 ** 5, rel=1e-6)
-    assert "calibrated_loss" not in M.evaluate_lm(Fixed(1.0), batches, "masked")
+    assert "calibrated_loss" not in modeling.evaluate_lm(Fixed(1.0), batches, "masked")
 
 
 def test_pack_ids_equals_pack_lines_on_the_same_text(shared_data):
@@ -283,7 +285,7 @@ def test_pack_ids_equals_pack_lines_on_the_same_text(shared_data):
 
     lines = [s.strip() for s in (shared_data / "pretrain_text" / "sw.txt").read_text(encoding="utf-8").splitlines()[:300]
              if s.strip()]
-    bert = M.load_tokenizer(M.resolve_model_path("sentence-transformers/all-MiniLM-L6-v2"))
+    bert = load_tokenizer(resolve_model_path("sentence-transformers/all-MiniLM-L6-v2"))
     raw = Tokenizer(models.BPE(unk_token=None))
     raw.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     raw.train_from_iterator(lines, trainers.BpeTrainer(vocab_size=400, special_tokens=["<|endoftext|>"]))
@@ -291,8 +293,8 @@ def test_pack_ids_equals_pack_lines_on_the_same_text(shared_data):
     for tok, kind in ((bert, "masked"), (gpt, "causal")):
         ids = [tok(line, add_special_tokens=False)["input_ids"] for line in lines]
         for seq_len in (16, 64):
-            packed = M.pack_ids(tok, ids, seq_len, kind=kind)
-            assert packed == M.pack_lines(tok, lines, seq_len, kind=kind)
+            packed = pack_ids(tok, ids, seq_len, kind=kind)
+            assert packed == pack_lines(tok, lines, seq_len, kind=kind)
             assert max(map(len, packed)) <= seq_len
-    assert M.special_tokens_around(bert) == ([bert.cls_token_id], [bert.sep_token_id])
-    assert M.special_tokens_around(gpt) == ([], [])
+    assert special_tokens_around(bert) == ([bert.cls_token_id], [bert.sep_token_id])
+    assert special_tokens_around(gpt) == ([], [])

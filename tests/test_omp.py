@@ -13,11 +13,12 @@ import torch
 from safetensors.torch import load_file
 from sklearn.linear_model import OrthogonalMatchingPursuit
 
-from vocabtransfer.init import stage as I
+from vocabtransfer.init import stage
 from vocabtransfer import io
 from vocabtransfer.pipeline.config import validate_params
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.init.methods import TransferProblem, available, get_method
+from vocabtransfer.init.methods import available, get_method
+from vocabtransfer.init.methods.registry import TransferProblem
 from vocabtransfer.init.methods.focus import focus_embeddings
 from vocabtransfer.init.methods.omp import batch_omp, omp_embeddings
 
@@ -179,7 +180,8 @@ def omp_params(**omp):
 
 def run_init(tmp_path, inputs, method, params, out="init"):
     path = tmp_path / out / method
-    I.run(make_ctx("vocabtransfer.init.stage:run", {"lang": "sw", "method": method}, inputs, {"init": path}, params))
+    stage.run(make_ctx("vocabtransfer.init.stage:run", {"lang": "sw", "method": method}, inputs, {"init": path},
+                       params))
     return path
 
 

@@ -10,9 +10,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from vocabtransfer.data import overlap as O
+from vocabtransfer.data import overlap
 from vocabtransfer.pipeline.config import validate_params
-from vocabtransfer.train.modeling import load_tokenizer
+from vocabtransfer.train.hub import load_tokenizer
 from vocabtransfer.pipeline.stages import run_stage
 
 from helpers import SOURCE_TOKENS, UNIGRAM_TOKENS, bytelevel_from_tokens, unigram_from_tokens, wordpiece_from_tokens
@@ -66,20 +66,20 @@ OPTION_SETS = [
 
 def test_schemes_and_canonical_forms(source):
     uni, byte = unigram_from_tokens(UNIGRAM_TOKENS), bytelevel_from_tokens(BYTELEVEL_TOKENS)
-    src = O.canonicalize(source)
+    src = overlap.canonicalize(source)
     assert src.scheme == "wordpiece"
     forms = dict(zip(src.tokens, src.canonical))
     assert forms["hello"] == "▁hello" and forms["##lo"] == "lo" and forms["##<0x41>"] == "<0x41>"
     assert dict(zip(src.tokens, src.fuzzy))["Hello"] == "hello"
 
-    tgt = O.canonicalize(uni)
+    tgt = overlap.canonicalize(uni)
     assert tgt.scheme == "sentencepiece"
     forms = dict(zip(tgt.tokens, tgt.canonical))
     assert forms["▁hello"] == "▁hello" and forms["lo"] == "lo" and forms["▁HELLO"] == "▁HELLO"
     assert forms["<0x41>"] == "<0x41>"  # byte-fallback kept, although it decodes to "A"
     assert uni.decode(uni.convert_tokens_to_ids("<0x41>")) == "A"
 
-    tgt = O.canonicalize(byte)
+    tgt = overlap.canonicalize(byte)
     assert tgt.scheme == "bytelevel"
     forms = dict(zip(tgt.tokens, tgt.canonical))
     assert forms["Ġhello"] == "▁hello" and forms["lo"] == "lo" and forms["ĠHELLO"] == "▁HELLO"
@@ -87,40 +87,40 @@ def test_schemes_and_canonical_forms(source):
 
 
 def test_few_markers_fall_back_to_the_decode_scheme():
-    assert O.detect_scheme(["▁a"] * 100 + ["##b"] * 100) == "bytelevel"
-    assert O.detect_scheme(["▁a"] * 101 + ["##b"] * 200) == "sentencepiece"
-    assert O.detect_scheme(["##b"] * 101) == "wordpiece"
+    assert overlap.detect_scheme(["▁a"] * 100 + ["##b"] * 100) == "bytelevel"
+    assert overlap.detect_scheme(["▁a"] * 101 + ["##b"] * 200) == "sentencepiece"
+    assert overlap.detect_scheme(["##b"] * 101) == "wordpiece"
 
 
 def test_batched_decode_equals_per_id_decode(source, minilm):
     for tok in (source, unigram_from_tokens(UNIGRAM_TOKENS), bytelevel_from_tokens(BYTELEVEL_TOKENS), minilm):
         ids = sorted(tok.get_vocab().values())
-        assert O.decode_each(tok, ids) == [tok.decode(i) for i in ids]
+        assert overlap.decode_each(tok, ids) == [tok.decode(i) for i in ids]
     # with transformers' clean-up step on: an added token "x ." decodes to "x." either way
     tok = wordpiece_from_tokens(SOURCE_TOKENS)
     tok.add_tokens(["x ."])
     tok.clean_up_tokenization_spaces = True
     ids = sorted(tok.get_vocab().values())
-    assert O.decode_each(tok, ids) == [tok.decode(i) for i in ids]
-    assert O.decode_each(tok, [tok.convert_tokens_to_ids("x .")]) == ["x."]
+    assert overlap.decode_each(tok, ids) == [tok.decode(i) for i in ids]
+    assert overlap.decode_each(tok, [tok.convert_tokens_to_ids("x .")]) == ["x."]
 
 
 def test_tie_breaking_equals_construct_vocab_view():
     from deepfocus.vocab_helper import TokenClass, construct_vocab_view
 
     canonical = ["▁a", "a", "▁A", "a", "b", "▁a", "▁b", "B"]
-    vocab = O.CanonicalVocab(ids=np.arange(len(canonical)), tokens=[f"t{i}" for i in range(len(canonical))],
-                             canonical=canonical, fuzzy=[c.replace("▁", "").lower() for c in canonical],
-                             scheme="sentencepiece")
+    vocab = overlap.CanonicalVocab(ids=np.arange(len(canonical)), tokens=[f"t{i}" for i in range(len(canonical))],
+                                   canonical=canonical, fuzzy=[c.replace("▁", "").lower() for c in canonical],
+                                   scheme="sentencepiece")
     classes = {t: TokenClass(native_form=t, id=i, canonical_form=c, fuzzy_form=f, uncased_form=c.lower(),
                              no_whitespace_form=c.replace("▁", ""), is_beginning_of_word=c.startswith("▁"))
                for t, i, c, f in zip(vocab.tokens, vocab.ids.tolist(), vocab.canonical, vocab.fuzzy)}
     for key, forms in (("canonical_form", vocab.canonical), ("fuzzy_form", vocab.fuzzy)):
         expected = {form: entries[0].id for form, entries in construct_vocab_view(classes, key).items()}
-        assert {form: int(vocab.ids[p]) for form, p in O._pick_first(vocab, forms).items()} == expected
+        assert {form: int(vocab.ids[p]) for form, p in overlap._pick_first(vocab, forms).items()} == expected
     # the rule in words: the highest id whose canonical form is the key, else the lowest id
-    assert O._pick_first(vocab, vocab.fuzzy) == {"a": 3, "b": 4}
-    assert O._pick_first(vocab, vocab.canonical) == {"▁a": 5, "a": 3, "▁A": 2, "b": 4, "▁b": 6, "B": 7}
+    assert overlap._pick_first(vocab, vocab.fuzzy) == {"a": 3, "b": 4}
+    assert overlap._pick_first(vocab, vocab.canonical) == {"▁a": 5, "a": 3, "▁A": 2, "b": 4, "▁b": 6, "B": 7}
 
 
 # --------------------------------------------------------------------------- matching
@@ -128,23 +128,23 @@ def test_tie_breaking_equals_construct_vocab_view():
 
 def test_unigram_target_matches(source):
     target = unigram_from_tokens(UNIGRAM_TOKENS)
-    exact = matches(O.compute_overlap(target, source))
+    exact = matches(overlap.compute_overlap(target, source))
     assert exact == {"▁hello": ("hello", "exact_match"), "lo": ("##lo", "exact_match"),
                      "▁123": ("123", "exact_match"), "<0x41>": ("##<0x41>", "exact_match"),
                      "▁world": ("world", "exact_match"), "hello": ("##hello", "exact_match")}
-    fuzzy = matches(O.compute_overlap(target, source, fuzzy_match_all=True))
+    fuzzy = matches(overlap.compute_overlap(target, source, fuzzy_match_all=True))
     assert fuzzy["▁HELLO"] == ("##hello", "fuzzy_match")  # ##hello's canonical form is the fuzzy key
     assert fuzzy[","] == (",", "fuzzy_match")
     assert "▁wow" not in fuzzy and "<unk>" not in fuzzy
-    symbols = matches(O.compute_overlap(target, source, exact_match_all=False, match_symbols=True))
+    symbols = matches(overlap.compute_overlap(target, source, exact_match_all=False, match_symbols=True))
     assert symbols == {"▁123": ("123", "numerical_symbol"), ",": (",", "numerical_symbol")}
-    both = matches(O.compute_overlap(target, source, match_symbols=True))
+    both = matches(overlap.compute_overlap(target, source, match_symbols=True))
     assert both["▁123"] == ("123", "numerical_symbol") and both["▁hello"] == ("hello", "exact_match")
 
 
 def test_bytelevel_target_matches(source):
     target = bytelevel_from_tokens(BYTELEVEL_TOKENS)
-    table = O.compute_overlap(target, source, fuzzy_match_all=True)
+    table = overlap.compute_overlap(target, source, fuzzy_match_all=True)
     assert matches(table) == {"Ġhello": ("hello", "exact_match"), "lo": ("##lo", "exact_match"),
                               "Ġ123": ("123", "exact_match"), "hello": ("##hello", "exact_match"),
                               "ĠHELLO": ("##hello", "fuzzy_match"), ",": (",", "fuzzy_match")}
@@ -152,32 +152,34 @@ def test_bytelevel_target_matches(source):
 
 def test_table_schema_and_pairs(source):
     target = unigram_from_tokens(UNIGRAM_TOKENS)
-    table = O.compute_overlap(target, source)
-    assert table.schema.equals(O.SCHEMA)
+    table = overlap.compute_overlap(target, source)
+    assert table.schema.equals(overlap.SCHEMA)
     assert table.column("target_id").to_pylist() == list(range(len(UNIGRAM_TOKENS)))
     rows = {r["target_token"]: r for r in table.to_pylist()}
     assert rows["▁wow"]["source_id"] is None and rows["▁wow"]["source_token"] is None and rows["▁wow"]["match"] == "none"
-    t, s = O.overlap_pairs(table)
+    t, s = overlap.overlap_pairs(table)
     assert t.dtype == np.int64 and s.dtype == np.int64
     assert dict(zip(t.tolist(), s.tolist())) == {3: 5, 4: 6, 7: 11, 9: 13, 10: 7, 11: 8}
-    assert O.match_counts(table) == {"exact_match": 6, "fuzzy_match": 0, "numerical_symbol": 0,
-                                     "none": len(UNIGRAM_TOKENS) - 6}
+    assert overlap.match_counts(table) == {"exact_match": 6, "fuzzy_match": 0, "numerical_symbol": 0,
+                                           "none": len(UNIGRAM_TOKENS) - 6}
 
 
 @pytest.mark.parametrize("make", [unigram_from_tokens, bytelevel_from_tokens], ids=["unigram", "bytelevel"])
 def test_hand_made_tokenizers_equal_deepfocus(source, make):
     target = make(UNIGRAM_TOKENS if make is unigram_from_tokens else BYTELEVEL_TOKENS)
     for opts in OPTION_SETS:
-        assert table_matches(O.compute_overlap(target, source, **opts)) == deepfocus_matches(target, source, **opts), opts
+        ours = table_matches(overlap.compute_overlap(target, source, **opts))
+        assert ours == deepfocus_matches(target, source, **opts), opts
 
 
 def test_minilm_vs_sw_tokenizer_equals_deepfocus(minilm, sw_tokenizer):
     for opts in OPTION_SETS:
-        ours = table_matches(O.compute_overlap(sw_tokenizer, minilm, **opts))
+        ours = table_matches(overlap.compute_overlap(sw_tokenizer, minilm, **opts))
         assert ours == deepfocus_matches(sw_tokenizer, minilm, **opts), opts
         if opts["exact_match_all"]:
             assert len(ours) > 300  # [CLS], punctuation, names, numbers, shared subwords
-    kinds = O.match_counts(O.compute_overlap(sw_tokenizer, minilm, fuzzy_match_all=True, match_symbols=True))
+    kinds = overlap.match_counts(overlap.compute_overlap(sw_tokenizer, minilm, fuzzy_match_all=True,
+                                                         match_symbols=True))
     assert kinds["exact_match"] and kinds["fuzzy_match"] and kinds["numerical_symbol"]
 
 
@@ -192,9 +194,9 @@ def _save_source(source, path: str = "source") -> None:
     BertConfig(vocab_size=len(source)).save_pretrained(path)
 
 
-def _params(source_model: str, **overlap) -> dict:
+def _params(source_model: str, **options) -> dict:
     return validate_params({"languages": ["sw"], "source_model": source_model,
-                            "corpus": {"sources": {"sw": {"path": "sw.txt"}}}, "overlap": overlap})
+                            "corpus": {"sources": {"sw": {"path": "sw.txt"}}}, "overlap": options})
 
 
 def test_stage_writes_table_and_stats(tmp_path, monkeypatch, source):
@@ -204,7 +206,7 @@ def test_stage_writes_table_and_stats(tmp_path, monkeypatch, source):
     unigram_from_tokens(UNIGRAM_TOKENS).save_pretrained("results/sw/tokenizer")
     run_stage("overlap", _params(str(tmp_path / "source"), fuzzy_match_all=True), {"lang": "sw"})
     table = pq.read_table("results/sw/overlap/overlap.parquet")
-    assert table.schema.equals(O.SCHEMA) and table.num_rows == len(UNIGRAM_TOKENS)
+    assert table.schema.equals(overlap.SCHEMA) and table.num_rows == len(UNIGRAM_TOKENS)
     stats = json.loads((tmp_path / "results/sw/overlap/stats.json").read_text())
     assert stats["counts"] == {"exact_match": 6, "fuzzy_match": 2, "numerical_symbol": 0,
                                "none": len(UNIGRAM_TOKENS) - 8}

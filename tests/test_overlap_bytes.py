@@ -10,9 +10,9 @@ import pytest
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
 from transformers import LlamaConfig, PreTrainedTokenizerFast
 
-from vocabtransfer.data import overlap as O
+from vocabtransfer.data import overlap
 from vocabtransfer.pipeline.config import validate_params
-from vocabtransfer.train.modeling import load_tokenizer
+from vocabtransfer.train.hub import load_tokenizer
 from vocabtransfer.pipeline.stages import run_stage
 from vocabtransfer.data.families import Spelling, spelling, token_bytes
 from vocabtransfer.data.tokenizer import train_tokenizer
@@ -37,7 +37,7 @@ def gpt2():
 
 
 def matches(table) -> dict[str, str]:
-    return {r["target_token"]: r["source_token"] for r in table.to_pylist() if r["match"] == O.EXACT}
+    return {r["target_token"]: r["source_token"] for r in table.to_pylist() if r["match"] == overlap.EXACT}
 
 
 def test_byte_fallback_spellings_of_each_family(llama, gpt2):
@@ -71,31 +71,31 @@ def test_byte_fallback_source_against_byte_level_target(llama, gpt2):
     assert llama.convert_ids_to_tokens(list(range(3, 259))) == [f"<0x{b:02X}>" for b in range(256)]
     alphabet = pre_tokenizers.ByteLevel.alphabet()
     assert set(alphabet) <= set(gpt2.get_vocab())
-    found = matches(O.compute_overlap(gpt2, llama, match_bytes=True))
+    found = matches(overlap.compute_overlap(gpt2, llama, match_bytes=True))
     assert found["Ã"] == "<0xC3>" and found["Ċ"] == "<0x0A>" and found["Ā"] == "<0x00>"
     assert found["Ġya"] == "▁ya" and found["Ġkwa"] == "▁kwa" and found["Ġ"] == "▁" and found["A"] == "A"
     high = {token_bytes(t, spelling(gpt2))[0]: t for t in alphabet if token_bytes(t, spelling(gpt2))[0] >= 0x80}
     assert sorted(high) == list(HIGH_BYTES)
     assert all(found[high[b]] == f"<0x{b:02X}>" for b in HIGH_BYTES)
     # deepfocus's forms (match_bytes=False): byte tokens decode to "�" and match nothing; words still match
-    plain = matches(O.compute_overlap(gpt2, llama))
+    plain = matches(overlap.compute_overlap(gpt2, llama))
     assert "Ã" not in plain and "Ċ" not in plain and plain["Ġya"] == "▁ya"
     assert len(found) - len(plain) >= 128
     # the byte tokens: the 128 high bytes of the target (no merge here is part of a character), 256 pieces
-    table = O.compute_overlap(gpt2, llama, match_bytes=True)
-    assert O.byte_counts(table, gpt2, llama) == {"target": 128, "source": 256, "matched": 128}
+    table = overlap.compute_overlap(gpt2, llama, match_bytes=True)
+    assert overlap.byte_counts(table, gpt2, llama) == {"target": 128, "source": 256, "matched": 128}
 
 
 def test_byte_fallback_target_against_byte_level_source(llama, gpt2):
     """The reverse: every one of the 256 byte pieces of a Llama-style target finds its byte in the
     byte-level source: <0xC3> -> Ã, <0x0A> -> Ċ, <0x20> -> Ġ (a space byte), <0x41> -> A."""
-    table = O.compute_overlap(llama, gpt2, match_bytes=True)
+    table = overlap.compute_overlap(llama, gpt2, match_bytes=True)
     found = matches(table)
     assert found["<0xC3>"] == "Ã" and found["<0x0A>"] == "Ċ" and found["<0x20>"] == "Ġ" and found["<0x41>"] == "A"
     assert found["▁ya"] == "Ġya" and found["▁"] == "Ġ"
     assert all(f"<0x{b:02X}>" in found for b in range(256))
-    assert O.byte_counts(table, llama, gpt2) == {"target": 256, "source": 128, "matched": 256}
-    assert "<0xC3>" not in matches(O.compute_overlap(llama, gpt2))  # deepfocus's forms
+    assert overlap.byte_counts(table, llama, gpt2) == {"target": 256, "source": 128, "matched": 256}
+    assert "<0xC3>" not in matches(overlap.compute_overlap(llama, gpt2))  # deepfocus's forms
 
 
 def test_byte_fallback_overlap_stage_counts_byte_tokens(tmp_path, monkeypatch, llama, gpt2):
@@ -119,7 +119,7 @@ def test_byte_fallback_piece_against_wordpiece_characters():
     """WordPiece spells text: with match_bytes the piece <0x41> (byte fallback) is the continuation "##A",
     not the WordPiece string "##<0x41>" that deepfocus's forms pair it with."""
     target, source = unigram_from_tokens(UNIGRAM_TOKENS), wordpiece_from_tokens(SOURCE_TOKENS)
-    assert matches(O.compute_overlap(target, source, match_bytes=True))["<0x41>"] == "##A"
-    assert matches(O.compute_overlap(target, source))["<0x41>"] == "##<0x41>"
-    table = O.compute_overlap(target, source, match_bytes=True)
-    assert O.byte_counts(table, target, source) == {"target": 1, "source": 0, "matched": 1}
+    assert matches(overlap.compute_overlap(target, source, match_bytes=True))["<0x41>"] == "##A"
+    assert matches(overlap.compute_overlap(target, source))["<0x41>"] == "##<0x41>"
+    table = overlap.compute_overlap(target, source, match_bytes=True)
+    assert overlap.byte_counts(table, target, source) == {"target": 1, "source": 0, "matched": 1}

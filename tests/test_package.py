@@ -42,6 +42,7 @@ def test_validate_works_from_an_installed_wheel(tmp_path):
                           env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert "vocab_size: 16000" in proc.stdout
-    where = subprocess.run([str(venv / "bin" / "python"), "-c", "import vocabtransfer.pipeline.config as c; print(c.SCHEMA_PATH)"],
+    where = subprocess.run([str(venv / "bin" / "python"), "-c",
+                            "from vocabtransfer.pipeline.config import SCHEMA_PATH; print(SCHEMA_PATH)"],
                            cwd=run_dir, env=env, capture_output=True, text=True, check=True).stdout
     assert where.startswith(str(venv))  # the installed copy, not the checkout

@@ -13,10 +13,10 @@ import pyarrow.parquet as pq
 import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers
 
-from vocabtransfer.pipeline import paths as P
+from vocabtransfer.pipeline import paths
 from vocabtransfer.pipeline.config import validate_params
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.train.modeling import load_tokenizer
+from vocabtransfer.train.hub import load_tokenizer
 from vocabtransfer.data.pretokenize import TokenStats, flatten, ids_array, markdown_table
 from vocabtransfer.pipeline.stages import run_stage
 from vocabtransfer.data.tokenizer import load_target_tokenizer, train_tokenizer
@@ -44,11 +44,11 @@ def workdir(tmp_path_factory, source, shared_data):
         lines = [next(f).rstrip("\n") for _ in range(1200)]
     train, valid = lines[:1000] + EXTRA, lines[1000:]
     for name, rows in (("train", train), ("valid", valid)):
-        path = root / P.fill(getattr(P, f"CORPUS_{name.upper()}"), lang="sw")
+        path = root / paths.fill(getattr(paths, f"CORPUS_{name.upper()}"), lang="sw")
         path.parent.mkdir(parents=True, exist_ok=True)
         pq.write_table(pa.table({"text": rows}), path)
     target = train_tokenizer(source, [lines[:1000]], vocab_size=400)
-    target.save_pretrained(root / P.fill(P.TOKENIZER, lang="sw"))
+    target.save_pretrained(root / paths.fill(paths.TOKENIZER, lang="sw"))
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(root)
         for var in ("RAYON_NUM_THREADS", "TOKENIZERS_PARALLELISM"):  # the stage sets them from --threads
@@ -56,14 +56,14 @@ def workdir(tmp_path_factory, source, shared_data):
         run_stage("source_model", _params(), {}, threads=1)
         run_stage("pretokenize", _params(), {"lang": "sw"}, threads=2)
     return {"root": root, "train": train, "valid": valid,
-            "target": load_target_tokenizer(root / P.fill(P.TOKENIZER, lang="sw"))}
+            "target": load_target_tokenizer(root / paths.fill(paths.TOKENIZER, lang="sw"))}
 
 
 def _out(workdir, template):
-    return workdir["root"] / P.fill(template, lang="sw")
+    return workdir["root"] / paths.fill(template, lang="sw")
 
 
-@pytest.mark.parametrize("split, template", [("train", P.PRETOK_TRAIN), ("valid", P.PRETOK_VALID)])
+@pytest.mark.parametrize("split, template", [("train", paths.PRETOK_TRAIN), ("valid", paths.PRETOK_VALID)])
 def test_ids_match_the_target_tokenizer(workdir, split, template):
     table = pq.read_table(_out(workdir, template))
     assert table.schema.field("input_ids").type == pa.list_(pa.int32())
@@ -79,7 +79,7 @@ def test_ids_match_the_target_tokenizer(workdir, split, template):
 
 
 def test_text_file_is_token_joined_lines(workdir):
-    lines = _out(workdir, P.PRETOK_TEXT).read_text(encoding="utf-8").split("\n")
+    lines = _out(workdir, paths.PRETOK_TEXT).read_text(encoding="utf-8").split("\n")
     assert lines[-1] == ""  # every line ends with a newline
     target = workdir["target"]
     assert lines[:-1] == [" ".join(target.tokenize(t)) for t in workdir["train"]]
@@ -87,7 +87,7 @@ def test_text_file_is_token_joined_lines(workdir):
 
 
 def test_stats_compare_source_and_target(workdir, source):
-    stats = json.loads(_out(workdir, P.PRETOK_STATS).read_text())
+    stats = json.loads(_out(workdir, paths.PRETOK_STATS).read_text())
     target, valid = workdir["target"], workdir["valid"]
     tgt, src = stats["stats"]["valid"]["target"], stats["stats"]["valid"]["source"]
     words = sum(len(t.split()) for t in valid)
@@ -155,15 +155,15 @@ def test_corrupt_tokenizer_is_one_clear_error(workdir, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     for var in ("RAYON_NUM_THREADS", "TOKENIZERS_PARALLELISM"):
         monkeypatch.setenv(var, os.environ.get(var, ""))
-    for template in (P.CORPUS_TRAIN, P.CORPUS_VALID):
-        src = workdir["root"] / P.fill(template, lang="sw")
-        dst = tmp_path / P.fill(template, lang="sw")
+    for template in (paths.CORPUS_TRAIN, paths.CORPUS_VALID):
+        src = workdir["root"] / paths.fill(template, lang="sw")
+        dst = tmp_path / paths.fill(template, lang="sw")
         dst.parent.mkdir(parents=True, exist_ok=True)
         dst.write_bytes(src.read_bytes())
-    tok_dir = tmp_path / P.fill(P.TOKENIZER, lang="sw")
+    tok_dir = tmp_path / paths.fill(paths.TOKENIZER, lang="sw")
     tok_dir.mkdir(parents=True)
     (tok_dir / "tokenizer.json").write_text('{"version": "1.0", "model": {"type": "WordPie')
     with pytest.raises(VocabTransferError, match=r"results/sw/tokenizer/tokenizer\.json: corrupt tokenizer file"):
         run_stage("pretokenize", _params(), {"lang": "sw"}, threads=1)
-    assert not (tmp_path / P.fill(P.PRETOK_STATS, lang="sw")).exists()
+    assert not (tmp_path / paths.fill(paths.PRETOK_STATS, lang="sw")).exists()
     assert not list((tmp_path / "results" / "sw").glob("pretokenized"))

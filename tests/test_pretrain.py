@@ -21,7 +21,8 @@ import pytest
 import torch
 
 from vocabtransfer import io
-from vocabtransfer.train import pretrain as PT
+from vocabtransfer.train import pretrain
+from vocabtransfer.train.trainer import ROWS_FILE, complete_checkpoints
 from vocabtransfer.pipeline.config import validate_params
 from vocabtransfer.errors import VocabTransferError
 
@@ -50,7 +51,7 @@ def test_tiny_models_learn_under_both_objectives(tmp_path, monkeypatch, one_thre
     params = pretrain_project(tmp_path, model, tok)
     run_pretrain(params, objective=objective)
     out, metrics, stats = pretrain_outputs(tmp_path, objective=objective)
-    assert metrics.schema == PT.METRICS_SCHEMA
+    assert metrics.schema == pretrain.METRICS_SCHEMA
     rows = metrics.to_pylist()
     assert rows[0]["step"] == 0 and rows[0]["tokens_seen"] == 0 and math.isnan(rows[0]["train_loss"])
     valid = [(r["step"], r["valid_loss"]) for r in rows if not math.isnan(r["valid_loss"])]
@@ -72,7 +73,7 @@ def test_tiny_models_learn_under_both_objectives(tmp_path, monkeypatch, one_thre
     assert not (tmp_path / "checkpoints").joinpath("sw/pretrain/focus", objective, "pseed1").exists()  # not kept
     # the final valid loss per evaluation block: its totals give the final valid loss
     blocks = pq.read_table(out / "valid_blocks.parquet")
-    assert blocks.schema == PT.BLOCKS_SCHEMA and len(blocks) == stats["valid_blocks"]
+    assert blocks.schema == pretrain.BLOCKS_SCHEMA and len(blocks) == stats["valid_blocks"]
     total = sum(blocks.column("loss_sum").to_pylist()) / sum(blocks.column("n_tokens").to_pylist())
     assert total == pytest.approx(valid[-1][1], rel=1e-5)
     assert sum(blocks.column("n_tokens").to_pylist()) == stats["valid_tokens"]
@@ -137,14 +138,14 @@ def test_kill_and_resume_equals_uninterrupted_run(tmp_path, monkeypatch, one_thr
     proc = _subprocess(tmp_path)
     ckpt = tmp_path / "checkpoints/sw/pretrain/focus/standard/pseed1"
     deadline = time.time() + 240
-    while not list(ckpt.glob(f"checkpoint-*/{PT.ROWS_FILE}")):
+    while not list(ckpt.glob(f"checkpoint-*/{ROWS_FILE}")):
         assert proc.poll() is None, proc.stdout.read()
         assert time.time() < deadline, "no checkpoint within 240 s"
         time.sleep(0.2)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     assert not (tmp_path / "results/sw/pretrain/focus/standard/pseed1").exists()
-    killed_at = max(s for s, _ in PT.complete_checkpoints(ckpt))
+    killed_at = max(s for s, _ in complete_checkpoints(ckpt))
     assert killed_at < 40
 
     proc = _subprocess(tmp_path)
@@ -188,7 +189,7 @@ def test_nan_loss_stops_naming_the_step_and_keeps_the_checkpoint(tmp_path, monke
     with pytest.raises(VocabTransferError, match=r"^step 6: the standard training loss is nan; .*checkpoint-4"):
         run_pretrain(params)
     assert not (tmp_path / "results/sw/pretrain/focus/standard/pseed1").exists()
-    assert [s for s, _ in PT.complete_checkpoints(tmp_path / "checkpoints/sw/pretrain/focus/standard/pseed1")] == [4]
+    assert [s for s, _ in complete_checkpoints(tmp_path / "checkpoints/sw/pretrain/focus/standard/pseed1")] == [4]
 
 
 def test_factorized_training_saves_full_embeddings_in_the_primitives_span(tmp_path, monkeypatch, one_thread, sw_wp):
@@ -238,21 +239,22 @@ def test_bad_inputs(tmp_path, monkeypatch, one_thread, sw_wp):
 def test_pretrain_runs_and_init_seeds():
     """Every method × objective × pretraining seed is a run; a method with random rows has one init per
     pretraining seed, a deterministic one (mean) one init that all its runs share."""
-    from vocabtransfer.pipeline import availability as A
-    from vocabtransfer.pipeline import models as MN
+    from vocabtransfer.pipeline import availability
+    from vocabtransfer.pipeline import models
 
     params = {"seed": 7, "init": {"methods": ["focus", "mean", "fvt"]},
               "pretrain": {"methods": ["focus", "mean"], "objectives": ["standard", "selfish"], "seeds": 2}}
-    assert A.pretrain_pairs(params) == [("focus", "standard"), ("focus", "selfish"), ("mean", "standard"),
-                                         ("mean", "selfish")]
-    assert len(A.pretrain_runs(params)) == 8 and A.pretrain_runs(params)[1] == ("focus", "standard", 2)
-    assert MN.init_runs(params) == [("focus", 1), ("focus", 2), ("mean", 1), ("fvt", 1)]
-    assert (MN.init_pseed("focus+svd", 2), MN.init_pseed("mean+svd", 2)) == (2, 1)
-    assert (MN.seed_value(params, 1), MN.seed_value(params, 3)) == (7, 2007)
-    assert MN.parse_model_name("focus+svd-selfish-pseed2") == MN.Model("focus+svd", "selfish", 2)
-    assert MN.parse_model_name("focus+svd-selfish-pseed2").group == "focus+svd-selfish"
+    assert availability.pretrain_pairs(params) == [("focus", "standard"), ("focus", "selfish"),
+                                                   ("mean", "standard"), ("mean", "selfish")]
+    runs = availability.pretrain_runs(params)
+    assert len(runs) == 8 and runs[1] == ("focus", "standard", 2)
+    assert models.init_runs(params) == [("focus", 1), ("focus", 2), ("mean", 1), ("fvt", 1)]
+    assert (models.init_pseed("focus+svd", 2), models.init_pseed("mean+svd", 2)) == (2, 1)
+    assert (models.seed_value(params, 1), models.seed_value(params, 3)) == (7, 2007)
+    assert models.parse_model_name("focus+svd-selfish-pseed2") == models.Model("focus+svd", "selfish", 2)
+    assert models.parse_model_name("focus+svd-selfish-pseed2").group == "focus+svd-selfish"
     with pytest.raises(VocabTransferError, match="expected `source`"):
-        MN.parse_model_name("focus-selfish")
+        models.parse_model_name("focus-selfish")
 
 
 def test_paper_config_is_valid_and_dry_runs_offline(tmp_path):

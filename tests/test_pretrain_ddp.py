@@ -26,7 +26,8 @@ import pytest
 import torch
 
 from vocabtransfer.train import parallel
-from vocabtransfer.train import pretrain as PT
+from vocabtransfer.pipeline.stage import launch_prefix
+from vocabtransfer.train.trainer import ROWS_FILE, complete_checkpoints
 from vocabtransfer.errors import VocabTransferError
 
 from helpers import (TOLERANCE, bpe_tokenizer, finish, launch, pretrain_outputs, pretrain_project, run_pretrain,
@@ -96,13 +97,13 @@ def test_ddp_killed_after_a_checkpoint_and_resumed_equals_uninterrupted(ddp_runs
     proc = launch(tmp_path, 2)
     ckpt = tmp_path / "checkpoints/sw/pretrain/focus/selfish/pseed1"
     deadline = time.time() + 300
-    while not list(ckpt.glob(f"checkpoint-*/{PT.ROWS_FILE}")):
+    while not list(ckpt.glob(f"checkpoint-*/{ROWS_FILE}")):
         assert proc.poll() is None, proc.stdout.read()[-4000:]
         assert time.time() < deadline, "no checkpoint within 300 s"
         time.sleep(0.1)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
-    killed_at = max(s for s, _ in PT.complete_checkpoints(ckpt))
+    killed_at = max(s for s, _ in complete_checkpoints(ckpt))
     assert killed_at < STEPS["steps"] and not (tmp_path / "results/sw/pretrain/focus/selfish").exists()
     finish(launch(tmp_path, 2))
     stats = pretrain_outputs(tmp_path, objective="selfish")[2]
@@ -121,8 +122,8 @@ def test_processes_beyond_the_devices_or_the_launch_are_errors():
 
 
 def test_launch_prefix_is_what_the_tests_launch():
-    assert parallel.launch_prefix(1) == "vocabtransfer"
-    prefix = " ".join(parallel.launch_prefix(2).split())
+    assert launch_prefix(1) == "vocabtransfer"
+    prefix = " ".join(launch_prefix(2).split())
     assert prefix.startswith("accelerate launch --multi_gpu --num_processes 2 ")
     assert prefix.endswith(" -m vocabtransfer")
     assert "--main_process_port 0" in prefix and "--cpu" not in prefix

@@ -15,8 +15,9 @@ import pytest
 import torch
 
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.train import distill as D
-from vocabtransfer.train import pretrain as PT
+from vocabtransfer.train.distill import check_alpha
+from vocabtransfer.train.pretrain import leaves
+from vocabtransfer.train.trainer import complete_checkpoints
 
 from helpers import (TOLERANCE, finish, gpt2_seed, launch, llama_seed, pretrain_outputs, pretrain_project, run_pretrain,
                      save_dir, text_lines, tiny_bert, tiny_gpt2, tiny_model, wordpiece_tokenizer)
@@ -70,7 +71,7 @@ def test_distill_trains_and_resumes(tmp_path, monkeypatch, one_thread, tokenizer
     assert loaded.get_input_embeddings().weight.shape[0] == len(tokenizers[1])
     # resume: drop the output and the last checkpoint, run again from step 4: the same metrics
     ckpt = tmp_path / "checkpoints/sw/pretrain/focus/distill/pseed1"
-    assert sorted(s for s, _ in PT.complete_checkpoints(ckpt)) == [4, 8]
+    assert sorted(s for s, _ in complete_checkpoints(ckpt)) == [4, 8]
     shutil.rmtree(out)
     shutil.rmtree(ckpt / "checkpoint-8")
     run_pretrain(params, objective="distill")
@@ -147,7 +148,7 @@ def test_distill_refusals_in_one_line(tmp_path, monkeypatch, one_thread):
         with pytest.raises(VocabTransferError, match=rf"pretrain\.distill\.{key}"):
             validate_params({**base, "pretrain": {"objectives": ["distill"], "distill": bad}})
     with pytest.raises(VocabTransferError, match=r"pretrain\.distill\.alpha"):
-        D.check_alpha(2)
+        check_alpha(2)
 
 
 def test_distill_leaves_only_for_the_distill_objective():
@@ -157,8 +158,8 @@ def test_distill_leaves_only_for_the_distill_objective():
                               "corpus": {"sources": {"sw": {"path": "unused.txt"}}}, "init": {"methods": ["focus"]},
                               "pretrain": {"methods": ["focus"], "objectives": ["standard", "distill"]}})
     assert params["pretrain"]["distill"] == {"temperature": 1.0, "alpha": 0.5, "teacher": "cached"}
-    distill = PT.leaves(params, {"objective": "distill"})
-    standard = PT.leaves(params, {"objective": "standard"})
+    distill = leaves(params, {"objective": "distill"})
+    standard = leaves(params, {"objective": "standard"})
     assert "pretrain.distill.alpha" in distill and "pretrain.distill.temperature" in distill
     assert not any(leaf.startswith("pretrain.distill.") for leaf in standard)
     from vocabtransfer.pipeline.stages import STAGES

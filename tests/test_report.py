@@ -15,13 +15,13 @@ import pyarrow as pa
 import pytest
 
 from vocabtransfer import io
-from vocabtransfer.evaluate import stats as S
+from vocabtransfer.evaluate import stats
 from vocabtransfer.evaluate.init_eval import SCHEMA as INIT_EVAL_SCHEMA
 from vocabtransfer.evaluate.token_frequency_loss import BLOCKS_SCHEMA, BPB_SCHEMA, SCHEMA as TFL_SCHEMA
-from vocabtransfer.pipeline import models as MN
-from vocabtransfer.pipeline import paths as P
-from vocabtransfer.report import read as RD
-from vocabtransfer.report import stage as R
+from vocabtransfer.pipeline import models
+from vocabtransfer.pipeline import paths
+from vocabtransfer.report import read
+from vocabtransfer.report import stage
 
 LANGS = ("sw", "de")
 METHODS = ("random", "focus")
@@ -40,7 +40,7 @@ FLOOR_RIGHT = {"nli": 20, "qa": 10, "ner": 0}  # the floor: the majority class o
 
 
 def write(root: Path, template: str, obj, **wc) -> Path:
-    path = root / P.fill(template, **wc)
+    path = root / paths.fill(template, **wc)
     path.parent.mkdir(parents=True, exist_ok=True)
     if isinstance(obj, pa.Table):
         io.write_parquet(obj, path)
@@ -55,7 +55,7 @@ def eval_result(task: str, method: str, objective: str | None, pseed: int | None
     ids = [f"{task}-{i}" for i in range(N)]
     c = RIGHT[method] + (pseed or 0) - (1 if objective == "selfish" else 0)
     examples, metric = task_examples(task, c), "accuracy" if task == "nli" else "f1"
-    model = MN.SOURCE if method == MN.SOURCE else MN.model_name(method, objective, pseed)
+    model = models.SOURCE if method == models.SOURCE else models.model_name(method, objective, pseed)
     return {"task": task, "model": model, "method": method, "objective": objective, "pseed": pseed, "seed": seed,
             "metric": metric, "metrics": {metric: 100 * c / N}, "n_train": 100, "n_test": N, "examples": examples,
             "skipped": {}}
@@ -112,26 +112,26 @@ def bpb_lines(method: str, objective: str, pseed: int) -> dict[str, list]:
             "n_tokens": n_tokens.tolist(), "n_scored": n_tokens.tolist()}
 
 
-def make_results(root: Path, langs=LANGS, with_evals: bool = True) -> RD.Plan:
-    write(root, P.SOURCE_HEAD_STATS, {"kind": "masked", "model_class": "BertForMaskedLM", "skipped": False,
-                                      "steps": 100, "text": "pretrain_text/en.txt", "loss_before": 10.4,
-                                      "loss_after": 4.2})
+def make_results(root: Path, langs=LANGS, with_evals: bool = True) -> read.Plan:
+    write(root, paths.SOURCE_HEAD_STATS, {"kind": "masked", "model_class": "BertForMaskedLM", "skipped": False,
+                                          "steps": 100, "text": "pretrain_text/en.txt", "loss_before": 10.4,
+                                          "loss_after": 4.2})
     runs = [(m, o, s) for m in METHODS for o in OBJECTIVES for s in PSEEDS]
-    plan = RD.Plan(languages=list(langs), pretrain=runs, gradients=[(m, o, 1) for m in METHODS for o in OBJECTIVES],
-                   token_frequency=True)
+    plan = read.Plan(languages=list(langs), pretrain=runs, gradients=[(m, o, 1) for m in METHODS for o in OBJECTIVES],
+                     token_frequency=True)
     for k, lang in enumerate(langs):
-        write(root, P.CORPUS_STATS, {"train_lines": 1000 + k, "train_bytes": 90000, "valid_lines": 50}, lang=lang)
-        write(root, P.TOKENIZER_STATS, {"family": "wordpiece", "style": "bert", "vocab_size_reached": 1999 - k},
+        write(root, paths.CORPUS_STATS, {"train_lines": 1000 + k, "train_bytes": 90000, "valid_lines": 50}, lang=lang)
+        write(root, paths.TOKENIZER_STATS, {"family": "wordpiece", "style": "bert", "vocab_size_reached": 1999 - k},
               lang=lang)
-        write(root, P.PRETOK_STATS, {"stats": {"valid": {"source": {"fertility": 2.5}, "target": {"fertility": 1.4}}}},
-              lang=lang)
+        write(root, paths.PRETOK_STATS,
+              {"stats": {"valid": {"source": {"fertility": 2.5}, "target": {"fertility": 1.4}}}}, lang=lang)
         base = {"lang": "en", "method": "source", "kind": "masked", "loss": 4.2, "perplexity": 66.7,
                 "calibrated_loss": 4.1, "temperature": 1.1, "n_eval_tokens": 100, "n_eval_lines": 10,
                 "retrieval_en2xx": 0.2, "retrieval_xx2en": 0.25, "n_sentences": 20, "model": "m", "seconds": 1.0}
         rows = [base] + [{**base, "lang": lang, "method": m, "loss": 9.0 - 2 * i, "calibrated_loss": 8.0 - i,
                           "retrieval_en2xx": 0.05 * (i + 1), "retrieval_xx2en": 0.04 * (i + 1)}
                          for i, m in enumerate(METHODS)]
-        write(root, P.INIT_EVAL, pa.Table.from_pylist(rows, schema=INIT_EVAL_SCHEMA), lang=lang)
+        write(root, paths.INIT_EVAL, pa.Table.from_pylist(rows, schema=INIT_EVAL_SCHEMA), lang=lang)
         tfl, cells = [], {name: [] for name in BLOCKS_SCHEMA.names}
         for m, o, s in runs:
             run = dict(lang=lang, method=m, objective=o, pseed=s)
@@ -144,13 +144,13 @@ def make_results(root: Path, langs=LANGS, with_evals: bool = True) -> RD.Plan:
                               "valid_loss": pa.array([start, (start + final) / 2, final], pa.float64()),
                               "learning_rate": pa.array([0.0, 1e-4, 5e-5], pa.float64()),
                               "tokens_per_second": pa.array([math.nan, 100.0, 100.0], pa.float64())})
-            write(root, P.PRETRAIN_DIR + "/metrics.parquet", table, **run)
-            write(root, P.PRETRAIN_DIR + "/valid_blocks.parquet",
+            write(root, paths.PRETRAIN_DIR + "/metrics.parquet", table, **run)
+            write(root, paths.PRETRAIN_DIR + "/valid_blocks.parquet",
                   pa.table({"block": pa.array(range(BLOCKS), pa.int32()), "loss_sum": sums,
                             "n_tokens": counts.astype("int64")}), **run)
-            write(root, P.PRETRAIN_DIR + "/stats.json", {"steps": 20, "final_valid_loss": final}, **run)
+            write(root, paths.PRETRAIN_DIR + "/stats.json", {"steps": 20, "final_valid_loss": final}, **run)
             if s == 1:
-                write(root, P.GRADIENT_PLOT, b"\x89PNG\r\n\x1a\n", **run)
+                write(root, paths.GRADIENT_PLOT, b"\x89PNG\r\n\x1a\n", **run)
             for objective in (["init"] if o == "standard" else []) + [o]:
                 for b in range(3):
                     loss = bucket_loss(objective, b) + 0.02 * s
@@ -162,25 +162,25 @@ def make_results(root: Path, langs=LANGS, with_evals: bool = True) -> RD.Plan:
                         for name, value in zip(BLOCKS_SCHEMA.names, (m, objective, s, b, block,
                                                                      5 * (loss + jitter[block]), 5)):
                             cells[name].append(value)
-        write(root, P.TOKEN_FREQUENCY_LOSS, pa.Table.from_pylist(tfl, schema=TFL_SCHEMA), lang=lang)
-        write(root, P.TOKEN_FREQUENCY_BLOCKS, pa.table(cells, schema=BLOCKS_SCHEMA), lang=lang)
+        write(root, paths.TOKEN_FREQUENCY_LOSS, pa.Table.from_pylist(tfl, schema=TFL_SCHEMA), lang=lang)
+        write(root, paths.TOKEN_FREQUENCY_BLOCKS, pa.table(cells, schema=BLOCKS_SCHEMA), lang=lang)
         lines = {name: [] for name in BPB_SCHEMA.names}
         for m, o, s in [("source", "source", 0)] + [(m, "init", s) for m in METHODS for s in PSEEDS] + runs:
             for name, values in bpb_lines(m, o, s).items():
                 lines[name] += values
-        write(root, P.BITS_PER_BYTE, pa.table(lines, schema=BPB_SCHEMA), lang=lang)
+        write(root, paths.BITS_PER_BYTE, pa.table(lines, schema=BPB_SCHEMA), lang=lang)
         plan.evals[lang] = []
         plan.skipped[lang] = {} if len(TASKS_OF[lang]) == 3 else {"ner": "no NER data for de in params"}
         if not with_evals:
             continue
-        models = [(MN.SOURCE, None, None)] + [(m, o, s) for m in METHODS for o in ("init",) + OBJECTIVES
-                                              for s in PSEEDS]
+        evaluated = [(models.SOURCE, None, None)] + [(m, o, s) for m in METHODS for o in ("init",) + OBJECTIVES
+                                                     for s in PSEEDS]
         for task in TASKS_OF[lang]:
-            write(root, P.EVAL_FLOOR, floor_result(task), lang=lang, task=task)
-            for m, o, s in models:
+            write(root, paths.EVAL_FLOOR, floor_result(task), lang=lang, task=task)
+            for m, o, s in evaluated:
                 for seed in FSEEDS:
                     result = eval_result(task, m, o, s, seed)
-                    write(root, P.EVAL_RESULT, result, lang=lang, task=task, model=result["model"], seed=str(seed))
+                    write(root, paths.EVAL_RESULT, result, lang=lang, task=task, model=result["model"], seed=str(seed))
                     plan.evals[lang].append({"task": task, "model": result["model"], "seed": seed})
     return plan
 
@@ -189,8 +189,8 @@ def make_results(root: Path, langs=LANGS, with_evals: bool = True) -> RD.Plan:
 def rendered(tmp_path_factory):
     root = tmp_path_factory.mktemp("study")
     plan = make_results(root)
-    R.write_report(PARAMS, plan, root)
-    return root, plan, (root / P.REPORT).read_text()
+    stage.write_report(PARAMS, plan, root)
+    return root, plan, (root / paths.REPORT).read_text()
 
 
 def section(text: str, heading: str) -> str:
@@ -211,16 +211,16 @@ def cells(text: str, *first: str) -> list[str]:
     raise AssertionError(f"no row {first} in\n{text}")
 
 
-def recomputed(root: Path, lang: str, task: str, a: str, b: str) -> S.Difference:
+def recomputed(root: Path, lang: str, task: str, a: str, b: str) -> stats.Difference:
     """The nested interval of b − a straight from the eval JSONs (what the report must show)."""
     def runs(group):
         results = {}
         for path in (root / f"results/{lang}/eval/{task}").glob(f"{group}-pseed*/seed*.json"):
-            model = MN.parse_model_name(path.parent.name)
+            model = models.parse_model_name(path.parent.name)
             results[(model.pseed, int(path.stem.removeprefix("seed")))] = json.loads(path.read_text())
-        return S.Runs.from_results(task, results)
+        return stats.Runs.from_results(task, results)
 
-    return S.nested_interval(runs(a), runs(b), resamples=2000, seed=42, confidence=0.95)
+    return stats.nested_interval(runs(a), runs(b), resamples=2000, seed=42, confidence=0.95)
 
 
 def test_the_report_opens_with_the_verdict(rendered):
@@ -266,7 +266,7 @@ def test_comparison_tables_show_the_recomputed_intervals(rendered):
     qa = section(comparisons, "#### qa: method − random")
     objectives = ("init", "standard", "selfish")
     diffs = [recomputed(root, "sw", "qa", f"random-{o}", f"focus-{o}") for o in objectives]
-    for objective, d, adjusted in zip(objectives, diffs, S.correct([d.p_value for d in diffs], "holm")):
+    for objective, d, adjusted in zip(objectives, diffs, stats.correct([d.p_value for d in diffs], "holm")):
         row = cells(qa, f"focus − random ({objective})", "qa")
         assert row[2] == f"{d.diff:+.1f} [{d.low:+.1f}, {d.high:+.1f}]"
         assert row[5].startswith("✱ better (3 pretraining × 2 fine-tuning seeds, 20 clusters)")
@@ -309,12 +309,12 @@ def test_pretrain_and_frequency_tables(rendered):
     assert "![focus selfish](sw/gradients/focus/selfish/pseed1.png)" in section(sw, "### Gradient scenarios")
 
 
-def bpb_runs(root: Path, lang: str, method: str, objective: str) -> S.Runs:
+def bpb_runs(root: Path, lang: str, method: str, objective: str) -> stats.Runs:
     """Bits and bytes per valid line of every pretraining seed, straight from bits_per_byte.parquet."""
-    df = io.read_parquet(root / P.fill(P.BITS_PER_BYTE, lang=lang)).to_pandas()
+    df = io.read_parquet(root / paths.fill(paths.BITS_PER_BYTE, lang=lang)).to_pandas()
     sub = df[(df["method"] == method) & (df["objective"] == objective)].sort_values(["pseed", "line"])
-    return S.Runs({(int(p), 0): (g["bits"].to_numpy(float), g["n_bytes"].to_numpy(float))
-                   for p, g in sub.groupby("pseed")}, tuple(range(LINES)))
+    return stats.Runs({(int(p), 0): (g["bits"].to_numpy(float), g["n_bytes"].to_numpy(float))
+                       for p, g in sub.groupby("pseed")}, tuple(range(LINES)))
 
 
 def test_bits_per_byte_table_with_intervals_bytes_per_token_and_the_share_kept(rendered):
@@ -324,8 +324,8 @@ def test_bits_per_byte_table_with_intervals_bytes_per_token_and_the_share_kept(r
                                      "share kept", "− random [interval]", "p", "adjusted p", "verdict"]
 
     def interval(runs):  # the model's own bits per byte with its interval: B = the model, A = zero
-        zero = S.Runs({k: (np.zeros(LINES), np.ones(LINES)) for k in runs.parts}, runs.clusters)
-        return S.nested_interval(zero, runs, resamples=2000, seed=42, confidence=0.95)
+        zero = stats.Runs({k: (np.zeros(LINES), np.ones(LINES)) for k in runs.parts}, runs.clusters)
+        return stats.nested_interval(zero, runs, resamples=2000, seed=42, confidence=0.95)
 
     def mean(runs):
         return np.mean([runs.metric(k) for k in runs.parts])
@@ -344,32 +344,32 @@ def test_bits_per_byte_table_with_intervals_bytes_per_token_and_the_share_kept(r
         assert row[4] == f"{n_bytes.sum() / (12 + np.arange(LINES) % 3).sum():.2f}"
         share = (mean(base) - mean(focus)) / (mean(base) - mean(source))
         assert row[5] == f"{share:.2f}" and 0 < share < 1
-        d = S.nested_interval(base, focus, resamples=2000, seed=42, confidence=0.95)
+        d = stats.nested_interval(base, focus, resamples=2000, seed=42, confidence=0.95)
         assert row[6] == f"{d.diff:+.3f} [{d.low:+.3f}, {d.high:+.3f}]" and d.high < 0
         assert row[9].startswith("✱ better (3 pretraining seeds, 20 clusters)")
         diffs.append((row, d))
         assert cells(table, "random", objective)[5:7] == ["0.00", "–"]
-    for (row, d), adjusted in zip(diffs, S.correct([d.p_value for _, d in diffs], "holm")):
+    for (row, d), adjusted in zip(diffs, stats.correct([d.p_value for _, d in diffs], "holm")):
         assert float(row[8]) == pytest.approx(adjusted, rel=0.01)  # Holm over the table's 3 rows
     assert "the target tokenizer needs 41 % fewer tokens for the same text" in section(section(text, "## sw"),
                                                                                    "### Bits per byte")
     verdict = section(section(text, "## Verdict"), "### sw")
     line = next(x for x in verdict.splitlines() if x.startswith("- **Bits per byte of the valid text"))
     assert "(3 pretraining seeds): better: focus − random (init) -0.39" in line
-    metrics = json.loads((root / P.REPORT_METRICS).read_text())["sw"]["bits_per_byte"]
+    metrics = json.loads((root / paths.REPORT_METRICS).read_text())["sw"]["bits_per_byte"]
     assert metrics["source"] == pytest.approx(mean(source), abs=1e-4) and set(metrics) == {
         "source", *(f"{m}-{o}" for m in METHODS for o in ("init",) + OBJECTIVES)}
 
 
 def test_init_table_shows_bits_per_byte_of_causal_models(tmp_path):
     plan = make_results(tmp_path, langs=("sw",), with_evals=False)
-    path = tmp_path / P.fill(P.INIT_EVAL, lang="sw")
+    path = tmp_path / paths.fill(paths.INIT_EVAL, lang="sw")
     rows = io.read_parquet(path).to_pylist()
     for r, (bits, share) in zip(rows, ((1.5, None), (3.0, 0.0), (2.5, 1 / 3))):  # source, random, focus
         r.update(kind="causal", bits_per_byte=bits, share_kept=share, bytes_per_token=2.4 if bits == 1.5 else 4.08)
     io.write_parquet(pa.Table.from_pylist(rows, schema=INIT_EVAL_SCHEMA), path)
-    R.write_report({**PARAMS, "languages": ["sw"]}, plan, tmp_path)
-    init = section(section((tmp_path / P.REPORT).read_text(), "## sw"), "### Right after initialisation")
+    stage.write_report({**PARAMS, "languages": ["sw"]}, plan, tmp_path)
+    init = section(section((tmp_path / paths.REPORT).read_text(), "## sw"), "### Right after initialisation")
     assert cells(init, "method")[6:] == ["bits per byte", "share kept", "bytes per token"]
     assert cells(init, "focus")[6:] == ["**2.500**", "**0.33**", "4.08"] and cells(init, "random")[6:8] == ["3.000", "0.00"]
     assert cells(init, "source model (loss on en text; bits per byte on sw text and retrieval with its own "
@@ -378,34 +378,35 @@ def test_init_table_shows_bits_per_byte_of_causal_models(tmp_path):
 
 def test_masked_models_get_no_bits_per_byte_and_the_report_says_why(tmp_path):
     plan = make_results(tmp_path, langs=("sw",), with_evals=False)
-    path = tmp_path / P.fill(P.BITS_PER_BYTE, lang="sw")
+    path = tmp_path / paths.fill(paths.BITS_PER_BYTE, lang="sw")
     df = io.read_parquet(path).to_pandas()
     df["bits"] = None
     io.write_parquet(pa.Table.from_pandas(df, schema=BPB_SCHEMA, preserve_index=False), path)
-    R.write_report({**PARAMS, "languages": ["sw"]}, plan, tmp_path)
-    text = (tmp_path / P.REPORT).read_text()
+    stage.write_report({**PARAMS, "languages": ["sw"]}, plan, tmp_path)
+    text = (tmp_path / paths.REPORT).read_text()
     table = section(section(text, "## sw"), "### Bits per byte")
     assert "_No bits per byte: bits per byte needs a causal LM" in table and "keeps its per-token loss" in table
     assert "Bytes per token on the 20 valid lines: 4.08 with the target tokenizer, 2.40 with the source's" in table
     assert "Bits per byte" not in section(text, "## Verdict")
     path.unlink()
-    R.write_report({**PARAMS, "languages": ["sw"]}, plan, tmp_path)
-    text = (tmp_path / P.REPORT).read_text()
+    stage.write_report({**PARAMS, "languages": ["sw"]}, plan, tmp_path)
+    text = (tmp_path / paths.REPORT).read_text()
     assert "_No bits-per-byte results (results/sw/bits_per_byte.parquet missing)._" in text
 
 
 def test_figures_curves_and_metrics_are_reproducible(rendered, tmp_path):
     root, _, text = rendered
-    figures = sorted(p.name for p in (root / P.REPORT_FIGURES).iterdir())
+    figures = sorted(p.name for p in (root / paths.REPORT_FIGURES).iterdir())
     assert figures == ["de_downstream.png", "de_valid_loss.png", "sw_downstream.png", "sw_valid_loss.png"]
     plan = make_results(tmp_path)
-    R.write_report(PARAMS, plan, tmp_path)
+    stage.write_report(PARAMS, plan, tmp_path)
     for name in figures:
-        assert (tmp_path / P.REPORT_FIGURES / name).read_bytes() == (root / P.REPORT_FIGURES / name).read_bytes()
-    assert (tmp_path / P.REPORT).read_text() == text
-    lines = (root / R.curves_csv("sw")).read_text().splitlines()
+        copied = (tmp_path / paths.REPORT_FIGURES / name).read_bytes()
+        assert copied == (root / paths.REPORT_FIGURES / name).read_bytes()
+    assert (tmp_path / paths.REPORT).read_text() == text
+    lines = (root / stage.curves_csv("sw")).read_text().splitlines()
     assert lines[0] == "step,focus-selfish,focus-standard,random-selfish,random-standard"
-    metrics = json.loads((root / P.REPORT_METRICS).read_text())
+    metrics = json.loads((root / paths.REPORT_METRICS).read_text())
     assert metrics["sw"]["learned"] == {"nli": False, "qa": True, "ner": True}
     assert metrics["sw"]["floor"] == {"nli": pytest.approx(100 / 3, abs=1e-4), "qa": pytest.approx(100 / 6, abs=1e-4), "ner": 0.0}
     assert metrics["sw"]["eval"]["qa"]["focus-standard"] == pytest.approx(100 * 42 / N)  # mean of 41, 42, 43 right
@@ -413,12 +414,13 @@ def test_figures_curves_and_metrics_are_reproducible(rendered, tmp_path):
 
 def test_missing_results_render_as_notes(tmp_path):
     plan = make_results(tmp_path, langs=("sw",), with_evals=False)
-    (tmp_path / P.fill(P.TOKEN_FREQUENCY_LOSS, lang="sw")).unlink()
+    (tmp_path / paths.fill(paths.TOKEN_FREQUENCY_LOSS, lang="sw")).unlink()
     plan.skipped["sw"] = {"nli": "no XNLI data", "qa": "no QA data", "ner": "no NER data"}
     for m, o, s in plan.pretrain:
-        (tmp_path / P.fill(P.PRETRAIN_DIR, lang="sw", method=m, objective=o, pseed=s) / "metrics.parquet").unlink()
-    R.write_report(PARAMS, plan, tmp_path)
-    text = (tmp_path / P.REPORT).read_text()
+        run_dir = tmp_path / paths.fill(paths.PRETRAIN_DIR, lang="sw", method=m, objective=o, pseed=s)
+        (run_dir / "metrics.parquet").unlink()
+    stage.write_report(PARAMS, plan, tmp_path)
+    text = (tmp_path / paths.REPORT).read_text()
     sw = section(text, "## sw")
     assert "_No continued-pretraining results for this language._" in sw
     assert "_No downstream results for this language._" in sw
@@ -426,15 +428,16 @@ def test_missing_results_render_as_notes(tmp_path):
 
 
 def test_inputs_name_every_artefact_of_the_plan(monkeypatch):
-    plan = RD.Plan(languages=["sw"], pretrain=[("focus+svd", "selfish", 2)], gradients=[("focus+svd", "selfish", 1)],
-                   token_frequency=True, evals={"sw": [{"task": "nli", "model": "focus+svd-selfish-pseed2", "seed": 2}]},
-                   skipped={"sw": {}})
-    monkeypatch.setattr(RD, "plan", lambda params: plan)
-    paths = set(RD.inputs(PARAMS, {}).values())
+    plan = read.Plan(languages=["sw"], pretrain=[("focus+svd", "selfish", 2)], gradients=[("focus+svd", "selfish", 1)],
+                     token_frequency=True,
+                     evals={"sw": [{"task": "nli", "model": "focus+svd-selfish-pseed2", "seed": 2}]},
+                     skipped={"sw": {}})
+    monkeypatch.setattr(read, "plan", lambda params: plan)
+    inputs = set(read.inputs(PARAMS, {}).values())
     assert {"results/sw/pretrain/focus+svd/selfish/pseed2", "results/sw/token_frequency_blocks.parquet",
             "results/sw/gradients/focus+svd/selfish/pseed1.parquet",
-            "results/sw/eval/nli/focus+svd-selfish-pseed2/seed2.json"} <= paths
-    assert all(k.isidentifier() for k in RD.inputs(PARAMS, {}))
+            "results/sw/eval/nli/focus+svd-selfish-pseed2/seed2.json"} <= inputs
+    assert all(k.isidentifier() for k in read.inputs(PARAMS, {}))
 
 
 def test_cli_runs_the_stage(tmp_path, monkeypatch):
@@ -443,12 +446,12 @@ def test_cli_runs_the_stage(tmp_path, monkeypatch):
     from vocabtransfer.pipeline.stages import STAGES
 
     plan = make_results(tmp_path)
-    monkeypatch.setattr(R, "plan", lambda params: plan)
+    monkeypatch.setattr(stage, "plan", lambda params: plan)
     monkeypatch.chdir(tmp_path)
     assert main(["report", "--params", str(REPO / "params.yaml")]) == 0
     for name, template in STAGES["report"].outputs.items():
         assert (tmp_path / template).exists(), name
-    assert (tmp_path / P.REPORT).read_text().startswith("# vocabtransfer: report\n\n")
+    assert (tmp_path / paths.REPORT).read_text().startswith("# vocabtransfer: report\n\n")
 
 
 def test_a_difference_whose_interval_alone_excludes_zero_is_said_apart_from_a_win():
@@ -499,8 +502,8 @@ def test_a_report_on_too_few_clusters_words_no_difference(tmp_path):
     row is better or worse, no task is learned or compared, and the verdict says why."""
     plan = make_results(tmp_path, langs=("sw",))
     params = {**PARAMS, "languages": ["sw"], "report": {**PARAMS["report"], "min_clusters": 30}}
-    R.write_report(params, plan, tmp_path)
-    text = (tmp_path / P.REPORT).read_text()
+    stage.write_report(params, plan, tmp_path)
+    text = (tmp_path / paths.REPORT).read_text()
     verdict = section(text, "## Verdict")
     sw = section(verdict, "### sw")
     assert not re.search(r"\b(better|worse):|\((helps|costs)[;)]|lower loss \(helps\) in", sw), sw
@@ -509,25 +512,25 @@ def test_a_report_on_too_few_clusters_words_no_difference(tmp_path):
     assert "20 clusters: too few to tell: focus − random (standard) -1.0" in verdict
     down = section(section(text, "## sw"), "### Downstream tasks")
     assert "#### qa (f1) — 20 clusters: too few to tell" in down
-    assert json.loads((tmp_path / P.REPORT_METRICS).read_text())["sw"]["learned"]["qa"] is False
+    assert json.loads((tmp_path / paths.REPORT_METRICS).read_text())["sw"]["learned"]["qa"] is False
 
 
 def test_every_objective_is_compared_with_standard():
     """A third objective (distill) gets its own family against standard and its own verdict bullets."""
     import pandas as pd
 
-    from vocabtransfer.report import tables as T
+    from vocabtransfer.report import tables
     from vocabtransfer.report.verdict import language_verdict
 
-    lang = RD.Language(lang="sw")
+    lang = read.Language(lang="sw")
     for objective, shift in (("standard", 0.0), ("distill", -0.2)):
         for s in PSEEDS:
             sums, counts = block_losses("focus", "standard", s)
             lang.curves[("focus", objective, s)] = pd.DataFrame({"step": [0], "valid_loss": [6.0]})
             lang.blocks[("focus", objective, s)] = pd.DataFrame({"block": range(BLOCKS), "loss_sum": sums + 10 * shift,
                                                                  "n_tokens": counts})
-    settings = T.Settings(2000, 0.95, "holm", 42, min_clusters=10)
-    families = T.families(lang, settings, {})
+    settings = tables.Settings(2000, 0.95, "holm", 42, min_clusters=10)
+    families = tables.families(lang, settings, {})
     family = next(f for f in families if f.title == "Distill − standard, per method")
     assert not any(f.title.startswith("Selfish") for f in families)
     row = family.rows[0]
@@ -541,17 +544,17 @@ def test_only_the_pairs_that_ran_are_compared_with_random():
     random-distill ran, so no "no paired runs" row for it); distill − standard for focus."""
     import pandas as pd
 
-    from vocabtransfer.report import tables as T
+    from vocabtransfer.report import tables
 
-    lang = RD.Language(lang="sw")
+    lang = read.Language(lang="sw")
     for method, objective, shift in (("random", "standard", 0.3), ("focus", "standard", 0.0), ("focus", "distill", -0.2)):
         for s in PSEEDS:
             sums, counts = block_losses("focus", "standard", s)
             lang.curves[(method, objective, s)] = pd.DataFrame({"step": [0], "valid_loss": [6.0]})
             lang.blocks[(method, objective, s)] = pd.DataFrame({"block": range(BLOCKS), "loss_sum": sums + 10 * shift,
                                                                 "n_tokens": counts})
-    settings = T.Settings(2000, 0.95, "holm", 42, min_clusters=10)
-    families = {f.title: f for f in T.families(lang, settings, {})}
+    settings = tables.Settings(2000, 0.95, "holm", 42, min_clusters=10)
+    families = {f.title: f for f in tables.families(lang, settings, {})}
     vs_random = families["Valid loss after pretraining: method − random"]
     assert [(r.label, round(r.diff.diff, 3)) for r in vs_random.rows] == [("focus − random (standard)", -0.3)]
     assert [r.label for r in families["Distill − standard, per method"].rows] == ["focus"]
@@ -561,17 +564,17 @@ def test_a_gguf_source_is_said_to_be_a_quantisation(tmp_path):
     """config/gemma.yaml's source is a Q4_K_M file: the set-up says the weights are a quantisation, and to how
     many bits (the file's name says 4; its embedding matrix, two thirds of the weights, is at 8)."""
     plan = make_results(tmp_path, with_evals=False)
-    write(tmp_path, P.SOURCE_BASE_STATS, {"route": "package", "resolved": "/cache/gemma-3-270m-q4_k_m.gguf",
-                                          "gguf_sha256": "a5fd3b62230aa5ec" + "0" * 48,
-                                          "gguf_tensor_types": ["F32", "Q4_K", "Q5_0", "Q6_K", "Q8_0"],
-                                          # Gemma 3 270M's Q4_K_M file: the embedding matrix stays at 8 bits
-                                          "gguf_type_weights": {"Q8_0": 169246720, "Q5_0": 63406080,
+    write(tmp_path, paths.SOURCE_BASE_STATS, {"route": "package", "resolved": "/cache/gemma-3-270m-q4_k_m.gguf",
+                                              "gguf_sha256": "a5fd3b62230aa5ec" + "0" * 48,
+                                              "gguf_tensor_types": ["F32", "Q4_K", "Q5_0", "Q6_K", "Q8_0"],
+                                              # Gemma 3 270M's Q4_K_M file: the embedding matrix stays at 8 bits
+                                              "gguf_type_weights": {"Q8_0": 169246720, "Q5_0": 63406080,
                                                                 "Q4_K": 23592960, "Q6_K": 11796480, "F32": 55936}})
-    R.write_report(PARAMS, plan, tmp_path)
-    setup = section((tmp_path / P.REPORT).read_text(), "## Set-up")
+    stage.write_report(PARAMS, plan, tmp_path)
+    setup = section((tmp_path / paths.REPORT).read_text(), "## Set-up")
     assert ("* Source weights: **a quantisation of the released model to 4–8 bits per weight (Q8_0 for 169.2 M, "
             "Q5_0 for 63.4 M, Q4_K for 23.6 M, Q6_K for 11.8 M)**, read from the GGUF file `gemma-3-270m-q4_k_m.gguf` "
             "(sha256 a5fd3b62230a…)") in " ".join(setup.split())
-    (tmp_path / P.SOURCE_BASE_STATS).write_text(json.dumps({"route": "hub"}))  # a plain checkpoint: nothing said
-    R.write_report(PARAMS, plan, tmp_path)
-    assert "Source weights" not in (tmp_path / P.REPORT).read_text()
+    (tmp_path / paths.SOURCE_BASE_STATS).write_text(json.dumps({"route": "hub"}))  # a plain checkpoint: nothing said
+    stage.write_report(PARAMS, plan, tmp_path)
+    assert "Source weights" not in (tmp_path / paths.REPORT).read_text()

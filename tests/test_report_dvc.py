@@ -12,8 +12,9 @@ import pytest
 import yaml
 
 from vocabtransfer.pipeline import dvcgen
-from vocabtransfer.pipeline import paths as P
-from vocabtransfer.report import stage as R
+from vocabtransfer.pipeline import paths
+from vocabtransfer.pipeline import availability
+from vocabtransfer.report.stage import curves_csv
 from vocabtransfer.pipeline.config import load_params
 
 from conftest import BIN, REPO
@@ -29,13 +30,14 @@ def run(cmd: list[str], cwd: Path, **kwargs) -> str:
 
 
 def test_dvc_yaml_declares_curves_as_plots_and_metrics_uncached(monkeypatch, tmp_path):
-    monkeypatch.setattr(R.A, "pretrain_pairs", lambda params, lang=None: RUNS)
+    monkeypatch.setattr(availability, "pretrain_pairs", lambda params, lang=None: RUNS)
     params = load_params(REPO / "params.yaml")
     text = dvcgen.generate(params)
     doc = yaml.safe_load(text)
     stage = doc["stages"]["report"]
-    assert stage["metrics"] == [{P.REPORT_METRICS: {"cache": False}}]
-    assert P.REPORT_METRICS not in stage["outs"] and {P.REPORT, P.REPORT_FIGURES, P.REPORT_CURVES} <= set(stage["outs"])
+    assert stage["metrics"] == [{paths.REPORT_METRICS: {"cache": False}}]
+    assert paths.REPORT_METRICS not in stage["outs"]
+    assert {paths.REPORT, paths.REPORT_FIGURES, paths.REPORT_CURVES} <= set(stage["outs"])
     assert "results/sw/init_eval.parquet" in stage["deps"] and "src/vocabtransfer/evaluate/stats.py" in stage["deps"]
     plots = {k: v for entry in doc["plots"] for k, v in entry.items()}
     assert set(plots) == {f"valid_loss_{lang}" for lang in params["languages"]}
@@ -46,21 +48,21 @@ def test_dvc_yaml_declares_curves_as_plots_and_metrics_uncached(monkeypatch, tmp
     (tmp_path / "dvc.yaml").write_text(text)
     shutil.copy(REPO / "params.yaml", tmp_path / "params.yaml")
     for lang in params["languages"]:
-        path = tmp_path / R.curves_csv(lang)
+        path = tmp_path / curves_csv(lang)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("step,random-standard,focus-selfish\n0,9,7\n10,8,6\n")
-    metrics = tmp_path / P.REPORT_METRICS
+    metrics = tmp_path / paths.REPORT_METRICS
     metrics.write_text(json.dumps({"sw": {"eval": {"nli": {"focus-selfish": 61.5}}}}))
     dvc = str(BIN / "dvc")
     run(["git", "init", "-q"], tmp_path)
     run([dvc, "init", "-q"], tmp_path)
     shown = json.loads(run([dvc, "metrics", "show", "--json"], tmp_path))
-    assert shown[""]["data"][P.REPORT_METRICS]["data"]["sw"]["eval"]["nli"]["focus-selfish"] == 61.5
+    assert shown[""]["data"][paths.REPORT_METRICS]["data"]["sw"]["eval"]["nli"]["focus-selfish"] == 61.5
     run(["git", "add", "-A"], tmp_path)
     run(["git", "commit", "-qm", "v1"], tmp_path)
     metrics.write_text(json.dumps({"sw": {"eval": {"nli": {"focus-selfish": 63.0}}}}))
     diff = json.loads(run([dvc, "metrics", "diff", "--json"], tmp_path))
-    assert diff[P.REPORT_METRICS]["sw.eval.nli.focus-selfish"] == {"old": 61.5, "new": 63.0, "diff": 1.5}
+    assert diff[paths.REPORT_METRICS]["sw.eval.nli.focus-selfish"] == {"old": 61.5, "new": 63.0, "diff": 1.5}
     rendered = json.loads(run([dvc, "plots", "show", "--json"], tmp_path))["data"]
     values = rendered["valid_loss_sw"][0]["content"]["data"]["values"]
     assert {(v["field"], v["step"], v["dvc_inferred_y_value"]) for v in values} == {
@@ -75,9 +77,9 @@ def test_snakemake_report_embeds_the_figures(tmp_path, shared_data):
         shutil.copy(REPO / name, tmp_path / name)
     (tmp_path / "data").symlink_to(shared_data)  # the data files the workflow checks before any job
     shutil.copytree(REPO / "workflow", tmp_path / "workflow")
-    figures = tmp_path / P.REPORT_FIGURES
+    figures = tmp_path / paths.REPORT_FIGURES
     figures.mkdir(parents=True)
-    (tmp_path / P.REPORT_CURVES).mkdir()
+    (tmp_path / paths.REPORT_CURVES).mkdir()
     import matplotlib
 
     matplotlib.use("Agg")
@@ -87,9 +89,9 @@ def test_snakemake_report_embeds_the_figures(tmp_path, shared_data):
     ax.plot([0, 1], [1, 0])
     fig.savefig(figures / "sw_valid_loss.png", metadata={"Software": None})
     plt.close(fig)
-    (tmp_path / P.REPORT).write_text("# report\n")
-    (tmp_path / P.REPORT_METRICS).write_text("{}\n")
-    run([str(BIN / "snakemake"), "--cores", "1", "--report", "report.html", P.REPORT], tmp_path)
+    (tmp_path / paths.REPORT).write_text("# report\n")
+    (tmp_path / paths.REPORT_METRICS).write_text("{}\n")
+    run([str(BIN / "snakemake"), "--cores", "1", "--report", "report.html", paths.REPORT], tmp_path)
     html = (tmp_path / "report.html").read_text()
     assert "sw_valid_loss.png" in html
     assert "Figure <tt" in html or "Figure <code" in html  # the caption, with the file's name filled in

@@ -31,7 +31,7 @@ def snakemake_jobs(shared_data: Path, *args: str) -> set[str]:
 
 def table_jobs(params: dict) -> set[str]:
     """The same, from the stage table: every job `plan.jobs` gives, its outputs filled in."""
-    from vocabtransfer.pipeline import paths as P
+    from vocabtransfer.pipeline.paths import fill
     from vocabtransfer.pipeline.plan import jobs
     from vocabtransfer.pipeline.stages import STAGES
 
@@ -39,7 +39,7 @@ def table_jobs(params: dict) -> set[str]:
     for stage in STAGES.values():
         for lang in params["languages"] if "lang" in stage.wildcards else [None]:
             for wc in jobs(params, stage, lang):
-                out.add(f"{stage.name} {' '.join(sorted(P.fill(t, **wc) for t in stage.outputs.values()))}")
+                out.add(f"{stage.name} {' '.join(sorted(fill(t, **wc) for t in stage.outputs.values()))}")
     return out
 
 

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from conftest import BIN, REPO
-from vocabtransfer.pipeline import stages as S
+from vocabtransfer.pipeline import stages
 
 PROFILE = REPO / "workflow/profiles/slurm/config.yaml"
 
@@ -50,7 +50,7 @@ def test_gpu_stages_ask_for_a_gpu_in_the_gpu_partition_and_the_others_not(checko
     for rule, lines in jobs.items():
         for line in lines:
             assert "slurm_account=proj1" in line, (rule, line)
-            if S.STAGES[rule].gpu:
+            if stages.STAGES[rule].gpu:
                 assert "gpu=1" in line and "slurm_partition=a100" in line, (rule, line)
             else:
                 assert "gpu=" not in line and "slurm_partition=cpu" in line, (rule, line)
@@ -70,7 +70,7 @@ def test_profile_holds_sizes_only_and_names_real_stages():
         # GPU requests and partitions come from the stage table (stage_resources in common.smk)
         assert set(resources) <= {"runtime", "mem_mb"}, (rule, resources)
         # stages of the study that are not registered yet: continued pretraining, downstream evaluation
-        assert rule in S.STAGES or rule in {"pretrain", "finetune_eval"}, rule
+        assert rule in stages.STAGES or rule in {"pretrain", "finetune_eval"}, rule
 
 
 def test_every_rule_takes_its_priority_from_the_stage_list(checkout, shared_data):
@@ -87,12 +87,12 @@ def test_every_rule_takes_its_priority_from_the_stage_list(checkout, shared_data
         if m and m.group(1) != "all":
             found = re.search(r"^\s+priority: (\d+)$", block, re.M)
             priority.setdefault(m.group(1), set()).add(int(found.group(1)) if found else 0)
-    assert set(priority) == set(S.STAGES)
+    assert set(priority) == set(stages.STAGES)
     common = (REPO / "workflow/rules/common.smk").read_text()
     leaves = set(re.search(r"^LEAF_STAGES = \((.*)\)$", common, re.M).group(1).replace('"', "").replace(" ", "")
                  .split(","))
     assert leaves == {"init_eval", "token_frequency_loss", "gradient_scenarios", "finetune_eval", "floor", "report"}
-    assert priority == {name: {0 if name in leaves else 1} for name in S.STAGES}, priority
+    assert priority == {name: {0 if name in leaves else 1} for name in stages.STAGES}, priority
 
 def test_pretrain_processes_launch_with_accelerate_and_ask_for_that_many_gpus(checkout, shared_data):
     """pretrain.processes: 2 -> every pretrain job asks the cluster for 2 GPUs and its shell starts with

@@ -8,8 +8,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from vocabtransfer.train import modeling as M
-from vocabtransfer.init import source_head as S
+from vocabtransfer.train import modeling
+from vocabtransfer.train.hub import resolve_model_path
+from vocabtransfer.init import source_head
 from vocabtransfer.errors import VocabTransferError
 
 from helpers import MINILM, bpe_tokenizer, make_ctx, save_dir, text_lines, tiny_bert, wordpiece_tokenizer
@@ -23,14 +24,14 @@ def head_ctx(tmp_path, source_model: str, n_lines=300, **overrides):
             "eval_lines": 40, "train_blocks": 10_000, "eval_every": 10, **overrides}
     outputs = {"model": tmp_path / "source" / "model", "stats": tmp_path / "source" / "head_stats.json"}
     # the stage reads the source from the source_model stage's directory: here the model's own directory
-    inputs = {"source": M.resolve_model_path(source_model)}
+    inputs = {"source": resolve_model_path(source_model)}
     return make_ctx("vocabtransfer.init.source_head:run", {}, inputs, outputs,
                     {"seed": 5, "source_model": source_model, "source_head": opts}), outputs
 
 
 def test_minilm_head_is_trained_and_nothing_else_changes(tmp_path):
     ctx, out = head_ctx(tmp_path, MINILM)
-    S.run(ctx)
+    source_head.run(ctx)
     stats = json.loads(out["stats"].read_text())
     assert stats["skipped"] is False and stats["kind"] == "masked"
     assert set(stats["trained_parameters"]) == {
@@ -47,7 +48,7 @@ def test_minilm_head_is_trained_and_nothing_else_changes(tmp_path):
     assert curve[-1]["heldout_loss"] == pytest.approx(stats["loss_after"], rel=1e-4)
     assert stats["reference_perplexity"] == pytest.approx(torch.tensor(stats["loss_after"]).exp().item(), rel=1e-5)
 
-    original = load_file(str(M.resolve_model_path(MINILM) / "model.safetensors"))
+    original = load_file(str(resolve_model_path(MINILM) / "model.safetensors"))
     saved = load_file(str(out["model"] / "model.safetensors"))
     compared = 0
     for key, value in original.items():
@@ -58,7 +59,7 @@ def test_minilm_head_is_trained_and_nothing_else_changes(tmp_path):
     assert compared == 101
     assert not torch.equal(saved["cls.predictions.transform.dense.weight"],
                            torch.zeros_like(saved["cls.predictions.transform.dense.weight"]))
-    model, kind, info = M.load_source_model(out["model"], output_loading_info=True)
+    model, kind, info = modeling.load_source_model(out["model"], output_loading_info=True)
     assert kind == "masked" and not info.head_missing  # complete now
     assert model.cls.predictions.decoder.weight.data_ptr() == model.get_input_embeddings().weight.data_ptr()
 
@@ -66,8 +67,8 @@ def test_minilm_head_is_trained_and_nothing_else_changes(tmp_path):
 def test_same_seed_same_head(tmp_path):
     first, out1 = head_ctx(tmp_path / "a", MINILM, n_lines=120, steps=4, eval_every=2, eval_lines=20)
     second, out2 = head_ctx(tmp_path / "b", MINILM, n_lines=120, steps=4, eval_every=2, eval_lines=20)
-    S.run(first)
-    S.run(second)
+    source_head.run(first)
+    source_head.run(second)
     assert (out1["model"] / "model.safetensors").read_bytes() == (out2["model"] / "model.safetensors").read_bytes()
 
 
@@ -75,7 +76,7 @@ def test_complete_checkpoint_is_saved_unchanged(tmp_path):
     tok = wordpiece_tokenizer("en")
     src = save_dir(tiny_bert(len(tok)), tok, tmp_path / "tiny")
     ctx, out = head_ctx(tmp_path, str(src))
-    S.run(ctx)
+    source_head.run(ctx)
     stats = json.loads(out["stats"].read_text())
     assert stats["skipped"] is True and stats["trained_parameters"] == []
     assert stats["loss_before"] == stats["loss_after"] and stats["heldout_tokens_predicted"] > 0
@@ -92,7 +93,7 @@ def test_missing_untied_lm_head_of_a_decoder_is_trained(tmp_path):
                                   num_key_value_heads=2, intermediate_size=64, tie_word_embeddings=False))
     src = save_dir(body, tok, tmp_path / "llama_body")  # a checkpoint without lm_head
     ctx, out = head_ctx(tmp_path, str(src), steps=20, learning_rate=1e-2)
-    S.run(ctx)
+    source_head.run(ctx)
     stats = json.loads(out["stats"].read_text())
     assert stats["kind"] == "causal" and stats["trained_parameters"] == ["lm_head.weight"]
     assert stats["loss_after"] < stats["loss_before"] - 0.5
@@ -103,4 +104,4 @@ def test_missing_untied_lm_head_of_a_decoder_is_trained(tmp_path):
 def test_too_few_lines(tmp_path):
     ctx, _ = head_ctx(tmp_path, MINILM, n_lines=30, eval_lines=30)
     with pytest.raises(VocabTransferError, match=r"en.txt: 30 non-empty lines, but source_head.eval_lines holds out 30"):
-        S.run(ctx)
+        source_head.run(ctx)

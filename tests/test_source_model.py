@@ -16,10 +16,10 @@ import pytest
 import torch
 
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.init import source_model as S
+from vocabtransfer.init.source_model import materialise
 from vocabtransfer.pipeline.config import validate_params
 from vocabtransfer.pipeline.stages import run_stage
-from vocabtransfer.train import gguf as G
+from vocabtransfer.train.gguf import parse, resolve
 
 from conftest import REPO
 
@@ -161,7 +161,7 @@ def test_stats_hash_the_weights_and_the_gguf_file(tiny):
 def test_a_directory_source_is_copied_byte_for_byte(tmp_path):
     from vocabtransfer.train.hub import resolve_model_path
 
-    stats = S.materialise(MINILM, tmp_path / "base")
+    stats = materialise(MINILM, tmp_path / "base")
     original = resolve_model_path(MINILM)
     assert stats["route"] == "directory"
     assert "model.safetensors" in stats["files"] and "tokenizer.json" in stats["files"]
@@ -183,14 +183,14 @@ def test_hub_gguf_is_fetched_with_hf_hub_download(tiny, monkeypatch):
         return str(path)
 
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", fake)
-    spec = G.parse("hf://someone/tiny-GGUF/sub/tiny-llama.gguf")
-    assert G.resolve(spec) == path and calls == [("someone/tiny-GGUF", "sub/tiny-llama.gguf")]
+    spec = parse("hf://someone/tiny-GGUF/sub/tiny-llama.gguf")
+    assert resolve(spec) == path and calls == [("someone/tiny-GGUF", "sub/tiny-llama.gguf")]
 
 
 def test_hub_gguf_offline_and_not_cached_says_what_to_do(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(VocabTransferError) as err:
-        G.resolve(G.parse("hf://nobody-here/no-such-GGUF/model-Q4_K_M.gguf"))
+        resolve(parse("hf://nobody-here/no-such-GGUF/model-Q4_K_M.gguf"))
     message = str(err.value)
     assert message.startswith("source_model: hf://nobody-here/no-such-GGUF/model-Q4_K_M.gguf: ")
     assert "download it once online" in message and "\n" not in message
@@ -247,10 +247,10 @@ def test_bad_gguf_spellings_fail_at_validation(value, expected):
 
 def test_package_without_assemble_says_what_to_do():
     with pytest.raises(VocabTransferError) as err:
-        G.resolve(G.parse("package:json"))
+        resolve(parse("package:json"))
     assert "module 'json' has no assemble()" in str(err.value)
     with pytest.raises(VocabTransferError) as err:
-        G.resolve(G.parse("package:no_such_module_here"))
+        resolve(parse("package:no_such_module_here"))
     assert "pip install 'vocabtransfer[gemma]'" in str(err.value)
 
 

@@ -10,7 +10,7 @@ import pytest
 from scipy import stats as scipy_stats
 
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.evaluate import stats as S
+from vocabtransfer.evaluate import stats
 
 
 def nli_result(scores, clusters=None) -> dict:
@@ -20,8 +20,8 @@ def nli_result(scores, clusters=None) -> dict:
     return {"examples": examples}
 
 
-def runs(task: str, results: dict) -> S.Runs:
-    return S.Runs.from_results(task, results)
+def runs(task: str, results: dict) -> stats.Runs:
+    return stats.Runs.from_results(task, results)
 
 
 def test_one_level_matches_the_paired_t_interval():
@@ -33,8 +33,8 @@ def test_one_level_matches_the_paired_t_interval():
     n = 300
     a = rng.integers(0, 2, n)
     b = np.where(rng.random(n) < 0.2, 1, a)
-    d = S.nested_interval(runs("nli", {(1, 1): nli_result(a)}), runs("nli", {(1, 1): nli_result(b)}),
-                          resamples=20000, seed=1)
+    d = stats.nested_interval(runs("nli", {(1, 1): nli_result(a)}), runs("nli", {(1, 1): nli_result(b)}),
+                              resamples=20000, seed=1)
     ref = scipy_stats.ttest_rel(100 * b, 100 * a)
     ci = ref.confidence_interval(0.95)
     assert d.diff == pytest.approx(100 * (b.mean() - a.mean()))
@@ -53,14 +53,14 @@ def test_seed_level_is_the_one_sample_t_interval_over_seeds():
     zero = {"examples": {"ids": [str(i) for i in range(n)], "score": [0.0] * n, "clusters": [str(i) for i in range(n)]}}
     A = runs("qa", {(k, 1): zero for k in (1, 2, 3)})
     B = runs("qa", {(k, 1): {"examples": {**zero["examples"], "score": [float(k)] * n}} for k in (1, 2, 3)})
-    d = S.nested_interval(A, B, resamples=1000, seed=0)
+    d = stats.nested_interval(A, B, resamples=1000, seed=0)
     ref = scipy_stats.ttest_1samp([1.0, 2.0, 3.0], 0.0)
     ci = ref.confidence_interval(0.95)
     assert (d.diff, d.n_pseeds, d.n_fseeds) == (pytest.approx(2.0), 3, 1) and not d.single_run
     assert (d.low, d.high) == (pytest.approx(ci.low), pytest.approx(ci.high))
     assert d.p_value == pytest.approx(ref.pvalue)
     # the interval reaches zero exactly at the p-value's level
-    s = S.spread(A, B, resamples=1000, seed=0)
+    s = stats.spread(A, B, resamples=1000, seed=0)
     assert s.half_width(1 - d.p_value) == pytest.approx(abs(d.diff))
 
 
@@ -71,10 +71,10 @@ def test_identical_seeds_give_the_cluster_only_interval():
     n = 120
     clusters = [f"premise{i // 3}" for i in range(n)]  # XNLI: three hypotheses per premise
     a, b = rng.integers(0, 2, n), rng.integers(0, 2, n)
-    one = S.nested_interval(runs("nli", {(1, 1): nli_result(a, clusters)}),
+    one = stats.nested_interval(runs("nli", {(1, 1): nli_result(a, clusters)}),
                              runs("nli", {(1, 1): nli_result(b, clusters)}), resamples=2000, seed=9)
     keys = [(p, f) for p in (1, 2, 3) for f in (1, 2)]
-    many = S.nested_interval(runs("nli", {k: nli_result(a, clusters) for k in keys}),
+    many = stats.nested_interval(runs("nli", {k: nli_result(a, clusters) for k in keys}),
                               runs("nli", {k: nli_result(b, clusters) for k in keys}), resamples=2000, seed=9)
     assert (many.diff, many.low, many.high) == (pytest.approx(one.diff), pytest.approx(one.low), pytest.approx(one.high))
     assert (many.n_pseeds, many.n_fseeds, many.n_clusters) == (3, 2, 40)
@@ -89,9 +89,9 @@ def test_clusters_widen_the_interval():
     a = np.zeros(120, dtype=int)
     b = np.repeat(per_premise, 3)
     clusters = [f"p{i // 3}" for i in range(120)]
-    clustered = S.nested_interval(runs("nli", {(1, 1): nli_result(a, clusters)}),
+    clustered = stats.nested_interval(runs("nli", {(1, 1): nli_result(a, clusters)}),
                                    runs("nli", {(1, 1): nli_result(b, clusters)}), resamples=4000, seed=1)
-    flat = S.nested_interval(runs("nli", {(1, 1): nli_result(a)}), runs("nli", {(1, 1): nli_result(b)}),
+    flat = stats.nested_interval(runs("nli", {(1, 1): nli_result(a)}), runs("nli", {(1, 1): nli_result(b)}),
                               resamples=4000, seed=1)
     assert clustered.diff == flat.diff
     assert (clustered.high - clustered.low) > 1.5 * (flat.high - flat.low)
@@ -107,7 +107,7 @@ def test_seed_variation_widens_the_interval_and_pairs_by_seed():
     b[: n // 10] = 1
     A = runs("nli", {(1, 1): nli_result(a), (2, 1): nli_result(a)})
     B = runs("nli", {(1, 1): nli_result(b), (2, 1): nli_result(a), (3, 1): nli_result(b)})  # seed 3: no partner
-    d = S.nested_interval(A, B, resamples=4000, seed=2)
+    d = stats.nested_interval(A, B, resamples=4000, seed=2)
     assert d.diff == pytest.approx(5.0) and d.n_pseeds == 2
     assert d.low <= 0.0 and d.high >= 10.0
 
@@ -120,8 +120,8 @@ def test_task_metrics_by_hand():
     assert runs("nli", {(1, 1): nli_result([1, 0, 1, 1])}).metric((1, 1)) == pytest.approx(75.0)
     qa = {"examples": {"ids": [0, 1], "score": [50.0, 100.0], "clusters": ["t", "t"]}}
     assert runs("qa", {(1, 1): qa}).metric((1, 1)) == pytest.approx(75.0)
-    assert S.mean_std([60.0, 64.0]) == pytest.approx((62.0, math.sqrt(8)))
-    assert S.mean_std([61.0]) == (61.0, 0.0)
+    assert stats.mean_std([60.0, 64.0]) == pytest.approx((62.0, math.sqrt(8)))
+    assert stats.mean_std([61.0]) == (61.0, 0.0)
 
 
 def test_floor_scores_and_identical_models():
@@ -130,36 +130,36 @@ def test_floor_scores_and_identical_models():
     floor = model.fixed("nli", {"ids": ["ex0", "ex1", "ex2", "ex3"], "score": [1, 0, 0, 0],
                                 "clusters": ["c0", "c1", "c2", "c3"]}, "floor")
     assert sorted(floor.parts) == [(1, 1), (2, 1)] and floor.metric((2, 1)) == 25.0
-    d = S.nested_interval(floor, model, resamples=500, seed=0)
+    d = stats.nested_interval(floor, model, resamples=500, seed=0)
     assert d.diff == pytest.approx(62.5) and d.n_pseeds == 2
-    same = S.nested_interval(model, model, resamples=500, seed=0)
+    same = stats.nested_interval(model, model, resamples=500, seed=0)
     assert (same.diff, same.low, same.high) == (0.0, 0.0, 0.0) and not same.excludes_zero and same.p_value == 1.0
 
 
 def test_holm_and_bh_by_hand():
     """Holm: sorted p times (m - rank), running maximum; BH: scipy's false_discovery_control."""
     p = [0.01, 0.04, 0.03, 0.2]
-    assert S.correct(p, "holm") == pytest.approx([0.04, 0.09, 0.09, 0.2])
-    assert S.correct(p, "bh") == pytest.approx([0.04, 0.0533333, 0.0533333, 0.2], rel=1e-4)
-    assert S.correct([], "holm") == []
-    d = S.Difference(1.0, 0.5, 1.5, 0.01, 3, 1, 40)
-    fixed = S.corrected([d, None, d, d], "holm")
+    assert stats.correct(p, "holm") == pytest.approx([0.04, 0.09, 0.09, 0.2])
+    assert stats.correct(p, "bh") == pytest.approx([0.04, 0.0533333, 0.0533333, 0.2], rel=1e-4)
+    assert stats.correct([], "holm") == []
+    d = stats.Difference(1.0, 0.5, 1.5, 0.01, 3, 1, 40)
+    fixed = stats.corrected([d, None, d, d], "holm")
     assert fixed[1] is None and fixed[0].adjusted_p == pytest.approx(0.03)
-    assert fixed[0].survives(0.05) and not S.corrected([d] * 6, "holm")[0].survives(0.05)
+    assert fixed[0].survives(0.05) and not stats.corrected([d] * 6, "holm")[0].survives(0.05)
 
 
 def test_seed_interval_needs_two_seeds():
-    lo, hi = S.seed_interval([1.0, 2.0, 3.0], 0.95)
+    lo, hi = stats.seed_interval([1.0, 2.0, 3.0], 0.95)
     assert lo < 2.0 < hi and hi - lo == pytest.approx(2 * scipy_stats.t.ppf(0.975, 2) * 1.0 / math.sqrt(3))
     with pytest.raises(VocabTransferError, match="at least 2 seeds.*pretrain.seeds"):
-        S.seed_interval([1.0])
+        stats.seed_interval([1.0])
 
 
 @pytest.mark.parametrize("confidence", [0, 1, 1.5, -0.1, True])
 def test_confidence_outside_the_unit_interval_is_one_error(confidence):
     A = runs("nli", {(1, 1): nli_result([1, 0])})
     with pytest.raises(VocabTransferError, match="report.confidence"):
-        S.nested_interval(A, A, confidence=confidence)
+        stats.nested_interval(A, A, confidence=confidence)
 
 
 def test_bad_results_are_one_error():
@@ -175,5 +175,5 @@ def test_bad_results_are_one_error():
     with pytest.raises(VocabTransferError, match="floor: `examples.clusters` is missing"):
         model.fixed("nli", {"ids": ["a", "b"], "score": [1, 0]}, "floor")
     with pytest.raises(VocabTransferError, match="different test clusters"):
-        S.nested_interval(runs("nli", {(1, 1): nli_result([1, 0])}),
+        stats.nested_interval(runs("nli", {(1, 1): nli_result([1, 0])}),
                            runs("nli", {(1, 1): nli_result([1, 0], ["x", "x"])}))

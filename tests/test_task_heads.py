@@ -11,9 +11,9 @@ from collections import Counter
 
 import pytest
 
-from vocabtransfer.evaluate import finetune_eval as FE
+from vocabtransfer.evaluate import finetune_eval
 from vocabtransfer.pipeline.config import load_params
-from vocabtransfer.train.modeling import resolve_model_path
+from vocabtransfer.train.hub import resolve_model_path
 from vocabtransfer.evaluate.tasks import get_task, load_splits
 
 from conftest import REPO
@@ -33,7 +33,8 @@ def fine_tune(params, name, spec, tmp_path, **opts):
     task = get_task(name, {**params["eval"]["tasks"][name], **opts})
     splits = load_splits(task, spec, f"eval.tasks.{name}.data", seed=42)
     model_dir = resolve_model_path(params["source_model"])
-    result, _ = FE.finetune(task=task, splits=splits, model_dir=model_dir, seed=1, output_dir=tmp_path / "ckpt")
+    result, _ = finetune_eval.finetune(task=task, splits=splits, model_dir=model_dir, seed=1,
+                                       output_dir=tmp_path / "ckpt")
     return splits, result
 
 
@@ -95,8 +96,8 @@ def test_language_with_only_ner_data_runs_end_to_end(params, tmp_path, shared_da
     raw["eval"]["tasks"]["ner"].update(max_train=48, max_test=24, epochs=1)
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw))
     p = load_params(tmp_path / "params.yaml")
-    assert FE.eval_jobs(p, "sw") == [{"task": "ner", "model": "source", "seed": 1}]
-    assert set(FE.skipped_tasks(p, "sw")) == {"nli", "qa"}
+    assert finetune_eval.eval_jobs(p, "sw") == [{"task": "ner", "model": "source", "seed": 1}]
+    assert set(finetune_eval.skipped_tasks(p, "sw")) == {"nli", "qa"}
     (tmp_path / "results" / "source").mkdir(parents=True)
     os.symlink(resolve_model_path(p["source_model"]), tmp_path / "results" / "source" / "model")
 

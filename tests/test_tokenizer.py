@@ -14,14 +14,14 @@ from conftest import shared_file
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-from vocabtransfer.pipeline import paths as P
+from vocabtransfer.pipeline import paths
 from vocabtransfer.pipeline.config import validate_params
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.train.modeling import load_tokenizer
+from vocabtransfer.train.hub import load_tokenizer
 from vocabtransfer.pipeline.stages import run_stage
 from vocabtransfer.data.families import canonical_unigram
-from vocabtransfer.data.tokenizer import (BYTE_TOKENS, detect_family, iter_text_batches,
-                                     load_target_tokenizer, train_tokenizer)
+from vocabtransfer.data.families import BYTE_TOKENS, detect_family
+from vocabtransfer.data.tokenizer import iter_text_batches, load_target_tokenizer, train_tokenizer
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 SENTENCE = "Yesu alimwambia, Nenda ukamwite mume wako."
@@ -118,7 +118,7 @@ def stage_dir(tmp_path, monkeypatch, sw_lines):
     monkeypatch.chdir(tmp_path)
     for var in ("RAYON_NUM_THREADS", "TOKENIZERS_PARALLELISM"):  # the stage sets them from --threads
         monkeypatch.setenv(var, os.environ.get(var, ""))
-    train = tmp_path / P.fill(P.CORPUS_TRAIN, lang="sw")
+    train = tmp_path / paths.fill(paths.CORPUS_TRAIN, lang="sw")
     train.parent.mkdir(parents=True)
     pq.write_table(pa.table({"text": sw_lines}), train)
     run_stage("source_model", _params(), {}, threads=1)  # results/source/base: what the stage reads the source from
@@ -133,7 +133,7 @@ def _params(**tokenizer):
 
 def test_stage_trains_wordpiece_like_minilm(stage_dir, minilm):
     run_stage("tokenizer", _params(), {"lang": "sw"}, threads=2)
-    out = stage_dir / P.fill(P.TOKENIZER, lang="sw")
+    out = stage_dir / paths.fill(paths.TOKENIZER, lang="sw")
     target = AutoTokenizer.from_pretrained(out)  # loads with transformers alone
 
     assert target.is_fast and len(target) == 500
@@ -167,14 +167,14 @@ def test_stage_trains_wordpiece_like_minilm(stage_dir, minilm):
 
 
 def test_stage_rejects_corpus_without_text_column(stage_dir):
-    pq.write_table(pa.table({"line": ["a b c"]}), stage_dir / P.fill(P.CORPUS_TRAIN, lang="sw"))
+    pq.write_table(pa.table({"line": ["a b c"]}), stage_dir / paths.fill(paths.CORPUS_TRAIN, lang="sw"))
     with pytest.raises(VocabTransferError, match=r"train\.parquet: no `text` column \(has line\)"):
         run_stage("tokenizer", _params(), {"lang": "sw"}, threads=1)
-    assert not (stage_dir / P.fill(P.TOKENIZER, lang="sw")).exists()
+    assert not (stage_dir / paths.fill(paths.TOKENIZER, lang="sw")).exists()
 
 
 def test_iter_text_batches_streams_in_order(stage_dir, sw_lines):
-    batches = list(iter_text_batches(stage_dir / P.fill(P.CORPUS_TRAIN, lang="sw"), batch_size=700))
+    batches = list(iter_text_batches(stage_dir / paths.fill(paths.CORPUS_TRAIN, lang="sw"), batch_size=700))
     assert [len(b) for b in batches] == [700, 700, 700, 700, 200]
     assert [t for b in batches for t in b] == sw_lines
 

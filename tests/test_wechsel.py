@@ -11,7 +11,8 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.init.methods import TransferProblem, get_method
+from vocabtransfer.init.methods import get_method
+from vocabtransfer.init.methods.registry import TransferProblem
 from vocabtransfer.init.methods import wechsel as wechsel_module
 from vocabtransfer.init.methods.wechsel import nearest_sources, procrustes, read_dictionary
 

@@ -137,14 +137,14 @@ def test_dvc_repro_reproduces_the_same_artefacts_and_params_change_marks_exactly
 
     # Snakemake: the fastText jobs and what depends on them (every init job, and everything after init),
     # nothing before or beside them
-    from vocabtransfer.pipeline import availability as A
-    from vocabtransfer.pipeline import models as MN
+    from vocabtransfer.pipeline import availability
+    from vocabtransfer.pipeline import models
 
     jobs = snakemake_jobs(run_command([str(BIN / "snakemake"), "-n", *targets(params)], work, env))
     n = len(params["languages"])
     assert {k: jobs.get(k) for k in ("fasttext", "init", "init_eval", "pretrain", "token_frequency_loss", "report")} == {
-        "fasttext": n, "init": n * len(MN.init_runs(params)), "init_eval": n,
-        "pretrain": n * len(A.pretrain_runs(params)), "token_frequency_loss": n, "report": 1}, jobs
+        "fasttext": n, "init": n * len(models.init_runs(params)), "init_eval": n,
+        "pretrain": n * len(availability.pretrain_runs(params)), "token_frequency_loss": n, "report": 1}, jobs
     assert not {"corpus", "tokenizer", "pretokenize", "overlap", "source_head", "source_snmf", "word_fasttext"} & set(jobs)
 
 
@@ -207,12 +207,12 @@ def test_pretraining_analyses_and_downstream_evaluation_reach_the_report(workdir
     from transformers import AutoModelForMaskedLM, AutoTokenizer
 
     from vocabtransfer.evaluate.finetune_eval import eval_models
-    from vocabtransfer.pipeline import availability as A
+    from vocabtransfer.pipeline import availability
 
     work, _, params = workdir
-    assert params["pretrain"]["seeds"] == 2 and len(A.pretrain_runs(params)) == 8
+    assert params["pretrain"]["seeds"] == 2 and len(availability.pretrain_runs(params)) == 8
     for lang in params["languages"]:
-        for method, objective, pseed in A.pretrain_runs(params):
+        for method, objective, pseed in availability.pretrain_runs(params):
             run_dir = work / f"results/{lang}/pretrain/{method}/{objective}/pseed{pseed}"
             metrics = pq.read_table(run_dir / "metrics.parquet").to_pandas()
             valid = metrics.dropna(subset=["valid_loss"])

@@ -30,7 +30,7 @@ import pytest
 import yaml
 
 from conftest import REPO
-from vocabtransfer.pipeline import stages as S
+from vocabtransfer.pipeline import stages
 
 BIN = Path(sys.executable).parent
 CANCELLED_RULE = "fasttext"
@@ -170,15 +170,15 @@ def print_table(jobs: list[dict], local_seconds: float, slurm_seconds: float) ->
 def expected_jobs(params: dict) -> set[tuple[str, str]]:
     """(rule, wildcards) of every job of the study params give, as the plugin names them (the
     wildcard values in the order of the output path, joined by `_`)."""
-    from vocabtransfer.pipeline import plan as PL
+    from vocabtransfer.pipeline import plan
     from vocabtransfer.pipeline.config import validate_params
 
     params = validate_params(params)
     jobs = set()
-    for stage in S.STAGES.values():
+    for stage in stages.STAGES.values():
         order = dict.fromkeys(re.findall(r"\{(\w+)\}", next(iter(stage.outputs.values()))))
         for lang in params["languages"] if "lang" in stage.wildcards else [None]:
-            for wc in PL.jobs(params, stage, lang):
+            for wc in plan.jobs(params, stage, lang):
                 jobs.add((stage.name, "_".join(str(wc[k]) for k in order)))
     return jobs
 
@@ -191,12 +191,12 @@ def test_every_job_ran_as_a_slurm_job(runs):
 
 def test_gpu_stages_ran_in_the_gpu_partition_with_one_gpu(runs):
     for r in runs["jobs"]:
-        if S.STAGES[r["rule"]].gpu:
+        if stages.STAGES[r["rule"]].gpu:
             assert r["Partition"] == "gpu" and "gres/gpu=1" in r["ReqTRES"], r
         else:
             assert r["Partition"] == "cpu" and "gpu" not in r["ReqTRES"], r
     ran = {r["rule"] for r in runs["jobs"]}
-    assert {r["rule"] for r in runs["jobs"] if r["Partition"] == "gpu"} == {n for n in ran if S.STAGES[n].gpu}
+    assert {r["rule"] for r in runs["jobs"] if r["Partition"] == "gpu"} == {n for n in ran if stages.STAGES[n].gpu}
     assert {"source_head", "init", "pretrain", "finetune_eval"} <= ran and "report" in ran
 
 

@@ -7,10 +7,11 @@ import sys
 
 import yaml
 
-from vocabtransfer.pipeline import plan as PL
-from vocabtransfer.pipeline import paths as P
-from vocabtransfer.pipeline import stages as S
-from vocabtransfer.pipeline.config import merge_overlay, read_yaml, schema, validate_params, write_merged
+from vocabtransfer.pipeline import paths
+from vocabtransfer.pipeline import plan
+from vocabtransfer.pipeline.config import get, merge_overlay, read_yaml, schema, validate_params, write_merged
+from vocabtransfer.pipeline.stage import PACKAGE
+from vocabtransfer.pipeline.stages import STAGES, param_values
 from vocabtransfer.errors import VocabTransferError
 
 # the config Snakemake sees: params.yaml, then every --configfile over it, then --config. It is
@@ -50,7 +51,7 @@ try:
     # the stages read exactly this merged, validated config: written once per distinct config
     # (the name is its hash, so concurrent runs with other configs never share a file)
     PARAMS_FILE = write_merged(_validated, ".snakemake/vocabtransfer")
-    _lines = PL.preflight(_validated, source=PARAMS_SOURCE)
+    _lines = plan.preflight(_validated, source=PARAMS_SOURCE)
 except VocabTransferError as exc:
     sys.exit(f"error: {exc}")
 config.clear()
@@ -78,47 +79,47 @@ def stage_input(name):
     corpus or dictionary reruns its jobs), and as `code` the vocabtransfer modules it runs (the
     installed ones), so that editing a module reruns its jobs, as under DVC. A job that params or
     the data present rule out (`Stage.available`) is an error naming the reason."""
-    stage = S.STAGES[name]
+    stage = STAGES[name]
 
     def inputs(wildcards):
         wc = dict(wildcards)
         reason = stage.skip_reason(config, wc)
         if reason is not None:
             raise VocabTransferError(f"{name} {' '.join(wc.values())}: not possible with these params: {reason}")
-        code = [str(S.PACKAGE / module) for module in stage.code_for(config, wc)]
+        code = [str(PACKAGE / module) for module in stage.code_for(config, wc)]
         return {**stage.input_templates(config, wc), **stage.data_files(config, wc), "code": code}
 
     return inputs
 
 
 def stage_output(name):
-    stage = S.STAGES[name]
+    stage = STAGES[name]
     return {k: directory(v) if k in stage.directories else v for k, v in stage.outputs.items()}
 
 
 def stage_params(name):
     """The params leaves a stage reads, as a Snakemake param: changing one reruns the job."""
-    return lambda wildcards: S.param_values(config, name, dict(wildcards))
+    return lambda wildcards: param_values(config, name, dict(wildcards))
 
 
 def _job_name(name):
-    return "-".join("{" + w + "}" for w in S.STAGES[name].wildcards) or "all"
+    return "-".join("{" + w + "}" for w in STAGES[name].wildcards) or "all"
 
 
 def stage_log(name):
-    return P.LOG.format(stage=name, name=_job_name(name))
+    return paths.LOG.format(stage=name, name=_job_name(name))
 
 
 def stage_benchmark(name):
-    return P.BENCHMARK.format(stage=name, name=_job_name(name))
+    return paths.BENCHMARK.format(stage=name, name=_job_name(name))
 
 
 def stage_threads(name):
     """1, or for a parallel stage every core it may use: --max-threads when given (the SLURM
     profile sets it: cores per cluster job), else --cores. A stage that is bit-reproducible only on
     one thread (fastText) gets one while its `Stage.one_thread_if` params leaf is true."""
-    stage = S.STAGES[name]
-    if not stage.parallel or (stage.one_thread_if and S.C.get(config, stage.one_thread_if)):
+    stage = STAGES[name]
+    if not stage.parallel or (stage.one_thread_if and get(config, stage.one_thread_if)):
         return 1
     return workflow.resource_settings.max_threads or workflow.cores
 
@@ -144,15 +145,15 @@ SLURM_GPU_PARTITION = os.environ.get("VOCABTRANSFER_SLURM_GPU_PARTITION", "gpu")
 
 def stage_processes(name):
     """The job's data-parallel processes (`Stage.processes`, e.g. pretrain.processes), else 1."""
-    leaf = S.STAGES[name].processes
-    return int(S.C.get(config, leaf)) if leaf else 1
+    leaf = STAGES[name].processes
+    return int(get(config, leaf)) if leaf else 1
 
 
 def stage_resources(name):
     """A job's cluster resources from the stage table: a GPU stage (`Stage.gpu`) asks for one GPU per
     data-parallel process in the GPU partition, every other stage runs in the CPU partition."""
     res = {"slurm_account": SLURM_ACCOUNT} if SLURM_ACCOUNT else {}
-    if S.STAGES[name].gpu and SLURM_GPU_PARTITION != "none":
+    if STAGES[name].gpu and SLURM_GPU_PARTITION != "none":
         return {**res, "gpu": stage_processes(name), "slurm_partition": SLURM_GPU_PARTITION}
     return {**res, "slurm_partition": SLURM_PARTITION} if SLURM_PARTITION else res
 
@@ -166,12 +167,12 @@ def stage_args(name):
     when the rule is defined, while a `shell:` string in a loop is formatted later)."""
     import shlex
 
-    return lambda wildcards: " ".join(f"--{w} {shlex.quote(str(wildcards[w]))}" for w in S.STAGES[name].wildcards)
+    return lambda wildcards: " ".join(f"--{w} {shlex.quote(str(wildcards[w]))}" for w in STAGES[name].wildcards)
 
 
 def stage_launch(name):
     """`vocabtransfer`, or for a job of N > 1 data-parallel processes `accelerate launch … -m vocabtransfer`."""
-    return S.STAGES[name].launch(config)
+    return STAGES[name].launch(config)
 
 
 # every rule's shell: the stage is the rule's name
@@ -181,12 +182,12 @@ STAGE_SHELL = "{params.launch} {rule} {params.args} " + STAGE_ARGS
 def stage_targets(name, output=None):
     """The outputs (all, or the one named `output`) of every job of a stage that params and the data
     present give, for every language (`plan.jobs`)."""
-    stage = S.STAGES[name]
+    stage = STAGES[name]
     keys = [output] if output else list(stage.outputs)
     targets = []
     for lang in config["languages"] if "lang" in stage.wildcards else [None]:
-        for wc in PL.jobs(config, stage, lang):
-            targets += [P.fill(stage.outputs[k], **wc) for k in keys]
+        for wc in plan.jobs(config, stage, lang):
+            targets += [paths.fill(stage.outputs[k], **wc) for k in keys]
     return targets
 
 
@@ -194,7 +195,7 @@ def all_targets():
     targets = stage_targets("pretokenize", "stats") + stage_targets("init_eval", "init_eval")
     targets += stage_targets("pretrain", "pretrain") + stage_targets("finetune_eval", "result")
     targets += stage_targets("token_frequency_loss", "table") + stage_targets("gradient_scenarios", "table")
-    return targets + [P.REPORT]  # the report reads every other result
+    return targets + [paths.REPORT]  # the report reads every other result
 
 
 # a lock left by a local run killed hard is released when its owner is gone (vocabtransfer.pipeline.locks)

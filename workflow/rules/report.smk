@@ -9,7 +9,7 @@ rule report:
     output:
         **{k: v for k, v in stage_output("report").items() if k != "figures"},
         figures=report(
-            directory(P.REPORT_FIGURES),
+            directory(paths.REPORT_FIGURES),
             patterns=["{name}.png"],
             caption="../report/figures.rst",
             category="Report",

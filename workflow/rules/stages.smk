@@ -7,7 +7,7 @@
 
 HAND_WRITTEN = ("report",)  # report.smk: its figures are registered for `snakemake --report`
 
-for _name in (name for name in S.STAGES if name not in HAND_WRITTEN):
+for _name in (name for name in STAGES if name not in HAND_WRITTEN):
 
     rule:
         name:

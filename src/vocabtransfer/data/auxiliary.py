@@ -301,7 +301,7 @@ def run(ctx: "Context") -> None:
     import torch
 
     from vocabtransfer import io
-    from vocabtransfer.train.modeling import load_tokenizer
+    from vocabtransfer.train.hub import load_tokenizer
     from vocabtransfer.pipeline.paths import data_path
 
     start = time.perf_counter()

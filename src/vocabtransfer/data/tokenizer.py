@@ -54,7 +54,7 @@ from pathlib import Path
 from typing import Iterator, Literal
 
 from vocabtransfer import io
-from vocabtransfer.data.families import (  # noqa: F401  (FAMILIES, BYTE_TOKENS, detect_family: public here too)
+from vocabtransfer.data.families import (
     BYTE_TOKENS, FAMILIES, MODEL_TO_FAMILY, _backend_json, _family_conventions, _style, canonical_unigram, detect_family,
     head_and_byte_tokens, insert_byte_tokens, source_head, source_special_tokens)
 from vocabtransfer.errors import VocabTransferError, brief

@@ -40,23 +40,24 @@ import numpy as np
 
 from vocabtransfer import io
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.train import modeling as M
+from vocabtransfer.train import modeling
+from vocabtransfer.train.lmdata import Kind, special_tokens_around
 
 LN2 = math.log(2.0)
 MASKED_REASON = ("bits per byte needs a causal LM: a masked LM predicts a few masked tokens from both sides, "
                  "a pseudo-likelihood that is no probability of the text, so it keeps its per-token loss")
 
 
-def masked_reason(kind: M.Kind) -> str | None:
+def masked_reason(kind: Kind) -> str | None:
     """Why a model of this kind gets no bits per byte (None for a causal LM)."""
     return None if kind == "causal" else MASKED_REASON
 
 
-def require_lm_head(directory: str | Path, loading: M.LoadingInfo, key: str) -> None:
+def require_lm_head(directory: str | Path, loading: modeling.LoadingInfo, key: str) -> None:
     """A causal source scored in bits per byte must bring its LM head: a head that `load_source_model`
     had to initialise randomly gives a random model's bits. One line naming the file and what to do."""
     if loading.head_missing:
-        weights = M.weights_file(Path(directory))
+        weights = modeling.weights_file(Path(directory))
         raise VocabTransferError(
             f"{weights}: no LM head ({', '.join(loading.missing_keys)} not in the checkpoint), so its bits per byte "
             f"would be a random head's; give the source its head (the source_head stage trains one, "
@@ -101,7 +102,7 @@ def share_kept(bpb_random: float, bpb_method: float, bpb_source: float) -> float
 
 def context_ids(tokenizer) -> list[int]:
     """Step 1: the ids before a line's own tokens: the tokenizer's prefix (BOS), else [EOS], else []."""
-    prefix, _ = M.special_tokens_around(tokenizer)
+    prefix, _ = special_tokens_around(tokenizer)
     if prefix:
         return prefix
     return [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
@@ -139,7 +140,7 @@ def line_counts(tokenizer, lines: list[str]) -> tuple[list[list[int]], np.ndarra
 
 
 def score_lines(model, tokenizer, lines: list[str], *, seq_len: int, batch_size: int,
-                kind: M.Kind = "causal") -> LineScores:
+                kind: Kind = "causal") -> LineScores:
     """Steps 1–4 for every line (module docstring). A masked LM is not scored: its bits are NaN
     (`MASKED_REASON`); its bytes and tokens are counted all the same."""
     import torch
@@ -175,7 +176,7 @@ def score_lines(model, tokenizer, lines: list[str], *, seq_len: int, batch_size:
                 mask[j, : len(x)] = 1
             batch = {"input_ids": input_ids, "attention_mask": mask, "labels": labels}
             row_of = (labels[:, 1:] != -100).nonzero()[:, 0].numpy()  # the order token_losses returns
-            losses, _ = M.token_losses(model, batch, "causal", objective="standard")
+            losses, _ = modeling.token_losses(model, batch, "causal", objective="standard")
             line_of = np.array([r[0] for r in chunk], dtype=np.int64)[row_of]
             bits += np.bincount(line_of, weights=losses.double().cpu().numpy() / LN2, minlength=len(lines))
     model.train(was_training)

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from vocabtransfer.evaluate import stats as S
+from vocabtransfer.evaluate import stats
 
 DELTA = 0.5  # the true difference B − A
 
@@ -49,7 +49,7 @@ CLUSTERS = (10, 30, 120, 300)
 
 
 def synthetic_study(rng: np.random.Generator, scenario: Scenario, pseeds: int, fseeds: int,
-                    clusters: int) -> tuple[S.Runs, S.Runs]:
+                    clusters: int) -> tuple[stats.Runs, stats.Runs]:
     """Models A and B (true difference DELTA) as the report's Runs."""
     sizes = rng.integers(1, 6, clusters).astype(np.float64)
     shared = rng.normal(0.0, 1.0, clusters)
@@ -63,7 +63,7 @@ def synthetic_study(rng: np.random.Generator, scenario: Scenario, pseeds: int, f
                 run = mean + shared + own + seed_effect + rng.normal(0.0, scenario.finetune_sd)
                 run = run + rng.normal(0.0, 0.3, clusters) / np.sqrt(sizes)
                 parts[(p, f)] = (run * sizes, sizes.copy())
-        models.append(S.Runs(parts, tuple(range(clusters))))
+        models.append(stats.Runs(parts, tuple(range(clusters))))
     return models[0], models[1]
 
 
@@ -74,7 +74,7 @@ def coverage(scenario: Scenario, *, pseeds: int, fseeds: int, clusters: int, sim
     hits = 0
     for i in range(sims):
         a, b = synthetic_study(rng, scenario, pseeds, fseeds, clusters)
-        s = S.spread(a, b, resamples=resamples, seed=i)
+        s = stats.spread(a, b, resamples=resamples, seed=i)
         hits += abs(s.point - DELTA) <= s.half_width(confidence)
     return hits / sims
 

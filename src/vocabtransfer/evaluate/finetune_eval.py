@@ -40,9 +40,9 @@ import time
 from pathlib import Path
 
 from vocabtransfer import io
-from vocabtransfer.pipeline import availability as A
-from vocabtransfer.pipeline import models as MN
-from vocabtransfer.pipeline import paths as P
+from vocabtransfer.pipeline import availability
+from vocabtransfer.pipeline import models
+from vocabtransfer.pipeline import paths
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.evaluate.tasks import test_clusters
 
@@ -50,32 +50,34 @@ log = logging.getLogger(__name__)
 
 def pretrain_pairs(params: dict) -> list[tuple[str, str]]:
     """The (method, objective) pairs continued pretraining produces."""
-    return A.pretrain_pairs(params)
+    return availability.pretrain_pairs(params)
 
 
 def init_models(params: dict) -> list[str]:
     """`<m>-init-pseed<k>`: the initialisation every pretrained run of method m with seed k starts from."""
-    runs = dict.fromkeys((m, MN.init_pseed(m, s)) for m, _, s in A.pretrain_runs(params))
-    return [MN.model_name(m, MN.INIT, s) for m, s in runs]
+    runs = dict.fromkeys((m, models.init_pseed(m, s)) for m, _, s in availability.pretrain_runs(params))
+    return [models.model_name(m, models.INIT, s) for m, s in runs]
 
 
 def producible_models(params: dict) -> list[str]:
     """Every model name some stage produces."""
-    return ([MN.SOURCE] + [MN.model_name(m, MN.INIT, s) for m, s in MN.init_runs(params)]
-            + [MN.model_name(m, o, s) for m, o, s in A.pretrain_runs(params)])
+    return ([models.SOURCE] + [models.model_name(m, models.INIT, s) for m, s in models.init_runs(params)]
+            + [models.model_name(m, o, s) for m, o, s in availability.pretrain_runs(params)])
 
 
 def parse_model(params: dict, model: str) -> dict:
     """`method`, `objective`, `pseed` and the directory template of a model name; a name no stage
     produces is one error."""
-    parsed = MN.parse_model_name(model) if model == MN.SOURCE or "-pseed" in model else None
+    parsed = models.parse_model_name(model) if model == models.SOURCE or "-pseed" in model else None
     if parsed is not None and model in producible_models(params):
-        if parsed.method == MN.SOURCE:
-            return {"method": MN.SOURCE, "objective": None, "pseed": None, "input": P.SOURCE_MODEL, "subdir": ""}
-        if parsed.objective == MN.INIT:
-            template = P.partial(P.INIT_DIR, method=parsed.method, pseed=parsed.pseed)
+        if parsed.method == models.SOURCE:
+            return {"method": models.SOURCE, "objective": None, "pseed": None, "input": paths.SOURCE_MODEL,
+                    "subdir": ""}
+        if parsed.objective == models.INIT:
+            template = paths.partial(paths.INIT_DIR, method=parsed.method, pseed=parsed.pseed)
         else:
-            template = P.partial(P.PRETRAIN_DIR, method=parsed.method, objective=parsed.objective, pseed=parsed.pseed)
+            template = paths.partial(paths.PRETRAIN_DIR, method=parsed.method, objective=parsed.objective,
+                                     pseed=parsed.pseed)
         return {"method": parsed.method, "objective": parsed.objective, "pseed": parsed.pseed, "input": template,
                 "subdir": "model"}
     raise VocabTransferError(
@@ -88,10 +90,10 @@ def _expand_entry(params: dict, entry: str) -> list[str]:
     """The models one `eval.models` entry names: a kind (`pretrained`, `init`, `source`), a model name,
     or a name without its pretraining seed (`focus-standard`: every pretraining seed)."""
     if entry == "pretrained":
-        return [MN.model_name(m, o, s) for m, o, s in A.pretrain_runs(params)]
+        return [models.model_name(m, o, s) for m, o, s in availability.pretrain_runs(params)]
     if entry == "init":
         return init_models(params)
-    if entry == MN.SOURCE or "-pseed" in entry:
+    if entry == models.SOURCE or "-pseed" in entry:
         parse_model(params, entry)  # one clear error for a name no stage produces
         return [entry]
     names = [n for n in producible_models(params) if n.rpartition("-pseed")[0] == entry]
@@ -123,7 +125,7 @@ def skipped_tasks(params: dict, lang: str) -> dict[str, str]:
 def model_reason(params: dict, lang: str, model: str) -> str | None:
     """Why `model` does not exist for `lang` (its init method cannot run there), None when it does."""
     method = parse_model(params, model)["method"]
-    why = None if method == MN.SOURCE else A.method_reason(params, lang, method)
+    why = None if method == models.SOURCE else availability.method_reason(params, lang, method)
     return f"model {model} does not exist for {lang}: {why}" if why else None
 
 
@@ -137,7 +139,7 @@ def data_files(params: dict, wildcards: dict) -> dict[str, Path]:
     """The local files of the task's data spec for this language (`<split>` -> path): the job's data
     dependencies. URL and hub sources are pinned by their sha256 / revision params instead."""
     spec = params["eval"]["tasks"][wildcards["task"]]["data"].get(wildcards["lang"]) or {}
-    return {f"data_{split}": P.data_path(source["path"]) for split, source in spec.items()
+    return {f"data_{split}": paths.data_path(source["path"]) for split, source in spec.items()
             if isinstance(source, dict) and source.get("path")}
 
 
@@ -155,7 +157,7 @@ def inputs(params: dict, wildcards: dict) -> dict[str, str]:
 
 
 def result_path(lang: str, task: str, model: str, seed: int) -> str:
-    return P.fill(P.EVAL_RESULT, lang=lang, task=task, model=model, seed=str(seed))
+    return paths.fill(paths.EVAL_RESULT, lang=lang, task=task, model=model, seed=str(seed))
 
 
 # --- one job ------------------------------------------------------------------------------------
@@ -213,15 +215,15 @@ def finetune(*, task, splits, model_dir: Path, seed: int, output_dir: Path, devi
     head_cls = getattr(transformers, task.head)
     why = missing_head(task.head, model_dir)
     if why is not None:  # a decoder without transformers' head: the generic one (evaluate/generic_heads.py)
-        from vocabtransfer.evaluate import generic_heads as GH
+        from vocabtransfer.evaluate import generic_heads
 
         config = transformers.AutoConfig.from_pretrained(str(model_dir))
-        why_not = GH.unsupported(task.head, config)
+        why_not = generic_heads.unsupported(task.head, config)
         if why_not is not None:
             why = f"{why}, and {why_not}"
             log.warning("%s: %s; the job writes the reason instead of scores", model_dir, why)
             return {"not_run": why}, None
-        head_cls = GH.head_class(task.head, config)
+        head_cls = generic_heads.head_class(task.head, config)
         log.info("%s: %s; fine-tuning with %s", model_dir, why, head_cls.__name__)
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
     if not getattr(tokenizer, "is_fast", False):
@@ -282,7 +284,7 @@ def run(ctx) -> None:
     splits = load_splits(task, ctx.params["eval"]["tasks"][task_name]["data"][lang], key, seed=ctx.seed)
     log.info("%s %s %s seed %d: %d train / %d test examples, skipped %s", lang, task_name, model_name, seed,
              len(splits.train), len(splits.test), splits.skipped or "none")
-    checkpoints = Path(P.fill(P.EVAL_CHECKPOINTS, lang=lang, task=task_name, model=model_name, seed=str(seed)))
+    checkpoints = Path(paths.fill(paths.EVAL_CHECKPOINTS, lang=lang, task=task_name, model=model_name, seed=str(seed)))
     result, _ = finetune(task=task, splits=splits, model_dir=model_dir, seed=seed, output_dir=checkpoints,
                          device=ctx.device, threads=ctx.threads)
     shutil.rmtree(checkpoints, ignore_errors=True)  # nothing is saved (save_strategy no): a job is short

@@ -36,7 +36,9 @@ import numpy as np
 import pyarrow as pa
 
 from vocabtransfer import io
-from vocabtransfer.train import modeling as M
+from vocabtransfer.train import modeling
+from vocabtransfer.train.hub import load_tokenizer
+from vocabtransfer.train.lmdata import Kind, lm_batches, pack_ids
 from vocabtransfer.train.losses import objective_loss
 from vocabtransfer.evaluate.token_frequency_loss import frequency_ranks, read_ids, token_counts
 
@@ -54,7 +56,7 @@ def margin(params: dict, objective: str) -> float:
     return float(params["pretrain"]["selfish"]["margin"]) if objective == "selfish" else float("inf")
 
 
-def decompose(model, batch: dict, kind: M.Kind, objective: str, margin: float = 2.0) -> dict:
+def decompose(model, batch: dict, kind: Kind, objective: str, margin: float = 2.0) -> dict:
     """The three parts of one batch's embedding gradient, each (V, d) float32, and the loss.
 
     The loss is the objective's mean over the batch's predicted positions (what training uses)."""
@@ -110,7 +112,7 @@ def decompose(model, batch: dict, kind: M.Kind, objective: str, margin: float = 
     return {**parts, "loss": float(loss.detach())}
 
 
-def sample_batches(tokenizer, ids: pa.ListArray, kind: M.Kind, *, batches: int, batch_size: int, seq_len: int,
+def sample_batches(tokenizer, ids: pa.ListArray, kind: Kind, *, batches: int, batch_size: int, seq_len: int,
                    seed: int) -> list[dict]:
     """`batches` batches of packed blocks from train lines in a seeded random order, seeded masks."""
     order = np.random.default_rng(seed).permutation(len(ids))
@@ -118,13 +120,13 @@ def sample_batches(tokenizer, ids: pa.ListArray, kind: M.Kind, *, batches: int, 
     blocks: list[list[int]] = []
     step = max(wanted * 4, 64)
     for start in range(0, len(order), step):  # pack lines in the sampled order until there are enough blocks
-        blocks = M.pack_ids(tokenizer, (ids[int(i)].as_py() for i in order[: start + step]), seq_len, kind=kind)
+        blocks = pack_ids(tokenizer, (ids[int(i)].as_py() for i in order[: start + step]), seq_len, kind=kind)
         if len(blocks) > wanted:
             break
-    return M.lm_batches(tokenizer, blocks[:wanted], kind, batch_size, seed)
+    return lm_batches(tokenizer, blocks[:wanted], kind, batch_size, seed)
 
 
-def norms(model, batches: list[dict], kind: M.Kind, objective: str, margin: float) -> dict[str, np.ndarray]:
+def norms(model, batches: list[dict], kind: Kind, objective: str, margin: float) -> dict[str, np.ndarray]:
     """Per token and part: the norm of the token's summed gradient in each batch, summed over batches."""
     model.eval()
     vocab = model.get_input_embeddings().weight.shape[0]
@@ -188,18 +190,18 @@ def run(ctx) -> None:
     objective = ctx.wildcards["objective"]
     m = margin(ctx.params, objective)
     dirs = {"start": Path(ctx.input["init"]) / "model", "end": Path(ctx.input["pretrain"]) / "model"}
-    tokenizer = M.load_tokenizer(dirs["start"])
+    tokenizer = load_tokenizer(dirs["start"])
     out: dict[str, dict] = {}
     batches = counts = ranks = None
     for phase, directory in dirs.items():
-        model, kind = M.load_source_model(directory)
+        model, kind = modeling.load_source_model(directory)
         if batches is None:
             ids = read_ids(ctx.input["train_ids"])
             counts = token_counts(ids, tokenizer, kind)
             ranks = frequency_ranks(counts)
             batches = sample_batches(tokenizer, ids, kind, batches=int(opts["batches"]),
                                      batch_size=int(opts["batch_size"]), seq_len=int(opts["seq_len"]), seed=ctx.seed)
-        if M.load_tokenizer(directory).get_vocab() != tokenizer.get_vocab():
+        if load_tokenizer(directory).get_vocab() != tokenizer.get_vocab():
             from vocabtransfer.errors import VocabTransferError
 
             raise VocabTransferError(f"{directory}: its tokenizer differs from {dirs['start']}'s; the pretrained "

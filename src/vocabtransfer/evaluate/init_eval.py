@@ -45,10 +45,12 @@ from pathlib import Path
 import pyarrow as pa
 
 from vocabtransfer import io
-from vocabtransfer.evaluate import bits_per_byte as BPB
+from vocabtransfer.evaluate import bits_per_byte
 from vocabtransfer.pipeline import availability
-from vocabtransfer.train import modeling as M
-from vocabtransfer.pipeline import paths as P
+from vocabtransfer.train import modeling
+from vocabtransfer.train.hub import load_tokenizer
+from vocabtransfer.train.lmdata import Kind, lm_batches, pack_lines, read_lines
+from vocabtransfer.pipeline import paths
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.log import progress
 
@@ -75,9 +77,9 @@ def inputs(params: dict, wildcards: dict) -> dict[str, str]:
     """The stage's input templates: they depend on params (one init directory per configured method)."""
     from vocabtransfer.pipeline.availability import methods
 
-    out = {"source_model": P.SOURCE_MODEL, "valid": P.CORPUS_VALID}
+    out = {"source_model": paths.SOURCE_MODEL, "valid": paths.CORPUS_VALID}
     for method in methods(params, wildcards["lang"]):  # the ones the language has data for
-        out[input_key(method)] = P.partial(P.INIT_DIR, method=method, pseed=1)  # pretraining seed 1's init
+        out[input_key(method)] = paths.partial(paths.INIT_DIR, method=method, pseed=1)  # pretraining seed 1's init
     return out
 
 
@@ -86,7 +88,7 @@ def read_xnli_premises(template: str, source_lang: str, lang: str, n: int) -> tu
     (none for `n` <= 0)."""
     if n <= 0:
         return [], []
-    files = [P.data_path(template.format(lang=code)) for code in (source_lang, lang)]
+    files = [paths.data_path(template.format(lang=code)) for code in (source_lang, lang)]
     columns = []
     for path in files:
         if not path.is_file():
@@ -137,11 +139,11 @@ def retrieval_accuracy(src, tgt) -> tuple[float, float]:
     return int((sim.argmax(1) == gold).sum()) / n, int((sim.argmax(0) == gold).sum()) / n
 
 
-def lm_eval(model, tokenizer, kind: M.Kind, lines: list[str], *, seq_len: int, batch_size: int, seed: int) -> dict:
-    blocks = M.pack_lines(tokenizer, lines, seq_len, kind=kind)
+def lm_eval(model, tokenizer, kind: Kind, lines: list[str], *, seq_len: int, batch_size: int, seed: int) -> dict:
+    blocks = pack_lines(tokenizer, lines, seq_len, kind=kind)
     if not blocks:
         raise VocabTransferError("init_eval: no text to evaluate on (empty valid split or max_lines = 0)")
-    return M.evaluate_lm(model, M.lm_batches(tokenizer, blocks, kind, batch_size, seed), kind, calibrate=True)
+    return modeling.evaluate_lm(model, lm_batches(tokenizer, blocks, kind, batch_size, seed), kind, calibrate=True)
 
 
 def loss_columns(res: dict) -> dict:
@@ -150,16 +152,16 @@ def loss_columns(res: dict) -> dict:
             "temperature": res["temperature"], "n_eval_tokens": res["n_tokens"]}
 
 
-def bpb_columns(model, tokenizer, kind: M.Kind, lines: list[str], *, asked: bool, seq_len: int,
+def bpb_columns(model, tokenizer, kind: Kind, lines: list[str], *, asked: bool, seq_len: int,
                 batch_size: int) -> dict:
     """`bits_per_byte` (causal LMs, when asked), `bytes_per_token` and `n_bytes` of a model on the valid lines
     (each line tokenised once: scored, or only counted)."""
     if asked and kind == "causal":
-        scores = BPB.score_lines(model, tokenizer, lines, seq_len=seq_len, batch_size=batch_size)
+        scores = bits_per_byte.score_lines(model, tokenizer, lines, seq_len=seq_len, batch_size=batch_size)
         bits, n_bytes, n_tokens = scores.bits_per_byte, scores.n_bytes, scores.n_tokens
     else:
-        (_, n_bytes, n_tokens), bits = BPB.line_counts(tokenizer, lines), None
-    return {"bits_per_byte": bits, "bytes_per_token": BPB.bytes_per_token(n_bytes, n_tokens),
+        (_, n_bytes, n_tokens), bits = bits_per_byte.line_counts(tokenizer, lines), None
+    return {"bits_per_byte": bits, "bytes_per_token": bits_per_byte.bytes_per_token(n_bytes, n_tokens),
             "n_bytes": int(n_bytes.sum())}
 
 
@@ -170,7 +172,7 @@ def add_share_kept(rows: list[dict]) -> None:
     for r in rows:
         r["share_kept"] = None
         if r["method"] != "source" and None not in (source, random, r["bits_per_byte"]):
-            share = BPB.share_kept(random, r["bits_per_byte"], source)
+            share = bits_per_byte.share_kept(random, r["bits_per_byte"], source)
             r["share_kept"] = None if math.isnan(share) else share
 
 
@@ -248,10 +250,10 @@ def run(ctx) -> None:
                  "; ".join(availability.method_reason(ctx.params, ctx.lang, m) for m in skipped))
 
     # the shared inputs: target text, source text, XNLI sentences
-    valid = BPB.valid_lines(ctx.input["valid"], int(opts["max_lines"]))
-    source_text = P.data_path(ctx.param("source_head.text"))
+    valid = bits_per_byte.valid_lines(ctx.input["valid"], int(opts["max_lines"]))
+    source_text = paths.data_path(ctx.param("source_head.text"))
     n_ref = min(int(opts["max_lines"]), int(ctx.param("source_head.eval_lines")))
-    source_lines = M.read_lines(source_text)[-n_ref:]  # held out by source_head
+    source_lines = read_lines(source_text)[-n_ref:]  # held out by source_head
     no_retrieval = availability.retrieval_reason(ctx.params, ctx.lang)
     if no_retrieval:
         log.info("init_eval %s: no retrieval (%s)", ctx.lang, no_retrieval)
@@ -264,11 +266,11 @@ def run(ctx) -> None:
     # reference row: the source model
     start = time.perf_counter()
     source_dir = Path(ctx.input["source_model"])
-    source, source_kind, loading = M.load_source_model(source_dir, output_loading_info=True)
+    source, source_kind, loading = modeling.load_source_model(source_dir, output_loading_info=True)
     if bpb and source_kind == "causal":
-        BPB.require_lm_head(source_dir, loading, "init_eval.bits_per_byte")
+        bits_per_byte.require_lm_head(source_dir, loading, "init_eval.bits_per_byte")
     source.to(ctx.device)
-    source_tok = M.load_tokenizer(source_dir)
+    source_tok = load_tokenizer(source_dir)
     ref = lm_eval(source, source_tok, source_kind, source_lines, seq_len=seq_len, batch_size=batch_size, seed=seed)
     row = {"lang": source_lang, "method": "source", "kind": source_kind, **loss_columns(ref),
            "n_eval_lines": len(source_lines), "retrieval_en2xx": None, "retrieval_xx2en": None,
@@ -293,10 +295,11 @@ def run(ctx) -> None:
     # one row per initialised model
     for method in methods:
         start = time.perf_counter()
-        model_dir = Path(ctx.input.get(input_key(method)) or P.fill(P.INIT_DIR, lang=ctx.lang, method=method, pseed=1)) / "model"
-        model, kind = M.load_source_model(model_dir)
+        model_dir = Path(ctx.input.get(input_key(method))
+                         or paths.fill(paths.INIT_DIR, lang=ctx.lang, method=method, pseed=1)) / "model"
+        model, kind = modeling.load_source_model(model_dir)
         model.to(ctx.device)
-        tok = M.load_tokenizer(model_dir)
+        tok = load_tokenizer(model_dir)
         res = lm_eval(model, tok, kind, valid, seq_len=seq_len, batch_size=batch_size, seed=seed)
         row = {"lang": ctx.lang, "method": method, "kind": kind, **loss_columns(res), "n_eval_lines": len(valid),
                "retrieval_en2xx": None, "retrieval_xx2en": None, "n_sentences": None, "model": str(model_dir),
@@ -318,7 +321,7 @@ def run(ctx) -> None:
     add_share_kept(rows)
     masked = [r["method"] for r in rows if r["kind"] != "causal"]
     if bpb and masked:
-        log.info("init_eval %s: no bits per byte for %s (%s)", ctx.lang, ", ".join(masked), BPB.MASKED_REASON)
+        log.info("init_eval %s: no bits per byte for %s (%s)", ctx.lang, ", ".join(masked), bits_per_byte.MASKED_REASON)
     io.write_parquet(pa.Table.from_pylist(rows, schema=SCHEMA), ctx.output["init_eval"])
     plot(rows, ctx.output["plot"], ctx.lang)
     log.info("initialisation without training, %s (loss: masked-/causal-LM loss on held-out text; retrieval: "

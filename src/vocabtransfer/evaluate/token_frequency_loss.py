@@ -43,11 +43,13 @@ import numpy as np
 import pyarrow as pa
 
 from vocabtransfer import io
-from vocabtransfer.evaluate import bits_per_byte as BPB
-from vocabtransfer.train import modeling as M
-from vocabtransfer.pipeline import availability as A
-from vocabtransfer.pipeline import models as MN
-from vocabtransfer.pipeline import paths as P
+from vocabtransfer.evaluate import bits_per_byte
+from vocabtransfer.train import modeling
+from vocabtransfer.train.hub import load_tokenizer
+from vocabtransfer.train.lmdata import Kind, lm_batches, pack_ids, special_tokens_around
+from vocabtransfer.pipeline import availability
+from vocabtransfer.pipeline.models import init_pseed
+from vocabtransfer.pipeline import paths
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.log import progress
 
@@ -80,22 +82,22 @@ def model_key(method: str, objective: str, pseed: int) -> str:
 def scored_models(params: dict, lang: str) -> list[tuple[str, str, int]]:
     """(method, objective, pretraining seed) of every model scored: each pretrained run and the
     initialised model it started from (objective `init`)."""
-    runs = A.pretrain_runs(params, lang)
-    inits = dict.fromkeys((m, "init", MN.init_pseed(m, s)) for m, _, s in runs)
+    runs = availability.pretrain_runs(params, lang)
+    inits = dict.fromkeys((m, "init", init_pseed(m, s)) for m, _, s in runs)
     return list(inits) + runs
 
 
 def _model_template(method: str, objective: str, pseed: int) -> str:
     if objective == "init":
-        return P.partial(P.INIT_DIR, method=method, pseed=pseed)
-    return P.partial(P.PRETRAIN_DIR, method=method, objective=objective, pseed=pseed)
+        return paths.partial(paths.INIT_DIR, method=method, pseed=pseed)
+    return paths.partial(paths.PRETRAIN_DIR, method=method, objective=objective, pseed=pseed)
 
 
 def inputs(params: dict, wildcards: dict) -> dict[str, str]:
     """Train and valid ids, the valid text and the source model (bits per byte), every pretrained model and the
     init model each started from."""
-    out = {"train_ids": P.PRETOK_TRAIN, "valid_ids": P.PRETOK_VALID, "valid_text": P.CORPUS_VALID,
-           "source_model": P.SOURCE_MODEL}
+    out = {"train_ids": paths.PRETOK_TRAIN, "valid_ids": paths.PRETOK_VALID, "valid_text": paths.CORPUS_VALID,
+           "source_model": paths.SOURCE_MODEL}
     for method, objective, pseed in scored_models(params, wildcards["lang"]):
         out[model_key(method, objective, pseed)] = _model_template(method, objective, pseed)
     return out
@@ -108,7 +110,7 @@ def read_ids(path: str | Path, max_lines: int | None = None) -> pa.ListArray:
     return col if max_lines is None else col.slice(0, max_lines)
 
 
-def token_counts(ids: pa.ListArray, tokenizer, kind: M.Kind) -> np.ndarray:
+def token_counts(ids: pa.ListArray, tokenizer, kind: Kind) -> np.ndarray:
     """Occurrences of every token id (len(tokenizer)) in pre-tokenised lines, with the special tokens
     the model sees around each line (`pack_ids`'s prefix and suffix, and the eos that closes a line
     of a causal model)."""
@@ -118,7 +120,7 @@ def token_counts(ids: pa.ListArray, tokenizer, kind: M.Kind) -> np.ndarray:
         raise VocabTransferError(f"token id {int(flat.max())} is outside the tokenizer's {vocab} ids; the "
                                  "pre-tokenised split and the model's tokenizer do not match, rerun pretokenize")
     counts = np.bincount(flat, minlength=vocab).astype(np.int64)
-    prefix, suffix = M.special_tokens_around(tokenizer)
+    prefix, suffix = special_tokens_around(tokenizer)
     extra = prefix + suffix
     if kind == "causal" and tokenizer.eos_token_id is not None and (not suffix or suffix[-1] != tokenizer.eos_token_id):
         extra.append(tokenizer.eos_token_id)
@@ -166,7 +168,7 @@ def frequency_buckets(counts: np.ndarray, n_buckets: int, scheme: str = "equal_t
 
 # ------------------------------------------------------------------------------ scoring
 
-def bucket_losses(model, batches: list[dict], kind: M.Kind, bucket: np.ndarray, n_buckets: int):
+def bucket_losses(model, batches: list[dict], kind: Kind, bucket: np.ndarray, n_buckets: int):
     """(summed standard cross-entropy, number of target tokens), each (blocks, buckets), over fixed
     batches: block = the row of the packed held-out block a predicted token belongs to (each token's
     loss from the hidden states through the fused head, `modeling.token_losses`)."""
@@ -178,7 +180,7 @@ def bucket_losses(model, batches: list[dict], kind: M.Kind, bucket: np.ndarray, 
         for batch in batches:
             labels = batch["labels"][:, 1:] if kind == "causal" else batch["labels"]
             rows = (labels != -100).nonzero()[:, 0].numpy()
-            losses, targets = M.token_losses(model, batch, kind, objective="standard")
+            losses, targets = modeling.token_losses(model, batch, kind, objective="standard")
             loss = losses.double().cpu().numpy()
             cell = rows * n_buckets + bucket[targets.cpu().numpy()]
             size = labels.shape[0] * n_buckets
@@ -203,7 +205,7 @@ def block_rows(method: str, objective: str, pseed: int, sums: np.ndarray, counts
             "n_tokens": counts[block, bucket].tolist()}
 
 
-def line_rows(method: str, objective: str, pseed: int, scores: BPB.LineScores) -> dict[str, list]:
+def line_rows(method: str, objective: str, pseed: int, scores: bits_per_byte.LineScores) -> dict[str, list]:
     """Columns of BPB_SCHEMA for one model's lines (bits None where not scored: a masked LM)."""
     n = len(scores.n_bytes)
     return {"method": [method] * n, "objective": [objective] * n, "pseed": [pseed] * n, "line": list(range(n)),
@@ -211,17 +213,17 @@ def line_rows(method: str, objective: str, pseed: int, scores: BPB.LineScores) -
             "n_tokens": scores.n_tokens.tolist(), "n_scored": scores.n_scored.tolist()}
 
 
-def source_scores(ctx, kind: M.Kind, lines: list[str], seq_len: int, batch_size: int) -> BPB.LineScores:
+def source_scores(ctx, kind: Kind, lines: list[str], seq_len: int, batch_size: int) -> bits_per_byte.LineScores:
     """The source model with its own tokenizer on the valid lines; a causal source must have its LM head
     (checked before any model is scored); a masked one only has its tokens counted."""
     directory = Path(ctx.input["source_model"])
-    tokenizer = M.load_tokenizer(directory)
+    tokenizer = load_tokenizer(directory)
     if kind != "causal":
-        return BPB.score_lines(None, tokenizer, lines, seq_len=seq_len, batch_size=batch_size, kind=kind)
-    model, _, loading = M.load_source_model(directory, "causal", output_loading_info=True)
-    BPB.require_lm_head(directory, loading, "token_frequency_loss.bits_per_byte")
+        return bits_per_byte.score_lines(None, tokenizer, lines, seq_len=seq_len, batch_size=batch_size, kind=kind)
+    model, _, loading = modeling.load_source_model(directory, "causal", output_loading_info=True)
+    bits_per_byte.require_lm_head(directory, loading, "token_frequency_loss.bits_per_byte")
     model.to(ctx.device)
-    return BPB.score_lines(model, tokenizer, lines, seq_len=seq_len, batch_size=batch_size)
+    return bits_per_byte.score_lines(model, tokenizer, lines, seq_len=seq_len, batch_size=batch_size)
 
 
 def seed_means(rows: list[dict]) -> dict[tuple[str, str, int], tuple[float, float, int]]:
@@ -285,7 +287,7 @@ def model_dir(ctx, method: str, objective: str, pseed: int) -> Path:
     key = model_key(method, objective, pseed)
     if key in ctx.input:
         return Path(ctx.input[key]) / "model"
-    return Path(P.fill(_model_template(method, objective, pseed), lang=ctx.lang)) / "model"
+    return Path(paths.fill(_model_template(method, objective, pseed), lang=ctx.lang)) / "model"
 
 
 def same_tokenizer(a, b, where: Path) -> None:
@@ -303,19 +305,19 @@ def run(ctx) -> None:
 
     # 1. the target tokenizer, frequencies and buckets, fixed valid batches
     first = model_dir(ctx, *models[0])
-    tokenizer = M.load_tokenizer(first)
-    model, kind = M.load_source_model(first)
+    tokenizer = load_tokenizer(first)
+    model, kind = modeling.load_source_model(first)
     counts = token_counts(read_ids(ctx.input["train_ids"]), tokenizer, kind)
     bucket, spans = frequency_buckets(counts, int(opts["buckets"]), opts["scheme"])
     n_seen_buckets = len(spans) - (1 if spans and (counts == 0).any() else 0)
     valid = read_ids(ctx.input["valid_ids"], int(opts["max_lines"])).to_pylist()
-    blocks = M.pack_ids(tokenizer, valid, int(opts["seq_len"]), kind=kind)
+    blocks = pack_ids(tokenizer, valid, int(opts["seq_len"]), kind=kind)
     if not blocks:
         raise VocabTransferError(f"{ctx.input['valid_ids']}: no held-out tokens to score")
-    batches = M.lm_batches(tokenizer, blocks, kind, int(opts["batch_size"]), ctx.seed)
+    batches = lm_batches(tokenizer, blocks, kind, int(opts["batch_size"]), ctx.seed)
     seq_len, batch_size = int(opts["seq_len"]), int(opts["batch_size"])
     bpb = bool(opts.get("bits_per_byte", True))
-    lines = BPB.valid_lines(ctx.input["valid_text"], int(opts["max_lines"])) if bpb else []
+    lines = bits_per_byte.valid_lines(ctx.input["valid_text"], int(opts["max_lines"])) if bpb else []
     lines_out: dict[str, list] = {name: [] for name in BPB_SCHEMA.names}
     if bpb:  # the source first: a causal source without its LM head stops the job before any scoring
         source = source_scores(ctx, kind, lines, seq_len, batch_size)
@@ -325,7 +327,7 @@ def run(ctx) -> None:
             log.info("source model, own tokenizer: %.4f bits per byte on %d valid lines (%.3f bytes per token)",
                      source.bits_per_byte, len(lines), source.bytes_per_token)
         else:
-            log.info("token_frequency_loss %s: no bits per byte (%s)", ctx.lang, BPB.MASKED_REASON)
+            log.info("token_frequency_loss %s: no bits per byte (%s)", ctx.lang, bits_per_byte.MASKED_REASON)
     else:
         log.info("token_frequency_loss %s: no bits per byte (token_frequency_loss.bits_per_byte is false)", ctx.lang)
     log.info("token_frequency_loss %s: %d train token types seen of %d, %d buckets (%s), %d valid blocks, %d models",
@@ -337,8 +339,8 @@ def run(ctx) -> None:
     for i, (method, objective, pseed) in enumerate(progress(models, desc="models", unit="model")):
         path = model_dir(ctx, method, objective, pseed)
         if i:
-            same_tokenizer(tokenizer, M.load_tokenizer(path), path)
-            model, _ = M.load_source_model(path, kind)
+            same_tokenizer(tokenizer, load_tokenizer(path), path)
+            model, _ = modeling.load_source_model(path, kind)
         model.to(ctx.device)
         sums, n = bucket_losses(model, batches, kind, bucket, len(spans))
         rows += rows_for(ctx.lang, method, objective, pseed, spans, sums.sum(0), n.sum(0))
@@ -346,7 +348,8 @@ def run(ctx) -> None:
             cells[name] += values
         bits = ""
         if bpb:
-            scores = BPB.score_lines(model, tokenizer, lines, seq_len=seq_len, batch_size=batch_size, kind=kind)
+            scores = bits_per_byte.score_lines(model, tokenizer, lines, seq_len=seq_len, batch_size=batch_size,
+                                               kind=kind)
             for name, values in line_rows(method, objective, pseed, scores).items():
                 lines_out[name] += values
             bits = f", {scores.bits_per_byte:.4f} bits per byte" if kind == "causal" else ""

@@ -48,7 +48,9 @@ import math
 import time
 
 from vocabtransfer import io
-from vocabtransfer.train import modeling as M
+from vocabtransfer.train import modeling
+from vocabtransfer.train.hub import load_tokenizer
+from vocabtransfer.train.lmdata import MLM_PROBABILITY, Kind, LMCollator, lm_batches, pack_lines, read_lines
 from vocabtransfer.train.hub import materialised_source
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.log import progress
@@ -57,7 +59,7 @@ from vocabtransfer.pipeline.paths import data_path
 log = logging.getLogger(__name__)
 
 
-def trainable_head_parameters(model, loading: M.LoadingInfo) -> dict:
+def trainable_head_parameters(model, loading: modeling.LoadingInfo) -> dict:
     """name -> parameter for the weights the checkpoint lacked, minus any tied to the input embeddings."""
     embedding_ptr = model.get_input_embeddings().weight.data_ptr()
     missing = set(loading.missing_keys)
@@ -70,7 +72,7 @@ def trainable_head_parameters(model, loading: M.LoadingInfo) -> dict:
     return out
 
 
-def _features(model, blocks: list[list[int]], collate, kind: M.Kind, batch_size: int, desc: str):
+def _features(model, blocks: list[list[int]], collate, kind: Kind, batch_size: int, desc: str):
     """Per block: (hidden states at its predicted positions, their target ids), from the frozen body."""
     import torch
 
@@ -79,7 +81,7 @@ def _features(model, blocks: list[list[int]], collate, kind: M.Kind, batch_size:
         chunk = blocks[i: i + batch_size]
         batch = collate(chunk)
         with torch.inference_mode():
-            hidden, targets = M.head_inputs(model, batch, kind)
+            hidden, targets = modeling.head_inputs(model, batch, kind)
         # split back per block so that steps can draw any blocks
         labels = batch["labels"][:, 1:] if kind == "causal" else batch["labels"]
         counts = (labels != -100).sum(dim=1).tolist()
@@ -101,23 +103,23 @@ def _cached_loss(head, feats) -> tuple[float, int]:
     return (total / n if n else math.nan), n
 
 
-def train_head(model, tokenizer, kind: M.Kind, loading: M.LoadingInfo, train_lines: list[str],
+def train_head(model, tokenizer, kind: Kind, loading: modeling.LoadingInfo, train_lines: list[str],
                eval_lines: list[str], *, steps: int, learning_rate: float, batch_size: int, seq_len: int,
                train_blocks: int, eval_every: int, seed: int, warmup_fraction: float = 0.05) -> dict:
     """Train the missing head on cached frozen-body features; returns the stats (learning curve included)."""
     import torch
     import torch.nn.functional as F
 
-    head = M.lm_head(model, kind)
+    head = modeling.lm_head(model, kind)
     params = trainable_head_parameters(model, loading)
     if head is None or not params:
         raise VocabTransferError(
-            f"{M._model_name(model)}: the checkpoint lacks {', '.join(loading.missing_keys)} but they are not a "
+            f"{modeling._model_name(model)}: the checkpoint lacks {', '.join(loading.missing_keys)} but they are not a "
             f"trainable LM head vocabtransfer knows for {type(model).__name__}; use a checkpoint with its LM head")
     head_ids = {id(p) for p in head.parameters()}
     outside = [n for n, p in params.items() if id(p) not in head_ids]
     if outside:
-        raise VocabTransferError(f"{M._model_name(model)}: missing weights outside the LM head ({outside[0]}); "
+        raise VocabTransferError(f"{modeling._model_name(model)}: missing weights outside the LM head ({outside[0]}); "
                                  "the checkpoint is incomplete, re-download it")
     for p in model.parameters():
         p.requires_grad_(False)
@@ -129,17 +131,17 @@ def train_head(model, tokenizer, kind: M.Kind, loading: M.LoadingInfo, train_lin
 
     # 1. blocks and cached features (the only encoder passes of this stage)
     gen = torch.Generator().manual_seed(seed)
-    blocks = M.pack_lines(tokenizer, train_lines, seq_len, kind=kind)
-    eval_blocks = M.pack_lines(tokenizer, eval_lines, seq_len, kind=kind)
+    blocks = pack_lines(tokenizer, train_lines, seq_len, kind=kind)
+    eval_blocks = pack_lines(tokenizer, eval_lines, seq_len, kind=kind)
     if not blocks or not eval_blocks:
         raise VocabTransferError("source_head.text: too few lines to train and hold out "
                                  f"({len(train_lines)} train / {len(eval_lines)} held-out); use a longer text")
     order = torch.randperm(len(blocks), generator=gen).tolist()[:train_blocks]
     blocks = [blocks[i] for i in order]
     start = time.perf_counter()
-    eval_feats = _features(model, eval_blocks, M.LMCollator(tokenizer, kind, seed + 1), kind, batch_size,
+    eval_feats = _features(model, eval_blocks, LMCollator(tokenizer, kind, seed + 1), kind, batch_size,
                            "held-out features")
-    train_feats = _features(model, blocks, M.LMCollator(tokenizer, kind, seed), kind, batch_size, "train features")
+    train_feats = _features(model, blocks, LMCollator(tokenizer, kind, seed), kind, batch_size, "train features")
     feature_seconds = time.perf_counter() - start
     n_train_tokens = sum(int(f[1].numel()) for f in train_feats)
     log.info("cached features of %d training blocks (%d predicted tokens) and %d held-out blocks in %.1f s",
@@ -148,7 +150,7 @@ def train_head(model, tokenizer, kind: M.Kind, loading: M.LoadingInfo, train_lin
     # 2. a missing output bias starts at the add-one-smoothed log unigram frequency of the training
     #    targets: the best context-free head, so training starts at the unigram loss instead of ln V
     loss_random, n_eval = _cached_loss(head, eval_feats)
-    bias = M.output_bias(model)
+    bias = modeling.output_bias(model)
     bias_init = bias is not None and any(p is bias for p in params.values())
     if bias_init:
         counts = torch.bincount(torch.cat([f[1] for f in train_feats]), minlength=bias.numel()).double()
@@ -190,7 +192,7 @@ def train_head(model, tokenizer, kind: M.Kind, loading: M.LoadingInfo, train_lin
         p.requires_grad_(False)
 
     # 4. the saved model's own loss on the held-out blocks (same masks as the cached features)
-    final = M.evaluate_lm(model, M.lm_batches(tokenizer, eval_blocks, kind, batch_size, seed + 1), kind)
+    final = modeling.evaluate_lm(model, lm_batches(tokenizer, eval_blocks, kind, batch_size, seed + 1), kind)
     log.info("held-out masked-LM loss after %d steps: %.4f (perplexity %.1f)", steps, final["loss"],
              final["perplexity"])
     return {
@@ -219,12 +221,12 @@ def run(ctx) -> None:
     directory = materialised_source(ctx.input["source"])  # the source_model stage's directory
     start = time.perf_counter()
     torch.manual_seed(ctx.seed)  # the randomly initialised head, if any
-    model, kind, loading = M.load_source_model(directory, dtype=torch.float32, output_loading_info=True)
-    tokenizer = M.load_tokenizer(directory)
+    model, kind, loading = modeling.load_source_model(directory, dtype=torch.float32, output_loading_info=True)
+    tokenizer = load_tokenizer(directory)
     model.to(ctx.device)
 
     text = data_path(opts["text"])
-    lines = M.read_lines(text)
+    lines = read_lines(text)
     n_eval = int(opts["eval_lines"])
     if len(lines) <= n_eval:
         raise VocabTransferError(f"{text}: {len(lines)} non-empty lines, but source_head.eval_lines holds out "
@@ -235,7 +237,7 @@ def run(ctx) -> None:
         "text": str(text), "heldout_lines": n_eval, "train_lines": len(train_lines),
         "missing_keys": list(loading.missing_keys), "steps": int(opts["steps"]),
         "learning_rate": float(opts["learning_rate"]), "batch_size": int(opts["batch_size"]),
-        "seq_len": int(opts["seq_len"]), "mlm_probability": M.MLM_PROBABILITY if kind == "masked" else None,
+        "seq_len": int(opts["seq_len"]), "mlm_probability": MLM_PROBABILITY if kind == "masked" else None,
         "seed": ctx.seed, "versions": io.versions(),
     }
     if loading.head_missing:
@@ -246,15 +248,16 @@ def run(ctx) -> None:
             eval_every=int(opts["eval_every"]), seed=ctx.seed))
     else:
         log.info("%s has its LM head; nothing to train, saving it as the source model", directory)
-        blocks = M.pack_lines(tokenizer, eval_lines, int(opts["seq_len"]), kind=kind)
-        ref = M.evaluate_lm(model, M.lm_batches(tokenizer, blocks, kind, int(opts["batch_size"]), ctx.seed + 1), kind)
+        blocks = pack_lines(tokenizer, eval_lines, int(opts["seq_len"]), kind=kind)
+        ref = modeling.evaluate_lm(model, lm_batches(tokenizer, blocks, kind, int(opts["batch_size"]), ctx.seed + 1),
+                                   kind)
         stats.update(skipped=True, trained_parameters=[], loss_before=ref["loss"], loss_after=ref["loss"],
                      perplexity_after=ref["perplexity"], heldout_tokens_predicted=ref["n_tokens"],
                      heldout_blocks=len(blocks))
     stats["reference_perplexity"] = stats["perplexity_after"]
     stats["seconds"] = time.perf_counter() - start
     model.to("cpu")
-    M.save_model_dir(model, tokenizer, ctx.output["model"])
+    modeling.save_model_dir(model, tokenizer, ctx.output["model"])
     io.write_json(stats, ctx.output["stats"])
     log.info("source model with %s LM head: %s (held-out loss %.4f -> %.4f)",
              "its own" if stats["skipped"] else "a trained", ctx.output["model"], stats["loss_before"],

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from vocabtransfer import io
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.train import gguf as G
+from vocabtransfer.train import gguf
 from vocabtransfer.train.hub import BIN_FILES, HUB_FILES, resolve_model_path
 
 log = logging.getLogger(__name__)
@@ -54,14 +54,14 @@ def copy_model_files(directory: Path, out_dir: Path) -> list[str]:
 
 def weight_hashes(directory: Path) -> dict[str, str]:
     """file name -> sha256 of each weight file of a model directory."""
-    return {p.name: G.sha256(p) for p in sorted(directory.iterdir())
+    return {p.name: gguf.sha256(p) for p in sorted(directory.iterdir())
             if p.is_file() and any(fnmatch.fnmatch(p.name, pat) for pat in WEIGHT_FILES)}
 
 
 def materialise(value: str, out_dir: Path) -> dict:
     """Write the source `value` names into `out_dir` (atomically); returns the stats."""
     start = time.perf_counter()
-    spec = G.parse(value)
+    spec = gguf.parse(value)
     stats: dict = {"source_model": value, "route": spec.kind if spec else "directory"}
     with io.atomic_output(out_dir, directory=True) as tmp:
         if spec is None:
@@ -69,11 +69,11 @@ def materialise(value: str, out_dir: Path) -> dict:
             stats["resolved"] = str(directory)
             stats["files"] = copy_model_files(directory, tmp)
         else:
-            path = G.resolve(spec)
+            path = gguf.resolve(spec)
             stats["resolved"] = str(path)
             stats["gguf_bytes"] = path.stat().st_size
-            stats["gguf_sha256"] = G.sha256(path)
-            stats.update(G.materialise(path, tmp))
+            stats["gguf_sha256"] = gguf.sha256(path)
+            stats.update(gguf.materialise(path, tmp))
             stats["files"] = sorted(p.name for p in tmp.iterdir() if p.is_file())
     stats["weights_sha256"] = weight_hashes(out_dir)
     stats["weights_bytes"] = sum((out_dir / name).stat().st_size for name in stats["weights_sha256"])

@@ -31,7 +31,8 @@ import time
 from pathlib import Path
 
 from vocabtransfer import io
-from vocabtransfer.train import modeling as M
+from vocabtransfer.train import modeling
+from vocabtransfer.train.hub import load_tokenizer
 from vocabtransfer.errors import VocabTransferError
 
 log = logging.getLogger(__name__)
@@ -61,8 +62,8 @@ def run(ctx) -> None:
 
     start = time.perf_counter()
     source_dir = Path(ctx.input["source_model"])
-    model, _ = M.load_source_model(source_dir)
-    matrices = M.embedding_matrices(model, M.load_tokenizer(source_dir))
+    model, _ = modeling.load_source_model(source_dir)
+    matrices = modeling.embedding_matrices(model, load_tokenizer(source_dir))
     del model
     section = merged((ctx.params.get("init") or {}).get("snmf"), "snmf")  # the schema's defaults filled in
     options = {k: section[k] for k in FACTOR_KEYS}

@@ -29,10 +29,11 @@ from pathlib import Path
 import numpy as np
 
 from vocabtransfer import io
-from vocabtransfer.train import modeling as M
+from vocabtransfer.train import modeling
+from vocabtransfer.train.hub import load_tokenizer
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.pipeline import models as MN
-from vocabtransfer.pipeline import paths as P
+from vocabtransfer.pipeline import models
+from vocabtransfer.pipeline import paths
 from vocabtransfer.pipeline.paths import data_path
 
 log = logging.getLogger(__name__)
@@ -44,7 +45,7 @@ CORE_INPUTS = ("source_model", "tokenizer", "overlap", "fasttext", "snmf_factors
 # method-specific pipeline artefacts (ctx.input key -> path template); they reach the method as
 # `problem.resources[key]`
 METHOD_INPUTS: dict[str, dict[str, str]] = {
-    "wechsel": {"source_fasttext": P.SOURCE_WORD_FASTTEXT, "target_fasttext": P.WORD_FASTTEXT},
+    "wechsel": {"source_fasttext": paths.SOURCE_WORD_FASTTEXT, "target_fasttext": paths.WORD_FASTTEXT},
 }
 
 
@@ -56,17 +57,17 @@ STAGE_OPTIONS: dict[str, tuple[str, ...]] = {
 
 def uses_snmf(method: str) -> bool:
     """`snmf` and every `<base>+snmf` read the shared semi-NMF of the source_snmf stage."""
-    base, fact = MN.split_method(method)
+    base, fact = models.split_method(method)
     return base == "snmf" or fact == "snmf"
 
 
 def inputs(params: dict, wildcards: dict) -> dict[str, str]:
     """The stage's input templates for these wildcards: the core inputs plus the method's own."""
     method = wildcards["method"]
-    base = MN.split_method(method)[0]
-    factors = {"snmf_factors": P.SOURCE_SNMF} if uses_snmf(method) else {}
-    return {"source_model": P.SOURCE_MODEL, "tokenizer": P.TOKENIZER, "overlap": P.OVERLAP,
-            "fasttext": P.FASTTEXT_EMB, **factors, **METHOD_INPUTS.get(base, {})}
+    base = models.split_method(method)[0]
+    factors = {"snmf_factors": paths.SOURCE_SNMF} if uses_snmf(method) else {}
+    return {"source_model": paths.SOURCE_MODEL, "tokenizer": paths.TOKENIZER, "overlap": paths.OVERLAP,
+            "fasttext": paths.FASTTEXT_EMB, **factors, **METHOD_INPUTS.get(base, {})}
 
 
 def method_options(params: dict, method: str) -> dict:
@@ -74,7 +75,7 @@ def method_options(params: dict, method: str) -> dict:
     from vocabtransfer.init.factorize import FACTORIZATIONS
 
     section = params.get("init", {}) or {}
-    base, fact = MN.split_method(method)
+    base, fact = models.split_method(method)
     options = {k: v for k, v in (section.get(base) or {}).items() if k not in STAGE_OPTIONS.get(base, ())}
     if fact and fact in FACTORIZATIONS:
         options["factorization"] = dict(section.get(fact) or {})
@@ -121,7 +122,7 @@ def target_rows(method: str, n_target: int, overlap_target_ids: np.ndarray, aux_
     ofa and snmf also copy special tokens that match a source special token by role; the fasttext
     stage gives special tokens no vector, so such a token outside the overlap counts as random here.
     """
-    if MN.split_method(method)[0] not in AUXILIARY_METHODS:
+    if models.split_method(method)[0] not in AUXILIARY_METHODS:
         return None
     overlap = np.zeros(n_target, dtype=bool)
     overlap[np.asarray(overlap_target_ids, dtype=np.int64)] = True
@@ -159,26 +160,27 @@ def transfer_bias(source_bias, n_target: int, target_ids: np.ndarray, source_ids
 def run(ctx) -> None:
     import torch
 
-    from vocabtransfer.init.methods import TransferProblem, get_method
+    from vocabtransfer.init.methods import get_method
+    from vocabtransfer.init.methods.registry import TransferProblem
 
     start = time.perf_counter()
     method_name = ctx.method
     method = get_method(method_name)  # unknown method: the registry's error, before any loading
     pseed = int(ctx.wildcards.get("pseed", 1))
-    if pseed != 1 and (method_name, pseed) not in MN.init_runs(ctx.params):
+    if pseed != 1 and (method_name, pseed) not in models.init_runs(ctx.params):
         raise VocabTransferError(f"init {method_name} pseed{pseed}: not a job of these params (init.methods, and "
                                  "pretrain.seeds for a pretrained method whose rows depend on the seed)")
-    seed = MN.seed_value(ctx.params, pseed)  # the random rows of this pretraining seed
+    seed = models.seed_value(ctx.params, pseed)  # the random rows of this pretraining seed
     torch.manual_seed(seed)
     source_dir = Path(ctx.input["source_model"])
     target_dir = Path(ctx.input["tokenizer"])
 
     # 1. inputs
-    model, kind = M.load_source_model(source_dir)
-    source_tok = M.load_tokenizer(source_dir)
-    target_tok = M.load_tokenizer(target_dir)
-    matrices = M.embedding_matrices(model, source_tok)
-    src_bias = M.output_bias(model)
+    model, kind = modeling.load_source_model(source_dir)
+    source_tok = load_tokenizer(source_dir)
+    target_tok = load_tokenizer(target_dir)
+    matrices = modeling.embedding_matrices(model, source_tok)
+    src_bias = modeling.output_bias(model)
     src_bias = src_bias[: len(source_tok)].detach().clone() if src_bias is not None else None
     untied = matrices["output"] is not None
     del model
@@ -232,7 +234,7 @@ def run(ctx) -> None:
     bias = transfer_bias(src_bias, n_target, target_ids, source_ids) if src_bias is not None else None
 
     # 3. the model with the new embeddings, and the artefacts
-    target_model = M.build_target_model(source_dir, target_dir, inp, out, bias=bias, kind=kind)
+    target_model = modeling.build_target_model(source_dir, target_dir, inp, out, bias=bias, kind=kind)
     stats = {
         "lang": ctx.lang, "method": method_name, "kind": kind, "model_class": type(target_model).__name__,
         "source_model": str(source_dir), "target_tokenizer": str(target_dir),
@@ -250,7 +252,7 @@ def run(ctx) -> None:
         io.save_tensors(tensors, tmp / "embeddings.safetensors", metadata={"method": method_name, "lang": ctx.lang})
         for name, value in extra.items():
             io.save_tensors({name: value}, tmp / f"{name}.safetensors", metadata={"method": method_name})
-        M.save_model_dir(target_model, target_tok, tmp / "model")
+        modeling.save_model_dir(target_model, target_tok, tmp / "model")
         stats["seconds"] = time.perf_counter() - start
         io.write_json(stats, tmp / "stats.json")
     log.info("init %s/%s done in %.1f s: %s", ctx.lang, method_name, stats["seconds"], ctx.output["init"])

@@ -20,8 +20,8 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from vocabtransfer.pipeline import models as MN
-from vocabtransfer.pipeline import paths as P
+from vocabtransfer.pipeline import models
+from vocabtransfer.pipeline import paths
 
 log = logging.getLogger(__name__)
 
@@ -32,18 +32,18 @@ log = logging.getLogger(__name__)
 def corpus_file(params: dict, lang: str) -> Path | None:
     """The local file of `corpus.sources.<lang>` (None for a URL or a hub dataset)."""
     source = params["corpus"]["sources"].get(lang) or {}
-    return P.data_path(source["path"]) if source.get("path") else None
+    return paths.data_path(source["path"]) if source.get("path") else None
 
 
 def dictionary_file(params: dict, lang: str) -> Path | None:
     entry = ((params.get("init") or {}).get("wechsel") or {}).get("dictionaries", {}).get(lang)
-    return P.data_path(entry) if entry else None
+    return paths.data_path(entry) if entry else None
 
 
 def xnli_files(params: dict, lang: str) -> list[Path]:
     """The source-language and the target-language XNLI files of `init_eval.xnli`."""
     opts = params["init_eval"]
-    return [P.data_path(opts["xnli"].format(lang=code)) for code in (opts["source_lang"], lang)]
+    return [paths.data_path(opts["xnli"].format(lang=code)) for code in (opts["source_lang"], lang)]
 
 
 def local_source_model(params: dict) -> Path | None:
@@ -66,7 +66,7 @@ def wechsel_reason(params: dict, lang: str) -> str | None:
         return f"no dictionary: init.wechsel.dictionaries has no entry for {lang}"
     if not path.is_file():
         return f"no dictionary: {path} not found (init.wechsel.dictionaries.{lang})"
-    text = P.data_path(params["init"]["wechsel"]["source_text"])
+    text = paths.data_path(params["init"]["wechsel"]["source_text"])
     if not text.is_file():
         return f"no source-language text: {text} not found (init.wechsel.source_text)"
     return None
@@ -77,7 +77,7 @@ METHOD_CONDITIONS = {"wechsel": wechsel_reason}
 
 
 def method_reason(params: dict, lang: str, method: str) -> str | None:
-    condition = METHOD_CONDITIONS.get(MN.split_method(method)[0])
+    condition = METHOD_CONDITIONS.get(models.split_method(method)[0])
     return condition(params, lang) if condition else None
 
 
@@ -89,12 +89,12 @@ def methods(params: dict, lang: str) -> list[str]:
 def needed_by(params: dict, base: str, lang: str | None = None) -> str | None:
     """Why no init job (of `lang`, or of any language) runs method `base`: a job that only feeds
     that method is skipped for the same reason. None when one runs."""
-    if not any(MN.split_method(m)[0] == base for m in params["init"]["methods"]):
+    if not any(models.split_method(m)[0] == base for m in params["init"]["methods"]):
         return f"init.methods has no {base}"
     if lang is not None:
         why = METHOD_CONDITIONS[base](params, lang) if base in METHOD_CONDITIONS else None
         return f"init {base} does not run: {why}" if why else None
-    if not any(base in {MN.split_method(m)[0] for m in methods(params, code)} for code in params["languages"]):
+    if not any(base in {models.split_method(m)[0] for m in methods(params, code)} for code in params["languages"]):
         return f"no language can run init {base}"
     return None
 
@@ -126,4 +126,4 @@ def pretrain_pairs(params: dict, lang: str | None = None) -> list[tuple[str, str
 
 def pretrain_runs(params: dict, lang: str | None = None) -> list[tuple[str, str, int]]:
     """Every (method, objective, pretraining seed) continued-pretraining run params ask for."""
-    return [(m, o, s) for m, o in pretrain_pairs(params, lang) for s in MN.pretrain_seeds(params)]
+    return [(m, o, s) for m, o in pretrain_pairs(params, lang) for s in models.pretrain_seeds(params)]

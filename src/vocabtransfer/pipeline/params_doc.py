@@ -15,7 +15,7 @@ from pathlib import Path
 import yaml
 
 from vocabtransfer import io
-from vocabtransfer.pipeline import config as C
+from vocabtransfer.pipeline import config
 
 OUTPUT = "docs/parameters.md"
 MISSING = object()
@@ -130,7 +130,7 @@ def anchor(heading: str) -> str:  # GitHub's: lower case, punctuation but `-`/`_
 
 
 def render(params_path: str | Path = "params.yaml") -> str:
-    schema = yaml.safe_load(C.SCHEMA_PATH.read_text(encoding="utf-8"))
+    schema = yaml.safe_load(config.SCHEMA_PATH.read_text(encoding="utf-8"))
     params = yaml.safe_load(Path(params_path).read_text(encoding="utf-8")) or {}
     parts = sections(schema)
     tops = [p or "top level" for p, _, _ in parts if "." not in p] + ["data sources"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.pipeline import paths as P
+from vocabtransfer.pipeline import paths
 from vocabtransfer.pipeline.availability import corpus_file
 from vocabtransfer.pipeline.stages import STAGES
 
@@ -83,13 +83,13 @@ def preflight(params: dict, source: str = "params.yaml") -> list[str]:
         if path is not None and not path.is_file():
             raise VocabTransferError(f"{source}: corpus.sources.{lang}.path: {path} not found; fix the path "
                                      "(relative paths resolve against $VOCABTRANSFER_DATA)")
-    text = P.data_path(params["source_head"]["text"])
+    text = paths.data_path(params["source_head"]["text"])
     if not text.is_file():
         raise VocabTransferError(f"{source}: source_head.text: {text} not found; the source LM head and the "
                                  "init_eval reference row read it (relative paths resolve against $VOCABTRANSFER_DATA)")
     if params["fasttext"]["mode"] == "wordlevel":
         pretrained = params["fasttext"].get("pretrained_path")
-        if not pretrained or not P.data_path(pretrained).is_file():
+        if not pretrained or not paths.data_path(pretrained).is_file():
             raise VocabTransferError(f"{source}: fasttext.pretrained_path: {pretrained!r} is not a file but "
                                      "fasttext.mode is wordlevel; set it to a word-level fastText .bin or use tokenlevel")
     # every stage's own data files, for the jobs that run

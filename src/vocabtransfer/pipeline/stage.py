@@ -13,8 +13,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable
 
-from vocabtransfer.pipeline import config as C
-from vocabtransfer.pipeline import paths as P
+from vocabtransfer.pipeline import config
+from vocabtransfer.pipeline import paths
 
 
 def launch_prefix(processes: int) -> str:
@@ -76,7 +76,7 @@ class Stage:
     def launch(self, params: dict) -> str:
         """The command the job starts with: `vocabtransfer`, or accelerate's launcher for N > 1
         data-parallel processes (`processes`)."""
-        return launch_prefix(int(C.get(params, self.processes)) if self.processes else 1)
+        return launch_prefix(int(config.get(params, self.processes)) if self.processes else 1)
 
     def skip_reason(self, params: dict, wildcards: dict) -> str | None:
         """None when params and the data present give this job, else the reason they do not."""
@@ -108,7 +108,7 @@ class Stage:
         return self.inputs(params, wildcards) if callable(self.inputs) else dict(self.inputs)
 
     def resolve(self, templates: dict[str, str], wildcards: dict) -> dict[str, Path]:
-        return {k: Path(P.fill(v, **wildcards)) for k, v in templates.items()}
+        return {k: Path(paths.fill(v, **wildcards)) for k, v in templates.items()}
 
 
 def _lazy(target: str) -> Callable:
@@ -124,7 +124,7 @@ def _lazy(target: str) -> Callable:
 
 def section_leaves(params: dict, section: str) -> list[str]:
     """Every leaf under a params section, e.g. `init.focus` -> [`init.focus.block_size`, …]."""
-    node = C.get(params, section)
+    node = config.get(params, section)
     if not isinstance(node, dict):
         return [section]
     return [leaf for key in node for leaf in section_leaves(params, f"{section}.{key}")]
@@ -204,7 +204,7 @@ class Context:
         return int(self.params["seed"])
 
     def param(self, dotted: str) -> Any:
-        return C.get(self.params, dotted)
+        return config.get(self.params, dotted)
 
     def torch_threads(self):
         """A context with this job's torch threads: its --threads, shared by the data-parallel processes
@@ -215,4 +215,4 @@ class Context:
 
     def leaf_values(self) -> dict[str, Any]:
         """The params leaves this job reads and their values."""
-        return {leaf: C.get(self.params, leaf) for leaf in self.stage.leaves(self.params, dict(self.wildcards))}
+        return {leaf: config.get(self.params, leaf) for leaf in self.stage.leaves(self.params, dict(self.wildcards))}

@@ -13,12 +13,11 @@ import os
 from pathlib import Path
 from typing import Any
 
-from vocabtransfer.pipeline import availability as A
-from vocabtransfer.pipeline import config as C
-from vocabtransfer.pipeline import models as MN
-from vocabtransfer.pipeline import paths as P
-from vocabtransfer.pipeline.stage import (  # noqa: F401  (re-exported: the table's vocabulary)
-    PACKAGE, Context, Stage, _lazy, _module_file, module_closure, section_leaves)
+from vocabtransfer.pipeline import availability
+from vocabtransfer.pipeline import config
+from vocabtransfer.pipeline import models
+from vocabtransfer.pipeline import paths
+from vocabtransfer.pipeline.stage import PACKAGE, Context, Stage, _lazy, _module_file, section_leaves
 
 
 STAGES: dict[str, Stage] = {}
@@ -31,14 +30,14 @@ def register(stage: Stage) -> Stage:
 
 def _source_model_data(params: dict, wildcards: dict) -> dict[str, Path]:
     """A local `source_model` directory or GGUF file (a hub id is pinned by its name, a params leaf)."""
-    path = A.local_source_model(params)
+    path = availability.local_source_model(params)
     return {"data_source_model": path} if path else {}
 
 
 def _fasttext_data(params: dict, wildcards: dict) -> dict[str, Path]:
     pretrained = params["fasttext"].get("pretrained_path")
     if params["fasttext"]["mode"] == "wordlevel" and pretrained:
-        return {"data_pretrained": P.data_path(pretrained)}
+        return {"data_pretrained": paths.data_path(pretrained)}
     return {}
 
 
@@ -46,18 +45,18 @@ register(Stage(
     name="corpus",
     func="vocabtransfer.data.corpus:run",
     help="fetch, normalise, deduplicate, cap and split a language's raw text",
-    outputs={"train": P.CORPUS_TRAIN, "valid": P.CORPUS_VALID, "stats": P.CORPUS_STATS},
+    outputs={"train": paths.CORPUS_TRAIN, "valid": paths.CORPUS_VALID, "stats": paths.CORPUS_STATS},
     params=("seed", "corpus.sources.{lang}", "corpus.normalization", "corpus.max_bytes",
             "corpus.valid_fraction", "corpus.min_chars"),
     code=("data/corpus.py", "data/download.py"),
-    data=lambda params, wc: {"data_corpus": path} if (path := A.corpus_file(params, wc["lang"])) else {},
+    data=lambda params, wc: {"data_corpus": path} if (path := availability.corpus_file(params, wc["lang"])) else {},
 ))
 register(Stage(
     name="source_model",
     func="vocabtransfer.init.source_model:run",
     help="materialise the source model once as a Hugging Face directory (hub id, directory or GGUF file), hashed",
     wildcards=(),
-    outputs={"model": P.SOURCE_BASE, "stats": P.SOURCE_BASE_STATS},
+    outputs={"model": paths.SOURCE_BASE, "stats": paths.SOURCE_BASE_STATS},
     directories=frozenset({"model"}),
     params=("source_model",),
     code=("init/source_model.py", "train/gguf.py"),
@@ -67,8 +66,8 @@ register(Stage(
     name="tokenizer",
     func="vocabtransfer.data.tokenizer:run",
     help="train the target tokenizer (the source tokenizer's family and conventions)",
-    inputs={"train": P.CORPUS_TRAIN, "source": P.SOURCE_BASE},
-    outputs={"tokenizer": P.TOKENIZER, "stats": P.TOKENIZER_STATS},
+    inputs={"train": paths.CORPUS_TRAIN, "source": paths.SOURCE_BASE},
+    outputs={"tokenizer": paths.TOKENIZER, "stats": paths.TOKENIZER_STATS},
     directories=frozenset({"tokenizer"}),
     params=("source_model", "tokenizer.family", "tokenizer.vocab_size", "tokenizer.min_frequency"),
     code=("data/tokenizer.py",),
@@ -78,9 +77,10 @@ register(Stage(
     name="pretokenize",
     func="vocabtransfer.data.pretokenize:run",
     help="encode the corpus with the target tokenizer; fertility stats against the source tokenizer",
-    inputs={"tokenizer": P.TOKENIZER, "train": P.CORPUS_TRAIN, "valid": P.CORPUS_VALID, "source": P.SOURCE_BASE},
-    outputs={"train_ids": P.PRETOK_TRAIN, "valid_ids": P.PRETOK_VALID, "text": P.PRETOK_TEXT,
-             "stats": P.PRETOK_STATS},
+    inputs={"tokenizer": paths.TOKENIZER, "train": paths.CORPUS_TRAIN, "valid": paths.CORPUS_VALID,
+            "source": paths.SOURCE_BASE},
+    outputs={"train_ids": paths.PRETOK_TRAIN, "valid_ids": paths.PRETOK_VALID, "text": paths.PRETOK_TEXT,
+             "stats": paths.PRETOK_STATS},
     params=("source_model", "pretokenize.batch_size"),
     code=("data/pretokenize.py",),
     parallel=True,
@@ -89,8 +89,8 @@ register(Stage(
     name="fasttext",
     func="vocabtransfer.data.auxiliary:run",
     help="fastText auxiliary embeddings for the target tokens",
-    inputs={"text": P.PRETOK_TEXT, "tokenizer": P.TOKENIZER},
-    outputs={"model": P.FASTTEXT_BIN, "embeddings": P.FASTTEXT_EMB, "stats": P.FASTTEXT_STATS},
+    inputs={"text": paths.PRETOK_TEXT, "tokenizer": paths.TOKENIZER},
+    outputs={"model": paths.FASTTEXT_BIN, "embeddings": paths.FASTTEXT_EMB, "stats": paths.FASTTEXT_STATS},
     params=("seed", "fasttext.mode", "fasttext.pretrained_path", "fasttext.model", "fasttext.dim",
             "fasttext.epochs", "fasttext.min_count", "fasttext.neg", "fasttext.bucket", "fasttext.reproducible",
             "fasttext.oov"),
@@ -103,8 +103,8 @@ register(Stage(
     name="overlap",
     func="vocabtransfer.data.overlap:run",
     help="source vs target vocabulary overlap on canonical token forms",
-    inputs={"tokenizer": P.TOKENIZER, "source": P.SOURCE_BASE},
-    outputs={"overlap": P.OVERLAP, "stats": P.OVERLAP_STATS},
+    inputs={"tokenizer": paths.TOKENIZER, "source": paths.SOURCE_BASE},
+    outputs={"overlap": paths.OVERLAP, "stats": paths.OVERLAP_STATS},
     params=("source_model", "overlap.exact_match_all", "overlap.fuzzy_match_all", "overlap.match_symbols",
             "overlap.match_bytes"),
     code=("data/overlap.py",),
@@ -121,7 +121,7 @@ _init_inputs = _lazy("init.stage:inputs")
 
 
 def _init_leaves(params: dict, wildcards: dict) -> list[str]:
-    base, fact = MN.split_method(wildcards["method"])
+    base, fact = models.split_method(wildcards["method"])
     return [leaf for name in (base, fact) if name and name in params["init"]
             for leaf in section_leaves(params, f"init.{name}")]
 
@@ -131,7 +131,7 @@ def _init_code(params: dict, wildcards: dict) -> tuple[str, ...]:
     factorised wrapper; editing another method does not rerun this one."""
     from vocabtransfer.init.methods import get_method
 
-    base, fact = MN.split_method(wildcards["method"])
+    base, fact = models.split_method(wildcards["method"])
     module = _module_file(get_method(base).__module__)  # e.g. random lives in methods/baselines.py
     return ("init/stage.py", str(module.relative_to(PACKAGE))) + (("init/methods/variants.py",) if fact else ())
 
@@ -148,48 +148,48 @@ register(Stage(
     func="vocabtransfer.init.source_head:run",
     help="complete the source model with a trained LM head when its checkpoint has none",
     wildcards=(),
-    inputs={"source": P.SOURCE_BASE},
-    outputs={"model": P.SOURCE_MODEL, "stats": P.SOURCE_HEAD_STATS},
+    inputs={"source": paths.SOURCE_BASE},
+    outputs={"model": paths.SOURCE_MODEL, "stats": paths.SOURCE_HEAD_STATS},
     directories=frozenset({"model"}),
     params=("seed", "source_model"),
     extra_params=lambda params, wildcards: section_leaves(params, "source_head"),
     code=("init/source_head.py",),
     parallel=True,
     gpu=True,
-    data=lambda params, wc: {"data_text": P.data_path(params["source_head"]["text"])},
+    data=lambda params, wc: {"data_text": paths.data_path(params["source_head"]["text"])},
 ))
 register(Stage(
     name="source_fasttext",
     func="vocabtransfer.data.auxiliary:run_source_words",
     help="word-level fastText on source-language text (WECHSEL)",
     wildcards=(),
-    outputs={"model": P.SOURCE_WORD_FASTTEXT},
+    outputs={"model": paths.SOURCE_WORD_FASTTEXT},
     params=WORD_FASTTEXT_LEAVES + ("init.wechsel.source_text",),
     code=("data/auxiliary.py",),
     parallel=True,
     one_thread_if="fasttext.reproducible",  # fastText is bit-reproducible on one thread only
-    available=lambda params, wc: A.needed_by(params, "wechsel"),
-    data=lambda params, wc: {"data_text": P.data_path(params["init"]["wechsel"]["source_text"])},
+    available=lambda params, wc: availability.needed_by(params, "wechsel"),
+    data=lambda params, wc: {"data_text": paths.data_path(params["init"]["wechsel"]["source_text"])},
 ))
 register(Stage(
     name="word_fasttext",
     func="vocabtransfer.data.auxiliary:run_target_words",
     help="word-level fastText on the target corpus (WECHSEL)",
-    inputs={"train": P.CORPUS_TRAIN},
-    outputs={"model": P.WORD_FASTTEXT},
+    inputs={"train": paths.CORPUS_TRAIN},
+    outputs={"model": paths.WORD_FASTTEXT},
     params=WORD_FASTTEXT_LEAVES,
     code=("data/auxiliary.py",),
     parallel=True,
     one_thread_if="fasttext.reproducible",  # fastText is bit-reproducible on one thread only
-    available=lambda params, wc: A.needed_by(params, "wechsel", wc["lang"]),
+    available=lambda params, wc: availability.needed_by(params, "wechsel", wc["lang"]),
 ))
 register(Stage(
     name="source_snmf",
     func="vocabtransfer.init.source_snmf:run",
     help="semi-NMF of the source embeddings, shared by the snmf and <method>+snmf init jobs",
     wildcards=(),
-    inputs={"source_model": P.SOURCE_MODEL},
-    outputs={"factors": P.SOURCE_SNMF},
+    inputs={"source_model": paths.SOURCE_MODEL},
+    outputs={"factors": paths.SOURCE_SNMF},
     params=("seed", "init.snmf.rank", "init.snmf.max_iter", "init.snmf.tol", "init.snmf.init",
             "init.snmf.clusters"),
     code=("init/source_snmf.py",),
@@ -204,40 +204,41 @@ register(Stage(
     help="initialise the target embeddings with one method and save the model",
     wildcards=("lang", "method", "pseed"),
     inputs=_init_inputs,
-    outputs={"init": P.INIT_DIR},
+    outputs={"init": paths.INIT_DIR},
     directories=frozenset({"init"}),
     params=("seed",),
     extra_params=_init_leaves,
     code=_init_code,
-    expand=lambda params: [{"method": m, "pseed": str(s)} for m, s in MN.init_runs(params)],
+    expand=lambda params: [{"method": m, "pseed": str(s)} for m, s in models.init_runs(params)],
     parallel=True,
     gpu=True,
-    available=lambda params, wc: A.method_reason(params, wc["lang"], wc["method"]),
-    data=lambda params, wc: ({"data_dictionary": A.dictionary_file(params, wc["lang"])}
-                             if MN.split_method(wc["method"])[0] == "wechsel" else {}),
+    available=lambda params, wc: availability.method_reason(params, wc["lang"], wc["method"]),
+    data=lambda params, wc: ({"data_dictionary": availability.dictionary_file(params, wc["lang"])}
+                             if models.split_method(wc["method"])[0] == "wechsel" else {}),
 ))
 register(Stage(
     name="init_eval",
     func="vocabtransfer.evaluate.init_eval:run",
     help="loss right after initialisation and parallel-sentence retrieval, per method",
     inputs=_init_eval_inputs,
-    outputs={"init_eval": P.INIT_EVAL, "plot": P.INIT_EVAL_PLOT},
+    outputs={"init_eval": paths.INIT_EVAL, "plot": paths.INIT_EVAL_PLOT},
     params=("seed", "init.methods", "source_head.text", "source_head.eval_lines"),
     extra_params=lambda params, wildcards: section_leaves(params, "init_eval"),
     code=("evaluate/init_eval.py",),
     parallel=True,
     gpu=True,
-    partial=lambda params, wc: {"retrieval": why} if (why := A.retrieval_reason(params, wc["lang"])) else {},
-    data=lambda params, wc: {"data_source_text": P.data_path(params["source_head"]["text"]),
-                             **({} if A.retrieval_reason(params, wc["lang"]) else
-                                dict(zip(("data_xnli_source", "data_xnli"), A.xnli_files(params, wc["lang"]))))},
+    partial=lambda params, wc: {"retrieval": why} if (why := availability.retrieval_reason(params, wc["lang"])) else {},
+    data=lambda params, wc: {"data_source_text": paths.data_path(params["source_head"]["text"]),
+                             **({} if availability.retrieval_reason(params, wc["lang"]) else
+                                dict(zip(("data_xnli_source", "data_xnli"),
+                                         availability.xnli_files(params, wc["lang"]))))},
 ))
 
 def make_context(name: str, params: dict, wildcards: dict[str, str], threads: int | None = None,
                  device: str = "cpu") -> Context:
     stage = STAGES[name]
     if "lang" in wildcards:
-        C.check_language(params, wildcards["lang"])
+        config.check_language(params, wildcards["lang"])
     return Context(
         stage=stage,
         params=params,
@@ -262,7 +263,7 @@ def run_stage(name: str, params: dict, wildcards: dict[str, str], threads: int |
 def param_values(params: dict, name: str, wildcards: dict) -> dict[str, Any]:
     """The params leaves a stage reads and their values (Snakemake's params, which rerun jobs on change)."""
     stage = STAGES[name]
-    return {leaf: C.get(params, leaf) for leaf in stage.leaves(params, dict(wildcards))}
+    return {leaf: config.get(params, leaf) for leaf in stage.leaves(params, dict(wildcards))}
 
 
 _pretrain_leaves = _lazy("train.pretrain:leaves")
@@ -274,18 +275,18 @@ register(Stage(
     func="vocabtransfer.train.pretrain:run",
     help="continued pretraining of an initialised model with the standard, selfish or distill objective",
     wildcards=("lang", "method", "objective", "pseed"),
-    inputs=lambda params, wc: {"init": P.partial(P.INIT_DIR, method=wc["method"],
-                                                 pseed=MN.init_pseed(wc["method"], wc["pseed"])),
-                               "train": P.PRETOK_TRAIN, "valid": P.PRETOK_VALID,
+    inputs=lambda params, wc: {"init": paths.partial(paths.INIT_DIR, method=wc["method"],
+                                                     pseed=models.init_pseed(wc["method"], wc["pseed"])),
+                               "train": paths.PRETOK_TRAIN, "valid": paths.PRETOK_VALID,
                                # the distill objective's teacher: the source model with its own tokenizer
-                               **({"source": P.SOURCE_MODEL} if wc.get("objective") == "distill" else {})},
-    outputs={"pretrain": P.PRETRAIN_DIR},
+                               **({"source": paths.SOURCE_MODEL} if wc.get("objective") == "distill" else {})},
+    outputs={"pretrain": paths.PRETRAIN_DIR},
     directories=frozenset({"pretrain"}),
     params=("seed",),
     extra_params=_pretrain_leaves,
     code=("train/pretrain.py",),
     expand=_pretrain_expand,
-    available=lambda params, wc: A.method_reason(params, wc["lang"], wc["method"]),
+    available=lambda params, wc: availability.method_reason(params, wc["lang"], wc["method"]),
     parallel=True,
     processes="pretrain.processes",  # > 1: launched with accelerate, N GPUs on a cluster
     gpu=True,
@@ -302,8 +303,8 @@ register(Stage(
     help="the study's report: results/report.md with figures, DVC plots (valid-loss curves) and metrics",
     wildcards=(),
     inputs=_report_inputs,
-    outputs={"report": P.REPORT, "figures": P.REPORT_FIGURES, "curves": P.REPORT_CURVES,
-             "metrics": P.REPORT_METRICS},
+    outputs={"report": paths.REPORT, "figures": paths.REPORT_FIGURES, "curves": paths.REPORT_CURVES,
+             "metrics": paths.REPORT_METRICS},
     directories=frozenset({"figures", "curves"}),
     metrics=frozenset({"metrics"}),
     plots=_report_plots,
@@ -347,7 +348,7 @@ register(Stage(
     help="fine-tune one model on one downstream task (nli, qa, ner) with one seed and score it",
     wildcards=("lang", "task", "model", "seed"),
     inputs=_eval_inputs,
-    outputs={"result": P.EVAL_RESULT},
+    outputs={"result": paths.EVAL_RESULT},
     params=("seed",),  # eval.models and eval.seeds decide which jobs exist, not what one computes
     extra_params=_eval_leaves,
     code=_eval_code,
@@ -364,7 +365,7 @@ register(Stage(
     func="vocabtransfer.evaluate.floor:run",
     help="the score of a task's floor (majority class, training lexicon, sliding-window span) on its test split",
     wildcards=("lang", "task"),
-    outputs={"floor": P.EVAL_FLOOR},
+    outputs={"floor": paths.EVAL_FLOOR},
     params=("seed",),
     extra_params=_eval_leaves,
     code=lambda params, wildcards: ("evaluate/floor.py", f"evaluate/tasks/{wildcards['task']}.py"),
@@ -384,8 +385,8 @@ register(Stage(
     func="vocabtransfer.evaluate.token_frequency_loss:run",
     help="held-out loss per train-frequency bucket (init vs standard vs selfish pretraining) and bits per byte",
     inputs=_token_frequency_inputs,
-    outputs={"table": P.TOKEN_FREQUENCY_LOSS, "blocks": P.TOKEN_FREQUENCY_BLOCKS, "bits_per_byte": P.BITS_PER_BYTE,
-             "plot": P.TOKEN_FREQUENCY_PLOT},
+    outputs={"table": paths.TOKEN_FREQUENCY_LOSS, "blocks": paths.TOKEN_FREQUENCY_BLOCKS,
+             "bits_per_byte": paths.BITS_PER_BYTE, "plot": paths.TOKEN_FREQUENCY_PLOT},
     params=("seed",),
     extra_params=lambda params, wildcards: (section_leaves(params, "token_frequency_loss")
                                             + ["pretrain.methods", "pretrain.objectives", "pretrain.pairs", "pretrain.seeds"]),
@@ -398,17 +399,17 @@ register(Stage(
     func="vocabtransfer.evaluate.gradient_scenarios:run",
     help="gradient reaching each token's embedding: as input, as target, as non-target (start and end)",
     wildcards=("lang", "method", "objective", "pseed"),
-    inputs=lambda params, wc: {"train_ids": P.PRETOK_TRAIN, "pretrain": P.PRETRAIN_DIR,
-                               "init": P.partial(P.INIT_DIR, method=wc["method"],
-                                                 pseed=MN.init_pseed(wc["method"], wc["pseed"]))},
-    outputs={"table": P.GRADIENT_SCENARIOS, "plot": P.GRADIENT_PLOT},
+    inputs=lambda params, wc: {"train_ids": paths.PRETOK_TRAIN, "pretrain": paths.PRETRAIN_DIR,
+                               "init": paths.partial(paths.INIT_DIR, method=wc["method"],
+                                                     pseed=models.init_pseed(wc["method"], wc["pseed"]))},
+    outputs={"table": paths.GRADIENT_SCENARIOS, "plot": paths.GRADIENT_PLOT},
     params=("seed",),
     extra_params=lambda params, wildcards: (section_leaves(params, "gradient_scenarios") + (
         ["pretrain.selfish.margin"] if wildcards.get("objective") == "selfish" else [])),
     code=("evaluate/gradient_scenarios.py",),
     # descriptive, on the first pretraining seed only
-    expand=lambda params: [{"method": m, "objective": o, "pseed": "1"} for m, o in A.pretrain_pairs(params)],
-    available=lambda params, wc: A.method_reason(params, wc["lang"], wc["method"]),
+    expand=lambda params: [{"method": m, "objective": o, "pseed": "1"} for m, o in availability.pretrain_pairs(params)],
+    available=lambda params, wc: availability.method_reason(params, wc["lang"], wc["method"]),
     parallel=True,
     gpu=True,
 ))

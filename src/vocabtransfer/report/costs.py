@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from vocabtransfer.pipeline import paths as P
+from vocabtransfer.pipeline import paths
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,7 @@ def init_costs(root: Path) -> dict[str, list[JobCost]]:
     """method -> the costs of its init jobs (every language and pretraining seed), from
     logs/benchmarks/init/<lang>-<method>-<pseed>.tsv; the shared semi-NMF of the source_snmf
     stage as method `source_snmf`."""
-    base = Path(root) / Path(P.BENCHMARK).parent.parent
+    base = Path(root) / Path(paths.BENCHMARK).parent.parent
     out: dict[str, list[JobCost]] = {}
     for path in sorted((base / "init").glob("*.tsv")):
         parts = path.stem.split("-")

@@ -8,7 +8,7 @@ import os
 import re
 from pathlib import Path
 
-from vocabtransfer.pipeline import paths as P
+from vocabtransfer.pipeline import paths
 from vocabtransfer.report.read import OBJECTIVE_ORDER, Language, Plan
 from vocabtransfer.report.tables import NOT_LEARNED, BpbTable, Family, Settings, finite, seeds_text
 from vocabtransfer.report.verdict import number
@@ -42,7 +42,7 @@ def bold_best(values: list[float], texts: list[str], higher: bool) -> list[str]:
 
 def _rel(target: str) -> str:
     """A link from report.md to a path relative to the root."""
-    return Path(os.path.relpath(target, Path(P.REPORT).parent)).as_posix()
+    return Path(os.path.relpath(target, Path(paths.REPORT).parent)).as_posix()
 
 
 
@@ -73,7 +73,7 @@ def setup_section(params: dict, head: dict | None, langs: list[Language], p: Pla
                  + (f" ({head.get('model_class')}, {head.get('kind')} LM)" if head else ""))
     lines += quantisation_lines(base)
     if head is None:
-        lines.append(f"* LM head: {P.SOURCE_HEAD_STATS} missing")
+        lines.append(f"* LM head: {paths.SOURCE_HEAD_STATS} missing")
     elif head.get("skipped"):
         lines.append("* LM head: the checkpoint's own")
     else:
@@ -125,7 +125,7 @@ def setup_section(params: dict, head: dict | None, langs: list[Language], p: Pla
 def init_section(lang: Language) -> list[str]:
     lines = ["### Right after initialisation", ""]
     if not lang.init_eval:
-        return lines + [f"_No init_eval results ({P.fill(P.INIT_EVAL, lang=lang.lang)} missing)._", ""]
+        return lines + [f"_No init_eval results ({paths.fill(paths.INIT_EVAL, lang=lang.lang)} missing)._", ""]
     rows = [r for r in lang.init_eval if r["method"] != "source"]
     ref = [r for r in lang.init_eval if r["method"] == "source"]
     cols = [("loss", "loss", False, 3), ("calibrated_loss", "calibrated loss", False, 3),
@@ -157,7 +157,7 @@ def init_section(lang: Language) -> list[str]:
     if any(finite(r.get("bytes_per_token")) for r in lang.init_eval):
         note += " Bytes per token: of each model's tokenizer on the valid lines."
     lines += ["", note + " Best in bold.", "",
-              f"![{lang.lang}: right after initialisation]({_rel(P.fill(P.INIT_EVAL_PLOT, lang=lang.lang))})",
+              f"![{lang.lang}: right after initialisation]({_rel(paths.fill(paths.INIT_EVAL_PLOT, lang=lang.lang))})",
               ""]
     return lines
 
@@ -174,7 +174,8 @@ def gradient_section(lang: Language) -> list[str]:
         row = [m]
         for o in objectives:
             runs = [s for mm, oo, s in lang.gradients if (mm, oo) == (m, o)]
-            path = P.fill(P.GRADIENT_PLOT, lang=lang.lang, method=m, objective=o, pseed=runs[0]) if runs else None
+            path = (paths.fill(paths.GRADIENT_PLOT, lang=lang.lang, method=m, objective=o, pseed=runs[0]) if runs
+                    else None)
             row.append(f"![{m} {o}]({_rel(path)})" if path else "–")
         rows.append(row)
     lines.append(md_table(["method"] + objectives, rows))
@@ -254,7 +255,7 @@ def bits_per_byte_section(lang: Language, table: BpbTable | None, settings: Sett
     per token, the share of the source's advantage over random kept, and the − random differences."""
     lines = ["### Bits per byte", ""]
     if lang.bits_per_byte is None:
-        return lines + [f"_No bits-per-byte results ({P.fill(P.BITS_PER_BYTE, lang=lang.lang)} missing)._", ""]
+        return lines + [f"_No bits-per-byte results ({paths.fill(paths.BITS_PER_BYTE, lang=lang.lang)} missing)._", ""]
     if table is None:
         return lines + ["_No bits per byte: token_frequency_loss.bits_per_byte was false for this run._", ""]
     saving = (f"Bytes per token on the {table.n_lines} valid lines: {fmt(table.target_bytes_per_token, 2)} with the "
@@ -301,7 +302,7 @@ def token_frequency_section(lang: Language) -> list[str]:
     lines = ["### Loss by token frequency", ""]
     df = lang.token_frequency
     if df is None or len(df) == 0:
-        return lines + [f"_No token-frequency results ({P.fill(P.TOKEN_FREQUENCY_LOSS, lang=lang.lang)})._", ""]
+        return lines + [f"_No token-frequency results ({paths.fill(paths.TOKEN_FREQUENCY_LOSS, lang=lang.lang)})._", ""]
     buckets = df.drop_duplicates("bucket").sort_values("bucket")
     headers = ["method", "objective"] + [f"b{int(b.bucket)} (ranks {int(b.rank_lo)}–{int(b.rank_hi)})"
                                          for b in buckets.itertuples()]
@@ -314,7 +315,8 @@ def token_frequency_section(lang: Language) -> list[str]:
     lines += ["", "Mean cross-entropy on held-out target tokens by the train-frequency bucket of the target token "
               "(b0 = most frequent types), averaged over pretraining seeds; `init` = the initialised model. The "
               "selfish − standard table gives each bucket's difference with its interval.", "",
-              f"![{lang.lang}: loss by token frequency]({_rel(P.fill(P.TOKEN_FREQUENCY_PLOT, lang=lang.lang))})", ""]
+              f"![{lang.lang}: loss by token frequency]"
+              f"({_rel(paths.fill(paths.TOKEN_FREQUENCY_PLOT, lang=lang.lang))})", ""]
     return lines
 
 

@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from vocabtransfer import io
-from vocabtransfer.pipeline import availability as A
-from vocabtransfer.pipeline import models as MN
-from vocabtransfer.pipeline import paths as P
+from vocabtransfer.pipeline import availability
+from vocabtransfer.pipeline import models
+from vocabtransfer.pipeline import paths
 
 TASKS = ("nli", "qa", "ner")
 OBJECTIVE_ORDER = ("init", "standard", "selfish", "distill")
@@ -43,11 +43,11 @@ def plan(params: dict) -> Plan:
     from vocabtransfer.pipeline.stages import STAGES
 
     gradients = [(c["method"], c["objective"], int(c["pseed"])) for c in STAGES["gradient_scenarios"].combinations(params)]
-    out = Plan(languages=list(params["languages"]), pretrain=A.pretrain_runs(params), gradients=gradients,
+    out = Plan(languages=list(params["languages"]), pretrain=availability.pretrain_runs(params), gradients=gradients,
                token_frequency="token_frequency_loss" in STAGES)
     for lang in out.languages:
         out.evals[lang], out.skipped[lang] = list(eval_jobs(params, lang)), dict(skipped_tasks(params, lang))
-        out.absent[lang] = set(out.pretrain) - set(A.pretrain_runs(params, lang))
+        out.absent[lang] = set(out.pretrain) - set(availability.pretrain_runs(params, lang))
     return out
 
 
@@ -58,26 +58,27 @@ def _key(*parts) -> str:
 def inputs(params: dict, wildcards: dict) -> dict[str, str]:
     """The report stage's inputs: every artefact `plan(params)` names."""
     p = plan(params)
-    out = {"head_stats": P.SOURCE_HEAD_STATS, "base_stats": P.SOURCE_BASE_STATS}
+    out = {"head_stats": paths.SOURCE_HEAD_STATS, "base_stats": paths.SOURCE_BASE_STATS}
     for lang in p.languages:
-        for name, template in (("init_eval", P.INIT_EVAL), ("corpus_stats", P.CORPUS_STATS),
-                               ("tokenizer_stats", P.TOKENIZER_STATS), ("pretok_stats", P.PRETOK_STATS)):
-            out[_key(name, lang)] = P.fill(template, lang=lang)
+        for name, template in (("init_eval", paths.INIT_EVAL), ("corpus_stats", paths.CORPUS_STATS),
+                               ("tokenizer_stats", paths.TOKENIZER_STATS), ("pretok_stats", paths.PRETOK_STATS)):
+            out[_key(name, lang)] = paths.fill(template, lang=lang)
         absent = p.absent.get(lang, set())
         for m, o, s in (run for run in p.pretrain if run not in absent):
-            out[_key("pretrain", lang, m, o, s)] = P.fill(P.PRETRAIN_DIR, lang=lang, method=m, objective=o, pseed=s)
+            out[_key("pretrain", lang, m, o, s)] = paths.fill(paths.PRETRAIN_DIR, lang=lang, method=m, objective=o,
+                                                             pseed=s)
         if p.token_frequency:
-            out[_key("token_frequency_loss", lang)] = P.fill(P.TOKEN_FREQUENCY_LOSS, lang=lang)
-            out[_key("token_frequency_blocks", lang)] = P.fill(P.TOKEN_FREQUENCY_BLOCKS, lang=lang)
-            out[_key("bits_per_byte", lang)] = P.fill(P.BITS_PER_BYTE, lang=lang)
+            out[_key("token_frequency_loss", lang)] = paths.fill(paths.TOKEN_FREQUENCY_LOSS, lang=lang)
+            out[_key("token_frequency_blocks", lang)] = paths.fill(paths.TOKEN_FREQUENCY_BLOCKS, lang=lang)
+            out[_key("bits_per_byte", lang)] = paths.fill(paths.BITS_PER_BYTE, lang=lang)
         for m, o, s in (run for run in p.gradients if run not in absent):
-            out[_key("gradients", lang, m, o, s)] = P.fill(P.GRADIENT_SCENARIOS, lang=lang, method=m, objective=o,
-                                                          pseed=s)
+            out[_key("gradients", lang, m, o, s)] = paths.fill(paths.GRADIENT_SCENARIOS, lang=lang, method=m,
+                                                              objective=o, pseed=s)
         for job in p.evals[lang]:
-            out[_key("eval", lang, job["task"], job["model"], f"seed{job['seed']}")] = P.fill(
-                P.EVAL_RESULT, lang=lang, task=job["task"], model=job["model"], seed=str(job["seed"]))
+            out[_key("eval", lang, job["task"], job["model"], f"seed{job['seed']}")] = paths.fill(
+                paths.EVAL_RESULT, lang=lang, task=job["task"], model=job["model"], seed=str(job["seed"]))
         for task in p.tasks(lang):
-            out[_key("floor", lang, task)] = P.fill(P.EVAL_FLOOR, lang=lang, task=task)
+            out[_key("floor", lang, task)] = paths.fill(paths.EVAL_FLOOR, lang=lang, task=task)
     return out
 
 
@@ -119,41 +120,41 @@ def read_language(lang: str, p: Plan, root: Path) -> Language:
     out = Language(lang=lang, skipped=dict(p.skipped.get(lang, {})))
 
     def need(template: str, **wc) -> Path:
-        path = root / P.fill(template, lang=lang, **wc)
+        path = root / paths.fill(template, lang=lang, **wc)
         if not path.exists():
-            out.missing.append(P.fill(template, lang=lang, **wc))
+            out.missing.append(paths.fill(template, lang=lang, **wc))
         return path
 
-    out.corpus = _json(need(P.CORPUS_STATS))
-    out.tokenizer = _json(need(P.TOKENIZER_STATS))
-    out.pretok = _json(need(P.PRETOK_STATS))
-    table = _parquet(need(P.INIT_EVAL))
+    out.corpus = _json(need(paths.CORPUS_STATS))
+    out.tokenizer = _json(need(paths.TOKENIZER_STATS))
+    out.pretok = _json(need(paths.PRETOK_STATS))
+    table = _parquet(need(paths.INIT_EVAL))
     out.init_eval = table.to_dict("records") if table is not None else None
     for run in (r for r in p.pretrain if r not in p.absent.get(lang, set())):
         m, o, s = run
-        directory = need(P.PRETRAIN_DIR, method=m, objective=o, pseed=s)
+        directory = need(paths.PRETRAIN_DIR, method=m, objective=o, pseed=s)
         for store, name, reader in ((out.curves, "metrics.parquet", _parquet), (out.runs, "stats.json", _json),
                                     (out.blocks, "valid_blocks.parquet", _parquet)):
             value = reader(directory / name)
             if value is not None:
                 store[run] = value
     if p.token_frequency:
-        out.token_frequency = _parquet(need(P.TOKEN_FREQUENCY_LOSS))
-        out.token_blocks = _parquet(need(P.TOKEN_FREQUENCY_BLOCKS))
-        out.bits_per_byte = _parquet(need(P.BITS_PER_BYTE))
+        out.token_frequency = _parquet(need(paths.TOKEN_FREQUENCY_LOSS))
+        out.token_blocks = _parquet(need(paths.TOKEN_FREQUENCY_BLOCKS))
+        out.bits_per_byte = _parquet(need(paths.BITS_PER_BYTE))
     for m, o, s in p.gradients:
-        if need(P.GRADIENT_PLOT, method=m, objective=o, pseed=s).is_file():
+        if need(paths.GRADIENT_PLOT, method=m, objective=o, pseed=s).is_file():
             out.gradients.append((m, o, s))
     for job in p.evals.get(lang, []):
-        res = _json(need(P.EVAL_RESULT, task=job["task"], model=job["model"], seed=str(job["seed"])))
+        res = _json(need(paths.EVAL_RESULT, task=job["task"], model=job["model"], seed=str(job["seed"])))
         if res is not None and res.get("not_run"):  # no task head for the architecture: a skip, not a score
             out.skipped[job["task"]] = res["not_run"]
         elif res is not None:
-            model = MN.parse_model_name(job["model"])
+            model = models.parse_model_name(job["model"])
             runs = out.evals.setdefault(job["task"], {}).setdefault(model.group, {})
             runs[(model.pseed or 0, int(job["seed"]))] = res
     for task in p.tasks(lang):
-        floor = _json(need(P.EVAL_FLOOR, task=task))
+        floor = _json(need(paths.EVAL_FLOOR, task=task))
         if floor is not None:
             out.floors[task] = floor
     return out

@@ -20,11 +20,11 @@ import logging
 from pathlib import Path
 
 from vocabtransfer import io
-from vocabtransfer.pipeline import availability as A
-from vocabtransfer.pipeline import paths as P
-from vocabtransfer.report import markdown as MD
-from vocabtransfer.report import tables as T
-from vocabtransfer.report import verdict as V
+from vocabtransfer.pipeline import availability
+from vocabtransfer.pipeline import paths
+from vocabtransfer.report import markdown
+from vocabtransfer.report import tables
+from vocabtransfer.report import verdict
 from vocabtransfer.report.figures import plot_curves, plot_downstream, seed_curves, write_curves_csv
 from vocabtransfer.report.read import Plan, plan, read_language
 
@@ -32,12 +32,12 @@ log = logging.getLogger(__name__)
 
 
 def curves_csv(lang: str) -> str:
-    return f"{P.REPORT_CURVES}/{lang}.csv"
+    return f"{paths.REPORT_CURVES}/{lang}.csv"
 
 
 def dvc_plots(params: dict) -> dict[str, dict]:
     """Top-level DVC plot definitions: per language, the valid loss of every run against the step."""
-    models = [f"{m}-{o}" for m, o in A.pretrain_pairs(params)]
+    models = [f"{m}-{o}" for m, o in availability.pretrain_pairs(params)]
     if not models:
         return {}
     return {f"valid_loss_{lang}": {"template": "linear", "x": "step", "y": {curves_csv(lang): list(models)},
@@ -50,7 +50,7 @@ def job_seconds(root: Path) -> float | None:
     """From Snakemake's per-job benchmark tables: the span from the first job's start to the last
     job's end (each table is written when its job ends; its `s` column is the job's duration)."""
     starts, ends = [], []
-    for table in (root / P.LOGS / "benchmarks").glob("*/*.tsv"):
+    for table in (root / paths.LOGS / "benchmarks").glob("*/*.tsv"):
         lines = table.read_text(encoding="utf-8").splitlines()
         if len(lines) < 2:
             continue
@@ -63,62 +63,62 @@ def job_seconds(root: Path) -> float | None:
 def write_report(params: dict, p: Plan, root: Path = Path(".")) -> Path:
     """Read everything under `root`, write the report, its figures, curves and metrics there."""
     root = Path(root)
-    settings = T.Settings.from_params(params)
-    head = io.read_json(root / P.SOURCE_HEAD_STATS) if (root / P.SOURCE_HEAD_STATS).is_file() else None
-    base = io.read_json(root / P.SOURCE_BASE_STATS) if (root / P.SOURCE_BASE_STATS).is_file() else None
+    settings = tables.Settings.from_params(params)
+    head = io.read_json(root / paths.SOURCE_HEAD_STATS) if (root / paths.SOURCE_HEAD_STATS).is_file() else None
+    base = io.read_json(root / paths.SOURCE_BASE_STATS) if (root / paths.SOURCE_BASE_STATS).is_file() else None
     langs = [read_language(lang, p, root) for lang in p.languages]
     metrics: dict = {}
     per_language, body = {}, []
-    with io.atomic_output(root / P.REPORT_FIGURES, directory=True) as figures, \
-            io.atomic_output(root / P.REPORT_CURVES, directory=True) as curves:
+    with io.atomic_output(root / paths.REPORT_FIGURES, directory=True) as figures, \
+            io.atomic_output(root / paths.REPORT_CURVES, directory=True) as curves:
         for lang in langs:
             m = metrics.setdefault(lang.lang, {})
-            status = T.learned(lang, settings)
-            families = T.families(lang, settings, status)
-            bpb = T.bits_per_byte_table(lang, settings)
+            status = tables.learned(lang, settings)
+            families = tables.families(lang, settings, status)
+            bpb = tables.bits_per_byte_table(lang, settings)
             per_language[lang.lang] = (families + ([bpb.family] if bpb is not None and bpb.family.rows else []),
                                        status)
-            body += [f"## {lang.lang}", ""] + MD.init_section(lang)
+            body += [f"## {lang.lang}", ""] + markdown.init_section(lang)
             if lang.init_eval:
                 m["init_loss"] = {r["method"]: float(r["loss"]) for r in lang.init_eval if r["method"] != "source"}
             curve_fig = None
             if lang.curves:
-                curve_fig = f"{P.REPORT_FIGURES}/{lang.lang}_valid_loss.png"
+                curve_fig = f"{paths.REPORT_FIGURES}/{lang.lang}_valid_loss.png"
                 plot_curves(lang, figures / Path(curve_fig).name)
                 write_curves_csv(lang, curves / f"{lang.lang}.csv")
                 m["valid_loss"] = {f"{k[0]}-{k[1]}": float(c["mean"].iloc[-1]) for k, c in seed_curves(lang).items()}
-            body += MD.pretrain_section(lang, curve_fig)
+            body += markdown.pretrain_section(lang, curve_fig)
             body += ["### Comparisons", ""]
             for family in families:
-                body += MD.family_section(family, settings)
+                body += markdown.family_section(family, settings)
             if not families:
                 body += ["_No comparison: no paired runs for this language._", ""]
-            body += MD.bits_per_byte_section(lang, bpb, settings)
+            body += markdown.bits_per_byte_section(lang, bpb, settings)
             if bpb is not None and bpb.rows:
-                m["bits_per_byte"] = {(r.method if r.method == T.SOURCE_ROW else f"{r.method}-{r.objective}"):
+                m["bits_per_byte"] = {(r.method if r.method == tables.SOURCE_ROW else f"{r.method}-{r.objective}"):
                                       round(r.score.diff, 4) for r in bpb.rows if r.score is not None}
-            body += MD.token_frequency_section(lang) + MD.gradient_section(lang)
+            body += markdown.token_frequency_section(lang) + markdown.gradient_section(lang)
             down_fig = None
             if status:
-                down_fig = f"{P.REPORT_FIGURES}/{lang.lang}_downstream.png"
+                down_fig = f"{paths.REPORT_FIGURES}/{lang.lang}_downstream.png"
                 plot_downstream(lang.lang, status, figures / Path(down_fig).name)
                 m["eval"] = {t: {s.group: round(s.score.diff, 4) for s in st.scores} for t, st in status.items()}
                 m["floor"] = {t: round(float(st.floor["value"]), 4) for t, st in status.items()}
                 m["learned"] = {t: st.learned for t, st in status.items()}
-            body += MD.downstream_section(lang, status, down_fig)
+            body += markdown.downstream_section(lang, status, down_fig)
         md = ["# vocabtransfer: report", "",
               "Embedding initialisation for a new target-language vocabulary, continued pretraining with the "
               "standard and the selfish objective, and downstream fine-tuning. Generated by `vocabtransfer report` "
               "from the pipeline's results.", ""]
-        md += V.section(per_language, settings)
-        md += MD.setup_section(params, head, langs, p, settings, job_seconds(root), root, base) + body
-        md += MD.skipped_section(langs, p) + MD.method_section(settings)
-    io.write_json(metrics, root / P.REPORT_METRICS)
-    with io.atomic_output(root / P.REPORT) as tmp:
+        md += verdict.section(per_language, settings)
+        md += markdown.setup_section(params, head, langs, p, settings, job_seconds(root), root, base) + body
+        md += markdown.skipped_section(langs, p) + markdown.method_section(settings)
+    io.write_json(metrics, root / paths.REPORT_METRICS)
+    with io.atomic_output(root / paths.REPORT) as tmp:
         tmp.write_text("\n".join(md).rstrip() + "\n", encoding="utf-8")
-    return root / P.REPORT
+    return root / paths.REPORT
 
 
 def run(ctx) -> None:
     out = write_report(ctx.params, plan(ctx.params))
-    log.info("report: %s (figures in %s)", out, P.REPORT_FIGURES)
+    log.info("report: %s (figures in %s)", out, paths.REPORT_FIGURES)

@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from vocabtransfer.evaluate import bits_per_byte as BPB
-from vocabtransfer.evaluate import stats as S
-from vocabtransfer.pipeline import models as MN
+from vocabtransfer.evaluate import bits_per_byte
+from vocabtransfer.evaluate import stats
+from vocabtransfer.pipeline import models
 from vocabtransfer.report.read import OBJECTIVE_ORDER, TASKS, Language
 
 
@@ -45,7 +45,7 @@ class Settings:
     @classmethod
     def from_params(cls, params: dict) -> "Settings":
         opts = params["report"]
-        S.check_confidence(opts["confidence"])
+        stats.check_confidence(opts["confidence"])
         return cls(int(opts["bootstrap_resamples"]), float(opts["confidence"]), opts["correction"], int(params["seed"]),
                    int(opts["min_clusters"]))
 
@@ -53,10 +53,10 @@ class Settings:
     def alpha(self) -> float:
         return 1.0 - self.confidence
 
-    def bootstrap(self, a: S.Runs, b: S.Runs) -> S.Difference | None:
-        return S.nested_interval(a, b, resamples=self.resamples, seed=self.seed, confidence=self.confidence)
+    def bootstrap(self, a: stats.Runs, b: stats.Runs) -> stats.Difference | None:
+        return stats.nested_interval(a, b, resamples=self.resamples, seed=self.seed, confidence=self.confidence)
 
-    def too_few(self, d: S.Difference | None) -> str | None:
+    def too_few(self, d: stats.Difference | None) -> str | None:
         """What is missing for a difference to be worded: `10 clusters: too few to tell`, `1 seed: …`."""
         if d is None:
             return None
@@ -78,7 +78,7 @@ class Row:
 
     label: str
     measure: str
-    diff: S.Difference | None
+    diff: stats.Difference | None
     lower_is_better: bool = False
     note: str = ""
 
@@ -110,24 +110,24 @@ class Family:
 
 
 def _corrected(rows: list[Row], settings: Settings) -> list[Row]:
-    for row, diff in zip(rows, S.corrected([r.diff for r in rows], settings.correction)):
+    for row, diff in zip(rows, stats.corrected([r.diff for r in rows], settings.correction)):
         row.diff = diff
     return rows
 
 
 # 1. runs -----------------------------------------------------------------------------------------
 
-def task_runs(lang: Language, task: str, group: str) -> S.Runs:
-    return S.Runs.from_results(task, lang.evals[task][group], where=f"{lang.lang} {task} {group}")
+def task_runs(lang: Language, task: str, group: str) -> stats.Runs:
+    return stats.Runs.from_results(task, lang.evals[task][group], where=f"{lang.lang} {task} {group}")
 
 
-def zero_like(runs: S.Runs) -> S.Runs:
+def zero_like(runs: stats.Runs) -> stats.Runs:
     """A model that scores 0 everywhere: B minus it is B's own score with its interval."""
-    return S.Runs({k: (np.zeros_like(n), np.ones_like(d)) for k, (n, d) in runs.parts.items()}, runs.clusters,
-                  runs.scale)
+    return stats.Runs({k: (np.zeros_like(n), np.ones_like(d)) for k, (n, d) in runs.parts.items()}, runs.clusters,
+                      runs.scale)
 
 
-def loss_runs(lang: Language, method: str, objective: str) -> S.Runs | None:
+def loss_runs(lang: Language, method: str, objective: str) -> stats.Runs | None:
     """The final valid loss of every pretraining seed of a run, per held-out block."""
     parts = {(s, 0): (df["loss_sum"].to_numpy(float), df["n_tokens"].to_numpy(float))
              for (m, o, s), df in lang.blocks.items() if m == method and o == objective}
@@ -136,10 +136,10 @@ def loss_runs(lang: Language, method: str, objective: str) -> S.Runs | None:
     sizes = {len(n) for n, _ in parts.values()}
     if len(sizes) != 1:
         return None  # runs scored on different valid blocks cannot be paired
-    return S.Runs(parts, tuple(range(sizes.pop())))
+    return stats.Runs(parts, tuple(range(sizes.pop())))
 
 
-def bucket_runs(lang: Language, method: str, objective: str, bucket: int) -> S.Runs | None:
+def bucket_runs(lang: Language, method: str, objective: str, bucket: int) -> stats.Runs | None:
     """The held-out loss of one frequency bucket, per block, for every pretraining seed."""
     df = lang.token_blocks
     if df is None or not len(df):
@@ -152,13 +152,13 @@ def bucket_runs(lang: Language, method: str, objective: str, bucket: int) -> S.R
         num[g["block"].to_numpy()] = g["loss_sum"].to_numpy(float)
         den[g["block"].to_numpy()] = g["n_tokens"].to_numpy(float)
         parts[(int(pseed), 0)] = (num, den)
-    return S.Runs(parts, tuple(range(n_blocks))) if parts else None
+    return stats.Runs(parts, tuple(range(n_blocks))) if parts else None
 
 
 def groups(lang: Language, task: str) -> list[str]:
     """The task's model groups in display order: source, then by method and objective."""
     def key(group: str) -> tuple:
-        if group == MN.SOURCE:
+        if group == models.SOURCE:
             return (-1, 0, group)
         method, _, objective = group.rpartition("-")
         order = lang.methods()
@@ -182,8 +182,8 @@ class Score:
     """One model group on one task: its mean score with interval, and its margin over the task's floor."""
 
     group: str
-    score: S.Difference  # B = the model, A = zero: its score and interval
-    over_floor: S.Difference
+    score: stats.Difference  # B = the model, A = zero: its score and interval
+    over_floor: stats.Difference
 
 
 @dataclass
@@ -214,7 +214,7 @@ def learned(lang: Language, settings: Settings) -> dict[str, TaskStatus]:
             runs = task_runs(lang, task, group)
             floor_runs = runs.fixed(task, floor["examples"], f"{lang.lang} {task} floor")
             scores.append(Score(group, settings.bootstrap(zero_like(runs), runs), settings.bootstrap(floor_runs, runs)))
-        for s, d in zip(scores, S.corrected([s.over_floor for s in scores], settings.correction)):
+        for s, d in zip(scores, stats.corrected([s.over_floor for s in scores], settings.correction)):
             s.over_floor = d
         rows = [Row(s.group, task, s.over_floor) for s in scores]
         if any(r.better(settings) for r in rows):
@@ -258,7 +258,7 @@ def methods_vs_random(lang: Language, settings: Settings, status: dict) -> list[
         for group in groups(lang, task):
             method, _, objective = group.rpartition("-")
             base = f"random-{objective}"
-            if group == MN.SOURCE or method == "random" or base not in lang.evals[task]:
+            if group == models.SOURCE or method == "random" or base not in lang.evals[task]:
                 continue
             diff = settings.bootstrap(task_runs(lang, task, base), task_runs(lang, task, group))
             rows.append(Row(f"{method} − random ({objective})", task, diff, note="" if diff else "no paired runs"))
@@ -323,7 +323,7 @@ def _per_line(g, n_lines: int, column: str) -> np.ndarray:
     return out
 
 
-def bpb_runs(lang: Language, method: str, objective: str) -> S.Runs | None:
+def bpb_runs(lang: Language, method: str, objective: str) -> stats.Runs | None:
     """Bits and UTF-8 bytes per valid line (the clusters) of every pretraining seed of a model (the source:
     pseed 0); None without rows or without bits (a masked LM). A method without random rows has one
     initialisation (pseed 1) shared by all its pretraining seeds: its `init` runs repeat it for each."""
@@ -335,11 +335,11 @@ def bpb_runs(lang: Language, method: str, objective: str) -> S.Runs | None:
     if not len(sub) or sub["bits"].isna().any():
         return None
     per = {int(p): (_per_line(g, n_lines, "bits"), _per_line(g, n_lines, "n_bytes")) for p, g in sub.groupby("pseed")}
-    if objective == MN.INIT:
-        pseeds = sorted({int(p) for p in df.loc[(df["method"] == method) & (df["objective"] != MN.INIT), "pseed"]})
-        shared = {p: per[MN.init_pseed(method, p)] for p in pseeds if MN.init_pseed(method, p) in per}
+    if objective == models.INIT:
+        pseeds = sorted({int(p) for p in df.loc[(df["method"] == method) & (df["objective"] != models.INIT), "pseed"]})
+        shared = {p: per[models.init_pseed(method, p)] for p in pseeds if models.init_pseed(method, p) in per}
         per = shared or per
-    return S.Runs({(p, 0): parts for p, parts in per.items()}, tuple(range(n_lines)))
+    return stats.Runs({(p, 0): parts for p, parts in per.items()}, tuple(range(n_lines)))
 
 
 @dataclass
@@ -350,7 +350,7 @@ class BpbRow:
 
     method: str
     objective: str
-    score: S.Difference | None
+    score: stats.Difference | None
     bytes_per_token: float
     share_kept: float = math.nan
     vs_random: Row | None = None
@@ -373,12 +373,12 @@ def bits_per_byte_table(lang: Language, settings: Settings) -> BpbTable | None:
         return None
     n_lines = int(df["line"].max()) + 1
     is_source = df["method"] == SOURCE_ROW
-    target_bpt = BPB.bytes_per_token(*_first_model(df[~is_source]))
-    source_bpt = BPB.bytes_per_token(*_first_model(df[is_source]))
+    target_bpt = bits_per_byte.bytes_per_token(*_first_model(df[~is_source]))
+    source_bpt = bits_per_byte.bytes_per_token(*_first_model(df[is_source]))
     family = Family(BPB_TITLE, "Negative: the method needs fewer bits per byte of the valid text than random "
                     "(better).")
     if df.loc[~is_source, "bits"].isna().all():
-        return BpbTable([], family, n_lines, target_bpt, source_bpt, reason=BPB.MASKED_REASON)
+        return BpbTable([], family, n_lines, target_bpt, source_bpt, reason=bits_per_byte.MASKED_REASON)
     source = bpb_runs(lang, SOURCE_ROW, SOURCE_ROW)
     source_score = settings.bootstrap(zero_like(source), source) if source is not None else None
     rows = [BpbRow(SOURCE_ROW, SOURCE_ROW, source_score, source_bpt)]
@@ -393,7 +393,7 @@ def bits_per_byte_table(lang: Language, settings: Settings) -> BpbTable | None:
             if runs is None:
                 continue
             score = settings.bootstrap(zero_like(runs), runs)
-            share = (BPB.share_kept(base_score.diff, score.diff, source_score.diff)
+            share = (bits_per_byte.share_kept(base_score.diff, score.diff, source_score.diff)
                      if base_score is not None and source_score is not None else math.nan)
             vs = None
             if method != "random":
@@ -402,7 +402,8 @@ def bits_per_byte_table(lang: Language, settings: Settings) -> BpbTable | None:
                          note="" if diff else "no paired runs")
                 family.rows.append(vs)
             g = df[(df["method"] == method) & (df["objective"] == objective)]
-            rows.append(BpbRow(method, objective, score, BPB.bytes_per_token(g["n_bytes"], g["n_tokens"]), share, vs))
+            rows.append(BpbRow(method, objective, score, bits_per_byte.bytes_per_token(g["n_bytes"], g["n_tokens"]),
+                               share, vs))
     _corrected(family.rows, settings)  # in place: the rows' vs_random see the adjusted p-values
     return BpbTable(rows, family, n_lines, target_bpt, source_bpt)
 
@@ -416,7 +417,7 @@ def _first_model(df):
     return g["n_bytes"].to_numpy(), g["n_tokens"].to_numpy()
 
 
-def seeds_text(d: S.Difference | None) -> str:
+def seeds_text(d: stats.Difference | None) -> str:
     """`3 pretraining × 2 fine-tuning seeds`: the seeds behind a difference."""
     if d is None:
         return "–"

@@ -255,10 +255,10 @@ def cache_teacher(teacher, blocks: Sequence[PairBlock], indices: Iterable[int], 
     cached`); the other blocks are returned as they are."""
     from dataclasses import replace
 
-    from vocabtransfer.train import heads as HD
+    from vocabtransfer.train import heads
 
     out = list(blocks)
-    head = HD.head_parts(teacher)
+    head = heads.head_parts(teacher)
     order = sorted(set(int(i) for i in indices))
     for s in range(0, len(order), batch_size):
         part = [blocks[i] for i in order[s: s + batch_size]]
@@ -272,13 +272,13 @@ def cache_teacher(teacher, blocks: Sequence[PairBlock], indices: Iterable[int], 
 
 def teacher_chunk_ll(teacher, teacher_head, batch: dict, device) -> torch.Tensor:
     """The teacher's chunk log-likelihoods of a batch of `collate_teacher` (no gradients)."""
-    from vocabtransfer.train import heads as HD
+    from vocabtransfer.train import heads
 
     teacher_batch = {"input_ids": batch["teacher_input_ids"], "attention_mask": batch["teacher_attention_mask"],
                      "labels": batch["teacher_labels"]}
     with torch.no_grad():
-        hidden, targets = HD.predicted_hidden(teacher, teacher_batch, "causal", teacher_head)
-        rows = HD.head_loss(teacher_head, hidden, targets, objective="standard", reduction="none")
+        hidden, targets = heads.predicted_hidden(teacher, teacher_batch, "causal", teacher_head)
+        rows = heads.head_loss(teacher_head, hidden, targets, objective="standard", reduction="none")
     labels = batch["teacher_labels"].to(rows.device)[:, 1:]
     chunks = batch["teacher_chunks"].to(rows.device)[:, 1:][labels != -100]
     return chunk_log_likelihoods(-rows, chunks, int(batch["n_chunks"])).to(device)
@@ -349,10 +349,10 @@ def loss_terms(model, teacher, batch: dict, *, head, teacher_head, temperature: 
     `teacher_chunk_ll` when cached, else the frozen teacher runs here, without gradients, the same way.
     `model` may be DDP-wrapped; `head`/`teacher_head`: `heads.head_parts` of the unwrapped models.
     """
-    from vocabtransfer.train import heads as HD
+    from vocabtransfer.train import heads
 
-    hidden, targets = HD.predicted_hidden(model, batch, "causal", head)
-    rows = HD.head_loss(head, hidden, targets, objective="standard", reduction="none")
+    hidden, targets = heads.predicted_hidden(model, batch, "causal", head)
+    rows = heads.head_loss(head, hidden, targets, objective="standard", reduction="none")
     device = rows.device
     s_chunks = batch["chunks"].to(device)[:, 1:][batch["labels"].to(device)[:, 1:] != -100]
     n = int(batch["n_chunks"])

@@ -265,10 +265,10 @@ class _RowLosses(torch.autograd.Function):
 def _dispatch(hidden, weight, bias, labels, margin, row_weight, need_grad):
     """The Triton kernels for CUDA tensors when Triton is installed, else the chunked torch pass."""
     if hidden.is_cuda and os.environ.get("VOCABTRANSFER_FUSED_HEAD", "auto") != "torch":
-        from vocabtransfer.train import fused_head_triton as T
+        from vocabtransfer.train import fused_head_triton
 
-        if T.available():
-            return T.fused_pass(hidden, weight, bias, labels, margin, row_weight, need_grad)
+        if fused_head_triton.available():
+            return fused_head_triton.fused_pass(hidden, weight, bias, labels, margin, row_weight, need_grad)
     return chunked_pass(hidden, weight, bias, labels, margin, row_weight, need_grad)
 
 

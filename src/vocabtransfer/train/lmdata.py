@@ -1,6 +1,6 @@
 """Language-model data: text lines packed into blocks of token ids, and collated batches with labels
 (seeded masked-LM masking, or causal labels). Shared by source_head, init_eval, pretrain and the
-analyses; re-exported by `vocabtransfer.train.modeling`.
+analyses.
 """
 
 from __future__ import annotations

@@ -214,7 +214,3 @@ def objective_loss(objective: str, logits: torch.Tensor, labels: torch.Tensor, *
     logits it is its LM part, `F.cross_entropy`; mean over the positions that count unless `reduction`."""
     return get_objective(objective).on_logits(logits, labels, margin=margin, ignore_index=ignore_index,
                                               reduction=reduction)
-
-
-# the same objectives from hidden states (N, H) and the head's weight (V, H), without the logits
-from vocabtransfer.train.fused_head import linear_objective_loss  # noqa: E402,F401

@@ -15,7 +15,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from vocabtransfer import io
-from vocabtransfer.train import modeling as M
+from vocabtransfer.train import modeling
 from vocabtransfer.errors import VocabTransferError
 
 
@@ -72,7 +72,7 @@ def factorize_model(model, init_dir: Path, train_primitives: bool) -> dict:
         raise VocabTransferError(f"{init_dir}: pretrain.factorized needs coordinates.safetensors and "
                                  "primitives.safetensors (written by <method>+svd, <method>+snmf, ofa, snmf); "
                                  "set pretrain.factorized: false for this method")
-    tied = M.is_tied(model)
+    tied = modeling.is_tied(model)
     original = {"input": model.get_input_embeddings(), "output": model.get_output_embeddings(), "tied": tied}
     weight = original["input"].weight
     if inp[0].shape[0] != weight.shape[0] or (inp[0] @ inp[1]).shape != weight.shape:

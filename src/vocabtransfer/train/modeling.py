@@ -1,6 +1,7 @@
-"""Source models: load tokenizers and models, read and swap their embedding matrices, save them;
-and the language-model batches and loss that source_head and init_eval share. Resolving a hub id
-or a path to a local directory is `vocabtransfer.train.hub` (re-exported here).
+"""Source models: load them, read and swap their embedding matrices, save them; and the
+language-model loss that source_head and init_eval share. Loading tokenizers and resolving a hub id
+or a path to a local directory is `vocabtransfer.train.hub`; the language-model batches are
+`vocabtransfer.train.lmdata`.
 """
 
 from __future__ import annotations
@@ -13,9 +14,8 @@ from pathlib import Path
 from typing import Literal
 
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.train.hub import PACKAGED_MODELS, load_tokenizer, resolve_model_path  # noqa: F401 (re-exported)
-from vocabtransfer.train.lmdata import (  # noqa: F401 (re-exported)
-    MLM_PROBABILITY, Kind, LMCollator, _pack, lm_batches, pack_ids, pack_lines, read_lines, special_tokens_around)
+from vocabtransfer.train.hub import load_tokenizer, resolve_model_path
+from vocabtransfer.train.lmdata import Kind
 
 log = logging.getLogger(__name__)
 

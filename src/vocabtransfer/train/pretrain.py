@@ -43,15 +43,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from vocabtransfer import io
-from vocabtransfer.train import distill as D
+from vocabtransfer.train import distill
 from vocabtransfer.train import lowrank
-from vocabtransfer.train import modeling as M
+from vocabtransfer.train import modeling
+from vocabtransfer.train.hub import load_tokenizer
+from vocabtransfer.train.lmdata import Kind, LMCollator, lm_batches, pack_ids
 from vocabtransfer.train import parallel
-from vocabtransfer.train.trainer import (  # noqa: F401  (the checkpoint helpers: part of the stage's API)
+from vocabtransfer.train.trainer import (
     PARAMS_FILE, ROWS_FILE, _trainer_classes, check_resume_params, complete_checkpoints, model_fingerprint)
-from vocabtransfer.pipeline import availability as A
-from vocabtransfer.pipeline import models as MN
-from vocabtransfer.pipeline import paths as P
+from vocabtransfer.pipeline import availability
+from vocabtransfer.pipeline import models
+from vocabtransfer.pipeline import paths
 from vocabtransfer.errors import VocabTransferError
 
 log = logging.getLogger(__name__)
@@ -89,13 +91,13 @@ def leaves(params: dict, wildcards: dict) -> list[str]:
 
 
 def expand(params: dict) -> list[dict[str, str]]:
-    return [{"method": m, "objective": o, "pseed": str(s)} for m, o, s in A.pretrain_runs(params)]
+    return [{"method": m, "objective": o, "pseed": str(s)} for m, o, s in availability.pretrain_runs(params)]
 
 
 BLOCKS_SCHEMA = pa.schema([("block", pa.int32()), ("loss_sum", pa.float64()), ("n_tokens", pa.int64())])
 
 
-def block_losses(model, batches: list[dict], kind: M.Kind) -> pa.Table:
+def block_losses(model, batches: list[dict], kind: Kind) -> pa.Table:
     """The summed standard cross-entropy and the number of predicted tokens of every evaluation block
     (the clusters the report's bootstrap resamples); their totals give the valid loss."""
     import torch
@@ -107,7 +109,7 @@ def block_losses(model, batches: list[dict], kind: M.Kind) -> pa.Table:
         for batch in batches:
             labels = batch["labels"][:, 1:] if kind == "causal" else batch["labels"]
             rows = (labels != -100).nonzero()[:, 0]
-            losses, _ = M.token_losses(model, batch, kind, objective="standard")
+            losses, _ = modeling.token_losses(model, batch, kind, objective="standard")
             loss = losses.double().cpu()
             sums.append(torch.bincount(rows, weights=loss, minlength=labels.shape[0]))
             counts.append(torch.bincount(rows, minlength=labels.shape[0]))
@@ -162,7 +164,7 @@ class StepBlocks:
             self._perms[epoch] = torch.randperm(len(self.blocks),
                                                 generator=torch.Generator().manual_seed(self.seed + epoch)).tolist()
         block = self.blocks[self._perms[epoch][j]]
-        if isinstance(block, D.PairBlock):  # distill: the student's ids beside the teacher's
+        if isinstance(block, distill.PairBlock):  # distill: the student's ids beside the teacher's
             return {"input_ids": block.input_ids, "pair": block, "index": int(i)}
         return {"input_ids": block, "index": int(i)}
 
@@ -171,8 +173,8 @@ class StepCollator:
     """`modeling.LMCollator` whose masks are seeded by each sample's index in the run, so a sample gets
     the same masks whatever batch, and whichever data-parallel process, it falls in."""
 
-    def __init__(self, tokenizer, kind: M.Kind, seed: int, teacher_pad: int = 0):
-        self.lm = M.LMCollator(tokenizer, kind, seed)
+    def __init__(self, tokenizer, kind: Kind, seed: int, teacher_pad: int = 0):
+        self.lm = LMCollator(tokenizer, kind, seed)
         self.kind, self.seed, self.pad = kind, seed, {"labels": -100, "input_ids": tokenizer.pad_token_id or 0}
         self.teacher_pad = teacher_pad
 
@@ -182,7 +184,7 @@ class StepCollator:
         if self.kind != "masked":
             batch = self.lm([item["input_ids"] for item in items])
             if "pair" in items[0]:  # distill: the teacher's ids and both sides' chunks
-                batch.update(D.collate_teacher([item["pair"] for item in items], self.teacher_pad))
+                batch.update(distill.collate_teacher([item["pair"] for item in items], self.teacher_pad))
             return batch
         rows = []
         for item in items:
@@ -206,10 +208,10 @@ def check_distill(ctx, objective: str, opts: dict) -> Path | None:
         return None
     from transformers import AutoConfig
 
-    D.check_alpha((opts.get("distill") or {}).get("alpha", 0.5))
-    D.check_temperature((opts.get("distill") or {}).get("temperature", 1.0))
-    source = Path(ctx.input["source"]) if "source" in ctx.input else Path(P.SOURCE_MODEL)
-    kind = M.detect_kind(AutoConfig.from_pretrained(str(source)))
+    distill.check_alpha((opts.get("distill") or {}).get("alpha", 0.5))
+    distill.check_temperature((opts.get("distill") or {}).get("temperature", 1.0))
+    source = Path(ctx.input["source"]) if "source" in ctx.input else Path(paths.SOURCE_MODEL)
+    kind = modeling.detect_kind(AutoConfig.from_pretrained(str(source)))
     if kind != "causal":
         raise VocabTransferError(f"pretrain.objectives: distill needs a causal source model, and {source} is a masked "
                                  "LM (it gives no sequence likelihood to match); use standard or selfish with it")
@@ -223,9 +225,10 @@ def run(ctx) -> None:
     start = time.perf_counter()
     opts = ctx.param("pretrain")
     method, objective, pseed = ctx.method, ctx.wildcards["objective"], int(ctx.wildcards["pseed"])
-    seed = MN.seed_value(ctx.params, pseed)  # data order, masks and dropout of this pretraining seed
+    seed = models.seed_value(ctx.params, pseed)  # data order, masks and dropout of this pretraining seed
     check_params(ctx.params)
-    if (method, objective) not in A.pretrain_pairs(ctx.params) or pseed not in MN.pretrain_seeds(ctx.params):
+    if ((method, objective) not in availability.pretrain_pairs(ctx.params)
+            or pseed not in models.pretrain_seeds(ctx.params)):
         raise VocabTransferError(f"pretrain {method}/{objective}/pseed{pseed}: not a job of params pretrain.methods × "
                                  f"pretrain.objectives (or pretrain.pairs) × pretrain.seeds ({', '.join(opts['methods'])} × "
                                  f"{', '.join(opts['objectives'])} × 1..{opts['seeds']})")
@@ -236,28 +239,29 @@ def run(ctx) -> None:
     parallel.check_processes(int(opts["processes"]), ctx.device, int(os.environ.get("WORLD_SIZE", "1")))
     init_dir = Path(ctx.input["init"])
     model_dir = init_dir / "model"
-    checkpoints = Path(P.fill(P.PRETRAIN_CHECKPOINTS, lang=ctx.lang, method=method, objective=objective, pseed=pseed))
+    checkpoints = Path(paths.fill(paths.PRETRAIN_CHECKPOINTS, lang=ctx.lang, method=method, objective=objective,
+                                  pseed=pseed))
 
     # 1. model, tokenizer, data
-    model, kind = M.load_source_model(model_dir, dtype=torch.float32)
-    tokenizer = M.load_tokenizer(model_dir)
+    model, kind = modeling.load_source_model(model_dir, dtype=torch.float32)
+    tokenizer = load_tokenizer(model_dir)
     vocab = min(len(tokenizer), model.get_input_embeddings().weight.shape[0])
     seq_len, batch_size = int(opts["seq_len"]), int(opts["batch_size"])
     teacher = teacher_tok = None
     if teacher_dir is None:
-        blocks = M.pack_ids(tokenizer, read_ids(Path(ctx.input["train"]), vocab), seq_len, kind=kind)
+        blocks = pack_ids(tokenizer, read_ids(Path(ctx.input["train"]), vocab), seq_len, kind=kind)
     else:  # distill: the frozen source model and its tokenization of the same blocks' text
-        teacher, _ = M.load_source_model(teacher_dir, "causal", dtype=torch.float32)
-        teacher_tok = M.load_tokenizer(teacher_dir)
-        blocks = D.pack_pairs(tokenizer, teacher_tok, read_ids(Path(ctx.input["train"]), vocab), seq_len)
+        teacher, _ = modeling.load_source_model(teacher_dir, "causal", dtype=torch.float32)
+        teacher_tok = load_tokenizer(teacher_dir)
+        blocks = distill.pack_pairs(tokenizer, teacher_tok, read_ids(Path(ctx.input["train"]), vocab), seq_len)
         log.info("distill: teacher %s (%s), %d chunks in %d training blocks", teacher_dir, type(teacher).__name__,
                  sum(b.n_chunks for b in blocks), len(blocks))
     valid = read_ids(Path(ctx.input["valid"]), vocab)[: int(opts["eval_lines"])]
-    valid_blocks = M.pack_ids(tokenizer, valid, seq_len, kind=kind)
+    valid_blocks = pack_ids(tokenizer, valid, seq_len, kind=kind)
     if not blocks or not valid_blocks:
         raise VocabTransferError(f"{ctx.input['train']}: no training or valid blocks ({len(blocks)} / "
                                  f"{len(valid_blocks)}); the corpus is empty, rerun corpus and pretokenize")
-    eval_batches = M.lm_batches(tokenizer, valid_blocks, kind, int(opts["eval_batch_size"]), ctx.seed + 1)
+    eval_batches = lm_batches(tokenizer, valid_blocks, kind, int(opts["eval_batch_size"]), ctx.seed + 1)
 
     # 2. resume: the params the checkpoints were written with must be these
     expected = {leaf: ctx.param(leaf) for leaf in ["seed"] + leaves(ctx.params, ctx.wildcards)}
@@ -292,7 +296,7 @@ def run(ctx) -> None:
                                            and torch.cuda.is_bf16_supported())
     embedding_params = {id(p) for mod in (model.get_input_embeddings(), model.get_output_embeddings())
                         if mod is not None for p in mod.parameters()}
-    bias = M.output_bias(model)
+    bias = modeling.output_bias(model)
     if bias is not None:
         embedding_params.add(id(bias))
 
@@ -316,8 +320,8 @@ def run(ctx) -> None:
         # the teacher's chunk log-likelihoods of every block the run visits, once; then it leaves memory
         device = "cuda" if not use_cpu and torch.cuda.is_available() else "cpu"
         tick = time.perf_counter()
-        dataset.blocks = D.cache_teacher(teacher.to(device).eval(), blocks, dataset.visited(), pad_id=teacher_pad,
-                                         batch_size=int(opts["eval_batch_size"]), device="cpu")
+        dataset.blocks = distill.cache_teacher(teacher.to(device).eval(), blocks, dataset.visited(), pad_id=teacher_pad,
+                                               batch_size=int(opts["eval_batch_size"]), device="cpu")
         teacher_seconds = time.perf_counter() - tick
         log.info("distill: the teacher's chunk log-likelihoods of %d blocks cached in %.1f s",
                  len(dataset.visited()), teacher_seconds)
@@ -332,7 +336,7 @@ def run(ctx) -> None:
     if resume is not None:
         rows = {r["step"]: r for r in json.loads((resume[1] / ROWS_FILE).read_text(encoding="utf-8"))}
     ObjectiveTrainer, MetricsCallback = _trainer_classes()
-    evaluate = lambda m: M.evaluate_lm(m, eval_batches, kind)["loss"]  # noqa: E731
+    evaluate = lambda m: modeling.evaluate_lm(m, eval_batches, kind)["loss"]  # noqa: E731
     callback = MetricsCallback(evaluate, int(opts["eval_every"]), rows, int(opts["embedding_warmup_steps"]),
                                embedding_params)
     trainer = ObjectiveTrainer(model=model, args=args, train_dataset=dataset,
@@ -373,7 +377,7 @@ def run(ctx) -> None:
     blocks_table = block_losses(model, eval_batches, kind)  # the final valid loss per block, for intervals
     stats["valid_tokens"] = int(pc.sum(blocks_table.column("n_tokens")).as_py())  # predicted positions scored
     with io.atomic_output(ctx.output["pretrain"], directory=True) as tmp:
-        M.save_model_dir(model, tokenizer, tmp / "model")
+        modeling.save_model_dir(model, tokenizer, tmp / "model")
         io.write_parquet(table, tmp / "metrics.parquet")
         io.write_parquet(blocks_table, tmp / "valid_blocks.parquet")
         io.write_json(stats, tmp / "stats.json")

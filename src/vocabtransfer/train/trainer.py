@@ -22,7 +22,7 @@ from pathlib import Path
 from vocabtransfer import io
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.log import progress
-from vocabtransfer.train import modeling as M
+from vocabtransfer.train.lmdata import Kind
 from vocabtransfer.train import parallel
 
 log = logging.getLogger("vocabtransfer.train.pretrain")
@@ -73,17 +73,17 @@ def _trainer_classes():
     import torch
     from transformers import Trainer, TrainerCallback
 
-    from vocabtransfer.train import distill as D
-    from vocabtransfer.train import heads as HD
+    from vocabtransfer.train.distill import loss_terms
+    from vocabtransfer.train import heads
 
     class ObjectiveTrainer(Trainer):
         """Loss from the predicted positions' hidden states through the fused head; NaN/inf stops the run."""
 
-        def __init__(self, *args, kind: M.Kind, objective: str, margin: float, checkpoints: Path,
+        def __init__(self, *args, kind: Kind, objective: str, margin: float, checkpoints: Path,
                      distill: bool = False, teacher=None, alpha: float = 0.5, temperature: float = 1.0, **kwargs):
             super().__init__(*args, **kwargs)
             self.kind, self.objective, self.margin, self.checkpoints = kind, objective, margin, checkpoints
-            self.head = HD.head_parts(self.model)
+            self.head = heads.head_parts(self.model)
             self.model_accepts_loss_kwargs = True  # the loss is a mean over the whole step: not divided again
             # distill: the frozen source model (never a submodule of the student: not trained, not saved), or
             # None when its chunk log-likelihoods were cached in the blocks
@@ -91,7 +91,7 @@ def _trainer_classes():
             self.teacher = self.teacher_head = None
             if teacher is not None:
                 self.teacher = teacher.to(self.args.device).eval().requires_grad_(False)
-                self.teacher_head = HD.head_parts(self.teacher)
+                self.teacher_head = heads.head_parts(self.teacher)
 
         def _get_train_sampler(self, train_dataset=None):
             return torch.utils.data.SequentialSampler(train_dataset or self.train_dataset)  # order is in StepBlocks
@@ -114,18 +114,18 @@ def _trainer_classes():
             # `model` may be DDP-wrapped: its forward runs (gradients synchronised), the head bypassed
             if self.distill:  # distill: alpha x mean chunk loss + (1 - alpha) x mean cross-entropy
                 with self.accelerator.autocast():
-                    lm_sum, chunk_sum = D.loss_terms(model, self.teacher, inputs, head=self.head,
-                                                     teacher_head=self.teacher_head, temperature=self.temperature)
+                    lm_sum, chunk_sum = loss_terms(model, self.teacher, inputs, head=self.head,
+                                                   teacher_head=self.teacher_head, temperature=self.temperature)
                 count = int(num_items_in_batch) if num_items_in_batch is not None else \
                     int((inputs["labels"][:, 1:] != -100).sum())
                 chunks = self.step_chunks if self.step_chunks is not None else int(inputs["n_chunks"])
                 loss = self.accelerator.num_processes * (self.alpha * chunk_sum / max(1, chunks)
                                                          + (1 - self.alpha) * lm_sum / max(1, count))
             else:
-                hidden, targets = HD.predicted_hidden(model, inputs, self.kind, self.head)
+                hidden, targets = heads.predicted_hidden(model, inputs, self.kind, self.head)
                 with self.accelerator.autocast():  # bf16 training: the head in bf16, as it was inside the forward
-                    loss = HD.head_loss(self.head, hidden, targets, objective=self.objective, margin=self.margin,
-                                        reduction="sum")
+                    loss = heads.head_loss(self.head, hidden, targets, objective=self.objective, margin=self.margin,
+                                           reduction="sum")
                 # mean over the step's predicted tokens; DDP averages the processes' gradients, hence x P
                 count = targets.numel() if num_items_in_batch is None else int(num_items_in_batch)
                 loss = loss * self.accelerator.num_processes / max(1, count)

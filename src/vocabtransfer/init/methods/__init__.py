@@ -1,16 +1,16 @@
 """Embedding initialisation methods: a registry, one module per method.
 
 A method is a function `(problem: TransferProblem) -> TransferResult` registered with
-`@register("name")`. Adding a method = one module + one import line at the bottom of
-this file. Factorised variants (`focus+svd`, `fvt+snmf`, …) are composed by
-`get_method`: the base method runs inside the low-rank space of the factorisation.
+`@register("name")` (all three from `vocabtransfer.init.methods.registry`). Adding a method =
+one module + one import line at the bottom of this file. Factorised variants (`focus+svd`,
+`fvt+snmf`, …) are composed by `get_method`: the base method runs inside the low-rank space of the
+factorisation.
 """
 
 from __future__ import annotations
 
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.init.methods.registry import (  # noqa: F401  (the methods' vocabulary, re-exported)
-    METHODS, Method, TransferProblem, TransferResult, register)
+from vocabtransfer.init.methods.registry import METHODS, Method
 
 
 def available() -> list[str]:
