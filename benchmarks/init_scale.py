@@ -235,7 +235,7 @@ def build_problem(cache: Path, problem: str, args):
 def method_options(method: str) -> dict:
     """The schema's defaults, as a pipeline run with default params passes them."""
     from vocabtransfer.init.methods.options import defaults
-    from vocabtransfer.init.stage import STAGE_OPTIONS
+    from vocabtransfer.init.initialise import STAGE_OPTIONS
 
     base, _, fact = method.partition("+")
     options = {k: v for k, v in defaults(base).items() if k not in STAGE_OPTIONS.get(base, ())}

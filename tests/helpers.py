@@ -22,9 +22,9 @@ from conftest import BIN, REPO, shared_file
 
 from vocabtransfer import io
 from vocabtransfer.pipeline.config import validate_params
-from vocabtransfer.pipeline.stages import run_stage
+from vocabtransfer.pipeline.runner import run_stage
 from vocabtransfer.train.hub import load_tokenizer, resolve_model_path
-from vocabtransfer.pipeline.stage import launch_prefix
+from vocabtransfer.pipeline.stage_spec import launch_prefix
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 
@@ -218,7 +218,7 @@ def save_dir(model, tokenizer, path: Path) -> Path:
 
 def make_ctx(func: str, wildcards: dict, inputs: dict, outputs: dict, params: dict):
     """A stage Context with explicit paths (the stage table entries live in stages.py)."""
-    from vocabtransfer.pipeline.stage import Context, Stage
+    from vocabtransfer.pipeline.stage_spec import Context, Stage
 
     stage = Stage(name=func.split(":")[0].rsplit(".", 1)[-1], func=func, help="", wildcards=tuple(wildcards))
     return Context(stage=stage, params=params, wildcards=wildcards, input={k: Path(v) for k, v in inputs.items()},

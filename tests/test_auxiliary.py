@@ -15,7 +15,7 @@ from vocabtransfer.pipeline import paths
 from vocabtransfer.pipeline.config import validate_params
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.io import load_tensors
-from vocabtransfer.pipeline.stages import run_stage
+from vocabtransfer.pipeline.runner import run_stage
 
 N_LINES = 1500
 FAST = dict(dim=8, epochs=2, min_count=5, threads=1)  # tiny, single-threaded (deterministic)

@@ -25,7 +25,7 @@ from conftest import BAD_INPUTS
 from vocabtransfer import io
 from vocabtransfer.pipeline import paths
 from vocabtransfer.pipeline.config import validate_params
-from vocabtransfer.pipeline.stages import run_stage
+from vocabtransfer.pipeline.runner import run_stage
 
 pytestmark = pytest.mark.slow
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from vocabtransfer.init import stage
+from vocabtransfer.init import initialise
 from vocabtransfer import io
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.init.factorize import factorize_source
@@ -204,8 +204,8 @@ def test_source_snmf_stores_clusters_compactly_and_refuses_other_clusters(tmp_pa
     assert stats["cached"] == str(factors)
 
     # init with the stored factors gives the same artefact as factorising inline
-    run = lambda params, out, extra: stage.run(make_ctx(  # noqa: E731
-        "vocabtransfer.init.stage:run", {"lang": "sw", "method": "snmf"}, {**inputs, **extra},
+    run = lambda params, out, extra: initialise.run(make_ctx(  # noqa: E731
+        "vocabtransfer.init.initialise:run", {"lang": "sw", "method": "snmf"}, {**inputs, **extra},
         {"init": tmp_path / out}, params))
     run(snmf_params(clusters=3), "shared", {"snmf_factors": factors})
     run(snmf_params(clusters=3), "inline", {})

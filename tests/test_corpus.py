@@ -14,7 +14,7 @@ from vocabtransfer.data import corpus
 from vocabtransfer.cli import main
 from vocabtransfer.pipeline.config import validate_params
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.pipeline.stages import run_stage
+from vocabtransfer.pipeline.runner import run_stage
 
 
 @pytest.fixture(autouse=True)

@@ -148,7 +148,7 @@ def _causal(path: Path):
 
 
 def _overlap_ids(work: Path):
-    from vocabtransfer.init.stage import read_overlap
+    from vocabtransfer.init.initialise import read_overlap
 
     return read_overlap(work / "results/sw/overlap/overlap.parquet", 1000, 1000)
 

@@ -115,7 +115,7 @@ def test_code_dependencies_follow_imports_and_the_method():
         for path in code(name):
             assert (REPO / "src" / "vocabtransfer" / path).is_file(), f"{name}: {path}"
     assert {"data/corpus.py", "data/download.py", "io.py"} <= code("corpus")  # io.py: imported, not listed
-    assert {"init/stage.py", "init/methods/focus.py", "init/methods/options.py", "data/overlap.py", "train/modeling.py"} <= code("init_focus_pseed1")
+    assert {"init/initialise.py", "init/methods/focus.py", "init/methods/options.py", "data/overlap.py", "train/modeling.py"} <= code("init_focus_pseed1")
     assert "init/deepfocus.py" not in code("init_focus_pseed1")  # the deepfocus drop-in is not the pipeline's code
     assert not {"init/methods/wechsel.py", "init/methods/ofa.py", "init/methods/baselines.py", "data/auxiliary.py"} & code("init_focus_pseed1")
     assert {"init/methods/baselines.py"} <= code("init_random_pseed1") and "init/methods/focus.py" not in code("init_random_pseed1")

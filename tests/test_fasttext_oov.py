@@ -16,7 +16,7 @@ from vocabtransfer import io
 from vocabtransfer.pipeline import paths
 from vocabtransfer.pipeline.config import validate_params
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.pipeline.stages import run_stage
+from vocabtransfer.pipeline.runner import run_stage
 
 from helpers import MINILM, save_dir, text_lines, tiny_bert, wordpiece_tokenizer
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from vocabtransfer.init import stage
+from vocabtransfer.init import initialise
 from vocabtransfer import io
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.init.methods import available
@@ -49,7 +49,7 @@ def throwaway_methods(monkeypatch):
 
 def init_ctx(tmp_path, inputs, method="test_copy", params=None):
     params = params or {"seed": 7, "init": {"methods": [method], "test_copy": {"alpha": 1}}}
-    return make_ctx("vocabtransfer.init.stage:run", {"lang": "sw", "method": method}, inputs,
+    return make_ctx("vocabtransfer.init.initialise:run", {"lang": "sw", "method": method}, inputs,
                     {"init": tmp_path / "sw" / "init" / method}, params)
 
 
@@ -68,7 +68,7 @@ def test_init_tied_bert(tmp_path, tokenizers):
     inputs, pairs = write_inputs(tmp_path, source, tokenizers["en_wp"], tokenizers["sw_wp"])
     assert len(pairs) > 20  # the special tokens and shared pieces
     CALLS.clear()
-    stage.run(init_ctx(tmp_path, inputs))
+    initialise.run(init_ctx(tmp_path, inputs))
     out = tmp_path / "sw" / "init" / "test_copy"
     assert sorted(p.name for p in out.iterdir()) == ["coordinates.safetensors", "embeddings.safetensors", "model",
                                                       "stats.json"]
@@ -102,7 +102,7 @@ def test_init_untied_llama_runs_the_method_twice(tmp_path, tokenizers):
     inputs, pairs = write_inputs(tmp_path, source, tokenizers["en_bpe"], tokenizers["sw_bpe"])
     inputs["source_fasttext"] = tmp_path / "words.bin"  # extra inputs reach the method as resources
     CALLS.clear()
-    stage.run(init_ctx(tmp_path, inputs))
+    initialise.run(init_ctx(tmp_path, inputs))
     out = tmp_path / "sw" / "init" / "test_copy"
     assert len(CALLS) == 2
     src_in, src_out = source.get_input_embeddings().weight.detach(), source.lm_head.weight.detach()
@@ -123,9 +123,9 @@ def test_init_untied_llama_runs_the_method_twice(tmp_path, tokenizers):
 def test_init_is_deterministic(tmp_path, tokenizers):
     inputs, _ = write_inputs(tmp_path, tiny_bert(len(tokenizers["en_wp"])), tokenizers["en_wp"], tokenizers["sw_wp"])
     out = tmp_path / "sw" / "init" / "test_copy"
-    stage.run(init_ctx(tmp_path, inputs))
+    initialise.run(init_ctx(tmp_path, inputs))
     first = {p.name: p.read_bytes() for p in [out / "embeddings.safetensors", out / "model" / "model.safetensors"]}
-    stage.run(init_ctx(tmp_path, inputs))  # replaces the directory atomically
+    initialise.run(init_ctx(tmp_path, inputs))  # replaces the directory atomically
     second = {p.name: p.read_bytes() for p in [out / "embeddings.safetensors", out / "model" / "model.safetensors"]}
     assert first == second
     assert not [p for p in out.parent.iterdir() if p.name.startswith(".")]
@@ -134,28 +134,28 @@ def test_init_is_deterministic(tmp_path, tokenizers):
 def test_init_errors(tmp_path, tokenizers):
     inputs, _ = write_inputs(tmp_path, tiny_bert(len(tokenizers["en_wp"])), tokenizers["en_wp"], tokenizers["sw_wp"])
     with pytest.raises(VocabTransferError, match="unknown method 'no_such_method'"):
-        stage.run(init_ctx(tmp_path, inputs, method="no_such_method"))
+        initialise.run(init_ctx(tmp_path, inputs, method="no_such_method"))
     with pytest.raises(VocabTransferError, match=r"method 'test_broken': returned input embeddings of shape"):
-        stage.run(init_ctx(tmp_path, inputs, method="test_broken"))
+        initialise.run(init_ctx(tmp_path, inputs, method="test_broken"))
     assert not (tmp_path / "sw" / "init" / "test_broken").exists()
     # an overlap table from another tokenizer
     bad = pa.table({"target_id": pa.array([0, 10_000], pa.int32()), "source_id": pa.array([0, 1], pa.int32())})
     io.write_parquet(bad, inputs["overlap"])
     with pytest.raises(VocabTransferError, match=r"overlap.parquet: target_id 10000 is outside the target tokenizer"):
-        stage.run(init_ctx(tmp_path, inputs))
+        initialise.run(init_ctx(tmp_path, inputs))
     io.write_parquet(pa.table({"target_id": pa.array([0], pa.int32()), "source_id": pa.array([0], pa.int32())}),
                      inputs["overlap"])
     io.save_tensors({"embeddings": torch.zeros(3, 8), "mask": torch.ones(3, dtype=torch.bool)}, inputs["fasttext"])
     with pytest.raises(VocabTransferError, match="embeddings.safetensors: .* do not have one row per target token"):
-        stage.run(init_ctx(tmp_path, inputs))
+        initialise.run(init_ctx(tmp_path, inputs))
 
 
 def test_method_options_for_factorised_methods():
     params = {"init": {"methods": ["focus+svd"], "focus": {"k": 3}, "svd": {"rank": 8}}}
-    assert stage.method_options(params, "focus+svd") == {"k": 3, "factorization": {"rank": 8}}
-    assert stage.method_options(params, "focus") == {"k": 3}
-    assert stage.method_options(params, "random") == {}
-    opts = stage.method_options(params, "focus+svd")
+    assert initialise.method_options(params, "focus+svd") == {"k": 3, "factorization": {"rank": 8}}
+    assert initialise.method_options(params, "focus") == {"k": 3}
+    assert initialise.method_options(params, "random") == {}
+    opts = initialise.method_options(params, "focus+svd")
     opts["k"] = 4
     assert params["init"]["focus"]["k"] == 3  # a copy
 
@@ -163,20 +163,20 @@ def test_method_options_for_factorised_methods():
 def test_method_options_leave_out_the_keys_of_other_stages():
     """init.wechsel.source_text / fasttext feed the word-level fastText stages, not the method."""
     wechsel = {"neighbors": 3, "dictionaries": {"sw": "d.txt"}, "source_text": "en.txt", "fasttext": {"dim": 8}}
-    assert stage.method_options({"init": {"wechsel": wechsel}}, "wechsel") == {"neighbors": 3,
+    assert initialise.method_options({"init": {"wechsel": wechsel}}, "wechsel") == {"neighbors": 3,
                                                                           "dictionaries": {"sw": "d.txt"}}
 
 
 def test_transfer_bias():
-    bias = stage.transfer_bias(torch.tensor([1.0, 2.0, 3.0, 6.0]), 3, np.array([2]), np.array([3]))
+    bias = initialise.transfer_bias(torch.tensor([1.0, 2.0, 3.0, 6.0]), 3, np.array([2]), np.array([3]))
     assert bias.tolist() == [3.0, 3.0, 6.0]
 
 
 def test_inputs_follow_the_method():
     params = {"init": {"methods": ["wechsel", "focus+svd"], "wechsel": {}, "focus": {}, "svd": {}}}
-    wechsel_inputs = stage.inputs(params, {"lang": "sw", "method": "wechsel"})
+    wechsel_inputs = initialise.inputs(params, {"lang": "sw", "method": "wechsel"})
     assert wechsel_inputs["target_fasttext"] == "results/{lang}/fasttext/words.bin"
-    assert set(stage.inputs(params, {"lang": "sw", "method": "focus+svd"})) == {"source_model", "tokenizer", "overlap",
+    assert set(initialise.inputs(params, {"lang": "sw", "method": "focus+svd"})) == {"source_model", "tokenizer", "overlap",
                                                                              "fasttext"}
 
 
@@ -207,11 +207,11 @@ def test_snmf_methods_use_the_shared_source_snmf_factors(tmp_path, tokenizers):
     for method in ("overlap+snmf", "snmf"):
         shared = tmp_path / "shared" / method
         inline = tmp_path / "inline" / method
-        ctx = make_ctx("vocabtransfer.init.stage:run", {"lang": "sw", "method": method},
+        ctx = make_ctx("vocabtransfer.init.initialise:run", {"lang": "sw", "method": method},
                        {**inputs, "snmf_factors": factors}, {"init": shared}, params)
-        stage.run(ctx)
-        ctx = make_ctx("vocabtransfer.init.stage:run", {"lang": "sw", "method": method}, inputs, {"init": inline}, params)
-        stage.run(ctx)
+        initialise.run(ctx)
+        ctx = make_ctx("vocabtransfer.init.initialise:run", {"lang": "sw", "method": method}, inputs, {"init": inline}, params)
+        initialise.run(ctx)
         assert (shared / "embeddings.safetensors").read_bytes() == (inline / "embeddings.safetensors").read_bytes()
         assert (shared / "primitives.safetensors").read_bytes() == (inline / "primitives.safetensors").read_bytes()
         stats = json.loads((shared / "stats.json").read_text())
@@ -235,8 +235,8 @@ def test_stale_source_snmf_factors_are_refused(tmp_path, tokenizers):
     source_snmf.run(make_ctx("vocabtransfer.init.source_snmf:run", {}, {"source_model": inputs["source_model"]},
                              {"factors": factors}, snmf_params()))
     assert set(load_file(str(factors))) == {"input_coordinates", "input_primitives"}  # tied: one factorisation
-    run = lambda params, out: stage.run(make_ctx(  # noqa: E731
-        "vocabtransfer.init.stage:run", {"lang": "sw", "method": "snmf"}, {**inputs, "snmf_factors": factors},
+    run = lambda params, out: initialise.run(make_ctx(  # noqa: E731
+        "vocabtransfer.init.initialise:run", {"lang": "sw", "method": "snmf"}, {**inputs, "snmf_factors": factors},
         {"init": tmp_path / out}, params))
     # other options than the factors were computed with
     with pytest.raises(VocabTransferError, match=r"snmf.safetensors: computed with other init.snmf options: "
@@ -262,6 +262,6 @@ def test_stale_source_snmf_factors_are_refused(tmp_path, tokenizers):
 def test_snmf_methods_depend_on_source_snmf():
     params = {"init": {"methods": ["snmf", "focus+snmf", "ofa"], "snmf": {}, "focus": {}, "ofa": {}}}
     for method in ("snmf", "focus+snmf"):
-        assert (stage.inputs(params, {"lang": "sw", "method": method})["snmf_factors"]
+        assert (initialise.inputs(params, {"lang": "sw", "method": method})["snmf_factors"]
                 == "results/source/snmf.safetensors")
-    assert "snmf_factors" not in stage.inputs(params, {"lang": "sw", "method": "ofa"})
+    assert "snmf_factors" not in initialise.inputs(params, {"lang": "sw", "method": "ofa"})

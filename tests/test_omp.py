@@ -13,7 +13,7 @@ import torch
 from safetensors.torch import load_file
 from sklearn.linear_model import OrthogonalMatchingPursuit
 
-from vocabtransfer.init import stage
+from vocabtransfer.init import initialise
 from vocabtransfer import io
 from vocabtransfer.pipeline.config import validate_params
 from vocabtransfer.errors import VocabTransferError
@@ -180,7 +180,7 @@ def omp_params(**omp):
 
 def run_init(tmp_path, inputs, method, params, out="init"):
     path = tmp_path / out / method
-    stage.run(make_ctx("vocabtransfer.init.stage:run", {"lang": "sw", "method": method}, inputs, {"init": path},
+    initialise.run(make_ctx("vocabtransfer.init.initialise:run", {"lang": "sw", "method": method}, inputs, {"init": path},
                        params))
     return path
 

@@ -18,7 +18,7 @@ from vocabtransfer.pipeline.config import validate_params
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.train.hub import load_tokenizer
 from vocabtransfer.data.pretokenize import TokenStats, flatten, ids_array, markdown_table
-from vocabtransfer.pipeline.stages import run_stage
+from vocabtransfer.pipeline.runner import run_stage
 from vocabtransfer.data.tokenizer import load_target_tokenizer, train_tokenizer
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"

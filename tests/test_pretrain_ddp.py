@@ -26,7 +26,7 @@ import pytest
 import torch
 
 from vocabtransfer.train import parallel
-from vocabtransfer.pipeline.stage import launch_prefix
+from vocabtransfer.pipeline.stage_spec import launch_prefix
 from vocabtransfer.train.trainer import ROWS_FILE, complete_checkpoints
 from vocabtransfer.errors import VocabTransferError
 

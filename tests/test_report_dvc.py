@@ -14,7 +14,7 @@ import yaml
 from vocabtransfer.pipeline import dvcgen
 from vocabtransfer.pipeline import paths
 from vocabtransfer.pipeline import availability
-from vocabtransfer.report.stage import curves_csv
+from vocabtransfer.report.build import curves_csv
 from vocabtransfer.pipeline.config import load_params
 
 from conftest import BIN, REPO

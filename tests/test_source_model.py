@@ -18,7 +18,7 @@ import torch
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.init.source_model import materialise
 from vocabtransfer.pipeline.config import validate_params
-from vocabtransfer.pipeline.stages import run_stage
+from vocabtransfer.pipeline.runner import run_stage
 from vocabtransfer.train.gguf import parse, resolve
 
 from conftest import REPO

@@ -18,7 +18,7 @@ from vocabtransfer.pipeline import paths
 from vocabtransfer.pipeline.config import validate_params
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.train.hub import load_tokenizer
-from vocabtransfer.pipeline.stages import run_stage
+from vocabtransfer.pipeline.runner import run_stage
 from vocabtransfer.data.families import canonical_unigram
 from vocabtransfer.data.families import BYTE_TOKENS, detect_family
 from vocabtransfer.data.tokenizer import iter_text_batches, load_target_tokenizer, train_tokenizer

@@ -122,7 +122,7 @@ def test_dvc_repro_reproduces_the_same_artefacts_and_params_change_marks_exactly
     # Snakemake, like DVC, takes the modules a job runs as inputs: its own method's, not the others'
     shown = run_command([str(BIN / "snakemake"), "-n", "-f", "results/sw/init/focus/pseed1"], work, env)
     job_input = next(line for line in shown.splitlines() if line.strip().startswith("input:"))
-    assert "src/vocabtransfer/init/methods/focus.py" in job_input and "src/vocabtransfer/init/stage.py" in job_input
+    assert "src/vocabtransfer/init/methods/focus.py" in job_input and "src/vocabtransfer/init/initialise.py" in job_input
     assert "init/methods/wechsel.py" not in job_input
 
     for d in (fresh, work):

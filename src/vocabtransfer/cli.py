@@ -119,7 +119,8 @@ def main(argv: list[str] | None = None) -> int:
                 log.info("wrote %s", dvcgen.write(params, args.output))
             return 0
 
-        from vocabtransfer.pipeline.stages import STAGES, run_stage
+        from vocabtransfer.pipeline.runner import run_stage
+        from vocabtransfer.pipeline.stages import STAGES
 
         stage = STAGES[args.command]
         wildcards = {wc: getattr(args, wc) for wc in stage.wildcards}

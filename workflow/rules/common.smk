@@ -10,8 +10,9 @@ import yaml
 from vocabtransfer.pipeline import paths
 from vocabtransfer.pipeline import plan
 from vocabtransfer.pipeline.config import get, merge_overlay, read_yaml, schema, validate_params, write_merged
-from vocabtransfer.pipeline.stage import PACKAGE
-from vocabtransfer.pipeline.stages import STAGES, param_values
+from vocabtransfer.pipeline.runner import param_values
+from vocabtransfer.pipeline.stage_spec import PACKAGE
+from vocabtransfer.pipeline.stages import STAGES
 from vocabtransfer.errors import VocabTransferError
 
 # the config Snakemake sees: params.yaml, then every --configfile over it, then --config. It is

@@ -55,7 +55,7 @@ from vocabtransfer.log import progress
 if TYPE_CHECKING:
     import torch
 
-    from vocabtransfer.pipeline.stage import Context
+    from vocabtransfer.pipeline.stage_spec import Context
 
 log = logging.getLogger(__name__)
 

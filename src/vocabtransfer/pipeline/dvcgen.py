@@ -18,7 +18,7 @@ from pathlib import Path
 import yaml
 
 from vocabtransfer.pipeline.paths import LOG
-from vocabtransfer.pipeline.stage import Stage
+from vocabtransfer.pipeline.stage_spec import Stage
 from vocabtransfer.pipeline.stages import STAGES
 
 HEADER = (

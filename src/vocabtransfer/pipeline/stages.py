@@ -4,20 +4,19 @@ templates, the params leaves it reads and the code it runs.
 This table is the single source of truth. The CLI builds `vocabtransfer <stage>` from it,
 the Snakemake rules take their input/output/params from it (workflow/rules/common.smk),
 and `vocabtransfer dvc-yaml` generates dvc.yaml from it.
+
+The entries are in DAG order. What one entry holds is the `Stage` dataclass
+(vocabtransfer.pipeline.stage_spec); running a job of a stage is vocabtransfer.pipeline.runner.
 """
 
 from __future__ import annotations
 
-import importlib
-import os
 from pathlib import Path
-from typing import Any
 
 from vocabtransfer.pipeline import availability
-from vocabtransfer.pipeline import config
 from vocabtransfer.pipeline import models
 from vocabtransfer.pipeline import paths
-from vocabtransfer.pipeline.stage import PACKAGE, Context, Stage, _lazy, _module_file, section_leaves
+from vocabtransfer.pipeline.stage_spec import PACKAGE, Stage, _lazy, _module_file, section_leaves
 
 
 STAGES: dict[str, Stage] = {}
@@ -112,12 +111,12 @@ register(Stage(
 
 
 def uses_snmf(method: str) -> bool:
-    from vocabtransfer.init.stage import uses_snmf
+    from vocabtransfer.init.initialise import uses_snmf
 
     return uses_snmf(method)
 
 
-_init_inputs = _lazy("init.stage:inputs")
+_init_inputs = _lazy("init.initialise:inputs")
 
 
 def _init_leaves(params: dict, wildcards: dict) -> list[str]:
@@ -133,7 +132,7 @@ def _init_code(params: dict, wildcards: dict) -> tuple[str, ...]:
 
     base, fact = models.split_method(wildcards["method"])
     module = _module_file(get_method(base).__module__)  # e.g. random lives in methods/baselines.py
-    return ("init/stage.py", str(module.relative_to(PACKAGE))) + (("init/methods/variants.py",) if fact else ())
+    return ("init/initialise.py", str(module.relative_to(PACKAGE))) + (("init/methods/variants.py",) if fact else ())
 
 
 _init_eval_inputs = _lazy("evaluate.init_eval:inputs")
@@ -200,7 +199,7 @@ register(Stage(
 ))
 register(Stage(
     name="init",
-    func="vocabtransfer.init.stage:run",
+    func="vocabtransfer.init.initialise:run",
     help="initialise the target embeddings with one method and save the model",
     wildcards=("lang", "method", "pseed"),
     inputs=_init_inputs,
@@ -234,37 +233,6 @@ register(Stage(
                                          availability.xnli_files(params, wc["lang"]))))},
 ))
 
-def make_context(name: str, params: dict, wildcards: dict[str, str], threads: int | None = None,
-                 device: str = "cpu") -> Context:
-    stage = STAGES[name]
-    if "lang" in wildcards:
-        config.check_language(params, wildcards["lang"])
-    return Context(
-        stage=stage,
-        params=params,
-        wildcards=wildcards,
-        input=stage.resolve(stage.input_templates(params, wildcards), wildcards),
-        output=stage.resolve(stage.outputs, wildcards),
-        threads=threads or os.cpu_count() or 1,
-        device=device,
-    )
-
-
-def run_stage(name: str, params: dict, wildcards: dict[str, str], threads: int | None = None,
-              device: str = "cpu") -> Context:
-    """Run one stage in-process (what `vocabtransfer <stage>` does)."""
-    ctx = make_context(name, params, wildcards, threads=threads, device=device)
-    module_name, func_name = ctx.stage.func.split(":")
-    with ctx.torch_threads():
-        getattr(importlib.import_module(module_name), func_name)(ctx)
-    return ctx
-
-
-def param_values(params: dict, name: str, wildcards: dict) -> dict[str, Any]:
-    """The params leaves a stage reads and their values (Snakemake's params, which rerun jobs on change)."""
-    stage = STAGES[name]
-    return {leaf: config.get(params, leaf) for leaf in stage.leaves(params, dict(wildcards))}
-
 
 _pretrain_leaves = _lazy("train.pretrain:leaves")
 _pretrain_expand = _lazy("train.pretrain:expand")
@@ -294,12 +262,12 @@ register(Stage(
 
 
 _report_inputs = _lazy("report.read:inputs")
-_report_plots = _lazy("report.stage:dvc_plots")
+_report_plots = _lazy("report.build:dvc_plots")
 
 
 register(Stage(
     name="report",
-    func="vocabtransfer.report.stage:run",
+    func="vocabtransfer.report.build:run",
     help="the study's report: results/report.md with figures, DVC plots (valid-loss curves) and metrics",
     wildcards=(),
     inputs=_report_inputs,
@@ -310,7 +278,7 @@ register(Stage(
     plots=_report_plots,
     params=("seed", "languages", "source_model", "init.methods", "report.bootstrap_resamples", "report.confidence",
             "report.correction", "report.min_clusters"),
-    code=("report/stage.py",),
+    code=("report/build.py",),
 ))
 
 

@@ -1,6 +1,6 @@
 """Data-parallel pretraining (`pretrain.processes`): how a job is launched, and the checks that it was.
 
-`launch_prefix(N)` (vocabtransfer.pipeline.stage) is the command a pretrain job starts with: `vocabtransfer` for one process,
+`launch_prefix(N)` (vocabtransfer.pipeline.stage_spec) is the command a pretrain job starts with: `vocabtransfer` for one process,
 else accelerate's torchrun launcher for N processes on one node (`--multi_gpu`: DDP over N GPUs,
 or over the CPU cores with gloo when the stage runs on CPU; `accelerate launch --cpu
 --num_processes N` would start ONE process unless mpirun is set up; port 0: a free port, so jobs
@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.pipeline.stage import launch_prefix
+from vocabtransfer.pipeline.stage_spec import launch_prefix
 
 
 def check_processes(processes: int, device: str, world_size: int) -> None:

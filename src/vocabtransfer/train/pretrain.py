@@ -80,7 +80,7 @@ def check_params(params: dict, source: str = "params.yaml") -> None:
 
 def leaves(params: dict, wildcards: dict) -> list[str]:
     """The params leaves one job reads: `pretrain.*` (the margin only for the selfish objective)."""
-    from vocabtransfer.pipeline.stage import section_leaves
+    from vocabtransfer.pipeline.stage_spec import section_leaves
 
     out = [leaf for leaf in section_leaves(params, "pretrain") if leaf not in NOT_CHECKED]
     if wildcards.get("objective") != "selfish":

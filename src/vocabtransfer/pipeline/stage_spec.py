@@ -28,7 +28,7 @@ def launch_prefix(processes: int) -> str:
 @contextlib.contextmanager
 def torch_threads(n: int):
     """Run the block with `n` intra-op torch threads, then restore the setting (the one place a stage's
-    torch threads are set: `run_stage`, for the stages that compute with torch)."""
+    torch threads are set: `runner.run_stage`, for the stages that compute with torch)."""
     import torch
 
     previous = torch.get_num_threads()

@@ -1,0 +1,46 @@
+"""Run one job of a stage in-process: look its row up in the stage table (vocabtransfer.pipeline.stages),
+resolve its input and output paths for the wildcards into a `Context`, and call the stage's function
+with it (what `vocabtransfer <stage>` does). Also the params leaves a job reads and their values
+(`param_values`, Snakemake's params)."""
+
+from __future__ import annotations
+
+import importlib
+import os
+from typing import Any
+
+from vocabtransfer.pipeline import config
+from vocabtransfer.pipeline.stage_spec import Context
+from vocabtransfer.pipeline.stages import STAGES
+
+
+def make_context(name: str, params: dict, wildcards: dict[str, str], threads: int | None = None,
+                 device: str = "cpu") -> Context:
+    stage = STAGES[name]
+    if "lang" in wildcards:
+        config.check_language(params, wildcards["lang"])
+    return Context(
+        stage=stage,
+        params=params,
+        wildcards=wildcards,
+        input=stage.resolve(stage.input_templates(params, wildcards), wildcards),
+        output=stage.resolve(stage.outputs, wildcards),
+        threads=threads or os.cpu_count() or 1,
+        device=device,
+    )
+
+
+def run_stage(name: str, params: dict, wildcards: dict[str, str], threads: int | None = None,
+              device: str = "cpu") -> Context:
+    """Run one stage in-process (what `vocabtransfer <stage>` does)."""
+    ctx = make_context(name, params, wildcards, threads=threads, device=device)
+    module_name, func_name = ctx.stage.func.split(":")
+    with ctx.torch_threads():
+        getattr(importlib.import_module(module_name), func_name)(ctx)
+    return ctx
+
+
+def param_values(params: dict, name: str, wildcards: dict) -> dict[str, Any]:
+    """The params leaves a stage reads and their values (Snakemake's params, which rerun jobs on change)."""
+    stage = STAGES[name]
+    return {leaf: config.get(params, leaf) for leaf in stage.leaves(params, dict(wildcards))}
