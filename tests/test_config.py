@@ -103,6 +103,29 @@ def test_merge_overlay_merges_key_by_key_but_replaces_a_data_source_whole():
     assert base["corpus"]["sources"]["sw"] == {"path": "pretrain_text/sw.txt"}  # the inputs are not modified
 
 
+def test_a_null_task_data_entry_in_an_overlay_removes_that_languages_jobs():
+    """config/gemma-qa.yaml runs QA in sw only: `eval.tasks.qa.data.de: null` drops params.yaml's de entry, so
+    the planner gives de no qa job and no qa floor, while de keeps its NER jobs and sw its QA jobs."""
+    from vocabtransfer.pipeline import plan
+    from vocabtransfer.pipeline.config import merge_overlay, read_yaml
+
+    base = read_yaml(REPO / "params.yaml")
+    overlay = read_yaml(REPO / "config" / "gemma-qa.yaml")
+    assert overlay["eval"]["tasks"]["qa"]["data"] == {"de": None}
+    params = validate_params(merge_overlay(base, {"eval": {"tasks": {"qa": {"data": {"de": None}}}}}))
+    assert sorted(params["eval"]["tasks"]["qa"]["data"]) == ["sw"]
+    assert sorted(params["eval"]["tasks"]["ner"]["data"]) == ["de", "sw"]
+    from vocabtransfer.pipeline.stages import STAGES
+
+    def tasks(stage: str) -> set[tuple[str, str]]:
+        return {(lang, j["task"]) for lang in params["languages"] for j in plan.jobs(params, STAGES[stage], lang)}
+
+    assert tasks("finetune_eval") == {("sw", "qa"), ("sw", "ner"), ("de", "ner"), ("sw", "nli"), ("de", "nli")}
+    assert tasks("floor") == tasks("finetune_eval")
+    with pytest.raises(VocabTransferError, match=r"eval\.tasks\.qa\.data\.de"):
+        validate_params(merge_overlay(base, {"eval": {"tasks": {"qa": {"data": {"de": "xquad.json"}}}}}))
+
+
 def test_default_pretrain_methods_follow_init_methods_but_an_explicit_list_is_checked():
     from vocabtransfer.errors import VocabTransferError
 

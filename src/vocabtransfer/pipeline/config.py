@@ -103,6 +103,8 @@ def validate_params(params: Any, source: str = "params.yaml") -> dict:
         more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
         raise VocabTransferError(f"{source}: {_key_path(err)}: {_describe(err)}{more}")
     check_source_model(params["source_model"], source)
+    for task in params["eval"]["tasks"].values():  # `data.<lang>: null` in an overlay: no job for that language
+        task["data"] = {lang: entry for lang, entry in task["data"].items() if entry is not None}
     missing = [lang for lang in params["languages"] if lang not in params["corpus"]["sources"]]
     if missing:
         raise VocabTransferError(
