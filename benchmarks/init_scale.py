@@ -234,11 +234,11 @@ def build_problem(cache: Path, problem: str, args):
 
 def method_options(method: str) -> dict:
     """The schema's defaults, as a pipeline run with default params passes them."""
+    from vocabtransfer.init.methods.registry import info
     from vocabtransfer.init.methods.options import defaults
-    from vocabtransfer.init.initialise import STAGE_OPTIONS
 
     base, _, fact = method.partition("+")
-    options = {k: v for k, v in defaults(base).items() if k not in STAGE_OPTIONS.get(base, ())}
+    options = {k: v for k, v in defaults(base).items() if k not in info(base).stage_options}
     options.pop("dictionaries", None)  # the benchmark passes the sw dictionary as a resource
     if fact:
         options["factorization"] = defaults(fact)

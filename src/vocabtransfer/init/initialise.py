@@ -11,8 +11,9 @@ For `--lang L --method M --pseed K` (pretraining seed K: the method draws its ra
    `output_embeddings` when untied), one `<name>.safetensors` per extra tensor of the method
    (coordinates, primitives; `output_<name>` for the output pass), model/ (the source model with
    the new embeddings and the target tokenizer, loadable with AutoModelFor… alone) and stats.json
-   (for focus, ofa, snmf and their variants `target_rows`: how many rows came from the overlap,
-   from fastText dictionary vectors, from subword vectors, and random ones).
+   (for a method registered `auxiliary_rows=True` — focus, ofa, omp, snmf — and its variants
+   `target_rows`: how many rows came from the overlap, from fastText dictionary vectors, from
+   subword vectors, and random ones).
 
 The LM head's output bias (BERT `cls.predictions.bias`) is indexed by token id, so it is moved
 like the embeddings: the source bias is copied for target tokens that overlap a source token, and
@@ -42,41 +43,35 @@ log = logging.getLogger(__name__)
 CORE_INPUTS = ("source_model", "tokenizer", "overlap", "fasttext", "snmf_factors")
 
 
-# method-specific pipeline artefacts (ctx.input key -> path template); they reach the method as
-# `problem.resources[key]`
-METHOD_INPUTS: dict[str, dict[str, str]] = {
-    "wechsel": {"source_fasttext": paths.SOURCE_WORD_FASTTEXT, "target_fasttext": paths.WORD_FASTTEXT},
-}
-
-
-# keys of `init.<method>` that other stages read (the method never sees them)
-STAGE_OPTIONS: dict[str, tuple[str, ...]] = {
-    "wechsel": ("source_text", "fasttext"),  # the source_fasttext / word_fasttext stages
-}
-
-
 def uses_snmf(method: str) -> bool:
-    """`snmf` and every `<base>+snmf` read the shared semi-NMF of the source_snmf stage."""
-    base, fact = models.split_method(method)
-    return base == "snmf" or fact == "snmf"
+    """Every `<base>+snmf` and a method registered with `factors=("snmf",)` (snmf) read the shared
+    semi-NMF of the source_snmf stage."""
+    from vocabtransfer.init.methods.registry import info
+
+    return models.split_method(method)[1] == "snmf" or "snmf" in info(method).factors
 
 
 def inputs(params: dict, wildcards: dict) -> dict[str, str]:
-    """The stage's input templates for these wildcards: the core inputs plus the method's own."""
+    """The stage's input templates for these wildcards: the core inputs plus the method's own
+    (`@register(..., inputs=...)`)."""
+    from vocabtransfer.init.methods.registry import info
+
     method = wildcards["method"]
-    base = models.split_method(method)[0]
     factors = {"snmf_factors": paths.SOURCE_SNMF} if uses_snmf(method) else {}
     return {"source_model": paths.SOURCE_MODEL, "tokenizer": paths.TOKENIZER, "overlap": paths.OVERLAP,
-            "fasttext": paths.FASTTEXT_EMB, **factors, **METHOD_INPUTS.get(base, {})}
+            "fasttext": paths.FASTTEXT_EMB, **factors, **info(method).inputs}
 
 
 def method_options(params: dict, method: str) -> dict:
-    """params `init.<base>` (a copy); for `base+fact` with `factorization` = params `init.<fact>`."""
+    """params `init.<base>` (a copy) without the keys other stages read (`@register(..., stage_options=...)`);
+    for `base+fact` with `factorization` = params `init.<fact>`."""
     from vocabtransfer.init.factorize import FACTORIZATIONS
+    from vocabtransfer.init.methods.registry import info
 
     section = params.get("init", {}) or {}
     base, fact = models.split_method(method)
-    options = {k: v for k, v in (section.get(base) or {}).items() if k not in STAGE_OPTIONS.get(base, ())}
+    stage_options = info(method).stage_options
+    options = {k: v for k, v in (section.get(base) or {}).items() if k not in stage_options}
     if fact and fact in FACTORIZATIONS:
         options["factorization"] = dict(section.get(fact) or {})
     return options
@@ -109,20 +104,18 @@ def read_auxiliary(path: Path, n_target: int):
     return emb, mask, subword
 
 
-# base methods that give target tokens outside the overlap a row from their fastText vector (and
-# a random row when they have none); their factorised variants (focus+svd, …) do too
-AUXILIARY_METHODS = ("focus", "ofa", "omp", "snmf")
-
-
 def target_rows(method: str, n_target: int, overlap_target_ids: np.ndarray, aux_mask, subword) -> dict | None:
-    """Where the target rows of a method in AUXILIARY_METHODS come from, counts that add up to
-    n_target: `overlap` (copied source rows), `dictionary` / `subword` (a combination driven by a
-    fastText dictionary / character n-gram vector) and `random` (no vector). None for other methods.
+    """Where the target rows come from for a method registered `auxiliary_rows=True` (focus, ofa, omp,
+    snmf and their factorised variants), counts that add up to n_target: `overlap` (copied source
+    rows), `dictionary` / `subword` (a combination driven by a fastText dictionary / character n-gram
+    vector) and `random` (no vector). None for other methods.
 
     ofa and snmf also copy special tokens that match a source special token by role; the fasttext
     stage gives special tokens no vector, so such a token outside the overlap counts as random here.
     """
-    if models.split_method(method)[0] not in AUXILIARY_METHODS:
+    from vocabtransfer.init.methods.registry import info
+
+    if not info(method).auxiliary_rows:
         return None
     overlap = np.zeros(n_target, dtype=bool)
     overlap[np.asarray(overlap_target_ids, dtype=np.int64)] = True

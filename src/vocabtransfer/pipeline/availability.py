@@ -35,11 +35,6 @@ def corpus_file(params: dict, lang: str) -> Path | None:
     return paths.data_path(source["path"]) if source.get("path") else None
 
 
-def dictionary_file(params: dict, lang: str) -> Path | None:
-    entry = ((params.get("init") or {}).get("wechsel") or {}).get("dictionaries", {}).get(lang)
-    return paths.data_path(entry) if entry else None
-
-
 def xnli_files(params: dict, lang: str) -> list[Path]:
     """The source-language and the target-language XNLI files of `init_eval.xnli`."""
     opts = params["init_eval"]
@@ -59,25 +54,12 @@ def local_source_model(params: dict) -> Path | None:
 # --------------------------------------------------------------------------- availability
 
 
-def wechsel_reason(params: dict, lang: str) -> str | None:
-    """Why `wechsel` cannot run for `lang` (None when it can)."""
-    path = dictionary_file(params, lang)
-    if path is None:
-        return f"no dictionary: init.wechsel.dictionaries has no entry for {lang}"
-    if not path.is_file():
-        return f"no dictionary: {path} not found (init.wechsel.dictionaries.{lang})"
-    text = paths.data_path(params["init"]["wechsel"]["source_text"])
-    if not text.is_file():
-        return f"no source-language text: {text} not found (init.wechsel.source_text)"
-    return None
-
-
-# method (base name) -> (params, lang) -> reason it cannot run; methods not listed always can
-METHOD_CONDITIONS = {"wechsel": wechsel_reason}
-
-
 def method_reason(params: dict, lang: str, method: str) -> str | None:
-    condition = METHOD_CONDITIONS.get(models.split_method(method)[0])
+    """Why `method` (or its base) cannot run for `lang`: the `condition` declared at its `@register`
+    (e.g. wechsel without a dictionary); None when it can."""
+    from vocabtransfer.init.methods.registry import info
+
+    condition = info(method).condition
     return condition(params, lang) if condition else None
 
 
@@ -92,7 +74,7 @@ def needed_by(params: dict, base: str, lang: str | None = None) -> str | None:
     if not any(models.split_method(m)[0] == base for m in params["init"]["methods"]):
         return f"init.methods has no {base}"
     if lang is not None:
-        why = METHOD_CONDITIONS[base](params, lang) if base in METHOD_CONDITIONS else None
+        why = method_reason(params, lang, base)
         return f"init {base} does not run: {why}" if why else None
     if not any(base in {models.split_method(m)[0] for m in methods(params, code)} for code in params["languages"]):
         return f"no language can run init {base}"

@@ -5,7 +5,8 @@
 * Pretraining seeds are 1..`pretrain.seeds`. Seed k changes the order of the training blocks and
   the random rows of the initialisation (the seed the init method draws with is
   `seed + 1000 * (k - 1)`, so seed 1 is the params `seed` itself). A method whose rows never
-  depend on the seed (`DETERMINISTIC`) has one initialisation, pseed 1, shared by all its runs.
+  depend on the seed (`@register(..., deterministic=True)`, e.g. `mean`) has one initialisation,
+  pseed 1, shared by all its runs.
 * A model name is `source`, `<method>-init-pseed<k>` (initialised only) or
   `<method>-<objective>-pseed<k>` (continued pretraining with pretraining seed k).
 """
@@ -17,8 +18,6 @@ from dataclasses import dataclass
 
 from vocabtransfer.errors import VocabTransferError
 
-# init methods whose every row is a copy or a mean: the seed changes nothing (their `+svd` variants too)
-DETERMINISTIC = frozenset({"mean"})
 SEED_STRIDE = 1000
 SOURCE = "source"
 INIT = "init"  # the objective-like label of an initialised-only model
@@ -32,8 +31,11 @@ def split_method(method: str) -> tuple[str, str]:
 
 
 def seeded(method: str) -> bool:
-    """Whether a method's initialisation depends on the seed (it has random rows)."""
-    return split_method(method)[0] not in DETERMINISTIC
+    """Whether a method's initialisation depends on the seed (it has random rows): not for a method
+    registered `deterministic=True`, whose every row is a copy or a mean (nor for its variants)."""
+    from vocabtransfer.init.methods.registry import info
+
+    return not info(method).deterministic
 
 
 def pretrain_seeds(params: dict) -> list[int]:

@@ -135,6 +135,15 @@ def _init_code(params: dict, wildcards: dict) -> tuple[str, ...]:
     return ("init/initialise.py", str(module.relative_to(PACKAGE))) + (("init/methods/variants.py",) if fact else ())
 
 
+def _init_data(params: dict, wildcards: dict) -> dict[str, Path]:
+    """The local data files of one init job: what the method's `@register(..., data=...)` names
+    (wechsel: the language's bilingual dictionary)."""
+    from vocabtransfer.init.methods.registry import info
+
+    data = info(wildcards["method"]).data
+    return data(params, wildcards["lang"]) if data else {}
+
+
 _init_eval_inputs = _lazy("evaluate.init_eval:inputs")
 
 
@@ -212,8 +221,7 @@ register(Stage(
     parallel=True,
     gpu=True,
     available=lambda params, wc: availability.method_reason(params, wc["lang"], wc["method"]),
-    data=lambda params, wc: ({"data_dictionary": availability.dictionary_file(params, wc["lang"])}
-                             if models.split_method(wc["method"])[0] == "wechsel" else {}),
+    data=_init_data,
 ))
 register(Stage(
     name="init_eval",

@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 from vocabtransfer.pipeline import paths
-from vocabtransfer.report.read import OBJECTIVE_ORDER, Language, Plan
+from vocabtransfer.report.read import OBJECTIVE_ORDER, Language, Plan, task_order
 from vocabtransfer.report.tables import NOT_LEARNED, BpbTable, Family, Settings, finite, seeds_text
 from vocabtransfer.report.verdict import number
 
@@ -238,7 +238,7 @@ def family_section(family: Family, settings: Settings) -> list[str]:
             rows.append([r.label, r.measure, "–", "–", "–", r.note or "no paired runs"])
             continue
         verdict = r.status(settings)
-        digits = 1 if r.measure in ("nli", "qa", "ner") else 3
+        digits = 1 if r.measure in task_order() else 3  # percent for a task, else a loss or bits per byte
         rows.append([r.label, r.measure, number(r.diff, digits), f"{r.diff.p_value:.3g}",
                      f"{r.diff.adjusted_p:.3g}" if r.diff.adjusted_p is not None else "–",
                      f"{'✱ ' if r.better(settings) is not None else ''}{verdict} ({seeds_text(r.diff)}, "
@@ -338,7 +338,7 @@ def downstream_section(lang: Language, status: dict, figure: str | None) -> list
                 score = f"**{score}**"
             rows.append([s.group, score, margin, seeds_text(s.score)])
         lines += [title, "", md_table(["model", "score [interval]", "over the floor [interval]", "seeds"], rows), ""]
-        note = (f"Floor ({st.floor['name']}, no model: {FLOOR_TEXT.get(task, 'see docs/evaluation.md')}): "
+        note = (f"Floor ({st.floor['name']}, no model: {floor_text(task)}): "
                 f"{fmt(st.floor['value'], 1)}. ")
         if st.state == NOT_LEARNED:
             note += ("No model's score is above it by its interval after the correction: the task is not learned "
@@ -355,12 +355,12 @@ def downstream_section(lang: Language, status: dict, figure: str | None) -> list
     return lines
 
 
-FLOOR_TEXT = {
-    "nli": "always the most frequent training label",
-    "ner": "each test word tagged with its most frequent tag in the training sentences, O when unseen",
-    "qa": "the span of the training answers' median length whose surrounding words share the most words with "
-          "the question",
-}
+def floor_text(task: str) -> str:
+    """What the task's floor predicts, in words (its `Task.floor_text`)."""
+    from vocabtransfer.evaluate.tasks import TASKS, available
+
+    available()
+    return getattr(TASKS.get(task), "floor_text", "") or "see docs/evaluation.md"
 
 
 def method_section(settings: Settings) -> list[str]:

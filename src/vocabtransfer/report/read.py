@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
 from vocabtransfer import io
@@ -15,9 +16,21 @@ from vocabtransfer.pipeline import availability
 from vocabtransfer.pipeline import models
 from vocabtransfer.pipeline import paths
 
-TASKS = ("nli", "qa", "ner")
 OBJECTIVE_ORDER = ("init", "standard", "selfish", "distill")
 Run = tuple[str, str, int]  # (method, objective, pretraining seed)
+
+
+@lru_cache(maxsize=None)
+def task_order() -> tuple[str, ...]:
+    """The registered downstream tasks (vocabtransfer.evaluate.tasks) in the order of the schema's
+    `eval.tasks` (that of params.yaml and docs/parameters.md: nli, qa, ner); a task without a schema
+    section after them, by name."""
+    from vocabtransfer.evaluate.tasks import available
+    from vocabtransfer.pipeline.config import schema
+
+    registered = available()
+    keys = [k for k in schema()["properties"]["eval"]["properties"]["tasks"]["properties"] if k in registered]
+    return tuple(keys + [t for t in registered if t not in keys])
 
 
 @dataclass

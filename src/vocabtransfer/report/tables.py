@@ -29,7 +29,7 @@ import numpy as np
 from vocabtransfer.evaluate import bits_per_byte
 from vocabtransfer.evaluate import stats
 from vocabtransfer.pipeline import models
-from vocabtransfer.report.read import OBJECTIVE_ORDER, TASKS, Language
+from vocabtransfer.report.read import OBJECTIVE_ORDER, Language, task_order
 
 
 @dataclass(frozen=True)
@@ -169,7 +169,8 @@ def groups(lang: Language, task: str) -> list[str]:
 
 
 def tasks(lang: Language) -> list[str]:
-    return [t for t in TASKS if t in lang.evals] + sorted(t for t in lang.evals if t not in TASKS)
+    order = task_order()
+    return [t for t in order if t in lang.evals] + sorted(t for t in lang.evals if t not in order)
 
 
 # 2. is a task learned? ---------------------------------------------------------------------------

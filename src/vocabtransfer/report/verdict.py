@@ -9,6 +9,7 @@ tasks no model learns are named as such, with their floor's score, and take no p
 
 from __future__ import annotations
 
+from vocabtransfer.report.read import task_order
 from vocabtransfer.report.tables import (NO_DIFFERENCE, NOT_AFTER_CORRECTION, NOT_LEARNED, Family, Row, Settings,
                                          seeds_text)
 
@@ -19,7 +20,8 @@ def number(d, digits: int) -> str:
 
 
 def _digits(measure: str) -> int:
-    return 1 if measure in ("nli", "qa", "ner") else 3
+    """One decimal for a task's score (percent), three for a loss or bits per byte."""
+    return 1 if measure in task_order() else 3
 
 
 def _seeds(rows: list[Row]) -> str | None:

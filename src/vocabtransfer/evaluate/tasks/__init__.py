@@ -1,7 +1,9 @@
 """Downstream tasks: a registry, one module per task (nli, qa, ner).
 
-A task is a `Task` subclass registered with `@register("name")`; adding a task = one module
-and one line in `_load_all`. A task knows how to
+A task is a `Task` subclass registered with `@register("name")`, its metadata (`metric`, `head`,
+`PARTS`, `floor_text`) in its class body; adding a task = one module in this package (every
+non-private module here is imported, `_discover`) and its `eval.tasks.<name>` schema section. A
+task knows how to
 
   1. read its data from a source (`read`: a local file, a URL with sha256, or a
      `datasets.load_dataset` spec) into a list of examples, each with an `id` and a `group`
@@ -21,8 +23,11 @@ and one line in `_load_all`. A task knows how to
 from __future__ import annotations
 
 import hashlib
+import importlib
 import logging
+import pkgutil
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable
 
@@ -64,6 +69,7 @@ class Task:
     name: str = ""
     metric: str = ""  # the main metric's name
     head: str = ""  # transformers AutoModelFor… class name
+    floor_text: str = ""  # what its floor predicts, in words (the report's note under the task's table)
 
     def __init__(self, options: dict):
         self.options = options  # the params section eval.tasks.<name>
@@ -133,21 +139,23 @@ def register(name: str) -> Callable[[type[Task]], type[Task]]:
     return deco
 
 
-def _load_all() -> None:
-    """Import every task module so its @register line runs (one line per task)."""
-    import importlib
-
-    for module in ("nli", "qa", "ner"):
-        importlib.import_module(f"vocabtransfer.evaluate.tasks.{module}")
+@lru_cache(maxsize=None)
+def _discover() -> tuple[str, ...]:
+    """Import every non-private module of this package (once) so its @register lines run (a helper
+    module such as squad_metric registers nothing)."""
+    modules = tuple(sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_")))
+    for module in modules:
+        importlib.import_module(f"{__name__}.{module}")
+    return modules
 
 
 def available() -> list[str]:
-    _load_all()
+    _discover()
     return sorted(TASKS)
 
 
 def task_class(name: str) -> type[Task]:
-    _load_all()
+    _discover()
     if name not in TASKS:
         raise VocabTransferError(f"unknown task {name!r}; available: {', '.join(sorted(TASKS))}")
     return TASKS[name]

@@ -70,6 +70,7 @@ def lexicon_tags(train: list[dict]) -> dict[str, str]:
 class NER(Task):
     metric = "f1"
     head = "AutoModelForTokenClassification"
+    floor_text = "each test word tagged with its most frequent tag in the training sentences, O when unseen"
     PARTS = ("tp", ("n_pred", "n_gold"), 200.0)  # micro F1: 200 · Σ tp / (Σ predicted + Σ gold)
 
     def read(self, source: Source) -> tuple[list[dict], dict[str, int]]:

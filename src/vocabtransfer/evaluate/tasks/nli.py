@@ -31,6 +31,7 @@ def label_id(value, where: str) -> int:
 class NLI(Task):
     metric = "accuracy"
     head = "AutoModelForSequenceClassification"
+    floor_text = "always the most frequent training label"
     PARTS = ("score", None, 100.0)  # accuracy: 100 · Σ correct / Σ examples
 
     def read(self, source: Source) -> tuple[list[dict], dict[str, int]]:

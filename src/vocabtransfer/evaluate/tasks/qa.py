@@ -82,6 +82,8 @@ def sliding_window(context: str, question: str, length: int, window: int = WINDO
 class QA(Task):
     metric = "f1"
     head = "AutoModelForQuestionAnswering"
+    floor_text = ("the span of the training answers' median length whose surrounding words share the most words "
+                  "with the question")
     PARTS = ("score", None, 1.0)  # F1: Σ per-question F1 (percent) / Σ questions
 
     def read(self, source: Source) -> tuple[list[dict], dict[str, int]]:

@@ -333,7 +333,7 @@ def _copy_then_random(problem: TransferProblem, method: str, *, overlap: bool, r
     return TransferResult(embeddings=target, stats=ledger.stats(method=method, seed=int(problem.seed)))
 
 
-@register("mean")
+@register("mean", deterministic=True)  # every row a copy or the mean: the seed changes nothing
 def mean_init(problem: TransferProblem) -> TransferResult:
     """Overlapping and special tokens copied; every other row the mean source embedding."""
     merged(problem.options, "mean")  # warns about keys the method does not read

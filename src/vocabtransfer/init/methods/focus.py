@@ -39,7 +39,7 @@ from vocabtransfer.data.overlap import checked_pairs
 log = logging.getLogger(__name__)
 
 
-@register("focus")
+@register("focus", auxiliary_rows=True)
 def focus(problem: TransferProblem) -> TransferResult:
     opts = merged(problem.options, "focus")
     for key in opts:

@@ -321,7 +321,7 @@ def random_cluster_coordinates(out: torch.Tensor, rows: torch.Tensor, coords: to
 # the method
 # --------------------------------------------------------------------------------------------
 
-@register("ofa")
+@register("ofa", auxiliary_rows=True, factorizable=False)
 def ofa(problem: TransferProblem) -> TransferResult:
     section = "init.ofa"
     keep_dim, neighbors, temperature = neighbour_method_options(problem, "ofa", "keep_dim")

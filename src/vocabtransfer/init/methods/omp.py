@@ -68,7 +68,7 @@ log = logging.getLogger(__name__)
 NORMS = ("combination", "atoms")  # params init.omp.norm (module doc, step 4)
 
 
-@register("omp")
+@register("omp", auxiliary_rows=True)
 def omp(problem: TransferProblem) -> TransferResult:
     opts = merged(problem.options, "omp")
     k = integer(opts, "k", "init.omp")

@@ -1,10 +1,17 @@
 """The method registry: what a method gets (`TransferProblem`), what it returns (`TransferResult`)
-and `@register("name")`. Method modules import this module; the package (`get_method`) imports them."""
+and `@register("name", ...)` with what the pipeline needs to know about it (`MethodInfo`: extra
+inputs, whether its rows depend on the seed, …). Method modules import this module; `discover`
+finds and imports them: every module of this package except the infrastructure (`INFRASTRUCTURE`)
+and private (`_`) ones, so adding a method is adding its module."""
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Callable, Mapping
 
 import numpy as np
 import torch
@@ -46,12 +53,73 @@ class TransferResult:
 
 
 Method = Callable[[TransferProblem], TransferResult]
+Condition = Callable[[dict, str], "str | None"]  # (params, lang) -> why the method cannot run for lang
+DataFiles = Callable[[dict, str], "dict[str, Path | None]"]  # (params, lang) -> {"data_<key>": local file}
+
+
+@dataclass(frozen=True)
+class MethodInfo:
+    """What the pipeline needs to know about a method besides its function, declared at its
+    `@register`. A name registered without metadata (or not registered) gets these defaults; a
+    factorised variant `base+svd` / `base+snmf` has its base's."""
+
+    name: str
+    # pipeline artefacts the init job reads besides the core ones (ctx.input key -> path template
+    # of vocabtransfer.pipeline.paths); they reach the method as `problem.resources[key]`
+    inputs: Mapping[str, str] = field(default_factory=dict)
+    # every row is a copy or a mean: the seed changes nothing, so its pretraining seeds share one
+    # initialisation (pseed 1)
+    deterministic: bool = False
+    # target tokens outside the overlap get a row from their fastText vector (a random row when they
+    # have none): the init stats count where the rows came from (`target_rows`)
+    auxiliary_rows: bool = False
+    # precomputed factorisations of the source embeddings it reads (`problem.factors`): "snmf" is
+    # the shared one of the source_snmf stage
+    factors: tuple[str, ...] = ()
+    # keys of `init.<name>` that other stages read; the method never sees them
+    stage_options: tuple[str, ...] = ()
+    # why the method cannot run for a language (None when it can); None: it always can
+    condition: Condition | None = None
+    # the local data files its init job reads (Snakemake inputs, dvc.yaml deps), by `data_<key>`
+    data: DataFiles | None = None
+    # False for a method that factorises on its own: `name+svd` / `name+snmf` make no sense
+    factorizable: bool = True
+
+
 METHODS: dict[str, Method] = {}
+INFO: dict[str, MethodInfo] = {}
 
 
-def register(name: str) -> Callable[[Method], Method]:
+def register(name: str, **metadata: Any) -> Callable[[Method], Method]:
+    """`@register("name", inputs=..., deterministic=..., ...)`: the method and its `MethodInfo`."""
+    info = MethodInfo(name, **metadata)  # an unknown keyword is a TypeError at import
+
     def deco(fn: Method) -> Method:
         METHODS[name] = fn
+        INFO[name] = info
         return fn
 
     return deco
+
+
+# modules of this package that register no method
+INFRASTRUCTURE = frozenset({"registry", "options", "variants"})
+
+
+@lru_cache(maxsize=None)
+def discover() -> tuple[str, ...]:
+    """Import every method module of this package (once) so its @register lines run; its names."""
+    package = __name__.rpartition(".")[0]
+    modules = tuple(sorted(m.name for m in pkgutil.iter_modules([str(Path(__file__).parent)])
+                           if m.name not in INFRASTRUCTURE and not m.name.startswith("_")))
+    for module in modules:
+        importlib.import_module(f"{package}.{module}")
+    return modules
+
+
+def info(method: str) -> MethodInfo:
+    """The metadata of a method, `base` or `base+fact` (its base's); the defaults for a name
+    registered without any (or not registered)."""
+    discover()
+    base = method.partition("+")[0]
+    return INFO.get(base) or MethodInfo(base)

@@ -37,7 +37,7 @@ from vocabtransfer.init.methods.ofa import neighbour_coordinates, neighbour_meth
 log = logging.getLogger(__name__)
 
 
-@register("snmf")
+@register("snmf", auxiliary_rows=True, factors=("snmf",), factorizable=False)
 def snmf(problem: TransferProblem) -> TransferResult:
     section = "init.snmf"
     _, neighbors, temperature = neighbour_method_options(problem, "snmf", "rank")

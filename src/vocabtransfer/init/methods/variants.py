@@ -28,12 +28,9 @@ import torch
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.init.factorize import FACTORIZATIONS, factorize_source
 from vocabtransfer.pipeline.models import split_method
-from vocabtransfer.init.methods.registry import METHODS, Method, TransferProblem, TransferResult
+from vocabtransfer.init.methods.registry import METHODS, Method, TransferProblem, TransferResult, discover, info
 
 log = logging.getLogger(__name__)
-
-# methods that factorise on their own: a second factorisation around them makes no sense
-ALREADY_FACTORIZED = ("ofa", "snmf")
 
 
 def factorized(base_method: Method, factorization: Literal["svd", "snmf"], *, name: str | None = None) -> Method:
@@ -44,7 +41,7 @@ def factorized(base_method: Method, factorization: Literal["svd", "snmf"], *, na
         )
     # the registry name of the base (get_method passes the function itself)
     base_name = next((n for n, fn in METHODS.items() if fn is base_method), getattr(base_method, "__name__", "base"))
-    if base_name in ALREADY_FACTORIZED:
+    if not info(base_name).factorizable:  # ofa, snmf: a second factorisation around them makes no sense
         raise VocabTransferError(
             f"method '{base_name}+{factorization}': {base_name} factorises on its own; use {base_name!r} without "
             f"'+{factorization}'"
@@ -99,16 +96,17 @@ def factorized(base_method: Method, factorization: Literal["svd", "snmf"], *, na
 
 def resolve(name: str) -> Method:
     """`<base>+svd` / `<base>+snmf` for any registered base method (e.g. focus+svd)."""
+    discover()  # every method module registered
     base, fact = split_method(name)
     if fact not in FACTORIZATIONS:
         raise VocabTransferError(
             f"method {name!r}: a factorised form is <base>+<factorization> with factorization one of "
             f"{', '.join(FACTORIZATIONS)} (e.g. focus+svd)"
         )
-    if base not in METHODS and base not in ALREADY_FACTORIZED:
+    if base not in METHODS:
         raise VocabTransferError(
             f"method {name!r}: unknown base method {base!r}; available methods: {', '.join(sorted(METHODS))}"
         )
-    if base in ALREADY_FACTORIZED:
+    if not info(base).factorizable:
         raise VocabTransferError(f"method {name!r}: {base} factorises on its own; use {base!r} without '+{fact}'")
     return factorized(METHODS[base], fact, name=name)  # type: ignore[arg-type]

@@ -1,0 +1,202 @@
+"""The method and task registries carry their metadata: the schema's names, the report's tasks and
+every stage that treats a method specially read them, so adding a method or a task is one module
+(plus its schema section)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import vocabtransfer.init.methods as methods_package
+from vocabtransfer.errors import VocabTransferError
+from vocabtransfer.evaluate import tasks
+from vocabtransfer.init import initialise
+from vocabtransfer.init.factorize import FACTORIZATIONS
+from vocabtransfer.init.methods import available, get_method
+from vocabtransfer.init.methods.registry import (INFO, INFRASTRUCTURE, METHODS, MethodInfo, TransferResult, discover,
+                                                 info, register)
+from vocabtransfer.pipeline import availability, models
+from vocabtransfer.pipeline.config import load_params, schema
+from vocabtransfer.pipeline.stages import STAGES
+from vocabtransfer.report import markdown, read
+
+from conftest import REPO
+from helpers import make_ctx, tiny_bert, wordpiece_tokenizer, write_inputs
+
+METHOD_NAMES = re.compile(r"\^\((?P<names>[a-z0-9_|]+)\)(?P<rest>.*)")
+
+
+def _schema_patterns() -> dict[str, str]:
+    props = schema()["properties"]
+    return {"init.methods": props["init"]["properties"]["methods"]["items"]["pattern"],
+            "pretrain.methods": props["pretrain"]["properties"]["methods"]["items"]["pattern"],
+            "pretrain.pairs": props["pretrain"]["properties"]["pairs"]["items"]["pattern"]}
+
+
+# --------------------------------------------------------------------------- the schema and the registries
+
+
+def test_schema_method_patterns_name_exactly_the_registered_methods():
+    objectives = schema()["properties"]["pretrain"]["properties"]["objectives"]["items"]["enum"]
+    factorized = rf"(\+({'|'.join(FACTORIZATIONS)}))?"
+    rests = {"init.methods": factorized + "$", "pretrain.methods": factorized + "$",
+             "pretrain.pairs": factorized + f"-({'|'.join(objectives)})$"}
+    for key, pattern in _schema_patterns().items():
+        m = METHOD_NAMES.fullmatch(pattern)
+        assert m, f"{key}: pattern {pattern!r} is not ^(<methods>)…"
+        assert sorted(m["names"].split("|")) == available(), (
+            f"params.schema.yaml {key}: the pattern's methods differ from the registry; add the new method's name")
+        assert m["rest"] == rests[key], key
+    for name in available():  # and the names themselves pass
+        assert re.fullmatch(_schema_patterns()["init.methods"], name)
+        if info(name).factorizable:
+            assert all(re.fullmatch(_schema_patterns()["init.methods"], f"{name}+{f}") for f in FACTORIZATIONS)
+
+
+def test_every_method_has_its_options_section():
+    init = schema()["properties"]["init"]["properties"]
+    assert [m for m in available() if m not in init] == []
+
+
+def test_methods_are_found_by_scanning_the_package():
+    package = Path(methods_package.__file__).parent
+    modules = {p.stem for p in package.glob("*.py") if not p.stem.startswith("_")} - INFRASTRUCTURE
+    assert set(discover()) == modules
+    # every method module registers something, and every registered method lives in one of them
+    assert {METHODS[m].__module__.rsplit(".", 1)[-1] for m in available()} == modules
+    assert set(INFO) == set(METHODS) and all(INFO[m].name == m for m in INFO)
+
+
+def test_the_metadata_of_the_real_methods():
+    assert [m for m in available() if info(m).deterministic] == ["mean"]
+    assert [m for m in available() if not info(m).factorizable] == ["ofa", "snmf"]
+    assert info("mean+svd").deterministic and not models.seeded("mean+snmf") and models.seeded("focus")
+    assert initialise.uses_snmf("snmf") and initialise.uses_snmf("fvt+snmf") and not initialise.uses_snmf("ofa")
+    assert set(info("wechsel").inputs) == {"source_fasttext", "target_fasttext"}
+    with pytest.raises(VocabTransferError, match="ofa factorises on its own"):
+        get_method("ofa+svd")
+    with pytest.raises(VocabTransferError, match="except ofa and snmf"):
+        get_method("nope")
+    with pytest.raises(TypeError):
+        register("test_typo", deterministc=True)  # a misspelt keyword fails at import, not silently
+    assert "test_typo" not in METHODS
+
+
+def test_tasks_schema_report_and_registry_agree():
+    keys = list(schema()["properties"]["eval"]["properties"]["tasks"]["properties"])
+    assert sorted(keys) == tasks.available(), "params.schema.yaml eval.tasks and the task registry differ"
+    assert read.task_order() == tuple(keys)  # the report shows the tasks in the schema's order
+    assert {m.rsplit(".", 1)[-1] for m in (cls.__module__ for cls in tasks.TASKS.values())} <= set(tasks._discover())
+    for name in tasks.available():
+        cls = tasks.task_class(name)
+        assert cls.name == name and cls.metric and cls.head.startswith("AutoModelFor") and cls.floor_text
+        assert markdown.floor_text(name) == cls.floor_text
+    assert markdown.floor_text("unknown") == "see docs/evaluation.md"
+
+
+# --------------------------------------------------------------------------- a fake method's metadata is used
+
+
+def _fake(problem):
+    g = torch.Generator().manual_seed(problem.seed)
+    emb = torch.randn(problem.target_size, problem.source_embeddings.shape[1], generator=g)
+    return TransferResult(emb, {"options": dict(problem.options), "resources": sorted(problem.resources)})
+
+
+def _condition(params: dict, lang: str) -> str | None:
+    return None if lang == "sw" else f"no test vectors for {lang}"
+
+
+FAKE = dict(inputs={"test_vectors": "results/{lang}/test/vectors.bin"}, deterministic=True, auxiliary_rows=True,
+            stage_options=("other_stage",), condition=_condition,
+            data=lambda params, lang: {"data_test": Path(f"data/test/{lang}.txt")}, factorizable=False)
+
+
+@pytest.fixture
+def fake_methods():
+    """`test_meta` (every kind of metadata) and `test_snmf_reader` (reads the source_snmf factors),
+    registered through `register` for one test; the registry is as it was afterwards."""
+    available()  # the real methods register first
+    register("test_meta", **FAKE)(_fake)
+    register("test_snmf_reader", factors=("snmf",))(_fake)
+    try:
+        yield
+    finally:
+        for name in ("test_meta", "test_snmf_reader"):
+            METHODS.pop(name, None)
+            INFO.pop(name, None)
+
+
+@pytest.fixture(scope="module")
+def params():
+    base = load_params(REPO / "params.yaml")
+    base["init"] = {**base["init"], "methods": ["random", "test_meta", "test_snmf_reader"],
+                    "test_meta": {"alpha": 1, "other_stage": "x"}}
+    base["pretrain"] = {**base["pretrain"], "methods": ["random", "test_meta"], "pairs": None, "seeds": 3}
+    return base
+
+
+def test_a_registered_methods_metadata_reaches_the_pipeline(fake_methods, params):
+    init = STAGES["init"]
+    wc = {"lang": "sw", "method": "test_meta", "pseed": "1"}
+    # inputs: the core ones plus its own; factors=("snmf",): the shared semi-NMF too
+    assert init.input_templates(params, wc) == {
+        "source_model": "results/source/model", "tokenizer": "results/{lang}/tokenizer",
+        "overlap": "results/{lang}/overlap/overlap.parquet",
+        "fasttext": "results/{lang}/fasttext/embeddings.safetensors", "test_vectors": "results/{lang}/test/vectors.bin"}
+    assert init.input_templates(params, {**wc, "method": "test_snmf_reader"})["snmf_factors"] == \
+        "results/source/snmf.safetensors"
+    assert "snmf_factors" not in init.input_templates(params, {**wc, "method": "random"})
+    assert STAGES["source_snmf"].skip_reason(params, {}) is None
+    assert STAGES["source_snmf"].skip_reason({**params, "init": {**params["init"], "methods": ["test_meta"]}}, {})
+    # deterministic: one initialisation for every pretraining seed (random gets one per seed)
+    assert models.init_runs(params) == [("random", 1), ("random", 2), ("random", 3), ("test_meta", 1),
+                                        ("test_snmf_reader", 1)]
+    assert STAGES["pretrain"].input_templates(params, {**wc, "objective": "standard", "pseed": "3"})["init"] == \
+        "results/{lang}/init/test_meta/pseed1"
+    # condition: runs for sw only, and so do its pretraining runs
+    assert init.skip_reason(params, wc) is None
+    assert init.skip_reason(params, {**wc, "lang": "de"}) == "no test vectors for de"
+    assert "test_meta" not in availability.methods(params, "de")
+    assert {m for m, _, _ in availability.pretrain_runs(params, "de")} == {"random"}
+    assert availability.needed_by(params, "test_meta", "de") == "init test_meta does not run: no test vectors for de"
+    # data: the local files the job reads
+    assert init.data_files(params, wc) == {"data_test": "data/test/sw.txt"}
+    assert init.data_files(params, {**wc, "method": "random"}) == {}
+    # stage_options: keys other stages read never reach the method
+    assert initialise.method_options(params, "test_meta") == {"alpha": 1}
+    # auxiliary_rows: the init stats count where the rows came from
+    rows = initialise.target_rows("test_meta", 4, np.array([0]), torch.tensor([True, True, False, False]), None)
+    assert rows == {"overlap": 1, "dictionary": 1, "subword": 0, "random": 2}
+    assert initialise.target_rows("random", 4, np.array([0]), torch.tensor([True] * 4), None) is None
+    # factorizable=False: no +svd / +snmf around it
+    with pytest.raises(VocabTransferError, match="test_meta factorises on its own"):
+        get_method("test_meta+svd")
+    with pytest.raises(VocabTransferError, match="except ofa, snmf and test_meta"):
+        get_method("nope")
+
+
+def test_the_init_stage_runs_a_registered_method_with_its_metadata(fake_methods, params, tmp_path):
+    source_tok = wordpiece_tokenizer("en")
+    inputs, _ = write_inputs(tmp_path, tiny_bert(len(source_tok)), source_tok, wordpiece_tokenizer("sw", 250))
+    inputs["test_vectors"] = tmp_path / "vectors.bin"  # its declared input reaches it as a resource
+    ctx = make_ctx("vocabtransfer.init.initialise:run", {"lang": "sw", "method": "test_meta"}, inputs,
+                   {"init": tmp_path / "sw" / "init" / "test_meta"}, params)
+    initialise.run(ctx)
+    stats = json.loads((tmp_path / "sw" / "init" / "test_meta" / "stats.json").read_text())
+    assert stats["method_stats"] == {"options": {"alpha": 1}, "resources": ["test_vectors"]}
+    assert stats["options"] == {"alpha": 1} and set(stats["target_rows"]) == {"overlap", "dictionary", "subword",
+                                                                              "random"}
+
+
+def test_a_method_registered_without_metadata_gets_the_defaults(monkeypatch, params):
+    available()
+    monkeypatch.setitem(METHODS, "test_plain", _fake)
+    assert info("test_plain") == MethodInfo("test_plain") and info("test_plain+svd") == MethodInfo("test_plain")
+    assert models.seeded("test_plain") and not initialise.uses_snmf("test_plain")
+    assert set(initialise.inputs(params, {"method": "test_plain"})) == set(initialise.CORE_INPUTS) - {"snmf_factors"}
