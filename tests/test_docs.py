@@ -16,6 +16,7 @@ from vocabtransfer.pipeline import params_doc
 DOCS = REPO / "docs"
 STUDY = DOCS / "study" / "report.md"  # the committed result of config/study.yaml
 PAGES = [REPO / "README.md"] + sorted(DOCS.glob("*.md")) + [STUDY]
+INTERVAL = r"[+-]\d+\.\d+ \[[+-]\d+\.\d+, [+-]\d+\.\d+\]"
 # what a JSON Schema node of params.schema.yaml may say; anything else is a typo, or a flow mapping
 # `{…, description: a, b}` whose unquoted comma made `b` a key of its own
 KEYWORDS = {"$schema", "$defs", "$ref", "title", "description", "type", "properties", "additionalProperties",
@@ -149,25 +150,35 @@ def test_docs_pages_are_listed_in_the_readme_and_the_docs_index():
             assert f"(docs/{page.name})" in readme and f"({page.name})" in index, page.name
 
 
+def verdict_of(report) -> str:
+    """A committed study's `## Verdict` section, checked to be the report's first."""
+    text = report.read_text(encoding="utf-8")
+    headings = re.findall(r"^## (.+)$", text, flags=re.M)
+    assert headings[0] == "Verdict", (report, headings[:3])
+    return text.split("## Verdict", 1)[1].split("\n## ", 1)[0]
+
+
+def readme_answer(study: str) -> str:
+    """The paragraph of README's "The answer so far" that quotes one study ("MiniLM" or "Gemma")."""
+    answer = (REPO / "README.md").read_text(encoding="utf-8").split("## The answer so far", 1)[1].split("\n## ", 1)[0]
+    parts = re.split(r"^### ", answer, flags=re.M)
+    found = [p for p in parts if p.startswith(study)]
+    assert len(found) == 1, f"README's answer has no single '### {study}…' part"
+    return " ".join(found[0].split())
+
+
 def test_the_committed_study_opens_with_its_verdict_and_the_readme_quotes_it():
     """docs/study/report.md opens with `## Verdict`, every bullet of it carries intervals and seeds,
     and every number the README's answer states stands in the verdict (a quote, not a paraphrase)."""
-    text = STUDY.read_text(encoding="utf-8")
-    headings = re.findall(r"^## (.+)$", text, flags=re.M)
-    assert headings[0] == "Verdict", headings[:3]
-    verdict = text.split("## Verdict", 1)[1].split("\n## ", 1)[0]
+    verdict = verdict_of(STUDY)
     bullets = [line for line in verdict.splitlines() if line.startswith("- ")]
     assert len(bullets) >= 2 * 5, bullets  # sw and de: valid loss, qa, ner, selfish per method
-    interval = r"[+-]\d+\.\d+ \[[+-]\d+\.\d+, [+-]\d+\.\d+\]"
     for bullet in bullets:
-        assert re.search(interval, bullet) and "seed" in bullet, bullet
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    answer = readme.split("## The answer so far", 1)[1].split("\n## ", 1)[0]
-    quoted = re.findall(interval, " ".join(answer.split()))
-    assert len(quoted) >= 8, answer
+        assert re.search(INTERVAL, bullet) and "seed" in bullet, bullet
+    quoted = re.findall(INTERVAL, readme_answer("MiniLM"))
+    assert len(quoted) >= 8, quoted
     for number in quoted:
-        assert number in verdict, f"README quotes {number}, which the study's verdict does not state"
-
+        assert number in verdict, f"README quotes {number}, which the MiniLM study's verdict does not state"
 
 
 def test_the_floors_the_readme_states_are_the_floor_stage_on_the_study(shared_data, monkeypatch):
