@@ -217,10 +217,14 @@ def save_dir(model, tokenizer, path: Path) -> Path:
 # ---------------------------------------------------------------- stages
 
 def make_ctx(func: str, wildcards: dict, inputs: dict, outputs: dict, params: dict):
-    """A stage Context with explicit paths (the stage table entries live in stages.py)."""
+    """A stage Context with explicit paths, for the stage function `func` ("module:function")."""
+    import importlib
+
     from vocabtransfer.pipeline.stage_spec import Context, Stage
 
-    stage = Stage(name=func.split(":")[0].rsplit(".", 1)[-1], func=func, help="", wildcards=tuple(wildcards))
+    module, _, function = func.partition(":")
+    stage = Stage(name=module.rsplit(".", 1)[-1], run=getattr(importlib.import_module(module), function), help="",
+                  wildcards=tuple(wildcards))
     return Context(stage=stage, params=params, wildcards=wildcards, input={k: Path(v) for k, v in inputs.items()},
                    output={k: Path(v) for k, v in outputs.items()}, threads=1)
 

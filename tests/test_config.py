@@ -106,7 +106,6 @@ def test_merge_overlay_merges_key_by_key_but_replaces_a_data_source_whole():
 def test_a_null_task_data_entry_in_an_overlay_removes_that_languages_jobs():
     """config/gemma-qa.yaml runs QA in sw only: `eval.tasks.qa.data.de: null` drops params.yaml's de entry, so
     the planner gives de no qa job and no qa floor, while de keeps its NER jobs and sw its QA jobs."""
-    from vocabtransfer.pipeline import plan
     from vocabtransfer.pipeline.config import merge_overlay, read_yaml
 
     base = read_yaml(REPO / "params.yaml")
@@ -118,7 +117,7 @@ def test_a_null_task_data_entry_in_an_overlay_removes_that_languages_jobs():
     from vocabtransfer.pipeline.stages import STAGES
 
     def tasks(stage: str) -> set[tuple[str, str]]:
-        return {(lang, j["task"]) for lang in params["languages"] for j in plan.jobs(params, STAGES[stage], lang)}
+        return {(lang, j["task"]) for lang in params["languages"] for j in STAGES[stage].jobs(params, lang)}
 
     assert tasks("finetune_eval") == {("sw", "qa"), ("sw", "ner"), ("de", "ner"), ("sw", "nli"), ("de", "nli")}
     assert tasks("floor") == tasks("finetune_eval")

@@ -38,9 +38,9 @@ def test_jobs_cover_models_tasks_and_seeds(params):
     # every pretrained method's init, per pretraining seed (random, fvt and focus all have random rows)
     assert [m for m in models if "-init-" in m] == [f"{m}-init-pseed{s}" for m in ("random", "fvt", "focus")
                                                    for s in (1, 2)] + ["wechsel-init-pseed1"]
-    jobs = finetune_eval.eval_jobs(p, "sw")
+    jobs = finetune_eval.STAGE.jobs(p, "sw")
     assert len(jobs) == 3 * len(models) * 2
-    assert {j["seed"] for j in jobs} == {1, 2}
+    assert {j["seed"] for j in jobs} == {"1", "2"}
     assert finetune_eval.skipped_tasks(p, "sw") == {}
     # a name without its pretraining seed stands for every pretraining seed of it
     assert finetune_eval.eval_models(with_eval(p, models=["focus-standard"])) == ["focus-standard-pseed1",
@@ -53,12 +53,12 @@ def test_language_with_only_ner_data(params):
     p["corpus"]["sources"]["ha"] = {"path": "pretrain_text/ha.txt"}
     p["eval"]["tasks"]["ner"]["data"]["ha"] = {"train": {"path": "masakhaner2/hau/train.txt"}}
     p = validate_params(p)
-    assert {j["task"] for j in finetune_eval.eval_jobs(p, "ha")} == {"ner"}
+    assert {j["task"] for j in finetune_eval.STAGE.jobs(p, "ha")} == {"ner"}
     reasons = finetune_eval.skipped_tasks(p, "ha")
     assert set(reasons) == {"nli", "qa"} and "no data for 'ha'" in reasons["qa"]
-    with_qa = [lang for lang in p["languages"] if any(j["task"] == "qa" for j in finetune_eval.eval_jobs(p, lang))]
+    with_qa = [lang for lang in p["languages"] if any(j["task"] == "qa" for j in finetune_eval.STAGE.jobs(p, lang))]
     assert with_qa == ["sw", "de"]
-    assert all(any(j["task"] == "ner" for j in finetune_eval.eval_jobs(p, lang)) for lang in p["languages"])
+    assert all(any(j["task"] == "ner" for j in finetune_eval.STAGE.jobs(p, lang)) for lang in p["languages"])
 
 
 def test_dvc_stages_list_only_languages_with_data_and_their_files(params):

@@ -4,6 +4,8 @@ import cycle among its modules (imports inside functions count too)."""
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 from conftest import REPO
@@ -92,7 +94,29 @@ def test_stage_modules_never_import_the_stage_table():
     table = "vocabtransfer.pipeline.stages"
     users = {m for m, deps in graph.items() if table in deps}
     assert users <= {"vocabtransfer.cli", "vocabtransfer.pipeline.runner", "vocabtransfer.pipeline.plan",
-                     "vocabtransfer.pipeline.dvcgen", "vocabtransfer.report.read"}, users
+                     "vocabtransfer.pipeline.dvcgen"}, users
+
+
+def test_each_stage_is_declared_after_its_code():
+    """A stage module ends with its declaration, from the import of `Stage` on (`code_statements`): the job's
+    function comes before it, so that its imports are the job's code dependencies and the declaration's are not."""
+    from vocabtransfer.pipeline.stage_spec import code_statements
+    from vocabtransfer.pipeline.stages import STAGES
+
+    for stage in STAGES.values():
+        source = Path(stage.run.__code__.co_filename).read_text(encoding="utf-8")
+        code = code_statements(source)
+        assert len(code) < len(ast.parse(source).body), f"{stage.name}: no import of `Stage` opens its declaration"
+        assert any(isinstance(node, ast.FunctionDef) and node.name == stage.run.__name__ for node in code), stage.name
+
+
+def test_the_stage_table_imports_neither_torch_nor_transformers():
+    """Snakemake and the CLI import the table before any job: it stays cheap."""
+    check = ("import sys, vocabtransfer.pipeline.stages; "
+             "assert 'torch' not in sys.modules and 'transformers' not in sys.modules, "
+             "sorted(m for m in ('torch', 'transformers') if m in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-2000:]
 
 
 def test_modules_are_grouped_by_phase_and_small():

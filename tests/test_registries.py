@@ -20,6 +20,7 @@ from vocabtransfer.init.factorize import FACTORIZATIONS
 from vocabtransfer.init.methods import available, get_method
 from vocabtransfer.init.methods.registry import (INFO, INFRASTRUCTURE, METHODS, MethodInfo, TransferResult, discover,
                                                  info, register)
+from vocabtransfer.init.source_snmf import uses_snmf
 from vocabtransfer.pipeline import availability, models
 from vocabtransfer.pipeline.config import load_params, schema
 from vocabtransfer.pipeline.stages import STAGES
@@ -76,7 +77,7 @@ def test_the_metadata_of_the_real_methods():
     assert [m for m in available() if info(m).deterministic] == ["mean"]
     assert [m for m in available() if not info(m).factorizable] == ["ofa", "snmf"]
     assert info("mean+svd").deterministic and not models.seeded("mean+snmf") and models.seeded("focus")
-    assert initialise.uses_snmf("snmf") and initialise.uses_snmf("fvt+snmf") and not initialise.uses_snmf("ofa")
+    assert uses_snmf("snmf") and uses_snmf("fvt+snmf") and not uses_snmf("ofa")
     assert set(info("wechsel").inputs) == {"source_fasttext", "target_fasttext"}
     with pytest.raises(VocabTransferError, match="ofa factorises on its own"):
         get_method("ofa+svd")
@@ -145,19 +146,19 @@ def test_a_registered_methods_metadata_reaches_the_pipeline(fake_methods, params
     init = STAGES["init"]
     wc = {"lang": "sw", "method": "test_meta", "pseed": "1"}
     # inputs: the core ones plus its own; factors=("snmf",): the shared semi-NMF too
-    assert init.input_templates(params, wc) == {
+    assert init.inputs(params, wc) == {
         "source_model": "results/source/model", "tokenizer": "results/{lang}/tokenizer",
         "overlap": "results/{lang}/overlap/overlap.parquet",
         "fasttext": "results/{lang}/fasttext/embeddings.safetensors", "test_vectors": "results/{lang}/test/vectors.bin"}
-    assert init.input_templates(params, {**wc, "method": "test_snmf_reader"})["snmf_factors"] == \
+    assert init.inputs(params, {**wc, "method": "test_snmf_reader"})["snmf_factors"] == \
         "results/source/snmf.safetensors"
-    assert "snmf_factors" not in init.input_templates(params, {**wc, "method": "random"})
+    assert "snmf_factors" not in init.inputs(params, {**wc, "method": "random"})
     assert STAGES["source_snmf"].skip_reason(params, {}) is None
     assert STAGES["source_snmf"].skip_reason({**params, "init": {**params["init"], "methods": ["test_meta"]}}, {})
     # deterministic: one initialisation for every pretraining seed (random gets one per seed)
     assert models.init_runs(params) == [("random", 1), ("random", 2), ("random", 3), ("test_meta", 1),
                                         ("test_snmf_reader", 1)]
-    assert STAGES["pretrain"].input_templates(params, {**wc, "objective": "standard", "pseed": "3"})["init"] == \
+    assert STAGES["pretrain"].inputs(params, {**wc, "objective": "standard", "pseed": "3"})["init"] == \
         "results/{lang}/init/test_meta/pseed1"
     # condition: runs for sw only, and so do its pretraining runs
     assert init.skip_reason(params, wc) is None
@@ -166,8 +167,8 @@ def test_a_registered_methods_metadata_reaches_the_pipeline(fake_methods, params
     assert {m for m, _, _ in availability.pretrain_runs(params, "de")} == {"random"}
     assert availability.needed_by(params, "test_meta", "de") == "init test_meta does not run: no test vectors for de"
     # data: the local files the job reads
-    assert init.data_files(params, wc) == {"data_test": "data/test/sw.txt"}
-    assert init.data_files(params, {**wc, "method": "random"}) == {}
+    assert init.data(params, wc) == {"data_test": "data/test/sw.txt"}
+    assert init.data(params, {**wc, "method": "random"}) == {}
     # stage_options: keys other stages read never reach the method
     assert initialise.method_options(params, "test_meta") == {"alpha": 1}
     # auxiliary_rows: the init stats count where the rows came from
@@ -198,5 +199,5 @@ def test_a_method_registered_without_metadata_gets_the_defaults(monkeypatch, par
     available()
     monkeypatch.setitem(METHODS, "test_plain", _fake)
     assert info("test_plain") == MethodInfo("test_plain") and info("test_plain+svd") == MethodInfo("test_plain")
-    assert models.seeded("test_plain") and not initialise.uses_snmf("test_plain")
+    assert models.seeded("test_plain") and not uses_snmf("test_plain")
     assert set(initialise.inputs(params, {"method": "test_plain"})) == set(initialise.CORE_INPUTS) - {"snmf_factors"}

@@ -427,17 +427,16 @@ def test_missing_results_render_as_notes(tmp_path):
     assert "* sw / qa: no QA data" in section(text, "## What was skipped and why")
 
 
-def test_inputs_name_every_artefact_of_the_plan(monkeypatch):
+def test_inputs_name_every_artefact_of_the_plan():
     plan = read.Plan(languages=["sw"], pretrain=[("focus+svd", "selfish", 2)], gradients=[("focus+svd", "selfish", 1)],
                      token_frequency=True,
                      evals={"sw": [{"task": "nli", "model": "focus+svd-selfish-pseed2", "seed": 2}]},
                      skipped={"sw": {}})
-    monkeypatch.setattr(read, "plan", lambda params: plan)
-    inputs = set(read.inputs(PARAMS, {}).values())
+    inputs = set(read.inputs(plan).values())
     assert {"results/sw/pretrain/focus+svd/selfish/pseed2", "results/sw/token_frequency_blocks.parquet",
             "results/sw/gradients/focus+svd/selfish/pseed1.parquet",
             "results/sw/eval/nli/focus+svd-selfish-pseed2/seed2.json"} <= inputs
-    assert all(k.isidentifier() for k in read.inputs(PARAMS, {}))
+    assert all(k.isidentifier() for k in read.inputs(plan))
 
 
 def test_cli_runs_the_stage(tmp_path, monkeypatch):

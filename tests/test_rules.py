@@ -1,4 +1,4 @@
-"""The rules generated from the stage table schedule exactly the jobs of the planner (`plan.jobs`), under
+"""The rules generated from the stage table schedule exactly the jobs of the planner (`Stage.jobs`), under
 Snakemake and in dvc.yaml, and as many jobs of each rule as the params say, counted by hand."""
 
 from __future__ import annotations
@@ -30,15 +30,14 @@ def snakemake_jobs(shared_data: Path, *args: str) -> set[str]:
 
 
 def table_jobs(params: dict) -> set[str]:
-    """The same, from the stage table: every job `plan.jobs` gives, its outputs filled in."""
+    """The same, from the stage table: every job `Stage.jobs` gives, its outputs filled in."""
     from vocabtransfer.pipeline.paths import fill
-    from vocabtransfer.pipeline.plan import jobs
     from vocabtransfer.pipeline.stages import STAGES
 
     out = set()
     for stage in STAGES.values():
         for lang in params["languages"] if "lang" in stage.wildcards else [None]:
-            for wc in jobs(params, stage, lang):
+            for wc in stage.jobs(params, lang):
                 out.add(f"{stage.name} {' '.join(sorted(fill(t, **wc) for t in stage.outputs.values()))}")
     return out
 

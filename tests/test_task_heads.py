@@ -82,7 +82,7 @@ def test_ner_head_beats_all_outside(params, tmp_path, on_shared_data):
 
 
 def test_language_with_only_ner_data_runs_end_to_end(params, tmp_path, shared_data, monkeypatch):
-    """sw without NLI and QA data: eval_jobs gives only ner, and the stage writes the contract's JSON."""
+    """sw without NLI and QA data: the planner gives only ner, and the stage writes the contract's JSON."""
     import yaml
 
     from vocabtransfer.cli import main
@@ -96,7 +96,7 @@ def test_language_with_only_ner_data_runs_end_to_end(params, tmp_path, shared_da
     raw["eval"]["tasks"]["ner"].update(max_train=48, max_test=24, epochs=1)
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw))
     p = load_params(tmp_path / "params.yaml")
-    assert finetune_eval.eval_jobs(p, "sw") == [{"task": "ner", "model": "source", "seed": 1}]
+    assert finetune_eval.STAGE.jobs(p, "sw") == [{"task": "ner", "model": "source", "seed": "1", "lang": "sw"}]
     assert set(finetune_eval.skipped_tasks(p, "sw")) == {"nli", "qa"}
     (tmp_path / "results" / "source").mkdir(parents=True)
     os.symlink(resolve_model_path(p["source_model"]), tmp_path / "results" / "source" / "model")

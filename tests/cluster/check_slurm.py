@@ -170,7 +170,6 @@ def print_table(jobs: list[dict], local_seconds: float, slurm_seconds: float) ->
 def expected_jobs(params: dict) -> set[tuple[str, str]]:
     """(rule, wildcards) of every job of the study params give, as the plugin names them (the
     wildcard values in the order of the output path, joined by `_`)."""
-    from vocabtransfer.pipeline import plan
     from vocabtransfer.pipeline.config import validate_params
 
     params = validate_params(params)
@@ -178,7 +177,7 @@ def expected_jobs(params: dict) -> set[tuple[str, str]]:
     for stage in stages.STAGES.values():
         order = dict.fromkeys(re.findall(r"\{(\w+)\}", next(iter(stage.outputs.values()))))
         for lang in params["languages"] if "lang" in stage.wildcards else [None]:
-            for wc in plan.jobs(params, stage, lang):
+            for wc in stage.jobs(params, lang):
                 jobs.add((stage.name, "_".join(str(wc[k]) for k in order)))
     return jobs
 

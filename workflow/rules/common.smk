@@ -79,7 +79,7 @@ def stage_input(name):
     wildcards where they depend on them, the local data files it reads (`Stage.data`, so an edited
     corpus or dictionary reruns its jobs), and as `code` the vocabtransfer modules it runs (the
     installed ones), so that editing a module reruns its jobs, as under DVC. A job that params or
-    the data present rule out (`Stage.available`) is an error naming the reason."""
+    the data present rule out (`Stage.skip_reason`) is an error naming the reason."""
     stage = STAGES[name]
 
     def inputs(wildcards):
@@ -87,8 +87,8 @@ def stage_input(name):
         reason = stage.skip_reason(config, wc)
         if reason is not None:
             raise VocabTransferError(f"{name} {' '.join(wc.values())}: not possible with these params: {reason}")
-        code = [str(PACKAGE / module) for module in stage.code_for(config, wc)]
-        return {**stage.input_templates(config, wc), **stage.data_files(config, wc), "code": code}
+        code = [str(PACKAGE / module) for module in stage.code(config, wc)]
+        return {**stage.inputs(config, wc), **stage.data(config, wc), "code": code}
 
     return inputs
 
@@ -182,12 +182,12 @@ STAGE_SHELL = "{params.launch} {rule} {params.args} " + STAGE_ARGS
 
 def stage_targets(name, output=None):
     """The outputs (all, or the one named `output`) of every job of a stage that params and the data
-    present give, for every language (`plan.jobs`)."""
+    present give, for every language (the job planner, `Stage.jobs`)."""
     stage = STAGES[name]
     keys = [output] if output else list(stage.outputs)
     targets = []
     for lang in config["languages"] if "lang" in stage.wildcards else [None]:
-        for wc in plan.jobs(config, stage, lang):
+        for wc in stage.jobs(config, lang):
             targets += [paths.fill(stage.outputs[k], **wc) for k in keys]
     return targets
 

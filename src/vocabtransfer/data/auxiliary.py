@@ -2,35 +2,32 @@
 
 Two modes, as in FOCUS (konstantinjdobler/focus, `deepfocus`):
 
-- `tokenlevel` (FOCUS's default): train fastText (CBOW) on the pre-tokenised target corpus,
-  whose "words" are target tokens. A target token has a vector iff it is in the fastText
-  dictionary and its vector is not all zeros (deepfocus' `is_very_rare_token`, inverted).
-- `wordlevel` (WECHSEL-style): embed every target token with a pretrained word-level .bin,
-  looking up the token's decoded, stripped form; a token has a vector iff it is non-zero.
+- `tokenlevel` (FOCUS's default): train fastText (CBOW) on the pre-tokenised target corpus, whose "words" are target
+  tokens. A target token has a vector iff it is in the fastText dictionary and its vector is not all zeros
+  (deepfocus' `is_very_rare_token`, inverted).
+- `wordlevel` (WECHSEL-style): embed every target token with a pretrained word-level .bin, looking up the token's
+  decoded, stripped form; a token has a vector iff it is non-zero.
 
-Out-of-dictionary tokens (`fasttext.oov`, tokenlevel only): with `random` (FOCUS's rule) a token
-outside the dictionary has no vector and the methods give it a random row; with `subword` every
-such token except the target tokenizer's special tokens gets fastText's character n-gram vector
-of its vocabulary string (`get_word_vector`), unless that vector is all zeros (e.g. maxn=0).
+Out-of-dictionary tokens (`fasttext.oov`, tokenlevel only): with `random` (FOCUS's rule) a token outside the
+dictionary has no vector and the methods give it a random row; with `subword` every such token except the target
+tokenizer's special tokens gets fastText's character n-gram vector of its vocabulary string (`get_word_vector`),
+unless that vector is all zeros (e.g. maxn=0).
 
-Outputs: the fastText .bin, `embeddings.safetensors` with `embeddings` (V x dim float32,
-row i = target token id i, zeros where there is no vector) and `mask` (V bool, the token has a
-vector) and, with oov `subword` only, `subword` (V bool, the vector came from n-grams), and
-stats.json.
+Outputs: the fastText .bin, `embeddings.safetensors` with `embeddings` (V x dim float32, row i = target token id i,
+zeros where there is no vector) and `mask` (V bool, the token has a vector) and, with oov `subword` only, `subword`
+(V bool, the vector came from n-grams), and stats.json.
 
-Determinism: the seed and the thread count decide the result. fastText trains lock-free
-("Hogwild") on `threads` threads: with one thread the same seed gives the same vectors, byte
-for byte; with more threads they also depend on thread scheduling and differ between runs.
-(The thread count also changes the initialisation: fastText 0.9.3 initialises `threads`/10 of
-the input matrix.) For byte-identical artefacts run this stage with one thread (Snakemake:
-`--set-threads fasttext=1`).
+Determinism: the seed and the thread count decide the result. fastText trains lock-free ("Hogwild") on `threads`
+threads: with one thread the same seed gives the same vectors, byte for byte; with more threads they also depend on
+thread scheduling and differ between runs. (The thread count also changes the initialisation: fastText 0.9.3
+initialises `threads`/10 of the input matrix.) For byte-identical artefacts run this stage with one thread
+(Snakemake: `--set-threads fasttext=1`).
 
-fastText leaves the rest of its input matrix as malloc returns it. A fresh mapping reads as
-zeros, but in a long-lived process (a test session, a notebook) the matrix can land on freed
-heap memory, and its old bytes become starting vectors: the result then depends on what ran
-before, and bytes that read as NaN abort training with "Encountered NaN". `train_fasttext` has
-glibc zero every allocation while fastText trains (`zeroed_allocations`), so training sees
-zeros, as in a fresh process, wherever the memory comes from.
+fastText leaves the rest of its input matrix as malloc returns it. A fresh mapping reads as zeros, but in a
+long-lived process (a test session, a notebook) the matrix can land on freed heap memory, and its old bytes become
+starting vectors: the result then depends on what ran before, and bytes that read as NaN abort training with
+"Encountered NaN". `train_fasttext` has glibc zero every allocation while fastText trains (`zeroed_allocations`), so
+training sees zeros, as in a fresh process, wherever the memory comes from.
 """
 
 from __future__ import annotations
@@ -366,10 +363,7 @@ def run(ctx: "Context") -> None:
     from_subwords = subword.nonzero().flatten().tolist() if subword is not None else []
     from_subwords = from_subwords[:: max(1, len(from_subwords) // 20)][:20]
     stats = {
-        "mode": mode,
-        "vocab_size": len(mask),
-        "dim": int(emb.shape[1]),
-        "oov": oov,
+        "mode": mode, "vocab_size": len(mask), "dim": int(emb.shape[1]), "oov": oov,
         "tokens_with_vector": n_with,  # tokens_from_dictionary + tokens_from_subwords
         "tokens_from_dictionary": n_dict,
         "tokens_from_subwords": n_with - n_dict,
@@ -383,8 +377,7 @@ def run(ctx: "Context") -> None:
         "seed": ctx.seed,
         "threads": threads,  # the threads fastText trained on (not the ones the job was given)
         "deterministic": mode == "wordlevel" or threads == 1,
-        "params": ctx.leaf_values(),
-        "versions": io.versions(),
+        "params": ctx.leaf_values(), "versions": io.versions(),
     }
     io.write_json(stats, out["stats"])
     log.info("fastText %s: %d of %d target tokens have a vector (%.1f%%; %d from the dictionary, %d from "
@@ -420,3 +413,38 @@ def run_target_words(ctx: "Context") -> None:
 
     lines = read_parquet(ctx.input["train"], ["text"]).column("text").to_pylist()
     train_word_fasttext(lines, ctx.output["model"], **_word_fasttext_options(ctx))
+
+
+# ---------------------------------------------------------------- the stages (vocabtransfer.pipeline.stages)
+# From the import of `Stage` on, the module plans its jobs: not their code (stage_spec.code_statements).
+from vocabtransfer.pipeline.stage_spec import Stage
+from vocabtransfer.pipeline import availability
+from vocabtransfer.pipeline import paths
+
+FASTTEXT = Stage(
+    name="fasttext", run=run, help="fastText auxiliary embeddings for the target tokens",
+    inputs={"text": paths.PRETOK_TEXT, "tokenizer": paths.TOKENIZER},
+    outputs={"model": paths.FASTTEXT_BIN, "embeddings": paths.FASTTEXT_EMB, "stats": paths.FASTTEXT_STATS},
+    params=("seed", "fasttext.mode", "fasttext.pretrained_path", "fasttext.model", "fasttext.dim", "fasttext.epochs",
+            "fasttext.min_count", "fasttext.neg", "fasttext.bucket", "fasttext.reproducible", "fasttext.oov"),
+    code=("data/auxiliary.py",), parallel=True,
+    one_thread_if="fasttext.reproducible",  # fastText is bit-reproducible on one thread only
+    data=lambda params, wc: {"data_pretrained": paths.data_path(params["fasttext"]["pretrained_path"])} if (
+        params["fasttext"]["mode"] == "wordlevel" and params["fasttext"].get("pretrained_path")) else {},
+)
+TARGET_WORDS = Stage(
+    name="word_fasttext", run=run_target_words, help="word-level fastText on the target corpus (WECHSEL)",
+    inputs={"train": paths.CORPUS_TRAIN}, outputs={"model": paths.WORD_FASTTEXT},
+    params=("seed", "fasttext.reproducible", "init.wechsel.fasttext.model", "init.wechsel.fasttext.dim",
+            "init.wechsel.fasttext.epochs", "init.wechsel.fasttext.min_count", "init.wechsel.fasttext.bucket"),
+    code=("data/auxiliary.py",), parallel=True, one_thread_if="fasttext.reproducible",
+    skip_reason=lambda params, wc: availability.needed_by(params, "wechsel", wc["lang"]),
+)
+SOURCE_WORDS = Stage(
+    name="source_fasttext", run=run_source_words, help="word-level fastText on source-language text (WECHSEL)",
+    wildcards=(), outputs={"model": paths.SOURCE_WORD_FASTTEXT},
+    params=TARGET_WORDS.params + ("init.wechsel.source_text",),
+    code=("data/auxiliary.py",), parallel=True, one_thread_if="fasttext.reproducible",
+    skip_reason=lambda params, wc: availability.needed_by(params, "wechsel"),
+    data=lambda params, wc: {"data_text": paths.data_path(params["init"]["wechsel"]["source_text"])},
+)

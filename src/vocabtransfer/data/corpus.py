@@ -387,3 +387,21 @@ def run(ctx) -> None:
         f" (capped at {stats['max_bytes']})" if stats["capped"] else "",
         stats["train_lines"], stats["valid_lines"], stats["seconds"],
     )
+
+
+# ---------------------------------------------------------------- the stage (vocabtransfer.pipeline.stages)
+# From the import of `Stage` on, the module plans its jobs: not their code (stage_spec.code_statements).
+from vocabtransfer.pipeline.stage_spec import Stage
+from vocabtransfer.pipeline import availability
+from vocabtransfer.pipeline import paths
+
+STAGE = Stage(
+    name="corpus",
+    run=run,
+    help="fetch, normalise, deduplicate, cap and split a language's raw text",
+    outputs={"train": paths.CORPUS_TRAIN, "valid": paths.CORPUS_VALID, "stats": paths.CORPUS_STATS},
+    params=("seed", "corpus.sources.{lang}", "corpus.normalization", "corpus.max_bytes",
+            "corpus.valid_fraction", "corpus.min_chars"),
+    code=("data/corpus.py", "data/download.py"),
+    data=lambda params, wc: {"data_corpus": path} if (path := availability.corpus_file(params, wc["lang"])) else {},
+)

@@ -39,7 +39,6 @@ from vocabtransfer import io
 from vocabtransfer.train import modeling
 from vocabtransfer.train.hub import load_tokenizer
 from vocabtransfer.train.lmdata import Kind, lm_batches, pack_ids
-from vocabtransfer.train.losses import objective_loss
 from vocabtransfer.evaluate.token_frequency_loss import frequency_ranks, read_ids, token_counts
 
 log = logging.getLogger(__name__)
@@ -61,6 +60,8 @@ def decompose(model, batch: dict, kind: Kind, objective: str, margin: float = 2.
 
     The loss is the objective's mean over the batch's predicted positions (what training uses)."""
     import torch
+
+    from vocabtransfer.train.losses import objective_loss
 
     emb, out_proj = model.get_input_embeddings(), model.get_output_embeddings()
     if out_proj is None:
@@ -221,3 +222,31 @@ def run(ctx) -> None:
     io.write_parquet(table, ctx.output["table"])
     plot(out, ctx.output["plot"], f"{ctx.lang}, {ctx.method}, {objective}: gradient reaching each token's embedding",
          int(opts["plot_bins"]))
+
+
+# ---------------------------------------------------------------- the stage (vocabtransfer.pipeline.stages)
+# From the import of `Stage` on, the module plans its jobs: not their code (stage_spec.code_statements).
+from vocabtransfer.pipeline.stage_spec import Stage, section_leaves
+from vocabtransfer.pipeline import availability
+from vocabtransfer.pipeline import models
+from vocabtransfer.pipeline import paths
+
+STAGE = Stage(
+    name="gradient_scenarios",
+    run=run,
+    help="gradient reaching each token's embedding: as input, as target, as non-target (start and end)",
+    wildcards=("lang", "method", "objective", "pseed"),
+    inputs=lambda params, wc: {"train_ids": paths.PRETOK_TRAIN, "pretrain": paths.PRETRAIN_DIR,
+                               "init": paths.partial(paths.INIT_DIR, method=wc["method"],
+                                                     pseed=models.init_pseed(wc["method"], wc["pseed"]))},
+    outputs={"table": paths.GRADIENT_SCENARIOS, "plot": paths.GRADIENT_PLOT},
+    params=("seed",),
+    extra_params=lambda params, wildcards: (section_leaves(params, "gradient_scenarios") + (
+        ["pretrain.selfish.margin"] if wildcards.get("objective") == "selfish" else [])),
+    code=("evaluate/gradient_scenarios.py",),
+    # descriptive, on the first pretraining seed only
+    expand=lambda params: [{"method": m, "objective": o, "pseed": "1"} for m, o in availability.pretrain_pairs(params)],
+    skip_reason=lambda params, wc: availability.method_reason(params, wc["lang"], wc["method"]),
+    parallel=True,
+    gpu=True,
+)

@@ -43,18 +43,11 @@ log = logging.getLogger(__name__)
 CORE_INPUTS = ("source_model", "tokenizer", "overlap", "fasttext", "snmf_factors")
 
 
-def uses_snmf(method: str) -> bool:
-    """Every `<base>+snmf` and a method registered with `factors=("snmf",)` (snmf) read the shared
-    semi-NMF of the source_snmf stage."""
-    from vocabtransfer.init.methods.registry import info
-
-    return models.split_method(method)[1] == "snmf" or "snmf" in info(method).factors
-
-
 def inputs(params: dict, wildcards: dict) -> dict[str, str]:
     """The stage's input templates for these wildcards: the core inputs plus the method's own
     (`@register(..., inputs=...)`)."""
     from vocabtransfer.init.methods.registry import info
+    from vocabtransfer.init.source_snmf import uses_snmf
 
     method = wildcards["method"]
     factors = {"snmf_factors": paths.SOURCE_SNMF} if uses_snmf(method) else {}
@@ -249,3 +242,53 @@ def run(ctx) -> None:
         stats["seconds"] = time.perf_counter() - start
         io.write_json(stats, tmp / "stats.json")
     log.info("init %s/%s done in %.1f s: %s", ctx.lang, method_name, stats["seconds"], ctx.output["init"])
+
+
+# ---------------------------------------------------------------- the stage (vocabtransfer.pipeline.stages)
+# From the import of `Stage` on, the module plans its jobs: not their code (stage_spec.code_statements).
+from vocabtransfer.pipeline.stage_spec import PACKAGE, Stage, module_file, section_leaves
+from vocabtransfer.pipeline import availability
+
+
+def _leaves(params: dict, wildcards: dict) -> list[str]:
+    base, fact = models.split_method(wildcards["method"])
+    return [leaf for name in (base, fact) if name and name in params["init"]
+            for leaf in section_leaves(params, f"init.{name}")]
+
+
+def _code(params: dict, wildcards: dict) -> tuple[str, ...]:
+    """The entry modules of one init job: initialise.py, the method's module and, for base+fact, the
+    factorised wrapper; editing another method does not rerun this one."""
+    from vocabtransfer.init.methods import get_method
+
+    base, fact = models.split_method(wildcards["method"])
+    module = module_file(get_method(base).__module__)  # e.g. random lives in methods/baselines.py
+    return ("init/initialise.py", str(module.relative_to(PACKAGE))) + (("init/methods/variants.py",) if fact else ())
+
+
+def _data(params: dict, wildcards: dict) -> dict[str, Path]:
+    """The local data files of one init job: what the method's `@register(..., data=...)` names
+    (wechsel: the language's bilingual dictionary)."""
+    from vocabtransfer.init.methods.registry import info
+
+    data = info(wildcards["method"]).data
+    return data(params, wildcards["lang"]) if data else {}
+
+
+STAGE = Stage(
+    name="init",
+    run=run,
+    help="initialise the target embeddings with one method and save the model",
+    wildcards=("lang", "method", "pseed"),
+    inputs=inputs,
+    outputs={"init": paths.INIT_DIR},
+    directories=frozenset({"init"}),
+    params=("seed",),
+    extra_params=_leaves,
+    code=_code,
+    expand=lambda params: [{"method": m, "pseed": str(s)} for m, s in models.init_runs(params)],
+    parallel=True,
+    gpu=True,
+    skip_reason=lambda params, wc: availability.method_reason(params, wc["lang"], wc["method"]),
+    data=_data,
+)

@@ -262,3 +262,25 @@ def run(ctx) -> None:
     log.info("source model with %s LM head: %s (held-out loss %.4f -> %.4f)",
              "its own" if stats["skipped"] else "a trained", ctx.output["model"], stats["loss_before"],
              stats["loss_after"])
+
+
+# ---------------------------------------------------------------- the stage (vocabtransfer.pipeline.stages)
+# From the import of `Stage` on, the module plans its jobs: not their code (stage_spec.code_statements).
+from vocabtransfer.pipeline.stage_spec import Stage, section_leaves
+from vocabtransfer.pipeline import paths
+
+STAGE = Stage(
+    name="source_head",
+    run=run,
+    help="complete the source model with a trained LM head when its checkpoint has none",
+    wildcards=(),
+    inputs={"source": paths.SOURCE_BASE},
+    outputs={"model": paths.SOURCE_MODEL, "stats": paths.SOURCE_HEAD_STATS},
+    directories=frozenset({"model"}),
+    params=("seed", "source_model"),
+    extra_params=lambda params, wildcards: section_leaves(params, "source_head"),
+    code=("init/source_head.py",),
+    parallel=True,
+    gpu=True,
+    data=lambda params, wc: {"data_text": paths.data_path(params["source_head"]["text"])},
+)

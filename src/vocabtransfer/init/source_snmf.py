@@ -143,3 +143,35 @@ def load_factors(path: str | Path, matrices: dict, options: dict, seed: int | No
             labels = torch.zeros(W.shape[0], dtype=torch.int64)
         factors[which] = (W, H, dict(entry.get("stats") or {}, cached=str(path)), labels)
     return factors
+
+
+# ---------------------------------------------------------------- the stage (vocabtransfer.pipeline.stages)
+# From the import of `Stage` on, the module plans its jobs: not their code (stage_spec.code_statements).
+from vocabtransfer.pipeline.stage_spec import Stage
+from vocabtransfer.pipeline import models
+from vocabtransfer.pipeline import paths
+
+
+def uses_snmf(method: str) -> bool:
+    """Every `<base>+snmf` and a method registered with `factors=("snmf",)` (snmf) read the shared
+    semi-NMF of this stage."""
+    from vocabtransfer.init.methods.registry import info
+
+    return models.split_method(method)[1] == "snmf" or "snmf" in info(method).factors
+
+
+STAGE = Stage(
+    name="source_snmf",
+    run=run,
+    help="semi-NMF of the source embeddings, shared by the snmf and <method>+snmf init jobs",
+    wildcards=(),
+    inputs={"source_model": paths.SOURCE_MODEL},
+    outputs={"factors": paths.SOURCE_SNMF},
+    params=("seed", "init.snmf.rank", "init.snmf.max_iter", "init.snmf.tol", "init.snmf.init",
+            "init.snmf.clusters"),
+    code=("init/source_snmf.py",),
+    parallel=True,
+    gpu=True,
+    skip_reason=lambda params, wc: (None if any(uses_snmf(m) for m in params["init"]["methods"])
+                                    else "init.methods has no snmf or <method>+snmf"),
+)

@@ -3,9 +3,9 @@ the files present before any job runs.
 
 A language with only a corpus still gets every stage that needs nothing more; what it lacks is
 skipped with a one-line reason (`skip_lines`), never discovered by a failing job at the end.
-The stage table (stages.py) asks this module three things per job:
+The stage declarations (`STAGE = Stage(...)` in each stage module) ask this module three things per job:
 
-* `Stage.available(params, wildcards)`: None when the job runs, else why it is skipped
+* `Stage.skip_reason(params, wildcards)`: None when the job runs, else why it is skipped
   (e.g. `init` with `wechsel` for a language without a bilingual dictionary);
 * `Stage.partial(params, wildcards)`: parts a job leaves out, with the reason
   (e.g. `init_eval` without retrieval when there are no XNLI files);

@@ -5,7 +5,8 @@ that reads data files of its own (a local corpus, a dictionary, XNLI files) beco
 over the languages instead, each item naming its files (resolved through $VOCABTRANSFER_DATA at
 generation time: regenerate after adding a language or moving the data). Stages with other wildcards (`method`, `objective`,
 …) become one matrix stage per combination the stage's `expand` takes from params.yaml (e.g.
-one per `init.methods` entry), because each combination reads different params leaves.
+one per `init.methods` entry), because each combination reads different params leaves; a stage
+lists the languages whose job the job planner (`Stage.jobs`) gives.
 A stage's `metrics` outputs are declared as DVC metrics (not cached, so `dvc metrics diff`
 compares them across commits) and its `plots` become top-level plot definitions.
 """
@@ -57,11 +58,10 @@ def _stage_entry(stage: Stage, params: dict, fixed: dict[str, str], lang: str | 
         raise ValueError(f"stage {stage.name}: only `lang` can be a DVC matrix wildcard")
     entry["cmd"] = f"{stage.launch(params)} {stage.name} {args} --log-file {log}".replace("  ", " ")
     wildcards = {**fixed, **({"lang": lang} if lang else {})}
-    templates = stage.input_templates(params, wildcards)
-    deps = [_dvc_template(t, fixed) for t in templates.values()]
-    data = {key: _data_dep(path) for key, path in stage.data_files(params, wildcards).items()}
+    deps = [_dvc_template(t, fixed) for t in stage.inputs(params, wildcards).values()]
+    data = {key: _data_dep(path) for key, path in stage.data(params, wildcards).items()}
     deps += [f"${{item.{key}}}" if lang else path for key, path in data.items()]
-    deps += [f"src/vocabtransfer/{c}" for c in stage.code_for(params, wildcards)]
+    deps += [f"src/vocabtransfer/{c}" for c in stage.code(params, wildcards)]
     entry["deps"] = deps
     # leaves with {lang} become ${item.lang}; a method's own leaves come from extra_params
     leaves = [_dvc_template(leaf, fixed) for leaf in stage.params]
@@ -81,21 +81,17 @@ def stage_name(stage: Stage, fixed: dict[str, str]) -> str:
     return f"{stage.name}_{suffix}" if suffix else stage.name
 
 
-def _entries(stage: Stage, params: dict, fixed: dict[str, str]) -> dict[str, dict]:
-    """The dvc.yaml stages of one combination of the non-`lang` wildcards: for a per-language stage
-    a `matrix` over `${languages}` when every language has the job and reads no data file of its own,
-    else a `foreach` over the languages that have it, each item carrying its data files; languages
-    whose jobs read different kinds of inputs (e.g. init_eval without a skipped method) get a stage
-    of their own, `<stage>_<lang>`."""
+def _entries(stage: Stage, params: dict, fixed: dict[str, str], langs: list[str | None]) -> dict[str, dict]:
+    """The dvc.yaml stages of one combination of the non-`lang` wildcards, run by `langs` (`[None]` for a
+    stage without `lang` that runs): for a per-language stage a `matrix` over `${languages}` when every
+    language has the job and reads no data file of its own, else a `foreach` over the languages that
+    have it, each item carrying its data files; languages whose jobs read different kinds of inputs
+    (e.g. init_eval without a skipped method) get a stage of their own, `<stage>_<lang>`."""
     name = stage_name(stage, fixed)
     if "lang" not in stage.wildcards:
-        if stage.skip_reason(params, fixed) is not None:
-            return {}
-        return {name: _stage_entry(stage, params, fixed, None)[0]}
+        return {name: _stage_entry(stage, params, fixed, None)[0]} if langs else {}
     groups: list[tuple[dict, dict[str, dict]]] = []  # (entry, {lang: data deps})
-    for lang in params["languages"]:
-        if stage.skip_reason(params, {**fixed, "lang": lang}) is not None:
-            continue
+    for lang in langs:
         entry, data = _stage_entry(stage, params, fixed, lang)
         for known, members in groups:
             if known == entry:
@@ -108,8 +104,8 @@ def _entries(stage: Stage, params: dict, fixed: dict[str, str]) -> dict[str, dic
         if any(members.values()):
             loop = {"foreach": {lang: {"lang": lang, **data} for lang, data in members.items()}, "do": entry}
         else:
-            langs = list(members)
-            loop = {"matrix": {"lang": "${languages}" if langs == list(params["languages"]) else langs}, **entry}
+            chosen = list(members)
+            loop = {"matrix": {"lang": "${languages}" if chosen == list(params["languages"]) else chosen}, **entry}
         out[name if i == 0 else f"{name}_{next(iter(members))}"] = loop
     return out
 
@@ -118,8 +114,11 @@ def generate(params: dict) -> str:
     stages: dict[str, dict] = {}
     plots: list[dict] = []
     for stage in STAGES.values():
-        for fixed in stage.combinations(params):
-            stages.update(_entries(stage, params, fixed))
+        langs = params["languages"] if "lang" in stage.wildcards else [None]
+        jobs = {lang: stage.jobs(params, lang) for lang in langs}  # the job planner
+        for fixed in stage.expand(params):
+            with_lang = [lang for lang in langs if {**fixed, **({"lang": lang} if lang else {})} in jobs[lang]]
+            stages.update(_entries(stage, params, fixed, with_lang))
         if stage.plots:
             plots += [{plot_id: props} for plot_id, props in stage.plots(params).items()]
     document: dict = {"stages": stages}

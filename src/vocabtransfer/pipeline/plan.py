@@ -1,7 +1,7 @@
-"""The plan of a run, before any job: every job the params and the data present give
-(`jobs`), one line per job they rule out (`skip_lines`), notes on sources that can change, and
-`preflight`, which checks the data files the run cannot do without. It asks the stage table
-(vocabtransfer.pipeline.stages) and the availability predicates (vocabtransfer.pipeline.availability).
+"""The plan of a run, before any job: one line per job that params ask for but params or the data
+present rule out (`skip_lines`), notes on sources that can change, and `preflight`, which checks the
+data files the run cannot do without. Which jobs run is the job planner of each stage, `Stage.jobs`
+(vocabtransfer.pipeline.stage_spec), over the stage table (vocabtransfer.pipeline.stages).
 """
 
 from __future__ import annotations
@@ -12,17 +12,6 @@ from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.pipeline import paths
 from vocabtransfer.pipeline.availability import corpus_file
 from vocabtransfer.pipeline.stages import STAGES
-
-
-
-def jobs(params: dict, stage, lang: str | None = None) -> list[dict[str, str]]:
-    """The wildcards of every job `stage` has (for one language when it has a `lang` wildcard)."""
-    out = []
-    for combo in stage.combinations(params):
-        wildcards = {**combo, "lang": lang} if "lang" in stage.wildcards else dict(combo)
-        if stage.skip_reason(params, wildcards) is None:
-            out.append(wildcards)
-    return out
 
 
 def _job_label(stage, wildcards: dict) -> str:
@@ -40,13 +29,11 @@ def skip_lines(params: dict) -> list[str]:
         for lang in langs:
             prefix = f"{lang}: " if lang else ""
             skipped: dict[str, list[str]] = {}  # reason -> the skipped jobs' labels
-            for combo in stage.combinations(params):
-                wildcards = {**combo, "lang": lang} if lang else dict(combo)
-                reason = stage.skip_reason(params, wildcards)
+            for wildcards, reason in stage.candidates(params, lang):
                 if reason is not None:
                     skipped.setdefault(reason, []).append(_job_label(stage, wildcards))
                     continue
-                for part, why in (stage.partial(params, wildcards) if stage.partial else {}).items():
+                for part, why in stage.partial(params, wildcards).items():
                     lines.append(f"{prefix}{_job_label(stage, wildcards)} without {part} ({why})")
             for reason, labels in skipped.items():
                 if len(labels) == 1:
@@ -94,10 +81,8 @@ def preflight(params: dict, source: str = "params.yaml") -> list[str]:
                                      "fasttext.mode is wordlevel; set it to a word-level fastText .bin or use tokenlevel")
     # every stage's own data files, for the jobs that run
     for stage in STAGES.values():
-        if stage.data is None:
-            continue
         for lang in params["languages"] if "lang" in stage.wildcards else [None]:
-            for wildcards in jobs(params, stage, lang):
+            for wildcards in stage.jobs(params, lang):
                 for key, path in stage.data(params, wildcards).items():
                     if not Path(path).exists():
                         raise VocabTransferError(f"{source}: {stage.name} {' '.join(wildcards.values())}: data file "

@@ -1,11 +1,10 @@
-"""Run one job of a stage in-process: look its row up in the stage table (vocabtransfer.pipeline.stages),
+"""Run one job of a stage in-process: look the stage up in the stage table (vocabtransfer.pipeline.stages),
 resolve its input and output paths for the wildcards into a `Context`, and call the stage's function
-with it (what `vocabtransfer <stage>` does). Also the params leaves a job reads and their values
-(`param_values`, Snakemake's params)."""
+(`Stage.run`) with it (what `vocabtransfer <stage>` does). Also the params leaves a job reads and their
+values (`param_values`, Snakemake's params)."""
 
 from __future__ import annotations
 
-import importlib
 import os
 from typing import Any
 
@@ -23,7 +22,7 @@ def make_context(name: str, params: dict, wildcards: dict[str, str], threads: in
         stage=stage,
         params=params,
         wildcards=wildcards,
-        input=stage.resolve(stage.input_templates(params, wildcards), wildcards),
+        input=stage.resolve(stage.inputs(params, wildcards), wildcards),
         output=stage.resolve(stage.outputs, wildcards),
         threads=threads or os.cpu_count() or 1,
         device=device,
@@ -34,9 +33,8 @@ def run_stage(name: str, params: dict, wildcards: dict[str, str], threads: int |
               device: str = "cpu") -> Context:
     """Run one stage in-process (what `vocabtransfer <stage>` does)."""
     ctx = make_context(name, params, wildcards, threads=threads, device=device)
-    module_name, func_name = ctx.stage.func.split(":")
     with ctx.torch_threads():
-        getattr(importlib.import_module(module_name), func_name)(ctx)
+        ctx.stage.run(ctx)
     return ctx
 
 

@@ -1,12 +1,13 @@
-"""A pipeline stage and what its code gets: `Stage` (wildcards, path templates, params leaves, code,
-resources, availability — one row of the stage table in vocabtransfer.pipeline.stages) and
-`Context` (the validated params, wildcards and resolved paths of one job). This module imports no
-stage: the stages import it, and the table imports the stages (one way)."""
+"""A pipeline stage and what its code gets: `Stage` (its function, wildcards, path templates, params
+leaves, code, resources, which jobs run — declared by each stage module next to its code, listed by
+the stage table vocabtransfer.pipeline.stages) and `Context` (the validated params, wildcards and
+resolved paths of one job). This module imports no stage: the stages import it, and the table
+imports the stages (one way)."""
 
 from __future__ import annotations
 
+import ast
 import contextlib
-import importlib
 import os
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -39,56 +40,88 @@ def torch_threads(n: int):
         torch.set_num_threads(previous)
 
 
+Templates = dict[str, str]  # {name: path template}
+PerJob = Callable[[dict, dict], Any]  # (params, wildcards) -> the value for one job
+
+
+def _per_job(value) -> PerJob:
+    """A per-job property given as a constant, as the function of (params, wildcards) that returns it."""
+    if callable(value):
+        return value
+    return lambda params, wildcards: value
+
+
 @dataclass(frozen=True)
 class Stage:
+    """One pipeline stage, declared at the end of the module that holds its code (`STAGE = Stage(...)`)
+    and listed in DAG order by the stage table, vocabtransfer.pipeline.stages.
+
+    A per-job property (`inputs`, `code`, `skip_reason`, `partial`, `data`) is declared as a constant or
+    as a function of (params, wildcards); either way it is read by calling it, `stage.inputs(params,
+    wildcards)` (`code` gives the declared entry modules and every module they import), and `expand` by
+    `stage.expand(params)`. Which jobs run is `jobs`, the job planner."""
+
     name: str
-    func: str  # "module:function", called with a Context
+    run: Callable[[Context], None]  # the job: called with its Context (`runner.run_stage`)
     help: str
     wildcards: tuple[str, ...] = ("lang",)
-    inputs: dict[str, str] | Callable[[dict, dict], dict[str, str]] = field(default_factory=dict)  # or (params, wildcards) -> dict
-    outputs: dict[str, str] = field(default_factory=dict)
+    inputs: Templates | PerJob = field(default_factory=dict)  # input path templates
+    outputs: Templates = field(default_factory=dict)
     directories: frozenset[str] = frozenset()  # output names that are directories
     params: tuple[str, ...] = ()  # dotted params leaves; may contain {lang}
     extra_params: Callable[[dict, dict], list[str]] | None = None  # (params, wildcards) -> more leaves
-    # the stage's entry modules under src/vocabtransfer, or (params, wildcards) -> them; DVC reruns the
-    # stage when one of them or any vocabtransfer module they import changes (`code_for`)
-    code: tuple[str, ...] | Callable[[dict, dict], tuple[str, ...]] = ()
+    # the stage's entry modules under src/vocabtransfer; read as the code dependencies of a job: they and
+    # every vocabtransfer module they import (`module_closure`), so that DVC and Snakemake rerun a job
+    # when one of them changes
+    code: tuple[str, ...] | PerJob = ()
     parallel: bool = False  # uses all the cores it is given
     one_thread_if: str | None = None  # a params leaf: while it is true the job gets one thread (reproducibility)
     processes: str | None = None  # a params leaf: the job's data-parallel processes (one GPU each on a cluster)
     gpu: bool = False  # benefits from a GPU (SLURM profile asks for one)
-    # the values of the wildcards other than `lang` that params ask for, e.g. init: one
-    # {"method": m} per `init.methods` entry; dvc.yaml gets one (lang-matrix) stage per entry
+    # params -> the values of the wildcards other than `lang` that params ask for, e.g. init: one
+    # {"method": m, "pseed": k} per initialisation; dvc.yaml gets one (per-language) stage per entry
     expand: Callable[[dict], list[dict[str, str]]] | None = None
     # DVC: output names that are metrics files (`metrics:` with cache: false, for `dvc metrics show/diff`),
     # and params -> top-level plot definitions over the stage's outputs ({plot id: DVC plot properties})
     metrics: frozenset[str] = frozenset()
     plots: Callable[[dict], dict[str, dict]] | None = None
-    # (params, wildcards) -> None when the job runs, else why params or the data present rule it out
-    # (availability.py); such a job is in neither `snakemake` nor dvc.yaml, and the run says why
-    available: Callable[[dict, dict], str | None] | None = None
-    # (params, wildcards) -> {part: reason} for parts of a running job left out (e.g. retrieval)
-    partial: Callable[[dict, dict], dict[str, str]] | None = None
-    # (params, wildcards) -> {key: path}: the local data files the job reads, resolved through
-    # $VOCABTRANSFER_DATA; Snakemake inputs and DVC deps, so an edited data file reruns the job
-    data: Callable[[dict, dict], dict[str, str]] | None = None
+    # None when the job runs, else why params or the data present rule it out (availability.py); such
+    # a job is in neither `snakemake` nor dvc.yaml, and the run says why
+    skip_reason: PerJob | None = None
+    # {part: reason} for parts of a running job left out (e.g. retrieval)
+    partial: PerJob | None = None
+    # {key: path}: the local data files the job reads, resolved through $VOCABTRANSFER_DATA; Snakemake
+    # inputs and DVC deps, so an edited data file reruns the job. Read as path strings.
+    data: PerJob | None = None
+
+    def __post_init__(self):
+        inputs, entries, data = _per_job(self.inputs), _per_job(self.code), _per_job(self.data or {})
+        set_ = object.__setattr__  # frozen: the declared values become functions once, here
+        set_(self, "inputs", lambda params, wildcards: dict(inputs(params, wildcards)))
+        set_(self, "code", lambda params, wildcards: module_closure(*entries(params, wildcards)))
+        set_(self, "skip_reason", _per_job(self.skip_reason))
+        set_(self, "partial", _per_job(self.partial or {}))
+        set_(self, "data", lambda params, wildcards: {k: str(v) for k, v in data(params, wildcards).items()})
+        set_(self, "expand", self.expand or (lambda params: [{}]))
+
+    def candidates(self, params: dict, lang: str | None = None) -> list[tuple[dict[str, str], str | None]]:
+        """Every job params ask for (of `lang` when the stage has a `lang` wildcard), each with None when
+        it runs, else why params or the data present rule it out (`skip_reason`)."""
+        out = []
+        for combo in self.expand(params):
+            wildcards = {**combo, "lang": lang} if "lang" in self.wildcards else dict(combo)
+            out.append((wildcards, self.skip_reason(params, wildcards)))
+        return out
+
+    def jobs(self, params: dict, lang: str | None = None) -> list[dict[str, str]]:
+        """The job planner: the wildcards of every job that runs (of `lang` when the stage has a `lang`
+        wildcard). Snakemake's targets, dvc.yaml, the report's plan and a job that checks it is one ask it."""
+        return [wildcards for wildcards, reason in self.candidates(params, lang) if reason is None]
 
     def launch(self, params: dict) -> str:
         """The command the job starts with: `vocabtransfer`, or accelerate's launcher for N > 1
         data-parallel processes (`processes`)."""
         return launch_prefix(int(config.get(params, self.processes)) if self.processes else 1)
-
-    def skip_reason(self, params: dict, wildcards: dict) -> str | None:
-        """None when params and the data present give this job, else the reason they do not."""
-        return self.available(params, wildcards) if self.available else None
-
-    def data_files(self, params: dict, wildcards: dict) -> dict[str, str]:
-        """The local data files this job reads (`data`), as path strings."""
-        return {k: str(v) for k, v in self.data(params, wildcards).items()} if self.data else {}
-
-    def combinations(self, params: dict) -> list[dict[str, str]]:
-        """The non-`lang` wildcard values params ask for (one empty dict when there are none)."""
-        return self.expand(params) if self.expand else [{}]
 
     def leaves(self, params: dict, wildcards: dict) -> list[str]:
         """The concrete params leaves this stage reads for these wildcards."""
@@ -97,29 +130,8 @@ class Stage:
             out += self.extra_params(params, wildcards)
         return out
 
-    def code_for(self, params: dict, wildcards: dict) -> tuple[str, ...]:
-        """The stage's code dependencies for these wildcards (paths relative to src/vocabtransfer):
-        its entry modules and everything they import (`module_closure`)."""
-        entries = self.code(params, wildcards) if callable(self.code) else self.code
-        return module_closure(*entries)
-
-    def input_templates(self, params: dict, wildcards: dict) -> dict[str, str]:
-        """Input path templates; a stage whose inputs depend on params or wildcards computes them."""
-        return self.inputs(params, wildcards) if callable(self.inputs) else dict(self.inputs)
-
     def resolve(self, templates: dict[str, str], wildcards: dict) -> dict[str, Path]:
         return {k: Path(paths.fill(v, **wildcards)) for k, v in templates.items()}
-
-
-def _lazy(target: str) -> Callable:
-    """`module:function` of vocabtransfer, imported on the first call (the stage table stays cheap to
-    import: Snakemake and the CLI load it before any stage runs)."""
-    module, _, function = target.partition(":")
-
-    def call(*args):
-        return getattr(importlib.import_module(f"vocabtransfer.{module}"), function)(*args)
-
-    return call
 
 
 def section_leaves(params: dict, section: str) -> list[str]:
@@ -130,11 +142,10 @@ def section_leaves(params: dict, section: str) -> list[str]:
     return [leaf for key in node for leaf in section_leaves(params, f"{section}.{key}")]
 
 
-
 PACKAGE = Path(__file__).resolve().parents[1]  # src/vocabtransfer
 
 
-def _module_file(dotted: str) -> Path | None:
+def module_file(dotted: str) -> Path | None:
     """src/vocabtransfer/<…>.py (or <…>/__init__.py) of a `vocabtransfer.…` module name, if it exists."""
     parts = dotted.split(".")
     if parts[0] != "vocabtransfer":
@@ -151,13 +162,25 @@ def _module_file(dotted: str) -> Path | None:
 NOT_FOLLOWED = ("pipeline/stages.py", "cli.py", "pipeline/dvcgen.py", "__init__.py")
 
 
+def code_statements(source: str) -> list:
+    """A module's top-level statements before its stage declaration, which opens with the import of
+    `Stage` and runs to the end of the module (all of them in a module that declares no stage). The
+    declaration (`STAGE = Stage(...)` and its helpers) plans the jobs: what it changes reaches DVC as
+    params, paths and data files, not as code."""
+    body = ast.parse(source).body
+    for i, node in enumerate(body):
+        if (isinstance(node, ast.ImportFrom) and node.module == __name__
+                and any(alias.name == "Stage" for alias in node.names)):
+            return body[:i]
+    return body
+
+
 @lru_cache(maxsize=None)
 def module_closure(*files: str) -> tuple[str, ...]:
     """These modules (paths relative to src/vocabtransfer) and every vocabtransfer module they import,
     at any depth and inside functions too (read from the source, nothing is imported), sorted.
-    Imports of NOT_FOLLOWED modules are not followed."""
-    import ast
-
+    Imports of NOT_FOLLOWED modules and a stage declaration's imports (`code_statements`) are not
+    followed."""
     todo = [PACKAGE / f for f in files]
     boundary = {PACKAGE / f for f in NOT_FOLLOWED} - set(todo)
     seen: set[Path] = set()
@@ -166,14 +189,15 @@ def module_closure(*files: str) -> tuple[str, ...]:
         if path in seen:
             continue
         seen.add(path)
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        statements = code_statements(path.read_text(encoding="utf-8"))
+        for node in (n for statement in statements for n in ast.walk(statement)):
             names: list[str] = []
             if isinstance(node, ast.Import):
                 names = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
                 names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
             for name in names:
-                found = _module_file(name)
+                found = module_file(name)
                 if found is not None and found not in seen and found not in boundary:
                     todo.append(found)
     return tuple(sorted(str(p.relative_to(PACKAGE)) for p in seen))

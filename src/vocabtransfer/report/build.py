@@ -26,7 +26,7 @@ from vocabtransfer.report import markdown
 from vocabtransfer.report import tables
 from vocabtransfer.report import verdict
 from vocabtransfer.report.figures import plot_curves, plot_downstream, seed_curves, write_curves_csv
-from vocabtransfer.report.read import Plan, plan, read_language
+from vocabtransfer.report.read import Plan, read_language
 
 log = logging.getLogger(__name__)
 
@@ -120,5 +120,39 @@ def write_report(params: dict, p: Plan, root: Path = Path(".")) -> Path:
 
 
 def run(ctx) -> None:
-    out = write_report(ctx.params, plan(ctx.params))
+    out = write_report(ctx.params, plan(ctx.params))  # `plan`: with the stage, below
     log.info("report: %s (figures in %s)", out, paths.REPORT_FIGURES)
+
+
+# ---------------------------------------------------------------- the stage (vocabtransfer.pipeline.stages)
+# From the import of `Stage` on, the module plans its jobs: not their code (stage_spec.code_statements).
+from vocabtransfer.pipeline.stage_spec import Stage
+from vocabtransfer.evaluate import finetune_eval
+from vocabtransfer.evaluate import gradient_scenarios
+from vocabtransfer.evaluate import token_frequency_loss
+from vocabtransfer.report import read
+from vocabtransfer.train import pretrain
+
+
+def plan(params: dict) -> Plan:
+    """Every artefact the report reads (`run` reads them, and they are its inputs), from the job planner
+    of the stages that write them."""
+    return read.plan(params, {stage.name: stage for stage in (pretrain.STAGE, token_frequency_loss.STAGE,
+                                                              gradient_scenarios.STAGE, finetune_eval.STAGE)})
+
+
+STAGE = Stage(
+    name="report",
+    run=run,
+    help="the study's report: results/report.md with figures, DVC plots (valid-loss curves) and metrics",
+    wildcards=(),
+    inputs=lambda params, wildcards: read.inputs(plan(params)),
+    outputs={"report": paths.REPORT, "figures": paths.REPORT_FIGURES, "curves": paths.REPORT_CURVES,
+             "metrics": paths.REPORT_METRICS},
+    directories=frozenset({"figures", "curves"}),
+    metrics=frozenset({"metrics"}),
+    plots=dvc_plots,
+    params=("seed", "languages", "source_model", "init.methods", "report.bootstrap_resamples", "report.confidence",
+            "report.correction", "report.min_clusters"),
+    code=("report/build.py",),
+)

@@ -12,7 +12,6 @@ from functools import lru_cache
 from pathlib import Path
 
 from vocabtransfer import io
-from vocabtransfer.pipeline import availability
 from vocabtransfer.pipeline import models
 from vocabtransfer.pipeline import paths
 
@@ -51,16 +50,21 @@ class Plan:
         return list(dict.fromkeys(job["task"] for job in self.evals.get(lang, [])))
 
 
-def plan(params: dict) -> Plan:
-    from vocabtransfer.evaluate.finetune_eval import eval_jobs, skipped_tasks
-    from vocabtransfer.pipeline.stages import STAGES
+def plan(params: dict, stages: dict) -> Plan:
+    """Every artefact the report reads, from the job planner (`Stage.jobs`) of the stages that write them:
+    `stages` maps pretrain, gradient_scenarios and finetune_eval to their `Stage`, and token_frequency_loss
+    when its tables are read."""
+    from vocabtransfer.evaluate.finetune_eval import skipped_tasks
 
-    gradients = [(c["method"], c["objective"], int(c["pseed"])) for c in STAGES["gradient_scenarios"].combinations(params)]
-    out = Plan(languages=list(params["languages"]), pretrain=availability.pretrain_runs(params), gradients=gradients,
-               token_frequency="token_frequency_loss" in STAGES)
+    def runs(jobs: list[dict]) -> list[Run]:
+        return [(job["method"], job["objective"], int(job["pseed"])) for job in jobs]
+
+    out = Plan(languages=list(params["languages"]), pretrain=runs(stages["pretrain"].expand(params)),
+               gradients=runs(stages["gradient_scenarios"].expand(params)),
+               token_frequency="token_frequency_loss" in stages)
     for lang in out.languages:
-        out.evals[lang], out.skipped[lang] = list(eval_jobs(params, lang)), dict(skipped_tasks(params, lang))
-        out.absent[lang] = set(out.pretrain) - set(availability.pretrain_runs(params, lang))
+        out.evals[lang], out.skipped[lang] = stages["finetune_eval"].jobs(params, lang), skipped_tasks(params, lang)
+        out.absent[lang] = set(out.pretrain) - set(runs(stages["pretrain"].jobs(params, lang)))
     return out
 
 
@@ -68,9 +72,8 @@ def _key(*parts) -> str:
     return re.sub(r"\W", "_", "_".join(str(p) for p in parts))
 
 
-def inputs(params: dict, wildcards: dict) -> dict[str, str]:
-    """The report stage's inputs: every artefact `plan(params)` names."""
-    p = plan(params)
+def inputs(p: Plan) -> dict[str, str]:
+    """The report stage's inputs: every artefact the plan names."""
     out = {"head_stats": paths.SOURCE_HEAD_STATS, "base_stats": paths.SOURCE_BASE_STATS}
     for lang in p.languages:
         for name, template in (("init_eval", paths.INIT_EVAL), ("corpus_stats", paths.CORPUS_STATS),

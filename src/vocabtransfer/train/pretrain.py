@@ -43,8 +43,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from vocabtransfer import io
-from vocabtransfer.train import distill
-from vocabtransfer.train import lowrank
 from vocabtransfer.train import modeling
 from vocabtransfer.train.hub import load_tokenizer
 from vocabtransfer.train.lmdata import Kind, LMCollator, lm_batches, pack_ids
@@ -159,6 +157,8 @@ class StepBlocks:
     def __getitem__(self, i: int) -> dict:
         import torch
 
+        from vocabtransfer.train import distill
+
         epoch, j = divmod(int(i), len(self.blocks))
         if epoch not in self._perms:
             self._perms[epoch] = torch.randperm(len(self.blocks),
@@ -180,6 +180,8 @@ class StepCollator:
 
     def __call__(self, items: list[dict]) -> dict:
         import torch
+
+        from vocabtransfer.train import distill
 
         if self.kind != "masked":
             batch = self.lm([item["input_ids"] for item in items])
@@ -208,6 +210,8 @@ def check_distill(ctx, objective: str, opts: dict) -> Path | None:
         return None
     from transformers import AutoConfig
 
+    from vocabtransfer.train import distill
+
     distill.check_alpha((opts.get("distill") or {}).get("alpha", 0.5))
     distill.check_temperature((opts.get("distill") or {}).get("temperature", 1.0))
     source = Path(ctx.input["source"]) if "source" in ctx.input else Path(paths.SOURCE_MODEL)
@@ -221,6 +225,9 @@ def check_distill(ctx, objective: str, opts: dict) -> Path | None:
 def run(ctx) -> None:
     import torch
     from transformers import PrinterCallback, TrainingArguments
+
+    from vocabtransfer.train import distill
+    from vocabtransfer.train import lowrank
 
     start = time.perf_counter()
     opts = ctx.param("pretrain")
@@ -385,3 +392,36 @@ def run(ctx) -> None:
         shutil.rmtree(checkpoints, ignore_errors=True)
     log.info("pretrain %s/%s/%s pseed %d done in %.1f s: valid loss %.4f -> %.4f", ctx.lang, method, objective,
              pseed, stats["seconds"], stats["initial_valid_loss"], stats["final_valid_loss"])
+
+
+# ---------------------------------------------------------------- the stage (vocabtransfer.pipeline.stages)
+# From the import of `Stage` on, the module plans its jobs: not their code (stage_spec.code_statements).
+from vocabtransfer.pipeline.stage_spec import Stage
+
+
+def _inputs(params: dict, wildcards: dict) -> dict[str, str]:
+    """The run's init model (pseed 1's for a method without random rows) and pre-tokenised splits; for the
+    distill objective also its teacher, the source model with its own tokenizer."""
+    init = paths.partial(paths.INIT_DIR, method=wildcards["method"],
+                         pseed=models.init_pseed(wildcards["method"], wildcards["pseed"]))
+    teacher = {"source": paths.SOURCE_MODEL} if wildcards.get("objective") == "distill" else {}
+    return {"init": init, "train": paths.PRETOK_TRAIN, "valid": paths.PRETOK_VALID, **teacher}
+
+
+STAGE = Stage(
+    name="pretrain",
+    run=run,
+    help="continued pretraining of an initialised model with the standard, selfish or distill objective",
+    wildcards=("lang", "method", "objective", "pseed"),
+    inputs=_inputs,
+    outputs={"pretrain": paths.PRETRAIN_DIR},
+    directories=frozenset({"pretrain"}),
+    params=("seed",),
+    extra_params=leaves,
+    code=("train/pretrain.py",),
+    expand=expand,
+    skip_reason=lambda params, wc: availability.method_reason(params, wc["lang"], wc["method"]),
+    parallel=True,
+    processes="pretrain.processes",  # > 1: launched with accelerate, N GPUs on a cluster
+    gpu=True,
+)
