@@ -189,12 +189,13 @@ def tfl_study(tmp_path, source_model, source_tok, tok):
     valid = text_lines("sw", 12, start=2000) + [LINES[2] * 4]  # the last one is longer than seq_len
     io.write_parquet(encode(valid), xx / "pretokenized" / "valid.parquet")
     io.write_parquet(pa.table({"text": valid}), xx / "corpus" / "valid.parquet")
-    params = {"seed": 5, "languages": ["xx"], "init": {"methods": ["focus"]},
+    params = {"seed": 5, "languages": ["xx"], "init": {"methods": ["focus", "mean"]},  # mean: not pretrained
               "pretrain": {"methods": ["focus"], "objectives": ["standard"], "seeds": 2},
               "token_frequency_loss": {"buckets": 2, "scheme": "equal_types", "max_lines": 13, "seq_len": 32,
                                        "batch_size": 4}}
     models = {}
-    for k, (m, o, s) in enumerate(token_frequency_loss.scored_models(params, "xx")):
+    scored = token_frequency_loss.scored_models(params, "xx") + token_frequency_loss.zero_shot_models(params, "xx")
+    for k, (m, o, s) in enumerate(scored):
         sub = f"init/{m}/pseed{s}" if o == "init" else f"pretrain/{m}/{o}/pseed{s}"
         models[(m, o, s)] = tiny_llama(len(tok), seed=10 + k)
         save_dir(models[(m, o, s)], tok, xx / sub / "model")
@@ -224,7 +225,9 @@ def test_token_frequency_loss_writes_bits_per_line_for_every_model_and_the_sourc
     df = table.to_pandas()
     keys = list(dict.fromkeys(zip(df["method"], df["objective"], df["pseed"])))
     assert keys == [("source", "source", 0), ("focus", "init", 1), ("focus", "init", 2), ("focus", "standard", 1),
-                    ("focus", "standard", 2)]
+                    ("focus", "standard", 2), ("mean", "init", 1)]  # mean, only initialised: bits per byte only
+    frequency = io.read_parquet(out["table"]).to_pandas()
+    assert "mean" not in set(frequency["method"])  # not in the frequency-bucket table
     n_bytes = [len(s.encode("utf-8")) for s in valid]
     for (m, o, s), g in df.groupby(["method", "objective", "pseed"], sort=False):
         model, tok = (source, en) if m == "source" else (models[(m, o, s)], bpe)

@@ -278,6 +278,10 @@ def test_comparison_tables_show_the_recomputed_intervals(rendered):
     selfish = section(comparisons, "#### Selfish − standard, per method")
     assert cells(selfish, "focus", "b1 (ranks 10–19)")[5].startswith("no detectable difference")
     assert cells(selfish, "random", "b2 (ranks 20–29)")[5].startswith("✱ better")
+    # causal models: the objectives compared in bits per byte of the text too
+    d = stats.nested_interval(bpb_runs(root, "sw", "focus", "standard"), bpb_runs(root, "sw", "focus", "selfish"),
+                              resamples=2000, seed=42, confidence=0.95)
+    assert cells(selfish, "focus", "bits per byte")[2] == f"{d.diff:+.3f} [{d.low:+.3f}, {d.high:+.3f}]"
 
 
 def test_downstream_tables_grey_what_is_not_learned(rendered):
@@ -577,3 +581,39 @@ def test_a_gguf_source_is_said_to_be_a_quantisation(tmp_path):
     (tmp_path / paths.SOURCE_BASE_STATS).write_text(json.dumps({"route": "hub"}))  # a plain checkpoint: nothing said
     build.write_report(PARAMS, plan, tmp_path)
     assert "Source weights" not in (tmp_path / paths.REPORT).read_text()
+
+
+def test_a_method_only_initialised_gets_zero_shot_bits_per_byte_paired_with_every_random_initialisation():
+    """`mean` is not pretrained: token_frequency_loss scores its one initialisation (pseed 1); the table
+    pairs it with each of random's three initialisations, so its − random row rests on 3 seeds, and the
+    difference is the mean over random's seeds, by hand."""
+    import pandas as pd
+
+    from vocabtransfer.report.tables import Settings, bits_per_byte_table
+
+    n = 40
+    rng = np.random.default_rng(0)
+    n_bytes = 60 + np.arange(n) % 9
+    rows = []
+
+    def add(method, objective, pseed, bits_per_byte):
+        for line in range(n):
+            rows.append({"method": method, "objective": objective, "pseed": pseed, "line": line,
+                         "bits": float(bits_per_byte[line] * n_bytes[line]), "n_bytes": int(n_bytes[line]),
+                         "n_tokens": 20, "n_scored": 20})
+
+    add("source", "source", 0, 1.0 + 0.1 * rng.random(n))
+    random_bpb = {p: 4.0 + 0.2 * p + 0.1 * rng.random(n) for p in (1, 2, 3)}
+    for p, v in random_bpb.items():
+        add("random", "init", p, v)
+    mean_bpb = 2.0 + 0.1 * rng.random(n)
+    add("mean", "init", 1, mean_bpb)
+    lang = read.Language("sw", bits_per_byte=pd.DataFrame(rows))
+    table = bits_per_byte_table(lang, Settings(2000, 0.95, "holm", 0))
+    row = next(r for r in table.rows if r.method == "mean")
+    d = row.vs_random.diff
+    assert d.n_pseeds == 3 and d.n_clusters == n
+    by_hand = np.mean([(mean_bpb * n_bytes).sum() / n_bytes.sum() - (v * n_bytes).sum() / n_bytes.sum()
+                       for v in random_bpb.values()])
+    assert d.diff == pytest.approx(by_hand) and d.high < 0
+    assert row.score.n_pseeds == 3 and row.score.diff == pytest.approx((mean_bpb * n_bytes).sum() / n_bytes.sum())

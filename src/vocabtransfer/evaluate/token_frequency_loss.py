@@ -21,7 +21,9 @@ token's frequency rank in the train split.
 4. Bits per byte (`bits_per_byte`, on by default): the same first `max_lines` valid lines as text,
    each line scored alone by every causal model and by the source model with its own tokenizer
    (`evaluate.bits_per_byte` has the exact definition): per line its bits, UTF-8 bytes and tokens, so
-   the report resamples lines (the clusters) and pretraining seeds. A masked LM gets no bits (null):
+   the report resamples lines (the clusters) and pretraining seeds. The initialised models of the
+   `init.methods` that are not pretrained (pretraining seed 1's) are scored here too, for bits per byte
+   only, so every method's zero-shot bits per byte carries an interval. A masked LM gets no bits (null):
    it keeps its per-token loss. A causal source without its LM head is refused before any scoring.
 
 Output: results/L/token_frequency_loss.parquet (one row per model × pretraining seed × bucket),
@@ -87,6 +89,13 @@ def scored_models(params: dict, lang: str) -> list[tuple[str, str, int]]:
     return list(inits) + runs
 
 
+def zero_shot_models(params: dict, lang: str) -> list[tuple[str, str, int]]:
+    """The initialised models of the other `init.methods` (pretraining seed 1's initialisation): scored for
+    bits per byte only, so every method's zero-shot bits per byte carries an interval."""
+    scored = {m for m, _, _ in scored_models(params, lang)}
+    return [(m, "init", 1) for m in availability.methods(params, lang) if m not in scored]
+
+
 def _model_template(method: str, objective: str, pseed: int) -> str:
     if objective == "init":
         return paths.partial(paths.INIT_DIR, method=method, pseed=pseed)
@@ -98,7 +107,8 @@ def inputs(params: dict, wildcards: dict) -> dict[str, str]:
     init model each started from."""
     out = {"train_ids": paths.PRETOK_TRAIN, "valid_ids": paths.PRETOK_VALID, "valid_text": paths.CORPUS_VALID,
            "source_model": paths.SOURCE_MODEL}
-    for method, objective, pseed in scored_models(params, wildcards["lang"]):
+    zero_shot = zero_shot_models(params, wildcards["lang"]) if params["token_frequency_loss"]["bits_per_byte"] else []
+    for method, objective, pseed in scored_models(params, wildcards["lang"]) + zero_shot:
         out[model_key(method, objective, pseed)] = _model_template(method, objective, pseed)
     return out
 
@@ -357,6 +367,19 @@ def run(ctx) -> None:
                  sums.sum() / max(1, n.sum()), n.sum(), bits)
         del model
 
+    # 3. the other methods' initialised models: bits per byte only (a masked LM has none to give)
+    zero_shot = zero_shot_models(ctx.params, ctx.lang) if bpb and kind == "causal" else []
+    for method, objective, pseed in progress(zero_shot, desc="zero-shot models", unit="model"):
+        path = model_dir(ctx, method, objective, pseed)
+        same_tokenizer(tokenizer, load_tokenizer(path), path)
+        model, _ = modeling.load_source_model(path, kind)
+        model.to(ctx.device)
+        scores = bits_per_byte.score_lines(model, tokenizer, lines, seq_len=seq_len, batch_size=batch_size, kind=kind)
+        for name, values in line_rows(method, objective, pseed, scores).items():
+            lines_out[name] += values
+        log.info("%s/%s/pseed%d: %.4f bits per byte (zero-shot only)", method, objective, pseed, scores.bits_per_byte)
+        del model
+
     io.write_parquet(pa.Table.from_pylist(rows, schema=SCHEMA), ctx.output["table"])
     io.write_parquet(pa.table(cells, schema=BLOCKS_SCHEMA), ctx.output["blocks"])
     io.write_parquet(pa.table(lines_out, schema=BPB_SCHEMA), ctx.output["bits_per_byte"])
@@ -378,7 +401,8 @@ STAGE = Stage(
              "bits_per_byte": paths.BITS_PER_BYTE, "plot": paths.TOKEN_FREQUENCY_PLOT},
     params=("seed",),
     extra_params=lambda params, wildcards: (section_leaves(params, "token_frequency_loss")
-                                            + ["pretrain.methods", "pretrain.objectives", "pretrain.pairs", "pretrain.seeds"]),
+                                            + ["init.methods", "pretrain.methods", "pretrain.objectives", "pretrain.pairs",
+                                               "pretrain.seeds"]),
     code=("evaluate/token_frequency_loss.py",),
     parallel=True,
     gpu=True,

@@ -270,8 +270,8 @@ def methods_vs_random(lang: Language, settings: Settings, status: dict) -> list[
 
 
 def objective_vs_standard(lang: Language, settings: Settings, status: dict, objective: str) -> Family | None:
-    """Per method: `objective` (selfish, distill) minus standard on the valid loss, every learned task and
-    every frequency bucket."""
+    """Per method: `objective` (selfish, distill) minus standard on the valid loss, bits per byte (causal
+    models), every learned task and every frequency bucket."""
     rows = []
     buckets = _bucket_labels(lang)
     for method in lang.methods():
@@ -280,6 +280,9 @@ def objective_vs_standard(lang: Language, settings: Settings, status: dict, obje
         std, other = loss_runs(lang, method, "standard"), loss_runs(lang, method, objective)
         if std is not None and other is not None:
             rows.append(Row(method, "valid loss", settings.bootstrap(std, other), lower_is_better=True))
+        a, b = bpb_runs(lang, method, "standard"), bpb_runs(lang, method, objective)
+        if a is not None and b is not None:  # causal models: the same comparison in bits per byte of the text
+            rows.append(Row(method, "bits per byte", settings.bootstrap(a, b), lower_is_better=True))
         for task in tasks(lang):
             a, b = f"{method}-standard", f"{method}-{objective}"
             if task in status and status[task].learned and a in lang.evals[task] and b in lang.evals[task]:
@@ -327,7 +330,9 @@ def _per_line(g, n_lines: int, column: str) -> np.ndarray:
 def bpb_runs(lang: Language, method: str, objective: str) -> stats.Runs | None:
     """Bits and UTF-8 bytes per valid line (the clusters) of every pretraining seed of a model (the source:
     pseed 0); None without rows or without bits (a masked LM). A method without random rows has one
-    initialisation (pseed 1) shared by all its pretraining seeds: its `init` runs repeat it for each."""
+    initialisation (pseed 1) shared by all its pretraining seeds: its `init` runs repeat it for each (for
+    each initialisation seed of the table when the method is not pretrained: it is paired with every
+    random initialisation)."""
     df = lang.bits_per_byte
     if df is None or not len(df):
         return None
@@ -337,7 +342,8 @@ def bpb_runs(lang: Language, method: str, objective: str) -> stats.Runs | None:
         return None
     per = {int(p): (_per_line(g, n_lines, "bits"), _per_line(g, n_lines, "n_bytes")) for p, g in sub.groupby("pseed")}
     if objective == models.INIT:
-        pseeds = sorted({int(p) for p in df.loc[(df["method"] == method) & (df["objective"] != models.INIT), "pseed"]})
+        pseeds = sorted({int(p) for p in df.loc[(df["method"] == method) & (df["objective"] != models.INIT), "pseed"]}
+                        or {int(p) for p in df.loc[df["objective"] == models.INIT, "pseed"]})
         shared = {p: per[models.init_pseed(method, p)] for p in pseeds if models.init_pseed(method, p) in per}
         per = shared or per
     return stats.Runs({(p, 0): parts for p, parts in per.items()}, tuple(range(n_lines)))
@@ -397,8 +403,8 @@ def bits_per_byte_table(lang: Language, settings: Settings) -> BpbTable | None:
             share = (bits_per_byte.share_kept(base_score.diff, score.diff, source_score.diff)
                      if base_score is not None and source_score is not None else math.nan)
             vs = None
-            if method != "random":
-                diff = settings.bootstrap(base, runs) if base is not None else None
+            if method != "random" and base is not None:  # random not run with this objective: nothing to pair
+                diff = settings.bootstrap(base, runs)
                 vs = Row(f"{method} − random ({objective})", "bits per byte", diff, lower_is_better=True,
                          note="" if diff else "no paired runs")
                 family.rows.append(vs)
@@ -423,7 +429,7 @@ def seeds_text(d: stats.Difference | None) -> str:
     if d is None:
         return "–"
     levels = [f"{n} {name}" for n, name in ((d.n_pseeds, "pretraining"), (d.n_fseeds, "fine-tuning")) if n]
-    return " × ".join(levels) + " seeds"
+    return " × ".join(levels) + (" seed" if levels == ["1 pretraining"] or levels == ["1 fine-tuning"] else " seeds")
 
 
 def finite(x) -> bool:

@@ -9,6 +9,8 @@ tasks no model learns are named as such, with their floor's score, and take no p
 
 from __future__ import annotations
 
+import re
+
 from vocabtransfer.report.read import task_order
 from vocabtransfer.report.tables import (NO_DIFFERENCE, NOT_AFTER_CORRECTION, NOT_LEARNED, Family, Row, Settings,
                                          seeds_text)
@@ -59,8 +61,8 @@ def objective_sentences(family: Family, settings: Settings) -> list[str]:
     out = []
     for method in dict.fromkeys(r.label for r in family.rows):
         rows = [r for r in family.rows if r.label == method and r.diff is not None]
-        buckets = [r for r in rows if r.measure.startswith("b")]
-        other = [r for r in rows if not r.measure.startswith("b")]
+        buckets = [r for r in rows if re.match(r"b\d+ ", r.measure)]  # `b3 (ranks 30–39)`, not `bits per byte`
+        other = [r for r in rows if r not in buckets]
         parts = []
         for r in other:
             verdict = r.status(settings, "helps", "costs")
