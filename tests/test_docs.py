@@ -15,7 +15,8 @@ from vocabtransfer.pipeline import params_doc
 
 DOCS = REPO / "docs"
 STUDY = DOCS / "study" / "report.md"  # the committed result of config/study.yaml
-PAGES = [REPO / "README.md"] + sorted(DOCS.glob("*.md")) + [STUDY]
+GEMMA_STUDY = DOCS / "study" / "gemma" / "report.md"  # the committed result of config/gemma.yaml
+PAGES = [REPO / "README.md"] + sorted(DOCS.glob("*.md")) + [STUDY, GEMMA_STUDY]
 INTERVAL = r"[+-]\d+\.\d+ \[[+-]\d+\.\d+, [+-]\d+\.\d+\]"
 # what a JSON Schema node of params.schema.yaml may say; anything else is a typo, or a flow mapping
 # `{…, description: a, b}` whose unquoted comma made `b` a key of its own
@@ -179,6 +180,26 @@ def test_the_committed_study_opens_with_its_verdict_and_the_readme_quotes_it():
     assert len(quoted) >= 8, quoted
     for number in quoted:
         assert number in verdict, f"README quotes {number}, which the MiniLM study's verdict does not state"
+
+
+def test_the_committed_gemma_study_opens_with_its_verdict_says_it_is_quantised_and_the_readme_quotes_it():
+    """docs/study/gemma/report.md (config/gemma.yaml) opens with `## Verdict` whose bullets carry intervals
+    and seeds, says that its weights are a quantisation of the released model, has its figures beside it, and
+    every number the README quotes from it stands in its verdict."""
+    verdict = verdict_of(GEMMA_STUDY)
+    text = GEMMA_STUDY.read_text(encoding="utf-8")
+    bullets = [line for line in verdict.splitlines() if line.startswith("- ")]
+    assert len(bullets) >= 2 * 4, bullets  # sw and de: valid loss, bits per byte, selfish and distill
+    for bullet in bullets:
+        assert re.search(INTERVAL, bullet) and "seed" in bullet, bullet
+    assert re.search(r"quanti[sz]ation of the released model to 4.8 bits per weight \(Q4_K", text), \
+        "the Gemma report must say its weights are a 4-bit (Q4_K_M) quantisation"
+    figures = re.findall(r"\]\(([^)]+\.png)\)", text)
+    assert len(figures) >= 10 and all((GEMMA_STUDY.parent / f).exists() for f in figures), figures
+    quoted = re.findall(INTERVAL, readme_answer("Gemma"))
+    assert len(quoted) >= 6, quoted
+    for number in quoted:
+        assert number in verdict, f"README quotes {number}, which the Gemma study's verdict does not state"
 
 
 def test_the_floors_the_readme_states_are_the_floor_stage_on_the_study(shared_data, monkeypatch):
