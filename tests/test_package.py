@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import zipfile
 
 import pytest
 
@@ -19,11 +20,16 @@ def test_validate_works_from_an_installed_wheel(tmp_path):
     python = sys.executable
     # build the wheel from a copy, so the checkout gets no build/ directory
     src = tmp_path / "src-copy"
-    shutil.copytree(REPO, src, ignore=shutil.ignore_patterns(".git", ".venv", "results", "logs", ".snakemake", "data",
-                                                             "build", "*.egg-info", "__pycache__"))
+    # the checkout's own directories go by name at its root only: src/vocabtransfer/data is a package, /data a link
+    top = {".git", ".venv", "results", "logs", ".snakemake", "data", "build"}
+    anywhere = shutil.ignore_patterns("*.egg-info", "__pycache__")
+    shutil.copytree(REPO, src, ignore=lambda d, names: set(anywhere(d, names)) | (top & set(names) if d == str(REPO) else set()))
     subprocess.run([python, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(tmp_path / "dist"),
                     str(src)], check=True, capture_output=True, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
     wheel = next((tmp_path / "dist").glob("vocabtransfer-*.whl"))
+    # every module of the package is in the wheel (a subpackage left out fails only where it is imported)
+    modules = {str(f.relative_to(REPO / "src")) for f in (REPO / "src" / "vocabtransfer").rglob("*.py")}
+    assert modules <= set(zipfile.ZipFile(wheel).namelist()), modules - set(zipfile.ZipFile(wheel).namelist())
     # a fresh venv that sees the pinned dependencies of this one but not its vocabtransfer
     venv = tmp_path / "venv"
     subprocess.run([python, "-m", "venv", "--without-pip", str(venv)], check=True)
