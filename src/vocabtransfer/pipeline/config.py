@@ -3,17 +3,27 @@ workflow/schemas/params.schema.yaml is a link to it).
 
 `load_params` returns the config with every default filled in, or raises a
 VocabTransferError naming the key path, what was wrong and the allowed values.
+
+Typed sections: a stage reads its section once, at its entry, into a frozen dataclass declared
+next to its code (`OmpOptions` … in vocabtransfer.init.methods.options, `PretrainParams` in
+vocabtransfer.train.pretrain), built by `from_dict` from the validated dict (`ctx.section`); below
+the entry, functions take these. The dataclasses have no defaults (the schema is their one home) and
+mirror the schema's fields (tests/test_config.py holds them to it); a stage's rerun keys are their
+leaves (`field_leaves`).
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import importlib.util
 import os
 import re
+import types
+import typing
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Mapping
 
 import jsonschema
 import yaml
@@ -248,3 +258,67 @@ def check_language(params: dict, lang: str) -> None:
         raise VocabTransferError(
             f"unknown language {lang!r}: params.yaml `languages` lists {', '.join(params['languages'])}"
         )
+
+
+# ------------------------------------------------------------------------------- typed sections
+
+# field metadata of a typed section: a leaf that does not change a job's outputs (which jobs run,
+# whether checkpoints are kept) is no rerun key
+NO_RERUN = {"rerun": False}
+
+
+def from_dict(cls, data: Mapping):
+    """The frozen dataclass `cls` of a validated params section: nested dataclass fields recursively,
+    arrays as tuples, numbers of `float` fields as floats; keys that are not fields are not read."""
+    hints = typing.get_type_hints(cls)
+    return cls(**{f.name: _typed_value(hints[f.name], data[f.name]) for f in dataclasses.fields(cls)})
+
+
+def _typed_value(tp, value):
+    if dataclasses.is_dataclass(tp):
+        return from_dict(tp, value)
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        if value is None:
+            return None
+        return _typed_value(next(a for a in typing.get_args(tp) if a is not type(None)), value)
+    if tp is float:
+        return float(value)
+    if origin is tuple:
+        return tuple(value)
+    if origin is dict:
+        return dict(value)
+    return value
+
+
+def field_leaves(cls, prefix: str, data: Mapping, keep: Callable[[dataclasses.Field], bool] = lambda f: True) -> list[str]:
+    """The dotted params leaves of the fields of `cls` under `prefix` (e.g. `init.omp.k`) that `keep`
+    keeps, nested dataclasses recursively and a mapping field by its keys in `data`; in the order of
+    `data` (the validated params', as Snakemake records a job's params): a stage's rerun keys."""
+    by_name = {f.name: f for f in dataclasses.fields(cls)}
+    hints = typing.get_type_hints(cls)
+    out: list[str] = []
+    for key, value in data.items():
+        if key not in by_name or not keep(by_name[key]):
+            continue
+        if dataclasses.is_dataclass(hints[key]):
+            out += field_leaves(hints[key], f"{prefix}.{key}", value, keep)
+        elif typing.get_origin(hints[key]) is dict:
+            out += [f"{prefix}.{key}.{k}" for k in value]
+        else:
+            out.append(f"{prefix}.{key}")
+    return out
+
+
+def typed_section(cls, dotted: str, given: Mapping | None = None):
+    """`cls` from `given` (a mapping, or None) over the schema's defaults of the section `dotted`
+    (e.g. `init.omp`), validated by the schema: a section's entry for a call from Python."""
+    node = schema()
+    for key in dotted.split("."):
+        node = node["properties"][key]
+    data = copy.deepcopy(dict(given or {}))
+    errors = list(_Validator({**node, "$defs": schema()["$defs"]}).iter_errors(data))
+    if errors:
+        err = min(errors, key=lambda e: len(e.absolute_path))
+        raise VocabTransferError(f"{'.'.join([dotted, *map(str, err.absolute_path)])}: {_describe(err)}")
+    return from_dict(cls, data)

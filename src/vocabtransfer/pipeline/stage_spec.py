@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 from vocabtransfer.pipeline import config
 from vocabtransfer.pipeline import paths
@@ -40,6 +40,7 @@ def torch_threads(n: int):
         torch.set_num_threads(previous)
 
 
+T = TypeVar("T")
 Templates = dict[str, str]  # {name: path template}
 PerJob = Callable[[dict, dict], Any]  # (params, wildcards) -> the value for one job
 
@@ -205,7 +206,8 @@ def module_closure(*files: str) -> tuple[str, ...]:
 
 @dataclass
 class Context:
-    """What a stage function gets: validated params, its wildcards and resolved paths."""
+    """What a stage function gets: validated params (the dict; a section typed with `section`), its
+    wildcards and resolved paths."""
 
     stage: Stage
     params: dict
@@ -214,6 +216,7 @@ class Context:
     output: dict[str, Path]
     threads: int = 1
     device: str = "cpu"
+    _sections: dict = field(default_factory=dict, repr=False)  # the typed sections built (`section`)
 
     @property
     def lang(self) -> str:
@@ -229,6 +232,13 @@ class Context:
 
     def param(self, dotted: str) -> Any:
         return config.get(self.params, dotted)
+
+    def section(self, name: str, cls: type[T]) -> T:
+        """params section `name` as the frozen dataclass `cls` declared by the stage (e.g. `InitParams`,
+        whose `omp` is an `OmpOptions`), built once per job from the validated dict (`config.from_dict`)."""
+        if name not in self._sections:
+            self._sections[name] = config.from_dict(cls, self.params[name])
+        return self._sections[name]
 
     def torch_threads(self):
         """A context with this job's torch threads: its --threads, shared by the data-parallel processes
