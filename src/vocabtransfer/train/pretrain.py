@@ -24,6 +24,10 @@ value is `seed + 1000 (K - 1)`, see vocabtransfer.pipeline.models):
    `metrics.parquet`, `valid_blocks.parquet` (the final valid loss summed per evaluation block, with
    its token count: the clusters of the report's bootstrap), `stats.json`; then drop the checkpoints unless `pretrain.keep_checkpoints`.
 
+Params: `pretrain` as `PretrainParams` (with `SelfishOptions` and `DistillOptions`), read once at the
+entry (`ctx.section`); a job's rerun keys are its fields' leaves but those that choose the runs, and the
+selfish / distill options only for that objective (`leaves`).
+
 Options: `pretrain.factorized` trains `<m>+svd`/`<m>+snmf` (and ofa/snmf) models in their low-rank
 form (coordinates trainable, primitives trainable or frozen: `pretrain.train_primitives`); the
 saved model has the multiplied-out embeddings. `pretrain.embedding_warmup_steps` first trains the
@@ -37,7 +41,9 @@ import logging
 import os
 import shutil
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -52,12 +58,56 @@ from vocabtransfer.train.trainer import (
 from vocabtransfer.pipeline import availability
 from vocabtransfer.pipeline import models
 from vocabtransfer.pipeline import paths
+from vocabtransfer.pipeline.config import NO_RERUN, field_leaves
 from vocabtransfer.errors import VocabTransferError
 
 log = logging.getLogger(__name__)
 
-# params leaves that do not change the trained model or its metrics
-NOT_CHECKED = ("pretrain.methods", "pretrain.objectives", "pretrain.pairs", "pretrain.seeds", "pretrain.keep_checkpoints")
+
+# params `pretrain`, typed (fields and types as in the schema, which holds the defaults)
+@dataclass(frozen=True)
+class SelfishOptions:
+    margin: float
+
+
+@dataclass(frozen=True)
+class DistillOptions:
+    temperature: float
+    alpha: float
+    teacher: Literal["cached", "on_the_fly"]
+
+
+@dataclass(frozen=True)
+class PretrainParams:
+    """params `pretrain`: which runs (methods × objectives or pairs × seeds) and how each trains. NO_RERUN
+    fields do not change a run's model or metrics; `objective` marks the options of one objective."""
+
+    methods: tuple[str, ...] = field(metadata=NO_RERUN)
+    objectives: tuple[Literal["standard", "selfish", "distill"], ...] = field(metadata=NO_RERUN)
+    pairs: tuple[str, ...] | None = field(metadata=NO_RERUN)
+    seeds: int = field(metadata=NO_RERUN)
+    steps: int
+    batch_size: int
+    gradient_accumulation_steps: int
+    processes: int
+    seq_len: int
+    learning_rate: float
+    schedule: Literal["linear", "constant_with_warmup"]
+    warmup_steps: int
+    weight_decay: float
+    max_grad_norm: float
+    precision: Literal["auto", "fp32", "bf16"]
+    eval_every: int
+    eval_lines: int
+    eval_batch_size: int
+    log_every: int
+    save_every: int
+    keep_checkpoints: bool = field(metadata=NO_RERUN)
+    selfish: SelfishOptions = field(metadata={"objective": "selfish"})
+    distill: DistillOptions = field(metadata={"objective": "distill"})
+    factorized: bool
+    train_primitives: bool
+    embedding_warmup_steps: int
 
 METRICS_SCHEMA = pa.schema([
     ("step", pa.int64()), ("tokens_seen", pa.int64()), ("train_loss", pa.float64()),
@@ -77,15 +127,12 @@ def check_params(params: dict, source: str = "params.yaml") -> None:
 
 
 def leaves(params: dict, wildcards: dict) -> list[str]:
-    """The params leaves one job reads: `pretrain.*` (the margin only for the selfish objective)."""
-    from vocabtransfer.pipeline.stage_spec import section_leaves
-
-    out = [leaf for leaf in section_leaves(params, "pretrain") if leaf not in NOT_CHECKED]
-    if wildcards.get("objective") != "selfish":
-        out = [leaf for leaf in out if not leaf.startswith("pretrain.selfish.")]
-    if wildcards.get("objective") != "distill":
-        out = [leaf for leaf in out if not leaf.startswith("pretrain.distill.")]
-    return out
+    """The params leaves one job reads (its rerun keys): the leaves of `PretrainParams` but the NO_RERUN
+    ones, with an objective's own options (`pretrain.selfish.margin`, `pretrain.distill.*`) for that
+    objective only."""
+    objective = wildcards.get("objective")
+    return field_leaves(PretrainParams, "pretrain", params["pretrain"],
+                        keep=lambda f: f.metadata.get("rerun", True) and f.metadata.get("objective", objective) == objective)
 
 
 def expand(params: dict) -> list[dict[str, str]]:
@@ -201,19 +248,15 @@ class StepCollator:
 # The stage
 # ---------------------------------------------------------------------------------------------
 
-def check_distill(ctx, objective: str, opts: dict) -> Path | None:
+def check_distill(ctx, objective: str) -> Path | None:
     """The teacher's directory (the source model) for the distill objective, else None; one line for a
-    masked-LM source, `alpha` outside [0, 1] or a temperature <= 0."""
+    masked-LM source (the schema checks pretrain.distill's alpha and temperature)."""
     from vocabtransfer.train.losses import get_objective
 
     if not get_objective(objective).teacher:
         return None
     from transformers import AutoConfig
 
-    from vocabtransfer.train import distill
-
-    distill.check_alpha((opts.get("distill") or {}).get("alpha", 0.5))
-    distill.check_temperature((opts.get("distill") or {}).get("temperature", 1.0))
     source = Path(ctx.input["source"]) if "source" in ctx.input else Path(paths.SOURCE_MODEL)
     kind = modeling.detect_kind(AutoConfig.from_pretrained(str(source)))
     if kind != "causal":
@@ -230,20 +273,17 @@ def run(ctx) -> None:
     from vocabtransfer.train import lowrank
 
     start = time.perf_counter()
-    opts = ctx.param("pretrain")
+    opts = ctx.section("pretrain", PretrainParams)  # params pretrain, typed
     method, objective, pseed = ctx.method, ctx.wildcards["objective"], int(ctx.wildcards["pseed"])
     seed = models.seed_value(ctx.params, pseed)  # data order, masks and dropout of this pretraining seed
     check_params(ctx.params)
     if ((method, objective) not in availability.pretrain_pairs(ctx.params)
             or pseed not in models.pretrain_seeds(ctx.params)):
         raise VocabTransferError(f"pretrain {method}/{objective}/pseed{pseed}: not a job of params pretrain.methods × "
-                                 f"pretrain.objectives (or pretrain.pairs) × pretrain.seeds ({', '.join(opts['methods'])} × "
-                                 f"{', '.join(opts['objectives'])} × 1..{opts['seeds']})")
-    margin = float(opts["selfish"]["margin"])
-    if not margin > 0:
-        raise VocabTransferError(f"pretrain.selfish.margin={margin}: must be > 0")
-    teacher_dir = check_distill(ctx, objective, opts)
-    parallel.check_processes(int(opts["processes"]), ctx.device, int(os.environ.get("WORLD_SIZE", "1")))
+                                 f"pretrain.objectives (or pretrain.pairs) × pretrain.seeds ({', '.join(opts.methods)} × "
+                                 f"{', '.join(opts.objectives)} × 1..{opts.seeds})")
+    teacher_dir = check_distill(ctx, objective)
+    parallel.check_processes(opts.processes, ctx.device, int(os.environ.get("WORLD_SIZE", "1")))
     init_dir = Path(ctx.input["init"])
     model_dir = init_dir / "model"
     checkpoints = Path(paths.fill(paths.PRETRAIN_CHECKPOINTS, lang=ctx.lang, method=method, objective=objective,
@@ -253,7 +293,7 @@ def run(ctx) -> None:
     model, kind = modeling.load_source_model(model_dir, dtype=torch.float32)
     tokenizer = load_tokenizer(model_dir)
     vocab = min(len(tokenizer), model.get_input_embeddings().weight.shape[0])
-    seq_len, batch_size = int(opts["seq_len"]), int(opts["batch_size"])
+    seq_len, batch_size = opts.seq_len, opts.batch_size
     teacher = teacher_tok = None
     if teacher_dir is None:
         blocks = pack_ids(tokenizer, read_ids(Path(ctx.input["train"]), vocab), seq_len, kind=kind)
@@ -263,12 +303,12 @@ def run(ctx) -> None:
         blocks = distill.pack_pairs(tokenizer, teacher_tok, read_ids(Path(ctx.input["train"]), vocab), seq_len)
         log.info("distill: teacher %s (%s), %d chunks in %d training blocks", teacher_dir, type(teacher).__name__,
                  sum(b.n_chunks for b in blocks), len(blocks))
-    valid = read_ids(Path(ctx.input["valid"]), vocab)[: int(opts["eval_lines"])]
+    valid = read_ids(Path(ctx.input["valid"]), vocab)[: opts.eval_lines]
     valid_blocks = pack_ids(tokenizer, valid, seq_len, kind=kind)
     if not blocks or not valid_blocks:
         raise VocabTransferError(f"{ctx.input['train']}: no training or valid blocks ({len(blocks)} / "
                                  f"{len(valid_blocks)}); the corpus is empty, rerun corpus and pretokenize")
-    eval_batches = lm_batches(tokenizer, valid_blocks, kind, int(opts["eval_batch_size"]), ctx.seed + 1)
+    eval_batches = lm_batches(tokenizer, valid_blocks, kind, opts.eval_batch_size, ctx.seed + 1)
 
     # 2. resume: the params the checkpoints were written with must be these
     expected = {leaf: ctx.param(leaf) for leaf in ["seed"] + leaves(ctx.params, ctx.wildcards)}
@@ -290,16 +330,16 @@ def run(ctx) -> None:
 
     # 3. options: factorised embeddings, precision, embedding warm-up
     original = None
-    if opts["factorized"] and (init_dir / "coordinates.safetensors").is_file():
-        original = lowrank.factorize_model(model, init_dir, bool(opts["train_primitives"]))
+    if opts.factorized and (init_dir / "coordinates.safetensors").is_file():
+        original = lowrank.factorize_model(model, init_dir, opts.train_primitives)
         log.info("training in factorised form: coordinates %s, primitives %s (%s)",
                  tuple(model.get_input_embeddings().coordinates.shape),
                  tuple(model.get_input_embeddings().primitives.shape),
-                 "trainable" if opts["train_primitives"] else "frozen")
-    elif opts["factorized"]:
+                 "trainable" if opts.train_primitives else "frozen")
+    elif opts.factorized:
         log.info("pretrain.factorized: %s has no coordinates/primitives; training its full embeddings", init_dir)
     use_cpu = ctx.device == "cpu"
-    bf16 = opts["precision"] == "bf16" or (opts["precision"] == "auto" and not use_cpu and torch.cuda.is_available()
+    bf16 = opts.precision == "bf16" or (opts.precision == "auto" and not use_cpu and torch.cuda.is_available()
                                            and torch.cuda.is_bf16_supported())
     embedding_params = {id(p) for mod in (model.get_input_embeddings(), model.get_output_embeddings())
                         if mod is not None for p in mod.parameters()}
@@ -308,34 +348,34 @@ def run(ctx) -> None:
         embedding_params.add(id(bias))
 
     args = TrainingArguments(
-        output_dir=str(checkpoints), max_steps=int(opts["steps"]), per_device_train_batch_size=batch_size,
-        gradient_accumulation_steps=int(opts["gradient_accumulation_steps"]), learning_rate=float(opts["learning_rate"]),
-        weight_decay=float(opts["weight_decay"]), lr_scheduler_type=opts["schedule"],
-        warmup_steps=int(opts["warmup_steps"]), max_grad_norm=float(opts["max_grad_norm"]), optim="adamw_torch",
-        logging_steps=int(opts["log_every"]), save_strategy="steps", save_steps=int(opts["save_every"]),
+        output_dir=str(checkpoints), max_steps=opts.steps, per_device_train_batch_size=batch_size,
+        gradient_accumulation_steps=opts.gradient_accumulation_steps, learning_rate=opts.learning_rate,
+        weight_decay=opts.weight_decay, lr_scheduler_type=opts.schedule,
+        warmup_steps=opts.warmup_steps, max_grad_norm=opts.max_grad_norm, optim="adamw_torch",
+        logging_steps=opts.log_every, save_strategy="steps", save_steps=opts.save_every,
         save_total_limit=2, eval_strategy="no", report_to=[], seed=seed, data_seed=seed, bf16=bf16,
         use_cpu=use_cpu, remove_unused_columns=False, include_num_input_tokens_seen="non_padding",
         dataloader_num_workers=0, disable_tqdm=True, save_only_model=False,
     )
     teacher_pad = 0 if teacher_tok is None else next(
         (i for i in (teacher_tok.pad_token_id, teacher_tok.eos_token_id) if i is not None), 0)
-    distill_opts = opts.get("distill") or {}
-    length = int(opts["steps"]) * batch_size * int(opts["gradient_accumulation_steps"]) * args.world_size
+    distill_opts = opts.distill
+    length = opts.steps * batch_size * opts.gradient_accumulation_steps * args.world_size
     dataset = StepBlocks(blocks, length, seed)
     teacher_seconds = None
-    if teacher is not None and distill_opts.get("teacher", "cached") == "cached":
+    if teacher is not None and distill_opts.teacher == "cached":
         # the teacher's chunk log-likelihoods of every block the run visits, once; then it leaves memory
         device = "cuda" if not use_cpu and torch.cuda.is_available() else "cpu"
         tick = time.perf_counter()
         dataset.blocks = distill.cache_teacher(teacher.to(device).eval(), blocks, dataset.visited(), pad_id=teacher_pad,
-                                               batch_size=int(opts["eval_batch_size"]), device="cpu")
+                                               batch_size=opts.eval_batch_size, device="cpu")
         teacher_seconds = time.perf_counter() - tick
         log.info("distill: the teacher's chunk log-likelihoods of %d blocks cached in %.1f s",
                  len(dataset.visited()), teacher_seconds)
         teacher = None
     log.info("pretrain %s/%s/%s pseed %d (seed %d): %s LM, %d train blocks of ≤%d ids, %d valid blocks; %d steps × %d × %d "
              "(accumulation) × %d process(es); %s", ctx.lang, method, objective, pseed, seed, kind, len(blocks), seq_len,
-             len(valid_blocks), int(opts["steps"]), batch_size, int(opts["gradient_accumulation_steps"]),
+             len(valid_blocks), opts.steps, batch_size, opts.gradient_accumulation_steps,
              args.world_size, "bf16" if bf16 else "fp32")
 
     # 4. train
@@ -344,14 +384,13 @@ def run(ctx) -> None:
         rows = {r["step"]: r for r in json.loads((resume[1] / ROWS_FILE).read_text(encoding="utf-8"))}
     ObjectiveTrainer, MetricsCallback = _trainer_classes()
     evaluate = lambda m: modeling.evaluate_lm(m, eval_batches, kind)["loss"]  # noqa: E731
-    callback = MetricsCallback(evaluate, int(opts["eval_every"]), rows, int(opts["embedding_warmup_steps"]),
+    callback = MetricsCallback(evaluate, opts.eval_every, rows, opts.embedding_warmup_steps,
                                embedding_params)
     trainer = ObjectiveTrainer(model=model, args=args, train_dataset=dataset,
                                data_collator=StepCollator(tokenizer, kind, seed, teacher_pad), callbacks=[callback],
-                               kind=kind, objective=objective, margin=margin, checkpoints=checkpoints,
-                               distill=teacher_dir is not None, teacher=teacher,
-                               alpha=float(distill_opts.get("alpha", 0.5)),
-                               temperature=float(distill_opts.get("temperature", 1.0)))
+                               kind=kind, objective=objective, margin=opts.selfish.margin, checkpoints=checkpoints,
+                               distill=teacher_dir is not None, teacher=teacher, alpha=distill_opts.alpha,
+                               temperature=distill_opts.temperature)
     trainer.remove_callback(PrinterCallback)
     train_start = time.perf_counter()
     trainer.train(resume_from_checkpoint=str(resume[1]) if resume else None)
@@ -368,15 +407,15 @@ def run(ctx) -> None:
     final = rows[max(rows)]
     stats = {
         "lang": ctx.lang, "method": method, "objective": objective, "kind": kind, "model_class": type(model).__name__,
-        "steps": int(opts["steps"]), "tokens_seen": int(trainer.state.num_input_tokens_seen),
+        "steps": opts.steps, "tokens_seen": int(trainer.state.num_input_tokens_seen),
         "initial_valid_loss": rows[0]["valid_loss"], "final_valid_loss": final["valid_loss"],
         "seconds": time.perf_counter() - start, "train_seconds": train_seconds,
         "resumed_from_step": resume[0] if resume else None, "pseed": pseed, "seed": seed,
-        "margin": margin if objective == "selfish" else None, "factorized": original is not None,
+        "margin": opts.selfish.margin if objective == "selfish" else None, "factorized": original is not None,
         "distill": None if teacher_dir is None else {
-            "alpha": float(distill_opts["alpha"]), "temperature": float(distill_opts["temperature"]),
+            "alpha": distill_opts.alpha, "temperature": distill_opts.temperature,
             "teacher": str(teacher_dir), "train_chunks": sum(b.n_chunks for b in blocks),
-            "teacher_mode": distill_opts["teacher"], "teacher_cache_seconds": teacher_seconds},
+            "teacher_mode": distill_opts.teacher, "teacher_cache_seconds": teacher_seconds},
         "train_blocks": len(blocks), "valid_blocks": len(valid_blocks),
         "valid_tokens": sum(int((b["labels"] != -100).sum()) for b in eval_batches), "bf16": bf16,
         "processes": args.world_size, "init_model": str(model_dir), "versions": io.versions(),
@@ -388,7 +427,7 @@ def run(ctx) -> None:
         io.write_parquet(table, tmp / "metrics.parquet")
         io.write_parquet(blocks_table, tmp / "valid_blocks.parquet")
         io.write_json(stats, tmp / "stats.json")
-    if not opts["keep_checkpoints"]:
+    if not opts.keep_checkpoints:
         shutil.rmtree(checkpoints, ignore_errors=True)
     log.info("pretrain %s/%s/%s pseed %d done in %.1f s: valid loss %.4f -> %.4f", ctx.lang, method, objective,
              pseed, stats["seconds"], stats["initial_valid_loss"], stats["final_valid_loss"])
