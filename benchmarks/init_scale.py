@@ -232,19 +232,6 @@ def build_problem(cache: Path, problem: str, args):
                               resources=resources)
 
 
-def method_options(method: str) -> dict:
-    """The schema's defaults, as a pipeline run with default params passes them."""
-    from vocabtransfer.init.methods.registry import info
-    from vocabtransfer.init.methods.options import defaults
-
-    base, _, fact = method.partition("+")
-    options = {k: v for k, v in defaults(base).items() if k not in info(base).stage_options}
-    options.pop("dictionaries", None)  # the benchmark passes the sw dictionary as a resource
-    if fact:
-        options["factorization"] = defaults(fact)
-    return options
-
-
 def child(problem: str, method: str, args) -> dict:
     """Run one method (or the plain `svd` baseline) and return its row."""
     import torch
@@ -270,7 +257,7 @@ def child(problem: str, method: str, args) -> dict:
         from vocabtransfer.init.methods import get_method
 
         E, prob = build_problem(args.cache, problem, args)
-        prob.options = method_options(method)
+        prob.options = prob.factorization = None  # the schema's defaults, as a run with default params
         row.update({"source_shape": list(E.shape), "target_vocab": prob.target_size,
                     "overlap": int(len(prob.overlap_target_ids))})
         t = time.perf_counter()

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+import typing
+from typing import Literal
+
 import pytest
 import yaml
 
 from vocabtransfer.cli import main
-from vocabtransfer.pipeline.config import load_params, validate_params
+from vocabtransfer.pipeline.config import from_dict, load_params, validate_params
 from vocabtransfer.errors import VocabTransferError
 
 from conftest import REPO
@@ -78,13 +82,75 @@ def test_cli_unknown_stage_is_rejected(capsys):
 
 def test_method_defaults_are_the_schemas():
     """A method called from Python with options={} gets the schema's defaults: a library call and a
-    pipeline run with default params agree."""
-    from vocabtransfer.init.methods.options import merged
+    pipeline run with default params agree; a bad or unknown key is the schema's one-line error."""
+    from vocabtransfer.init.methods.options import InitParams, init_options
 
     init = validate_params(minimal())["init"]
     for name in ("focus", "ofa", "omp", "snmf", "svd", "wechsel", "fvt"):
-        assert merged({}, name) == init[name], name
-    assert merged({"neighbors": 3, "nope": 1}, "ofa") == {**init["ofa"], "neighbors": 3}  # unknown keys dropped
+        assert dataclasses.asdict(init_options(name, {})) == init[name], name
+    assert init_options("ofa", {"neighbors": 3}) == dataclasses.replace(init_options("ofa"), neighbors=3)
+    typed = from_dict(InitParams, init)
+    assert init_options("omp", typed.omp) is typed.omp  # typed options pass through
+    assert typed.ofa.temperature == 0.1 and isinstance(typed.snmf.temperature, float)
+    with pytest.raises(VocabTransferError, match=r"^init\.ofa: unknown key\(s\) 'nope'; allowed keys: keep_dim"):
+        init_options("ofa", {"neighbors": 3, "nope": 1})
+    with pytest.raises(VocabTransferError, match=r"^init\.omp\.norm: 'unit' is not allowed; allowed values: "):
+        init_options("omp", {"norm": "unit"})
+
+
+def _schema_type(node: dict):
+    """The Python type of a schema leaf, as the typed sections spell it."""
+    if "enum" in node:
+        return Literal[tuple(node["enum"])]
+    kind = node["type"]
+    if isinstance(kind, list):  # [array, "null"]
+        return _schema_type({**node, "type": next(k for k in kind if k != "null")}) | None
+    if kind == "array":
+        return tuple[_schema_type(node["items"]), ...]
+    if kind == "object":
+        return dict[str, _schema_type(node["additionalProperties"])]
+    return {"integer": int, "number": float, "boolean": bool, "string": str}[kind]
+
+
+def _schema_nodes(node: dict, prefix: str) -> dict[str, object]:
+    """{dotted key: its Python type, or "section" for an object with properties} under `node`."""
+    out = {}
+    for key, sub in node["properties"].items():
+        if "properties" in sub:
+            out[f"{prefix}.{key}"] = "section"
+            out.update(_schema_nodes(sub, f"{prefix}.{key}"))
+        else:
+            out[f"{prefix}.{key}"] = _schema_type(sub)
+    return out
+
+
+def _field_nodes(cls, prefix: str) -> dict[str, object]:
+    """The same of a typed section's dataclass; its fields have no defaults (the schema holds them)."""
+    out = {}
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        assert f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING, f"{prefix}.{f.name}"
+        if dataclasses.is_dataclass(hints[f.name]):
+            out[f"{prefix}.{f.name}"] = "section"
+            out.update(_field_nodes(hints[f.name], f"{prefix}.{f.name}"))
+        else:
+            out[f"{prefix}.{f.name}"] = hints[f.name]
+    return out
+
+
+def test_the_typed_sections_mirror_the_schema():
+    """Every leaf of the schema's `init` and `pretrain` is a field of their dataclasses, of the schema's
+    type, and every field is a leaf of the schema: the two cannot drift."""
+    from vocabtransfer.init.methods.options import InitParams
+    from vocabtransfer.pipeline.config import schema
+    from vocabtransfer.train.pretrain import PretrainParams
+
+    for name, cls in (("init", InitParams), ("pretrain", PretrainParams)):
+        expected, got = _schema_nodes(schema()["properties"][name], name), _field_nodes(cls, name)
+        assert sorted(got) == sorted(expected), name
+        assert list(got) == list(expected), f"{name}: fields in the schema's order"
+        for key, kind in expected.items():
+            assert got[key] == kind, f"{key}: field {got[key]}, schema {kind}"
 
 
 def test_merge_overlay_merges_key_by_key_but_replaces_a_data_source_whole():

@@ -11,6 +11,9 @@ import torch
 from safetensors.torch import load_file
 
 from vocabtransfer.init import initialise
+from vocabtransfer.init.methods.options import FocusOptions, NoOptions, SvdOptions
+from vocabtransfer.pipeline.config import validate_params
+from vocabtransfer.pipeline.stages import STAGES
 from vocabtransfer import io
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.init.methods import available
@@ -150,21 +153,42 @@ def test_init_errors(tmp_path, tokenizers):
         initialise.run(init_ctx(tmp_path, inputs))
 
 
+def _params(**init):
+    return validate_params({"languages": ["sw"], "source_model": "sentence-transformers/all-MiniLM-L6-v2",
+                            "corpus": {"sources": {"sw": {"path": "pretrain_text/sw.txt"}}}, "init": init})
+
+
 def test_method_options_for_factorised_methods():
-    params = {"init": {"methods": ["focus+svd"], "focus": {"k": 3}, "svd": {"rank": 8}}}
-    assert initialise.method_options(params, "focus+svd") == {"k": 3, "factorization": {"rank": 8}}
-    assert initialise.method_options(params, "focus") == {"k": 3}
-    assert initialise.method_options(params, "random") == {}
-    opts = initialise.method_options(params, "focus+svd")
-    opts["k"] = 4
-    assert params["init"]["focus"]["k"] == 3  # a copy
+    """A method gets its typed `init.<base>`, a factorised one also the typed `init.<fact>`."""
+    params = _params(methods=["focus+svd"], focus={"topk": 3}, svd={"keep_dim": 8})
+    assert initialise.method_options(params, "focus+svd") == (FocusOptions(block_size=2048, topk=3),
+                                                              SvdOptions(keep_dim=8))
+    assert initialise.method_options(params, "focus") == (FocusOptions(block_size=2048, topk=3), None)
+    assert initialise.method_options(params, "random") == (NoOptions(), None)
+    assert initialise.options_record("focus+svd", *initialise.method_options(params, "focus+svd")) == {
+        "block_size": 2048, "topk": 3, "factorization": {"keep_dim": 8}}
 
 
-def test_method_options_leave_out_the_keys_of_other_stages():
-    """init.wechsel.source_text / fasttext feed the word-level fastText stages, not the method."""
-    wechsel = {"neighbors": 3, "dictionaries": {"sw": "d.txt"}, "source_text": "en.txt", "fasttext": {"dim": 8}}
-    assert initialise.method_options({"init": {"wechsel": wechsel}}, "wechsel") == {"neighbors": 3,
-                                                                          "dictionaries": {"sw": "d.txt"}}
+def test_method_options_record_leaves_out_the_keys_of_other_stages():
+    """init.wechsel.source_text / fasttext feed the word-level fastText stages: the typed options carry
+    them, the stats' record of the method's options does not."""
+    params = _params(wechsel={"neighbors": 3, "dictionaries": {"sw": "d.txt"}, "source_text": "en.txt",
+                              "fasttext": {"dim": 8}})
+    options, factorization = initialise.method_options(params, "wechsel")
+    assert options.neighbors == 3 and options.fasttext.dim == 8 and factorization is None
+    assert initialise.options_record("wechsel", options, None) == {
+        "neighbors": 3, "temperature": 0.1, "copy_overlap": False, "dictionary_in_vocab_only": False,
+        "dictionaries": {"sw": "d.txt"}}
+
+
+def test_init_rerun_keys_are_the_leaves_of_the_options_taken():
+    params = _params(methods=["focus+svd", "wechsel", "random"])
+    init = STAGES["init"]
+    assert init.leaves(params, {"lang": "sw", "method": "focus+svd", "pseed": "1"}) == [
+        "seed", "init.focus.block_size", "init.focus.topk", "init.svd.keep_dim"]
+    assert init.leaves(params, {"lang": "sw", "method": "random", "pseed": "1"}) == ["seed"]
+    wechsel = init.leaves(params, {"lang": "sw", "method": "wechsel", "pseed": "1"})
+    assert "init.wechsel.dictionaries.sw" in wechsel and "init.wechsel.fasttext.dim" in wechsel
 
 
 def test_transfer_bias():

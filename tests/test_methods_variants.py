@@ -31,10 +31,12 @@ OV_T, OV_S = np.array([0, 1, 2]), np.array([2, 0, 3])
 SIG1 = 1 / (1 + math.exp(-1))  # softmax([1, 0]) at temperature 1
 
 
-def problem(options=None, *, source=E, aux=AUX, mask=MASK, ov_t=OV_T, ov_s=OV_S, seed=42, n_target=6):
+def problem(options=None, *, factorization=None, source=E, aux=AUX, mask=MASK, ov_t=OV_T, ov_s=OV_S, seed=42,
+            n_target=6):
     return TransferProblem(source_embeddings=source, source_tokenizer=Tok(source.shape[0], "s"),
                            target_tokenizer=Tok(n_target, "t"), overlap_target_ids=ov_t, overlap_source_ids=ov_s,
-                           auxiliary=aux, auxiliary_mask=mask, options=dict(options or {}), seed=seed)
+                           auxiliary=aux, auxiliary_mask=mask, options=dict(options or {}), factorization=factorization,
+                           seed=seed)
 
 
 def expected_mixes(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -224,16 +226,16 @@ def bases(monkeypatch):
 
 
 def test_svd_variant_full_dim_equals_the_base_method(bases):
-    res = resolve("copymean+svd")(problem({"factorization": {"keep_dim": 3}, "x": 1}))
+    res = resolve("copymean+svd")(problem({"x": 1}, factorization={"keep_dim": 3}))
     plain = copy_mean(problem())
     assert torch.equal(res.embeddings, plain.embeddings)  # overlap rows and the mean row, exactly
     inner = copy_mean.seen[0]
-    assert inner.options == {"x": 1}  # the base gets init.<base> without the factorisation section
+    assert inner.options == {"x": 1} and inner.factorization is None  # the base gets init.<base> alone
     assert res.stats["method"] == "copymean+svd" and res.stats["base"] == {"copied": 3}
 
 
 def test_svd_variant_low_rank(bases):
-    res = resolve("copymean+svd")(problem({"factorization": {"keep_dim": 2}}))
+    res = resolve("copymean+svd")(problem(factorization={"keep_dim": 2}))
     C, P = truncated_svd(E.double(), 2)
     inner = copy_mean.seen[0]
     assert inner.source_embeddings.shape == (4, 2)  # the base ran on the coordinates
@@ -252,14 +254,14 @@ def test_svd_variant_low_rank(bases):
 
 def test_snmf_variant_keeps_coordinates_nonnegative(bases):
     src = _clustered_source()
-    opts = {"factorization": {"rank": 3, "max_iter": 30}}
-    res = resolve("copymean+snmf")(problem(opts, source=src))
+    opts = {"rank": 3, "max_iter": 30}
+    res = resolve("copymean+snmf")(problem(factorization=opts, source=src))
     W = res.extra["coordinates"]
     assert bool((W >= 0).all()) and res.stats["clamped_negative_entries"] == 0
     torch.testing.assert_close(res.embeddings[:3], src[[2, 0, 3]], atol=1e-4, rtol=0)
     torch.testing.assert_close(res.embeddings, W @ res.extra["primitives"], atol=1e-5, rtol=0)
     # a base that writes negative coordinates: clamped to 0 and counted
-    neg = resolve("negative+snmf")(problem(opts, source=src))
+    neg = resolve("negative+snmf")(problem(factorization=opts, source=src))
     assert neg.stats["clamped_negative_entries"] == 3 * 3 and neg.stats["clamped_rows"] == 3
     assert bool((neg.extra["coordinates"][3:] == 0).all())
 
@@ -269,16 +271,16 @@ def test_factorized_checks_base_output_and_options(bases):
         return TransferResult(torch.zeros(p.target_size, 7), {})
 
     with pytest.raises(VocabTransferError, match=r"wrong\+svd: base method returned shape \(6, 7\)"):
-        factorized(wrong_shape, "svd", name="wrong+svd")(problem({"factorization": {"keep_dim": 2}}))
-    with pytest.raises(VocabTransferError, match=r"init\.svd\.keep_dim=4"):
-        resolve("copymean+svd")(problem({"factorization": {"keep_dim": 4}}))
-    with pytest.raises(VocabTransferError, match=r"init\.snmf\.init='nndsvd'"):
-        resolve("copymean+snmf")(problem({"factorization": {"rank": 2, "init": "nndsvd"}}))
+        factorized(wrong_shape, "svd", name="wrong+svd")(problem(factorization={"keep_dim": 2}))
+    with pytest.raises(VocabTransferError, match=r"init\.svd\.keep_dim=4: larger than the source model's hidden size 3"):
+        resolve("copymean+svd")(problem(factorization={"keep_dim": 4}))
+    with pytest.raises(VocabTransferError, match=r"init\.snmf\.init: 'nndsvd' is not allowed; allowed values: 'kmeans', 'svd'"):
+        resolve("copymean+snmf")(problem(factorization={"rank": 2, "init": "nndsvd"}))
 
 
 def test_get_method_style_call_uses_the_registry_name(bases):
     # methods.get_method passes the base function itself: the name comes from the registry
-    res = factorized(copy_mean, "svd")(problem({"factorization": {"keep_dim": 2}}))
+    res = factorized(copy_mean, "svd")(problem(factorization={"keep_dim": 2}))
     assert res.stats["method"] == "copymean+svd"
     with pytest.raises(VocabTransferError, match="factorises on its own"):
         factorized(ofa, "snmf")

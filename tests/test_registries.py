@@ -170,7 +170,7 @@ def test_a_registered_methods_metadata_reaches_the_pipeline(fake_methods, params
     assert init.data(params, wc) == {"data_test": "data/test/sw.txt"}
     assert init.data(params, {**wc, "method": "random"}) == {}
     # stage_options: keys other stages read never reach the method
-    assert initialise.method_options(params, "test_meta") == {"alpha": 1}
+    assert initialise.method_options(params, "test_meta") == ({"alpha": 1}, None)
     # auxiliary_rows: the init stats count where the rows came from
     rows = initialise.target_rows("test_meta", 4, np.array([0]), torch.tensor([True, True, False, False]), None)
     assert rows == {"overlap": 1, "dictionary": 1, "subword": 0, "random": 2}

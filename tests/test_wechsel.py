@@ -183,8 +183,8 @@ def test_copy_overlap_option_and_overlap_default(en_sw):
     (dict(dictionary="missing.txt"), "missing.txt: bilingual dictionary not found"),
     (dict(drop="dictionary", options={"dictionaries": {"de": "german.txt"}}),
      "init.wechsel.dictionaries: no bilingual dictionary for language 'sw'"),
-    (dict(options={"neighbors": 0}), "init.wechsel.neighbors=0: must be an integer ≥ 1"),
-    (dict(options={"temperature": -1}), "init.wechsel.temperature=-1: must be a finite number > 0"),
+    (dict(options={"neighbors": 0}), "init.wechsel.neighbors: 0 is less than the minimum of 1"),
+    (dict(options={"temperature": -1}), "init.wechsel.temperature: -1 is less than or equal to the minimum of 0"),
 ])
 def test_bad_inputs_are_one_line_errors(en_sw, tmp_path, change, message):
     problem, _ = en_sw

@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Literal
+from typing import TYPE_CHECKING, Literal, Mapping
 
 import torch
 
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.init.semi_nmf import clustered_semi_nmf, semi_nmf
 from vocabtransfer.init.svd import truncated_svd
+
+if TYPE_CHECKING:
+    from vocabtransfer.init.methods.options import SnmfOptions, SvdOptions
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +39,7 @@ def svd_relative_error(E: torch.Tensor, P: torch.Tensor) -> float:
 def factorize_source(
     E: torch.Tensor,
     kind: Literal["svd", "snmf"],
-    options: dict,
+    options: SvdOptions | SnmfOptions | Mapping | None,
     *,
     seed: int,
     device: str = "cpu",
@@ -56,20 +59,20 @@ def factorize_source(
     OFA does), so copied rows reproduce the source rows exactly. snmf returns float32; with
     `init.snmf.clusters` = C > 1 it is the block-structured `clustered_semi_nmf` (k = C·rank
     columns, each row non-zero only in its cluster's block), with C = 1 today's single
-    `semi_nmf`. `options` is the params section (`init.svd` / `init.snmf`, missing keys take
-    the schema's defaults), named `section` in errors.
+    `semi_nmf`. `options` is the typed params section (`init.svd` / `init.snmf`), or for a call
+    from Python a mapping over the schema's defaults (`config.init_options`), named `section` in errors.
     """
-    from vocabtransfer.init.methods.options import integer, merged, number
+    from vocabtransfer.init.methods.options import init_options
 
     if kind not in FACTORIZATIONS:
         raise VocabTransferError(f"factorization {kind!r}: unknown; allowed values: {', '.join(FACTORIZATIONS)}")
     section = section or f"init.{kind}"
-    options = merged(options, kind)  # the schema's defaults of init.svd / init.snmf
+    options = init_options(kind, options)
     V, D = E.shape
     t0 = time.perf_counter()
     labels = torch.zeros(V, dtype=torch.int64)
     if kind == "svd":
-        k = integer(options, "keep_dim", section)
+        k = options.keep_dim
         if k > D:
             raise VocabTransferError(
                 f"{section}.keep_dim={k}: larger than the source model's hidden size {D}; set it to at most {D}"
@@ -88,12 +91,12 @@ def factorize_source(
             stats = {"kind": "svd", "keep_dim": k, "relative_error": err}
             log.info("%s: truncated SVD to %d primitives, relative reconstruction error %.4f", section, k, err)
     else:
-        k = integer(options, "rank", section)
+        k = options.rank
         if k > D:
             raise VocabTransferError(
                 f"{section}.rank={k}: larger than the source model's hidden size {D}; set it to at most {D}"
             )
-        n_clusters = integer(options, "clusters", section)
+        n_clusters = options.clusters
         if n_clusters > V:
             raise VocabTransferError(
                 f"{section}.clusters={n_clusters}: more clusters than the {V} source tokens; set it to at most {V}"
@@ -117,13 +120,7 @@ def factorize_source(
                      n_clusters, stats.get("relative_error", float("nan")))
             out = (C.float(), P.float(), dict(stats))
             return out + (labels,) if return_labels else out
-        max_iter = integer(options, "max_iter", section, minimum=0)
-        tol = number(options, "tol", section, strict=False)
-        init = options["init"]
-        if init not in ("kmeans", "svd"):
-            raise VocabTransferError(
-                f"{section}.init={init!r}: unknown initialisation; allowed values: 'kmeans', 'svd'"
-            )
+        max_iter, tol, init = options.max_iter, options.tol, options.init
         if n_clusters == 1:  # today's single factorisation, unchanged
             W, H, history = semi_nmf(E.detach().float(), k, max_iter=max_iter, tol=tol, seed=seed, device=device,
                                      init=init, return_history=True)

@@ -58,21 +58,20 @@ def run(ctx) -> None:
 
     from vocabtransfer.init.factorize import factorize_source
     from vocabtransfer.init.semi_nmf import block_coefficients
-    from vocabtransfer.init.methods.options import merged
 
     start = time.perf_counter()
     source_dir = Path(ctx.input["source_model"])
     model, _ = modeling.load_source_model(source_dir)
     matrices = modeling.embedding_matrices(model, load_tokenizer(source_dir))
     del model
-    section = merged((ctx.params.get("init") or {}).get("snmf"), "snmf")  # the schema's defaults filled in
-    options = {k: section[k] for k in FACTOR_KEYS}
+    opts = ctx.typed.init.snmf
+    options = {k: getattr(opts, k) for k in FACTOR_KEYS}
     tensors, meta = {}, {"options": options, "seed": ctx.seed, "source_model": str(source_dir)}
     for which in ("input", "output"):
         E = matrices[which]
         if E is None:
             continue
-        W, H, stats, labels = factorize_source(E, "snmf", options, seed=ctx.seed, device=ctx.device,
+        W, H, stats, labels = factorize_source(E, "snmf", opts, seed=ctx.seed, device=ctx.device,
                                                section=f"init.snmf ({which} embeddings)", return_labels=True)
         log.info("source_snmf: %s embeddings %s -> %d cluster(s) × rank %d, relative error %.4f after %d "
                  "iterations (%.1f s)", which, tuple(E.shape), stats["clusters"], stats["rank"],
@@ -89,17 +88,19 @@ def run(ctx) -> None:
     log.info("source_snmf done in %.1f s: %s", time.perf_counter() - start, ctx.output["factors"])
 
 
-def load_factors(path: str | Path, matrices: dict, options: dict, seed: int | None = None) -> dict:
+def load_factors(path: str | Path, matrices: dict, options, seed: int | None = None) -> dict:
     """{which: (W, H, stats, cluster ids)} from a source_snmf file for each matrix in
     `matrices` ({"input": E, "output": E or None}, as `modeling.embedding_matrices` returns
     them). Clustered factors come expanded to the block-structured W' (V_s×C·rank); the
     cluster ids are (V_s,) int64 (all 0 with one cluster).
 
     Refuses, with the cause, factors of another matrix (fingerprint), computed with other
-    `init.snmf` options than `options` or (when `seed` is given) with another seed: a stale
-    file must never be used silently.
+    `init.snmf` options than `options` (typed, `config.SnmfOptions`, or a mapping over the schema's
+    defaults) or (when `seed` is given) with another seed: a stale file must never be used silently.
     """
     import torch
+
+    from vocabtransfer.init.methods.options import init_options
 
     from vocabtransfer.init.semi_nmf import expand_blocks
 
@@ -107,8 +108,9 @@ def load_factors(path: str | Path, matrices: dict, options: dict, seed: int | No
     tensors = io.load_tensors(path)  # a missing or unreadable file: one clear error
     meta = io.tensor_metadata(path)
     saved = {**MISSING_KEY, **(meta.get("options") or {})}
-    differ = [f"{k}={saved.get(k)!r} (params: {options[k]!r})" for k in FACTOR_KEYS
-              if k in options and saved.get(k) != options[k]]
+    options = init_options("snmf", options)
+    differ = [f"{k}={saved.get(k)!r} (params: {getattr(options, k)!r})" for k in FACTOR_KEYS
+              if saved.get(k) != getattr(options, k)]
     if seed is not None and meta.get("seed") != seed:
         differ.append(f"seed={meta.get('seed')!r} (params: {seed!r})")
     if differ:

@@ -30,7 +30,7 @@ import torch
 
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.init.methods.registry import TransferProblem, TransferResult, register
-from vocabtransfer.init.methods.options import merged
+from vocabtransfer.init.methods.options import init_options
 from vocabtransfer.data.overlap import Scheme, checked_pairs
 
 log = logging.getLogger(__name__)
@@ -311,14 +311,14 @@ def token_surfaces(tokenizer) -> tuple[list[str | None], np.ndarray]:
 @register("random")
 def random_init(problem: TransferProblem) -> TransferResult:
     """Every row from N(mean, std) of the source embeddings; special tokens copied."""
-    merged(problem.options, "random")  # warns about keys the method does not read
+    init_options("random", problem.options)  # takes none: an unknown key is an error
     return _copy_then_random(problem, "random", overlap=False, reason="random method")
 
 
 @register("overlap")
 def overlap_init(problem: TransferProblem) -> TransferResult:
     """Overlapping and special tokens copied; every other row as in `random`."""
-    merged(problem.options, "overlap")  # warns about keys the method does not read
+    init_options("overlap", problem.options)  # takes none: an unknown key is an error
     return _copy_then_random(problem, "overlap", overlap=True, reason="not in the source vocabulary")
 
 
@@ -336,7 +336,7 @@ def _copy_then_random(problem: TransferProblem, method: str, *, overlap: bool, r
 @register("mean", deterministic=True)  # every row a copy or the mean: the seed changes nothing
 def mean_init(problem: TransferProblem) -> TransferResult:
     """Overlapping and special tokens copied; every other row the mean source embedding."""
-    merged(problem.options, "mean")  # warns about keys the method does not read
+    init_options("mean", problem.options)  # takes none: an unknown key is an error
     source = source_matrix(problem)
     ledger = Ledger(problem.target_tokenizer)
     mean, _ = source_moments(source)

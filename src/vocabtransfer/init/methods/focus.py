@@ -27,13 +27,15 @@ import logging
 import time
 import warnings
 
+from dataclasses import asdict
+
 import numpy as np
 import torch
 
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.log import progress
 from vocabtransfer.init.methods.registry import TransferProblem, TransferResult, register
-from vocabtransfer.init.methods.options import defaults, integer, merged
+from vocabtransfer.init.methods.options import FocusOptions, init_options
 from vocabtransfer.data.overlap import checked_pairs
 
 log = logging.getLogger(__name__)
@@ -41,17 +43,15 @@ log = logging.getLogger(__name__)
 
 @register("focus", auxiliary_rows=True)
 def focus(problem: TransferProblem) -> TransferResult:
-    opts = merged(problem.options, "focus")
-    for key in opts:
-        integer(opts, key, "init.focus")
+    opts: FocusOptions = init_options("focus", problem.options)  # params init.focus, typed
     check_problem(problem, "focus")
     embeddings, stats = focus_embeddings(
         problem.source_embeddings, problem.overlap_target_ids, problem.overlap_source_ids,
         problem.auxiliary, problem.auxiliary_mask, problem.target_size, seed=problem.seed,
-        device=problem.device, block_size=opts["block_size"], topk=opts["topk"],
+        device=problem.device, block_size=opts.block_size, topk=opts.topk,
     )
     stats.update(special_overlap_stats(problem, "focus", "FOCUS combination or random row"))
-    stats.update(method="focus", options=opts)
+    stats.update(method="focus", options=asdict(opts))
     log.info("focus: %d copied, %d FOCUS combinations of %d anchors, %d random (no fastText vector) in %.1f s",
              stats["copied"], stats["focus_combined"], stats["anchors"], stats["random"], stats["seconds"])
     return TransferResult(embeddings=embeddings.cpu(), stats=stats)
@@ -212,8 +212,8 @@ def focus_embeddings(
         and random rows (random_reason: "no fastText vector"), anchors, support sizes, seconds.
     """
     start = time.perf_counter()
-    block_size = block_size or defaults("focus")["block_size"]
-    topk = topk or defaults("focus")["topk"]
+    block_size = block_size or init_options("focus").block_size  # the schema's defaults
+    topk = topk or init_options("focus").topk
     device = torch.device(device)
     fix = "recompute the overlap and auxiliary embeddings for this target tokenizer"
     if not isinstance(source_embeddings, torch.Tensor) or source_embeddings.dim() != 2:

@@ -28,7 +28,7 @@ from vocabtransfer.log import progress
 from vocabtransfer.init.methods.registry import TransferProblem, TransferResult, register
 from vocabtransfer.init.methods.baselines import special_pairs
 from vocabtransfer.init.factorize import factorize_source
-from vocabtransfer.init.methods.options import integer, merged, number
+from vocabtransfer.init.methods.options import OfaOptions, SnmfOptions, SvdOptions, init_options
 from vocabtransfer.data.overlap import checked_pairs
 
 log = logging.getLogger(__name__)
@@ -75,15 +75,13 @@ def require_auxiliary(problem: TransferProblem, section: str) -> tuple[torch.Ten
     return aux, mask
 
 
-def neighbour_method_options(problem: TransferProblem, name: str, size_key: str) -> tuple[int, int, float]:
-    """(low-rank size, neighbors, temperature) of ofa (`keep_dim`) or snmf (`rank`) from params
-    `init.<name>`, checked, and the overlap and auxiliary inputs checked too: every bad input fails
-    before the factorisation."""
+def neighbour_method_options(problem: TransferProblem, name: str, size_key: str) -> OfaOptions | SnmfOptions:
+    """The typed options of ofa or snmf (params `init.<name>`), their low-rank size (`keep_dim` /
+    `rank`) checked against the hidden size, and the overlap and auxiliary inputs checked too: every
+    bad input fails before the factorisation."""
     section = f"init.{name}"
-    opts = merged(problem.options, name)
-    size = integer(opts, size_key, section)
-    neighbors = integer(opts, "neighbors", section)
-    temperature = number(opts, "temperature", section)
+    opts = init_options(name, problem.options)
+    size = getattr(opts, size_key)
     D = problem.source_embeddings.shape[1]
     if size > D:
         raise VocabTransferError(
@@ -91,7 +89,7 @@ def neighbour_method_options(problem: TransferProblem, name: str, size_key: str)
         )
     check_overlap(problem, section)
     require_auxiliary(problem, section)
-    return size, neighbors, temperature
+    return opts
 
 
 # --------------------------------------------------------------------------------------------
@@ -324,13 +322,15 @@ def random_cluster_coordinates(out: torch.Tensor, rows: torch.Tensor, coords: to
 @register("ofa", auxiliary_rows=True, factorizable=False)
 def ofa(problem: TransferProblem) -> TransferResult:
     section = "init.ofa"
-    keep_dim, neighbors, temperature = neighbour_method_options(problem, "ofa", "keep_dim")
+    opts: OfaOptions = neighbour_method_options(problem, "ofa", "keep_dim")
+    keep_dim = opts.keep_dim
 
     # 1. factorise in float64 (keep_dim = hidden size: no factorisation, P = identity, as in OFA)
-    C, P, fstats = factorize_source(problem.source_embeddings, "svd", {"keep_dim": keep_dim},
+    C, P, fstats = factorize_source(problem.source_embeddings, "svd", SvdOptions(keep_dim=keep_dim),
                                     seed=problem.seed, section=section)
     # 2.-4. coordinates of the target tokens
-    coords, stats = neighbour_coordinates(problem, C, neighbors=neighbors, temperature=temperature, section=section)
+    coords, stats = neighbour_coordinates(problem, C, neighbors=opts.neighbors, temperature=opts.temperature,
+                                          section=section)
     # 5. up-projection
     embeddings = (coords @ P).float()
     stats.update({"method": "ofa", "keep_dim": keep_dim, "factorization": fstats})

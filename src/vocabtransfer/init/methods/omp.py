@@ -53,6 +53,8 @@ import logging
 import time
 import warnings
 
+from dataclasses import asdict
+
 import numpy as np
 import torch
 
@@ -60,7 +62,7 @@ from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.log import progress
 from vocabtransfer.init.methods.registry import TransferProblem, TransferResult, register
 from vocabtransfer.init.methods.focus import check_problem, focus_embeddings, has_vector, special_overlap_stats
-from vocabtransfer.init.methods.options import integer, merged
+from vocabtransfer.init.methods.options import OmpOptions, init_options
 from vocabtransfer.data.overlap import checked_pairs
 
 log = logging.getLogger(__name__)
@@ -70,20 +72,15 @@ NORMS = ("combination", "atoms")  # params init.omp.norm (module doc, step 4)
 
 @register("omp", auxiliary_rows=True)
 def omp(problem: TransferProblem) -> TransferResult:
-    opts = merged(problem.options, "omp")
-    k = integer(opts, "k", "init.omp")
-    block_size = integer(opts, "block_size", "init.omp")
-    norm = opts["norm"]
-    if norm not in NORMS:
-        raise VocabTransferError(f"init.omp.norm={norm!r}: must be one of {', '.join(NORMS)}; fix params.yaml")
+    opts: OmpOptions = init_options("omp", problem.options)  # params init.omp, typed
     check_problem(problem, "omp")
     embeddings, stats = omp_embeddings(
         problem.source_embeddings, problem.overlap_target_ids, problem.overlap_source_ids, problem.auxiliary,
-        problem.auxiliary_mask, problem.target_size, k=k, seed=problem.seed, device=problem.device,
-        block_size=block_size, lang=problem.lang, norm=norm,
+        problem.auxiliary_mask, problem.target_size, k=opts.k, seed=problem.seed, device=problem.device,
+        block_size=opts.block_size, lang=problem.lang, norm=opts.norm,
     )
     stats.update(special_overlap_stats(problem, "omp", "OMP combination or random row"))
-    stats.update(method="omp", options=opts)
+    stats.update(method="omp", options=asdict(opts))
     log.info("omp: %d copied, %d OMP combinations of %.1f of %d atoms on average (relative residual %.3f), "
              "%d random (no fastText vector) in %.1f s", stats["copied"], stats["omp_combined"], stats["atoms_mean"],
              stats["anchors"], stats["residual_mean"], stats["random"], stats["seconds"])

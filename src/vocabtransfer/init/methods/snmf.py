@@ -33,6 +33,7 @@ import logging
 from vocabtransfer.init.factorize import factorize_source
 from vocabtransfer.init.methods.registry import TransferProblem, TransferResult, register
 from vocabtransfer.init.methods.ofa import neighbour_coordinates, neighbour_method_options
+from vocabtransfer.init.methods.options import SnmfOptions
 
 log = logging.getLogger(__name__)
 
@@ -40,15 +41,15 @@ log = logging.getLogger(__name__)
 @register("snmf", auxiliary_rows=True, factors=("snmf",), factorizable=False)
 def snmf(problem: TransferProblem) -> TransferResult:
     section = "init.snmf"
-    _, neighbors, temperature = neighbour_method_options(problem, "snmf", "rank")
+    opts: SnmfOptions = neighbour_method_options(problem, "snmf", "rank")
 
     # 1. semi-NMF of the source embeddings
-    W, H, fstats, labels = factorize_source(problem.source_embeddings, "snmf", problem.options or {},
+    W, H, fstats, labels = factorize_source(problem.source_embeddings, "snmf", opts,
                                             seed=problem.seed, device=problem.device, section=section,
                                             cached=problem.factors.get("snmf"), return_labels=True)
     # 2.-4. coefficients of the target tokens (clustered: within one cluster's block each)
     n_clusters = int(fstats.get("clusters", 1))
-    coords, stats = neighbour_coordinates(problem, W, neighbors=neighbors, temperature=temperature,
+    coords, stats = neighbour_coordinates(problem, W, neighbors=opts.neighbors, temperature=opts.temperature,
                                           section=section, nonnegative=True, source_clusters=labels,
                                           n_clusters=n_clusters)
     # 5. up-projection with the shared H (clustered: H' = vstack(H_c), each row uses its block's H_c)

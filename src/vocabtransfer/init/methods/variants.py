@@ -11,9 +11,10 @@ embeddings and maps the result back up:
    non-negative rows never produce any; random rows can) and count them in the stats;
 4. embeddings = coordinates @ P.
 
-Options: the stage passes `init.<base>` with one extra key, `factorization`, holding the
-params section of the factorisation (`init.svd` or `init.snmf`; `init.method_options` builds
-exactly that). The names are resolved lazily (`resolve`), so every registered method gets
+Options: the stage passes the typed `init.<base>` as `problem.options` and the typed section of
+the factorisation (`init.svd` or `init.snmf`, vocabtransfer.init.methods.options) as
+`problem.factorization` (`initialise.method_options` picks both); the base gets its options alone.
+The names are resolved lazily (`resolve`), so every registered method gets
 its factorised forms without a registry line.
 """
 
@@ -50,17 +51,14 @@ def factorized(base_method: Method, factorization: Literal["svd", "snmf"], *, na
     section = f"init.{factorization}"
 
     def method(problem: TransferProblem) -> TransferResult:
-        opts = dict(problem.options or {})
-        fopts = opts.pop("factorization", None) or {}
-        if not isinstance(fopts, dict):
-            raise VocabTransferError(f"{name}: options['factorization'] must be the {section} mapping, got {fopts!r}")
         # 1. factorise the source embeddings
-        C, P, fstats = factorize_source(problem.source_embeddings, factorization, fopts, seed=problem.seed,
+        C, P, fstats = factorize_source(problem.source_embeddings, factorization, problem.factorization,
+                                        seed=problem.seed,
                                         device=problem.device, section=section,
                                         cached=problem.factors.get(factorization))
         k = C.shape[1]
         # 2. the base method initialises the low-dimensional rows
-        inner = dataclasses.replace(problem, source_embeddings=C.float().contiguous(), options=opts)
+        inner = dataclasses.replace(problem, source_embeddings=C.float().contiguous(), factorization=None)
         res = base_method(inner)
         coords = res.embeddings.detach().cpu()
         if coords.shape != (problem.target_size, k):

@@ -40,7 +40,7 @@ import torch
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.init.methods.registry import TransferProblem, TransferResult, register
 from vocabtransfer.pipeline import paths
-from vocabtransfer.init.methods.options import integer, merged, number
+from vocabtransfer.init.methods.options import WechselOptions, init_options
 from vocabtransfer.init.methods.baselines import (SPECIAL_NO_SOURCE, Ledger, copy_overlap, random_matrix,
     source_matrix, token_surfaces)
 
@@ -210,13 +210,10 @@ def nearest_sources(queries: torch.Tensor, keys: torch.Tensor, allowed: torch.Te
     return ids, torch.softmax(sims / temperature, dim=1), sims
 
 
-def _dictionary_path(problem: TransferProblem, opts: dict) -> Path:
+def _dictionary_path(problem: TransferProblem, opts: WechselOptions) -> Path:
     if problem.resources.get("dictionary"):
         return Path(problem.resources["dictionary"])
-    dicts = opts.get("dictionaries") or {}
-    if not isinstance(dicts, dict):
-        raise VocabTransferError(f"init.wechsel.dictionaries: {dicts!r} must map a language to a "
-                                 "dictionary path, e.g. {sw: wechsel_dicts/swahili.txt}")
+    dicts = opts.dictionaries
     if problem.lang in dicts:
         return paths.data_path(dicts[problem.lang])
     raise VocabTransferError(f"init.wechsel.dictionaries: no bilingual dictionary for language {problem.lang!r}; "
@@ -256,9 +253,7 @@ def unavailable(params: dict, lang: str) -> str | None:
 def wechsel(problem: TransferProblem) -> TransferResult:
     """Rows = softmax-weighted means of the source rows of the target token's nearest source tokens
     in an aligned fastText space."""
-    opts = merged(problem.options, "wechsel")
-    integer(opts, "neighbors", "init.wechsel")
-    number(opts, "temperature", "init.wechsel")
+    opts: WechselOptions = init_options("wechsel", problem.options)  # params init.wechsel, typed
     source = source_matrix(problem)
     src_tok, tgt_tok = problem.source_tokenizer, problem.target_tokenizer
 
@@ -266,7 +261,7 @@ def wechsel(problem: TransferProblem) -> TransferResult:
     pairs, dict_stats = read_dictionary(_dictionary_path(problem, opts))
     src_ft = _load(problem.resources.get("source_fasttext"), "source_fasttext")
     tgt_ft = _load(problem.resources.get("target_fasttext"), "target_fasttext")
-    alignment = align(src_ft, tgt_ft, pairs, in_vocab_only=bool(opts["dictionary_in_vocab_only"]))
+    alignment = align(src_ft, tgt_ft, pairs, in_vocab_only=opts.dictionary_in_vocab_only)
 
     # 2. token vectors in the shared (source) space
     s_vec, s_mask = surface_vectors(src_ft, src_tok)
@@ -278,14 +273,14 @@ def wechsel(problem: TransferProblem) -> TransferResult:
     if n_allowed == 0:
         raise VocabTransferError("init wechsel: no source token has a source fastText vector; "
                                  "is problem.resources['source_fasttext'] a word-level model with character n-grams?")
-    k = min(int(opts["neighbors"]), n_allowed)
-    if k < opts["neighbors"]:
+    k = min(opts.neighbors, n_allowed)
+    if k < opts.neighbors:
         log.warning("init wechsel: only %d source tokens can be neighbours; using %d neighbours", n_allowed, k)
 
     # 3. copy what is shared, then combine neighbours for the remaining tokens with a vector
     ledger = Ledger(tgt_tok)
     target = random_matrix(problem, source)
-    unmatched = copy_overlap(problem, target, ledger, source=source, overlap=bool(opts["copy_overlap"]))
+    unmatched = copy_overlap(problem, target, ledger, source=source, overlap=opts.copy_overlap)
     ledger.fill(unmatched, "random", SPECIAL_NO_SOURCE, fallback=True)
     todo = ledger.free()
     todo_vec = todo[t_mask[todo]]
@@ -296,7 +291,7 @@ def wechsel(problem: TransferProblem) -> TransferResult:
     keys = torch.from_numpy(alignment.source(s_vec[:n_src])).float().to(device)
     queries = torch.from_numpy(alignment.target(t_vec[todo_vec])).float().to(device)
     ids, weights, sims = nearest_sources(queries, keys, torch.from_numpy(allowed).to(device), k,
-                                         float(opts["temperature"]))
+                                         opts.temperature)
     emb = source[:n_src].to(device)
     block = max(1, BLOCK_ELEMENTS // max(1, k * source.shape[1]))
     rows = torch.empty((len(todo_vec), source.shape[1]), dtype=torch.float32, device=device)
@@ -310,7 +305,7 @@ def wechsel(problem: TransferProblem) -> TransferResult:
     neighbor_ids[torch.from_numpy(todo_vec)] = ids.cpu()
     neighbor_weights[torch.from_numpy(todo_vec)] = weights.cpu().float()
     stats = ledger.stats(
-        method="wechsel", seed=int(problem.seed), neighbors=k, temperature=float(opts["temperature"]),
+        method="wechsel", seed=int(problem.seed), neighbors=k, temperature=opts.temperature,
         **dict_stats, **alignment.stats,
         source_tokens_with_vector=int(s_mask[:n_src].sum()), target_tokens_with_vector=int(t_mask.sum()),
         top1_similarity_mean=round(float(sims[:, 0].mean()), 4) if len(todo_vec) else None,
