@@ -216,6 +216,14 @@ def save_dir(model, tokenizer, path: Path) -> Path:
 
 # ---------------------------------------------------------------- stages
 
+def init_params(init: dict, seed: int = 7) -> dict:
+    """Params for a stage that reads `init` (the init and source_snmf stages): `init` over the schema's
+    defaults, as validation fills them in."""
+    from vocabtransfer.pipeline.config import merge_overlay, section_defaults
+
+    return {"seed": seed, "init": merge_overlay(section_defaults("init"), init)}
+
+
 def make_ctx(func: str, wildcards: dict, inputs: dict, outputs: dict, params: dict):
     """A stage Context with explicit paths, for the stage function `func` ("module:function")."""
     import importlib

@@ -20,7 +20,7 @@ from vocabtransfer.init.semi_nmf import block_coefficients, clustered_semi_nmf, 
 from vocabtransfer.init.methods.registry import TransferProblem
 from vocabtransfer.init.methods.snmf import snmf
 
-from helpers import Tok, bpe_tokenizer, make_ctx, tiny_llama, write_inputs
+from helpers import Tok, bpe_tokenizer, init_params, make_ctx, tiny_llama, write_inputs
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -169,7 +169,7 @@ def test_snmf_method_without_clusters_mixes_across_groups():
 def snmf_params(**snmf_opts):
     section = {"rank": 4, "max_iter": 30, "tol": 1e-4, "init": "kmeans", "neighbors": 3, "temperature": 0.1,
                **snmf_opts}
-    return {"seed": 7, "init": {"methods": ["snmf"], "snmf": section}}
+    return init_params({"methods": ["snmf"], "snmf": section})
 
 
 def test_source_snmf_stores_clusters_compactly_and_refuses_other_clusters(tmp_path):

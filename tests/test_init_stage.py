@@ -19,7 +19,7 @@ from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.init.methods import available
 from vocabtransfer.init.methods.registry import METHODS, TransferResult
 
-from helpers import bpe_tokenizer, make_ctx, save_dir, tiny_bert, tiny_llama, wordpiece_tokenizer, write_inputs
+from helpers import bpe_tokenizer, init_params, make_ctx, save_dir, tiny_bert, tiny_llama, wordpiece_tokenizer, write_inputs
 
 CALLS: list[dict] = []
 
@@ -51,7 +51,7 @@ def throwaway_methods(monkeypatch):
 
 
 def init_ctx(tmp_path, inputs, method="test_copy", params=None):
-    params = params or {"seed": 7, "init": {"methods": [method], "test_copy": {"alpha": 1}}}
+    params = params or init_params({"methods": [method], "test_copy": {"alpha": 1}})
     return make_ctx("vocabtransfer.init.initialise:run", {"lang": "sw", "method": method}, inputs,
                     {"init": tmp_path / "sw" / "init" / method}, params)
 
@@ -206,7 +206,7 @@ def test_inputs_follow_the_method():
 
 def snmf_params(**snmf):
     section = {"rank": 6, "max_iter": 40, "tol": 1e-4, "init": "kmeans", "neighbors": 3, "temperature": 0.1, **snmf}
-    return {"seed": 7, "init": {"methods": ["overlap+snmf", "snmf"], "overlap": {}, "snmf": section}}
+    return init_params({"methods": ["overlap+snmf", "snmf"], "overlap": {}, "snmf": section})
 
 
 def test_snmf_methods_use_the_shared_source_snmf_factors(tmp_path, tokenizers):

@@ -57,6 +57,7 @@ def run(ctx) -> None:
     import torch
 
     from vocabtransfer.init.factorize import factorize_source
+    from vocabtransfer.init.methods.options import InitParams
     from vocabtransfer.init.semi_nmf import block_coefficients
 
     start = time.perf_counter()
@@ -64,7 +65,7 @@ def run(ctx) -> None:
     model, _ = modeling.load_source_model(source_dir)
     matrices = modeling.embedding_matrices(model, load_tokenizer(source_dir))
     del model
-    opts = ctx.typed.init.snmf
+    opts = ctx.section("init", InitParams).snmf  # params init.snmf, typed
     options = {k: getattr(opts, k) for k in FACTOR_KEYS}
     tensors, meta = {}, {"options": options, "seed": ctx.seed, "source_model": str(source_dir)}
     for which in ("input", "output"):
