@@ -143,7 +143,7 @@ def test_the_typed_sections_mirror_the_schema():
     type, and every field is a leaf of the schema: the two cannot drift."""
     from vocabtransfer.init.methods.options import InitParams
     from vocabtransfer.pipeline.config import schema
-    from vocabtransfer.train.pretrain import PretrainParams
+    from vocabtransfer.train.trainer import PretrainParams
 
     for name, cls in (("init", InitParams), ("pretrain", PretrainParams)):
         expected, got = _schema_nodes(schema()["properties"][name], name), _field_nodes(cls, name)

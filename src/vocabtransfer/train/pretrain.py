@@ -24,8 +24,8 @@ value is `seed + 1000 (K - 1)`, see vocabtransfer.pipeline.models):
    `metrics.parquet`, `valid_blocks.parquet` (the final valid loss summed per evaluation block, with
    its token count: the clusters of the report's bootstrap), `stats.json`; then drop the checkpoints unless `pretrain.keep_checkpoints`.
 
-Params: `pretrain` as `PretrainParams` (with `SelfishOptions` and `DistillOptions`), read once at the
-entry (`ctx.section`); a job's rerun keys are its fields' leaves but those that choose the runs, and the
+Params: `pretrain` as `PretrainParams` (with `SelfishOptions` and `DistillOptions`, in train/trainer.py),
+read once at the entry (`ctx.section`); a job's rerun keys are its fields' leaves but those that choose the runs, and the
 selfish / distill options only for that objective (`leaves`).
 
 Options: `pretrain.factorized` trains `<m>+svd`/`<m>+snmf` (and ofa/snmf) models in their low-rank
@@ -41,9 +41,7 @@ import logging
 import os
 import shutil
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -54,60 +52,15 @@ from vocabtransfer.train.hub import load_tokenizer
 from vocabtransfer.train.lmdata import Kind, LMCollator, lm_batches, pack_ids
 from vocabtransfer.train import parallel
 from vocabtransfer.train.trainer import (
-    PARAMS_FILE, ROWS_FILE, _trainer_classes, check_resume_params, complete_checkpoints, model_fingerprint)
+    PretrainParams, PARAMS_FILE, ROWS_FILE, _trainer_classes, check_resume_params, complete_checkpoints, model_fingerprint)
 from vocabtransfer.pipeline import availability
 from vocabtransfer.pipeline import models
 from vocabtransfer.pipeline import paths
-from vocabtransfer.pipeline.config import NO_RERUN, field_leaves
+from vocabtransfer.pipeline.config import field_leaves
 from vocabtransfer.errors import VocabTransferError
 
 log = logging.getLogger(__name__)
 
-
-# params `pretrain`, typed (fields and types as in the schema, which holds the defaults)
-@dataclass(frozen=True)
-class SelfishOptions:
-    margin: float
-
-
-@dataclass(frozen=True)
-class DistillOptions:
-    temperature: float
-    alpha: float
-    teacher: Literal["cached", "on_the_fly"]
-
-
-@dataclass(frozen=True)
-class PretrainParams:
-    """params `pretrain`: which runs (methods × objectives or pairs × seeds) and how each trains. NO_RERUN
-    fields do not change a run's model or metrics; `objective` marks the options of one objective."""
-
-    methods: tuple[str, ...] = field(metadata=NO_RERUN)
-    objectives: tuple[Literal["standard", "selfish", "distill"], ...] = field(metadata=NO_RERUN)
-    pairs: tuple[str, ...] | None = field(metadata=NO_RERUN)
-    seeds: int = field(metadata=NO_RERUN)
-    steps: int
-    batch_size: int
-    gradient_accumulation_steps: int
-    processes: int
-    seq_len: int
-    learning_rate: float
-    schedule: Literal["linear", "constant_with_warmup"]
-    warmup_steps: int
-    weight_decay: float
-    max_grad_norm: float
-    precision: Literal["auto", "fp32", "bf16"]
-    eval_every: int
-    eval_lines: int
-    eval_batch_size: int
-    log_every: int
-    save_every: int
-    keep_checkpoints: bool = field(metadata=NO_RERUN)
-    selfish: SelfishOptions = field(metadata={"objective": "selfish"})
-    distill: DistillOptions = field(metadata={"objective": "distill"})
-    factorized: bool
-    train_primitives: bool
-    embedding_warmup_steps: int
 
 METRICS_SCHEMA = pa.schema([
     ("step", pa.int64()), ("tokens_seen", pa.int64()), ("train_loss", pa.float64()),

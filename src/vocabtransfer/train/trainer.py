@@ -1,4 +1,7 @@
-"""The transformers `Trainer` of the pretrain stage and its checkpoints.
+"""The transformers `Trainer` of the pretrain stage, its params and its checkpoints.
+
+* `PretrainParams` (with `SelfishOptions`, `DistillOptions`): params `pretrain`, typed, as the stage
+  reads them once at its entry (fields and types as in the schema, which holds the defaults).
 
 * `ObjectiveTrainer`: the loss of the training objective on the hidden states of the predicted
   positions only (the fused head, `heads` / `losses.linear_objective_loss`), the same code path for a
@@ -17,15 +20,64 @@ import json
 import logging
 import math
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from vocabtransfer import io
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.log import progress
+from vocabtransfer.pipeline.config import NO_RERUN
 from vocabtransfer.train.lmdata import Kind
 from vocabtransfer.train import parallel
 
 log = logging.getLogger("vocabtransfer.train.pretrain")
+
+
+@dataclass(frozen=True)
+class SelfishOptions:
+    margin: float
+
+
+@dataclass(frozen=True)
+class DistillOptions:
+    temperature: float
+    alpha: float
+    teacher: Literal["cached", "on_the_fly"]
+
+
+@dataclass(frozen=True)
+class PretrainParams:
+    """params `pretrain`: which runs (methods × objectives or pairs × seeds) and how each trains. NO_RERUN
+    fields do not change a run's model or metrics; `objective` marks the options of one objective."""
+
+    methods: tuple[str, ...] = field(metadata=NO_RERUN)
+    objectives: tuple[Literal["standard", "selfish", "distill"], ...] = field(metadata=NO_RERUN)
+    pairs: tuple[str, ...] | None = field(metadata=NO_RERUN)
+    seeds: int = field(metadata=NO_RERUN)
+    steps: int
+    batch_size: int
+    gradient_accumulation_steps: int
+    processes: int
+    seq_len: int
+    learning_rate: float
+    schedule: Literal["linear", "constant_with_warmup"]
+    warmup_steps: int
+    weight_decay: float
+    max_grad_norm: float
+    precision: Literal["auto", "fp32", "bf16"]
+    eval_every: int
+    eval_lines: int
+    eval_batch_size: int
+    log_every: int
+    save_every: int
+    keep_checkpoints: bool = field(metadata=NO_RERUN)
+    selfish: SelfishOptions = field(metadata={"objective": "selfish"})
+    distill: DistillOptions = field(metadata={"objective": "distill"})
+    factorized: bool
+    train_primitives: bool
+    embedding_warmup_steps: int
+
 
 ROWS_FILE = "vocabtransfer_metrics.json"  # in each checkpoint: the metrics rows up to it (also marks it complete)
 PARAMS_FILE = "params.json"  # beside the checkpoints: the params leaves they were written with
