@@ -46,6 +46,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from dataclasses import dataclass
 
 from vocabtransfer import io
 from vocabtransfer.train import modeling
@@ -57,6 +58,21 @@ from vocabtransfer.log import progress
 from vocabtransfer.pipeline.paths import data_path
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SourceHeadParams:
+    """params `source_head`, typed (`ctx.section("source_head", SourceHeadParams)`); the schema holds the
+    defaults, and a job's rerun keys are the fields' leaves."""
+
+    text: str
+    steps: int
+    learning_rate: float
+    batch_size: int
+    seq_len: int
+    train_blocks: int
+    eval_lines: int
+    eval_every: int
 
 
 def trainable_head_parameters(model, loading: modeling.LoadingInfo) -> dict:
@@ -216,7 +232,7 @@ def train_head(model, tokenizer, kind: Kind, loading: modeling.LoadingInfo, trai
 def run(ctx) -> None:
     import torch
 
-    opts = ctx.param("source_head")
+    opts = ctx.section("source_head", SourceHeadParams)  # params source_head, typed
     source = ctx.param("source_model")
     directory = materialised_source(ctx.input["source"])  # the source_model stage's directory
     start = time.perf_counter()
@@ -225,9 +241,9 @@ def run(ctx) -> None:
     tokenizer = load_tokenizer(directory)
     model.to(ctx.device)
 
-    text = data_path(opts["text"])
+    text = data_path(opts.text)
     lines = read_lines(text)
-    n_eval = int(opts["eval_lines"])
+    n_eval = opts.eval_lines
     if len(lines) <= n_eval:
         raise VocabTransferError(f"{text}: {len(lines)} non-empty lines, but source_head.eval_lines holds out "
                                  f"{n_eval}; lower source_head.eval_lines or use a longer text")
@@ -235,22 +251,20 @@ def run(ctx) -> None:
     stats = {
         "source_model": source, "model_dir": str(directory), "kind": kind, "model_class": type(model).__name__,
         "text": str(text), "heldout_lines": n_eval, "train_lines": len(train_lines),
-        "missing_keys": list(loading.missing_keys), "steps": int(opts["steps"]),
-        "learning_rate": float(opts["learning_rate"]), "batch_size": int(opts["batch_size"]),
-        "seq_len": int(opts["seq_len"]), "mlm_probability": MLM_PROBABILITY if kind == "masked" else None,
+        "missing_keys": list(loading.missing_keys), "steps": opts.steps,
+        "learning_rate": opts.learning_rate, "batch_size": opts.batch_size,
+        "seq_len": opts.seq_len, "mlm_probability": MLM_PROBABILITY if kind == "masked" else None,
         "seed": ctx.seed, "versions": io.versions(),
     }
     if loading.head_missing:
         stats.update(train_head(
-            model, tokenizer, kind, loading, train_lines, eval_lines, steps=int(opts["steps"]),
-            learning_rate=float(opts["learning_rate"]), batch_size=int(opts["batch_size"]),
-            seq_len=int(opts["seq_len"]), train_blocks=int(opts["train_blocks"]),
-            eval_every=int(opts["eval_every"]), seed=ctx.seed))
+            model, tokenizer, kind, loading, train_lines, eval_lines, steps=opts.steps,
+            learning_rate=opts.learning_rate, batch_size=opts.batch_size, seq_len=opts.seq_len,
+            train_blocks=opts.train_blocks, eval_every=opts.eval_every, seed=ctx.seed))
     else:
         log.info("%s has its LM head; nothing to train, saving it as the source model", directory)
-        blocks = pack_lines(tokenizer, eval_lines, int(opts["seq_len"]), kind=kind)
-        ref = modeling.evaluate_lm(model, lm_batches(tokenizer, blocks, kind, int(opts["batch_size"]), ctx.seed + 1),
-                                   kind)
+        blocks = pack_lines(tokenizer, eval_lines, opts.seq_len, kind=kind)
+        ref = modeling.evaluate_lm(model, lm_batches(tokenizer, blocks, kind, opts.batch_size, ctx.seed + 1), kind)
         stats.update(skipped=True, trained_parameters=[], loss_before=ref["loss"], loss_after=ref["loss"],
                      perplexity_after=ref["perplexity"], heldout_tokens_predicted=ref["n_tokens"],
                      heldout_blocks=len(blocks))
@@ -266,8 +280,9 @@ def run(ctx) -> None:
 
 # ---------------------------------------------------------------- the stage (vocabtransfer.pipeline.stages)
 # From the import of `Stage` on, the module plans its jobs: not their code (stage_spec.code_statements).
-from vocabtransfer.pipeline.stage_spec import Stage, section_leaves
+from vocabtransfer.pipeline.stage_spec import Stage
 from vocabtransfer.pipeline import paths
+from vocabtransfer.pipeline.config import field_leaves
 
 STAGE = Stage(
     name="source_head",
@@ -278,7 +293,7 @@ STAGE = Stage(
     outputs={"model": paths.SOURCE_MODEL, "stats": paths.SOURCE_HEAD_STATS},
     directories=frozenset({"model"}),
     params=("seed", "source_model"),
-    extra_params=lambda params, wildcards: section_leaves(params, "source_head"),
+    extra_params=lambda params, wildcards: field_leaves(SourceHeadParams, "source_head", params["source_head"]),
     code=("init/source_head.py",),
     parallel=True,
     gpu=True,
