@@ -224,6 +224,14 @@ def init_params(init: dict, seed: int = 7) -> dict:
     return {"seed": seed, "init": merge_overlay(section_defaults("init"), init)}
 
 
+def over_defaults(section: str, given: dict) -> dict:
+    """params section `section` (e.g. `init_eval`) with `given` over the schema's defaults, as validation
+    fills it in: what a stage's typed section (`ctx.section`) is built from."""
+    from vocabtransfer.pipeline.config import merge_overlay, section_defaults
+
+    return merge_overlay(section_defaults(section), given)
+
+
 def make_ctx(func: str, wildcards: dict, inputs: dict, outputs: dict, params: dict):
     """A stage Context with explicit paths, for the stage function `func` ("module:function")."""
     import importlib

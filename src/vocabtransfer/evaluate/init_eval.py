@@ -40,6 +40,7 @@ import logging
 import math
 import re
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
@@ -55,6 +56,20 @@ from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.log import progress
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class InitEvalParams:
+    """params `init_eval`, typed (`ctx.section("init_eval", InitEvalParams)`); the schema holds the
+    defaults, and a job's rerun keys are the fields' leaves."""
+
+    max_lines: int
+    seq_len: int
+    batch_size: int
+    retrieval_sentences: int
+    xnli: str
+    source_lang: str
+    bits_per_byte: bool
 
 SCHEMA = pa.schema([
     ("lang", pa.string()), ("method", pa.string()), ("kind", pa.string()),
@@ -239,10 +254,10 @@ def plot(rows: list[dict], path: str | Path, lang: str) -> None:
 
 
 def run(ctx) -> None:
-    opts = ctx.param("init_eval")
-    seq_len, batch_size, seed = int(opts["seq_len"]), int(opts["batch_size"]), ctx.seed
-    bpb = bool(opts.get("bits_per_byte", True))
-    source_lang = opts["source_lang"]
+    opts = ctx.section("init_eval", InitEvalParams)  # params init_eval, typed
+    seq_len, batch_size, seed = opts.seq_len, opts.batch_size, ctx.seed
+    bpb = opts.bits_per_byte
+    source_lang = opts.source_lang
     methods = availability.methods(ctx.params, ctx.lang)
     skipped = [m for m in ctx.param("init.methods") if m not in methods]
     if skipped:
@@ -250,16 +265,16 @@ def run(ctx) -> None:
                  "; ".join(availability.method_reason(ctx.params, ctx.lang, m) for m in skipped))
 
     # the shared inputs: target text, source text, XNLI sentences
-    valid = bits_per_byte.valid_lines(ctx.input["valid"], int(opts["max_lines"]))
+    valid = bits_per_byte.valid_lines(ctx.input["valid"], opts.max_lines)
     source_text = paths.data_path(ctx.param("source_head.text"))
-    n_ref = min(int(opts["max_lines"]), int(ctx.param("source_head.eval_lines")))
+    n_ref = min(opts.max_lines, ctx.param("source_head.eval_lines"))
     source_lines = read_lines(source_text)[-n_ref:]  # held out by source_head
     no_retrieval = availability.retrieval_reason(ctx.params, ctx.lang)
     if no_retrieval:
         log.info("init_eval %s: no retrieval (%s)", ctx.lang, no_retrieval)
         src_sent, tgt_sent = [], []
     else:
-        src_sent, tgt_sent = read_xnli_premises(opts["xnli"], source_lang, ctx.lang, int(opts["retrieval_sentences"]))
+        src_sent, tgt_sent = read_xnli_premises(opts.xnli, source_lang, ctx.lang, opts.retrieval_sentences)
     log.info("init_eval %s: %d valid lines, %d held-out %s lines, %d XNLI premise pairs, methods %s",
              ctx.lang, len(valid), len(source_lines), source_lang, len(src_sent), ", ".join(methods))
 
@@ -331,7 +346,8 @@ def run(ctx) -> None:
 
 # ---------------------------------------------------------------- the stage (vocabtransfer.pipeline.stages)
 # From the import of `Stage` on, the module plans its jobs: not their code (stage_spec.code_statements).
-from vocabtransfer.pipeline.stage_spec import Stage, section_leaves
+from vocabtransfer.pipeline.stage_spec import Stage
+from vocabtransfer.pipeline.config import field_leaves
 
 
 def _data(params: dict, wildcards: dict) -> dict[str, Path]:
@@ -349,7 +365,7 @@ STAGE = Stage(
     inputs=inputs,
     outputs={"init_eval": paths.INIT_EVAL, "plot": paths.INIT_EVAL_PLOT},
     params=("seed", "init.methods", "source_head.text", "source_head.eval_lines"),
-    extra_params=lambda params, wildcards: section_leaves(params, "init_eval"),
+    extra_params=lambda params, wildcards: field_leaves(InitEvalParams, "init_eval", params["init_eval"]),
     code=("evaluate/init_eval.py",),
     parallel=True,
     gpu=True,
