@@ -198,7 +198,7 @@ def test_stages_end_to_end(tmp_path, wp, one_thread, caplog):
               "pretrain": {"methods": ["focus"], "objectives": ["standard", "selfish"], "seeds": 1,
                            "selfish": {"margin": 2.0}},
               "token_frequency_loss": {"buckets": 4, "scheme": "equal_types", "max_lines": 40, "seq_len": 64,
-                                       "batch_size": 8},
+                                       "batch_size": 8, "bits_per_byte": True},
               "gradient_scenarios": {"batches": 2, "batch_size": 4, "seq_len": 64, "plot_bins": 10}}
     assert token_frequency_loss.scored_models(params, "xx") == [("focus", "init", 1), ("focus", "standard", 1),
                                                                 ("focus", "selfish", 1)]

@@ -192,7 +192,7 @@ def tfl_study(tmp_path, source_model, source_tok, tok):
     params = {"seed": 5, "languages": ["xx"], "init": {"methods": ["focus", "mean"]},  # mean: not pretrained
               "pretrain": {"methods": ["focus"], "objectives": ["standard"], "seeds": 2},
               "token_frequency_loss": {"buckets": 2, "scheme": "equal_types", "max_lines": 13, "seq_len": 32,
-                                       "batch_size": 4}}
+                                       "batch_size": 4, "bits_per_byte": True}}
     models = {}
     scored = token_frequency_loss.scored_models(params, "xx") + token_frequency_loss.zero_shot_models(params, "xx")
     for k, (m, o, s) in enumerate(scored):

@@ -30,6 +30,7 @@ Output: results/L/gradients/M/O.parquet (one row per phase × token) and a PNG b
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -42,6 +43,17 @@ from vocabtransfer.train.lmdata import Kind, lm_batches, pack_ids
 from vocabtransfer.evaluate.token_frequency_loss import frequency_ranks, read_ids, token_counts
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class GradientScenariosParams:
+    """params `gradient_scenarios`, typed (`ctx.section("gradient_scenarios", GradientScenariosParams)`); the
+    schema holds the defaults, and a job's rerun keys are the fields' leaves."""
+
+    batches: int
+    batch_size: int
+    seq_len: int
+    plot_bins: int
 
 SCHEMA = pa.schema([
     ("lang", pa.string()), ("method", pa.string()), ("objective", pa.string()), ("phase", pa.string()),
@@ -187,7 +199,7 @@ def plot(rows: dict, path: str | Path, title: str, n_bins: int) -> None:
 
 
 def run(ctx) -> None:
-    opts = ctx.param("gradient_scenarios")
+    opts = ctx.section("gradient_scenarios", GradientScenariosParams)  # params gradient_scenarios, typed
     objective = ctx.wildcards["objective"]
     m = margin(ctx.params, objective)
     dirs = {"start": Path(ctx.input["init"]) / "model", "end": Path(ctx.input["pretrain"]) / "model"}
@@ -200,8 +212,8 @@ def run(ctx) -> None:
             ids = read_ids(ctx.input["train_ids"])
             counts = token_counts(ids, tokenizer, kind)
             ranks = frequency_ranks(counts)
-            batches = sample_batches(tokenizer, ids, kind, batches=int(opts["batches"]),
-                                     batch_size=int(opts["batch_size"]), seq_len=int(opts["seq_len"]), seed=ctx.seed)
+            batches = sample_batches(tokenizer, ids, kind, batches=opts.batches, batch_size=opts.batch_size,
+                                     seq_len=opts.seq_len, seed=ctx.seed)
         if load_tokenizer(directory).get_vocab() != tokenizer.get_vocab():
             from vocabtransfer.errors import VocabTransferError
 
@@ -221,12 +233,13 @@ def run(ctx) -> None:
         "count": data["count"], **{f"{p}_norm": data[p] for p in PARTS}}, schema=SCHEMA) for phase, data in out.items()])
     io.write_parquet(table, ctx.output["table"])
     plot(out, ctx.output["plot"], f"{ctx.lang}, {ctx.method}, {objective}: gradient reaching each token's embedding",
-         int(opts["plot_bins"]))
+         opts.plot_bins)
 
 
 # ---------------------------------------------------------------- the stage (vocabtransfer.pipeline.stages)
 # From the import of `Stage` on, the module plans its jobs: not their code (stage_spec.code_statements).
-from vocabtransfer.pipeline.stage_spec import Stage, section_leaves
+from vocabtransfer.pipeline.stage_spec import Stage
+from vocabtransfer.pipeline.config import field_leaves
 from vocabtransfer.pipeline import availability
 from vocabtransfer.pipeline import models
 from vocabtransfer.pipeline import paths
@@ -241,7 +254,8 @@ STAGE = Stage(
                                                      pseed=models.init_pseed(wc["method"], wc["pseed"]))},
     outputs={"table": paths.GRADIENT_SCENARIOS, "plot": paths.GRADIENT_PLOT},
     params=("seed",),
-    extra_params=lambda params, wildcards: (section_leaves(params, "gradient_scenarios") + (
+    extra_params=lambda params, wildcards: (field_leaves(GradientScenariosParams, "gradient_scenarios",
+                                                        params["gradient_scenarios"]) + (
         ["pretrain.selfish.margin"] if wildcards.get("objective") == "selfish" else [])),
     code=("evaluate/gradient_scenarios.py",),
     # descriptive, on the first pretraining seed only

@@ -39,7 +39,9 @@ from __future__ import annotations
 import logging
 import math
 import re
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import pyarrow as pa
@@ -74,6 +76,19 @@ BPB_SCHEMA = pa.schema([
 ])
 SOURCE = "source"  # method and objective of the source model's rows (pseed 0)
 SCHEMES = ("equal_types", "log")
+
+
+@dataclass(frozen=True)
+class TokenFrequencyLossParams:
+    """params `token_frequency_loss`, typed (`ctx.section("token_frequency_loss", TokenFrequencyLossParams)`);
+    the schema holds the defaults, and a job's rerun keys are the fields' leaves."""
+
+    buckets: int
+    scheme: Literal["equal_types", "log"]
+    max_lines: int
+    seq_len: int
+    batch_size: int
+    bits_per_byte: bool
 
 
 def model_key(method: str, objective: str, pseed: int) -> str:
@@ -162,7 +177,7 @@ def bucket_edges(n_seen: int, n_buckets: int, scheme: str) -> np.ndarray:
     return np.unique(edges)
 
 
-def frequency_buckets(counts: np.ndarray, n_buckets: int, scheme: str = "equal_types"):
+def frequency_buckets(counts: np.ndarray, n_buckets: int, scheme: str):
     """(bucket of every token id, [(rank_lo, rank_hi, n_types)] per bucket). Seen types fill buckets
     0..k-1 by `scheme`; types never seen (count 0) form bucket k, after the rarest seen bucket."""
     ranks = frequency_ranks(counts)
@@ -307,7 +322,8 @@ def same_tokenizer(a, b, where: Path) -> None:
 
 
 def run(ctx) -> None:
-    opts = ctx.param("token_frequency_loss")
+    opts = ctx.section("token_frequency_loss", TokenFrequencyLossParams)  # params token_frequency_loss, typed
+    seq_len, batch_size, bpb = opts.seq_len, opts.batch_size, opts.bits_per_byte
     models = scored_models(ctx.params, ctx.lang)
     if not models:
         raise VocabTransferError("token_frequency_loss: params ask for no pretrained models (pretrain.methods × "
@@ -318,16 +334,14 @@ def run(ctx) -> None:
     tokenizer = load_tokenizer(first)
     model, kind = modeling.load_source_model(first)
     counts = token_counts(read_ids(ctx.input["train_ids"]), tokenizer, kind)
-    bucket, spans = frequency_buckets(counts, int(opts["buckets"]), opts["scheme"])
+    bucket, spans = frequency_buckets(counts, opts.buckets, opts.scheme)
     n_seen_buckets = len(spans) - (1 if spans and (counts == 0).any() else 0)
-    valid = read_ids(ctx.input["valid_ids"], int(opts["max_lines"])).to_pylist()
-    blocks = pack_ids(tokenizer, valid, int(opts["seq_len"]), kind=kind)
+    valid = read_ids(ctx.input["valid_ids"], opts.max_lines).to_pylist()
+    blocks = pack_ids(tokenizer, valid, seq_len, kind=kind)
     if not blocks:
         raise VocabTransferError(f"{ctx.input['valid_ids']}: no held-out tokens to score")
-    batches = lm_batches(tokenizer, blocks, kind, int(opts["batch_size"]), ctx.seed)
-    seq_len, batch_size = int(opts["seq_len"]), int(opts["batch_size"])
-    bpb = bool(opts.get("bits_per_byte", True))
-    lines = bits_per_byte.valid_lines(ctx.input["valid_text"], int(opts["max_lines"])) if bpb else []
+    batches = lm_batches(tokenizer, blocks, kind, batch_size, ctx.seed)
+    lines = bits_per_byte.valid_lines(ctx.input["valid_text"], opts.max_lines) if bpb else []
     lines_out: dict[str, list] = {name: [] for name in BPB_SCHEMA.names}
     if bpb:  # the source first: a causal source without its LM head stops the job before any scoring
         source = source_scores(ctx, kind, lines, seq_len, batch_size)
@@ -341,7 +355,7 @@ def run(ctx) -> None:
     else:
         log.info("token_frequency_loss %s: no bits per byte (token_frequency_loss.bits_per_byte is false)", ctx.lang)
     log.info("token_frequency_loss %s: %d train token types seen of %d, %d buckets (%s), %d valid blocks, %d models",
-             ctx.lang, int((counts > 0).sum()), len(counts), len(spans), opts["scheme"], len(blocks), len(models))
+             ctx.lang, int((counts > 0).sum()), len(counts), len(spans), opts.scheme, len(blocks), len(models))
 
     # 2. every model on the same tokens
     rows: list[dict] = []
@@ -390,7 +404,8 @@ def run(ctx) -> None:
 
 # ---------------------------------------------------------------- the stage (vocabtransfer.pipeline.stages)
 # From the import of `Stage` on, the module plans its jobs: not their code (stage_spec.code_statements).
-from vocabtransfer.pipeline.stage_spec import Stage, section_leaves
+from vocabtransfer.pipeline.stage_spec import Stage
+from vocabtransfer.pipeline.config import field_leaves
 
 STAGE = Stage(
     name="token_frequency_loss",
@@ -400,7 +415,8 @@ STAGE = Stage(
     outputs={"table": paths.TOKEN_FREQUENCY_LOSS, "blocks": paths.TOKEN_FREQUENCY_BLOCKS,
              "bits_per_byte": paths.BITS_PER_BYTE, "plot": paths.TOKEN_FREQUENCY_PLOT},
     params=("seed",),
-    extra_params=lambda params, wildcards: (section_leaves(params, "token_frequency_loss")
+    extra_params=lambda params, wildcards: (field_leaves(TokenFrequencyLossParams, "token_frequency_loss",
+                                                        params["token_frequency_loss"])
                                             + ["init.methods", "pretrain.methods", "pretrain.objectives", "pretrain.pairs",
                                                "pretrain.seeds"]),
     code=("evaluate/token_frequency_loss.py",),
