@@ -170,8 +170,9 @@ STAGE = Stage(
     wildcards=(),
     inputs={"source_model": paths.SOURCE_MODEL},
     outputs={"factors": paths.SOURCE_SNMF},
-    params=("seed", "init.snmf.rank", "init.snmf.max_iter", "init.snmf.tol", "init.snmf.init",
-            "init.snmf.clusters"),
+    # the fields of the typed init.snmf (SnmfOptions) that the job reads, FACTOR_KEYS, in their order whatever
+    # the order of params.yaml's keys
+    params=("seed", *(f"init.snmf.{key}" for key in FACTOR_KEYS)),
     code=("init/source_snmf.py",),
     parallel=True,
     gpu=True,
