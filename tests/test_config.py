@@ -139,13 +139,20 @@ def _field_nodes(cls, prefix: str) -> dict[str, object]:
 
 
 def test_the_typed_sections_mirror_the_schema():
-    """Every leaf of the schema's `init` and `pretrain` is a field of their dataclasses, of the schema's
-    type, and every field is a leaf of the schema: the two cannot drift."""
+    """Every leaf of the schema's typed sections (`init`, `pretrain`, `source_head`, `init_eval`,
+    `token_frequency_loss`, `gradient_scenarios`) is a field of their dataclasses, of the schema's type, and
+    every field is a leaf of the schema: the two cannot drift."""
+    from vocabtransfer.evaluate.gradient_scenarios import GradientScenariosParams
+    from vocabtransfer.evaluate.init_eval import InitEvalParams
+    from vocabtransfer.evaluate.token_frequency_loss import TokenFrequencyLossParams
     from vocabtransfer.init.methods.options import InitParams
+    from vocabtransfer.init.source_head import SourceHeadParams
     from vocabtransfer.pipeline.config import schema
     from vocabtransfer.train.trainer import PretrainParams
 
-    for name, cls in (("init", InitParams), ("pretrain", PretrainParams)):
+    for name, cls in (("init", InitParams), ("pretrain", PretrainParams), ("source_head", SourceHeadParams),
+                      ("init_eval", InitEvalParams), ("token_frequency_loss", TokenFrequencyLossParams),
+                      ("gradient_scenarios", GradientScenariosParams)):
         expected, got = _schema_nodes(schema()["properties"][name], name), _field_nodes(cls, name)
         assert sorted(got) == sorted(expected), name
         assert list(got) == list(expected), f"{name}: fields in the schema's order"
