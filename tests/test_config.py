@@ -102,6 +102,8 @@ def _schema_type(node: dict):
     """The Python type of a schema leaf, as the typed sections spell it."""
     if "enum" in node:
         return Literal[tuple(node["enum"])]
+    if "$ref" in node:  # a shared definition (a corpus source: irregular, read as its validated mapping)
+        return dict
     kind = node["type"]
     if isinstance(kind, list):  # [array, "null"]
         return _schema_type({**node, "type": next(k for k in kind if k != "null")}) | None
@@ -139,9 +141,13 @@ def _field_nodes(cls, prefix: str) -> dict[str, object]:
 
 
 def test_the_typed_sections_mirror_the_schema():
-    """Every leaf of the schema's typed sections (`init`, `pretrain`, `source_head`, `init_eval`,
-    `token_frequency_loss`, `gradient_scenarios`) is a field of their dataclasses, of the schema's type, and
+    """Every leaf of the schema's typed sections is a field of their dataclasses, of the schema's type, and
     every field is a leaf of the schema: the two cannot drift."""
+    from vocabtransfer.data.auxiliary import FasttextParams
+    from vocabtransfer.data.corpus import CorpusParams
+    from vocabtransfer.data.overlap import OverlapParams
+    from vocabtransfer.data.pretokenize import PretokenizeParams
+    from vocabtransfer.data.tokenizer import TokenizerParams
     from vocabtransfer.evaluate.gradient_scenarios import GradientScenariosParams
     from vocabtransfer.evaluate.init_eval import InitEvalParams
     from vocabtransfer.evaluate.token_frequency_loss import TokenFrequencyLossParams
@@ -150,9 +156,10 @@ def test_the_typed_sections_mirror_the_schema():
     from vocabtransfer.pipeline.config import schema
     from vocabtransfer.train.trainer import PretrainParams
 
-    for name, cls in (("init", InitParams), ("pretrain", PretrainParams), ("source_head", SourceHeadParams),
-                      ("init_eval", InitEvalParams), ("token_frequency_loss", TokenFrequencyLossParams),
-                      ("gradient_scenarios", GradientScenariosParams)):
+    for name, cls in (("corpus", CorpusParams), ("tokenizer", TokenizerParams), ("pretokenize", PretokenizeParams),
+                      ("fasttext", FasttextParams), ("overlap", OverlapParams), ("source_head", SourceHeadParams),
+                      ("init", InitParams), ("init_eval", InitEvalParams), ("pretrain", PretrainParams),
+                      ("token_frequency_loss", TokenFrequencyLossParams), ("gradient_scenarios", GradientScenariosParams)):
         expected, got = _schema_nodes(schema()["properties"][name], name), _field_nodes(cls, name)
         assert sorted(got) == sorted(expected), name
         assert list(got) == list(expected), f"{name}: fields in the schema's order"

@@ -41,6 +41,7 @@ import struct
 import tempfile
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Literal
 
@@ -51,7 +52,6 @@ from vocabtransfer.log import progress
 
 if TYPE_CHECKING:
     import torch
-
     from vocabtransfer.pipeline.stage_spec import Context
 
 log = logging.getLogger(__name__)
@@ -60,9 +60,7 @@ Mode = Literal["tokenlevel", "wordlevel"]
 _MAGIC, _VERSION = 793712314, 12  # fastText's .bin signature (FASTTEXT_FILEFORMAT_MAGIC_INT32, FASTTEXT_VERSION)
 
 
-# ---------------------------------------------------------------------------------------------
-# training and loading
-
+# --------------------------------------------------------------------------------------------- training and loading
 
 def _nonempty_text(path: Path) -> None:
     """Raise unless `path` is a readable file with at least one non-whitespace byte."""
@@ -72,8 +70,7 @@ def _nonempty_text(path: Path) -> None:
         while chunk := f.read(1 << 20):
             if chunk.strip():
                 return
-    raise VocabTransferError(f"{path}: training text is empty (no words); "
-                             "check the corpus and rerun the stage that wrote it")
+    raise VocabTransferError(f"{path}: training text is empty (no words); check the corpus and rerun the stage that wrote it")
 
 
 @contextmanager
@@ -215,8 +212,7 @@ def load_fasttext(path: str | os.PathLike):
 
     path = Path(path)
     if not path.is_file():
-        raise VocabTransferError(f"{path}: fastText model not found; "
-                                 "run the stage that produces it first or fix the path")
+        raise VocabTransferError(f"{path}: fastText model not found; run the stage that produces it first or fix the path")
     _check_bin(path)
     try:
         return fasttext.load_model(str(path))
@@ -224,9 +220,7 @@ def load_fasttext(path: str | os.PathLike):
         raise VocabTransferError(f"{path}: fastText cannot load it ({brief(exc)}); re-download or retrain it") from exc
 
 
-# ---------------------------------------------------------------------------------------------
-# token vectors
-
+# --------------------------------------------------------------------------------------------- token vectors
 
 def token_vectors(ft_model, tokenizer, mode: Mode = "tokenlevel") -> tuple["torch.Tensor", "torch.Tensor"]:
     """The fastText vector of every target token: (V x dim float32, V bool mask), row i = token id i.
@@ -282,8 +276,20 @@ def subword_vectors(ft_model, tokenizer, embeddings: "torch.Tensor", mask: "torc
     return torch.from_numpy(emb), torch.from_numpy(has | subword), torch.from_numpy(subword)
 
 
-# ---------------------------------------------------------------------------------------------
-# the stage
+# --------------------------------------------------------------------------------------------- the stage
+
+@dataclass(frozen=True)
+class FasttextParams:  # params `fasttext`, typed (`ctx.section`); the schema holds the defaults and checks
+    mode: Mode
+    pretrained_path: str | None
+    model: Literal["cbow", "skipgram"]
+    dim: int
+    epochs: int
+    min_count: int
+    neg: int
+    bucket: int
+    reproducible: bool
+    oov: Literal["random", "subword"]
 
 
 def _link_or_copy(src: Path, dst: Path) -> None:
@@ -302,28 +308,24 @@ def run(ctx: "Context") -> None:
     from vocabtransfer.pipeline.paths import data_path
 
     start = time.perf_counter()
-    mode = ctx.param("fasttext.mode")
-    oov = ctx.param("fasttext.oov")  # validate_params allows subword with tokenlevel only
+    opts = ctx.section("fasttext", FasttextParams)  # params fasttext, typed
+    mode, oov = opts.mode, opts.oov  # validate_params allows oov subword with tokenlevel only
     tokenizer = load_tokenizer(ctx.input["tokenizer"])
     out = ctx.output
-
     threads = 1  # a word-level .bin is loaded, not trained
     if mode == "tokenlevel":
-        threads = 1 if ctx.param("fasttext.reproducible") else ctx.threads
+        threads = 1 if opts.reproducible else ctx.threads
         if threads == 1 and ctx.threads > 1:
             log.info("fastText on 1 thread so the vectors (and every init artefact) are byte-identical "
                      "between runs; set fasttext.reproducible: false to use all %d threads", ctx.threads)
         elif threads > 1:
-            log.info("fastText on %d threads: vectors vary slightly between runs (fasttext.reproducible: false)",
-                     threads)
-        ft = train_fasttext(ctx.input["text"], model=ctx.param("fasttext.model"), dim=ctx.param("fasttext.dim"),
-                            epochs=ctx.param("fasttext.epochs"), min_count=ctx.param("fasttext.min_count"),
-                            neg=ctx.param("fasttext.neg"), bucket=ctx.param("fasttext.bucket"), seed=ctx.seed,
-                            threads=threads)
+            log.info("fastText on %d threads: vectors vary slightly between runs (fasttext.reproducible: false)", threads)
+        ft = train_fasttext(ctx.input["text"], model=opts.model, dim=opts.dim, epochs=opts.epochs, min_count=opts.min_count,
+                            neg=opts.neg, bucket=opts.bucket, seed=ctx.seed, threads=threads)
         with io.atomic_output(out["model"]) as tmp:
             ft.save_model(str(tmp))
     else:
-        pretrained = ctx.param("fasttext.pretrained_path")
+        pretrained = opts.pretrained_path
         if not pretrained:
             raise VocabTransferError("params.yaml: fasttext.pretrained_path is not set but fasttext.mode is wordlevel; "
                                      "set it to a word-level fastText .bin (e.g. cc.sw.300.bin) or use mode tokenlevel")
@@ -385,15 +387,11 @@ def run(ctx: "Context") -> None:
              stats["seconds"])
 
 
-# ---------------------------------------------------------------------------------------------
-# word-level fastText for WECHSEL: one model on source-language text, one per target language
-
+# ------------------------------ word-level fastText for WECHSEL: one model on source-language text, one per target language
 
 def _word_fasttext_options(ctx: "Context") -> dict:
-    opts = ctx.param("init.wechsel.fasttext")
-    threads = 1 if ctx.param("fasttext.reproducible") else ctx.threads
-    return dict(model=opts["model"], dim=opts["dim"], epochs=opts["epochs"], min_count=opts["min_count"],
-                bucket=opts["bucket"], seed=ctx.seed, threads=threads)
+    threads = 1 if ctx.section("fasttext", FasttextParams).reproducible else ctx.threads
+    return dict(ctx.param("init.wechsel.fasttext"), seed=ctx.seed, threads=threads)  # model, dim, epochs, min_count, bucket
 
 
 def run_source_words(ctx: "Context") -> None:
@@ -418,32 +416,34 @@ def run_target_words(ctx: "Context") -> None:
 # ---------------------------------------------------------------- the stages (vocabtransfer.pipeline.stages)
 # From the import of `Stage` on, the module plans its jobs: not their code (stage_spec.code_statements).
 from vocabtransfer.pipeline.stage_spec import Stage
-from vocabtransfer.pipeline import availability
-from vocabtransfer.pipeline import paths
+from vocabtransfer.pipeline import availability, config, paths
+
+
+def _word_leaves(params: dict, wc: dict) -> list[str]:  # init.wechsel.fasttext.*: the fields of WordFasttextOptions
+    from vocabtransfer.init.methods.options import WordFasttextOptions  # here: its package imports torch
+    return config.field_leaves(WordFasttextOptions, "init.wechsel.fasttext", params["init"]["wechsel"]["fasttext"])
+
 
 FASTTEXT = Stage(
     name="fasttext", run=run, help="fastText auxiliary embeddings for the target tokens",
     inputs={"text": paths.PRETOK_TEXT, "tokenizer": paths.TOKENIZER},
     outputs={"model": paths.FASTTEXT_BIN, "embeddings": paths.FASTTEXT_EMB, "stats": paths.FASTTEXT_STATS},
-    params=("seed", "fasttext.mode", "fasttext.pretrained_path", "fasttext.model", "fasttext.dim", "fasttext.epochs",
-            "fasttext.min_count", "fasttext.neg", "fasttext.bucket", "fasttext.reproducible", "fasttext.oov"),
-    code=("data/auxiliary.py",), parallel=True,
-    one_thread_if="fasttext.reproducible",  # fastText is bit-reproducible on one thread only
+    params=("seed",), extra_params=lambda params, wc: config.field_leaves(FasttextParams, "fasttext", params["fasttext"]),
+    code=("data/auxiliary.py",), parallel=True, one_thread_if="fasttext.reproducible",  # bit-reproducible on one thread only
     data=lambda params, wc: {"data_pretrained": paths.data_path(params["fasttext"]["pretrained_path"])} if (
         params["fasttext"]["mode"] == "wordlevel" and params["fasttext"].get("pretrained_path")) else {},
 )
 TARGET_WORDS = Stage(
     name="word_fasttext", run=run_target_words, help="word-level fastText on the target corpus (WECHSEL)",
     inputs={"train": paths.CORPUS_TRAIN}, outputs={"model": paths.WORD_FASTTEXT},
-    params=("seed", "fasttext.reproducible", "init.wechsel.fasttext.model", "init.wechsel.fasttext.dim",
-            "init.wechsel.fasttext.epochs", "init.wechsel.fasttext.min_count", "init.wechsel.fasttext.bucket"),
+    params=("seed", "fasttext.reproducible"), extra_params=_word_leaves,
     code=("data/auxiliary.py",), parallel=True, one_thread_if="fasttext.reproducible",
     skip_reason=lambda params, wc: availability.needed_by(params, "wechsel", wc["lang"]),
 )
 SOURCE_WORDS = Stage(
     name="source_fasttext", run=run_source_words, help="word-level fastText on source-language text (WECHSEL)",
     wildcards=(), outputs={"model": paths.SOURCE_WORD_FASTTEXT},
-    params=TARGET_WORDS.params + ("init.wechsel.source_text",),
+    params=TARGET_WORDS.params, extra_params=lambda params, wc: TARGET_WORDS.extra_params(params, wc) + ["init.wechsel.source_text"],
     code=("data/auxiliary.py",), parallel=True, one_thread_if="fasttext.reproducible",
     skip_reason=lambda params, wc: availability.needed_by(params, "wechsel"),
     data=lambda params, wc: {"data_text": paths.data_path(params["init"]["wechsel"]["source_text"])},

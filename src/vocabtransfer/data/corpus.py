@@ -26,8 +26,9 @@ import lzma
 import time
 import unicodedata
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Literal
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -368,14 +369,26 @@ def _versions() -> dict[str, str]:
     return {**io.versions(), "datasets": version("datasets")}
 
 
+@dataclass(frozen=True)
+class CorpusParams:
+    """params `corpus`, typed (`ctx.section`); the schema holds the defaults and checks. A source is the
+    validated mapping of its language's entry (one of path, url + sha256 or dataset: `open_source`)."""
+
+    sources: dict[str, dict]
+    normalization: Literal["NFC", "NFKC", "NFD", "NFKD", "none"]
+    max_bytes: int
+    valid_fraction: float
+    min_chars: int
+
+
 def run(ctx) -> None:
     """The `corpus` stage: results/{lang}/corpus/{train,valid}.parquet and stats.json."""
+    opts = ctx.section("corpus", CorpusParams)  # params corpus, typed
     key = f"corpus.sources.{ctx.lang}"
     stats = build_corpus(
-        ctx.param(key), ctx.output["train"], ctx.output["valid"], seed=ctx.seed,
-        normalization=ctx.param("corpus.normalization"), min_chars=ctx.param("corpus.min_chars"),
-        max_bytes=ctx.param("corpus.max_bytes"), valid_fraction=ctx.param("corpus.valid_fraction"),
-        key=key, desc=f"corpus {ctx.lang}",
+        opts.sources[ctx.lang], ctx.output["train"], ctx.output["valid"], seed=ctx.seed,
+        normalization=opts.normalization, min_chars=opts.min_chars, max_bytes=opts.max_bytes,
+        valid_fraction=opts.valid_fraction, key=key, desc=f"corpus {ctx.lang}",
     )
     stats = {"lang": ctx.lang, **stats, "versions": _versions()}
     io.write_json(stats, ctx.output["stats"])
@@ -392,16 +405,15 @@ def run(ctx) -> None:
 # ---------------------------------------------------------------- the stage (vocabtransfer.pipeline.stages)
 # From the import of `Stage` on, the module plans its jobs: not their code (stage_spec.code_statements).
 from vocabtransfer.pipeline.stage_spec import Stage
-from vocabtransfer.pipeline import availability
-from vocabtransfer.pipeline import paths
+from vocabtransfer.pipeline import availability, config, paths
 
 STAGE = Stage(
     name="corpus",
     run=run,
     help="fetch, normalise, deduplicate, cap and split a language's raw text",
     outputs={"train": paths.CORPUS_TRAIN, "valid": paths.CORPUS_VALID, "stats": paths.CORPUS_STATS},
-    params=("seed", "corpus.sources.{lang}", "corpus.normalization", "corpus.max_bytes",
-            "corpus.valid_fraction", "corpus.min_chars"),
+    params=("seed",),  # and the fields of CorpusParams, of `sources` the job's language only
+    extra_params=lambda params, wc: config.field_leaves(CorpusParams, "corpus", {**params["corpus"], "sources": {wc["lang"]: None}}),
     code=("data/corpus.py", "data/download.py"),
     data=lambda params, wc: {"data_corpus": path} if (path := availability.corpus_file(params, wc["lang"])) else {},
 )

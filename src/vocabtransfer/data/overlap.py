@@ -36,7 +36,7 @@ import logging
 import re
 import string
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Literal
 
 import numpy as np
@@ -339,6 +339,16 @@ def markdown_counts(counts: dict[str, int], total: int) -> str:
     return "\n".join(lines)
 
 
+@dataclass(frozen=True)
+class OverlapParams:
+    """params `overlap`, typed (`ctx.section`): `compute_overlap`'s options; the schema holds the defaults."""
+
+    exact_match_all: bool
+    fuzzy_match_all: bool
+    match_symbols: bool
+    match_bytes: bool
+
+
 def run(ctx) -> None:
     """The `overlap` stage: target tokenizer (stage input) vs the source model's tokenizer."""
     from vocabtransfer import io
@@ -355,8 +365,7 @@ def run(ctx) -> None:
             f"{ctx.input['tokenizer']}: its special tokens clash with those of the source model {source_model}: {clash}; "
             "it was trained for another source or edited: retrain it with the tokenizer stage "
             "(snakemake --forcerun tokenizer, or dvc repro --force tokenizer)")
-    options = {key: bool(ctx.param(f"overlap.{key}"))
-               for key in ("exact_match_all", "fuzzy_match_all", "match_symbols", "match_bytes")}
+    options = asdict(ctx.section("overlap", OverlapParams))  # params overlap, typed
     table = compute_overlap(target_tokenizer, source_tokenizer, **options)
     seconds = time.perf_counter() - start
     byte_tokens = byte_counts(table, target_tokenizer, source_tokenizer)
@@ -394,7 +403,7 @@ def run(ctx) -> None:
 # ---------------------------------------------------------------- the stage (vocabtransfer.pipeline.stages)
 # From the import of `Stage` on, the module plans its jobs: not their code (stage_spec.code_statements).
 from vocabtransfer.pipeline.stage_spec import Stage
-from vocabtransfer.pipeline import paths
+from vocabtransfer.pipeline import config, paths
 
 STAGE = Stage(
     name="overlap",
@@ -402,7 +411,7 @@ STAGE = Stage(
     help="source vs target vocabulary overlap on canonical token forms",
     inputs={"tokenizer": paths.TOKENIZER, "source": paths.SOURCE_BASE},
     outputs={"overlap": paths.OVERLAP, "stats": paths.OVERLAP_STATS},
-    params=("source_model", "overlap.exact_match_all", "overlap.fuzzy_match_all", "overlap.match_symbols",
-            "overlap.match_bytes"),
+    params=("source_model",),
+    extra_params=lambda params, wc: config.field_leaves(OverlapParams, "overlap", params["overlap"]),
     code=("data/overlap.py",),
 )

@@ -204,11 +204,18 @@ def measure(tokenizer, corpus: Path, batch_size: int = 1000) -> TokenStats:
 # ---------------------------------------------------------------------------------------------
 # the stage
 
+@dataclass(frozen=True)
+class PretokenizeParams:
+    """params `pretokenize`, typed (`ctx.section`); the schema holds the defaults and checks."""
+
+    batch_size: int
+
+
 def run(ctx) -> None:
     from vocabtransfer.train.hub import load_tokenizer, materialised_source
 
     set_threads(ctx.threads)
-    batch_size = int(ctx.param("pretokenize.batch_size"))
+    batch_size = ctx.section("pretokenize", PretokenizeParams).batch_size
     source_name = ctx.param("source_model")
     target = load_target_tokenizer(ctx.input["tokenizer"])
     source = load_tokenizer(materialised_source(ctx.input["source"]))
@@ -250,7 +257,7 @@ def run(ctx) -> None:
 # ---------------------------------------------------------------- the stage (vocabtransfer.pipeline.stages)
 # From the import of `Stage` on, the module plans its jobs: not their code (stage_spec.code_statements).
 from vocabtransfer.pipeline.stage_spec import Stage
-from vocabtransfer.pipeline import paths
+from vocabtransfer.pipeline import config, paths
 
 STAGE = Stage(
     name="pretokenize",
@@ -260,7 +267,8 @@ STAGE = Stage(
             "source": paths.SOURCE_BASE},
     outputs={"train_ids": paths.PRETOK_TRAIN, "valid_ids": paths.PRETOK_VALID, "text": paths.PRETOK_TEXT,
              "stats": paths.PRETOK_STATS},
-    params=("source_model", "pretokenize.batch_size"),
+    params=("source_model",),
+    extra_params=lambda params, wc: config.field_leaves(PretokenizeParams, "pretokenize", params["pretokenize"]),
     code=("data/pretokenize.py",),
     parallel=True,
 )

@@ -50,6 +50,7 @@ import logging
 import os
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Literal
 
@@ -377,8 +378,14 @@ def load_target_tokenizer(path: str | os.PathLike):
     return tok
 
 
-# ---------------------------------------------------------------------------------------------
-# the stage
+# --------------------------------------------------------------------------------------------- the stage
+
+@dataclass(frozen=True)
+class TokenizerParams:  # params `tokenizer`, typed (`ctx.section`); the schema holds the defaults and checks
+    family: Literal["auto", "wordpiece", "unigram", "bpe"]
+    vocab_size: int
+    min_frequency: int
+
 
 def run(ctx) -> None:
     from vocabtransfer.train.hub import load_tokenizer, materialised_source
@@ -391,9 +398,8 @@ def run(ctx) -> None:
     lines = corpus.rows
     if lines == 0:
         raise VocabTransferError(f"{train_path}: the corpus has no lines; check `corpus.sources.{ctx.lang}` and rerun the corpus stage")
-    family_param = ctx.param("tokenizer.family")
-    vocab_size = int(ctx.param("tokenizer.vocab_size"))
-    min_frequency = int(ctx.param("tokenizer.min_frequency"))
+    opts = ctx.section("tokenizer", TokenizerParams)  # params tokenizer, typed
+    family_param, vocab_size, min_frequency = opts.family, opts.vocab_size, opts.min_frequency
 
     start = time.perf_counter()
     target = train_tokenizer(source, corpus, family=family_param, vocab_size=vocab_size,
@@ -428,7 +434,7 @@ def _detect_saved_family(tokenizer) -> tuple[str, str]:
 # ---------------------------------------------------------------- the stage (vocabtransfer.pipeline.stages)
 # From the import of `Stage` on, the module plans its jobs: not their code (stage_spec.code_statements).
 from vocabtransfer.pipeline.stage_spec import Stage
-from vocabtransfer.pipeline import paths
+from vocabtransfer.pipeline import config, paths
 
 STAGE = Stage(
     name="tokenizer",
@@ -437,7 +443,8 @@ STAGE = Stage(
     inputs={"train": paths.CORPUS_TRAIN, "source": paths.SOURCE_BASE},
     outputs={"tokenizer": paths.TOKENIZER, "stats": paths.TOKENIZER_STATS},
     directories=frozenset({"tokenizer"}),
-    params=("source_model", "tokenizer.family", "tokenizer.vocab_size", "tokenizer.min_frequency"),
+    params=("source_model",),
+    extra_params=lambda params, wc: config.field_leaves(TokenizerParams, "tokenizer", params["tokenizer"]),
     code=("data/tokenizer.py",),
     parallel=True,
 )
