@@ -107,8 +107,9 @@ def _schema_type(node: dict):
         return _schema_type({**node, "type": next(k for k in kind if k != "null")}) | None
     if kind == "array":
         return tuple[_schema_type(node["items"]), ...]
-    if kind == "object":
-        return dict[str, _schema_type(node["additionalProperties"])]
+    if kind == "object":  # a mapping; of typed values where they are one schema (a data spec is a dict)
+        inner = node.get("additionalProperties")
+        return dict[str, _schema_type(inner)] if isinstance(inner, dict) else dict
     return {"integer": int, "number": float, "boolean": bool, "string": str}[kind]
 
 
@@ -139,13 +140,16 @@ def _field_nodes(cls, prefix: str) -> dict[str, object]:
 
 
 def test_the_typed_sections_mirror_the_schema():
-    """Every leaf of the schema's `init` and `pretrain` is a field of their dataclasses, of the schema's
-    type, and every field is a leaf of the schema: the two cannot drift."""
+    """Every leaf of the schema's `init`, `pretrain`, `eval` and `report` is a field of their dataclasses,
+    of the schema's type, and every field is a leaf of the schema: the two cannot drift."""
+    from vocabtransfer.evaluate.tasks import EvalParams
     from vocabtransfer.init.methods.options import InitParams
     from vocabtransfer.pipeline.config import schema
+    from vocabtransfer.report.tables import ReportParams
     from vocabtransfer.train.trainer import PretrainParams
 
-    for name, cls in (("init", InitParams), ("pretrain", PretrainParams)):
+    for name, cls in (("init", InitParams), ("pretrain", PretrainParams), ("eval", EvalParams),
+                      ("report", ReportParams)):
         expected, got = _schema_nodes(schema()["properties"][name], name), _field_nodes(cls, name)
         assert sorted(got) == sorted(expected), name
         assert list(got) == list(expected), f"{name}: fields in the schema's order"
