@@ -109,8 +109,9 @@ def _schema_type(node: dict):
         return _schema_type({**node, "type": next(k for k in kind if k != "null")}) | None
     if kind == "array":
         return tuple[_schema_type(node["items"]), ...]
-    if kind == "object":
-        return dict[str, _schema_type(node["additionalProperties"])]
+    if kind == "object":  # a mapping; of typed values where they are one schema (a data spec is a dict)
+        inner = node.get("additionalProperties")
+        return dict[str, _schema_type(inner)] if isinstance(inner, dict) else dict
     return {"integer": int, "number": float, "boolean": bool, "string": str}[kind]
 
 
@@ -141,8 +142,8 @@ def _field_nodes(cls, prefix: str) -> dict[str, object]:
 
 
 def test_the_typed_sections_mirror_the_schema():
-    """Every leaf of the schema's typed sections is a field of their dataclasses, of the schema's type, and
-    every field is a leaf of the schema: the two cannot drift."""
+    """Every section of the schema has its dataclass; every leaf of a section is a field of it, of the
+    schema's type, and every field is a leaf of the schema: the two cannot drift."""
     from vocabtransfer.data.auxiliary import FasttextParams
     from vocabtransfer.data.corpus import CorpusParams
     from vocabtransfer.data.overlap import OverlapParams
@@ -150,16 +151,21 @@ def test_the_typed_sections_mirror_the_schema():
     from vocabtransfer.data.tokenizer import TokenizerParams
     from vocabtransfer.evaluate.gradient_scenarios import GradientScenariosParams
     from vocabtransfer.evaluate.init_eval import InitEvalParams
+    from vocabtransfer.evaluate.tasks import EvalParams
     from vocabtransfer.evaluate.token_frequency_loss import TokenFrequencyLossParams
     from vocabtransfer.init.methods.options import InitParams
     from vocabtransfer.init.source_head import SourceHeadParams
     from vocabtransfer.pipeline.config import schema
+    from vocabtransfer.report.tables import ReportParams
     from vocabtransfer.train.trainer import PretrainParams
 
-    for name, cls in (("corpus", CorpusParams), ("tokenizer", TokenizerParams), ("pretokenize", PretokenizeParams),
-                      ("fasttext", FasttextParams), ("overlap", OverlapParams), ("source_head", SourceHeadParams),
-                      ("init", InitParams), ("init_eval", InitEvalParams), ("pretrain", PretrainParams),
-                      ("token_frequency_loss", TokenFrequencyLossParams), ("gradient_scenarios", GradientScenariosParams)):
+    typed = {"corpus": CorpusParams, "tokenizer": TokenizerParams, "pretokenize": PretokenizeParams,
+             "fasttext": FasttextParams, "overlap": OverlapParams, "source_head": SourceHeadParams, "init": InitParams,
+             "init_eval": InitEvalParams, "pretrain": PretrainParams, "report": ReportParams, "eval": EvalParams,
+             "token_frequency_loss": TokenFrequencyLossParams, "gradient_scenarios": GradientScenariosParams}
+    sections = {name for name, node in schema()["properties"].items() if node.get("type") == "object"}
+    assert sections == set(typed), "every params section is read through its dataclass"
+    for name, cls in typed.items():
         expected, got = _schema_nodes(schema()["properties"][name], name), _field_nodes(cls, name)
         assert sorted(got) == sorted(expected), name
         assert list(got) == list(expected), f"{name}: fields in the schema's order"

@@ -205,17 +205,19 @@ def test_the_committed_gemma_study_opens_with_its_verdict_says_it_is_quantised_a
 def test_the_floors_the_readme_states_are_the_floor_stage_on_the_study(shared_data, monkeypatch):
     """The README's answer quotes each task's floor on the study's test sets: the floor stage's numbers."""
     from vocabtransfer.evaluate.floor import floor
-    from vocabtransfer.pipeline.config import merge_overlay, read_yaml, validate_params
+    from vocabtransfer.evaluate.tasks import EvalParams
+    from vocabtransfer.pipeline.config import from_dict, merge_overlay, read_yaml, validate_params
 
     monkeypatch.setenv("VOCABTRANSFER_DATA", str(shared_data))
     params = validate_params(merge_overlay(read_yaml(REPO / "params.yaml"), read_yaml(REPO / "config" / "study.yaml")))
     answer = (REPO / "README.md").read_text(encoding="utf-8").split("## The answer so far", 1)[1].split("\n## ", 1)[0]
     answer = " ".join(answer.split())
+    tasks = from_dict(EvalParams, params["eval"]).tasks
     for lang, task, quoted in (("sw", "ner", "floor is 57.9 F1 in sw"), ("de", "ner", "and 16.2 in de"),
                                ("de", "qa", "floor is 9.5 F1 on 10 clusters"), ("sw", "qa", "sw QA's floor is 7.7")):
-        result = floor(params, lang, task, params["seed"])
+        result = floor(getattr(tasks, task), lang, task, params["seed"])
         assert f"{result['value']:.1f}" in quoted and quoted in answer, (lang, task, result["value"])
-    assert len(set(floor(params, "de", "qa", params["seed"])["examples"]["clusters"])) == 10
+    assert len(set(floor(tasks.qa, "de", "qa", params["seed"])["examples"]["clusters"])) == 10
 
 
 def test_every_downstream_table_of_the_committed_study_shows_its_floor():

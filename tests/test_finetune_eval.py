@@ -118,6 +118,22 @@ def task(params, name, **opts):
     return get_task(name, {**params["eval"]["tasks"][name], **opts})
 
 
+def test_a_task_gets_its_typed_section_and_a_mapping_over_the_schemas_defaults(params):
+    """The stage hands a task its section of `EvalParams` as it is; a call from Python with a mapping
+    gets the typed options over the schema's defaults, checked by the schema."""
+    import dataclasses
+
+    from vocabtransfer.pipeline.config import from_dict, typed_section
+
+    typed = from_dict(tasks.EvalParams, params["eval"])
+    assert get_task("qa", typed.tasks.qa).options is typed.tasks.qa
+    assert isinstance(typed.tasks.nli.epochs, float) and typed.models == tuple(params["eval"]["models"])
+    qa = get_task("qa", {"n_best": 5}).options
+    assert qa == dataclasses.replace(typed_section(tasks.QaOptions, "eval.tasks.qa"), n_best=5)
+    with pytest.raises(VocabTransferError, match=r"^eval\.tasks\.qa\.cluster: 'page' is not allowed"):
+        get_task("qa", {"cluster": "page"})
+
+
 def test_nli_reads_string_labels_and_splits_by_premise(params, shared_data, monkeypatch):
     monkeypatch.setenv("VOCABTRANSFER_DATA", str(shared_data))
     nli = task(params, "nli", max_train=0, max_test=0)

@@ -20,8 +20,10 @@ from vocabtransfer.evaluate.init_eval import SCHEMA as INIT_EVAL_SCHEMA
 from vocabtransfer.evaluate.token_frequency_loss import BLOCKS_SCHEMA, BPB_SCHEMA, SCHEMA as TFL_SCHEMA
 from vocabtransfer.pipeline import models
 from vocabtransfer.pipeline import paths
+from vocabtransfer.pipeline.config import typed_section
 from vocabtransfer.report import read
 from vocabtransfer.report import build
+from vocabtransfer.report.tables import ReportParams
 
 LANGS = ("sw", "de")
 METHODS = ("random", "focus")
@@ -37,6 +39,11 @@ TASKS_OF = {"sw": ("nli", "qa", "ner"), "de": ("nli", "qa")}  # de has no NER da
 # examples right per run: focus well above random on qa and ner; nli: every model is the majority class
 RIGHT = {"random": 20, "focus": 40, "source": 45}
 FLOOR_RIGHT = {"nli": 20, "qa": 10, "ner": 0}  # the floor: the majority class on nli, below every model elsewhere
+
+
+def _report(params: dict) -> ReportParams:
+    """params `report` typed, over the schema's defaults, as the report stage gets it."""
+    return typed_section(ReportParams, "report", params["report"])
 
 
 def write(root: Path, template: str, obj, **wc) -> Path:
@@ -189,7 +196,7 @@ def make_results(root: Path, langs=LANGS, with_evals: bool = True) -> read.Plan:
 def rendered(tmp_path_factory):
     root = tmp_path_factory.mktemp("study")
     plan = make_results(root)
-    build.write_report(PARAMS, plan, root)
+    build.write_report(PARAMS, _report(PARAMS), plan, root)
     return root, plan, (root / paths.REPORT).read_text()
 
 
@@ -372,7 +379,7 @@ def test_init_table_shows_bits_per_byte_of_causal_models(tmp_path):
     for r, (bits, share) in zip(rows, ((1.5, None), (3.0, 0.0), (2.5, 1 / 3))):  # source, random, focus
         r.update(kind="causal", bits_per_byte=bits, share_kept=share, bytes_per_token=2.4 if bits == 1.5 else 4.08)
     io.write_parquet(pa.Table.from_pylist(rows, schema=INIT_EVAL_SCHEMA), path)
-    build.write_report({**PARAMS, "languages": ["sw"]}, plan, tmp_path)
+    build.write_report({**PARAMS, "languages": ["sw"]}, _report(PARAMS), plan, tmp_path)
     init = section(section((tmp_path / paths.REPORT).read_text(), "## sw"), "### Right after initialisation")
     assert cells(init, "method")[6:] == ["bits per byte", "share kept", "bytes per token"]
     assert cells(init, "focus")[6:] == ["**2.500**", "**0.33**", "4.08"] and cells(init, "random")[6:8] == ["3.000", "0.00"]
@@ -386,14 +393,14 @@ def test_masked_models_get_no_bits_per_byte_and_the_report_says_why(tmp_path):
     df = io.read_parquet(path).to_pandas()
     df["bits"] = None
     io.write_parquet(pa.Table.from_pandas(df, schema=BPB_SCHEMA, preserve_index=False), path)
-    build.write_report({**PARAMS, "languages": ["sw"]}, plan, tmp_path)
+    build.write_report({**PARAMS, "languages": ["sw"]}, _report(PARAMS), plan, tmp_path)
     text = (tmp_path / paths.REPORT).read_text()
     table = section(section(text, "## sw"), "### Bits per byte")
     assert "_No bits per byte: bits per byte needs a causal LM" in table and "keeps its per-token loss" in table
     assert "Bytes per token on the 20 valid lines: 4.08 with the target tokenizer, 2.40 with the source's" in table
     assert "Bits per byte" not in section(text, "## Verdict")
     path.unlink()
-    build.write_report({**PARAMS, "languages": ["sw"]}, plan, tmp_path)
+    build.write_report({**PARAMS, "languages": ["sw"]}, _report(PARAMS), plan, tmp_path)
     text = (tmp_path / paths.REPORT).read_text()
     assert "_No bits-per-byte results (results/sw/bits_per_byte.parquet missing)._" in text
 
@@ -403,7 +410,7 @@ def test_figures_curves_and_metrics_are_reproducible(rendered, tmp_path):
     figures = sorted(p.name for p in (root / paths.REPORT_FIGURES).iterdir())
     assert figures == ["de_downstream.png", "de_valid_loss.png", "sw_downstream.png", "sw_valid_loss.png"]
     plan = make_results(tmp_path)
-    build.write_report(PARAMS, plan, tmp_path)
+    build.write_report(PARAMS, _report(PARAMS), plan, tmp_path)
     for name in figures:
         copied = (tmp_path / paths.REPORT_FIGURES / name).read_bytes()
         assert copied == (root / paths.REPORT_FIGURES / name).read_bytes()
@@ -423,7 +430,7 @@ def test_missing_results_render_as_notes(tmp_path):
     for m, o, s in plan.pretrain:
         run_dir = tmp_path / paths.fill(paths.PRETRAIN_DIR, lang="sw", method=m, objective=o, pseed=s)
         (run_dir / "metrics.parquet").unlink()
-    build.write_report(PARAMS, plan, tmp_path)
+    build.write_report(PARAMS, _report(PARAMS), plan, tmp_path)
     text = (tmp_path / paths.REPORT).read_text()
     sw = section(text, "## sw")
     assert "_No continued-pretraining results for this language._" in sw
@@ -505,7 +512,7 @@ def test_a_report_on_too_few_clusters_words_no_difference(tmp_path):
     row is better or worse, no task is learned or compared, and the verdict says why."""
     plan = make_results(tmp_path, langs=("sw",))
     params = {**PARAMS, "languages": ["sw"], "report": {**PARAMS["report"], "min_clusters": 30}}
-    build.write_report(params, plan, tmp_path)
+    build.write_report(params, _report(params), plan, tmp_path)
     text = (tmp_path / paths.REPORT).read_text()
     verdict = section(text, "## Verdict")
     sw = section(verdict, "### sw")
@@ -573,13 +580,13 @@ def test_a_gguf_source_is_said_to_be_a_quantisation(tmp_path):
                                               # Gemma 3 270M's Q4_K_M file: the embedding matrix stays at 8 bits
                                               "gguf_type_weights": {"Q8_0": 169246720, "Q5_0": 63406080,
                                                                 "Q4_K": 23592960, "Q6_K": 11796480, "F32": 55936}})
-    build.write_report(PARAMS, plan, tmp_path)
+    build.write_report(PARAMS, _report(PARAMS), plan, tmp_path)
     setup = section((tmp_path / paths.REPORT).read_text(), "## Set-up")
     assert ("* Source weights: **a quantisation of the released model to 4–8 bits per weight (Q8_0 for 169.2 M, "
             "Q5_0 for 63.4 M, Q4_K for 23.6 M, Q6_K for 11.8 M)**, read from the GGUF file `gemma-3-270m-q4_k_m.gguf` "
             "(sha256 a5fd3b62230a…)") in " ".join(setup.split())
     (tmp_path / paths.SOURCE_BASE_STATS).write_text(json.dumps({"route": "hub"}))  # a plain checkpoint: nothing said
-    build.write_report(PARAMS, plan, tmp_path)
+    build.write_report(PARAMS, _report(PARAMS), plan, tmp_path)
     assert "Source weights" not in (tmp_path / paths.REPORT).read_text()
 
 
@@ -609,7 +616,7 @@ def test_a_method_only_initialised_gets_zero_shot_bits_per_byte_paired_with_ever
     mean_bpb = 2.0 + 0.1 * rng.random(n)
     add("mean", "init", 1, mean_bpb)
     lang = read.Language("sw", bits_per_byte=pd.DataFrame(rows))
-    table = bits_per_byte_table(lang, Settings(2000, 0.95, "holm", 0))
+    table = bits_per_byte_table(lang, Settings(2000, 0.95, "holm", 0, min_clusters=30))
     row = next(r for r in table.rows if r.method == "mean")
     d = row.vs_random.diff
     assert d.n_pseeds == 3 and d.n_clusters == n

@@ -44,7 +44,7 @@ from vocabtransfer.pipeline import availability
 from vocabtransfer.pipeline import models
 from vocabtransfer.pipeline import paths
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.evaluate.tasks import test_clusters
+from vocabtransfer.evaluate.tasks import EvalParams, test_clusters
 
 log = logging.getLogger(__name__)
 
@@ -229,11 +229,11 @@ def finetune(*, task, splits, model_dir: Path, seed: int, output_dir: Path, devi
     train_features = task.features(splits.train, tokenizer, labels)
     args = TrainingArguments(
         output_dir=str(output_dir), seed=seed, data_seed=seed,
-        num_train_epochs=float(opts["epochs"]), learning_rate=float(opts["learning_rate"]),
-        per_device_train_batch_size=int(opts["batch_size"]),
-        per_device_eval_batch_size=int(opts["eval_batch_size"]),
-        warmup_steps=float(opts["warmup_ratio"]),  # a float below 1 is a share of the steps
-        weight_decay=float(opts["weight_decay"]),
+        num_train_epochs=opts.epochs, learning_rate=opts.learning_rate,
+        per_device_train_batch_size=opts.batch_size,
+        per_device_eval_batch_size=opts.eval_batch_size,
+        warmup_steps=opts.warmup_ratio,  # a float below 1 is a share of the steps
+        weight_decay=opts.weight_decay,
         save_strategy="no", eval_strategy="no", logging_strategy="no", report_to=[],
         disable_tqdm=True, use_cpu=device == "cpu", dataloader_num_workers=0,
     )
@@ -247,7 +247,7 @@ def finetune(*, task, splits, model_dir: Path, seed: int, output_dir: Path, devi
         "metrics": {k: round(float(v), 4) for k, v in evaluation.metrics.items()},
         "n_train": len(splits.train), "n_test": len(splits.test),
         "n_train_features": len(train_features),
-        "examples_seen": int(round(len(train_features) * float(opts["epochs"]))),
+        "examples_seen": int(round(len(train_features) * opts.epochs)),
         "skipped": {**splits.skipped, **evaluation.skipped},
         "examples": evaluation.examples,
         "pad_token_set": pad_token,  # the tokenizer had none: batches padded with this token
@@ -260,6 +260,7 @@ def run(ctx) -> None:
     from vocabtransfer.evaluate.tasks import get_task, load_splits
 
     start = time.perf_counter()
+    eval_params = ctx.section("eval", EvalParams)
     lang, task_name, model_name = ctx.lang, ctx.wildcards["task"], ctx.wildcards["model"]
     seed = int(ctx.wildcards["seed"])
     info = parse_model(ctx.params, model_name)
@@ -267,11 +268,12 @@ def run(ctx) -> None:
         reason = skipped_tasks(ctx.params, lang).get(task_name)
         raise VocabTransferError(
             f"eval: no job {task_name}/{model_name}/seed{seed} for {lang!r}: "
-            + (reason if reason else f"check eval.models and eval.seeds ({ctx.params['eval']['seeds']})"))
-    task = get_task(task_name, ctx.params["eval"]["tasks"][task_name])
+            + (reason if reason else f"check eval.models and eval.seeds ({eval_params.seeds})"))
+    options = getattr(eval_params.tasks, task_name)
+    task = get_task(task_name, options)
     model_dir = _model_dir(ctx, info)
     key = f"eval.tasks.{task_name}.data.{lang}"
-    splits = load_splits(task, ctx.params["eval"]["tasks"][task_name]["data"][lang], key, seed=ctx.seed)
+    splits = load_splits(task, options.data[lang], key, seed=ctx.seed)
     log.info("%s %s %s seed %d: %d train / %d test examples, skipped %s", lang, task_name, model_name, seed,
              len(splits.train), len(splits.test), splits.skipped or "none")
     checkpoints = Path(paths.fill(paths.EVAL_CHECKPOINTS, lang=lang, task=task_name, model=model_name, seed=str(seed)))
@@ -289,14 +291,17 @@ def run(ctx) -> None:
 
 # ---------------------------------------------------------------- the stage (vocabtransfer.pipeline.stages)
 # From the import of `Stage` on, the module plans its jobs: not their code (stage_spec.code_statements).
-from vocabtransfer.pipeline.stage_spec import Stage, section_leaves
+from vocabtransfer.pipeline.config import field_leaves
+from vocabtransfer.pipeline.stage_spec import Stage
+from vocabtransfer.evaluate.tasks import options_class
 
 
 def task_leaves(params: dict, wildcards: dict) -> list[str]:
-    """The params leaves of the task (`eval.tasks.<task>`) with the data spec of this language only."""
+    """The params leaves of the task's options (`eval.tasks.<task>`, e.g. `QaOptions`) with the data spec
+    of this language only."""
     task = wildcards["task"]
-    return [leaf for leaf in section_leaves(params, f"eval.tasks.{task}") if ".data." not in leaf] + [
-        f"eval.tasks.{task}.data.{wildcards['lang']}"]
+    return field_leaves(options_class(task), f"eval.tasks.{task}", params["eval"]["tasks"][task],
+                        keep=lambda f: f.name != "data") + [f"eval.tasks.{task}.data.{wildcards['lang']}"]
 
 
 def _combinations(params: dict) -> list[dict[str, str]]:

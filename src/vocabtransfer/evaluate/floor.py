@@ -19,7 +19,7 @@ import logging
 
 from vocabtransfer import io
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.evaluate.tasks import get_task, load_splits, test_clusters
+from vocabtransfer.evaluate.tasks import EvalParams, TaskOptions, get_task, load_splits, test_clusters
 
 log = logging.getLogger(__name__)
 
@@ -36,11 +36,10 @@ def tasks(params: dict) -> list[dict[str, str]]:
     return [{"task": t} for t, section in params["eval"]["tasks"].items() if section["enabled"]]
 
 
-def floor(params: dict, lang: str, task_name: str, seed: int) -> dict:
-    """The floor's result for one language and task."""
-    task = get_task(task_name, params["eval"]["tasks"][task_name])
-    splits = load_splits(task, params["eval"]["tasks"][task_name]["data"][lang], f"eval.tasks.{task_name}.data.{lang}",
-                         seed=seed)
+def floor(options: TaskOptions, lang: str, task_name: str, seed: int) -> dict:
+    """The floor's result for one language and task, whose options (`eval.tasks.<task>`) are `options`."""
+    task = get_task(task_name, options)
+    splits = load_splits(task, options.data[lang], f"eval.tasks.{task_name}.data.{lang}", seed=seed)
     result = task.floor(splits)
     result["examples"]["clusters"] = test_clusters(splits.test, task_name)
     return {"lang": lang, "task": task_name, "metric": task.metric, "name": result["name"],
@@ -52,7 +51,8 @@ def run(ctx) -> None:
     why = skip_reason(ctx.params, ctx.wildcards)
     if why is not None:
         raise VocabTransferError(f"floor: no job {ctx.wildcards['task']} for {ctx.lang!r}: {why}")
-    out = floor(ctx.params, ctx.lang, ctx.wildcards["task"], ctx.seed)
+    options = getattr(ctx.section("eval", EvalParams).tasks, ctx.wildcards["task"])
+    out = floor(options, ctx.lang, ctx.wildcards["task"], ctx.seed)
     io.write_json({**out, "versions": io.versions()}, ctx.output["floor"])
     log.info("%s %s floor (%s): %s %.2f on %d test examples", ctx.lang, out["task"], out["name"], out["metric"],
              out["value"], out["n_test"])

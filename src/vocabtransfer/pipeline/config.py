@@ -6,7 +6,8 @@ VocabTransferError naming the key path, what was wrong and the allowed values.
 
 Typed sections: a stage reads its section once, at its entry, into a frozen dataclass declared
 next to its code (`OmpOptions` … in vocabtransfer.init.methods.options, `PretrainParams` in
-vocabtransfer.train.pretrain), built by `from_dict` from the validated dict (`ctx.section`); below
+vocabtransfer.train.trainer, `EvalParams` in vocabtransfer.evaluate.tasks, `ReportParams` in
+vocabtransfer.report.tables), built by `from_dict` from the validated dict (`ctx.section`); below
 the entry, functions take these. The dataclasses have no defaults (the schema is their one home) and
 mirror the schema's fields (tests/test_config.py holds them to it); a stage's rerun keys are their
 leaves (`field_leaves`).

@@ -60,10 +60,11 @@ def job_seconds(root: Path) -> float | None:
     return (max(ends) - min(starts)) if starts else None
 
 
-def write_report(params: dict, p: Plan, root: Path = Path(".")) -> Path:
-    """Read everything under `root`, write the report, its figures, curves and metrics there."""
+def write_report(params: dict, report: tables.ReportParams, p: Plan, root: Path = Path(".")) -> Path:
+    """Read everything under `root`, write the report, its figures, curves and metrics there; `report`
+    is params `report`, typed."""
     root = Path(root)
-    settings = tables.Settings.from_params(params)
+    settings = tables.Settings.of(report, params["seed"])
     head = io.read_json(root / paths.SOURCE_HEAD_STATS) if (root / paths.SOURCE_HEAD_STATS).is_file() else None
     base = io.read_json(root / paths.SOURCE_BASE_STATS) if (root / paths.SOURCE_BASE_STATS).is_file() else None
     langs = [read_language(lang, p, root) for lang in p.languages]
@@ -126,12 +127,13 @@ def _spoken_list(words: list[str]) -> str:
 
 
 def run(ctx) -> None:
-    out = write_report(ctx.params, plan(ctx.params))  # `plan`: with the stage, below
+    out = write_report(ctx.params, ctx.section("report", tables.ReportParams), plan(ctx.params))  # `plan`: below
     log.info("report: %s (figures in %s)", out, paths.REPORT_FIGURES)
 
 
 # ---------------------------------------------------------------- the stage (vocabtransfer.pipeline.stages)
 # From the import of `Stage` on, the module plans its jobs: not their code (stage_spec.code_statements).
+from vocabtransfer.pipeline.config import field_leaves
 from vocabtransfer.pipeline.stage_spec import Stage
 from vocabtransfer.evaluate import finetune_eval
 from vocabtransfer.evaluate import gradient_scenarios
@@ -158,7 +160,7 @@ STAGE = Stage(
     directories=frozenset({"figures", "curves"}),
     metrics=frozenset({"metrics"}),
     plots=dvc_plots,
-    params=("seed", "languages", "source_model", "init.methods", "report.bootstrap_resamples", "report.confidence",
-            "report.correction", "report.min_clusters"),
+    params=("seed", "languages", "source_model", "init.methods"),
+    extra_params=lambda params, wildcards: field_leaves(tables.ReportParams, "report", params["report"]),
     code=("report/build.py",),
 )

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 
@@ -33,21 +34,29 @@ from vocabtransfer.report.read import OBJECTIVE_ORDER, Language, task_order
 
 
 @dataclass(frozen=True)
+class ReportParams:
+    """params `report`, typed: built once at the report stage's entry (`ctx.section("report",
+    ReportParams)`); no defaults, the schema holds them (tests/test_config.py)."""
+
+    bootstrap_resamples: int
+    confidence: float
+    min_clusters: int
+    correction: Literal["holm", "bh"]
+
+
+@dataclass(frozen=True)
 class Settings:
-    """params `report` (validated and defaulted by the schema), read once."""
+    """How the comparisons are made and worded: params `report` and the study's `seed`."""
 
     resamples: int
     confidence: float
     correction: str
     seed: int
-    min_clusters: int = 30
+    min_clusters: int
 
     @classmethod
-    def from_params(cls, params: dict) -> "Settings":
-        opts = params["report"]
-        stats.check_confidence(opts["confidence"])
-        return cls(int(opts["bootstrap_resamples"]), float(opts["confidence"]), opts["correction"], int(params["seed"]),
-                   int(opts["min_clusters"]))
+    def of(cls, report: ReportParams, seed: int) -> "Settings":
+        return cls(report.bootstrap_resamples, report.confidence, report.correction, seed, report.min_clusters)
 
     @property
     def alpha(self) -> float:

@@ -18,6 +18,13 @@ task knows how to
 
 `load_splits` reads a language's data spec (`eval.tasks.<task>.data.<lang>`): `train` and
 `test` sources, or only `train`, which is then split by a seeded hash of each example's group.
+
+Params `eval` are typed here, where finetune_eval and floor both read them: `EvalParams`, whose
+`tasks` is an `EvalTasks` of one frozen dataclass per task section (`NliOptions`, `QaOptions`,
+`NerOptions`, over the common `TaskOptions`). A stage builds `EvalParams` once at its entry
+(`ctx.section("eval", EvalParams)`) and hands a task its section (`Task.options`); `get_task` turns a
+mapping (a call from Python) into it over the schema's defaults, validated by the schema. The
+dataclasses have no defaults and mirror the schema (tests/test_config.py).
 """
 
 from __future__ import annotations
@@ -26,15 +33,74 @@ import hashlib
 import importlib
 import logging
 import pkgutil
+import typing
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Literal, Mapping
 
 from vocabtransfer.errors import VocabTransferError
+from vocabtransfer.pipeline.config import typed_section
 from vocabtransfer.pipeline.paths import data_path
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TaskOptions:
+    """params `eval.tasks.<task>`: the options every task has."""
+
+    enabled: bool
+    data: dict[str, dict | None]  # per language: its `train` (and `test`) source spec
+    test_fraction: float
+    max_train: int
+    max_test: int
+    epochs: float
+    learning_rate: float
+    batch_size: int
+    eval_batch_size: int
+    max_length: int
+    warmup_ratio: float
+    weight_decay: float
+
+
+@dataclass(frozen=True)
+class NliOptions(TaskOptions):
+    pass
+
+
+@dataclass(frozen=True)
+class QaOptions(TaskOptions):
+    doc_stride: int
+    cluster: Literal["article", "context"]
+    max_answer_length: int
+    n_best: int
+
+
+@dataclass(frozen=True)
+class NerOptions(TaskOptions):
+    strict: bool
+
+
+@dataclass(frozen=True)
+class EvalTasks:
+    nli: NliOptions
+    qa: QaOptions
+    ner: NerOptions
+
+
+@dataclass(frozen=True)
+class EvalParams:
+    """params `eval`: which models are evaluated with how many seeds, and each task's options."""
+
+    seeds: int
+    models: tuple[str, ...]
+    tasks: EvalTasks
+
+
+def options_class(name: str) -> type[TaskOptions]:
+    """The dataclass of the params section `eval.tasks.<name>`."""
+    return typing.get_type_hints(EvalTasks)[name]
 
 
 @dataclass
@@ -71,8 +137,8 @@ class Task:
     head: str = ""  # transformers AutoModelFor… class name
     floor_text: str = ""  # what its floor predicts, in words (the report's note under the task's table)
 
-    def __init__(self, options: dict):
-        self.options = options  # the params section eval.tasks.<name>
+    def __init__(self, options: TaskOptions):
+        self.options = options  # the params section eval.tasks.<name>, typed (e.g. QaOptions)
 
     def read(self, source: Source) -> tuple[list[dict], dict[str, int]]:
         """Examples of one source and counted skips; a malformed source raises one clear error."""
@@ -161,12 +227,13 @@ def task_class(name: str) -> type[Task]:
     return TASKS[name]
 
 
-def get_task(name: str, options: dict) -> Task:
-    """The task with `options` (params `eval.tasks.<name>`) over the schema's defaults of that section."""
-    from vocabtransfer.pipeline.config import section_defaults
-
+def get_task(name: str, options: TaskOptions | Mapping | None) -> Task:
+    """The task with `options`: its typed section (`EvalParams.tasks.<name>`) as it is, or a mapping
+    (a call from Python) over the schema's defaults of `eval.tasks.<name>`, validated by the schema."""
     cls = task_class(name)
-    return cls({**section_defaults("eval", "tasks", name), **(options or {})})
+    if not isinstance(options, TaskOptions):
+        options = typed_section(options_class(name), f"eval.tasks.{name}", options)
+    return cls(options)
 
 
 # --- data sources -----------------------------------------------------------------------------
@@ -242,14 +309,14 @@ def _merge_counts(a: dict[str, int], b: dict[str, int]) -> dict[str, int]:
     return out
 
 
-def load_splits(task: Task, spec: dict, key: str, *, seed: int) -> Splits:
+def load_splits(task: Task, spec: Mapping, key: str, *, seed: int) -> Splits:
     """Read a language's data spec into train and test examples, capped at max_train / max_test."""
     train, skipped = task.read(open_source(spec["train"], f"{key}.train"))
     if "test" in spec:
         test, skipped_test = task.read(open_source(spec["test"], f"{key}.test"))
         skipped = _merge_counts(skipped, skipped_test)
     else:
-        train, test = split_by_group(train, float(task.options["test_fraction"]), seed)
+        train, test = split_by_group(train, task.options.test_fraction, seed)
     for split, rows in (("train", train), ("test", test)):
         if not rows:
             raise VocabTransferError(f"{key}: the {split} split is empty (after reading and splitting); "
@@ -257,8 +324,8 @@ def load_splits(task: Task, spec: dict, key: str, *, seed: int) -> Splits:
     ids = [ex["id"] for ex in test]
     if len(set(ids)) != len(ids):
         raise VocabTransferError(f"{key}: test example ids are not unique; the per-example results could not be paired")
-    train = subsample(train, int(task.options["max_train"]), seed, "train")
-    test = subsample(test, int(task.options["max_test"]), seed, "test")
+    train = subsample(train, task.options.max_train, seed, "train")
+    test = subsample(test, task.options.max_test, seed, "test")
     return Splits(train=train, test=test, skipped=skipped)
 
 

@@ -144,7 +144,7 @@ class NER(Task):
             # byte-level BPE (GPT-2, Llama-3, Qwen) spells the space before a word (`Ġword`), and split words
             # reach it without one: give every word but the first its space, as in the running text
             words = [[w if i == 0 else f" {w}" for i, w in enumerate(ws)] for ws in words]
-        return tokenizer(words, is_split_into_words=True, truncation=True, max_length=int(self.options["max_length"]))
+        return tokenizer(words, is_split_into_words=True, truncation=True, max_length=self.options.max_length)
 
     def features(self, examples: list[dict], tokenizer, labels: list[str]) -> list[dict]:
         index = {t: i for i, t in enumerate(labels)}
@@ -170,7 +170,7 @@ class NER(Task):
     def floor(self, splits) -> dict:
         """The training split's lexicon: each test word gets the tag it has most often in the training
         sentences (ties: `O` first, then the tag's name), `O` when it never occurs there."""
-        strict = bool(self.options["strict"])
+        strict = self.options.strict
         lexicon = lexicon_tags(splits.train)
         gold = [ex["tags"] for ex in splits.test]
         pred = [[lexicon.get(w, "O") for w in ex["tokens"]] for ex in splits.test]
@@ -180,7 +180,7 @@ class NER(Task):
                              "n_pred": [c[1] for c in counts], "n_gold": [c[2] for c in counts]}}
 
     def evaluate(self, trainer, examples: list[dict], tokenizer, labels: list[str]) -> Evaluation:
-        strict = bool(self.options["strict"])
+        strict = self.options.strict
         enc = self._encode(examples, tokenizer)
         feats = [{k: enc[k][i] for k in enc.keys()} for i in range(len(examples))]
         logits = trainer.predict(feats).predictions  # (N, L, C), padded across batches

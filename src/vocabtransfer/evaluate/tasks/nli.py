@@ -64,7 +64,7 @@ class NLI(Task):
 
     def features(self, examples: list[dict], tokenizer, labels=None) -> list[dict]:
         enc = tokenizer([e["premise"] for e in examples], [e["hypothesis"] for e in examples],
-                        truncation=True, max_length=int(self.options["max_length"]))
+                        truncation=True, max_length=self.options.max_length)
         return [{**{k: enc[k][i] for k in enc.keys()}, "labels": e["label"]} for i, e in enumerate(examples)]
 
     def floor(self, splits) -> dict:

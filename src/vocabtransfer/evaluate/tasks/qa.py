@@ -94,7 +94,7 @@ class QA(Task):
             if not answers:
                 missing += 1
                 continue
-            cluster = context if self.options["cluster"] == "context" else title
+            cluster = context if self.options.cluster == "context" else title
             examples.append({"id": str(qa["id"]), "group": title, "cluster": cluster, "context": context,
                              "question": qa["question"], "answers": answers})
         if missing:
@@ -106,7 +106,7 @@ class QA(Task):
             out = []
             for i, row in enumerate(source.rows):
                 require_columns(source, row, ("id", "context", "question", "answers"))
-                if self.options["cluster"] == "article" and not row.get("title"):
+                if self.options.cluster == "article" and not row.get("title"):
                     raise VocabTransferError(
                         f"{source.name}: row {i} has no `title` ({source.key}): the article is the cluster of the "
                         "bootstrap and the split unit; add the column or set eval.tasks.qa.cluster: context")
@@ -135,8 +135,8 @@ class QA(Task):
         if tokenizer.padding_side != "right":
             raise VocabTransferError(f"{tokenizer.name_or_path}: QA preprocessing needs right padding")
         return tokenizer([e["question"].lstrip() for e in examples], [e["context"] for e in examples],
-                         truncation="only_second", max_length=int(self.options["max_length"]),
-                         stride=int(self.options["doc_stride"]), return_overflowing_tokens=True,
+                         truncation="only_second", max_length=self.options.max_length,
+                         stride=self.options.doc_stride, return_overflowing_tokens=True,
                          return_offsets_mapping=True)
 
     @staticmethod
@@ -178,7 +178,7 @@ class QA(Task):
         enc = self._windows(examples, tokenizer)
         feats = [self._model_inputs(enc, i) for i in range(len(enc["input_ids"]))]
         start_logits, end_logits = trainer.predict(feats).predictions[:2]
-        n_best, max_len = int(self.options["n_best"]), int(self.options["max_answer_length"])
+        n_best, max_len = self.options.n_best, self.options.max_answer_length
         best: dict[int, tuple[float, str]] = {}
         for i in range(len(feats)):
             e = enc["overflow_to_sample_mapping"][i]
