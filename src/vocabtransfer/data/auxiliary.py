@@ -60,7 +60,9 @@ Mode = Literal["tokenlevel", "wordlevel"]
 _MAGIC, _VERSION = 793712314, 12  # fastText's .bin signature (FASTTEXT_FILEFORMAT_MAGIC_INT32, FASTTEXT_VERSION)
 
 
-# --------------------------------------------------------------------------------------------- training and loading
+# ---------------------------------------------------------------------------------------------
+# training and loading
+
 
 def _nonempty_text(path: Path) -> None:
     """Raise unless `path` is a readable file with at least one non-whitespace byte."""
@@ -70,7 +72,8 @@ def _nonempty_text(path: Path) -> None:
         while chunk := f.read(1 << 20):
             if chunk.strip():
                 return
-    raise VocabTransferError(f"{path}: training text is empty (no words); check the corpus and rerun the stage that wrote it")
+    raise VocabTransferError(f"{path}: training text is empty (no words); "
+                             "check the corpus and rerun the stage that wrote it")
 
 
 @contextmanager
@@ -212,7 +215,8 @@ def load_fasttext(path: str | os.PathLike):
 
     path = Path(path)
     if not path.is_file():
-        raise VocabTransferError(f"{path}: fastText model not found; run the stage that produces it first or fix the path")
+        raise VocabTransferError(f"{path}: fastText model not found; "
+                                 "run the stage that produces it first or fix the path")
     _check_bin(path)
     try:
         return fasttext.load_model(str(path))
@@ -220,7 +224,9 @@ def load_fasttext(path: str | os.PathLike):
         raise VocabTransferError(f"{path}: fastText cannot load it ({brief(exc)}); re-download or retrain it") from exc
 
 
-# --------------------------------------------------------------------------------------------- token vectors
+# ---------------------------------------------------------------------------------------------
+# token vectors
+
 
 def token_vectors(ft_model, tokenizer, mode: Mode = "tokenlevel") -> tuple["torch.Tensor", "torch.Tensor"]:
     """The fastText vector of every target token: (V x dim float32, V bool mask), row i = token id i.
@@ -276,10 +282,14 @@ def subword_vectors(ft_model, tokenizer, embeddings: "torch.Tensor", mask: "torc
     return torch.from_numpy(emb), torch.from_numpy(has | subword), torch.from_numpy(subword)
 
 
-# --------------------------------------------------------------------------------------------- the stage
+# ---------------------------------------------------------------------------------------------
+# the stage
+
 
 @dataclass(frozen=True)
-class FasttextParams:  # params `fasttext`, typed (`ctx.section`); the schema holds the defaults and checks
+class FasttextParams:
+    """params `fasttext`, typed (`ctx.section`); the schema holds the defaults and the checks."""
+
     mode: Mode
     pretrained_path: str | None
     model: Literal["cbow", "skipgram"]
@@ -319,9 +329,10 @@ def run(ctx: "Context") -> None:
             log.info("fastText on 1 thread so the vectors (and every init artefact) are byte-identical "
                      "between runs; set fasttext.reproducible: false to use all %d threads", ctx.threads)
         elif threads > 1:
-            log.info("fastText on %d threads: vectors vary slightly between runs (fasttext.reproducible: false)", threads)
-        ft = train_fasttext(ctx.input["text"], model=opts.model, dim=opts.dim, epochs=opts.epochs, min_count=opts.min_count,
-                            neg=opts.neg, bucket=opts.bucket, seed=ctx.seed, threads=threads)
+            log.info("fastText on %d threads: vectors vary slightly between runs (fasttext.reproducible: false)",
+                     threads)
+        ft = train_fasttext(ctx.input["text"], model=opts.model, dim=opts.dim, epochs=opts.epochs,
+                            min_count=opts.min_count, neg=opts.neg, bucket=opts.bucket, seed=ctx.seed, threads=threads)
         with io.atomic_output(out["model"]) as tmp:
             ft.save_model(str(tmp))
     else:
@@ -387,64 +398,20 @@ def run(ctx: "Context") -> None:
              stats["seconds"])
 
 
-# ------------------------------ word-level fastText for WECHSEL: one model on source-language text, one per target language
-
-def _word_fasttext_options(ctx: "Context") -> dict:
-    threads = 1 if ctx.section("fasttext", FasttextParams).reproducible else ctx.threads
-    return dict(ctx.param("init.wechsel.fasttext"), seed=ctx.seed, threads=threads)  # model, dim, epochs, min_count, bucket
-
-
-def run_source_words(ctx: "Context") -> None:
-    """Stage `source_fasttext`: word-level fastText on source-language text (init.wechsel.source_text)."""
-    from vocabtransfer.pipeline.paths import data_path
-
-    text = data_path(ctx.param("init.wechsel.source_text"))
-    if not text.is_file():
-        raise VocabTransferError(f"{text}: source-language text not found (init.wechsel.source_text); "
-                                 "fix the path (relative paths resolve against $VOCABTRANSFER_DATA)")
-    train_word_fasttext(text, ctx.output["model"], **_word_fasttext_options(ctx))
-
-
-def run_target_words(ctx: "Context") -> None:
-    """Stage `word_fasttext`: word-level fastText on the target corpus's train split."""
-    from vocabtransfer.io import read_parquet
-
-    lines = read_parquet(ctx.input["train"], ["text"]).column("text").to_pylist()
-    train_word_fasttext(lines, ctx.output["model"], **_word_fasttext_options(ctx))
-
-
 # ---------------------------------------------------------------- the stages (vocabtransfer.pipeline.stages)
 # From the import of `Stage` on, the module plans its jobs: not their code (stage_spec.code_statements).
 from vocabtransfer.pipeline.stage_spec import Stage
 from vocabtransfer.pipeline import availability, config, paths
 
 
-def _word_leaves(params: dict, wc: dict) -> list[str]:  # init.wechsel.fasttext.*: the fields of WordFasttextOptions
-    from vocabtransfer.init.methods.options import WordFasttextOptions  # here: its package imports torch
-    return config.field_leaves(WordFasttextOptions, "init.wechsel.fasttext", params["init"]["wechsel"]["fasttext"])
-
-
 FASTTEXT = Stage(
     name="fasttext", run=run, help="fastText auxiliary embeddings for the target tokens",
     inputs={"text": paths.PRETOK_TEXT, "tokenizer": paths.TOKENIZER},
     outputs={"model": paths.FASTTEXT_BIN, "embeddings": paths.FASTTEXT_EMB, "stats": paths.FASTTEXT_STATS},
-    params=("seed",), extra_params=lambda params, wc: config.field_leaves(FasttextParams, "fasttext", params["fasttext"]),
-    code=("data/auxiliary.py",), parallel=True, one_thread_if="fasttext.reproducible",  # bit-reproducible on one thread only
+    params=("seed",),
+    extra_params=lambda params, wc: config.field_leaves(FasttextParams, "fasttext", params["fasttext"]),
+    code=("data/auxiliary.py",), parallel=True,
+    one_thread_if="fasttext.reproducible",  # fastText is bit-reproducible on one thread only
     data=lambda params, wc: {"data_pretrained": paths.data_path(params["fasttext"]["pretrained_path"])} if (
         params["fasttext"]["mode"] == "wordlevel" and params["fasttext"].get("pretrained_path")) else {},
-)
-TARGET_WORDS = Stage(
-    name="word_fasttext", run=run_target_words, help="word-level fastText on the target corpus (WECHSEL)",
-    inputs={"train": paths.CORPUS_TRAIN}, outputs={"model": paths.WORD_FASTTEXT},
-    params=("seed", "fasttext.reproducible"), extra_params=_word_leaves,
-    code=("data/auxiliary.py",), parallel=True, one_thread_if="fasttext.reproducible",
-    skip_reason=lambda params, wc: availability.needed_by(params, "wechsel", wc["lang"]),
-)
-SOURCE_WORDS = Stage(
-    name="source_fasttext", run=run_source_words, help="word-level fastText on source-language text (WECHSEL)",
-    wildcards=(), outputs={"model": paths.SOURCE_WORD_FASTTEXT},
-    params=TARGET_WORDS.params, extra_params=lambda params, wc: TARGET_WORDS.extra_params(params, wc) + ["init.wechsel.source_text"],
-    code=("data/auxiliary.py",), parallel=True, one_thread_if="fasttext.reproducible",
-    skip_reason=lambda params, wc: availability.needed_by(params, "wechsel"),
-    data=lambda params, wc: {"data_text": paths.data_path(params["init"]["wechsel"]["source_text"])},
 )

@@ -15,6 +15,7 @@ from vocabtransfer.data import corpus
 from vocabtransfer.data import overlap
 from vocabtransfer.data import pretokenize
 from vocabtransfer.data import tokenizer
+from vocabtransfer.data import word_fasttext
 from vocabtransfer.evaluate import finetune_eval
 from vocabtransfer.evaluate import floor
 from vocabtransfer.evaluate import gradient_scenarios
@@ -35,8 +36,8 @@ STAGES = {stage.name: stage for stage in (
     auxiliary.FASTTEXT,
     overlap.STAGE,
     source_head.STAGE,
-    auxiliary.SOURCE_WORDS,
-    auxiliary.TARGET_WORDS,
+    word_fasttext.SOURCE_WORDS,
+    word_fasttext.TARGET_WORDS,
     source_snmf.STAGE,
     initialise.STAGE,
     init_eval.STAGE,
