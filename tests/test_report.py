@@ -624,3 +624,17 @@ def test_a_method_only_initialised_gets_zero_shot_bits_per_byte_paired_with_ever
                        for v in random_bpb.values()])
     assert d.diff == pytest.approx(by_hand) and d.high < 0
     assert row.score.n_pseeds == 3 and row.score.diff == pytest.approx((mean_bpb * n_bytes).sum() / n_bytes.sum())
+
+
+def test_job_time_is_the_span_from_the_first_jobs_start_to_the_last_jobs_end(tmp_path):
+    """Each benchmark table is written when its job ends (its mtime) and holds the job's duration (`s`):
+    jobs of 10 s ending at t=100 and of 20 s ending at t=200 span 90 .. 200, 110 s, not their 30 s sum."""
+    import os
+
+    for name, seconds, end in (("a", 10, 100), ("b", 20, 200)):
+        table = tmp_path / paths.LOGS / "benchmarks" / "stage" / f"{name}.tsv"
+        table.parent.mkdir(parents=True, exist_ok=True)
+        table.write_text(f"s\th:m:s\n{seconds}.0\t0:00:{seconds}\n", encoding="utf-8")
+        os.utime(table, (end, end))
+    assert build.job_seconds(tmp_path) == pytest.approx(110.0)
+    assert build.job_seconds(tmp_path / "none") is None
