@@ -93,7 +93,7 @@ def test_source_model_as_its_own_initialisation(tmp_path, en_wp, caplog):
 
 def test_translations_and_causal_models(tmp_path, en_wp):
     sw_wp = wordpiece_tokenizer("sw", 250)
-    en_bpe, sw_bpe = bpe_tokenizer("en"), bpe_tokenizer("sw", 280)
+    sw_bpe = bpe_tokenizer("sw", 280)
     source = tiny_bert(len(en_wp))
     methods = {"bert_sw": (tiny_bert(len(sw_wp), seed=2), sw_wp), "llama_sw": (tiny_llama(len(sw_bpe)), sw_bpe)}
     ctx, out = setup_study(tmp_path, source, en_wp, methods, xx_same_as_en=False)

@@ -5,12 +5,10 @@ initialised model; real Swahili text. Also: resume from a checkpoint, and the on
 
 from __future__ import annotations
 
-import json
 import math
 import shutil
 
 import numpy as np
-import pyarrow.parquet as pq
 import pytest
 import torch
 

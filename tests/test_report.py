@@ -59,7 +59,6 @@ def write(root: Path, template: str, obj, **wc) -> Path:
 
 
 def eval_result(task: str, method: str, objective: str | None, pseed: int | None, seed: int) -> dict:
-    ids = [f"{task}-{i}" for i in range(N)]
     c = RIGHT[method] + (pseed or 0) - (1 if objective == "selfish" else 0)
     examples, metric = task_examples(task, c), "accuracy" if task == "nli" else "f1"
     model = models.SOURCE if method == models.SOURCE else models.model_name(method, objective, pseed)

@@ -15,7 +15,6 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 from conftest import BIN, REPO
 from helpers import digest, run_command, setup_workdir, snakemake_jobs

@@ -4,7 +4,6 @@ end to end through the command line."""
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 from collections import Counter

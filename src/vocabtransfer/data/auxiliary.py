@@ -401,7 +401,7 @@ def run(ctx: "Context") -> None:
 # ---------------------------------------------------------------- the stages (vocabtransfer.pipeline.stages)
 # From the import of `Stage` on, the module plans its jobs: not their code (stage_spec.code_statements).
 from vocabtransfer.pipeline.stage_spec import Stage
-from vocabtransfer.pipeline import availability, config, paths
+from vocabtransfer.pipeline import config, paths
 
 
 FASTTEXT = Stage(
