@@ -95,9 +95,9 @@ def setup_section(params: dict, head: dict | None, langs: list[Language], p: Pla
                  f"quantiles per level), {CORRECTION_NAME[settings.correction]} correction per table; no difference "
                  f"is worded on fewer than {settings.min_clusters} clusters or a single run")
     if seconds:
-        lines.append(f"* Wall-clock time of the jobs behind this report: {seconds / 60:.1f} min, from the first job's "
-                     "start to the last job's end (Snakemake's per-job benchmarks under logs/benchmarks, each dated "
-                     "by its file's time; a job rerun later stretches the span)")
+        lines.append(f"* Wall-clock time of the jobs behind this report: {seconds / 60:.1f} min of job time "
+                     "(the sum of Snakemake's per-job benchmarks under logs/benchmarks; with N cores the run takes "
+                     "about this divided by the parallelism it reached)")
     lines.append("")
     rows = []
     for lang in langs:
