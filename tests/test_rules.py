@@ -76,7 +76,7 @@ def test_snakemake_and_dvc_yaml_schedule_exactly_the_stage_tables_jobs(shared_da
     monkeypatch.setenv("VOCABTRANSFER_DATA", str(shared_data))
     params = params_with(*([overlay] if overlay else []))
     expected = table_jobs(params)
-    assert len(expected) > 50
+    assert len(expected) > 35
     assert snakemake_jobs(shared_data, *(["--configfile", overlay] if overlay else [])) == expected
     assert dvc_jobs(params) == expected
 
