@@ -42,7 +42,7 @@ try:
         _sources.append("--config")
         _merged = merge_overlay(_merged, _typed(dict(workflow.config_settings.config)))
 except VocabTransferError as exc:
-    sys.exit(f"error: {exc}")
+    sys.exit("\n".join(f"error: {line}" for line in str(exc).splitlines()))
 config.clear()
 config.update(_merged or {})
 PARAMS_SOURCE = " + ".join(dict.fromkeys(_sources))
@@ -54,7 +54,7 @@ try:
     PARAMS_FILE = write_merged(_validated, ".snakemake/vocabtransfer")
     _lines = plan.preflight(_validated, source=PARAMS_SOURCE)
 except VocabTransferError as exc:
-    sys.exit(f"error: {exc}")
+    sys.exit("\n".join(f"error: {line}" for line in str(exc).splitlines()))
 config.clear()
 config.update(_validated)
 # one line per job that params ask for but the data do not allow, before any job starts
