@@ -72,7 +72,7 @@ def mtimes(work: Path) -> dict[str, int]:
 
 
 def test_default_profile_applies_to_a_plain_run_and_slurm_profile_replaces_it(reference, environment):
-    snakemake = [str(BIN / "snakemake"), "-n", "--forceall", TARGET]
+    snakemake = [str(BIN / "snakemake"), "-n", "--quiet", "host", "--forceall", TARGET]  # --quiet: list each job
     out = run_command(snakemake, reference, environment)
     assert PROFILE_NOTICE in out
     # printshellcmds: true in the profile

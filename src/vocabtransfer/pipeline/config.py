@@ -31,6 +31,7 @@ import jsonschema
 import yaml
 
 from vocabtransfer.errors import VocabTransferError
+from vocabtransfer.pipeline.paths import RELATIVE_MODEL
 
 # shipped inside the package, so a wheel or a non-editable install finds it too
 SCHEMA_PATH = Path(__file__).resolve().parent / "params.schema.yaml"
@@ -263,8 +264,6 @@ def check_source_model(value: str, source: str = "params.yaml") -> None:
     """`source_model` is a Hugging Face model directory (it has a config.json), a hub id, or a GGUF file
     (`path/model.gguf`, `hf://owner/name/file.gguf`, `package:<module>`; vocabtransfer.train.gguf);
     checked without loading anything or contacting the hub, so a typo stops the run before any job."""
-    from vocabtransfer.train.gguf import RELATIVE as RELATIVE_MODEL
-
     path = Path(os.path.expanduser(value))
     fix = ("point it at a Hugging Face model directory (config.json, weights, tokenizer files), a hub id such as "
            "`owner/name`, a .gguf file, hf://owner/name/file.gguf or package:<module>")

@@ -47,6 +47,12 @@ def data_root() -> Path:
     return Path(os.environ.get("VOCABTRANSFER_DATA") or "data")
 
 
+# where a relative `source_model` path (a GGUF file or a model directory) is looked for: the one params key
+# whose paths do not resolve against the data root (a model is named like a hub id, `owner/name`)
+RELATIVE_MODEL = ("a relative source_model path resolves against the working directory, the repository root, "
+                  "not $VOCABTRANSFER_DATA as data paths do")
+
+
 def check_data_root() -> None:
     """The data folder exists: else one error naming both ways to give it."""
     from vocabtransfer.errors import VocabTransferError

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vocabtransfer.errors import VocabTransferError, brief
+from vocabtransfer.pipeline.paths import RELATIVE_MODEL
 
 log = logging.getLogger(__name__)
 
@@ -69,12 +70,6 @@ def parse(value: str) -> GgufSource | None:
     return None
 
 
-# where a relative `source_model` path (a GGUF file or a model directory) is looked for: the one key whose
-# paths do not resolve against the data folder (a model is named like a hub id, `owner/name`)
-RELATIVE = ("a relative source_model path resolves against the working directory, the repository root, "
-            "not $VOCABTRANSFER_DATA as data paths do")
-
-
 def is_gguf(value: str) -> bool:
     return parse(value) is not None
 
@@ -88,7 +83,7 @@ def check_spec(value: str, source: str = "params.yaml") -> None:
     if spec is not None and spec.kind == "file":
         path = Path(os.path.expanduser(value))
         if not path.is_file():
-            raise VocabTransferError(f"{source}: source_model: {value!r}: no such GGUF file ({RELATIVE}); point it "
+            raise VocabTransferError(f"{source}: source_model: {value!r}: no such GGUF file ({RELATIVE_MODEL}); point it "
                                      "at an existing .gguf file, hf://owner/name/file.gguf or package:<module>")
 
 
@@ -114,7 +109,7 @@ def resolve(spec: GgufSource) -> Path:
     if spec.kind == "file":
         path = Path(os.path.expanduser(spec.location))
         if not path.is_file():
-            raise VocabTransferError(f"source_model: {spec.spec}: no such GGUF file in {Path.cwd()} ({RELATIVE}); "
+            raise VocabTransferError(f"source_model: {spec.spec}: no such GGUF file in {Path.cwd()} ({RELATIVE_MODEL}); "
                                      "point source_model at an existing .gguf file")
         return path.resolve()
     if spec.kind == "hub":
