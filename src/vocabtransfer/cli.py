@@ -98,6 +98,20 @@ def _device(name: str) -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def _lone_overlay(files: list[str] | None) -> bool:
+    """One params file given, not params.yaml, that lacks a key the schema requires, with params.yaml here:
+    an overlay meant to go over params.yaml."""
+    if not files or len(files) != 1 or Path(files[0]).name == "params.yaml" or not Path("params.yaml").is_file():
+        return False
+    from vocabtransfer.pipeline.config import read_yaml, schema
+
+    try:
+        raw = read_yaml(files[0])
+    except VocabTransferError:
+        return False
+    return isinstance(raw, dict) and any(key not in raw for key in schema().get("required", []))
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     params = None
@@ -167,9 +181,9 @@ def main(argv: list[str] | None = None) -> int:
     except VocabTransferError as exc:
         for line in str(exc).splitlines():  # one line per problem
             log.error("%s", line)
-        lone = (args.params or [""])[0]
-        if params is None and len(args.params or []) == 1 and Path(lone).name != "params.yaml" and Path("params.yaml").is_file():
-            log.error("if %s is an overlay, lay it over params.yaml: --params params.yaml %s", lone, lone)
+        if params is None and _lone_overlay(args.params):
+            log.error("%s is an overlay (it lacks keys a config needs); lay it over params.yaml: "
+                      "--params params.yaml %s", args.params[0], args.params[0])
         return 1
     except KeyboardInterrupt:
         log.error("interrupted; no partial artefact was kept")

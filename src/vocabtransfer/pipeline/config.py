@@ -295,8 +295,8 @@ def check_source_model(value: str, source: str = "params.yaml") -> None:
                                      f"a model; {fix}")
         return
     if path.is_absolute() or value.startswith((".", "~")) or value.count("/") > 1 or not HUB_ID.match(value):
-        raise VocabTransferError(f"{source}: source_model: {value!r} is neither an existing directory "
-                                 f"({RELATIVE_MODEL}) nor a hub id; {fix}")
+        raise VocabTransferError(f"{source}: source_model: {value!r} is neither an existing directory nor a hub id "
+                                 f"({RELATIVE_MODEL}); {fix}")
 
 
 def load_params(path: str | Path = "params.yaml") -> dict:
