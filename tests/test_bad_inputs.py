@@ -174,7 +174,7 @@ CASES = [
     ("params type error", "corpus", SW, _params(**{"tokenizer.vocab_size": "big"}), ["tokenizer.vocab_size"]),
     ("params unknown key", "corpus", SW, _params(**{"corpus.nope": 1}), ["corpus", "nope"]),
     ("params misspelled key", "corpus", SW, _params(**{"fasttext.epoch": 1}),
-     ["fasttext: unknown key(s) 'epoch'; did you mean 'epochs'?"]),
+     ["fasttext: unknown key(s) 'epoch'; allowed keys:", "did you mean 'epochs'?"]),
     ("params unknown init method", "corpus", SW, _params(**{"init.methods": ["focus", "focsu"]}),
      ["init.methods: 'focsu'", "did you mean 'focus'?", "allowed: random, overlap,"]),
     ("params unknown task", "corpus", SW, _params(**{"eval.tasks": {"nlii": {}}}),

@@ -96,15 +96,15 @@ def _closest(word: str, names) -> str | None:
 
 def _did_you_mean(word: str, names) -> str:
     close = _closest(word, names)
-    return f" (did you mean {close!r}?)" if close else ""
+    return f"; did you mean {close!r}?" if close else ""
 
 
 def _unknown_keys(extra: list[str], allowed: list[str]) -> str:
-    """`unknown key(s) 'epoch'; did you mean 'epochs'? allowed keys: …` (a suggestion per misspelled key)."""
+    """`unknown key(s) 'epoch'; allowed keys: …; did you mean 'epochs'?` (a suggestion per misspelled key)."""
     close = {k: _closest(k, allowed) for k in extra}
     guesses = [f"{c!r}" + (f" (for {k!r})" if len(extra) > 1 else "") for k, c in close.items() if c]
-    guess = f"did you mean {', '.join(guesses)}? " if guesses else ""
-    return f"unknown key(s) {', '.join(map(repr, extra))}; {guess}allowed keys: {', '.join(allowed)}"
+    guess = f"; did you mean {', '.join(guesses)}?" if guesses else ""
+    return f"unknown key(s) {', '.join(map(repr, extra))}; allowed keys: {', '.join(allowed)}{guess}"
 
 
 # a pattern of named alternatives: `^(a|b|c)` then optional `(\+(x|y))?` suffixes, then a required
@@ -137,11 +137,11 @@ def _describe(error: jsonschema.ValidationError) -> str:
         extra = sorted(set(error.instance) - set(allowed))
         return _unknown_keys(extra, allowed)
     if error.validator == "enum":
-        return (f"{error.instance!r} is not allowed{_did_you_mean(error.instance, error.validator_value)}; "
-                f"allowed values: {', '.join(map(repr, error.validator_value))}")
+        return (f"{error.instance!r} is not allowed; allowed values: {', '.join(map(repr, error.validator_value))}"
+                f"{_did_you_mean(error.instance, error.validator_value)}")
     if error.validator == "pattern" and pattern_names(error.validator_value):
         names, listed = pattern_names(error.validator_value)
-        return f"{error.instance!r} is not allowed{_did_you_mean(error.instance, names)}; allowed: {listed}"
+        return f"{error.instance!r} is not allowed; allowed: {listed}{_did_you_mean(error.instance, names)}"
     if error.validator == "pattern":
         return f"{error.instance!r} does not match the pattern {error.validator_value}"
     if error.validator == "oneOf":
