@@ -165,13 +165,25 @@ SW = {"lang": "sw"}
 FT_EMB = paths.fill(paths.FASTTEXT_EMB, lang="sw")
 OVERLAP = paths.fill(paths.OVERLAP, lang="sw")
 CORPUS = paths.fill(paths.CORPUS_TRAIN, lang="sw")
-# (case, stage, wildcards, how to break the inputs, words the one error line must contain)
+# (case, stage, wildcards, how to break the inputs, words the one error line must contain, or a list of
+# such lists: one error line each, as for a config with several problems)
 CASES = [
     ("corpus text missing", "corpus", SW, lambda w: (w / "data" / "sw.txt").unlink(), ["sw.txt"]),
     ("corpus text empty", "corpus", SW, lambda w: (w / "data" / "sw.txt").write_text(""), ["sw.txt"]),
     ("url source checksum mismatch", "corpus", SW, _checksum_mismatch, ["sha256"]),
     ("params type error", "corpus", SW, _params(**{"tokenizer.vocab_size": "big"}), ["tokenizer.vocab_size"]),
     ("params unknown key", "corpus", SW, _params(**{"corpus.nope": 1}), ["corpus", "nope"]),
+    ("params misspelled key", "corpus", SW, _params(**{"fasttext.epoch": 1}),
+     ["fasttext: unknown key(s) 'epoch'; allowed keys:", "did you mean 'epochs'?"]),
+    ("params unknown init method", "corpus", SW, _params(**{"init.methods": ["focus", "focsu"]}),
+     ["init.methods: 'focsu'", "did you mean 'focus'?", "allowed: random, overlap,"]),
+    ("params unknown task", "corpus", SW, _params(**{"eval.tasks": {"nlii": {}}}),
+     ["eval.tasks", "did you mean 'nli'?", "ner, nli, qa"]),
+    ("params with two problems, one line each", "corpus", SW,
+     _params(**{"fasttext.epoch": 1, "tokenizer.vocab_size": "big"}),
+     [["fasttext: unknown key(s) 'epoch'"], ["tokenizer.vocab_size: 'big'"]]),
+    ("relative GGUF path", "corpus", SW, _params(source_model="models/absent.gguf"),
+     ["source_model", "models/absent.gguf", "resolves against the working directory", "not $VOCABTRANSFER_DATA"]),
     ("corpus parquet missing", "tokenizer", SW, lambda w: (w / CORPUS).unlink(), ["train.parquet"]),
     ("corpus parquet truncated", "tokenizer", SW, _on(CORPUS, _truncate), ["train.parquet"]),
     ("corpus parquet corrupted", "tokenizer", SW, _on(CORPUS, _garbage), ["train.parquet"]),
@@ -222,8 +234,9 @@ def test_bad_input_gives_one_clear_error_and_no_output(good, tmp_path, monkeypat
                           env={**os.environ, "VOCABTRANSFER_DATA": str(work / "data"),
                                "VOCABTRANSFER_CACHE": str(work / "cache"), "OMP_NUM_THREADS": "1"})
     errors = [line for line in proc.stderr.splitlines() if " ERROR " in line]
-    clear = (proc.returncode != 0 and "Traceback" not in proc.stderr and len(errors) == 1
-             and all(w.lower() in errors[0].lower() for w in words))
+    lines = words if isinstance(words[0], list) else [words]
+    clear = (proc.returncode != 0 and "Traceback" not in proc.stderr and len(errors) == len(lines)
+             and all(w.lower() in error.lower() for error, ws in zip(errors, lines) for w in ws))
     left = [str(work / out) for out in outputs if (work / out).exists()]
     new = [str(p) for p in set(work.rglob("*")) - before
            if p.is_file() and "cache" not in p.relative_to(work).parts and not p.name.endswith(".log")]

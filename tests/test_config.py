@@ -42,9 +42,20 @@ def test_defaults_filled_for_missing_sections():
     "over, expected",
     [
         ({"fasttext": {"epochs": "three"}}, "fasttext.epochs: 'three' is not of type 'integer'"),
-        ({"fasttext": {"epoch": 3}}, "fasttext: unknown key(s) 'epoch'; allowed keys: bucket, dim, epochs,"),
+        ({"fasttext": {"epoch": 3}}, "fasttext: unknown key(s) 'epoch'; allowed keys: bucket, dim, epochs, min_count, "
+         "mode, model, neg, oov, pretrained_path, reproducible; did you mean 'epochs'?"),
+        ({"init": {"methods": ["focus", "focsu"]}}, "init.methods: 'focsu' is not allowed; allowed: random, overlap, "
+         "mean, fvt, focus, ofa, snmf, wechsel, omp, each also as <name>+svd or <name>+snmf; did you mean 'focus'?"),
+        ({"pretrain": {"pairs": ["focus-selfsh"]}}, "pretrain.pairs: 'focus-selfsh' is not allowed; allowed: "
+         "<method>-<objective> with method one of random,"),
+        ({"pretrain": {"pairs": ["focus-selfsh"]}}, "standard, selfish, distill; did you mean 'focus-selfish'?"),
+        ({"pretrain": {"objectives": ["standrd"]}}, "pretrain.objectives: 'standrd' is not allowed; allowed values: "
+         "'standard', 'selfish', 'distill'; did you mean 'standard'?"),
+        ({"eval": {"tasks": {"nlii": {}}}}, "eval.tasks: unknown key(s) 'nlii'; allowed keys: ner, nli, qa; did you mean 'nli'?"),
+        ({"source_model": "models/absent.gguf"}, "source_model: 'models/absent.gguf': no such GGUF file (a relative "
+         "source_model path resolves against the working directory, the repository root, not $VOCABTRANSFER_DATA"),
         ({"tokenizer": {"family": "sentencepiece"}}, "tokenizer.family: 'sentencepiece' is not allowed; allowed values: 'auto', 'wordpiece', 'unigram', 'bpe'"),
-        ({"languages": ["Swahili"]}, "languages.0:"),
+        ({"languages": ["Swahili"]}, "languages: 'Swahili' does not match the pattern ^[a-z]{2,3}$"),
         ({"corpus": {"sources": {"sw": {"url": "https://x.org/a.txt"}}}}, "corpus.sources.sw: "),
         ({"corpus": {"sources": {}}}, "corpus.sources: no source for language(s) sw"),
     ],
@@ -54,7 +65,21 @@ def test_bad_params_name_the_key_and_allowed_values(over, expected):
         validate_params(minimal(**over), source="params.yaml")
     assert str(err.value).startswith("params.yaml: ")
     assert expected in str(err.value)
-    assert "\n" not in str(err.value)
+    assert "\n" not in str(err.value) and "\\" not in str(err.value)
+
+
+def test_every_problem_of_a_config_is_reported_at_once_one_line_each(tmp_path, capsys):
+    bad = minimal(fasttext={"epoch": 3}, init={"methods": ["focsu"]}, tokenizer={"vocab_size": "big"})
+    with pytest.raises(VocabTransferError) as err:
+        validate_params(bad, source="x.yaml")
+    lines = str(err.value).splitlines()
+    assert len(lines) == 3 and all(line.startswith("x.yaml: ") for line in lines)
+    assert "more problem" not in str(err.value)
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(bad))
+    assert main(["validate", "--params", str(tmp_path / "params.yaml")]) == 1
+    errors = capsys.readouterr().err.strip().splitlines()
+    assert [e.split("ERROR")[0] != e for e in errors] == [True] * 3
+    assert any("fasttext: unknown key(s) 'epoch'; allowed keys: " in e and "did you mean 'epochs'?" in e for e in errors)
 
 
 def test_cli_reports_bad_params_in_one_line_and_fails(tmp_path, capsys):
@@ -63,6 +88,40 @@ def test_cli_reports_bad_params_in_one_line_and_fails(tmp_path, capsys):
     assert main(["validate", "--params", str(bad)]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "fasttext.dim" in err[0] and "minimum" in err[0]
+
+
+def test_cli_params_take_overlays_as_snakemake_does(tmp_path, capsys, monkeypatch):
+    """`--params params.yaml overlay.yaml` (or --params repeated) lays the overlay over params.yaml; an
+    overlay given alone fails with a line that says how to lay it over params.yaml."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(minimal()))
+    (tmp_path / "overlay.yaml").write_text(yaml.safe_dump({"tokenizer": {"vocab_size": 3000}}))
+    for argv in (["--params", "params.yaml", "overlay.yaml"], ["--params", "params.yaml", "--params", "overlay.yaml"]):
+        assert main(["validate", *argv]) == 0
+        assert yaml.safe_load(capsys.readouterr().out)["tokenizer"]["vocab_size"] == 3000
+    assert main(["validate", "--params", "overlay.yaml"]) == 1
+    assert "--params params.yaml overlay.yaml" in capsys.readouterr().err
+
+
+def test_cli_help_lists_the_allowed_values(capsys):
+    for stage, words in (("init", ["--method", "focus", "wechsel", "<name>+svd", "1 .. pretrain.seeds"]),
+                         ("pretrain", ["standard", "selfish"]), ("finetune_eval", ["nli, qa, ner", "-init-pseed"])):
+        with pytest.raises(SystemExit):
+            main([stage, "--help"])
+        out = " ".join(capsys.readouterr().out.split())
+        assert all(w in out for w in words), (stage, out)
+    with pytest.raises(SystemExit):
+        main(["validate", "--help"])
+    assert "print the config with every default filled in" in " ".join(capsys.readouterr().out.split())
+
+
+def test_without_a_data_folder_the_error_names_the_variable_and_the_link(tmp_path, monkeypatch):
+    from vocabtransfer.pipeline.plan import preflight
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("VOCABTRANSFER_DATA", raising=False)
+    with pytest.raises(VocabTransferError, match=r"VOCABTRANSFER_DATA is not set.*`ln -s \.\./shared/data data`"):
+        preflight(validate_params(minimal()))
 
 
 def test_cli_unknown_language_fails_with_clear_error(tmp_path, capsys):

@@ -159,12 +159,14 @@ def verdict_of(report) -> str:
     return text.split("## Verdict", 1)[1].split("\n## ", 1)[0]
 
 
+RESULTS = DOCS / "results.md"  # the answer in full, which the README's short answer points to
+
+
 def readme_answer(study: str) -> str:
-    """The paragraph of README's "The answer so far" that quotes one study ("MiniLM" or "Gemma")."""
-    answer = (REPO / "README.md").read_text(encoding="utf-8").split("## The answer so far", 1)[1].split("\n## ", 1)[0]
-    parts = re.split(r"^### ", answer, flags=re.M)
+    """The section of docs/results.md (the README's answer in full) that quotes one study ("MiniLM" or "Gemma")."""
+    parts = re.split(r"^## ", RESULTS.read_text(encoding="utf-8"), flags=re.M)
     found = [p for p in parts if p.startswith(study)]
-    assert len(found) == 1, f"README's answer has no single '### {study}…' part"
+    assert len(found) == 1, f"docs/results.md has no single '## {study}…' section"
     return " ".join(found[0].split())
 
 
@@ -210,8 +212,7 @@ def test_the_floors_the_readme_states_are_the_floor_stage_on_the_study(shared_da
 
     monkeypatch.setenv("VOCABTRANSFER_DATA", str(shared_data))
     params = validate_params(merge_overlay(read_yaml(REPO / "params.yaml"), read_yaml(REPO / "config" / "study.yaml")))
-    answer = (REPO / "README.md").read_text(encoding="utf-8").split("## The answer so far", 1)[1].split("\n## ", 1)[0]
-    answer = " ".join(answer.split())
+    answer = " ".join(RESULTS.read_text(encoding="utf-8").split())
     tasks = from_dict(EvalParams, params["eval"]).tasks
     for lang, task, quoted in (("sw", "ner", "floor is 57.9 F1 in sw"), ("de", "ner", "and 16.2 in de"),
                                ("de", "qa", "floor is 9.5 F1 on 10 clusters"), ("sw", "qa", "sw QA's floor is 7.7")):
@@ -232,3 +233,60 @@ def test_every_downstream_table_of_the_committed_study_shows_its_floor():
             tables += 1
             assert re.search(r"^\| floor: ", table, flags=re.M), f"{lang}: no floor row under #### {table[:60]}"
     assert tables >= 4  # qa and ner in both languages
+
+
+def readme_section(title: str) -> str:
+    return (REPO / "README.md").read_text(encoding="utf-8").split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_the_readmes_short_answer_quotes_the_verdicts_and_links_each_claim():
+    """At most 12 lines; every interval stands in a committed study's verdict, and every claim (a bullet)
+    links to its report."""
+    lines = readme_section("The answer so far").strip().splitlines()
+    assert len(lines) <= 12, len(lines)
+    verdicts = verdict_of(STUDY) + verdict_of(GEMMA_STUDY)
+    for number in re.findall(INTERVAL, " ".join(lines)):
+        assert number in verdicts, f"README quotes {number}, which no study's verdict states"
+    claims = re.split(r"^- ", "\n".join(lines), flags=re.M)[1:]
+    assert len(claims) >= 4 and all("](docs/study/" in c for c in claims), claims
+
+
+def test_the_readme_shows_your_own_model_and_only_override_forms_that_work():
+    """"Your model, your language": source_model as a hub id, a directory, a GGUF file and `package:`, an
+    overlay for a new language that validates over params.yaml, and every overlay in config/; a `--config`
+    the README shows has a top-level key (Snakemake refuses a dotted one, which is DVC's -S form)."""
+    from vocabtransfer.pipeline.config import merge_overlay, read_yaml, validate_params
+
+    section = readme_section("Your model, your language")
+    block = re.search(r"^```yaml\n(.*?)^```", section, flags=re.M | re.S).group(1)
+    spellings = re.findall(r"^#? ?source_model: (\S+)", block, flags=re.M)
+    assert any(s.endswith(".gguf") and not s.startswith("hf://") for s in spellings), spellings
+    assert any(s.startswith("hf://") for s in spellings) and any(s.startswith("package:") for s in spellings)
+    assert any(s.startswith("/") for s in spellings) and any("/" not in s for s in spellings)  # directory, hub id
+    overlay = yaml.safe_load(block)
+    params = validate_params(merge_overlay(read_yaml(REPO / "params.yaml"), overlay), source="README")
+    assert params["languages"] == overlay["languages"] and overlay["languages"][0] not in ("sw", "de")
+    for path in (REPO / "config").glob("*.yaml"):
+        assert f"`config/{path.name}`:" in section, f"README does not describe config/{path.name}"
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    for value in re.findall(r"--config '?([^\s'`]+)", readme):
+        assert re.match(r"[A-Za-z_]\w*=", value), f"README shows `--config {value}`, which Snakemake refuses"
+
+
+def test_the_readmes_job_counts_are_the_dry_runs(shared_data):
+    """The demo's job count the README states is what `snakemake -n` schedules (one dry run)."""
+    import os
+    import subprocess
+
+    from conftest import BIN
+
+    env = {**os.environ, "VOCABTRANSFER_DATA": str(shared_data), "PATH": f"{BIN}:{os.environ['PATH']}"}
+    proc = subprocess.run([str(BIN / "snakemake"), "-n", "--forceall"], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    table = {job: int(n) for job, n in re.findall(r"^(\w+)\s+(\d+)\s*$", proc.stdout, re.M)}
+    readme = " ".join((REPO / "README.md").read_text(encoding="utf-8").split())
+    stated = re.findall(r"(\d+) jobs plus `all`", readme)
+    assert stated == [str(table["total"] - table["all"])], (stated, table["total"])
+    for m in re.finditer(r"\b(\d+) jobs\b", readme):  # any other count names its run (a commit)
+        assert m.group(1) == stated[0] or re.search(r"\b[0-9a-f]{7}\b", readme[m.end():m.end() + 80]), m.group(0)

@@ -228,7 +228,7 @@ def test_bad_inputs(tmp_path, monkeypatch, one_thread, sw_wp):
     assert not (tmp_path / "results/sw/pretrain").exists()
     with pytest.raises(VocabTransferError, match=r"pretrain.methods: wechsel not in init.methods"):
         validate_params({**params, "pretrain": {**params["pretrain"], "methods": ["focus", "wechsel"]}})
-    with pytest.raises(VocabTransferError, match=r"pretrain.objectives.0: 'bold' is not allowed"):
+    with pytest.raises(VocabTransferError, match=r"pretrain.objectives: 'bold' is not allowed"):
         validate_params({**params, "pretrain": {**params["pretrain"], "objectives": ["bold"]}})
     with pytest.raises(VocabTransferError, match=r"pretrain.selfish.margin"):
         validate_params({**params, "pretrain": {**params["pretrain"], "selfish": {"margin": 0}}})

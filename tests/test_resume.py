@@ -63,7 +63,7 @@ def mtimes(work: Path) -> dict[str, int]:
 
 def test_default_profile_applies_to_a_plain_run_and_slurm_profile_replaces_it(tmp_path, environment, params):
     setup_workdir(tmp_path, params, environment)
-    snakemake = [str(BIN / "snakemake"), "-n", "--forceall", TARGET]
+    snakemake = [str(BIN / "snakemake"), "-n", "--quiet", "host", "--forceall", TARGET]  # --quiet: list each job
     out = run_command(snakemake, tmp_path, environment)
     assert PROFILE_NOTICE in out
     # printshellcmds: true in the profile

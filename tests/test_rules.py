@@ -15,9 +15,10 @@ from conftest import BIN, REPO
 
 
 def snakemake_jobs(shared_data: Path, *args: str) -> set[str]:
-    """`<rule> <sorted outputs>` of every job `snakemake -n --forceall` schedules (the `all` rule aside)."""
+    """`<rule> <sorted outputs>` of every job `snakemake -n -p --forceall` schedules (the `all` rule aside;
+    -p: a dry run lists each job)."""
     env = {**os.environ, "VOCABTRANSFER_DATA": str(shared_data), "PATH": f"{BIN}:{os.environ['PATH']}"}
-    proc = subprocess.run([str(BIN / "snakemake"), "-n", "--forceall", "--cores", "2", *args], cwd=REPO, env=env,
+    proc = subprocess.run([str(BIN / "snakemake"), "-n", "-p", "--forceall", "--cores", "2", *args], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     jobs, rule = set(), None
@@ -119,3 +120,17 @@ def test_the_number_of_jobs_of_each_rule_follows_from_the_params_by_hand(shared_
     }
     assert rule_counts(shared_data, *(["--configfile", overlay] if overlay else [])) == {
         rule: n for rule, n in expected.items() if n is not None}
+
+
+def test_the_demos_dry_run_is_a_plan_a_person_can_read(shared_data):
+    """`snakemake -n` on the demo's params.yaml prints the jobs per stage, not a dozen lines per job (at
+    most 400 lines); `-p` lists every job, each with its code as one fingerprint input, not twenty modules."""
+    env = {**os.environ, "VOCABTRANSFER_DATA": str(shared_data), "PATH": f"{BIN}:{os.environ['PATH']}"}
+    proc = subprocess.run([str(BIN / "snakemake"), "-n", "--forceall"], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = (proc.stdout + proc.stderr).splitlines()
+    assert len(lines) <= 400, len(lines)
+    table = dict(re.findall(r"^(\w+)\s+(\d+)\s*$", proc.stdout + proc.stderr, re.M))
+    assert table["total"] == str(1 + sum(int(n) for job, n in table.items() if job not in ("total", "all")))
+    assert "snakemake -n -p` lists every job" in proc.stderr

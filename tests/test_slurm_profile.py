@@ -22,7 +22,7 @@ def dry_run_resources(work: Path, shared_data: Path, **env) -> dict[str, list[st
     """rule -> the `resources:` line of each of its jobs in `snakemake -n --forceall`."""
     full_env = {**{k: v for k, v in os.environ.items() if not k.startswith("VOCABTRANSFER_SLURM_")},
                 "VOCABTRANSFER_DATA": str(shared_data), "PATH": f"{BIN}:{os.environ['PATH']}", **env}
-    proc = subprocess.run([str(BIN / "snakemake"), "-n", "--forceall", "--cores", "2"], cwd=work,
+    proc = subprocess.run([str(BIN / "snakemake"), "-n", "-p", "--forceall", "--cores", "2"], cwd=work,
                           env=full_env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     out: dict[str, list[str]] = {}
@@ -78,7 +78,7 @@ def test_every_rule_takes_its_priority_from_the_stage_list(checkout, shared_data
     before the leaves of the DAG: in a dry run every job of a leaf stage has priority 0 (Snakemake
     prints none) and every other job priority 1, the generated rules and the hand-written one alike."""
     full_env = {**os.environ, "VOCABTRANSFER_DATA": str(shared_data), "PATH": f"{BIN}:{os.environ['PATH']}"}
-    proc = subprocess.run([str(BIN / "snakemake"), "-n", "--forceall", "--cores", "2"], cwd=checkout,
+    proc = subprocess.run([str(BIN / "snakemake"), "-n", "-p", "--forceall", "--cores", "2"], cwd=checkout,
                           env=full_env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     priority: dict[str, set[int]] = {}

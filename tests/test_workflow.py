@@ -114,11 +114,14 @@ def test_dvc_repro_reproduces_the_same_artefacts_and_params_change_marks_exactly
 
     assert "up to date" in run_command([str(BIN / "dvc"), "status", "--with-deps", *stages], fresh, env).lower()
     assert snakemake_jobs(run_command([str(BIN / "snakemake"), "-n", *targets(params)], work, env)) == {}
-    # Snakemake, like DVC, takes the modules a job runs as inputs: its own method's, not the others'
-    shown = run_command([str(BIN / "snakemake"), "-n", "-f", "results/sw/init/focus/pseed1"], work, env)
-    job_input = next(line for line in shown.splitlines() if line.strip().startswith("input:"))
-    assert "src/vocabtransfer/init/methods/focus.py" in job_input and "src/vocabtransfer/init/initialise.py" in job_input
-    assert "init/methods/wechsel.py" not in job_input
+    # Snakemake, like DVC, takes the modules a job runs as an input, one fingerprint file of their sha256:
+    # its own method's, not the others'
+    shown = run_command([str(BIN / "snakemake"), "-n", "-p", "-f", "results/sw/init/focus/pseed1"], work, env)
+    job_input = next(line for block in shown.split("\n\n") if "rule init:" in block
+                     for line in block.splitlines() if line.strip().startswith("input:"))
+    code = (work / next(p.strip() for p in job_input.split(":", 1)[1].split(",") if "/code/init-" in p)).read_text()
+    assert "src/vocabtransfer/init/methods/focus.py" in code and "src/vocabtransfer/init/initialise.py" in code
+    assert "init/methods/wechsel.py" not in code
 
     for d in (fresh, work):
         p = yaml.safe_load((d / "params.yaml").read_text())

@@ -3,6 +3,7 @@
     vocabtransfer corpus --lang sw            # run one stage on its own
     vocabtransfer dvc-yaml --output dvc.yaml  # regenerate dvc.yaml
     vocabtransfer validate                    # check params.yaml against the schema
+    vocabtransfer validate --params params.yaml config/gemma.yaml   # an overlay laid over params.yaml
     vocabtransfer params-doc                  # regenerate docs/parameters.md from the schema
     vocabtransfer coverage                    # the coverage of the report's intervals, by simulation
 """
@@ -13,11 +14,36 @@ import argparse
 import logging
 import sys
 import time
+from pathlib import Path
 
 from vocabtransfer.version import __version__
 from vocabtransfer.errors import VocabTransferError
 
 log = logging.getLogger("vocabtransfer")
+
+
+def wildcard_help() -> dict[str, str]:
+    """Each wildcard's `--<wildcard>` help: what it is and its allowed values, from the params schema."""
+    from vocabtransfer.pipeline.config import pattern_names, schema
+
+    props = schema()["properties"]
+    methods = pattern_names(props["init"]["properties"]["methods"]["items"]["pattern"])[1]
+    objectives = ", ".join(props["pretrain"]["properties"]["objectives"]["items"]["enum"])
+    tasks = ", ".join(props["eval"]["properties"]["tasks"]["properties"])
+    return {
+        "lang": "a language code that params `languages` lists (e.g. sw, de)",
+        "method": f"an init method that params `init.methods` lists: {methods}",
+        "objective": f"a pretraining objective: {objectives}",
+        "pseed": "a pretraining seed: 1 .. pretrain.seeds",
+        "task": f"a downstream task: {tasks}",
+        "model": "source, <method>-<objective>-pseed<N> (a pretrained model) or <method>-init-pseed<N> (init only)",
+        "seed": "a fine-tuning seed: 1 .. eval.seeds",
+    }
+
+
+PARAMS_HELP = ("params files: the first is the config (default: params.yaml), each further one an overlay laid over "
+               "it key by key, as Snakemake's --configfile: --params params.yaml config/gemma.yaml (or --params "
+               "repeated)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -29,20 +55,25 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="<stage or command>")
 
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--params", default="params.yaml", help="params file (default: params.yaml)")
+    common.add_argument("--params", action="extend", nargs="+", default=None, metavar="FILE", help=PARAMS_HELP)
     common.add_argument("--log-file", default=None, help="also write the log to this file")
     common.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    wildcards = wildcard_help()
 
     for stage in STAGES.values():
         p = sub.add_parser(stage.name, parents=[common], help=stage.help, description=stage.help)
         for wc in stage.wildcards:
-            p.add_argument(f"--{wc}", required=True, help=f"the `{wc}` wildcard")
+            p.add_argument(f"--{wc}", required=True, help=wildcards[wc])
         p.add_argument("--threads", type=int, default=None, help="worker threads (default: all cores)")
         p.add_argument("--device", default="auto", help="torch device: auto (cuda if available), cpu, cuda, cuda:1 …")
 
     p = sub.add_parser("dvc-yaml", parents=[common], help="generate dvc.yaml from the stage table")
     p.add_argument("--output", default="dvc.yaml", help="where to write (default: dvc.yaml; - for stdout)")
-    sub.add_parser("validate", parents=[common], help="validate params.yaml and print it with defaults filled in")
+    validate = ("validate params.yaml (and any overlays, laid over it as Snakemake's --configfile lays them) against "
+                "the params schema and the cross-key rules, then print the config with every default filled in; "
+                "a bad config prints one line per problem, naming the file, the key and the allowed values")
+    sub.add_parser("validate", parents=[common], help="validate params.yaml (and overlays) and print it with defaults",
+                   description=validate)
     p = sub.add_parser("params-doc", parents=[common], help="generate docs/parameters.md from the params schema")
     p.add_argument("--output", default="docs/parameters.md", help="where to write (default: docs/parameters.md; - for stdout)")
     p = sub.add_parser("coverage", help="measure by simulation how often the report's 95 %% interval holds the true "
@@ -67,8 +98,23 @@ def _device(name: str) -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def _lone_overlay(files: list[str] | None) -> bool:
+    """One params file given, not params.yaml, that lacks a key the schema requires, with params.yaml here:
+    an overlay meant to go over params.yaml."""
+    if not files or len(files) != 1 or Path(files[0]).name == "params.yaml" or not Path("params.yaml").is_file():
+        return False
+    from vocabtransfer.pipeline.config import read_yaml, schema
+
+    try:
+        raw = read_yaml(files[0])
+    except VocabTransferError:
+        return False
+    return isinstance(raw, dict) and any(key not in raw for key in schema().get("required", []))
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    params = None
     from vocabtransfer.log import setup_logging
 
     setup_logging(args.log_file, logging.DEBUG if args.verbose else logging.INFO)
@@ -85,16 +131,17 @@ def main(argv: list[str] | None = None) -> int:
             log.info("default DVC remote %s: %s (commit .dvc/config; then `dvc push` shares the results and "
                      "`dvc pull` fetches them)", args.name, target)
             return 0
-        from vocabtransfer.pipeline.config import load_params
+        from vocabtransfer.pipeline.config import load_layered
 
-        params = load_params(args.params)  # params-doc too: a file that does not validate is not documented
+        files = args.params or ["params.yaml"]
+        params = load_layered(files)  # params-doc too: a file that does not validate is not documented
         if args.command == "params-doc":
             from vocabtransfer.pipeline import params_doc
 
             if args.output == "-":
-                sys.stdout.write(params_doc.render(args.params))
+                sys.stdout.write(params_doc.render(files[0]))
             else:
-                log.info("wrote %s", params_doc.write(args.output, args.params))
+                log.info("wrote %s", params_doc.write(args.output, files[0]))
             return 0
         if args.command == "validate":
             import yaml
@@ -106,10 +153,10 @@ def main(argv: list[str] | None = None) -> int:
 
             from vocabtransfer.pipeline import dvcgen
 
-            missing = dvcgen.missing_leaves(yaml.safe_load(open(args.params, encoding="utf-8")), params)
+            missing = dvcgen.missing_leaves(yaml.safe_load(open(files[0], encoding="utf-8")), params)
             if missing:
                 raise VocabTransferError(
-                    f"{args.params}: DVC tracks params leaves that the file does not set: {', '.join(missing)}; "
+                    f"{files[0]}: DVC tracks params leaves that the file does not set: {', '.join(missing)}; "
                     "write them out (`vocabtransfer validate` prints every key with its default)"
                 )
 
@@ -132,7 +179,11 @@ def main(argv: list[str] | None = None) -> int:
         log.info("stage %s done in %.1f s", stage.name, time.perf_counter() - start)
         return 0
     except VocabTransferError as exc:
-        log.error("%s", exc)
+        for line in str(exc).splitlines():  # one line per problem
+            log.error("%s", line)
+        if params is None and _lone_overlay(args.params):
+            log.error("%s is an overlay (it lacks keys a config needs); lay it over params.yaml: "
+                      "--params params.yaml %s", args.params[0], args.params[0])
         return 1
     except KeyboardInterrupt:
         log.error("interrupted; no partial artefact was kept")

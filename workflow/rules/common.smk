@@ -11,7 +11,7 @@ from vocabtransfer.pipeline import paths
 from vocabtransfer.pipeline import plan
 from vocabtransfer.pipeline.config import get, merge_overlay, read_yaml, schema, validate_params, write_merged
 from vocabtransfer.pipeline.runner import param_values
-from vocabtransfer.pipeline.stage_spec import PACKAGE
+from vocabtransfer.pipeline import fingerprint
 from vocabtransfer.pipeline.stages import STAGES
 from vocabtransfer.errors import VocabTransferError
 
@@ -42,7 +42,7 @@ try:
         _sources.append("--config")
         _merged = merge_overlay(_merged, _typed(dict(workflow.config_settings.config)))
 except VocabTransferError as exc:
-    sys.exit(f"error: {exc}")
+    sys.exit("\n".join(f"error: {line}" for line in str(exc).splitlines()))
 config.clear()
 config.update(_merged or {})
 PARAMS_SOURCE = " + ".join(dict.fromkeys(_sources))
@@ -54,12 +54,28 @@ try:
     PARAMS_FILE = write_merged(_validated, ".snakemake/vocabtransfer")
     _lines = plan.preflight(_validated, source=PARAMS_SOURCE)
 except VocabTransferError as exc:
-    sys.exit(f"error: {exc}")
+    sys.exit("\n".join(f"error: {line}" for line in str(exc).splitlines()))
 config.clear()
 config.update(_validated)
 # one line per job that params ask for but the data do not allow, before any job starts
 for _line in _lines:
     print(_line, file=sys.stderr)
+
+
+def _asks_for_job_listing(argv):
+    """--quiet (any value) or -p/--printshellcmds (also inside -np) on the command line."""
+    short = [a[1:] for a in argv if a.startswith("-") and not a.startswith("--") and a[1:].isalpha()]
+    return any(a in ("--quiet", "--printshellcmds") for a in argv) or any(set(s) & {"q", "p"} for s in short)
+
+
+# A dry run prints the plan a person can read: the jobs per stage (with the skip lines above), as
+# `snakemake -n --quiet` does, rather than a dozen lines per job; `snakemake -n -p` (or any --quiet,
+# e.g. `--quiet host`) lists every job with its inputs, outputs, reason and shell command.
+if workflow.output_settings.dryrun and workflow.output_settings.quiet is None and not _asks_for_job_listing(sys.argv[1:]):
+    from snakemake.settings.enums import Quietness
+
+    workflow.output_settings.quiet = {Quietness.RULES, Quietness.PROGRESS}
+    print("dry run: the jobs per stage; `snakemake -n -p` lists every job", file=sys.stderr)
 # what every rule's shell passes as --params (an environment variable, so that the command line
 # itself, which Snakemake compares to decide reruns, stays the same whatever the config)
 os.environ["VOCABTRANSFER_PARAMS"] = PARAMS_FILE
@@ -77,8 +93,9 @@ wildcard_constraints:
 def stage_input(name):
     """The stage's inputs (use with `unpack`): the artefacts it reads, computed from params and
     wildcards where they depend on them, the local data files it reads (`Stage.data`, so an edited
-    corpus or dictionary reruns its jobs), and as `code` the vocabtransfer modules it runs (the
-    installed ones), so that editing a module reruns its jobs, as under DVC. A job that params or
+    corpus or dictionary reruns its jobs), and as `code` one file with the sha256 of every
+    vocabtransfer module it runs (vocabtransfer.pipeline.fingerprint; it carries the newest module's
+    mtime), so that editing a module reruns its jobs, as under DVC. A job that params or
     the data present rule out (`Stage.skip_reason`) is an error naming the reason."""
     stage = STAGES[name]
 
@@ -87,7 +104,7 @@ def stage_input(name):
         reason = stage.skip_reason(config, wc)
         if reason is not None:
             raise VocabTransferError(f"{name} {' '.join(wc.values())}: not possible with these params: {reason}")
-        code = [str(PACKAGE / module) for module in stage.code(config, wc)]
+        code = fingerprint.write(name, stage.code(config, wc))
         return {**stage.inputs(config, wc), **stage.data(config, wc), "code": code}
 
     return inputs

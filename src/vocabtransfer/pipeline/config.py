@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import difflib
 import importlib.util
 import os
 import re
@@ -30,6 +31,7 @@ import jsonschema
 import yaml
 
 from vocabtransfer.errors import VocabTransferError
+from vocabtransfer.pipeline.paths import RELATIVE_MODEL
 
 # shipped inside the package, so a wheel or a non-editable install finds it too
 SCHEMA_PATH = Path(__file__).resolve().parent / "params.schema.yaml"
@@ -80,7 +82,51 @@ _Validator = _with_defaults(jsonschema.Draft202012Validator)
 
 
 def _key_path(error: jsonschema.ValidationError) -> str:
-    return ".".join(str(p) for p in error.absolute_path) or "(top level)"
+    """The dotted key of an error; a list item is named by its value in the message, not by its index."""
+    parts = list(error.absolute_path)
+    while parts and isinstance(parts[-1], int):
+        parts.pop()
+    return ".".join(str(p) if not isinstance(p, int) else f"item {p + 1}" for p in parts) or "(top level)"
+
+
+def _closest(word: str, names) -> str | None:
+    close = difflib.get_close_matches(str(word), [str(n) for n in names], n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
+def _did_you_mean(word: str, names) -> str:
+    close = _closest(word, names)
+    return f"; did you mean {close!r}?" if close else ""
+
+
+def _unknown_keys(extra: list[str], allowed: list[str]) -> str:
+    """`unknown key(s) 'epoch'; allowed keys: …; did you mean 'epochs'?` (a suggestion per misspelled key)."""
+    close = {k: _closest(k, allowed) for k in extra}
+    guesses = [f"{c!r}" + (f" (for {k!r})" if len(extra) > 1 else "") for k, c in close.items() if c]
+    guess = f"; did you mean {', '.join(guesses)}?" if guesses else ""
+    return f"unknown key(s) {', '.join(map(repr, extra))}; allowed keys: {', '.join(allowed)}{guess}"
+
+
+# a pattern of named alternatives: `^(a|b|c)` then optional `(\+(x|y))?` suffixes, then a required
+# `-(u|v)` one, as init.methods, pretrain.methods and pretrain.pairs spell theirs
+_NAMES = re.compile(r"\^\(([\w|]+)\)(?:\(\\\+\(([\w|]+)\)\)\?)?(?:-\(([\w|]+)\))?\$")
+
+
+def pattern_names(pattern: str) -> tuple[list[str], str] | None:
+    """(every name a pattern of named alternatives matches, how to list them), or None for other patterns:
+    `^(focus|fvt)(\\+(svd|snmf))?$` -> ([focus, fvt, focus+svd, …], "focus, fvt, each also as <name>+svd or …")."""
+    m = _NAMES.fullmatch(pattern)
+    if not m:
+        return None
+    bases, suffixes, tails = (g.split("|") if g else [] for g in m.groups())
+    names = bases + [f"{b}+{s}" for b in bases for s in suffixes]
+    listed = ", ".join(bases)
+    if suffixes:
+        listed += ", each also as " + " or ".join(f"<name>+{s}" for s in suffixes)
+    if tails:
+        names = [f"{n}-{t}" for n in names for t in tails]
+        listed = f"<method>-<objective> with method one of {listed}; objective one of {', '.join(tails)}"
+    return names, listed
 
 
 def _describe(error: jsonschema.ValidationError) -> str:
@@ -89,9 +135,15 @@ def _describe(error: jsonschema.ValidationError) -> str:
     if error.validator == "additionalProperties" and isinstance(error.instance, dict):
         allowed = sorted(sch.get("properties", {}))
         extra = sorted(set(error.instance) - set(allowed))
-        return f"unknown key(s) {', '.join(map(repr, extra))}; allowed keys: {', '.join(allowed)}"
+        return _unknown_keys(extra, allowed)
     if error.validator == "enum":
-        return f"{error.instance!r} is not allowed; allowed values: {', '.join(map(repr, error.validator_value))}"
+        return (f"{error.instance!r} is not allowed; allowed values: {', '.join(map(repr, error.validator_value))}"
+                f"{_did_you_mean(error.instance, error.validator_value)}")
+    if error.validator == "pattern" and pattern_names(error.validator_value):
+        names, listed = pattern_names(error.validator_value)
+        return f"{error.instance!r} is not allowed; allowed: {listed}{_did_you_mean(error.instance, names)}"
+    if error.validator == "pattern":
+        return f"{error.instance!r} does not match the pattern {error.validator_value}"
     if error.validator == "oneOf":
         return (
             f"{error.instance!r} must have exactly one of: `path` (local file), `url` with `sha256`, "
@@ -102,30 +154,53 @@ def _describe(error: jsonschema.ValidationError) -> str:
     return error.message
 
 
+class ConfigProblems(VocabTransferError):
+    """Every problem of a config at once, one line each (each naming the file and the key)."""
+
+    def __init__(self, lines: list[str]):
+        Exception.__init__(self, "\n".join(lines))
+        self.lines = lines
+
+
+def _raise_all(problems: list[str], source: str) -> None:
+    """One error line per problem, each naming the file: all of a config's problems at once."""
+    lines = [f"{source}: {p}" for p in dict.fromkeys(problems)]
+    if len(lines) == 1:
+        raise VocabTransferError(lines[0])
+    if lines:
+        raise ConfigProblems(lines)
+
+
+def _collect(problems: list[str], check: Callable[[], None], source: str) -> None:
+    """Run one cross-key check, keeping its problem (without the `<source>: ` prefix) instead of raising."""
+    try:
+        check()
+    except VocabTransferError as exc:
+        problems.append(str(exc).removeprefix(f"{source}: "))
+
+
 def validate_params(params: Any, source: str = "params.yaml") -> dict:
-    """Validate a parsed config, fill defaults, and check the cross-key rules the schema cannot express."""
+    """Validate a parsed config, fill defaults, and check the cross-key rules the schema cannot express;
+    every problem is reported at once, one line each."""
     if not isinstance(params, dict):
         raise VocabTransferError(f"{source}: expected a mapping of keys at the top level, got {type(params).__name__}")
     params = copy.deepcopy(params)
     explicit_pretrain = "methods" in (params.get("pretrain") or {})
     errors = sorted(_Validator(schema()).iter_errors(params), key=lambda e: (len(e.absolute_path), str(e.absolute_path)))
-    if errors:
-        err = errors[0]
-        more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
-        raise VocabTransferError(f"{source}: {_key_path(err)}: {_describe(err)}{more}")
-    check_source_model(params["source_model"], source)
+    _raise_all([f"{_key_path(err)}: {_describe(err)}" for err in errors], source)
+    problems: list[str] = []
+    _collect(problems, lambda: check_source_model(params["source_model"], source), source)
     for task in params["eval"]["tasks"].values():  # `data.<lang>: null` in an overlay: no job for that language
         task["data"] = {lang: entry for lang, entry in task["data"].items() if entry is not None}
     missing = [lang for lang in params["languages"] if lang not in params["corpus"]["sources"]]
     if missing:
-        raise VocabTransferError(
-            f"{source}: corpus.sources: no source for language(s) {', '.join(missing)}; "
-            f"add e.g. `corpus.sources.{missing[0]}: {{path: pretrain_text/{missing[0]}.txt}}`"
-        )
+        problems.append(f"corpus.sources: no source for language(s) {', '.join(missing)}; "
+                        f"add e.g. `corpus.sources.{missing[0]}: {{path: pretrain_text/{missing[0]}.txt}}`")
     if not explicit_pretrain:  # the default list means "those of them that init runs"
         params["pretrain"]["methods"] = [m for m in params["pretrain"]["methods"] if m in params["init"]["methods"]]
-    check_pretrain(params, source)
-    check_fasttext_oov(params, source)
+    _collect(problems, lambda: check_pretrain(params, source), source)
+    _collect(problems, lambda: check_fasttext_oov(params, source), source)
+    _raise_all(problems, source)
     return params
 
 
@@ -209,8 +284,8 @@ def check_source_model(value: str, source: str = "params.yaml") -> None:
         return
     if value.lower().endswith(".gguf"):
         if not path.is_file():
-            raise VocabTransferError(f"{source}: source_model: {value!r}: no such GGUF file; point it at an existing "
-                                     ".gguf file, hf://owner/name/file.gguf or package:<module>")
+            raise VocabTransferError(f"{source}: source_model: {value!r}: no such GGUF file ({RELATIVE_MODEL}); point "
+                                     "it at an existing .gguf file, hf://owner/name/file.gguf or package:<module>")
         return
     if path.exists():
         if not path.is_dir():
@@ -220,12 +295,22 @@ def check_source_model(value: str, source: str = "params.yaml") -> None:
                                      f"a model; {fix}")
         return
     if path.is_absolute() or value.startswith((".", "~")) or value.count("/") > 1 or not HUB_ID.match(value):
-        raise VocabTransferError(f"{source}: source_model: {value!r} is neither an existing directory nor a hub id; {fix}")
+        raise VocabTransferError(f"{source}: source_model: {value!r} is neither an existing directory nor a hub id "
+                                 f"({RELATIVE_MODEL}); {fix}")
 
 
 def load_params(path: str | Path = "params.yaml") -> dict:
     """Read, validate and default-fill a params file."""
     return validate_params(read_yaml(path), source=str(path))
+
+
+def load_layered(files: list[str | Path]) -> dict:
+    """The first params file with every further one laid over it (`merge_overlay`, as Snakemake lays
+    --configfile over params.yaml), validated; errors name the files as `params.yaml + config/x.yaml`."""
+    merged = read_yaml(files[0])
+    for overlay in files[1:]:
+        merged = merge_overlay(merged, read_yaml(overlay))
+    return validate_params(merged, source=" + ".join(map(str, files)))
 
 
 def write_merged(params: dict, directory: str | Path) -> str:

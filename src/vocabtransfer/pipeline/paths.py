@@ -47,6 +47,24 @@ def data_root() -> Path:
     return Path(os.environ.get("VOCABTRANSFER_DATA") or "data")
 
 
+# where a relative `source_model` path (a GGUF file or a model directory) is looked for: the one params key
+# whose paths do not resolve against the data root (a model is named like a hub id, `owner/name`)
+RELATIVE_MODEL = ("a relative source_model path resolves against the working directory, the repository root, "
+                  "not $VOCABTRANSFER_DATA as data paths do")
+
+
+def check_data_root() -> None:
+    """The data folder exists: else one error naming both ways to give it."""
+    from vocabtransfer.errors import VocabTransferError
+
+    root = data_root()
+    if not root.is_dir():
+        given = (f"$VOCABTRANSFER_DATA is {os.environ['VOCABTRANSFER_DATA']!r}" if os.environ.get("VOCABTRANSFER_DATA")
+                 else "$VOCABTRANSFER_DATA is not set and there is no `data` link here")
+        raise VocabTransferError(f"no data folder {str(root)!r} ({given}): link the data beside the checkout with "
+                                 "`ln -s ../shared/data data` (`make run` does) or export VOCABTRANSFER_DATA=<data folder>")
+
+
 def data_path(path: str | os.PathLike) -> Path:
     """Resolve a data path from params.yaml: absolute paths stay, relative ones join the data root."""
     p = Path(os.path.expanduser(str(path)))

@@ -65,6 +65,7 @@ def notes(params: dict) -> list[str]:
 def preflight(params: dict, source: str = "params.yaml") -> list[str]:
     """Check, before any job, the data files the run cannot do without (one error line naming the
     key and the file), and return the skip lines and notes to show."""
+    paths.check_data_root()  # source_head.text at least is a data file
     for lang in params["languages"]:
         path = corpus_file(params, lang)
         if path is not None and not path.is_file():

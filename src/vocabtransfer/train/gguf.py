@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vocabtransfer.errors import VocabTransferError, brief
+from vocabtransfer.pipeline.paths import RELATIVE_MODEL
 
 log = logging.getLogger(__name__)
 
@@ -82,8 +83,8 @@ def check_spec(value: str, source: str = "params.yaml") -> None:
     if spec is not None and spec.kind == "file":
         path = Path(os.path.expanduser(value))
         if not path.is_file():
-            raise VocabTransferError(f"{source}: source_model: {value!r}: no such GGUF file; point it at an existing "
-                                     ".gguf file, hf://owner/name/file.gguf or package:<module>")
+            raise VocabTransferError(f"{source}: source_model: {value!r}: no such GGUF file ({RELATIVE_MODEL}); point it "
+                                     "at an existing .gguf file, hf://owner/name/file.gguf or package:<module>")
 
 
 def download(repo_id: str, filename: str) -> Path:
@@ -108,8 +109,8 @@ def resolve(spec: GgufSource) -> Path:
     if spec.kind == "file":
         path = Path(os.path.expanduser(spec.location))
         if not path.is_file():
-            raise VocabTransferError(f"source_model: {spec.spec}: no such GGUF file; point source_model at an "
-                                     "existing .gguf file")
+            raise VocabTransferError(f"source_model: {spec.spec}: no such GGUF file in {Path.cwd()} ({RELATIVE_MODEL}); "
+                                     "point source_model at an existing .gguf file")
         return path.resolve()
     if spec.kind == "hub":
         return download(spec.location, spec.filename)
