@@ -30,8 +30,10 @@ selfish / distill options only for that objective (`leaves`).
 
 Options: `pretrain.factorized` trains `<m>+svd`/`<m>+snmf` (and ofa/snmf) models in their low-rank
 form (coordinates trainable, primitives trainable or frozen: `pretrain.train_primitives`); the
-saved model has the multiplied-out embeddings. `pretrain.embedding_warmup_steps` first trains the
-embeddings (and LM-head output embeddings/bias) alone, with the body frozen.
+saved model has the multiplied-out embeddings. `pretrain.embeddings_only_steps: N` first trains the
+input embeddings and the LM head (output embeddings/bias) alone for N steps, the body frozen, then everything.
+`pretrain.gradient_checkpointing` recomputes each layer's activations in the backward pass (the model's own
+`gradient_checkpointing_enable`, through the Trainer).
 """
 
 from __future__ import annotations
@@ -309,6 +311,7 @@ def run(ctx) -> None:
         save_total_limit=2, eval_strategy="no", report_to=[], seed=seed, data_seed=seed, bf16=bf16,
         use_cpu=use_cpu, remove_unused_columns=False, include_num_input_tokens_seen="non_padding",
         dataloader_num_workers=0, disable_tqdm=True, save_only_model=False,
+        activation_checkpointing=opts.gradient_checkpointing,  # the model's own, non-reentrant
     )
     teacher_pad = 0 if teacher_tok is None else next(
         (i for i in (teacher_tok.pad_token_id, teacher_tok.eos_token_id) if i is not None), 0)
@@ -337,7 +340,7 @@ def run(ctx) -> None:
         rows = {r["step"]: r for r in json.loads((resume[1] / ROWS_FILE).read_text(encoding="utf-8"))}
     ObjectiveTrainer, MetricsCallback = _trainer_classes()
     evaluate = lambda m: modeling.evaluate_lm(m, eval_batches, kind)["loss"]  # noqa: E731
-    callback = MetricsCallback(evaluate, opts.eval_every, rows, opts.embedding_warmup_steps,
+    callback = MetricsCallback(evaluate, opts.eval_every, rows, opts.embeddings_only_steps,
                                embedding_params)
     trainer = ObjectiveTrainer(model=model, args=args, train_dataset=dataset,
                                data_collator=StepCollator(tokenizer, kind, seed, teacher_pad), callbacks=[callback],

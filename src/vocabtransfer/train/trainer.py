@@ -76,7 +76,9 @@ class PretrainParams:
     distill: DistillOptions = field(metadata={"objective": "distill"})
     factorized: bool
     train_primitives: bool
-    embedding_warmup_steps: int
+    embeddings_only_steps: int
+    gradient_checkpointing: bool = field(metadata=NO_RERUN)
+    sharding: Literal["none", "fsdp"]
 
 
 ROWS_FILE = "vocabtransfer_metrics.json"  # in each checkpoint: the metrics rows up to it (also marks it complete)
