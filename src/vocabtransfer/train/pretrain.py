@@ -52,7 +52,7 @@ from vocabtransfer import io
 from vocabtransfer.train import modeling
 from vocabtransfer.train.hub import load_tokenizer
 from vocabtransfer.train.lmdata import Kind, LMCollator, lm_batches, pack_ids
-from vocabtransfer.train import parallel
+from vocabtransfer.train import parallel, sharding
 from vocabtransfer.train.trainer import (
     PretrainParams, PARAMS_FILE, ROWS_FILE, _trainer_classes, check_resume_params, complete_checkpoints, model_fingerprint)
 from vocabtransfer.pipeline import availability
@@ -239,6 +239,8 @@ def run(ctx) -> None:
                                  f"{', '.join(opts.objectives)} × 1..{opts.seeds})")
     teacher_dir = check_distill(ctx, objective)
     parallel.check_processes(opts.processes, ctx.device, int(os.environ.get("WORLD_SIZE", "1")))
+    sharding.check_options(opts.sharding, opts.processes, embeddings_only_steps=opts.embeddings_only_steps,
+                           factorized=opts.factorized)
     init_dir = Path(ctx.input["init"])
     model_dir = init_dir / "model"
     checkpoints = Path(paths.fill(paths.PRETRAIN_CHECKPOINTS, lang=ctx.lang, method=method, objective=objective,
@@ -313,6 +315,11 @@ def run(ctx) -> None:
         dataloader_num_workers=0, disable_tqdm=True, save_only_model=False,
         activation_checkpointing=opts.gradient_checkpointing,  # the model's own, non-reentrant
     )
+    sharded = opts.sharding == "fsdp"
+    if sharded:  # the process group exists once the TrainingArguments do
+        model = sharding.shard_model(model, args.device, bf16)
+        if teacher is not None and bf16:
+            teacher = teacher.to(torch.bfloat16)  # the teacher unsharded, in bf16
     teacher_pad = 0 if teacher_tok is None else next(
         (i for i in (teacher_tok.pad_token_id, teacher_tok.eos_token_id) if i is not None), 0)
     distill_opts = opts.distill
@@ -346,16 +353,18 @@ def run(ctx) -> None:
                                data_collator=StepCollator(tokenizer, kind, seed, teacher_pad), callbacks=[callback],
                                kind=kind, objective=objective, margin=opts.selfish.margin, checkpoints=checkpoints,
                                distill=teacher_dir is not None, teacher=teacher, alpha=distill_opts.alpha,
-                               temperature=distill_opts.temperature)
+                               temperature=distill_opts.temperature, sharded=sharded)
     trainer.remove_callback(PrinterCallback)
     train_start = time.perf_counter()
     trainer.train(resume_from_checkpoint=str(resume[1]) if resume else None)
     train_seconds = time.perf_counter() - train_start
+    state = sharding.full_state_dict(trainer.model) if sharded else None  # collective: every process
     if not trainer.is_world_process_zero():
         return
 
-    # 5. outputs
-    model = trainer.accelerator.unwrap_model(trainer.model).to("cpu").float()
+    # 5. outputs (sharded: an ordinary model with the gathered weights)
+    model = (sharding.unsharded_copy(state, model_dir) if sharded
+             else trainer.accelerator.unwrap_model(trainer.model).to("cpu").float())
     if original is not None:
         lowrank.unfactorize_model(model, original)
     model.eval()
@@ -374,7 +383,7 @@ def run(ctx) -> None:
             "teacher_mode": distill_opts.teacher, "teacher_cache_seconds": teacher_seconds},
         "train_blocks": len(blocks), "valid_blocks": len(valid_blocks),
         "valid_tokens": sum(int((b["labels"] != -100).sum()) for b in eval_batches), "bf16": bf16,
-        "processes": args.world_size, "init_model": str(model_dir), "versions": io.versions(),
+        "processes": args.world_size, "sharding": opts.sharding, "init_model": str(model_dir), "versions": io.versions(),
     }
     blocks_table = block_losses(model, eval_batches, kind)  # the final valid loss per block, for intervals
     stats["valid_tokens"] = int(pc.sum(blocks_table.column("n_tokens")).as_py())  # predicted positions scored
