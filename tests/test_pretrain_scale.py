@@ -66,3 +66,21 @@ def test_gradient_checkpointing_trains_to_the_same_losses(tmp_path, monkeypatch,
     wa, wb = load_file(out_a / "model/model.safetensors"), load_file(out_b / "model/model.safetensors")
     for name in wa:
         torch.testing.assert_close(wa[name], wb[name], rtol=0, atol=1e-5, msg=name)
+
+
+def test_the_overlays_of_docs_scale_are_valid_params():
+    """docs/scale.md's example overlays (Llama 3.2 1B with DDP, Llama 3.1 8B with FSDP), merged into
+    params.yaml as `--configfile` merges them, pass the schema."""
+    import re
+
+    import yaml
+
+    from vocabtransfer.pipeline.config import merge_overlay, read_yaml, validate_params
+
+    from conftest import REPO
+
+    blocks = re.findall(r"^```yaml\n(.*?)^```", (REPO / "docs/scale.md").read_text(encoding="utf-8"), re.M | re.S)
+    assert len(blocks) == 2
+    for block, sharding in zip(blocks, ("none", "fsdp")):
+        checked = validate_params(merge_overlay(read_yaml(REPO / "params.yaml"), yaml.safe_load(block)), "docs/scale.md")
+        assert checked["pretrain"]["sharding"] == sharding and checked["pretrain"]["processes"] in (4, 8)
