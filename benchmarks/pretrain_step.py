@@ -20,7 +20,9 @@ Each implementation runs in its own process (`--worker`): one warm-up step (Adam
 then), then `--repeats` measured steps; tokens/s is predicted tokens over the median step time, peak memory
 the process's peak resident set during the measured steps (Linux: VmHWM after resetting it through
 /proc/self/clear_refs; weights, gradients and AdamW moments included), and `step_memory_bytes` that peak
-above the resident set before the step. Rows (`--json PATH`): impl, tokens_per_second, peak_memory_bytes,
+above the resident set before the step. `--gradient-checkpointing` adds vocabtransfer's step with the
+model's own activation checkpointing (pretrain.gradient_checkpointing); `--impls` picks the other rows.
+Rows (`--json PATH`): impl, gradient_checkpointing, tokens_per_second, peak_memory_bytes,
 step_memory_bytes, seconds_per_step, device, layers, vocab, tokens, loss; then the ratios are printed.
 By hand, not in CI; on a shared machine compare the ratios of one run.
 """
@@ -66,7 +68,7 @@ def gemma_model(layers: int):
     return Gemma3ForCausalLM(config).train()
 
 
-def make_trainer(impl: str, model, workdir: Path):
+def make_trainer(impl: str, model, workdir: Path, checkpointing: bool):
     from transformers import Trainer, TrainingArguments
 
     from vocabtransfer.train.trainer import _trainer_classes
@@ -74,6 +76,8 @@ def make_trainer(impl: str, model, workdir: Path):
     args = TrainingArguments(output_dir=str(workdir), use_cpu=True, report_to=[], learning_rate=1e-5,
                              weight_decay=0.01, optim="adamw_torch", max_grad_norm=1.0, disable_tqdm=True,
                              remove_unused_columns=False, per_device_train_batch_size=1)
+    if checkpointing:  # as the pretrain stage does for pretrain.gradient_checkpointing (the Trainer's own call)
+        model.activation_checkpointing_enable()
     if impl == "trainer":
         return Trainer(model=model, args=args)
     ObjectiveTrainer, _ = _trainer_classes()
@@ -92,7 +96,7 @@ def worker(args) -> dict:
     inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids.clone()}
     count = args.batch * (args.seq_len - 1)  # predicted tokens (causal: the next token)
     with tempfile.TemporaryDirectory() as tmp:
-        trainer = make_trainer(args.impl, model, Path(tmp))
+        trainer = make_trainer(args.impl, model, Path(tmp), args.gradient_checkpointing)
         optimizer = trainer.create_optimizer()
         times, peaks, steps, losses = [], [], [], []
         for i in range(1 + args.repeats):
@@ -110,8 +114,9 @@ def worker(args) -> dict:
                 steps.append(rss("VmHWM") - before)
             losses.append(float(loss))
     seconds = statistics.median(times)
-    return {"impl": args.impl, "tokens_per_second": count / seconds, "peak_memory_bytes": max(peaks),
-            "step_memory_bytes": max(steps), "seconds_per_step": seconds, "device": "cpu",
+    return {"impl": args.impl, "gradient_checkpointing": args.gradient_checkpointing,
+            "tokens_per_second": count / seconds, "peak_memory_bytes": max(peaks), "step_memory_bytes": max(steps),
+            "seconds_per_step": seconds, "device": "cpu",
             "threads": args.threads, "layers": model.config.num_hidden_layers, "vocab": vocab, "tokens": count,
             "loss": losses[0]}
 
@@ -124,6 +129,9 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--json", type=Path, help="write the rows here")
+    ap.add_argument("--impls", default="vocabtransfer,trainer", help="the rows to measure, in this order")
+    ap.add_argument("--gradient-checkpointing", action="store_true",
+                    help="a worker's model with activation checkpointing (main: adds vocabtransfer's row with it)")
     ap.add_argument("--impl", choices=["vocabtransfer", "trainer"], help=argparse.SUPPRESS)
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -131,23 +139,30 @@ def main() -> None:
         print(json.dumps(worker(args)))
         return
     rows = []
-    for impl in ("vocabtransfer", "trainer"):  # each in its own process: its own peak memory
+    runs = [(impl, False) for impl in args.impls.split(",")]
+    runs += [("vocabtransfer", True)] if args.gradient_checkpointing else []
+    for impl, checkpointing in runs:  # each in its own process: its own peak memory
         cmd = [sys.executable, __file__, "--worker", "--impl", impl, "--layers", str(args.layers), "--batch",
                str(args.batch), "--seq-len", str(args.seq_len), "--repeats", str(args.repeats), "--threads",
-               str(args.threads)]
+               str(args.threads)] + (["--gradient-checkpointing"] if checkpointing else [])
         done = subprocess.run(cmd, capture_output=True, text=True, check=True,
                               env={**os.environ, "OMP_NUM_THREADS": str(args.threads)})
         rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
-    ours, theirs = rows
-    print("| impl | tokens/s | peak memory (GiB) | step memory (GiB) | s/step | first loss |")
-    print("|---|---:|---:|---:|---:|---:|")
+    print("| impl | checkpointing | tokens/s | peak memory (GiB) | step memory (GiB) | s/step | first loss |")
+    print("|---|---|---:|---:|---:|---:|---:|")
     for r in rows:
-        print(f"| {r['impl']} | {r['tokens_per_second']:.0f} | {r['peak_memory_bytes'] / 2**30:.2f} | "
-              f"{r['step_memory_bytes'] / 2**30:.2f} | {r['seconds_per_step']:.2f} | {r['loss']:.4f} |")
-    print(f"\nvocabtransfer / trainer: {ours['tokens_per_second'] / theirs['tokens_per_second']:.2f}x tokens/s, "
-          f"{ours['peak_memory_bytes'] / theirs['peak_memory_bytes']:.2f}x peak memory, "
-          f"{ours['step_memory_bytes'] / theirs['step_memory_bytes']:.2f}x step memory "
-          f"(CPU, {ours['layers']} layers, V = {ours['vocab']:,}, {ours['tokens']} predicted tokens per step)")
+        print(f"| {r['impl']} | {'yes' if r['gradient_checkpointing'] else 'no'} | {r['tokens_per_second']:.0f} | "
+              f"{r['peak_memory_bytes'] / 2**30:.2f} | {r['step_memory_bytes'] / 2**30:.2f} | "
+              f"{r['seconds_per_step']:.2f} | {r['loss']:.4f} |")
+    by = {(r["impl"], r["gradient_checkpointing"]): r for r in rows}
+    plain = by.get(("vocabtransfer", False))
+    for ours, theirs, label in ((plain, by.get(("trainer", False)), "vocabtransfer / trainer"),
+                                (by.get(("vocabtransfer", True)), plain, "vocabtransfer with / without checkpointing")):
+        if ours and theirs:
+            print(f"{label}: {ours['tokens_per_second'] / theirs['tokens_per_second']:.2f}x tokens/s, "
+                  f"{ours['peak_memory_bytes'] / theirs['peak_memory_bytes']:.2f}x peak memory, "
+                  f"{ours['step_memory_bytes'] / theirs['step_memory_bytes']:.2f}x step memory (CPU, "
+                  f"{ours['layers']} layers, V = {ours['vocab']:,}, {ours['tokens']} predicted tokens per step)")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1), encoding="utf-8")
 

@@ -67,7 +67,8 @@ def project(root, tokenizers, arch: str, **pretrain):
 def final_weights(root, objective: str) -> dict:
     from transformers import AutoModelForCausalLM  # the saved model loads with transformers alone
 
-    return AutoModelForCausalLM.from_pretrained(str(pretrain_outputs(root, objective=objective)[0] / "model")).state_dict()
+    out = pretrain_outputs(root, objective=objective)[0] / "model"
+    return AutoModelForCausalLM.from_pretrained(str(out)).state_dict()
 
 
 def assert_same(a, b, objective: str, columns=("train_loss", "valid_loss")) -> None:

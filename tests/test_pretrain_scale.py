@@ -82,5 +82,6 @@ def test_the_overlays_of_docs_scale_are_valid_params():
     blocks = re.findall(r"^```yaml\n(.*?)^```", (REPO / "docs/scale.md").read_text(encoding="utf-8"), re.M | re.S)
     assert len(blocks) == 2
     for block, sharding in zip(blocks, ("none", "fsdp")):
-        checked = validate_params(merge_overlay(read_yaml(REPO / "params.yaml"), yaml.safe_load(block)), "docs/scale.md")
+        merged = merge_overlay(read_yaml(REPO / "params.yaml"), yaml.safe_load(block))
+        checked = validate_params(merged, "docs/scale.md")
         assert checked["pretrain"]["sharding"] == sharding and checked["pretrain"]["processes"] in (4, 8)

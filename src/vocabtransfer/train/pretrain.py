@@ -33,7 +33,8 @@ form (coordinates trainable, primitives trainable or frozen: `pretrain.train_pri
 saved model has the multiplied-out embeddings. `pretrain.embeddings_only_steps: N` first trains the
 input embeddings and the LM head (output embeddings/bias) alone for N steps, the body frozen, then everything.
 `pretrain.gradient_checkpointing` recomputes each layer's activations in the backward pass (the model's own
-`gradient_checkpointing_enable`, through the Trainer).
+`activation_checkpointing_enable`, non-reentrant, through the Trainer). `pretrain.sharding: fsdp` shards the
+model over the processes with torch FSDP2 instead of replicating it (`train.sharding`, docs/scale.md).
 """
 
 from __future__ import annotations
@@ -383,7 +384,8 @@ def run(ctx) -> None:
             "teacher_mode": distill_opts.teacher, "teacher_cache_seconds": teacher_seconds},
         "train_blocks": len(blocks), "valid_blocks": len(valid_blocks),
         "valid_tokens": sum(int((b["labels"] != -100).sum()) for b in eval_batches), "bf16": bf16,
-        "processes": args.world_size, "sharding": opts.sharding, "init_model": str(model_dir), "versions": io.versions(),
+        "processes": args.world_size, "sharding": opts.sharding, "init_model": str(model_dir),
+        "versions": io.versions(),
     }
     blocks_table = block_losses(model, eval_batches, kind)  # the final valid loss per block, for intervals
     stats["valid_tokens"] = int(pc.sum(blocks_table.column("n_tokens")).as_py())  # predicted positions scored

@@ -6,8 +6,8 @@ parameter, gradient and AdamW moment, and gathers a unit's parameters only while
 1. units (`shard_model`): each layer of the model's stack of decoder or encoder layers (its largest
    `nn.ModuleList`) is one unit, then the root unit holds the rest: the input embeddings, the final norm
    and the LM head (tied or not: a tied weight is one parameter, so it must sit in one unit). The root
-   unit stays gathered from its forward to its backward (FSDP2 does not reshard the root after its
-   forward), so the fused head (`heads.head_loss`) reads the head's whole weight as a plain tensor and
+   unit stays gathered from its forward to its backward (`reshard_after_forward=False`, FSDP2's default
+   for the root), so the fused head (`heads.head_loss`) reads the head's whole weight as a plain tensor and
    its gradient is reduce-scattered with the root's at the end of the backward pass;
 2. precision: fp32 on CPU; with bf16 (a GPU) the gathered parameters are bf16 and gradients are reduced
    in fp32 (`MixedPrecisionPolicy`); the stored shards and AdamW stay fp32;
@@ -77,7 +77,8 @@ def shard_model(model, device, bf16: bool):
     layers = layer_stack(model)
     for layer in layers:
         fully_shard(layer, mesh=mesh, mp_policy=policy)
-    fully_shard(model, mesh=mesh, mp_policy=policy)
+    # the root kept gathered from its forward to its backward: the fused head reads the head's whole weight
+    fully_shard(model, mesh=mesh, mp_policy=policy, reshard_after_forward=False)
     log.info("fsdp: %d layer units + the root (embeddings, head) sharded over %d processes%s", len(layers),
              mesh.size(), ", bf16 compute" if bf16 else "")
     return model
