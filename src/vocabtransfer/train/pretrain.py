@@ -274,17 +274,18 @@ def run(ctx) -> None:
     expected["input:init_model_sha256"] = model_fingerprint(model_dir)
     if teacher_dir is not None:
         expected["input:source_model_sha256"] = model_fingerprint(teacher_dir)
-    resume = None
+    resume, first_process = None, int(os.environ.get("RANK", "0")) == 0
     done = complete_checkpoints(checkpoints)
     if done and (checkpoints / PARAMS_FILE).is_file():
         check_resume_params(checkpoints, expected)
         resume = done[-1]
         log.info("resuming from %s (step %d)", resume[1], resume[0])
-    elif checkpoints.exists():
+    elif checkpoints.exists() and first_process:
         shutil.rmtree(checkpoints)  # only incomplete checkpoints: start afresh
-    checkpoints.mkdir(parents=True, exist_ok=True)
-    with io.atomic_output(checkpoints / PARAMS_FILE) as tmp:
-        tmp.write_text(json.dumps(expected, indent=1, sort_keys=True, default=str), encoding="utf-8")
+    if first_process:  # one process prepares the directory; the others meet it at the process group's start
+        checkpoints.mkdir(parents=True, exist_ok=True)
+        with io.atomic_output(checkpoints / PARAMS_FILE) as tmp:
+            tmp.write_text(json.dumps(expected, indent=1, sort_keys=True, default=str), encoding="utf-8")
 
     # 3. options: factorised embeddings, precision, embedding warm-up
     original = None
