@@ -1,6 +1,7 @@
-"""Pretraining options for real scale on one process: the embeddings-only warm-up
+"""Pretraining options for real scale: the embeddings-only warm-up
 (`pretrain.embeddings_only_steps`) and activation checkpointing (`pretrain.gradient_checkpointing`),
-on a tiny Llama (dropout-free) and real Swahili text. Sharding (`pretrain.sharding: fsdp`) is in
+on a tiny Llama (dropout-free) and real Swahili text, in one process (the warm-up also in two DDP
+processes). Sharding (`pretrain.sharding: fsdp`) is in
 test_pretrain_fsdp.py."""
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from helpers import bpe_tokenizer, pretrain_outputs, pretrain_project, run_pretrain, tiny_llama
+from helpers import bpe_tokenizer, finish, launch, pretrain_outputs, pretrain_project, run_pretrain, tiny_llama
 
 
 @pytest.fixture(scope="module")
@@ -21,26 +22,42 @@ def sw_bpe():
 EMBEDDINGS = ("model.embed_tokens.weight", "lm_head.weight")
 
 
+def assert_embeddings_first(root, init: dict) -> None:
+    """checkpoint-3 (after the 3 warm-up steps): the body bitwise as initialised, the embeddings and head
+    trained; the final model: every body weight trained too."""
+    warm = load_file(root / "checkpoints/sw/pretrain/focus/standard/pseed1/checkpoint-3/model.safetensors")
+    body = [k for k in init if k not in EMBEDDINGS]
+    assert body and set(EMBEDDINGS) <= set(warm)
+    for name in body:
+        assert torch.equal(warm[name], init[name]), name
+    for name in EMBEDDINGS:
+        assert not torch.equal(warm[name], init[name]), name
+    final = load_file(pretrain_outputs(root)[0] / "model/model.safetensors")
+    assert sorted(k for k in body if not torch.equal(final[k], init[k])) == sorted(body)
+
+
+WARM_UP = {"steps": 5, "embeddings_only_steps": 3, "save_every": 3, "eval_every": 3, "log_every": 1,
+           "warmup_steps": 0, "keep_checkpoints": True}
+
+
 def test_embeddings_only_steps_leave_the_body_bitwise_unchanged_then_train_it(tmp_path, monkeypatch, one_thread,
                                                                                sw_bpe):
     monkeypatch.chdir(tmp_path)
     model = tiny_llama(len(sw_bpe))
     init = {k: v.clone() for k, v in model.state_dict().items()}
-    params = pretrain_project(tmp_path, model, sw_bpe, steps=5, embeddings_only_steps=3, save_every=3, eval_every=3,
-                              log_every=1, warmup_steps=0, keep_checkpoints=True)
-    run_pretrain(params)
-    warm = load_file(tmp_path / "checkpoints/sw/pretrain/focus/standard/pseed1/checkpoint-3/model.safetensors")
-    body = [k for k in init if k not in EMBEDDINGS]
-    assert body and set(EMBEDDINGS) <= set(warm)
-    for name in body:  # after the warm-up: the body as it was initialised, to the bit
-        assert torch.equal(warm[name], init[name]), name
-    for name in EMBEDDINGS:  # the embeddings and the head trained
-        assert not torch.equal(warm[name], init[name]), name
-    from transformers import AutoModelForCausalLM
+    run_pretrain(pretrain_project(tmp_path, model, sw_bpe, **WARM_UP))
+    assert_embeddings_first(tmp_path, init)
 
-    final = AutoModelForCausalLM.from_pretrained(str(pretrain_outputs(tmp_path)[0] / "model")).state_dict()
-    changed = [k for k in body if not torch.equal(final[k], init[k])]
-    assert sorted(changed) == sorted(body)  # then the whole model trains
+
+@pytest.mark.slow
+def test_embeddings_only_steps_under_ddp_with_gradient_checkpointing(tmp_path, sw_bpe):
+    """Two DDP processes: the frozen body's parameters are unused during the warm-up (DDP is told so,
+    also under activation checkpointing, where the Trainer would not)."""
+    model = tiny_llama(len(sw_bpe))
+    init = {k: v.clone() for k, v in model.state_dict().items()}
+    pretrain_project(tmp_path, model, sw_bpe, batch_size=4, processes=2, gradient_checkpointing=True, **WARM_UP)
+    finish(launch(tmp_path, 2, objective="standard"))
+    assert_embeddings_first(tmp_path, init)
 
 
 def test_gradient_checkpointing_trains_to_the_same_losses(tmp_path, monkeypatch, one_thread, sw_bpe):

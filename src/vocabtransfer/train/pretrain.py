@@ -316,6 +316,8 @@ def run(ctx) -> None:
         use_cpu=use_cpu, remove_unused_columns=False, include_num_input_tokens_seen="non_padding",
         dataloader_num_workers=0, disable_tqdm=True, save_only_model=False,
         activation_checkpointing=opts.gradient_checkpointing,  # the model's own, non-reentrant
+        # DDP, body frozen for the warm-up: its parameters unused (the default, but not with checkpointing)
+        ddp_find_unused_parameters=True if opts.embeddings_only_steps else None,
     )
     sharded = opts.sharding == "fsdp"
     if sharded:  # the process group exists once the TrainingArguments do
