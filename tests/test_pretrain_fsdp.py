@@ -6,6 +6,7 @@ embeddings, scaled embeddings) built from configs with dropout off, and real Swa
    unsharded process with batch 2b, step by step: train losses over 5 steps, valid losses and final
    weights to TOLERANCE (1e-5); the saved model is an ordinary Hugging Face directory that
    `AutoModelForCausalLM` loads alone.
+   With activation checkpointing as well (`pretrain.gradient_checkpointing`), the same.
 2. A sharded run killed (SIGKILL of the process group) after a checkpoint resumes from its torch
    distributed checkpoint to the final weights of the uninterrupted sharded run.
 """
@@ -102,6 +103,21 @@ def test_fsdp_two_processes_equal_one_process_with_twice_the_batch(arch, objecti
     rows = pretrain_outputs(sharded, objective=objective)[1].to_pylist()
     assert [r["step"] for r in rows if not np.isnan(r["train_loss"])] == [1, 2, 3, 4, 5]
     assert_same(sharded, single, objective)
+
+
+def test_fsdp_with_gradient_checkpointing_equals_one_process(tokenizers, tmp_path, monkeypatch, one_thread):
+    """The 8 B set-up of docs/scale.md: FSDP and the model's own activation checkpointing together."""
+    sharded, single = tmp_path / "fsdp", tmp_path / "one"
+    project(sharded, tokenizers, "llama", batch_size=4, processes=2, sharding="fsdp", gradient_checkpointing=True)
+    proc = launch(sharded, 2, objective="standard")
+    params = project(single, tokenizers, "llama", batch_size=8)
+    monkeypatch.chdir(single)
+    run_pretrain(params, objective="standard")
+    finish(proc)
+    stats = pretrain_outputs(sharded, objective="standard")[2]
+    assert (stats["sharding"], stats["gradient_checkpointing"]) == ("fsdp", True)
+    assert pretrain_outputs(single, objective="standard")[2]["gradient_checkpointing"] is False
+    assert_same(sharded, single, "standard")
 
 
 def test_fsdp_killed_after_a_checkpoint_resumes_to_the_uninterrupted_weights(tokenizers, tmp_path):

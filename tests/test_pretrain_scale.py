@@ -76,6 +76,7 @@ def test_gradient_checkpointing_trains_to_the_same_losses(tmp_path, monkeypatch,
         run_pretrain(params)
         runs[flag] = pretrain_outputs(root)
         assert bool(calls) == flag  # the layers ran through torch's checkpoint only when asked
+        assert runs[flag][2]["gradient_checkpointing"] is flag
     (out_a, a, _), (out_b, b, _) = runs[False], runs[True]
     for column in ("train_loss", "valid_loss"):
         np.testing.assert_allclose(a.column(column).to_numpy(), b.column(column).to_numpy(), rtol=0, atol=1e-5,

@@ -363,6 +363,7 @@ def run(ctx) -> None:
     trainer.train(resume_from_checkpoint=str(resume[1]) if resume else None)
     train_seconds = time.perf_counter() - train_start
     state = sharding.full_state_dict(trainer.model) if sharded else None  # collective: every process
+    checkpointed = bool(getattr(trainer.accelerator.unwrap_model(trainer.model), "is_activation_checkpointing", False))
     if not trainer.is_world_process_zero():
         return
 
@@ -387,7 +388,8 @@ def run(ctx) -> None:
             "teacher_mode": distill_opts.teacher, "teacher_cache_seconds": teacher_seconds},
         "train_blocks": len(blocks), "valid_blocks": len(valid_blocks),
         "valid_tokens": sum(int((b["labels"] != -100).sum()) for b in eval_batches), "bf16": bf16,
-        "processes": args.world_size, "sharding": opts.sharding, "init_model": str(model_dir),
+        "processes": args.world_size, "sharding": opts.sharding, "gradient_checkpointing": checkpointed,
+        "init_model": str(model_dir),
         "versions": io.versions(),
     }
     blocks_table = block_losses(model, eval_batches, kind)  # the final valid loss per block, for intervals
