@@ -15,8 +15,8 @@ parameter, gradient and AdamW moment, and gathers a unit's parameters only while
    (x P) is the same;
 4. checkpoints (`save_checkpoint` / `load_checkpoint`): the model's and the optimiser's shards in one
    torch distributed checkpoint (`torch.distributed.checkpoint`, directory `sharded/` in each Trainer
-   checkpoint): each process writes its own shards, and a job resumed on the same number of processes
-   (or another: DCP reshards on load) reads them back;
+   checkpoint): each process writes its own shards, and the job resumed (with the same params, so the same
+   number of processes: `pretrain.processes` and `pretrain.sharding` are resume keys) reads them back;
 5. the final model (`full_state_dict`): the full state dict gathered to process 0, on the CPU, to be
    loaded into an ordinary model and saved as a Hugging Face directory.
 
