@@ -375,7 +375,8 @@ def evaluate_lm(model, batches: list[dict], kind: Kind, *, calibrate: bool = Fal
     model.eval()
     total, count = 0.0, 0
     scaled = [0.0] * len(CALIBRATION_SCALES)
-    with torch.inference_mode():
+    # no_grad, not inference_mode: an FSDP2-sharded model's gathered parameters must stay usable by training
+    with torch.no_grad():
         for batch in batches:
             if not calibrate:  # through the fused head
                 loss_sum, n = lm_loss_sum(model, batch, kind)

@@ -30,8 +30,11 @@ selfish / distill options only for that objective (`leaves`).
 
 Options: `pretrain.factorized` trains `<m>+svd`/`<m>+snmf` (and ofa/snmf) models in their low-rank
 form (coordinates trainable, primitives trainable or frozen: `pretrain.train_primitives`); the
-saved model has the multiplied-out embeddings. `pretrain.embedding_warmup_steps` first trains the
-embeddings (and LM-head output embeddings/bias) alone, with the body frozen.
+saved model has the multiplied-out embeddings. `pretrain.embeddings_only_steps: N` first trains the
+input embeddings and the LM head (output embeddings/bias) alone for N steps, the body frozen, then everything.
+`pretrain.gradient_checkpointing` recomputes each layer's activations in the backward pass (the model's own
+`activation_checkpointing_enable`, non-reentrant, through the Trainer). `pretrain.sharding: fsdp` shards the
+model over the processes with torch FSDP2 instead of replicating it (`train.sharding`, docs/scale.md).
 """
 
 from __future__ import annotations
@@ -50,7 +53,7 @@ from vocabtransfer import io
 from vocabtransfer.train import modeling
 from vocabtransfer.train.hub import load_tokenizer
 from vocabtransfer.train.lmdata import Kind, LMCollator, lm_batches, pack_ids
-from vocabtransfer.train import parallel
+from vocabtransfer.train import parallel, sharding
 from vocabtransfer.train.trainer import (
     PretrainParams, PARAMS_FILE, ROWS_FILE, _trainer_classes, check_resume_params, complete_checkpoints, model_fingerprint)
 from vocabtransfer.pipeline import availability
@@ -237,6 +240,8 @@ def run(ctx) -> None:
                                  f"{', '.join(opts.objectives)} × 1..{opts.seeds})")
     teacher_dir = check_distill(ctx, objective)
     parallel.check_processes(opts.processes, ctx.device, int(os.environ.get("WORLD_SIZE", "1")))
+    sharding.check_options(opts.sharding, opts.processes, embeddings_only_steps=opts.embeddings_only_steps,
+                           factorized=opts.factorized)
     init_dir = Path(ctx.input["init"])
     model_dir = init_dir / "model"
     checkpoints = Path(paths.fill(paths.PRETRAIN_CHECKPOINTS, lang=ctx.lang, method=method, objective=objective,
@@ -269,17 +274,18 @@ def run(ctx) -> None:
     expected["input:init_model_sha256"] = model_fingerprint(model_dir)
     if teacher_dir is not None:
         expected["input:source_model_sha256"] = model_fingerprint(teacher_dir)
-    resume = None
+    resume, first_process = None, int(os.environ.get("RANK", "0")) == 0
     done = complete_checkpoints(checkpoints)
     if done and (checkpoints / PARAMS_FILE).is_file():
         check_resume_params(checkpoints, expected)
         resume = done[-1]
         log.info("resuming from %s (step %d)", resume[1], resume[0])
-    elif checkpoints.exists():
+    elif checkpoints.exists() and first_process:
         shutil.rmtree(checkpoints)  # only incomplete checkpoints: start afresh
-    checkpoints.mkdir(parents=True, exist_ok=True)
-    with io.atomic_output(checkpoints / PARAMS_FILE) as tmp:
-        tmp.write_text(json.dumps(expected, indent=1, sort_keys=True, default=str), encoding="utf-8")
+    if first_process:  # one process prepares the directory; the others meet it at the process group's start
+        checkpoints.mkdir(parents=True, exist_ok=True)
+        with io.atomic_output(checkpoints / PARAMS_FILE) as tmp:
+            tmp.write_text(json.dumps(expected, indent=1, sort_keys=True, default=str), encoding="utf-8")
 
     # 3. options: factorised embeddings, precision, embedding warm-up
     original = None
@@ -309,7 +315,15 @@ def run(ctx) -> None:
         save_total_limit=2, eval_strategy="no", report_to=[], seed=seed, data_seed=seed, bf16=bf16,
         use_cpu=use_cpu, remove_unused_columns=False, include_num_input_tokens_seen="non_padding",
         dataloader_num_workers=0, disable_tqdm=True, save_only_model=False,
+        activation_checkpointing=opts.gradient_checkpointing,  # the model's own, non-reentrant
+        # DDP, body frozen for the warm-up: its parameters unused (the default, but not with checkpointing)
+        ddp_find_unused_parameters=True if opts.embeddings_only_steps else None,
     )
+    sharded = opts.sharding == "fsdp"
+    if sharded:  # the process group exists once the TrainingArguments do
+        model = sharding.shard_model(model, args.device, bf16)
+        if teacher is not None and bf16:
+            teacher = teacher.to(torch.bfloat16)  # the teacher unsharded, in bf16
     teacher_pad = 0 if teacher_tok is None else next(
         (i for i in (teacher_tok.pad_token_id, teacher_tok.eos_token_id) if i is not None), 0)
     distill_opts = opts.distill
@@ -337,22 +351,25 @@ def run(ctx) -> None:
         rows = {r["step"]: r for r in json.loads((resume[1] / ROWS_FILE).read_text(encoding="utf-8"))}
     ObjectiveTrainer, MetricsCallback = _trainer_classes()
     evaluate = lambda m: modeling.evaluate_lm(m, eval_batches, kind)["loss"]  # noqa: E731
-    callback = MetricsCallback(evaluate, opts.eval_every, rows, opts.embedding_warmup_steps,
+    callback = MetricsCallback(evaluate, opts.eval_every, rows, opts.embeddings_only_steps,
                                embedding_params)
     trainer = ObjectiveTrainer(model=model, args=args, train_dataset=dataset,
                                data_collator=StepCollator(tokenizer, kind, seed, teacher_pad), callbacks=[callback],
                                kind=kind, objective=objective, margin=opts.selfish.margin, checkpoints=checkpoints,
                                distill=teacher_dir is not None, teacher=teacher, alpha=distill_opts.alpha,
-                               temperature=distill_opts.temperature)
+                               temperature=distill_opts.temperature, sharded=sharded)
     trainer.remove_callback(PrinterCallback)
     train_start = time.perf_counter()
     trainer.train(resume_from_checkpoint=str(resume[1]) if resume else None)
     train_seconds = time.perf_counter() - train_start
+    state = sharding.full_state_dict(trainer.model) if sharded else None  # collective: every process
+    checkpointed = bool(getattr(trainer.accelerator.unwrap_model(trainer.model), "is_activation_checkpointing", False))
     if not trainer.is_world_process_zero():
         return
 
-    # 5. outputs
-    model = trainer.accelerator.unwrap_model(trainer.model).to("cpu").float()
+    # 5. outputs (sharded: an ordinary model with the gathered weights)
+    model = (sharding.unsharded_copy(state, model_dir) if sharded
+             else trainer.accelerator.unwrap_model(trainer.model).to("cpu").float())
     if original is not None:
         lowrank.unfactorize_model(model, original)
     model.eval()
@@ -371,7 +388,9 @@ def run(ctx) -> None:
             "teacher_mode": distill_opts.teacher, "teacher_cache_seconds": teacher_seconds},
         "train_blocks": len(blocks), "valid_blocks": len(valid_blocks),
         "valid_tokens": sum(int((b["labels"] != -100).sum()) for b in eval_batches), "bf16": bf16,
-        "processes": args.world_size, "init_model": str(model_dir), "versions": io.versions(),
+        "processes": args.world_size, "sharding": opts.sharding, "gradient_checkpointing": checkpointed,
+        "init_model": str(model_dir),
+        "versions": io.versions(),
     }
     blocks_table = block_losses(model, eval_batches, kind)  # the final valid loss per block, for intervals
     stats["valid_tokens"] = int(pc.sum(blocks_table.column("n_tokens")).as_py())  # predicted positions scored

@@ -7,7 +7,8 @@
   positions only (the fused head, `heads` / `losses.linear_objective_loss`), the same code path for a
   plain and a DDP-wrapped model; for `distill`, alpha x the mean chunk loss of `train.distill` over the
   step's chunks (all micro-batches and processes) + (1 - alpha) x the mean cross-entropy; a NaN or infinite loss stops the run naming the step and the last
-  good checkpoint.
+  good checkpoint. With `pretrain.sharding: fsdp` the model comes sharded (`train.sharding`): it is not
+  wrapped in DDP, and its checkpoints are torch distributed checkpoints of the model's and optimiser's shards.
 * `MetricsCallback`: the metrics rows (valid loss every `eval_every` steps, train loss, learning rate,
   tokens/s), the progress bar, the rows stored in each checkpoint, and the embedding-only warm-up.
 * checkpoints: which one to resume from (`complete_checkpoints`), and the params they were written
@@ -76,7 +77,9 @@ class PretrainParams:
     distill: DistillOptions = field(metadata={"objective": "distill"})
     factorized: bool
     train_primitives: bool
-    embedding_warmup_steps: int
+    embeddings_only_steps: int
+    gradient_checkpointing: bool = field(metadata=NO_RERUN)
+    sharding: Literal["none", "fsdp"]
 
 
 ROWS_FILE = "vocabtransfer_metrics.json"  # in each checkpoint: the metrics rows up to it (also marks it complete)
@@ -126,14 +129,18 @@ def _trainer_classes():
     from transformers import Trainer, TrainerCallback
 
     from vocabtransfer.train.distill import loss_terms
-    from vocabtransfer.train import heads
+    from vocabtransfer.train import heads, sharding
 
     class ObjectiveTrainer(Trainer):
         """Loss from the predicted positions' hidden states through the fused head; NaN/inf stops the run."""
 
         def __init__(self, *args, kind: Kind, objective: str, margin: float, checkpoints: Path,
-                     distill: bool = False, teacher=None, alpha: float = 0.5, temperature: float = 1.0, **kwargs):
+                     distill: bool = False, teacher=None, alpha: float = 0.5, temperature: float = 1.0,
+                     sharded: bool = False, **kwargs):
             super().__init__(*args, **kwargs)
+            self.sharded = sharded
+            if sharded:  # FSDP2 (train.sharding) already placed the model and reduces its gradients: no DDP wrap
+                self.accelerator.prepare_model = lambda model, *a, **k: model
             self.kind, self.objective, self.margin, self.checkpoints = kind, objective, margin, checkpoints
             self.head = heads.head_parts(self.model)
             self.model_accepts_loss_kwargs = True  # the loss is a mean over the whole step: not divided again
@@ -161,6 +168,28 @@ def _trainer_classes():
                 self.step_chunks = int(self.accelerator.gather(chunks).sum() if self.accelerator.num_processes > 1
                                        else chunks)
             return batches, parallel.step_token_count(batches, self.kind, self.accelerator, device)
+
+        # sharded: the model's and the optimiser's shards in one torch distributed checkpoint (train.sharding)
+        def save_model(self, output_dir=None, _internal_call=False):
+            if not (self.sharded and _internal_call):  # sharded: the weights are saved with the optimiser
+                super().save_model(output_dir, _internal_call)
+
+        def _save_optimizer_and_scheduler(self, output_dir):
+            if not self.sharded:
+                return super()._save_optimizer_and_scheduler(output_dir)
+            sharding.save_checkpoint(self.model, getattr(self.optimizer, "optimizer", self.optimizer), output_dir)
+            if self.args.should_save:
+                torch.save(self.lr_scheduler.state_dict(), Path(output_dir) / "scheduler.pt")
+
+        def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
+            if not self.sharded:  # sharded: read with the optimiser's state, once both exist
+                super()._load_from_checkpoint(resume_from_checkpoint, model)
+
+        def _load_optimizer_and_scheduler(self, checkpoint):
+            if not self.sharded or checkpoint is None:
+                return super()._load_optimizer_and_scheduler(checkpoint)
+            sharding.load_checkpoint(self.model, getattr(self.optimizer, "optimizer", self.optimizer), checkpoint)
+            self.lr_scheduler.load_state_dict(torch.load(Path(checkpoint) / "scheduler.pt", weights_only=True))
 
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
             # `model` may be DDP-wrapped: its forward runs (gradients synchronised), the head bypassed
