@@ -183,7 +183,8 @@ def one_thread():
 # and the longest go first, so the short ones fill in beside them instead of one long run ending the suite
 # alone. The order comes from measured times (docs/development.md); a module not listed comes after these.
 LONGEST_FIRST = [WORKFLOW_GROUP, "test_gemma_real.py", "test_decoder_only.py", "test_availability.py",
-                 "test_bad_inputs.py", "test_pretrain_ddp.py", "test_pretrain_distill.py"]
+                 "test_task_heads.py", "test_pretrain_fsdp.py", "test_bad_inputs.py", "test_pretrain_ddp.py",
+                 "test_pretrain_distill.py", "test_pretrain.py"]
 
 
 def _group(item) -> str:
@@ -191,6 +192,7 @@ def _group(item) -> str:
     return mark.args[0] if mark else item.path.name
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist names each item's group from its marks
 def pytest_collection_modifyitems(config, items):
     rank = {group: i for i, group in enumerate(LONGEST_FIRST)}
     for item in items:

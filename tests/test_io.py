@@ -36,6 +36,7 @@ def test_directory_output_replaced_only_when_complete(tmp_path):
     assert [p.name for p in target.iterdir()] == ["a.txt"]
 
 
+@pytest.mark.slow  # several processes
 def test_save_tensors_is_byte_identical_across_processes(tmp_path):
     # safetensors orders metadata keys by a per-process hash; io.save_tensors must not
     code = (

@@ -122,6 +122,7 @@ def _subprocess(root: Path, objective: str = "standard"):
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
+@pytest.mark.slow  # a pretraining subprocess killed and resumed
 def test_kill_and_resume_equals_uninterrupted_run(tmp_path, monkeypatch, one_thread, sw_wp):
     """`accelerate launch` (one CPU process) of the stage, killed with SIGKILL after its first checkpoint,
     then started again: same metrics rows and the same final valid loss as an uninterrupted run."""

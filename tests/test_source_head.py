@@ -64,6 +64,7 @@ def test_minilm_head_is_trained_and_nothing_else_changes(tmp_path):
     assert model.cls.predictions.decoder.weight.data_ptr() == model.get_input_embeddings().weight.data_ptr()
 
 
+@pytest.mark.slow  # trains MiniLM's LM head twice
 def test_same_seed_same_head(tmp_path):
     first, out1 = head_ctx(tmp_path / "a", MINILM, n_lines=120, steps=4, eval_every=2, eval_lines=20)
     second, out2 = head_ctx(tmp_path / "b", MINILM, n_lines=120, steps=4, eval_every=2, eval_lines=20)

@@ -37,6 +37,7 @@ def fine_tune(params, name, spec, tmp_path, **opts):
     return splits, result
 
 
+@pytest.mark.slow  # fine-tunes MiniLM on real task data
 def test_nli_head_beats_the_majority_class(params, tmp_path, on_shared_data):
     """English XNLI dev split by premise (the stage's own split): 800 training pairs for 2 epochs lift
     the held-out accuracy well above the majority class (about 3.5 standard errors at 300 test pairs)."""
@@ -56,6 +57,7 @@ def test_nli_head_beats_the_majority_class(params, tmp_path, on_shared_data):
     assert len(set(result["examples"]["clusters"])) < len(test)  # XNLI: several hypotheses per premise
 
 
+@pytest.mark.slow  # fine-tunes MiniLM on real task data
 def test_qa_head_beats_the_empty_answer(params, tmp_path, on_shared_data):
     splits, result = fine_tune(params, "qa", {"train": {"path": "tydiqa_goldp/swahili_tydiqa_train.json"},
                                               "test": {"path": "tydiqa_goldp/swahili_tydiqa_dev.json"}},
@@ -68,6 +70,7 @@ def test_qa_head_beats_the_empty_answer(params, tmp_path, on_shared_data):
     assert sum(scores) / len(scores) == pytest.approx(result["metrics"]["f1"], abs=1e-3)
 
 
+@pytest.mark.slow  # fine-tunes MiniLM on real task data
 def test_ner_head_beats_all_outside(params, tmp_path, on_shared_data):
     splits, result = fine_tune(params, "ner", {"train": {"path": "masakhaner2/swa/train.txt"},
                                                "test": {"path": "masakhaner2/swa/test.txt"}},
