@@ -17,7 +17,8 @@ from vocabtransfer.pipeline import paths
 from vocabtransfer.pipeline.config import validate_params
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.train.hub import load_tokenizer
-from vocabtransfer.data.pretokenize import TokenStats, flatten, ids_array, markdown_table
+from vocabtransfer.data.pretokenize import TokenStats, flatten, markdown_table
+from vocabtransfer.data.token_ids import TokenIds
 from vocabtransfer.pipeline.runner import run_stage
 from vocabtransfer.data.tokenizer import load_target_tokenizer, train_tokenizer
 
@@ -65,11 +66,10 @@ def _out(workdir, template):
 
 @pytest.mark.parametrize("split, template", [("train", paths.PRETOK_TRAIN), ("valid", paths.PRETOK_VALID)])
 def test_ids_match_the_target_tokenizer(workdir, split, template):
-    table = pq.read_table(_out(workdir, template))
-    assert table.schema.field("input_ids").type == pa.list_(pa.int32())
-    assert table.column_names == ["input_ids"]
-    rows = table.column("input_ids").to_pylist()
     target = workdir["target"]
+    ids = TokenIds(_out(workdir, template), target)
+    assert ids.dtype == np.uint16 and sorted(p.name for p in ids.path.iterdir()) == ["ids.npy", "meta.json", "offsets.npy"]
+    rows = list(ids.lines())
     expected = target(workdir[split], add_special_tokens=False)["input_ids"]
     assert rows == expected and len(rows) == len(workdir[split])
     if split == "train":
@@ -103,6 +103,8 @@ def test_stats_compare_source_and_target(workdir, source):
     assert tgt["fertility"] < src["fertility"] and tgt["split_word_share"] < src["split_word_share"]
     assert stats["stats"]["train"]["target"]["lines"] == len(workdir["train"])
     assert stats["target_vocab_size"] == 400 and stats["batch_size"] == 64
+    assert stats["ids"]["train"]["lines"] == len(workdir["train"]) and stats["ids"]["valid"]["dtype"] == "uint16"
+    assert stats["ids"]["train"]["tokens"] == stats["stats"]["train"]["target"]["tokens"]
     assert stats["table"].splitlines()[0].startswith("| split | tokenizer |")
 
 
@@ -136,13 +138,12 @@ def test_token_stats_attach_a_bare_word_marker_to_the_next_word():
                                "unk_rate": 0.0, "split_word_share": 0.5}
 
 
-def test_flatten_and_ids_array(workdir):
+def test_flatten(workdir):
     target = workdir["target"].backend_tokenizer
     encs = target.encode_batch(["habari za", "", "asubuhi"], add_special_tokens=False)
     lengths, ids, offsets = flatten(encs)
     assert lengths.tolist() == [len(e.ids) for e in encs] and offsets.shape == (ids.size, 2)
-    assert ids_array(lengths, ids).to_pylist() == [e.ids for e in encs]
-    assert ids_array(np.zeros(0, np.int64), np.zeros(0, np.int64)).to_pylist() == []
+    assert ids.tolist() == [i for e in encs for i in e.ids]
 
 
 def test_markdown_table():

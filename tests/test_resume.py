@@ -26,8 +26,8 @@ UPSTREAM = [
     "results/sw/corpus/train.parquet",
     "results/sw/corpus/valid.parquet",
     "results/sw/tokenizer/tokenizer.json",
-    "results/sw/pretokenized/train.parquet",
-    "results/sw/pretokenized/valid.parquet",
+    "results/sw/pretokenized/train",
+    "results/sw/pretokenized/valid",
     "results/sw/pretokenized/train.tokens.txt",
 ]
 FASTTEXT = ["results/sw/fasttext/model.bin", "results/sw/fasttext/embeddings.safetensors"]

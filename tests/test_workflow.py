@@ -22,8 +22,8 @@ DETERMINISTIC = [
     "results/{lang}/corpus/train.parquet",
     "results/{lang}/corpus/valid.parquet",
     "results/{lang}/tokenizer/tokenizer.json",
-    "results/{lang}/pretokenized/train.parquet",
-    "results/{lang}/pretokenized/valid.parquet",
+    "results/{lang}/pretokenized/train",
+    "results/{lang}/pretokenized/valid",
     "results/{lang}/pretokenized/train.tokens.txt",
     "results/{lang}/overlap/overlap.parquet",
 ]
