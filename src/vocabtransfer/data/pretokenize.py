@@ -35,7 +35,8 @@ import numpy as np
 from vocabtransfer import io
 from vocabtransfer.data.token_ids import IdsWriter
 from vocabtransfer.log import progress
-from vocabtransfer.data.tokenizer import corpus_rows, iter_text_batches, load_target_tokenizer, set_threads
+from vocabtransfer.data.corpus_lines import corpus_rows, iter_text_batches
+from vocabtransfer.data.tokenizer import load_target_tokenizer, set_threads
 
 log = logging.getLogger(__name__)
 
