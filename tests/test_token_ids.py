@@ -18,9 +18,9 @@ from vocabtransfer.data import token_ids
 from vocabtransfer.data.token_ids import IdsWriter, TokenIds
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.train import packing
-from vocabtransfer.train.lmdata import special_tokens_around
 from vocabtransfer.train.packing import PackedBlocks
-from vocabtransfer.train.pretrain import StepBlocks
+from vocabtransfer.train.lmdata import LMCollator, special_tokens_around
+from vocabtransfer.train.pretrain import StepBlocks, StepCollator
 
 
 @pytest.fixture(scope="module")
@@ -142,3 +142,27 @@ def test_split_of_another_tokenizer_is_refused(tmp_path, sw_wp, sw_bpe):
     token_ids.write_lines(tmp_path / "train", sw_bpe, _ids(sw_bpe, 100))
     with pytest.raises(VocabTransferError, match=r"train: written with another tokenizer .* rerun the pretokenize stage"):
         TokenIds(tmp_path / "train", sw_wp)
+
+
+def _old_collate(tokenizer, seed, items):
+    """StepCollator's masked branch as it was: the whole DataCollatorForLanguageModeling call per sample."""
+    lm, rows = LMCollator(tokenizer, "masked", seed), []
+    for item in items:
+        lm.mlm.generator = torch.Generator().manual_seed(seed * 1_000_003 + item["index"])
+        rows.append(lm([item["input_ids"]]))
+    width = max(r["input_ids"].shape[1] for r in rows)
+    pad = {"labels": -100, "input_ids": tokenizer.pad_token_id or 0}
+    return {key: torch.cat([torch.nn.functional.pad(r[key], (0, width - r[key].shape[1]), value=pad.get(key, 0))
+                            for r in rows]) for key in rows[0]}
+
+
+def test_masks_equal_the_full_collator_call(tmp_path, sw_wp):
+    ids = _ids(sw_wp, 600)
+    token_ids.write_lines(tmp_path / "train", sw_wp, ids)
+    steps = StepBlocks(PackedBlocks(TokenIds(tmp_path / "train", sw_wp), sw_wp, 64), 96, seed=5)
+    collate = StepCollator(sw_wp, "masked", 5)
+    for start in range(0, 96, 16):
+        items = [steps[i] for i in range(start, start + 16)]
+        new, old = collate(items), _old_collate(sw_wp, 5, items)
+        assert list(new) == list(old) and all(torch.equal(new[k], old[k]) for k in old)
+        assert (new["labels"] != -100).any()

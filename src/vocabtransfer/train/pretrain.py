@@ -178,9 +178,12 @@ class StepCollator:
     the same masks whatever batch, and whichever data-parallel process, it falls in."""
 
     def __init__(self, tokenizer, kind: Kind, seed: int, teacher_pad: int = 0):
+        import torch
+
         self.lm = LMCollator(tokenizer, kind, seed)
         self.kind, self.seed, self.pad = kind, seed, {"labels": -100, "input_ids": tokenizer.pad_token_id or 0}
         self.teacher_pad = teacher_pad
+        self.special = torch.tensor(sorted(tokenizer.all_special_ids), dtype=torch.long)
 
     def __call__(self, items: list[dict]) -> dict:
         import torch
@@ -193,9 +196,11 @@ class StepCollator:
                 batch.update(distill.collate_teacher([item["pair"] for item in items], self.teacher_pad))
             return batch
         rows = []
-        for item in items:
+        for item in items:  # what `self.lm([ids])` gives, without its per-token Python padding and special-token scan
             self.lm.mlm.generator = torch.Generator().manual_seed(self.seed * 1_000_003 + item["index"])
-            rows.append(self.lm([item["input_ids"]]))
+            ids = torch.tensor([item["input_ids"]], dtype=torch.long)
+            inputs, labels = self.lm.mlm.torch_mask_tokens(ids, special_tokens_mask=torch.isin(ids, self.special))
+            rows.append({"input_ids": inputs, "attention_mask": torch.ones_like(inputs), "labels": labels})
         width = max(r["input_ids"].shape[1] for r in rows)
         return {key: torch.cat([torch.nn.functional.pad(r[key], (0, width - r[key].shape[1]),
                                                         value=self.pad.get(key, 0)) for r in rows]) for key in rows[0]}
