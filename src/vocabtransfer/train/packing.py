@@ -67,9 +67,9 @@ class PackedBlocks:
         if self.suffix:
             last = np.full(n.size, self.suffix[-1])
         else:  # the line's last kept id, or the prefix's last id for an empty line
-            ids = self.split.read(int(off[0]), int(off[-1])).astype(np.int64)
-            last = np.where(n > 0, ids[np.maximum(off[:-1] - off[0] + n - 1, 0)] if ids.size else -1,
-                            self.prefix[-1] if self.prefix else -1)
+            ids = self.split.read(int(off[0]), int(off[-1]))  # the window's ids, uint16/uint32, dropped on return
+            kept = ids[np.maximum(off[:-1] - off[0] + n - 1, 0)].astype(np.int64) if ids.size else -1
+            last = np.where(n > 0, kept, self.prefix[-1] if self.prefix else -1)
         closed = (cost > 0) & (last == self.eos)
         return np.where(closed, cost, np.minimum(cost, self.seq_len - 1) + 1)
 
