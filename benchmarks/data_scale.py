@@ -7,7 +7,7 @@ Target tokenizer: a --vocab-size WordPiece tokenizer in MiniLM's conventions (`t
 a seeded `tokenizer.sample_bytes`-style sample of the 100 MB corpus (`SampledCorpus`, --sample-bytes).
 
 Stages, each in its own child process (`--child`), which reports its own peak resident memory
-(ru_maxrss) and wall time:
+(VmHWM) and wall time:
   corpus          `data.corpus.build_corpus` of the text file (clean, deduplicate, split);
   pretokenize     `data.pretokenize.encode_split` of the train split on --threads Rayon threads
                   (flat ids, offsets, the token text for fastText, statistics);
@@ -30,7 +30,6 @@ import argparse
 import json
 import os
 import random
-import resource
 import shutil
 import subprocess
 import sys
@@ -145,6 +144,13 @@ STAGES = {"corpus": stage_corpus, "pretokenize": stage_pretokenize, "encode_batc
           "pretrain_data": lambda a: _pretrain_data(a, True), "pretrain_blocks": lambda a: _pretrain_data(a, False)}
 
 
+def peak_rss() -> int:
+    """This process's own peak resident set (VmHWM). Not ru_maxrss: Linux folds the parent's peak into a
+    child's ru_maxrss at exec after vfork, so every child would report at least the parent's peak."""
+    with open("/proc/self/status", encoding="ascii") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
+
+
 def child(a) -> None:
     import torch
 
@@ -152,7 +158,7 @@ def child(a) -> None:
     start = time.perf_counter()
     row = STAGES[a.child](a)
     row.setdefault("seconds", time.perf_counter() - start)
-    row["peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    row["peak_rss_bytes"] = peak_rss()
     print("ROW " + json.dumps(row))
 
 
