@@ -17,7 +17,7 @@ from vocabtransfer.pipeline import paths
 from vocabtransfer.pipeline.config import validate_params
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.train.hub import load_tokenizer
-from vocabtransfer.data.pretokenize import TokenStats, flatten, markdown_table
+from vocabtransfer.data.pretokenize import TokenStats, flatten, markdown_table, word_ends
 from vocabtransfer.data.token_ids import TokenIds
 from vocabtransfer.pipeline.runner import run_stage
 from vocabtransfer.data.tokenizer import load_target_tokenizer, train_tokenizer
@@ -168,3 +168,12 @@ def test_corrupt_tokenizer_is_one_clear_error(workdir, tmp_path, monkeypatch):
         run_stage("pretokenize", _params(), {"lang": "sw"}, threads=1)
     assert not (tmp_path / paths.fill(paths.PRETOK_STATS, lang="sw")).exists()
     assert not list((tmp_path / "results" / "sw").glob("pretokenized"))
+
+
+def test_word_ends_are_the_regex_word_ends(shared_data):
+    import re
+
+    with open(shared_data / "pretrain_text" / "ar.txt", encoding="utf-8") as f:
+        texts = [next(f) for _ in range(500)] + ["", "  a\u00a0b\u3000c \u2028d\t\x1c", "x"]
+    for text in texts + ["\n".join(texts)]:
+        assert word_ends(text).tolist() == [m.end() for m in re.finditer(r"\S+", text)]
