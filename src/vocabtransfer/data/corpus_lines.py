@@ -35,10 +35,22 @@ def corpus_rows(path: str | os.PathLike) -> int:
 
 
 def iter_text_batches(path: str | os.PathLike, batch_size: int = 1000) -> Iterator[list[str]]:
-    """Stream the `text` column of a corpus Parquet file as lists of at most `batch_size` lines."""
+    """Stream the `text` column of a corpus Parquet file as lists of `batch_size` lines (the last one shorter)."""
+    rows: list[str] = []
+    for column in _row_groups(path):
+        rows = rows[len(rows) - len(rows) % batch_size:] if rows else []  # the lines not yet handed out
+        rows += [t if t is not None else "" for t in column.to_pylist()]
+        yield from (rows[i: i + batch_size] for i in range(0, len(rows) - batch_size + 1, batch_size))
+    if len(rows) % batch_size:
+        yield rows[len(rows) - len(rows) % batch_size:]
+
+
+def _row_groups(path: str | os.PathLike):
+    """The `text` column of each row group in turn: memory bounded by one row group (pyarrow's
+    `iter_batches` kept ~0.45 GB more at the end of a 1 GB corpus than at its start)."""
     pf = _open_corpus(path)
-    for batch in pf.iter_batches(batch_size=batch_size, columns=[TEXT_COLUMN]):
-        yield [t if t is not None else "" for t in batch.column(0).to_pylist()]
+    for group in range(pf.num_row_groups):
+        yield pf.read_row_group(group, columns=[TEXT_COLUMN]).column(0)
 
 
 def _open_corpus(path: str | os.PathLike):
@@ -90,21 +102,16 @@ class SampledCorpus:
         self.path, self.seed, self.batch_size = Path(path), seed, batch_size
         import pyarrow.compute as pc
 
-        total = sum(int(pc.sum(pc.binary_length(b.column(0))).as_py() or 0)
-                    for b in self._batches())
+        total = sum(int(pc.sum(pc.binary_length(column)).as_py() or 0) for column in _row_groups(self.path))
         self.p = keep_probability(sample_bytes, total)
         self.rows = self.bytes = 0
         for batch in self:
             self.rows += len(batch)
             self.bytes += sum(len(t.encode("utf-8")) for t in batch)
 
-    def _batches(self):
-        return _open_corpus(self.path).iter_batches(batch_size=self.batch_size, columns=[TEXT_COLUMN])
-
     def __iter__(self) -> Iterator[list[str]]:
         rng = np.random.default_rng(self.seed)
-        for batch in self._batches():
-            texts = [t if t is not None else "" for t in batch.column(0).to_pylist()]
+        for texts in iter_text_batches(self.path, self.batch_size):
             keep = rng.random(len(texts)) < self.p
             kept = [t for t, k in zip(texts, keep) if k]
             if kept:
