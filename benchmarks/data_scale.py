@@ -230,6 +230,7 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--seq-len", type=int, default=128)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--stages", default=",".join(STAGES), help="comma-separated subset of the stages to run")
     ap.add_argument("--workdir", type=Path, help="keep corpora and outputs here (default: a temporary folder)")
     ap.add_argument("--child", choices=list(STAGES), help=argparse.SUPPRESS)
     ap.add_argument("--dir", type=Path, help=argparse.SUPPRESS)
@@ -250,11 +251,14 @@ def main() -> None:
             print(f"{size_name}: corpus text ready in {time.perf_counter() - tick:.0f} s", file=sys.stderr, flush=True)
             folder = work / size_name
             folder.mkdir(exist_ok=True)
-            rows.append(run_child("corpus", a, size_name, folder, text, Path()))
+            stages = a.stages.split(",")
+            if "corpus" in stages or not (folder / "train.parquet").is_file():
+                rows.append(run_child("corpus", a, size_name, folder, text, Path()))
             if tokenizer is None:
                 tokenizer = make_tokenizer(work, folder / "train.parquet", a.vocab_size, a.sample_bytes, a.seed)
             for stage in ("pretokenize", "encode_batch", "pretrain_data", "pretrain_blocks"):
-                rows.append(run_child(stage, a, size_name, folder, text, tokenizer))
+                if stage in stages:
+                    rows.append(run_child(stage, a, size_name, folder, text, tokenizer))
     finally:
         if a.workdir is None:
             shutil.rmtree(work, ignore_errors=True)
