@@ -26,8 +26,12 @@ UPSTREAM = [
     "results/sw/corpus/train.parquet",
     "results/sw/corpus/valid.parquet",
     "results/sw/tokenizer/tokenizer.json",
-    "results/sw/pretokenized/train",
-    "results/sw/pretokenized/valid",
+    "results/sw/pretokenized/train/ids.npy",
+    "results/sw/pretokenized/train/offsets.npy",
+    "results/sw/pretokenized/train/meta.json",
+    "results/sw/pretokenized/valid/ids.npy",
+    "results/sw/pretokenized/valid/offsets.npy",
+    "results/sw/pretokenized/valid/meta.json",
     "results/sw/pretokenized/train.tokens.txt",
 ]
 FASTTEXT = ["results/sw/fasttext/model.bin", "results/sw/fasttext/embeddings.safetensors"]
