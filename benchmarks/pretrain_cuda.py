@@ -20,7 +20,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
@@ -29,6 +28,7 @@ def build_project(root: Path, text: Path, vocab_size: int, seed: int = 0) -> Non
     import torch
     from tokenizers import BertWordPieceTokenizer
     from transformers import BertConfig, BertForMaskedLM, PreTrainedTokenizerFast
+    from vocabtransfer.data import token_ids
 
     lines = [s.strip() for s in text.read_text(encoding="utf-8").splitlines() if s.strip()]
     valid, train = lines[:1000], lines[1000:]
@@ -44,9 +44,7 @@ def build_project(root: Path, text: Path, vocab_size: int, seed: int = 0) -> Non
     tok.save_pretrained(model_dir)
     for split, split_lines in (("train", train), ("valid", valid)):
         ids = tok(split_lines, add_special_tokens=False)["input_ids"]
-        path = root / f"results/sw/pretokenized/{split}.parquet"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        pq.write_table(pa.table({"input_ids": pa.array(ids, type=pa.list_(pa.int32()))}), path)
+        token_ids.write_lines(root / f"results/sw/pretokenized/{split}", tok, ids)
 
 
 def main() -> None:

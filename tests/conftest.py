@@ -73,7 +73,7 @@ def shared_data() -> Path:
     return shared_file("MANIFEST.md").parent
 
 
-def session_cache(tmp_path_factory, name: str) -> tuple[Path, "filelock.FileLock"]:
+def session_cache(tmp_path_factory, name: str):
     """A directory shared by every pytest-xdist worker of this session (beside their own base temporary
     directories), with the lock that makes one worker build it while the others wait."""
     import filelock
@@ -123,8 +123,12 @@ WORKFLOW_UPSTREAM = [
     "results/sw/corpus/train.parquet",
     "results/sw/corpus/valid.parquet",
     "results/sw/tokenizer/tokenizer.json",
-    "results/sw/pretokenized/train.parquet",
-    "results/sw/pretokenized/valid.parquet",
+    "results/sw/pretokenized/train/ids.npy",
+    "results/sw/pretokenized/train/offsets.npy",
+    "results/sw/pretokenized/train/meta.json",
+    "results/sw/pretokenized/valid/ids.npy",
+    "results/sw/pretokenized/valid/offsets.npy",
+    "results/sw/pretokenized/valid/meta.json",
     "results/sw/pretokenized/train.tokens.txt",
     "results/sw/fasttext/model.bin",
     "results/sw/fasttext/embeddings.safetensors",

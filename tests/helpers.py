@@ -21,6 +21,7 @@ import yaml
 from conftest import BIN, REPO, shared_file
 
 from vocabtransfer import io
+from vocabtransfer.data import token_ids
 from vocabtransfer.pipeline.config import validate_params
 from vocabtransfer.pipeline.runner import run_stage
 from vocabtransfer.train.hub import load_tokenizer, resolve_model_path
@@ -274,16 +275,15 @@ SMALL = {"steps": 24, "batch_size": 8, "seq_len": 32, "learning_rate": 0.01, "wa
 
 
 def write_ids(tokenizer, lines: list[str], path: Path) -> None:
-    ids = tokenizer(lines, add_special_tokens=False)["input_ids"]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(pa.table({"input_ids": pa.array(ids, type=pa.list_(pa.int32()))}), path)
+    """A pre-tokenised split of `lines` (as the pretokenize stage writes it) at `path`."""
+    token_ids.write_lines(path, tokenizer, tokenizer(lines, add_special_tokens=False)["input_ids"])
 
 
 def pretrain_project(root: Path, model, tokenizer, method: str = "focus", **pretrain) -> dict:
     """results/sw/init/<method>/pseed1/model + pre-tokenised splits of real sw text under `root`; returns params."""
     save_dir(model, tokenizer, root / "results" / "sw" / "init" / method / "pseed1" / "model")
-    write_ids(tokenizer, text_lines("sw", 300, start=1000), root / "results/sw/pretokenized/train.parquet")
-    write_ids(tokenizer, text_lines("sw", 60, start=5000), root / "results/sw/pretokenized/valid.parquet")
+    write_ids(tokenizer, text_lines("sw", 300, start=1000), root / "results/sw/pretokenized/train")
+    write_ids(tokenizer, text_lines("sw", 60, start=5000), root / "results/sw/pretokenized/valid")
     params = validate_params({
         "languages": ["sw"], "source_model": "unused", "corpus": {"sources": {"sw": {"path": "unused.txt"}}},
         "init": {"methods": [method]},

@@ -10,6 +10,7 @@ import pyarrow as pa
 import pytest
 import torch
 
+from vocabtransfer.data import token_ids
 from vocabtransfer.evaluate import gradient_scenarios
 from vocabtransfer import io
 from vocabtransfer.train import modeling
@@ -82,14 +83,15 @@ def wp():
     return wordpiece_tokenizer("en", vocab_size=200, n_lines=200)
 
 
-def test_token_counts_add_the_special_tokens(wp):
-    ids = pa.array([[10, 11, 11], [12], []], type=pa.list_(pa.int32()))
-    counts = token_frequency_loss.token_counts(ids, wp, "masked")
+def test_token_counts_add_the_special_tokens(wp, tmp_path):
+    token_ids.write_lines(tmp_path / "ids", wp, [[10, 11, 11], [12], []])
+    counts = token_frequency_loss.token_counts(token_ids.TokenIds(tmp_path / "ids", wp), wp, "masked")
     assert counts[11] == 2 and counts[10] == 1 and counts[12] == 1
     assert counts[wp.cls_token_id] == 3 and counts[wp.sep_token_id] == 3
     assert counts.sum() == 4 + 6
-    with pytest.raises(VocabTransferError, match="outside the tokenizer"):
-        token_frequency_loss.token_counts(pa.array([[len(wp)]], type=pa.list_(pa.int32())), wp, "masked")
+    token_ids.write_lines(tmp_path / "bad", wp, [[len(wp)]])
+    with pytest.raises(VocabTransferError, match="bad/ids.npy: token id .* outside the tokenizer"):
+        token_frequency_loss.token_counts(token_ids.TokenIds(tmp_path / "bad", wp), wp, "masked")
 
 
 # ------------------------------------------------------------------ gradient decomposition
@@ -181,15 +183,14 @@ def test_decomposition_untied_llama(one_thread):
 
 # ------------------------------------------------------------------ both stages end to end
 
-def encode(tok, lines):
-    return pa.table({"input_ids": pa.array(tok(lines, add_special_tokens=False)["input_ids"],
-                                           type=pa.list_(pa.int32()))})
+def encode(tok, lines, path):
+    token_ids.write_lines(path, tok, tok(lines, add_special_tokens=False)["input_ids"])
 
 
 def test_stages_end_to_end(tmp_path, wp, one_thread, caplog):
     pretok = tmp_path / "xx" / "pretokenized"
-    io.write_parquet(encode(wp, text_lines("en", 150)), pretok / "train.parquet")
-    io.write_parquet(encode(wp, text_lines("en", 40, start=2000)), pretok / "valid.parquet")
+    encode(wp, text_lines("en", 150), pretok / "train")
+    encode(wp, text_lines("en", 40, start=2000), pretok / "valid")
     init = save_dir(tiny_bert(len(wp), seed=0), wp, tmp_path / "xx" / "init" / "focus" / "pseed1" / "model").parent
     pre = {o: save_dir(tiny_bert(len(wp), seed=s), wp,
                        tmp_path / "xx" / "pretrain" / "focus" / o / "pseed1" / "model").parent
@@ -206,7 +207,7 @@ def test_stages_end_to_end(tmp_path, wp, one_thread, caplog):
     # token_frequency_loss
     io.write_parquet(pa.table({"text": text_lines("en", 40, start=2000)}), tmp_path / "xx" / "corpus" / "valid.parquet")
     source = save_dir(tiny_bert(len(wp), seed=9), wp, tmp_path / "source" / "model")
-    inputs = {"train_ids": pretok / "train.parquet", "valid_ids": pretok / "valid.parquet",
+    inputs = {"train_ids": pretok / "train", "valid_ids": pretok / "valid",
               "valid_text": tmp_path / "xx" / "corpus" / "valid.parquet", "source_model": source,
               token_frequency_loss.model_key("focus", "init", 1): init,
               **{token_frequency_loss.model_key("focus", o, 1): d for o, d in pre.items()}}
@@ -247,14 +248,14 @@ def test_stages_end_to_end(tmp_path, wp, one_thread, caplog):
     per_line = lines.to_pandas()
     assert per_line["bits"].isna().all() and "bits per byte needs a causal LM" in caplog.text
     focus = per_line[per_line["objective"] == "standard"]
-    assert focus["n_tokens"].tolist() == [len(x) for x in io.read_parquet(pretok / "valid.parquet").column("input_ids").to_pylist()]
+    assert focus["n_tokens"].tolist() == [len(x) for x in token_ids.TokenIds(pretok / "valid").lines()]
     assert focus["n_bytes"].tolist() == [len(x.encode("utf-8")) for x in text_lines("en", 40, start=2000)]
 
     # gradient_scenarios for the selfish job
     gout = tmp_path / "xx" / "gradients" / "focus" / "selfish" / "pseed1.parquet"
     gctx = make_ctx("vocabtransfer.evaluate.gradient_scenarios:run",
                     {"lang": "xx", "method": "focus", "objective": "selfish", "pseed": "1"},
-                    {"train_ids": pretok / "train.parquet", "init": init, "pretrain": pre["selfish"]},
+                    {"train_ids": pretok / "train", "init": init, "pretrain": pre["selfish"]},
                     {"table": gout, "plot": gout.with_suffix(".png")}, params)
     gradient_scenarios.run(gctx)
     gt = io.read_parquet(gout)
@@ -265,7 +266,7 @@ def test_stages_end_to_end(tmp_path, wp, one_thread, caplog):
     assert sorted(start["rank"]) == list(range(len(wp)))
     # input gradient exactly on the tokens of the sampled batches (after masking: [MASK] and random
     # replacements too), target gradient exactly on their targets
-    batches = gradient_scenarios.sample_batches(wp, token_frequency_loss.read_ids(pretok / "train.parquet"), "masked",
+    batches = gradient_scenarios.sample_batches(wp, token_frequency_loss.read_ids(pretok / "train", wp), "masked",
                                                 batches=2, batch_size=4, seq_len=64, seed=5)
     inputs_seen = set(torch.cat([b["input_ids"][b["attention_mask"] == 1] for b in batches]).tolist())  # no padding
     targets_seen = set(torch.cat([b["labels"][b["labels"] != -100] for b in batches]).tolist())

@@ -35,6 +35,7 @@ PARAMS = {
     "tokenizer": {"vocab_size": 300, "min_frequency": 2},
     "fasttext": {"dim": 8, "epochs": 1, "min_count": 2},
     "init": {"methods": ["focus", "ofa"], "ofa": {"keep_dim": 16}},
+    "pretrain": {"methods": ["focus"], "objectives": ["standard"], "steps": 1},
 }
 
 
@@ -65,6 +66,7 @@ def good(tmp_path_factory, shared_data):
         model.save_pretrained(root / paths.SOURCE_MODEL)
         source_tok.save_pretrained(root / paths.SOURCE_MODEL)
         run_stage("overlap", params, {"lang": "sw"}, threads=1)
+        run_stage("init", params, {"lang": "sw", "method": "focus", "pseed": "1"}, threads=1)  # what pretrain reads
     (root / "params.yaml").write_text(yaml.safe_dump(PARAMS, sort_keys=False))
     return root
 
@@ -161,7 +163,21 @@ def _special_clash(work: Path) -> None:
     tok.save_pretrained(path)
 
 
+def _ids_of_another_tokenizer(work: Path) -> None:
+    """The train split re-written with the source tokenizer's ids of the same text."""
+    from vocabtransfer.data import token_ids
+    from vocabtransfer.train.hub import load_tokenizer
+
+    source = load_tokenizer(work / paths.SOURCE_MODEL)
+    lines = (work / "data" / "sw.txt").read_text(encoding="utf-8").splitlines()[:50]
+    split = work / paths.fill(paths.PRETOK_TRAIN, lang="sw")
+    shutil.rmtree(split)
+    token_ids.write_lines(split, source, source(lines, add_special_tokens=False)["input_ids"])
+
+
 SW = {"lang": "sw"}
+PRETRAIN = {**SW, "method": "focus", "objective": "standard", "pseed": "1"}
+PRETOK = paths.fill(paths.PRETOK_TRAIN, lang="sw")
 FT_EMB = paths.fill(paths.FASTTEXT_EMB, lang="sw")
 OVERLAP = paths.fill(paths.OVERLAP, lang="sw")
 CORPUS = paths.fill(paths.CORPUS_TRAIN, lang="sw")
@@ -191,6 +207,14 @@ CASES = [
      _on(paths.fill(paths.TOKENIZER, lang="sw") + "/tokenizer.json", _garbage), ["tokenizer"]),
     ("pretokenised text empty", "fasttext", SW, lambda w: (w / paths.fill(paths.PRETOK_TEXT, lang="sw")).write_text(""),
      ["train.tokens.txt"]),
+    ("pretokenised ids truncated", "pretrain", PRETRAIN, _on(PRETOK + "/ids.npy", _truncate),
+     ["results/sw/pretokenized/train/ids.npy", "truncated", "rerun the pretokenize stage"]),
+    ("pretokenised offsets corrupted", "pretrain", PRETRAIN, _on(PRETOK + "/offsets.npy", _garbage),
+     ["results/sw/pretokenized/train/offsets.npy", "rerun the pretokenize stage"]),
+    ("pretokenised header corrupted", "pretrain", PRETRAIN, _on(PRETOK + "/meta.json", _garbage),
+     ["results/sw/pretokenized/train/meta.json", "rerun the pretokenize stage"]),
+    ("pretokenised ids of another tokenizer", "pretrain", PRETRAIN, _ids_of_another_tokenizer,
+     ["results/sw/pretokenized/train", "another tokenizer", "rerun the pretokenize stage"]),
     ("pretrained fastText .bin truncated", "fasttext", SW, _wordlevel_bin(_truncate), ["words.bin"]),
     ("pretrained fastText .bin corrupted", "fasttext", SW, _wordlevel_bin(_garbage), ["words.bin"]),
     ("target special token is an ordinary source token", "overlap", SW, _special_clash,

@@ -181,13 +181,15 @@ def tfl_study(tmp_path, source_model, source_tok, tok):
     from vocabtransfer import io
     from vocabtransfer.evaluate import token_frequency_loss
 
-    def encode(lines):
-        return pa.table({"input_ids": pa.array(tok(lines, add_special_tokens=False)["input_ids"], pa.list_(pa.int32()))})
+    from vocabtransfer.data import token_ids
+
+    def encode(lines, path):
+        token_ids.write_lines(path, tok, tok(lines, add_special_tokens=False)["input_ids"])
 
     xx = tmp_path / "xx"
-    io.write_parquet(encode(text_lines("sw", 60)), xx / "pretokenized" / "train.parquet")
+    encode(text_lines("sw", 60), xx / "pretokenized" / "train")
     valid = text_lines("sw", 12, start=2000) + [LINES[2] * 4]  # the last one is longer than seq_len
-    io.write_parquet(encode(valid), xx / "pretokenized" / "valid.parquet")
+    encode(valid, xx / "pretokenized" / "valid")
     io.write_parquet(pa.table({"text": valid}), xx / "corpus" / "valid.parquet")
     params = {"seed": 5, "languages": ["xx"], "init": {"methods": ["focus", "mean"]},  # mean: not pretrained
               "pretrain": {"methods": ["focus"], "objectives": ["standard"], "seeds": 2},
@@ -199,7 +201,7 @@ def tfl_study(tmp_path, source_model, source_tok, tok):
         sub = f"init/{m}/pseed{s}" if o == "init" else f"pretrain/{m}/{o}/pseed{s}"
         models[(m, o, s)] = tiny_llama(len(tok), seed=10 + k)
         save_dir(models[(m, o, s)], tok, xx / sub / "model")
-    inputs = {"train_ids": xx / "pretokenized" / "train.parquet", "valid_ids": xx / "pretokenized" / "valid.parquet",
+    inputs = {"train_ids": xx / "pretokenized" / "train", "valid_ids": xx / "pretokenized" / "valid",
               "valid_text": xx / "corpus" / "valid.parquet",
               "source_model": save_dir(source_model, source_tok, tmp_path / "source" / "model"),
               **{token_frequency_loss.model_key(*key): xx / (f"init/{key[0]}/pseed{key[2]}" if key[1] == "init"

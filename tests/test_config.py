@@ -27,7 +27,7 @@ def test_repository_params_validate_and_defaults_fill_in():
     assert params["languages"] == ["sw", "de"]
     assert params["fasttext"] == {"mode": "tokenlevel", "pretrained_path": None, "model": "cbow", "dim": 100,
                                   "epochs": 3, "min_count": 10, "neg": 10, "bucket": 2_000_000,
-                                  "reproducible": True, "oov": "random"}
+                                  "reproducible": True, "oov": "random", "sample_bytes": 0}
 
 
 def test_defaults_filled_for_missing_sections():

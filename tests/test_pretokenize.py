@@ -17,7 +17,8 @@ from vocabtransfer.pipeline import paths
 from vocabtransfer.pipeline.config import validate_params
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.train.hub import load_tokenizer
-from vocabtransfer.data.pretokenize import TokenStats, flatten, ids_array, markdown_table
+from vocabtransfer.data.pretokenize import TokenStats, flatten, markdown_table, word_ends
+from vocabtransfer.data.token_ids import TokenIds
 from vocabtransfer.pipeline.runner import run_stage
 from vocabtransfer.data.tokenizer import load_target_tokenizer, train_tokenizer
 
@@ -65,11 +66,10 @@ def _out(workdir, template):
 
 @pytest.mark.parametrize("split, template", [("train", paths.PRETOK_TRAIN), ("valid", paths.PRETOK_VALID)])
 def test_ids_match_the_target_tokenizer(workdir, split, template):
-    table = pq.read_table(_out(workdir, template))
-    assert table.schema.field("input_ids").type == pa.list_(pa.int32())
-    assert table.column_names == ["input_ids"]
-    rows = table.column("input_ids").to_pylist()
     target = workdir["target"]
+    ids = TokenIds(_out(workdir, template), target)
+    assert ids.dtype == np.uint16 and sorted(p.name for p in ids.path.iterdir()) == ["ids.npy", "meta.json", "offsets.npy"]
+    rows = list(ids.lines())
     expected = target(workdir[split], add_special_tokens=False)["input_ids"]
     assert rows == expected and len(rows) == len(workdir[split])
     if split == "train":
@@ -103,6 +103,8 @@ def test_stats_compare_source_and_target(workdir, source):
     assert tgt["fertility"] < src["fertility"] and tgt["split_word_share"] < src["split_word_share"]
     assert stats["stats"]["train"]["target"]["lines"] == len(workdir["train"])
     assert stats["target_vocab_size"] == 400 and stats["batch_size"] == 64
+    assert stats["ids"]["train"]["lines"] == len(workdir["train"]) and stats["ids"]["valid"]["dtype"] == "uint16"
+    assert stats["ids"]["train"]["tokens"] == stats["stats"]["train"]["target"]["tokens"]
     assert stats["table"].splitlines()[0].startswith("| split | tokenizer |")
 
 
@@ -136,13 +138,12 @@ def test_token_stats_attach_a_bare_word_marker_to_the_next_word():
                                "unk_rate": 0.0, "split_word_share": 0.5}
 
 
-def test_flatten_and_ids_array(workdir):
+def test_flatten(workdir):
     target = workdir["target"].backend_tokenizer
     encs = target.encode_batch(["habari za", "", "asubuhi"], add_special_tokens=False)
     lengths, ids, offsets = flatten(encs)
     assert lengths.tolist() == [len(e.ids) for e in encs] and offsets.shape == (ids.size, 2)
-    assert ids_array(lengths, ids).to_pylist() == [e.ids for e in encs]
-    assert ids_array(np.zeros(0, np.int64), np.zeros(0, np.int64)).to_pylist() == []
+    assert ids.tolist() == [i for e in encs for i in e.ids]
 
 
 def test_markdown_table():
@@ -167,3 +168,12 @@ def test_corrupt_tokenizer_is_one_clear_error(workdir, tmp_path, monkeypatch):
         run_stage("pretokenize", _params(), {"lang": "sw"}, threads=1)
     assert not (tmp_path / paths.fill(paths.PRETOK_STATS, lang="sw")).exists()
     assert not list((tmp_path / "results" / "sw").glob("pretokenized"))
+
+
+def test_word_ends_are_the_regex_word_ends(shared_data):
+    import re
+
+    with open(shared_data / "pretrain_text" / "ar.txt", encoding="utf-8") as f:
+        texts = [next(f) for _ in range(500)] + ["", "  a\u00a0b\u3000c \u2028d\t\x1c", "x"]
+    for text in texts + ["\n".join(texts)]:
+        assert word_ends(text).tolist() == [m.end() for m in re.finditer(r"\S+", text)]

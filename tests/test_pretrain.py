@@ -15,12 +15,12 @@ import time
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
 
 from vocabtransfer import io
+from vocabtransfer.data import token_ids
 from vocabtransfer.train import pretrain
 from vocabtransfer.train.trainer import ROWS_FILE, complete_checkpoints
 from vocabtransfer.pipeline.config import validate_params
@@ -221,10 +221,9 @@ def test_factorized_training_saves_full_embeddings_in_the_primitives_span(tmp_pa
 def test_bad_inputs(tmp_path, monkeypatch, one_thread, sw_wp):
     monkeypatch.chdir(tmp_path)
     params = pretrain_project(tmp_path, tiny_bert(len(sw_wp)), sw_wp, steps=4)
-    write_ids(sw_wp, ["habari"], tmp_path / "results/sw/pretokenized/valid.parquet")
-    pq.write_table(pa.table({"input_ids": pa.array([[5, len(sw_wp) + 3]], type=pa.list_(pa.int32()))}),
-                   tmp_path / "results/sw/pretokenized/train.parquet")
-    with pytest.raises(VocabTransferError, match=rf"train.parquet: token id {len(sw_wp) + 3} is outside"):
+    write_ids(sw_wp, ["habari"], tmp_path / "results/sw/pretokenized/valid")
+    token_ids.write_lines(tmp_path / "results/sw/pretokenized/train", sw_wp, [[5, len(sw_wp) + 3]])
+    with pytest.raises(VocabTransferError, match=rf"train/ids.npy: token id {len(sw_wp) + 3} is outside"):
         run_pretrain(params)
     assert not (tmp_path / "results/sw/pretrain").exists()
     with pytest.raises(VocabTransferError, match=r"pretrain.methods: wechsel not in init.methods"):

@@ -21,7 +21,8 @@ from vocabtransfer.train.hub import load_tokenizer
 from vocabtransfer.pipeline.runner import run_stage
 from vocabtransfer.data.families import canonical_unigram
 from vocabtransfer.data.families import BYTE_TOKENS, detect_family
-from vocabtransfer.data.tokenizer import iter_text_batches, load_target_tokenizer, train_tokenizer
+from vocabtransfer.data.corpus_lines import iter_text_batches
+from vocabtransfer.data.tokenizer import load_target_tokenizer, train_tokenizer
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 SENTENCE = "Yesu alimwambia, Nenda ukamwite mume wako."

@@ -20,8 +20,6 @@ import pyarrow.parquet as pq
 
 from vocabtransfer.errors import VocabTransferError, brief
 
-TOKEN_IDS = pa.list_(pa.int32())
-
 
 @contextlib.contextmanager
 def atomic_output(path: str | os.PathLike, *, directory: bool = False) -> Iterator[Path]:

@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Iterable, Literal
 
 import numpy as np
 
+from vocabtransfer.data.corpus_lines import sampled_text
 from vocabtransfer.errors import VocabTransferError, brief
 from vocabtransfer.log import progress
 
@@ -300,6 +301,7 @@ class FasttextParams:
     bucket: int
     reproducible: bool
     oov: Literal["random", "subword"]
+    sample_bytes: int
 
 
 def _link_or_copy(src: Path, dst: Path) -> None:
@@ -331,8 +333,12 @@ def run(ctx: "Context") -> None:
         elif threads > 1:
             log.info("fastText on %d threads: vectors vary slightly between runs (fasttext.reproducible: false)",
                      threads)
-        ft = train_fasttext(ctx.input["text"], model=opts.model, dim=opts.dim, epochs=opts.epochs,
-                            min_count=opts.min_count, neg=opts.neg, bucket=opts.bucket, seed=ctx.seed, threads=threads)
+        with sampled_text(ctx.input["text"], opts.sample_bytes, ctx.seed, Path(out["model"]).parent) as (text, sample):
+            if sample["lines_kept"] is not None:
+                log.info("fastText on a seeded sample: %d lines, %d of %d bytes (fasttext.sample_bytes)",
+                         sample["lines_kept"], sample["bytes_kept"], sample["bytes"])
+            ft = train_fasttext(text, model=opts.model, dim=opts.dim, epochs=opts.epochs, min_count=opts.min_count,
+                                neg=opts.neg, bucket=opts.bucket, seed=ctx.seed, threads=threads)
         with io.atomic_output(out["model"]) as tmp:
             ft.save_model(str(tmp))
     else:

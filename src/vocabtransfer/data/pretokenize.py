@@ -2,8 +2,10 @@
 source tokenizer on the same text.
 
 Outputs
-  train_ids / valid_ids  Parquet, one row per corpus line, column `input_ids` list<int32>,
-                         no special tokens (what `tokenizer(text, add_special_tokens=False)` gives);
+  train_ids / valid_ids  a split directory (`data.token_ids`): every line's ids end to end in a flat
+                         uint16 (uint32 above 65536 ids) `ids.npy`, line offsets in `offsets.npy`, and
+                         `meta.json` naming the tokenizer; no special tokens (what
+                         `tokenizer(text, add_special_tokens=False)` gives). Readers map it;
   text                   the train split as tokens for fastText: line i is
                          `" ".join(target.tokenize(line_i))` (exactly what deepfocus feeds fastText);
   stats                  JSON: per split and tokenizer, lines, words, tokens, fertility (tokens per
@@ -13,14 +15,14 @@ Outputs
                          split only (one extra pass over held-out text); the target on both.
 
 The corpus is streamed in batches of `pretokenize.batch_size` lines; each batch goes to the Rust
-tokenizer's `encode_batch`, which encodes it on `--threads` cores (RAYON_NUM_THREADS).
+tokenizer's `encode_batch`, which encodes it on `--threads` cores (RAYON_NUM_THREADS), and is appended
+to the split's files: memory is bounded by the batch, not by the corpus.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import re
 import time
 from dataclasses import dataclass
 from itertools import chain
@@ -28,18 +30,17 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 from vocabtransfer import io
+from vocabtransfer.data.token_ids import IdsWriter
 from vocabtransfer.log import progress
-from vocabtransfer.data.tokenizer import corpus_rows, iter_text_batches, load_target_tokenizer, set_threads
+from vocabtransfer.data.corpus_lines import corpus_rows, iter_text_batches
+from vocabtransfer.data.tokenizer import load_target_tokenizer, set_threads
 
 log = logging.getLogger(__name__)
 
-IDS_SCHEMA = pa.schema([pa.field("input_ids", io.TOKEN_IDS)])
-ROW_GROUP_ROWS = 65536
-_WORD = re.compile(r"\S+")
+# what `\s` matches in a str pattern (str.isspace): words are `\S+` runs, found on code points with numpy
+_SPACE = np.array([c for c in range(0x3100) if chr(c).isspace()], dtype=np.uint32)  # all are below U+3100
 
 
 # ---------------------------------------------------------------------------------------------
@@ -71,7 +72,7 @@ class TokenStats:
         text_lens = np.fromiter((len(t) for t in texts), dtype=np.int64, count=n)
         line_start = np.zeros(n, dtype=np.int64)
         np.cumsum(text_lens[:-1] + 1, out=line_start[1:])
-        ends = np.fromiter((m.end() for m in _WORD.finditer("\n".join(texts))), dtype=np.int64)
+        ends = word_ends("\n".join(texts))
         self.words += int(ends.size)
         if ends.size == 0 or ids.size == 0:
             return
@@ -95,6 +96,14 @@ class TokenStats:
         }
 
 
+def word_ends(text: str) -> np.ndarray:
+    """End positions of the `\\S+` runs of `text` (each `m.end()` of `re.finditer(r"\\S+", text)`), vectorised."""
+    codes = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+    space = np.isin(codes, _SPACE)
+    last = ~space & np.append(space[1:], True)  # a word character followed by a space or the end
+    return np.flatnonzero(last) + 1
+
+
 def flatten(encodings: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """A batch of encodings as (tokens per line, all ids, all (start, end) char offsets)."""
     id_lists = [e.ids for e in encodings]  # each access builds a Python list: once only
@@ -104,13 +113,6 @@ def flatten(encodings: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     offsets = np.fromiter(chain.from_iterable(chain.from_iterable(e.offsets for e in encodings)),
                           dtype=np.int64, count=2 * total).reshape(total, 2)
     return lengths, ids, offsets
-
-
-def ids_array(lengths: np.ndarray, ids: np.ndarray) -> pa.Array:
-    """list<int32> rows from flat ids and per-row lengths."""
-    offsets = np.zeros(lengths.size + 1, dtype=np.int32)
-    np.cumsum(lengths, out=offsets[1:])
-    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(ids.astype(np.int32)), type=io.TOKEN_IDS)
 
 
 def _ratio(a: int, b: int) -> float | None:
@@ -152,44 +154,33 @@ def encode_batches(backend, batches: Iterable[list[str]]) -> Iterator[tuple[list
 
 def encode_split(target, corpus: Path, ids_path: Path, *, text_path: Path | None = None,
                  batch_size: int = 1000, desc: str = "") -> TokenStats:
-    """Encode one corpus split with the target tokenizer into an ids Parquet file (and the
-    token-joined text file), streaming; returns the target's statistics on it."""
+    """Encode one corpus split with the target tokenizer into a split of flat ids (and the
+    token-joined text file), streaming; returns the target's statistics and the split's header."""
     backend = encoder(target)
     stats = TokenStats(unk_id=target.unk_token_id)
     total = corpus_rows(corpus)
     bad_lines = 0
     with contextlib.ExitStack() as stack:
-        # exits in reverse: writer and text file close, then both artefacts are renamed into place
-        ids_tmp = stack.enter_context(io.atomic_output(ids_path))
+        # exits in reverse: the text file closes, then both artefacts are renamed into place
+        writer = stack.enter_context(IdsWriter(ids_path, target))
         text_file = None
         if text_path is not None:
             text_tmp = stack.enter_context(io.atomic_output(text_path))
             text_file = stack.enter_context(open(text_tmp, "w", encoding="utf-8", newline="\n"))
-        writer = pq.ParquetWriter(ids_tmp, IDS_SCHEMA, compression="zstd")
-        stack.callback(writer.close)
         bar = stack.enter_context(progress(total=total, unit="lines", desc=desc or corpus.name))
-        pending: list[pa.Array] = []
-        pending_rows = 0
         for texts, encs in encode_batches(backend, iter_text_batches(corpus, batch_size)):
             lengths, ids, offsets = flatten(encs)
-            pending.append(ids_array(lengths, ids))
-            pending_rows += len(encs)
-            if pending_rows >= ROW_GROUP_ROWS:
-                writer.write_table(pa.Table.from_arrays([pa.concat_arrays(pending)], schema=IDS_SCHEMA))
-                pending, pending_rows = [], 0
+            writer.append(lengths, ids)
             if text_file is not None:
                 joined = "\n".join(" ".join(e.tokens) for e in encs) + "\n"
                 bad_lines += joined.count("\n") - len(encs)
                 text_file.write(joined)
             stats.update_flat(texts, lengths, ids, offsets)
             bar.update(len(encs))
-        if pending or stats.lines == 0:
-            arr = pa.concat_arrays(pending) if pending else pa.array([], type=io.TOKEN_IDS)
-            writer.write_table(pa.Table.from_arrays([arr], schema=IDS_SCHEMA))
     if bad_lines:
         log.warning("%s: %d token(s) contain a line break, so %s has more lines than the corpus",
                     corpus, bad_lines, text_path)
-    return stats
+    return stats, writer.meta()
 
 
 def measure(tokenizer, corpus: Path, batch_size: int = 1000) -> TokenStats:
@@ -224,11 +215,11 @@ def run(ctx) -> None:
 
     seconds: dict[str, float] = {}
     start = time.perf_counter()
-    train = encode_split(target, ctx.input["train"], ctx.output["train_ids"], text_path=ctx.output["text"],
+    train, train_ids = encode_split(target, ctx.input["train"], ctx.output["train_ids"], text_path=ctx.output["text"],
                          batch_size=batch_size, desc="train")
     seconds["train"] = time.perf_counter() - start
     start = time.perf_counter()
-    valid = encode_split(target, ctx.input["valid"], ctx.output["valid_ids"], batch_size=batch_size, desc="valid")
+    valid, valid_ids = encode_split(target, ctx.input["valid"], ctx.output["valid_ids"], batch_size=batch_size, desc="valid")
     seconds["valid"] = time.perf_counter() - start
     start = time.perf_counter()
     valid_source = measure(source, ctx.input["valid"], batch_size)
@@ -249,6 +240,7 @@ def run(ctx) -> None:
         "unk_token": {"source": source.unk_token, "target": target.unk_token},
         "stats": {"valid": {"source": valid_source.as_dict(), "target": valid.as_dict()},
                   "train": {"target": train.as_dict()}},
+        "ids": {"train": train_ids, "valid": valid_ids},
         "table": table, "batch_size": batch_size, "threads": ctx.threads,
         "seconds": {k: round(v, 3) for k, v in seconds.items()}, "versions": io.versions(),
     }, ctx.output["stats"])
@@ -267,6 +259,7 @@ STAGE = Stage(
             "source": paths.SOURCE_BASE},
     outputs={"train_ids": paths.PRETOK_TRAIN, "valid_ids": paths.PRETOK_VALID, "text": paths.PRETOK_TEXT,
              "stats": paths.PRETOK_STATS},
+    directories=frozenset({"train_ids", "valid_ids"}),
     params=("source_model",),
     extra_params=lambda params, wc: config.field_leaves(PretokenizeParams, "pretokenize", params["pretokenize"]),
     code=("data/pretokenize.py",),

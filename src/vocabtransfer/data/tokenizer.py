@@ -52,64 +52,17 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Literal
+from typing import Literal
 
 from vocabtransfer import io
 from vocabtransfer.data.families import (
     BYTE_TOKENS, FAMILIES, MODEL_TO_FAMILY, _backend_json, _family_conventions, _style, canonical_unigram, detect_family,
     head_and_byte_tokens, insert_byte_tokens, source_head, source_special_tokens)
-from vocabtransfer.errors import VocabTransferError, brief
+from vocabtransfer.data.corpus_lines import CorpusBatches, SampledCorpus
+from vocabtransfer.errors import VocabTransferError
 
 log = logging.getLogger(__name__)
 
-TEXT_COLUMN = "text"
-
-
-# ---------------------------------------------------------------------------------------------
-# corpus access (shared with the pretokenize stage)
-
-def corpus_rows(path: str | os.PathLike) -> int:
-    """Number of lines in a corpus Parquet file (from its metadata, nothing is read)."""
-    return _open_corpus(path).metadata.num_rows
-
-
-def iter_text_batches(path: str | os.PathLike, batch_size: int = 1000) -> Iterator[list[str]]:
-    """Stream the `text` column of a corpus Parquet file as lists of at most `batch_size` lines."""
-    pf = _open_corpus(path)
-    for batch in pf.iter_batches(batch_size=batch_size, columns=[TEXT_COLUMN]):
-        yield [t if t is not None else "" for t in batch.column(0).to_pylist()]
-
-
-def _open_corpus(path: str | os.PathLike):
-    import pyarrow.parquet as pq
-
-    path = Path(path)
-    if not path.is_file():
-        raise VocabTransferError(f"{path}: corpus file not found; run `vocabtransfer corpus` for this language first")
-    try:
-        pf = pq.ParquetFile(path)
-    except Exception as exc:
-        raise VocabTransferError(f"{path}: not a readable Parquet file ({brief(exc)}); delete it and rerun the corpus stage") from exc
-    names = pf.schema_arrow.names
-    if TEXT_COLUMN not in names:
-        raise VocabTransferError(
-            f"{path}: no `{TEXT_COLUMN}` column (has {', '.join(names)}); rerun the corpus stage to rewrite it"
-        )
-    return pf
-
-
-class CorpusBatches:
-    """A re-iterable view of a corpus file's lines in batches (each iteration streams it anew)."""
-
-    def __init__(self, path: str | os.PathLike, batch_size: int = 1000):
-        self.path, self.batch_size = Path(path), batch_size
-        self.rows = corpus_rows(self.path)
-
-    def __iter__(self) -> Iterator[list[str]]:
-        return iter_text_batches(self.path, self.batch_size)
-
-    def __len__(self) -> int:
-        return -(-self.rows // self.batch_size)
 
 
 def set_threads(threads: int) -> None:
@@ -385,6 +338,7 @@ class TokenizerParams:  # params `tokenizer`, typed (`ctx.section`); the schema 
     family: Literal["auto", "wordpiece", "unigram", "bpe"]
     vocab_size: int
     min_frequency: int
+    sample_bytes: int  # 0: every line; else a seeded sample of about this many bytes (data/sampling.py)
 
 
 def run(ctx) -> None:
@@ -393,12 +347,11 @@ def run(ctx) -> None:
     set_threads(ctx.threads)
     source_name = ctx.param("source_model")
     source = load_tokenizer(materialised_source(ctx.input["source"]))
-    train_path = ctx.input["train"]
-    corpus = CorpusBatches(train_path)
+    train_path, opts = ctx.input["train"], ctx.section("tokenizer", TokenizerParams)  # params tokenizer, typed
+    corpus = CorpusBatches(train_path) if not opts.sample_bytes else SampledCorpus(train_path, opts.sample_bytes, ctx.seed)
     lines = corpus.rows
     if lines == 0:
         raise VocabTransferError(f"{train_path}: the corpus has no lines; check `corpus.sources.{ctx.lang}` and rerun the corpus stage")
-    opts = ctx.section("tokenizer", TokenizerParams)  # params tokenizer, typed
     family_param, vocab_size, min_frequency = opts.family, opts.vocab_size, opts.min_frequency
 
     start = time.perf_counter()
@@ -413,7 +366,7 @@ def run(ctx) -> None:
         "source_model": source_name, "family": family, "style": style, "family_param": family_param,
         "vocab_size": vocab_size, "vocab_size_reached": reached, "min_frequency": min_frequency,
         "special_tokens": {str(t): target.convert_tokens_to_ids(str(t)) for t in target.all_special_tokens},
-        "train_lines": lines, "seconds": round(seconds, 3), "threads": ctx.threads, "versions": io.versions(),
+        "train_lines": lines, "sample_bytes": opts.sample_bytes, "seconds": round(seconds, 3), "threads": ctx.threads, "versions": io.versions(),
     }
     with io.atomic_output(ctx.output["tokenizer"], directory=True) as tmp:
         target.save_pretrained(str(tmp))

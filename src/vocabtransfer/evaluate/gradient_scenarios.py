@@ -39,6 +39,7 @@ import pyarrow as pa
 from vocabtransfer import io
 from vocabtransfer.train import modeling
 from vocabtransfer.train.hub import load_tokenizer
+from vocabtransfer.data.token_ids import TokenIds
 from vocabtransfer.train.lmdata import Kind, lm_batches, pack_ids
 from vocabtransfer.evaluate.token_frequency_loss import frequency_ranks, read_ids, token_counts
 
@@ -125,7 +126,7 @@ def decompose(model, batch: dict, kind: Kind, objective: str, margin: float = 2.
     return {**parts, "loss": float(loss.detach())}
 
 
-def sample_batches(tokenizer, ids: pa.ListArray, kind: Kind, *, batches: int, batch_size: int, seq_len: int,
+def sample_batches(tokenizer, ids: TokenIds, kind: Kind, *, batches: int, batch_size: int, seq_len: int,
                    seed: int) -> list[dict]:
     """`batches` batches of packed blocks from train lines in a seeded random order, seeded masks."""
     order = np.random.default_rng(seed).permutation(len(ids))
@@ -133,7 +134,7 @@ def sample_batches(tokenizer, ids: pa.ListArray, kind: Kind, *, batches: int, ba
     blocks: list[list[int]] = []
     step = max(wanted * 4, 64)
     for start in range(0, len(order), step):  # pack lines in the sampled order until there are enough blocks
-        blocks = pack_ids(tokenizer, (ids[int(i)].as_py() for i in order[: start + step]), seq_len, kind=kind)
+        blocks = pack_ids(tokenizer, (ids.line(int(i)) for i in order[: start + step]), seq_len, kind=kind)
         if len(blocks) > wanted:
             break
     return lm_batches(tokenizer, blocks[:wanted], kind, batch_size, seed)
@@ -209,7 +210,7 @@ def run(ctx) -> None:
     for phase, directory in dirs.items():
         model, kind = modeling.load_source_model(directory)
         if batches is None:
-            ids = read_ids(ctx.input["train_ids"])
+            ids = read_ids(ctx.input["train_ids"], tokenizer)
             counts = token_counts(ids, tokenizer, kind)
             ranks = frequency_ranks(counts)
             batches = sample_batches(tokenizer, ids, kind, batches=opts.batches, batch_size=opts.batch_size,

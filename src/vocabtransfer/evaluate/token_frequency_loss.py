@@ -50,7 +50,9 @@ from vocabtransfer import io
 from vocabtransfer.evaluate import bits_per_byte
 from vocabtransfer.train import modeling
 from vocabtransfer.train.hub import load_tokenizer
-from vocabtransfer.train.lmdata import Kind, lm_batches, pack_ids, special_tokens_around
+from vocabtransfer.data.token_ids import TokenIds
+from vocabtransfer.train.lmdata import Kind, lm_batches, special_tokens_around
+from vocabtransfer.train.packing import PackedBlocks
 from vocabtransfer.pipeline import availability
 from vocabtransfer.pipeline.models import init_pseed
 from vocabtransfer.pipeline import paths
@@ -130,21 +132,22 @@ def inputs(params: dict, wildcards: dict) -> dict[str, str]:
 
 # ------------------------------------------------------------------------------ frequencies
 
-def read_ids(path: str | Path, max_lines: int | None = None) -> pa.ListArray:
-    col = io.read_parquet(path, ["input_ids"]).column("input_ids").combine_chunks()
-    return col if max_lines is None else col.slice(0, max_lines)
+def read_ids(path: str | Path, tokenizer) -> TokenIds:
+    """A pre-tokenised split, mapped; it must have been written with `tokenizer`."""
+    return TokenIds(path, tokenizer)
 
 
-def token_counts(ids: pa.ListArray, tokenizer, kind: Kind) -> np.ndarray:
+def token_counts(ids: TokenIds, tokenizer, kind: Kind) -> np.ndarray:
     """Occurrences of every token id (len(tokenizer)) in pre-tokenised lines, with the special tokens
     the model sees around each line (`pack_ids`'s prefix and suffix, and the eos that closes a line
-    of a causal model)."""
+    of a causal model); counted chunk by chunk."""
     vocab = len(tokenizer)
-    flat = ids.flatten().to_numpy(zero_copy_only=False).astype(np.int64)
-    if flat.size and (flat.min() < 0 or flat.max() >= vocab):
-        raise VocabTransferError(f"token id {int(flat.max())} is outside the tokenizer's {vocab} ids; the "
-                                 "pre-tokenised split and the model's tokenizer do not match, rerun pretokenize")
-    counts = np.bincount(flat, minlength=vocab).astype(np.int64)
+    counts = np.zeros(vocab, dtype=np.int64)
+    for chunk in ids.chunks():
+        if chunk.size and int(chunk.max()) >= vocab:
+            raise VocabTransferError(f"{ids.path}: token id {int(chunk.max())} is outside the tokenizer's {vocab} ids; "
+                                     "the pre-tokenised split and the model's tokenizer do not match, rerun pretokenize")
+        counts += np.bincount(chunk, minlength=vocab)
     prefix, suffix = special_tokens_around(tokenizer)
     extra = prefix + suffix
     if kind == "causal" and tokenizer.eos_token_id is not None and (not suffix or suffix[-1] != tokenizer.eos_token_id):
@@ -333,11 +336,11 @@ def run(ctx) -> None:
     first = model_dir(ctx, *models[0])
     tokenizer = load_tokenizer(first)
     model, kind = modeling.load_source_model(first)
-    counts = token_counts(read_ids(ctx.input["train_ids"]), tokenizer, kind)
+    counts = token_counts(read_ids(ctx.input["train_ids"], tokenizer), tokenizer, kind)
     bucket, spans = frequency_buckets(counts, opts.buckets, opts.scheme)
     n_seen_buckets = len(spans) - (1 if spans and (counts == 0).any() else 0)
-    valid = read_ids(ctx.input["valid_ids"], opts.max_lines).to_pylist()
-    blocks = pack_ids(tokenizer, valid, seq_len, kind=kind)
+    valid = read_ids(ctx.input["valid_ids"], tokenizer)
+    blocks = list(PackedBlocks(valid, tokenizer, seq_len, kind=kind, lines=opts.max_lines))
     if not blocks:
         raise VocabTransferError(f"{ctx.input['valid_ids']}: no held-out tokens to score")
     batches = lm_batches(tokenizer, blocks, kind, batch_size, ctx.seed)

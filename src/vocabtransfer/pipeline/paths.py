@@ -22,9 +22,9 @@ CORPUS_STATS = "results/{lang}/corpus/stats.json"
 TOKENIZER = "results/{lang}/tokenizer"
 TOKENIZER_STATS = "results/{lang}/tokenizer_stats.json"
 
-# pre-tokenisation
-PRETOK_TRAIN = "results/{lang}/pretokenized/train.parquet"
-PRETOK_VALID = "results/{lang}/pretokenized/valid.parquet"
+# pre-tokenisation (a split: a directory of ids.npy, offsets.npy and meta.json, data/token_ids.py)
+PRETOK_TRAIN = "results/{lang}/pretokenized/train"
+PRETOK_VALID = "results/{lang}/pretokenized/valid"
 PRETOK_TEXT = "results/{lang}/pretokenized/train.tokens.txt"
 PRETOK_STATS = "results/{lang}/pretokenized/stats.json"
 

@@ -3,7 +3,8 @@
 For `--lang L --method M --objective O --pseed K` (pretraining seed K, 1..`pretrain.seeds`, whose seed
 value is `seed + 1000 (K - 1)`, see vocabtransfer.pipeline.models):
 1. load `results/L/init/M/pseedK/model` (pseed1 for a method without random rows; masked or causal LM, from its config) and its tokenizer; pack the
-   pre-tokenised train split into blocks of `seq_len` ids (`modeling.pack_ids`) and check that every
+   pre-tokenised train split (mapped, `data.token_ids`) into blocks of `seq_len` ids (`packing.PackedBlocks`:
+   block boundaries from the line offsets, each block's ids read when it is drawn) and check that every
    id is inside the vocabulary;
 2. fixed evaluation batches of the valid split with seeded masks (`modeling.lm_batches`): the same
    tokens and masks at every evaluation, for every method and objective;
@@ -52,7 +53,9 @@ import pyarrow.compute as pc
 from vocabtransfer import io
 from vocabtransfer.train import modeling
 from vocabtransfer.train.hub import load_tokenizer
-from vocabtransfer.train.lmdata import Kind, LMCollator, lm_batches, pack_ids
+from vocabtransfer.data.token_ids import TokenIds
+from vocabtransfer.train.lmdata import Kind, LMCollator, lm_batches
+from vocabtransfer.train.packing import PackedBlocks
 from vocabtransfer.train import parallel, sharding
 from vocabtransfer.train.trainer import (
     PretrainParams, PARAMS_FILE, ROWS_FILE, _trainer_classes, check_resume_params, complete_checkpoints, model_fingerprint)
@@ -124,25 +127,27 @@ def block_losses(model, batches: list[dict], kind: Kind) -> pa.Table:
 # Data: blocks in a seeded order, masks seeded per batch
 # ---------------------------------------------------------------------------------------------
 
-def read_ids(path: Path, vocab_size: int) -> list:
-    """`input_ids` of a pre-tokenised split, checked against the vocabulary."""
-    table = io.read_parquet(path, ["input_ids"])
-    flat = pc.list_flatten(table.column("input_ids"))
-    if len(flat):
-        lo, hi = pc.min(flat).as_py(), pc.max(flat).as_py()
-        if lo < 0 or hi >= vocab_size:
-            raise VocabTransferError(f"{path}: token id {hi if hi >= vocab_size else lo} is outside the model's "
-                                     f"vocabulary (size {vocab_size}); it was tokenised with another tokenizer, "
-                                     "rerun the pretokenize stage")
-    return table.column("input_ids").to_pylist()
+def read_ids(path: Path, tokenizer, vocab_size: int) -> TokenIds:
+    """A pre-tokenised split, mapped (`data.token_ids`): written with `tokenizer`, every id inside the model's
+    embeddings (checked chunk by chunk, nothing loaded)."""
+    split = TokenIds(path, tokenizer)
+    for chunk in split.chunks():
+        hi = int(chunk.max()) if chunk.size else -1
+        if hi >= vocab_size:
+            raise VocabTransferError(f"{path}: token id {hi} is outside the model's vocabulary (size {vocab_size}); "
+                                     "it was tokenised with another tokenizer, rerun the pretokenize stage")
+    return split
 
 
 class StepBlocks:
-    """Sample i of the run is block `perm_e[i mod n]` of pass e = i // n (perm_e seeded with seed + e)."""
+    """Sample i of the run is block `perm_e[i mod n]` of pass e = i // n (perm_e seeded with seed + e).
 
-    def __init__(self, blocks: list[list[int]], length: int, seed: int):
+    `blocks`: `packing.PackedBlocks` (read from the mapped split on demand), or distill's list of pairs;
+    the permutation of the current pass is an int64 tensor, 8 bytes a block."""
+
+    def __init__(self, blocks, length: int, seed: int):
         self.blocks, self.length, self.seed = blocks, length, seed
-        self._perms: dict[int, list[int]] = {}
+        self._perm: tuple[int, object] | None = None
 
     def __len__(self) -> int:
         return self.length
@@ -163,10 +168,9 @@ class StepBlocks:
         from vocabtransfer.train import distill
 
         epoch, j = divmod(int(i), len(self.blocks))
-        if epoch not in self._perms:
-            self._perms[epoch] = torch.randperm(len(self.blocks),
-                                                generator=torch.Generator().manual_seed(self.seed + epoch)).tolist()
-        block = self.blocks[self._perms[epoch][j]]
+        if self._perm is None or self._perm[0] != epoch:
+            self._perm = (epoch, torch.randperm(len(self.blocks), generator=torch.Generator().manual_seed(self.seed + epoch)))
+        block = self.blocks[int(self._perm[1][j])]
         if isinstance(block, distill.PairBlock):  # distill: the student's ids beside the teacher's
             return {"input_ids": block.input_ids, "pair": block, "index": int(i)}
         return {"input_ids": block, "index": int(i)}
@@ -177,9 +181,12 @@ class StepCollator:
     the same masks whatever batch, and whichever data-parallel process, it falls in."""
 
     def __init__(self, tokenizer, kind: Kind, seed: int, teacher_pad: int = 0):
+        import torch
+
         self.lm = LMCollator(tokenizer, kind, seed)
         self.kind, self.seed, self.pad = kind, seed, {"labels": -100, "input_ids": tokenizer.pad_token_id or 0}
         self.teacher_pad = teacher_pad
+        self.special = torch.tensor(sorted(tokenizer.all_special_ids), dtype=torch.long)
 
     def __call__(self, items: list[dict]) -> dict:
         import torch
@@ -192,9 +199,11 @@ class StepCollator:
                 batch.update(distill.collate_teacher([item["pair"] for item in items], self.teacher_pad))
             return batch
         rows = []
-        for item in items:
+        for item in items:  # what `self.lm([ids])` gives, without its per-token Python padding and special-token scan
             self.lm.mlm.generator = torch.Generator().manual_seed(self.seed * 1_000_003 + item["index"])
-            rows.append(self.lm([item["input_ids"]]))
+            ids = torch.tensor([item["input_ids"]], dtype=torch.long)
+            inputs, labels = self.lm.mlm.torch_mask_tokens(ids, special_tokens_mask=torch.isin(ids, self.special))
+            rows.append({"input_ids": inputs, "attention_mask": torch.ones_like(inputs), "labels": labels})
         width = max(r["input_ids"].shape[1] for r in rows)
         return {key: torch.cat([torch.nn.functional.pad(r[key], (0, width - r[key].shape[1]),
                                                         value=self.pad.get(key, 0)) for r in rows]) for key in rows[0]}
@@ -253,17 +262,18 @@ def run(ctx) -> None:
     vocab = min(len(tokenizer), model.get_input_embeddings().weight.shape[0])
     seq_len, batch_size = opts.seq_len, opts.batch_size
     teacher = teacher_tok = None
+    train = read_ids(Path(ctx.input["train"]), tokenizer, vocab)
     if teacher_dir is None:
-        blocks = pack_ids(tokenizer, read_ids(Path(ctx.input["train"]), vocab), seq_len, kind=kind)
+        blocks = PackedBlocks(train, tokenizer, seq_len, kind=kind)
     else:  # distill: the frozen source model and its tokenization of the same blocks' text
         teacher, _ = modeling.load_source_model(teacher_dir, "causal", dtype=torch.float32)
         teacher_tok = load_tokenizer(teacher_dir)
-        blocks = distill.pack_pairs(tokenizer, teacher_tok, read_ids(Path(ctx.input["train"]), vocab), seq_len)
+        blocks = distill.pack_pairs(tokenizer, teacher_tok, train.lines(), seq_len)
         log.info("distill: teacher %s (%s), %d chunks in %d training blocks", teacher_dir, type(teacher).__name__,
                  sum(b.n_chunks for b in blocks), len(blocks))
-    valid = read_ids(Path(ctx.input["valid"]), vocab)[: opts.eval_lines]
-    valid_blocks = pack_ids(tokenizer, valid, seq_len, kind=kind)
-    if not blocks or not valid_blocks:
+    valid = read_ids(Path(ctx.input["valid"]), tokenizer, vocab)
+    valid_blocks = list(PackedBlocks(valid, tokenizer, seq_len, kind=kind, lines=opts.eval_lines))
+    if not len(blocks) or not valid_blocks:
         raise VocabTransferError(f"{ctx.input['train']}: no training or valid blocks ({len(blocks)} / "
                                  f"{len(valid_blocks)}); the corpus is empty, rerun corpus and pretokenize")
     eval_batches = lm_batches(tokenizer, valid_blocks, kind, opts.eval_batch_size, ctx.seed + 1)
