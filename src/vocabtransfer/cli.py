@@ -181,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     except VocabTransferError as exc:
         for line in str(exc).splitlines():  # one line per problem
             log.error("%s", line)
-        if params is None and _lone_overlay(args.params):
+        if params is None and _lone_overlay(getattr(args, "params", None)):  # `remote` takes no params
             log.error("%s is an overlay (it lacks keys a config needs); lay it over params.yaml: "
                       "--params params.yaml %s", args.params[0], args.params[0])
         return 1
