@@ -118,18 +118,15 @@ def environment(shared_data):
 # ------------------------------------------------------------------ the one shared workflow run
 
 WORKFLOW_GROUP = "workflow"  # the pytest-xdist group of the modules that read `workflow_run`
+# the files of a language's pre-tokenised splits (ids, line offsets, header) and fastText's token text
+PRETOKENIZED = [f"results/{{lang}}/pretokenized/{split}/{name}" for split in ("train", "valid")
+                for name in ("ids.npy", "offsets.npy", "meta.json")] + ["results/{lang}/pretokenized/train.tokens.txt"]
 # artefacts up to fastText whose bytes later tests compare with (recorded before any test edits the run)
 WORKFLOW_UPSTREAM = [
     "results/sw/corpus/train.parquet",
     "results/sw/corpus/valid.parquet",
     "results/sw/tokenizer/tokenizer.json",
-    "results/sw/pretokenized/train/ids.npy",
-    "results/sw/pretokenized/train/offsets.npy",
-    "results/sw/pretokenized/train/meta.json",
-    "results/sw/pretokenized/valid/ids.npy",
-    "results/sw/pretokenized/valid/offsets.npy",
-    "results/sw/pretokenized/valid/meta.json",
-    "results/sw/pretokenized/train.tokens.txt",
+    *(f.format(lang="sw") for f in PRETOKENIZED),
     "results/sw/fasttext/model.bin",
     "results/sw/fasttext/embeddings.safetensors",
 ]

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import BIN, WORKFLOW_GROUP
+from conftest import BIN, PRETOKENIZED, WORKFLOW_GROUP
 from helpers import digest, run_command, setup_workdir, snakemake_jobs
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(WORKFLOW_GROUP)]
@@ -23,13 +23,7 @@ DETERMINISTIC = [
     "results/{lang}/corpus/train.parquet",
     "results/{lang}/corpus/valid.parquet",
     "results/{lang}/tokenizer/tokenizer.json",
-    "results/{lang}/pretokenized/train/ids.npy",
-    "results/{lang}/pretokenized/train/offsets.npy",
-    "results/{lang}/pretokenized/train/meta.json",
-    "results/{lang}/pretokenized/valid/ids.npy",
-    "results/{lang}/pretokenized/valid/offsets.npy",
-    "results/{lang}/pretokenized/valid/meta.json",
-    "results/{lang}/pretokenized/train.tokens.txt",
+    *PRETOKENIZED,
     "results/{lang}/overlap/overlap.parquet",
 ]
 

@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO
+from conftest import PRETOKENIZED, REPO
 from vocabtransfer.pipeline import stages
 
 BIN = Path(sys.executable).parent
@@ -46,13 +46,7 @@ IDENTICAL = [
     "results/sw/corpus/train.parquet",
     "results/sw/corpus/valid.parquet",
     "results/sw/tokenizer/tokenizer.json",
-    "results/sw/pretokenized/train/ids.npy",
-    "results/sw/pretokenized/train/offsets.npy",
-    "results/sw/pretokenized/train/meta.json",
-    "results/sw/pretokenized/valid/ids.npy",
-    "results/sw/pretokenized/valid/offsets.npy",
-    "results/sw/pretokenized/valid/meta.json",
-    "results/sw/pretokenized/train.tokens.txt",
+    *(f.format(lang="sw") for f in PRETOKENIZED),
     "results/sw/fasttext/embeddings.safetensors",
     "results/sw/overlap/overlap.parquet",
     "results/source/model/model.safetensors",
