@@ -313,14 +313,30 @@ def launch_args(processes: int) -> list[str]:
     return launch_prefix(processes).split()[2:]
 
 
-def launch(root: Path, processes: int, objective: str = "selfish") -> subprocess.Popen:
+def launch(root: Path, processes: int, objective: str = "selfish", kill_after: int | None = None) -> subprocess.Popen:
     """`accelerate launch --multi_gpu --num_processes N … -m vocabtransfer pretrain …` in `root` (the command
-    the Snakemake rule runs for pretrain.processes = N > 1), one thread per process, a free port."""
+    the Snakemake rule runs for pretrain.processes = N > 1), one thread per process, a free port.
+    `kill_after`: the run's process group is killed -9 right after checkpoint `kill_after` (tests/killpoint)."""
     env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    env.update(kill_env(kill_after))
     cmd = [sys.executable, "-m", "accelerate.commands.launch", *launch_args(processes), "pretrain", "--lang", "sw",
            "--method", "focus", "--objective", objective, "--pseed", "1", "--params", "params.yaml", "--threads", "1"]
     return subprocess.Popen(cmd, cwd=root, env=env, start_new_session=True, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
+
+
+def kill_env(step: int | None) -> dict:
+    """The environment that makes a pretraining subprocess kill -9 its process group after checkpoint `step`."""
+    if step is None:
+        return {}
+    return {"PYTHONPATH": os.pathsep.join([str(REPO / "tests/killpoint"), str(REPO / "src")]),
+            "VOCABTRANSFER_KILL_AFTER_CHECKPOINT": str(step)}
+
+
+def killed(proc: subprocess.Popen) -> None:
+    """Wait for a run started with `kill_after` and check that the kill, not the end of training, stopped it."""
+    log, _ = proc.communicate(timeout=600)
+    assert proc.returncode == -9, f"expected the kill -9 after the checkpoint, got exit {proc.returncode}:\n{log[-4000:]}"
 
 
 def finish(proc: subprocess.Popen) -> str:

@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import math
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -22,13 +20,13 @@ import torch
 from vocabtransfer import io
 from vocabtransfer.data import token_ids
 from vocabtransfer.train import pretrain
-from vocabtransfer.train.trainer import ROWS_FILE, complete_checkpoints
+from vocabtransfer.train.trainer import complete_checkpoints
 from vocabtransfer.pipeline.config import validate_params
 from vocabtransfer.errors import VocabTransferError
 
 from conftest import REPO
-from helpers import (bpe_tokenizer, pretrain_outputs, pretrain_project, run_pretrain, tiny_bert, tiny_gpt2,
-                     wordpiece_tokenizer, write_ids)
+from helpers import (bpe_tokenizer, kill_env, killed, pretrain_outputs, pretrain_project, run_pretrain, tiny_bert,
+                     tiny_gpt2, wordpiece_tokenizer, write_ids)
 
 @pytest.fixture(scope="module")
 def sw_wp():
@@ -113,8 +111,9 @@ def test_selfish_and_standard_differ(tmp_path, monkeypatch, one_thread, sw_wp):
     assert a.column("valid_loss")[-1] != b.column("valid_loss")[-1]
 
 
-def _subprocess(root: Path, objective: str = "standard"):
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+def _subprocess(root: Path, objective: str = "standard", kill_after: int | None = None):
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
+           **kill_env(kill_after)}
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "1", "--cpu", "-m",
            "vocabtransfer", "pretrain", "--lang", "sw", "--method", "focus", "--objective", objective,
            "--pseed", "1", "--params", "params.yaml", "--threads", "1"]
@@ -136,18 +135,11 @@ def test_kill_and_resume_equals_uninterrupted_run(tmp_path, monkeypatch, one_thr
     shutil.rmtree(tmp_path / "results/sw/pretrain")
     shutil.rmtree(tmp_path / "checkpoints")
 
-    proc = _subprocess(tmp_path)
+    killed(_subprocess(tmp_path, kill_after=8))
     ckpt = tmp_path / "checkpoints/sw/pretrain/focus/standard/pseed1"
-    deadline = time.time() + 240
-    while not list(ckpt.glob(f"checkpoint-*/{ROWS_FILE}")):
-        assert proc.poll() is None, proc.stdout.read()
-        assert time.time() < deadline, "no checkpoint within 240 s"
-        time.sleep(0.2)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
     assert not (tmp_path / "results/sw/pretrain/focus/standard/pseed1").exists()
     killed_at = max(s for s, _ in complete_checkpoints(ckpt))
-    assert killed_at < 40
+    assert killed_at == 8
 
     proc = _subprocess(tmp_path)
     log, _ = proc.communicate(timeout=300)

@@ -16,9 +16,6 @@ run can equal a one-process run) and real Swahili text.
 from __future__ import annotations
 
 import math
-import os
-import signal
-import time
 from pathlib import Path
 
 import numpy as np
@@ -27,10 +24,10 @@ import torch
 
 from vocabtransfer.train import parallel
 from vocabtransfer.pipeline.stage_spec import launch_prefix
-from vocabtransfer.train.trainer import ROWS_FILE, complete_checkpoints
+from vocabtransfer.train.trainer import complete_checkpoints
 from vocabtransfer.errors import VocabTransferError
 
-from helpers import (TOLERANCE, bpe_tokenizer, finish, launch, pretrain_outputs, pretrain_project, run_pretrain,
+from helpers import (TOLERANCE, bpe_tokenizer, finish, killed, launch, pretrain_outputs, pretrain_project, run_pretrain,
                      tiny_model, wordpiece_tokenizer)
 
 pytestmark = pytest.mark.slow
@@ -94,17 +91,10 @@ def test_ddp_killed_after_a_checkpoint_and_resumed_equals_uninterrupted(ddp_runs
     kind = "masked"
     pretrain_project(tmp_path, tiny_model(kind, len(tokenizers[kind])), tokenizers[kind], batch_size=4, processes=2,
                      keep_checkpoints=True, **STEPS)
-    proc = launch(tmp_path, 2)
+    killed(launch(tmp_path, 2, kill_after=4))
     ckpt = tmp_path / "checkpoints/sw/pretrain/focus/selfish/pseed1"
-    deadline = time.time() + 300
-    while not list(ckpt.glob(f"checkpoint-*/{ROWS_FILE}")):
-        assert proc.poll() is None, proc.stdout.read()[-4000:]
-        assert time.time() < deadline, "no checkpoint within 300 s"
-        time.sleep(0.1)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
     killed_at = max(s for s, _ in complete_checkpoints(ckpt))
-    assert killed_at < STEPS["steps"] and not (tmp_path / "results/sw/pretrain/focus/selfish").exists()
+    assert killed_at == 4 and not (tmp_path / "results/sw/pretrain/focus/selfish").exists()
     finish(launch(tmp_path, 2))
     stats = pretrain_outputs(tmp_path, objective="selfish")[2]
     assert stats["resumed_from_step"] is not None and stats["resumed_from_step"] >= killed_at

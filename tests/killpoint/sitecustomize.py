@@ -1,0 +1,38 @@
+"""A kill -9 at a known point, for the kill-and-resume tests (they put this folder first on PYTHONPATH).
+
+With VOCABTRANSFER_KILL_AFTER_CHECKPOINT=N set, the process that writes checkpoint N's metrics rows (the
+file that marks a checkpoint complete) sends SIGKILL, right after, to the `accelerate launch` process that
+started it and to everything that launcher started (every rank: torch's launcher gives each rank a session
+of its own, so one killpg would not reach them), itself last, as a scheduler's kill of the job would. The
+run dies between checkpoint N and the next step; a test that polled the folder instead could miss a tiny
+model's whole run on a loaded machine."""
+
+import os
+
+_STEP = os.environ.get("VOCABTRANSFER_KILL_AFTER_CHECKPOINT")
+if _STEP:
+    import signal
+
+    from transformers.trainer_callback import CallbackHandler
+
+    _on_save = CallbackHandler.on_save
+
+    def _kill_the_run() -> None:
+        import psutil
+
+        me = psutil.Process()
+        launcher = me.parent()
+        if launcher is None or "accelerate.commands.launch" not in " ".join(launcher.cmdline()):
+            raise RuntimeError("VOCABTRANSFER_KILL_AFTER_CHECKPOINT is for runs under `accelerate launch`")
+        for process in [launcher, *launcher.children(recursive=True)]:
+            if process.pid != me.pid:
+                process.send_signal(signal.SIGKILL)
+        os.kill(me.pid, signal.SIGKILL)
+
+    def on_save(self, args, state, control):
+        control = _on_save(self, args, state, control)
+        if state.global_step == int(_STEP) and state.is_world_process_zero:
+            _kill_the_run()
+        return control
+
+    CallbackHandler.on_save = on_save
