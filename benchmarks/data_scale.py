@@ -120,7 +120,7 @@ def stage_encode_batch(a) -> dict:
 def _pretrain_data(a, collate: bool) -> dict:
     from vocabtransfer.data.tokenizer import load_target_tokenizer
     from vocabtransfer.train.packing import PackedBlocks
-    from vocabtransfer.train.pretrain import StepBlocks, StepCollator, read_ids
+    from vocabtransfer.train.batches import StepBlocks, StepCollator, read_ids
 
     tok = load_target_tokenizer(a.tokenizer)
     start = time.perf_counter()

@@ -112,6 +112,20 @@ def test_pack_pairs_gives_the_student_blocks_of_pack_ids(gemma, llama_tok):
             assert s and t and s.lstrip(b" ") == t.lstrip(b" ")  # the student's ▁ before a line's first word
 
 
+def test_pair_blocks_of_a_mapped_split_equal_pack_pairs(tmp_path, gemma, llama_tok):
+    """pretrain's distill blocks (`PairBlocks`: the split mapped, each block built when drawn) are
+    `pack_pairs` of the split's lines, block for block, chunks included."""
+    from vocabtransfer.data import token_ids
+
+    lines = llama_tok(text_lines("sw", 120, start=3000), add_special_tokens=False)["input_ids"]
+    token_ids.write_lines(tmp_path / "train", llama_tok, lines)
+    lazy = distill.PairBlocks(token_ids.TokenIds(tmp_path / "train", llama_tok), llama_tok, gemma, 48)
+    eager = distill.pack_pairs(llama_tok, gemma, lines, 48)
+    assert len(lazy) == len(eager) > 10
+    assert [lazy[b] for b in range(len(lazy))] == eager
+    assert lazy.item(3) == {"input_ids": eager[3].input_ids, "pair": eager[3]}
+
+
 # ------------------------------------------------------------------ 2. the loss
 
 

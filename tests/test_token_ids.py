@@ -85,14 +85,14 @@ def test_blocks_and_order_equal_the_list_packing(request, tmp_path, monkeypatch,
     assert list(PackedBlocks(new.split, tokenizer, seq_len, kind=kind, lines=50)) == _old_pack_ids(tokenizer, ids[:50], seq_len, kind)
     length = 2 * len(old) + 7  # three passes, three permutations
     steps = StepBlocks(new, length, seed=11)
-    assert [steps[i]["input_ids"] for i in range(length)] == _old_order(old, length, 11)
+    assert [steps[i]["input_ids"].tolist() for i in range(length)] == _old_order(old, length, 11)
 
 
 def test_split_files_are_plain_npy_of_the_smallest_dtype(tmp_path, sw_wp):
     ids = _ids(sw_wp, 300)
     token_ids.write_lines(tmp_path / "s", sw_wp, ids)
     flat, offsets = np.load(tmp_path / "s" / "ids.npy", mmap_mode="r"), np.load(tmp_path / "s" / "offsets.npy")
-    assert flat.dtype == np.uint16 and offsets.dtype == np.int64 and isinstance(flat, np.memmap)
+    assert flat.dtype == np.uint16 and offsets.dtype == np.uint32 and isinstance(flat, np.memmap)
     assert [flat[a:b].tolist() for a, b in zip(offsets[:-1], offsets[1:])] == ids
     assert (tmp_path / "s" / "ids.npy").stat().st_size == 128 + 2 * flat.size  # 2 bytes a token
     meta = json.loads((tmp_path / "s" / "meta.json").read_text())
@@ -103,6 +103,27 @@ def test_split_files_are_plain_npy_of_the_smallest_dtype(tmp_path, sw_wp):
     token_ids.write_lines(tmp_path / "big", big, [[69_999, 1], [], [65_536]])
     assert np.load(tmp_path / "big" / "ids.npy").tolist() == [69_999, 1, 65_536]
     assert TokenIds(tmp_path / "big", big).dtype == np.uint32
+
+
+def test_offsets_widen_to_uint64_past_the_uint32_bound(tmp_path, sw_wp, monkeypatch):
+    """A split whose offsets pass the bound (4.29 billion tokens; 1000 here) is rewritten in uint64 mid-write
+    and reads the same; a format-1 split (int64 offsets) still reads."""
+    monkeypatch.setattr(token_ids, "OFFSET_BOUND", 1000)
+    ids = _ids(sw_wp, 300)
+    with IdsWriter(tmp_path / "s", sw_wp) as w:
+        for a in range(0, len(ids), 7):  # batches of 7 lines: the bound is passed inside the run
+            part = ids[a: a + 7]
+            w.append(np.array([len(x) for x in part]), np.array([i for x in part for i in x]))
+    offsets = np.load(tmp_path / "s" / "offsets.npy")
+    assert offsets.dtype == np.uint64 and offsets[-1] > 1000 and offsets.size == len(ids) + 1
+    assert json.loads((tmp_path / "s" / "meta.json").read_text())["offsets_dtype"] == "uint64"
+    assert list(TokenIds(tmp_path / "s", sw_wp).lines()) == ids
+    assert not list(tmp_path.glob("**/*.narrow"))
+    np.save(tmp_path / "s" / "offsets.npy", offsets.astype(np.int64))
+    meta = json.loads((tmp_path / "s" / "meta.json").read_text())
+    del meta["offsets_dtype"]
+    (tmp_path / "s" / "meta.json").write_text(json.dumps({**meta, "format": 1}))
+    assert list(TokenIds(tmp_path / "s", sw_wp).lines()) == ids
 
 
 def test_a_failed_write_leaves_nothing(tmp_path, sw_wp):

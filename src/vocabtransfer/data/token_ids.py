@@ -2,9 +2,12 @@
 
 A split is a directory of three files:
   ids.npy      every line's token ids end to end, 1-D uint16 (vocabulary ≤ 65536) or uint32;
-  offsets.npy  int64, lines + 1 entries: line i is ids[offsets[i]:offsets[i + 1]];
-  meta.json    format, dtype, lines, tokens, and the tokenizer: vocabulary size and the SHA-256 of
-               its token -> id map (`vocab_sha256`), so a reader with another tokenizer stops.
+  offsets.npy  lines + 1 entries, line i is ids[offsets[i]:offsets[i + 1]]: uint32 while the split's
+               tokens fit in 32 bits (4.29 billion; 4 bytes a line), else uint64 (the writer widens the
+               file when a batch would pass the bound);
+  meta.json    format, dtype, offsets_dtype, lines, tokens, and the tokenizer: vocabulary size and the
+               SHA-256 of its token -> id map (`vocab_sha256`), so a reader with another tokenizer stops.
+(Format 1, still read, had int64 offsets.)
 
 Both arrays are plain `.npy` files: `np.load(path, mmap_mode="r")` maps them in any process (data-parallel
 processes share the page cache, no copy each). `IdsWriter` streams them in one pass: numpy's own
@@ -28,7 +31,9 @@ import numpy as np
 from vocabtransfer import io
 from vocabtransfer.errors import VocabTransferError, brief
 
-FORMAT = 1
+FORMAT = 2
+OFFSET_DTYPES = {1: ("int64",), 2: ("uint32", "uint64")}  # per format
+OFFSET_BOUND = int(np.iinfo(np.uint32).max)  # offsets up to this stay uint32
 IDS, OFFSETS, META = "ids.npy", "offsets.npy", "meta.json"
 CHUNK = 1 << 22  # ids per chunk of a whole-split pass (8 MiB of uint16)
 
@@ -65,6 +70,20 @@ class _NpyStream:
         self.file.write(np.ascontiguousarray(values, dtype=self.dtype).tobytes())
         self.length += int(values.size)
 
+    def widen(self, dtype: np.dtype, chunk: int = 1 << 22) -> None:
+        """Rewrite the values written so far as `dtype`, a chunk at a time, and go on appending in it."""
+        path, old, length = Path(self.file.name), self.dtype, self.length
+        self.file.close()
+        os.replace(path, path.with_name(path.name + ".narrow"))
+        narrow = path.with_name(path.name + ".narrow")
+        self.__init__(path, dtype)
+        with open(narrow, "rb") as src:
+            np.lib.format.read_magic(src)
+            np.lib.format.read_array_header_1_0(src)
+            for lo in range(0, length, chunk):
+                self.append(np.frombuffer(src.read(min(chunk, length - lo) * old.itemsize), dtype=old))
+        narrow.unlink()
+
     def close(self) -> None:
         end = self.file.tell()
         if self._header(self.length) != self.size:
@@ -84,13 +103,16 @@ class IdsWriter:
         self._atomic = io.atomic_output(self.path, directory=True)
         self.tmp = self._atomic.__enter__()
         self.ids = _NpyStream(self.tmp / IDS, self.dtype)
-        self.offsets = _NpyStream(self.tmp / OFFSETS, np.int64)
-        self.offsets.append(np.zeros(1, dtype=np.int64))
+        self.offsets = _NpyStream(self.tmp / OFFSETS, np.uint32)
+        self.offsets.append(np.zeros(1, dtype=np.uint32))
         return self
 
     def append(self, lengths: np.ndarray, ids: np.ndarray) -> None:
         """One batch of lines: tokens per line and their ids end to end."""
-        self.offsets.append(self.ids.length + np.cumsum(lengths, dtype=np.int64))
+        ends = self.ids.length + np.cumsum(lengths, dtype=np.int64)
+        if ends.size and ends[-1] > OFFSET_BOUND and self.offsets.dtype == np.uint32:
+            self.offsets.widen(np.dtype(np.uint64))
+        self.offsets.append(ends)
         self.ids.append(ids)
 
     def __exit__(self, *exc) -> bool:
@@ -105,7 +127,8 @@ class IdsWriter:
         return bool(self._atomic.__exit__(*exc))  # renames it into place, or removes it
 
     def meta(self) -> dict:
-        return {"format": FORMAT, "dtype": self.dtype.name, "lines": self.offsets.length - 1,
+        return {"format": FORMAT, "dtype": self.dtype.name, "offsets_dtype": self.offsets.dtype.name,
+                "lines": self.offsets.length - 1,
                 "tokens": self.ids.length, "vocab_size": self.vocab_size, "vocab_sha256": self.vocab_sha256}
 
 
@@ -130,7 +153,7 @@ class TokenIds:
         self.path = Path(path)
         self.meta = _read_meta(self.path)
         self.ids = _map(self.path / IDS, self.meta["dtype"], self.meta["tokens"])
-        self.offsets = _map(self.path / OFFSETS, "int64", self.meta["lines"] + 1)
+        self.offsets = _map(self.path / OFFSETS, self.meta["offsets_dtype"], self.meta["lines"] + 1)
         if self.meta["lines"] and (self.offsets[0] != 0 or self.offsets[-1] != self.meta["tokens"]):
             raise VocabTransferError(f"{self.path / OFFSETS}: line offsets do not span {IDS} (0..{self.meta['tokens']}); "
                                      f"the split is corrupt, {RERUN}")
@@ -178,7 +201,7 @@ class TokenIds:
 
     def line_offsets(self, a: int, b: int) -> np.ndarray:
         """offsets[a:b + 1]: where lines a..b-1 start, and where line b-1 ends."""
-        return self._pread(OFFSETS, np.dtype(np.int64), a, b + 1)
+        return self._pread(OFFSETS, self.offsets.dtype, a, b + 1).astype(np.int64)
 
     def line(self, i: int) -> np.ndarray:
         lo, hi = self.line_offsets(i, i + 1)
@@ -214,15 +237,18 @@ def _read_meta(path: Path) -> dict:
         raise VocabTransferError(f"{path}: no pre-tokenised split here{hint}; {RERUN}")
     try:
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
-        ok = meta["format"] == FORMAT and np.dtype(meta["dtype"]) in (np.uint16, np.uint32)
+        meta.setdefault("offsets_dtype", "int64")
+        ok = (meta["format"] in OFFSET_DTYPES and np.dtype(meta["dtype"]) in (np.uint16, np.uint32)
+              and meta["offsets_dtype"] in OFFSET_DTYPES[meta["format"]])
         for key in ("lines", "tokens", "vocab_size"):
             meta[key] = int(meta[key])
         meta["vocab_sha256"] = str(meta["vocab_sha256"])
     except Exception as exc:
         raise VocabTransferError(f"{meta_path}: not a readable split header ({brief(exc)}); {RERUN}") from exc
     if not ok:
-        raise VocabTransferError(f"{meta_path}: format {meta.get('format')} / dtype {meta.get('dtype')} is not "
-                                 f"this version's ({FORMAT}, uint16 or uint32); {RERUN}")
+        raise VocabTransferError(f"{meta_path}: format {meta.get('format')} / dtype {meta.get('dtype')} / offsets "
+                                 f"{meta.get('offsets_dtype')} is not one this version reads ({FORMAT}, uint16 or "
+                                 f"uint32, uint32 or uint64 offsets); {RERUN}")
     return meta
 
 

@@ -165,60 +165,96 @@ def _valid_utf8_prefix(data: bytes) -> str:
         return data[: exc.start].decode("utf-8")
 
 
-def pack_pairs(student, teacher, lines: Iterable[Sequence[int]], seq_len: int) -> list[PairBlock]:
-    """Causal training blocks of the pre-tokenised `lines` (student ids without special tokens), packed
-    as `lmdata.pack_ids(student, lines, seq_len, kind="causal")` packs them, each beside the teacher's
-    tokenization of the same text (its own special tokens around every line, an end-of-sequence token
-    closing it; not cut to seq_len) and the chunk of every position of both (step 3 of the module
-    docstring). `student`, `teacher`: tokenizers."""
-    from vocabtransfer.train.lmdata import special_tokens_around
+class _Pairing:
+    """A line's ids on both sides, and blocks of such pairs (step 3 of the module docstring). `student`,
+    `teacher`: tokenizers."""
 
-    s_spell, t_spell = Speller(student, "student tokenizer"), Speller(teacher, "teacher tokenizer")
-    s_pre, s_suf = special_tokens_around(student)
-    t_pre, t_suf = special_tokens_around(teacher)
-    room = seq_len - len(s_pre) - len(s_suf)
-    if room < 1:
-        raise VocabTransferError(f"seq_len {seq_len} leaves no room for tokens between the special tokens")
-    s_eos, t_eos = student.eos_token_id, teacher.eos_token_id
+    def __init__(self, student, teacher, seq_len: int):
+        from vocabtransfer.train.lmdata import special_tokens_around
 
-    def line_pair(line):
-        s_ids = s_pre + [int(i) for i in line[:room]] + s_suf
-        if s_eos is not None and (not s_ids or s_ids[-1] != s_eos):
-            s_ids = s_ids[: seq_len - 1] + [s_eos]
-        pieces = s_spell.spell(s_ids)
+        self.s_spell, self.t_spell = Speller(student, "student tokenizer"), Speller(teacher, "teacher tokenizer")
+        self.s_pre, self.s_suf = special_tokens_around(student)
+        self.t_pre, self.t_suf = special_tokens_around(teacher)
+        self.seq_len, self.room = seq_len, seq_len - len(self.s_pre) - len(self.s_suf)
+        if self.room < 1:
+            raise VocabTransferError(f"seq_len {seq_len} leaves no room for tokens between the special tokens")
+        self.s_eos, self.t_eos = student.eos_token_id, teacher.eos_token_id
+
+    def line_pair(self, line: Sequence[int]) -> tuple[list[int], list[int], list[int], list[int]]:
+        """(student ids, their byte lengths, teacher ids, their byte lengths) of one pre-tokenised line."""
+        s_ids = self.s_pre + [int(i) for i in line[: self.room]] + self.s_suf
+        if self.s_eos is not None and (not s_ids or s_ids[-1] != self.s_eos):
+            s_ids = s_ids[: self.seq_len - 1] + [self.s_eos]
+        pieces = self.s_spell.spell(s_ids)
         text = _valid_utf8_prefix(b"".join(pieces))
-        t_text_ids, t_lengths = t_spell.encode(text)
-        t_ids = t_pre + t_text_ids + t_suf
-        t_lengths = [0] * len(t_pre) + t_lengths + [0] * len(t_suf)
-        if t_eos is not None and t_ids[-1:] != [t_eos]:
-            t_ids, t_lengths = t_ids + [t_eos], t_lengths + [0]
+        t_text_ids, t_lengths = self.t_spell.encode(text)
+        t_ids = self.t_pre + t_text_ids + self.t_suf
+        t_lengths = [0] * len(self.t_pre) + t_lengths + [0] * len(self.t_suf)
+        if self.t_eos is not None and t_ids[-1:] != [self.t_eos]:
+            t_ids, t_lengths = t_ids + [self.t_eos], t_lengths + [0]
         return s_ids, [len(b) for b in pieces], t_ids, t_lengths
 
-    blocks: list[PairBlock] = []
-    current: list[tuple] = []
-
-    def close():
-        s_ids = [i for p in current for i in p[0]]
-        s_len = [n for p in current for n in p[1]]
-        t_ids = [i for p in current for i in p[2]]
-        t_len = [n for p in current for n in p[3]]
+    @staticmethod
+    def block(pairs: list[tuple]) -> PairBlock:
+        """One block of line pairs, with the chunk of every position of both sides."""
+        s_ids = [i for p in pairs for i in p[0]]
+        s_len = [n for p in pairs for n in p[1]]
+        t_ids = [i for p in pairs for i in p[2]]
+        t_len = [n for p in pairs for n in p[3]]
         ca, cb, n = chunk_ids(s_len, t_len)
         # a chunk counts when each of its tokens is predicted on both sides: not a block's first position
         bad = set(ca[:1].tolist()) | set(cb[:1].tolist())
         keep = np.array([j not in bad for j in range(n)], dtype=bool)
         renumber = np.full(n + 1, -1, dtype=np.int64)  # index n: the -1 of tokens in no chunk
         renumber[:n][keep] = np.arange(int(keep.sum()))
-        blocks.append(PairBlock(s_ids, t_ids, renumber[ca].tolist(), renumber[cb].tolist(), int(keep.sum())))
+        return PairBlock(s_ids, t_ids, renumber[ca].tolist(), renumber[cb].tolist(), int(keep.sum()))
 
+
+def pack_pairs(student, teacher, lines: Iterable[Sequence[int]], seq_len: int) -> list[PairBlock]:
+    """Causal training blocks of the pre-tokenised `lines` (student ids without special tokens), packed
+    as `lmdata.pack_ids(student, lines, seq_len, kind="causal")` packs them, each beside the teacher's
+    tokenization of the same text (its own special tokens around every line, an end-of-sequence token
+    closing it; not cut to seq_len) and the chunk of every position of both (step 3 of the module
+    docstring). `student`, `teacher`: tokenizers."""
+    pairing = _Pairing(student, teacher, seq_len)
+    blocks: list[PairBlock] = []
+    current: list[tuple] = []
     for line in lines:
-        pair = line_pair(line)
+        pair = pairing.line_pair(line)
         if current and sum(len(p[0]) for p in current) + len(pair[0]) > seq_len:
-            close()
+            blocks.append(pairing.block(current))
             current = []
         current.append(pair)
     if current:
-        close()
+        blocks.append(pairing.block(current))
     return blocks
+
+
+class PairBlocks:
+    """distill's training blocks of a mapped split, built when drawn: block b holds the lines of
+    `packing.PackedBlocks`' block b (`pack_pairs` packs as `pack_ids`, so the boundaries are the same)
+    beside the teacher's tokenization of their text; `cache` holds the blocks `cache_teacher` gave the
+    teacher's chunk log-likelihoods (the run's visited blocks, not the corpus)."""
+
+    def __init__(self, split, student, teacher, seq_len: int):
+        from vocabtransfer.train.packing import PackedBlocks
+
+        self.packed = PackedBlocks(split, student, seq_len, kind="causal")
+        self.pairing = _Pairing(student, teacher, seq_len)
+        self.cache: dict[int, PairBlock] = {}
+
+    def __len__(self) -> int:
+        return len(self.packed)
+
+    def __getitem__(self, b: int) -> PairBlock:
+        if b in self.cache:
+            return self.cache[b]
+        return self.pairing.block([self.pairing.line_pair(line) for line in self.packed.lines(b)])
+
+    def item(self, b: int) -> dict:
+        """A training sample's fields (`batches.StepBlocks`): the student's ids and the pair block."""
+        block = self[b]
+        return {"input_ids": block.input_ids, "pair": block}
 
 
 def collate_teacher(blocks: Sequence[PairBlock], pad_id: int) -> dict:
@@ -248,16 +284,15 @@ def collate_teacher(blocks: Sequence[PairBlock], pad_id: int) -> dict:
     return out
 
 
-def cache_teacher(teacher, blocks: Sequence[PairBlock], indices: Iterable[int], *, batch_size: int, pad_id: int,
-                  device) -> list[PairBlock]:
-    """`blocks` with the teacher's chunk log-likelihoods (`teacher_ll`) of the blocks at `indices` filled in:
-    one forward of the frozen teacher per block, in batches, before training (`pretrain.distill.teacher:
-    cached`); the other blocks are returned as they are."""
+def cache_teacher(teacher, blocks: PairBlocks, indices: Iterable[int], *, batch_size: int, pad_id: int,
+                  device) -> None:
+    """Fills `blocks.cache` with the blocks at `indices`, each with the teacher's chunk log-likelihoods
+    (`teacher_ll`): one forward of the frozen teacher per block, in batches, before training
+    (`pretrain.distill.teacher: cached`)."""
     from dataclasses import replace
 
     from vocabtransfer.train import heads
 
-    out = list(blocks)
     head = heads.head_parts(teacher)
     order = sorted(set(int(i) for i in indices))
     for s in range(0, len(order), batch_size):
@@ -265,9 +300,8 @@ def cache_teacher(teacher, blocks: Sequence[PairBlock], indices: Iterable[int], 
         batch = collate_teacher(part, pad_id)
         ll = teacher_chunk_ll(teacher, head, batch, device)
         sizes = [b.n_chunks for b in part]
-        for i, values in zip(order[s: s + batch_size], torch.split(ll.cpu(), sizes)):
-            out[i] = replace(blocks[i], teacher_ll=tuple(values.tolist()))
-    return out
+        for i, block, values in zip(order[s: s + batch_size], part, torch.split(ll.cpu(), sizes)):
+            blocks.cache[i] = replace(block, teacher_ll=tuple(values.tolist()))
 
 
 def teacher_chunk_ll(teacher, teacher_head, batch: dict, device) -> torch.Tensor:

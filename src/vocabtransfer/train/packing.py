@@ -27,11 +27,13 @@ WINDOW = 1 << 18  # lines per window of the boundary search
 
 
 class PackedBlocks:
-    """The blocks of lines 0..lines-1 of a split (all by default); `blocks[b]` is a list of ids."""
+    """The blocks of lines 0..lines-1 of a split (all by default); `blocks[b]` is a list of ids,
+    `blocks.array(b)` the same as an int64 array."""
 
     def __init__(self, split: TokenIds, tokenizer, seq_len: int, *, kind: Kind = "masked", lines: int | None = None):
         self.split, self.seq_len = split, seq_len
         self.prefix, self.suffix = special_tokens_around(tokenizer)
+        self._around = np.array(self.prefix, np.int64), np.array(self.suffix, np.int64)
         self.room = seq_len - len(self.prefix) - len(self.suffix)
         if self.room < 1:
             raise VocabTransferError(f"seq_len {seq_len} leaves no room for tokens between the special tokens")
@@ -46,16 +48,33 @@ class PackedBlocks:
         return (self[b] for b in range(len(self)))
 
     def __getitem__(self, b: int) -> list[int]:
+        return self.array(b).tolist()
+
+    def lines(self, b: int) -> list[np.ndarray]:
+        """The ids of block b's lines as the split holds them (no special tokens, not cut)."""
         a, z = int(self.starts[b]), int(self.starts[b + 1])
         off = self.split.line_offsets(a, z)
-        ids = self.split.read(int(off[0]), int(off[-1])).tolist()
-        block: list[int] = []
-        for lo, hi in zip((off[:-1] - off[0]).tolist(), (off[1:] - off[0]).tolist()):
-            line = self.prefix + ids[lo: min(hi, lo + self.room)] + self.suffix
-            if self.eos is not None and (not line or line[-1] != self.eos):
-                line = line[: self.seq_len - 1] + [self.eos]
-            block += line
-        return block
+        ids = self.split.read(int(off[0]), int(off[-1]))
+        rel = (off - off[0]).tolist()
+        return [ids[lo:hi] for lo, hi in zip(rel[:-1], rel[1:])]
+
+    def array(self, b: int) -> np.ndarray:
+        """Block b's ids, int64: each line with its special tokens, cut to `seq_len`, closed by eos (causal)."""
+        prefix, suffix = self._around
+        if self.eos is None:
+            return np.concatenate([piece for line in self.lines(b) for piece in (prefix, line[: self.room], suffix)],
+                                  dtype=np.int64)
+        pieces = []
+        for line in self.lines(b):
+            kept = np.concatenate([prefix, line[: self.room], suffix], dtype=np.int64)
+            if not kept.size or kept[-1] != self.eos:
+                kept = np.append(kept[: self.seq_len - 1], self.eos)
+            pieces.append(kept)
+        return np.concatenate(pieces, dtype=np.int64)
+
+    def item(self, b: int) -> dict:
+        """A training sample's fields (`batches.StepBlocks`): block b's ids."""
+        return {"input_ids": self.array(b)}
 
     # 1. the length of every line of a window in its block
     def _costs(self, a: int, b: int) -> np.ndarray:

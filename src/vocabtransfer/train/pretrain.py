@@ -14,7 +14,7 @@ value is `seed + 1000 (K - 1)`, see vocabtransfer.pipeline.models):
    fused with the objective (`train.heads`, `losses.linear_objective_loss`: no logits), the mean over
    the step's predicted tokens of all micro-batches and processes; `pretrain.selfish.margin` for
    `selfish`. `distill` (causal sources; `train.distill`): the source model `results/source/model`, frozen,
-   reads the same lines through its own tokenizer (`distill.pack_pairs`, beside the same student blocks)
+   reads the same lines through its own tokenizer (`distill.PairBlocks`, beside the same student blocks, built when drawn)
    and the loss is `pretrain.distill.alpha` x the chunk-likelihood matching loss + (1 - alpha) x the
    standard one. The valid loss is always the standard cross-entropy, by the same path;
 4. data order and masks are a function of the pretraining seed and the sample's position in the run
@@ -53,8 +53,8 @@ import pyarrow.compute as pc
 from vocabtransfer import io
 from vocabtransfer.train import modeling
 from vocabtransfer.train.hub import load_tokenizer
-from vocabtransfer.data.token_ids import TokenIds
-from vocabtransfer.train.lmdata import Kind, LMCollator, lm_batches
+from vocabtransfer.train.batches import StepBlocks, StepCollator, read_ids
+from vocabtransfer.train.lmdata import Kind, lm_batches
 from vocabtransfer.train.packing import PackedBlocks
 from vocabtransfer.train import parallel, sharding
 from vocabtransfer.train.trainer import (
@@ -124,92 +124,6 @@ def block_losses(model, batches: list[dict], kind: Kind) -> pa.Table:
 
 
 # ---------------------------------------------------------------------------------------------
-# Data: blocks in a seeded order, masks seeded per batch
-# ---------------------------------------------------------------------------------------------
-
-def read_ids(path: Path, tokenizer, vocab_size: int) -> TokenIds:
-    """A pre-tokenised split, mapped (`data.token_ids`): written with `tokenizer`, every id inside the model's
-    embeddings (checked chunk by chunk, nothing loaded)."""
-    split = TokenIds(path, tokenizer)
-    for chunk in split.chunks():
-        hi = int(chunk.max()) if chunk.size else -1
-        if hi >= vocab_size:
-            raise VocabTransferError(f"{path}: token id {hi} is outside the model's vocabulary (size {vocab_size}); "
-                                     "it was tokenised with another tokenizer, rerun the pretokenize stage")
-    return split
-
-
-class StepBlocks:
-    """Sample i of the run is block `perm_e[i mod n]` of pass e = i // n (perm_e seeded with seed + e).
-
-    `blocks`: `packing.PackedBlocks` (read from the mapped split on demand), or distill's list of pairs;
-    the permutation of the current pass is an int64 tensor, 8 bytes a block."""
-
-    def __init__(self, blocks, length: int, seed: int):
-        self.blocks, self.length, self.seed = blocks, length, seed
-        self._perm: tuple[int, object] | None = None
-
-    def __len__(self) -> int:
-        return self.length
-
-    def visited(self) -> set[int]:
-        """The indices of the blocks the run's samples take (all of them once it passes over every block)."""
-        import torch
-
-        n = len(self.blocks)
-        epochs, rest = divmod(self.length, n)
-        if epochs:
-            return set(range(n))
-        return set(torch.randperm(n, generator=torch.Generator().manual_seed(self.seed)).tolist()[:rest])
-
-    def __getitem__(self, i: int) -> dict:
-        import torch
-
-        from vocabtransfer.train import distill
-
-        epoch, j = divmod(int(i), len(self.blocks))
-        if self._perm is None or self._perm[0] != epoch:
-            self._perm = (epoch, torch.randperm(len(self.blocks), generator=torch.Generator().manual_seed(self.seed + epoch)))
-        block = self.blocks[int(self._perm[1][j])]
-        if isinstance(block, distill.PairBlock):  # distill: the student's ids beside the teacher's
-            return {"input_ids": block.input_ids, "pair": block, "index": int(i)}
-        return {"input_ids": block, "index": int(i)}
-
-
-class StepCollator:
-    """`modeling.LMCollator` whose masks are seeded by each sample's index in the run, so a sample gets
-    the same masks whatever batch, and whichever data-parallel process, it falls in."""
-
-    def __init__(self, tokenizer, kind: Kind, seed: int, teacher_pad: int = 0):
-        import torch
-
-        self.lm = LMCollator(tokenizer, kind, seed)
-        self.kind, self.seed, self.pad = kind, seed, {"labels": -100, "input_ids": tokenizer.pad_token_id or 0}
-        self.teacher_pad = teacher_pad
-        self.special = torch.tensor(sorted(tokenizer.all_special_ids), dtype=torch.long)
-
-    def __call__(self, items: list[dict]) -> dict:
-        import torch
-
-        from vocabtransfer.train import distill
-
-        if self.kind != "masked":
-            batch = self.lm([item["input_ids"] for item in items])
-            if "pair" in items[0]:  # distill: the teacher's ids and both sides' chunks
-                batch.update(distill.collate_teacher([item["pair"] for item in items], self.teacher_pad))
-            return batch
-        rows = []
-        for item in items:  # what `self.lm([ids])` gives, without its per-token Python padding and special-token scan
-            self.lm.mlm.generator = torch.Generator().manual_seed(self.seed * 1_000_003 + item["index"])
-            ids = torch.tensor([item["input_ids"]], dtype=torch.long)
-            inputs, labels = self.lm.mlm.torch_mask_tokens(ids, special_tokens_mask=torch.isin(ids, self.special))
-            rows.append({"input_ids": inputs, "attention_mask": torch.ones_like(inputs), "labels": labels})
-        width = max(r["input_ids"].shape[1] for r in rows)
-        return {key: torch.cat([torch.nn.functional.pad(r[key], (0, width - r[key].shape[1]),
-                                                        value=self.pad.get(key, 0)) for r in rows]) for key in rows[0]}
-
-
-# ---------------------------------------------------------------------------------------------
 # The stage
 # ---------------------------------------------------------------------------------------------
 
@@ -268,9 +182,8 @@ def run(ctx) -> None:
     else:  # distill: the frozen source model and its tokenization of the same blocks' text
         teacher, _ = modeling.load_source_model(teacher_dir, "causal", dtype=torch.float32)
         teacher_tok = load_tokenizer(teacher_dir)
-        blocks = distill.pack_pairs(tokenizer, teacher_tok, train.lines(), seq_len)
-        log.info("distill: teacher %s (%s), %d chunks in %d training blocks", teacher_dir, type(teacher).__name__,
-                 sum(b.n_chunks for b in blocks), len(blocks))
+        blocks = distill.PairBlocks(train, tokenizer, teacher_tok, seq_len)
+        log.info("distill: teacher %s (%s), %d training blocks", teacher_dir, type(teacher).__name__, len(blocks))
     valid = read_ids(Path(ctx.input["valid"]), tokenizer, vocab)
     valid_blocks = list(PackedBlocks(valid, tokenizer, seq_len, kind=kind, lines=opts.eval_lines))
     if not len(blocks) or not valid_blocks:
@@ -344,8 +257,8 @@ def run(ctx) -> None:
         # the teacher's chunk log-likelihoods of every block the run visits, once; then it leaves memory
         device = "cuda" if not use_cpu and torch.cuda.is_available() else "cpu"
         tick = time.perf_counter()
-        dataset.blocks = distill.cache_teacher(teacher.to(device).eval(), blocks, dataset.visited(), pad_id=teacher_pad,
-                                               batch_size=opts.eval_batch_size, device="cpu")
+        distill.cache_teacher(teacher.to(device).eval(), blocks, dataset.visited(), pad_id=teacher_pad,
+                              batch_size=opts.eval_batch_size, device="cpu")
         teacher_seconds = time.perf_counter() - tick
         log.info("distill: the teacher's chunk log-likelihoods of %d blocks cached in %.1f s",
                  len(dataset.visited()), teacher_seconds)
