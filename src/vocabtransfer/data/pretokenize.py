@@ -147,9 +147,25 @@ def encoder(tokenizer):
 
 
 def encode_batches(backend, batches: Iterable[list[str]]) -> Iterator[tuple[list[str], list]]:
-    """(lines, encodings) per batch, without special tokens; encode_batch runs on all Rayon threads."""
-    for texts in batches:
-        yield texts, backend.encode_batch(texts, add_special_tokens=False)
+    """(lines, encodings) per batch, without special tokens; encode_batch runs on all Rayon threads.
+
+    The next batch is encoded in a background thread while the caller handles this one
+    (`encode_batch` releases the GIL), so the caller's Python work overlaps the encoding: two batches
+    in memory at most."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def encode(texts):
+        return texts, backend.encode_batch(texts, add_special_tokens=False)
+
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="encode") as pool:
+        pending = None
+        for texts in batches:
+            submitted = pool.submit(encode, texts)
+            if pending is not None:
+                yield pending.result()
+            pending = submitted
+        if pending is not None:
+            yield pending.result()
 
 
 def encode_split(target, corpus: Path, ids_path: Path, *, text_path: Path | None = None,
