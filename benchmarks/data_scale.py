@@ -226,7 +226,7 @@ def main() -> None:
     ap.add_argument("--vocab-size", type=int, default=16000)
     ap.add_argument("--sample-bytes", type=int, default=20 * 10**6, help="tokenizer training sample")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--batches", type=int, default=300)
+    ap.add_argument("--batches", type=int, default=3000)
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--seq-len", type=int, default=128)
     ap.add_argument("--seed", type=int, default=0)
