@@ -1,0 +1,83 @@
+"""The lm_eval stage (vocabtransfer.evaluate.harness): a tiny random decoder judged by lm-evaluation-harness
+on the offline tasks shipped with vocabtransfer, read from the real data folder."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from helpers import gpt2_seed, make_ctx, save_dir
+from vocabtransfer.errors import VocabTransferError
+from vocabtransfer.evaluate import harness
+from vocabtransfer.io import read_json, read_parquet
+
+LIMIT = 4
+
+
+@pytest.fixture(scope="module")
+def decoder(tmp_path_factory):
+    """A random-weight GPT-2 with a byte-level BPE tokenizer, long enough for an XNLI pair and a passage."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    tokenizer = gpt2_seed()
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=len(tokenizer), n_embd=32, n_layer=2, n_head=2, n_positions=1024,
+                                       bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id))
+    return save_dir(model, tokenizer, tmp_path_factory.mktemp("lm_eval") / "model")
+
+
+@pytest.fixture(scope="module")
+def run_result(decoder, tmp_path_factory):
+    """The stage function on the decoder as the source, over local XNLI sw (multiple choice) and TyDiQA sw
+    (generative)."""
+    out = tmp_path_factory.mktemp("lm_eval_out")
+    params = {"seed": 7, "languages": ["sw"], "init": {"methods": []}, "pretrain": {"methods": [], "objectives": [],
+              "seeds": 1},
+              "lm_eval": {"tasks": ["local_xnli_{lang}", "sw:local_tydiqa_sw", "de:local_xquad_de"], "num_fewshot": 0,
+                          "limit": LIMIT, "batch_size": 4}}
+    ctx = make_ctx("vocabtransfer.evaluate.harness:run", {"lang": "sw", "model": "source"}, {"model": decoder},
+                   {"scores": out / "scores.json", "samples": out / "samples.parquet"}, params)
+    harness.run(ctx)
+    return read_json(out / "scores.json"), read_parquet(out / "samples.parquet").to_pandas()
+
+
+def test_lm_eval_scores_items_and_log_likelihoods(run_result, decoder):
+    scores, samples = run_result
+    assert set(scores["scores"]) == {"local_xnli_sw", "local_tydiqa_sw"}
+    for task, metrics in (("local_xnli_sw", ["acc"]), ("local_tydiqa_sw", ["exact_match", "f1"])):
+        assert scores["scores"][task]["n"] == LIMIT
+        rows = samples[samples.task == task]
+        assert sorted(rows.metric.unique()) == sorted(metrics)
+        for metric in metrics:
+            values = rows[rows.metric == metric].sort_values("doc_id")
+            assert values.doc_id.tolist() == list(range(LIMIT))
+            assert values.value.between(0, 1).all()
+            assert math.isclose(scores["scores"][task][metric], values.value.mean(), abs_tol=1e-9)
+    # the first 4 XNLI sw items share one premise (one cluster); the TyDiQA items each their own passage
+    xnli = samples[(samples.task == "local_xnli_sw")]
+    assert xnli.cluster.nunique() == 2 and xnli.cluster.iloc[0].startswith("Naye akasema")
+    # each choice's log-likelihood is the model's own: Σ log p(continuation | context) from a forward pass
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model, tok = AutoModelForCausalLM.from_pretrained(decoder).eval(), AutoTokenizer.from_pretrained(decoder)
+    row = xnli[xnli.doc_id == 0].iloc[0]
+    lls = list(row.loglikelihoods)
+    assert len(lls) == 3 and (int(row.target) == 1)  # the first pair is `neutral`
+    from vocabtransfer.evaluate.harness_tasks.utils import read_xnli
+
+    doc = read_xnli("xnli/dev-sw.tsv")[0]
+    words = [", sahihi? Ndiyo, ", ", sahihi? Hivyo, ", ", sahihi? Hapana, "]
+    for ll, word in zip(lls, words):
+        ids = [tok.bos_token_id] + tok(" " + doc["premise"] + word + doc["hypothesis"], add_special_tokens=False)["input_ids"]
+        with torch.inference_mode():
+            logp = torch.log_softmax(model(torch.tensor([ids])).logits[0].double(), -1)
+        expected = sum(float(logp[i - 1, t]) for i, t in enumerate(ids) if i > 0)
+        assert math.isclose(ll, expected, rel_tol=1e-4, abs_tol=1e-3)
+    assert int(row.value) == int(max(range(3), key=lambda i: lls[i]) == 1)
+
+
+def test_lm_eval_unknown_task_is_one_error_with_closest_names():
+    with pytest.raises(VocabTransferError, match=r"lm_eval\.tasks: .*'local_xnli_swa' \(closest: local_xnli_sw"):
+        harness.check_tasks(["local_xnli_sw", "local_xnli_swa"], harness.task_manager().all_tasks)
