@@ -81,3 +81,64 @@ def test_lm_eval_scores_items_and_log_likelihoods(run_result, decoder):
 def test_lm_eval_unknown_task_is_one_error_with_closest_names():
     with pytest.raises(VocabTransferError, match=r"lm_eval\.tasks: .*'local_xnli_swa' \(closest: local_xnli_sw"):
         harness.check_tasks(["local_xnli_sw", "local_xnli_swa"], harness.task_manager().all_tasks)
+
+
+def _samples(task: str, values: list[float], targets: list[str], clusters: list[str], n_choices: int = 3):
+    import pandas as pd
+
+    return pd.DataFrame({"task": task, "doc_id": range(len(values)), "cluster": clusters, "metric": "acc",
+                         "value": values, "target": targets, "loglikelihoods": [[-1.0] * n_choices] * len(values),
+                         "response": ""})
+
+
+def _settings(min_clusters: int = 10):
+    from vocabtransfer.report.tables import Settings
+
+    return Settings(resamples=2000, confidence=0.95, correction="holm", seed=0, min_clusters=min_clusters)
+
+
+def test_lm_eval_report_pairs_models_by_item_clustered_by_passage_beside_the_majority_floor():
+    """20 passages of 3 items, gold labels 0, 1, 2 in each: the source gets every item right, the initialised
+    model exactly the label-0 items. Per passage the model is always 2 items behind, so the clustered paired
+    interval of model − source has no width; an item-level one would (its differences are 0 or −100)."""
+    from vocabtransfer.report import harness_table
+
+    clusters = [f"p{i // 3}" for i in range(60)]
+    targets = [str(i % 3) for i in range(60)]
+    source = _samples("local_xnli_sw", [1.0] * 60, targets, clusters)
+    model = _samples("local_xnli_sw", [float(t == "0") for t in targets], targets, clusters)
+    results = {"source": ({}, source), "focus-init-pseed1": ({}, model)}
+    (table,) = harness_table.tables(results, _settings(), "sw")
+    assert (table.metric, table.n_items, table.n_clusters) == ("acc", 60, 20)
+    assert table.floor_name == "majority class (0)" and math.isclose(table.floor_value, 100 / 3)
+    assert math.isclose(table.chance, 100 / 3) and table.learned
+    src, init = table.scores
+    assert src.model == "source" and src.vs_source is None and math.isclose(src.score.diff, 100.0)
+    assert math.isclose(src.over_floor.diff, 200 / 3) and src.over_floor.low > 0
+    d = init.vs_source
+    assert math.isclose(d.diff, -200 / 3) and math.isclose(d.low, d.high) and d.n_clusters == 20
+    assert math.isclose(init.over_floor.diff, 0.0, abs_tol=1e-9)  # it is the majority-class predictor
+    lines, metrics = harness_table.section("sw", results, _settings())
+    assert metrics["local_xnli_sw"]["scores"] == {"source": 100.0, "focus-init-pseed1": round(100 / 3, 4)}
+    cells = [[c.strip() for c in line.strip("|").split("|")] for line in "\n".join(lines).splitlines()
+             if line.startswith("| focus")]
+    assert cells == [["focus-init-pseed1", "33.3 [33.3, 33.3]", "+0.0 [+0.0, +0.0]", "-66.7 [-66.7, -66.7]", "worse"]]
+    assert "20 clusters; floor: majority class (0) 33.3, chance 33.3." in "\n".join(lines)
+
+
+def test_lm_eval_report_not_learned_on_generative_task_and_refuses_unpaired_items():
+    """No model above the empty answer's 0 on too few passages: not learned; a model scored on other items
+    is one error naming the model and lm_eval.limit."""
+    from vocabtransfer.report import harness_table
+
+    clusters = [f"p{i}" for i in range(5)]
+    gen = _samples("local_tydiqa_sw", [0.0, 0.5, 0.0, 0.0, 0.0], ["a"] * 5, clusters, n_choices=0)
+    gen["metric"] = "f1"
+    (table,) = harness_table.tables({"source": ({}, gen)}, _settings(), "sw")
+    assert (table.metric, table.floor_name, table.floor_value, table.chance) == ("f1", "empty answer", 0.0, None)
+    assert not table.learned and math.isclose(table.scores[0].score.diff, 10.0)
+    other = gen.copy()
+    other["doc_id"] = range(1, 6)
+    with pytest.raises(VocabTransferError, match=r"sw lm_eval focus-init-pseed1: local_tydiqa_sw was scored on other "
+                                                 r"items.*lm_eval\.limit"):
+        harness_table.tables({"source": ({}, gen), "focus-init-pseed1": ({}, other)}, _settings(), "sw")

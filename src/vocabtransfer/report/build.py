@@ -22,6 +22,7 @@ from pathlib import Path
 from vocabtransfer import io
 from vocabtransfer.pipeline import availability
 from vocabtransfer.pipeline import paths
+from vocabtransfer.report import harness_table
 from vocabtransfer.report import markdown
 from vocabtransfer.report import tables
 from vocabtransfer.report import verdict
@@ -107,6 +108,10 @@ def write_report(params: dict, report: tables.ReportParams, p: Plan, root: Path 
                 m["floor"] = {t: round(float(st.floor["value"]), 4) for t, st in status.items()}
                 m["learned"] = {t: st.learned for t, st in status.items()}
             body += markdown.downstream_section(lang, status, down_fig)
+            zero_shot, m["lm_eval"] = harness_table.section(lang.lang, lang.lm_eval, settings)
+            body += zero_shot
+            if not m["lm_eval"]:
+                del m["lm_eval"]
         objectives = list(dict.fromkeys(objective for _, objective, _ in p.pretrain)) or ["standard"]
         md = ["# vocabtransfer: report", "",
               "Embedding initialisation for a new target-language vocabulary, continued pretraining with "
@@ -137,6 +142,7 @@ from vocabtransfer.pipeline.config import field_leaves
 from vocabtransfer.pipeline.stage_spec import Stage
 from vocabtransfer.evaluate import finetune_eval
 from vocabtransfer.evaluate import gradient_scenarios
+from vocabtransfer.evaluate import harness
 from vocabtransfer.evaluate import token_frequency_loss
 from vocabtransfer.report import read
 from vocabtransfer.train import pretrain
@@ -146,7 +152,8 @@ def plan(params: dict) -> Plan:
     """Every artefact the report reads (`run` reads them, and they are its inputs), from the job planner
     of the stages that write them."""
     return read.plan(params, {stage.name: stage for stage in (pretrain.STAGE, token_frequency_loss.STAGE,
-                                                              gradient_scenarios.STAGE, finetune_eval.STAGE)})
+                                                              gradient_scenarios.STAGE, finetune_eval.STAGE,
+                                                              harness.STAGE)})
 
 
 STAGE = Stage(
