@@ -78,9 +78,18 @@ def test_lm_eval_scores_items_and_log_likelihoods(run_result, decoder):
     assert int(row.value) == int(max(range(3), key=lambda i: lls[i]) == 1)
 
 
-def test_lm_eval_unknown_task_is_one_error_with_closest_names():
-    with pytest.raises(VocabTransferError, match=r"lm_eval\.tasks: .*'local_xnli_swa' \(closest: local_xnli_sw"):
-        harness.check_tasks(["local_xnli_sw", "local_xnli_swa"], harness.task_manager().all_tasks)
+def test_lm_eval_unknown_task_is_one_error_with_closest_names(decoder, tmp_path):
+    params = {"seed": 7, "languages": ["sw"], "init": {"methods": []}, "pretrain": {"methods": [], "objectives": [],
+              "seeds": 1}, "lm_eval": {"tasks": ["local_xnli_swa", "sw:xcopa_swh"], "num_fewshot": 0, "limit": 2,
+                                       "batch_size": 2}}
+    ctx = make_ctx("vocabtransfer.evaluate.harness:run", {"lang": "sw", "model": "source"}, {"model": decoder},
+                   {"scores": tmp_path / "scores.json", "samples": tmp_path / "samples.parquet"}, params)
+    with pytest.raises(VocabTransferError) as error:
+        harness.run(ctx)
+    message = str(error.value)
+    assert message.startswith("lm_eval.tasks: the harness knows no task 'local_xnli_swa' (closest: local_xnli_sw")
+    assert "'xcopa_swh' (closest: xcopa_sw" in message and "\n" not in message
+    assert not (tmp_path / "scores.json").exists()
 
 
 def _samples(task: str, values: list[float], targets: list[str], clusters: list[str], n_choices: int = 3):
@@ -142,3 +151,60 @@ def test_lm_eval_report_not_learned_on_generative_task_and_refuses_unpaired_item
     with pytest.raises(VocabTransferError, match=r"sw lm_eval focus-init-pseed1: local_tydiqa_sw was scored on other "
                                                  r"items.*lm_eval\.limit"):
         harness_table.tables({"source": ({}, gen), "focus-init-pseed1": ({}, other)}, _settings(), "sw")
+
+
+def test_lm_eval_jobs_are_every_causal_candidate_of_a_language_with_tasks():
+    """Off by default; with tasks, one job per model of the language (source, each init, each pretrained);
+    a `<lang>:` entry gives that language only, and the job reads the offline task's data file."""
+    from conftest import REPO
+    from vocabtransfer.pipeline.config import merge_overlay, read_yaml, validate_params
+
+    base = read_yaml(REPO / "params.yaml")
+    params = validate_params(base)
+    assert params["lm_eval"]["tasks"] == [] and harness.STAGE.jobs(params, "sw") == []
+    params = validate_params(merge_overlay(base, {"lm_eval": {"tasks": ["sw:local_tydiqa_sw"]}}))
+    models = [job["model"] for job in harness.STAGE.jobs(params, "sw")]
+    assert models[0] == "source" and "random-init-pseed1" in models and "focus-standard-pseed1" in models
+    assert harness.STAGE.jobs(params, "de") == []
+    assert harness.STAGE.skip_reason(params, {"lang": "de", "model": "source"}) == "lm_eval.tasks has no task for 'de'"
+    data = harness.STAGE.data(params, {"lang": "sw", "model": "source"})
+    assert [p.split("/", 1)[1] if p.startswith("data/") else p for p in data.values()] == [
+        "tydiqa_goldp/swahili_tydiqa_dev.json", "tydiqa_goldp/swahili_tydiqa_train.json"]
+    with pytest.raises(VocabTransferError, match="lm_eval"):
+        validate_params(merge_overlay(base, {"lm_eval": {"tasks": ["sw:de:x"]}}))
+
+
+def test_lm_eval_masked_source_is_not_run_and_says_why(tmp_path):
+    """MiniLM-like encoders have no left-to-right likelihood: the job records why instead of scores."""
+    from helpers import tiny_bert, wordpiece_tokenizer
+
+    model_dir = save_dir(tiny_bert(300), wordpiece_tokenizer("sw"), tmp_path / "bert")
+    params = {"seed": 7, "languages": ["sw"], "init": {"methods": []}, "pretrain": {"methods": [], "objectives": [],
+              "seeds": 1}, "lm_eval": {"tasks": ["local_xnli_{lang}"], "num_fewshot": 0, "limit": 2, "batch_size": 2}}
+    outputs = {"scores": tmp_path / "scores.json", "samples": tmp_path / "samples.parquet"}
+    harness.run(make_ctx("vocabtransfer.evaluate.harness:run", {"lang": "sw", "model": "source"}, {"model": model_dir},
+                         outputs, params))
+    assert read_json(outputs["scores"])["not_run"] == harness.MASKED_REASON
+    assert read_parquet(outputs["samples"]).num_rows == 0
+
+
+def test_lm_eval_report_reads_the_stage_outputs_of_each_model(run_result, tmp_path):
+    """The report's reader finds each planned model's scores.json and samples.parquet and pairs them."""
+    from vocabtransfer.report import harness_table, read
+    from vocabtransfer.io import write_json, write_parquet
+    import pyarrow as pa
+
+    scores, samples = run_result
+    for model in ("source", "fvt-init-pseed1"):
+        write_json(scores, tmp_path / f"results/sw/lm_eval/{model}/scores.json")
+        write_parquet(pa.Table.from_pandas(samples, preserve_index=False),
+                      tmp_path / f"results/sw/lm_eval/{model}/samples.parquet")
+    plan = read.Plan(languages=["sw"], evals={"sw": []}, lm_eval={"sw": ["source", "fvt-init-pseed1", "focus-init-pseed1"]})
+    assert "lm_eval_samples_sw_fvt_init_pseed1" in read.inputs(plan)
+    lang = read.read_language("sw", plan, tmp_path)
+    assert sorted(lang.lm_eval) == ["fvt-init-pseed1", "source"]
+    assert "results/sw/lm_eval/focus-init-pseed1/scores.json" in lang.missing
+    lines, metrics = harness_table.section("sw", lang.lm_eval, _settings(min_clusters=1))
+    assert sorted(metrics) == ["local_tydiqa_sw", "local_xnli_sw"]
+    for task in metrics.values():  # the same samples twice: every difference from the source is exactly 0
+        assert task["scores"]["fvt-init-pseed1"] == task["scores"]["source"]

@@ -30,6 +30,7 @@ import json
 import logging
 import time
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 import pyarrow as pa
@@ -69,8 +70,9 @@ def task_names(params: dict, lang: str) -> list[str]:
     return out
 
 
+@lru_cache(maxsize=1)
 def task_manager():
-    """The harness's catalogue plus this project's offline task folder."""
+    """The harness's catalogue plus this project's offline task folder (indexed once per process: seconds)."""
     from lm_eval.tasks import TaskManager
 
     return TaskManager(include_path=str(TASKS_DIR))
