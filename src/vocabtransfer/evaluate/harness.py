@@ -216,8 +216,8 @@ def skip_reason(params: dict, wildcards: dict) -> str | None:
 def data_files(params: dict, wildcards: dict) -> dict[str, Path]:
     """The local files the job's offline tasks read (a catalogue task's data come from the hub)."""
     shipped = local_tasks()
-    return {f"data_{name}_{i}": paths.data_path(f) for name in task_names(params, wildcards["lang"])
-            for i, f in enumerate(shipped.get(name, []))}
+    files = [f for name in task_names(params, wildcards["lang"]) for f in shipped.get(name, [])]
+    return {f"data_{i}": paths.data_path(f) for i, f in enumerate(files)}  # keys alike across languages
 
 
 STAGE = Stage(
