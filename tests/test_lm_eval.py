@@ -70,7 +70,8 @@ def test_lm_eval_scores_items_and_log_likelihoods(run_result, decoder):
     doc = read_xnli("xnli/dev-sw.tsv")[0]
     words = [", sahihi? Ndiyo, ", ", sahihi? Hivyo, ", ", sahihi? Hapana, "]
     for ll, word in zip(lls, words):
-        ids = [tok.bos_token_id] + tok(" " + doc["premise"] + word + doc["hypothesis"], add_special_tokens=False)["input_ids"]
+        text = " " + doc["premise"] + word + doc["hypothesis"]  # the harness's target delimiter, then the choice
+        ids = [tok.bos_token_id] + tok(text, add_special_tokens=False)["input_ids"]
         with torch.inference_mode():
             logp = torch.log_softmax(model(torch.tensor([ids])).logits[0].double(), -1)
         expected = sum(float(logp[i - 1, t]) for i, t in enumerate(ids) if i > 0)
@@ -127,7 +128,9 @@ def test_lm_eval_report_pairs_models_by_item_clustered_by_passage_beside_the_maj
     d = init.vs_source
     assert math.isclose(d.diff, -200 / 3) and math.isclose(d.low, d.high) and d.n_clusters == 20
     assert math.isclose(init.over_floor.diff, 0.0, abs_tol=1e-9)  # it is the majority-class predictor
-    lines, metrics = harness_table.section("sw", results, _settings())
+    lines, metrics, verdict = harness_table.section("sw", results, _settings())
+    assert verdict == ["**local_xnli_sw (zero-shot acc, model − source, points; floor: majority class (0), 33.3; "
+                       "items only, no seeds)**: worse: focus-init-pseed1 -66.7 [-66.7, -66.7]."]
     assert metrics["local_xnli_sw"]["scores"] == {"source": 100.0, "focus-init-pseed1": round(100 / 3, 4)}
     cells = [[c.strip() for c in line.strip("|").split("|")] for line in "\n".join(lines).splitlines()
              if line.startswith("| focus")]
@@ -199,12 +202,44 @@ def test_lm_eval_report_reads_the_stage_outputs_of_each_model(run_result, tmp_pa
         write_json(scores, tmp_path / f"results/sw/lm_eval/{model}/scores.json")
         write_parquet(pa.Table.from_pandas(samples, preserve_index=False),
                       tmp_path / f"results/sw/lm_eval/{model}/samples.parquet")
-    plan = read.Plan(languages=["sw"], evals={"sw": []}, lm_eval={"sw": ["source", "fvt-init-pseed1", "focus-init-pseed1"]})
+    plan = read.Plan(languages=["sw"], evals={"sw": []},
+                     lm_eval={"sw": ["source", "fvt-init-pseed1", "focus-init-pseed1"]})
     assert "lm_eval_samples_sw_fvt_init_pseed1" in read.inputs(plan)
     lang = read.read_language("sw", plan, tmp_path)
     assert sorted(lang.lm_eval) == ["fvt-init-pseed1", "source"]
     assert "results/sw/lm_eval/focus-init-pseed1/scores.json" in lang.missing
-    lines, metrics = harness_table.section("sw", lang.lm_eval, _settings(min_clusters=1))
+    lines, metrics, _ = harness_table.section("sw", lang.lm_eval, _settings(min_clusters=1))
     assert sorted(metrics) == ["local_tydiqa_sw", "local_xnli_sw"]
     for task in metrics.values():  # the same samples twice: every difference from the source is exactly 0
         assert task["scores"]["fvt-init-pseed1"] == task["scores"]["source"]
+
+
+def test_lm_eval_report_has_the_zero_shot_table_verdict_and_metrics(run_result, tmp_path):
+    """The report stage's writer on a study with only lm_eval results: the zero-shot section, its verdict
+    bullet and results/report/metrics.json's `lm_eval` entry."""
+    import json
+
+    import pyarrow as pa
+
+    from vocabtransfer.io import write_json, write_parquet
+    from vocabtransfer.pipeline import paths
+    from vocabtransfer.report import build, read
+    from vocabtransfer.report.tables import ReportParams
+
+    scores, samples = run_result
+    for model in ("source", "fvt-init-pseed1"):
+        write_json(scores, tmp_path / paths.fill(paths.LM_EVAL_SCORES, lang="sw", model=model))
+        write_parquet(pa.Table.from_pandas(samples, preserve_index=False),
+                      tmp_path / paths.fill(paths.LM_EVAL_SAMPLES, lang="sw", model=model))
+    params = {"languages": ["sw"], "seed": 42, "source_model": "tiny", "init": {"methods": ["fvt"]},
+              "pretrain": {"steps": 20}}
+    report = ReportParams(bootstrap_resamples=500, confidence=0.95, min_clusters=2, correction="holm")
+    plan = read.Plan(languages=["sw"], evals={"sw": []}, lm_eval={"sw": ["source", "fvt-init-pseed1"]})
+    text = build.write_report(params, report, plan, tmp_path).read_text(encoding="utf-8")
+    zero_shot = text.split("### Zero-shot (lm-evaluation-harness)", 1)[1]
+    assert "#### local_xnli_sw (acc)" in zero_shot and "#### local_tydiqa_sw (f1)" in zero_shot
+    verdict = text.split("## Verdict", 1)[1].split("\n## ", 1)[0]
+    assert "**local_xnli_sw (zero-shot acc" in verdict and "**local_tydiqa_sw (zero-shot f1" in verdict
+    metrics = json.loads((tmp_path / paths.REPORT_METRICS).read_text())["sw"]["lm_eval"]
+    xnli = samples[(samples.task == "local_xnli_sw") & (samples.metric == "acc")]
+    assert metrics["local_xnli_sw"]["scores"]["source"] == round(100 * xnli.value.mean(), 4)

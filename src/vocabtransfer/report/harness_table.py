@@ -142,13 +142,13 @@ def verdict_word(d: stats.Difference | None, settings: Settings) -> str:
     return "no detectable difference"
 
 
-def section(lang: str, results: dict, settings: Settings) -> tuple[list[str], dict]:
-    """`### Zero-shot (lm-evaluation-harness)` for one language, and its entry of results/report/metrics.json
-    (task -> metric, floor, learned and every model's score in percent)."""
+def section(lang: str, results: dict, settings: Settings) -> tuple[list[str], dict, list[str]]:
+    """`### Zero-shot (lm-evaluation-harness)` for one language, its entry of results/report/metrics.json
+    (task -> metric, floor, learned and every model's score in percent) and its verdict bullets."""
     from vocabtransfer.report.markdown import grey, md_table
 
     if not results:
-        return [], {}
+        return [], {}, []
     lines = ["### Zero-shot (lm-evaluation-harness)", ""]
     skipped = {m: s["not_run"] for m, (s, _) in results.items() if s.get("not_run")}
     found = tables(results, settings, lang)
@@ -169,5 +169,22 @@ def section(lang: str, results: dict, settings: Settings) -> tuple[list[str], di
                    "the correction, so the scores are greyed and not ranked."), ""]
     for model, reason in skipped.items():
         lines += [f"_{model}: not run ({reason})._", ""]
-    return lines, {t.task: {"metric": t.metric, "floor": round(t.floor_value, 4), "learned": t.learned,
-                            "scores": {s.model: round(s.score.diff, 4) for s in t.scores}} for t in found}
+    metrics = {t.task: {"metric": t.metric, "floor": round(t.floor_value, 4), "learned": t.learned,
+                        "scores": {s.model: round(s.score.diff, 4) for s in t.scores}} for t in found}
+    return lines, metrics, [verdict_bullet(t, settings) for t in found]
+
+
+def verdict_bullet(t: HarnessTask, settings: Settings) -> str:
+    """One verdict sentence on a harness task: not learned (with the best model over the floor), or each
+    model − source grouped by its wording."""
+    floor = f"floor: {t.floor_name}, {t.floor_value:.1f}"
+    if not t.learned:
+        best = max(t.scores, key=lambda s: s.over_floor.diff)
+        return (f"**{t.task} (zero-shot {t.metric}): {t.state}**: no model is above its floor ({floor}) by its "
+                f"interval (best: {best.model} {_number(best.over_floor)} points over it, {t.n_clusters} clusters).")
+    groups: dict[str, list[str]] = {}
+    for s in (s for s in t.scores if s.vs_source is not None):
+        groups.setdefault(verdict_word(s.vs_source, settings), []).append(f"{s.model} {_number(s.vs_source)}")
+    parts = [f"{word}: " + "; ".join(groups[word]) for word in sorted(groups, key=lambda w: (w != "better", w))]
+    return (f"**{t.task} (zero-shot {t.metric}, model − source, points; {floor}; items only, no seeds)**: "
+            + (". ".join(parts) if parts else "only the source was scored") + ".")
