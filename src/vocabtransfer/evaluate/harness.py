@@ -17,7 +17,8 @@ Outputs (results/<lang>/lm_eval/<model>/):
 
 * scores.json: per task, the harness's aggregate of every metric (`acc`, `f1`, `exact_match`; the
   `,none` filter suffix dropped) and the number of items; `{"not_run": reason}` for a masked LM;
-* samples.parquet: one row per task, item and metric (the harness's `log_samples`): `doc_id`, `cluster`
+* samples.parquet: one row per task, item and metric with an item score (the harness's `log_samples`; a
+  corpus-level metric such as bleu has none): `doc_id`, `cluster`
   (what items share: an XNLI premise, a QA passage; the item itself for a catalogue task), `value`,
   `target`, the choices' log-likelihoods (multiple choice) or the generated text, so the report pairs
   models item by item (vocabtransfer.report.harness_table).
@@ -28,6 +29,7 @@ from __future__ import annotations
 import difflib
 import json
 import logging
+import numbers
 import time
 from dataclasses import dataclass
 from functools import lru_cache
@@ -162,7 +164,8 @@ def samples_table(results: dict) -> pa.Table:
             doc = sample.get("doc") or {}
             cluster = str(doc.get("cluster", f"item {sample['doc_id']}"))
             lls, text = _response(sample)
-            for metric in sample.get("metrics", []):
+            # a corpus-level metric (bleu, chrf) logs a (reference, prediction) pair per item, no item score
+            for metric in (m for m in sample.get("metrics", []) if isinstance(sample.get(m), numbers.Real)):
                 for key, value in (("task", task), ("doc_id", int(sample["doc_id"])), ("cluster", cluster),
                                    ("metric", metric), ("value", float(sample[metric])),
                                    ("target", str(sample.get("target", ""))), ("loglikelihoods", lls),
