@@ -45,7 +45,7 @@ def run_result(decoder, tmp_path_factory):
 
 def test_lm_eval_scores_items_and_log_likelihoods(run_result, decoder):
     scores, samples = run_result
-    assert set(scores["scores"]) == {"local_xnli_sw", "local_tydiqa_sw"}
+    assert set(scores["scores"]) == {"local_xnli_sw", "local_tydiqa_sw"} and scores["versions"]["lm_eval"] == "0.4.13"
     for task, metrics in (("local_xnli_sw", ["acc"]), ("local_tydiqa_sw", ["exact_match", "f1"])):
         assert scores["scores"][task]["n"] == LIMIT
         rows = samples[samples.task == task]

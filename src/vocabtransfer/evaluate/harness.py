@@ -33,6 +33,7 @@ import numbers
 import time
 from dataclasses import dataclass
 from functools import lru_cache
+from importlib.metadata import version
 from pathlib import Path
 
 import pyarrow as pa
@@ -91,8 +92,10 @@ def check_tasks(names: list[str], known: list[str]) -> None:
                                  f"{', '.join(sorted(local_tasks()))}")
 
 
+@lru_cache(maxsize=1)
 def local_tasks() -> dict[str, list[str]]:
-    """The offline tasks shipped in TASKS_DIR -> the data files they read (relative to the data folder)."""
+    """The offline tasks shipped in TASKS_DIR -> the data files they read (relative to the data folder); read
+    once per process (the job planner asks for every job)."""
     import yaml
 
     class Loader(yaml.SafeLoader):
@@ -196,7 +199,7 @@ def run(ctx) -> None:
         results = evaluate(model_dir, names, num_fewshot=opts.num_fewshot, limit=opts.limit,
                            batch_size=opts.batch_size, device=ctx.device, seed=ctx.seed)
         out["scores"], table = scores(results), samples_table(results)
-    out.update(seconds=round(time.perf_counter() - start, 3), versions=io.versions())
+    out.update(seconds=round(time.perf_counter() - start, 3), versions={**io.versions(), "lm_eval": version("lm_eval")})
     io.write_parquet(table, ctx.output["samples"])
     io.write_json(out, ctx.output["scores"])
     log.info("%s lm_eval %s: %s", lang, model, out.get("not_run") or "; ".join(
