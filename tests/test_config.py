@@ -209,6 +209,7 @@ def test_the_typed_sections_mirror_the_schema():
     from vocabtransfer.data.pretokenize import PretokenizeParams
     from vocabtransfer.data.tokenizer import TokenizerParams
     from vocabtransfer.evaluate.gradient_scenarios import GradientScenariosParams
+    from vocabtransfer.evaluate.harness import LmEvalParams
     from vocabtransfer.evaluate.init_eval import InitEvalParams
     from vocabtransfer.evaluate.tasks import EvalParams
     from vocabtransfer.evaluate.token_frequency_loss import TokenFrequencyLossParams
@@ -221,7 +222,8 @@ def test_the_typed_sections_mirror_the_schema():
     typed = {"corpus": CorpusParams, "tokenizer": TokenizerParams, "pretokenize": PretokenizeParams,
              "fasttext": FasttextParams, "overlap": OverlapParams, "source_head": SourceHeadParams, "init": InitParams,
              "init_eval": InitEvalParams, "pretrain": PretrainParams, "report": ReportParams, "eval": EvalParams,
-             "token_frequency_loss": TokenFrequencyLossParams, "gradient_scenarios": GradientScenariosParams}
+             "token_frequency_loss": TokenFrequencyLossParams, "gradient_scenarios": GradientScenariosParams,
+             "lm_eval": LmEvalParams}
     sections = {name for name, node in schema()["properties"].items() if node.get("type") == "object"}
     assert sections == set(typed), "every params section is read through its dataclass"
     for name, cls in typed.items():

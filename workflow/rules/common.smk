@@ -145,7 +145,7 @@ def stage_threads(name):
 # Among the jobs that are ready, Snakemake starts those of higher priority first: the stages that
 # later jobs wait for go before the leaves of the DAG, so that on a few cores the long pretrain jobs
 # do not queue behind dozens of evaluation jobs and end up last.
-LEAF_STAGES = ("init_eval", "token_frequency_loss", "gradient_scenarios", "finetune_eval", "floor", "report")
+LEAF_STAGES = ("init_eval", "token_frequency_loss", "gradient_scenarios", "finetune_eval", "floor", "lm_eval", "report")
 
 
 def stage_priority(name):
@@ -213,6 +213,7 @@ def all_targets():
     targets = stage_targets("pretokenize", "stats") + stage_targets("init_eval", "init_eval")
     targets += stage_targets("pretrain", "pretrain") + stage_targets("finetune_eval", "result")
     targets += stage_targets("token_frequency_loss", "table") + stage_targets("gradient_scenarios", "table")
+    targets += stage_targets("lm_eval", "scores")
     return targets + [paths.REPORT]  # the report reads every other result
 
 

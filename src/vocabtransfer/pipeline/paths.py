@@ -125,3 +125,8 @@ REPORT_DIR = "results/report"
 REPORT_FIGURES = "results/report/figures"  # the report's PNG figures
 REPORT_CURVES = "results/report/curves"  # valid-loss curves as CSV, one per language (DVC plots)
 REPORT_METRICS = "results/report/metrics.json"  # final scores per language, model and task (DVC metrics)
+
+# lm-evaluation-harness, zero-shot (evaluate/harness.py): per language and model, the aggregate scores and
+# the per-item samples the report pairs across models
+LM_EVAL_SCORES = "results/{lang}/lm_eval/{model}/scores.json"
+LM_EVAL_SAMPLES = "results/{lang}/lm_eval/{model}/samples.parquet"

@@ -19,6 +19,7 @@ from vocabtransfer.data import word_fasttext
 from vocabtransfer.evaluate import finetune_eval
 from vocabtransfer.evaluate import floor
 from vocabtransfer.evaluate import gradient_scenarios
+from vocabtransfer.evaluate import harness
 from vocabtransfer.evaluate import init_eval
 from vocabtransfer.evaluate import token_frequency_loss
 from vocabtransfer.init import initialise
@@ -47,4 +48,5 @@ STAGES = {stage.name: stage for stage in (
     floor.STAGE,
     token_frequency_loss.STAGE,
     gradient_scenarios.STAGE,
+    harness.STAGE,  # lm_eval
 )}

@@ -44,6 +44,7 @@ class Plan:
     skipped: dict[str, dict[str, str]] = field(default_factory=dict)
     # per language, the runs it has no model for (its init method cannot run there)
     absent: dict[str, set[Run]] = field(default_factory=dict)
+    lm_eval: dict[str, list[str]] = field(default_factory=dict)  # per language, the models of its lm_eval jobs
 
     def tasks(self, lang: str) -> list[str]:
         """The tasks with finetune_eval jobs for `lang` (each has a floor job too)."""
@@ -65,6 +66,8 @@ def plan(params: dict, stages: dict) -> Plan:
     for lang in out.languages:
         out.evals[lang], out.skipped[lang] = stages["finetune_eval"].jobs(params, lang), skipped_tasks(params, lang)
         out.absent[lang] = set(out.pretrain) - set(runs(stages["pretrain"].jobs(params, lang)))
+        if "lm_eval" in stages:
+            out.lm_eval[lang] = [job["model"] for job in stages["lm_eval"].jobs(params, lang)]
     return out
 
 
@@ -95,6 +98,9 @@ def inputs(p: Plan) -> dict[str, str]:
                 paths.EVAL_RESULT, lang=lang, task=job["task"], model=job["model"], seed=str(job["seed"]))
         for task in p.tasks(lang):
             out[_key("floor", lang, task)] = paths.fill(paths.EVAL_FLOOR, lang=lang, task=task)
+        for model in p.lm_eval.get(lang, []):
+            for name, template in (("lm_eval", paths.LM_EVAL_SCORES), ("lm_eval_samples", paths.LM_EVAL_SAMPLES)):
+                out[_key(name, lang, model)] = paths.fill(template, lang=lang, model=model)
     return out
 
 
@@ -125,6 +131,7 @@ class Language:
     # task -> model group (`focus-standard`, `focus-init`, `source`) -> (pretraining seed, fine-tuning seed) -> result
     evals: dict = field(default_factory=dict)
     floors: dict = field(default_factory=dict)  # task -> floor.json (vocabtransfer.evaluate.floor)
+    lm_eval: dict = field(default_factory=dict)  # model -> (scores.json, samples DataFrame) of its lm_eval job
     skipped: dict[str, str] = field(default_factory=dict)
     missing: list[str] = field(default_factory=list)
 
@@ -173,4 +180,9 @@ def read_language(lang: str, p: Plan, root: Path) -> Language:
         floor = _json(need(paths.EVAL_FLOOR, task=task))
         if floor is not None:
             out.floors[task] = floor
+    for model in p.lm_eval.get(lang, []):
+        scores = _json(need(paths.LM_EVAL_SCORES, model=model))
+        samples = _parquet(need(paths.LM_EVAL_SAMPLES, model=model))
+        if scores is not None and samples is not None:
+            out.lm_eval[model] = (scores, samples)
     return out

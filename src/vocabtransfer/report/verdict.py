@@ -92,8 +92,9 @@ def objective_sentences(family: Family, settings: Settings) -> list[str]:
     return out
 
 
-def language_verdict(lang: str, families: list[Family], status: dict, settings: Settings) -> list[str]:
-    """The verdict's bullet points for one language."""
+def language_verdict(lang: str, families: list[Family], status: dict, settings: Settings,
+                     extra: list[str] = ()) -> list[str]:
+    """The verdict's bullet points for one language (`extra`: the zero-shot tasks', report.harness_table)."""
     lines = [f"### {lang}", ""]
     bullets = []
     for family in families:
@@ -125,12 +126,14 @@ def language_verdict(lang: str, families: list[Family], status: dict, settings: 
     for family in families:
         if " − standard, per method" in family.title:
             bullets += objective_sentences(family, settings)
+    bullets += list(extra)
     if not bullets:
         bullets.append("No comparison could be made: the study has no paired runs for this language.")
     return lines + [f"- {b}" for b in bullets] + [""]
 
 
-def section(per_language: dict[str, tuple[list[Family], dict]], settings: Settings) -> list[str]:
+def section(per_language: dict[str, tuple[list[Family], dict]], settings: Settings,
+            extra: dict[str, list[str]] | None = None) -> list[str]:
     """`## Verdict`, the report's first section."""
     lines = ["## Verdict", "",
              f"Computed from the tables below: each difference with its {100 * settings.confidence:g} % nested "
@@ -141,5 +144,5 @@ def section(per_language: dict[str, tuple[list[Family], dict]], settings: Settin
              "after the correction\". A task is learned when some model is detectably above its floor (a "
              "predictor without a model).", ""]
     for lang, (families, status) in per_language.items():
-        lines += language_verdict(lang, families, status, settings)
+        lines += language_verdict(lang, families, status, settings, (extra or {}).get(lang, []))
     return lines
