@@ -135,10 +135,12 @@ def test_bytes_per_token_by_hand():
 
 
 def test_share_kept():
+    """(floor − method) / (floor − source), the floor being the best predictor without a model."""
     assert bits_per_byte.share_kept(4.0, 3.0, 2.0) == pytest.approx(0.5)
     assert bits_per_byte.share_kept(4.0, 4.0, 2.0) == 0.0 and bits_per_byte.share_kept(4.0, 2.0, 2.0) == 1.0
     assert bits_per_byte.share_kept(4.0, 1.0, 2.0) == pytest.approx(1.5)  # better than the source
-    assert bits_per_byte.share_kept(4.0, 5.0, 2.0) == pytest.approx(-0.5)  # worse than random
+    assert bits_per_byte.share_kept(4.0, 5.0, 2.0) == pytest.approx(-0.5)  # worse than the floor
+    # the source does not beat the floor (nothing to keep), or a value is missing
     for bad in ((2.0, 1.0, 2.0), (2.0, 1.0, 3.0), (math.nan, 1.0, 0.5), (3.0, None, 1.0)):
         assert math.isnan(bits_per_byte.share_kept(*bad)), bad
 
