@@ -76,7 +76,7 @@ def test_the_floors_score_exactly_the_tokens_a_model_is_scored_on(tmp_path):
 
 def test_share_kept_is_measured_from_the_best_floor_and_a_source_below_it_has_nothing_to_keep():
     best = bpb_floor.best({"unigram-target": 3.0, "uniform": 2.7, "unigram-source": math.nan})
-    assert (best.name, best.bits_per_byte, best.label) == ("uniform", 2.7, "uniform over the target vocabulary")
+    assert (best.name, best.bits_per_byte, best.label) == ("uniform", 2.7, "uniform, target vocabulary")
     assert bits_per_byte.share_kept(best.bits_per_byte, 2.2, 1.7) == pytest.approx(0.5)
     # the Gemma study's sw numbers: the source (2.875) does not beat a floor of 2.71, so it has nothing to keep
     assert bits_per_byte.nothing_to_keep(2.71, 2.875) and math.isnan(bits_per_byte.share_kept(2.71, 2.903, 2.875))

@@ -36,7 +36,7 @@ from vocabtransfer.evaluate.bits_per_byte import LineScores, context_ids, line_c
 FLOOR = "floor"  # the `method` of a floor's rows in bits_per_byte.parquet (its `objective` is the floor's name)
 NAMES = ("unigram-target", "unigram-source", "uniform")
 LABELS = {"unigram-target": "unigram, target tokenizer", "unigram-source": "unigram, source tokenizer",
-          "uniform": "uniform over the target vocabulary"}
+          "uniform": "uniform, target vocabulary"}
 
 
 def counts_of(chunks: Iterable[np.ndarray], vocab: int, where: str) -> np.ndarray:
