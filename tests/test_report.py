@@ -25,6 +25,8 @@ from vocabtransfer.report import read
 from vocabtransfer.report import build
 from vocabtransfer.report.tables import ReportParams
 
+from helpers import wide_table_rows, wording_faults
+
 LANGS = ("sw", "de")
 METHODS = ("random", "focus")
 OBJECTIVES = ("standard", "selfish")
@@ -656,6 +658,7 @@ def test_a_method_only_initialised_gets_zero_shot_bits_per_byte_paired_with_ever
     difference is the mean over random's seeds, by hand."""
     import pandas as pd
 
+    from vocabtransfer.report import markdown
     from vocabtransfer.report.bpb import bits_per_byte_table
     from vocabtransfer.report.tables import Settings
 
@@ -676,8 +679,10 @@ def test_a_method_only_initialised_gets_zero_shot_bits_per_byte_paired_with_ever
         add("random", "init", p, v)
     mean_bpb = 2.0 + 0.1 * rng.random(n)
     add("mean", "init", 1, mean_bpb)
+    add("floor", "unigram-target", 0, 3.0 + 0.1 * rng.random(n))
     lang = read.Language("sw", bits_per_byte=pd.DataFrame(rows))
-    table = bits_per_byte_table(lang, Settings(2000, 0.95, "holm", 0, min_clusters=30))
+    settings = Settings(2000, 0.95, "holm", 0, min_clusters=30)
+    table = bits_per_byte_table(lang, settings)
     row = next(r for r in table.rows if r.method == "mean")
     d = row.vs_random.diff
     assert d.n_pseeds == 3 and d.n_clusters == n
@@ -686,7 +691,17 @@ def test_a_method_only_initialised_gets_zero_shot_bits_per_byte_paired_with_ever
     assert d.diff == pytest.approx(by_hand) and d.high < 0
     # its own score rests on its one initialisation, and says so
     assert row.score.n_pseeds == 1 and row.score.diff == pytest.approx((mean_bpb * n_bytes).sum() / n_bytes.sum())
-    assert row.runs == "1 initialisation" and row.vs_random.runs_text == "1 initialisation against 3 pretraining seeds"
+    assert row.runs == "1 initialisation" and row.vs_random.runs_text == "1 initialisation, random: 3 seeds"
+    # against the floor (no seeds on either side) its interval holds the test set's variance only: worded, with
+    # its p marked as such, and said to rest on one initialisation
+    assert row.vs_floor.test_set_only and row.vs_floor.status(settings) == "better"
+    text = "\n".join(markdown.bits_per_byte_section(lang, table, settings))
+    assert cells(text, "mean", "init")[3] == "1 initialisation"
+    vs_floor = cells(section(text, "#### Bits per byte: model − best floor"), "mean (init) − best floor")
+    assert vs_floor[3].endswith(" †") and vs_floor[5:] == ["✱ better", f"1 initialisation, {n} clusters"]
+    assert "†: no seed variance behind the row" in text
+    vs_random = cells(section(text, "#### Bits per byte: method − random"), "mean − random (init)")
+    assert not vs_random[3].endswith("†") and vs_random[6] == f"1 initialisation, random: 3 seeds, {n} clusters"
 
 
 def test_job_time_is_the_sum_of_the_benchmarks_seconds(tmp_path):
@@ -699,3 +714,44 @@ def test_job_time_is_the_sum_of_the_benchmarks_seconds(tmp_path):
     (tmp_path / paths.LOGS / "benchmarks" / "stage" / "empty.tsv").write_text("s\th:m:s\n", encoding="utf-8")
     assert build.job_seconds(tmp_path) == pytest.approx(30.0)
     assert build.job_seconds(tmp_path / "none") is None
+
+
+def test_every_table_line_fits_160_characters_and_a_wider_one_is_caught(rendered):
+    """The report's tables (the bucket table has 3 buckets here, the study's 11) stay within 160 characters a
+    line: a wide one is split into tables that repeat what a row is; the check itself catches a wider line."""
+    from vocabtransfer.report.markdown import md_table
+
+    _, _, text = rendered
+    assert not wide_table_rows(text)
+    headers = ["method", "objective"] + [f"b{i} (ranks {1000 * i}–{1000 * i + 999})" for i in range(11)]
+    rows = [["focus", "standard"] + [f"{i + 0.5:.2f}" for i in range(11)]]
+    assert len(md_table(headers, rows).splitlines()[0]) > 160 or "\n\n" in md_table(headers, rows)
+    split = md_table(headers, rows, keys=2)
+    tables = split.split("\n\n")
+    assert len(tables) >= 2 and not wide_table_rows(split)
+    assert all(t.splitlines()[2].startswith("| focus    | standard    |") for t in tables)  # each says what a row is
+    assert sorted(h.strip() for t in tables for h in t.splitlines()[0].strip("| ").split(" | ")[2:]) == sorted(
+        headers[2:])  # every column once
+    assert wide_table_rows("| " + "x" * 158 + " |") and not wide_table_rows("| " + "x" * 156 + " |")
+
+
+def test_seed_counts_agree_in_number():
+    """`1 fine-tuning seed`, `3 fine-tuning seeds`; a report says no `seed(s)` and no `1 … seeds`."""
+    from vocabtransfer.report.tables import seeds_text
+
+    def d(p, f):
+        return stats.Difference(0.1, 0.0, 0.2, 0.05, n_pseeds=p, n_fseeds=f, n_clusters=40)
+
+    assert seeds_text(d(0, 1)) == "1 fine-tuning seed" and seeds_text(d(0, 3)) == "3 fine-tuning seeds"
+    assert seeds_text(d(1, 0)) == "1 pretraining seed" and seeds_text(d(3, 0)) == "3 pretraining seeds"
+    assert seeds_text(d(3, 2)) == "3 pretraining × 2 fine-tuning seeds" and seeds_text(d(1, 1)) == (
+        "1 pretraining × 1 fine-tuning seed")
+    assert seeds_text(d(0, 0)) == "one model" and seeds_text(None) == "–"
+    assert wording_faults("best: source, 1 fine-tuning seeds, 120 clusters; each with 3 pretraining seed(s)") == [
+        "1 fine-tuning seeds", "seed(s)"]
+
+
+def test_the_rendered_report_words_its_counts_and_its_job_time_from_the_numbers(rendered, tmp_path):
+    _, plan, text = rendered
+    assert not wording_faults(text)
+    assert "each with 3 pretraining seeds" in text and "fine-tuning seeds 1, 2 per model" in text

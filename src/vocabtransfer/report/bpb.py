@@ -166,7 +166,7 @@ def _model_row(method: str, objective: str, runs: stats.Runs, base: stats.Runs |
         diff = settings.bootstrap(base, runs)
         row.vs_random = Row(f"{method} − random ({objective})", "bits per byte", diff, lower_is_better=True,
                             note="" if diff else "no paired runs",
-                            runs=f"{ONE_INIT} against {seeds_text(diff)}" if fixed and diff else "")
+                            runs=f"{ONE_INIT}, random: {_count(diff)}" if fixed and diff else "")
         family.rows.append(row.vs_random)
     if floor is not None:
         row.vs_floor = Row(f"{method} ({objective}) − best floor", "bits per byte",
@@ -174,6 +174,11 @@ def _model_row(method: str, objective: str, runs: stats.Runs, base: stats.Runs |
                            runs=ONE_INIT if fixed else "", seedless=fixed)
         floor_family.rows.append(row.vs_floor)
     return row
+
+
+def _count(d: stats.Difference) -> str:
+    """`3 seeds`: how many runs of random a deterministic initialisation is paired with."""
+    return seeds_text(d).replace(" pretraining", "")
 
 
 def share_sentence(table: BpbTable | None, settings: Settings) -> str | None:
