@@ -264,6 +264,8 @@ def test_verdict_states_wins_costs_and_what_is_not_learned(rendered):
     assert "worse" not in valid and "no detectable" not in valid
     # nli: nobody is above the majority class
     assert "**nli: not learned at these sizes**" in verdict
+    nli = next(line for line in verdict.splitlines() if line.startswith("- **nli: not learned"))
+    assert re.search(r"points over it, adjusted p [\d.e-]+, 2 fine-tuning seeds, 20 clusters", nli), nli
     assert not re.search(r"\*\*nli, method − random", verdict)
     qa = next(line for line in verdict.splitlines() if line.startswith("- **qa, method − random"))
     d = recomputed(root, "sw", "qa", "random-standard", "focus-standard")

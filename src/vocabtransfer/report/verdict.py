@@ -132,8 +132,10 @@ def language_verdict(lang: str, families: list[Family], status: dict, settings: 
                     else f"**{task}: cannot tell whether it is learned ({st.state})**: the models above its floor")
             bullets.append(f"{head} ({floor}) by its interval rest on too little" if st.state != NOT_LEARNED else head
                            + f" ({floor}) by its interval")
+            p = best.over_floor.adjusted_p  # "not learned" rests on the correction over the task's models
             bullets[-1] += (f" (best: {best.group} {number(best.over_floor, 1)} points over it, "
-                            f"{seeds_text(best.over_floor)}, {best.over_floor.n_clusters} clusters); its scores are "
+                            + (f"adjusted p {p:.2g}, " if p is not None and st.state == NOT_LEARNED else "")
+                            + f"{seeds_text(best.over_floor)}, {best.over_floor.n_clusters} clusters); its scores are "
                             "left out of every comparison.")
             continue
         for family in families:
