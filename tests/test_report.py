@@ -660,8 +660,8 @@ def test_a_method_only_initialised_gets_zero_shot_bits_per_byte_paired_with_ever
     difference is the mean over random's seeds, by hand."""
     import pandas as pd
 
-    from vocabtransfer.report import markdown
     from vocabtransfer.report.bpb import bits_per_byte_table
+    from vocabtransfer.report.bpb_markdown import bits_per_byte_section
     from vocabtransfer.report.tables import Settings
 
     n = 40
@@ -697,7 +697,7 @@ def test_a_method_only_initialised_gets_zero_shot_bits_per_byte_paired_with_ever
     # against the floor (no seeds on either side) its interval holds the test set's variance only: worded, with
     # its p marked as such, and said to rest on one initialisation
     assert row.vs_floor.test_set_only and row.vs_floor.status(settings) == "better"
-    text = "\n".join(markdown.bits_per_byte_section(lang, table, settings))
+    text = "\n".join(bits_per_byte_section(lang, table, settings))
     assert cells(text, "mean", "init")[3] == "1 initialisation"
     vs_floor = cells(section(text, "#### Bits per byte: model − best floor"), "mean (init) − best floor")
     assert vs_floor[3].endswith(" †") and vs_floor[5:] == ["✱ better", f"1 initialisation, {n} clusters"]

@@ -26,6 +26,7 @@ from vocabtransfer.report import markdown
 from vocabtransfer.report import tables
 from vocabtransfer.report import verdict
 from vocabtransfer.report.bpb import bits_per_byte_table, share_sentence
+from vocabtransfer.report.bpb_markdown import bits_per_byte_section
 from vocabtransfer.report.costs import read_benchmark
 from vocabtransfer.report.figures import plot_curves, plot_downstream, seed_curves, write_curves_csv
 from vocabtransfer.report.read import Plan, read_language
@@ -92,7 +93,7 @@ def write_report(params: dict, report: tables.ReportParams, p: Plan, root: Path 
                 body += markdown.family_section(family, settings)
             if not families:
                 body += ["_No comparison: no paired runs for this language._", ""]
-            body += markdown.bits_per_byte_section(lang, bpb, settings)
+            body += bits_per_byte_section(lang, bpb, settings)
             if bpb is not None and bpb.rows:
                 m["bits_per_byte"] = {(r.method if r.method == tables.SOURCE_ROW else f"{r.method}-{r.objective}"):
                                       round(r.score.diff, 4) for r in bpb.rows if r.score is not None}
