@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from itertools import chain
 from pathlib import Path
 from typing import Iterable
 
@@ -60,7 +61,7 @@ def target_counts(path: str | Path, tokenizer) -> np.ndarray:
 def source_counts(tokenizer, corpus: str | Path, batch_size: int = 1000) -> np.ndarray:
     """Unigram counts of a corpus split's text encoded with `tokenizer` (no special tokens), streamed."""
     backend = encoder(tokenizer)
-    chunks = (np.fromiter((i for e in encs for i in e.ids), dtype=np.int64)
+    chunks = (np.fromiter(chain.from_iterable(e.ids for e in encs), dtype=np.int64)
               for _, encs in encode_batches(backend, iter_text_batches(corpus, batch_size)))
     return counts_of(chunks, len(tokenizer), str(corpus))
 
