@@ -402,6 +402,7 @@ def test_bits_per_byte_table_with_intervals_bytes_per_token_and_the_share_kept(r
     assert "from the best floor (unigram, target tokenizer, 2.8" in share
     assert re.search(r"focus \(init\) 0\.\d\d \(-0\.\d+ \[-0\.\d+, -0\.\d+\] bits per byte against the floor, 3 "
                      r"pretraining seeds, adjusted p [\d.e-]+\)", share), share
+    assert "random (standard)" in share and "random (init)" not in share  # random's init is above the floor
     metrics = json.loads((root / paths.REPORT_METRICS).read_text())["sw"]
     assert metrics["bits_per_byte"]["source"] == pytest.approx(mean(source), abs=1e-4) and set(
         metrics["bits_per_byte"]) == {"source", *(f"{m}-{o}" for m in METHODS for o in ("init",) + OBJECTIVES)}

@@ -61,7 +61,8 @@ def bits_per_byte_section(lang: Language, table: BpbTable | None, settings: Sett
               "tokenizer fitted on the train split with add-one smoothing; the uniform guess, log2 V bits per "
               "target token). " + keep + " Intervals are nested over valid lines (the clusters) and pretraining "
               f"seeds; each table below is corrected ({CORRECTION_NAME[settings.correction]}) over its rows. A method "
-              "without random rows has one initialisation, whatever the seed.", ""]
+              "without random rows has one initialisation, whatever the seed: its own interval holds the test set's "
+              "variance only.", ""]
     for family in (table.family, table.floor_family):
         if family is not None and family.rows:
             lines += family_section(family, settings)
