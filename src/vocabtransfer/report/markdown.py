@@ -323,7 +323,7 @@ def token_frequency_section(lang: Language) -> list[str]:
     keys.sort(key=lambda k: (lang.methods().index(k[0]) if k[0] in lang.methods() else 99,
                              OBJECTIVE_ORDER.index(k[1]) if k[1] in OBJECTIVE_ORDER else 9))
     rows = [[m, o] + [fmt(means.get((m, o, int(b)), (math.nan,))[0], 2) for b in buckets["bucket"]] for m, o in keys]
-    lines.append(md_table(headers, rows))
+    lines.append(md_table(headers, rows, keys=2))  # a wide one split: each part says method and objective
     lines += ["", "Mean cross-entropy on held-out target tokens by the train-frequency bucket of the target token "
               "(b0 = most frequent types), averaged over pretraining seeds; `init` = the initialised model. The "
               "selfish − standard table gives each bucket's difference with its interval.", "",
