@@ -198,7 +198,7 @@ def share_sentence(table: BpbTable | None, settings: Settings) -> str | None:
     listed = "; ".join(f"{r.method} ({r.objective}) {r.share_kept:.2f} ({_number(r.vs_floor)} bits per byte "
                        f"against the floor, {r.vs_floor.runs_text}"
                        + (", test-set variance only" if r.vs_floor.test_set_only else "")
-                       + f", adjusted p {r.vs_floor.diff.adjusted_p:.3g})" for r in ahead)
+                       + f", adjusted p {r.vs_floor.diff.adjusted_p:.2g})" for r in ahead)
     return f"{head}, for the models detectably better than the floor: {listed}."
 
 

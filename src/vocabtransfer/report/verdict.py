@@ -159,8 +159,10 @@ def section(per_language: dict[str, tuple], settings: Settings) -> list[str]:
              f"{'Holm' if settings.correction == 'holm' else 'Benjamini–Hochberg'} correction over its table and it "
              f"rests on at least {settings.min_clusters} test clusters and more than one run; \"too few to tell\" "
              "where it rests on less; otherwise \"no detectable difference\", or \"interval excludes zero, but not "
-             "after the correction\". A task is learned when some model is detectably above its floor (a "
-             "predictor without a model).", ""]
+             "after the correction\"; a label that rests on the correction carries its adjusted p. A task is learned "
+             "when some model is detectably above its floor (a predictor without a model); the share of the source's "
+             "advantage a causal model keeps is measured from the best bits-per-byte floor and worded only for the "
+             "models detectably better than it.", ""]
     for lang, (families, status, *extra) in per_language.items():  # (families, status[, extra bullets])
         lines += language_verdict(lang, families, status, settings, *extra)
     return lines
