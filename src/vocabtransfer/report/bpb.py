@@ -100,6 +100,7 @@ def _bytes_per_token(df, method: str, objective: str) -> float:
 
 
 def _floors(lang: Language, settings: Settings) -> tuple[list[BpbRow], dict[str, stats.Runs]]:
+    """The floors' rows (in bpb_floor.NAMES order) and their per-line runs, by name."""
     df = lang.bits_per_byte
     rows, runs = [], {}
     present = set(df.loc[df["method"] == bpb_floor.FLOOR, "objective"])
