@@ -378,3 +378,20 @@ def setup_workdir(work: Path, params: dict, env: dict) -> None:
     run_command(["git", "init", "-q"], work, env)
     run_command([str(BIN / "dvc"), "init", "-q"], work, env)
     run_command([str(BIN / "dvc"), "config", "core.analytics", "false"], work, env)
+
+
+# ---------------------------------------------------------------- the report's form
+
+TABLE_WIDTH = 160  # the widest line a report's table may have (report.markdown.WIDTH)
+
+
+def wide_table_rows(text: str) -> list[str]:
+    """The lines of Markdown tables in `text` wider than TABLE_WIDTH characters."""
+    return [line for line in text.splitlines() if line.startswith("|") and len(line) > TABLE_WIDTH]
+
+
+def wording_faults(text: str) -> list[str]:
+    """What a report must not say: a count of 1 with a plural noun, `seed(s)`, inline styles GitHub strips."""
+    faults = re.findall(r"\b1 (?:pretraining|fine-tuning) seeds\b|\b1 pretraining × 1 fine-tuning seeds\b", text)
+    faults += [s for s in ("seed(s)", "<span") if s in text]
+    return faults

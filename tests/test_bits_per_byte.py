@@ -135,10 +135,12 @@ def test_bytes_per_token_by_hand():
 
 
 def test_share_kept():
+    """(floor − method) / (floor − source), the floor being the best predictor without a model."""
     assert bits_per_byte.share_kept(4.0, 3.0, 2.0) == pytest.approx(0.5)
     assert bits_per_byte.share_kept(4.0, 4.0, 2.0) == 0.0 and bits_per_byte.share_kept(4.0, 2.0, 2.0) == 1.0
     assert bits_per_byte.share_kept(4.0, 1.0, 2.0) == pytest.approx(1.5)  # better than the source
-    assert bits_per_byte.share_kept(4.0, 5.0, 2.0) == pytest.approx(-0.5)  # worse than random
+    assert bits_per_byte.share_kept(4.0, 5.0, 2.0) == pytest.approx(-0.5)  # worse than the floor
+    # the source does not beat the floor (nothing to keep), or a value is missing
     for bad in ((2.0, 1.0, 2.0), (2.0, 1.0, 3.0), (math.nan, 1.0, 0.5), (3.0, None, 1.0)):
         assert math.isnan(bits_per_byte.share_kept(*bad)), bad
 
@@ -188,6 +190,7 @@ def tfl_study(tmp_path, source_model, source_tok, tok):
 
     xx = tmp_path / "xx"
     encode(text_lines("sw", 60), xx / "pretokenized" / "train")
+    io.write_parquet(pa.table({"text": text_lines("sw", 60)}), xx / "corpus" / "train.parquet")
     valid = text_lines("sw", 12, start=2000) + [LINES[2] * 4]  # the last one is longer than seq_len
     encode(valid, xx / "pretokenized" / "valid")
     io.write_parquet(pa.table({"text": valid}), xx / "corpus" / "valid.parquet")
@@ -202,7 +205,7 @@ def tfl_study(tmp_path, source_model, source_tok, tok):
         models[(m, o, s)] = tiny_llama(len(tok), seed=10 + k)
         save_dir(models[(m, o, s)], tok, xx / sub / "model")
     inputs = {"train_ids": xx / "pretokenized" / "train", "valid_ids": xx / "pretokenized" / "valid",
-              "valid_text": xx / "corpus" / "valid.parquet",
+              "valid_text": xx / "corpus" / "valid.parquet", "train_text": xx / "corpus" / "train.parquet",
               "source_model": save_dir(source_model, source_tok, tmp_path / "source" / "model"),
               **{token_frequency_loss.model_key(*key): xx / (f"init/{key[0]}/pseed{key[2]}" if key[1] == "init"
                                                              else f"pretrain/{key[0]}/{key[1]}/pseed{key[2]}")
@@ -215,7 +218,7 @@ def tfl_study(tmp_path, source_model, source_tok, tok):
 
 def test_token_frequency_loss_writes_bits_per_line_for_every_model_and_the_source(tmp_path, bpe, caplog):
     from vocabtransfer import io
-    from vocabtransfer.evaluate import token_frequency_loss
+    from vocabtransfer.evaluate import bpb_floor, token_frequency_loss
 
     en = bpe_tokenizer("en")
     source = tiny_llama(len(en), seed=7)
@@ -226,11 +229,18 @@ def test_token_frequency_loss_writes_bits_per_line_for_every_model_and_the_sourc
     assert table.schema == token_frequency_loss.BPB_SCHEMA
     df = table.to_pandas()
     keys = list(dict.fromkeys(zip(df["method"], df["objective"], df["pseed"])))
-    assert keys == [("source", "source", 0), ("focus", "init", 1), ("focus", "init", 2), ("focus", "standard", 1),
+    floors = [("floor", name, 0) for name in bpb_floor.NAMES]  # beside the models, line by line
+    assert keys == [("source", "source", 0), *floors, ("focus", "init", 1), ("focus", "init", 2), ("focus", "standard", 1),
                     ("focus", "standard", 2), ("mean", "init", 1)]  # mean, only initialised: bits per byte only
     frequency = io.read_parquet(out["table"]).to_pandas()
     assert "mean" not in set(frequency["method"])  # not in the frequency-bucket table
     n_bytes = [len(s.encode("utf-8")) for s in valid]
+    want_floors = bpb_floor.floor_scores(bpe, ctx.input["train_ids"], en, ctx.input["train_text"], valid)
+    for name, want in want_floors.items():
+        g = df[(df["method"] == "floor") & (df["objective"] == name)]
+        np.testing.assert_allclose(g["bits"].to_numpy(), want.bits)
+        assert g["n_scored"].tolist() == want.n_scored.tolist() and g["n_bytes"].tolist() == want.n_bytes.tolist()
+    df = df[df["method"] != "floor"]
     for (m, o, s), g in df.groupby(["method", "objective", "pseed"], sort=False):
         model, tok = (source, en) if m == "source" else (models[(m, o, s)], bpe)
         want = bits_per_byte.score_lines(model.eval(), tok, valid, seq_len=32, batch_size=4)

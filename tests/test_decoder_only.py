@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
+import pyarrow.parquet as pq
 import pytest
 import torch
 import yaml
@@ -21,7 +22,7 @@ from conftest import BIN, REPO
 
 from vocabtransfer.pipeline.config import merge_overlay, read_yaml, validate_params
 
-from helpers import gpt2_seed, llama_seed, text_lines
+from helpers import gpt2_seed, llama_seed, text_lines, wide_table_rows, wording_faults
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 pytestmark = pytest.mark.slow
@@ -292,4 +293,13 @@ def test_decoder_only_fine_tuning_uses_the_architectures_task_heads(request, kin
     source_class = "LlamaForCausalLM" if kind == "llama" else "GPT2LMHeadModel"
     assert f"({source_class}, causal LM)" in report
     assert "Nothing: every configured job has results." in report
+    # bits per byte beside its floors (predictors without a model), in init_eval and the report, whose
+    # verdict words the share kept from the best floor; every table line within 160 characters
+    init = {r["method"]: r for r in pq.read_table(run.work / "results/sw/init_eval.parquet").to_pylist()}
+    assert {"floor:unigram-target", "floor:unigram-source", "floor:uniform"} <= set(init), list(init)
+    assert all(init[f"floor:{n}"]["bits_per_byte"] > 0 for n in ("unigram-target", "unigram-source", "uniform"))
+    bpb = report.split("\n### Bits per byte\n", 1)[1].split("\n### ", 1)[0]
+    assert "| unigram, target tokenizer " in bpb and "#### Bits per byte: model − best floor" in bpb, bpb[:3000]
+    assert "- **Share of the source's advantage kept**, from the best floor (" in report
+    assert not wide_table_rows(report) and not wording_faults(report), wide_table_rows(report)[:2]
     print(f"{kind}: workflow {run.seconds:.0f} s")

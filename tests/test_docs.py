@@ -290,3 +290,62 @@ def test_the_readmes_job_counts_are_the_dry_runs(shared_data):
     assert stated == [str(table["total"] - table["all"])], (stated, table["total"])
     for m in re.finditer(r"\b(\d+) jobs\b", readme):  # any other count names its run (a commit)
         assert m.group(1) == stated[0] or re.search(r"\b[0-9a-f]{7}\b", readme[m.end():m.end() + 80]), m.group(0)
+
+
+# the labels a verdict gives a difference, and the words a claim quoting it may use for each
+LABEL = re.compile(r"interval excludes zero, but not after the correction|no detectable difference|too few to tell|"
+                   r"not learned|cannot tell|better|worse|helps|costs")
+CLAIM_WORDS = {
+    "better": ("beat", "ahead", "better", "keeps"), "helps": ("lowers", "helps"),
+    "worse": ("worse", "raises", "costs"), "costs": ("raises", "costs"),
+    "interval excludes zero, but not after the correction": ("not after the correction", "none after the"),
+    "no detectable difference": ("no detectable difference", "includes 0"),
+    "too few to tell": ("too few to tell", "cannot tell"), "cannot tell": ("cannot tell",),
+    "not learned": ("not learned", "not shown to be learned", "below it", "includes 0"),
+}
+
+
+def verdict_words(verdict: str) -> dict[str, set[str]]:
+    """Every interval a verdict states -> the label it gives it: the one in the brackets right after the number
+    (`(costs; 3 pretraining seeds)`), else the last one before it in its bullet (`better: focus − random …`)."""
+    out: dict[str, set[str]] = {}
+    for bullet in (line for line in verdict.splitlines() if line.startswith("- ")):
+        for m in re.finditer(INTERVAL, bullet):
+            after = re.match(r"\s*\(([^;)]*)", bullet[m.end():])
+            label = LABEL.search(after.group(1)) if after else None
+            before = list(LABEL.finditer(bullet[:m.start()]))
+            label = label or (before[-1] if before else None)
+            out.setdefault(m.group(0), set()).add(label.group(0) if label else "")
+    return out
+
+
+def claims(text: str) -> list[str]:
+    """The sentences of a Markdown text (a bullet's bold head starts one), joined across line breaks."""
+    return re.split(r"(?<=\.)\s+(?=[A-Z*])|\s+(?=- \*\*)", " ".join(text.split()))
+
+
+def wrong_words(text: str, verdicts: str) -> list[str]:
+    """Each interval `text` quotes whose sentence does not use a word of the label its verdict gives it."""
+    words = verdict_words(verdicts)
+    wrong = []
+    for sentence in claims(text):
+        low = sentence.lower()
+        for number in re.findall(INTERVAL, sentence):
+            labels = words.get(number, set())
+            if not any(w in low for label in labels for w in CLAIM_WORDS.get(label, ())):
+                wrong.append(f"{number} ({', '.join(sorted(labels)) or 'no label'}): {sentence[:160]}")
+    return wrong
+
+
+def test_the_readmes_claims_use_the_words_of_the_verdicts_they_quote():
+    """A claim quoting a difference says what its verdict says of it: "beat"/"ahead" only for a difference the
+    verdict calls better, "raises"/"costs" for a cost, "not after the correction", "no detectable difference",
+    "too few to tell" where the verdict says so; so a claim that lists models lists only those its verdict calls
+    detectable (the README's short answer and docs/results.md, against the committed studies' verdicts)."""
+    verdicts = verdict_of(STUDY) + "\n" + verdict_of(GEMMA_STUDY)
+    for page in (readme_section("The answer so far"), RESULTS.read_text(encoding="utf-8")):
+        assert not wrong_words(page, verdicts), wrong_words(page, verdicts)
+    # the check can fail: a win quoted as no difference, a cost quoted as a win
+    assert wrong_words("Selfish shows no detectable difference: +0.241 [+0.160, +0.323].", verdicts)
+    assert wrong_words("FOCUS beats random: +0.241 [+0.160, +0.323].", verdicts)
+    assert not wrong_words("Selfish costs focus in de: +0.241 [+0.160, +0.323].", verdicts)

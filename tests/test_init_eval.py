@@ -15,13 +15,15 @@ from vocabtransfer.evaluate import init_eval
 from vocabtransfer import io
 from vocabtransfer.errors import VocabTransferError
 
-from helpers import bpe_tokenizer, make_ctx, over_defaults, save_dir, text_lines, tiny_bert, tiny_llama, wordpiece_tokenizer
+from helpers import (bpe_tokenizer, make_ctx, over_defaults, save_dir, text_lines, tiny_bert, tiny_llama,
+                     wordpiece_tokenizer, write_ids)
 
 N_XNLI_ROWS = 90  # 30 distinct premises
 
 
 def setup_study(tmp_path, source_model, source_tok, methods: dict, *, xx_same_as_en: bool):
-    """Source model dir, one init dir per method (model/ only), valid split, XNLI files and source text."""
+    """Source model dir, one init dir per method (model/ only), valid split, XNLI files and source text, and the
+    train split (text, and pre-tokenised with the last method's tokenizer) the floors are fitted on."""
     src = save_dir(source_model, source_tok, tmp_path / "source" / "model")
     for name, (model, tok) in methods.items():
         save_dir(model, tok, tmp_path / "xx" / "init" / name / "model")
@@ -44,7 +46,11 @@ def setup_study(tmp_path, source_model, source_tok, methods: dict, *, xx_same_as
                                                  "retrieval_sentences": 25, "xnli": str(xnli / "dev-{lang}.tsv"),
                                                  "source_lang": "en"}),
     }
-    inputs = {"source_model": src, "valid": valid}
+    train = text_lines("sw", 120, start=3000)
+    io.write_parquet(pa.table({"text": train}), tmp_path / "xx" / "corpus" / "train.parquet")
+    write_ids(list(methods.values())[-1][1], train, tmp_path / "xx" / "pretokenized" / "train")
+    inputs = {"source_model": src, "valid": valid, "train_ids": tmp_path / "xx" / "pretokenized" / "train",
+              "train_text": tmp_path / "xx" / "corpus" / "train.parquet"}
     inputs.update({init_eval.input_key(m): tmp_path / "xx" / "init" / m for m in methods})
     out = tmp_path / "xx" / "init_eval.parquet"
     outputs = {"init_eval": out, "plot": out.with_suffix(".png")}
@@ -110,8 +116,9 @@ def test_translations_and_causal_models(tmp_path, en_wp):
 
 def test_bits_per_byte_of_causal_models_and_the_source(tmp_path, caplog):
     """Causal models get bits per byte on the valid lines, the source with its own tokenizer on the same
-    lines; the source scored as its own 'initialisation' keeps all of its advantage (share 1), random none."""
-    from vocabtransfer.evaluate import bits_per_byte
+    lines, the floors beside them; the share kept is measured from the best floor, and an untrained source that
+    does not beat it has nothing to keep."""
+    from vocabtransfer.evaluate import bits_per_byte, bpb_floor
 
     en_bpe, sw_bpe = bpe_tokenizer("en"), bpe_tokenizer("sw", 280)
     source, rand = tiny_llama(len(en_bpe)), tiny_llama(len(sw_bpe), seed=1)
@@ -127,8 +134,26 @@ def test_bits_per_byte_of_causal_models_and_the_source(tmp_path, caplog):
         assert rows[name]["bytes_per_token"] == pytest.approx(want.bytes_per_token)
         assert rows[name]["n_bytes"] == sum(len(s.encode("utf-8")) for s in valid)
     assert rows["same"]["bits_per_byte"] == pytest.approx(rows["source"]["bits_per_byte"], rel=1e-6)
-    assert rows["same"]["share_kept"] == pytest.approx(1.0) and rows["random"]["share_kept"] == 0.0
-    assert rows["source"]["share_kept"] is None
+    # the floors beside the models, on the target tokenizer (the last method's) and the source's
+    train = tmp_path / "xx" / "pretokenized" / "train"
+    floors = bpb_floor.floor_scores(en_bpe, train, en_bpe, tmp_path / "xx" / "corpus" / "train.parquet", valid)
+    for name, want in floors.items():
+        row = rows[f"floor:{name}"]
+        assert row["kind"] == "floor" and row["share_kept"] is None and row["loss"] is None
+        assert row["bits_per_byte"] == pytest.approx(want.bits_per_byte) and row["n_bytes"] == rows["same"]["n_bytes"]
+    assert rows["floor:uniform"]["bits_per_byte"] == pytest.approx(
+        math.log2(len(en_bpe)) / rows["floor:uniform"]["bytes_per_token"])
+    # an untrained tiny source does not beat the best floor: it has nothing to keep, and no share is given
+    best = min(r["bits_per_byte"] for r in rows.values() if r["kind"] == "floor")
+    assert rows["source"]["bits_per_byte"] > best and all(r["share_kept"] is None for r in rows.values())
+    # the share from the best floor, where the source beats it
+    table = list(rows.values())
+    for r in table:
+        if r["method"] == "source":
+            r["bits_per_byte"] = best - 1.0
+    rows["same"]["bits_per_byte"] = best - 0.5
+    init_eval.add_share_kept(table)
+    assert rows["same"]["share_kept"] == pytest.approx(0.5) and rows["source"]["share_kept"] is None
     assert "| bits_per_byte | bytes_per_token | share_kept |" in caplog.text and "no bits per byte" not in caplog.text
 
 
@@ -189,4 +214,5 @@ def test_inputs_follow_params():
     params = {"init": {"methods": ["random", "focus+svd"]}}
     assert init_eval.inputs(params, {"lang": "sw"}) == {
         "source_model": "results/source/model", "valid": "results/{lang}/corpus/valid.parquet",
+        "train_ids": "results/{lang}/pretokenized/train", "train_text": "results/{lang}/corpus/train.parquet",
         "init_random": "results/{lang}/init/random/pseed1", "init_focus_svd": "results/{lang}/init/focus+svd/pseed1"}

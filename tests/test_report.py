@@ -15,7 +15,7 @@ import pyarrow as pa
 import pytest
 
 from vocabtransfer import io
-from vocabtransfer.evaluate import stats
+from vocabtransfer.evaluate import bpb_floor, stats
 from vocabtransfer.evaluate.init_eval import SCHEMA as INIT_EVAL_SCHEMA
 from vocabtransfer.evaluate.token_frequency_loss import BLOCKS_SCHEMA, BPB_SCHEMA, SCHEMA as TFL_SCHEMA
 from vocabtransfer.pipeline import models
@@ -24,6 +24,8 @@ from vocabtransfer.pipeline.config import typed_section
 from vocabtransfer.report import read
 from vocabtransfer.report import build
 from vocabtransfer.report.tables import ReportParams
+
+from helpers import wide_table_rows, wording_faults
 
 LANGS = ("sw", "de")
 METHODS = ("random", "focus")
@@ -103,16 +105,21 @@ def bucket_loss(objective: str, bucket: int) -> float:
 LINES = 20  # valid lines scored in bits per byte
 # bits per byte of each model before noise: focus below random, pretraining below init, the source lowest
 BPB = {("random", "init"): 3.0, ("focus", "init"): 2.6, ("random", "standard"): 2.2, ("focus", "standard"): 1.9,
-       ("random", "selfish"): 2.25, ("focus", "selfish"): 1.95, ("source", "source"): 1.5}
+       ("random", "selfish"): 2.25, ("focus", "selfish"): 1.95, ("source", "source"): 1.5,
+       # the floors (predictors without a model): in sw the target unigram is the best, above the source
+       ("floor", "unigram-target"): 2.8, ("floor", "unigram-source"): 3.2, ("floor", "uniform"): 3.6}
+# in de the best floor beats the source: the source has nothing to keep there
+FLOOR_LEVEL = {"sw": {}, "de": {"unigram-target": 1.3}}
 
 
-def bpb_lines(method: str, objective: str, pseed: int) -> dict[str, list]:
+def bpb_lines(method: str, objective: str, pseed: int, level: float | None = None) -> dict[str, list]:
     """Columns of BPB_SCHEMA for one model: per line its bytes, tokens (the source's tokenizer cuts the text
-    into more of them) and bits, BPB[model] per byte with noise per line and pretraining seed."""
+    into more of them) and bits, BPB[model] (or `level`) per byte with noise per line and pretraining seed."""
     rng = np.random.default_rng(1000 * pseed + 10 * list(BPB).index((method, objective)))
     n_bytes = 50 + np.arange(LINES) % 7
     n_tokens = (20 + np.arange(LINES) % 5) if method == "source" else (12 + np.arange(LINES) % 3)
-    bits = (BPB[(method, objective)] + 0.01 * pseed + 0.05 * rng.standard_normal(LINES)) * n_bytes
+    level = BPB[(method, objective)] if level is None else level
+    bits = (level + 0.01 * pseed + 0.05 * rng.standard_normal(LINES)) * n_bytes
     return {"method": [method] * LINES, "objective": [objective] * LINES, "pseed": [pseed] * LINES,
             "line": list(range(LINES)), "bits": bits.tolist(), "n_bytes": n_bytes.tolist(),
             "n_tokens": n_tokens.tolist(), "n_scored": n_tokens.tolist()}
@@ -171,8 +178,10 @@ def make_results(root: Path, langs=LANGS, with_evals: bool = True) -> read.Plan:
         write(root, paths.TOKEN_FREQUENCY_LOSS, pa.Table.from_pylist(tfl, schema=TFL_SCHEMA), lang=lang)
         write(root, paths.TOKEN_FREQUENCY_BLOCKS, pa.table(cells, schema=BLOCKS_SCHEMA), lang=lang)
         lines = {name: [] for name in BPB_SCHEMA.names}
-        for m, o, s in [("source", "source", 0)] + [(m, "init", s) for m in METHODS for s in PSEEDS] + runs:
-            for name, values in bpb_lines(m, o, s).items():
+        floors = [("floor", name, 0) for name in bpb_floor.NAMES]
+        for m, o, s in [("source", "source", 0)] + floors + [(m, "init", s) for m in METHODS for s in PSEEDS] + runs:
+            level = FLOOR_LEVEL[lang].get(o) if m == "floor" else None
+            for name, values in bpb_lines(m, o, s, level).items():
                 lines[name] += values
         write(root, paths.BITS_PER_BYTE, pa.table(lines, schema=BPB_SCHEMA), lang=lang)
         plan.evals[lang] = []
@@ -255,14 +264,20 @@ def test_verdict_states_wins_costs_and_what_is_not_learned(rendered):
     assert "worse" not in valid and "no detectable" not in valid
     # nli: nobody is above the majority class
     assert "**nli: not learned at these sizes**" in verdict
+    nli = next(line for line in verdict.splitlines() if line.startswith("- **nli: not learned"))
+    assert re.search(r"points over it, adjusted p [\d.e-]+, 2 fine-tuning seeds, 20 clusters", nli), nli
     assert not re.search(r"\*\*nli, method − random", verdict)
     qa = next(line for line in verdict.splitlines() if line.startswith("- **qa, method − random"))
     d = recomputed(root, "sw", "qa", "random-standard", "focus-standard")
     assert f"focus − random (standard) {d.diff:+.1f} [{d.low:+.1f}, {d.high:+.1f}]" in qa and "better:" in qa
     # selfish: costs 0.1 on the valid loss, costs bucket 0, helps bucket 2, nothing detectable in bucket 1
     focus = next(line for line in verdict.splitlines() if line.startswith("- **selfish − standard, focus**"))
-    assert re.search(r"valid loss \+0\.1\d\d \[\+0\.\d+, \+0\.\d+\] \(costs; 3 pretraining seeds\)", focus), focus
-    assert re.search(r"lower loss \(helps\) in b2 -0\.500 \[", focus) and re.search(r"\(costs\) in b0 \+0\.300 \[", focus)
+    # a label that rests on the Holm correction carries its adjusted p
+    assert re.search(r"valid loss \+0\.1\d\d \[\+0\.\d+, \+0\.\d+\] \(costs; adjusted p 0\.0\d+; 3 pretraining seeds\)",
+                     focus), focus
+    assert re.search(r"lower loss \(helps\) in b2 -0\.500 \[-0\.500, -0\.500\] \(adjusted p [\d.e-]+\)", focus)
+    assert re.search(r"\(costs\) in b0 \+0\.300 \[", focus)
+    assert re.search(r"better: focus − random \(standard\) -1\.0\d\d \[[^]]+\] \(adjusted p [\d.e-]+\)", valid), valid
     assert "no detectable difference in 1 of 3 frequency buckets" in focus
 
 
@@ -275,12 +290,12 @@ def test_comparison_tables_show_the_recomputed_intervals(rendered):
     for objective, d, adjusted in zip(objectives, diffs, stats.correct([d.p_value for d in diffs], "holm")):
         row = cells(qa, f"focus − random ({objective})", "qa")
         assert row[2] == f"{d.diff:+.1f} [{d.low:+.1f}, {d.high:+.1f}]"
-        assert row[5].startswith("✱ better (3 pretraining × 2 fine-tuning seeds, 20 clusters)")
+        assert row[5:7] == ["✱ better", "3 pretraining × 2 fine-tuning seeds, 20 clusters"]
         assert float(row[3]) == pytest.approx(d.p_value, rel=0.01)
         assert float(row[4]) == pytest.approx(adjusted, rel=0.01)  # Holm over the table's 3 rows
     assert "#### nli: method − random" not in comparisons  # not learned: never compared
     valid = section(comparisons, "#### Valid loss after pretraining: method − random")
-    assert cells(valid, "focus − random (selfish)", "valid loss")[5].startswith("✱ better (3 pretraining seeds")
+    assert cells(valid, "focus − random (selfish)", "valid loss")[5:7] == ["✱ better", "3 pretraining seeds, 20 clusters"]
     selfish = section(comparisons, "#### Selfish − standard, per method")
     assert cells(selfish, "focus", "b1 (ranks 10–19)")[5].startswith("no detectable difference")
     assert cells(selfish, "random", "b2 (ranks 20–29)")[5].startswith("✱ better")
@@ -294,7 +309,8 @@ def test_downstream_tables_grey_what_is_not_learned(rendered):
     _, _, text = rendered
     down = section(section(text, "## sw"), "### Downstream tasks")
     nli = section(down, "#### nli (accuracy) — not learned at these sizes")
-    assert "**" not in nli and cells(nli, "focus-standard")[1].startswith('<span style="color:gray">33.3')
+    assert "**" not in nli and cells(nli, "focus-standard")[1].startswith("_33.3")
+    assert "<span" not in text  # GitHub strips inline styles: de-emphasis in italics
     assert "Floor (majority class, no model: always the most frequent training label): 33.3" in nli
     assert cells(nli, "floor: majority class")[1] == "33.3"
     qa = section(down, "#### qa (f1)")
@@ -327,11 +343,17 @@ def bpb_runs(root: Path, lang: str, method: str, objective: str) -> stats.Runs:
                        for p, g in sub.groupby("pseed")}, tuple(range(LINES)))
 
 
+def floor_runs(root: Path, lang: str, name: str, keys) -> stats.Runs:
+    """A floor's bits per line, as runs with the keys of the model it is compared with."""
+    one = bpb_runs(root, lang, "floor", name).parts[(0, 0)]
+    return stats.Runs({k: one for k in keys}, tuple(range(LINES)))
+
+
 def test_bits_per_byte_table_with_intervals_bytes_per_token_and_the_share_kept(rendered):
     root, _, text = rendered
     table = section(section(text, "## sw"), "### Bits per byte")
-    assert cells(table, "model") == ["model", "objective", "bits per byte [interval]", "seeds", "bytes per token",
-                                     "share kept", "− random [interval]", "p", "adjusted p", "verdict"]
+    assert cells(table, "model") == ["model", "objective", "bits per byte [interval]", "runs", "bytes per token",
+                                     "share kept", "− best floor [interval]"]
 
     def interval(runs):  # the model's own bits per byte with its interval: B = the model, A = zero
         zero = stats.Runs({k: (np.zeros(LINES), np.ones(LINES)) for k in runs.parts}, runs.clusters)
@@ -346,44 +368,88 @@ def test_bits_per_byte_table_with_intervals_bytes_per_token_and_the_share_kept(r
     assert src[2] == f"{d.diff:.3f} [{d.low:.3f}, {d.high:.3f}]" and src[3] == "one model" and src[5:7] == ["–", "–"]
     n_bytes = 50 + np.arange(LINES) % 7
     assert src[4] == f"{n_bytes.sum() / (20 + np.arange(LINES) % 5).sum():.2f}"  # the source's own tokenizer
+    # the floors beside the models; the best (lowest) is the target tokenizer's unigram
+    floor = bpb_runs(root, "sw", "floor", "unigram-target")
+    assert cells(table, "unigram, target tokenizer", "floor")[2] == f"{mean(floor):.3f} [{interval(floor).low:.3f}, " \
+        f"{interval(floor).high:.3f}]"
+    assert float(cells(table, "uniform, target vocabulary", "floor")[2].split()[0]) > mean(floor)
     diffs = []
     for objective in ("init", "standard", "selfish"):
         base, focus = bpb_runs(root, "sw", "random", objective), bpb_runs(root, "sw", "focus", objective)
         row, own = cells(table, "focus", objective), interval(focus)
         assert row[2] == f"{own.diff:.3f} [{own.low:.3f}, {own.high:.3f}]" and row[3] == "3 pretraining seeds"
         assert row[4] == f"{n_bytes.sum() / (12 + np.arange(LINES) % 3).sum():.2f}"
-        share = (mean(base) - mean(focus)) / (mean(base) - mean(source))
+        share = (mean(floor) - mean(focus)) / (mean(floor) - mean(source))  # from the best floor
         assert row[5] == f"{share:.2f}" and 0 < share < 1
+        vs_floor = stats.nested_interval(floor_runs(root, "sw", "unigram-target", focus.parts), focus, resamples=2000,
+                                         seed=42, confidence=0.95)
+        assert row[6] == f"{vs_floor.diff:+.3f} [{vs_floor.low:+.3f}, {vs_floor.high:+.3f}]" and vs_floor.high < 0
         d = stats.nested_interval(base, focus, resamples=2000, seed=42, confidence=0.95)
-        assert row[6] == f"{d.diff:+.3f} [{d.low:+.3f}, {d.high:+.3f}]" and d.high < 0
-        assert row[9].startswith("✱ better (3 pretraining seeds, 20 clusters)")
-        diffs.append((row, d))
-        assert cells(table, "random", objective)[5:7] == ["0.00", "–"]
+        vs = cells(section(table, "#### Bits per byte: method − random"), f"focus − random ({objective})")
+        assert vs[2] == f"{d.diff:+.3f} [{d.low:+.3f}, {d.high:+.3f}]" and d.high < 0
+        assert vs[5:7] == ["✱ better", "3 pretraining seeds, 20 clusters"]
+        diffs.append((vs, d))
+        random_share = (mean(floor) - mean(base)) / (mean(floor) - mean(source))
+        assert cells(table, "random", objective)[5] == f"{random_share:.2f}"
     for (row, d), adjusted in zip(diffs, stats.correct([d.p_value for _, d in diffs], "holm")):
-        assert float(row[8]) == pytest.approx(adjusted, rel=0.01)  # Holm over the table's 3 rows
-    assert "the target tokenizer needs 41 % fewer tokens for the same text" in section(section(text, "## sw"),
-                                                                                   "### Bits per byte")
+        assert float(row[4]) == pytest.approx(adjusted, rel=0.01)  # Holm over the table's 3 rows
+    assert "the target tokenizer needs 41 % fewer tokens for the same text" in table
+    assert cells(section(table, "#### Bits per byte: model − best floor"), "focus (init) − best floor")[5] == "✱ better"
     verdict = section(section(text, "## Verdict"), "### sw")
     line = next(x for x in verdict.splitlines() if x.startswith("- **Bits per byte of the valid text"))
     assert "(3 pretraining seeds): better: focus − random (init) -0.39" in line
-    metrics = json.loads((root / paths.REPORT_METRICS).read_text())["sw"]["bits_per_byte"]
-    assert metrics["source"] == pytest.approx(mean(source), abs=1e-4) and set(metrics) == {
-        "source", *(f"{m}-{o}" for m in METHODS for o in ("init",) + OBJECTIVES)}
+    share = next(x for x in verdict.splitlines() if x.startswith("- **Share of the source's advantage kept**"))
+    assert "from the best floor (unigram, target tokenizer, 2.8" in share
+    assert re.search(r"focus \(init\) 0\.\d\d \(-0\.\d+ \[-0\.\d+, -0\.\d+\] bits per byte against the floor, 3 "
+                     r"pretraining seeds, adjusted p [\d.e-]+\)", share), share
+    assert "random (standard)" in share and "random (init)" not in share  # random's init is above the floor
+    metrics = json.loads((root / paths.REPORT_METRICS).read_text())["sw"]
+    assert metrics["bits_per_byte"]["source"] == pytest.approx(mean(source), abs=1e-4) and set(
+        metrics["bits_per_byte"]) == {"source", *(f"{m}-{o}" for m in METHODS for o in ("init",) + OBJECTIVES)}
+    assert metrics["bits_per_byte_floor"]["unigram-target"] == pytest.approx(mean(floor), abs=1e-4)
 
 
-def test_init_table_shows_bits_per_byte_of_causal_models(tmp_path):
+def test_a_source_that_does_not_beat_the_best_floor_has_nothing_to_keep(rendered):
+    """de: the target unigram (1.3) needs fewer bits per byte than the source (1.5): no share anywhere, and
+    the report says why."""
+    _, _, text = rendered
+    table = section(section(text, "## de"), "### Bits per byte")
+    assert all(cells(table, m, o)[5] == "–" for m in METHODS for o in ("init",) + OBJECTIVES)
+    assert "does not beat the best floor: it has nothing to keep on this language, so no share is given" in table
+    verdict = section(section(text, "## Verdict"), "### de")
+    share = next(x for x in verdict.splitlines() if x.startswith("- **Share of the source's advantage kept**"))
+    assert "none to keep: the source does not beat the floor on this language, so no share is given" in share
+    assert not re.search(r"\d\.\d\d \(", share.split("):", 1)[1])  # no model's share is listed
+
+
+def test_init_table_shows_bits_per_byte_of_causal_models_beside_the_floors(tmp_path):
+    """The floors stand beside the models; the share kept is printed once: in the bits-per-byte table when the
+    report has one (the init table then has none), else from init_eval (from its best floor)."""
     plan = make_results(tmp_path, langs=("sw",), with_evals=False)
     path = tmp_path / paths.fill(paths.INIT_EVAL, lang="sw")
     rows = io.read_parquet(path).to_pylist()
-    for r, (bits, share) in zip(rows, ((1.5, None), (3.0, 0.0), (2.5, 1 / 3))):  # source, random, focus
-        r.update(kind="causal", bits_per_byte=bits, share_kept=share, bytes_per_token=2.4 if bits == 1.5 else 4.08)
+    for r, (bits, share) in zip(rows, ((1.5, None), (3.0, -1 / 3), (2.5, 1 / 3))):  # source, random, focus
+        r.update(kind="causal", bits_per_byte=bits, share_kept=share, bytes_per_token=2.4 if bits == 1.5 else 4.08,
+                 retrieval_en2xx=None, retrieval_xx2en=None)  # retrieval: encoders only, so no columns for it
+    floor = dict.fromkeys(INIT_EVAL_SCHEMA.names)
+    rows += [{**floor, "lang": "sw", "method": "floor:unigram-target", "kind": "floor", "bits_per_byte": 2.75,
+              "bytes_per_token": 4.08}, {**floor, "lang": "sw", "method": "floor:uniform", "kind": "floor",
+                                         "bits_per_byte": 2.9, "bytes_per_token": 4.08}]
     io.write_parquet(pa.Table.from_pylist(rows, schema=INIT_EVAL_SCHEMA), path)
     build.write_report({**PARAMS, "languages": ["sw"]}, _report(PARAMS), plan, tmp_path)
     init = section(section((tmp_path / paths.REPORT).read_text(), "## sw"), "### Right after initialisation")
-    assert cells(init, "method")[6:] == ["bits per byte", "share kept", "bytes per token"]
-    assert cells(init, "focus")[6:] == ["**2.500**", "**0.33**", "4.08"] and cells(init, "random")[6:8] == ["3.000", "0.00"]
-    assert cells(init, "source model (loss on en text; bits per byte on sw text and retrieval with its own "
-                 "tokenizer)")[6:] == ["1.500", "–", "2.40"]
+    assert cells(init, "method")[4:] == ["bits per byte", "bytes per token"]  # the share: in *Bits per byte*
+    assert cells(init, "focus")[4:] == ["**2.500**", "4.08"] and cells(init, "random")[4] == "3.000"
+    assert cells(init, "source (own tokenizer)")[4:] == ["1.500", "2.40"]
+    assert cells(init, "floor: unigram-target")[1:] == ["–"] * 3 + ["2.750", "4.08"]
+    assert cells(init, "floor: uniform")[4] == "2.900"
+    assert "Share kept: in the table *Bits per byte* below" in init
+    (tmp_path / paths.fill(paths.BITS_PER_BYTE, lang="sw")).unlink()  # no bits-per-byte table: init_eval's share
+    build.write_report({**PARAMS, "languages": ["sw"]}, _report(PARAMS), plan, tmp_path)
+    init = section(section((tmp_path / paths.REPORT).read_text(), "## sw"), "### Right after initialisation")
+    assert cells(init, "method")[4:] == ["bits per byte", "share kept", "bytes per token"]
+    assert cells(init, "focus")[4:] == ["**2.500**", "**0.33**", "4.08"] and cells(init, "random")[5] == "-0.33"
+    assert "(BPB_floor − BPB_method) / (BPB_floor − BPB_source), from the best floor" in init
 
 
 def test_masked_models_get_no_bits_per_byte_and_the_report_says_why(tmp_path):
@@ -595,7 +661,9 @@ def test_a_method_only_initialised_gets_zero_shot_bits_per_byte_paired_with_ever
     difference is the mean over random's seeds, by hand."""
     import pandas as pd
 
-    from vocabtransfer.report.tables import Settings, bits_per_byte_table
+    from vocabtransfer.report.bpb import bits_per_byte_table
+    from vocabtransfer.report.bpb_markdown import bits_per_byte_section
+    from vocabtransfer.report.tables import Settings
 
     n = 40
     rng = np.random.default_rng(0)
@@ -614,26 +682,79 @@ def test_a_method_only_initialised_gets_zero_shot_bits_per_byte_paired_with_ever
         add("random", "init", p, v)
     mean_bpb = 2.0 + 0.1 * rng.random(n)
     add("mean", "init", 1, mean_bpb)
+    add("floor", "unigram-target", 0, 3.0 + 0.1 * rng.random(n))
     lang = read.Language("sw", bits_per_byte=pd.DataFrame(rows))
-    table = bits_per_byte_table(lang, Settings(2000, 0.95, "holm", 0, min_clusters=30))
+    settings = Settings(2000, 0.95, "holm", 0, min_clusters=30)
+    table = bits_per_byte_table(lang, settings)
     row = next(r for r in table.rows if r.method == "mean")
     d = row.vs_random.diff
     assert d.n_pseeds == 3 and d.n_clusters == n
     by_hand = np.mean([(mean_bpb * n_bytes).sum() / n_bytes.sum() - (v * n_bytes).sum() / n_bytes.sum()
                        for v in random_bpb.values()])
     assert d.diff == pytest.approx(by_hand) and d.high < 0
-    assert row.score.n_pseeds == 3 and row.score.diff == pytest.approx((mean_bpb * n_bytes).sum() / n_bytes.sum())
+    # its own score rests on its one initialisation, and says so
+    assert row.score.n_pseeds == 1 and row.score.diff == pytest.approx((mean_bpb * n_bytes).sum() / n_bytes.sum())
+    assert row.runs == "1 initialisation" and row.vs_random.runs_text == "1 initialisation, random: 3 seeds"
+    # against the floor (no seeds on either side) its interval holds the test set's variance only: worded, with
+    # its p marked as such, and said to rest on one initialisation
+    assert row.vs_floor.test_set_only and row.vs_floor.status(settings) == "better"
+    text = "\n".join(bits_per_byte_section(lang, table, settings))
+    assert cells(text, "mean", "init")[3] == "1 initialisation"
+    vs_floor = cells(section(text, "#### Bits per byte: model − best floor"), "mean (init) − best floor")
+    assert vs_floor[3].endswith(" †") and vs_floor[5:] == ["✱ better", f"1 initialisation, {n} clusters"]
+    assert "†: no seed variance behind the row" in text
+    vs_random = cells(section(text, "#### Bits per byte: method − random"), "mean − random (init)")
+    assert not vs_random[3].endswith("†") and vs_random[6] == f"1 initialisation, random: 3 seeds, {n} clusters"
 
 
-def test_job_time_is_the_span_from_the_first_jobs_start_to_the_last_jobs_end(tmp_path):
-    """Each benchmark table is written when its job ends (its mtime) and holds the job's duration (`s`):
-    jobs of 10 s ending at t=100 and of 20 s ending at t=200 span 90 .. 200, 110 s, not their 30 s sum."""
-    import os
-
-    for name, seconds, end in (("a", 10, 100), ("b", 20, 200)):
+def test_job_time_is_the_sum_of_the_benchmarks_seconds(tmp_path):
+    """The `s` column of each benchmark table (its last row: the job's last run) summed: jobs of 10 s and 20 s
+    (one of them run twice, 5 s then 20 s) are 30 s of job time, whatever the files' times; the set-up says so."""
+    for name, seconds in (("a", ["10.0"]), ("b", ["5.0", "20.0"])):
         table = tmp_path / paths.LOGS / "benchmarks" / "stage" / f"{name}.tsv"
         table.parent.mkdir(parents=True, exist_ok=True)
-        table.write_text(f"s\th:m:s\n{seconds}.0\t0:00:{seconds}\n", encoding="utf-8")
-        os.utime(table, (end, end))
-    assert build.job_seconds(tmp_path) == pytest.approx(110.0)
+        table.write_text("s\th:m:s\tmax_rss\n" + "".join(f"{x}\t0:00:10\t100\n" for x in seconds), encoding="utf-8")
+    (tmp_path / paths.LOGS / "benchmarks" / "stage" / "empty.tsv").write_text("s\th:m:s\n", encoding="utf-8")
+    assert build.job_seconds(tmp_path) == pytest.approx(30.0)
     assert build.job_seconds(tmp_path / "none") is None
+
+
+def test_every_table_line_fits_160_characters_and_a_wider_one_is_caught(rendered):
+    """The report's tables (the bucket table has 3 buckets here, the study's 11) stay within 160 characters a
+    line: a wide one is split into tables that repeat what a row is; the check itself catches a wider line."""
+    from vocabtransfer.report.markdown import md_table
+
+    _, _, text = rendered
+    assert not wide_table_rows(text)
+    headers = ["method", "objective"] + [f"b{i} (ranks {1000 * i}–{1000 * i + 999})" for i in range(11)]
+    rows = [["focus", "standard"] + [f"{i + 0.5:.2f}" for i in range(11)]]
+    assert len(md_table(headers, rows).splitlines()[0]) > 160 or "\n\n" in md_table(headers, rows)
+    split = md_table(headers, rows, keys=2)
+    tables = split.split("\n\n")
+    assert len(tables) >= 2 and not wide_table_rows(split)
+    assert all(t.splitlines()[2].startswith("| focus    | standard    |") for t in tables)  # each says what a row is
+    assert sorted(h.strip() for t in tables for h in t.splitlines()[0].strip("| ").split(" | ")[2:]) == sorted(
+        headers[2:])  # every column once
+    assert wide_table_rows("| " + "x" * 158 + " |") and not wide_table_rows("| " + "x" * 156 + " |")
+
+
+def test_seed_counts_agree_in_number():
+    """`1 fine-tuning seed`, `3 fine-tuning seeds`; a report says no `seed(s)` and no `1 … seeds`."""
+    from vocabtransfer.report.tables import seeds_text
+
+    def d(p, f):
+        return stats.Difference(0.1, 0.0, 0.2, 0.05, n_pseeds=p, n_fseeds=f, n_clusters=40)
+
+    assert seeds_text(d(0, 1)) == "1 fine-tuning seed" and seeds_text(d(0, 3)) == "3 fine-tuning seeds"
+    assert seeds_text(d(1, 0)) == "1 pretraining seed" and seeds_text(d(3, 0)) == "3 pretraining seeds"
+    assert seeds_text(d(3, 2)) == "3 pretraining × 2 fine-tuning seeds" and seeds_text(d(1, 1)) == (
+        "1 pretraining × 1 fine-tuning seed")
+    assert seeds_text(d(0, 0)) == "one model" and seeds_text(None) == "–"
+    assert wording_faults("best: source, 1 fine-tuning seeds, 120 clusters; each with 3 pretraining seed(s)") == [
+        "1 fine-tuning seeds", "seed(s)"]
+
+
+def test_the_rendered_report_words_its_counts_and_its_job_time_from_the_numbers(rendered, tmp_path):
+    _, plan, text = rendered
+    assert not wording_faults(text)
+    assert "each with 3 pretraining seeds" in text and "fine-tuning seeds 1, 2 per model" in text

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from conftest import BIN, PRETOKENIZED, WORKFLOW_GROUP
-from helpers import digest, run_command, setup_workdir, snakemake_jobs
+from helpers import digest, run_command, setup_workdir, snakemake_jobs, wide_table_rows, wording_faults
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(WORKFLOW_GROUP)]
 # artefacts that must be byte-identical between two runs (fasttext.reproducible is on by default)
@@ -250,6 +250,11 @@ def test_pretraining_analyses_and_downstream_evaluation_reach_the_report(workdir
     assert params["languages"] == ["sw"]
     for heading in ("## sw", "## What was skipped and why", "### Comparisons"):
         assert heading in report, heading
+    # its form and words: tables within 160 characters a line, counts in agreement (the source is fine-tuned with
+    # one seed: `1 fine-tuning seed`), the job time as computed
+    assert not wide_table_rows(report), wide_table_rows(report)[:3]
+    assert not wording_faults(report) and re.search(r"\b1 fine-tuning seed\b(?!s)", report)
+    assert "the sum of the `s` column (each job's wall-clock seconds) of Snakemake's per-job benchmark" in report
     figures = re.findall(r"!\[[^\]]*\]\(([^)]+\.png)\)", report)  # every figure, relative to results/
     assert any(f.startswith("report/figures/") for f in figures), figures
     assert figures and all((work / "results" / f).read_bytes().startswith(b"\x89PNG") for f in figures)

@@ -26,8 +26,9 @@ Definition (per valid line, the line alone, as `score_lines` computes it):
 
 Bits per byte of a model = Σ_lines bits / Σ_lines bytes; bytes per token of a tokenizer = Σ bytes /
 Σ n (the line's own tokens, special tokens left out). A masked LM gets neither bits nor bits per byte
-(`MASKED_REASON`): it keeps its per-token loss. The share of the source's advantage over `random`
-that a method keeps is (BPB_random − BPB_method) / (BPB_random − BPB_source) (`share_kept`).
+(`MASKED_REASON`): it keeps its per-token loss. The share of the source's advantage a method keeps is
+measured from the best floor, a predictor without a model (`evaluate.bpb_floor`): (BPB_floor − BPB_method)
+/ (BPB_floor − BPB_source) (`share_kept`); where the source does not beat the floor it has nothing to keep.
 """
 
 from __future__ import annotations
@@ -90,14 +91,20 @@ def bytes_per_token(n_bytes, n_tokens) -> float:
     return float(np.sum(n_bytes) / tokens) if tokens else math.nan
 
 
-def share_kept(bpb_random: float, bpb_method: float, bpb_source: float) -> float:
-    """(BPB_random − BPB_method) / (BPB_random − BPB_source): 0 = no better than random, 1 = as good as the
-    source with its own tokenizer. NaN when a value is missing or the source is not better than random
-    (there is then no advantage to keep)."""
-    values = (bpb_random, bpb_method, bpb_source)
-    if any(v is None or not math.isfinite(float(v)) for v in values) or not bpb_random > bpb_source:
+def share_kept(bpb_floor: float, bpb_method: float, bpb_source: float) -> float:
+    """(BPB_floor − BPB_method) / (BPB_floor − BPB_source), the floor being the best predictor without a model:
+    0 = no better than the floor, 1 = as good as the source with its own tokenizer. NaN when a value is
+    missing or the source does not beat the floor (it then has no advantage to keep: `nothing_to_keep`)."""
+    values = (bpb_floor, bpb_method, bpb_source)
+    if any(v is None or not math.isfinite(float(v)) for v in values) or nothing_to_keep(bpb_floor, bpb_source):
         return math.nan
-    return float((bpb_random - bpb_method) / (bpb_random - bpb_source))
+    return float((bpb_floor - bpb_method) / (bpb_floor - bpb_source))
+
+
+def nothing_to_keep(bpb_floor: float, bpb_source: float) -> bool:
+    """Whether the source fails to beat the best floor (needs as many bits per byte or more): then it has
+    nothing to keep on this language and no share is given."""
+    return not bpb_source < bpb_floor
 
 
 def context_ids(tokenizer) -> list[int]:

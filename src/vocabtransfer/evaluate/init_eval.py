@@ -20,10 +20,13 @@ For target language L and every method in params `init.methods` (results/L/init/
 (c) a measure that does not depend on the tokenizer (`init_eval.bits_per_byte`): bits per UTF-8
     byte of the same valid lines, each line scored alone (`evaluate.bits_per_byte`, where the exact
     definition is), for every causal model and for the source model with its own tokenizer;
-    `bytes_per_token` of each model's tokenizer on those lines (what the target tokenizer saves), and
-    `share_kept` = (BPB_random − BPB_method) / (BPB_random − BPB_source), the share of the source's
-    advantage over `random` a method keeps. A masked LM keeps its per-token loss: its bits per byte
-    and share are null and the log says why. A causal source without its LM head is refused.
+    `bytes_per_token` of each model's tokenizer on those lines (what the target tokenizer saves); beside
+    them the floors, predictors without a model on the same tokens (`evaluate.bpb_floor`: the unigrams
+    of the target and the source tokenizer fitted on the train split, the uniform guess over the target
+    vocabulary; rows `floor:<name>`, kind `floor`), and `share_kept` = (BPB_floor − BPB_method) /
+    (BPB_floor − BPB_source) from the best (lowest) floor, null where the source does not beat it. A
+    masked LM keeps its per-token loss: its bits per byte and share are null, no floor is scored, and
+    the log says why. A causal source without its LM head is refused.
 
 A reference row (method `source`, lang = the source language) gives the source model's loss on
 held-out source text (the last lines of `source_head.text`, which source_head never trained on)
@@ -46,7 +49,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from vocabtransfer import io
-from vocabtransfer.evaluate import bits_per_byte
+from vocabtransfer.evaluate import bits_per_byte, bpb_floor
 from vocabtransfer.pipeline import availability
 from vocabtransfer.train import modeling
 from vocabtransfer.train.hub import load_tokenizer
@@ -92,7 +95,8 @@ def inputs(params: dict, wildcards: dict) -> dict[str, str]:
     """The stage's input templates: they depend on params (one init directory per configured method)."""
     from vocabtransfer.pipeline.availability import methods
 
-    out = {"source_model": paths.SOURCE_MODEL, "valid": paths.CORPUS_VALID}
+    out = {"source_model": paths.SOURCE_MODEL, "valid": paths.CORPUS_VALID, "train_ids": paths.PRETOK_TRAIN,
+           "train_text": paths.CORPUS_TRAIN}  # the floors' train split
     for method in methods(params, wildcards["lang"]):  # the ones the language has data for
         out[input_key(method)] = paths.partial(paths.INIT_DIR, method=method, pseed=1)  # pretraining seed 1's init
     return out
@@ -180,14 +184,27 @@ def bpb_columns(model, tokenizer, kind: Kind, lines: list[str], *, asked: bool, 
             "n_bytes": int(n_bytes.sum())}
 
 
+def floor_rows(lang: str, scores: dict[str, bits_per_byte.LineScores]) -> list[dict]:
+    """One row per floor (kind `floor`): its bits per byte and bytes per token on the valid lines."""
+    out = []
+    for name, sc in scores.items():
+        row = dict.fromkeys(SCHEMA.names)
+        row.update(lang=lang, method=f"{bpb_floor.FLOOR}:{name}", kind=bpb_floor.FLOOR, n_eval_lines=len(sc.n_bytes),
+                   bits_per_byte=sc.bits_per_byte, bytes_per_token=sc.bytes_per_token, n_bytes=int(sc.n_bytes.sum()),
+                   seconds=0.0)
+        out.append(row)
+    return out
+
+
 def add_share_kept(rows: list[dict]) -> None:
-    """`share_kept` of every method row, from the `random` row and the source row (null without either)."""
+    """`share_kept` of every method row, from the best floor row and the source row (null without either, or
+    where the source does not beat the floor)."""
     source = next((r["bits_per_byte"] for r in rows if r["method"] == "source"), None)
-    random = next((r["bits_per_byte"] for r in rows if r["method"] == "random"), None)
+    best = bpb_floor.best({r["method"]: r["bits_per_byte"] for r in rows if r["kind"] == bpb_floor.FLOOR})
     for r in rows:
         r["share_kept"] = None
-        if r["method"] != "source" and None not in (source, random, r["bits_per_byte"]):
-            share = bits_per_byte.share_kept(random, r["bits_per_byte"], source)
+        if r["method"] != "source" and r["kind"] != bpb_floor.FLOOR and None not in (source, best, r["bits_per_byte"]):
+            share = bits_per_byte.share_kept(best.bits_per_byte, r["bits_per_byte"], source)
             r["share_kept"] = None if math.isnan(share) else share
 
 
@@ -213,6 +230,7 @@ def plot(rows: list[dict], path: str | Path, lang: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    rows = [r for r in rows if r["kind"] != bpb_floor.FLOOR]  # the floors have no loss per token
     ref = next((r for r in rows if r["method"] == "source"), None)
     methods = sorted((r for r in rows if r["method"] != "source"), key=lambda r: r["loss"], reverse=True)
     has_retrieval = any(r["retrieval_en2xx"] is not None for r in methods)
@@ -333,8 +351,11 @@ def run(ctx) -> None:
                  "n/a" if row["bits_per_byte"] is None else f"{row['bits_per_byte']:.4f}", row["seconds"])
         del model
 
+    if bpb and methods and kind == "causal":  # the floors, with the target tokenizer (every method's)
+        rows += floor_rows(ctx.lang, bpb_floor.floor_scores(tok, ctx.input["train_ids"], source_tok,
+                                                            ctx.input["train_text"], valid))
     add_share_kept(rows)
-    masked = [r["method"] for r in rows if r["kind"] != "causal"]
+    masked = [r["method"] for r in rows if r["kind"] == "masked"]
     if bpb and masked:
         log.info("init_eval %s: no bits per byte for %s (%s)", ctx.lang, ", ".join(masked), bits_per_byte.MASKED_REASON)
     io.write_parquet(pa.Table.from_pylist(rows, schema=SCHEMA), ctx.output["init_eval"])

@@ -24,12 +24,14 @@ token's frequency rank in the train split.
    the report resamples lines (the clusters) and pretraining seeds. The initialised models of the
    `init.methods` that are not pretrained (pretraining seed 1's) are scored here too, for bits per byte
    only, so every method's zero-shot bits per byte carries an interval. A masked LM gets no bits (null):
-   it keeps its per-token loss. A causal source without its LM head is refused before any scoring.
+   it keeps its per-token loss. A causal source without its LM head is refused before any scoring. The
+   floors, predictors without a model (`evaluate.bpb_floor`), are scored on the same lines, line by line.
 
 Output: results/L/token_frequency_loss.parquet (one row per model × pretraining seed × bucket),
 results/L/token_frequency_blocks.parquet (the summed loss and token count per model, bucket and
 held-out block: what the report's nested bootstrap resamples), results/L/bits_per_byte.parquet (one
-row per model × pretraining seed × valid line, the source as method and objective `source`, pseed 0),
+row per model × pretraining seed × valid line, the source as method and objective `source`, each floor as
+method `floor` with its name as objective, pseed 0),
 a PNG with one panel per method (loss per bucket: init, standard, selfish) and a Markdown table in
 the log.
 """
@@ -47,7 +49,7 @@ import numpy as np
 import pyarrow as pa
 
 from vocabtransfer import io
-from vocabtransfer.evaluate import bits_per_byte
+from vocabtransfer.evaluate import bits_per_byte, bpb_floor
 from vocabtransfer.train import modeling
 from vocabtransfer.train.hub import load_tokenizer
 from vocabtransfer.data.token_ids import TokenIds
@@ -123,7 +125,7 @@ def inputs(params: dict, wildcards: dict) -> dict[str, str]:
     """Train and valid ids, the valid text and the source model (bits per byte), every pretrained model and the
     init model each started from."""
     out = {"train_ids": paths.PRETOK_TRAIN, "valid_ids": paths.PRETOK_VALID, "valid_text": paths.CORPUS_VALID,
-           "source_model": paths.SOURCE_MODEL}
+           "source_model": paths.SOURCE_MODEL, "train_text": paths.CORPUS_TRAIN}
     zero_shot = zero_shot_models(params, wildcards["lang"]) if params["token_frequency_loss"]["bits_per_byte"] else []
     for method, objective, pseed in scored_models(params, wildcards["lang"]) + zero_shot:
         out[model_key(method, objective, pseed)] = _model_template(method, objective, pseed)
@@ -353,6 +355,11 @@ def run(ctx) -> None:
         if kind == "causal":
             log.info("source model, own tokenizer: %.4f bits per byte on %d valid lines (%.3f bytes per token)",
                      source.bits_per_byte, len(lines), source.bytes_per_token)
+            for name, scores in bpb_floor.floor_scores(tokenizer, ctx.input["train_ids"], load_tokenizer(
+                    Path(ctx.input["source_model"])), ctx.input["train_text"], lines).items():  # the floors
+                for column, values in line_rows(bpb_floor.FLOOR, name, 0, scores).items():
+                    lines_out[column] += values
+                log.info("floor %s: %.4f bits per byte", name, scores.bits_per_byte)
         else:
             log.info("token_frequency_loss %s: no bits per byte (%s)", ctx.lang, bits_per_byte.MASKED_REASON)
     else:

@@ -26,6 +26,9 @@ from vocabtransfer.report import harness_table
 from vocabtransfer.report import markdown
 from vocabtransfer.report import tables
 from vocabtransfer.report import verdict
+from vocabtransfer.report.bpb import bits_per_byte_table, share_sentence
+from vocabtransfer.report.bpb_markdown import bits_per_byte_section
+from vocabtransfer.report.costs import read_benchmark
 from vocabtransfer.report.figures import plot_curves, plot_downstream, seed_curves, write_curves_csv
 from vocabtransfer.report.read import Plan, read_language
 
@@ -48,17 +51,12 @@ def dvc_plots(params: dict) -> dict[str, dict]:
 
 
 def job_seconds(root: Path) -> float | None:
-    """From Snakemake's per-job benchmark tables: the span from the first job's start to the last
-    job's end (each table is written when its job ends; its `s` column is the job's duration)."""
-    starts, ends = [], []
-    for table in (root / paths.LOGS / "benchmarks").glob("*/*.tsv"):
-        lines = table.read_text(encoding="utf-8").splitlines()
-        if len(lines) < 2:
-            continue
-        end = table.stat().st_mtime
-        starts.append(end - float(lines[1].split("\t")[0]))
-        ends.append(end)
-    return (max(ends) - min(starts)) if starts else None
+    """The sum of the `s` column (the job's wall-clock seconds) of Snakemake's per-job benchmark tables
+    (logs/benchmarks/<stage>/<job>.tsv; the last row of a table counts: one per run of the job); None
+    without a readable one."""
+    costs = [read_benchmark(t) for t in sorted((root / paths.LOGS / "benchmarks").glob("*/*.tsv"))]
+    seconds = [c.seconds for c in costs if c is not None]
+    return sum(seconds) if seconds else None
 
 
 def write_report(params: dict, report: tables.ReportParams, p: Plan, root: Path = Path(".")) -> Path:
@@ -77,10 +75,11 @@ def write_report(params: dict, report: tables.ReportParams, p: Plan, root: Path 
             m = metrics.setdefault(lang.lang, {})
             status = tables.learned(lang, settings)
             families = tables.families(lang, settings, status)
-            bpb = tables.bits_per_byte_table(lang, settings)
+            bpb = bits_per_byte_table(lang, settings)
             per_language[lang.lang] = (families + ([bpb.family] if bpb is not None and bpb.family.rows else []),
-                                       status)
-            body += [f"## {lang.lang}", ""] + markdown.init_section(lang)
+                                       status, [share_sentence(bpb, settings)])
+            # one share per model: the bits-per-byte table's, where there is one
+            body += [f"## {lang.lang}", ""] + markdown.init_section(lang, share=bpb is None or not bpb.rows)
             if lang.init_eval:
                 m["init_loss"] = {r["method"]: float(r["loss"]) for r in lang.init_eval if r["method"] != "source"}
             curve_fig = None
@@ -95,10 +94,11 @@ def write_report(params: dict, report: tables.ReportParams, p: Plan, root: Path 
                 body += markdown.family_section(family, settings)
             if not families:
                 body += ["_No comparison: no paired runs for this language._", ""]
-            body += markdown.bits_per_byte_section(lang, bpb, settings)
+            body += bits_per_byte_section(lang, bpb, settings)
             if bpb is not None and bpb.rows:
                 m["bits_per_byte"] = {(r.method if r.method == tables.SOURCE_ROW else f"{r.method}-{r.objective}"):
                                       round(r.score.diff, 4) for r in bpb.rows if r.score is not None}
+                m["bits_per_byte_floor"] = {r.objective: round(r.score.diff, 4) for r in bpb.floors if r.score}
             body += markdown.token_frequency_section(lang) + markdown.gradient_section(lang)
             down_fig = None
             if status:

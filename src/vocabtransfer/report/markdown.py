@@ -10,7 +10,8 @@ from pathlib import Path
 
 from vocabtransfer.pipeline import paths
 from vocabtransfer.report.read import OBJECTIVE_ORDER, Language, Plan, task_order
-from vocabtransfer.report.tables import NOT_LEARNED, BpbTable, Family, Settings, finite, seeds_text
+from vocabtransfer.evaluate.bpb_floor import FLOOR
+from vocabtransfer.report.tables import NOT_LEARNED, Family, Settings, finite, plural, seeds_text
 from vocabtransfer.report.verdict import number
 
 CORRECTION_NAME = {"holm": "Holm", "bh": "Benjamini–Hochberg"}
@@ -21,14 +22,35 @@ def fmt(x, digits: int = 3) -> str:
 
 
 def grey(text: str) -> str:
-    """A value of a task no model learns: shown, marked, never ranked."""
-    return f"<span style=\"color:gray\">{text}</span>"
+    """A value of a task no model learns: shown, marked, never ranked (italics: GitHub's Markdown strips
+    inline styles such as a colour)."""
+    return f"_{text}_"
 
 
-def md_table(headers: list[str], rows: list[list[str]]) -> str:
+WIDTH = 160  # the widest line a table may have; a wider one is split into tables of fewer columns
+
+
+def md_table(headers: list[str], rows: list[list[str]], keys: int = 1) -> str:
+    """A GitHub table; when a line would be wider than WIDTH, several tables, each repeating the first `keys`
+    columns (what a row is) with as many of the others as fit."""
     from tabulate import tabulate
 
-    return tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True)
+    def render(cols: list[int]) -> str:
+        return tabulate([[r[c] for c in cols] for r in rows], headers=[headers[c] for c in cols], tablefmt="github",
+                        disable_numparse=True)
+
+    def width(cols: list[int]) -> int:
+        return max(len(line) for line in render(cols).splitlines())
+
+    everything = list(range(len(headers)))
+    if width(everything) <= WIDTH:
+        return render(everything)
+    head, groups = everything[:keys], [[]]
+    for c in everything[keys:]:
+        if groups[-1] and width(head + groups[-1] + [c]) > WIDTH:
+            groups.append([])
+        groups[-1].append(c)
+    return "\n\n".join(render(head + g) for g in groups)
 
 
 def bold_best(values: list[float], texts: list[str], higher: bool) -> list[str]:
@@ -85,19 +107,18 @@ def setup_section(params: dict, head: dict | None, langs: list[Language], p: Pla
     pairs = list(dict.fromkeys(f"{m}-{o}" for m, o, _ in p.pretrain))
     pseeds = sorted({s for _, _, s in p.pretrain})
     lines.append(f"* Continued pretraining: {', '.join(pairs) or 'none configured'}, each with "
-                 f"{len(pseeds)} pretraining seed(s)"
+                 f"{plural(len(pseeds), 'pretraining seed')}"
                  + (f", {', '.join(map(str, steps))} steps" if steps else
                     (f", {pre['steps']} steps" if "steps" in pre else "")))
     fseeds = sorted({f for lang in langs for models in lang.evals.values() for runs in models.values() for _, f in runs})
-    lines.append(f"* Downstream evaluation: fine-tuning seeds {', '.join(map(str, fseeds)) if fseeds else '–'} per "
-                 f"model and pretraining seed; {100 * settings.confidence:g} % nested intervals (test-set variance "
+    lines.append(f"* Downstream evaluation: {_fseeds(fseeds)} per model and pretraining seed; {100 * settings.confidence:g} % nested intervals (test-set variance "
                  f"from a cluster bootstrap of {settings.resamples} resamples, seed variance from the seeds, t "
                  f"quantiles per level), {CORRECTION_NAME[settings.correction]} correction per table; no difference "
                  f"is worded on fewer than {settings.min_clusters} clusters or a single run")
     if seconds:
-        lines.append(f"* Wall-clock time of the jobs behind this report: {seconds / 60:.1f} min of job time "
-                     "(the sum of Snakemake's per-job benchmarks under logs/benchmarks; with N cores the run takes "
-                     "about this divided by the parallelism it reached)")
+        lines.append(f"* Job time behind this report: {seconds / 60:.1f} min, the sum of the `s` column (each job's "
+                     "wall-clock seconds) of Snakemake's per-job benchmark tables under logs/benchmarks; with N cores "
+                     "the run takes about this divided by the parallelism it reached")
     lines.append("")
     rows = []
     for lang in langs:
@@ -122,18 +143,29 @@ def setup_section(params: dict, head: dict | None, langs: list[Language], p: Pla
 
 
 
-def init_section(lang: Language) -> list[str]:
+def _fseeds(fseeds: list[int]) -> str:
+    """`fine-tuning seed 1`, `fine-tuning seeds 1, 2`, or `no fine-tuning`."""
+    if not fseeds:
+        return "no fine-tuning"
+    return f"fine-tuning seed{'s' if len(fseeds) > 1 else ''} {', '.join(map(str, fseeds))}"
+
+
+def init_section(lang: Language, share: bool = True) -> list[str]:
+    """The loss, retrieval and bits per byte of every initialisation, the source's and the floors' (the
+    share kept only with `share`: where the bits-per-byte table gives it, it is printed there alone)."""
     lines = ["### Right after initialisation", ""]
     if not lang.init_eval:
         return lines + [f"_No init_eval results ({paths.fill(paths.INIT_EVAL, lang=lang.lang)} missing)._", ""]
-    rows = [r for r in lang.init_eval if r["method"] != "source"]
+    rows = [r for r in lang.init_eval if r["method"] != "source" and r.get("kind") != FLOOR]
     ref = [r for r in lang.init_eval if r["method"] == "source"]
+    floors = [r for r in lang.init_eval if r.get("kind") == FLOOR]
     cols = [("loss", "loss", False, 3), ("calibrated_loss", "calibrated loss", False, 3),
             ("temperature", "temperature", None, 2), ("retrieval_en2xx", "retrieval en→xx", True, 3),
             ("retrieval_xx2en", "retrieval xx→en", True, 3)]
+    cols = [c for c in cols if any(finite(r.get(c[0])) for r in lang.init_eval)]  # retrieval: encoders only
     has_bits = any(finite(r.get("bits_per_byte")) for r in lang.init_eval)
     if has_bits:  # causal models (init_eval.bits_per_byte): the measure that does not depend on the tokenizer
-        cols += [("bits_per_byte", "bits per byte", False, 3), ("share_kept", "share kept", True, 2)]
+        cols += [("bits_per_byte", "bits per byte", False, 3)] + ([("share_kept", "share kept", True, 2)] if share else [])
     if any(finite(r.get("bytes_per_token")) for r in lang.init_eval):
         cols.append(("bytes_per_token", "bytes per token", None, 2))
     table = [[r["method"]] for r in rows]
@@ -144,22 +176,37 @@ def init_section(lang: Language) -> list[str]:
         for row, text in zip(table, texts):
             row.append(text)
     for r in ref:
-        own = f"bits per byte on {lang.lang} text and retrieval" if has_bits else "retrieval"
-        table.append([f"source model (loss on {r['lang']} text; {own} with its own tokenizer)"]
+        table.append(["source (own tokenizer)"]
                      + [fmt(r.get(key), digits) for key, _, _, digits in cols])
+    for r in floors:  # `floor:unigram-target` (evaluate.bpb_floor.NAMES)
+        table.append([r["method"].replace(":", ": ")] + [fmt(r.get(key), digits) for key, _, _, digits in cols])
     lines.append(md_table(["method"] + [c[1] for c in cols], table))
-    note = ("Loss: masked-/causal-LM loss on held-out target text with no training; calibrated: at the "
-            "one temperature that minimises it; retrieval: top-1 accuracy on XNLI premises.")
-    if has_bits:
-        note += (" Bits per byte: bits per UTF-8 byte of the valid lines (pretraining seed 1's initialisation; "
-                 "the table *Bits per byte* below has every seed and the intervals); share kept: (BPB_random − "
-                 "BPB_method) / (BPB_random − BPB_source).")
-    if any(finite(r.get("bytes_per_token")) for r in lang.init_eval):
-        note += " Bytes per token: of each model's tokenizer on the valid lines."
-    lines += ["", note + " Best in bold.", "",
+    lines += ["", _init_note(lang, has_bits, share, bool(floors)), "",
               f"![{lang.lang}: right after initialisation]({_rel(paths.fill(paths.INIT_EVAL_PLOT, lang=lang.lang))})",
               ""]
     return lines
+
+
+def _init_note(lang: Language, has_bits: bool, share: bool, floors: bool) -> str:
+    note = ("Loss: masked-/causal-LM loss on held-out target text with no training; calibrated: at the "
+            "one temperature that minimises it; retrieval: top-1 accuracy on XNLI premises. The source model "
+            f"reads the {lang.lang} text with its own tokenizer (its loss: on held-out source text, "
+            f"{', '.join(sorted({str(r['lang']) for r in lang.init_eval if r['method'] == 'source'})) or '–'}).")
+    if has_bits:
+        note += (" Bits per byte: bits per UTF-8 byte of the valid lines (pretraining seed 1's initialisation; "
+                 "the table *Bits per byte* below has every seed and the intervals).")
+    if floors:
+        note += (" Floors: predictors without a model on the same tokens (unigram-target, unigram-source: a unigram "
+                 "of the target or the source tokenizer fitted on the train split; uniform: the uniform guess over "
+                 "the target vocabulary).")
+    if has_bits and share:
+        note += (" Share kept: (BPB_floor − BPB_method) / (BPB_floor − BPB_source), from the best floor; – where the "
+                 "source does not beat it (nothing to keep).")
+    elif has_bits:
+        note += " Share kept: in the table *Bits per byte* below (one per model, from the means over seeds)."
+    if any(finite(r.get("bytes_per_token")) for r in lang.init_eval):
+        note += " Bytes per token: of each model's tokenizer on the valid lines."
+    return note + " Best in bold."
 
 
 
@@ -230,70 +277,35 @@ def pretrain_section(lang: Language, figure: str | None) -> list[str]:
     return lines
 
 
+TEST_SET_ONLY = ("†: no seed variance behind the row (one run on each side, or a model without seeds against a "
+                 "floor): its interval and p hold the test set's variance only.")
+
+
+def p_text(r) -> str:
+    """The p-value of a row, marked † where no seed variance is behind it (TEST_SET_ONLY)."""
+    return f"{r.diff.p_value:.3g}" + (" †" if r.test_set_only else "")
+
+
 def family_section(family: Family, settings: Settings) -> list[str]:
     lines = [f"#### {family.title}", ""]
     rows = []
     for r in family.rows:
         if r.diff is None:
-            rows.append([r.label, r.measure, "–", "–", "–", r.note or "no paired runs"])
+            rows.append([r.label, r.measure, "–", "–", "–", r.note or "no paired runs", "–"])
             continue
         verdict = r.status(settings)
         digits = 1 if r.measure in task_order() else 3  # percent for a task, else a loss or bits per byte
-        rows.append([r.label, r.measure, number(r.diff, digits), f"{r.diff.p_value:.3g}",
+        rows.append([r.label, r.measure, number(r.diff, digits), p_text(r),
                      f"{r.diff.adjusted_p:.3g}" if r.diff.adjusted_p is not None else "–",
-                     f"{'✱ ' if r.better(settings) is not None else ''}{verdict} ({seeds_text(r.diff)}, "
-                     f"{r.diff.n_clusters} clusters)"])
-    lines.append(md_table(["comparison", "measure", "difference [interval]", "p", "adjusted p", "verdict"], rows))
+                     f"{'✱ ' if r.better(settings) is not None else ''}{verdict}",
+                     f"{r.runs_text}, {r.diff.n_clusters} clusters"])
+    lines.append(md_table(["comparison", "measure", "difference [interval]", "p", "adjusted p", "verdict",
+                           "runs, clusters"], rows, 2))
     lines += ["", family.description + " ✱: the interval excludes zero, the difference survives the "
               f"correction over this table and rests on at least {settings.min_clusters} clusters "
-              "(report.min_clusters) and more than one run."]
+              "(report.min_clusters) and more than one run (or on a model without seeds against a floor)."
+              + (" " + TEST_SET_ONLY if any(r.test_set_only for r in family.rows) else "")]
     return lines + [""]
-
-
-def bits_per_byte_section(lang: Language, table: BpbTable | None, settings: Settings) -> list[str]:
-    """Bits per byte of every init-only and pretrained model and of the source with its own tokenizer, bytes
-    per token, the share of the source's advantage over random kept, and the − random differences."""
-    lines = ["### Bits per byte", ""]
-    if lang.bits_per_byte is None:
-        return lines + [f"_No bits-per-byte results ({paths.fill(paths.BITS_PER_BYTE, lang=lang.lang)} missing)._", ""]
-    if table is None:
-        return lines + ["_No bits per byte: token_frequency_loss.bits_per_byte was false for this run._", ""]
-    saving = (f"Bytes per token on the {table.n_lines} valid lines: {fmt(table.target_bytes_per_token, 2)} with the "
-              f"target tokenizer, {fmt(table.source_bytes_per_token, 2)} with the source's")
-    if finite(table.target_bytes_per_token) and finite(table.source_bytes_per_token):
-        fewer = 1 - table.source_bytes_per_token / table.target_bytes_per_token  # share of tokens saved
-        saving += (f" (the target tokenizer needs {100 * abs(fewer):.0f} % {'fewer' if fewer >= 0 else 'more'} "
-                   "tokens for the same text)")
-    if table.reason:
-        return lines + [f"_No bits per byte: {table.reason}; compare these models on the loss per token above "
-                        "(they share the target tokenizer)._ " + saving + ".", ""]
-    rows = []
-    for r in table.rows:
-        label = "source (its own tokenizer)" if r.method == "source" else r.method
-        objective = "–" if r.method == "source" else r.objective
-        score = "–" if r.score is None else f"{fmt(r.score.diff)} [{fmt(r.score.low)}, {fmt(r.score.high)}]"
-        seeds = "–" if r.score is None else (seeds_text(r.score) if r.score.n_pseeds else "one model")
-        share = fmt(r.share_kept, 2) if r.method != "source" else "–"
-        d = r.vs_random.diff if r.vs_random is not None else None
-        if d is None:
-            diff = ["–", "–", "–", (r.vs_random.note if r.vs_random is not None else "")]
-        else:
-            diff = [number(d, 3), f"{d.p_value:.3g}", f"{d.adjusted_p:.3g}" if d.adjusted_p is not None else "–",
-                    f"{'✱ ' if r.vs_random.better(settings) is not None else ''}{r.vs_random.status(settings)} "
-                    f"({seeds_text(d)}, {d.n_clusters} clusters)"]
-        rows.append([label, objective, score, seeds, fmt(r.bytes_per_token, 2), share] + diff)
-    lines.append(md_table(["model", "objective", "bits per byte [interval]", "seeds", "bytes per token", "share kept",
-                           "− random [interval]", "p", "adjusted p", "verdict"], rows))
-    lines += ["", f"Bits per UTF-8 byte of the first {table.n_lines} valid lines, each line scored alone "
-              "(docs/evaluation.md, *Bits per byte*): a measure that does not depend on the tokenizer, so the source "
-              "model, reading the same text with its own tokenizer, is on the same scale. " + saving + ". Share kept: "
-              "(BPB_random − BPB_method) / (BPB_random − BPB_source), random with the same objective, from the means "
-              "over pretraining seeds (– where the source is not better than random). Intervals are nested over "
-              "valid lines (the clusters) and pretraining seeds; the − random rows are corrected "
-              f"({CORRECTION_NAME[settings.correction]}) over this table. ✱: the interval excludes zero, the "
-              f"difference survives the correction and rests on at least {settings.min_clusters} lines and more "
-              "than one run.", ""]
-    return lines
 
 
 def token_frequency_section(lang: Language) -> list[str]:
@@ -311,7 +323,7 @@ def token_frequency_section(lang: Language) -> list[str]:
     keys.sort(key=lambda k: (lang.methods().index(k[0]) if k[0] in lang.methods() else 99,
                              OBJECTIVE_ORDER.index(k[1]) if k[1] in OBJECTIVE_ORDER else 9))
     rows = [[m, o] + [fmt(means.get((m, o, int(b)), (math.nan,))[0], 2) for b in buckets["bucket"]] for m, o in keys]
-    lines.append(md_table(headers, rows))
+    lines.append(md_table(headers, rows, keys=2))  # a wide one split: each part says method and objective
     lines += ["", "Mean cross-entropy on held-out target tokens by the train-frequency bucket of the target token "
               "(b0 = most frequent types), averaged over pretraining seeds; `init` = the initialised model. The "
               "selfish − standard table gives each bucket's difference with its interval.", "",

@@ -8,10 +8,10 @@ interval (vocabtransfer.evaluate.stats), grouped in families that are corrected 
    family) and each learned task (one family per task);
 3. every other objective (selfish, distill) minus standard for every method: the valid loss, each
    learned task and the loss of every token-frequency bucket (one family per objective);
-4. bits per UTF-8 byte (`bits_per_byte_table`): every init-only and pretrained causal model and the
-   source with its own tokenizer, each with its interval, its tokenizer's bytes per token and the share
-   of the source's advantage over random it keeps, and every method minus random with the same
-   objective (one family), nested over valid lines (the clusters) and pretraining seeds.
+4. bits per UTF-8 byte (report.bpb): every init-only and pretrained causal model, the source with its own
+   tokenizer and the floors (predictors without a model), every method minus random with the same
+   objective (one family) and every model minus the best floor (one family), nested over valid lines
+   (the clusters) and pretraining seeds.
 
 A difference resting on fewer test clusters than `report.min_clusters`, or on a single run (one
 pretraining and one fine-tuning seed: every compared model's training depends on its seed, so the
@@ -27,7 +27,6 @@ from typing import Literal
 
 import numpy as np
 
-from vocabtransfer.evaluate import bits_per_byte
 from vocabtransfer.evaluate import stats
 from vocabtransfer.pipeline import models
 from vocabtransfer.report.read import OBJECTIVE_ORDER, Language, task_order
@@ -65,13 +64,14 @@ class Settings:
     def bootstrap(self, a: stats.Runs, b: stats.Runs) -> stats.Difference | None:
         return stats.nested_interval(a, b, resamples=self.resamples, seed=self.seed, confidence=self.confidence)
 
-    def too_few(self, d: stats.Difference | None) -> str | None:
-        """What is missing for a difference to be worded: `10 clusters: too few to tell`, `1 seed: …`."""
+    def too_few(self, d: stats.Difference | None, seedless: bool = False) -> str | None:
+        """What is missing for a difference to be worded: `10 clusters: too few to tell`, `1 seed: …` (not
+        for a `seedless` one: a deterministic model against a floor has no seed that could vary)."""
         if d is None:
             return None
         if d.n_clusters < self.min_clusters:
             return f"{d.n_clusters} clusters: {TOO_FEW}"
-        if d.single_run:
+        if d.single_run and not seedless:
             return f"1 seed: {TOO_FEW}"
         return None
 
@@ -90,11 +90,22 @@ class Row:
     diff: stats.Difference | None
     lower_is_better: bool = False
     note: str = ""
+    runs: str = ""  # what the difference rests on when its seeds do not say it (`1 initialisation against …`)
+    seedless: bool = False  # both sides are without seeds (a deterministic initialisation against a floor)
+
+    @property
+    def runs_text(self) -> str:
+        return self.runs or seeds_text(self.diff)
+
+    @property
+    def test_set_only(self) -> bool:
+        """No seed variance behind the difference: its interval and p hold the test set's variance only."""
+        return self.diff is not None and (self.seedless or self.diff.single_run)
 
     def better(self, settings: Settings) -> bool | None:
         """Whether B is detectably better than A after the correction (None: no detectable difference, or
         too few clusters or seeds to tell)."""
-        if self.diff is None or not self.diff.survives(settings.alpha) or settings.too_few(self.diff):
+        if self.diff is None or not self.diff.survives(settings.alpha) or settings.too_few(self.diff, self.seedless):
             return None
         return (self.diff.diff < 0) == self.lower_is_better
 
@@ -102,7 +113,7 @@ class Row:
         """What is missing (`10 clusters: too few to tell`) where the difference rests on too few clusters
         or seeds; else `better` / `worse` where it survives the correction; NOT_AFTER_CORRECTION where only
         the uncorrected interval excludes zero; else NO_DIFFERENCE."""
-        few = settings.too_few(self.diff)
+        few = settings.too_few(self.diff, self.seedless)
         if few:
             return few
         verdict = self.better(settings)
@@ -326,7 +337,6 @@ def families(lang: Language, settings: Settings, status: dict) -> list[Family]:
 
 # 4. bits per byte ---------------------------------------------------------------------------------
 
-BPB_TITLE = "Bits per byte: method − random"
 SOURCE_ROW = "source"  # method and objective of the source model's rows in bits_per_byte.parquet
 
 
@@ -358,87 +368,20 @@ def bpb_runs(lang: Language, method: str, objective: str) -> stats.Runs | None:
     return stats.Runs({(p, 0): parts for p, parts in per.items()}, tuple(range(n_lines)))
 
 
-@dataclass
-class BpbRow:
-    """One model in the bits-per-byte table: its bits per byte with interval (B = the model, A = zero), its
-    tokenizer's bytes per token, the share of the source's advantage over random it keeps (NaN where
-    undefined) and its difference from random with the same objective (None for random and the source)."""
-
-    method: str
-    objective: str
-    score: stats.Difference | None
-    bytes_per_token: float
-    share_kept: float = math.nan
-    vs_random: Row | None = None
-
-
-@dataclass
-class BpbTable:
-    rows: list[BpbRow]
-    family: Family  # the − random rows, corrected together
-    n_lines: int
-    target_bytes_per_token: float
-    source_bytes_per_token: float
-    reason: str | None = None  # why no model has bits (masked LMs keep their per-token loss)
-
-
-def bits_per_byte_table(lang: Language, settings: Settings) -> BpbTable | None:
-    """Family 4 of the module docstring; None without bits-per-byte rows."""
-    df = lang.bits_per_byte
-    if df is None or not len(df):
-        return None
-    n_lines = int(df["line"].max()) + 1
-    is_source = df["method"] == SOURCE_ROW
-    target_bpt = bits_per_byte.bytes_per_token(*_first_model(df[~is_source]))
-    source_bpt = bits_per_byte.bytes_per_token(*_first_model(df[is_source]))
-    family = Family(BPB_TITLE, "Negative: the method needs fewer bits per byte of the valid text than random "
-                    "(better).")
-    if df.loc[~is_source, "bits"].isna().all():
-        return BpbTable([], family, n_lines, target_bpt, source_bpt, reason=bits_per_byte.MASKED_REASON)
-    source = bpb_runs(lang, SOURCE_ROW, SOURCE_ROW)
-    source_score = settings.bootstrap(zero_like(source), source) if source is not None else None
-    rows = [BpbRow(SOURCE_ROW, SOURCE_ROW, source_score, source_bpt)]
-    present = set(df.loc[~is_source, "objective"])
-    objectives = [o for o in OBJECTIVE_ORDER if o in present] + sorted(present - set(OBJECTIVE_ORDER))
-    methods = list(dict.fromkeys(["random"] + [m for m in df.loc[~is_source, "method"] if m != "random"]))
-    for objective in objectives:
-        base = bpb_runs(lang, "random", objective)
-        base_score = settings.bootstrap(zero_like(base), base) if base is not None else None
-        for method in methods:
-            runs = bpb_runs(lang, method, objective)
-            if runs is None:
-                continue
-            score = settings.bootstrap(zero_like(runs), runs)
-            share = (bits_per_byte.share_kept(base_score.diff, score.diff, source_score.diff)
-                     if base_score is not None and source_score is not None else math.nan)
-            vs = None
-            if method != "random" and base is not None:  # random not run with this objective: nothing to pair
-                diff = settings.bootstrap(base, runs)
-                vs = Row(f"{method} − random ({objective})", "bits per byte", diff, lower_is_better=True,
-                         note="" if diff else "no paired runs")
-                family.rows.append(vs)
-            g = df[(df["method"] == method) & (df["objective"] == objective)]
-            rows.append(BpbRow(method, objective, score, bits_per_byte.bytes_per_token(g["n_bytes"], g["n_tokens"]),
-                               share, vs))
-    _corrected(family.rows, settings)  # in place: the rows' vs_random see the adjusted p-values
-    return BpbTable(rows, family, n_lines, target_bpt, source_bpt)
-
-
-def _first_model(df):
-    """(bytes, tokens) per line of the first model in `df` (every model of one tokenizer counts the same)."""
-    if not len(df):
-        return np.zeros(0), np.zeros(0)
-    first = df.iloc[0]
-    g = df[(df["method"] == first["method"]) & (df["objective"] == first["objective"]) & (df["pseed"] == first["pseed"])]
-    return g["n_bytes"].to_numpy(), g["n_tokens"].to_numpy()
+def plural(n: int, word: str) -> str:
+    """`1 fine-tuning seed`, `3 fine-tuning seeds`."""
+    return f"{n} {word}" + ("" if n == 1 else "s")
 
 
 def seeds_text(d: stats.Difference | None) -> str:
-    """`3 pretraining × 2 fine-tuning seeds`: the seeds behind a difference."""
+    """`3 pretraining × 2 fine-tuning seeds`, `1 fine-tuning seed`: the seeds behind a difference."""
     if d is None:
         return "–"
-    levels = [f"{n} {name}" for n, name in ((d.n_pseeds, "pretraining"), (d.n_fseeds, "fine-tuning")) if n]
-    return " × ".join(levels) + (" seed" if levels == ["1 pretraining"] or levels == ["1 fine-tuning"] else " seeds")
+    levels = [(n, name) for n, name in ((d.n_pseeds, "pretraining"), (d.n_fseeds, "fine-tuning")) if n]
+    if not levels:
+        return "one model"
+    noun = "seed" if all(n == 1 for n, _ in levels) else "seeds"
+    return " × ".join(f"{n} {name}" for n, name in levels) + f" {noun}"
 
 
 def finite(x) -> bool:

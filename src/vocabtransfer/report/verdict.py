@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 
+from vocabtransfer.report.bpb import BPB_TITLE
 from vocabtransfer.report.read import task_order
 from vocabtransfer.report.tables import (NO_DIFFERENCE, NOT_AFTER_CORRECTION, NOT_LEARNED, Family, Row, Settings,
                                          seeds_text)
@@ -26,16 +27,30 @@ def _digits(measure: str) -> int:
     return 1 if measure in task_order() else 3
 
 
+CORRECTED = ("better", "worse", "helps", "costs", NOT_AFTER_CORRECTION)  # labels that rest on the correction
+
+
 def _seeds(rows: list[Row]) -> str | None:
-    """The seeds behind every row when they are the same for all (else None: each row says its own)."""
-    kinds = {seeds_text(r.diff) for r in rows if r.diff is not None}
+    """The runs behind every row when they are the same for all (else None: each row says its own)."""
+    kinds = {r.runs_text for r in rows if r.diff is not None}
     return kinds.pop() if len(kinds) == 1 else None
 
 
-def _listing(rows: list[Row], per_row: bool) -> list[str]:
-    """`label +0.59 [+0.40, +0.77]` per row, with its seeds when the rows differ in them."""
-    return [f"{r.label} {number(r.diff, _digits(r.measure))}" + (f" ({seeds_text(r.diff)})" if per_row else "")
-            for r in rows]
+def adjusted(row: Row, state: str) -> str:
+    """`adjusted p 0.0016` beside a label that rests on the correction (else nothing)."""
+    if state not in CORRECTED or row.diff is None or row.diff.adjusted_p is None:
+        return ""
+    return f"adjusted p {row.diff.adjusted_p:.2g}"
+
+
+def _listing(rows: list[Row], per_row: bool, state: str) -> list[str]:
+    """`label +0.59 [+0.40, +0.77]` per row, with its seeds when the rows differ in them and its adjusted p
+    when its label rests on the correction."""
+    out = []
+    for r in rows:
+        notes = [n for n in (r.runs_text if per_row else "", adjusted(r, state)) if n]
+        out.append(f"{r.label} {number(r.diff, _digits(r.measure))}" + (f" ({'; '.join(notes)})" if notes else ""))
+    return out
 
 
 def family_sentence(family: Family, measure: str, settings: Settings, what: str) -> str | None:
@@ -50,7 +65,7 @@ def family_sentence(family: Family, measure: str, settings: Settings, what: str)
     for name in ("better", "worse", NOT_AFTER_CORRECTION, NO_DIFFERENCE, *too_few):
         group = [r for r, state in zip(rows, states) if state == name]
         if group:
-            parts.append(f"{name}: " + "; ".join(_listing(group, shared is None)))
+            parts.append(f"{name}: " + "; ".join(_listing(group, shared is None, name)))
     return f"**{what}**" + (f" ({shared})" if shared else "") + ": " + ". ".join(parts) + "."
 
 
@@ -66,13 +81,14 @@ def objective_sentences(family: Family, settings: Settings) -> list[str]:
         parts = []
         for r in other:
             verdict = r.status(settings, "helps", "costs")
-            parts.append(f"{r.measure} {number(r.diff, _digits(r.measure))} ({verdict}; {seeds_text(r.diff)})")
+            notes = "; ".join(n for n in (verdict, adjusted(r, verdict), r.runs_text) if n)
+            parts.append(f"{r.measure} {number(r.diff, _digits(r.measure))} ({notes})")
         states = [r.status(settings, "helps", "costs") for r in buckets]
         helps = [r for r, state in zip(buckets, states) if state == "helps"]
         costs = [r for r, state in zip(buckets, states) if state == "costs"]
         if buckets:
             def names(rs):
-                return ", ".join(f"{r.measure.split(' ')[0]} {number(r.diff, 3)}" for r in rs)
+                return ", ".join(f"{r.measure.split(' ')[0]} {number(r.diff, 3)} ({adjusted(r, 'helps')})" for r in rs)
 
             parts.append(f"by token frequency ({_seeds(buckets) or 'seeds as in the table'}): "
                          + (("lower loss (helps) in " + names(helps)) if helps else "no bucket with a detectably lower loss"))
@@ -93,8 +109,10 @@ def objective_sentences(family: Family, settings: Settings) -> list[str]:
 
 
 def language_verdict(lang: str, families: list[Family], status: dict, settings: Settings,
-                     extra: list[str] = ()) -> list[str]:
-    """The verdict's bullet points for one language (`extra`: the zero-shot tasks', report.harness_table)."""
+                     extra: list[str] | None = None, zero_shot: list[str] = ()) -> list[str]:
+    """The verdict's bullet points for one language; `extra`: the bits-per-byte claims that need more than a
+    family (report.bpb.share_sentence), after the bits-per-byte bullet; `zero_shot`: the zero-shot tasks'
+    (report.harness_table), last."""
     lines = [f"### {lang}", ""]
     bullets = []
     for family in families:
@@ -102,10 +120,11 @@ def language_verdict(lang: str, families: list[Family], status: dict, settings: 
             s = family_sentence(family, "valid loss", settings, "Valid loss after pretraining, method − random "
                                 "(negative is better)")
             bullets += [s] if s else []
-        elif family.title.startswith("Bits per byte"):
+        elif family.title == BPB_TITLE:
             s = family_sentence(family, "bits per byte", settings, "Bits per byte of the valid text, method − random "
                                 "(negative is better)")
             bullets += [s] if s else []
+    bullets += [s for s in extra or [] if s]
     for task, st in status.items():
         floor = f"{st.floor['name']}, {st.floor['value']:.1f}"
         if not st.learned:
@@ -114,8 +133,10 @@ def language_verdict(lang: str, families: list[Family], status: dict, settings: 
                     else f"**{task}: cannot tell whether it is learned ({st.state})**: the models above its floor")
             bullets.append(f"{head} ({floor}) by its interval rest on too little" if st.state != NOT_LEARNED else head
                            + f" ({floor}) by its interval")
+            p = best.over_floor.adjusted_p  # "not learned" rests on the correction over the task's models
             bullets[-1] += (f" (best: {best.group} {number(best.over_floor, 1)} points over it, "
-                            f"{seeds_text(best.over_floor)}, {best.over_floor.n_clusters} clusters); its scores are "
+                            + (f"adjusted p {p:.2g}, " if p is not None and st.state == NOT_LEARNED else "")
+                            + f"{seeds_text(best.over_floor)}, {best.over_floor.n_clusters} clusters); its scores are "
                             "left out of every comparison.")
             continue
         for family in families:
@@ -126,14 +147,14 @@ def language_verdict(lang: str, families: list[Family], status: dict, settings: 
     for family in families:
         if " − standard, per method" in family.title:
             bullets += objective_sentences(family, settings)
-    bullets += list(extra)
+    bullets += list(zero_shot)
     if not bullets:
         bullets.append("No comparison could be made: the study has no paired runs for this language.")
     return lines + [f"- {b}" for b in bullets] + [""]
 
 
-def section(per_language: dict[str, tuple[list[Family], dict]], settings: Settings,
-            extra: dict[str, list[str]] | None = None) -> list[str]:
+def section(per_language: dict[str, tuple], settings: Settings,
+            zero_shot: dict[str, list[str]] | None = None) -> list[str]:
     """`## Verdict`, the report's first section."""
     lines = ["## Verdict", "",
              f"Computed from the tables below: each difference with its {100 * settings.confidence:g} % nested "
@@ -141,8 +162,11 @@ def section(per_language: dict[str, tuple[list[Family], dict]], settings: Settin
              f"{'Holm' if settings.correction == 'holm' else 'Benjamini–Hochberg'} correction over its table and it "
              f"rests on at least {settings.min_clusters} test clusters and more than one run; \"too few to tell\" "
              "where it rests on less; otherwise \"no detectable difference\", or \"interval excludes zero, but not "
-             "after the correction\". A task is learned when some model is detectably above its floor (a "
-             "predictor without a model).", ""]
-    for lang, (families, status) in per_language.items():
-        lines += language_verdict(lang, families, status, settings, (extra or {}).get(lang, []))
+             "after the correction\"; a label that rests on the correction carries its adjusted p. A task is learned "
+             "when some model is detectably above its floor (a predictor without a model); the share of the source's "
+             "advantage a causal model keeps is measured from the best bits-per-byte floor and worded only for the "
+             "models detectably better than it.", ""]
+    for lang, (families, status, *extra) in per_language.items():  # (families, status[, extra bullets])
+        lines += language_verdict(lang, families, status, settings, *extra,
+                                  zero_shot=(zero_shot or {}).get(lang, []))
     return lines

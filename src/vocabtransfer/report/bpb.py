@@ -1,0 +1,208 @@
+"""Family 4 of report.tables: bits per UTF-8 byte of every causal model, of the source with its own
+tokenizer and of the floors (predictors without a model, vocabtransfer.evaluate.bpb_floor), per valid line.
+
+Every model gets its bits per byte with its interval (B = the model, A = zero), its tokenizer's bytes per
+token, its difference from random with the same objective (one family, corrected together), its difference
+from the best (lowest) floor, paired line by line (another family) and the share of the source's advantage
+over that floor it keeps, (floor − method) / (floor − source), from the means over pretraining seeds:
+one share per model, from one definition. Where the source does not beat the best floor it has nothing
+to keep on this language and no share is given.
+
+A method without random rows (`pipeline.models.seeded` is false: `mean`) has one initialisation: its
+`init` row says so instead of a seed count, and against the floor (no seeds either) its interval holds the
+test set's variance only, which is all the variance there is.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from vocabtransfer.evaluate import bits_per_byte, bpb_floor, stats
+from vocabtransfer.pipeline import models
+from vocabtransfer.report.read import OBJECTIVE_ORDER, Language
+from vocabtransfer.report.tables import (SOURCE_ROW, Family, Row, Settings, _corrected, bpb_runs, seeds_text,
+                                         zero_like)
+
+BPB_TITLE = "Bits per byte: method − random"
+FLOOR_TITLE = "Bits per byte: model − best floor"
+ONE_INIT = "1 initialisation"
+
+
+@dataclass
+class BpbRow:
+    """One model (or floor, method `floor`) in the bits-per-byte table: its bits per byte with interval, its
+    tokenizer's bytes per token, the share kept (NaN where undefined), its differences from random with the
+    same objective and from the best floor (None where there is none), and what its runs are."""
+
+    method: str
+    objective: str
+    score: stats.Difference | None
+    bytes_per_token: float
+    share_kept: float = math.nan
+    vs_random: Row | None = None
+    vs_floor: Row | None = None
+    runs: str = ""  # `1 initialisation` for a deterministic method's init row; else from the score's seeds
+
+
+@dataclass
+class BpbTable:
+    rows: list[BpbRow]
+    family: Family  # the − random rows, corrected together
+    n_lines: int
+    target_bytes_per_token: float
+    source_bytes_per_token: float
+    reason: str | None = None  # why no model has bits (masked LMs keep their per-token loss)
+    floors: list[BpbRow] = field(default_factory=list)
+    floor_family: Family | None = None  # the − best floor rows, corrected together
+    best: bpb_floor.Best | None = None
+    source: BpbRow | None = None
+
+    @property
+    def nothing_to_keep(self) -> bool:
+        """The source does not beat the best floor: no share is given."""
+        if self.best is None or self.source is None or self.source.score is None:
+            return False
+        return bits_per_byte.nothing_to_keep(self.best.bits_per_byte, self.source.score.diff)
+
+
+def deterministic(method: str, objective: str) -> bool:
+    """An initialisation without random rows: every pretraining seed starts from the same one."""
+    return objective == models.INIT and method not in (SOURCE_ROW, bpb_floor.FLOOR) and not models.seeded(method)
+
+
+def _one(runs: stats.Runs) -> stats.Runs:
+    """The first run alone (a deterministic initialisation repeated for every pretraining seed)."""
+    key = min(runs.parts)
+    return stats.Runs({(1, 0): runs.parts[key]}, runs.clusters, runs.scale)
+
+
+def _against(fixed: stats.Runs, runs: stats.Runs) -> stats.Runs:
+    """A predictor without seeds as runs with the keys of `runs`: B minus it pairs each run with it."""
+    parts = fixed.parts[min(fixed.parts)]
+    return stats.Runs({key: parts for key in runs.parts}, runs.clusters, runs.scale)
+
+
+def _first_model(df):
+    """(bytes, tokens) per line of the first model in `df` (every model of one tokenizer counts the same)."""
+    if not len(df):
+        return np.zeros(0), np.zeros(0)
+    first = df.iloc[0]
+    g = df[(df["method"] == first["method"]) & (df["objective"] == first["objective"]) & (df["pseed"] == first["pseed"])]
+    return g["n_bytes"].to_numpy(), g["n_tokens"].to_numpy()
+
+
+def _bytes_per_token(df, method: str, objective: str) -> float:
+    g = df[(df["method"] == method) & (df["objective"] == objective)]
+    return bits_per_byte.bytes_per_token(g["n_bytes"], g["n_tokens"])
+
+
+def _floors(lang: Language, settings: Settings) -> tuple[list[BpbRow], dict[str, stats.Runs]]:
+    """The floors' rows (in bpb_floor.NAMES order) and their per-line runs, by name."""
+    df = lang.bits_per_byte
+    rows, runs = [], {}
+    present = set(df.loc[df["method"] == bpb_floor.FLOOR, "objective"])
+    for name in [n for n in bpb_floor.NAMES if n in present] + sorted(present - set(bpb_floor.NAMES)):
+        r = bpb_runs(lang, bpb_floor.FLOOR, name)
+        if r is None:
+            continue
+        runs[name] = r
+        rows.append(BpbRow(bpb_floor.FLOOR, name, settings.bootstrap(zero_like(r), r),
+                           _bytes_per_token(df, bpb_floor.FLOOR, name), runs="no model"))
+    return rows, runs
+
+
+def bits_per_byte_table(lang: Language, settings: Settings) -> BpbTable | None:
+    """The module docstring's table and its two families; None without bits-per-byte rows."""
+    df = lang.bits_per_byte
+    if df is None or not len(df):
+        return None
+    n_lines = int(df["line"].max()) + 1
+    is_source, is_floor = df["method"] == SOURCE_ROW, df["method"] == bpb_floor.FLOOR
+    target_bpt = bits_per_byte.bytes_per_token(*_first_model(df[~is_source & ~is_floor]))
+    source_bpt = bits_per_byte.bytes_per_token(*_first_model(df[is_source]))
+    family = Family(BPB_TITLE, "Negative: the method needs fewer bits per byte of the valid text than random "
+                    "(better).")
+    if df.loc[~is_source & ~is_floor, "bits"].isna().all():
+        return BpbTable([], family, n_lines, target_bpt, source_bpt, reason=bits_per_byte.MASKED_REASON)
+    floors, floor_runs = _floors(lang, settings)
+    best = bpb_floor.best({r.objective: r.score.diff for r in floors if r.score is not None})
+    floor_family = Family(FLOOR_TITLE, "Negative: the model needs fewer bits per byte than the best floor"
+                          + (f" ({best.label}, {best.bits_per_byte:.3f})" if best else "") + " (better).")
+    source = bpb_runs(lang, SOURCE_ROW, SOURCE_ROW)
+    source_row = BpbRow(SOURCE_ROW, SOURCE_ROW, settings.bootstrap(zero_like(source), source) if source else None,
+                        source_bpt, runs="one model")
+    rows = [source_row]
+    present = set(df.loc[~is_source & ~is_floor, "objective"])
+    objectives = [o for o in OBJECTIVE_ORDER if o in present] + sorted(present - set(OBJECTIVE_ORDER))
+    methods = list(dict.fromkeys(["random"] + [m for m in df.loc[~is_source & ~is_floor, "method"] if m != "random"]))
+    for objective in objectives:
+        base = bpb_runs(lang, "random", objective)
+        for method in methods:
+            runs = bpb_runs(lang, method, objective)
+            if runs is None:
+                continue
+            rows.append(_model_row(method, objective, runs, base, settings, family, floor_family,
+                                   floor_runs.get(best.name) if best else None))
+            rows[-1].bytes_per_token = _bytes_per_token(df, method, objective)
+    _corrected(family.rows, settings)  # in place: the rows see the adjusted p-values
+    _corrected(floor_family.rows, settings)
+    table = BpbTable(rows, family, n_lines, target_bpt, source_bpt, floors=floors,
+                     floor_family=floor_family if floor_family.rows else None, best=best, source=source_row)
+    if best is not None and source_row.score is not None:
+        for r in rows[1:]:
+            r.share_kept = bits_per_byte.share_kept(best.bits_per_byte, r.score.diff, source_row.score.diff)
+    return table
+
+
+def _model_row(method: str, objective: str, runs: stats.Runs, base: stats.Runs | None, settings: Settings,
+               family: Family, floor_family: Family, floor: stats.Runs | None) -> BpbRow:
+    """One model's row, its − random row added to `family` and its − best floor row to `floor_family`."""
+    fixed = deterministic(method, objective)
+    own = _one(runs) if fixed else runs
+    row = BpbRow(method, objective, settings.bootstrap(zero_like(own), own), math.nan, runs=ONE_INIT if fixed else "")
+    if method != "random" and base is not None:  # random not run with this objective: nothing to pair
+        diff = settings.bootstrap(base, runs)
+        row.vs_random = Row(f"{method} − random ({objective})", "bits per byte", diff, lower_is_better=True,
+                            note="" if diff else "no paired runs",
+                            runs=f"{ONE_INIT}, random: {_count(diff)}" if fixed and diff else "")
+        family.rows.append(row.vs_random)
+    if floor is not None:
+        row.vs_floor = Row(f"{method} ({objective}) − best floor", "bits per byte",
+                           settings.bootstrap(_against(floor, own), own), lower_is_better=True,
+                           runs=ONE_INIT if fixed else "", seedless=fixed)
+        floor_family.rows.append(row.vs_floor)
+    return row
+
+
+def _count(d: stats.Difference) -> str:
+    """`3 seeds`: how many runs of random a deterministic initialisation is paired with."""
+    return seeds_text(d).replace(" pretraining", "")
+
+
+def share_sentence(table: BpbTable | None, settings: Settings) -> str | None:
+    """The verdict's claim on the share kept: only for the models detectably better than the best floor;
+    where the source does not beat the floor, that it has nothing to keep."""
+    if table is None or table.best is None or table.source is None or table.source.score is None:
+        return None
+    best, source = table.best, table.source.score.diff
+    head = (f"**Share of the source's advantage kept**, from the best floor ({best.label}, {best.bits_per_byte:.3f} "
+            f"bits per byte; the source with its own tokenizer {source:.3f})")
+    if table.nothing_to_keep:
+        return (f"{head}: none to keep: the source does not beat the floor on this language, so no share is given "
+                f"({FLOOR_TITLE.lower().split(': ')[1]} below).")
+    ahead = [r for r in table.rows if r.vs_floor is not None and r.vs_floor.status(settings) == "better"]
+    if not ahead:
+        return f"{head}: no model is detectably better than the floor, so no share is worded."
+    listed = "; ".join(f"{r.method} ({r.objective}) {r.share_kept:.2f} ({_number(r.vs_floor)} bits per byte "
+                       f"against the floor, {r.vs_floor.runs_text}"
+                       + (", test-set variance only" if r.vs_floor.test_set_only else "")
+                       + f", adjusted p {r.vs_floor.diff.adjusted_p:.2g})" for r in ahead)
+    return f"{head}, for the models detectably better than the floor: {listed}."
+
+
+def _number(row: Row) -> str:
+    d = row.diff
+    return f"{d.diff:+.3f} [{d.low:+.3f}, {d.high:+.3f}]"
