@@ -183,9 +183,10 @@ def _trainer_classes():
             norms = [math.nan, math.nan]
             if self.accelerator.num_processes == 1 and not self.sharded:
                 params = [p for p in model.parameters() if p.requires_grad]
-                for k, term in enumerate(terms):
-                    grads = torch.autograd.grad(term, params, retain_graph=True, allow_unused=True)
-                    norms[k] = float(torch.sqrt(sum((g.detach().float() ** 2).sum() for g in grads if g is not None)))
+                for k, term in enumerate(terms):  # a term with no graph (no chunk in the batch) moves nothing
+                    grads = torch.autograd.grad(term, params, retain_graph=True, allow_unused=True) \
+                        if term.requires_grad else []
+                    norms[k] = math.sqrt(sum(float((g.detach().float() ** 2).sum()) for g in grads if g is not None))
             self.term_norms = (self.state.global_step, *norms)
 
         def log(self, logs, *args, **kwargs):
