@@ -224,3 +224,32 @@ def test_cli_missing_file_is_one_error_line(tmp_path, data_root, monkeypatch, ca
     assert f"{data_root / 'pretrain_text' / 'absent.txt'}: corpus file not found" in errors[0]
     assert "corpus.sources.sw.path" in errors[0]
     assert not (tmp_path / "results").exists()
+
+
+def test_dev_split_is_a_band_of_what_was_train_and_leaves_valid_alone(tmp_path, data_root):
+    """corpus.dev_fraction: lines whose hash value lies in [valid_fraction, valid_fraction + dev_fraction) go
+    to dev.parquet; valid is unchanged, train loses exactly those lines, and with 0 train and valid are the
+    files of a run without a dev split."""
+    lines = [f"sentensi namba {i}" for i in range(400)]
+    (data_root / "all.txt").write_text("\n".join(lines), encoding="utf-8")
+    (tmp_path / "plain").mkdir()
+    train0, valid0, _ = build(tmp_path / "plain", {"path": "all.txt"}, valid_fraction=0.1)
+    out = tmp_path / "dev"
+    out.mkdir()
+    stats = corpus.build_corpus({"path": "all.txt"}, out / "train.parquet", out / "valid.parquet", seed=42,
+                                valid_fraction=0.1, dev_path=out / "dev.parquet", dev_fraction=0.15)
+    train, valid, dev = (pq.read_table(out / f"{s}.parquet").column("text").to_pylist()
+                         for s in ("train", "valid", "dev"))
+    assert valid == valid0
+    assert dev == [s for s in lines if 0.1 <= corpus.split_value(s, 42) < 0.25]
+    assert train == [s for s in train0 if s not in set(dev)] and 40 <= len(dev) <= 80  # 60 expected
+    assert (stats["dev_lines"], stats["dev_fraction"]) == (len(dev), 0.15)
+    same = tmp_path / "zero"
+    same.mkdir()
+    stats = corpus.build_corpus({"path": "all.txt"}, same / "train.parquet", same / "valid.parquet", seed=42,
+                                valid_fraction=0.1, dev_path=same / "dev.parquet", dev_fraction=0.0)
+    for split in ("train", "valid"):
+        assert (same / f"{split}.parquet").read_bytes() == (tmp_path / "plain" / f"{split}.parquet").read_bytes()
+    assert pq.read_table(same / "dev.parquet").num_rows == 0 and stats["dev_lines"] == 0
+    with pytest.raises(VocabTransferError, match="corpus.dev_fraction=0.1: the dev split needs a dev path"):
+        corpus.build_corpus({"path": "all.txt"}, same / "t.parquet", same / "v.parquet", seed=42, dev_fraction=0.1)

@@ -231,3 +231,19 @@ def test_bad_parameters_name_the_key():
             distill.check_alpha(bad)
     distill.check_alpha(0)
     distill.check_alpha(1.0)
+
+
+def test_the_chunk_gradient_is_tiny_at_tau_one_and_not_at_tokenkits_tau_100():
+    """d loss / d log p_S = (y_S − y_T) / ((1 − y_S) τ), y = exp(log p / τ): at τ = 1 a 20-nat chunk gives a
+    gradient of order e^-20 (nothing against cross-entropy's order 1 per token); at τ = 100 of order 1e-3
+    per chunk and per nat. By hand against autograd."""
+    ll_t = torch.tensor([-20.0, -3.0], dtype=torch.float64)
+    grads = {}
+    for tau in (1.0, 100.0):
+        ll_s = torch.tensor([-25.0, -2.0], dtype=torch.float64, requires_grad=True)
+        distill.chunk_loss(ll_t, ll_s, tau).sum().backward()
+        y_s, y_t = torch.exp(ll_s.detach() / tau), torch.exp(ll_t / tau)
+        torch.testing.assert_close(ll_s.grad, (y_s - y_t) / ((1 - y_s) * tau))
+        grads[tau] = ll_s.grad
+    assert abs(grads[1.0][0]) < 1e-8 and abs(grads[100.0][0]) > 1e-3  # the long chunk
+    assert abs(grads[100.0][0]) > 1e5 * abs(grads[1.0][0])

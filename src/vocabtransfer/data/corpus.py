@@ -1,4 +1,4 @@
-"""The corpus stage: read a language's raw text, clean it and split it into train/valid.
+"""The corpus stage: read a language's raw text, clean it and split it into train/valid (and dev).
 
 Steps, line by line in source order (a "line" is one line of a text file or one record's
 `text_column` of a table or dataset):
@@ -12,13 +12,18 @@ Steps, line by line in source order (a "line" is one line of a text file or one 
   5. split by a seeded hash of the line alone: blake2b(f"{seed}:{line}") mapped to [0, 1)
      goes to valid when below corpus.valid_fraction, so a line's split never depends on the
      other lines. With 2 or more lines neither split is left empty: if one is, the line with
-     the most extreme hash value (smallest for valid, largest for train) moves over;
-  6. write train.parquet and valid.parquet (one string column `text`, source order) and stats.json.
+     the most extreme hash value (smallest for valid, largest for train) moves over. A line whose
+     value lies in [valid_fraction, valid_fraction + corpus.dev_fraction) goes to dev: the tuning
+     split, which no stage trains on and the report never scores (docs/stages.md#corpus); with
+     dev_fraction 0 (the default) it is empty and train and valid are what they were without it;
+  6. write train.parquet, valid.parquet and dev.parquet (one string column `text`, source order)
+     and stats.json.
 """
 
 from __future__ import annotations
 
 import bz2
+import contextlib
 import gzip
 import hashlib
 import logging
@@ -270,7 +275,7 @@ class SplitWriter:
         buf.append((text, nbytes, value))
         self.lines[split] += 1
         self.bytes[split] += nbytes
-        if len(buf) >= FLUSH_ROWS and all(self.lines.values()):
+        if len(buf) >= FLUSH_ROWS and self.lines["train"] and self.lines["valid"]:  # dev may stay empty
             self._flush(split)
 
     def _flush(self, split: str) -> None:
@@ -304,21 +309,38 @@ class SplitWriter:
             writer.close()
 
 
+def split_of(value: float, valid_fraction: float, dev_fraction: float) -> str:
+    """Step 5: the split of a line whose hash value is `value` (valid below valid_fraction, dev in the
+    band of width dev_fraction above it, train elsewhere)."""
+    if value < valid_fraction:
+        return "valid"
+    return "dev" if value < valid_fraction + dev_fraction else "train"
+
+
 def build_corpus(source: dict, train_path: str | Path, valid_path: str | Path, *, seed: int,
                  normalization: str = "NFC", min_chars: int = 1, max_bytes: int = 0,
-                 valid_fraction: float = 0.05, key: str = "corpus source", desc: str = "corpus") -> dict:
-    """Read, clean and split one source into train/valid Parquet files; returns the stats."""
+                 valid_fraction: float = 0.05, key: str = "corpus source", desc: str = "corpus",
+                 dev_path: str | Path | None = None, dev_fraction: float = 0.0) -> dict:
+    """Read, clean and split one source into train/valid (and dev) Parquet files; returns the stats.
+    `dev_fraction` > 0 needs `dev_path`."""
+    if dev_fraction and dev_path is None:
+        raise VocabTransferError(f"corpus.dev_fraction={dev_fraction}: the dev split needs a dev path")
+    if not 0 <= dev_fraction < 1 - valid_fraction:
+        raise VocabTransferError(f"corpus.dev_fraction={dev_fraction}: must be in [0, 1 - valid_fraction) "
+                                 f"(valid_fraction {valid_fraction}), so that some lines stay in train")
     start = time.perf_counter()
     source_desc, records = open_source(source, key)
     counts: Counter = Counter()
     bar = progress(records, unit=" lines", desc=desc)
-    with io.atomic_output(train_path) as train_tmp, io.atomic_output(valid_path) as valid_tmp:
-        writer = SplitWriter({"train": train_tmp, "valid": valid_tmp})
+    with contextlib.ExitStack() as stack:
+        tmp = {split: stack.enter_context(io.atomic_output(path)) for split, path in
+               (("train", train_path), ("valid", valid_path), ("dev", dev_path)) if path is not None}
+        writer = SplitWriter(tmp)
         try:
             lines = clean(bar, seed=seed, normalization=normalization, min_chars=min_chars,
                           max_bytes=max_bytes, counts=counts)
             for text, nbytes, value in lines:
-                writer.add("valid" if value < valid_fraction else "train", text, nbytes, value)
+                writer.add(split_of(value, valid_fraction, dev_fraction), text, nbytes, value)
             if not sum(writer.lines.values()):
                 raise VocabTransferError(_empty_message(describe(source_desc), counts, key, min_chars, max_bytes))
             writer.finish()
@@ -336,6 +358,7 @@ def build_corpus(source: dict, train_path: str | Path, valid_path: str | Path, *
         "min_chars": min_chars,
         "max_bytes": max_bytes,
         "valid_fraction": valid_fraction,
+        "dev_fraction": dev_fraction,
         "lines_read": counts["lines_read"],
         "empty_dropped": counts["empty_dropped"],
         "short_dropped": counts["short_dropped"],
@@ -347,6 +370,8 @@ def build_corpus(source: dict, train_path: str | Path, valid_path: str | Path, *
         "train_bytes": writer.bytes["train"],
         "valid_lines": writer.lines["valid"],
         "valid_bytes": writer.bytes["valid"],
+        "dev_lines": writer.lines.get("dev", 0),
+        "dev_bytes": writer.bytes.get("dev", 0),
         "moved_line": writer.moved,
         "seconds": round(time.perf_counter() - start, 3),
     }
@@ -378,27 +403,29 @@ class CorpusParams:
     normalization: Literal["NFC", "NFKC", "NFD", "NFKD", "none"]
     max_bytes: int
     valid_fraction: float
+    dev_fraction: float
     min_chars: int
 
 
 def run(ctx) -> None:
-    """The `corpus` stage: results/{lang}/corpus/{train,valid}.parquet and stats.json."""
+    """The `corpus` stage: results/{lang}/corpus/{train,valid,dev}.parquet and stats.json."""
     opts = ctx.section("corpus", CorpusParams)  # params corpus, typed
     key = f"corpus.sources.{ctx.lang}"
     stats = build_corpus(
         opts.sources[ctx.lang], ctx.output["train"], ctx.output["valid"], seed=ctx.seed,
         normalization=opts.normalization, min_chars=opts.min_chars, max_bytes=opts.max_bytes,
         valid_fraction=opts.valid_fraction, key=key, desc=f"corpus {ctx.lang}",
+        dev_path=ctx.output["dev"], dev_fraction=opts.dev_fraction,
     )
     stats = {"lang": ctx.lang, **stats, "versions": _versions()}
     io.write_json(stats, ctx.output["stats"])
     log.info(
         "corpus %s: %d lines read from %s; dropped %d empty, %d short, %d duplicates; kept %d lines / %d bytes%s; "
-        "train %d, valid %d lines; %.1f s",
+        "train %d, valid %d, dev %d lines; %.1f s",
         ctx.lang, stats["lines_read"], describe(stats["source"]), stats["empty_dropped"], stats["short_dropped"],
         stats["duplicates_dropped"], stats["lines_kept"], stats["bytes_kept"],
         f" (capped at {stats['max_bytes']})" if stats["capped"] else "",
-        stats["train_lines"], stats["valid_lines"], stats["seconds"],
+        stats["train_lines"], stats["valid_lines"], stats["dev_lines"], stats["seconds"],
     )
 
 
@@ -411,7 +438,8 @@ STAGE = Stage(
     name="corpus",
     run=run,
     help="fetch, normalise, deduplicate, cap and split a language's raw text",
-    outputs={"train": paths.CORPUS_TRAIN, "valid": paths.CORPUS_VALID, "stats": paths.CORPUS_STATS},
+    outputs={"train": paths.CORPUS_TRAIN, "valid": paths.CORPUS_VALID, "dev": paths.CORPUS_DEV,
+             "stats": paths.CORPUS_STATS},
     params=("seed",),  # and the fields of CorpusParams, of `sources` the job's language only
     extra_params=lambda params, wc: config.field_leaves(CorpusParams, "corpus", {**params["corpus"], "sources": {wc["lang"]: None}}),
     code=("data/corpus.py", "data/download.py"),

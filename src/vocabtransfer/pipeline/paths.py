@@ -16,6 +16,7 @@ LOGS = "logs"
 # corpus
 CORPUS_TRAIN = "results/{lang}/corpus/train.parquet"
 CORPUS_VALID = "results/{lang}/corpus/valid.parquet"
+CORPUS_DEV = "results/{lang}/corpus/dev.parquet"  # the tuning split: never trained on, never scored
 CORPUS_STATS = "results/{lang}/corpus/stats.json"
 
 # target tokenizer (an HF fast-tokenizer directory)

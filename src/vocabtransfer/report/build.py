@@ -23,6 +23,7 @@ from vocabtransfer import io
 from vocabtransfer.pipeline import availability
 from vocabtransfer.pipeline import paths
 from vocabtransfer.report import harness_table
+from vocabtransfer.report import distill_terms
 from vocabtransfer.report import markdown
 from vocabtransfer.report import tables
 from vocabtransfer.report import verdict
@@ -92,6 +93,7 @@ def write_report(params: dict, report: tables.ReportParams, p: Plan, root: Path 
             body += ["### Comparisons", ""]
             for family in families:
                 body += markdown.family_section(family, settings)
+                body += distill_terms.note(lang) if family.title.startswith("Distill") else []
             if not families:
                 body += ["_No comparison: no paired runs for this language._", ""]
             body += bits_per_byte_section(lang, bpb, settings)

@@ -328,7 +328,9 @@ def _bucket_labels(lang: Language) -> dict[int, str]:
 
 
 def families(lang: Language, settings: Settings, status: dict) -> list[Family]:
-    out = methods_vs_random(lang, settings, status)
+    from vocabtransfer.report import rivals  # it builds on this module
+
+    out = methods_vs_random(lang, settings, status) + rivals.families(lang, settings)
     for objective in (o for o in _objectives(lang) if o not in ("init", "standard")):
         family = objective_vs_standard(lang, settings, status, objective)
         out += [family] if family else []

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 
 from vocabtransfer.report.bpb import BPB_TITLE
+from vocabtransfer.report import rivals
 from vocabtransfer.report.read import task_order
 from vocabtransfer.report.tables import (NO_DIFFERENCE, NOT_AFTER_CORRECTION, NOT_LEARNED, Family, Row, Settings,
                                          seeds_text)
@@ -108,6 +109,15 @@ def objective_sentences(family: Family, settings: Settings) -> list[str]:
     return out
 
 
+def head_to_head_sentences(family: Family, settings: Settings) -> list[str]:
+    """The bits-per-byte and valid-loss sentences of a `rivals` family (`omp − focus`)."""
+    pair = family.title.split(": ", 1)[1]
+    out = [family_sentence(family, measure, settings, f"{what}, {pair} (negative is better)")
+           for measure, what in (("bits per byte", "Bits per byte of the valid text"),
+                                 ("valid loss", "Valid loss after pretraining"))]
+    return [s for s in out if s]
+
+
 def language_verdict(lang: str, families: list[Family], status: dict, settings: Settings,
                      extra: list[str] | None = None, zero_shot: list[str] = ()) -> list[str]:
     """The verdict's bullet points for one language; `extra`: the bits-per-byte claims that need more than a
@@ -124,6 +134,8 @@ def language_verdict(lang: str, families: list[Family], status: dict, settings: 
             s = family_sentence(family, "bits per byte", settings, "Bits per byte of the valid text, method − random "
                                 "(negative is better)")
             bullets += [s] if s else []
+        elif family.title.startswith(rivals.TITLE):
+            bullets += head_to_head_sentences(family, settings)
     bullets += [s for s in extra or [] if s]
     for task, st in status.items():
         floor = f"{st.floor['name']}, {st.floor['value']:.1f}"

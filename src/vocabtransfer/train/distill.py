@@ -107,15 +107,25 @@ class Speller:
 # 2. the chunks
 
 
-def chunk_ids(lengths_a: Sequence[int], lengths_b: Sequence[int]) -> tuple[np.ndarray, np.ndarray, int]:
+def chunk_ids(lengths_a: Sequence[int], lengths_b: Sequence[int], keep=None) -> tuple[np.ndarray, np.ndarray, int]:
     """The chunk of each token of two tokenizations of one byte string (token byte lengths; 0 for special
     tokens): chunk j spans the bytes (c_j, c_{j+1}] between consecutive common token ends c_0 = 0 < c_1 <
     ...; a token belongs to the chunk its end falls in. Zero-length tokens, and tokens ending after the
-    last common end (when one side covers more bytes), get -1. Returns (chunks_a, chunks_b, n_chunks)."""
+    last common end (when one side covers more bytes), get -1. Returns (chunks_a, chunks_b, n_chunks).
+
+    `keep(i, j)` (unbiased chunks, `chunk_bias`): whether the common end where token i of a and token j of b
+    end (the last token ending there on each side: a special token when one follows) ends a chunk; the
+    last common end always does. None: every common end does (exact chunks)."""
     ends_a = np.cumsum(np.asarray(lengths_a, dtype=np.int64))
     ends_b = np.cumsum(np.asarray(lengths_b, dtype=np.int64))
     common = np.intersect1d(ends_a, ends_b)
     common = np.union1d(common[common > 0], [0])
+    if keep is not None and len(common) > 2:
+        inner = common[1:-1]
+        ia = np.searchsorted(ends_a, inner, side="right") - 1
+        ib = np.searchsorted(ends_b, inner, side="right") - 1
+        kept = np.array([keep(int(i), int(j)) for i, j in zip(ia, ib)], dtype=bool)
+        common = np.concatenate([common[:1], inner[kept], common[-1:]])
     last = common[-1]
 
     def assign(lengths, ends):
@@ -173,6 +183,7 @@ class _Pairing:
         from vocabtransfer.train.lmdata import special_tokens_around
 
         self.s_spell, self.t_spell = Speller(student, "student tokenizer"), Speller(teacher, "teacher tokenizer")
+        self.bias = None  # a chunk_bias.PairBias: unbiased chunks (`unbiased`); None: exact chunks
         self.s_pre, self.s_suf = special_tokens_around(student)
         self.t_pre, self.t_suf = special_tokens_around(teacher)
         self.seq_len, self.room = seq_len, seq_len - len(self.s_pre) - len(self.s_suf)
@@ -194,14 +205,25 @@ class _Pairing:
             t_ids, t_lengths = t_ids + [self.t_eos], t_lengths + [0]
         return s_ids, [len(b) for b in pieces], t_ids, t_lengths
 
-    @staticmethod
-    def block(pairs: list[tuple]) -> PairBlock:
+    def unbiased(self, lines: Iterable[Sequence[int]], threshold: float) -> None:
+        """Unbiased chunks from here on (`chunk_bias`), with unigram probabilities from `lines`' both sides."""
+        from vocabtransfer.train.chunk_bias import PairBias, count_tokens
+
+        pairs = [self.line_pair(line) for line in lines]
+        self.bias = PairBias(self.t_spell, self.s_spell, count_tokens((p[2] for p in pairs), len(self.t_spell.tokenizer)),
+                             count_tokens((p[0] for p in pairs), len(self.s_spell.tokenizer)), threshold)
+
+    def block(self, pairs: list[tuple]) -> PairBlock:
         """One block of line pairs, with the chunk of every position of both sides."""
         s_ids = [i for p in pairs for i in p[0]]
         s_len = [n for p in pairs for n in p[1]]
         t_ids = [i for p in pairs for i in p[2]]
         t_len = [n for p in pairs for n in p[3]]
-        ca, cb, n = chunk_ids(s_len, t_len)
+        keep = None
+        if self.bias is not None:  # a special token ending there on either side keeps the boundary
+            keep = lambda i, j: (s_len[i] == 0 or t_len[j] == 0  # noqa: E731
+                                 or self.bias.unbiased(t_ids[j], s_ids[i]))
+        ca, cb, n = chunk_ids(s_len, t_len, keep)
         # a chunk counts when each of its tokens is predicted on both sides: not a block's first position
         bad = set(ca[:1].tolist()) | set(cb[:1].tolist())
         keep = np.array([j not in bad for j in range(n)], dtype=bool)
@@ -210,13 +232,18 @@ class _Pairing:
         return PairBlock(s_ids, t_ids, renumber[ca].tolist(), renumber[cb].tolist(), int(keep.sum()))
 
 
-def pack_pairs(student, teacher, lines: Iterable[Sequence[int]], seq_len: int) -> list[PairBlock]:
+def pack_pairs(student, teacher, lines: Iterable[Sequence[int]], seq_len: int, *,
+               unbiased: float | None = None) -> list[PairBlock]:
     """Causal training blocks of the pre-tokenised `lines` (student ids without special tokens), packed
     as `lmdata.pack_ids(student, lines, seq_len, kind="causal")` packs them, each beside the teacher's
     tokenization of the same text (its own special tokens around every line, an end-of-sequence token
     closing it; not cut to seq_len) and the chunk of every position of both (step 3 of the module
-    docstring). `student`, `teacher`: tokenizers."""
+    docstring). `student`, `teacher`: tokenizers; `unbiased`: the bias threshold of unbiased chunks (unigram
+    counts from `lines`), None for exact chunks."""
     pairing = _Pairing(student, teacher, seq_len)
+    lines = list(lines)
+    if unbiased is not None:
+        pairing.unbiased(lines, unbiased)
     blocks: list[PairBlock] = []
     current: list[tuple] = []
     for line in lines:
@@ -245,6 +272,11 @@ class PairBlocks:
 
     def __len__(self) -> int:
         return len(self.packed)
+
+    def unbiased(self, indices: Iterable[int], threshold: float) -> None:
+        """Unbiased chunks (`chunk_bias`) in every block built from here on, the unigram probabilities
+        counted on the lines of the blocks at `indices` (the run's visited blocks)."""
+        self.pairing.unbiased((line for b in sorted(set(indices)) for line in self.packed.lines(b)), threshold)
 
     def __getitem__(self, b: int) -> PairBlock:
         if b in self.cache:

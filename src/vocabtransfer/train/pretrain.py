@@ -58,7 +58,7 @@ from vocabtransfer.train.lmdata import Kind, lm_batches
 from vocabtransfer.train.packing import PackedBlocks
 from vocabtransfer.train import parallel, sharding
 from vocabtransfer.train.trainer import (
-    PretrainParams, PARAMS_FILE, ROWS_FILE, _trainer_classes, check_resume_params, complete_checkpoints, model_fingerprint)
+    DISTILL_COLUMNS, PretrainParams, PARAMS_FILE, ROWS_FILE, _trainer_classes, check_resume_params, complete_checkpoints, model_fingerprint)
 from vocabtransfer.pipeline import availability
 from vocabtransfer.pipeline import models
 from vocabtransfer.pipeline import paths
@@ -72,6 +72,10 @@ METRICS_SCHEMA = pa.schema([
     ("step", pa.int64()), ("tokens_seen", pa.int64()), ("train_loss", pa.float64()),
     ("valid_loss", pa.float64()), ("learning_rate", pa.float64()), ("tokens_per_second", pa.float64()),
 ])
+# distill: at every logged step the gradient norm of each of its two terms, unweighted, and of the step's
+# loss before clipping (trainer.ObjectiveTrainer; null on the other rows; the terms' NaN where not measured:
+# several processes or sharded)
+DISTILL_METRICS_SCHEMA = pa.schema(list(METRICS_SCHEMA) + [pa.field(c, pa.float64()) for c in DISTILL_COLUMNS])
 
 
 def check_params(params: dict, source: str = "params.yaml") -> None:
@@ -253,6 +257,8 @@ def run(ctx) -> None:
     length = opts.steps * batch_size * opts.gradient_accumulation_steps * args.world_size
     dataset = StepBlocks(blocks, length, seed)
     teacher_seconds = None
+    if teacher_dir is not None and distill_opts.chunks == "unbiased":  # before any pair block is built
+        blocks.unbiased(dataset.visited(), distill_opts.bias_threshold)
     if teacher is not None and distill_opts.teacher == "cached":
         # the teacher's chunk log-likelihoods of every block the run visits, once; then it leaves memory
         device = "cuda" if not use_cpu and torch.cuda.is_available() else "cpu"
@@ -296,7 +302,8 @@ def run(ctx) -> None:
     if original is not None:
         lowrank.unfactorize_model(model, original)
     model.eval()
-    table = pa.Table.from_pylist(sorted(rows.values(), key=lambda r: r["step"]), schema=METRICS_SCHEMA)
+    table = pa.Table.from_pylist(sorted(rows.values(), key=lambda r: r["step"]),
+                                 schema=METRICS_SCHEMA if teacher_dir is None else DISTILL_METRICS_SCHEMA)
     final = rows[max(rows)]
     stats = {
         "lang": ctx.lang, "method": method, "objective": objective, "kind": kind, "model_class": type(model).__name__,
@@ -306,8 +313,11 @@ def run(ctx) -> None:
         "resumed_from_step": resume[0] if resume else None, "pseed": pseed, "seed": seed,
         "margin": opts.selfish.margin if objective == "selfish" else None, "factorized": original is not None,
         "distill": None if teacher_dir is None else {
-            "alpha": distill_opts.alpha, "temperature": distill_opts.temperature,
-            "teacher": str(teacher_dir), "train_chunks": sum(b.n_chunks for b in blocks),
+            "alpha": distill_opts.alpha, "temperature": distill_opts.temperature, "chunks": distill_opts.chunks,
+            "bias_threshold": distill_opts.bias_threshold if distill_opts.chunks == "unbiased" else None,
+            "teacher": str(teacher_dir),
+            "train_chunks": sum(b.n_chunks for b in blocks) if distill_opts.chunks == "exact" else None,
+            "visited_chunks": sum(blocks[b].n_chunks for b in sorted(set(dataset.visited()))),
             "teacher_mode": distill_opts.teacher, "teacher_cache_seconds": teacher_seconds},
         "train_blocks": len(blocks), "valid_blocks": len(valid_blocks),
         "valid_tokens": sum(int((b["labels"] != -100).sum()) for b in eval_batches), "bf16": bf16,

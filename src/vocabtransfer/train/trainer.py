@@ -45,6 +45,8 @@ class DistillOptions:
     temperature: float
     alpha: float
     teacher: Literal["cached", "on_the_fly"]
+    chunks: Literal["exact", "unbiased"]
+    bias_threshold: float
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,8 @@ class PretrainParams:
     sharding: Literal["none", "fsdp"]
 
 
+# distill's metrics columns (pretrain.DISTILL_METRICS_SCHEMA): each term's gradient norm and the whole step's
+DISTILL_COLUMNS = ("grad_norm_distill", "grad_norm_lm", "grad_norm_total")
 ROWS_FILE = "vocabtransfer_metrics.json"  # in each checkpoint: the metrics rows up to it (also marks it complete)
 PARAMS_FILE = "params.json"  # beside the checkpoints: the params leaves they were written with
 
@@ -147,6 +151,7 @@ def _trainer_classes():
             # distill: the frozen source model (never a submodule of the student: not trained, not saved), or
             # None when its chunk log-likelihoods were cached in the blocks
             self.distill, self.alpha, self.temperature, self.step_chunks = distill, alpha, temperature, None
+            self.term_norms = None  # distill: (step, gradient norm of the chunk term, of the LM term)
             self.teacher = self.teacher_head = None
             if teacher is not None:
                 self.teacher = teacher.to(self.args.device).eval().requires_grad_(False)
@@ -168,6 +173,27 @@ def _trainer_classes():
                 self.step_chunks = int(self.accelerator.gather(chunks).sum() if self.accelerator.num_processes > 1
                                        else chunks)
             return batches, parallel.step_token_count(batches, self.kind, self.accelerator, device)
+
+        def _term_norms(self, model, terms) -> None:
+            """distill, on a logged step: the L2 norm of the gradient of each term (the mean chunk loss, the
+            mean cross-entropy; unweighted, so alpha x / (1 - alpha) x it is what each moves the model by) over
+            the trained parameters, from the step's first micro-batch; NaN on several processes or sharded."""
+            if self.term_norms is not None and self.term_norms[0] == self.state.global_step:
+                return  # a later micro-batch of the same step
+            norms = [math.nan, math.nan]
+            if self.accelerator.num_processes == 1 and not self.sharded:
+                params = [p for p in model.parameters() if p.requires_grad]
+                for k, term in enumerate(terms):  # a term with no graph (no chunk in the batch) moves nothing
+                    grads = torch.autograd.grad(term, params, retain_graph=True, allow_unused=True) \
+                        if term.requires_grad else []
+                    norms[k] = math.sqrt(sum(float((g.detach().float() ** 2).sum()) for g in grads if g is not None))
+            self.term_norms = (self.state.global_step, *norms)
+
+        def log(self, logs, *args, **kwargs):
+            if self.distill and "loss" in logs and self.term_norms is not None:
+                logs = {**logs, "grad_norm_distill": self.term_norms[1], "grad_norm_lm": self.term_norms[2],
+                        "grad_norm_total": float(logs.get("grad_norm", math.nan))}
+            return super().log(logs, *args, **kwargs)
 
         # sharded: the model's and the optimiser's shards in one torch distributed checkpoint (train.sharding)
         def save_model(self, output_dir=None, _internal_call=False):
@@ -200,8 +226,10 @@ def _trainer_classes():
                 count = int(num_items_in_batch) if num_items_in_batch is not None else \
                     int((inputs["labels"][:, 1:] != -100).sum())
                 chunks = self.step_chunks if self.step_chunks is not None else int(inputs["n_chunks"])
-                loss = self.accelerator.num_processes * (self.alpha * chunk_sum / max(1, chunks)
-                                                         + (1 - self.alpha) * lm_sum / max(1, count))
+                terms = (chunk_sum / max(1, chunks), lm_sum / max(1, count))
+                if model.training and (self.state.global_step + 1) % max(1, self.args.logging_steps) == 0:
+                    self._term_norms(model, terms)
+                loss = self.accelerator.num_processes * (self.alpha * terms[0] + (1 - self.alpha) * terms[1])
             else:
                 hidden, targets = heads.predicted_hidden(model, inputs, self.kind, self.head)
                 with self.accelerator.autocast():  # bf16 training: the head in bf16, as it was inside the forward
@@ -273,6 +301,7 @@ def _trainer_classes():
             row = self._row(state)
             row.update(train_loss=float(logs["loss"]), learning_rate=float(logs.get("learning_rate", math.nan)),
                        tokens_per_second=speed, tokens_seen=tokens)
+            row.update({k: float(logs[k]) for k in DISTILL_COLUMNS if k in logs})  # distill only
             if self.bar is not None:
                 self.bar.set_postfix(loss=f"{logs['loss']:.3f}", tok_s=f"{speed:.0f}")
             log.info("step %d: train loss %.4f, lr %.3g, %.0f tokens/s", state.global_step, logs["loss"],

