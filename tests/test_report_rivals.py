@@ -52,7 +52,7 @@ def by_hand(lang: read.Language, method: str, objective: str) -> dict[int, float
 
 def test_omp_minus_focus_is_paired_with_an_interval_and_matches_the_difference_by_hand():
     lang = language()
-    family = {f.title: f for f in tables.families(lang, SETTINGS, {})}["Head to head: omp − focus"]
+    family = {f.title: f for f in tables.families(lang, SETTINGS, {}, rivals.families(lang, SETTINGS))}["Head to head: omp − focus"]
     rows = {(r.label, r.measure): r for r in family.rows}
     assert list(rows) == [("omp − focus (init)", "bits per byte"), ("omp − focus (standard)", "bits per byte"),
                           ("omp − focus (standard)", "valid loss")]
@@ -68,7 +68,7 @@ def test_omp_minus_focus_is_paired_with_an_interval_and_matches_the_difference_b
     raw = [r.diff.p_value for r in family.rows]
     for r, adjusted in zip(family.rows, stats.correct(raw, "holm")):
         assert r.diff.adjusted_p == pytest.approx(adjusted)
-    lines = verdict.language_verdict("sw", tables.families(lang, SETTINGS, {}), {}, SETTINGS)
+    lines = verdict.language_verdict("sw", tables.families(lang, SETTINGS, {}, rivals.families(lang, SETTINGS)), {}, SETTINGS)
     said = next(x for x in lines if x.startswith("- **Bits per byte of the valid text, omp − focus"))
     d = init.diff
     assert f"worse: omp − focus (init) {d.diff:+.3f} [{d.low:+.3f}, {d.high:+.3f}]" in said
@@ -77,4 +77,4 @@ def test_omp_minus_focus_is_paired_with_an_interval_and_matches_the_difference_b
 def test_no_head_to_head_where_omp_never_ran():
     lang = language(methods=("random", "focus"))
     assert rivals.families(lang, SETTINGS) == []
-    assert not any(f.title.startswith(rivals.TITLE) for f in tables.families(lang, SETTINGS, {}))
+    assert not any(f.title.startswith(rivals.TITLE) for f in tables.families(lang, SETTINGS, {}, rivals.families(lang, SETTINGS)))

@@ -76,10 +76,12 @@ def test_profile_holds_sizes_only_and_names_real_stages():
 def test_every_rule_takes_its_priority_from_the_stage_list(checkout, shared_data):
     """On a few cores the scheduler must start the jobs that others wait for (pretrain above all)
     before the leaves of the DAG: in a dry run every job of a leaf stage has priority 0 (Snakemake
-    prints none) and every other job priority 1, the generated rules and the hand-written one alike."""
+    prints none) and every other job priority 1, the generated rules and the hand-written one alike. The
+    demo's lm_eval list is empty (no job), so the dry run gives it one task: every stage then has jobs."""
     full_env = {**os.environ, "VOCABTRANSFER_DATA": str(shared_data), "PATH": f"{BIN}:{os.environ['PATH']}"}
-    proc = subprocess.run([str(BIN / "snakemake"), "-n", "-p", "--forceall", "--cores", "2"], cwd=checkout,
-                          env=full_env, capture_output=True, text=True)
+    lm_eval = "lm_eval={tasks: ['local_xnli_{lang}'], num_fewshot: 0, limit: null, batch_size: 8}"
+    proc = subprocess.run([str(BIN / "snakemake"), "-n", "-p", "--forceall", "--cores", "2", "--config", lm_eval],
+                          cwd=checkout, env=full_env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     priority: dict[str, set[int]] = {}
     for block in re.split(r"\n(?=(?:local)?rule \w+:)", proc.stdout):
@@ -91,7 +93,8 @@ def test_every_rule_takes_its_priority_from_the_stage_list(checkout, shared_data
     common = (REPO / "workflow/rules/common.smk").read_text()
     leaves = set(re.search(r"^LEAF_STAGES = \((.*)\)$", common, re.M).group(1).replace('"', "").replace(" ", "")
                  .split(","))
-    assert leaves == {"init_eval", "token_frequency_loss", "gradient_scenarios", "finetune_eval", "floor", "report"}
+    assert leaves == {"init_eval", "token_frequency_loss", "gradient_scenarios", "finetune_eval", "floor", "lm_eval",
+                      "report"}
     assert priority == {name: {0 if name in leaves else 1} for name in stages.STAGES}, priority
 
 def test_pretrain_processes_launch_with_accelerate_and_ask_for_that_many_gpus(checkout, shared_data):

@@ -25,6 +25,7 @@ from vocabtransfer.pipeline import paths
 from vocabtransfer.report import harness_table
 from vocabtransfer.report import distill_terms
 from vocabtransfer.report import markdown
+from vocabtransfer.report import rivals
 from vocabtransfer.report import tables
 from vocabtransfer.report import verdict
 from vocabtransfer.report.bpb import bits_per_byte_table, share_sentence
@@ -75,7 +76,7 @@ def write_report(params: dict, report: tables.ReportParams, p: Plan, root: Path 
         for lang in langs:
             m = metrics.setdefault(lang.lang, {})
             status = tables.learned(lang, settings)
-            families = tables.families(lang, settings, status)
+            families = tables.families(lang, settings, status, rivals.families(lang, settings))
             bpb = bits_per_byte_table(lang, settings)
             per_language[lang.lang] = (families + ([bpb.family] if bpb is not None and bpb.family.rows else []),
                                        status, [share_sentence(bpb, settings)])

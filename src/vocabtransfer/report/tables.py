@@ -327,10 +327,10 @@ def _bucket_labels(lang: Language) -> dict[int, str]:
     return {int(b.bucket): f"b{int(b.bucket)} (ranks {int(b.rank_lo)}–{int(b.rank_hi)})" for b in spans.itertuples()}
 
 
-def families(lang: Language, settings: Settings, status: dict) -> list[Family]:
-    from vocabtransfer.report import rivals  # it builds on this module
-
-    out = methods_vs_random(lang, settings, status) + rivals.families(lang, settings)
+def families(lang: Language, settings: Settings, status: dict, head_to_head: list[Family] = ()) -> list[Family]:
+    """The report's comparison families in order: every method − random, the head-to-head ones
+    (`report.rivals.families`, built on this module), each objective − standard."""
+    out = methods_vs_random(lang, settings, status) + list(head_to_head)
     for objective in (o for o in _objectives(lang) if o not in ("init", "standard")):
         family = objective_vs_standard(lang, settings, status, objective)
         out += [family] if family else []
