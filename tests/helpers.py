@@ -308,6 +308,24 @@ def pretrain_outputs(root: Path, method: str = "focus", objective: str = "standa
 TOLERANCE = 1e-5  # absolute, on losses and weights; measured: <= 1.3e-6 (a per-process mean loss: 8e-5)
 
 
+def assert_same_run(a: Path, b: Path, objective: str, weights_a: dict, weights_b: dict, columns: tuple[str, ...],
+                    exact: tuple[str, ...] = ("step",)):
+    """Two pretraining runs under `a` and `b` agree: the `exact` metrics columns equal, the `columns` and every
+    final weight to TOLERANCE. Returns run a's metrics table."""
+    import numpy as np
+
+    (_, ma, _), (_, mb, _) = pretrain_outputs(a, objective=objective), pretrain_outputs(b, objective=objective)
+    for column in exact:
+        assert ma.column(column).to_pylist() == mb.column(column).to_pylist(), column
+    for column in columns:
+        np.testing.assert_allclose(ma.column(column).to_numpy(), mb.column(column).to_numpy(), rtol=0,
+                                   atol=TOLERANCE, err_msg=column)
+    assert weights_a.keys() == weights_b.keys()
+    for name in weights_a:
+        torch.testing.assert_close(weights_a[name], weights_b[name], rtol=0, atol=TOLERANCE, msg=name)
+    return ma
+
+
 def launch_args(processes: int) -> list[str]:
     """The arguments after `accelerate launch` of `parallel.launch_prefix` (the Snakemake rule's command)."""
     return launch_prefix(processes).split()[2:]

@@ -18,17 +18,15 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-import numpy as np
 import pytest
-import torch
 
 from vocabtransfer.train import parallel
 from vocabtransfer.pipeline.stage_spec import launch_prefix
 from vocabtransfer.train.trainer import complete_checkpoints
 from vocabtransfer.errors import VocabTransferError
 
-from helpers import (TOLERANCE, bpe_tokenizer, finish, killed, launch, pretrain_outputs, pretrain_project, run_pretrain,
-                     tiny_model, wordpiece_tokenizer)
+from helpers import (assert_same_run as same_run, bpe_tokenizer, finish, killed, launch, pretrain_outputs,
+                     pretrain_project, run_pretrain, tiny_model, wordpiece_tokenizer)
 
 pytestmark = pytest.mark.slow
 STEPS = {"steps": 12, "eval_every": 4, "save_every": 4, "log_every": 2, "learning_rate": 0.003}
@@ -47,16 +45,8 @@ def weights(root: Path, kind: str) -> dict:
 
 
 def assert_same_run(a: Path, b: Path, kind: str) -> None:
-    (_, ma, _), (_, mb, _) = pretrain_outputs(a, objective="selfish"), pretrain_outputs(b, objective="selfish")
-    assert ma.column("step").to_pylist() == mb.column("step").to_pylist()
-    assert ma.column("tokens_seen").to_pylist() == mb.column("tokens_seen").to_pylist()
-    for column in ("train_loss", "valid_loss", "learning_rate"):
-        np.testing.assert_allclose(ma.column(column).to_numpy(), mb.column(column).to_numpy(), rtol=0,
-                                   atol=TOLERANCE, err_msg=column)
-    wa, wb = weights(a, kind), weights(b, kind)
-    assert wa.keys() == wb.keys()
-    for name in wa:
-        torch.testing.assert_close(wa[name], wb[name], rtol=0, atol=TOLERANCE, msg=name)
+    ma = same_run(a, b, "selfish", weights(a, kind), weights(b, kind), ("train_loss", "valid_loss", "learning_rate"),
+                  exact=("step", "tokens_seen"))
     assert not any(math.isnan(v) for v in ma.column("valid_loss").to_pylist()[-1:])
 
 

@@ -22,7 +22,7 @@ from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.train import sharding
 from vocabtransfer.train.trainer import complete_checkpoints
 
-from helpers import (TOLERANCE, finish, gpt2_seed, killed as killed_run, launch, llama_seed, pretrain_outputs,
+from helpers import (assert_same_run, finish, gpt2_seed, killed as killed_run, launch, llama_seed, pretrain_outputs,
                      pretrain_project, run_pretrain, save_dir, text_lines)
 
 pytestmark = pytest.mark.slow
@@ -70,15 +70,7 @@ def final_weights(root, objective: str) -> dict:
 
 
 def assert_same(a, b, objective: str, columns=("train_loss", "valid_loss")) -> None:
-    (_, ma, _), (_, mb, _) = pretrain_outputs(a, objective=objective), pretrain_outputs(b, objective=objective)
-    assert ma.column("step").to_pylist() == mb.column("step").to_pylist()
-    for column in columns:
-        np.testing.assert_allclose(ma.column(column).to_numpy(), mb.column(column).to_numpy(), rtol=0,
-                                   atol=TOLERANCE, err_msg=column)
-    wa, wb = final_weights(a, objective), final_weights(b, objective)
-    assert wa.keys() == wb.keys()
-    for name in wa:
-        torch.testing.assert_close(wa[name], wb[name], rtol=0, atol=TOLERANCE, msg=name)
+    assert_same_run(a, b, objective, final_weights(a, objective), final_weights(b, objective), columns)
 
 
 @pytest.mark.parametrize("objective", ["standard", "selfish", "distill"])
