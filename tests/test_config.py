@@ -251,12 +251,12 @@ def test_merge_overlay_merges_key_by_key_but_replaces_a_data_source_whole():
 
 
 def test_a_null_task_data_entry_in_an_overlay_removes_that_languages_jobs():
-    """config/gemma-qa.yaml runs QA in sw only: `eval.tasks.qa.data.de: null` drops params.yaml's de entry, so
+    """config/gemma.yaml runs QA in sw only: `eval.tasks.qa.data.de: null` drops params.yaml's de entry, so
     the planner gives de no qa job and no qa floor, while de keeps its NER jobs and sw its QA jobs."""
     from vocabtransfer.pipeline.config import merge_overlay, read_yaml
 
     base = read_yaml(REPO / "params.yaml")
-    overlay = read_yaml(REPO / "config" / "gemma-qa.yaml")
+    overlay = read_yaml(REPO / "config" / "gemma.yaml")
     assert overlay["eval"]["tasks"]["qa"]["data"] == {"de": None}
     params = validate_params(merge_overlay(base, {"eval": {"tasks": {"qa": {"data": {"de": None}}}}}))
     assert sorted(params["eval"]["tasks"]["qa"]["data"]) == ["sw"]
