@@ -48,9 +48,9 @@ def test_defaults_filled_for_missing_sections():
          "mean, fvt, focus, ofa, snmf, wechsel, omp, each also as <name>+svd or <name>+snmf; did you mean 'focus'?"),
         ({"pretrain": {"pairs": ["focus-selfsh"]}}, "pretrain.pairs: 'focus-selfsh' is not allowed; allowed: "
          "<method>-<objective> with method one of random,"),
-        ({"pretrain": {"pairs": ["focus-selfsh"]}}, "standard, selfish, distill; did you mean 'focus-selfish'?"),
+        ({"pretrain": {"pairs": ["focus-selfsh"]}}, "standard, selfish, distill, alm; did you mean 'focus-selfish'?"),
         ({"pretrain": {"objectives": ["standrd"]}}, "pretrain.objectives: 'standrd' is not allowed; allowed values: "
-         "'standard', 'selfish', 'distill'; did you mean 'standard'?"),
+         "'standard', 'selfish', 'distill', 'alm'; did you mean 'standard'?"),
         ({"eval": {"tasks": {"nlii": {}}}}, "eval.tasks: unknown key(s) 'nlii'; allowed keys: ner, nli, qa; did you mean 'nli'?"),
         ({"source_model": "models/absent.gguf"}, "source_model: 'models/absent.gguf': no such GGUF file (a relative "
          "source_model path resolves against the working directory, the repository root, not $VOCABTRANSFER_DATA"),

@@ -140,6 +140,37 @@ def test_distill_with_alpha_zero_is_the_standard_objective(tmp_path, monkeypatch
     assert "grad_norm_lm" not in std.column_names  # standard's metrics keep their columns
 
 
+def test_alm_is_distill_at_alpha_one_whatever_pretrain_distill_alpha_says(tmp_path, monkeypatch, one_thread,
+                                                                           tokenizers):
+    """`alm` (distill's chunk term alone): with pretrain.distill.alpha = 0.3 it trains as distill does at
+    alpha = 1, step for step, reads the teacher and pretrain.distill's options, and says alpha 1 in its stats."""
+    from vocabtransfer.train.losses import OBJECTIVES
+    from vocabtransfer.train.pretrain import TEACHER_OBJECTIVES
+
+    assert TEACHER_OBJECTIVES == tuple(name for name, o in OBJECTIVES.items() if o.teacher)
+    runs = {}
+    for objective, alpha in (("alm", 0.3), ("distill", 1.0)):
+        root = tmp_path / objective
+        root.mkdir()
+        monkeypatch.chdir(root)
+        teacher_tok, student_tok = tokenizers
+        save_dir(tiny_llama(teacher_tok), teacher_tok, root / "results/source/model")
+        params = pretrain_project(root, tiny_gpt2(len(student_tok)), student_tok, objectives=["standard", objective],
+                                  **{**STEPS, "steps": 4, "eval_every": 2, "distill": {"alpha": alpha}})
+        run_pretrain(params, objective=objective)
+        runs[objective] = pretrain_outputs(root, objective=objective)
+    (_, alm, alm_stats), (_, dist, _) = runs["alm"], runs["distill"]
+    assert alm_stats["objective"] == "alm" and alm_stats["distill"]["alpha"] == 1.0
+    for column in ("train_loss", "valid_loss", "grad_norm_distill"):
+        np.testing.assert_allclose(alm.column(column).to_numpy(), dist.column(column).to_numpy(), rtol=1e-5,
+                                   atol=1e-6, err_msg=column)
+    assert "pretrain.distill.temperature" in leaves(params, {"objective": "alm"})
+    from vocabtransfer.pipeline.stages import STAGES
+
+    assert "source" in STAGES["pretrain"].inputs(params, {"lang": "sw", "method": "focus", "pseed": "1",
+                                                          "objective": "alm"})
+
+
 def test_distill_refusals_in_one_line(tmp_path, monkeypatch, one_thread):
     from vocabtransfer.pipeline.config import validate_params
 

@@ -43,3 +43,18 @@ def test_runs_without_logged_norms_are_said_so_and_no_distill_no_note():
     assert "gradient norms were not logged" in line
     lang.runs = {("focus", "standard", 1): {"steps": 20}}
     assert distill_terms.note(lang) == []
+
+
+def test_the_alm_note_has_alpha_one_and_no_cross_entropy_weight():
+    """`alm` runs (distill's chunk term alone) get their own note: α = 1, the cross-entropy term weighs 0."""
+    lang = read.Language("de")
+    alm = {"steps": 20, "distill": {**STATS["distill"], "alpha": 1.0}}
+    lang.runs = {("focus", "alm", 1): alm, ("focus", "distill", 1): STATS}
+    lang.curves = {("focus", "alm", 1): metrics([0.2, 0.4], [3.0, 5.0], [0.2, 0.4])}
+    lines = distill_terms.note(lang, "alm")
+    assert lines[0] == "The alm runs:" and len(lines) == 4
+    assert lines[2].startswith("* focus: τ = 100.0, α = 1.0, unbiased chunks")
+    assert "weighted by α and 1 − α: 0.3 against 0 (the chunk term moves the model – (α = 1: no cross-entropy term)" \
+        in lines[2]
+    lang.runs = {("focus", "selfish", 1): {"steps": 20, "distill": None}}  # no teacher: no note
+    assert distill_terms.note(lang, "selfish") == []

@@ -94,7 +94,7 @@ def write_report(params: dict, report: tables.ReportParams, p: Plan, root: Path 
             body += ["### Comparisons", ""]
             for family in families:
                 body += markdown.family_section(family, settings)
-                body += distill_terms.note(lang) if family.title.startswith("Distill") else []
+                body += distill_terms.note(lang, family.objective) if family.objective else []
             if not families:
                 body += ["_No comparison: no paired runs for this language._", ""]
             body += bits_per_byte_section(lang, bpb, settings)

@@ -45,14 +45,15 @@ def method_line(method: str, runs: list[dict], curves: list) -> str:
             f"{a_lm:.3g} (the chunk term moves the model {ratio} as much as cross-entropy).")
 
 
-def note(lang) -> list[str]:
-    """Markdown lines for `lang`'s distill runs; [] without any."""
-    methods = dict.fromkeys(m for m, o, _ in lang.runs if o == "distill")
+def note(lang, objective: str = "distill") -> list[str]:
+    """Markdown lines for `lang`'s runs of a teacher objective (distill, alm: their stats.json has `distill`);
+    [] without any."""
+    methods = dict.fromkeys(m for (m, o, _), stats in lang.runs.items() if o == objective and stats.get("distill"))
     if not methods:
         return []
-    lines = ["The distill runs:", ""]
+    lines = [f"The {objective} runs:", ""]
     for method in methods:
-        keys = sorted(k for k in lang.runs if k[0] == method and k[1] == "distill")
+        keys = sorted(k for k in lang.runs if k[0] == method and k[1] == objective)
         lines.append(method_line(method, [lang.runs[k] for k in keys],
                                  [lang.curves[k] for k in keys if k in lang.curves]))
     return lines + [""]

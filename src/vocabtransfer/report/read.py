@@ -15,7 +15,7 @@ from vocabtransfer import io
 from vocabtransfer.pipeline import models
 from vocabtransfer.pipeline import paths
 
-OBJECTIVE_ORDER = ("init", "standard", "selfish", "distill")
+OBJECTIVE_ORDER = ("init", "standard", "selfish", "distill", "alm")
 Run = tuple[str, str, int]  # (method, objective, pretraining seed)
 
 

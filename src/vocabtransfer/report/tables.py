@@ -127,6 +127,7 @@ class Family:
     title: str
     description: str
     rows: list[Row] = field(default_factory=list)
+    objective: str | None = None  # an objective − standard family: the objective
 
 
 def _corrected(rows: list[Row], settings: Settings) -> list[Row]:
@@ -316,7 +317,7 @@ def objective_vs_standard(lang: Language, settings: Settings, status: dict, obje
     return Family(f"{objective.capitalize()} − standard, per method",
                   f"Loss rows: negative = {objective} lower (better); task rows: positive = {objective} higher "
                   "(better). Buckets: held-out tokens by train frequency (b0 = most frequent types).",
-                  _corrected(rows, settings))
+                  _corrected(rows, settings), objective=objective)
 
 
 def _bucket_labels(lang: Language) -> dict[int, str]:

@@ -181,6 +181,7 @@ class Objective:
     on_logits: Callable[..., torch.Tensor]  # (logits, labels, *, margin, ignore_index, reduction)
     kernel: str = "standard"  # the fused head's objective for one model's own tokens (fused_head.OBJECTIVE_NAMES)
     teacher: bool = False  # trained against the source model as a teacher (train/distill.py); causal LMs only
+    alpha: float | None = None  # a teacher objective's fixed weight of the chunk term (None: pretrain.distill.alpha)
 
 
 def _standard(logits, labels, *, margin, ignore_index, reduction):
@@ -198,7 +199,17 @@ OBJECTIVES: dict[str, Objective] = {o.name: o for o in (
     # on one model's logits (the analyses, which have no teacher) distill is its LM part: cross-entropy
     Objective("distill", "alpha x chunk-likelihood matching to the source model through its own tokenizer "
               "+ (1 - alpha) x cross-entropy", False, _standard, teacher=True),
+    # distill's chunk term alone (alpha = 1): tokenkit's pure ALM, the student's own tokens get no cross-entropy
+    Objective("alm", "chunk-likelihood matching to the source model through its own tokenizer alone (distill at "
+              "alpha = 1)", False, _standard, teacher=True, alpha=1.0),
 )}
+
+
+def distill_alpha(objective: str, alpha: float) -> float:
+    """The weight of the chunk term a teacher objective trains with: its own (`alm`: 1) or `alpha`
+    (pretrain.distill.alpha, `distill`)."""
+    fixed = get_objective(objective).alpha
+    return alpha if fixed is None else fixed
 
 
 def get_objective(name: str) -> Objective:

@@ -77,6 +77,10 @@ METRICS_SCHEMA = pa.schema([
 # several processes or sharded)
 DISTILL_METRICS_SCHEMA = pa.schema(list(METRICS_SCHEMA) + [pa.field(c, pa.float64()) for c in DISTILL_COLUMNS])
 
+# the objectives trained against the source model as a teacher (losses.OBJECTIVES' `teacher`; named here so
+# that planning a DAG does not import torch; tests/test_pretrain_distill.py checks the two agree)
+TEACHER_OBJECTIVES = ("distill", "alm")
+
 
 def check_params(params: dict, source: str = "params.yaml") -> None:
     """Every `pretrain.methods` entry must be an `init.methods` entry; objectives must be known."""
@@ -94,6 +98,8 @@ def leaves(params: dict, wildcards: dict) -> list[str]:
     ones, with an objective's own options (`pretrain.selfish.margin`, `pretrain.distill.*`) for that
     objective only."""
     objective = wildcards.get("objective")
+    if objective in TEACHER_OBJECTIVES:
+        objective = "distill"  # every teacher objective (distill, alm) reads pretrain.distill
     return field_leaves(PretrainParams, "pretrain", params["pretrain"],
                         keep=lambda f: f.metadata.get("rerun", True) and f.metadata.get("objective", objective) == objective)
 
@@ -154,6 +160,7 @@ def run(ctx) -> None:
 
     from vocabtransfer.train import distill
     from vocabtransfer.train import lowrank
+    from vocabtransfer.train.losses import distill_alpha
 
     start = time.perf_counter()
     opts = ctx.section("pretrain", PretrainParams)  # params pretrain, typed
@@ -285,7 +292,8 @@ def run(ctx) -> None:
     trainer = ObjectiveTrainer(model=model, args=args, train_dataset=dataset,
                                data_collator=StepCollator(tokenizer, kind, seed, teacher_pad), callbacks=[callback],
                                kind=kind, objective=objective, margin=opts.selfish.margin, checkpoints=checkpoints,
-                               distill=teacher_dir is not None, teacher=teacher, alpha=distill_opts.alpha,
+                               distill=teacher_dir is not None, teacher=teacher,
+                               alpha=distill_alpha(objective, distill_opts.alpha),
                                temperature=distill_opts.temperature, sharded=sharded)
     trainer.remove_callback(PrinterCallback)
     train_start = time.perf_counter()
@@ -313,7 +321,7 @@ def run(ctx) -> None:
         "resumed_from_step": resume[0] if resume else None, "pseed": pseed, "seed": seed,
         "margin": opts.selfish.margin if objective == "selfish" else None, "factorized": original is not None,
         "distill": None if teacher_dir is None else {
-            "alpha": distill_opts.alpha, "temperature": distill_opts.temperature, "chunks": distill_opts.chunks,
+            "alpha": distill_alpha(objective, distill_opts.alpha), "temperature": distill_opts.temperature, "chunks": distill_opts.chunks,
             "bias_threshold": distill_opts.bias_threshold if distill_opts.chunks == "unbiased" else None,
             "teacher": str(teacher_dir),
             "train_chunks": sum(b.n_chunks for b in blocks) if distill_opts.chunks == "exact" else None,
@@ -348,7 +356,8 @@ def _inputs(params: dict, wildcards: dict) -> dict[str, str]:
     distill objective also its teacher, the source model with its own tokenizer."""
     init = paths.partial(paths.INIT_DIR, method=wildcards["method"],
                          pseed=models.init_pseed(wildcards["method"], wildcards["pseed"]))
-    teacher = {"source": paths.SOURCE_MODEL} if wildcards.get("objective") == "distill" else {}
+    objective = wildcards.get("objective")
+    teacher = {"source": paths.SOURCE_MODEL} if objective in TEACHER_OBJECTIVES else {}
     return {"init": init, "train": paths.PRETOK_TRAIN, "valid": paths.PRETOK_VALID, **teacher}
 
 

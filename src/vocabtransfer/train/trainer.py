@@ -55,7 +55,7 @@ class PretrainParams:
     fields do not change a run's model or metrics; `objective` marks the options of one objective."""
 
     methods: tuple[str, ...] = field(metadata=NO_RERUN)
-    objectives: tuple[Literal["standard", "selfish", "distill"], ...] = field(metadata=NO_RERUN)
+    objectives: tuple[Literal["standard", "selfish", "distill", "alm"], ...] = field(metadata=NO_RERUN)
     pairs: tuple[str, ...] | None = field(metadata=NO_RERUN)
     seeds: int = field(metadata=NO_RERUN)
     steps: int
@@ -76,7 +76,7 @@ class PretrainParams:
     save_every: int
     keep_checkpoints: bool = field(metadata=NO_RERUN)
     selfish: SelfishOptions = field(metadata={"objective": "selfish"})
-    distill: DistillOptions = field(metadata={"objective": "distill"})
+    distill: DistillOptions = field(metadata={"objective": "distill"})  # and alm's: every teacher objective
     factorized: bool
     train_primitives: bool
     embeddings_only_steps: int
