@@ -82,6 +82,20 @@ def test_snakemake_and_dvc_yaml_schedule_exactly_the_stage_tables_jobs(shared_da
     assert dvc_jobs(params) == expected
 
 
+def test_the_distill_study_runs_focus_with_three_objectives_and_three_seeds_in_german(shared_data, monkeypatch):
+    """config/gemma-distill.yaml over config/gemma.yaml: German only, focus pretrained with standard, distill
+    and alm, 3 pretraining seeds, and nothing downstream; Snakemake schedules the stage table's jobs."""
+    monkeypatch.setenv("VOCABTRANSFER_DATA", str(shared_data))
+    overlays = ("config/gemma.yaml", "config/gemma-distill.yaml")
+    params = params_with(*overlays)
+    expected = table_jobs(params)
+    runs = sorted(j.split("/pretrain/")[1] for j in expected if j.startswith("pretrain "))
+    assert runs == [f"focus/{o}/pseed{s}" for o in ("alm", "distill", "standard") for s in (1, 2, 3)]
+    assert not any(j.startswith(("finetune_eval ", "lm_eval ")) for j in expected)
+    assert params["languages"] == ["de"] and params["pretrain"]["steps"] == 200
+    assert snakemake_jobs(shared_data, "--configfile", *overlays) == expected
+
+
 def rule_counts(shared_data: Path, *args: str) -> dict[str, int]:
     counts: dict[str, int] = {}
     for job in snakemake_jobs(shared_data, *args):
