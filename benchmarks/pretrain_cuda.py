@@ -39,7 +39,7 @@ def build_project(root: Path, text: Path, vocab_size: int, seed: int = 0) -> Non
     torch.manual_seed(seed)
     model = BertForMaskedLM(BertConfig(vocab_size=len(tok), hidden_size=384, num_hidden_layers=6,
                                        num_attention_heads=12, intermediate_size=1536, max_position_embeddings=512))
-    model_dir = root / "results/sw/init/random/model"
+    model_dir = root / "results/sw/init/random/pseed1/model"
     model.save_pretrained(model_dir)
     tok.save_pretrained(model_dir)
     for split, split_lines in (("train", train), ("valid", valid)):
@@ -72,10 +72,10 @@ def main() -> None:
     for objective in ("standard", "selfish"):
         start = time.perf_counter()
         subprocess.run([sys.executable, "-m", "vocabtransfer", "pretrain", "--lang", "sw", "--method", "random",
-                        "--objective", objective, "--params", "params.yaml", "--device", "auto"],
+                        "--objective", objective, "--pseed", "1", "--params", "params.yaml", "--device", "auto"],
                        cwd=root, check=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
         seconds = time.perf_counter() - start
-        run_dir = root / f"results/sw/pretrain/random/{objective}"
+        run_dir = root / f"results/sw/pretrain/random/{objective}/pseed1"
         stats = json.loads((run_dir / "stats.json").read_text())
         metrics = pq.read_table(run_dir / "metrics.parquet").to_pandas()
         rows.append((objective, "bf16" if stats.get("bf16") else "fp32", metrics["tokens_per_second"].median(),
