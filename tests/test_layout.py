@@ -11,8 +11,8 @@ from pathlib import Path
 from conftest import REPO
 
 PACKAGE = REPO / "src" / "vocabtransfer"
-PHASES = ("pipeline", "data", "init", "train", "evaluate", "report")
-TOP_LEVEL = {"__init__.py", "__main__.py", "cli.py", "errors.py", "io.py", "log.py", "version.py"}
+PHASES = ("pipeline", "model", "data", "init", "train", "evaluate", "report", "app")
+TOP_LEVEL = {"__init__.py", "__main__.py", "errors.py", "io.py", "log.py", "version.py"}
 MAX_LINES = 450
 
 
@@ -79,8 +79,8 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_no_import_cycle():
     graph = import_graph()
-    assert "vocabtransfer.pipeline.stage_spec" in graph and "vocabtransfer.pipeline.stages" in graph["vocabtransfer.cli"]
-    assert "vocabtransfer.pipeline.runner" in graph["vocabtransfer.cli"]
+    assert "vocabtransfer.pipeline.stage_spec" in graph and "vocabtransfer.app.stages" in graph["vocabtransfer.app.cli"]
+    assert "vocabtransfer.app.runner" in graph["vocabtransfer.app.cli"]
     assert cycles(graph) == []
 
 
@@ -91,17 +91,17 @@ def test_the_cycle_check_finds_a_cycle():
 def test_stage_modules_never_import_the_stage_table():
     """The table imports the stages it describes, one way: no stage module imports it back."""
     graph = import_graph()
-    table = "vocabtransfer.pipeline.stages"
+    table = "vocabtransfer.app.stages"
     users = {m for m, deps in graph.items() if table in deps}
-    assert users <= {"vocabtransfer.cli", "vocabtransfer.pipeline.runner", "vocabtransfer.pipeline.plan",
-                     "vocabtransfer.pipeline.dvcgen"}, users
+    assert users <= {"vocabtransfer.app.cli", "vocabtransfer.app.runner", "vocabtransfer.app.plan",
+                     "vocabtransfer.app.dvcgen"}, users
 
 
 def test_each_stage_is_declared_after_its_code():
     """A stage module ends with its declaration, from the import of `Stage` on (`code_statements`): the job's
     function comes before it, so that its imports are the job's code dependencies and the declaration's are not."""
     from vocabtransfer.pipeline.stage_spec import code_statements
-    from vocabtransfer.pipeline.stages import STAGES
+    from vocabtransfer.app.stages import STAGES
 
     for stage in STAGES.values():
         source = Path(stage.run.__code__.co_filename).read_text(encoding="utf-8")
@@ -112,7 +112,7 @@ def test_each_stage_is_declared_after_its_code():
 
 def test_the_stage_table_imports_neither_torch_nor_transformers():
     """Snakemake and the CLI import the table before any job: it stays cheap."""
-    check = ("import sys, vocabtransfer.pipeline.stages; "
+    check = ("import sys, vocabtransfer.app.stages; "
              "assert 'torch' not in sys.modules and 'transformers' not in sys.modules, "
              "sorted(m for m in ('torch', 'transformers') if m in sys.modules)")
     proc = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, cwd=REPO)

@@ -168,7 +168,7 @@ def test_checkpoint_of_other_params_is_refused(tmp_path, monkeypatch, one_thread
 def test_nan_loss_stops_naming_the_step_and_keeps_the_checkpoint(tmp_path, monkeypatch, one_thread, sw_wp):
     monkeypatch.chdir(tmp_path)
     params = pretrain_project(tmp_path, tiny_bert(len(sw_wp)), sw_wp, steps=12, save_every=4, log_every=2)
-    from vocabtransfer.train import heads
+    from vocabtransfer.model import heads
 
     calls = []
     real = heads.head_loss

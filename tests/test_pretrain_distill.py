@@ -175,7 +175,7 @@ def test_distill_leaves_only_for_the_distill_objective():
     standard = leaves(params, {"objective": "standard"})
     assert {f"pretrain.distill.{k}" for k in ("alpha", "temperature", "chunks", "bias_threshold")} <= set(distill)
     assert not any(leaf.startswith("pretrain.distill.") for leaf in standard)
-    from vocabtransfer.pipeline.stages import STAGES
+    from vocabtransfer.app.stages import STAGES
 
     wc = {"lang": "sw", "method": "focus", "pseed": "1"}
     assert "source" in STAGES["pretrain"].inputs(params, {**wc, "objective": "distill"})

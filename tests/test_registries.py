@@ -23,7 +23,7 @@ from vocabtransfer.init.methods.registry import (INFO, INFRASTRUCTURE, METHODS, 
 from vocabtransfer.init.source_snmf import uses_snmf
 from vocabtransfer.pipeline import availability, models
 from vocabtransfer.pipeline.config import load_params, schema
-from vocabtransfer.pipeline.stages import STAGES
+from vocabtransfer.app.stages import STAGES
 from vocabtransfer.report import markdown, read
 
 from conftest import REPO

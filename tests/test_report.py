@@ -517,8 +517,8 @@ def test_inputs_name_every_artefact_of_the_plan():
 
 def test_cli_runs_the_stage(tmp_path, monkeypatch):
     from conftest import REPO
-    from vocabtransfer.cli import main
-    from vocabtransfer.pipeline.stages import STAGES
+    from vocabtransfer.app.cli import main
+    from vocabtransfer.app.stages import STAGES
 
     plan = make_results(tmp_path)
     monkeypatch.setattr(build, "plan", lambda params: plan)

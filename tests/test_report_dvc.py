@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from vocabtransfer.pipeline import dvcgen
+from vocabtransfer.app import dvcgen
 from vocabtransfer.pipeline import paths
 from vocabtransfer.pipeline import availability
 from vocabtransfer.report.build import curves_csv

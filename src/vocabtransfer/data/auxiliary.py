@@ -316,7 +316,7 @@ def run(ctx: "Context") -> None:
     import torch
 
     from vocabtransfer import io
-    from vocabtransfer.train.hub import load_tokenizer
+    from vocabtransfer.model.hub import load_tokenizer
     from vocabtransfer.pipeline.paths import data_path
 
     start = time.perf_counter()
@@ -404,7 +404,7 @@ def run(ctx: "Context") -> None:
              stats["seconds"])
 
 
-# ---------------------------------------------------------------- the stages (vocabtransfer.pipeline.stages)
+# ---------------------------------------------------------------- the stages (vocabtransfer.app.stages)
 # From the import of `Stage` on, the module plans its jobs: not their code (stage_spec.code_statements).
 from vocabtransfer.pipeline.stage_spec import Stage
 from vocabtransfer.pipeline import config, paths

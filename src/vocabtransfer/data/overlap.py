@@ -353,7 +353,7 @@ def run(ctx) -> None:
     """The `overlap` stage: target tokenizer (stage input) vs the source model's tokenizer."""
     from vocabtransfer import io
     from vocabtransfer.data.families import special_token_clash
-    from vocabtransfer.train.hub import load_tokenizer, materialised_source
+    from vocabtransfer.model.hub import load_tokenizer, materialised_source
 
     start = time.perf_counter()
     source_model = ctx.param("source_model")
@@ -400,7 +400,7 @@ def run(ctx) -> None:
              byte_tokens["target"], byte_tokens["source"])
 
 
-# ---------------------------------------------------------------- the stage (vocabtransfer.pipeline.stages)
+# ---------------------------------------------------------------- the stage (vocabtransfer.app.stages)
 # From the import of `Stage` on, the module plans its jobs: not their code (stage_spec.code_statements).
 from vocabtransfer.pipeline.stage_spec import Stage
 from vocabtransfer.pipeline import config, paths

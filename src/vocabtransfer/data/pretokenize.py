@@ -219,7 +219,7 @@ class PretokenizeParams:
 
 
 def run(ctx) -> None:
-    from vocabtransfer.train.hub import load_tokenizer, materialised_source
+    from vocabtransfer.model.hub import load_tokenizer, materialised_source
 
     set_threads(ctx.threads)
     batch_size = ctx.section("pretokenize", PretokenizeParams).batch_size
@@ -262,7 +262,7 @@ def run(ctx) -> None:
     }, ctx.output["stats"])
 
 
-# ---------------------------------------------------------------- the stage (vocabtransfer.pipeline.stages)
+# ---------------------------------------------------------------- the stage (vocabtransfer.app.stages)
 # From the import of `Stage` on, the module plans its jobs: not their code (stage_spec.code_statements).
 from vocabtransfer.pipeline.stage_spec import Stage
 from vocabtransfer.pipeline import config, paths

@@ -342,7 +342,7 @@ class TokenizerParams:  # params `tokenizer`, typed (`ctx.section`); the schema 
 
 
 def run(ctx) -> None:
-    from vocabtransfer.train.hub import load_tokenizer, materialised_source
+    from vocabtransfer.model.hub import load_tokenizer, materialised_source
 
     set_threads(ctx.threads)
     source_name = ctx.param("source_model")
@@ -384,7 +384,7 @@ def _detect_saved_family(tokenizer) -> tuple[str, str]:
     return family, _style(family, spec)
 
 
-# ---------------------------------------------------------------- the stage (vocabtransfer.pipeline.stages)
+# ---------------------------------------------------------------- the stage (vocabtransfer.app.stages)
 # From the import of `Stage` on, the module plans its jobs: not their code (stage_spec.code_statements).
 from vocabtransfer.pipeline.stage_spec import Stage
 from vocabtransfer.pipeline import config, paths

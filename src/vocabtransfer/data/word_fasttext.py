@@ -38,7 +38,7 @@ def run_target_words(ctx: "Context") -> None:
     train_word_fasttext(lines, ctx.output["model"], **_word_fasttext_options(ctx))
 
 
-# ---------------------------------------------------------------- the stages (vocabtransfer.pipeline.stages)
+# ---------------------------------------------------------------- the stages (vocabtransfer.app.stages)
 # From the import of `Stage` on, the module plans its jobs: not their code (stage_spec.code_statements).
 from vocabtransfer.pipeline.stage_spec import Stage
 from vocabtransfer.pipeline import availability, config, paths

@@ -41,8 +41,8 @@ import numpy as np
 
 from vocabtransfer import io
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.train import modeling
-from vocabtransfer.train.lmdata import Kind, special_tokens_around
+from vocabtransfer.model import modeling
+from vocabtransfer.model.lmdata import Kind, special_tokens_around
 
 LN2 = math.log(2.0)
 MASKED_REASON = ("bits per byte needs a causal LM: a masked LM predicts a few masked tokens from both sides, "

@@ -289,7 +289,7 @@ def run(ctx) -> None:
              out.get("not_run") or ", ".join(f"{k} {v:.2f}" for k, v in out["metrics"].items()))
 
 
-# ---------------------------------------------------------------- the stage (vocabtransfer.pipeline.stages)
+# ---------------------------------------------------------------- the stage (vocabtransfer.app.stages)
 # From the import of `Stage` on, the module plans its jobs: not their code (stage_spec.code_statements).
 from vocabtransfer.pipeline.config import field_leaves
 from vocabtransfer.pipeline.stage_spec import Stage

@@ -37,10 +37,10 @@ import numpy as np
 import pyarrow as pa
 
 from vocabtransfer import io
-from vocabtransfer.train import modeling
-from vocabtransfer.train.hub import load_tokenizer
+from vocabtransfer.model import modeling
+from vocabtransfer.model.hub import load_tokenizer
 from vocabtransfer.data.token_ids import TokenIds
-from vocabtransfer.train.lmdata import Kind, lm_batches, pack_ids
+from vocabtransfer.model.lmdata import Kind, lm_batches, pack_ids
 from vocabtransfer.evaluate.token_frequency_loss import frequency_ranks, read_ids, token_counts
 
 log = logging.getLogger(__name__)
@@ -74,7 +74,7 @@ def decompose(model, batch: dict, kind: Kind, objective: str, margin: float = 2.
     The loss is the objective's mean over the batch's predicted positions (what training uses)."""
     import torch
 
-    from vocabtransfer.train.losses import objective_loss
+    from vocabtransfer.model.losses import objective_loss
 
     emb, out_proj = model.get_input_embeddings(), model.get_output_embeddings()
     if out_proj is None:
@@ -237,7 +237,7 @@ def run(ctx) -> None:
          opts.plot_bins)
 
 
-# ---------------------------------------------------------------- the stage (vocabtransfer.pipeline.stages)
+# ---------------------------------------------------------------- the stage (vocabtransfer.app.stages)
 # From the import of `Stage` on, the module plans its jobs: not their code (stage_spec.code_statements).
 from vocabtransfer.pipeline.stage_spec import Stage
 from vocabtransfer.pipeline.config import field_leaves

@@ -114,7 +114,7 @@ def causal_reason(model_dir: Path) -> str | None:
     """Why the model in `model_dir` cannot be scored (a masked LM), None for a causal LM."""
     from transformers import AutoConfig
 
-    from vocabtransfer.train.modeling import detect_kind
+    from vocabtransfer.model.modeling import detect_kind
 
     return None if detect_kind(AutoConfig.from_pretrained(model_dir)) == "causal" else MASKED_REASON
 
@@ -206,7 +206,7 @@ def run(ctx) -> None:
         f"{t} " + ", ".join(f"{k} {v:.3f}" for k, v in s.items() if k != "n") for t, s in out["scores"].items()))
 
 
-# ---------------------------------------------------------------- the stage (vocabtransfer.pipeline.stages)
+# ---------------------------------------------------------------- the stage (vocabtransfer.app.stages)
 # From the import of `Stage` on, the module plans its jobs: not their code (stage_spec.code_statements).
 from vocabtransfer.pipeline.stage_spec import Stage
 

@@ -51,9 +51,9 @@ import pyarrow as pa
 from vocabtransfer import io
 from vocabtransfer.evaluate import bits_per_byte, bpb_floor
 from vocabtransfer.pipeline import availability
-from vocabtransfer.train import modeling
-from vocabtransfer.train.hub import load_tokenizer
-from vocabtransfer.train.lmdata import Kind, lm_batches, pack_lines, read_lines
+from vocabtransfer.model import modeling
+from vocabtransfer.model.hub import load_tokenizer
+from vocabtransfer.model.lmdata import Kind, lm_batches, pack_lines, read_lines
 from vocabtransfer.pipeline import paths
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.log import progress
@@ -365,7 +365,7 @@ def run(ctx) -> None:
              "its own tokenizer)\n%s", ctx.lang, len(src_sent), len(valid), markdown(rows))
 
 
-# ---------------------------------------------------------------- the stage (vocabtransfer.pipeline.stages)
+# ---------------------------------------------------------------- the stage (vocabtransfer.app.stages)
 # From the import of `Stage` on, the module plans its jobs: not their code (stage_spec.code_statements).
 from vocabtransfer.pipeline.stage_spec import Stage
 from vocabtransfer.pipeline.config import field_leaves

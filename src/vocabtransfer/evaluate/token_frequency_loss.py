@@ -50,10 +50,10 @@ import pyarrow as pa
 
 from vocabtransfer import io
 from vocabtransfer.evaluate import bits_per_byte, bpb_floor
-from vocabtransfer.train import modeling
-from vocabtransfer.train.hub import load_tokenizer
+from vocabtransfer.model import modeling
+from vocabtransfer.model.hub import load_tokenizer
 from vocabtransfer.data.token_ids import TokenIds
-from vocabtransfer.train.lmdata import Kind, lm_batches, special_tokens_around
+from vocabtransfer.model.lmdata import Kind, lm_batches, special_tokens_around
 from vocabtransfer.train.packing import PackedBlocks
 from vocabtransfer.pipeline import availability
 from vocabtransfer.pipeline.models import init_pseed
@@ -412,7 +412,7 @@ def run(ctx) -> None:
              "seeds), %s\n%s", ctx.lang, markdown(rows, n_seen_buckets))
 
 
-# ---------------------------------------------------------------- the stage (vocabtransfer.pipeline.stages)
+# ---------------------------------------------------------------- the stage (vocabtransfer.app.stages)
 # From the import of `Stage` on, the module plans its jobs: not their code (stage_spec.code_statements).
 from vocabtransfer.pipeline.stage_spec import Stage
 from vocabtransfer.pipeline.config import field_leaves

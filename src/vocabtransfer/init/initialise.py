@@ -32,8 +32,8 @@ from typing import Any
 import numpy as np
 
 from vocabtransfer import io
-from vocabtransfer.train import modeling
-from vocabtransfer.train.hub import load_tokenizer
+from vocabtransfer.model import modeling
+from vocabtransfer.model.hub import load_tokenizer
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.pipeline.config import from_dict
 from vocabtransfer.pipeline import models
@@ -264,7 +264,7 @@ def run(ctx) -> None:
     log.info("init %s/%s done in %.1f s: %s", ctx.lang, method_name, stats["seconds"], ctx.output["init"])
 
 
-# ---------------------------------------------------------------- the stage (vocabtransfer.pipeline.stages)
+# ---------------------------------------------------------------- the stage (vocabtransfer.app.stages)
 # From the import of `Stage` on, the module plans its jobs: not their code (stage_spec.code_statements).
 from vocabtransfer.pipeline.stage_spec import PACKAGE, Stage, module_file, section_leaves
 from vocabtransfer.pipeline import availability

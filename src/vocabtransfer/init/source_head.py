@@ -49,10 +49,10 @@ import time
 from dataclasses import dataclass
 
 from vocabtransfer import io
-from vocabtransfer.train import modeling
-from vocabtransfer.train.hub import load_tokenizer
-from vocabtransfer.train.lmdata import MLM_PROBABILITY, Kind, LMCollator, lm_batches, pack_lines, read_lines
-from vocabtransfer.train.hub import materialised_source
+from vocabtransfer.model import modeling
+from vocabtransfer.model.hub import load_tokenizer
+from vocabtransfer.model.lmdata import MLM_PROBABILITY, Kind, LMCollator, lm_batches, pack_lines, read_lines
+from vocabtransfer.model.hub import materialised_source
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.log import progress
 from vocabtransfer.pipeline.paths import data_path
@@ -278,7 +278,7 @@ def run(ctx) -> None:
              stats["loss_after"])
 
 
-# ---------------------------------------------------------------- the stage (vocabtransfer.pipeline.stages)
+# ---------------------------------------------------------------- the stage (vocabtransfer.app.stages)
 # From the import of `Stage` on, the module plans its jobs: not their code (stage_spec.code_statements).
 from vocabtransfer.pipeline.stage_spec import Stage
 from vocabtransfer.pipeline import paths

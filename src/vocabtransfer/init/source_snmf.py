@@ -31,8 +31,8 @@ import time
 from pathlib import Path
 
 from vocabtransfer import io
-from vocabtransfer.train import modeling
-from vocabtransfer.train.hub import load_tokenizer
+from vocabtransfer.model import modeling
+from vocabtransfer.model.hub import load_tokenizer
 from vocabtransfer.errors import VocabTransferError
 
 log = logging.getLogger(__name__)
@@ -148,7 +148,7 @@ def load_factors(path: str | Path, matrices: dict, options, seed: int | None = N
     return factors
 
 
-# ---------------------------------------------------------------- the stage (vocabtransfer.pipeline.stages)
+# ---------------------------------------------------------------- the stage (vocabtransfer.app.stages)
 # From the import of `Stage` on, the module plans its jobs: not their code (stage_spec.code_statements).
 from vocabtransfer.pipeline.stage_spec import Stage
 from vocabtransfer.pipeline import models

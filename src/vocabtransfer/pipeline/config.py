@@ -262,7 +262,7 @@ HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?$
 
 def check_source_model(value: str, source: str = "params.yaml") -> None:
     """`source_model` is a Hugging Face model directory (it has a config.json), a hub id, or a GGUF file
-    (`path/model.gguf`, `hf://owner/name/file.gguf`, `package:<module>`; vocabtransfer.train.gguf);
+    (`path/model.gguf`, `hf://owner/name/file.gguf`, `package:<module>`; vocabtransfer.model.gguf);
     checked without loading anything or contacting the hub, so a typo stops the run before any job."""
     path = Path(os.path.expanduser(value))
     fix = ("point it at a Hugging Face model directory (config.json, weights, tokenizer files), a hub id such as "

@@ -1,6 +1,6 @@
 """A pipeline stage and what its code gets: `Stage` (its function, wildcards, path templates, params
 leaves, code, resources, which jobs run — declared by each stage module next to its code, listed by
-the stage table vocabtransfer.pipeline.stages) and `Context` (the validated params, wildcards and
+the stage table vocabtransfer.app.stages) and `Context` (the validated params, wildcards and
 resolved paths of one job). This module imports no stage: the stages import it, and the table
 imports the stages (one way)."""
 
@@ -55,7 +55,7 @@ def _per_job(value) -> PerJob:
 @dataclass(frozen=True)
 class Stage:
     """One pipeline stage, declared at the end of the module that holds its code (`STAGE = Stage(...)`)
-    and listed in DAG order by the stage table, vocabtransfer.pipeline.stages.
+    and listed in DAG order by the stage table, vocabtransfer.app.stages.
 
     A per-job property (`inputs`, `code`, `skip_reason`, `partial`, `data`) is declared as a constant or
     as a function of (params, wildcards); either way it is read by calling it, `stage.inputs(params,
@@ -160,7 +160,7 @@ def module_file(dotted: str) -> Path | None:
 
 # the stage table and the command line (what they change reaches DVC as params and paths, not as
 # code), and the package's lazy exports
-NOT_FOLLOWED = ("pipeline/stages.py", "cli.py", "pipeline/dvcgen.py", "__init__.py")
+NOT_FOLLOWED = ("app/stages.py", "app/cli.py", "app/dvcgen.py", "__init__.py")
 
 
 def code_statements(source: str) -> list:

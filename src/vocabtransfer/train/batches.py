@@ -20,7 +20,7 @@ import numpy as np
 
 from vocabtransfer.data.token_ids import TokenIds
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.train.lmdata import Kind, LMCollator
+from vocabtransfer.model.lmdata import Kind, LMCollator
 
 MASK_SEED_STRIDE = 1_000_003  # sample i of a run with seed s draws its masks with seed s * stride + i
 

@@ -180,7 +180,7 @@ class _Pairing:
     `teacher`: tokenizers."""
 
     def __init__(self, student, teacher, seq_len: int):
-        from vocabtransfer.train.lmdata import special_tokens_around
+        from vocabtransfer.model.lmdata import special_tokens_around
 
         self.s_spell, self.t_spell = Speller(student, "student tokenizer"), Speller(teacher, "teacher tokenizer")
         self.bias = None  # a chunk_bias.PairBias: unbiased chunks (`unbiased`); None: exact chunks
@@ -323,7 +323,7 @@ def cache_teacher(teacher, blocks: PairBlocks, indices: Iterable[int], *, batch_
     (`pretrain.distill.teacher: cached`)."""
     from dataclasses import replace
 
-    from vocabtransfer.train import heads
+    from vocabtransfer.model import heads
 
     head = heads.head_parts(teacher)
     order = sorted(set(int(i) for i in indices))
@@ -338,7 +338,7 @@ def cache_teacher(teacher, blocks: PairBlocks, indices: Iterable[int], *, batch_
 
 def teacher_chunk_ll(teacher, teacher_head, batch: dict, device) -> torch.Tensor:
     """The teacher's chunk log-likelihoods of a batch of `collate_teacher` (no gradients)."""
-    from vocabtransfer.train import heads
+    from vocabtransfer.model import heads
 
     teacher_batch = {"input_ids": batch["teacher_input_ids"], "attention_mask": batch["teacher_attention_mask"],
                      "labels": batch["teacher_labels"]}
@@ -415,7 +415,7 @@ def loss_terms(model, teacher, batch: dict, *, head, teacher_head, temperature: 
     `teacher_chunk_ll` when cached, else the frozen teacher runs here, without gradients, the same way.
     `model` may be DDP-wrapped; `head`/`teacher_head`: `heads.head_parts` of the unwrapped models.
     """
-    from vocabtransfer.train import heads
+    from vocabtransfer.model import heads
 
     hidden, targets = heads.predicted_hidden(model, batch, "causal", head)
     rows = heads.head_loss(head, hidden, targets, objective="standard", reduction="none")

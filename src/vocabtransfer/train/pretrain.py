@@ -11,7 +11,7 @@ value is `seed + 1000 (K - 1)`, see vocabtransfer.pipeline.models):
 3. train with the transformers `Trainer` (AdamW, linear or constant-with-warm-up schedule, gradient
    accumulation, bf16 on a GPU) for `steps` optimiser steps, in `pretrain.processes` DDP processes
    (`train.parallel`). The loss: hidden states at the predicted positions only, through the LM head
-   fused with the objective (`train.heads`, `losses.linear_objective_loss`: no logits), the mean over
+   fused with the objective (`model.heads`, `losses.linear_objective_loss`: no logits), the mean over
    the step's predicted tokens of all micro-batches and processes; `pretrain.selfish.margin` for
    `selfish`. `distill` (causal sources; `train.distill`): the source model `results/source/model`, frozen,
    reads the same lines through its own tokenizer (`distill.PairBlocks`, beside the same student blocks, built when drawn)
@@ -51,10 +51,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from vocabtransfer import io
-from vocabtransfer.train import modeling
-from vocabtransfer.train.hub import load_tokenizer
+from vocabtransfer.model import modeling
+from vocabtransfer.model.hub import load_tokenizer
 from vocabtransfer.train.batches import StepBlocks, StepCollator, read_ids
-from vocabtransfer.train.lmdata import Kind, lm_batches
+from vocabtransfer.model.lmdata import Kind, lm_batches
 from vocabtransfer.train.packing import PackedBlocks
 from vocabtransfer.train import parallel, sharding
 from vocabtransfer.train.trainer import (
@@ -81,7 +81,7 @@ DISTILL_METRICS_SCHEMA = pa.schema(list(METRICS_SCHEMA) + [pa.field(c, pa.float6
 def check_params(params: dict, source: str = "params.yaml") -> None:
     """Every `pretrain.methods` entry must be an `init.methods` entry; objectives must be known."""
     from vocabtransfer.pipeline.config import check_pretrain
-    from vocabtransfer.train.losses import OBJECTIVES
+    from vocabtransfer.model.losses import OBJECTIVES
 
     check_pretrain(params, source)
     bad = [o for o in (params.get("pretrain") or {}).get("objectives") or [] if o not in OBJECTIVES]
@@ -134,7 +134,7 @@ def block_losses(model, batches: list[dict], kind: Kind) -> pa.Table:
 def check_distill(ctx, objective: str) -> Path | None:
     """The teacher's directory (the source model) for the distill objective, else None; one line for a
     masked-LM source (the schema checks pretrain.distill's alpha and temperature)."""
-    from vocabtransfer.train.losses import get_objective
+    from vocabtransfer.model.losses import get_objective
 
     if not get_objective(objective).teacher:
         return None
@@ -338,7 +338,7 @@ def run(ctx) -> None:
              pseed, stats["seconds"], stats["initial_valid_loss"], stats["final_valid_loss"])
 
 
-# ---------------------------------------------------------------- the stage (vocabtransfer.pipeline.stages)
+# ---------------------------------------------------------------- the stage (vocabtransfer.app.stages)
 # From the import of `Stage` on, the module plans its jobs: not their code (stage_spec.code_statements).
 from vocabtransfer.pipeline.stage_spec import Stage
 

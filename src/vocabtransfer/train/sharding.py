@@ -123,7 +123,7 @@ def unsharded_copy(state: dict, model_dir: Path):
     """An ordinary (unsharded, fp32, CPU) model of `model_dir`'s class with the weights of `state`."""
     import torch
 
-    from vocabtransfer.train import modeling
+    from vocabtransfer.model import modeling
 
     plain, _ = modeling.load_source_model(model_dir, dtype=torch.float32)
     missing, unexpected = plain.load_state_dict(state, strict=False)

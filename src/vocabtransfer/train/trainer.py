@@ -29,7 +29,7 @@ from vocabtransfer import io
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.log import progress
 from vocabtransfer.pipeline.config import NO_RERUN
-from vocabtransfer.train.lmdata import Kind
+from vocabtransfer.model.lmdata import Kind
 from vocabtransfer.train import parallel
 
 log = logging.getLogger("vocabtransfer.train.pretrain")
@@ -133,7 +133,8 @@ def _trainer_classes():
     from transformers import Trainer, TrainerCallback
 
     from vocabtransfer.train.distill import loss_terms
-    from vocabtransfer.train import heads, sharding
+    from vocabtransfer.model import heads
+    from vocabtransfer.train import sharding
 
     class ObjectiveTrainer(Trainer):
         """Loss from the predicted positions' hidden states through the fused head; NaN/inf stops the run."""

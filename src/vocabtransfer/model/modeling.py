@@ -1,7 +1,7 @@
 """Source models: load them, read and swap their embedding matrices, save them; and the
 language-model loss that source_head and init_eval share. Loading tokenizers and resolving a hub id
-or a path to a local directory is `vocabtransfer.train.hub`; the language-model batches are
-`vocabtransfer.train.lmdata`.
+or a path to a local directory is `vocabtransfer.model.hub`; the language-model batches are
+`vocabtransfer.model.lmdata`.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Literal
 
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.train.hub import load_tokenizer, resolve_model_path
-from vocabtransfer.train.lmdata import Kind
+from vocabtransfer.model.hub import load_tokenizer, resolve_model_path
+from vocabtransfer.model.lmdata import Kind
 
 log = logging.getLogger(__name__)
 
@@ -313,7 +313,7 @@ def save_model_dir(model, tokenizer, out_dir: str | os.PathLike) -> Path:
 def lm_head(model, kind: Kind | None = None):
     """The model's LM head (`heads.head_parts`, by architecture family): callable on final hidden
     states (-> logits), with `.parameters()`."""
-    from vocabtransfer.train.heads import head_parts
+    from vocabtransfer.model.heads import head_parts
 
     return head_parts(model)
 
@@ -323,7 +323,7 @@ def head_inputs(model, batch: dict, kind: Kind):
 
     Masked: the masked positions. Causal: every position whose next token is a label.
     """
-    from vocabtransfer.train.heads import predicted_hidden
+    from vocabtransfer.model.heads import predicted_hidden
 
     return predicted_hidden(model, batch, kind)
 
@@ -331,7 +331,7 @@ def head_inputs(model, batch: dict, kind: Kind):
 def predicted_logits(model, batch: dict, kind: Kind):
     """(vocabulary logits at the predicted positions as float32, their target ids) of one batch; the
     head runs on the predicted positions only. Materialises their logits: for the calibrated loss."""
-    from vocabtransfer.train.heads import head_parts, predicted_hidden
+    from vocabtransfer.model.heads import head_parts, predicted_hidden
 
     head = head_parts(model)
     hidden, targets = predicted_hidden(model, batch, kind, head)
@@ -341,7 +341,7 @@ def predicted_logits(model, batch: dict, kind: Kind):
 def token_losses(model, batch: dict, kind: Kind, *, objective: str = "standard", margin: float = 2.0, head=None):
     """(the objective's loss of each predicted token, their target ids) of one batch, from the hidden
     states through the fused head (no logits are formed)."""
-    from vocabtransfer.train.heads import head_loss, head_parts, predicted_hidden
+    from vocabtransfer.model.heads import head_loss, head_parts, predicted_hidden
 
     head = head if head is not None else head_parts(model)
     hidden, targets = predicted_hidden(model, batch, kind, head)

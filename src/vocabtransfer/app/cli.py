@@ -47,7 +47,7 @@ PARAMS_HELP = ("params files: the first is the config (default: params.yaml), ea
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from vocabtransfer.pipeline.stages import STAGES
+    from vocabtransfer.app.stages import STAGES
 
     parser = argparse.ArgumentParser(prog="vocabtransfer", description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "dvc-yaml":
             import yaml
 
-            from vocabtransfer.pipeline import dvcgen
+            from vocabtransfer.app import dvcgen
 
             missing = dvcgen.missing_leaves(yaml.safe_load(open(files[0], encoding="utf-8")), params)
             if missing:
@@ -166,8 +166,8 @@ def main(argv: list[str] | None = None) -> int:
                 log.info("wrote %s", dvcgen.write(params, args.output))
             return 0
 
-        from vocabtransfer.pipeline.runner import run_stage
-        from vocabtransfer.pipeline.stages import STAGES
+        from vocabtransfer.app.runner import run_stage
+        from vocabtransfer.app.stages import STAGES
 
         stage = STAGES[args.command]
         wildcards = {wc: getattr(args, wc) for wc in stage.wildcards}

@@ -91,7 +91,7 @@ def download(repo_id: str, filename: str) -> Path:
     """One GGUF file of a hub repository, from the Hugging Face cache when it is there."""
     from huggingface_hub import hf_hub_download
 
-    from vocabtransfer.train.hub import _hub_advice
+    from vocabtransfer.model.hub import _hub_advice
 
     try:
         return Path(hf_hub_download(repo_id=repo_id, filename=filename))

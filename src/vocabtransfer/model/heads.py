@@ -176,8 +176,8 @@ def head_loss(head: Head, hidden: torch.Tensor, targets: torch.Tensor, *, object
     Under autocast the head runs in the autocast dtype (as its matmul would), else in the weight's
     dtype. A soft-capped head (not linear) materialises the logits of these rows instead.
     """
-    from vocabtransfer.train.fused_head import linear_objective_loss
-    from vocabtransfer.train.losses import get_objective, objective_loss
+    from vocabtransfer.model.fused_head import linear_objective_loss
+    from vocabtransfer.model.losses import get_objective, objective_loss
 
     if not head.fusable:
         logits = head.logits(hidden)
