@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from vocabtransfer.pipeline import availability
+from vocabtransfer.init import availability
 from vocabtransfer.app.plan import preflight
 from vocabtransfer.app import dvcgen
 from vocabtransfer.pipeline.config import validate_params

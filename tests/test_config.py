@@ -283,7 +283,7 @@ def test_default_pretrain_methods_follow_init_methods_but_an_explicit_list_is_ch
 
 
 def test_pretrain_pairs_choose_the_runs_and_a_pair_outside_methods_x_objectives_is_refused():
-    from vocabtransfer.pipeline import availability
+    from vocabtransfer.init import availability
 
     params = validate_params({**load_params(REPO / "params.yaml"),
                               "init": {"methods": ["random", "focus", "omp"]},

@@ -13,7 +13,7 @@ import yaml
 
 from vocabtransfer.app import dvcgen
 from vocabtransfer.pipeline import paths
-from vocabtransfer.pipeline import availability
+from vocabtransfer.init import availability
 from vocabtransfer.report.build import curves_csv
 from vocabtransfer.pipeline.config import load_params
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.pipeline import paths
-from vocabtransfer.pipeline.availability import corpus_file
+from vocabtransfer.pipeline.paths import corpus_file
 from vocabtransfer.app.stages import STAGES
 
 

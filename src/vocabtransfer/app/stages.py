@@ -15,7 +15,7 @@ from vocabtransfer.data import corpus
 from vocabtransfer.data import overlap
 from vocabtransfer.data import pretokenize
 from vocabtransfer.data import tokenizer
-from vocabtransfer.data import word_fasttext
+from vocabtransfer.init import word_fasttext
 from vocabtransfer.evaluate import finetune_eval
 from vocabtransfer.evaluate import floor
 from vocabtransfer.evaluate import gradient_scenarios

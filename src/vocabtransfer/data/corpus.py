@@ -432,7 +432,7 @@ def run(ctx) -> None:
 # ---------------------------------------------------------------- the stage (vocabtransfer.app.stages)
 # From the import of `Stage` on, the module plans its jobs: not their code (stage_spec.code_statements).
 from vocabtransfer.pipeline.stage_spec import Stage
-from vocabtransfer.pipeline import availability, config, paths
+from vocabtransfer.pipeline import config, paths
 
 STAGE = Stage(
     name="corpus",
@@ -443,5 +443,5 @@ STAGE = Stage(
     params=("seed",),  # and the fields of CorpusParams, of `sources` the job's language only
     extra_params=lambda params, wc: config.field_leaves(CorpusParams, "corpus", {**params["corpus"], "sources": {wc["lang"]: None}}),
     code=("data/corpus.py", "data/download.py"),
-    data=lambda params, wc: {"data_corpus": path} if (path := availability.corpus_file(params, wc["lang"])) else {},
+    data=lambda params, wc: {"data_corpus": path} if (path := paths.corpus_file(params, wc["lang"])) else {},
 )

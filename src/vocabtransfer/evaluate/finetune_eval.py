@@ -1,7 +1,7 @@
 """Stage `finetune_eval`: fine-tune one model on one downstream task with one seed, and score it.
 
 Wildcards: `lang`, `task` (a registered task: nli, qa, ner — see `vocabtransfer.evaluate.tasks`), `model`
-and `seed` (the fine-tuning seed). A `model` is (vocabtransfer.pipeline.models)
+and `seed` (the fine-tuning seed). A `model` is (vocabtransfer.pipeline.names)
 
   * `<method>-<objective>-pseed<k>`: continued pretraining with pretraining seed k,
     results/L/pretrain/<method>/<objective>/pseed<k>/model
@@ -40,8 +40,8 @@ import time
 from pathlib import Path
 
 from vocabtransfer import io
-from vocabtransfer.pipeline import availability
-from vocabtransfer.pipeline import models
+from vocabtransfer.init import availability
+from vocabtransfer.pipeline import names
 from vocabtransfer.pipeline import paths
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.evaluate.tasks import EvalParams, test_clusters
@@ -55,25 +55,25 @@ def pretrain_pairs(params: dict) -> list[tuple[str, str]]:
 
 def init_models(params: dict) -> list[str]:
     """`<m>-init-pseed<k>`: the initialisation every pretrained run of method m with seed k starts from."""
-    runs = dict.fromkeys((m, models.init_pseed(m, s)) for m, _, s in availability.pretrain_runs(params))
-    return [models.model_name(m, models.INIT, s) for m, s in runs]
+    runs = dict.fromkeys((m, availability.init_pseed(m, s)) for m, _, s in availability.pretrain_runs(params))
+    return [names.model_name(m, names.INIT, s) for m, s in runs]
 
 
 def producible_models(params: dict) -> list[str]:
     """Every model name some stage produces."""
-    return ([models.SOURCE] + [models.model_name(m, models.INIT, s) for m, s in models.init_runs(params)]
-            + [models.model_name(m, o, s) for m, o, s in availability.pretrain_runs(params)])
+    return ([names.SOURCE] + [names.model_name(m, names.INIT, s) for m, s in availability.init_runs(params)]
+            + [names.model_name(m, o, s) for m, o, s in availability.pretrain_runs(params)])
 
 
 def parse_model(params: dict, model: str) -> dict:
     """`method`, `objective`, `pseed` and the directory template of a model name; a name no stage
     produces is one error."""
-    parsed = models.parse_model_name(model) if model == models.SOURCE or "-pseed" in model else None
+    parsed = names.parse_model_name(model) if model == names.SOURCE or "-pseed" in model else None
     if parsed is not None and model in producible_models(params):
-        if parsed.method == models.SOURCE:
-            return {"method": models.SOURCE, "objective": None, "pseed": None, "input": paths.SOURCE_MODEL,
+        if parsed.method == names.SOURCE:
+            return {"method": names.SOURCE, "objective": None, "pseed": None, "input": paths.SOURCE_MODEL,
                     "subdir": ""}
-        if parsed.objective == models.INIT:
+        if parsed.objective == names.INIT:
             template = paths.partial(paths.INIT_DIR, method=parsed.method, pseed=parsed.pseed)
         else:
             template = paths.partial(paths.PRETRAIN_DIR, method=parsed.method, objective=parsed.objective,
@@ -90,16 +90,16 @@ def _expand_entry(params: dict, entry: str) -> list[str]:
     """The models one `eval.models` entry names: a kind (`pretrained`, `init`, `source`), a model name,
     or a name without its pretraining seed (`focus-standard`: every pretraining seed)."""
     if entry == "pretrained":
-        return [models.model_name(m, o, s) for m, o, s in availability.pretrain_runs(params)]
+        return [names.model_name(m, o, s) for m, o, s in availability.pretrain_runs(params)]
     if entry == "init":
         return init_models(params)
-    if entry == models.SOURCE or "-pseed" in entry:
+    if entry == names.SOURCE or "-pseed" in entry:
         parse_model(params, entry)  # one clear error for a name no stage produces
         return [entry]
-    names = [n for n in producible_models(params) if n.rpartition("-pseed")[0] == entry]
-    if not names:
+    seeds = [n for n in producible_models(params) if n.rpartition("-pseed")[0] == entry]
+    if not seeds:
         parse_model(params, entry)  # raises: the error lists the grammar and an example
-    return names
+    return seeds
 
 
 def eval_models(params: dict) -> list[str]:
@@ -125,7 +125,7 @@ def skipped_tasks(params: dict, lang: str) -> dict[str, str]:
 def model_reason(params: dict, lang: str, model: str) -> str | None:
     """Why `model` does not exist for `lang` (its init method cannot run there), None when it does."""
     method = parse_model(params, model)["method"]
-    why = None if method == models.SOURCE else availability.method_reason(params, lang, method)
+    why = None if method == names.SOURCE else availability.method_reason(params, lang, method)
     return f"model {model} does not exist for {lang}: {why}" if why else None
 
 

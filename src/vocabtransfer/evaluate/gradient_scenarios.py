@@ -241,8 +241,7 @@ def run(ctx) -> None:
 # From the import of `Stage` on, the module plans its jobs: not their code (stage_spec.code_statements).
 from vocabtransfer.pipeline.stage_spec import Stage
 from vocabtransfer.pipeline.config import field_leaves
-from vocabtransfer.pipeline import availability
-from vocabtransfer.pipeline import models
+from vocabtransfer.init import availability
 from vocabtransfer.pipeline import paths
 
 STAGE = Stage(
@@ -252,7 +251,7 @@ STAGE = Stage(
     wildcards=("lang", "method", "objective", "pseed"),
     inputs=lambda params, wc: {"train_ids": paths.PRETOK_TRAIN, "pretrain": paths.PRETRAIN_DIR,
                                "init": paths.partial(paths.INIT_DIR, method=wc["method"],
-                                                     pseed=models.init_pseed(wc["method"], wc["pseed"]))},
+                                                     pseed=availability.init_pseed(wc["method"], wc["pseed"]))},
     outputs={"table": paths.GRADIENT_SCENARIOS, "plot": paths.GRADIENT_PLOT},
     params=("seed",),
     extra_params=lambda params, wildcards: (field_leaves(GradientScenariosParams, "gradient_scenarios",

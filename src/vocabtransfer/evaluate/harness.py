@@ -1,7 +1,7 @@
 """Stage `lm_eval`: one causal model judged zero-shot (or few-shot) by EleutherAI's lm-evaluation-harness.
 
 One job per language and model (`source`, every `<method>-init-pseed<k>`, every pretrained
-`<method>-<objective>-pseed<k>`; vocabtransfer.pipeline.models) calls `lm_eval.simple_evaluate` with the
+`<method>-<objective>-pseed<k>`; vocabtransfer.pipeline.names) calls `lm_eval.simple_evaluate` with the
 harness's HF model class (`hf`) on the model's directory, on the device the job gets, over the tasks of
 `lm_eval.tasks` for the job's language, with `lm_eval.num_fewshot`, `lm_eval.limit` and
 `lm_eval.batch_size`.

@@ -50,7 +50,7 @@ import pyarrow as pa
 
 from vocabtransfer import io
 from vocabtransfer.evaluate import bits_per_byte, bpb_floor
-from vocabtransfer.pipeline import availability
+from vocabtransfer.init import availability
 from vocabtransfer.model import modeling
 from vocabtransfer.model.hub import load_tokenizer
 from vocabtransfer.model.lmdata import Kind, lm_batches, pack_lines, read_lines
@@ -93,7 +93,7 @@ def input_key(method: str) -> str:
 
 def inputs(params: dict, wildcards: dict) -> dict[str, str]:
     """The stage's input templates: they depend on params (one init directory per configured method)."""
-    from vocabtransfer.pipeline.availability import methods
+    from vocabtransfer.init.availability import methods
 
     out = {"source_model": paths.SOURCE_MODEL, "valid": paths.CORPUS_VALID, "train_ids": paths.PRETOK_TRAIN,
            "train_text": paths.CORPUS_TRAIN}  # the floors' train split
@@ -375,7 +375,7 @@ def _data(params: dict, wildcards: dict) -> dict[str, Path]:
     """The held-out text of the reference row and, when retrieval runs, the XNLI files."""
     out = {"data_source_text": paths.data_path(params["source_head"]["text"])}
     if availability.retrieval_reason(params, wildcards["lang"]) is None:
-        out.update(zip(("data_xnli_source", "data_xnli"), availability.xnli_files(params, wildcards["lang"])))
+        out.update(zip(("data_xnli_source", "data_xnli"), paths.xnli_files(params, wildcards["lang"])))
     return out
 
 

@@ -1,7 +1,7 @@
 """Stage `token_frequency_loss`: does the selfish objective help rare tokens and cost frequent ones?
 
 For target language L, every pretrained model (results/L/pretrain/<method>/<objective>/pseed<k>/model:
-each run of `pipeline.models.pretrain_runs`) and the initialised-only model each started from
+each run of `init.availability.pretrain_runs`) and the initialised-only model each started from
 (results/L/init/<method>/pseed<k>/model, objective `init` = step 0) are scored on the same held-out
 tokens: the standard cross-entropy of each target token of the valid split, grouped by the
 token's frequency rank in the train split.
@@ -55,8 +55,8 @@ from vocabtransfer.model.hub import load_tokenizer
 from vocabtransfer.data.token_ids import TokenIds
 from vocabtransfer.model.lmdata import Kind, lm_batches, special_tokens_around
 from vocabtransfer.train.packing import PackedBlocks
-from vocabtransfer.pipeline import availability
-from vocabtransfer.pipeline.models import init_pseed
+from vocabtransfer.init import availability
+from vocabtransfer.init.availability import init_pseed
 from vocabtransfer.pipeline import paths
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.log import progress

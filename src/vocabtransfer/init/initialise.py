@@ -1,7 +1,7 @@
 """Stage `init`: initialise the target-vocabulary embeddings with one method and build the model.
 
 For `--lang L --method M --pseed K` (pretraining seed K: the method draws its random rows with
-`seed + 1000 (K - 1)`, see vocabtransfer.pipeline.models; a method without random rows has K = 1 only):
+`seed + 1000 (K - 1)`, see vocabtransfer.pipeline.names; a method without random rows has K = 1 only):
 1. load the source model (results/source/model: with its trained LM head) and its tokenizer, the
    target tokenizer, the overlap table and the fastText auxiliary embeddings of the target tokens;
 2. build a `TransferProblem` (options = the typed params `init.<base>`, e.g. `ctx.typed.init.omp`, an
@@ -36,7 +36,7 @@ from vocabtransfer.model import modeling
 from vocabtransfer.model.hub import load_tokenizer
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.pipeline.config import from_dict
-from vocabtransfer.pipeline import models
+from vocabtransfer.pipeline import names
 from vocabtransfer.pipeline import paths
 from vocabtransfer.pipeline.paths import data_path
 
@@ -68,7 +68,7 @@ def method_options(params: dict, method: str, init=None) -> tuple[Any, Any]:
     from vocabtransfer.init.methods.registry import info
 
     init = init or from_dict(InitParams, params["init"])
-    base, fact = models.split_method(method)
+    base, fact = names.split_method(method)
     options = getattr(init, base, None)
     if options is None:
         stage_options = info(method).stage_options
@@ -172,10 +172,10 @@ def run(ctx) -> None:
     method_name = ctx.method
     method = get_method(method_name)  # unknown method: the registry's error, before any loading
     pseed = int(ctx.wildcards.get("pseed", 1))
-    if pseed != 1 and (method_name, pseed) not in models.init_runs(ctx.params):
+    if pseed != 1 and (method_name, pseed) not in availability.init_runs(ctx.params):
         raise VocabTransferError(f"init {method_name} pseed{pseed}: not a job of these params (init.methods, and "
                                  "pretrain.seeds for a pretrained method whose rows depend on the seed)")
-    seed = models.seed_value(ctx.params, pseed)  # the random rows of this pretraining seed
+    seed = names.seed_value(ctx.params, pseed)  # the random rows of this pretraining seed
     torch.manual_seed(seed)
     source_dir = Path(ctx.input["source_model"])
     target_dir = Path(ctx.input["tokenizer"])
@@ -267,7 +267,7 @@ def run(ctx) -> None:
 # ---------------------------------------------------------------- the stage (vocabtransfer.app.stages)
 # From the import of `Stage` on, the module plans its jobs: not their code (stage_spec.code_statements).
 from vocabtransfer.pipeline.stage_spec import PACKAGE, Stage, module_file, section_leaves
-from vocabtransfer.pipeline import availability
+from vocabtransfer.init import availability
 
 
 def _leaves(params: dict, wildcards: dict) -> list[str]:
@@ -276,7 +276,7 @@ def _leaves(params: dict, wildcards: dict) -> list[str]:
     from vocabtransfer.init.methods.options import options_class
     from vocabtransfer.pipeline.config import field_leaves
 
-    base, fact = models.split_method(wildcards["method"])
+    base, fact = names.split_method(wildcards["method"])
     classes = {name: options_class(name) for name in (base, fact) if name and name in params["init"]}
     return [leaf for name, cls in classes.items()
             for leaf in (field_leaves(cls, f"init.{name}", params["init"][name]) if cls
@@ -288,7 +288,7 @@ def _code(params: dict, wildcards: dict) -> tuple[str, ...]:
     factorised wrapper; editing another method does not rerun this one."""
     from vocabtransfer.init.methods import get_method
 
-    base, fact = models.split_method(wildcards["method"])
+    base, fact = names.split_method(wildcards["method"])
     module = module_file(get_method(base).__module__)  # e.g. random lives in methods/baselines.py
     return ("init/initialise.py", str(module.relative_to(PACKAGE))) + (("init/methods/variants.py",) if fact else ())
 
@@ -313,7 +313,7 @@ STAGE = Stage(
     params=("seed",),
     extra_params=_leaves,
     code=_code,
-    expand=lambda params: [{"method": m, "pseed": str(s)} for m, s in models.init_runs(params)],
+    expand=lambda params: [{"method": m, "pseed": str(s)} for m, s in availability.init_runs(params)],
     parallel=True,
     gpu=True,
     skip_reason=lambda params, wc: availability.method_reason(params, wc["lang"], wc["method"]),

@@ -94,13 +94,12 @@ def run(ctx) -> None:
 # ---------------------------------------------------------------- the stage (vocabtransfer.app.stages)
 # From the import of `Stage` on, the module plans its jobs: not their code (stage_spec.code_statements).
 from vocabtransfer.pipeline.stage_spec import Stage
-from vocabtransfer.pipeline import availability
 from vocabtransfer.pipeline import paths
 
 
 def _data(params: dict, wildcards: dict) -> dict[str, Path]:
     """A local `source_model` directory or GGUF file (a hub id is pinned by its name, a params leaf)."""
-    path = availability.local_source_model(params)
+    path = paths.local_source_model(params)
     return {"data_source_model": path} if path else {}
 
 

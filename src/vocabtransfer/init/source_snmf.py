@@ -151,7 +151,7 @@ def load_factors(path: str | Path, matrices: dict, options, seed: int | None = N
 # ---------------------------------------------------------------- the stage (vocabtransfer.app.stages)
 # From the import of `Stage` on, the module plans its jobs: not their code (stage_spec.code_statements).
 from vocabtransfer.pipeline.stage_spec import Stage
-from vocabtransfer.pipeline import models
+from vocabtransfer.pipeline import names
 from vocabtransfer.pipeline import paths
 
 
@@ -160,7 +160,7 @@ def uses_snmf(method: str) -> bool:
     semi-NMF of this stage."""
     from vocabtransfer.init.methods.registry import info
 
-    return models.split_method(method)[1] == "snmf" or "snmf" in info(method).factors
+    return names.split_method(method)[1] == "snmf" or "snmf" in info(method).factors
 
 
 STAGE = Stage(

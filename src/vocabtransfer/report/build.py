@@ -20,7 +20,7 @@ import logging
 from pathlib import Path
 
 from vocabtransfer import io
-from vocabtransfer.pipeline import availability
+from vocabtransfer.init import availability
 from vocabtransfer.pipeline import paths
 from vocabtransfer.report import harness_table
 from vocabtransfer.report import distill_terms

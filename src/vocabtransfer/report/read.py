@@ -1,5 +1,5 @@
 """What the report reads: the plan of every artefact the study produced (paths from
-vocabtransfer.pipeline.paths, runs from vocabtransfer.pipeline.models) and one language's results.
+vocabtransfer.pipeline.paths, runs from vocabtransfer.pipeline.names) and one language's results.
 
 A section whose files are missing shows what is missing instead of failing (`Language.missing`).
 """
@@ -12,7 +12,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from vocabtransfer import io
-from vocabtransfer.pipeline import models
+from vocabtransfer.pipeline import names
 from vocabtransfer.pipeline import paths
 
 OBJECTIVE_ORDER = ("init", "standard", "selfish", "distill")
@@ -173,7 +173,7 @@ def read_language(lang: str, p: Plan, root: Path) -> Language:
         if res is not None and res.get("not_run"):  # no task head for the architecture: a skip, not a score
             out.skipped[job["task"]] = res["not_run"]
         elif res is not None:
-            model = models.parse_model_name(job["model"])
+            model = names.parse_model_name(job["model"])
             runs = out.evals.setdefault(job["task"], {}).setdefault(model.group, {})
             runs[(model.pseed or 0, int(job["seed"]))] = res
     for task in p.tasks(lang):

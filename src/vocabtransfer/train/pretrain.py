@@ -1,7 +1,7 @@
 """Stage `pretrain`: continued pretraining of an initialised model with the standard, selfish or distill objective.
 
 For `--lang L --method M --objective O --pseed K` (pretraining seed K, 1..`pretrain.seeds`, whose seed
-value is `seed + 1000 (K - 1)`, see vocabtransfer.pipeline.models):
+value is `seed + 1000 (K - 1)`, see vocabtransfer.pipeline.names):
 1. load `results/L/init/M/pseedK/model` (pseed1 for a method without random rows; masked or causal LM, from its config) and its tokenizer; pack the
    pre-tokenised train split (mapped, `data.token_ids`) into blocks of `seq_len` ids (`packing.PackedBlocks`:
    block boundaries from the line offsets, each block's ids read when it is drawn) and check that every
@@ -59,8 +59,8 @@ from vocabtransfer.train.packing import PackedBlocks
 from vocabtransfer.train import parallel, sharding
 from vocabtransfer.train.trainer import (
     DISTILL_COLUMNS, PretrainParams, PARAMS_FILE, ROWS_FILE, _trainer_classes, check_resume_params, complete_checkpoints, model_fingerprint)
-from vocabtransfer.pipeline import availability
-from vocabtransfer.pipeline import models
+from vocabtransfer.init import availability
+from vocabtransfer.pipeline import names
 from vocabtransfer.pipeline import paths
 from vocabtransfer.pipeline.config import field_leaves
 from vocabtransfer.errors import VocabTransferError
@@ -158,10 +158,10 @@ def run(ctx) -> None:
     start = time.perf_counter()
     opts = ctx.section("pretrain", PretrainParams)  # params pretrain, typed
     method, objective, pseed = ctx.method, ctx.wildcards["objective"], int(ctx.wildcards["pseed"])
-    seed = models.seed_value(ctx.params, pseed)  # data order, masks and dropout of this pretraining seed
+    seed = names.seed_value(ctx.params, pseed)  # data order, masks and dropout of this pretraining seed
     check_params(ctx.params)
     if ((method, objective) not in availability.pretrain_pairs(ctx.params)
-            or pseed not in models.pretrain_seeds(ctx.params)):
+            or pseed not in names.pretrain_seeds(ctx.params)):
         raise VocabTransferError(f"pretrain {method}/{objective}/pseed{pseed}: not a job of params pretrain.methods × "
                                  f"pretrain.objectives (or pretrain.pairs) × pretrain.seeds ({', '.join(opts.methods)} × "
                                  f"{', '.join(opts.objectives)} × 1..{opts.seeds})")
@@ -347,7 +347,7 @@ def _inputs(params: dict, wildcards: dict) -> dict[str, str]:
     """The run's init model (pseed 1's for a method without random rows) and pre-tokenised splits; for the
     distill objective also its teacher, the source model with its own tokenizer."""
     init = paths.partial(paths.INIT_DIR, method=wildcards["method"],
-                         pseed=models.init_pseed(wildcards["method"], wildcards["pseed"]))
+                         pseed=availability.init_pseed(wildcards["method"], wildcards["pseed"]))
     teacher = {"source": paths.SOURCE_MODEL} if wildcards.get("objective") == "distill" else {}
     return {"init": init, "train": paths.PRETOK_TRAIN, "valid": paths.PRETOK_VALID, **teacher}
 

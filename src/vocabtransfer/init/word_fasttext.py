@@ -41,7 +41,8 @@ def run_target_words(ctx: "Context") -> None:
 # ---------------------------------------------------------------- the stages (vocabtransfer.app.stages)
 # From the import of `Stage` on, the module plans its jobs: not their code (stage_spec.code_statements).
 from vocabtransfer.pipeline.stage_spec import Stage
-from vocabtransfer.pipeline import availability, config, paths
+from vocabtransfer.init import availability
+from vocabtransfer.pipeline import config, paths
 
 
 def _word_leaves(params: dict, wc: dict) -> list[str]:
@@ -55,7 +56,7 @@ TARGET_WORDS = Stage(
     name="word_fasttext", run=run_target_words, help="word-level fastText on the target corpus (WECHSEL)",
     inputs={"train": paths.CORPUS_TRAIN}, outputs={"model": paths.WORD_FASTTEXT},
     params=("seed", "fasttext.reproducible"), extra_params=_word_leaves,
-    code=("data/word_fasttext.py",), parallel=True, one_thread_if="fasttext.reproducible",
+    code=("init/word_fasttext.py",), parallel=True, one_thread_if="fasttext.reproducible",
     skip_reason=lambda params, wc: availability.needed_by(params, "wechsel", wc["lang"]),
 )
 SOURCE_WORDS = Stage(
@@ -63,7 +64,7 @@ SOURCE_WORDS = Stage(
     wildcards=(), outputs={"model": paths.SOURCE_WORD_FASTTEXT},
     params=TARGET_WORDS.params,
     extra_params=lambda params, wc: _word_leaves(params, wc) + ["init.wechsel.source_text"],
-    code=("data/word_fasttext.py",), parallel=True, one_thread_if="fasttext.reproducible",
+    code=("init/word_fasttext.py",), parallel=True, one_thread_if="fasttext.reproducible",
     skip_reason=lambda params, wc: availability.needed_by(params, "wechsel"),
     data=lambda params, wc: {"data_text": paths.data_path(params["init"]["wechsel"]["source_text"])},
 )
