@@ -1,5 +1,6 @@
-"""The package's shape: grouped by the phase each module serves, no module over 450 lines, and no
-import cycle among its modules (imports inside functions count too)."""
+"""The package's shape: grouped by the phase each module serves, no module over 450 lines, layers in the
+pipeline's order with no import running back up, and no import cycle among its modules (imports inside
+functions count too)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,15 @@ from pathlib import Path
 from conftest import REPO
 
 PACKAGE = REPO / "src" / "vocabtransfer"
-PHASES = ("pipeline", "model", "data", "init", "train", "evaluate", "report", "app")
-TOP_LEVEL = {"__init__.py", "__main__.py", "errors.py", "io.py", "log.py", "version.py"}
+# the layers from the bottom up, in the pipeline's order: a module imports only from its own layer and
+# those below it. `base`: the package's top-level helpers; `pipeline`: config, paths, names and the
+# `Stage` declaration every stage module uses; `model`: loading, swapping and saving models, LM data and
+# heads (what every phase uses); the phases in DAG order; `app`: the stage table, the runner and the cli.
+LAYERS = ("base", "pipeline", "model", "data", "init", "train", "evaluate", "report", "app")
+BASE = {"errors", "io", "log", "version"}  # vocabtransfer.<name>
+APP = {"vocabtransfer", "vocabtransfer.__main__"}  # the package's lazy exports and `python -m vocabtransfer`
+PHASES = LAYERS[1:]
+TOP_LEVEL = {"__init__.py", "__main__.py", *(f"{name}.py" for name in BASE)}
 MAX_LINES = 450
 
 
@@ -82,6 +90,34 @@ def test_no_import_cycle():
     assert "vocabtransfer.pipeline.stage_spec" in graph and "vocabtransfer.app.stages" in graph["vocabtransfer.app.cli"]
     assert "vocabtransfer.app.runner" in graph["vocabtransfer.app.cli"]
     assert cycles(graph) == []
+
+
+def layer(module: str) -> int:
+    """The index in LAYERS of a vocabtransfer module's layer."""
+    if module in APP:
+        return LAYERS.index("app")
+    first = module.split(".")[1]
+    return LAYERS.index("base" if first in BASE else first)
+
+
+def imports_up(graph: dict[str, set[str]]) -> list[str]:
+    """`module -> imported (layer -> layer)` for each import that runs up the layers."""
+    return [f"{m} -> {d} ({LAYERS[layer(m)]} -> {LAYERS[layer(d)]})"
+            for m, deps in sorted(graph.items()) for d in sorted(deps) if layer(d) > layer(m)]
+
+
+def test_no_import_runs_up_the_layers():
+    """model at the bottom (above config and paths), the phases above it in DAG order, the application on
+    top: every module's imports, inside functions too, stay in its layer or below."""
+    graph = import_graph()
+    assert {LAYERS[layer(m)] for m in graph} == set(LAYERS)
+    assert imports_up(graph) == []
+
+
+def test_the_layer_check_finds_an_import_up():
+    graph = {"vocabtransfer.model.hub": {"vocabtransfer.pipeline.paths", "vocabtransfer.init.availability"},
+             "vocabtransfer.app.cli": {"vocabtransfer.report.build"}, "vocabtransfer.io": {"vocabtransfer.errors"}}
+    assert imports_up(graph) == ["vocabtransfer.model.hub -> vocabtransfer.init.availability (model -> init)"]
 
 
 def test_the_cycle_check_finds_a_cycle():
