@@ -5,8 +5,10 @@ functions count too)."""
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 from conftest import REPO
@@ -161,3 +163,35 @@ def test_modules_are_grouped_by_phase_and_small():
         assert rel.parts[0] in PHASES or str(rel) in TOP_LEVEL, rel
         lines = len(path.read_text(encoding="utf-8").splitlines())
         assert lines <= MAX_LINES, f"{rel}: {lines} lines (split it along its concepts)"
+
+
+def test_every_top_level_function_and_class_is_used():
+    """Dead code is deleted: each module-level function or class (not registered by a decorator) is named
+    somewhere besides its definition: in the package, its lm-eval task files, the tests, the workflow or
+    the benchmarks."""
+    tasks = [p for p in (PACKAGE / "evaluate" / "harness_tasks").iterdir() if p.is_file() and p.suffix != ".py"]
+    sources = [*PACKAGE.rglob("*.py"), *tasks,
+               *(REPO / "tests").rglob("*.py"), *(REPO / "workflow").rglob("*.smk"), REPO / "Snakefile",
+               *(REPO / "benchmarks").glob("*.py")]
+    words = Counter(w for path in sources for w in re.findall(r"\w+", path.read_text(encoding="utf-8")))
+    unused = [f"{path.relative_to(PACKAGE)}: {node.name}" for path in sorted(PACKAGE.rglob("*.py"))
+              for node in ast.parse(path.read_text(encoding="utf-8")).body
+              if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and not node.decorator_list
+              and words[node.name] < 2]
+    assert unused == []
+
+
+# names that once meant two things in two modules: each is defined by one module now
+ONE_MEANING = ("SOURCE_KEYS", "options_class")
+
+
+def test_a_name_means_one_thing():
+    defined: dict[str, list[str]] = {name: [] for name in ONE_MEANING}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            targets = ([node.name] if isinstance(node, (ast.FunctionDef, ast.ClassDef))
+                       else [t.id for t in getattr(node, "targets", [getattr(node, "target", None)])
+                             if isinstance(t, ast.Name)])
+            for name in set(targets) & set(ONE_MEANING):
+                defined[name].append(str(path.relative_to(PACKAGE)))
+    assert all(len(where) <= 1 for where in defined.values()), defined

@@ -147,10 +147,6 @@ def inputs(params: dict, wildcards: dict) -> dict[str, str]:
     return {"model": parse_model(params, wildcards["model"])["input"]}
 
 
-def result_path(lang: str, task: str, model: str, seed: int) -> str:
-    return paths.fill(paths.EVAL_RESULT, lang=lang, task=task, model=model, seed=str(seed))
-
-
 # --- one job ------------------------------------------------------------------------------------
 
 def _model_dir(ctx, info: dict) -> Path:
@@ -293,14 +289,14 @@ def run(ctx) -> None:
 # From the import of `Stage` on, the module plans its jobs: not their code (stage_spec.code_statements).
 from vocabtransfer.pipeline.config import field_leaves
 from vocabtransfer.pipeline.stage_spec import Stage
-from vocabtransfer.evaluate.tasks import options_class
+from vocabtransfer.evaluate.tasks import task_options_class
 
 
 def task_leaves(params: dict, wildcards: dict) -> list[str]:
     """The params leaves of the task's options (`eval.tasks.<task>`, e.g. `QaOptions`) with the data spec
     of this language only."""
     task = wildcards["task"]
-    return field_leaves(options_class(task), f"eval.tasks.{task}", params["eval"]["tasks"][task],
+    return field_leaves(task_options_class(task), f"eval.tasks.{task}", params["eval"]["tasks"][task],
                         keep=lambda f: f.name != "data") + [f"eval.tasks.{task}.data.{wildcards['lang']}"]
 
 

@@ -4,9 +4,9 @@ For `--lang L --method M --pseed K` (pretraining seed K: the method draws its ra
 `seed + 1000 (K - 1)`, see vocabtransfer.pipeline.names; a method without random rows has K = 1 only):
 1. load the source model (results/source/model: with its trained LM head) and its tokenizer, the
    target tokenizer, the overlap table and the fastText auxiliary embeddings of the target tokens;
-2. build a `TransferProblem` (options = the typed params `init.<base>`, e.g. `ctx.typed.init.omp`, an
-   `OmpOptions` of vocabtransfer.pipeline.config; for a factorised method `base+svd` also
-   `factorization` = `ctx.typed.init.svd`) and run `get_method(M)` on the input embeddings, and again
+2. build a `TransferProblem` (options = the typed params `init.<base>`, e.g. `ctx.section("init", InitParams).omp`,
+   an `OmpOptions` of vocabtransfer.init.methods.options; for a factorised method `base+svd` also
+   `factorization` = its `.svd`; `method_options`) and run `get_method(M)` on the input embeddings, and again
    on the output embeddings when the source model's are untied;
 3. write results/L/init/M/pseedK/ atomically: embeddings.safetensors (`input_embeddings`,
    `output_embeddings` when untied), one `<name>.safetensors` per extra tensor of the method

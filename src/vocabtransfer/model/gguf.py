@@ -70,23 +70,6 @@ def parse(value: str) -> GgufSource | None:
     return None
 
 
-def is_gguf(value: str) -> bool:
-    return parse(value) is not None
-
-
-def check_spec(value: str, source: str = "params.yaml") -> None:
-    """What can be checked without loading or downloading anything: the spelling, and that a local file exists."""
-    try:
-        spec = parse(value)
-    except VocabTransferError as exc:
-        raise VocabTransferError(f"{source}: {exc}") from None
-    if spec is not None and spec.kind == "file":
-        path = Path(os.path.expanduser(value))
-        if not path.is_file():
-            raise VocabTransferError(f"{source}: source_model: {value!r}: no such GGUF file ({RELATIVE_MODEL}); point it "
-                                     "at an existing .gguf file, hf://owner/name/file.gguf or package:<module>")
-
-
 def download(repo_id: str, filename: str) -> Path:
     """One GGUF file of a hub repository, from the Hugging Face cache when it is there."""
     from huggingface_hub import hf_hub_download

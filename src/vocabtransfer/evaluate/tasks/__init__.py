@@ -98,7 +98,7 @@ class EvalParams:
     tasks: EvalTasks
 
 
-def options_class(name: str) -> type[TaskOptions]:
+def task_options_class(name: str) -> type[TaskOptions]:
     """The dataclass of the params section `eval.tasks.<name>`."""
     return typing.get_type_hints(EvalTasks)[name]
 
@@ -232,18 +232,19 @@ def get_task(name: str, options: TaskOptions | Mapping | None) -> Task:
     (a call from Python) over the schema's defaults of `eval.tasks.<name>`, validated by the schema."""
     cls = task_class(name)
     if not isinstance(options, TaskOptions):
-        options = typed_section(options_class(name), f"eval.tasks.{name}", options)
+        options = typed_section(task_options_class(name), f"eval.tasks.{name}", options)
     return cls(options)
 
 
 # --- data sources -----------------------------------------------------------------------------
 
-SOURCE_KEYS = frozenset({"path", "url", "sha256", "dataset"})
+# the keys of a data source that say where its rows are (and pin them); the others are its reader's options
+LOCATION_KEYS = frozenset({"path", "url", "sha256", "dataset"})
 
 
 def open_source(spec: dict, key: str) -> Source:
     """A local file (relative to $VOCABTRANSFER_DATA), a verified download, or a loaded dataset."""
-    options = {k: v for k, v in spec.items() if k not in SOURCE_KEYS}
+    options = {k: v for k, v in spec.items() if k not in LOCATION_KEYS}
     if "path" in spec:
         path = data_path(spec["path"])
         if not path.is_file():
