@@ -34,6 +34,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator, Literal
+from importlib.metadata import version
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -123,7 +124,7 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _load_dataset(path: str, key: str, **kwargs):
-    import datasets
+    import datasets  # datasets: heavy: hub datasets only
 
     try:
         return datasets.load_dataset(path, **kwargs)
@@ -389,8 +390,6 @@ def _empty_message(name: str, counts: Counter, key: str, min_chars: int, max_byt
 
 
 def _versions() -> dict[str, str]:
-    from importlib.metadata import version
-
     return {**io.versions(), "datasets": version("datasets")}
 
 

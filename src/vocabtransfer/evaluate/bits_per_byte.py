@@ -150,7 +150,7 @@ def score_lines(model, tokenizer, lines: list[str], *, seq_len: int, batch_size:
                 kind: Kind = "causal") -> LineScores:
     """Steps 1–4 for every line (module docstring). A masked LM is not scored: its bits are NaN
     (`MASKED_REASON`); its bytes and tokens are counted all the same."""
-    import torch
+    import torch  # torch: heavy, not at CLI start-up
 
     ids, n_bytes, n_tokens = line_counts(tokenizer, lines)
     context = context_ids(tokenizer)

@@ -38,13 +38,15 @@ import logging
 import shutil
 import time
 from pathlib import Path
+import re
 
 from vocabtransfer import io
 from vocabtransfer.init import availability
 from vocabtransfer.pipeline import names
 from vocabtransfer.pipeline import paths
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.evaluate.tasks import EvalParams, test_clusters
+from vocabtransfer.evaluate.tasks import EvalParams, get_task, load_splits, test_clusters
+from vocabtransfer.evaluate import generic_heads
 
 log = logging.getLogger(__name__)
 
@@ -161,10 +163,8 @@ def missing_head(head: str, model_dir: Path) -> str | None:
     """Why transformers has no `head` (an `AutoModelFor…` class name) for the architecture in
     `model_dir`/config.json, or None when it has one (GPT-2, Llama, Qwen2 have all three task heads;
     e.g. CodeGen has none, GPT-J no token classification, Gemma 3 only sequence classification)."""
-    import re
-
-    from transformers import AutoConfig
-    from transformers.models.auto import modeling_auto
+    from transformers import AutoConfig  # transformers: heavy, not at CLI start-up
+    from transformers.models.auto import modeling_auto  # transformers: heavy, not at CLI start-up
 
     model_type = AutoConfig.from_pretrained(str(model_dir)).model_type
     # AutoModelForQuestionAnswering -> MODEL_FOR_QUESTION_ANSWERING_MAPPING_NAMES
@@ -195,14 +195,14 @@ def finetune(*, task, splits, model_dir: Path, seed: int, output_dir: Path, devi
     The head is transformers' (`task.head`) where it has one for the architecture, else the generic head of
     `evaluate.generic_heads` (a linear layer over a decoder's last hidden states). Returns (result fields,
     the Trainer); ({"not_run": why}, None) when neither applies (e.g. NLI for CodeGen, an encoder-decoder)."""
-    import transformers
+    import transformers  # transformers: heavy, not at CLI start-up
+    # transformers: heavy, not at CLI start-up
     from transformers import AutoTokenizer, Trainer, TrainingArguments, set_seed
 
     opts = task.options
     head_cls = getattr(transformers, task.head)
     why = missing_head(task.head, model_dir)
     if why is not None:  # a decoder without transformers' head: the generic one (evaluate/generic_heads.py)
-        from vocabtransfer.evaluate import generic_heads
 
         config = transformers.AutoConfig.from_pretrained(str(model_dir))
         why_not = generic_heads.unsupported(task.head, config)
@@ -253,8 +253,6 @@ def finetune(*, task, splits, model_dir: Path, seed: int, output_dir: Path, devi
 
 
 def run(ctx) -> None:
-    from vocabtransfer.evaluate.tasks import get_task, load_splits
-
     start = time.perf_counter()
     eval_params = ctx.section("eval", EvalParams)
     lang, task_name, model_name = ctx.lang, ctx.wildcards["task"], ctx.wildcards["model"]

@@ -20,14 +20,13 @@ import logging
 from vocabtransfer import io
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.evaluate.tasks import EvalParams, TaskOptions, get_task, load_splits, test_clusters
+from vocabtransfer.evaluate.finetune_eval import skipped_tasks
 
 log = logging.getLogger(__name__)
 
 
 def skip_reason(params: dict, wildcards: dict) -> str | None:
     """Why the task has no floor job for this language (disabled, or no data), None when it has one."""
-    from vocabtransfer.evaluate.finetune_eval import skipped_tasks
-
     return skipped_tasks(params, wildcards["lang"]).get(wildcards["task"])
 
 

@@ -202,7 +202,7 @@ def bucket_losses(model, batches: list[dict], kind: Kind, bucket: np.ndarray, n_
     """(summed standard cross-entropy, number of target tokens), each (blocks, buckets), over fixed
     batches: block = the row of the packed held-out block a predicted token belongs to (each token's
     loss from the hidden states through the fused head, `modeling.token_losses`)."""
-    import torch
+    import torch  # torch: heavy, not at CLI start-up
 
     sums, counts = [], []
     model.eval()
@@ -283,10 +283,10 @@ STYLE = {"init": ("tab:gray", "--", "o"), "standard": ("tab:blue", "-", "s"), "s
 def plot(rows: list[dict], path: str | Path, lang: str, n_seen_buckets: int) -> None:
     """One panel per method: the loss per bucket for init, standard and selfish, the mean over
     pretraining seeds with the band from the lowest to the highest seed."""
-    import matplotlib
+    import matplotlib  # matplotlib: heavy: plots only
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # matplotlib: heavy: plots only
 
     methods = list(dict.fromkeys(r["method"] for r in rows))
     means = seed_means(rows)

@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 def seeded(method: str) -> bool:
     """Whether a method's initialisation depends on the seed (it has random rows): not for a method
     registered `deterministic=True`, whose every row is a copy or a mean (nor for its variants)."""
-    from vocabtransfer.init.methods.registry import info
+    from vocabtransfer.init.methods.registry import info  # imports torch: not at CLI start-up
 
     return not info(method).deterministic
 
@@ -45,7 +45,7 @@ def init_pseed(method: str, pseed: int | str) -> int:
 def method_reason(params: dict, lang: str, method: str) -> str | None:
     """Why `method` (or its base) cannot run for `lang`: the `condition` declared at its `@register`
     (e.g. wechsel without a dictionary); None when it can."""
-    from vocabtransfer.init.methods.registry import info
+    from vocabtransfer.init.methods.registry import info  # imports torch: not at CLI start-up
 
     condition = info(method).condition
     return condition(params, lang) if condition else None

@@ -39,6 +39,8 @@ from vocabtransfer.pipeline.config import from_dict
 from vocabtransfer.pipeline import names
 from vocabtransfer.pipeline import paths
 from vocabtransfer.pipeline.paths import data_path
+from vocabtransfer.data.overlap import checked_pairs, overlap_pairs
+from vocabtransfer.init.source_snmf import load_factors, uses_snmf
 
 log = logging.getLogger(__name__)
 
@@ -49,8 +51,7 @@ CORE_INPUTS = ("source_model", "tokenizer", "overlap", "fasttext", "snmf_factors
 def inputs(params: dict, wildcards: dict) -> dict[str, str]:
     """The stage's input templates for these wildcards: the core inputs plus the method's own
     (`@register(..., inputs=...)`)."""
-    from vocabtransfer.init.methods.registry import info
-    from vocabtransfer.init.source_snmf import uses_snmf
+    from vocabtransfer.init.methods.registry import info  # imports torch: not at CLI start-up
 
     method = wildcards["method"]
     factors = {"snmf_factors": paths.SOURCE_SNMF} if uses_snmf(method) else {}
@@ -63,9 +64,9 @@ def method_options(params: dict, method: str, init=None) -> tuple[Any, Any]:
     `init`, else built from params) and, for `base+fact`, the typed `init.<fact>`, else None. A method
     registered outside the schema (a test's) gets its section as a dict, without the keys other stages
     read (`@register(..., stage_options=...)`)."""
-    from vocabtransfer.init.factorize import FACTORIZATIONS
-    from vocabtransfer.init.methods.options import InitParams
-    from vocabtransfer.init.methods.registry import info
+    from vocabtransfer.init.factorize import FACTORIZATIONS  # imports torch: not at CLI start-up
+    from vocabtransfer.init.methods.options import InitParams  # imports torch: not at CLI start-up
+    from vocabtransfer.init.methods.registry import info  # imports torch: not at CLI start-up
 
     init = init or from_dict(InitParams, params["init"])
     base, fact = names.split_method(method)
@@ -79,7 +80,7 @@ def method_options(params: dict, method: str, init=None) -> tuple[Any, Any]:
 def options_record(method: str, options: Any, factorization: Any) -> dict:
     """The options as stats.json records them: `init.<base>` without the keys other stages read, and
     the factorisation's section under `factorization`."""
-    from vocabtransfer.init.methods.registry import info
+    from vocabtransfer.init.methods.registry import info  # imports torch: not at CLI start-up
 
     record = asdict(options) if is_dataclass(options) else dict(options)
     record = {k: v for k, v in record.items() if k not in info(method).stage_options}
@@ -90,8 +91,6 @@ def options_record(method: str, options: Any, factorization: Any) -> dict:
 
 def read_overlap(path: Path, n_target: int, n_source: int) -> tuple[np.ndarray, np.ndarray]:
     """(target ids, source ids) of the overlapping pairs, checked against both vocabularies."""
-    from vocabtransfer.data.overlap import checked_pairs, overlap_pairs
-
     target, source = overlap_pairs(io.read_parquet(path, ["target_id", "source_id"]))
     return checked_pairs(target, source, n_target, n_source, where=str(path))
 
@@ -124,7 +123,7 @@ def target_rows(method: str, n_target: int, overlap_target_ids: np.ndarray, aux_
     ofa and snmf also copy special tokens that match a source special token by role; the fasttext
     stage gives special tokens no vector, so such a token outside the overlap counts as random here.
     """
-    from vocabtransfer.init.methods.registry import info
+    from vocabtransfer.init.methods.registry import info  # imports torch: not at CLI start-up
 
     if not info(method).auxiliary_rows:
         return None
@@ -137,7 +136,7 @@ def target_rows(method: str, n_target: int, overlap_target_ids: np.ndarray, aux_
 
 
 def _check_result(result, method: str, shape: tuple[int, int], which: str):
-    import torch
+    import torch  # torch: heavy, not at CLI start-up
 
     emb = getattr(result, "embeddings", None)
     if not isinstance(emb, torch.Tensor) or tuple(emb.shape) != shape:
@@ -152,7 +151,7 @@ def _check_result(result, method: str, shape: tuple[int, int], which: str):
 
 def transfer_bias(source_bias, n_target: int, target_ids: np.ndarray, source_ids: np.ndarray):
     """Target output bias: source bias copied for overlapping ids, the mean source bias elsewhere."""
-    import torch
+    import torch  # torch: heavy, not at CLI start-up
 
     src = source_bias.detach().float().cpu()
     bias = torch.full((n_target,), float(src.mean()))
@@ -162,11 +161,11 @@ def transfer_bias(source_bias, n_target: int, target_ids: np.ndarray, source_ids
 
 
 def run(ctx) -> None:
-    import torch
+    import torch  # torch: heavy, not at CLI start-up
 
-    from vocabtransfer.init.methods import get_method
-    from vocabtransfer.init.methods.options import InitParams
-    from vocabtransfer.init.methods.registry import TransferProblem
+    from vocabtransfer.init.methods import get_method  # imports torch: not at CLI start-up
+    from vocabtransfer.init.methods.options import InitParams  # imports torch: not at CLI start-up
+    from vocabtransfer.init.methods.registry import TransferProblem  # imports torch: not at CLI start-up
 
     start = time.perf_counter()
     method_name = ctx.method
@@ -200,8 +199,6 @@ def run(ctx) -> None:
     # the shared source_snmf factors of each matrix, checked against it and init.snmf (read once)
     snmf = {}
     if "snmf_factors" in ctx.input:
-        from vocabtransfer.init.source_snmf import load_factors
-
         snmf = load_factors(ctx.input["snmf_factors"], matrices, init.snmf, seed=ctx.seed)
 
     resources = {k: Path(v) for k, v in ctx.input.items() if k not in CORE_INPUTS}
@@ -268,13 +265,13 @@ def run(ctx) -> None:
 # From the import of `Stage` on, the module plans its jobs: not their code (stage_spec.code_statements).
 from vocabtransfer.pipeline.stage_spec import PACKAGE, Stage, module_file, section_leaves
 from vocabtransfer.init import availability
+from vocabtransfer.pipeline.config import field_leaves
 
 
 def _leaves(params: dict, wildcards: dict) -> list[str]:
     """The rerun keys of one init job: the leaves of the typed options it takes (`<Base>Options` and, for
     `base+fact`, `<Fact>Options`, e.g. init.omp.k); a method outside the schema (a test's): its section's."""
-    from vocabtransfer.init.methods.options import options_class
-    from vocabtransfer.pipeline.config import field_leaves
+    from vocabtransfer.init.methods.options import options_class  # imports torch: not at CLI start-up
 
     base, fact = names.split_method(wildcards["method"])
     classes = {name: options_class(name) for name in (base, fact) if name and name in params["init"]}
@@ -286,7 +283,7 @@ def _leaves(params: dict, wildcards: dict) -> list[str]:
 def _code(params: dict, wildcards: dict) -> tuple[str, ...]:
     """The entry modules of one init job: initialise.py, the method's module and, for base+fact, the
     factorised wrapper; editing another method does not rerun this one."""
-    from vocabtransfer.init.methods import get_method
+    from vocabtransfer.init.methods import get_method  # imports torch: not at CLI start-up
 
     base, fact = names.split_method(wildcards["method"])
     module = module_file(get_method(base).__module__)  # e.g. random lives in methods/baselines.py
@@ -296,7 +293,7 @@ def _code(params: dict, wildcards: dict) -> tuple[str, ...]:
 def _data(params: dict, wildcards: dict) -> dict[str, Path]:
     """The local data files of one init job: what the method's `@register(..., data=...)` names
     (wechsel: the language's bilingual dictionary)."""
-    from vocabtransfer.init.methods.registry import info
+    from vocabtransfer.init.methods.registry import info  # imports torch: not at CLI start-up
 
     data = info(wildcards["method"]).data
     return data(params, wildcards["lang"]) if data else {}

@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING
 
 from vocabtransfer.data.auxiliary import FasttextParams, train_word_fasttext
 from vocabtransfer.errors import VocabTransferError
+from vocabtransfer.io import read_parquet
+from vocabtransfer.pipeline.paths import data_path
 
 if TYPE_CHECKING:
     from vocabtransfer.pipeline.stage_spec import Context
@@ -21,8 +23,6 @@ def _word_fasttext_options(ctx: "Context") -> dict:
 
 def run_source_words(ctx: "Context") -> None:
     """Stage `source_fasttext`: word-level fastText on source-language text (init.wechsel.source_text)."""
-    from vocabtransfer.pipeline.paths import data_path
-
     text = data_path(ctx.param("init.wechsel.source_text"))
     if not text.is_file():
         raise VocabTransferError(f"{text}: source-language text not found (init.wechsel.source_text); "
@@ -32,8 +32,6 @@ def run_source_words(ctx: "Context") -> None:
 
 def run_target_words(ctx: "Context") -> None:
     """Stage `word_fasttext`: word-level fastText on the target corpus's train split."""
-    from vocabtransfer.io import read_parquet
-
     lines = read_parquet(ctx.input["train"], ["text"]).column("text").to_pylist()
     train_word_fasttext(lines, ctx.output["model"], **_word_fasttext_options(ctx))
 
@@ -47,7 +45,7 @@ from vocabtransfer.pipeline import config, paths
 
 def _word_leaves(params: dict, wc: dict) -> list[str]:
     """init.wechsel.fasttext.*: the leaves of WordFasttextOptions (imported here: its package imports torch)."""
-    from vocabtransfer.init.methods.options import WordFasttextOptions
+    from vocabtransfer.init.methods.options import WordFasttextOptions  # imports torch: not at CLI start-up
 
     return config.field_leaves(WordFasttextOptions, "init.wechsel.fasttext", params["init"]["wechsel"]["fasttext"])
 

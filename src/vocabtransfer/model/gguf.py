@@ -31,6 +31,7 @@ from pathlib import Path
 
 from vocabtransfer.errors import VocabTransferError, brief
 from vocabtransfer.pipeline.paths import RELATIVE_MODEL
+from vocabtransfer.model.hub import _hub_advice
 
 log = logging.getLogger(__name__)
 
@@ -72,13 +73,12 @@ def parse(value: str) -> GgufSource | None:
 
 def download(repo_id: str, filename: str) -> Path:
     """One GGUF file of a hub repository, from the Hugging Face cache when it is there."""
-    from huggingface_hub import hf_hub_download
-
-    from vocabtransfer.model.hub import _hub_advice
+    from huggingface_hub import hf_hub_download  # huggingface_hub: heavy, not at CLI start-up
 
     try:
         return Path(hf_hub_download(repo_id=repo_id, filename=filename))
     except Exception as exc:  # offline, unknown repository or file, gated repository, ...
+        # huggingface_hub: heavy, not at CLI start-up
         from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError
 
         missing = isinstance(exc, EntryNotFoundError) and not isinstance(exc, LocalEntryNotFoundError)
@@ -131,7 +131,7 @@ ARCHITECTURE_ALIASES = {"qwen2moe": "qwen2_moe", "qwen3moe": "qwen3_moe", "gpt-o
 
 def supported_architectures() -> list[str]:
     """The `general.architecture` values transformers loads from GGUF."""
-    from transformers.integrations.ggml import GGUF_CONFIG_MAPPING
+    from transformers.integrations.ggml import GGUF_CONFIG_MAPPING  # transformers: heavy, not at CLI start-up
 
     return sorted(set(GGUF_CONFIG_MAPPING) - {"general", "tokenizer", "tokenizer_config"})
 
@@ -139,7 +139,7 @@ def supported_architectures() -> list[str]:
 def read_header(path: Path) -> dict:
     """`{"architecture", "name", "tensors", "tensor_types", "type_weights"}` of a GGUF file; one-line errors for a
     file that is not GGUF, is cut short, or holds an architecture transformers cannot load."""
-    import gguf
+    import gguf  # gguf: GGUF sources only
 
     try:
         reader = gguf.GGUFReader(str(path))
@@ -169,8 +169,8 @@ def read_header(path: Path) -> dict:
 
 def load(path: Path):
     """`(model, tokenizer)`: the GGUF file dequantised into a plain float32 model (steps 2-3)."""
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    import torch  # torch: heavy, not at CLI start-up
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer  # transformers: heavy, not at CLI start-up
 
     folder, name = str(path.parent), path.name
     try:

@@ -26,12 +26,14 @@ import typing
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Mapping
+import hashlib
 
 import jsonschema
 import yaml
 
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.pipeline.paths import RELATIVE_MODEL
+from vocabtransfer.io import atomic_output, read_text
 
 # shipped inside the package, so a wheel or a non-editable install finds it too
 SCHEMA_PATH = Path(__file__).resolve().parent / "params.schema.yaml"
@@ -247,8 +249,6 @@ def merge_overlay(base: Any, overlay: Any) -> Any:
 
 def read_yaml(path: str | Path) -> Any:
     """A YAML file's content, or one error line naming the file."""
-    from vocabtransfer.io import read_text
-
     text = read_text(path, "params file not found; run from the repository root or pass --params")
     try:
         return yaml.safe_load(text)
@@ -317,10 +317,6 @@ def write_merged(params: dict, directory: str | Path) -> str:
     """Write a validated config to `<directory>/params.<hash>.yaml` (once: the name is a hash of the
     content, so the file of a config never changes and runs with other configs never share one)
     and return its path. Snakemake hands it to every stage as `--params`."""
-    import hashlib
-
-    from vocabtransfer.io import atomic_output
-
     text = yaml.safe_dump(params, sort_keys=True, allow_unicode=True)
     path = Path(directory) / f"params.{hashlib.sha256(text.encode()).hexdigest()[:16]}.yaml"
     if not path.is_file() or path.read_text(encoding="utf-8") != text:

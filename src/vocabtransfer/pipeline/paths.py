@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from vocabtransfer.errors import VocabTransferError
+
 RESULTS = "results"
 LOGS = "logs"
 
@@ -56,8 +58,6 @@ RELATIVE_MODEL = ("a relative source_model path resolves against the working dir
 
 def check_data_root() -> None:
     """The data folder exists: else one error naming both ways to give it."""
-    from vocabtransfer.errors import VocabTransferError
-
     root = data_root()
     if not root.is_dir():
         given = (f"$VOCABTRANSFER_DATA is {os.environ['VOCABTRANSFER_DATA']!r}" if os.environ.get("VOCABTRANSFER_DATA")

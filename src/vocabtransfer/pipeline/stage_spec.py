@@ -30,7 +30,7 @@ def launch_prefix(processes: int) -> str:
 def torch_threads(n: int):
     """Run the block with `n` intra-op torch threads, then restore the setting (the one place a stage's
     torch threads are set: `runner.run_stage`, for the stages that compute with torch)."""
-    import torch
+    import torch  # torch: heavy, not at CLI start-up
 
     previous = torch.get_num_threads()
     torch.set_num_threads(max(1, int(n)))

@@ -62,7 +62,7 @@ from vocabtransfer.train.trainer import (
 from vocabtransfer.init import availability
 from vocabtransfer.pipeline import names
 from vocabtransfer.pipeline import paths
-from vocabtransfer.pipeline.config import field_leaves
+from vocabtransfer.pipeline.config import check_pretrain, field_leaves
 from vocabtransfer.errors import VocabTransferError
 
 log = logging.getLogger(__name__)
@@ -80,8 +80,7 @@ DISTILL_METRICS_SCHEMA = pa.schema(list(METRICS_SCHEMA) + [pa.field(c, pa.float6
 
 def check_params(params: dict, source: str = "params.yaml") -> None:
     """Every `pretrain.methods` entry must be an `init.methods` entry; objectives must be known."""
-    from vocabtransfer.pipeline.config import check_pretrain
-    from vocabtransfer.model.losses import OBJECTIVES
+    from vocabtransfer.model.losses import OBJECTIVES  # imports torch: not at CLI start-up
 
     check_pretrain(params, source)
     bad = [o for o in (params.get("pretrain") or {}).get("objectives") or [] if o not in OBJECTIVES]
@@ -108,7 +107,7 @@ BLOCKS_SCHEMA = pa.schema([("block", pa.int32()), ("loss_sum", pa.float64()), ("
 def block_losses(model, batches: list[dict], kind: Kind) -> pa.Table:
     """The summed standard cross-entropy and the number of predicted tokens of every evaluation block
     (the clusters the report's bootstrap resamples); their totals give the valid loss."""
-    import torch
+    import torch  # torch: heavy, not at CLI start-up
 
     sums, counts = [], []
     was_training = model.training
@@ -134,11 +133,11 @@ def block_losses(model, batches: list[dict], kind: Kind) -> pa.Table:
 def check_distill(ctx, objective: str) -> Path | None:
     """The teacher's directory (the source model) for the distill objective, else None; one line for a
     masked-LM source (the schema checks pretrain.distill's alpha and temperature)."""
-    from vocabtransfer.model.losses import get_objective
+    from vocabtransfer.model.losses import get_objective  # imports torch: not at CLI start-up
 
     if not get_objective(objective).teacher:
         return None
-    from transformers import AutoConfig
+    from transformers import AutoConfig  # transformers: heavy, not at CLI start-up
 
     source = Path(ctx.input["source"]) if "source" in ctx.input else Path(paths.SOURCE_MODEL)
     kind = modeling.detect_kind(AutoConfig.from_pretrained(str(source)))
@@ -149,11 +148,11 @@ def check_distill(ctx, objective: str) -> Path | None:
 
 
 def run(ctx) -> None:
-    import torch
-    from transformers import PrinterCallback, TrainingArguments
+    import torch  # torch: heavy, not at CLI start-up
+    from transformers import PrinterCallback, TrainingArguments  # transformers: heavy, not at CLI start-up
 
-    from vocabtransfer.train import distill
-    from vocabtransfer.train import lowrank
+    from vocabtransfer.train import distill  # imports torch: not at CLI start-up
+    from vocabtransfer.train import lowrank  # imports torch: not at CLI start-up
 
     start = time.perf_counter()
     opts = ctx.section("pretrain", PretrainParams)  # params pretrain, typed

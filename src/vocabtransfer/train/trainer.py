@@ -24,13 +24,14 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
+import hashlib
 
 from vocabtransfer import io
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.log import progress
 from vocabtransfer.pipeline.config import NO_RERUN
 from vocabtransfer.model.lmdata import Kind
-from vocabtransfer.train import parallel
+from vocabtransfer.train import parallel, sharding
 
 log = logging.getLogger("vocabtransfer.train.pretrain")
 
@@ -114,8 +115,6 @@ def check_resume_params(directory: Path, expected: dict) -> None:
 
 def model_fingerprint(model_dir: Path) -> str:
     """sha256 of the initialised model's weight files (a checkpoint of another init is refused)."""
-    import hashlib
-
     digest = hashlib.sha256()
     for path in sorted(model_dir.glob("*.safetensors")):
         with path.open("rb") as fh:
@@ -129,12 +128,11 @@ def model_fingerprint(model_dir: Path) -> str:
 # ---------------------------------------------------------------------------------------------
 
 def _trainer_classes():
-    import torch
-    from transformers import Trainer, TrainerCallback
+    import torch  # torch: heavy, not at CLI start-up
+    from transformers import Trainer, TrainerCallback  # transformers: heavy, not at CLI start-up
 
-    from vocabtransfer.train.distill import loss_terms
-    from vocabtransfer.model import heads
-    from vocabtransfer.train import sharding
+    from vocabtransfer.train.distill import loss_terms  # imports torch: not at CLI start-up
+    from vocabtransfer.model import heads  # imports torch: not at CLI start-up
 
     class ObjectiveTrainer(Trainer):
         """Loss from the predicted positions' hidden states through the fused head; NaN/inf stops the run."""
