@@ -19,7 +19,6 @@ import torch
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.init.semi_nmf import clustered_semi_nmf, semi_nmf
 from vocabtransfer.init.svd import truncated_svd
-from vocabtransfer.init.methods.options import init_options
 
 if TYPE_CHECKING:
     from vocabtransfer.init.methods.options import SnmfOptions, SvdOptions
@@ -63,6 +62,9 @@ def factorize_source(
     `semi_nmf`. `options` is the typed params section (`init.svd` / `init.snmf`), or for a call
     from Python a mapping over the schema's defaults (`config.init_options`), named `section` in errors.
     """
+    # not at the top: the methods package imports this module (methods.variants), a cycle at import
+    from vocabtransfer.init.methods.options import init_options
+
     if kind not in FACTORIZATIONS:
         raise VocabTransferError(f"factorization {kind!r}: unknown; allowed values: {', '.join(FACTORIZATIONS)}")
     section = section or f"init.{kind}"

@@ -86,7 +86,7 @@ class Stage:
     # and params -> top-level plot definitions over the stage's outputs ({plot id: DVC plot properties})
     metrics: frozenset[str] = frozenset()
     plots: Callable[[dict], dict[str, dict]] | None = None
-    # None when the job runs, else why params or the data present rule it out (availability.py); such
+    # None when the job runs, else why params or the data present rule it out (init/availability.py); such
     # a job is in neither `snakemake` nor dvc.yaml, and the run says why
     skip_reason: PerJob | None = None
     # {part: reason} for parts of a running job left out (e.g. retrieval)
