@@ -12,9 +12,9 @@ import json
 import os
 import shutil
 import uuid
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Iterator, Mapping
-from importlib.metadata import PackageNotFoundError, version
 
 import pyarrow as pa
 import pyarrow.parquet as pq

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Iterable, TypeVar
 from pathlib import Path
+from typing import Iterable, TypeVar
 
 from tqdm.auto import tqdm
 

@@ -32,9 +32,9 @@ import time
 import unicodedata
 from collections import Counter
 from dataclasses import dataclass
+from importlib.metadata import version
 from pathlib import Path
 from typing import Iterable, Iterator, Literal
-from importlib.metadata import version
 
 import pyarrow as pa
 import pyarrow.parquet as pq

@@ -24,11 +24,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
 from typing import Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 

@@ -35,10 +35,10 @@ architecture is known for sure only once the model is downloaded.
 from __future__ import annotations
 
 import logging
+import re
 import shutil
 import time
 from pathlib import Path
-import re
 
 from vocabtransfer import io
 from vocabtransfer.init import availability

@@ -20,6 +20,7 @@ under ~/.cache/deepfocus.
 from __future__ import annotations
 
 import gzip
+import hashlib
 import logging
 import os
 import shutil
@@ -28,7 +29,6 @@ import time
 import urllib.request
 from pathlib import Path
 from typing import Literal
-import hashlib
 
 import numpy as np
 import torch

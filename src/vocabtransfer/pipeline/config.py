@@ -18,6 +18,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import difflib
+import hashlib
 import importlib.util
 import os
 import re
@@ -26,7 +27,6 @@ import typing
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Mapping
-import hashlib
 
 import jsonschema
 import yaml

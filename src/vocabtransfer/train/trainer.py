@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import math
@@ -24,7 +25,6 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
-import hashlib
 
 from vocabtransfer import io
 from vocabtransfer.errors import VocabTransferError
