@@ -19,8 +19,8 @@ import time
 
 import torch
 
-from vocabtransfer.train import modeling
-from vocabtransfer.train.hub import load_tokenizer, resolve_model_path
+from vocabtransfer.model import modeling
+from vocabtransfer.model.hub import load_tokenizer, resolve_model_path
 from vocabtransfer.init.factorize import factorize_source
 from vocabtransfer.init.factors import relative_error
 

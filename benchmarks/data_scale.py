@@ -70,7 +70,7 @@ def make_tokenizer(work: Path, corpus: Path, vocab_size: int, sample_bytes: int,
     if not out.is_dir():
         from vocabtransfer.data.corpus_lines import SampledCorpus
         from vocabtransfer.data.tokenizer import train_tokenizer
-        from vocabtransfer.train.hub import load_tokenizer, resolve_model_path
+        from vocabtransfer.model.hub import load_tokenizer, resolve_model_path
 
         sample = SampledCorpus(corpus, sample_bytes, seed)
         tok = train_tokenizer(load_tokenizer(resolve_model_path(MINILM)), sample, vocab_size=vocab_size,

@@ -31,8 +31,8 @@ from pathlib import Path
 import torch
 
 from vocabtransfer.train.distill import chunk_log_likelihoods, chunk_loss, collate_teacher, loss_terms, pack_pairs
-from vocabtransfer.train import heads
-from vocabtransfer.train.lmdata import LMCollator
+from vocabtransfer.model import heads
+from vocabtransfer.model.lmdata import LMCollator
 
 CACHE = Path(os.environ.get("VOCABTRANSFER_CACHE", Path.home() / ".cache" / "vocabtransfer")) / "benchmarks" / "distill"
 DATA = Path(os.environ.get("VOCABTRANSFER_DATA", Path(__file__).resolve().parents[1] / "data"))

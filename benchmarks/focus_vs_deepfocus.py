@@ -66,7 +66,7 @@ def build_inputs(args, lines: list[str]):
     import fasttext
     from transformers import AutoTokenizer
 
-    from vocabtransfer.train.hub import load_tokenizer
+    from vocabtransfer.model.hub import load_tokenizer
 
     key = hashlib.sha256(f"{args.langs}|{args.vocab_size}|{len(lines)}".encode()).hexdigest()[:10]
     tok_dir = args.workdir / f"tokenizer-{args.vocab_size}-{key}"
@@ -104,7 +104,7 @@ def main(argv=None) -> int:
     from fastdist import fastdist
 
     from vocabtransfer.init.deepfocus import FOCUS
-    from vocabtransfer.train.hub import load_tokenizer, resolve_model_path
+    from vocabtransfer.model.hub import load_tokenizer, resolve_model_path
 
     if args.threads:
         torch.set_num_threads(args.threads)

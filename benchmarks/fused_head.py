@@ -35,8 +35,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from vocabtransfer.train import losses  # noqa: E402
-from vocabtransfer.train.fused_head import linear_objective_loss
+from vocabtransfer.model import losses  # noqa: E402
+from vocabtransfer.model.fused_head import linear_objective_loss
 
 VARIANTS = ["materialised CE", "materialised selfish", "torch chunked CE", "fused standard", "fused selfish",
             "fused standard (torch)", "fused selfish (torch)", "dense-matmul floor"]

@@ -151,7 +151,7 @@ def target_dir(cache: Path, problem: str, args) -> Path:
     from vocabtransfer.data.auxiliary import token_vectors, train_fasttext, train_word_fasttext
     from vocabtransfer.data.overlap import compute_overlap
     from vocabtransfer.data.tokenizer import train_tokenizer
-    from vocabtransfer.train.hub import load_tokenizer
+    from vocabtransfer.model.hub import load_tokenizer
 
     src_dir = source_tokenizer_dir(cache, problem)
     out = cache / f"{problem}-sw-{args.vocab_size}"
@@ -215,7 +215,7 @@ def build_problem(cache: Path, problem: str, args):
     from vocabtransfer import io
     from vocabtransfer.data.overlap import overlap_pairs
     from vocabtransfer.init.methods.registry import TransferProblem
-    from vocabtransfer.train.hub import load_tokenizer
+    from vocabtransfer.model.hub import load_tokenizer
 
     out = cache / f"{problem}-sw-{args.vocab_size}"
     E = torch.from_numpy(np.load(source_matrix_path(cache, problem, args.seed)))

@@ -57,7 +57,7 @@ def build_inputs(args):
     from transformers import AutoTokenizer
 
     from vocabtransfer.data.auxiliary import token_vectors, train_fasttext
-    from vocabtransfer.train.hub import load_tokenizer
+    from vocabtransfer.model.hub import load_tokenizer
     from vocabtransfer.data.tokenizer import train_tokenizer
 
     source = load_tokenizer(SOURCE)
@@ -92,7 +92,7 @@ def main(argv=None) -> int:
 
     from vocabtransfer.init.methods.focus import focus_embeddings, has_vector
     from vocabtransfer.init.methods.omp import batch_omp, omp_embeddings
-    from vocabtransfer.train.hub import resolve_model_path
+    from vocabtransfer.model.hub import resolve_model_path
     from vocabtransfer.data.overlap import compute_overlap, overlap_pairs
 
     if args.threads:

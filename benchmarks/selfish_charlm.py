@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from vocabtransfer.train.losses import objective_loss  # noqa: E402
+from vocabtransfer.model.losses import objective_loss  # noqa: E402
 
 
 def load_text(train_chars: int, valid_chars: int) -> tuple[str, str]:

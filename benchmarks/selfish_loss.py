@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from vocabtransfer.train.losses import selfish_cross_entropy, selfish_cross_entropy_naive  # noqa: E402
+from vocabtransfer.model.losses import selfish_cross_entropy, selfish_cross_entropy_naive  # noqa: E402
 
 IMPLS = {
     "cross_entropy": lambda x, y: F.cross_entropy(x, y),

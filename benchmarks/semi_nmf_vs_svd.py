@@ -21,7 +21,7 @@ from safetensors.torch import load_file
 from vocabtransfer.init.factors import relative_error
 from vocabtransfer.init.semi_nmf import semi_nmf
 from vocabtransfer.init.svd import truncated_svd
-from vocabtransfer.train.hub import resolve_model_path
+from vocabtransfer.model.hub import resolve_model_path
 
 
 def input_embeddings(model: str) -> torch.Tensor:

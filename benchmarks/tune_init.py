@@ -60,7 +60,7 @@ def build_inputs(args) -> dict:
     from vocabtransfer.data.tokenizer import train_tokenizer
     from vocabtransfer.evaluate.bits_per_byte import valid_lines
     from vocabtransfer.init.source_model import materialise
-    from vocabtransfer.train.hub import load_tokenizer
+    from vocabtransfer.model.hub import load_tokenizer
 
     work = args.workdir / args.lang
     corpus = {s: work / f"{s}.parquet" for s in ("train", "valid", "dev")}
@@ -101,7 +101,7 @@ def main(argv=None) -> int:
     from vocabtransfer.evaluate.bits_per_byte import score_lines
     from vocabtransfer.init.methods.focus import focus_embeddings
     from vocabtransfer.init.methods.omp import omp_embeddings
-    from vocabtransfer.train import modeling
+    from vocabtransfer.model import modeling
 
     start = time.perf_counter()
     x = build_inputs(args)

@@ -23,8 +23,8 @@ from conftest import BIN, REPO, shared_file
 from vocabtransfer import io
 from vocabtransfer.data import token_ids
 from vocabtransfer.pipeline.config import validate_params
-from vocabtransfer.pipeline.runner import run_stage
-from vocabtransfer.train.hub import load_tokenizer, resolve_model_path
+from vocabtransfer.app.runner import run_stage
+from vocabtransfer.model.hub import load_tokenizer, resolve_model_path
 from vocabtransfer.pipeline.stage_spec import launch_prefix
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"

@@ -13,11 +13,11 @@ import torch
 from vocabtransfer.data import token_ids
 from vocabtransfer.evaluate import gradient_scenarios
 from vocabtransfer import io
-from vocabtransfer.train import modeling
-from vocabtransfer.train.lmdata import lm_batches, pack_lines
+from vocabtransfer.model import modeling
+from vocabtransfer.model.lmdata import lm_batches, pack_lines
 from vocabtransfer.evaluate import token_frequency_loss
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.train.losses import objective_loss
+from vocabtransfer.model.losses import objective_loss
 
 from helpers import make_ctx, save_dir, text_lines, tiny_bert, tiny_llama, wordpiece_tokenizer
 

@@ -15,7 +15,7 @@ from vocabtransfer.pipeline import paths
 from vocabtransfer.pipeline.config import validate_params
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.io import load_tensors
-from vocabtransfer.pipeline.runner import run_stage
+from vocabtransfer.app.runner import run_stage
 
 N_LINES = 1500
 FAST = dict(dim=8, epochs=2, min_count=5, threads=1)  # tiny, single-threaded (deterministic)
@@ -140,7 +140,7 @@ def test_train_word_fasttext_saves_a_loadable_model(word_bin, raw_lines):
 
 
 def test_wordlevel_uses_decoded_stripped_forms(word_bin):
-    from vocabtransfer.train.hub import load_tokenizer
+    from vocabtransfer.model.hub import load_tokenizer
 
     tok = load_tokenizer("sentence-transformers/all-MiniLM-L6-v2")
     ft = auxiliary.load_fasttext(word_bin)

@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from vocabtransfer.pipeline import availability
-from vocabtransfer.pipeline.plan import preflight
-from vocabtransfer.pipeline import dvcgen
+from vocabtransfer.init import availability
+from vocabtransfer.app.plan import preflight
+from vocabtransfer.app import dvcgen
 from vocabtransfer.pipeline.config import validate_params
 from vocabtransfer.errors import VocabTransferError, brief
-from vocabtransfer.pipeline.stages import STAGES
+from vocabtransfer.app.stages import STAGES
 
 from conftest import BIN, REPO
 
@@ -105,7 +105,7 @@ def test_a_missing_corpus_file_stops_before_any_job(data_root):
     (lambda tmp: "./models/bert", r"source_model: './models/bert' is neither an existing directory nor a hub id"),
 ])
 def test_a_source_model_that_is_not_a_model_stops_the_cli(tmp_path, capsys, make, match):
-    from vocabtransfer.cli import main
+    from vocabtransfer.app.cli import main
 
     params = yaml.safe_load((REPO / "params.yaml").read_text())
     params["source_model"] = str(make(tmp_path / "model"))
@@ -124,7 +124,7 @@ def test_errors_are_one_line():
 
 
 def test_a_tokenizer_load_error_is_one_line(tmp_path):
-    from vocabtransfer.train.hub import load_tokenizer
+    from vocabtransfer.model.hub import load_tokenizer
 
     (tmp_path / "tok").mkdir()
     (tmp_path / "tok" / "tokenizer.json").write_text("{not json")

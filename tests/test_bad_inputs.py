@@ -25,7 +25,7 @@ from conftest import BAD_INPUTS
 from vocabtransfer import io
 from vocabtransfer.pipeline import paths
 from vocabtransfer.pipeline.config import validate_params
-from vocabtransfer.pipeline.runner import run_stage
+from vocabtransfer.app.runner import run_stage
 
 pytestmark = pytest.mark.slow
 
@@ -44,7 +44,7 @@ def good(tmp_path_factory, shared_data):
     """A work directory with valid artefacts up to overlap, plus a tiny source model."""
     from transformers import BertConfig, BertForMaskedLM
 
-    from vocabtransfer.train.hub import load_tokenizer, resolve_model_path
+    from vocabtransfer.model.hub import load_tokenizer, resolve_model_path
 
     root = tmp_path_factory.mktemp("good")
     data = root / "data"
@@ -77,7 +77,7 @@ def _copy(good: Path, dest: Path) -> Path:
 
 
 def _outputs(stage: str, wildcards: dict) -> list[Path]:
-    from vocabtransfer.pipeline.stages import STAGES
+    from vocabtransfer.app.stages import STAGES
 
     return [Path(paths.fill(t, **wildcards)) for t in STAGES[stage].outputs.values()]
 
@@ -166,7 +166,7 @@ def _special_clash(work: Path) -> None:
 def _ids_of_another_tokenizer(work: Path) -> None:
     """The train split re-written with the source tokenizer's ids of the same text."""
     from vocabtransfer.data import token_ids
-    from vocabtransfer.train.hub import load_tokenizer
+    from vocabtransfer.model.hub import load_tokenizer
 
     source = load_tokenizer(work / paths.SOURCE_MODEL)
     lines = (work / "data" / "sw.txt").read_text(encoding="utf-8").splitlines()[:50]

@@ -12,7 +12,7 @@ import torch
 
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.evaluate import bits_per_byte
-from vocabtransfer.train import modeling
+from vocabtransfer.model import modeling
 
 from helpers import (bpe_tokenizer, make_ctx, save_dir, text_lines, tiny_bert, tiny_llama,
                      wordpiece_tokenizer)

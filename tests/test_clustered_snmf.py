@@ -191,8 +191,8 @@ def test_source_snmf_stores_clusters_compactly_and_refuses_other_clusters(tmp_pa
     assert sum(meta["input"]["stats"]["cluster_sizes"]) == V
 
     # load_factors expands to the block-structured W', equal to the inline factorisation
-    from vocabtransfer.train import modeling
-    from vocabtransfer.train.hub import load_tokenizer
+    from vocabtransfer.model import modeling
+    from vocabtransfer.model.hub import load_tokenizer
 
     model, _ = modeling.load_source_model(inputs["source_model"])
     matrices = modeling.embedding_matrices(model, load_tokenizer(inputs["source_model"]))

@@ -9,7 +9,7 @@ from typing import Literal
 import pytest
 import yaml
 
-from vocabtransfer.cli import main
+from vocabtransfer.app.cli import main
 from vocabtransfer.pipeline.config import from_dict, load_params, validate_params
 from vocabtransfer.errors import VocabTransferError
 
@@ -116,7 +116,7 @@ def test_cli_help_lists_the_allowed_values(capsys):
 
 
 def test_without_a_data_folder_the_error_names_the_variable_and_the_link(tmp_path, monkeypatch):
-    from vocabtransfer.pipeline.plan import preflight
+    from vocabtransfer.app.plan import preflight
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("VOCABTRANSFER_DATA", raising=False)
@@ -261,7 +261,7 @@ def test_a_null_task_data_entry_in_an_overlay_removes_that_languages_jobs():
     params = validate_params(merge_overlay(base, {"eval": {"tasks": {"qa": {"data": {"de": None}}}}}))
     assert sorted(params["eval"]["tasks"]["qa"]["data"]) == ["sw"]
     assert sorted(params["eval"]["tasks"]["ner"]["data"]) == ["de", "sw"]
-    from vocabtransfer.pipeline.stages import STAGES
+    from vocabtransfer.app.stages import STAGES
 
     def tasks(stage: str) -> set[tuple[str, str]]:
         return {(lang, j["task"]) for lang in params["languages"] for j in STAGES[stage].jobs(params, lang)}
@@ -283,7 +283,7 @@ def test_default_pretrain_methods_follow_init_methods_but_an_explicit_list_is_ch
 
 
 def test_pretrain_pairs_choose_the_runs_and_a_pair_outside_methods_x_objectives_is_refused():
-    from vocabtransfer.pipeline import availability
+    from vocabtransfer.init import availability
 
     params = validate_params({**load_params(REPO / "params.yaml"),
                               "init": {"methods": ["random", "focus", "omp"]},

@@ -11,10 +11,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from vocabtransfer.data import corpus
-from vocabtransfer.cli import main
+from vocabtransfer.app.cli import main
 from vocabtransfer.pipeline.config import validate_params
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.pipeline.runner import run_stage
+from vocabtransfer.app.runner import run_stage
 
 
 @pytest.fixture(autouse=True)

@@ -60,7 +60,7 @@ def test_tokenizer_stage_trains_on_the_sample(tmp_path, monkeypatch, corpus):
 
     from vocabtransfer.pipeline import paths
     from vocabtransfer.pipeline.config import validate_params
-    from vocabtransfer.pipeline.runner import run_stage
+    from vocabtransfer.app.runner import run_stage
 
     path, lines = corpus
     monkeypatch.chdir(tmp_path)

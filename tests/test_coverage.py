@@ -41,7 +41,7 @@ def test_synthetic_study_has_the_asked_design():
 
 
 def test_cli_prints_the_coverage_table(capsys):
-    from vocabtransfer.cli import main
+    from vocabtransfer.app.cli import main
 
     assert main(["coverage", "--sims", "4", "--resamples", "50"]) == 0
     lines = capsys.readouterr().out.splitlines()

@@ -137,8 +137,8 @@ def test_decoder_only_lm_head_bias_moves_with_its_tokens(tmp_path):
     """An untied LM head with a bias (GPT-J): the target model's bias is the source bias for overlapping
     tokens and the mean source bias elsewhere, and it survives save and reload."""
     from vocabtransfer.init.initialise import transfer_bias
-    from vocabtransfer.train import modeling
-    from vocabtransfer.train.hub import load_tokenizer
+    from vocabtransfer.model import modeling
+    from vocabtransfer.model.hub import load_tokenizer
     source = tiny_gptj(tmp_path / "gptj", bpe_tokenizer("en"))
     target_tok = bpe_tokenizer("sw", vocab_size=280)
     target_tok.save_pretrained(tmp_path / "target")
@@ -173,7 +173,7 @@ def test_decoder_only_hub_download_fetches_the_model_files_only(monkeypatch, tmp
     import huggingface_hub
     from huggingface_hub.errors import GatedRepoError
 
-    from vocabtransfer.train import hub
+    from vocabtransfer.model import hub
 
     calls = []
 

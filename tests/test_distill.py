@@ -13,8 +13,8 @@ import torch
 
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.train import distill
-from vocabtransfer.train import heads
-from vocabtransfer.train.lmdata import pack_ids
+from vocabtransfer.model import heads
+from vocabtransfer.model.lmdata import pack_ids
 
 from helpers import gpt2_seed, llama_seed, text_lines
 
@@ -82,7 +82,7 @@ def test_chunk_ids_by_hand():
 
 
 def test_lossy_teacher_is_refused_in_one_line(byte_level):
-    from vocabtransfer.train.hub import load_tokenizer
+    from vocabtransfer.model.hub import load_tokenizer
 
     minilm = load_tokenizer("sentence-transformers/all-MiniLM-L6-v2")  # WordPiece: lower-cases, drops spaces
     with pytest.raises(VocabTransferError) as err:
@@ -176,7 +176,7 @@ def test_gradcheck_float64():
     t_ll = torch.tensor([-1.5, -0.4, -2.0], dtype=torch.float64)
 
     def through_head(h, w):
-        from vocabtransfer.train.fused_head import linear_objective_loss
+        from vocabtransfer.model.fused_head import linear_objective_loss
 
         lp = -linear_objective_loss(h, w, targets, objective="standard", reduction="none")
         return distill.chunk_loss(t_ll, distill.chunk_log_likelihoods(lp, chunks, 3), 1.3).sum()
@@ -215,7 +215,7 @@ def test_zero_loss_and_zero_gradient_when_the_student_is_the_teacher(llama_tok):
 
 
 def _batch(tokenizer, blocks):
-    from vocabtransfer.train.lmdata import LMCollator
+    from vocabtransfer.model.lmdata import LMCollator
 
     batch = LMCollator(tokenizer, "causal", 0)([b.input_ids for b in blocks])
     batch.update(distill.collate_teacher(blocks, tokenizer.pad_token_id or tokenizer.eos_token_id))

@@ -59,7 +59,7 @@ def test_committed_parameters_doc_is_fresh():
 
 
 def test_params_doc_command_writes_the_committed_file(tmp_path):
-    from vocabtransfer.cli import main
+    from vocabtransfer.app.cli import main
 
     out = tmp_path / "parameters.md"
     assert main(["params-doc", "--params", str(REPO / "params.yaml"), "--output", str(out)]) == 0

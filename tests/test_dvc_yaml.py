@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import yaml
 
-from vocabtransfer.pipeline import dvcgen
+from vocabtransfer.app import dvcgen
 from vocabtransfer.pipeline.config import load_params
-from vocabtransfer.pipeline.stages import STAGES
+from vocabtransfer.app.stages import STAGES
 
 from conftest import REPO
 
@@ -58,7 +58,7 @@ def test_matrix_over_languages_and_cmd_is_the_cli():
 def test_params_file_sets_every_tracked_leaf(tmp_path, capsys):
     import yaml as _yaml
 
-    from vocabtransfer.cli import main
+    from vocabtransfer.app.cli import main
 
     raw = _yaml.safe_load((REPO / "params.yaml").read_text())
     assert dvcgen.missing_leaves(raw, load_params(REPO / "params.yaml")) == []
@@ -116,7 +116,7 @@ def test_code_dependencies_follow_imports_and_the_method():
         for path in code(name):
             assert (REPO / "src" / "vocabtransfer" / path).is_file(), f"{name}: {path}"
     assert {"data/corpus.py", "data/download.py", "io.py"} <= code("corpus")  # io.py: imported, not listed
-    assert {"init/initialise.py", "init/methods/focus.py", "init/methods/options.py", "data/overlap.py", "train/modeling.py"} <= code("init_focus_pseed1")
+    assert {"init/initialise.py", "init/methods/focus.py", "init/methods/options.py", "data/overlap.py", "model/modeling.py"} <= code("init_focus_pseed1")
     assert "init/deepfocus.py" not in code("init_focus_pseed1")  # the deepfocus drop-in is not the pipeline's code
     assert not {"init/methods/wechsel.py", "init/methods/ofa.py", "init/methods/baselines.py", "data/auxiliary.py"} & code("init_focus_pseed1")
     assert {"init/methods/baselines.py"} <= code("init_random_pseed1") and "init/methods/focus.py" not in code("init_random_pseed1")
@@ -124,4 +124,4 @@ def test_code_dependencies_follow_imports_and_the_method():
     assert {"init/methods/snmf.py", "init/methods/ofa.py", "init/source_snmf.py", "init/factorize.py"} <= code("init_snmf_pseed1")
     assert {"init/methods/fvt.py", "init/methods/variants.py", "init/factorize.py"} <= code("init_fvt_svd_pseed1")
     assert {"init/source_snmf.py", "init/factorize.py", "init/methods/options.py"} <= code("source_snmf")
-    assert not {"pipeline/stages.py", "cli.py", "__init__.py"} & code("init_wechsel_pseed1")  # the stage table is not code
+    assert not {"app/stages.py", "app/cli.py", "__init__.py"} & code("init_wechsel_pseed1")  # the stage table is not code

@@ -215,7 +215,7 @@ def test_semi_nmf_within_two_percent_of_svd_on_minilm():
     default k-means init is measured in benchmarks/semi_nmf_vs_svd.py)."""
     from safetensors.torch import load_file
 
-    from vocabtransfer.train.hub import resolve_model_path
+    from vocabtransfer.model.hub import resolve_model_path
 
     path = resolve_model_path("sentence-transformers/all-MiniLM-L6-v2") / "model.safetensors"
     E = load_file(str(path))["embeddings.word_embeddings.weight"].float()
@@ -232,7 +232,7 @@ def test_snmf_with_the_default_params_is_within_two_percent_of_svd_on_minilm():
     tol 1e-4) on MiniLM at rank 100: within the 1.02 bar, stopped by tol, W ≥ 0."""
     from safetensors.torch import load_file
 
-    from vocabtransfer.train.hub import resolve_model_path
+    from vocabtransfer.model.hub import resolve_model_path
 
     path = resolve_model_path("sentence-transformers/all-MiniLM-L6-v2") / "model.safetensors"
     E = load_file(str(path))["embeddings.word_embeddings.weight"].float()

@@ -16,7 +16,7 @@ from vocabtransfer import io
 from vocabtransfer.pipeline import paths
 from vocabtransfer.pipeline.config import validate_params
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.pipeline.runner import run_stage
+from vocabtransfer.app.runner import run_stage
 
 from helpers import MINILM, save_dir, text_lines, tiny_bert, wordpiece_tokenizer
 
@@ -171,7 +171,7 @@ def test_oov_values_are_checked_before_any_work():
 def test_init_counts_rows_by_origin_and_uses_subword_vectors(stage_dir, corpus, one_thread):
     """focus, ofa and focus+svd combine the subword rows (instead of random ones), and the init
     stats say how many rows came from the overlap, dictionary vectors, subword vectors, or random."""
-    from vocabtransfer.train.hub import load_tokenizer, resolve_model_path
+    from vocabtransfer.model.hub import load_tokenizer, resolve_model_path
 
     tok = corpus[0]
     source_tok = load_tokenizer(resolve_model_path(MINILM))

@@ -62,7 +62,7 @@ def test_language_with_only_ner_data(params):
 
 
 def test_dvc_stages_list_only_languages_with_data_and_their_files(params):
-    from vocabtransfer.pipeline import dvcgen
+    from vocabtransfer.app import dvcgen
 
     p = copy.deepcopy(params)
     p["languages"] = ["sw", "de", "ha"]
@@ -106,7 +106,7 @@ def test_model_names_and_directories(params):
 def test_data_spec_for_a_language_not_in_languages_is_a_reported_skip(params):
     """A task data spec for a language the run does not have (say, an overlay narrowed `languages`) runs
     nothing and is reported before any job."""
-    from vocabtransfer.pipeline import plan
+    from vocabtransfer.app import plan
 
     p = copy.deepcopy(params)
     p["eval"]["tasks"]["qa"]["data"]["ar"] = {"train": {"path": "tydiqa_goldp/arabic_tydiqa_dev.json"}}
@@ -212,7 +212,7 @@ def test_test_examples_carry_their_cluster_key(params, data_root):
 
 
 def test_qa_windows_point_at_the_answer(params, shared_data, monkeypatch):
-    from vocabtransfer.train.hub import load_tokenizer
+    from vocabtransfer.model.hub import load_tokenizer
 
     monkeypatch.setenv("VOCABTRANSFER_DATA", str(shared_data))
     qa = task(params, "qa", max_length=96, doc_stride=32)

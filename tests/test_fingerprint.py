@@ -9,7 +9,7 @@ import os
 from vocabtransfer.pipeline import fingerprint
 from vocabtransfer.pipeline.config import load_params
 from vocabtransfer.pipeline.stage_spec import PACKAGE
-from vocabtransfer.pipeline.stages import STAGES
+from vocabtransfer.app.stages import STAGES
 
 from conftest import REPO
 

@@ -13,7 +13,7 @@ from vocabtransfer.init.deepfocus import FASTTEXT_WORD_URL, FOCUS, TokenVectors,
 from vocabtransfer.data.auxiliary import load_fasttext
 from vocabtransfer.init.methods import focus
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.train.hub import load_tokenizer, resolve_model_path
+from vocabtransfer.model.hub import load_tokenizer, resolve_model_path
 from vocabtransfer.data.overlap import compute_overlap, overlap_pairs
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"

@@ -8,9 +8,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from vocabtransfer.train import fused_head
-from vocabtransfer.train import losses
-from vocabtransfer.train.fused_head import linear_objective_loss
+from vocabtransfer.model import fused_head
+from vocabtransfer.model import losses
+from vocabtransfer.model.fused_head import linear_objective_loss
 from vocabtransfer.errors import VocabTransferError
 
 

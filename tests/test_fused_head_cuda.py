@@ -14,10 +14,10 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-from vocabtransfer.train import fused_head  # noqa: E402
-from vocabtransfer.train import fused_head_triton  # noqa: E402
-from vocabtransfer.train import losses  # noqa: E402
-from vocabtransfer.train.fused_head import linear_objective_loss  # noqa: E402
+from vocabtransfer.model import fused_head  # noqa: E402
+from vocabtransfer.model import fused_head_triton  # noqa: E402
+from vocabtransfer.model import losses  # noqa: E402
+from vocabtransfer.model.fused_head import linear_objective_loss  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 TOLERANCE = {torch.float32: 1e-4, torch.bfloat16: 2e-2}  # of the largest reference entry

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from vocabtransfer.train import heads
-from vocabtransfer.train.losses import objective_loss
+from vocabtransfer.model import heads
+from vocabtransfer.model.losses import objective_loss
 from vocabtransfer.train import lowrank
-from vocabtransfer.train import modeling
+from vocabtransfer.model import modeling
 from vocabtransfer.errors import VocabTransferError
 
 V = 97
@@ -225,7 +225,7 @@ def test_head_loss_under_autocast_runs_the_head_in_the_autocast_dtype(one_thread
     """bf16 mixed precision (the pretrain stage wraps the loss in the accelerator's autocast): the
     fused head gets bf16 states and weights; the loss is the float32 one to bf16 precision and the
     float32 parameters get float32 gradients."""
-    from vocabtransfer.train import fused_head
+    from vocabtransfer.model import fused_head
 
     seen = []
     real = fused_head.chunked_pass

@@ -13,7 +13,7 @@ from safetensors.torch import load_file
 from vocabtransfer.init import initialise
 from vocabtransfer.init.methods.options import FocusOptions, NoOptions, SvdOptions
 from vocabtransfer.pipeline.config import validate_params
-from vocabtransfer.pipeline.stages import STAGES
+from vocabtransfer.app.stages import STAGES
 from vocabtransfer import io
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.init.methods import available

@@ -1,18 +1,28 @@
-"""The package's shape: grouped by the phase each module serves, no module over 450 lines, and no
-import cycle among its modules (imports inside functions count too)."""
+"""The package's shape: grouped by the phase each module serves, no module over 450 lines, layers in the
+pipeline's order with no import running back up, and no import cycle among its modules (imports inside
+functions count too)."""
 
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 from conftest import REPO
 
 PACKAGE = REPO / "src" / "vocabtransfer"
-PHASES = ("pipeline", "data", "init", "train", "evaluate", "report")
-TOP_LEVEL = {"__init__.py", "__main__.py", "cli.py", "errors.py", "io.py", "log.py", "version.py"}
+# the layers from the bottom up, in the pipeline's order: a module imports only from its own layer and
+# those below it. `base`: the package's top-level helpers; `pipeline`: config, paths, names and the
+# `Stage` declaration every stage module uses; `model`: loading, swapping and saving models, LM data and
+# heads (what every phase uses); the phases in DAG order; `app`: the stage table, the runner and the cli.
+LAYERS = ("base", "pipeline", "model", "data", "init", "train", "evaluate", "report", "app")
+BASE = {"errors", "io", "log", "version"}  # vocabtransfer.<name>
+APP = {"vocabtransfer", "vocabtransfer.__main__"}  # the package's lazy exports and `python -m vocabtransfer`
+PHASES = LAYERS[1:]
+TOP_LEVEL = {"__init__.py", "__main__.py", *(f"{name}.py" for name in BASE)}
 MAX_LINES = 450
 
 
@@ -79,9 +89,71 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_no_import_cycle():
     graph = import_graph()
-    assert "vocabtransfer.pipeline.stage_spec" in graph and "vocabtransfer.pipeline.stages" in graph["vocabtransfer.cli"]
-    assert "vocabtransfer.pipeline.runner" in graph["vocabtransfer.cli"]
+    assert "vocabtransfer.pipeline.stage_spec" in graph and "vocabtransfer.app.stages" in graph["vocabtransfer.app.cli"]
+    assert "vocabtransfer.app.runner" in graph["vocabtransfer.app.cli"]
     assert cycles(graph) == []
+
+
+def layer(module: str) -> int:
+    """The index in LAYERS of a vocabtransfer module's layer."""
+    if module in APP:
+        return LAYERS.index("app")
+    first = module.split(".")[1]
+    return LAYERS.index("base" if first in BASE else first)
+
+
+def imports_up(graph: dict[str, set[str]]) -> list[str]:
+    """`module -> imported (layer -> layer)` for each import that runs up the layers."""
+    return [f"{m} -> {d} ({LAYERS[layer(m)]} -> {LAYERS[layer(d)]})"
+            for m, deps in sorted(graph.items()) for d in sorted(deps) if layer(d) > layer(m)]
+
+
+def test_no_import_runs_up_the_layers():
+    """model at the bottom (above config and paths), the phases above it in DAG order, the application on
+    top: every module's imports, inside functions too, stay in its layer or below."""
+    graph = import_graph()
+    assert {LAYERS[layer(m)] for m in graph} == set(LAYERS)
+    assert imports_up(graph) == []
+
+
+def test_the_layer_check_finds_an_import_up():
+    graph = {"vocabtransfer.model.hub": {"vocabtransfer.pipeline.paths", "vocabtransfer.init.availability"},
+             "vocabtransfer.app.cli": {"vocabtransfer.report.build"}, "vocabtransfer.io": {"vocabtransfer.errors"}}
+    assert imports_up(graph) == ["vocabtransfer.model.hub -> vocabtransfer.init.availability (model -> init)"]
+
+
+def import_time_graph() -> dict[str, set[str]]:
+    """module -> the vocabtransfer modules importing it runs: its imports outside functions, and for each
+    the packages above the imported module (Python runs their `__init__` first), its own excepted."""
+    modules = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+    graph = {}
+    for name, path in modules.items():
+        deps = set()
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        inside = {id(n) for f in ast.walk(tree) for n in ast.walk(f)  # in functions, or for type checkers only
+                  if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+                  or isinstance(f, ast.If) and "TYPE_CHECKING" in ast.unparse(f.test)}
+        for node in ast.walk(tree):
+            if id(node) in inside:
+                continue
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                targets = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            else:
+                continue
+            for target in targets:
+                parts = target.split(".")
+                deps |= {m for i in range(2, len(parts) + 1) if (m := ".".join(parts[:i])) in modules}
+        own = {".".join(name.split(".")[:i]) for i in range(1, name.count(".") + 2)}
+        graph[name] = deps - own
+    return graph
+
+
+def test_no_import_cycle_at_import_time():
+    """Importing any module first never needs a module that is still half-imported: no cycle among the
+    imports that run at import (module level, with the packages they pass through)."""
+    assert cycles(import_time_graph()) == []
 
 
 def test_the_cycle_check_finds_a_cycle():
@@ -91,17 +163,17 @@ def test_the_cycle_check_finds_a_cycle():
 def test_stage_modules_never_import_the_stage_table():
     """The table imports the stages it describes, one way: no stage module imports it back."""
     graph = import_graph()
-    table = "vocabtransfer.pipeline.stages"
+    table = "vocabtransfer.app.stages"
     users = {m for m, deps in graph.items() if table in deps}
-    assert users <= {"vocabtransfer.cli", "vocabtransfer.pipeline.runner", "vocabtransfer.pipeline.plan",
-                     "vocabtransfer.pipeline.dvcgen"}, users
+    assert users <= {"vocabtransfer.app.cli", "vocabtransfer.app.runner", "vocabtransfer.app.plan",
+                     "vocabtransfer.app.dvcgen"}, users
 
 
 def test_each_stage_is_declared_after_its_code():
     """A stage module ends with its declaration, from the import of `Stage` on (`code_statements`): the job's
     function comes before it, so that its imports are the job's code dependencies and the declaration's are not."""
     from vocabtransfer.pipeline.stage_spec import code_statements
-    from vocabtransfer.pipeline.stages import STAGES
+    from vocabtransfer.app.stages import STAGES
 
     for stage in STAGES.values():
         source = Path(stage.run.__code__.co_filename).read_text(encoding="utf-8")
@@ -112,7 +184,7 @@ def test_each_stage_is_declared_after_its_code():
 
 def test_the_stage_table_imports_neither_torch_nor_transformers():
     """Snakemake and the CLI import the table before any job: it stays cheap."""
-    check = ("import sys, vocabtransfer.pipeline.stages; "
+    check = ("import sys, vocabtransfer.app.stages; "
              "assert 'torch' not in sys.modules and 'transformers' not in sys.modules, "
              "sorted(m for m in ('torch', 'transformers') if m in sys.modules)")
     proc = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, cwd=REPO)
@@ -125,3 +197,35 @@ def test_modules_are_grouped_by_phase_and_small():
         assert rel.parts[0] in PHASES or str(rel) in TOP_LEVEL, rel
         lines = len(path.read_text(encoding="utf-8").splitlines())
         assert lines <= MAX_LINES, f"{rel}: {lines} lines (split it along its concepts)"
+
+
+def test_every_top_level_function_and_class_is_used():
+    """Dead code is deleted: each module-level function or class (not registered by a decorator) is named
+    somewhere besides its definition: in the package, its lm-eval task files, the tests, the workflow or
+    the benchmarks."""
+    tasks = [p for p in (PACKAGE / "evaluate" / "harness_tasks").iterdir() if p.is_file() and p.suffix != ".py"]
+    sources = [*PACKAGE.rglob("*.py"), *tasks,
+               *(REPO / "tests").rglob("*.py"), *(REPO / "workflow").rglob("*.smk"), REPO / "Snakefile",
+               *(REPO / "benchmarks").glob("*.py")]
+    words = Counter(w for path in sources for w in re.findall(r"\w+", path.read_text(encoding="utf-8")))
+    unused = [f"{path.relative_to(PACKAGE)}: {node.name}" for path in sorted(PACKAGE.rglob("*.py"))
+              for node in ast.parse(path.read_text(encoding="utf-8")).body
+              if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and not node.decorator_list
+              and words[node.name] < 2]
+    assert unused == []
+
+
+# names that once meant two things in two modules: each is defined by one module now
+ONE_MEANING = ("SOURCE_KEYS", "options_class")
+
+
+def test_a_name_means_one_thing():
+    defined: dict[str, list[str]] = {name: [] for name in ONE_MEANING}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            targets = ([node.name] if isinstance(node, (ast.FunctionDef, ast.ClassDef))
+                       else [t.id for t in getattr(node, "targets", [getattr(node, "target", None)])
+                             if isinstance(t, ast.Name)])
+            for name in set(targets) & set(ONE_MEANING):
+                defined[name].append(str(path.relative_to(PACKAGE)))
+    assert all(len(where) <= 1 for where in defined.values()), defined

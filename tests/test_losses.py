@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from vocabtransfer.train import losses
+from vocabtransfer.model import losses
 from vocabtransfer.errors import VocabTransferError
 
 

@@ -47,7 +47,7 @@ def metaspace(pieces: list[tuple[str, float]], **special) -> PreTrainedTokenizer
 
 @pytest.fixture(scope="module")
 def minilm_tokenizer():
-    from vocabtransfer.train.hub import load_tokenizer
+    from vocabtransfer.model.hub import load_tokenizer
 
     return load_tokenizer("sentence-transformers/all-MiniLM-L6-v2")
 

@@ -12,9 +12,9 @@ import os
 import pytest
 import torch
 
-from vocabtransfer.train import modeling
-from vocabtransfer.train.hub import load_tokenizer, resolve_model_path
-from vocabtransfer.train.lmdata import lm_batches, pack_ids, pack_lines, special_tokens_around
+from vocabtransfer.model import modeling
+from vocabtransfer.model.hub import load_tokenizer, resolve_model_path
+from vocabtransfer.model.lmdata import lm_batches, pack_ids, pack_lines, special_tokens_around
 from vocabtransfer.errors import VocabTransferError
 
 from helpers import MINILM, bpe_tokenizer, save_dir, text_lines, tiny_bert, tiny_llama, wordpiece_tokenizer

@@ -12,8 +12,8 @@ import pytest
 
 from vocabtransfer.data import overlap
 from vocabtransfer.pipeline.config import validate_params
-from vocabtransfer.train.hub import load_tokenizer
-from vocabtransfer.pipeline.runner import run_stage
+from vocabtransfer.model.hub import load_tokenizer
+from vocabtransfer.app.runner import run_stage
 
 from helpers import SOURCE_TOKENS, UNIGRAM_TOKENS, bytelevel_from_tokens, unigram_from_tokens, wordpiece_from_tokens
 

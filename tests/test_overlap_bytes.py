@@ -12,8 +12,8 @@ from transformers import LlamaConfig, PreTrainedTokenizerFast
 
 from vocabtransfer.data import overlap
 from vocabtransfer.pipeline.config import validate_params
-from vocabtransfer.train.hub import load_tokenizer
-from vocabtransfer.pipeline.runner import run_stage
+from vocabtransfer.model.hub import load_tokenizer
+from vocabtransfer.app.runner import run_stage
 from vocabtransfer.data.families import Spelling, spelling, token_bytes
 from vocabtransfer.data.tokenizer import train_tokenizer
 

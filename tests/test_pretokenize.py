@@ -16,10 +16,10 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from vocabtransfer.pipeline import paths
 from vocabtransfer.pipeline.config import validate_params
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.train.hub import load_tokenizer
+from vocabtransfer.model.hub import load_tokenizer
 from vocabtransfer.data.pretokenize import TokenStats, flatten, markdown_table, word_ends
 from vocabtransfer.data.token_ids import TokenIds
-from vocabtransfer.pipeline.runner import run_stage
+from vocabtransfer.app.runner import run_stage
 from vocabtransfer.data.tokenizer import load_target_tokenizer, train_tokenizer
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"

@@ -168,7 +168,7 @@ def test_checkpoint_of_other_params_is_refused(tmp_path, monkeypatch, one_thread
 def test_nan_loss_stops_naming_the_step_and_keeps_the_checkpoint(tmp_path, monkeypatch, one_thread, sw_wp):
     monkeypatch.chdir(tmp_path)
     params = pretrain_project(tmp_path, tiny_bert(len(sw_wp)), sw_wp, steps=12, save_every=4, log_every=2)
-    from vocabtransfer.train import heads
+    from vocabtransfer.model import heads
 
     calls = []
     real = heads.head_loss
@@ -231,8 +231,8 @@ def test_bad_inputs(tmp_path, monkeypatch, one_thread, sw_wp):
 def test_pretrain_runs_and_init_seeds():
     """Every method × objective × pretraining seed is a run; a method with random rows has one init per
     pretraining seed, a deterministic one (mean) one init that all its runs share."""
-    from vocabtransfer.pipeline import availability
-    from vocabtransfer.pipeline import models
+    from vocabtransfer.init import availability
+    from vocabtransfer.pipeline import names
 
     params = {"seed": 7, "init": {"methods": ["focus", "mean", "fvt"]},
               "pretrain": {"methods": ["focus", "mean"], "objectives": ["standard", "selfish"], "seeds": 2}}
@@ -240,13 +240,13 @@ def test_pretrain_runs_and_init_seeds():
                                                    ("mean", "standard"), ("mean", "selfish")]
     runs = availability.pretrain_runs(params)
     assert len(runs) == 8 and runs[1] == ("focus", "standard", 2)
-    assert models.init_runs(params) == [("focus", 1), ("focus", 2), ("mean", 1), ("fvt", 1)]
-    assert (models.init_pseed("focus+svd", 2), models.init_pseed("mean+svd", 2)) == (2, 1)
-    assert (models.seed_value(params, 1), models.seed_value(params, 3)) == (7, 2007)
-    assert models.parse_model_name("focus+svd-selfish-pseed2") == models.Model("focus+svd", "selfish", 2)
-    assert models.parse_model_name("focus+svd-selfish-pseed2").group == "focus+svd-selfish"
+    assert availability.init_runs(params) == [("focus", 1), ("focus", 2), ("mean", 1), ("fvt", 1)]
+    assert (availability.init_pseed("focus+svd", 2), availability.init_pseed("mean+svd", 2)) == (2, 1)
+    assert (names.seed_value(params, 1), names.seed_value(params, 3)) == (7, 2007)
+    assert names.parse_model_name("focus+svd-selfish-pseed2") == names.Model("focus+svd", "selfish", 2)
+    assert names.parse_model_name("focus+svd-selfish-pseed2").group == "focus+svd-selfish"
     with pytest.raises(VocabTransferError, match="expected `source`"):
-        models.parse_model_name("focus-selfish")
+        names.parse_model_name("focus-selfish")
 
 
 def test_paper_config_is_valid_and_dry_runs_offline(tmp_path):

@@ -144,7 +144,7 @@ def test_alm_is_distill_at_alpha_one_whatever_pretrain_distill_alpha_says(tmp_pa
                                                                            tokenizers):
     """`alm` (distill's chunk term alone): with pretrain.distill.alpha = 0.3 it trains as distill does at
     alpha = 1, step for step, reads the teacher and pretrain.distill's options, and says alpha 1 in its stats."""
-    from vocabtransfer.train.losses import OBJECTIVES
+    from vocabtransfer.model.losses import OBJECTIVES
     from vocabtransfer.train.pretrain import TEACHER_OBJECTIVES
 
     assert TEACHER_OBJECTIVES == tuple(name for name, o in OBJECTIVES.items() if o.teacher)
@@ -165,7 +165,7 @@ def test_alm_is_distill_at_alpha_one_whatever_pretrain_distill_alpha_says(tmp_pa
         np.testing.assert_allclose(alm.column(column).to_numpy(), dist.column(column).to_numpy(), rtol=1e-5,
                                    atol=1e-6, err_msg=column)
     assert "pretrain.distill.temperature" in leaves(params, {"objective": "alm"})
-    from vocabtransfer.pipeline.stages import STAGES
+    from vocabtransfer.app.stages import STAGES
 
     assert "source" in STAGES["pretrain"].inputs(params, {"lang": "sw", "method": "focus", "pseed": "1",
                                                           "objective": "alm"})
@@ -206,7 +206,7 @@ def test_distill_leaves_only_for_the_distill_objective():
     standard = leaves(params, {"objective": "standard"})
     assert {f"pretrain.distill.{k}" for k in ("alpha", "temperature", "chunks", "bias_threshold")} <= set(distill)
     assert not any(leaf.startswith("pretrain.distill.") for leaf in standard)
-    from vocabtransfer.pipeline.stages import STAGES
+    from vocabtransfer.app.stages import STAGES
 
     wc = {"lang": "sw", "method": "focus", "pseed": "1"}
     assert "source" in STAGES["pretrain"].inputs(params, {**wc, "objective": "distill"})

@@ -21,9 +21,9 @@ from vocabtransfer.init.methods import available, get_method
 from vocabtransfer.init.methods.registry import (INFO, INFRASTRUCTURE, METHODS, MethodInfo, TransferResult, discover,
                                                  info, register)
 from vocabtransfer.init.source_snmf import uses_snmf
-from vocabtransfer.pipeline import availability, models
+from vocabtransfer.init import availability
 from vocabtransfer.pipeline.config import load_params, schema
-from vocabtransfer.pipeline.stages import STAGES
+from vocabtransfer.app.stages import STAGES
 from vocabtransfer.report import markdown, read
 
 from conftest import REPO
@@ -76,7 +76,7 @@ def test_methods_are_found_by_scanning_the_package():
 def test_the_metadata_of_the_real_methods():
     assert [m for m in available() if info(m).deterministic] == ["mean"]
     assert [m for m in available() if not info(m).factorizable] == ["ofa", "snmf"]
-    assert info("mean+svd").deterministic and not models.seeded("mean+snmf") and models.seeded("focus")
+    assert info("mean+svd").deterministic and not availability.seeded("mean+snmf") and availability.seeded("focus")
     assert uses_snmf("snmf") and uses_snmf("fvt+snmf") and not uses_snmf("ofa")
     assert set(info("wechsel").inputs) == {"source_fasttext", "target_fasttext"}
     with pytest.raises(VocabTransferError, match="ofa factorises on its own"):
@@ -156,7 +156,7 @@ def test_a_registered_methods_metadata_reaches_the_pipeline(fake_methods, params
     assert STAGES["source_snmf"].skip_reason(params, {}) is None
     assert STAGES["source_snmf"].skip_reason({**params, "init": {**params["init"], "methods": ["test_meta"]}}, {})
     # deterministic: one initialisation for every pretraining seed (random gets one per seed)
-    assert models.init_runs(params) == [("random", 1), ("random", 2), ("random", 3), ("test_meta", 1),
+    assert availability.init_runs(params) == [("random", 1), ("random", 2), ("random", 3), ("test_meta", 1),
                                         ("test_snmf_reader", 1)]
     assert STAGES["pretrain"].inputs(params, {**wc, "objective": "standard", "pseed": "3"})["init"] == \
         "results/{lang}/init/test_meta/pseed1"
@@ -199,5 +199,5 @@ def test_a_method_registered_without_metadata_gets_the_defaults(monkeypatch, par
     available()
     monkeypatch.setitem(METHODS, "test_plain", _fake)
     assert info("test_plain") == MethodInfo("test_plain") and info("test_plain+svd") == MethodInfo("test_plain")
-    assert models.seeded("test_plain") and not uses_snmf("test_plain")
+    assert availability.seeded("test_plain") and not uses_snmf("test_plain")
     assert set(initialise.inputs(params, {"method": "test_plain"})) == set(initialise.CORE_INPUTS) - {"snmf_factors"}

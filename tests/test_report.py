@@ -18,7 +18,7 @@ from vocabtransfer import io
 from vocabtransfer.evaluate import bpb_floor, stats
 from vocabtransfer.evaluate.init_eval import SCHEMA as INIT_EVAL_SCHEMA
 from vocabtransfer.evaluate.token_frequency_loss import BLOCKS_SCHEMA, BPB_SCHEMA, SCHEMA as TFL_SCHEMA
-from vocabtransfer.pipeline import models
+from vocabtransfer.pipeline import names
 from vocabtransfer.pipeline import paths
 from vocabtransfer.pipeline.config import typed_section
 from vocabtransfer.report import read
@@ -63,7 +63,7 @@ def write(root: Path, template: str, obj, **wc) -> Path:
 def eval_result(task: str, method: str, objective: str | None, pseed: int | None, seed: int) -> dict:
     c = RIGHT[method] + (pseed or 0) - (1 if objective == "selfish" else 0)
     examples, metric = task_examples(task, c), "accuracy" if task == "nli" else "f1"
-    model = models.SOURCE if method == models.SOURCE else models.model_name(method, objective, pseed)
+    model = names.SOURCE if method == names.SOURCE else names.model_name(method, objective, pseed)
     return {"task": task, "model": model, "method": method, "objective": objective, "pseed": pseed, "seed": seed,
             "metric": metric, "metrics": {metric: 100 * c / N}, "n_train": 100, "n_test": N, "examples": examples,
             "skipped": {}}
@@ -188,7 +188,7 @@ def make_results(root: Path, langs=LANGS, with_evals: bool = True) -> read.Plan:
         plan.skipped[lang] = {} if len(TASKS_OF[lang]) == 3 else {"ner": "no NER data for de in params"}
         if not with_evals:
             continue
-        evaluated = [(models.SOURCE, None, None)] + [(m, o, s) for m in METHODS for o in ("init",) + OBJECTIVES
+        evaluated = [(names.SOURCE, None, None)] + [(m, o, s) for m in METHODS for o in ("init",) + OBJECTIVES
                                                      for s in PSEEDS]
         for task in TASKS_OF[lang]:
             write(root, paths.EVAL_FLOOR, floor_result(task), lang=lang, task=task)
@@ -231,7 +231,7 @@ def recomputed(root: Path, lang: str, task: str, a: str, b: str) -> stats.Differ
     def runs(group):
         results = {}
         for path in (root / f"results/{lang}/eval/{task}").glob(f"{group}-pseed*/seed*.json"):
-            model = models.parse_model_name(path.parent.name)
+            model = names.parse_model_name(path.parent.name)
             results[(model.pseed, int(path.stem.removeprefix("seed")))] = json.loads(path.read_text())
         return stats.Runs.from_results(task, results)
 
@@ -517,8 +517,8 @@ def test_inputs_name_every_artefact_of_the_plan():
 
 def test_cli_runs_the_stage(tmp_path, monkeypatch):
     from conftest import REPO
-    from vocabtransfer.cli import main
-    from vocabtransfer.pipeline.stages import STAGES
+    from vocabtransfer.app.cli import main
+    from vocabtransfer.app.stages import STAGES
 
     plan = make_results(tmp_path)
     monkeypatch.setattr(build, "plan", lambda params: plan)

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from vocabtransfer.pipeline import dvcgen
+from vocabtransfer.app import dvcgen
 from vocabtransfer.pipeline import paths
-from vocabtransfer.pipeline import availability
+from vocabtransfer.init import availability
 from vocabtransfer.report.build import curves_csv
 from vocabtransfer.pipeline.config import load_params
 

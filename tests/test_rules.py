@@ -33,7 +33,7 @@ def snakemake_jobs(shared_data: Path, *args: str) -> set[str]:
 def table_jobs(params: dict) -> set[str]:
     """The same, from the stage table: every job `Stage.jobs` gives, its outputs filled in."""
     from vocabtransfer.pipeline.paths import fill
-    from vocabtransfer.pipeline.stages import STAGES
+    from vocabtransfer.app.stages import STAGES
 
     out = set()
     for stage in STAGES.values():
@@ -45,8 +45,8 @@ def table_jobs(params: dict) -> set[str]:
 
 def dvc_jobs(params: dict) -> set[str]:
     """The same, from the generated dvc.yaml: matrix and foreach stages expanded per language."""
-    from vocabtransfer.pipeline import dvcgen
-    from vocabtransfer.pipeline.stages import STAGES
+    from vocabtransfer.app import dvcgen
+    from vocabtransfer.app.stages import STAGES
 
     out = set()
     for name, entry in yaml.safe_load(dvcgen.generate(params))["stages"].items():
@@ -107,7 +107,8 @@ def rule_counts(shared_data: Path, *args: str) -> dict[str, int]:
 def test_the_number_of_jobs_of_each_rule_follows_from_the_params_by_hand(shared_data, monkeypatch, overlay):
     """Counted from the params as a reader would: one job per language for each per-language stage, one per
     language × init method, language × method × objective × seed for pretraining, language × task × model ×
-    fine-tuning seed for downstream evaluation, one floor per language and enabled task; an init method is
+    fine-tuning seed for downstream evaluation, one floor per language and enabled task (where the task has data
+    for the language); an init method is
     initialised once per pretraining seed when it is pretrained and has random rows (every method but `mean`),
     once otherwise."""
     monkeypatch.setenv("VOCABTRANSFER_DATA", str(shared_data))
@@ -116,7 +117,11 @@ def test_the_number_of_jobs_of_each_rule_follows_from_the_params_by_hand(shared_
     tasks = [t for t, opts in params["eval"]["tasks"].items() if opts["enabled"]]
     runs = len(params["pretrain"]["methods"]) * len(params["pretrain"]["objectives"])
     pretrained = runs * params["pretrain"]["seeds"]
-    models = pretrained + sum(1 for m in params["eval"]["models"] if m != "pretrained")
+    # eval.models: `pretrained` is every pretrained run, `<method>-<objective>` every pretraining seed of it,
+    # `source` and a name with its `-pseed<k>` one model
+    models = sum(pretrained if m == "pretrained" else 1 if m == "source" or "-pseed" in m
+                 else params["pretrain"]["seeds"] for m in params["eval"]["models"])
+    task_langs = sum(lang in params["eval"]["tasks"][t]["data"] for t in tasks for lang in params["languages"])
     wechsel = "wechsel" in params["init"]["methods"]
     snmf = any("snmf" in m for m in params["init"]["methods"])
     expected = {
@@ -128,8 +133,8 @@ def test_the_number_of_jobs_of_each_rule_follows_from_the_params_by_hand(shared_
                             for m in params["init"]["methods"]),
         "pretrain": langs * pretrained,
         "gradient_scenarios": langs * runs,  # the first pretraining seed of each method × objective
-        "floor": langs * len(tasks),
-        "finetune_eval": langs * len(tasks) * models * params["eval"]["seeds"],
+        "floor": task_langs,  # one per language and enabled task with data there
+        "finetune_eval": task_langs * models * params["eval"]["seeds"],
         "report": 1,
     }
     assert rule_counts(shared_data, *(["--configfile", overlay] if overlay else [])) == {

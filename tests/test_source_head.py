@@ -8,8 +8,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from vocabtransfer.train import modeling
-from vocabtransfer.train.hub import resolve_model_path
+from vocabtransfer.model import modeling
+from vocabtransfer.model.hub import resolve_model_path
 from vocabtransfer.init import source_head
 from vocabtransfer.errors import VocabTransferError
 

@@ -18,8 +18,8 @@ import torch
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.init.source_model import materialise
 from vocabtransfer.pipeline.config import validate_params
-from vocabtransfer.pipeline.runner import run_stage
-from vocabtransfer.train.gguf import parse, resolve
+from vocabtransfer.app.runner import run_stage
+from vocabtransfer.model.gguf import parse, resolve
 
 from conftest import REPO
 
@@ -159,7 +159,7 @@ def test_stats_hash_the_weights_and_the_gguf_file(tiny):
 
 
 def test_a_directory_source_is_copied_byte_for_byte(tmp_path):
-    from vocabtransfer.train.hub import resolve_model_path
+    from vocabtransfer.model.hub import resolve_model_path
 
     stats = materialise(MINILM, tmp_path / "base")
     original = resolve_model_path(MINILM)

@@ -12,7 +12,7 @@ import pytest
 
 from vocabtransfer.evaluate import finetune_eval
 from vocabtransfer.pipeline.config import load_params
-from vocabtransfer.train.hub import resolve_model_path
+from vocabtransfer.model.hub import resolve_model_path
 from vocabtransfer.evaluate.tasks import get_task, load_splits
 
 from conftest import REPO
@@ -87,7 +87,7 @@ def test_language_with_only_ner_data_runs_end_to_end(params, tmp_path, shared_da
     """sw without NLI and QA data: the planner gives only ner, and the stage writes the contract's JSON."""
     import yaml
 
-    from vocabtransfer.cli import main
+    from vocabtransfer.app.cli import main
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("VOCABTRANSFER_DATA", str(shared_data))

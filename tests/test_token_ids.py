@@ -19,7 +19,7 @@ from vocabtransfer.data.token_ids import IdsWriter, TokenIds
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.train import packing
 from vocabtransfer.train.packing import PackedBlocks
-from vocabtransfer.train.lmdata import LMCollator, special_tokens_around
+from vocabtransfer.model.lmdata import LMCollator, special_tokens_around
 from vocabtransfer.train.pretrain import StepBlocks, StepCollator
 
 

@@ -17,8 +17,8 @@ from transformers import AutoTokenizer, PreTrainedTokenizerFast
 from vocabtransfer.pipeline import paths
 from vocabtransfer.pipeline.config import validate_params
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.train.hub import load_tokenizer
-from vocabtransfer.pipeline.runner import run_stage
+from vocabtransfer.model.hub import load_tokenizer
+from vocabtransfer.app.runner import run_stage
 from vocabtransfer.data.families import canonical_unigram
 from vocabtransfer.data.families import BYTE_TOKENS, detect_family
 from vocabtransfer.data.corpus_lines import iter_text_batches

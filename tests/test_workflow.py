@@ -133,13 +133,12 @@ def test_dvc_repro_reproduces_the_same_artefacts_and_params_change_marks_exactly
 
     # Snakemake: the fastText jobs and what depends on them (every init job, and everything after init),
     # nothing before or beside them
-    from vocabtransfer.pipeline import availability
-    from vocabtransfer.pipeline import models
+    from vocabtransfer.init import availability
 
     jobs = snakemake_jobs(run_command([str(BIN / "snakemake"), "-n", *targets(params)], work, env))
     n = len(params["languages"])
     assert {k: jobs.get(k) for k in ("fasttext", "init", "init_eval", "pretrain", "token_frequency_loss", "report")} == {
-        "fasttext": n, "init": n * len(models.init_runs(params)), "init_eval": n,
+        "fasttext": n, "init": n * len(availability.init_runs(params)), "init_eval": n,
         "pretrain": n * len(availability.pretrain_runs(params)), "token_frequency_loss": n, "report": 1}, jobs
     assert not {"corpus", "tokenizer", "pretokenize", "overlap", "source_head", "source_snmf", "word_fasttext"} & set(jobs)
 
@@ -204,7 +203,7 @@ def test_pretraining_analyses_and_downstream_evaluation_reach_the_report(workdir
     from transformers import AutoModelForMaskedLM, AutoTokenizer
 
     from vocabtransfer.evaluate.finetune_eval import eval_models
-    from vocabtransfer.pipeline import availability
+    from vocabtransfer.init import availability
 
     work, _, params = workdir
     assert params["pretrain"]["seeds"] == 2 and len(availability.pretrain_runs(params)) == 6

@@ -14,7 +14,7 @@ __all__ = ["FOCUS", "VocabTransferError", "__version__"]
 
 def __getattr__(name):
     if name == "FOCUS":  # lazy: `import vocabtransfer` stays light (no torch)
-        from vocabtransfer.init.deepfocus import FOCUS
+        from vocabtransfer.init.deepfocus import FOCUS  # lazy export: `import vocabtransfer` stays light
 
         return FOCUS
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,3 +1,3 @@
-from vocabtransfer.cli import main
+from vocabtransfer.app.cli import main
 
 raise SystemExit(main())

@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import uuid
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Iterator, Mapping
 
@@ -84,7 +85,7 @@ def read_parquet(path: str | os.PathLike, columns: list[str] | None = None) -> p
 
 
 def save_tensors(tensors: Mapping[str, "torch.Tensor"], path: str | os.PathLike, metadata: dict | None = None) -> None:  # noqa: F821
-    from safetensors.torch import save_file
+    from safetensors.torch import save_file  # safetensors: heavy, not at CLI start-up
 
     # safetensors writes metadata keys in hash-map order, which changes between processes;
     # one key holding sorted JSON keeps the file byte-identical for identical inputs
@@ -95,7 +96,7 @@ def save_tensors(tensors: Mapping[str, "torch.Tensor"], path: str | os.PathLike,
 
 def tensor_metadata(path: str | os.PathLike) -> dict:
     """The metadata that `save_tensors` stored."""
-    from safetensors import safe_open
+    from safetensors import safe_open  # safetensors: heavy, not at CLI start-up
 
     with safe_open(str(path), framework="pt") as f:
         meta = f.metadata() or {}
@@ -104,7 +105,7 @@ def tensor_metadata(path: str | os.PathLike) -> dict:
 
 def load_tensors(path: str | os.PathLike, keys: list[str] | None = None) -> dict:
     """Load named tensors from a safetensors file, checking that the expected keys exist."""
-    from safetensors.torch import load_file
+    from safetensors.torch import load_file  # safetensors: heavy, not at CLI start-up
 
     path = Path(path)
     if not path.is_file():
@@ -142,8 +143,6 @@ def read_json(path: str | os.PathLike) -> dict:
 
 def versions() -> dict[str, str]:
     """Library versions recorded in every stats.json."""
-    from importlib.metadata import PackageNotFoundError, version
-
     out = {}
     for pkg in ("vocabtransfer", "torch", "transformers", "tokenizers", "fasttext", "pyarrow"):
         try:
@@ -156,7 +155,7 @@ def versions() -> dict[str, str]:
 def save_png(fig, path: str | os.PathLike, dpi: int) -> Path:
     """Write a matplotlib figure as a PNG atomically (no `Software` metadata, so the same figure gives
     the same bytes) and close it."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # matplotlib: heavy: plots only
 
     with atomic_output(path) as tmp:
         fig.savefig(tmp, format="png", dpi=dpi, metadata={"Software": None})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from pathlib import Path
 from typing import Iterable, TypeVar
 
 from tqdm.auto import tqdm
@@ -16,8 +17,6 @@ def setup_logging(log_file: str | None = None, level: int = logging.INFO) -> Non
     """Log to stderr, and to `log_file` too when given (Snakemake's per-job log)."""
     handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
     if log_file:
-        from pathlib import Path
-
         Path(log_file).parent.mkdir(parents=True, exist_ok=True)
         handlers.append(logging.FileHandler(log_file, mode="w", encoding="utf-8"))
     logging.basicConfig(level=level, format=FORMAT, handlers=handlers, force=True)

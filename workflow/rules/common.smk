@@ -8,11 +8,11 @@ import sys
 import yaml
 
 from vocabtransfer.pipeline import paths
-from vocabtransfer.pipeline import plan
+from vocabtransfer.app import plan
 from vocabtransfer.pipeline.config import get, merge_overlay, read_yaml, schema, validate_params, write_merged
-from vocabtransfer.pipeline.runner import param_values
+from vocabtransfer.app.runner import param_values
 from vocabtransfer.pipeline import fingerprint
-from vocabtransfer.pipeline.stages import STAGES
+from vocabtransfer.app.stages import STAGES
 from vocabtransfer.errors import VocabTransferError
 
 # the config Snakemake sees: params.yaml, then every --configfile over it, then --config. It is

@@ -1,4 +1,4 @@
-# Every ordinary stage's rule, generated from the stage table (vocabtransfer.pipeline.stages.STAGES):
+# Every ordinary stage's rule, generated from the stage table (vocabtransfer.app.stages.STAGES):
 # its inputs, outputs, params leaves, log, benchmark, threads, priority and cluster resources all
 # come from the table through the helpers in common.smk, and its shell is `vocabtransfer <stage>`
 # with one option per wildcard (STAGE_SHELL: `{rule}` and the `args` param, because a `shell:`

@@ -50,6 +50,10 @@ import numpy as np
 from vocabtransfer.data.corpus_lines import sampled_text
 from vocabtransfer.errors import VocabTransferError, brief
 from vocabtransfer.log import progress
+from vocabtransfer import io
+from vocabtransfer.io import atomic_output
+from vocabtransfer.model.hub import load_tokenizer
+from vocabtransfer.pipeline.paths import data_path
 
 if TYPE_CHECKING:
     import torch
@@ -99,8 +103,8 @@ def zeroed_allocations():
 
 def _train_unsupervised(seed: int, kwargs: dict):
     """`fasttext.train_unsupervised(seed=seed, **kwargs)`, also where the wrapper lacks `seed`."""
-    import fasttext
-    from fasttext import FastText as ft_impl
+    import fasttext  # fasttext: heavy C extension
+    from fasttext import FastText as ft_impl  # fasttext: heavy C extension
 
     try:
         return fasttext.train_unsupervised(seed=seed, **kwargs)
@@ -157,8 +161,6 @@ def train_word_fasttext(text: str | os.PathLike | Iterable[str], out_path: str |
     whitespace, as fastText does. dim=300 matches the pretrained cc.*.300.bin vectors, so either
     can stand in for the other. Returns the trained model.
     """
-    from vocabtransfer.io import atomic_output
-
     out_path = Path(out_path)
     kwargs = dict(model=model, dim=dim, epochs=epochs, min_count=min_count, neg=neg, minn=minn, maxn=maxn,
                   seed=seed, threads=threads, **fasttext_args)
@@ -212,7 +214,7 @@ def _check_bin(path: Path) -> None:
 
 def load_fasttext(path: str | os.PathLike):
     """Load a fastText .bin; a missing, truncated or foreign file is one clear VocabTransferError."""
-    import fasttext
+    import fasttext  # fasttext: heavy C extension
 
     path = Path(path)
     if not path.is_file():
@@ -236,7 +238,7 @@ def token_vectors(ft_model, tokenizer, mode: Mode = "tokenlevel") -> tuple["torc
     string is a fastText dictionary word; wordlevel: the vector of `tokenizer.decode([i]).strip()`.
     Either way a token whose vector is all zeros has none (mask False, row zero).
     """
-    import torch
+    import torch  # torch: heavy, not at CLI start-up
 
     vocab = tokenizer.get_vocab()  # token -> id, added tokens included
     size = max(len(tokenizer), max(vocab.values(), default=-1) + 1)
@@ -267,7 +269,7 @@ def subword_vectors(ft_model, tokenizer, embeddings: "torch.Tensor", mask: "torc
     Returns new (embeddings, mask, subword): mask = had a vector or got a non-zero subword vector,
     subword (V bool) = the row came from n-grams.
     """
-    import torch
+    import torch  # torch: heavy, not at CLI start-up
 
     emb = embeddings.clone().numpy()
     has = mask.numpy().copy()
@@ -313,11 +315,7 @@ def _link_or_copy(src: Path, dst: Path) -> None:
 
 def run(ctx: "Context") -> None:
     """Stage `fasttext`: auxiliary embeddings for the target tokens (see the module docstring)."""
-    import torch
-
-    from vocabtransfer import io
-    from vocabtransfer.train.hub import load_tokenizer
-    from vocabtransfer.pipeline.paths import data_path
+    import torch  # torch: heavy, not at CLI start-up
 
     start = time.perf_counter()
     opts = ctx.section("fasttext", FasttextParams)  # params fasttext, typed
@@ -404,7 +402,7 @@ def run(ctx: "Context") -> None:
              stats["seconds"])
 
 
-# ---------------------------------------------------------------- the stages (vocabtransfer.pipeline.stages)
+# ---------------------------------------------------------------- the stages (vocabtransfer.app.stages)
 # From the import of `Stage` on, the module plans its jobs: not their code (stage_spec.code_statements).
 from vocabtransfer.pipeline.stage_spec import Stage
 from vocabtransfer.pipeline import config, paths

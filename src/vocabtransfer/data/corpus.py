@@ -32,6 +32,7 @@ import time
 import unicodedata
 from collections import Counter
 from dataclasses import dataclass
+from importlib.metadata import version
 from pathlib import Path
 from typing import Iterable, Iterator, Literal
 
@@ -123,7 +124,7 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _load_dataset(path: str, key: str, **kwargs):
-    import datasets
+    import datasets  # datasets: heavy: hub datasets only
 
     try:
         return datasets.load_dataset(path, **kwargs)
@@ -389,8 +390,6 @@ def _empty_message(name: str, counts: Counter, key: str, min_chars: int, max_byt
 
 
 def _versions() -> dict[str, str]:
-    from importlib.metadata import version
-
     return {**io.versions(), "datasets": version("datasets")}
 
 
@@ -429,10 +428,10 @@ def run(ctx) -> None:
     )
 
 
-# ---------------------------------------------------------------- the stage (vocabtransfer.pipeline.stages)
+# ---------------------------------------------------------------- the stage (vocabtransfer.app.stages)
 # From the import of `Stage` on, the module plans its jobs: not their code (stage_spec.code_statements).
 from vocabtransfer.pipeline.stage_spec import Stage
-from vocabtransfer.pipeline import availability, config, paths
+from vocabtransfer.pipeline import config, paths
 
 STAGE = Stage(
     name="corpus",
@@ -443,5 +442,5 @@ STAGE = Stage(
     params=("seed",),  # and the fields of CorpusParams, of `sources` the job's language only
     extra_params=lambda params, wc: config.field_leaves(CorpusParams, "corpus", {**params["corpus"], "sources": {wc["lang"]: None}}),
     code=("data/corpus.py", "data/download.py"),
-    data=lambda params, wc: {"data_corpus": path} if (path := availability.corpus_file(params, wc["lang"])) else {},
+    data=lambda params, wc: {"data_corpus": path} if (path := paths.corpus_file(params, wc["lang"])) else {},
 )

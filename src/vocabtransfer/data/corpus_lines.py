@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Iterator
 
 import numpy as np
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from vocabtransfer.errors import VocabTransferError, brief
 
@@ -54,8 +56,6 @@ def _row_groups(path: str | os.PathLike):
 
 
 def _open_corpus(path: str | os.PathLike):
-    import pyarrow.parquet as pq
-
     path = Path(path)
     if not path.is_file():
         raise VocabTransferError(f"{path}: corpus file not found; run `vocabtransfer corpus` for this language first")
@@ -100,7 +100,6 @@ class SampledCorpus:
 
     def __init__(self, path: str | os.PathLike, sample_bytes: int, seed: int, batch_size: int = 1000):
         self.path, self.seed, self.batch_size = Path(path), seed, batch_size
-        import pyarrow.compute as pc
 
         total = sum(int(pc.sum(pc.binary_length(column)).as_py() or 0) for column in _row_groups(self.path))
         self.p = keep_probability(sample_bytes, total)

@@ -66,7 +66,7 @@ def _style(family: str, spec: dict) -> str:
 
 def source_special_tokens(source) -> list:
     """The source's special tokens as AddedTokens (flags kept), in the order of their source ids."""
-    from tokenizers import AddedToken
+    from tokenizers import AddedToken  # tokenizers: heavy, not at CLI start-up
 
     by_content: dict[str, tuple[int, AddedToken]] = {}
     for idx, tok in source.added_tokens_decoder.items():
@@ -85,7 +85,7 @@ def source_special_tokens(source) -> list:
 
 def _family_conventions(family: str) -> tuple[dict, dict]:
     """Pre-tokenizer and decoder a family uses when it is not the source's own."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers  # tokenizers: heavy, not at CLI start-up
 
     tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
     if family == "wordpiece":
@@ -154,7 +154,7 @@ def _metaspace_replacement(node) -> str | None:
 @lru_cache(maxsize=1)
 def byte_level_alphabet() -> dict[str, int]:
     """GPT-2's printable character of each byte, inverted: `Ġ` -> 0x20, `Ċ` -> 0x0A, `Ã` -> 0xC3."""
-    from transformers.convert_slow_tokenizer import bytes_to_unicode
+    from transformers.convert_slow_tokenizer import bytes_to_unicode  # transformers: heavy, not at CLI start-up
 
     return {char: byte for byte, char in bytes_to_unicode().items()}
 

@@ -43,6 +43,9 @@ import numpy as np
 import pyarrow as pa
 
 from vocabtransfer.errors import VocabTransferError
+from vocabtransfer import io
+from vocabtransfer.data.families import is_byte_piece, special_token_clash, spelling, token_bytes
+from vocabtransfer.model.hub import load_tokenizer, materialised_source
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +121,7 @@ def decode_each(tokenizer, ids) -> list[str]:
     if not ids:
         return []
     try:
-        from transformers.tokenization_utils_tokenizers import TokenizersBackend
+        from transformers.tokenization_utils_tokenizers import TokenizersBackend  # absent from older transformers
     except ImportError:  # older transformers
         TokenizersBackend = None
     if TokenizersBackend is None or type(tokenizer)._decode is not TokenizersBackend._decode:
@@ -169,8 +172,6 @@ def canonicalize(tokenizer, *, match_bytes: bool = False) -> CanonicalVocab:
 def spelled_bytes(tokenizer, raw: list[str]) -> tuple[list[bytes | None], np.ndarray]:
     """The bytes each raw token string spells (None: text, or an added token; `tokenizer.token_bytes`)
     and which of them are byte tokens: byte-fallback pieces, and byte-level tokens that are no whole text."""
-    from vocabtransfer.data.families import is_byte_piece, spelling, token_bytes
-
     how = spelling(tokenizer)
     added = set(tokenizer.added_tokens_encoder)
     spelled = [None if r in added else token_bytes(r, how) for r in raw]
@@ -351,10 +352,6 @@ class OverlapParams:
 
 def run(ctx) -> None:
     """The `overlap` stage: target tokenizer (stage input) vs the source model's tokenizer."""
-    from vocabtransfer import io
-    from vocabtransfer.data.families import special_token_clash
-    from vocabtransfer.train.hub import load_tokenizer, materialised_source
-
     start = time.perf_counter()
     source_model = ctx.param("source_model")
     target_tokenizer = load_tokenizer(ctx.input["tokenizer"])
@@ -400,7 +397,7 @@ def run(ctx) -> None:
              byte_tokens["target"], byte_tokens["source"])
 
 
-# ---------------------------------------------------------------- the stage (vocabtransfer.pipeline.stages)
+# ---------------------------------------------------------------- the stage (vocabtransfer.app.stages)
 # From the import of `Stage` on, the module plans its jobs: not their code (stage_spec.code_statements).
 from vocabtransfer.pipeline.stage_spec import Stage
 from vocabtransfer.pipeline import config, paths

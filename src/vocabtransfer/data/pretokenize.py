@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
@@ -36,6 +37,7 @@ from vocabtransfer.data.token_ids import IdsWriter
 from vocabtransfer.log import progress
 from vocabtransfer.data.corpus_lines import corpus_rows, iter_text_batches
 from vocabtransfer.data.tokenizer import load_target_tokenizer, set_threads
+from vocabtransfer.model.hub import load_tokenizer, materialised_source
 
 log = logging.getLogger(__name__)
 
@@ -138,7 +140,7 @@ def markdown_table(rows: list[tuple[str, str, dict]]) -> str:
 def encoder(tokenizer):
     """A copy of a fast tokenizer's Rust backend with padding and truncation off (a source's
     tokenizer.json may pad or truncate every encoding, e.g. MiniLM's fixed 128)."""
-    from tokenizers import Tokenizer
+    from tokenizers import Tokenizer  # tokenizers: heavy, not at CLI start-up
 
     backend = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
     backend.no_padding()
@@ -152,8 +154,6 @@ def encode_batches(backend, batches: Iterable[list[str]]) -> Iterator[tuple[list
     The next batch is encoded in a background thread while the caller handles this one
     (`encode_batch` releases the GIL), so the caller's Python work overlaps the encoding: two batches
     in memory at most."""
-    from concurrent.futures import ThreadPoolExecutor
-
     def encode(texts):
         return texts, backend.encode_batch(texts, add_special_tokens=False)
 
@@ -219,8 +219,6 @@ class PretokenizeParams:
 
 
 def run(ctx) -> None:
-    from vocabtransfer.train.hub import load_tokenizer, materialised_source
-
     set_threads(ctx.threads)
     batch_size = ctx.section("pretokenize", PretokenizeParams).batch_size
     source_name = ctx.param("source_model")
@@ -262,7 +260,7 @@ def run(ctx) -> None:
     }, ctx.output["stats"])
 
 
-# ---------------------------------------------------------------- the stage (vocabtransfer.pipeline.stages)
+# ---------------------------------------------------------------- the stage (vocabtransfer.app.stages)
 # From the import of `Stage` on, the module plans its jobs: not their code (stage_spec.code_statements).
 from vocabtransfer.pipeline.stage_spec import Stage
 from vocabtransfer.pipeline import config, paths

@@ -60,6 +60,7 @@ from vocabtransfer.data.families import (
     head_and_byte_tokens, insert_byte_tokens, source_head, source_special_tokens)
 from vocabtransfer.data.corpus_lines import CorpusBatches, SampledCorpus
 from vocabtransfer.errors import VocabTransferError
+from vocabtransfer.model.hub import load_tokenizer, materialised_source
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +75,7 @@ def set_threads(threads: int) -> None:
 
 def _empty_model(family: str, source_model: dict | None, unk: str | None) -> dict:
     """The serialized, untrained model: the source's options when it is the same family."""
-    from tokenizers import Tokenizer, models
+    from tokenizers import Tokenizer, models  # tokenizers: heavy, not at CLI start-up
 
     if source_model is not None:
         model = dict(source_model)
@@ -167,8 +168,8 @@ def train_tokenizer(
     `batches` is an iterable of lists of lines that can be iterated more than once (a list, or
     `CorpusBatches`): WordPiece reads it twice to make training deterministic.
     """
-    from tokenizers import AddedToken, Tokenizer, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
+    from tokenizers import AddedToken, Tokenizer, pre_tokenizers, trainers  # tokenizers: heavy, not at CLI start-up
+    from transformers import PreTrainedTokenizerFast  # transformers: heavy, not at CLI start-up
 
     src = _backend_json(source)
     src_family, src_style = detect_family(source)
@@ -307,8 +308,8 @@ def train_tokenizer(
 
 def load_target_tokenizer(path: str | os.PathLike):
     """Load the target tokenizer directory; a missing or corrupt one is one clear error."""
-    from tokenizers import Tokenizer
-    from transformers import AutoTokenizer
+    from tokenizers import Tokenizer  # tokenizers: heavy, not at CLI start-up
+    from transformers import AutoTokenizer  # transformers: heavy, not at CLI start-up
 
     path = Path(path)
     if not path.is_dir():
@@ -342,8 +343,6 @@ class TokenizerParams:  # params `tokenizer`, typed (`ctx.section`); the schema 
 
 
 def run(ctx) -> None:
-    from vocabtransfer.train.hub import load_tokenizer, materialised_source
-
     set_threads(ctx.threads)
     source_name = ctx.param("source_model")
     source = load_tokenizer(materialised_source(ctx.input["source"]))
@@ -384,7 +383,7 @@ def _detect_saved_family(tokenizer) -> tuple[str, str]:
     return family, _style(family, spec)
 
 
-# ---------------------------------------------------------------- the stage (vocabtransfer.pipeline.stages)
+# ---------------------------------------------------------------- the stage (vocabtransfer.app.stages)
 # From the import of `Stage` on, the module plans its jobs: not their code (stage_spec.code_statements).
 from vocabtransfer.pipeline.stage_spec import Stage
 from vocabtransfer.pipeline import config, paths

@@ -41,8 +41,8 @@ import numpy as np
 
 from vocabtransfer import io
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.train import modeling
-from vocabtransfer.train.lmdata import Kind, special_tokens_around
+from vocabtransfer.model import modeling
+from vocabtransfer.model.lmdata import Kind, special_tokens_around
 
 LN2 = math.log(2.0)
 MASKED_REASON = ("bits per byte needs a causal LM: a masked LM predicts a few masked tokens from both sides, "
@@ -150,7 +150,7 @@ def score_lines(model, tokenizer, lines: list[str], *, seq_len: int, batch_size:
                 kind: Kind = "causal") -> LineScores:
     """Steps 1–4 for every line (module docstring). A masked LM is not scored: its bits are NaN
     (`MASKED_REASON`); its bytes and tokens are counted all the same."""
-    import torch
+    import torch  # torch: heavy, not at CLI start-up
 
     ids, n_bytes, n_tokens = line_counts(tokenizer, lines)
     context = context_ids(tokenizer)

@@ -1,7 +1,7 @@
 """Stage `finetune_eval`: fine-tune one model on one downstream task with one seed, and score it.
 
 Wildcards: `lang`, `task` (a registered task: nli, qa, ner — see `vocabtransfer.evaluate.tasks`), `model`
-and `seed` (the fine-tuning seed). A `model` is (vocabtransfer.pipeline.models)
+and `seed` (the fine-tuning seed). A `model` is (vocabtransfer.pipeline.names)
 
   * `<method>-<objective>-pseed<k>`: continued pretraining with pretraining seed k,
     results/L/pretrain/<method>/<objective>/pseed<k>/model
@@ -35,16 +35,18 @@ architecture is known for sure only once the model is downloaded.
 from __future__ import annotations
 
 import logging
+import re
 import shutil
 import time
 from pathlib import Path
 
 from vocabtransfer import io
-from vocabtransfer.pipeline import availability
-from vocabtransfer.pipeline import models
+from vocabtransfer.init import availability
+from vocabtransfer.pipeline import names
 from vocabtransfer.pipeline import paths
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.evaluate.tasks import EvalParams, test_clusters
+from vocabtransfer.evaluate.tasks import EvalParams, get_task, load_splits, test_clusters
+from vocabtransfer.evaluate import generic_heads
 
 log = logging.getLogger(__name__)
 
@@ -55,25 +57,25 @@ def pretrain_pairs(params: dict) -> list[tuple[str, str]]:
 
 def init_models(params: dict) -> list[str]:
     """`<m>-init-pseed<k>`: the initialisation every pretrained run of method m with seed k starts from."""
-    runs = dict.fromkeys((m, models.init_pseed(m, s)) for m, _, s in availability.pretrain_runs(params))
-    return [models.model_name(m, models.INIT, s) for m, s in runs]
+    runs = dict.fromkeys((m, availability.init_pseed(m, s)) for m, _, s in availability.pretrain_runs(params))
+    return [names.model_name(m, names.INIT, s) for m, s in runs]
 
 
 def producible_models(params: dict) -> list[str]:
     """Every model name some stage produces."""
-    return ([models.SOURCE] + [models.model_name(m, models.INIT, s) for m, s in models.init_runs(params)]
-            + [models.model_name(m, o, s) for m, o, s in availability.pretrain_runs(params)])
+    return ([names.SOURCE] + [names.model_name(m, names.INIT, s) for m, s in availability.init_runs(params)]
+            + [names.model_name(m, o, s) for m, o, s in availability.pretrain_runs(params)])
 
 
 def parse_model(params: dict, model: str) -> dict:
     """`method`, `objective`, `pseed` and the directory template of a model name; a name no stage
     produces is one error."""
-    parsed = models.parse_model_name(model) if model == models.SOURCE or "-pseed" in model else None
+    parsed = names.parse_model_name(model) if model == names.SOURCE or "-pseed" in model else None
     if parsed is not None and model in producible_models(params):
-        if parsed.method == models.SOURCE:
-            return {"method": models.SOURCE, "objective": None, "pseed": None, "input": paths.SOURCE_MODEL,
+        if parsed.method == names.SOURCE:
+            return {"method": names.SOURCE, "objective": None, "pseed": None, "input": paths.SOURCE_MODEL,
                     "subdir": ""}
-        if parsed.objective == models.INIT:
+        if parsed.objective == names.INIT:
             template = paths.partial(paths.INIT_DIR, method=parsed.method, pseed=parsed.pseed)
         else:
             template = paths.partial(paths.PRETRAIN_DIR, method=parsed.method, objective=parsed.objective,
@@ -90,16 +92,16 @@ def _expand_entry(params: dict, entry: str) -> list[str]:
     """The models one `eval.models` entry names: a kind (`pretrained`, `init`, `source`), a model name,
     or a name without its pretraining seed (`focus-standard`: every pretraining seed)."""
     if entry == "pretrained":
-        return [models.model_name(m, o, s) for m, o, s in availability.pretrain_runs(params)]
+        return [names.model_name(m, o, s) for m, o, s in availability.pretrain_runs(params)]
     if entry == "init":
         return init_models(params)
-    if entry == models.SOURCE or "-pseed" in entry:
+    if entry == names.SOURCE or "-pseed" in entry:
         parse_model(params, entry)  # one clear error for a name no stage produces
         return [entry]
-    names = [n for n in producible_models(params) if n.rpartition("-pseed")[0] == entry]
-    if not names:
+    seeds = [n for n in producible_models(params) if n.rpartition("-pseed")[0] == entry]
+    if not seeds:
         parse_model(params, entry)  # raises: the error lists the grammar and an example
-    return names
+    return seeds
 
 
 def eval_models(params: dict) -> list[str]:
@@ -125,7 +127,7 @@ def skipped_tasks(params: dict, lang: str) -> dict[str, str]:
 def model_reason(params: dict, lang: str, model: str) -> str | None:
     """Why `model` does not exist for `lang` (its init method cannot run there), None when it does."""
     method = parse_model(params, model)["method"]
-    why = None if method == models.SOURCE else availability.method_reason(params, lang, method)
+    why = None if method == names.SOURCE else availability.method_reason(params, lang, method)
     return f"model {model} does not exist for {lang}: {why}" if why else None
 
 
@@ -147,10 +149,6 @@ def inputs(params: dict, wildcards: dict) -> dict[str, str]:
     return {"model": parse_model(params, wildcards["model"])["input"]}
 
 
-def result_path(lang: str, task: str, model: str, seed: int) -> str:
-    return paths.fill(paths.EVAL_RESULT, lang=lang, task=task, model=model, seed=str(seed))
-
-
 # --- one job ------------------------------------------------------------------------------------
 
 def _model_dir(ctx, info: dict) -> Path:
@@ -165,10 +163,8 @@ def missing_head(head: str, model_dir: Path) -> str | None:
     """Why transformers has no `head` (an `AutoModelFor…` class name) for the architecture in
     `model_dir`/config.json, or None when it has one (GPT-2, Llama, Qwen2 have all three task heads;
     e.g. CodeGen has none, GPT-J no token classification, Gemma 3 only sequence classification)."""
-    import re
-
-    from transformers import AutoConfig
-    from transformers.models.auto import modeling_auto
+    from transformers import AutoConfig  # transformers: heavy, not at CLI start-up
+    from transformers.models.auto import modeling_auto  # transformers: heavy, not at CLI start-up
 
     model_type = AutoConfig.from_pretrained(str(model_dir)).model_type
     # AutoModelForQuestionAnswering -> MODEL_FOR_QUESTION_ANSWERING_MAPPING_NAMES
@@ -199,14 +195,14 @@ def finetune(*, task, splits, model_dir: Path, seed: int, output_dir: Path, devi
     The head is transformers' (`task.head`) where it has one for the architecture, else the generic head of
     `evaluate.generic_heads` (a linear layer over a decoder's last hidden states). Returns (result fields,
     the Trainer); ({"not_run": why}, None) when neither applies (e.g. NLI for CodeGen, an encoder-decoder)."""
-    import transformers
+    import transformers  # transformers: heavy, not at CLI start-up
+    # transformers: heavy, not at CLI start-up
     from transformers import AutoTokenizer, Trainer, TrainingArguments, set_seed
 
     opts = task.options
     head_cls = getattr(transformers, task.head)
     why = missing_head(task.head, model_dir)
     if why is not None:  # a decoder without transformers' head: the generic one (evaluate/generic_heads.py)
-        from vocabtransfer.evaluate import generic_heads
 
         config = transformers.AutoConfig.from_pretrained(str(model_dir))
         why_not = generic_heads.unsupported(task.head, config)
@@ -257,8 +253,6 @@ def finetune(*, task, splits, model_dir: Path, seed: int, output_dir: Path, devi
 
 
 def run(ctx) -> None:
-    from vocabtransfer.evaluate.tasks import get_task, load_splits
-
     start = time.perf_counter()
     eval_params = ctx.section("eval", EvalParams)
     lang, task_name, model_name = ctx.lang, ctx.wildcards["task"], ctx.wildcards["model"]
@@ -289,18 +283,18 @@ def run(ctx) -> None:
              out.get("not_run") or ", ".join(f"{k} {v:.2f}" for k, v in out["metrics"].items()))
 
 
-# ---------------------------------------------------------------- the stage (vocabtransfer.pipeline.stages)
+# ---------------------------------------------------------------- the stage (vocabtransfer.app.stages)
 # From the import of `Stage` on, the module plans its jobs: not their code (stage_spec.code_statements).
 from vocabtransfer.pipeline.config import field_leaves
 from vocabtransfer.pipeline.stage_spec import Stage
-from vocabtransfer.evaluate.tasks import options_class
+from vocabtransfer.evaluate.tasks import task_options_class
 
 
 def task_leaves(params: dict, wildcards: dict) -> list[str]:
     """The params leaves of the task's options (`eval.tasks.<task>`, e.g. `QaOptions`) with the data spec
     of this language only."""
     task = wildcards["task"]
-    return field_leaves(options_class(task), f"eval.tasks.{task}", params["eval"]["tasks"][task],
+    return field_leaves(task_options_class(task), f"eval.tasks.{task}", params["eval"]["tasks"][task],
                         keep=lambda f: f.name != "data") + [f"eval.tasks.{task}.data.{wildcards['lang']}"]
 
 

@@ -20,14 +20,13 @@ import logging
 from vocabtransfer import io
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.evaluate.tasks import EvalParams, TaskOptions, get_task, load_splits, test_clusters
+from vocabtransfer.evaluate.finetune_eval import skipped_tasks
 
 log = logging.getLogger(__name__)
 
 
 def skip_reason(params: dict, wildcards: dict) -> str | None:
     """Why the task has no floor job for this language (disabled, or no data), None when it has one."""
-    from vocabtransfer.evaluate.finetune_eval import skipped_tasks
-
     return skipped_tasks(params, wildcards["lang"]).get(wildcards["task"])
 
 
@@ -58,7 +57,7 @@ def run(ctx) -> None:
              out["value"], out["n_test"])
 
 
-# ---------------------------------------------------------------- the stage (vocabtransfer.pipeline.stages)
+# ---------------------------------------------------------------- the stage (vocabtransfer.app.stages)
 # From the import of `Stage` on, the module plans its jobs: not their code (stage_spec.code_statements).
 from vocabtransfer.pipeline.stage_spec import Stage
 from vocabtransfer.pipeline import paths

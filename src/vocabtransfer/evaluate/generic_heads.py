@@ -43,7 +43,7 @@ MIXINS = {"AutoModelForTokenClassification": "GenericForTokenClassification",
 
 def unsupported(head: str, config) -> str | None:
     """Why no generic `head` (an `AutoModelFor…` name) applies to the architecture of `config`, None when one does."""
-    from transformers.models.auto import modeling_auto
+    from transformers.models.auto import modeling_auto  # transformers: heavy, loaded when used
 
     model_type = config.model_type
     if head not in MIXINS:
@@ -63,7 +63,7 @@ def unsupported(head: str, config) -> str | None:
 
 def _pretrained_base(body_cls):
     """The architecture's `…PreTrainedModel` (the class in the body's MRO right below `PreTrainedModel`)."""
-    from transformers import PreTrainedModel
+    from transformers import PreTrainedModel  # transformers: heavy, loaded when used
 
     for cls in body_cls.__mro__:
         if PreTrainedModel in cls.__bases__:
@@ -82,9 +82,9 @@ def head_class(head: str, config) -> type:
 
 @functools.cache
 def _build(head: str, model_type: str) -> type:
-    import transformers
-    from transformers import modeling_layers
-    from transformers.models.auto import modeling_auto
+    import transformers  # transformers: heavy, loaded when used
+    from transformers import modeling_layers  # transformers: heavy, loaded when used
+    from transformers.models.auto import modeling_auto  # transformers: heavy, loaded when used
 
     body_cls = getattr(transformers, modeling_auto.MODEL_MAPPING_NAMES[model_type])
     base = _pretrained_base(body_cls)
@@ -110,7 +110,7 @@ def _build(head: str, model_type: str) -> type:
 
 def from_pretrained(path, **kwargs):
     """A directory saved from a generic head, loaded with the head its config.json names in `architectures`."""
-    from transformers import AutoConfig
+    from transformers import AutoConfig  # transformers: heavy, loaded when used
 
     config = AutoConfig.from_pretrained(str(path))
     name = (config.architectures or [""])[0]

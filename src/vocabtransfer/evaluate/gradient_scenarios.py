@@ -37,11 +37,13 @@ import numpy as np
 import pyarrow as pa
 
 from vocabtransfer import io
-from vocabtransfer.train import modeling
-from vocabtransfer.train.hub import load_tokenizer
+from vocabtransfer.model import modeling
+from vocabtransfer.model.hub import load_tokenizer
 from vocabtransfer.data.token_ids import TokenIds
-from vocabtransfer.train.lmdata import Kind, lm_batches, pack_ids
+from vocabtransfer.model.lmdata import Kind, lm_batches, pack_ids
 from vocabtransfer.evaluate.token_frequency_loss import frequency_ranks, read_ids, token_counts
+from vocabtransfer.errors import VocabTransferError
+from vocabtransfer.log import progress
 
 log = logging.getLogger(__name__)
 
@@ -72,14 +74,12 @@ def decompose(model, batch: dict, kind: Kind, objective: str, margin: float = 2.
     """The three parts of one batch's embedding gradient, each (V, d) float32, and the loss.
 
     The loss is the objective's mean over the batch's predicted positions (what training uses)."""
-    import torch
+    import torch  # torch: heavy, not at CLI start-up
 
-    from vocabtransfer.train.losses import objective_loss
+    from vocabtransfer.model.losses import objective_loss  # imports torch: not at CLI start-up
 
     emb, out_proj = model.get_input_embeddings(), model.get_output_embeddings()
     if out_proj is None:
-        from vocabtransfer.errors import VocabTransferError
-
         raise VocabTransferError(f"{type(model).__name__}: no output embeddings to decompose the gradient of")
     device = emb.weight.device
     ids = batch["input_ids"].to(device)
@@ -153,8 +153,6 @@ def norms(model, batches: list[dict], kind: Kind, objective: str, margin: float)
 
 
 def progress_batches(batches):
-    from vocabtransfer.log import progress
-
     return progress(batches, desc="gradient batches", unit="batch")
 
 
@@ -172,10 +170,10 @@ def smooth(ranks: np.ndarray, values: np.ndarray, n_bins: int):
 
 
 def plot(rows: dict, path: str | Path, title: str, n_bins: int) -> None:
-    import matplotlib
+    import matplotlib  # matplotlib: heavy: plots only
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # matplotlib: heavy: plots only
 
     phases = list(rows)
     fig, axes = plt.subplots(1, len(phases), figsize=(5.5 * len(phases), 4), sharey=True, squeeze=False)
@@ -216,8 +214,6 @@ def run(ctx) -> None:
             batches = sample_batches(tokenizer, ids, kind, batches=opts.batches, batch_size=opts.batch_size,
                                      seq_len=opts.seq_len, seed=ctx.seed)
         if load_tokenizer(directory).get_vocab() != tokenizer.get_vocab():
-            from vocabtransfer.errors import VocabTransferError
-
             raise VocabTransferError(f"{directory}: its tokenizer differs from {dirs['start']}'s; the pretrained "
                                      "model must keep the initialised model's tokenizer")
         model.to(ctx.device)
@@ -237,12 +233,11 @@ def run(ctx) -> None:
          opts.plot_bins)
 
 
-# ---------------------------------------------------------------- the stage (vocabtransfer.pipeline.stages)
+# ---------------------------------------------------------------- the stage (vocabtransfer.app.stages)
 # From the import of `Stage` on, the module plans its jobs: not their code (stage_spec.code_statements).
 from vocabtransfer.pipeline.stage_spec import Stage
 from vocabtransfer.pipeline.config import field_leaves
-from vocabtransfer.pipeline import availability
-from vocabtransfer.pipeline import models
+from vocabtransfer.init import availability
 from vocabtransfer.pipeline import paths
 
 STAGE = Stage(
@@ -252,7 +247,7 @@ STAGE = Stage(
     wildcards=("lang", "method", "objective", "pseed"),
     inputs=lambda params, wc: {"train_ids": paths.PRETOK_TRAIN, "pretrain": paths.PRETRAIN_DIR,
                                "init": paths.partial(paths.INIT_DIR, method=wc["method"],
-                                                     pseed=models.init_pseed(wc["method"], wc["pseed"]))},
+                                                     pseed=availability.init_pseed(wc["method"], wc["pseed"]))},
     outputs={"table": paths.GRADIENT_SCENARIOS, "plot": paths.GRADIENT_PLOT},
     params=("seed",),
     extra_params=lambda params, wildcards: (field_leaves(GradientScenariosParams, "gradient_scenarios",

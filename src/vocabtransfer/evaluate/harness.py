@@ -1,7 +1,7 @@
 """Stage `lm_eval`: one causal model judged zero-shot (or few-shot) by EleutherAI's lm-evaluation-harness.
 
 One job per language and model (`source`, every `<method>-init-pseed<k>`, every pretrained
-`<method>-<objective>-pseed<k>`; vocabtransfer.pipeline.models) calls `lm_eval.simple_evaluate` with the
+`<method>-<objective>-pseed<k>`; vocabtransfer.pipeline.names) calls `lm_eval.simple_evaluate` with the
 harness's HF model class (`hf`) on the model's directory, on the device the job gets, over the tasks of
 `lm_eval.tasks` for the job's language, with `lm_eval.num_fewshot`, `lm_eval.limit` and
 `lm_eval.batch_size`.
@@ -37,11 +37,13 @@ from importlib.metadata import version
 from pathlib import Path
 
 import pyarrow as pa
+import yaml
 
 from vocabtransfer import io
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.evaluate.finetune_eval import model_reason, parse_model, producible_models
 from vocabtransfer.pipeline import paths
+from vocabtransfer.model.modeling import detect_kind
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +78,7 @@ def task_names(params: dict, lang: str) -> list[str]:
 @lru_cache(maxsize=1)
 def task_manager():
     """The harness's catalogue plus this project's offline task folder (indexed once per process: seconds)."""
-    from lm_eval.tasks import TaskManager
+    from lm_eval.tasks import TaskManager  # lm_eval: optional, heavy
 
     return TaskManager(include_path=str(TASKS_DIR))
 
@@ -96,8 +98,6 @@ def check_tasks(names: list[str], known: list[str]) -> None:
 def local_tasks() -> dict[str, list[str]]:
     """The offline tasks shipped in TASKS_DIR -> the data files they read (relative to the data folder); read
     once per process (the job planner asks for every job)."""
-    import yaml
-
     class Loader(yaml.SafeLoader):
         pass
 
@@ -112,9 +112,7 @@ def local_tasks() -> dict[str, list[str]]:
 
 def causal_reason(model_dir: Path) -> str | None:
     """Why the model in `model_dir` cannot be scored (a masked LM), None for a causal LM."""
-    from transformers import AutoConfig
-
-    from vocabtransfer.train.modeling import detect_kind
+    from transformers import AutoConfig  # transformers: heavy, not at CLI start-up
 
     return None if detect_kind(AutoConfig.from_pretrained(model_dir)) == "causal" else MASKED_REASON
 
@@ -123,7 +121,7 @@ def evaluate(model_dir: Path, names: list[str], *, num_fewshot: int, limit: int 
              device: str = "cpu", seed: int = 0, manager=None) -> dict:
     """`lm_eval.simple_evaluate` of the model in `model_dir` on `names`, with per-item samples; the harness's
     own stderr bootstrap is left out (the report computes paired intervals from the samples)."""
-    import lm_eval
+    import lm_eval  # lm_eval: optional, heavy
 
     manager = manager or task_manager()
     check_tasks(names, manager.all_tasks)
@@ -206,7 +204,7 @@ def run(ctx) -> None:
         f"{t} " + ", ".join(f"{k} {v:.3f}" for k, v in s.items() if k != "n") for t, s in out["scores"].items()))
 
 
-# ---------------------------------------------------------------- the stage (vocabtransfer.pipeline.stages)
+# ---------------------------------------------------------------- the stage (vocabtransfer.app.stages)
 # From the import of `Stage` on, the module plans its jobs: not their code (stage_spec.code_statements).
 from vocabtransfer.pipeline.stage_spec import Stage
 

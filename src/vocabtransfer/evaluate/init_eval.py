@@ -50,13 +50,14 @@ import pyarrow as pa
 
 from vocabtransfer import io
 from vocabtransfer.evaluate import bits_per_byte, bpb_floor
-from vocabtransfer.pipeline import availability
-from vocabtransfer.train import modeling
-from vocabtransfer.train.hub import load_tokenizer
-from vocabtransfer.train.lmdata import Kind, lm_batches, pack_lines, read_lines
+from vocabtransfer.init import availability
+from vocabtransfer.model import modeling
+from vocabtransfer.model.hub import load_tokenizer
+from vocabtransfer.model.lmdata import Kind, lm_batches, pack_lines, read_lines
 from vocabtransfer.pipeline import paths
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.log import progress
+from vocabtransfer.init.availability import methods
 
 log = logging.getLogger(__name__)
 
@@ -93,8 +94,6 @@ def input_key(method: str) -> str:
 
 def inputs(params: dict, wildcards: dict) -> dict[str, str]:
     """The stage's input templates: they depend on params (one init directory per configured method)."""
-    from vocabtransfer.pipeline.availability import methods
-
     out = {"source_model": paths.SOURCE_MODEL, "valid": paths.CORPUS_VALID, "train_ids": paths.PRETOK_TRAIN,
            "train_text": paths.CORPUS_TRAIN}  # the floors' train split
     for method in methods(params, wildcards["lang"]):  # the ones the language has data for
@@ -132,7 +131,7 @@ def read_xnli_premises(template: str, source_lang: str, lang: str, n: int) -> tu
 
 def sentence_embeddings(model, tokenizer, texts: list[str], *, batch_size: int, max_length: int, desc: str = ""):
     """Mean of the last hidden state over the attention mask, one row per text (float32, CPU)."""
-    import torch
+    import torch  # torch: heavy, not at CLI start-up
 
     device = next(model.parameters()).device
     rows = []
@@ -149,8 +148,8 @@ def sentence_embeddings(model, tokenizer, texts: list[str], *, batch_size: int, 
 
 def retrieval_accuracy(src, tgt) -> tuple[float, float]:
     """Top-1 accuracy of cosine similarity: row i of `src` should find row i of `tgt`, and back."""
-    import torch
-    import torch.nn.functional as F
+    import torch  # torch: heavy, not at CLI start-up
+    import torch.nn.functional as F  # torch: heavy, not at CLI start-up
 
     sim = F.normalize(src, dim=-1) @ F.normalize(tgt, dim=-1).T
     gold = torch.arange(sim.shape[0])
@@ -225,10 +224,10 @@ def markdown(rows: list[dict]) -> str:
 def plot(rows: list[dict], path: str | Path, lang: str) -> None:
     """Loss per method (best at the top; diamonds: at the best temperature; the source reference as a
     dashed line) and retrieval both ways."""
-    import matplotlib
+    import matplotlib  # matplotlib: heavy: plots only
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # matplotlib: heavy: plots only
 
     rows = [r for r in rows if r["kind"] != bpb_floor.FLOOR]  # the floors have no loss per token
     ref = next((r for r in rows if r["method"] == "source"), None)
@@ -365,7 +364,7 @@ def run(ctx) -> None:
              "its own tokenizer)\n%s", ctx.lang, len(src_sent), len(valid), markdown(rows))
 
 
-# ---------------------------------------------------------------- the stage (vocabtransfer.pipeline.stages)
+# ---------------------------------------------------------------- the stage (vocabtransfer.app.stages)
 # From the import of `Stage` on, the module plans its jobs: not their code (stage_spec.code_statements).
 from vocabtransfer.pipeline.stage_spec import Stage
 from vocabtransfer.pipeline.config import field_leaves
@@ -375,7 +374,7 @@ def _data(params: dict, wildcards: dict) -> dict[str, Path]:
     """The held-out text of the reference row and, when retrieval runs, the XNLI files."""
     out = {"data_source_text": paths.data_path(params["source_head"]["text"])}
     if availability.retrieval_reason(params, wildcards["lang"]) is None:
-        out.update(zip(("data_xnli_source", "data_xnli"), availability.xnli_files(params, wildcards["lang"])))
+        out.update(zip(("data_xnli_source", "data_xnli"), paths.xnli_files(params, wildcards["lang"])))
     return out
 
 

@@ -52,12 +52,13 @@ cluster-only one.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
 
 import numpy as np
 
 from vocabtransfer.errors import VocabTransferError
+from vocabtransfer.evaluate.tasks import task_class
 
 CORRECTIONS = ("holm", "bh")
 
@@ -72,7 +73,7 @@ def mean_std(values: Sequence[float]) -> tuple[float, float]:
 
 def seed_interval(values: Sequence[float], confidence: float = 0.95, what: str = "pretrain.seeds") -> tuple[float, float]:
     """A t interval of the mean over seeds; needs two seeds or more (`what` names the key to raise)."""
-    from scipy import stats
+    from scipy import stats  # scipy: heavy, not at CLI start-up
 
     check_confidence(confidence)
     x = np.asarray(values, dtype=np.float64)
@@ -92,8 +93,6 @@ def check_confidence(confidence: float, key: str = "report.confidence") -> None:
 def example_parts(task: str, examples: Mapping, where: str = "eval result") -> tuple[np.ndarray, np.ndarray, float]:
     """(numerator, denominator, scale) per test example of a task's metric (the task declares them:
     `Task.PARTS`, vocabtransfer.evaluate.tasks)."""
-    from vocabtransfer.evaluate.tasks import task_class
-
     return task_class(task).metric_parts(examples, where)
 
 
@@ -188,7 +187,7 @@ def _paired_keys(a: Runs, b: Runs) -> dict[int, list[int]]:
 
 def _half_width(quantile: float, v_test: float, df_test: int, v_seed: float, df_seed: int) -> float:
     """Step 5: sqrt(t²(df_test) · v_test + t²(df_seed) · v_seed) at the two-sided `quantile`."""
-    from scipy import stats
+    from scipy import stats  # scipy: heavy, not at CLI start-up
 
     seed_part = stats.t.ppf(quantile, df_seed) ** 2 * v_seed if v_seed > 0 else 0.0
     return math.sqrt(stats.t.ppf(quantile, df_test) ** 2 * v_test + seed_part)
@@ -196,7 +195,7 @@ def _half_width(quantile: float, v_test: float, df_test: int, v_seed: float, df_
 
 def _p_value(point: float, v_test: float, df_test: int, v_seed: float, df_seed: int) -> float:
     """Step 6: the alpha whose (1 − alpha) interval just reaches zero."""
-    from scipy.optimize import brentq
+    from scipy.optimize import brentq  # scipy: heavy, not at CLI start-up
 
     if point == 0 or not math.isfinite(point):
         return 1.0
@@ -299,7 +298,7 @@ def correct(p_values: Sequence[float], method: str = "holm") -> list[float]:
     if p.size == 0:
         return []
     if method == "bh":
-        from scipy.stats import false_discovery_control
+        from scipy.stats import false_discovery_control  # scipy: heavy, not at CLI start-up
 
         return false_discovery_control(p, method="bh").tolist()
     order = np.argsort(p, kind="stable")
@@ -313,6 +312,5 @@ def corrected(diffs: Sequence[Difference | None], method: str = "holm") -> list[
     """The family's differences with `adjusted_p` set (None entries stay None)."""
     present = [d for d in diffs if d is not None]
     adjusted = iter(correct([d.p_value for d in present], method))
-    from dataclasses import replace
 
     return [None if d is None else replace(d, adjusted_p=next(adjusted)) for d in diffs]

@@ -1,7 +1,7 @@
 """Stage `token_frequency_loss`: does the selfish objective help rare tokens and cost frequent ones?
 
 For target language L, every pretrained model (results/L/pretrain/<method>/<objective>/pseed<k>/model:
-each run of `pipeline.models.pretrain_runs`) and the initialised-only model each started from
+each run of `init.availability.pretrain_runs`) and the initialised-only model each started from
 (results/L/init/<method>/pseed<k>/model, objective `init` = step 0) are scored on the same held-out
 tokens: the standard cross-entropy of each target token of the valid split, grouped by the
 token's frequency rank in the train split.
@@ -50,13 +50,13 @@ import pyarrow as pa
 
 from vocabtransfer import io
 from vocabtransfer.evaluate import bits_per_byte, bpb_floor
-from vocabtransfer.train import modeling
-from vocabtransfer.train.hub import load_tokenizer
+from vocabtransfer.model import modeling
+from vocabtransfer.model.hub import load_tokenizer
 from vocabtransfer.data.token_ids import TokenIds
-from vocabtransfer.train.lmdata import Kind, lm_batches, special_tokens_around
+from vocabtransfer.model.lmdata import Kind, lm_batches, special_tokens_around
 from vocabtransfer.train.packing import PackedBlocks
-from vocabtransfer.pipeline import availability
-from vocabtransfer.pipeline.models import init_pseed
+from vocabtransfer.init import availability
+from vocabtransfer.init.availability import init_pseed
 from vocabtransfer.pipeline import paths
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.log import progress
@@ -202,7 +202,7 @@ def bucket_losses(model, batches: list[dict], kind: Kind, bucket: np.ndarray, n_
     """(summed standard cross-entropy, number of target tokens), each (blocks, buckets), over fixed
     batches: block = the row of the packed held-out block a predicted token belongs to (each token's
     loss from the hidden states through the fused head, `modeling.token_losses`)."""
-    import torch
+    import torch  # torch: heavy, not at CLI start-up
 
     sums, counts = [], []
     model.eval()
@@ -283,10 +283,10 @@ STYLE = {"init": ("tab:gray", "--", "o"), "standard": ("tab:blue", "-", "s"), "s
 def plot(rows: list[dict], path: str | Path, lang: str, n_seen_buckets: int) -> None:
     """One panel per method: the loss per bucket for init, standard and selfish, the mean over
     pretraining seeds with the band from the lowest to the highest seed."""
-    import matplotlib
+    import matplotlib  # matplotlib: heavy: plots only
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # matplotlib: heavy: plots only
 
     methods = list(dict.fromkeys(r["method"] for r in rows))
     means = seed_means(rows)
@@ -412,7 +412,7 @@ def run(ctx) -> None:
              "seeds), %s\n%s", ctx.lang, markdown(rows, n_seen_buckets))
 
 
-# ---------------------------------------------------------------- the stage (vocabtransfer.pipeline.stages)
+# ---------------------------------------------------------------- the stage (vocabtransfer.app.stages)
 # From the import of `Stage` on, the module plans its jobs: not their code (stage_spec.code_statements).
 from vocabtransfer.pipeline.stage_spec import Stage
 from vocabtransfer.pipeline.config import field_leaves

@@ -20,6 +20,7 @@ under ~/.cache/deepfocus.
 from __future__ import annotations
 
 import gzip
+import hashlib
 import logging
 import os
 import shutil
@@ -32,11 +33,12 @@ from typing import Literal
 import numpy as np
 import torch
 
-from vocabtransfer.data.auxiliary import load_fasttext
+from vocabtransfer.data.auxiliary import load_fasttext, zeroed_allocations
 from vocabtransfer.data.download import cache_dir
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.log import progress
 from vocabtransfer.init.methods.focus import focus_embeddings
+from vocabtransfer.data.overlap import compute_overlap, decode_each, gc_paused, overlap_pairs
 
 log = logging.getLogger(__name__)
 
@@ -74,15 +76,13 @@ def _read_lines(text_path: str) -> list[str]:
         with open(text_path, encoding="utf-8") as f:  # universal newlines, split on "\n", like datasets "text"
             return [line.rstrip("\n") for line in f]
     if text_path.endswith((".json", ".jsonl")):
-        from datasets import load_dataset
+        from datasets import load_dataset  # datasets: heavy: hub datasets only
 
         return load_dataset("json", data_files=text_path, split="train")["text"]
     raise VocabTransferError(f"{text_path}: training text must be a .txt, .json or .jsonl file")
 
 
 def _tokenizer_hash(tokenizer) -> str:
-    import hashlib
-
     backend = getattr(tokenizer, "backend_tokenizer", None)
     blob = backend.to_str() if backend is not None else repr(sorted(tokenizer.get_vocab().items()))
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:16]
@@ -93,9 +93,7 @@ def train_token_fasttext(text_path: str, tokenizer, *, epochs: int = 3, dim: int
     """deepfocus's token-level fastText: tokenise each line with `tokenizer`, join the tokens with
     spaces and train CBOW (neg=10) on the result. Cached under `cache_dir()/fasttext` by text
     path, tokenizer and settings, as deepfocus caches it under ~/.cache/deepfocus."""
-    import fasttext
-
-    from vocabtransfer.data.auxiliary import zeroed_allocations
+    import fasttext  # fasttext: heavy C extension
 
     text_path = str(text_path)
     if not Path(text_path).is_file():
@@ -130,7 +128,7 @@ def train_token_fasttext(text_path: str, tokenizer, *, epochs: int = 3, dim: int
 def download_fasttext_word_model(identifier: str):
     """deepfocus's word-level vectors: a local .bin path is used as is; a language code fetches
     cc.<lang>.300.bin.gz from dl.fbaipublicfiles.com once into `cache_dir()/pretrained_fasttext`."""
-    import fasttext
+    import fasttext  # fasttext: heavy C extension
 
     if os.path.exists(identifier):
         return load_fasttext(identifier)
@@ -161,8 +159,6 @@ def download_fasttext_word_model(identifier: str):
 def word_level_vectors(model, tokenizer) -> TokenVectors:
     """Every vocabulary token embedded with a word-level fastText model: the vector of its
     decoded, stripped text (deepfocus/WECHSEL); a dict keyed by the token's native form."""
-    from vocabtransfer.data.overlap import decode_each
-
     vocab = list(tokenizer.get_vocab().items())
     texts = decode_each(tokenizer, [i for _, i in vocab])
     return TokenVectors(vectors={tok: model.get_word_vector(text.strip()) for (tok, _), text in zip(vocab, texts)})
@@ -244,7 +240,6 @@ def FOCUS(
                          f"got {auxiliary_embedding_mode!r}")
 
     # 2. overlap
-    from vocabtransfer.data.overlap import compute_overlap, gc_paused, overlap_pairs
 
     table = compute_overlap(target_tokenizer, source_tokenizer, exact_match_all=exact_match_all,
                             fuzzy_match_all=fuzzy_match_all, match_symbols=match_symbols)

@@ -62,6 +62,7 @@ def factorize_source(
     `semi_nmf`. `options` is the typed params section (`init.svd` / `init.snmf`), or for a call
     from Python a mapping over the schema's defaults (`config.init_options`), named `section` in errors.
     """
+    # not at the top: the methods package imports this module (methods.variants), a cycle at import
     from vocabtransfer.init.methods.options import init_options
 
     if kind not in FACTORIZATIONS:

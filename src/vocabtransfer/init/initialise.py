@@ -1,12 +1,12 @@
 """Stage `init`: initialise the target-vocabulary embeddings with one method and build the model.
 
 For `--lang L --method M --pseed K` (pretraining seed K: the method draws its random rows with
-`seed + 1000 (K - 1)`, see vocabtransfer.pipeline.models; a method without random rows has K = 1 only):
+`seed + 1000 (K - 1)`, see vocabtransfer.pipeline.names; a method without random rows has K = 1 only):
 1. load the source model (results/source/model: with its trained LM head) and its tokenizer, the
    target tokenizer, the overlap table and the fastText auxiliary embeddings of the target tokens;
-2. build a `TransferProblem` (options = the typed params `init.<base>`, e.g. `ctx.typed.init.omp`, an
-   `OmpOptions` of vocabtransfer.pipeline.config; for a factorised method `base+svd` also
-   `factorization` = `ctx.typed.init.svd`) and run `get_method(M)` on the input embeddings, and again
+2. build a `TransferProblem` (options = the typed params `init.<base>`, e.g. `ctx.section("init", InitParams).omp`,
+   an `OmpOptions` of vocabtransfer.init.methods.options; for a factorised method `base+svd` also
+   `factorization` = its `.svd`; `method_options`) and run `get_method(M)` on the input embeddings, and again
    on the output embeddings when the source model's are untied;
 3. write results/L/init/M/pseedK/ atomically: embeddings.safetensors (`input_embeddings`,
    `output_embeddings` when untied), one `<name>.safetensors` per extra tensor of the method
@@ -32,13 +32,15 @@ from typing import Any
 import numpy as np
 
 from vocabtransfer import io
-from vocabtransfer.train import modeling
-from vocabtransfer.train.hub import load_tokenizer
+from vocabtransfer.model import modeling
+from vocabtransfer.model.hub import load_tokenizer
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.pipeline.config import from_dict
-from vocabtransfer.pipeline import models
+from vocabtransfer.pipeline import names
 from vocabtransfer.pipeline import paths
 from vocabtransfer.pipeline.paths import data_path
+from vocabtransfer.data.overlap import checked_pairs, overlap_pairs
+from vocabtransfer.init.source_snmf import load_factors, uses_snmf
 
 log = logging.getLogger(__name__)
 
@@ -49,8 +51,7 @@ CORE_INPUTS = ("source_model", "tokenizer", "overlap", "fasttext", "snmf_factors
 def inputs(params: dict, wildcards: dict) -> dict[str, str]:
     """The stage's input templates for these wildcards: the core inputs plus the method's own
     (`@register(..., inputs=...)`)."""
-    from vocabtransfer.init.methods.registry import info
-    from vocabtransfer.init.source_snmf import uses_snmf
+    from vocabtransfer.init.methods.registry import info  # imports torch: not at CLI start-up
 
     method = wildcards["method"]
     factors = {"snmf_factors": paths.SOURCE_SNMF} if uses_snmf(method) else {}
@@ -63,12 +64,12 @@ def method_options(params: dict, method: str, init=None) -> tuple[Any, Any]:
     `init`, else built from params) and, for `base+fact`, the typed `init.<fact>`, else None. A method
     registered outside the schema (a test's) gets its section as a dict, without the keys other stages
     read (`@register(..., stage_options=...)`)."""
-    from vocabtransfer.init.factorize import FACTORIZATIONS
-    from vocabtransfer.init.methods.options import InitParams
-    from vocabtransfer.init.methods.registry import info
+    from vocabtransfer.init.factorize import FACTORIZATIONS  # imports torch: not at CLI start-up
+    from vocabtransfer.init.methods.options import InitParams  # imports torch: not at CLI start-up
+    from vocabtransfer.init.methods.registry import info  # imports torch: not at CLI start-up
 
     init = init or from_dict(InitParams, params["init"])
-    base, fact = models.split_method(method)
+    base, fact = names.split_method(method)
     options = getattr(init, base, None)
     if options is None:
         stage_options = info(method).stage_options
@@ -79,7 +80,7 @@ def method_options(params: dict, method: str, init=None) -> tuple[Any, Any]:
 def options_record(method: str, options: Any, factorization: Any) -> dict:
     """The options as stats.json records them: `init.<base>` without the keys other stages read, and
     the factorisation's section under `factorization`."""
-    from vocabtransfer.init.methods.registry import info
+    from vocabtransfer.init.methods.registry import info  # imports torch: not at CLI start-up
 
     record = asdict(options) if is_dataclass(options) else dict(options)
     record = {k: v for k, v in record.items() if k not in info(method).stage_options}
@@ -90,8 +91,6 @@ def options_record(method: str, options: Any, factorization: Any) -> dict:
 
 def read_overlap(path: Path, n_target: int, n_source: int) -> tuple[np.ndarray, np.ndarray]:
     """(target ids, source ids) of the overlapping pairs, checked against both vocabularies."""
-    from vocabtransfer.data.overlap import checked_pairs, overlap_pairs
-
     target, source = overlap_pairs(io.read_parquet(path, ["target_id", "source_id"]))
     return checked_pairs(target, source, n_target, n_source, where=str(path))
 
@@ -124,7 +123,7 @@ def target_rows(method: str, n_target: int, overlap_target_ids: np.ndarray, aux_
     ofa and snmf also copy special tokens that match a source special token by role; the fasttext
     stage gives special tokens no vector, so such a token outside the overlap counts as random here.
     """
-    from vocabtransfer.init.methods.registry import info
+    from vocabtransfer.init.methods.registry import info  # imports torch: not at CLI start-up
 
     if not info(method).auxiliary_rows:
         return None
@@ -137,7 +136,7 @@ def target_rows(method: str, n_target: int, overlap_target_ids: np.ndarray, aux_
 
 
 def _check_result(result, method: str, shape: tuple[int, int], which: str):
-    import torch
+    import torch  # torch: heavy, not at CLI start-up
 
     emb = getattr(result, "embeddings", None)
     if not isinstance(emb, torch.Tensor) or tuple(emb.shape) != shape:
@@ -152,7 +151,7 @@ def _check_result(result, method: str, shape: tuple[int, int], which: str):
 
 def transfer_bias(source_bias, n_target: int, target_ids: np.ndarray, source_ids: np.ndarray):
     """Target output bias: source bias copied for overlapping ids, the mean source bias elsewhere."""
-    import torch
+    import torch  # torch: heavy, not at CLI start-up
 
     src = source_bias.detach().float().cpu()
     bias = torch.full((n_target,), float(src.mean()))
@@ -162,20 +161,20 @@ def transfer_bias(source_bias, n_target: int, target_ids: np.ndarray, source_ids
 
 
 def run(ctx) -> None:
-    import torch
+    import torch  # torch: heavy, not at CLI start-up
 
-    from vocabtransfer.init.methods import get_method
-    from vocabtransfer.init.methods.options import InitParams
-    from vocabtransfer.init.methods.registry import TransferProblem
+    from vocabtransfer.init.methods import get_method  # imports torch: not at CLI start-up
+    from vocabtransfer.init.methods.options import InitParams  # imports torch: not at CLI start-up
+    from vocabtransfer.init.methods.registry import TransferProblem  # imports torch: not at CLI start-up
 
     start = time.perf_counter()
     method_name = ctx.method
     method = get_method(method_name)  # unknown method: the registry's error, before any loading
     pseed = int(ctx.wildcards.get("pseed", 1))
-    if pseed != 1 and (method_name, pseed) not in models.init_runs(ctx.params):
+    if pseed != 1 and (method_name, pseed) not in availability.init_runs(ctx.params):
         raise VocabTransferError(f"init {method_name} pseed{pseed}: not a job of these params (init.methods, and "
                                  "pretrain.seeds for a pretrained method whose rows depend on the seed)")
-    seed = models.seed_value(ctx.params, pseed)  # the random rows of this pretraining seed
+    seed = names.seed_value(ctx.params, pseed)  # the random rows of this pretraining seed
     torch.manual_seed(seed)
     source_dir = Path(ctx.input["source_model"])
     target_dir = Path(ctx.input["tokenizer"])
@@ -200,8 +199,6 @@ def run(ctx) -> None:
     # the shared source_snmf factors of each matrix, checked against it and init.snmf (read once)
     snmf = {}
     if "snmf_factors" in ctx.input:
-        from vocabtransfer.init.source_snmf import load_factors
-
         snmf = load_factors(ctx.input["snmf_factors"], matrices, init.snmf, seed=ctx.seed)
 
     resources = {k: Path(v) for k, v in ctx.input.items() if k not in CORE_INPUTS}
@@ -264,19 +261,19 @@ def run(ctx) -> None:
     log.info("init %s/%s done in %.1f s: %s", ctx.lang, method_name, stats["seconds"], ctx.output["init"])
 
 
-# ---------------------------------------------------------------- the stage (vocabtransfer.pipeline.stages)
+# ---------------------------------------------------------------- the stage (vocabtransfer.app.stages)
 # From the import of `Stage` on, the module plans its jobs: not their code (stage_spec.code_statements).
 from vocabtransfer.pipeline.stage_spec import PACKAGE, Stage, module_file, section_leaves
-from vocabtransfer.pipeline import availability
+from vocabtransfer.init import availability
+from vocabtransfer.pipeline.config import field_leaves
 
 
 def _leaves(params: dict, wildcards: dict) -> list[str]:
     """The rerun keys of one init job: the leaves of the typed options it takes (`<Base>Options` and, for
     `base+fact`, `<Fact>Options`, e.g. init.omp.k); a method outside the schema (a test's): its section's."""
-    from vocabtransfer.init.methods.options import options_class
-    from vocabtransfer.pipeline.config import field_leaves
+    from vocabtransfer.init.methods.options import options_class  # imports torch: not at CLI start-up
 
-    base, fact = models.split_method(wildcards["method"])
+    base, fact = names.split_method(wildcards["method"])
     classes = {name: options_class(name) for name in (base, fact) if name and name in params["init"]}
     return [leaf for name, cls in classes.items()
             for leaf in (field_leaves(cls, f"init.{name}", params["init"][name]) if cls
@@ -286,9 +283,9 @@ def _leaves(params: dict, wildcards: dict) -> list[str]:
 def _code(params: dict, wildcards: dict) -> tuple[str, ...]:
     """The entry modules of one init job: initialise.py, the method's module and, for base+fact, the
     factorised wrapper; editing another method does not rerun this one."""
-    from vocabtransfer.init.methods import get_method
+    from vocabtransfer.init.methods import get_method  # imports torch: not at CLI start-up
 
-    base, fact = models.split_method(wildcards["method"])
+    base, fact = names.split_method(wildcards["method"])
     module = module_file(get_method(base).__module__)  # e.g. random lives in methods/baselines.py
     return ("init/initialise.py", str(module.relative_to(PACKAGE))) + (("init/methods/variants.py",) if fact else ())
 
@@ -296,7 +293,7 @@ def _code(params: dict, wildcards: dict) -> tuple[str, ...]:
 def _data(params: dict, wildcards: dict) -> dict[str, Path]:
     """The local data files of one init job: what the method's `@register(..., data=...)` names
     (wechsel: the language's bilingual dictionary)."""
-    from vocabtransfer.init.methods.registry import info
+    from vocabtransfer.init.methods.registry import info  # imports torch: not at CLI start-up
 
     data = info(wildcards["method"]).data
     return data(params, wildcards["lang"]) if data else {}
@@ -313,7 +310,7 @@ STAGE = Stage(
     params=("seed",),
     extra_params=_leaves,
     code=_code,
-    expand=lambda params: [{"method": m, "pseed": str(s)} for m, s in models.init_runs(params)],
+    expand=lambda params: [{"method": m, "pseed": str(s)} for m, s in availability.init_runs(params)],
     parallel=True,
     gpu=True,
     skip_reason=lambda params, wc: availability.method_reason(params, wc["lang"], wc["method"]),

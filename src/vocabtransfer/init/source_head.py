@@ -49,10 +49,10 @@ import time
 from dataclasses import dataclass
 
 from vocabtransfer import io
-from vocabtransfer.train import modeling
-from vocabtransfer.train.hub import load_tokenizer
-from vocabtransfer.train.lmdata import MLM_PROBABILITY, Kind, LMCollator, lm_batches, pack_lines, read_lines
-from vocabtransfer.train.hub import materialised_source
+from vocabtransfer.model import modeling
+from vocabtransfer.model.hub import load_tokenizer
+from vocabtransfer.model.lmdata import MLM_PROBABILITY, Kind, LMCollator, lm_batches, pack_lines, read_lines
+from vocabtransfer.model.hub import materialised_source
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.log import progress
 from vocabtransfer.pipeline.paths import data_path
@@ -90,7 +90,7 @@ def trainable_head_parameters(model, loading: modeling.LoadingInfo) -> dict:
 
 def _features(model, blocks: list[list[int]], collate, kind: Kind, batch_size: int, desc: str):
     """Per block: (hidden states at its predicted positions, their target ids), from the frozen body."""
-    import torch
+    import torch  # torch: heavy, not at CLI start-up
 
     feats = []
     for i in progress(range(0, len(blocks), batch_size), desc=desc, unit="batch"):
@@ -106,8 +106,8 @@ def _features(model, blocks: list[list[int]], collate, kind: Kind, batch_size: i
 
 
 def _cached_loss(head, feats) -> tuple[float, int]:
-    import torch
-    import torch.nn.functional as F
+    import torch  # torch: heavy, not at CLI start-up
+    import torch.nn.functional as F  # torch: heavy, not at CLI start-up
 
     total, n = 0.0, 0
     with torch.inference_mode():
@@ -123,8 +123,8 @@ def train_head(model, tokenizer, kind: Kind, loading: modeling.LoadingInfo, trai
                eval_lines: list[str], *, steps: int, learning_rate: float, batch_size: int, seq_len: int,
                train_blocks: int, eval_every: int, seed: int, warmup_fraction: float = 0.05) -> dict:
     """Train the missing head on cached frozen-body features; returns the stats (learning curve included)."""
-    import torch
-    import torch.nn.functional as F
+    import torch  # torch: heavy, not at CLI start-up
+    import torch.nn.functional as F  # torch: heavy, not at CLI start-up
 
     head = modeling.lm_head(model, kind)
     params = trainable_head_parameters(model, loading)
@@ -230,7 +230,7 @@ def train_head(model, tokenizer, kind: Kind, loading: modeling.LoadingInfo, trai
 
 
 def run(ctx) -> None:
-    import torch
+    import torch  # torch: heavy, not at CLI start-up
 
     opts = ctx.section("source_head", SourceHeadParams)  # params source_head, typed
     source = ctx.param("source_model")
@@ -278,7 +278,7 @@ def run(ctx) -> None:
              stats["loss_after"])
 
 
-# ---------------------------------------------------------------- the stage (vocabtransfer.pipeline.stages)
+# ---------------------------------------------------------------- the stage (vocabtransfer.app.stages)
 # From the import of `Stage` on, the module plans its jobs: not their code (stage_spec.code_statements).
 from vocabtransfer.pipeline.stage_spec import Stage
 from vocabtransfer.pipeline import paths

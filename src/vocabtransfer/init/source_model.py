@@ -1,7 +1,7 @@
 """Stage `source_model`: the source model as an artefact, materialised once as a Hugging Face directory.
 
 Whatever `source_model` names — a hub id, a local model directory, or a GGUF file (a path,
-`hf://owner/name/file.gguf`, or `package:<module>`; `vocabtransfer.train.gguf`) — this stage writes
+`hf://owner/name/file.gguf`, or `package:<module>`; `vocabtransfer.model.gguf`) — this stage writes
 results/source/base (config, safetensors weights, tokenizer files) and base_stats.json with the sha256
 of every weight file (and of the GGUF file it came from). Every later stage reads the source from there:
 tokenizer, pretokenize and overlap its tokenizer, source_head its weights (and source_head's
@@ -31,8 +31,8 @@ from pathlib import Path
 
 from vocabtransfer import io
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.train import gguf
-from vocabtransfer.train.hub import BIN_FILES, HUB_FILES, resolve_model_path
+from vocabtransfer.model import gguf
+from vocabtransfer.model.hub import BIN_FILES, HUB_FILES, resolve_model_path
 
 log = logging.getLogger(__name__)
 
@@ -91,16 +91,15 @@ def run(ctx) -> None:
              stats["seconds"], ", ".join(f"{k} sha256 {v[:12]}…" for k, v in stats["weights_sha256"].items()))
 
 
-# ---------------------------------------------------------------- the stage (vocabtransfer.pipeline.stages)
+# ---------------------------------------------------------------- the stage (vocabtransfer.app.stages)
 # From the import of `Stage` on, the module plans its jobs: not their code (stage_spec.code_statements).
 from vocabtransfer.pipeline.stage_spec import Stage
-from vocabtransfer.pipeline import availability
 from vocabtransfer.pipeline import paths
 
 
 def _data(params: dict, wildcards: dict) -> dict[str, Path]:
     """A local `source_model` directory or GGUF file (a hub id is pinned by its name, a params leaf)."""
-    path = availability.local_source_model(params)
+    path = paths.local_source_model(params)
     return {"data_source_model": path} if path else {}
 
 
@@ -112,6 +111,6 @@ STAGE = Stage(
     outputs={"model": paths.SOURCE_BASE, "stats": paths.SOURCE_BASE_STATS},
     directories=frozenset({"model"}),
     params=("source_model",),
-    code=("init/source_model.py", "train/gguf.py"),
+    code=("init/source_model.py", "model/gguf.py"),
     data=_data,
 )

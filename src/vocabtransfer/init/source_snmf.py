@@ -31,8 +31,8 @@ import time
 from pathlib import Path
 
 from vocabtransfer import io
-from vocabtransfer.train import modeling
-from vocabtransfer.train.hub import load_tokenizer
+from vocabtransfer.model import modeling
+from vocabtransfer.model.hub import load_tokenizer
 from vocabtransfer.errors import VocabTransferError
 
 log = logging.getLogger(__name__)
@@ -45,7 +45,7 @@ MISSING_KEY = {"clusters": 1}
 
 def fingerprint(E) -> str:
     """sha256 of a matrix's float32 bytes and shape: identifies the matrix a factorisation belongs to."""
-    import torch
+    import torch  # torch: heavy, not at CLI start-up
 
     data = E.detach().to(torch.float32).cpu().contiguous().numpy()
     digest = hashlib.sha256(repr(tuple(data.shape)).encode())
@@ -54,11 +54,11 @@ def fingerprint(E) -> str:
 
 
 def run(ctx) -> None:
-    import torch
+    import torch  # torch: heavy, not at CLI start-up
 
-    from vocabtransfer.init.factorize import factorize_source
-    from vocabtransfer.init.methods.options import InitParams
-    from vocabtransfer.init.semi_nmf import block_coefficients
+    from vocabtransfer.init.factorize import factorize_source  # imports torch: not at CLI start-up
+    from vocabtransfer.init.methods.options import InitParams  # imports torch: not at CLI start-up
+    from vocabtransfer.init.semi_nmf import block_coefficients  # imports torch: not at CLI start-up
 
     start = time.perf_counter()
     source_dir = Path(ctx.input["source_model"])
@@ -99,11 +99,11 @@ def load_factors(path: str | Path, matrices: dict, options, seed: int | None = N
     `init.snmf` options than `options` (typed, `config.SnmfOptions`, or a mapping over the schema's
     defaults) or (when `seed` is given) with another seed: a stale file must never be used silently.
     """
-    import torch
+    import torch  # torch: heavy, not at CLI start-up
 
-    from vocabtransfer.init.methods.options import init_options
+    from vocabtransfer.init.methods.options import init_options  # imports torch: not at CLI start-up
 
-    from vocabtransfer.init.semi_nmf import expand_blocks
+    from vocabtransfer.init.semi_nmf import expand_blocks  # imports torch: not at CLI start-up
 
     path = Path(path)
     tensors = io.load_tensors(path)  # a missing or unreadable file: one clear error
@@ -148,19 +148,19 @@ def load_factors(path: str | Path, matrices: dict, options, seed: int | None = N
     return factors
 
 
-# ---------------------------------------------------------------- the stage (vocabtransfer.pipeline.stages)
+# ---------------------------------------------------------------- the stage (vocabtransfer.app.stages)
 # From the import of `Stage` on, the module plans its jobs: not their code (stage_spec.code_statements).
 from vocabtransfer.pipeline.stage_spec import Stage
-from vocabtransfer.pipeline import models
+from vocabtransfer.pipeline import names
 from vocabtransfer.pipeline import paths
 
 
 def uses_snmf(method: str) -> bool:
     """Every `<base>+snmf` and a method registered with `factors=("snmf",)` (snmf) read the shared
     semi-NMF of this stage."""
-    from vocabtransfer.init.methods.registry import info
+    from vocabtransfer.init.methods.registry import info  # imports torch: not at CLI start-up
 
-    return models.split_method(method)[1] == "snmf" or "snmf" in info(method).factors
+    return names.split_method(method)[1] == "snmf" or "snmf" in info(method).factors
 
 
 STAGE = Stage(

@@ -18,6 +18,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import difflib
+import hashlib
 import importlib.util
 import os
 import re
@@ -32,6 +33,7 @@ import yaml
 
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.pipeline.paths import RELATIVE_MODEL
+from vocabtransfer.io import atomic_output, read_text
 
 # shipped inside the package, so a wheel or a non-editable install finds it too
 SCHEMA_PATH = Path(__file__).resolve().parent / "params.schema.yaml"
@@ -247,8 +249,6 @@ def merge_overlay(base: Any, overlay: Any) -> Any:
 
 def read_yaml(path: str | Path) -> Any:
     """A YAML file's content, or one error line naming the file."""
-    from vocabtransfer.io import read_text
-
     text = read_text(path, "params file not found; run from the repository root or pass --params")
     try:
         return yaml.safe_load(text)
@@ -262,7 +262,7 @@ HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?$
 
 def check_source_model(value: str, source: str = "params.yaml") -> None:
     """`source_model` is a Hugging Face model directory (it has a config.json), a hub id, or a GGUF file
-    (`path/model.gguf`, `hf://owner/name/file.gguf`, `package:<module>`; vocabtransfer.train.gguf);
+    (`path/model.gguf`, `hf://owner/name/file.gguf`, `package:<module>`; vocabtransfer.model.gguf);
     checked without loading anything or contacting the hub, so a typo stops the run before any job."""
     path = Path(os.path.expanduser(value))
     fix = ("point it at a Hugging Face model directory (config.json, weights, tokenizer files), a hub id such as "
@@ -317,10 +317,6 @@ def write_merged(params: dict, directory: str | Path) -> str:
     """Write a validated config to `<directory>/params.<hash>.yaml` (once: the name is a hash of the
     content, so the file of a config never changes and runs with other configs never share one)
     and return its path. Snakemake hands it to every stage as `--params`."""
-    import hashlib
-
-    from vocabtransfer.io import atomic_output
-
     text = yaml.safe_dump(params, sort_keys=True, allow_unicode=True)
     path = Path(directory) / f"params.{hashlib.sha256(text.encode()).hexdigest()[:16]}.yaml"
     if not path.is_file() or path.read_text(encoding="utf-8") != text:

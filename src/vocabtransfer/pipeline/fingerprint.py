@@ -15,6 +15,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from vocabtransfer.pipeline.stage_spec import PACKAGE
+from vocabtransfer.io import atomic_output
 
 # where Snakemake's jobs find their code fingerprints (beside the merged params file)
 DIRECTORY = ".snakemake/vocabtransfer/code"
@@ -34,8 +35,6 @@ def write(stage: str, modules: tuple[str, ...], directory: str = DIRECTORY) -> s
     """The fingerprint file of `stage`'s job that runs `modules` (paths under src/vocabtransfer), written
     if absent or changed, with the newest module's mtime; its path, named by the stage and the set of
     modules (an init job of another method, with other modules, has its own file)."""
-    from vocabtransfer.io import atomic_output
-
     names = hashlib.sha256("\n".join(sorted(modules)).encode()).hexdigest()[:10]
     path = Path(directory) / f"{stage}-{names}.sha256"
     content = text(modules)

@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from vocabtransfer.errors import VocabTransferError
+
 RESULTS = "results"
 LOGS = "logs"
 
@@ -56,8 +58,6 @@ RELATIVE_MODEL = ("a relative source_model path resolves against the working dir
 
 def check_data_root() -> None:
     """The data folder exists: else one error naming both ways to give it."""
-    from vocabtransfer.errors import VocabTransferError
-
     root = data_root()
     if not root.is_dir():
         given = (f"$VOCABTRANSFER_DATA is {os.environ['VOCABTRANSFER_DATA']!r}" if os.environ.get("VOCABTRANSFER_DATA")
@@ -70,6 +70,31 @@ def data_path(path: str | os.PathLike) -> Path:
     """Resolve a data path from params.yaml: absolute paths stay, relative ones join the data root."""
     p = Path(os.path.expanduser(str(path)))
     return p if p.is_absolute() else data_root() / p
+
+
+# the local data files jobs read (Stage.data: Snakemake inputs, dvc.yaml deps), from params
+
+
+def corpus_file(params: dict, lang: str) -> Path | None:
+    """The local file of `corpus.sources.<lang>` (None for a URL or a hub dataset)."""
+    source = params["corpus"]["sources"].get(lang) or {}
+    return data_path(source["path"]) if source.get("path") else None
+
+
+def xnli_files(params: dict, lang: str) -> list[Path]:
+    """The source-language and the target-language XNLI files of `init_eval.xnli`."""
+    opts = params["init_eval"]
+    return [data_path(opts["xnli"].format(lang=code)) for code in (opts["source_lang"], lang)]
+
+
+def local_source_model(params: dict) -> Path | None:
+    """`source_model` when it is a local directory or GGUF file (a hub id, `hf://…` file or `package:…`
+    is pinned by its name only)."""
+    value = str(params["source_model"])
+    if value.startswith(("hf://", "package:")):
+        return None
+    path = Path(value).expanduser()
+    return path if path.is_dir() or (path.is_file() and path.suffix.lower() == ".gguf") else None
 
 
 def fill(template: str, **wildcards) -> str:
@@ -115,7 +140,7 @@ GRADIENT_PLOT = "results/{lang}/gradients/{method}/{objective}/pseed{pseed}.png"
 
 # downstream evaluation: one JSON per language × task × model × fine-tuning seed, where `model` is
 # `<method>-<objective>-pseed<k>` (pretrained with pretraining seed k), `<method>-init-pseed<k>`
-# (initialised only) or `source` (no transfer); see vocabtransfer.pipeline.models
+# (initialised only) or `source` (no transfer); see vocabtransfer.pipeline.names
 EVAL_RESULT = "results/{lang}/eval/{task}/{model}/seed{seed}.json"
 EVAL_FLOOR = "results/{lang}/eval/{task}/floor.json"  # the task's floor (evaluate/floor.py)
 EVAL_CHECKPOINTS = "checkpoints/{lang}/eval/{task}/{model}/seed{seed}"

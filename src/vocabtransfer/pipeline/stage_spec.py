@@ -1,6 +1,6 @@
 """A pipeline stage and what its code gets: `Stage` (its function, wildcards, path templates, params
 leaves, code, resources, which jobs run — declared by each stage module next to its code, listed by
-the stage table vocabtransfer.pipeline.stages) and `Context` (the validated params, wildcards and
+the stage table vocabtransfer.app.stages) and `Context` (the validated params, wildcards and
 resolved paths of one job). This module imports no stage: the stages import it, and the table
 imports the stages (one way)."""
 
@@ -30,7 +30,7 @@ def launch_prefix(processes: int) -> str:
 def torch_threads(n: int):
     """Run the block with `n` intra-op torch threads, then restore the setting (the one place a stage's
     torch threads are set: `runner.run_stage`, for the stages that compute with torch)."""
-    import torch
+    import torch  # torch: heavy, not at CLI start-up
 
     previous = torch.get_num_threads()
     torch.set_num_threads(max(1, int(n)))
@@ -55,7 +55,7 @@ def _per_job(value) -> PerJob:
 @dataclass(frozen=True)
 class Stage:
     """One pipeline stage, declared at the end of the module that holds its code (`STAGE = Stage(...)`)
-    and listed in DAG order by the stage table, vocabtransfer.pipeline.stages.
+    and listed in DAG order by the stage table, vocabtransfer.app.stages.
 
     A per-job property (`inputs`, `code`, `skip_reason`, `partial`, `data`) is declared as a constant or
     as a function of (params, wildcards); either way it is read by calling it, `stage.inputs(params,
@@ -86,7 +86,7 @@ class Stage:
     # and params -> top-level plot definitions over the stage's outputs ({plot id: DVC plot properties})
     metrics: frozenset[str] = frozenset()
     plots: Callable[[dict], dict[str, dict]] | None = None
-    # None when the job runs, else why params or the data present rule it out (availability.py); such
+    # None when the job runs, else why params or the data present rule it out (init/availability.py); such
     # a job is in neither `snakemake` nor dvc.yaml, and the run says why
     skip_reason: PerJob | None = None
     # {part: reason} for parts of a running job left out (e.g. retrieval)
@@ -160,7 +160,7 @@ def module_file(dotted: str) -> Path | None:
 
 # the stage table and the command line (what they change reaches DVC as params and paths, not as
 # code), and the package's lazy exports
-NOT_FOLLOWED = ("pipeline/stages.py", "cli.py", "pipeline/dvcgen.py", "__init__.py")
+NOT_FOLLOWED = ("app/stages.py", "app/cli.py", "app/dvcgen.py", "__init__.py")
 
 
 def code_statements(source: str) -> list:

@@ -8,7 +8,7 @@ over that floor it keeps, (floor − method) / (floor − source), from the mean
 one share per model, from one definition. Where the source does not beat the best floor it has nothing
 to keep on this language and no share is given.
 
-A method without random rows (`pipeline.models.seeded` is false: `mean`) has one initialisation: its
+A method without random rows (`init.availability.seeded` is false: `mean`) has one initialisation: its
 `init` row says so instead of a seed count, and against the floor (no seeds either) its interval holds the
 test set's variance only, which is all the variance there is.
 """
@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from vocabtransfer.evaluate import bits_per_byte, bpb_floor, stats
-from vocabtransfer.pipeline import models
+from vocabtransfer.init import availability
+from vocabtransfer.pipeline import names
 from vocabtransfer.report.read import OBJECTIVE_ORDER, Language
 from vocabtransfer.report.tables import (SOURCE_ROW, Family, Row, Settings, _corrected, bpb_runs, seeds_text,
                                          zero_like)
@@ -70,7 +71,7 @@ class BpbTable:
 
 def deterministic(method: str, objective: str) -> bool:
     """An initialisation without random rows: every pretraining seed starts from the same one."""
-    return objective == models.INIT and method not in (SOURCE_ROW, bpb_floor.FLOOR) and not models.seeded(method)
+    return objective == names.INIT and method not in (SOURCE_ROW, bpb_floor.FLOOR) and not availability.seeded(method)
 
 
 def _one(runs: stats.Runs) -> stats.Runs:

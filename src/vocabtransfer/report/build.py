@@ -20,7 +20,7 @@ import logging
 from pathlib import Path
 
 from vocabtransfer import io
-from vocabtransfer.pipeline import availability
+from vocabtransfer.init import availability
 from vocabtransfer.pipeline import paths
 from vocabtransfer.report import harness_table
 from vocabtransfer.report import distill_terms
@@ -140,7 +140,7 @@ def run(ctx) -> None:
     log.info("report: %s (figures in %s)", out, paths.REPORT_FIGURES)
 
 
-# ---------------------------------------------------------------- the stage (vocabtransfer.pipeline.stages)
+# ---------------------------------------------------------------- the stage (vocabtransfer.app.stages)
 # From the import of `Stage` on, the module plans its jobs: not their code (stage_spec.code_statements).
 from vocabtransfer.pipeline.config import field_leaves
 from vocabtransfer.pipeline.stage_spec import Stage

@@ -20,10 +20,10 @@ DPI = 100
 
 
 def _plt():
-    import matplotlib
+    import matplotlib  # matplotlib: heavy: plots only
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # matplotlib: heavy: plots only
 
     return plt
 
@@ -35,7 +35,7 @@ def _save(fig, path: Path) -> None:
 
 def seed_curves(lang: Language) -> dict[tuple[str, str], object]:
     """(method, objective) -> DataFrame indexed by step with the columns mean, low, high, n (seeds)."""
-    import pandas as pd
+    import pandas as pd  # pandas: heavy, not at CLI start-up
 
     per: dict[tuple[str, str], list] = {}
     for (m, o, s), curve in sorted(lang.curves.items()):

@@ -26,6 +26,7 @@ import numpy as np
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.evaluate import stats
 from vocabtransfer.report.tables import LEARNED, NOT_LEARNED, Settings, zero_like
+from vocabtransfer.report.markdown import grey, md_table
 
 PRIMARY = ("f1", "acc", "acc_norm", "exact_match")  # the metric a task is compared on, the first it has
 SOURCE = "source"
@@ -145,8 +146,6 @@ def verdict_word(d: stats.Difference | None, settings: Settings) -> str:
 def section(lang: str, results: dict, settings: Settings) -> tuple[list[str], dict, list[str]]:
     """`### Zero-shot (lm-evaluation-harness)` for one language, its entry of results/report/metrics.json
     (task -> metric, floor, learned and every model's score in percent) and its verdict bullets."""
-    from vocabtransfer.report.markdown import grey, md_table
-
     if not results:
         return [], {}, []
     lines = ["### Zero-shot (lm-evaluation-harness)", ""]

@@ -13,6 +13,10 @@ from vocabtransfer.report.read import OBJECTIVE_ORDER, Language, Plan, task_orde
 from vocabtransfer.evaluate.bpb_floor import FLOOR
 from vocabtransfer.report.tables import NOT_LEARNED, Family, Settings, finite, plural, seeds_text
 from vocabtransfer.report.verdict import number
+from vocabtransfer.evaluate.tasks import TASKS, available
+from vocabtransfer.evaluate.token_frequency_loss import seed_means
+from vocabtransfer.report.costs import cost_lines
+from vocabtransfer.report.figures import seed_curves
 
 CORRECTION_NAME = {"holm": "Holm", "bh": "Benjamini–Hochberg"}
 
@@ -33,7 +37,7 @@ WIDTH = 160  # the widest line a table may have; a wider one is split into table
 def md_table(headers: list[str], rows: list[list[str]], keys: int = 1) -> str:
     """A GitHub table; when a line would be wider than WIDTH, several tables, each repeating the first `keys`
     columns (what a row is) with as many of the others as fit."""
-    from tabulate import tabulate
+    from tabulate import tabulate  # tabulate: heavy, not at CLI start-up
 
     def render(cols: list[int]) -> str:
         return tabulate([[r[c] for c in cols] for r in rows], headers=[headers[c] for c in cols], tablefmt="github",
@@ -136,8 +140,6 @@ def setup_section(params: dict, head: dict | None, langs: list[Language], p: Pla
     lines.append("Fertility: tokens per word on the valid split, target tokenizer vs the source tokenizer.")
     lines.append("")
     if root is not None:
-        from vocabtransfer.report.costs import cost_lines
-
         lines += cost_lines(root, md_table)
     return lines
 
@@ -248,8 +250,6 @@ def skipped_section(langs: list[Language], p: Plan) -> list[str]:
 
 
 def pretrain_section(lang: Language, figure: str | None) -> list[str]:
-    from vocabtransfer.report.figures import seed_curves
-
     lines = ["### Continued pretraining", ""]
     if not lang.curves:
         return lines + ["_No continued-pretraining results for this language._", ""]
@@ -309,8 +309,6 @@ def family_section(family: Family, settings: Settings) -> list[str]:
 
 
 def token_frequency_section(lang: Language) -> list[str]:
-    from vocabtransfer.evaluate.token_frequency_loss import seed_means
-
     lines = ["### Loss by token frequency", ""]
     df = lang.token_frequency
     if df is None or len(df) == 0:
@@ -369,8 +367,6 @@ def downstream_section(lang: Language, status: dict, figure: str | None) -> list
 
 def floor_text(task: str) -> str:
     """What the task's floor predicts, in words (its `Task.floor_text`)."""
-    from vocabtransfer.evaluate.tasks import TASKS, available
-
     available()
     return getattr(TASKS.get(task), "floor_text", "") or "see docs/evaluation.md"
 

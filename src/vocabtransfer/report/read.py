@@ -1,5 +1,5 @@
 """What the report reads: the plan of every artefact the study produced (paths from
-vocabtransfer.pipeline.paths, runs from vocabtransfer.pipeline.models) and one language's results.
+vocabtransfer.pipeline.paths, runs from vocabtransfer.pipeline.names) and one language's results.
 
 A section whose files are missing shows what is missing instead of failing (`Language.missing`).
 """
@@ -12,8 +12,11 @@ from functools import lru_cache
 from pathlib import Path
 
 from vocabtransfer import io
-from vocabtransfer.pipeline import models
+from vocabtransfer.pipeline import names
 from vocabtransfer.pipeline import paths
+from vocabtransfer.evaluate.finetune_eval import skipped_tasks
+from vocabtransfer.evaluate.tasks import available
+from vocabtransfer.pipeline.config import schema
 
 OBJECTIVE_ORDER = ("init", "standard", "selfish", "distill", "alm")
 Run = tuple[str, str, int]  # (method, objective, pretraining seed)
@@ -24,9 +27,6 @@ def task_order() -> tuple[str, ...]:
     """The registered downstream tasks (vocabtransfer.evaluate.tasks) in the order of the schema's
     `eval.tasks` (that of params.yaml and docs/parameters.md: nli, qa, ner); a task without a schema
     section after them, by name."""
-    from vocabtransfer.evaluate.tasks import available
-    from vocabtransfer.pipeline.config import schema
-
     registered = available()
     keys = [k for k in schema()["properties"]["eval"]["properties"]["tasks"]["properties"] if k in registered]
     return tuple(keys + [t for t in registered if t not in keys])
@@ -55,8 +55,6 @@ def plan(params: dict, stages: dict) -> Plan:
     """Every artefact the report reads, from the job planner (`Stage.jobs`) of the stages that write them:
     `stages` maps pretrain, gradient_scenarios and finetune_eval to their `Stage`, and token_frequency_loss
     when its tables are read."""
-    from vocabtransfer.evaluate.finetune_eval import skipped_tasks
-
     def runs(jobs: list[dict]) -> list[Run]:
         return [(job["method"], job["objective"], int(job["pseed"])) for job in jobs]
 
@@ -173,7 +171,7 @@ def read_language(lang: str, p: Plan, root: Path) -> Language:
         if res is not None and res.get("not_run"):  # no task head for the architecture: a skip, not a score
             out.skipped[job["task"]] = res["not_run"]
         elif res is not None:
-            model = models.parse_model_name(job["model"])
+            model = names.parse_model_name(job["model"])
             runs = out.evals.setdefault(job["task"], {}).setdefault(model.group, {})
             runs[(model.pseed or 0, int(job["seed"]))] = res
     for task in p.tasks(lang):

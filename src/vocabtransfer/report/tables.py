@@ -28,7 +28,8 @@ from typing import Literal
 import numpy as np
 
 from vocabtransfer.evaluate import stats
-from vocabtransfer.pipeline import models
+from vocabtransfer.init import availability
+from vocabtransfer.pipeline import names
 from vocabtransfer.report.read import OBJECTIVE_ORDER, Language, task_order
 
 
@@ -179,7 +180,7 @@ def bucket_runs(lang: Language, method: str, objective: str, bucket: int) -> sta
 def groups(lang: Language, task: str) -> list[str]:
     """The task's model groups in display order: source, then by method and objective."""
     def key(group: str) -> tuple:
-        if group == models.SOURCE:
+        if group == names.SOURCE:
             return (-1, 0, group)
         method, _, objective = group.rpartition("-")
         order = lang.methods()
@@ -280,7 +281,7 @@ def methods_vs_random(lang: Language, settings: Settings, status: dict) -> list[
         for group in groups(lang, task):
             method, _, objective = group.rpartition("-")
             base = f"random-{objective}"
-            if group == models.SOURCE or method == "random" or base not in lang.evals[task]:
+            if group == names.SOURCE or method == "random" or base not in lang.evals[task]:
                 continue
             diff = settings.bootstrap(task_runs(lang, task, base), task_runs(lang, task, group))
             rows.append(Row(f"{method} − random ({objective})", task, diff, note="" if diff else "no paired runs"))
@@ -363,10 +364,10 @@ def bpb_runs(lang: Language, method: str, objective: str) -> stats.Runs | None:
     if not len(sub) or sub["bits"].isna().any():
         return None
     per = {int(p): (_per_line(g, n_lines, "bits"), _per_line(g, n_lines, "n_bytes")) for p, g in sub.groupby("pseed")}
-    if objective == models.INIT:
-        pseeds = sorted({int(p) for p in df.loc[(df["method"] == method) & (df["objective"] != models.INIT), "pseed"]}
-                        or {int(p) for p in df.loc[df["objective"] == models.INIT, "pseed"]})
-        shared = {p: per[models.init_pseed(method, p)] for p in pseeds if models.init_pseed(method, p) in per}
+    if objective == names.INIT:
+        pseeds = sorted({int(p) for p in df.loc[(df["method"] == method) & (df["objective"] != names.INIT), "pseed"]}
+                        or {int(p) for p in df.loc[df["objective"] == names.INIT, "pseed"]})
+        shared = {p: per[availability.init_pseed(method, p)] for p in pseeds if availability.init_pseed(method, p) in per}
         per = shared or per
     return stats.Runs({(p, 0): parts for p, parts in per.items()}, tuple(range(n_lines)))
 

@@ -1,1 +1,1 @@
-"""Continued pretraining: loading and saving models, LM batches, the objectives (losses), the pretrain stage."""
+"""Continued pretraining: LM batches, packing, distillation, sharding, the training loop, the pretrain stage."""

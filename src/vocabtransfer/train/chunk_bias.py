@@ -35,6 +35,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from vocabtransfer.errors import VocabTransferError
+from vocabtransfer.data.families import is_byte_piece, token_bytes
 
 SMOOTHING = 1e-9  # tokenkit's additive_smoothing_constant (configs/compute_tokenizer_info.yaml)
 
@@ -48,8 +49,6 @@ class CoverSets:
     (`<0xE2>`) and special tokens are never candidates."""
 
     def __init__(self, speller):
-        from vocabtransfer.data.families import is_byte_piece, token_bytes
-
         self.speller, self.tokenizer, self.how = speller, speller.tokenizer, speller.how
         self._bytes = token_bytes
         self.model = self.tokenizer.backend_tokenizer.model

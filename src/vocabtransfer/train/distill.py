@@ -28,13 +28,18 @@ Steps:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterable, Sequence
 
 import numpy as np
 import torch
 
 from vocabtransfer.errors import VocabTransferError
+from vocabtransfer.data.families import spelling, token_bytes
+from vocabtransfer.model import heads
+from vocabtransfer.model.lmdata import special_tokens_around
+from vocabtransfer.train.chunk_bias import PairBias, count_tokens
+from vocabtransfer.train.packing import PackedBlocks
 
 LOG_EPS = 1e-6  # chunk log-likelihoods / tau are clamped to <= -LOG_EPS: log(1 - y) stays finite
 
@@ -52,8 +57,6 @@ class Speller:
     """
 
     def __init__(self, tokenizer, role: str = "tokenizer"):
-        from vocabtransfer.data.families import spelling, token_bytes
-
         self.tokenizer, self.role = tokenizer, role
         self.how = spelling(tokenizer)
         self._token_bytes = token_bytes
@@ -180,8 +183,6 @@ class _Pairing:
     `teacher`: tokenizers."""
 
     def __init__(self, student, teacher, seq_len: int):
-        from vocabtransfer.train.lmdata import special_tokens_around
-
         self.s_spell, self.t_spell = Speller(student, "student tokenizer"), Speller(teacher, "teacher tokenizer")
         self.bias = None  # a chunk_bias.PairBias: unbiased chunks (`unbiased`); None: exact chunks
         self.s_pre, self.s_suf = special_tokens_around(student)
@@ -207,8 +208,6 @@ class _Pairing:
 
     def unbiased(self, lines: Iterable[Sequence[int]], threshold: float) -> None:
         """Unbiased chunks from here on (`chunk_bias`), with unigram probabilities from `lines`' both sides."""
-        from vocabtransfer.train.chunk_bias import PairBias, count_tokens
-
         pairs = [self.line_pair(line) for line in lines]
         self.bias = PairBias(self.t_spell, self.s_spell, count_tokens((p[2] for p in pairs), len(self.t_spell.tokenizer)),
                              count_tokens((p[0] for p in pairs), len(self.s_spell.tokenizer)), threshold)
@@ -264,8 +263,6 @@ class PairBlocks:
     teacher's chunk log-likelihoods (the run's visited blocks, not the corpus)."""
 
     def __init__(self, split, student, teacher, seq_len: int):
-        from vocabtransfer.train.packing import PackedBlocks
-
         self.packed = PackedBlocks(split, student, seq_len, kind="causal")
         self.pairing = _Pairing(student, teacher, seq_len)
         self.cache: dict[int, PairBlock] = {}
@@ -321,10 +318,6 @@ def cache_teacher(teacher, blocks: PairBlocks, indices: Iterable[int], *, batch_
     """Fills `blocks.cache` with the blocks at `indices`, each with the teacher's chunk log-likelihoods
     (`teacher_ll`): one forward of the frozen teacher per block, in batches, before training
     (`pretrain.distill.teacher: cached`)."""
-    from dataclasses import replace
-
-    from vocabtransfer.train import heads
-
     head = heads.head_parts(teacher)
     order = sorted(set(int(i) for i in indices))
     for s in range(0, len(order), batch_size):
@@ -338,8 +331,6 @@ def cache_teacher(teacher, blocks: PairBlocks, indices: Iterable[int], *, batch_
 
 def teacher_chunk_ll(teacher, teacher_head, batch: dict, device) -> torch.Tensor:
     """The teacher's chunk log-likelihoods of a batch of `collate_teacher` (no gradients)."""
-    from vocabtransfer.train import heads
-
     teacher_batch = {"input_ids": batch["teacher_input_ids"], "attention_mask": batch["teacher_attention_mask"],
                      "labels": batch["teacher_labels"]}
     with torch.no_grad():
@@ -415,8 +406,6 @@ def loss_terms(model, teacher, batch: dict, *, head, teacher_head, temperature: 
     `teacher_chunk_ll` when cached, else the frozen teacher runs here, without gradients, the same way.
     `model` may be DDP-wrapped; `head`/`teacher_head`: `heads.head_parts` of the unwrapped models.
     """
-    from vocabtransfer.train import heads
-
     hidden, targets = heads.predicted_hidden(model, batch, "causal", head)
     rows = heads.head_loss(head, hidden, targets, objective="standard", reduction="none")
     device = rows.device

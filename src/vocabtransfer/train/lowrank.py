@@ -15,7 +15,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from vocabtransfer import io
-from vocabtransfer.train import modeling
+from vocabtransfer.model import modeling
 from vocabtransfer.errors import VocabTransferError
 
 

@@ -21,7 +21,7 @@ import numpy as np
 
 from vocabtransfer.data.token_ids import TokenIds
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.train.lmdata import Kind, special_tokens_around
+from vocabtransfer.model.lmdata import Kind, special_tokens_around
 
 WINDOW = 1 << 18  # lines per window of the boundary search
 

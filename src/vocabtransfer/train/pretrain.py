@@ -1,7 +1,7 @@
 """Stage `pretrain`: continued pretraining of an initialised model with the standard, selfish or distill objective.
 
 For `--lang L --method M --objective O --pseed K` (pretraining seed K, 1..`pretrain.seeds`, whose seed
-value is `seed + 1000 (K - 1)`, see vocabtransfer.pipeline.models):
+value is `seed + 1000 (K - 1)`, see vocabtransfer.pipeline.names):
 1. load `results/L/init/M/pseedK/model` (pseed1 for a method without random rows; masked or causal LM, from its config) and its tokenizer; pack the
    pre-tokenised train split (mapped, `data.token_ids`) into blocks of `seq_len` ids (`packing.PackedBlocks`:
    block boundaries from the line offsets, each block's ids read when it is drawn) and check that every
@@ -11,7 +11,7 @@ value is `seed + 1000 (K - 1)`, see vocabtransfer.pipeline.models):
 3. train with the transformers `Trainer` (AdamW, linear or constant-with-warm-up schedule, gradient
    accumulation, bf16 on a GPU) for `steps` optimiser steps, in `pretrain.processes` DDP processes
    (`train.parallel`). The loss: hidden states at the predicted positions only, through the LM head
-   fused with the objective (`train.heads`, `losses.linear_objective_loss`: no logits), the mean over
+   fused with the objective (`model.heads`, `losses.linear_objective_loss`: no logits), the mean over
    the step's predicted tokens of all micro-batches and processes; `pretrain.selfish.margin` for
    `selfish`. `distill` (causal sources; `train.distill`): the source model `results/source/model`, frozen,
    reads the same lines through its own tokenizer (`distill.PairBlocks`, beside the same student blocks, built when drawn)
@@ -51,18 +51,18 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from vocabtransfer import io
-from vocabtransfer.train import modeling
-from vocabtransfer.train.hub import load_tokenizer
+from vocabtransfer.model import modeling
+from vocabtransfer.model.hub import load_tokenizer
 from vocabtransfer.train.batches import StepBlocks, StepCollator, read_ids
-from vocabtransfer.train.lmdata import Kind, lm_batches
+from vocabtransfer.model.lmdata import Kind, lm_batches
 from vocabtransfer.train.packing import PackedBlocks
 from vocabtransfer.train import parallel, sharding
 from vocabtransfer.train.trainer import (
     DISTILL_COLUMNS, PretrainParams, PARAMS_FILE, ROWS_FILE, _trainer_classes, check_resume_params, complete_checkpoints, model_fingerprint)
-from vocabtransfer.pipeline import availability
-from vocabtransfer.pipeline import models
+from vocabtransfer.init import availability
+from vocabtransfer.pipeline import names
 from vocabtransfer.pipeline import paths
-from vocabtransfer.pipeline.config import field_leaves
+from vocabtransfer.pipeline.config import check_pretrain, field_leaves
 from vocabtransfer.errors import VocabTransferError
 
 log = logging.getLogger(__name__)
@@ -84,8 +84,7 @@ TEACHER_OBJECTIVES = ("distill", "alm")
 
 def check_params(params: dict, source: str = "params.yaml") -> None:
     """Every `pretrain.methods` entry must be an `init.methods` entry; objectives must be known."""
-    from vocabtransfer.pipeline.config import check_pretrain
-    from vocabtransfer.train.losses import OBJECTIVES
+    from vocabtransfer.model.losses import OBJECTIVES  # imports torch: not at CLI start-up
 
     check_pretrain(params, source)
     bad = [o for o in (params.get("pretrain") or {}).get("objectives") or [] if o not in OBJECTIVES]
@@ -114,7 +113,7 @@ BLOCKS_SCHEMA = pa.schema([("block", pa.int32()), ("loss_sum", pa.float64()), ("
 def block_losses(model, batches: list[dict], kind: Kind) -> pa.Table:
     """The summed standard cross-entropy and the number of predicted tokens of every evaluation block
     (the clusters the report's bootstrap resamples); their totals give the valid loss."""
-    import torch
+    import torch  # torch: heavy, not at CLI start-up
 
     sums, counts = [], []
     was_training = model.training
@@ -140,11 +139,11 @@ def block_losses(model, batches: list[dict], kind: Kind) -> pa.Table:
 def check_distill(ctx, objective: str) -> Path | None:
     """The teacher's directory (the source model) for the distill objective, else None; one line for a
     masked-LM source (the schema checks pretrain.distill's alpha and temperature)."""
-    from vocabtransfer.train.losses import get_objective
+    from vocabtransfer.model.losses import get_objective  # imports torch: not at CLI start-up
 
     if not get_objective(objective).teacher:
         return None
-    from transformers import AutoConfig
+    from transformers import AutoConfig  # transformers: heavy, not at CLI start-up
 
     source = Path(ctx.input["source"]) if "source" in ctx.input else Path(paths.SOURCE_MODEL)
     kind = modeling.detect_kind(AutoConfig.from_pretrained(str(source)))
@@ -155,20 +154,20 @@ def check_distill(ctx, objective: str) -> Path | None:
 
 
 def run(ctx) -> None:
-    import torch
-    from transformers import PrinterCallback, TrainingArguments
+    import torch  # torch: heavy, not at CLI start-up
+    from transformers import PrinterCallback, TrainingArguments  # transformers: heavy, not at CLI start-up
 
-    from vocabtransfer.train import distill
-    from vocabtransfer.train import lowrank
-    from vocabtransfer.train.losses import distill_alpha
+    from vocabtransfer.train import distill  # imports torch: not at CLI start-up
+    from vocabtransfer.train import lowrank  # imports torch: not at CLI start-up
+    from vocabtransfer.model.losses import distill_alpha  # imports torch: not at CLI start-up
 
     start = time.perf_counter()
     opts = ctx.section("pretrain", PretrainParams)  # params pretrain, typed
     method, objective, pseed = ctx.method, ctx.wildcards["objective"], int(ctx.wildcards["pseed"])
-    seed = models.seed_value(ctx.params, pseed)  # data order, masks and dropout of this pretraining seed
+    seed = names.seed_value(ctx.params, pseed)  # data order, masks and dropout of this pretraining seed
     check_params(ctx.params)
     if ((method, objective) not in availability.pretrain_pairs(ctx.params)
-            or pseed not in models.pretrain_seeds(ctx.params)):
+            or pseed not in names.pretrain_seeds(ctx.params)):
         raise VocabTransferError(f"pretrain {method}/{objective}/pseed{pseed}: not a job of params pretrain.methods × "
                                  f"pretrain.objectives (or pretrain.pairs) × pretrain.seeds ({', '.join(opts.methods)} × "
                                  f"{', '.join(opts.objectives)} × 1..{opts.seeds})")
@@ -346,7 +345,7 @@ def run(ctx) -> None:
              pseed, stats["seconds"], stats["initial_valid_loss"], stats["final_valid_loss"])
 
 
-# ---------------------------------------------------------------- the stage (vocabtransfer.pipeline.stages)
+# ---------------------------------------------------------------- the stage (vocabtransfer.app.stages)
 # From the import of `Stage` on, the module plans its jobs: not their code (stage_spec.code_statements).
 from vocabtransfer.pipeline.stage_spec import Stage
 
@@ -355,7 +354,7 @@ def _inputs(params: dict, wildcards: dict) -> dict[str, str]:
     """The run's init model (pseed 1's for a method without random rows) and pre-tokenised splits; for the
     distill objective also its teacher, the source model with its own tokenizer."""
     init = paths.partial(paths.INIT_DIR, method=wildcards["method"],
-                         pseed=models.init_pseed(wildcards["method"], wildcards["pseed"]))
+                         pseed=availability.init_pseed(wildcards["method"], wildcards["pseed"]))
     objective = wildcards.get("objective")
     teacher = {"source": paths.SOURCE_MODEL} if objective in TEACHER_OBJECTIVES else {}
     return {"init": init, "train": paths.PRETOK_TRAIN, "valid": paths.PRETOK_VALID, **teacher}

@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import math
@@ -29,8 +30,8 @@ from vocabtransfer import io
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.log import progress
 from vocabtransfer.pipeline.config import NO_RERUN
-from vocabtransfer.train.lmdata import Kind
-from vocabtransfer.train import parallel
+from vocabtransfer.model.lmdata import Kind
+from vocabtransfer.train import parallel, sharding
 
 log = logging.getLogger("vocabtransfer.train.pretrain")
 
@@ -114,8 +115,6 @@ def check_resume_params(directory: Path, expected: dict) -> None:
 
 def model_fingerprint(model_dir: Path) -> str:
     """sha256 of the initialised model's weight files (a checkpoint of another init is refused)."""
-    import hashlib
-
     digest = hashlib.sha256()
     for path in sorted(model_dir.glob("*.safetensors")):
         with path.open("rb") as fh:
@@ -129,11 +128,11 @@ def model_fingerprint(model_dir: Path) -> str:
 # ---------------------------------------------------------------------------------------------
 
 def _trainer_classes():
-    import torch
-    from transformers import Trainer, TrainerCallback
+    import torch  # torch: heavy, not at CLI start-up
+    from transformers import Trainer, TrainerCallback  # transformers: heavy, not at CLI start-up
 
-    from vocabtransfer.train.distill import loss_terms
-    from vocabtransfer.train import heads, sharding
+    from vocabtransfer.train.distill import loss_terms  # imports torch: not at CLI start-up
+    from vocabtransfer.model import heads  # imports torch: not at CLI start-up
 
     class ObjectiveTrainer(Trainer):
         """Loss from the predicted positions' hidden states through the fused head; NaN/inf stops the run."""

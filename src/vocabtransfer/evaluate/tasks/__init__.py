@@ -39,9 +39,13 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Literal, Mapping
 
+import numpy as np
+
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.pipeline.config import typed_section
 from vocabtransfer.pipeline.paths import data_path
+from vocabtransfer.data import download
+from vocabtransfer.data.corpus import LOCAL_BUILDERS, _load_dataset, _resolve_data_files
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +102,7 @@ class EvalParams:
     tasks: EvalTasks
 
 
-def options_class(name: str) -> type[TaskOptions]:
+def task_options_class(name: str) -> type[TaskOptions]:
     """The dataclass of the params section `eval.tasks.<name>`."""
     return typing.get_type_hints(EvalTasks)[name]
 
@@ -157,7 +161,7 @@ class Task:
 
     def collator(self, tokenizer):
         """Pads a batch of features (dynamic padding)."""
-        from transformers import DataCollatorWithPadding
+        from transformers import DataCollatorWithPadding  # transformers: heavy, not at CLI start-up
 
         return DataCollatorWithPadding(tokenizer)
 
@@ -180,8 +184,6 @@ class Task:
     def metric_parts(cls, examples: dict, where: str = "eval result"):
         """(numerator, denominator, scale) per test example, as float64 arrays (the report's bootstrap
         sums them over resampled clusters)."""
-        import numpy as np
-
         numerator, denominator, scale = cls.PARTS
         keys = [numerator] + ([denominator] if isinstance(denominator, str) else list(denominator or ()))
         missing = [k for k in keys if k not in examples]
@@ -232,18 +234,19 @@ def get_task(name: str, options: TaskOptions | Mapping | None) -> Task:
     (a call from Python) over the schema's defaults of `eval.tasks.<name>`, validated by the schema."""
     cls = task_class(name)
     if not isinstance(options, TaskOptions):
-        options = typed_section(options_class(name), f"eval.tasks.{name}", options)
+        options = typed_section(task_options_class(name), f"eval.tasks.{name}", options)
     return cls(options)
 
 
 # --- data sources -----------------------------------------------------------------------------
 
-SOURCE_KEYS = frozenset({"path", "url", "sha256", "dataset"})
+# the keys of a data source that say where its rows are (and pin them); the others are its reader's options
+LOCATION_KEYS = frozenset({"path", "url", "sha256", "dataset"})
 
 
 def open_source(spec: dict, key: str) -> Source:
     """A local file (relative to $VOCABTRANSFER_DATA), a verified download, or a loaded dataset."""
-    options = {k: v for k, v in spec.items() if k not in SOURCE_KEYS}
+    options = {k: v for k, v in spec.items() if k not in LOCATION_KEYS}
     if "path" in spec:
         path = data_path(spec["path"])
         if not path.is_file():
@@ -251,13 +254,9 @@ def open_source(spec: dict, key: str) -> Source:
                                      "resolve against $VOCABTRANSFER_DATA); fix the path or set VOCABTRANSFER_DATA")
         return Source(key, str(path), path=path, options=options)
     if "url" in spec:
-        from vocabtransfer.data import download
-
         fetched = download.fetch(spec["url"], spec["sha256"])
         return Source(key, f"{spec['url']} ({fetched.path})", path=fetched.path, options=options)
     if "dataset" in spec:
-        from vocabtransfer.data.corpus import LOCAL_BUILDERS, _load_dataset, _resolve_data_files
-
         ds_spec = {"split": "train", **spec["dataset"]}
         ds_spec.pop("streaming", None)
         path = ds_spec.pop("path")

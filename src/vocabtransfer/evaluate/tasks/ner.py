@@ -24,6 +24,7 @@ from collections import Counter
 
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.evaluate.tasks import Evaluation, Source, Splits, Task, register, require_columns
+from vocabtransfer.data.families import spelling
 
 log = logging.getLogger(__name__)
 TAG = re.compile(r"^(O|[BI]-\S+)$")
@@ -32,10 +33,10 @@ TAG = re.compile(r"^(O|[BI]-\S+)$")
 def entity_set(tags: list[str], strict: bool) -> set[tuple]:
     """The entities of one sentence as seqeval finds them (default conlleval mode, or strict IOB2)."""
     if strict:
-        from seqeval.scheme import IOB2, Entities
+        from seqeval.scheme import IOB2, Entities  # seqeval: NER scoring only
 
         return {e.to_tuple()[1:] for e in Entities([tags], IOB2).entities[0]}
-    from seqeval.metrics.sequence_labeling import get_entities
+    from seqeval.metrics.sequence_labeling import get_entities  # seqeval: NER scoring only
 
     return set(get_entities(tags))
 
@@ -48,8 +49,8 @@ def sentence_counts(gold: list[str], pred: list[str], strict: bool = False) -> t
 
 def seqeval_scores(gold: list[list[str]], pred: list[list[str]], strict: bool = False) -> dict[str, float]:
     """seqeval's micro precision, recall and F1, in percent."""
-    from seqeval.metrics import f1_score, precision_score, recall_score
-    from seqeval.scheme import IOB2
+    from seqeval.metrics import f1_score, precision_score, recall_score  # seqeval: NER scoring only
+    from seqeval.scheme import IOB2  # seqeval: NER scoring only
 
     kw = {"mode": "strict", "scheme": IOB2} if strict else {}
     return {"f1": 100.0 * f1_score(gold, pred, zero_division=0, **kw),
@@ -137,8 +138,6 @@ class NER(Task):
         splits.notes["unseen_test_labels"] = dict(sorted(unseen.items()))
 
     def _encode(self, examples: list[dict], tokenizer):
-        from vocabtransfer.data.families import spelling
-
         words = [ex["tokens"] for ex in examples]
         if spelling(tokenizer).kind == "byte_level":
             # byte-level BPE (GPT-2, Llama-3, Qwen) spells the space before a word (`Ġword`), and split words
@@ -163,7 +162,7 @@ class NER(Task):
         return out
 
     def collator(self, tokenizer):
-        from transformers import DataCollatorForTokenClassification
+        from transformers import DataCollatorForTokenClassification  # transformers: heavy, loaded when used
 
         return DataCollatorForTokenClassification(tokenizer)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.init.methods.registry import METHODS, Method, discover, info
+from vocabtransfer.init.methods.variants import resolve
 
 
 def available() -> list[str]:
@@ -26,8 +27,6 @@ def get_method(name: str) -> Method:
     if name in METHODS:
         return METHODS[name]
     if "+" in name:
-        from vocabtransfer.init.methods.variants import resolve
-
         return resolve(name)  # one-line VocabTransferError naming the bad part
     alone = [n for n in available() if not info(n).factorizable]  # ofa and snmf
     alone_text = ", ".join(alone[:-1]) + " and " + alone[-1] if len(alone) > 1 else "".join(alone)

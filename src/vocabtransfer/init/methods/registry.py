@@ -28,8 +28,8 @@ class TransferProblem:
     overlap_source_ids: np.ndarray  # (n,) int64 the matching source ids (same order)
     auxiliary: torch.Tensor | None = None  # (V_t, d) fastText vectors aligned to target ids
     auxiliary_mask: torch.Tensor | None = None  # (V_t,) bool: the token has a fastText vector
-    # the method's typed params `init.<method>` (e.g. `config.OmpOptions`; the method reads it through
-    # `config.init_options`, which also takes a mapping over the schema's defaults, for a call from Python)
+    # the method's typed params `init.<method>` (e.g. `options.OmpOptions`; the method reads it through
+    # `options.init_options`, which also takes a mapping over the schema's defaults, for a call from Python)
     options: Any = None
     # for a factorised method `<base>+svd` / `<base>+snmf`: the typed `init.svd` / `init.snmf` (or a
     # mapping, or None for the defaults)

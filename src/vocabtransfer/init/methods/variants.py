@@ -28,7 +28,7 @@ import torch
 
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.init.factorize import FACTORIZATIONS, factorize_source
-from vocabtransfer.pipeline.models import split_method
+from vocabtransfer.pipeline.names import split_method
 from vocabtransfer.init.methods.registry import METHODS, Method, TransferProblem, TransferResult, discover, info
 
 log = logging.getLogger(__name__)

@@ -43,6 +43,7 @@ from vocabtransfer.pipeline import paths
 from vocabtransfer.init.methods.options import WechselOptions, init_options
 from vocabtransfer.init.methods.baselines import (SPECIAL_NO_SOURCE, Ledger, copy_overlap, random_matrix,
     source_matrix, token_surfaces)
+from vocabtransfer.data.auxiliary import load_fasttext
 
 log = logging.getLogger(__name__)
 
@@ -85,8 +86,6 @@ def read_dictionary(path: str | Path) -> tuple[list[tuple[str, str]], dict]:
 
 
 def _load(path, what: str):
-    from vocabtransfer.data.auxiliary import load_fasttext
-
     if path is None:
         raise VocabTransferError(f"init wechsel: no {what} given (problem.resources[{what!r}]); the init stage must "
                                  "pass the word-level fastText .bin paths (results/source/fasttext/words.bin, "

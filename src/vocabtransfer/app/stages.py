@@ -4,7 +4,7 @@ params leaves it reads, its code and which jobs run; vocabtransfer.pipeline.stag
 
 The CLI builds `vocabtransfer <stage>` from this table, the Snakemake rules take their
 input/output/params from it (workflow/rules/common.smk), and `vocabtransfer dvc-yaml` generates
-dvc.yaml from it; running a job of a stage is vocabtransfer.pipeline.runner. Importing it imports
+dvc.yaml from it; running a job of a stage is vocabtransfer.app.runner. Importing it imports
 every stage module but neither torch nor transformers (Snakemake and the CLI load it before any job).
 """
 
@@ -15,7 +15,7 @@ from vocabtransfer.data import corpus
 from vocabtransfer.data import overlap
 from vocabtransfer.data import pretokenize
 from vocabtransfer.data import tokenizer
-from vocabtransfer.data import word_fasttext
+from vocabtransfer.init import word_fasttext
 from vocabtransfer.evaluate import finetune_eval
 from vocabtransfer.evaluate import floor
 from vocabtransfer.evaluate import gradient_scenarios

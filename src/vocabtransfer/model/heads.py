@@ -30,6 +30,8 @@ import torch
 import torch.nn as nn
 
 from vocabtransfer.errors import VocabTransferError
+from vocabtransfer.model.fused_head import linear_objective_loss
+from vocabtransfer.model.losses import get_objective, objective_loss
 
 
 @dataclass(frozen=True)
@@ -92,7 +94,7 @@ def bert_head(model) -> Head:
 
 
 def roberta_head(model) -> Head:
-    from transformers.activations import gelu
+    from transformers.activations import gelu  # transformers: heavy, loaded when used
 
     lm = model.lm_head
     return Head("roberta", lm, (lm,), lambda h: lm.layer_norm(gelu(lm.dense(h))), lm.decoder)
@@ -176,9 +178,6 @@ def head_loss(head: Head, hidden: torch.Tensor, targets: torch.Tensor, *, object
     Under autocast the head runs in the autocast dtype (as its matmul would), else in the weight's
     dtype. A soft-capped head (not linear) materialises the logits of these rows instead.
     """
-    from vocabtransfer.train.fused_head import linear_objective_loss
-    from vocabtransfer.train.losses import get_objective, objective_loss
-
     if not head.fusable:
         logits = head.logits(hidden)
         logits = logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits

@@ -1,4 +1,4 @@
-"""Run one job of a stage in-process: look the stage up in the stage table (vocabtransfer.pipeline.stages),
+"""Run one job of a stage in-process: look the stage up in the stage table (vocabtransfer.app.stages),
 resolve its input and output paths for the wildcards into a `Context`, and call the stage's function
 (`Stage.run`) with it (what `vocabtransfer <stage>` does). Also the params leaves a job reads and their
 values (`param_values`, Snakemake's params)."""
@@ -10,7 +10,7 @@ from typing import Any
 
 from vocabtransfer.pipeline import config
 from vocabtransfer.pipeline.stage_spec import Context
-from vocabtransfer.pipeline.stages import STAGES
+from vocabtransfer.app.stages import STAGES
 
 
 def make_context(name: str, params: dict, wildcards: dict[str, str], threads: int | None = None,

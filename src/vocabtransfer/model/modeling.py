@@ -1,7 +1,7 @@
 """Source models: load them, read and swap their embedding matrices, save them; and the
 language-model loss that source_head and init_eval share. Loading tokenizers and resolving a hub id
-or a path to a local directory is `vocabtransfer.train.hub`; the language-model batches are
-`vocabtransfer.train.lmdata`.
+or a path to a local directory is `vocabtransfer.model.hub`; the language-model batches are
+`vocabtransfer.model.lmdata`.
 """
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Literal
 
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.train.hub import load_tokenizer, resolve_model_path
-from vocabtransfer.train.lmdata import Kind
+from vocabtransfer.model.hub import load_tokenizer, resolve_model_path
+from vocabtransfer.model.lmdata import Kind
+from vocabtransfer.io import atomic_output
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +49,7 @@ def detect_kind(config) -> Kind:
     Decided from `config.is_decoder`, then `config.architectures`, then whether transformers has a
     masked-LM class for the model type (bert, roberta, xlm-roberta …) or only a causal one (gpt2, llama …).
     """
+    # transformers: heavy, not at CLI start-up
     from transformers.models.auto.modeling_auto import (
         MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
         MODEL_FOR_MASKED_LM_MAPPING_NAMES,
@@ -80,6 +82,7 @@ def load_source_model(path: str | os.PathLike, kind: Literal["auto", "masked", "
     (`cls.predictions.*`) and a warning says so. A checkpoint that lacks weights of the model body,
     or has weights of the wrong shape, is an error. The model is returned in eval mode.
     """
+    # transformers: heavy, not at CLI start-up
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM
 
     directory = _directory(path)
@@ -176,7 +179,7 @@ def _model_name(model) -> str:
 
 
 def _checked_rows(matrix, n_tokens: int | None, what: str, name: str):
-    import torch
+    import torch  # torch: heavy, not at CLI start-up
 
     rows = matrix.shape[0]
     if n_tokens is not None:
@@ -207,7 +210,7 @@ def embedding_matrices(model, tokenizer=None) -> dict:
 
 
 def _check_new_matrix(matrix, shape: tuple[int, int], what: str, target: Path):
-    import torch
+    import torch  # torch: heavy, not at CLI start-up
 
     if not isinstance(matrix, torch.Tensor) or tuple(matrix.shape) != shape:
         got = tuple(matrix.shape) if hasattr(matrix, "shape") else type(matrix).__name__
@@ -250,7 +253,7 @@ def build_target_model(source_model_dir: str | os.PathLike, target_tokenizer_dir
        nothing for target ids;
     4. `config.vocab_size` and the pad/bos/eos/cls/sep ids follow the target tokenizer.
     """
-    import torch
+    import torch  # torch: heavy, not at CLI start-up
 
     model, kind = load_source_model(source_model_dir, kind)
     tokenizer = load_tokenizer(target_tokenizer_dir)
@@ -297,8 +300,6 @@ def save_model_dir(model, tokenizer, out_dir: str | os.PathLike) -> Path:
 
     The directory loads with `AutoModelForMaskedLM`/`AutoModelForCausalLM` and `AutoTokenizer` alone.
     """
-    from vocabtransfer.io import atomic_output
-
     out_dir = Path(out_dir)
     with atomic_output(out_dir, directory=True) as tmp:
         model.save_pretrained(str(tmp))
@@ -313,7 +314,7 @@ def save_model_dir(model, tokenizer, out_dir: str | os.PathLike) -> Path:
 def lm_head(model, kind: Kind | None = None):
     """The model's LM head (`heads.head_parts`, by architecture family): callable on final hidden
     states (-> logits), with `.parameters()`."""
-    from vocabtransfer.train.heads import head_parts
+    from vocabtransfer.model.heads import head_parts  # imports torch: not at CLI start-up
 
     return head_parts(model)
 
@@ -323,7 +324,7 @@ def head_inputs(model, batch: dict, kind: Kind):
 
     Masked: the masked positions. Causal: every position whose next token is a label.
     """
-    from vocabtransfer.train.heads import predicted_hidden
+    from vocabtransfer.model.heads import predicted_hidden  # imports torch: not at CLI start-up
 
     return predicted_hidden(model, batch, kind)
 
@@ -331,7 +332,7 @@ def head_inputs(model, batch: dict, kind: Kind):
 def predicted_logits(model, batch: dict, kind: Kind):
     """(vocabulary logits at the predicted positions as float32, their target ids) of one batch; the
     head runs on the predicted positions only. Materialises their logits: for the calibrated loss."""
-    from vocabtransfer.train.heads import head_parts, predicted_hidden
+    from vocabtransfer.model.heads import head_parts, predicted_hidden  # imports torch: not at CLI start-up
 
     head = head_parts(model)
     hidden, targets = predicted_hidden(model, batch, kind, head)
@@ -341,7 +342,7 @@ def predicted_logits(model, batch: dict, kind: Kind):
 def token_losses(model, batch: dict, kind: Kind, *, objective: str = "standard", margin: float = 2.0, head=None):
     """(the objective's loss of each predicted token, their target ids) of one batch, from the hidden
     states through the fused head (no logits are formed)."""
-    from vocabtransfer.train.heads import head_loss, head_parts, predicted_hidden
+    from vocabtransfer.model.heads import head_loss, head_parts, predicted_hidden  # imports torch: not at CLI start-up
 
     head = head if head is not None else head_parts(model)
     hidden, targets = predicted_hidden(model, batch, kind, head)
@@ -368,8 +369,8 @@ def evaluate_lm(model, batches: list[dict], kind: Kind, *, calibrate: bool = Fal
     the right token from how over- or under-confident its logits are: `calibrated_loss` and
     `temperature` (> 1: the raw logits were over-confident).
     """
-    import torch
-    import torch.nn.functional as F
+    import torch  # torch: heavy, not at CLI start-up
+    import torch.nn.functional as F  # torch: heavy, not at CLI start-up
 
     was_training = model.training
     model.eval()

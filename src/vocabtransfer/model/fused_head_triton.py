@@ -24,7 +24,7 @@ import math
 
 import torch
 
-from vocabtransfer.train.tiles import kept_runs
+from vocabtransfer.model.tiles import kept_runs
 
 try:  # optional: CPU code never imports this module, and CUDA code runs without Triton
     import triton

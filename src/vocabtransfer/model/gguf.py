@@ -31,6 +31,7 @@ from pathlib import Path
 
 from vocabtransfer.errors import VocabTransferError, brief
 from vocabtransfer.pipeline.paths import RELATIVE_MODEL
+from vocabtransfer.model.hub import _hub_advice
 
 log = logging.getLogger(__name__)
 
@@ -70,32 +71,14 @@ def parse(value: str) -> GgufSource | None:
     return None
 
 
-def is_gguf(value: str) -> bool:
-    return parse(value) is not None
-
-
-def check_spec(value: str, source: str = "params.yaml") -> None:
-    """What can be checked without loading or downloading anything: the spelling, and that a local file exists."""
-    try:
-        spec = parse(value)
-    except VocabTransferError as exc:
-        raise VocabTransferError(f"{source}: {exc}") from None
-    if spec is not None and spec.kind == "file":
-        path = Path(os.path.expanduser(value))
-        if not path.is_file():
-            raise VocabTransferError(f"{source}: source_model: {value!r}: no such GGUF file ({RELATIVE_MODEL}); point it "
-                                     "at an existing .gguf file, hf://owner/name/file.gguf or package:<module>")
-
-
 def download(repo_id: str, filename: str) -> Path:
     """One GGUF file of a hub repository, from the Hugging Face cache when it is there."""
-    from huggingface_hub import hf_hub_download
-
-    from vocabtransfer.train.hub import _hub_advice
+    from huggingface_hub import hf_hub_download  # huggingface_hub: heavy, not at CLI start-up
 
     try:
         return Path(hf_hub_download(repo_id=repo_id, filename=filename))
     except Exception as exc:  # offline, unknown repository or file, gated repository, ...
+        # huggingface_hub: heavy, not at CLI start-up
         from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError
 
         missing = isinstance(exc, EntryNotFoundError) and not isinstance(exc, LocalEntryNotFoundError)
@@ -148,7 +131,7 @@ ARCHITECTURE_ALIASES = {"qwen2moe": "qwen2_moe", "qwen3moe": "qwen3_moe", "gpt-o
 
 def supported_architectures() -> list[str]:
     """The `general.architecture` values transformers loads from GGUF."""
-    from transformers.integrations.ggml import GGUF_CONFIG_MAPPING
+    from transformers.integrations.ggml import GGUF_CONFIG_MAPPING  # transformers: heavy, not at CLI start-up
 
     return sorted(set(GGUF_CONFIG_MAPPING) - {"general", "tokenizer", "tokenizer_config"})
 
@@ -156,7 +139,7 @@ def supported_architectures() -> list[str]:
 def read_header(path: Path) -> dict:
     """`{"architecture", "name", "tensors", "tensor_types", "type_weights"}` of a GGUF file; one-line errors for a
     file that is not GGUF, is cut short, or holds an architecture transformers cannot load."""
-    import gguf
+    import gguf  # gguf: GGUF sources only
 
     try:
         reader = gguf.GGUFReader(str(path))
@@ -186,8 +169,8 @@ def read_header(path: Path) -> dict:
 
 def load(path: Path):
     """`(model, tokenizer)`: the GGUF file dequantised into a plain float32 model (steps 2-3)."""
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    import torch  # torch: heavy, not at CLI start-up
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer  # transformers: heavy, not at CLI start-up
 
     folder, name = str(path.parent), path.name
     try:

@@ -91,7 +91,7 @@ class LMCollator:
         self.kind = kind
         self.tokenizer = tokenizer
         if kind == "masked":
-            from transformers import DataCollatorForLanguageModeling
+            from transformers import DataCollatorForLanguageModeling  # transformers: heavy, not at CLI start-up
 
             if tokenizer.mask_token is None or tokenizer.pad_token is None:
                 raise VocabTransferError(f"{tokenizer.name_or_path}: a masked LM needs a tokenizer with mask and "
@@ -99,7 +99,7 @@ class LMCollator:
             self.mlm = DataCollatorForLanguageModeling(tokenizer, mlm_probability=mlm_probability, seed=seed)
 
     def __call__(self, blocks: list[list[int]]) -> dict:
-        import torch
+        import torch  # torch: heavy, not at CLI start-up
 
         if self.kind == "masked":
             return dict(self.mlm([{"input_ids": b} for b in blocks]))

@@ -6,7 +6,8 @@
   the random rows of the initialisation (the seed the init method draws with is
   `seed + 1000 * (k - 1)`, so seed 1 is the params `seed` itself). A method whose rows never
   depend on the seed (`@register(..., deterministic=True)`, e.g. `mean`) has one initialisation,
-  pseed 1, shared by all its runs.
+  pseed 1, shared by all its runs (`init_pseed` in vocabtransfer.init.availability, which asks
+  the registry).
 * A model name is `source`, `<method>-init-pseed<k>` (initialised only) or
   `<method>-<objective>-pseed<k>` (continued pretraining with pretraining seed k).
 """
@@ -30,22 +31,9 @@ def split_method(method: str) -> tuple[str, str]:
     return base, fact
 
 
-def seeded(method: str) -> bool:
-    """Whether a method's initialisation depends on the seed (it has random rows): not for a method
-    registered `deterministic=True`, whose every row is a copy or a mean (nor for its variants)."""
-    from vocabtransfer.init.methods.registry import info
-
-    return not info(method).deterministic
-
-
 def pretrain_seeds(params: dict) -> list[int]:
     """1..pretrain.seeds."""
     return list(range(1, int(params["pretrain"]["seeds"]) + 1))
-
-
-def init_pseed(method: str, pseed: int | str) -> int:
-    """The pretraining seed whose initialisation a run with `pseed` starts from."""
-    return int(pseed) if seeded(method) else 1
 
 
 def seed_value(params: dict, pseed: int | str) -> int:
@@ -88,11 +76,3 @@ def parse_model_name(name: str) -> Model:
         raise VocabTransferError(f"model {name!r}: expected `source`, `<method>-init-pseed<k>` or "
                                  "`<method>-<objective>-pseed<k>` (e.g. focus-standard-pseed1)")
     return Model(m["method"], m["objective"], int(m["pseed"]))
-
-
-def init_runs(params: dict) -> list[tuple[str, int]]:
-    """Every (method, pretraining seed) initialisation: pseed 1 for each init method, and the other
-    pretraining seeds for the pretrained methods whose rows depend on the seed."""
-    pretrained = set((params.get("pretrain") or {}).get("methods") or [])
-    return [(m, s) for m in params["init"]["methods"]
-            for s in (pretrain_seeds(params) if m in pretrained and seeded(m) else [1])]

@@ -16,16 +16,24 @@ import sys
 import time
 from pathlib import Path
 
+import yaml
+
 from vocabtransfer.version import __version__
 from vocabtransfer.errors import VocabTransferError
+from vocabtransfer.app import dvcgen
+from vocabtransfer.app.runner import run_stage
+from vocabtransfer.app.stages import STAGES
+from vocabtransfer.evaluate import coverage
+from vocabtransfer.log import setup_logging
+from vocabtransfer.pipeline import params_doc
+from vocabtransfer.pipeline.config import load_layered, pattern_names, read_yaml, schema
+from vocabtransfer.pipeline.remote import add_remote
 
 log = logging.getLogger("vocabtransfer")
 
 
 def wildcard_help() -> dict[str, str]:
     """Each wildcard's `--<wildcard>` help: what it is and its allowed values, from the params schema."""
-    from vocabtransfer.pipeline.config import pattern_names, schema
-
     props = schema()["properties"]
     methods = pattern_names(props["init"]["properties"]["methods"]["items"]["pattern"])[1]
     objectives = ", ".join(props["pretrain"]["properties"]["objectives"]["items"]["enum"])
@@ -47,8 +55,6 @@ PARAMS_HELP = ("params files: the first is the config (default: params.yaml), ea
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from vocabtransfer.pipeline.stages import STAGES
-
     parser = argparse.ArgumentParser(prog="vocabtransfer", description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"vocabtransfer {__version__}")
@@ -93,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _device(name: str) -> str:
     if name != "auto":
         return name
-    import torch
+    import torch  # torch: heavy, not at CLI start-up
 
     return "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -103,7 +109,6 @@ def _lone_overlay(files: list[str] | None) -> bool:
     an overlay meant to go over params.yaml."""
     if not files or len(files) != 1 or Path(files[0]).name == "params.yaml" or not Path("params.yaml").is_file():
         return False
-    from vocabtransfer.pipeline.config import read_yaml, schema
 
     try:
         raw = read_yaml(files[0])
@@ -115,44 +120,30 @@ def _lone_overlay(files: list[str] | None) -> bool:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     params = None
-    from vocabtransfer.log import setup_logging
 
     setup_logging(args.log_file, logging.DEBUG if args.verbose else logging.INFO)
     try:
         if args.command == "coverage":
-            from vocabtransfer.evaluate import coverage
-
             sys.stdout.write(coverage.markdown(coverage.table(sims=args.sims, resamples=args.resamples)))
             return 0
         if args.command == "remote":
-            from vocabtransfer.pipeline.remote import add_remote
-
             target = add_remote(args.url, args.name)
             log.info("default DVC remote %s: %s (commit .dvc/config; then `dvc push` shares the results and "
                      "`dvc pull` fetches them)", args.name, target)
             return 0
-        from vocabtransfer.pipeline.config import load_layered
 
         files = args.params or ["params.yaml"]
         params = load_layered(files)  # params-doc too: a file that does not validate is not documented
         if args.command == "params-doc":
-            from vocabtransfer.pipeline import params_doc
-
             if args.output == "-":
                 sys.stdout.write(params_doc.render(files[0]))
             else:
                 log.info("wrote %s", params_doc.write(args.output, files[0]))
             return 0
         if args.command == "validate":
-            import yaml
-
             sys.stdout.write(yaml.safe_dump(params, sort_keys=False))
             return 0
         if args.command == "dvc-yaml":
-            import yaml
-
-            from vocabtransfer.pipeline import dvcgen
-
             missing = dvcgen.missing_leaves(yaml.safe_load(open(files[0], encoding="utf-8")), params)
             if missing:
                 raise VocabTransferError(
@@ -165,9 +156,6 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 log.info("wrote %s", dvcgen.write(params, args.output))
             return 0
-
-        from vocabtransfer.pipeline.runner import run_stage
-        from vocabtransfer.pipeline.stages import STAGES
 
         stage = STAGES[args.command]
         wildcards = {wc: getattr(args, wc) for wc in stage.wildcards}

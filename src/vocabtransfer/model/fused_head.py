@@ -36,7 +36,8 @@ import torch
 import torch.nn.functional as F
 
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.train.tiles import kept_runs
+from vocabtransfer.model.tiles import kept_runs
+from vocabtransfer.model import fused_head_triton
 
 Reduction = Literal["none", "sum", "mean"]
 OBJECTIVE_NAMES = ("standard", "selfish")  # the registry (losses.OBJECTIVES) maps names to these kernels
@@ -265,8 +266,6 @@ class _RowLosses(torch.autograd.Function):
 def _dispatch(hidden, weight, bias, labels, margin, row_weight, need_grad):
     """The Triton kernels for CUDA tensors when Triton is installed, else the chunked torch pass."""
     if hidden.is_cuda and os.environ.get("VOCABTRANSFER_FUSED_HEAD", "auto") != "torch":
-        from vocabtransfer.train import fused_head_triton
-
         if fused_head_triton.available():
             return fused_head_triton.fused_pass(hidden, weight, bias, labels, margin, row_weight, need_grad)
     return chunked_pass(hidden, weight, bias, labels, margin, row_weight, need_grad)

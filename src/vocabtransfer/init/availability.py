@@ -1,63 +1,51 @@
-"""Which jobs each language has, and which data files each job reads, decided from params and
-the files present before any job runs.
+"""Which jobs each language has, decided from params, init's method registry and the files present
+before any job runs: the init methods a language can run (the `condition` at each method's `@register`),
+the initialisations and continued-pretraining runs params ask for, and which initialisation a run starts
+from (a method registered `deterministic=True` has one, pseed 1). It asks the registry, so it sits in init/.
 
 A language with only a corpus still gets every stage that needs nothing more; what it lacks is
 skipped with a one-line reason (`skip_lines`), never discovered by a failing job at the end.
-The stage declarations (`STAGE = Stage(...)` in each stage module) ask this module three things per job:
+The stage declarations (`STAGE = Stage(...)` in each stage module) ask this module per job:
 
 * `Stage.skip_reason(params, wildcards)`: None when the job runs, else why it is skipped
   (e.g. `init` with `wechsel` for a language without a bilingual dictionary);
 * `Stage.partial(params, wildcards)`: parts a job leaves out, with the reason
-  (e.g. `init_eval` without retrieval when there are no XNLI files);
-* `Stage.data(params, wildcards)`: the local data files the job reads, resolved through
-  $VOCABTRANSFER_DATA (`paths.data_path`); Snakemake takes them as inputs and dvc.yaml as deps,
-  so editing one reruns exactly the jobs that read it. URL sources are pinned by their sha256
-  and hub datasets by `revision`, both params leaves.
+  (e.g. `init_eval` without retrieval when there are no XNLI files).
+
+The local data files a job reads (`Stage.data`: Snakemake inputs, dvc.yaml deps) are resolved by
+vocabtransfer.pipeline.paths (`corpus_file`, `xnli_files`, `local_source_model`), below every phase.
 """
 
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
-from vocabtransfer.pipeline import models
+from vocabtransfer.pipeline import names
 from vocabtransfer.pipeline import paths
 
 log = logging.getLogger(__name__)
 
 
-# --------------------------------------------------------------------------- the data files
-
-
-def corpus_file(params: dict, lang: str) -> Path | None:
-    """The local file of `corpus.sources.<lang>` (None for a URL or a hub dataset)."""
-    source = params["corpus"]["sources"].get(lang) or {}
-    return paths.data_path(source["path"]) if source.get("path") else None
-
-
-def xnli_files(params: dict, lang: str) -> list[Path]:
-    """The source-language and the target-language XNLI files of `init_eval.xnli`."""
-    opts = params["init_eval"]
-    return [paths.data_path(opts["xnli"].format(lang=code)) for code in (opts["source_lang"], lang)]
-
-
-def local_source_model(params: dict) -> Path | None:
-    """`source_model` when it is a local directory or GGUF file (a hub id, `hf://…` file or `package:…`
-    is pinned by its name only)."""
-    value = str(params["source_model"])
-    if value.startswith(("hf://", "package:")):
-        return None
-    path = Path(value).expanduser()
-    return path if path.is_dir() or (path.is_file() and path.suffix.lower() == ".gguf") else None
-
-
 # --------------------------------------------------------------------------- availability
+
+
+def seeded(method: str) -> bool:
+    """Whether a method's initialisation depends on the seed (it has random rows): not for a method
+    registered `deterministic=True`, whose every row is a copy or a mean (nor for its variants)."""
+    from vocabtransfer.init.methods.registry import info  # imports torch: not at CLI start-up
+
+    return not info(method).deterministic
+
+
+def init_pseed(method: str, pseed: int | str) -> int:
+    """The pretraining seed whose initialisation a run with `pseed` starts from."""
+    return int(pseed) if seeded(method) else 1
 
 
 def method_reason(params: dict, lang: str, method: str) -> str | None:
     """Why `method` (or its base) cannot run for `lang`: the `condition` declared at its `@register`
     (e.g. wechsel without a dictionary); None when it can."""
-    from vocabtransfer.init.methods.registry import info
+    from vocabtransfer.init.methods.registry import info  # imports torch: not at CLI start-up
 
     condition = info(method).condition
     return condition(params, lang) if condition else None
@@ -71,12 +59,12 @@ def methods(params: dict, lang: str) -> list[str]:
 def needed_by(params: dict, base: str, lang: str | None = None) -> str | None:
     """Why no init job (of `lang`, or of any language) runs method `base`: a job that only feeds
     that method is skipped for the same reason. None when one runs."""
-    if not any(models.split_method(m)[0] == base for m in params["init"]["methods"]):
+    if not any(names.split_method(m)[0] == base for m in params["init"]["methods"]):
         return f"init.methods has no {base}"
     if lang is not None:
         why = method_reason(params, lang, base)
         return f"init {base} does not run: {why}" if why else None
-    if not any(base in {models.split_method(m)[0] for m in methods(params, code)} for code in params["languages"]):
+    if not any(base in {names.split_method(m)[0] for m in methods(params, code)} for code in params["languages"]):
         return f"no language can run init {base}"
     return None
 
@@ -85,7 +73,7 @@ def retrieval_reason(params: dict, lang: str) -> str | None:
     """Why `init_eval` measures no parallel-sentence retrieval for `lang` (None when it does)."""
     if int(params["init_eval"]["retrieval_sentences"]) == 0:
         return "init_eval.retrieval_sentences is 0"
-    for path in xnli_files(params, lang):
+    for path in paths.xnli_files(params, lang):
         if not path.is_file():
             return f"no XNLI file: {path} not found (init_eval.xnli)"
     return None
@@ -108,4 +96,12 @@ def pretrain_pairs(params: dict, lang: str | None = None) -> list[tuple[str, str
 
 def pretrain_runs(params: dict, lang: str | None = None) -> list[tuple[str, str, int]]:
     """Every (method, objective, pretraining seed) continued-pretraining run params ask for."""
-    return [(m, o, s) for m, o in pretrain_pairs(params, lang) for s in models.pretrain_seeds(params)]
+    return [(m, o, s) for m, o in pretrain_pairs(params, lang) for s in names.pretrain_seeds(params)]
+
+
+def init_runs(params: dict) -> list[tuple[str, int]]:
+    """Every (method, pretraining seed) initialisation: pseed 1 for each init method, and the other
+    pretraining seeds for the pretrained methods whose rows depend on the seed."""
+    pretrained = set((params.get("pretrain") or {}).get("methods") or [])
+    return [(m, s) for m in params["init"]["methods"]
+            for s in (names.pretrain_seeds(params) if m in pretrained and seeded(m) else [1])]

@@ -1,7 +1,7 @@
 """The plan of a run, before any job: one line per job that params ask for but params or the data
 present rule out (`skip_lines`), notes on sources that can change, and `preflight`, which checks the
 data files the run cannot do without. Which jobs run is the job planner of each stage, `Stage.jobs`
-(vocabtransfer.pipeline.stage_spec), over the stage table (vocabtransfer.pipeline.stages).
+(vocabtransfer.pipeline.stage_spec), over the stage table (vocabtransfer.app.stages).
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pathlib import Path
 
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.pipeline import paths
-from vocabtransfer.pipeline.availability import corpus_file
-from vocabtransfer.pipeline.stages import STAGES
+from vocabtransfer.pipeline.paths import corpus_file
+from vocabtransfer.app.stages import STAGES
 
 
 def _job_label(stage, wildcards: dict) -> str:
