@@ -1,17 +1,9 @@
-"""The params of the pretrain stage and its checkpoints; its transformers `Trainer` and callback are in
-`train.objective_trainer` (which imports transformers, so it is imported only where a run trains).
+"""The pretrain stage's params and its checkpoints (its transformers `Trainer` and callback,
+`ObjectiveTrainer` and `MetricsCallback`, are in `train.objective_trainer`, which imports transformers
+and is imported only where a run trains).
 
 * `PretrainParams` (with `SelfishOptions`, `DistillOptions`): params `pretrain`, typed, as the stage
   reads them once at its entry (fields and types as in the schema, which holds the defaults).
-
-* `ObjectiveTrainer` (objective_trainer.py): the loss of the training objective on the hidden states of the predicted
-  positions only (the fused head, `heads` / `losses.linear_objective_loss`), the same code path for a
-  plain and a DDP-wrapped model; for `distill`, alpha x the mean chunk loss of `train.distill` over the
-  step's chunks (all micro-batches and processes) + (1 - alpha) x the mean cross-entropy; a NaN or infinite loss stops the run naming the step and the last
-  good checkpoint. With `pretrain.sharding: fsdp` the model comes sharded (`train.sharding`): it is not
-  wrapped in DDP, and its checkpoints are torch distributed checkpoints of the model's and optimiser's shards.
-* `MetricsCallback` (objective_trainer.py): the metrics rows (valid loss every `eval_every` steps, train loss, learning rate,
-  tokens/s), the progress bar, the rows stored in each checkpoint, and the embedding-only warm-up.
 * checkpoints: which one to resume from (`complete_checkpoints`), and the params they were written
   with (`check_resume_params`, `model_fingerprint`).
 """
