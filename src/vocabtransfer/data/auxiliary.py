@@ -313,17 +313,12 @@ def _link_or_copy(src: Path, dst: Path) -> None:
         shutil.copyfile(src, dst)
 
 
-def run(ctx: "Context") -> None:
-    """Stage `fasttext`: auxiliary embeddings for the target tokens (see the module docstring)."""
-    import torch  # torch: heavy, not at CLI start-up
-
-    start = time.perf_counter()
-    opts = ctx.section("fasttext", FasttextParams)  # params fasttext, typed
-    mode, oov = opts.mode, opts.oov  # validate_params allows oov subword with tokenlevel only
-    tokenizer = load_tokenizer(ctx.input["tokenizer"])
+def _fasttext_model(ctx: "Context", opts: FasttextParams):
+    """The fastText model of the stage, saved to its `model` output: trained on the target text (tokenlevel;
+    a seeded sample of it with `fasttext.sample_bytes`), or the pretrained word-level .bin, linked.
+    Returns (the model, the threads it trained on, the text or .bin its words come from)."""
     out = ctx.output
-    threads = 1  # a word-level .bin is loaded, not trained
-    if mode == "tokenlevel":
+    if opts.mode == "tokenlevel":
         threads = 1 if opts.reproducible else ctx.threads
         if threads == 1 and ctx.threads > 1:
             log.info("fastText on 1 thread so the vectors (and every init artefact) are byte-identical "
@@ -339,18 +334,36 @@ def run(ctx: "Context") -> None:
                                 neg=opts.neg, bucket=opts.bucket, seed=ctx.seed, threads=threads)
         with io.atomic_output(out["model"]) as tmp:
             ft.save_model(str(tmp))
-    else:
-        pretrained = opts.pretrained_path
-        if not pretrained:
-            raise VocabTransferError("params.yaml: fasttext.pretrained_path is not set but fasttext.mode is wordlevel; "
-                                     "set it to a word-level fastText .bin (e.g. cc.sw.300.bin) or use mode tokenlevel")
-        src = data_path(pretrained)
-        if not src.is_file():
-            raise VocabTransferError(f"params.yaml: fasttext.pretrained_path {pretrained!r}: {src} not found; "
-                                     "fix the path (relative paths resolve against $VOCABTRANSFER_DATA)")
-        ft = load_fasttext(src)
-        with io.atomic_output(out["model"]) as tmp:
-            _link_or_copy(src, tmp)
+        return ft, threads, ctx.input["text"]
+    pretrained = opts.pretrained_path
+    if not pretrained:
+        raise VocabTransferError("params.yaml: fasttext.pretrained_path is not set but fasttext.mode is wordlevel; "
+                                 "set it to a word-level fastText .bin (e.g. cc.sw.300.bin) or use mode tokenlevel")
+    src = data_path(pretrained)
+    if not src.is_file():
+        raise VocabTransferError(f"params.yaml: fasttext.pretrained_path {pretrained!r}: {src} not found; "
+                                 "fix the path (relative paths resolve against $VOCABTRANSFER_DATA)")
+    ft = load_fasttext(src)
+    with io.atomic_output(out["model"]) as tmp:
+        _link_or_copy(src, tmp)
+    return ft, 1, src  # a word-level .bin is loaded, not trained
+
+
+def _examples(ids: list[int]) -> list[int]:
+    """At most 20 of `ids`, spread over the id range."""
+    return ids[:: max(1, len(ids) // 20)][:20]
+
+
+def run(ctx: "Context") -> None:
+    """Stage `fasttext`: auxiliary embeddings for the target tokens (see the module docstring)."""
+    import torch  # torch: heavy, not at CLI start-up
+
+    start = time.perf_counter()
+    opts = ctx.section("fasttext", FasttextParams)  # params fasttext, typed
+    mode, oov = opts.mode, opts.oov  # validate_params allows oov subword with tokenlevel only
+    tokenizer = load_tokenizer(ctx.input["tokenizer"])
+    out = ctx.output
+    ft, threads, words_from = _fasttext_model(ctx, opts)
     train_seconds = time.perf_counter() - start
 
     emb, mask = token_vectors(ft, tokenizer, mode)
@@ -366,7 +379,7 @@ def run(ctx: "Context") -> None:
     words = ft.get_words(on_unicode_error="replace")
     if n_dict == 0:
         raise VocabTransferError(
-            f"{ctx.input['text'] if mode == 'tokenlevel' else src}: no target token of {ctx.input['tokenizer']} "
+            f"{words_from}: no target token of {ctx.input['tokenizer']} "
             f"got a fastText vector ({len(words)} fastText words); was the text pre-tokenised with this tokenizer? "
             "rerun pretokenize (or lower fasttext.min_count)")
     if n_with < 0.1 * len(mask):
@@ -375,10 +388,6 @@ def run(ctx: "Context") -> None:
     io.save_tensors({"embeddings": emb, "mask": mask, **tensors}, out["embeddings"],
                     metadata={"mode": mode, "dim": emb.shape[1], "seed": ctx.seed, **metadata})
 
-    missing = (~mask).nonzero().flatten().tolist()
-    missing = missing[:: max(1, len(missing) // 20)][:20]  # spread over the id range
-    from_subwords = subword.nonzero().flatten().tolist() if subword is not None else []
-    from_subwords = from_subwords[:: max(1, len(from_subwords) // 20)][:20]
     stats = {
         "mode": mode, "vocab_size": len(mask), "dim": int(emb.shape[1]), "oov": oov,
         "tokens_with_vector": n_with,  # tokens_from_dictionary + tokens_from_subwords
@@ -387,8 +396,9 @@ def run(ctx: "Context") -> None:
         "tokens_without_vector": len(mask) - n_with,
         "coverage": n_with / len(mask),
         "fasttext_words": len(words),
-        "examples_without_vector": tokenizer.convert_ids_to_tokens(missing),
-        "examples_from_subwords": tokenizer.convert_ids_to_tokens(from_subwords),
+        "examples_without_vector": tokenizer.convert_ids_to_tokens(_examples((~mask).nonzero().flatten().tolist())),
+        "examples_from_subwords": tokenizer.convert_ids_to_tokens(
+            _examples(subword.nonzero().flatten().tolist() if subword is not None else [])),
         "seconds_model": round(train_seconds, 3),  # train (or load) and save the .bin
         "seconds": round(time.perf_counter() - start, 3),
         "seed": ctx.seed,

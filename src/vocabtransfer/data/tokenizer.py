@@ -152,34 +152,12 @@ def _continuation_symbols(tok, batches, prefix: str) -> list[str]:
 # ---------------------------------------------------------------------------------------------
 # training
 
-def train_tokenizer(
-    source,
-    batches,
-    *,
-    family: Literal["auto", "wordpiece", "unigram", "bpe"] = "auto",
-    vocab_size: int = 16000,
-    min_frequency: int = 2,
-    length: int | None = None,
-    show_progress: bool = False,
-):
-    """Train a target tokenizer in the source's conventions on `batches` and return it as a
-    transformers fast tokenizer (a `PreTrainedTokenizerFast`).
+def _special_tokens(source, src: dict, family: str, same: bool):
+    """Step 1 of `train_tokenizer`: the special tokens (ids 0..k-1 in source order) and the unknown
+    token; a same-family SentencePiece-style BPE keeps the source's head at its own ids instead.
+    Returns (specials as AddedTokens, unk or None, the source's head or None)."""
+    from tokenizers import AddedToken  # tokenizers: heavy, not at CLI start-up
 
-    `batches` is an iterable of lists of lines that can be iterated more than once (a list, or
-    `CorpusBatches`): WordPiece reads it twice to make training deterministic.
-    """
-    from tokenizers import AddedToken, Tokenizer, pre_tokenizers, trainers  # tokenizers: heavy, not at CLI start-up
-    from transformers import PreTrainedTokenizerFast  # transformers: heavy, not at CLI start-up
-
-    src = _backend_json(source)
-    src_family, src_style = detect_family(source)
-    family = src_family if family == "auto" else family
-    if family not in FAMILIES:
-        raise VocabTransferError(f"tokenizer.family: {family!r} is not allowed; allowed values: auto, {', '.join(FAMILIES)}")
-    same = family == src_family
-    style = src_style if same else ("byte_level" if family == "bpe" else family)
-
-    # 1. special tokens (ids 0..k-1 in source order) and the unknown token
     specials = source_special_tokens(source)
     unk = None
     if same and family == "unigram":
@@ -205,9 +183,16 @@ def train_tokenizer(
         if dropped:
             log.info("tokenizer: %d special token(s) the source has after its vocabulary left out (%s)", len(dropped),
                      ", ".join(dropped[:4]) + (", …" if len(dropped) > 4 else ""))
-    n_special = len(specials)
+    return specials, unk, head
 
-    # 2. an empty tokenizer with the source's normalizer / pre-tokenizer / decoder and model options
+
+def _empty_tokenizer(src: dict, family: str, src_family: str, style: str, unk: str | None):
+    """Step 2 of `train_tokenizer`: an empty tokenizer with the source's normalizer / pre-tokenizer /
+    decoder (another family: its own pre-tokenizer and decoder) and model options. Returns (the
+    tokenizer, its model's options, the pre-tokenizer to restore after training)."""
+    from tokenizers import Tokenizer, pre_tokenizers  # tokenizers: heavy, not at CLI start-up
+
+    same = family == src_family
     normalizer = src.get("normalizer")
     if same:
         pre_tok, decoder = src.get("pre_tokenizer"), src.get("decoder")
@@ -231,17 +216,16 @@ def train_tokenizer(
         # a split at every `▁`, then restore the source's pre-tokenizer for encoding.
         split = pre_tokenizers.Split("▁", behavior="merged_with_next")
         tok.pre_tokenizer = pre_tokenizers.Sequence([tok.pre_tokenizer, split]) if tok.pre_tokenizer else split
+    return tok, model, pre_tok
 
-    # 3. the family's trainer
-    byte_fallback = family == "bpe" and bool(model.get("byte_fallback"))
-    target_size = vocab_size - (len(BYTE_TOKENS) if byte_fallback else 0)
-    if head is not None:  # the head's plain vocabulary entries (Gemma's `▁` runs) take room too
-        target_size -= len(head) - n_special
-    if target_size <= n_special:
-        raise VocabTransferError(
-            f"tokenizer.vocab_size: {vocab_size} leaves no room beyond the {n_special} special tokens"
-            + (f" and {len(BYTE_TOKENS)} byte tokens" if byte_fallback else "") + "; raise it"
-        )
+
+def _family_trainer(tok, batches, family: str, style: str, model: dict, specials: list, unk: str | None, *,
+                    target_size: int, min_frequency: int, show_progress: bool):
+    """Step 3 of `train_tokenizer`: the family's trainer, for `target_size` entries. WordPiece (and a BPE
+    with a continuing prefix) gets its continuation symbols up front, in sorted order (module doc).
+    Returns (the trainer, those symbols)."""
+    from tokenizers import AddedToken, pre_tokenizers, trainers  # tokenizers: heavy, not at CLI start-up
+
     prefix = (model.get("continuing_subword_prefix") or "##") if family == "wordpiece" else model.get("continuing_subword_prefix")
     if prefix and iter(batches) is batches:
         raise TypeError("train_tokenizer: `batches` must be re-iterable (a list or CorpusBatches), not an iterator")
@@ -249,25 +233,26 @@ def train_tokenizer(
     common = dict(vocab_size=target_size, show_progress=show_progress,
                   special_tokens=specials + [AddedToken(t, special=True, normalized=False) for t in seeds])
     if family == "wordpiece":
-        trainer = trainers.WordPieceTrainer(min_frequency=min_frequency, continuing_subword_prefix=prefix, **common)
-    elif family == "unigram":
-        trainer = trainers.UnigramTrainer(unk_token=unk, **common)
-    else:
-        extra = {}
-        if style == "byte_level":
-            extra["initial_alphabet"] = pre_tokenizers.ByteLevel.alphabet()
-        if prefix:
-            extra["continuing_subword_prefix"] = prefix
-        if model.get("end_of_word_suffix"):
-            extra["end_of_word_suffix"] = model["end_of_word_suffix"]
-        trainer = trainers.BpeTrainer(min_frequency=min_frequency, **extra, **common)
+        return trainers.WordPieceTrainer(min_frequency=min_frequency, continuing_subword_prefix=prefix, **common), seeds
+    if family == "unigram":
+        return trainers.UnigramTrainer(unk_token=unk, **common), seeds
+    extra = {}
+    if style == "byte_level":
+        extra["initial_alphabet"] = pre_tokenizers.ByteLevel.alphabet()
+    if prefix:
+        extra["continuing_subword_prefix"] = prefix
+    if model.get("end_of_word_suffix"):
+        extra["end_of_word_suffix"] = model["end_of_word_suffix"]
+    return trainers.BpeTrainer(min_frequency=min_frequency, **extra, **common), seeds
 
-    start = time.perf_counter()
-    tok.train_from_iterator(batches, trainer=trainer, length=length)
-    log.info("tokenizer: trained a %s (%s) vocabulary of %d in %.1f s",
-             family, style, tok.get_vocab_size(), time.perf_counter() - start)
 
-    # 4. byte-fallback tokens, then the post-processor with remapped ids
+def _finished_tokenizer(tok, src: dict, pre_tok, seeds: list[str], family: str, style: str, same: bool, head,
+                        byte_fallback: bool, n_special: int):
+    """Step 4 of `train_tokenizer`: the trained tokenizer with the source's pre-tokenizer, without the
+    seeded symbols as special tokens, its vocabulary in canonical order (unigram), the byte-fallback
+    tokens, and the post-processor with remapped ids. Returns (the tokenizer, its vocabulary)."""
+    from tokenizers import Tokenizer  # tokenizers: heavy, not at CLI start-up
+
     spec = json.loads(tok.to_str())
     spec["pre_tokenizer"] = pre_tok
     if seeds:  # the seeded `##x` symbols stay in the vocabulary but are no special tokens
@@ -285,9 +270,12 @@ def train_tokenizer(
     vocab = spec["model"]["vocab"]
     vocab = dict(vocab) if isinstance(vocab, dict) else {p[0]: i for i, p in enumerate(vocab)}
     spec["post_processor"] = _remap_ids(processor, vocab) if processor is not None else None
-    tok = Tokenizer.from_str(json.dumps(spec))
+    return Tokenizer.from_str(json.dumps(spec)), vocab
 
-    # 5. the transformers wrapper with the source's special-token attributes
+
+def _wrapper_options(source, specials: list, head, vocab: dict) -> dict:
+    """Step 5 of `train_tokenizer`: the options of the transformers wrapper: the source's special-token
+    attributes (with the trained AddedToken flags), lengths and sides."""
     kwargs = {"model_max_length": source.model_max_length, "padding_side": source.padding_side,
               "truncation_side": source.truncation_side}
     flags = {str(t.content): t for t in specials}
@@ -300,7 +288,59 @@ def train_tokenizer(
         extra_specials = [t for t in extra_specials if t in vocab]
     if extra_specials:
         kwargs["extra_special_tokens"] = extra_specials
-    return PreTrainedTokenizerFast(tokenizer_object=tok, **kwargs)
+    return kwargs
+
+
+def train_tokenizer(
+    source,
+    batches,
+    *,
+    family: Literal["auto", "wordpiece", "unigram", "bpe"] = "auto",
+    vocab_size: int = 16000,
+    min_frequency: int = 2,
+    length: int | None = None,
+    show_progress: bool = False,
+):
+    """Train a target tokenizer in the source's conventions on `batches` and return it as a
+    transformers fast tokenizer (a `PreTrainedTokenizerFast`).
+
+    `batches` is an iterable of lists of lines that can be iterated more than once (a list, or
+    `CorpusBatches`): WordPiece reads it twice to make training deterministic.
+    """
+    from transformers import PreTrainedTokenizerFast  # transformers: heavy, not at CLI start-up
+
+    src = _backend_json(source)
+    src_family, src_style = detect_family(source)
+    family = src_family if family == "auto" else family
+    if family not in FAMILIES:
+        raise VocabTransferError(f"tokenizer.family: {family!r} is not allowed; allowed values: auto, {', '.join(FAMILIES)}")
+    same = family == src_family
+    style = src_style if same else ("byte_level" if family == "bpe" else family)
+    # 1. special tokens and the unknown token; 2. an empty tokenizer in the source's conventions
+    specials, unk, head = _special_tokens(source, src, family, same)
+    n_special = len(specials)
+    tok, model, pre_tok = _empty_tokenizer(src, family, src_family, style, unk)
+
+    # 3. the family's trainer
+    byte_fallback = family == "bpe" and bool(model.get("byte_fallback"))
+    target_size = vocab_size - (len(BYTE_TOKENS) if byte_fallback else 0)
+    if head is not None:  # the head's plain vocabulary entries (Gemma's `▁` runs) take room too
+        target_size -= len(head) - n_special
+    if target_size <= n_special:
+        raise VocabTransferError(
+            f"tokenizer.vocab_size: {vocab_size} leaves no room beyond the {n_special} special tokens"
+            + (f" and {len(BYTE_TOKENS)} byte tokens" if byte_fallback else "") + "; raise it"
+        )
+    trainer, seeds = _family_trainer(tok, batches, family, style, model, specials, unk, target_size=target_size,
+                                     min_frequency=min_frequency, show_progress=show_progress)
+    start = time.perf_counter()
+    tok.train_from_iterator(batches, trainer=trainer, length=length)
+    log.info("tokenizer: trained a %s (%s) vocabulary of %d in %.1f s",
+             family, style, tok.get_vocab_size(), time.perf_counter() - start)
+
+    # 4. byte-fallback tokens, then the post-processor with remapped ids; 5. the transformers wrapper
+    tok, vocab = _finished_tokenizer(tok, src, pre_tok, seeds, family, style, same, head, byte_fallback, n_special)
+    return PreTrainedTokenizerFast(tokenizer_object=tok, **_wrapper_options(source, specials, head, vocab))
 
 
 # ---------------------------------------------------------------------------------------------

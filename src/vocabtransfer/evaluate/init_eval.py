@@ -270,18 +270,9 @@ def plot(rows: list[dict], path: str | Path, lang: str) -> None:
     io.save_png(fig, path, dpi=120)
 
 
-def run(ctx) -> None:
-    opts = ctx.section("init_eval", InitEvalParams)  # params init_eval, typed
-    seq_len, batch_size, seed = opts.seq_len, opts.batch_size, ctx.seed
-    bpb = opts.bits_per_byte
-    source_lang = opts.source_lang
-    methods = availability.methods(ctx.params, ctx.lang)
-    skipped = [m for m in ctx.param("init.methods") if m not in methods]
-    if skipped:
-        log.info("init_eval %s: %s skipped (%s)", ctx.lang, ", ".join(skipped),
-                 "; ".join(availability.method_reason(ctx.params, ctx.lang, m) for m in skipped))
-
-    # the shared inputs: target text, source text, XNLI sentences
+def _shared_inputs(ctx, opts: InitEvalParams, methods: list[str]):
+    """The texts every row reads: the target valid lines, the source text's lines held out by
+    source_head, and the XNLI premise pairs of the retrieval (none where it cannot run)."""
     valid = bits_per_byte.valid_lines(ctx.input["valid"], opts.max_lines)
     source_text = paths.data_path(ctx.param("source_head.text"))
     n_ref = min(opts.max_lines, ctx.param("source_head.eval_lines"))
@@ -291,11 +282,18 @@ def run(ctx) -> None:
         log.info("init_eval %s: no retrieval (%s)", ctx.lang, no_retrieval)
         src_sent, tgt_sent = [], []
     else:
-        src_sent, tgt_sent = read_xnli_premises(opts.xnli, source_lang, ctx.lang, opts.retrieval_sentences)
+        src_sent, tgt_sent = read_xnli_premises(opts.xnli, opts.source_lang, ctx.lang, opts.retrieval_sentences)
     log.info("init_eval %s: %d valid lines, %d held-out %s lines, %d XNLI premise pairs, methods %s",
-             ctx.lang, len(valid), len(source_lines), source_lang, len(src_sent), ", ".join(methods))
+             ctx.lang, len(valid), len(source_lines), opts.source_lang, len(src_sent), ", ".join(methods))
+    return valid, source_lines, src_sent, tgt_sent
 
-    # reference row: the source model
+
+def _source_row(ctx, opts: InitEvalParams, source_lines: list[str], valid: list[str], src_sent: list[str],
+                tgt_sent: list[str]):
+    """The reference row: the source model on its held-out lines (bits per byte on the target valid lines,
+    with its own tokenizer; retrieval from its own target sentence embeddings). Returns (the row, the
+    source sentence embeddings for the methods' retrieval or None, the source tokenizer)."""
+    seq_len, batch_size, bpb, source_lang = opts.seq_len, opts.batch_size, opts.bits_per_byte, opts.source_lang
     start = time.perf_counter()
     source_dir = Path(ctx.input["source_model"])
     source, source_kind, loading = modeling.load_source_model(source_dir, output_loading_info=True)
@@ -303,7 +301,7 @@ def run(ctx) -> None:
         bits_per_byte.require_lm_head(source_dir, loading, "init_eval.bits_per_byte")
     source.to(ctx.device)
     source_tok = load_tokenizer(source_dir)
-    ref = lm_eval(source, source_tok, source_kind, source_lines, seq_len=seq_len, batch_size=batch_size, seed=seed)
+    ref = lm_eval(source, source_tok, source_kind, source_lines, seq_len=seq_len, batch_size=batch_size, seed=ctx.seed)
     row = {"lang": source_lang, "method": "source", "kind": source_kind, **loss_columns(ref),
            "n_eval_lines": len(source_lines), "retrieval_en2xx": None, "retrieval_xx2en": None,
            "n_sentences": None, "model": str(source_dir),
@@ -321,36 +319,56 @@ def run(ctx) -> None:
     log.info("%s/source: loss %.4f on %d held-out %s lines, bits per byte %s on the %s valid lines (its own tokenizer), "
              "%.0f s", ctx.lang, row["loss"], len(source_lines), source_lang,
              "n/a" if row["bits_per_byte"] is None else f"{row['bits_per_byte']:.4f}", ctx.lang, row["seconds"])
+    return row, src_vecs, source_tok
+
+
+def _method_row(ctx, opts: InitEvalParams, method: str, valid: list[str], tgt_sent: list[str], src_vecs):
+    """One initialised model's row: its loss and bits per byte on the valid lines, and retrieval against
+    the source's sentence embeddings (masked models). Returns (the row, the model's tokenizer)."""
+    seq_len, batch_size = opts.seq_len, opts.batch_size
+    start = time.perf_counter()
+    model_dir = Path(ctx.input.get(input_key(method))
+                     or paths.fill(paths.INIT_DIR, lang=ctx.lang, method=method, pseed=1)) / "model"
+    model, kind = modeling.load_source_model(model_dir)
+    model.to(ctx.device)
+    tok = load_tokenizer(model_dir)
+    res = lm_eval(model, tok, kind, valid, seq_len=seq_len, batch_size=batch_size, seed=ctx.seed)
+    row = {"lang": ctx.lang, "method": method, "kind": kind, **loss_columns(res), "n_eval_lines": len(valid),
+           "retrieval_en2xx": None, "retrieval_xx2en": None, "n_sentences": None, "model": str(model_dir),
+           **bpb_columns(model, tok, kind, valid, asked=opts.bits_per_byte, seq_len=seq_len, batch_size=batch_size)}
+    if kind == "masked" and src_vecs is not None:
+        vecs = sentence_embeddings(model, tok, tgt_sent, batch_size=batch_size, max_length=seq_len,
+                                   desc=f"{ctx.lang} sentences, {method}")
+        row["retrieval_en2xx"], row["retrieval_xx2en"] = retrieval_accuracy(src_vecs, vecs)
+        row["n_sentences"] = len(tgt_sent)
+    row["seconds"] = time.perf_counter() - start
+    log.info("%s/%s: loss %.4f (perplexity %.1f; %.4f at temperature %.2f), retrieval %s, bits per byte %s, %.0f s",
+             ctx.lang, method, row["loss"], row["perplexity"], row["calibrated_loss"], row["temperature"],
+             "n/a" if row["retrieval_en2xx"] is None
+             else f"{row['retrieval_en2xx']:.3f} / {row['retrieval_xx2en']:.3f}",
+             "n/a" if row["bits_per_byte"] is None else f"{row['bits_per_byte']:.4f}", row["seconds"])
+    return row, tok
+
+
+def run(ctx) -> None:
+    opts = ctx.section("init_eval", InitEvalParams)  # params init_eval, typed
+    bpb = opts.bits_per_byte
+    methods = availability.methods(ctx.params, ctx.lang)
+    skipped = [m for m in ctx.param("init.methods") if m not in methods]
+    if skipped:
+        log.info("init_eval %s: %s skipped (%s)", ctx.lang, ", ".join(skipped),
+                 "; ".join(availability.method_reason(ctx.params, ctx.lang, m) for m in skipped))
+
+    # the shared inputs: target text, source text, XNLI sentences
+    valid, source_lines, src_sent, tgt_sent = _shared_inputs(ctx, opts, methods)
+    # reference row: the source model; then one row per initialised model
+    row, src_vecs, source_tok = _source_row(ctx, opts, source_lines, valid, src_sent, tgt_sent)
     rows = [row]
-    del source
-
-    # one row per initialised model
     for method in methods:
-        start = time.perf_counter()
-        model_dir = Path(ctx.input.get(input_key(method))
-                         or paths.fill(paths.INIT_DIR, lang=ctx.lang, method=method, pseed=1)) / "model"
-        model, kind = modeling.load_source_model(model_dir)
-        model.to(ctx.device)
-        tok = load_tokenizer(model_dir)
-        res = lm_eval(model, tok, kind, valid, seq_len=seq_len, batch_size=batch_size, seed=seed)
-        row = {"lang": ctx.lang, "method": method, "kind": kind, **loss_columns(res), "n_eval_lines": len(valid),
-               "retrieval_en2xx": None, "retrieval_xx2en": None, "n_sentences": None, "model": str(model_dir),
-               **bpb_columns(model, tok, kind, valid, asked=bpb, seq_len=seq_len, batch_size=batch_size)}
-        if kind == "masked" and src_vecs is not None:
-            vecs = sentence_embeddings(model, tok, tgt_sent, batch_size=batch_size, max_length=seq_len,
-                                       desc=f"{ctx.lang} sentences, {method}")
-            row["retrieval_en2xx"], row["retrieval_xx2en"] = retrieval_accuracy(src_vecs, vecs)
-            row["n_sentences"] = len(tgt_sent)
-        row["seconds"] = time.perf_counter() - start
+        row, tok = _method_row(ctx, opts, method, valid, tgt_sent, src_vecs)
         rows.append(row)
-        log.info("%s/%s: loss %.4f (perplexity %.1f; %.4f at temperature %.2f), retrieval %s, bits per byte %s, %.0f s",
-                 ctx.lang, method, row["loss"], row["perplexity"], row["calibrated_loss"], row["temperature"],
-                 "n/a" if row["retrieval_en2xx"] is None
-                 else f"{row['retrieval_en2xx']:.3f} / {row['retrieval_xx2en']:.3f}",
-                 "n/a" if row["bits_per_byte"] is None else f"{row['bits_per_byte']:.4f}", row["seconds"])
-        del model
 
-    if bpb and methods and kind == "causal":  # the floors, with the target tokenizer (every method's)
+    if bpb and methods and rows[-1]["kind"] == "causal":  # the floors, with the target tokenizer (every method's)
         rows += floor_rows(ctx.lang, bpb_floor.floor_scores(tok, ctx.input["train_ids"], source_tok,
                                                             ctx.input["train_text"], valid))
     add_share_kept(rows)

@@ -326,6 +326,28 @@ def same_tokenizer(a, b, where: Path) -> None:
                                  "model scored here must use the target tokenizer")
 
 
+def _reference_lines(ctx, opts: TokenFrequencyLossParams, tokenizer, kind: Kind, lines: list[str],
+                     lines_out: dict[str, list]) -> None:
+    """The bits-per-byte rows of the references, appended to `lines_out`: the source model with its own
+    tokenizer and, for a causal LM, the floors with the target tokenizer (`bpb_floor`)."""
+    if opts.bits_per_byte:  # the source first: a causal source without its LM head stops the job before any scoring
+        source = source_scores(ctx, kind, lines, opts.seq_len, opts.batch_size)
+        for name, values in line_rows(SOURCE, SOURCE, 0, source).items():
+            lines_out[name] += values
+        if kind == "causal":
+            log.info("source model, own tokenizer: %.4f bits per byte on %d valid lines (%.3f bytes per token)",
+                     source.bits_per_byte, len(lines), source.bytes_per_token)
+            for name, scores in bpb_floor.floor_scores(tokenizer, ctx.input["train_ids"], load_tokenizer(
+                    Path(ctx.input["source_model"])), ctx.input["train_text"], lines).items():  # the floors
+                for column, values in line_rows(bpb_floor.FLOOR, name, 0, scores).items():
+                    lines_out[column] += values
+                log.info("floor %s: %.4f bits per byte", name, scores.bits_per_byte)
+        else:
+            log.info("token_frequency_loss %s: no bits per byte (%s)", ctx.lang, bits_per_byte.MASKED_REASON)
+    else:
+        log.info("token_frequency_loss %s: no bits per byte (token_frequency_loss.bits_per_byte is false)", ctx.lang)
+
+
 def run(ctx) -> None:
     opts = ctx.section("token_frequency_loss", TokenFrequencyLossParams)  # params token_frequency_loss, typed
     seq_len, batch_size, bpb = opts.seq_len, opts.batch_size, opts.bits_per_byte
@@ -348,22 +370,7 @@ def run(ctx) -> None:
     batches = lm_batches(tokenizer, blocks, kind, batch_size, ctx.seed)
     lines = bits_per_byte.valid_lines(ctx.input["valid_text"], opts.max_lines) if bpb else []
     lines_out: dict[str, list] = {name: [] for name in BPB_SCHEMA.names}
-    if bpb:  # the source first: a causal source without its LM head stops the job before any scoring
-        source = source_scores(ctx, kind, lines, seq_len, batch_size)
-        for name, values in line_rows(SOURCE, SOURCE, 0, source).items():
-            lines_out[name] += values
-        if kind == "causal":
-            log.info("source model, own tokenizer: %.4f bits per byte on %d valid lines (%.3f bytes per token)",
-                     source.bits_per_byte, len(lines), source.bytes_per_token)
-            for name, scores in bpb_floor.floor_scores(tokenizer, ctx.input["train_ids"], load_tokenizer(
-                    Path(ctx.input["source_model"])), ctx.input["train_text"], lines).items():  # the floors
-                for column, values in line_rows(bpb_floor.FLOOR, name, 0, scores).items():
-                    lines_out[column] += values
-                log.info("floor %s: %.4f bits per byte", name, scores.bits_per_byte)
-        else:
-            log.info("token_frequency_loss %s: no bits per byte (%s)", ctx.lang, bits_per_byte.MASKED_REASON)
-    else:
-        log.info("token_frequency_loss %s: no bits per byte (token_frequency_loss.bits_per_byte is false)", ctx.lang)
+    _reference_lines(ctx, opts, tokenizer, kind, lines, lines_out)
     log.info("token_frequency_loss %s: %d train token types seen of %d, %d buckets (%s), %d valid blocks, %d models",
              ctx.lang, int((counts > 0).sum()), len(counts), len(spans), opts.scheme, len(blocks), len(models))
 

@@ -164,6 +164,57 @@ def word_level_vectors(model, tokenizer) -> TokenVectors:
     return TokenVectors(vectors={tok: model.get_word_vector(text.strip()) for (tok, _), text in zip(vocab, texts)})
 
 
+def _auxiliary_vectors(mode: str, vocab_tokenizer, target_training_data_path: str | None,
+                       fasttext_model_path: str | None, language_identifier: str | None, *, epochs: int, dim: int,
+                       min_count: int, processes: int | None) -> TokenVectors:
+    """Step 1 of `FOCUS`: the auxiliary vectors of `auxiliary_embedding_mode` (deepfocus's errors)."""
+    if mode == "fasttext-tokenlevel":
+        if not target_training_data_path and not fasttext_model_path:
+            raise ValueError(
+                "You need to provide a path to training data or pretrained fasttext model for fasttext-tokenlevel auxiliary embeddings."
+            )
+        if fasttext_model_path:
+            return TokenVectors(model=load_fasttext(fasttext_model_path))
+        return TokenVectors(model=train_token_fasttext(
+            target_training_data_path, vocab_tokenizer, epochs=epochs, dim=dim, min_count=min_count,
+            processes=processes))
+    if mode == "fasttext-wordlevel":
+        if not language_identifier:
+            raise ValueError(
+                "You need to provide a language identifier (e.g. de for German) for fasttext-wordlevel auxiliary embeddings."
+            )
+        return word_level_vectors(download_fasttext_word_model(language_identifier), vocab_tokenizer)
+    raise ValueError(f"auxiliary_embedding_mode must be 'fasttext-tokenlevel' or 'fasttext-wordlevel', "
+                     f"got {mode!r}")
+
+
+def _overlap_and_auxiliary(target_tokenizer, source_tokenizer, vectors: TokenVectors, extend_tokenizer, *,
+                           exact_match_all: bool, fuzzy_match_all: bool, match_symbols: bool):
+    """Steps 2 and 3 of `FOCUS`: the overlap and the auxiliary matrix by target id (looked up by native
+    form, as deepfocus does). Returns (overlap target ids, overlap source ids, auxiliary V_t×d, its mask,
+    the anchor mask of vocabulary extension or None, the new target ids)."""
+    table = compute_overlap(target_tokenizer, source_tokenizer, exact_match_all=exact_match_all,
+                            fuzzy_match_all=fuzzy_match_all, match_symbols=match_symbols)
+    t_ov, s_ov = overlap_pairs(table)
+    vocab_ids = table.column("target_id").to_numpy().astype(np.int64)
+    with gc_paused():
+        tokens = table.column("target_token").to_pylist()
+        vecs, mask = vectors.matrix(tokens)
+
+    target_size = len(target_tokenizer)
+    aux = np.zeros((target_size, vecs.shape[1]), dtype=np.float32)
+    aux_mask = np.zeros(target_size, dtype=bool)
+    aux[vocab_ids], aux_mask[vocab_ids] = vecs, mask
+    anchor_mask = None
+    if extend_tokenizer is not None:
+        # deepfocus: `extend_tokenizer_vocab.get(token)` must be truthy, so id 0 counts as absent too
+        ext_vocab = extend_tokenizer.get_vocab()
+        by_id = dict(zip(vocab_ids.tolist(), tokens))
+        anchor_mask = np.fromiter((bool(ext_vocab.get(by_id[t])) for t in t_ov.tolist()), dtype=bool, count=t_ov.size)
+    is_new = ~np.isin(vocab_ids, t_ov)
+    return t_ov, s_ov, aux, aux_mask, anchor_mask, vocab_ids[is_new]
+
+
 # ---------------------------------------------------------------------------------------------
 # the deepfocus-compatible entry point
 
@@ -218,53 +269,18 @@ def FOCUS(
     say("FOCUS: initialising %d target tokens", len(target_tokenizer))
     vocab_tokenizer = extend_tokenizer or target_tokenizer
     # 1. auxiliary embeddings
-    if auxiliary_embedding_mode == "fasttext-tokenlevel":
-        if not target_training_data_path and not fasttext_model_path:
-            raise ValueError(
-                "You need to provide a path to training data or pretrained fasttext model for fasttext-tokenlevel auxiliary embeddings."
-            )
-        if fasttext_model_path:
-            vectors = TokenVectors(model=load_fasttext(fasttext_model_path))
-        else:
-            vectors = TokenVectors(model=train_token_fasttext(
-                target_training_data_path, vocab_tokenizer, epochs=fasttext_model_epochs, dim=fasttext_model_dim,
-                min_count=fasttext_model_min_count, processes=processes))
-    elif auxiliary_embedding_mode == "fasttext-wordlevel":
-        if not language_identifier:
-            raise ValueError(
-                "You need to provide a language identifier (e.g. de for German) for fasttext-wordlevel auxiliary embeddings."
-            )
-        vectors = word_level_vectors(download_fasttext_word_model(language_identifier), vocab_tokenizer)
-    else:
-        raise ValueError(f"auxiliary_embedding_mode must be 'fasttext-tokenlevel' or 'fasttext-wordlevel', "
-                         f"got {auxiliary_embedding_mode!r}")
-
-    # 2. overlap
-
-    table = compute_overlap(target_tokenizer, source_tokenizer, exact_match_all=exact_match_all,
-                            fuzzy_match_all=fuzzy_match_all, match_symbols=match_symbols)
-    t_ov, s_ov = overlap_pairs(table)
-    vocab_ids = table.column("target_id").to_numpy().astype(np.int64)
-    with gc_paused():
-        tokens = table.column("target_token").to_pylist()
-        vecs, mask = vectors.matrix(tokens)
-
-    # 3. auxiliary matrix by target id (looked up by native form, as deepfocus does)
+    vectors = _auxiliary_vectors(auxiliary_embedding_mode, vocab_tokenizer, target_training_data_path,
+                                 fasttext_model_path, language_identifier, epochs=fasttext_model_epochs,
+                                 dim=fasttext_model_dim, min_count=fasttext_model_min_count, processes=processes)
+    # 2. overlap; 3. auxiliary matrix by target id
     target_size = len(target_tokenizer)
-    aux = np.zeros((target_size, vecs.shape[1]), dtype=np.float32)
-    aux_mask = np.zeros(target_size, dtype=bool)
-    aux[vocab_ids], aux_mask[vocab_ids] = vecs, mask
-    anchor_mask = None
-    if extend_tokenizer is not None:
-        # deepfocus: `extend_tokenizer_vocab.get(token)` must be truthy, so id 0 counts as absent too
-        ext_vocab = extend_tokenizer.get_vocab()
-        by_id = dict(zip(vocab_ids.tolist(), tokens))
-        anchor_mask = np.fromiter((bool(ext_vocab.get(by_id[t])) for t in t_ov.tolist()), dtype=bool, count=t_ov.size)
-    is_new = ~np.isin(vocab_ids, t_ov)
+    t_ov, s_ov, aux, aux_mask, anchor_mask, new_ids = _overlap_and_auxiliary(
+        target_tokenizer, source_tokenizer, vectors, extend_tokenizer, exact_match_all=exact_match_all,
+        fuzzy_match_all=fuzzy_match_all, match_symbols=match_symbols)
 
     # 4. copy, random rows, FOCUS combinations
     out, stats = focus_embeddings(source_embeddings, t_ov, s_ov, torch.from_numpy(aux), torch.from_numpy(aux_mask),
-                                  target_size, seed=seed, device=device, new_ids=vocab_ids[is_new],
+                                  target_size, seed=seed, device=device, new_ids=new_ids,
                                   anchor_mask=anchor_mask)
     say("FOCUS: copied %d overlapping tokens, %d new tokens from N(source mean, source std) (no fastText vector), "
         "%d new tokens as sparse combinations of %d anchors, in %.1f s", stats["copied"], stats["random"],

@@ -73,80 +73,108 @@ def factorize_source(
     t0 = time.perf_counter()
     labels = torch.zeros(V, dtype=torch.int64)
     if kind == "svd":
-        k = options.keep_dim
-        if k > D:
-            raise VocabTransferError(
-                f"{section}.keep_dim={k}: larger than the source model's hidden size {D}; set it to at most {D}"
-            )
-        if k == D:
-            # OFA's convention: keep_dim = hidden size means no factorisation at all
-            C = E.detach().cpu().double()
-            P = torch.eye(D, dtype=torch.float64)
-            stats = {"kind": "svd", "keep_dim": k, "relative_error": 0.0,
-                     "note": "keep_dim equals the hidden size: not factorised (coordinates = embeddings, "
-                             "primitives = identity), as in OFA"}
-            log.info("%s: keep_dim = hidden size %d, so the embeddings are used unfactorised", section, D)
-        else:
-            C, P = truncated_svd(E.detach().cpu().double(), k)
-            err = svd_relative_error(E, P)
-            stats = {"kind": "svd", "keep_dim": k, "relative_error": err}
-            log.info("%s: truncated SVD to %d primitives, relative reconstruction error %.4f", section, k, err)
+        C, P, stats = _svd_factors(E, options.keep_dim, section)
     else:
-        k = options.rank
-        if k > D:
-            raise VocabTransferError(
-                f"{section}.rank={k}: larger than the source model's hidden size {D}; set it to at most {D}"
-            )
-        n_clusters = options.clusters
-        if n_clusters > V:
-            raise VocabTransferError(
-                f"{section}.clusters={n_clusters}: more clusters than the {V} source tokens; set it to at most {V}"
-            )
-        width = n_clusters * k
+        _check_snmf_options(options, V, D, section)
         if cached is not None:
-            C, P, stats = cached[:3]
-            saved_clusters = int(stats.get("clusters", 1))
-            if tuple(C.shape) != (V, width) or tuple(P.shape) != (width, D) or saved_clusters != n_clusters:
-                raise VocabTransferError(
-                    f"{section}: precomputed factors have shapes {tuple(C.shape)} and {tuple(P.shape)} for "
-                    f"{saved_clusters} cluster(s), expected ({V}, {width}) and ({width}, {D}) for {n_clusters}; "
-                    "rerun the source_snmf stage"
-                )
-            if len(cached) > 3:
-                labels = cached[3].to(torch.int64)
-            elif n_clusters > 1:
-                raise VocabTransferError(f"{section}: precomputed clustered factors come without their cluster ids; "
-                                         "rerun the source_snmf stage")
-            log.info("%s: using the precomputed semi-NMF (rank %d, %d cluster(s), relative error %.4f)", section, k,
-                     n_clusters, stats.get("relative_error", float("nan")))
-            out = (C.float(), P.float(), dict(stats))
+            C, P, stats, labels = _cached_snmf(cached, options, V, D, labels, section)
+            out = (C, P, stats)
             return out + (labels,) if return_labels else out
-        max_iter, tol, init = options.max_iter, options.tol, options.init
-        if n_clusters == 1:  # today's single factorisation, unchanged
-            W, H, history = semi_nmf(E.detach().float(), k, max_iter=max_iter, tol=tol, seed=seed, device=device,
-                                     init=init, return_history=True)
-            iterations = len(history) - 1
-            stats = {"kind": "snmf", "rank": k, "clusters": 1, "init": init, "max_iter": max_iter, "tol": tol,
-                     "iterations": iterations, "stopped_by_tol": iterations < max_iter,
-                     "initial_relative_error": history[0], "relative_error": history[-1]}
-        else:
-            W, H, labels, info = clustered_semi_nmf(E.detach().float(), k, n_clusters, seed=seed, max_iter=max_iter,
-                                                    tol=tol, device=device, init=init)
-            iterations = max(info["iterations"])
-            stats = {"kind": "snmf", "rank": k, "clusters": n_clusters, "init": init, "max_iter": max_iter,
-                     "tol": tol, "iterations": iterations,
-                     "stopped_by_tol": all(i < max_iter for i in info["iterations"]),
-                     "initial_relative_error": info["initial_relative_error"],
-                     "relative_error": info["relative_error"],
-                     "cluster_sizes": info["sizes"], "cluster_ranks": info["ranks"],
-                     "cluster_relative_errors": info["relative_errors"],
-                     "cluster_iterations": info["iterations"]}
-            log.info("%s: %d clusters × rank %d, relative error %.4f (per cluster %s)", section, n_clusters, k,
-                     info["relative_error"], ", ".join(f"{e:.3f}" for e in info["relative_errors"]))
-        C, P = W.cpu(), H.cpu()
-        if not stats["stopped_by_tol"] and max_iter > 0:
-            log.warning("%s: semi-NMF hit max_iter=%d before the relative improvement fell below tol=%g "
-                        "(relative error %.4f); raise %s.max_iter for a closer fit",
-                        section, max_iter, tol, stats["relative_error"], section)
+        C, P, stats, labels = _snmf_factors(E, options, labels, seed=seed, device=device, section=section)
     stats["seconds"] = round(time.perf_counter() - t0, 3)
     return (C, P, stats, labels) if return_labels else (C, P, stats)
+
+
+def _svd_factors(E: torch.Tensor, k: int, section: str) -> tuple[torch.Tensor, torch.Tensor, dict]:
+    """`factorize_source`'s svd: float64 (C, P, stats) of the rank-`k` truncated SVD, or with k = D
+    no factorisation at all (C = E, P = I, OFA's convention)."""
+    D = E.shape[1]
+    if k > D:
+        raise VocabTransferError(
+            f"{section}.keep_dim={k}: larger than the source model's hidden size {D}; set it to at most {D}"
+        )
+    if k == D:
+        # OFA's convention: keep_dim = hidden size means no factorisation at all
+        C = E.detach().cpu().double()
+        P = torch.eye(D, dtype=torch.float64)
+        stats = {"kind": "svd", "keep_dim": k, "relative_error": 0.0,
+                 "note": "keep_dim equals the hidden size: not factorised (coordinates = embeddings, "
+                         "primitives = identity), as in OFA"}
+        log.info("%s: keep_dim = hidden size %d, so the embeddings are used unfactorised", section, D)
+    else:
+        C, P = truncated_svd(E.detach().cpu().double(), k)
+        err = svd_relative_error(E, P)
+        stats = {"kind": "svd", "keep_dim": k, "relative_error": err}
+        log.info("%s: truncated SVD to %d primitives, relative reconstruction error %.4f", section, k, err)
+    return C, P, stats
+
+
+def _check_snmf_options(options: SnmfOptions, V: int, D: int, section: str) -> None:
+    """snmf's rank at most the hidden size, its clusters at most the number of source tokens."""
+    k = options.rank
+    if k > D:
+        raise VocabTransferError(
+            f"{section}.rank={k}: larger than the source model's hidden size {D}; set it to at most {D}"
+        )
+    n_clusters = options.clusters
+    if n_clusters > V:
+        raise VocabTransferError(
+            f"{section}.clusters={n_clusters}: more clusters than the {V} source tokens; set it to at most {V}"
+        )
+
+
+def _cached_snmf(cached: tuple, options: SnmfOptions, V: int, D: int, labels: torch.Tensor, section: str):
+    """The precomputed semi-NMF `cached` (C, P, stats[, labels]), checked against the options and E's shape:
+    (C float32, P float32, a copy of stats, the cluster ids, or `labels` where it has none)."""
+    k, n_clusters = options.rank, options.clusters
+    width = n_clusters * k
+    C, P, stats = cached[:3]
+    saved_clusters = int(stats.get("clusters", 1))
+    if tuple(C.shape) != (V, width) or tuple(P.shape) != (width, D) or saved_clusters != n_clusters:
+        raise VocabTransferError(
+            f"{section}: precomputed factors have shapes {tuple(C.shape)} and {tuple(P.shape)} for "
+            f"{saved_clusters} cluster(s), expected ({V}, {width}) and ({width}, {D}) for {n_clusters}; "
+            "rerun the source_snmf stage"
+        )
+    if len(cached) > 3:
+        labels = cached[3].to(torch.int64)
+    elif n_clusters > 1:
+        raise VocabTransferError(f"{section}: precomputed clustered factors come without their cluster ids; "
+                                 "rerun the source_snmf stage")
+    log.info("%s: using the precomputed semi-NMF (rank %d, %d cluster(s), relative error %.4f)", section, k,
+             n_clusters, stats.get("relative_error", float("nan")))
+    return C.float(), P.float(), dict(stats), labels
+
+
+def _snmf_factors(E: torch.Tensor, options: SnmfOptions, labels: torch.Tensor, *, seed: int, device: str,
+                  section: str):
+    """`factorize_source`'s snmf: (W, H on the CPU, stats, the cluster ids) of the single `semi_nmf`
+    (`labels` unchanged) or, with clusters > 1, the block-structured `clustered_semi_nmf`."""
+    k, n_clusters = options.rank, options.clusters
+    max_iter, tol, init = options.max_iter, options.tol, options.init
+    if n_clusters == 1:  # today's single factorisation, unchanged
+        W, H, history = semi_nmf(E.detach().float(), k, max_iter=max_iter, tol=tol, seed=seed, device=device,
+                                 init=init, return_history=True)
+        iterations = len(history) - 1
+        stats = {"kind": "snmf", "rank": k, "clusters": 1, "init": init, "max_iter": max_iter, "tol": tol,
+                 "iterations": iterations, "stopped_by_tol": iterations < max_iter,
+                 "initial_relative_error": history[0], "relative_error": history[-1]}
+    else:
+        W, H, labels, info = clustered_semi_nmf(E.detach().float(), k, n_clusters, seed=seed, max_iter=max_iter,
+                                                tol=tol, device=device, init=init)
+        iterations = max(info["iterations"])
+        stats = {"kind": "snmf", "rank": k, "clusters": n_clusters, "init": init, "max_iter": max_iter,
+                 "tol": tol, "iterations": iterations,
+                 "stopped_by_tol": all(i < max_iter for i in info["iterations"]),
+                 "initial_relative_error": info["initial_relative_error"],
+                 "relative_error": info["relative_error"],
+                 "cluster_sizes": info["sizes"], "cluster_ranks": info["ranks"],
+                 "cluster_relative_errors": info["relative_errors"],
+                 "cluster_iterations": info["iterations"]}
+        log.info("%s: %d clusters × rank %d, relative error %.4f (per cluster %s)", section, n_clusters, k,
+                 info["relative_error"], ", ".join(f"{e:.3f}" for e in info["relative_errors"]))
+    if not stats["stopped_by_tol"] and max_iter > 0:
+        log.warning("%s: semi-NMF hit max_iter=%d before the relative improvement fell below tol=%g "
+                    "(relative error %.4f); raise %s.max_iter for a closer fit",
+                    section, max_iter, tol, stats["relative_error"], section)
+    return W.cpu(), H.cpu(), stats, labels

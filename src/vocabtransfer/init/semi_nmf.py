@@ -84,6 +84,88 @@ def _least_squares_H(WtW: torch.Tensor, WtX: torch.Tensor) -> torch.Tensor:
         return torch.linalg.lstsq(G, WtX.double()).solution
 
 
+def _check_options(k: int, V: int, max_iter, tol, init) -> None:
+    """semi_nmf's rank (at most the number of rows), iteration limit, tolerance and initialisation."""
+    if k > V:
+        raise VocabTransferError(f"rank={k}: larger than the number of rows {V}; choose a rank of at most {V}")
+    if isinstance(max_iter, bool) or not isinstance(max_iter, int) or max_iter < 0:
+        raise VocabTransferError(f"max_iter={max_iter!r}: must be a non-negative integer (e.g. 500)")
+    if not isinstance(tol, (int, float)) or isinstance(tol, bool) or not tol >= 0:
+        raise VocabTransferError(f"tol={tol!r}: must be a non-negative number (e.g. 1e-4)")
+    if init not in ("kmeans", "svd"):
+        raise VocabTransferError(f"init={init!r}: unknown semi-NMF initialisation; use 'svd' or 'kmeans'")
+
+
+def _initial_factors(X: torch.Tensor, k: int, init: str, *, seed: int, kmeans_iter: int
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The starting (W, H) of semi_nmf: k-means indicators + 0.2 and centroids, or the exact
+    non-negative rewrite of the rank-(k−1) truncated SVD (see `semi_nmf`)."""
+    V, D = X.shape
+    dtype = X.dtype
+    if init == "kmeans":
+        labels, centroids = kmeans(X, k, iters=kmeans_iter, seed=seed)
+        W = torch.nn.functional.one_hot(labels, k).to(dtype) + 0.2
+        H = centroids.clone()
+    else:
+        if k == 1:
+            C, P = X.new_zeros(V, 0), X.new_zeros(0, D)
+        else:
+            C, P = truncated_svd(X.double(), k - 1)
+        m = C.min(dim=0).values if k > 1 else C.new_zeros(0)
+        W = torch.cat([C - m, C.new_ones(V, 1)], dim=1).to(dtype)
+        H = torch.cat([P, (m @ P)[None, :]], dim=0).to(dtype)
+        if k == 1:  # rank 1: the best constant row (the mean)
+            H = X.mean(dim=0, keepdim=True)
+    return W.contiguous(), H
+
+
+def _multiplicative_updates(X: torch.Tensor, W: torch.Tensor, H: torch.Tensor, *, max_iter: int, tol: float,
+                            log_every: int, callback: Callable[[int, float], None] | None, init: str,
+                            device: torch.device):
+    """semi_nmf's iterations from (W, H): H by least squares, W by the multiplicative update, until the
+    relative improvement falls below `tol` or after `max_iter`. Returns (W, H, history)."""
+    V, D = X.shape
+    k = W.shape[1]
+    # the error comes from the Gram terms at no extra V×D product: ‖X − WH‖² = ‖X‖² − 2⟨XHᵀ, W⟩ + ⟨WᵀW, HHᵀ⟩
+    xx = float((X.double() ** 2).sum())
+    if xx == 0.0:
+        raise VocabTransferError("semi_nmf: X is all zeros; there is nothing to factorise")
+
+    def rel_err(XHt: torch.Tensor, W: torch.Tensor, WtW: torch.Tensor, HHt: torch.Tensor) -> float:
+        sq = xx - 2.0 * float((XHt.double() * W.double()).sum()) + float((WtW.double() * HHt.double()).sum())
+        return max(sq, 0.0) ** 0.5 / xx ** 0.5
+
+    WtW = W.T @ W
+    history = [rel_err(X @ H.T, W, WtW, H @ H.T)]
+    log.info("semi-NMF %d×%d rank %d (%s init) on %s: relative error %.4f at start", V, D, k, init, device, history[0])
+    bar = progress(range(1, max_iter + 1), desc=f"semi-NMF rank {k}", unit="it")
+    it = 0
+    for it in bar:
+        H = _least_squares_H(WtW, W.T @ X).to(X.dtype)
+        XHt = X @ H.T
+        HHt = H @ H.T
+        num = _pos(XHt) + W @ _neg(HHt)
+        den = _neg(XHt) + W @ _pos(HHt)
+        den = den.clamp_min(1e-12 * float(den.max().clamp_min(1e-30)))
+        W = W * torch.sqrt(num / den)
+        WtW = W.T @ W
+        err = rel_err(XHt, W, WtW, HHt)
+        history.append(err)
+        if callback is not None:
+            callback(it, err)
+        if hasattr(bar, "set_postfix"):
+            bar.set_postfix(rel_err=f"{err:.4f}", refresh=False)
+        if log_every and it % log_every == 0:
+            log.info("semi-NMF iteration %d: relative error %.4f", it, err)
+        prev = history[-2]
+        if prev <= 0.0 or (prev - err) / prev < tol:  # exact fit, or too little progress
+            break
+    if hasattr(bar, "close"):
+        bar.close()
+    log.info("semi-NMF stopped after %d iteration(s): relative error %.4f (start %.4f)", it, history[-1], history[0])
+    return W, H, history
+
+
 def semi_nmf(
     X: torch.Tensor,
     rank: int,
@@ -142,74 +224,13 @@ def semi_nmf(
     check_matrix(X, "semi_nmf: X")
     V, D = X.shape
     k = check_rank(rank, "rank", V, D)
-    if k > V:
-        raise VocabTransferError(f"rank={k}: larger than the number of rows {V}; choose a rank of at most {V}")
-    if isinstance(max_iter, bool) or not isinstance(max_iter, int) or max_iter < 0:
-        raise VocabTransferError(f"max_iter={max_iter!r}: must be a non-negative integer (e.g. 500)")
-    if not isinstance(tol, (int, float)) or isinstance(tol, bool) or not tol >= 0:
-        raise VocabTransferError(f"tol={tol!r}: must be a non-negative number (e.g. 1e-4)")
-    if init not in ("kmeans", "svd"):
-        raise VocabTransferError(f"init={init!r}: unknown semi-NMF initialisation; use 'svd' or 'kmeans'")
+    _check_options(k, V, max_iter, tol, init)
     dev = torch.device(device) if device is not None else X.device
     dtype = torch.float64 if X.dtype == torch.float64 else torch.float32
     X = X.detach().to(device=dev, dtype=dtype)
-
-    # 1. initialisation
-    if init == "kmeans":
-        labels, centroids = kmeans(X, k, iters=kmeans_iter, seed=seed)
-        W = torch.nn.functional.one_hot(labels, k).to(dtype) + 0.2
-        H = centroids.clone()
-    else:
-        if k == 1:
-            C, P = X.new_zeros(V, 0), X.new_zeros(0, D)
-        else:
-            C, P = truncated_svd(X.double(), k - 1)
-        m = C.min(dim=0).values if k > 1 else C.new_zeros(0)
-        W = torch.cat([C - m, C.new_ones(V, 1)], dim=1).to(dtype)
-        H = torch.cat([P, (m @ P)[None, :]], dim=0).to(dtype)
-        if k == 1:  # rank 1: the best constant row (the mean)
-            H = X.mean(dim=0, keepdim=True)
-    W = W.contiguous()
-
-    # 2. multiplicative updates; the error comes from the Gram terms at no extra V×D product:
-    #    ‖X − WH‖² = ‖X‖² − 2⟨XHᵀ, W⟩ + ⟨WᵀW, HHᵀ⟩
-    xx = float((X.double() ** 2).sum())
-    if xx == 0.0:
-        raise VocabTransferError("semi_nmf: X is all zeros; there is nothing to factorise")
-
-    def rel_err(XHt: torch.Tensor, W: torch.Tensor, WtW: torch.Tensor, HHt: torch.Tensor) -> float:
-        sq = xx - 2.0 * float((XHt.double() * W.double()).sum()) + float((WtW.double() * HHt.double()).sum())
-        return max(sq, 0.0) ** 0.5 / xx ** 0.5
-
-    WtW = W.T @ W
-    history = [rel_err(X @ H.T, W, WtW, H @ H.T)]
-    log.info("semi-NMF %d×%d rank %d (%s init) on %s: relative error %.4f at start",
-             V, D, k, init, dev, history[0])
-    bar = progress(range(1, max_iter + 1), desc=f"semi-NMF rank {k}", unit="it")
-    it = 0
-    for it in bar:
-        H = _least_squares_H(WtW, W.T @ X).to(dtype)
-        XHt = X @ H.T
-        HHt = H @ H.T
-        num = _pos(XHt) + W @ _neg(HHt)
-        den = _neg(XHt) + W @ _pos(HHt)
-        den = den.clamp_min(1e-12 * float(den.max().clamp_min(1e-30)))
-        W = W * torch.sqrt(num / den)
-        WtW = W.T @ W
-        err = rel_err(XHt, W, WtW, HHt)
-        history.append(err)
-        if callback is not None:
-            callback(it, err)
-        if hasattr(bar, "set_postfix"):
-            bar.set_postfix(rel_err=f"{err:.4f}", refresh=False)
-        if log_every and it % log_every == 0:
-            log.info("semi-NMF iteration %d: relative error %.4f", it, err)
-        prev = history[-2]
-        if prev <= 0.0 or (prev - err) / prev < tol:  # exact fit, or too little progress
-            break
-    if hasattr(bar, "close"):
-        bar.close()
-    log.info("semi-NMF stopped after %d iteration(s): relative error %.4f (start %.4f)", it, history[-1], history[0])
+    W, H = _initial_factors(X, k, init, seed=seed, kmeans_iter=kmeans_iter)
+    W, H, history = _multiplicative_updates(X, W, H, max_iter=max_iter, tol=tol, log_every=log_every,
+                                            callback=callback, init=init, device=dev)
     if return_history:
         return W, H, history
     return W, H
@@ -220,6 +241,45 @@ def semi_nmf(
 # --------------------------------------------------------------------------------------------
 
 CLUSTER_KMEANS_ITER = 20  # Lloyd iterations of the clustering that splits the rows into C groups
+
+
+def _factorise_clusters(X: torch.Tensor, labels: torch.Tensor, clusters: int, k: int, dev: torch.device, *,
+                        seed: int, max_iter: int, tol: float, init: str):
+    """Steps 2 and 3 of `clustered_semi_nmf`: one `semi_nmf` per cluster of rows, written into its block
+    of W' and H', and the overall error combined from the clusters'. Returns (W', H', info)."""
+    V, D = X.shape
+    W = X.new_zeros(V, clusters * k)
+    H = X.new_zeros(clusters * k, D)
+    info = {"sizes": [], "ranks": [], "relative_errors": [], "initial_relative_errors": [], "iterations": []}
+    sq_total = sq_start = norm_total = 0.0
+    for c in range(clusters):
+        rows = (labels == c).nonzero().flatten().to(dev)
+        Xc = X[rows]
+        n, k_c = int(rows.numel()), min(k, int(rows.numel()))
+        norm = float((Xc.double() ** 2).sum())
+        if norm == 0.0:  # nothing to factorise: zero coefficients and primitives reconstruct it exactly
+            errs, iters = [0.0, 0.0], 0
+        else:
+            Wc, Hc, history = semi_nmf(Xc, k_c, max_iter=max_iter, tol=tol, seed=seed, init=init, log_every=0,
+                                       return_history=True)
+            W[rows, c * k:c * k + k_c] = Wc
+            H[c * k:c * k + k_c] = Hc
+            errs, iters = [history[0], relative_error(Xc, Wc, Hc)], len(history) - 1
+            if clusters > 1:
+                log.info("semi-NMF cluster %d/%d: %d rows, rank %d, relative error %.4f after %d iteration(s)",
+                         c + 1, clusters, n, k_c, errs[1], iters)
+        info["sizes"].append(n)
+        info["ranks"].append(k_c)
+        info["initial_relative_errors"].append(errs[0])
+        info["relative_errors"].append(errs[1])
+        info["iterations"].append(iters)
+        sq_start += errs[0] ** 2 * norm
+        sq_total += errs[1] ** 2 * norm
+        norm_total += norm
+    # the overall error: the clusters' squared errors add up
+    info["initial_relative_error"] = (sq_start / norm_total) ** 0.5 if norm_total else 0.0
+    info["relative_error"] = (sq_total / norm_total) ** 0.5 if norm_total else 0.0
+    return W, H, info
 
 
 def clustered_semi_nmf(
@@ -275,38 +335,8 @@ def clustered_semi_nmf(
         labels = labels.cpu()
         log.info("semi-NMF: %d rows in %d clusters (sizes %s)", V, clusters,
                  torch.bincount(labels, minlength=clusters).tolist())
-    # 2. one semi-NMF per cluster, written into its block of W' and H'
-    W = X.new_zeros(V, clusters * k)
-    H = X.new_zeros(clusters * k, D)
-    info = {"sizes": [], "ranks": [], "relative_errors": [], "initial_relative_errors": [], "iterations": []}
-    sq_total = sq_start = norm_total = 0.0
-    for c in range(clusters):
-        rows = (labels == c).nonzero().flatten().to(dev)
-        Xc = X[rows]
-        n, k_c = int(rows.numel()), min(k, int(rows.numel()))
-        norm = float((Xc.double() ** 2).sum())
-        if norm == 0.0:  # nothing to factorise: zero coefficients and primitives reconstruct it exactly
-            errs, iters = [0.0, 0.0], 0
-        else:
-            Wc, Hc, history = semi_nmf(Xc, k_c, max_iter=max_iter, tol=tol, seed=seed, init=init, log_every=0,
-                                       return_history=True)
-            W[rows, c * k:c * k + k_c] = Wc
-            H[c * k:c * k + k_c] = Hc
-            errs, iters = [history[0], relative_error(Xc, Wc, Hc)], len(history) - 1
-            if clusters > 1:
-                log.info("semi-NMF cluster %d/%d: %d rows, rank %d, relative error %.4f after %d iteration(s)",
-                         c + 1, clusters, n, k_c, errs[1], iters)
-        info["sizes"].append(n)
-        info["ranks"].append(k_c)
-        info["initial_relative_errors"].append(errs[0])
-        info["relative_errors"].append(errs[1])
-        info["iterations"].append(iters)
-        sq_start += errs[0] ** 2 * norm
-        sq_total += errs[1] ** 2 * norm
-        norm_total += norm
-    # 3. the overall error: the clusters' squared errors add up
-    info["initial_relative_error"] = (sq_start / norm_total) ** 0.5 if norm_total else 0.0
-    info["relative_error"] = (sq_total / norm_total) ** 0.5 if norm_total else 0.0
+    # 2. one semi-NMF per cluster, written into its block of W' and H'; 3. the overall error
+    W, H, info = _factorise_clusters(X, labels, clusters, k, dev, seed=seed, max_iter=max_iter, tol=tol, init=init)
     return W.contiguous(), H.contiguous(), labels, info
 
 

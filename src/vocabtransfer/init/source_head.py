@@ -119,13 +119,9 @@ def _cached_loss(head, feats) -> tuple[float, int]:
     return (total / n if n else math.nan), n
 
 
-def train_head(model, tokenizer, kind: Kind, loading: modeling.LoadingInfo, train_lines: list[str],
-               eval_lines: list[str], *, steps: int, learning_rate: float, batch_size: int, seq_len: int,
-               train_blocks: int, eval_every: int, seed: int, warmup_fraction: float = 0.05) -> dict:
-    """Train the missing head on cached frozen-body features; returns the stats (learning curve included)."""
-    import torch  # torch: heavy, not at CLI start-up
-    import torch.nn.functional as F  # torch: heavy, not at CLI start-up
-
+def _unfreeze_head(model, kind: Kind, loading: modeling.LoadingInfo):
+    """The LM head and its missing parameters, the only ones left trainable (the body frozen, in eval
+    mode so that its features can be cached); an error where a missing weight is not the head's."""
     head = modeling.lm_head(model, kind)
     params = trainable_head_parameters(model, loading)
     if head is None or not params:
@@ -144,9 +140,16 @@ def train_head(model, tokenizer, kind: Kind, loading: modeling.LoadingInfo, trai
     model.eval()  # frozen body: no dropout, so its features can be cached
     log.info("training %d head parameter tensor(s) (%d values): %s", len(params),
              sum(p.numel() for p in params.values()), ", ".join(params))
+    return head, params
 
-    # 1. blocks and cached features (the only encoder passes of this stage)
-    gen = torch.Generator().manual_seed(seed)
+
+def _block_features(model, tokenizer, kind: Kind, train_lines: list[str], eval_lines: list[str], gen, *,
+                    seq_len: int, train_blocks: int, batch_size: int, seed: int):
+    """Step 1 of `train_head`: the blocks (`train_blocks` training blocks drawn with `gen`) and their
+    cached frozen-body features, the only encoder passes of this stage. Returns (training blocks,
+    held-out blocks, training features, held-out features, seconds)."""
+    import torch  # torch: heavy, not at CLI start-up
+
     blocks = pack_lines(tokenizer, train_lines, seq_len, kind=kind)
     eval_blocks = pack_lines(tokenizer, eval_lines, seq_len, kind=kind)
     if not blocks or not eval_blocks:
@@ -159,30 +162,37 @@ def train_head(model, tokenizer, kind: Kind, loading: modeling.LoadingInfo, trai
                            "held-out features")
     train_feats = _features(model, blocks, LMCollator(tokenizer, kind, seed), kind, batch_size, "train features")
     feature_seconds = time.perf_counter() - start
-    n_train_tokens = sum(int(f[1].numel()) for f in train_feats)
     log.info("cached features of %d training blocks (%d predicted tokens) and %d held-out blocks in %.1f s",
-             len(blocks), n_train_tokens, len(eval_blocks), feature_seconds)
+             len(blocks), sum(int(f[1].numel()) for f in train_feats), len(eval_blocks), feature_seconds)
+    return blocks, eval_blocks, train_feats, eval_feats, feature_seconds
 
-    # 2. a missing output bias starts at the add-one-smoothed log unigram frequency of the training
-    #    targets: the best context-free head, so training starts at the unigram loss instead of ln V
-    loss_random, n_eval = _cached_loss(head, eval_feats)
+
+def _unigram_bias(model, params: dict, train_feats) -> bool:
+    """Step 2 of `train_head`: a missing output bias starts at the add-one-smoothed log unigram frequency
+    of the training targets: the best context-free head, so training starts at the unigram loss
+    instead of ln V. Returns whether it did."""
+    import torch  # torch: heavy, not at CLI start-up
+
     bias = modeling.output_bias(model)
     bias_init = bias is not None and any(p is bias for p in params.values())
     if bias_init:
         counts = torch.bincount(torch.cat([f[1] for f in train_feats]), minlength=bias.numel()).double()
         with torch.no_grad():
             bias.copy_(torch.log((counts + 1) / (counts.sum() + bias.numel())).to(bias.dtype))
+    return bias_init
 
-    # 3. AdamW on the head only; linear warm-up, then linear decay to 0
+
+def _train_cached(head, params: dict, train_feats, eval_feats, gen, *, steps: int, learning_rate: float,
+                  batch_size: int, eval_every: int, warmup: int) -> list[dict]:
+    """Step 3 of `train_head`: AdamW on the head only over batches of cached features drawn with `gen`;
+    linear warm-up, then linear decay to 0. Returns the learning curve after step 0 (the held-out
+    loss every `eval_every` steps and at the end)."""
+    import torch  # torch: heavy, not at CLI start-up
+
     optimizer = torch.optim.AdamW(list(params.values()), lr=learning_rate, weight_decay=0.0)
-    warmup = max(1, int(warmup_fraction * steps))
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: (s + 1) / warmup if s < warmup else max(0.0, (steps - s) / max(1, steps - warmup)))
-    loss_start, _ = _cached_loss(head, eval_feats)
-    curve = [{"step": 0, "heldout_loss": loss_start}]
-    log.info("held-out loss of the checkpoint's random head: %.4f (%d tokens)%s", loss_random, n_eval,
-             f"; with the unigram output bias: {loss_start:.4f}" if bias_init else "")
-    train_start = time.perf_counter()
+    curve = []
     queue: list[int] = []
     bar = progress(range(1, steps + 1), desc="source head", unit="step")
     for step in bar:
@@ -191,7 +201,7 @@ def train_head(model, tokenizer, kind: Kind, loading: modeling.LoadingInfo, trai
         chosen, queue = queue[:batch_size], queue[batch_size:]
         x = torch.cat([train_feats[i][0] for i in chosen])
         y = torch.cat([train_feats[i][1] for i in chosen])
-        loss = F.cross_entropy(head(x).float(), y)
+        loss = torch.nn.functional.cross_entropy(head(x).float(), y)
         loss.backward()
         loss = loss.item()
         optimizer.step()
@@ -203,6 +213,34 @@ def train_head(model, tokenizer, kind: Kind, loading: modeling.LoadingInfo, trai
             log.info("step %d/%d: train loss %.4f, held-out loss %.4f", step, steps, loss, heldout)
             if hasattr(bar, "set_postfix"):
                 bar.set_postfix(heldout=f"{heldout:.3f}")
+    return curve
+
+
+def train_head(model, tokenizer, kind: Kind, loading: modeling.LoadingInfo, train_lines: list[str],
+               eval_lines: list[str], *, steps: int, learning_rate: float, batch_size: int, seq_len: int,
+               train_blocks: int, eval_every: int, seed: int, warmup_fraction: float = 0.05) -> dict:
+    """Train the missing head on cached frozen-body features; returns the stats (learning curve included)."""
+    import torch  # torch: heavy, not at CLI start-up
+
+    head, params = _unfreeze_head(model, kind, loading)
+    # 1. blocks and cached features (one generator draws the training blocks, then the batches)
+    gen = torch.Generator().manual_seed(seed)
+    blocks, eval_blocks, train_feats, eval_feats, feature_seconds = _block_features(
+        model, tokenizer, kind, train_lines, eval_lines, gen, seq_len=seq_len, train_blocks=train_blocks,
+        batch_size=batch_size, seed=seed)
+    n_train_tokens = sum(int(f[1].numel()) for f in train_feats)
+    # 2. the unigram output bias
+    loss_random, n_eval = _cached_loss(head, eval_feats)
+    bias_init = _unigram_bias(model, params, train_feats)
+    # 3. train the head on the cached features
+    warmup = max(1, int(warmup_fraction * steps))
+    loss_start, _ = _cached_loss(head, eval_feats)
+    log.info("held-out loss of the checkpoint's random head: %.4f (%d tokens)%s", loss_random, n_eval,
+             f"; with the unigram output bias: {loss_start:.4f}" if bias_init else "")
+    train_start = time.perf_counter()
+    curve = [{"step": 0, "heldout_loss": loss_start}] + _train_cached(
+        head, params, train_feats, eval_feats, gen, steps=steps, learning_rate=learning_rate, batch_size=batch_size,
+        eval_every=eval_every, warmup=warmup)
     train_seconds = time.perf_counter() - train_start
     for p in model.parameters():
         p.requires_grad_(False)

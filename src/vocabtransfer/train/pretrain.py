@@ -52,13 +52,12 @@ import pyarrow.compute as pc
 
 from vocabtransfer import io
 from vocabtransfer.model import modeling
-from vocabtransfer.model.hub import load_tokenizer
-from vocabtransfer.train.batches import StepBlocks, StepCollator, read_ids
-from vocabtransfer.model.lmdata import Kind, lm_batches
-from vocabtransfer.train.packing import PackedBlocks
+from vocabtransfer.train.batches import StepBlocks, StepCollator  # noqa: F401 (StepBlocks: read from here too)
+from vocabtransfer.model.lmdata import Kind
 from vocabtransfer.train import parallel, sharding
+from vocabtransfer.train import pretrain_setup as setup
 from vocabtransfer.train.trainer import (
-    DISTILL_COLUMNS, PretrainParams, PARAMS_FILE, ROWS_FILE, _trainer_classes, check_resume_params, complete_checkpoints, model_fingerprint)
+    DISTILL_COLUMNS, PretrainParams, ROWS_FILE)
 from vocabtransfer.init import availability
 from vocabtransfer.pipeline import names
 from vocabtransfer.pipeline import paths
@@ -73,7 +72,7 @@ METRICS_SCHEMA = pa.schema([
     ("valid_loss", pa.float64()), ("learning_rate", pa.float64()), ("tokens_per_second", pa.float64()),
 ])
 # distill: at every logged step the gradient norm of each of its two terms, unweighted, and of the step's
-# loss before clipping (trainer.ObjectiveTrainer; null on the other rows; the terms' NaN where not measured:
+# loss before clipping (objective_trainer.ObjectiveTrainer; null on the other rows; the terms' NaN where not measured:
 # several processes or sharded)
 DISTILL_METRICS_SCHEMA = pa.schema(list(METRICS_SCHEMA) + [pa.field(c, pa.float64()) for c in DISTILL_COLUMNS])
 
@@ -153,18 +152,9 @@ def check_distill(ctx, objective: str) -> Path | None:
     return source
 
 
-def run(ctx) -> None:
-    import torch  # torch: heavy, not at CLI start-up
-    from transformers import PrinterCallback, TrainingArguments  # transformers: heavy, not at CLI start-up
-
-    from vocabtransfer.train import distill  # imports torch: not at CLI start-up
-    from vocabtransfer.train import lowrank  # imports torch: not at CLI start-up
-    from vocabtransfer.model.losses import distill_alpha  # imports torch: not at CLI start-up
-
-    start = time.perf_counter()
-    opts = ctx.section("pretrain", PretrainParams)  # params pretrain, typed
-    method, objective, pseed = ctx.method, ctx.wildcards["objective"], int(ctx.wildcards["pseed"])
-    seed = names.seed_value(ctx.params, pseed)  # data order, masks and dropout of this pretraining seed
+def _check_job(ctx, opts: PretrainParams, method: str, objective: str, pseed: int) -> Path | None:
+    """The job is one of params pretrain's runs, and its options fit the processes; returns the
+    teacher's directory for distill (`check_distill`), else None."""
     check_params(ctx.params)
     if ((method, objective) not in availability.pretrain_pairs(ctx.params)
             or pseed not in names.pretrain_seeds(ctx.params)):
@@ -175,170 +165,108 @@ def run(ctx) -> None:
     parallel.check_processes(opts.processes, ctx.device, int(os.environ.get("WORLD_SIZE", "1")))
     sharding.check_options(opts.sharding, opts.processes, embeddings_only_steps=opts.embeddings_only_steps,
                            factorized=opts.factorized)
+    return teacher_dir
+
+
+def _stats(ctx, opts: PretrainParams, data: setup.RunData, training: setup.Training, model, rows: dict, *,
+           tokens_seen: int, start: float, train_seconds: float, resume, seed: int, factorized: bool,
+           teacher_dir: Path | None, checkpointed: bool, model_dir: Path) -> dict:
+    """The run's stats.json (but `valid_tokens`, counted again on the final valid blocks)."""
+    from vocabtransfer.model.losses import distill_alpha  # imports torch: not at CLI start-up
+
+    distill_opts, blocks, objective = opts.distill, data.blocks, ctx.wildcards["objective"]
+    return {
+        "lang": ctx.lang, "method": ctx.method, "objective": objective, "kind": data.kind,
+        "model_class": type(model).__name__, "steps": opts.steps, "tokens_seen": tokens_seen,
+        "initial_valid_loss": rows[0]["valid_loss"], "final_valid_loss": rows[max(rows)]["valid_loss"],
+        "seconds": time.perf_counter() - start, "train_seconds": train_seconds,
+        "resumed_from_step": resume[0] if resume else None, "pseed": int(ctx.wildcards["pseed"]), "seed": seed,
+        "margin": opts.selfish.margin if objective == "selfish" else None, "factorized": factorized,
+        "distill": None if teacher_dir is None else {
+            "alpha": distill_alpha(objective, distill_opts.alpha), "temperature": distill_opts.temperature,
+            "chunks": distill_opts.chunks,
+            "bias_threshold": distill_opts.bias_threshold if distill_opts.chunks == "unbiased" else None,
+            "teacher": str(teacher_dir),
+            "train_chunks": sum(b.n_chunks for b in blocks) if distill_opts.chunks == "exact" else None,
+            "visited_chunks": sum(blocks[b].n_chunks for b in sorted(set(training.dataset.visited()))),
+            "teacher_mode": distill_opts.teacher, "teacher_cache_seconds": training.teacher_seconds},
+        "train_blocks": len(blocks), "valid_blocks": len(data.valid_blocks),
+        "valid_tokens": sum(int((b["labels"] != -100).sum()) for b in data.eval_batches), "bf16": training.bf16,
+        "processes": training.args.world_size, "sharding": opts.sharding, "gradient_checkpointing": checkpointed,
+        "init_model": str(model_dir),
+        "versions": io.versions(),
+    }
+
+
+def _write_outputs(ctx, model, data: setup.RunData, rows: dict, stats: dict, *, distill: bool) -> None:
+    """Step 5 of `run`: the pretrain directory, atomically: the model with its tokenizer, the metrics rows,
+    the final valid loss per evaluation block (for intervals) and the stats."""
+    table = pa.Table.from_pylist(sorted(rows.values(), key=lambda r: r["step"]),
+                                 schema=DISTILL_METRICS_SCHEMA if distill else METRICS_SCHEMA)
+    blocks_table = block_losses(model, data.eval_batches, data.kind)  # the final valid loss per block, for intervals
+    stats["valid_tokens"] = int(pc.sum(blocks_table.column("n_tokens")).as_py())  # predicted positions scored
+    with io.atomic_output(ctx.output["pretrain"], directory=True) as tmp:
+        modeling.save_model_dir(model, data.tokenizer, tmp / "model")
+        io.write_parquet(table, tmp / "metrics.parquet")
+        io.write_parquet(blocks_table, tmp / "valid_blocks.parquet")
+        io.write_json(stats, tmp / "stats.json")
+
+
+def run(ctx) -> None:
+    from transformers import PrinterCallback  # transformers: heavy, not at CLI start-up
+
+    from vocabtransfer.model.losses import distill_alpha  # imports torch: not at CLI start-up
+    from vocabtransfer.train import lowrank  # imports torch: not at CLI start-up
+    from vocabtransfer.train.objective_trainer import MetricsCallback, ObjectiveTrainer  # torch, transformers
+
+    start = time.perf_counter()
+    opts = ctx.section("pretrain", PretrainParams)  # params pretrain, typed
+    method, objective, pseed = ctx.method, ctx.wildcards["objective"], int(ctx.wildcards["pseed"])
+    seed = names.seed_value(ctx.params, pseed)  # data order, masks and dropout of this pretraining seed
+    teacher_dir = _check_job(ctx, opts, method, objective, pseed)
     init_dir = Path(ctx.input["init"])
     model_dir = init_dir / "model"
     checkpoints = Path(paths.fill(paths.PRETRAIN_CHECKPOINTS, lang=ctx.lang, method=method, objective=objective,
                                   pseed=pseed))
-
-    # 1. model, tokenizer, data
-    model, kind = modeling.load_source_model(model_dir, dtype=torch.float32)
-    tokenizer = load_tokenizer(model_dir)
-    vocab = min(len(tokenizer), model.get_input_embeddings().weight.shape[0])
-    seq_len, batch_size = opts.seq_len, opts.batch_size
-    teacher = teacher_tok = None
-    train = read_ids(Path(ctx.input["train"]), tokenizer, vocab)
-    if teacher_dir is None:
-        blocks = PackedBlocks(train, tokenizer, seq_len, kind=kind)
-    else:  # distill: the frozen source model and its tokenization of the same blocks' text
-        teacher, _ = modeling.load_source_model(teacher_dir, "causal", dtype=torch.float32)
-        teacher_tok = load_tokenizer(teacher_dir)
-        blocks = distill.PairBlocks(train, tokenizer, teacher_tok, seq_len)
-        log.info("distill: teacher %s (%s), %d training blocks", teacher_dir, type(teacher).__name__, len(blocks))
-    valid = read_ids(Path(ctx.input["valid"]), tokenizer, vocab)
-    valid_blocks = list(PackedBlocks(valid, tokenizer, seq_len, kind=kind, lines=opts.eval_lines))
-    if not len(blocks) or not valid_blocks:
-        raise VocabTransferError(f"{ctx.input['train']}: no training or valid blocks ({len(blocks)} / "
-                                 f"{len(valid_blocks)}); the corpus is empty, rerun corpus and pretokenize")
-    eval_batches = lm_batches(tokenizer, valid_blocks, kind, opts.eval_batch_size, ctx.seed + 1)
-
-    # 2. resume: the params the checkpoints were written with must be these
-    expected = {leaf: ctx.param(leaf) for leaf in ["seed"] + leaves(ctx.params, ctx.wildcards)}
-    expected["pseed"] = pseed
-    expected["input:init_model_sha256"] = model_fingerprint(model_dir)
-    if teacher_dir is not None:
-        expected["input:source_model_sha256"] = model_fingerprint(teacher_dir)
-    resume, first_process = None, int(os.environ.get("RANK", "0")) == 0
-    done = complete_checkpoints(checkpoints)
-    if done and (checkpoints / PARAMS_FILE).is_file():
-        check_resume_params(checkpoints, expected)
-        resume = done[-1]
-        log.info("resuming from %s (step %d)", resume[1], resume[0])
-    elif checkpoints.exists() and first_process:
-        shutil.rmtree(checkpoints)  # only incomplete checkpoints: start afresh
-    if first_process:  # one process prepares the directory; the others meet it at the process group's start
-        checkpoints.mkdir(parents=True, exist_ok=True)
-        with io.atomic_output(checkpoints / PARAMS_FILE) as tmp:
-            tmp.write_text(json.dumps(expected, indent=1, sort_keys=True, default=str), encoding="utf-8")
-
-    # 3. options: factorised embeddings, precision, embedding warm-up
-    original = None
-    if opts.factorized and (init_dir / "coordinates.safetensors").is_file():
-        original = lowrank.factorize_model(model, init_dir, opts.train_primitives)
-        log.info("training in factorised form: coordinates %s, primitives %s (%s)",
-                 tuple(model.get_input_embeddings().coordinates.shape),
-                 tuple(model.get_input_embeddings().primitives.shape),
-                 "trainable" if opts.train_primitives else "frozen")
-    elif opts.factorized:
-        log.info("pretrain.factorized: %s has no coordinates/primitives; training its full embeddings", init_dir)
-    use_cpu = ctx.device == "cpu"
-    bf16 = opts.precision == "bf16" or (opts.precision == "auto" and not use_cpu and torch.cuda.is_available()
-                                           and torch.cuda.is_bf16_supported())
-    embedding_params = {id(p) for mod in (model.get_input_embeddings(), model.get_output_embeddings())
-                        if mod is not None for p in mod.parameters()}
-    bias = modeling.output_bias(model)
-    if bias is not None:
-        embedding_params.add(id(bias))
-
-    args = TrainingArguments(
-        output_dir=str(checkpoints), max_steps=opts.steps, per_device_train_batch_size=batch_size,
-        gradient_accumulation_steps=opts.gradient_accumulation_steps, learning_rate=opts.learning_rate,
-        weight_decay=opts.weight_decay, lr_scheduler_type=opts.schedule,
-        warmup_steps=opts.warmup_steps, max_grad_norm=opts.max_grad_norm, optim="adamw_torch",
-        logging_steps=opts.log_every, save_strategy="steps", save_steps=opts.save_every,
-        save_total_limit=2, eval_strategy="no", report_to=[], seed=seed, data_seed=seed, bf16=bf16,
-        use_cpu=use_cpu, remove_unused_columns=False, include_num_input_tokens_seen="non_padding",
-        dataloader_num_workers=0, disable_tqdm=True, save_only_model=False,
-        activation_checkpointing=opts.gradient_checkpointing,  # the model's own, non-reentrant
-        # DDP, body frozen for the warm-up: its parameters unused (the default, but not with checkpointing)
-        ddp_find_unused_parameters=True if opts.embeddings_only_steps else None,
-    )
-    sharded = opts.sharding == "fsdp"
-    if sharded:  # the process group exists once the TrainingArguments do
-        model = sharding.shard_model(model, args.device, bf16)
-        if teacher is not None and bf16:
-            teacher = teacher.to(torch.bfloat16)  # the teacher unsharded, in bf16
-    teacher_pad = 0 if teacher_tok is None else next(
-        (i for i in (teacher_tok.pad_token_id, teacher_tok.eos_token_id) if i is not None), 0)
-    distill_opts = opts.distill
-    length = opts.steps * batch_size * opts.gradient_accumulation_steps * args.world_size
-    dataset = StepBlocks(blocks, length, seed)
-    teacher_seconds = None
-    if teacher_dir is not None and distill_opts.chunks == "unbiased":  # before any pair block is built
-        blocks.unbiased(dataset.visited(), distill_opts.bias_threshold)
-    if teacher is not None and distill_opts.teacher == "cached":
-        # the teacher's chunk log-likelihoods of every block the run visits, once; then it leaves memory
-        device = "cuda" if not use_cpu and torch.cuda.is_available() else "cpu"
-        tick = time.perf_counter()
-        distill.cache_teacher(teacher.to(device).eval(), blocks, dataset.visited(), pad_id=teacher_pad,
-                              batch_size=opts.eval_batch_size, device="cpu")
-        teacher_seconds = time.perf_counter() - tick
-        log.info("distill: the teacher's chunk log-likelihoods of %d blocks cached in %.1f s",
-                 len(dataset.visited()), teacher_seconds)
-        teacher = None
-    log.info("pretrain %s/%s/%s pseed %d (seed %d): %s LM, %d train blocks of ≤%d ids, %d valid blocks; %d steps × %d × %d "
-             "(accumulation) × %d process(es); %s", ctx.lang, method, objective, pseed, seed, kind, len(blocks), seq_len,
-             len(valid_blocks), opts.steps, batch_size, opts.gradient_accumulation_steps,
-             args.world_size, "bf16" if bf16 else "fp32")
+    # 1. model, tokenizer, data; 2. resume: the params the checkpoints were written with must be these
+    data = setup.load_data(ctx, opts, model_dir, teacher_dir)
+    resume = setup.resume_point(ctx, checkpoints, model_dir, teacher_dir, pseed,
+                                ["seed"] + leaves(ctx.params, ctx.wildcards))
+    # 3. options: factorised embeddings, precision, embedding warm-up, sharding, the distill teacher
+    original = setup.factorised(data.model, opts, init_dir)
+    training = setup.prepare_training(ctx, opts, data, checkpoints, seed, teacher_dir)
 
     # 4. train
     rows: dict[int, dict] = {}
     if resume is not None:
         rows = {r["step"]: r for r in json.loads((resume[1] / ROWS_FILE).read_text(encoding="utf-8"))}
-    ObjectiveTrainer, MetricsCallback = _trainer_classes()
-    evaluate = lambda m: modeling.evaluate_lm(m, eval_batches, kind)["loss"]  # noqa: E731
-    callback = MetricsCallback(evaluate, opts.eval_every, rows, opts.embeddings_only_steps,
-                               embedding_params)
-    trainer = ObjectiveTrainer(model=model, args=args, train_dataset=dataset,
-                               data_collator=StepCollator(tokenizer, kind, seed, teacher_pad), callbacks=[callback],
-                               kind=kind, objective=objective, margin=opts.selfish.margin, checkpoints=checkpoints,
-                               distill=teacher_dir is not None, teacher=teacher,
-                               alpha=distill_alpha(objective, distill_opts.alpha),
-                               temperature=distill_opts.temperature, sharded=sharded)
+    evaluate = lambda m: modeling.evaluate_lm(m, data.eval_batches, data.kind)["loss"]  # noqa: E731
+    callback = MetricsCallback(evaluate, opts.eval_every, rows, opts.embeddings_only_steps, training.embedding_params)
+    collator = StepCollator(data.tokenizer, data.kind, seed, setup.teacher_pad(data.teacher_tok))
+    trainer = ObjectiveTrainer(model=data.model, args=training.args, train_dataset=training.dataset,
+                               data_collator=collator, callbacks=[callback], kind=data.kind, objective=objective,
+                               margin=opts.selfish.margin, checkpoints=checkpoints, distill=teacher_dir is not None,
+                               teacher=data.teacher, alpha=distill_alpha(objective, opts.distill.alpha),
+                               temperature=opts.distill.temperature, sharded=training.sharded)
     trainer.remove_callback(PrinterCallback)
     train_start = time.perf_counter()
     trainer.train(resume_from_checkpoint=str(resume[1]) if resume else None)
     train_seconds = time.perf_counter() - train_start
-    state = sharding.full_state_dict(trainer.model) if sharded else None  # collective: every process
+    state = sharding.full_state_dict(trainer.model) if training.sharded else None  # collective: every process
     checkpointed = bool(getattr(trainer.accelerator.unwrap_model(trainer.model), "is_activation_checkpointing", False))
     if not trainer.is_world_process_zero():
         return
 
     # 5. outputs (sharded: an ordinary model with the gathered weights)
-    model = (sharding.unsharded_copy(state, model_dir) if sharded
+    model = (sharding.unsharded_copy(state, model_dir) if training.sharded
              else trainer.accelerator.unwrap_model(trainer.model).to("cpu").float())
     if original is not None:
         lowrank.unfactorize_model(model, original)
     model.eval()
-    table = pa.Table.from_pylist(sorted(rows.values(), key=lambda r: r["step"]),
-                                 schema=METRICS_SCHEMA if teacher_dir is None else DISTILL_METRICS_SCHEMA)
-    final = rows[max(rows)]
-    stats = {
-        "lang": ctx.lang, "method": method, "objective": objective, "kind": kind, "model_class": type(model).__name__,
-        "steps": opts.steps, "tokens_seen": int(trainer.state.num_input_tokens_seen),
-        "initial_valid_loss": rows[0]["valid_loss"], "final_valid_loss": final["valid_loss"],
-        "seconds": time.perf_counter() - start, "train_seconds": train_seconds,
-        "resumed_from_step": resume[0] if resume else None, "pseed": pseed, "seed": seed,
-        "margin": opts.selfish.margin if objective == "selfish" else None, "factorized": original is not None,
-        "distill": None if teacher_dir is None else {
-            "alpha": distill_alpha(objective, distill_opts.alpha), "temperature": distill_opts.temperature, "chunks": distill_opts.chunks,
-            "bias_threshold": distill_opts.bias_threshold if distill_opts.chunks == "unbiased" else None,
-            "teacher": str(teacher_dir),
-            "train_chunks": sum(b.n_chunks for b in blocks) if distill_opts.chunks == "exact" else None,
-            "visited_chunks": sum(blocks[b].n_chunks for b in sorted(set(dataset.visited()))),
-            "teacher_mode": distill_opts.teacher, "teacher_cache_seconds": teacher_seconds},
-        "train_blocks": len(blocks), "valid_blocks": len(valid_blocks),
-        "valid_tokens": sum(int((b["labels"] != -100).sum()) for b in eval_batches), "bf16": bf16,
-        "processes": args.world_size, "sharding": opts.sharding, "gradient_checkpointing": checkpointed,
-        "init_model": str(model_dir),
-        "versions": io.versions(),
-    }
-    blocks_table = block_losses(model, eval_batches, kind)  # the final valid loss per block, for intervals
-    stats["valid_tokens"] = int(pc.sum(blocks_table.column("n_tokens")).as_py())  # predicted positions scored
-    with io.atomic_output(ctx.output["pretrain"], directory=True) as tmp:
-        modeling.save_model_dir(model, tokenizer, tmp / "model")
-        io.write_parquet(table, tmp / "metrics.parquet")
-        io.write_parquet(blocks_table, tmp / "valid_blocks.parquet")
-        io.write_json(stats, tmp / "stats.json")
+    stats = _stats(ctx, opts, data, training, model, rows, tokens_seen=int(trainer.state.num_input_tokens_seen),
+                   start=start, train_seconds=train_seconds, resume=resume, seed=seed, factorized=original is not None,
+                   teacher_dir=teacher_dir, checkpointed=checkpointed, model_dir=model_dir)
+    _write_outputs(ctx, model, data, rows, stats, distill=teacher_dir is not None)
     if not opts.keep_checkpoints:
         shutil.rmtree(checkpoints, ignore_errors=True)
     log.info("pretrain %s/%s/%s pseed %d done in %.1f s: valid loss %.4f -> %.4f", ctx.lang, method, objective,

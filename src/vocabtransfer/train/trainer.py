@@ -1,16 +1,9 @@
-"""The transformers `Trainer` of the pretrain stage, its params and its checkpoints.
+"""The pretrain stage's params and its checkpoints (its transformers `Trainer` and callback,
+`ObjectiveTrainer` and `MetricsCallback`, are in `train.objective_trainer`, which imports transformers
+and is imported only where a run trains).
 
 * `PretrainParams` (with `SelfishOptions`, `DistillOptions`): params `pretrain`, typed, as the stage
   reads them once at its entry (fields and types as in the schema, which holds the defaults).
-
-* `ObjectiveTrainer`: the loss of the training objective on the hidden states of the predicted
-  positions only (the fused head, `heads` / `losses.linear_objective_loss`), the same code path for a
-  plain and a DDP-wrapped model; for `distill`, alpha x the mean chunk loss of `train.distill` over the
-  step's chunks (all micro-batches and processes) + (1 - alpha) x the mean cross-entropy; a NaN or infinite loss stops the run naming the step and the last
-  good checkpoint. With `pretrain.sharding: fsdp` the model comes sharded (`train.sharding`): it is not
-  wrapped in DDP, and its checkpoints are torch distributed checkpoints of the model's and optimiser's shards.
-* `MetricsCallback`: the metrics rows (valid loss every `eval_every` steps, train loss, learning rate,
-  tokens/s), the progress bar, the rows stored in each checkpoint, and the embedding-only warm-up.
 * checkpoints: which one to resume from (`complete_checkpoints`), and the params they were written
   with (`check_resume_params`, `model_fingerprint`).
 """
@@ -19,21 +12,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
-import math
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from vocabtransfer import io
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.log import progress
 from vocabtransfer.pipeline.config import NO_RERUN
-from vocabtransfer.model.lmdata import Kind
-from vocabtransfer.train import parallel, sharding
-
-log = logging.getLogger("vocabtransfer.train.pretrain")
 
 
 @dataclass(frozen=True)
@@ -121,201 +105,3 @@ def model_fingerprint(model_dir: Path) -> str:
             for chunk in iter(lambda: fh.read(1 << 22), b""):
                 digest.update(chunk)
     return digest.hexdigest()
-
-
-# ---------------------------------------------------------------------------------------------
-# Trainer: the objective, metrics rows, embedding warm-up
-# ---------------------------------------------------------------------------------------------
-
-def _trainer_classes():
-    import torch  # torch: heavy, not at CLI start-up
-    from transformers import Trainer, TrainerCallback  # transformers: heavy, not at CLI start-up
-
-    from vocabtransfer.train.distill import loss_terms  # imports torch: not at CLI start-up
-    from vocabtransfer.model import heads  # imports torch: not at CLI start-up
-
-    class ObjectiveTrainer(Trainer):
-        """Loss from the predicted positions' hidden states through the fused head; NaN/inf stops the run."""
-
-        def __init__(self, *args, kind: Kind, objective: str, margin: float, checkpoints: Path,
-                     distill: bool = False, teacher=None, alpha: float = 0.5, temperature: float = 1.0,
-                     sharded: bool = False, **kwargs):
-            super().__init__(*args, **kwargs)
-            self.sharded = sharded
-            if sharded:  # FSDP2 (train.sharding) already placed the model and reduces its gradients: no DDP wrap
-                self.accelerator.prepare_model = lambda model, *a, **k: model
-            self.kind, self.objective, self.margin, self.checkpoints = kind, objective, margin, checkpoints
-            self.head = heads.head_parts(self.model)
-            self.model_accepts_loss_kwargs = True  # the loss is a mean over the whole step: not divided again
-            # distill: the frozen source model (never a submodule of the student: not trained, not saved), or
-            # None when its chunk log-likelihoods were cached in the blocks
-            self.distill, self.alpha, self.temperature, self.step_chunks = distill, alpha, temperature, None
-            self.term_norms = None  # distill: (step, gradient norm of the chunk term, of the LM term)
-            self.teacher = self.teacher_head = None
-            if teacher is not None:
-                self.teacher = teacher.to(self.args.device).eval().requires_grad_(False)
-                self.teacher_head = heads.head_parts(self.teacher)
-
-        def _get_train_sampler(self, train_dataset=None):
-            return torch.utils.data.SequentialSampler(train_dataset or self.train_dataset)  # order is in StepBlocks
-
-        def get_batch_samples(self, epoch_iterator, num_batches, device):
-            """The step's micro-batches and its predicted tokens over all processes (P x b == 1 x Pb)."""
-            batches = []
-            for _ in range(num_batches):
-                try:
-                    batches.append(next(epoch_iterator))
-                except StopIteration:
-                    break
-            if self.distill:  # distill: the step's chunks over all processes, for their mean
-                chunks = torch.tensor(sum(int(b["n_chunks"]) for b in batches), device=device)
-                self.step_chunks = int(self.accelerator.gather(chunks).sum() if self.accelerator.num_processes > 1
-                                       else chunks)
-            return batches, parallel.step_token_count(batches, self.kind, self.accelerator, device)
-
-        def _term_norms(self, model, terms) -> None:
-            """distill, on a logged step: the L2 norm of the gradient of each term (the mean chunk loss, the
-            mean cross-entropy; unweighted, so alpha x / (1 - alpha) x it is what each moves the model by) over
-            the trained parameters, from the step's first micro-batch; NaN on several processes or sharded."""
-            if self.term_norms is not None and self.term_norms[0] == self.state.global_step:
-                return  # a later micro-batch of the same step
-            norms = [math.nan, math.nan]
-            if self.accelerator.num_processes == 1 and not self.sharded:
-                params = [p for p in model.parameters() if p.requires_grad]
-                for k, term in enumerate(terms):  # a term with no graph (no chunk in the batch) moves nothing
-                    grads = torch.autograd.grad(term, params, retain_graph=True, allow_unused=True) \
-                        if term.requires_grad else []
-                    norms[k] = math.sqrt(sum(float((g.detach().float() ** 2).sum()) for g in grads if g is not None))
-            self.term_norms = (self.state.global_step, *norms)
-
-        def log(self, logs, *args, **kwargs):
-            if self.distill and "loss" in logs and self.term_norms is not None:
-                logs = {**logs, "grad_norm_distill": self.term_norms[1], "grad_norm_lm": self.term_norms[2],
-                        "grad_norm_total": float(logs.get("grad_norm", math.nan))}
-            return super().log(logs, *args, **kwargs)
-
-        # sharded: the model's and the optimiser's shards in one torch distributed checkpoint (train.sharding)
-        def save_model(self, output_dir=None, _internal_call=False):
-            if not (self.sharded and _internal_call):  # sharded: the weights are saved with the optimiser
-                super().save_model(output_dir, _internal_call)
-
-        def _save_optimizer_and_scheduler(self, output_dir):
-            if not self.sharded:
-                return super()._save_optimizer_and_scheduler(output_dir)
-            sharding.save_checkpoint(self.model, getattr(self.optimizer, "optimizer", self.optimizer), output_dir)
-            if self.args.should_save:
-                torch.save(self.lr_scheduler.state_dict(), Path(output_dir) / "scheduler.pt")
-
-        def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
-            if not self.sharded:  # sharded: read with the optimiser's state, once both exist
-                super()._load_from_checkpoint(resume_from_checkpoint, model)
-
-        def _load_optimizer_and_scheduler(self, checkpoint):
-            if not self.sharded or checkpoint is None:
-                return super()._load_optimizer_and_scheduler(checkpoint)
-            sharding.load_checkpoint(self.model, getattr(self.optimizer, "optimizer", self.optimizer), checkpoint)
-            self.lr_scheduler.load_state_dict(torch.load(Path(checkpoint) / "scheduler.pt", weights_only=True))
-
-        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-            # `model` may be DDP-wrapped: its forward runs (gradients synchronised), the head bypassed
-            if self.distill:  # distill: alpha x mean chunk loss + (1 - alpha) x mean cross-entropy
-                with self.accelerator.autocast():
-                    lm_sum, chunk_sum = loss_terms(model, self.teacher, inputs, head=self.head,
-                                                   teacher_head=self.teacher_head, temperature=self.temperature)
-                count = int(num_items_in_batch) if num_items_in_batch is not None else \
-                    int((inputs["labels"][:, 1:] != -100).sum())
-                chunks = self.step_chunks if self.step_chunks is not None else int(inputs["n_chunks"])
-                terms = (chunk_sum / max(1, chunks), lm_sum / max(1, count))
-                if model.training and (self.state.global_step + 1) % max(1, self.args.logging_steps) == 0:
-                    self._term_norms(model, terms)
-                loss = self.accelerator.num_processes * (self.alpha * terms[0] + (1 - self.alpha) * terms[1])
-            else:
-                hidden, targets = heads.predicted_hidden(model, inputs, self.kind, self.head)
-                with self.accelerator.autocast():  # bf16 training: the head in bf16, as it was inside the forward
-                    loss = heads.head_loss(self.head, hidden, targets, objective=self.objective, margin=self.margin,
-                                           reduction="sum")
-                # mean over the step's predicted tokens; DDP averages the processes' gradients, hence x P
-                count = targets.numel() if num_items_in_batch is None else int(num_items_in_batch)
-                loss = loss * self.accelerator.num_processes / max(1, count)
-            if not torch.isfinite(loss):
-                last = complete_checkpoints(self.checkpoints)
-                kept = f"the last good checkpoint is {last[-1][1]}" if last else "no checkpoint was written yet"
-                raise VocabTransferError(f"step {self.state.global_step + 1}: the {self.objective} training loss is "
-                                         f"{float(loss.detach())}; training stopped, {kept} (lower "
-                                         "pretrain.learning_rate, delete the checkpoints and rerun)")
-            return (loss, None) if return_outputs else loss
-
-    class MetricsCallback(TrainerCallback):
-        """Metrics rows (valid loss every `eval_every` steps, train loss when logged, tokens/s), a progress
-        bar, the rows stored in each checkpoint, and the embedding-only warm-up."""
-
-        def __init__(self, evaluate, eval_every: int, rows: dict, warmup_steps: int, embedding_params: set):
-            self.evaluate, self.eval_every, self.rows = evaluate, eval_every, rows
-            self.warmup_steps, self.embedding_params = warmup_steps, embedding_params
-            self.bar = None
-            self.mark = (time.perf_counter(), 0)
-
-        def _row(self, state, lr_scheduler=None) -> dict:
-            row = self.rows.setdefault(state.global_step, {
-                "step": state.global_step, "tokens_seen": int(state.num_input_tokens_seen),
-                "train_loss": math.nan, "valid_loss": math.nan, "learning_rate": math.nan,
-                "tokens_per_second": math.nan})
-            if lr_scheduler is not None and math.isnan(row["learning_rate"]):
-                row["learning_rate"] = float(lr_scheduler.get_last_lr()[0])
-            return row
-
-        def _freeze_body(self, model, frozen: bool) -> None:
-            for p in model.parameters():
-                if id(p) not in self.embedding_params:
-                    p.requires_grad_(not frozen)
-
-        def on_train_begin(self, args, state, control, model=None, lr_scheduler=None, **kw):
-            if state.global_step < self.warmup_steps:
-                self._freeze_body(model, True)
-                log.info("embedding warm-up: body frozen until step %d", self.warmup_steps)
-            if state.global_step == 0 and 0 not in self.rows:
-                self._row(state, lr_scheduler)["valid_loss"] = self.evaluate(model)
-                log.info("step 0: valid loss %.4f", self.rows[0]["valid_loss"])
-            self.mark = (time.perf_counter(), int(state.num_input_tokens_seen))
-            if state.is_world_process_zero:
-                self.bar = progress(total=state.max_steps, initial=state.global_step, desc="pretrain", unit="step")
-
-        def on_step_end(self, args, state, control, model=None, lr_scheduler=None, **kw):
-            if self.bar is not None:
-                self.bar.update(1)
-            if self.warmup_steps and state.global_step == self.warmup_steps:
-                self._freeze_body(model, False)
-                log.info("step %d: embedding warm-up over, the whole model trains", state.global_step)
-            if state.global_step % self.eval_every == 0 or state.global_step == state.max_steps:
-                row = self._row(state, lr_scheduler)
-                row["valid_loss"] = self.evaluate(model)
-                log.info("step %d: valid loss %.4f", state.global_step, row["valid_loss"])
-
-        def on_log(self, args, state, control, logs=None, lr_scheduler=None, **kw):
-            if not logs or "loss" not in logs:
-                return
-            now, tokens = time.perf_counter(), int(state.num_input_tokens_seen)
-            speed = (tokens - self.mark[1]) / max(now - self.mark[0], 1e-9)
-            self.mark = (now, tokens)
-            row = self._row(state)
-            row.update(train_loss=float(logs["loss"]), learning_rate=float(logs.get("learning_rate", math.nan)),
-                       tokens_per_second=speed, tokens_seen=tokens)
-            row.update({k: float(logs[k]) for k in DISTILL_COLUMNS if k in logs})  # distill only
-            if self.bar is not None:
-                self.bar.set_postfix(loss=f"{logs['loss']:.3f}", tok_s=f"{speed:.0f}")
-            log.info("step %d: train loss %.4f, lr %.3g, %.0f tokens/s", state.global_step, logs["loss"],
-                     row["learning_rate"], speed)
-
-        def on_save(self, args, state, control, **kw):
-            if state.is_world_process_zero:
-                path = Path(args.output_dir) / f"checkpoint-{state.global_step}" / ROWS_FILE
-                with io.atomic_output(path) as tmp:
-                    tmp.write_text(json.dumps(sorted(self.rows.values(), key=lambda r: r["step"])), encoding="utf-8")
-
-        def on_train_end(self, args, state, control, **kw):
-            if self.bar is not None:
-                self.bar.close()
-
-    return ObjectiveTrainer, MetricsCallback
-
-

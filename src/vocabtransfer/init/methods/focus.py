@@ -178,6 +178,64 @@ def _combine(weights: torch.Tensor, idx: torch.Tensor, anchors: torch.Tensor) ->
         return csr @ anchors
 
 
+_FIX = "recompute the overlap and auxiliary embeddings for this target tokenizer"
+
+
+def _checked_inputs(source_embeddings, target_ids_overlap, source_ids_overlap, auxiliary, auxiliary_mask,
+                    target_size: int) -> tuple[np.ndarray, np.ndarray, torch.Tensor, np.ndarray]:
+    """`focus_embeddings`' inputs checked: (overlap target ids, overlap source ids, auxiliary vectors
+    float32 on the CPU, which target tokens have a vector)."""
+    if not isinstance(source_embeddings, torch.Tensor) or source_embeddings.dim() != 2:
+        raise VocabTransferError(f"source embeddings: expected a 2-D tensor (vocab x dim), got "
+                                 f"{getattr(source_embeddings, 'shape', type(source_embeddings).__name__)}")
+    n_source, dim = source_embeddings.shape
+    t_ov, s_ov = checked_pairs(target_ids_overlap, source_ids_overlap, target_size, n_source, where="overlap")
+    aux = torch.as_tensor(auxiliary)
+    aux_mask = torch.as_tensor(auxiliary_mask).to("cpu", torch.bool).numpy().reshape(-1)
+    if aux.dim() != 2 or aux.shape[0] != target_size or aux_mask.shape != (target_size,):
+        raise VocabTransferError(f"auxiliary embeddings: expected ({target_size}, d) vectors and a ({target_size},) "
+                                 f"mask, got {tuple(aux.shape)} and {aux_mask.shape}; {_FIX}")
+    aux = aux.to("cpu", torch.float32)
+    return t_ov, s_ov, aux, has_vector(aux, aux_mask)
+
+
+def _new_target_ids(new_ids, t_ov: np.ndarray, target_size: int) -> np.ndarray:
+    """The sorted target ids `focus_embeddings` initialises besides the overlap (default: all others)."""
+    if new_ids is None:
+        is_new = np.ones(target_size, dtype=bool)
+        is_new[t_ov] = False
+        return np.flatnonzero(is_new)
+    new = np.unique(np.asarray(new_ids, dtype=np.int64))
+    if np.isin(new, t_ov).any() or (new.size and (new[0] < 0 or new[-1] >= target_size)):
+        raise VocabTransferError(f"new_ids: must be target ids (< {target_size}) outside the overlap; {_FIX}")
+    return new
+
+
+def _combine_new_rows(out: torch.Tensor, src: torch.Tensor, aux: torch.Tensor, focus_ids: np.ndarray,
+                      anchor_t: np.ndarray, anchor_s: np.ndarray, *, device: torch.device, block_size: int,
+                      topk: int) -> list[torch.Tensor]:
+    """Step 3 of `focus_embeddings`: `out[focus_ids]` = sparsemax(cosine similarities to the anchors'
+    auxiliary vectors) @ the anchors' source rows, in blocks of `block_size` rows. Returns the support
+    sizes of the rows, per block."""
+    supports = []
+    if not focus_ids.size:
+        return supports
+    if anchor_t.size == 0:
+        raise VocabTransferError("FOCUS: no overlapping token has an auxiliary (fastText) vector, so new tokens "
+                                 "have nothing to be combined from; check the overlap and the fastText model")
+    anchor_src = src[torch.from_numpy(anchor_s).to(src.device)].to(device, torch.float32)
+    anchor_aux = torch.nn.functional.normalize(aux[torch.from_numpy(anchor_t)].to(device), dim=1)
+    blocks = range(0, focus_ids.size, max(1, int(block_size)))
+    for s in progress(blocks, desc="FOCUS", unit="block"):
+        ids = torch.from_numpy(focus_ids[s:s + block_size])
+        sims = torch.nn.functional.normalize(aux[ids].to(device), dim=1) @ anchor_aux.T
+        for rows, w, idx in _sparse_weights(sims, topk):
+            out[ids.to(device)[rows]] = _combine(w, idx, anchor_src)
+            supports.append((w > 0).sum(dim=1).cpu())
+        del sims
+    return supports
+
+
 def focus_embeddings(
     source_embeddings: torch.Tensor, target_ids_overlap, source_ids_overlap, auxiliary, auxiliary_mask,
     target_size: int,
@@ -215,34 +273,16 @@ def focus_embeddings(
     block_size = block_size or init_options("focus").block_size  # the schema's defaults
     topk = topk or init_options("focus").topk
     device = torch.device(device)
-    fix = "recompute the overlap and auxiliary embeddings for this target tokenizer"
-    if not isinstance(source_embeddings, torch.Tensor) or source_embeddings.dim() != 2:
-        raise VocabTransferError(f"source embeddings: expected a 2-D tensor (vocab x dim), got "
-                                 f"{getattr(source_embeddings, 'shape', type(source_embeddings).__name__)}")
-    n_source, dim = source_embeddings.shape
-    t_ov, s_ov = checked_pairs(target_ids_overlap, source_ids_overlap, target_size, n_source, where="overlap")
-    aux = torch.as_tensor(auxiliary)
-    aux_mask = torch.as_tensor(auxiliary_mask).to("cpu", torch.bool).numpy().reshape(-1)
-    if aux.dim() != 2 or aux.shape[0] != target_size or aux_mask.shape != (target_size,):
-        raise VocabTransferError(f"auxiliary embeddings: expected ({target_size}, d) vectors and a ({target_size},) "
-                                 f"mask, got {tuple(aux.shape)} and {aux_mask.shape}; {fix}")
-    aux = aux.to("cpu", torch.float32)
-    has_vec = has_vector(aux, aux_mask)
+    t_ov, s_ov, aux, has_vec = _checked_inputs(source_embeddings, target_ids_overlap, source_ids_overlap, auxiliary,
+                                               auxiliary_mask, target_size)
 
     # 1. copy the overlapping tokens
     src = source_embeddings.detach()
-    out = torch.zeros((target_size, dim), dtype=torch.float32, device=device)
+    out = torch.zeros((target_size, src.shape[1]), dtype=torch.float32, device=device)
     out[torch.from_numpy(t_ov).to(device)] = src[torch.from_numpy(s_ov).to(src.device)].to(device, torch.float32)
 
     # random rows for new tokens without an auxiliary vector, in target-id order
-    if new_ids is None:
-        is_new = np.ones(target_size, dtype=bool)
-        is_new[t_ov] = False
-        new = np.flatnonzero(is_new)
-    else:
-        new = np.unique(np.asarray(new_ids, dtype=np.int64))
-        if np.isin(new, t_ov).any() or (new.size and (new[0] < 0 or new[-1] >= target_size)):
-            raise VocabTransferError(f"new_ids: must be target ids (< {target_size}) outside the overlap; {fix}")
+    new = _new_target_ids(new_ids, t_ov, target_size)
     random_ids = new[~has_vec[new]]
     focus_ids = new[has_vec[new]]
     rand = normal_rows(src.mean(dim=0), src.std(dim=0), random_ids.size, seed)
@@ -251,21 +291,8 @@ def focus_embeddings(
     # 3. anchors: overlapping tokens with an auxiliary vector
     use = has_vec[t_ov] if anchor_mask is None else has_vec[t_ov] & np.asarray(anchor_mask, dtype=bool).reshape(-1)
     anchor_t, anchor_s = t_ov[use], s_ov[use]
-    supports = []
-    if focus_ids.size:
-        if anchor_t.size == 0:
-            raise VocabTransferError("FOCUS: no overlapping token has an auxiliary (fastText) vector, so new tokens "
-                                     "have nothing to be combined from; check the overlap and the fastText model")
-        anchor_src = src[torch.from_numpy(anchor_s).to(src.device)].to(device, torch.float32)
-        anchor_aux = torch.nn.functional.normalize(aux[torch.from_numpy(anchor_t)].to(device), dim=1)
-        blocks = range(0, focus_ids.size, max(1, int(block_size)))
-        for s in progress(blocks, desc="FOCUS", unit="block"):
-            ids = torch.from_numpy(focus_ids[s:s + block_size])
-            sims = torch.nn.functional.normalize(aux[ids].to(device), dim=1) @ anchor_aux.T
-            for rows, w, idx in _sparse_weights(sims, topk):
-                out[ids.to(device)[rows]] = _combine(w, idx, anchor_src)
-                supports.append((w > 0).sum(dim=1).cpu())
-            del sims
+    supports = _combine_new_rows(out, src, aux, focus_ids, anchor_t, anchor_s, device=device, block_size=block_size,
+                                 topk=topk)
     support = torch.cat(supports).float() if supports else torch.zeros(0)
     stats = {
         "copied": int(t_ov.size),

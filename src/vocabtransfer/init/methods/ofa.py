@@ -131,17 +131,56 @@ def neighbour_coordinates(
     aux, has_vec = require_auxiliary(problem, section)
     V_t = problem.target_size
     coords_src = source_coords.detach().cpu()
-    k = coords_src.shape[1]
-    out = coords_src.new_zeros(V_t, k)
-    clustered = n_clusters > 1
-    if clustered:
-        labels_src = _checked_clusters(source_clusters, coords_src.shape, n_clusters, section)
-        per_cluster = {"combined": [0] * n_clusters, "random": [0] * n_clusters}
+    out = coords_src.new_zeros(V_t, coords_src.shape[1])
+    labels_src = (_checked_clusters(source_clusters, coords_src.shape, n_clusters, section) if n_clusters > 1
+                  else None)
+    # 1. overlapping tokens, and special tokens matched to a source special token, copy their row
+    done, copied = _copy_rows(problem, out, coords_src, tgt, src)
+    # 2. which rows can take part in the similarity search
+    cand_tgt, cand_src, new_ids, reasons = _search_rows(aux, has_vec, tgt, src, done, section)
+    # 3. new tokens: softmax-weighted mix of the top-k most similar overlapping tokens
+    top = min(neighbors, int(cand_tgt.numel()))
+    combined_tokens = _mix_neighbours(problem, out, aux, coords_src, cand_tgt, cand_src, new_ids, top=top,
+                                      temperature=temperature, section=section, block_size=block_size,
+                                      labels_src=labels_src, n_clusters=n_clusters)
+    # 4. the rest: seeded N(mean, std) of the source coordinates per dimension
+    is_rand = ~done
+    is_rand[new_ids] = False
+    clamped, random_tokens = _random_rows(problem, out, is_rand, coords_src, reasons, section=section,
+                                          nonnegative=nonnegative, labels_src=labels_src, n_clusters=n_clusters)
+    n_new = int(new_ids.numel())
+    stats = {
+        "target_size": V_t,
+        "copied": int(done.sum()),
+        "combined": n_new,
+        "random": int(is_rand.sum()),
+        "reasons": {
+            "copied": copied,
+            "combined": {"auxiliary-vector neighbours among overlapping tokens": n_new} if n_new else {},
+            "random": reasons,
+        },
+        "neighbour_candidates": int(cand_tgt.numel()),
+        "neighbors": neighbors,
+        "neighbors_used": top,
+        "temperature": temperature,
+        "seed": int(problem.seed),
+    }
+    if nonnegative:
+        stats["random_negative_entries_clamped"] = clamped
+    if labels_src is not None:
+        stats["clusters"] = {"clusters": n_clusters,
+                             "source_tokens": torch.bincount(labels_src, minlength=n_clusters).tolist(),
+                             "combined_tokens": combined_tokens, "random_tokens": random_tokens}
+    return out, stats
 
-    # 1. overlapping tokens copy their source coordinates, and so do special tokens that
-    #    match a source special token (same string or role) without being in the overlap
+
+def _copy_rows(problem: TransferProblem, out: torch.Tensor, coords_src: torch.Tensor, tgt: torch.Tensor,
+               src: torch.Tensor) -> tuple[torch.Tensor, dict[str, int]]:
+    """Step 1 of `neighbour_coordinates`: overlapping tokens copy their source coordinates, and so do
+    special tokens that match a source special token (same string or role) without being in the
+    overlap. Returns (the copied target ids as a V_t bool mask, the copies counted by reason)."""
     out[tgt] = coords_src[src]
-    is_overlap = torch.zeros(V_t, dtype=torch.bool)
+    is_overlap = torch.zeros(problem.target_size, dtype=torch.bool)
     is_overlap[tgt] = True
     copied = {"overlap": int(tgt.numel())}
     sp_t, sp_s, how, _ = special_pairs(problem, coords_src.shape[0])
@@ -151,94 +190,91 @@ def neighbour_coordinates(
         copied[f"special token ({why})"] = copied.get(f"special token ({why})", 0) + 1
     done = is_overlap.clone()
     done[torch.from_numpy(sp_t[keep])] = True
+    return done, copied
 
-    # 2. which rows can take part in the similarity search
+
+def _search_rows(aux: torch.Tensor, has_vec: torch.Tensor, tgt: torch.Tensor, src: torch.Tensor,
+                 done: torch.Tensor, section: str):
+    """Step 2 of `neighbour_coordinates`: the candidate neighbours (the overlapping pairs whose target
+    token has a non-zero auxiliary vector), the new tokens to mix (not copied, with such a vector),
+    and why the others will be random. Returns (cand_tgt, cand_src, new_ids, reasons)."""
     nonzero = aux.norm(dim=1) > 0
     zero_vec = has_vec & ~nonzero
     usable = has_vec & nonzero
     cand_mask = usable[tgt]
     cand_tgt, cand_src = tgt[cand_mask], src[cand_mask]
     new_ids = (~done & usable).nonzero().flatten()
-    n_cand = int(cand_tgt.numel())
     reasons: dict[str, int] = {}
     missing = ~done & ~has_vec
     if int(missing.sum()):
         reasons["no auxiliary vector"] = int(missing.sum())
     if int((zero_vec & ~done).sum()):
         reasons["all-zero auxiliary vector"] = int((zero_vec & ~done).sum())
-    if n_cand == 0 and new_ids.numel():
+    if int(cand_tgt.numel()) == 0 and new_ids.numel():
         log.warning("%s: none of the %d overlapping tokens has an auxiliary vector; %d new tokens "
                     "with vectors get random coordinates instead", section, len(tgt), new_ids.numel())
         reasons["no overlapping token has an auxiliary vector"] = int(new_ids.numel())
         new_ids = new_ids[:0]
+    return cand_tgt, cand_src, new_ids, reasons
 
-    # 3. new tokens: softmax-weighted mix of the top-k most similar overlapping tokens
-    top = min(neighbors, n_cand)
-    if new_ids.numel():
-        dev = torch.device(problem.device)
-        cand_vec = torch.nn.functional.normalize(aux[cand_tgt], dim=1).to(dev)
-        cand_coords = coords_src[cand_src].to(dev)
-        if clustered:
-            cand_labels = labels_src[cand_src].to(dev)
-            chosen_counts = torch.zeros(n_clusters, dtype=torch.int64, device=dev)
-        blocks = range(0, int(new_ids.numel()), block_size)
-        for start in progress(blocks, desc=f"{section}: neighbours", unit="block"):
-            ids = new_ids[start:start + block_size]
-            q = torch.nn.functional.normalize(aux[ids], dim=1).to(dev)
-            sim, idx = (q @ cand_vec.T).topk(top, dim=1)  # (b, top), sorted, deterministic ties
-            w = torch.softmax(sim / temperature, dim=1).to(cand_coords.dtype)
-            if clustered:
-                # the cluster with the largest summed weight; only its neighbours are mixed
-                lab = cand_labels[idx]
-                votes = w.new_zeros(w.shape[0], n_clusters).scatter_add_(1, lab, w)
-                chosen = votes.argmax(dim=1)  # first maximum: the lowest cluster id on ties
-                w = w * (lab == chosen[:, None]).to(w.dtype)
-                w = w / w.sum(dim=1, keepdim=True)
-                chosen_counts += torch.bincount(chosen, minlength=n_clusters)
-            out[ids] = torch.einsum("bn,bnk->bk", w, cand_coords[idx]).cpu()
-        if clustered:
-            per_cluster["combined"] = chosen_counts.cpu().tolist()
 
-    # 4. the rest: seeded N(mean, std) of the source coordinates per dimension
-    is_rand = ~done
-    is_rand[new_ids] = False
-    rand_ids = is_rand.nonzero().flatten()
-    clamped = 0
-    if rand_ids.numel():
-        if clustered:
-            clamped, drawn = random_cluster_coordinates(out, is_rand, coords_src, labels_src, n_clusters,
-                                                        problem.seed, nonnegative=nonnegative)
-            per_cluster["random"] = torch.bincount(drawn, minlength=n_clusters).tolist()
-        else:
-            clamped = random_coordinates(out, is_rand, coords_src, problem.seed, nonnegative=nonnegative)
-        log.info("%s: %d target token(s) get random coordinates (%s)", section, rand_ids.numel(),
-                 ", ".join(f"{r}: {n}" for r, n in reasons.items()))
-        if clamped:
-            log.info("%s: clamped %d negative random coefficient entries to 0", section, clamped)
-    n_new = int(new_ids.numel())
-    stats = {
-        "target_size": V_t,
-        "copied": int(done.sum()),
-        "combined": n_new,
-        "random": int(rand_ids.numel()),
-        "reasons": {
-            "copied": copied,
-            "combined": {"auxiliary-vector neighbours among overlapping tokens": n_new} if n_new else {},
-            "random": reasons,
-        },
-        "neighbour_candidates": n_cand,
-        "neighbors": neighbors,
-        "neighbors_used": top,
-        "temperature": temperature,
-        "seed": int(problem.seed),
-    }
-    if nonnegative:
-        stats["random_negative_entries_clamped"] = clamped
+def _mix_neighbours(problem: TransferProblem, out: torch.Tensor, aux: torch.Tensor, coords_src: torch.Tensor,
+                    cand_tgt: torch.Tensor, cand_src: torch.Tensor, new_ids: torch.Tensor, *, top: int,
+                    temperature: float, section: str, block_size: int, labels_src: torch.Tensor | None,
+                    n_clusters: int) -> list[int]:
+    """Step 3 of `neighbour_coordinates`: `out[new_ids]` = the softmax(similarity / temperature)-weighted
+    mix of the coordinates of the `top` most similar candidates, over blocks of rows on the problem's
+    device; clustered, only the neighbours in the cluster of the largest summed weight. Returns how
+    many new tokens joined each cluster (all zeros unclustered or without new tokens)."""
+    combined = [0] * n_clusters
+    if not new_ids.numel():
+        return combined
+    clustered = labels_src is not None
+    dev = torch.device(problem.device)
+    cand_vec = torch.nn.functional.normalize(aux[cand_tgt], dim=1).to(dev)
+    cand_coords = coords_src[cand_src].to(dev)
     if clustered:
-        stats["clusters"] = {"clusters": n_clusters,
-                             "source_tokens": torch.bincount(labels_src, minlength=n_clusters).tolist(),
-                             "combined_tokens": per_cluster["combined"], "random_tokens": per_cluster["random"]}
-    return out, stats
+        cand_labels = labels_src[cand_src].to(dev)
+        chosen_counts = torch.zeros(n_clusters, dtype=torch.int64, device=dev)
+    blocks = range(0, int(new_ids.numel()), block_size)
+    for start in progress(blocks, desc=f"{section}: neighbours", unit="block"):
+        ids = new_ids[start:start + block_size]
+        q = torch.nn.functional.normalize(aux[ids], dim=1).to(dev)
+        sim, idx = (q @ cand_vec.T).topk(top, dim=1)  # (b, top), sorted, deterministic ties
+        w = torch.softmax(sim / temperature, dim=1).to(cand_coords.dtype)
+        if clustered:
+            # the cluster with the largest summed weight; only its neighbours are mixed
+            lab = cand_labels[idx]
+            votes = w.new_zeros(w.shape[0], n_clusters).scatter_add_(1, lab, w)
+            chosen = votes.argmax(dim=1)  # first maximum: the lowest cluster id on ties
+            w = w * (lab == chosen[:, None]).to(w.dtype)
+            w = w / w.sum(dim=1, keepdim=True)
+            chosen_counts += torch.bincount(chosen, minlength=n_clusters)
+        out[ids] = torch.einsum("bn,bnk->bk", w, cand_coords[idx]).cpu()
+    return chosen_counts.cpu().tolist() if clustered else combined
+
+
+def _random_rows(problem: TransferProblem, out: torch.Tensor, is_rand: torch.Tensor, coords_src: torch.Tensor,
+                 reasons: dict[str, int], *, section: str, nonnegative: bool, labels_src: torch.Tensor | None,
+                 n_clusters: int) -> tuple[int, list[int]]:
+    """Step 4 of `neighbour_coordinates`: the rows in `is_rand` get seeded N(mean, std) of the source
+    coordinates (clustered: of their drawn cluster's rows). Returns (negative entries clamped, how
+    many random tokens each cluster got)."""
+    n_rand = int(is_rand.sum())
+    clamped, per_cluster = 0, [0] * n_clusters
+    if not n_rand:
+        return clamped, per_cluster
+    if labels_src is not None:
+        clamped, drawn = random_cluster_coordinates(out, is_rand, coords_src, labels_src, n_clusters,
+                                                    problem.seed, nonnegative=nonnegative)
+        per_cluster = torch.bincount(drawn, minlength=n_clusters).tolist()
+    else:
+        clamped = random_coordinates(out, is_rand, coords_src, problem.seed, nonnegative=nonnegative)
+    log.info("%s: %d target token(s) get random coordinates (%s)", section, n_rand,
+             ", ".join(f"{r}: {n}" for r, n in reasons.items()))
+    if clamped:
+        log.info("%s: clamped %d negative random coefficient entries to 0", section, clamped)
+    return clamped, per_cluster
 
 
 def _checked_clusters(labels: torch.Tensor | None, shape: tuple, n_clusters: int, section: str) -> torch.Tensor:
