@@ -227,10 +227,11 @@ def test_bad_input_names_the_argument(kwargs, argument):
 
 
 def test_one_registry_of_objectives():
-    assert set(losses.OBJECTIVES) == {"standard", "selfish", "distill"}
+    assert set(losses.OBJECTIVES) == {"standard", "selfish", "distill", "alm"}
     # every objective runs on one of the fused head's kernels; distill's own term needs a teacher (train/distill.py)
     assert {o.kernel for o in losses.OBJECTIVES.values()} == set(fused_head.OBJECTIVE_NAMES) == {"standard", "selfish"}
-    assert [o.name for o in losses.OBJECTIVES.values() if o.teacher] == ["distill"]
+    assert [o.name for o in losses.OBJECTIVES.values() if o.teacher] == ["distill", "alm"]
+    assert [o.alpha for o in losses.OBJECTIVES.values() if o.teacher] == [None, 1.0]  # alm: the chunk term alone
     with pytest.raises(VocabTransferError, match="objective 'focal': unknown"):
         losses.objective_loss("focal", torch.randn(2, 3), torch.tensor([0, 1]))
     from vocabtransfer.train import pretrain
