@@ -131,10 +131,12 @@ def main(argv: list[str] | None = None) -> int:
             log.info("default DVC remote %s: %s (commit .dvc/config; then `dvc push` shares the results and "
                      "`dvc pull` fetches them)", args.name, target)
             return 0
-        from vocabtransfer.pipeline.config import load_layered
+        from vocabtransfer.pipeline.config import load
 
         files = args.params or ["params.yaml"]
-        params = load_layered(files)  # params-doc too: a file that does not validate is not documented
+        # validated once: here for a params file of the user's (params-doc too: a file that does not
+        # validate is not documented), where Snakemake merged them for its merged file (trusted as it is)
+        params = load(files)
         if args.command == "params-doc":
             from vocabtransfer.pipeline import params_doc
 

@@ -4,10 +4,10 @@ For `--lang L --method M --pseed K` (pretraining seed K: the method draws its ra
 `seed + 1000 (K - 1)`, see vocabtransfer.pipeline.models; a method without random rows has K = 1 only):
 1. load the source model (results/source/model: with its trained LM head) and its tokenizer, the
    target tokenizer, the overlap table and the fastText auxiliary embeddings of the target tokens;
-2. build a `TransferProblem` (options = the typed params `init.<base>`, e.g. `ctx.typed.init.omp`, an
-   `OmpOptions` of vocabtransfer.pipeline.config; for a factorised method `base+svd` also
-   `factorization` = `ctx.typed.init.svd`) and run `get_method(M)` on the input embeddings, and again
-   on the output embeddings when the source model's are untied;
+2. build a `TransferProblem` and the method's options (params `init.<base>` as the class it registers,
+   e.g. `OmpOptions`; for a factorised method `base+svd` a `FactorizedOptions` with `init.svd` too) and
+   run `get_method(M)(problem, options)` on the input embeddings, and again on the output embeddings
+   when the source model's are untied;
 3. write results/L/init/M/pseedK/ atomically: embeddings.safetensors (`input_embeddings`,
    `output_embeddings` when untied), one `<name>.safetensors` per extra tensor of the method
    (coordinates, primitives; `output_<name>` for the output pass), model/ (the source model with
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import asdict, is_dataclass, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +35,6 @@ from vocabtransfer import io
 from vocabtransfer.train import modeling
 from vocabtransfer.train.hub import load_tokenizer
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.pipeline.config import from_dict
 from vocabtransfer.pipeline import models
 from vocabtransfer.pipeline import paths
 from vocabtransfer.pipeline.paths import data_path
@@ -58,31 +57,13 @@ def inputs(params: dict, wildcards: dict) -> dict[str, str]:
             "fasttext": paths.FASTTEXT_EMB, **factors, **info(method).inputs}
 
 
-def method_options(params: dict, method: str, init=None) -> tuple[Any, Any]:
-    """(options, factorization) of `method`: the typed `init.<base>` (of `init`, the job's typed params
-    `init`, else built from params) and, for `base+fact`, the typed `init.<fact>`, else None. A method
-    registered outside the schema (a test's) gets its section as a dict, without the keys other stages
-    read (`@register(..., stage_options=...)`)."""
-    from vocabtransfer.init.factorize import FACTORIZATIONS
-    from vocabtransfer.init.methods.options import InitParams
-    from vocabtransfer.init.methods.registry import info
-
-    init = init or from_dict(InitParams, params["init"])
-    base, fact = models.split_method(method)
-    options = getattr(init, base, None)
-    if options is None:
-        stage_options = info(method).stage_options
-        options = {k: v for k, v in ((params.get("init") or {}).get(base) or {}).items() if k not in stage_options}
-    return options, (getattr(init, fact) if fact in FACTORIZATIONS else None)
-
-
-def options_record(method: str, options: Any, factorization: Any) -> dict:
+def options_record(method: str, options: Any) -> dict:
     """The options as stats.json records them: `init.<base>` without the keys other stages read, and
-    the factorisation's section under `factorization`."""
+    for `base+fact` the factorisation's section under `factorization`."""
     from vocabtransfer.init.methods.registry import info
 
-    record = asdict(options) if is_dataclass(options) else dict(options)
-    record = {k: v for k, v in record.items() if k not in info(method).stage_options}
+    base, factorization = (options.base, options.factorization) if models.split_method(method)[1] else (options, None)
+    record = {k: v for k, v in asdict(base).items() if k not in info(method).stage_options}
     if factorization is not None:
         record["factorization"] = asdict(factorization)
     return record
@@ -164,9 +145,10 @@ def transfer_bias(source_bias, n_target: int, target_ids: np.ndarray, source_ids
 def run(ctx) -> None:
     import torch
 
+    from vocabtransfer.init.factorize import FACTORIZATIONS
     from vocabtransfer.init.methods import get_method
-    from vocabtransfer.init.methods.options import InitParams
-    from vocabtransfer.init.methods.registry import TransferProblem
+    from vocabtransfer.init.methods.registry import TransferProblem, info
+    from vocabtransfer.init.methods.variants import FactorizedOptions
 
     start = time.perf_counter()
     method_name = ctx.method
@@ -194,24 +176,27 @@ def run(ctx) -> None:
     aux, aux_mask, subword = read_auxiliary(Path(ctx.input["fasttext"]), n_target)
     rows = target_rows(method_name, n_target, target_ids, aux_mask, subword)
 
-    init = ctx.section("init", InitParams)  # params init, typed
-    options, factorization = method_options(ctx.params, method_name, init)
+    base, fact = models.split_method(method_name)
+    options = ctx.section(f"init.{base}", info(base).options)  # params init.<base>, typed (e.g. OmpOptions)
+    if fact:
+        options = FactorizedOptions(options, ctx.section(f"init.{fact}", FACTORIZATIONS[fact]))
 
     # the shared source_snmf factors of each matrix, checked against it and init.snmf (read once)
     snmf = {}
     if "snmf_factors" in ctx.input:
         from vocabtransfer.init.source_snmf import load_factors
 
-        snmf = load_factors(ctx.input["snmf_factors"], matrices, init.snmf, seed=ctx.seed)
+        snmf = load_factors(ctx.input["snmf_factors"], matrices, ctx.section("init.snmf", FACTORIZATIONS["snmf"]),
+                            seed=ctx.seed)
 
     resources = {k: Path(v) for k, v in ctx.input.items() if k not in CORE_INPUTS}
-    dictionaries = getattr(options, "dictionaries", None) or {}  # wechsel's
+    dictionaries = getattr(options, "dictionaries", None) or {}  # wechsel's (its data file)
     if dictionaries.get(ctx.lang):
         resources["dictionary"] = data_path(dictionaries[ctx.lang])
     problem = TransferProblem(
         source_embeddings=matrices["input"], source_tokenizer=source_tok, target_tokenizer=target_tok,
         overlap_target_ids=target_ids, overlap_source_ids=source_ids, auxiliary=aux, auxiliary_mask=aux_mask,
-        options=options, factorization=factorization, seed=seed, device=ctx.device, lang=ctx.lang,
+        seed=seed, device=ctx.device, lang=ctx.lang,
         resources=resources, factors={"snmf": snmf["input"]} if snmf else {},
     )
     log.info("init %s/%s: %d target tokens (%d overlap, %d with fastText vectors), %d source tokens, dim %d, %s "
@@ -221,7 +206,7 @@ def run(ctx) -> None:
     # 2. the method, on the input and (untied) output embeddings
     shape = (n_target, matrices["input"].shape[1])
     t = time.perf_counter()
-    result = method(problem)
+    result = method(problem, options)
     inp = _check_result(result, method_name, shape, "input")
     seconds = {"input": time.perf_counter() - t}
     tensors = {"input_embeddings": inp}
@@ -230,7 +215,8 @@ def run(ctx) -> None:
     out_stats = None
     if untied:
         t = time.perf_counter()
-        out_result = method(replace(problem, source_embeddings=matrices["output"], factors={"snmf": snmf["output"]} if snmf else {}))
+        out_result = method(replace(problem, source_embeddings=matrices["output"],
+                                    factors={"snmf": snmf["output"]} if snmf else {}), options)
         out = _check_result(out_result, method_name, (n_target, matrices["output"].shape[1]), "output")
         seconds["output"] = time.perf_counter() - t
         tensors["output_embeddings"] = out
@@ -247,7 +233,7 @@ def run(ctx) -> None:
         "overlap": int(len(target_ids)), "auxiliary_vectors": int(aux_mask.sum()),
         "auxiliary_subword_vectors": int(subword.sum()) if subword is not None else 0, "target_rows": rows,
         "untied_output_embeddings": untied,
-        "options": options_record(method_name, options, factorization), "resources": {k: str(v) for k, v in resources.items()},
+        "options": options_record(method_name, options), "resources": {k: str(v) for k, v in resources.items()},
         "method_stats": result.stats, "output_method_stats": out_stats,
         "output_bias": ("source bias copied for overlapping ids, mean source bias elsewhere"
                         if bias is not None else None),
@@ -266,21 +252,20 @@ def run(ctx) -> None:
 
 # ---------------------------------------------------------------- the stage (vocabtransfer.pipeline.stages)
 # From the import of `Stage` on, the module plans its jobs: not their code (stage_spec.code_statements).
-from vocabtransfer.pipeline.stage_spec import PACKAGE, Stage, module_file, section_leaves
+from vocabtransfer.pipeline.stage_spec import PACKAGE, Stage, module_file
 from vocabtransfer.pipeline import availability
 
 
 def _leaves(params: dict, wildcards: dict) -> list[str]:
-    """The rerun keys of one init job: the leaves of the typed options it takes (`<Base>Options` and, for
-    `base+fact`, `<Fact>Options`, e.g. init.omp.k); a method outside the schema (a test's): its section's."""
-    from vocabtransfer.init.methods.options import options_class
+    """The rerun keys of one init job: the leaves of the typed options it takes (the class its method
+    registers and, for `base+fact`, the factorisation's, e.g. init.omp.k)."""
+    from vocabtransfer.init.factorize import FACTORIZATIONS
+    from vocabtransfer.init.methods.registry import info
     from vocabtransfer.pipeline.config import field_leaves
 
     base, fact = models.split_method(wildcards["method"])
-    classes = {name: options_class(name) for name in (base, fact) if name and name in params["init"]}
-    return [leaf for name, cls in classes.items()
-            for leaf in (field_leaves(cls, f"init.{name}", params["init"][name]) if cls
-                         else section_leaves(params, f"init.{name}"))]
+    classes = {base: info(base).options, **({fact: FACTORIZATIONS[fact]} if fact else {})}
+    return [leaf for name, cls in classes.items() for leaf in field_leaves(cls, f"init.{name}", params["init"][name])]
 
 
 def _code(params: dict, wildcards: dict) -> tuple[str, ...]:

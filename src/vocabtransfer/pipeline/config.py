@@ -18,6 +18,8 @@ from __future__ import annotations
 import copy
 import dataclasses
 import difflib
+import hashlib
+import importlib
 import importlib.util
 import os
 import re
@@ -31,17 +33,24 @@ import jsonschema
 import yaml
 
 from vocabtransfer.errors import VocabTransferError
+from vocabtransfer.pipeline import typed
 from vocabtransfer.pipeline.paths import RELATIVE_MODEL
 
 # shipped inside the package, so a wheel or a non-editable install finds it too
 SCHEMA_PATH = Path(__file__).resolve().parent / "params.schema.yaml"
+# where the sections declared in code come from: `init.<name>` of every init method (the options class
+# of its `@register`) and factorisation. The methods' registry finds them (every module of its
+# package), so the schema asks it, by name, when it is built: a plug-in point, as a method is a plug-in.
+DECLARED = "vocabtransfer.init.methods.registry"
 
 
 @lru_cache(maxsize=1)
 def schema() -> dict:
+    """The params schema: the YAML file with the sections declared in code (`typed.with_init_sections`)."""
     if not SCHEMA_PATH.is_file():
         raise VocabTransferError(f"{SCHEMA_PATH}: schema file missing from the installed package; reinstall vocabtransfer")
-    return yaml.safe_load(SCHEMA_PATH.read_text(encoding="utf-8"))
+    methods, factorizations = importlib.import_module(DECLARED).declared_sections()
+    return typed.with_init_sections(yaml.safe_load(SCHEMA_PATH.read_text(encoding="utf-8")), methods, factorizations)
 
 
 def section_defaults(*path: str) -> dict:
@@ -304,6 +313,16 @@ def load_params(path: str | Path = "params.yaml") -> dict:
     return validate_params(read_yaml(path), source=str(path))
 
 
+def load(files: list[str | Path]) -> dict:
+    """The params a command runs with: a merged file that `write_merged` wrote (Snakemake's, validated
+    where it was merged) as it is, trusted; any other file, or several laid over each other, validated."""
+    if len(files) == 1 and MERGED.fullmatch(Path(files[0]).name):
+        text = Path(files[0]).read_text(encoding="utf-8")
+        if Path(files[0]).name == _merged_name(text):  # its content is what was written: not edited since
+            return yaml.safe_load(text)
+    return load_layered(files)
+
+
 def load_layered(files: list[str | Path]) -> dict:
     """The first params file with every further one laid over it (`merge_overlay`, as Snakemake lays
     --configfile over params.yaml), validated; errors name the files as `params.yaml + config/x.yaml`."""
@@ -313,16 +332,21 @@ def load_layered(files: list[str | Path]) -> dict:
     return validate_params(merged, source=" + ".join(map(str, files)))
 
 
+MERGED = re.compile(r"params\.[0-9a-f]{16}\.yaml")  # the name of a file `write_merged` writes
+
+
+def _merged_name(text: str) -> str:
+    return f"params.{hashlib.sha256(text.encode()).hexdigest()[:16]}.yaml"
+
+
 def write_merged(params: dict, directory: str | Path) -> str:
     """Write a validated config to `<directory>/params.<hash>.yaml` (once: the name is a hash of the
     content, so the file of a config never changes and runs with other configs never share one)
     and return its path. Snakemake hands it to every stage as `--params`."""
-    import hashlib
-
     from vocabtransfer.io import atomic_output
 
     text = yaml.safe_dump(params, sort_keys=True, allow_unicode=True)
-    path = Path(directory) / f"params.{hashlib.sha256(text.encode()).hexdigest()[:16]}.yaml"
+    path = Path(directory) / _merged_name(text)
     if not path.is_file() or path.read_text(encoding="utf-8") != text:
         with atomic_output(path) as tmp:
             tmp.write_text(text, encoding="utf-8")
