@@ -139,6 +139,26 @@ def test_cli_unknown_stage_is_rejected(capsys):
     assert "invalid choice: 'no-such-stage'" in capsys.readouterr().err
 
 
+def test_a_merged_params_file_is_trusted_and_any_other_file_validated(tmp_path, monkeypatch):
+    """Params are validated once: where Snakemake merges them (common.smk), whose merged file a job reads as
+    it is, or by the command itself for a file of the user's (or a merged file edited since)."""
+    from pathlib import Path
+
+    from vocabtransfer.pipeline import config
+
+    params = validate_params(minimal())
+    merged = config.write_merged(params, tmp_path)
+    calls, real = [], config.validate_params
+    monkeypatch.setattr(config, "validate_params", lambda p, source="": calls.append(source) or real(p, source))
+    assert config.load([merged]) == params and calls == []
+    Path(merged).write_text(Path(merged).read_text().replace("seed: 42", "seed: -1"))
+    with pytest.raises(VocabTransferError, match="seed: -1 is less than the minimum of 0"):
+        config.load([merged])
+    raw = tmp_path / "params.yaml"
+    raw.write_text(yaml.safe_dump(minimal()))
+    assert config.load([str(raw)]) == params and calls == [merged, str(raw)]
+
+
 def test_the_init_sections_are_generated_from_the_options_classes():
     """`init.<name>` of every method and factorisation is the schema of the options class it registers:
     validation fills in the class's defaults, so a library call with `OmpOptions()` and a pipeline run
