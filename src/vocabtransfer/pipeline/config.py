@@ -1,16 +1,20 @@
 """Load and validate params.yaml against the params schema (package data `params.schema.yaml`;
-workflow/schemas/params.schema.yaml is a link to it).
+workflow/schemas/params.schema.yaml is a link to it), completed with the sections declared in code
+(`schema`: each init method's and factorisation's `init.<name>`, generated from its options class).
 
 `load_params` returns the config with every default filled in, or raises a
-VocabTransferError naming the key path, what was wrong and the allowed values.
+VocabTransferError naming the key path, what was wrong and the allowed values. Params are validated
+once: where they are merged (Snakemake's common.smk, which writes the merged file with
+`write_merged`), or by `load` for a params file of the user's; `load` reads a merged file as it is.
 
 Typed sections: a stage reads its section once, at its entry, into a frozen dataclass declared
 next to its code (`OmpOptions` … in vocabtransfer.init.methods.options, `PretrainParams` in
 vocabtransfer.train.trainer, `EvalParams` in vocabtransfer.evaluate.tasks, `ReportParams` in
 vocabtransfer.report.tables), built by `from_dict` from the validated dict (`ctx.section`); below
-the entry, functions take these. The dataclasses have no defaults (the schema is their one home) and
-mirror the schema's fields (tests/test_config.py holds them to it); a stage's rerun keys are their
-leaves (`field_leaves`).
+the entry, functions take these. Each default has one home: an init section's dataclass holds its
+defaults and descriptions (`typed.option`) and the schema's section is generated from it; the other
+dataclasses have no defaults (the schema holds them) and mirror the schema's fields
+(tests/test_config.py holds them to it). A stage's rerun keys are their leaves (`field_leaves`).
 """
 
 from __future__ import annotations
