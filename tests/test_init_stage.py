@@ -62,8 +62,6 @@ def throwaway_methods(monkeypatch):
     register("test_copy", options=CopyOptions)(_test_copy)
     register("test_broken")(_test_broken)
     yield
-    monkeypatch.undo()
-    config.schema.cache_clear()  # their sections leave the schema
 
 
 def init_ctx(tmp_path, inputs, method="test_copy", params=None):

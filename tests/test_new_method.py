@@ -63,7 +63,6 @@ def throwaway_module(tmp_path, monkeypatch):
     METHODS.pop("scaled_mean", None)
     INFO.pop("scaled_mean", None)
     sys.modules.pop("throwaway_init", None)
-    config.schema.cache_clear()
 
 
 def _project(tmp_path, monkeypatch, scale) -> list[str]:

@@ -23,7 +23,6 @@ from vocabtransfer.init.methods.registry import (INFO, INFRASTRUCTURE, METHODS, 
                                                  info, register)
 from vocabtransfer.init.source_snmf import uses_snmf
 from vocabtransfer.pipeline import availability, models
-from vocabtransfer.pipeline import config
 from vocabtransfer.pipeline.config import load_params, schema
 from vocabtransfer.pipeline.typed import option
 from vocabtransfer.pipeline.stages import STAGES
@@ -139,7 +138,6 @@ def fake_methods():
         for name in ("test_meta", "test_snmf_reader"):
             METHODS.pop(name, None)
             INFO.pop(name, None)
-        config.schema.cache_clear()
 
 
 @pytest.fixture(scope="module")

@@ -17,14 +17,13 @@ from typing import Literal
 import torch
 
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.init.methods.options import SnmfOptions, SvdOptions
+from vocabtransfer.init.methods.options import FACTORIZATIONS, SnmfOptions, SvdOptions
 from vocabtransfer.init.semi_nmf import clustered_semi_nmf, semi_nmf
 from vocabtransfer.init.svd import truncated_svd
 
 log = logging.getLogger(__name__)
 
-# the kinds `factorize_source` runs (`<method>+<kind>` names a variant) and their typed params `init.<kind>`
-FACTORIZATIONS = {"svd": SvdOptions, "snmf": SnmfOptions}
+# FACTORIZATIONS: the kinds `factorize_source` runs and their typed params `init.<kind>` (options.py)
 
 
 def svd_relative_error(E: torch.Tensor, P: torch.Tensor) -> float:

@@ -183,10 +183,9 @@ def read_inputs(ctx) -> InitInputs:
 def run(ctx) -> None:
     import torch
 
-    from vocabtransfer.init.factorize import FACTORIZATIONS
     from vocabtransfer.init.methods import get_method
+    from vocabtransfer.init.methods.options import FACTORIZATIONS, FactorizedOptions
     from vocabtransfer.init.methods.registry import TransferProblem, info
-    from vocabtransfer.init.methods.variants import FactorizedOptions
 
     start = time.perf_counter()
     method_name = ctx.method
@@ -283,7 +282,7 @@ from vocabtransfer.pipeline import availability
 def _leaves(params: dict, wildcards: dict) -> list[str]:
     """The rerun keys of one init job: the leaves of the typed options it takes (the class its method
     registers and, for `base+fact`, the factorisation's, e.g. init.omp.k)."""
-    from vocabtransfer.init.factorize import FACTORIZATIONS
+    from vocabtransfer.init.methods.options import FACTORIZATIONS
     from vocabtransfer.init.methods.registry import info
     from vocabtransfer.pipeline.config import field_leaves
 

@@ -43,18 +43,26 @@ from vocabtransfer.pipeline.paths import RELATIVE_MODEL
 # shipped inside the package, so a wheel or a non-editable install finds it too
 SCHEMA_PATH = Path(__file__).resolve().parent / "params.schema.yaml"
 # where the sections declared in code come from: `init.<name>` of every init method (the options class
-# of its `@register`) and factorisation. The methods' registry finds them (every module of its
-# package), so the schema asks it, by name, when it is built: a plug-in point, as a method is a plug-in.
-DECLARED = "vocabtransfer.init.methods.registry"
+# of its `@register`: the methods' registry finds them, every module of its package) and factorisation.
+# The schema asks them by name when it is built: plug-in points, as a method is a plug-in.
+METHODS_FROM = "vocabtransfer.init.methods.registry"  # declared_sections()
+FACTORIZATIONS_FROM = "vocabtransfer.init.methods.options"  # FACTORIZATIONS
 
 
-@lru_cache(maxsize=1)
 def schema() -> dict:
-    """The params schema: the YAML file with the sections declared in code (`typed.with_init_sections`)."""
+    """The params schema: the YAML file with the sections declared in code (`typed.with_init_sections`);
+    built once per set of registered methods."""
+    methods = importlib.import_module(METHODS_FROM).declared_sections()
+    factorizations = importlib.import_module(FACTORIZATIONS_FROM).FACTORIZATIONS
+    return _schema(tuple(methods.items()), tuple(factorizations.items()))
+
+
+@lru_cache(maxsize=4)
+def _schema(methods: tuple, factorizations: tuple) -> dict:
     if not SCHEMA_PATH.is_file():
         raise VocabTransferError(f"{SCHEMA_PATH}: schema file missing from the installed package; reinstall vocabtransfer")
-    methods, factorizations = importlib.import_module(DECLARED).declared_sections()
-    return typed.with_init_sections(yaml.safe_load(SCHEMA_PATH.read_text(encoding="utf-8")), methods, factorizations)
+    return typed.with_init_sections(yaml.safe_load(SCHEMA_PATH.read_text(encoding="utf-8")), dict(methods),
+                                    dict(factorizations))
 
 
 def section_defaults(*path: str) -> dict:

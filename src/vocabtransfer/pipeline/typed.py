@@ -27,6 +27,11 @@ from typing import Any
 _TYPES = ((bool, "boolean"), (int, "integer"), (float, "number"), (str, "string"))
 
 
+@dataclasses.dataclass(frozen=True)
+class NoOptions:
+    """a method that takes no options"""
+
+
 def option(default: Any, description: str, *, rerun: bool = True, **keywords: Any) -> Any:
     """A field of a typed section: its `default`, its `description` and its JSON Schema `keywords`;
     `rerun=False` for a leaf that does not change a job's outputs (config.NO_RERUN)."""

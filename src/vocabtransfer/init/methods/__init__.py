@@ -41,8 +41,7 @@ def get_method(name: str) -> Method:
 def default_options(name: str):
     """The options `name` runs with when params leave its section out: its registered options class
     with every default; for `base+fact` a `FactorizedOptions` of the base's and the factorisation's."""
-    from vocabtransfer.init.factorize import FACTORIZATIONS
-    from vocabtransfer.init.methods.variants import FactorizedOptions
+    from vocabtransfer.init.methods.options import FACTORIZATIONS, FactorizedOptions
 
     base, _, fact = name.partition("+")
     options = info(base).options()

@@ -2,7 +2,7 @@
 `init.<name>` is a frozen dataclass (`OmpOptions` for `init.omp`, …) whose fields hold their default,
 description and bounds (`vocabtransfer.pipeline.typed.option`). They are the one home of these facts:
 the schema's `init.<name>` is generated from the class a method registers
-(`@register("omp", options=OmpOptions)`), and a factorisation's from `factorize.FACTORIZATIONS`.
+(`@register("omp", options=OmpOptions)`), and a factorisation's from `FACTORIZATIONS` below.
 A method declared elsewhere (a test's, a new module's) declares its options class beside it.
 
 The init stage builds a method's options once from the validated params
@@ -13,17 +13,12 @@ The init stage builds a method's options once from the validated params
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
-from vocabtransfer.pipeline.typed import option, subsection
+from vocabtransfer.pipeline.typed import NoOptions, option, subsection
 
 NEIGHBORS = "overlapping tokens mixed per new token (fastText cosine top-k)"
 TEMPERATURE = "softmax temperature over neighbour similarities"
-
-
-@dataclass(frozen=True)
-class NoOptions:
-    """a method that takes no options"""
 
 
 @dataclass(frozen=True)
@@ -130,3 +125,16 @@ class WechselOptions:
                               "source-language text the source-side word fastText trains on")
     fasttext: WordFasttextOptions = subsection(  # read by the source_fasttext / word_fasttext stages
         WordFasttextOptions, "the word-level fastText models (source_fasttext and word_fasttext stages)")
+
+
+# the factorisations (`<method>+<kind>` names a variant, vocabtransfer.init.factorize runs them) and their
+# typed params `init.<kind>`
+FACTORIZATIONS = {"svd": SvdOptions, "snmf": SnmfOptions}
+
+
+@dataclass(frozen=True)
+class FactorizedOptions:
+    """The options of `<base>+<factorization>`: params `init.<base>` and `init.<factorization>`, typed."""
+
+    base: Any  # the base method's options class (e.g. FocusOptions)
+    factorization: SvdOptions | SnmfOptions

@@ -18,8 +18,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 import torch
 
-from vocabtransfer.init.methods.options import NoOptions
-from vocabtransfer.pipeline import config
+from vocabtransfer.pipeline.typed import NoOptions
 
 
 @dataclass
@@ -105,7 +104,6 @@ def register(name: str, **metadata: Any) -> Callable[[Method], Method]:
     def deco(fn: Method) -> Method:
         METHODS[name] = fn
         INFO[name] = info
-        config.schema.cache_clear()  # its section `init.<name>` joins the schema
         return fn
 
     return deco
@@ -134,10 +132,8 @@ def info(method: str) -> MethodInfo:
     return INFO.get(base) or MethodInfo(base)
 
 
-def declared_sections() -> tuple[dict[str, type], dict[str, type]]:
-    """({method: options class}, {factorisation: options class}), methods in the order they register:
-    the typed sections `init.<name>` the schema is completed with (config.schema)."""
-    from vocabtransfer.init.factorize import FACTORIZATIONS
-
+def declared_sections() -> dict[str, type]:
+    """{method: its options class}, in the order they register: the typed sections `init.<name>` the
+    schema is completed with (config.schema)."""
     discover()
-    return {name: meta.options for name, meta in INFO.items()}, dict(FACTORIZATIONS)
+    return {name: meta.options for name, meta in INFO.items()}

@@ -11,9 +11,9 @@ embeddings and maps the result back up:
    non-negative rows never produce any; random rows can) and count them in the stats;
 4. embeddings = coordinates @ P.
 
-Options: the stage passes a `FactorizedOptions`: the typed `init.<base>` and the typed section of the
-factorisation (`init.svd` or `init.snmf`, vocabtransfer.init.methods.options); the base gets its
-options alone.
+Options: the stage passes a `FactorizedOptions` (vocabtransfer.init.methods.options): the typed
+`init.<base>` and the typed section of the factorisation (`init.svd` or `init.snmf`); the base gets
+its options alone.
 The names are resolved lazily (`resolve`), so every registered method gets
 its factorised forms without a registry line.
 """
@@ -22,26 +22,17 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 import torch
 
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.init.factorize import FACTORIZATIONS, factorize_source
 from vocabtransfer.pipeline.models import split_method
-from vocabtransfer.init.methods.options import SnmfOptions, SvdOptions
+from vocabtransfer.init.methods.options import FactorizedOptions
 from vocabtransfer.init.methods.registry import METHODS, Method, TransferProblem, TransferResult, discover, info
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class FactorizedOptions:
-    """The options of `<base>+<factorization>`: params `init.<base>` and `init.<factorization>`, typed."""
-
-    base: Any  # the base method's options class (e.g. FocusOptions)
-    factorization: SvdOptions | SnmfOptions
 
 
 def factorized(base_method: Method, factorization: Literal["svd", "snmf"], *, name: str | None = None) -> Method:
