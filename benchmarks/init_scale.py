@@ -228,7 +228,7 @@ def build_problem(cache: Path, problem: str, args):
                  "dictionary": DATA / "wechsel_dicts" / "swahili.txt"}
     return E, TransferProblem(source_embeddings=E, source_tokenizer=source, target_tokenizer=target,
                               overlap_target_ids=t_ov, overlap_source_ids=s_ov, auxiliary=vec["embeddings"].float(),
-                              auxiliary_mask=vec["mask"].bool(), options={}, seed=args.seed, lang="sw",
+                              auxiliary_mask=vec["mask"].bool(), seed=args.seed, lang="sw",
                               resources=resources)
 
 
@@ -254,14 +254,13 @@ def child(problem: str, method: str, args) -> dict:
         row["rank"] = 100
         row["rel_error"] = svd_relative_error(E, P)
     else:
-        from vocabtransfer.init.methods import get_method
+        from vocabtransfer.init.methods import default_options, get_method
 
         E, prob = build_problem(args.cache, problem, args)
-        prob.options = prob.factorization = None  # the schema's defaults, as a run with default params
         row.update({"source_shape": list(E.shape), "target_vocab": prob.target_size,
                     "overlap": int(len(prob.overlap_target_ids))})
         t = time.perf_counter()
-        result = get_method(method)(prob)
+        result = get_method(method)(prob, default_options(method))  # as a run with default params
         row["seconds"] = time.perf_counter() - t
         assert tuple(result.embeddings.shape) == (prob.target_size, E.shape[1])
         assert bool(torch.isfinite(result.embeddings).all())

@@ -92,6 +92,7 @@ def main(argv=None) -> int:
 
     from vocabtransfer.init.methods.focus import focus_embeddings, has_vector
     from vocabtransfer.init.methods.omp import batch_omp, omp_embeddings
+    from vocabtransfer.init.methods.options import OmpOptions
     from vocabtransfer.model.hub import resolve_model_path
     from vocabtransfer.data.overlap import compute_overlap, overlap_pairs
 
@@ -105,7 +106,8 @@ def main(argv=None) -> int:
 
     impls = {
         "focus": lambda: focus_embeddings(src, t_ov, s_ov, aux, mask, n, device=args.device),
-        f"omp k={args.k}": lambda: omp_embeddings(src, t_ov, s_ov, aux, mask, n, k=args.k, device=args.device),
+        f"omp k={args.k}": lambda: omp_embeddings(src, t_ov, s_ov, aux, mask, n, OmpOptions(k=args.k),
+                                                         device=args.device),
     }
     times = {name: [] for name in impls}
     stats = {}

@@ -101,6 +101,7 @@ def main(argv=None) -> int:
     from vocabtransfer.evaluate.bits_per_byte import score_lines
     from vocabtransfer.init.methods.focus import focus_embeddings
     from vocabtransfer.init.methods.omp import omp_embeddings
+    from vocabtransfer.init.methods.options import OmpOptions
     from vocabtransfer.model import modeling
 
     start = time.perf_counter()
@@ -113,7 +114,7 @@ def main(argv=None) -> int:
     for norm in args.norm:
         for k in args.k:
             settings[f"omp k={k} norm={norm}"] = (lambda k=k, norm=norm: omp_embeddings(
-                src, x["t_ov"], x["s_ov"], x["aux"], x["mask"], n, k=k, norm=norm))
+                src, x["t_ov"], x["s_ov"], x["aux"], x["mask"], n, OmpOptions(k=k, norm=norm)))
     bits, n_bytes = {}, None
     for name, make in settings.items():
         rows, _ = make()

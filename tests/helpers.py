@@ -413,3 +413,20 @@ def wording_faults(text: str) -> list[str]:
     faults = re.findall(r"\b1 (?:pretraining|fine-tuning) seeds\b|\b1 pretraining × 1 fine-tuning seeds\b", text)
     faults += [s for s in ("seed(s)", "<span") if s in text]
     return faults
+
+
+def run_method(name: str, problem, options: dict | None = None, factorization: dict | None = None):
+    """Init method `name` on `problem` as the init stage runs it, with its typed options: here from the
+    mappings `options` (params `init.<base>`) and `factorization` (`init.<fact>`) over their defaults,
+    checked by the schema as params are (one line naming the key)."""
+    from vocabtransfer.init.factorize import FACTORIZATIONS
+    from vocabtransfer.init.methods import get_method
+    from vocabtransfer.init.methods.registry import info
+    from vocabtransfer.init.methods.variants import FactorizedOptions
+    from vocabtransfer.pipeline.config import typed_section
+
+    base, _, fact = name.partition("+")
+    opts = typed_section(info(base).options, f"init.{base}", options)
+    if fact:
+        opts = FactorizedOptions(opts, typed_section(FACTORIZATIONS[fact], f"init.{fact}", factorization))
+    return get_method(name)(problem, opts)

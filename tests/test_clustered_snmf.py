@@ -18,6 +18,8 @@ from vocabtransfer.init.factorize import factorize_source
 from vocabtransfer.init.factors import relative_error
 from vocabtransfer.init.semi_nmf import block_coefficients, clustered_semi_nmf, expand_blocks, semi_nmf
 from vocabtransfer.init.methods.registry import TransferProblem
+from vocabtransfer.init.methods.options import SnmfOptions
+from vocabtransfer.pipeline.config import from_dict
 from vocabtransfer.init.methods.snmf import snmf
 
 from helpers import Tok, bpe_tokenizer, init_params, make_ctx, tiny_llama, write_inputs
@@ -61,13 +63,13 @@ def test_clusters_fit_separated_groups_better_than_one_factorisation():
 def test_one_cluster_is_todays_factorisation_byte_for_byte():
     X, _ = separated_groups(seed=1)
     W, H = semi_nmf(X, 5, max_iter=60, seed=3)
-    C, P, stats = factorize_source(X, "snmf", {"rank": 5, "max_iter": 60, "clusters": 1, "init": "kmeans"}, seed=3)
+    C, P, stats = factorize_source(X, "snmf", SnmfOptions(rank=5, max_iter=60, clusters=1, init="kmeans"), seed=3)
     assert torch.equal(C, W) and torch.equal(P, H) and stats["clusters"] == 1
     Wc, Hc, labels, info = clustered_semi_nmf(X, 5, 1, seed=3, max_iter=60)
     assert torch.equal(Wc, W) and torch.equal(Hc, H) and not bool(labels.any())
     # the default is one cluster (and, since init_scale, the svd start)
     Ws, Hs = semi_nmf(X, 5, max_iter=60, seed=3, init="svd")
-    C0, P0, _ = factorize_source(X, "snmf", {"rank": 5, "max_iter": 60}, seed=3)
+    C0, P0, _ = factorize_source(X, "snmf", SnmfOptions(rank=5, max_iter=60), seed=3)
     assert torch.equal(C0, Ws) and torch.equal(P0, Hs)
 
 
@@ -76,7 +78,7 @@ def test_block_structure_and_small_clusters():
     X, _ = separated_groups(n_groups=3, per_group=20, dim=10, seed=2)
     X = torch.cat([X[:40], X[-2:] * 0 + torch.tensor([[50.0] * 10, [50.0] * 9 + [60.0]])])
     rank, C = 3, 3
-    W, H, stats, labels = factorize_source(X, "snmf", {"rank": rank, "max_iter": 80, "clusters": C}, seed=0,
+    W, H, stats, labels = factorize_source(X, "snmf", SnmfOptions(rank=rank, max_iter=80, clusters=C), seed=0,
                                            return_labels=True)
     assert W.shape == (42, C * rank) and H.shape == (C * rank, 10) and bool((W >= 0).all())
     blocks = W.reshape(42, C, rank)
@@ -95,7 +97,7 @@ def test_block_structure_and_small_clusters():
     assert torch.equal(expand_blocks(block_coefficients(W, labels, C), labels, C), W)
     assert stats["cluster_sizes"] == torch.bincount(labels, minlength=C).tolist()
     with pytest.raises(VocabTransferError, match=r"init\.snmf\.clusters=50: more clusters than the 42"):
-        factorize_source(X, "snmf", {"rank": rank, "clusters": 50}, seed=0)
+        factorize_source(X, "snmf", SnmfOptions(rank=rank, clusters=50), seed=0)
 
 
 # ------------------------------------------------------------------------------ the snmf method
@@ -117,13 +119,17 @@ def snmf_problem(clusters: int, seed: int = 5) -> TransferProblem:
     return TransferProblem(
         source_embeddings=SRC, source_tokenizer=Tok(8, "s"), target_tokenizer=Tok(6, "t"),
         overlap_target_ids=np.array([0, 1, 2, 3]), overlap_source_ids=np.array([0, 1, 4, 5]),
-        auxiliary=AUX, auxiliary_mask=MASK, seed=seed,
-        options={"rank": 3, "clusters": clusters, "max_iter": 100, "neighbors": 3, "temperature": 1.0})
+        auxiliary=AUX, auxiliary_mask=MASK, seed=seed)
+
+
+def run_snmf(clusters: int, seed: int = 5):
+    return snmf(snmf_problem(clusters, seed),
+                SnmfOptions(rank=3, clusters=clusters, max_iter=100, neighbors=3, temperature=1.0))
 
 
 def test_snmf_method_with_clusters():
-    res = snmf(snmf_problem(2))
-    W_src, H, fstats, labels = factorize_source(SRC, "snmf", {"rank": 3, "clusters": 2, "max_iter": 100}, seed=5,
+    res = run_snmf(2)
+    W_src, H, fstats, labels = factorize_source(SRC, "snmf", SnmfOptions(rank=3, clusters=2, max_iter=100), seed=5,
                                                 return_labels=True)
     a, b = int(labels[0]), int(labels[4])
     assert a != b and labels.tolist() == [a] * 4 + [b] * 4  # the two groups are the two clusters
@@ -150,14 +156,14 @@ def test_snmf_method_with_clusters():
     assert (res.stats["copied"], res.stats["combined"], res.stats["random"]) == (4, 1, 1)
     torch.testing.assert_close(res.embeddings, (W.double() @ H.double()).float())
     # the same seed gives the same result
-    again = snmf(snmf_problem(2))
+    again = run_snmf(2)
     assert torch.equal(again.embeddings, res.embeddings)
 
 
 def test_snmf_method_without_clusters_mixes_across_groups():
     """The contrast: one factorisation mixes all top-3 neighbours (softmax weights e^0.9, e^0.9, e^1)."""
-    res = snmf(snmf_problem(1))
-    W_src, _, _ = factorize_source(SRC, "snmf", {"rank": 3, "max_iter": 100}, seed=5)
+    res = run_snmf(1)
+    W_src, _, _ = factorize_source(SRC, "snmf", SnmfOptions(rank=3, max_iter=100), seed=5)
     w = torch.softmax(torch.tensor([1.0, 0.9, 0.9]), dim=0)
     expected = w[0] * W_src[4] + w[1] * W_src[0] + w[2] * W_src[1]
     torch.testing.assert_close(res.extra["coordinates"][4], expected)
@@ -196,7 +202,7 @@ def test_source_snmf_stores_clusters_compactly_and_refuses_other_clusters(tmp_pa
 
     model, _ = modeling.load_source_model(inputs["source_model"])
     matrices = modeling.embedding_matrices(model, load_tokenizer(inputs["source_model"]))
-    section = snmf_params(clusters=3)["init"]["snmf"]
+    section = from_dict(SnmfOptions, snmf_params(clusters=3)["init"]["snmf"])
     loaded = source_snmf.load_factors(factors, matrices, section, seed=7)
     W, H, stats, labels = loaded["input"]
     W_in, H_in, _, labels_in = factorize_source(matrices["input"], "snmf", section, seed=7, return_labels=True)
@@ -240,15 +246,18 @@ def test_source_snmf_stores_clusters_compactly_and_refuses_other_clusters(tmp_pa
     assert set(load_file(str(one))) == {"input_coordinates", "input_primitives", "output_coordinates",
                                         "output_primitives"}
     with pytest.raises(VocabTransferError, match=r"clusters=1 \(params: 2\)"):
-        source_snmf.load_factors(one, matrices, snmf_params(clusters=2)["init"]["snmf"], seed=7)
+        source_snmf.load_factors(one, matrices, from_dict(SnmfOptions, snmf_params(clusters=2)["init"]["snmf"]),
+                                 seed=7)
     # a file from before the option existed (no `clusters` in its options) counts as one cluster
     tensors = load_file(str(one))
     old_meta = io.tensor_metadata(one)
     old_meta["options"].pop("clusters")
     old = tmp_path / "source" / "old.safetensors"
     io.save_tensors(tensors, old, metadata=old_meta)
-    W1, H1, _, l1 = source_snmf.load_factors(old, matrices, snmf_params(clusters=1)["init"]["snmf"], seed=7)["input"]
+    W1, H1, _, l1 = source_snmf.load_factors(old, matrices, from_dict(SnmfOptions, snmf_params(clusters=1)["init"]["snmf"]),
+                                             seed=7)["input"]
     assert torch.equal(W1, tensors["input_coordinates"]) and not bool(l1.any())
     with pytest.raises(VocabTransferError, match=r"clusters=1 \(params: 4\)"):
-        source_snmf.load_factors(old, matrices, snmf_params(clusters=4)["init"]["snmf"], seed=7)
+        source_snmf.load_factors(old, matrices, from_dict(SnmfOptions, snmf_params(clusters=4)["init"]["snmf"]),
+                                 seed=7)
     assert not (tmp_path / "a").exists()

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from vocabtransfer.app.cli import main
-from vocabtransfer.pipeline.config import from_dict, load_params, validate_params
+from vocabtransfer.pipeline.config import from_dict, load_params, schema, typed_section, validate_params
 from vocabtransfer.errors import VocabTransferError
 
 from conftest import REPO
@@ -139,22 +139,49 @@ def test_cli_unknown_stage_is_rejected(capsys):
     assert "invalid choice: 'no-such-stage'" in capsys.readouterr().err
 
 
-def test_method_defaults_are_the_schemas():
-    """A method called from Python with options={} gets the schema's defaults: a library call and a
-    pipeline run with default params agree; a bad or unknown key is the schema's one-line error."""
-    from vocabtransfer.init.methods.options import InitParams, init_options
+def test_a_merged_params_file_is_trusted_and_any_other_file_validated(tmp_path, monkeypatch):
+    """Params are validated once: where Snakemake merges them (common.smk), whose merged file a job reads as
+    it is, or by the command itself for a file of the user's (or a merged file edited since)."""
+    from pathlib import Path
+
+    from vocabtransfer.pipeline import config
+
+    params = validate_params(minimal())
+    merged = config.write_merged(params, tmp_path)
+    calls, real = [], config.validate_params
+    monkeypatch.setattr(config, "validate_params", lambda p, source="": calls.append(source) or real(p, source))
+    assert config.load([merged]) == params and calls == []
+    Path(merged).write_text(Path(merged).read_text().replace("seed: 42", "seed: -1"))
+    with pytest.raises(VocabTransferError, match="seed: -1 is less than the minimum of 0"):
+        config.load([merged])
+    raw = tmp_path / "params.yaml"
+    raw.write_text(yaml.safe_dump(minimal()))
+    assert config.load([str(raw)]) == params and calls == [merged, str(raw)]
+
+
+def test_the_init_sections_are_generated_from_the_options_classes():
+    """`init.<name>` of every method and factorisation is the schema of the options class it registers:
+    validation fills in the class's defaults, so a library call with `OmpOptions()` and a pipeline run
+    with default params agree; a mapping from Python is checked by the same schema, with its one-line errors."""
+    from vocabtransfer.init.factorize import FACTORIZATIONS
+    from vocabtransfer.init.methods import available
+    from vocabtransfer.init.methods.options import OfaOptions, OmpOptions
+    from vocabtransfer.init.methods.registry import info
+    from vocabtransfer.pipeline.typed import section_schema
 
     init = validate_params(minimal())["init"]
-    for name in ("focus", "ofa", "omp", "snmf", "svd", "wechsel", "fvt"):
-        assert dataclasses.asdict(init_options(name, {})) == init[name], name
-    assert init_options("ofa", {"neighbors": 3}) == dataclasses.replace(init_options("ofa"), neighbors=3)
-    typed = from_dict(InitParams, init)
-    assert init_options("omp", typed.omp) is typed.omp  # typed options pass through
-    assert typed.ofa.temperature == 0.1 and isinstance(typed.snmf.temperature, float)
+    classes = {**{name: info(name).options for name in available()}, **FACTORIZATIONS}
+    assert set(schema()["properties"]["init"]["properties"]) == {"methods", *classes}
+    for name, cls in classes.items():
+        assert schema()["properties"]["init"]["properties"][name] == section_schema(cls), name
+        assert dataclasses.asdict(cls()) == init[name], name
+        assert from_dict(cls, init[name]) == cls(), name
+    assert typed_section(OfaOptions, "init.ofa", {"neighbors": 3}) == OfaOptions(neighbors=3)
+    assert isinstance(from_dict(OfaOptions, {**init["ofa"], "temperature": 1}).temperature, float)
     with pytest.raises(VocabTransferError, match=r"^init\.ofa: unknown key\(s\) 'nope'; allowed keys: keep_dim"):
-        init_options("ofa", {"neighbors": 3, "nope": 1})
+        typed_section(OfaOptions, "init.ofa", {"neighbors": 3, "nope": 1})
     with pytest.raises(VocabTransferError, match=r"^init\.omp\.norm: 'unit' is not allowed; allowed values: "):
-        init_options("omp", {"norm": "unit"})
+        typed_section(OmpOptions, "init.omp", {"norm": "unit"})
 
 
 def _schema_type(node: dict):
@@ -187,7 +214,8 @@ def _schema_nodes(node: dict, prefix: str) -> dict[str, object]:
 
 
 def _field_nodes(cls, prefix: str) -> dict[str, object]:
-    """The same of a typed section's dataclass; its fields have no defaults (the schema holds them)."""
+    """The same of a typed section's dataclass; its fields have no defaults (the schema holds them; the init
+    sections, whose defaults their dataclasses hold, are generated from them instead)."""
     out = {}
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
@@ -213,19 +241,18 @@ def test_the_typed_sections_mirror_the_schema():
     from vocabtransfer.evaluate.init_eval import InitEvalParams
     from vocabtransfer.evaluate.tasks import EvalParams
     from vocabtransfer.evaluate.token_frequency_loss import TokenFrequencyLossParams
-    from vocabtransfer.init.methods.options import InitParams
     from vocabtransfer.init.source_head import SourceHeadParams
     from vocabtransfer.pipeline.config import schema
     from vocabtransfer.report.tables import ReportParams
     from vocabtransfer.train.trainer import PretrainParams
 
     typed = {"corpus": CorpusParams, "tokenizer": TokenizerParams, "pretokenize": PretokenizeParams,
-             "fasttext": FasttextParams, "overlap": OverlapParams, "source_head": SourceHeadParams, "init": InitParams,
+             "fasttext": FasttextParams, "overlap": OverlapParams, "source_head": SourceHeadParams,
              "init_eval": InitEvalParams, "pretrain": PretrainParams, "report": ReportParams, "eval": EvalParams,
              "token_frequency_loss": TokenFrequencyLossParams, "gradient_scenarios": GradientScenariosParams,
              "lm_eval": LmEvalParams}
     sections = {name for name, node in schema()["properties"].items() if node.get("type") == "object"}
-    assert sections == set(typed), "every params section is read through its dataclass"
+    assert sections == set(typed) | {"init"}, "every params section is read through its dataclass"
     for name, cls in typed.items():
         expected, got = _schema_nodes(schema()["properties"][name], name), _field_nodes(cls, name)
         assert sorted(got) == sorted(expected), name

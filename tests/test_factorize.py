@@ -8,6 +8,7 @@ import torch
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.init.factors import relative_error
 from vocabtransfer.init.semi_nmf import kmeans, semi_nmf
+from vocabtransfer.init.methods.options import SnmfOptions
 from vocabtransfer.init.factorize import factorize_source, svd_relative_error
 from vocabtransfer.init.svd import TALL, truncated_svd
 
@@ -236,7 +237,7 @@ def test_snmf_with_the_default_params_is_within_two_percent_of_svd_on_minilm():
 
     path = resolve_model_path("sentence-transformers/all-MiniLM-L6-v2") / "model.safetensors"
     E = load_file(str(path))["embeddings.word_embeddings.weight"].float()
-    W, H, stats = factorize_source(E, "snmf", {}, seed=0)
+    W, H, stats = factorize_source(E, "snmf", SnmfOptions(), seed=0)
     err_svd = svd_relative_error(E, truncated_svd(E, 100)[1])
     assert stats["init"] == "svd" and stats["stopped_by_tol"] and bool((W >= 0).all())
     assert relative_error(E, W, H) == pytest.approx(stats["relative_error"], rel=1e-4)
@@ -245,6 +246,6 @@ def test_snmf_with_the_default_params_is_within_two_percent_of_svd_on_minilm():
 
 def test_snmf_with_the_default_params_same_seed_same_factors():
     X = _random(400, 12, seed=9) + 0.2
-    W1, H1, s1 = factorize_source(X, "snmf", {"rank": 5}, seed=3)
-    W2, H2, s2 = factorize_source(X.clone(), "snmf", {"rank": 5}, seed=3)
+    W1, H1, s1 = factorize_source(X, "snmf", SnmfOptions(rank=5), seed=3)
+    W2, H2, s2 = factorize_source(X.clone(), "snmf", SnmfOptions(rank=5), seed=3)
     assert torch.equal(W1, W2) and torch.equal(H1, H2) and s1["iterations"] == s2["iterations"]

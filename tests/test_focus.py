@@ -316,8 +316,9 @@ def test_signature_is_deepfocus_signature():
 
 
 def test_focus_method_from_a_transfer_problem(minilm, sw_tokenizer, token_fasttext):
-    from vocabtransfer.init.methods import get_method
     from vocabtransfer.init.methods.registry import TransferProblem
+
+    from helpers import run_method
 
     source_tokenizer, embeddings = minilm
     table = compute_overlap(sw_tokenizer, source_tokenizer)
@@ -326,8 +327,8 @@ def test_focus_method_from_a_transfer_problem(minilm, sw_tokenizer, token_fastte
     problem = TransferProblem(source_embeddings=embeddings, source_tokenizer=source_tokenizer,
                               target_tokenizer=sw_tokenizer, overlap_target_ids=t_ov, overlap_source_ids=s_ov,
                               auxiliary=torch.from_numpy(vecs), auxiliary_mask=torch.from_numpy(mask),
-                              options={"block_size": 256}, seed=5)
-    result = get_method("focus")(problem)
+                              seed=5)
+    result = run_method("focus", problem, {"block_size": 256})
     expected = FOCUS(target_tokenizer=sw_tokenizer, source_tokenizer=source_tokenizer,
                      source_embeddings=embeddings, fasttext_model_path=token_fasttext, seed=5, verbosity="silent")
     assert torch.equal(result.embeddings, expected)
@@ -336,9 +337,9 @@ def test_focus_method_from_a_transfer_problem(minilm, sw_tokenizer, token_fastte
     assert stats["random_reason"] == "no fastText vector"
     assert stats["special_copied"] == len(set(sw_tokenizer.all_special_ids)) == 5  # [PAD] [UNK] [CLS] [SEP] [MASK]
     with pytest.raises(VocabTransferError, match="init.focus.block_size"):
-        get_method("focus")(TransferProblem(**{**problem.__dict__, "options": {"block_size": 0}}))
+        run_method("focus", problem, {"block_size": 0})
     with pytest.raises(VocabTransferError, match="no auxiliary fastText embeddings"):
-        get_method("focus")(TransferProblem(**{**problem.__dict__, "auxiliary": None}))
+        run_method("focus", TransferProblem(**{**problem.__dict__, "auxiliary": None}))
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

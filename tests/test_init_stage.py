@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -11,22 +12,32 @@ import torch
 from safetensors.torch import load_file
 
 from vocabtransfer.init import initialise
-from vocabtransfer.init.methods.options import FocusOptions, NoOptions, SvdOptions
+from vocabtransfer.init.methods.options import FocusOptions, SvdOptions, WechselOptions
+from vocabtransfer.init.methods.variants import FactorizedOptions
+from vocabtransfer.pipeline import config
 from vocabtransfer.pipeline.config import validate_params
+from vocabtransfer.pipeline.typed import option
 from vocabtransfer.app.stages import STAGES
 from vocabtransfer import io
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.init.methods import available
-from vocabtransfer.init.methods.registry import METHODS, TransferResult
+from vocabtransfer.init.methods.registry import INFO, METHODS, TransferResult, register
 
 from helpers import bpe_tokenizer, init_params, make_ctx, save_dir, tiny_bert, tiny_llama, wordpiece_tokenizer, write_inputs
 
 CALLS: list[dict] = []
 
 
-def _test_copy(problem):
+@dataclass(frozen=True)
+class CopyOptions:
+    """a throwaway method of the tests"""
+
+    alpha: int = option(0, "a knob the method only records", minimum=0)
+
+
+def _test_copy(problem, options: CopyOptions):
     """Overlapping rows copied, the rest the source mean plus seeded noise; one extra tensor."""
-    CALLS.append({"source_sum": float(problem.source_embeddings.sum()), "options": problem.options,
+    CALLS.append({"source_sum": float(problem.source_embeddings.sum()), "options": options,
                   "resources": problem.resources})
     src = problem.source_embeddings
     g = torch.Generator().manual_seed(problem.seed)
@@ -36,7 +47,7 @@ def _test_copy(problem):
     return TransferResult(emb, {"copied": len(t)}, extra={"coordinates": torch.ones(problem.target_size, 3)})
 
 
-def _test_broken(problem):
+def _test_broken(problem, options):
     return TransferResult(torch.zeros(problem.target_size - 1, problem.source_embeddings.shape[1]), {})
 
 
@@ -45,13 +56,16 @@ def throwaway_methods(monkeypatch):
     """`test_copy` and `test_broken` are registered for each test of this module only: the global
     registry is as it was before and after (no other module sees them)."""
     available()  # the real methods register first
-    monkeypatch.setitem(METHODS, "test_copy", _test_copy)
-    monkeypatch.setitem(METHODS, "test_broken", _test_broken)
+    for name in ("test_copy", "test_broken"):
+        monkeypatch.setitem(METHODS, name, None)  # removed again after the test
+        monkeypatch.setitem(INFO, name, None)
+    register("test_copy", options=CopyOptions)(_test_copy)
+    register("test_broken")(_test_broken)
     yield
 
 
 def init_ctx(tmp_path, inputs, method="test_copy", params=None):
-    params = params or init_params({"methods": [method], "test_copy": {"alpha": 1}})
+    params = params or init_params({"methods": [method], "test_copy": {"alpha": 1}})  # the schema has init.test_copy
     return make_ctx("vocabtransfer.init.initialise:run", {"lang": "sw", "method": method}, inputs,
                     {"init": tmp_path / "sw" / "init" / method}, params)
 
@@ -75,7 +89,7 @@ def test_init_tied_bert(tmp_path, tokenizers):
     out = tmp_path / "sw" / "init" / "test_copy"
     assert sorted(p.name for p in out.iterdir()) == ["coordinates.safetensors", "embeddings.safetensors", "model",
                                                       "stats.json"]
-    assert len(CALLS) == 1 and CALLS[0]["options"] == {"alpha": 1}  # tied: one call, params init.test_copy
+    assert len(CALLS) == 1 and CALLS[0]["options"] == CopyOptions(alpha=1)  # tied: one call, params init.test_copy
     emb = load_file(str(out / "embeddings.safetensors"))
     assert set(emb) == {"input_embeddings"} and emb["input_embeddings"].shape == (len(tokenizers["sw_wp"]), 32)
     assert load_file(str(out / "coordinates.safetensors"))["coordinates"].shape == (len(tokenizers["sw_wp"]), 3)
@@ -158,15 +172,15 @@ def _params(**init):
                             "corpus": {"sources": {"sw": {"path": "pretrain_text/sw.txt"}}}, "init": init})
 
 
-def test_method_options_for_factorised_methods():
+def test_the_options_record_of_a_factorised_method():
     """A method gets its typed `init.<base>`, a factorised one also the typed `init.<fact>`."""
     params = _params(methods=["focus+svd"], focus={"topk": 3}, svd={"keep_dim": 8})
-    assert initialise.method_options(params, "focus+svd") == (FocusOptions(block_size=2048, topk=3),
-                                                              SvdOptions(keep_dim=8))
-    assert initialise.method_options(params, "focus") == (FocusOptions(block_size=2048, topk=3), None)
-    assert initialise.method_options(params, "random") == (NoOptions(), None)
-    assert initialise.options_record("focus+svd", *initialise.method_options(params, "focus+svd")) == {
+    focus = config.from_dict(FocusOptions, params["init"]["focus"])
+    assert focus == FocusOptions(block_size=2048, topk=3)
+    options = FactorizedOptions(focus, config.from_dict(SvdOptions, params["init"]["svd"]))
+    assert initialise.options_record("focus+svd", options) == {
         "block_size": 2048, "topk": 3, "factorization": {"keep_dim": 8}}
+    assert initialise.options_record("focus", focus) == {"block_size": 2048, "topk": 3}
 
 
 def test_method_options_record_leaves_out_the_keys_of_other_stages():
@@ -174,9 +188,9 @@ def test_method_options_record_leaves_out_the_keys_of_other_stages():
     them, the stats' record of the method's options does not."""
     params = _params(wechsel={"neighbors": 3, "dictionaries": {"sw": "d.txt"}, "source_text": "en.txt",
                               "fasttext": {"dim": 8}})
-    options, factorization = initialise.method_options(params, "wechsel")
-    assert options.neighbors == 3 and options.fasttext.dim == 8 and factorization is None
-    assert initialise.options_record("wechsel", options, None) == {
+    options = config.from_dict(WechselOptions, params["init"]["wechsel"])
+    assert options.neighbors == 3 and options.fasttext.dim == 8
+    assert initialise.options_record("wechsel", options) == {
         "neighbors": 3, "temperature": 0.1, "copy_overlap": False, "dictionary_in_vocab_only": False,
         "dictionaries": {"sw": "d.txt"}}
 

@@ -9,7 +9,7 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.init.methods import get_method
+from helpers import run_method
 from vocabtransfer.init.methods.registry import TransferProblem
 from vocabtransfer.init.methods.baselines import token_surfaces, tokenizer_markers
 from vocabtransfer.init.methods.fvt import split_with_source
@@ -73,7 +73,7 @@ def problem(source=SOURCE, target=TARGET, emb=E, overlap=(("ya", "ya"),), seed=0
 
 
 def run(method: str, p: TransferProblem):
-    result = get_method(method)(p)
+    result = run_method(method, p)
     stats = result.stats
     assert result.embeddings.shape == (p.target_size, p.source_embeddings.shape[1])
     assert result.embeddings.dtype == torch.float32
@@ -161,13 +161,13 @@ def test_bad_overlap_is_one_clear_error(bad, message):
     for key, value in bad.items():
         setattr(p, key, value)
     with pytest.raises(VocabTransferError, match=message) as err:
-        get_method("overlap")(p)
+        run_method("overlap", p)
     assert "\n" not in str(err.value) and "rerun the overlap stage" in str(err.value)
 
 
 def test_too_few_source_rows_is_an_error():
     with pytest.raises(VocabTransferError, match="5 rows but the source tokenizer has 8"):
-        get_method("mean")(problem(emb=E[:5]))
+        run_method("mean", problem(emb=E[:5]))
 
 
 # --------------------------------------------------------------------------- fvt

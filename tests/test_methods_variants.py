@@ -10,9 +10,13 @@ import pytest
 import torch
 
 from vocabtransfer.errors import VocabTransferError
+from vocabtransfer.init.factorize import FACTORIZATIONS
 from vocabtransfer.init.svd import truncated_svd
-from vocabtransfer.init.methods.registry import METHODS, TransferProblem, TransferResult
-from vocabtransfer.init.methods.variants import factorized, resolve
+from vocabtransfer.init.methods import get_method
+from vocabtransfer.init.methods.options import NoOptions, OfaOptions, SvdOptions
+from vocabtransfer.init.methods.registry import METHODS, TransferProblem, TransferResult, info
+from vocabtransfer.init.methods.variants import FactorizedOptions, factorized, resolve
+from vocabtransfer.pipeline.config import typed_section
 from vocabtransfer.init.methods.ofa import neighbour_coordinates, ofa
 from vocabtransfer.init.methods.snmf import snmf
 
@@ -31,12 +35,25 @@ OV_T, OV_S = np.array([0, 1, 2]), np.array([2, 0, 3])
 SIG1 = 1 / (1 + math.exp(-1))  # softmax([1, 0]) at temperature 1
 
 
-def problem(options=None, *, factorization=None, source=E, aux=AUX, mask=MASK, ov_t=OV_T, ov_s=OV_S, seed=42,
-            n_target=6):
+def problem(*, source=E, aux=AUX, mask=MASK, ov_t=OV_T, ov_s=OV_S, seed=42, n_target=6):
     return TransferProblem(source_embeddings=source, source_tokenizer=Tok(source.shape[0], "s"),
                            target_tokenizer=Tok(n_target, "t"), overlap_target_ids=ov_t, overlap_source_ids=ov_s,
-                           auxiliary=aux, auxiliary_mask=mask, options=dict(options or {}), factorization=factorization,
-                           seed=seed)
+                           auxiliary=aux, auxiliary_mask=mask, seed=seed)
+
+
+def typed(cls, section: str, given):
+    """Options from a mapping over the defaults, checked as params are (a section outside the schema: the defaults)."""
+    return cls() if given is None else typed_section(cls, section, given)
+
+
+def call(name: str, options=None, *, factorization=None, **problem_args):
+    """Method `name` run on problem(**problem_args) as the init stage runs it: with its typed options, here from
+    the mappings `options` (init.<base>) and `factorization` (init.<fact>) over their defaults."""
+    base, _, fact = name.partition("+")
+    opts = typed(info(base).options, f"init.{base}", options)
+    if fact:
+        opts = FactorizedOptions(opts, typed(FACTORIZATIONS[fact], f"init.{fact}", factorization))
+    return get_method(name)(problem(**problem_args), opts)
 
 
 def expected_mixes(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -48,7 +65,7 @@ def expected_mixes(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 # ------------------------------------------------------------------------------ ofa
 
 def test_ofa_full_dim_hand_computed_rows():
-    res = ofa(problem({"keep_dim": 3, "neighbors": 2, "temperature": 1.0}))
+    res = call("ofa", {"keep_dim": 3, "neighbors": 2, "temperature": 1.0})
     out = res.embeddings
     assert out.shape == (6, 3) and out.dtype == torch.float32
     # overlapping tokens: exactly their source rows (keep_dim = D: no factorisation, as in OFA)
@@ -65,7 +82,7 @@ def test_ofa_full_dim_hand_computed_rows():
 
 
 def test_ofa_low_rank_coordinates_and_random_rows():
-    res = ofa(problem({"keep_dim": 2, "neighbors": 2, "temperature": 1.0}, seed=7))
+    res = call("ofa", {"keep_dim": 2, "neighbors": 2, "temperature": 1.0}, seed=7)
     C, P = truncated_svd(E.double(), 2)
     coords = res.extra["coordinates"]
     assert coords.shape == (6, 2) and res.extra["primitives"].shape == (2, 3)
@@ -85,7 +102,7 @@ def test_ofa_low_rank_coordinates_and_random_rows():
 
 def test_ofa_seed_changes_only_random_rows():
     opts = {"keep_dim": 2, "neighbors": 2}
-    a, b, c = (ofa(problem(opts, seed=s)).embeddings for s in (1, 1, 2))
+    a, b, c = (call("ofa", opts, seed=s).embeddings for s in (1, 1, 2))
     assert torch.equal(a, b)
     assert torch.equal(a[:5], c[:5]) and not torch.equal(a[5], c[5])
 
@@ -93,10 +110,10 @@ def test_ofa_seed_changes_only_random_rows():
 def test_ofa_copies_special_tokens_by_role():
     # target t5 (no vector, not in the overlap) is the [CLS] of the target tokenizer; the
     # source's cls_token is s1 -> t5 copies s1 instead of getting a random row
-    p = problem({"keep_dim": 3})
+    p = problem()
     p.source_tokenizer = Tok(4, "s", {"cls_token": 1})
     p.target_tokenizer = Tok(6, "t", {"cls_token": 5})
-    res = ofa(p)
+    res = ofa(p, OfaOptions(keep_dim=3))
     assert torch.equal(res.embeddings[5], E[1])
     assert res.stats["copied"] == 4 and res.stats["random"] == 0
     assert res.stats["reasons"]["copied"] == {"overlap": 3, "special token (same role cls_token)": 1}
@@ -108,7 +125,7 @@ def test_ofa_neighbour_candidates_need_vectors():
     mask[1] = False
     aux = AUX.clone()
     aux[4] = 0
-    res = ofa(problem({"keep_dim": 3, "neighbors": 2, "temperature": 1.0}, aux=aux, mask=mask))
+    res = call("ofa", {"keep_dim": 3, "neighbors": 2, "temperature": 1.0}, aux=aux, mask=mask)
     # t3 = (1,1): cos to t0 1/√2, to t2 -1/√2 → softmax([√½, -√½])
     w = torch.softmax(torch.tensor([2 ** -0.5, -(2 ** -0.5)]), 0)
     torch.testing.assert_close(res.embeddings[3], w[0] * E[2] + w[1] * E[3])
@@ -119,7 +136,7 @@ def test_ofa_neighbour_candidates_need_vectors():
 
 def test_ofa_no_overlapping_vectors_falls_back_to_random_with_reason():
     mask = torch.tensor([False, False, False, True, True, False])
-    res = ofa(problem({"keep_dim": 3}, mask=mask))
+    res = call("ofa", {"keep_dim": 3}, mask=mask)
     assert res.stats["random"] == 3 and res.stats["combined"] == 0
     assert res.stats["reasons"]["random"]["no overlapping token has an auxiliary vector"] == 2
 
@@ -152,7 +169,7 @@ def test_ofa_errors_are_one_line(change, words):
     change = dict(change)
     opts = {"keep_dim": 3, **change.pop("options", {})}
     with pytest.raises(VocabTransferError) as err:
-        ofa(problem(opts, **change))
+        call("ofa", opts, **change)
     msg = str(err.value)
     assert "\n" not in msg and all(w in msg for w in words), msg
 
@@ -167,8 +184,8 @@ def _clustered_source():
 
 def test_snmf_tiny_problem():
     src = _clustered_source()
-    res = snmf(problem({"rank": 3, "neighbors": 2, "temperature": 1.0, "max_iter": 50}, source=src,
-                       ov_s=np.array([0, 1, 5])))
+    res = call("snmf", {"rank": 3, "neighbors": 2, "temperature": 1.0, "max_iter": 50}, source=src,
+                       ov_s=np.array([0, 1, 5]))
     W, H = res.extra["coordinates"], res.extra["primitives"]
     assert W.shape == (6, 3) and H.shape == (3, 4)
     assert bool((W >= 0).all())  # non-negative coefficients, random row included
@@ -188,29 +205,30 @@ def test_snmf_tiny_problem():
 def test_snmf_is_reproducible_and_checks_rank():
     src = _clustered_source()
     opts = {"rank": 3, "max_iter": 20}
-    a, b = snmf(problem(opts, source=src)), snmf(problem(opts, source=src))
+    a, b = call("snmf", opts, source=src), call("snmf", opts, source=src)
     assert torch.equal(a.embeddings, b.embeddings) and torch.equal(a.extra["coordinates"], b.extra["coordinates"])
     with pytest.raises(VocabTransferError, match=r"init\.snmf\.rank=5: larger than .* hidden size 4"):
-        snmf(problem({"rank": 5}, source=src))
+        call("snmf", {"rank": 5}, source=src)
     with pytest.raises(VocabTransferError, match="shares no tokens"):
-        snmf(problem({"rank": 3}, source=src, ov_t=np.array([], dtype=np.int64), ov_s=np.array([], dtype=np.int64)))
+        call("snmf", {"rank": 3}, source=src, ov_t=np.array([], dtype=np.int64), ov_s=np.array([], dtype=np.int64))
 
 
 # ------------------------------------------------------------------------------ factorised variants
 
-def copy_mean(problem: TransferProblem) -> TransferResult:
+def copy_mean(problem: TransferProblem, options=NoOptions()) -> TransferResult:
     """A trivial base method: overlapping rows copied, every other row the mean source row."""
     src = problem.source_embeddings
     out = src.mean(0, keepdim=True).repeat(problem.target_size, 1)
     out[torch.from_numpy(problem.overlap_target_ids)] = src[torch.from_numpy(problem.overlap_source_ids)]
     copy_mean.seen.append(problem)
+    copy_mean.options.append(options)
     return TransferResult(out, {"copied": len(problem.overlap_target_ids)})
 
 
-copy_mean.seen = []
+copy_mean.seen, copy_mean.options = [], []
 
 
-def negative_rows(problem: TransferProblem) -> TransferResult:
+def negative_rows(problem: TransferProblem, options=NoOptions()) -> TransferResult:
     """A base method that writes negative coordinates into the non-overlapping rows."""
     out = -torch.ones(problem.target_size, problem.source_embeddings.shape[1])
     out[torch.from_numpy(problem.overlap_target_ids)] = problem.source_embeddings[
@@ -223,19 +241,20 @@ def bases(monkeypatch):
     monkeypatch.setitem(METHODS, "copymean", copy_mean)
     monkeypatch.setitem(METHODS, "negative", negative_rows)
     copy_mean.seen.clear()
+    copy_mean.options.clear()
 
 
 def test_svd_variant_full_dim_equals_the_base_method(bases):
-    res = resolve("copymean+svd")(problem({"x": 1}, factorization={"keep_dim": 3}))
+    base_options = NoOptions()
+    res = resolve("copymean+svd")(problem(), FactorizedOptions(base_options, SvdOptions(keep_dim=3)))
     plain = copy_mean(problem())
     assert torch.equal(res.embeddings, plain.embeddings)  # overlap rows and the mean row, exactly
-    inner = copy_mean.seen[0]
-    assert inner.options == {"x": 1} and inner.factorization is None  # the base gets init.<base> alone
+    assert copy_mean.options[0] is base_options  # the base gets init.<base> alone
     assert res.stats["method"] == "copymean+svd" and res.stats["base"] == {"copied": 3}
 
 
 def test_svd_variant_low_rank(bases):
-    res = resolve("copymean+svd")(problem(factorization={"keep_dim": 2}))
+    res = call("copymean+svd", factorization={"keep_dim": 2})
     C, P = truncated_svd(E.double(), 2)
     inner = copy_mean.seen[0]
     assert inner.source_embeddings.shape == (4, 2)  # the base ran on the coordinates
@@ -255,32 +274,32 @@ def test_svd_variant_low_rank(bases):
 def test_snmf_variant_keeps_coordinates_nonnegative(bases):
     src = _clustered_source()
     opts = {"rank": 3, "max_iter": 30}
-    res = resolve("copymean+snmf")(problem(factorization=opts, source=src))
+    res = call("copymean+snmf", factorization=opts, source=src)
     W = res.extra["coordinates"]
     assert bool((W >= 0).all()) and res.stats["clamped_negative_entries"] == 0
     torch.testing.assert_close(res.embeddings[:3], src[[2, 0, 3]], atol=1e-4, rtol=0)
     torch.testing.assert_close(res.embeddings, W @ res.extra["primitives"], atol=1e-5, rtol=0)
     # a base that writes negative coordinates: clamped to 0 and counted
-    neg = resolve("negative+snmf")(problem(factorization=opts, source=src))
+    neg = call("negative+snmf", factorization=opts, source=src)
     assert neg.stats["clamped_negative_entries"] == 3 * 3 and neg.stats["clamped_rows"] == 3
     assert bool((neg.extra["coordinates"][3:] == 0).all())
 
 
 def test_factorized_checks_base_output_and_options(bases):
-    def wrong_shape(p):
+    def wrong_shape(p, options):
         return TransferResult(torch.zeros(p.target_size, 7), {})
 
     with pytest.raises(VocabTransferError, match=r"wrong\+svd: base method returned shape \(6, 7\)"):
-        factorized(wrong_shape, "svd", name="wrong+svd")(problem(factorization={"keep_dim": 2}))
+        factorized(wrong_shape, "svd", name="wrong+svd")(problem(), FactorizedOptions(NoOptions(), SvdOptions(2)))
     with pytest.raises(VocabTransferError, match=r"init\.svd\.keep_dim=4: larger than the source model's hidden size 3"):
-        resolve("copymean+svd")(problem(factorization={"keep_dim": 4}))
+        call("copymean+svd", factorization={"keep_dim": 4})
     with pytest.raises(VocabTransferError, match=r"init\.snmf\.init: 'nndsvd' is not allowed; allowed values: 'kmeans', 'svd'"):
-        resolve("copymean+snmf")(problem(factorization={"rank": 2, "init": "nndsvd"}))
+        call("copymean+snmf", factorization={"rank": 2, "init": "nndsvd"})
 
 
 def test_get_method_style_call_uses_the_registry_name(bases):
     # methods.get_method passes the base function itself: the name comes from the registry
-    res = factorized(copy_mean, "svd")(problem(factorization={"keep_dim": 2}))
+    res = factorized(copy_mean, "svd")(problem(), FactorizedOptions(NoOptions(), SvdOptions(keep_dim=2)))
     assert res.stats["method"] == "copymean+svd"
     with pytest.raises(VocabTransferError, match="factorises on its own"):
         factorized(ofa, "snmf")

@@ -14,12 +14,12 @@ from sklearn.linear_model import OrthogonalMatchingPursuit
 
 from vocabtransfer.init import initialise
 from vocabtransfer import io
-from vocabtransfer.pipeline.config import validate_params
+from vocabtransfer.pipeline.config import typed_section, validate_params
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.init.methods import available, get_method
-from vocabtransfer.init.methods.registry import TransferProblem
 from vocabtransfer.init.methods.focus import focus_embeddings
 from vocabtransfer.init.methods.omp import batch_omp, omp_embeddings
+from vocabtransfer.init.methods.options import OmpOptions
 
 from helpers import make_ctx, text_lines, tiny_bert, wordpiece_tokenizer, write_inputs
 
@@ -67,7 +67,7 @@ def test_omp_signed_coefficients_reach_the_source_rows():
     aux = torch.cat([atoms, x[None], torch.zeros(1, 8), torch.ones(1, 8)])
     mask = torch.ones(n + 3, dtype=torch.bool)
     mask[n + 2] = False  # not in the fastText dictionary
-    out, stats = omp_embeddings(source, t_ov, s_ov, aux, mask, n + 3, k=5, seed=3)
+    out, stats = omp_embeddings(source, t_ov, s_ov, aux, mask, n + 3, OmpOptions(k=5), seed=3)
     assert torch.equal(out[:n], source[s_ov])
     expected = torch.zeros(n)
     expected[[n - 1 - 1, n - 1 - 5, n - 1 - 7]] = torch.tensor([3.0, -2.0, 0.5]) / x.norm()
@@ -91,8 +91,8 @@ def test_omp_norm_atoms_rescales_the_combined_row_to_its_atoms_norms():
     x = 3 * atoms[1] - 2 * atoms[5] + 0.5 * atoms[7]
     aux = torch.cat([atoms, x[None], torch.zeros(1, 8)])
     mask = torch.ones(n + 2, dtype=torch.bool)
-    raw, raw_stats = omp_embeddings(source, t_ov, s_ov, aux, mask, n + 2, k=5, seed=3)
-    out, stats = omp_embeddings(source, t_ov, s_ov, aux, mask, n + 2, k=5, seed=3, norm="atoms")
+    raw, raw_stats = omp_embeddings(source, t_ov, s_ov, aux, mask, n + 2, OmpOptions(k=5), seed=3)
+    out, stats = omp_embeddings(source, t_ov, s_ov, aux, mask, n + 2, OmpOptions(k=5, norm="atoms"), seed=3)
     expected = torch.zeros(n)
     expected[[14, 10, 8]] = torch.tensor([45.0, -22.0, 4.5])
     expected = expected / expected.norm() * (3 * 15 + 2 * 11 + 0.5 * 9) / 5.5
@@ -103,7 +103,7 @@ def test_omp_norm_atoms_rescales_the_combined_row_to_its_atoms_norms():
     assert stats["norm"] == "atoms" and raw_stats["norm"] == "combination"
     assert stats["combined_norm_max"] == pytest.approx(float(raw[n].norm()), rel=1e-4)
     with pytest.raises(VocabTransferError, match="init.omp.norm='unit'"):
-        omp_embeddings(source, t_ov, s_ov, aux, mask, n + 2, k=5, norm="unit")
+        omp_embeddings(source, t_ov, s_ov, aux, mask, n + 2, OmpOptions(k=5, norm="unit"))
 
 
 def test_omp_k1_picks_the_nearest_atom_by_absolute_cosine():
@@ -113,7 +113,8 @@ def test_omp_k1_picks_the_nearest_atom_by_absolute_cosine():
     takes a1 and the row is -0.995 times a1's source row."""
     aux = torch.tensor([[0.9, 0.44, 0.0], [-1.0, 0.0, 0.0], [7.0, 7.0, 0.0], [0.0, 0.0, 1.0], [1.0, 0.1, 0.0]])
     source = torch.randn(4, 6, generator=torch.Generator().manual_seed(1))
-    out, stats = omp_embeddings(source, np.arange(4), np.arange(4), aux, torch.ones(5, dtype=torch.bool), 5, k=1)
+    out, stats = omp_embeddings(source, np.arange(4), np.arange(4), aux, torch.ones(5, dtype=torch.bool), 5,
+                                OmpOptions(k=1))
     cos = -1.0 / math.sqrt(1.01)
     assert torch.allclose(out[4], cos * source[1], atol=1e-6)
     assert stats["atoms_max"] == 1 and stats["stopped_early"] == 0
@@ -228,8 +229,7 @@ def test_omp_bad_k_is_one_line_naming_the_key(tmp_path, stage_inputs):
     with pytest.raises(VocabTransferError, match=r"init\.omp\.k: 0 is less than the minimum of 1"):
         omp_params(k=0)
     with pytest.raises(VocabTransferError, match=r"init\.omp\.k: 0 is less than the minimum of 1"):
-        get_method("omp")(TransferProblem(torch.zeros(3, 2), [0, 1, 2], [0, 1, 2], np.arange(1), np.arange(1),
-                                          torch.ones(3, 2), torch.ones(3, dtype=torch.bool), options={"k": 0}))
+        typed_section(OmpOptions, "init.omp", {"k": 0})  # options from Python, checked by the same schema
     params = omp_params(k=1000)
     with pytest.raises(VocabTransferError) as err:
         run_init(tmp_path, inputs, "omp", params)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +24,7 @@ from vocabtransfer.init.methods.registry import (INFO, INFRASTRUCTURE, METHODS, 
 from vocabtransfer.init.source_snmf import uses_snmf
 from vocabtransfer.init import availability
 from vocabtransfer.pipeline.config import load_params, schema
+from vocabtransfer.pipeline.typed import option
 from vocabtransfer.app.stages import STAGES
 from vocabtransfer.report import markdown, read
 
@@ -50,8 +52,7 @@ def test_schema_method_patterns_name_exactly_the_registered_methods():
     for key, pattern in _schema_patterns().items():
         m = METHOD_NAMES.fullmatch(pattern)
         assert m, f"{key}: pattern {pattern!r} is not ^(<methods>)…"
-        assert sorted(m["names"].split("|")) == available(), (
-            f"params.schema.yaml {key}: the pattern's methods differ from the registry; add the new method's name")
+        assert sorted(m["names"].split("|")) == available(), f"{key}: the pattern's methods differ from the registry"
         assert m["rest"] == rests[key], key
     for name in available():  # and the names themselves pass
         assert re.fullmatch(_schema_patterns()["init.methods"], name)
@@ -103,17 +104,23 @@ def test_tasks_schema_report_and_registry_agree():
 # --------------------------------------------------------------------------- a fake method's metadata is used
 
 
-def _fake(problem):
+@dataclass(frozen=True)
+class FakeOptions:
+    alpha: int = option(0, "an option of the method")
+    other_stage: str = option("", "an option another stage reads (`stage_options`)")
+
+
+def _fake(problem, options):
     g = torch.Generator().manual_seed(problem.seed)
     emb = torch.randn(problem.target_size, problem.source_embeddings.shape[1], generator=g)
-    return TransferResult(emb, {"options": dict(problem.options), "resources": sorted(problem.resources)})
+    return TransferResult(emb, {"options": asdict(options), "resources": sorted(problem.resources)})
 
 
 def _condition(params: dict, lang: str) -> str | None:
     return None if lang == "sw" else f"no test vectors for {lang}"
 
 
-FAKE = dict(inputs={"test_vectors": "results/{lang}/test/vectors.bin"}, deterministic=True, auxiliary_rows=True,
+FAKE = dict(options=FakeOptions, inputs={"test_vectors": "results/{lang}/test/vectors.bin"}, deterministic=True, auxiliary_rows=True,
             stage_options=("other_stage",), condition=_condition,
             data=lambda params, lang: {"data_test": Path(f"data/test/{lang}.txt")}, factorizable=False)
 
@@ -169,8 +176,8 @@ def test_a_registered_methods_metadata_reaches_the_pipeline(fake_methods, params
     # data: the local files the job reads
     assert init.data(params, wc) == {"data_test": "data/test/sw.txt"}
     assert init.data(params, {**wc, "method": "random"}) == {}
-    # stage_options: keys other stages read never reach the method
-    assert initialise.method_options(params, "test_meta") == ({"alpha": 1}, None)
+    # stage_options: keys other stages read are not recorded as the method's options
+    assert initialise.options_record("test_meta", FakeOptions(alpha=1, other_stage="x")) == {"alpha": 1}
     # auxiliary_rows: the init stats count where the rows came from
     rows = initialise.target_rows("test_meta", 4, np.array([0]), torch.tensor([True, True, False, False]), None)
     assert rows == {"overlap": 1, "dictionary": 1, "subword": 0, "random": 2}
@@ -190,7 +197,7 @@ def test_the_init_stage_runs_a_registered_method_with_its_metadata(fake_methods,
                    {"init": tmp_path / "sw" / "init" / "test_meta"}, params)
     initialise.run(ctx)
     stats = json.loads((tmp_path / "sw" / "init" / "test_meta" / "stats.json").read_text())
-    assert stats["method_stats"] == {"options": {"alpha": 1}, "resources": ["test_vectors"]}
+    assert stats["method_stats"] == {"options": {"alpha": 1, "other_stage": "x"}, "resources": ["test_vectors"]}
     assert stats["options"] == {"alpha": 1} and set(stats["target_rows"]) == {"overlap", "dictionary", "subword",
                                                                               "random"}
 

@@ -11,7 +11,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.init.methods import get_method
+from helpers import run_method
 from vocabtransfer.init.methods.registry import TransferProblem
 from vocabtransfer.init.methods import wechsel as wechsel_module
 from vocabtransfer.init.methods.wechsel import nearest_sources, procrustes, read_dictionary
@@ -51,14 +51,14 @@ def frequent_words(ft, n, skip=0):
     return words[skip:skip + n]
 
 
-def make_problem(source_tok, target_tok, resources, seed=0, options=None, overlap=()):
+def make_problem(source_tok, target_tok, resources, seed=0, overlap=()):
     emb = torch.randn(len(source_tok), 8, generator=torch.Generator().manual_seed(5))
     s, t = source_tok.get_vocab(), target_tok.get_vocab()
     return TransferProblem(
         source_embeddings=emb, source_tokenizer=source_tok, target_tokenizer=target_tok,
         overlap_target_ids=np.array([t[w] for w in overlap], dtype=np.int64),
         overlap_source_ids=np.array([s[w] for w in overlap], dtype=np.int64),
-        options=options or {}, seed=seed, lang="sw", resources={k: str(v) for k, v in resources.items()})
+        seed=seed, lang="sw", resources={k: str(v) for k, v in resources.items()})
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +69,7 @@ def en_sw(fasttext_models):
     resources = {"source_fasttext": m["dir"] / "en.bin", "target_fasttext": m["dir"] / "sw.bin",
                  "dictionary": m["dictionary"]}
     problem = make_problem(source, target, resources)
-    return problem, get_method("wechsel")(problem)
+    return problem, run_method("wechsel", problem)
 
 
 def test_procrustes_recovers_a_rotation():
@@ -133,7 +133,7 @@ def test_rows_are_softmax_weighted_convex_combinations(en_sw):
         assert torch.equal(out[problem.target_tokenizer.get_vocab()[tok]], emb[problem.source_tokenizer.get_vocab()[tok]])
     # a token without any fastText n-gram keeps the seeded random row, with its reason
     no_vec = problem.target_tokenizer.get_vocab()[NO_NGRAMS]
-    assert torch.equal(out[no_vec], get_method("random")(problem).embeddings[no_vec])
+    assert torch.equal(out[no_vec], run_method("random", problem).embeddings[no_vec])
     assert stats["reasons"]["random"] == {"target fastText gives no vector (no known n-grams)": 1}
     assert stats["copied"] + stats["combined"] + stats["random"] + stats["mean"] == problem.target_size
     assert stats["pairs_used"] > 100 and stats["dictionary_multiword_skipped"] > 0
@@ -141,7 +141,7 @@ def test_rows_are_softmax_weighted_convex_combinations(en_sw):
 
 def test_same_seed_is_byte_identical(en_sw):
     problem, result = en_sw
-    again = get_method("wechsel")(problem)
+    again = run_method("wechsel", problem)
     assert again.embeddings.numpy().tobytes() == result.embeddings.numpy().tobytes()
 
 
@@ -157,7 +157,7 @@ def test_identity_setup_maps_shared_words_to_themselves(fasttext_models, tmp_pat
     target = wordlevel(shared[::-1] + words[300:400])  # other ids, plus 100 words only in the target
     en = m["dir"] / "en.bin"
     problem = make_problem(source, target, {"source_fasttext": en, "target_fasttext": en, "dictionary": dictionary})
-    result = get_method("wechsel")(problem)
+    result = run_method("wechsel", problem)
     assert torch.allclose(result.extra["align_matrix"], torch.eye(16), atol=1e-4)
     assert result.stats["aligned_pair_cosine_mean"] == pytest.approx(1.0, abs=1e-4)
     s_vocab, t_vocab = source.get_vocab(), target.get_vocab()
@@ -170,9 +170,8 @@ def test_copy_overlap_option_and_overlap_default(en_sw):
     problem, result = en_sw
     word = "the"
     s_id, t_id = problem.source_tokenizer.get_vocab()[word], problem.target_tokenizer.get_vocab()[word]
-    problem = make_problem(problem.source_tokenizer, problem.target_tokenizer, problem.resources,
-                           options={"copy_overlap": True}, overlap=[word])
-    out = get_method("wechsel")(problem)
+    problem = make_problem(problem.source_tokenizer, problem.target_tokenizer, problem.resources, overlap=[word])
+    out = run_method("wechsel", problem, {"copy_overlap": True})
     assert torch.equal(out.embeddings[t_id], problem.source_embeddings[s_id])
     assert out.stats["reasons"]["copied"]["overlap"] == 1
     assert result.stats["reasons"]["copied"] == {"special token (same string)": 3}  # default: specials only
@@ -192,9 +191,9 @@ def test_bad_inputs_are_one_line_errors(en_sw, tmp_path, change, message):
     resources.pop(change.get("drop"), None)
     if "dictionary" in change:
         resources["dictionary"] = str(tmp_path / change["dictionary"])
-    p = make_problem(problem.source_tokenizer, problem.target_tokenizer, resources, options=change.get("options"))
+    p = make_problem(problem.source_tokenizer, problem.target_tokenizer, resources)
     with pytest.raises(VocabTransferError, match=message) as err:
-        get_method("wechsel")(p)
+        run_method("wechsel", p, change.get("options"))
     assert "\n" not in str(err.value)
 
 
@@ -203,6 +202,5 @@ def test_dictionary_from_options_resolves_against_the_data_root(en_sw, fasttext_
     (data_root / "dicts").mkdir()
     (data_root / "dicts" / "sw.txt").write_bytes(fasttext_models["dictionary"].read_bytes())
     resources = {k: v for k, v in problem.resources.items() if k != "dictionary"}
-    p = make_problem(problem.source_tokenizer, problem.target_tokenizer, resources,
-                     options={"dictionaries": {"sw": "dicts/sw.txt"}})
-    assert torch.equal(get_method("wechsel")(p).embeddings, result.embeddings)
+    p = make_problem(problem.source_tokenizer, problem.target_tokenizer, resources)
+    assert torch.equal(run_method("wechsel", p, {"dictionaries": {"sw": "dicts/sw.txt"}}).embeddings, result.embeddings)

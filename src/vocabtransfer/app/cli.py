@@ -26,7 +26,7 @@ from vocabtransfer.app.stages import STAGES
 from vocabtransfer.evaluate import coverage
 from vocabtransfer.log import setup_logging
 from vocabtransfer.pipeline import params_doc
-from vocabtransfer.pipeline.config import load_layered, pattern_names, read_yaml, schema
+from vocabtransfer.pipeline.config import load, pattern_names, read_yaml, schema
 from vocabtransfer.pipeline.remote import add_remote
 
 log = logging.getLogger("vocabtransfer")
@@ -131,9 +131,10 @@ def main(argv: list[str] | None = None) -> int:
             log.info("default DVC remote %s: %s (commit .dvc/config; then `dvc push` shares the results and "
                      "`dvc pull` fetches them)", args.name, target)
             return 0
-
         files = args.params or ["params.yaml"]
-        params = load_layered(files)  # params-doc too: a file that does not validate is not documented
+        # validated once: here for a params file of the user's (params-doc too: a file that does not
+        # validate is not documented), where Snakemake merged them for its merged file (trusted as it is)
+        params = load(files)
         if args.command == "params-doc":
             if args.output == "-":
                 sys.stdout.write(params_doc.render(files[0]))

@@ -12,20 +12,18 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Literal, Mapping
+from typing import Literal
 
 import torch
 
 from vocabtransfer.errors import VocabTransferError
+from vocabtransfer.init.methods.options import FACTORIZATIONS, SnmfOptions, SvdOptions
 from vocabtransfer.init.semi_nmf import clustered_semi_nmf, semi_nmf
 from vocabtransfer.init.svd import truncated_svd
 
-if TYPE_CHECKING:
-    from vocabtransfer.init.methods.options import SnmfOptions, SvdOptions
-
 log = logging.getLogger(__name__)
 
-FACTORIZATIONS = ("svd", "snmf")  # the kinds `factorize_source` runs; `<method>+<kind>` names a variant
+# FACTORIZATIONS: the kinds `factorize_source` runs and their typed params `init.<kind>` (options.py)
 
 
 def svd_relative_error(E: torch.Tensor, P: torch.Tensor) -> float:
@@ -39,7 +37,7 @@ def svd_relative_error(E: torch.Tensor, P: torch.Tensor) -> float:
 def factorize_source(
     E: torch.Tensor,
     kind: Literal["svd", "snmf"],
-    options: SvdOptions | SnmfOptions | Mapping | None,
+    options: SvdOptions | SnmfOptions | None,
     *,
     seed: int,
     device: str = "cpu",
@@ -59,16 +57,13 @@ def factorize_source(
     OFA does), so copied rows reproduce the source rows exactly. snmf returns float32; with
     `init.snmf.clusters` = C > 1 it is the block-structured `clustered_semi_nmf` (k = C·rank
     columns, each row non-zero only in its cluster's block), with C = 1 today's single
-    `semi_nmf`. `options` is the typed params section (`init.svd` / `init.snmf`), or for a call
-    from Python a mapping over the schema's defaults (`config.init_options`), named `section` in errors.
+    `semi_nmf`. `options` is the typed params section (`init.svd` / `init.snmf`; None: the defaults),
+    named `section` in errors.
     """
-    # not at the top: the methods package imports this module (methods.variants), a cycle at import
-    from vocabtransfer.init.methods.options import init_options
-
     if kind not in FACTORIZATIONS:
         raise VocabTransferError(f"factorization {kind!r}: unknown; allowed values: {', '.join(FACTORIZATIONS)}")
     section = section or f"init.{kind}"
-    options = init_options(kind, options)
+    options = options or FACTORIZATIONS[kind]()
     V, D = E.shape
     t0 = time.perf_counter()
     labels = torch.zeros(V, dtype=torch.int64)

@@ -4,10 +4,10 @@ For `--lang L --method M --pseed K` (pretraining seed K: the method draws its ra
 `seed + 1000 (K - 1)`, see vocabtransfer.pipeline.names; a method without random rows has K = 1 only):
 1. load the source model (results/source/model: with its trained LM head) and its tokenizer, the
    target tokenizer, the overlap table and the fastText auxiliary embeddings of the target tokens;
-2. build a `TransferProblem` (options = the typed params `init.<base>`, e.g. `ctx.section("init", InitParams).omp`,
-   an `OmpOptions` of vocabtransfer.init.methods.options; for a factorised method `base+svd` also
-   `factorization` = its `.svd`; `method_options`) and run `get_method(M)` on the input embeddings, and again
-   on the output embeddings when the source model's are untied;
+2. build a `TransferProblem` and the method's options (params `init.<base>` as the class it registers,
+   e.g. `OmpOptions`; for a factorised method `base+svd` a `FactorizedOptions` with `init.svd` too) and
+   run `get_method(M)(problem, options)` on the input embeddings, and again on the output embeddings
+   when the source model's are untied;
 3. write results/L/init/M/pseedK/ atomically: embeddings.safetensors (`input_embeddings`,
    `output_embeddings` when untied), one `<name>.safetensors` per extra tensor of the method
    (coordinates, primitives; `output_<name>` for the output pass), model/ (the source model with
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import asdict, is_dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +35,6 @@ from vocabtransfer import io
 from vocabtransfer.model import modeling
 from vocabtransfer.model.hub import load_tokenizer
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.pipeline.config import from_dict
 from vocabtransfer.pipeline import names
 from vocabtransfer.pipeline import paths
 from vocabtransfer.pipeline.paths import data_path
@@ -59,31 +58,13 @@ def inputs(params: dict, wildcards: dict) -> dict[str, str]:
             "fasttext": paths.FASTTEXT_EMB, **factors, **info(method).inputs}
 
 
-def method_options(params: dict, method: str, init=None) -> tuple[Any, Any]:
-    """(options, factorization) of `method`: the typed `init.<base>` (of `init`, the job's typed params
-    `init`, else built from params) and, for `base+fact`, the typed `init.<fact>`, else None. A method
-    registered outside the schema (a test's) gets its section as a dict, without the keys other stages
-    read (`@register(..., stage_options=...)`)."""
-    from vocabtransfer.init.factorize import FACTORIZATIONS  # imports torch: not at CLI start-up
-    from vocabtransfer.init.methods.options import InitParams  # imports torch: not at CLI start-up
-    from vocabtransfer.init.methods.registry import info  # imports torch: not at CLI start-up
-
-    init = init or from_dict(InitParams, params["init"])
-    base, fact = names.split_method(method)
-    options = getattr(init, base, None)
-    if options is None:
-        stage_options = info(method).stage_options
-        options = {k: v for k, v in ((params.get("init") or {}).get(base) or {}).items() if k not in stage_options}
-    return options, (getattr(init, fact) if fact in FACTORIZATIONS else None)
-
-
-def options_record(method: str, options: Any, factorization: Any) -> dict:
+def options_record(method: str, options: Any) -> dict:
     """The options as stats.json records them: `init.<base>` without the keys other stages read, and
-    the factorisation's section under `factorization`."""
+    for `base+fact` the factorisation's section under `factorization`."""
     from vocabtransfer.init.methods.registry import info  # imports torch: not at CLI start-up
 
-    record = asdict(options) if is_dataclass(options) else dict(options)
-    record = {k: v for k, v in record.items() if k not in info(method).stage_options}
+    base, factorization = (options.base, options.factorization) if names.split_method(method)[1] else (options, None)
+    record = {k: v for k, v in asdict(base).items() if k not in info(method).stage_options}
     if factorization is not None:
         record["factorization"] = asdict(factorization)
     return record
@@ -160,12 +141,50 @@ def transfer_bias(source_bias, n_target: int, target_ids: np.ndarray, source_ids
     return bias
 
 
+@dataclass
+class InitInputs:
+    """What an init job reads (step 1): the source model's embedding matrices (`output` None when tied)
+    and output bias, both tokenizers, the overlap pairs and the fastText vectors of the target tokens."""
+
+    source_dir: Path
+    target_dir: Path
+    kind: str
+    source_tok: Any
+    target_tok: Any
+    matrices: dict
+    src_bias: Any  # (V_s,) or None
+    target_ids: np.ndarray
+    source_ids: np.ndarray
+    aux: Any
+    aux_mask: Any
+    subword: Any  # (V_t,) bool or None
+
+    @property
+    def untied(self) -> bool:
+        return self.matrices["output"] is not None
+
+
+def read_inputs(ctx) -> InitInputs:
+    source_dir, target_dir = Path(ctx.input["source_model"]), Path(ctx.input["tokenizer"])
+    model, kind = modeling.load_source_model(source_dir)
+    source_tok = load_tokenizer(source_dir)
+    target_tok = load_tokenizer(target_dir)
+    matrices = modeling.embedding_matrices(model, source_tok)
+    src_bias = modeling.output_bias(model)
+    src_bias = src_bias[: len(source_tok)].detach().clone() if src_bias is not None else None
+    del model
+    target_ids, source_ids = read_overlap(Path(ctx.input["overlap"]), len(target_tok), len(source_tok))
+    aux, aux_mask, subword = read_auxiliary(Path(ctx.input["fasttext"]), len(target_tok))
+    return InitInputs(source_dir, target_dir, kind, source_tok, target_tok, matrices, src_bias, target_ids, source_ids,
+                      aux, aux_mask, subword)
+
+
 def run(ctx) -> None:
     import torch  # torch: heavy, not at CLI start-up
 
     from vocabtransfer.init.methods import get_method  # imports torch: not at CLI start-up
-    from vocabtransfer.init.methods.options import InitParams  # imports torch: not at CLI start-up
-    from vocabtransfer.init.methods.registry import TransferProblem  # imports torch: not at CLI start-up
+    from vocabtransfer.init.methods.options import FACTORIZATIONS, FactorizedOptions  # imports torch: not at CLI start-up
+    from vocabtransfer.init.methods.registry import TransferProblem, info  # imports torch: not at CLI start-up
 
     start = time.perf_counter()
     method_name = ctx.method
@@ -176,86 +195,76 @@ def run(ctx) -> None:
                                  "pretrain.seeds for a pretrained method whose rows depend on the seed)")
     seed = names.seed_value(ctx.params, pseed)  # the random rows of this pretraining seed
     torch.manual_seed(seed)
-    source_dir = Path(ctx.input["source_model"])
-    target_dir = Path(ctx.input["tokenizer"])
 
-    # 1. inputs
-    model, kind = modeling.load_source_model(source_dir)
-    source_tok = load_tokenizer(source_dir)
-    target_tok = load_tokenizer(target_dir)
-    matrices = modeling.embedding_matrices(model, source_tok)
-    src_bias = modeling.output_bias(model)
-    src_bias = src_bias[: len(source_tok)].detach().clone() if src_bias is not None else None
-    untied = matrices["output"] is not None
-    del model
-    n_target, n_source = len(target_tok), len(source_tok)
-    target_ids, source_ids = read_overlap(Path(ctx.input["overlap"]), n_target, n_source)
-    aux, aux_mask, subword = read_auxiliary(Path(ctx.input["fasttext"]), n_target)
-    rows = target_rows(method_name, n_target, target_ids, aux_mask, subword)
-
-    init = ctx.section("init", InitParams)  # params init, typed
-    options, factorization = method_options(ctx.params, method_name, init)
-
-    # the shared source_snmf factors of each matrix, checked against it and init.snmf (read once)
-    snmf = {}
+    # 1. inputs, and the method's options: params init.<base>, typed (e.g. OmpOptions)
+    x = read_inputs(ctx)
+    base, fact = names.split_method(method_name)
+    options = ctx.section(f"init.{base}", info(base).options)
+    if fact:
+        options = FactorizedOptions(options, ctx.section(f"init.{fact}", FACTORIZATIONS[fact]))
+    snmf = {}  # the shared source_snmf factors of each matrix, checked against it and init.snmf (read once)
     if "snmf_factors" in ctx.input:
-        snmf = load_factors(ctx.input["snmf_factors"], matrices, init.snmf, seed=ctx.seed)
-
+        snmf = load_factors(ctx.input["snmf_factors"], x.matrices, ctx.section("init.snmf", FACTORIZATIONS["snmf"]),
+                            seed=ctx.seed)
     resources = {k: Path(v) for k, v in ctx.input.items() if k not in CORE_INPUTS}
-    dictionaries = getattr(options, "dictionaries", None) or {}  # wechsel's
+    dictionaries = getattr(options, "dictionaries", None) or {}  # wechsel's (its data file)
     if dictionaries.get(ctx.lang):
         resources["dictionary"] = data_path(dictionaries[ctx.lang])
     problem = TransferProblem(
-        source_embeddings=matrices["input"], source_tokenizer=source_tok, target_tokenizer=target_tok,
-        overlap_target_ids=target_ids, overlap_source_ids=source_ids, auxiliary=aux, auxiliary_mask=aux_mask,
-        options=options, factorization=factorization, seed=seed, device=ctx.device, lang=ctx.lang,
+        source_embeddings=x.matrices["input"], source_tokenizer=x.source_tok, target_tokenizer=x.target_tok,
+        overlap_target_ids=x.target_ids, overlap_source_ids=x.source_ids, auxiliary=x.aux, auxiliary_mask=x.aux_mask,
+        seed=seed, device=ctx.device, lang=ctx.lang,
         resources=resources, factors={"snmf": snmf["input"]} if snmf else {},
     )
     log.info("init %s/%s: %d target tokens (%d overlap, %d with fastText vectors), %d source tokens, dim %d, %s "
-             "output embeddings", ctx.lang, method_name, n_target, len(target_ids), int(aux_mask.sum()), n_source,
-             matrices["input"].shape[1], "untied" if untied else "tied")
+             "output embeddings", ctx.lang, method_name, len(x.target_tok), len(x.target_ids), int(x.aux_mask.sum()),
+             len(x.source_tok), x.matrices["input"].shape[1], "untied" if x.untied else "tied")
 
-    # 2. the method, on the input and (untied) output embeddings
-    shape = (n_target, matrices["input"].shape[1])
-    t = time.perf_counter()
-    result = method(problem)
-    inp = _check_result(result, method_name, shape, "input")
-    seconds = {"input": time.perf_counter() - t}
-    tensors = {"input_embeddings": inp}
-    extra = {name: value for name, value in result.extra.items()}
-    out = None
-    out_stats = None
-    if untied:
+    # 2. the method, on the input and (untied) output embeddings: {pass: (result, its checked rows, seconds)}
+    passes = {}
+    for which in ("input", "output") if x.untied else ("input",):
         t = time.perf_counter()
-        out_result = method(replace(problem, source_embeddings=matrices["output"], factors={"snmf": snmf["output"]} if snmf else {}))
-        out = _check_result(out_result, method_name, (n_target, matrices["output"].shape[1]), "output")
-        seconds["output"] = time.perf_counter() - t
-        tensors["output_embeddings"] = out
-        extra.update({f"output_{name}": value for name, value in out_result.extra.items()})
-        out_stats = out_result.stats
-    bias = transfer_bias(src_bias, n_target, target_ids, source_ids) if src_bias is not None else None
+        result = method(replace(problem, source_embeddings=x.matrices[which],
+                                factors={"snmf": snmf[which]} if snmf else {}), options)
+        rows = _check_result(result, method_name, (len(x.target_tok), x.matrices[which].shape[1]), which)
+        passes[which] = (result, rows, time.perf_counter() - t)
 
     # 3. the model with the new embeddings, and the artefacts
-    target_model = modeling.build_target_model(source_dir, target_dir, inp, out, bias=bias, kind=kind)
+    record = {"options": options_record(method_name, options), "resources": {k: str(v) for k, v in resources.items()}}
+    write_outputs(ctx, x, method_name, passes, record, pseed=pseed, seed=seed, start=start)
+
+
+def write_outputs(ctx, x: InitInputs, method_name: str, passes: dict, record: dict, *, pseed: int, seed: int,
+                  start: float) -> None:
+    """results/L/init/M/pseedK/ (module doc, step 3), written atomically."""
+    inp, out = passes["input"][1], passes["output"][1] if "output" in passes else None
+    tensors = {"input_embeddings": inp, **({"output_embeddings": out} if out is not None else {})}
+    extra = dict(passes["input"][0].extra)
+    if "output" in passes:
+        extra.update({f"output_{name}": value for name, value in passes["output"][0].extra.items()})
+    n_target = len(x.target_tok)
+    bias = transfer_bias(x.src_bias, n_target, x.target_ids, x.source_ids) if x.src_bias is not None else None
+    target_model = modeling.build_target_model(x.source_dir, x.target_dir, inp, out, bias=bias, kind=x.kind)
     stats = {
-        "lang": ctx.lang, "method": method_name, "kind": kind, "model_class": type(target_model).__name__,
-        "source_model": str(source_dir), "target_tokenizer": str(target_dir),
-        "source_vocab": n_source, "target_vocab": n_target, "dim": int(inp.shape[1]),
-        "overlap": int(len(target_ids)), "auxiliary_vectors": int(aux_mask.sum()),
-        "auxiliary_subword_vectors": int(subword.sum()) if subword is not None else 0, "target_rows": rows,
-        "untied_output_embeddings": untied,
-        "options": options_record(method_name, options, factorization), "resources": {k: str(v) for k, v in resources.items()},
-        "method_stats": result.stats, "output_method_stats": out_stats,
+        "lang": ctx.lang, "method": method_name, "kind": x.kind, "model_class": type(target_model).__name__,
+        "source_model": str(x.source_dir), "target_tokenizer": str(x.target_dir),
+        "source_vocab": len(x.source_tok), "target_vocab": n_target, "dim": int(inp.shape[1]),
+        "overlap": int(len(x.target_ids)), "auxiliary_vectors": int(x.aux_mask.sum()),
+        "auxiliary_subword_vectors": int(x.subword.sum()) if x.subword is not None else 0,
+        "target_rows": target_rows(method_name, n_target, x.target_ids, x.aux_mask, x.subword),
+        "untied_output_embeddings": x.untied, **record,
+        "method_stats": passes["input"][0].stats,
+        "output_method_stats": passes["output"][0].stats if "output" in passes else None,
         "output_bias": ("source bias copied for overlapping ids, mean source bias elsewhere"
                         if bias is not None else None),
-        "extra_tensors": sorted(extra), "pseed": pseed, "seed": seed, "method_seconds": seconds,
-        "versions": io.versions(),
+        "extra_tensors": sorted(extra), "pseed": pseed, "seed": seed,
+        "method_seconds": {which: seconds for which, (_, _, seconds) in passes.items()}, "versions": io.versions(),
     }
     with io.atomic_output(ctx.output["init"], directory=True) as tmp:
         io.save_tensors(tensors, tmp / "embeddings.safetensors", metadata={"method": method_name, "lang": ctx.lang})
         for name, value in extra.items():
             io.save_tensors({name: value}, tmp / f"{name}.safetensors", metadata={"method": method_name})
-        modeling.save_model_dir(target_model, target_tok, tmp / "model")
+        modeling.save_model_dir(target_model, x.target_tok, tmp / "model")
         stats["seconds"] = time.perf_counter() - start
         io.write_json(stats, tmp / "stats.json")
     log.info("init %s/%s done in %.1f s: %s", ctx.lang, method_name, stats["seconds"], ctx.output["init"])
@@ -263,21 +272,20 @@ def run(ctx) -> None:
 
 # ---------------------------------------------------------------- the stage (vocabtransfer.app.stages)
 # From the import of `Stage` on, the module plans its jobs: not their code (stage_spec.code_statements).
-from vocabtransfer.pipeline.stage_spec import PACKAGE, Stage, module_file, section_leaves
+from vocabtransfer.pipeline.stage_spec import PACKAGE, Stage, module_file
 from vocabtransfer.init import availability
 from vocabtransfer.pipeline.config import field_leaves
 
 
 def _leaves(params: dict, wildcards: dict) -> list[str]:
-    """The rerun keys of one init job: the leaves of the typed options it takes (`<Base>Options` and, for
-    `base+fact`, `<Fact>Options`, e.g. init.omp.k); a method outside the schema (a test's): its section's."""
-    from vocabtransfer.init.methods.options import options_class  # imports torch: not at CLI start-up
+    """The rerun keys of one init job: the leaves of the typed options it takes (the class its method
+    registers and, for `base+fact`, the factorisation's, e.g. init.omp.k)."""
+    from vocabtransfer.init.methods.options import FACTORIZATIONS  # imports torch: not at CLI start-up
+    from vocabtransfer.init.methods.registry import info  # imports torch: not at CLI start-up
 
     base, fact = names.split_method(wildcards["method"])
-    classes = {name: options_class(name) for name in (base, fact) if name and name in params["init"]}
-    return [leaf for name, cls in classes.items()
-            for leaf in (field_leaves(cls, f"init.{name}", params["init"][name]) if cls
-                         else section_leaves(params, f"init.{name}"))]
+    classes = {base: info(base).options, **({fact: FACTORIZATIONS[fact]} if fact else {})}
+    return [leaf for name, cls in classes.items() for leaf in field_leaves(cls, f"init.{name}", params["init"][name])]
 
 
 def _code(params: dict, wildcards: dict) -> tuple[str, ...]:

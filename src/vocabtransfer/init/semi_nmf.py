@@ -10,6 +10,7 @@ from typing import Callable, Literal
 import torch
 
 from vocabtransfer.errors import VocabTransferError
+from vocabtransfer.init.methods.options import SnmfOptions
 from vocabtransfer.init.factors import check_matrix, check_rank, lapack_single_thread, relative_error
 from vocabtransfer.init.svd import truncated_svd
 from vocabtransfer.log import progress
@@ -170,8 +171,8 @@ def semi_nmf(
     X: torch.Tensor,
     rank: int,
     *,
-    max_iter: int = 500,
-    tol: float = 1e-4,
+    max_iter: int = SnmfOptions.max_iter,  # params init.snmf's defaults
+    tol: float = SnmfOptions.tol,
     seed: int = 0,
     device: str | torch.device | None = None,
     init: Literal["kmeans", "svd"] = "kmeans",
@@ -288,8 +289,8 @@ def clustered_semi_nmf(
     clusters: int,
     *,
     seed: int = 0,
-    max_iter: int = 500,
-    tol: float = 1e-4,
+    max_iter: int = SnmfOptions.max_iter,  # params init.snmf's defaults
+    tol: float = SnmfOptions.tol,
     device: str | torch.device | None = None,
     init: Literal["kmeans", "svd"] = "kmeans",
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict]:

@@ -57,7 +57,7 @@ def run(ctx) -> None:
     import torch  # torch: heavy, not at CLI start-up
 
     from vocabtransfer.init.factorize import factorize_source  # imports torch: not at CLI start-up
-    from vocabtransfer.init.methods.options import InitParams  # imports torch: not at CLI start-up
+    from vocabtransfer.init.methods.options import SnmfOptions  # imports torch: not at CLI start-up
     from vocabtransfer.init.semi_nmf import block_coefficients  # imports torch: not at CLI start-up
 
     start = time.perf_counter()
@@ -65,7 +65,7 @@ def run(ctx) -> None:
     model, _ = modeling.load_source_model(source_dir)
     matrices = modeling.embedding_matrices(model, load_tokenizer(source_dir))
     del model
-    opts = ctx.section("init", InitParams).snmf  # params init.snmf, typed
+    opts = ctx.section("init.snmf", SnmfOptions)  # params init.snmf, typed
     options = {k: getattr(opts, k) for k in FACTOR_KEYS}
     tensors, meta = {}, {"options": options, "seed": ctx.seed, "source_model": str(source_dir)}
     for which in ("input", "output"):
@@ -96,20 +96,19 @@ def load_factors(path: str | Path, matrices: dict, options, seed: int | None = N
     cluster ids are (V_s,) int64 (all 0 with one cluster).
 
     Refuses, with the cause, factors of another matrix (fingerprint), computed with other
-    `init.snmf` options than `options` (typed, `config.SnmfOptions`, or a mapping over the schema's
-    defaults) or (when `seed` is given) with another seed: a stale file must never be used silently.
+    `init.snmf` options than `options` (typed, `SnmfOptions`; None: its defaults) or (when `seed`
+    is given) with another seed: a stale file must never be used silently.
     """
     import torch  # torch: heavy, not at CLI start-up
 
-    from vocabtransfer.init.methods.options import init_options  # imports torch: not at CLI start-up
-
+    from vocabtransfer.init.methods.options import SnmfOptions  # imports torch: not at CLI start-up
     from vocabtransfer.init.semi_nmf import expand_blocks  # imports torch: not at CLI start-up
 
     path = Path(path)
     tensors = io.load_tensors(path)  # a missing or unreadable file: one clear error
     meta = io.tensor_metadata(path)
     saved = {**MISSING_KEY, **(meta.get("options") or {})}
-    options = init_options("snmf", options)
+    options = options or SnmfOptions()
     differ = [f"{k}={saved.get(k)!r} (params: {getattr(options, k)!r})" for k in FACTOR_KEYS
               if saved.get(k) != getattr(options, k)]
     if seed is not None and meta.get("seed") != seed:

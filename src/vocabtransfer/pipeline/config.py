@@ -1,16 +1,20 @@
 """Load and validate params.yaml against the params schema (package data `params.schema.yaml`;
-workflow/schemas/params.schema.yaml is a link to it).
+workflow/schemas/params.schema.yaml is a link to it), completed with the sections declared in code
+(`schema`: each init method's and factorisation's `init.<name>`, generated from its options class).
 
 `load_params` returns the config with every default filled in, or raises a
-VocabTransferError naming the key path, what was wrong and the allowed values.
+VocabTransferError naming the key path, what was wrong and the allowed values. Params are validated
+once: where they are merged (Snakemake's common.smk, which writes the merged file with
+`write_merged`), or by `load` for a params file of the user's; `load` reads a merged file as it is.
 
 Typed sections: a stage reads its section once, at its entry, into a frozen dataclass declared
 next to its code (`OmpOptions` … in vocabtransfer.init.methods.options, `PretrainParams` in
 vocabtransfer.train.trainer, `EvalParams` in vocabtransfer.evaluate.tasks, `ReportParams` in
 vocabtransfer.report.tables), built by `from_dict` from the validated dict (`ctx.section`); below
-the entry, functions take these. The dataclasses have no defaults (the schema is their one home) and
-mirror the schema's fields (tests/test_config.py holds them to it); a stage's rerun keys are their
-leaves (`field_leaves`).
+the entry, functions take these. Each default has one home: an init section's dataclass holds its
+defaults and descriptions (`typed.option`) and the schema's section is generated from it; the other
+dataclasses have no defaults (the schema holds them) and mirror the schema's fields
+(tests/test_config.py holds them to it). A stage's rerun keys are their leaves (`field_leaves`).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import copy
 import dataclasses
 import difflib
 import hashlib
+import importlib
 import importlib.util
 import os
 import re
@@ -32,18 +37,33 @@ import jsonschema
 import yaml
 
 from vocabtransfer.errors import VocabTransferError
+from vocabtransfer.pipeline import typed
 from vocabtransfer.pipeline.paths import RELATIVE_MODEL
 from vocabtransfer.io import atomic_output, read_text
 
 # shipped inside the package, so a wheel or a non-editable install finds it too
 SCHEMA_PATH = Path(__file__).resolve().parent / "params.schema.yaml"
+# where the sections declared in code come from: `init.<name>` of every init method (the options class
+# of its `@register`: the methods' registry finds them, every module of its package) and factorisation.
+# The schema asks them by name when it is built: plug-in points, as a method is a plug-in.
+METHODS_FROM = "vocabtransfer.init.methods.registry"  # declared_sections()
+FACTORIZATIONS_FROM = "vocabtransfer.init.methods.options"  # FACTORIZATIONS
 
 
-@lru_cache(maxsize=1)
 def schema() -> dict:
+    """The params schema: the YAML file with the sections declared in code (`typed.with_init_sections`);
+    built once per set of registered methods."""
+    methods = importlib.import_module(METHODS_FROM).declared_sections()
+    factorizations = importlib.import_module(FACTORIZATIONS_FROM).FACTORIZATIONS
+    return _schema(tuple(methods.items()), tuple(factorizations.items()))
+
+
+@lru_cache(maxsize=4)
+def _schema(methods: tuple, factorizations: tuple) -> dict:
     if not SCHEMA_PATH.is_file():
         raise VocabTransferError(f"{SCHEMA_PATH}: schema file missing from the installed package; reinstall vocabtransfer")
-    return yaml.safe_load(SCHEMA_PATH.read_text(encoding="utf-8"))
+    return typed.with_init_sections(yaml.safe_load(SCHEMA_PATH.read_text(encoding="utf-8")), dict(methods),
+                                    dict(factorizations))
 
 
 def section_defaults(*path: str) -> dict:
@@ -304,6 +324,16 @@ def load_params(path: str | Path = "params.yaml") -> dict:
     return validate_params(read_yaml(path), source=str(path))
 
 
+def load(files: list[str | Path]) -> dict:
+    """The params a command runs with: a merged file that `write_merged` wrote (Snakemake's, validated
+    where it was merged) as it is, trusted; any other file, or several laid over each other, validated."""
+    if len(files) == 1 and MERGED.fullmatch(Path(files[0]).name):
+        text = Path(files[0]).read_text(encoding="utf-8")
+        if Path(files[0]).name == _merged_name(text):  # its content is what was written: not edited since
+            return yaml.safe_load(text)
+    return load_layered(files)
+
+
 def load_layered(files: list[str | Path]) -> dict:
     """The first params file with every further one laid over it (`merge_overlay`, as Snakemake lays
     --configfile over params.yaml), validated; errors name the files as `params.yaml + config/x.yaml`."""
@@ -313,12 +343,19 @@ def load_layered(files: list[str | Path]) -> dict:
     return validate_params(merged, source=" + ".join(map(str, files)))
 
 
+MERGED = re.compile(r"params\.[0-9a-f]{16}\.yaml")  # the name of a file `write_merged` writes
+
+
+def _merged_name(text: str) -> str:
+    return f"params.{hashlib.sha256(text.encode()).hexdigest()[:16]}.yaml"
+
+
 def write_merged(params: dict, directory: str | Path) -> str:
     """Write a validated config to `<directory>/params.<hash>.yaml` (once: the name is a hash of the
     content, so the file of a config never changes and runs with other configs never share one)
     and return its path. Snakemake hands it to every stage as `--params`."""
     text = yaml.safe_dump(params, sort_keys=True, allow_unicode=True)
-    path = Path(directory) / f"params.{hashlib.sha256(text.encode()).hexdigest()[:16]}.yaml"
+    path = Path(directory) / _merged_name(text)
     if not path.is_file() or path.read_text(encoding="utf-8") != text:
         with atomic_output(path) as tmp:
             tmp.write_text(text, encoding="utf-8")

@@ -10,6 +10,7 @@ tests/test_docs.py fails when the committed file differs from `render()` or miss
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 import yaml
@@ -22,8 +23,9 @@ MISSING = object()
 INTRO = """\
 # Parameters
 
-Generated from `src/vocabtransfer/pipeline/params.schema.yaml` by `make docs` (`vocabtransfer params-doc`);
-edit the schema, not this file. `params.yaml` is validated against the schema before any work, and a key it
+Generated from `src/vocabtransfer/pipeline/params.schema.yaml` and the init methods' options classes
+(`init.<name>`, vocabtransfer.init.methods.options) by `make docs` (`vocabtransfer params-doc`); edit those,
+not this file. `params.yaml` is validated against the schema before any work, and a key it
 leaves out takes the default below; the params.yaml column shows the shipped demo's value where it differs.
 How overlays (`--configfile`, `--config`) combine with it: [reproducibility.md](reproducibility.md#the-config-the-stages-read).
 """
@@ -130,7 +132,7 @@ def anchor(heading: str) -> str:  # GitHub's: lower case, punctuation but `-`/`_
 
 
 def render(params_path: str | Path = "params.yaml") -> str:
-    schema = yaml.safe_load(config.SCHEMA_PATH.read_text(encoding="utf-8"))
+    schema = copy.deepcopy(config.schema())
     params = yaml.safe_load(Path(params_path).read_text(encoding="utf-8")) or {}
     parts = sections(schema)
     tops = [p or "top level" for p, _, _ in parts if "." not in p] + ["data sources"]

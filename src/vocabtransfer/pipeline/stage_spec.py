@@ -234,10 +234,10 @@ class Context:
         return config.get(self.params, dotted)
 
     def section(self, name: str, cls: type[T]) -> T:
-        """params section `name` as the frozen dataclass `cls` declared by the stage (e.g. `InitParams`,
-        whose `omp` is an `OmpOptions`), built once per job from the validated dict (`config.from_dict`)."""
+        """params section `name` (dotted: `init.omp`) as the frozen dataclass `cls` declared by the stage
+        (e.g. `OmpOptions`), built once per job from the validated dict (`config.from_dict`)."""
         if name not in self._sections:
-            self._sections[name] = config.from_dict(cls, self.params[name])
+            self._sections[name] = config.from_dict(cls, config.get(self.params, name))
         return self._sections[name]
 
     def torch_threads(self):

@@ -1,10 +1,11 @@
 """Embedding initialisation methods: a registry, one module per method.
 
-A method is a function `(problem: TransferProblem) -> TransferResult` registered with
-`@register("name", ...)` (all three from `vocabtransfer.init.methods.registry`), which also
-declares what the pipeline needs to know about it (`MethodInfo`, read with `registry.info`:
-extra inputs, whether its rows depend on the seed, conditions under which it can run, …).
-Adding a method = one module in this package (`registry.discover` imports every one). Factorised
+A method is a function `(problem: TransferProblem, options) -> TransferResult` registered with
+`@register("name", options=<its options dataclass>, ...)` (all three from
+`vocabtransfer.init.methods.registry`), which also declares what the pipeline needs to know about it
+(`MethodInfo`, read with `registry.info`: extra inputs, whether its rows depend on the seed,
+conditions under which it can run, …). Adding a method = one module in this package
+(`registry.discover` imports every one) and its section `init.<name>` in params.yaml. Factorised
 variants (`focus+svd`, `fvt+snmf`, …) are composed by `get_method`: the base method runs inside
 the low-rank space of the factorisation.
 """
@@ -34,3 +35,13 @@ def get_method(name: str) -> Method:
         f"unknown method {name!r}; available: {', '.join(available())}, or <method>+svd / <method>+snmf "
         f"for any of them{f' except {alone_text}' if alone else ''} (e.g. focus+svd)"
     )
+
+
+def default_options(name: str):
+    """The options `name` runs with when params leave its section out: its registered options class
+    with every default; for `base+fact` a `FactorizedOptions` of the base's and the factorisation's."""
+    from vocabtransfer.init.methods.options import FACTORIZATIONS, FactorizedOptions
+
+    base, _, fact = name.partition("+")
+    options = info(base).options()
+    return FactorizedOptions(options, FACTORIZATIONS[fact]()) if fact else options

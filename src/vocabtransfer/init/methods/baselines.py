@@ -30,7 +30,7 @@ import torch
 
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.init.methods.registry import TransferProblem, TransferResult, register
-from vocabtransfer.init.methods.options import init_options
+from vocabtransfer.init.methods.options import MeanOptions, OverlapOptions, RandomOptions
 from vocabtransfer.data.overlap import Scheme, checked_pairs
 
 log = logging.getLogger(__name__)
@@ -308,17 +308,15 @@ def token_surfaces(tokenizer) -> tuple[list[str | None], np.ndarray]:
 # --------------------------------------------------------------------------- methods
 
 
-@register("random")
-def random_init(problem: TransferProblem) -> TransferResult:
+@register("random", options=RandomOptions)
+def random_init(problem: TransferProblem, options: RandomOptions = RandomOptions()) -> TransferResult:
     """Every row from N(mean, std) of the source embeddings; special tokens copied."""
-    init_options("random", problem.options)  # takes none: an unknown key is an error
     return _copy_then_random(problem, "random", overlap=False, reason="random method")
 
 
-@register("overlap")
-def overlap_init(problem: TransferProblem) -> TransferResult:
+@register("overlap", options=OverlapOptions)
+def overlap_init(problem: TransferProblem, options: OverlapOptions = OverlapOptions()) -> TransferResult:
     """Overlapping and special tokens copied; every other row as in `random`."""
-    init_options("overlap", problem.options)  # takes none: an unknown key is an error
     return _copy_then_random(problem, "overlap", overlap=True, reason="not in the source vocabulary")
 
 
@@ -333,10 +331,9 @@ def _copy_then_random(problem: TransferProblem, method: str, *, overlap: bool, r
     return TransferResult(embeddings=target, stats=ledger.stats(method=method, seed=int(problem.seed)))
 
 
-@register("mean", deterministic=True)  # every row a copy or the mean: the seed changes nothing
-def mean_init(problem: TransferProblem) -> TransferResult:
+@register("mean", options=MeanOptions, deterministic=True)  # every row a copy or the mean: the seed changes nothing
+def mean_init(problem: TransferProblem, options: MeanOptions = MeanOptions()) -> TransferResult:
     """Overlapping and special tokens copied; every other row the mean source embedding."""
-    init_options("mean", problem.options)  # takes none: an unknown key is an error
     source = source_matrix(problem)
     ledger = Ledger(problem.target_tokenizer)
     mean, _ = source_moments(source)

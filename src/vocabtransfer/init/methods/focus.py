@@ -35,15 +35,14 @@ import torch
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.log import progress
 from vocabtransfer.init.methods.registry import TransferProblem, TransferResult, register
-from vocabtransfer.init.methods.options import FocusOptions, init_options
+from vocabtransfer.init.methods.options import FocusOptions
 from vocabtransfer.data.overlap import checked_pairs
 
 log = logging.getLogger(__name__)
 
 
-@register("focus", auxiliary_rows=True)
-def focus(problem: TransferProblem) -> TransferResult:
-    opts: FocusOptions = init_options("focus", problem.options)  # params init.focus, typed
+@register("focus", options=FocusOptions, auxiliary_rows=True)
+def focus(problem: TransferProblem, opts: FocusOptions = FocusOptions()) -> TransferResult:
     check_problem(problem, "focus")
     embeddings, stats = focus_embeddings(
         problem.source_embeddings, problem.overlap_target_ids, problem.overlap_source_ids,
@@ -259,19 +258,19 @@ def focus_embeddings(
             same random rows).
         device: where similarities, sparsemax and the combination run ("cuda" when available).
         block_size: new tokens per similarity block (block_size x anchors floats at a time; default:
-            params `init.focus.block_size`'s schema default).
+            params `init.focus.block_size`'s default).
         new_ids: target ids to initialise besides the overlap (default: all other ids).
         anchor_mask: (n,) bool, which overlapping tokens may serve as FOCUS anchors (default: all).
         topk: sparsemax candidates per row, doubled for rows whose support fills it (a speed knob; the
-            result does not depend on it; default: `init.focus.topk`'s schema default).
+            result does not depend on it; default: `init.focus.topk`'s).
 
     Returns:
         ((target_size, D) float32 tensor on `device`, stats): stats counts copied, focus_combined
         and random rows (random_reason: "no fastText vector"), anchors, support sizes, seconds.
     """
     start = time.perf_counter()
-    block_size = block_size or init_options("focus").block_size  # the schema's defaults
-    topk = topk or init_options("focus").topk
+    block_size = block_size or FocusOptions.block_size  # params init.focus's defaults
+    topk = topk or FocusOptions.topk
     device = torch.device(device)
     t_ov, s_ov, aux, has_vec = _checked_inputs(source_embeddings, target_ids_overlap, source_ids_overlap, auxiliary,
                                                auxiliary_mask, target_size)

@@ -27,7 +27,7 @@ import torch
 from tokenizers import Tokenizer
 
 from vocabtransfer.init.methods.registry import TransferProblem, TransferResult, register
-from vocabtransfer.init.methods.options import init_options
+from vocabtransfer.init.methods.options import FvtOptions
 from vocabtransfer.init.methods.baselines import (SPECIAL_NO_SOURCE, Ledger, copy_overlap, random_matrix,
     source_matrix, token_surfaces, tokenizer_markers)
 
@@ -124,10 +124,9 @@ def scatter_mean(source: torch.Tensor, pieces: np.ndarray, rows: np.ndarray, n_r
     return sums / torch.from_numpy(np.maximum(counts, 1)).to(torch.float32)[:, None], counts
 
 
-@register("fvt")
-def fvt(problem: TransferProblem) -> TransferResult:
+@register("fvt", options=FvtOptions)
+def fvt(problem: TransferProblem, options: FvtOptions = FvtOptions()) -> TransferResult:
     """Overlap copied; every other token = mean of the source rows of its source-tokenizer pieces."""
-    init_options("fvt", problem.options)  # takes none: an unknown key is an error
     source = source_matrix(problem)
     src_tok = problem.source_tokenizer
     ledger = Ledger(problem.target_tokenizer)

@@ -28,7 +28,7 @@ from vocabtransfer.log import progress
 from vocabtransfer.init.methods.registry import TransferProblem, TransferResult, register
 from vocabtransfer.init.methods.baselines import special_pairs
 from vocabtransfer.init.factorize import factorize_source
-from vocabtransfer.init.methods.options import OfaOptions, SnmfOptions, SvdOptions, init_options
+from vocabtransfer.init.methods.options import OfaOptions, SnmfOptions, SvdOptions
 from vocabtransfer.data.overlap import checked_pairs
 
 log = logging.getLogger(__name__)
@@ -75,12 +75,11 @@ def require_auxiliary(problem: TransferProblem, section: str) -> tuple[torch.Ten
     return aux, mask
 
 
-def neighbour_method_options(problem: TransferProblem, name: str, size_key: str) -> OfaOptions | SnmfOptions:
-    """The typed options of ofa or snmf (params `init.<name>`), their low-rank size (`keep_dim` /
-    `rank`) checked against the hidden size, and the overlap and auxiliary inputs checked too: every
-    bad input fails before the factorisation."""
+def check_neighbour_method(problem: TransferProblem, name: str, opts: OfaOptions | SnmfOptions, size_key: str) -> None:
+    """The low-rank size (`keep_dim` / `rank`) of ofa's or snmf's options (params `init.<name>`)
+    checked against the hidden size, and the overlap and auxiliary inputs checked too: every bad
+    input fails before the factorisation."""
     section = f"init.{name}"
-    opts = init_options(name, problem.options)
     size = getattr(opts, size_key)
     D = problem.source_embeddings.shape[1]
     if size > D:
@@ -89,7 +88,6 @@ def neighbour_method_options(problem: TransferProblem, name: str, size_key: str)
         )
     check_overlap(problem, section)
     require_auxiliary(problem, section)
-    return opts
 
 
 # --------------------------------------------------------------------------------------------
@@ -355,10 +353,10 @@ def random_cluster_coordinates(out: torch.Tensor, rows: torch.Tensor, coords: to
 # the method
 # --------------------------------------------------------------------------------------------
 
-@register("ofa", auxiliary_rows=True, factorizable=False)
-def ofa(problem: TransferProblem) -> TransferResult:
+@register("ofa", options=OfaOptions, auxiliary_rows=True, factorizable=False)
+def ofa(problem: TransferProblem, opts: OfaOptions = OfaOptions()) -> TransferResult:
     section = "init.ofa"
-    opts: OfaOptions = neighbour_method_options(problem, "ofa", "keep_dim")
+    check_neighbour_method(problem, "ofa", opts, "keep_dim")
     keep_dim = opts.keep_dim
 
     # 1. factorise in float64 (keep_dim = hidden size: no factorisation, P = identity, as in OFA)

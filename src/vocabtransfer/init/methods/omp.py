@@ -23,7 +23,7 @@ tokenizer); here the space is the fastText vectors of the small target corpus (d
    distance to the span of the selected ones is below float64's epsilon (scikit-learn's rules);
    in a d-dimensional fastText space that happens at d atoms at the latest.
 4. The new row is Σ_j γ_j E_src(j): the same coefficients on the source rows of the atoms
-   (`omp_embeddings`). With `norm: atoms` it is then rescaled to the mean source-row norm of its atoms,
+   (`OmpRows.put`). With `norm: atoms` it is then rescaled to the mean source-row norm of its atoms,
    weighted by |γ_j|: Σ_j |γ_j| ‖E_src(j)‖ / Σ_j |γ_j|. Signed least-squares coefficients are not
    bounded (with 64 atoms in a 100-dim fastText space they fit x̂ almost exactly, Σ|γ| ≈ 3 on Gemma 3),
    so the combined rows can be several times longer than any source row; where the LM head is tied to
@@ -31,7 +31,7 @@ tokenizer); here the space is the fastText vectors of the small target corpus (d
    (measured on Gemma 3 → sw, 200 valid lines: 6.46 bits per byte with the raw rows, behind random's
    4.60; config/gemma.yaml). tokensurgeon applies the raw combination, the default here (`combination`).
 
-Options (params `init.omp`; defaults in workflow/schemas/params.schema.yaml): `k`, the most atoms
+Options (params `init.omp`, `OmpOptions` with their defaults in vocabtransfer.init.methods.options): `k`, the most atoms
 per token (64: tokensurgeon's OMP default since mergekit's v2, and the setting its paper reports; the
 `-k 8` before v2 was the nearest-neighbour surgeon's), at most the overlapping tokens with a vector; `block_size` (new tokens per
 batch; memory and speed only); `norm` (`combination` or `atoms`, step 4).
@@ -53,8 +53,8 @@ from __future__ import annotations
 
 import logging
 import time
+import typing
 import warnings
-
 from dataclasses import asdict
 
 import numpy as np
@@ -64,23 +64,24 @@ from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.log import progress
 from vocabtransfer.init.methods.registry import TransferProblem, TransferResult, register
 from vocabtransfer.init.methods.focus import check_problem, focus_embeddings, has_vector, special_overlap_stats
-from vocabtransfer.init.methods.options import OmpOptions, init_options
+from vocabtransfer.init.methods.options import OmpOptions
 from vocabtransfer.data.overlap import checked_pairs
 
 log = logging.getLogger(__name__)
 
-NORMS = ("combination", "atoms")  # params init.omp.norm (module doc, step 4)
+NORMS = typing.get_args(typing.get_type_hints(OmpOptions)["norm"])  # params init.omp.norm (module doc, step 4)
 
 
-@register("omp", auxiliary_rows=True)
-def omp(problem: TransferProblem) -> TransferResult:
-    opts: OmpOptions = init_options("omp", problem.options)  # params init.omp, typed
+@register("omp", options=OmpOptions, auxiliary_rows=True)
+def omp(problem: TransferProblem, opts: OmpOptions = OmpOptions()) -> TransferResult:
+    """OMP rows for the new tokens with a fastText vector, FOCUS's rows for the rest (module doc)."""
     check_problem(problem, "omp")
-    embeddings, stats = omp_embeddings(
-        problem.source_embeddings, problem.overlap_target_ids, problem.overlap_source_ids, problem.auxiliary,
-        problem.auxiliary_mask, problem.target_size, k=opts.k, seed=problem.seed, device=problem.device,
-        block_size=opts.block_size, lang=problem.lang, norm=opts.norm,
-    )
+    rows = OmpRows(problem.source_embeddings, problem.overlap_target_ids, problem.overlap_source_ids,
+                   problem.auxiliary, problem.auxiliary_mask, problem.target_size, opts, seed=problem.seed,
+                   device=problem.device, lang=problem.lang)
+    for ids, signals in rows.blocks():  # 3.-4. OMP per block (params init.omp.k) and the combination
+        rows.put(ids, signals, *batch_omp(rows.atoms, signals, opts.k))
+    embeddings, stats = rows.result()
     stats.update(special_overlap_stats(problem, "omp", "OMP combination or random row"))
     stats.update(method="omp", options=asdict(opts))
     log.info("omp: %d copied, %d OMP combinations of %.1f of %d atoms on average (relative residual %.3f), "
@@ -184,98 +185,112 @@ def sparse_rows(idx: torch.Tensor, coef: torch.Tensor, valid: torch.Tensor, n: i
 # the embeddings
 
 
-def omp_embeddings(
-    source_embeddings: torch.Tensor, target_ids_overlap, source_ids_overlap, auxiliary, auxiliary_mask,
-    target_size: int,
-    *,
-    k: int = 64,
-    seed: int = 42,
-    device: str | torch.device = "cpu",
-    block_size: int = 256,
-    lang: str = "",
-    norm: str = "combination",
-) -> tuple[torch.Tensor, dict]:
-    """OMP rows for the new tokens with an auxiliary vector, FOCUS's rows for the rest (module doc).
+def omp_embeddings(source_embeddings: torch.Tensor, target_ids_overlap, source_ids_overlap, auxiliary,
+                   auxiliary_mask, target_size: int, opts: OmpOptions = OmpOptions(), *, seed: int = 42,
+                   device: str | torch.device = "cpu", lang: str = "") -> tuple[torch.Tensor, dict]:
+    """`omp`'s rows and stats from arrays rather than a `TransferProblem` (tests, benchmarks); the
+    arguments mirror `methods.focus.focus_embeddings`, `opts` is params `init.omp`."""
+    rows = OmpRows(source_embeddings, target_ids_overlap, source_ids_overlap, auxiliary, auxiliary_mask,
+                   target_size, opts, seed=seed, device=device, lang=lang)
+    for ids, signals in rows.blocks():
+        rows.put(ids, signals, *batch_omp(rows.atoms, signals, opts.k))
+    return rows.result()
 
-    Args mirror `methods.focus.focus_embeddings`; `k` and `norm` are params `init.omp.k` and `init.omp.norm`.
 
-    Returns:
-        ((target_size, D) float32 tensor on `device`, stats): copied, omp_combined and random rows,
-        anchors (atoms to choose from), atoms_mean / atoms_max per token, stopped_early (tokens that
-        used fewer than k atoms), residual_mean (mean ‖x̂ - Σ γ_j â_j‖ of the unit signals),
-        coef_abs_sum_mean (mean Σ|γ_j|), norm, combined_norm_mean / combined_norm_max (the combined rows'
-        norms before any rescaling), source_norm_mean (the atoms' source rows), seconds.
-    """
-    start = time.perf_counter()
-    device = torch.device(device)
-    aux = torch.as_tensor(auxiliary)
-    mask_shape = tuple(torch.as_tensor(auxiliary_mask).shape)
-    if aux.dim() != 2 or aux.shape[0] != target_size or mask_shape != (target_size,):
-        raise VocabTransferError(f"auxiliary embeddings: expected ({target_size}, d) vectors and a ({target_size},) "
-                                 f"mask, got {tuple(aux.shape)} and {mask_shape}; recompute the auxiliary embeddings "
-                                 "for this target tokenizer")
-    aux = aux.to("cpu", torch.float32)
-    t_ov, s_ov = checked_pairs(target_ids_overlap, source_ids_overlap, target_size, source_embeddings.shape[0],
-                               where="overlap")
-    has_vec = has_vector(aux, auxiliary_mask)
-    is_new = np.ones(target_size, dtype=bool)
-    is_new[t_ov] = False
-    omp_ids = np.flatnonzero(is_new & has_vec)
-    anchor_t, anchor_s = t_ov[has_vec[t_ov]], s_ov[has_vec[t_ov]]
-    where = f" ({lang})" if lang else ""
-    if omp_ids.size and k > anchor_t.size:
-        raise VocabTransferError(
-            f"init.omp.k={k}: larger than the {anchor_t.size} overlapping tokens with a fastText vector{where}, the "
-            f"atoms OMP picks from; set init.omp.k to at most {anchor_t.size}, or grow the overlap "
-            "(overlap.fuzzy_match_all, overlap.match_symbols) or the fastText vocabulary (fasttext.min_count)")
+class OmpRows:
+    """The target rows of one omp run, block by block (module doc): built with the copies and FOCUS's
+    random rows (steps 1-2), then `put` the OMP combination of each block of `blocks` (steps 3-4);
+    `result` gives ((target_size, D) float32 on `device`, stats): copied, omp_combined and random rows,
+    anchors (atoms to choose from), atoms_mean / atoms_max per token, stopped_early (tokens that used
+    fewer than k atoms), residual_mean (mean ‖x̂ - Σ γ_j â_j‖ of the unit signals), coef_abs_sum_mean
+    (mean Σ|γ_j|), norm, combined_norm_mean / combined_norm_max (the combined rows' norms before any
+    rescaling), source_norm_mean (the atoms' source rows), seconds."""
 
-    # 1. copies and FOCUS's random rows (no OMP row is touched)
-    out, fstats = focus_embeddings(source_embeddings, t_ov, s_ov, aux, auxiliary_mask, target_size, seed=seed,
-                                   device=device, new_ids=np.flatnonzero(is_new & ~has_vec))
-    d = aux.shape[1]
-    if omp_ids.size and k > d:
-        log.warning("init.omp.k=%d exceeds the fastText dimension %d%s: at most %d atoms are independent, so every "
-                    "token stops there", k, d, where, d)
+    def __init__(self, source_embeddings: torch.Tensor, target_ids_overlap, source_ids_overlap, auxiliary,
+                 auxiliary_mask, target_size: int, opts: OmpOptions, *, seed: int, device: str | torch.device,
+                 lang: str):
+        self.start = time.perf_counter()
+        self.opts, self.seed = opts, seed
+        self.device = device = torch.device(device)
+        k = opts.k
+        aux = torch.as_tensor(auxiliary)
+        mask_shape = tuple(torch.as_tensor(auxiliary_mask).shape)
+        if aux.dim() != 2 or aux.shape[0] != target_size or mask_shape != (target_size,):
+            raise VocabTransferError(f"auxiliary embeddings: expected ({target_size}, d) vectors and a ({target_size},) "
+                                     f"mask, got {tuple(aux.shape)} and {mask_shape}; recompute the auxiliary "
+                                     "embeddings for this target tokenizer")
+        self.aux = aux = aux.to("cpu", torch.float32)
+        t_ov, s_ov = checked_pairs(target_ids_overlap, source_ids_overlap, target_size, source_embeddings.shape[0],
+                                   where="overlap")
+        has_vec = has_vector(aux, auxiliary_mask)
+        is_new = np.ones(target_size, dtype=bool)
+        is_new[t_ov] = False
+        self.omp_ids = np.flatnonzero(is_new & has_vec)
+        anchor_t, anchor_s = t_ov[has_vec[t_ov]], s_ov[has_vec[t_ov]]
+        where = f" ({lang})" if lang else ""
+        if self.omp_ids.size and k > anchor_t.size:
+            raise VocabTransferError(
+                f"init.omp.k={k}: larger than the {anchor_t.size} overlapping tokens with a fastText vector{where}, "
+                f"the atoms OMP picks from; set init.omp.k to at most {anchor_t.size}, or grow the overlap "
+                "(overlap.fuzzy_match_all, overlap.match_symbols) or the fastText vocabulary (fasttext.min_count)")
 
-    # 2. unit atoms; 3.-4. OMP per block and the combination of source rows
-    atoms = torch.nn.functional.normalize(aux[torch.from_numpy(anchor_t)].to(device, torch.float64), dim=1)
-    anchor_src = source_embeddings.detach()[torch.from_numpy(anchor_s).to(source_embeddings.device)].to(
-        device, torch.float64)
-    if norm not in NORMS:
-        raise VocabTransferError(f"init.omp.norm={norm!r}: must be one of {', '.join(NORMS)}")
-    anchor_norm = anchor_src.norm(dim=1)
-    counts, residuals, coef_sums, raw_norms = [], [], [], []
-    for s in progress(range(0, omp_ids.size, block_size), desc="OMP", unit="block"):
-        ids = torch.from_numpy(omp_ids[s:s + block_size])
-        signals = torch.nn.functional.normalize(aux[ids].to(device, torch.float64), dim=1)
-        idx, coef, count = batch_omp(atoms, signals, k)
-        valid = torch.arange(k, device=device) < count[:, None]
-        combination = sparse_rows(idx, coef, valid, atoms.shape[0], torch.float64)
-        rows = combination @ anchor_src
+        # 1. copies and FOCUS's random rows (no OMP row is touched)
+        self.out, self.fstats = focus_embeddings(source_embeddings, t_ov, s_ov, aux, auxiliary_mask, target_size,
+                                                 seed=seed, device=device, new_ids=np.flatnonzero(is_new & ~has_vec))
+        d = aux.shape[1]
+        if self.omp_ids.size and k > d:
+            log.warning("init.omp.k=%d exceeds the fastText dimension %d%s: at most %d atoms are independent, so every "
+                        "token stops there", k, d, where, d)
+
+        # 2. unit atoms and their source rows
+        self.atoms = torch.nn.functional.normalize(aux[torch.from_numpy(anchor_t)].to(device, torch.float64), dim=1)
+        self.anchor_src = source_embeddings.detach()[torch.from_numpy(anchor_s).to(source_embeddings.device)].to(
+            device, torch.float64)
+        if opts.norm not in NORMS:
+            raise VocabTransferError(f"init.omp.norm={opts.norm!r}: must be one of {', '.join(NORMS)}")
+        self.anchor_norm = self.anchor_src.norm(dim=1)
+        self.counts, self.residuals, self.coef_sums, self.raw_norms = [], [], [], []
+
+    def blocks(self):
+        """(target ids, their unit signals) of each block of `block_size` tokens to combine."""
+        block_size = self.opts.block_size
+        for s in progress(range(0, self.omp_ids.size, block_size), desc="OMP", unit="block"):
+            ids = torch.from_numpy(self.omp_ids[s:s + block_size])
+            yield ids, torch.nn.functional.normalize(self.aux[ids].to(self.device, torch.float64), dim=1)
+
+    def put(self, ids: torch.Tensor, signals: torch.Tensor, idx: torch.Tensor, coef: torch.Tensor,
+            count: torch.Tensor) -> None:
+        """Step 4 for one block: Σ γ_j E_src(j) from `batch_omp`'s choice, rescaled with `norm: atoms`."""
+        valid = torch.arange(self.opts.k, device=self.device) < count[:, None]
+        combination = sparse_rows(idx, coef, valid, self.atoms.shape[0], torch.float64)
+        rows = combination @ self.anchor_src
         raw = rows.norm(dim=1)
-        if norm == "atoms":  # step 4: the |γ|-weighted mean norm of the atoms' source rows
+        if self.opts.norm == "atoms":  # step 4: the |γ|-weighted mean norm of the atoms' source rows
             weight = coef.abs() * valid
-            target = (weight * anchor_norm[idx]).sum(dim=1) / weight.sum(dim=1).clamp_min(1e-300)
+            target = (weight * self.anchor_norm[idx]).sum(dim=1) / weight.sum(dim=1).clamp_min(1e-300)
             rows = rows * torch.where(raw > 0, target / raw.clamp_min(1e-300), 1.0)[:, None]
-        out[ids.to(device)] = rows.float()
-        raw_norms.append(raw.cpu())
-        residuals.append((signals - combination @ atoms).norm(dim=1).cpu())
-        counts.append(count.cpu())
-        coef_sums.append(coef.abs().sum(dim=1).cpu())
-    count = torch.cat(counts).double() if counts else torch.zeros(0, dtype=torch.float64)
+        self.out[ids.to(self.device)] = rows.float()
+        self.raw_norms.append(raw.cpu())
+        self.residuals.append((signals - combination @ self.atoms).norm(dim=1).cpu())
+        self.counts.append(count.cpu())
+        self.coef_sums.append(coef.abs().sum(dim=1).cpu())
 
-    def mean(parts: list[torch.Tensor]) -> float:
-        return round(float(torch.cat(parts).double().mean()), 4) if parts else 0.0
+    def result(self) -> tuple[torch.Tensor, dict]:
+        count = torch.cat(self.counts).double() if self.counts else torch.zeros(0, dtype=torch.float64)
+        k, fstats, raw_norms = self.opts.k, self.fstats, self.raw_norms
 
-    stats = {
-        "copied": fstats["copied"], "omp_combined": int(omp_ids.size), "random": fstats["random"],
-        "random_reason": fstats["random_reason"], "anchors": int(anchor_t.size), "k": int(k),
-        "atoms_mean": round(float(count.mean()), 3) if count.numel() else 0.0,
-        "atoms_max": int(count.max()) if count.numel() else 0,
-        "stopped_early": int((count < k).sum()), "residual_mean": mean(residuals),
-        "coef_abs_sum_mean": mean(coef_sums), "norm": norm, "combined_norm_mean": mean(raw_norms),
-        "combined_norm_max": round(float(torch.cat(raw_norms).max()), 4) if raw_norms else 0.0,
-        "source_norm_mean": round(float(anchor_norm.mean()), 4) if anchor_norm.numel() else 0.0, "seed": int(seed), "device": str(device),
-        "seconds": round(time.perf_counter() - start, 3),
-    }
-    return out, stats
+        def mean(parts: list[torch.Tensor]) -> float:
+            return round(float(torch.cat(parts).double().mean()), 4) if parts else 0.0
+
+        stats = {
+            "copied": fstats["copied"], "omp_combined": int(self.omp_ids.size), "random": fstats["random"],
+            "random_reason": fstats["random_reason"], "anchors": int(self.atoms.shape[0]), "k": int(k),
+            "atoms_mean": round(float(count.mean()), 3) if count.numel() else 0.0,
+            "atoms_max": int(count.max()) if count.numel() else 0,
+            "stopped_early": int((count < k).sum()), "residual_mean": mean(self.residuals),
+            "coef_abs_sum_mean": mean(self.coef_sums), "norm": self.opts.norm, "combined_norm_mean": mean(raw_norms),
+            "combined_norm_max": round(float(torch.cat(raw_norms).max()), 4) if raw_norms else 0.0,
+            "source_norm_mean": round(float(self.anchor_norm.mean()), 4) if self.anchor_norm.numel() else 0.0,
+            "seed": int(self.seed), "device": str(self.device), "seconds": round(time.perf_counter() - self.start, 3),
+        }
+        return self.out, stats

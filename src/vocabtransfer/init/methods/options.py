@@ -1,113 +1,140 @@
-"""The options of the initialisation methods, typed: params `init` as `InitParams`, and each method's
-section `init.<name>` as a frozen dataclass (`OmpOptions` for `init.omp`, …).
+"""The options of the built-in initialisation methods and of the factorisations, typed: each section
+`init.<name>` is a frozen dataclass (`OmpOptions` for `init.omp`, …) whose fields hold their default,
+description and bounds (`vocabtransfer.pipeline.typed.option`). They are the one home of these facts:
+the schema's `init.<name>` is generated from the class a method registers
+(`@register("omp", options=OmpOptions)`), and a factorisation's from `FACTORIZATIONS` below.
+A method declared elsewhere (a test's, a new module's) declares its options class beside it.
 
-The init stage builds `InitParams` once from the validated params (`ctx.section("init", InitParams)`)
-and hands a method its options (`problem.options`, e.g. `OmpOptions`) and, for `<base>+svd` /
-`<base>+snmf`, the factorisation's (`problem.factorization`). A method reads them through
-`init_options`, which returns typed options as they are and turns a mapping (a call from Python,
-`options={"k": 8}`) into them over the schema's defaults, validated by the schema: the defaults and
-the checks live in one place, workflow/schemas/params.schema.yaml. So `init.omp.k` goes params.yaml
-→ schema → `OmpOptions.k` → `omp`. The dataclasses have no defaults and mirror the schema
-(tests/test_config.py); an init job's rerun keys are the leaves of the options it takes.
+The init stage builds a method's options once from the validated params
+(`ctx.section("init.omp", OmpOptions)`) and hands them to it: `method(problem, options)`. From Python,
+`OmpOptions(k=8)` is the same options with the other defaults.
 """
 
 from __future__ import annotations
 
-import typing
-from dataclasses import dataclass, is_dataclass
+from dataclasses import dataclass
 from typing import Any, Literal
 
-from vocabtransfer.pipeline.config import typed_section
+from vocabtransfer.pipeline.typed import NoOptions, option, subsection
+
+NEIGHBORS = "overlapping tokens mixed per new token (fastText cosine top-k)"
+TEMPERATURE = "softmax temperature over neighbour similarities"
 
 
 @dataclass(frozen=True)
-class NoOptions:
-    """A method that takes no options (init.random, init.overlap, init.mean, init.fvt)."""
+class RandomOptions(NoOptions):
+    """the random baseline takes no options"""
+
+
+@dataclass(frozen=True)
+class OverlapOptions(NoOptions):
+    """the overlap baseline takes no options"""
+
+
+@dataclass(frozen=True)
+class MeanOptions(NoOptions):
+    """the mean baseline takes no options"""
+
+
+@dataclass(frozen=True)
+class FvtOptions(NoOptions):
+    """FVT takes no options"""
 
 
 @dataclass(frozen=True)
 class FocusOptions:
-    block_size: int
-    topk: int
+    block_size: int = option(2048, "new-token rows per sparsemax block", minimum=1)
+    topk: int = option(64, "sparsemax candidates per row (speed only: rows whose support fills it are redone with "
+                       "twice as many)", minimum=1)
 
 
 @dataclass(frozen=True)
 class OmpOptions:
-    k: int
-    block_size: int
-    norm: Literal["combination", "atoms"]
+    """tokensurgeon (arXiv 2506.06607): each new token a sparse signed combination of overlapping
+    tokens, found by orthogonal matching pursuit in the fastText space and applied to their source rows;
+    tokens without a fastText vector get FOCUS's rows (fasttext.oov)"""
+
+    k: int = option(64, "most atoms (overlapping tokens) per new token; 64 is tokensurgeon's OMP default since "
+                    "mergekit's v2 and the setting its paper reports (k = 8 was the older nearest-neighbour surgeon's); "
+                    "config/gemma.yaml's k comes from the dev split; at most the overlapping tokens with a fastText "
+                    "vector, and a token stops at fasttext.dim atoms, the most that can be independent", minimum=1)
+    block_size: int = option(256, "new tokens per OMP batch (memory and speed only: 256 keeps a batch's float64 "
+                             "buffers in cache on CPU; a GPU wants more)", minimum=1)
+    norm: Literal["combination", "atoms"] = option(
+        "combination", "combination: the new row is Σ γ_j E_src(j) as OMP gives it (tokensurgeon); atoms: that row "
+        "rescaled to the |γ|-weighted mean norm of its atoms' source rows, for tied-head sources such as Gemma, where "
+        "long combined rows swamp the softmax", type="string")
 
 
 @dataclass(frozen=True)
 class OfaOptions:
-    keep_dim: int
-    neighbors: int
-    temperature: float
+    """OFA (Liu et al. 2024); new tokens mixed from overlapping tokens in a truncated-SVD space"""
+
+    keep_dim: int = option(100, "SVD primitives; the hidden size means no factorisation", minimum=1)
+    neighbors: int = option(10, NEIGHBORS, minimum=1)
+    temperature: float = option(0.1, TEMPERATURE, exclusiveMinimum=0)
 
 
 @dataclass(frozen=True)
 class SnmfOptions:
-    rank: int
-    max_iter: int
-    tol: float
-    init: Literal["kmeans", "svd"]
-    clusters: int
-    neighbors: int
-    temperature: float
+    """semi-NMF (UNKs Everywhere); also the factorisation of every <method>+snmf, computed once by the
+    source_snmf stage"""
+
+    rank: int = option(100, "coefficients per token (the rank of W)", minimum=1)
+    max_iter: int = option(500, "most update iterations", minimum=0)
+    tol: float = option(0.0001, "stop below this relative improvement", minimum=0)
+    init: Literal["kmeans", "svd"] = option(
+        "svd", "svd: exact non-negative rewrite of the rank-(k-1) truncated SVD, then the updates (seconds, also at "
+        "262k × 640); kmeans: Ding et al.'s k-means start (minutes at that size)")
+    clusters: int = option(1, "k-means clusters of the source embeddings, each factorised at `rank` with its own "
+                           "up-projection (UNKs Everywhere's C); 1: one factorisation", minimum=1)
+    neighbors: int = option(10, NEIGHBORS, minimum=1)
+    temperature: float = option(0.1, TEMPERATURE, exclusiveMinimum=0)
 
 
 @dataclass(frozen=True)
 class SvdOptions:
-    keep_dim: int
+    """the factorisation of every <method>+svd"""
+
+    keep_dim: int = option(100, "rank of the truncated SVD", minimum=1)
 
 
 @dataclass(frozen=True)
 class WordFasttextOptions:
-    model: Literal["cbow", "skipgram"]
-    dim: int
-    epochs: int
-    min_count: int
-    bucket: int
+    model: Literal["cbow", "skipgram"] = option("skipgram", "fastText's architecture")
+    dim: int = option(100, "dimension of the word vectors", minimum=1)
+    epochs: int = option(5, "training epochs", minimum=1)
+    min_count: int = option(5, "fastText's minCount: rarer words get no vector", minimum=1)
+    bucket: int = option(2000000, "hash buckets of the character n-grams (fastText's -bucket)", minimum=1)
 
 
 @dataclass(frozen=True)
 class WechselOptions:
-    neighbors: int
-    temperature: float
-    copy_overlap: bool
-    dictionary_in_vocab_only: bool
-    dictionaries: dict[str, str]  # {lang: english<TAB>target file, relative to $VOCABTRANSFER_DATA}
-    source_text: str  # read by the source_fasttext stage
-    fasttext: WordFasttextOptions  # read by the source_fasttext / word_fasttext stages
+    """WECHSEL (Minixhofer et al. 2022); aligned word-level fastText spaces"""
+
+    neighbors: int = option(10, "source tokens mixed per target token", minimum=1)
+    temperature: float = option(0.1, "softmax temperature over cosine similarities", exclusiveMinimum=0)
+    copy_overlap: bool = option(False, "copy all overlapping tokens (WECHSEL copies special tokens only)")
+    dictionary_in_vocab_only: bool = option(
+        False, "align only on pairs whose words are both in the fastText vocabularies")
+    dictionaries: dict[str, str] = option(  # read by the init stage (its data files)
+        {"sw": "wechsel_dicts/swahili.txt", "de": "wechsel_dicts/german.txt", "ar": "wechsel_dicts/arabic.txt"},
+        "per-language english<TAB>target dictionary, relative to $VOCABTRANSFER_DATA",
+        propertyNames={"$ref": "#/$defs/lang"}, additionalProperties={"type": "string"})
+    source_text: str = option("pretrain_text/en.txt",  # read by the source_fasttext stage
+                              "source-language text the source-side word fastText trains on")
+    fasttext: WordFasttextOptions = subsection(  # read by the source_fasttext / word_fasttext stages
+        WordFasttextOptions, "the word-level fastText models (source_fasttext and word_fasttext stages)")
+
+
+# the factorisations (`<method>+<kind>` names a variant, vocabtransfer.init.factorize runs them) and their
+# typed params `init.<kind>`
+FACTORIZATIONS = {"svd": SvdOptions, "snmf": SnmfOptions}
 
 
 @dataclass(frozen=True)
-class InitParams:
-    """params `init`: the methods to run and each one's options (`svd` and `snmf` are also the
-    factorisations of `<method>+svd` / `<method>+snmf`)."""
+class FactorizedOptions:
+    """The options of `<base>+<factorization>`: params `init.<base>` and `init.<factorization>`, typed."""
 
-    methods: tuple[str, ...]
-    random: NoOptions
-    overlap: NoOptions
-    mean: NoOptions
-    fvt: NoOptions
-    focus: FocusOptions
-    omp: OmpOptions
-    ofa: OfaOptions
-    snmf: SnmfOptions
-    svd: SvdOptions
-    wechsel: WechselOptions
-
-
-def options_class(name: str) -> type | None:
-    """The dataclass of `init.<name>` (`OmpOptions` for omp), None for a name the schema lacks."""
-    hint = typing.get_type_hints(InitParams).get(name)
-    return hint if is_dataclass(hint) else None
-
-
-def init_options(name: str, options: Any = None):
-    """The typed options of `init.<name>`: `options` itself when it is typed (what the init stage
-    passes), else the mapping `options` (or None) over the schema's defaults, validated by the schema
-    (one line naming the key for a bad value or an unknown key): a method's entry for a call from Python."""
-    cls = options_class(name)
-    return options if isinstance(options, cls) else typed_section(cls, f"init.{name}", options)
+    base: Any  # the base method's options class (e.g. FocusOptions)
+    factorization: SvdOptions | SnmfOptions

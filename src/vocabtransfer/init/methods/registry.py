@@ -1,8 +1,10 @@
-"""The method registry: what a method gets (`TransferProblem`), what it returns (`TransferResult`)
-and `@register("name", ...)` with what the pipeline needs to know about it (`MethodInfo`: extra
-inputs, whether its rows depend on the seed, …). Method modules import this module; `discover`
-finds and imports them: every module of this package except the infrastructure (`INFRASTRUCTURE`)
-and private (`_`) ones, so adding a method is adding its module."""
+"""The method registry: what a method gets (`TransferProblem` and its typed options), what it returns
+(`TransferResult`) and `@register("name", options=..., ...)` with what the pipeline needs to know about
+it (`MethodInfo`: its options class, extra inputs, whether its rows depend on the seed, …). Method
+modules import this module; `discover` finds and imports them: every module of this package except
+the infrastructure (`INFRASTRUCTURE`) and private (`_`) ones, so adding a method is adding its module
+(and its section in params.yaml: the schema's `init.<name>` is generated from its options class,
+`declared_sections`)."""
 
 from __future__ import annotations
 
@@ -16,6 +18,8 @@ from typing import Any, Callable, Mapping
 import numpy as np
 import torch
 
+from vocabtransfer.pipeline.typed import NoOptions
+
 
 @dataclass
 class TransferProblem:
@@ -28,12 +32,6 @@ class TransferProblem:
     overlap_source_ids: np.ndarray  # (n,) int64 the matching source ids (same order)
     auxiliary: torch.Tensor | None = None  # (V_t, d) fastText vectors aligned to target ids
     auxiliary_mask: torch.Tensor | None = None  # (V_t,) bool: the token has a fastText vector
-    # the method's typed params `init.<method>` (e.g. `options.OmpOptions`; the method reads it through
-    # `options.init_options`, which also takes a mapping over the schema's defaults, for a call from Python)
-    options: Any = None
-    # for a factorised method `<base>+svd` / `<base>+snmf`: the typed `init.svd` / `init.snmf` (or a
-    # mapping, or None for the defaults)
-    factorization: Any = None
     seed: int = 42
     device: str = "cpu"
     lang: str = ""
@@ -57,7 +55,8 @@ class TransferResult:
     extra: dict[str, torch.Tensor] = field(default_factory=dict)  # e.g. coordinates, primitives
 
 
-Method = Callable[[TransferProblem], TransferResult]
+# a method: (the problem, its typed options `init.<name>`, e.g. an `OmpOptions`) -> its result
+Method = Callable[[TransferProblem, Any], TransferResult]
 Condition = Callable[[dict, str], "str | None"]  # (params, lang) -> why the method cannot run for lang
 DataFiles = Callable[[dict, str], "dict[str, Path | None]"]  # (params, lang) -> {"data_<key>": local file}
 
@@ -69,6 +68,9 @@ class MethodInfo:
     factorised variant `base+svd` / `base+snmf` has its base's."""
 
     name: str
+    # the frozen dataclass of its params section `init.<name>` (vocabtransfer.pipeline.typed): the
+    # schema's section is generated from it, and the init stage hands the method one built from params
+    options: type = NoOptions
     # pipeline artefacts the init job reads besides the core ones (ctx.input key -> path template
     # of vocabtransfer.pipeline.paths); they reach the method as `problem.resources[key]`
     inputs: Mapping[str, str] = field(default_factory=dict)
@@ -128,3 +130,10 @@ def info(method: str) -> MethodInfo:
     discover()
     base = method.partition("+")[0]
     return INFO.get(base) or MethodInfo(base)
+
+
+def declared_sections() -> dict[str, type]:
+    """{method: its options class}, in the order they register: the typed sections `init.<name>` the
+    schema is completed with (config.schema)."""
+    discover()
+    return {name: meta.options for name, meta in INFO.items()}

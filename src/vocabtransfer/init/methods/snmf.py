@@ -32,16 +32,16 @@ import logging
 
 from vocabtransfer.init.factorize import factorize_source
 from vocabtransfer.init.methods.registry import TransferProblem, TransferResult, register
-from vocabtransfer.init.methods.ofa import neighbour_coordinates, neighbour_method_options
+from vocabtransfer.init.methods.ofa import check_neighbour_method, neighbour_coordinates
 from vocabtransfer.init.methods.options import SnmfOptions
 
 log = logging.getLogger(__name__)
 
 
-@register("snmf", auxiliary_rows=True, factors=("snmf",), factorizable=False)
-def snmf(problem: TransferProblem) -> TransferResult:
+@register("snmf", options=SnmfOptions, auxiliary_rows=True, factors=("snmf",), factorizable=False)
+def snmf(problem: TransferProblem, opts: SnmfOptions = SnmfOptions()) -> TransferResult:
     section = "init.snmf"
-    opts: SnmfOptions = neighbour_method_options(problem, "snmf", "rank")
+    check_neighbour_method(problem, "snmf", opts, "rank")
 
     # 1. semi-NMF of the source embeddings
     W, H, fstats, labels = factorize_source(problem.source_embeddings, "snmf", opts,

@@ -11,9 +11,9 @@ embeddings and maps the result back up:
    non-negative rows never produce any; random rows can) and count them in the stats;
 4. embeddings = coordinates @ P.
 
-Options: the stage passes the typed `init.<base>` as `problem.options` and the typed section of
-the factorisation (`init.svd` or `init.snmf`, vocabtransfer.init.methods.options) as
-`problem.factorization` (`initialise.method_options` picks both); the base gets its options alone.
+Options: the stage passes a `FactorizedOptions` (vocabtransfer.init.methods.options): the typed
+`init.<base>` and the typed section of the factorisation (`init.svd` or `init.snmf`); the base gets
+its options alone.
 The names are resolved lazily (`resolve`), so every registered method gets
 its factorised forms without a registry line.
 """
@@ -27,8 +27,8 @@ from typing import Literal
 import torch
 
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.init.factorize import FACTORIZATIONS, factorize_source
 from vocabtransfer.pipeline.names import split_method
+from vocabtransfer.init.methods.options import FACTORIZATIONS, FactorizedOptions
 from vocabtransfer.init.methods.registry import METHODS, Method, TransferProblem, TransferResult, discover, info
 
 log = logging.getLogger(__name__)
@@ -50,16 +50,19 @@ def factorized(base_method: Method, factorization: Literal["svd", "snmf"], *, na
     name = name or f"{base_name}+{factorization}"
     section = f"init.{factorization}"
 
-    def method(problem: TransferProblem) -> TransferResult:
+    def method(problem: TransferProblem, options: FactorizedOptions) -> TransferResult:
+        # not at the top: factorize imports init.methods.options, whose package imports this module (a cycle)
+        from vocabtransfer.init.factorize import factorize_source
+
         # 1. factorise the source embeddings
-        C, P, fstats = factorize_source(problem.source_embeddings, factorization, problem.factorization,
+        C, P, fstats = factorize_source(problem.source_embeddings, factorization, options.factorization,
                                         seed=problem.seed,
                                         device=problem.device, section=section,
                                         cached=problem.factors.get(factorization))
         k = C.shape[1]
         # 2. the base method initialises the low-dimensional rows
-        inner = dataclasses.replace(problem, source_embeddings=C.float().contiguous(), factorization=None)
-        res = base_method(inner)
+        inner = dataclasses.replace(problem, source_embeddings=C.float().contiguous())
+        res = base_method(inner, options.base)
         coords = res.embeddings.detach().cpu()
         if coords.shape != (problem.target_size, k):
             raise VocabTransferError(

@@ -40,7 +40,7 @@ import torch
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.init.methods.registry import TransferProblem, TransferResult, register
 from vocabtransfer.pipeline import paths
-from vocabtransfer.init.methods.options import WechselOptions, init_options
+from vocabtransfer.init.methods.options import WechselOptions
 from vocabtransfer.init.methods.baselines import (SPECIAL_NO_SOURCE, Ledger, copy_overlap, random_matrix,
     source_matrix, token_surfaces)
 from vocabtransfer.data.auxiliary import load_fasttext
@@ -243,16 +243,16 @@ def unavailable(params: dict, lang: str) -> str | None:
 
 @register(
     "wechsel",
+    options=WechselOptions,
     # the word-level fastText models of the source_fasttext / word_fasttext stages
     inputs={"source_fasttext": paths.SOURCE_WORD_FASTTEXT, "target_fasttext": paths.WORD_FASTTEXT},
     stage_options=("source_text", "fasttext"),  # read by the source_fasttext / word_fasttext stages
     condition=unavailable,
     data=lambda params, lang: {"data_dictionary": dictionary_file(params, lang)},
 )
-def wechsel(problem: TransferProblem) -> TransferResult:
+def wechsel(problem: TransferProblem, opts: WechselOptions = WechselOptions()) -> TransferResult:
     """Rows = softmax-weighted means of the source rows of the target token's nearest source tokens
     in an aligned fastText space."""
-    opts: WechselOptions = init_options("wechsel", problem.options)  # params init.wechsel, typed
     source = source_matrix(problem)
     src_tok, tgt_tok = problem.source_tokenizer, problem.target_tokenizer
 
