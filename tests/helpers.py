@@ -242,8 +242,10 @@ def make_ctx(func: str, wildcards: dict, inputs: dict, outputs: dict, params: di
     module, _, function = func.partition(":")
     stage = Stage(name=module.rsplit(".", 1)[-1], run=getattr(importlib.import_module(module), function), help="",
                   wildcards=tuple(wildcards))
+    from vocabtransfer.app.stages import STAGES
+
     return Context(stage=stage, params=params, wildcards=wildcards, input={k: Path(v) for k, v in inputs.items()},
-                   output={k: Path(v) for k, v in outputs.items()}, threads=1)
+                   output={k: Path(v) for k, v in outputs.items()}, threads=1, stages=STAGES)
 
 
 def write_inputs(tmp_path, source_model, source_tok, target_tok):

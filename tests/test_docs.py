@@ -352,3 +352,18 @@ def test_the_readmes_claims_use_the_words_of_the_verdicts_they_quote():
     assert wrong_words("Selfish shows no detectable difference: +0.241 [+0.160, +0.323].", verdicts)
     assert wrong_words("FOCUS beats random: +0.241 [+0.160, +0.323].", verdicts)
     assert not wrong_words("Selfish costs focus in de: +0.241 [+0.160, +0.323].", verdicts)
+
+
+def test_the_stages_doc_shows_the_dag_of_the_declarations():
+    """docs/stages.md's picture is `vocabtransfer dag` (the edges of the declarations), and its table lists
+    the stages in the table's order, each command with one option per wildcard."""
+    from vocabtransfer.app import dag
+    from vocabtransfer.app.stages import STAGES
+
+    text = (DOCS / "stages.md").read_text(encoding="utf-8")
+    assert f"```mermaid\n{dag.picture(REPO)}```" in text, "regenerate it: vocabtransfer dag"
+    rows = [line.split(" | ") for line in text.splitlines() if re.match(r"\| `\w+` \| `vocabtransfer ", line)]
+    assert [row[0].strip("| `") for row in rows] == list(STAGES)
+    for row in rows:
+        stage = STAGES[row[0].strip("| `")]
+        assert re.findall(r"--(\w+)", row[1]) == list(stage.wildcards), row[1]

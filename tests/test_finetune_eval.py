@@ -8,6 +8,7 @@ import json
 import pytest
 import yaml
 
+from vocabtransfer.app.stages import STAGES
 from vocabtransfer.evaluate import finetune_eval
 from vocabtransfer.evaluate import tasks
 from vocabtransfer.pipeline.config import load_params, validate_params
@@ -38,7 +39,7 @@ def test_jobs_cover_models_tasks_and_seeds(params):
     # every pretrained method's init, per pretraining seed (random, fvt and focus all have random rows)
     assert [m for m in models if "-init-" in m] == [f"{m}-init-pseed{s}" for m in ("random", "fvt", "focus")
                                                    for s in (1, 2)] + ["wechsel-init-pseed1"]
-    jobs = finetune_eval.STAGE.jobs(p, "sw")
+    jobs = STAGES["finetune_eval"].jobs(p, "sw")
     assert len(jobs) == 3 * len(models) * 2
     assert {j["seed"] for j in jobs} == {"1", "2"}
     assert finetune_eval.skipped_tasks(p, "sw") == {}
@@ -53,12 +54,12 @@ def test_language_with_only_ner_data(params):
     p["corpus"]["sources"]["ha"] = {"path": "pretrain_text/ha.txt"}
     p["eval"]["tasks"]["ner"]["data"]["ha"] = {"train": {"path": "masakhaner2/hau/train.txt"}}
     p = validate_params(p)
-    assert {j["task"] for j in finetune_eval.STAGE.jobs(p, "ha")} == {"ner"}
+    assert {j["task"] for j in STAGES["finetune_eval"].jobs(p, "ha")} == {"ner"}
     reasons = finetune_eval.skipped_tasks(p, "ha")
     assert set(reasons) == {"nli", "qa"} and "no data for 'ha'" in reasons["qa"]
-    with_qa = [lang for lang in p["languages"] if any(j["task"] == "qa" for j in finetune_eval.STAGE.jobs(p, lang))]
+    with_qa = [lang for lang in p["languages"] if any(j["task"] == "qa" for j in STAGES["finetune_eval"].jobs(p, lang))]
     assert with_qa == ["sw", "de"]
-    assert all(any(j["task"] == "ner" for j in finetune_eval.STAGE.jobs(p, lang)) for lang in p["languages"])
+    assert all(any(j["task"] == "ner" for j in STAGES["finetune_eval"].jobs(p, lang)) for lang in p["languages"])
 
 
 def test_dvc_stages_list_only_languages_with_data_and_their_files(params):

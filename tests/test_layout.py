@@ -162,25 +162,34 @@ def test_the_cycle_check_finds_a_cycle():
 
 
 def test_stage_modules_never_import_the_stage_table():
-    """The table imports the stages it describes, one way: no stage module imports it back."""
+    """The declarations import the stages' code, one way: no stage module imports them back."""
     graph = import_graph()
     table = "vocabtransfer.app.stages"
     users = {m for m, deps in graph.items() if table in deps}
     assert users <= {"vocabtransfer.app.cli", "vocabtransfer.app.runner", "vocabtransfer.app.plan",
-                     "vocabtransfer.app.dvcgen"}, users
+                     "vocabtransfer.app.dvcgen", "vocabtransfer.app.dag"}, users
 
 
-def test_each_stage_is_declared_after_its_code():
-    """A stage module ends with its declaration, from the import of `Stage` on (`code_statements`): the job's
-    function comes before it, so that its imports are the job's code dependencies and the declaration's are not."""
-    from vocabtransfer.pipeline.stage_spec import code_statements
+def test_stages_are_declared_in_one_place_and_their_code_is_declared():
+    """Every `Stage` is declared in the DAG, vocabtransfer.app.stages; a stage module holds only code (no
+    `Stage` import), and each stage's declared code (`Stage.code`: entry modules, followed through their
+    imports) holds the module of its `run`."""
     from vocabtransfer.app.stages import STAGES
+    from vocabtransfer.pipeline.config import load_params
+    from vocabtransfer.pipeline.stage_spec import PACKAGE as package
 
+    for path in PACKAGE.rglob("*.py"):
+        if path.relative_to(PACKAGE).parts[0] == "app" or path.name == "stage_spec.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module == "vocabtransfer.pipeline.stage_spec":
+                assert "Stage" not in {a.name for a in node.names}, f"{path}: declares a stage outside app/stages.py"
+    params = load_params(REPO / "params.yaml")
     for stage in STAGES.values():
-        source = Path(stage.run.__code__.co_filename).read_text(encoding="utf-8")
-        code = code_statements(source)
-        assert len(code) < len(ast.parse(source).body), f"{stage.name}: no import of `Stage` opens its declaration"
-        assert any(isinstance(node, ast.FunctionDef) and node.name == stage.run.__name__ for node in code), stage.name
+        run_module = str(Path(stage.run.__code__.co_filename).resolve().relative_to(package))
+        for lang in params["languages"] if "lang" in stage.wildcards else [None]:
+            for wildcards in stage.jobs(params, lang)[:1]:
+                assert run_module in stage.code(params, wildcards), (stage.name, run_module)
 
 
 def test_the_stage_table_imports_neither_torch_nor_transformers():

@@ -10,6 +10,7 @@ import torch
 
 from helpers import gpt2_seed, make_ctx, save_dir
 from vocabtransfer.errors import VocabTransferError
+from vocabtransfer.app.stages import STAGES
 from vocabtransfer.evaluate import harness
 from vocabtransfer.io import read_json, read_parquet
 
@@ -164,13 +165,13 @@ def test_lm_eval_jobs_are_every_causal_candidate_of_a_language_with_tasks():
 
     base = read_yaml(REPO / "params.yaml")
     params = validate_params(base)
-    assert params["lm_eval"]["tasks"] == [] and harness.STAGE.jobs(params, "sw") == []
+    assert params["lm_eval"]["tasks"] == [] and STAGES["lm_eval"].jobs(params, "sw") == []
     params = validate_params(merge_overlay(base, {"lm_eval": {"tasks": ["sw:local_tydiqa_sw"]}}))
-    models = [job["model"] for job in harness.STAGE.jobs(params, "sw")]
+    models = [job["model"] for job in STAGES["lm_eval"].jobs(params, "sw")]
     assert models[0] == "source" and "random-init-pseed1" in models and "focus-standard-pseed1" in models
-    assert harness.STAGE.jobs(params, "de") == []
-    assert harness.STAGE.skip_reason(params, {"lang": "de", "model": "source"}) == "lm_eval.tasks has no task for 'de'"
-    data = harness.STAGE.data(params, {"lang": "sw", "model": "source"})
+    assert STAGES["lm_eval"].jobs(params, "de") == []
+    assert STAGES["lm_eval"].skip_reason(params, {"lang": "de", "model": "source"}) == "lm_eval.tasks has no task for 'de'"
+    data = STAGES["lm_eval"].data(params, {"lang": "sw", "model": "source"})
     assert [p.split("/", 1)[1] if p.startswith("data/") else p for p in data.values()] == [
         "tydiqa_goldp/swahili_tydiqa_dev.json", "tydiqa_goldp/swahili_tydiqa_train.json"]
     with pytest.raises(VocabTransferError, match="lm_eval"):

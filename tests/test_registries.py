@@ -21,7 +21,7 @@ from vocabtransfer.init.factorize import FACTORIZATIONS
 from vocabtransfer.init.methods import available, get_method
 from vocabtransfer.init.methods.registry import (INFO, INFRASTRUCTURE, METHODS, MethodInfo, TransferResult, discover,
                                                  info, register)
-from vocabtransfer.init.source_snmf import uses_snmf
+from vocabtransfer.init.initialise import uses_snmf
 from vocabtransfer.init import availability
 from vocabtransfer.pipeline.config import load_params, schema
 from vocabtransfer.pipeline.typed import option

@@ -10,6 +10,7 @@ from collections import Counter
 
 import pytest
 
+from vocabtransfer.app.stages import STAGES
 from vocabtransfer.evaluate import finetune_eval
 from vocabtransfer.pipeline.config import load_params
 from vocabtransfer.model.hub import resolve_model_path
@@ -98,7 +99,7 @@ def test_language_with_only_ner_data_runs_end_to_end(params, tmp_path, shared_da
     raw["eval"]["tasks"]["ner"].update(max_train=48, max_test=24, epochs=1)
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw))
     p = load_params(tmp_path / "params.yaml")
-    assert finetune_eval.STAGE.jobs(p, "sw") == [{"task": "ner", "model": "source", "seed": "1", "lang": "sw"}]
+    assert STAGES["finetune_eval"].jobs(p, "sw") == [{"task": "ner", "model": "source", "seed": "1", "lang": "sw"}]
     assert set(finetune_eval.skipped_tasks(p, "sw")) == {"nli", "qa"}
     (tmp_path / "results" / "source").mkdir(parents=True)
     os.symlink(resolve_model_path(p["source_model"]), tmp_path / "results" / "source" / "model")

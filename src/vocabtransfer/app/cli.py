@@ -2,6 +2,7 @@
 
     vocabtransfer corpus --lang sw            # run one stage on its own
     vocabtransfer dvc-yaml --output dvc.yaml  # regenerate dvc.yaml
+    vocabtransfer dag                         # the DAG as a Mermaid flowchart (docs/stages.md)
     vocabtransfer validate                    # check params.yaml against the schema
     vocabtransfer validate --params params.yaml config/gemma.yaml   # an overlay laid over params.yaml
     vocabtransfer params-doc                  # regenerate docs/parameters.md from the schema
@@ -20,7 +21,7 @@ import yaml
 
 from vocabtransfer.version import __version__
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.app import dvcgen
+from vocabtransfer.app import dag, dvcgen
 from vocabtransfer.app.runner import run_stage
 from vocabtransfer.app.stages import STAGES
 from vocabtransfer.evaluate import coverage
@@ -80,6 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
                 "a bad config prints one line per problem, naming the file, the key and the allowed values")
     sub.add_parser("validate", parents=[common], help="validate params.yaml (and overlays) and print it with defaults",
                    description=validate)
+    p = sub.add_parser("dag", help="print the DAG of the stage declarations as a Mermaid flowchart (docs/stages.md)")
+    p.add_argument("--log-file", default=None, help=argparse.SUPPRESS)
+    p.add_argument("-v", "--verbose", action="store_true", help=argparse.SUPPRESS)
     p = sub.add_parser("params-doc", parents=[common], help="generate docs/parameters.md from the params schema")
     p.add_argument("--output", default="docs/parameters.md", help="where to write (default: docs/parameters.md; - for stdout)")
     p = sub.add_parser("coverage", help="measure by simulation how often the report's 95 %% interval holds the true "
@@ -125,6 +129,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "coverage":
             sys.stdout.write(coverage.markdown(coverage.table(sims=args.sims, resamples=args.resamples)))
+            return 0
+        if args.command == "dag":
+            sys.stdout.write(dag.picture())
             return 0
         if args.command == "remote":
             target = add_remote(args.url, args.name)

@@ -26,6 +26,7 @@ def make_context(name: str, params: dict, wildcards: dict[str, str], threads: in
         output=stage.resolve(stage.outputs, wildcards),
         threads=threads or os.cpu_count() or 1,
         device=device,
+        stages=STAGES,
     )
 
 

@@ -1,52 +1,365 @@
-"""The stage table: every pipeline stage in DAG order, each declared by the module that holds its
-code (`STAGE = Stage(...)` at its end: its function, wildcards, input and output path templates, the
-params leaves it reads, its code and which jobs run; vocabtransfer.pipeline.stage_spec).
+"""The DAG: every pipeline stage's declaration, in one place, in topological order (each stage after
+every stage whose outputs it reads; `tests/test_dag.py` derives the edges from the input and output
+templates and checks it), grouped by phase.
+
+A declaration (`Stage`, vocabtransfer.pipeline.stage_spec) names the stage's function (its `run`, in the
+module that holds its code), its wildcards, input and output path templates (vocabtransfer.pipeline.paths),
+the params leaves it reads (its rerun keys), its threads and resources, which jobs run, and its code:
+the entry modules under src/vocabtransfer whose import closure DVC and Snakemake rerun a job on
+(`stage_spec.module_closure`). Stage modules hold only code; a function named here (an `inputs`, a job
+planner) lives beside the code it plans for, and the few that only plan live here.
 
 The CLI builds `vocabtransfer <stage>` from this table, the Snakemake rules take their
-input/output/params from it (workflow/rules/common.smk), and `vocabtransfer dvc-yaml` generates
-dvc.yaml from it; running a job of a stage is vocabtransfer.app.runner. Importing it imports
-every stage module but neither torch nor transformers (Snakemake and the CLI load it before any job).
+input/output/params from it (workflow/rules/common.smk, stages.smk), `vocabtransfer dvc-yaml` generates
+dvc.yaml from it and `vocabtransfer dag` docs/stages.md's picture; running a job is vocabtransfer.app.runner.
+Importing it imports every stage module but neither torch nor transformers (Snakemake and the CLI load it
+before any job): a helper that needs the init methods' registry imports it when called.
 """
 
 from __future__ import annotations
 
-from vocabtransfer.data import auxiliary
-from vocabtransfer.data import corpus
-from vocabtransfer.data import overlap
-from vocabtransfer.data import pretokenize
-from vocabtransfer.data import tokenizer
-from vocabtransfer.init import word_fasttext
-from vocabtransfer.evaluate import finetune_eval
-from vocabtransfer.evaluate import floor
-from vocabtransfer.evaluate import gradient_scenarios
-from vocabtransfer.evaluate import harness
-from vocabtransfer.evaluate import init_eval
+from pathlib import Path
+
+from vocabtransfer.data import auxiliary, corpus, overlap, pretokenize, tokenizer
+from vocabtransfer.evaluate import finetune_eval, floor, gradient_scenarios, harness, init_eval
 from vocabtransfer.evaluate import token_frequency_loss
-from vocabtransfer.init import initialise
-from vocabtransfer.init import source_head
-from vocabtransfer.init import source_model
-from vocabtransfer.init import source_snmf
-from vocabtransfer.report import build
+from vocabtransfer.evaluate.tasks import task_options_class
+from vocabtransfer.init import availability, initialise, source_head, source_model, source_snmf, word_fasttext
+from vocabtransfer.pipeline import config, names, paths
+from vocabtransfer.pipeline.config import field_leaves
+from vocabtransfer.pipeline.stage_spec import PACKAGE, Stage, module_file
+from vocabtransfer.report import build, tables
 from vocabtransfer.train import pretrain
 
+
+def _leaves(cls: type, section: str):
+    """(params, wildcards) -> the leaves of params section `section` read as the dataclass `cls`."""
+    return lambda params, wc: field_leaves(cls, section, config.get(params, section))
+
+
+# ---------------------------------------------------------------- data: text, tokenizer, token ids
+CORPUS = Stage(
+    name="corpus", run=corpus.run,
+    help="fetch, normalise, deduplicate, cap and split a language's raw text",
+    outputs={"train": paths.CORPUS_TRAIN, "valid": paths.CORPUS_VALID, "dev": paths.CORPUS_DEV,
+             "stats": paths.CORPUS_STATS},
+    params=("seed",),  # and the fields of CorpusParams, of `sources` the job's language only
+    extra_params=lambda params, wc: config.field_leaves(corpus.CorpusParams, "corpus",
+                                                        {**params["corpus"], "sources": {wc["lang"]: None}}),
+    code=("data/corpus.py", "data/download.py"),
+    data=lambda params, wc: {"data_corpus": path} if (path := paths.corpus_file(params, wc["lang"])) else {},
+)
+SOURCE_MODEL = Stage(  # the one source model, shared by every language
+    name="source_model", run=source_model.run,
+    help="materialise the source model once as a Hugging Face directory (hub id, directory or GGUF file), hashed",
+    wildcards=(),
+    outputs={"model": paths.SOURCE_BASE, "stats": paths.SOURCE_BASE_STATS},
+    directories=frozenset({"model"}),
+    params=("source_model",),
+    code=("init/source_model.py", "model/gguf.py"),
+    # a local directory or GGUF file (a hub id is pinned by its name, a params leaf)
+    data=lambda params, wc: {"data_source_model": path} if (path := paths.local_source_model(params)) else {},
+)
+TOKENIZER = Stage(
+    name="tokenizer", run=tokenizer.run,
+    help="train the target tokenizer (the source tokenizer's family and conventions)",
+    inputs={"train": paths.CORPUS_TRAIN, "source": paths.SOURCE_BASE},
+    outputs={"tokenizer": paths.TOKENIZER, "stats": paths.TOKENIZER_STATS},
+    directories=frozenset({"tokenizer"}),
+    params=("source_model",), extra_params=_leaves(tokenizer.TokenizerParams, "tokenizer"),
+    code=("data/tokenizer.py",), parallel=True,
+)
+PRETOKENIZE = Stage(
+    name="pretokenize", run=pretokenize.run,
+    help="encode the corpus with the target tokenizer; fertility stats against the source tokenizer",
+    inputs={"tokenizer": paths.TOKENIZER, "train": paths.CORPUS_TRAIN, "valid": paths.CORPUS_VALID,
+            "source": paths.SOURCE_BASE},
+    outputs={"train_ids": paths.PRETOK_TRAIN, "valid_ids": paths.PRETOK_VALID, "text": paths.PRETOK_TEXT,
+             "stats": paths.PRETOK_STATS},
+    directories=frozenset({"train_ids", "valid_ids"}),
+    params=("source_model",), extra_params=_leaves(pretokenize.PretokenizeParams, "pretokenize"),
+    code=("data/pretokenize.py",), parallel=True,
+)
+FASTTEXT = Stage(
+    name="fasttext", run=auxiliary.run, help="fastText auxiliary embeddings for the target tokens",
+    inputs={"text": paths.PRETOK_TEXT, "tokenizer": paths.TOKENIZER},
+    outputs={"model": paths.FASTTEXT_BIN, "embeddings": paths.FASTTEXT_EMB, "stats": paths.FASTTEXT_STATS},
+    params=("seed",), extra_params=_leaves(auxiliary.FasttextParams, "fasttext"),
+    code=("data/auxiliary.py",), parallel=True,
+    one_thread_if="fasttext.reproducible",  # fastText is bit-reproducible on one thread only
+    data=lambda params, wc: {"data_pretrained": paths.data_path(params["fasttext"]["pretrained_path"])} if (
+        params["fasttext"]["mode"] == "wordlevel" and params["fasttext"].get("pretrained_path")) else {},
+)
+OVERLAP = Stage(
+    name="overlap", run=overlap.run, help="source vs target vocabulary overlap on canonical token forms",
+    inputs={"tokenizer": paths.TOKENIZER, "source": paths.SOURCE_BASE},
+    outputs={"overlap": paths.OVERLAP, "stats": paths.OVERLAP_STATS},
+    params=("source_model",), extra_params=_leaves(overlap.OverlapParams, "overlap"),
+    code=("data/overlap.py",),
+)
+
+
+# ---------------------------------------------------------------- init: what the methods read, then the methods
+SOURCE_HEAD = Stage(
+    name="source_head", run=source_head.run,
+    help="complete the source model with a trained LM head when its checkpoint has none",
+    wildcards=(),
+    inputs={"source": paths.SOURCE_BASE},
+    outputs={"model": paths.SOURCE_MODEL, "stats": paths.SOURCE_HEAD_STATS},
+    directories=frozenset({"model"}),
+    params=("seed", "source_model"), extra_params=_leaves(source_head.SourceHeadParams, "source_head"),
+    code=("init/source_head.py",), parallel=True, gpu=True,
+    data=lambda params, wc: {"data_text": paths.data_path(params["source_head"]["text"])},
+)
+
+
+def _word_leaves(params: dict, wc: dict) -> list[str]:
+    """init.wechsel.fasttext.*: the leaves of WordFasttextOptions (imported here: its package imports torch)."""
+    from vocabtransfer.init.methods.options import WordFasttextOptions  # imports torch: not at CLI start-up
+
+    return field_leaves(WordFasttextOptions, "init.wechsel.fasttext", params["init"]["wechsel"]["fasttext"])
+
+
+SOURCE_FASTTEXT = Stage(  # WECHSEL's word vectors, source side
+    name="source_fasttext", run=word_fasttext.run_source_words,
+    help="word-level fastText on source-language text (WECHSEL)",
+    wildcards=(), outputs={"model": paths.SOURCE_WORD_FASTTEXT},
+    params=("seed", "fasttext.reproducible"),
+    extra_params=lambda params, wc: _word_leaves(params, wc) + ["init.wechsel.source_text"],
+    code=("init/word_fasttext.py",), parallel=True, one_thread_if="fasttext.reproducible",
+    skip_reason=lambda params, wc: availability.needed_by(params, "wechsel"),
+    data=lambda params, wc: {"data_text": paths.data_path(params["init"]["wechsel"]["source_text"])},
+)
+WORD_FASTTEXT = Stage(  # WECHSEL's word vectors, target side
+    name="word_fasttext", run=word_fasttext.run_target_words,
+    help="word-level fastText on the target corpus (WECHSEL)",
+    inputs={"train": paths.CORPUS_TRAIN}, outputs={"model": paths.WORD_FASTTEXT},
+    params=("seed", "fasttext.reproducible"), extra_params=_word_leaves,
+    code=("init/word_fasttext.py",), parallel=True, one_thread_if="fasttext.reproducible",
+    skip_reason=lambda params, wc: availability.needed_by(params, "wechsel", wc["lang"]),
+)
+SOURCE_SNMF = Stage(
+    name="source_snmf", run=source_snmf.run,
+    help="semi-NMF of the source embeddings, shared by the snmf and <method>+snmf init jobs",
+    wildcards=(),
+    inputs={"source_model": paths.SOURCE_MODEL},
+    outputs={"factors": paths.SOURCE_SNMF},
+    # the fields of the typed init.snmf (SnmfOptions) that the job reads, FACTOR_KEYS, in their order whatever
+    # the order of params.yaml's keys
+    params=("seed", *(f"init.snmf.{key}" for key in source_snmf.FACTOR_KEYS)),
+    code=("init/source_snmf.py",), parallel=True, gpu=True,
+    skip_reason=lambda params, wc: (None if any(initialise.uses_snmf(m) for m in params["init"]["methods"])
+                                    else "init.methods has no snmf or <method>+snmf"),
+)
+
+
+def _init_leaves(params: dict, wildcards: dict) -> list[str]:
+    """The rerun keys of one init job: the leaves of the typed options it takes (the class its method
+    registers and, for `base+fact`, the factorisation's, e.g. init.omp.k)."""
+    from vocabtransfer.init.methods.options import FACTORIZATIONS  # imports torch: not at CLI start-up
+    from vocabtransfer.init.methods.registry import info  # imports torch: not at CLI start-up
+
+    base, fact = names.split_method(wildcards["method"])
+    classes = {base: info(base).options, **({fact: FACTORIZATIONS[fact]} if fact else {})}
+    return [leaf for name, cls in classes.items() for leaf in field_leaves(cls, f"init.{name}", params["init"][name])]
+
+
+def _init_code(params: dict, wildcards: dict) -> tuple[str, ...]:
+    """The entry modules of one init job: initialise.py, the method's module and, for base+fact, the
+    factorised wrapper; editing another method does not rerun this one."""
+    from vocabtransfer.init.methods import get_method  # imports torch: not at CLI start-up
+
+    base, fact = names.split_method(wildcards["method"])
+    module = module_file(get_method(base).__module__)  # e.g. random lives in methods/baselines.py
+    return ("init/initialise.py", str(module.relative_to(PACKAGE))) + (("init/methods/variants.py",) if fact else ())
+
+
+def _init_data(params: dict, wildcards: dict) -> dict[str, Path]:
+    """The local data files of one init job: what the method's `@register(..., data=...)` names
+    (wechsel: the language's bilingual dictionary)."""
+    from vocabtransfer.init.methods.registry import info  # imports torch: not at CLI start-up
+
+    data = info(wildcards["method"]).data
+    return data(params, wildcards["lang"]) if data else {}
+
+
+INIT = Stage(
+    name="init", run=initialise.run,
+    help="initialise the target embeddings with one method and save the model",
+    wildcards=("lang", "method", "pseed"),
+    inputs=initialise.inputs,
+    outputs={"init": paths.INIT_DIR},
+    directories=frozenset({"init"}),
+    params=("seed",), extra_params=_init_leaves,
+    code=_init_code,
+    expand=lambda params: [{"method": m, "pseed": str(s)} for m, s in availability.init_runs(params)],
+    parallel=True, gpu=True,
+    skip_reason=lambda params, wc: availability.method_reason(params, wc["lang"], wc["method"]),
+    data=_init_data,
+)
+
+
+def _init_eval_data(params: dict, wildcards: dict) -> dict[str, Path]:
+    """The held-out text of the reference row and, when retrieval runs, the XNLI files."""
+    out = {"data_source_text": paths.data_path(params["source_head"]["text"])}
+    if availability.retrieval_reason(params, wildcards["lang"]) is None:
+        out.update(zip(("data_xnli_source", "data_xnli"), paths.xnli_files(params, wildcards["lang"])))
+    return out
+
+
+INIT_EVAL = Stage(  # the methods compared right after initialisation
+    name="init_eval", run=init_eval.run,
+    help="loss right after initialisation and parallel-sentence retrieval, per method",
+    inputs=init_eval.inputs,
+    outputs={"init_eval": paths.INIT_EVAL, "plot": paths.INIT_EVAL_PLOT},
+    params=("seed", "init.methods", "source_head.text", "source_head.eval_lines"),
+    extra_params=_leaves(init_eval.InitEvalParams, "init_eval"),
+    code=("evaluate/init_eval.py",), parallel=True, gpu=True,
+    partial=lambda params, wc: {"retrieval": why} if (why := availability.retrieval_reason(params, wc["lang"])) else {},
+    data=_init_eval_data,
+)
+
+
+# ---------------------------------------------------------------- train: continued pretraining
+def _pretrain_inputs(params: dict, wildcards: dict) -> dict[str, str]:
+    """The run's init model (pseed 1's for a method without random rows) and pre-tokenised splits; for the
+    distill objective also its teacher, the source model with its own tokenizer."""
+    init = paths.partial(paths.INIT_DIR, method=wildcards["method"],
+                         pseed=availability.init_pseed(wildcards["method"], wildcards["pseed"]))
+    teacher = {"source": paths.SOURCE_MODEL} if wildcards.get("objective") in pretrain.TEACHER_OBJECTIVES else {}
+    return {"init": init, "train": paths.PRETOK_TRAIN, "valid": paths.PRETOK_VALID, **teacher}
+
+
+PRETRAIN = Stage(
+    name="pretrain", run=pretrain.run,
+    help="continued pretraining of an initialised model with the standard, selfish or distill objective",
+    wildcards=("lang", "method", "objective", "pseed"),
+    inputs=_pretrain_inputs,
+    outputs={"pretrain": paths.PRETRAIN_DIR},
+    directories=frozenset({"pretrain"}),
+    params=("seed",), extra_params=pretrain.leaves,
+    code=("train/pretrain.py",),
+    expand=pretrain.expand,
+    skip_reason=lambda params, wc: availability.method_reason(params, wc["lang"], wc["method"]),
+    parallel=True,
+    processes="pretrain.processes",  # > 1: launched with accelerate, N GPUs on a cluster
+    gpu=True,
+)
+
+
+# ---------------------------------------------------------------- evaluate: the pretrained models
+def task_leaves(params: dict, wildcards: dict) -> list[str]:
+    """The params leaves of the task's options (`eval.tasks.<task>`, e.g. `QaOptions`) with the data spec
+    of this language only."""
+    task = wildcards["task"]
+    return field_leaves(task_options_class(task), f"eval.tasks.{task}", params["eval"]["tasks"][task],
+                        keep=lambda f: f.name != "data") + [f"eval.tasks.{task}.data.{wildcards['lang']}"]
+
+
+def _finetune_jobs(params: dict) -> list[dict[str, str]]:
+    """Every (task, model, seed) params ask for; `skip_reason` rules out, per language, the tasks
+    without data and the models that do not exist there (and says why)."""
+    return [{"task": t, "model": m, "seed": str(s)} for t, section in params["eval"]["tasks"].items()
+            if section["enabled"] for m in finetune_eval.eval_models(params)
+            for s in range(1, int(params["eval"]["seeds"]) + 1)]
+
+
+FINETUNE_EVAL = Stage(
+    name="finetune_eval", run=finetune_eval.run,
+    help="fine-tune one model on one downstream task (nli, qa, ner) with one seed and score it",
+    wildcards=("lang", "task", "model", "seed"),
+    inputs=finetune_eval.inputs,
+    outputs={"result": paths.EVAL_RESULT},
+    params=("seed",),  # eval.models and eval.seeds decide which jobs exist, not what one computes
+    extra_params=task_leaves,
+    # finetune_eval.py and the task's module: editing one task reruns only its jobs
+    code=lambda params, wildcards: ("evaluate/finetune_eval.py", f"evaluate/tasks/{wildcards['task']}.py"),
+    expand=_finetune_jobs,
+    skip_reason=finetune_eval.skip_reason,
+    data=finetune_eval.data_files,
+    parallel=False,  # small models: two one-thread jobs side by side use two cores better than one job
+    gpu=True,
+)
+FLOOR = Stage(  # what a task scores without a model: the bar finetune_eval's scores are read against
+    name="floor", run=floor.run,
+    help="the score of a task's floor (majority class, training lexicon, sliding-window span) on its test split",
+    wildcards=("lang", "task"),
+    outputs={"floor": paths.EVAL_FLOOR},
+    params=("seed",), extra_params=task_leaves,
+    code=lambda params, wildcards: ("evaluate/floor.py", f"evaluate/tasks/{wildcards['task']}.py"),
+    expand=floor.tasks,
+    skip_reason=floor.skip_reason,
+    data=finetune_eval.data_files,
+)
+
+
+TOKEN_FREQUENCY_LOSS = Stage(
+    name="token_frequency_loss", run=token_frequency_loss.run,
+    help="held-out loss per train-frequency bucket (init vs standard vs selfish pretraining) and bits per byte",
+    inputs=token_frequency_loss.inputs,
+    outputs={"table": paths.TOKEN_FREQUENCY_LOSS, "blocks": paths.TOKEN_FREQUENCY_BLOCKS,
+             "bits_per_byte": paths.BITS_PER_BYTE, "plot": paths.TOKEN_FREQUENCY_PLOT},
+    params=("seed",),
+    extra_params=lambda params, wc: (_leaves(token_frequency_loss.TokenFrequencyLossParams, "token_frequency_loss")(
+        params, wc) + ["init.methods", "pretrain.methods", "pretrain.objectives", "pretrain.pairs", "pretrain.seeds"]),
+    code=("evaluate/token_frequency_loss.py",), parallel=True, gpu=True,
+)
+GRADIENT_SCENARIOS = Stage(
+    name="gradient_scenarios", run=gradient_scenarios.run,
+    help="gradient reaching each token's embedding: as input, as target, as non-target (start and end)",
+    wildcards=("lang", "method", "objective", "pseed"),
+    inputs=lambda params, wc: {"train_ids": paths.PRETOK_TRAIN, "pretrain": paths.PRETRAIN_DIR,
+                               "init": paths.partial(paths.INIT_DIR, method=wc["method"],
+                                                     pseed=availability.init_pseed(wc["method"], wc["pseed"]))},
+    outputs={"table": paths.GRADIENT_SCENARIOS, "plot": paths.GRADIENT_PLOT},
+    params=("seed",),
+    extra_params=lambda params, wc: (_leaves(gradient_scenarios.GradientScenariosParams, "gradient_scenarios")(
+        params, wc) + (["pretrain.selfish.margin"] if wc.get("objective") == "selfish" else [])),
+    code=("evaluate/gradient_scenarios.py",),
+    # descriptive, on the first pretraining seed only
+    expand=lambda params: [{"method": m, "objective": o, "pseed": "1"} for m, o in availability.pretrain_pairs(params)],
+    skip_reason=lambda params, wc: availability.method_reason(params, wc["lang"], wc["method"]),
+    parallel=True, gpu=True,
+)
+
+
+LM_EVAL = Stage(
+    name="lm_eval", run=harness.run,
+    help="one causal model judged by lm-evaluation-harness on the lm_eval.tasks of its language",
+    wildcards=("lang", "model"),
+    inputs=lambda params, wc: {"model": finetune_eval.parse_model(params, wc["model"])["input"]},
+    outputs={"scores": paths.LM_EVAL_SCORES, "samples": paths.LM_EVAL_SAMPLES},
+    params=("seed", "lm_eval.tasks", "lm_eval.num_fewshot", "lm_eval.limit", "lm_eval.batch_size"),
+    code=("evaluate/harness.py", "evaluate/harness_tasks/utils.py"),  # the task YAMLs: data_files and params
+    expand=lambda params: ([{"model": m} for m in finetune_eval.producible_models(params)]
+                           if params["lm_eval"]["tasks"] else []),
+    skip_reason=harness.skip_reason,
+    data=harness.data_files,
+    gpu=True,
+)
+
+
+# ---------------------------------------------------------------- report: reads every evaluation above
+REPORT = Stage(
+    name="report", run=build.run,
+    help="the study's report: results/report.md with figures, DVC plots (valid-loss curves) and metrics",
+    wildcards=(),
+    inputs=lambda params, wc: build.read.inputs(build.plan(params, STAGES)),
+    outputs={"report": paths.REPORT, "figures": paths.REPORT_FIGURES, "curves": paths.REPORT_CURVES,
+             "metrics": paths.REPORT_METRICS},
+    directories=frozenset({"figures", "curves"}),
+    metrics=frozenset({"metrics"}),
+    plots=build.dvc_plots,
+    params=("seed", "languages", "source_model", "init.methods"),
+    extra_params=_leaves(tables.ReportParams, "report"),
+    code=("report/build.py",),
+)
+
+# the table, in the order above (topological: tests/test_dag.py)
 STAGES = {stage.name: stage for stage in (
-    corpus.STAGE,
-    source_model.STAGE,
-    tokenizer.STAGE,
-    pretokenize.STAGE,
-    auxiliary.FASTTEXT,
-    overlap.STAGE,
-    source_head.STAGE,
-    word_fasttext.SOURCE_WORDS,
-    word_fasttext.TARGET_WORDS,
-    source_snmf.STAGE,
-    initialise.STAGE,
-    init_eval.STAGE,
-    pretrain.STAGE,
-    build.STAGE,  # the report
-    finetune_eval.STAGE,
-    floor.STAGE,
-    token_frequency_loss.STAGE,
-    gradient_scenarios.STAGE,
-    harness.STAGE,  # lm_eval
+    CORPUS, SOURCE_MODEL, TOKENIZER, PRETOKENIZE, FASTTEXT, OVERLAP,  # data
+    SOURCE_HEAD, SOURCE_FASTTEXT, WORD_FASTTEXT, SOURCE_SNMF, INIT, INIT_EVAL,  # init
+    PRETRAIN,  # train
+    FINETUNE_EVAL, FLOOR, TOKEN_FREQUENCY_LOSS, GRADIENT_SCENARIOS, LM_EVAL,  # evaluate
+    REPORT,  # report
 )}

@@ -410,22 +410,3 @@ def run(ctx: "Context") -> None:
     log.info("fastText %s: %d of %d target tokens have a vector (%.1f%%; %d from the dictionary, %d from "
              "subwords) in %.1fs", mode, n_with, len(mask), 100 * n_with / len(mask), n_dict, n_with - n_dict,
              stats["seconds"])
-
-
-# ---------------------------------------------------------------- the stages (vocabtransfer.app.stages)
-# From the import of `Stage` on, the module plans its jobs: not their code (stage_spec.code_statements).
-from vocabtransfer.pipeline.stage_spec import Stage
-from vocabtransfer.pipeline import config, paths
-
-
-FASTTEXT = Stage(
-    name="fasttext", run=run, help="fastText auxiliary embeddings for the target tokens",
-    inputs={"text": paths.PRETOK_TEXT, "tokenizer": paths.TOKENIZER},
-    outputs={"model": paths.FASTTEXT_BIN, "embeddings": paths.FASTTEXT_EMB, "stats": paths.FASTTEXT_STATS},
-    params=("seed",),
-    extra_params=lambda params, wc: config.field_leaves(FasttextParams, "fasttext", params["fasttext"]),
-    code=("data/auxiliary.py",), parallel=True,
-    one_thread_if="fasttext.reproducible",  # fastText is bit-reproducible on one thread only
-    data=lambda params, wc: {"data_pretrained": paths.data_path(params["fasttext"]["pretrained_path"])} if (
-        params["fasttext"]["mode"] == "wordlevel" and params["fasttext"].get("pretrained_path")) else {},
-)

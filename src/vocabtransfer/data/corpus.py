@@ -426,21 +426,3 @@ def run(ctx) -> None:
         f" (capped at {stats['max_bytes']})" if stats["capped"] else "",
         stats["train_lines"], stats["valid_lines"], stats["dev_lines"], stats["seconds"],
     )
-
-
-# ---------------------------------------------------------------- the stage (vocabtransfer.app.stages)
-# From the import of `Stage` on, the module plans its jobs: not their code (stage_spec.code_statements).
-from vocabtransfer.pipeline.stage_spec import Stage
-from vocabtransfer.pipeline import config, paths
-
-STAGE = Stage(
-    name="corpus",
-    run=run,
-    help="fetch, normalise, deduplicate, cap and split a language's raw text",
-    outputs={"train": paths.CORPUS_TRAIN, "valid": paths.CORPUS_VALID, "dev": paths.CORPUS_DEV,
-             "stats": paths.CORPUS_STATS},
-    params=("seed",),  # and the fields of CorpusParams, of `sources` the job's language only
-    extra_params=lambda params, wc: config.field_leaves(CorpusParams, "corpus", {**params["corpus"], "sources": {wc["lang"]: None}}),
-    code=("data/corpus.py", "data/download.py"),
-    data=lambda params, wc: {"data_corpus": path} if (path := paths.corpus_file(params, wc["lang"])) else {},
-)

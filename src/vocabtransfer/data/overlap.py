@@ -395,20 +395,3 @@ def run(ctx) -> None:
     log.info("overlap %s vs %s (%.1f s):\n%s\nbyte tokens: %d of the target's matched; %d in the target, %d in the "
              "source", ctx.lang, source_model, seconds, markdown_counts(counts, total), byte_tokens["matched"],
              byte_tokens["target"], byte_tokens["source"])
-
-
-# ---------------------------------------------------------------- the stage (vocabtransfer.app.stages)
-# From the import of `Stage` on, the module plans its jobs: not their code (stage_spec.code_statements).
-from vocabtransfer.pipeline.stage_spec import Stage
-from vocabtransfer.pipeline import config, paths
-
-STAGE = Stage(
-    name="overlap",
-    run=run,
-    help="source vs target vocabulary overlap on canonical token forms",
-    inputs={"tokenizer": paths.TOKENIZER, "source": paths.SOURCE_BASE},
-    outputs={"overlap": paths.OVERLAP, "stats": paths.OVERLAP_STATS},
-    params=("source_model",),
-    extra_params=lambda params, wc: config.field_leaves(OverlapParams, "overlap", params["overlap"]),
-    code=("data/overlap.py",),
-)

@@ -258,24 +258,3 @@ def run(ctx) -> None:
         "table": table, "batch_size": batch_size, "threads": ctx.threads,
         "seconds": {k: round(v, 3) for k, v in seconds.items()}, "versions": io.versions(),
     }, ctx.output["stats"])
-
-
-# ---------------------------------------------------------------- the stage (vocabtransfer.app.stages)
-# From the import of `Stage` on, the module plans its jobs: not their code (stage_spec.code_statements).
-from vocabtransfer.pipeline.stage_spec import Stage
-from vocabtransfer.pipeline import config, paths
-
-STAGE = Stage(
-    name="pretokenize",
-    run=run,
-    help="encode the corpus with the target tokenizer; fertility stats against the source tokenizer",
-    inputs={"tokenizer": paths.TOKENIZER, "train": paths.CORPUS_TRAIN, "valid": paths.CORPUS_VALID,
-            "source": paths.SOURCE_BASE},
-    outputs={"train_ids": paths.PRETOK_TRAIN, "valid_ids": paths.PRETOK_VALID, "text": paths.PRETOK_TEXT,
-             "stats": paths.PRETOK_STATS},
-    directories=frozenset({"train_ids", "valid_ids"}),
-    params=("source_model",),
-    extra_params=lambda params, wc: config.field_leaves(PretokenizeParams, "pretokenize", params["pretokenize"]),
-    code=("data/pretokenize.py",),
-    parallel=True,
-)

@@ -421,22 +421,3 @@ def _detect_saved_family(tokenizer) -> tuple[str, str]:
     spec = _backend_json(tokenizer)
     family = MODEL_TO_FAMILY[spec["model"]["type"]]
     return family, _style(family, spec)
-
-
-# ---------------------------------------------------------------- the stage (vocabtransfer.app.stages)
-# From the import of `Stage` on, the module plans its jobs: not their code (stage_spec.code_statements).
-from vocabtransfer.pipeline.stage_spec import Stage
-from vocabtransfer.pipeline import config, paths
-
-STAGE = Stage(
-    name="tokenizer",
-    run=run,
-    help="train the target tokenizer (the source tokenizer's family and conventions)",
-    inputs={"train": paths.CORPUS_TRAIN, "source": paths.SOURCE_BASE},
-    outputs={"tokenizer": paths.TOKENIZER, "stats": paths.TOKENIZER_STATS},
-    directories=frozenset({"tokenizer"}),
-    params=("source_model",),
-    extra_params=lambda params, wc: config.field_leaves(TokenizerParams, "tokenizer", params["tokenizer"]),
-    code=("data/tokenizer.py",),
-    parallel=True,
-)

@@ -18,7 +18,7 @@ train/test split and the subsample depend on the params `seed` only, so every mo
 seed sees the same test examples in the same order, and the per-example arrays of the result JSON
 can be paired across them.
 
-`STAGE.jobs(params, lang)` lists the jobs params and the data present ask for; `skipped_tasks`
+`STAGES["finetune_eval"].jobs(params, lang)` (vocabtransfer.app.stages) lists the jobs params and the data present ask for; `skipped_tasks`
 says why a task has none for a language.
 
 Decoders (GPT-2, Llama, Qwen) are fine-tuned with their architecture's heads (`LlamaForSequenceClassification`
@@ -258,7 +258,7 @@ def run(ctx) -> None:
     lang, task_name, model_name = ctx.lang, ctx.wildcards["task"], ctx.wildcards["model"]
     seed = int(ctx.wildcards["seed"])
     info = parse_model(ctx.params, model_name)
-    if {"task": task_name, "model": model_name, "seed": str(seed), "lang": lang} not in STAGE.jobs(ctx.params, lang):
+    if {"task": task_name, "model": model_name, "seed": str(seed), "lang": lang} not in ctx.stages["finetune_eval"].jobs(ctx.params, lang):
         reason = skipped_tasks(ctx.params, lang).get(task_name)
         raise VocabTransferError(
             f"eval: no job {task_name}/{model_name}/seed{seed} for {lang!r}: "
@@ -281,44 +281,3 @@ def run(ctx) -> None:
     io.write_json(out, ctx.output["result"])
     log.info("%s %s %s seed %d: %s", lang, task_name, model_name, seed,
              out.get("not_run") or ", ".join(f"{k} {v:.2f}" for k, v in out["metrics"].items()))
-
-
-# ---------------------------------------------------------------- the stage (vocabtransfer.app.stages)
-# From the import of `Stage` on, the module plans its jobs: not their code (stage_spec.code_statements).
-from vocabtransfer.pipeline.config import field_leaves
-from vocabtransfer.pipeline.stage_spec import Stage
-from vocabtransfer.evaluate.tasks import task_options_class
-
-
-def task_leaves(params: dict, wildcards: dict) -> list[str]:
-    """The params leaves of the task's options (`eval.tasks.<task>`, e.g. `QaOptions`) with the data spec
-    of this language only."""
-    task = wildcards["task"]
-    return field_leaves(task_options_class(task), f"eval.tasks.{task}", params["eval"]["tasks"][task],
-                        keep=lambda f: f.name != "data") + [f"eval.tasks.{task}.data.{wildcards['lang']}"]
-
-
-def _combinations(params: dict) -> list[dict[str, str]]:
-    """Every (task, model, seed) params ask for; `skip_reason` rules out, per language, the tasks
-    without data and the models that do not exist there (and says why)."""
-    return [{"task": t, "model": m, "seed": str(s)} for t, section in params["eval"]["tasks"].items()
-            if section["enabled"] for m in eval_models(params) for s in range(1, int(params["eval"]["seeds"]) + 1)]
-
-
-STAGE = Stage(
-    name="finetune_eval",
-    run=run,
-    help="fine-tune one model on one downstream task (nli, qa, ner) with one seed and score it",
-    wildcards=("lang", "task", "model", "seed"),
-    inputs=inputs,
-    outputs={"result": paths.EVAL_RESULT},
-    params=("seed",),  # eval.models and eval.seeds decide which jobs exist, not what one computes
-    extra_params=task_leaves,
-    # finetune_eval.py and the task's module: editing one task reruns only its jobs
-    code=lambda params, wildcards: ("evaluate/finetune_eval.py", f"evaluate/tasks/{wildcards['task']}.py"),
-    expand=_combinations,
-    skip_reason=skip_reason,
-    data=data_files,
-    parallel=False,  # small models: two one-thread jobs side by side use two cores better than one job
-    gpu=True,
-)

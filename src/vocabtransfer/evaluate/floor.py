@@ -55,24 +55,3 @@ def run(ctx) -> None:
     io.write_json({**out, "versions": io.versions()}, ctx.output["floor"])
     log.info("%s %s floor (%s): %s %.2f on %d test examples", ctx.lang, out["task"], out["name"], out["metric"],
              out["value"], out["n_test"])
-
-
-# ---------------------------------------------------------------- the stage (vocabtransfer.app.stages)
-# From the import of `Stage` on, the module plans its jobs: not their code (stage_spec.code_statements).
-from vocabtransfer.pipeline.stage_spec import Stage
-from vocabtransfer.pipeline import paths
-from vocabtransfer.evaluate.finetune_eval import data_files, task_leaves
-
-STAGE = Stage(
-    name="floor",
-    run=run,
-    help="the score of a task's floor (majority class, training lexicon, sliding-window span) on its test split",
-    wildcards=("lang", "task"),
-    outputs={"floor": paths.EVAL_FLOOR},
-    params=("seed",),
-    extra_params=task_leaves,
-    code=lambda params, wildcards: ("evaluate/floor.py", f"evaluate/tasks/{wildcards['task']}.py"),
-    expand=tasks,
-    skip_reason=skip_reason,
-    data=data_files,
-)

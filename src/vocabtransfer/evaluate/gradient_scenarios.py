@@ -231,32 +231,3 @@ def run(ctx) -> None:
     io.write_parquet(table, ctx.output["table"])
     plot(out, ctx.output["plot"], f"{ctx.lang}, {ctx.method}, {objective}: gradient reaching each token's embedding",
          opts.plot_bins)
-
-
-# ---------------------------------------------------------------- the stage (vocabtransfer.app.stages)
-# From the import of `Stage` on, the module plans its jobs: not their code (stage_spec.code_statements).
-from vocabtransfer.pipeline.stage_spec import Stage
-from vocabtransfer.pipeline.config import field_leaves
-from vocabtransfer.init import availability
-from vocabtransfer.pipeline import paths
-
-STAGE = Stage(
-    name="gradient_scenarios",
-    run=run,
-    help="gradient reaching each token's embedding: as input, as target, as non-target (start and end)",
-    wildcards=("lang", "method", "objective", "pseed"),
-    inputs=lambda params, wc: {"train_ids": paths.PRETOK_TRAIN, "pretrain": paths.PRETRAIN_DIR,
-                               "init": paths.partial(paths.INIT_DIR, method=wc["method"],
-                                                     pseed=availability.init_pseed(wc["method"], wc["pseed"]))},
-    outputs={"table": paths.GRADIENT_SCENARIOS, "plot": paths.GRADIENT_PLOT},
-    params=("seed",),
-    extra_params=lambda params, wildcards: (field_leaves(GradientScenariosParams, "gradient_scenarios",
-                                                        params["gradient_scenarios"]) + (
-        ["pretrain.selfish.margin"] if wildcards.get("objective") == "selfish" else [])),
-    code=("evaluate/gradient_scenarios.py",),
-    # descriptive, on the first pretraining seed only
-    expand=lambda params: [{"method": m, "objective": o, "pseed": "1"} for m, o in availability.pretrain_pairs(params)],
-    skip_reason=lambda params, wc: availability.method_reason(params, wc["lang"], wc["method"]),
-    parallel=True,
-    gpu=True,
-)

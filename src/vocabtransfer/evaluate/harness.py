@@ -41,7 +41,7 @@ import yaml
 
 from vocabtransfer import io
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.evaluate.finetune_eval import model_reason, parse_model, producible_models
+from vocabtransfer.evaluate.finetune_eval import model_reason, parse_model
 from vocabtransfer.pipeline import paths
 from vocabtransfer.model.modeling import detect_kind
 
@@ -175,6 +175,21 @@ def samples_table(results: dict) -> pa.Table:
     return pa.table(rows, schema=SAMPLE_SCHEMA)
 
 
+def skip_reason(params: dict, wildcards: dict) -> str | None:
+    """None when the job (lang, model) runs, else why: no task for the language, or a model that does not
+    exist there."""
+    if not task_names(params, wildcards["lang"]):
+        return f"lm_eval.tasks has no task for {wildcards['lang']!r}"
+    return model_reason(params, wildcards["lang"], wildcards["model"])
+
+
+def data_files(params: dict, wildcards: dict) -> dict[str, Path]:
+    """The local files the job's offline tasks read (a catalogue task's data come from the hub)."""
+    shipped = local_tasks()
+    files = [f for name in task_names(params, wildcards["lang"]) for f in shipped.get(name, [])]
+    return {f"data_{i}": paths.data_path(f) for i, f in enumerate(files)}  # keys alike across languages
+
+
 def run(ctx) -> None:
     start = time.perf_counter()
     lang, model = ctx.lang, ctx.wildcards["model"]
@@ -202,39 +217,3 @@ def run(ctx) -> None:
     io.write_json(out, ctx.output["scores"])
     log.info("%s lm_eval %s: %s", lang, model, out.get("not_run") or "; ".join(
         f"{t} " + ", ".join(f"{k} {v:.3f}" for k, v in s.items() if k != "n") for t, s in out["scores"].items()))
-
-
-# ---------------------------------------------------------------- the stage (vocabtransfer.app.stages)
-# From the import of `Stage` on, the module plans its jobs: not their code (stage_spec.code_statements).
-from vocabtransfer.pipeline.stage_spec import Stage
-
-
-def skip_reason(params: dict, wildcards: dict) -> str | None:
-    """None when the job (lang, model) runs, else why: no task for the language, or a model that does not
-    exist there."""
-    if not task_names(params, wildcards["lang"]):
-        return f"lm_eval.tasks has no task for {wildcards['lang']!r}"
-    return model_reason(params, wildcards["lang"], wildcards["model"])
-
-
-def data_files(params: dict, wildcards: dict) -> dict[str, Path]:
-    """The local files the job's offline tasks read (a catalogue task's data come from the hub)."""
-    shipped = local_tasks()
-    files = [f for name in task_names(params, wildcards["lang"]) for f in shipped.get(name, [])]
-    return {f"data_{i}": paths.data_path(f) for i, f in enumerate(files)}  # keys alike across languages
-
-
-STAGE = Stage(
-    name="lm_eval",
-    run=run,
-    help="one causal model judged by lm-evaluation-harness on the lm_eval.tasks of its language",
-    wildcards=("lang", "model"),
-    inputs=lambda params, wildcards: {"model": parse_model(params, wildcards["model"])["input"]},
-    outputs={"scores": paths.LM_EVAL_SCORES, "samples": paths.LM_EVAL_SAMPLES},
-    params=("seed", "lm_eval.tasks", "lm_eval.num_fewshot", "lm_eval.limit", "lm_eval.batch_size"),
-    code=("evaluate/harness.py", "evaluate/harness_tasks/utils.py"),  # the task YAMLs: data_files and params
-    expand=lambda params: [{"model": m} for m in producible_models(params)] if params["lm_eval"]["tasks"] else [],
-    skip_reason=skip_reason,
-    data=data_files,
-    gpu=True,
-)

@@ -380,33 +380,3 @@ def run(ctx) -> None:
     log.info("initialisation without training, %s (loss: masked-/causal-LM loss on held-out text; retrieval: "
              "top-1 on %d XNLI premises; bits per byte and bytes per token: on the %d valid lines, the source with "
              "its own tokenizer)\n%s", ctx.lang, len(src_sent), len(valid), markdown(rows))
-
-
-# ---------------------------------------------------------------- the stage (vocabtransfer.app.stages)
-# From the import of `Stage` on, the module plans its jobs: not their code (stage_spec.code_statements).
-from vocabtransfer.pipeline.stage_spec import Stage
-from vocabtransfer.pipeline.config import field_leaves
-
-
-def _data(params: dict, wildcards: dict) -> dict[str, Path]:
-    """The held-out text of the reference row and, when retrieval runs, the XNLI files."""
-    out = {"data_source_text": paths.data_path(params["source_head"]["text"])}
-    if availability.retrieval_reason(params, wildcards["lang"]) is None:
-        out.update(zip(("data_xnli_source", "data_xnli"), paths.xnli_files(params, wildcards["lang"])))
-    return out
-
-
-STAGE = Stage(
-    name="init_eval",
-    run=run,
-    help="loss right after initialisation and parallel-sentence retrieval, per method",
-    inputs=inputs,
-    outputs={"init_eval": paths.INIT_EVAL, "plot": paths.INIT_EVAL_PLOT},
-    params=("seed", "init.methods", "source_head.text", "source_head.eval_lines"),
-    extra_params=lambda params, wildcards: field_leaves(InitEvalParams, "init_eval", params["init_eval"]),
-    code=("evaluate/init_eval.py",),
-    parallel=True,
-    gpu=True,
-    partial=lambda params, wc: {"retrieval": why} if (why := availability.retrieval_reason(params, wc["lang"])) else {},
-    data=_data,
-)

@@ -417,26 +417,3 @@ def run(ctx) -> None:
     plot(rows, ctx.output["plot"], ctx.lang, n_seen_buckets)
     log.info("mean cross-entropy per frequency bucket (columns: train frequency ranks; mean over pretraining "
              "seeds), %s\n%s", ctx.lang, markdown(rows, n_seen_buckets))
-
-
-# ---------------------------------------------------------------- the stage (vocabtransfer.app.stages)
-# From the import of `Stage` on, the module plans its jobs: not their code (stage_spec.code_statements).
-from vocabtransfer.pipeline.stage_spec import Stage
-from vocabtransfer.pipeline.config import field_leaves
-
-STAGE = Stage(
-    name="token_frequency_loss",
-    run=run,
-    help="held-out loss per train-frequency bucket (init vs standard vs selfish pretraining) and bits per byte",
-    inputs=inputs,
-    outputs={"table": paths.TOKEN_FREQUENCY_LOSS, "blocks": paths.TOKEN_FREQUENCY_BLOCKS,
-             "bits_per_byte": paths.BITS_PER_BYTE, "plot": paths.TOKEN_FREQUENCY_PLOT},
-    params=("seed",),
-    extra_params=lambda params, wildcards: (field_leaves(TokenFrequencyLossParams, "token_frequency_loss",
-                                                        params["token_frequency_loss"])
-                                            + ["init.methods", "pretrain.methods", "pretrain.objectives", "pretrain.pairs",
-                                               "pretrain.seeds"]),
-    code=("evaluate/token_frequency_loss.py",),
-    parallel=True,
-    gpu=True,
-)

@@ -39,12 +39,20 @@ from vocabtransfer.pipeline import names
 from vocabtransfer.pipeline import paths
 from vocabtransfer.pipeline.paths import data_path
 from vocabtransfer.data.overlap import checked_pairs, overlap_pairs
-from vocabtransfer.init.source_snmf import load_factors, uses_snmf
+from vocabtransfer.init.source_snmf import load_factors
 
 log = logging.getLogger(__name__)
 
 # ctx.input keys every init job has; any other input is handed to the method as a resource
 CORE_INPUTS = ("source_model", "tokenizer", "overlap", "fasttext", "snmf_factors")
+
+
+def uses_snmf(method: str) -> bool:
+    """Every `<base>+snmf` and a method registered with `factors=("snmf",)` (snmf) read the shared
+    semi-NMF of stage source_snmf."""
+    from vocabtransfer.init.methods.registry import info  # imports torch: not at CLI start-up
+
+    return names.split_method(method)[1] == "snmf" or "snmf" in info(method).factors
 
 
 def inputs(params: dict, wildcards: dict) -> dict[str, str]:
@@ -190,7 +198,8 @@ def run(ctx) -> None:
     method_name = ctx.method
     method = get_method(method_name)  # unknown method: the registry's error, before any loading
     pseed = int(ctx.wildcards.get("pseed", 1))
-    if pseed != 1 and (method_name, pseed) not in availability.init_runs(ctx.params):
+    # the init stage's job planner (availability.init_runs, through the declaration: planning, not code)
+    if pseed != 1 and {"method": method_name, "pseed": str(pseed)} not in ctx.stages["init"].expand(ctx.params):
         raise VocabTransferError(f"init {method_name} pseed{pseed}: not a job of these params (init.methods, and "
                                  "pretrain.seeds for a pretrained method whose rows depend on the seed)")
     seed = names.seed_value(ctx.params, pseed)  # the random rows of this pretraining seed
@@ -268,59 +277,3 @@ def write_outputs(ctx, x: InitInputs, method_name: str, passes: dict, record: di
         stats["seconds"] = time.perf_counter() - start
         io.write_json(stats, tmp / "stats.json")
     log.info("init %s/%s done in %.1f s: %s", ctx.lang, method_name, stats["seconds"], ctx.output["init"])
-
-
-# ---------------------------------------------------------------- the stage (vocabtransfer.app.stages)
-# From the import of `Stage` on, the module plans its jobs: not their code (stage_spec.code_statements).
-from vocabtransfer.pipeline.stage_spec import PACKAGE, Stage, module_file
-from vocabtransfer.init import availability
-from vocabtransfer.pipeline.config import field_leaves
-
-
-def _leaves(params: dict, wildcards: dict) -> list[str]:
-    """The rerun keys of one init job: the leaves of the typed options it takes (the class its method
-    registers and, for `base+fact`, the factorisation's, e.g. init.omp.k)."""
-    from vocabtransfer.init.methods.options import FACTORIZATIONS  # imports torch: not at CLI start-up
-    from vocabtransfer.init.methods.registry import info  # imports torch: not at CLI start-up
-
-    base, fact = names.split_method(wildcards["method"])
-    classes = {base: info(base).options, **({fact: FACTORIZATIONS[fact]} if fact else {})}
-    return [leaf for name, cls in classes.items() for leaf in field_leaves(cls, f"init.{name}", params["init"][name])]
-
-
-def _code(params: dict, wildcards: dict) -> tuple[str, ...]:
-    """The entry modules of one init job: initialise.py, the method's module and, for base+fact, the
-    factorised wrapper; editing another method does not rerun this one."""
-    from vocabtransfer.init.methods import get_method  # imports torch: not at CLI start-up
-
-    base, fact = names.split_method(wildcards["method"])
-    module = module_file(get_method(base).__module__)  # e.g. random lives in methods/baselines.py
-    return ("init/initialise.py", str(module.relative_to(PACKAGE))) + (("init/methods/variants.py",) if fact else ())
-
-
-def _data(params: dict, wildcards: dict) -> dict[str, Path]:
-    """The local data files of one init job: what the method's `@register(..., data=...)` names
-    (wechsel: the language's bilingual dictionary)."""
-    from vocabtransfer.init.methods.registry import info  # imports torch: not at CLI start-up
-
-    data = info(wildcards["method"]).data
-    return data(params, wildcards["lang"]) if data else {}
-
-
-STAGE = Stage(
-    name="init",
-    run=run,
-    help="initialise the target embeddings with one method and save the model",
-    wildcards=("lang", "method", "pseed"),
-    inputs=inputs,
-    outputs={"init": paths.INIT_DIR},
-    directories=frozenset({"init"}),
-    params=("seed",),
-    extra_params=_leaves,
-    code=_code,
-    expand=lambda params: [{"method": m, "pseed": str(s)} for m, s in availability.init_runs(params)],
-    parallel=True,
-    gpu=True,
-    skip_reason=lambda params, wc: availability.method_reason(params, wc["lang"], wc["method"]),
-    data=_data,
-)

@@ -314,26 +314,3 @@ def run(ctx) -> None:
     log.info("source model with %s LM head: %s (held-out loss %.4f -> %.4f)",
              "its own" if stats["skipped"] else "a trained", ctx.output["model"], stats["loss_before"],
              stats["loss_after"])
-
-
-# ---------------------------------------------------------------- the stage (vocabtransfer.app.stages)
-# From the import of `Stage` on, the module plans its jobs: not their code (stage_spec.code_statements).
-from vocabtransfer.pipeline.stage_spec import Stage
-from vocabtransfer.pipeline import paths
-from vocabtransfer.pipeline.config import field_leaves
-
-STAGE = Stage(
-    name="source_head",
-    run=run,
-    help="complete the source model with a trained LM head when its checkpoint has none",
-    wildcards=(),
-    inputs={"source": paths.SOURCE_BASE},
-    outputs={"model": paths.SOURCE_MODEL, "stats": paths.SOURCE_HEAD_STATS},
-    directories=frozenset({"model"}),
-    params=("seed", "source_model"),
-    extra_params=lambda params, wildcards: field_leaves(SourceHeadParams, "source_head", params["source_head"]),
-    code=("init/source_head.py",),
-    parallel=True,
-    gpu=True,
-    data=lambda params, wc: {"data_text": paths.data_path(params["source_head"]["text"])},
-)

@@ -89,28 +89,3 @@ def run(ctx) -> None:
     io.write_json(stats, ctx.output["stats"])
     log.info("source model %s (%s) materialised in %s (%.1f s): %s", value, stats["route"], out_dir,
              stats["seconds"], ", ".join(f"{k} sha256 {v[:12]}…" for k, v in stats["weights_sha256"].items()))
-
-
-# ---------------------------------------------------------------- the stage (vocabtransfer.app.stages)
-# From the import of `Stage` on, the module plans its jobs: not their code (stage_spec.code_statements).
-from vocabtransfer.pipeline.stage_spec import Stage
-from vocabtransfer.pipeline import paths
-
-
-def _data(params: dict, wildcards: dict) -> dict[str, Path]:
-    """A local `source_model` directory or GGUF file (a hub id is pinned by its name, a params leaf)."""
-    path = paths.local_source_model(params)
-    return {"data_source_model": path} if path else {}
-
-
-STAGE = Stage(
-    name="source_model",
-    run=run,
-    help="materialise the source model once as a Hugging Face directory (hub id, directory or GGUF file), hashed",
-    wildcards=(),
-    outputs={"model": paths.SOURCE_BASE, "stats": paths.SOURCE_BASE_STATS},
-    directories=frozenset({"model"}),
-    params=("source_model",),
-    code=("init/source_model.py", "model/gguf.py"),
-    data=_data,
-)

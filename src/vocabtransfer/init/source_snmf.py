@@ -145,36 +145,3 @@ def load_factors(path: str | Path, matrices: dict, options, seed: int | None = N
             labels = torch.zeros(W.shape[0], dtype=torch.int64)
         factors[which] = (W, H, dict(entry.get("stats") or {}, cached=str(path)), labels)
     return factors
-
-
-# ---------------------------------------------------------------- the stage (vocabtransfer.app.stages)
-# From the import of `Stage` on, the module plans its jobs: not their code (stage_spec.code_statements).
-from vocabtransfer.pipeline.stage_spec import Stage
-from vocabtransfer.pipeline import names
-from vocabtransfer.pipeline import paths
-
-
-def uses_snmf(method: str) -> bool:
-    """Every `<base>+snmf` and a method registered with `factors=("snmf",)` (snmf) read the shared
-    semi-NMF of this stage."""
-    from vocabtransfer.init.methods.registry import info  # imports torch: not at CLI start-up
-
-    return names.split_method(method)[1] == "snmf" or "snmf" in info(method).factors
-
-
-STAGE = Stage(
-    name="source_snmf",
-    run=run,
-    help="semi-NMF of the source embeddings, shared by the snmf and <method>+snmf init jobs",
-    wildcards=(),
-    inputs={"source_model": paths.SOURCE_MODEL},
-    outputs={"factors": paths.SOURCE_SNMF},
-    # the fields of the typed init.snmf (SnmfOptions) that the job reads, FACTOR_KEYS, in their order whatever
-    # the order of params.yaml's keys
-    params=("seed", *(f"init.snmf.{key}" for key in FACTOR_KEYS)),
-    code=("init/source_snmf.py",),
-    parallel=True,
-    gpu=True,
-    skip_reason=lambda params, wc: (None if any(uses_snmf(m) for m in params["init"]["methods"])
-                                    else "init.methods has no snmf or <method>+snmf"),
-)

@@ -34,35 +34,3 @@ def run_target_words(ctx: "Context") -> None:
     """Stage `word_fasttext`: word-level fastText on the target corpus's train split."""
     lines = read_parquet(ctx.input["train"], ["text"]).column("text").to_pylist()
     train_word_fasttext(lines, ctx.output["model"], **_word_fasttext_options(ctx))
-
-
-# ---------------------------------------------------------------- the stages (vocabtransfer.app.stages)
-# From the import of `Stage` on, the module plans its jobs: not their code (stage_spec.code_statements).
-from vocabtransfer.pipeline.stage_spec import Stage
-from vocabtransfer.init import availability
-from vocabtransfer.pipeline import config, paths
-
-
-def _word_leaves(params: dict, wc: dict) -> list[str]:
-    """init.wechsel.fasttext.*: the leaves of WordFasttextOptions (imported here: its package imports torch)."""
-    from vocabtransfer.init.methods.options import WordFasttextOptions  # imports torch: not at CLI start-up
-
-    return config.field_leaves(WordFasttextOptions, "init.wechsel.fasttext", params["init"]["wechsel"]["fasttext"])
-
-
-TARGET_WORDS = Stage(
-    name="word_fasttext", run=run_target_words, help="word-level fastText on the target corpus (WECHSEL)",
-    inputs={"train": paths.CORPUS_TRAIN}, outputs={"model": paths.WORD_FASTTEXT},
-    params=("seed", "fasttext.reproducible"), extra_params=_word_leaves,
-    code=("init/word_fasttext.py",), parallel=True, one_thread_if="fasttext.reproducible",
-    skip_reason=lambda params, wc: availability.needed_by(params, "wechsel", wc["lang"]),
-)
-SOURCE_WORDS = Stage(
-    name="source_fasttext", run=run_source_words, help="word-level fastText on source-language text (WECHSEL)",
-    wildcards=(), outputs={"model": paths.SOURCE_WORD_FASTTEXT},
-    params=TARGET_WORDS.params,
-    extra_params=lambda params, wc: _word_leaves(params, wc) + ["init.wechsel.source_text"],
-    code=("init/word_fasttext.py",), parallel=True, one_thread_if="fasttext.reproducible",
-    skip_reason=lambda params, wc: availability.needed_by(params, "wechsel"),
-    data=lambda params, wc: {"data_text": paths.data_path(params["init"]["wechsel"]["source_text"])},
-)

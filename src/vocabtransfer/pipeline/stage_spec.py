@@ -1,8 +1,7 @@
 """A pipeline stage and what its code gets: `Stage` (its function, wildcards, path templates, params
-leaves, code, resources, which jobs run — declared by each stage module next to its code, listed by
-the stage table vocabtransfer.app.stages) and `Context` (the validated params, wildcards and
-resolved paths of one job). This module imports no stage: the stages import it, and the table
-imports the stages (one way)."""
+leaves, code, resources, which jobs run — every stage declared in one place, the DAG
+vocabtransfer.app.stages) and `Context` (the validated params, wildcards and resolved paths of one
+job). This module imports no stage: the declarations import it and the stage modules (one way)."""
 
 from __future__ import annotations
 
@@ -54,8 +53,8 @@ def _per_job(value) -> PerJob:
 
 @dataclass(frozen=True)
 class Stage:
-    """One pipeline stage, declared at the end of the module that holds its code (`STAGE = Stage(...)`)
-    and listed in DAG order by the stage table, vocabtransfer.app.stages.
+    """One pipeline stage, declared with every other in topological order in vocabtransfer.app.stages
+    (its `run` lives in the module that holds its code).
 
     A per-job property (`inputs`, `code`, `skip_reason`, `partial`, `data`) is declared as a constant or
     as a function of (params, wildcards); either way it is read by calling it, `stage.inputs(params,
@@ -71,8 +70,8 @@ class Stage:
     directories: frozenset[str] = frozenset()  # output names that are directories
     params: tuple[str, ...] = ()  # dotted params leaves; may contain {lang}
     extra_params: Callable[[dict, dict], list[str]] | None = None  # (params, wildcards) -> more leaves
-    # the stage's entry modules under src/vocabtransfer; read as the code dependencies of a job: they and
-    # every vocabtransfer module they import (`module_closure`), so that DVC and Snakemake rerun a job
+    # the stage's entry modules under src/vocabtransfer, declared: the code dependencies of a job are they
+    # and every vocabtransfer module they import (`module_closure`), so that DVC and Snakemake rerun a job
     # when one of them changes
     code: tuple[str, ...] | PerJob = ()
     parallel: bool = False  # uses all the cores it is given
@@ -158,30 +157,16 @@ def module_file(dotted: str) -> Path | None:
     return None
 
 
-# the stage table and the command line (what they change reaches DVC as params and paths, not as
-# code), and the package's lazy exports
+# the stage declarations and the command line (what they change reaches DVC as params, paths and data
+# files, not as code), and the package's lazy exports
 NOT_FOLLOWED = ("app/stages.py", "app/cli.py", "app/dvcgen.py", "__init__.py")
-
-
-def code_statements(source: str) -> list:
-    """A module's top-level statements before its stage declaration, which opens with the import of
-    `Stage` and runs to the end of the module (all of them in a module that declares no stage). The
-    declaration (`STAGE = Stage(...)` and its helpers) plans the jobs: what it changes reaches DVC as
-    params, paths and data files, not as code."""
-    body = ast.parse(source).body
-    for i, node in enumerate(body):
-        if (isinstance(node, ast.ImportFrom) and node.module == __name__
-                and any(alias.name == "Stage" for alias in node.names)):
-            return body[:i]
-    return body
 
 
 @lru_cache(maxsize=None)
 def module_closure(*files: str) -> tuple[str, ...]:
     """These modules (paths relative to src/vocabtransfer) and every vocabtransfer module they import,
     at any depth and inside functions too (read from the source, nothing is imported), sorted.
-    Imports of NOT_FOLLOWED modules and a stage declaration's imports (`code_statements`) are not
-    followed."""
+    Imports of NOT_FOLLOWED modules are not followed."""
     todo = [PACKAGE / f for f in files]
     boundary = {PACKAGE / f for f in NOT_FOLLOWED} - set(todo)
     seen: set[Path] = set()
@@ -190,8 +175,7 @@ def module_closure(*files: str) -> tuple[str, ...]:
         if path in seen:
             continue
         seen.add(path)
-        statements = code_statements(path.read_text(encoding="utf-8"))
-        for node in (n for statement in statements for n in ast.walk(statement)):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             names: list[str] = []
             if isinstance(node, ast.Import):
                 names = [a.name for a in node.names]
@@ -216,6 +200,9 @@ class Context:
     output: dict[str, Path]
     threads: int = 1
     device: str = "cpu"
+    # the stage table (vocabtransfer.app.stages.STAGES, set by the runner), for a stage that reads what
+    # other stages' jobs wrote: the report asks their job planners
+    stages: dict[str, Stage] = field(default_factory=dict)
     _sections: dict = field(default_factory=dict, repr=False)  # the typed sections built (`section`)
 
     @property

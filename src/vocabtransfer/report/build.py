@@ -24,6 +24,7 @@ from vocabtransfer.init import availability
 from vocabtransfer.pipeline import paths
 from vocabtransfer.report import harness_table
 from vocabtransfer.report import distill_terms
+from vocabtransfer.report import read
 from vocabtransfer.report import markdown
 from vocabtransfer.report import rivals
 from vocabtransfer.report import tables
@@ -135,43 +136,16 @@ def _spoken_list(words: list[str]) -> str:
     return " and ".join([", ".join(words[:-1]), words[-1]]) if len(words) > 1 else "".join(words)
 
 
-def run(ctx) -> None:
-    out = write_report(ctx.params, ctx.section("report", tables.ReportParams), plan(ctx.params))  # `plan`: below
-    log.info("report: %s (figures in %s)", out, paths.REPORT_FIGURES)
+# the stages whose jobs' artefacts the report reads (`read.plan`)
+PLANNED = ("pretrain", "token_frequency_loss", "gradient_scenarios", "finetune_eval", "lm_eval")
 
 
-# ---------------------------------------------------------------- the stage (vocabtransfer.app.stages)
-# From the import of `Stage` on, the module plans its jobs: not their code (stage_spec.code_statements).
-from vocabtransfer.pipeline.config import field_leaves
-from vocabtransfer.pipeline.stage_spec import Stage
-from vocabtransfer.evaluate import finetune_eval
-from vocabtransfer.evaluate import gradient_scenarios
-from vocabtransfer.evaluate import harness
-from vocabtransfer.evaluate import token_frequency_loss
-from vocabtransfer.report import read
-from vocabtransfer.train import pretrain
-
-
-def plan(params: dict) -> Plan:
+def plan(params: dict, stages: dict) -> Plan:
     """Every artefact the report reads (`run` reads them, and they are its inputs), from the job planner
-    of the stages that write them."""
-    return read.plan(params, {stage.name: stage for stage in (pretrain.STAGE, token_frequency_loss.STAGE,
-                                                              gradient_scenarios.STAGE, finetune_eval.STAGE,
-                                                              harness.STAGE)})
+    of the stages that write them (`stages`: the stage table, vocabtransfer.app.stages.STAGES)."""
+    return read.plan(params, {name: stages[name] for name in PLANNED})
 
 
-STAGE = Stage(
-    name="report",
-    run=run,
-    help="the study's report: results/report.md with figures, DVC plots (valid-loss curves) and metrics",
-    wildcards=(),
-    inputs=lambda params, wildcards: read.inputs(plan(params)),
-    outputs={"report": paths.REPORT, "figures": paths.REPORT_FIGURES, "curves": paths.REPORT_CURVES,
-             "metrics": paths.REPORT_METRICS},
-    directories=frozenset({"figures", "curves"}),
-    metrics=frozenset({"metrics"}),
-    plots=dvc_plots,
-    params=("seed", "languages", "source_model", "init.methods"),
-    extra_params=lambda params, wildcards: field_leaves(tables.ReportParams, "report", params["report"]),
-    code=("report/build.py",),
-)
+def run(ctx) -> None:
+    out = write_report(ctx.params, ctx.section("report", tables.ReportParams), plan(ctx.params, ctx.stages))
+    log.info("report: %s (figures in %s)", out, paths.REPORT_FIGURES)

@@ -271,37 +271,3 @@ def run(ctx) -> None:
         shutil.rmtree(checkpoints, ignore_errors=True)
     log.info("pretrain %s/%s/%s pseed %d done in %.1f s: valid loss %.4f -> %.4f", ctx.lang, method, objective,
              pseed, stats["seconds"], stats["initial_valid_loss"], stats["final_valid_loss"])
-
-
-# ---------------------------------------------------------------- the stage (vocabtransfer.app.stages)
-# From the import of `Stage` on, the module plans its jobs: not their code (stage_spec.code_statements).
-from vocabtransfer.pipeline.stage_spec import Stage
-
-
-def _inputs(params: dict, wildcards: dict) -> dict[str, str]:
-    """The run's init model (pseed 1's for a method without random rows) and pre-tokenised splits; for the
-    distill objective also its teacher, the source model with its own tokenizer."""
-    init = paths.partial(paths.INIT_DIR, method=wildcards["method"],
-                         pseed=availability.init_pseed(wildcards["method"], wildcards["pseed"]))
-    objective = wildcards.get("objective")
-    teacher = {"source": paths.SOURCE_MODEL} if objective in TEACHER_OBJECTIVES else {}
-    return {"init": init, "train": paths.PRETOK_TRAIN, "valid": paths.PRETOK_VALID, **teacher}
-
-
-STAGE = Stage(
-    name="pretrain",
-    run=run,
-    help="continued pretraining of an initialised model with the standard, selfish or distill objective",
-    wildcards=("lang", "method", "objective", "pseed"),
-    inputs=_inputs,
-    outputs={"pretrain": paths.PRETRAIN_DIR},
-    directories=frozenset({"pretrain"}),
-    params=("seed",),
-    extra_params=leaves,
-    code=("train/pretrain.py",),
-    expand=expand,
-    skip_reason=lambda params, wc: availability.method_reason(params, wc["lang"], wc["method"]),
-    parallel=True,
-    processes="pretrain.processes",  # > 1: launched with accelerate, N GPUs on a cluster
-    gpu=True,
-)

@@ -1,0 +1,31 @@
+"""The DAG in one place (vocabtransfer.app.stages) is in topological order: every stage comes after each
+stage whose outputs it reads, the edges derived from the declared input and output templates over the jobs
+of params.yaml and of every config/*.yaml laid over it (vocabtransfer.app.dag)."""
+
+from __future__ import annotations
+
+from conftest import REPO
+from vocabtransfer.app import dag
+from vocabtransfer.app.stages import STAGES
+
+
+def test_the_table_is_in_topological_order():
+    graph = dag.edges(*dag.shipped_params(REPO))
+    assert dag.out_of_order(graph) == []
+
+
+def test_the_edges_are_read_from_the_templates():
+    """A few edges by hand: a file input, a directory input, a partially filled template, and the report,
+    which reads every evaluation (and, before this table, was listed before four of them)."""
+    graph = dag.edges(*dag.shipped_params(REPO))
+    assert {"corpus", "source_model"} <= graph["tokenizer"]
+    assert graph["pretrain"] >= {"init", "pretokenize"} and "source_head" in graph["pretrain"]  # distill's teacher
+    assert {"finetune_eval", "floor", "token_frequency_loss", "gradient_scenarios", "lm_eval"} <= graph["report"]
+    assert graph["corpus"] == set() and graph["source_model"] == set()
+    assert not any(graph[name] & {"report"} for name in STAGES)
+
+
+def test_the_order_check_finds_a_stage_listed_before_what_it_reads():
+    graph = {name: set() for name in STAGES}
+    graph["tokenizer"] = {"report"}
+    assert dag.out_of_order(graph) == ["tokenizer <- report"]
