@@ -521,7 +521,7 @@ def test_cli_runs_the_stage(tmp_path, monkeypatch):
     from vocabtransfer.app.stages import STAGES
 
     plan = make_results(tmp_path)
-    monkeypatch.setattr(build, "plan", lambda params: plan)
+    monkeypatch.setattr(build, "plan", lambda params, stages: plan)
     monkeypatch.chdir(tmp_path)
     assert main(["report", "--params", str(REPO / "params.yaml")]) == 0
     for name, template in STAGES["report"].outputs.items():
