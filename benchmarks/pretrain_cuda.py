@@ -56,7 +56,7 @@ def main() -> None:
     ap.add_argument("--vocab-size", type=int, default=16000)
     args = ap.parse_args()
 
-    from vocabtransfer.pipeline.config import validate_params
+    from vocabtransfer.app.params import validate_params
 
     root = Path(tempfile.mkdtemp(prefix="pretrain_cuda_"))
     build_project(root, args.text.resolve(), args.vocab_size)

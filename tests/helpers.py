@@ -22,7 +22,7 @@ from conftest import BIN, REPO, shared_file
 
 from vocabtransfer import io
 from vocabtransfer.data import token_ids
-from vocabtransfer.pipeline.config import validate_params
+from vocabtransfer.app.params import validate_params
 from vocabtransfer.app.runner import run_stage
 from vocabtransfer.model.hub import load_tokenizer, resolve_model_path
 from vocabtransfer.pipeline.stage_spec import launch_prefix
@@ -220,7 +220,8 @@ def save_dir(model, tokenizer, path: Path) -> Path:
 def init_params(init: dict, seed: int = 7) -> dict:
     """Params for a stage that reads `init` (the init and source_snmf stages): `init` over the schema's
     defaults, as validation fills them in."""
-    from vocabtransfer.pipeline.config import merge_overlay, section_defaults
+    from vocabtransfer.app.params import section_defaults
+    from vocabtransfer.pipeline.config import merge_overlay
 
     return {"seed": seed, "init": merge_overlay(section_defaults("init"), init)}
 
@@ -228,7 +229,8 @@ def init_params(init: dict, seed: int = 7) -> dict:
 def over_defaults(section: str, given: dict) -> dict:
     """params section `section` (e.g. `init_eval`) with `given` over the schema's defaults, as validation
     fills it in: what a stage's typed section (`ctx.section`) is built from."""
-    from vocabtransfer.pipeline.config import merge_overlay, section_defaults
+    from vocabtransfer.app.params import section_defaults
+    from vocabtransfer.pipeline.config import merge_overlay
 
     return merge_overlay(section_defaults(section), given)
 

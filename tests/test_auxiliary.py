@@ -12,7 +12,7 @@ import torch
 
 from vocabtransfer.data import auxiliary
 from vocabtransfer.pipeline import paths
-from vocabtransfer.pipeline.config import validate_params
+from vocabtransfer.app.params import validate_params
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.io import load_tensors
 from vocabtransfer.app.runner import run_stage

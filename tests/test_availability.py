@@ -17,7 +17,7 @@ import yaml
 from vocabtransfer.init import availability
 from vocabtransfer.app.plan import preflight
 from vocabtransfer.app import dvcgen
-from vocabtransfer.pipeline.config import validate_params
+from vocabtransfer.app.params import validate_params
 from vocabtransfer.errors import VocabTransferError, brief
 from vocabtransfer.app.stages import STAGES
 
@@ -87,7 +87,7 @@ def test_retrieval_sentences_zero_skips_retrieval(shared_data, data_root):
     assert availability.retrieval_reason(xx_params(), "xx") is None
     params = xx_params(retrieval_sentences=0)
     assert availability.retrieval_reason(params, "xx") == "init_eval.retrieval_sentences is 0"
-    assert "data_xnli" not in STAGES["init_eval"].data(params, {"lang": "xx"})
+    assert "data_xnli" not in STAGES["init_eval"].data_files(params, {"lang": "xx"})
     from vocabtransfer.evaluate.init_eval import read_xnli_premises
 
     assert read_xnli_premises("xnli/dev-{lang}.tsv", "en", "xx", 0) == ([], [])

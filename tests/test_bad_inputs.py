@@ -24,7 +24,7 @@ from conftest import BAD_INPUTS
 
 from vocabtransfer import io
 from vocabtransfer.pipeline import paths
-from vocabtransfer.pipeline.config import validate_params
+from vocabtransfer.app.params import validate_params
 from vocabtransfer.app.runner import run_stage
 
 pytestmark = pytest.mark.slow

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
-import typing
-from typing import Literal
 
 import pytest
 import yaml
 
 from vocabtransfer.app.cli import main
-from vocabtransfer.pipeline.config import from_dict, load_params, schema, typed_section, validate_params
+from vocabtransfer.app.params import load_params, schema, validate_params
+from vocabtransfer.pipeline.config import from_dict, typed_section
 from vocabtransfer.errors import VocabTransferError
 
 from conftest import REPO
@@ -144,19 +143,20 @@ def test_a_merged_params_file_is_trusted_and_any_other_file_validated(tmp_path, 
     it is, or by the command itself for a file of the user's (or a merged file edited since)."""
     from pathlib import Path
 
+    from vocabtransfer.app import params as app_params
     from vocabtransfer.pipeline import config
 
     params = validate_params(minimal())
     merged = config.write_merged(params, tmp_path)
-    calls, real = [], config.validate_params
-    monkeypatch.setattr(config, "validate_params", lambda p, source="": calls.append(source) or real(p, source))
-    assert config.load([merged]) == params and calls == []
+    calls, real = [], app_params.validate_params
+    monkeypatch.setattr(app_params, "validate_params", lambda p, source="": calls.append(source) or real(p, source))
+    assert app_params.load([merged]) == params and calls == []
     Path(merged).write_text(Path(merged).read_text().replace("seed: 42", "seed: -1"))
     with pytest.raises(VocabTransferError, match="seed: -1 is less than the minimum of 0"):
-        config.load([merged])
+        app_params.load([merged])
     raw = tmp_path / "params.yaml"
     raw.write_text(yaml.safe_dump(minimal()))
-    assert config.load([str(raw)]) == params and calls == [merged, str(raw)]
+    assert app_params.load([str(raw)]) == params and calls == [merged, str(raw)]
 
 
 def test_the_init_sections_are_generated_from_the_options_classes():
@@ -184,81 +184,26 @@ def test_the_init_sections_are_generated_from_the_options_classes():
         typed_section(OmpOptions, "init.omp", {"norm": "unit"})
 
 
-def _schema_type(node: dict):
-    """The Python type of a schema leaf, as the typed sections spell it."""
-    if "enum" in node:
-        return Literal[tuple(node["enum"])]
-    if "$ref" in node:  # a shared definition (a corpus source: irregular, read as its validated mapping)
-        return dict
-    kind = node["type"]
-    if isinstance(kind, list):  # [array, "null"]
-        return _schema_type({**node, "type": next(k for k in kind if k != "null")}) | None
-    if kind == "array":
-        return tuple[_schema_type(node["items"]), ...]
-    if kind == "object":  # a mapping; of typed values where they are one schema (a data spec is a dict)
-        inner = node.get("additionalProperties")
-        return dict[str, _schema_type(inner)] if isinstance(inner, dict) else dict
-    return {"integer": int, "number": float, "boolean": bool, "string": str}[kind]
+def test_every_section_is_generated_from_the_dataclass_its_stage_reads():
+    """One home per default: the YAML file holds the schema's root only, every section is made from the
+    dataclass its stage reads, and validation fills in exactly that dataclass's defaults."""
+    from vocabtransfer.app.params import SECTIONS
+    from vocabtransfer.pipeline.config import from_dict, root_schema
 
-
-def _schema_nodes(node: dict, prefix: str) -> dict[str, object]:
-    """{dotted key: its Python type, or "section" for an object with properties} under `node`."""
-    out = {}
-    for key, sub in node["properties"].items():
-        if "properties" in sub:
-            out[f"{prefix}.{key}"] = "section"
-            out.update(_schema_nodes(sub, f"{prefix}.{key}"))
-        else:
-            out[f"{prefix}.{key}"] = _schema_type(sub)
-    return out
-
-
-def _field_nodes(cls, prefix: str) -> dict[str, object]:
-    """The same of a typed section's dataclass; its fields have no defaults (the schema holds them; the init
-    sections, whose defaults their dataclasses hold, are generated from them instead)."""
-    out = {}
-    hints = typing.get_type_hints(cls)
-    for f in dataclasses.fields(cls):
-        assert f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING, f"{prefix}.{f.name}"
-        if dataclasses.is_dataclass(hints[f.name]):
-            out[f"{prefix}.{f.name}"] = "section"
-            out.update(_field_nodes(hints[f.name], f"{prefix}.{f.name}"))
-        else:
-            out[f"{prefix}.{f.name}"] = hints[f.name]
-    return out
-
-
-def test_the_typed_sections_mirror_the_schema():
-    """Every section of the schema has its dataclass; every leaf of a section is a field of it, of the
-    schema's type, and every field is a leaf of the schema: the two cannot drift."""
-    from vocabtransfer.data.auxiliary import FasttextParams
-    from vocabtransfer.data.corpus import CorpusParams
-    from vocabtransfer.data.overlap import OverlapParams
-    from vocabtransfer.data.pretokenize import PretokenizeParams
-    from vocabtransfer.data.tokenizer import TokenizerParams
-    from vocabtransfer.evaluate.gradient_scenarios import GradientScenariosParams
-    from vocabtransfer.evaluate.harness import LmEvalParams
-    from vocabtransfer.evaluate.init_eval import InitEvalParams
-    from vocabtransfer.evaluate.tasks import EvalParams
-    from vocabtransfer.evaluate.token_frequency_loss import TokenFrequencyLossParams
-    from vocabtransfer.init.source_head import SourceHeadParams
-    from vocabtransfer.pipeline.config import schema
-    from vocabtransfer.report.tables import ReportParams
-    from vocabtransfer.train.trainer import PretrainParams
-
-    typed = {"corpus": CorpusParams, "tokenizer": TokenizerParams, "pretokenize": PretokenizeParams,
-             "fasttext": FasttextParams, "overlap": OverlapParams, "source_head": SourceHeadParams,
-             "init_eval": InitEvalParams, "pretrain": PretrainParams, "report": ReportParams, "eval": EvalParams,
-             "token_frequency_loss": TokenFrequencyLossParams, "gradient_scenarios": GradientScenariosParams,
-             "lm_eval": LmEvalParams}
+    root = root_schema()["properties"]
+    assert set(root) == {"languages", "seed", "source_model", "init"}
+    assert set(root["init"]["properties"]) == {"methods"}
     sections = {name for name, node in schema()["properties"].items() if node.get("type") == "object"}
-    assert sections == set(typed) | {"init"}, "every params section is read through its dataclass"
-    for name, cls in typed.items():
-        expected, got = _schema_nodes(schema()["properties"][name], name), _field_nodes(cls, name)
-        assert sorted(got) == sorted(expected), name
-        assert list(got) == list(expected), f"{name}: fields in the schema's order"
-        for key, kind in expected.items():
-            assert got[key] == kind, f"{key}: field {got[key]}, schema {kind}"
+    assert sections == set(SECTIONS), "every params section is read through its dataclass"
+    params = validate_params(minimal(corpus={"sources": {"sw": {"path": "sw.txt"}}, "max_bytes": 7}))
+    for name, cls in SECTIONS.items():
+        if cls is None:
+            continue
+        expected = cls() if name != "corpus" else dataclasses.replace(
+            cls(), sources={"sw": {"path": "sw.txt", "text_column": "text"}}, max_bytes=7)
+        assert from_dict(cls, params[name]) == expected, name
+    with pytest.raises(VocabTransferError, match=r"pretrain\.steps: 0 is less than the minimum of 1"):
+        validate_params(minimal(pretrain={"steps": 0}))  # a bound declared in the field
 
 
 def test_merge_overlay_merges_key_by_key_but_replaces_a_data_source_whole():

@@ -12,7 +12,7 @@ import pytest
 
 from vocabtransfer.data import corpus
 from vocabtransfer.app.cli import main
-from vocabtransfer.pipeline.config import validate_params
+from vocabtransfer.app.params import validate_params
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.app.runner import run_stage
 

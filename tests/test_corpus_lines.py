@@ -59,7 +59,7 @@ def test_tokenizer_stage_trains_on_the_sample(tmp_path, monkeypatch, corpus):
     import os
 
     from vocabtransfer.pipeline import paths
-    from vocabtransfer.pipeline.config import validate_params
+    from vocabtransfer.app.params import validate_params
     from vocabtransfer.app.runner import run_stage
 
     path, lines = corpus

@@ -20,7 +20,9 @@ import torch
 import yaml
 from conftest import BIN, REPO
 
-from vocabtransfer.pipeline.config import merge_overlay, read_yaml, validate_params
+from vocabtransfer.app.params import validate_params
+
+from vocabtransfer.pipeline.config import merge_overlay, read_yaml
 
 from helpers import gpt2_seed, llama_seed, text_lines, wide_table_rows, wording_faults
 

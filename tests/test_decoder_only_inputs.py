@@ -19,7 +19,8 @@ import yaml
 from conftest import BAD_INPUTS, REPO
 
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.pipeline.config import merge_overlay, read_yaml, validate_params
+from vocabtransfer.app.params import validate_params
+from vocabtransfer.pipeline.config import merge_overlay, read_yaml
 
 from helpers import bpe_tokenizer, llama_seed, text_lines, tiny_gptj
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import yaml
 
 from vocabtransfer.app import dvcgen
-from vocabtransfer.pipeline.config import load_params
+from vocabtransfer.app.params import load_params
 from vocabtransfer.app.stages import STAGES
 
 from conftest import REPO

@@ -11,7 +11,7 @@ import yaml
 from vocabtransfer.app.stages import STAGES
 from vocabtransfer.evaluate import finetune_eval
 from vocabtransfer.evaluate import tasks
-from vocabtransfer.pipeline.config import load_params, validate_params
+from vocabtransfer.app.params import load_params, validate_params
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.evaluate.tasks import get_task, load_splits, open_source
 

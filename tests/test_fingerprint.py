@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 
 from vocabtransfer.pipeline import fingerprint
-from vocabtransfer.pipeline.config import load_params
+from vocabtransfer.app.params import load_params
 from vocabtransfer.pipeline.stage_spec import PACKAGE
 from vocabtransfer.app.stages import STAGES
 
@@ -16,8 +16,8 @@ from conftest import REPO
 
 def test_an_init_jobs_fingerprint_holds_its_own_methods_modules(tmp_path):
     params = load_params(REPO / "params.yaml")
-    focus = STAGES["init"].code(params, {"lang": "sw", "method": "focus", "pseed": "1"})
-    wechsel = STAGES["init"].code(params, {"lang": "sw", "method": "wechsel", "pseed": "1"})
+    focus = STAGES["init"].code_modules(params, {"lang": "sw", "method": "focus", "pseed": "1"})
+    wechsel = STAGES["init"].code_modules(params, {"lang": "sw", "method": "wechsel", "pseed": "1"})
     path = fingerprint.write("init", focus, str(tmp_path))
     assert path != fingerprint.write("init", wechsel, str(tmp_path))  # another method, another file
     text = open(path).read()

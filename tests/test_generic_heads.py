@@ -194,7 +194,7 @@ def test_finetune_runs_on_gemma3(gemma_with_tokenizer, tmp_path, shared_data, mo
     """`finetune` on the tiny Gemma 3 with a handful of Swahili examples: NER and QA with the generic heads,
     NLI with transformers' own; scores for every test example, and the head named in the result."""
     from vocabtransfer.evaluate.tasks import get_task, load_splits
-    from vocabtransfer.pipeline.config import load_params
+    from vocabtransfer.app.params import load_params
 
     monkeypatch.setenv("VOCABTRANSFER_DATA", str(shared_data))
     params = load_params(REPO / "params.yaml")

@@ -15,7 +15,7 @@ from vocabtransfer.init import initialise
 from vocabtransfer.init.methods.options import FocusOptions, SvdOptions, WechselOptions
 from vocabtransfer.init.methods.variants import FactorizedOptions
 from vocabtransfer.pipeline import config
-from vocabtransfer.pipeline.config import validate_params
+from vocabtransfer.app.params import validate_params
 from vocabtransfer.pipeline.typed import option
 from vocabtransfer.app.stages import STAGES
 from vocabtransfer import io

@@ -175,7 +175,7 @@ def test_stages_are_declared_in_one_place_and_their_code_is_declared():
     `Stage` import), and each stage's declared code (`Stage.code`: entry modules, followed through their
     imports) holds the module of its `run`."""
     from vocabtransfer.app.stages import STAGES
-    from vocabtransfer.pipeline.config import load_params
+    from vocabtransfer.app.params import load_params
     from vocabtransfer.pipeline.stage_spec import PACKAGE as package
 
     for path in PACKAGE.rglob("*.py"):
@@ -189,7 +189,7 @@ def test_stages_are_declared_in_one_place_and_their_code_is_declared():
         run_module = str(Path(stage.run.__code__.co_filename).resolve().relative_to(package))
         for lang in params["languages"] if "lang" in stage.wildcards else [None]:
             for wildcards in stage.jobs(params, lang)[:1]:
-                assert run_module in stage.code(params, wildcards), (stage.name, run_module)
+                assert run_module in stage.code_modules(params, wildcards), (stage.name, run_module)
 
 
 def test_the_stage_table_imports_neither_torch_nor_transformers():

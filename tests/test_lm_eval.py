@@ -161,7 +161,8 @@ def test_lm_eval_jobs_are_every_causal_candidate_of_a_language_with_tasks():
     """Off by default; with tasks, one job per model of the language (source, each init, each pretrained);
     a `<lang>:` entry gives that language only, and the job reads the offline task's data file."""
     from conftest import REPO
-    from vocabtransfer.pipeline.config import merge_overlay, read_yaml, validate_params
+    from vocabtransfer.app.params import validate_params
+    from vocabtransfer.pipeline.config import merge_overlay, read_yaml
 
     base = read_yaml(REPO / "params.yaml")
     params = validate_params(base)
@@ -170,8 +171,8 @@ def test_lm_eval_jobs_are_every_causal_candidate_of_a_language_with_tasks():
     models = [job["model"] for job in STAGES["lm_eval"].jobs(params, "sw")]
     assert models[0] == "source" and "random-init-pseed1" in models and "focus-standard-pseed1" in models
     assert STAGES["lm_eval"].jobs(params, "de") == []
-    assert STAGES["lm_eval"].skip_reason(params, {"lang": "de", "model": "source"}) == "lm_eval.tasks has no task for 'de'"
-    data = STAGES["lm_eval"].data(params, {"lang": "sw", "model": "source"})
+    assert STAGES["lm_eval"].why_skipped(params, {"lang": "de", "model": "source"}) == "lm_eval.tasks has no task for 'de'"
+    data = STAGES["lm_eval"].data_files(params, {"lang": "sw", "model": "source"})
     assert [p.split("/", 1)[1] if p.startswith("data/") else p for p in data.values()] == [
         "tydiqa_goldp/swahili_tydiqa_dev.json", "tydiqa_goldp/swahili_tydiqa_train.json"]
     with pytest.raises(VocabTransferError, match="lm_eval"):

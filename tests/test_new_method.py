@@ -17,7 +17,7 @@ from vocabtransfer import io
 from vocabtransfer.app.cli import main
 from vocabtransfer.init.methods import available
 from vocabtransfer.init.methods.registry import INFO, METHODS
-from vocabtransfer.pipeline import config
+from vocabtransfer.app.params import load_params
 from vocabtransfer.app.stages import STAGES
 
 from helpers import tiny_bert, wordpiece_tokenizer, write_inputs
@@ -81,7 +81,7 @@ def _project(tmp_path, monkeypatch, scale) -> list[str]:
 
 def test_a_new_method_is_its_module_and_its_params(throwaway_module, tmp_path, monkeypatch):
     args = _project(tmp_path, monkeypatch, 2.0)
-    params = config.load_params("params.yaml")
+    params = load_params("params.yaml")
     assert params["init"]["scaled_mean"] == {"scale": 2.0}
     assert STAGES["init"].leaves(params, {"lang": "sw", "method": "scaled_mean", "pseed": "1"}) == [
         "seed", "init.scaled_mean.scale"]  # its option reruns its jobs

@@ -14,7 +14,8 @@ from sklearn.linear_model import OrthogonalMatchingPursuit
 
 from vocabtransfer.init import initialise
 from vocabtransfer import io
-from vocabtransfer.pipeline.config import typed_section, validate_params
+from vocabtransfer.app.params import validate_params
+from vocabtransfer.pipeline.config import typed_section
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.init.methods import available, get_method
 from vocabtransfer.init.methods.focus import focus_embeddings

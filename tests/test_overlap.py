@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from vocabtransfer.data import overlap
-from vocabtransfer.pipeline.config import validate_params
+from vocabtransfer.app.params import validate_params
 from vocabtransfer.model.hub import load_tokenizer
 from vocabtransfer.app.runner import run_stage
 

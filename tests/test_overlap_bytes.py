@@ -11,7 +11,7 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
 from transformers import LlamaConfig, PreTrainedTokenizerFast
 
 from vocabtransfer.data import overlap
-from vocabtransfer.pipeline.config import validate_params
+from vocabtransfer.app.params import validate_params
 from vocabtransfer.model.hub import load_tokenizer
 from vocabtransfer.app.runner import run_stage
 from vocabtransfer.data.families import Spelling, spelling, token_bytes

@@ -14,7 +14,7 @@ import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers
 
 from vocabtransfer.pipeline import paths
-from vocabtransfer.pipeline.config import validate_params
+from vocabtransfer.app.params import validate_params
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.model.hub import load_tokenizer
 from vocabtransfer.data.pretokenize import TokenStats, flatten, markdown_table, word_ends

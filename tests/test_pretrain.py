@@ -21,7 +21,7 @@ from vocabtransfer import io
 from vocabtransfer.data import token_ids
 from vocabtransfer.train import pretrain
 from vocabtransfer.train.trainer import complete_checkpoints
-from vocabtransfer.pipeline.config import validate_params
+from vocabtransfer.app.params import validate_params
 from vocabtransfer.errors import VocabTransferError
 
 from conftest import REPO

@@ -167,12 +167,12 @@ def test_alm_is_distill_at_alpha_one_whatever_pretrain_distill_alpha_says(tmp_pa
     assert "pretrain.distill.temperature" in leaves(params, {"objective": "alm"})
     from vocabtransfer.app.stages import STAGES
 
-    assert "source" in STAGES["pretrain"].inputs(params, {"lang": "sw", "method": "focus", "pseed": "1",
+    assert "source" in STAGES["pretrain"].input_templates(params, {"lang": "sw", "method": "focus", "pseed": "1",
                                                           "objective": "alm"})
 
 
 def test_distill_refusals_in_one_line(tmp_path, monkeypatch, one_thread):
-    from vocabtransfer.pipeline.config import validate_params
+    from vocabtransfer.app.params import validate_params
 
     monkeypatch.chdir(tmp_path)
     # a masked-LM source: no sequence likelihood to match
@@ -195,7 +195,7 @@ def test_distill_refusals_in_one_line(tmp_path, monkeypatch, one_thread):
 
 
 def test_distill_leaves_only_for_the_distill_objective():
-    from vocabtransfer.pipeline.config import validate_params
+    from vocabtransfer.app.params import validate_params
 
     params = validate_params({"languages": ["sw"], "source_model": "unused",
                               "corpus": {"sources": {"sw": {"path": "unused.txt"}}}, "init": {"methods": ["focus"]},
@@ -209,8 +209,8 @@ def test_distill_leaves_only_for_the_distill_objective():
     from vocabtransfer.app.stages import STAGES
 
     wc = {"lang": "sw", "method": "focus", "pseed": "1"}
-    assert "source" in STAGES["pretrain"].inputs(params, {**wc, "objective": "distill"})
-    assert "source" not in STAGES["pretrain"].inputs(params, {**wc, "objective": "standard"})
+    assert "source" in STAGES["pretrain"].input_templates(params, {**wc, "objective": "distill"})
+    assert "source" not in STAGES["pretrain"].input_templates(params, {**wc, "objective": "standard"})
 
 
 @pytest.mark.slow

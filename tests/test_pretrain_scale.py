@@ -93,7 +93,9 @@ def test_the_overlays_of_docs_scale_are_valid_params():
 
     import yaml
 
-    from vocabtransfer.pipeline.config import merge_overlay, read_yaml, validate_params
+    from vocabtransfer.app.params import validate_params
+
+    from vocabtransfer.pipeline.config import merge_overlay, read_yaml
 
     from conftest import REPO
 

@@ -23,7 +23,7 @@ from vocabtransfer.init.methods.registry import (INFO, INFRASTRUCTURE, METHODS, 
                                                  info, register)
 from vocabtransfer.init.initialise import uses_snmf
 from vocabtransfer.init import availability
-from vocabtransfer.pipeline.config import load_params, schema
+from vocabtransfer.app.params import load_params, schema
 from vocabtransfer.pipeline.typed import option
 from vocabtransfer.app.stages import STAGES
 from vocabtransfer.report import markdown, read
@@ -91,7 +91,7 @@ def test_the_metadata_of_the_real_methods():
 
 def test_tasks_schema_report_and_registry_agree():
     keys = list(schema()["properties"]["eval"]["properties"]["tasks"]["properties"])
-    assert sorted(keys) == tasks.available(), "params.schema.yaml eval.tasks and the task registry differ"
+    assert sorted(keys) == tasks.available(), "the params section eval.tasks (EvalTasks) and the task registry differ"
     assert read.task_order() == tuple(keys)  # the report shows the tasks in the schema's order
     assert {m.rsplit(".", 1)[-1] for m in (cls.__module__ for cls in tasks.TASKS.values())} <= set(tasks._discover())
     for name in tasks.available():
@@ -153,29 +153,29 @@ def test_a_registered_methods_metadata_reaches_the_pipeline(fake_methods, params
     init = STAGES["init"]
     wc = {"lang": "sw", "method": "test_meta", "pseed": "1"}
     # inputs: the core ones plus its own; factors=("snmf",): the shared semi-NMF too
-    assert init.inputs(params, wc) == {
+    assert init.input_templates(params, wc) == {
         "source_model": "results/source/model", "tokenizer": "results/{lang}/tokenizer",
         "overlap": "results/{lang}/overlap/overlap.parquet",
         "fasttext": "results/{lang}/fasttext/embeddings.safetensors", "test_vectors": "results/{lang}/test/vectors.bin"}
-    assert init.inputs(params, {**wc, "method": "test_snmf_reader"})["snmf_factors"] == \
+    assert init.input_templates(params, {**wc, "method": "test_snmf_reader"})["snmf_factors"] == \
         "results/source/snmf.safetensors"
-    assert "snmf_factors" not in init.inputs(params, {**wc, "method": "random"})
-    assert STAGES["source_snmf"].skip_reason(params, {}) is None
-    assert STAGES["source_snmf"].skip_reason({**params, "init": {**params["init"], "methods": ["test_meta"]}}, {})
+    assert "snmf_factors" not in init.input_templates(params, {**wc, "method": "random"})
+    assert STAGES["source_snmf"].why_skipped(params, {}) is None
+    assert STAGES["source_snmf"].why_skipped({**params, "init": {**params["init"], "methods": ["test_meta"]}}, {})
     # deterministic: one initialisation for every pretraining seed (random gets one per seed)
     assert availability.init_runs(params) == [("random", 1), ("random", 2), ("random", 3), ("test_meta", 1),
                                         ("test_snmf_reader", 1)]
-    assert STAGES["pretrain"].inputs(params, {**wc, "objective": "standard", "pseed": "3"})["init"] == \
+    assert STAGES["pretrain"].input_templates(params, {**wc, "objective": "standard", "pseed": "3"})["init"] == \
         "results/{lang}/init/test_meta/pseed1"
     # condition: runs for sw only, and so do its pretraining runs
-    assert init.skip_reason(params, wc) is None
-    assert init.skip_reason(params, {**wc, "lang": "de"}) == "no test vectors for de"
+    assert init.why_skipped(params, wc) is None
+    assert init.why_skipped(params, {**wc, "lang": "de"}) == "no test vectors for de"
     assert "test_meta" not in availability.methods(params, "de")
     assert {m for m, _, _ in availability.pretrain_runs(params, "de")} == {"random"}
     assert availability.needed_by(params, "test_meta", "de") == "init test_meta does not run: no test vectors for de"
     # data: the local files the job reads
-    assert init.data(params, wc) == {"data_test": "data/test/sw.txt"}
-    assert init.data(params, {**wc, "method": "random"}) == {}
+    assert init.data_files(params, wc) == {"data_test": "data/test/sw.txt"}
+    assert init.data_files(params, {**wc, "method": "random"}) == {}
     # stage_options: keys other stages read are not recorded as the method's options
     assert initialise.options_record("test_meta", FakeOptions(alpha=1, other_stage="x")) == {"alpha": 1}
     # auxiliary_rows: the init stats count where the rows came from

@@ -267,6 +267,14 @@ def test_verdict_states_wins_costs_and_what_is_not_learned(rendered):
     nli = next(line for line in verdict.splitlines() if line.startswith("- **nli: not learned"))
     assert re.search(r"points over it, adjusted p [\d.e-]+, 2 fine-tuning seeds, 20 clusters", nli), nli
     assert not re.search(r"\*\*nli, method − random", verdict)
+    # qa is learned: the bullet names the models above the floor after the correction, each with the margin the
+    # downstream table gives it, and counts the others
+    learned = next(line for line in verdict.splitlines() if line.startswith("- **qa: learned**"))
+    listed = re.findall(r"([\w+-]+) ([+-]\d+\.\d \[[^]]+\]) \((\d[^;)]*seeds?)", learned)
+    table = section(section(section(text, "## sw"), "### Downstream tasks"), "#### qa (f1)")
+    rows = {r.split("|")[1].strip(): r.split("|")[3].strip() for r in table.splitlines() if r.startswith("| ")}
+    assert listed and all(rows[model] == margin for model, margin, _ in listed), (listed, rows)
+    assert f"; {len(rows) - 2 - len(listed)} of {len(rows) - 2} models are not." in learned  # less header and floor
     qa = next(line for line in verdict.splitlines() if line.startswith("- **qa, method − random"))
     d = recomputed(root, "sw", "qa", "random-standard", "focus-standard")
     assert f"focus − random (standard) {d.diff:+.1f} [{d.low:+.1f}, {d.high:+.1f}]" in qa and "better:" in qa

@@ -15,7 +15,7 @@ from vocabtransfer.app import dvcgen
 from vocabtransfer.pipeline import paths
 from vocabtransfer.init import availability
 from vocabtransfer.report.build import curves_csv
-from vocabtransfer.pipeline.config import load_params
+from vocabtransfer.app.params import load_params
 
 from conftest import BIN, REPO
 

@@ -64,7 +64,8 @@ def dvc_jobs(params: dict) -> set[str]:
 
 
 def params_with(*overlays: str) -> dict:
-    from vocabtransfer.pipeline.config import merge_overlay, read_yaml, validate_params
+    from vocabtransfer.app.params import validate_params
+    from vocabtransfer.pipeline.config import merge_overlay, read_yaml
 
     params = read_yaml(REPO / "params.yaml")
     for overlay in overlays:

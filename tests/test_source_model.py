@@ -17,7 +17,7 @@ import torch
 
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.init.source_model import materialise
-from vocabtransfer.pipeline.config import validate_params
+from vocabtransfer.app.params import validate_params
 from vocabtransfer.app.runner import run_stage
 from vocabtransfer.model.gguf import parse, resolve
 

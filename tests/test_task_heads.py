@@ -12,7 +12,7 @@ import pytest
 
 from vocabtransfer.app.stages import STAGES
 from vocabtransfer.evaluate import finetune_eval
-from vocabtransfer.pipeline.config import load_params
+from vocabtransfer.app.params import load_params
 from vocabtransfer.model.hub import resolve_model_path
 from vocabtransfer.evaluate.tasks import get_task, load_splits
 

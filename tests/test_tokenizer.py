@@ -15,7 +15,7 @@ from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalize
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from vocabtransfer.pipeline import paths
-from vocabtransfer.pipeline.config import validate_params
+from vocabtransfer.app.params import validate_params
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.model.hub import load_tokenizer
 from vocabtransfer.app.runner import run_stage

@@ -168,7 +168,7 @@ def print_table(jobs: list[dict], local_seconds: float, slurm_seconds: float) ->
 def expected_jobs(params: dict) -> set[tuple[str, str]]:
     """(rule, wildcards) of every job of the study params give, as the plugin names them (the
     wildcard values in the order of the output path, joined by `_`)."""
-    from vocabtransfer.pipeline.config import validate_params
+    from vocabtransfer.app.params import validate_params
 
     params = validate_params(params)
     jobs = set()

@@ -9,7 +9,8 @@ import yaml
 
 from vocabtransfer.pipeline import paths
 from vocabtransfer.app import plan
-from vocabtransfer.pipeline.config import get, merge_overlay, read_yaml, schema, validate_params, write_merged
+from vocabtransfer.app.params import schema, validate_params
+from vocabtransfer.pipeline.config import get, merge_overlay, read_yaml, write_merged
 from vocabtransfer.app.runner import param_values
 from vocabtransfer.pipeline import fingerprint
 from vocabtransfer.app.stages import STAGES
@@ -101,11 +102,11 @@ def stage_input(name):
 
     def inputs(wildcards):
         wc = dict(wildcards)
-        reason = stage.skip_reason(config, wc)
+        reason = stage.why_skipped(config, wc)
         if reason is not None:
             raise VocabTransferError(f"{name} {' '.join(wc.values())}: not possible with these params: {reason}")
-        code = fingerprint.write(name, stage.code(config, wc))
-        return {**stage.inputs(config, wc), **stage.data(config, wc), "code": code}
+        code = fingerprint.write(name, stage.code_modules(config, wc))
+        return {**stage.input_templates(config, wc), **stage.data_files(config, wc), "code": code}
 
     return inputs
 

@@ -26,8 +26,9 @@ from vocabtransfer.app.runner import run_stage
 from vocabtransfer.app.stages import STAGES
 from vocabtransfer.evaluate import coverage
 from vocabtransfer.log import setup_logging
-from vocabtransfer.pipeline import params_doc
-from vocabtransfer.pipeline.config import load, pattern_names, read_yaml, schema
+from vocabtransfer.app import params_doc
+from vocabtransfer.app.params import load, schema
+from vocabtransfer.pipeline.config import pattern_names, read_yaml
 from vocabtransfer.pipeline.remote import add_remote
 
 log = logging.getLogger("vocabtransfer")

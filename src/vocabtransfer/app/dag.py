@@ -10,7 +10,8 @@ from pathlib import Path
 
 from vocabtransfer.app.stages import STAGES
 from vocabtransfer.pipeline import paths
-from vocabtransfer.pipeline.config import merge_overlay, read_yaml, validate_params
+from vocabtransfer.app.params import validate_params
+from vocabtransfer.pipeline.config import merge_overlay, read_yaml
 
 
 def _pattern(template: str) -> re.Pattern:
@@ -28,7 +29,7 @@ def _job_inputs(params: dict):
         for lang in params["languages"] if "lang" in stage.wildcards else [None]:
             for wildcards, _reason in stage.candidates(params, lang):
                 try:
-                    templates = stage.inputs(params, wildcards)
+                    templates = stage.input_templates(params, wildcards)
                 except Exception:  # noqa: BLE001 - a ruled-out job may have no inputs to name
                     continue
                 for template in templates.values():

@@ -59,10 +59,10 @@ def _stage_entry(stage: Stage, params: dict, fixed: dict[str, str], lang: str | 
         raise ValueError(f"stage {stage.name}: only `lang` can be a DVC matrix wildcard")
     entry["cmd"] = f"{stage.launch(params)} {stage.name} {args} --log-file {log}".replace("  ", " ")
     wildcards = {**fixed, **({"lang": lang} if lang else {})}
-    deps = [_dvc_template(t, fixed) for t in stage.inputs(params, wildcards).values()]
-    data = {key: _data_dep(path) for key, path in stage.data(params, wildcards).items()}
+    deps = [_dvc_template(t, fixed) for t in stage.input_templates(params, wildcards).values()]
+    data = {key: _data_dep(path) for key, path in stage.data_files(params, wildcards).items()}
     deps += [f"${{item.{key}}}" if lang else path for key, path in data.items()]
-    deps += [f"src/vocabtransfer/{c}" for c in stage.code(params, wildcards)]
+    deps += [f"src/vocabtransfer/{c}" for c in stage.code_modules(params, wildcards)]
     entry["deps"] = deps
     # leaves with {lang} become ${item.lang}; a method's own leaves come from extra_params
     leaves = [_dvc_template(leaf, fixed) for leaf in stage.params]
@@ -117,7 +117,7 @@ def generate(params: dict) -> str:
     for stage in STAGES.values():
         langs = params["languages"] if "lang" in stage.wildcards else [None]
         jobs = {lang: stage.jobs(params, lang) for lang in langs}  # the job planner
-        for fixed in stage.expand(params):
+        for fixed in stage.combos(params):
             with_lang = [lang for lang in langs if {**fixed, **({"lang": lang} if lang else {})} in jobs[lang]]
             stages.update(_entries(stage, params, fixed, with_lang))
         if stage.plots:

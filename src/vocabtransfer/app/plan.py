@@ -33,7 +33,7 @@ def skip_lines(params: dict) -> list[str]:
                 if reason is not None:
                     skipped.setdefault(reason, []).append(_job_label(stage, wildcards))
                     continue
-                for part, why in stage.partial(params, wildcards).items():
+                for part, why in stage.left_out(params, wildcards).items():
                     lines.append(f"{prefix}{_job_label(stage, wildcards)} without {part} ({why})")
             for reason, labels in skipped.items():
                 if len(labels) == 1:
@@ -84,7 +84,7 @@ def preflight(params: dict, source: str = "params.yaml") -> list[str]:
     for stage in STAGES.values():
         for lang in params["languages"] if "lang" in stage.wildcards else [None]:
             for wildcards in stage.jobs(params, lang):
-                for key, path in stage.data(params, wildcards).items():
+                for key, path in stage.data_files(params, wildcards).items():
                     if not Path(path).exists():
                         raise VocabTransferError(f"{source}: {stage.name} {' '.join(wildcards.values())}: data file "
                                                  f"{path} ({key}) not found; fix the params key that names it")

@@ -22,7 +22,7 @@ def make_context(name: str, params: dict, wildcards: dict[str, str], threads: in
         stage=stage,
         params=params,
         wildcards=wildcards,
-        input=stage.resolve(stage.inputs(params, wildcards), wildcards),
+        input=stage.resolve(stage.input_templates(params, wildcards), wildcards),
         output=stage.resolve(stage.outputs, wildcards),
         threads=threads or os.cpu_count() or 1,
         device=device,

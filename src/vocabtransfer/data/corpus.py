@@ -44,6 +44,7 @@ from vocabtransfer import io
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.log import progress
 from vocabtransfer.pipeline.paths import data_path
+from vocabtransfer.pipeline.typed import option
 
 log = logging.getLogger(__name__)
 
@@ -395,15 +396,27 @@ def _versions() -> dict[str, str]:
 
 @dataclass(frozen=True)
 class CorpusParams:
-    """params `corpus`, typed (`ctx.section`); the schema holds the defaults and checks. A source is the
-    validated mapping of its language's entry (one of path, url + sha256 or dataset: `open_source`)."""
+    """the target-language corpora: where each comes from, how it is cleaned and split"""
 
-    sources: dict[str, dict]
-    normalization: Literal["NFC", "NFKC", "NFD", "NFKD", "none"]
-    max_bytes: int
-    valid_fraction: float
-    dev_fraction: float
-    min_chars: int
+    sources: dict[str, dict] = option(
+        {},
+        "one source per language (keys are language codes)",
+        propertyNames={"$ref": "#/$defs/lang"}, additionalProperties={"$ref": "#/$defs/corpus_source"})
+    normalization: Literal["NFC", "NFKC", "NFD", "NFKD", "none"] = option(
+        "NFC",
+        "Unicode normal form applied to every line")
+    max_bytes: int = option(0, "cap on UTF-8 bytes kept (train + valid) per language; 0 keeps everything", minimum=0)
+    valid_fraction: float = option(
+        0.05,
+        "share of lines held out as the validation split (chosen by a seeded hash of the line)",
+        exclusiveMinimum=0, exclusiveMaximum=0.5)
+    dev_fraction: float = option(
+        0.0,
+        "share of lines set aside as the dev (tuning) split, by the same hash (the band above valid_fraction, "
+        "taken from what would be train); no stage trains on it and the report never scores it; 0 leaves it empty "
+        "and train and valid unchanged",
+        minimum=0, exclusiveMaximum=0.5)
+    min_chars: int = option(1, "lines shorter than this (after stripping) are dropped", minimum=1)
 
 
 def run(ctx) -> None:

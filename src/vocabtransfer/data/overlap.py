@@ -46,6 +46,7 @@ from vocabtransfer.errors import VocabTransferError
 from vocabtransfer import io
 from vocabtransfer.data.families import is_byte_piece, special_token_clash, spelling, token_bytes
 from vocabtransfer.model.hub import load_tokenizer, materialised_source
+from vocabtransfer.pipeline.typed import option
 
 log = logging.getLogger(__name__)
 
@@ -342,12 +343,16 @@ def markdown_counts(counts: dict[str, int], total: int) -> str:
 
 @dataclass(frozen=True)
 class OverlapParams:
-    """params `overlap`, typed (`ctx.section`): `compute_overlap`'s options; the schema holds the defaults."""
+    """which target tokens count as in the source vocabulary (the overlap)"""
 
-    exact_match_all: bool
-    fuzzy_match_all: bool
-    match_symbols: bool
-    match_bytes: bool
+    exact_match_all: bool = option(True, "tokens whose canonical forms are equal overlap")
+    fuzzy_match_all: bool = option(False, "also match ignoring case and the word-start marker")
+    match_symbols: bool = option(False, "also match numbers, punctuation and whitespace tokens fuzzily")
+    match_bytes: bool = option(
+        True,
+        "compare byte-level BPE (Ġ, Ã) and SentencePiece-style (▁, <0xC3> byte fallback) tokens by the bytes they "
+        "spell, so a byte or string of bytes in both vocabularies matches whatever its spelling; false: "
+        "deepfocus's forms (byte tokens match only the same spelling)")
 
 
 def run(ctx) -> None:

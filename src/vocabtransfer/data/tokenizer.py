@@ -61,6 +61,7 @@ from vocabtransfer.data.families import (
 from vocabtransfer.data.corpus_lines import CorpusBatches, SampledCorpus
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.model.hub import load_tokenizer, materialised_source
+from vocabtransfer.pipeline.typed import option
 
 log = logging.getLogger(__name__)
 
@@ -375,11 +376,19 @@ def load_target_tokenizer(path: str | os.PathLike):
 # --------------------------------------------------------------------------------------------- the stage
 
 @dataclass(frozen=True)
-class TokenizerParams:  # params `tokenizer`, typed (`ctx.section`); the schema holds the defaults and checks
-    family: Literal["auto", "wordpiece", "unigram", "bpe"]
-    vocab_size: int
-    min_frequency: int
-    sample_bytes: int  # 0: every line; else a seeded sample of about this many bytes (data/sampling.py)
+class TokenizerParams:
+    """training of the target-language tokenizer"""
+
+    family: Literal["auto", "wordpiece", "unigram", "bpe"] = option(
+        "auto",
+        "model family of the target tokenizer; auto takes the source tokenizer's")
+    vocab_size: int = option(16000, "target vocabulary size", minimum=100)
+    min_frequency: int = option(2, "minimum count of a merge/word piece (WordPiece, BPE)", minimum=1)
+    sample_bytes: int = option(
+        0,
+        "train the tokenizer on a seeded sample of about this many UTF-8 bytes of the train split (each line kept "
+        "with probability sample_bytes / the split's bytes); 0 trains on every line",
+        minimum=0)
 
 
 def run(ctx) -> None:

@@ -44,19 +44,19 @@ from vocabtransfer.model.lmdata import Kind, lm_batches, pack_ids
 from vocabtransfer.evaluate.token_frequency_loss import frequency_ranks, read_ids, token_counts
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.log import progress
+from vocabtransfer.pipeline.typed import option
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class GradientScenariosParams:
-    """params `gradient_scenarios`, typed (`ctx.section("gradient_scenarios", GradientScenariosParams)`); the
-    schema holds the defaults, and a job's rerun keys are the fields' leaves."""
+    """gradient reaching each token's embedding (input / output target / output non-target)"""
 
-    batches: int
-    batch_size: int
-    seq_len: int
-    plot_bins: int
+    batches: int = option(16, "seeded sample of training batches", minimum=1)
+    batch_size: int = option(8, "training blocks per batch", minimum=1)
+    seq_len: int = option(128, "tokens per block", minimum=8)
+    plot_bins: int = option(30, "log-spaced rank bins that smooth the plot", minimum=2)
 
 SCHEMA = pa.schema([
     ("lang", pa.string()), ("method", pa.string()), ("objective", pa.string()), ("phase", pa.string()),

@@ -44,6 +44,7 @@ from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.evaluate.finetune_eval import model_reason, parse_model
 from vocabtransfer.pipeline import paths
 from vocabtransfer.model.modeling import detect_kind
+from vocabtransfer.pipeline.typed import option
 
 log = logging.getLogger(__name__)
 
@@ -56,12 +57,25 @@ SAMPLE_SCHEMA = pa.schema([("task", pa.string()), ("doc_id", pa.int64()), ("clus
 
 @dataclass(frozen=True)
 class LmEvalParams:
-    """params `lm_eval`, typed (`ctx.section("lm_eval", LmEvalParams)`); the schema holds the defaults."""
+    """zero-shot evaluation of every causal model (the source, each initialised and each pretrained model) by
+    EleutherAI's lm-evaluation-harness (lm_eval stage, docs/evaluation.md); no job while tasks is empty"""
 
-    tasks: tuple[str, ...]
-    num_fewshot: int
-    limit: int | None
-    batch_size: int
+    tasks: tuple[str, ...] = option(
+        [],
+        "harness tasks: a task name, in which `{lang}` becomes each language (the offline tasks shipped with "
+        "vocabtransfer: local_xnli_{lang} for sw and de, local_tydiqa_sw, local_xquad_de), or `<lang>:<task>` for "
+        "one language only (`sw:belebele_swh_Latn`; a catalogue task needs its dataset from the hub); a name the "
+        "harness does not know is refused when the job starts",
+        items={"type": "string", "pattern": "^([a-z]{2,3}:)?[^:]+$"})
+    num_fewshot: int = option(
+        0,
+        "examples shown before each item (0: zero-shot), drawn from the task's few-shot split with the params seed",
+        minimum=0)
+    limit: int | None = option(
+        None,
+        "the first N items of each task (null: every item); a small limit keeps a CPU run short",
+        minimum=1)
+    batch_size: int = option(8, "requests per forward pass of the harness's HF model class", minimum=1)
 
 
 def task_names(params: dict, lang: str) -> list[str]:

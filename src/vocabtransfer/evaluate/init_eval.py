@@ -58,22 +58,27 @@ from vocabtransfer.pipeline import paths
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.log import progress
 from vocabtransfer.init.availability import methods
+from vocabtransfer.pipeline.typed import option
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class InitEvalParams:
-    """params `init_eval`, typed (`ctx.section("init_eval", InitEvalParams)`); the schema holds the
-    defaults, and a job's rerun keys are the fields' leaves."""
+    """evaluation right after initialisation, no training"""
 
-    max_lines: int
-    seq_len: int
-    batch_size: int
-    retrieval_sentences: int
-    xnli: str
-    source_lang: str
-    bits_per_byte: bool
+    max_lines: int = option(500, "held-out target lines scored", minimum=1)
+    seq_len: int = option(128, "tokens per packed block", minimum=8)
+    batch_size: int = option(16, "blocks per batch", minimum=1)
+    retrieval_sentences: int = option(500, "XNLI premises for parallel-sentence retrieval (0 = skip)", minimum=0)
+    xnli: str = option("xnli/dev-{lang}.tsv", "XNLI dev file per language, {lang} filled in")
+    source_lang: str = option("en", "language of the source model's text")
+    bits_per_byte: bool = option(
+        True,
+        "bits per UTF-8 byte of the valid lines for every causal model and for the source model with its own "
+        "tokenizer, with the bytes per token of both tokenizers and the share of the source's advantage over "
+        "random a method keeps (docs/evaluation.md#bits-per-byte); masked LMs keep their per-token loss; a causal "
+        "source without its LM head is refused while this is true")
 
 SCHEMA = pa.schema([
     ("lang", pa.string()), ("method", pa.string()), ("kind", pa.string()),

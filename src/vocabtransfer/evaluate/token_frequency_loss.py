@@ -54,6 +54,7 @@ from vocabtransfer.model import modeling
 from vocabtransfer.model.hub import load_tokenizer
 from vocabtransfer.data.token_ids import TokenIds
 from vocabtransfer.model.lmdata import Kind, lm_batches, special_tokens_around
+from vocabtransfer.pipeline.typed import option
 from vocabtransfer.train.packing import PackedBlocks
 from vocabtransfer.init import availability
 from vocabtransfer.init.availability import init_pseed
@@ -84,15 +85,23 @@ SCHEMES = ("equal_types", "log")
 
 @dataclass(frozen=True)
 class TokenFrequencyLossParams:
-    """params `token_frequency_loss`, typed (`ctx.section("token_frequency_loss", TokenFrequencyLossParams)`);
-    the schema holds the defaults, and a job's rerun keys are the fields' leaves."""
+    """held-out loss per train-frequency bucket, and bits per byte, of every pretrained and init-only model"""
 
-    buckets: int
-    scheme: Literal["equal_types", "log"]
-    max_lines: int
-    seq_len: int
-    batch_size: int
-    bits_per_byte: bool
+    buckets: int = option(10, "buckets of the token types seen in train (types never seen get one more)", minimum=1)
+    scheme: Literal["equal_types", "log"] = option(
+        "equal_types",
+        "equal_types: equal type count per bucket; log: log-spaced rank edges",
+        type="string")
+    max_lines: int = option(2000, "valid lines scored", minimum=1)
+    seq_len: int = option(128, "tokens per packed held-out block", minimum=8)
+    batch_size: int = option(16, "blocks per batch", minimum=1)
+    bits_per_byte: bool = option(
+        True,
+        "bits per UTF-8 byte of the same max_lines valid lines, per line, for every pretrained causal model, the "
+        "initialisation it started from, the initialised model (pseed 1) of every other init method, and the "
+        "source model with its own tokenizer (results/L/bits_per_byte.parquet, what the report's bits-per-byte "
+        "table resamples); lines longer than seq_len are scored in windows; a causal source without its LM head is "
+        "refused while this is true")
 
 
 def model_key(method: str, objective: str, pseed: int) -> str:

@@ -7,9 +7,9 @@ A language with only a corpus still gets every stage that needs nothing more; wh
 skipped with a one-line reason (`skip_lines`), never discovered by a failing job at the end.
 The stage declarations (vocabtransfer.app.stages) ask this module per job:
 
-* `Stage.skip_reason(params, wildcards)`: None when the job runs, else why it is skipped
+* `Stage.why_skipped(params, wildcards)` (its `skip_reason`): None when the job runs, else why it is skipped
   (e.g. `init` with `wechsel` for a language without a bilingual dictionary);
-* `Stage.partial(params, wildcards)`: parts a job leaves out, with the reason
+* `Stage.left_out(params, wildcards)` (its `partial`): parts a job leaves out, with the reason
   (e.g. `init_eval` without retrieval when there are no XNLI files).
 
 The local data files a job reads (`Stage.data`: Snakemake inputs, dvc.yaml deps) are resolved by

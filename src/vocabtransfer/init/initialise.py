@@ -199,7 +199,7 @@ def run(ctx) -> None:
     method = get_method(method_name)  # unknown method: the registry's error, before any loading
     pseed = int(ctx.wildcards.get("pseed", 1))
     # the init stage's job planner (availability.init_runs, through the declaration: planning, not code)
-    if pseed != 1 and {"method": method_name, "pseed": str(pseed)} not in ctx.stages["init"].expand(ctx.params):
+    if pseed != 1 and {"method": method_name, "pseed": str(pseed)} not in ctx.stages["init"].combos(ctx.params):
         raise VocabTransferError(f"init {method_name} pseed{pseed}: not a job of these params (init.methods, and "
                                  "pretrain.seeds for a pretrained method whose rows depend on the seed)")
     seed = names.seed_value(ctx.params, pseed)  # the random rows of this pretraining seed

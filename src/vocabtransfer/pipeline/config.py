@@ -1,20 +1,18 @@
-"""Load and validate params.yaml against the params schema (package data `params.schema.yaml`;
-workflow/schemas/params.schema.yaml is a link to it), completed with the sections declared in code
-(`schema`: each init method's and factorisation's `init.<name>`, generated from its options class).
+"""Read and validate params: the machinery under `vocabtransfer.app.params`, which assembles the
+schema (the YAML root, package data `params.schema.yaml`, completed with every section generated from
+the dataclass its stage reads) and validates a whole params file against it with `validate`.
 
-`load_params` returns the config with every default filled in, or raises a
-VocabTransferError naming the key path, what was wrong and the allowed values. Params are validated
-once: where they are merged (Snakemake's common.smk, which writes the merged file with
-`write_merged`), or by `load` for a params file of the user's; `load` reads a merged file as it is.
+`validate` returns the config with every default filled in, or raises a VocabTransferError naming
+the key path, what was wrong and the allowed values. Params are validated once: where they are merged
+(Snakemake's common.smk, which writes the merged file with `write_merged`), or by `app.params.load` for
+a params file of the user's; a merged file is read as it is.
 
-Typed sections: a stage reads its section once, at its entry, into a frozen dataclass declared
-next to its code (`OmpOptions` … in vocabtransfer.init.methods.options, `PretrainParams` in
-vocabtransfer.train.trainer, `EvalParams` in vocabtransfer.evaluate.tasks, `ReportParams` in
-vocabtransfer.report.tables), built by `from_dict` from the validated dict (`ctx.section`); below
-the entry, functions take these. Each default has one home: an init section's dataclass holds its
-defaults and descriptions (`typed.option`) and the schema's section is generated from it; the other
-dataclasses have no defaults (the schema holds them) and mirror the schema's fields
-(tests/test_config.py holds them to it). A stage's rerun keys are their leaves (`field_leaves`).
+Typed sections: a stage reads its section once, at its entry, into a frozen dataclass declared next to
+its code (`OmpOptions` … in vocabtransfer.init.methods.options, `PretrainParams` in
+vocabtransfer.train.trainer, `EvalParams` in vocabtransfer.evaluate.tasks, …), built by `from_dict`
+from the validated dict (`ctx.section`); below the entry, functions take these. Each field holds its
+default, description and bounds (`typed.option`), and the schema's section is generated from it. A
+stage's rerun keys are their leaves (`field_leaves`).
 """
 
 from __future__ import annotations
@@ -23,7 +21,6 @@ import copy
 import dataclasses
 import difflib
 import hashlib
-import importlib
 import importlib.util
 import os
 import re
@@ -43,47 +40,19 @@ from vocabtransfer.io import atomic_output, read_text
 
 # shipped inside the package, so a wheel or a non-editable install finds it too
 SCHEMA_PATH = Path(__file__).resolve().parent / "params.schema.yaml"
-# where the sections declared in code come from: `init.<name>` of every init method (the options class
-# of its `@register`: the methods' registry finds them, every module of its package) and factorisation.
-# The schema asks them by name when it is built: plug-in points, as a method is a plug-in.
-METHODS_FROM = "vocabtransfer.init.methods.registry"  # declared_sections()
-FACTORIZATIONS_FROM = "vocabtransfer.init.methods.options"  # FACTORIZATIONS
 
 
-def schema() -> dict:
-    """The params schema: the YAML file with the sections declared in code (`typed.with_init_sections`);
-    built once per set of registered methods."""
-    methods = importlib.import_module(METHODS_FROM).declared_sections()
-    factorizations = importlib.import_module(FACTORIZATIONS_FROM).FACTORIZATIONS
-    return _schema(tuple(methods.items()), tuple(factorizations.items()))
-
-
-@lru_cache(maxsize=4)
-def _schema(methods: tuple, factorizations: tuple) -> dict:
+def root_schema() -> dict:
+    """A fresh copy of the YAML root of the params schema: the top-level keys, `init.methods` and the
+    shared `$defs`; `app.params.schema` adds the sections."""
     if not SCHEMA_PATH.is_file():
         raise VocabTransferError(f"{SCHEMA_PATH}: schema file missing from the installed package; reinstall vocabtransfer")
-    return typed.with_init_sections(yaml.safe_load(SCHEMA_PATH.read_text(encoding="utf-8")), dict(methods),
-                                    dict(factorizations))
+    return copy.deepcopy(_root_schema())
 
 
-def section_defaults(*path: str) -> dict:
-    """The schema's defaults of one params section (e.g. `init`, `focus` or `eval`, `tasks`, `ner`),
-    nested objects filled in as validation fills them: what a library call with partial options gets,
-    from the one place the defaults live."""
-    node = schema()
-    for key in path:
-        node = (node.get("properties") or {}).get(key) or {}
-    return _defaults_of(node)
-
-
-def _defaults_of(node: dict) -> dict:
-    out = {}
-    for key, sub in (node.get("properties") or {}).items():
-        if "default" in sub:
-            out[key] = sub["default"]
-            if isinstance(sub["default"], dict) and "properties" in sub:
-                out[key] = {**_defaults_of(sub), **sub["default"]}
-    return out
+@lru_cache(maxsize=1)
+def _root_schema() -> dict:
+    return yaml.safe_load(SCHEMA_PATH.read_text(encoding="utf-8"))
 
 
 def _with_defaults(validator_cls):
@@ -201,14 +170,14 @@ def _collect(problems: list[str], check: Callable[[], None], source: str) -> Non
         problems.append(str(exc).removeprefix(f"{source}: "))
 
 
-def validate_params(params: Any, source: str = "params.yaml") -> dict:
-    """Validate a parsed config, fill defaults, and check the cross-key rules the schema cannot express;
-    every problem is reported at once, one line each."""
+def validate(params: Any, schema: dict, source: str = "params.yaml") -> dict:
+    """Validate a parsed config against the params `schema` (`app.params.schema`), fill defaults, and check
+    the cross-key rules the schema cannot express; every problem is reported at once, one line each."""
     if not isinstance(params, dict):
         raise VocabTransferError(f"{source}: expected a mapping of keys at the top level, got {type(params).__name__}")
     params = copy.deepcopy(params)
     explicit_pretrain = "methods" in (params.get("pretrain") or {})
-    errors = sorted(_Validator(schema()).iter_errors(params), key=lambda e: (len(e.absolute_path), str(e.absolute_path)))
+    errors = sorted(_Validator(schema).iter_errors(params), key=lambda e: (len(e.absolute_path), str(e.absolute_path)))
     _raise_all([f"{_key_path(err)}: {_describe(err)}" for err in errors], source)
     problems: list[str] = []
     _collect(problems, lambda: check_source_model(params["source_model"], source), source)
@@ -319,34 +288,10 @@ def check_source_model(value: str, source: str = "params.yaml") -> None:
                                  f"({RELATIVE_MODEL}); {fix}")
 
 
-def load_params(path: str | Path = "params.yaml") -> dict:
-    """Read, validate and default-fill a params file."""
-    return validate_params(read_yaml(path), source=str(path))
-
-
-def load(files: list[str | Path]) -> dict:
-    """The params a command runs with: a merged file that `write_merged` wrote (Snakemake's, validated
-    where it was merged) as it is, trusted; any other file, or several laid over each other, validated."""
-    if len(files) == 1 and MERGED.fullmatch(Path(files[0]).name):
-        text = Path(files[0]).read_text(encoding="utf-8")
-        if Path(files[0]).name == _merged_name(text):  # its content is what was written: not edited since
-            return yaml.safe_load(text)
-    return load_layered(files)
-
-
-def load_layered(files: list[str | Path]) -> dict:
-    """The first params file with every further one laid over it (`merge_overlay`, as Snakemake lays
-    --configfile over params.yaml), validated; errors name the files as `params.yaml + config/x.yaml`."""
-    merged = read_yaml(files[0])
-    for overlay in files[1:]:
-        merged = merge_overlay(merged, read_yaml(overlay))
-    return validate_params(merged, source=" + ".join(map(str, files)))
-
-
 MERGED = re.compile(r"params\.[0-9a-f]{16}\.yaml")  # the name of a file `write_merged` writes
 
 
-def _merged_name(text: str) -> str:
+def merged_name(text: str) -> str:
     return f"params.{hashlib.sha256(text.encode()).hexdigest()[:16]}.yaml"
 
 
@@ -355,7 +300,7 @@ def write_merged(params: dict, directory: str | Path) -> str:
     content, so the file of a config never changes and runs with other configs never share one)
     and return its path. Snakemake hands it to every stage as `--params`."""
     text = yaml.safe_dump(params, sort_keys=True, allow_unicode=True)
-    path = Path(directory) / _merged_name(text)
+    path = Path(directory) / merged_name(text)
     if not path.is_file() or path.read_text(encoding="utf-8") != text:
         with atomic_output(path) as tmp:
             tmp.write_text(text, encoding="utf-8")
@@ -380,11 +325,6 @@ def check_language(params: dict, lang: str) -> None:
 
 
 # ------------------------------------------------------------------------------- typed sections
-
-# field metadata of a typed section: a leaf that does not change a job's outputs (which jobs run,
-# whether checkpoints are kept) is no rerun key
-NO_RERUN = {"rerun": False}
-
 
 def from_dict(cls, data: Mapping):
     """The frozen dataclass `cls` of a validated params section: nested dataclass fields recursively,
@@ -430,13 +370,12 @@ def field_leaves(cls, prefix: str, data: Mapping, keep: Callable[[dataclasses.Fi
 
 
 def typed_section(cls, dotted: str, given: Mapping | None = None):
-    """`cls` from `given` (a mapping, or None) over the schema's defaults of the section `dotted`
-    (e.g. `init.omp`), validated by the schema: a section's entry for a call from Python."""
-    node = schema()
-    for key in dotted.split("."):
-        node = node["properties"][key]
+    """`cls` from `given` (a mapping, or None) over its fields' defaults, validated by the schema `cls`
+    makes (`typed.section_schema`), errors named under `dotted` (e.g. `init.omp`): a section's entry for a
+    call from Python."""
     data = copy.deepcopy(dict(given or {}))
-    errors = list(_Validator({**node, "$defs": schema()["$defs"]}).iter_errors(data))
+    node = {**typed.section_schema(cls), "$defs": _root_schema()["$defs"]}
+    errors = list(_Validator(node).iter_errors(data))
     if errors:
         err = min(errors, key=lambda e: len(e.absolute_path))
         raise VocabTransferError(f"{'.'.join([dotted, *map(str, err.absolute_path)])}: {_describe(err)}")

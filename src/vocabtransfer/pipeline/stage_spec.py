@@ -57,9 +57,10 @@ class Stage:
     (its `run` lives in the module that holds its code).
 
     A per-job property (`inputs`, `code`, `skip_reason`, `partial`, `data`) is declared as a constant or
-    as a function of (params, wildcards); either way it is read by calling it, `stage.inputs(params,
-    wildcards)` (`code` gives the declared entry modules and every module they import), and `expand` by
-    `stage.expand(params)`. Which jobs run is `jobs`, the job planner."""
+    as a function of (params, wildcards) and kept as declared; a method reads it for one job, whichever it
+    is: `input_templates`, `code_modules` (the declared entry modules and every module they import),
+    `why_skipped`, `left_out`, `data_files`, and `combos` reads `expand`. Which jobs run is `jobs`, the job
+    planner."""
 
     name: str
     run: Callable[[Context], None]  # the job: called with its Context (`runner.run_stage`)
@@ -94,23 +95,37 @@ class Stage:
     # inputs and DVC deps, so an edited data file reruns the job. Read as path strings.
     data: PerJob | None = None
 
-    def __post_init__(self):
-        inputs, entries, data = _per_job(self.inputs), _per_job(self.code), _per_job(self.data or {})
-        set_ = object.__setattr__  # frozen: the declared values become functions once, here
-        set_(self, "inputs", lambda params, wildcards: dict(inputs(params, wildcards)))
-        set_(self, "code", lambda params, wildcards: module_closure(*entries(params, wildcards)))
-        set_(self, "skip_reason", _per_job(self.skip_reason))
-        set_(self, "partial", _per_job(self.partial or {}))
-        set_(self, "data", lambda params, wildcards: {k: str(v) for k, v in data(params, wildcards).items()})
-        set_(self, "expand", self.expand or (lambda params: [{}]))
+    def input_templates(self, params: dict, wildcards: dict) -> Templates:
+        """The input path templates of one job (`inputs`)."""
+        return dict(_per_job(self.inputs)(params, wildcards))
+
+    def code_modules(self, params: dict, wildcards: dict) -> list[str]:
+        """The code one job reruns on: the declared entry modules (`code`) and every module they import."""
+        return module_closure(*_per_job(self.code)(params, wildcards))
+
+    def why_skipped(self, params: dict, wildcards: dict) -> str | None:
+        """None when the job runs, else why params or the data present rule it out (`skip_reason`)."""
+        return _per_job(self.skip_reason)(params, wildcards)
+
+    def left_out(self, params: dict, wildcards: dict) -> dict[str, str]:
+        """{part: reason} for the parts a running job leaves out (`partial`)."""
+        return dict(_per_job(self.partial or {})(params, wildcards))
+
+    def data_files(self, params: dict, wildcards: dict) -> dict[str, str]:
+        """{key: path} of the local data files the job reads (`data`), as path strings."""
+        return {k: str(v) for k, v in _per_job(self.data or {})(params, wildcards).items()}
+
+    def combos(self, params: dict) -> list[dict[str, str]]:
+        """The values of the wildcards other than `lang` of every job params ask for (`expand`)."""
+        return self.expand(params) if self.expand else [{}]
 
     def candidates(self, params: dict, lang: str | None = None) -> list[tuple[dict[str, str], str | None]]:
         """Every job params ask for (of `lang` when the stage has a `lang` wildcard), each with None when
         it runs, else why params or the data present rule it out (`skip_reason`)."""
         out = []
-        for combo in self.expand(params):
+        for combo in self.combos(params):
             wildcards = {**combo, "lang": lang} if "lang" in self.wildcards else dict(combo)
-            out.append((wildcards, self.skip_reason(params, wildcards)))
+            out.append((wildcards, self.why_skipped(params, wildcards)))
         return out
 
     def jobs(self, params: dict, lang: str | None = None) -> list[dict[str, str]]:

@@ -11,7 +11,8 @@ registers (`@register("omp", options=OmpOptions)`), so a default is written once
         norm: Literal["combination", "atoms"] = option("combination", "…", type="string")
 
 A field's type gives the schema's `type` (int: integer, float: number, bool: boolean, str: string,
-`Literal[...]`: enum, `dict`: object, a nested dataclass: a subsection); the keywords of `option`
+`Literal[...]`: enum, `dict`: object, `tuple[...]`: array, `X | None`: X or null, a nested dataclass: a
+subsection); the keywords of `option`
 add JSON Schema keywords (minimum, exclusiveMinimum, propertyNames, …).
 """
 
@@ -34,18 +35,23 @@ class NoOptions:
 
 def option(default: Any, description: str, *, rerun: bool = True, **keywords: Any) -> Any:
     """A field of a typed section: its `default`, its `description` and its JSON Schema `keywords`;
-    `rerun=False` for a leaf that does not change a job's outputs (config.NO_RERUN)."""
+    `rerun=False` for a leaf that does not change a job's outputs (which jobs run, whether checkpoints
+    are kept): no rerun key (`config.field_leaves`)."""
     metadata = {"description": description, "schema": keywords, "default": default}
     if not rerun:
         metadata["rerun"] = False
-    if isinstance(default, (dict, list)):
+    if isinstance(default, dict):
         return dataclasses.field(default_factory=lambda: copy.deepcopy(default), metadata=metadata)
+    if isinstance(default, list):  # the schema's default stays a list; the field's, as `from_dict` reads it, a tuple
+        return dataclasses.field(default=tuple(default), metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
 
 
-def subsection(cls: type, description: str | None = None) -> Any:
-    """A field holding a nested section (its defaults: `cls()`), with `description` instead of its docstring."""
-    metadata = {"description": description} if description else {}
+def subsection(cls: type, description: str | None = None, **metadata: Any) -> Any:
+    """A field holding a nested section (its defaults: `cls()`), with `description` instead of its docstring
+    and any further field `metadata` (e.g. `objective="selfish"`: the options of one objective)."""
+    if description:
+        metadata["description"] = description
     return dataclasses.field(default_factory=cls, metadata=metadata)
 
 
@@ -66,6 +72,8 @@ def _type_schema(tp: Any) -> dict:
         return {"type": [_type_schema(args[0])["type"], "null"]}
     if origin is dict or tp is dict:
         return {"type": "object"}
+    if origin is tuple:  # an array, read as a tuple (`config.from_dict`); its items' schema is a keyword
+        return {"type": "array"}
     for python, name in _TYPES:
         if tp is python:
             return {"type": name}
@@ -87,7 +95,7 @@ def section_schema(cls: type, description: str | None = None) -> dict:
         if "description" not in f.metadata:
             raise TypeError(f"{cls.__name__}.{f.name}: a typed section's field is declared with option(default, "
                             "description, …)")
-        node["properties"][f.name] = {**_type_schema(hints[f.name]), **f.metadata["schema"],
+        node["properties"][f.name] = {**_type_schema(hints[f.name]), **copy.deepcopy(f.metadata["schema"]),
                                       "default": copy.deepcopy(f.metadata["default"]),
                                       "description": f.metadata["description"]}
     return node

@@ -7,6 +7,7 @@ A section whose files are missing shows what is missing instead of failing (`Lan
 from __future__ import annotations
 
 import re
+import dataclasses
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -15,8 +16,7 @@ from vocabtransfer import io
 from vocabtransfer.pipeline import names
 from vocabtransfer.pipeline import paths
 from vocabtransfer.evaluate.finetune_eval import skipped_tasks
-from vocabtransfer.evaluate.tasks import available
-from vocabtransfer.pipeline.config import schema
+from vocabtransfer.evaluate.tasks import EvalTasks, available
 
 OBJECTIVE_ORDER = ("init", "standard", "selfish", "distill", "alm")
 Run = tuple[str, str, int]  # (method, objective, pretraining seed)
@@ -24,11 +24,11 @@ Run = tuple[str, str, int]  # (method, objective, pretraining seed)
 
 @lru_cache(maxsize=None)
 def task_order() -> tuple[str, ...]:
-    """The registered downstream tasks (vocabtransfer.evaluate.tasks) in the order of the schema's
-    `eval.tasks` (that of params.yaml and docs/parameters.md: nli, qa, ner); a task without a schema
+    """The registered downstream tasks (vocabtransfer.evaluate.tasks) in the order of the params section
+    `eval.tasks` (`EvalTasks`: that of params.yaml and docs/parameters.md, nli, qa, ner); a task without a
     section after them, by name."""
     registered = available()
-    keys = [k for k in schema()["properties"]["eval"]["properties"]["tasks"]["properties"] if k in registered]
+    keys = [f.name for f in dataclasses.fields(EvalTasks) if f.name in registered]
     return tuple(keys + [t for t in registered if t not in keys])
 
 
@@ -58,8 +58,8 @@ def plan(params: dict, stages: dict) -> Plan:
     def runs(jobs: list[dict]) -> list[Run]:
         return [(job["method"], job["objective"], int(job["pseed"])) for job in jobs]
 
-    out = Plan(languages=list(params["languages"]), pretrain=runs(stages["pretrain"].expand(params)),
-               gradients=runs(stages["gradient_scenarios"].expand(params)),
+    out = Plan(languages=list(params["languages"]), pretrain=runs(stages["pretrain"].combos(params)),
+               gradients=runs(stages["gradient_scenarios"].combos(params)),
                token_frequency="token_frequency_loss" in stages)
     for lang in out.languages:
         out.evals[lang], out.skipped[lang] = stages["finetune_eval"].jobs(params, lang), skipped_tasks(params, lang)

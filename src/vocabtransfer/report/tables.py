@@ -30,18 +30,30 @@ import numpy as np
 from vocabtransfer.evaluate import stats
 from vocabtransfer.init import availability
 from vocabtransfer.pipeline import names
+from vocabtransfer.pipeline.typed import option
 from vocabtransfer.report.read import OBJECTIVE_ORDER, Language, task_order
 
 
 @dataclass(frozen=True)
 class ReportParams:
-    """params `report`, typed: built once at the report stage's entry (`ctx.section("report",
-    ReportParams)`); no defaults, the schema holds them (tests/test_config.py)."""
+    """the study's report (results/report.md)"""
 
-    bootstrap_resamples: int
-    confidence: float
-    min_clusters: int
-    correction: Literal["holm", "bh"]
+    bootstrap_resamples: int = option(
+        10000,
+        "resamples of the cluster bootstrap that estimates each difference's test-set variance "
+        "(docs/evaluation.md); a few thousand make its Monte-Carlo error negligible",
+        minimum=2)
+    confidence: float = option(0.95, "coverage of each difference's interval", exclusiveMinimum=0, exclusiveMaximum=1)
+    min_clusters: int = option(
+        30,
+        "the fewest test clusters (XNLI premises, QA articles or contexts, NER sentences, held-out blocks) a "
+        "difference may rest on to be called better or worse; below it the verdict says 'N clusters: too few to "
+        "tell'",
+        minimum=1)
+    correction: Literal["holm", "bh"] = option(
+        "holm",
+        "multiple comparisons over each table's family: holm (family-wise error, Holm's step-down) or bh (false "
+        "discovery rate, Benjamini–Hochberg)")
 
 
 @dataclass(frozen=True)

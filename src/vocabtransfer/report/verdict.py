@@ -118,6 +118,17 @@ def head_to_head_sentences(family: Family, settings: Settings) -> list[str]:
     return [s for s in out if s]
 
 
+def learned_sentence(task: str, st, floor: str, settings: Settings) -> str:
+    """`**qa: learned**`: the models better than the task's floor by their interval after the correction over
+    the task's models, each with its margin, its seeds and its adjusted p."""
+    above = [s for s in st.scores if Row(s.group, task, s.over_floor).better(settings)]
+    listed = "; ".join(f"{s.group} {number(s.over_floor, 1)} ({seeds_text(s.over_floor)}"
+                       + (f"; adjusted p {s.over_floor.adjusted_p:.2g}" if s.over_floor.adjusted_p is not None else "")
+                       + ")" for s in above)
+    return (f"**{task}: learned**: better than its floor ({floor}) by the interval after the correction, in points: "
+            f"{listed}; {len(st.scores) - len(above)} of {len(st.scores)} models are not.")
+
+
 def language_verdict(lang: str, families: list[Family], status: dict, settings: Settings,
                      extra: list[str] | None = None, zero_shot: list[str] = ()) -> list[str]:
     """The verdict's bullet points for one language; `extra`: the bits-per-byte claims that need more than a
@@ -151,6 +162,7 @@ def language_verdict(lang: str, families: list[Family], status: dict, settings: 
                             + f"{seeds_text(best.over_floor)}, {best.over_floor.n_clusters} clusters); its scores are "
                             "left out of every comparison.")
             continue
+        bullets.append(learned_sentence(task, st, floor, settings))
         for family in families:
             if family.title.startswith(f"{task}:"):
                 s = family_sentence(family, task, settings, f"{task}, method − random (points, positive is better; "

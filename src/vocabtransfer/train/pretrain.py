@@ -92,7 +92,7 @@ def check_params(params: dict, source: str = "params.yaml") -> None:
 
 
 def leaves(params: dict, wildcards: dict) -> list[str]:
-    """The params leaves one job reads (its rerun keys): the leaves of `PretrainParams` but the NO_RERUN
+    """The params leaves one job reads (its rerun keys): the leaves of `PretrainParams` but the `rerun=False`
     ones, with an objective's own options (`pretrain.selfish.margin`, `pretrain.distill.*`) for that
     objective only."""
     objective = wildcards.get("objective")

@@ -7,7 +7,7 @@
 3. Other new tokens: sparsemax over cosine similarities to the overlapping tokens in fastText
    space, times those tokens' source rows (`focus_embeddings`, in blocks).
 
-Options (params `init.focus`; defaults in workflow/schemas/params.schema.yaml): `block_size`
+Options (params `init.focus`; defaults in `FocusOptions`): `block_size`
 (new tokens per similarity block) and `topk` (sparsemax candidates per row; a speed knob, the
 result does not depend on it).
 

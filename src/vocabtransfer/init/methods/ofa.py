@@ -12,7 +12,7 @@
 5. Embeddings = coordinates @ P.
 
 The neighbour step (`neighbour_coordinates`) is shared with `snmf` and works on any
-coordinate matrix. Options (params `init.ofa`; defaults in workflow/schemas/params.schema.yaml):
+coordinate matrix. Options (params `init.ofa`; defaults in `OfaOptions`):
 keep_dim, neighbors, temperature.
 """
 

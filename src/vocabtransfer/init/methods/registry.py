@@ -134,6 +134,6 @@ def info(method: str) -> MethodInfo:
 
 def declared_sections() -> dict[str, type]:
     """{method: its options class}, in the order they register: the typed sections `init.<name>` the
-    schema is completed with (config.schema)."""
+    schema is completed with (vocabtransfer.app.params.schema)."""
     discover()
     return {name: meta.options for name, meta in INFO.items()}

@@ -21,7 +21,7 @@ clusters' sizes) and gets random non-negative coefficients in that block. The cl
 source row is carried explicitly (the source_snmf file stores it), never guessed from W'.
 The stats count the new and random tokens per cluster (`clusters`).
 
-Options (params `init.snmf`; defaults in workflow/schemas/params.schema.yaml): rank, max_iter,
+Options (params `init.snmf`; defaults in `SnmfOptions`): rank, max_iter,
 tol, init, clusters (the factorisation, computed once by the source_snmf stage), neighbors,
 temperature.
 """
