@@ -24,6 +24,22 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
+def _one_thread_per_worker() -> None:
+    """Under pytest-xdist with several workers, every worker computes with one thread (torch's and any
+    subprocess's OpenMP). Torch's default takes every core per worker: two workers on two cores then run
+    four OpenMP threads that spin-wait on each other, and a MiniLM fine-tune took 335 s instead of 67 s
+    (tests/test_task_heads.py, measured beside one busy process). A stage a test runs through Snakemake
+    still sets its own rule's threads."""
+    if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
+        os.environ["OMP_NUM_THREADS"] = "1"
+        import torch
+
+        torch.set_num_threads(1)
+
+
+_one_thread_per_worker()
+
+
 def shared_file(relative: str) -> Path:
     """A file under ../shared/data; a missing one fails the test (never a skip)."""
     path = SHARED_DATA / relative
