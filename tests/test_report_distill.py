@@ -55,7 +55,7 @@ def test_the_alm_note_has_alpha_one_and_no_cross_entropy_weight():
     assert lines[0] == "The alm runs:" and len(lines) == 4
     assert lines[2].startswith("* focus: τ = 100.0, α = 1.0, unbiased chunks")
     assert "weighted by α and 1 − α: 0.3 against 0. With α = 1 there is no cross-entropy term" in lines[2]
-    assert "end-of-sequence token that closes each line) gets no training signal" in lines[2]
+    assert "begin- and end-of-sequence tokens around each line) gets no training signal" in lines[2]
     assert "moves the model" not in lines[2]
     lang.runs = {("focus", "selfish", 1): {"steps": 20, "distill": None}}  # no teacher: no note
     assert distill_terms.note(lang, "selfish") == []

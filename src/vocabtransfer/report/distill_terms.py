@@ -44,7 +44,7 @@ def method_line(method: str, runs: list[dict], curves: list) -> str:
     if a_lm > 0:
         return line + f" (the chunk term moves the model {a_d / a_lm:.3g}× as much as cross-entropy)."
     return line + (". With α = 1 there is no cross-entropy term, so a token in no chunk (a special token, such as the "
-                   "end-of-sequence token that closes each line) gets no training signal: the valid loss scores "
+                   "begin- and end-of-sequence tokens around each line) gets no training signal: the valid loss scores "
                    "those tokens, bits per byte (each line alone, its own tokens) does not.")
 
 
