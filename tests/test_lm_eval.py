@@ -150,6 +150,11 @@ def test_lm_eval_report_not_learned_on_generative_task_and_refuses_unpaired_item
     (table,) = harness_table.tables({"source": ({}, gen)}, _settings(), "sw")
     assert (table.metric, table.floor_name, table.floor_value, table.chance) == ("f1", "empty answer", 0.0, None)
     assert not table.learned and math.isclose(table.scores[0].score.diff, 10.0)
+    (bullet,) = harness_table.section("sw", {"source": ({}, gen)}, _settings())[2]
+    assert bullet.startswith("**local_tydiqa_sw (zero-shot f1): not learned at these sizes**: no model is above its "
+                             "floor (floor: empty answer, 0.0) by its interval after the correction over its 1 model "
+                             "(best: source +10.0 [")
+    assert "adjusted p " in bullet and bullet.endswith(", 5 clusters; items only, no seeds).")
     other = gen.copy()
     other["doc_id"] = range(1, 6)
     with pytest.raises(VocabTransferError, match=r"sw lm_eval focus-init-pseed1: local_tydiqa_sw was scored on other "

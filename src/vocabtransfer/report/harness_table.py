@@ -179,8 +179,12 @@ def verdict_bullet(t: HarnessTask, settings: Settings) -> str:
     floor = f"floor: {t.floor_name}, {t.floor_value:.1f}"
     if not t.learned:
         best = max(t.scores, key=lambda s: s.over_floor.diff)
+        p = best.over_floor.adjusted_p  # "not learned" can rest on the correction over the task's models
+        n = len(t.scores)
         return (f"**{t.task} (zero-shot {t.metric}): {t.state}**: no model is above its floor ({floor}) by its "
-                f"interval (best: {best.model} {_number(best.over_floor)} points over it, {t.n_clusters} clusters).")
+                f"interval after the correction over its {n} model{'s' if n != 1 else ''} (best: {best.model} "
+                f"{_number(best.over_floor)} points over it, " + (f"adjusted p {p:.2g}, " if p is not None else "")
+                + f"{t.n_clusters} clusters; items only, no seeds).")
     groups: dict[str, list[str]] = {}
     for s in (s for s in t.scores if s.vs_source is not None):
         groups.setdefault(verdict_word(s.vs_source, settings), []).append(f"{s.model} {_number(s.vs_source)}")
