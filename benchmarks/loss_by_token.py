@@ -6,9 +6,9 @@
 Scores the first `--lines` lines of the corpus stage's valid split (results/L/corpus/valid.parquet), packed
 as the pretrain stage packs them (`lmdata.pack_ids`: the tokenizer's own special tokens around each line, an
 end-of-sequence token closing it, blocks of at most `--seq-len`), with both models' standard cross-entropy
-per token, and prints B − A: over all tokens, over the special tokens (BOS, EOS: no bytes, so in no chunk of
-the distill/alm objectives) and over the rest, then the `--top` target tokens whose summed difference is
-largest, with their count and share of the whole gap. Used in docs/objectives.md on the distill study's alm
+per token (`modeling.token_losses`, as the pipeline scores), and prints B − A: over all tokens, over the
+special tokens (BOS, EOS: no bytes, so in no chunk of the distill/alm objectives) and over the rest, then the
+`--top` target tokens whose summed difference is largest, with their count and share of the whole gap. Used in docs/objectives.md on the distill study's alm
 and standard models (seed 1).
 """
 
@@ -19,21 +19,23 @@ from collections import defaultdict
 
 import pyarrow.parquet as pq
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from vocabtransfer.model.lmdata import pack_ids
+from vocabtransfer.model import modeling
+from vocabtransfer.model.hub import load_tokenizer
+from vocabtransfer.model.lmdata import LMCollator, pack_ids
 
 
-def token_losses(model_dir: str, blocks: list[list[int]]) -> torch.Tensor:
-    """Cross-entropy of every token after a block's first, blocks in order."""
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
-    out = []
+def token_losses(model_dir: str, batches: list[dict]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(standard cross-entropy of every predicted token, its target id), batches in order, scored as the
+    pipeline scores (`modeling.token_losses`, the fused head)."""
+    model, _ = modeling.load_source_model(model_dir, "causal")
+    losses, targets = [], []
     with torch.inference_mode():
-        for block in blocks:
-            ids = torch.tensor([block])
-            logits = model(ids).logits[0, :-1]
-            out.append(torch.nn.functional.cross_entropy(logits, ids[0, 1:], reduction="none"))
-    return torch.cat(out)
+        for batch in batches:
+            loss, target = modeling.token_losses(model, batch, "causal")
+            losses.append(loss.float())
+            targets.append(target)
+    return torch.cat(losses), torch.cat(targets)
 
 
 def main() -> None:
@@ -45,12 +47,13 @@ def main() -> None:
     ap.add_argument("--seq-len", type=int, default=128)
     ap.add_argument("--top", type=int, default=8)
     args = ap.parse_args()
-    tokenizer = AutoTokenizer.from_pretrained(args.model_a)
+    tokenizer = load_tokenizer(args.model_a)
     lines = pq.read_table(args.valid, columns=["text"]).column("text").to_pylist()[: args.lines]
     ids = tokenizer(lines, add_special_tokens=False)["input_ids"]
     blocks = pack_ids(tokenizer, ids, args.seq_len, kind="causal")
-    a, b = token_losses(args.model_a, blocks), token_losses(args.model_b, blocks)
-    labels = torch.cat([torch.tensor(block[1:]) for block in blocks])
+    collate = LMCollator(tokenizer, "causal", seed=0)
+    batches = [collate(blocks[k: k + 8]) for k in range(0, len(blocks), 8)]
+    (a, labels), (b, _) = token_losses(args.model_a, batches), token_losses(args.model_b, batches)  # same targets
     diff = b - a
     special = torch.isin(labels, torch.tensor(sorted(tokenizer.all_special_ids)))
     print(f"{len(blocks)} blocks, {len(diff)} tokens scored ({int(special.sum())} special)")
