@@ -80,7 +80,7 @@ def plot_downstream(lang: str, status: dict, path: Path) -> None:
     plt = _plt()
     tasks = list(status)
     n = max(len(s.scores) for s in status.values())
-    fig, axes = plt.subplots(1, len(tasks), figsize=(4.6 * len(tasks), 1.4 + 0.32 * n), squeeze=False)
+    fig, axes = plt.subplots(1, len(tasks), figsize=(4.6 * len(tasks), 1.6 + 0.32 * n), squeeze=False)
     for ax, task in zip(axes[0], tasks):
         learned, rows, floor = status[task].learned, status[task].scores[::-1], status[task].floor
         y = np.arange(len(rows))
@@ -88,11 +88,11 @@ def plot_downstream(lang: str, status: dict, path: Path) -> None:
         err = np.array([[r.score.diff - r.score.low for r in rows], [r.score.high - r.score.diff for r in rows]])
         color = "tab:blue" if learned else "0.7"
         ax.barh(y, mean, xerr=err, color=color, capsize=2, ecolor="0.25")
-        ax.axvline(floor["value"], color="tab:red", linestyle="--", linewidth=1, label=f"floor: {floor['name']}")
-        ax.legend(fontsize=7, loc="lower right")
+        ax.axvline(floor["value"], color="tab:red", linestyle="--", linewidth=1)  # named under the axis, not over a bar
         ax.set_yticks(y, [r.group for r in rows], fontsize=8)
         ax.set_title(task if learned else f"{task}: {status[task].state}", color="black" if learned else "0.45")
-        ax.set_xlabel("score (percent) with its interval")
+        ax.set_xlabel(f"score (percent) with its interval\nred dashes: floor, {floor['name']} ({floor['value']:.1f})",
+                      fontsize=8)
         ax.grid(axis="x", alpha=0.3)
     fig.suptitle(f"{lang}: downstream tasks")
     fig.tight_layout()
