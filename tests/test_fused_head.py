@@ -158,12 +158,18 @@ def test_margin_zero_keeps_the_tokens_tied_with_the_target():
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("objective", ["standard", "selfish"])
-def test_half_precision_inputs(dtype, objective):
+@pytest.mark.parametrize("reduction", ["mean", "none"])
+@pytest.mark.parametrize("group_chunks", [1, 2, 100])
+def test_half_precision_inputs(dtype, objective, reduction, group_chunks, monkeypatch):
     """Half-precision hidden states and weights: logits in that dtype, softmax in float32 (as the
-    reference with `.float()` on the logits), gradients in the inputs' dtype."""
+    reference with `.float()` on the logits), gradients in the inputs' dtype; the weight gradient one
+    product per group of chunks (1 or 2 chunks of 8 rows a group: summed in float32 over groups; 100:
+    all rows in one group), per-row upstream weights (`none`) included."""
+    monkeypatch.setattr(fused_head, "HALF_GROUP_BYTES", group_chunks * 8 * 300 * 2)
     inputs = case(n=24, h=16, v=300, dtype=dtype, seed=11)
-    got, grads = assert_same(objective, 2.0, inputs, "mean", rtol=3e-2, atol=3e-3)
+    got, grads = assert_same(objective, 2.0, inputs, reduction, rtol=3e-2, atol=3e-3)
     assert got.dtype == torch.float32 and all(g.dtype == dtype for g in grads)
+    assert fused_head._half_group_rows(19, 8, 300, 2) == min(19, 8 * group_chunks)
 
 
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])

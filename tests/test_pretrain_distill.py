@@ -21,7 +21,8 @@ from helpers import (TOLERANCE, finish, gpt2_seed, launch, llama_seed, pretrain_
                      save_dir, text_lines, tiny_bert, tiny_gpt2, tiny_model, wordpiece_tokenizer)
 
 STEPS = {"steps": 8, "eval_every": 4, "save_every": 4, "log_every": 2, "batch_size": 4, "seq_len": 32,
-         "learning_rate": 0.01, "warmup_steps": 1, "eval_lines": 20, "eval_batch_size": 8}
+         "learning_rate": 0.01, "warmup_steps": 1, "eval_lines": 20, "eval_batch_size": 8,
+         "precision": "fp32"}  # fp32: the equivalences below are exact in fp32 (bf16: tests/test_precision.py)
 
 
 @pytest.fixture(scope="module")

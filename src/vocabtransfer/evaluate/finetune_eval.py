@@ -47,6 +47,7 @@ from vocabtransfer.pipeline import paths
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.evaluate.tasks import EvalParams, get_task, load_splits, test_clusters
 from vocabtransfer.evaluate import generic_heads
+from vocabtransfer.model.precision import resolve as resolve_precision
 
 log = logging.getLogger(__name__)
 
@@ -190,11 +191,14 @@ def set_padding(tokenizer, model_dir: Path) -> str | None:
 
 
 def finetune(*, task, splits, model_dir: Path, seed: int, output_dir: Path, device: str = "cpu",
-             threads: int = 1) -> tuple[dict, object]:
+             threads: int = 1, precision: str = "fp32") -> tuple[dict, object]:
     """Fine-tune `model_dir` with the task head on splits.train, score it on splits.test.
     The head is transformers' (`task.head`) where it has one for the architecture, else the generic head of
     `evaluate.generic_heads` (a linear layer over a decoder's last hidden states). Returns (result fields,
-    the Trainer); ({"not_run": why}, None) when neither applies (e.g. NLI for CodeGen, an encoder-decoder)."""
+    the Trainer); ({"not_run": why}, None) when neither applies (e.g. NLI for CodeGen, an encoder-decoder).
+    `precision` (`eval.precision`, `model.precision.resolve`): bf16 fine-tunes under the Trainer's autocast with
+    fp32 master weights and AdamW's fused kernel; the test split is then scored in fp32 (the autocast wrapper
+    taken off the model), so scores of bf16- and fp32-trained models are computed alike."""
     import transformers  # transformers: heavy, not at CLI start-up
     # transformers: heavy, not at CLI start-up
     from transformers import AutoTokenizer, Trainer, TrainingArguments, set_seed
@@ -223,6 +227,8 @@ def finetune(*, task, splits, model_dir: Path, seed: int, output_dir: Path, devi
     set_seed(seed)  # the task head is initialised under the eval seed
     model = head_cls.from_pretrained(str(model_dir), pad_token_id=tokenizer.pad_token_id, **kwargs)
     train_features = task.features(splits.train, tokenizer, labels)
+    choice = resolve_precision(precision, use_cpu=device == "cpu")
+    log.info("fine-tuning precision: %s", choice.reason)
     args = TrainingArguments(
         output_dir=str(output_dir), seed=seed, data_seed=seed,
         num_train_epochs=opts.epochs, learning_rate=opts.learning_rate,
@@ -232,10 +238,13 @@ def finetune(*, task, splits, model_dir: Path, seed: int, output_dir: Path, devi
         weight_decay=opts.weight_decay,
         save_strategy="no", eval_strategy="no", logging_strategy="no", report_to=[],
         disable_tqdm=True, use_cpu=device == "cpu", dataloader_num_workers=0,
+        bf16=choice.bf16, optim="adamw_torch_fused" if choice.bf16 else "adamw_torch",
     )
     trainer = Trainer(model=model, args=args, train_dataset=train_features,
                       data_collator=task.collator(tokenizer))
     trainer.train()
+    if choice.bf16:  # scored in fp32: the accelerator's autocast wrapper taken off the model's forward
+        trainer.model = trainer.accelerator.unwrap_model(trainer.model, keep_fp32_wrapper=False)
     evaluation = task.evaluate(trainer, splits.test, tokenizer, labels)
     evaluation.examples["clusters"] = test_clusters(splits.test, task.name)
     result = {
@@ -247,6 +256,7 @@ def finetune(*, task, splits, model_dir: Path, seed: int, output_dir: Path, devi
         "skipped": {**splits.skipped, **evaluation.skipped},
         "examples": evaluation.examples,
         "pad_token_set": pad_token,  # the tokenizer had none: batches padded with this token
+        "precision": choice.name, "precision_reason": choice.reason, "scored_in": "fp32",
         **splits.notes,
     }
     return result, trainer
@@ -272,7 +282,7 @@ def run(ctx) -> None:
              len(splits.train), len(splits.test), splits.skipped or "none")
     checkpoints = Path(paths.fill(paths.EVAL_CHECKPOINTS, lang=lang, task=task_name, model=model_name, seed=str(seed)))
     result, _ = finetune(task=task, splits=splits, model_dir=model_dir, seed=seed, output_dir=checkpoints,
-                         device=ctx.device, threads=ctx.threads)
+                         device=ctx.device, threads=ctx.threads, precision=eval_params.precision)
     shutil.rmtree(checkpoints, ignore_errors=True)  # nothing is saved (save_strategy no): a job is short
     out = {"lang": lang, "task": task_name, "model": model_name, "method": info["method"],
            "objective": info["objective"], "pseed": info["pseed"], "seed": seed, **result,

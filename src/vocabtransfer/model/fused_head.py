@@ -47,6 +47,7 @@ MAX_CHUNK_BYTES = 224 << 20  # the logits chunk at most (CPU); on a GPU without 
 GPU_CHUNK_BYTES = 1 << 30
 DEFAULT_CACHE_BYTES = 32 << 20
 TILE = 2048  # columns per tile when looking for selfish tiles without a kept entry
+HALF_GROUP_BYTES = 1 << 30  # half precision: G's group buffer at most (one dweight product per group)
 
 
 @lru_cache(maxsize=None)
@@ -133,24 +134,33 @@ def _runs(kept_columns: torch.Tensor, tile: int) -> list[tuple[int, int]]:
 def chunked_pass(hidden, weight, bias, labels, margin: float, row_weight=1.0, need_grad: bool = True):
     """Per-row losses of the rows of `hidden` (all count), and with `need_grad` the gradients
     (dhidden, dweight, dbias) of sum_r row_weight[r] * loss[r] (`row_weight` a tensor (n,) or one
-    number for every row). Steps 1-4 of the module docstring, in chunks of `chunk_rows` rows."""
+    number for every row). Steps 1-4 of the module docstring, in chunks of `chunk_rows` rows.
+
+    Half-precision inputs (bf16 under autocast): the three products run in the inputs' dtype (the
+    hardware's fast matmul), the softmax and the loss in float32; G is kept in the inputs' dtype for a
+    group of up to `HALF_GROUP_BYTES` of rows and dweight is one product per group (summed in float32
+    over groups; with one group it is that product, in the inputs' dtype, as a half-precision Linear's
+    weight gradient is)."""
     n, vocab = hidden.shape[0], weight.shape[0]
     work = torch.promote_types(hidden.dtype, torch.float32)
     half = work != hidden.dtype
     selfish = math.isfinite(margin)
     losses = torch.empty(n, dtype=work, device=hidden.device)
     dh = dw = db = None
+    rows = chunk_rows(n, vocab, torch.finfo(work).bits // 8, hidden.device)
+    group = _half_group_rows(n, rows, vocab, hidden.element_size()) if half and need_grad else 0
     if need_grad:
         dh = torch.empty(hidden.shape, dtype=work, device=hidden.device)
-        dw = torch.zeros(weight.shape, dtype=work, device=hidden.device)
+        dw = None if half else torch.zeros(weight.shape, dtype=work, device=hidden.device)
         db = torch.zeros(vocab, dtype=work, device=hidden.device) if bias is not None else None
-    rows = chunk_rows(n, vocab, torch.finfo(work).bits // 8, hidden.device)
     buffer = torch.empty((min(rows, n), vocab), dtype=work, device=hidden.device)
+    g_buffer = torch.empty((group, vocab), dtype=hidden.dtype, device=hidden.device) if group else None
     ones = torch.ones(min(rows, n), dtype=work, device=hidden.device)
     minus_one = -ones[:, None]
     # keep x - target >= -margin: F.threshold keeps what is above its threshold, so the next float below
     below = float(torch.nextafter(torch.tensor(-float(margin), dtype=work), torch.tensor(-math.inf, dtype=work)))
     search = selfish and need_grad and vocab > 2 * TILE  # for tiles nobody keeps, until a chunk keeps all
+    g0 = 0  # half: the first row of the current group
     for s in range(0, n, rows):
         e = min(n, s + rows)
         h, y = hidden[s:e], labels[s:e, None]
@@ -182,20 +192,49 @@ def chunked_pass(hidden, weight, bias, labels, margin: float, row_weight=1.0, ne
         x.scatter_add_(1, y, minus_one[: e - s])
         per_row = isinstance(row_weight, torch.Tensor)
         w = row_weight[s:e].to(work) if per_row else float(row_weight)
-        hw, alpha, vec = (h.to(work) * w[:, None], 1.0, w) if per_row else (h.to(work), w, ones[: e - s])
         out = dh[s:e]
+        if half:  # G once in the inputs' dtype (its place in the group), dhidden from it
+            if db is not None:
+                db.addmv_(x.T, w if per_row else ones[: e - s], alpha=1.0 if per_row else w)
+            _half_dhidden(x, g_buffer[s - g0: e - g0], weight, runs, out, w)
+            if e - g0 == group or e == n:  # the group is full: its dweight product
+                hw = hidden[g0:e] * (row_weight[g0:e].to(hidden.dtype)[:, None] if per_row else w)
+                dw, g0 = _accumulate(dw, g_buffer[: e - g0].T @ hw, work, last=e == n), e
+            continue
+        hw, alpha, vec = (h * w[:, None], 1.0, w) if per_row else (h, w, ones[: e - s])
         for i, (a, b) in enumerate(runs):
-            if half:
-                part = (x[:, a:b].to(hidden.dtype) @ weight[a:b]).to(work)
-                out.copy_(part) if i == 0 else out.add_(part)
-            else:
-                out.addmm_(x[:, a:b], weight[a:b], beta=0.0 if i == 0 else 1.0, alpha=alpha)
+            out.addmm_(x[:, a:b], weight[a:b], beta=0.0 if i == 0 else 1.0, alpha=alpha)
             dw[a:b].addmm_(x[:, a:b].T, hw, alpha=alpha)
             if db is not None:
                 db[a:b].addmv_(x[:, a:b].T, vec, alpha=alpha)
-        if per_row or half:
-            out.mul_(w[:, None] if per_row else w)
+        if per_row:
+            out.mul_(w[:, None])
     return losses, (dh, dw, db)
+
+
+def _half_dhidden(x, g, weight, runs, out, w) -> None:
+    """Half precision, one chunk: G (float32 `x`) copied into its rows `g` of the group buffer, and
+    out = (G @ weight) * w over the kept column runs, the products in the inputs' dtype."""
+    g.copy_(x)
+    for i, (a, b) in enumerate(runs):
+        part = g[:, a:b] @ weight[a:b]
+        out.copy_(part) if i == 0 else out.add_(part)
+    out.mul_(w[:, None] if isinstance(w, torch.Tensor) else w)
+
+
+def _half_group_rows(n: int, rows: int, vocab: int, element_size: int) -> int:
+    """Half precision: the rows whose G the group buffer holds (whole chunks, at most HALF_GROUP_BYTES,
+    at least one chunk, at most n)."""
+    chunks = max(1, HALF_GROUP_BYTES // max(1, rows * vocab * element_size))
+    return min(n, rows * chunks)
+
+
+def _accumulate(total, part, work, last: bool):
+    """`part` added to the float32 running sum `total`; the first part (`total` None) converted to `work`,
+    unless it is also the `last` (one group: the product itself, in the inputs' dtype)."""
+    if total is None:
+        return part if last else part.to(work)
+    return total.add_(part)
 
 
 def _expand_rows(values, rows, n: int):

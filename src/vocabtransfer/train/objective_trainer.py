@@ -41,9 +41,13 @@ class ObjectiveTrainer(Trainer):
 
     def __init__(self, *args, kind: Kind, objective: str, margin: float, checkpoints: Path,
                  distill: bool = False, teacher=None, alpha: float = 0.5, temperature: float = 1.0,
-                 sharded: bool = False, **kwargs):
+                 sharded: bool = False, bf16: bool = False, **kwargs):
         super().__init__(*args, **kwargs)
         self.sharded = sharded
+        # bf16 (model.precision): the training loss under autocast, here rather than through the Trainer's
+        # bf16 flag (which wraps the model's forward), so that the valid loss the callback computes with the
+        # same model stays fp32 (a sharded bf16 model computes in bf16 throughout: its FSDP policy)
+        self.bf16 = bf16
         if sharded:  # FSDP2 (train.sharding) already placed the model and reduces its gradients: no DDP wrap
             self.accelerator.prepare_model = lambda model, *a, **k: model
         self.kind, self.objective, self.margin, self.checkpoints = kind, objective, margin, checkpoints
@@ -118,10 +122,16 @@ class ObjectiveTrainer(Trainer):
         sharding.load_checkpoint(self.model, getattr(self.optimizer, "optimizer", self.optimizer), checkpoint)
         self.lr_scheduler.load_state_dict(torch.load(Path(checkpoint) / "scheduler.pt", weights_only=True))
 
+    def _autocast(self):
+        """bf16 autocast on the training device for a bf16 run, else the Trainer's own (a no-op but sharded)."""
+        if not self.bf16:
+            return self.accelerator.autocast()
+        return torch.autocast(self.args.device.type, dtype=torch.bfloat16)
+
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         # `model` may be DDP-wrapped: its forward runs (gradients synchronised), the head bypassed
         if self.distill:  # distill: alpha x mean chunk loss + (1 - alpha) x mean cross-entropy
-            with self.accelerator.autocast():
+            with self._autocast():
                 lm_sum, chunk_sum = loss_terms(model, self.teacher, inputs, head=self.head,
                                                teacher_head=self.teacher_head, temperature=self.temperature)
             count = int(num_items_in_batch) if num_items_in_batch is not None else \
@@ -132,8 +142,8 @@ class ObjectiveTrainer(Trainer):
                 self._term_norms(model, terms)
             loss = self.accelerator.num_processes * (self.alpha * terms[0] + (1 - self.alpha) * terms[1])
         else:
-            hidden, targets = heads.predicted_hidden(model, inputs, self.kind, self.head)
-            with self.accelerator.autocast():  # bf16 training: the head in bf16, as it was inside the forward
+            with self._autocast():  # bf16: the body's and the fused head's products in bf16
+                hidden, targets = heads.predicted_hidden(model, inputs, self.kind, self.head)
                 loss = heads.head_loss(self.head, hidden, targets, objective=self.objective, margin=self.margin,
                                        reduction="sum")
             # mean over the step's predicted tokens; DDP averages the processes' gradients, hence x P

@@ -9,7 +9,7 @@ value is `seed + 1000 (K - 1)`, see vocabtransfer.pipeline.names):
 2. fixed evaluation batches of the valid split with seeded masks (`modeling.lm_batches`): the same
    tokens and masks at every evaluation, for every method and objective;
 3. train with the transformers `Trainer` (AdamW, linear or constant-with-warm-up schedule, gradient
-   accumulation, bf16 on a GPU) for `steps` optimiser steps, in `pretrain.processes` DDP processes
+   accumulation, bf16 where the hardware multiplies it natively: `model.precision`) for `steps` optimiser steps, in `pretrain.processes` DDP processes
    (`train.parallel`). The loss: hidden states at the predicted positions only, through the LM head
    fused with the objective (`model.heads`, `losses.linear_objective_loss`: no logits), the mean over
    the step's predicted tokens of all micro-batches and processes; `pretrain.selfish.margin` for
@@ -192,6 +192,7 @@ def _stats(ctx, opts: PretrainParams, data: setup.RunData, training: setup.Train
             "teacher_mode": distill_opts.teacher, "teacher_cache_seconds": training.teacher_seconds},
         "train_blocks": len(blocks), "valid_blocks": len(data.valid_blocks),
         "valid_tokens": sum(int((b["labels"] != -100).sum()) for b in data.eval_batches), "bf16": training.bf16,
+        "precision": training.precision, "valid_precision": "bf16" if training.bf16 and training.sharded else "fp32",
         "processes": training.args.world_size, "sharding": opts.sharding, "gradient_checkpointing": checkpointed,
         "init_model": str(model_dir),
         "versions": io.versions(),
@@ -247,7 +248,8 @@ def run(ctx) -> None:
                                data_collator=collator, callbacks=[callback], kind=data.kind, objective=objective,
                                margin=opts.selfish.margin, checkpoints=checkpoints, distill=teacher_dir is not None,
                                teacher=data.teacher, alpha=distill_alpha(objective, opts.distill.alpha),
-                               temperature=opts.distill.temperature, sharded=training.sharded)
+                               temperature=opts.distill.temperature, sharded=training.sharded,
+                               bf16=training.bf16 and not training.sharded)
     trainer.remove_callback(PrinterCallback)
     train_start = time.perf_counter()
     trainer.train(resume_from_checkpoint=str(resume[1]) if resume else None)

@@ -107,7 +107,9 @@ class PretrainParams:
     warmup_steps: int = option(20, "linear learning-rate warm-up steps", minimum=0)
     weight_decay: float = option(0.01, "AdamW weight decay", minimum=0)
     max_grad_norm: float = option(1.0, "gradient clipping (0 = off)", minimum=0)
-    precision: Literal["auto", "fp32", "bf16"] = option("auto", "auto: bf16 on a GPU that supports it, fp32 on CPU")
+    precision: Literal["auto", "fp32", "bf16"] = option(
+        "auto", "auto: bf16 mixed precision (fp32 master weights) on a GPU that supports it and on a CPU with "
+        "native bf16 products (amx_bf16 or avx512_bf16), else fp32; fp32: the numbers of fp32 runs, bit for bit")
     eval_every: int = option(50, "valid loss every N steps (and at the end)", minimum=1)
     eval_lines: int = option(500, "valid-split lines scored", minimum=1)
     eval_batch_size: int = option(32, "blocks per batch of the valid loss", minimum=1)

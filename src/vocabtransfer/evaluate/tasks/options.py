@@ -168,6 +168,10 @@ class EvalParams:
         "(`focus-selfish`: every pretraining seed of it)",
         minItems=1, uniqueItems=True,
         items={"type": "string", "pattern": "^[A-Za-z0-9_+]+(-[A-Za-z0-9_]+)?(-pseed[1-9][0-9]*)?$"})
+    precision: Literal["auto", "fp32", "bf16"] = option(
+        "auto", "fine-tuning precision, as pretrain.precision: auto is bf16 mixed precision on a GPU that supports it "
+        "and on a CPU with native bf16 products (amx_bf16 or avx512_bf16), else fp32; the fine-tuned model is "
+        "scored in fp32 either way")
     tasks: EvalTasks = subsection(EvalTasks)
 
 
