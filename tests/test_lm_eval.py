@@ -250,3 +250,21 @@ def test_lm_eval_report_has_the_zero_shot_table_verdict_and_metrics(run_result, 
     metrics = json.loads((tmp_path / paths.REPORT_METRICS).read_text())["sw"]["lm_eval"]
     xnli = samples[(samples.task == "local_xnli_sw") & (samples.metric == "acc")]
     assert metrics["local_xnli_sw"]["scores"]["source"] == round(100 * xnli.value.mean(), 4)
+
+
+def test_a_harness_difference_is_worded_as_its_interval_and_its_correction_say():
+    """The harness table's word for a difference: an interval that excludes zero but whose adjusted p does not
+    survive the correction is "interval excludes zero, but not after the correction" (the committed Gemma study
+    printed "no detectable difference" beside -10.0 [-18.7, -1.3]); one that includes zero is "no detectable
+    difference"; a surviving one "better" / "worse"; fewer clusters than the floor "too few to tell"."""
+    from vocabtransfer.evaluate.stats import Difference
+    from vocabtransfer.report import harness_table
+
+    settings = _settings(min_clusters=10)
+    word = lambda **kw: harness_table.verdict_word(Difference(**{"n_pseeds": 1, "n_fseeds": 0, "n_clusters": 50,  # noqa: E731
+                                                                 "p_value": 0.01, **kw}), settings)
+    assert word(diff=-10.0, low=-18.7, high=-1.3, adjusted_p=0.46) == "interval excludes zero, but not after the correction"
+    assert word(diff=-10.0, low=-18.7, high=-1.3, adjusted_p=0.01) == "worse"
+    assert word(diff=5.0, low=1.0, high=9.0, adjusted_p=0.02) == "better"
+    assert word(diff=1.0, low=-3.0, high=5.0, p_value=0.6, adjusted_p=0.9) == "no detectable difference"
+    assert word(diff=-10.0, low=-18.7, high=-1.3, n_clusters=5) == "5 clusters: too few to tell"

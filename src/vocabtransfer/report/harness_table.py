@@ -25,7 +25,8 @@ import numpy as np
 
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.evaluate import stats
-from vocabtransfer.report.tables import LEARNED, NOT_LEARNED, Settings, zero_like
+from vocabtransfer.report.tables import (LEARNED, NO_DIFFERENCE, NOT_AFTER_CORRECTION, NOT_LEARNED, Settings,
+                                         zero_like)
 from vocabtransfer.report.markdown import grey, md_table
 
 PRIMARY = ("f1", "acc", "acc_norm", "exact_match")  # the metric a task is compared on, the first it has
@@ -140,7 +141,7 @@ def verdict_word(d: stats.Difference | None, settings: Settings) -> str:
         return f"{d.n_clusters} clusters: too few to tell"
     if d.survives(settings.alpha):
         return "better" if d.diff > 0 else "worse"
-    return "no detectable difference"
+    return NOT_AFTER_CORRECTION if d.excludes_zero else NO_DIFFERENCE
 
 
 def section(lang: str, results: dict, settings: Settings) -> tuple[list[str], dict, list[str]]:
