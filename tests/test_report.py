@@ -428,6 +428,12 @@ def test_a_source_that_does_not_beat_the_best_floor_has_nothing_to_keep(rendered
     share = next(x for x in verdict.splitlines() if x.startswith("- **Share of the source's advantage kept**"))
     assert "none to keep: the source does not beat the floor on this language, so no share is given" in share
     assert not re.search(r"\d\.\d\d \(", share.split("):", 1)[1])  # no model's share is listed
+    # and how the models stand against that floor, counted from the model − best floor table
+    floor_rows = [line for line in section(table, "#### Bits per byte: model − best floor").splitlines()
+                  if line.startswith("| ") and " − best floor " in line]
+    worse = sum("worse" in line.split(" | ")[5] for line in floor_rows)
+    assert floor_rows and (f"every model ({worse}) is detectably worse than the floor" in share if worse == len(floor_rows)
+                           else f"{worse} of {len(floor_rows)} models are detectably worse than the floor" in share), share
 
 
 def test_init_table_shows_bits_per_byte_of_causal_models_beside_the_floors(tmp_path):

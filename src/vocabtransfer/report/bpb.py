@@ -192,16 +192,29 @@ def share_sentence(table: BpbTable | None, settings: Settings) -> str | None:
     head = (f"**Share of the source's advantage kept**, from the best floor ({best.label}, {best.bits_per_byte:.3f} "
             f"bits per byte; the source with its own tokenizer {source:.3f})")
     if table.nothing_to_keep:
-        return (f"{head}: none to keep: the source does not beat the floor on this language, so no share is given "
-                f"({FLOOR_TITLE.lower().split(': ')[1]} below).")
+        return (f"{head}: none to keep: the source does not beat the floor on this language, so no share is given; "
+                f"{against_floor(table, settings)} ({FLOOR_TITLE.lower().split(': ')[1]} below).")
     ahead = [r for r in table.rows if r.vs_floor is not None and r.vs_floor.status(settings) == "better"]
     if not ahead:
-        return f"{head}: no model is detectably better than the floor, so no share is worded."
+        return (f"{head}: no model is detectably better than the floor, so no share is worded; "
+                f"{against_floor(table, settings)}.")
     listed = "; ".join(f"{r.method} ({r.objective}) {r.share_kept:.2f} ({_number(r.vs_floor)} bits per byte "
                        f"against the floor, {r.vs_floor.runs_text}"
                        + (", test-set variance only" if r.vs_floor.test_set_only else "")
                        + f", adjusted p {r.vs_floor.diff.adjusted_p:.2g})" for r in ahead)
     return f"{head}, for the models detectably better than the floor: {listed}."
+
+
+def against_floor(table: BpbTable, settings: Settings) -> str:
+    """How the models stand against the best floor after the correction: `every model (N) is detectably
+    worse than the floor`, else `K of N models are detectably worse than the floor, J better, the rest not
+    detectably different or too few to tell`."""
+    statuses = [r.vs_floor.status(settings) for r in table.rows if r.vs_floor is not None]
+    worse, better = statuses.count("worse"), statuses.count("better")
+    if statuses and worse == len(statuses):
+        return f"every model ({worse}) is detectably worse than the floor after the correction"
+    return (f"{worse} of {len(statuses)} models are detectably worse than the floor after the correction, {better} "
+            "better, the rest not detectably different or too few to tell")
 
 
 def _number(row: Row) -> str:
