@@ -267,3 +267,42 @@ def test_paper_config_is_valid_and_dry_runs_offline(tmp_path):
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     jobs = dict(line.split() for line in done.stdout.splitlines() if line.startswith(("pretrain ", "total ")))
     assert int(jobs["pretrain"]) == len(checked["pretrain"]["methods"]) * 2
+
+
+def test_log_token_budgets_are_two_a_decade_below_the_runs_tokens():
+    assert pretrain.log_token_budgets(6144) == [1000, 3000]
+    assert pretrain.log_token_budgets(600_000) == [1000, 3000, 10_000, 30_000, 100_000, 300_000]
+    assert pretrain.log_token_budgets(1000) == [] and pretrain.log_token_budgets(1001) == [1000]
+
+
+def test_evaluations_at_log_spaced_token_budgets(tmp_path, monkeypatch, one_thread, sw_bpe):
+    """`eval_schedule: log_tokens`: the valid loss at step 0, at the first step whose tokens seen reach 1000 and
+    3000 (8 blocks of 32 ids a step: steps 4 and 12), and at the end (24), whatever eval_every says."""
+    monkeypatch.chdir(tmp_path)
+    params = pretrain_project(tmp_path, tiny_gpt2(len(sw_bpe)), sw_bpe, eval_schedule="log_tokens", eval_every=5)
+    run_pretrain(params)
+    _, metrics, _ = pretrain_outputs(tmp_path)
+    valid = [(r["step"], r["tokens_seen"]) for r in metrics.to_pylist() if not math.isnan(r["valid_loss"])]
+    # at most 8 x 32 = 256 tokens a step (a short last block has fewer): steps 3 and 11 had not reached 1000 and 3000
+    assert [s for s, _ in valid] == [0, 4, 12, 24], valid
+    assert valid[1][1] >= 1000 and valid[2][1] >= 3000 and 3 * 256 < 1000 and 11 * 256 < 3000
+
+
+def test_a_resumed_run_keeps_the_budgets_it_has_not_reached(one_thread):
+    """The callback drops the budgets the checkpoint's tokens already passed, and evaluates once per budget
+    reached (two budgets passed in one step: one evaluation)."""
+    from types import SimpleNamespace
+
+    from vocabtransfer.train.objective_trainer import MetricsCallback
+
+    seen = []
+    callback = MetricsCallback(lambda m: seen.append(1) or 1.0, 50, {}, 0, set(), budgets=[1000, 3000, 10_000])
+    state = SimpleNamespace(global_step=7, num_input_tokens_seen=1500, max_steps=40, is_world_process_zero=False)
+    callback.on_train_begin(None, state, None)
+    assert callback.budgets == [3000, 10_000]
+    steps = [(8, 2000), (9, 10_500), (10, 11_000), (40, 20_000)]
+    due = []
+    for step, tokens in steps:
+        state.global_step, state.num_input_tokens_seen = step, tokens
+        due.append(callback._due(state))
+    assert due == [False, True, False, True] and callback.budgets == []

@@ -7,7 +7,7 @@
   infinite loss stops the run naming the step and the last good checkpoint. Sharded (FSDP2,
   `train.sharding`), the model is not wrapped in DDP and its checkpoints are torch distributed
   checkpoints of the model's and optimiser's shards.
-* `MetricsCallback`: the metrics rows (valid loss every `eval_every` steps, train loss, learning rate,
+* `MetricsCallback`: the metrics rows (valid loss every `eval_every` steps or at token budgets, train loss, learning rate,
   tokens/s), the progress bar, the rows stored in each checkpoint, and the embedding-only warm-up.
 
 This module imports torch and transformers at its top: the pretrain stage imports it when it trains.
@@ -162,8 +162,10 @@ class MetricsCallback(TrainerCallback):
     """Metrics rows (valid loss every `eval_every` steps, train loss when logged, tokens/s), a progress
     bar, the rows stored in each checkpoint, and the embedding-only warm-up."""
 
-    def __init__(self, evaluate, eval_every: int, rows: dict, warmup_steps: int, embedding_params: set):
+    def __init__(self, evaluate, eval_every: int, rows: dict, warmup_steps: int, embedding_params: set,
+                 budgets: list[int] | None = None):
         self.evaluate, self.eval_every, self.rows = evaluate, eval_every, rows
+        self.budgets = sorted(budgets) if budgets is not None else None  # log_tokens: the tokens still to reach
         self.warmup_steps, self.embedding_params = warmup_steps, embedding_params
         self.bar = None
         self.mark = (time.perf_counter(), 0)
@@ -186,6 +188,8 @@ class MetricsCallback(TrainerCallback):
         if state.global_step < self.warmup_steps:
             self._freeze_body(model, True)
             log.info("embedding warm-up: body frozen until step %d", self.warmup_steps)
+        if self.budgets is not None:  # resumed: the budgets reached before the checkpoint are in its rows
+            self.budgets = [b for b in self.budgets if b > int(state.num_input_tokens_seen)]
         if state.global_step == 0 and 0 not in self.rows:
             self._row(state, lr_scheduler)["valid_loss"] = self.evaluate(model)
             log.info("step 0: valid loss %.4f", self.rows[0]["valid_loss"])
@@ -199,10 +203,21 @@ class MetricsCallback(TrainerCallback):
         if self.warmup_steps and state.global_step == self.warmup_steps:
             self._freeze_body(model, False)
             log.info("step %d: embedding warm-up over, the whole model trains", state.global_step)
-        if state.global_step % self.eval_every == 0 or state.global_step == state.max_steps:
+        if self._due(state):
             row = self._row(state, lr_scheduler)
             row["valid_loss"] = self.evaluate(model)
             log.info("step %d: valid loss %.4f", state.global_step, row["valid_loss"])
+
+    def _due(self, state) -> bool:
+        """Whether this step evaluates: every `eval_every` steps, or (token budgets) the first step whose
+        tokens seen reach the next budgets; and the last step."""
+        if self.budgets is None:
+            due = state.global_step % self.eval_every == 0
+        else:
+            seen = int(state.num_input_tokens_seen)
+            due = bool(self.budgets) and seen >= self.budgets[0]
+            self.budgets = [b for b in self.budgets if b > seen]
+        return due or state.global_step == state.max_steps
 
     def on_log(self, args, state, control, logs=None, lr_scheduler=None, **kw):
         if not logs or "loss" not in logs:

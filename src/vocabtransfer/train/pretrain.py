@@ -109,6 +109,16 @@ def expand(params: dict) -> list[dict[str, str]]:
 BLOCKS_SCHEMA = pa.schema([("block", pa.int32()), ("loss_sum", pa.float64()), ("n_tokens", pa.int64())])
 
 
+def log_token_budgets(tokens: int, first: int = 1000) -> list[int]:
+    """`pretrain.eval_schedule: log_tokens`: 1 and 3 × 10^k tokens from `first` up to below `tokens` (the most
+    the run can see), two a decade: 1000, 3000, 10000, 30000, …"""
+    budgets, scale = [], first
+    while scale < tokens:
+        budgets += [b for b in (scale, 3 * scale) if b < tokens]
+        scale *= 10
+    return budgets
+
+
 def block_losses(model, batches: list[dict], kind: Kind) -> pa.Table:
     """The summed standard cross-entropy and the number of predicted tokens of every evaluation block
     (the clusters the report's bootstrap resamples); their totals give the valid loss."""
@@ -242,7 +252,10 @@ def run(ctx) -> None:
     if resume is not None:
         rows = {r["step"]: r for r in json.loads((resume[1] / ROWS_FILE).read_text(encoding="utf-8"))}
     evaluate = lambda m: modeling.evaluate_lm(m, data.eval_batches, data.kind)["loss"]  # noqa: E731
-    callback = MetricsCallback(evaluate, opts.eval_every, rows, opts.embeddings_only_steps, training.embedding_params)
+    budgets = log_token_budgets(opts.steps * opts.batch_size * opts.gradient_accumulation_steps * opts.seq_len
+                                * training.args.world_size) if opts.eval_schedule == "log_tokens" else None
+    callback = MetricsCallback(evaluate, opts.eval_every, rows, opts.embeddings_only_steps, training.embedding_params,
+                               budgets=budgets)
     collator = StepCollator(data.tokenizer, data.kind, seed, setup.teacher_pad(data.teacher_tok))
     trainer = ObjectiveTrainer(model=data.model, args=training.args, train_dataset=training.dataset,
                                data_collator=collator, callbacks=[callback], kind=data.kind, objective=objective,

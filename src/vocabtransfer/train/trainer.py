@@ -110,7 +110,12 @@ class PretrainParams:
     precision: Literal["auto", "fp32", "bf16"] = option(
         "auto", "auto: bf16 mixed precision (fp32 master weights) on a GPU that supports it and on a CPU with "
         "native bf16 products (amx_bf16 or avx512_bf16), else fp32; fp32: the numbers of fp32 runs, bit for bit")
-    eval_every: int = option(50, "valid loss every N steps (and at the end)", minimum=1)
+    eval_every: int = option(50, "valid loss every N steps (and at the end), with eval_schedule: steps", minimum=1)
+    eval_schedule: Literal["steps", "log_tokens"] = option(
+        "steps",
+        "when the valid loss is computed: steps: every eval_every steps; log_tokens: at the first step whose target "
+        "tokens seen reach each of 1 000, 3 000, 10 000, 30 000, … (two budgets a decade: curves on a log axis of "
+        "tokens); both at step 0 and at the end")
     eval_lines: int = option(500, "valid-split lines scored", minimum=1)
     eval_batch_size: int = option(32, "blocks per batch of the valid loss", minimum=1)
     log_every: int = option(10, "train loss, learning rate and tokens/s every N steps", minimum=1)
