@@ -283,11 +283,22 @@ def write_ids(tokenizer, lines: list[str], path: Path) -> None:
     token_ids.write_lines(path, tokenizer, tokenizer(lines, add_special_tokens=False)["input_ids"])
 
 
+def write_valid_text(lines: list[str], root: Path, lang: str = "sw") -> None:
+    """results/<lang>/corpus/valid.parquet with these lines as its `text` (what the corpus stage writes and
+    pretraining's bits per byte reads)."""
+    import pyarrow as pa
+
+    from vocabtransfer import io
+
+    io.write_parquet(pa.table({"text": lines}), root / f"results/{lang}/corpus/valid.parquet")
+
+
 def pretrain_project(root: Path, model, tokenizer, method: str = "focus", **pretrain) -> dict:
     """results/sw/init/<method>/pseed1/model + pre-tokenised splits of real sw text under `root`; returns params."""
     save_dir(model, tokenizer, root / "results" / "sw" / "init" / method / "pseed1" / "model")
     write_ids(tokenizer, text_lines("sw", 300, start=1000), root / "results/sw/pretokenized/train")
     write_ids(tokenizer, text_lines("sw", 60, start=5000), root / "results/sw/pretokenized/valid")
+    write_valid_text(text_lines("sw", 60, start=5000), root)
     params = validate_params({
         "languages": ["sw"], "source_model": "unused", "corpus": {"sources": {"sw": {"path": "unused.txt"}}},
         "init": {"methods": [method]},

@@ -306,3 +306,35 @@ def test_a_resumed_run_keeps_the_budgets_it_has_not_reached(one_thread):
         state.global_step, state.num_input_tokens_seen = step, tokens
         due.append(callback._due(state))
     assert due == [False, True, False, True] and callback.budgets == []
+
+
+def test_bits_per_byte_at_every_evaluation(tmp_path, monkeypatch, one_thread, sw_wp, sw_bpe):
+    """A causal model's metrics carry bits per byte of the first eval_lines valid lines at every evaluation; the
+    last equals `line_bits.score_lines` on the saved model (each line alone, windows of seq_len); a masked LM's
+    are NaN (no probability of the text); `bits_per_byte: false` leaves them NaN."""
+    from transformers import AutoModelForCausalLM
+
+    from vocabtransfer.model import line_bits
+
+    for kind, tok in (("causal", sw_bpe), ("masked", sw_wp)):
+        root = tmp_path / kind
+        root.mkdir()
+        monkeypatch.chdir(root)
+        model = tiny_gpt2(len(tok)) if kind == "causal" else tiny_bert(len(tok))
+        run_pretrain(pretrain_project(root, model, tok, eval_lines=30))
+        out, metrics, _ = pretrain_outputs(root)
+        rows = [r for r in metrics.to_pylist() if not math.isnan(r["valid_loss"])]
+        bits = [r["valid_bits_per_byte"] for r in rows]
+        if kind == "masked":
+            assert all(math.isnan(b) for b in bits)
+            continue
+        assert len(bits) == 4 and all(0 < b < 20 for b in bits) and bits[-1] < bits[0] - 0.1, bits
+        lines = line_bits.valid_lines(root / "results/sw/corpus/valid.parquet", 30)
+        final = line_bits.score_lines(AutoModelForCausalLM.from_pretrained(str(out / "model")), tok, lines,
+                                      seq_len=32, batch_size=16).bits_per_byte
+        assert bits[-1] == pytest.approx(final, rel=1e-5)
+    root = tmp_path / "off"
+    root.mkdir()
+    monkeypatch.chdir(root)
+    run_pretrain(pretrain_project(root, tiny_gpt2(len(sw_bpe)), sw_bpe, bits_per_byte=False))
+    assert all(math.isnan(b) for b in pretrain_outputs(root)[1].column("valid_bits_per_byte").to_pylist())

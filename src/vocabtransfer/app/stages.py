@@ -227,7 +227,8 @@ def _pretrain_inputs(params: dict, wildcards: dict) -> dict[str, str]:
     init = paths.partial(paths.INIT_DIR, method=wildcards["method"],
                          pseed=availability.init_pseed(wildcards["method"], wildcards["pseed"]))
     teacher = {"source": paths.SOURCE_MODEL} if wildcards.get("objective") in pretrain.TEACHER_OBJECTIVES else {}
-    return {"init": init, "train": paths.PRETOK_TRAIN, "valid": paths.PRETOK_VALID, **teacher}
+    return {"init": init, "train": paths.PRETOK_TRAIN, "valid": paths.PRETOK_VALID,
+            "valid_text": paths.CORPUS_VALID, **teacher}  # valid_text: bits per byte at every evaluation
 
 
 PRETRAIN = Stage(

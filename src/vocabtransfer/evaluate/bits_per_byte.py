@@ -34,17 +34,14 @@ measured from the best floor, a predictor without a model (`evaluate.bpb_floor`)
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
-from vocabtransfer import io
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.model import modeling
-from vocabtransfer.model.lmdata import Kind, special_tokens_around
+from vocabtransfer.model.lmdata import Kind
+from vocabtransfer.model.line_bits import (  # noqa: F401 (the scoring, below the phases; read from here too)
+    LN2, LineScores, bytes_per_token, context_ids, line_counts, score_lines, valid_lines, windows)
 
-LN2 = math.log(2.0)
 MASKED_REASON = ("bits per byte needs a causal LM: a masked LM predicts a few masked tokens from both sides, "
                  "a pseudo-likelihood that is no probability of the text, so it keeps its per-token loss")
 
@@ -65,32 +62,6 @@ def require_lm_head(directory: str | Path, loading: modeling.LoadingInfo, key: s
             f"source_head.steps > 0) or set {key}: false")
 
 
-@dataclass(frozen=True)
-class LineScores:
-    """Per valid line: bits (Σ −log2 p over its scored tokens; NaN for a masked LM), UTF-8 bytes, its own
-    tokens and how many of them were scored."""
-
-    bits: np.ndarray
-    n_bytes: np.ndarray
-    n_tokens: np.ndarray
-    n_scored: np.ndarray
-
-    @property
-    def bits_per_byte(self) -> float:
-        total = int(self.n_bytes.sum())
-        return float(self.bits.sum() / total) if total else math.nan
-
-    @property
-    def bytes_per_token(self) -> float:
-        return bytes_per_token(self.n_bytes, self.n_tokens)
-
-
-def bytes_per_token(n_bytes, n_tokens) -> float:
-    """Σ UTF-8 bytes / Σ tokens over the same lines (NaN without tokens)."""
-    tokens = int(np.sum(n_tokens))
-    return float(np.sum(n_bytes) / tokens) if tokens else math.nan
-
-
 def share_kept(bpb_floor: float, bpb_method: float, bpb_source: float) -> float:
     """(BPB_floor − BPB_method) / (BPB_floor − BPB_source), the floor being the best predictor without a model:
     0 = no better than the floor, 1 = as good as the source with its own tokenizer. NaN when a value is
@@ -107,84 +78,3 @@ def nothing_to_keep(bpb_floor: float, bpb_source: float) -> bool:
     return not bpb_source < bpb_floor
 
 
-def context_ids(tokenizer) -> list[int]:
-    """Step 1: the ids before a line's own tokens: the tokenizer's prefix (BOS), else [EOS], else []."""
-    prefix, _ = special_tokens_around(tokenizer)
-    if prefix:
-        return prefix
-    return [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
-
-
-def windows(seq_len: int, n_context: int, n_ids: int) -> list[tuple[int, int, int]]:
-    """Step 3: (begin, end, first scored position) of each window over the sequence context + ids;
-    the window's input is positions begin..end−1 and it scores positions first..end−1. Every position
-    from max(n_context, 1) on is scored exactly once."""
-    if seq_len < 2:
-        raise VocabTransferError(f"seq_len {seq_len}: bits per byte needs windows of at least 2 tokens")
-    total, stride = n_context + n_ids, max(1, seq_len // 2)
-    keep = seq_len - stride
-    out, begin, scored = [], 0, max(n_context, 1)
-    while scored < total:
-        end = min(begin + seq_len, total)
-        out.append((begin, end, scored))
-        scored, begin = end, max(0, min(end - keep, total - seq_len))  # the last window: as much context as fits
-    return out
-
-
-def valid_lines(path: str | Path, max_lines: int) -> list[str]:
-    """The first `max_lines` non-empty lines of a corpus split's `text` column, stripped (the corpus stage
-    wrote them so: the same lines as the first rows of the pre-tokenised split); what init_eval and
-    token_frequency_loss score."""
-    text = io.read_parquet(path, ["text"]).column("text").to_pylist()
-    return [s.strip() for s in text if s and s.strip()][:max_lines]
-
-
-def line_counts(tokenizer, lines: list[str]) -> tuple[list[list[int]], np.ndarray, np.ndarray]:
-    """(each line's own ids, UTF-8 bytes per line, tokens per line)."""
-    ids = tokenizer(list(lines), add_special_tokens=False)["input_ids"] if lines else []
-    n_bytes = np.array([len(s.encode("utf-8")) for s in lines], dtype=np.int64)
-    return ids, n_bytes, np.array([len(x) for x in ids], dtype=np.int64)
-
-
-def score_lines(model, tokenizer, lines: list[str], *, seq_len: int, batch_size: int,
-                kind: Kind = "causal") -> LineScores:
-    """Steps 1–4 for every line (module docstring). A masked LM is not scored: its bits are NaN
-    (`MASKED_REASON`); its bytes and tokens are counted all the same."""
-    import torch  # torch: heavy, not at CLI start-up
-
-    ids, n_bytes, n_tokens = line_counts(tokenizer, lines)
-    context = context_ids(tokenizer)
-    bits = np.zeros(len(lines), dtype=np.float64)
-    n_scored = np.zeros(len(lines), dtype=np.int64)
-    if kind != "causal":
-        return LineScores(np.full(len(lines), math.nan), n_bytes, n_tokens, n_scored)
-    # every window of every line: (line, input ids, labels); sorted by length so batches pad little
-    rows = []
-    for i, own in enumerate(ids):
-        seq = context + list(own)
-        for begin, end, first in windows(seq_len, len(context), len(own)):
-            labels = [-100] * (first - begin) + seq[first:end]
-            rows.append((i, seq[begin:end], labels))
-            n_scored[i] += end - first
-    rows.sort(key=lambda r: -len(r[1]))  # stable: equal lengths keep line order
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (tokenizer.eos_token_id or 0)
-    was_training = model.training
-    model.eval()
-    with torch.inference_mode():
-        for k in range(0, len(rows), batch_size):
-            chunk = rows[k: k + batch_size]
-            width = len(chunk[0][1])
-            input_ids = torch.full((len(chunk), width), pad, dtype=torch.long)
-            labels = torch.full((len(chunk), width), -100, dtype=torch.long)
-            mask = torch.zeros((len(chunk), width), dtype=torch.long)
-            for j, (_, x, y) in enumerate(chunk):
-                input_ids[j, : len(x)] = torch.tensor(x)
-                labels[j, : len(y)] = torch.tensor(y)
-                mask[j, : len(x)] = 1
-            batch = {"input_ids": input_ids, "attention_mask": mask, "labels": labels}
-            row_of = (labels[:, 1:] != -100).nonzero()[:, 0].numpy()  # the order token_losses returns
-            losses, _ = modeling.token_losses(model, batch, "causal", objective="standard")
-            line_of = np.array([r[0] for r in chunk], dtype=np.int64)[row_of]
-            bits += np.bincount(line_of, weights=losses.double().cpu().numpy() / LN2, minlength=len(lines))
-    model.train(was_training)
-    return LineScores(bits, n_bytes, n_tokens, n_scored)

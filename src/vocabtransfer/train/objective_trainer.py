@@ -163,8 +163,9 @@ class MetricsCallback(TrainerCallback):
     bar, the rows stored in each checkpoint, and the embedding-only warm-up."""
 
     def __init__(self, evaluate, eval_every: int, rows: dict, warmup_steps: int, embedding_params: set,
-                 budgets: list[int] | None = None):
+                 budgets: list[int] | None = None, bits=None):
         self.evaluate, self.eval_every, self.rows = evaluate, eval_every, rows
+        self.bits = bits  # model -> valid bits per byte (pretrain.bits_per_byte, causal models), or None
         self.budgets = sorted(budgets) if budgets is not None else None  # log_tokens: the tokens still to reach
         self.warmup_steps, self.embedding_params = warmup_steps, embedding_params
         self.bar = None
@@ -174,7 +175,7 @@ class MetricsCallback(TrainerCallback):
         row = self.rows.setdefault(state.global_step, {
             "step": state.global_step, "tokens_seen": int(state.num_input_tokens_seen),
             "train_loss": math.nan, "valid_loss": math.nan, "learning_rate": math.nan,
-            "tokens_per_second": math.nan})
+            "tokens_per_second": math.nan, "valid_bits_per_byte": math.nan})
         if lr_scheduler is not None and math.isnan(row["learning_rate"]):
             row["learning_rate"] = float(lr_scheduler.get_last_lr()[0])
         return row
@@ -191,8 +192,7 @@ class MetricsCallback(TrainerCallback):
         if self.budgets is not None:  # resumed: the budgets reached before the checkpoint are in its rows
             self.budgets = [b for b in self.budgets if b > int(state.num_input_tokens_seen)]
         if state.global_step == 0 and 0 not in self.rows:
-            self._row(state, lr_scheduler)["valid_loss"] = self.evaluate(model)
-            log.info("step 0: valid loss %.4f", self.rows[0]["valid_loss"])
+            self._score(model, self._row(state, lr_scheduler))
         self.mark = (time.perf_counter(), int(state.num_input_tokens_seen))
         if state.is_world_process_zero:
             self.bar = progress(total=state.max_steps, initial=state.global_step, desc="pretrain", unit="step")
@@ -204,9 +204,15 @@ class MetricsCallback(TrainerCallback):
             self._freeze_body(model, False)
             log.info("step %d: embedding warm-up over, the whole model trains", state.global_step)
         if self._due(state):
-            row = self._row(state, lr_scheduler)
-            row["valid_loss"] = self.evaluate(model)
-            log.info("step %d: valid loss %.4f", state.global_step, row["valid_loss"])
+            self._score(model, self._row(state, lr_scheduler))
+
+    def _score(self, model, row: dict) -> None:
+        """The valid loss (and, for a causal model, bits per byte) of this step's row."""
+        row["valid_loss"] = self.evaluate(model)
+        if self.bits is not None:
+            row["valid_bits_per_byte"] = self.bits(model)
+        log.info("step %d (%d tokens seen): valid loss %.4f%s", row["step"], row["tokens_seen"], row["valid_loss"],
+                 "" if self.bits is None else f", {row['valid_bits_per_byte']:.4f} bits per byte")
 
     def _due(self, state) -> bool:
         """Whether this step evaluates: every `eval_every` steps, or (token budgets) the first step whose

@@ -70,6 +70,7 @@ log = logging.getLogger(__name__)
 METRICS_SCHEMA = pa.schema([
     ("step", pa.int64()), ("tokens_seen", pa.int64()), ("train_loss", pa.float64()),
     ("valid_loss", pa.float64()), ("learning_rate", pa.float64()), ("tokens_per_second", pa.float64()),
+    ("valid_bits_per_byte", pa.float64()),  # causal models with pretrain.bits_per_byte, at every evaluation
 ])
 # distill: at every logged step the gradient norm of each of its two terms, unweighted, and of the step's
 # loss before clipping (objective_trainer.ObjectiveTrainer; null on the other rows; the terms' NaN where not measured:
@@ -107,6 +108,19 @@ def expand(params: dict) -> list[dict[str, str]]:
 
 
 BLOCKS_SCHEMA = pa.schema([("block", pa.int32()), ("loss_sum", pa.float64()), ("n_tokens", pa.int64())])
+
+
+def valid_bits(ctx, opts: PretrainParams, data: setup.RunData):
+    """`pretrain.bits_per_byte` for a causal model: the function giving bits per byte of the first `eval_lines`
+    valid lines (the corpus's text, each line scored alone in windows of `seq_len`, `line_bits.score_lines`);
+    None otherwise."""
+    from vocabtransfer.model import line_bits  # imports torch: not at CLI start-up
+
+    if data.kind != "causal" or not opts.bits_per_byte:
+        return None
+    lines = line_bits.valid_lines(ctx.input["valid_text"], opts.eval_lines)
+    return lambda m: line_bits.score_lines(m, data.tokenizer, lines, seq_len=opts.seq_len,
+                                           batch_size=opts.eval_batch_size).bits_per_byte
 
 
 def log_token_budgets(tokens: int, first: int = 1000) -> list[int]:
@@ -252,10 +266,11 @@ def run(ctx) -> None:
     if resume is not None:
         rows = {r["step"]: r for r in json.loads((resume[1] / ROWS_FILE).read_text(encoding="utf-8"))}
     evaluate = lambda m: modeling.evaluate_lm(m, data.eval_batches, data.kind)["loss"]  # noqa: E731
+    bits = valid_bits(ctx, opts, data)
     budgets = log_token_budgets(opts.steps * opts.batch_size * opts.gradient_accumulation_steps * opts.seq_len
                                 * training.args.world_size) if opts.eval_schedule == "log_tokens" else None
     callback = MetricsCallback(evaluate, opts.eval_every, rows, opts.embeddings_only_steps, training.embedding_params,
-                               budgets=budgets)
+                               budgets=budgets, bits=bits)
     collator = StepCollator(data.tokenizer, data.kind, seed, setup.teacher_pad(data.teacher_tok))
     trainer = ObjectiveTrainer(model=data.model, args=training.args, train_dataset=training.dataset,
                                data_collator=collator, callbacks=[callback], kind=data.kind, objective=objective,

@@ -117,6 +117,11 @@ class PretrainParams:
         "tokens seen reach each of 1 000, 3 000, 10 000, 30 000, … (two budgets a decade: curves on a log axis of "
         "tokens); both at step 0 and at the end")
     eval_lines: int = option(500, "valid-split lines scored", minimum=1)
+    bits_per_byte: bool = option(
+        True,
+        "causal models: at every evaluation also bits per UTF-8 byte of the first eval_lines valid lines, each line "
+        "scored alone in windows of seq_len (as token_frequency_loss scores its lines): metrics column "
+        "valid_bits_per_byte, comparable across tokenizers")
     eval_batch_size: int = option(32, "blocks per batch of the valid loss", minimum=1)
     log_every: int = option(10, "train loss, learning rate and tokens/s every N steps", minimum=1)
     save_every: int = option(
