@@ -75,6 +75,43 @@ def test_tiny_models_learn_under_both_objectives(tmp_path, monkeypatch, one_thre
     total = sum(blocks.column("loss_sum").to_pylist()) / sum(blocks.column("n_tokens").to_pylist())
     assert total == pytest.approx(valid[-1][1], rel=1e-5)
     assert sum(blocks.column("n_tokens").to_pylist()) == stats["valid_tokens"]
+    # the learning curve's clusters: every evaluation's block sums give that evaluation's valid loss
+    curve = pq.read_table(out / "valid_curve.parquet")
+    assert curve.schema == pretrain.CURVE_SCHEMA
+    n = sum(blocks.column("n_tokens").to_pylist())
+    by_step = curve.to_pandas().groupby("step")
+    assert sorted(by_step.groups) == [s for s, _ in valid]
+    for step, loss in valid:
+        group = by_step.get_group(step)
+        assert list(group["block"]) == list(range(stats["valid_blocks"]))
+        assert group["loss_sum"].sum() / n == pytest.approx(loss, rel=1e-9)
+        assert set(group["tokens_seen"]) == {next(r["tokens_seen"] for r in rows if r["step"] == step)}
+    np.testing.assert_allclose(by_step.get_group(24)["loss_sum"].to_numpy(), blocks.column("loss_sum").to_numpy(),
+                               rtol=1e-6)
+    # the floors on the same tokens: no model (unigram of the train split) and the uniform guess, ln V
+    assert stats["uniform_valid_loss"] == pytest.approx(math.log(len(tok)))
+    assert 0 < stats["unigram_valid_loss"] < stats["uniform_valid_loss"]
+    assert sum(blocks.column("unigram_sum").to_pylist()) / n == pytest.approx(stats["unigram_valid_loss"])
+
+
+def test_unigram_floor_by_hand():
+    """Two blocks of a causal batch, ids 0..3 counted 5, 0, 3, 2 times in training: the add-one unigram's nats
+    on each block's predicted tokens (the first position is never predicted; -100 is padding)."""
+    batch = {"labels": torch.tensor([[1, 0, 0, 2], [3, 2, -100, -100]])}
+    p = {i: (c + 1) / (10 + 4) for i, c in enumerate([5, 0, 3, 2])}
+    sums = pretrain.unigram_block_sums([batch], "causal", [5, 0, 3, 2])
+    assert sums == pytest.approx([-2 * math.log(p[0]) - math.log(p[2]), -math.log(p[2])])
+    masked = pretrain.unigram_block_sums([batch], "masked", [5, 0, 3, 2])
+    assert masked[1] == pytest.approx(-math.log(p[3]) - math.log(p[2]))
+
+
+def test_passes_set_the_steps(tmp_path, monkeypatch, one_thread, sw_wp):
+    """`pretrain.passes: 1` trains ceil(train blocks / batch) steps: one pass over the training blocks."""
+    monkeypatch.chdir(tmp_path)
+    run_pretrain(pretrain_project(tmp_path, tiny_bert(len(sw_wp)), sw_wp, passes=1, batch_size=16, eval_every=100))
+    _, metrics, stats = pretrain_outputs(tmp_path)
+    assert stats["steps"] == math.ceil(stats["train_blocks"] / 16) and metrics.column("step").to_pylist()[-1] == stats["steps"]
+    assert 1 <= stats["passes"] < 1 + 16 / stats["train_blocks"]
 
 
 def test_pretraining_seeds_change_the_data_order_not_the_evaluation(tmp_path, monkeypatch, one_thread, sw_wp):

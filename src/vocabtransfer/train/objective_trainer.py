@@ -208,7 +208,10 @@ class MetricsCallback(TrainerCallback):
 
     def _score(self, model, row: dict) -> None:
         """The valid loss (and, for a causal model, bits per byte) of this step's row."""
-        row["valid_loss"] = self.evaluate(model)
+        scored = self.evaluate(model)  # the valid loss, or (the valid loss, each valid block's summed loss)
+        row["valid_loss"], blocks = scored if isinstance(scored, tuple) else (scored, None)
+        if blocks is not None:
+            row["valid_block_loss"] = blocks  # kept in the checkpoints' rows: the curve's clusters
         if self.bits is not None:
             row["valid_bits_per_byte"] = self.bits(model)
         log.info("step %d (%d tokens seen): valid loss %.4f%s", row["step"], row["tokens_seen"], row["valid_loss"],

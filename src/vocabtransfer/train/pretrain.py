@@ -9,7 +9,7 @@ value is `seed + 1000 (K - 1)`, see vocabtransfer.pipeline.names):
 2. fixed evaluation batches of the valid split with seeded masks (`modeling.lm_batches`): the same
    tokens and masks at every evaluation, for every method and objective;
 3. train with the transformers `Trainer` (AdamW, linear or constant-with-warm-up schedule, gradient
-   accumulation, bf16 where the hardware multiplies it natively: `model.precision`) for `steps` optimiser steps, in `pretrain.processes` DDP processes
+   accumulation, bf16 where the hardware multiplies it natively: `model.precision`) for `steps` optimiser steps (or `passes` over the blocks), in `pretrain.processes` DDP processes
    (`train.parallel`). The loss: hidden states at the predicted positions only, through the LM head
    fused with the objective (`model.heads`, `losses.linear_objective_loss`: no logits), the mean over
    the step's predicted tokens of all micro-batches and processes; `pretrain.selfish.margin` for
@@ -23,7 +23,10 @@ value is `seed + 1000 (K - 1)`, see vocabtransfer.pipeline.names):
    up to a checkpoint are stored in it, and the params it was written with beside it;
 5. write `results/L/pretrain/M/O/pseedK/` atomically: `model/` (HF directory with the tokenizer),
    `metrics.parquet`, `valid_blocks.parquet` (the final valid loss summed per evaluation block, with
-   its token count: the clusters of the report's bootstrap), `stats.json`; then drop the checkpoints unless `pretrain.keep_checkpoints`.
+   its token count and the target unigram floor's summed loss on the same tokens: the clusters of the report's
+   bootstrap), `valid_curve.parquet` (each evaluation's valid loss summed per block, with the step and the
+   tokens seen: the learning curve's clusters), `stats.json` (with the floors `unigram_valid_loss` and
+   `uniform_valid_loss`, nats per valid token); then drop the checkpoints unless `pretrain.keep_checkpoints`.
 
 Params: `pretrain` as `PretrainParams` (with `SelfishOptions` and `DistillOptions`, in train/trainer.py),
 read once at the entry (`ctx.section`); a job's rerun keys are its fields' leaves but those that choose the runs, and the
@@ -40,8 +43,10 @@ model over the processes with torch FSDP2 instead of replicating it (`train.shar
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
+import math
 import os
 import shutil
 import time
@@ -107,7 +112,12 @@ def expand(params: dict) -> list[dict[str, str]]:
     return [{"method": m, "objective": o, "pseed": str(s)} for m, o, s in availability.pretrain_runs(params)]
 
 
-BLOCKS_SCHEMA = pa.schema([("block", pa.int32()), ("loss_sum", pa.float64()), ("n_tokens", pa.int64())])
+BLOCKS_SCHEMA = pa.schema([("block", pa.int32()), ("loss_sum", pa.float64()), ("n_tokens", pa.int64()),
+                           ("unigram_sum", pa.float64())])
+# one row per evaluation and valid block: the learning curve with its clusters (the report's token-equivalent
+# bootstrap resamples the blocks); the block's token count is valid_blocks.parquet's
+CURVE_SCHEMA = pa.schema([("step", pa.int64()), ("tokens_seen", pa.int64()), ("block", pa.int32()),
+                          ("loss_sum", pa.float64())])
 
 
 def valid_bits(ctx, opts: PretrainParams, data: setup.RunData):
@@ -133,7 +143,7 @@ def log_token_budgets(tokens: int, first: int = 1000) -> list[int]:
     return budgets
 
 
-def block_losses(model, batches: list[dict], kind: Kind) -> pa.Table:
+def block_losses(model, batches: list[dict], kind: Kind) -> tuple[list[float], list[int]]:
     """The summed standard cross-entropy and the number of predicted tokens of every evaluation block
     (the clusters the report's bootstrap resamples); their totals give the valid loss."""
     import torch  # torch: heavy, not at CLI start-up
@@ -141,18 +151,68 @@ def block_losses(model, batches: list[dict], kind: Kind) -> pa.Table:
     sums, counts = [], []
     was_training = model.training
     model.eval()
-    with torch.inference_mode():
+    # no_grad, not inference_mode: an FSDP2-sharded model's gathered parameters must stay usable by training
+    with torch.no_grad():
         for batch in batches:
-            labels = batch["labels"][:, 1:] if kind == "causal" else batch["labels"]
+            labels = _targets(batch, kind)
             rows = (labels != -100).nonzero()[:, 0]
             losses, _ = modeling.token_losses(model, batch, kind, objective="standard")
             loss = losses.double().cpu()
             sums.append(torch.bincount(rows, weights=loss, minlength=labels.shape[0]))
             counts.append(torch.bincount(rows, minlength=labels.shape[0]))
     model.train(was_training)
-    total, n = torch.cat(sums), torch.cat(counts)
-    return pa.table({"block": pa.array(range(len(n)), pa.int32()), "loss_sum": total.numpy(),
-                     "n_tokens": n.numpy().astype("int64")}, schema=BLOCKS_SCHEMA)
+    return torch.cat(sums).tolist(), torch.cat(counts).tolist()
+
+
+def _targets(batch: dict, kind: Kind):
+    return batch["labels"][:, 1:] if kind == "causal" else batch["labels"]
+
+
+def valid_scorer(batches: list[dict], kind: Kind):
+    """The callback's evaluation: model -> (valid loss, each block's summed loss); the loss is the blocks' total
+    over their predicted tokens (the same fixed batches at every evaluation)."""
+    def score(model) -> tuple[float, list[float]]:
+        sums, counts = block_losses(model, batches, kind)
+        return sum(sums) / max(1, sum(counts)), sums
+    return score
+
+
+def unigram_block_sums(batches: list[dict], kind: Kind, counts) -> list[float]:
+    """Each evaluation block's summed loss in nats under the add-one-smoothed unigram of the training split's
+    ids (`counts`, one per id): p(t) = (c_t + 1) / (N + V), on exactly the tokens the model is scored on
+    (the floor a model without context reaches)."""
+    import numpy as np
+
+    counts = np.asarray(counts, dtype=np.float64)
+    neg_log = -np.log((counts + 1.0) / (counts.sum() + len(counts)))
+    out = []
+    for batch in batches:
+        labels = _targets(batch, kind).numpy()
+        out += [float(neg_log[row[row != -100]].sum()) for row in labels]
+    return out
+
+
+def train_counts(path: Path, tokenizer) -> list[int]:
+    """Occurrences of every id of `tokenizer` in the pre-tokenised split at `path`, chunk by chunk."""
+    import numpy as np
+
+    from vocabtransfer.data.token_ids import TokenIds
+
+    counts = np.zeros(len(tokenizer), dtype=np.int64)
+    for chunk in TokenIds(path, tokenizer).chunks():
+        counts += np.bincount(np.asarray(chunk, dtype=np.int64), minlength=len(counts))[:len(counts)]
+    return counts
+
+
+def with_passes(opts: PretrainParams, train_blocks: int) -> PretrainParams:
+    """`pretrain.passes` as optimiser steps: ceil(passes × train blocks / blocks per step), at least 1."""
+    if opts.passes is None:
+        return opts
+    per_step = opts.batch_size * opts.gradient_accumulation_steps * int(os.environ.get("WORLD_SIZE", "1"))
+    steps = max(1, math.ceil(opts.passes * train_blocks / per_step))
+    log.info("pretrain.passes %g over %d train blocks of %d a step: %d steps", opts.passes, train_blocks, per_step,
+             steps)
+    return dataclasses.replace(opts, steps=steps)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -202,6 +262,8 @@ def _stats(ctx, opts: PretrainParams, data: setup.RunData, training: setup.Train
     return {
         "lang": ctx.lang, "method": ctx.method, "objective": objective, "kind": data.kind,
         "model_class": type(model).__name__, "steps": opts.steps, "tokens_seen": tokens_seen,
+        "passes": opts.steps * training.args.world_size * opts.batch_size * opts.gradient_accumulation_steps
+        / len(blocks),
         "initial_valid_loss": rows[0]["valid_loss"], "final_valid_loss": rows[max(rows)]["valid_loss"],
         "seconds": time.perf_counter() - start, "train_seconds": train_seconds,
         "resumed_from_step": resume[0] if resume else None, "pseed": int(ctx.wildcards["pseed"]), "seed": seed,
@@ -226,14 +288,22 @@ def _stats(ctx, opts: PretrainParams, data: setup.RunData, training: setup.Train
 def _write_outputs(ctx, model, data: setup.RunData, rows: dict, stats: dict, *, distill: bool) -> None:
     """Step 5 of `run`: the pretrain directory, atomically: the model with its tokenizer, the metrics rows,
     the final valid loss per evaluation block (for intervals) and the stats."""
-    table = pa.Table.from_pylist(sorted(rows.values(), key=lambda r: r["step"]),
-                                 schema=DISTILL_METRICS_SCHEMA if distill else METRICS_SCHEMA)
-    blocks_table = block_losses(model, data.eval_batches, data.kind)  # the final valid loss per block, for intervals
+    ordered = sorted(rows.values(), key=lambda r: r["step"])
+    table = pa.Table.from_pylist(ordered, schema=DISTILL_METRICS_SCHEMA if distill else METRICS_SCHEMA)
+    sums, counts = block_losses(model, data.eval_batches, data.kind)  # the final valid loss per block, for intervals
+    unigram = unigram_block_sums(data.eval_batches, data.kind, train_counts(Path(ctx.input["train"]), data.tokenizer))
+    blocks_table = pa.table({"block": pa.array(range(len(counts)), pa.int32()), "loss_sum": sums,
+                             "n_tokens": pa.array(counts, pa.int64()), "unigram_sum": unigram}, schema=BLOCKS_SCHEMA)
+    curve = [{"step": r["step"], "tokens_seen": r["tokens_seen"], "block": b, "loss_sum": v}
+             for r in ordered for b, v in enumerate(r.get("valid_block_loss") or [])]
     stats["valid_tokens"] = int(pc.sum(blocks_table.column("n_tokens")).as_py())  # predicted positions scored
+    stats["unigram_valid_loss"] = sum(unigram) / max(1, stats["valid_tokens"])  # floors, nats per valid token
+    stats["uniform_valid_loss"] = math.log(len(data.tokenizer))
     with io.atomic_output(ctx.output["pretrain"], directory=True) as tmp:
         modeling.save_model_dir(model, data.tokenizer, tmp / "model")
         io.write_parquet(table, tmp / "metrics.parquet")
         io.write_parquet(blocks_table, tmp / "valid_blocks.parquet")
+        io.write_parquet(pa.Table.from_pylist(curve, schema=CURVE_SCHEMA), tmp / "valid_curve.parquet")
         io.write_json(stats, tmp / "stats.json")
 
 
@@ -255,6 +325,7 @@ def run(ctx) -> None:
                                   pseed=pseed))
     # 1. model, tokenizer, data; 2. resume: the params the checkpoints were written with must be these
     data = setup.load_data(ctx, opts, model_dir, teacher_dir)
+    opts = with_passes(opts, len(data.blocks))
     resume = setup.resume_point(ctx, checkpoints, model_dir, teacher_dir, pseed,
                                 ["seed"] + leaves(ctx.params, ctx.wildcards))
     # 3. options: factorised embeddings, precision, embedding warm-up, sharding, the distill teacher
@@ -265,7 +336,7 @@ def run(ctx) -> None:
     rows: dict[int, dict] = {}
     if resume is not None:
         rows = {r["step"]: r for r in json.loads((resume[1] / ROWS_FILE).read_text(encoding="utf-8"))}
-    evaluate = lambda m: modeling.evaluate_lm(m, data.eval_batches, data.kind)["loss"]  # noqa: E731
+    evaluate = valid_scorer(data.eval_batches, data.kind)
     bits = valid_bits(ctx, opts, data)
     budgets = log_token_budgets(opts.steps * opts.batch_size * opts.gradient_accumulation_steps * opts.seq_len
                                 * training.args.world_size) if opts.eval_schedule == "log_tokens" else None

@@ -92,7 +92,13 @@ class PretrainParams:
         "random rows of the initialisation (seed + 1000 (k - 1); k = 1 is `seed`); the report's intervals resample "
         "them",
         minimum=1, rerun=False)
-    steps: int = option(200, "optimiser steps", minimum=1)
+    steps: int = option(200, "optimiser steps (unless pretrain.passes is set)", minimum=1)
+    passes: float | None = option(
+        None,
+        "passes over the training split's blocks instead of a number of steps: the run takes ceil(passes × train "
+        "blocks / (processes × batch_size × gradient_accumulation_steps)) optimiser steps, so that 1 is one full "
+        "pass whatever the language's corpus size; null: pretrain.steps",
+        exclusiveMinimum=0)
     batch_size: int = option(8, "blocks per device and micro-batch", minimum=1)
     gradient_accumulation_steps: int = option(1, "micro-batches per optimiser step", minimum=1)
     processes: int = option(
