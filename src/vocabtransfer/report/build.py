@@ -17,6 +17,7 @@ with the nested intervals of vocabtransfer.evaluate.stats) and writes:
 from __future__ import annotations
 
 import logging
+import math
 from pathlib import Path
 
 from vocabtransfer import io
@@ -28,11 +29,13 @@ from vocabtransfer.report import read
 from vocabtransfer.report import markdown
 from vocabtransfer.report import rivals
 from vocabtransfer.report import tables
+from vocabtransfer.report import token_equivalent
 from vocabtransfer.report import verdict
 from vocabtransfer.report.bpb import bits_per_byte_table, share_sentence
 from vocabtransfer.report.bpb_markdown import bits_per_byte_section
 from vocabtransfer.report.costs import read_benchmark
-from vocabtransfer.report.figures import plot_curves, plot_downstream, seed_curves, write_curves_csv
+from vocabtransfer.report.figures import (plot_curves, plot_downstream, plot_token_curves, seed_curves,
+                                          write_curves_csv)
 from vocabtransfer.report.read import Plan, read_language
 
 log = logging.getLogger(__name__)
@@ -86,12 +89,17 @@ def write_report(params: dict, report: tables.ReportParams, p: Plan, root: Path 
             if lang.init_eval:
                 m["init_loss"] = {r["method"]: float(r["loss"]) for r in lang.init_eval if r["method"] != "source"}
             curve_fig = None
+            worth = token_equivalent.read_curves(lang)
             if lang.curves:
                 curve_fig = f"{paths.REPORT_FIGURES}/{lang.lang}_valid_loss.png"
-                plot_curves(lang, figures / Path(curve_fig).name)
+                if worth is None:  # runs without their curves by block: the valid loss against the step
+                    plot_curves(lang, figures / Path(curve_fig).name)
                 write_curves_csv(lang, curves / f"{lang.lang}.csv")
                 m["valid_loss"] = {f"{k[0]}-{k[1]}": float(c["mean"].iloc[-1]) for k, c in seed_curves(lang).items()}
             body += markdown.pretrain_section(lang, curve_fig)
+            if worth is not None:
+                body += _tokens_section(lang, worth, report.baseline, settings, bpb, figures / Path(curve_fig).name,
+                                        curve_fig, per_language[lang.lang][2], m)
             body += ["### Comparisons", ""]
             for family in families:
                 body += markdown.family_section(family, settings)
@@ -129,6 +137,32 @@ def write_report(params: dict, report: tables.ReportParams, p: Plan, root: Path 
     with io.atomic_output(root / paths.REPORT) as tmp:
         tmp.write_text("\n".join(md).rstrip() + "\n", encoding="utf-8")
     return root / paths.REPORT
+
+
+def _tokens_section(lang, worth, baseline: str, settings, bpb, figure: Path, name: str, bullets: list,
+                    metrics: dict) -> list[str]:
+    """What each initialisation is worth in the baseline's tokens (`token_equivalent`): its figure at `figure`
+    (valid loss, and bits per byte for causal runs, against tokens), its table, its verdict `bullets` and
+    `metrics`."""
+    reps = token_equivalent.replicate(worth, settings.resamples, settings.seed)
+    eqs = token_equivalent.equivalents(reps, baseline, settings.confidence)
+    crossings = token_equivalent.floor_crossings(reps, settings.confidence)
+    import pandas as pd  # pandas: heavy, not at CLI start-up
+
+    per_run: dict = {}
+    for (m, o, s), table in lang.curves.items():
+        if "valid_bits_per_byte" in table and table["valid_bits_per_byte"].notna().any():
+            per_run.setdefault((m, o), []).append(table.dropna(subset=["valid_bits_per_byte"]).assign(pseed=s))
+    bits = {key: pd.concat(tables_) for key, tables_ in per_run.items()}
+    lines = {}
+    if bpb is not None:
+        lines.update({"source": r.score.diff for r in bpb.rows if r.method == tables.SOURCE_ROW and r.score})
+        lines.update({r.objective: r.score.diff for r in bpb.floors if r.score})
+    plot_token_curves(lang.lang, reps, figure, bits=bits or None, bits_lines=lines)
+    bullets += token_equivalent.verdict(reps, eqs, crossings, baseline)
+    metrics["token_equivalent"] = {f"{e.method}-{e.objective}@{e.budget:.0f}":  # null: more than the run
+                                   None if math.isinf(e.ratio.value) else round(e.ratio.value, 4) for e in eqs}
+    return token_equivalent.section(reps, eqs, crossings, baseline, settings.confidence, None)
 
 
 def _spoken_list(words: list[str]) -> str:

@@ -1,7 +1,8 @@
 """The report's figures (PNG, byte-identical for identical inputs) and the valid-loss curves as CSV.
 
 * curves: the valid loss against the step, one panel per objective, one line per method: the mean
-  over pretraining seeds, with a band from the lowest to the highest seed;
+  over pretraining seeds, with a band from the lowest to the highest seed; where the runs wrote their
+  curves by valid block, against the tokens seen on a log axis with the floors (`plot_token_curves`);
 * downstream: each model's score per task with its nested interval as an error bar and
   the task's floor as a dashed line; a task no model learns is drawn in grey.
 """
@@ -73,6 +74,60 @@ def plot_curves(lang: Language, path: Path) -> None:
     fig.suptitle(f"{lang.lang}: continued pretraining{band}")
     fig.tight_layout()
     _save(fig, path)
+
+
+def plot_token_curves(lang: str, reps, path: Path, bits: dict | None = None, bits_lines: dict | None = None) -> None:
+    """The valid loss against the tokens seen on a log axis (symmetric-log: 0 is the initialisation), one panel
+    per objective: each method's mean over pretraining seeds on the grid (`token_equivalent.Replicates`), a band
+    from the lowest to the highest seed, the unigram and uniform floors as lines. With `bits` ((method,
+    objective) -> DataFrame of tokens_seen and valid_bits_per_byte per seed, causal models), a second row of
+    panels: bits per byte with `bits_lines` (label -> value: the source, the floors) as lines."""
+    plt = _plt()
+    objectives = [o for o in OBJECTIVE_ORDER if any(ob == o for _, ob in reps.mean)]
+    rows = 2 if bits else 1
+    fig, axes = plt.subplots(rows, len(objectives), figsize=(5.5 * len(objectives), 4 * rows), squeeze=False,
+                             sharey="row")
+    methods = list(dict.fromkeys(m for m, _ in reps.mean))
+    colors = {m: plt.cm.tab10(i % 10) for i, m in enumerate(methods)}
+    floors = {"unigram floor": None if reps.unigram is None else float(reps.unigram[0]), "uniform floor": reps.uniform}
+    for col, objective in enumerate(objectives):
+        ax = axes[0][col]
+        for (method, ob), curve in reps.mean.items():
+            if ob == objective:
+                ax.plot(reps.grid, curve[0], marker="o", markersize=3, label=f"{method} ({reps.seeds[(method, ob)]})",
+                        color=colors[method])
+                band = reps.per_seed[(method, ob)]
+                ax.fill_between(reps.grid, band.min(axis=0), band.max(axis=0), color=colors[method], alpha=0.18,
+                                linewidth=0)
+        _lines(ax, floors)
+        ax.set_title(objective)
+        ax.set_ylabel("valid loss (nats a token)")
+        if bits:
+            ax2 = axes[1][col]
+            for (method, ob), table in bits.items():
+                if ob == objective:
+                    for i, (_, run) in enumerate(table.groupby("pseed")):
+                        ax2.plot(run["tokens_seen"], run["valid_bits_per_byte"], color=colors.get(method, "0.3"),
+                                 alpha=0.8, linewidth=1, label=method if i == 0 else None)
+            _lines(ax2, bits_lines or {})
+            ax2.set_ylabel("valid bits per byte")
+    for ax in axes.flat:
+        ax.set_xscale("symlog", linthresh=1000, linscale=0.3)
+        ax.set_xlim(0, float(reps.grid[-1]) * 1.15)
+        ax.set_xticks([0] + [10.0 ** k for k in range(3, int(np.log10(max(reps.grid[-1], 1000))) + 1)])
+        ax.set_xlabel("target tokens seen (0, then log scale)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle(f"{lang}: continued pretraining by tokens; mean over pretraining seeds (in brackets), band from "
+                 "lowest to highest")
+    fig.tight_layout()
+    _save(fig, path)
+
+
+def _lines(ax, values: dict) -> None:
+    styles = ("--", ":", "-.")
+    for i, (label, value) in enumerate((k, v) for k, v in values.items() if v is not None):
+        ax.axhline(value, color="0.35", linestyle=styles[i % 3], linewidth=1, label=f"{label} ({value:.3f})")
 
 
 def plot_downstream(lang: str, status: dict, path: Path) -> None:

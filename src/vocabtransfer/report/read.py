@@ -122,6 +122,7 @@ class Language:
     curves: dict = field(default_factory=dict)  # Run -> DataFrame of metrics.parquet
     runs: dict = field(default_factory=dict)  # Run -> stats.json
     blocks: dict = field(default_factory=dict)  # Run -> DataFrame of valid_blocks.parquet
+    curve_blocks: dict = field(default_factory=dict)  # Run -> DataFrame of valid_curve.parquet (where written)
     token_frequency: object = None  # DataFrame: one row per model × pretraining seed × bucket
     token_blocks: object = None  # DataFrame: per model, bucket and held-out block
     bits_per_byte: object = None  # DataFrame: per model, pretraining seed and valid line (bits, bytes, tokens)
@@ -159,6 +160,9 @@ def read_language(lang: str, p: Plan, root: Path) -> Language:
             value = reader(directory / name)
             if value is not None:
                 store[run] = value
+        curve = _parquet(directory / "valid_curve.parquet")  # optional: runs before it was written have none
+        if curve is not None:
+            out.curve_blocks[run] = curve
     if p.token_frequency:
         out.token_frequency = _parquet(need(paths.TOKEN_FREQUENCY_LOSS))
         out.token_blocks = _parquet(need(paths.TOKEN_FREQUENCY_BLOCKS))

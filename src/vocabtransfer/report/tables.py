@@ -54,6 +54,11 @@ class ReportParams:
         "holm",
         "multiple comparisons over each table's family: holm (family-wise error, Holm's step-down) or bh (false "
         "discovery rate, Benjamini–Hochberg)")
+    baseline: str = option(
+        "random",
+        "the init method whose tokens the token-equivalent counts: the tokens it needs to reach each other method's "
+        "valid loss at each budget (pretrained with the same objective, else with standard); a method pretrain.methods "
+        "does not list gives no token-equivalent, and the report says so")
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,320 @@
+"""What an initialisation is worth in tokens: learning curves on a common grid of token budgets, the
+tokens the baseline needs to reach each method's valid loss, and the tokens each method needs to beat
+the floors.
+
+Inputs per pretraining run (train.pretrain): `valid_curve.parquet`, every evaluation's valid loss summed
+per valid block with the tokens seen; `valid_blocks.parquet`, each block's token count and the target
+unigram floor's summed loss on the same tokens. Every run of a language is scored on the same blocks
+and masks, so the blocks are paired across runs.
+
+* the grid: 0, then 1 and 3 × 10^k tokens from 1,000 up to the shortest run's last evaluation, and that
+  evaluation; each run's curve is read at the grid's budgets by linear interpolation in log tokens
+  (linear in tokens between 0 and the first evaluation);
+* a method's curve is the mean over its pretraining seeds;
+* token-equivalent at budget b: the tokens the baseline's curve needs to reach the method's loss at b,
+  the first crossing, interpolated as above; 0 when the baseline starts there, "more than the run"
+  (infinite) when it never gets there. The ratio to b is what the initialisation is worth in the
+  baseline's tokens;
+* the tokens a method needs to reach a floor: the first crossing of its curve below the floor
+  (`unigram`: the add-one unigram of the training split on the same tokens; `uniform`: ln V);
+* intervals: a bootstrap that resamples the pretraining seeds of each method and the valid blocks
+  (the same blocks for every run of a replicate), percentiles at the confidence level divided by the
+  table's rows (Bonferroni); an infinite bound is "more than the run".
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from vocabtransfer.report.markdown import md_table
+from vocabtransfer.train.pretrain import log_token_budgets
+
+STANDARD = "standard"
+
+
+@dataclass
+class RunCurve:
+    """One pretraining run: the tokens seen at each evaluation (the first 0) and the valid loss summed per
+    block at each (evaluations × blocks)."""
+
+    tokens: np.ndarray
+    sums: np.ndarray
+
+
+@dataclass
+class Curves:
+    """A language's curves: per (method, objective) its runs, by pretraining seed; the blocks' token counts
+    and unigram floor sums; the uniform floor (ln V)."""
+
+    runs: dict
+    counts: np.ndarray
+    unigram: np.ndarray | None
+    uniform: float | None
+
+    def grid(self) -> np.ndarray:
+        end = min(float(r.tokens[-1]) for runs in self.runs.values() for r in runs)
+        return np.array([0.0] + [float(b) for b in log_token_budgets(int(end))] + [end])
+
+
+def read_curves(lang) -> Curves | None:
+    """The curves of every run with a valid_curve.parquet (report.read.Language.curve_blocks), or None."""
+    runs: dict = {}
+    counts = unigram = uniform = None
+    for (m, o, s), table in sorted(lang.curve_blocks.items()):
+        blocks = lang.blocks.get((m, o, s))
+        if blocks is None or table is None or not len(table):
+            continue
+        wide = table.pivot(index="step", columns="block", values="loss_sum").sort_index()
+        tokens = table.groupby("step")["tokens_seen"].first().loc[wide.index].to_numpy(float)
+        if tokens[0] != 0:
+            continue  # no evaluation at the start: not a curve from the initialisation
+        runs.setdefault((m, o), []).append(RunCurve(tokens, wide.to_numpy(float)))
+        counts = blocks.sort_values("block")["n_tokens"].to_numpy(float)
+        if "unigram_sum" in blocks:
+            unigram = blocks.sort_values("block")["unigram_sum"].to_numpy(float)
+        uniform = (lang.runs.get((m, o, s)) or {}).get("uniform_valid_loss", uniform)
+    return Curves(runs, counts, unigram, uniform) if runs else None
+
+
+def interpolation(tokens: np.ndarray, grid: np.ndarray) -> np.ndarray:
+    """(grid × evaluations) weights reading a curve evaluated at `tokens` at the grid's budgets: linear in
+    log tokens, linear in tokens from 0 to the first evaluation after it."""
+    out = np.zeros((len(grid), len(tokens)))
+    for g, budget in enumerate(grid):
+        hi = int(np.searchsorted(tokens, budget, side="left"))
+        if hi < len(tokens) and tokens[hi] == budget:
+            out[g, hi] = 1.0
+            continue
+        hi = min(max(hi, 1), len(tokens) - 1)
+        lo = hi - 1
+        a, b = tokens[lo], tokens[hi]
+        frac = (budget - a) / (b - a) if a == 0 else (math.log(budget) - math.log(a)) / (math.log(b) - math.log(a))
+        out[g, lo], out[g, hi] = 1.0 - frac, frac
+    return out
+
+
+def crossing(curve: np.ndarray, target: np.ndarray, grid: np.ndarray) -> np.ndarray:
+    """Per replicate (rows of `curve`, replicates × grid), the tokens at which the curve first reaches
+    `target` (per replicate), interpolated as the curves are; 0 where it starts there, inf where it never
+    does."""
+    reached = curve <= target[:, None]
+    first = reached.argmax(axis=1)
+    out = np.full(len(curve), np.inf)
+    rows = np.nonzero(reached.any(axis=1))[0]
+    for r in rows:
+        j = first[r]
+        if j == 0:
+            out[r] = 0.0
+            continue
+        before, after = curve[r, j - 1], curve[r, j]
+        frac = 1.0 if before == after else (before - target[r]) / (before - after)
+        a, b = grid[j - 1], grid[j]
+        out[r] = frac * b if a == 0 else math.exp(math.log(a) + frac * (math.log(b) - math.log(a)))
+    return out
+
+
+@dataclass
+class Replicates:
+    """Bootstrap replicates (row 0: the point estimate, on every seed and block once) of each method's mean
+    curve on the grid, and of the unigram floor."""
+
+    grid: np.ndarray
+    mean: dict  # (method, objective) -> (replicates + 1) × grid
+    per_seed: dict  # (method, objective) -> seeds × grid: each run's curve on the grid (the figure's band)
+    seeds: dict  # (method, objective) -> number of pretraining seeds
+    unigram: np.ndarray | None  # (replicates + 1,)
+    uniform: float | None
+    blocks: int
+
+
+def replicate(curves: Curves, resamples: int, seed: int) -> Replicates:
+    """Resample the valid blocks (shared by every run of a replicate) and each method's pretraining seeds."""
+    rng = np.random.default_rng(seed)
+    grid, n_blocks = curves.grid(), len(curves.counts)
+    weights = np.vstack([np.ones(n_blocks), rng.multinomial(n_blocks, np.full(n_blocks, 1.0 / n_blocks),
+                                                            size=resamples)])
+    tokens = weights @ curves.counts
+    mean, seeds, point = {}, {}, {}
+    for key, runs in curves.runs.items():
+        per_seed = np.stack([(weights @ r.sums.T / tokens[:, None]) @ interpolation(r.tokens, grid).T for r in runs])
+        k = len(runs)
+        pick = np.vstack([np.arange(k)[None, :], rng.integers(0, k, size=(resamples, k))])
+        mean[key] = per_seed[pick, np.arange(resamples + 1)[:, None]].mean(axis=1)
+        seeds[key], point[key] = k, per_seed[:, 0]
+    unigram = weights @ curves.unigram / tokens if curves.unigram is not None else None
+    return Replicates(grid, mean, point, seeds, unigram, curves.uniform, n_blocks)
+
+
+@dataclass
+class Estimate:
+    """A number of tokens with its interval (inf: more than the run)."""
+
+    value: float
+    low: float
+    high: float
+
+
+def estimate(values: np.ndarray, level: float) -> Estimate:
+    """Row 0 the point estimate, the others the replicates; percentiles (1 − level) / 2 and (1 + level) / 2."""
+    reps = values[1:]
+    low, high = np.quantile(reps, [(1 - level) / 2, (1 + level) / 2], method="lower") if len(reps) else (np.nan,) * 2
+    return Estimate(float(values[0]), float(low), float(high))
+
+
+@dataclass
+class Equivalent:
+    """The baseline's tokens to reach `method`'s loss at `budget`, and their ratio to the budget."""
+
+    method: str
+    objective: str
+    budget: float
+    loss: float
+    baseline_loss: float
+    tokens: Estimate
+    ratio: Estimate
+
+
+def equivalents(reps: Replicates, baseline: str, confidence: float) -> list[Equivalent]:
+    """Every method (not the baseline) against the baseline of its objective (else the baseline's standard
+    runs), at each 10^k budget of the grid and its end; intervals Bonferroni-corrected over the rows."""
+    budgets = [i for i, b in enumerate(reps.grid) if b > 0 and (math.log10(b).is_integer() or i == len(reps.grid) - 1)]
+    pairs = []
+    for (m, o) in reps.mean:
+        base = (baseline, o) if (baseline, o) in reps.mean else (baseline, STANDARD)
+        if m != baseline and base in reps.mean:
+            pairs += [((m, o), base, i) for i in budgets]
+    level = 1 - (1 - confidence) / max(1, len(pairs))
+    out = []
+    for key, base, i in pairs:
+        tokens = crossing(reps.mean[base], reps.mean[key][:, i], reps.grid)
+        out.append(Equivalent(key[0], key[1], float(reps.grid[i]), float(reps.mean[key][0, i]),
+                              float(reps.mean[base][0, i]), estimate(tokens, level),
+                              estimate(tokens / reps.grid[i], level)))
+    return out
+
+
+@dataclass
+class FloorCrossing:
+    """The tokens `method` needs to reach each floor (None: the floor is not known)."""
+
+    method: str
+    objective: str
+    unigram: Estimate | None
+    uniform: Estimate | None
+
+
+def floor_crossings(reps: Replicates, confidence: float) -> list[FloorCrossing]:
+    level = 1 - (1 - confidence) / max(1, 2 * len(reps.mean))
+    out = []
+    for (m, o), curve in reps.mean.items():
+        uni = estimate(crossing(curve, reps.unigram, reps.grid), level) if reps.unigram is not None else None
+        flat = (estimate(crossing(curve, np.full(len(curve), reps.uniform), reps.grid), level)
+                if reps.uniform is not None else None)
+        out.append(FloorCrossing(m, o, uni, flat))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Wording: the report's table and the verdict's sentences
+# ---------------------------------------------------------------------------------------------
+
+def tokens_text(value: float) -> str:
+    """0, 950, 31.6k, 1.20M; inf: "> run"."""
+    if math.isinf(value):
+        return "> run"
+    if value < 1000:
+        return f"{value:.0f}"
+    return f"{value / 1000:.1f}k" if value < 1e6 else f"{value / 1e6:.2f}M"
+
+
+def ratio_text(e: Estimate) -> str:
+    def one(v: float) -> str:
+        return "> run" if math.isinf(v) else f"{v:.1f}×" if v < 10 else f"{v:.0f}×"
+    return f"{one(e.value)} [{one(e.low)}, {one(e.high)}]"
+
+
+def interval_text(e: Estimate) -> str:
+    return f"{tokens_text(e.value)} [{tokens_text(e.low)}, {tokens_text(e.high)}]"
+
+
+def worth_sentence(rows: list[Equivalent], baseline: str, reps: Replicates) -> str:
+    """One method's verdict: what it is worth in the baseline's tokens at the end of the run, then at each
+    10^k budget (does the lead last?)."""
+    end, name = rows[-1], f"{rows[0].method}-{rows[0].objective}"
+    base = f"{baseline}'s"
+    seeds = f"{reps.seeds[(end.method, end.objective)]} pretraining seeds each, {reps.blocks} valid blocks"
+    if end.ratio.low > 1:
+        least = "more than the run's" if math.isinf(end.ratio.low) else f"at least {end.ratio.low:.1f}×"
+        head = f"**{name} is worth {least} {base} tokens at {tokens_text(end.budget)} tokens**"
+    elif end.ratio.high < 1:
+        head = f"**{name} is worth fewer tokens than {baseline} at {tokens_text(end.budget)} tokens**"
+    else:
+        head = f"**{name}: no detectable token advantage over {baseline} at {tokens_text(end.budget)} tokens**"
+    trail = "; ".join(f"at {tokens_text(r.budget)}: {ratio_text(r.ratio)}" for r in rows[:-1])
+    reach = (f"{baseline} does not reach its valid loss {end.loss:.3f} within the run ({tokens_text(reps.grid[-1])} "
+             "tokens)" if math.isinf(end.tokens.value) else
+             f"{baseline} needs {interval_text(end.tokens)} tokens to reach its valid loss {end.loss:.3f}, ratio "
+             f"{ratio_text(end.ratio)}")
+    return (f"{head} ({reach}; {seeds})"
+            + (f"; earlier, in {base} tokens per token: {trail}." if trail else "."))
+
+
+def floor_sentence(crossings: list[FloorCrossing], reps: Replicates) -> str | None:
+    """Which methods never get below the target unigram floor within the run, and when the others do."""
+    rows = [c for c in crossings if c.unigram is not None]
+    if not rows or reps.unigram is None:
+        return None
+    never = [f"{c.method}-{c.objective}" for c in rows if math.isinf(c.unigram.value)]
+    reach = [f"{c.method}-{c.objective} after {interval_text(c.unigram)} tokens" for c in rows
+             if not math.isinf(c.unigram.value)]
+    floor = f"the target unigram floor ({reps.unigram[0]:.3f} nats a valid token)"
+    parts = []
+    if reach:
+        parts.append(f"below {floor}: " + ", ".join(reach))
+    if never:
+        parts.append(f"never below it within the run ({tokens_text(reps.grid[-1])} tokens): " + ", ".join(never))
+    return "; ".join(parts)[0].upper() + "; ".join(parts)[1:] + "."
+
+
+def section(reps: Replicates, eqs: list[Equivalent], crossings: list[FloorCrossing], baseline: str,
+            confidence: float, figure: str | None) -> list[str]:
+    lines = ["### What an initialisation is worth in tokens", ""]
+    if figure:
+        lines += [f"![valid loss against tokens seen]({figure})", ""]
+    if eqs:
+        lines.append(md_table(
+            ["method", "budget (tokens)", "its valid loss", f"{baseline}'s at the budget",
+             f"{baseline}'s tokens to reach it", "ratio"],
+            [[f"{e.method}-{e.objective}", tokens_text(e.budget), f"{e.loss:.3f}", f"{e.baseline_loss:.3f}",
+              interval_text(e.tokens), ratio_text(e.ratio)] for e in eqs]))
+        lines += ["", f"The tokens {baseline} (same objective) needs to reach each method's mean valid loss at each "
+                  "budget, read off its mean curve in log tokens; the ratio to the budget is what the initialisation "
+                  "is worth in its tokens. \"> run\": it does not get there within the run. Intervals "
+                  f"{100 * confidence:g} % over the rows (Bonferroni), from a bootstrap over the pretraining seeds "
+                  f"and the {reps.blocks} valid blocks.", ""]
+    elif not any(m == baseline for m, _ in reps.mean):
+        lines += [f"_No token-equivalent: the baseline {baseline} (report.baseline) has no pretraining runs here; set "
+                  "it to one of pretrain.methods._", ""]
+    if crossings:
+        lines.append(md_table(
+            ["method", "tokens to the unigram floor", "tokens to the uniform floor"],
+            [[f"{c.method}-{c.objective}", interval_text(c.unigram) if c.unigram else "–",
+              interval_text(c.uniform) if c.uniform else "–"] for c in crossings]))
+        floors = [f"unigram {reps.unigram[0]:.3f}" if reps.unigram is not None else "",
+                  f"uniform {reps.uniform:.3f}" if reps.uniform is not None else ""]
+        lines += ["", f"Floors in nats a valid token ({', '.join(f for f in floors if f)}): the add-one unigram of "
+                  "the training split and the uniform guess over the vocabulary, on the tokens the models are scored "
+                  "on. 0: the model starts below it.", ""]
+    return lines
+
+
+def verdict(reps: Replicates, eqs: list[Equivalent], crossings: list[FloorCrossing], baseline: str) -> list[str]:
+    by_method: dict = {}
+    for e in eqs:
+        by_method.setdefault((e.method, e.objective), []).append(e)
+    out = [worth_sentence(rows, baseline, reps) for rows in by_method.values()]
+    floor = floor_sentence(crossings, reps)
+    return out + ([floor] if floor else [])

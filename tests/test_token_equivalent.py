@@ -1,0 +1,129 @@
+"""What an initialisation is worth in tokens (report.token_equivalent), on curves whose answers are known.
+
+random's valid loss is 10 − log2(t / 1000) nats from t = 1000 tokens on (12 at t = 0), focus's is random's at
+4 t: 8 − log2(t / 1000). Both are linear in log tokens, so reading them at the grid's budgets by interpolation
+in log tokens is exact, and random needs exactly 4× the tokens to reach focus's loss at any budget b with
+4 b inside the run; the unigram floor of 5 nats is reached by random at 32,000 tokens and by focus at 8,000.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from vocabtransfer.report import token_equivalent as te
+from vocabtransfer.report.read import Language
+
+TOKENS = [0] + [1000 * 2 ** i for i in range(7)]  # 0, 1000, 2000, …, 64000
+BLOCKS, PER_BLOCK = 40, 10
+BLOCK_EFFECT = 0.05 * np.where(np.arange(BLOCKS) % 2 == 0, 1.0, -1.0)  # sums to zero: the mean is exact
+
+
+def loss(method: str, t: float) -> float:
+    if t == 0:
+        return 12.0 if method == "random" else 10.5
+    return (10.0 if method == "random" else 8.0) - math.log2(t / 1000)
+
+
+def language(seeds: int = 3) -> Language:
+    lang = Language(lang="sw")
+    for method in ("random", "focus"):
+        for s in range(1, seeds + 1):
+            offset = 0.001 * (s - (seeds + 1) / 2)  # the seeds' mean is the curve
+            rows = [{"step": i, "tokens_seen": t, "block": b, "loss_sum": PER_BLOCK * (loss(method, t) + offset
+                                                                                       + BLOCK_EFFECT[b])}
+                    for i, t in enumerate(TOKENS) for b in range(BLOCKS)]
+            lang.curve_blocks[(method, "standard", s)] = pd.DataFrame(rows)
+            lang.blocks[(method, "standard", s)] = pd.DataFrame({
+                "block": range(BLOCKS), "loss_sum": 0.0, "n_tokens": PER_BLOCK,
+                "unigram_sum": PER_BLOCK * (5.0 + BLOCK_EFFECT)})
+            lang.runs[(method, "standard", s)] = {"uniform_valid_loss": 11.0}
+    return lang
+
+
+def test_interpolation_and_crossing_by_hand():
+    grid = np.array([0.0, 1000, 3000, 10000])
+    curve = np.array([[10.0, 8.0, 6.0, 4.0]] * 4)
+    got = te.crossing(curve, np.array([7.0, 9.0, 11.0, 3.0]), grid)
+    assert got[0] == pytest.approx(1000 * math.sqrt(3))  # halfway between 1000 and 3000 in log tokens
+    assert got[1] == pytest.approx(500)  # halfway between 0 and 1000, linear in tokens
+    assert got[2] == 0 and math.isinf(got[3])  # there from the start; never within the run
+    weights = te.interpolation(np.array([0.0, 1000, 4000]), np.array([0.0, 500, 2000, 4000]))
+    np.testing.assert_allclose(weights, [[1, 0, 0], [0.5, 0.5, 0], [0, 0.5, 0.5], [0, 0, 1]])
+
+
+def test_token_equivalent_of_a_curve_shifted_fourfold():
+    curves = te.read_curves(language())
+    assert list(curves.grid()) == [0, 1000, 3000, 10000, 30000, 64000]
+    reps = te.replicate(curves, resamples=400, seed=1)
+    assert reps.seeds[("focus", "standard")] == 3 and reps.blocks == BLOCKS
+    np.testing.assert_allclose(reps.mean[("random", "standard")][0], [loss("random", t) for t in reps.grid],
+                               atol=1e-9)
+    eqs = {e.budget: e for e in te.equivalents(reps, "random", 0.95)}
+    assert sorted(eqs) == [1000, 10000, 64000]
+    for budget in (1000, 10000):
+        assert eqs[budget].tokens.value == pytest.approx(4 * budget, rel=1e-6)
+        assert eqs[budget].ratio.value == pytest.approx(4, rel=1e-6)
+        assert 3.9 < eqs[budget].ratio.low <= 4 <= eqs[budget].ratio.high < 4.1  # seeds and blocks barely move it
+    assert math.isinf(eqs[64000].ratio.value)  # random does not reach focus's final loss within 64,000 tokens
+    floors = {c.method: c for c in te.floor_crossings(reps, 0.95)}
+    assert floors["random"].unigram.value == pytest.approx(32000, rel=1e-6)
+    assert floors["focus"].unigram.value == pytest.approx(8000, rel=1e-6)
+    # the uniform guess (11 nats): random from 12 at 0 to 10 at 1000 tokens, linear: 500; focus starts below it
+    assert floors["random"].uniform.value == pytest.approx(500) and floors["focus"].uniform.value == 0
+    lines = te.verdict(reps, list(eqs.values()), list(floors.values()), "random")
+    assert lines[0].startswith("**focus-standard is worth more than the run's random's tokens at 64.0k tokens**")
+    assert "at 1.0k: 4.0× [" in lines[0] and "at 10.0k: 4.0× [" in lines[0]
+    assert "focus-standard after 8.0k [" in lines[1] and "random-standard after 32.0k [" in lines[1]
+    table = "\n".join(te.section(reps, list(eqs.values()), list(floors.values()), "random", 0.95, None))
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in table.splitlines() if line.startswith("| focus")]
+    row = next(r for r in rows if r[1] == "10.0k")
+    assert row[2:4] == ["4.678", "6.678"] and row[4].startswith("40.0k [") and row[5].startswith("4.0× [")
+
+
+def test_no_advantage_is_worded_as_such():
+    """focus equal to random: the ratio's interval holds 1 and the verdict says no detectable advantage."""
+    lang = language()
+    for s in (1, 2, 3):
+        lang.curve_blocks[("focus", "standard", s)] = lang.curve_blocks[("random", "standard", 4 - s)].copy()
+    reps = te.replicate(te.read_curves(lang), resamples=400, seed=1)
+    eqs = te.equivalents(reps, "random", 0.95)
+    end = [e for e in eqs if e.budget == 64000][0]
+    assert end.ratio.low <= 1 <= end.ratio.high
+    assert te.verdict(reps, eqs, [], "random")[0].startswith(
+        "**focus-standard: no detectable token advantage over random at 64.0k tokens**")
+
+
+def test_the_report_shows_tokens_curves_table_and_verdict(tmp_path):
+    """Through `write_report`: runs with valid_curve.parquet get the tokens figure (log axis, floors), the
+    token-equivalent section and a verdict bullet per method; metrics.json keeps the ratios (null: > run)."""
+    import pyarrow as pa
+
+    from test_report import PARAMS, _report, make_results, write
+    from vocabtransfer import io
+    from vocabtransfer.pipeline import paths
+    from vocabtransfer.report import build
+
+    plan = make_results(tmp_path, langs=("sw",), with_evals=False)
+    for m, o, s in plan.pretrain:
+        lang = language()
+        src = ("random" if m == "random" else "focus", "standard", s)
+        run = dict(lang="sw", method=m, objective=o, pseed=s)
+        write(tmp_path, paths.PRETRAIN_DIR + "/valid_curve.parquet",
+              pa.Table.from_pandas(lang.curve_blocks[src], preserve_index=False), **run)
+        write(tmp_path, paths.PRETRAIN_DIR + "/valid_blocks.parquet",
+              pa.Table.from_pandas(lang.blocks[src], preserve_index=False), **run)
+        write(tmp_path, paths.PRETRAIN_DIR + "/stats.json", {"steps": 7, "uniform_valid_loss": 11.0}, **run)
+    build.write_report({**PARAMS, "languages": ["sw"]}, _report({**PARAMS, "report": {"bootstrap_resamples": 200}}),
+                       plan, tmp_path)
+    text = (tmp_path / paths.REPORT).read_text()
+    assert "### What an initialisation is worth in tokens" in text
+    assert "**focus-standard is worth more than the run's random's tokens at 64.0k tokens**" in text
+    assert "**focus-selfish is worth more than the run's random's tokens" in text  # against random-selfish
+    figure = tmp_path / paths.REPORT_FIGURES / "sw_valid_loss.png"
+    assert figure.read_bytes().startswith(b"\x89PNG")
+    ratios = io.read_json(tmp_path / paths.REPORT_METRICS)["sw"]["token_equivalent"]
+    assert ratios["focus-standard@10000"] == pytest.approx(4, rel=1e-6) and ratios["focus-standard@64000"] is None
