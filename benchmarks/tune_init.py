@@ -11,12 +11,22 @@ named:
   * auxiliary: fastText CBOW (dim 100, epochs 3, min_count 10) on the train lines tokenised with it;
   * overlap: `overlap.compute_overlap` with the default options.
 
+With --results DIR, the inputs are instead a study's own artefacts under DIR (run with
+`corpus.dev_fraction` > 0 up to its overlap and fasttext stages): results/source/model (the source with
+its LM head: a masked LM's trained by source_head), results/<lang>/tokenizer, the fastText vectors
+results/<lang>/fasttext/embeddings.safetensors, the overlap recomputed as the overlap stage computes it
+(default options), and results/<lang>/corpus/dev.parquet. So the setting is picked for exactly the
+study's initialisation, on lines it never trains on or scores.
+
 For focus and every (k, norm) of omp it builds the target model (`modeling.build_target_model`) and scores
-bits per byte of the first --dev-lines dev lines (`bits_per_byte.score_lines`, the init_eval measure),
-with the standard error of the per-line difference from the best setting (paired over lines). Prints one
-Markdown table.
+the first --dev-lines dev lines: a causal model in bits per byte (`bits_per_byte.score_lines`, the
+init_eval measure) with the standard error of the per-line difference from the best setting (paired over
+lines); a masked model in its masked-LM loss (nats a masked token, the pretrain stage's valid loss: blocks of
+--seq-len ids with seeded masks, the same for every setting), the standard error paired over blocks. Prints
+one Markdown table.
 
     .venv/bin/python benchmarks/tune_init.py --lang sw --k 8 16 32 64 --norm atoms combination
+    .venv/bin/python benchmarks/tune_init.py --results ../study --lang sw --k 8 16 32 64   # MiniLM, masked
 """
 
 from __future__ import annotations
@@ -44,6 +54,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--k", type=int, nargs="+", default=[8, 16, 32, 64], help="omp k values")
     p.add_argument("--norm", nargs="+", default=["atoms", "combination"], help="omp norm values")
     p.add_argument("--seq-len", type=int, default=128, help="scoring window (default 128, init_eval.seq_len)")
+    p.add_argument("--results", type=Path, default=None,
+                   help="a study's directory: take its source model, tokenizer, fastText vectors and dev split")
     p.add_argument("--workdir", type=Path,
                    default=Path(os.environ.get("VOCABTRANSFER_CACHE") or "~/.cache/vocabtransfer").expanduser()
                    / "benchmarks" / "tune_init", help="where the corpus, source, tokenizer and vectors are cached")
@@ -93,40 +105,86 @@ def build_inputs(args) -> dict:
             "target": target, "aux": vec["embeddings"], "mask": vec["mask"].bool(), "t_ov": t_ov, "s_ov": s_ov}
 
 
+def study_inputs(args) -> dict:
+    """build_inputs' dict from the study under --results (its artefacts, checked present)."""
+    from safetensors.torch import load_file
+
+    from vocabtransfer.data.overlap import compute_overlap, overlap_pairs
+    from vocabtransfer.evaluate.bits_per_byte import valid_lines
+    from vocabtransfer.model.hub import load_tokenizer
+
+    root = args.results / "results"
+    need = {"source_dir": root / "source" / "model", "tok_dir": root / args.lang / "tokenizer",
+            "vectors": root / args.lang / "fasttext" / "embeddings.safetensors",
+            "dev": root / args.lang / "corpus" / "dev.parquet"}
+    missing = [str(p) for p in need.values() if not p.exists()]
+    if missing:
+        sys.exit(f"--results {args.results}: missing {', '.join(missing)}; run the study's corpus (with "
+                 "corpus.dev_fraction > 0), source_head, tokenizer and fasttext stages first")
+    target, source = load_tokenizer(need["tok_dir"]), load_tokenizer(need["source_dir"])
+    vec = load_file(str(need["vectors"]))
+    t_ov, s_ov = overlap_pairs(compute_overlap(target, source))
+    return {"dev": valid_lines(need["dev"], args.dev_lines), "source_dir": need["source_dir"],
+            "tok_dir": need["tok_dir"], "target": target, "aux": vec["embeddings"], "mask": vec["mask"].bool(),
+            "t_ov": t_ov, "s_ov": s_ov}
+
+
+def score(model, x: dict, kind: str, args) -> tuple:
+    """(per-unit score numerator, per-unit weight): bits and bytes per dev line (causal), or summed masked-LM
+    loss and masked tokens per block (masked); the score is their totals' ratio."""
+    from vocabtransfer.evaluate.bits_per_byte import score_lines
+    from vocabtransfer.model.lmdata import lm_batches, pack_lines
+    from vocabtransfer.train.pretrain import block_losses
+
+    if kind == "causal":
+        scores = score_lines(model, x["target"], x["dev"], seq_len=args.seq_len, batch_size=8)
+        return scores.bits, scores.n_bytes
+    blocks = pack_lines(x["target"], x["dev"], args.seq_len, kind="masked")
+    sums, counts = block_losses(model, lm_batches(x["target"], blocks, "masked", 16, 43), "masked")
+    import numpy as np
+    return np.asarray(sums), np.asarray(counts, dtype=float)
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     args.workdir.mkdir(parents=True, exist_ok=True)
     import numpy as np
 
-    from vocabtransfer.evaluate.bits_per_byte import score_lines
+    from vocabtransfer.init.initialise import transfer_bias
     from vocabtransfer.init.methods.focus import focus_embeddings
     from vocabtransfer.init.methods.omp import omp_embeddings
     from vocabtransfer.init.methods.options import OmpOptions
     from vocabtransfer.model import modeling
+    from vocabtransfer.model.hub import load_tokenizer
 
     start = time.perf_counter()
-    x = build_inputs(args)
-    model, _ = modeling.load_source_model(x["source_dir"])
+    x = study_inputs(args) if args.results else build_inputs(args)
+    model, kind = modeling.load_source_model(x["source_dir"])
     src = modeling.embedding_matrices(model)["input"].detach()
     n = len(x["target"])
+    src_bias = modeling.output_bias(model)  # a masked LM's output bias, transferred as the init stage does
+    bias = (transfer_bias(src_bias[:len(load_tokenizer(x["source_dir"]))].detach(), n, x["t_ov"], x["s_ov"])
+            if src_bias is not None else None)
     del model
     settings = {"focus": lambda: focus_embeddings(src, x["t_ov"], x["s_ov"], x["aux"], x["mask"], n)}
     for norm in args.norm:
         for k in args.k:
             settings[f"omp k={k} norm={norm}"] = (lambda k=k, norm=norm: omp_embeddings(
                 src, x["t_ov"], x["s_ov"], x["aux"], x["mask"], n, OmpOptions(k=k, norm=norm)))
+    unit, measure = ("lines", "bits per byte") if kind == "causal" else ("blocks", "masked-LM loss, nats a token")
     bits, n_bytes = {}, None
     for name, make in settings.items():
         rows, _ = make()
-        target_model = modeling.build_target_model(x["source_dir"], x["tok_dir"], rows, kind="causal")
-        scores = score_lines(target_model, x["target"], x["dev"], seq_len=args.seq_len, batch_size=8)
-        bits[name], n_bytes = scores.bits, scores.n_bytes
-        print(f"{name}: {bits[name].sum() / n_bytes.sum():.4f} bits per byte", file=sys.stderr)
+        target_model = modeling.build_target_model(x["source_dir"], x["tok_dir"], rows, bias=bias, kind=kind)
+        bits[name], n_bytes = score(target_model, x, kind, args)
+        print(f"{name}: {bits[name].sum() / n_bytes.sum():.4f} {measure}", file=sys.stderr)
     total = n_bytes.sum()
     best = min((b for b in bits if b != "focus"), key=lambda b: bits[b].sum())
-    print(f"\n{args.source} -> {args.lang}: {len(x['dev'])} dev lines ({total} bytes; corpus.dev_fraction "
-          f"{args.dev_fraction}), {n} target tokens, {len(x['t_ov'])} overlapping; {time.perf_counter() - start:.0f} s\n")
-    print("| setting | bits per byte (dev) | − best omp | ± 2 s.e. (paired over lines) |")
+    source = args.results or args.source
+    print(f"\n{source} -> {args.lang}: {len(x['dev'])} dev lines ({len(n_bytes)} {unit}, {total:.0f} "
+          f"{'bytes' if kind == 'causal' else 'masked tokens'}), {n} target tokens, {len(x['t_ov'])} overlapping; "
+          f"{time.perf_counter() - start:.0f} s\n")
+    print(f"| setting | {measure} (dev) | − best omp | ± 2 s.e. (paired over {unit}) |")
     print("|---|---:|---:|---:|")
     for name, b in bits.items():
         per_line = (b - bits[best]) / total * len(b)  # each line's share, so the mean is the difference

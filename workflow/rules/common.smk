@@ -61,6 +61,13 @@ config.update(_validated)
 # one line per job that params ask for but the data do not allow, before any job starts
 for _line in _lines:
     print(_line, file=sys.stderr)
+# every planned job's code fingerprint, written before the DAG is built: Snakemake caches what a directory
+# holds, so a fingerprint first written by an input function while the DAG is built (a job reached only through
+# an explicit target's inputs) would be reported missing
+for _name, _stage in STAGES.items():
+    for _lang in config["languages"] if "lang" in _stage.wildcards else [None]:
+        for _wc in _stage.jobs(config, _lang):
+            fingerprint.write(_name, _stage.code_modules(config, _wc))
 
 
 def _asks_for_job_listing(argv):
