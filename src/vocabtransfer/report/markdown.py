@@ -166,8 +166,10 @@ def init_section(lang: Language, share: bool = True) -> list[str]:
             ("retrieval_xx2en", "retrieval xx→en", True, 3)]
     cols = [c for c in cols if any(finite(r.get(c[0])) for r in lang.init_eval)]  # retrieval: encoders only
     has_bits = any(finite(r.get("bits_per_byte")) for r in lang.init_eval)
-    if has_bits:  # causal models (init_eval.bits_per_byte): the measure that does not depend on the tokenizer
-        cols += [("bits_per_byte", "bits per byte", False, 3)] + ([("share_kept", "share kept", True, 2)] if share else [])
+    if has_bits and share:  # causal models (init_eval.bits_per_byte): the measure that does not depend on the tokenizer
+        cols += [("bits_per_byte", "bits per byte", False, 3), ("share_kept", "share kept", True, 2)]
+    if not share:  # the bits-per-byte table has them (one source bits per byte in the report): no floor rows here
+        floors = []
     if any(finite(r.get("bytes_per_token")) for r in lang.init_eval):
         cols.append(("bytes_per_token", "bytes per token", None, 2))
     table = [[r["method"]] for r in rows]
@@ -194,9 +196,8 @@ def _init_note(lang: Language, has_bits: bool, share: bool, floors: bool) -> str
             "one temperature that minimises it; retrieval: top-1 accuracy on XNLI premises. The source model "
             f"reads the {lang.lang} text with its own tokenizer (its loss: on held-out source text, "
             f"{', '.join(sorted({str(r['lang']) for r in lang.init_eval if r['method'] == 'source'})) or '–'}).")
-    if has_bits:
-        note += (" Bits per byte: bits per UTF-8 byte of the valid lines (pretraining seed 1's initialisation; "
-                 "the table *Bits per byte* below has every seed and the intervals).")
+    if has_bits and share:
+        note += (" Bits per byte: bits per UTF-8 byte of the valid lines (pretraining seed 1's initialisation).")
     if floors:
         note += (" Floors: predictors without a model on the same tokens (unigram-target, unigram-source: a unigram "
                  "of the target or the source tokenizer fitted on the train split; uniform: the uniform guess over "
@@ -205,7 +206,9 @@ def _init_note(lang: Language, has_bits: bool, share: bool, floors: bool) -> str
         note += (" Share kept: (BPB_floor − BPB_method) / (BPB_floor − BPB_source), from the best floor; – where the "
                  "source does not beat it (nothing to keep).")
     elif has_bits:
-        note += " Share kept: in the table *Bits per byte* below (one per model, from the means over seeds)."
+        note += (" Bits per byte and the share kept: in the table *Bits per byte* below, the one place the report "
+                 "scores them (every initialisation and pretrained model, the source and the floors on the same "
+                 "lines, with intervals).")
     if any(finite(r.get("bytes_per_token")) for r in lang.init_eval):
         note += " Bytes per token: of each model's tokenizer on the valid lines."
     return note + " Best in bold."
