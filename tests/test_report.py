@@ -265,7 +265,8 @@ def test_verdict_states_wins_costs_and_what_is_not_learned(rendered):
     # nli: nobody is above the majority class
     assert "**nli: not learned at these sizes**" in verdict
     nli = next(line for line in verdict.splitlines() if line.startswith("- **nli: not learned"))
-    assert re.search(r"points over it, adjusted p [\d.e-]+, 2 fine-tuning seeds, 20 clusters", nli), nli
+    assert re.search(r"points over it, adjusted p [\d.e-]+, 2 fine-tuning seeds, 20 clusters; smallest difference "
+                     r"this design detects: ±\d+\.\d points over the floor\)", nli), nli
     assert not re.search(r"\*\*nli, method − random", verdict)
     # qa is learned: the bullet names the models above the floor after the correction, each with the margin the
     # downstream table gives it, and counts the others
@@ -772,3 +773,15 @@ def test_the_rendered_report_words_its_counts_and_its_job_time_from_the_numbers(
     _, plan, text = rendered
     assert not wording_faults(text)
     assert "each with 3 pretraining seeds" in text and "fine-tuning seeds 1, 2 per model" in text
+
+
+def test_the_smallest_detectable_difference_widens_with_the_table():
+    """A half-width of 1.0 at 95 %: 1.0 for a table of one comparison; for four, scaled to the Bonferroni level
+    z(1 − 0.05 / 8) / z(0.975) = 2.4977 / 1.9600."""
+    from vocabtransfer.report.tables import Settings
+    from vocabtransfer.report.verdict import detectable
+
+    settings = Settings(resamples=10, confidence=0.95, correction="holm", seed=1, min_clusters=30)
+    d = stats.Difference(diff=0.2, low=-0.8, high=1.2, p_value=0.5, n_pseeds=3, n_fseeds=1, n_clusters=40)
+    assert detectable([d], settings, 1) == pytest.approx(1.0)
+    assert detectable([d], settings, 4) == pytest.approx(2.4977 / 1.95996, rel=1e-4)

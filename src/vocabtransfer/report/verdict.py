@@ -54,6 +54,21 @@ def _listing(rows: list[Row], per_row: bool, state: str) -> list[str]:
     return out
 
 
+def detectable(diffs: list, settings: Settings, comparisons: int) -> float:
+    """The smallest difference the design behind `diffs` detects: the widest half-width of their intervals,
+    scaled from the confidence level to the Bonferroni level over the `comparisons` of their table (the
+    strictest step of Holm's correction), as a normal interval widens."""
+    from scipy.stats import norm  # scipy: heavy, not at CLI start-up
+
+    scale = norm.ppf(1 - settings.alpha / (2 * max(1, comparisons))) / norm.ppf(1 - settings.alpha / 2)
+    return max((d.high - d.low) / 2 for d in diffs) * scale
+
+
+def detectable_text(diffs: list, settings: Settings, comparisons: int, digits: int, unit: str = "") -> str:
+    """`smallest difference this design detects: ±0.052` (in the measure's unit)."""
+    return f"smallest difference this design detects: ±{detectable(diffs, settings, comparisons):.{digits}f}{unit}"
+
+
 def family_sentence(family: Family, measure: str, settings: Settings, what: str) -> str | None:
     """One sentence on the rows of `family` that measure `measure`."""
     rows = [r for r in family.rows if r.measure == measure and r.diff is not None]
@@ -63,10 +78,13 @@ def family_sentence(family: Family, measure: str, settings: Settings, what: str)
     parts = []
     states = [r.status(settings) for r in rows]
     too_few = list(dict.fromkeys(state for state in states if state.endswith("too few to tell")))
+    comparisons = sum(r.diff is not None for r in family.rows)  # the correction's family: the whole table
     for name in ("better", "worse", NOT_AFTER_CORRECTION, NO_DIFFERENCE, *too_few):
         group = [r for r, state in zip(rows, states) if state == name]
         if group:
-            parts.append(f"{name}: " + "; ".join(_listing(group, shared is None, name)))
+            power = ("" if name not in (NOT_AFTER_CORRECTION, NO_DIFFERENCE) else
+                     f" ({detectable_text([r.diff for r in group], settings, comparisons, _digits(measure))})")
+            parts.append(f"{name}: " + "; ".join(_listing(group, shared is None, name)) + power)
     return f"**{what}**" + (f" ({shared})" if shared else "") + ": " + ". ".join(parts) + "."
 
 
@@ -157,10 +175,11 @@ def language_verdict(lang: str, families: list[Family], status: dict, settings: 
             bullets.append(f"{head} ({floor}) by its interval rest on too little" if st.state != NOT_LEARNED else head
                            + f" ({floor}) by its interval")
             p = best.over_floor.adjusted_p  # "not learned" rests on the correction over the task's models
+            power = detectable_text([s.over_floor for s in st.scores], settings, len(st.scores), 1, " points")
             bullets[-1] += (f" (best: {best.group} {number(best.over_floor, 1)} points over it, "
                             + (f"adjusted p {p:.2g}, " if p is not None and st.state == NOT_LEARNED else "")
-                            + f"{seeds_text(best.over_floor)}, {best.over_floor.n_clusters} clusters); its scores are "
-                            "left out of every comparison.")
+                            + f"{seeds_text(best.over_floor)}, {best.over_floor.n_clusters} clusters; {power} over "
+                            "the floor); its scores are left out of every comparison.")
             continue
         bullets.append(learned_sentence(task, st, floor, settings))
         for family in families:
