@@ -127,3 +127,20 @@ def test_the_report_shows_tokens_curves_table_and_verdict(tmp_path):
     assert figure.read_bytes().startswith(b"\x89PNG")
     ratios = io.read_json(tmp_path / paths.REPORT_METRICS)["sw"]["token_equivalent"]
     assert ratios["focus-standard@10000"] == pytest.approx(4, rel=1e-6) and ratios["focus-standard@64000"] is None
+
+
+def test_tokens_to_the_sources_bits_per_byte():
+    """Causal runs' bits per byte, 3 − 0.25 log2(t / 1000) for random (3.5 at 0) and random's at 4 t for focus:
+    the source's 1.5 is reached by random at 64,000 tokens (the run's end) and by focus at 16,000."""
+    lang = language()
+    for (m, o, s) in list(lang.curve_blocks):
+        bits = [3.5 if t == 0 else 3.0 - 0.25 * math.log2((t if m == "random" else 4 * t) / 1000) for t in TOKENS]
+        lang.curves[(m, o, s)] = pd.DataFrame({"step": range(len(TOKENS)), "tokens_seen": TOKENS,
+                                               "valid_bits_per_byte": np.array(bits) + 0.001 * (s - 2)})
+    reps = te.replicate(te.read_curves(lang), resamples=200, seed=1)
+    reach = te.bits_crossings(lang, reps, 1.5, 200, 1, 0.95)
+    assert reach[("focus", "standard")].value == pytest.approx(16000, rel=1e-3)
+    assert reach[("random", "standard")].value == pytest.approx(64000, rel=1e-3)
+    sentence = te.source_sentence(reach, 1.5, reps)
+    assert sentence.startswith("The source's bits per byte with its own tokenizer (1.500): reached by ")
+    assert "focus-standard after 16.0k [" in sentence

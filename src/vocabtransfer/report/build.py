@@ -99,7 +99,7 @@ def write_report(params: dict, report: tables.ReportParams, p: Plan, root: Path 
             body += markdown.pretrain_section(lang, curve_fig)
             if worth is not None:
                 body += _tokens_section(lang, worth, report.baseline, settings, bpb, figures / Path(curve_fig).name,
-                                        curve_fig, per_language[lang.lang][2], m)
+                                        params, per_language[lang.lang][2], m)
             body += ["### Comparisons", ""]
             for family in families:
                 body += markdown.family_section(family, settings)
@@ -139,7 +139,7 @@ def write_report(params: dict, report: tables.ReportParams, p: Plan, root: Path 
     return root / paths.REPORT
 
 
-def _tokens_section(lang, worth, baseline: str, settings, bpb, figure: Path, name: str, bullets: list,
+def _tokens_section(lang, worth, baseline: str, settings, bpb, figure: Path, params: dict, bullets: list,
                     metrics: dict) -> list[str]:
     """What each initialisation is worth in the baseline's tokens (`token_equivalent`): its figure at `figure`
     (valid loss, and bits per byte for causal runs, against tokens), its table, its verdict `bullets` and
@@ -160,9 +160,30 @@ def _tokens_section(lang, worth, baseline: str, settings, bpb, figure: Path, nam
         lines.update({r.objective: r.score.diff for r in bpb.floors if r.score})
     plot_token_curves(lang.lang, reps, figure, bits=bits or None, bits_lines=lines)
     bullets += token_equivalent.verdict(reps, eqs, crossings, baseline)
+    reach, note = _source_reach(lang, reps, settings, params, bpb, lines.get("source"))
+    if reach:
+        bullets.append(token_equivalent.source_sentence(reach, lines["source"], reps))
     metrics["token_equivalent"] = {f"{e.method}-{e.objective}@{e.budget:.0f}":  # null: more than the run
                                    None if math.isinf(e.ratio.value) else round(e.ratio.value, 4) for e in eqs}
-    return token_equivalent.section(reps, eqs, crossings, baseline, settings.confidence, None)
+    return token_equivalent.section(reps, eqs, crossings, baseline, settings.confidence, None, reach, note)
+
+
+def _source_reach(lang, reps, settings, params: dict, bpb, source: float | None) -> tuple[dict, str]:
+    """The tokens each causal method needs to reach the source's bits per byte, where that is measured on the same
+    lines and windows as the curves (pretrain.eval_lines and seq_len equal to token_frequency_loss's max_lines and
+    seq_len) and the source beats the best floor; else ({}, why not)."""
+    if source is None or bpb is None:
+        return {}, ""
+    pre, tfl = params["pretrain"], params.get("token_frequency_loss") or {}
+    if (pre.get("eval_lines"), pre.get("seq_len")) != (tfl.get("max_lines"), tfl.get("seq_len")):
+        return {}, ("No tokens to the source's bits per byte: the curves score pretrain.eval_lines lines in windows of "
+                    "pretrain.seq_len, the source is scored on token_frequency_loss.max_lines lines in windows of "
+                    "token_frequency_loss.seq_len; set them equal to compare.")
+    floors = [r.score.diff for r in bpb.floors if r.score]
+    if floors and source >= min(floors):
+        return {}, "The source does not beat the best floor in bits per byte: no tokens to reach it are given."
+    return token_equivalent.bits_crossings(lang, reps, source, settings.resamples, settings.seed,
+                                           settings.confidence), ""
 
 
 def _spoken_list(words: list[str]) -> str:

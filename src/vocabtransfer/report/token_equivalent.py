@@ -217,6 +217,32 @@ def floor_crossings(reps: Replicates, confidence: float) -> list[FloorCrossing]:
     return out
 
 
+def bits_crossings(lang, reps: Replicates, source: float, resamples: int, seed: int,
+                   confidence: float) -> dict:
+    """(method, objective) -> the tokens its mean bits-per-byte curve (causal runs: metrics.parquet's
+    valid_bits_per_byte at each evaluation, read at the grid's budgets) needs to reach the source's bits per
+    byte `source`, with an interval from resampling the pretraining seeds (the bits are per run, not per
+    block); Bonferroni over the methods."""
+    rng = np.random.default_rng(seed + 1)
+    per_key: dict = {}
+    for (m, o, s), table in sorted(lang.curves.items()):
+        if "valid_bits_per_byte" not in table:
+            continue
+        rows = table.dropna(subset=["valid_bits_per_byte"]).sort_values("tokens_seen")
+        if len(rows) < 2 or rows["tokens_seen"].iloc[0] != 0 or rows["tokens_seen"].iloc[-1] < reps.grid[-1]:
+            continue
+        tokens = rows["tokens_seen"].to_numpy(float)
+        per_key.setdefault((m, o), []).append(interpolation(tokens, reps.grid) @ rows["valid_bits_per_byte"].to_numpy(float))
+    level = 1 - (1 - confidence) / max(1, len(per_key))
+    out = {}
+    for key, curves in per_key.items():
+        runs = np.stack(curves)
+        pick = np.vstack([np.arange(len(runs))[None, :], rng.integers(0, len(runs), size=(resamples, len(runs)))])
+        mean = runs[pick].mean(axis=1)
+        out[key] = estimate(crossing(mean, np.full(len(mean), source), reps.grid), level)
+    return out
+
+
 # ---------------------------------------------------------------------------------------------
 # Wording: the report's table and the verdict's sentences
 # ---------------------------------------------------------------------------------------------
@@ -279,8 +305,21 @@ def floor_sentence(crossings: list[FloorCrossing], reps: Replicates) -> str | No
     return "; ".join(parts)[0].upper() + "; ".join(parts)[1:] + "."
 
 
+def source_sentence(reach: dict, source: float, reps: Replicates) -> str | None:
+    """Which methods reach the source's bits per byte within the run, and after how many tokens."""
+    if not reach:
+        return None
+    got = [f"{m}-{o} after {interval_text(e)} tokens" for (m, o), e in reach.items() if not math.isinf(e.value)]
+    never = [f"{m}-{o}" for (m, o), e in reach.items() if math.isinf(e.value)]
+    parts = ([f"reached by {', '.join(got)}"] if got else []) + (
+        [f"not within the run ({tokens_text(reps.grid[-1])} tokens) by {', '.join(never)}"] if never else [])
+    seeds = max(reps.seeds.values())
+    return (f"The source's bits per byte with its own tokenizer ({source:.3f}): " + "; ".join(parts)
+            + f" (intervals over {seeds} pretraining seeds).")
+
+
 def section(reps: Replicates, eqs: list[Equivalent], crossings: list[FloorCrossing], baseline: str,
-            confidence: float, figure: str | None) -> list[str]:
+            confidence: float, figure: str | None, reach: dict | None = None, source: str = "") -> list[str]:
     lines = ["### What an initialisation is worth in tokens", ""]
     if figure:
         lines += [f"![valid loss against tokens seen]({figure})", ""]
@@ -299,15 +338,19 @@ def section(reps: Replicates, eqs: list[Equivalent], crossings: list[FloorCrossi
         lines += [f"_No token-equivalent: the baseline {baseline} (report.baseline) has no pretraining runs here; set "
                   "it to one of pretrain.methods._", ""]
     if crossings:
+        reach = reach or {}
         lines.append(md_table(
-            ["method", "tokens to the unigram floor", "tokens to the uniform floor"],
+            ["method", "tokens to the unigram floor", "tokens to the uniform floor"]
+            + (["tokens to the source's bits per byte"] if reach else []),
             [[f"{c.method}-{c.objective}", interval_text(c.unigram) if c.unigram else "–",
-              interval_text(c.uniform) if c.uniform else "–"] for c in crossings]))
+              interval_text(c.uniform) if c.uniform else "–"]
+             + ([interval_text(reach[(c.method, c.objective)]) if (c.method, c.objective) in reach else "–"]
+                if reach else []) for c in crossings]))
         floors = [f"unigram {reps.unigram[0]:.3f}" if reps.unigram is not None else "",
                   f"uniform {reps.uniform:.3f}" if reps.uniform is not None else ""]
         lines += ["", f"Floors in nats a valid token ({', '.join(f for f in floors if f)}): the add-one unigram of "
                   "the training split and the uniform guess over the vocabulary, on the tokens the models are scored "
-                  "on. 0: the model starts below it.", ""]
+                  "on. 0: the model starts below it." + (f" {source}" if source else ""), ""]
     return lines
 
 
