@@ -257,7 +257,7 @@ def test_bad_input_gives_one_clear_error_and_no_output(good, tmp_path, monkeypat
                            "--threads", "1"], cwd=work, capture_output=True, text=True,
                           env={**os.environ, "VOCABTRANSFER_DATA": str(work / "data"),
                                "VOCABTRANSFER_CACHE": str(work / "cache"), "OMP_NUM_THREADS": "1"})
-    errors = [line for line in proc.stderr.splitlines() if " ERROR " in line]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
     lines = words if isinstance(words[0], list) else [words]
     clear = (proc.returncode != 0 and "Traceback" not in proc.stderr and len(errors) == len(lines)
              and all(w.lower() in error.lower() for error, ws in zip(errors, lines) for w in ws))

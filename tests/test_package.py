@@ -11,7 +11,7 @@ import zipfile
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, SHARED_DATA
 
 pytestmark = pytest.mark.slow
 
@@ -43,11 +43,11 @@ def test_validate_works_from_an_installed_wheel(tmp_path):
     run_dir = tmp_path / "elsewhere"
     run_dir.mkdir()
     shutil.copy(REPO / "params.yaml", run_dir)
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.run([str(venv / "bin" / "vocabtransfer"), "validate", "--params", "params.yaml"], cwd=run_dir,
-                          env=env, capture_output=True, text=True)
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "HF_HUB_OFFLINE": "1", "VOCABTRANSFER_DATA": str(SHARED_DATA)}
+    proc = subprocess.run([str(venv / "bin" / "vocabtransfer"), "validate", "--print", "--params", "params.yaml"],
+                          cwd=run_dir, env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
-    assert "vocab_size: 16000" in proc.stdout
+    assert "vocab_size: 16000" in proc.stdout and proc.stdout.splitlines()[-1].startswith("valid: params.yaml: ")
     where = subprocess.run([str(venv / "bin" / "python"), "-c",
                             "from vocabtransfer.pipeline.config import SCHEMA_PATH; print(SCHEMA_PATH)"],
                            cwd=run_dir, env=env, capture_output=True, text=True, check=True).stdout

@@ -116,7 +116,8 @@ def test_the_number_of_jobs_of_each_rule_follows_from_the_params_by_hand(shared_
     params = params_with(*([overlay] if overlay else []))
     langs = len(params["languages"])
     tasks = [t for t, opts in params["eval"]["tasks"].items() if opts["enabled"]]
-    runs = len(params["pretrain"]["methods"]) * len(params["pretrain"]["objectives"])
+    runs = (len(params["pretrain"]["pairs"]) if params["pretrain"]["pairs"]  # the pairs named, else every pair
+            else len(params["pretrain"]["methods"]) * len(params["pretrain"]["objectives"]))
     pretrained = runs * params["pretrain"]["seeds"]
     # eval.models: `pretrained` is every pretrained run, `<method>-<objective>` every pretraining seed of it,
     # `source` and a name with its `-pseed<k>` one model

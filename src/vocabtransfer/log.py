@@ -24,6 +24,18 @@ def setup_logging(log_file: str | None = None, level: int = logging.INFO) -> Non
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
+def report_error(message: str) -> None:
+    """Each line of `message` as `error: <line>` on stderr, as Snakemake (and the workflow's own checks) print
+    theirs, and as an ERROR record in the log file when there is one (a job's log keeps why it failed)."""
+    for line in message.splitlines():
+        sys.stderr.write(f"error: {line}\n")
+        record = logging.LogRecord("vocabtransfer", logging.ERROR, __file__, 0, line, None, None)
+        for handler in logging.getLogger().handlers:
+            if isinstance(handler, logging.FileHandler):
+                handler.handle(record)
+    sys.stderr.flush()
+
+
 def progress(iterable: Iterable[T] | None = None, **kwargs) -> Iterable[T]:
     """tqdm progress bar, shown only on a terminal (no bar noise in job logs)."""
     kwargs.setdefault("disable", not sys.stderr.isatty())

@@ -10,7 +10,7 @@ import yaml
 from vocabtransfer.pipeline import paths
 from vocabtransfer.app import plan
 from vocabtransfer.app.params import schema, validate_params
-from vocabtransfer.pipeline.config import get, merge_overlay, read_yaml, write_merged
+from vocabtransfer.pipeline.config import get, load_yaml, merge_overlay, read_yaml, write_merged
 from vocabtransfer.app.runner import param_values
 from vocabtransfer.pipeline import fingerprint
 from vocabtransfer.app.stages import STAGES
@@ -29,7 +29,7 @@ def _typed(value):
         return {k: _typed(v) for k, v in value.items()}
     if isinstance(value, str):
         try:
-            return yaml.safe_load(value)
+            return load_yaml(value)
         except yaml.YAMLError:
             return value
     return value
@@ -53,7 +53,8 @@ try:
     # the stages read exactly this merged, validated config: written once per distinct config
     # (the name is its hash, so concurrent runs with other configs never share a file)
     PARAMS_FILE = write_merged(_validated, ".snakemake/vocabtransfer")
-    _lines = plan.preflight(_validated, source=PARAMS_SOURCE)
+    # a dry run only plans: a source the hub must still send is checked when a run starts
+    _lines = plan.preflight(_validated, source=PARAMS_SOURCE, reach=not workflow.output_settings.dryrun)
 except VocabTransferError as exc:
     sys.exit("\n".join(f"error: {line}" for line in str(exc).splitlines()))
 config.clear()

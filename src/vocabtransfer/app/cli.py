@@ -25,9 +25,10 @@ from vocabtransfer.app import dag, dvcgen
 from vocabtransfer.app.runner import run_stage
 from vocabtransfer.app.stages import STAGES
 from vocabtransfer.evaluate import coverage
-from vocabtransfer.log import setup_logging
+from vocabtransfer.log import report_error, setup_logging
 from vocabtransfer.app import params_doc
 from vocabtransfer.app.params import load, schema
+from vocabtransfer.app.plan import job_counts, preflight
 from vocabtransfer.pipeline.config import pattern_names, read_yaml
 from vocabtransfer.pipeline.remote import add_remote
 
@@ -78,10 +79,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("dvc-yaml", parents=[common], help="generate dvc.yaml from the stage table")
     p.add_argument("--output", default="dvc.yaml", help="where to write (default: dvc.yaml; - for stdout)")
     validate = ("validate params.yaml (and any overlays, laid over it as Snakemake's --configfile lays them) against "
-                "the params schema and the cross-key rules, then print the config with every default filled in; "
-                "a bad config prints one line per problem, naming the file, the key and the allowed values")
-    sub.add_parser("validate", parents=[common], help="validate params.yaml (and overlays) and print it with defaults",
-                   description=validate)
+                "the params schema and the cross-key rules, and check the plan as `snakemake -n` does before any job "
+                "(data files, what the source model can run, lm-eval task names); ends with one line saying it is "
+                "valid and how many jobs the plan has (--print: the merged params with every default); a bad config "
+                "prints one `error:` line per problem, naming the file, the key and the fix")
+    p = sub.add_parser("validate", parents=[common], help="validate params.yaml (and overlays) and the plan, before any job",
+                       description=validate)
+    p.add_argument("--print", action="store_true", help="print the merged params with every default filled in")
     p = sub.add_parser("dag", help="print the DAG of the stage declarations as a Mermaid flowchart (docs/stages.md)")
     p.add_argument("--log-file", default=None, help=argparse.SUPPRESS)
     p.add_argument("-v", "--verbose", action="store_true", help=argparse.SUPPRESS)
@@ -122,6 +126,20 @@ def _lone_overlay(files: list[str] | None) -> bool:
     return isinstance(raw, dict) and any(key not in raw for key in schema().get("required", []))
 
 
+def _validate(params: dict, files: list[str], *, show: bool) -> int:
+    """`vocabtransfer validate`: the plan's checks (`plan.preflight`, what the workflow runs before any job), its skip
+    lines and notes on stderr, the merged params with --print, and one closing line with the plan's job counts."""
+    source = " + ".join(files)
+    for line in preflight(params, source=source):
+        sys.stderr.write(line + "\n")
+    if show:
+        sys.stdout.write(yaml.safe_dump(params, sort_keys=False))
+    counts = job_counts(params)
+    listed = ", ".join(f"{stage} {n}" for stage, n in counts.items() if n)
+    sys.stdout.write(f"valid: {source}: {sum(counts.values())} jobs ({listed})\n")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     params = None
@@ -150,10 +168,9 @@ def main(argv: list[str] | None = None) -> int:
                 log.info("wrote %s", params_doc.write(args.output, files[0]))
             return 0
         if args.command == "validate":
-            sys.stdout.write(yaml.safe_dump(params, sort_keys=False))
-            return 0
+            return _validate(params, files, show=args.print)
         if args.command == "dvc-yaml":
-            missing = dvcgen.missing_leaves(yaml.safe_load(open(files[0], encoding="utf-8")), params)
+            missing = dvcgen.missing_leaves(read_yaml(files[0]), params)
             if missing:
                 raise VocabTransferError(
                     f"{files[0]}: DVC tracks params leaves that the file does not set: {', '.join(missing)}; "
@@ -176,14 +193,13 @@ def main(argv: list[str] | None = None) -> int:
         log.info("stage %s done in %.1f s", stage.name, time.perf_counter() - start)
         return 0
     except VocabTransferError as exc:
-        for line in str(exc).splitlines():  # one line per problem
-            log.error("%s", line)
+        report_error(str(exc))  # one line per problem
         if params is None and _lone_overlay(getattr(args, "params", None)):  # `remote` takes no params
-            log.error("%s is an overlay (it lacks keys a config needs); lay it over params.yaml: "
-                      "--params params.yaml %s", args.params[0], args.params[0])
+            report_error(f"{args.params[0]} is an overlay (it lacks keys a config needs); lay it over params.yaml: "
+                         f"--params params.yaml {args.params[0]}")
         return 1
     except KeyboardInterrupt:
-        log.error("interrupted; no partial artefact was kept")
+        report_error("interrupted; no partial artefact was kept")
         return 130
 
 

@@ -17,6 +17,7 @@ import yaml
 
 from vocabtransfer import io
 from vocabtransfer.app import params as app_params
+from vocabtransfer.pipeline import config
 
 OUTPUT = "docs/parameters.md"
 MISSING = object()
@@ -134,7 +135,7 @@ def anchor(heading: str) -> str:  # GitHub's: lower case, punctuation but `-`/`_
 
 def render(params_path: str | Path = "params.yaml") -> str:
     schema = copy.deepcopy(app_params.schema())
-    params = yaml.safe_load(Path(params_path).read_text(encoding="utf-8")) or {}
+    params = config.read_yaml(params_path) or {}
     parts = sections(schema)
     tops = [p or "top level" for p, _, _ in parts if "." not in p] + ["data sources"]
     lines = [INTRO, "Sections: " + ", ".join(f"[{t}](#{anchor(t)})" for t in tops) + ".", ""]

@@ -62,10 +62,52 @@ def notes(params: dict) -> list[str]:
     return out
 
 
-def preflight(params: dict, source: str = "params.yaml") -> list[str]:
+def check_source(params: dict, source: str = "params.yaml", *, reach: bool = True) -> None:
+    """What the source model allows, known before any job: it can be reached (a hub id while HF_HUB_OFFLINE is
+    set must be in the cache; not checked with `reach=False`, a dry run that only plans), and the objectives
+    that need a causal source are not asked of a masked one."""
+    from vocabtransfer.model import source_kind  # huggingface_hub's cache lookup: not at CLI start-up
+    from vocabtransfer.train.pretrain import TEACHER_OBJECTIVES
+
+    if reach:
+        source_kind.check_reachable(params["source_model"], source)
+    objectives = [o for o in params["pretrain"]["objectives"] if o in TEACHER_OBJECTIVES]
+    if objectives and params["pretrain"]["methods"] and source_kind.kind(params["source_model"]) == "masked":
+        raise VocabTransferError(
+            f"{source}: pretrain.objectives: {', '.join(objectives)} need a causal source model (the source teaches "
+            f"by its sequence likelihoods), and source_model {params['source_model']} is a masked LM; use standard "
+            "or selfish with it, or a causal source (config/gemma.yaml)")
+
+
+def check_lm_eval_tasks(params: dict, source: str = "params.yaml") -> None:
+    """Every `lm_eval.tasks` name is one the harness knows (the offline tasks first; the harness's catalogue,
+    indexed in seconds, only for the others), with the closest names it does know: checked once here rather
+    than in each of the jobs."""
+    from vocabtransfer.evaluate import harness
+
+    if not params["lm_eval"]["tasks"]:
+        return
+    names = list(dict.fromkeys(n for lang in params["languages"] for n in harness.task_names(params, lang)))
+    others = [n for n in names if n not in harness.local_tasks()]
+    if others:
+        try:
+            known = list(harness.task_manager().all_tasks) + list(harness.local_tasks())
+        except ImportError as exc:
+            raise VocabTransferError(f"{source}: lm_eval.tasks: the harness is not installed ({exc}); install "
+                                     "lm-eval (pinned in pyproject.toml) or leave lm_eval.tasks empty") from exc
+        try:
+            harness.check_tasks(others, known)
+        except VocabTransferError as exc:
+            raise VocabTransferError(f"{source}: {exc}") from exc
+
+
+def preflight(params: dict, source: str = "params.yaml", *, reach: bool = True) -> list[str]:
     """Check, before any job, the data files the run cannot do without (one error line naming the
-    key and the file), and return the skip lines and notes to show."""
+    key and the file) and what the source model allows (`check_source`), and return the skip lines and notes
+    to show."""
     paths.check_data_root()  # source_head.text at least is a data file
+    check_source(params, source, reach=reach)
+    check_lm_eval_tasks(params, source)
     for lang in params["languages"]:
         path = corpus_file(params, lang)
         if path is not None and not path.is_file():
@@ -89,3 +131,10 @@ def preflight(params: dict, source: str = "params.yaml") -> list[str]:
                         raise VocabTransferError(f"{source}: {stage.name} {' '.join(wildcards.values())}: data file "
                                                  f"{path} ({key}) not found; fix the params key that names it")
     return skip_lines(params) + notes(params)
+
+
+def job_counts(params: dict) -> dict[str, int]:
+    """Jobs per stage that the plan runs (every language), in the stage table's order."""
+    return {stage.name: sum(len(stage.jobs(params, lang))
+                            for lang in (params["languages"] if "lang" in stage.wildcards else [None]))
+            for stage in STAGES.values()}

@@ -41,6 +41,7 @@ import yaml
 
 from vocabtransfer import io
 from vocabtransfer.errors import VocabTransferError
+from vocabtransfer.model import source_kind
 from vocabtransfer.evaluate.finetune_eval import model_reason, parse_model
 from vocabtransfer.pipeline import paths
 from vocabtransfer.model.modeling import detect_kind
@@ -194,6 +195,9 @@ def skip_reason(params: dict, wildcards: dict) -> str | None:
     exist there."""
     if not task_names(params, wildcards["lang"]):
         return f"lm_eval.tasks has no task for {wildcards['lang']!r}"
+    if params.get("source_model") and source_kind.kind(params["source_model"]) == "masked":
+        return (f"the harness scores causal LMs and source_model {params['source_model']} is a masked LM: its "
+                "models have no likelihood of a text")
     return model_reason(params, wildcards["lang"], wildcards["model"])
 
 

@@ -236,13 +236,38 @@ def merge_overlay(base: Any, overlay: Any) -> Any:
     return out
 
 
+class ParamsLoader(yaml.SafeLoader):
+    """YAML as the params are written: YAML 1.1's floats, and also `1e-4` and `3E5` (YAML 1.1 reads a number
+    in exponent form without a dot as a string; YAML 1.2 and people read it as a number)."""
+
+
+ParamsLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+                  |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+                  |\.[0-9_]+(?:[eE][-+][0-9]+)?
+                  |[-+]?\.(?:inf|Inf|INF)
+                  |\.(?:nan|NaN|NAN))$""", re.X),
+    list("-+0123456789."))
+
+
+def load_yaml(text: str) -> Any:
+    """`text` read with `ParamsLoader` (yaml.safe_load, with `1e-4` a number)."""
+    return yaml.load(text, Loader=ParamsLoader)
+
+
 def read_yaml(path: str | Path) -> Any:
-    """A YAML file's content, or one error line naming the file."""
+    """A YAML file's content, or one error line naming the file, the line and the column."""
     text = read_text(path, "params file not found; run from the repository root or pass --params")
     try:
-        return yaml.safe_load(text)
+        return load_yaml(text)
     except yaml.YAMLError as exc:
-        raise VocabTransferError(f"{path}: not valid YAML: {str(exc).splitlines()[0]}") from exc
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+        problem = " ".join(str(getattr(exc, "problem", None) or exc).split())
+        context = getattr(exc, "context", None)
+        raise VocabTransferError(f"{where}: not valid YAML: {problem}" + (f" ({context})" if context else "")
+                                 + "; fix the file at that line") from exc
 
 
 # what the hub accepts as a repository id: `name` or `owner/name`
