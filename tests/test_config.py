@@ -338,3 +338,18 @@ def test_zero_shot_jobs_of_a_masked_source_are_skip_lines(tmp_path, capsys, monk
     assert "lm_eval" not in captured.out.splitlines()[-1]  # no lm_eval job in the count
     skip = [line for line in captured.err.splitlines() if "lm_eval" in line]
     assert len(skip) == 1 and skip[0].startswith("sw: skipping ") and "is a masked LM" in skip[0], skip
+
+
+def test_a_stage_option_outside_the_params_lists_is_one_line_with_the_closest(tmp_path, capsys, monkeypatch):
+    """`init --method focsu`: the list it is not in, its values, "did you mean"; `--lang yo` after an overlay names
+    both params files."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(minimal(init={"methods": ["random", "focus"]})))
+    (tmp_path / "over.yaml").write_text(yaml.safe_dump({"languages": ["sw"]}))
+    assert main(["init", "--lang", "sw", "--method", "focsu", "--pseed", "1", "--params", "params.yaml"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["error: params.yaml: --method 'focsu' is not in init.methods (random, focus); did you mean "
+                   "'focus'?; pass the params files that list it (--params params.yaml <overlay>) or add it there"]
+    assert main(["tokenizer", "--lang", "yo", "--params", "params.yaml", "over.yaml"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: params.yaml + over.yaml: --lang 'yo' is not in languages (sw)")

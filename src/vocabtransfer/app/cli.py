@@ -126,6 +126,31 @@ def _lone_overlay(files: list[str] | None) -> bool:
     return isinstance(raw, dict) and any(key not in raw for key in schema().get("required", []))
 
 
+# a stage's option -> the params list its value must be in
+WILDCARD_LISTS = {"lang": ("languages",), "method": ("init", "methods"), "objective": ("pretrain", "objectives"),
+                  "task": ("eval", "tasks")}
+
+
+def check_wildcards(wildcards: dict, params: dict, source: str) -> None:
+    """`--lang`, `--method`, `--objective` and `--task` must be in the params' lists: else one line naming the
+    params files read, the list, its values and the closest one."""
+    import difflib
+
+    for name, value in wildcards.items():
+        if name not in WILDCARD_LISTS:
+            continue
+        node = params
+        for key in WILDCARD_LISTS[name]:
+            node = node[key]
+        allowed = [str(v) for v in node]
+        if value not in allowed:
+            close = difflib.get_close_matches(value, allowed, n=1, cutoff=0.6)
+            raise VocabTransferError(
+                f"{source}: --{name} {value!r} is not in {'.'.join(WILDCARD_LISTS[name])} ({', '.join(allowed)})"
+                + (f"; did you mean {close[0]!r}?" if close else "")
+                + "; pass the params files that list it (--params params.yaml <overlay>) or add it there")
+
+
 def _validate(params: dict, files: list[str], *, show: bool) -> int:
     """`vocabtransfer validate`: the plan's checks (`plan.preflight`, what the workflow runs before any job), its skip
     lines and notes on stderr, the merged params with --print, and one closing line with the plan's job counts."""
@@ -185,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
 
         stage = STAGES[args.command]
         wildcards = {wc: getattr(args, wc) for wc in stage.wildcards}
+        check_wildcards(wildcards, params, " + ".join(files))
         # only GPU stages pay for importing torch to look for a device
         device = _device(args.device) if stage.gpu else ("cpu" if args.device == "auto" else args.device)
         start = time.perf_counter()
