@@ -137,7 +137,7 @@ def test_cli_unknown_language_fails_with_clear_error(tmp_path, capsys):
     p.write_text(yaml.safe_dump(minimal()))
     assert main(["corpus", "--lang", "xx", "--params", str(p)]) == 1
     err = capsys.readouterr().err
-    assert "unknown language 'xx'" in err and "sw" in err
+    assert f"error: {p}: --lang 'xx' is not in languages (sw)" in err
 
 
 def test_cli_unknown_stage_is_rejected(capsys):

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -183,7 +185,9 @@ def test_lm_eval_jobs_are_every_causal_candidate_of_a_language_with_tasks():
     assert STAGES["lm_eval"].jobs(params, "de") == []
     assert STAGES["lm_eval"].why_skipped(params, {"lang": "de", "model": "source"}) == "lm_eval.tasks has no task for 'de'"
     data = STAGES["lm_eval"].data_files(params, {"lang": "sw", "model": "source"})
-    assert [p.split("/", 1)[1] if p.startswith("data/") else p for p in data.values()] == [
+    from vocabtransfer.pipeline.paths import data_root  # $VOCABTRANSFER_DATA (absolute or not), else data/
+
+    assert [str(Path(p).relative_to(data_root())) for p in data.values()] == [
         "tydiqa_goldp/swahili_tydiqa_dev.json", "tydiqa_goldp/swahili_tydiqa_train.json"]
     with pytest.raises(VocabTransferError, match="lm_eval"):
         validate_params(merge_overlay(base, {"lm_eval": {"tasks": ["sw:de:x"]}}))
