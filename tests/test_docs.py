@@ -403,3 +403,16 @@ def test_the_stages_doc_shows_the_dag_of_the_declarations():
     for row in rows:
         stage = STAGES[row[0].strip("| `")]
         assert re.findall(r"--(\w+)", row[1]) == list(stage.wildcards), row[1]
+
+
+def test_every_number_docs_results_quotes_stands_in_a_report_or_its_measurement():
+    """Not only the intervals: every decimal number docs/results.md quotes is in a committed study's report, or
+    (a speed, a floor of an earlier run) in benchmarks/README.md or the study's overlay that measured it."""
+    sources = "".join(p.read_text(encoding="utf-8") for p in (REPO / "docs" / "study").rglob("report.md"))
+    sources += (REPO / "benchmarks" / "README.md").read_text(encoding="utf-8")
+    sources += "".join(p.read_text(encoding="utf-8") for p in (REPO / "config").glob("*.yaml"))
+    text = (REPO / "docs" / "results.md").read_text(encoding="utf-8")
+    numbers = re.findall(r"(?<![\w.])[+−-]?\d+\.\d+(?![\w.])", text)
+    assert len(numbers) > 100
+    unsourced = [n for n in numbers if n.lstrip("+−-") not in sources]
+    assert not unsourced, f"docs/results.md quotes numbers no report or measurement states: {unsourced}"
