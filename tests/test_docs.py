@@ -248,6 +248,10 @@ def test_the_floors_the_readme_states_are_the_floor_stage_on_the_study(shared_da
     monkeypatch.setenv("VOCABTRANSFER_DATA", str(shared_data))
     study = read_yaml(REPO / "config" / "study.yaml")
     assert study["eval"]["tasks"]["qa"].pop("data") == {"de": None}  # de QA and NER: left out at the study's
+    # the committed study's test sets (docs/study/report.md; config/study.yaml has since moved to all 499 sw
+    # questions and the full-pass design): QA 96 / 80, NER 300 / 120
+    study["eval"]["tasks"]["qa"].update(max_train=96, max_test=80)
+    study["eval"]["tasks"]["ner"].update(max_train=300, max_test=120)
     params = validate_params(merge_overlay(read_yaml(REPO / "params.yaml"), study))  # sizes, for these floors
     answer = " ".join(RESULTS.read_text(encoding="utf-8").split())
     tasks = from_dict(EvalParams, params["eval"]).tasks

@@ -121,7 +121,9 @@ def test_the_number_of_jobs_of_each_rule_follows_from_the_params_by_hand(shared_
     pretrained = runs * params["pretrain"]["seeds"]
     # eval.models: `pretrained` is every pretrained run, `<method>-<objective>` every pretraining seed of it,
     # `source` and a name with its `-pseed<k>` one model
-    models = sum(pretrained if m == "pretrained" else 1 if m == "source" or "-pseed" in m
+    # `init` the initialisation of each pretraining seed of each pretrained method (one for `mean`: no random rows)
+    inits = sum(1 if m == "mean" else params["pretrain"]["seeds"] for m in params["pretrain"]["methods"])
+    models = sum(pretrained if m == "pretrained" else inits if m == "init" else 1 if m == "source" or "-pseed" in m
                  else params["pretrain"]["seeds"] for m in params["eval"]["models"])
     task_langs = sum(lang in params["eval"]["tasks"][t]["data"] for t in tasks for lang in params["languages"])
     wechsel = "wechsel" in params["init"]["methods"]

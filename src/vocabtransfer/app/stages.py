@@ -332,8 +332,7 @@ LM_EVAL = Stage(
     outputs={"scores": paths.LM_EVAL_SCORES, "samples": paths.LM_EVAL_SAMPLES},
     params=("seed", "lm_eval.tasks", "lm_eval.num_fewshot", "lm_eval.limit", "lm_eval.batch_size"),
     code=("evaluate/harness.py", "evaluate/harness_tasks/utils.py"),  # the task YAMLs: data_files and params
-    expand=lambda params: ([{"model": m} for m in finetune_eval.producible_models(params)]
-                           if params["lm_eval"]["tasks"] else []),
+    expand=lambda params: ([{"model": m} for m in harness.models(params)] if params["lm_eval"]["tasks"] else []),
     skip_reason=harness.skip_reason,
     data=harness.data_files,
     gpu=True,

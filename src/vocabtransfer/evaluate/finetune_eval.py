@@ -105,12 +105,18 @@ def _expand_entry(params: dict, entry: str) -> list[str]:
     return seeds
 
 
-def eval_models(params: dict) -> list[str]:
-    """The models `eval.models` asks for (kinds and seedless names expanded, duplicates dropped, order kept)."""
+def expand_models(params: dict, entries) -> list[str]:
+    """The models a list of `eval.models`-style entries names (kinds and seedless names expanded, duplicates
+    dropped, order kept)."""
     out: list[str] = []
-    for entry in params["eval"]["models"]:
+    for entry in entries:
         out += [n for n in _expand_entry(params, entry) if n not in out]
     return out
+
+
+def eval_models(params: dict) -> list[str]:
+    """The models `eval.models` asks for."""
+    return expand_models(params, params["eval"]["models"])
 
 
 def skipped_tasks(params: dict, lang: str) -> dict[str, str]:

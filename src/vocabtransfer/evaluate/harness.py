@@ -42,7 +42,7 @@ import yaml
 from vocabtransfer import io
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.model import source_kind
-from vocabtransfer.evaluate.finetune_eval import model_reason, parse_model
+from vocabtransfer.evaluate.finetune_eval import expand_models, model_reason, parse_model, producible_models
 from vocabtransfer.pipeline import paths
 from vocabtransfer.model.modeling import detect_kind
 from vocabtransfer.pipeline.typed import option
@@ -77,6 +77,18 @@ class LmEvalParams:
         "the first N items of each task (null: every item); a small limit keeps a CPU run short",
         minimum=1)
     batch_size: int = option(8, "requests per forward pass of the harness's HF model class", minimum=1)
+    models: tuple[str, ...] | None = option(
+        None,
+        "the models judged, in eval.models' grammar (`source`, `init`, `pretrained`, `<method>-<objective>` for "
+        "every pretraining seed of it, a full model name), e.g. [source, pretrained] for the final models only; "
+        "null: every model (the source, each initialised and each pretrained one)",
+        items={"type": "string"}, rerun=False)
+
+
+def models(params: dict) -> list[str]:
+    """The models `lm_eval.models` names (every model some stage produces when it is null)."""
+    entries = params["lm_eval"].get("models")
+    return producible_models(params) if entries is None else expand_models(params, entries)
 
 
 def task_names(params: dict, lang: str) -> list[str]:
