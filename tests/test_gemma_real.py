@@ -54,6 +54,7 @@ def gemma_run(tmp_path_factory, shared_data):
         "pretrain": {"methods": ["random", "focus"], "pairs": None},  # not run here: the target is init_eval
         "init_eval": {"max_lines": LINES, "seq_len": 128, "batch_size": 8, "retrieval_sentences": 0},
         "eval": {"tasks": {"qa": {"enabled": False}}},  # config/gemma.yaml's QA models are not produced here
+        "lm_eval": {"tasks": []},  # nor its lm_eval.models (omp-standard): the target is init_eval
     }
     (work / "overlay.yaml").write_text(yaml.safe_dump(overlay, sort_keys=False))
     env = {**os.environ, "VOCABTRANSFER_DATA": str(data), "PATH": f"{BIN}:{os.environ['PATH']}",

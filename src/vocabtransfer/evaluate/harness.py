@@ -88,7 +88,12 @@ class LmEvalParams:
 def models(params: dict) -> list[str]:
     """The models `lm_eval.models` names (every model some stage produces when it is null)."""
     entries = params["lm_eval"].get("models")
-    return producible_models(params) if entries is None else expand_models(params, entries)
+    if entries is None:
+        return producible_models(params)
+    try:
+        return expand_models(params, entries)
+    except VocabTransferError as exc:  # the key that names it, not eval.models
+        raise VocabTransferError(f"lm_eval.models: {str(exc).removeprefix('eval: ')}") from exc
 
 
 def task_names(params: dict, lang: str) -> list[str]:
