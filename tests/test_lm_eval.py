@@ -39,7 +39,7 @@ def run_result(decoder, tmp_path_factory):
     params = {"seed": 7, "languages": ["sw"], "init": {"methods": []}, "pretrain": {"methods": [], "objectives": [],
               "seeds": 1},
               "lm_eval": {"tasks": ["local_xnli_{lang}", "sw:local_tydiqa_sw", "de:local_xquad_de"], "num_fewshot": 0,
-                          "limit": LIMIT, "batch_size": 4}}
+                          "limit": LIMIT, "batch_size": 4, "models": None}}
     ctx = make_ctx("vocabtransfer.evaluate.harness:run", {"lang": "sw", "model": "source"}, {"model": decoder},
                    {"scores": out / "scores.json", "samples": out / "samples.parquet"}, params)
     harness.run(ctx)
@@ -85,7 +85,7 @@ def test_lm_eval_scores_items_and_log_likelihoods(run_result, decoder):
 def test_lm_eval_unknown_task_is_one_error_with_closest_names(decoder, tmp_path):
     params = {"seed": 7, "languages": ["sw"], "init": {"methods": []}, "pretrain": {"methods": [], "objectives": [],
               "seeds": 1}, "lm_eval": {"tasks": ["local_xnli_swa", "sw:xcopa_swh"], "num_fewshot": 0, "limit": 2,
-                                       "batch_size": 2}}
+                                       "batch_size": 2, "models": None}}
     ctx = make_ctx("vocabtransfer.evaluate.harness:run", {"lang": "sw", "model": "source"}, {"model": decoder},
                    {"scores": tmp_path / "scores.json", "samples": tmp_path / "samples.parquet"}, params)
     with pytest.raises(VocabTransferError) as error:
@@ -202,7 +202,7 @@ def test_lm_eval_masked_source_is_not_run_and_says_why(tmp_path):
 
     model_dir = save_dir(tiny_bert(300), wordpiece_tokenizer("sw"), tmp_path / "bert")
     params = {"seed": 7, "languages": ["sw"], "init": {"methods": []}, "pretrain": {"methods": [], "objectives": [],
-              "seeds": 1}, "lm_eval": {"tasks": ["local_xnli_{lang}"], "num_fewshot": 0, "limit": 2, "batch_size": 2}}
+              "seeds": 1}, "lm_eval": {"tasks": ["local_xnli_{lang}"], "num_fewshot": 0, "limit": 2, "batch_size": 2, "models": None}}
     outputs = {"scores": tmp_path / "scores.json", "samples": tmp_path / "samples.parquet"}
     harness.run(make_ctx("vocabtransfer.evaluate.harness:run", {"lang": "sw", "model": "source"}, {"model": model_dir},
                          outputs, params))
