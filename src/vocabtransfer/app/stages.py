@@ -330,7 +330,8 @@ LM_EVAL = Stage(
     wildcards=("lang", "model"),
     inputs=lambda params, wc: {"model": finetune_eval.parse_model(params, wc["model"])["input"]},
     outputs={"scores": paths.LM_EVAL_SCORES, "samples": paths.LM_EVAL_SAMPLES},
-    params=("seed", "lm_eval.tasks", "lm_eval.num_fewshot", "lm_eval.limit", "lm_eval.batch_size"),
+    params=("seed", "lm_eval.tasks", "lm_eval.num_fewshot", "lm_eval.limit", "lm_eval.batch_size",
+            "lm_eval.include_path"),
     code=("evaluate/harness.py", "evaluate/harness_tasks/utils.py"),  # the task YAMLs: data_files and params
     expand=lambda params: ([{"model": m} for m in harness.models(params)] if params["lm_eval"]["tasks"] else []),
     skip_reason=harness.skip_reason,

@@ -8,7 +8,8 @@ harness's HF model class (`hf`) on the model's directory, on the device the job 
 
 Tasks are looked up by a `TaskManager` that adds this project's offline task folder
 (`vocabtransfer/evaluate/harness_tasks`: `local_xnli_{sw,de}`, `local_tydiqa_sw`, `local_xquad_de`, read
-from $VOCABTRANSFER_DATA) to the harness's catalogue; a catalogue task (`belebele_swh_Latn`, `xcopa_sw`)
+from $VOCABTRANSFER_DATA) and the user's own folder of task YAMLs (`lm_eval.include_path`, whose every file
+is a dependency of the jobs) to the harness's catalogue; a catalogue task (`belebele_swh_Latn`, `xcopa_sw`)
 passes straight through, which needs its dataset from the hub. An entry of `lm_eval.tasks` is a task
 name, in which `{lang}` becomes the job's language (`local_xnli_{lang}`), or `<lang>:<task>` for that
 language only (`sw:belebele_swh_Latn`, `de:belebele_deu_Latn`).
@@ -66,7 +67,7 @@ class LmEvalParams:
         "harness tasks: a task name, in which `{lang}` becomes each language (the offline tasks shipped with "
         "vocabtransfer: local_xnli_{lang} for sw and de, local_tydiqa_sw, local_xquad_de), or `<lang>:<task>` for "
         "one language only (`sw:belebele_swh_Latn`; a catalogue task needs its dataset from the hub); a name the "
-        "harness does not know is refused when the job starts",
+        "harness does not know is refused before any job (validate, snakemake -n) with the closest names it knows",
         items={"type": "string", "pattern": "^([a-z]{2,3}:)?[^:]+$"})
     num_fewshot: int = option(
         0,
@@ -77,6 +78,12 @@ class LmEvalParams:
         "the first N items of each task (null: every item); a small limit keeps a CPU run short",
         minimum=1)
     batch_size: int = option(8, "requests per forward pass of the harness's HF model class", minimum=1)
+    include_path: str | None = option(
+        None,
+        "a folder of your own harness task YAMLs (the harness's include_path; relative to the working directory, "
+        "the repository root), whose tasks lm_eval.tasks then names like the shipped ones; every file in it is a "
+        "dependency of the lm_eval jobs (docs/evaluation.md#adding-a-zero-shot-task); null: the shipped tasks and "
+        "the harness's catalogue only")
     models: tuple[str, ...] | None = option(
         None,
         "the models judged, in eval.models' grammar (`source`, `init`, `pretrained`, `<method>-<objective>` for "
@@ -107,12 +114,32 @@ def task_names(params: dict, lang: str) -> list[str]:
     return out
 
 
-@lru_cache(maxsize=1)
-def task_manager():
-    """The harness's catalogue plus this project's offline task folder (indexed once per process: seconds)."""
+def include_folder(params: dict) -> Path | None:
+    """The user's task folder (`lm_eval.include_path`), None when not set."""
+    folder = params["lm_eval"].get("include_path")
+    return Path(folder).expanduser() if folder else None
+
+
+def check_include(params: dict, source: str = "params.yaml") -> None:
+    """`lm_eval.include_path`, when set, is a folder with task YAMLs: else one error naming the key and the fix."""
+    folder = include_folder(params)
+    if folder is None:
+        return
+    if not folder.is_dir():
+        raise VocabTransferError(f"{source}: lm_eval.include_path: {folder} is not a folder (relative paths resolve "
+                                 f"against the working directory, {Path.cwd()}); give the folder of your task YAMLs")
+    if not any(folder.rglob("*.yaml")):
+        raise VocabTransferError(f"{source}: lm_eval.include_path: {folder} has no .yaml task file; put your "
+                                 "harness task YAMLs in it (docs/evaluation.md#adding-a-zero-shot-task)")
+
+
+@lru_cache(maxsize=4)
+def task_manager(include: str | None = None):
+    """The harness's catalogue plus this project's offline task folder and the user's (`include`, when given),
+    indexed once per process (seconds)."""
     from lm_eval.tasks import TaskManager  # lm_eval: optional, heavy
 
-    return TaskManager(include_path=str(TASKS_DIR))
+    return TaskManager(include_path=[str(TASKS_DIR)] + ([include] if include else []))
 
 
 def check_tasks(names: list[str], known: list[str]) -> None:
@@ -126,20 +153,40 @@ def check_tasks(names: list[str], known: list[str]) -> None:
                                  f"{', '.join(sorted(local_tasks()))}")
 
 
-@lru_cache(maxsize=1)
-def local_tasks() -> dict[str, list[str]]:
-    """The offline tasks shipped in TASKS_DIR -> the data files they read (relative to the data folder); read
-    once per process (the job planner asks for every job)."""
-    class Loader(yaml.SafeLoader):
-        pass
+class _TaskLoader(yaml.SafeLoader):
+    """A task YAML's own tags (`!function module.name`) read as plain strings."""
 
-    Loader.add_constructor("!function", lambda loader, node: loader.construct_scalar(node))
+
+_TaskLoader.add_constructor("!function", lambda loader, node: loader.construct_scalar(node))
+
+
+@lru_cache(maxsize=4)
+def local_tasks(include: str | None = None) -> dict[str, list[str]]:
+    """The offline tasks shipped in TASKS_DIR -> the data files they read (relative to the data folder), and
+    the task, group and tag names of the user's folder `include` -> [] (their files are the jobs'
+    dependencies through `data_files`); read once per process (the job planner asks for every job)."""
     out = {}
     for path in sorted(TASKS_DIR.glob("*.yaml")):
-        spec = yaml.load(path.read_text(encoding="utf-8"), Loader=Loader)
+        spec = yaml.load(path.read_text(encoding="utf-8"), Loader=_TaskLoader)
         kwargs = spec.get("dataset_kwargs") or {}
         out[spec["task"]] = [kwargs[k] for k in ("file", "train_file") if kwargs.get(k)]
+    for path in sorted(Path(include).rglob("*.yaml")) if include else []:
+        try:
+            spec = yaml.load(path.read_text(encoding="utf-8"), Loader=_TaskLoader)
+        except yaml.YAMLError as exc:
+            raise VocabTransferError(f"{path}: not YAML ({str(exc).splitlines()[0]}); lm_eval.include_path reads "
+                                     "every .yaml file in its folder as a harness task") from exc
+        spec = spec if isinstance(spec, dict) else {}
+        tags = spec.get("tag") or []
+        for name in [spec.get("task"), spec.get("group"), *([tags] if isinstance(tags, str) else tags)]:
+            if isinstance(name, str):
+                out.setdefault(name, [])
     return out
+
+
+def _include(params: dict) -> str | None:
+    folder = include_folder(params)
+    return str(folder) if folder else None
 
 
 def causal_reason(model_dir: Path) -> str | None:
@@ -222,7 +269,12 @@ def data_files(params: dict, wildcards: dict) -> dict[str, Path]:
     """The local files the job's offline tasks read (a catalogue task's data come from the hub)."""
     shipped = local_tasks()
     files = [f for name in task_names(params, wildcards["lang"]) for f in shipped.get(name, [])]
-    return {f"data_{i}": paths.data_path(f) for i, f in enumerate(files)}  # keys alike across languages
+    out = {f"data_{i}": paths.data_path(f) for i, f in enumerate(files)}  # keys alike across languages
+    folder = include_folder(params)
+    if folder is not None and folder.is_dir():  # the user's tasks: every file, so that an edit reruns the jobs
+        own = sorted(p for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+        out.update({f"task_file_{i}": p for i, p in enumerate(own)})
+    return out
 
 
 def run(ctx) -> None:
@@ -244,8 +296,10 @@ def run(ctx) -> None:
     if reason:
         out["not_run"] = reason
     else:
+        check_include(ctx.params, "lm_eval")
         results = evaluate(model_dir, names, num_fewshot=opts.num_fewshot, limit=opts.limit,
-                           batch_size=opts.batch_size, device=ctx.device, seed=ctx.seed)
+                           batch_size=opts.batch_size, device=ctx.device, seed=ctx.seed,
+                           manager=task_manager(_include(ctx.params)))
         out["scores"], table = scores(results), samples_table(results)
     out.update(seconds=round(time.perf_counter() - start, 3), versions={**io.versions(), "lm_eval": version("lm_eval")})
     io.write_parquet(table, ctx.output["samples"])

@@ -134,15 +134,29 @@ def _describe(error: jsonschema.ValidationError) -> str:
         names, listed = pattern_names(error.validator_value)
         return f"{error.instance!r} is not allowed; allowed: {listed}{_did_you_mean(error.instance, names)}"
     if error.validator == "pattern":
-        return f"{error.instance!r} does not match the pattern {error.validator_value}"
+        return (f"{error.instance!r} does not match the pattern {error.validator_value}; write it in that form "
+                "(docs/parameters.md describes the key)")
     if error.validator == "oneOf":
         return (
             f"{error.instance!r} must have exactly one of: `path` (local file), `url` with `sha256`, "
             "or `dataset` (a datasets.load_dataset spec)"
         )
     if error.validator == "type":
-        return f"{error.instance!r} is not of type {error.validator_value!r}"
+        kinds = error.validator_value if isinstance(error.validator_value, list) else [error.validator_value]
+        return (f"{error.instance!r} is not of type {error.validator_value!r}; give "
+                f"{' or '.join(TYPE_FORMS.get(k, k) for k in kinds)}")
+    if error.validator in BOUNDS:
+        return f"{error.message}; give {BOUNDS[error.validator]} {error.validator_value}"
     return error.message
+
+
+# how a value of each JSON-schema type is written in YAML, for the fix a type error names
+TYPE_FORMS = {"integer": "an integer (e.g. 10)", "number": "a number (e.g. 0.5 or 1e-4)", "string": "a string",
+              "boolean": "true or false", "array": "a list ([a, b])", "object": "a mapping ({key: value})",
+              "null": "null"}
+# a bound's failure: the fix, before the bound
+BOUNDS = {"minimum": "a value ≥", "maximum": "a value ≤", "exclusiveMinimum": "a value >",
+          "exclusiveMaximum": "a value <", "minItems": "a list of at least", "maxItems": "a list of at most"}
 
 
 class ConfigProblems(VocabTransferError):
@@ -191,8 +205,21 @@ def validate(params: Any, schema: dict, source: str = "params.yaml") -> dict:
         params["pretrain"]["methods"] = [m for m in params["pretrain"]["methods"] if m in params["init"]["methods"]]
     _collect(problems, lambda: check_pretrain(params, source), source)
     _collect(problems, lambda: check_fasttext_oov(params, source), source)
+    _collect(problems, lambda: check_baseline(params, schema, source), source)
     _raise_all(problems, source)
     return params
+
+
+def check_baseline(params: dict, schema: dict, source: str = "params.yaml") -> None:
+    """`report.baseline` is an init method's name (one pretrain.methods lacks is allowed: the report says it has no
+    token-equivalent then), not a misspelling."""
+    baseline = (params.get("report") or {}).get("baseline")
+    items = schema.get("properties", {}).get("init", {}).get("properties", {}).get("methods", {}).get("items", {})
+    known = pattern_names(items.get("pattern", ""))
+    if baseline is None or known is None or baseline in known[0]:
+        return
+    raise VocabTransferError(f"{source}: report.baseline: {baseline!r} is not an init method; allowed: "
+                             f"{known[1]}{_did_you_mean(baseline, known[0])}")
 
 
 def check_pretrain(params: dict, source: str = "params.yaml") -> None:
