@@ -76,13 +76,13 @@ def test_methods_are_found_by_scanning_the_package():
 
 def test_the_metadata_of_the_real_methods():
     assert [m for m in available() if info(m).deterministic] == ["mean"]
-    assert [m for m in available() if not info(m).factorizable] == ["ofa", "snmf"]
+    assert [m for m in available() if not info(m).factorizable] == ["hypernet", "ofa", "snmf"]
     assert info("mean+svd").deterministic and not availability.seeded("mean+snmf") and availability.seeded("focus")
     assert uses_snmf("snmf") and uses_snmf("fvt+snmf") and not uses_snmf("ofa")
     assert set(info("wechsel").inputs) == {"source_fasttext", "target_fasttext"}
     with pytest.raises(VocabTransferError, match="ofa factorises on its own"):
         get_method("ofa+svd")
-    with pytest.raises(VocabTransferError, match="except ofa and snmf"):
+    with pytest.raises(VocabTransferError, match="except hypernet, ofa and snmf"):
         get_method("nope")
     with pytest.raises(TypeError):
         register("test_typo", deterministc=True)  # a misspelt keyword fails at import, not silently
@@ -185,7 +185,7 @@ def test_a_registered_methods_metadata_reaches_the_pipeline(fake_methods, params
     # factorizable=False: no +svd / +snmf around it
     with pytest.raises(VocabTransferError, match="test_meta factorises on its own"):
         get_method("test_meta+svd")
-    with pytest.raises(VocabTransferError, match="except ofa, snmf and test_meta"):
+    with pytest.raises(VocabTransferError, match="except hypernet, ofa, snmf and test_meta"):
         get_method("nope")
 
 

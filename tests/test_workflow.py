@@ -97,6 +97,27 @@ def test_init_eval_focus_ranks_above_random_right_after_initialisation(workdir):
         assert stats["method_stats"]["factorization"]["cached"] == "results/source/snmf.safetensors", method
 
 
+def test_the_hypernet_stage_trains_once_for_the_source_and_its_init_job_applies_it(workdir):
+    """Stage hypernet ran once (no language), checkpointed, and wrote its network and curve; the init job of
+    method hypernet read it, and init_eval scored it beside FVT's own starting point (the shared config has no fvt:
+    the untrained network's rows are FVT's, tests/test_hypernet.py)."""
+    import pyarrow.parquet as pq
+
+    work, _, params = workdir
+    stats = json.loads((work / "results/source/hypernet/stats.json").read_text())
+    options = params["init"]["hypernet"]
+    assert stats["steps"] == options["steps"] == len(stats["curve"]) and stats["tokens"] > 0
+    assert [row["step"] for row in stats["curve"]] == list(range(1, options["steps"] + 1))
+    assert len({row["vocab"] for row in stats["curve"]}) == options["steps"] // options["steps_per_tokenizer"]
+    assert (work / "results/source/hypernet/hypernet.safetensors").is_file()
+    assert sorted(p.name for p in (work / "checkpoints/source/hypernet").glob("checkpoint-*")) == [
+        "checkpoint-10", "checkpoint-5"]
+    init = json.loads((work / "results/sw/init/hypernet/pseed1/stats.json").read_text())
+    assert init["method_stats"]["hypernet_rows"] > 0.9 * params["tokenizer"]["vocab_size"]
+    rows = pq.read_table(work / "results/sw/init_eval.parquet").to_pandas().set_index("method")
+    assert rows.loc["hypernet", "loss"] > 0
+
+
 def test_dvc_repro_reproduces_the_same_artefacts_and_params_change_marks_exactly_fasttext(
         workdir, tmp_path_factory):
     work, env, params = workdir

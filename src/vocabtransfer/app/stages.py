@@ -153,6 +153,34 @@ SOURCE_SNMF = Stage(
 )
 
 
+def _hypernet_leaves(params: dict, wc: dict) -> list[str]:
+    """The training keys of init.hypernet (HypernetOptions.TRAINING, save_every aside: it changes no output)."""
+    from vocabtransfer.init.methods.options import HypernetOptions  # imports torch: not at CLI start-up
+
+    return field_leaves(HypernetOptions, "init.hypernet", params["init"]["hypernet"],
+                        lambda f: f.name in HypernetOptions.TRAINING and f.metadata.get("rerun", True))
+
+
+def _train_hypernet(ctx) -> None:
+    from vocabtransfer.train import hypernet  # imports torch: not at CLI start-up
+
+    hypernet.run(ctx)
+
+
+HYPERNET = Stage(
+    name="hypernet", run=_train_hypernet,
+    help="train the network of init method hypernet once per source model, on tokenizers it samples",
+    wildcards=(),
+    inputs=lambda params, wc: {"source": paths.SOURCE_MODEL, **{
+        f"train_{lang}": paths.fill(paths.CORPUS_TRAIN, lang=lang) for lang in params["languages"]}},
+    outputs={"hypernet": paths.HYPERNET},
+    directories=frozenset({"hypernet"}),
+    params=("seed", "languages"), extra_params=_hypernet_leaves,
+    code=("train/hypernet.py",), parallel=True,
+    skip_reason=lambda params, wc: availability.needed_by(params, "hypernet"),
+)
+
+
 def _init_leaves(params: dict, wildcards: dict) -> list[str]:
     """The rerun keys of one init job: the leaves of the typed options it takes (the class its method
     registers and, for `base+fact`, the factorisation's, e.g. init.omp.k)."""
@@ -359,7 +387,7 @@ REPORT = Stage(
 # the table, in the order above (topological: tests/test_dag.py)
 STAGES = {stage.name: stage for stage in (
     CORPUS, SOURCE_MODEL, TOKENIZER, PRETOKENIZE, FASTTEXT, OVERLAP,  # data
-    SOURCE_HEAD, SOURCE_FASTTEXT, WORD_FASTTEXT, SOURCE_SNMF, INIT, INIT_EVAL,  # init
+    SOURCE_HEAD, SOURCE_FASTTEXT, WORD_FASTTEXT, SOURCE_SNMF, HYPERNET, INIT, INIT_EVAL,  # init
     PRETRAIN,  # train
     FINETUNE_EVAL, FLOOR, TOKEN_FREQUENCY_LOSS, GRADIENT_SCENARIOS, LM_EVAL,  # evaluate
     REPORT,  # report

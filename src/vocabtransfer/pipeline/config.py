@@ -206,6 +206,10 @@ def validate(params: Any, schema: dict, source: str = "params.yaml") -> dict:
     _collect(problems, lambda: check_pretrain(params, source), source)
     _collect(problems, lambda: check_fasttext_oov(params, source), source)
     _collect(problems, lambda: check_baseline(params, schema, source), source)
+    hypernet = (params.get("init") or {}).get("hypernet") or {}
+    if hypernet.get("vocab_min", 0) > hypernet.get("vocab_max", float("inf")):
+        problems.append(f"init.hypernet.vocab_min ({hypernet['vocab_min']}) is above init.hypernet.vocab_max "
+                        f"({hypernet['vocab_max']}); make vocab_min ≤ vocab_max")
     _raise_all(problems, source)
     return params
 

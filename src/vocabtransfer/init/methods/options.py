@@ -13,7 +13,7 @@ The init stage builds a method's options once from the validated params
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from vocabtransfer.pipeline.typed import NoOptions, option, subsection
 
@@ -46,6 +46,46 @@ class FocusOptions:
     block_size: int = option(2048, "new-token rows per sparsemax block", minimum=1)
     topk: int = option(64, "sparsemax candidates per row (speed only: rows whose support fills it are redone with "
                        "twice as many)", minimum=1)
+
+
+@dataclass(frozen=True)
+class HypernetOptions:
+    """the learned initialisation: stage hypernet trains the network once per source model (every key but
+    batch_rows), the init jobs apply it (docs/methods.md#hypernet)"""
+
+    TRAINING: ClassVar[tuple[str, ...]] = (
+        "steps", "batch_size", "seq_len", "learning_rate", "warmup_steps", "layers", "width", "max_pieces",
+        "vocab_min", "vocab_max", "tokenizer_lines", "steps_per_tokenizer", "aux_weight", "save_every", "precision")
+
+    batch_rows: int = option(4096, "target rows the network predicts per forward pass (memory only)", minimum=1)
+    steps: int = option(600, "training steps of the network (the source model frozen)", minimum=1)
+    batch_size: int = option(16, "blocks of text per step", minimum=1)
+    seq_len: int = option(128, "tokens per block, under the step's sampled tokenizer", minimum=8)
+    learning_rate: float = option(3e-4, "AdamW's peak learning rate (linear warm-up, then linear decay)",
+                                  exclusiveMinimum=0)
+    warmup_steps: int = option(30, "steps of linear warm-up", minimum=0)
+    layers: int = option(2, "transformer encoder layers of the network", minimum=1)
+    width: int | None = option(None, "the encoder's width (null: the source's embedding size)", minimum=8)
+    max_pieces: int = option(8, "source pieces the network reads per token (FVT's base row uses them all)",
+                             minimum=1)
+    vocab_min: int = option(2000, "the smallest sampled vocabulary (sizes are drawn log-uniformly)", minimum=100)
+    vocab_max: int = option(16000, "the largest sampled vocabulary", minimum=100)
+    tokenizer_lines: int = option(4000, "training lines each sampled tokenizer is trained on (drawn afresh)",
+                                  minimum=100)
+    steps_per_tokenizer: int = option(10, "steps under one sampled tokenizer before the next is drawn", minimum=1)
+    aux_weight: float = option(0.5, "weight of the mean squared distance to the source rows of the pieces a "
+                               "sampled vocabulary shares with the source (ZeTT's auxiliary loss)", minimum=0)
+    save_every: int = option(100, "steps between checkpoints (a killed training resumes from the last)", minimum=1,
+                             rerun=False)
+    precision: Literal["auto", "fp32", "bf16"] = option(
+        "auto", "as pretrain.precision: bf16 mixed precision where the hardware multiplies bf16 natively")
+
+    def __post_init__(self):
+        from vocabtransfer.errors import VocabTransferError
+
+        if self.vocab_min > self.vocab_max:
+            raise VocabTransferError(f"init.hypernet.vocab_min ({self.vocab_min}) is above init.hypernet.vocab_max "
+                                     f"({self.vocab_max}); make vocab_min ≤ vocab_max")
 
 
 @dataclass(frozen=True)
