@@ -89,7 +89,7 @@ def check_lm_eval_tasks(params: dict, source: str = "params.yaml") -> None:
     if not params["lm_eval"]["tasks"]:
         return
     harness.check_include(params, source)
-    include = str(harness.include_folder(params)) if harness.include_folder(params) else None
+    include = harness.include_key(params)
     names = list(dict.fromkeys(n for lang in params["languages"] for n in harness.task_names(params, lang)))
     others = [n for n in names if n not in harness.local_tasks(include)]
     if others:
@@ -127,18 +127,17 @@ def preflight(params: dict, source: str = "params.yaml", *, reach: bool = True) 
             raise VocabTransferError(f"{source}: fasttext.pretrained_path {said}, and fasttext.mode is wordlevel; set it "
                                      "to a word-level fastText .bin or use fasttext.mode: tokenlevel")
     try:  # the plan itself: a model name or a combination no stage produces stops here, not in the DAG
-        job_counts(params)
+        planned = [(stage, wildcards) for stage in STAGES.values()
+                   for lang in (params["languages"] if "lang" in stage.wildcards else [None])
+                   for wildcards in stage.jobs(params, lang)]
     except VocabTransferError as exc:
         raise VocabTransferError(f"{source}: {exc}") from exc
-    # every stage's own data files, for the jobs that run
-    for stage in STAGES.values():
-        for lang in params["languages"] if "lang" in stage.wildcards else [None]:
-            for wildcards in stage.jobs(params, lang):
-                for key, path in stage.data_files(params, wildcards).items():
-                    if not Path(path).exists():
-                        raise VocabTransferError(f"{source}: {_data_key(stage.name, wildcards, key)}: data file {path} "
-                                                 f"not found (job {stage.name} {' '.join(wildcards.values())}); fix "
-                                                 "the path (relative paths resolve against $VOCABTRANSFER_DATA)")
+    for stage, wildcards in planned:  # every job's own data files
+        for key, path in stage.data_files(params, wildcards).items():
+            if not Path(path).exists():
+                raise VocabTransferError(f"{source}: {_data_key(stage.name, wildcards, key)}: data file {path} not "
+                                         f"found (job {stage.name} {' '.join(wildcards.values())}); fix the path "
+                                         "(relative paths resolve against $VOCABTRANSFER_DATA)")
     return skip_lines(params) + notes(params)
 
 

@@ -184,7 +184,8 @@ def local_tasks(include: str | None = None) -> dict[str, list[str]]:
     return out
 
 
-def _include(params: dict) -> str | None:
+def include_key(params: dict) -> str | None:
+    """The user's task folder as the key of `task_manager` and `local_tasks` (None when not set)."""
     folder = include_folder(params)
     return str(folder) if folder else None
 
@@ -299,7 +300,7 @@ def run(ctx) -> None:
         check_include(ctx.params, "lm_eval")
         results = evaluate(model_dir, names, num_fewshot=opts.num_fewshot, limit=opts.limit,
                            batch_size=opts.batch_size, device=ctx.device, seed=ctx.seed,
-                           manager=task_manager(_include(ctx.params)))
+                           manager=task_manager(include_key(ctx.params)))
         out["scores"], table = scores(results), samples_table(results)
     out.update(seconds=round(time.perf_counter() - start, 3), versions={**io.versions(), "lm_eval": version("lm_eval")})
     io.write_parquet(table, ctx.output["samples"])

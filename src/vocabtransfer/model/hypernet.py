@@ -13,13 +13,13 @@ Saved as `hypernet.safetensors` (the network's weights only; the source rows are
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 import torch.nn as nn
 
+from vocabtransfer import io
 from vocabtransfer.errors import VocabTransferError
 
 WEIGHTS, CONFIG = "hypernet.safetensors", "config.json"
@@ -74,22 +74,17 @@ class HyperNet(nn.Module):
         return base + self.head(pooled).to(base.dtype)
 
     def save(self, directory: Path) -> None:
-        from safetensors.torch import save_file
-
-        directory.mkdir(parents=True, exist_ok=True)
-        save_file({k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}, str(directory / WEIGHTS))
-        (directory / CONFIG).write_text(json.dumps(asdict(self.config), indent=2) + "\n", encoding="utf-8")
+        io.save_tensors(self.state_dict(), directory / WEIGHTS)
+        io.write_json(asdict(self.config), directory / CONFIG)
 
 
 def load(directory: Path) -> HyperNet:
     """The trained network of `directory` (stage hypernet's output): one error naming the file when it is
     missing or torn."""
-    from safetensors.torch import load_file
-
     try:
-        config = HyperNetConfig(**json.loads((directory / CONFIG).read_text(encoding="utf-8")))
-        state = load_file(str(directory / WEIGHTS))
-    except (OSError, ValueError, TypeError) as exc:
+        config = HyperNetConfig(**io.read_json(directory / CONFIG))
+        state = io.load_tensors(directory / WEIGHTS)
+    except (VocabTransferError, TypeError) as exc:
         raise VocabTransferError(f"{directory}: not a trained hypernetwork ({exc}); rerun stage hypernet "
                                  "(snakemake -R hypernet)") from exc
     net = HyperNet(config)

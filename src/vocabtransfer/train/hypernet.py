@@ -28,7 +28,6 @@ import logging
 import math
 import random
 import resource
-import shutil
 import time
 from dataclasses import asdict, dataclass
 from functools import lru_cache
@@ -259,20 +258,17 @@ def run(ctx) -> None:
     net = network.HyperNet(config_for(setup, options))
     curve, seconds, precision = fit(setup, net, options, Path(paths.HYPERNET_CHECKPOINTS), seed=ctx.seed,
                                     device=ctx.device)
-    out = ctx.output["hypernet"]
-    tmp = out.with_name(out.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    net.save(tmp)
     tokens = sum(row["tokens"] for row in curve)
-    io.write_json({
+    stats = {
         "options": asdict(options), "network": asdict(net.config), "kind": setup.kind,
         "parameters": sum(p.numel() for p in net.parameters()), "train_lines": len(lines), "steps": options.steps,
         "precision": precision, "curve": curve, "tokens": tokens, "train_seconds": round(seconds, 3),
         "tokens_per_second": round(tokens / max(seconds, 1e-9), 1), "seconds": round(time.perf_counter() - start, 3),
         "peak_memory_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         "vocab_sizes": sorted({row["vocab"] for row in curve}),
-    }, tmp / "stats.json")
-    shutil.rmtree(out, ignore_errors=True)
-    tmp.rename(out)
+    }
+    with io.atomic_output(ctx.output["hypernet"], directory=True) as tmp:
+        net.save(tmp)
+        io.write_json(stats, tmp / "stats.json")
     log.info("hypernet: %d steps, %d tokens in %.0f s (%.0f tokens/s); loss %.3f -> %.3f", options.steps, tokens,
              seconds, tokens / max(seconds, 1e-9), curve[0]["lm_loss"], curve[-1]["lm_loss"])
