@@ -6,6 +6,7 @@ import logging
 import math
 
 import matplotlib.image
+import numpy as np
 import pyarrow as pa
 import pytest
 import torch
@@ -13,7 +14,9 @@ from conftest import shared_file
 
 from vocabtransfer.evaluate import init_eval
 from vocabtransfer import io
+from vocabtransfer.data.token_ids import TokenIds
 from vocabtransfer.errors import VocabTransferError
+from vocabtransfer.model.lmdata import lm_batches, pack_lines
 
 from helpers import (bpe_tokenizer, make_ctx, over_defaults, save_dir, text_lines, tiny_bert, tiny_llama,
                      wordpiece_tokenizer, write_ids)
@@ -73,7 +76,8 @@ def test_source_model_as_its_own_initialisation(tmp_path, en_wp, caplog):
     table = io.read_parquet(out)
     assert table.schema == init_eval.SCHEMA
     rows = {r["method"]: r for r in table.to_pylist()}
-    assert list(rows) == ["source", "same", "other"]
+    assert list(rows) == ["source", "same", "other", "floor:unigram-target"]
+    floor = rows.pop("floor:unigram-target")
     ref, same, oth = rows["source"], rows["same"], rows["other"]
     assert ref["lang"] == "en" and same["lang"] == "xx"
     for r in rows.values():
@@ -88,6 +92,19 @@ def test_source_model_as_its_own_initialisation(tmp_path, en_wp, caplog):
     # paired comparison: the same masked tokens for every method
     assert oth["n_eval_tokens"] == same["n_eval_tokens"] and oth["loss"] != same["loss"]
     assert oth["retrieval_en2xx"] < 1.0
+    # per valid block, for the report's paired bootstrap: the sums give the loss; every row the same blocks
+    for r in (*rows.values(), floor):
+        assert sum(r["block_loss"]) / sum(r["block_tokens"]) == pytest.approx(r["loss"], rel=1e-9)
+    assert same["block_tokens"] == oth["block_tokens"] == floor["block_tokens"] == ref["block_tokens"]
+    assert same["block_loss"] == pytest.approx(ref["block_loss"], rel=1e-6)
+    # the unigram floor, by hand: add-one unigram of the train ids on the same masked tokens
+    counts = np.bincount(np.concatenate(list(TokenIds(ctx.input["train_ids"], en_wp).chunks())), minlength=len(en_wp))
+    valid = io.read_parquet(ctx.input["valid"]).column("text").to_pylist()
+    labels = torch.cat([b["labels"].flatten() for b in lm_batches(en_wp, pack_lines(en_wp, valid, 64), "masked", 8, 3)])
+    picked = labels[labels != -100].numpy()
+    want = -np.log((counts[picked] + 1.0) / (counts.sum() + len(en_wp))).mean()
+    assert floor["kind"] == "floor" and floor["loss"] == pytest.approx(want, rel=1e-9)
+    assert floor["n_eval_tokens"] == len(picked) == same["n_eval_tokens"]
     assert "| lang | method | loss |" in caplog.text and "| xx | other |" in caplog.text
     # masked LMs keep their per-token loss: no bits per byte, the log says why; bytes per token all the same
     assert all(r["bits_per_byte"] is None and r["share_kept"] is None for r in rows.values())
@@ -139,7 +156,8 @@ def test_bits_per_byte_of_causal_models_and_the_source(tmp_path, caplog):
     floors = bpb_floor.floor_scores(en_bpe, train, en_bpe, tmp_path / "xx" / "corpus" / "train.parquet", valid)
     for name, want in floors.items():
         row = rows[f"floor:{name}"]
-        assert row["kind"] == "floor" and row["share_kept"] is None and row["loss"] is None
+        assert row["kind"] == "floor" and row["share_kept"] is None
+        assert (row["loss"] is None) == (name != "unigram-target")  # the unigram's loss per token: the floor row
         assert row["bits_per_byte"] == pytest.approx(want.bits_per_byte) and row["n_bytes"] == rows["same"]["n_bytes"]
     assert rows["floor:uniform"]["bits_per_byte"] == pytest.approx(
         math.log2(len(en_bpe)) / rows["floor:uniform"]["bytes_per_token"])

@@ -238,6 +238,12 @@ def test_fast_masked_loss_equals_model_loss(en_wordpiece):
     assert torch.allclose(total / n, reference, atol=1e-5)
     result = modeling.evaluate_lm(model, [batch], "masked")
     assert result["n_tokens"] == n and abs(result["perplexity"] - torch.exp(reference).item()) < 1e-2
+    # per block: the model's own loss over that block's masked tokens, and their count
+    assert result["block_tokens"] == (batch["labels"] != -100).sum(1).tolist()
+    with torch.no_grad():
+        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    own = torch.nn.functional.cross_entropy(logits.transpose(1, 2), batch["labels"], reduction="none").sum(1)
+    assert torch.allclose(torch.tensor(result["block_loss"], dtype=torch.float64), own.double(), atol=1e-3)
 
 
 def test_causal_loss(en_bpe):
@@ -256,7 +262,7 @@ def test_calibrated_loss_undoes_an_over_confident_scale(monkeypatch):
     targets = torch.randint(0, 50, (400,), generator=g)
     logits = torch.randn(400, 50, generator=g)
     logits[torch.arange(400), targets] += 2.0  # informative, so the best temperature is finite
-    batches = [{"scale": 1.0}]
+    batches = [{"labels": targets.view(4, 100)}]  # 4 blocks of 100 predicted tokens
 
     class Fixed(torch.nn.Module):  # a "model" whose predicted logits are fixed, times a factor
         def __init__(self, factor):
@@ -264,8 +270,8 @@ def test_calibrated_loss_undoes_an_over_confident_scale(monkeypatch):
             self.factor = factor
 
     monkeypatch.setattr(modeling, "predicted_logits", lambda model, batch, kind: (logits * model.factor, targets))
-    monkeypatch.setattr(modeling, "lm_loss_sum", lambda model, batch, kind: (
-        torch.nn.functional.cross_entropy(logits * model.factor, targets, reduction="sum"), len(targets)))
+    monkeypatch.setattr(modeling, "token_losses", lambda model, batch, kind: (
+        torch.nn.functional.cross_entropy(logits * model.factor, targets, reduction="none"), targets))
     base = modeling.evaluate_lm(Fixed(3.0), batches, "masked", calibrate=True)
     sharp = modeling.evaluate_lm(Fixed(3.0 * 1.1 ** 5), batches, "masked", calibrate=True)
     assert sharp["loss"] > base["loss"]
@@ -274,7 +280,9 @@ def test_calibrated_loss_undoes_an_over_confident_scale(monkeypatch):
     assert 1.1 < base["temperature"] < 5  # over-confident, and an interior optimum of the grid
     assert sharp["calibrated_loss"] == pytest.approx(base["calibrated_loss"], rel=1e-5)
     assert sharp["temperature"] == pytest.approx(base["temperature"] * 1.1 ** 5, rel=1e-6)
-    assert "calibrated_loss" not in modeling.evaluate_lm(Fixed(1.0), batches, "masked")
+    plain = modeling.evaluate_lm(Fixed(1.0), batches, "masked")
+    assert "calibrated_loss" not in plain and plain["block_tokens"] == [100] * 4
+    assert sum(plain["block_loss"]) == pytest.approx(plain["loss"] * 400, rel=1e-9)
 
 
 def test_pack_ids_equals_pack_lines_on_the_same_text(shared_data):

@@ -96,6 +96,18 @@ def block_losses(method: str, objective: str, pseed: int) -> tuple[np.ndarray, n
     return 10 * per_token, np.full(BLOCKS, 10)
 
 
+INIT_LEVEL = {"random": 9.0, "focus": 7.0, "floor": 8.0}  # nats per token right after initialisation
+
+
+def init_blocks(level: float, salt: int) -> dict:
+    """init_eval's per-block columns: BLOCKS blocks of 10 tokens at `level` nats a token, with noise."""
+    rng = np.random.default_rng(salt)
+    noise = rng.standard_normal(BLOCKS)
+    sums = 10 * (level + 0.05 * (noise - noise.mean()))  # exactly `level` over all blocks
+    return {"loss": float(sums.sum()) / (10 * BLOCKS), "block_loss": sums.tolist(), "block_tokens": [10] * BLOCKS,
+            "n_eval_tokens": 10 * BLOCKS}
+
+
 def bucket_loss(objective: str, bucket: int) -> float:
     """Selfish: costs the frequent bucket 0 (+0.3), helps the rare bucket 2 (−0.5), bucket 1 level."""
     base = {"init": 9.0, "standard": 3.0 + bucket, "selfish": 3.0 + bucket + {0: 0.3, 1: 0.0, 2: -0.5}[bucket]}
@@ -142,8 +154,10 @@ def make_results(root: Path, langs=LANGS, with_evals: bool = True) -> read.Plan:
                 "calibrated_loss": 4.1, "temperature": 1.1, "n_eval_tokens": 100, "n_eval_lines": 10,
                 "retrieval_en2xx": 0.2, "retrieval_xx2en": 0.25, "n_sentences": 20, "model": "m", "seconds": 1.0}
         rows = [base] + [{**base, "lang": lang, "method": m, "loss": 9.0 - 2 * i, "calibrated_loss": 8.0 - i,
-                          "retrieval_en2xx": 0.05 * (i + 1), "retrieval_xx2en": 0.04 * (i + 1)}
-                         for i, m in enumerate(METHODS)]
+                          "retrieval_en2xx": 0.05 * (i + 1), "retrieval_xx2en": 0.04 * (i + 1),
+                          **init_blocks(INIT_LEVEL[m], i)} for i, m in enumerate(METHODS)]
+        rows.append({**dict.fromkeys(INIT_EVAL_SCHEMA.names), "lang": lang, "method": "floor:unigram-target",
+                     "kind": "floor", **init_blocks(INIT_LEVEL["floor"], 9)})
         write(root, paths.INIT_EVAL, pa.Table.from_pylist(rows, schema=INIT_EVAL_SCHEMA), lang=lang)
         tfl, cells = [], {name: [] for name in BLOCKS_SCHEMA.names}
         for m, o, s in runs:
@@ -288,6 +302,32 @@ def test_verdict_states_wins_costs_and_what_is_not_learned(rendered):
     assert re.search(r"\(costs\) in b0 \+0\.300 \[", focus)
     assert re.search(r"better: focus − random \(standard\) -1\.0\d\d \[[^]]+\] \(adjusted p [\d.e-]+\)", valid), valid
     assert "no detectable difference in 1 of 3 frequency buckets" in focus
+
+
+def test_right_after_initialisation_every_pair_and_the_floor_are_compared_block_by_block(rendered):
+    """The init family pairs the methods (later − earlier in init.methods) and each method with the unigram
+    floor over the same valid blocks; the verdict words them; one initialisation each: test-set variance only."""
+    root, plan, text = rendered
+    body = text.split("\n## sw\n", 1)[1]
+    family = body.split("#### Right after initialisation: valid loss\n", 1)[1].split("\n#### ", 1)[0]
+    rows: dict[str, str] = {}  # label -> its cells, over the parts of a table split for width
+    for line in family.splitlines():
+        if line.startswith("| ") and " − " in line:
+            label = line.strip("|").split("|")[0].strip()
+            rows[label] = rows.get(label, "") + line
+    assert list(rows) == ["focus − random", "random − unigram floor", "focus − unigram floor"]
+    init = read.read_language("sw", plan, root).init_eval
+    runs = {r["method"]: stats.Runs({(0, 0): (np.asarray(r["block_loss"]), np.asarray(r["block_tokens"], float))},
+                                    tuple(range(BLOCKS))) for r in init if r["method"] != "source"}
+    want = stats.nested_interval(runs["random"], runs["focus"], resamples=2000, seed=42)
+    assert f"{want.diff:+.3f} [{want.low:+.3f}, {want.high:+.3f}]" in rows["focus − random"]
+    assert "✱ better" in rows["focus − random"] and "✱ worse" in rows["random − unigram floor"]
+    assert "✱ better" in rows["focus − unigram floor"] and "1 initialisation each, test-set variance only, 20 clusters" in rows["focus − random"]
+    assert "†: no seed variance behind the row" in family
+    verdict = text.split("\n## sw\n", 1)[0]
+    assert "**Right after initialisation, valid loss, later − earlier method of init.methods (negative is better)** " \
+           "(1 initialisation each, test-set variance only): better: focus − random -2.0" in " ".join(verdict.split())
+    assert "**Right after initialisation against the unigram floor (negative: the model uses the context)**" in verdict
 
 
 def test_comparison_tables_show_the_recomputed_intervals(rendered):

@@ -25,8 +25,16 @@ For target language L and every method in params `init.methods` (results/L/init/
     of the target and the source tokenizer fitted on the train split, the uniform guess over the target
     vocabulary; rows `floor:<name>`, kind `floor`), and `share_kept` = (BPB_floor − BPB_method) /
     (BPB_floor − BPB_source) from the best (lowest) floor, null where the source does not beat it. A
-    masked LM keeps its per-token loss: its bits per byte and share are null, no floor is scored, and
-    the log says why. A causal source without its LM head is refused.
+    masked LM keeps its per-token loss: its bits per byte and share are null, no bits-per-byte floor is
+    scored, and the log says why. A causal source without its LM head is refused.
+
+(d) the floor every method must beat to use any context (row `floor:unigram-target`, kind `floor`, for
+    masked and causal models; a causal model's row also holds its bits per byte): the add-one unigram of the train split's target ids scoring exactly the tokens the methods are scored on
+    (the same blocks and masks), its loss in nats per token like theirs.
+
+Every loss row keeps its summed loss and predicted tokens per valid block (`block_loss`, `block_tokens`):
+the report pairs two methods, or a method and the floor, block by block (its family "Right after
+initialisation"), with a bootstrap interval over the blocks.
 
 A reference row (method `source`, lang = the source language) gives the source model's loss on
 held-out source text (the last lines of `source_head.text`, which source_head never trained on)
@@ -89,7 +97,10 @@ SCHEMA = pa.schema([
     ("share_kept", pa.float64()),
     ("retrieval_en2xx", pa.float64()), ("retrieval_xx2en", pa.float64()), ("n_sentences", pa.int64()),
     ("model", pa.string()), ("seconds", pa.float64()),
+    # the summed loss and the predicted tokens of every valid block (the report's paired bootstrap resamples them)
+    ("block_loss", pa.list_(pa.float64())), ("block_tokens", pa.list_(pa.int64())),
 ])
+UNIGRAM = f"{bpb_floor.FLOOR}:unigram-target"  # the row of the unigram floor on the methods' predicted tokens
 
 
 def input_key(method: str) -> str:
@@ -172,7 +183,23 @@ def lm_eval(model, tokenizer, kind: Kind, lines: list[str], *, seq_len: int, bat
 def loss_columns(res: dict) -> dict:
     """The loss columns of an init_eval row from `lm_eval`'s result."""
     return {"loss": res["loss"], "perplexity": res["perplexity"], "calibrated_loss": res["calibrated_loss"],
-            "temperature": res["temperature"], "n_eval_tokens": res["n_tokens"]}
+            "temperature": res["temperature"], "n_eval_tokens": res["n_tokens"], "block_loss": res["block_loss"],
+            "block_tokens": res["block_tokens"]}
+
+
+def unigram_loss(tokenizer, kind: Kind, lines: list[str], counts, *, seq_len: int, batch_size: int,
+                 seed: int) -> dict:
+    """The loss columns of the unigram floor: each predicted token of `lm_eval`'s blocks (the same blocks and
+    masks as every method's, seeded alike) scored by the add-one unigram of the train split's ids (`counts`),
+    in nats; a model below it uses no context."""
+    from vocabtransfer.train.pretrain import unigram_block_sums  # imports torch: not at CLI start-up
+
+    batches = lm_batches(tokenizer, pack_lines(tokenizer, lines, seq_len, kind=kind), kind, batch_size, seed)
+    sums = unigram_block_sums(batches, kind, counts)
+    tokens = [int(n) for b in batches for n in ((b["labels"][:, 1:] if kind == "causal" else b["labels"]) != -100).sum(1)]
+    total, count = math.fsum(sums), sum(tokens)
+    return {"loss": total / count if count else math.nan, "n_eval_tokens": count, "block_loss": sums,
+            "block_tokens": tokens}
 
 
 def bpb_columns(model, tokenizer, kind: Kind, lines: list[str], *, asked: bool, seq_len: int,
@@ -234,7 +261,8 @@ def plot(rows: list[dict], path: str | Path, lang: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # matplotlib: heavy: plots only
 
-    rows = [r for r in rows if r["kind"] != bpb_floor.FLOOR]  # the floors have no loss per token
+    unigram = next((r for r in rows if r["method"] == UNIGRAM and r["loss"] is not None), None)
+    rows = [r for r in rows if r["kind"] != bpb_floor.FLOOR]  # the floors: a line, not a bar
     ref = next((r for r in rows if r["method"] == "source"), None)
     methods = sorted((r for r in rows if r["method"] != "source"), key=lambda r: r["loss"], reverse=True)
     has_retrieval = any(r["retrieval_en2xx"] is not None for r in methods)
@@ -252,6 +280,9 @@ def plot(rows: list[dict], path: str | Path, lang: str) -> None:
     if ref is not None:
         ax.axvline(ref["loss"], color="black", linestyle="--", linewidth=1,
                    label=f"source model on {ref['lang']} ({ref['loss']:.2f})")
+    if unigram is not None:
+        ax.axvline(unigram["loss"], color="tab:red", linestyle=":", linewidth=1.5,
+                   label=f"unigram floor ({unigram['loss']:.2f})")
     ax.set_yticks(y, names)
     ax.set_ylim(-0.6, len(methods) + 0.4)  # a free row at the top for the legends
     ax.set_xlabel(f"{'masked' if methods and methods[0]['kind'] == 'masked' else 'causal'}-LM loss on held-out "
@@ -372,10 +403,20 @@ def run(ctx) -> None:
     for method in methods:
         row, tok = _method_row(ctx, opts, method, valid, tgt_sent, src_vecs)
         rows.append(row)
+    kind = rows[-1]["kind"]  # the methods' (source: when there is none)
 
-    if bpb and methods and rows[-1]["kind"] == "causal":  # the floors, with the target tokenizer (every method's)
+    if bpb and methods and kind == "causal":  # the floors, with the target tokenizer (every method's)
         rows += floor_rows(ctx.lang, bpb_floor.floor_scores(tok, ctx.input["train_ids"], source_tok,
                                                             ctx.input["train_text"], valid))
+    if methods:  # the unigram floor in nats on the predicted tokens (a row of its own, or the bits-per-byte one's)
+        floor = unigram_loss(tok, kind, valid, bpb_floor.target_counts(ctx.input["train_ids"], tok),
+                             seq_len=opts.seq_len, batch_size=opts.batch_size, seed=ctx.seed)
+        unigram = next((r for r in rows if r["method"] == UNIGRAM), None)
+        if unigram is None:
+            unigram = dict.fromkeys(SCHEMA.names) | {"lang": ctx.lang, "method": UNIGRAM, "kind": bpb_floor.FLOOR,
+                                                     "n_eval_lines": len(valid), "seconds": 0.0}
+            rows.append(unigram)
+        unigram.update(floor)
     add_share_kept(rows)
     masked = [r["method"] for r in rows if r["kind"] == "masked"]
     if bpb and masked:

@@ -361,7 +361,9 @@ CALIBRATION_SCALES = tuple(1.1 ** i for i in range(-31, 15))
 
 
 def evaluate_lm(model, batches: list[dict], kind: Kind, *, calibrate: bool = False) -> dict:
-    """Mean token loss, perplexity and token count over fixed batches (no gradients).
+    """Mean token loss, perplexity and token count over fixed batches (no gradients), with the summed loss
+    and the predicted-token count of every block (`block_loss`, `block_tokens`: the clusters of a paired
+    bootstrap over blocks).
 
     With `calibrate`, also the loss after the best single temperature (temperature scaling,
     Guo et al. 2017): all logits divided by T, T chosen from `CALIBRATION_SCALES` on these same
@@ -374,24 +376,27 @@ def evaluate_lm(model, batches: list[dict], kind: Kind, *, calibrate: bool = Fal
 
     was_training = model.training
     model.eval()
-    total, count = 0.0, 0
     scaled = [0.0] * len(CALIBRATION_SCALES)
+    block_loss, block_tokens = [], []
     # no_grad, not inference_mode: an FSDP2-sharded model's gathered parameters must stay usable by training
     with torch.no_grad():
         for batch in batches:
+            labels = batch["labels"][:, 1:] if kind == "causal" else batch["labels"]
+            rows = (labels != -100).nonzero()[:, 0]  # the block of each predicted token, in prediction order
             if not calibrate:  # through the fused head
-                loss_sum, n = lm_loss_sum(model, batch, kind)
-                total, count = total + float(loss_sum), count + n
-                continue
-            logits, targets = predicted_logits(model, batch, kind)  # the temperatures need the logits
-            total += float(F.cross_entropy(logits, targets, reduction="sum"))
-            count += int(targets.numel())
-            for i, scale in enumerate(CALIBRATION_SCALES):
-                scaled[i] += float(F.cross_entropy(logits * scale, targets, reduction="sum"))
+                losses, _ = token_losses(model, batch, kind)
+            else:  # the temperatures need the logits
+                logits, targets = predicted_logits(model, batch, kind)
+                losses = F.cross_entropy(logits, targets, reduction="none")
+                for i, scale in enumerate(CALIBRATION_SCALES):
+                    scaled[i] += float(F.cross_entropy(logits * scale, targets, reduction="sum"))
+            block_loss += torch.bincount(rows, weights=losses.double().cpu(), minlength=labels.shape[0]).tolist()
+            block_tokens += torch.bincount(rows, minlength=labels.shape[0]).tolist()
     model.train(was_training)
+    total, count = math.fsum(block_loss), sum(block_tokens)
     loss = total / count if count else math.nan
     out = {"loss": loss, "perplexity": math.exp(loss) if count and loss < 700 else math.inf if count else math.nan,
-           "n_tokens": count}
+           "n_tokens": count, "block_loss": block_loss, "block_tokens": block_tokens}
     if calibrate:
         best = min(range(len(scaled)), key=scaled.__getitem__)
         out["calibrated_loss"] = scaled[best] / count if count else math.nan

@@ -185,13 +185,18 @@ def init_section(lang: Language, share: bool = True) -> list[str]:
     for r in floors:  # `floor:unigram-target` (evaluate.bpb_floor.NAMES)
         table.append([r["method"].replace(":", ": ")] + [fmt(r.get(key), digits) for key, _, _, digits in cols])
     lines.append(md_table(["method"] + [c[1] for c in cols], table))
-    lines += ["", _init_note(lang, has_bits, share, bool(floors)), "",
+    lines += ["", _init_note(lang, has_bits, share, [r["method"].split(":", 1)[1] for r in floors]), "",
               f"![{lang.lang}: right after initialisation]({_rel(paths.fill(paths.INIT_EVAL_PLOT, lang=lang.lang))})",
               ""]
     return lines
 
 
-def _init_note(lang: Language, has_bits: bool, share: bool, floors: bool) -> str:
+FLOOR_NOTES = {"unigram-target": "the add-one unigram of the target tokenizer's ids on the train split",
+               "unigram-source": "the same with the source tokenizer",
+               "uniform": "the uniform guess over the target vocabulary"}
+
+
+def _init_note(lang: Language, has_bits: bool, share: bool, floors: list[str]) -> str:
     note = ("Loss: masked-/causal-LM loss on held-out target text with no training; calibrated: at the "
             "one temperature that minimises it; retrieval: top-1 accuracy on XNLI premises. The source model "
             f"reads the {lang.lang} text with its own tokenizer (its loss: on held-out source text, "
@@ -199,9 +204,8 @@ def _init_note(lang: Language, has_bits: bool, share: bool, floors: bool) -> str
     if has_bits and share:
         note += (" Bits per byte: bits per UTF-8 byte of the valid lines (pretraining seed 1's initialisation).")
     if floors:
-        note += (" Floors: predictors without a model on the same tokens (unigram-target, unigram-source: a unigram "
-                 "of the target or the source tokenizer fitted on the train split; uniform: the uniform guess over "
-                 "the target vocabulary).")
+        note += (" Floors: predictors without a model on the same tokens ("
+                 + "; ".join(f"{f}: {FLOOR_NOTES.get(f, f)}" for f in floors) + ").")
     if has_bits and share:
         note += (" Share kept: (BPB_floor − BPB_method) / (BPB_floor − BPB_source), from the best floor; – where the "
                  "source does not beat it (nothing to keep).")

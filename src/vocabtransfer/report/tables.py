@@ -4,11 +4,14 @@ interval (vocabtransfer.evaluate.stats), grouped in families that are corrected 
 1. which tasks are learned at all: every model against the task's floor (vocabtransfer.evaluate.floor;
    one family per task); a task where no model is above it after the correction is "not learned at
    these sizes" and takes no further part (never ranked, bolded or used in the verdict);
-2. every method minus random, per objective (`init` too): the valid loss after pretraining (one
+2. right after initialisation (init_eval, before any training): every pair of methods and every method minus
+   the unigram floor, on the valid loss paired over the same valid blocks and masked tokens (one family);
+   one initialisation per method, so its intervals hold the valid blocks' variance only (†);
+3. every method minus random, per objective (`init` too): the valid loss after pretraining (one
    family) and each learned task (one family per task);
-3. every other objective (selfish, distill) minus standard for every method: the valid loss, each
+4. every other objective (selfish, distill) minus standard for every method: the valid loss, each
    learned task and the loss of every token-frequency bucket (one family per objective);
-4. bits per UTF-8 byte (report.bpb): every init-only and pretrained causal model, the source with its own
+5. bits per UTF-8 byte (report.bpb): every init-only and pretrained causal model, the source with its own
    tokenizer and the floors (predictors without a model), every method minus random with the same
    objective (one family) and every model minus the best floor (one family), nested over valid lines
    (the clusters) and pretraining seeds.
@@ -269,6 +272,42 @@ def learned(lang: Language, settings: Settings) -> dict[str, TaskStatus]:
 
 # 3. the families ---------------------------------------------------------------------------------
 
+INIT_TITLE = "Right after initialisation: valid loss"  # the family's title (the verdict finds it by it)
+UNIGRAM_FLOOR = "floor:unigram-target"  # init_eval's row of the unigram floor on the methods' predicted tokens
+INIT_LOSS, INIT_FLOOR = "loss at init", "loss at init (floor)"  # the family's measures: between methods, vs the floor
+
+
+def init_runs(lang: Language, method: str) -> stats.Runs | None:
+    """init_eval's loss of `method` (or of the floor row) per valid block: one run, no seed level."""
+    row = next((r for r in lang.init_eval or () if r["method"] == method), None)
+    if row is None or row.get("block_loss") is None or not len(row["block_loss"]):
+        return None  # an init_eval.parquet written before the blocks were kept
+    num, den = np.asarray(row["block_loss"], float), np.asarray(row["block_tokens"], float)
+    return stats.Runs({(0, 0): (num, den)}, tuple(range(len(num))))
+
+
+def init_family(lang: Language, settings: Settings) -> Family | None:
+    """Every pair of initialisations (later in init.methods − earlier) and every method − the unigram floor,
+    on the valid loss right after initialisation, paired block by block (module docstring, 2.)."""
+    methods = [r["method"] for r in lang.init_eval or () if r["method"] != "source" and r.get("kind") != "floor"]
+    runs = {m: r for m in methods if (r := init_runs(lang, m)) is not None}
+    if len(runs) < 2:
+        return None
+    order = list(runs)
+    if len({len(r.clusters) for r in runs.values()}) != 1:
+        return None  # scored on different blocks (other tokenizers): nothing pairs
+    rows = [Row(f"{b} − {a}", INIT_LOSS, settings.bootstrap(runs[a], runs[b]), lower_is_better=True,
+                runs="1 initialisation each, test-set variance only", seedless=True)
+            for i, a in enumerate(order) for b in order[i + 1:]]
+    floor = init_runs(lang, UNIGRAM_FLOOR)
+    if floor is not None and len(floor.clusters) == len(runs[order[0]].clusters):
+        rows += [Row(f"{m} − unigram floor", INIT_FLOOR, settings.bootstrap(floor, runs[m]), lower_is_better=True,
+                     runs="1 initialisation against the floor, test-set variance only", seedless=True) for m in order]
+    return Family(INIT_TITLE, "Before any training, paired over the same valid blocks and masked tokens. Negative: the "
+                  "first-named method has the lower loss (better); against the unigram floor (the train split's "
+                  "unigram on the same tokens), negative: the model uses the context.", _corrected(rows, settings))
+
+
 def _objectives(lang: Language) -> list[str]:
     return [o for o in OBJECTIVE_ORDER if any(ob == o for _, ob, _ in lang.curves)]
 
@@ -347,9 +386,10 @@ def _bucket_labels(lang: Language) -> dict[int, str]:
 
 
 def families(lang: Language, settings: Settings, status: dict, head_to_head: list[Family] = ()) -> list[Family]:
-    """The report's comparison families in order: every method − random, the head-to-head ones
-    (`report.rivals.families`, built on this module), each objective − standard."""
-    out = methods_vs_random(lang, settings, status) + list(head_to_head)
+    """The report's comparison families in order: right after initialisation, every method − random, the
+    head-to-head ones (`report.rivals.families`, built on this module), each objective − standard."""
+    init = init_family(lang, settings)
+    out = ([init] if init else []) + methods_vs_random(lang, settings, status) + list(head_to_head)
     for objective in (o for o in _objectives(lang) if o not in ("init", "standard")):
         family = objective_vs_standard(lang, settings, status, objective)
         out += [family] if family else []

@@ -14,8 +14,8 @@ import re
 from vocabtransfer.report.bpb import BPB_TITLE
 from vocabtransfer.report import rivals
 from vocabtransfer.report.read import task_order
-from vocabtransfer.report.tables import (NO_DIFFERENCE, NOT_AFTER_CORRECTION, NOT_LEARNED, Family, Row, Settings,
-                                         seeds_text)
+from vocabtransfer.report.tables import (INIT_FLOOR, INIT_LOSS, INIT_TITLE, NO_DIFFERENCE, NOT_AFTER_CORRECTION,
+                                         NOT_LEARNED, Family, Row, Settings, seeds_text)
 
 
 def number(d, digits: int) -> str:
@@ -155,7 +155,13 @@ def language_verdict(lang: str, families: list[Family], status: dict, settings: 
     lines = [f"### {lang}", ""]
     bullets = []
     for family in families:
-        if family.title.startswith("Valid loss"):
+        if family.title == INIT_TITLE:
+            bullets += [s for s in (
+                family_sentence(family, INIT_LOSS, settings, "Right after initialisation, valid loss, later − earlier "
+                                "method of init.methods (negative is better)"),
+                family_sentence(family, INIT_FLOOR, settings, "Right after initialisation against the unigram floor "
+                                "(negative: the model uses the context)")) if s]
+        elif family.title.startswith("Valid loss"):
             s = family_sentence(family, "valid loss", settings, "Valid loss after pretraining, method − random "
                                 "(negative is better)")
             bullets += [s] if s else []
