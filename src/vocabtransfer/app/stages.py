@@ -176,7 +176,7 @@ HYPERNET = Stage(
     outputs={"hypernet": paths.HYPERNET},
     directories=frozenset({"hypernet"}),
     params=("seed", "languages"), extra_params=_hypernet_leaves,
-    code=("train/hypernet.py",), parallel=True,
+    code=("train/hypernet.py",), parallel=True, gpu=True,
     skip_reason=lambda params, wc: availability.needed_by(params, "hypernet"),
 )
 

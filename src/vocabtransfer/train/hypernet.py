@@ -69,7 +69,7 @@ class Episode:
 class Setup:
     """The frozen source, the text and the options of one training (shared by the Trainer's loss)."""
 
-    def __init__(self, source_dir: Path, lines: list[str], options: HypernetOptions, seed: int):
+    def __init__(self, source_dir: Path, lines: list[str], options: HypernetOptions, seed: int, device: str = "cpu"):
         self.model, self.kind = modeling.load_source_model(source_dir)
         if not modeling.is_tied(self.model):
             raise VocabTransferError(f"{source_dir}: untied output embeddings; init method hypernet predicts one row "
@@ -77,9 +77,13 @@ class Setup:
         for p in self.model.parameters():
             p.requires_grad_(False)
         self.tokenizer = load_tokenizer(source_dir)
-        self.source = self.model.get_input_embeddings().weight.detach()[: len(self.tokenizer)].float()
+        self.device = torch.device(device)
+        self.model.to(self.device)
+        # the source rows: on the CPU for the tokenizers' FVT rows, on the device for the network
+        self.source_cpu = self.model.get_input_embeddings().weight.detach()[: len(self.tokenizer)].float().cpu()
+        self.source = self.source_cpu.to(self.device)
         bias = modeling.output_bias(self.model)
-        self.bias = None if bias is None else bias.detach()[: len(self.tokenizer)].float()
+        self.bias = None if bias is None else bias.detach()[: len(self.tokenizer)].float().cpu()
         self.head = head_parts(self.model)
         self.lines, self.options, self.seed = lines, options, seed
 
@@ -97,7 +101,7 @@ class Setup:
         pairs = sorted((i, source_vocab[t]) for t, i in vocab.items() if t in source_vocab)
         target_ids = np.asarray([a for a, _ in pairs], dtype=np.int64)
         source_ids = np.asarray([b for _, b in pairs], dtype=np.int64)
-        problem = TransferProblem(source_embeddings=self.source, source_tokenizer=self.tokenizer,
+        problem = TransferProblem(source_embeddings=self.source_cpu, source_tokenizer=self.tokenizer,
                                   target_tokenizer=tokenizer, overlap_target_ids=target_ids,
                                   overlap_source_ids=source_ids, seed=rng.randrange(2**31))
         base = fvt(problem).embeddings
@@ -107,8 +111,10 @@ class Setup:
         bias = transfer_bias(self.bias, len(tokenizer), target_ids, source_ids) if self.bias is not None else None
         log.info("hypernet: tokenizer %d: %d tokens (asked %d), %d shared with the source, %d predicted", index,
                  len(tokenizer), size, len(pairs), len(ids))
-        return Episode(tokenizer, base, torch.from_numpy(ids), pieces,
-                       (torch.from_numpy(target_ids), torch.from_numpy(source_ids)), bias)
+        on = self.device
+        return Episode(tokenizer, base.to(on), torch.from_numpy(ids).to(on), pieces.to(on),
+                       (torch.from_numpy(target_ids).to(on), torch.from_numpy(source_ids).to(on)),
+                       None if bias is None else bias.to(on))
 
     def batch(self, step: int, episode: Episode) -> dict:
         """Step `step`'s blocks under the episode's tokenizer, masked (masked LM) with a seed of the step."""
@@ -201,10 +207,8 @@ def fit(setup: Setup, net: network.HyperNet, options: HypernetOptions, checkpoin
 
     from vocabtransfer.model.precision import resolve
 
-    if device != "cpu":
-        raise VocabTransferError(f"hypernet: device {device!r}: the stage trains on the CPU in this version; run "
-                                 "it with --device cpu")
-    choice = resolve(options.precision, use_cpu=True)
+    use_cpu = device == "cpu"
+    choice = resolve(options.precision, use_cpu=use_cpu)
     log.info("hypernet: precision %s", choice.reason)
     expected = {"options": asdict(options), "seed": seed, "network": asdict(net.config)}
     done = complete_checkpoints(checkpoints)
@@ -219,7 +223,7 @@ def fit(setup: Setup, net: network.HyperNet, options: HypernetOptions, checkpoin
         learning_rate=options.learning_rate, lr_scheduler_type="linear", warmup_steps=options.warmup_steps,
         max_grad_norm=1.0, weight_decay=0.0, logging_steps=max(1, options.steps // 20), save_strategy="steps",
         save_steps=options.save_every, save_total_limit=2, report_to=[], seed=seed, data_seed=seed,
-        bf16=choice.bf16, use_cpu=True, remove_unused_columns=False, dataloader_num_workers=0,
+        bf16=choice.bf16, use_cpu=use_cpu, remove_unused_columns=False, dataloader_num_workers=0,
         disable_tqdm=not sys.stderr.isatty())
     trainer_class, rows = _trainer_class()
     trainer = trainer_class(model=model, args=args, train_dataset=_Steps(options.steps), callbacks=[rows()],
@@ -254,7 +258,7 @@ def run(ctx) -> None:
     start = time.perf_counter()
     options = ctx.section("init.hypernet", HypernetOptions)
     lines = train_lines([ctx.input[k] for k in sorted(ctx.input) if k.startswith("train_")])
-    setup = Setup(ctx.input["source"], lines, options, ctx.seed)
+    setup = Setup(ctx.input["source"], lines, options, ctx.seed, device=ctx.device)
     net = network.HyperNet(config_for(setup, options))
     curve, seconds, precision = fit(setup, net, options, Path(paths.HYPERNET_CHECKPOINTS), seed=ctx.seed,
                                     device=ctx.device)
@@ -264,7 +268,8 @@ def run(ctx) -> None:
         "parameters": sum(p.numel() for p in net.parameters()), "train_lines": len(lines), "steps": options.steps,
         "precision": precision, "curve": curve, "tokens": tokens, "train_seconds": round(seconds, 3),
         "tokens_per_second": round(tokens / max(seconds, 1e-9), 1), "seconds": round(time.perf_counter() - start, 3),
-        "peak_memory_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "peak_memory_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "device": ctx.device,
+        "peak_gpu_memory_bytes": torch.cuda.max_memory_allocated() if ctx.device.startswith("cuda") else None,
         "vocab_sizes": sorted({row["vocab"] for row in curve}),
     }
     with io.atomic_output(ctx.output["hypernet"], directory=True) as tmp:
