@@ -226,6 +226,24 @@ class TokenIds:
             yield chunk
 
 
+def counts_of(chunks, vocab: int, where: str) -> np.ndarray:
+    """Occurrences of every id 0..vocab-1 over chunks of ids; an id outside the vocabulary is refused."""
+    counts = np.zeros(vocab, dtype=np.int64)
+    for chunk in chunks:
+        chunk = np.asarray(chunk, dtype=np.int64)
+        if chunk.size and (int(chunk.max()) >= vocab or int(chunk.min()) < 0):
+            raise VocabTransferError(f"{where}: token id {int(chunk.max())} is outside the tokenizer's {vocab} ids; "
+                                     "the text and the tokenizer do not match")
+        counts += np.bincount(chunk, minlength=vocab)
+    return counts
+
+
+def unigram_counts(path: str | os.PathLike, tokenizer) -> np.ndarray:
+    """Occurrences of every id of `tokenizer` in the pre-tokenised split at `path` (checked against it), chunk
+    by chunk: the unigram the floors are fitted on."""
+    return counts_of(TokenIds(path, tokenizer).chunks(), len(tokenizer), str(path))
+
+
 def _spans(n: int, step: int) -> Iterator[tuple[int, int]]:
     return ((lo, min(lo + step, n)) for lo in range(0, n, step))
 

@@ -24,13 +24,12 @@ import math
 from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
-from typing import Iterable
 
 import numpy as np
 
 from vocabtransfer.data.corpus_lines import iter_text_batches
 from vocabtransfer.data.pretokenize import encode_batches, encoder
-from vocabtransfer.data.token_ids import TokenIds
+from vocabtransfer.data.token_ids import counts_of, unigram_counts
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.evaluate.bits_per_byte import LineScores, context_ids, line_counts
 
@@ -40,22 +39,9 @@ LABELS = {"unigram-target": "unigram, target tokenizer", "unigram-source": "unig
           "uniform": "uniform, target vocabulary"}
 
 
-def counts_of(chunks: Iterable[np.ndarray], vocab: int, where: str) -> np.ndarray:
-    """Occurrences of every id 0..vocab-1 over chunks of ids; an id outside the vocabulary is refused."""
-    counts = np.zeros(vocab, dtype=np.int64)
-    for chunk in chunks:
-        chunk = np.asarray(chunk, dtype=np.int64)
-        if chunk.size and (int(chunk.max()) >= vocab or int(chunk.min()) < 0):
-            raise VocabTransferError(f"{where}: token id {int(chunk.max())} is outside the tokenizer's {vocab} ids; "
-                                     "the text and the tokenizer do not match")
-        counts += np.bincount(chunk, minlength=vocab)
-    return counts
-
-
 def target_counts(path: str | Path, tokenizer) -> np.ndarray:
     """Unigram counts of the pre-tokenised train split at `path`, written with `tokenizer` (checked)."""
-    ids = TokenIds(path, tokenizer)
-    return counts_of(ids.chunks(), len(tokenizer), str(path))
+    return unigram_counts(path, tokenizer)
 
 
 def source_counts(tokenizer, corpus: str | Path, batch_size: int = 1000) -> np.ndarray:

@@ -59,6 +59,7 @@ from vocabtransfer import io
 from vocabtransfer.model import modeling
 from vocabtransfer.train.batches import StepBlocks, StepCollator  # noqa: F401 (StepBlocks: read from here too)
 from vocabtransfer.model.lmdata import Kind
+from vocabtransfer.data.token_ids import unigram_counts
 from vocabtransfer.train import parallel, sharding
 from vocabtransfer.train import pretrain_setup as setup
 from vocabtransfer.train.trainer import (
@@ -146,22 +147,8 @@ def log_token_budgets(tokens: int, first: int = 1000) -> list[int]:
 def block_losses(model, batches: list[dict], kind: Kind) -> tuple[list[float], list[int]]:
     """The summed standard cross-entropy and the number of predicted tokens of every evaluation block
     (the clusters the report's bootstrap resamples); their totals give the valid loss."""
-    import torch  # torch: heavy, not at CLI start-up
-
-    sums, counts = [], []
-    was_training = model.training
-    model.eval()
-    # no_grad, not inference_mode: an FSDP2-sharded model's gathered parameters must stay usable by training
-    with torch.no_grad():
-        for batch in batches:
-            labels = _targets(batch, kind)
-            rows = (labels != -100).nonzero()[:, 0]
-            losses, _ = modeling.token_losses(model, batch, kind, objective="standard")
-            loss = losses.double().cpu()
-            sums.append(torch.bincount(rows, weights=loss, minlength=labels.shape[0]))
-            counts.append(torch.bincount(rows, minlength=labels.shape[0]))
-    model.train(was_training)
-    return torch.cat(sums).tolist(), torch.cat(counts).tolist()
+    result = modeling.evaluate_lm(model, batches, kind)
+    return result["block_loss"], result["block_tokens"]
 
 
 def _targets(batch: dict, kind: Kind):
@@ -190,18 +177,6 @@ def unigram_block_sums(batches: list[dict], kind: Kind, counts) -> list[float]:
         labels = _targets(batch, kind).numpy()
         out += [float(neg_log[row[row != -100]].sum()) for row in labels]
     return out
-
-
-def train_counts(path: Path, tokenizer) -> list[int]:
-    """Occurrences of every id of `tokenizer` in the pre-tokenised split at `path`, chunk by chunk."""
-    import numpy as np
-
-    from vocabtransfer.data.token_ids import TokenIds
-
-    counts = np.zeros(len(tokenizer), dtype=np.int64)
-    for chunk in TokenIds(path, tokenizer).chunks():
-        counts += np.bincount(np.asarray(chunk, dtype=np.int64), minlength=len(counts))[:len(counts)]
-    return counts
 
 
 def with_passes(opts: PretrainParams, train_blocks: int) -> PretrainParams:
@@ -291,7 +266,7 @@ def _write_outputs(ctx, model, data: setup.RunData, rows: dict, stats: dict, *, 
     ordered = sorted(rows.values(), key=lambda r: r["step"])
     table = pa.Table.from_pylist(ordered, schema=DISTILL_METRICS_SCHEMA if distill else METRICS_SCHEMA)
     sums, counts = block_losses(model, data.eval_batches, data.kind)  # the final valid loss per block, for intervals
-    unigram = unigram_block_sums(data.eval_batches, data.kind, train_counts(Path(ctx.input["train"]), data.tokenizer))
+    unigram = unigram_block_sums(data.eval_batches, data.kind, unigram_counts(ctx.input["train"], data.tokenizer))
     blocks_table = pa.table({"block": pa.array(range(len(counts)), pa.int32()), "loss_sum": sums,
                              "n_tokens": pa.array(counts, pa.int64()), "unigram_sum": unigram}, schema=BLOCKS_SCHEMA)
     curve = [{"step": r["step"], "tokens_seen": r["tokens_seen"], "block": b, "loss_sum": v}
