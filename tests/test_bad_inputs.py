@@ -87,6 +87,10 @@ def _truncate(path: Path) -> None:
     path.write_bytes(data[: len(data) // 2])
 
 
+def _zero(path: Path) -> None:
+    path.write_bytes(b"")
+
+
 def _garbage(path: Path) -> None:
     path.write_bytes(b"this is not what the file should hold\n" * 10)
 
@@ -176,6 +180,7 @@ def _ids_of_another_tokenizer(work: Path) -> None:
 
 
 SW = {"lang": "sw"}
+REBUILT = "is stage %s's output: delete it"  # a torn artefact: the stage that rebuilds it, and what to delete
 PRETRAIN = {**SW, "method": "focus", "objective": "standard", "pseed": "1"}
 PRETOK = paths.fill(paths.PRETOK_TRAIN, lang="sw")
 FT_EMB = paths.fill(paths.FASTTEXT_EMB, lang="sw")
@@ -201,14 +206,18 @@ CASES = [
     ("relative GGUF path", "corpus", SW, _params(source_model="models/absent.gguf"),
      ["source_model", "models/absent.gguf", "resolves against the working directory", "not $VOCABTRANSFER_DATA"]),
     ("corpus parquet missing", "tokenizer", SW, lambda w: (w / CORPUS).unlink(), ["train.parquet"]),
-    ("corpus parquet truncated", "tokenizer", SW, _on(CORPUS, _truncate), ["train.parquet"]),
-    ("corpus parquet corrupted", "tokenizer", SW, _on(CORPUS, _garbage), ["train.parquet"]),
+    ("corpus parquet truncated", "tokenizer", SW, _on(CORPUS, _truncate), ["train.parquet", REBUILT % "corpus"]),
+    ("corpus parquet zero-length", "tokenizer", SW, _on(CORPUS, _zero), ["train.parquet", REBUILT % "corpus"]),
+    ("corpus parquet corrupted", "tokenizer", SW, _on(CORPUS, _garbage), ["train.parquet", REBUILT % "corpus"]),
     ("tokenizer.json corrupted", "pretokenize", SW,
-     _on(paths.fill(paths.TOKENIZER, lang="sw") + "/tokenizer.json", _garbage), ["tokenizer"]),
+     _on(paths.fill(paths.TOKENIZER, lang="sw") + "/tokenizer.json", _garbage), ["tokenizer", REBUILT % "tokenizer"]),
+    ("tokenizer.json zero-length", "pretokenize", SW,
+     _on(paths.fill(paths.TOKENIZER, lang="sw") + "/tokenizer.json", _zero),
+     ["results/sw/tokenizer", REBUILT % "tokenizer", "rm -r results/sw/tokenizer)"]),
     ("pretokenised text empty", "fasttext", SW, lambda w: (w / paths.fill(paths.PRETOK_TEXT, lang="sw")).write_text(""),
      ["train.tokens.txt"]),
     ("pretokenised ids truncated", "pretrain", PRETRAIN, _on(PRETOK + "/ids.npy", _truncate),
-     ["results/sw/pretokenized/train/ids.npy", "truncated", "rerun the pretokenize stage"]),
+     ["results/sw/pretokenized/train/ids.npy", "truncated", "rerun the pretokenize stage", REBUILT % "pretokenize"]),
     ("pretokenised offsets corrupted", "pretrain", PRETRAIN, _on(PRETOK + "/offsets.npy", _garbage),
      ["results/sw/pretokenized/train/offsets.npy", "rerun the pretokenize stage"]),
     ("pretokenised header corrupted", "pretrain", PRETRAIN, _on(PRETOK + "/meta.json", _garbage),
@@ -222,15 +231,20 @@ CASES = [
     ("fastText embeddings missing", "init", {**SW, "method": "focus", "pseed": "1"}, lambda w: (w / FT_EMB).unlink(),
      ["embeddings.safetensors"]),
     ("fastText embeddings truncated", "init", {**SW, "method": "focus", "pseed": "1"}, _on(FT_EMB, _truncate),
-     ["embeddings.safetensors"]),
+     ["embeddings.safetensors", REBUILT % "fasttext"]),
+    ("initialised model's weights truncated", "pretrain", PRETRAIN,
+     _on(paths.fill(paths.INIT_DIR, lang="sw", method="focus", pseed=1) + "/model/model.safetensors", _truncate),
+     ["results/sw/init/focus/pseed1", "cannot load", REBUILT % "init", "rm -r results/sw/init/focus/pseed1)"]),
     ("NaN in fastText embeddings", "init", {**SW, "method": "focus", "pseed": "1"}, _on(FT_EMB, _nan_embeddings),
      ["embeddings.safetensors", "NaN"]),
-    ("overlap parquet corrupted", "init", {**SW, "method": "focus", "pseed": "1"}, _on(OVERLAP, _garbage), ["overlap.parquet"]),
+    ("overlap parquet corrupted", "init", {**SW, "method": "focus", "pseed": "1"}, _on(OVERLAP, _garbage),
+     ["overlap.parquet", REBUILT % "overlap"]),
     ("empty overlap", "init", {**SW, "method": "ofa", "pseed": "1"}, _on(OVERLAP, _empty_overlap), ["shares no tokens"]),
     ("omp k above the overlap", "init", {**SW, "method": "omp", "pseed": "1"},
      _params(**{"init.methods": ["focus", "ofa", "omp"], "init.omp.k": 100_000}), ["init.omp.k=100000", "at most"]),
     ("source model weights corrupted", "init", {**SW, "method": "focus", "pseed": "1"},
-     _on(paths.SOURCE_MODEL + "/model.safetensors", _garbage), ["results/source/model", "cannot load"]),
+     _on(paths.SOURCE_MODEL + "/model.safetensors", _garbage),
+     ["results/source/model", "cannot load", REBUILT % "source_head"]),
     ("source without LM head, bits per byte asked", "init_eval", SW, _headless_causal_source,
      ["results/source/model/model.safetensors", "no LM head", "init_eval.bits_per_byte: false"]),
 ]

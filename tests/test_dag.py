@@ -29,3 +29,27 @@ def test_the_order_check_finds_a_stage_listed_before_what_it_reads():
     graph = {name: set() for name in STAGES}
     graph["tokenizer"] = {"report"}
     assert dag.out_of_order(graph) == ["tokenizer <- report"]
+
+
+def test_every_artefact_path_names_the_stage_that_writes_it():
+    """`stages.producer`: each output of each stage, and a file inside a directory output, maps back to that stage
+    and output (what a torn artefact's error names); a path no stage writes maps to nothing."""
+    from pathlib import Path
+
+    from vocabtransfer.app.stages import STAGES, producer, rerun_hint
+    from vocabtransfer.pipeline import paths
+
+    sample = {"lang": "sw", "method": "fvt", "objective": "standard", "pseed": "2", "task": "qa", "model": "source",
+              "seed": "1"}
+    for stage in STAGES.values():
+        for name, template in stage.outputs.items():
+            path = paths.fill(template, **{k: v for k, v in sample.items() if "{" + k + "}" in template})
+            assert producer(path) == (stage.name, path), (stage.name, name)
+            if name in stage.directories:
+                assert producer(f"{path}/model/model.safetensors") == (stage.name, path)
+    assert producer("/tmp/work/results/sw/corpus/train.parquet", root=Path("/tmp/work")) == \
+        ("corpus", "results/sw/corpus/train.parquet")
+    assert producer("data/pretrain_text/sw.txt") is None and producer("results/sw/unknown.bin") is None
+    hint = rerun_hint("results/sw/overlap/overlap.parquet: not a readable Parquet file (x); delete it and rerun")
+    assert hint.startswith("results/sw/overlap/overlap.parquet is stage overlap's output: delete it (rm -r ")
+    assert rerun_hint("params.yaml: init.methods: 'focsu' is not a method") is None

@@ -23,7 +23,7 @@ from vocabtransfer.version import __version__
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.app import dag, dvcgen
 from vocabtransfer.app.runner import run_stage
-from vocabtransfer.app.stages import STAGES
+from vocabtransfer.app.stages import STAGES, rerun_hint
 from vocabtransfer.evaluate import coverage
 from vocabtransfer.log import report_error, setup_logging
 from vocabtransfer.app import params_doc
@@ -219,7 +219,9 @@ def main(argv: list[str] | None = None) -> int:
         log.info("stage %s done in %.1f s", stage.name, time.perf_counter() - start)
         return 0
     except VocabTransferError as exc:
-        report_error(str(exc))  # one line per problem
+        hint = rerun_hint(str(exc)) if getattr(args, "command", None) in STAGES else None
+        # one line per problem; an artefact a stage wrote that is torn or stale: which stage rebuilds it
+        report_error(str(exc) + (f"; {hint}" if hint else ""))
         if params is None and _lone_overlay(getattr(args, "params", None)):  # `remote` takes no params
             report_error(f"{args.params[0]} is an overlay (it lacks keys a config needs); lay it over params.yaml: "
                          f"--params params.yaml {args.params[0]}")
