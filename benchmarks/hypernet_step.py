@@ -5,7 +5,8 @@ For each vocabulary size (and width), in one process: the sampled tokenizer's ep
 network's rows for the whole sampled vocabulary, the frozen source through them, the LM loss and the auxiliary
 term), backward and an AdamW step, under the precision the stage picks (`init.hypernet.precision: auto`).
 Rows (`--json`): vocabulary size, width, seconds per episode, median seconds per step, training tokens per
-step and per second, the process's peak resident memory (VmHWM), and the minutes 600 steps (the default) take.
+step and per second, the process's peak resident memory (VmHWM), and the minutes `--steps` steps take (600, the
+default, with a new tokenizer every 10 steps).
 
     PYTHONPATH=src .venv/bin/python benchmarks/hypernet_step.py --source results/source/model \\
         --train results/sw/corpus/train.parquet results/de/corpus/train.parquet --json hypernet_step.json
@@ -34,8 +35,9 @@ def peak_rss() -> int:
     return 0
 
 
-def measure(source: Path, lines: list[str], vocab: int, width: int | None, repeats: int) -> dict:
-    options = HypernetOptions(vocab_min=vocab, vocab_max=vocab, width=width)
+def measure(source: Path, lines: list[str], vocab: int, width: int | None, repeats: int, *, batch_size: int = 16,
+            seq_len: int = 128, steps: int = 600) -> dict:
+    options = HypernetOptions(vocab_min=vocab, vocab_max=vocab, width=width, batch_size=batch_size, seq_len=seq_len)
     choice = resolve(options.precision, use_cpu=True)
     setup = stage.Setup(source, lines, options, seed=1)
     net = network.HyperNet(stage.config_for(setup, options))
@@ -59,7 +61,7 @@ def measure(source: Path, lines: list[str], vocab: int, width: int | None, repea
             "episode_seconds": round(episode_seconds, 2), "seconds_per_step": round(per_step, 3),
             "tokens_per_step": round(statistics.mean(tokens)), "tokens_per_second": round(statistics.mean(tokens) / per_step),
             "peak_memory_bytes": peak_rss(),
-            "minutes_for_600_steps": round((600 * per_step + 60 * episode_seconds) / 60, 1)}
+            "steps": steps, "minutes_for_steps": round((steps * per_step + steps / 10 * episode_seconds) / 60, 1)}
 
 
 def main() -> None:
@@ -70,17 +72,21 @@ def main() -> None:
     parser.add_argument("--width", type=int, nargs="*", default=[], help="widths besides the source's size")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--batch-size", type=int, default=16, help="init.hypernet.batch_size (blocks a step)")
+    parser.add_argument("--seq-len", type=int, default=128, help="init.hypernet.seq_len")
+    parser.add_argument("--steps", type=int, default=600, help="init.hypernet.steps, for the minutes column")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     lines = stage.train_lines(args.train)
-    rows = [measure(args.source, lines, v, w, args.repeats) for v in args.vocab for w in [None, *args.width]]
-    print("| vocab | width | precision | episode s | s/step | tokens/step | tokens/s | peak GiB | 600 steps, min |")
+    rows = [measure(args.source, lines, v, w, args.repeats, batch_size=args.batch_size, seq_len=args.seq_len,
+                    steps=args.steps) for v in args.vocab for w in [None, *args.width]]
+    print(f"| vocab | width | precision | episode s | s/step | tokens/step | tokens/s | peak GiB | {args.steps} steps, min |")
     print("|---:|---:|---|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         print(f"| {r['vocab']} | {r['width']} | {r['precision']} | {r['episode_seconds']} | {r['seconds_per_step']} | "
               f"{r['tokens_per_step']} | {r['tokens_per_second']} | {r['peak_memory_bytes'] / 2**30:.2f} | "
-              f"{r['minutes_for_600_steps']} |")
+              f"{r['minutes_for_steps']} |")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
 

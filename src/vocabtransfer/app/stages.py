@@ -332,6 +332,7 @@ TOKEN_FREQUENCY_LOSS = Stage(
     extra_params=lambda params, wc: (_leaves(token_frequency_loss.TokenFrequencyLossParams, "token_frequency_loss")(
         params, wc) + ["init.methods", "pretrain.methods", "pretrain.objectives", "pretrain.pairs", "pretrain.seeds"]),
     code=("evaluate/token_frequency_loss.py",), parallel=True, gpu=True,
+    skip_reason=token_frequency_loss.skip_reason,
 )
 GRADIENT_SCENARIOS = Stage(
     name="gradient_scenarios", run=gradient_scenarios.run,

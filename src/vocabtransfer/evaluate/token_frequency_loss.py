@@ -117,6 +117,13 @@ def scored_models(params: dict, lang: str) -> list[tuple[str, str, int]]:
     return list(inits) + runs
 
 
+def skip_reason(params: dict, wildcards: dict) -> str | None:
+    """Why the language has no job (no pretrained model to compare: `run` would refuse), None when it has one."""
+    if scored_models(params, wildcards["lang"]):
+        return None
+    return "no pretrained model to compare (pretrain.pairs, or pretrain.methods × pretrain.objectives, is empty)"
+
+
 def zero_shot_models(params: dict, lang: str) -> list[tuple[str, str, int]]:
     """The initialised models of the other `init.methods` (pretraining seed 1's initialisation): scored for
     bits per byte only, so every method's zero-shot bits per byte carries an interval."""

@@ -60,7 +60,8 @@ def plan(params: dict, stages: dict) -> Plan:
 
     out = Plan(languages=list(params["languages"]), pretrain=runs(stages["pretrain"].combos(params)),
                gradients=runs(stages["gradient_scenarios"].combos(params)),
-               token_frequency="token_frequency_loss" in stages)
+               token_frequency="token_frequency_loss" in stages and any(
+                   stages["token_frequency_loss"].jobs(params, lang) for lang in params["languages"]))
     for lang in out.languages:
         out.evals[lang], out.skipped[lang] = stages["finetune_eval"].jobs(params, lang), skipped_tasks(params, lang)
         out.absent[lang] = set(out.pretrain) - set(runs(stages["pretrain"].jobs(params, lang)))
