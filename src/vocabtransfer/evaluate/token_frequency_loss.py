@@ -121,7 +121,7 @@ def skip_reason(params: dict, wildcards: dict) -> str | None:
     """Why the language has no job (no pretrained model to compare: `run` would refuse), None when it has one."""
     if scored_models(params, wildcards["lang"]):
         return None
-    return "no pretrained model to compare (pretrain.pairs, or pretrain.methods × pretrain.objectives, is empty)"
+    return "no pretrained model to compare: pretrain.pairs, or pretrain.methods × pretrain.objectives, is empty"
 
 
 def zero_shot_models(params: dict, lang: str) -> list[tuple[str, str, int]]:
