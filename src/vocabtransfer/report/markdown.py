@@ -92,6 +92,28 @@ def quantisation_lines(stats: dict | None) -> list[str]:
             "model's, not the one released in bf16"]
 
 
+def hypernet_lines(root: Path | None) -> list[str]:
+    """The set-up's line on the trained hypernetwork (stage hypernet's stats.json), none without one."""
+    path = Path(root or ".") / paths.HYPERNET / "stats.json"
+    if not path.is_file():
+        return []
+    from vocabtransfer import io
+
+    stats = io.read_json(path)
+    curve = stats.get("curve") or []
+    first, last = curve[: min(20, len(curve))], curve[-min(20, len(curve)):]
+    loss = (f"; its LM loss under the sampled tokenizers {sum(r['lm_loss'] for r in first) / len(first):.2f} → "
+            f"{sum(r['lm_loss'] for r in last) / len(last):.2f} (mean of the first and the last {len(last)} steps)"
+            if curve else "")
+    vocab = stats.get("vocab_sizes") or []
+    return [f"* Hypernetwork (init method hypernet): trained once on the study's train splits, {stats.get('steps')} "
+            f"steps, {stats.get('tokens', 0):,} tokens in {stats.get('train_seconds', 0) / 60:.1f} min "
+            f"({stats.get('tokens_per_second', 0):.0f} tokens/s, peak memory "
+            f"{stats.get('peak_memory_bytes', 0) / 2**30:.2f} GiB, {stats.get('parameters', 0):,} parameters) on "
+            f"{len(vocab)} sampled tokenizers of {min(vocab, default=0):,}–{max(vocab, default=0):,} tokens"
+            + loss]
+
+
 def setup_section(params: dict, head: dict | None, langs: list[Language], p: Plan, settings: Settings,
                   seconds: float | None = None, root: Path | None = None, base: dict | None = None) -> list[str]:
     lines = ["## Set-up", ""]
@@ -106,16 +128,20 @@ def setup_section(params: dict, head: dict | None, langs: list[Language], p: Pla
         lines.append(f"* LM head: the checkpoint has none; trained for {head.get('steps')} steps on "
                      f"`{Path(str(head.get('text'))).name}` (held-out loss {fmt(head.get('loss_before'))} → "
                      f"{fmt(head.get('loss_after'))})")
+    lines += hypernet_lines(root)
     pre = params.get("pretrain") or {}
     steps = sorted({r.get("steps") for lang in langs for r in lang.runs.values() if r.get("steps") is not None})
     pairs = list(dict.fromkeys(f"{m}-{o}" for m, o, _ in p.pretrain))
     pseeds = sorted({s for _, _, s in p.pretrain})
-    lines.append(f"* Continued pretraining: {', '.join(pairs) or 'none configured'}, each with "
-                 f"{plural(len(pseeds), 'pretraining seed')}"
-                 + (f", {', '.join(map(str, steps))} steps" if steps else
-                    (f", {pre['steps']} steps" if "steps" in pre else "")))
+    if pairs:
+        lines.append(f"* Continued pretraining: {', '.join(pairs)}, each with {plural(len(pseeds), 'pretraining seed')}"
+                     + (f", {', '.join(map(str, steps))} steps" if steps else
+                        (f", {pre['steps']} steps" if "steps" in pre else "")))
+    else:
+        lines.append("* Continued pretraining: none configured (pretrain.pairs)")
     fseeds = sorted({f for lang in langs for models in lang.evals.values() for runs in models.values() for _, f in runs})
-    lines.append(f"* Downstream evaluation: {_fseeds(fseeds)} per model and pretraining seed; {100 * settings.confidence:g} % nested intervals (test-set variance "
+    evaluated = f"{_fseeds(fseeds)} per model and pretraining seed" if fseeds else "no fine-tuning configured"
+    lines.append(f"* Downstream evaluation: {evaluated}; {100 * settings.confidence:g} % nested intervals (test-set variance "
                  f"from a cluster bootstrap of {settings.resamples} resamples, seed variance from the seeds, t "
                  f"quantiles per level), {CORRECTION_NAME[settings.correction]} correction per table; no difference "
                  f"is worded on fewer than {settings.min_clusters} clusters or a single run")
