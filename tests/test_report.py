@@ -558,6 +558,29 @@ def test_missing_results_render_as_notes(tmp_path):
     assert "* sw / qa: no QA data" in section(text, "## What was skipped and why")
 
 
+def test_a_study_that_stops_at_initialisation_says_so_and_compares_the_initialisations(tmp_path):
+    """No pretraining and no fine-tuning configured (config/hypernet.yaml's shape): the opening and the set-up say so,
+    the hypernetwork's training is stated from its stats.json, and the verdict is the init family's."""
+    make_results(tmp_path, langs=("sw",), with_evals=False)
+    plan = read.Plan(languages=["sw"])
+    stats = {"steps": 600, "tokens": 1_000_000, "train_seconds": 1200.0, "tokens_per_second": 833.3,
+             "peak_memory_bytes": 2**32, "parameters": 2_000_000, "vocab_sizes": [2000, 9000, 14000],
+             "curve": [{"lm_loss": 8.0}] * 20 + [{"lm_loss": 7.0}] * 20}
+    write(tmp_path, paths.HYPERNET + "/stats.json", stats)
+    build.write_report(PARAMS, _report(PARAMS), plan, tmp_path)
+    text = (tmp_path / paths.REPORT).read_text()
+    assert "scored right after initialisation (no pretraining or fine-tuning configured)" in text.split("## Verdict")[0]
+    assert "* Continued pretraining: none configured (pretrain.pairs)" in text
+    assert "* Downstream evaluation: no fine-tuning configured;" in text
+    assert ("* Hypernetwork (init method hypernet): trained once on the study's train splits, 600 steps, 1,000,000 "
+            "tokens in 20.0 min (833 tokens/s, peak memory 4.00 GiB, 2,000,000 parameters) on 3 sampled tokenizers of "
+            "2,000–14,000 tokens; its LM loss under the sampled tokenizers 8.00 → 7.00") in text
+    bullets = [b for b in section(section(text, "## Verdict"), "### sw").splitlines() if b.startswith("- ")]
+    assert [b.split("**")[1] for b in bullets] == [
+        "Right after initialisation, valid loss, later − earlier method of init.methods (negative is better)",
+        "Right after initialisation against the unigram floor (negative: the model uses the context)"]
+
+
 def test_inputs_name_every_artefact_of_the_plan():
     plan = read.Plan(languages=["sw"], pretrain=[("focus+svd", "selfish", 2)], gradients=[("focus+svd", "selfish", 1)],
                      token_frequency=True,
