@@ -17,7 +17,8 @@ DOCS = REPO / "docs"
 STUDY = DOCS / "study" / "report.md"  # the committed result of config/study.yaml
 GEMMA_STUDY = DOCS / "study" / "gemma" / "report.md"  # the committed result of config/gemma.yaml
 DISTILL_STUDY = DOCS / "study" / "gemma-distill" / "report.md"  # config/gemma.yaml + config/gemma-distill.yaml
-PAGES = [REPO / "README.md"] + sorted(DOCS.glob("*.md")) + [STUDY, GEMMA_STUDY, DISTILL_STUDY]
+HYPERNET_STUDY = DOCS / "study" / "hypernet" / "report.md"  # the committed result of config/hypernet.yaml
+PAGES = [REPO / "README.md"] + sorted(DOCS.glob("*.md")) + [STUDY, GEMMA_STUDY, DISTILL_STUDY, HYPERNET_STUDY]
 INTERVAL = r"[+-]\d+\.\d+ \[[+-]\d+\.\d+, [+-]\d+\.\d+\]"
 # what a JSON Schema node of the params schema (its YAML root and the sections made from dataclasses) may say; anything else is a typo, or a flow mapping
 # `{…, description: a, b}` whose unquoted comma made `b` a key of its own
@@ -237,6 +238,32 @@ def test_the_committed_distill_study_states_its_settings_both_gradient_norms_and
         assert number in verdict, f"docs/results.md quotes {number}, which the distill study's verdict does not state"
 
 
+def test_the_committed_hypernet_study_beats_fvt_right_after_initialisation_in_both_languages():
+    """docs/study/hypernet/report.md (config/hypernet.yaml) opens with `## Verdict`; in sw and de hypernet − fvt on the
+    valid loss right after initialisation is "better" (its interval below zero after the Holm correction), its place
+    against focus and omp is worded with intervals, the unigram floor is compared, and the training cost is stated;
+    every number docs/results.md and the README quote from it stands in its verdict."""
+    verdict = verdict_of(HYPERNET_STUDY)
+    text = HYPERNET_STUDY.read_text(encoding="utf-8")
+    for lang in ("sw", "de"):
+        body = verdict.split(f"### {lang}\n", 1)[1].split("\n### ", 1)[0]
+        pairs = next(line for line in body.splitlines() if line.startswith("- **Right after initialisation, valid"))
+        better = pairs.split("better: ", 1)[1].split(". worse: ", 1)[0]
+        for rival in ("fvt", "focus", "omp"):
+            found = re.search(rf"hypernet − {rival} (-\d+\.\d+) \[(-\d+\.\d+), (-\d+\.\d+)\] \(adjusted p", better)
+            assert found and float(found.group(3)) < 0, (lang, rival, better)
+        assert re.search(r"hypernet − unigram floor [+-]\d+\.\d+ \[", body), body
+    assert re.search(r"^\* Hypernetwork \(init method hypernet\): trained once .*, 600 steps, [\d,]+ tokens in "
+                     r"\d+\.\d min", text, flags=re.M)
+    assert "hypernet (training, shared by every language)" in text
+    figures = re.findall(r"\]\(([^)]+\.png)\)", text)
+    assert len(figures) == 2 and all((HYPERNET_STUDY.parent / f).exists() for f in figures), figures
+    quoted = re.findall(INTERVAL, readme_answer("Hypernetwork"))
+    assert len(quoted) >= 6, quoted
+    for number in quoted:
+        assert number in verdict, f"docs/results.md quotes {number}, which the hypernet study's verdict does not state"
+
+
 def test_the_floors_the_readme_states_are_the_floor_stage_on_the_study(shared_data, monkeypatch):
     """docs/results.md quotes each task's floor on the study's test sets (de QA and NER: at the study's sizes, why
     they are left out): the floor stage's numbers."""
@@ -286,7 +313,7 @@ def test_the_readmes_short_answer_quotes_the_verdicts_and_links_each_claim():
     links to its report."""
     lines = readme_section("The answer so far").strip().splitlines()
     assert len(lines) <= 12, len(lines)
-    verdicts = verdict_of(STUDY) + verdict_of(GEMMA_STUDY) + verdict_of(DISTILL_STUDY)
+    verdicts = verdict_of(STUDY) + verdict_of(GEMMA_STUDY) + verdict_of(DISTILL_STUDY) + verdict_of(HYPERNET_STUDY)
     for number in re.findall(INTERVAL, " ".join(lines)):
         assert number in verdicts, f"README quotes {number}, which no study's verdict states"
     claims = re.split(r"^- ", "\n".join(lines), flags=re.M)[1:]

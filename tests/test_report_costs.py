@@ -35,12 +35,15 @@ def test_costs_per_method_over_languages_and_seeds(tmp_path):
     _write(tmp_path, "init", "sw-random-2", 4.0, "NA")
     _write(tmp_path, "source_snmf", "all", 50.0, 4096.0)
     _write(tmp_path, "hypernet", "all", 1200.0, 2048.0)  # trained once, for every language
+    _write(tmp_path, "init", "sw-hypernet-1", 7.0, 512.0)  # init method hypernet: a row apart from the training
     _write(tmp_path, "fasttext", "sw", 99.0, 100.0)  # another stage: not an init cost
     costs = init_costs(tmp_path)
-    assert sorted(costs) == ["focus+svd", "hypernet", "random", "source_snmf"]
+    assert sorted(costs) == ["focus+svd", "hypernet", "hypernet (training, shared by every language)", "random",
+                             "source_snmf (shared semi-NMF)"]
     headers, rows = cost_table(costs)
     assert headers[0] == "method"
-    assert rows == [["focus+svd", "2", "20.0", "30.0", "3.00"], ["random", "1", "4.0", "4.0", "–"],
+    assert rows == [["focus+svd", "2", "20.0", "30.0", "3.00"], ["hypernet", "1", "7.0", "7.0", "0.50"],
+                    ["random", "1", "4.0", "4.0", "–"],
                     ["hypernet (training, shared by every language)", "1", "1200.0", "1200.0", "2.00"],
                     ["source_snmf (shared semi-NMF)", "1", "50.0", "50.0", "4.00"]]
     lines = cost_lines(tmp_path, md_table)

@@ -37,14 +37,15 @@ def read_benchmark(path: Path) -> JobCost | None:
     return JobCost(seconds, number("max_rss")) if seconds is not None else None
 
 
-# the stages whose one job serves every language's init jobs: their rows, after the methods'
-SHARED = {"source_snmf": "shared semi-NMF", "hypernet": "training, shared by every language"}
+# the stages whose one job serves every language's init jobs: their rows (after the methods', named apart from a
+# method of the same name: init method hypernet reads stage hypernet's network)
+SHARED = {"source_snmf": "source_snmf (shared semi-NMF)", "hypernet": "hypernet (training, shared by every language)"}
 
 
 def init_costs(root: Path) -> dict[str, list[JobCost]]:
     """method -> the costs of its init jobs (every language and pretraining seed), from
     logs/benchmarks/init/<lang>-<method>-<pseed>.tsv; the shared stages' jobs (SHARED: the semi-NMF of
-    source_snmf, the training of hypernet) as rows of their own, named by their stage."""
+    source_snmf, the training of hypernet) as rows of their own, named by their stage and what they are."""
     base = Path(root) / Path(paths.BENCHMARK).parent.parent
     out: dict[str, list[JobCost]] = {}
     for path in sorted((base / "init").glob("*.tsv")):
@@ -58,18 +59,18 @@ def init_costs(root: Path) -> dict[str, list[JobCost]]:
         for path in sorted((base / stage).glob("*.tsv")):
             cost = read_benchmark(path)
             if cost is not None:
-                out.setdefault(stage, []).append(cost)
+                out.setdefault(SHARED[stage], []).append(cost)
     return out
 
 
 def cost_table(costs: dict[str, list[JobCost]]) -> tuple[list[str], list[list[str]]]:
     """(headers, rows) of the per-method table: jobs, mean and largest seconds, largest peak memory."""
     rows = []
-    for method in sorted(costs, key=lambda m: (m in SHARED, m)):
+    for method in sorted(costs, key=lambda m: (m in SHARED.values(), m)):
         jobs = costs[method]
         seconds = [j.seconds for j in jobs]
         rss = [j.max_rss_mib for j in jobs if j.max_rss_mib is not None]
-        rows.append([f"{method} ({SHARED[method]})" if method in SHARED else method, str(len(jobs)),
+        rows.append([method, str(len(jobs)),
                      f"{sum(seconds) / len(seconds):.1f}", f"{max(seconds):.1f}",
                      f"{max(rss) / 1024:.2f}" if rss else "–"])
     return ["method", "jobs", "seconds (mean)", "seconds (max)", "peak memory (GiB)"], rows
@@ -79,7 +80,7 @@ def cost_lines(root: Path, table) -> list[str]:
     """The set-up section's lines on the init jobs' costs (none when no init job has a benchmark);
     `table(headers, rows)` renders the Markdown table."""
     costs = init_costs(root)
-    if not any(m not in SHARED for m in costs):
+    if not any(m not in SHARED.values() for m in costs):
         return []
     headers, rows = cost_table(costs)
     return ["What each initialisation cost on this run (Snakemake's benchmark of every init job: wall time "
