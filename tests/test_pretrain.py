@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -220,6 +221,40 @@ def test_nan_loss_stops_naming_the_step_and_keeps_the_checkpoint(tmp_path, monke
         run_pretrain(params)
     assert not (tmp_path / "results/sw/pretrain/focus/standard/pseed1").exists()
     assert [s for s, _ in complete_checkpoints(tmp_path / "checkpoints/sw/pretrain/focus/standard/pseed1")] == [4]
+
+
+@pytest.mark.parametrize("torn", ["optimizer.pt", "model.safetensors", "trainer_state.json"])
+def test_a_checkpoint_torn_from_outside_is_one_error_and_deleting_it_starts_over(tmp_path, monkeypatch, one_thread,
+                                                                                 sw_wp, torn):
+    """A complete checkpoint whose file was cut short by something else (a copy, a full disk) is refused before the
+    Trainer loads it, naming the file and the folder to delete; once it is deleted the same command trains from the
+    checkpoint before it (here none: from the start) to the end."""
+    from vocabtransfer.model import heads
+
+    monkeypatch.chdir(tmp_path)
+    params = pretrain_project(tmp_path, tiny_bert(len(sw_wp)), sw_wp, steps=8, save_every=4, log_every=2)
+    real, calls = heads.head_loss, []
+
+    def poisoned(*args, **kwargs):  # a run stopped after checkpoint-4 (as in the NaN test), its checkpoint kept
+        calls.extend([1] if torch.is_grad_enabled() else [])
+        loss = real(*args, **kwargs)
+        return loss * float("nan") if len(calls) >= 6 else loss
+
+    monkeypatch.setattr(heads, "head_loss", poisoned)
+    with pytest.raises(VocabTransferError, match="training loss is nan"):
+        run_pretrain(params)
+    monkeypatch.setattr(heads, "head_loss", real)
+    checkpoint = tmp_path / "checkpoints/sw/pretrain/focus/standard/pseed1/checkpoint-4"
+    path = checkpoint / torn
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    with pytest.raises(VocabTransferError, match=rf"checkpoint-4/{torn.replace('.', '[.]')}: torn checkpoint file "
+                                                 r".*; delete .*checkpoint-4 and run the same command"):
+        run_pretrain(params)
+    assert not (tmp_path / "results/sw/pretrain/focus/standard/pseed1").exists()
+    shutil.rmtree(checkpoint)  # as the message says
+    run_pretrain(params)
+    _, metrics, stats = pretrain_outputs(tmp_path)
+    assert stats["resumed_from_step"] in (None, 0) and metrics.column("step").to_pylist()[-1] == 8
 
 
 def test_factorized_training_saves_full_embeddings_in_the_primitives_span(tmp_path, monkeypatch, one_thread, sw_wp):

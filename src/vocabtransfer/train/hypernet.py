@@ -49,7 +49,8 @@ from vocabtransfer.model.heads import head_parts, predicted_hidden
 from vocabtransfer.model.hub import load_tokenizer
 from vocabtransfer.model.lmdata import LMCollator, pack_lines
 from vocabtransfer.pipeline import paths
-from vocabtransfer.train.trainer import PARAMS_FILE, ROWS_FILE, check_resume_params, complete_checkpoints
+from vocabtransfer.train.trainer import (PARAMS_FILE, ROWS_FILE, check_checkpoint, check_resume_params,
+                                         complete_checkpoints)
 
 log = logging.getLogger(__name__)
 
@@ -214,6 +215,7 @@ def fit(setup: Setup, net: network.HyperNet, options: HypernetOptions, checkpoin
     done = complete_checkpoints(checkpoints)
     if done:
         check_resume_params(checkpoints, expected)
+        check_checkpoint(done[-1][1])
     checkpoints.mkdir(parents=True, exist_ok=True)
     io.write_json(expected, checkpoints / PARAMS_FILE)
     model = _Trained(net, setup)

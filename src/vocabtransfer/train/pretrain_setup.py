@@ -23,7 +23,7 @@ from vocabtransfer.model.hub import load_tokenizer
 from vocabtransfer.model.lmdata import Kind, lm_batches
 from vocabtransfer.train.packing import PackedBlocks
 from vocabtransfer.train.trainer import (
-    PARAMS_FILE, PretrainParams, check_resume_params, complete_checkpoints, model_fingerprint)
+    PARAMS_FILE, PretrainParams, check_checkpoint, check_resume_params, complete_checkpoints, model_fingerprint)
 
 log = logging.getLogger("vocabtransfer.train.pretrain")  # the stage's log
 
@@ -85,6 +85,7 @@ def resume_point(ctx, checkpoints: Path, model_dir: Path, teacher_dir: Path | No
     if done and (checkpoints / PARAMS_FILE).is_file():
         check_resume_params(checkpoints, expected)
         resume = done[-1]
+        check_checkpoint(resume[1])
         log.info("resuming from %s (step %d)", resume[1], resume[0])
     elif checkpoints.exists() and first_process:
         shutil.rmtree(checkpoints)  # only incomplete checkpoints: start afresh

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from vocabtransfer.errors import VocabTransferError
+from vocabtransfer.errors import VocabTransferError, brief
 from vocabtransfer.pipeline.typed import option, subsection
 
 
@@ -178,6 +178,31 @@ def complete_checkpoints(directory: Path) -> list[tuple[int, Path]]:
         if suffix.isdigit() and (path / ROWS_FILE).is_file():
             out.append((int(suffix), path))
     return sorted(out)
+
+
+def check_checkpoint(path: Path) -> None:
+    """Every file of the checkpoint to resume from is whole: safetensors (header and length), torch's zip archives
+    (their CRCs), JSON. A file torn from outside (a copy cut short, a full disk) is one error naming it and what to
+    delete, before the Trainer loads it."""
+    import zipfile
+
+    from safetensors import safe_open
+
+    for file in sorted(p for p in path.iterdir() if p.is_file()):
+        try:
+            if file.suffix == ".safetensors":
+                with safe_open(str(file), "pt") as handle:
+                    handle.keys()
+            elif file.suffix in (".pt", ".pth", ".bin"):
+                with zipfile.ZipFile(file) as archive:
+                    bad = archive.testzip()
+                if bad is not None:
+                    raise ValueError(f"member {bad} fails its CRC")
+            elif file.suffix == ".json":
+                json.loads(file.read_text(encoding="utf-8"))
+        except Exception as exc:
+            raise VocabTransferError(f"{file}: torn checkpoint file ({brief(exc)}); delete {path} and run the same "
+                                     "command: training resumes from the checkpoint before it, or from the start") from exc
 
 
 def check_resume_params(directory: Path, expected: dict) -> None:
