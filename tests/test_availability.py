@@ -202,7 +202,7 @@ def test_corpus_only_language_runs_through_the_report(xx_run):
     assert "xx: skipping init wechsel pseed1 (no dictionary: init.wechsel.dictionaries has no entry for xx)" in plan.stderr
     assert "xx: init_eval without retrieval (no XNLI file:" in plan.stderr
     rows = pq.read_table(work / "results/xx/init_eval.parquet").to_pylist()
-    assert [r["method"] for r in rows] == ["source", "random", "fvt"]
+    assert [r["method"] for r in rows] == ["source", "random", "fvt", "floor:unigram-target"]
     assert all(r["retrieval_en2xx"] is None for r in rows) and all(r["loss"] > 0 for r in rows)
     # the stages saw the merged config: the overlay's vocabulary and the --config value
     assert json.loads((work / "results/xx/corpus/stats.json").read_text())["max_bytes"] == 200000

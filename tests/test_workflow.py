@@ -63,8 +63,14 @@ def test_init_eval_focus_ranks_above_random_right_after_initialisation(workdir):
 
     work, _, params = workdir
     table = pq.read_table(work / "results/sw/init_eval.parquet").to_pandas()
+    floor = table[table["kind"] == "floor"].set_index("method")
+    table = table[table["kind"] != "floor"]
     rows = table.set_index("method")
     assert set(params["init"]["methods"]) | {"source"} <= set(rows.index)
+    # the unigram floor on the methods' own tokens, every method's per-block sums beside it
+    assert list(floor.index) == ["floor:unigram-target"] and 0 < floor.loc["floor:unigram-target", "loss"] < 9
+    assert all(list(tokens) == list(floor.loc["floor:unigram-target", "block_tokens"])
+               for tokens in rows.drop(index="source")["block_tokens"])
     assert rows["loss"].notna().all() and (rows["loss"] > 0).all()
     # ranked on the calibrated loss (the raw loss right after initialisation mostly measures how
     # over-confident the copied embeddings make the head; see init_eval)
