@@ -3,6 +3,7 @@
 #               (CONFIG=config/gemma.yaml: an overlay on params.yaml, e.g. Gemma 3 270M as the source)
 #   make test   the same set-up, then the test suite on two pytest-xdist workers (what CI runs: .ci/run)
 #   make test-quick   the tests not marked slow (no Snakemake, DVC or real model): the inner loop
+#   make crash-matrix   every stage killed at drawn points and inside a write, then rerun (tests/crash_matrix.py)
 #   make test-cluster   the SLURM profile against a one-node SLURM started here (root, Debian; tests/cluster/README.md)
 #   make remote REMOTE=<dir or URL>   the default DVC remote, for dvc push / dvc pull
 #   make docs   regenerates docs/parameters.md from the params schema
@@ -16,7 +17,7 @@ CORES ?= 2
 DATA_LINK := $(if $(wildcard data),,$(if $(wildcard ../shared/data),data-link))
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: run test test-quick test-cluster venv dvc-yaml docs clean data-link remote
+.PHONY: run test test-quick crash-matrix test-cluster venv dvc-yaml docs clean data-link remote
 
 $(BIN)/.installed: pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -41,6 +42,11 @@ test: venv
 
 test-quick: venv
 	$(BIN)/python -m pytest $(XDIST) -m "not slow" $(PYTEST_ARGS)
+
+# the whole crash matrix on a reference run of the tests' workflow config (built first when CRASH_REF is absent)
+CRASH_REF ?= /tmp/vocabtransfer-crash-ref
+crash-matrix: venv
+	$(BIN)/python tests/crash_matrix.py --reference $(CRASH_REF) --work /tmp/vocabtransfer-crash-trial $(CRASH_ARGS)
 
 # starts the test cluster, runs tests/cluster/check_slurm.py (prints the job table), stops the cluster
 test-cluster: venv

@@ -36,3 +36,24 @@ if _STEP:
         return control
 
     CallbackHandler.on_save = on_save
+
+# With VOCABTRANSFER_KILL_IN_WRITE=<prefix> set (tests/crash_matrix.py), the first atomic write of this process
+# whose final path starts with <prefix> kills the process group (the whole run, Snakemake with it) after the
+# temporary file or directory is written and before it is renamed into place: a crash inside a write.
+_PREFIX = os.environ.get("VOCABTRANSFER_KILL_IN_WRITE")
+if _PREFIX:
+    import contextlib
+    import signal
+
+    import vocabtransfer.io as _io
+
+    _atomic = _io.atomic_output
+
+    @contextlib.contextmanager
+    def _killing(path, **kwargs):
+        with _atomic(path, **kwargs) as tmp:
+            yield tmp
+            if os.path.relpath(os.path.abspath(path)).startswith(_PREFIX):
+                os.killpg(os.getpgrp(), signal.SIGKILL)
+
+    _io.atomic_output = _killing

@@ -1,0 +1,253 @@
+"""The crash matrix: each stage's job killed (SIGKILL to the run's process group, as a scheduler or a power cut
+would) at points drawn from its own run time and once inside a write, then the same command again; the job's
+artefacts must equal an uninterrupted run's.
+
+It works on a finished run of the tests' shared workflow config (tests/workflow/params.yaml over params.yaml, the
+`workflow_run` fixture, or `--reference DIR`). For one stage, its first planned job (sw): the reference directory
+is copied, the job's outputs deleted, and `snakemake --cores 2 <the job's outputs>` (the reference's settings)
+started in a session of its own;
+
+* a time point: killed `t` seconds after the job's own process started, t drawn (seeded) from (0.1, 0.9) × the
+  job's uninterrupted time (its Snakemake benchmark in the reference);
+* inside a write: tests/killpoint's VOCABTRANSFER_KILL_IN_WRITE makes the job kill its run group inside its first
+  atomic write under results/ (the temporary written, not yet renamed).
+
+Then the same command runs to the end and the outputs are compared file by file with the reference's: bytes,
+or for JSON and Parquet the same values once the fields that record times are set aside (TIME_FIELDS). One row per
+point: the stage, the point, whether the kill landed before the job ended, whether the rerun succeeded, and the
+files that differ. `make crash-matrix` runs every stage (`python tests/crash_matrix.py --all`); CI a seeded sample
+(tests/test_crash_matrix.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+TIME_FIELDS = ("seconds", "time", "tokens_per_second", "peak", "elapsed", "duration", "per_second", "date",
+               "started", "finished", "throughput", "log")
+
+
+@dataclass
+class Point:
+    stage: str
+    point: str  # "t=3.2s" or "in write"
+    killed: bool = False  # the run was still going when the kill came
+    recovered: bool = False  # the same command then ended with success
+    differing: list[str] = field(default_factory=list)
+    note: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.recovered and not self.differing
+
+
+def _job(stage: str, params: dict) -> tuple[dict, list[str]]:
+    """The stage's first job for sw (or its one job) and its output paths."""
+    sys.path.insert(0, str(REPO / "src"))
+    from vocabtransfer.app.stages import STAGES
+    from vocabtransfer.pipeline import paths
+
+    spec = STAGES[stage]
+    jobs = spec.jobs(params, "sw") if "lang" in spec.wildcards else spec.jobs(params)
+    if not jobs:
+        raise LookupError(f"{stage}: no job in the shared workflow's params")
+    wildcards = jobs[0]
+    return wildcards, [paths.fill(t, **{k: v for k, v in wildcards.items() if "{" + k + "}" in t})
+                       for t in spec.outputs.values()]
+
+
+def _seconds(reference: Path, stage: str, wildcards: dict) -> float | None:
+    """The job's wall time in the reference run (its Snakemake benchmark: the first data row's `s`)."""
+    for table in sorted((reference / "logs" / "benchmarks" / stage).glob("*.tsv")):
+        name = table.stem
+        if all(str(v) in name for k, v in wildcards.items() if k != "seed"):
+            rows = table.read_text(encoding="utf-8").splitlines()
+            return float(rows[1].split("\t")[0]) if len(rows) > 1 else None
+    return None
+
+
+def _values(path: Path):
+    """A file's content for the comparison: JSON and Parquet without their time fields, else bytes."""
+    def keep(key) -> bool:
+        return not any(word in str(key).lower() for word in TIME_FIELDS)
+
+    def strip(obj):
+        if isinstance(obj, dict):
+            return {k: strip(v) for k, v in obj.items() if keep(k)}
+        if isinstance(obj, list):
+            return [strip(v) for v in obj]
+        return obj
+
+    if path.suffix == ".json":
+        return strip(json.loads(path.read_text(encoding="utf-8")))
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        table = pq.read_table(path)
+        return table.select([c for c in table.column_names if keep(c)]).to_pylist()
+    return path.read_bytes()
+
+
+def _differing(reference: Path, trial: Path, outputs: list[str]) -> list[str]:
+    out = []
+    for output in outputs:
+        ref, got = reference / output, trial / output
+        files = sorted(p.relative_to(ref) for p in ref.rglob("*") if p.is_file()) if ref.is_dir() else [Path()]
+        if not got.exists():
+            out.append(f"{output}: missing")
+            continue
+        mine = sorted(p.relative_to(got) for p in got.rglob("*") if p.is_file()) if got.is_dir() else [Path()]
+        if files != mine:
+            out.append(f"{output}: other files ({sorted(set(map(str, files)) ^ set(map(str, mine)))[:3]})")
+            continue
+        out += [f"{output}/{f}".rstrip("/.") for f in files if _values(ref / f) != _values(got / f)]
+    return out
+
+
+def _job_started(proc: subprocess.Popen, stage: str, limit: float = 300.0) -> float | None:
+    """When (time.monotonic) a process `vocabtransfer <stage> …` appeared under the run; None if the run ended or
+    `limit` seconds passed first."""
+    import psutil
+
+    end = time.monotonic() + limit
+    while time.monotonic() < end and proc.poll() is None:
+        try:
+            for child in psutil.Process(proc.pid).children(recursive=True):
+                words = child.cmdline()
+                if any(w.endswith("vocabtransfer") for w in words[:3]) and stage in words[:4]:
+                    return time.monotonic()
+        except psutil.Error:
+            pass
+        time.sleep(0.05)
+    return None
+
+
+def run_point(reference: Path, work: Path, env: dict, stage: str, point: str, at: float | None) -> Point:
+    """One row: copy, delete the job's outputs, start, kill (at `at` seconds, or inside a write when None), rerun."""
+    import yaml
+
+    params = yaml.safe_load((reference / "params.yaml").read_text(encoding="utf-8"))
+    wildcards, outputs = _job(stage, params)
+    if work.exists():
+        shutil.rmtree(work)
+    shutil.copytree(reference, work, symlinks=True)
+    for output in outputs:
+        target = work / output
+        shutil.rmtree(target) if target.is_dir() else target.unlink(missing_ok=True)
+    # as the reference ran (tests/conftest.py workflow_run): the threads a job records are the same
+    command = [str(BIN / "snakemake"), "--cores", "2", *outputs, "--set-threads", "init=1", "pretrain=1",
+               "gradient_scenarios=1"]
+    run_env = {**env, "PYTHONPATH": os.pathsep.join(p for p in (str(REPO / "tests" / "killpoint"), env.get("PYTHONPATH")) if p)}
+    if at is None:
+        run_env["VOCABTRANSFER_KILL_IN_WRITE"] = "results/"
+    row = Point(stage, point)
+    proc = subprocess.Popen(command, cwd=work, env=run_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    if at is not None:  # the clock starts when the job's own process does (Snakemake plans first)
+        started = _job_started(proc, stage)
+        if started is None:
+            row.note = "the job never started"
+        else:
+            try:
+                proc.wait(timeout=max(0.0, started + at - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    row.killed = proc.returncode == -signal.SIGKILL
+    if not row.killed:
+        row.note = row.note or f"the run ended (rc {proc.returncode}) before the kill"
+    rerun = subprocess.run(command, cwd=work, env=env, capture_output=True, text=True)
+    row.recovered = rerun.returncode == 0
+    if not row.recovered:
+        row.note = (row.note + "; " if row.note else "") + rerun.stderr.strip().splitlines()[-1][:200]
+    row.differing = _differing(reference, work, outputs) if row.recovered else []
+    return row
+
+
+def points(reference: Path, stage: str, n_times: int, seed: int) -> list[tuple[str, float | None]]:
+    """The stage's kill points: `n_times` drawn from (0.1, 0.9) of its reference time, and one inside a write."""
+    import yaml
+
+    params = yaml.safe_load((reference / "params.yaml").read_text(encoding="utf-8"))
+    wildcards, _ = _job(stage, params)
+    seconds = _seconds(reference, stage, wildcards) or 10.0
+    rng = random.Random(f"{seed}:{stage}")
+    times = sorted(rng.uniform(0.1, 0.9) * seconds for _ in range(n_times))  # from the job's own start
+    return [(f"t={t:.1f}s", t) for t in times] + [("in write", None)]
+
+
+def table(rows: list[Point]) -> str:
+    lines = ["| stage | point | killed mid-run | recovered | differing files | note |", "|---|---|---|---|---|---|"]
+    lines += [f"| {r.stage} | {r.point} | {'yes' if r.killed else 'no'} | {'yes' if r.recovered else 'no'} | "
+              f"{', '.join(r.differing) or 'none'} | {r.note} |" for r in rows]
+    return "\n".join(lines)
+
+
+CHEAP = ("corpus", "tokenizer", "pretokenize", "overlap", "init", "floor")  # CI's sample: jobs of seconds
+
+
+def sample(day: str, n: int = 1) -> list[str]:
+    """CI's stages for `day` (YYYY-MM-DD): `n` of CHEAP drawn from the date, so each day covers another."""
+    return random.Random(day).sample(CHEAP, n)
+
+
+def build_reference(directory: Path, shared_data: Path) -> None:
+    """The shared workflow run as tests/conftest.py's `workflow_run` makes it, for `make crash-matrix`."""
+    sys.path.insert(0, str(REPO / "tests"))
+    from conftest import ONE_THREAD, workflow_environment
+    from helpers import run_command, setup_workdir
+    from vocabtransfer.pipeline.config import merge_overlay, read_yaml
+
+    params = merge_overlay(read_yaml(REPO / "params.yaml"), read_yaml(REPO / "tests" / "workflow" / "params.yaml"))
+    env = workflow_environment(shared_data)
+    directory.mkdir(parents=True)
+    setup_workdir(directory, params, env)
+    run_command([str(BIN / "snakemake"), "--cores", "2", "results/report.md", *ONE_THREAD], directory, env)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--reference", type=Path, required=True,
+                        help="a finished run of tests/workflow/params.yaml (made there first when it does not exist)")
+    parser.add_argument("--stages", nargs="*", default=None, help="default: every stage with a job")
+    parser.add_argument("--times", type=int, default=2, help="time points per stage (plus one inside a write)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--work", type=Path, default=Path("/tmp/crash-matrix"))
+    args = parser.parse_args()
+    sys.path.insert(0, str(REPO / "src"))
+    from vocabtransfer.app.stages import STAGES
+
+    data = Path(os.environ.get("VOCABTRANSFER_DATA", REPO.parent / "shared" / "data"))
+    if not args.reference.exists():
+        print(f"# building the reference run in {args.reference}", flush=True)
+        build_reference(args.reference, data)
+    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", "HF_HUB_OFFLINE": "1", "VOCABTRANSFER_DATA": str(data)}
+    rows = []
+    for stage in args.stages or list(STAGES):
+        try:
+            kills = points(args.reference, stage, args.times, args.seed)
+        except LookupError as exc:
+            print(f"# {exc}", flush=True)
+            continue
+        for name, at in kills:
+            start = time.perf_counter()
+            rows.append(run_point(args.reference, args.work, env, stage, name, at))
+            print(table(rows[-1:]).splitlines()[-1] + f" ({time.perf_counter() - start:.0f} s)", flush=True)
+    print(table(rows))
+    return 0 if all(r.ok for r in rows) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
