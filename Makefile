@@ -44,9 +44,9 @@ test-quick: venv
 	$(BIN)/python -m pytest $(XDIST) -m "not slow" $(PYTEST_ARGS)
 
 # the whole crash matrix on a reference run of the tests' workflow config (built first when CRASH_REF is absent)
-CRASH_REF ?= /tmp/vocabtransfer-crash-ref
+CRASH_REF ?= crash-matrix/reference
 crash-matrix: venv
-	$(BIN)/python tests/crash_matrix.py --reference $(CRASH_REF) --work /tmp/vocabtransfer-crash-trial $(CRASH_ARGS)
+	$(BIN)/python tests/crash_matrix.py --reference $(CRASH_REF) --work crash-matrix/trial $(CRASH_ARGS)
 
 # starts the test cluster, runs tests/cluster/check_slurm.py (prints the job table), stops the cluster
 test-cluster: venv

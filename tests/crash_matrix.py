@@ -15,7 +15,7 @@ started in a session of its own;
 Then the same command runs to the end and the outputs are compared file by file with the reference's: bytes,
 or for JSON and Parquet the same values once the fields that record times are set aside (TIME_FIELDS). One row per
 point: the stage, the point, whether the kill landed before the job ended, whether the rerun succeeded, and the
-files that differ. `make crash-matrix` runs every stage (`python tests/crash_matrix.py --all`); CI a seeded sample
+files that differ. `make crash-matrix` runs every stage (`python tests/crash_matrix.py --reference DIR` without --stages); CI a seeded sample
 (tests/test_crash_matrix.py).
 """
 
@@ -29,12 +29,14 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
+sys.path.insert(0, str(REPO / "src"))
 TIME_FIELDS = ("seconds", "time", "tokens_per_second", "peak", "elapsed", "duration", "per_second", "date",
                "started", "finished", "throughput", "log")
 
@@ -55,7 +57,6 @@ class Point:
 
 def _job(stage: str, params: dict) -> tuple[dict, list[str]]:
     """The stage's first job for sw (or its one job) and its output paths."""
-    sys.path.insert(0, str(REPO / "src"))
     from vocabtransfer.app.stages import STAGES
     from vocabtransfer.pipeline import paths
 
@@ -224,9 +225,8 @@ def main() -> int:
     parser.add_argument("--stages", nargs="*", default=None, help="default: every stage with a job")
     parser.add_argument("--times", type=int, default=2, help="time points per stage (plus one inside a write)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--work", type=Path, default=Path("/tmp/crash-matrix"))
+    parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "vocabtransfer-crash-trial")
     args = parser.parse_args()
-    sys.path.insert(0, str(REPO / "src"))
     from vocabtransfer.app.stages import STAGES
 
     data = Path(os.environ.get("VOCABTRANSFER_DATA", REPO.parent / "shared" / "data"))

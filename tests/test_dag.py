@@ -31,11 +31,9 @@ def test_the_order_check_finds_a_stage_listed_before_what_it_reads():
     assert dag.out_of_order(graph) == ["tokenizer <- report"]
 
 
-def test_every_artefact_path_names_the_stage_that_writes_it():
+def test_every_artefact_path_names_the_stage_that_writes_it(tmp_path):
     """`stages.producer`: each output of each stage, and a file inside a directory output, maps back to that stage
     and output (what a torn artefact's error names); a path no stage writes maps to nothing."""
-    from pathlib import Path
-
     from vocabtransfer.app.stages import STAGES, producer, rerun_hint
     from vocabtransfer.pipeline import paths
 
@@ -47,7 +45,7 @@ def test_every_artefact_path_names_the_stage_that_writes_it():
             assert producer(path) == (stage.name, path), (stage.name, name)
             if name in stage.directories:
                 assert producer(f"{path}/model/model.safetensors") == (stage.name, path)
-    assert producer("/tmp/work/results/sw/corpus/train.parquet", root=Path("/tmp/work")) == \
+    assert producer(tmp_path / "results/sw/corpus/train.parquet", root=tmp_path) == \
         ("corpus", "results/sw/corpus/train.parquet")
     assert producer("data/pretrain_text/sw.txt") is None and producer("results/sw/unknown.bin") is None
     hint = rerun_hint("results/sw/overlap/overlap.parquet: not a readable Parquet file (x); delete it and rerun")

@@ -18,6 +18,7 @@ before any job): a helper that needs the init methods' registry imports it when 
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from vocabtransfer.data import auxiliary, corpus, overlap, pretokenize, tokenizer
@@ -399,8 +400,6 @@ def producer(path: str | Path, root: Path | None = None) -> tuple[str, str] | No
     """(the stage, its output) that `path` is or lies inside (`results/sw/init/fvt/pseed1/model/model.safetensors`
     -> ("init", "results/sw/init/fvt/pseed1")); None where no stage writes it. A path under `root` (the working
     directory by default) is read relative to it."""
-    import re
-
     text = Path(path).as_posix()
     base = (root or Path.cwd()).as_posix().rstrip("/") + "/"
     text = text[len(base):] if text.startswith(base) else text.removeprefix("./")
@@ -417,8 +416,6 @@ def producer(path: str | Path, root: Path | None = None) -> tuple[str, str] | No
 def rerun_hint(message: str, root: Path | None = None) -> str | None:
     """For an error that names a file a stage wrote (torn, truncated or from another version): which stage and
     which output to delete so that the same command rebuilds it; None where the message names no artefact."""
-    import re
-
     for candidate in re.findall(r"(?:^|[\s(`'\"])((?:/|\./)?[\w.+/-]*results/[\w.+/-]+)", message):
         found = producer(candidate.rstrip(".,;:"), root)
         if found:

@@ -61,7 +61,7 @@ from vocabtransfer.evaluate import bits_per_byte, bpb_floor
 from vocabtransfer.init import availability
 from vocabtransfer.model import modeling
 from vocabtransfer.model.hub import load_tokenizer
-from vocabtransfer.model.lmdata import Kind, lm_batches, pack_lines, read_lines
+from vocabtransfer.model.lmdata import Kind, lm_batches, pack_lines, read_lines, target_labels
 from vocabtransfer.pipeline import paths
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.log import progress
@@ -196,7 +196,7 @@ def unigram_loss(tokenizer, kind: Kind, lines: list[str], counts, *, seq_len: in
 
     batches = lm_batches(tokenizer, pack_lines(tokenizer, lines, seq_len, kind=kind), kind, batch_size, seed)
     sums = unigram_block_sums(batches, kind, counts)
-    tokens = [int(n) for b in batches for n in ((b["labels"][:, 1:] if kind == "causal" else b["labels"]) != -100).sum(1)]
+    tokens = [int(n) for b in batches for n in (target_labels(b, kind) != -100).sum(1)]
     total, count = math.fsum(sums), sum(tokens)
     return {"loss": total / count if count else math.nan, "n_eval_tokens": count, "block_loss": sums,
             "block_tokens": tokens}

@@ -115,6 +115,12 @@ class LMCollator:
         return {"input_ids": ids, "attention_mask": mask, "labels": ids.masked_fill(mask == 0, -100)}
 
 
+def target_labels(batch: dict, kind: Kind):
+    """The labels a batch's predictions are scored against, one row per block: causal models predict the next
+    token (labels shifted by one), masked models their masked positions; -100 where nothing is predicted."""
+    return batch["labels"][:, 1:] if kind == "causal" else batch["labels"]
+
+
 def lm_batches(tokenizer, blocks: list[list[int]], kind: Kind, batch_size: int, seed: int) -> list[dict]:
     """All blocks collated into batches in order, with seeded masks (for evaluation)."""
     collate = LMCollator(tokenizer, kind, seed)

@@ -15,7 +15,7 @@ from typing import Literal
 
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.model.hub import load_tokenizer, resolve_model_path
-from vocabtransfer.model.lmdata import Kind
+from vocabtransfer.model.lmdata import Kind, target_labels
 from vocabtransfer.io import atomic_output
 
 log = logging.getLogger(__name__)
@@ -381,7 +381,7 @@ def evaluate_lm(model, batches: list[dict], kind: Kind, *, calibrate: bool = Fal
     # no_grad, not inference_mode: an FSDP2-sharded model's gathered parameters must stay usable by training
     with torch.no_grad():
         for batch in batches:
-            labels = batch["labels"][:, 1:] if kind == "causal" else batch["labels"]
+            labels = target_labels(batch, kind)
             rows = (labels != -100).nonzero()[:, 0]  # the block of each predicted token, in prediction order
             if not calibrate:  # through the fused head
                 losses, _ = token_losses(model, batch, kind)

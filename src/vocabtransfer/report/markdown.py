@@ -8,6 +8,7 @@ import os
 import re
 from pathlib import Path
 
+from vocabtransfer import io
 from vocabtransfer.pipeline import paths
 from vocabtransfer.report.read import OBJECTIVE_ORDER, Language, Plan, task_order
 from vocabtransfer.evaluate.bpb_floor import FLOOR
@@ -97,8 +98,6 @@ def hypernet_lines(root: Path | None) -> list[str]:
     path = Path(root or ".") / paths.HYPERNET / "stats.json"
     if not path.is_file():
         return []
-    from vocabtransfer import io
-
     stats = io.read_json(path)
     curve = stats.get("curve") or []
     first, last = curve[: min(20, len(curve))], curve[-min(20, len(curve)):]

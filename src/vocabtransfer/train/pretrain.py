@@ -58,7 +58,7 @@ import pyarrow.compute as pc
 from vocabtransfer import io
 from vocabtransfer.model import modeling
 from vocabtransfer.train.batches import StepBlocks, StepCollator  # noqa: F401 (StepBlocks: read from here too)
-from vocabtransfer.model.lmdata import Kind
+from vocabtransfer.model.lmdata import Kind, target_labels
 from vocabtransfer.data.token_ids import unigram_counts
 from vocabtransfer.train import parallel, sharding
 from vocabtransfer.train import pretrain_setup as setup
@@ -151,10 +151,6 @@ def block_losses(model, batches: list[dict], kind: Kind) -> tuple[list[float], l
     return result["block_loss"], result["block_tokens"]
 
 
-def _targets(batch: dict, kind: Kind):
-    return batch["labels"][:, 1:] if kind == "causal" else batch["labels"]
-
-
 def valid_scorer(batches: list[dict], kind: Kind):
     """The callback's evaluation: model -> (valid loss, each block's summed loss); the loss is the blocks' total
     over their predicted tokens (the same fixed batches at every evaluation)."""
@@ -174,7 +170,7 @@ def unigram_block_sums(batches: list[dict], kind: Kind, counts) -> list[float]:
     neg_log = -np.log((counts + 1.0) / (counts.sum() + len(counts)))
     out = []
     for batch in batches:
-        labels = _targets(batch, kind).numpy()
+        labels = target_labels(batch, kind).numpy()
         out += [float(neg_log[row[row != -100]].sum()) for row in labels]
     return out
 
