@@ -3,7 +3,8 @@
 #               (CONFIG=config/gemma.yaml: an overlay on params.yaml, e.g. Gemma 3 270M as the source)
 #   make test   the same set-up, then the test suite on two pytest-xdist workers (what CI runs: .ci/run)
 #   make test-quick   the tests not marked slow (no Snakemake, DVC or real model): the inner loop
-#   make crash-matrix   every stage killed at drawn points and inside a write, then rerun (tests/crash_matrix.py)
+#   make crash-matrix   every stage killed at drawn points and inside a write, then rerun (tests/crash_matrix.py);
+#                       then one stage of each phase through dvc repro
 #   make test-cluster   the SLURM profile against a one-node SLURM started here (root, Debian; tests/cluster/README.md)
 #   make remote REMOTE=<dir or URL>   the default DVC remote, for dvc push / dvc pull
 #   make docs   regenerates docs/parameters.md from the params schema
@@ -47,6 +48,7 @@ test-quick: venv
 CRASH_REF ?= crash-matrix/reference
 crash-matrix: venv
 	$(BIN)/python tests/crash_matrix.py --reference $(CRASH_REF) --work crash-matrix/trial $(CRASH_ARGS)
+	$(BIN)/python tests/crash_matrix.py --reference $(CRASH_REF) --work crash-matrix/trial --runner dvc $(CRASH_ARGS)
 
 # starts the test cluster, runs tests/cluster/check_slurm.py (prints the job table), stops the cluster
 test-cluster: venv

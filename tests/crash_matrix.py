@@ -15,7 +15,9 @@ started in a session of its own;
 Then the same command runs to the end and the outputs are compared file by file with the reference's: bytes,
 or for JSON and Parquet the same values once the fields that record times are set aside (TIME_FIELDS). One row per
 point: the stage, the point, whether the kill landed before the job ended, whether the rerun succeeded, and the
-files that differ. `make crash-matrix` runs every stage (`python tests/crash_matrix.py --reference DIR` without --stages); CI a seeded sample
+files that differ. With `--runner dvc` the command killed and rerun is `dvc repro --single-item` on the dvc.yaml
+stage that writes the job's outputs (one stage of each phase by default: DVC_PHASES), compared with the same
+reference (a stage's command is the same under both tools). `make crash-matrix` runs every stage (`python tests/crash_matrix.py --reference DIR` without --stages); CI a seeded sample
 (tests/test_crash_matrix.py).
 """
 
@@ -101,15 +103,22 @@ def _values(path: Path):
     return path.read_bytes()
 
 
+def _files(output: Path) -> list[Path]:
+    """A directory output's files (Snakemake's own marker left aside: a run through DVC has none), or the file."""
+    if not output.is_dir():
+        return [Path()]
+    return sorted(p.relative_to(output) for p in output.rglob("*") if p.is_file() and p.name != ".snakemake_timestamp")
+
+
 def _differing(reference: Path, trial: Path, outputs: list[str]) -> list[str]:
     out = []
     for output in outputs:
         ref, got = reference / output, trial / output
-        files = sorted(p.relative_to(ref) for p in ref.rglob("*") if p.is_file()) if ref.is_dir() else [Path()]
+        files = _files(ref)
         if not got.exists():
             out.append(f"{output}: missing")
             continue
-        mine = sorted(p.relative_to(got) for p in got.rglob("*") if p.is_file()) if got.is_dir() else [Path()]
+        mine = _files(got)
         if files != mine:
             out.append(f"{output}: other files ({sorted(set(map(str, files)) ^ set(map(str, mine)))[:3]})")
             continue
@@ -135,8 +144,26 @@ def _job_started(proc: subprocess.Popen, stage: str, limit: float = 300.0) -> fl
     return None
 
 
-def run_point(reference: Path, work: Path, env: dict, stage: str, point: str, at: float | None) -> Point:
-    """One row: copy, delete the job's outputs, start, kill (at `at` seconds, or inside a write when None), rerun."""
+def _command(runner: str, work: Path, outputs: list[str]) -> list[str]:
+    """The command that makes the job's outputs: Snakemake on the outputs, as the reference ran (tests/conftest.py
+    workflow_run: the threads a job records are the same), or `dvc repro --single-item` on the dvc.yaml stage
+    that declares them (its upstream is in place and not rerun)."""
+    if runner == "snakemake":
+        return [str(BIN / "snakemake"), "--cores", "2", *outputs, "--set-threads", "init=1", "pretrain=1",
+                "gradient_scenarios=1"]
+    from dvc.repo import Repo
+
+    with Repo(str(work)) as repo:
+        for dvc_stage in repo.index.stages:
+            if {str(out.def_path) for out in dvc_stage.outs} & set(outputs):
+                return [str(BIN / "dvc"), "repro", "--single-item", dvc_stage.addressing]
+    raise LookupError(f"no dvc.yaml stage in {work} writes {outputs}")
+
+
+def run_point(reference: Path, work: Path, env: dict, stage: str, point: str, at: float | None,
+              runner: str = "snakemake") -> Point:
+    """One row: copy, delete the job's outputs, start (`runner`: snakemake or dvc), kill (at `at` seconds, or
+    inside a write when None), rerun."""
     import yaml
 
     params = yaml.safe_load((reference / "params.yaml").read_text(encoding="utf-8"))
@@ -147,13 +174,11 @@ def run_point(reference: Path, work: Path, env: dict, stage: str, point: str, at
     for output in outputs:
         target = work / output
         shutil.rmtree(target) if target.is_dir() else target.unlink(missing_ok=True)
-    # as the reference ran (tests/conftest.py workflow_run): the threads a job records are the same
-    command = [str(BIN / "snakemake"), "--cores", "2", *outputs, "--set-threads", "init=1", "pretrain=1",
-               "gradient_scenarios=1"]
+    command = _command(runner, work, outputs)
     run_env = {**env, "PYTHONPATH": os.pathsep.join(p for p in (str(REPO / "tests" / "killpoint"), env.get("PYTHONPATH")) if p)}
     if at is None:
         run_env["VOCABTRANSFER_KILL_IN_WRITE"] = "results/"
-    row = Point(stage, point)
+    row = Point(stage if runner == "snakemake" else f"{stage} (dvc repro)", point)
     proc = subprocess.Popen(command, cwd=work, env=run_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     if at is not None:  # the clock starts when the job's own process does (Snakemake plans first)
@@ -196,6 +221,7 @@ def table(rows: list[Point]) -> str:
     return "\n".join(lines)
 
 
+DVC_PHASES = ("fasttext", "init", "pretrain", "finetune_eval", "report")  # one stage of each phase, through DVC
 CHEAP = ("corpus", "tokenizer", "pretokenize", "overlap", "init", "floor")  # CI's sample: jobs of seconds
 
 
@@ -225,6 +251,9 @@ def main() -> int:
     parser.add_argument("--stages", nargs="*", default=None, help="default: every stage with a job")
     parser.add_argument("--times", type=int, default=2, help="time points per stage (plus one inside a write)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--runner", choices=("snakemake", "dvc"), default="snakemake",
+                        help="the command killed and rerun: snakemake on the job's outputs, or dvc repro --single-item "
+                             "on its dvc.yaml stage (default stages then: one of each phase, DVC_PHASES)")
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "vocabtransfer-crash-trial")
     args = parser.parse_args()
     from vocabtransfer.app.stages import STAGES
@@ -235,7 +264,7 @@ def main() -> int:
         build_reference(args.reference, data)
     env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", "HF_HUB_OFFLINE": "1", "VOCABTRANSFER_DATA": str(data)}
     rows = []
-    for stage in args.stages or list(STAGES):
+    for stage in args.stages or (list(STAGES) if args.runner == "snakemake" else DVC_PHASES):
         try:
             kills = points(args.reference, stage, args.times, args.seed)
         except LookupError as exc:
@@ -243,7 +272,7 @@ def main() -> int:
             continue
         for name, at in kills:
             start = time.perf_counter()
-            rows.append(run_point(args.reference, args.work, env, stage, name, at))
+            rows.append(run_point(args.reference, args.work, env, stage, name, at, args.runner))
             print(table(rows[-1:]).splitlines()[-1] + f" ({time.perf_counter() - start:.0f} s)", flush=True)
     print(table(rows))
     return 0 if all(r.ok for r in rows) else 1
