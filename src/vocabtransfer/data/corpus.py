@@ -25,7 +25,6 @@ from __future__ import annotations
 import bz2
 import contextlib
 import gzip
-import hashlib
 import logging
 import lzma
 import time
@@ -43,6 +42,7 @@ from vocabtransfer.data import download
 from vocabtransfer import io
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.log import progress
+from vocabtransfer.pipeline import names
 from vocabtransfer.pipeline.paths import data_path
 from vocabtransfer.pipeline.typed import option
 
@@ -93,11 +93,11 @@ def read_text_file(path: str | Path) -> Iterator[str]:
 
 def iter_column(ds, column: str, name: str, key: str) -> Iterator[str]:
     """The values of one text column of a `datasets` Dataset or IterableDataset, in order."""
-    names = ds.column_names
-    if names is not None and column not in names:
-        raise VocabTransferError(f"{name}: no column {column!r} (columns: {', '.join(names)}); "
+    columns = ds.column_names
+    if columns is not None and column not in columns:
+        raise VocabTransferError(f"{name}: no column {column!r} (columns: {', '.join(columns)}); "
                                  f"set {key}.text_column to the column holding the text")
-    if names is not None and len(names) > 1:
+    if columns is not None and len(columns) > 1:
         ds = ds.select_columns([column])
     try:
         for batch in ds.iter(batch_size=BATCH):
@@ -212,26 +212,18 @@ def describe(desc: dict) -> str:
 
 # --- cleaning and splitting ---------------------------------------------------------------
 
-def line_hash(text: str, seed: int) -> bytes:
-    """The seeded 128-bit hash of a line: it decides duplicates and the split."""
-    return hashlib.blake2b(f"{seed}:{text}".encode("utf-8"), digest_size=16).digest()
+LINE_DIGEST = 16  # bytes of a line's seeded hash (names.seeded_digest): it decides duplicates and the split
 
 
 def split_value(text: str, seed: int) -> float:
     """A line's position in [0, 1); below valid_fraction means the validation split."""
-    return _unit(line_hash(text, seed))
-
-
-def _unit(digest: bytes) -> float:
-    return int.from_bytes(digest[:8], "big") / 2**64
+    return names.unit_value(names.seeded_digest(text, seed, LINE_DIGEST))
 
 
 def clean(records: Iterable[str], *, seed: int, normalization: str = "NFC", min_chars: int = 1,
           max_bytes: int = 0, counts: Counter | None = None) -> Iterator[tuple[str, int, float]]:
     """Steps 2-4: yield (line, UTF-8 bytes, split value) for each kept line; tally drops in `counts`."""
     counts = counts if counts is not None else Counter()
-    prefix = f"{seed}:"
-    prefix_len = len(prefix.encode("utf-8"))
     seen: set[bytes] = set()
     kept = 0
     for raw in records:
@@ -244,18 +236,17 @@ def clean(records: Iterable[str], *, seed: int, normalization: str = "NFC", min_
         if len(text) < min_chars:
             counts["short_dropped"] += 1
             continue
-        data = (prefix + text).encode("utf-8")
-        digest = hashlib.blake2b(data, digest_size=16).digest()
+        digest = names.seeded_digest(text, seed, LINE_DIGEST)
         if digest in seen:
             counts["duplicates_dropped"] += 1
             continue
-        nbytes = len(data) - prefix_len
+        nbytes = len(text.encode("utf-8"))
         if max_bytes and kept + nbytes > max_bytes:
             counts["capped"] = 1
             return
         seen.add(digest)
         kept += nbytes
-        yield text, nbytes, _unit(digest)
+        yield text, nbytes, names.unit_value(digest)
 
 
 class SplitWriter:

@@ -10,10 +10,13 @@
   the registry).
 * A model name is `source`, `<method>-init-pseed<k>` (initialised only) or
   `<method>-<objective>-pseed<k>` (continued pretraining with pretraining seed k).
+* A seeded hash of a string (`seeded_unit`) decides every split and subsample: blake2b of `"{seed}:{text}"`,
+  its first 8 bytes read as a number in [0, 1).
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
 
@@ -76,3 +79,15 @@ def parse_model_name(name: str) -> Model:
         raise VocabTransferError(f"model {name!r}: expected `source`, `<method>-init-pseed<k>` or "
                                  "`<method>-<objective>-pseed<k>` (e.g. focus-standard-pseed1)")
     return Model(m["method"], m["objective"], int(m["pseed"]))
+
+
+def seeded_digest(text: str, seed: int, size: int) -> bytes:
+    """blake2b of `"{seed}:{text}"` with a digest of `size` bytes. The size is part of blake2b's hash, so each
+    user keeps its own: the corpus 16 (a line's identity for duplicates, and its split), the eval tasks 8 (their
+    splits and subsamples); changing either would move every committed split."""
+    return hashlib.blake2b(f"{seed}:{text}".encode("utf-8"), digest_size=size).digest()
+
+
+def unit_value(digest: bytes) -> float:
+    """A digest's first 8 bytes as a number in [0, 1)."""
+    return int.from_bytes(digest[:8], "big") / 2**64

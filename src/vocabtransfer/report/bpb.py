@@ -26,6 +26,7 @@ from vocabtransfer.pipeline import names
 from vocabtransfer.report.read import OBJECTIVE_ORDER, Language
 from vocabtransfer.report.tables import (SOURCE_ROW, Family, Row, Settings, _corrected, bpb_runs, seeds_text,
                                          zero_like)
+from vocabtransfer.report.markdown import difference_text
 
 BPB_TITLE = "Bits per byte: method − random"
 FLOOR_TITLE = "Bits per byte: model − best floor"
@@ -198,7 +199,8 @@ def share_sentence(table: BpbTable | None, settings: Settings) -> str | None:
     if not ahead:
         return (f"{head}: no model is detectably better than the floor, so no share is worded; "
                 f"{against_floor(table, settings)}.")
-    listed = "; ".join(f"{r.method} ({r.objective}) {r.share_kept:.2f} ({_number(r.vs_floor)} bits per byte "
+    listed = "; ".join(f"{r.method} ({r.objective}) {r.share_kept:.2f} ({difference_text(r.vs_floor.diff)} "
+                       "bits per byte "
                        f"against the floor, {r.vs_floor.runs_text}"
                        + (", test-set variance only" if r.vs_floor.test_set_only else "")
                        + f", adjusted p {r.vs_floor.diff.adjusted_p:.2g})" for r in ahead)
@@ -217,6 +219,3 @@ def against_floor(table: BpbTable, settings: Settings) -> str:
             "better, the rest not detectably different or too few to tell")
 
 
-def _number(row: Row) -> str:
-    d = row.diff
-    return f"{d.diff:+.3f} [{d.low:+.3f}, {d.high:+.3f}]"

@@ -7,10 +7,9 @@ from __future__ import annotations
 from vocabtransfer.evaluate.bpb_floor import FLOOR, LABELS
 from vocabtransfer.pipeline import paths
 from vocabtransfer.report.bpb import BpbTable
-from vocabtransfer.report.markdown import CORRECTION_NAME, family_section, fmt, md_table
+from vocabtransfer.report.markdown import CORRECTION_NAME, difference_text, family_section, fmt, md_table
 from vocabtransfer.report.read import Language
 from vocabtransfer.report.tables import Settings, finite, seeds_text
-from vocabtransfer.report.verdict import number
 
 
 def _bpb_row(r) -> list[str]:
@@ -23,7 +22,7 @@ def _bpb_row(r) -> list[str]:
         label, objective = r.method, r.objective
     score = "–" if r.score is None else f"{fmt(r.score.diff)} [{fmt(r.score.low)}, {fmt(r.score.high)}]"
     runs = r.runs or seeds_text(r.score)
-    floor = number(r.vs_floor.diff, 3) if r.vs_floor is not None and r.vs_floor.diff is not None else "–"
+    floor = difference_text(r.vs_floor.diff if r.vs_floor is not None else None, 3)
     return [label, objective, score, runs, fmt(r.bytes_per_token, 2), fmt(r.share_kept, 2), floor]
 
 

@@ -17,7 +17,6 @@ task the empty answer (0: exact match and F1 need the answer's words).
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from dataclasses import dataclass
 
@@ -27,7 +26,7 @@ from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.evaluate import stats
 from vocabtransfer.report.tables import (LEARNED, NO_DIFFERENCE, NOT_AFTER_CORRECTION, NOT_LEARNED, Settings,
                                          zero_like)
-from vocabtransfer.report.markdown import grey, md_table
+from vocabtransfer.report.markdown import difference_text, grey, md_table
 
 PRIMARY = ("f1", "acc", "acc_norm", "exact_match")  # the metric a task is compared on, the first it has
 SOURCE = "source"
@@ -127,11 +126,6 @@ def tables(results: dict, settings: Settings, lang: str) -> list[HarnessTask]:
     return [task_table(t, {m: s for m, s in by_model.items() if t in set(s["task"])}, settings, lang) for t in tasks]
 
 
-def _number(d: stats.Difference | None, sign: bool = True) -> str:
-    if d is None or not math.isfinite(d.diff):
-        return "–"
-    f = "+.1f" if sign else ".1f"
-    return f"{d.diff:{f}} [{d.low:{f}}, {d.high:{f}}]"
 
 
 def verdict_word(d: stats.Difference | None, settings: Settings) -> str:
@@ -159,7 +153,8 @@ def section(lang: str, results: dict, settings: Settings) -> tuple[list[str], di
                   f"{chance}.", ""]
         rows = []
         for s in t.scores:
-            cells = [_number(s.score, sign=False), _number(s.over_floor), _number(s.vs_source),
+            cells = [difference_text(s.score, 1, sign=False), difference_text(s.over_floor, 1),
+                     difference_text(s.vs_source, 1),
                      verdict_word(s.vs_source, settings) if s.vs_source is not None else "–"]
             rows.append([s.model] + (cells if t.learned else [grey(c) for c in cells]))
         lines += [md_table(["model", "score [interval]", "over the floor [interval]", "− source [interval]",
@@ -184,11 +179,13 @@ def verdict_bullet(t: HarnessTask, settings: Settings) -> str:
         n = len(t.scores)
         return (f"**{t.task} (zero-shot {t.metric}): {t.state}**: no model is above its floor ({floor}) by its "
                 f"interval after the correction over its {n} model{'s' if n != 1 else ''} (best: {best.model} "
-                f"{_number(best.over_floor)} points over it, " + (f"adjusted p {p:.2g}, " if p is not None else "")
+                f"{difference_text(best.over_floor, 1)} points over it, "
+                + (f"adjusted p {p:.2g}, " if p is not None else "")
                 + f"{t.n_clusters} clusters; items only, no seeds).")
     groups: dict[str, list[str]] = {}
     for s in (s for s in t.scores if s.vs_source is not None):
-        groups.setdefault(verdict_word(s.vs_source, settings), []).append(f"{s.model} {_number(s.vs_source)}")
+        word = verdict_word(s.vs_source, settings)
+        groups.setdefault(word, []).append(f"{s.model} {difference_text(s.vs_source, 1)}")
     parts = [f"{word}: " + "; ".join(groups[word]) for word in sorted(groups, key=lambda w: (w != "better", w))]
     return (f"**{t.task} (zero-shot {t.metric}, model − source, points; {floor}; items only, no seeds)**: "
             + (". ".join(parts) if parts else "only the source was scored") + ".")

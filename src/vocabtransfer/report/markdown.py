@@ -13,7 +13,6 @@ from vocabtransfer.pipeline import paths
 from vocabtransfer.report.read import OBJECTIVE_ORDER, Language, Plan, task_order
 from vocabtransfer.evaluate.bpb_floor import FLOOR
 from vocabtransfer.report.tables import NOT_LEARNED, Family, Settings, finite, plural, seeds_text
-from vocabtransfer.report.verdict import number
 from vocabtransfer.evaluate.tasks import TASKS, available
 from vocabtransfer.evaluate.token_frequency_loss import seed_means
 from vocabtransfer.report.costs import cost_lines
@@ -24,6 +23,15 @@ CORRECTION_NAME = {"holm": "Holm", "bh": "Benjamini–Hochberg"}
 
 def fmt(x, digits: int = 3) -> str:
     return f"{float(x):.{digits}f}" if finite(x) else "–"
+
+
+def difference_text(d, digits: int = 3, sign: bool = True) -> str:
+    """A difference and its interval, `+0.59 [+0.40, +0.77]` (`sign` False: `25.6 [21.0, 30.2]`, a score); "–"
+    when there is none. The one form every table and verdict writes an interval in."""
+    if d is None or not finite(d.diff):
+        return "–"
+    f = f"{'+' if sign else ''}.{digits}f"
+    return f"{d.diff:{f}} [{d.low:{f}}, {d.high:{f}}]"
 
 
 def grey(text: str) -> str:
@@ -327,7 +335,7 @@ def family_section(family: Family, settings: Settings) -> list[str]:
             continue
         verdict = r.status(settings)
         digits = 1 if r.measure in task_order() else 3  # percent for a task, else a loss or bits per byte
-        rows.append([r.label, r.measure, number(r.diff, digits), p_text(r),
+        rows.append([r.label, r.measure, difference_text(r.diff, digits), p_text(r),
                      f"{r.diff.adjusted_p:.3g}" if r.diff.adjusted_p is not None else "–",
                      f"{'✱ ' if r.better(settings) is not None else ''}{verdict}",
                      f"{r.runs_text}, {r.diff.n_clusters} clusters"])
@@ -372,8 +380,8 @@ def downstream_section(lang: Language, status: dict, figure: str | None) -> list
         rows = [[f"floor: {st.floor['name']}", fmt(st.floor["value"], 1), "–", "–"]]
         best = max((s.score.diff for s in st.scores), default=math.nan) if st.learned else math.nan
         for s in st.scores:
-            score = f"{number(s.score, 1).replace('+', '')}"
-            margin = number(s.over_floor, 1)
+            score = f"{difference_text(s.score, 1, sign=False)}"
+            margin = difference_text(s.over_floor, 1)
             if not st.learned:
                 score, margin = grey(score), grey(margin)
             elif s.score.diff == best:

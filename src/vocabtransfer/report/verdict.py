@@ -16,11 +16,7 @@ from vocabtransfer.report import rivals
 from vocabtransfer.report.read import task_order
 from vocabtransfer.report.tables import (INIT_FLOOR, INIT_LOSS, INIT_TITLE, NO_DIFFERENCE, NOT_AFTER_CORRECTION,
                                          NOT_LEARNED, Family, Row, Settings, seeds_text)
-
-
-def number(d, digits: int) -> str:
-    """`+0.59 [+0.40, +0.77]`."""
-    return f"{d.diff:+.{digits}f} [{d.low:+.{digits}f}, {d.high:+.{digits}f}]"
+from vocabtransfer.report.markdown import difference_text
 
 
 def _digits(measure: str) -> int:
@@ -50,7 +46,8 @@ def _listing(rows: list[Row], per_row: bool, state: str) -> list[str]:
     out = []
     for r in rows:
         notes = [n for n in (r.runs_text if per_row else "", adjusted(r, state)) if n]
-        out.append(f"{r.label} {number(r.diff, _digits(r.measure))}" + (f" ({'; '.join(notes)})" if notes else ""))
+        out.append(f"{r.label} {difference_text(r.diff, _digits(r.measure))}"
+                   + (f" ({'; '.join(notes)})" if notes else ""))
     return out
 
 
@@ -101,13 +98,14 @@ def objective_sentences(family: Family, settings: Settings) -> list[str]:
         for r in other:
             verdict = r.status(settings, "helps", "costs")
             notes = "; ".join(n for n in (verdict, adjusted(r, verdict), r.runs_text) if n)
-            parts.append(f"{r.measure} {number(r.diff, _digits(r.measure))} ({notes})")
+            parts.append(f"{r.measure} {difference_text(r.diff, _digits(r.measure))} ({notes})")
         states = [r.status(settings, "helps", "costs") for r in buckets]
         helps = [r for r, state in zip(buckets, states) if state == "helps"]
         costs = [r for r, state in zip(buckets, states) if state == "costs"]
         if buckets:
             def names(rs):
-                return ", ".join(f"{r.measure.split(' ')[0]} {number(r.diff, 3)} ({adjusted(r, 'helps')})" for r in rs)
+                return ", ".join(f"{r.measure.split(' ')[0]} {difference_text(r.diff, 3)} ({adjusted(r, 'helps')})"
+                                 for r in rs)
 
             parts.append(f"by token frequency ({_seeds(buckets) or 'seeds as in the table'}): "
                          + (("lower loss (helps) in " + names(helps)) if helps else "no bucket with a detectably lower loss"))
@@ -140,7 +138,7 @@ def learned_sentence(task: str, st, floor: str, settings: Settings) -> str:
     """`**qa: learned**`: the models better than the task's floor by their interval after the correction over
     the task's models, each with its margin, its seeds and its adjusted p."""
     above = [s for s in st.scores if Row(s.group, task, s.over_floor).better(settings)]
-    listed = "; ".join(f"{s.group} {number(s.over_floor, 1)} ({seeds_text(s.over_floor)}"
+    listed = "; ".join(f"{s.group} {difference_text(s.over_floor, 1)} ({seeds_text(s.over_floor)}"
                        + (f"; adjusted p {s.over_floor.adjusted_p:.2g}" if s.over_floor.adjusted_p is not None else "")
                        + ")" for s in above)
     return (f"**{task}: learned**: better than its floor ({floor}) by the interval after the correction, in points: "
@@ -182,7 +180,7 @@ def language_verdict(lang: str, families: list[Family], status: dict, settings: 
                            + f" ({floor}) by its interval")
             p = best.over_floor.adjusted_p  # "not learned" rests on the correction over the task's models
             power = detectable_text([s.over_floor for s in st.scores], settings, len(st.scores), 1, " points")
-            bullets[-1] += (f" (best: {best.group} {number(best.over_floor, 1)} points over it, "
+            bullets[-1] += (f" (best: {best.group} {difference_text(best.over_floor, 1)} points over it, "
                             + (f"adjusted p {p:.2g}, " if p is not None and st.state == NOT_LEARNED else "")
                             + f"{seeds_text(best.over_floor)}, {best.over_floor.n_clusters} clusters; {power} over "
                             "the floor); its scores are left out of every comparison.")

@@ -26,7 +26,6 @@ by the schema its class makes.
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import logging
 import pkgutil
@@ -39,6 +38,7 @@ import numpy as np
 
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.pipeline.config import typed_section
+from vocabtransfer.pipeline import names
 from vocabtransfer.pipeline.paths import data_path
 from vocabtransfer.data import download
 from vocabtransfer.data.corpus import LOCAL_BUILDERS, _load_dataset, _resolve_data_files
@@ -218,10 +218,12 @@ def require_columns(source: Source, row: dict, columns: tuple[str, ...]) -> None
                                  f"({source.key}); point the spec at a dataset with these columns")
 
 
+TASK_DIGEST = 8  # bytes of an example's seeded hash (names.seeded_digest)
+
+
 def unit_hash(text: str, seed: int) -> float:
     """A seeded hash of a string mapped to [0, 1): decides the split and the subsample."""
-    digest = hashlib.blake2b(f"{seed}:{text}".encode("utf-8"), digest_size=8).digest()
-    return int.from_bytes(digest, "big") / 2**64
+    return names.unit_value(names.seeded_digest(text, seed, TASK_DIGEST))
 
 
 def split_by_group(examples: list[dict], test_fraction: float, seed: int) -> tuple[list[dict], list[dict]]:
