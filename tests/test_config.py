@@ -326,8 +326,6 @@ def test_validate_refuses_what_a_job_would_refuse(tmp_path, capsys, monkeypatch,
 
 def test_zero_shot_jobs_of_a_masked_source_are_skip_lines(tmp_path, capsys, monkeypatch):
     """lm_eval.tasks with MiniLM: no lm_eval job is planned, one skip line per language says why."""
-    from vocabtransfer.app.plan import job_counts
-
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("VOCABTRANSFER_DATA", str(SHARED_DATA))
     params = {**minimal(corpus={"sources": {"sw": {"path": "pretrain_text/sw.txt"}}}, source_model=MINILM),

@@ -11,6 +11,7 @@ import yaml
 from vocabtransfer.app.stages import STAGES
 from vocabtransfer.evaluate import finetune_eval
 from vocabtransfer.evaluate import tasks
+from vocabtransfer.init import availability
 from vocabtransfer.app.params import load_params, validate_params
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.evaluate.tasks import get_task, load_splits, open_source
@@ -33,7 +34,7 @@ def test_jobs_cover_models_tasks_and_seeds(params):
     p = with_eval(params, models=["pretrained", "init", "source", "wechsel-init"], seeds=2)
     p["pretrain"]["seeds"] = 2
     models = finetune_eval.eval_models(p)
-    pairs = finetune_eval.pretrain_pairs(p)
+    pairs = availability.pretrain_pairs(p)
     assert models[:2 * len(pairs)] == [f"{m}-{o}-pseed{s}" for m, o in pairs for s in (1, 2)]
     assert models[-2:] == ["source", "wechsel-init-pseed1"]
     # every pretrained method's init, per pretraining seed (random, fvt and focus all have random rows)

@@ -18,7 +18,7 @@ from vocabtransfer.init.methods.registry import METHODS, TransferProblem, Transf
 from vocabtransfer.init.methods.variants import FactorizedOptions, factorized, resolve
 from vocabtransfer.pipeline.config import typed_section
 from vocabtransfer.init.methods.ofa import neighbour_coordinates, ofa
-from vocabtransfer.init.methods.snmf import snmf
+from vocabtransfer.init.methods.snmf import snmf  # noqa: F401 (registers snmf in METHODS)
 
 from helpers import Tok
 

@@ -13,7 +13,6 @@ import pytest
 import torch
 
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.train.distill import check_alpha
 from vocabtransfer.train.pretrain import leaves
 from vocabtransfer.train.trainer import complete_checkpoints
 
@@ -191,8 +190,6 @@ def test_distill_refusals_in_one_line(tmp_path, monkeypatch, one_thread):
     for bad, key in (({"alpha": 1.5}, "alpha"), ({"temperature": 0}, "temperature"), ({"alpha": -0.1}, "alpha")):
         with pytest.raises(VocabTransferError, match=rf"pretrain\.distill\.{key}"):
             validate_params({**base, "pretrain": {"objectives": ["distill"], "distill": bad}})
-    with pytest.raises(VocabTransferError, match=r"pretrain\.distill\.alpha"):
-        check_alpha(2)
 
 
 def test_distill_leaves_only_for_the_distill_objective():

@@ -38,17 +38,11 @@ from pathlib import Path
 
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.model import modeling
-from vocabtransfer.model.lmdata import Kind
 from vocabtransfer.model.line_bits import (  # noqa: F401 (the scoring, below the phases; read from here too)
     LN2, LineScores, bytes_per_token, context_ids, line_counts, score_lines, valid_lines, windows)
 
 MASKED_REASON = ("bits per byte needs a causal LM: a masked LM predicts a few masked tokens from both sides, "
                  "a pseudo-likelihood that is no probability of the text, so it keeps its per-token loss")
-
-
-def masked_reason(kind: Kind) -> str | None:
-    """Why a model of this kind gets no bits per byte (None for a causal LM)."""
-    return None if kind == "causal" else MASKED_REASON
 
 
 def require_lm_head(directory: str | Path, loading: modeling.LoadingInfo, key: str) -> None:

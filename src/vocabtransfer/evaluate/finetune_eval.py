@@ -51,11 +51,6 @@ from vocabtransfer.model.precision import resolve as resolve_precision
 
 log = logging.getLogger(__name__)
 
-def pretrain_pairs(params: dict) -> list[tuple[str, str]]:
-    """The (method, objective) pairs continued pretraining produces."""
-    return availability.pretrain_pairs(params)
-
-
 def init_models(params: dict) -> list[str]:
     """`<m>-init-pseed<k>`: the initialisation every pretrained run of method m with seed k starts from."""
     runs = dict.fromkeys((m, availability.init_pseed(m, s)) for m, _, s in availability.pretrain_runs(params))

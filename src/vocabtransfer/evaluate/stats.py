@@ -63,26 +63,6 @@ from vocabtransfer.evaluate.tasks import task_class
 CORRECTIONS = ("holm", "bh")
 
 
-def mean_std(values: Sequence[float]) -> tuple[float, float]:
-    """Mean and sample standard deviation (ddof = 1; 0 for a single value)."""
-    x = np.asarray(values, dtype=np.float64)
-    if x.size == 0:
-        return math.nan, math.nan
-    return float(x.mean()), float(x.std(ddof=1)) if x.size > 1 else 0.0
-
-
-def seed_interval(values: Sequence[float], confidence: float = 0.95, what: str = "pretrain.seeds") -> tuple[float, float]:
-    """A t interval of the mean over seeds; needs two seeds or more (`what` names the key to raise)."""
-    from scipy import stats  # scipy: heavy, not at CLI start-up
-
-    check_confidence(confidence)
-    x = np.asarray(values, dtype=np.float64)
-    if x.size < 2:
-        raise VocabTransferError(f"an interval over seeds needs at least 2 seeds, got {x.size}; set {what} to 2 or more")
-    half = stats.t.ppf((1 + confidence) / 2, x.size - 1) * x.std(ddof=1) / math.sqrt(x.size)
-    return float(x.mean() - half), float(x.mean() + half)
-
-
 def check_confidence(confidence: float, key: str = "report.confidence") -> None:
     if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not 0 < confidence < 1:
         raise VocabTransferError(f"{key}: {confidence!r} is not a coverage in (0, 1); use e.g. 0.95")

@@ -382,21 +382,6 @@ def check_temperature(temperature: float) -> None:
                                  "(chunk probabilities are exp(log p / temperature))")
 
 
-def check_alpha(alpha: float) -> None:
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 <= alpha <= 1:
-        raise VocabTransferError(f"pretrain.distill.alpha={alpha!r}: must be in [0, 1] (the weight of the "
-                                 "distillation loss; 1 - alpha weighs the standard LM loss)")
-
-
-def distill_objective(student_log_probs: torch.Tensor, student_chunks: torch.Tensor,
-                      teacher_log_probs: torch.Tensor, teacher_chunks: torch.Tensor, n_chunks: int, *,
-                      temperature: float) -> torch.Tensor:
-    """Sum over the chunks of `chunk_loss` (the caller divides by the chunks of the whole step)."""
-    ll_s = chunk_log_likelihoods(student_log_probs, student_chunks, n_chunks)
-    ll_t = chunk_log_likelihoods(teacher_log_probs.to(ll_s.dtype), teacher_chunks, n_chunks)
-    return chunk_loss(ll_t.detach(), ll_s, temperature).sum()
-
-
 def loss_terms(model, teacher, batch: dict, *, head, teacher_head, temperature: float):
     """(sum of the student's standard cross-entropy over its predicted tokens, sum of `chunk_loss` over the
     batch's chunks) of one batch of `collate_teacher`'s fields beside the student's causal batch.

@@ -44,12 +44,3 @@ def score(prediction: str, golds: list[str]) -> tuple[float, float]:
     return (100.0 * max(exact_match(prediction, g) for g in golds),
             100.0 * max(f1(prediction, g) for g in golds))
 
-
-def squad_scores(predictions: list[str], golds: list[list[str]]) -> dict[str, float]:
-    """Mean exact match and F1 over questions, in percent."""
-    if len(predictions) != len(golds):
-        raise ValueError(f"{len(predictions)} predictions for {len(golds)} questions")
-    if not predictions:
-        raise ValueError("no questions to score")
-    pairs = [score(p, g) for p, g in zip(predictions, golds)]
-    return {"exact_match": sum(p[0] for p in pairs) / len(pairs), "f1": sum(p[1] for p in pairs) / len(pairs)}
