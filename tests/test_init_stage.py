@@ -20,7 +20,6 @@ from vocabtransfer.pipeline.typed import option
 from vocabtransfer.app.stages import STAGES
 from vocabtransfer import io
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.init.methods import available
 from vocabtransfer.init.methods.registry import INFO, METHODS, TransferResult, register
 
 from helpers import bpe_tokenizer, init_params, make_ctx, save_dir, tiny_bert, tiny_llama, wordpiece_tokenizer, write_inputs
@@ -52,16 +51,15 @@ def _test_broken(problem, options):
 
 
 @pytest.fixture(autouse=True)
-def throwaway_methods(monkeypatch):
+def throwaway_methods():
     """`test_copy` and `test_broken` are registered for each test of this module only: the global
     registry is as it was before and after (no other module sees them)."""
-    available()  # the real methods register first
-    for name in ("test_copy", "test_broken"):
-        monkeypatch.setitem(METHODS, name, None)  # removed again after the test
-        monkeypatch.setitem(INFO, name, None)
     register("test_copy", options=CopyOptions)(_test_copy)
     register("test_broken")(_test_broken)
     yield
+    for name in ("test_copy", "test_broken"):  # removed again after the test
+        METHODS.pop(name, None)
+        INFO.pop(name, None)
 
 
 def init_ctx(tmp_path, inputs, method="test_copy", params=None):

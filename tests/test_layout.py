@@ -19,7 +19,7 @@ PACKAGE = REPO / "src" / "vocabtransfer"
 # `Stage` declaration every stage module uses; `model`: loading, swapping and saving models, LM data and
 # heads (what every phase uses); the phases in DAG order; `app`: the stage table, the runner and the cli.
 LAYERS = ("base", "pipeline", "model", "data", "init", "train", "evaluate", "report", "app")
-BASE = {"errors", "io", "log", "version"}  # vocabtransfer.<name>
+BASE = {"errors", "io", "log", "registry", "version"}  # vocabtransfer.<name>
 APP = {"vocabtransfer", "vocabtransfer.__main__"}  # the package's lazy exports and `python -m vocabtransfer`
 PHASES = LAYERS[1:]
 TOP_LEVEL = {"__init__.py", "__main__.py", *(f"{name}.py" for name in BASE)}

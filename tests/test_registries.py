@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import asdict, dataclass
+import sys
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -19,8 +20,11 @@ from vocabtransfer.evaluate import tasks
 from vocabtransfer.init import initialise
 from vocabtransfer.init.factorize import FACTORIZATIONS
 from vocabtransfer.init.methods import available, get_method
-from vocabtransfer.init.methods.registry import (INFO, INFRASTRUCTURE, METHODS, MethodInfo, TransferResult, discover,
-                                                 info, register)
+from vocabtransfer.init.methods.registry import (INFO, METHODS, MethodInfo, TransferResult, discover, info,
+                                                 register)
+from vocabtransfer.model.losses import OBJECTIVES
+from vocabtransfer.pipeline.stage_spec import contract_fault
+from vocabtransfer.registry import Registry
 from vocabtransfer.init.initialise import uses_snmf
 from vocabtransfer.init import availability
 from vocabtransfer.app.params import load_params, schema
@@ -65,13 +69,57 @@ def test_every_method_has_its_options_section():
     assert [m for m in available() if m not in init] == []
 
 
-def test_methods_are_found_by_scanning_the_package():
+def test_every_method_module_is_named_by_a_lazy_reference_that_its_register_fulfils():
     package = Path(methods_package.__file__).parent
-    modules = {p.stem for p in package.glob("*.py") if not p.stem.startswith("_")} - INFRASTRUCTURE
-    assert set(discover()) == modules
-    # every method module registers something, and every registered method lives in one of them
+    infrastructure = {"registry", "options", "variants"}  # modules of the package that hold no method
+    modules = {p.stem for p in package.glob("*.py") if not p.stem.startswith("_")} - infrastructure
+    assert set(discover()) == set(available())
+    # every method module is referenced, and every reference resolves to the function its @register added
     assert {METHODS[m].__module__.rsplit(".", 1)[-1] for m in available()} == modules
     assert set(INFO) == set(METHODS) and all(INFO[m].name == m for m in INFO)
+
+
+def test_a_name_registered_twice_is_one_error_naming_both_places():
+    discover()
+    with pytest.raises(VocabTransferError, match=r"init method 'focus' is registered twice: by "
+                                                 r"vocabtransfer\.init\.methods\.focus:focus and by .*:_fake"):
+        register("focus")(_fake)
+    assert METHODS["focus"].__module__ == "vocabtransfer.init.methods.focus"
+    with pytest.raises(VocabTransferError, match="task 'qa' is registered twice"):
+        tasks.register("qa")(type("QA2", (tasks.Task,), {}))
+    assert tasks.task_class("qa").__name__ == "QA"
+    with pytest.raises(VocabTransferError, match="stage 'init' is registered twice"):
+        STAGES.register("init")(STAGES["init"])
+    with pytest.raises(VocabTransferError, match="objective 'selfish' is registered twice"):
+        OBJECTIVES.register("selfish")(OBJECTIVES["standard"])
+
+
+def test_a_registry_imports_a_lazy_reference_only_when_it_is_looked_up(tmp_path, monkeypatch):
+    (tmp_path / "lazy_things.py").write_text("def shout(x):\n    return x.upper()\n\nNOT_CALLABLE = 3\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "lazy_things", raising=False)
+    things = Registry("thing", lazy={"shout": "lazy_things:shout", "three": "lazy_things:NOT_CALLABLE"},
+                      check=lambda f: None if callable(f) else "a thing is a function")
+    assert list(things) == ["shout", "three"] and "lazy_things" not in sys.modules
+    assert things["shout"]("a") == "A" and "lazy_things" in sys.modules
+    with pytest.raises(VocabTransferError, match=r"thing 'three' \(lazy_things:NOT_CALLABLE\): a thing is a function"):
+        things["three"]
+    with pytest.raises(VocabTransferError, match=r"unknown thing 'nope' \(x\.y\); available: shout, three"):
+        things.get_or_raise("nope", "x.y")
+    with pytest.raises(VocabTransferError, match="a reference is 'package.module:attribute'"):
+        Registry("thing", lazy={"bad": "no_colon"})["bad"]
+
+
+def test_every_stage_keeps_the_stage_contract():
+    assert len(STAGES) == 20 and all(contract_fault(s) is None for s in STAGES.values())
+    init = STAGES["init"]
+    assert "not a wildcard" in contract_fault(replace(init, outputs={"x": "results/{lang}/{nope}"}))
+    assert "function of the job's Context" in contract_fault(replace(init, run=lambda ctx, extra: None))
+    assert "are no outputs" in contract_fault(replace(init, directories=frozenset({"ghost"})))
+    assert "does not exist" in contract_fault(replace(init, code=("init/ghost.py",)))
+    assert "(params, wildcards)" in contract_fault(replace(init, skip_reason=lambda params: None))
+    with pytest.raises(VocabTransferError, match=r"stage 'ghost' .*not a wildcard"):
+        Registry("stage", check=contract_fault).register("ghost")(replace(init, outputs={"x": "{nope}"}))
 
 
 def test_the_metadata_of_the_real_methods():
@@ -93,7 +141,7 @@ def test_tasks_schema_report_and_registry_agree():
     keys = list(schema()["properties"]["eval"]["properties"]["tasks"]["properties"])
     assert sorted(keys) == tasks.available(), "the params section eval.tasks (EvalTasks) and the task registry differ"
     assert read.task_order() == tuple(keys)  # the report shows the tasks in the schema's order
-    assert {m.rsplit(".", 1)[-1] for m in (cls.__module__ for cls in tasks.TASKS.values())} <= set(tasks._discover())
+    assert {cls.__module__.rsplit(".", 1)[-1] for cls in tasks.TASKS.values()} == set(tasks.TASKS)
     for name in tasks.available():
         cls = tasks.task_class(name)
         assert cls.name == name and cls.metric and cls.head.startswith("AutoModelFor") and cls.floor_text

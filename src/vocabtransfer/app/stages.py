@@ -28,7 +28,8 @@ from vocabtransfer.evaluate.tasks import task_options_class
 from vocabtransfer.init import availability, initialise, source_head, source_model, source_snmf, word_fasttext
 from vocabtransfer.pipeline import config, names, paths
 from vocabtransfer.pipeline.config import field_leaves
-from vocabtransfer.pipeline.stage_spec import PACKAGE, Stage, module_file
+from vocabtransfer.pipeline.stage_spec import PACKAGE, Stage, contract_fault, module_file
+from vocabtransfer.registry import Registry
 from vocabtransfer.report import build, tables
 from vocabtransfer.train import pretrain
 
@@ -386,14 +387,17 @@ REPORT = Stage(
     code=("report/build.py",),
 )
 
-# the table, in the order above (topological: tests/test_dag.py)
-STAGES = {stage.name: stage for stage in (
+# the table, in the order above (topological: tests/test_dag.py); each declaration checked against the stage
+# contract (stage_spec.contract_fault), a name declared twice refused
+STAGES: Registry[Stage] = Registry("stage", check=contract_fault)
+for _stage in (
     CORPUS, SOURCE_MODEL, TOKENIZER, PRETOKENIZE, FASTTEXT, OVERLAP,  # data
     SOURCE_HEAD, SOURCE_FASTTEXT, WORD_FASTTEXT, SOURCE_SNMF, HYPERNET, INIT, INIT_EVAL,  # init
     PRETRAIN,  # train
     FINETUNE_EVAL, FLOOR, TOKEN_FREQUENCY_LOSS, GRADIENT_SCENARIOS, LM_EVAL,  # evaluate
     REPORT,  # report
-)}
+):
+    STAGES.register(_stage.name)(_stage)
 
 
 def producer(path: str | Path, root: Path | None = None) -> tuple[str, str] | None:

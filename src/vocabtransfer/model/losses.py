@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from vocabtransfer.errors import VocabTransferError
+from vocabtransfer.registry import Registry
 
 Reduction = Literal["none", "sum", "mean"]
 
@@ -192,7 +193,9 @@ def _selfish(logits, labels, *, margin, ignore_index, reduction):
     return selfish_cross_entropy(logits, labels, margin, ignore_index=ignore_index, reduction=reduction)
 
 
-OBJECTIVES: dict[str, Objective] = {o.name: o for o in (
+OBJECTIVES: Registry[Objective] = Registry(
+    "objective", check=lambda o: None if isinstance(o, Objective) else "an objective is an Objective")
+for _objective in (
     Objective("standard", "softmax cross-entropy over the whole vocabulary", False, _standard),
     Objective("selfish", "cross-entropy over the tokens at most `margin` below the target's logit", True, _selfish,
               kernel="selfish"),
@@ -202,7 +205,8 @@ OBJECTIVES: dict[str, Objective] = {o.name: o for o in (
     # distill's chunk term alone (alpha = 1): tokenkit's pure ALM, the student's own tokens get no cross-entropy
     Objective("alm", "chunk-likelihood matching to the source model through its own tokenizer alone (distill at "
               "alpha = 1)", False, _standard, teacher=True, alpha=1.0),
-)}
+):
+    OBJECTIVES.register(_objective.name)(_objective)
 
 
 def distill_alpha(objective: str, alpha: float) -> float:

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import inspect
 import os
+import string
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -147,6 +149,32 @@ class Stage:
 
     def resolve(self, templates: dict[str, str], wildcards: dict) -> dict[str, Path]:
         return {k: Path(paths.fill(v, **wildcards)) for k, v in templates.items()}
+
+
+def contract_fault(stage: Any) -> str | None:
+    """Why `stage` breaks the stage contract (None: it keeps it): a `Stage` whose `run` takes the job's Context,
+    whose constant inputs and outputs use only its wildcards, whose output directories are outputs, whose
+    constant code modules exist, and whose per-job properties are constants or functions of (params, wildcards).
+    The registry of stages (vocabtransfer.app.stages.STAGES) checks every declaration with it."""
+    if not isinstance(stage, Stage):
+        return "a stage is a vocabtransfer.pipeline.stage_spec.Stage"
+    if not callable(stage.run) or len(inspect.signature(stage.run).parameters) != 1:
+        return "its run must be a function of the job's Context alone"
+    templates = {**stage.outputs, **(stage.inputs if isinstance(stage.inputs, dict) else {})}
+    for key, template in templates.items():
+        used = {name for _, name, _, _ in string.Formatter().parse(template) if name}
+        if used - set(stage.wildcards):
+            return f"{key} ({template}) uses {', '.join(sorted(used - set(stage.wildcards)))}, not a wildcard of it"
+    if not stage.directories <= set(stage.outputs):
+        return f"directories {', '.join(sorted(stage.directories - set(stage.outputs)))} are no outputs of it"
+    for module in stage.code if isinstance(stage.code, tuple) else ():
+        if not (PACKAGE / module).is_file():
+            return f"its code module {module} does not exist under {PACKAGE}"
+    for hook in ("inputs", "code", "skip_reason", "partial", "data", "extra_params"):
+        value = getattr(stage, hook)
+        if callable(value) and len(inspect.signature(value).parameters) != 2:
+            return f"its {hook} must be a constant or a function of (params, wildcards)"
+    return None
 
 
 def section_leaves(params: dict, section: str) -> list[str]:

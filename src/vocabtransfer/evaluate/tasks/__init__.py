@@ -1,8 +1,8 @@
 """Downstream tasks: a registry, one module per task (nli, qa, ner).
 
 A task is a `Task` subclass registered with `@register("name")`, its metadata (`metric`, `head`,
-`PARTS`, `floor_text`) in its class body; adding a task = one module in this package (every
-non-private module here is imported, `_discover`) and its `eval.tasks.<name>` schema section. A
+`PARTS`, `floor_text`) in its class body; adding a task = one module in this package, its lazy reference in
+`TASKS` and its `eval.tasks.<name>` schema section. A
 task knows how to
 
   1. read its data from a source (`read`: a local file, a URL with sha256, or a
@@ -26,17 +26,15 @@ by the schema its class makes.
 
 from __future__ import annotations
 
-import importlib
 import logging
-import pkgutil
 from dataclasses import dataclass, field
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
 import numpy as np
 
 from vocabtransfer.errors import VocabTransferError
+from vocabtransfer.registry import Registry
 from vocabtransfer.pipeline.config import typed_section
 from vocabtransfer.pipeline import names
 from vocabtransfer.pipeline.paths import data_path
@@ -136,38 +134,28 @@ class Task:
         return num, (sum(parts) if parts else np.ones_like(num)), float(scale)
 
 
-TASKS: dict[str, type[Task]] = {}
+# every task, by a lazy reference to its class (vocabtransfer.registry): its module is imported the first time
+# the task is looked up; its @register line names the class
+TASKS: Registry[type[Task]] = Registry("task", lazy={
+    "nli": f"{__name__}.nli:NLI", "qa": f"{__name__}.qa:QA", "ner": f"{__name__}.ner:NER"},
+    check=lambda cls: None if isinstance(cls, type) and issubclass(cls, Task) else "a task is a Task subclass")
 
 
 def register(name: str) -> Callable[[type[Task]], type[Task]]:
+    """`@register("name")` on a Task subclass: its name, in TASKS (a name registered twice is an error)."""
     def deco(cls: type[Task]) -> type[Task]:
         cls.name = name
-        TASKS[name] = cls
-        return cls
+        return TASKS.register(name)(cls)
 
     return deco
 
 
-@lru_cache(maxsize=None)
-def _discover() -> tuple[str, ...]:
-    """Import every non-private module of this package (once) so its @register lines run (a helper
-    module such as squad_metric registers nothing)."""
-    modules = tuple(sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_")))
-    for module in modules:
-        importlib.import_module(f"{__name__}.{module}")
-    return modules
-
-
 def available() -> list[str]:
-    _discover()
     return sorted(TASKS)
 
 
 def task_class(name: str) -> type[Task]:
-    _discover()
-    if name not in TASKS:
-        raise VocabTransferError(f"unknown task {name!r}; available: {', '.join(sorted(TASKS))}")
-    return TASKS[name]
+    return TASKS.get_or_raise(name)
 
 
 def get_task(name: str, options: TaskOptions | Mapping | None) -> Task:

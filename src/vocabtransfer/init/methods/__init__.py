@@ -4,8 +4,8 @@ A method is a function `(problem: TransferProblem, options) -> TransferResult` r
 `@register("name", options=<its options dataclass>, ...)` (all three from
 `vocabtransfer.init.methods.registry`), which also declares what the pipeline needs to know about it
 (`MethodInfo`, read with `registry.info`: extra inputs, whether its rows depend on the seed,
-conditions under which it can run, …). Adding a method = one module in this package
-(`registry.discover` imports every one) and its section `init.<name>` in params.yaml. Factorised
+conditions under which it can run, …). Adding a method = one module in this package, its lazy
+reference in `registry.METHODS` and its section `init.<name>` in params.yaml. Factorised
 variants (`focus+svd`, `fvt+snmf`, …) are composed by `get_method`: the base method runs inside
 the low-rank space of the factorisation.
 """
@@ -13,18 +13,17 @@ the low-rank space of the factorisation.
 from __future__ import annotations
 
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.init.methods.registry import METHODS, Method, discover, info
+from vocabtransfer.init.methods.registry import METHODS, Method, info
 from vocabtransfer.init.methods.variants import resolve
 
 
 def available() -> list[str]:
-    discover()
+    """Every method's name (known without importing a method module)."""
     return sorted(METHODS)
 
 
 def get_method(name: str) -> Method:
     """The method called `name`; `base+svd` / `base+snmf` run `base` inside a low-rank space."""
-    discover()
     if name in METHODS:
         return METHODS[name]
     if "+" in name:

@@ -1,17 +1,14 @@
 """The method registry: what a method gets (`TransferProblem` and its typed options), what it returns
 (`TransferResult`) and `@register("name", options=..., ...)` with what the pipeline needs to know about
-it (`MethodInfo`: its options class, extra inputs, whether its rows depend on the seed, …). Method
-modules import this module; `discover` finds and imports them: every module of this package except
-the infrastructure (`INFRASTRUCTURE`) and private (`_`) ones, so adding a method is adding its module
-(and its section in params.yaml: the schema's `init.<name>` is generated from its options class,
+it (`MethodInfo`: its options class, extra inputs, whether its rows depend on the seed, …). `METHODS`
+names every method by a lazy reference to its function (one `vocabtransfer.registry.Registry`): a method's
+module is imported when it is first looked up, so adding a method is adding its module, its line in
+`METHODS` and its section in params.yaml (the schema's `init.<name>` is generated from its options class,
 `declared_sections`)."""
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from dataclasses import dataclass, field
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -19,6 +16,7 @@ import numpy as np
 import torch
 
 from vocabtransfer.pipeline.typed import NoOptions
+from vocabtransfer.registry import Registry
 
 
 @dataclass
@@ -93,42 +91,46 @@ class MethodInfo:
     factorizable: bool = True
 
 
-METHODS: dict[str, Method] = {}
-INFO: dict[str, MethodInfo] = {}
+# every method, by a lazy reference to its function (vocabtransfer.registry): its module is imported the first
+# time the method is looked up, and its @register line adds the metadata. Adding a method is its module, its
+# line here and its section in params.yaml (the schema's `init.<name>` comes from its options class).
+_PACKAGE = __name__.rpartition(".")[0]
+METHODS: Registry[Method] = Registry("init method", lazy={
+    name: f"{_PACKAGE}.{reference}" for name, reference in (
+        ("random", "baselines:random_init"), ("overlap", "baselines:overlap_init"), ("mean", "baselines:mean_init"),
+        ("focus", "focus:focus"), ("fvt", "fvt:fvt"), ("hypernet", "hypernet:hypernet"), ("ofa", "ofa:ofa"),
+        ("omp", "omp:omp"), ("snmf", "snmf:snmf"), ("wechsel", "wechsel:wechsel"))},
+    check=lambda fn: None if callable(fn) else "an init method is a function (problem, options) -> TransferResult")
+# each method's MethodInfo, added by its @register
+INFO: Registry[MethodInfo] = Registry("init method's metadata",
+                                     check=lambda i: None if isinstance(i, MethodInfo) else "not a MethodInfo")
 
 
 def register(name: str, **metadata: Any) -> Callable[[Method], Method]:
-    """`@register("name", inputs=..., deterministic=..., ...)`: the method and its `MethodInfo`."""
+    """`@register("name", inputs=..., deterministic=..., ...)`: the method and its `MethodInfo` (a name
+    registered twice is an error)."""
     info = MethodInfo(name, **metadata)  # an unknown keyword is a TypeError at import
 
     def deco(fn: Method) -> Method:
-        METHODS[name] = fn
-        INFO[name] = info
+        METHODS.register(name)(fn)
+        INFO.register(name)(info)
         return fn
 
     return deco
 
 
-# modules of this package that register no method
-INFRASTRUCTURE = frozenset({"registry", "options", "variants"})
-
-
-@lru_cache(maxsize=None)
 def discover() -> tuple[str, ...]:
-    """Import every method module of this package (once) so its @register lines run; its names."""
-    package = __name__.rpartition(".")[0]
-    modules = tuple(sorted(m.name for m in pkgutil.iter_modules([str(Path(__file__).parent)])
-                           if m.name not in INFRASTRUCTURE and not m.name.startswith("_")))
-    for module in modules:
-        importlib.import_module(f"{package}.{module}")
-    return modules
+    """Every method's module imported (its @register run): the names, in the order they are declared."""
+    METHODS.load()
+    return tuple(METHODS)
 
 
 def info(method: str) -> MethodInfo:
     """The metadata of a method, `base` or `base+fact` (its base's); the defaults for a name
     registered without any (or not registered)."""
-    discover()
     base = method.partition("+")[0]
+    if base in METHODS:
+        METHODS[base]  # its module imported: its @register added the metadata
     return INFO.get(base) or MethodInfo(base)
 
 
@@ -136,4 +138,4 @@ def declared_sections() -> dict[str, type]:
     """{method: its options class}, in the order they register: the typed sections `init.<name>` the
     schema is completed with (vocabtransfer.app.params.schema)."""
     discover()
-    return {name: meta.options for name, meta in INFO.items()}
+    return {name: INFO[name].options for name in METHODS if name in INFO}

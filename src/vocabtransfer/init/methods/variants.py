@@ -29,7 +29,7 @@ import torch
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.pipeline.names import split_method
 from vocabtransfer.init.methods.options import FACTORIZATIONS, FactorizedOptions
-from vocabtransfer.init.methods.registry import METHODS, Method, TransferProblem, TransferResult, discover, info
+from vocabtransfer.init.methods.registry import METHODS, Method, TransferProblem, TransferResult, info
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +97,6 @@ def factorized(base_method: Method, factorization: Literal["svd", "snmf"], *, na
 
 def resolve(name: str) -> Method:
     """`<base>+svd` / `<base>+snmf` for any registered base method (e.g. focus+svd)."""
-    discover()  # every method module registered
     base, fact = split_method(name)
     if fact not in FACTORIZATIONS:
         raise VocabTransferError(

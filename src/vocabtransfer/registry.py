@@ -1,0 +1,126 @@
+"""One registry for everything the pipeline looks up by name: init methods, downstream tasks and training
+objectives (vocabtransfer.init.methods.registry, vocabtransfer.evaluate.tasks, vocabtransfer.model.losses).
+
+A `Registry` maps names to objects of one kind. An entry is either
+
+* a lazy reference, `"package.module:attribute"`, declared where the registry is made: the module is imported
+  the first time the name is looked up (or every name is listed), so naming the entries costs no import; or
+* an object registered with `registry.register(name)(obj)`, or `@registry.register(name)` on its definition
+  (a plugin, a test's throwaway method). When a lazy reference's module registers the very object the
+  reference names as it is imported, that fulfils the reference.
+
+A name registered twice is one error naming both places; an object that fails the registry's `check` (its
+declared interface: a callable, a subclass, an instance of a dataclass) is one error naming it. Item
+assignment (`registry[name] = obj`) and `del` replace and remove on purpose, for tests that patch an entry.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterator, MutableMapping
+from typing import Any, Generic, TypeVar
+
+from vocabtransfer.errors import VocabTransferError
+
+T = TypeVar("T")
+Check = Callable[[Any], "str | None"]  # an object -> why it does not fit the registry's interface (None: it does)
+
+
+def _where(obj: Any) -> str:
+    return f"{getattr(obj, '__module__', '?')}:{getattr(obj, '__qualname__', type(obj).__name__)}"
+
+
+def resolve(reference: str) -> Any:
+    """The object a `"package.module:attribute"` reference names (its module imported)."""
+    module, _, attribute = reference.partition(":")
+    if not module or not attribute:
+        raise VocabTransferError(f"{reference!r}: a reference is 'package.module:attribute'")
+    return getattr(importlib.import_module(module), attribute)
+
+
+class Registry(MutableMapping[str, T], Generic[T]):
+    """Named objects of one kind (`kind`, for messages), lazy references resolved on first use, duplicates
+    refused, each object checked against the interface `check` returns a reason for."""
+
+    def __init__(self, kind: str, lazy: dict[str, str] | None = None, check: Check | None = None) -> None:
+        self.kind = kind
+        self._check = check
+        self._entries: dict[str, Any] = {}  # name -> the object, or its reference (a str) until resolved
+        self._lazy: set[str] = set()
+        for name, reference in (lazy or {}).items():
+            self._entries[name] = reference
+            self._lazy.add(name)
+
+    # -- registering
+    def register(self, name: str) -> Callable[[T], T]:
+        """`@registry.register("name")`: add the object under `name`; a name already taken is an error,
+        except by the object its lazy reference names."""
+        def add(obj: T) -> T:
+            if name in self._entries:
+                taken = self._entries[name]
+                fulfils = name in self._lazy and isinstance(taken, str) and taken == _where(obj)
+                if not fulfils:
+                    first = taken if isinstance(taken, str) else _where(taken)
+                    raise VocabTransferError(f"{self.kind} {name!r} is registered twice: by {first} and by "
+                                             f"{_where(obj)}; rename one of them")
+            self._verify(name, obj)
+            self._entries[name] = obj
+            self._lazy.discard(name)
+            return obj
+
+        return add
+
+    def _verify(self, name: str, obj: Any, where: str | None = None) -> None:
+        why = self._check(obj) if self._check else None
+        if why:
+            raise VocabTransferError(f"{self.kind} {name!r} ({where or _where(obj)}): {why}")
+
+    # -- looking up
+    def _resolved(self, name: str) -> T:
+        entry = self._entries[name]
+        if isinstance(entry, str) and name in self._lazy:
+            obj = resolve(entry)  # its module may register it (fulfilling the reference) as it is imported
+            if self._entries[name] is not obj:
+                self._verify(name, obj, entry)
+                self._entries[name] = obj
+            self._lazy.discard(name)
+            return obj
+        return entry
+
+    def __getitem__(self, name: str) -> T:
+        if name not in self._entries:
+            raise KeyError(name)
+        return self._resolved(name)
+
+    def get_or_raise(self, name: str, key: str = "") -> T:
+        """The object, or one error naming the unknown name (and the params `key` it came from) and the known."""
+        if name not in self._entries:
+            where = f" ({key})" if key else ""
+            raise VocabTransferError(f"unknown {self.kind} {name!r}{where}; available: {', '.join(sorted(self._entries))}")
+        return self._resolved(name)
+
+    def load(self) -> None:
+        """Resolve every lazy reference (what listing every entry's object needs)."""
+        for name in [n for n in self._entries if n in self._lazy]:  # in the order they were declared
+            self._resolved(name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._entries))
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._entries
+
+    # -- replacing on purpose (tests)
+    def __setitem__(self, name: str, obj: T) -> None:
+        self._entries[name] = obj
+        self._lazy.discard(name)
+
+    def __delitem__(self, name: str) -> None:
+        del self._entries[name]
+        self._lazy.discard(name)
+
+    def __repr__(self) -> str:
+        return f"Registry({self.kind!r}: {', '.join(self._entries)})"
