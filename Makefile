@@ -1,7 +1,8 @@
 # Two commands do all the set-up on a fresh clone:
 #   make run    creates .venv, installs vocabtransfer with pinned dependencies, runs the workflow
 #               (CONFIG=config/gemma.yaml: an overlay on params.yaml, e.g. Gemma 3 270M as the source)
-#   make test   the same set-up, then the test suite on two pytest-xdist workers (what CI runs: .ci/run)
+#   make test   the same set-up, `make lint`, then the test suite on two pytest-xdist workers (what CI runs: .ci/run)
+#   make lint   ruff's lint at the rule set of pyproject.toml
 #   make test-quick   the tests not marked slow (no Snakemake, DVC or real model): the inner loop
 #   make crash-matrix   every stage killed at drawn points and inside a write, then rerun (tests/crash_matrix.py);
 #                       then one stage of each phase through dvc repro
@@ -18,7 +19,7 @@ CORES ?= 2
 DATA_LINK := $(if $(wildcard data),,$(if $(wildcard ../shared/data),data-link))
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: run test test-quick crash-matrix test-cluster venv dvc-yaml docs clean data-link remote
+.PHONY: run test test-quick lint crash-matrix test-cluster venv dvc-yaml docs clean data-link remote
 
 $(BIN)/.installed: pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -38,8 +39,12 @@ run: venv
 TEST_WORKERS ?= 2
 XDIST = -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
-test: venv
+test: venv lint
 	$(BIN)/python -m pytest $(XDIST) $(PYTEST_ARGS)
+
+# ruff's lint at the rule set of pyproject.toml [tool.ruff.lint]; `make test` (and so CI) runs it first
+lint: venv
+	$(BIN)/ruff check src tests benchmarks
 
 test-quick: venv
 	$(BIN)/python -m pytest $(XDIST) -m "not slow" $(PYTEST_ARGS)

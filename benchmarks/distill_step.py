@@ -129,7 +129,7 @@ def main() -> None:
 
     variants = {"standard": standard, "distill (teacher on the fly)": distill, "distill (cached teacher)": from_cache}
     times: dict[str, list[float]] = {name: [] for name in variants}
-    for name, fn in variants.items():  # warm-up
+    for fn in variants.values():  # warm-up
         optimizer.zero_grad(set_to_none=True)
         fn().backward()
     for r in range(args.repeats):

@@ -32,10 +32,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
+import torch
+import torch.nn.functional as F
 
-from vocabtransfer.model import losses  # noqa: E402
+from vocabtransfer.model import losses
 from vocabtransfer.model.fused_head import linear_objective_loss
 
 VARIANTS = ["materialised CE", "materialised selfish", "torch chunked CE", "fused standard", "fused selfish",

@@ -143,8 +143,6 @@ def _lines(lang: str) -> list[str]:
 
 def target_dir(cache: Path, problem: str, args) -> Path:
     """Target tokenizer, fastText vectors and overlap of one problem (built once)."""
-    import numpy as np
-    import torch
     from safetensors.torch import save_file
 
     from vocabtransfer import io
@@ -176,12 +174,11 @@ def target_dir(cache: Path, problem: str, args) -> Path:
     ov_path = out / "overlap.parquet"
     if not ov_path.is_file():
         io.write_parquet(compute_overlap(target, source, match_bytes=True), ov_path)
-    for side, lang in (("source", "en"), ("target", "sw")):
+    for lang in ("en", "sw"):  # the source's and the target's word-level fastText
         path = cache / f"word-fasttext-{lang}-d100-e{args.ft_epochs}.bin"
         if not path.is_file():
             train_word_fasttext(DATA / "pretrain_text" / f"{lang}.txt", path, dim=100, epochs=args.ft_epochs,
                                 threads=os.cpu_count() or 1)
-    del np
     return out
 
 
@@ -301,7 +298,7 @@ def run_child(problem: str, method: str, args) -> dict:
 # the table
 # --------------------------------------------------------------------------------------------
 
-def svd_errors(cache: Path, problem: str, seed: int) -> "numpy.ndarray":  # noqa: F821
+def svd_errors(cache: Path, problem: str, seed: int) -> "numpy.ndarray":  # noqa: F821 (numpy is imported when called)
     """Relative error of the truncated SVD at every rank 0..D (Eckart–Young, from the singular values)."""
     import numpy as np
     import torch

@@ -23,7 +23,7 @@ LIMIT = int(sys.argv[1]) if len(sys.argv) > 1 else 20
 devices = sys.argv[2].split(",") if len(sys.argv) > 2 else ["cpu", "cuda"]
 data = Path(os.environ["VOCABTRANSFER_DATA"])
 root = Path(tempfile.mkdtemp(prefix="lm_eval_cuda_"))
-lines = [l.strip() for l in (data / "pretrain_text/sw.txt").open(encoding="utf-8") if l.strip()][:2000]
+lines = [s.strip() for s in (data / "pretrain_text/sw.txt").open(encoding="utf-8") if s.strip()][:2000]
 tok = Tokenizer(models.BPE())
 tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
 tok.decoder = decoders.ByteLevel()

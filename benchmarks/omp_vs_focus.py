@@ -52,7 +52,6 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def build_inputs(args):
     """(source tokenizer, target tokenizer, auxiliary vectors, mask), built once per setting and cached."""
-    import torch
     from safetensors.torch import load_file, save_file
     from transformers import AutoTokenizer
 

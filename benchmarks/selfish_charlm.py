@@ -25,10 +25,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
+import torch
+import torch.nn.functional as F
 
-from vocabtransfer.model.losses import objective_loss  # noqa: E402
+from vocabtransfer.model.losses import objective_loss
 
 
 def load_text(train_chars: int, valid_chars: int) -> tuple[str, str]:

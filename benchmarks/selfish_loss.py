@@ -29,10 +29,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
+import torch
+import torch.nn.functional as F
 
-from vocabtransfer.model.losses import selfish_cross_entropy, selfish_cross_entropy_naive  # noqa: E402
+from vocabtransfer.model.losses import selfish_cross_entropy, selfish_cross_entropy_naive
 
 IMPLS = {
     "cross_entropy": lambda x, y: F.cross_entropy(x, y),

@@ -118,7 +118,10 @@ def test_one_tokenizer_against_itself_cuts_where_exact_chunks_cut(spellers):
     probs = count_tokens(ids, len(student.tokenizer))
     pb = PairBias(student, student, probs, probs, 0.0)
     s_ids, s_len = student.encode(TEXT)
-    keep = lambda i, j: s_len[i] == 0 or pb.unbiased(s_ids[j], s_ids[i])  # noqa: E731
+
+    def keep(i, j):
+        return s_len[i] == 0 or pb.unbiased(s_ids[j], s_ids[i])
+
     exact, same = distill.chunk_ids(s_len, s_len), distill.chunk_ids(s_len, s_len, keep)
     spaces = sum(not token_bytes(student.tokenizer.convert_ids_to_tokens(i), student.how).strip() for i in s_ids)
     assert same[2] == exact[2] - spaces  # only a whitespace-only token's end is dropped (tokenkit: always biased)
@@ -132,6 +135,6 @@ def test_a_line_end_before_the_end_of_sequence_token_always_cuts(spellers):
     for e, u in zip(exact, unbiased):
         assert e.input_ids == u.input_ids and 0 < u.n_chunks < e.n_chunks
         chunks = np.array(u.chunks)
-        for k, token in enumerate(u.input_ids[:-1]):  # the token before each end-of-sequence token ends a chunk
+        for k in range(len(u.input_ids) - 1):  # the token before each end-of-sequence token ends a chunk
             if u.input_ids[k + 1] == student.tokenizer.eos_token_id and chunks[k] >= 0:
                 assert chunks[k + 1:][chunks[k + 1:] >= 0].min(initial=10 ** 9) > chunks[k]

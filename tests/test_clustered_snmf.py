@@ -210,9 +210,10 @@ def test_source_snmf_stores_clusters_compactly_and_refuses_other_clusters(tmp_pa
     assert stats["cached"] == str(factors)
 
     # init with the stored factors gives the same artefact as factorising inline
-    run = lambda params, out, extra: initialise.run(make_ctx(  # noqa: E731
-        "vocabtransfer.init.initialise:run", {"lang": "sw", "method": "snmf"}, {**inputs, **extra},
-        {"init": tmp_path / out}, params))
+    def run(params, out, extra):
+        initialise.run(make_ctx("vocabtransfer.init.initialise:run", {"lang": "sw", "method": "snmf"},
+                                {**inputs, **extra}, {"init": tmp_path / out}, params))
+
     run(snmf_params(clusters=3), "shared", {"snmf_factors": factors})
     run(snmf_params(clusters=3), "inline", {})
     assert ((tmp_path / "shared" / "embeddings.safetensors").read_bytes()

@@ -14,10 +14,10 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-from vocabtransfer.model import fused_head  # noqa: E402
-from vocabtransfer.model import fused_head_triton  # noqa: E402
-from vocabtransfer.model import losses  # noqa: E402
-from vocabtransfer.model.fused_head import linear_objective_loss  # noqa: E402
+from vocabtransfer.model import fused_head
+from vocabtransfer.model import fused_head_triton
+from vocabtransfer.model import losses
+from vocabtransfer.model.fused_head import linear_objective_loss
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 TOLERANCE = {torch.float32: 1e-4, torch.bfloat16: 2e-2}  # of the largest reference entry
@@ -118,7 +118,7 @@ if __name__ == "__main__":
             else:
                 check_case(case[0], case[1], *case[2], case[3], case[4])
             print("ok  ", case)
-        except BaseException as exc:  # noqa: BLE001 - report every case
+        except BaseException as exc:  # report every case
             failures += 1
             print("FAIL", case, type(exc).__name__, str(exc)[:300])
     print(f"{len(CASES) + len(PATHS) - failures} passed, {failures} failed")

@@ -271,9 +271,11 @@ def test_stale_source_snmf_factors_are_refused(tmp_path, tokenizers):
     source_snmf.run(make_ctx("vocabtransfer.init.source_snmf:run", {}, {"source_model": inputs["source_model"]},
                              {"factors": factors}, snmf_params()))
     assert set(load_file(str(factors))) == {"input_coordinates", "input_primitives"}  # tied: one factorisation
-    run = lambda params, out: initialise.run(make_ctx(  # noqa: E731
-        "vocabtransfer.init.initialise:run", {"lang": "sw", "method": "snmf"}, {**inputs, "snmf_factors": factors},
-        {"init": tmp_path / out}, params))
+
+    def run(params, out):
+        initialise.run(make_ctx("vocabtransfer.init.initialise:run", {"lang": "sw", "method": "snmf"},
+                                {**inputs, "snmf_factors": factors}, {"init": tmp_path / out}, params))
+
     # other options than the factors were computed with
     with pytest.raises(VocabTransferError, match=r"snmf.safetensors: computed with other init.snmf options: "
                                                  r"rank=6 \(params: 8\)"):

@@ -266,3 +266,20 @@ def test_function_lengths_count_from_def_to_the_last_line():
     source = ('def f():\n    """doc"""\n\n    return 1\n\n\nclass C:\n    def f(self):\n        pass\n'
               '\n\n    async def g(self):\n        pass\n')
     assert sorted(function_lengths(source)) == [("f", 2), ("f", 4), ("g", 2)]
+
+
+NOQA = "# no" "qa"  # spelt in two so that this module's own lines hold no such comment
+NOQA_WITH_REASON = re.compile(NOQA + r": [A-Z]+[0-9]+(?:, ?[A-Z]+[0-9]+)* (?:\(|- )\S")
+
+
+def bare_noqa(text: str) -> list[int]:
+    """The lines of `text` whose noqa comment names no rule or gives no reason after it."""
+    return [i for i, line in enumerate(text.splitlines(), 1) if NOQA in line and not NOQA_WITH_REASON.search(line)]
+
+
+def test_every_noqa_names_its_rule_and_says_why():
+    sample = f"x = 1  {NOQA}: F401 (re-exported)\ny = 2  {NOQA}: E731\nz = 3  {NOQA}\n"
+    assert bare_noqa(sample) == [2, 3]
+    bare = [f"{path.relative_to(REPO)}:{i}" for folder in ("src", "tests", "benchmarks")
+            for path in sorted((REPO / folder).rglob("*.py")) for i in bare_noqa(path.read_text(encoding="utf-8"))]
+    assert bare == [], f"a noqa without its rule and reason: {bare}"

@@ -78,8 +78,10 @@ def test_bf16_and_fp32_runs_agree_in_valid_loss(tmp_path, monkeypatch, one_threa
     auto_rows, auto_stats = _run(tmp_path / "auto", monkeypatch, tok, kind, "auto")
     assert auto_stats["bf16"] is False and "neither amx_bf16 nor avx512_bf16" in auto_stats["precision"]
     same = ("step", "tokens_seen", "train_loss", "valid_loss")
-    as_list = lambda rows: [[None if isinstance(r[k], float) and math.isnan(r[k]) else r[k] for k in same]  # noqa: E731
-                            for r in rows]
+
+    def as_list(rows):
+        return [[None if isinstance(r[k], float) and math.isnan(r[k]) else r[k] for k in same] for r in rows]
+
     assert as_list(auto_rows) == as_list(fp32_rows)
 
 

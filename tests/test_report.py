@@ -440,7 +440,7 @@ def test_bits_per_byte_table_with_intervals_bytes_per_token_and_the_share_kept(r
         diffs.append((vs, d))
         random_share = (mean(floor) - mean(base)) / (mean(floor) - mean(source))
         assert cells(table, "random", objective)[5] == f"{random_share:.2f}"
-    for (row, d), adjusted in zip(diffs, stats.correct([d.p_value for _, d in diffs], "holm")):
+    for (row, _), adjusted in zip(diffs, stats.correct([d.p_value for _, d in diffs], "holm")):
         assert float(row[4]) == pytest.approx(adjusted, rel=0.01)  # Holm over the table's 3 rows
     assert "the target tokenizer needs 41 % fewer tokens for the same text" in table
     assert cells(section(table, "#### Bits per byte: model − best floor"), "focus (init) − best floor")[5] == "✱ better"

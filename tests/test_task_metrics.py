@@ -77,7 +77,10 @@ def test_floors_by_hand():
     from vocabtransfer.evaluate.tasks import Splits, get_task
 
     nli = get_task("nli", {})
-    ex = lambda label, i=0: {"label": label, "id": str(i)}  # noqa: E731
+
+    def ex(label, i=0):
+        return {"label": label, "id": str(i)}
+
     # the majority class. train: 3 × neutral (1), 2 × entailment (0) -> always neutral; test: 2 of 5 are neutral
     splits = Splits(train=[ex(1)] * 3 + [ex(0)] * 2, test=[ex(1, 0), ex(0, 1), ex(2, 2), ex(1, 3), ex(2, 4)])
     assert nli.floor(splits) == {"name": "majority class", "value": 40.0,
@@ -97,7 +100,10 @@ def test_floors_by_hand():
         "name": "sliding window (1-word span)", "value": 50.0,
         "examples": {"ids": ["a", "b"], "score": [100.0, 0.0], "prediction": ["beta", "alpha"]}}
     ner = get_task("ner", {})
-    sent = lambda i, *pairs: {"id": i, "tokens": [w for w, _ in pairs], "tags": [t for _, t in pairs]}  # noqa: E731
+
+    def sent(i, *pairs):
+        return {"id": i, "tokens": [w for w, _ in pairs], "tags": [t for _, t in pairs]}
+
     train = [sent("0", ("Anna", "B-PER"), ("lives", "O"), ("in", "O"), ("Berlin", "B-LOC")),
              sent("1", ("Berlin", "B-ORG"), ("won", "O")), sent("2", ("Berlin", "B-LOC"), ("is", "O")),
              sent("3", ("Paris", "B-LOC")), sent("4", ("Paris", "O"))]

@@ -84,7 +84,7 @@ def read_parquet(path: str | os.PathLike, columns: list[str] | None = None) -> p
     return table
 
 
-def save_tensors(tensors: Mapping[str, "torch.Tensor"], path: str | os.PathLike, metadata: dict | None = None) -> None:  # noqa: F821
+def save_tensors(tensors: Mapping[str, "torch.Tensor"], path: str | os.PathLike, metadata: dict | None = None) -> None:  # noqa: F821 (torch is imported when called)
     from safetensors.torch import save_file  # safetensors: heavy, not at CLI start-up
 
     # safetensors writes metadata keys in hash-map order, which changes between processes;

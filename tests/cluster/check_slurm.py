@@ -160,7 +160,9 @@ def print_table(jobs: list[dict], local_seconds: float, slurm_seconds: float) ->
     rows = [(str(r["run"]), r["JobID"], r["rule"], r["wildcards"], r["Partition"], r["ReqTRES"],
              r["State"], r["Elapsed"]) for r in jobs]
     widths = [max(len(x) for x in col) for col in zip(head, *rows)]
-    line = lambda cells: "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |"
+    def line(cells):
+        return "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |"
+
     print("\n" + "\n".join([line(head), line(["-" * w for w in widths]), *map(line, rows)]))
     print(f"local run {local_seconds:.0f} s; SLURM runs (first, cancelled, and second) {slurm_seconds:.0f} s")
 

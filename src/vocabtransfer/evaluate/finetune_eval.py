@@ -224,7 +224,7 @@ def finetune(*, task, splits, model_dir: Path, seed: int, output_dir: Path, devi
     labels = task.labels(splits.train)
     task.prepare(splits, labels)
     kwargs = {"num_labels": len(labels), "id2label": dict(enumerate(labels)),
-              "label2id": {l: i for i, l in enumerate(labels)}} if labels else {}
+              "label2id": {label: i for i, label in enumerate(labels)}} if labels else {}
     set_seed(seed)  # the task head is initialised under the eval seed
     model = head_cls.from_pretrained(str(model_dir), pad_token_id=tokenizer.pad_token_id, **kwargs)
     train_features = task.features(splits.train, tokenizer, labels)

@@ -153,7 +153,8 @@ def _tokens_section(lang, worth, baseline: str, settings, bpb, figure: Path, par
     bits = {key: pd.concat(tables_) for key, tables_ in per_run.items()}
     lines = {}
     if bpb is not None:
-        lines.update({"source": r.score.diff for r in bpb.rows if r.method == tables.SOURCE_ROW and r.score})
+        source = [r.score.diff for r in bpb.rows if r.method == tables.SOURCE_ROW and r.score]  # one row at most
+        lines.update({"source": source[0]} if source else {})
         lines.update({r.objective: r.score.diff for r in bpb.floors if r.score})
     plot_token_curves(lang.lang, reps, figure, bits=bits or None, bits_lines=lines)
     bullets += token_equivalent.verdict(reps, eqs, crossings, baseline)

@@ -225,7 +225,7 @@ def bits_crossings(lang, reps: Replicates, source: float, resamples: int, seed: 
     block); Bonferroni over the methods."""
     rng = np.random.default_rng(seed + 1)
     per_key: dict = {}
-    for (m, o, s), table in sorted(lang.curves.items()):
+    for (m, o, _), table in sorted(lang.curves.items()):
         if "valid_bits_per_byte" not in table:
             continue
         rows = table.dropna(subset=["valid_bits_per_byte"]).sort_values("tokens_seen")

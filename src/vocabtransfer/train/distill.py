@@ -220,8 +220,10 @@ class _Pairing:
         t_len = [n for p in pairs for n in p[3]]
         keep = None
         if self.bias is not None:  # a special token ending there on either side keeps the boundary
-            keep = lambda i, j: (s_len[i] == 0 or t_len[j] == 0  # noqa: E731
-                                 or self.bias.unbiased(t_ids[j], s_ids[i]))
+            bias = self.bias
+
+            def keep(i: int, j: int) -> bool:
+                return s_len[i] == 0 or t_len[j] == 0 or bias.unbiased(t_ids[j], s_ids[i])
         ca, cb, n = chunk_ids(s_len, t_len, keep)
         # a chunk counts when each of its tokens is predicted on both sides: not a block's first position
         bad = set(ca[:1].tolist()) | set(cb[:1].tolist())

@@ -87,9 +87,9 @@ class Setup:
         self.bias = None if bias is None else bias.detach()[: len(self.tokenizer)].float().cpu()
         self.head = head_parts(self.model)
         self.lines, self.options, self.seed = lines, options, seed
+        self.episode = lru_cache(maxsize=2)(self._episode)  # the last two episodes, cached per instance
 
-    @lru_cache(maxsize=2)
-    def episode(self, index: int) -> Episode:
+    def _episode(self, index: int) -> Episode:
         """Tokenizer `index`: drawn from the seed and the index alone (module docstring, step 1)."""
         from vocabtransfer.data.tokenizer import train_tokenizer
 
