@@ -66,7 +66,7 @@ def build_inputs(args) -> dict:
     """The dev lines, the source directory, the target tokenizer directory, fastText vectors and overlap."""
     from safetensors.torch import load_file, save_file
 
-    from vocabtransfer.data.auxiliary import token_vectors, train_fasttext
+    from vocabtransfer.data.fasttext_vectors import token_vectors, train_fasttext
     from vocabtransfer.data.corpus import build_corpus
     from vocabtransfer.data.overlap import compute_overlap, overlap_pairs
     from vocabtransfer.data.tokenizer import train_tokenizer

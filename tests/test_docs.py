@@ -267,7 +267,7 @@ def test_the_committed_hypernet_study_beats_fvt_right_after_initialisation_in_bo
 def test_the_floors_the_readme_states_are_the_floor_stage_on_the_study(shared_data, monkeypatch):
     """docs/results.md quotes each task's floor on the study's test sets (de QA and NER: at the study's sizes, why
     they are left out): the floor stage's numbers."""
-    from vocabtransfer.evaluate.floor import floor
+    from vocabtransfer.evaluate.task_floor import floor
     from vocabtransfer.evaluate.tasks import EvalParams
     from vocabtransfer.app.params import validate_params
     from vocabtransfer.pipeline.config import from_dict, merge_overlay, read_yaml
@@ -291,7 +291,7 @@ def test_the_floors_the_readme_states_are_the_floor_stage_on_the_study(shared_da
 
 def test_every_downstream_table_of_the_committed_study_shows_its_floor():
     """Each task's table in docs/study/report.md has the floor's row, the score a model must beat to have
-    learned the task (evaluate/floor.py); the study fine-tunes what config/study.yaml asks: sw QA."""
+    learned the task (evaluate/task_floor.py); the study fine-tunes what config/study.yaml asks: sw QA."""
     text = STUDY.read_text(encoding="utf-8")
     tables = []
     for lang in ("sw", "de"):

@@ -120,9 +120,9 @@ def test_code_dependencies_follow_imports_and_the_method():
     assert {"data/corpus.py", "data/download.py", "io.py"} <= code("corpus")  # io.py: imported, not listed
     assert {"init/initialise.py", "init/methods/focus.py", "init/methods/options.py", "data/overlap.py", "model/modeling.py"} <= code("init_focus_pseed1")
     assert "init/deepfocus.py" not in code("init_focus_pseed1")  # the deepfocus drop-in is not the pipeline's code
-    assert not {"init/methods/wechsel.py", "init/methods/ofa.py", "init/methods/baselines.py", "data/auxiliary.py"} & code("init_focus_pseed1")
+    assert not {"init/methods/wechsel.py", "init/methods/ofa.py", "init/methods/baselines.py", "data/fasttext_vectors.py"} & code("init_focus_pseed1")
     assert {"init/methods/baselines.py"} <= code("init_random_pseed1") and "init/methods/focus.py" not in code("init_random_pseed1")
-    assert {"init/methods/wechsel.py", "data/auxiliary.py"} <= code("init_wechsel_pseed1")
+    assert {"init/methods/wechsel.py", "data/fasttext_vectors.py"} <= code("init_wechsel_pseed1")
     assert {"init/methods/snmf.py", "init/methods/ofa.py", "init/source_snmf.py", "init/factorize.py"} <= code("init_snmf_pseed1")
     assert {"init/methods/fvt.py", "init/methods/variants.py", "init/factorize.py"} <= code("init_fvt_svd_pseed1")
     assert {"init/source_snmf.py", "init/factorize.py", "init/methods/options.py"} <= code("source_snmf")

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from vocabtransfer.data import auxiliary
+from vocabtransfer.data import fasttext_vectors
 from vocabtransfer import io
 from vocabtransfer.pipeline import paths
 from vocabtransfer.app.params import validate_params
@@ -41,13 +41,13 @@ def corpus(tmp_path_factory, shared_data):
 
 @pytest.fixture(scope="module")
 def token_model(corpus):
-    return auxiliary.train_fasttext(corpus[2], seed=7, **FAST)
+    return fasttext_vectors.train_fasttext(corpus[2], seed=7, **FAST)
 
 
 def test_subword_rows_are_the_ngram_vectors_of_the_vocabulary_string(corpus, token_model):
     tok = corpus[0]
-    emb, mask = auxiliary.token_vectors(token_model, tok, "tokenlevel")
-    emb2, mask2, subword = auxiliary.subword_vectors(token_model, tok, emb, mask)
+    emb, mask = fasttext_vectors.token_vectors(token_model, tok, "tokenlevel")
+    emb2, mask2, subword = fasttext_vectors.subword_vectors(token_model, tok, emb, mask)
     tokens = tok.convert_ids_to_tokens(list(range(len(tok))))
     special = set(tok.all_special_ids)
     assert 50 < int(mask.sum()) < len(tok) - 50  # a real mix of dictionary and rare tokens
@@ -87,10 +87,10 @@ class ZeroVectors:
 
 def test_all_zero_subword_vectors_stay_without_a_vector(corpus, token_model):
     tok = corpus[0]
-    emb, mask = auxiliary.token_vectors(token_model, tok, "tokenlevel")
+    emb, mask = fasttext_vectors.token_vectors(token_model, tok, "tokenlevel")
     rare = [t for t, i in tok.get_vocab().items() if not mask[i] and i not in set(tok.all_special_ids)]
     zero = set(rare[::2])
-    emb2, mask2, subword = auxiliary.subword_vectors(ZeroVectors(token_model, zero), tok, emb, mask)
+    emb2, mask2, subword = fasttext_vectors.subword_vectors(ZeroVectors(token_model, zero), tok, emb, mask)
     ids = tok.convert_tokens_to_ids(sorted(zero))
     assert not bool(subword[ids].any()) and not bool(mask2[ids].any()) and not bool(emb2[ids].any())
     kept = tok.convert_tokens_to_ids(sorted(set(rare) - zero))
@@ -114,7 +114,7 @@ def test_stage_oov_random_is_byte_identical_and_subword_adds_the_rows(stage_dir,
     tok = corpus[0]
     emb_path = Path(paths.fill(paths.FASTTEXT_EMB, lang="sw"))
     # what the stage wrote before the option existed: the dictionary rule, two tensors, three metadata keys
-    emb, mask = auxiliary.token_vectors(token_model, tok, "tokenlevel")
+    emb, mask = fasttext_vectors.token_vectors(token_model, tok, "tokenlevel")
     io.save_tensors({"embeddings": emb, "mask": mask}, stage_dir / "before.safetensors",
                     metadata={"mode": "tokenlevel", "dim": 8, "seed": 7})
 
@@ -130,7 +130,7 @@ def test_stage_oov_random_is_byte_identical_and_subword_adds_the_rows(stage_dir,
     run_stage("fasttext", _params(oov="subword"), {"lang": "sw"}, threads=1)
     saved = io.load_tensors(emb_path)
     assert set(saved) == {"embeddings", "mask", "subword"}
-    expected = auxiliary.subword_vectors(token_model, tok, emb, mask)
+    expected = fasttext_vectors.subword_vectors(token_model, tok, emb, mask)
     for name, value in zip(("embeddings", "mask", "subword"), expected):
         assert torch.equal(saved[name], value), name
     assert io.tensor_metadata(emb_path) == {"mode": "tokenlevel", "dim": 8, "seed": 7, "oov": "subword"}
@@ -151,7 +151,7 @@ def test_stage_bucket_sets_the_ngram_rows_of_the_bin(stage_dir):
     for bucket in (1000, 2_000_000):
         run_stage("fasttext", _params(bucket=bucket), {"lang": "sw"}, threads=1)
         path = Path(paths.fill(paths.FASTTEXT_BIN, lang="sw"))
-        ft = auxiliary.load_fasttext(path)
+        ft = fasttext_vectors.load_fasttext(path)
         assert ft.get_input_matrix().shape == (len(ft.get_words(on_unicode_error="replace")) + bucket, 8)
         assert _stats(paths.FASTTEXT_STATS, lang="sw")["params"]["fasttext.bucket"] == bucket
         sizes[bucket] = path.stat().st_size

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from vocabtransfer.init.deepfocus import FASTTEXT_WORD_URL, FOCUS, TokenVectors, download_fasttext_word_model
-from vocabtransfer.data.auxiliary import load_fasttext
+from vocabtransfer.data.fasttext_vectors import load_fasttext
 from vocabtransfer.init.methods import focus
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.model.hub import load_tokenizer, resolve_model_path

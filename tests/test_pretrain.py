@@ -21,7 +21,7 @@ import torch
 from vocabtransfer import io
 from vocabtransfer.data import token_ids
 from vocabtransfer.train import pretrain
-from vocabtransfer.train.trainer import complete_checkpoints
+from vocabtransfer.train.checkpoints import complete_checkpoints
 from vocabtransfer.app.params import validate_params
 from vocabtransfer.errors import VocabTransferError
 

@@ -22,7 +22,7 @@ import pytest
 
 from vocabtransfer.train import parallel
 from vocabtransfer.pipeline.stage_spec import launch_prefix
-from vocabtransfer.train.trainer import complete_checkpoints
+from vocabtransfer.train.checkpoints import complete_checkpoints
 from vocabtransfer.errors import VocabTransferError
 
 from helpers import (assert_same_run as same_run, bpe_tokenizer, finish, killed, launch, pretrain_outputs,

@@ -14,7 +14,7 @@ import torch
 
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.train.pretrain import leaves
-from vocabtransfer.train.trainer import complete_checkpoints
+from vocabtransfer.train.checkpoints import complete_checkpoints
 
 from helpers import (TOLERANCE, finish, gpt2_seed, launch, llama_seed, pretrain_outputs, pretrain_project, run_pretrain,
                      save_dir, text_lines, tiny_bert, tiny_gpt2, tiny_model, wordpiece_tokenizer)

@@ -20,7 +20,7 @@ import torch
 
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.train import sharding
-from vocabtransfer.train.trainer import complete_checkpoints
+from vocabtransfer.train.checkpoints import complete_checkpoints
 
 from helpers import (assert_same_run, finish, gpt2_seed, killed as killed_run, launch, llama_seed, pretrain_outputs,
                      pretrain_project, run_pretrain, save_dir, text_lines)

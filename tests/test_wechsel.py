@@ -34,7 +34,7 @@ def lines(path, n):
 @pytest.fixture(scope="module")
 def fasttext_models(tmp_path_factory, shared_data):
     """Word-level fastText (dim 16, one thread, fixed seed) on 4000 lines of English and Swahili."""
-    from vocabtransfer.data.auxiliary import train_word_fasttext
+    from vocabtransfer.data.fasttext_vectors import train_word_fasttext
 
     out = tmp_path_factory.mktemp("wechsel")
     args = dict(dim=16, epochs=5, min_count=3, seed=1, threads=1, maxn=5)

@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from vocabtransfer.data.auxiliary import FasttextParams
+from vocabtransfer.data.fasttext_vectors import FasttextParams
 from vocabtransfer.data.corpus import CorpusParams
 from vocabtransfer.data.overlap import OverlapParams
 from vocabtransfer.data.pretokenize import PretokenizeParams
@@ -32,7 +32,7 @@ from vocabtransfer.init.methods.registry import declared_sections
 from vocabtransfer.init.source_head import SourceHeadParams
 from vocabtransfer.pipeline import config, typed
 from vocabtransfer.report.tables import ReportParams
-from vocabtransfer.train.trainer import PretrainParams
+from vocabtransfer.train.pretrain_params import PretrainParams
 
 # params section -> the dataclass its stage reads (`ctx.section`), in params.yaml's order; `init` is the
 # root's (its `methods`) completed with the methods' and factorisations' sections

@@ -21,8 +21,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from vocabtransfer.data import auxiliary, corpus, overlap, pretokenize, tokenizer
-from vocabtransfer.evaluate import finetune_eval, floor, gradient_scenarios, harness, init_eval
+from vocabtransfer.data import corpus, fasttext_vectors, overlap, pretokenize, tokenizer
+from vocabtransfer.evaluate import finetune_eval, gradient_scenarios, harness, init_eval, task_floor
 from vocabtransfer.evaluate import token_frequency_loss
 from vocabtransfer.evaluate.tasks import task_options_class
 from vocabtransfer.init import availability, initialise, source_head, source_model, source_snmf, word_fasttext
@@ -83,11 +83,11 @@ PRETOKENIZE = Stage(
     code=("data/pretokenize.py",), parallel=True,
 )
 FASTTEXT = Stage(
-    name="fasttext", run=auxiliary.run, help="fastText auxiliary embeddings for the target tokens",
+    name="fasttext", run=fasttext_vectors.run, help="fastText auxiliary embeddings for the target tokens",
     inputs={"text": paths.PRETOK_TEXT, "tokenizer": paths.TOKENIZER},
     outputs={"model": paths.FASTTEXT_BIN, "embeddings": paths.FASTTEXT_EMB, "stats": paths.FASTTEXT_STATS},
-    params=("seed",), extra_params=_leaves(auxiliary.FasttextParams, "fasttext"),
-    code=("data/auxiliary.py",), parallel=True,
+    params=("seed",), extra_params=_leaves(fasttext_vectors.FasttextParams, "fasttext"),
+    code=("data/fasttext_vectors.py",), parallel=True,
     one_thread_if="fasttext.reproducible",  # fastText is bit-reproducible on one thread only
     data=lambda params, wc: {"data_pretrained": paths.data_path(params["fasttext"]["pretrained_path"])} if (
         params["fasttext"]["mode"] == "wordlevel" and params["fasttext"].get("pretrained_path")) else {},
@@ -312,14 +312,14 @@ FINETUNE_EVAL = Stage(
     gpu=True,
 )
 FLOOR = Stage(  # what a task scores without a model: the bar finetune_eval's scores are read against
-    name="floor", run=floor.run,
+    name="floor", run=task_floor.run,
     help="the score of a task's floor (majority class, training lexicon, sliding-window span) on its test split",
     wildcards=("lang", "task"),
     outputs={"floor": paths.EVAL_FLOOR},
     params=("seed",), extra_params=task_leaves,
-    code=lambda params, wildcards: ("evaluate/floor.py", f"evaluate/tasks/{wildcards['task']}.py"),
-    expand=floor.tasks,
-    skip_reason=floor.skip_reason,
+    code=lambda params, wildcards: ("evaluate/task_floor.py", f"evaluate/tasks/{wildcards['task']}.py"),
+    expand=task_floor.tasks,
+    skip_reason=task_floor.skip_reason,
     data=finetune_eval.data_files,
 )
 

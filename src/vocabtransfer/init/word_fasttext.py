@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from vocabtransfer.data.auxiliary import FasttextParams, train_word_fasttext
+from vocabtransfer.data.fasttext_vectors import FasttextParams, train_word_fasttext
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.io import read_parquet
 from vocabtransfer.pipeline.paths import data_path

@@ -9,7 +9,7 @@ a params file of the user's; a merged file is read as it is.
 
 Typed sections: a stage reads its section once, at its entry, into a frozen dataclass declared next to
 its code (`OmpOptions` … in vocabtransfer.init.methods.options, `PretrainParams` in
-vocabtransfer.train.trainer, `EvalParams` in vocabtransfer.evaluate.tasks, …), built by `from_dict`
+vocabtransfer.train.pretrain_params, `EvalParams` in vocabtransfer.evaluate.tasks, …), built by `from_dict`
 from the validated dict (`ctx.section`); below the entry, functions take these. Each field holds its
 default, description and bounds (`typed.option`), and the schema's section is generated from it. A
 stage's rerun keys are their leaves (`field_leaves`).

@@ -146,7 +146,7 @@ GRADIENT_PLOT = "results/{lang}/gradients/{method}/{objective}/pseed{pseed}.png"
 # `<method>-<objective>-pseed<k>` (pretrained with pretraining seed k), `<method>-init-pseed<k>`
 # (initialised only) or `source` (no transfer); see vocabtransfer.pipeline.names
 EVAL_RESULT = "results/{lang}/eval/{task}/{model}/seed{seed}.json"
-EVAL_FLOOR = "results/{lang}/eval/{task}/floor.json"  # the task's floor (evaluate/floor.py)
+EVAL_FLOOR = "results/{lang}/eval/{task}/floor.json"  # the task's floor (evaluate/task_floor.py)
 EVAL_CHECKPOINTS = "checkpoints/{lang}/eval/{task}/{model}/seed{seed}"
 
 # the study's report

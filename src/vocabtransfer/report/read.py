@@ -130,7 +130,7 @@ class Language:
     gradients: list[Run] = field(default_factory=list)  # runs with a gradient plot
     # task -> model group (`focus-standard`, `focus-init`, `source`) -> (pretraining seed, fine-tuning seed) -> result
     evals: dict = field(default_factory=dict)
-    floors: dict = field(default_factory=dict)  # task -> floor.json (vocabtransfer.evaluate.floor)
+    floors: dict = field(default_factory=dict)  # task -> floor.json (vocabtransfer.evaluate.task_floor)
     lm_eval: dict = field(default_factory=dict)  # model -> (scores.json, samples DataFrame) of its lm_eval job
     skipped: dict[str, str] = field(default_factory=dict)
     missing: list[str] = field(default_factory=list)

@@ -1,7 +1,7 @@
 """The comparisons that answer the study's question, each a difference with its nested
 interval (vocabtransfer.evaluate.stats), grouped in families that are corrected together:
 
-1. which tasks are learned at all: every model against the task's floor (vocabtransfer.evaluate.floor;
+1. which tasks are learned at all: every model against the task's floor (vocabtransfer.evaluate.task_floor;
    one family per task); a task where no model is above it after the correction is "not learned at
    these sizes" and takes no further part (never ranked, bolded or used in the verdict);
 2. right after initialisation (init_eval, before any training): every pair of methods and every method minus

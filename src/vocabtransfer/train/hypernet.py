@@ -49,8 +49,8 @@ from vocabtransfer.model.heads import head_parts, predicted_hidden
 from vocabtransfer.model.hub import load_tokenizer
 from vocabtransfer.model.lmdata import LMCollator, pack_lines
 from vocabtransfer.pipeline import paths
-from vocabtransfer.train.trainer import (PARAMS_FILE, ROWS_FILE, check_checkpoint, check_resume_params,
-                                         complete_checkpoints)
+from vocabtransfer.train.checkpoints import (PARAMS_FILE, ROWS_FILE, check_checkpoint, check_resume_params,
+                                             complete_checkpoints)
 
 log = logging.getLogger(__name__)
 

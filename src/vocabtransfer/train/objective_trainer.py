@@ -1,4 +1,5 @@
-"""The transformers `Trainer` of the pretrain stage and its callback (params and checkpoints: `train.trainer`).
+"""The transformers `Trainer` of the pretrain stage and its callback (its params: `train.pretrain_params`; its
+checkpoints: `train.checkpoints`).
 
 * `ObjectiveTrainer`: the loss of the training objective on the hidden states of the predicted
   positions only (the fused head, `heads` / `losses.linear_objective_loss`), the same code path for a
@@ -31,7 +32,8 @@ from vocabtransfer.model import heads
 from vocabtransfer.train import parallel, sharding
 from vocabtransfer.train.distill import loss_terms
 from vocabtransfer.model.lmdata import Kind
-from vocabtransfer.train.trainer import DISTILL_COLUMNS, ROWS_FILE, complete_checkpoints
+from vocabtransfer.train.checkpoints import ROWS_FILE, complete_checkpoints
+from vocabtransfer.train.pretrain_params import DISTILL_COLUMNS
 
 log = logging.getLogger("vocabtransfer.train.pretrain")  # the stage's log, as before the classes moved here
 

@@ -28,7 +28,7 @@ value is `seed + 1000 (K - 1)`, see vocabtransfer.pipeline.names):
    tokens seen: the learning curve's clusters), `stats.json` (with the floors `unigram_valid_loss` and
    `uniform_valid_loss`, nats per valid token); then drop the checkpoints unless `pretrain.keep_checkpoints`.
 
-Params: `pretrain` as `PretrainParams` (with `SelfishOptions` and `DistillOptions`, in train/trainer.py),
+Params: `pretrain` as `PretrainParams` (with `SelfishOptions` and `DistillOptions`, in train/pretrain_params.py),
 read once at the entry (`ctx.section`); a job's rerun keys are its fields' leaves but those that choose the runs, and the
 selfish / distill options only for that objective (`leaves`).
 
@@ -62,8 +62,8 @@ from vocabtransfer.model.lmdata import Kind, target_labels
 from vocabtransfer.data.token_ids import unigram_counts
 from vocabtransfer.train import parallel, sharding
 from vocabtransfer.train import pretrain_setup as setup
-from vocabtransfer.train.trainer import (
-    DISTILL_COLUMNS, PretrainParams, ROWS_FILE)
+from vocabtransfer.train.checkpoints import ROWS_FILE
+from vocabtransfer.train.pretrain_params import DISTILL_COLUMNS, PretrainParams
 from vocabtransfer.init import availability
 from vocabtransfer.pipeline import names
 from vocabtransfer.pipeline import paths

@@ -22,8 +22,9 @@ from vocabtransfer.train.batches import StepBlocks, read_ids
 from vocabtransfer.model.hub import load_tokenizer
 from vocabtransfer.model.lmdata import Kind, lm_batches
 from vocabtransfer.train.packing import PackedBlocks
-from vocabtransfer.train.trainer import (
-    PARAMS_FILE, PretrainParams, check_checkpoint, check_resume_params, complete_checkpoints, model_fingerprint)
+from vocabtransfer.train.checkpoints import (
+    PARAMS_FILE, check_checkpoint, check_resume_params, complete_checkpoints, model_fingerprint)
+from vocabtransfer.train.pretrain_params import PretrainParams
 
 log = logging.getLogger("vocabtransfer.train.pretrain")  # the stage's log
 

@@ -112,7 +112,7 @@ class Task:
         """The score of the task's floor on the test split ({"name", "value"} in percent, and its per-example
         `examples` in the task's PARTS): a predictor without a model, built from the same training
         examples, that a fine-tuned model has to beat before it has learned the task in any sense a
-        reader cares about (the `floor` stage, vocabtransfer.evaluate.floor)."""
+        reader cares about (the `floor` stage, vocabtransfer.evaluate.task_floor)."""
         raise NotImplementedError
 
     # the per-example arrays of a result's `examples` and how they make the metric (percent):

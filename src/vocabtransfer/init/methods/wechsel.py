@@ -43,7 +43,7 @@ from vocabtransfer.pipeline import paths
 from vocabtransfer.init.methods.options import WechselOptions
 from vocabtransfer.init.methods.baselines import (SPECIAL_NO_SOURCE, Ledger, copy_overlap, random_matrix,
     source_matrix, token_surfaces)
-from vocabtransfer.data.auxiliary import load_fasttext
+from vocabtransfer.data.fasttext_vectors import load_fasttext
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +104,7 @@ def word_vectors(ft, words: list[str]) -> np.ndarray:
 
 def surface_vectors(ft, tokenizer) -> tuple[np.ndarray, np.ndarray]:
     """fastText vectors of every token's surface text (`token_surfaces`: markers such as ## / ▁ / Ġ
-    stripped) and a has-vector mask. Unlike `auxiliary.token_vectors` (the fasttext stage's
+    stripped) and a has-vector mask. Unlike `fasttext_vectors.token_vectors` (the fasttext stage's
     vocabulary-string or decoded-text lookups), "##ari" is looked up as "ari"."""
     texts, _ = token_surfaces(tokenizer)
     vecs = word_vectors(ft, [t.strip() if t else "" for t in texts])
