@@ -8,7 +8,7 @@
 #                       then one stage of each phase through dvc repro
 #   make test-cluster   the SLURM profile against a one-node SLURM started here (root, Debian; tests/cluster/README.md)
 #   make remote REMOTE=<dir or URL>   the default DVC remote, for dvc push / dvc pull
-#   make docs   regenerates docs/parameters.md from the params schema
+#   make docs   regenerates docs/parameters.md from the params schema, the README's layout and docs/layout.md
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
@@ -70,6 +70,7 @@ dvc-yaml: venv
 
 docs: venv
 	$(BIN)/vocabtransfer params-doc --output docs/parameters.md
+	$(BIN)/vocabtransfer layout --write
 
 clean:
 	rm -rf results logs .snakemake

@@ -283,3 +283,16 @@ def test_every_noqa_names_its_rule_and_says_why():
     bare = [f"{path.relative_to(REPO)}:{i}" for folder in ("src", "tests", "benchmarks")
             for path in sorted((REPO / folder).rglob("*.py")) for i in bare_noqa(path.read_text(encoding="utf-8"))]
     assert bare == [], f"a noqa without its rule and reason: {bare}"
+
+
+def test_the_readme_and_docs_layout_name_every_module_as_the_tree_has_it():
+    """README.md's `src/vocabtransfer/` block and docs/layout.md are what `vocabtransfer layout --write` makes from
+    the tree: a module added, moved or renamed without them fails here."""
+    from vocabtransfer.app import layout
+
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert layout.with_readme_block(readme) == readme, "run `vocabtransfer layout --write` (make docs)"
+    assert (REPO / "docs" / "layout.md").read_text(encoding="utf-8") == layout.layout_doc()
+    named = {m for modules in layout.packages().values() for m in modules}
+    on_disk = {p.stem for p in PACKAGE.rglob("*.py") if p.stem not in ("__init__", "__main__")}
+    assert named == on_disk and all(f" {m}" in layout.readme_block().replace(",", " ") for m in on_disk)

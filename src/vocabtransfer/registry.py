@@ -1,5 +1,6 @@
-"""One registry for everything the pipeline looks up by name: init methods, downstream tasks and training
-objectives (vocabtransfer.init.methods.registry, vocabtransfer.evaluate.tasks, vocabtransfer.model.losses).
+"""One registry for everything the pipeline looks up by name: init methods, downstream tasks, training objectives
+and stages (vocabtransfer.init.methods.registry, vocabtransfer.evaluate.tasks, vocabtransfer.model.losses,
+vocabtransfer.app.stages).
 
 A `Registry` maps names to objects of one kind. An entry is either
 

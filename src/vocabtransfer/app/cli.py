@@ -21,7 +21,7 @@ import yaml
 
 from vocabtransfer.version import __version__
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.app import dag, dvcgen
+from vocabtransfer.app import dag, dvcgen, layout
 from vocabtransfer.app.runner import run_stage
 from vocabtransfer.app.stages import STAGES, rerun_hint
 from vocabtransfer.evaluate import coverage
@@ -87,6 +87,11 @@ def build_parser() -> argparse.ArgumentParser:
                        description=validate)
     p.add_argument("--print", action="store_true", help="print the merged params with every default filled in")
     p = sub.add_parser("dag", help="print the DAG of the stage declarations as a Mermaid flowchart (docs/stages.md)")
+    p.add_argument("--log-file", default=None, help=argparse.SUPPRESS)
+    p.add_argument("-v", "--verbose", action="store_true", help=argparse.SUPPRESS)
+    p = sub.add_parser("layout", help="print the README's layout of the package (every module, by layer); --write "
+                       "rewrites it in README.md and docs/layout.md (every module's first docstring line)")
+    p.add_argument("--write", action="store_true", help="rewrite README.md's block and docs/layout.md here")
     p.add_argument("--log-file", default=None, help=argparse.SUPPRESS)
     p.add_argument("-v", "--verbose", action="store_true", help=argparse.SUPPRESS)
     p = sub.add_parser("params-doc", parents=[common], help="generate docs/parameters.md from the params schema")
@@ -176,6 +181,12 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.command == "dag":
             sys.stdout.write(dag.picture())
+            return 0
+        if args.command == "layout":
+            if args.write:
+                log.info("wrote %s", ", ".join(map(str, layout.write(Path.cwd()))))
+            else:
+                sys.stdout.write(layout.readme_block())
             return 0
         if args.command == "remote":
             target = add_remote(args.url, args.name)
