@@ -103,16 +103,16 @@ def crossing(curve: np.ndarray, target: np.ndarray, grid: np.ndarray) -> np.ndar
     reached = curve <= target[:, None]
     first = reached.argmax(axis=1)
     out = np.full(len(curve), np.inf)
-    rows = np.nonzero(reached.any(axis=1))[0]
-    for r in rows:
-        j = first[r]
-        if j == 0:
-            out[r] = 0.0
-            continue
-        before, after = curve[r, j - 1], curve[r, j]
-        frac = 1.0 if before == after else (before - target[r]) / (before - after)
-        a, b = grid[j - 1], grid[j]
-        out[r] = frac * b if a == 0 else math.exp(math.log(a) + frac * (math.log(b) - math.log(a)))
+    out[reached[:, 0]] = 0.0
+    rows = np.nonzero(reached.any(axis=1) & (first > 0))[0]  # reached after the start: interpolate before it
+    j = first[rows]
+    before, after = curve[rows, j - 1], curve[rows, j]
+    same = before == after
+    frac = np.where(same, 1.0, (before - target[rows]) / np.where(same, 1.0, before - after))
+    a, b = grid[j - 1].astype(float), grid[j].astype(float)
+    with np.errstate(divide="ignore"):  # a = 0 (the initialisation): linear in tokens, else linear in log tokens
+        logged = np.exp(np.log(np.where(a > 0, a, 1.0)) + frac * (np.log(b) - np.log(np.where(a > 0, a, 1.0))))
+    out[rows] = np.where(a == 0, frac * b, logged)
     return out
 
 
