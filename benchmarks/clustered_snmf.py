@@ -23,6 +23,7 @@ from vocabtransfer.model import modeling
 from vocabtransfer.model.hub import load_tokenizer, resolve_model_path
 from vocabtransfer.init.factorize import factorize_source
 from vocabtransfer.init.factors import relative_error
+from vocabtransfer.init.methods.options import SnmfOptions
 
 
 def main() -> None:
@@ -35,7 +36,10 @@ def main() -> None:
     ap.add_argument("--init", default="kmeans", choices=["kmeans", "svd"])
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--smoke", action="store_true", help="seconds at tiny sizes: checks that the script runs (tests/test_benchmarks.py, in CI)")
     args = ap.parse_args()
+    if args.smoke:
+        args.rank, args.clusters, args.max_iter = 8, [1, 2], 3
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
 
     path = resolve_model_path(args.model)
@@ -46,7 +50,7 @@ def main() -> None:
           f"torch threads {torch.get_num_threads()}\n")
     rows = []
     for C in args.clusters:
-        options = {"rank": args.rank, "max_iter": args.max_iter, "tol": args.tol, "init": args.init, "clusters": C}
+        options = SnmfOptions(rank=args.rank, max_iter=args.max_iter, tol=args.tol, init=args.init, clusters=C)
         t = time.perf_counter()
         W, H, stats = factorize_source(E, "snmf", options, seed=args.seed, device=args.device)
         secs = time.perf_counter() - t

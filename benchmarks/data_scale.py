@@ -39,7 +39,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("VOCABTRANSFER_DATA", REPO / "data"))
-SIZES = {"10MB": 10 * 10**6, "100MB": 100 * 10**6, "1GB": 10**9}
+SIZES = {"1MB": 10**6, "10MB": 10 * 10**6, "100MB": 100 * 10**6, "1GB": 10**9}
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 
 
@@ -236,7 +236,11 @@ def main() -> None:
     ap.add_argument("--dir", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--text", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--tokenizer", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--smoke", action="store_true",
+                    help="seconds at tiny sizes: checks that the script runs (tests/test_benchmarks.py, in CI)")
     a = ap.parse_args()
+    if a.smoke:
+        a.sizes, a.vocab_size, a.sample_bytes, a.batches = "1MB", 1000, 10**6, 20
     if a.child:
         return child(a)
 

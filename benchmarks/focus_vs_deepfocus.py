@@ -48,7 +48,11 @@ def parse_args(argv=None) -> argparse.Namespace:
                    default=Path(os.environ.get("VOCABTRANSFER_CACHE") or "~/.cache/vocabtransfer").expanduser()
                    / "benchmarks" / "focus",
                    help="where the tokenizer and fastText model are cached (default ~/.cache/vocabtransfer/benchmarks/focus)")
-    return p.parse_args(argv)
+    p.add_argument("--smoke", action="store_true", help="seconds at tiny sizes: checks that the script runs (tests/test_benchmarks.py, in CI)")
+    args = p.parse_args(argv)
+    if args.smoke:
+        args.vocab_size, args.langs, args.dim, args.epochs, args.min_count = 1000, "sw", 16, 1, 5
+    return args
 
 
 def read_lines(langs: list[str]) -> list[str]:

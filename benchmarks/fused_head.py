@@ -211,7 +211,11 @@ def main() -> None:
     parser.add_argument("--variants", nargs="+", default=VARIANTS)
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--child-shape", help=argparse.SUPPRESS)
+    parser.add_argument("--smoke", action="store_true",
+                        help="seconds at tiny sizes: checks that the script runs (tests/test_benchmarks.py, in CI)")
     args = parser.parse_args()
+    if args.smoke:
+        args.shapes, args.repeat = ["64,16,1000"], 1
     if args.child:
         return child(args)
     busy = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if args.busy else None

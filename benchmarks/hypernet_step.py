@@ -76,7 +76,10 @@ def main() -> None:
     parser.add_argument("--seq-len", type=int, default=128, help="init.hypernet.seq_len")
     parser.add_argument("--steps", type=int, default=600, help="init.hypernet.steps, for the minutes column")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--smoke", action="store_true", help="seconds at tiny sizes: checks that the script runs (tests/test_benchmarks.py, in CI)")
     args = parser.parse_args()
+    if args.smoke:
+        args.vocab, args.repeats, args.batch_size, args.seq_len, args.steps = [500], 1, 2, 16, 2
     torch.set_num_threads(args.threads)
     lines = stage.train_lines(args.train)
     rows = [measure(args.source, lines, v, w, args.repeats, batch_size=args.batch_size, seq_len=args.seq_len,

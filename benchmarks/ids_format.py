@@ -1,6 +1,7 @@
 """Which file format for flat token ids (docs/stages.md, pretokenize): 50 M uint16 ids written in batches of
 1 M, opened mapped, then 20 000 random 128-id slices. `python benchmarks/ids_format.py npy|safetensors|arrow`,
-one format per process (peak RSS is the process's)."""
+one format per process (peak RSS is the process's); `--smoke`: 2 M ids and 200 slices, seconds (CI:
+tests/test_benchmarks.py)."""
 import json
 import os
 import resource
@@ -73,7 +74,10 @@ def write_arrow(path: str):
     return open_ids
 
 
-def main(fmt: str) -> None:
+def main(fmt: str, smoke: bool = False) -> None:
+    global N
+    n_slices = 200 if smoke else 20000
+    N = 2 * B if smoke else N
     path = f"{ROOT}/ids.{fmt}"
     start = time.perf_counter()
     open_ids = {"npy": write_npy, "safetensors": write_safetensors, "arrow": write_arrow}[fmt](path)
@@ -83,13 +87,13 @@ def main(fmt: str) -> None:
     get = open_ids()
     opened = time.perf_counter() - start
     peak_write = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    seconds = slices(get, 20000)
+    seconds = slices(get, n_slices)
     print(json.dumps({"format": fmt, "write_s": round(written, 3), "peak_rss_write_MiB": round(peak_write / 2**20),
                       "open_s": round(opened, 5), "rss_after_open_MiB": round((rss() - before) / 2**20, 1),
-                      "slice_us": round(seconds / 20000 * 1e6, 2),
+                      "slice_us": round(seconds / n_slices * 1e6, 2),
                       "bytes_per_token": round(os.path.getsize(path) / N, 4)}))
     os.remove(path)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], smoke="--smoke" in sys.argv[2:])

@@ -47,7 +47,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--workdir", type=Path,
                    default=Path(os.environ.get("VOCABTRANSFER_CACHE") or "~/.cache/vocabtransfer").expanduser()
                    / "benchmarks" / "omp", help="where the tokenizer and fastText vectors are cached")
-    return p.parse_args(argv)
+    p.add_argument("--smoke", action="store_true", help="seconds at tiny sizes: checks that the script runs (tests/test_benchmarks.py, in CI)")
+    args = p.parse_args(argv)
+    if args.smoke:
+        args.vocab_size, args.dim, args.k, args.sklearn_tokens = 1000, 16, 4, 20
+    return args
 
 
 def build_inputs(args):

@@ -320,9 +320,10 @@ def main() -> None:
     if args.worker:
         print(json.dumps(worker(args)))
         return
-    if args.smoke:
+    if args.smoke:  # MiniLM's shape only, one precision, the pretrain step of both implementations
         args.repeats, args.minilm_batch, args.minilm_seq_len, args.gemma_batch, args.gemma_seq_len = 1, 2, 16, 2, 16
         args.layers = args.layers or 1
+        args.shapes, args.precisions, args.steps = "minilm", "fp32", "pretrain"
     shapes, precisions, steps = args.shapes.split(","), args.precisions.split(","), args.steps.split(",")
     runs = [("pretrain", impl, shape, prec, False) for shape in shapes for impl in args.impls.split(",")
             for prec in precisions] if "pretrain" in steps else []

@@ -101,7 +101,11 @@ def main() -> None:
     ap.add_argument("--valid-chars", type=int, default=200_000)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--smoke", action="store_true", help="seconds at tiny sizes: checks that the script runs (tests/test_benchmarks.py, in CI)")
     args = ap.parse_args()
+    if args.smoke:
+        args.steps, args.batch, args.block, args.dim, args.layers = 3, 4, 32, 16, 1
+        args.train_chars, args.valid_chars = 20_000, 5_000
     torch.set_num_threads(args.threads)
 
     train_text, valid_text = load_text(args.train_chars, args.valid_chars)

@@ -156,7 +156,12 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=5, help="training steps timed per objective")
     ap.add_argument("--skip-step", action="store_true", help="skip the training-step comparison")
     ap.add_argument("--child", nargs=6, help=argparse.SUPPRESS)
+    ap.add_argument("--smoke", action="store_true",
+                    help="seconds at tiny sizes: checks that the script runs (tests/test_benchmarks.py, in CI)")
     args = ap.parse_args()
+    if args.smoke:
+        SHAPES[:] = [(64, 1000)]
+        args.repeats, args.steps = 1, 1
     torch.set_num_threads(args.threads)
     if args.child:
         name, n, v, dtype, device, ignored = args.child

@@ -38,7 +38,10 @@ def main() -> None:
     ap.add_argument("--tol", type=float, default=1e-4)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--smoke", action="store_true", help="seconds at tiny sizes: checks that the script runs (tests/test_benchmarks.py, in CI)")
     args = ap.parse_args()
+    if args.smoke:
+        args.rank, args.max_iter = 8, 3
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
 
     E = input_embeddings(args.model)

@@ -42,7 +42,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--epochs", type=float, nargs="+", default=[2, 3], help="epochs tried")
     p.add_argument("--seeds", type=int, default=2, help="fine-tuning seeds per setting")
     p.add_argument("--seed", type=int, default=42, help="the params seed (the train/test split's)")
-    return p.parse_args(argv)
+    p.add_argument("--smoke", action="store_true", help="seconds at tiny sizes: checks that the script runs (tests/test_benchmarks.py, in CI)")
+    args = p.parse_args(argv)
+    if args.smoke:
+        args.max_train, args.epochs, args.seeds, args.max_dev = [8], [1], 1, 8
+    return args
 
 
 def dev_splits(args):
