@@ -15,6 +15,7 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
+from vocabtransfer.app.params import validate_params
 from vocabtransfer.evaluate import harness
 from vocabtransfer.io import read_json, read_parquet
 from vocabtransfer.pipeline.stage_spec import Context, Stage
@@ -40,9 +41,11 @@ model = LlamaForCausalLM(LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, 
 model_dir = root / "model"
 model.save_pretrained(model_dir)
 tokenizer.save_pretrained(model_dir)
-params = {"seed": 7, "languages": ["sw"], "init": {"methods": []}, "pretrain": {"methods": [], "objectives": [], "seeds": 1},
-          "lm_eval": {"tasks": ["local_xnli_{lang}", "sw:local_tydiqa_sw"], "num_fewshot": 0, "limit": LIMIT,
-                      "batch_size": 8}}
+# the params as a job reads them: validated, every default filled in
+params = validate_params({
+    "seed": 7, "languages": ["sw"], "source_model": str(model_dir), "corpus": {"sources": {"sw": {"path": "unused.txt"}}},
+    "init": {"methods": ["random"]}, "pretrain": {"methods": [], "objectives": [], "pairs": [], "seeds": 1},
+    "lm_eval": {"tasks": ["local_xnli_{lang}", "sw:local_tydiqa_sw"], "num_fewshot": 0, "limit": LIMIT, "batch_size": 8}})
 stage = Stage(name="harness", run=harness.run, help="", wildcards=("lang", "model"))
 results, ok = {}, True
 for device in devices:

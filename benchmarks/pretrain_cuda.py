@@ -54,7 +54,11 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--seq-len", type=int, default=128)
     ap.add_argument("--vocab-size", type=int, default=16000)
+    ap.add_argument("--smoke", action="store_true",
+                    help="seconds at tiny sizes: checks that the script runs (tests/test_benchmarks.py, in CI)")
     args = ap.parse_args()
+    if args.smoke:
+        args.steps, args.batch_size, args.seq_len, args.vocab_size = 4, 2, 32, 1000
 
     from vocabtransfer.app.params import validate_params
 
@@ -65,7 +69,7 @@ def main() -> None:
         "init": {"methods": ["random"]},
         "pretrain": {"methods": ["random"], "steps": args.steps, "batch_size": args.batch_size, "seq_len": args.seq_len,
                      "learning_rate": 5e-4, "warmup_steps": args.steps // 10, "eval_every": args.steps // 2,
-                     "log_every": 10, "save_every": args.steps // 2, "eval_lines": 1000},
+                     "log_every": 10, "save_every": args.steps // 2, "eval_lines": 50 if args.smoke else 1000},
     })
     (root / "params.yaml").write_text(yaml.safe_dump(params), encoding="utf-8")
     rows = []

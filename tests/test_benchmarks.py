@@ -68,6 +68,13 @@ def test_the_benchmarks_of_a_source_model_run_at_their_smoke_size(sw_train):
     assert "| 8 (" in out
 
 
+def test_the_gpu_benchmarks_run_their_cpu_path_at_their_smoke_size():
+    out = run_script("pretrain_cuda.py", "--smoke", "--text", str(SHARED_DATA / "pretrain_text" / "sw.txt"))
+    assert "| standard | fp32 |" in out or "| standard | bf16 |" in out
+    out = run_script("lm_eval_cuda.py", "4", "cpu")  # LIMIT 4 items per task, on the CPU only
+    assert "LM_EVAL_CHECK PASS" in out
+
+
 def test_compare_results_tells_equal_folders_from_differing_ones(tmp_path):
     for name, value in (("a", 1.0), ("b", 1.0), ("c", 2.0)):
         folder = tmp_path / name / "sw"
