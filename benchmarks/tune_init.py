@@ -59,7 +59,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--workdir", type=Path,
                    default=Path(os.environ.get("VOCABTRANSFER_CACHE") or "~/.cache/vocabtransfer").expanduser()
                    / "benchmarks" / "tune_init", help="where the corpus, source, tokenizer and vectors are cached")
-    return p.parse_args(argv)
+    p.add_argument("--smoke", action="store_true",
+                   help="seconds at tiny sizes: checks that the script runs (tests/test_benchmarks.py, in CI)")
+    args = p.parse_args(argv)
+    if args.smoke:
+        args.dev_lines, args.vocab_size, args.k, args.norm, args.seq_len = 20, 1000, [4], ["atoms"], 64
+    return args
 
 
 def build_inputs(args) -> dict:

@@ -4,6 +4,7 @@ named in the note of issue #55 (they read a finished run's artefacts or need CUD
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -13,6 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import REPO, SHARED_DATA
+from helpers import bpe_tokenizer, save_dir, text_lines, tiny_llama
 
 from vocabtransfer.model.hub import resolve_model_path
 
@@ -66,6 +68,8 @@ def test_the_benchmarks_of_a_source_model_run_at_their_smoke_size(sw_train):
     assert "| 500 |" in out
     out = run_script("tune_task.py", "--smoke", "--model", minilm, "--task", "qa", "--lang", "sw")
     assert "| 8 (" in out
+    out = run_script("tune_init.py", "--smoke", "--source", MINILM, "--workdir", str(sw_train.parent / "tune_init"))
+    assert "| omp k=4 norm=atoms |" in out
 
 
 def test_the_gpu_benchmarks_run_their_cpu_path_at_their_smoke_size():
@@ -84,3 +88,36 @@ def test_compare_results_tells_equal_folders_from_differing_ones(tmp_path):
     run_script("compare_results.py", str(tmp_path / "a"), str(tmp_path / "b"))  # the time columns left out
     with pytest.raises(AssertionError, match="rc 1"):
         run_script("compare_results.py", str(tmp_path / "a"), str(tmp_path / "c"))
+
+
+def fake_pretrain_runs(root, bf16: bool, shift: float) -> None:
+    """Two pretraining seeds of sw random-standard with 10 valid blocks of 50 tokens: block b's summed loss is
+    (5 + b / 10 + shift) x 50."""
+    for pseed in (1, 2):
+        run = root / "results" / "sw" / "pretrain" / "random" / "standard" / f"pseed{pseed}"
+        run.mkdir(parents=True)
+        pq.write_table(pa.table({"block": list(range(10)), "loss_sum": [(5 + b / 10 + shift) * 50 for b in range(10)],
+                                 "n_tokens": [50] * 10}), run / "valid_blocks.parquet")
+        (run / "stats.json").write_text(json.dumps({"bf16": bf16, "final_valid_loss": 5.45 + shift, "steps": 10,
+                                                    "train_seconds": 20.0 if bf16 else 40.0, "tokens_seen": 5120}))
+
+
+def test_precision_pair_on_runs_a_tenth_of_a_nat_apart(tmp_path):
+    """bf16's runs score every block 0.1 nats a token above fp32's: the difference and its whole interval are
+    +0.1, on 2 seeds and 10 blocks, and the step times 4.00 and 2.00 s (40 and 20 s over 10 steps)."""
+    fake_pretrain_runs(tmp_path / "fp32", bf16=False, shift=0.0)
+    fake_pretrain_runs(tmp_path / "bf16", bf16=True, shift=0.1)
+    out = run_script("precision_pair.py", str(tmp_path / "fp32"), str(tmp_path / "bf16"), "--resamples", "200")
+    assert "| sw | random | standard | 5.4500 | 5.5500 | +0.1000 [+0.1000, +0.1000] | 2 | 10 | 5,120 | 4.00 | 2.00 |" in out
+    with pytest.raises(AssertionError, match="must be fp32"):
+        run_script("precision_pair.py", str(tmp_path / "bf16"), str(tmp_path / "fp32"), "--resamples", "200")
+
+
+def test_loss_by_token_on_two_tiny_causal_models(tmp_path):
+    tok = bpe_tokenizer("sw", 300)
+    a = save_dir(tiny_llama(len(tok), seed=0), tok, tmp_path / "a")
+    b = save_dir(tiny_llama(len(tok), seed=1), tok, tmp_path / "b")
+    pq.write_table(pa.table({"text": text_lines("sw", 20, start=500)}), tmp_path / "valid.parquet")
+    out = run_script("loss_by_token.py", str(a), str(b), str(tmp_path / "valid.parquet"), "--lines", "20",
+                     "--seq-len", "64", "--top", "3")
+    assert "tokens scored" in out and out.count("\n| '") == 3  # the top 3 tokens of the gap
