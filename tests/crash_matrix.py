@@ -71,6 +71,22 @@ def _job(stage: str, params: dict) -> tuple[dict, list[str]]:
                        for t in spec.outputs.values()]
 
 
+def _checkpoints(stage: str, reference: Path) -> list[str]:
+    """The job's checkpoint folder, where its stage keeps one (a finished run leaves its last checkpoints: a trial
+    that kept them would resume from the end instead of crashing mid-way)."""
+    import yaml
+
+    from vocabtransfer.pipeline import paths
+
+    templates = {"pretrain": paths.PRETRAIN_CHECKPOINTS, "hypernet": paths.HYPERNET_CHECKPOINTS,
+                 "finetune_eval": paths.EVAL_CHECKPOINTS}
+    if stage not in templates:
+        return []
+    wildcards, _ = _job(stage, yaml.safe_load((reference / "params.yaml").read_text(encoding="utf-8")))
+    template = templates[stage]
+    return [paths.fill(template, **{k: v for k, v in wildcards.items() if "{" + k + "}" in template})]
+
+
 def _seconds(reference: Path, stage: str, wildcards: dict) -> float | None:
     """The job's wall time in the reference run (its Snakemake benchmark: the first data row's `s`)."""
     for table in sorted((reference / "logs" / "benchmarks" / stage).glob("*.tsv")):
@@ -168,7 +184,7 @@ def _killed_run(reference: Path, work: Path, outputs: list[str], runner: str, en
     if work.exists():
         shutil.rmtree(work)
     shutil.copytree(reference, work, symlinks=True)
-    for output in outputs:
+    for output in outputs + _checkpoints(stage, reference):  # the state before the job: no output, no checkpoint
         target = work / output
         shutil.rmtree(target) if target.is_dir() else target.unlink(missing_ok=True)
     command = _command(runner, work, outputs)
