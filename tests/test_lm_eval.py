@@ -276,7 +276,7 @@ def test_a_harness_difference_is_worded_as_its_interval_and_its_correction_say()
 
     def word(**kw):
         fixed = {"n_pseeds": 1, "n_fseeds": 0, "n_clusters": 50, "p_value": 0.01}
-        return harness_table.verdict_word(Difference(**fixed, **kw), settings)
+        return harness_table.verdict_word(Difference(**{**fixed, **kw}), settings)
 
     assert word(diff=-10.0, low=-18.7, high=-1.3, adjusted_p=0.46) == "interval excludes zero, but not after the correction"
     assert word(diff=-10.0, low=-18.7, high=-1.3, adjusted_p=0.01) == "worse"
