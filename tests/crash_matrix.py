@@ -39,8 +39,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 sys.path.insert(0, str(REPO / "src"))
+# fields that record how a run went rather than what it computed: its times, and where a resumed run resumed
 TIME_FIELDS = ("seconds", "time", "tokens_per_second", "peak", "elapsed", "duration", "per_second", "date",
-               "started", "finished", "throughput", "log")
+               "started", "finished", "throughput", "log", "resumed")
 
 
 @dataclass
@@ -102,12 +103,12 @@ def _values(path: Path):
     def keep(key) -> bool:
         return not any(word in str(key).lower() for word in TIME_FIELDS)
 
-    def strip(obj):
+    def strip(obj):  # NaN as a word: a NaN equals no NaN, and a masked LM's bits per byte are NaN in both runs
         if isinstance(obj, dict):
             return {k: strip(v) for k, v in obj.items() if keep(k)}
         if isinstance(obj, list):
             return [strip(v) for v in obj]
-        return obj
+        return "NaN" if isinstance(obj, float) and obj != obj else obj
 
     if path.suffix == ".json":
         return strip(json.loads(path.read_text(encoding="utf-8")))
@@ -115,7 +116,7 @@ def _values(path: Path):
         import pyarrow.parquet as pq
 
         table = pq.read_table(path)
-        return table.select([c for c in table.column_names if keep(c)]).to_pylist()
+        return strip(table.select([c for c in table.column_names if keep(c)]).to_pylist())
     return path.read_bytes()
 
 
@@ -177,10 +178,10 @@ def _command(runner: str, work: Path, outputs: list[str]) -> list[str]:
 
 
 def _killed_run(reference: Path, work: Path, outputs: list[str], runner: str, env: dict, stage: str,
-                at: float | None) -> tuple[bool, str, list[str]]:
+                at: float | None) -> tuple[bool, str, list[str], float | None]:
     """A fresh copy of the reference without the job's outputs, the runner's command started and killed (at `at`
     seconds from the job's own start, or inside its first write when None): (whether the kill landed, a note, the
-    command)."""
+    command, the seconds from the job's start to the run's end when the run ended before the kill)."""
     if work.exists():
         shutil.rmtree(work)
     shutil.copytree(reference, work, symlinks=True)
@@ -193,7 +194,7 @@ def _killed_run(reference: Path, work: Path, outputs: list[str], runner: str, en
         run_env["VOCABTRANSFER_KILL_IN_WRITE"] = "results/"
     proc = subprocess.Popen(command, cwd=work, env=run_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
-    note = ""
+    note, started = "", None
     if at is not None:  # the clock starts when the job's own process does (Snakemake plans first)
         started = _job_started(proc, stage)
         if started is None:
@@ -205,24 +206,27 @@ def _killed_run(reference: Path, work: Path, outputs: list[str], runner: str, en
                 os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     killed = proc.returncode == -signal.SIGKILL
-    return killed, note or ("" if killed else f"the run ended (rc {proc.returncode}) before the kill"), command
+    lasted = None if killed or started is None else time.monotonic() - started
+    return killed, note or ("" if killed else f"the run ended (rc {proc.returncode}) before the kill"), command, lasted
 
 
 def run_point(reference: Path, work: Path, env: dict, stage: str, point: str, at: float | None,
               runner: str = "snakemake", tries: int = 3) -> Point:
     """One row: copy, delete the job's outputs, start (`runner`: snakemake or dvc), kill (at `at` seconds, or
     inside a write when None), rerun. A time point the job outlived (it ran faster than in the reference) is tried
-    again at half the time, up to `tries` times; the row names the time the kill landed at."""
+    again at the same fraction of the time the job took here, up to `tries` times; the row names the time the kill
+    landed at."""
     import yaml
 
     params = yaml.safe_load((reference / "params.yaml").read_text(encoding="utf-8"))
-    _, outputs = _job(stage, params)
+    wildcards, outputs = _job(stage, params)
+    fraction = None if at is None else at / (_seconds(reference, stage, wildcards) or 10.0)
     row = Point(stage if runner == "snakemake" else f"{stage} (dvc repro)", point)
     for attempt in range(tries if at is not None else 1):
-        row.killed, row.note, command = _killed_run(reference, work, outputs, runner, env, stage, at)
+        row.killed, row.note, command, lasted = _killed_run(reference, work, outputs, runner, env, stage, at)
         if row.killed or at is None or attempt == tries - 1:
             break
-        at /= 2
+        at = fraction * lasted if lasted else at / 2
         row.point += f" → {at:.1f}s"
     rerun = subprocess.run(command, cwd=work, env=env, capture_output=True, text=True)
     row.recovered = rerun.returncode == 0
