@@ -177,7 +177,7 @@ def _command(runner: str, work: Path, outputs: list[str]) -> list[str]:
     with Repo(str(work)) as repo:
         for dvc_stage in repo.index.stages:
             if {str(out.def_path) for out in dvc_stage.outs} & set(outputs):
-                return [str(BIN / "dvc"), "repro", "--single-item", dvc_stage.addressing]
+                return [str(BIN / "dvc"), "repro", "--single-item", dvc_stage.name]  # the root dvc.yaml's stage
     raise LookupError(f"no dvc.yaml stage in {work} writes {outputs}")
 
 
