@@ -216,6 +216,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.smoke:
         args.shapes, args.repeat = ["64,16,1000"], 1
+        if args.variants == VARIANTS:  # a fresh process each for memory: three variants, one of each kind
+            args.variants = ["materialised CE", "fused standard", "fused selfish (torch)"]
     if args.child:
         return child(args)
     busy = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if args.busy else None

@@ -2,11 +2,12 @@
 
     python benchmarks/pretrain_cuda.py --text ../shared/data/pretrain_text/sw.txt [--steps 200]
 
-Builds a MiniLM-shaped masked LM (6 layers, hidden 384, 12 heads) with random weights and a WordPiece
-tokenizer trained on the text, lays out `results/sw/init/random/model` and the pre-tokenised splits in a
-scratch directory, and runs `vocabtransfer pretrain --device auto` there once per objective, as the
-pipeline does. Prints, per objective, the precision the stage chose, tokens per second, the valid loss
-at step 0 and at the end, and the wall time, then the selfish / standard time ratio. By hand, not in CI.
+Builds a MiniLM-shaped masked LM (6 layers, hidden 384, 12 heads; `--smoke`: 2 layers of 64 on 2,000 lines)
+with random weights and a WordPiece tokenizer trained on the text, lays out `results/sw/init/random/model` and
+the pre-tokenised splits in a scratch directory, and runs `vocabtransfer pretrain --device auto` there once per
+objective, as the pipeline does. Prints, per objective, the precision the stage chose, tokens per second, the valid loss
+at step 0 and at the end, and the wall time, then the selfish / standard time ratio. By hand on a GPU; CI runs
+its CPU path at `--smoke` (tests/test_benchmarks.py).
 """
 
 from __future__ import annotations
@@ -24,21 +25,23 @@ import pyarrow.parquet as pq
 import yaml
 
 
-def build_project(root: Path, text: Path, vocab_size: int, seed: int = 0) -> None:
+def build_project(root: Path, text: Path, vocab_size: int, seed: int = 0, max_lines: int | None = None,
+                  small: bool = False) -> None:
     import torch
     from tokenizers import BertWordPieceTokenizer
     from transformers import BertConfig, BertForMaskedLM, PreTrainedTokenizerFast
     from vocabtransfer.data import token_ids
 
-    lines = [s.strip() for s in text.read_text(encoding="utf-8").splitlines() if s.strip()]
+    lines = [s.strip() for s in text.read_text(encoding="utf-8").splitlines() if s.strip()][:max_lines]
     valid, train = lines[:1000], lines[1000:]
     wordpiece = BertWordPieceTokenizer(lowercase=True)
     wordpiece.train_from_iterator(train, vocab_size=vocab_size)
     tok = PreTrainedTokenizerFast(tokenizer_object=wordpiece._tokenizer, unk_token="[UNK]", pad_token="[PAD]",
                                   cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]")
     torch.manual_seed(seed)
-    model = BertForMaskedLM(BertConfig(vocab_size=len(tok), hidden_size=384, num_hidden_layers=6,
-                                       num_attention_heads=12, intermediate_size=1536, max_position_embeddings=512))
+    shape = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=128) if small else dict(
+        hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536)
+    model = BertForMaskedLM(BertConfig(vocab_size=len(tok), max_position_embeddings=512, **shape))
     model_dir = root / "results/sw/init/random/pseed1/model"
     model.save_pretrained(model_dir)
     tok.save_pretrained(model_dir)
@@ -63,7 +66,8 @@ def main() -> None:
     from vocabtransfer.app.params import validate_params
 
     root = Path(tempfile.mkdtemp(prefix="pretrain_cuda_"))
-    build_project(root, args.text.resolve(), args.vocab_size)
+    build_project(root, args.text.resolve(), args.vocab_size, max_lines=2000 if args.smoke else None,
+                  small=args.smoke)
     params = validate_params({
         "languages": ["sw"], "source_model": "unused/unused", "corpus": {"sources": {"sw": {"path": "unused.txt"}}},
         "init": {"methods": ["random"]},
@@ -87,7 +91,8 @@ def main() -> None:
     import torch
 
     print(f"\n{torch.cuda.get_device_name() if torch.cuda.is_available() else 'CPU'}; {args.steps} steps of "
-          f"{args.batch_size} × {args.seq_len} tokens, MiniLM-shaped masked LM, vocabulary {args.vocab_size}\n")
+          f"{args.batch_size} × {args.seq_len} tokens, {'a tiny' if args.smoke else 'MiniLM-shaped'} masked LM, "
+          f"vocabulary {args.vocab_size}\n")
     print("| objective | precision | tokens/s (median) | valid loss step 0 | valid loss end | wall s |")
     print("|---|---|---:|---:|---:|---:|")
     for objective, precision, tps, first, last, seconds in rows:

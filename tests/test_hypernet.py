@@ -42,6 +42,26 @@ def _problem(source_dir, target) -> TransferProblem:
                            overlap_source_ids=np.asarray([b for _, b in pairs], dtype=np.int64), seed=5)
 
 
+def test_the_untrained_network_is_drawn_from_the_seed_alone():
+    """Loading the source leaves torch's global generator in a state that differs from process to process; the
+    stage's network is drawn from its seed alone, so two runs train the same network (docs/reproducibility.md)."""
+    from vocabtransfer.train import hypernet as stage
+
+    config = network.HyperNetConfig(dim=16, width=16, layers=1, heads=2, max_pieces=4)
+    torch.manual_seed(1)
+    first = stage.new_network(config, seed=7).state_dict()
+    torch.rand(13)  # another global state, as another process's loading leaves it
+    second = stage.new_network(config, seed=7).state_dict()
+    other = stage.new_network(config, seed=8).state_dict()
+    assert all(torch.equal(first[k], second[k]) for k in first)
+    assert not torch.equal(first["project.weight"], other["project.weight"])
+    torch.manual_seed(3)
+    expected = torch.rand(1)
+    torch.manual_seed(3)
+    stage.new_network(config, seed=7)
+    assert torch.equal(torch.rand(1), expected)  # the global generator is left as it was
+
+
 def test_the_untrained_network_is_fvt_row_for_row_and_a_trained_one_moves_only_its_tokens(source, tmp_path):
     target = wordpiece_tokenizer("sw", 300)
     problem = _problem(source, target)

@@ -237,6 +237,15 @@ def fit(setup: Setup, net: network.HyperNet, options: HypernetOptions, checkpoin
     return model.rows, time.perf_counter() - start, choice.reason
 
 
+def new_network(config: network.HyperNetConfig, seed: int) -> network.HyperNet:
+    """The untrained network drawn from `seed` alone: whatever loading the source and sampling the first tokenizer
+    drew from torch's global generator before does not reach its weights (they did, and two uninterrupted runs
+    then trained different networks: docs/reproducibility.md)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return network.HyperNet(config)
+
+
 def config_for(setup: Setup, options: HypernetOptions) -> network.HyperNetConfig:
     dim = setup.source.shape[1]
     width = options.width or dim
@@ -261,7 +270,7 @@ def run(ctx) -> None:
     options = ctx.section("init.hypernet", HypernetOptions)
     lines = train_lines([ctx.input[k] for k in sorted(ctx.input) if k.startswith("train_")])
     setup = Setup(ctx.input["source"], lines, options, ctx.seed, device=ctx.device)
-    net = network.HyperNet(config_for(setup, options))
+    net = new_network(config_for(setup, options), ctx.seed)
     curve, seconds, precision = fit(setup, net, options, Path(paths.HYPERNET_CHECKPOINTS), seed=ctx.seed,
                                     device=ctx.device)
     tokens = sum(row["tokens"] for row in curve)
