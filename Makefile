@@ -49,11 +49,13 @@ lint: venv
 test-quick: venv
 	$(BIN)/python -m pytest $(XDIST) -m "not slow" $(PYTEST_ARGS)
 
-# the whole crash matrix on a reference run of the tests' workflow config (built first when CRASH_REF is absent)
+# the whole crash matrix on a reference run of the tests' workflow config (built first when CRASH_REF is absent),
+# through Snakemake and DVC, and the lm_eval stage on a tiny Llama source (CRASH_REF-decoder)
 CRASH_REF ?= crash-matrix/reference
 crash-matrix: venv
 	$(BIN)/python tests/crash_matrix.py --reference $(CRASH_REF) --work crash-matrix/trial $(CRASH_ARGS)
 	$(BIN)/python tests/crash_matrix.py --reference $(CRASH_REF) --work crash-matrix/trial --runner dvc $(CRASH_ARGS)
+	$(BIN)/python tests/crash_matrix.py --reference $(CRASH_REF)-decoder --work crash-matrix/trial --decoder $(CRASH_ARGS)
 
 # starts the test cluster, runs tests/cluster/check_slurm.py (prints the job table), stops the cluster
 test-cluster: venv

@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-DATA = Path(os.environ.get("VOCABTRANSFER_DATA", REPO / "data"))
+DATA = Path(os.environ.get("VOCABTRANSFER_DATA") or REPO / "data")
 SIZES = {"1MB": 10**6, "10MB": 10 * 10**6, "100MB": 100 * 10**6, "1GB": 10**9}
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 

@@ -35,7 +35,7 @@ from vocabtransfer.model import heads
 from vocabtransfer.model.lmdata import LMCollator
 
 CACHE = Path(os.environ.get("VOCABTRANSFER_CACHE", Path.home() / ".cache" / "vocabtransfer")) / "benchmarks" / "distill"
-DATA = Path(os.environ.get("VOCABTRANSFER_DATA", Path(__file__).resolve().parents[1] / "data"))
+DATA = Path(os.environ.get("VOCABTRANSFER_DATA") or Path(__file__).resolve().parents[1] / "data")
 
 
 def gemma_tokenizer_and_config():

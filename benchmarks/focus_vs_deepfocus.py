@@ -30,7 +30,7 @@ os.environ.setdefault("TQDM_DISABLE", "1")  # deepfocus's per-token progress bar
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
 
 REPO = Path(__file__).resolve().parents[1]
-DATA = Path(os.environ.get("VOCABTRANSFER_SHARED_DATA", REPO.parent / "shared" / "data"))
+DATA = Path(os.environ.get("VOCABTRANSFER_DATA") or REPO / "data")  # as the pipeline: data/ links ../shared/data
 SOURCE = "sentence-transformers/all-MiniLM-L6-v2"
 
 
@@ -60,7 +60,7 @@ def read_lines(langs: list[str]) -> list[str]:
     for lang in langs:
         path = DATA / "pretrain_text" / f"{lang}.txt"
         if not path.is_file():
-            sys.exit(f"error: {path}: not found; set VOCABTRANSFER_SHARED_DATA to the shared data directory")
+            sys.exit(f"error: {path}: not found; set VOCABTRANSFER_DATA to the data directory (or run make data-link)")
         lines += [ln for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
     return lines
 

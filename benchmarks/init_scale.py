@@ -40,8 +40,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 REPO = Path(__file__).resolve().parents[1]
-DATA = Path(os.environ.get("VOCABTRANSFER_SHARED_DATA")
-            or (REPO / "data" if (REPO / "data").is_dir() else REPO.parent / "shared" / "data"))
+DATA = Path(os.environ.get("VOCABTRANSFER_DATA") or REPO / "data")  # as the pipeline: data/ links ../shared/data
 PROBLEMS = {"gemma": (262_144, 640), "random": (250_002, 768)}
 NO_VARIANTS = ("ofa", "snmf")  # already factorised: no <m>+svd / <m>+snmf
 

@@ -22,7 +22,7 @@ from vocabtransfer.pipeline.stage_spec import Context, Stage
 
 LIMIT = int(sys.argv[1]) if len(sys.argv) > 1 else 20
 devices = sys.argv[2].split(",") if len(sys.argv) > 2 else ["cpu", "cuda"]
-data = Path(os.environ["VOCABTRANSFER_DATA"])
+data = Path(os.environ.get("VOCABTRANSFER_DATA") or Path(__file__).resolve().parents[1] / "data")
 root = Path(tempfile.mkdtemp(prefix="lm_eval_cuda_"))
 lines = [s.strip() for s in (data / "pretrain_text/sw.txt").open(encoding="utf-8") if s.strip()][:2000]
 tok = Tokenizer(models.BPE())

@@ -30,7 +30,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
 
 REPO = Path(__file__).resolve().parents[1]
-DATA = Path(os.environ.get("VOCABTRANSFER_SHARED_DATA", REPO.parent / "shared" / "data"))
+DATA = Path(os.environ.get("VOCABTRANSFER_DATA") or REPO / "data")  # as the pipeline: data/ links ../shared/data
 SOURCE = "sentence-transformers/all-MiniLM-L6-v2"
 
 

@@ -32,7 +32,7 @@ from vocabtransfer.model.losses import objective_loss
 
 
 def load_text(train_chars: int, valid_chars: int) -> tuple[str, str]:
-    root = Path(os.environ.get("VOCABTRANSFER_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
+    root = Path(os.environ.get("VOCABTRANSFER_DATA") or Path(__file__).resolve().parents[1] / "data")
     text = (root / "pretrain_text" / "en.txt").read_text(encoding="utf-8")
     return text[:train_chars], text[-valid_chars:]
 

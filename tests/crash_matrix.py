@@ -304,6 +304,27 @@ def build_reference(directory: Path, shared_data: Path) -> None:
     run_command([str(BIN / "snakemake"), "--cores", "2", "results/report.md", *ONE_THREAD], directory, env)
 
 
+def build_decoder_reference(directory: Path, shared_data: Path) -> None:
+    """For `--decoder`: the lm_eval stage's job, which the shared workflow config (a masked source) does not plan,
+    on tests/test_decoder_only.py's tiny Llama source with one offline zero-shot task (16 items) scored on the
+    source itself; the run makes that job's outputs and what they need, nothing else."""
+    sys.path.insert(0, str(REPO / "tests"))
+    from conftest import workflow_environment
+    from helpers import run_command, setup_workdir
+    from test_decoder_only import build_source, overlay
+    from vocabtransfer.pipeline.config import merge_overlay, read_yaml
+
+    directory.mkdir(parents=True)
+    source = build_source("llama", directory / "source")
+    settings = {**overlay(source, ["random", "focus"], ["standard"]),
+                "lm_eval": {"tasks": ["local_xnli_sw"], "limit": 16, "batch_size": 4, "models": ["source"]}}
+    params = merge_overlay(read_yaml(REPO / "params.yaml"), settings)
+    env = workflow_environment(shared_data)
+    setup_workdir(directory, params, env)
+    run_command([str(BIN / "snakemake"), "--cores", "2", "results/sw/lm_eval/source/scores.json",
+                 "results/sw/lm_eval/source/samples.parquet"], directory, env)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--reference", type=Path, required=True,
@@ -315,16 +336,20 @@ def main() -> int:
                         help="the command killed and rerun: snakemake on the job's outputs, or dvc repro --single-item "
                              "on its dvc.yaml stage (default stages then: one of each phase, DVC_PHASES)")
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "vocabtransfer-crash-trial")
+    parser.add_argument("--decoder", action="store_true",
+                        help="the reference is (or is built as) a tiny Llama source with a zero-shot task: the lm_eval "
+                             "stage's job, which the shared workflow config does not plan (default stages: lm_eval)")
     args = parser.parse_args()
     from vocabtransfer.app.stages import STAGES
 
     data = Path(os.environ.get("VOCABTRANSFER_DATA", REPO.parent / "shared" / "data"))
     if not args.reference.exists():
         print(f"# building the reference run in {args.reference}", flush=True)
-        build_reference(args.reference, data)
+        (build_decoder_reference if args.decoder else build_reference)(args.reference, data)
     env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", "HF_HUB_OFFLINE": "1", "VOCABTRANSFER_DATA": str(data)}
     rows = []
-    for stage in args.stages or (list(STAGES) if args.runner == "snakemake" else DVC_PHASES):
+    default = ["lm_eval"] if args.decoder else list(STAGES) if args.runner == "snakemake" else DVC_PHASES
+    for stage in args.stages or default:
         try:
             kills = points(args.reference, stage, args.times, args.seed)
         except LookupError as exc:

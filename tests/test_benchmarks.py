@@ -23,8 +23,7 @@ MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 
 
 def run_script(name: str, *args: str, cwd=REPO, timeout: int = 300) -> str:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "VOCABTRANSFER_DATA": str(SHARED_DATA),
-           "VOCABTRANSFER_SHARED_DATA": str(SHARED_DATA), "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "VOCABTRANSFER_DATA": str(SHARED_DATA), "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / name), *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, f"{name} {' '.join(args)}: rc {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
