@@ -10,13 +10,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import numpy as np
-import torch
 
 from vocabtransfer.pipeline.typed import NoOptions
 from vocabtransfer.registry import Registry
+
+if TYPE_CHECKING:  # annotations only: planning (the CLI, Snakemake) reads the registry without torch
+    import torch
 
 
 @dataclass

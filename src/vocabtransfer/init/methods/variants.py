@@ -24,8 +24,6 @@ import dataclasses
 import logging
 from typing import Literal
 
-import torch
-
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.pipeline.names import split_method
 from vocabtransfer.init.methods.options import FACTORIZATIONS, FactorizedOptions
@@ -68,7 +66,7 @@ def factorized(base_method: Method, factorization: Literal["svd", "snmf"], *, na
             raise VocabTransferError(
                 f"{name}: base method returned shape {tuple(coords.shape)}, expected ({problem.target_size}, {k})"
             )
-        if not bool(torch.isfinite(coords).all()):
+        if not bool(coords.isfinite().all()):
             raise VocabTransferError(f"{name}: base method returned non-finite coordinates")
         stats = {"method": name, "factorization": fstats, "base": res.stats}
         # 3. semi-NMF coordinates must stay non-negative
