@@ -42,9 +42,11 @@ XDIST = -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 test: venv lint
 	$(BIN)/python -m pytest $(XDIST) $(PYTEST_ARGS)
 
-# ruff's lint at the rule set of pyproject.toml [tool.ruff.lint]; `make test` (and so CI) runs it first
+# ruff's lint at the rule set of pyproject.toml [tool.ruff.lint], then mypy on the files of [tool.mypy];
+# `make test` (and so CI) runs it first
 lint: venv
 	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/mypy
 
 test-quick: venv
 	$(BIN)/python -m pytest $(XDIST) -m "not slow" $(PYTEST_ARGS)

@@ -14,12 +14,15 @@ import shutil
 import uuid
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Iterator, Mapping
+from typing import TYPE_CHECKING, Iterator, Mapping
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from vocabtransfer.errors import VocabTransferError, brief
+
+if TYPE_CHECKING:  # annotations only: io is read at CLI start-up, torch when a stage writes tensors
+    import torch
 
 
 @contextlib.contextmanager
@@ -84,7 +87,7 @@ def read_parquet(path: str | os.PathLike, columns: list[str] | None = None) -> p
     return table
 
 
-def save_tensors(tensors: Mapping[str, "torch.Tensor"], path: str | os.PathLike, metadata: dict | None = None) -> None:  # noqa: F821 (torch is imported when called)
+def save_tensors(tensors: Mapping[str, torch.Tensor], path: str | os.PathLike, metadata: dict | None = None) -> None:
     from safetensors.torch import save_file  # safetensors: heavy, not at CLI start-up
 
     # safetensors writes metadata keys in hash-map order, which changes between processes;

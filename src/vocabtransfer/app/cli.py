@@ -38,7 +38,8 @@ log = logging.getLogger("vocabtransfer")
 def wildcard_help() -> dict[str, str]:
     """Each wildcard's `--<wildcard>` help: what it is and its allowed values, from the params schema."""
     props = schema()["properties"]
-    methods = pattern_names(props["init"]["properties"]["methods"]["items"]["pattern"])[1]
+    named = pattern_names(props["init"]["properties"]["methods"]["items"]["pattern"])
+    methods = named[1] if named else props["init"]["properties"]["methods"]["items"]["pattern"]
     objectives = ", ".join(props["pretrain"]["properties"]["objectives"]["items"]["enum"])
     tasks = ", ".join(props["eval"]["properties"]["tasks"]["properties"])
     return {

@@ -91,7 +91,7 @@ def _entries(stage: Stage, params: dict, fixed: dict[str, str], langs: list[str 
     name = stage_name(stage, fixed)
     if "lang" not in stage.wildcards:
         return {name: _stage_entry(stage, params, fixed, None)[0]} if langs else {}
-    groups: list[tuple[dict, dict[str, dict]]] = []  # (entry, {lang: data deps})
+    groups: list[tuple[dict, dict[str | None, dict]]] = []  # (entry, {lang: data deps})
     for lang in langs:
         entry, data = _stage_entry(stage, params, fixed, lang)
         for known, members in groups:

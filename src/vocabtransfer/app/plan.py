@@ -133,9 +133,9 @@ def preflight(params: dict, source: str = "params.yaml", *, reach: bool = True) 
     except VocabTransferError as exc:
         raise VocabTransferError(f"{source}: {exc}") from exc
     for stage, wildcards in planned:  # every job's own data files
-        for key, path in stage.data_files(params, wildcards).items():
-            if not Path(path).exists():
-                raise VocabTransferError(f"{source}: {_data_key(stage.name, wildcards, key)}: data file {path} not "
+        for key, file in stage.data_files(params, wildcards).items():
+            if not Path(file).exists():
+                raise VocabTransferError(f"{source}: {_data_key(stage.name, wildcards, key)}: data file {file} not "
                                          f"found (job {stage.name} {' '.join(wildcards.values())}); fix the path "
                                          "(relative paths resolve against $VOCABTRANSFER_DATA)")
     return skip_lines(params) + notes(params)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.data import corpus, fasttext_vectors, overlap, pretokenize, tokenizer
 from vocabtransfer.evaluate import finetune_eval, gradient_scenarios, harness, init_eval, task_floor
 from vocabtransfer.evaluate import token_frequency_loss
@@ -201,10 +202,13 @@ def _init_code(params: dict, wildcards: dict) -> tuple[str, ...]:
 
     base, fact = names.split_method(wildcards["method"])
     module = module_file(get_method(base).__module__)  # e.g. random lives in methods/baselines.py
+    if module is None:  # a method registered from outside the package: no code file to rerun on
+        raise VocabTransferError(f"init method {base}: its module {get_method(base).__module__} is not a file "
+                                 "under src/vocabtransfer; register methods in vocabtransfer.init.methods")
     return ("init/initialise.py", str(module.relative_to(PACKAGE))) + (("init/methods/variants.py",) if fact else ())
 
 
-def _init_data(params: dict, wildcards: dict) -> dict[str, Path]:
+def _init_data(params: dict, wildcards: dict) -> dict[str, Path | None]:
     """The local data files of one init job: what the method's `@register(..., data=...)` names
     (wechsel: the language's bilingual dictionary)."""
     from vocabtransfer.init.methods.registry import info  # imports torch: not at CLI start-up

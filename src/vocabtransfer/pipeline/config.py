@@ -130,8 +130,9 @@ def _describe(error: jsonschema.ValidationError) -> str:
     if error.validator == "enum":
         return (f"{error.instance!r} is not allowed; allowed values: {', '.join(map(repr, error.validator_value))}"
                 f"{_did_you_mean(error.instance, error.validator_value)}")
-    if error.validator == "pattern" and pattern_names(error.validator_value):
-        names, listed = pattern_names(error.validator_value)
+    named = pattern_names(error.validator_value) if error.validator == "pattern" else None
+    if named:
+        names, listed = named
         return f"{error.instance!r} is not allowed; allowed: {listed}{_did_you_mean(error.instance, names)}"
     if error.validator == "pattern":
         return (f"{error.instance!r} does not match the pattern {error.validator_value}; write it in that form "
@@ -144,7 +145,7 @@ def _describe(error: jsonschema.ValidationError) -> str:
     if error.validator == "type":
         kinds = error.validator_value if isinstance(error.validator_value, list) else [error.validator_value]
         return (f"{error.instance!r} is not of type {error.validator_value!r}; give "
-                f"{' or '.join(TYPE_FORMS.get(k, k) for k in kinds)}")
+                f"{' or '.join(TYPE_FORMS.get(k, str(k)) for k in kinds)}")
     if error.validator in BOUNDS:
         return f"{error.message}; give {BOUNDS[error.validator]} {error.validator_value}"
     return error.message

@@ -13,8 +13,9 @@ import string
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Mapping, TypeVar
 
+from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.pipeline import config
 from vocabtransfer.pipeline import paths
 
@@ -101,7 +102,7 @@ class Stage:
         """The input path templates of one job (`inputs`)."""
         return dict(_per_job(self.inputs)(params, wildcards))
 
-    def code_modules(self, params: dict, wildcards: dict) -> list[str]:
+    def code_modules(self, params: dict, wildcards: dict) -> tuple[str, ...]:
         """The code one job reruns on: the declared entry modules (`code`) and every module they import."""
         return module_closure(*_per_job(self.code)(params, wildcards))
 
@@ -126,7 +127,11 @@ class Stage:
         it runs, else why params or the data present rule it out (`skip_reason`)."""
         out = []
         for combo in self.combos(params):
-            wildcards = {**combo, "lang": lang} if "lang" in self.wildcards else dict(combo)
+            wildcards = dict(combo)
+            if "lang" in self.wildcards:
+                if lang is None:
+                    raise VocabTransferError(f"stage {self.name}: its jobs are per language; name the language")
+                wildcards["lang"] = lang
             out.append((wildcards, self.why_skipped(params, wildcards)))
         return out
 
@@ -245,7 +250,7 @@ class Context:
     device: str = "cpu"
     # the stage table (vocabtransfer.app.stages.STAGES, set by the runner), for a stage that reads what
     # other stages' jobs wrote: the report asks their job planners
-    stages: dict[str, Stage] = field(default_factory=dict)
+    stages: Mapping[str, Stage] = field(default_factory=dict)
     _sections: dict = field(default_factory=dict, repr=False)  # the typed sections built (`section`)
 
     @property

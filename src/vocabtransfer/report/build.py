@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import math
 from pathlib import Path
+from typing import Mapping
 
 from vocabtransfer import io
 from vocabtransfer.init import availability
@@ -207,7 +208,7 @@ def _opening(p: Plan) -> str:
 PLANNED = ("pretrain", "token_frequency_loss", "gradient_scenarios", "finetune_eval", "lm_eval")
 
 
-def plan(params: dict, stages: dict) -> Plan:
+def plan(params: dict, stages: Mapping) -> Plan:
     """Every artefact the report reads (`run` reads them, and they are its inputs), from the job planner
     of the stages that write them (`stages`: the stage table, vocabtransfer.app.stages.STAGES)."""
     return read.plan(params, {name: stages[name] for name in PLANNED})

@@ -11,6 +11,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from typing import Mapping
 
 from vocabtransfer import io
 from vocabtransfer.pipeline import names
@@ -51,7 +52,7 @@ class Plan:
         return list(dict.fromkeys(job["task"] for job in self.evals.get(lang, [])))
 
 
-def plan(params: dict, stages: dict) -> Plan:
+def plan(params: dict, stages: Mapping) -> Plan:
     """Every artefact the report reads, from the job planner (`Stage.jobs`) of the stages that write them:
     `stages` maps pretrain, gradient_scenarios and finetune_eval to their `Stage`, and token_frequency_loss
     when its tables are read."""
