@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 import sys
+import textwrap
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -71,7 +73,7 @@ def test_every_method_has_its_options_section():
 
 def test_every_method_module_is_named_by_a_lazy_reference_that_its_register_fulfils():
     package = Path(methods_package.__file__).parent
-    infrastructure = {"registry", "options", "variants"}  # modules of the package that hold no method
+    infrastructure = {"registry", "options", "variants", "catalog"}  # modules of the package that hold no method
     modules = {p.stem for p in package.glob("*.py") if not p.stem.startswith("_")} - infrastructure
     assert set(discover()) == set(available())
     # every method module is referenced, and every reference resolves to the function its @register added
@@ -256,3 +258,38 @@ def test_a_method_registered_without_metadata_gets_the_defaults(monkeypatch, par
     assert info("test_plain") == MethodInfo("test_plain") and info("test_plain+svd") == MethodInfo("test_plain")
     assert availability.seeded("test_plain") and not uses_snmf("test_plain")
     assert set(initialise.inputs(params, {"method": "test_plain"})) == set(initialise.CORE_INPUTS) - {"snmf_factors"}
+
+
+def test_planning_reads_the_catalog_and_imports_no_method_nor_torch():
+    """Validating params, planning every job (with each job's code and data files) and generating dvc.yaml read
+    the methods' catalog alone: no method module, no torch (Snakemake and every CLI command plan first)."""
+    code = textwrap.dedent("""
+        import sys
+        from vocabtransfer.app import dvcgen
+        from vocabtransfer.app.params import validate_params
+        from vocabtransfer.app.stages import STAGES
+        from vocabtransfer.pipeline.config import read_yaml
+
+        params = validate_params(read_yaml("params.yaml"))
+        jobs = [(stage, wc) for stage in STAGES.values()
+                for lang in (params["languages"] if "lang" in stage.wildcards else [None])
+                for wc in stage.jobs(params, lang)]
+        assert any(stage.name == "init" for stage, _ in jobs)
+        for stage, wc in jobs:
+            stage.code_modules(params, wc), stage.data_files(params, wc), stage.input_templates(params, wc)
+        dvcgen.generate(params)
+        loaded = sorted(m for m in sys.modules if m.startswith(("torch", "vocabtransfer.init.methods.")))
+        print(loaded)
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip() == str(["vocabtransfer.init.methods.catalog", "vocabtransfer.init.methods.options",
+                                       "vocabtransfer.init.methods.registry", "vocabtransfer.init.methods.variants"])
+
+
+def test_a_built_in_method_declares_its_metadata_once_in_the_catalog():
+    from vocabtransfer.init.methods import catalog
+
+    assert all(INFO[m] is getattr(catalog, m.upper()) for m in available())
+    with pytest.raises(VocabTransferError, match="init method's metadata 'omp' is registered twice"):
+        INFO.register("omp")(catalog.OMP)

@@ -100,6 +100,13 @@ class Registry(MutableMapping[str, T], Generic[T]):
             raise VocabTransferError(f"unknown {self.kind} {name!r}{where}; available: {', '.join(sorted(self._entries))}")
         return self._resolved(name)
 
+    def module_of(self, name: str) -> str:
+        """The module that holds `name`'s object, read from its lazy reference while unresolved (nothing imported)."""
+        entry = self._entries[name]
+        if isinstance(entry, str) and name in self._lazy:
+            return entry.partition(":")[0]
+        return getattr(entry, "__module__", "")
+
     def load(self) -> None:
         """Resolve every lazy reference (what listing every entry's object needs)."""
         for name in [n for n in self._entries if n in self._lazy]:  # in the order they were declared

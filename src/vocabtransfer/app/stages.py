@@ -27,12 +27,14 @@ from vocabtransfer.evaluate import finetune_eval, gradient_scenarios, harness, i
 from vocabtransfer.evaluate import token_frequency_loss
 from vocabtransfer.evaluate.tasks import task_options_class
 from vocabtransfer.init import availability, initialise, source_head, source_model, source_snmf, word_fasttext
+from vocabtransfer.init.methods.registry import METHODS, info
 from vocabtransfer.pipeline import config, names, paths
 from vocabtransfer.pipeline.config import field_leaves
 from vocabtransfer.pipeline.stage_spec import PACKAGE, Stage, contract_fault, module_file
 from vocabtransfer.registry import Registry
 from vocabtransfer.report import build, tables
 from vocabtransfer.train import pretrain
+from vocabtransfer.init.methods.options import FACTORIZATIONS, HypernetOptions, WordFasttextOptions
 
 
 def _leaves(cls: type, section: str):
@@ -118,8 +120,6 @@ SOURCE_HEAD = Stage(
 
 def _word_leaves(params: dict, wc: dict) -> list[str]:
     """init.wechsel.fasttext.*: the leaves of WordFasttextOptions (imported here: its package imports torch)."""
-    from vocabtransfer.init.methods.options import WordFasttextOptions  # imports torch: not at CLI start-up
-
     return field_leaves(WordFasttextOptions, "init.wechsel.fasttext", params["init"]["wechsel"]["fasttext"])
 
 
@@ -158,8 +158,6 @@ SOURCE_SNMF = Stage(
 
 def _hypernet_leaves(params: dict, wc: dict) -> list[str]:
     """The training keys of init.hypernet (HypernetOptions.TRAINING, save_every aside: it changes no output)."""
-    from vocabtransfer.init.methods.options import HypernetOptions  # imports torch: not at CLI start-up
-
     return field_leaves(HypernetOptions, "init.hypernet", params["init"]["hypernet"],
                         lambda f: f.name in HypernetOptions.TRAINING and f.metadata.get("rerun", True))
 
@@ -187,32 +185,28 @@ HYPERNET = Stage(
 def _init_leaves(params: dict, wildcards: dict) -> list[str]:
     """The rerun keys of one init job: the leaves of the typed options it takes (the class its method
     registers and, for `base+fact`, the factorisation's, e.g. init.omp.k)."""
-    from vocabtransfer.init.methods.options import FACTORIZATIONS  # imports torch: not at CLI start-up
-    from vocabtransfer.init.methods.registry import info  # imports torch: not at CLI start-up
-
     base, fact = names.split_method(wildcards["method"])
     classes = {base: info(base).options, **({fact: FACTORIZATIONS[fact]} if fact else {})}
     return [leaf for name, cls in classes.items() for leaf in field_leaves(cls, f"init.{name}", params["init"][name])]
 
 
 def _init_code(params: dict, wildcards: dict) -> tuple[str, ...]:
-    """The entry modules of one init job: initialise.py, the method's module and, for base+fact, the
-    factorised wrapper; editing another method does not rerun this one."""
-    from vocabtransfer.init.methods import get_method  # imports torch: not at CLI start-up
-
+    """The entry modules of one init job: initialise.py, the methods' catalog (what the job reads of its method's
+    MethodInfo), the method's module and, for base+fact, the factorised wrapper; editing another method's module
+    does not rerun this one."""
     base, fact = names.split_method(wildcards["method"])
-    module = module_file(get_method(base).__module__)  # e.g. random lives in methods/baselines.py
+    dotted = METHODS.module_of(base) if base in METHODS else ""  # from its lazy reference: no import
+    module = module_file(dotted)  # e.g. random lives in methods/baselines.py
     if module is None:  # a method registered from outside the package: no code file to rerun on
-        raise VocabTransferError(f"init method {base}: its module {get_method(base).__module__} is not a file "
+        raise VocabTransferError(f"init method {base}: its module {dotted or '(unregistered)'} is not a file "
                                  "under src/vocabtransfer; register methods in vocabtransfer.init.methods")
-    return ("init/initialise.py", str(module.relative_to(PACKAGE))) + (("init/methods/variants.py",) if fact else ())
+    entries = ("init/initialise.py", "init/methods/catalog.py", str(module.relative_to(PACKAGE)))
+    return entries + (("init/methods/variants.py",) if fact else ())
 
 
 def _init_data(params: dict, wildcards: dict) -> dict[str, Path | None]:
-    """The local data files of one init job: what the method's `@register(..., data=...)` names
+    """The local data files of one init job: what the method's `data=` (init/methods/catalog.py) names
     (wechsel: the language's bilingual dictionary)."""
-    from vocabtransfer.init.methods.registry import info  # imports torch: not at CLI start-up
-
     data = info(wildcards["method"]).data
     return data(params, wildcards["lang"]) if data else {}
 

@@ -1,5 +1,5 @@
 """Which jobs each language has, decided from params, init's method registry and the files present
-before any job runs: the init methods a language can run (the `condition` at each method's `@register`),
+before any job runs: the init methods a language can run (the `condition` in each method's catalog entry),
 the initialisations and continued-pretraining runs params ask for, and which initialisation a run starts
 from (a method registered `deterministic=True` has one, pseed 1). It asks the registry, so it sits in init/.
 
@@ -22,6 +22,7 @@ import logging
 
 from vocabtransfer.pipeline import names
 from vocabtransfer.pipeline import paths
+from vocabtransfer.init.methods.registry import info
 
 log = logging.getLogger(__name__)
 
@@ -32,8 +33,6 @@ log = logging.getLogger(__name__)
 def seeded(method: str) -> bool:
     """Whether a method's initialisation depends on the seed (it has random rows): not for a method
     registered `deterministic=True`, whose every row is a copy or a mean (nor for its variants)."""
-    from vocabtransfer.init.methods.registry import info  # imports torch: not at CLI start-up
-
     return not info(method).deterministic
 
 
@@ -43,10 +42,8 @@ def init_pseed(method: str, pseed: int | str) -> int:
 
 
 def method_reason(params: dict, lang: str, method: str) -> str | None:
-    """Why `method` (or its base) cannot run for `lang`: the `condition` declared at its `@register`
+    """Why `method` (or its base) cannot run for `lang`: the `condition` declared in its catalog entry
     (e.g. wechsel without a dictionary); None when it can."""
-    from vocabtransfer.init.methods.registry import info  # imports torch: not at CLI start-up
-
     condition = info(method).condition
     return condition(params, lang) if condition else None
 

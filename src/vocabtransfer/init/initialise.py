@@ -40,6 +40,9 @@ from vocabtransfer.pipeline import paths
 from vocabtransfer.pipeline.paths import data_path
 from vocabtransfer.data.overlap import checked_pairs, overlap_pairs
 from vocabtransfer.init.source_snmf import load_factors
+from vocabtransfer.init.methods.registry import TransferProblem, info
+from vocabtransfer.init.methods import get_method
+from vocabtransfer.init.methods.options import FACTORIZATIONS, FactorizedOptions
 
 log = logging.getLogger(__name__)
 
@@ -50,16 +53,12 @@ CORE_INPUTS = ("source_model", "tokenizer", "overlap", "fasttext", "snmf_factors
 def uses_snmf(method: str) -> bool:
     """Every `<base>+snmf` and a method registered with `factors=("snmf",)` (snmf) read the shared
     semi-NMF of stage source_snmf."""
-    from vocabtransfer.init.methods.registry import info  # imports torch: not at CLI start-up
-
     return names.split_method(method)[1] == "snmf" or "snmf" in info(method).factors
 
 
 def inputs(params: dict, wildcards: dict) -> dict[str, str]:
     """The stage's input templates for these wildcards: the core inputs plus the method's own
-    (`@register(..., inputs=...)`)."""
-    from vocabtransfer.init.methods.registry import info  # imports torch: not at CLI start-up
-
+    (`inputs=` in its catalog entry)."""
     method = wildcards["method"]
     factors = {"snmf_factors": paths.SOURCE_SNMF} if uses_snmf(method) else {}
     return {"source_model": paths.SOURCE_MODEL, "tokenizer": paths.TOKENIZER, "overlap": paths.OVERLAP,
@@ -69,8 +68,6 @@ def inputs(params: dict, wildcards: dict) -> dict[str, str]:
 def options_record(method: str, options: Any) -> dict:
     """The options as stats.json records them: `init.<base>` without the keys other stages read, and
     for `base+fact` the factorisation's section under `factorization`."""
-    from vocabtransfer.init.methods.registry import info  # imports torch: not at CLI start-up
-
     base, factorization = (options.base, options.factorization) if names.split_method(method)[1] else (options, None)
     record = {k: v for k, v in asdict(base).items() if k not in info(method).stage_options}
     if factorization is not None:
@@ -112,8 +109,6 @@ def target_rows(method: str, n_target: int, overlap_target_ids: np.ndarray, aux_
     ofa and snmf also copy special tokens that match a source special token by role; the fasttext
     stage gives special tokens no vector, so such a token outside the overlap counts as random here.
     """
-    from vocabtransfer.init.methods.registry import info  # imports torch: not at CLI start-up
-
     if not info(method).auxiliary_rows:
         return None
     overlap = np.zeros(n_target, dtype=bool)
@@ -189,11 +184,6 @@ def read_inputs(ctx) -> InitInputs:
 
 def run(ctx) -> None:
     import torch  # torch: heavy, not at CLI start-up
-
-    from vocabtransfer.init.methods import get_method  # imports torch: not at CLI start-up
-    from vocabtransfer.init.methods.options import FACTORIZATIONS, FactorizedOptions  # imports torch: not at CLI start-up
-    from vocabtransfer.init.methods.registry import TransferProblem, info  # imports torch: not at CLI start-up
-
     start = time.perf_counter()
     method_name = ctx.method
     method = get_method(method_name)  # unknown method: the registry's error, before any loading

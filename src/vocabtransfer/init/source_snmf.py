@@ -34,6 +34,7 @@ from vocabtransfer import io
 from vocabtransfer.model import modeling
 from vocabtransfer.model.hub import load_tokenizer
 from vocabtransfer.errors import VocabTransferError
+from vocabtransfer.init.methods.options import SnmfOptions
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +58,6 @@ def run(ctx) -> None:
     import torch  # torch: heavy, not at CLI start-up
 
     from vocabtransfer.init.factorize import factorize_source  # imports torch: not at CLI start-up
-    from vocabtransfer.init.methods.options import SnmfOptions  # imports torch: not at CLI start-up
     from vocabtransfer.init.semi_nmf import block_coefficients  # imports torch: not at CLI start-up
 
     start = time.perf_counter()
@@ -100,8 +100,6 @@ def load_factors(path: str | Path, matrices: dict, options, seed: int | None = N
     is given) with another seed: a stale file must never be used silently.
     """
     import torch  # torch: heavy, not at CLI start-up
-
-    from vocabtransfer.init.methods.options import SnmfOptions  # imports torch: not at CLI start-up
     from vocabtransfer.init.semi_nmf import expand_blocks  # imports torch: not at CLI start-up
 
     path = Path(path)

@@ -1,7 +1,8 @@
 """Params sections declared in code: a frozen dataclass whose fields carry their default, description
 and bounds (`option`), and the JSON Schema it makes (`section_schema`). The schema of such a section
 is generated, never written: `init.<name>` of every init method comes from the options class it
-registers (`@register("omp", options=OmpOptions)`), so a default is written once, in its field.
+declares (`MethodInfo("omp", options=OmpOptions)`, init/methods/catalog.py), so a default is written once,
+in its field.
 
     @dataclass(frozen=True)
     class OmpOptions:

@@ -1,11 +1,11 @@
 """Embedding initialisation methods: a registry, one module per method.
 
 A method is a function `(problem: TransferProblem, options) -> TransferResult` registered with
-`@register("name", options=<its options dataclass>, ...)` (all three from
-`vocabtransfer.init.methods.registry`), which also declares what the pipeline needs to know about it
-(`MethodInfo`, read with `registry.info`: extra inputs, whether its rows depend on the seed,
-conditions under which it can run, …). Adding a method = one module in this package, its lazy
-reference in `registry.METHODS` and its section `init.<name>` in params.yaml. Factorised
+`@register("name")` (all three from `vocabtransfer.init.methods.registry`); what the pipeline needs to know
+about it (`MethodInfo`, read with `registry.info`: its options class, extra inputs, whether its rows depend on
+the seed, conditions under which it can run, …) is declared in `catalog.py`, which planning reads without
+importing any method. Adding a method = one module in this package, its lazy reference in `registry.METHODS`,
+its entry in `catalog.py` and its section `init.<name>` in params.yaml. Factorised
 variants (`focus+svd`, `fvt+snmf`, …) are composed by `get_method`: the base method runs inside
 the low-rank space of the factorisation.
 """

@@ -308,13 +308,13 @@ def token_surfaces(tokenizer) -> tuple[list[str | None], np.ndarray]:
 # --------------------------------------------------------------------------- methods
 
 
-@register("random", options=RandomOptions)
+@register("random")
 def random_init(problem: TransferProblem, options: RandomOptions = RandomOptions()) -> TransferResult:
     """Every row from N(mean, std) of the source embeddings; special tokens copied."""
     return _copy_then_random(problem, "random", overlap=False, reason="random method")
 
 
-@register("overlap", options=OverlapOptions)
+@register("overlap")
 def overlap_init(problem: TransferProblem, options: OverlapOptions = OverlapOptions()) -> TransferResult:
     """Overlapping and special tokens copied; every other row as in `random`."""
     return _copy_then_random(problem, "overlap", overlap=True, reason="not in the source vocabulary")
@@ -331,7 +331,7 @@ def _copy_then_random(problem: TransferProblem, method: str, *, overlap: bool, r
     return TransferResult(embeddings=target, stats=ledger.stats(method=method, seed=int(problem.seed)))
 
 
-@register("mean", options=MeanOptions, deterministic=True)  # every row a copy or the mean: the seed changes nothing
+@register("mean")  # deterministic (catalog.py): every row a copy or the mean
 def mean_init(problem: TransferProblem, options: MeanOptions = MeanOptions()) -> TransferResult:
     """Overlapping and special tokens copied; every other row the mean source embedding."""
     source = source_matrix(problem)

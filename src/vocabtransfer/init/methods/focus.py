@@ -41,7 +41,7 @@ from vocabtransfer.data.overlap import checked_pairs
 log = logging.getLogger(__name__)
 
 
-@register("focus", options=FocusOptions, auxiliary_rows=True)
+@register("focus")
 def focus(problem: TransferProblem, opts: FocusOptions = FocusOptions()) -> TransferResult:
     check_problem(problem, "focus")
     embeddings, stats = focus_embeddings(

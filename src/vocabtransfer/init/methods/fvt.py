@@ -124,7 +124,7 @@ def scatter_mean(source: torch.Tensor, pieces: np.ndarray, rows: np.ndarray, n_r
     return sums / torch.from_numpy(np.maximum(counts, 1)).to(torch.float32)[:, None], counts
 
 
-@register("fvt", options=FvtOptions)
+@register("fvt")
 def fvt(problem: TransferProblem, options: FvtOptions = FvtOptions()) -> TransferResult:
     """Overlap copied; every other token = mean of the source rows of its source-tokenizer pieces."""
     source = source_matrix(problem)

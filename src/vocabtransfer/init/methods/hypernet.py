@@ -23,7 +23,6 @@ from vocabtransfer.init.methods.fvt import fvt, split_with_source
 from vocabtransfer.init.methods.options import HypernetOptions
 from vocabtransfer.init.methods.registry import TransferProblem, TransferResult, register
 from vocabtransfer.model import hypernet as network
-from vocabtransfer.pipeline import paths
 
 
 def decompose(tokenizer, source_tokenizer, ids: np.ndarray, max_pieces: int) -> tuple[np.ndarray, torch.Tensor]:
@@ -54,8 +53,7 @@ def predicted_rows(net: network.HyperNet, source: torch.Tensor, tokenizer, sourc
     return out, chosen
 
 
-@register("hypernet", options=HypernetOptions, inputs={"hypernet": paths.HYPERNET},
-          stage_options=HypernetOptions.TRAINING, factorizable=False)
+@register("hypernet")
 def hypernet(problem: TransferProblem, options: HypernetOptions = HypernetOptions()) -> TransferResult:
     """FVT's rows, then the trained network's residual on every token with a known source piece."""
     directory = problem.resources.get("hypernet")

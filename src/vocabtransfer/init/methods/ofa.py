@@ -353,7 +353,7 @@ def random_cluster_coordinates(out: torch.Tensor, rows: torch.Tensor, coords: to
 # the method
 # --------------------------------------------------------------------------------------------
 
-@register("ofa", options=OfaOptions, auxiliary_rows=True, factorizable=False)
+@register("ofa")
 def ofa(problem: TransferProblem, opts: OfaOptions = OfaOptions()) -> TransferResult:
     section = "init.ofa"
     check_neighbour_method(problem, "ofa", opts, "keep_dim")

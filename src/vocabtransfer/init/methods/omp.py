@@ -72,7 +72,7 @@ log = logging.getLogger(__name__)
 NORMS = typing.get_args(typing.get_type_hints(OmpOptions)["norm"])  # params init.omp.norm (module doc, step 4)
 
 
-@register("omp", options=OmpOptions, auxiliary_rows=True)
+@register("omp")
 def omp(problem: TransferProblem, opts: OmpOptions = OmpOptions()) -> TransferResult:
     """OMP rows for the new tokens with a fastText vector, FOCUS's rows for the rest (module doc)."""
     check_problem(problem, "omp")

@@ -1,8 +1,8 @@
 """The options of the built-in initialisation methods and of the factorisations, typed: each section
 `init.<name>` is a frozen dataclass (`OmpOptions` for `init.omp`, …) whose fields hold their default,
 description and bounds (`vocabtransfer.pipeline.typed.option`). They are the one home of these facts:
-the schema's `init.<name>` is generated from the class a method registers
-(`@register("omp", options=OmpOptions)`), and a factorisation's from `FACTORIZATIONS` below.
+the schema's `init.<name>` is generated from the class a method declares
+(`MethodInfo("omp", options=OmpOptions)` in catalog.py), and a factorisation's from `FACTORIZATIONS` below.
 A method declared elsewhere (a test's, a new module's) declares its options class beside it.
 
 The init stage builds a method's options once from the validated params

@@ -1,10 +1,10 @@
 """The method registry: what a method gets (`TransferProblem` and its typed options), what it returns
-(`TransferResult`) and `@register("name", options=..., ...)` with what the pipeline needs to know about
-it (`MethodInfo`: its options class, extra inputs, whether its rows depend on the seed, …). `METHODS`
-names every method by a lazy reference to its function (one `vocabtransfer.registry.Registry`): a method's
-module is imported when it is first looked up, so adding a method is adding its module, its line in
-`METHODS` and its section in params.yaml (the schema's `init.<name>` is generated from its options class,
-`declared_sections`)."""
+(`TransferResult`), `@register("name")` on its function, and what the pipeline needs to know about it
+(`MethodInfo`: its options class, extra inputs, whether its rows depend on the seed, …). Two registries
+(`vocabtransfer.registry.Registry`) of lazy references: `METHODS` to each method's function, imported when a
+job runs it, and `INFO` to its `MethodInfo` in `catalog.py`, which imports no method code, so planning starts
+without torch. Adding a method is its module, its line in `METHODS`, its entry in `catalog.py` and its section
+in params.yaml (the schema's `init.<name>` is generated from its options class, `declared_sections`)."""
 
 from __future__ import annotations
 
@@ -63,9 +63,9 @@ DataFiles = Callable[[dict, str], "dict[str, Path | None]"]  # (params, lang) ->
 
 @dataclass(frozen=True)
 class MethodInfo:
-    """What the pipeline needs to know about a method besides its function, declared at its
-    `@register`. A name registered without metadata (or not registered) gets these defaults; a
-    factorised variant `base+svd` / `base+snmf` has its base's."""
+    """What the pipeline needs to know about a method besides its function, declared in its entry in
+    catalog.py (or at its `@register`, for one registered at run time). A name registered without metadata (or
+    not registered) gets these defaults; a factorised variant `base+svd` / `base+snmf` has its base's."""
 
     name: str
     # the frozen dataclass of its params section `init.<name>` (vocabtransfer.pipeline.typed): the
@@ -94,8 +94,8 @@ class MethodInfo:
 
 
 # every method, by a lazy reference to its function (vocabtransfer.registry): its module is imported the first
-# time the method is looked up, and its @register line adds the metadata. Adding a method is its module, its
-# line here and its section in params.yaml (the schema's `init.<name>` comes from its options class).
+# time the method is looked up, and its @register fulfils the reference. Adding a method is its module, its
+# line here, its entry in catalog.py and its section in params.yaml (the schema's `init.<name>`).
 _PACKAGE = __name__.rpartition(".")[0]
 METHODS: Registry[Method] = Registry("init method", lazy={
     name: f"{_PACKAGE}.{reference}" for name, reference in (
@@ -103,26 +103,30 @@ METHODS: Registry[Method] = Registry("init method", lazy={
         ("focus", "focus:focus"), ("fvt", "fvt:fvt"), ("hypernet", "hypernet:hypernet"), ("ofa", "ofa:ofa"),
         ("omp", "omp:omp"), ("snmf", "snmf:snmf"), ("wechsel", "wechsel:wechsel"))},
     check=lambda fn: None if callable(fn) else "an init method is a function (problem, options) -> TransferResult")
-# each method's MethodInfo, added by its @register
+# each method's MethodInfo: a built-in's by a lazy reference to catalog.py (`<NAME>`), which imports no method code
 INFO: Registry[MethodInfo] = Registry("init method's metadata",
+                                     lazy={name: f"{_PACKAGE}.catalog:{name.upper()}" for name in METHODS},
                                      check=lambda i: None if isinstance(i, MethodInfo) else "not a MethodInfo")
 
 
 def register(name: str, **metadata: Any) -> Callable[[Method], Method]:
-    """`@register("name", inputs=..., deterministic=..., ...)`: the method and its `MethodInfo` (a name
-    registered twice is an error)."""
+    """`@register("name")`: the method's function (a name registered twice is an error). A built-in method's
+    `MethodInfo` is its entry in `catalog.py`; one registered at run time (a plugin, a test's throwaway method)
+    declares it here, `@register("name", inputs=..., deterministic=..., ...)`, or gets the defaults."""
     info = MethodInfo(name, **metadata)  # an unknown keyword is a TypeError at import
 
     def deco(fn: Method) -> Method:
         METHODS.register(name)(fn)
-        INFO.register(name)(info)
+        if metadata or name not in INFO:  # metadata beside a catalog entry: registered twice, an error
+            INFO.register(name)(info)
         return fn
 
     return deco
 
 
 def discover() -> tuple[str, ...]:
-    """Every method's module imported (its @register run): the names, in the order they are declared."""
+    """Every method's module imported (its @register run): the names, in the order they are declared (what a
+    check of every method's function needs; planning reads `INFO` alone)."""
     METHODS.load()
     return tuple(METHODS)
 
@@ -131,13 +135,10 @@ def info(method: str) -> MethodInfo:
     """The metadata of a method, `base` or `base+fact` (its base's); the defaults for a name
     registered without any (or not registered)."""
     base = method.partition("+")[0]
-    if base in METHODS:
-        METHODS[base]  # its module imported: its @register added the metadata
     return INFO.get(base) or MethodInfo(base)
 
 
 def declared_sections() -> dict[str, type]:
     """{method: its options class}, in the order they register: the typed sections `init.<name>` the
     schema is completed with (vocabtransfer.app.params.schema)."""
-    discover()
     return {name: INFO[name].options for name in METHODS if name in INFO}

@@ -38,7 +38,7 @@ from vocabtransfer.init.methods.options import SnmfOptions
 log = logging.getLogger(__name__)
 
 
-@register("snmf", options=SnmfOptions, auxiliary_rows=True, factors=("snmf",), factorizable=False)
+@register("snmf")
 def snmf(problem: TransferProblem, opts: SnmfOptions = SnmfOptions()) -> TransferResult:
     section = "init.snmf"
     check_neighbour_method(problem, "snmf", opts, "rank")

@@ -222,34 +222,7 @@ def _dictionary_path(problem: TransferProblem, opts: WechselOptions) -> Path:
 # --------------------------------------------------------------------------- the pipeline's view
 
 
-def dictionary_file(params: dict, lang: str) -> Path | None:
-    """The local bilingual dictionary of `lang` (`init.wechsel.dictionaries.<lang>`), None without an entry."""
-    entry = ((params.get("init") or {}).get("wechsel") or {}).get("dictionaries", {}).get(lang)
-    return paths.data_path(entry) if entry else None
-
-
-def unavailable(params: dict, lang: str) -> str | None:
-    """Why `wechsel` cannot run for `lang` (None when it can)."""
-    path = dictionary_file(params, lang)
-    if path is None:
-        return f"no dictionary: init.wechsel.dictionaries has no entry for {lang}"
-    if not path.is_file():
-        return f"no dictionary: {path} not found (init.wechsel.dictionaries.{lang})"
-    text = paths.data_path(params["init"]["wechsel"]["source_text"])
-    if not text.is_file():
-        return f"no source-language text: {text} not found (init.wechsel.source_text)"
-    return None
-
-
-@register(
-    "wechsel",
-    options=WechselOptions,
-    # the word-level fastText models of the source_fasttext / word_fasttext stages
-    inputs={"source_fasttext": paths.SOURCE_WORD_FASTTEXT, "target_fasttext": paths.WORD_FASTTEXT},
-    stage_options=("source_text", "fasttext"),  # read by the source_fasttext / word_fasttext stages
-    condition=unavailable,
-    data=lambda params, lang: {"data_dictionary": dictionary_file(params, lang)},
-)
+@register("wechsel")
 def wechsel(problem: TransferProblem, opts: WechselOptions = WechselOptions()) -> TransferResult:
     """Rows = softmax-weighted means of the source rows of the target token's nearest source tokens
     in an aligned fastText space."""

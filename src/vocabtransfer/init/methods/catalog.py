@@ -1,0 +1,58 @@
+"""What the pipeline knows about each built-in init method, declared without importing its code.
+
+One `MethodInfo` per method (its options class, the extra inputs its init job reads, whether its rows depend on
+the seed, when it cannot run for a language, its local data files, …): planning (the CLI, Snakemake, dvc.yaml,
+`vocabtransfer validate`) reads these, so it starts without torch; the method's own module (named in
+`registry.METHODS`) is imported only when a job runs it. Adding a method is its module with `@register("name")`
+on its function, its line in `registry.METHODS`, its entry here and its section in params.yaml. A method
+registered at run time (a plugin, a test's throwaway method) declares its metadata at its `@register` instead.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from vocabtransfer.init.methods.options import (FocusOptions, FvtOptions, HypernetOptions, MeanOptions, OfaOptions,
+                                                OmpOptions, OverlapOptions, RandomOptions, SnmfOptions,
+                                                WechselOptions)
+from vocabtransfer.init.methods.registry import MethodInfo
+from vocabtransfer.pipeline import paths
+
+
+def wechsel_dictionary(params: dict, lang: str) -> Path | None:
+    """The local bilingual dictionary of `lang` (`init.wechsel.dictionaries.<lang>`), None without an entry."""
+    entry = ((params.get("init") or {}).get("wechsel") or {}).get("dictionaries", {}).get(lang)
+    return paths.data_path(entry) if entry else None
+
+
+def wechsel_unavailable(params: dict, lang: str) -> str | None:
+    """Why `wechsel` cannot run for `lang` (None when it can)."""
+    path = wechsel_dictionary(params, lang)
+    if path is None:
+        return f"no dictionary: init.wechsel.dictionaries has no entry for {lang}"
+    if not path.is_file():
+        return f"no dictionary: {path} not found (init.wechsel.dictionaries.{lang})"
+    text = paths.data_path(params["init"]["wechsel"]["source_text"])
+    if not text.is_file():
+        return f"no source-language text: {text} not found (init.wechsel.source_text)"
+    return None
+
+
+RANDOM = MethodInfo("random", options=RandomOptions)
+OVERLAP = MethodInfo("overlap", options=OverlapOptions)
+MEAN = MethodInfo("mean", options=MeanOptions, deterministic=True)  # every row a copy or the mean: no seed
+FOCUS = MethodInfo("focus", options=FocusOptions, auxiliary_rows=True)
+FVT = MethodInfo("fvt", options=FvtOptions)
+HYPERNET = MethodInfo("hypernet", options=HypernetOptions, inputs={"hypernet": paths.HYPERNET},
+                      stage_options=HypernetOptions.TRAINING, factorizable=False)
+OFA = MethodInfo("ofa", options=OfaOptions, auxiliary_rows=True, factorizable=False)
+OMP = MethodInfo("omp", options=OmpOptions, auxiliary_rows=True)
+SNMF = MethodInfo("snmf", options=SnmfOptions, auxiliary_rows=True, factors=("snmf",), factorizable=False)
+WECHSEL = MethodInfo(
+    "wechsel", options=WechselOptions,
+    # the word-level fastText models of the source_fasttext / word_fasttext stages
+    inputs={"source_fasttext": paths.SOURCE_WORD_FASTTEXT, "target_fasttext": paths.WORD_FASTTEXT},
+    stage_options=("source_text", "fasttext"),  # read by the source_fasttext / word_fasttext stages
+    condition=wechsel_unavailable,
+    data=lambda params, lang: {"data_dictionary": wechsel_dictionary(params, lang)},
+)
