@@ -24,7 +24,7 @@ export PATH := $(abspath $(BIN)):$(PATH)
 $(BIN)/.installed: pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet --no-compile -e '.[test]'  # bytecode on first import, of what is imported
+	$(BIN)/python -m pip install --quiet -e '.[test]'
 	touch $@
 
 venv: $(BIN)/.installed $(DATA_LINK)
