@@ -84,6 +84,8 @@ def main(argv=None) -> int:
             train = subsample(splits.train, max_train, args.seed, "train")
             scores, seconds = [], []
             for seed in range(1, args.seeds + 1):
+                print(f"max_train {max_train}, epochs {epochs:g}, seed {seed}: fine-tuning on {len(train)} examples, "
+                      f"then scoring {len(splits.test)} dev examples", file=sys.stderr, flush=True)
                 t = time.perf_counter()
                 with tempfile.TemporaryDirectory() as out:
                     result, _ = finetune(task=tuned, splits=Splits(train=train, test=splits.test), model_dir=args.model,
@@ -91,7 +93,7 @@ def main(argv=None) -> int:
                 seconds.append(time.perf_counter() - t)
                 scores.append(result["metrics"][task.metric])
                 print(f"max_train {max_train}, epochs {epochs:g}, seed {seed}: {task.metric} {scores[-1]:.2f} "
-                      f"({seconds[-1]:.0f} s)", file=sys.stderr)
+                      f"({seconds[-1]:.0f} s)", file=sys.stderr, flush=True)
             rows.append((max_train, len(train), epochs, scores, sum(seconds) / len(seconds)))
     print(f"\n{args.model} -> {args.lang} {args.task}: dev = {len(splits.test)} examples in {groups} groups carved "
           f"from the {n_train} training examples (--dev-fraction {args.dev_fraction}); the test examples are not read\n")
