@@ -5,8 +5,8 @@ GGUF file, a 4,000-token German tokenizer in Gemma's family, fastText, the overl
 of Gemma itself with its own tokenizer on the same LINES German valid lines.
 The cost is Gemma's forward passes: source_model ~2.5 min (GGUF read, dequantised, saved), then init_eval scores
 four 268M-parameter models twice each (loss and bits per byte; Gemma's own 262k-token head on every
-position), a time proportional to LINES: 32 lines keep the asserted orderings (their gaps are about a bit
-per byte) at a sixth of the 200 lines' cost."""
+position), a time proportional to LINES: 16 lines keep the asserted orderings (their gaps are about a bit
+per byte) at a twelfth of the 200 lines' cost."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ import yaml
 from conftest import BIN, REPO
 
 pytestmark = pytest.mark.slow
-LINES = 32  # the orderings below hold by wide margins (about a bit per byte); scoring is the cost
+LINES = 16  # the orderings below hold by wide margins (about a bit per byte); scoring is the cost
 
 
 @pytest.fixture(scope="module")
