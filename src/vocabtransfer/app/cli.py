@@ -38,8 +38,11 @@ log = logging.getLogger("vocabtransfer")
 def wildcard_help() -> dict[str, str]:
     """Each wildcard's `--<wildcard>` help: what it is and its allowed values, from the params schema."""
     props = schema()["properties"]
-    named = pattern_names(props["init"]["properties"]["methods"]["items"]["pattern"])
-    methods = named[1] if named else props["init"]["properties"]["methods"]["items"]["pattern"]
+    pattern = props["init"]["properties"]["methods"]["items"]["pattern"]
+    named = pattern_names(pattern)
+    if named is None:  # the schema builds this pattern from the method names: another form is a bug, not input
+        raise VocabTransferError(f"params schema: init.methods pattern {pattern!r} lists no names")
+    methods = named[1]
     objectives = ", ".join(props["pretrain"]["properties"]["objectives"]["items"]["enum"])
     tasks = ", ".join(props["eval"]["properties"]["tasks"]["properties"])
     return {
