@@ -19,6 +19,7 @@ from vocabtransfer.app.params import validate_params
 from vocabtransfer.evaluate import harness
 from vocabtransfer.io import read_json, read_parquet
 from vocabtransfer.pipeline.stage_spec import Context, Stage
+from vocabtransfer.pipeline.typed import Params
 
 LIMIT = int(sys.argv[1]) if len(sys.argv) > 1 else 20
 devices = sys.argv[2].split(",") if len(sys.argv) > 2 else ["cpu", "cuda"]
@@ -42,10 +43,10 @@ model_dir = root / "model"
 model.save_pretrained(model_dir)
 tokenizer.save_pretrained(model_dir)
 # the params as a job reads them: validated, every default filled in
-params = validate_params({
+params = Params(validate_params({
     "seed": 7, "languages": ["sw"], "source_model": str(model_dir), "corpus": {"sources": {"sw": {"path": "unused.txt"}}},
     "init": {"methods": ["random"]}, "pretrain": {"methods": [], "objectives": [], "pairs": [], "seeds": 1},
-    "lm_eval": {"tasks": ["local_xnli_{lang}", "sw:local_tydiqa_sw"], "num_fewshot": 0, "limit": LIMIT, "batch_size": 8}})
+    "lm_eval": {"tasks": ["local_xnli_{lang}", "sw:local_tydiqa_sw"], "num_fewshot": 0, "limit": LIMIT, "batch_size": 8}}))
 stage = Stage(name="harness", run=harness.run, help="", wildcards=("lang", "model"))
 results, ok = {}, True
 for device in devices:

@@ -66,7 +66,9 @@ def _job(stage: str, params: dict) -> tuple[dict, list[str]]:
     from vocabtransfer.pipeline import paths
 
     spec = STAGES[stage]
-    jobs = spec.jobs(params, "sw") if "lang" in spec.wildcards else spec.jobs(params)
+    from vocabtransfer.pipeline.typed import Params
+
+    jobs = spec.jobs(Params.of(params), "sw") if "lang" in spec.wildcards else spec.jobs(Params.of(params))
     if not jobs:
         raise LookupError(f"{stage}: no job in the shared workflow's params")
     wildcards = jobs[0]

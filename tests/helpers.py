@@ -235,7 +235,19 @@ def over_defaults(section: str, given: dict) -> dict:
     return merge_overlay(section_defaults(section), given)
 
 
-def make_ctx(func: str, wildcards: dict, inputs: dict, outputs: dict, params: dict):
+def filled_params(tree: dict):
+    """`tree` (a partial params tree, e.g. a report test's) as typed Params, every section laid over the schema's
+    defaults as validation fills them, without validation's cross-key checks (no corpus for each language is
+    needed): what a stage below app/ reads of a section it is given."""
+    from vocabtransfer.app.params import SECTIONS, section_defaults
+    from vocabtransfer.pipeline.config import merge_overlay
+    from vocabtransfer.pipeline.typed import Params
+
+    filled = {name: merge_overlay(section_defaults(name), tree.get(name) or {}) for name in SECTIONS}
+    return Params({**tree, **filled})
+
+
+def make_ctx(func: str, wildcards: dict, inputs: dict, outputs: dict, params):
     """A stage Context with explicit paths, for the stage function `func` ("module:function")."""
     import importlib
 
@@ -246,7 +258,10 @@ def make_ctx(func: str, wildcards: dict, inputs: dict, outputs: dict, params: di
                   wildcards=tuple(wildcards))
     from vocabtransfer.app.stages import STAGES
 
-    return Context(stage=stage, params=params, wildcards=wildcards, input={k: Path(v) for k, v in inputs.items()},
+    from vocabtransfer.pipeline.typed import Params
+
+    return Context(stage=stage, params=Params.of(params), wildcards=wildcards,
+                   input={k: Path(v) for k, v in inputs.items()},
                    output={k: Path(v) for k, v in outputs.items()}, threads=1, stages=STAGES)
 
 

@@ -19,7 +19,7 @@ from vocabtransfer.evaluate import token_frequency_loss
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.model.losses import objective_loss
 
-from helpers import make_ctx, save_dir, text_lines, tiny_bert, tiny_llama, wordpiece_tokenizer
+from helpers import filled_params, make_ctx, save_dir, text_lines, tiny_bert, tiny_llama, wordpiece_tokenizer
 
 #               id: 0   1  2  3  4  5  6  7
 COUNTS = np.array([0, 10, 5, 5, 1, 0, 3, 2])
@@ -195,12 +195,13 @@ def test_stages_end_to_end(tmp_path, wp, one_thread, caplog):
     pre = {o: save_dir(tiny_bert(len(wp), seed=s), wp,
                        tmp_path / "xx" / "pretrain" / "focus" / o / "pseed1" / "model").parent
            for o, s in (("standard", 1), ("selfish", 2))}
-    params = {"seed": 5, "languages": ["xx"], "init": {"methods": ["focus"]},
-              "pretrain": {"methods": ["focus"], "objectives": ["standard", "selfish"], "seeds": 1,
-                           "selfish": {"margin": 2.0}},
-              "token_frequency_loss": {"buckets": 4, "scheme": "equal_types", "max_lines": 40, "seq_len": 64,
-                                       "batch_size": 8, "bits_per_byte": True},
-              "gradient_scenarios": {"batches": 2, "batch_size": 4, "seq_len": 64, "plot_bins": 10}}
+    params = filled_params({
+        "seed": 5, "languages": ["xx"], "init": {"methods": ["focus"]},
+        "pretrain": {"methods": ["focus"], "objectives": ["standard", "selfish"], "seeds": 1, "pairs": None,
+                     "selfish": {"margin": 2.0}},
+        "token_frequency_loss": {"buckets": 4, "scheme": "equal_types", "max_lines": 40, "seq_len": 64,
+                                 "batch_size": 8, "bits_per_byte": True},
+        "gradient_scenarios": {"batches": 2, "batch_size": 4, "seq_len": 64, "plot_bins": 10}})
     assert token_frequency_loss.scored_models(params, "xx") == [("focus", "init", 1), ("focus", "standard", 1),
                                                                 ("focus", "selfish", 1)]
 

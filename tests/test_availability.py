@@ -18,6 +18,7 @@ from vocabtransfer.init import availability
 from vocabtransfer.app.plan import preflight
 from vocabtransfer.app import dvcgen
 from vocabtransfer.app.params import validate_params
+from vocabtransfer.pipeline.typed import Params
 from vocabtransfer.errors import VocabTransferError, brief
 from vocabtransfer.app.stages import STAGES
 
@@ -38,12 +39,13 @@ def corpus_only_root(root: Path, shared: Path, lines: int = 3000) -> Path:
     return root
 
 
-def xx_params(**init_eval) -> dict:
-    return validate_params({"languages": ["xx"], "source_model": MINILM,
-                            "corpus": {"sources": {"xx": {"path": "pretrain_text/xx.txt"}}},
-                            "init": {"methods": ["random", "fvt", "wechsel"]},
-                            "pretrain": {"methods": ["random", "fvt", "wechsel"], "objectives": ["standard"]},
-                            "init_eval": init_eval})
+def xx_params(dictionaries: dict | None = None, **init_eval) -> Params:
+    return Params(validate_params({"languages": ["xx"], "source_model": MINILM,
+                                   "corpus": {"sources": {"xx": {"path": "pretrain_text/xx.txt"}}},
+                                   "init": {"methods": ["random", "fvt", "wechsel"],
+                                            "wechsel": {"dictionaries": dictionaries or {}}},
+                                   "pretrain": {"methods": ["random", "fvt", "wechsel"], "objectives": ["standard"]},
+                                   "init_eval": init_eval}))
 
 
 def test_corpus_only_language_has_every_job_that_needs_nothing_more(shared_data, data_root):
@@ -77,7 +79,7 @@ def test_corpus_only_language_has_every_job_that_needs_nothing_more(shared_data,
     assert "results/${item.lang}/init/fvt/pseed1" in eval_deps and not any("wechsel" in d for d in eval_deps)
     assert stages["init_eval"]["foreach"]["xx"] == {"lang": "xx", "data_source_text": f"{data_root}/pretrain_text/en.txt"}
     # a dictionary that is named but missing is a skip too, with the file
-    params["init"]["wechsel"]["dictionaries"]["xx"] = "wechsel_dicts/xx.txt"
+    params = xx_params(dictionaries={"xx": "wechsel_dicts/xx.txt"})
     assert availability.method_reason(params, "xx", "wechsel") == (
         f"no dictionary: {data_root}/wechsel_dicts/xx.txt not found (init.wechsel.dictionaries.xx)")
 

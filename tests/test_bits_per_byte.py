@@ -13,6 +13,7 @@ import torch
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.evaluate import bits_per_byte
 from vocabtransfer.model import modeling
+from vocabtransfer.pipeline.typed import Params
 
 from helpers import (bpe_tokenizer, make_ctx, save_dir, text_lines, tiny_bert, tiny_llama,
                      wordpiece_tokenizer)
@@ -197,7 +198,8 @@ def tfl_study(tmp_path, source_model, source_tok, tok):
               "token_frequency_loss": {"buckets": 2, "scheme": "equal_types", "max_lines": 13, "seq_len": 32,
                                        "batch_size": 4, "bits_per_byte": True}}
     models = {}
-    scored = token_frequency_loss.scored_models(params, "xx") + token_frequency_loss.zero_shot_models(params, "xx")
+    scored = (token_frequency_loss.scored_models(Params(params), "xx")
+              + token_frequency_loss.zero_shot_models(Params(params), "xx"))
     for k, (m, o, s) in enumerate(scored):
         sub = f"init/{m}/pseed{s}" if o == "init" else f"pretrain/{m}/{o}/pseed{s}"
         models[(m, o, s)] = tiny_llama(len(tok), seed=10 + k)

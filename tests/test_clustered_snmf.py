@@ -19,7 +19,7 @@ from vocabtransfer.init.factors import relative_error
 from vocabtransfer.init.semi_nmf import block_coefficients, clustered_semi_nmf, expand_blocks, semi_nmf
 from vocabtransfer.init.methods.registry import TransferProblem
 from vocabtransfer.init.methods.options import SnmfOptions
-from vocabtransfer.pipeline.config import from_dict
+from vocabtransfer.pipeline.typed import from_dict
 from vocabtransfer.init.methods.snmf import snmf
 
 from helpers import Tok, bpe_tokenizer, init_params, make_ctx, tiny_llama, write_inputs

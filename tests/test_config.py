@@ -11,7 +11,8 @@ import yaml
 
 from vocabtransfer.app.cli import main
 from vocabtransfer.app.params import load_params, schema, validate_params
-from vocabtransfer.pipeline.config import from_dict, typed_section
+from vocabtransfer.pipeline.config import typed_section
+from vocabtransfer.pipeline.typed import Params, from_dict
 from vocabtransfer.errors import VocabTransferError
 
 from conftest import REPO, SHARED_DATA
@@ -197,7 +198,8 @@ def test_every_section_is_generated_from_the_dataclass_its_stage_reads():
     """One home per default: the YAML file holds the schema's root only, every section is made from the
     dataclass its stage reads, and validation fills in exactly that dataclass's defaults."""
     from vocabtransfer.app.params import SECTIONS
-    from vocabtransfer.pipeline.config import from_dict, root_schema
+    from vocabtransfer.pipeline.config import root_schema
+    from vocabtransfer.pipeline.typed import from_dict
 
     root = root_schema()["properties"]
     assert set(root) == {"languages", "seed", "source_model", "init"}
@@ -245,7 +247,7 @@ def test_a_null_task_data_entry_in_an_overlay_removes_that_languages_jobs():
     from vocabtransfer.app.stages import STAGES
 
     def tasks(stage: str) -> set[tuple[str, str]]:
-        return {(lang, j["task"]) for lang in params["languages"] for j in STAGES[stage].jobs(params, lang)}
+        return {(lang, j["task"]) for lang in params["languages"] for j in STAGES[stage].jobs(Params(params), lang)}
 
     assert tasks("finetune_eval") == {("sw", "qa"), ("sw", "ner"), ("de", "ner"), ("sw", "nli"), ("de", "nli")}
     assert tasks("floor") == tasks("finetune_eval")
@@ -271,11 +273,12 @@ def test_pretrain_pairs_choose_the_runs_and_a_pair_outside_methods_x_objectives_
                               "pretrain": {"methods": ["random", "focus", "omp"], "objectives": ["standard", "selfish"],
                                            "pairs": ["random-standard", "focus-selfish", "focus-standard"], "seeds": 2}})
     # the order is methods × objectives, whatever the order of the list
-    assert availability.pretrain_pairs(params) == [("random", "standard"), ("focus", "standard"), ("focus", "selfish")]
-    assert availability.pretrain_runs(params) == [(m, o, s) for m, o in availability.pretrain_pairs(params)
-                                                  for s in (1, 2)]
+    assert availability.pretrain_pairs(Params(params)) == [("random", "standard"), ("focus", "standard"),
+                                                           ("focus", "selfish")]
+    assert availability.pretrain_runs(Params(params)) == [(m, o, s) for m, o in availability.pretrain_pairs(Params(params))
+                                                          for s in (1, 2)]
     params["pretrain"]["pairs"] = None  # every method × objective
-    assert len(availability.pretrain_pairs(params)) == 6
+    assert len(availability.pretrain_pairs(Params(params))) == 6
     with pytest.raises(VocabTransferError, match=r"pretrain.pairs: omp-distill is not a pretrain.methods × "
                                                  r"pretrain.objectives pair"):
         validate_params({**params, "pretrain": {**params["pretrain"], "pairs": ["omp-distill"]}})

@@ -21,6 +21,7 @@ from conftest import BAD_INPUTS, REPO
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.app.params import validate_params
 from vocabtransfer.pipeline.config import merge_overlay, read_yaml
+from vocabtransfer.pipeline.typed import Params
 
 from helpers import bpe_tokenizer, llama_seed, text_lines, tiny_gptj
 
@@ -128,7 +129,7 @@ def test_decoder_only_missing_task_head_is_a_skip_the_report_lists(tmp_path):
     written = tmp_path / paths.fill(paths.EVAL_RESULT, lang="sw", task="nli", model="source", seed="1")
     written.parent.mkdir(parents=True)
     written.write_text(json.dumps({"task": "nli", "model": "source", **result}))
-    plan = build.plan(params, STAGES)
+    plan = build.plan(Params(params), STAGES)
     plan.evals["sw"] = [{"task": "nli", "model": "source", "seed": 1}]
     lang = read.read_language("sw", plan, tmp_path)
     assert "nli" not in lang.evals and lang.skipped["nli"] == result["not_run"]

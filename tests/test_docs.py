@@ -270,7 +270,8 @@ def test_the_floors_the_readme_states_are_the_floor_stage_on_the_study(shared_da
     from vocabtransfer.evaluate.task_floor import floor
     from vocabtransfer.evaluate.tasks import EvalParams
     from vocabtransfer.app.params import validate_params
-    from vocabtransfer.pipeline.config import from_dict, merge_overlay, read_yaml
+    from vocabtransfer.pipeline.config import merge_overlay, read_yaml
+    from vocabtransfer.pipeline.typed import from_dict
 
     monkeypatch.setenv("VOCABTRANSFER_DATA", str(shared_data))
     study = read_yaml(REPO / "config" / "study.yaml")

@@ -15,6 +15,7 @@ from vocabtransfer.init import availability
 from vocabtransfer.app.params import load_params, validate_params
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.evaluate.tasks import get_task, load_splits, open_source
+from vocabtransfer.pipeline.typed import Params
 
 from conftest import REPO
 
@@ -33,19 +34,19 @@ def with_eval(params, **changes):
 def test_jobs_cover_models_tasks_and_seeds(params):
     p = with_eval(params, models=["pretrained", "init", "source", "wechsel-init"], seeds=2)
     p["pretrain"]["seeds"] = 2
-    models = finetune_eval.eval_models(p)
-    pairs = availability.pretrain_pairs(p)
+    models = finetune_eval.eval_models(Params(p))
+    pairs = availability.pretrain_pairs(Params(p))
     assert models[:2 * len(pairs)] == [f"{m}-{o}-pseed{s}" for m, o in pairs for s in (1, 2)]
     assert models[-2:] == ["source", "wechsel-init-pseed1"]
     # every pretrained method's init, per pretraining seed (random, fvt and focus all have random rows)
     assert [m for m in models if "-init-" in m] == [f"{m}-init-pseed{s}" for m in ("random", "fvt", "focus")
                                                    for s in (1, 2)] + ["wechsel-init-pseed1"]
-    jobs = STAGES["finetune_eval"].jobs(p, "sw")
+    jobs = STAGES["finetune_eval"].jobs(Params(p), "sw")
     assert len(jobs) == 3 * len(models) * 2
     assert {j["seed"] for j in jobs} == {"1", "2"}
-    assert finetune_eval.skipped_tasks(p, "sw") == {}
+    assert finetune_eval.skipped_tasks(Params(p), "sw") == {}
     # a name without its pretraining seed stands for every pretraining seed of it
-    assert finetune_eval.eval_models(with_eval(p, models=["focus-standard"])) == ["focus-standard-pseed1",
+    assert finetune_eval.eval_models(Params(with_eval(p, models=["focus-standard"]))) == ["focus-standard-pseed1",
                                                                                   "focus-standard-pseed2"]
 
 
@@ -55,12 +56,12 @@ def test_language_with_only_ner_data(params):
     p["corpus"]["sources"]["ha"] = {"path": "pretrain_text/ha.txt"}
     p["eval"]["tasks"]["ner"]["data"]["ha"] = {"train": {"path": "masakhaner2/hau/train.txt"}}
     p = validate_params(p)
-    assert {j["task"] for j in STAGES["finetune_eval"].jobs(p, "ha")} == {"ner"}
-    reasons = finetune_eval.skipped_tasks(p, "ha")
+    assert {j["task"] for j in STAGES["finetune_eval"].jobs(Params(p), "ha")} == {"ner"}
+    reasons = finetune_eval.skipped_tasks(Params(p), "ha")
     assert set(reasons) == {"nli", "qa"} and "no data for 'ha'" in reasons["qa"]
-    with_qa = [lang for lang in p["languages"] if any(j["task"] == "qa" for j in STAGES["finetune_eval"].jobs(p, lang))]
-    assert with_qa == ["sw", "de"]
-    assert all(any(j["task"] == "ner" for j in STAGES["finetune_eval"].jobs(p, lang)) for lang in p["languages"])
+    jobs = {lang: STAGES["finetune_eval"].jobs(Params(p), lang) for lang in p["languages"]}
+    assert [lang for lang, js in jobs.items() if any(j["task"] == "qa" for j in js)] == ["sw", "de"]
+    assert all(any(j["task"] == "ner" for j in js) for js in jobs.values())
 
 
 def test_dvc_stages_list_only_languages_with_data_and_their_files(params):
@@ -91,18 +92,18 @@ def test_dvc_stages_list_only_languages_with_data_and_their_files(params):
 def test_model_names_and_directories(params):
     params = copy.deepcopy(params)
     params["init"]["methods"].append("focus+svd")
-    assert finetune_eval.parse_model(params, "source")["input"] == "results/source/model"
-    init = finetune_eval.parse_model(params, "focus+svd-init-pseed1")
+    assert finetune_eval.parse_model(Params(params), "source")["input"] == "results/source/model"
+    init = finetune_eval.parse_model(Params(params), "focus+svd-init-pseed1")
     assert (init["method"], init["objective"], init["input"]) == ("focus+svd", "init",
                                                                   "results/{lang}/init/focus+svd/pseed1")
-    pre = finetune_eval.parse_model(params, "focus-selfish-pseed1")
+    pre = finetune_eval.parse_model(Params(params), "focus-selfish-pseed1")
     assert (pre["method"], pre["objective"], pre["pseed"], pre["input"]) == (
         "focus", "selfish", 1, "results/{lang}/pretrain/focus/selfish/pseed1")
     for bad in ("focus-finetuned-pseed1", "nomethod-init-pseed1", "focus-selfish-pseed2", "bert"):
         with pytest.raises(VocabTransferError, match=f"model '{bad}' is produced by no stage"):
-            finetune_eval.parse_model(params, bad)
+            finetune_eval.parse_model(Params(params), bad)
     with pytest.raises(VocabTransferError, match="produced by no stage"):
-        finetune_eval.eval_models(with_eval(params, models=["source", "focus-sgd"]))
+        finetune_eval.eval_models(Params(with_eval(params, models=["source", "focus-sgd"])))
 
 
 def test_data_spec_for_a_language_not_in_languages_is_a_reported_skip(params):
@@ -125,7 +126,8 @@ def test_a_task_gets_its_typed_section_and_a_mapping_over_the_schemas_defaults(p
     gets the typed options over the schema's defaults, checked by the schema."""
     import dataclasses
 
-    from vocabtransfer.pipeline.config import from_dict, typed_section
+    from vocabtransfer.pipeline.config import typed_section
+    from vocabtransfer.pipeline.typed import from_dict
 
     typed = from_dict(tasks.EvalParams, params["eval"])
     assert get_task("qa", typed.tasks.qa).options is typed.tasks.qa

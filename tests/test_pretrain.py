@@ -306,8 +306,10 @@ def test_pretrain_runs_and_init_seeds():
     from vocabtransfer.init import availability
     from vocabtransfer.pipeline import names
 
-    params = {"seed": 7, "init": {"methods": ["focus", "mean", "fvt"]},
-              "pretrain": {"methods": ["focus", "mean"], "objectives": ["standard", "selfish"], "seeds": 2}}
+    from vocabtransfer.pipeline.typed import Params
+
+    params = Params({"seed": 7, "init": {"methods": ["focus", "mean", "fvt"]},
+                     "pretrain": {"methods": ["focus", "mean"], "objectives": ["standard", "selfish"], "seeds": 2}})
     assert availability.pretrain_pairs(params) == [("focus", "standard"), ("focus", "selfish"),
                                                    ("mean", "standard"), ("mean", "selfish")]
     runs = availability.pretrain_runs(params)

@@ -15,6 +15,7 @@ import torch
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.train.pretrain import leaves
 from vocabtransfer.train.checkpoints import complete_checkpoints
+from vocabtransfer.pipeline.typed import Params
 
 from helpers import (TOLERANCE, finish, gpt2_seed, launch, llama_seed, pretrain_outputs, pretrain_project, run_pretrain,
                      save_dir, text_lines, tiny_bert, tiny_gpt2, tiny_model, wordpiece_tokenizer)
@@ -164,10 +165,10 @@ def test_alm_is_distill_at_alpha_one_whatever_pretrain_distill_alpha_says(tmp_pa
     for column in ("train_loss", "valid_loss", "grad_norm_distill"):
         np.testing.assert_allclose(alm.column(column).to_numpy(), dist.column(column).to_numpy(), rtol=1e-5,
                                    atol=1e-6, err_msg=column)
-    assert "pretrain.distill.temperature" in leaves(params, {"objective": "alm"})
+    assert "pretrain.distill.temperature" in leaves(Params(params), {"objective": "alm"})
     from vocabtransfer.app.stages import STAGES
 
-    assert "source" in STAGES["pretrain"].input_templates(params, {"lang": "sw", "method": "focus", "pseed": "1",
+    assert "source" in STAGES["pretrain"].input_templates(Params(params), {"lang": "sw", "method": "focus", "pseed": "1",
                                                           "objective": "alm"})
 
 
@@ -200,15 +201,15 @@ def test_distill_leaves_only_for_the_distill_objective():
                               "pretrain": {"methods": ["focus"], "objectives": ["standard", "distill"]}})
     assert params["pretrain"]["distill"] == {"temperature": 100.0, "alpha": 0.5, "teacher": "cached",
                                              "chunks": "unbiased", "bias_threshold": 1e-4}  # tokenkit's
-    distill = leaves(params, {"objective": "distill"})
-    standard = leaves(params, {"objective": "standard"})
+    distill = leaves(Params(params), {"objective": "distill"})
+    standard = leaves(Params(params), {"objective": "standard"})
     assert {f"pretrain.distill.{k}" for k in ("alpha", "temperature", "chunks", "bias_threshold")} <= set(distill)
     assert not any(leaf.startswith("pretrain.distill.") for leaf in standard)
     from vocabtransfer.app.stages import STAGES
 
     wc = {"lang": "sw", "method": "focus", "pseed": "1"}
-    assert "source" in STAGES["pretrain"].input_templates(params, {**wc, "objective": "distill"})
-    assert "source" not in STAGES["pretrain"].input_templates(params, {**wc, "objective": "standard"})
+    assert "source" in STAGES["pretrain"].input_templates(Params(params), {**wc, "objective": "distill"})
+    assert "source" not in STAGES["pretrain"].input_templates(Params(params), {**wc, "objective": "standard"})
 
 
 @pytest.mark.slow

@@ -33,6 +33,7 @@ from vocabtransfer.app.params import load_params, schema
 from vocabtransfer.pipeline.typed import option
 from vocabtransfer.app.stages import STAGES
 from vocabtransfer.report import markdown, read
+from vocabtransfer.pipeline.typed import Params
 
 from conftest import REPO
 from helpers import make_ctx, tiny_bert, wordpiece_tokenizer, write_inputs
@@ -196,7 +197,7 @@ def params():
     base["init"] = {**base["init"], "methods": ["random", "test_meta", "test_snmf_reader"],
                     "test_meta": {"alpha": 1, "other_stage": "x"}}
     base["pretrain"] = {**base["pretrain"], "methods": ["random", "test_meta"], "pairs": None, "seeds": 3}
-    return base
+    return Params(base)
 
 
 def test_a_registered_methods_metadata_reaches_the_pipeline(fake_methods, params):
@@ -211,7 +212,8 @@ def test_a_registered_methods_metadata_reaches_the_pipeline(fake_methods, params
         "results/source/snmf.safetensors"
     assert "snmf_factors" not in init.input_templates(params, {**wc, "method": "random"})
     assert STAGES["source_snmf"].why_skipped(params, {}) is None
-    assert STAGES["source_snmf"].why_skipped({**params, "init": {**params["init"], "methods": ["test_meta"]}}, {})
+    assert STAGES["source_snmf"].why_skipped(Params({**params.tree, "init": {**params.tree["init"], "methods": ["test_meta"]}}),
+                                             {})
     # deterministic: one initialisation for every pretraining seed (random gets one per seed)
     assert availability.init_runs(params) == [("random", 1), ("random", 2), ("random", 3), ("test_meta", 1),
                                         ("test_snmf_reader", 1)]
@@ -269,10 +271,11 @@ def test_planning_reads_the_catalog_and_imports_no_method_nor_torch():
         from vocabtransfer.app.params import validate_params
         from vocabtransfer.app.stages import STAGES
         from vocabtransfer.pipeline.config import read_yaml
+        from vocabtransfer.pipeline.typed import Params
 
-        params = validate_params(read_yaml("params.yaml"))
+        params = Params(validate_params(read_yaml("params.yaml")))
         jobs = [(stage, wc) for stage in STAGES.values()
-                for lang in (params["languages"] if "lang" in stage.wildcards else [None])
+                for lang in (params.languages if "lang" in stage.wildcards else [None])
                 for wc in stage.jobs(params, lang)]
         assert any(stage.name == "init" for stage, _ in jobs)
         for stage, wc in jobs:

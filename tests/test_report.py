@@ -25,7 +25,7 @@ from vocabtransfer.report import read
 from vocabtransfer.report import build
 from vocabtransfer.report.tables import ReportParams
 
-from helpers import wide_table_rows, wording_faults
+from helpers import wide_table_rows, wording_faults, filled_params
 
 LANGS = ("sw", "de")
 METHODS = ("random", "focus")
@@ -218,7 +218,7 @@ def make_results(root: Path, langs=LANGS, with_evals: bool = True) -> read.Plan:
 def rendered(tmp_path_factory):
     root = tmp_path_factory.mktemp("study")
     plan = make_results(root)
-    build.write_report(PARAMS, _report(PARAMS), plan, root)
+    build.write_report(filled_params(PARAMS), _report(PARAMS), plan, root)
     return root, plan, (root / paths.REPORT).read_text()
 
 
@@ -491,7 +491,7 @@ def test_init_table_shows_bits_per_byte_of_causal_models_beside_the_floors(tmp_p
               "bytes_per_token": 4.08}, {**floor, "lang": "sw", "method": "floor:uniform", "kind": "floor",
                                          "bits_per_byte": 2.9, "bytes_per_token": 4.08}]
     io.write_parquet(pa.Table.from_pylist(rows, schema=INIT_EVAL_SCHEMA), path)
-    build.write_report({**PARAMS, "languages": ["sw"]}, _report(PARAMS), plan, tmp_path)
+    build.write_report(filled_params({**PARAMS, "languages": ["sw"]}), _report(PARAMS), plan, tmp_path)
     report = (tmp_path / paths.REPORT).read_text()
     init = section(section(report, "## sw"), "### Right after initialisation")
     # bits per byte and the share: in *Bits per byte* alone, so the report states one source bits per byte
@@ -500,7 +500,7 @@ def test_init_table_shows_bits_per_byte_of_causal_models_beside_the_floors(tmp_p
     assert "Bits per byte and the share kept: in the table *Bits per byte* below" in init
     assert "1.500" not in init
     (tmp_path / paths.fill(paths.BITS_PER_BYTE, lang="sw")).unlink()  # no bits-per-byte table: init_eval's share
-    build.write_report({**PARAMS, "languages": ["sw"]}, _report(PARAMS), plan, tmp_path)
+    build.write_report(filled_params({**PARAMS, "languages": ["sw"]}), _report(PARAMS), plan, tmp_path)
     init = section(section((tmp_path / paths.REPORT).read_text(), "## sw"), "### Right after initialisation")
     assert cells(init, "method")[4:] == ["bits per byte", "share kept", "bytes per token"]
     assert cells(init, "focus")[4:] == ["**2.500**", "**0.33**", "4.08"] and cells(init, "random")[5] == "-0.33"
@@ -513,14 +513,14 @@ def test_masked_models_get_no_bits_per_byte_and_the_report_says_why(tmp_path):
     df = io.read_parquet(path).to_pandas()
     df["bits"] = None
     io.write_parquet(pa.Table.from_pandas(df, schema=BPB_SCHEMA, preserve_index=False), path)
-    build.write_report({**PARAMS, "languages": ["sw"]}, _report(PARAMS), plan, tmp_path)
+    build.write_report(filled_params({**PARAMS, "languages": ["sw"]}), _report(PARAMS), plan, tmp_path)
     text = (tmp_path / paths.REPORT).read_text()
     table = section(section(text, "## sw"), "### Bits per byte")
     assert "_No bits per byte: bits per byte needs a causal LM" in table and "keeps its per-token loss" in table
     assert "Bytes per token on the 20 valid lines: 4.08 with the target tokenizer, 2.40 with the source's" in table
     assert "Bits per byte" not in section(text, "## Verdict")
     path.unlink()
-    build.write_report({**PARAMS, "languages": ["sw"]}, _report(PARAMS), plan, tmp_path)
+    build.write_report(filled_params({**PARAMS, "languages": ["sw"]}), _report(PARAMS), plan, tmp_path)
     text = (tmp_path / paths.REPORT).read_text()
     assert "_No bits-per-byte results (results/sw/bits_per_byte.parquet missing)._" in text
 
@@ -530,7 +530,7 @@ def test_figures_curves_and_metrics_are_reproducible(rendered, tmp_path):
     figures = sorted(p.name for p in (root / paths.REPORT_FIGURES).iterdir())
     assert figures == ["de_downstream.png", "de_valid_loss.png", "sw_downstream.png", "sw_valid_loss.png"]
     plan = make_results(tmp_path)
-    build.write_report(PARAMS, _report(PARAMS), plan, tmp_path)
+    build.write_report(filled_params(PARAMS), _report(PARAMS), plan, tmp_path)
     for name in figures:
         copied = (tmp_path / paths.REPORT_FIGURES / name).read_bytes()
         assert copied == (root / paths.REPORT_FIGURES / name).read_bytes()
@@ -550,7 +550,7 @@ def test_missing_results_render_as_notes(tmp_path):
     for m, o, s in plan.pretrain:
         run_dir = tmp_path / paths.fill(paths.PRETRAIN_DIR, lang="sw", method=m, objective=o, pseed=s)
         (run_dir / "metrics.parquet").unlink()
-    build.write_report(PARAMS, _report(PARAMS), plan, tmp_path)
+    build.write_report(filled_params(PARAMS), _report(PARAMS), plan, tmp_path)
     text = (tmp_path / paths.REPORT).read_text()
     sw = section(text, "## sw")
     assert "_No continued-pretraining results for this language._" in sw
@@ -567,7 +567,7 @@ def test_a_study_that_stops_at_initialisation_says_so_and_compares_the_initialis
              "peak_memory_bytes": 2**32, "parameters": 2_000_000, "vocab_sizes": [2000, 9000, 14000],
              "curve": [{"lm_loss": 8.0}] * 20 + [{"lm_loss": 7.0}] * 20}
     write(tmp_path, paths.HYPERNET + "/stats.json", stats)
-    build.write_report(PARAMS, _report(PARAMS), plan, tmp_path)
+    build.write_report(filled_params(PARAMS), _report(PARAMS), plan, tmp_path)
     text = (tmp_path / paths.REPORT).read_text()
     assert "scored right after initialisation (no pretraining or fine-tuning configured)" in text.split("## Verdict")[0]
     assert "* Continued pretraining: none configured (pretrain.pairs)" in text
@@ -655,7 +655,7 @@ def test_a_report_on_too_few_clusters_words_no_difference(tmp_path):
     row is better or worse, no task is learned or compared, and the verdict says why."""
     plan = make_results(tmp_path, langs=("sw",))
     params = {**PARAMS, "languages": ["sw"], "report": {**PARAMS["report"], "min_clusters": 30}}
-    build.write_report(params, _report(params), plan, tmp_path)
+    build.write_report(filled_params(params), _report(params), plan, tmp_path)
     text = (tmp_path / paths.REPORT).read_text()
     verdict = section(text, "## Verdict")
     sw = section(verdict, "### sw")
@@ -723,13 +723,13 @@ def test_a_gguf_source_is_said_to_be_a_quantisation(tmp_path):
                                               # Gemma 3 270M's Q4_K_M file: the embedding matrix stays at 8 bits
                                               "gguf_type_weights": {"Q8_0": 169246720, "Q5_0": 63406080,
                                                                 "Q4_K": 23592960, "Q6_K": 11796480, "F32": 55936}})
-    build.write_report(PARAMS, _report(PARAMS), plan, tmp_path)
+    build.write_report(filled_params(PARAMS), _report(PARAMS), plan, tmp_path)
     setup = section((tmp_path / paths.REPORT).read_text(), "## Set-up")
     assert ("* Source weights: **a quantisation of the released model to 4–8 bits per weight (Q8_0 for 169.2 M, "
             "Q5_0 for 63.4 M, Q4_K for 23.6 M, Q6_K for 11.8 M)**, read from the GGUF file `gemma-3-270m-q4_k_m.gguf` "
             "(sha256 a5fd3b62230a…)") in " ".join(setup.split())
     (tmp_path / paths.SOURCE_BASE_STATS).write_text(json.dumps({"route": "hub"}))  # a plain checkpoint: nothing said
-    build.write_report(PARAMS, _report(PARAMS), plan, tmp_path)
+    build.write_report(filled_params(PARAMS), _report(PARAMS), plan, tmp_path)
     assert "Source weights" not in (tmp_path / paths.REPORT).read_text()
 
 

@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from conftest import BIN, REPO
+from vocabtransfer.pipeline.typed import Params
 
 
 def snakemake_jobs(shared_data: Path, *args: str) -> set[str]:
@@ -38,7 +39,7 @@ def table_jobs(params: dict) -> set[str]:
     out = set()
     for stage in STAGES.values():
         for lang in params["languages"] if "lang" in stage.wildcards else [None]:
-            for wc in stage.jobs(params, lang):
+            for wc in stage.jobs(Params(params), lang):
                 out.add(f"{stage.name} {' '.join(sorted(fill(t, **wc) for t in stage.outputs.values()))}")
     return out
 

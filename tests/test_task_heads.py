@@ -16,6 +16,7 @@ from vocabtransfer.evaluate import finetune_eval
 from vocabtransfer.app.params import load_params
 from vocabtransfer.model.hub import resolve_model_path
 from vocabtransfer.evaluate.tasks import get_task, load_splits
+from vocabtransfer.pipeline.typed import Params
 
 from conftest import REPO
 
@@ -100,8 +101,9 @@ def test_language_with_only_ner_data_runs_end_to_end(params, tmp_path, shared_da
     raw["eval"]["tasks"]["ner"].update(max_train=48, max_test=24, epochs=1)
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw))
     p = load_params(tmp_path / "params.yaml")
-    assert STAGES["finetune_eval"].jobs(p, "sw") == [{"task": "ner", "model": "source", "seed": "1", "lang": "sw"}]
-    assert set(finetune_eval.skipped_tasks(p, "sw")) == {"nli", "qa"}
+    assert STAGES["finetune_eval"].jobs(Params(p), "sw") == [{"task": "ner", "model": "source", "seed": "1",
+                                                              "lang": "sw"}]
+    assert set(finetune_eval.skipped_tasks(Params(p), "sw")) == {"nli", "qa"}
     (tmp_path / "results" / "source").mkdir(parents=True)
     os.symlink(resolve_model_path(p["source_model"]), tmp_path / "results" / "source" / "model")
 

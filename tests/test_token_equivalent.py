@@ -13,6 +13,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from helpers import filled_params
 
 from vocabtransfer.report import token_equivalent as te
 from vocabtransfer.report.read import Language
@@ -117,8 +118,8 @@ def test_the_report_shows_tokens_curves_table_and_verdict(tmp_path):
         write(tmp_path, paths.PRETRAIN_DIR + "/valid_blocks.parquet",
               pa.Table.from_pandas(lang.blocks[src], preserve_index=False), **run)
         write(tmp_path, paths.PRETRAIN_DIR + "/stats.json", {"steps": 7, "uniform_valid_loss": 11.0}, **run)
-    build.write_report({**PARAMS, "languages": ["sw"]}, _report({**PARAMS, "report": {"bootstrap_resamples": 200}}),
-                       plan, tmp_path)
+    build.write_report(filled_params({**PARAMS, "languages": ["sw"]}),
+                       _report({**PARAMS, "report": {"bootstrap_resamples": 200}}), plan, tmp_path)
     text = (tmp_path / paths.REPORT).read_text()
     assert "### What an initialisation is worth in tokens" in text
     assert "**focus-standard is worth more than the run's random's tokens at 64.0k tokens**" in text

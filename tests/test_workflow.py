@@ -16,6 +16,8 @@ import yaml
 from conftest import BIN, PRETOKENIZED, WORKFLOW_GROUP
 from helpers import digest, run_command, setup_workdir, snakemake_jobs, wide_table_rows, wording_faults
 
+from vocabtransfer.pipeline.typed import Params
+
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(WORKFLOW_GROUP)]
 # artefacts that must be byte-identical between two runs (fasttext.reproducible is on by default)
 DETERMINISTIC = [
@@ -165,8 +167,8 @@ def test_dvc_repro_reproduces_the_same_artefacts_and_params_change_marks_exactly
     jobs = snakemake_jobs(run_command([str(BIN / "snakemake"), "-n", *targets(params)], work, env))
     n = len(params["languages"])
     assert {k: jobs.get(k) for k in ("fasttext", "init", "init_eval", "pretrain", "token_frequency_loss", "report")} == {
-        "fasttext": n, "init": n * len(availability.init_runs(params)), "init_eval": n,
-        "pretrain": n * len(availability.pretrain_runs(params)), "token_frequency_loss": n, "report": 1}, jobs
+        "fasttext": n, "init": n * len(availability.init_runs(Params(params))), "init_eval": n,
+        "pretrain": n * len(availability.pretrain_runs(Params(params))), "token_frequency_loss": n, "report": 1}, jobs
     assert not {"corpus", "tokenizer", "pretokenize", "overlap", "source_head", "source_snmf", "word_fasttext"} & set(jobs)
 
 
@@ -234,9 +236,9 @@ def test_pretraining_analyses_and_downstream_evaluation_reach_the_report(workdir
     from vocabtransfer.init import availability
 
     work, _, params = workdir
-    assert params["pretrain"]["seeds"] == 2 and len(availability.pretrain_runs(params)) == 6
+    assert params["pretrain"]["seeds"] == 2 and len(availability.pretrain_runs(Params(params))) == 6
     for lang in params["languages"]:
-        for method, objective, pseed in availability.pretrain_runs(params):
+        for method, objective, pseed in availability.pretrain_runs(Params(params)):
             run_dir = work / f"results/{lang}/pretrain/{method}/{objective}/pseed{pseed}"
             metrics = pq.read_table(run_dir / "metrics.parquet").to_pandas()
             valid = metrics.dropna(subset=["valid_loss"])
@@ -263,7 +265,7 @@ def test_pretraining_analyses_and_downstream_evaluation_reach_the_report(workdir
         for task in ("nli", "qa", "ner"):
             floor = json.loads((work / f"results/{lang}/eval/{task}/floor.json").read_text())
             assert 0 <= floor["value"] <= 100 and floor["name"]
-            for model in eval_models(params):
+            for model in eval_models(Params(params)):
                 result = json.loads((work / f"results/{lang}/eval/{task}/{model}/seed1.json").read_text())
                 assert 0 <= result["metrics"][result["metric"]] <= 100 and result["n_test"] > 0, result
                 assert len(result["examples"]["clusters"]) == result["n_test"]

@@ -171,12 +171,13 @@ def expected_jobs(params: dict) -> set[tuple[str, str]]:
     """(rule, wildcards) of every job of the study params give, as the plugin names them (the
     wildcard values in the order of the output path, joined by `_`)."""
     from vocabtransfer.app.params import validate_params
+    from vocabtransfer.pipeline.typed import Params
 
-    params = validate_params(params)
+    params = Params(validate_params(params))
     jobs = set()
     for stage in stages.STAGES.values():
         order = dict.fromkeys(re.findall(r"\{(\w+)\}", next(iter(stage.outputs.values()))))
-        for lang in params["languages"] if "lang" in stage.wildcards else [None]:
+        for lang in params.languages if "lang" in stage.wildcards else [None]:
             for wc in stage.jobs(params, lang):
                 jobs.add((stage.name, "_".join(str(wc[k]) for k in order)))
     return jobs

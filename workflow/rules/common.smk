@@ -10,7 +10,8 @@ import yaml
 from vocabtransfer.pipeline import paths
 from vocabtransfer.app import plan
 from vocabtransfer.app.params import schema, validate_params
-from vocabtransfer.pipeline.config import get, load_yaml, merge_overlay, read_yaml, write_merged
+from vocabtransfer.pipeline.config import load_yaml, merge_overlay, read_yaml, write_merged
+from vocabtransfer.pipeline.typed import Params
 from vocabtransfer.app.runner import param_values
 from vocabtransfer.pipeline import fingerprint
 from vocabtransfer.app.stages import STAGES
@@ -53,8 +54,10 @@ try:
     # the stages read exactly this merged, validated config: written once per distinct config
     # (the name is its hash, so concurrent runs with other configs never share a file)
     PARAMS_FILE = write_merged(_validated, ".snakemake/vocabtransfer")
+    # the validated params, typed: what every planner below reads
+    PARAMS = Params(_validated)
     # what `vocabtransfer validate` checks, a dry run included (a source HF_HUB_OFFLINE keeps out stops it too)
-    _lines = plan.preflight(_validated, source=PARAMS_SOURCE)
+    _lines = plan.preflight(PARAMS, source=PARAMS_SOURCE)
 except VocabTransferError as exc:
     sys.exit("\n".join(f"error: {line}" for line in str(exc).splitlines()))
 config.clear()
@@ -66,9 +69,9 @@ for _line in _lines:
 # holds, so a fingerprint first written by an input function while the DAG is built (a job reached only through
 # an explicit target's inputs) would be reported missing
 for _name, _stage in STAGES.items():
-    for _lang in config["languages"] if "lang" in _stage.wildcards else [None]:
-        for _wc in _stage.jobs(config, _lang):
-            fingerprint.write(_name, _stage.code_modules(config, _wc))
+    for _lang in PARAMS.languages if "lang" in _stage.wildcards else [None]:
+        for _wc in _stage.jobs(PARAMS, _lang):
+            fingerprint.write(_name, _stage.code_modules(PARAMS, _wc))
 
 
 def _asks_for_job_listing(argv):
@@ -90,11 +93,11 @@ if workflow.output_settings.dryrun and workflow.output_settings.quiet is None an
 os.environ["VOCABTRANSFER_PARAMS"] = PARAMS_FILE
 
 wildcard_constraints:
-    lang="|".join(config["languages"]),
-    method="|".join(re.escape(m) for m in config["init"]["methods"]),
+    lang="|".join(PARAMS.languages),
+    method="|".join(re.escape(m) for m in PARAMS.init_methods),
     objective="|".join(schema()["properties"]["pretrain"]["properties"]["objectives"]["items"]["enum"]),
     pseed=r"[1-9][0-9]*",
-    task="|".join(config["eval"]["tasks"]),
+    task="|".join(PARAMS.leaf("eval.tasks")),
     model=r"source|[A-Za-z0-9_+]+-[a-z]+-pseed[1-9][0-9]*",
     seed=r"[0-9]+",
 
@@ -110,11 +113,11 @@ def stage_input(name):
 
     def inputs(wildcards):
         wc = dict(wildcards)
-        reason = stage.why_skipped(config, wc)
+        reason = stage.why_skipped(PARAMS, wc)
         if reason is not None:
             raise VocabTransferError(f"{name} {' '.join(wc.values())}: not possible with these params: {reason}")
-        code = fingerprint.write(name, stage.code_modules(config, wc))
-        return {**stage.input_templates(config, wc), **stage.data_files(config, wc), "code": code}
+        code = fingerprint.write(name, stage.code_modules(PARAMS, wc))
+        return {**stage.input_templates(PARAMS, wc), **stage.data_files(PARAMS, wc), "code": code}
 
     return inputs
 
@@ -126,7 +129,7 @@ def stage_output(name):
 
 def stage_params(name):
     """The params leaves a stage reads, as a Snakemake param: changing one reruns the job."""
-    return lambda wildcards: param_values(config, name, dict(wildcards))
+    return lambda wildcards: param_values(PARAMS, name, dict(wildcards))
 
 
 def _job_name(name):
@@ -146,7 +149,7 @@ def stage_threads(name):
     profile sets it: cores per cluster job), else --cores. A stage that is bit-reproducible only on
     one thread (fastText) gets one while its `Stage.one_thread_if` params leaf is true."""
     stage = STAGES[name]
-    if not stage.parallel or (stage.one_thread_if and get(config, stage.one_thread_if)):
+    if not stage.parallel or (stage.one_thread_if and PARAMS.leaf(stage.one_thread_if)):
         return 1
     return workflow.resource_settings.max_threads or workflow.cores
 
@@ -173,7 +176,7 @@ SLURM_GPU_PARTITION = os.environ.get("VOCABTRANSFER_SLURM_GPU_PARTITION", "gpu")
 def stage_processes(name):
     """The job's data-parallel processes (`Stage.processes`, e.g. pretrain.processes), else 1."""
     leaf = STAGES[name].processes
-    return int(get(config, leaf)) if leaf else 1
+    return int(PARAMS.leaf(leaf)) if leaf else 1
 
 
 def stage_resources(name):
@@ -199,7 +202,7 @@ def stage_args(name):
 
 def stage_launch(name):
     """`vocabtransfer`, or for a job of N > 1 data-parallel processes `accelerate launch … -m vocabtransfer`."""
-    return STAGES[name].launch(config)
+    return STAGES[name].launch(PARAMS)
 
 
 # every rule's shell: the stage is the rule's name
@@ -212,8 +215,8 @@ def stage_targets(name, output=None):
     stage = STAGES[name]
     keys = [output] if output else list(stage.outputs)
     targets = []
-    for lang in config["languages"] if "lang" in stage.wildcards else [None]:
-        for wc in stage.jobs(config, lang):
+    for lang in PARAMS.languages if "lang" in stage.wildcards else [None]:
+        for wc in stage.jobs(PARAMS, lang):
             targets += [paths.fill(stage.outputs[k], **wc) for k in keys]
     return targets
 

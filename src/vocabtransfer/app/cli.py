@@ -28,6 +28,7 @@ from vocabtransfer.evaluate import coverage
 from vocabtransfer.log import report_error, setup_logging
 from vocabtransfer.app import params_doc
 from vocabtransfer.app.params import load, schema
+from vocabtransfer.pipeline.typed import Params
 from vocabtransfer.app.plan import job_counts, preflight
 from vocabtransfer.pipeline.config import pattern_names, read_yaml
 from vocabtransfer.pipeline.remote import add_remote
@@ -140,7 +141,7 @@ WILDCARD_LISTS = {"lang": ("languages",), "method": ("init", "methods"), "object
                   "task": ("eval", "tasks")}
 
 
-def check_wildcards(wildcards: dict, params: dict, source: str) -> None:
+def check_wildcards(wildcards: dict, params: Params, source: str) -> None:
     """`--lang`, `--method`, `--objective` and `--task` must be in the params' lists: else one line naming the
     params files read, the list, its values and the closest one."""
     import difflib
@@ -148,10 +149,7 @@ def check_wildcards(wildcards: dict, params: dict, source: str) -> None:
     for name, value in wildcards.items():
         if name not in WILDCARD_LISTS:
             continue
-        node = params
-        for key in WILDCARD_LISTS[name]:
-            node = node[key]
-        allowed = [str(v) for v in node]
+        allowed = [str(v) for v in params.leaf(".".join(WILDCARD_LISTS[name]))]
         if value not in allowed:
             close = difflib.get_close_matches(value, allowed, n=1, cutoff=0.6)
             raise VocabTransferError(
@@ -160,14 +158,14 @@ def check_wildcards(wildcards: dict, params: dict, source: str) -> None:
                 + "; pass the params files that list it (--params params.yaml <overlay>) or add it there")
 
 
-def _validate(params: dict, files: list[str], *, show: bool) -> int:
+def _validate(params: Params, files: list[str], *, show: bool) -> int:
     """`vocabtransfer validate`: the plan's checks (`plan.preflight`, what the workflow runs before any job), its skip
     lines and notes on stderr, the merged params with --print, and one closing line with the plan's job counts."""
     source = " + ".join(files)
     for line in preflight(params, source=source):
         sys.stderr.write(line + "\n")
     if show:
-        sys.stdout.write(yaml.safe_dump(params, sort_keys=False))
+        sys.stdout.write(yaml.safe_dump(dict(params.tree), sort_keys=False))
     counts = job_counts(params)
     listed = ", ".join(f"{stage} {n}" for stage, n in counts.items() if n)
     sys.stdout.write(f"valid: {source}: {sum(counts.values())} jobs ({listed})\n")
@@ -200,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
         files = args.params or ["params.yaml"]
         # validated once: here for a params file of the user's (params-doc too: a file that does not
         # validate is not documented), where Snakemake merged them for its merged file (trusted as it is)
-        params = load(files)
+        params = Params(load(files))
         if args.command == "params-doc":
             if args.output == "-":
                 sys.stdout.write(params_doc.render(files[0]))

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any, Mapping
 
 from vocabtransfer.app.stages import STAGES
 from vocabtransfer.pipeline import paths
 from vocabtransfer.app.params import validate_params
 from vocabtransfer.pipeline.config import merge_overlay, read_yaml
+from vocabtransfer.pipeline.typed import Params
 
 
 def _pattern(template: str) -> re.Pattern:
@@ -22,11 +24,11 @@ def _pattern(template: str) -> re.Pattern:
     return re.compile(f"{body}(?:/.*)?")
 
 
-def _job_inputs(params: dict):
+def _job_inputs(params: Params):
     """(stage name, concrete input path) of every job the params ask for, the skipped ones too (a picture
     of the DAG shows a stage that these params happen to rule out)."""
     for stage in STAGES.values():
-        for lang in params["languages"] if "lang" in stage.wildcards else [None]:
+        for lang in params.languages if "lang" in stage.wildcards else (None,):
             for wildcards, _reason in stage.candidates(params, lang):
                 try:
                     templates = stage.input_templates(params, wildcards)
@@ -36,12 +38,12 @@ def _job_inputs(params: dict):
                     yield stage.name, paths.fill(template, **wildcards)
 
 
-def edges(*params: dict) -> dict[str, set[str]]:
+def edges(*params: Params | Mapping[str, Any]) -> dict[str, set[str]]:
     """{stage: the stages whose outputs it reads}, over the jobs of each params given."""
     producers = [(stage.name, _pattern(t)) for stage in STAGES.values() for t in stage.outputs.values()]
     out: dict[str, set[str]] = {name: set() for name in STAGES}
     for p in params:
-        for consumer, path in _job_inputs(p):
+        for consumer, path in _job_inputs(Params.of(p)):
             out[consumer] |= {name for name, pattern in producers if pattern.fullmatch(path)}
     return out
 
@@ -60,12 +62,12 @@ def mermaid(graph: dict[str, set[str]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def shipped_params(root: Path = Path(".")) -> list[dict]:
+def shipped_params(root: Path = Path(".")) -> list[Params]:
     """params.yaml and each config/*.yaml laid over it: between them every stage has jobs."""
     base = read_yaml(root / "params.yaml")
     overlays = sorted((root / "config").glob("*.yaml"))
-    return [validate_params(base)] + [validate_params(merge_overlay(base, read_yaml(f)), source=str(f))
-                                      for f in overlays]
+    return [Params(validate_params(base))] + [Params(validate_params(merge_overlay(base, read_yaml(f)), source=str(f)))
+                                              for f in overlays]
 
 
 def picture(root: Path = Path(".")) -> str:

@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any, Mapping
 
 import yaml
 
 from vocabtransfer.pipeline.paths import LOG
 from vocabtransfer.pipeline.stage_spec import Stage
+from vocabtransfer.pipeline.typed import Params
 from vocabtransfer.app.stages import STAGES
 from vocabtransfer.io import atomic_output
 
@@ -47,7 +49,7 @@ def _data_dep(path: str) -> str:
         return p.as_posix()
 
 
-def _stage_entry(stage: Stage, params: dict, fixed: dict[str, str], lang: str | None) -> tuple[dict, dict]:
+def _stage_entry(stage: Stage, params: Params, fixed: dict[str, str], lang: str | None) -> tuple[dict, dict]:
     """(the entry with `${item.lang}` for the language, the data deps of `lang`): the entry is the
     same for every language whose jobs read the same kinds of inputs."""
     matrix_wcs = [w for w in stage.wildcards if w not in fixed]
@@ -82,7 +84,7 @@ def stage_name(stage: Stage, fixed: dict[str, str]) -> str:
     return f"{stage.name}_{suffix}" if suffix else stage.name
 
 
-def _entries(stage: Stage, params: dict, fixed: dict[str, str], langs: list[str | None]) -> dict[str, dict]:
+def _entries(stage: Stage, params: Params, fixed: dict[str, str], langs: list[str | None]) -> dict[str, dict]:
     """The dvc.yaml stages of one combination of the non-`lang` wildcards, run by `langs` (`[None]` for a
     stage without `lang` that runs): for a per-language stage a `matrix` over `${languages}` when every
     language has the job and reads no data file of its own, else a `foreach` over the languages that
@@ -106,16 +108,17 @@ def _entries(stage: Stage, params: dict, fixed: dict[str, str], langs: list[str 
             loop = {"foreach": {lang: {"lang": lang, **data} for lang, data in members.items()}, "do": entry}
         else:
             chosen = list(members)
-            loop = {"matrix": {"lang": "${languages}" if chosen == list(params["languages"]) else chosen}, **entry}
+            loop = {"matrix": {"lang": "${languages}" if chosen == list(params.languages) else chosen}, **entry}
         out[name if i == 0 else f"{name}_{next(iter(members))}"] = loop
     return out
 
 
-def generate(params: dict) -> str:
+def generate(given: Params | Mapping[str, Any]) -> str:
+    params = Params.of(given)
     stages: dict[str, dict] = {}
     plots: list[dict] = []
     for stage in STAGES.values():
-        langs = params["languages"] if "lang" in stage.wildcards else [None]
+        langs = list(params.languages) if "lang" in stage.wildcards else [None]
         jobs = {lang: stage.jobs(params, lang) for lang in langs}  # the job planner
         for fixed in stage.combos(params):
             with_lang = [lang for lang in langs if {**fixed, **({"lang": lang} if lang else {})} in jobs[lang]]
@@ -128,13 +131,14 @@ def generate(params: dict) -> str:
     return HEADER + yaml.safe_dump(document, sort_keys=False, width=120)
 
 
-def missing_leaves(raw: dict, params: dict) -> list[str]:
+def missing_leaves(raw: dict, given: Params | Mapping[str, Any]) -> list[str]:
     """Tracked params leaves absent from the params file itself (DVC reads the file, not the schema defaults)."""
+    params = Params.of(given)
     stages = yaml.safe_load(generate(params))["stages"]
     missing = []
     for stage in stages.values():
         for leaf in stage.get("do", stage)["params"]:
-            for lang in params["languages"] if "${item.lang}" in leaf else [None]:
+            for lang in params.languages if "${item.lang}" in leaf else (None,):
                 key = leaf.replace("${item.lang}", lang) if lang else leaf
                 node = raw
                 for part in key.split("."):
@@ -145,7 +149,8 @@ def missing_leaves(raw: dict, params: dict) -> list[str]:
     return sorted(set(missing))
 
 
-def write(params: dict, output: str | Path) -> Path:
+def write(given: Params | Mapping[str, Any], output: str | Path) -> Path:
+    params = Params.of(given)
     output = Path(output)
     with atomic_output(output) as tmp:
         tmp.write_text(generate(params), encoding="utf-8")

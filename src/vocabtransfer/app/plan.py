@@ -7,10 +7,19 @@ data files the run cannot do without. Which jobs run is the job planner of each 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, Mapping
 
+from vocabtransfer.data.corpus import CorpusParams
+from vocabtransfer.data.fasttext_vectors import FasttextParams
 from vocabtransfer.errors import VocabTransferError
+from vocabtransfer.evaluate import harness
+from vocabtransfer.evaluate.harness import LmEvalParams
+from vocabtransfer.evaluate.tasks import EvalParams
+from vocabtransfer.init.source_head import SourceHeadParams
 from vocabtransfer.pipeline import paths
 from vocabtransfer.pipeline.paths import corpus_file
+from vocabtransfer.pipeline.typed import Params
+from vocabtransfer.train.pretrain_params import PretrainParams
 from vocabtransfer.app.stages import STAGES
 
 
@@ -19,13 +28,14 @@ def _job_label(stage, wildcards: dict) -> str:
     return f"{stage.name} {rest}" if rest else stage.name
 
 
-def skip_lines(params: dict) -> list[str]:
+def skip_lines(given: Params | Mapping[str, Any]) -> list[str]:
     """One line per job that params ask for but the data do not allow (jobs of one stage and language
     skipped for the same reason share a line), and per part a job leaves out, e.g.
     `xx: skipping init wechsel (no dictionary: init.wechsel.dictionaries has no entry for xx)`."""
+    params = Params.of(given)
     lines = []
     for stage in STAGES.values():
-        langs = params["languages"] if "lang" in stage.wildcards else [None]
+        langs = params.languages if "lang" in stage.wildcards else (None,)
         for lang in langs:
             prefix = f"{lang}: " if lang else ""
             skipped: dict[str, list[str]] = {}  # reason -> the skipped jobs' labels
@@ -45,52 +55,54 @@ def skip_lines(params: dict) -> list[str]:
     return lines
 
 
-def notes(params: dict) -> list[str]:
+def notes(given: Params | Mapping[str, Any]) -> list[str]:
     """Sources that can change under the same params (a hub dataset without a `revision`), and task
     data for languages the run does not have (e.g. an overlay that narrows `languages`)."""
+    params = Params.of(given)
     out = []
-    for task, section in params["eval"]["tasks"].items():
-        unused = [lang for lang in section["data"] if lang not in params["languages"]]
+    for task, section in params.section("eval", EvalParams).task_sections().items():
+        unused = [lang for lang in section.data if lang not in params.languages]
         if unused:
             out.append(f"eval.tasks.{task}.data: {', '.join(unused)} not in `languages` "
-                       f"({', '.join(params['languages'])}); their data specs are not used")
-    for lang in params["languages"]:
-        spec = (params["corpus"]["sources"].get(lang) or {}).get("dataset")
+                       f"({', '.join(params.languages)}); their data specs are not used")
+    for lang in params.languages:
+        spec = (params.section("corpus", CorpusParams).sources.get(lang) or {}).get("dataset")
         if isinstance(spec, dict) and not spec.get("revision"):
             out.append(f"{lang}: corpus.sources.{lang}.dataset has no revision, so its text can change under the "
                        "same params; pin one (a commit hash of the dataset repository)")
     return out
 
 
-def check_source(params: dict, source: str = "params.yaml", *, reach: bool = True) -> None:
+def check_source(given: Params | Mapping[str, Any], source: str = "params.yaml", *, reach: bool = True) -> None:
     """What the source model allows, known before any job: it can be reached (a hub id while HF_HUB_OFFLINE is
     set must be in the cache; not checked with `reach=False`), and the objectives
     that need a causal source are not asked of a masked one."""
+    params = Params.of(given)
     from vocabtransfer.model import source_kind  # huggingface_hub's cache lookup: not at CLI start-up
     from vocabtransfer.train.pretrain import TEACHER_OBJECTIVES
 
     if reach:
-        source_kind.check_reachable(params["source_model"], source)
-    objectives = [o for o in params["pretrain"]["objectives"] if o in TEACHER_OBJECTIVES]
-    if objectives and params["pretrain"]["methods"] and source_kind.kind(params["source_model"]) == "masked":
+        source_kind.check_reachable(params.source_model, source)
+    pre = params.section("pretrain", PretrainParams)
+    objectives = [o for o in pre.objectives if o in TEACHER_OBJECTIVES]
+    if objectives and pre.methods and source_kind.kind(params.source_model) == "masked":
         raise VocabTransferError(
             f"{source}: pretrain.objectives: {', '.join(objectives)} {'needs' if len(objectives) == 1 else 'need'} a "
             "causal source model (the source teaches "
-            f"by its sequence likelihoods), and source_model {params['source_model']} is a masked LM; use standard "
+            f"by its sequence likelihoods), and source_model {params.source_model} is a masked LM; use standard "
             "or selfish with it, or a causal source (config/gemma.yaml)")
 
 
-def check_lm_eval_tasks(params: dict, source: str = "params.yaml") -> None:
+def check_lm_eval_tasks(given: Params | Mapping[str, Any], source: str = "params.yaml") -> None:
     """Every `lm_eval.tasks` name is one the harness knows (the offline tasks first; the harness's catalogue,
     indexed in seconds, only for the others), with the closest names it does know: checked once here rather
     than in each of the jobs."""
-    from vocabtransfer.evaluate import harness
-
-    if not params["lm_eval"]["tasks"]:
+    params = Params.of(given)
+    if not params.section("lm_eval", LmEvalParams).tasks:
         return
     harness.check_include(params, source)
     include = harness.include_key(params)
-    names = list(dict.fromkeys(n for lang in params["languages"] for n in harness.task_names(params, lang)))
+    names = list(dict.fromkeys(n for lang in params.languages for n in harness.task_names(params, lang)))
     others = [n for n in names if n not in harness.local_tasks(include)]
     if others:
         try:
@@ -104,31 +116,33 @@ def check_lm_eval_tasks(params: dict, source: str = "params.yaml") -> None:
             raise VocabTransferError(f"{source}: {exc}") from exc
 
 
-def preflight(params: dict, source: str = "params.yaml", *, reach: bool = True) -> list[str]:
+def preflight(given: Params | Mapping[str, Any], source: str = "params.yaml", *, reach: bool = True) -> list[str]:
     """Check, before any job, the data files the run cannot do without (one error line naming the
     key and the file) and what the source model allows (`check_source`), and return the skip lines and notes
     to show."""
+    params = Params.of(given)
     paths.check_data_root()  # source_head.text at least is a data file
     check_source(params, source, reach=reach)
     check_lm_eval_tasks(params, source)
-    for lang in params["languages"]:
+    for lang in params.languages:
         path = corpus_file(params, lang)
         if path is not None and not path.is_file():
             raise VocabTransferError(f"{source}: corpus.sources.{lang}.path: {path} not found; fix the path "
                                      "(relative paths resolve against $VOCABTRANSFER_DATA)")
-    text = paths.data_path(params["source_head"]["text"])
+    text = paths.data_path(params.section("source_head", SourceHeadParams).text)
     if not text.is_file():
         raise VocabTransferError(f"{source}: source_head.text: {text} not found; the source LM head and the "
                                  "init_eval reference row read it (relative paths resolve against $VOCABTRANSFER_DATA)")
-    if params["fasttext"]["mode"] == "wordlevel":
-        pretrained = params["fasttext"].get("pretrained_path")
+    fasttext = params.section("fasttext", FasttextParams)
+    if fasttext.mode == "wordlevel":
+        pretrained = fasttext.pretrained_path
         if not pretrained or not paths.data_path(pretrained).is_file():
             said = f"{paths.data_path(pretrained)} is not a file" if pretrained else "is not set"
             raise VocabTransferError(f"{source}: fasttext.pretrained_path {said}, and fasttext.mode is wordlevel; set it "
                                      "to a word-level fastText .bin or use fasttext.mode: tokenlevel")
     try:  # the plan itself: a model name or a combination no stage produces stops here, not in the DAG
         planned = [(stage, wildcards) for stage in STAGES.values()
-                   for lang in (params["languages"] if "lang" in stage.wildcards else [None])
+                   for lang in (params.languages if "lang" in stage.wildcards else (None,))
                    for wildcards in stage.jobs(params, lang)]
     except VocabTransferError as exc:
         raise VocabTransferError(f"{source}: {exc}") from exc
@@ -150,8 +164,9 @@ def _data_key(stage: str, wildcards: dict, key: str) -> str:
     return f"{stage} ({key})"
 
 
-def job_counts(params: dict) -> dict[str, int]:
+def job_counts(given: Params | Mapping[str, Any]) -> dict[str, int]:
     """Jobs per stage that the plan runs (every language), in the stage table's order."""
+    params = Params.of(given)
     return {stage.name: sum(len(stage.jobs(params, lang))
-                            for lang in (params["languages"] if "lang" in stage.wildcards else [None]))
+                            for lang in (params.languages if "lang" in stage.wildcards else (None,)))
             for stage in STAGES.values()}

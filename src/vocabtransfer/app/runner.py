@@ -6,18 +6,19 @@ values (`param_values`, Snakemake's params)."""
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Mapping
 
-from vocabtransfer.pipeline import config
 from vocabtransfer.pipeline.stage_spec import Context
+from vocabtransfer.pipeline.typed import Params
 from vocabtransfer.app.stages import STAGES
 
 
-def make_context(name: str, params: dict, wildcards: dict[str, str], threads: int | None = None,
+def make_context(name: str, given: Params | Mapping[str, Any], wildcards: dict[str, str], threads: int | None = None,
                  device: str = "cpu") -> Context:
-    stage = STAGES[name]
+    """The job's Context: `given` is the validated params (a Params, or the tree `validate` returned)."""
+    stage, params = STAGES[name], Params.of(given)
     if "lang" in wildcards:
-        config.check_language(params, wildcards["lang"])
+        params.check_language(wildcards["lang"])
     return Context(
         stage=stage,
         params=params,
@@ -30,7 +31,7 @@ def make_context(name: str, params: dict, wildcards: dict[str, str], threads: in
     )
 
 
-def run_stage(name: str, params: dict, wildcards: dict[str, str], threads: int | None = None,
+def run_stage(name: str, params: Params | Mapping[str, Any], wildcards: dict[str, str], threads: int | None = None,
               device: str = "cpu") -> Context:
     """Run one stage in-process (what `vocabtransfer <stage>` does)."""
     ctx = make_context(name, params, wildcards, threads=threads, device=device)
@@ -39,7 +40,8 @@ def run_stage(name: str, params: dict, wildcards: dict[str, str], threads: int |
     return ctx
 
 
-def param_values(params: dict, name: str, wildcards: dict) -> dict[str, Any]:
+def param_values(given: Params | Mapping[str, Any], name: str, wildcards: dict) -> dict[str, Any]:
     """The params leaves a stage reads and their values (Snakemake's params, which rerun jobs on change)."""
+    params = Params.of(given)
     stage = STAGES[name]
-    return {leaf: config.get(params, leaf) for leaf in stage.leaves(params, dict(wildcards))}
+    return {leaf: params.leaf(leaf) for leaf in stage.leaves(params, dict(wildcards))}

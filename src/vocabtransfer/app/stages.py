@@ -25,21 +25,21 @@ from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.data import corpus, fasttext_vectors, overlap, pretokenize, tokenizer
 from vocabtransfer.evaluate import finetune_eval, gradient_scenarios, harness, init_eval, task_floor
 from vocabtransfer.evaluate import token_frequency_loss
-from vocabtransfer.evaluate.tasks import task_options_class
+from vocabtransfer.evaluate.tasks import EvalParams, task_options_class
 from vocabtransfer.init import availability, initialise, source_head, source_model, source_snmf, word_fasttext
 from vocabtransfer.init.methods.registry import METHODS, info
-from vocabtransfer.pipeline import config, names, paths
-from vocabtransfer.pipeline.config import field_leaves
+from vocabtransfer.pipeline import names, paths
+from vocabtransfer.pipeline.typed import Params, field_leaves
 from vocabtransfer.pipeline.stage_spec import PACKAGE, Stage, contract_fault, module_file
 from vocabtransfer.registry import Registry
 from vocabtransfer.report import build, tables
 from vocabtransfer.train import pretrain
-from vocabtransfer.init.methods.options import FACTORIZATIONS, HypernetOptions, WordFasttextOptions
+from vocabtransfer.init.methods.options import FACTORIZATIONS, HypernetOptions, WechselOptions, WordFasttextOptions
 
 
 def _leaves(cls: type, section: str):
     """(params, wildcards) -> the leaves of params section `section` read as the dataclass `cls`."""
-    return lambda params, wc: field_leaves(cls, section, config.get(params, section))
+    return lambda params, wc: field_leaves(cls, section, params.leaf(section))
 
 
 # ---------------------------------------------------------------- data: text, tokenizer, token ids
@@ -49,8 +49,8 @@ CORPUS = Stage(
     outputs={"train": paths.CORPUS_TRAIN, "valid": paths.CORPUS_VALID, "dev": paths.CORPUS_DEV,
              "stats": paths.CORPUS_STATS},
     params=("seed",),  # and the fields of CorpusParams, of `sources` the job's language only
-    extra_params=lambda params, wc: config.field_leaves(corpus.CorpusParams, "corpus",
-                                                        {**params["corpus"], "sources": {wc["lang"]: None}}),
+    extra_params=lambda params, wc: field_leaves(corpus.CorpusParams, "corpus",
+                                                 {**params.leaf("corpus"), "sources": {wc["lang"]: None}}),
     code=("data/corpus.py", "data/download.py"),
     data=lambda params, wc: {"data_corpus": path} if (path := paths.corpus_file(params, wc["lang"])) else {},
 )
@@ -92,8 +92,9 @@ FASTTEXT = Stage(
     params=("seed",), extra_params=_leaves(fasttext_vectors.FasttextParams, "fasttext"),
     code=("data/fasttext_vectors.py",), parallel=True,
     one_thread_if="fasttext.reproducible",  # fastText is bit-reproducible on one thread only
-    data=lambda params, wc: {"data_pretrained": paths.data_path(params["fasttext"]["pretrained_path"])} if (
-        params["fasttext"]["mode"] == "wordlevel" and params["fasttext"].get("pretrained_path")) else {},
+    data=lambda params, wc: {"data_pretrained": paths.data_path(opts.pretrained_path)} if (
+        (opts := params.section("fasttext", fasttext_vectors.FasttextParams)).mode == "wordlevel"
+        and opts.pretrained_path) else {},
 )
 OVERLAP = Stage(
     name="overlap", run=overlap.run, help="source vs target vocabulary overlap on canonical token forms",
@@ -114,13 +115,13 @@ SOURCE_HEAD = Stage(
     directories=frozenset({"model"}),
     params=("seed", "source_model"), extra_params=_leaves(source_head.SourceHeadParams, "source_head"),
     code=("init/source_head.py",), parallel=True, gpu=True,
-    data=lambda params, wc: {"data_text": paths.data_path(params["source_head"]["text"])},
+    data=lambda params, wc: {"data_text": paths.data_path(params.section("source_head", source_head.SourceHeadParams).text)},
 )
 
 
-def _word_leaves(params: dict, wc: dict) -> list[str]:
+def _word_leaves(params: Params, wc: dict) -> list[str]:
     """init.wechsel.fasttext.*: the leaves of WordFasttextOptions (imported here: its package imports torch)."""
-    return field_leaves(WordFasttextOptions, "init.wechsel.fasttext", params["init"]["wechsel"]["fasttext"])
+    return field_leaves(WordFasttextOptions, "init.wechsel.fasttext", params.leaf("init.wechsel.fasttext"))
 
 
 SOURCE_FASTTEXT = Stage(  # WECHSEL's word vectors, source side
@@ -131,7 +132,7 @@ SOURCE_FASTTEXT = Stage(  # WECHSEL's word vectors, source side
     extra_params=lambda params, wc: _word_leaves(params, wc) + ["init.wechsel.source_text"],
     code=("init/word_fasttext.py",), parallel=True, one_thread_if="fasttext.reproducible",
     skip_reason=lambda params, wc: availability.needed_by(params, "wechsel"),
-    data=lambda params, wc: {"data_text": paths.data_path(params["init"]["wechsel"]["source_text"])},
+    data=lambda params, wc: {"data_text": paths.data_path(params.section("init.wechsel", WechselOptions).source_text)},
 )
 WORD_FASTTEXT = Stage(  # WECHSEL's word vectors, target side
     name="word_fasttext", run=word_fasttext.run_target_words,
@@ -151,14 +152,14 @@ SOURCE_SNMF = Stage(
     # the order of params.yaml's keys
     params=("seed", *(f"init.snmf.{key}" for key in source_snmf.FACTOR_KEYS)),
     code=("init/source_snmf.py",), parallel=True, gpu=True,
-    skip_reason=lambda params, wc: (None if any(initialise.uses_snmf(m) for m in params["init"]["methods"])
+    skip_reason=lambda params, wc: (None if any(initialise.uses_snmf(m) for m in params.init_methods)
                                     else "init.methods has no snmf or <method>+snmf"),
 )
 
 
-def _hypernet_leaves(params: dict, wc: dict) -> list[str]:
+def _hypernet_leaves(params: Params, wc: dict) -> list[str]:
     """The training keys of init.hypernet (HypernetOptions.TRAINING, save_every aside: it changes no output)."""
-    return field_leaves(HypernetOptions, "init.hypernet", params["init"]["hypernet"],
+    return field_leaves(HypernetOptions, "init.hypernet", params.leaf("init.hypernet"),
                         lambda f: f.name in HypernetOptions.TRAINING and f.metadata.get("rerun", True))
 
 
@@ -173,7 +174,7 @@ HYPERNET = Stage(
     help="train the network of init method hypernet once per source model, on tokenizers it samples",
     wildcards=(),
     inputs=lambda params, wc: {"source": paths.SOURCE_MODEL, **{
-        f"train_{lang}": paths.fill(paths.CORPUS_TRAIN, lang=lang) for lang in params["languages"]}},
+        f"train_{lang}": paths.fill(paths.CORPUS_TRAIN, lang=lang) for lang in params.languages}},
     outputs={"hypernet": paths.HYPERNET},
     directories=frozenset({"hypernet"}),
     params=("seed", "languages"), extra_params=_hypernet_leaves,
@@ -182,15 +183,15 @@ HYPERNET = Stage(
 )
 
 
-def _init_leaves(params: dict, wildcards: dict) -> list[str]:
+def _init_leaves(params: Params, wildcards: dict) -> list[str]:
     """The rerun keys of one init job: the leaves of the typed options it takes (the class its method
     registers and, for `base+fact`, the factorisation's, e.g. init.omp.k)."""
     base, fact = names.split_method(wildcards["method"])
     classes = {base: info(base).options, **({fact: FACTORIZATIONS[fact]} if fact else {})}
-    return [leaf for name, cls in classes.items() for leaf in field_leaves(cls, f"init.{name}", params["init"][name])]
+    return [leaf for name, cls in classes.items() for leaf in field_leaves(cls, f"init.{name}", params.leaf(f"init.{name}"))]
 
 
-def _init_code(params: dict, wildcards: dict) -> tuple[str, ...]:
+def _init_code(params: Params, wildcards: dict) -> tuple[str, ...]:
     """The entry modules of one init job: initialise.py, the methods' catalog (what the job reads of its method's
     MethodInfo), the method's module and, for base+fact, the factorised wrapper; editing another method's module
     does not rerun this one."""
@@ -204,7 +205,7 @@ def _init_code(params: dict, wildcards: dict) -> tuple[str, ...]:
     return entries + (("init/methods/variants.py",) if fact else ())
 
 
-def _init_data(params: dict, wildcards: dict) -> dict[str, Path | None]:
+def _init_data(params: Params, wildcards: dict) -> dict[str, Path | None]:
     """The local data files of one init job: what the method's `data=` (init/methods/catalog.py) names
     (wechsel: the language's bilingual dictionary)."""
     data = info(wildcards["method"]).data
@@ -227,9 +228,9 @@ INIT = Stage(
 )
 
 
-def _init_eval_data(params: dict, wildcards: dict) -> dict[str, Path]:
+def _init_eval_data(params: Params, wildcards: dict) -> dict[str, Path]:
     """The held-out text of the reference row and, when retrieval runs, the XNLI files."""
-    out = {"data_source_text": paths.data_path(params["source_head"]["text"])}
+    out = {"data_source_text": paths.data_path(params.section("source_head", source_head.SourceHeadParams).text)}
     if availability.retrieval_reason(params, wildcards["lang"]) is None:
         out.update(zip(("data_xnli_source", "data_xnli"), paths.xnli_files(params, wildcards["lang"])))
     return out
@@ -249,7 +250,7 @@ INIT_EVAL = Stage(  # the methods compared right after initialisation
 
 
 # ---------------------------------------------------------------- train: continued pretraining
-def _pretrain_inputs(params: dict, wildcards: dict) -> dict[str, str]:
+def _pretrain_inputs(params: Params, wildcards: dict) -> dict[str, str]:
     """The run's init model (pseed 1's for a method without random rows) and pre-tokenised splits; for the
     distill objective also its teacher, the source model with its own tokenizer."""
     init = paths.partial(paths.INIT_DIR, method=wildcards["method"],
@@ -277,20 +278,20 @@ PRETRAIN = Stage(
 
 
 # ---------------------------------------------------------------- evaluate: the pretrained models
-def task_leaves(params: dict, wildcards: dict) -> list[str]:
+def task_leaves(params: Params, wildcards: dict) -> list[str]:
     """The params leaves of the task's options (`eval.tasks.<task>`, e.g. `QaOptions`) with the data spec
     of this language only."""
     task = wildcards["task"]
-    return field_leaves(task_options_class(task), f"eval.tasks.{task}", params["eval"]["tasks"][task],
+    return field_leaves(task_options_class(task), f"eval.tasks.{task}", params.leaf(f"eval.tasks.{task}"),
                         keep=lambda f: f.name != "data") + [f"eval.tasks.{task}.data.{wildcards['lang']}"]
 
 
-def _finetune_jobs(params: dict) -> list[dict[str, str]]:
+def _finetune_jobs(params: Params) -> list[dict[str, str]]:
     """Every (task, model, seed) params ask for; `skip_reason` rules out, per language, the tasks
     without data and the models that do not exist there (and says why)."""
-    return [{"task": t, "model": m, "seed": str(s)} for t, section in params["eval"]["tasks"].items()
-            if section["enabled"] for m in finetune_eval.eval_models(params)
-            for s in range(1, int(params["eval"]["seeds"]) + 1)]
+    opts = params.section("eval", EvalParams)
+    return [{"task": t, "model": m, "seed": str(s)} for t, section in opts.task_sections().items()
+            if section.enabled for m in finetune_eval.eval_models(params) for s in range(1, opts.seeds + 1)]
 
 
 FINETUNE_EVAL = Stage(
@@ -362,7 +363,8 @@ LM_EVAL = Stage(
     params=("seed", "lm_eval.tasks", "lm_eval.num_fewshot", "lm_eval.limit", "lm_eval.batch_size",
             "lm_eval.include_path"),
     code=("evaluate/harness.py", "evaluate/harness_tasks/utils.py"),  # the task YAMLs: data_files and params
-    expand=lambda params: ([{"model": m} for m in harness.models(params)] if params["lm_eval"]["tasks"] else []),
+    expand=lambda params: ([{"model": m} for m in harness.models(params)]
+                           if params.section("lm_eval", harness.LmEvalParams).tasks else []),
     skip_reason=harness.skip_reason,
     data=harness.data_files,
     gpu=True,

@@ -44,6 +44,7 @@ from vocabtransfer import io
 from vocabtransfer.init import availability
 from vocabtransfer.pipeline import names
 from vocabtransfer.pipeline import paths
+from vocabtransfer.pipeline.typed import Params
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.evaluate.tasks import EvalParams, get_task, load_splits, test_clusters
 from vocabtransfer.evaluate import generic_heads
@@ -51,19 +52,19 @@ from vocabtransfer.model.precision import resolve as resolve_precision
 
 log = logging.getLogger(__name__)
 
-def init_models(params: dict) -> list[str]:
+def init_models(params: Params) -> list[str]:
     """`<m>-init-pseed<k>`: the initialisation every pretrained run of method m with seed k starts from."""
     runs = dict.fromkeys((m, availability.init_pseed(m, s)) for m, _, s in availability.pretrain_runs(params))
     return [names.model_name(m, names.INIT, s) for m, s in runs]
 
 
-def producible_models(params: dict) -> list[str]:
+def producible_models(params: Params) -> list[str]:
     """Every model name some stage produces."""
     return ([names.SOURCE] + [names.model_name(m, names.INIT, s) for m, s in availability.init_runs(params)]
             + [names.model_name(m, o, s) for m, o, s in availability.pretrain_runs(params)])
 
 
-def parse_model(params: dict, model: str) -> dict:
+def parse_model(params: Params, model: str) -> dict:
     """`method`, `objective`, `pseed` and the directory template of a model name; a name no stage
     produces is one error."""
     parsed = names.parse_model_name(model) if model == names.SOURCE or "-pseed" in model else None
@@ -84,7 +85,7 @@ def parse_model(params: dict, model: str) -> dict:
         f"1..pretrain.seeds), e.g. {producible_models(params)[-1]!r}")
 
 
-def _expand_entry(params: dict, entry: str) -> list[str]:
+def _expand_entry(params: Params, entry: str) -> list[str]:
     """The models one `eval.models` entry names: a kind (`pretrained`, `init`, `source`), a model name,
     or a name without its pretraining seed (`focus-standard`: every pretraining seed)."""
     if entry == "pretrained":
@@ -100,7 +101,7 @@ def _expand_entry(params: dict, entry: str) -> list[str]:
     return seeds
 
 
-def expand_models(params: dict, entries) -> list[str]:
+def expand_models(params: Params, entries) -> list[str]:
     """The models a list of `eval.models`-style entries names (kinds and seedless names expanded, duplicates
     dropped, order kept)."""
     out: list[str] = []
@@ -109,45 +110,44 @@ def expand_models(params: dict, entries) -> list[str]:
     return out
 
 
-def eval_models(params: dict) -> list[str]:
+def eval_models(params: Params) -> list[str]:
     """The models `eval.models` asks for."""
-    return expand_models(params, params["eval"]["models"])
+    return expand_models(params, params.section("eval", EvalParams).models)
 
 
-def skipped_tasks(params: dict, lang: str) -> dict[str, str]:
+def skipped_tasks(params: Params, lang: str) -> dict[str, str]:
     """Task -> why it has no job for this language."""
     out = {}
-    for task in params["eval"]["tasks"]:
-        section = params["eval"]["tasks"][task]
-        if not section["enabled"]:
+    for task, section in params.section("eval", EvalParams).task_sections().items():
+        if not section.enabled:
             out[task] = f"eval.tasks.{task}.enabled is false"
-        elif lang not in section["data"]:
+        elif lang not in section.data:
             out[task] = f"no data for {lang!r}: eval.tasks.{task}.data has no entry {lang!r}"
     return out
 
 
-def model_reason(params: dict, lang: str, model: str) -> str | None:
+def model_reason(params: Params, lang: str, model: str) -> str | None:
     """Why `model` does not exist for `lang` (its init method cannot run there), None when it does."""
     method = parse_model(params, model)["method"]
     why = None if method == names.SOURCE else availability.method_reason(params, lang, method)
     return f"model {model} does not exist for {lang}: {why}" if why else None
 
 
-def skip_reason(params: dict, wildcards: dict) -> str | None:
+def skip_reason(params: Params, wildcards: dict) -> str | None:
     """None when the job (lang, task, model, seed) runs, else why the params or data rule it out."""
     return (skipped_tasks(params, wildcards["lang"]).get(wildcards["task"])
             or model_reason(params, wildcards["lang"], wildcards["model"]))
 
 
-def data_files(params: dict, wildcards: dict) -> dict[str, Path]:
+def data_files(params: Params, wildcards: dict) -> dict[str, Path]:
     """The local files of the task's data spec for this language (`<split>` -> path): the job's data
     dependencies. URL and hub sources are pinned by their sha256 / revision params instead."""
-    spec = params["eval"]["tasks"][wildcards["task"]]["data"].get(wildcards["lang"]) or {}
+    spec = params.section("eval", EvalParams).task_sections()[wildcards["task"]].data.get(wildcards["lang"]) or {}
     return {f"data_{split}": paths.data_path(source["path"]) for split, source in spec.items()
             if isinstance(source, dict) and source.get("path")}
 
 
-def inputs(params: dict, wildcards: dict) -> dict[str, str]:
+def inputs(params: Params, wildcards: dict) -> dict[str, str]:
     return {"model": parse_model(params, wildcards["model"])["input"]}
 
 

@@ -44,7 +44,8 @@ from vocabtransfer.model.lmdata import Kind, lm_batches, pack_ids
 from vocabtransfer.evaluate.token_frequency_loss import frequency_ranks, read_ids, token_counts
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.log import progress
-from vocabtransfer.pipeline.typed import option
+from vocabtransfer.pipeline.typed import Params, option
+from vocabtransfer.train.pretrain_params import PretrainParams
 
 log = logging.getLogger(__name__)
 
@@ -66,8 +67,9 @@ SCHEMA = pa.schema([
 PARTS = ("input", "output_target", "output_nontarget")
 
 
-def margin(params: dict, objective: str) -> float:
-    return float(params["pretrain"]["selfish"]["margin"]) if objective == "selfish" else float("inf")
+def margin(params: Params, objective: str) -> float:
+    """The selfish objective's margin (`pretrain.selfish.margin`); no margin (inf) for the others."""
+    return params.section("pretrain", PretrainParams).selfish.margin if objective == "selfish" else float("inf")
 
 
 def decompose(model, batch: dict, kind: Kind, objective: str, margin: float = 2.0) -> dict:

@@ -46,7 +46,7 @@ from vocabtransfer.model import source_kind
 from vocabtransfer.evaluate.finetune_eval import expand_models, model_reason, parse_model, producible_models
 from vocabtransfer.pipeline import paths
 from vocabtransfer.model.modeling import detect_kind
-from vocabtransfer.pipeline.typed import option
+from vocabtransfer.pipeline.typed import Params, option
 
 log = logging.getLogger(__name__)
 
@@ -92,9 +92,9 @@ class LmEvalParams:
         items={"type": "string"}, rerun=False)
 
 
-def models(params: dict) -> list[str]:
+def models(params: Params) -> list[str]:
     """The models `lm_eval.models` names (every model some stage produces when it is null)."""
-    entries = params["lm_eval"].get("models")
+    entries = params.section("lm_eval", LmEvalParams).models
     if entries is None:
         return producible_models(params)
     try:
@@ -103,10 +103,10 @@ def models(params: dict) -> list[str]:
         raise VocabTransferError(f"lm_eval.models: {str(exc).removeprefix('eval: ')}") from exc
 
 
-def task_names(params: dict, lang: str) -> list[str]:
+def task_names(params: Params, lang: str) -> list[str]:
     """The harness task names `lm_eval.tasks` gives `lang` (module docstring), in params order."""
     out: list[str] = []
-    for entry in params["lm_eval"]["tasks"]:
+    for entry in params.section("lm_eval", LmEvalParams).tasks:
         only, _, name = entry.rpartition(":")
         name = name.replace("{lang}", lang)
         if only in ("", lang) and name not in out:
@@ -114,13 +114,13 @@ def task_names(params: dict, lang: str) -> list[str]:
     return out
 
 
-def include_folder(params: dict) -> Path | None:
+def include_folder(params: Params) -> Path | None:
     """The user's task folder (`lm_eval.include_path`), None when not set."""
-    folder = params["lm_eval"].get("include_path")
+    folder = params.section("lm_eval", LmEvalParams).include_path
     return Path(folder).expanduser() if folder else None
 
 
-def check_include(params: dict, source: str = "params.yaml") -> None:
+def check_include(params: Params, source: str = "params.yaml") -> None:
     """`lm_eval.include_path`, when set, is a folder with task YAMLs: else one error naming the key and the fix."""
     folder = include_folder(params)
     if folder is None:
@@ -184,7 +184,7 @@ def local_tasks(include: str | None = None) -> dict[str, list[str]]:
     return out
 
 
-def include_key(params: dict) -> str | None:
+def include_key(params: Params) -> str | None:
     """The user's task folder as the key of `task_manager` and `local_tasks` (None when not set)."""
     folder = include_folder(params)
     return str(folder) if folder else None
@@ -255,18 +255,18 @@ def samples_table(results: dict) -> pa.Table:
     return pa.table(rows, schema=SAMPLE_SCHEMA)
 
 
-def skip_reason(params: dict, wildcards: dict) -> str | None:
+def skip_reason(params: Params, wildcards: dict) -> str | None:
     """None when the job (lang, model) runs, else why: no task for the language, or a model that does not
     exist there."""
     if not task_names(params, wildcards["lang"]):
         return f"lm_eval.tasks has no task for {wildcards['lang']!r}"
-    if params.get("source_model") and source_kind.kind(params["source_model"]) == "masked":
-        return (f"the harness scores causal LMs and source_model {params['source_model']} is a masked LM: its "
+    if source_kind.kind(params.source_model) == "masked":
+        return (f"the harness scores causal LMs and source_model {params.source_model} is a masked LM: its "
                 "models have no likelihood of a text")
     return model_reason(params, wildcards["lang"], wildcards["model"])
 
 
-def data_files(params: dict, wildcards: dict) -> dict[str, Path]:
+def data_files(params: Params, wildcards: dict) -> dict[str, Path]:
     """The local files the job's offline tasks read (a catalogue task's data come from the hub)."""
     shipped = local_tasks()
     files = [f for name in task_names(params, wildcards["lang"]) for f in shipped.get(name, [])]

@@ -66,7 +66,7 @@ from vocabtransfer.pipeline import paths
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.log import progress
 from vocabtransfer.init.availability import methods
-from vocabtransfer.pipeline.typed import option
+from vocabtransfer.pipeline.typed import Params, option
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +108,7 @@ def input_key(method: str) -> str:
     return "init_" + re.sub(r"\W", "_", method)
 
 
-def inputs(params: dict, wildcards: dict) -> dict[str, str]:
+def inputs(params: Params, wildcards: dict) -> dict[str, str]:
     """The stage's input templates: they depend on params (one init directory per configured method)."""
     out = {"source_model": paths.SOURCE_MODEL, "valid": paths.CORPUS_VALID, "train_ids": paths.PRETOK_TRAIN,
            "train_text": paths.CORPUS_TRAIN}  # the floors' train split

@@ -21,18 +21,19 @@ from vocabtransfer import io
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.evaluate.tasks import EvalParams, TaskOptions, get_task, load_splits, test_clusters
 from vocabtransfer.evaluate.finetune_eval import skipped_tasks
+from vocabtransfer.pipeline.typed import Params
 
 log = logging.getLogger(__name__)
 
 
-def skip_reason(params: dict, wildcards: dict) -> str | None:
+def skip_reason(params: Params, wildcards: dict) -> str | None:
     """Why the task has no floor job for this language (disabled, or no data), None when it has one."""
     return skipped_tasks(params, wildcards["lang"]).get(wildcards["task"])
 
 
-def tasks(params: dict) -> list[dict[str, str]]:
+def tasks(params: Params) -> list[dict[str, str]]:
     """One job per enabled task (per language: `skip_reason` rules out the tasks without data)."""
-    return [{"task": t} for t, section in params["eval"]["tasks"].items() if section["enabled"]]
+    return [{"task": t} for t, section in params.section("eval", EvalParams).task_sections().items() if section.enabled]
 
 
 def floor(options: TaskOptions, lang: str, task_name: str, seed: int) -> dict:

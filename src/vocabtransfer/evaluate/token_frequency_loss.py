@@ -54,7 +54,7 @@ from vocabtransfer.model import modeling
 from vocabtransfer.model.hub import load_tokenizer
 from vocabtransfer.data.token_ids import TokenIds
 from vocabtransfer.model.lmdata import Kind, lm_batches, special_tokens_around
-from vocabtransfer.pipeline.typed import option
+from vocabtransfer.pipeline.typed import Params, option
 from vocabtransfer.train.packing import PackedBlocks
 from vocabtransfer.init import availability
 from vocabtransfer.init.availability import init_pseed
@@ -109,7 +109,7 @@ def model_key(method: str, objective: str, pseed: int) -> str:
     return re.sub(r"\W", "_", method) + "__" + objective + f"__{pseed}"
 
 
-def scored_models(params: dict, lang: str) -> list[tuple[str, str, int]]:
+def scored_models(params: Params, lang: str) -> list[tuple[str, str, int]]:
     """(method, objective, pretraining seed) of every model scored: each pretrained run and the
     initialised model it started from (objective `init`)."""
     runs = availability.pretrain_runs(params, lang)
@@ -117,14 +117,14 @@ def scored_models(params: dict, lang: str) -> list[tuple[str, str, int]]:
     return list(inits) + runs
 
 
-def skip_reason(params: dict, wildcards: dict) -> str | None:
+def skip_reason(params: Params, wildcards: dict) -> str | None:
     """Why the language has no job (no pretrained model to compare: `run` would refuse), None when it has one."""
     if scored_models(params, wildcards["lang"]):
         return None
     return "no pretrained model to compare: pretrain.pairs, or pretrain.methods × pretrain.objectives, is empty"
 
 
-def zero_shot_models(params: dict, lang: str) -> list[tuple[str, str, int]]:
+def zero_shot_models(params: Params, lang: str) -> list[tuple[str, str, int]]:
     """The initialised models of the other `init.methods` (pretraining seed 1's initialisation): scored for
     bits per byte only, so every method's zero-shot bits per byte carries an interval."""
     scored = {m for m, _, _ in scored_models(params, lang)}
@@ -137,12 +137,12 @@ def _model_template(method: str, objective: str, pseed: int) -> str:
     return paths.partial(paths.PRETRAIN_DIR, method=method, objective=objective, pseed=pseed)
 
 
-def inputs(params: dict, wildcards: dict) -> dict[str, str]:
+def inputs(params: Params, wildcards: dict) -> dict[str, str]:
     """Train and valid ids, the valid text and the source model (bits per byte), every pretrained model and the
     init model each started from."""
     out = {"train_ids": paths.PRETOK_TRAIN, "valid_ids": paths.PRETOK_VALID, "valid_text": paths.CORPUS_VALID,
            "source_model": paths.SOURCE_MODEL, "train_text": paths.CORPUS_TRAIN}
-    zero_shot = zero_shot_models(params, wildcards["lang"]) if params["token_frequency_loss"]["bits_per_byte"] else []
+    zero_shot = zero_shot_models(params, wildcards["lang"]) if params.section("token_frequency_loss", TokenFrequencyLossParams).bits_per_byte else []
     for method, objective, pseed in scored_models(params, wildcards["lang"]) + zero_shot:
         out[model_key(method, objective, pseed)] = _model_template(method, objective, pseed)
     return out

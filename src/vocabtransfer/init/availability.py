@@ -22,6 +22,7 @@ import logging
 
 from vocabtransfer.pipeline import names
 from vocabtransfer.pipeline import paths
+from vocabtransfer.pipeline.typed import Params
 from vocabtransfer.init.methods.registry import info
 
 log = logging.getLogger(__name__)
@@ -41,34 +42,34 @@ def init_pseed(method: str, pseed: int | str) -> int:
     return int(pseed) if seeded(method) else 1
 
 
-def method_reason(params: dict, lang: str, method: str) -> str | None:
+def method_reason(params: Params, lang: str, method: str) -> str | None:
     """Why `method` (or its base) cannot run for `lang`: the `condition` declared in its catalog entry
     (e.g. wechsel without a dictionary); None when it can."""
     condition = info(method).condition
     return condition(params, lang) if condition else None
 
 
-def methods(params: dict, lang: str) -> list[str]:
+def methods(params: Params, lang: str) -> list[str]:
     """The `init.methods` that `lang` has data for, in params order."""
-    return [m for m in params["init"]["methods"] if method_reason(params, lang, m) is None]
+    return [m for m in params.init_methods if method_reason(params, lang, m) is None]
 
 
-def needed_by(params: dict, base: str, lang: str | None = None) -> str | None:
+def needed_by(params: Params, base: str, lang: str | None = None) -> str | None:
     """Why no init job (of `lang`, or of any language) runs method `base`: a job that only feeds
     that method is skipped for the same reason. None when one runs."""
-    if not any(names.split_method(m)[0] == base for m in params["init"]["methods"]):
+    if not any(names.split_method(m)[0] == base for m in params.init_methods):
         return f"init.methods has no {base}"
     if lang is not None:
         why = method_reason(params, lang, base)
         return f"init {base} does not run: {why}" if why else None
-    if not any(base in {names.split_method(m)[0] for m in methods(params, code)} for code in params["languages"]):
+    if not any(base in {names.split_method(m)[0] for m in methods(params, code)} for code in params.languages):
         return f"no language can run init {base}"
     return None
 
 
-def retrieval_reason(params: dict, lang: str) -> str | None:
+def retrieval_reason(params: Params, lang: str) -> str | None:
     """Why `init_eval` measures no parallel-sentence retrieval for `lang` (None when it does)."""
-    if int(params["init_eval"]["retrieval_sentences"]) == 0:
+    if int(params.leaf("init_eval.retrieval_sentences")) == 0:
         return "init_eval.retrieval_sentences is 0"
     for path in paths.xnli_files(params, lang):
         if not path.is_file():
@@ -79,26 +80,26 @@ def retrieval_reason(params: dict, lang: str) -> str | None:
 # --------------------------------------------------------------------------- the pretraining runs
 
 
-def pretrain_pairs(params: dict, lang: str | None = None) -> list[tuple[str, str]]:
+def pretrain_pairs(params: Params, lang: str | None = None) -> list[tuple[str, str]]:
     """The (method, objective) pairs params ask for (`pretrain.pairs`, or else `pretrain.methods` ×
     `pretrain.objectives`); with `lang`, those whose init method can run for that language (wechsel
     without a dictionary cannot)."""
-    section = params.get("pretrain") or {}
-    pairs = [(m, o) for m in section.get("methods") or [] for o in section.get("objectives") or []]
+    section = params.leaf("pretrain")
+    pairs = [(m, o) for m in section["methods"] for o in section["objectives"]]
     if section.get("pairs") is not None:
         chosen = {tuple(p.rsplit("-", 1)) for p in section["pairs"]}
         pairs = [p for p in pairs if p in chosen]
     return [(m, o) for m, o in pairs if lang is None or method_reason(params, lang, m) is None]
 
 
-def pretrain_runs(params: dict, lang: str | None = None) -> list[tuple[str, str, int]]:
+def pretrain_runs(params: Params, lang: str | None = None) -> list[tuple[str, str, int]]:
     """Every (method, objective, pretraining seed) continued-pretraining run params ask for."""
     return [(m, o, s) for m, o in pretrain_pairs(params, lang) for s in names.pretrain_seeds(params)]
 
 
-def init_runs(params: dict) -> list[tuple[str, int]]:
+def init_runs(params: Params) -> list[tuple[str, int]]:
     """Every (method, pretraining seed) initialisation: pseed 1 for each init method, and the other
     pretraining seeds for the pretrained methods whose rows depend on the seed."""
-    pretrained = set((params.get("pretrain") or {}).get("methods") or [])
-    return [(m, s) for m in params["init"]["methods"]
+    pretrained = set(params.leaf("pretrain.methods"))
+    return [(m, s) for m in params.init_methods
             for s in (names.pretrain_seeds(params) if m in pretrained and seeded(m) else [1])]

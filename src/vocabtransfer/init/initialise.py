@@ -37,6 +37,7 @@ from vocabtransfer.model.hub import load_tokenizer
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.pipeline import names
 from vocabtransfer.pipeline import paths
+from vocabtransfer.pipeline.typed import Params
 from vocabtransfer.pipeline.paths import data_path
 from vocabtransfer.data.overlap import checked_pairs, overlap_pairs
 from vocabtransfer.init.source_snmf import load_factors
@@ -56,7 +57,7 @@ def uses_snmf(method: str) -> bool:
     return names.split_method(method)[1] == "snmf" or "snmf" in info(method).factors
 
 
-def inputs(params: dict, wildcards: dict) -> dict[str, str]:
+def inputs(params: Params, wildcards: dict) -> dict[str, str]:
     """The stage's input templates for these wildcards: the core inputs plus the method's own
     (`inputs=` in its catalog entry)."""
     method = wildcards["method"]

@@ -60,6 +60,12 @@ from vocabtransfer.pipeline.typed import option
 
 log = logging.getLogger(__name__)
 
+WARMUP_FRACTION = 0.05  # of the head's steps: its learning rate's linear warm-up
+
+
+def _warmup_steps(steps: int) -> int:
+    return max(1, int(WARMUP_FRACTION * steps))
+
 
 @dataclass(frozen=True)
 class SourceHeadParams:
@@ -152,11 +158,12 @@ def _unfreeze_head(model, kind: Kind, loading: modeling.LoadingInfo):
     return head, params
 
 
-def _block_features(model, tokenizer, kind: Kind, train_lines: list[str], eval_lines: list[str], gen, *,
-                    seq_len: int, train_blocks: int, batch_size: int, seed: int):
-    """Step 1 of `train_head`: the blocks (`train_blocks` training blocks drawn with `gen`) and their
-    cached frozen-body features, the only encoder passes of this stage. Returns (training blocks,
-    held-out blocks, training features, held-out features, seconds)."""
+def _block_features(model, tokenizer, kind: Kind, train_lines: list[str], eval_lines: list[str], gen,
+                    opts: SourceHeadParams, seed: int):
+    """Step 1 of `train_head`: the blocks (`opts.train_blocks` training blocks of `opts.seq_len` tokens drawn
+    with `gen`) and their cached frozen-body features, the only encoder passes of this stage. Returns (training
+    blocks, held-out blocks, training features, held-out features, seconds)."""
+    seq_len, batch_size = opts.seq_len, opts.batch_size
     import torch  # torch: heavy, not at CLI start-up
 
     blocks = pack_lines(tokenizer, train_lines, seq_len, kind=kind)
@@ -164,7 +171,7 @@ def _block_features(model, tokenizer, kind: Kind, train_lines: list[str], eval_l
     if not blocks or not eval_blocks:
         raise VocabTransferError("source_head.text: too few lines to train and hold out "
                                  f"({len(train_lines)} train / {len(eval_lines)} held-out); use a longer text")
-    order = torch.randperm(len(blocks), generator=gen).tolist()[:train_blocks]
+    order = torch.randperm(len(blocks), generator=gen).tolist()[:opts.train_blocks]
     blocks = [blocks[i] for i in order]
     start = time.perf_counter()
     eval_feats = _features(model, eval_blocks, LMCollator(tokenizer, kind, seed + 1), kind, batch_size,
@@ -176,14 +183,14 @@ def _block_features(model, tokenizer, kind: Kind, train_lines: list[str], eval_l
     return blocks, eval_blocks, train_feats, eval_feats, feature_seconds
 
 
-def _unigram_bias(model, params: dict, train_feats) -> bool:
+def _unigram_bias(model, trainable: dict, train_feats) -> bool:
     """Step 2 of `train_head`: a missing output bias starts at the add-one-smoothed log unigram frequency
     of the training targets: the best context-free head, so training starts at the unigram loss
     instead of ln V. Returns whether it did."""
     import torch  # torch: heavy, not at CLI start-up
 
     bias = modeling.output_bias(model)
-    bias_init = bias is not None and any(p is bias for p in params.values())
+    bias_init = bias is not None and any(p is bias for p in trainable.values())
     if bias_init:
         counts = torch.bincount(torch.cat([f[1] for f in train_feats]), minlength=bias.numel()).double()
         with torch.no_grad():
@@ -191,14 +198,16 @@ def _unigram_bias(model, params: dict, train_feats) -> bool:
     return bias_init
 
 
-def _train_cached(head, params: dict, train_feats, eval_feats, gen, *, steps: int, learning_rate: float,
-                  batch_size: int, eval_every: int, warmup: int) -> list[dict]:
-    """Step 3 of `train_head`: AdamW on the head only over batches of cached features drawn with `gen`;
-    linear warm-up, then linear decay to 0. Returns the learning curve after step 0 (the held-out
-    loss every `eval_every` steps and at the end)."""
+def _train_cached(head, trainable: dict, train_feats, eval_feats, gen, opts: SourceHeadParams) -> list[dict]:
+    """Step 3 of `train_head`: AdamW on the head's `trainable` tensors only, `opts.steps` steps over batches
+    of cached features drawn with `gen`; linear warm-up over WARMUP_FRACTION of the steps, then linear decay
+    to 0. Returns the learning curve after step 0 (the held-out loss every `opts.eval_every` steps and at
+    the end)."""
+    steps, batch_size, eval_every = opts.steps, opts.batch_size, opts.eval_every
+    warmup = _warmup_steps(steps)
     import torch  # torch: heavy, not at CLI start-up
 
-    optimizer = torch.optim.AdamW(list(params.values()), lr=learning_rate, weight_decay=0.0)
+    optimizer = torch.optim.AdamW(list(trainable.values()), lr=opts.learning_rate, weight_decay=0.0)
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: (s + 1) / warmup if s < warmup else max(0.0, (steps - s) / max(1, steps - warmup)))
     curve = []
@@ -226,30 +235,27 @@ def _train_cached(head, params: dict, train_feats, eval_feats, gen, *, steps: in
 
 
 def train_head(model, tokenizer, kind: Kind, loading: modeling.LoadingInfo, train_lines: list[str],
-               eval_lines: list[str], *, steps: int, learning_rate: float, batch_size: int, seq_len: int,
-               train_blocks: int, eval_every: int, seed: int, warmup_fraction: float = 0.05) -> dict:
-    """Train the missing head on cached frozen-body features; returns the stats (learning curve included)."""
+               eval_lines: list[str], opts: SourceHeadParams, seed: int) -> dict:
+    """Train the missing head on cached frozen-body features (`opts`: params source_head, typed); returns the
+    stats (learning curve included)."""
     import torch  # torch: heavy, not at CLI start-up
 
-    head, params = _unfreeze_head(model, kind, loading)
+    steps, batch_size = opts.steps, opts.batch_size
+    head, trainable = _unfreeze_head(model, kind, loading)
     # 1. blocks and cached features (one generator draws the training blocks, then the batches)
     gen = torch.Generator().manual_seed(seed)
     blocks, eval_blocks, train_feats, eval_feats, feature_seconds = _block_features(
-        model, tokenizer, kind, train_lines, eval_lines, gen, seq_len=seq_len, train_blocks=train_blocks,
-        batch_size=batch_size, seed=seed)
+        model, tokenizer, kind, train_lines, eval_lines, gen, opts, seed)
     n_train_tokens = sum(int(f[1].numel()) for f in train_feats)
     # 2. the unigram output bias
     loss_random, n_eval = _cached_loss(head, eval_feats)
-    bias_init = _unigram_bias(model, params, train_feats)
+    bias_init = _unigram_bias(model, trainable, train_feats)
     # 3. train the head on the cached features
-    warmup = max(1, int(warmup_fraction * steps))
     loss_start, _ = _cached_loss(head, eval_feats)
     log.info("held-out loss of the checkpoint's random head: %.4f (%d tokens)%s", loss_random, n_eval,
              f"; with the unigram output bias: {loss_start:.4f}" if bias_init else "")
     train_start = time.perf_counter()
-    curve = [{"step": 0, "heldout_loss": loss_start}] + _train_cached(
-        head, params, train_feats, eval_feats, gen, steps=steps, learning_rate=learning_rate, batch_size=batch_size,
-        eval_every=eval_every, warmup=warmup)
+    curve = [{"step": 0, "heldout_loss": loss_start}] + _train_cached(head, trainable, train_feats, eval_feats, gen, opts)
     train_seconds = time.perf_counter() - train_start
     for p in model.parameters():
         p.requires_grad_(False)
@@ -260,7 +266,7 @@ def train_head(model, tokenizer, kind: Kind, loading: modeling.LoadingInfo, trai
              final["perplexity"])
     return {
         "skipped": False,
-        "trained_parameters": list(params),
+        "trained_parameters": list(trainable),
         "loss_before": loss_random,
         "loss_unigram_bias": loss_start if bias_init else None,
         "loss_after": final["loss"],
@@ -272,7 +278,7 @@ def train_head(model, tokenizer, kind: Kind, loading: modeling.LoadingInfo, trai
         "heldout_blocks": len(eval_blocks),
         "feature_seconds": feature_seconds,
         "train_seconds": train_seconds,
-        "warmup_steps": warmup,
+        "warmup_steps": _warmup_steps(steps),
     }
 
 
@@ -304,10 +310,7 @@ def run(ctx) -> None:
         "seed": ctx.seed, "versions": io.versions(),
     }
     if loading.head_missing:
-        stats.update(train_head(
-            model, tokenizer, kind, loading, train_lines, eval_lines, steps=opts.steps,
-            learning_rate=opts.learning_rate, batch_size=opts.batch_size, seq_len=opts.seq_len,
-            train_blocks=opts.train_blocks, eval_every=opts.eval_every, seed=ctx.seed))
+        stats.update(train_head(model, tokenizer, kind, loading, train_lines, eval_lines, opts, ctx.seed))
     else:
         log.info("%s has its LM head; nothing to train, saving it as the source model", directory)
         blocks = pack_lines(tokenizer, eval_lines, opts.seq_len, kind=kind)

@@ -7,25 +7,24 @@ the key path, what was wrong and the allowed values. Params are validated once: 
 (Snakemake's common.smk, which writes the merged file with `write_merged`), or by `app.params.load` for
 a params file of the user's; a merged file is read as it is.
 
-Typed sections: a stage reads its section once, at its entry, into a frozen dataclass declared next to
-its code (`OmpOptions` … in vocabtransfer.init.methods.options, `PretrainParams` in
-vocabtransfer.train.pretrain_params, `EvalParams` in vocabtransfer.evaluate.tasks, …), built by `from_dict`
-from the validated dict (`ctx.section`); below the entry, functions take these. Each field holds its
-default, description and bounds (`typed.option`), and the schema's section is generated from it. A
-stage's rerun keys are their leaves (`field_leaves`).
+Typed params: the validated tree reaches every planner and job as `typed.Params` (wrapped once, by
+the runner, the CLI and Snakemake's common.smk); a stage reads its section once, at its entry, into a
+frozen dataclass declared next to its code (`OmpOptions` … in vocabtransfer.init.methods.options,
+`PretrainParams` in vocabtransfer.train.pretrain_params, `EvalParams` in vocabtransfer.evaluate.tasks, …),
+with `Params.section`; below the entry, functions take these. Each field holds its default, description
+and bounds (`typed.option`), and the schema's section is generated from it. A stage's rerun keys are
+their leaves (`typed.field_leaves`). The functions here that take the tree itself (`check_*`,
+`write_merged`) are validation's and the merged file's: they run on the tree before it is typed.
 """
 
 from __future__ import annotations
 
 import copy
-import dataclasses
 import difflib
 import hashlib
 import importlib.util
 import os
 import re
-import types
-import typing
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -215,10 +214,10 @@ def validate(params: Any, schema: dict, source: str = "params.yaml") -> dict:
     return params
 
 
-def check_baseline(params: dict, schema: dict, source: str = "params.yaml") -> None:
+def check_baseline(tree: Mapping, schema: dict, source: str = "params.yaml") -> None:
     """`report.baseline` is an init method's name (one pretrain.methods lacks is allowed: the report says it has no
     token-equivalent then), not a misspelling."""
-    baseline = (params.get("report") or {}).get("baseline")
+    baseline = (tree.get("report") or {}).get("baseline")
     items = schema.get("properties", {}).get("init", {}).get("properties", {}).get("methods", {}).get("items", {})
     known = pattern_names(items.get("pattern", ""))
     if baseline is None or known is None or baseline in known[0]:
@@ -227,14 +226,14 @@ def check_baseline(params: dict, schema: dict, source: str = "params.yaml") -> N
                              f"{known[1]}{_did_you_mean(baseline, known[0])}")
 
 
-def check_pretrain(params: dict, source: str = "params.yaml") -> None:
+def check_pretrain(tree: Mapping, source: str = "params.yaml") -> None:
     """`pretrain.methods` must be `init.methods` entries (continued pretraining starts from init's models)."""
-    init_methods = list((params.get("init") or {}).get("methods") or [])
-    unknown = [m for m in (params.get("pretrain") or {}).get("methods") or [] if m not in init_methods]
+    init_methods = list((tree.get("init") or {}).get("methods") or [])
+    unknown = [m for m in (tree.get("pretrain") or {}).get("methods") or [] if m not in init_methods]
     if unknown:
         raise VocabTransferError(f"{source}: pretrain.methods: {', '.join(unknown)} not in init.methods "
                                  f"({', '.join(init_methods)}); add them to init.methods or remove them")
-    section = params.get("pretrain") or {}
+    section = tree.get("pretrain") or {}
     methods, objectives = section.get("methods") or [], section.get("objectives") or []
     for pair in section.get("pairs") or []:
         method, _, objective = pair.rpartition("-")
@@ -244,9 +243,9 @@ def check_pretrain(params: dict, source: str = "params.yaml") -> None:
                 f"({', '.join(methods)} × {', '.join(objectives)}); add its method and objective there or remove it")
 
 
-def check_fasttext_oov(params: dict, source: str = "params.yaml") -> None:
+def check_fasttext_oov(tree: Mapping, source: str = "params.yaml") -> None:
     """`fasttext.oov: subword` needs tokenlevel mode (wordlevel vectors already come from subwords)."""
-    fasttext = params.get("fasttext") or {}
+    fasttext = tree.get("fasttext") or {}
     if fasttext.get("oov") == "subword" and fasttext.get("mode") != "tokenlevel":
         raise VocabTransferError(f"{source}: fasttext.oov: subword applies to fasttext.mode tokenlevel only (wordlevel "
                                  "already embeds every token with its subword n-grams); set fasttext.oov: random")
@@ -352,11 +351,11 @@ def merged_name(text: str) -> str:
     return f"params.{hashlib.sha256(text.encode()).hexdigest()[:16]}.yaml"
 
 
-def write_merged(params: dict, directory: str | Path) -> str:
+def write_merged(tree: Mapping, directory: str | Path) -> str:
     """Write a validated config to `<directory>/params.<hash>.yaml` (once: the name is a hash of the
     content, so the file of a config never changes and runs with other configs never share one)
     and return its path. Snakemake hands it to every stage as `--params`."""
-    text = yaml.safe_dump(params, sort_keys=True, allow_unicode=True)
+    text = yaml.safe_dump(tree, sort_keys=True, allow_unicode=True)
     path = Path(directory) / merged_name(text)
     if not path.is_file() or path.read_text(encoding="utf-8") != text:
         with atomic_output(path) as tmp:
@@ -364,67 +363,7 @@ def write_merged(params: dict, directory: str | Path) -> str:
     return str(path)
 
 
-def get(params: dict, dotted: str) -> Any:
-    """Look up a dotted key such as `fasttext.epochs`."""
-    node: Any = params
-    for part in dotted.split("."):
-        if not isinstance(node, dict) or part not in node:
-            raise VocabTransferError(f"params: key {dotted!r} not found (at {part!r})")
-        node = node[part]
-    return node
-
-
-def check_language(params: dict, lang: str) -> None:
-    if lang not in params["languages"]:
-        raise VocabTransferError(
-            f"unknown language {lang!r}: params.yaml `languages` lists {', '.join(params['languages'])}"
-        )
-
-
 # ------------------------------------------------------------------------------- typed sections
-
-def from_dict(cls, data: Mapping):
-    """The frozen dataclass `cls` of a validated params section: nested dataclass fields recursively,
-    arrays as tuples, numbers of `float` fields as floats; keys that are not fields are not read."""
-    hints = typing.get_type_hints(cls)
-    return cls(**{f.name: _typed_value(hints[f.name], data[f.name]) for f in dataclasses.fields(cls)})
-
-
-def _typed_value(tp, value):
-    if dataclasses.is_dataclass(tp):
-        return from_dict(tp, value)
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        if value is None:
-            return None
-        return _typed_value(next(a for a in typing.get_args(tp) if a is not type(None)), value)
-    if tp is float:
-        return float(value)
-    if origin is tuple:
-        return tuple(value)
-    if origin is dict:
-        return dict(value)
-    return value
-
-
-def field_leaves(cls, prefix: str, data: Mapping, keep: Callable[[dataclasses.Field], bool] = lambda f: True) -> list[str]:
-    """The dotted params leaves of the fields of `cls` under `prefix` (e.g. `init.omp.k`) that `keep`
-    keeps, nested dataclasses recursively and a mapping field by its keys in `data`; in the order of
-    `data` (the validated params', as Snakemake records a job's params): a stage's rerun keys."""
-    by_name = {f.name: f for f in dataclasses.fields(cls)}
-    hints = typing.get_type_hints(cls)
-    out: list[str] = []
-    for key, value in data.items():
-        if key not in by_name or not keep(by_name[key]):
-            continue
-        if dataclasses.is_dataclass(hints[key]):
-            out += field_leaves(hints[key], f"{prefix}.{key}", value, keep)
-        elif typing.get_origin(hints[key]) is dict:
-            out += [f"{prefix}.{key}.{k}" for k in value]
-        else:
-            out.append(f"{prefix}.{key}")
-    return out
-
 
 def typed_section(cls, dotted: str, given: Mapping | None = None):
     """`cls` from `given` (a mapping, or None) over its fields' defaults, validated by the schema `cls`
@@ -436,4 +375,4 @@ def typed_section(cls, dotted: str, given: Mapping | None = None):
     if errors:
         err = min(errors, key=lambda e: len(e.absolute_path))
         raise VocabTransferError(f"{'.'.join([dotted, *map(str, err.absolute_path)])}: {_describe(err)}")
-    return from_dict(cls, data)
+    return typed.from_dict(cls, data)

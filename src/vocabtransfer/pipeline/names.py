@@ -21,6 +21,7 @@ import re
 from dataclasses import dataclass
 
 from vocabtransfer.errors import VocabTransferError
+from vocabtransfer.pipeline.typed import Params
 
 SEED_STRIDE = 1000
 SOURCE = "source"
@@ -34,17 +35,17 @@ def split_method(method: str) -> tuple[str, str]:
     return base, fact
 
 
-def pretrain_seeds(params: dict) -> list[int]:
+def pretrain_seeds(params: Params) -> list[int]:
     """1..pretrain.seeds."""
-    return list(range(1, int(params["pretrain"]["seeds"]) + 1))
+    return list(range(1, int(params.leaf("pretrain.seeds")) + 1))
 
 
-def seed_value(params: dict, pseed: int | str) -> int:
+def seed_value(params: Params, pseed: int | str) -> int:
     """The random seed of pretraining seed `pseed`: params `seed` for pseed 1."""
     pseed = int(pseed)
     if pseed < 1:
         raise VocabTransferError(f"pretraining seed {pseed}: must be 1 or more (1..pretrain.seeds)")
-    return int(params["seed"]) + SEED_STRIDE * (pseed - 1)
+    return params.seed + SEED_STRIDE * (pseed - 1)
 
 
 @dataclass(frozen=True)

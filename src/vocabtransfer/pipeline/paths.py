@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 from vocabtransfer.errors import VocabTransferError
+from vocabtransfer.pipeline.typed import Params
 
 RESULTS = "results"
 LOGS = "logs"
@@ -75,22 +76,22 @@ def data_path(path: str | os.PathLike) -> Path:
 # the local data files jobs read (Stage.data: Snakemake inputs, dvc.yaml deps), from params
 
 
-def corpus_file(params: dict, lang: str) -> Path | None:
+def corpus_file(params: Params, lang: str) -> Path | None:
     """The local file of `corpus.sources.<lang>` (None for a URL or a hub dataset)."""
-    source = params["corpus"]["sources"].get(lang) or {}
+    source = params.leaf("corpus.sources").get(lang) or {}
     return data_path(source["path"]) if source.get("path") else None
 
 
-def xnli_files(params: dict, lang: str) -> list[Path]:
+def xnli_files(params: Params, lang: str) -> list[Path]:
     """The source-language and the target-language XNLI files of `init_eval.xnli`."""
-    opts = params["init_eval"]
+    opts = params.leaf("init_eval")
     return [data_path(opts["xnli"].format(lang=code)) for code in (opts["source_lang"], lang)]
 
 
-def local_source_model(params: dict) -> Path | None:
+def local_source_model(params: Params) -> Path | None:
     """`source_model` when it is a local directory or GGUF file (a hub id, `hf://…` file or `package:…`
     is pinned by its name only)."""
-    value = str(params["source_model"])
+    value = params.source_model
     if value.startswith(("hf://", "package:")):
         return None
     path = Path(value).expanduser()

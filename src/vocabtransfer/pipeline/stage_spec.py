@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, TypeVar
 
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.pipeline import config
 from vocabtransfer.pipeline import paths
+from vocabtransfer.pipeline.typed import Params
 
 
 def launch_prefix(processes: int) -> str:
@@ -44,7 +44,7 @@ def torch_threads(n: int):
 
 T = TypeVar("T")
 Templates = dict[str, str]  # {name: path template}
-PerJob = Callable[[dict, dict], Any]  # (params, wildcards) -> the value for one job
+PerJob = Callable[[Params, dict], Any]  # (params, wildcards) -> the value for one job
 
 
 def _per_job(value) -> PerJob:
@@ -73,7 +73,7 @@ class Stage:
     outputs: Templates = field(default_factory=dict)
     directories: frozenset[str] = frozenset()  # output names that are directories
     params: tuple[str, ...] = ()  # dotted params leaves; may contain {lang}
-    extra_params: Callable[[dict, dict], list[str]] | None = None  # (params, wildcards) -> more leaves
+    extra_params: Callable[[Params, dict], list[str]] | None = None  # (params, wildcards) -> more leaves
     # the stage's entry modules under src/vocabtransfer, declared: the code dependencies of a job are they
     # and every vocabtransfer module they import (`module_closure`), so that DVC and Snakemake rerun a job
     # when one of them changes
@@ -84,11 +84,11 @@ class Stage:
     gpu: bool = False  # benefits from a GPU (SLURM profile asks for one)
     # params -> the values of the wildcards other than `lang` that params ask for, e.g. init: one
     # {"method": m, "pseed": k} per initialisation; dvc.yaml gets one (per-language) stage per entry
-    expand: Callable[[dict], list[dict[str, str]]] | None = None
+    expand: Callable[[Params], list[dict[str, str]]] | None = None
     # DVC: output names that are metrics files (`metrics:` with cache: false, for `dvc metrics show/diff`),
     # and params -> top-level plot definitions over the stage's outputs ({plot id: DVC plot properties})
     metrics: frozenset[str] = frozenset()
-    plots: Callable[[dict], dict[str, dict]] | None = None
+    plots: Callable[[Params], dict[str, dict]] | None = None
     # None when the job runs, else why params or the data present rule it out (init/availability.py); such
     # a job is in neither `snakemake` nor dvc.yaml, and the run says why
     skip_reason: PerJob | None = None
@@ -98,31 +98,31 @@ class Stage:
     # inputs and DVC deps, so an edited data file reruns the job. Read as path strings.
     data: PerJob | None = None
 
-    def input_templates(self, params: dict, wildcards: dict) -> Templates:
+    def input_templates(self, params: Params, wildcards: dict) -> Templates:
         """The input path templates of one job (`inputs`)."""
         return dict(_per_job(self.inputs)(params, wildcards))
 
-    def code_modules(self, params: dict, wildcards: dict) -> tuple[str, ...]:
+    def code_modules(self, params: Params, wildcards: dict) -> tuple[str, ...]:
         """The code one job reruns on: the declared entry modules (`code`) and every module they import."""
         return module_closure(*_per_job(self.code)(params, wildcards))
 
-    def why_skipped(self, params: dict, wildcards: dict) -> str | None:
+    def why_skipped(self, params: Params, wildcards: dict) -> str | None:
         """None when the job runs, else why params or the data present rule it out (`skip_reason`)."""
         return _per_job(self.skip_reason)(params, wildcards)
 
-    def left_out(self, params: dict, wildcards: dict) -> dict[str, str]:
+    def left_out(self, params: Params, wildcards: dict) -> dict[str, str]:
         """{part: reason} for the parts a running job leaves out (`partial`)."""
         return dict(_per_job(self.partial or {})(params, wildcards))
 
-    def data_files(self, params: dict, wildcards: dict) -> dict[str, str]:
+    def data_files(self, params: Params, wildcards: dict) -> dict[str, str]:
         """{key: path} of the local data files the job reads (`data`), as path strings."""
         return {k: str(v) for k, v in _per_job(self.data or {})(params, wildcards).items()}
 
-    def combos(self, params: dict) -> list[dict[str, str]]:
+    def combos(self, params: Params) -> list[dict[str, str]]:
         """The values of the wildcards other than `lang` of every job params ask for (`expand`)."""
         return self.expand(params) if self.expand else [{}]
 
-    def candidates(self, params: dict, lang: str | None = None) -> list[tuple[dict[str, str], str | None]]:
+    def candidates(self, params: Params, lang: str | None = None) -> list[tuple[dict[str, str], str | None]]:
         """Every job params ask for (of `lang` when the stage has a `lang` wildcard), each with None when
         it runs, else why params or the data present rule it out (`skip_reason`)."""
         out = []
@@ -135,17 +135,17 @@ class Stage:
             out.append((wildcards, self.why_skipped(params, wildcards)))
         return out
 
-    def jobs(self, params: dict, lang: str | None = None) -> list[dict[str, str]]:
+    def jobs(self, params: Params, lang: str | None = None) -> list[dict[str, str]]:
         """The job planner: the wildcards of every job that runs (of `lang` when the stage has a `lang`
         wildcard). Snakemake's targets, dvc.yaml, the report's plan and a job that checks it is one ask it."""
         return [wildcards for wildcards, reason in self.candidates(params, lang) if reason is None]
 
-    def launch(self, params: dict) -> str:
+    def launch(self, params: Params) -> str:
         """The command the job starts with: `vocabtransfer`, or accelerate's launcher for N > 1
         data-parallel processes (`processes`)."""
-        return launch_prefix(int(config.get(params, self.processes)) if self.processes else 1)
+        return launch_prefix(int(params.leaf(self.processes)) if self.processes else 1)
 
-    def leaves(self, params: dict, wildcards: dict) -> list[str]:
+    def leaves(self, params: Params, wildcards: dict) -> list[str]:
         """The concrete params leaves this stage reads for these wildcards."""
         out = [leaf.format(**wildcards) for leaf in self.params]
         if self.extra_params:
@@ -182,9 +182,9 @@ def contract_fault(stage: Any) -> str | None:
     return None
 
 
-def section_leaves(params: dict, section: str) -> list[str]:
+def section_leaves(params: Params, section: str) -> list[str]:
     """Every leaf under a params section, e.g. `init.focus` -> [`init.focus.block_size`, …]."""
-    node = config.get(params, section)
+    node = params.leaf(section)
     if not isinstance(node, dict):
         return [section]
     return [leaf for key in node for leaf in section_leaves(params, f"{section}.{key}")]
@@ -238,11 +238,10 @@ def module_closure(*files: str) -> tuple[str, ...]:
 
 @dataclass
 class Context:
-    """What a stage function gets: validated params (the dict; a section typed with `section`), its
-    wildcards and resolved paths."""
+    """What a stage function gets: the validated params (typed: `section`), its wildcards and resolved paths."""
 
     stage: Stage
-    params: dict
+    params: Params
     wildcards: dict[str, str]
     input: dict[str, Path]
     output: dict[str, Path]
@@ -251,7 +250,6 @@ class Context:
     # the stage table (vocabtransfer.app.stages.STAGES, set by the runner), for a stage that reads what
     # other stages' jobs wrote: the report asks their job planners
     stages: Mapping[str, Stage] = field(default_factory=dict)
-    _sections: dict = field(default_factory=dict, repr=False)  # the typed sections built (`section`)
 
     @property
     def lang(self) -> str:
@@ -263,17 +261,15 @@ class Context:
 
     @property
     def seed(self) -> int:
-        return int(self.params["seed"])
+        return self.params.seed
 
     def param(self, dotted: str) -> Any:
-        return config.get(self.params, dotted)
+        return self.params.leaf(dotted)
 
     def section(self, name: str, cls: type[T]) -> T:
         """params section `name` (dotted: `init.omp`) as the frozen dataclass `cls` declared by the stage
-        (e.g. `OmpOptions`), built once per job from the validated dict (`config.from_dict`)."""
-        if name not in self._sections:
-            self._sections[name] = config.from_dict(cls, config.get(self.params, name))
-        return self._sections[name]
+        (e.g. `OmpOptions`), built once (`Params.section`)."""
+        return self.params.section(name, cls)
 
     def torch_threads(self):
         """A context with this job's torch threads: its --threads, shared by the data-parallel processes
@@ -284,4 +280,4 @@ class Context:
 
     def leaf_values(self) -> dict[str, Any]:
         """The params leaves this job reads and their values."""
-        return {leaf: config.get(self.params, leaf) for leaf in self.stage.leaves(self.params, dict(self.wildcards))}
+        return {leaf: self.params.leaf(leaf) for leaf in self.stage.leaves(self.params, dict(self.wildcards))}

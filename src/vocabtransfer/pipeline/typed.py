@@ -1,6 +1,7 @@
-"""Params sections declared in code: a frozen dataclass whose fields carry their default, description
-and bounds (`option`), and the JSON Schema it makes (`section_schema`). The schema of such a section
-is generated, never written: `init.<name>` of every init method comes from the options class it
+"""Typed params: the validated params of a run as `Params` (what every planner and job below `app/` takes),
+and the sections declared in code: a frozen dataclass whose fields carry their default, description
+and bounds (`option`), the JSON Schema it makes (`section_schema`), built from the tree by `from_dict`.
+The schema of such a section is generated, never written: `init.<name>` of every init method comes from the options class it
 declares (`MethodInfo("omp", options=OmpOptions)`, init/methods/catalog.py), so a default is written once,
 in its field.
 
@@ -23,7 +24,9 @@ import copy
 import dataclasses
 import types
 import typing
-from typing import Any
+from typing import Any, Callable, Mapping, TypeVar
+
+from vocabtransfer.errors import VocabTransferError
 
 # the schema type of a field's Python type (bool before int: bool is an int)
 _TYPES = ((bool, "boolean"), (int, "integer"), (float, "number"), (str, "string"))
@@ -37,7 +40,7 @@ class NoOptions:
 def option(default: Any, description: str, *, rerun: bool = True, **keywords: Any) -> Any:
     """A field of a typed section: its `default`, its `description` and its JSON Schema `keywords`;
     `rerun=False` for a leaf that does not change a job's outputs (which jobs run, whether checkpoints
-    are kept): no rerun key (`config.field_leaves`)."""
+    are kept): no rerun key (`typed.field_leaves`)."""
     metadata = {"description": description, "schema": keywords, "default": default}
     if not rerun:
         metadata["rerun"] = False
@@ -73,7 +76,7 @@ def _type_schema(tp: Any) -> dict:
         return {"type": [_type_schema(args[0])["type"], "null"]}
     if origin is dict or tp is dict:
         return {"type": "object"}
-    if origin is tuple:  # an array, read as a tuple (`config.from_dict`); its items' schema is a keyword
+    if origin is tuple:  # an array, read as a tuple (`from_dict`); its items' schema is a keyword
         return {"type": "array"}
     for python, name in _TYPES:
         if tp is python:
@@ -132,3 +135,118 @@ def with_init_sections(schema: dict, methods: dict[str, type], factorizations: d
 
     patterns(schema)
     return schema
+
+
+# ------------------------------------------------------------------------------- reading sections
+
+def from_dict(cls, data: Mapping):
+    """The frozen dataclass `cls` of a validated params section: nested dataclass fields recursively,
+    arrays as tuples, numbers of `float` fields as floats; keys that are not fields are not read."""
+    hints = typing.get_type_hints(cls)
+    return cls(**{f.name: _typed_value(hints[f.name], data[f.name]) for f in dataclasses.fields(cls)})
+
+
+def _typed_value(tp, value):
+    if dataclasses.is_dataclass(tp):
+        return from_dict(tp, value)
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        if value is None:
+            return None
+        return _typed_value(next(a for a in typing.get_args(tp) if a is not type(None)), value)
+    if tp is float:
+        return float(value)
+    if origin is tuple:
+        return tuple(value)
+    if origin is dict:
+        return dict(value)
+    return value
+
+
+def field_leaves(cls, prefix: str, data: Mapping, keep: Callable[[dataclasses.Field], bool] = lambda f: True) -> list[str]:
+    """The dotted params leaves of the fields of `cls` under `prefix` (e.g. `init.omp.k`) that `keep`
+    keeps, nested dataclasses recursively and a mapping field by its keys in `data`; in the order of
+    `data` (the validated params', as Snakemake records a job's params): a stage's rerun keys."""
+    by_name = {f.name: f for f in dataclasses.fields(cls)}
+    hints = typing.get_type_hints(cls)
+    out: list[str] = []
+    for key, value in data.items():
+        if key not in by_name or not keep(by_name[key]):
+            continue
+        if dataclasses.is_dataclass(hints[key]):
+            out += field_leaves(hints[key], f"{prefix}.{key}", value, keep)
+        elif typing.get_origin(hints[key]) is dict:
+            out += [f"{prefix}.{key}.{k}" for k in value]
+        else:
+            out.append(f"{prefix}.{key}")
+    return out
+
+
+T = TypeVar("T")
+
+
+class Params:
+    """The validated params of one run (what `config.validate` returns, or the merged file Snakemake wrote),
+    typed and read-only: the top-level leaves as attributes, every section as the frozen dataclass its stage
+    declares (`section`, built once), a dotted leaf by name (`leaf`: rerun keys, launchers, anything that
+    walks leaves by name) and the tree itself (`tree`) for what writes or hashes it whole. Every function
+    below `app/` that plans or runs a job takes this, never the dict."""
+
+    def __init__(self, tree: Mapping[str, Any]):
+        if isinstance(tree, Params):
+            raise TypeError("Params(Params(...)): pass the validated tree, or the Params object itself")
+        self._tree = tree
+        self._sections: dict[tuple[str, type], Any] = {}
+
+    @classmethod
+    def of(cls, value: "Params | Mapping[str, Any]") -> "Params":
+        """`value` as Params: a Params as it is, a validated tree wrapped (the app's entry points take either)."""
+        return value if isinstance(value, Params) else cls(value)
+
+    def __repr__(self) -> str:
+        return f"Params(languages={self._tree.get('languages')}, source_model={self._tree.get('source_model')!r})"
+
+    @property
+    def tree(self) -> Mapping[str, Any]:
+        """The validated tree, as the schema filled it in (not to be changed)."""
+        return self._tree
+
+    @property
+    def languages(self) -> tuple[str, ...]:
+        return tuple(self._tree["languages"])
+
+    @property
+    def seed(self) -> int:
+        return int(self._tree["seed"])
+
+    @property
+    def source_model(self) -> str:
+        return str(self._tree["source_model"])
+
+    @property
+    def init_methods(self) -> tuple[str, ...]:
+        """`init.methods`: the initialisations asked for, `method` or `method+factorisation`."""
+        return tuple(self._tree["init"]["methods"])
+
+    def leaf(self, dotted: str) -> Any:
+        """The value at a dotted key such as `fasttext.epochs` (a subtree for a section's key)."""
+        node: Any = self._tree
+        for part in dotted.split("."):
+            if not isinstance(node, Mapping) or part not in node:
+                raise VocabTransferError(f"params: key {dotted!r} not found (at {part!r})")
+            node = node[part]
+        return node
+
+    def section(self, name: str, cls: type[T]) -> T:
+        """Section `name` (dotted: `init.omp`) as the frozen dataclass `cls` its stage declares (e.g.
+        `OmpOptions`), built from the validated tree once (`from_dict`)."""
+        key = (name, cls)
+        if key not in self._sections:
+            self._sections[key] = from_dict(cls, self.leaf(name))
+        return self._sections[key]
+
+    def check_language(self, lang: str) -> None:
+        """One error unless `lang` is one of `languages`."""
+        if lang not in self.languages:
+            raise VocabTransferError(f"unknown language {lang!r}: params.yaml `languages` lists "
+                                     f"{', '.join(self.languages)}")

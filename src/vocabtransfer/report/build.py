@@ -24,6 +24,7 @@ from typing import Mapping
 from vocabtransfer import io
 from vocabtransfer.init import availability
 from vocabtransfer.pipeline import paths
+from vocabtransfer.pipeline.typed import Params
 from vocabtransfer.report import harness_table
 from vocabtransfer.report import distill_terms
 from vocabtransfer.report import read
@@ -38,6 +39,8 @@ from vocabtransfer.report.costs import read_benchmark
 from vocabtransfer.report.figures import (plot_curves, plot_downstream, plot_token_curves, seed_curves,
                                           write_curves_csv)
 from vocabtransfer.report.read import Plan, read_language
+from vocabtransfer.evaluate.token_frequency_loss import TokenFrequencyLossParams
+from vocabtransfer.train.pretrain_params import PretrainParams
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +49,7 @@ def curves_csv(lang: str) -> str:
     return f"{paths.REPORT_CURVES}/{lang}.csv"
 
 
-def dvc_plots(params: dict) -> dict[str, dict]:
+def dvc_plots(params: Params) -> dict[str, dict]:
     """Top-level DVC plot definitions: per language, the valid loss of every run against the step."""
     models = [f"{m}-{o}" for m, o in availability.pretrain_pairs(params)]
     if not models:
@@ -54,7 +57,7 @@ def dvc_plots(params: dict) -> dict[str, dict]:
     return {f"valid_loss_{lang}": {"template": "linear", "x": "step", "y": {curves_csv(lang): list(models)},
                                    "title": f"{lang}: valid loss during continued pretraining",
                                    "x_label": "step", "y_label": "valid loss"}
-            for lang in params["languages"]}
+            for lang in params.languages}
 
 
 def job_seconds(root: Path) -> float | None:
@@ -66,11 +69,11 @@ def job_seconds(root: Path) -> float | None:
     return sum(seconds) if seconds else None
 
 
-def write_report(params: dict, report: tables.ReportParams, p: Plan, root: Path = Path(".")) -> Path:
+def write_report(params: Params, report: tables.ReportParams, p: Plan, root: Path = Path(".")) -> Path:
     """Read everything under `root`, write the report, its figures, curves and metrics there; `report`
     is params `report`, typed."""
     root = Path(root)
-    settings = tables.Settings.of(report, params["seed"])
+    settings = tables.Settings.of(report, params.seed)
     head = io.read_json(root / paths.SOURCE_HEAD_STATS) if (root / paths.SOURCE_HEAD_STATS).is_file() else None
     base = io.read_json(root / paths.SOURCE_BASE_STATS) if (root / paths.SOURCE_BASE_STATS).is_file() else None
     langs = [read_language(lang, p, root) for lang in p.languages]
@@ -99,8 +102,10 @@ def write_report(params: dict, report: tables.ReportParams, p: Plan, root: Path 
                 m["valid_loss"] = {f"{k[0]}-{k[1]}": float(c["mean"].iloc[-1]) for k, c in seed_curves(lang).items()}
             body += markdown.pretrain_section(lang, curve_fig)
             if worth is not None:
-                body += _tokens_section(lang, worth, report.baseline, settings, bpb, figures / Path(curve_fig).name,
-                                        params, per_language[lang.lang][2], m)
+                section, bullets, m["token_equivalent"] = _tokens_section(
+                    lang, worth, report.baseline, settings, bpb, figures / Path(curve_fig).name, params)
+                body += section
+                per_language[lang.lang][2].extend(bullets)
             body += ["### Comparisons", ""]
             for family in families:
                 body += markdown.family_section(family, settings)
@@ -137,11 +142,12 @@ def write_report(params: dict, report: tables.ReportParams, p: Plan, root: Path 
     return root / paths.REPORT
 
 
-def _tokens_section(lang, worth, baseline: str, settings, bpb, figure: Path, params: dict, bullets: list,
-                    metrics: dict) -> list[str]:
+def _tokens_section(lang, worth, baseline: str, settings, bpb, figure: Path,
+                    params: Params) -> tuple[list[str], list[str], dict]:
     """What each initialisation is worth in the baseline's tokens (`token_equivalent`): its figure at `figure`
-    (valid loss, and bits per byte for causal runs, against tokens), its table, its verdict `bullets` and
-    `metrics`."""
+    (valid loss, and bits per byte for causal runs, against tokens); returns its section, its verdict bullets
+    and its metrics (method-objective@budget -> ratio, None for more than the run)."""
+    bullets: list[str] = []
     reps = token_equivalent.replicate(worth, settings.resamples, settings.seed)
     eqs = token_equivalent.equivalents(reps, baseline, settings.confidence)
     crossings = token_equivalent.floor_crossings(reps, settings.confidence)
@@ -162,19 +168,21 @@ def _tokens_section(lang, worth, baseline: str, settings, bpb, figure: Path, par
     reach, note = _source_reach(lang, reps, settings, params, bpb, lines.get("source"))
     if reach:
         bullets.append(token_equivalent.source_sentence(reach, lines["source"], reps))
-    metrics["token_equivalent"] = {f"{e.method}-{e.objective}@{e.budget:.0f}":  # null: more than the run
-                                   None if math.isinf(e.ratio.value) else round(e.ratio.value, 4) for e in eqs}
-    return token_equivalent.section(reps, eqs, crossings, baseline, settings.confidence, None, reach, note)
+    metrics = {f"{e.method}-{e.objective}@{e.budget:.0f}":  # null: more than the run
+               None if math.isinf(e.ratio.value) else round(e.ratio.value, 4) for e in eqs}
+    section = token_equivalent.section(reps, eqs, crossings, baseline, settings.confidence, None, reach, note)
+    return section, bullets, metrics
 
 
-def _source_reach(lang, reps, settings, params: dict, bpb, source: float | None) -> tuple[dict, str]:
+def _source_reach(lang, reps, settings, params: Params, bpb, source: float | None) -> tuple[dict, str]:
     """The tokens each causal method needs to reach the source's bits per byte, where that is measured on the same
     lines and windows as the curves (pretrain.eval_lines and seq_len equal to token_frequency_loss's max_lines and
     seq_len) and the source beats the best floor; else ({}, why not)."""
     if source is None or bpb is None:
         return {}, ""
-    pre, tfl = params["pretrain"], params.get("token_frequency_loss") or {}
-    if (pre.get("eval_lines"), pre.get("seq_len")) != (tfl.get("max_lines"), tfl.get("seq_len")):
+    pre = params.section("pretrain", PretrainParams)
+    tfl = params.section("token_frequency_loss", TokenFrequencyLossParams)
+    if (pre.eval_lines, pre.seq_len) != (tfl.max_lines, tfl.seq_len):
         return {}, ("No tokens to the source's bits per byte: the curves score pretrain.eval_lines lines in windows of "
                     "pretrain.seq_len, the source is scored on token_frequency_loss.max_lines lines in windows of "
                     "token_frequency_loss.seq_len; set them equal to compare.")
@@ -208,7 +216,7 @@ def _opening(p: Plan) -> str:
 PLANNED = ("pretrain", "token_frequency_loss", "gradient_scenarios", "finetune_eval", "lm_eval")
 
 
-def plan(params: dict, stages: Mapping) -> Plan:
+def plan(params: Params, stages: Mapping) -> Plan:
     """Every artefact the report reads (`run` reads them, and they are its inputs), from the job planner
     of the stages that write them (`stages`: the stage table, vocabtransfer.app.stages.STAGES)."""
     return read.plan(params, {name: stages[name] for name in PLANNED})

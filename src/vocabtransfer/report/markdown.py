@@ -10,6 +10,7 @@ from pathlib import Path
 
 from vocabtransfer import io
 from vocabtransfer.pipeline import paths
+from vocabtransfer.pipeline.typed import Params
 from vocabtransfer.report.read import OBJECTIVE_ORDER, Language, Plan, task_order
 from vocabtransfer.evaluate.bpb_floor import FLOOR
 from vocabtransfer.report.tables import NOT_LEARNED, Family, Settings, finite, plural, seeds_text
@@ -17,6 +18,7 @@ from vocabtransfer.evaluate.tasks import TASKS, available
 from vocabtransfer.evaluate.token_frequency_loss import seed_means
 from vocabtransfer.report.costs import cost_lines
 from vocabtransfer.report.figures import seed_curves
+from vocabtransfer.train.pretrain_params import PretrainParams
 
 CORRECTION_NAME = {"holm": "Holm", "bh": "Benjamini–Hochberg"}
 
@@ -121,10 +123,10 @@ def hypernet_lines(root: Path | None) -> list[str]:
             + loss]
 
 
-def setup_section(params: dict, head: dict | None, langs: list[Language], p: Plan, settings: Settings,
+def setup_section(params: Params, head: dict | None, langs: list[Language], p: Plan, settings: Settings,
                   seconds: float | None = None, root: Path | None = None, base: dict | None = None) -> list[str]:
     lines = ["## Set-up", ""]
-    lines.append(f"* Source model: `{params.get('source_model')}`"
+    lines.append(f"* Source model: `{params.source_model}`"
                  + (f" ({head.get('model_class')}, {head.get('kind')} LM)" if head else ""))
     lines += quantisation_lines(base)
     if head is None:
@@ -136,14 +138,15 @@ def setup_section(params: dict, head: dict | None, langs: list[Language], p: Pla
                      f"`{Path(str(head.get('text'))).name}` (held-out loss {fmt(head.get('loss_before'))} → "
                      f"{fmt(head.get('loss_after'))})")
     lines += hypernet_lines(root)
-    pre = params.get("pretrain") or {}
+    pre = params.section("pretrain", PretrainParams)
+    configured = (f", {pre.steps} steps" if pre.passes is None
+                  else f", {pre.passes:g} {'pass' if pre.passes == 1 else 'passes'} over the training blocks")
     steps = sorted({r.get("steps") for lang in langs for r in lang.runs.values() if r.get("steps") is not None})
     pairs = list(dict.fromkeys(f"{m}-{o}" for m, o, _ in p.pretrain))
     pseeds = sorted({s for _, _, s in p.pretrain})
     if pairs:
         lines.append(f"* Continued pretraining: {', '.join(pairs)}, each with {plural(len(pseeds), 'pretraining seed')}"
-                     + (f", {', '.join(map(str, steps))} steps" if steps else
-                        (f", {pre['steps']} steps" if "steps" in pre else "")))
+                     + (f", {', '.join(map(str, steps))} steps" if steps else configured))
     else:
         lines.append("* Continued pretraining: none configured (pretrain.pairs)")
     fseeds = sorted({f for lang in langs for models in lang.evals.values() for runs in models.values() for _, f in runs})

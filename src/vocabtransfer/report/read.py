@@ -16,6 +16,7 @@ from typing import Mapping
 from vocabtransfer import io
 from vocabtransfer.pipeline import names
 from vocabtransfer.pipeline import paths
+from vocabtransfer.pipeline.typed import Params
 from vocabtransfer.evaluate.finetune_eval import skipped_tasks
 from vocabtransfer.evaluate.tasks import EvalTasks, available
 
@@ -52,17 +53,17 @@ class Plan:
         return list(dict.fromkeys(job["task"] for job in self.evals.get(lang, [])))
 
 
-def plan(params: dict, stages: Mapping) -> Plan:
+def plan(params: Params, stages: Mapping) -> Plan:
     """Every artefact the report reads, from the job planner (`Stage.jobs`) of the stages that write them:
     `stages` maps pretrain, gradient_scenarios and finetune_eval to their `Stage`, and token_frequency_loss
     when its tables are read."""
     def runs(jobs: list[dict]) -> list[Run]:
         return [(job["method"], job["objective"], int(job["pseed"])) for job in jobs]
 
-    out = Plan(languages=list(params["languages"]), pretrain=runs(stages["pretrain"].combos(params)),
+    out = Plan(languages=list(params.languages), pretrain=runs(stages["pretrain"].combos(params)),
                gradients=runs(stages["gradient_scenarios"].combos(params)),
                token_frequency="token_frequency_loss" in stages and any(
-                   stages["token_frequency_loss"].jobs(params, lang) for lang in params["languages"]))
+                   stages["token_frequency_loss"].jobs(params, lang) for lang in params.languages))
     for lang in out.languages:
         out.evals[lang], out.skipped[lang] = stages["finetune_eval"].jobs(params, lang), skipped_tasks(params, lang)
         out.absent[lang] = set(out.pretrain) - set(runs(stages["pretrain"].jobs(params, lang)))

@@ -67,7 +67,8 @@ from vocabtransfer.train.pretrain_params import DISTILL_COLUMNS, PretrainParams
 from vocabtransfer.init import availability
 from vocabtransfer.pipeline import names
 from vocabtransfer.pipeline import paths
-from vocabtransfer.pipeline.config import check_pretrain, field_leaves
+from vocabtransfer.pipeline.config import check_pretrain
+from vocabtransfer.pipeline.typed import Params, field_leaves
 from vocabtransfer.errors import VocabTransferError
 
 log = logging.getLogger(__name__)
@@ -88,28 +89,28 @@ DISTILL_METRICS_SCHEMA = pa.schema(list(METRICS_SCHEMA) + [pa.field(c, pa.float6
 TEACHER_OBJECTIVES = ("distill", "alm")
 
 
-def check_params(params: dict, source: str = "params.yaml") -> None:
+def check_params(params: Params, source: str = "params.yaml") -> None:
     """Every `pretrain.methods` entry must be an `init.methods` entry; objectives must be known."""
     from vocabtransfer.model.losses import OBJECTIVES  # imports torch: not at CLI start-up
 
-    check_pretrain(params, source)
-    bad = [o for o in (params.get("pretrain") or {}).get("objectives") or [] if o not in OBJECTIVES]
+    check_pretrain(params.tree, source)
+    bad = [o for o in params.section("pretrain", PretrainParams).objectives if o not in OBJECTIVES]
     if bad:
         raise VocabTransferError(f"{source}: pretrain.objectives: {', '.join(bad)} unknown; allowed: {', '.join(OBJECTIVES)}")
 
 
-def leaves(params: dict, wildcards: dict) -> list[str]:
+def leaves(params: Params, wildcards: dict) -> list[str]:
     """The params leaves one job reads (its rerun keys): the leaves of `PretrainParams` but the `rerun=False`
     ones, with an objective's own options (`pretrain.selfish.margin`, `pretrain.distill.*`) for that
     objective only."""
     objective = wildcards.get("objective")
     if objective in TEACHER_OBJECTIVES:
         objective = "distill"  # every teacher objective (distill, alm) reads pretrain.distill
-    return field_leaves(PretrainParams, "pretrain", params["pretrain"],
+    return field_leaves(PretrainParams, "pretrain", params.leaf("pretrain"),
                         keep=lambda f: f.metadata.get("rerun", True) and f.metadata.get("objective", objective) == objective)
 
 
-def expand(params: dict) -> list[dict[str, str]]:
+def expand(params: Params) -> list[dict[str, str]]:
     return [{"method": m, "objective": o, "pseed": str(s)} for m, o, s in availability.pretrain_runs(params)]
 
 
@@ -223,22 +224,37 @@ def _check_job(ctx, opts: PretrainParams, method: str, objective: str, pseed: in
     return teacher_dir
 
 
-def _stats(ctx, opts: PretrainParams, data: setup.RunData, training: setup.Training, model, rows: dict, *,
-           tokens_seen: int, start: float, train_seconds: float, resume, seed: int, factorized: bool,
-           teacher_dir: Path | None, checkpointed: bool, model_dir: Path) -> dict:
+@dataclasses.dataclass(frozen=True)
+class RunRecord:
+    """What one run did, beside its options and data: the run-level facts its stats.json records."""
+
+    tokens_seen: int  # target tokens the Trainer fed, over every process
+    start: float  # time.perf_counter() at the job's start
+    train_seconds: float  # trainer.train's wall-clock seconds
+    resume: tuple | None  # (step, checkpoint directory) the run resumed from, or None
+    seed: int  # the pretraining seed's random seed (names.seed_value)
+    factorized: bool
+    teacher_dir: Path | None  # distill's teacher, None for the other objectives
+    checkpointed: bool  # activation checkpointing was on
+    model_dir: Path  # the initialised model it started from
+
+
+def _stats(ctx, opts: PretrainParams, data: setup.RunData, training: setup.Training, model, rows: dict,
+           record: RunRecord) -> dict:
     """The run's stats.json (but `valid_tokens`, counted again on the final valid blocks)."""
     from vocabtransfer.model.losses import distill_alpha  # imports torch: not at CLI start-up
 
     distill_opts, blocks, objective = opts.distill, data.blocks, ctx.wildcards["objective"]
+    resume, teacher_dir = record.resume, record.teacher_dir
     return {
         "lang": ctx.lang, "method": ctx.method, "objective": objective, "kind": data.kind,
-        "model_class": type(model).__name__, "steps": opts.steps, "tokens_seen": tokens_seen,
+        "model_class": type(model).__name__, "steps": opts.steps, "tokens_seen": record.tokens_seen,
         "passes": opts.steps * training.args.world_size * opts.batch_size * opts.gradient_accumulation_steps
         / len(blocks),
         "initial_valid_loss": rows[0]["valid_loss"], "final_valid_loss": rows[max(rows)]["valid_loss"],
-        "seconds": time.perf_counter() - start, "train_seconds": train_seconds,
-        "resumed_from_step": resume[0] if resume else None, "pseed": int(ctx.wildcards["pseed"]), "seed": seed,
-        "margin": opts.selfish.margin if objective == "selfish" else None, "factorized": factorized,
+        "seconds": time.perf_counter() - record.start, "train_seconds": record.train_seconds,
+        "resumed_from_step": resume[0] if resume else None, "pseed": int(ctx.wildcards["pseed"]), "seed": record.seed,
+        "margin": opts.selfish.margin if objective == "selfish" else None, "factorized": record.factorized,
         "distill": None if teacher_dir is None else {
             "alpha": distill_alpha(objective, distill_opts.alpha), "temperature": distill_opts.temperature,
             "chunks": distill_opts.chunks,
@@ -250,8 +266,8 @@ def _stats(ctx, opts: PretrainParams, data: setup.RunData, training: setup.Train
         "train_blocks": len(blocks), "valid_blocks": len(data.valid_blocks),
         "valid_tokens": sum(int((b["labels"] != -100).sum()) for b in data.eval_batches), "bf16": training.bf16,
         "precision": training.precision, "valid_precision": "bf16" if training.bf16 and training.sharded else "fp32",
-        "processes": training.args.world_size, "sharding": opts.sharding, "gradient_checkpointing": checkpointed,
-        "init_model": str(model_dir),
+        "processes": training.args.world_size, "sharding": opts.sharding, "gradient_checkpointing": record.checkpointed,
+        "init_model": str(record.model_dir),
         "versions": io.versions(),
     }
 
@@ -335,9 +351,10 @@ def run(ctx) -> None:
     if original is not None:
         lowrank.unfactorize_model(model, original)
     model.eval()
-    stats = _stats(ctx, opts, data, training, model, rows, tokens_seen=int(trainer.state.num_input_tokens_seen),
-                   start=start, train_seconds=train_seconds, resume=resume, seed=seed, factorized=original is not None,
-                   teacher_dir=teacher_dir, checkpointed=checkpointed, model_dir=model_dir)
+    record = RunRecord(tokens_seen=int(trainer.state.num_input_tokens_seen), start=start, train_seconds=train_seconds,
+                       resume=resume, seed=seed, factorized=original is not None, teacher_dir=teacher_dir,
+                       checkpointed=checkpointed, model_dir=model_dir)
+    stats = _stats(ctx, opts, data, training, model, rows, record)
     _write_outputs(ctx, model, data, rows, stats, distill=teacher_dir is not None)
     if not opts.keep_checkpoints:
         shutil.rmtree(checkpoints, ignore_errors=True)

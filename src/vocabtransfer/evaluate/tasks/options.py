@@ -8,7 +8,7 @@ entry (`ctx.section("eval", EvalParams)`) and hands a task its section (`Task.op
 from __future__ import annotations
 
 import typing
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Literal
 
 from vocabtransfer.pipeline.typed import option, subsection
@@ -173,6 +173,10 @@ class EvalParams:
         "and on a CPU with native bf16 products (amx_bf16 or avx512_bf16), else fp32; the fine-tuned model is "
         "scored in fp32 either way")
     tasks: EvalTasks = subsection(EvalTasks)
+
+    def task_sections(self) -> dict[str, TaskOptions]:
+        """{task: its options} of every task under `eval.tasks`, in declaration order."""
+        return {f.name: getattr(self.tasks, f.name) for f in fields(self.tasks)}
 
 
 def task_options_class(name: str) -> type[TaskOptions]:

@@ -17,22 +17,23 @@ from vocabtransfer.init.methods.options import (FocusOptions, FvtOptions, Hypern
                                                 WechselOptions)
 from vocabtransfer.init.methods.registry import MethodInfo
 from vocabtransfer.pipeline import paths
+from vocabtransfer.pipeline.typed import Params
 
 
-def wechsel_dictionary(params: dict, lang: str) -> Path | None:
+def wechsel_dictionary(params: Params, lang: str) -> Path | None:
     """The local bilingual dictionary of `lang` (`init.wechsel.dictionaries.<lang>`), None without an entry."""
-    entry = ((params.get("init") or {}).get("wechsel") or {}).get("dictionaries", {}).get(lang)
+    entry = params.section("init.wechsel", WechselOptions).dictionaries.get(lang)
     return paths.data_path(entry) if entry else None
 
 
-def wechsel_unavailable(params: dict, lang: str) -> str | None:
+def wechsel_unavailable(params: Params, lang: str) -> str | None:
     """Why `wechsel` cannot run for `lang` (None when it can)."""
     path = wechsel_dictionary(params, lang)
     if path is None:
         return f"no dictionary: init.wechsel.dictionaries has no entry for {lang}"
     if not path.is_file():
         return f"no dictionary: {path} not found (init.wechsel.dictionaries.{lang})"
-    text = paths.data_path(params["init"]["wechsel"]["source_text"])
+    text = paths.data_path(params.section("init.wechsel", WechselOptions).source_text)
     if not text.is_file():
         return f"no source-language text: {text} not found (init.wechsel.source_text)"
     return None

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import numpy as np
 
-from vocabtransfer.pipeline.typed import NoOptions
+from vocabtransfer.pipeline.typed import NoOptions, Params
 from vocabtransfer.registry import Registry
 
 if TYPE_CHECKING:  # annotations only: planning (the CLI, Snakemake) reads the registry without torch
@@ -57,8 +57,8 @@ class TransferResult:
 
 # a method: (the problem, its typed options `init.<name>`, e.g. an `OmpOptions`) -> its result
 Method = Callable[[TransferProblem, Any], TransferResult]
-Condition = Callable[[dict, str], "str | None"]  # (params, lang) -> why the method cannot run for lang
-DataFiles = Callable[[dict, str], "dict[str, Path | None]"]  # (params, lang) -> {"data_<key>": local file}
+Condition = Callable[[Params, str], "str | None"]  # (params, lang) -> why the method cannot run for lang
+DataFiles = Callable[[Params, str], "dict[str, Path | None]"]  # (params, lang) -> {"data_<key>": local file}
 
 
 @dataclass(frozen=True)
