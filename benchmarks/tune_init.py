@@ -72,7 +72,7 @@ def build_inputs(args) -> dict:
     from safetensors.torch import load_file, save_file
 
     from vocabtransfer.data.fasttext_vectors import token_vectors, train_fasttext
-    from vocabtransfer.data.corpus import build_corpus
+    from vocabtransfer.data.corpus import CorpusParams, build_corpus
     from vocabtransfer.data.overlap import compute_overlap, overlap_pairs
     from vocabtransfer.data.tokenizer import train_tokenizer
     from vocabtransfer.evaluate.bits_per_byte import valid_lines
@@ -83,7 +83,8 @@ def build_inputs(args) -> dict:
     corpus = {s: work / f"{s}.parquet" for s in ("train", "valid", "dev")}
     if not corpus["dev"].is_file():
         build_corpus({"path": str(DATA / "pretrain_text" / f"{args.lang}.txt")}, corpus["train"], corpus["valid"],
-                     seed=42, valid_fraction=0.05, dev_path=corpus["dev"], dev_fraction=args.dev_fraction)
+                     seed=42, params=CorpusParams(valid_fraction=0.05, dev_fraction=args.dev_fraction),
+                     dev_path=corpus["dev"])
     source_dir = args.workdir / ("source-" + args.source.replace("/", "_").replace(":", "_"))
     if not (source_dir / "config.json").is_file():
         materialise(args.source, source_dir)
