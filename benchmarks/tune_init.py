@@ -157,7 +157,7 @@ def main(argv=None) -> int:
     import numpy as np
 
     from vocabtransfer.init.initialise import transfer_bias
-    from vocabtransfer.init.methods.focus import focus_embeddings
+    from vocabtransfer.init.methods.focus import FocusInputs, focus_embeddings
     from vocabtransfer.init.methods.omp import omp_embeddings
     from vocabtransfer.init.methods.options import OmpOptions
     from vocabtransfer.model import modeling
@@ -172,11 +172,12 @@ def main(argv=None) -> int:
     bias = (transfer_bias(src_bias[:len(load_tokenizer(x["source_dir"]))].detach(), n, x["t_ov"], x["s_ov"])
             if src_bias is not None else None)
     del model
-    settings = {"focus": lambda: focus_embeddings(src, x["t_ov"], x["s_ov"], x["aux"], x["mask"], n)}
+    inputs = FocusInputs(src, x["t_ov"], x["s_ov"], x["aux"], x["mask"], n)
+    settings = {"focus": lambda: focus_embeddings(inputs)}
     for norm in args.norm:
         for k in args.k:
             settings[f"omp k={k} norm={norm}"] = (lambda k=k, norm=norm: omp_embeddings(
-                src, x["t_ov"], x["s_ov"], x["aux"], x["mask"], n, OmpOptions(k=k, norm=norm)))
+                inputs, OmpOptions(k=k, norm=norm)))
     unit, measure = ("lines", "bits per byte") if kind == "causal" else ("blocks", "masked-LM loss, nats a token")
     bits, n_bytes = {}, None
     for name, make in settings.items():
