@@ -145,7 +145,8 @@ def target_dir(cache: Path, problem: str, args) -> Path:
     from safetensors.torch import save_file
 
     from vocabtransfer import io
-    from vocabtransfer.data.fasttext_vectors import token_vectors, train_fasttext, train_word_fasttext
+    from vocabtransfer.data.fasttext_vectors import (
+        WordFasttextSettings, token_vectors, train_fasttext, train_word_fasttext)
     from vocabtransfer.data.overlap import compute_overlap
     from vocabtransfer.data.tokenizer import train_tokenizer
     from vocabtransfer.model.hub import load_tokenizer
@@ -176,8 +177,8 @@ def target_dir(cache: Path, problem: str, args) -> Path:
     for lang in ("en", "sw"):  # the source's and the target's word-level fastText
         path = cache / f"word-fasttext-{lang}-d100-e{args.ft_epochs}.bin"
         if not path.is_file():
-            train_word_fasttext(DATA / "pretrain_text" / f"{lang}.txt", path, dim=100, epochs=args.ft_epochs,
-                                threads=os.cpu_count() or 1)
+            train_word_fasttext(DATA / "pretrain_text" / f"{lang}.txt", path,
+                                WordFasttextSettings(dim=100, epochs=args.ft_epochs), threads=os.cpu_count() or 1)
     return out
 
 

@@ -93,7 +93,7 @@ def main(argv=None) -> int:
     from safetensors.torch import load_file
     from sklearn.linear_model import OrthogonalMatchingPursuit
 
-    from vocabtransfer.init.methods.focus import focus_embeddings, has_vector
+    from vocabtransfer.init.methods.focus import FocusInputs, focus_embeddings, has_vector
     from vocabtransfer.init.methods.omp import batch_omp, omp_embeddings
     from vocabtransfer.init.methods.options import OmpOptions
     from vocabtransfer.model.hub import resolve_model_path
@@ -106,11 +106,11 @@ def main(argv=None) -> int:
     src = weights["embeddings.word_embeddings.weight"].to(args.device)
     t_ov, s_ov = overlap_pairs(compute_overlap(target, source))
     n = len(target)
+    inputs = FocusInputs(src, t_ov, s_ov, aux, mask, n)
 
     impls = {
-        "focus": lambda: focus_embeddings(src, t_ov, s_ov, aux, mask, n, device=args.device),
-        f"omp k={args.k}": lambda: omp_embeddings(src, t_ov, s_ov, aux, mask, n, OmpOptions(k=args.k),
-                                                         device=args.device),
+        "focus": lambda: focus_embeddings(inputs, device=args.device),
+        f"omp k={args.k}": lambda: omp_embeddings(inputs, OmpOptions(k=args.k), device=args.device),
     }
     times = {name: [] for name in impls}
     stats = {}

@@ -19,7 +19,7 @@ import torch
 from safetensors.torch import load_file
 
 from vocabtransfer.init.factors import relative_error
-from vocabtransfer.init.semi_nmf import semi_nmf
+from vocabtransfer.init.semi_nmf import SemiNmfSettings, semi_nmf
 from vocabtransfer.init.svd import truncated_svd
 from vocabtransfer.model.hub import resolve_model_path
 
@@ -54,8 +54,8 @@ def main() -> None:
     rows.append(("truncated SVD", err_svd, 1.0, "-", svd_s))
     for init in ("kmeans", "svd"):
         t = time.perf_counter()
-        W, H, hist = semi_nmf(E, args.rank, max_iter=args.max_iter, tol=args.tol, seed=args.seed,
-                              device=args.device, init=init, return_history=True, log_every=25)
+        W, H, hist = semi_nmf(E, args.rank, SemiNmfSettings(max_iter=args.max_iter, tol=args.tol, init=init),
+                              seed=args.seed, device=args.device, return_history=True, log_every=25)
         if args.device.startswith("cuda"):
             torch.cuda.synchronize()
         secs = time.perf_counter() - t

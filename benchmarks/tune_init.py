@@ -72,7 +72,7 @@ def build_inputs(args) -> dict:
     from safetensors.torch import load_file, save_file
 
     from vocabtransfer.data.fasttext_vectors import token_vectors, train_fasttext
-    from vocabtransfer.data.corpus import build_corpus
+    from vocabtransfer.data.corpus import CorpusParams, build_corpus
     from vocabtransfer.data.overlap import compute_overlap, overlap_pairs
     from vocabtransfer.data.tokenizer import train_tokenizer
     from vocabtransfer.evaluate.bits_per_byte import valid_lines
@@ -83,7 +83,8 @@ def build_inputs(args) -> dict:
     corpus = {s: work / f"{s}.parquet" for s in ("train", "valid", "dev")}
     if not corpus["dev"].is_file():
         build_corpus({"path": str(DATA / "pretrain_text" / f"{args.lang}.txt")}, corpus["train"], corpus["valid"],
-                     seed=42, valid_fraction=0.05, dev_path=corpus["dev"], dev_fraction=args.dev_fraction)
+                     seed=42, params=CorpusParams(valid_fraction=0.05, dev_fraction=args.dev_fraction),
+                     dev_path=corpus["dev"])
     source_dir = args.workdir / ("source-" + args.source.replace("/", "_").replace(":", "_"))
     if not (source_dir / "config.json").is_file():
         materialise(args.source, source_dir)
@@ -156,7 +157,7 @@ def main(argv=None) -> int:
     import numpy as np
 
     from vocabtransfer.init.initialise import transfer_bias
-    from vocabtransfer.init.methods.focus import focus_embeddings
+    from vocabtransfer.init.methods.focus import FocusInputs, focus_embeddings
     from vocabtransfer.init.methods.omp import omp_embeddings
     from vocabtransfer.init.methods.options import OmpOptions
     from vocabtransfer.model import modeling
@@ -171,11 +172,12 @@ def main(argv=None) -> int:
     bias = (transfer_bias(src_bias[:len(load_tokenizer(x["source_dir"]))].detach(), n, x["t_ov"], x["s_ov"])
             if src_bias is not None else None)
     del model
-    settings = {"focus": lambda: focus_embeddings(src, x["t_ov"], x["s_ov"], x["aux"], x["mask"], n)}
+    inputs = FocusInputs(src, x["t_ov"], x["s_ov"], x["aux"], x["mask"], n)
+    settings = {"focus": lambda: focus_embeddings(inputs)}
     for norm in args.norm:
         for k in args.k:
             settings[f"omp k={k} norm={norm}"] = (lambda k=k, norm=norm: omp_embeddings(
-                src, x["t_ov"], x["s_ov"], x["aux"], x["mask"], n, OmpOptions(k=k, norm=norm)))
+                inputs, OmpOptions(k=k, norm=norm)))
     unit, measure = ("lines", "bits per byte") if kind == "causal" else ("blocks", "masked-LM loss, nats a token")
     bits, n_bytes = {}, None
     for name, make in settings.items():

@@ -16,7 +16,7 @@ from vocabtransfer import io
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.init.factorize import factorize_source
 from vocabtransfer.init.factors import relative_error
-from vocabtransfer.init.semi_nmf import block_coefficients, clustered_semi_nmf, expand_blocks, semi_nmf
+from vocabtransfer.init.semi_nmf import SemiNmfSettings, block_coefficients, clustered_semi_nmf, expand_blocks, semi_nmf
 from vocabtransfer.init.methods.registry import TransferProblem
 from vocabtransfer.init.methods.options import SnmfOptions
 from vocabtransfer.pipeline.typed import from_dict
@@ -45,8 +45,8 @@ def separated_groups(n_groups: int = 4, per_group: int = 40, dim: int = 24, sub:
 def test_clusters_fit_separated_groups_better_than_one_factorisation():
     X, groups = separated_groups()
     rank = 4
-    W, H, labels, info = clustered_semi_nmf(X, rank, 4, seed=0, max_iter=150, tol=0.0)
-    W1, H1 = semi_nmf(X, rank, max_iter=150, tol=0.0, seed=0)
+    W, H, labels, info = clustered_semi_nmf(X, rank, 4, SemiNmfSettings(max_iter=150, tol=0.0), seed=0)
+    W1, H1 = semi_nmf(X, rank, SemiNmfSettings(max_iter=150, tol=0.0), seed=0)
     single, clustered = relative_error(X, W1, H1), relative_error(X, W, H)
     # every group has its own rank-4 fit instead of sharing one: far closer
     assert clustered < 0.5 * single
@@ -62,13 +62,13 @@ def test_clusters_fit_separated_groups_better_than_one_factorisation():
 
 def test_one_cluster_is_todays_factorisation_byte_for_byte():
     X, _ = separated_groups(seed=1)
-    W, H = semi_nmf(X, 5, max_iter=60, seed=3)
+    W, H = semi_nmf(X, 5, SemiNmfSettings(max_iter=60), seed=3)
     C, P, stats = factorize_source(X, "snmf", SnmfOptions(rank=5, max_iter=60, clusters=1, init="kmeans"), seed=3)
     assert torch.equal(C, W) and torch.equal(P, H) and stats["clusters"] == 1
-    Wc, Hc, labels, info = clustered_semi_nmf(X, 5, 1, seed=3, max_iter=60)
+    Wc, Hc, labels, info = clustered_semi_nmf(X, 5, 1, SemiNmfSettings(max_iter=60), seed=3)
     assert torch.equal(Wc, W) and torch.equal(Hc, H) and not bool(labels.any())
     # the default is one cluster (and, since init_scale, the svd start)
-    Ws, Hs = semi_nmf(X, 5, max_iter=60, seed=3, init="svd")
+    Ws, Hs = semi_nmf(X, 5, SemiNmfSettings(max_iter=60, init="svd"), seed=3)
     C0, P0, _ = factorize_source(X, "snmf", SnmfOptions(rank=5, max_iter=60), seed=3)
     assert torch.equal(C0, Ws) and torch.equal(P0, Hs)
 

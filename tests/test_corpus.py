@@ -39,9 +39,9 @@ def run_corpus(tmp_path, monkeypatch, source: dict, **corpus_params):
     return train, valid, json.loads((out / "stats.json").read_text())
 
 
-def build(tmp_path, source, **kw):
-    kw.setdefault("seed", 42)
-    stats = corpus.build_corpus(source, tmp_path / "train.parquet", tmp_path / "valid.parquet", **kw)
+def build(tmp_path, source, seed=42, **corpus_params):
+    stats = corpus.build_corpus(source, tmp_path / "train.parquet", tmp_path / "valid.parquet", seed=seed,
+                                params=corpus.CorpusParams(**corpus_params))
     train, valid = (pq.read_table(tmp_path / f"{s}.parquet").column("text").to_pylist() for s in ("train", "valid"))
     return train, valid, stats
 
@@ -237,7 +237,8 @@ def test_dev_split_is_a_band_of_what_was_train_and_leaves_valid_alone(tmp_path, 
     out = tmp_path / "dev"
     out.mkdir()
     stats = corpus.build_corpus({"path": "all.txt"}, out / "train.parquet", out / "valid.parquet", seed=42,
-                                valid_fraction=0.1, dev_path=out / "dev.parquet", dev_fraction=0.15)
+                                params=corpus.CorpusParams(valid_fraction=0.1, dev_fraction=0.15),
+                                dev_path=out / "dev.parquet")
     train, valid, dev = (pq.read_table(out / f"{s}.parquet").column("text").to_pylist()
                          for s in ("train", "valid", "dev"))
     assert valid == valid0
@@ -247,9 +248,11 @@ def test_dev_split_is_a_band_of_what_was_train_and_leaves_valid_alone(tmp_path, 
     same = tmp_path / "zero"
     same.mkdir()
     stats = corpus.build_corpus({"path": "all.txt"}, same / "train.parquet", same / "valid.parquet", seed=42,
-                                valid_fraction=0.1, dev_path=same / "dev.parquet", dev_fraction=0.0)
+                                params=corpus.CorpusParams(valid_fraction=0.1, dev_fraction=0.0),
+                                dev_path=same / "dev.parquet")
     for split in ("train", "valid"):
         assert (same / f"{split}.parquet").read_bytes() == (tmp_path / "plain" / f"{split}.parquet").read_bytes()
     assert pq.read_table(same / "dev.parquet").num_rows == 0 and stats["dev_lines"] == 0
     with pytest.raises(VocabTransferError, match="corpus.dev_fraction=0.1: the dev split needs a dev path"):
-        corpus.build_corpus({"path": "all.txt"}, same / "t.parquet", same / "v.parquet", seed=42, dev_fraction=0.1)
+        corpus.build_corpus({"path": "all.txt"}, same / "t.parquet", same / "v.parquet", seed=42,
+                            params=corpus.CorpusParams(dev_fraction=0.1))

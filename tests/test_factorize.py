@@ -7,7 +7,7 @@ import torch
 
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.init.factors import relative_error
-from vocabtransfer.init.semi_nmf import kmeans, semi_nmf
+from vocabtransfer.init.semi_nmf import SemiNmfSettings, kmeans, semi_nmf
 from vocabtransfer.init.methods.options import SnmfOptions
 from vocabtransfer.init.factorize import factorize_source, svd_relative_error
 from vocabtransfer.init.svd import TALL, truncated_svd
@@ -139,12 +139,12 @@ def test_semi_nmf_kmeans_init_is_exact_on_clustered_rows():
     # Ding et al.: W0 = indicator + 0.2 = indicator · (I + 0.2·11ᵀ), an invertible mix of the
     # clusters, so the first least-squares H already reproduces X exactly.
     X, _ = _clusters(1)
-    W, H, history = semi_nmf(X.double(), 3, max_iter=5, tol=0.0, seed=0, return_history=True)
+    W, H, history = semi_nmf(X.double(), 3, SemiNmfSettings(max_iter=5, tol=0.0), seed=0, return_history=True)
     assert history[0] > 0.1 and max(history[1:]) < 1e-9
     assert bool((W >= 0).all())
     # float32 gives the same factors to float32 precision (its Gram-based error history is
     # only accurate to ~1e-3 this close to zero; the direct error is far smaller)
-    W32, H32 = semi_nmf(X, 3, max_iter=5, tol=0.0, seed=0)
+    W32, H32 = semi_nmf(X, 3, SemiNmfSettings(max_iter=5, tol=0.0), seed=0)
     assert relative_error(X, W32, H32) < 1e-5
 
 
@@ -152,7 +152,7 @@ def test_semi_nmf_kmeans_init_is_exact_on_clustered_rows():
 def test_semi_nmf_nonnegative_and_error_never_rises(init):
     X = _random(200, 12, seed=3, dtype=torch.float64) + 0.3
     seen = []
-    W, H, history = semi_nmf(X, 5, max_iter=150, tol=0.0, seed=0, init=init, return_history=True,
+    W, H, history = semi_nmf(X, 5, SemiNmfSettings(max_iter=150, tol=0.0, init=init), seed=0, return_history=True,
                              callback=lambda it, err: seen.append((it, err)))
     assert W.shape == (200, 5) and H.shape == (5, 12) and W.dtype == torch.float64
     assert bool((W >= 0).all())
@@ -169,24 +169,24 @@ def test_semi_nmf_nonnegative_and_error_never_rises(init):
 
 def test_semi_nmf_float32_error_never_rises_beyond_rounding():
     X = _random(300, 16, seed=4) + 0.5
-    W, H, history = semi_nmf(X, 6, max_iter=100, tol=0.0, seed=1, return_history=True)
+    W, H, history = semi_nmf(X, 6, SemiNmfSettings(max_iter=100, tol=0.0), seed=1, return_history=True)
     assert W.dtype == torch.float32 and bool((W >= 0).all())
     assert all(b <= a * (1 + 1e-5) for a, b in zip(history, history[1:]))
 
 
 def test_semi_nmf_same_seed_is_byte_identical():
     X = _random(150, 10, seed=5)
-    W1, H1 = semi_nmf(X, 4, max_iter=40, seed=7)
-    W2, H2 = semi_nmf(X.clone(), 4, max_iter=40, seed=7)
+    W1, H1 = semi_nmf(X, 4, SemiNmfSettings(max_iter=40), seed=7)
+    W2, H2 = semi_nmf(X.clone(), 4, SemiNmfSettings(max_iter=40), seed=7)
     assert torch.equal(W1, W2) and torch.equal(H1, H2)
-    W3, _ = semi_nmf(X, 4, max_iter=40, seed=8)
+    W3, _ = semi_nmf(X, 4, SemiNmfSettings(max_iter=40), seed=8)
     assert not torch.equal(W1, W3)
 
 
 def test_semi_nmf_stops_on_tol():
     X = _random(150, 10, seed=6)
-    _, _, loose = semi_nmf(X, 4, max_iter=400, tol=1e-2, seed=0, return_history=True)
-    _, _, tight = semi_nmf(X, 4, max_iter=400, tol=1e-6, seed=0, return_history=True)
+    _, _, loose = semi_nmf(X, 4, SemiNmfSettings(max_iter=400, tol=1e-2), seed=0, return_history=True)
+    _, _, tight = semi_nmf(X, 4, SemiNmfSettings(max_iter=400, tol=1e-6), seed=0, return_history=True)
     assert len(loose) < len(tight)
     # it stopped at the first iteration whose relative improvement fell below tol
     assert (loose[-2] - loose[-1]) / loose[-2] < 1e-2
@@ -196,7 +196,7 @@ def test_semi_nmf_stops_on_tol():
 def test_semi_nmf_svd_init_starts_at_rank_minus_one_svd():
     X = _random(80, 9, seed=7, dtype=torch.float64)
     C, P = truncated_svd(X, 3)
-    _, _, history = semi_nmf(X, 4, max_iter=0, init="svd", return_history=True)
+    _, _, history = semi_nmf(X, 4, SemiNmfSettings(max_iter=0, init="svd"), return_history=True)
     assert history == [pytest.approx(relative_error(X, C, P), rel=1e-9)]
 
 
@@ -207,7 +207,7 @@ def test_semi_nmf_svd_init_starts_at_rank_minus_one_svd():
 def test_semi_nmf_rejects_bad_arguments(kwargs, word):
     rank = kwargs.pop("rank")
     with pytest.raises(VocabTransferError, match=word) as err:
-        semi_nmf(_random(30, 10), rank, **kwargs)
+        semi_nmf(_random(30, 10), rank, SemiNmfSettings(**kwargs))
     assert "\n" not in str(err.value)
 
 
@@ -222,7 +222,7 @@ def test_semi_nmf_within_two_percent_of_svd_on_minilm():
     E = load_file(str(path))["embeddings.word_embeddings.weight"].float()
     S = torch.linalg.svdvals(E.double())
     err_svd = float(S[100:].square().sum().sqrt() / S.square().sum().sqrt())  # Eckart–Young optimum
-    W, H = semi_nmf(E, 100, init="svd", max_iter=5, seed=0)
+    W, H = semi_nmf(E, 100, SemiNmfSettings(init="svd", max_iter=5), seed=0)
     err_snmf = relative_error(E, W, H)
     assert bool((W >= 0).all())
     assert err_svd <= err_snmf <= 1.02 * err_svd

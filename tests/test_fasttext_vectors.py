@@ -122,7 +122,8 @@ def test_training_does_not_depend_on_old_heap_bytes(corpus, tmp_path):
 def word_bin(tmp_path_factory, raw_lines):
     """A small word-level .bin (subword n-grams, default bucket), trained from an iterable of lines."""
     out = tmp_path_factory.mktemp("words") / "words.bin"
-    fasttext_vectors.train_word_fasttext(iter(raw_lines), out, dim=8, epochs=1, min_count=3, seed=1)
+    fasttext_vectors.train_word_fasttext(iter(raw_lines), out,
+                                         fasttext_vectors.WordFasttextSettings(dim=8, epochs=1, min_count=3), seed=1)
     return out
 
 
@@ -134,7 +135,9 @@ def test_train_word_fasttext_saves_a_loadable_model(word_bin, raw_lines):
     # from a file, with subword n-grams (minn=3, maxn=6): an unseen word still gets a vector
     text = word_bin.parent / "raw.txt"
     text.write_text("\n".join(raw_lines[:300]) + "\n", encoding="utf-8")
-    sub = fasttext_vectors.train_word_fasttext(text, word_bin.parent / "sub.bin", dim=8, epochs=1, min_count=2, seed=1)
+    sub = fasttext_vectors.train_word_fasttext(text, word_bin.parent / "sub.bin",
+                                               fasttext_vectors.WordFasttextSettings(dim=8, epochs=1, min_count=2),
+                                               seed=1)
     assert fasttext_vectors.load_fasttext(word_bin.parent / "sub.bin").get_words() == sub.get_words()
     assert "Kiswahilizzq" not in set(sub.get_words()) and np.abs(sub.get_word_vector("Kiswahilizzq")).sum() > 0
 

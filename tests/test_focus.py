@@ -12,6 +12,7 @@ import torch
 from vocabtransfer.init.deepfocus import FASTTEXT_WORD_URL, FOCUS, TokenVectors, download_fasttext_word_model
 from vocabtransfer.data.fasttext_vectors import load_fasttext
 from vocabtransfer.init.methods import focus
+from vocabtransfer.init.methods.options import FocusOptions
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.model.hub import load_tokenizer, resolve_model_path
 from vocabtransfer.data.overlap import compute_overlap, overlap_pairs
@@ -68,7 +69,7 @@ def tiny_problem(dim: int = 16):
 
 def test_focus_rows_are_sparsemax_convex_combinations_of_anchor_rows():
     source, t_ov, s_ov, aux, mask = tiny_problem()
-    out, stats = focus.focus_embeddings(source, t_ov, s_ov, aux, mask, target_size=11, seed=3)
+    out, stats = focus.focus_embeddings(focus.FocusInputs(source, t_ov, s_ov, aux, mask, target_size=11), seed=3)
     assert stats["copied"] == 6 and stats["focus_combined"] == 3 and stats["random"] == 2
     assert stats["random_reason"] == "no fastText vector" and stats["anchors"] == 6
     assert torch.equal(out[:6], source[s_ov])
@@ -99,10 +100,11 @@ def test_topk_and_block_size_do_not_change_the_result():
     mask = torch.rand(500, generator=gen) > 0.1
     t_ov = np.arange(0, 500, 3)
     s_ov = np.random.default_rng(0).permutation(300)[: t_ov.size]
-    ref, ref_stats = focus.focus_embeddings(source, t_ov, s_ov, aux, mask, 500, topk=10_000, block_size=4096)
+    inputs = focus.FocusInputs(source, t_ov, s_ov, aux, mask, 500)
+    ref, ref_stats = focus.focus_embeddings(inputs, opts=FocusOptions(topk=10_000, block_size=4096))
     assert ref_stats["support_max"] > 4  # rows with supports larger than the smallest k below
     for topk, block in ((1, 7), (4, 100), (16, 64)):
-        out, _ = focus.focus_embeddings(source, t_ov, s_ov, aux, mask, 500, topk=topk, block_size=block)
+        out, _ = focus.focus_embeddings(inputs, opts=FocusOptions(topk=topk, block_size=block))
         torch.testing.assert_close(out, ref, rtol=0, atol=1e-6)
 
 
@@ -119,10 +121,10 @@ def test_bad_inputs_are_one_line_errors():
                 auxiliary_mask=mask, target_size=11)
     for change, message in cases:
         with pytest.raises(VocabTransferError, match=message.replace("(", r"\(").replace(")", r"\)")) as err:
-            focus.focus_embeddings(**{**base, **change})
+            focus.focus_embeddings(focus.FocusInputs(**{**base, **change}))
         assert "\n" not in str(err.value)
     with pytest.raises(VocabTransferError, match="no overlapping token has an auxiliary"):
-        focus.focus_embeddings(**{**base, "auxiliary_mask": torch.tensor([False] * 6 + [True] * 5)})
+        focus.focus_embeddings(focus.FocusInputs(**{**base, "auxiliary_mask": torch.tensor([False] * 6 + [True] * 5)}))
 
 
 # --------------------------------------------------------------------------- against deepfocus

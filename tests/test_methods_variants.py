@@ -149,8 +149,8 @@ def test_neighbour_blocks_give_the_same_rows():
     ov_t = torch.randperm(200, generator=g)[:40].numpy()
     ov_s = torch.randperm(50, generator=g)[:40].numpy()
     p = problem(source=src, aux=aux, mask=mask, ov_t=ov_t, ov_s=ov_s, n_target=200)
-    one, _ = neighbour_coordinates(p, src, neighbors=5, temperature=0.1, section="t", block_size=1)
-    big, stats = neighbour_coordinates(p, src, neighbors=5, temperature=0.1, section="t", block_size=4096)
+    one, _ = neighbour_coordinates(p, src, OfaOptions(neighbors=5, temperature=0.1), section="t", block_size=1)
+    big, stats = neighbour_coordinates(p, src, OfaOptions(neighbors=5, temperature=0.1), section="t", block_size=4096)
     torch.testing.assert_close(one, big, atol=1e-6, rtol=0)
     assert stats["copied"] + stats["combined"] + stats["random"] == 200
 

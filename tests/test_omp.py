@@ -18,7 +18,7 @@ from vocabtransfer.app.params import validate_params
 from vocabtransfer.pipeline.config import typed_section
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.init.methods import available, get_method
-from vocabtransfer.init.methods.focus import focus_embeddings
+from vocabtransfer.init.methods.focus import FocusInputs, focus_embeddings
 from vocabtransfer.init.methods.omp import batch_omp, omp_embeddings
 from vocabtransfer.init.methods.options import OmpOptions
 
@@ -68,12 +68,13 @@ def test_omp_signed_coefficients_reach_the_source_rows():
     aux = torch.cat([atoms, x[None], torch.zeros(1, 8), torch.ones(1, 8)])
     mask = torch.ones(n + 3, dtype=torch.bool)
     mask[n + 2] = False  # not in the fastText dictionary
-    out, stats = omp_embeddings(source, t_ov, s_ov, aux, mask, n + 3, OmpOptions(k=5), seed=3)
+    inputs = FocusInputs(source, t_ov, s_ov, aux, mask, n + 3)
+    out, stats = omp_embeddings(inputs, OmpOptions(k=5), seed=3)
     assert torch.equal(out[:n], source[s_ov])
     expected = torch.zeros(n)
     expected[[n - 1 - 1, n - 1 - 5, n - 1 - 7]] = torch.tensor([3.0, -2.0, 0.5]) / x.norm()
     assert torch.allclose(out[n], expected, atol=1e-6)
-    focus, fstats = focus_embeddings(source, t_ov, s_ov, aux, mask, n + 3, seed=3)
+    focus, fstats = focus_embeddings(inputs, seed=3)
     assert torch.equal(out[n + 1:], focus[n + 1:])  # the same random rows as FOCUS, same seed
     assert (stats["copied"], stats["omp_combined"], stats["random"], stats["anchors"]) == (16, 1, 2, 16)
     assert stats["atoms_mean"] == 3 and stats["stopped_early"] == 1 and stats["residual_mean"] < 1e-6
@@ -92,8 +93,9 @@ def test_omp_norm_atoms_rescales_the_combined_row_to_its_atoms_norms():
     x = 3 * atoms[1] - 2 * atoms[5] + 0.5 * atoms[7]
     aux = torch.cat([atoms, x[None], torch.zeros(1, 8)])
     mask = torch.ones(n + 2, dtype=torch.bool)
-    raw, raw_stats = omp_embeddings(source, t_ov, s_ov, aux, mask, n + 2, OmpOptions(k=5), seed=3)
-    out, stats = omp_embeddings(source, t_ov, s_ov, aux, mask, n + 2, OmpOptions(k=5, norm="atoms"), seed=3)
+    inputs = FocusInputs(source, t_ov, s_ov, aux, mask, n + 2)
+    raw, raw_stats = omp_embeddings(inputs, OmpOptions(k=5), seed=3)
+    out, stats = omp_embeddings(inputs, OmpOptions(k=5, norm="atoms"), seed=3)
     expected = torch.zeros(n)
     expected[[14, 10, 8]] = torch.tensor([45.0, -22.0, 4.5])
     expected = expected / expected.norm() * (3 * 15 + 2 * 11 + 0.5 * 9) / 5.5
@@ -104,7 +106,7 @@ def test_omp_norm_atoms_rescales_the_combined_row_to_its_atoms_norms():
     assert stats["norm"] == "atoms" and raw_stats["norm"] == "combination"
     assert stats["combined_norm_max"] == pytest.approx(float(raw[n].norm()), rel=1e-4)
     with pytest.raises(VocabTransferError, match="init.omp.norm='unit'"):
-        omp_embeddings(source, t_ov, s_ov, aux, mask, n + 2, OmpOptions(k=5, norm="unit"))
+        omp_embeddings(inputs, OmpOptions(k=5, norm="unit"))
 
 
 def test_omp_k1_picks_the_nearest_atom_by_absolute_cosine():
@@ -114,8 +116,8 @@ def test_omp_k1_picks_the_nearest_atom_by_absolute_cosine():
     takes a1 and the row is -0.995 times a1's source row."""
     aux = torch.tensor([[0.9, 0.44, 0.0], [-1.0, 0.0, 0.0], [7.0, 7.0, 0.0], [0.0, 0.0, 1.0], [1.0, 0.1, 0.0]])
     source = torch.randn(4, 6, generator=torch.Generator().manual_seed(1))
-    out, stats = omp_embeddings(source, np.arange(4), np.arange(4), aux, torch.ones(5, dtype=torch.bool), 5,
-                                OmpOptions(k=1))
+    inputs = FocusInputs(source, np.arange(4), np.arange(4), aux, torch.ones(5, dtype=torch.bool), 5)
+    out, stats = omp_embeddings(inputs, OmpOptions(k=1))
     cos = -1.0 / math.sqrt(1.01)
     assert torch.allclose(out[4], cos * source[1], atol=1e-6)
     assert stats["atoms_max"] == 1 and stats["stopped_early"] == 0

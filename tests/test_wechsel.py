@@ -34,12 +34,14 @@ def lines(path, n):
 @pytest.fixture(scope="module")
 def fasttext_models(tmp_path_factory, shared_data):
     """Word-level fastText (dim 16, one thread, fixed seed) on 4000 lines of English and Swahili."""
-    from vocabtransfer.data.fasttext_vectors import train_word_fasttext
+    from vocabtransfer.data.fasttext_vectors import WordFasttextSettings, train_word_fasttext
 
     out = tmp_path_factory.mktemp("wechsel")
-    args = dict(dim=16, epochs=5, min_count=3, seed=1, threads=1, maxn=5)
-    en = train_word_fasttext(lines(shared_data / "pretrain_text" / "en.txt", 4000), out / "en.bin", minn=3, **args)
-    sw = train_word_fasttext(lines(shared_data / "pretrain_text" / "sw.txt", 4000), out / "sw.bin", minn=4, **args)
+    settings = dict(dim=16, epochs=5, min_count=3, maxn=5)
+    en = train_word_fasttext(lines(shared_data / "pretrain_text" / "en.txt", 4000), out / "en.bin",
+                             WordFasttextSettings(minn=3, **settings), seed=1, threads=1)
+    sw = train_word_fasttext(lines(shared_data / "pretrain_text" / "sw.txt", 4000), out / "sw.bin",
+                             WordFasttextSettings(minn=4, **settings), seed=1, threads=1)
     dictionary = out / "swahili.txt"
     dictionary.write_text("\n".join(lines(shared_data / "wechsel_dicts" / "swahili.txt", 2500)) + "\n", encoding="utf-8")
     return {"dir": out, "en": en, "sw": sw, "dictionary": dictionary}

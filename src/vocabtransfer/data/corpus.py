@@ -302,6 +302,31 @@ class SplitWriter:
             writer.close()
 
 
+@dataclass(frozen=True)
+class CorpusParams:
+    """the target-language corpora: where each comes from, how it is cleaned and split"""
+
+    sources: dict[str, dict] = option(
+        {},
+        "one source per language (keys are language codes)",
+        propertyNames={"$ref": "#/$defs/lang"}, additionalProperties={"$ref": "#/$defs/corpus_source"})
+    normalization: Literal["NFC", "NFKC", "NFD", "NFKD", "none"] = option(
+        "NFC",
+        "Unicode normal form applied to every line")
+    max_bytes: int = option(0, "cap on UTF-8 bytes kept (train + valid) per language; 0 keeps everything", minimum=0)
+    valid_fraction: float = option(
+        0.05,
+        "share of lines held out as the validation split (chosen by a seeded hash of the line)",
+        exclusiveMinimum=0, exclusiveMaximum=0.5)
+    dev_fraction: float = option(
+        0.0,
+        "share of lines set aside as the dev (tuning) split, by the same hash (the band above valid_fraction, "
+        "taken from what would be train); no stage trains on it and the report never scores it; 0 leaves it empty "
+        "and train and valid unchanged",
+        minimum=0, exclusiveMaximum=0.5)
+    min_chars: int = option(1, "lines shorter than this (after stripping) are dropped", minimum=1)
+
+
 def split_of(value: float, valid_fraction: float, dev_fraction: float) -> str:
     """Step 5: the split of a line whose hash value is `value` (valid below valid_fraction, dev in the
     band of width dev_fraction above it, train elsewhere)."""
@@ -311,11 +336,15 @@ def split_of(value: float, valid_fraction: float, dev_fraction: float) -> str:
 
 
 def build_corpus(source: dict, train_path: str | Path, valid_path: str | Path, *, seed: int,
-                 normalization: str = "NFC", min_chars: int = 1, max_bytes: int = 0,
-                 valid_fraction: float = 0.05, key: str = "corpus source", desc: str = "corpus",
-                 dev_path: str | Path | None = None, dev_fraction: float = 0.0) -> dict:
+                 params: CorpusParams = CorpusParams(), key: str = "corpus source", desc: str = "corpus",
+                 dev_path: str | Path | None = None) -> dict:
     """Read, clean and split one source into train/valid (and dev) Parquet files; returns the stats.
-    `dev_fraction` > 0 needs `dev_path`."""
+
+    `params`: params `corpus` (normalization, min_chars, max_bytes, valid_fraction, dev_fraction; its
+    `sources` are not read, `source` is the one to build); `key` names the source in messages, `desc` the
+    progress bar. `params.dev_fraction` > 0 needs `dev_path`."""
+    normalization, min_chars, max_bytes = params.normalization, params.min_chars, params.max_bytes
+    valid_fraction, dev_fraction = params.valid_fraction, params.dev_fraction
     if dev_fraction and dev_path is None:
         raise VocabTransferError(f"corpus.dev_fraction={dev_fraction}: the dev split needs a dev path")
     if not 0 <= dev_fraction < 1 - valid_fraction:
@@ -385,41 +414,12 @@ def _versions() -> dict[str, str]:
     return {**io.versions(), "datasets": version("datasets")}
 
 
-@dataclass(frozen=True)
-class CorpusParams:
-    """the target-language corpora: where each comes from, how it is cleaned and split"""
-
-    sources: dict[str, dict] = option(
-        {},
-        "one source per language (keys are language codes)",
-        propertyNames={"$ref": "#/$defs/lang"}, additionalProperties={"$ref": "#/$defs/corpus_source"})
-    normalization: Literal["NFC", "NFKC", "NFD", "NFKD", "none"] = option(
-        "NFC",
-        "Unicode normal form applied to every line")
-    max_bytes: int = option(0, "cap on UTF-8 bytes kept (train + valid) per language; 0 keeps everything", minimum=0)
-    valid_fraction: float = option(
-        0.05,
-        "share of lines held out as the validation split (chosen by a seeded hash of the line)",
-        exclusiveMinimum=0, exclusiveMaximum=0.5)
-    dev_fraction: float = option(
-        0.0,
-        "share of lines set aside as the dev (tuning) split, by the same hash (the band above valid_fraction, "
-        "taken from what would be train); no stage trains on it and the report never scores it; 0 leaves it empty "
-        "and train and valid unchanged",
-        minimum=0, exclusiveMaximum=0.5)
-    min_chars: int = option(1, "lines shorter than this (after stripping) are dropped", minimum=1)
-
-
 def run(ctx) -> None:
     """The `corpus` stage: results/{lang}/corpus/{train,valid,dev}.parquet and stats.json."""
     opts = ctx.section("corpus", CorpusParams)  # params corpus, typed
     key = f"corpus.sources.{ctx.lang}"
-    stats = build_corpus(
-        opts.sources[ctx.lang], ctx.output["train"], ctx.output["valid"], seed=ctx.seed,
-        normalization=opts.normalization, min_chars=opts.min_chars, max_bytes=opts.max_bytes,
-        valid_fraction=opts.valid_fraction, key=key, desc=f"corpus {ctx.lang}",
-        dev_path=ctx.output["dev"], dev_fraction=opts.dev_fraction,
-    )
+    stats = build_corpus(opts.sources[ctx.lang], ctx.output["train"], ctx.output["valid"], seed=ctx.seed, params=opts,
+                         key=key, desc=f"corpus {ctx.lang}", dev_path=ctx.output["dev"])
     stats = {"lang": ctx.lang, **stats, "versions": _versions()}
     io.write_json(stats, ctx.output["stats"])
     log.info(

@@ -41,7 +41,7 @@ import struct
 import tempfile
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Literal
 
@@ -152,19 +152,31 @@ def train_fasttext(text_path: str | os.PathLike, *, model: Literal["cbow", "skip
     return ft
 
 
-def train_word_fasttext(text: str | os.PathLike | Iterable[str], out_path: str | os.PathLike, *,
-                        model: Literal["cbow", "skipgram"] = "skipgram", dim: int = 300, epochs: int = 5,
-                        min_count: int = 5, neg: int = 5, minn: int = 3, maxn: int = 6, seed: int = 42,
-                        threads: int = 1, **fasttext_args):
+@dataclass(frozen=True)
+class WordFasttextSettings:
+    """How `train_word_fasttext` trains; by default WECHSEL's: skipgram, dim 300 as the pretrained cc.*.300.bin (either
+    can stand in for the other), 5 epochs, minCount 5, 5 negatives, character n-grams of `minn` to `maxn` characters.
+    The word_fasttext stages set model, dim, epochs and min_count from params `init.wechsel.fasttext`."""
+
+    model: Literal["cbow", "skipgram"] = "skipgram"
+    dim: int = 300
+    epochs: int = 5
+    min_count: int = 5
+    neg: int = 5
+    minn: int = 3
+    maxn: int = 6
+
+
+def train_word_fasttext(text: str | os.PathLike | Iterable[str], out_path: str | os.PathLike,
+                        settings: WordFasttextSettings = WordFasttextSettings(), *, seed: int = 42, threads: int = 1,
+                        **fasttext_args):
     """Word-level fastText with character n-grams (WECHSEL's auxiliary space), saved atomically.
 
-    `text` is a file of raw lines or an iterable of lines; case is kept and words are split on
-    whitespace, as fastText does. dim=300 matches the pretrained cc.*.300.bin vectors, so either
-    can stand in for the other. Returns the trained model.
-    """
+    `text` is a file of raw lines or an iterable of lines; case is kept and words are split on whitespace, as
+    fastText does. `settings`: model, dimension, epochs, minCount, negatives and n-gram lengths; `seed` and
+    `threads` as `train_fasttext`'s; `fasttext_args` go to fastText unchanged (e.g. `bucket`). Returns the model."""
     out_path = Path(out_path)
-    kwargs = dict(model=model, dim=dim, epochs=epochs, min_count=min_count, neg=neg, minn=minn, maxn=maxn,
-                  seed=seed, threads=threads, **fasttext_args)
+    kwargs = dict(asdict(settings), seed=seed, threads=threads, **fasttext_args)
     if isinstance(text, (str, os.PathLike)):
         ft = train_fasttext(text, **kwargs)
     else:

@@ -220,13 +220,28 @@ def _empty_tokenizer(src: dict, family: str, src_family: str, style: str, unk: s
     return tok, model, pre_tok
 
 
-def _family_trainer(tok, batches, family: str, style: str, model: dict, specials: list, unk: str | None, *,
-                    target_size: int, min_frequency: int, show_progress: bool):
+@dataclass(frozen=True)
+class _Target:
+    """What steps 1 and 2 of `train_tokenizer` settle: the target's family and style, whether the family is the
+    source's (`same`), its special tokens as AddedTokens (ids 0..k-1), its unknown token, and the source's head
+    kept at its own ids (None: no head kept)."""
+
+    family: str
+    style: str
+    same: bool
+    specials: list
+    unk: str | None
+    head: list[tuple[str, dict | None]] | None
+
+
+def _family_trainer(tok, batches, target: _Target, model: dict, *, target_size: int, min_frequency: int,
+                    show_progress: bool):
     """Step 3 of `train_tokenizer`: the family's trainer, for `target_size` entries. WordPiece (and a BPE
     with a continuing prefix) gets its continuation symbols up front, in sorted order (module doc).
     Returns (the trainer, those symbols)."""
     from tokenizers import AddedToken, pre_tokenizers, trainers  # tokenizers: heavy, not at CLI start-up
 
+    family, style, specials, unk = target.family, target.style, target.specials, target.unk
     prefix = (model.get("continuing_subword_prefix") or "##") if family == "wordpiece" else model.get("continuing_subword_prefix")
     if prefix and iter(batches) is batches:
         raise TypeError("train_tokenizer: `batches` must be re-iterable (a list or CorpusBatches), not an iterator")
@@ -247,13 +262,13 @@ def _family_trainer(tok, batches, family: str, style: str, model: dict, specials
     return trainers.BpeTrainer(min_frequency=min_frequency, **extra, **common), seeds
 
 
-def _finished_tokenizer(tok, src: dict, pre_tok, seeds: list[str], family: str, style: str, same: bool, head,
-                        byte_fallback: bool, n_special: int):
+def _finished_tokenizer(tok, src: dict, pre_tok, seeds: list[str], target: _Target, byte_fallback: bool):
     """Step 4 of `train_tokenizer`: the trained tokenizer with the source's pre-tokenizer, without the
     seeded symbols as special tokens, its vocabulary in canonical order (unigram), the byte-fallback
     tokens, and the post-processor with remapped ids. Returns (the tokenizer, its vocabulary)."""
     from tokenizers import Tokenizer  # tokenizers: heavy, not at CLI start-up
 
+    family, head, n_special = target.family, target.head, len(target.specials)
     spec = json.loads(tok.to_str())
     spec["pre_tokenizer"] = pre_tok
     if seeds:  # the seeded `##x` symbols stay in the vocabulary but are no special tokens
@@ -266,7 +281,7 @@ def _finished_tokenizer(tok, src: dict, pre_tok, seeds: list[str], family: str, 
     elif byte_fallback:
         spec = insert_byte_tokens(spec, n_special)
     processor = src.get("post_processor")
-    if not (same and style == "byte_level"):
+    if not (target.same and target.style == "byte_level"):
         processor = _without_byte_level(processor)
     vocab = spec["model"]["vocab"]
     vocab = dict(vocab) if isinstance(vocab, dict) else {p[0]: i for i, p in enumerate(vocab)}
@@ -332,7 +347,8 @@ def train_tokenizer(
             f"tokenizer.vocab_size: {vocab_size} leaves no room beyond the {n_special} special tokens"
             + (f" and {len(BYTE_TOKENS)} byte tokens" if byte_fallback else "") + "; raise it"
         )
-    trainer, seeds = _family_trainer(tok, batches, family, style, model, specials, unk, target_size=target_size,
+    target = _Target(family, style, same, specials, unk, head)
+    trainer, seeds = _family_trainer(tok, batches, target, model, target_size=target_size,
                                      min_frequency=min_frequency, show_progress=show_progress)
     start = time.perf_counter()
     tok.train_from_iterator(batches, trainer=trainer, length=length)
@@ -340,7 +356,7 @@ def train_tokenizer(
              family, style, tok.get_vocab_size(), time.perf_counter() - start)
 
     # 4. byte-fallback tokens, then the post-processor with remapped ids; 5. the transformers wrapper
-    tok, vocab = _finished_tokenizer(tok, src, pre_tok, seeds, family, style, same, head, byte_fallback, n_special)
+    tok, vocab = _finished_tokenizer(tok, src, pre_tok, seeds, target, byte_fallback)
     return PreTrainedTokenizerFast(tokenizer_object=tok, **_wrapper_options(source, specials, head, vocab))
 
 

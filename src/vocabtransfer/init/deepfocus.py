@@ -27,6 +27,7 @@ import shutil
 import tempfile
 import time
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -37,7 +38,7 @@ from vocabtransfer.data.fasttext_vectors import load_fasttext, zeroed_allocation
 from vocabtransfer.data.download import cache_dir
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.log import progress
-from vocabtransfer.init.methods.focus import focus_embeddings
+from vocabtransfer.init.methods.focus import FocusInputs, focus_embeddings
 from vocabtransfer.data.overlap import compute_overlap, decode_each, gc_paused, overlap_pairs
 
 log = logging.getLogger(__name__)
@@ -164,9 +165,20 @@ def word_level_vectors(model, tokenizer) -> TokenVectors:
     return TokenVectors(vectors={tok: model.get_word_vector(text.strip()) for (tok, _), text in zip(vocab, texts)})
 
 
+@dataclass(frozen=True)
+class _Training:
+    """How `FOCUS` trains token-level fastText when it is given text (`train_token_fasttext`'s settings): its
+    fasttext_model_epochs, _dim and _min_count, and its `processes` (None: all cores)."""
+
+    epochs: int
+    dim: int
+    min_count: int
+    processes: int | None
+
+
 def _auxiliary_vectors(mode: str, vocab_tokenizer, target_training_data_path: str | None,
-                       fasttext_model_path: str | None, language_identifier: str | None, *, epochs: int, dim: int,
-                       min_count: int, processes: int | None) -> TokenVectors:
+                       fasttext_model_path: str | None, language_identifier: str | None,
+                       training: _Training) -> TokenVectors:
     """Step 1 of `FOCUS`: the auxiliary vectors of `auxiliary_embedding_mode` (deepfocus's errors)."""
     if mode == "fasttext-tokenlevel":
         if not target_training_data_path and not fasttext_model_path:
@@ -176,8 +188,8 @@ def _auxiliary_vectors(mode: str, vocab_tokenizer, target_training_data_path: st
         if fasttext_model_path:
             return TokenVectors(model=load_fasttext(fasttext_model_path))
         return TokenVectors(model=train_token_fasttext(
-            target_training_data_path, vocab_tokenizer, epochs=epochs, dim=dim, min_count=min_count,
-            processes=processes))
+            target_training_data_path, vocab_tokenizer, epochs=training.epochs, dim=training.dim,
+            min_count=training.min_count, processes=training.processes))
     if mode == "fasttext-wordlevel":
         if not language_identifier:
             raise ValueError(
@@ -269,9 +281,9 @@ def FOCUS(
     say("FOCUS: initialising %d target tokens", len(target_tokenizer))
     vocab_tokenizer = extend_tokenizer or target_tokenizer
     # 1. auxiliary embeddings
+    training = _Training(fasttext_model_epochs, fasttext_model_dim, fasttext_model_min_count, processes)
     vectors = _auxiliary_vectors(auxiliary_embedding_mode, vocab_tokenizer, target_training_data_path,
-                                 fasttext_model_path, language_identifier, epochs=fasttext_model_epochs,
-                                 dim=fasttext_model_dim, min_count=fasttext_model_min_count, processes=processes)
+                                 fasttext_model_path, language_identifier, training)
     # 2. overlap; 3. auxiliary matrix by target id
     target_size = len(target_tokenizer)
     t_ov, s_ov, aux, aux_mask, anchor_mask, new_ids = _overlap_and_auxiliary(
@@ -279,9 +291,8 @@ def FOCUS(
         fuzzy_match_all=fuzzy_match_all, match_symbols=match_symbols)
 
     # 4. copy, random rows, FOCUS combinations
-    out, stats = focus_embeddings(source_embeddings, t_ov, s_ov, torch.from_numpy(aux), torch.from_numpy(aux_mask),
-                                  target_size, seed=seed, device=device, new_ids=new_ids,
-                                  anchor_mask=anchor_mask)
+    inputs = FocusInputs(source_embeddings, t_ov, s_ov, torch.from_numpy(aux), torch.from_numpy(aux_mask), target_size)
+    out, stats = focus_embeddings(inputs, seed=seed, device=device, new_ids=new_ids, anchor_mask=anchor_mask)
     say("FOCUS: copied %d overlapping tokens, %d new tokens from N(source mean, source std) (no fastText vector), "
         "%d new tokens as sparse combinations of %d anchors, in %.1f s", stats["copied"], stats["random"],
         stats["focus_combined"], stats["anchors"], time.perf_counter() - start)

@@ -18,7 +18,7 @@ import torch
 
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.init.methods.options import FACTORIZATIONS, SnmfOptions, SvdOptions
-from vocabtransfer.init.semi_nmf import clustered_semi_nmf, semi_nmf
+from vocabtransfer.init.semi_nmf import SemiNmfSettings, clustered_semi_nmf, semi_nmf
 from vocabtransfer.init.svd import truncated_svd
 
 log = logging.getLogger(__name__)
@@ -147,16 +147,15 @@ def _snmf_factors(E: torch.Tensor, options: SnmfOptions, labels: torch.Tensor, *
     (`labels` unchanged) or, with clusters > 1, the block-structured `clustered_semi_nmf`."""
     k, n_clusters = options.rank, options.clusters
     max_iter, tol, init = options.max_iter, options.tol, options.init
+    settings = SemiNmfSettings(max_iter=max_iter, tol=tol, init=init)
     if n_clusters == 1:  # today's single factorisation, unchanged
-        W, H, history = semi_nmf(E.detach().float(), k, max_iter=max_iter, tol=tol, seed=seed, device=device,
-                                 init=init, return_history=True)
+        W, H, history = semi_nmf(E.detach().float(), k, settings, seed=seed, device=device, return_history=True)
         iterations = len(history) - 1
         stats = {"kind": "snmf", "rank": k, "clusters": 1, "init": init, "max_iter": max_iter, "tol": tol,
                  "iterations": iterations, "stopped_by_tol": iterations < max_iter,
                  "initial_relative_error": history[0], "relative_error": history[-1]}
     else:
-        W, H, labels, info = clustered_semi_nmf(E.detach().float(), k, n_clusters, seed=seed, max_iter=max_iter,
-                                                tol=tol, device=device, init=init)
+        W, H, labels, info = clustered_semi_nmf(E.detach().float(), k, n_clusters, settings, seed=seed, device=device)
         iterations = max(info["iterations"])
         stats = {"kind": "snmf", "rank": k, "clusters": n_clusters, "init": init, "max_iter": max_iter,
                  "tol": tol, "iterations": iterations,

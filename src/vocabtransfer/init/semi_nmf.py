@@ -5,6 +5,7 @@ clustered, block-structured form (`init.snmf.clusters`)."""
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Callable, Literal
 
 import torch
@@ -16,6 +17,18 @@ from vocabtransfer.init.svd import truncated_svd
 from vocabtransfer.log import progress
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SemiNmfSettings:
+    """How `semi_nmf` starts and stops: at most `max_iter` iterations, stopping when the relative improvement
+    falls below `tol` (both params `init.snmf`'s defaults); `init` the start, "kmeans" (Ding et al.'s, with
+    `kmeans_iter` Lloyd iterations) or "svd" (see `semi_nmf`)."""
+
+    max_iter: int = SnmfOptions.max_iter
+    tol: float = SnmfOptions.tol
+    init: Literal["kmeans", "svd"] = "kmeans"
+    kmeans_iter: int = 10
 
 
 def kmeans(X: torch.Tensor, k: int, *, iters: int = 10, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -85,8 +98,9 @@ def _least_squares_H(WtW: torch.Tensor, WtX: torch.Tensor) -> torch.Tensor:
         return torch.linalg.lstsq(G, WtX.double()).solution
 
 
-def _check_options(k: int, V: int, max_iter, tol, init) -> None:
+def _check_options(k: int, V: int, settings: SemiNmfSettings) -> None:
     """semi_nmf's rank (at most the number of rows), iteration limit, tolerance and initialisation."""
+    max_iter, tol, init = settings.max_iter, settings.tol, settings.init
     if k > V:
         raise VocabTransferError(f"rank={k}: larger than the number of rows {V}; choose a rank of at most {V}")
     if isinstance(max_iter, bool) or not isinstance(max_iter, int) or max_iter < 0:
@@ -97,14 +111,14 @@ def _check_options(k: int, V: int, max_iter, tol, init) -> None:
         raise VocabTransferError(f"init={init!r}: unknown semi-NMF initialisation; use 'svd' or 'kmeans'")
 
 
-def _initial_factors(X: torch.Tensor, k: int, init: str, *, seed: int, kmeans_iter: int
+def _initial_factors(X: torch.Tensor, k: int, settings: SemiNmfSettings, *, seed: int
                      ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The starting (W, H) of semi_nmf: k-means indicators + 0.2 and centroids, or the exact
-    non-negative rewrite of the rank-(k−1) truncated SVD (see `semi_nmf`)."""
+    """The starting (W, H) of semi_nmf (`settings.init`): k-means indicators + 0.2 and centroids, or the
+    exact non-negative rewrite of the rank-(k−1) truncated SVD (see `semi_nmf`)."""
     V, D = X.shape
     dtype = X.dtype
-    if init == "kmeans":
-        labels, centroids = kmeans(X, k, iters=kmeans_iter, seed=seed)
+    if settings.init == "kmeans":
+        labels, centroids = kmeans(X, k, iters=settings.kmeans_iter, seed=seed)
         W = torch.nn.functional.one_hot(labels, k).to(dtype) + 0.2
         H = centroids.clone()
     else:
@@ -120,11 +134,11 @@ def _initial_factors(X: torch.Tensor, k: int, init: str, *, seed: int, kmeans_it
     return W.contiguous(), H
 
 
-def _multiplicative_updates(X: torch.Tensor, W: torch.Tensor, H: torch.Tensor, *, max_iter: int, tol: float,
-                            log_every: int, callback: Callable[[int, float], None] | None, init: str,
-                            device: torch.device):
+def _multiplicative_updates(X: torch.Tensor, W: torch.Tensor, H: torch.Tensor, settings: SemiNmfSettings, *,
+                            log_every: int, callback: Callable[[int, float], None] | None, device: torch.device):
     """semi_nmf's iterations from (W, H): H by least squares, W by the multiplicative update, until the
-    relative improvement falls below `tol` or after `max_iter`. Returns (W, H, history)."""
+    relative improvement falls below `settings.tol` or after `settings.max_iter`. Returns (W, H, history)."""
+    max_iter, tol = settings.max_iter, settings.tol
     V, D = X.shape
     k = W.shape[1]
     # the error comes from the Gram terms at no extra V×D product: ‖X − WH‖² = ‖X‖² − 2⟨XHᵀ, W⟩ + ⟨WᵀW, HHᵀ⟩
@@ -138,7 +152,8 @@ def _multiplicative_updates(X: torch.Tensor, W: torch.Tensor, H: torch.Tensor, *
 
     WtW = W.T @ W
     history = [rel_err(X @ H.T, W, WtW, H @ H.T)]
-    log.info("semi-NMF %d×%d rank %d (%s init) on %s: relative error %.4f at start", V, D, k, init, device, history[0])
+    log.info("semi-NMF %d×%d rank %d (%s init) on %s: relative error %.4f at start", V, D, k, settings.init, device,
+             history[0])
     bar = progress(range(1, max_iter + 1), desc=f"semi-NMF rank {k}", unit="it")
     it = 0
     for it in bar:
@@ -170,13 +185,10 @@ def _multiplicative_updates(X: torch.Tensor, W: torch.Tensor, H: torch.Tensor, *
 def semi_nmf(
     X: torch.Tensor,
     rank: int,
+    settings: SemiNmfSettings = SemiNmfSettings(),
     *,
-    max_iter: int = SnmfOptions.max_iter,  # params init.snmf's defaults
-    tol: float = SnmfOptions.tol,
     seed: int = 0,
     device: str | torch.device | None = None,
-    init: Literal["kmeans", "svd"] = "kmeans",
-    kmeans_iter: int = 10,
     log_every: int = 50,
     return_history: bool = False,
     callback: Callable[[int, float], None] | None = None,
@@ -198,11 +210,11 @@ def semi_nmf(
 
     so the reconstruction error never rises (in exact arithmetic; in float32 it can wobble
     at the 1e-7 level). Stops when the relative improvement of ‖X − WH‖_F over one
-    iteration falls below `tol` (a wobble upwards counts as no improvement), or after
-    `max_iter` iterations.
+    iteration falls below `settings.tol` (a wobble upwards counts as no improvement), or
+    after `settings.max_iter` iterations.
 
-    Initialisation (`init`):
-      - "kmeans" (default, Ding et al.'s): seeded k-means (k-means++ then `kmeans_iter`
+    Initialisation (`settings.init`):
+      - "kmeans" (default, Ding et al.'s): seeded k-means (k-means++ then `settings.kmeans_iter`
         Lloyd iterations) on the rows of X with `rank` clusters; W = cluster indicator
         + 0.2, H = centroids. On MiniLM (30522×384, rank 100, tol 1e-4) this stops after
         ~140 iterations within 1% of the truncated-SVD error (benchmarks/semi_nmf_vs_svd.py).
@@ -220,18 +232,17 @@ def semi_nmf(
     pass float64 X for near-exact fits). Returns (W, H) on `device`, or (W, H, history) with
     `return_history=True`, where history[i] is the relative error ‖X − WH‖_F / ‖X‖_F after
     i iterations (history[0]: the initialisation). `callback(iteration, rel_error)` is
-    called after every iteration.
+    called after every iteration, and every `log_every` iterations log a line (0: none).
     """
     check_matrix(X, "semi_nmf: X")
     V, D = X.shape
     k = check_rank(rank, "rank", V, D)
-    _check_options(k, V, max_iter, tol, init)
+    _check_options(k, V, settings)
     dev = torch.device(device) if device is not None else X.device
     dtype = torch.float64 if X.dtype == torch.float64 else torch.float32
     X = X.detach().to(device=dev, dtype=dtype)
-    W, H = _initial_factors(X, k, init, seed=seed, kmeans_iter=kmeans_iter)
-    W, H, history = _multiplicative_updates(X, W, H, max_iter=max_iter, tol=tol, log_every=log_every,
-                                            callback=callback, init=init, device=dev)
+    W, H = _initial_factors(X, k, settings, seed=seed)
+    W, H, history = _multiplicative_updates(X, W, H, settings, log_every=log_every, callback=callback, device=dev)
     if return_history:
         return W, H, history
     return W, H
@@ -244,8 +255,8 @@ def semi_nmf(
 CLUSTER_KMEANS_ITER = 20  # Lloyd iterations of the clustering that splits the rows into C groups
 
 
-def _factorise_clusters(X: torch.Tensor, labels: torch.Tensor, clusters: int, k: int, dev: torch.device, *,
-                        seed: int, max_iter: int, tol: float, init: str):
+def _factorise_clusters(X: torch.Tensor, labels: torch.Tensor, clusters: int, k: int, dev: torch.device,
+                        settings: SemiNmfSettings, *, seed: int):
     """Steps 2 and 3 of `clustered_semi_nmf`: one `semi_nmf` per cluster of rows, written into its block
     of W' and H', and the overall error combined from the clusters'. Returns (W', H', info)."""
     V, D = X.shape
@@ -261,8 +272,7 @@ def _factorise_clusters(X: torch.Tensor, labels: torch.Tensor, clusters: int, k:
         if norm == 0.0:  # nothing to factorise: zero coefficients and primitives reconstruct it exactly
             errs, iters = [0.0, 0.0], 0
         else:
-            Wc, Hc, history = semi_nmf(Xc, k_c, max_iter=max_iter, tol=tol, seed=seed, init=init, log_every=0,
-                                       return_history=True)
+            Wc, Hc, history = semi_nmf(Xc, k_c, settings, seed=seed, log_every=0, return_history=True)
             W[rows, c * k:c * k + k_c] = Wc
             H[c * k:c * k + k_c] = Hc
             errs, iters = [history[0], relative_error(Xc, Wc, Hc)], len(history) - 1
@@ -287,12 +297,10 @@ def clustered_semi_nmf(
     X: torch.Tensor,
     rank: int,
     clusters: int,
+    settings: SemiNmfSettings = SemiNmfSettings(),
     *,
     seed: int = 0,
-    max_iter: int = SnmfOptions.max_iter,  # params init.snmf's defaults
-    tol: float = SnmfOptions.tol,
     device: str | torch.device | None = None,
-    init: Literal["kmeans", "svd"] = "kmeans",
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict]:
     """Semi-NMF per cluster of rows, written as ONE block-structured factorisation X ≈ W' H'.
 
@@ -304,7 +312,7 @@ def clustered_semi_nmf(
       2. each group c is factorised on its own, X_c ≈ W_c H_c, with `semi_nmf` at the same
          `rank` (capped at the group's size: rank_c = min(rank, |c|), the missing columns of
          W_c and rows of H_c are zero; an all-zero group gets W_c = 0, H_c = 0) and the same
-         `seed`, `max_iter`, `tol`, `init`;
+         `seed` and `settings` (max_iter, tol, init);
       3. W' (V×C·rank, ≥ 0) holds row i's coefficients in the columns of its cluster's block
          [c·rank, (c+1)·rank) and zeros elsewhere; H' = vstack(H_1, …, H_C) (C·rank×D). So
          W' H' is exactly the clustered reconstruction, and every consumer of a (W, H) pair
@@ -337,7 +345,7 @@ def clustered_semi_nmf(
         log.info("semi-NMF: %d rows in %d clusters (sizes %s)", V, clusters,
                  torch.bincount(labels, minlength=clusters).tolist())
     # 2. one semi-NMF per cluster, written into its block of W' and H'; 3. the overall error
-    W, H, info = _factorise_clusters(X, labels, clusters, k, dev, seed=seed, max_iter=max_iter, tol=tol, init=init)
+    W, H, info = _factorise_clusters(X, labels, clusters, k, dev, settings, seed=seed)
     return W.contiguous(), H.contiguous(), labels, info
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from vocabtransfer.data.fasttext_vectors import FasttextParams, train_word_fasttext
+from vocabtransfer.data.fasttext_vectors import FasttextParams, WordFasttextSettings, train_word_fasttext
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.io import read_parquet
 from vocabtransfer.pipeline.paths import data_path
@@ -15,10 +15,15 @@ if TYPE_CHECKING:
     from vocabtransfer.pipeline.stage_spec import Context
 
 
-def _word_fasttext_options(ctx: "Context") -> dict:
+def _train_words(ctx: "Context", text) -> None:
+    """`train_word_fasttext` of `text` (a file or lines) to the stage's model: model, dim, epochs, min_count and
+    bucket from params `init.wechsel.fasttext` (the fields of WordFasttextOptions), WECHSEL's negatives and
+    n-grams, one thread unless `fasttext.reproducible` is false."""
     threads = 1 if ctx.section("fasttext", FasttextParams).reproducible else ctx.threads
-    # model, dim, epochs, min_count, bucket: the fields of WordFasttextOptions
-    return dict(ctx.param("init.wechsel.fasttext"), seed=ctx.seed, threads=threads)
+    opts = ctx.param("init.wechsel.fasttext")
+    settings = WordFasttextSettings(model=opts["model"], dim=opts["dim"], epochs=opts["epochs"],
+                                    min_count=opts["min_count"])
+    train_word_fasttext(text, ctx.output["model"], settings, seed=ctx.seed, threads=threads, bucket=opts["bucket"])
 
 
 def run_source_words(ctx: "Context") -> None:
@@ -27,10 +32,9 @@ def run_source_words(ctx: "Context") -> None:
     if not text.is_file():
         raise VocabTransferError(f"{text}: source-language text not found (init.wechsel.source_text); "
                                  "fix the path (relative paths resolve against $VOCABTRANSFER_DATA)")
-    train_word_fasttext(text, ctx.output["model"], **_word_fasttext_options(ctx))
+    _train_words(ctx, text)
 
 
 def run_target_words(ctx: "Context") -> None:
     """Stage `word_fasttext`: word-level fastText on the target corpus's train split."""
-    lines = read_parquet(ctx.input["train"], ["text"]).column("text").to_pylist()
-    train_word_fasttext(lines, ctx.output["model"], **_word_fasttext_options(ctx))
+    _train_words(ctx, read_parquet(ctx.input["train"], ["text"]).column("text").to_pylist())

@@ -27,7 +27,8 @@ import logging
 import time
 import warnings
 
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -41,14 +42,34 @@ from vocabtransfer.data.overlap import checked_pairs
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class FocusInputs:
+    """What FOCUS reads of a transfer problem, as arrays (`focus_embeddings`; omp reads the same):
+
+    source_embeddings: (V_s, D) source rows, indexed by source id.
+    target_ids_overlap, source_ids_overlap: (n,) aligned ids of the overlapping tokens.
+    auxiliary: (V_t, d) auxiliary (fastText) vectors by target id; auxiliary_mask: (V_t,) bool, the token
+        has a vector. Rows that are all zeros count as having none (deepfocus's rule).
+    target_size: rows of the result (len(target_tokenizer)).
+    """
+
+    source_embeddings: torch.Tensor
+    target_ids_overlap: Any
+    source_ids_overlap: Any
+    auxiliary: Any
+    auxiliary_mask: Any
+    target_size: int
+
+    @classmethod
+    def of(cls, problem: TransferProblem) -> FocusInputs:
+        return cls(problem.source_embeddings, problem.overlap_target_ids, problem.overlap_source_ids,
+                   problem.auxiliary, problem.auxiliary_mask, problem.target_size)
+
+
 @register("focus")
 def focus(problem: TransferProblem, opts: FocusOptions = FocusOptions()) -> TransferResult:
     check_problem(problem, "focus")
-    embeddings, stats = focus_embeddings(
-        problem.source_embeddings, problem.overlap_target_ids, problem.overlap_source_ids,
-        problem.auxiliary, problem.auxiliary_mask, problem.target_size, seed=problem.seed,
-        device=problem.device, block_size=opts.block_size, topk=opts.topk,
-    )
+    embeddings, stats = focus_embeddings(FocusInputs.of(problem), seed=problem.seed, device=problem.device, opts=opts)
     stats.update(special_overlap_stats(problem, "focus", "FOCUS combination or random row"))
     stats.update(method="focus", options=asdict(opts))
     log.info("focus: %d copied, %d FOCUS combinations of %d anchors, %d random (no fastText vector) in %.1f s",
@@ -180,17 +201,18 @@ def _combine(weights: torch.Tensor, idx: torch.Tensor, anchors: torch.Tensor) ->
 _FIX = "recompute the overlap and auxiliary embeddings for this target tokenizer"
 
 
-def _checked_inputs(source_embeddings, target_ids_overlap, source_ids_overlap, auxiliary, auxiliary_mask,
-                    target_size: int) -> tuple[np.ndarray, np.ndarray, torch.Tensor, np.ndarray]:
+def _checked_inputs(inputs: FocusInputs) -> tuple[np.ndarray, np.ndarray, torch.Tensor, np.ndarray]:
     """`focus_embeddings`' inputs checked: (overlap target ids, overlap source ids, auxiliary vectors
     float32 on the CPU, which target tokens have a vector)."""
+    source_embeddings, target_size = inputs.source_embeddings, inputs.target_size
     if not isinstance(source_embeddings, torch.Tensor) or source_embeddings.dim() != 2:
         raise VocabTransferError(f"source embeddings: expected a 2-D tensor (vocab x dim), got "
                                  f"{getattr(source_embeddings, 'shape', type(source_embeddings).__name__)}")
     n_source, dim = source_embeddings.shape
-    t_ov, s_ov = checked_pairs(target_ids_overlap, source_ids_overlap, target_size, n_source, where="overlap")
-    aux = torch.as_tensor(auxiliary)
-    aux_mask = torch.as_tensor(auxiliary_mask).to("cpu", torch.bool).numpy().reshape(-1)
+    t_ov, s_ov = checked_pairs(inputs.target_ids_overlap, inputs.source_ids_overlap, target_size, n_source,
+                               where="overlap")
+    aux = torch.as_tensor(inputs.auxiliary)
+    aux_mask = torch.as_tensor(inputs.auxiliary_mask).to("cpu", torch.bool).numpy().reshape(-1)
     if aux.dim() != 2 or aux.shape[0] != target_size or aux_mask.shape != (target_size,):
         raise VocabTransferError(f"auxiliary embeddings: expected ({target_size}, d) vectors and a ({target_size},) "
                                  f"mask, got {tuple(aux.shape)} and {aux_mask.shape}; {_FIX}")
@@ -211,11 +233,12 @@ def _new_target_ids(new_ids, t_ov: np.ndarray, target_size: int) -> np.ndarray:
 
 
 def _combine_new_rows(out: torch.Tensor, src: torch.Tensor, aux: torch.Tensor, focus_ids: np.ndarray,
-                      anchor_t: np.ndarray, anchor_s: np.ndarray, *, device: torch.device, block_size: int,
-                      topk: int) -> list[torch.Tensor]:
+                      anchor_t: np.ndarray, anchor_s: np.ndarray, *, device: torch.device,
+                      opts: FocusOptions) -> list[torch.Tensor]:
     """Step 3 of `focus_embeddings`: `out[focus_ids]` = sparsemax(cosine similarities to the anchors'
-    auxiliary vectors) @ the anchors' source rows, in blocks of `block_size` rows. Returns the support
-    sizes of the rows, per block."""
+    auxiliary vectors) @ the anchors' source rows, in blocks of `opts.block_size` rows, sparsemax on
+    `opts.topk` candidates per row. Returns the support sizes of the rows, per block."""
+    block_size, topk = opts.block_size, opts.topk
     supports = []
     if not focus_ids.size:
         return supports
@@ -235,48 +258,33 @@ def _combine_new_rows(out: torch.Tensor, src: torch.Tensor, aux: torch.Tensor, f
     return supports
 
 
-def focus_embeddings(
-    source_embeddings: torch.Tensor, target_ids_overlap, source_ids_overlap, auxiliary, auxiliary_mask,
-    target_size: int,
-    seed: int = 42,
-    device: str | torch.device = "cpu",
-    block_size: int | None = None,
-    *,
-    new_ids=None,
-    anchor_mask=None,
-    topk: int | None = None,
-) -> tuple[torch.Tensor, dict]:
+def focus_embeddings(inputs: FocusInputs, seed: int = 42, device: str | torch.device = "cpu",
+                     opts: FocusOptions = FocusOptions(), *, new_ids=None, anchor_mask=None
+                     ) -> tuple[torch.Tensor, dict]:
     """FOCUS from a precomputed overlap and auxiliary matrix.
 
     Args:
-        source_embeddings: (V_s, D) source rows, indexed by source id.
-        target_ids_overlap, source_ids_overlap: (n,) aligned ids of the overlapping tokens.
-        auxiliary: (V_t, d) auxiliary (fastText) vectors by target id; auxiliary_mask: (V_t,) bool,
-            the token has a vector. Rows that are all zeros count as having none (deepfocus's rule).
-        target_size: rows of the result (len(target_tokenizer)).
+        inputs: the source rows, the overlap and the auxiliary vectors (`FocusInputs`).
         seed: seeds the CPU generator of the random rows (CPU always, so CPU and GPU runs draw the
             same random rows).
         device: where similarities, sparsemax and the combination run ("cuda" when available).
-        block_size: new tokens per similarity block (block_size x anchors floats at a time; default:
-            params `init.focus.block_size`'s default).
+        opts: params `init.focus`: `block_size`, new tokens per similarity block (block_size x anchors
+            floats at a time), and `topk`, sparsemax candidates per row, doubled for rows whose support
+            fills it (a speed knob; the result does not depend on it).
         new_ids: target ids to initialise besides the overlap (default: all other ids).
         anchor_mask: (n,) bool, which overlapping tokens may serve as FOCUS anchors (default: all).
-        topk: sparsemax candidates per row, doubled for rows whose support fills it (a speed knob; the
-            result does not depend on it; default: `init.focus.topk`'s).
 
     Returns:
         ((target_size, D) float32 tensor on `device`, stats): stats counts copied, focus_combined
         and random rows (random_reason: "no fastText vector"), anchors, support sizes, seconds.
     """
     start = time.perf_counter()
-    block_size = block_size or FocusOptions.block_size  # params init.focus's defaults
-    topk = topk or FocusOptions.topk
     device = torch.device(device)
-    t_ov, s_ov, aux, has_vec = _checked_inputs(source_embeddings, target_ids_overlap, source_ids_overlap, auxiliary,
-                                               auxiliary_mask, target_size)
+    target_size = inputs.target_size
+    t_ov, s_ov, aux, has_vec = _checked_inputs(inputs)
 
     # 1. copy the overlapping tokens
-    src = source_embeddings.detach()
+    src = inputs.source_embeddings.detach()
     out = torch.zeros((target_size, src.shape[1]), dtype=torch.float32, device=device)
     out[torch.from_numpy(t_ov).to(device)] = src[torch.from_numpy(s_ov).to(src.device)].to(device, torch.float32)
 
@@ -290,8 +298,7 @@ def focus_embeddings(
     # 3. anchors: overlapping tokens with an auxiliary vector
     use = has_vec[t_ov] if anchor_mask is None else has_vec[t_ov] & np.asarray(anchor_mask, dtype=bool).reshape(-1)
     anchor_t, anchor_s = t_ov[use], s_ov[use]
-    supports = _combine_new_rows(out, src, aux, focus_ids, anchor_t, anchor_s, device=device, block_size=block_size,
-                                 topk=topk)
+    supports = _combine_new_rows(out, src, aux, focus_ids, anchor_t, anchor_s, device=device, opts=opts)
     support = torch.cat(supports).float() if supports else torch.zeros(0)
     stats = {
         "copied": int(t_ov.size),

@@ -19,6 +19,7 @@ keep_dim, neighbors, temperature.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -94,12 +95,26 @@ def check_neighbour_method(problem: TransferProblem, name: str, opts: OfaOptions
 # the neighbour step (OFA and UNKs Everywhere)
 # --------------------------------------------------------------------------------------------
 
+@dataclass(frozen=True)
+class _Step:
+    """How `neighbour_coordinates` runs its steps 3 and 4: `top` neighbours mixed per new token with softmax
+    temperature `temperature`, `block_size` rows at a time, `section` named in its messages, negative random
+    entries clamped (`nonnegative`), and the source rows' clusters (`labels_src`, None unclustered) of `n_clusters`."""
+
+    top: int
+    temperature: float
+    section: str
+    block_size: int
+    nonnegative: bool
+    labels_src: torch.Tensor | None
+    n_clusters: int
+
+
 def neighbour_coordinates(
     problem: TransferProblem,
     source_coords: torch.Tensor,
+    opts: OfaOptions | SnmfOptions,
     *,
-    neighbors: int,
-    temperature: float,
     section: str,
     nonnegative: bool = False,
     block_size: int = 1024,
@@ -110,16 +125,18 @@ def neighbour_coordinates(
 
     Overlapping tokens (and special tokens matched by string or role) copy their source
     row; other tokens with an auxiliary vector get
-    softmax(top-`neighbors` cosine similarities / temperature)-weighted mixes of the
+    softmax(top-`opts.neighbors` cosine similarities / `opts.temperature`)-weighted mixes of the
     overlapping tokens' rows (only overlapping tokens that have an auxiliary vector can be
     neighbours); the rest get seeded N(mean, std) rows of `source_coords` per dimension.
     With `nonnegative=True` (semi-NMF coefficients) negative random entries are clamped to
-    0 and counted. Runs over blocks of rows on `problem.device`; no per-token Python loop.
+    0 and counted. Runs over blocks of `block_size` rows on `problem.device`; no per-token Python
+    loop. `opts`: params `init.ofa` or `init.snmf` (their neighbors and temperature); `section`
+    names it in messages.
 
     Clustered coordinates (`n_clusters` = C > 1, `source_clusters` = the (V_s,) cluster of
     every source row, k = C·rank columns in C blocks, a clustered semi-NMF's W'): copies are
     unchanged; a new token joins the ONE cluster with the largest summed softmax weight
-    among its top-`neighbors` neighbours (ties: the lowest cluster id) and gets the
+    among its top-`opts.neighbors` neighbours (ties: the lowest cluster id) and gets the
     renormalised mix of the neighbours in that cluster only, so it lives in that cluster's
     block; a random token draws its cluster (seeded, proportional to the clusters' source
     sizes) and gets N(mean, std) of that cluster's rows within its block. The stats count
@@ -137,15 +154,14 @@ def neighbour_coordinates(
     # 2. which rows can take part in the similarity search
     cand_tgt, cand_src, new_ids, reasons = _search_rows(aux, has_vec, tgt, src, done, section)
     # 3. new tokens: softmax-weighted mix of the top-k most similar overlapping tokens
+    neighbors, temperature = opts.neighbors, opts.temperature
     top = min(neighbors, int(cand_tgt.numel()))
-    combined_tokens = _mix_neighbours(problem, out, aux, coords_src, cand_tgt, cand_src, new_ids, top=top,
-                                      temperature=temperature, section=section, block_size=block_size,
-                                      labels_src=labels_src, n_clusters=n_clusters)
+    step = _Step(top, temperature, section, block_size, nonnegative, labels_src, n_clusters)
+    combined_tokens = _mix_neighbours(problem, out, aux, coords_src, cand_tgt, cand_src, new_ids, step)
     # 4. the rest: seeded N(mean, std) of the source coordinates per dimension
     is_rand = ~done
     is_rand[new_ids] = False
-    clamped, random_tokens = _random_rows(problem, out, is_rand, coords_src, reasons, section=section,
-                                          nonnegative=nonnegative, labels_src=labels_src, n_clusters=n_clusters)
+    clamped, random_tokens = _random_rows(problem, out, is_rand, coords_src, reasons, step)
     n_new = int(new_ids.numel())
     stats = {
         "target_size": V_t,
@@ -217,13 +233,13 @@ def _search_rows(aux: torch.Tensor, has_vec: torch.Tensor, tgt: torch.Tensor, sr
 
 
 def _mix_neighbours(problem: TransferProblem, out: torch.Tensor, aux: torch.Tensor, coords_src: torch.Tensor,
-                    cand_tgt: torch.Tensor, cand_src: torch.Tensor, new_ids: torch.Tensor, *, top: int,
-                    temperature: float, section: str, block_size: int, labels_src: torch.Tensor | None,
-                    n_clusters: int) -> list[int]:
-    """Step 3 of `neighbour_coordinates`: `out[new_ids]` = the softmax(similarity / temperature)-weighted
-    mix of the coordinates of the `top` most similar candidates, over blocks of rows on the problem's
+                    cand_tgt: torch.Tensor, cand_src: torch.Tensor, new_ids: torch.Tensor, step: _Step) -> list[int]:
+    """Step 3 of `neighbour_coordinates`: `out[new_ids]` = the softmax(similarity / step.temperature)-weighted
+    mix of the coordinates of the `step.top` most similar candidates, over blocks of rows on the problem's
     device; clustered, only the neighbours in the cluster of the largest summed weight. Returns how
     many new tokens joined each cluster (all zeros unclustered or without new tokens)."""
+    top, temperature, block_size = step.top, step.temperature, step.block_size
+    labels_src, n_clusters = step.labels_src, step.n_clusters
     combined = [0] * n_clusters
     if not new_ids.numel():
         return combined
@@ -235,7 +251,7 @@ def _mix_neighbours(problem: TransferProblem, out: torch.Tensor, aux: torch.Tens
         cand_labels = labels_src[cand_src].to(dev)
         chosen_counts = torch.zeros(n_clusters, dtype=torch.int64, device=dev)
     blocks = range(0, int(new_ids.numel()), block_size)
-    for start in progress(blocks, desc=f"{section}: neighbours", unit="block"):
+    for start in progress(blocks, desc=f"{step.section}: neighbours", unit="block"):
         ids = new_ids[start:start + block_size]
         q = torch.nn.functional.normalize(aux[ids], dim=1).to(dev)
         sim, idx = (q @ cand_vec.T).topk(top, dim=1)  # (b, top), sorted, deterministic ties
@@ -253,11 +269,11 @@ def _mix_neighbours(problem: TransferProblem, out: torch.Tensor, aux: torch.Tens
 
 
 def _random_rows(problem: TransferProblem, out: torch.Tensor, is_rand: torch.Tensor, coords_src: torch.Tensor,
-                 reasons: dict[str, int], *, section: str, nonnegative: bool, labels_src: torch.Tensor | None,
-                 n_clusters: int) -> tuple[int, list[int]]:
+                 reasons: dict[str, int], step: _Step) -> tuple[int, list[int]]:
     """Step 4 of `neighbour_coordinates`: the rows in `is_rand` get seeded N(mean, std) of the source
     coordinates (clustered: of their drawn cluster's rows). Returns (negative entries clamped, how
     many random tokens each cluster got)."""
+    section, nonnegative, labels_src, n_clusters = step.section, step.nonnegative, step.labels_src, step.n_clusters
     n_rand = int(is_rand.sum())
     clamped, per_cluster = 0, [0] * n_clusters
     if not n_rand:
@@ -363,8 +379,7 @@ def ofa(problem: TransferProblem, opts: OfaOptions = OfaOptions()) -> TransferRe
     C, P, fstats = factorize_source(problem.source_embeddings, "svd", SvdOptions(keep_dim=keep_dim),
                                     seed=problem.seed, section=section)
     # 2.-4. coordinates of the target tokens
-    coords, stats = neighbour_coordinates(problem, C, neighbors=opts.neighbors, temperature=opts.temperature,
-                                          section=section)
+    coords, stats = neighbour_coordinates(problem, C, opts, section=section)
     # 5. up-projection
     embeddings = (coords @ P).float()
     stats.update({"method": "ofa", "keep_dim": keep_dim, "factorization": fstats})

@@ -55,7 +55,7 @@ import logging
 import time
 import typing
 import warnings
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 import numpy as np
 import torch
@@ -63,7 +63,8 @@ import torch
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.log import progress
 from vocabtransfer.init.methods.registry import TransferProblem, TransferResult, register
-from vocabtransfer.init.methods.focus import check_problem, focus_embeddings, has_vector, special_overlap_stats
+from vocabtransfer.init.methods.focus import (
+    FocusInputs, check_problem, focus_embeddings, has_vector, special_overlap_stats)
 from vocabtransfer.init.methods.options import OmpOptions
 from vocabtransfer.data.overlap import checked_pairs
 
@@ -76,9 +77,7 @@ NORMS = typing.get_args(typing.get_type_hints(OmpOptions)["norm"])  # params ini
 def omp(problem: TransferProblem, opts: OmpOptions = OmpOptions()) -> TransferResult:
     """OMP rows for the new tokens with a fastText vector, FOCUS's rows for the rest (module doc)."""
     check_problem(problem, "omp")
-    rows = OmpRows(problem.source_embeddings, problem.overlap_target_ids, problem.overlap_source_ids,
-                   problem.auxiliary, problem.auxiliary_mask, problem.target_size, opts, seed=problem.seed,
-                   device=problem.device, lang=problem.lang)
+    rows = OmpRows(FocusInputs.of(problem), opts, seed=problem.seed, device=problem.device, lang=problem.lang)
     for ids, signals in rows.blocks():  # 3.-4. OMP per block (params init.omp.k) and the combination
         rows.put(ids, signals, *batch_omp(rows.atoms, signals, opts.k))
     embeddings, stats = rows.result()
@@ -185,13 +184,12 @@ def sparse_rows(idx: torch.Tensor, coef: torch.Tensor, valid: torch.Tensor, n: i
 # the embeddings
 
 
-def omp_embeddings(source_embeddings: torch.Tensor, target_ids_overlap, source_ids_overlap, auxiliary,
-                   auxiliary_mask, target_size: int, opts: OmpOptions = OmpOptions(), *, seed: int = 42,
+def omp_embeddings(inputs: FocusInputs, opts: OmpOptions = OmpOptions(), *, seed: int = 42,
                    device: str | torch.device = "cpu", lang: str = "") -> tuple[torch.Tensor, dict]:
-    """`omp`'s rows and stats from arrays rather than a `TransferProblem` (tests, benchmarks); the
-    arguments mirror `methods.focus.focus_embeddings`, `opts` is params `init.omp`."""
-    rows = OmpRows(source_embeddings, target_ids_overlap, source_ids_overlap, auxiliary, auxiliary_mask,
-                   target_size, opts, seed=seed, device=device, lang=lang)
+    """`omp`'s rows and stats from arrays rather than a `TransferProblem` (tests, benchmarks): `inputs`,
+    `seed` and `device` as `methods.focus.focus_embeddings`'s, `opts` is params `init.omp`, `lang` names the
+    language in messages."""
+    rows = OmpRows(inputs, opts, seed=seed, device=device, lang=lang)
     for ids, signals in rows.blocks():
         rows.put(ids, signals, *batch_omp(rows.atoms, signals, opts.k))
     return rows.result()
@@ -206,22 +204,22 @@ class OmpRows:
     (mean Σ|γ_j|), norm, combined_norm_mean / combined_norm_max (the combined rows' norms before any
     rescaling), source_norm_mean (the atoms' source rows), seconds."""
 
-    def __init__(self, source_embeddings: torch.Tensor, target_ids_overlap, source_ids_overlap, auxiliary,
-                 auxiliary_mask, target_size: int, opts: OmpOptions, *, seed: int, device: str | torch.device,
-                 lang: str):
+    def __init__(self, inputs: FocusInputs, opts: OmpOptions, *, seed: int, device: str | torch.device, lang: str):
         self.start = time.perf_counter()
+        source_embeddings, auxiliary_mask = inputs.source_embeddings, inputs.auxiliary_mask
+        target_size = inputs.target_size
         self.opts, self.seed = opts, seed
         self.device = device = torch.device(device)
         k = opts.k
-        aux = torch.as_tensor(auxiliary)
+        aux = torch.as_tensor(inputs.auxiliary)
         mask_shape = tuple(torch.as_tensor(auxiliary_mask).shape)
         if aux.dim() != 2 or aux.shape[0] != target_size or mask_shape != (target_size,):
             raise VocabTransferError(f"auxiliary embeddings: expected ({target_size}, d) vectors and a ({target_size},) "
                                      f"mask, got {tuple(aux.shape)} and {mask_shape}; recompute the auxiliary "
                                      "embeddings for this target tokenizer")
         self.aux = aux = aux.to("cpu", torch.float32)
-        t_ov, s_ov = checked_pairs(target_ids_overlap, source_ids_overlap, target_size, source_embeddings.shape[0],
-                                   where="overlap")
+        t_ov, s_ov = checked_pairs(inputs.target_ids_overlap, inputs.source_ids_overlap, target_size,
+                                   source_embeddings.shape[0], where="overlap")
         has_vec = has_vector(aux, auxiliary_mask)
         is_new = np.ones(target_size, dtype=bool)
         is_new[t_ov] = False
@@ -235,8 +233,9 @@ class OmpRows:
                 "(overlap.fuzzy_match_all, overlap.match_symbols) or the fastText vocabulary (fasttext.min_count)")
 
         # 1. copies and FOCUS's random rows (no OMP row is touched)
-        self.out, self.fstats = focus_embeddings(source_embeddings, t_ov, s_ov, aux, auxiliary_mask, target_size,
-                                                 seed=seed, device=device, new_ids=np.flatnonzero(is_new & ~has_vec))
+        checked = replace(inputs, target_ids_overlap=t_ov, source_ids_overlap=s_ov, auxiliary=aux)
+        self.out, self.fstats = focus_embeddings(checked, seed=seed, device=device,
+                                                 new_ids=np.flatnonzero(is_new & ~has_vec))
         d = aux.shape[1]
         if self.omp_ids.size and k > d:
             log.warning("init.omp.k=%d exceeds the fastText dimension %d%s: at most %d atoms are independent, so every "

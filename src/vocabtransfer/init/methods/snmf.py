@@ -49,8 +49,7 @@ def snmf(problem: TransferProblem, opts: SnmfOptions = SnmfOptions()) -> Transfe
                                             cached=problem.factors.get("snmf"), return_labels=True)
     # 2.-4. coefficients of the target tokens (clustered: within one cluster's block each)
     n_clusters = int(fstats.get("clusters", 1))
-    coords, stats = neighbour_coordinates(problem, W, neighbors=opts.neighbors, temperature=opts.temperature,
-                                          section=section, nonnegative=True, source_clusters=labels,
+    coords, stats = neighbour_coordinates(problem, W, opts, section=section, nonnegative=True, source_clusters=labels,
                                           n_clusters=n_clusters)
     # 5. up-projection with the shared H (clustered: H' = vstack(H_c), each row uses its block's H_c)
     embeddings = (coords.double() @ H.double()).float()
