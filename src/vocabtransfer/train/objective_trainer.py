@@ -20,7 +20,9 @@ import json
 import logging
 import math
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from transformers import Trainer, TrainerCallback
@@ -38,12 +40,22 @@ from vocabtransfer.train.pretrain_params import DISTILL_COLUMNS
 log = logging.getLogger("vocabtransfer.train.pretrain")  # the stage's log, as before the classes moved here
 
 
+@dataclass(frozen=True)
+class Distillation:
+    """What a teacher objective (distill, alm) trains with: the frozen source model (`teacher`; None when its
+    chunk log-likelihoods were cached in the blocks), the chunk term's weight `alpha` and its `temperature`."""
+
+    teacher: Any = None
+    alpha: float = 0.5
+    temperature: float = 1.0
+
+
 class ObjectiveTrainer(Trainer):
-    """Loss from the predicted positions' hidden states through the fused head; NaN/inf stops the run."""
+    """Loss from the predicted positions' hidden states through the fused head; NaN/inf stops the run.
+    `distill`: a Distillation for a teacher objective, None for the others."""
 
     def __init__(self, *args, kind: Kind, objective: str, margin: float, checkpoints: Path,
-                 distill: bool = False, teacher=None, alpha: float = 0.5, temperature: float = 1.0,
-                 sharded: bool = False, bf16: bool = False, **kwargs):
+                 distill: Distillation | None = None, sharded: bool = False, bf16: bool = False, **kwargs):
         super().__init__(*args, **kwargs)
         self.sharded = sharded
         # bf16 (model.precision): the training loss under autocast, here rather than through the Trainer's
@@ -57,11 +69,12 @@ class ObjectiveTrainer(Trainer):
         self.model_accepts_loss_kwargs = True  # the loss is a mean over the whole step: not divided again
         # distill: the frozen source model (never a submodule of the student: not trained, not saved), or
         # None when its chunk log-likelihoods were cached in the blocks
-        self.distill, self.alpha, self.temperature, self.step_chunks = distill, alpha, temperature, None
+        self.distill, self.step_chunks = distill is not None, None
+        self.alpha, self.temperature = (distill.alpha, distill.temperature) if distill is not None else (0.5, 1.0)
         self.term_norms = None  # distill: (step, gradient norm of the chunk term, of the LM term)
         self.teacher = self.teacher_head = None
-        if teacher is not None:
-            self.teacher = teacher.to(self.args.device).eval().requires_grad_(False)
+        if distill is not None and distill.teacher is not None:
+            self.teacher = distill.teacher.to(self.args.device).eval().requires_grad_(False)
             self.teacher_head = heads.head_parts(self.teacher)
 
     def _get_train_sampler(self, train_dataset=None):

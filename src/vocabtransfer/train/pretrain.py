@@ -299,7 +299,7 @@ def run(ctx) -> None:
 
     from vocabtransfer.model.losses import distill_alpha  # imports torch: not at CLI start-up
     from vocabtransfer.train import lowrank  # imports torch: not at CLI start-up
-    from vocabtransfer.train.objective_trainer import MetricsCallback, ObjectiveTrainer  # torch, transformers
+    from vocabtransfer.train.objective_trainer import Distillation, MetricsCallback, ObjectiveTrainer  # torch, transformers
 
     start = time.perf_counter()
     opts = ctx.section("pretrain", PretrainParams)  # params pretrain, typed
@@ -332,10 +332,10 @@ def run(ctx) -> None:
     collator = StepCollator(data.tokenizer, data.kind, seed, setup.teacher_pad(data.teacher_tok))
     trainer = ObjectiveTrainer(model=data.model, args=training.args, train_dataset=training.dataset,
                                data_collator=collator, callbacks=[callback], kind=data.kind, objective=objective,
-                               margin=opts.selfish.margin, checkpoints=checkpoints, distill=teacher_dir is not None,
-                               teacher=data.teacher, alpha=distill_alpha(objective, opts.distill.alpha),
-                               temperature=opts.distill.temperature, sharded=training.sharded,
-                               bf16=training.bf16 and not training.sharded)
+                               margin=opts.selfish.margin, checkpoints=checkpoints, distill=None if teacher_dir is None
+                               else Distillation(data.teacher, distill_alpha(objective, opts.distill.alpha),
+                                                 opts.distill.temperature),
+                               sharded=training.sharded, bf16=training.bf16 and not training.sharded)
     trainer.remove_callback(PrinterCallback)
     train_start = time.perf_counter()
     trainer.train(resume_from_checkpoint=str(resume[1]) if resume else None)
