@@ -7,7 +7,9 @@ Teacher: Gemma3ForCausalLM with Gemma 3 270M's config (read from the packaged GG
 time depends on the shapes only) and Gemma's real tokenizer (converted from the GGUF once, cached).
 Student: the same body with a target tokenizer of `--target-vocab` tokens trained from Gemma's by the
 tokenizer stage's `train_tokenizer` on `pretrain_text/<lang>.txt` (cached). One step = forward, the loss
-through the fused head, backward and an AdamW step, on `--batch` blocks of `--seq-len` target tokens:
+through the fused head, backward and an AdamW step, on `--batch` blocks of `--seq-len` target tokens
+(`--smoke`: a 1-layer Gemma 3 body of width 64 with a 400-token byte-level BPE teacher tokenizer trained on
+English lines, nothing read from the GGUF package, 300 target tokens; seconds, to check the script runs):
 
 * standard: the cross-entropy of the predicted tokens;
 * distill: the teacher's forward (no gradients) and both sides' chunk log-likelihoods, alpha x the chunk
@@ -34,8 +36,9 @@ from vocabtransfer.train.distill import chunk_log_likelihoods, chunk_loss, colla
 from vocabtransfer.model import heads
 from vocabtransfer.model.lmdata import LMCollator
 
+from smoke_inputs import byte_bpe, text_lines
+
 CACHE = Path(os.environ.get("VOCABTRANSFER_CACHE", Path.home() / ".cache" / "vocabtransfer")) / "benchmarks" / "distill"
-DATA = Path(os.environ.get("VOCABTRANSFER_DATA") or Path(__file__).resolve().parents[1] / "data")
 
 
 def gemma_tokenizer_and_config():
@@ -50,12 +53,25 @@ def gemma_tokenizer_and_config():
     return AutoTokenizer.from_pretrained(str(target)), config
 
 
-def target_tokenizer(gemma, lines: list[str], vocab: int):
+def smoke_tokenizer_and_config():
+    """The smoke run's teacher: a byte-level BPE tokenizer and a 1-layer Gemma 3 body of width 64."""
+    from transformers import Gemma3TextConfig
+
+    teacher = byte_bpe("en", 400)
+    return teacher, Gemma3TextConfig(vocab_size=len(teacher), hidden_size=64, intermediate_size=128,
+                                     num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1, head_dim=32)
+
+
+def target_tokenizer(gemma, lines: list[str], vocab: int, cache: Path | None = CACHE):
+    """A `vocab`-token target tokenizer trained from `gemma`'s on `lines`, cached under `cache` (None: not
+    cached)."""
     from transformers import AutoTokenizer
 
     from vocabtransfer.data.tokenizer import train_tokenizer
 
-    path = CACHE / f"target_{vocab}"
+    if cache is None:
+        return train_tokenizer(gemma, [lines], vocab_size=vocab)
+    path = cache / f"target_{vocab}"
     if not (path / "tokenizer.json").is_file():
         train_tokenizer(gemma, [lines], vocab_size=vocab).save_pretrained(path)
     return AutoTokenizer.from_pretrained(str(path))
@@ -72,14 +88,21 @@ def main() -> None:
     ap.add_argument("--temperature", type=float, default=1.0)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--smoke", action="store_true", help="tiny shapes and a stand-in teacher: seconds")
     args = ap.parse_args()
+    if args.smoke:
+        args.target_vocab, args.seq_len, args.batch, args.repeats = 300, 32, 2, 1
     torch.set_num_threads(args.threads)
     from transformers import Gemma3ForCausalLM
 
-    with open(DATA / "pretrain_text" / f"{args.lang}.txt", encoding="utf-8") as fh:
-        lines = [s for s in (line.strip() for line in fh) if s]
-    gemma, config = gemma_tokenizer_and_config()
-    target = target_tokenizer(gemma, lines[:20000], args.target_vocab)
+    lines = text_lines(args.lang)
+    n_train = 500 if args.smoke else 20000  # the target tokenizer's lines; the batch comes from the 400 after them
+    if args.smoke:
+        gemma, config = smoke_tokenizer_and_config()
+        target = target_tokenizer(gemma, lines[:n_train], args.target_vocab, cache=None)
+    else:
+        gemma, config = gemma_tokenizer_and_config()
+        target = target_tokenizer(gemma, lines[:n_train], args.target_vocab)
     if args.layers:
         config.num_hidden_layers, config.layer_types = args.layers, config.layer_types[: args.layers]
     config.use_cache = False
@@ -91,7 +114,7 @@ def main() -> None:
     optimizer = torch.optim.AdamW(student.parameters(), lr=1e-5)
 
     # data: the stage's preparation, timed per block
-    ids = target(lines[20000:20400], add_special_tokens=False)["input_ids"]
+    ids = target(lines[n_train:n_train + 400], add_special_tokens=False)["input_ids"]
     start = time.perf_counter()
     blocks = pack_pairs(target, gemma, ids, args.seq_len)
     prep = (time.perf_counter() - start) / len(blocks)
@@ -143,7 +166,8 @@ def main() -> None:
             optimizer.step()
             times[name].append(time.perf_counter() - start)
     base = statistics.median(times["standard"])
-    print(f"\nGemma 3 270M shapes: {config.num_hidden_layers} layers, hidden {config.hidden_size}, teacher vocab "
+    shapes = "smoke shapes" if args.smoke else "Gemma 3 270M shapes"
+    print(f"\n{shapes}: {config.num_hidden_layers} layers, hidden {config.hidden_size}, teacher vocab "
           f"{teacher.config.vocab_size}, student vocab {len(target)}; batch {args.batch} x {args.seq_len} target "
           f"tokens ({count} predicted, {batch['teacher_input_ids'].shape[1]} teacher positions per block at most, "
           f"{n_chunks} chunks); {args.threads} threads, median of {args.repeats}\n")

@@ -13,6 +13,9 @@ The target side is built as the pipeline builds it, with default params unless s
     min_count 10) on the text tokenised by the target tokenizer, then `token_vectors`;
   * wechsel: word-level fastText (`train_word_fasttext`, skipgram dim 100, --ft-epochs epochs) on
     data/pretrain_text/en.txt (source side) and sw.txt (target side), the shared sw dictionary.
+  * tiny (`--smoke`): a seeded N(0, 0.02²) matrix of 128 columns over a 500-token byte-level BPE tokenizer
+            trained on English lines, a 300-token target on 2,000 sw lines, 1 fastText epoch, and the
+            methods random, focus and focus+svd: seconds, to check the script runs.
 Everything is cached per problem under --cache (git-ignored), so a rerun does not retrain.
 
 Each method runs in its own child process (`--child`), which loads the inputs, times the method
@@ -36,12 +39,15 @@ import sys
 import time
 from pathlib import Path
 
+from smoke_inputs import DATA, REPO, byte_bpe
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-REPO = Path(__file__).resolve().parents[1]
-DATA = Path(os.environ.get("VOCABTRANSFER_DATA") or REPO / "data")  # as the pipeline: data/ links ../shared/data
-PROBLEMS = {"gemma": (262_144, 640), "random": (250_002, 768)}
+
+PROBLEMS = {"gemma": (262_144, 640), "random": (250_002, 768), "tiny": (0, 128)}  # tiny: rows from its tokenizer
+SMOKE_METHODS = ["random", "focus", "focus+svd"]
+SMOKE_LINES = 2000  # the tiny problem's target text: the first sw lines
 NO_VARIANTS = ("ofa", "snmf")  # already factorised: no <m>+svd / <m>+snmf
 
 
@@ -56,8 +62,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--timeout", type=int, default=900, help="seconds before a child is stopped (default 900)")
     p.add_argument("--cache", type=Path, default=REPO / "benchmarks" / ".cache" / "init_scale")
     p.add_argument("--json", type=Path, default=None, help="write the rows as a JSON list")
+    p.add_argument("--smoke", action="store_true", help="the tiny problem with three methods: seconds")
     p.add_argument("--child", nargs=2, metavar=("PROBLEM", "METHOD"), help=argparse.SUPPRESS)
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.smoke:
+        args.problems, args.methods = ["tiny"], args.methods or SMOKE_METHODS
+        args.vocab_size, args.ft_epochs = 300, 1
+    return args
 
 
 # --------------------------------------------------------------------------------------------
@@ -112,11 +123,23 @@ def truncated_tokenizer_dir(cache: Path, n: int) -> Path:
     return out
 
 
+def tiny_tokenizer_dir(cache: Path) -> Path:
+    """The tiny problem's source tokenizer (`smoke_inputs.byte_bpe`), saved once."""
+    out = cache / "tiny-tokenizer"
+    if not (out / "tokenizer.json").is_file():
+        byte_bpe("en", 500).save_pretrained(str(out))
+    return out
+
+
 def source_matrix_path(cache: Path, problem: str, seed: int) -> Path:
     """The source embeddings as a float32 .npy (Gemma: dequantised `token_embd.weight`)."""
     import numpy as np
 
     V, D = PROBLEMS[problem]
+    if problem == "tiny":
+        from vocabtransfer.model.hub import load_tokenizer
+
+        V = len(load_tokenizer(str(tiny_tokenizer_dir(cache))))
     out = cache / (f"{problem}-{V}x{D}.npy" if problem == "gemma" else f"{problem}-{V}x{D}-seed{seed}.npy")
     if out.is_file():
         return out
@@ -135,9 +158,10 @@ def source_matrix_path(cache: Path, problem: str, seed: int) -> Path:
     return out
 
 
-def _lines(lang: str) -> list[str]:
+def _lines(lang: str, problem: str) -> list[str]:
     text = (DATA / "pretrain_text" / f"{lang}.txt").read_text(encoding="utf-8")
-    return [ln for ln in text.splitlines() if ln.strip()]
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    return lines[:SMOKE_LINES] if problem == "tiny" else lines
 
 
 def target_dir(cache: Path, problem: str, args) -> Path:
@@ -155,7 +179,7 @@ def target_dir(cache: Path, problem: str, args) -> Path:
     out = cache / f"{problem}-sw-{args.vocab_size}"
     tok_dir = out / "tokenizer"
     source = load_tokenizer(str(src_dir))
-    lines = _lines("sw")
+    lines = _lines("sw", problem)
     if not (tok_dir / "tokenizer.json").is_file():
         batches = [lines[s:s + 1000] for s in range(0, len(lines), 1000)]
         train_tokenizer(source, batches, vocab_size=args.vocab_size).save_pretrained(str(tok_dir))
@@ -174,7 +198,8 @@ def target_dir(cache: Path, problem: str, args) -> Path:
     ov_path = out / "overlap.parquet"
     if not ov_path.is_file():
         io.write_parquet(compute_overlap(target, source, match_bytes=True), ov_path)
-    for lang in ("en", "sw"):  # the source's and the target's word-level fastText
+    wechsel = any(m.startswith("wechsel") for m in (args.methods or all_methods()))
+    for lang in ("en", "sw") if wechsel else ():  # the source's and the target's word-level fastText
         path = cache / f"word-fasttext-{lang}-d100-e{args.ft_epochs}.bin"
         if not path.is_file():
             train_word_fasttext(DATA / "pretrain_text" / f"{lang}.txt", path,
@@ -183,6 +208,8 @@ def target_dir(cache: Path, problem: str, args) -> Path:
 
 
 def source_tokenizer_dir(cache: Path, problem: str) -> Path:
+    if problem == "tiny":
+        return tiny_tokenizer_dir(cache)
     V = PROBLEMS[problem][0]
     return gemma_tokenizer_dir(cache) if problem == "gemma" else truncated_tokenizer_dir(cache, V)
 
