@@ -103,8 +103,11 @@ def main() -> None:
 
     # the cache's content: the teacher's chunk log-likelihoods of this batch
     with torch.no_grad():
-        tb = {"input_ids": batch["teacher_input_ids"], "attention_mask": batch["teacher_attention_mask"],
-              "labels": batch["teacher_labels"]}
+        tb = {
+            "input_ids": batch["teacher_input_ids"],
+            "attention_mask": batch["teacher_attention_mask"],
+            "labels": batch["teacher_labels"],
+        }
         th, tt = heads.predicted_hidden(teacher, tb, "causal", teacher_head)
         t_lp = -heads.head_loss(teacher_head, th, tt, reduction="none")
         t_chunks = batch["teacher_chunks"][:, 1:][batch["teacher_labels"][:, 1:] != -100]
@@ -115,8 +118,9 @@ def main() -> None:
         return heads.head_loss(head, hidden, targets, reduction="sum") / count
 
     def distill():
-        lm, chunk = loss_terms(student, teacher, batch, head=head, teacher_head=teacher_head,
-                               temperature=args.temperature)
+        lm, chunk = loss_terms(
+            student, teacher, batch, head=head, teacher_head=teacher_head, temperature=args.temperature
+        )
         return args.alpha * chunk / n_chunks + (1 - args.alpha) * lm / count
 
     def from_cache():
@@ -124,8 +128,10 @@ def main() -> None:
         rows = heads.head_loss(head, hidden, targets, reduction="none")
         s_chunks = batch["chunks"][:, 1:][batch["labels"][:, 1:] != -100]
         ll = chunk_log_likelihoods(-rows, s_chunks, n_chunks)
-        return args.alpha * chunk_loss(cached, ll, args.temperature).sum() / n_chunks + \
-            (1 - args.alpha) * rows.sum() / count
+        return (
+            args.alpha * chunk_loss(cached, ll, args.temperature).sum() / n_chunks
+            + (1 - args.alpha) * rows.sum() / count
+        )
 
     variants = {"standard": standard, "distill (teacher on the fly)": distill, "distill (cached teacher)": from_cache}
     times: dict[str, list[float]] = {name: [] for name in variants}
@@ -143,10 +149,12 @@ def main() -> None:
             optimizer.step()
             times[name].append(time.perf_counter() - start)
     base = statistics.median(times["standard"])
-    print(f"\nGemma 3 270M shapes: {config.num_hidden_layers} layers, hidden {config.hidden_size}, teacher vocab "
-          f"{teacher.config.vocab_size}, student vocab {len(target)}; batch {args.batch} x {args.seq_len} target "
-          f"tokens ({count} predicted, {batch['teacher_input_ids'].shape[1]} teacher positions per block at most, "
-          f"{n_chunks} chunks); {args.threads} threads, median of {args.repeats}\n")
+    print(
+        f"\nGemma 3 270M shapes: {config.num_hidden_layers} layers, hidden {config.hidden_size}, teacher vocab "
+        f"{teacher.config.vocab_size}, student vocab {len(target)}; batch {args.batch} x {args.seq_len} target "
+        f"tokens ({count} predicted, {batch['teacher_input_ids'].shape[1]} teacher positions per block at most, "
+        f"{n_chunks} chunks); {args.threads} threads, median of {args.repeats}\n"
+    )
     print("| step | seconds | ratio to standard |\n|---|---|---|")
     for name, values in times.items():
         print(f"| {name} | {statistics.median(values):.2f} | {statistics.median(values) / base:.2f}x |")

@@ -52,7 +52,7 @@ def main() -> None:
     ids = tokenizer(lines, add_special_tokens=False)["input_ids"]
     blocks = pack_ids(tokenizer, ids, args.seq_len, kind="causal")
     collate = LMCollator(tokenizer, "causal", seed=0)
-    batches = [collate(blocks[k: k + 8]) for k in range(0, len(blocks), 8)]
+    batches = [collate(blocks[k : k + 8]) for k in range(0, len(blocks), 8)]
     (a, labels), (b, _) = token_losses(args.model_a, batches), token_losses(args.model_b, batches)  # same targets
     diff = b - a
     special = torch.isin(labels, torch.tensor(sorted(tokenizer.all_special_ids)))
@@ -66,8 +66,10 @@ def main() -> None:
     whole = float(diff.sum())
     print("| token | count | B − A per token | share of the whole gap |\n|---|---|---|---|")
     for token in sorted(total, key=lambda t: -total[t])[: args.top]:
-        print(f"| {tokenizer.convert_ids_to_tokens(token)!r} | {count[token]} | {total[token] / count[token]:+.2f} "
-              f"| {total[token] / whole:.2f} |")
+        print(
+            f"| {tokenizer.convert_ids_to_tokens(token)!r} | {count[token]} | {total[token] / count[token]:+.2f} "
+            f"| {total[token] / whole:.2f} |"
+        )
 
 
 if __name__ == "__main__":

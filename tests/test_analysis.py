@@ -60,8 +60,9 @@ def test_bucket_means_on_known_losses(monkeypatch):
     # batch 0: two blocks, predicted positions in block 0 (x2) and block 1 (x2); batch 1: one block of five
     labels = [torch.tensor([[1, 2, -100], [6, -100, 0]]), torch.tensor([[4, 1, 5, 7, 3]])]
     batches = [{"i": 0, "labels": labels[0]}, {"i": 1, "labels": labels[1]}]
-    per_block, per_block_n = token_frequency_loss.bucket_losses(torch.nn.Linear(1, 1), batches, "masked", bucket,
-                                                                len(spans))
+    per_block, per_block_n = token_frequency_loss.bucket_losses(
+        torch.nn.Linear(1, 1), batches, "masked", bucket, len(spans)
+    )
     assert per_block_n.tolist() == [[2, 0, 0, 0], [0, 1, 0, 1], [1, 1, 2, 1]]  # (blocks, buckets)
     sums, n = per_block.sum(0), per_block_n.sum(0)
 
@@ -96,12 +97,14 @@ def test_token_counts_add_the_special_tokens(wp, tmp_path):
 
 # ------------------------------------------------------------------ gradient decomposition
 
+
 def gpt2(vocab: int, seed: int = 0):
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(seed)
-    return GPT2LMHeadModel(GPT2Config(vocab_size=vocab, n_embd=32, n_layer=2, n_head=2, n_positions=64,
-                                      bos_token_id=0, eos_token_id=1))
+    return GPT2LMHeadModel(
+        GPT2Config(vocab_size=vocab, n_embd=32, n_layer=2, n_head=2, n_positions=64, bos_token_id=0, eos_token_id=1)
+    )
 
 
 def causal_batch(vocab: int, seed: int = 0):
@@ -166,8 +169,9 @@ def test_decomposition_tied_gpt2(one_thread):
     model.eval()
     parts = gradient_scenarios.decompose(model, batch, "causal", "selfish")
     full, _ = autograd_gradients(model, batch, "causal", "selfish")
-    torch.testing.assert_close(parts["input"] + parts["output_target"] + parts["output_nontarget"], full,
-                               rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(
+        parts["input"] + parts["output_target"] + parts["output_nontarget"], full, rtol=1e-4, atol=1e-6
+    )
 
 
 def test_decomposition_untied_llama(one_thread):
@@ -183,6 +187,7 @@ def test_decomposition_untied_llama(one_thread):
 
 # ------------------------------------------------------------------ both stages end to end
 
+
 def encode(tok, lines, path):
     token_ids.write_lines(path, tok, tok(lines, add_special_tokens=False)["input_ids"])
 
@@ -192,31 +197,62 @@ def test_stages_end_to_end(tmp_path, wp, one_thread, caplog):
     encode(wp, text_lines("en", 150), pretok / "train")
     encode(wp, text_lines("en", 40, start=2000), pretok / "valid")
     init = save_dir(tiny_bert(len(wp), seed=0), wp, tmp_path / "xx" / "init" / "focus" / "pseed1" / "model").parent
-    pre = {o: save_dir(tiny_bert(len(wp), seed=s), wp,
-                       tmp_path / "xx" / "pretrain" / "focus" / o / "pseed1" / "model").parent
-           for o, s in (("standard", 1), ("selfish", 2))}
-    params = filled_params({
-        "seed": 5, "languages": ["xx"], "init": {"methods": ["focus"]},
-        "pretrain": {"methods": ["focus"], "objectives": ["standard", "selfish"], "seeds": 1, "pairs": None,
-                     "selfish": {"margin": 2.0}},
-        "token_frequency_loss": {"buckets": 4, "scheme": "equal_types", "max_lines": 40, "seq_len": 64,
-                                 "batch_size": 8, "bits_per_byte": True},
-        "gradient_scenarios": {"batches": 2, "batch_size": 4, "seq_len": 64, "plot_bins": 10}})
-    assert token_frequency_loss.scored_models(params, "xx") == [("focus", "init", 1), ("focus", "standard", 1),
-                                                                ("focus", "selfish", 1)]
+    pre = {
+        o: save_dir(
+            tiny_bert(len(wp), seed=s), wp, tmp_path / "xx" / "pretrain" / "focus" / o / "pseed1" / "model"
+        ).parent
+        for o, s in (("standard", 1), ("selfish", 2))
+    }
+    params = filled_params(
+        {
+            "seed": 5,
+            "languages": ["xx"],
+            "init": {"methods": ["focus"]},
+            "pretrain": {
+                "methods": ["focus"],
+                "objectives": ["standard", "selfish"],
+                "seeds": 1,
+                "pairs": None,
+                "selfish": {"margin": 2.0},
+            },
+            "token_frequency_loss": {
+                "buckets": 4,
+                "scheme": "equal_types",
+                "max_lines": 40,
+                "seq_len": 64,
+                "batch_size": 8,
+                "bits_per_byte": True,
+            },
+            "gradient_scenarios": {"batches": 2, "batch_size": 4, "seq_len": 64, "plot_bins": 10},
+        }
+    )
+    assert token_frequency_loss.scored_models(params, "xx") == [
+        ("focus", "init", 1),
+        ("focus", "standard", 1),
+        ("focus", "selfish", 1),
+    ]
 
     # token_frequency_loss
     io.write_parquet(pa.table({"text": text_lines("en", 40, start=2000)}), tmp_path / "xx" / "corpus" / "valid.parquet")
     source = save_dir(tiny_bert(len(wp), seed=9), wp, tmp_path / "source" / "model")
-    inputs = {"train_ids": pretok / "train", "valid_ids": pretok / "valid",
-              "valid_text": tmp_path / "xx" / "corpus" / "valid.parquet", "source_model": source,
-              token_frequency_loss.model_key("focus", "init", 1): init,
-              **{token_frequency_loss.model_key("focus", o, 1): d for o, d in pre.items()}}
+    inputs = {
+        "train_ids": pretok / "train",
+        "valid_ids": pretok / "valid",
+        "valid_text": tmp_path / "xx" / "corpus" / "valid.parquet",
+        "source_model": source,
+        token_frequency_loss.model_key("focus", "init", 1): init,
+        **{token_frequency_loss.model_key("focus", o, 1): d for o, d in pre.items()},
+    }
     out = tmp_path / "xx" / "token_frequency_loss.parquet"
     blocks = tmp_path / "xx" / "token_frequency_blocks.parquet"
     bpb = tmp_path / "xx" / "bits_per_byte.parquet"
-    ctx = make_ctx("vocabtransfer.evaluate.token_frequency_loss:run", {"lang": "xx"}, inputs,
-                   {"table": out, "blocks": blocks, "bits_per_byte": bpb, "plot": out.with_suffix(".png")}, params)
+    ctx = make_ctx(
+        "vocabtransfer.evaluate.token_frequency_loss:run",
+        {"lang": "xx"},
+        inputs,
+        {"table": out, "blocks": blocks, "bits_per_byte": bpb, "plot": out.with_suffix(".png")},
+        params,
+    )
     with caplog.at_level("INFO", logger="vocabtransfer.evaluate.token_frequency_loss"):
         token_frequency_loss.run(ctx)
     table = io.read_parquet(out)
@@ -254,10 +290,13 @@ def test_stages_end_to_end(tmp_path, wp, one_thread, caplog):
 
     # gradient_scenarios for the selfish job
     gout = tmp_path / "xx" / "gradients" / "focus" / "selfish" / "pseed1.parquet"
-    gctx = make_ctx("vocabtransfer.evaluate.gradient_scenarios:run",
-                    {"lang": "xx", "method": "focus", "objective": "selfish", "pseed": "1"},
-                    {"train_ids": pretok / "train", "init": init, "pretrain": pre["selfish"]},
-                    {"table": gout, "plot": gout.with_suffix(".png")}, params)
+    gctx = make_ctx(
+        "vocabtransfer.evaluate.gradient_scenarios:run",
+        {"lang": "xx", "method": "focus", "objective": "selfish", "pseed": "1"},
+        {"train_ids": pretok / "train", "init": init, "pretrain": pre["selfish"]},
+        {"table": gout, "plot": gout.with_suffix(".png")},
+        params,
+    )
     gradient_scenarios.run(gctx)
     gt = io.read_parquet(gout)
     assert gt.schema == gradient_scenarios.SCHEMA and gt.num_rows == 2 * len(wp)
@@ -267,8 +306,9 @@ def test_stages_end_to_end(tmp_path, wp, one_thread, caplog):
     assert sorted(start["rank"]) == list(range(len(wp)))
     # input gradient exactly on the tokens of the sampled batches (after masking: [MASK] and random
     # replacements too), target gradient exactly on their targets
-    batches = gradient_scenarios.sample_batches(wp, token_frequency_loss.read_ids(pretok / "train", wp), "masked",
-                                                batches=2, batch_size=4, seq_len=64, seed=5)
+    batches = gradient_scenarios.sample_batches(
+        wp, token_frequency_loss.read_ids(pretok / "train", wp), "masked", batches=2, batch_size=4, seq_len=64, seed=5
+    )
     inputs_seen = set(torch.cat([b["input_ids"][b["attention_mask"] == 1] for b in batches]).tolist())  # no padding
     targets_seen = set(torch.cat([b["labels"][b["labels"] != -100] for b in batches]).tolist())
     assert set(start.loc[start["input_norm"] > 0, "token_id"]) == inputs_seen

@@ -34,8 +34,9 @@ def corpus(tmp_path_factory, shared_data):
     tok = wordpiece_tokenizer("sw", vocab_size=1000, n_lines=300)
     tok.save_pretrained(root / "tokenizer")
     text = root / "train.tokens.txt"
-    text.write_text("".join(" ".join(tok.tokenize(line)) + "\n" for line in text_lines("sw", N_LINES)),
-                    encoding="utf-8")
+    text.write_text(
+        "".join(" ".join(tok.tokenize(line)) + "\n" for line in text_lines("sw", N_LINES)), encoding="utf-8"
+    )
     return tok, root / "tokenizer", text
 
 
@@ -98,12 +99,16 @@ def test_all_zero_subword_vectors_stay_without_a_vector(corpus, token_model):
 
 
 def _params(**fasttext) -> dict:
-    return validate_params({
-        "languages": ["sw"], "seed": 7, "source_model": MINILM,
-        "corpus": {"sources": {"sw": {"path": "pretrain_text/sw.txt"}}},
-        "fasttext": {"dim": 8, "epochs": 2, "min_count": 10, **fasttext},
-        "init": {"methods": ["focus", "ofa", "focus+svd"], "ofa": {"keep_dim": 16}, "svd": {"keep_dim": 16}},
-    })
+    return validate_params(
+        {
+            "languages": ["sw"],
+            "seed": 7,
+            "source_model": MINILM,
+            "corpus": {"sources": {"sw": {"path": "pretrain_text/sw.txt"}}},
+            "fasttext": {"dim": 8, "epochs": 2, "min_count": 10, **fasttext},
+            "init": {"methods": ["focus", "ofa", "focus+svd"], "ofa": {"keep_dim": 16}, "svd": {"keep_dim": 16}},
+        }
+    )
 
 
 def _stats(template: str, **wc) -> dict:
@@ -115,8 +120,11 @@ def test_stage_oov_random_is_byte_identical_and_subword_adds_the_rows(stage_dir,
     emb_path = Path(paths.fill(paths.FASTTEXT_EMB, lang="sw"))
     # what the stage wrote before the option existed: the dictionary rule, two tensors, three metadata keys
     emb, mask = fasttext_vectors.token_vectors(token_model, tok, "tokenlevel")
-    io.save_tensors({"embeddings": emb, "mask": mask}, stage_dir / "before.safetensors",
-                    metadata={"mode": "tokenlevel", "dim": 8, "seed": 7})
+    io.save_tensors(
+        {"embeddings": emb, "mask": mask},
+        stage_dir / "before.safetensors",
+        metadata={"mode": "tokenlevel", "dim": 8, "seed": 7},
+    )
 
     run_stage("fasttext", _params(), {"lang": "sw"}, threads=1)  # no `oov` key: the default
     default_bytes = emb_path.read_bytes()

@@ -81,9 +81,13 @@ def test_tokenlevel_mask_and_rows_follow_the_dictionary_rule(corpus, token_model
 def test_same_seed_one_thread_is_identical_and_seed_matters(corpus, token_model):
     tok, _, text = corpus
     emb1, mask1 = fasttext_vectors.token_vectors(token_model, tok, "tokenlevel")
-    emb2, mask2 = fasttext_vectors.token_vectors(fasttext_vectors.train_fasttext(text, seed=7, **FAST), tok, "tokenlevel")
+    emb2, mask2 = fasttext_vectors.token_vectors(
+        fasttext_vectors.train_fasttext(text, seed=7, **FAST), tok, "tokenlevel"
+    )
     assert torch.equal(emb1, emb2) and torch.equal(mask1, mask2)
-    emb3, mask3 = fasttext_vectors.token_vectors(fasttext_vectors.train_fasttext(text, seed=8, **FAST), tok, "tokenlevel")
+    emb3, mask3 = fasttext_vectors.token_vectors(
+        fasttext_vectors.train_fasttext(text, seed=8, **FAST), tok, "tokenlevel"
+    )
     assert torch.equal(mask1, mask3) and not torch.equal(emb1, emb3)
 
 
@@ -122,8 +126,9 @@ def test_training_does_not_depend_on_old_heap_bytes(corpus, tmp_path):
 def word_bin(tmp_path_factory, raw_lines):
     """A small word-level .bin (subword n-grams, default bucket), trained from an iterable of lines."""
     out = tmp_path_factory.mktemp("words") / "words.bin"
-    fasttext_vectors.train_word_fasttext(iter(raw_lines), out,
-                                         fasttext_vectors.WordFasttextSettings(dim=8, epochs=1, min_count=3), seed=1)
+    fasttext_vectors.train_word_fasttext(
+        iter(raw_lines), out, fasttext_vectors.WordFasttextSettings(dim=8, epochs=1, min_count=3), seed=1
+    )
     return out
 
 
@@ -135,9 +140,9 @@ def test_train_word_fasttext_saves_a_loadable_model(word_bin, raw_lines):
     # from a file, with subword n-grams (minn=3, maxn=6): an unseen word still gets a vector
     text = word_bin.parent / "raw.txt"
     text.write_text("\n".join(raw_lines[:300]) + "\n", encoding="utf-8")
-    sub = fasttext_vectors.train_word_fasttext(text, word_bin.parent / "sub.bin",
-                                               fasttext_vectors.WordFasttextSettings(dim=8, epochs=1, min_count=2),
-                                               seed=1)
+    sub = fasttext_vectors.train_word_fasttext(
+        text, word_bin.parent / "sub.bin", fasttext_vectors.WordFasttextSettings(dim=8, epochs=1, min_count=2), seed=1
+    )
     assert fasttext_vectors.load_fasttext(word_bin.parent / "sub.bin").get_words() == sub.get_words()
     assert "Kiswahilizzq" not in set(sub.get_words()) and np.abs(sub.get_word_vector("Kiswahilizzq")).sum() > 0
 
@@ -164,8 +169,14 @@ def test_wordlevel_uses_decoded_stripped_forms(word_bin):
 def test_corrupt_bin_is_a_clear_error(word_bin, tmp_path, damage):
     data = word_bin.read_bytes()
     bad = tmp_path / "model.bin"
-    bad.write_bytes({"garbage": b"not a fastText model\n" * 10, "truncated_header": data[:200],
-                     "truncated_matrix": data[: len(data) - 100], "empty": b""}[damage])
+    bad.write_bytes(
+        {
+            "garbage": b"not a fastText model\n" * 10,
+            "truncated_header": data[:200],
+            "truncated_matrix": data[: len(data) - 100],
+            "empty": b"",
+        }[damage]
+    )
     with pytest.raises(VocabTransferError, match=r"model\.bin: not a complete fastText \.bin"):
         fasttext_vectors.load_fasttext(bad)
     with pytest.raises(VocabTransferError, match="not found"):
@@ -185,11 +196,15 @@ def test_empty_or_unusable_text_is_a_clear_error(tmp_path):
 
 
 def _params(**fasttext) -> dict:
-    return validate_params({
-        "languages": ["sw"], "seed": 7, "source_model": "sentence-transformers/all-MiniLM-L6-v2",
-        "corpus": {"sources": {"sw": {"path": "pretrain_text/sw.txt"}}},
-        "fasttext": {"dim": 8, "epochs": 2, "min_count": 5, **fasttext},
-    })
+    return validate_params(
+        {
+            "languages": ["sw"],
+            "seed": 7,
+            "source_model": "sentence-transformers/all-MiniLM-L6-v2",
+            "corpus": {"sources": {"sw": {"path": "pretrain_text/sw.txt"}}},
+            "fasttext": {"dim": 8, "epochs": 2, "min_count": 5, **fasttext},
+        }
+    )
 
 
 def test_stage_tokenlevel_end_to_end(stage_dir, corpus, token_model):
@@ -197,7 +212,9 @@ def test_stage_tokenlevel_end_to_end(stage_dir, corpus, token_model):
     # the job is given 2 threads; fasttext.reproducible (default) trains on one, and the stats say so
     run_stage("fasttext", _params(), {"lang": "sw"}, threads=2)
     t = load_tensors(paths.fill(paths.FASTTEXT_EMB, lang="sw"), ["embeddings", "mask"])
-    expected_emb, expected_mask = fasttext_vectors.token_vectors(token_model, tok, "tokenlevel")  # same seed, one thread
+    expected_emb, expected_mask = fasttext_vectors.token_vectors(
+        token_model, tok, "tokenlevel"
+    )  # same seed, one thread
     assert torch.equal(t["embeddings"], expected_emb) and torch.equal(t["mask"], expected_mask)
     saved = fasttext_vectors.load_fasttext(paths.fill(paths.FASTTEXT_BIN, lang="sw"))
     assert saved.get_words() == token_model.get_words()
@@ -219,7 +236,9 @@ def test_stage_wordlevel_end_to_end(stage_dir, corpus, word_bin):
     run_stage("fasttext", _params(mode="wordlevel", pretrained_path=str(word_bin)), {"lang": "sw"}, threads=1)
     assert Path(paths.fill(paths.FASTTEXT_BIN, lang="sw")).read_bytes() == word_bin.read_bytes()
     t = load_tensors(paths.fill(paths.FASTTEXT_EMB, lang="sw"), ["embeddings", "mask"])
-    expected_emb, expected_mask = fasttext_vectors.token_vectors(fasttext_vectors.load_fasttext(word_bin), tok, "wordlevel")
+    expected_emb, expected_mask = fasttext_vectors.token_vectors(
+        fasttext_vectors.load_fasttext(word_bin), tok, "wordlevel"
+    )
     assert torch.equal(t["embeddings"], expected_emb) and torch.equal(t["mask"], expected_mask)
     stats = json.loads(Path(paths.fill(paths.FASTTEXT_STATS, lang="sw")).read_text())
     assert stats["mode"] == "wordlevel" and stats["tokens_with_vector"] == int(expected_mask.sum())

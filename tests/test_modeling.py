@@ -24,6 +24,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 # ---------------------------------------------------------------- tokenizers
 
+
 @pytest.fixture(scope="session")
 def en_wordpiece():
     return wordpiece_tokenizer("en")
@@ -45,6 +46,7 @@ def sw_bpe():
 
 
 # ---------------------------------------------------------------- loading
+
 
 def test_minilm_loads_as_masked_lm_with_missing_head():
     model, kind, info = modeling.load_source_model(resolve_model_path(MINILM), output_loading_info=True)
@@ -93,6 +95,7 @@ def test_not_a_model_directory(tmp_path):
 
 # ---------------------------------------------------------------- embedding matrices
 
+
 def test_embedding_matrices_padded_vocab_is_cut_to_tokenizer(en_wordpiece):
     n = len(en_wordpiece)
     model = tiny_bert(n + 8)  # vocabulary padded beyond the tokenizer
@@ -106,7 +109,9 @@ def test_embedding_matrices_padded_vocab_is_cut_to_tokenizer(en_wordpiece):
 def test_embedding_matrices_errors(en_wordpiece):
     small = tiny_bert(len(en_wordpiece) - 5)
     small.name_or_path = "some/model-dir"
-    with pytest.raises(VocabTransferError, match=r"some/model-dir: input embeddings have \d+ rows but the tokenizer has"):
+    with pytest.raises(
+        VocabTransferError, match=r"some/model-dir: input embeddings have \d+ rows but the tokenizer has"
+    ):
         modeling.embedding_matrices(small, en_wordpiece)
     model = tiny_bert(len(en_wordpiece))
     model.name_or_path = "some/model-dir"
@@ -126,6 +131,7 @@ def test_embedding_matrices_untied(en_bpe):
 
 
 # ---------------------------------------------------------------- build + save target models
+
 
 def test_build_target_model_tied_bert_round_trip(tmp_path, en_wordpiece, sw_wordpiece):
     from safetensors.torch import load_file
@@ -205,6 +211,7 @@ def test_build_target_model_tied_rejects_output_embeddings(tmp_path, en_wordpiec
 
 # ---------------------------------------------------------------- LM data and loss
 
+
 def test_pack_lines_keeps_whole_lines(en_wordpiece, en_bpe):
     lines = text_lines("en", 40)
     blocks = pack_lines(en_wordpiece, lines, 64)
@@ -221,7 +228,9 @@ def test_masking_is_seeded(en_wordpiece):
     a = lm_batches(en_wordpiece, blocks, "masked", 8, seed=3)
     b = lm_batches(en_wordpiece, blocks, "masked", 8, seed=3)
     c = lm_batches(en_wordpiece, blocks, "masked", 8, seed=4)
-    assert all(torch.equal(x["labels"], y["labels"]) and torch.equal(x["input_ids"], y["input_ids"]) for x, y in zip(a, b))
+    assert all(
+        torch.equal(x["labels"], y["labels"]) and torch.equal(x["input_ids"], y["input_ids"]) for x, y in zip(a, b)
+    )
     assert not all(torch.equal(x["labels"], y["labels"]) for x, y in zip(a, c))
     labels = torch.cat([x["labels"].flatten() for x in a])
     rate = float((labels != -100).float().sum() / sum(len(bl) for bl in blocks))
@@ -270,16 +279,22 @@ def test_calibrated_loss_undoes_an_over_confident_scale(monkeypatch):
             self.factor = factor
 
     monkeypatch.setattr(modeling, "predicted_logits", lambda model, batch, kind: (logits * model.factor, targets))
-    monkeypatch.setattr(modeling, "token_losses", lambda model, batch, kind: (
-        torch.nn.functional.cross_entropy(logits * model.factor, targets, reduction="none"), targets))
+    monkeypatch.setattr(
+        modeling,
+        "token_losses",
+        lambda model, batch, kind: (
+            torch.nn.functional.cross_entropy(logits * model.factor, targets, reduction="none"),
+            targets,
+        ),
+    )
     base = modeling.evaluate_lm(Fixed(3.0), batches, "masked", calibrate=True)
-    sharp = modeling.evaluate_lm(Fixed(3.0 * 1.1 ** 5), batches, "masked", calibrate=True)
+    sharp = modeling.evaluate_lm(Fixed(3.0 * 1.1**5), batches, "masked", calibrate=True)
     assert sharp["loss"] > base["loss"]
     for r in (base, sharp):
         assert r["calibrated_loss"] <= r["loss"] + 1e-9
     assert 1.1 < base["temperature"] < 5  # over-confident, and an interior optimum of the grid
     assert sharp["calibrated_loss"] == pytest.approx(base["calibrated_loss"], rel=1e-5)
-    assert sharp["temperature"] == pytest.approx(base["temperature"] * 1.1 ** 5, rel=1e-6)
+    assert sharp["temperature"] == pytest.approx(base["temperature"] * 1.1**5, rel=1e-6)
     plain = modeling.evaluate_lm(Fixed(1.0), batches, "masked")
     assert "calibrated_loss" not in plain and plain["block_tokens"] == [100] * 4
     assert sum(plain["block_loss"]) == pytest.approx(plain["loss"] * 400, rel=1e-9)
@@ -291,8 +306,11 @@ def test_pack_ids_equals_pack_lines_on_the_same_text(shared_data):
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    lines = [s.strip() for s in (shared_data / "pretrain_text" / "sw.txt").read_text(encoding="utf-8").splitlines()[:300]
-             if s.strip()]
+    lines = [
+        s.strip()
+        for s in (shared_data / "pretrain_text" / "sw.txt").read_text(encoding="utf-8").splitlines()[:300]
+        if s.strip()
+    ]
     bert = load_tokenizer(resolve_model_path("sentence-transformers/all-MiniLM-L6-v2"))
     raw = Tokenizer(models.BPE(unk_token=None))
     raw.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)

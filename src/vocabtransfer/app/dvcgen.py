@@ -73,8 +73,9 @@ def _stage_entry(stage: Stage, params: Params, fixed: dict[str, str], lang: str 
     entry["params"] = leaves
     entry["outs"] = [_dvc_template(t, fixed) for k, t in stage.outputs.items() if k not in stage.metrics]
     if stage.metrics:
-        entry["metrics"] = [{_dvc_template(t, fixed): {"cache": False}}
-                            for k, t in stage.outputs.items() if k in stage.metrics]
+        entry["metrics"] = [
+            {_dvc_template(t, fixed): {"cache": False}} for k, t in stage.outputs.items() if k in stage.metrics
+        ]
     return entry, data
 
 

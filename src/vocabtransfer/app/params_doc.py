@@ -31,9 +31,11 @@ the options class a method registers); edit those, not this file. `params.yaml` 
 leaves out takes the default below; the params.yaml column shows the shipped demo's value where it differs.
 How overlays (`--configfile`, `--config`) combine with it: [reproducibility.md](reproducibility.md#the-config-the-stages-read).
 """
-SOURCES = ("A data source has exactly one of `path` (a local file, relative to `$VOCABTRANSFER_DATA`), `url` with "
-           "`sha256`, or `dataset` (a `datasets.load_dataset` spec); a task's `test` source takes the keys of its "
-           "`train` source ([data.md](data.md), [evaluation.md](evaluation.md#task-data)).")
+SOURCES = (
+    "A data source has exactly one of `path` (a local file, relative to `$VOCABTRANSFER_DATA`), `url` with "
+    "`sha256`, or `dataset` (a `datasets.load_dataset` spec); a task's `test` source takes the keys of its "
+    "`train` source ([data.md](data.md), [evaluation.md](evaluation.md#task-data))."
+)
 BOUNDS = (("minimum", "≥"), ("exclusiveMinimum", ">"), ("maximum", "≤"), ("exclusiveMaximum", "<"))
 
 
@@ -71,8 +73,9 @@ def source_leaves(node: dict, prefix: str, schema: dict) -> list[tuple[str, dict
 def data_sources(schema: dict) -> list[tuple[str, dict]]:
     task = schema["properties"]["eval"]["properties"]["tasks"]["properties"]["nli"]["properties"]["data"]
     train = task["additionalProperties"]["properties"]["train"]
-    return (source_leaves(schema["$defs"]["corpus_source"], "corpus.sources.<lang>", schema)
-            + source_leaves(train, "eval.tasks.<task>.data.<lang>.train", schema))
+    return source_leaves(schema["$defs"]["corpus_source"], "corpus.sources.<lang>", schema) + source_leaves(
+        train, "eval.tasks.<task>.data.<lang>.train", schema
+    )
 
 
 def value(v) -> str:
@@ -96,7 +99,8 @@ def allowed(node: dict) -> str:
     if kind == "object":
         kind = "mapping of language codes" if "propertyNames" in node else "object without keys"
     bounds = [f"{op} {node[k]}" for k, op in BOUNDS if k in node] + (
-        [f"matching `{node['pattern']}`"] if "pattern" in node else [])
+        [f"matching `{node['pattern']}`"] if "pattern" in node else []
+    )
     return kind + (" " + ", ".join(bounds) if bounds else "")
 
 

@@ -56,15 +56,25 @@ from typing import Literal
 
 from vocabtransfer import io
 from vocabtransfer.data.families import (
-    BYTE_TOKENS, FAMILIES, MODEL_TO_FAMILY, _backend_json, _family_conventions, _style, canonical_unigram, detect_family,
-    head_and_byte_tokens, insert_byte_tokens, source_head, source_special_tokens)
+    BYTE_TOKENS,
+    FAMILIES,
+    MODEL_TO_FAMILY,
+    _backend_json,
+    _family_conventions,
+    _style,
+    canonical_unigram,
+    detect_family,
+    head_and_byte_tokens,
+    insert_byte_tokens,
+    source_head,
+    source_special_tokens,
+)
 from vocabtransfer.data.corpus_lines import CorpusBatches, SampledCorpus
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.model.hub import load_tokenizer, materialised_source
 from vocabtransfer.pipeline.typed import option
 
 log = logging.getLogger(__name__)
-
 
 
 def set_threads(threads: int) -> None:
@@ -153,6 +163,7 @@ def _continuation_symbols(tok, batches, prefix: str) -> list[str]:
 # ---------------------------------------------------------------------------------------------
 # training
 
+
 def _special_tokens(source, src: dict, family: str, same: bool):
     """Step 1 of `train_tokenizer`: the special tokens (ids 0..k-1 in source order) and the unknown
     token; a same-family SentencePiece-style BPE keeps the source's head at its own ids instead.
@@ -179,11 +190,24 @@ def _special_tokens(source, src: dict, family: str, same: bool):
     if head is not None:  # the source's head at its own ids (module doc): its added tokens are the trainer's
         kept = {content for content, _ in head}
         dropped = [str(t.content) for t in specials if str(t.content) not in kept]
-        specials = [AddedToken(c, single_word=e["single_word"], lstrip=e["lstrip"], rstrip=e["rstrip"],
-                               normalized=e["normalized"], special=e["special"]) for c, e in head if e is not None]
+        specials = [
+            AddedToken(
+                c,
+                single_word=e["single_word"],
+                lstrip=e["lstrip"],
+                rstrip=e["rstrip"],
+                normalized=e["normalized"],
+                special=e["special"],
+            )
+            for c, e in head
+            if e is not None
+        ]
         if dropped:
-            log.info("tokenizer: %d special token(s) the source has after its vocabulary left out (%s)", len(dropped),
-                     ", ".join(dropped[:4]) + (", …" if len(dropped) > 4 else ""))
+            log.info(
+                "tokenizer: %d special token(s) the source has after its vocabulary left out (%s)",
+                len(dropped),
+                ", ".join(dropped[:4]) + (", …" if len(dropped) > 4 else ""),
+            )
     return specials, unk, head
 
 
@@ -202,14 +226,26 @@ def _empty_tokenizer(src: dict, family: str, src_family: str, style: str, unk: s
         if normalizer is not None and "▁" in json.dumps(normalizer, ensure_ascii=False):
             log.warning("tokenizer: dropping the source's SentencePiece-style normalizer for a %s target", family)
             normalizer = None
-        log.warning("tokenizer: family %s differs from the source's (%s); using the %s pre-tokenizer and decoder",
-                    family, src_family, family)
+        log.warning(
+            "tokenizer: family %s differs from the source's (%s); using the %s pre-tokenizer and decoder",
+            family,
+            src_family,
+            family,
+        )
     model = _empty_model(family, src["model"] if same else None, unk)
     if family in ("wordpiece", "bpe") and model.get("unk_token") is None and unk is not None:
         model["unk_token"] = unk
-    spec = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": [],
-            "normalizer": normalizer, "pre_tokenizer": pre_tok, "post_processor": None,
-            "decoder": decoder, "model": model}
+    spec = {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": [],
+        "normalizer": normalizer,
+        "pre_tokenizer": pre_tok,
+        "post_processor": None,
+        "decoder": decoder,
+        "model": model,
+    }
     tok = Tokenizer.from_str(json.dumps(spec))
     if style in ("unigram", "sentencepiece"):
         # SentencePiece trains on whitespace-split pieces (`▁word`) even where its HF conversion
@@ -234,20 +270,28 @@ class _Target:
     head: list[tuple[str, dict | None]] | None
 
 
-def _family_trainer(tok, batches, target: _Target, model: dict, *, target_size: int, min_frequency: int,
-                    show_progress: bool):
+def _family_trainer(
+    tok, batches, target: _Target, model: dict, *, target_size: int, min_frequency: int, show_progress: bool
+):
     """Step 3 of `train_tokenizer`: the family's trainer, for `target_size` entries. WordPiece (and a BPE
     with a continuing prefix) gets its continuation symbols up front, in sorted order (module doc).
     Returns (the trainer, those symbols)."""
     from tokenizers import AddedToken, pre_tokenizers, trainers  # tokenizers: heavy, not at CLI start-up
 
     family, style, specials, unk = target.family, target.style, target.specials, target.unk
-    prefix = (model.get("continuing_subword_prefix") or "##") if family == "wordpiece" else model.get("continuing_subword_prefix")
+    prefix = (
+        (model.get("continuing_subword_prefix") or "##")
+        if family == "wordpiece"
+        else model.get("continuing_subword_prefix")
+    )
     if prefix and iter(batches) is batches:
         raise TypeError("train_tokenizer: `batches` must be re-iterable (a list or CorpusBatches), not an iterator")
     seeds = _continuation_symbols(tok, batches, prefix) if prefix else []
-    common = dict(vocab_size=target_size, show_progress=show_progress,
-                  special_tokens=specials + [AddedToken(t, special=True, normalized=False) for t in seeds])
+    common = dict(
+        vocab_size=target_size,
+        show_progress=show_progress,
+        special_tokens=specials + [AddedToken(t, special=True, normalized=False) for t in seeds],
+    )
     if family == "wordpiece":
         return trainers.WordPieceTrainer(min_frequency=min_frequency, continuing_subword_prefix=prefix, **common), seeds
     if family == "unigram":
@@ -292,8 +336,11 @@ def _finished_tokenizer(tok, src: dict, pre_tok, seeds: list[str], target: _Targ
 def _wrapper_options(source, specials: list, head, vocab: dict) -> dict:
     """Step 5 of `train_tokenizer`: the options of the transformers wrapper: the source's special-token
     attributes (with the trained AddedToken flags), lengths and sides."""
-    kwargs = {"model_max_length": source.model_max_length, "padding_side": source.padding_side,
-              "truncation_side": source.truncation_side}
+    kwargs = {
+        "model_max_length": source.model_max_length,
+        "padding_side": source.padding_side,
+        "truncation_side": source.truncation_side,
+    }
     flags = {str(t.content): t for t in specials}
     for attr in source.SPECIAL_TOKENS_ATTRIBUTES:
         value = getattr(source, attr, None)
@@ -329,7 +376,9 @@ def train_tokenizer(
     src_family, src_style = detect_family(source)
     family = src_family if family == "auto" else family
     if family not in FAMILIES:
-        raise VocabTransferError(f"tokenizer.family: {family!r} is not allowed; allowed values: auto, {', '.join(FAMILIES)}")
+        raise VocabTransferError(
+            f"tokenizer.family: {family!r} is not allowed; allowed values: auto, {', '.join(FAMILIES)}"
+        )
     same = family == src_family
     style = src_style if same else ("byte_level" if family == "bpe" else family)
     # 1. special tokens and the unknown token; 2. an empty tokenizer in the source's conventions
@@ -345,15 +394,22 @@ def train_tokenizer(
     if target_size <= n_special:
         raise VocabTransferError(
             f"tokenizer.vocab_size: {vocab_size} leaves no room beyond the {n_special} special tokens"
-            + (f" and {len(BYTE_TOKENS)} byte tokens" if byte_fallback else "") + "; raise it"
+            + (f" and {len(BYTE_TOKENS)} byte tokens" if byte_fallback else "")
+            + "; raise it"
         )
     target = _Target(family, style, same, specials, unk, head)
-    trainer, seeds = _family_trainer(tok, batches, target, model, target_size=target_size,
-                                     min_frequency=min_frequency, show_progress=show_progress)
+    trainer, seeds = _family_trainer(
+        tok, batches, target, model, target_size=target_size, min_frequency=min_frequency, show_progress=show_progress
+    )
     start = time.perf_counter()
     tok.train_from_iterator(batches, trainer=trainer, length=length)
-    log.info("tokenizer: trained a %s (%s) vocabulary of %d in %.1f s",
-             family, style, tok.get_vocab_size(), time.perf_counter() - start)
+    log.info(
+        "tokenizer: trained a %s (%s) vocabulary of %d in %.1f s",
+        family,
+        style,
+        tok.get_vocab_size(),
+        time.perf_counter() - start,
+    )
 
     # 4. byte-fallback tokens, then the post-processor with remapped ids; 5. the transformers wrapper
     tok, vocab = _finished_tokenizer(tok, src, pre_tok, seeds, target, byte_fallback)
@@ -363,6 +419,7 @@ def train_tokenizer(
 # ---------------------------------------------------------------------------------------------
 # loading a saved target tokenizer
 
+
 def load_target_tokenizer(path: str | os.PathLike):
     """Load the target tokenizer directory; a missing or corrupt one is one clear error."""
     from tokenizers import Tokenizer  # tokenizers: heavy, not at CLI start-up
@@ -370,20 +427,28 @@ def load_target_tokenizer(path: str | os.PathLike):
 
     path = Path(path)
     if not path.is_dir():
-        raise VocabTransferError(f"{path}: tokenizer directory not found; run `vocabtransfer tokenizer` for this language first")
+        raise VocabTransferError(
+            f"{path}: tokenizer directory not found; run `vocabtransfer tokenizer` for this language first"
+        )
     tokenizer_json = path / "tokenizer.json"
     if not tokenizer_json.is_file():
-        raise VocabTransferError(f"{tokenizer_json}: file missing, so {path} is no complete tokenizer; delete it and rerun the tokenizer stage")
+        raise VocabTransferError(
+            f"{tokenizer_json}: file missing, so {path} is no complete tokenizer; delete it and rerun the tokenizer stage"
+        )
     try:
         Tokenizer.from_file(str(tokenizer_json))
     except Exception as exc:
         cause = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
-        raise VocabTransferError(f"{tokenizer_json}: corrupt tokenizer file ({cause}); delete {path} and rerun the tokenizer stage") from exc
+        raise VocabTransferError(
+            f"{tokenizer_json}: corrupt tokenizer file ({cause}); delete {path} and rerun the tokenizer stage"
+        ) from exc
     try:
         tok = AutoTokenizer.from_pretrained(str(path))
     except Exception as exc:
         cause = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
-        raise VocabTransferError(f"{path}: cannot load the tokenizer ({type(exc).__name__}: {cause}); delete it and rerun the tokenizer stage") from exc
+        raise VocabTransferError(
+            f"{path}: cannot load the tokenizer ({type(exc).__name__}: {cause}); delete it and rerun the tokenizer stage"
+        ) from exc
     if not getattr(tok, "is_fast", False):
         raise VocabTransferError(f"{path}: loaded a slow {type(tok).__name__}; delete it and rerun the tokenizer stage")
     return tok
@@ -391,20 +456,22 @@ def load_target_tokenizer(path: str | os.PathLike):
 
 # --------------------------------------------------------------------------------------------- the stage
 
+
 @dataclass(frozen=True)
 class TokenizerParams:
     """training of the target-language tokenizer"""
 
     family: Literal["auto", "wordpiece", "unigram", "bpe"] = option(
-        "auto",
-        "model family of the target tokenizer; auto takes the source tokenizer's")
+        "auto", "model family of the target tokenizer; auto takes the source tokenizer's"
+    )
     vocab_size: int = option(16000, "target vocabulary size", minimum=100)
     min_frequency: int = option(2, "minimum count of a merge/word piece (WordPiece, BPE)", minimum=1)
     sample_bytes: int = option(
         0,
         "train the tokenizer on a seeded sample of about this many UTF-8 bytes of the train split (each line kept "
         "with probability sample_bytes / the split's bytes); 0 trains on every line",
-        minimum=0)
+        minimum=0,
+    )
 
 
 def run(ctx) -> None:
@@ -412,34 +479,62 @@ def run(ctx) -> None:
     source_name = ctx.param("source_model")
     source = load_tokenizer(materialised_source(ctx.input["source"]))
     train_path, opts = ctx.input["train"], ctx.section("tokenizer", TokenizerParams)  # params tokenizer, typed
-    corpus = CorpusBatches(train_path) if not opts.sample_bytes else SampledCorpus(train_path, opts.sample_bytes, ctx.seed)
+    corpus = (
+        CorpusBatches(train_path) if not opts.sample_bytes else SampledCorpus(train_path, opts.sample_bytes, ctx.seed)
+    )
     lines = corpus.rows
     if lines == 0:
-        raise VocabTransferError(f"{train_path}: the corpus has no lines; check `corpus.sources.{ctx.lang}` and rerun the corpus stage")
+        raise VocabTransferError(
+            f"{train_path}: the corpus has no lines; check `corpus.sources.{ctx.lang}` and rerun the corpus stage"
+        )
     family_param, vocab_size, min_frequency = opts.family, opts.vocab_size, opts.min_frequency
 
     start = time.perf_counter()
-    target = train_tokenizer(source, corpus, family=family_param, vocab_size=vocab_size,
-                             min_frequency=min_frequency, length=lines, show_progress=sys.stderr.isatty())
+    target = train_tokenizer(
+        source,
+        corpus,
+        family=family_param,
+        vocab_size=vocab_size,
+        min_frequency=min_frequency,
+        length=lines,
+        show_progress=sys.stderr.isatty(),
+    )
     seconds = time.perf_counter() - start
     family, style = _detect_saved_family(target)
     reached = len(target)
     if reached < vocab_size:
         log.warning("tokenizer: reached %d of the %d tokens asked for (the corpus is too small)", reached, vocab_size)
     stats = {
-        "source_model": source_name, "family": family, "style": style, "family_param": family_param,
-        "vocab_size": vocab_size, "vocab_size_reached": reached, "min_frequency": min_frequency,
+        "source_model": source_name,
+        "family": family,
+        "style": style,
+        "family_param": family_param,
+        "vocab_size": vocab_size,
+        "vocab_size_reached": reached,
+        "min_frequency": min_frequency,
         "special_tokens": {str(t): target.convert_tokens_to_ids(str(t)) for t in target.all_special_tokens},
-        "train_lines": lines, "sample_bytes": opts.sample_bytes, "seconds": round(seconds, 3), "threads": ctx.threads, "versions": io.versions(),
+        "train_lines": lines,
+        "sample_bytes": opts.sample_bytes,
+        "seconds": round(seconds, 3),
+        "threads": ctx.threads,
+        "versions": io.versions(),
     }
     with io.atomic_output(ctx.output["tokenizer"], directory=True) as tmp:
         target.save_pretrained(str(tmp))
         reloaded = load_target_tokenizer(tmp)  # the directory loads with AutoTokenizer alone
         if len(reloaded) != reached:
-            raise VocabTransferError(f"{tmp}: saved tokenizer has {len(reloaded)} tokens, expected {reached}; report this as a bug")
+            raise VocabTransferError(
+                f"{tmp}: saved tokenizer has {len(reloaded)} tokens, expected {reached}; report this as a bug"
+            )
     io.write_json(stats, ctx.output["stats"])  # beside the directory: its timings must not change the dir's hash
-    log.info("tokenizer: %s %s tokenizer with %d tokens written to %s in %.1f s",
-             family, style, reached, ctx.output["tokenizer"], seconds)
+    log.info(
+        "tokenizer: %s %s tokenizer with %d tokens written to %s in %.1f s",
+        family,
+        style,
+        reached,
+        ctx.output["tokenizer"],
+        seconds,
+    )
 
 
 def _detect_saved_family(tokenizer) -> tuple[str, str]:

@@ -64,21 +64,45 @@ from vocabtransfer.log import progress
 
 log = logging.getLogger(__name__)
 
-SCHEMA = pa.schema([
-    ("lang", pa.string()), ("method", pa.string()), ("objective", pa.string()), ("pseed", pa.int32()),
-    ("bucket", pa.int32()), ("rank_lo", pa.int64()), ("rank_hi", pa.int64()), ("n_types", pa.int64()),
-    ("n_tokens", pa.int64()), ("loss", pa.float64()),
-])
+SCHEMA = pa.schema(
+    [
+        ("lang", pa.string()),
+        ("method", pa.string()),
+        ("objective", pa.string()),
+        ("pseed", pa.int32()),
+        ("bucket", pa.int32()),
+        ("rank_lo", pa.int64()),
+        ("rank_hi", pa.int64()),
+        ("n_types", pa.int64()),
+        ("n_tokens", pa.int64()),
+        ("loss", pa.float64()),
+    ]
+)
 # per model, bucket and held-out block (the unit the report's bootstrap resamples); empty cells left out
-BLOCKS_SCHEMA = pa.schema([
-    ("method", pa.string()), ("objective", pa.string()), ("pseed", pa.int32()), ("bucket", pa.int32()),
-    ("block", pa.int32()), ("loss_sum", pa.float64()), ("n_tokens", pa.int64()),
-])
+BLOCKS_SCHEMA = pa.schema(
+    [
+        ("method", pa.string()),
+        ("objective", pa.string()),
+        ("pseed", pa.int32()),
+        ("bucket", pa.int32()),
+        ("block", pa.int32()),
+        ("loss_sum", pa.float64()),
+        ("n_tokens", pa.int64()),
+    ]
+)
 # per model, pretraining seed and valid line (the report's bits-per-byte clusters); bits null for a masked LM
-BPB_SCHEMA = pa.schema([
-    ("method", pa.string()), ("objective", pa.string()), ("pseed", pa.int32()), ("line", pa.int32()),
-    ("bits", pa.float64()), ("n_bytes", pa.int64()), ("n_tokens", pa.int64()), ("n_scored", pa.int64()),
-])
+BPB_SCHEMA = pa.schema(
+    [
+        ("method", pa.string()),
+        ("objective", pa.string()),
+        ("pseed", pa.int32()),
+        ("line", pa.int32()),
+        ("bits", pa.float64()),
+        ("n_bytes", pa.int64()),
+        ("n_tokens", pa.int64()),
+        ("n_scored", pa.int64()),
+    ]
+)
 SOURCE = "source"  # method and objective of the source model's rows (pseed 0)
 SCHEMES = ("equal_types", "log")
 
@@ -89,9 +113,8 @@ class TokenFrequencyLossParams:
 
     buckets: int = option(10, "buckets of the token types seen in train (types never seen get one more)", minimum=1)
     scheme: Literal["equal_types", "log"] = option(
-        "equal_types",
-        "equal_types: equal type count per bucket; log: log-spaced rank edges",
-        type="string")
+        "equal_types", "equal_types: equal type count per bucket; log: log-spaced rank edges", type="string"
+    )
     max_lines: int = option(2000, "valid lines scored", minimum=1)
     seq_len: int = option(128, "tokens per packed held-out block", minimum=8)
     batch_size: int = option(16, "blocks per batch", minimum=1)
@@ -101,7 +124,8 @@ class TokenFrequencyLossParams:
         "initialisation it started from, the initialised model (pseed 1) of every other init method, and the "
         "source model with its own tokenizer (results/L/bits_per_byte.parquet, what the report's bits-per-byte "
         "table resamples); lines longer than seq_len are scored in windows; a causal source without its LM head is "
-        "refused while this is true")
+        "refused while this is true",
+    )
 
 
 def model_key(method: str, objective: str, pseed: int) -> str:
@@ -140,15 +164,25 @@ def _model_template(method: str, objective: str, pseed: int) -> str:
 def inputs(params: Params, wildcards: dict) -> dict[str, str]:
     """Train and valid ids, the valid text and the source model (bits per byte), every pretrained model and the
     init model each started from."""
-    out = {"train_ids": paths.PRETOK_TRAIN, "valid_ids": paths.PRETOK_VALID, "valid_text": paths.CORPUS_VALID,
-           "source_model": paths.SOURCE_MODEL, "train_text": paths.CORPUS_TRAIN}
-    zero_shot = zero_shot_models(params, wildcards["lang"]) if params.section("token_frequency_loss", TokenFrequencyLossParams).bits_per_byte else []
+    out = {
+        "train_ids": paths.PRETOK_TRAIN,
+        "valid_ids": paths.PRETOK_VALID,
+        "valid_text": paths.CORPUS_VALID,
+        "source_model": paths.SOURCE_MODEL,
+        "train_text": paths.CORPUS_TRAIN,
+    }
+    zero_shot = (
+        zero_shot_models(params, wildcards["lang"])
+        if params.section("token_frequency_loss", TokenFrequencyLossParams).bits_per_byte
+        else []
+    )
     for method, objective, pseed in scored_models(params, wildcards["lang"]) + zero_shot:
         out[model_key(method, objective, pseed)] = _model_template(method, objective, pseed)
     return out
 
 
 # ------------------------------------------------------------------------------ frequencies
+
 
 def read_ids(path: str | Path, tokenizer) -> TokenIds:
     """A pre-tokenised split, mapped; it must have been written with `tokenizer`."""
@@ -163,8 +197,10 @@ def token_counts(ids: TokenIds, tokenizer, kind: Kind) -> np.ndarray:
     counts = np.zeros(vocab, dtype=np.int64)
     for chunk in ids.chunks():
         if chunk.size and int(chunk.max()) >= vocab:
-            raise VocabTransferError(f"{ids.path}: token id {int(chunk.max())} is outside the tokenizer's {vocab} ids; "
-                                     "the pre-tokenised split and the model's tokenizer do not match, rerun pretokenize")
+            raise VocabTransferError(
+                f"{ids.path}: token id {int(chunk.max())} is outside the tokenizer's {vocab} ids; "
+                "the pre-tokenised split and the model's tokenizer do not match, rerun pretokenize"
+            )
         counts += np.bincount(chunk, minlength=vocab)
     prefix, suffix = special_tokens_around(tokenizer)
     extra = prefix + suffix
@@ -214,6 +250,7 @@ def frequency_buckets(counts: np.ndarray, n_buckets: int, scheme: str):
 
 # ------------------------------------------------------------------------------ scoring
 
+
 def bucket_losses(model, batches: list[dict], kind: Kind, bucket: np.ndarray, n_buckets: int):
     """(summed standard cross-entropy, number of target tokens), each (blocks, buckets), over fixed
     batches: block = the row of the packed held-out block a predicted token belongs to (each token's
@@ -237,26 +274,50 @@ def bucket_losses(model, batches: list[dict], kind: Kind, bucket: np.ndarray, n_
 
 def rows_for(lang: str, method: str, objective: str, pseed: int, spans, sums, counts) -> list[dict]:
     """One row per bucket: the mean loss over every held-out block (sums and counts are per bucket)."""
-    return [{"lang": lang, "method": method, "objective": objective, "pseed": pseed, "bucket": i, "rank_lo": lo,
-             "rank_hi": hi, "n_types": n, "n_tokens": int(counts[i]),
-             "loss": float(sums[i] / counts[i]) if counts[i] else math.nan}
-            for i, (lo, hi, n) in enumerate(spans)]
+    return [
+        {
+            "lang": lang,
+            "method": method,
+            "objective": objective,
+            "pseed": pseed,
+            "bucket": i,
+            "rank_lo": lo,
+            "rank_hi": hi,
+            "n_types": n,
+            "n_tokens": int(counts[i]),
+            "loss": float(sums[i] / counts[i]) if counts[i] else math.nan,
+        }
+        for i, (lo, hi, n) in enumerate(spans)
+    ]
 
 
 def block_rows(method: str, objective: str, pseed: int, sums: np.ndarray, counts: np.ndarray) -> dict[str, list]:
     """Columns of BLOCKS_SCHEMA for the non-empty (block, bucket) cells of one model."""
     block, bucket = np.nonzero(counts)
-    return {"method": [method] * len(block), "objective": [objective] * len(block), "pseed": [pseed] * len(block),
-            "bucket": bucket.tolist(), "block": block.tolist(), "loss_sum": sums[block, bucket].tolist(),
-            "n_tokens": counts[block, bucket].tolist()}
+    return {
+        "method": [method] * len(block),
+        "objective": [objective] * len(block),
+        "pseed": [pseed] * len(block),
+        "bucket": bucket.tolist(),
+        "block": block.tolist(),
+        "loss_sum": sums[block, bucket].tolist(),
+        "n_tokens": counts[block, bucket].tolist(),
+    }
 
 
 def line_rows(method: str, objective: str, pseed: int, scores: bits_per_byte.LineScores) -> dict[str, list]:
     """Columns of BPB_SCHEMA for one model's lines (bits None where not scored: a masked LM)."""
     n = len(scores.n_bytes)
-    return {"method": [method] * n, "objective": [objective] * n, "pseed": [pseed] * n, "line": list(range(n)),
-            "bits": [None if np.isnan(b) else float(b) for b in scores.bits], "n_bytes": scores.n_bytes.tolist(),
-            "n_tokens": scores.n_tokens.tolist(), "n_scored": scores.n_scored.tolist()}
+    return {
+        "method": [method] * n,
+        "objective": [objective] * n,
+        "pseed": [pseed] * n,
+        "line": list(range(n)),
+        "bits": [None if np.isnan(b) else float(b) for b in scores.bits],
+        "n_bytes": scores.n_bytes.tolist(),
+        "n_tokens": scores.n_tokens.tolist(),
+        "n_scored": scores.n_scored.tolist(),
+    }
 
 
 def source_scores(ctx, kind: Kind, lines: list[str], seq_len: int, batch_size: int) -> bits_per_byte.LineScores:
@@ -338,12 +399,15 @@ def model_dir(ctx, method: str, objective: str, pseed: int) -> Path:
 
 def same_tokenizer(a, b, where: Path) -> None:
     if a.get_vocab() != b.get_vocab():
-        raise VocabTransferError(f"{where}: its tokenizer differs from the other models' of this language; every "
-                                 "model scored here must use the target tokenizer")
+        raise VocabTransferError(
+            f"{where}: its tokenizer differs from the other models' of this language; every "
+            "model scored here must use the target tokenizer"
+        )
 
 
-def _reference_lines(ctx, opts: TokenFrequencyLossParams, tokenizer, kind: Kind, lines: list[str],
-                     lines_out: dict[str, list]) -> None:
+def _reference_lines(
+    ctx, opts: TokenFrequencyLossParams, tokenizer, kind: Kind, lines: list[str], lines_out: dict[str, list]
+) -> None:
     """The bits-per-byte rows of the references, appended to `lines_out`: the source model with its own
     tokenizer and, for a causal LM, the floors with the target tokenizer (`bpb_floor`)."""
     if opts.bits_per_byte:  # the source first: a causal source without its LM head stops the job before any scoring
@@ -351,10 +415,19 @@ def _reference_lines(ctx, opts: TokenFrequencyLossParams, tokenizer, kind: Kind,
         for name, values in line_rows(SOURCE, SOURCE, 0, source).items():
             lines_out[name] += values
         if kind == "causal":
-            log.info("source model, own tokenizer: %.4f bits per byte on %d valid lines (%.3f bytes per token)",
-                     source.bits_per_byte, len(lines), source.bytes_per_token)
-            for name, scores in bpb_floor.floor_scores(tokenizer, ctx.input["train_ids"], load_tokenizer(
-                    Path(ctx.input["source_model"])), ctx.input["train_text"], lines).items():  # the floors
+            log.info(
+                "source model, own tokenizer: %.4f bits per byte on %d valid lines (%.3f bytes per token)",
+                source.bits_per_byte,
+                len(lines),
+                source.bytes_per_token,
+            )
+            for name, scores in bpb_floor.floor_scores(
+                tokenizer,
+                ctx.input["train_ids"],
+                load_tokenizer(Path(ctx.input["source_model"])),
+                ctx.input["train_text"],
+                lines,
+            ).items():  # the floors
                 for column, values in line_rows(bpb_floor.FLOOR, name, 0, scores).items():
                     lines_out[column] += values
                 log.info("floor %s: %.4f bits per byte", name, scores.bits_per_byte)
@@ -369,8 +442,10 @@ def run(ctx) -> None:
     seq_len, batch_size, bpb = opts.seq_len, opts.batch_size, opts.bits_per_byte
     models = scored_models(ctx.params, ctx.lang)
     if not models:
-        raise VocabTransferError("token_frequency_loss: params ask for no pretrained models (pretrain.methods × "
-                                 "pretrain.objectives is empty); nothing to compare")
+        raise VocabTransferError(
+            "token_frequency_loss: params ask for no pretrained models (pretrain.methods × "
+            "pretrain.objectives is empty); nothing to compare"
+        )
 
     # 1. the target tokenizer, frequencies and buckets, fixed valid batches
     first = model_dir(ctx, *models[0])
@@ -387,8 +462,16 @@ def run(ctx) -> None:
     lines = bits_per_byte.valid_lines(ctx.input["valid_text"], opts.max_lines) if bpb else []
     lines_out: dict[str, list] = {name: [] for name in BPB_SCHEMA.names}
     _reference_lines(ctx, opts, tokenizer, kind, lines, lines_out)
-    log.info("token_frequency_loss %s: %d train token types seen of %d, %d buckets (%s), %d valid blocks, %d models",
-             ctx.lang, int((counts > 0).sum()), len(counts), len(spans), opts.scheme, len(blocks), len(models))
+    log.info(
+        "token_frequency_loss %s: %d train token types seen of %d, %d buckets (%s), %d valid blocks, %d models",
+        ctx.lang,
+        int((counts > 0).sum()),
+        len(counts),
+        len(spans),
+        opts.scheme,
+        len(blocks),
+        len(models),
+    )
 
     # 2. every model on the same tokens
     rows: list[dict] = []
@@ -405,13 +488,21 @@ def run(ctx) -> None:
             cells[name] += values
         bits = ""
         if bpb:
-            scores = bits_per_byte.score_lines(model, tokenizer, lines, seq_len=seq_len, batch_size=batch_size,
-                                               kind=kind)
+            scores = bits_per_byte.score_lines(
+                model, tokenizer, lines, seq_len=seq_len, batch_size=batch_size, kind=kind
+            )
             for name, values in line_rows(method, objective, pseed, scores).items():
                 lines_out[name] += values
             bits = f", {scores.bits_per_byte:.4f} bits per byte" if kind == "causal" else ""
-        log.info("%s/%s/pseed%d: mean loss %.4f over %d tokens%s", method, objective, pseed,
-                 sums.sum() / max(1, n.sum()), n.sum(), bits)
+        log.info(
+            "%s/%s/pseed%d: mean loss %.4f over %d tokens%s",
+            method,
+            objective,
+            pseed,
+            sums.sum() / max(1, n.sum()),
+            n.sum(),
+            bits,
+        )
         del model
 
     # 3. the other methods' initialised models: bits per byte only (a masked LM has none to give)
@@ -431,5 +522,8 @@ def run(ctx) -> None:
     io.write_parquet(pa.table(cells, schema=BLOCKS_SCHEMA), ctx.output["blocks"])
     io.write_parquet(pa.table(lines_out, schema=BPB_SCHEMA), ctx.output["bits_per_byte"])
     plot(rows, ctx.output["plot"], ctx.lang, n_seen_buckets)
-    log.info("mean cross-entropy per frequency bucket (columns: train frequency ranks; mean over pretraining "
-             "seeds), %s\n%s", ctx.lang, markdown(rows, n_seen_buckets))
+    log.info(
+        "mean cross-entropy per frequency bucket (columns: train frequency ranks; mean over pretraining seeds), %s\n%s",
+        ctx.lang,
+        markdown(rows, n_seen_buckets),
+    )

@@ -25,6 +25,7 @@ log = logging.getLogger(__name__)
 # Models: load with an LM head, read and swap the embedding matrices, save.
 # ---------------------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class LoadingInfo:
     """What `from_pretrained` reported: weights the checkpoint lacked (initialised randomly) or had in excess."""
@@ -72,8 +73,13 @@ def detect_kind(config) -> Kind:
     )
 
 
-def load_source_model(path: str | os.PathLike, kind: Literal["auto", "masked", "causal"] = "auto", *,
-                      dtype=None, output_loading_info: bool = False):
+def load_source_model(
+    path: str | os.PathLike,
+    kind: Literal["auto", "masked", "causal"] = "auto",
+    *,
+    dtype=None,
+    output_loading_info: bool = False,
+):
     """Load a model *with its LM head*: AutoModelForMaskedLM or AutoModelForCausalLM (`kind`).
 
     Returns `(model, kind)`, or `(model, kind, LoadingInfo)` with `output_loading_info=True`.
@@ -89,8 +95,10 @@ def load_source_model(path: str | os.PathLike, kind: Literal["auto", "masked", "
     try:
         config = AutoConfig.from_pretrained(str(directory))
     except Exception as exc:
-        raise VocabTransferError(f"{directory}: cannot read the model config ({type(exc).__name__}: "
-                                 f"{str(exc).splitlines()[0][:200]}); is this a Hugging Face model directory?") from exc
+        raise VocabTransferError(
+            f"{directory}: cannot read the model config ({type(exc).__name__}: "
+            f"{str(exc).splitlines()[0][:200]}); is this a Hugging Face model directory?"
+        ) from exc
     if kind == "auto":
         kind = detect_kind(config)
     elif kind not in ("masked", "causal"):
@@ -98,33 +106,49 @@ def load_source_model(path: str | os.PathLike, kind: Literal["auto", "masked", "
     auto = AutoModelForMaskedLM if kind == "masked" else AutoModelForCausalLM
     kwargs = {"dtype": dtype} if dtype is not None else {}
     try:
-        model, info = auto.from_pretrained(str(directory), output_loading_info=True, ignore_mismatched_sizes=True,
-                                           **kwargs)
+        model, info = auto.from_pretrained(
+            str(directory), output_loading_info=True, ignore_mismatched_sizes=True, **kwargs
+        )
     except Exception as exc:
-        raise VocabTransferError(f"{directory}: cannot load it as a {kind} LM with {auto.__name__} "
-                                 f"({type(exc).__name__}: {str(exc).splitlines()[0][:200]})") from exc
+        raise VocabTransferError(
+            f"{directory}: cannot load it as a {kind} LM with {auto.__name__} "
+            f"({type(exc).__name__}: {str(exc).splitlines()[0][:200]})"
+        ) from exc
     missing = tuple(sorted(info.get("missing_keys") or ()))
     prefix = f"{model.base_model_prefix}."
     body = [k for k in missing if k.startswith(prefix)]
     if body:
-        raise VocabTransferError(f"{directory}: the checkpoint lacks {len(body)} weight(s) of the model body "
-                                 f"(e.g. {body[0]}); it is incomplete or not a {config.model_type} checkpoint, re-download it")
+        raise VocabTransferError(
+            f"{directory}: the checkpoint lacks {len(body)} weight(s) of the model body "
+            f"(e.g. {body[0]}); it is incomplete or not a {config.model_type} checkpoint, re-download it"
+        )
     mismatched = sorted(info.get("mismatched_keys") or ())
     check_lm_head(model, kind, directory, missing, mismatched)
     if mismatched:
-        raise VocabTransferError(f"{directory}: {len(mismatched)} weight(s) have the wrong shape (e.g. {mismatched[0]}); "
-                                 "config.json does not match model weights, re-download the model")
+        raise VocabTransferError(
+            f"{directory}: {len(mismatched)} weight(s) have the wrong shape (e.g. {mismatched[0]}); "
+            "config.json does not match model weights, re-download the model"
+        )
     loading = LoadingInfo(missing_keys=missing, unexpected_keys=tuple(sorted(info.get("unexpected_keys") or ())))
     if loading.head_missing:
-        log.warning("%s: the checkpoint has no LM head (%s); it was initialised randomly, train it with the "
-                    "source_head stage before using the model", directory, ", ".join(missing))
+        log.warning(
+            "%s: the checkpoint has no LM head (%s); it was initialised randomly, train it with the "
+            "source_head stage before using the model",
+            directory,
+            ", ".join(missing),
+        )
     model.eval()
     return (model, kind, loading) if output_loading_info else (model, kind)
 
 
 def weights_file(directory: Path) -> Path:
     """The file a model directory keeps its weights in (the index of a sharded checkpoint), for messages."""
-    for name in ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json"):
+    for name in (
+        "model.safetensors",
+        "model.safetensors.index.json",
+        "pytorch_model.bin",
+        "pytorch_model.bin.index.json",
+    ):
         if (directory / name).is_file():
             return directory / name
     return next(iter(sorted(directory.glob("*.safetensors"))), directory)
@@ -144,20 +168,27 @@ def check_lm_head(model, kind: Kind, directory: Path, missing: tuple[str, ...], 
     wrong = next((m for m in mismatched if m[0] == key), None)
     if wrong is not None:
         _, got, want = wrong
-        raise VocabTransferError(f"{weights}: the LM head {key} is {tuple(got)} but config.json makes the embeddings "
-                                 f"{tuple(want)} (vocab_size x hidden_size); use a checkpoint whose LM head matches its "
-                                 "embeddings (or fix config.json)")
-    declared = [a for a in (getattr(model.config, "architectures", None) or [])
-                if a.endswith(("ForCausalLM", "LMHeadModel"))]
+        raise VocabTransferError(
+            f"{weights}: the LM head {key} is {tuple(got)} but config.json makes the embeddings "
+            f"{tuple(want)} (vocab_size x hidden_size); use a checkpoint whose LM head matches its "
+            "embeddings (or fix config.json)"
+        )
+    declared = [
+        a for a in (getattr(model.config, "architectures", None) or []) if a.endswith(("ForCausalLM", "LMHeadModel"))
+    ]
     if kind == "causal" and key in missing and declared:
-        raise VocabTransferError(f"{weights}: no LM head ({key}), though config.json declares {declared[0]} with "
-                                 "tie_word_embeddings false; the checkpoint is incomplete: re-download it, or set "
-                                 "tie_word_embeddings: true if the input embeddings are the head")
+        raise VocabTransferError(
+            f"{weights}: no LM head ({key}), though config.json declares {declared[0]} with "
+            "tie_word_embeddings false; the checkpoint is incomplete: re-download it, or set "
+            "tie_word_embeddings: true if the input embeddings are the head"
+        )
     width, hidden = out.weight.shape[-1], model.get_input_embeddings().weight.shape[-1]
     if width != hidden:
-        raise VocabTransferError(f"{weights}: the LM head {key} is {width} wide but the input embeddings are {hidden}; "
-                                 "vocabtransfer initialises both with rows of one width, use a model whose LM head "
-                                 "reads hidden states as wide as its embeddings")
+        raise VocabTransferError(
+            f"{weights}: the LM head {key} is {width} wide but the input embeddings are {hidden}; "
+            "vocabtransfer initialises both with rows of one width, use a model whose LM head "
+            "reads hidden states as wide as its embeddings"
+        )
 
 
 def is_tied(model) -> bool:
@@ -184,13 +215,17 @@ def _checked_rows(matrix, n_tokens: int | None, what: str, name: str):
     rows = matrix.shape[0]
     if n_tokens is not None:
         if rows < n_tokens:
-            raise VocabTransferError(f"{name}: {what} embeddings have {rows} rows but the tokenizer has {n_tokens} "
-                                     "tokens; the tokenizer does not belong to this model, use the model's own tokenizer")
+            raise VocabTransferError(
+                f"{name}: {what} embeddings have {rows} rows but the tokenizer has {n_tokens} "
+                "tokens; the tokenizer does not belong to this model, use the model's own tokenizer"
+            )
         matrix = matrix[:n_tokens]
     bad = (~torch.isfinite(matrix)).any(dim=-1).nonzero().flatten()
     if len(bad):
-        raise VocabTransferError(f"{name}: {what} embeddings contain NaN/Inf in {len(bad)} row(s) "
-                                 f"(first: token id {int(bad[0])}); the checkpoint is corrupt, re-download or retrain it")
+        raise VocabTransferError(
+            f"{name}: {what} embeddings contain NaN/Inf in {len(bad)} row(s) "
+            f"(first: token id {int(bad[0])}); the checkpoint is corrupt, re-download or retrain it"
+        )
     return matrix.detach().float().cpu().clone()
 
 
@@ -214,8 +249,10 @@ def _check_new_matrix(matrix, shape: tuple[int, int], what: str, target: Path):
 
     if not isinstance(matrix, torch.Tensor) or tuple(matrix.shape) != shape:
         got = tuple(matrix.shape) if hasattr(matrix, "shape") else type(matrix).__name__
-        raise VocabTransferError(f"{target}: {what} must have shape {shape} (target vocabulary x hidden size), got {got}; "
-                                 "the embeddings were built for another tokenizer or model")
+        raise VocabTransferError(
+            f"{target}: {what} must have shape {shape} (target vocabulary x hidden size), got {got}; "
+            "the embeddings were built for another tokenizer or model"
+        )
     if not torch.isfinite(matrix).all():
         raise VocabTransferError(f"{target}: {what} contain NaN/Inf; the initialisation method produced invalid rows")
 
@@ -238,9 +275,15 @@ def _set_token_ids(model, tokenizer) -> None:
             setattr(gen, key, value)
 
 
-def build_target_model(source_model_dir: str | os.PathLike, target_tokenizer_dir: str | os.PathLike,
-                       input_embeddings, output_embeddings=None, *, bias=None,
-                       kind: Literal["auto", "masked", "causal"] = "auto"):
+def build_target_model(
+    source_model_dir: str | os.PathLike,
+    target_tokenizer_dir: str | os.PathLike,
+    input_embeddings,
+    output_embeddings=None,
+    *,
+    bias=None,
+    kind: Literal["auto", "masked", "causal"] = "auto",
+):
     """The source model with the target vocabulary: new embedding matrices, everything else unchanged.
 
     1. load the source model with its LM head and the target tokenizer;
@@ -262,14 +305,19 @@ def build_target_model(source_model_dir: str | os.PathLike, target_tokenizer_dir
     tied = is_tied(model)
     _check_new_matrix(input_embeddings, (n, dim), "input_embeddings", target)
     if tied and output_embeddings is not None:
-        raise VocabTransferError(f"{source_model_dir}: the model ties its output embeddings to its input embeddings; "
-                                 "pass output_embeddings=None")
+        raise VocabTransferError(
+            f"{source_model_dir}: the model ties its output embeddings to its input embeddings; "
+            "pass output_embeddings=None"
+        )
     if not tied:
         if output_embeddings is None:
-            raise VocabTransferError(f"{source_model_dir}: the model has untied output embeddings; "
-                                     "pass output_embeddings for the target vocabulary too")
-        _check_new_matrix(output_embeddings, (n, model.get_output_embeddings().weight.shape[1]),
-                          "output_embeddings", target)
+            raise VocabTransferError(
+                f"{source_model_dir}: the model has untied output embeddings; "
+                "pass output_embeddings for the target vocabulary too"
+            )
+        _check_new_matrix(
+            output_embeddings, (n, model.get_output_embeddings().weight.shape[1]), "output_embeddings", target
+        )
     model.resize_token_embeddings(n, mean_resizing=False)  # every row is overwritten below
     with torch.no_grad():
         weight = model.get_input_embeddings().weight
@@ -310,6 +358,7 @@ def save_model_dir(model, tokenizer, out_dir: str | os.PathLike) -> Path:
 # ---------------------------------------------------------------------------------------------
 # Language-model loss: shared by source_head (training the head), init_eval and pretrain.
 # ---------------------------------------------------------------------------------------------
+
 
 def lm_head(model, kind: Kind | None = None):
     """The model's LM head (`heads.head_parts`, by architecture family): callable on final hidden
@@ -357,7 +406,7 @@ def lm_loss_sum(model, batch: dict, kind: Kind):
 
 # logit scales tried for the temperature-calibrated loss: 1.1**i from 0.052 to 3.8, 1 included
 # (so the calibrated loss is never above the raw loss)
-CALIBRATION_SCALES = tuple(1.1 ** i for i in range(-31, 15))
+CALIBRATION_SCALES = tuple(1.1**i for i in range(-31, 15))
 
 
 def evaluate_lm(model, batches: list[dict], kind: Kind, *, calibrate: bool = False) -> dict:
@@ -395,8 +444,13 @@ def evaluate_lm(model, batches: list[dict], kind: Kind, *, calibrate: bool = Fal
     model.train(was_training)
     total, count = math.fsum(block_loss), sum(block_tokens)
     loss = total / count if count else math.nan
-    out = {"loss": loss, "perplexity": math.exp(loss) if count and loss < 700 else math.inf if count else math.nan,
-           "n_tokens": count, "block_loss": block_loss, "block_tokens": block_tokens}
+    out = {
+        "loss": loss,
+        "perplexity": math.exp(loss) if count and loss < 700 else math.inf if count else math.nan,
+        "n_tokens": count,
+        "block_loss": block_loss,
+        "block_tokens": block_tokens,
+    }
     if calibrate:
         best = min(range(len(scaled)), key=scaled.__getitem__)
         out["calibrated_loss"] = scaled[best] / count if count else math.nan

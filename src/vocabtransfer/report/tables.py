@@ -45,23 +45,27 @@ class ReportParams:
         10000,
         "resamples of the cluster bootstrap that estimates each difference's test-set variance "
         "(docs/evaluation.md); a few thousand make its Monte-Carlo error negligible",
-        minimum=2)
+        minimum=2,
+    )
     confidence: float = option(0.95, "coverage of each difference's interval", exclusiveMinimum=0, exclusiveMaximum=1)
     min_clusters: int = option(
         30,
         "the fewest test clusters (XNLI premises, QA articles or contexts, NER sentences, held-out blocks) a "
         "difference may rest on to be called better or worse; below it the verdict says 'N clusters: too few to "
         "tell'",
-        minimum=1)
+        minimum=1,
+    )
     correction: Literal["holm", "bh"] = option(
         "holm",
         "multiple comparisons over each table's family: holm (family-wise error, Holm's step-down) or bh (false "
-        "discovery rate, Benjamini–Hochberg)")
+        "discovery rate, Benjamini–Hochberg)",
+    )
     baseline: str = option(
         "random",
         "the init method whose tokens the token-equivalent counts: the tokens it needs to reach each other method's "
         "valid loss at each budget (pretrained with the same objective, else with standard); a method pretrain.methods "
-        "does not list gives no token-equivalent, and the report says so")
+        "does not list gives no token-equivalent, and the report says so",
+    )
 
 
 @dataclass(frozen=True)
@@ -159,20 +163,25 @@ def _corrected(rows: list[Row], settings: Settings) -> list[Row]:
 
 # 1. runs -----------------------------------------------------------------------------------------
 
+
 def task_runs(lang: Language, task: str, group: str) -> stats.Runs:
     return stats.Runs.from_results(task, lang.evals[task][group], where=f"{lang.lang} {task} {group}")
 
 
 def zero_like(runs: stats.Runs) -> stats.Runs:
     """A model that scores 0 everywhere: B minus it is B's own score with its interval."""
-    return stats.Runs({k: (np.zeros_like(n), np.ones_like(d)) for k, (n, d) in runs.parts.items()}, runs.clusters,
-                      runs.scale)
+    return stats.Runs(
+        {k: (np.zeros_like(n), np.ones_like(d)) for k, (n, d) in runs.parts.items()}, runs.clusters, runs.scale
+    )
 
 
 def loss_runs(lang: Language, method: str, objective: str) -> stats.Runs | None:
     """The final valid loss of every pretraining seed of a run, per held-out block."""
-    parts = {(s, 0): (df["loss_sum"].to_numpy(float), df["n_tokens"].to_numpy(float))
-             for (m, o, s), df in lang.blocks.items() if m == method and o == objective}
+    parts = {
+        (s, 0): (df["loss_sum"].to_numpy(float), df["n_tokens"].to_numpy(float))
+        for (m, o, s), df in lang.blocks.items()
+        if m == method and o == objective
+    }
     if not parts:
         return None
     sizes = {len(n) for n, _ in parts.values()}
@@ -199,13 +208,17 @@ def bucket_runs(lang: Language, method: str, objective: str, bucket: int) -> sta
 
 def groups(lang: Language, task: str) -> list[str]:
     """The task's model groups in display order: source, then by method and objective."""
+
     def key(group: str) -> tuple:
         if group == names.SOURCE:
             return (-1, 0, group)
         method, _, objective = group.rpartition("-")
         order = lang.methods()
-        return (order.index(method) if method in order else len(order),
-                OBJECTIVE_ORDER.index(objective) if objective in OBJECTIVE_ORDER else 9, group)
+        return (
+            order.index(method) if method in order else len(order),
+            OBJECTIVE_ORDER.index(objective) if objective in OBJECTIVE_ORDER else 9,
+            group,
+        )
 
     return sorted(lang.evals.get(task, {}), key=key)
 
@@ -296,16 +309,38 @@ def init_family(lang: Language, settings: Settings) -> Family | None:
     order = list(runs)
     if len({len(r.clusters) for r in runs.values()}) != 1:
         return None  # scored on different blocks (other tokenizers): nothing pairs
-    rows = [Row(f"{b} − {a}", INIT_LOSS, settings.bootstrap(runs[a], runs[b]), lower_is_better=True,
-                runs="1 initialisation each, test-set variance only", seedless=True)
-            for i, a in enumerate(order) for b in order[i + 1:]]
+    rows = [
+        Row(
+            f"{b} − {a}",
+            INIT_LOSS,
+            settings.bootstrap(runs[a], runs[b]),
+            lower_is_better=True,
+            runs="1 initialisation each, test-set variance only",
+            seedless=True,
+        )
+        for i, a in enumerate(order)
+        for b in order[i + 1 :]
+    ]
     floor = init_runs(lang, UNIGRAM_FLOOR)
     if floor is not None and len(floor.clusters) == len(runs[order[0]].clusters):
-        rows += [Row(f"{m} − unigram floor", INIT_FLOOR, settings.bootstrap(floor, runs[m]), lower_is_better=True,
-                     runs="1 initialisation against the floor, test-set variance only", seedless=True) for m in order]
-    return Family(INIT_TITLE, "Before any training, paired over the same valid blocks and masked tokens. Negative: the "
-                  "first-named method has the lower loss (better); against the unigram floor (the train split's "
-                  "unigram on the same tokens), negative: the model uses the context.", _corrected(rows, settings))
+        rows += [
+            Row(
+                f"{m} − unigram floor",
+                INIT_FLOOR,
+                settings.bootstrap(floor, runs[m]),
+                lower_is_better=True,
+                runs="1 initialisation against the floor, test-set variance only",
+                seedless=True,
+            )
+            for m in order
+        ]
+    return Family(
+        INIT_TITLE,
+        "Before any training, paired over the same valid blocks and masked tokens. Negative: the "
+        "first-named method has the lower loss (better); against the unigram floor (the train split's "
+        "unigram on the same tokens), negative: the model uses the context.",
+        _corrected(rows, settings),
+    )
 
 
 def _objectives(lang: Language) -> list[str]:
@@ -324,12 +359,23 @@ def methods_vs_random(lang: Language, settings: Settings, status: dict) -> list[
                 continue  # a pair params do not ask for (pretrain.pairs): nothing to compare
             runs = loss_runs(lang, method, objective)
             diff = settings.bootstrap(base, runs) if base is not None and runs is not None else None
-            rows.append(Row(f"{method} − random ({objective})", "valid loss", diff, lower_is_better=True,
-                            note="" if diff else "no paired runs"))
+            rows.append(
+                Row(
+                    f"{method} − random ({objective})",
+                    "valid loss",
+                    diff,
+                    lower_is_better=True,
+                    note="" if diff else "no paired runs",
+                )
+            )
     if rows:
-        out.append(Family("Valid loss after pretraining: method − random",
-                          "Negative: the method ends with a lower valid loss than random (better).",
-                          _corrected(rows, settings)))
+        out.append(
+            Family(
+                "Valid loss after pretraining: method − random",
+                "Negative: the method ends with a lower valid loss than random (better).",
+                _corrected(rows, settings),
+            )
+        )
     for task in tasks(lang):
         if task not in status or not status[task].learned:
             continue
@@ -342,8 +388,13 @@ def methods_vs_random(lang: Language, settings: Settings, status: dict) -> list[
             diff = settings.bootstrap(task_runs(lang, task, base), task_runs(lang, task, group))
             rows.append(Row(f"{method} − random ({objective})", task, diff, note="" if diff else "no paired runs"))
         if rows:
-            out.append(Family(f"{task}: method − random", "Positive: the method scores higher than random (better).",
-                              _corrected(rows, settings)))
+            out.append(
+                Family(
+                    f"{task}: method − random",
+                    "Positive: the method scores higher than random (better).",
+                    _corrected(rows, settings),
+                )
+            )
     return out
 
 
@@ -371,10 +422,13 @@ def objective_vs_standard(lang: Language, settings: Settings, status: dict, obje
                 rows.append(Row(method, label, settings.bootstrap(a, b), lower_is_better=True))
     if not rows:
         return None
-    return Family(f"{objective.capitalize()} − standard, per method",
-                  f"Loss rows: negative = {objective} lower (better); task rows: positive = {objective} higher "
-                  "(better). Buckets: held-out tokens by train frequency (b0 = most frequent types).",
-                  _corrected(rows, settings), objective=objective)
+    return Family(
+        f"{objective.capitalize()} − standard, per method",
+        f"Loss rows: negative = {objective} lower (better); task rows: positive = {objective} higher "
+        "(better). Buckets: held-out tokens by train frequency (b0 = most frequent types).",
+        _corrected(rows, settings),
+        objective=objective,
+    )
 
 
 def _bucket_labels(lang: Language) -> dict[int, str]:
@@ -422,9 +476,13 @@ def bpb_runs(lang: Language, method: str, objective: str) -> stats.Runs | None:
         return None
     per = {int(p): (_per_line(g, n_lines, "bits"), _per_line(g, n_lines, "n_bytes")) for p, g in sub.groupby("pseed")}
     if objective == names.INIT:
-        pseeds = sorted({int(p) for p in df.loc[(df["method"] == method) & (df["objective"] != names.INIT), "pseed"]}
-                        or {int(p) for p in df.loc[df["objective"] == names.INIT, "pseed"]})
-        shared = {p: per[availability.init_pseed(method, p)] for p in pseeds if availability.init_pseed(method, p) in per}
+        pseeds = sorted(
+            {int(p) for p in df.loc[(df["method"] == method) & (df["objective"] != names.INIT), "pseed"]}
+            or {int(p) for p in df.loc[df["objective"] == names.INIT, "pseed"]}
+        )
+        shared = {
+            p: per[availability.init_pseed(method, p)] for p in pseeds if availability.init_pseed(method, p) in per
+        }
         per = shared or per
     return stats.Runs({(p, 0): parts for p, parts in per.items()}, tuple(range(n_lines)))
 

@@ -24,13 +24,17 @@ def check_processes(processes: int, device: str, world_size: int) -> None:
     gpu = device != "cpu" and torch.cuda.is_available()
     present = torch.cuda.device_count() if gpu else (os.cpu_count() or 1)
     if processes > present:
-        raise VocabTransferError(f"pretrain.processes={processes}: only {present} {'GPU' if gpu else 'CPU core'}"
-                                 f"{'s' if present != 1 else ''} present; lower pretrain.processes or ask the "
-                                 f"cluster for {processes} {'GPUs' if gpu else 'cores'}")
+        raise VocabTransferError(
+            f"pretrain.processes={processes}: only {present} {'GPU' if gpu else 'CPU core'}"
+            f"{'s' if present != 1 else ''} present; lower pretrain.processes or ask the "
+            f"cluster for {processes} {'GPUs' if gpu else 'cores'}"
+        )
     if processes != world_size:
-        raise VocabTransferError(f"pretrain.processes={processes} but this job runs as {world_size} process(es); "
-                                 f"launch it as `{launch_prefix(processes)} pretrain …` (the Snakemake rule does), "
-                                 f"or set pretrain.processes to {world_size}")
+        raise VocabTransferError(
+            f"pretrain.processes={processes} but this job runs as {world_size} process(es); "
+            f"launch it as `{launch_prefix(processes)} pretrain …` (the Snakemake rule does), "
+            f"or set pretrain.processes to {world_size}"
+        )
 
 
 def step_token_count(batches: list[dict], kind: str, accelerator, device):

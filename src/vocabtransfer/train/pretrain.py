@@ -74,11 +74,17 @@ from vocabtransfer.errors import VocabTransferError
 log = logging.getLogger(__name__)
 
 
-METRICS_SCHEMA = pa.schema([
-    ("step", pa.int64()), ("tokens_seen", pa.int64()), ("train_loss", pa.float64()),
-    ("valid_loss", pa.float64()), ("learning_rate", pa.float64()), ("tokens_per_second", pa.float64()),
-    ("valid_bits_per_byte", pa.float64()),  # causal models with pretrain.bits_per_byte, at every evaluation
-])
+METRICS_SCHEMA = pa.schema(
+    [
+        ("step", pa.int64()),
+        ("tokens_seen", pa.int64()),
+        ("train_loss", pa.float64()),
+        ("valid_loss", pa.float64()),
+        ("learning_rate", pa.float64()),
+        ("tokens_per_second", pa.float64()),
+        ("valid_bits_per_byte", pa.float64()),  # causal models with pretrain.bits_per_byte, at every evaluation
+    ]
+)
 # distill: at every logged step the gradient norm of each of its two terms, unweighted, and of the step's
 # loss before clipping (objective_trainer.ObjectiveTrainer; null on the other rows; the terms' NaN where not measured:
 # several processes or sharded)
@@ -96,7 +102,9 @@ def check_params(params: Params, source: str = "params.yaml") -> None:
     check_pretrain(params.tree, source)
     bad = [o for o in params.section("pretrain", PretrainParams).objectives if o not in OBJECTIVES]
     if bad:
-        raise VocabTransferError(f"{source}: pretrain.objectives: {', '.join(bad)} unknown; allowed: {', '.join(OBJECTIVES)}")
+        raise VocabTransferError(
+            f"{source}: pretrain.objectives: {', '.join(bad)} unknown; allowed: {', '.join(OBJECTIVES)}"
+        )
 
 
 def leaves(params: Params, wildcards: dict) -> list[str]:
@@ -106,20 +114,26 @@ def leaves(params: Params, wildcards: dict) -> list[str]:
     objective = wildcards.get("objective")
     if objective in TEACHER_OBJECTIVES:
         objective = "distill"  # every teacher objective (distill, alm) reads pretrain.distill
-    return field_leaves(PretrainParams, "pretrain", params.leaf("pretrain"),
-                        keep=lambda f: f.metadata.get("rerun", True) and f.metadata.get("objective", objective) == objective)
+    return field_leaves(
+        PretrainParams,
+        "pretrain",
+        params.leaf("pretrain"),
+        keep=lambda f: f.metadata.get("rerun", True) and f.metadata.get("objective", objective) == objective,
+    )
 
 
 def expand(params: Params) -> list[dict[str, str]]:
     return [{"method": m, "objective": o, "pseed": str(s)} for m, o, s in availability.pretrain_runs(params)]
 
 
-BLOCKS_SCHEMA = pa.schema([("block", pa.int32()), ("loss_sum", pa.float64()), ("n_tokens", pa.int64()),
-                           ("unigram_sum", pa.float64())])
+BLOCKS_SCHEMA = pa.schema(
+    [("block", pa.int32()), ("loss_sum", pa.float64()), ("n_tokens", pa.int64()), ("unigram_sum", pa.float64())]
+)
 # one row per evaluation and valid block: the learning curve with its clusters (the report's token-equivalent
 # bootstrap resamples the blocks); the block's token count is valid_blocks.parquet's
-CURVE_SCHEMA = pa.schema([("step", pa.int64()), ("tokens_seen", pa.int64()), ("block", pa.int32()),
-                          ("loss_sum", pa.float64())])
+CURVE_SCHEMA = pa.schema(
+    [("step", pa.int64()), ("tokens_seen", pa.int64()), ("block", pa.int32()), ("loss_sum", pa.float64())]
+)
 
 
 def valid_bits(ctx, opts: PretrainParams, data: setup.RunData):
@@ -131,8 +145,11 @@ def valid_bits(ctx, opts: PretrainParams, data: setup.RunData):
     if data.kind != "causal" or not opts.bits_per_byte:
         return None
     lines = line_bits.valid_lines(ctx.input["valid_text"], opts.eval_lines)
-    return lambda m: line_bits.score_lines(m, data.tokenizer, lines, seq_len=opts.seq_len,
-                                           batch_size=opts.eval_batch_size).bits_per_byte
+    return lambda m: (
+        line_bits.score_lines(
+            m, data.tokenizer, lines, seq_len=opts.seq_len, batch_size=opts.eval_batch_size
+        ).bits_per_byte
+    )
 
 
 def log_token_budgets(tokens: int, first: int = 1000) -> list[int]:
@@ -155,9 +172,11 @@ def block_losses(model, batches: list[dict], kind: Kind) -> tuple[list[float], l
 def valid_scorer(batches: list[dict], kind: Kind):
     """The callback's evaluation: model -> (valid loss, each block's summed loss); the loss is the blocks' total
     over their predicted tokens (the same fixed batches at every evaluation)."""
+
     def score(model) -> tuple[float, list[float]]:
         sums, counts = block_losses(model, batches, kind)
         return sum(sums) / max(1, sum(counts)), sums
+
     return score
 
 
@@ -182,14 +201,16 @@ def with_passes(opts: PretrainParams, train_blocks: int) -> PretrainParams:
         return opts
     per_step = opts.batch_size * opts.gradient_accumulation_steps * int(os.environ.get("WORLD_SIZE", "1"))
     steps = max(1, math.ceil(opts.passes * train_blocks / per_step))
-    log.info("pretrain.passes %g over %d train blocks of %d a step: %d steps", opts.passes, train_blocks, per_step,
-             steps)
+    log.info(
+        "pretrain.passes %g over %d train blocks of %d a step: %d steps", opts.passes, train_blocks, per_step, steps
+    )
     return dataclasses.replace(opts, steps=steps)
 
 
 # ---------------------------------------------------------------------------------------------
 # The stage
 # ---------------------------------------------------------------------------------------------
+
 
 def check_distill(ctx, objective: str) -> Path | None:
     """The teacher's directory (the source model) for the distill objective, else None; one line for a
@@ -203,8 +224,10 @@ def check_distill(ctx, objective: str) -> Path | None:
     source = Path(ctx.input["source"]) if "source" in ctx.input else Path(paths.SOURCE_MODEL)
     kind = modeling.detect_kind(AutoConfig.from_pretrained(str(source)))
     if kind != "causal":
-        raise VocabTransferError(f"pretrain.objectives: distill needs a causal source model, and {source} is a masked "
-                                 "LM (it gives no sequence likelihood to match); use standard or selfish with it")
+        raise VocabTransferError(
+            f"pretrain.objectives: distill needs a causal source model, and {source} is a masked "
+            "LM (it gives no sequence likelihood to match); use standard or selfish with it"
+        )
     return source
 
 
@@ -212,15 +235,19 @@ def _check_job(ctx, opts: PretrainParams, method: str, objective: str, pseed: in
     """The job is one of params pretrain's runs, and its options fit the processes; returns the
     teacher's directory for distill (`check_distill`), else None."""
     check_params(ctx.params)
-    if ((method, objective) not in availability.pretrain_pairs(ctx.params)
-            or pseed not in names.pretrain_seeds(ctx.params)):
-        raise VocabTransferError(f"pretrain {method}/{objective}/pseed{pseed}: not a job of params pretrain.methods × "
-                                 f"pretrain.objectives (or pretrain.pairs) × pretrain.seeds ({', '.join(opts.methods)} × "
-                                 f"{', '.join(opts.objectives)} × 1..{opts.seeds})")
+    if (method, objective) not in availability.pretrain_pairs(ctx.params) or pseed not in names.pretrain_seeds(
+        ctx.params
+    ):
+        raise VocabTransferError(
+            f"pretrain {method}/{objective}/pseed{pseed}: not a job of params pretrain.methods × "
+            f"pretrain.objectives (or pretrain.pairs) × pretrain.seeds ({', '.join(opts.methods)} × "
+            f"{', '.join(opts.objectives)} × 1..{opts.seeds})"
+        )
     teacher_dir = check_distill(ctx, objective)
     parallel.check_processes(opts.processes, ctx.device, int(os.environ.get("WORLD_SIZE", "1")))
-    sharding.check_options(opts.sharding, opts.processes, embeddings_only_steps=opts.embeddings_only_steps,
-                           factorized=opts.factorized)
+    sharding.check_options(
+        opts.sharding, opts.processes, embeddings_only_steps=opts.embeddings_only_steps, factorized=opts.factorized
+    )
     return teacher_dir
 
 
@@ -239,34 +266,58 @@ class RunRecord:
     model_dir: Path  # the initialised model it started from
 
 
-def _stats(ctx, opts: PretrainParams, data: setup.RunData, training: setup.Training, model, rows: dict,
-           record: RunRecord) -> dict:
+def _stats(
+    ctx, opts: PretrainParams, data: setup.RunData, training: setup.Training, model, rows: dict, record: RunRecord
+) -> dict:
     """The run's stats.json (but `valid_tokens`, counted again on the final valid blocks)."""
     from vocabtransfer.model.losses import distill_alpha  # imports torch: not at CLI start-up
 
     distill_opts, blocks, objective = opts.distill, data.blocks, ctx.wildcards["objective"]
     resume, teacher_dir = record.resume, record.teacher_dir
     return {
-        "lang": ctx.lang, "method": ctx.method, "objective": objective, "kind": data.kind,
-        "model_class": type(model).__name__, "steps": opts.steps, "tokens_seen": record.tokens_seen,
-        "passes": opts.steps * training.args.world_size * opts.batch_size * opts.gradient_accumulation_steps
+        "lang": ctx.lang,
+        "method": ctx.method,
+        "objective": objective,
+        "kind": data.kind,
+        "model_class": type(model).__name__,
+        "steps": opts.steps,
+        "tokens_seen": record.tokens_seen,
+        "passes": opts.steps
+        * training.args.world_size
+        * opts.batch_size
+        * opts.gradient_accumulation_steps
         / len(blocks),
-        "initial_valid_loss": rows[0]["valid_loss"], "final_valid_loss": rows[max(rows)]["valid_loss"],
-        "seconds": time.perf_counter() - record.start, "train_seconds": record.train_seconds,
-        "resumed_from_step": resume[0] if resume else None, "pseed": int(ctx.wildcards["pseed"]), "seed": record.seed,
-        "margin": opts.selfish.margin if objective == "selfish" else None, "factorized": record.factorized,
-        "distill": None if teacher_dir is None else {
-            "alpha": distill_alpha(objective, distill_opts.alpha), "temperature": distill_opts.temperature,
+        "initial_valid_loss": rows[0]["valid_loss"],
+        "final_valid_loss": rows[max(rows)]["valid_loss"],
+        "seconds": time.perf_counter() - record.start,
+        "train_seconds": record.train_seconds,
+        "resumed_from_step": resume[0] if resume else None,
+        "pseed": int(ctx.wildcards["pseed"]),
+        "seed": record.seed,
+        "margin": opts.selfish.margin if objective == "selfish" else None,
+        "factorized": record.factorized,
+        "distill": None
+        if teacher_dir is None
+        else {
+            "alpha": distill_alpha(objective, distill_opts.alpha),
+            "temperature": distill_opts.temperature,
             "chunks": distill_opts.chunks,
             "bias_threshold": distill_opts.bias_threshold if distill_opts.chunks == "unbiased" else None,
             "teacher": str(teacher_dir),
             "train_chunks": sum(b.n_chunks for b in blocks) if distill_opts.chunks == "exact" else None,
             "visited_chunks": sum(blocks[b].n_chunks for b in sorted(set(training.dataset.visited()))),
-            "teacher_mode": distill_opts.teacher, "teacher_cache_seconds": training.teacher_seconds},
-        "train_blocks": len(blocks), "valid_blocks": len(data.valid_blocks),
-        "valid_tokens": sum(int((b["labels"] != -100).sum()) for b in data.eval_batches), "bf16": training.bf16,
-        "precision": training.precision, "valid_precision": "bf16" if training.bf16 and training.sharded else "fp32",
-        "processes": training.args.world_size, "sharding": opts.sharding, "gradient_checkpointing": record.checkpointed,
+            "teacher_mode": distill_opts.teacher,
+            "teacher_cache_seconds": training.teacher_seconds,
+        },
+        "train_blocks": len(blocks),
+        "valid_blocks": len(data.valid_blocks),
+        "valid_tokens": sum(int((b["labels"] != -100).sum()) for b in data.eval_batches),
+        "bf16": training.bf16,
+        "precision": training.precision,
+        "valid_precision": "bf16" if training.bf16 and training.sharded else "fp32",
+        "processes": training.args.world_size,
+        "sharding": opts.sharding,
+        "gradient_checkpointing": record.checkpointed,
         "init_model": str(record.model_dir),
         "versions": io.versions(),
     }
@@ -279,10 +330,20 @@ def _write_outputs(ctx, model, data: setup.RunData, rows: dict, stats: dict, *, 
     table = pa.Table.from_pylist(ordered, schema=DISTILL_METRICS_SCHEMA if distill else METRICS_SCHEMA)
     sums, counts = block_losses(model, data.eval_batches, data.kind)  # the final valid loss per block, for intervals
     unigram = unigram_block_sums(data.eval_batches, data.kind, unigram_counts(ctx.input["train"], data.tokenizer))
-    blocks_table = pa.table({"block": pa.array(range(len(counts)), pa.int32()), "loss_sum": sums,
-                             "n_tokens": pa.array(counts, pa.int64()), "unigram_sum": unigram}, schema=BLOCKS_SCHEMA)
-    curve = [{"step": r["step"], "tokens_seen": r["tokens_seen"], "block": b, "loss_sum": v}
-             for r in ordered for b, v in enumerate(r.get("valid_block_loss") or [])]
+    blocks_table = pa.table(
+        {
+            "block": pa.array(range(len(counts)), pa.int32()),
+            "loss_sum": sums,
+            "n_tokens": pa.array(counts, pa.int64()),
+            "unigram_sum": unigram,
+        },
+        schema=BLOCKS_SCHEMA,
+    )
+    curve = [
+        {"step": r["step"], "tokens_seen": r["tokens_seen"], "block": b, "loss_sum": v}
+        for r in ordered
+        for b, v in enumerate(r.get("valid_block_loss") or [])
+    ]
     stats["valid_tokens"] = int(pc.sum(blocks_table.column("n_tokens")).as_py())  # predicted positions scored
     stats["unigram_valid_loss"] = sum(unigram) / max(1, stats["valid_tokens"])  # floors, nats per valid token
     stats["uniform_valid_loss"] = math.log(len(data.tokenizer))
@@ -299,7 +360,11 @@ def run(ctx) -> None:
 
     from vocabtransfer.model.losses import distill_alpha  # imports torch: not at CLI start-up
     from vocabtransfer.train import lowrank  # imports torch: not at CLI start-up
-    from vocabtransfer.train.objective_trainer import Distillation, MetricsCallback, ObjectiveTrainer  # torch, transformers
+    from vocabtransfer.train.objective_trainer import (
+        Distillation,
+        MetricsCallback,
+        ObjectiveTrainer,
+    )  # torch, transformers
 
     start = time.perf_counter()
     opts = ctx.section("pretrain", PretrainParams)  # params pretrain, typed
@@ -308,13 +373,15 @@ def run(ctx) -> None:
     teacher_dir = _check_job(ctx, opts, method, objective, pseed)
     init_dir = Path(ctx.input["init"])
     model_dir = init_dir / "model"
-    checkpoints = Path(paths.fill(paths.PRETRAIN_CHECKPOINTS, lang=ctx.lang, method=method, objective=objective,
-                                  pseed=pseed))
+    checkpoints = Path(
+        paths.fill(paths.PRETRAIN_CHECKPOINTS, lang=ctx.lang, method=method, objective=objective, pseed=pseed)
+    )
     # 1. model, tokenizer, data; 2. resume: the params the checkpoints were written with must be these
     data = setup.load_data(ctx, opts, model_dir, teacher_dir)
     opts = with_passes(opts, len(data.blocks))
-    resume = setup.resume_point(ctx, checkpoints, model_dir, teacher_dir, pseed,
-                                ["seed"] + leaves(ctx.params, ctx.wildcards))
+    resume = setup.resume_point(
+        ctx, checkpoints, model_dir, teacher_dir, pseed, ["seed"] + leaves(ctx.params, ctx.wildcards)
+    )
     # 3. options: factorised embeddings, precision, embedding warm-up, sharding, the distill teacher
     original = setup.factorised(data.model, opts, init_dir)
     training = setup.prepare_training(ctx, opts, data, checkpoints, seed, teacher_dir)
@@ -325,17 +392,39 @@ def run(ctx) -> None:
         rows = {r["step"]: r for r in json.loads((resume[1] / ROWS_FILE).read_text(encoding="utf-8"))}
     evaluate = valid_scorer(data.eval_batches, data.kind)
     bits = valid_bits(ctx, opts, data)
-    budgets = log_token_budgets(opts.steps * opts.batch_size * opts.gradient_accumulation_steps * opts.seq_len
-                                * training.args.world_size) if opts.eval_schedule == "log_tokens" else None
-    callback = MetricsCallback(evaluate, opts.eval_every, rows, opts.embeddings_only_steps, training.embedding_params,
-                               budgets=budgets, bits=bits)
+    budgets = (
+        log_token_budgets(
+            opts.steps * opts.batch_size * opts.gradient_accumulation_steps * opts.seq_len * training.args.world_size
+        )
+        if opts.eval_schedule == "log_tokens"
+        else None
+    )
+    callback = MetricsCallback(
+        evaluate,
+        opts.eval_every,
+        rows,
+        opts.embeddings_only_steps,
+        training.embedding_params,
+        budgets=budgets,
+        bits=bits,
+    )
     collator = StepCollator(data.tokenizer, data.kind, seed, setup.teacher_pad(data.teacher_tok))
-    trainer = ObjectiveTrainer(model=data.model, args=training.args, train_dataset=training.dataset,
-                               data_collator=collator, callbacks=[callback], kind=data.kind, objective=objective,
-                               margin=opts.selfish.margin, checkpoints=checkpoints, distill=None if teacher_dir is None
-                               else Distillation(data.teacher, distill_alpha(objective, opts.distill.alpha),
-                                                 opts.distill.temperature),
-                               sharded=training.sharded, bf16=training.bf16 and not training.sharded)
+    trainer = ObjectiveTrainer(
+        model=data.model,
+        args=training.args,
+        train_dataset=training.dataset,
+        data_collator=collator,
+        callbacks=[callback],
+        kind=data.kind,
+        objective=objective,
+        margin=opts.selfish.margin,
+        checkpoints=checkpoints,
+        distill=None
+        if teacher_dir is None
+        else Distillation(data.teacher, distill_alpha(objective, opts.distill.alpha), opts.distill.temperature),
+        sharded=training.sharded,
+        bf16=training.bf16 and not training.sharded,
+    )
     trainer.remove_callback(PrinterCallback)
     train_start = time.perf_counter()
     trainer.train(resume_from_checkpoint=str(resume[1]) if resume else None)
@@ -346,17 +435,36 @@ def run(ctx) -> None:
         return
 
     # 5. outputs (sharded: an ordinary model with the gathered weights)
-    model = (sharding.unsharded_copy(state, model_dir) if training.sharded
-             else trainer.accelerator.unwrap_model(trainer.model).to("cpu").float())
+    model = (
+        sharding.unsharded_copy(state, model_dir)
+        if training.sharded
+        else trainer.accelerator.unwrap_model(trainer.model).to("cpu").float()
+    )
     if original is not None:
         lowrank.unfactorize_model(model, original)
     model.eval()
-    record = RunRecord(tokens_seen=int(trainer.state.num_input_tokens_seen), start=start, train_seconds=train_seconds,
-                       resume=resume, seed=seed, factorized=original is not None, teacher_dir=teacher_dir,
-                       checkpointed=checkpointed, model_dir=model_dir)
+    record = RunRecord(
+        tokens_seen=int(trainer.state.num_input_tokens_seen),
+        start=start,
+        train_seconds=train_seconds,
+        resume=resume,
+        seed=seed,
+        factorized=original is not None,
+        teacher_dir=teacher_dir,
+        checkpointed=checkpointed,
+        model_dir=model_dir,
+    )
     stats = _stats(ctx, opts, data, training, model, rows, record)
     _write_outputs(ctx, model, data, rows, stats, distill=teacher_dir is not None)
     if not opts.keep_checkpoints:
         shutil.rmtree(checkpoints, ignore_errors=True)
-    log.info("pretrain %s/%s/%s pseed %d done in %.1f s: valid loss %.4f -> %.4f", ctx.lang, method, objective,
-             pseed, stats["seconds"], stats["initial_valid_loss"], stats["final_valid_loss"])
+    log.info(
+        "pretrain %s/%s/%s pseed %d done in %.1f s: valid loss %.4f -> %.4f",
+        ctx.lang,
+        method,
+        objective,
+        pseed,
+        stats["seconds"],
+        stats["initial_valid_loss"],
+        stats["final_valid_loss"],
+    )
