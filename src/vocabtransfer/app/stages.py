@@ -7,7 +7,7 @@ module that holds its code), its wildcards, input and output path templates (voc
 the params leaves it reads (its rerun keys), its threads and resources, which jobs run, and its code:
 the entry modules under src/vocabtransfer whose import closure DVC and Snakemake rerun a job on
 (`stage_spec.module_closure`). Stage modules hold only code; a function named here (an `inputs`, a job
-planner) lives beside the code it plans for, and the few that only plan live here.
+planner) lives beside the code it plans for, and the few that only plan live in vocabtransfer.app.job_plans.
 
 The CLI builds `vocabtransfer <stage>` from this table, the Snakemake rules take their
 input/output/params from it (workflow/rules/common.smk, stages.smk), `vocabtransfer dvc-yaml` generates
@@ -21,25 +21,18 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from vocabtransfer.errors import VocabTransferError
+from vocabtransfer.app import job_plans
 from vocabtransfer.data import corpus, fasttext_vectors, overlap, pretokenize, tokenizer
 from vocabtransfer.evaluate import finetune_eval, gradient_scenarios, harness, init_eval, task_floor
 from vocabtransfer.evaluate import token_frequency_loss
-from vocabtransfer.evaluate.tasks import EvalParams, task_options_class
 from vocabtransfer.init import availability, initialise, source_head, source_model, source_snmf, word_fasttext
-from vocabtransfer.init.methods.registry import METHODS, info
-from vocabtransfer.pipeline import names, paths
-from vocabtransfer.pipeline.typed import Params, field_leaves
-from vocabtransfer.pipeline.stage_spec import PACKAGE, Stage, contract_fault, module_file
+from vocabtransfer.init.methods.options import WechselOptions
+from vocabtransfer.pipeline import paths
+from vocabtransfer.pipeline.typed import field_leaves
+from vocabtransfer.pipeline.stage_spec import Stage, contract_fault
 from vocabtransfer.registry import Registry
 from vocabtransfer.report import build, tables
 from vocabtransfer.train import pretrain
-from vocabtransfer.init.methods.options import FACTORIZATIONS, HypernetOptions, WechselOptions, WordFasttextOptions
-
-
-def _leaves(cls: type, section: str):
-    """(params, wildcards) -> the leaves of params section `section` read as the dataclass `cls`."""
-    return lambda params, wc: field_leaves(cls, section, params.leaf(section))
 
 
 # ---------------------------------------------------------------- data: text, tokenizer, token ids
@@ -80,7 +73,7 @@ TOKENIZER = Stage(
     outputs={"tokenizer": paths.TOKENIZER, "stats": paths.TOKENIZER_STATS},
     directories=frozenset({"tokenizer"}),
     params=("source_model",),
-    extra_params=_leaves(tokenizer.TokenizerParams, "tokenizer"),
+    extra_params=job_plans.section_leaves(tokenizer.TokenizerParams, "tokenizer"),
     code=("data/tokenizer.py",),
     parallel=True,
 )
@@ -102,7 +95,7 @@ PRETOKENIZE = Stage(
     },
     directories=frozenset({"train_ids", "valid_ids"}),
     params=("source_model",),
-    extra_params=_leaves(pretokenize.PretokenizeParams, "pretokenize"),
+    extra_params=job_plans.section_leaves(pretokenize.PretokenizeParams, "pretokenize"),
     code=("data/pretokenize.py",),
     parallel=True,
 )
@@ -113,18 +106,11 @@ FASTTEXT = Stage(
     inputs={"text": paths.PRETOK_TEXT, "tokenizer": paths.TOKENIZER},
     outputs={"model": paths.FASTTEXT_BIN, "embeddings": paths.FASTTEXT_EMB, "stats": paths.FASTTEXT_STATS},
     params=("seed",),
-    extra_params=_leaves(fasttext_vectors.FasttextParams, "fasttext"),
+    extra_params=job_plans.section_leaves(fasttext_vectors.FasttextParams, "fasttext"),
     code=("data/fasttext_vectors.py",),
     parallel=True,
     one_thread_if="fasttext.reproducible",  # fastText is bit-reproducible on one thread only
-    data=lambda params, wc: (
-        {"data_pretrained": paths.data_path(opts.pretrained_path)}
-        if (
-            (opts := params.section("fasttext", fasttext_vectors.FasttextParams)).mode == "wordlevel"
-            and opts.pretrained_path
-        )
-        else {}
-    ),
+    data=job_plans.fasttext_data,
 )
 OVERLAP = Stage(
     name="overlap",
@@ -133,7 +119,7 @@ OVERLAP = Stage(
     inputs={"tokenizer": paths.TOKENIZER, "source": paths.SOURCE_BASE},
     outputs={"overlap": paths.OVERLAP, "stats": paths.OVERLAP_STATS},
     params=("source_model",),
-    extra_params=_leaves(overlap.OverlapParams, "overlap"),
+    extra_params=job_plans.section_leaves(overlap.OverlapParams, "overlap"),
     code=("data/overlap.py",),
 )
 
@@ -148,7 +134,7 @@ SOURCE_HEAD = Stage(
     outputs={"model": paths.SOURCE_MODEL, "stats": paths.SOURCE_HEAD_STATS},
     directories=frozenset({"model"}),
     params=("seed", "source_model"),
-    extra_params=_leaves(source_head.SourceHeadParams, "source_head"),
+    extra_params=job_plans.section_leaves(source_head.SourceHeadParams, "source_head"),
     code=("init/source_head.py",),
     parallel=True,
     gpu=True,
@@ -158,11 +144,6 @@ SOURCE_HEAD = Stage(
 )
 
 
-def _word_leaves(params: Params, wc: dict) -> list[str]:
-    """init.wechsel.fasttext.*: the leaves of WordFasttextOptions (imported here: its package imports torch)."""
-    return field_leaves(WordFasttextOptions, "init.wechsel.fasttext", params.leaf("init.wechsel.fasttext"))
-
-
 SOURCE_FASTTEXT = Stage(  # WECHSEL's word vectors, source side
     name="source_fasttext",
     run=word_fasttext.run_source_words,
@@ -170,7 +151,7 @@ SOURCE_FASTTEXT = Stage(  # WECHSEL's word vectors, source side
     wildcards=(),
     outputs={"model": paths.SOURCE_WORD_FASTTEXT},
     params=("seed", "fasttext.reproducible"),
-    extra_params=lambda params, wc: _word_leaves(params, wc) + ["init.wechsel.source_text"],
+    extra_params=lambda params, wc: job_plans.word_leaves(params, wc) + ["init.wechsel.source_text"],
     code=("init/word_fasttext.py",),
     parallel=True,
     one_thread_if="fasttext.reproducible",
@@ -184,7 +165,7 @@ WORD_FASTTEXT = Stage(  # WECHSEL's word vectors, target side
     inputs={"train": paths.CORPUS_TRAIN},
     outputs={"model": paths.WORD_FASTTEXT},
     params=("seed", "fasttext.reproducible"),
-    extra_params=_word_leaves,
+    extra_params=job_plans.word_leaves,
     code=("init/word_fasttext.py",),
     parallel=True,
     one_thread_if="fasttext.reproducible",
@@ -203,22 +184,8 @@ SOURCE_SNMF = Stage(
     code=("init/source_snmf.py",),
     parallel=True,
     gpu=True,
-    skip_reason=lambda params, wc: (
-        None
-        if any(initialise.uses_snmf(m) for m in params.init_methods)
-        else "init.methods has no snmf or <method>+snmf"
-    ),
+    skip_reason=job_plans.snmf_skip_reason,
 )
-
-
-def _hypernet_leaves(params: Params, wc: dict) -> list[str]:
-    """The training keys of init.hypernet (HypernetOptions.TRAINING, save_every aside: it changes no output)."""
-    return field_leaves(
-        HypernetOptions,
-        "init.hypernet",
-        params.leaf("init.hypernet"),
-        lambda f: f.name in HypernetOptions.TRAINING and f.metadata.get("rerun", True),
-    )
 
 
 def _train_hypernet(ctx) -> None:
@@ -232,52 +199,16 @@ HYPERNET = Stage(
     run=_train_hypernet,
     help="train the network of init method hypernet once per source model, on tokenizers it samples",
     wildcards=(),
-    inputs=lambda params, wc: {
-        "source": paths.SOURCE_MODEL,
-        **{f"train_{lang}": paths.fill(paths.CORPUS_TRAIN, lang=lang) for lang in params.languages},
-    },
+    inputs=job_plans.hypernet_inputs,
     outputs={"hypernet": paths.HYPERNET},
     directories=frozenset({"hypernet"}),
     params=("seed", "languages"),
-    extra_params=_hypernet_leaves,
+    extra_params=job_plans.hypernet_leaves,
     code=("train/hypernet.py",),
     parallel=True,
     gpu=True,
     skip_reason=lambda params, wc: availability.needed_by(params, "hypernet"),
 )
-
-
-def _init_leaves(params: Params, wildcards: dict) -> list[str]:
-    """The rerun keys of one init job: the leaves of the typed options it takes (the class its method
-    registers and, for `base+fact`, the factorisation's, e.g. init.omp.k)."""
-    base, fact = names.split_method(wildcards["method"])
-    classes = {base: info(base).options, **({fact: FACTORIZATIONS[fact]} if fact else {})}
-    return [
-        leaf for name, cls in classes.items() for leaf in field_leaves(cls, f"init.{name}", params.leaf(f"init.{name}"))
-    ]
-
-
-def _init_code(params: Params, wildcards: dict) -> tuple[str, ...]:
-    """The entry modules of one init job: initialise.py, the methods' catalog (what the job reads of its method's
-    MethodInfo), the method's module and, for base+fact, the factorised wrapper; editing another method's module
-    does not rerun this one."""
-    base, fact = names.split_method(wildcards["method"])
-    dotted = METHODS.module_of(base) if base in METHODS else ""  # from its lazy reference: no import
-    module = module_file(dotted)  # e.g. random lives in methods/baselines.py
-    if module is None:  # a method registered from outside the package: no code file to rerun on
-        raise VocabTransferError(
-            f"init method {base}: its module {dotted or '(unregistered)'} is not a file "
-            "under src/vocabtransfer; register methods in vocabtransfer.init.methods"
-        )
-    entries = ("init/initialise.py", "init/methods/catalog.py", str(module.relative_to(PACKAGE)))
-    return entries + (("init/methods/variants.py",) if fact else ())
-
-
-def _init_data(params: Params, wildcards: dict) -> dict[str, Path | None]:
-    """The local data files of one init job: what the method's `data=` (init/methods/catalog.py) names
-    (wechsel: the language's bilingual dictionary)."""
-    data = info(wildcards["method"]).data
-    return data(params, wildcards["lang"]) if data else {}
 
 
 INIT = Stage(
@@ -289,22 +220,14 @@ INIT = Stage(
     outputs={"init": paths.INIT_DIR},
     directories=frozenset({"init"}),
     params=("seed",),
-    extra_params=_init_leaves,
-    code=_init_code,
+    extra_params=job_plans.init_leaves,
+    code=job_plans.init_code,
     expand=lambda params: [{"method": m, "pseed": str(s)} for m, s in availability.init_runs(params)],
     parallel=True,
     gpu=True,
     skip_reason=lambda params, wc: availability.method_reason(params, wc["lang"], wc["method"]),
-    data=_init_data,
+    data=job_plans.init_data,
 )
-
-
-def _init_eval_data(params: Params, wildcards: dict) -> dict[str, Path]:
-    """The held-out text of the reference row and, when retrieval runs, the XNLI files."""
-    out = {"data_source_text": paths.data_path(params.section("source_head", source_head.SourceHeadParams).text)}
-    if availability.retrieval_reason(params, wildcards["lang"]) is None:
-        out.update(zip(("data_xnli_source", "data_xnli"), paths.xnli_files(params, wildcards["lang"])))
-    return out
 
 
 INIT_EVAL = Stage(  # the methods compared right after initialisation
@@ -314,40 +237,22 @@ INIT_EVAL = Stage(  # the methods compared right after initialisation
     inputs=init_eval.inputs,
     outputs={"init_eval": paths.INIT_EVAL, "plot": paths.INIT_EVAL_PLOT},
     params=("seed", "init.methods", "source_head.text", "source_head.eval_lines"),
-    extra_params=_leaves(init_eval.InitEvalParams, "init_eval"),
+    extra_params=job_plans.section_leaves(init_eval.InitEvalParams, "init_eval"),
     code=("evaluate/init_eval.py",),
     parallel=True,
     gpu=True,
     partial=lambda params, wc: {"retrieval": why} if (why := availability.retrieval_reason(params, wc["lang"])) else {},
-    data=_init_eval_data,
+    data=job_plans.init_eval_data,
 )
 
 
 # ---------------------------------------------------------------- train: continued pretraining
-def _pretrain_inputs(params: Params, wildcards: dict) -> dict[str, str]:
-    """The run's init model (pseed 1's for a method without random rows) and pre-tokenised splits; for the
-    distill objective also its teacher, the source model with its own tokenizer."""
-    init = paths.partial(
-        paths.INIT_DIR,
-        method=wildcards["method"],
-        pseed=availability.init_pseed(wildcards["method"], wildcards["pseed"]),
-    )
-    teacher = {"source": paths.SOURCE_MODEL} if wildcards.get("objective") in pretrain.TEACHER_OBJECTIVES else {}
-    return {
-        "init": init,
-        "train": paths.PRETOK_TRAIN,
-        "valid": paths.PRETOK_VALID,
-        "valid_text": paths.CORPUS_VALID,
-        **teacher,
-    }  # valid_text: bits per byte at every evaluation
-
-
 PRETRAIN = Stage(
     name="pretrain",
     run=pretrain.run,
     help="continued pretraining of an initialised model with the standard, selfish or distill objective",
     wildcards=("lang", "method", "objective", "pseed"),
-    inputs=_pretrain_inputs,
+    inputs=job_plans.pretrain_inputs,
     outputs={"pretrain": paths.PRETRAIN_DIR},
     directories=frozenset({"pretrain"}),
     params=("seed",),
@@ -362,31 +267,6 @@ PRETRAIN = Stage(
 
 
 # ---------------------------------------------------------------- evaluate: the pretrained models
-def task_leaves(params: Params, wildcards: dict) -> list[str]:
-    """The params leaves of the task's options (`eval.tasks.<task>`, e.g. `QaOptions`) with the data spec
-    of this language only."""
-    task = wildcards["task"]
-    return field_leaves(
-        task_options_class(task),
-        f"eval.tasks.{task}",
-        params.leaf(f"eval.tasks.{task}"),
-        keep=lambda f: f.name != "data",
-    ) + [f"eval.tasks.{task}.data.{wildcards['lang']}"]
-
-
-def _finetune_jobs(params: Params) -> list[dict[str, str]]:
-    """Every (task, model, seed) params ask for; `skip_reason` rules out, per language, the tasks
-    without data and the models that do not exist there (and says why)."""
-    opts = params.section("eval", EvalParams)
-    return [
-        {"task": t, "model": m, "seed": str(s)}
-        for t, section in opts.task_sections().items()
-        if section.enabled
-        for m in finetune_eval.eval_models(params)
-        for s in range(1, opts.seeds + 1)
-    ]
-
-
 FINETUNE_EVAL = Stage(
     name="finetune_eval",
     run=finetune_eval.run,
@@ -395,10 +275,10 @@ FINETUNE_EVAL = Stage(
     inputs=finetune_eval.inputs,
     outputs={"result": paths.EVAL_RESULT},
     params=("seed",),  # eval.models and eval.seeds decide which jobs exist, not what one computes
-    extra_params=task_leaves,
+    extra_params=job_plans.task_leaves,
     # finetune_eval.py and the task's module: editing one task reruns only its jobs
     code=lambda params, wildcards: ("evaluate/finetune_eval.py", f"evaluate/tasks/{wildcards['task']}.py"),
-    expand=_finetune_jobs,
+    expand=job_plans.finetune_jobs,
     skip_reason=finetune_eval.skip_reason,
     data=finetune_eval.data_files,
     parallel=False,  # small models: two one-thread jobs side by side use two cores better than one job
@@ -411,7 +291,7 @@ FLOOR = Stage(  # what a task scores without a model: the bar finetune_eval's sc
     wildcards=("lang", "task"),
     outputs={"floor": paths.EVAL_FLOOR},
     params=("seed",),
-    extra_params=task_leaves,
+    extra_params=job_plans.task_leaves,
     code=lambda params, wildcards: ("evaluate/task_floor.py", f"evaluate/tasks/{wildcards['task']}.py"),
     expand=task_floor.tasks,
     skip_reason=task_floor.skip_reason,
@@ -432,7 +312,7 @@ TOKEN_FREQUENCY_LOSS = Stage(
     },
     params=("seed",),
     extra_params=lambda params, wc: (
-        _leaves(token_frequency_loss.TokenFrequencyLossParams, "token_frequency_loss")(params, wc)
+        job_plans.section_leaves(token_frequency_loss.TokenFrequencyLossParams, "token_frequency_loss")(params, wc)
         + ["init.methods", "pretrain.methods", "pretrain.objectives", "pretrain.pairs", "pretrain.seeds"]
     ),
     code=("evaluate/token_frequency_loss.py",),
@@ -445,19 +325,10 @@ GRADIENT_SCENARIOS = Stage(
     run=gradient_scenarios.run,
     help="gradient reaching each token's embedding: as input, as target, as non-target (start and end)",
     wildcards=("lang", "method", "objective", "pseed"),
-    inputs=lambda params, wc: {
-        "train_ids": paths.PRETOK_TRAIN,
-        "pretrain": paths.PRETRAIN_DIR,
-        "init": paths.partial(
-            paths.INIT_DIR, method=wc["method"], pseed=availability.init_pseed(wc["method"], wc["pseed"])
-        ),
-    },
+    inputs=job_plans.gradient_scenarios_inputs,
     outputs={"table": paths.GRADIENT_SCENARIOS, "plot": paths.GRADIENT_PLOT},
     params=("seed",),
-    extra_params=lambda params, wc: (
-        _leaves(gradient_scenarios.GradientScenariosParams, "gradient_scenarios")(params, wc)
-        + (["pretrain.selfish.margin"] if wc.get("objective") == "selfish" else [])
-    ),
+    extra_params=job_plans.gradient_scenarios_leaves,
     code=("evaluate/gradient_scenarios.py",),
     # descriptive, on the first pretraining seed only
     expand=lambda params: [{"method": m, "objective": o, "pseed": "1"} for m, o in availability.pretrain_pairs(params)],
@@ -509,7 +380,7 @@ REPORT = Stage(
     metrics=frozenset({"metrics"}),
     plots=build.dvc_plots,
     params=("seed", "languages", "source_model", "init.methods"),
-    extra_params=_leaves(tables.ReportParams, "report"),
+    extra_params=job_plans.section_leaves(tables.ReportParams, "report"),
     code=("report/build.py",),
 )
 
