@@ -118,7 +118,7 @@ def test_retrieval_sentences_zero_skips_retrieval(shared_data, data_root):
     params = xx_params(retrieval_sentences=0)
     assert availability.retrieval_reason(params, "xx") == "init_eval.retrieval_sentences is 0"
     assert "data_xnli" not in STAGES["init_eval"].data_files(params, {"lang": "xx"})
-    from vocabtransfer.evaluate.init_eval import read_xnli_premises
+    from vocabtransfer.evaluate.retrieval import read_xnli_premises
 
     assert read_xnli_premises("xnli/dev-{lang}.tsv", "en", "xx", 0) == ([], [])
     assert len(read_xnli_premises("xnli/dev-{lang}.tsv", "en", "xx", 7)[0]) == 7

@@ -12,7 +12,7 @@ import pytest
 import torch
 from conftest import shared_file
 
-from vocabtransfer.evaluate import init_eval
+from vocabtransfer.evaluate import init_eval, init_eval_plot, retrieval
 from vocabtransfer import io
 from vocabtransfer.data.token_ids import TokenIds
 from vocabtransfer.errors import VocabTransferError
@@ -248,34 +248,34 @@ def test_plot_has_a_retrieval_panel_only_for_encoders(tmp_path):
         {**row, "method": "b", "loss": 4.0},
         {**row, "method": "c", "loss": 6.0},
     ]
-    init_eval.plot(rows, tmp_path / "causal.png", "xx")
+    init_eval_plot.plot(rows, tmp_path / "causal.png", "xx")
     assert matplotlib.image.imread(tmp_path / "causal.png").shape[:2] == (int(120 * (1.5 + 0.32 * 3)), 120 * 6)
     encoders = [
         {**r, "kind": "masked", "retrieval_en2xx": 0.5, "retrieval_xx2en": 0.25, "n_sentences": 4} for r in rows
     ]
-    init_eval.plot(encoders, tmp_path / "masked.png", "xx")
+    init_eval_plot.plot(encoders, tmp_path / "masked.png", "xx")
     assert matplotlib.image.imread(tmp_path / "masked.png").shape[:2] == (int(120 * (1.5 + 0.32 * 3)), 120 * 11)
     # the same rows give the same bytes (no timestamp or version in the file)
-    init_eval.plot(encoders, tmp_path / "again.png", "xx")
+    init_eval_plot.plot(encoders, tmp_path / "again.png", "xx")
     assert (tmp_path / "again.png").read_bytes() == (tmp_path / "masked.png").read_bytes()
 
 
 def test_read_xnli_premises_deduplicates_and_aligns(tmp_path):
     (tmp_path / "dev-en.tsv").write_text("a\th\tx\na\th2\tx\nb\th\tx\nc\th\tx\n", encoding="utf-8")
     (tmp_path / "dev-xx.tsv").write_text("A\th\tx\nA\th2\tx\nB\th\tx\nC\th\tx\n", encoding="utf-8")
-    src, tgt = init_eval.read_xnli_premises(str(tmp_path / "dev-{lang}.tsv"), "en", "xx", 2)
+    src, tgt = retrieval.read_xnli_premises(str(tmp_path / "dev-{lang}.tsv"), "en", "xx", 2)
     assert (src, tgt) == (["a", "b"], ["A", "B"])
     (tmp_path / "dev-yy.tsv").write_text("A\th\tx\n", encoding="utf-8")
     with pytest.raises(VocabTransferError, match="dev-yy.tsv: 1 rows but .*dev-en.tsv has 4"):
-        init_eval.read_xnli_premises(str(tmp_path / "dev-{lang}.tsv"), "en", "yy", 2)
+        retrieval.read_xnli_premises(str(tmp_path / "dev-{lang}.tsv"), "en", "yy", 2)
     with pytest.raises(VocabTransferError, match="dev-zz.tsv: XNLI file not found"):
-        init_eval.read_xnli_premises(str(tmp_path / "dev-{lang}.tsv"), "en", "zz", 2)
+        retrieval.read_xnli_premises(str(tmp_path / "dev-{lang}.tsv"), "en", "zz", 2)
 
 
 def test_retrieval_accuracy():
     a = torch.eye(4)
-    assert init_eval.retrieval_accuracy(a, a) == (1.0, 1.0)
-    assert init_eval.retrieval_accuracy(a, a[[1, 0, 2, 3]]) == (0.5, 0.5)
+    assert retrieval.retrieval_accuracy(a, a) == (1.0, 1.0)
+    assert retrieval.retrieval_accuracy(a, a[[1, 0, 2, 3]]) == (0.5, 0.5)
 
 
 def test_inputs_follow_params():

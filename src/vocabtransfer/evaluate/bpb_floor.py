@@ -35,6 +35,8 @@ from vocabtransfer.evaluate.bits_per_byte import LineScores, context_ids, line_c
 
 FLOOR = "floor"  # the `method` of a floor's rows in bits_per_byte.parquet (its `objective` is the floor's name)
 NAMES = ("unigram-target", "unigram-source", "uniform")
+# init_eval's row of the target unigram: its bits per byte, and its loss in nats on the methods' predicted tokens
+UNIGRAM_ROW = f"{FLOOR}:unigram-target"
 LABELS = {
     "unigram-target": "unigram, target tokenizer",
     "unigram-source": "unigram, source tokenizer",

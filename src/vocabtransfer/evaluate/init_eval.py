@@ -11,8 +11,8 @@ For target language L and every method in params `init.methods` (results/L/init/
     initialisation the encoder has never seen the target language, so the raw loss mixes how well
     a method ranks the right token with how over-confident its logits are; the calibrated loss
     measures the ranking alone (see `modeling.evaluate_lm`);
-(b) encoders only: parallel-sentence retrieval on XNLI dev premises. N distinct source-language
-    premises (`init_eval.xnli` with lang = `init_eval.source_lang`) are embedded by the source
+(b) encoders only: parallel-sentence retrieval on XNLI dev premises (`evaluate.retrieval`). N distinct
+    source-language premises (`init_eval.xnli` with lang = `init_eval.source_lang`) are embedded by the source
     model, the same rows of the target-language file by the initialised model (mean pooling of the
     last hidden state over the attention mask); top-1 accuracy of the cosine-similarity matrix
     both ways (`retrieval_en2xx`: source sentence -> its translation, `retrieval_xx2en` back).
@@ -57,14 +57,14 @@ from pathlib import Path
 import pyarrow as pa
 
 from vocabtransfer import io
-from vocabtransfer.evaluate import bits_per_byte, bpb_floor
+from vocabtransfer.evaluate import bits_per_byte, bpb_floor, init_eval_plot
+from vocabtransfer.evaluate.retrieval import read_xnli_premises, retrieval_accuracy, sentence_embeddings
 from vocabtransfer.init import availability
 from vocabtransfer.model import modeling
 from vocabtransfer.model.hub import load_tokenizer
 from vocabtransfer.model.lmdata import Kind, lm_batches, pack_lines, read_lines, target_labels
 from vocabtransfer.pipeline import paths
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.log import progress
 from vocabtransfer.init.availability import methods
 from vocabtransfer.pipeline.typed import Params, option
 
@@ -115,7 +115,6 @@ SCHEMA = pa.schema(
         ("block_tokens", pa.list_(pa.int64())),
     ]
 )
-UNIGRAM = f"{bpb_floor.FLOOR}:unigram-target"  # the row of the unigram floor on the methods' predicted tokens
 
 
 def input_key(method: str) -> str:
@@ -134,67 +133,6 @@ def inputs(params: Params, wildcards: dict) -> dict[str, str]:
     for method in methods(params, wildcards["lang"]):  # the ones the language has data for
         out[input_key(method)] = paths.partial(paths.INIT_DIR, method=method, pseed=1)  # pretraining seed 1's init
     return out
-
-
-def read_xnli_premises(template: str, source_lang: str, lang: str, n: int) -> tuple[list[str], list[str]]:
-    """The first `n` distinct source-language premises and the same rows of the target-language file
-    (none for `n` <= 0)."""
-    if n <= 0:
-        return [], []
-    files = [paths.data_path(template.format(lang=code)) for code in (source_lang, lang)]
-    columns = []
-    for path in files:
-        if not path.is_file():
-            raise VocabTransferError(
-                f"{path}: XNLI file not found; check init_eval.xnli (relative paths resolve "
-                "against $VOCABTRANSFER_DATA)"
-            )
-        with path.open(encoding="utf-8") as fh:
-            columns.append([line.rstrip("\n").split("\t")[0].strip() for line in fh if line.strip()])
-    if len(columns[0]) != len(columns[1]):
-        raise VocabTransferError(
-            f"{files[1]}: {len(columns[1])} rows but {files[0]} has {len(columns[0])}; "
-            "the files must be row-aligned translations"
-        )
-    seen: set[str] = set()
-    src, tgt = [], []
-    for a, b in zip(*columns):
-        if a and b and a not in seen:
-            seen.add(a)
-            src.append(a)
-            tgt.append(b)
-            if len(src) == n:
-                break
-    return src, tgt
-
-
-def sentence_embeddings(model, tokenizer, texts: list[str], *, batch_size: int, max_length: int, desc: str = ""):
-    """Mean of the last hidden state over the attention mask, one row per text (float32, CPU)."""
-    import torch  # torch: heavy, not at CLI start-up
-
-    device = next(model.parameters()).device
-    rows = []
-    with torch.inference_mode():
-        for i in progress(range(0, len(texts), batch_size), desc=desc or "embed", unit="batch"):
-            enc = tokenizer(
-                texts[i : i + batch_size], padding=True, truncation=True, max_length=max_length, return_tensors="pt"
-            )
-            mask = enc["attention_mask"].to(device)
-            hidden = model.base_model(input_ids=enc["input_ids"].to(device), attention_mask=mask).last_hidden_state
-            m = mask.unsqueeze(-1).to(hidden.dtype)
-            rows.append(((hidden * m).sum(1) / m.sum(1).clamp(min=1)).float().cpu())
-    return torch.cat(rows)
-
-
-def retrieval_accuracy(src, tgt) -> tuple[float, float]:
-    """Top-1 accuracy of cosine similarity: row i of `src` should find row i of `tgt`, and back."""
-    import torch  # torch: heavy, not at CLI start-up
-    import torch.nn.functional as F  # torch: heavy, not at CLI start-up
-
-    sim = F.normalize(src, dim=-1) @ F.normalize(tgt, dim=-1).T
-    gold = torch.arange(sim.shape[0])
-    n = sim.shape[0]
-    return int((sim.argmax(1) == gold).sum()) / n, int((sim.argmax(0) == gold).sum()) / n
 
 
 def lm_eval(model, tokenizer, kind: Kind, lines: list[str], *, seq_len: int, batch_size: int, seed: int) -> dict:
@@ -305,83 +243,6 @@ def markdown(rows: list[dict]) -> str:
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     lines += ["| " + " | ".join(fmt(r[c]) for c in cols) + " |" for r in rows]
     return "\n".join(lines)
-
-
-def plot(rows: list[dict], path: str | Path, lang: str) -> None:
-    """Loss per method (best at the top; diamonds: at the best temperature; the source reference as a
-    dashed line) and retrieval both ways."""
-    import matplotlib  # matplotlib: heavy: plots only
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # matplotlib: heavy: plots only
-
-    unigram = next((r for r in rows if r["method"] == UNIGRAM and r["loss"] is not None), None)
-    rows = [r for r in rows if r["kind"] != bpb_floor.FLOOR]  # the floors: a line, not a bar
-    ref = next((r for r in rows if r["method"] == "source"), None)
-    methods = sorted((r for r in rows if r["method"] != "source"), key=lambda r: r["loss"], reverse=True)
-    has_retrieval = any(r["retrieval_en2xx"] is not None for r in methods)
-    height = 1.5 + 0.32 * len(methods)
-    fig, axes = plt.subplots(
-        1, 2 if has_retrieval else 1, figsize=(11 if has_retrieval else 6, height), sharey=True, squeeze=False
-    )
-    y = list(range(len(methods)))
-    names = [r["method"] for r in methods]
-    ax = axes[0][0]
-    ax.barh(y, [r["loss"] for r in methods], color="tab:blue", label="loss")
-    ax.scatter(
-        [r["calibrated_loss"] for r in methods],
-        y,
-        marker="D",
-        color="white",
-        edgecolors="black",
-        zorder=3,
-        s=20,
-        label="at the best temperature",
-    )
-    for yi, r in zip(y, methods):
-        ax.text(r["loss"], yi, f" {r['loss']:.2f} ({r['calibrated_loss']:.2f})", va="center", fontsize=8)
-    if ref is not None:
-        ax.axvline(
-            ref["loss"],
-            color="black",
-            linestyle="--",
-            linewidth=1,
-            label=f"source model on {ref['lang']} ({ref['loss']:.2f})",
-        )
-    if unigram is not None:
-        ax.axvline(
-            unigram["loss"],
-            color="tab:red",
-            linestyle=":",
-            linewidth=1.5,
-            label=f"unigram floor ({unigram['loss']:.2f})",
-        )
-    ax.set_yticks(y, names)
-    ax.set_ylim(-0.6, len(methods) + 0.4)  # a free row at the top for the legends
-    ax.set_xlabel(
-        f"{'masked' if methods and methods[0]['kind'] == 'masked' else 'causal'}-LM loss on held-out "
-        f"{lang} text (lower is better)"
-    )
-    ax.set_xlim(0, max([r["loss"] for r in rows] + [1.0]) * 1.2)
-    if has_retrieval:
-        ax = axes[0][1]
-        width = 0.4
-        for offset, key, label in (
-            (-width / 2, "retrieval_en2xx", f"{ref['lang'] if ref else 'source'}→{lang}"),
-            (width / 2, "retrieval_xx2en", f"{lang}→{ref['lang'] if ref else 'source'}"),
-        ):
-            ax.barh([yi + offset for yi in y], [r[key] or 0.0 for r in methods], height=width, label=label)
-        if ref is not None and ref["retrieval_en2xx"] is not None:
-            ax.axvline(
-                ref["retrieval_en2xx"], color="black", linestyle="--", linewidth=1, label="source model, own tokenizer"
-            )
-        ax.set_xlabel(f"top-1 retrieval accuracy, {methods[0]['n_sentences'] or 0} XNLI premises")
-    for ax in axes[0]:
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(loc="upper right", fontsize=8, ncols=3)
-    fig.suptitle(f"{lang}: right after initialisation, no training")
-    fig.tight_layout()
-    io.save_png(fig, path, dpi=120)
 
 
 def _shared_inputs(ctx, opts: InitEvalParams, methods: list[str]):
@@ -551,11 +412,11 @@ def run(ctx) -> None:
             batch_size=opts.batch_size,
             seed=ctx.seed,
         )
-        unigram = next((r for r in rows if r["method"] == UNIGRAM), None)
+        unigram = next((r for r in rows if r["method"] == bpb_floor.UNIGRAM_ROW), None)
         if unigram is None:
             unigram = dict.fromkeys(SCHEMA.names) | {
                 "lang": ctx.lang,
-                "method": UNIGRAM,
+                "method": bpb_floor.UNIGRAM_ROW,
                 "kind": bpb_floor.FLOOR,
                 "n_eval_lines": len(valid),
                 "seconds": 0.0,
@@ -567,7 +428,7 @@ def run(ctx) -> None:
     if bpb and masked:
         log.info("init_eval %s: no bits per byte for %s (%s)", ctx.lang, ", ".join(masked), bits_per_byte.MASKED_REASON)
     io.write_parquet(pa.Table.from_pylist(rows, schema=SCHEMA), ctx.output["init_eval"])
-    plot(rows, ctx.output["plot"], ctx.lang)
+    init_eval_plot.plot(rows, ctx.output["plot"], ctx.lang)
     log.info(
         "initialisation without training, %s (loss: masked-/causal-LM loss on held-out text; retrieval: "
         "top-1 on %d XNLI premises; bits per byte and bytes per token: on the %d valid lines, the source with "
