@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from vocabtransfer.data import token_ids
-from vocabtransfer.evaluate import gradient_scenarios
+from vocabtransfer.evaluate import frequencies, gradient_scenarios
 from vocabtransfer import io
 from vocabtransfer.model import modeling
 from vocabtransfer.model.lmdata import lm_batches, pack_lines
@@ -27,8 +27,8 @@ COUNTS = np.array([0, 10, 5, 5, 1, 0, 3, 2])
 
 
 def test_frequency_ranks_and_equal_type_buckets():
-    assert token_frequency_loss.frequency_ranks(COUNTS).tolist() == [6, 0, 1, 2, 5, 7, 3, 4]
-    bucket, spans = token_frequency_loss.frequency_buckets(COUNTS, 3, "equal_types")
+    assert frequencies.frequency_ranks(COUNTS).tolist() == [6, 0, 1, 2, 5, 7, 3, 4]
+    bucket, spans = frequencies.frequency_buckets(COUNTS, 3, "equal_types")
     # 6 seen types in 3 buckets of 2 ranks each; the 2 unseen types in bucket 3
     assert spans == [(0, 1, 2), (2, 3, 2), (4, 5, 2), (6, 7, 2)]
     assert bucket.tolist() == [3, 0, 0, 1, 2, 3, 1, 2]
@@ -36,11 +36,11 @@ def test_frequency_ranks_and_equal_type_buckets():
 
 def test_log_buckets():
     # edges floor(geomspace(1, 7, 4)) - 1 = floor(1, 1.91, 3.66, 7) - 1 = 0, 0, 2, 6 -> 0, 2, 6
-    bucket, spans = token_frequency_loss.frequency_buckets(COUNTS, 3, "log")
+    bucket, spans = frequencies.frequency_buckets(COUNTS, 3, "log")
     assert spans == [(0, 1, 2), (2, 5, 4), (6, 7, 2)]
     assert bucket.tolist() == [2, 0, 0, 1, 1, 2, 1, 1]
     with pytest.raises(VocabTransferError, match="token_frequency_loss.scheme"):
-        token_frequency_loss.frequency_buckets(COUNTS, 3, "quantile")
+        frequencies.frequency_buckets(COUNTS, 3, "quantile")
 
 
 def test_bucket_means_on_known_losses(monkeypatch):
@@ -56,13 +56,11 @@ def test_bucket_means_on_known_losses(monkeypatch):
         return torch.nn.functional.cross_entropy(logits, t, reduction="none"), t
 
     monkeypatch.setattr(modeling, "token_losses", fixed)
-    bucket, spans = token_frequency_loss.frequency_buckets(COUNTS, 3, "equal_types")
+    bucket, spans = frequencies.frequency_buckets(COUNTS, 3, "equal_types")
     # batch 0: two blocks, predicted positions in block 0 (x2) and block 1 (x2); batch 1: one block of five
     labels = [torch.tensor([[1, 2, -100], [6, -100, 0]]), torch.tensor([[4, 1, 5, 7, 3]])]
     batches = [{"i": 0, "labels": labels[0]}, {"i": 1, "labels": labels[1]}]
-    per_block, per_block_n = token_frequency_loss.bucket_losses(
-        torch.nn.Linear(1, 1), batches, "masked", bucket, len(spans)
-    )
+    per_block, per_block_n = frequencies.bucket_losses(torch.nn.Linear(1, 1), batches, "masked", bucket, len(spans))
     assert per_block_n.tolist() == [[2, 0, 0, 0], [0, 1, 0, 1], [1, 1, 2, 1]]  # (blocks, buckets)
     sums, n = per_block.sum(0), per_block_n.sum(0)
 
@@ -74,7 +72,7 @@ def test_bucket_means_on_known_losses(monkeypatch):
     expected = [[ce(2), ce(0), ce(1)], [ce(1), ce(2)], [ce(0.5), ce(3)], [ce(-1), ce(0)]]
     assert n.tolist() == [3, 2, 2, 2]
     assert (sums / n).tolist() == pytest.approx([sum(e) / len(e) for e in expected])
-    rows = token_frequency_loss.rows_for("xx", "m", "init", 1, spans, sums, n)
+    rows = frequencies.rows_for("xx", "m", "init", 1, spans, sums, n)
     assert [r["loss"] for r in rows] == pytest.approx([sum(e) / len(e) for e in expected])
     assert [r["rank_lo"] for r in rows] == [0, 2, 4, 6] and rows[3]["n_types"] == 2
 
@@ -86,13 +84,13 @@ def wp():
 
 def test_token_counts_add_the_special_tokens(wp, tmp_path):
     token_ids.write_lines(tmp_path / "ids", wp, [[10, 11, 11], [12], []])
-    counts = token_frequency_loss.token_counts(token_ids.TokenIds(tmp_path / "ids", wp), wp, "masked")
+    counts = frequencies.token_counts(token_ids.TokenIds(tmp_path / "ids", wp), wp, "masked")
     assert counts[11] == 2 and counts[10] == 1 and counts[12] == 1
     assert counts[wp.cls_token_id] == 3 and counts[wp.sep_token_id] == 3
     assert counts.sum() == 4 + 6
     token_ids.write_lines(tmp_path / "bad", wp, [[len(wp)]])
     with pytest.raises(VocabTransferError, match="bad/ids.npy: token id .* outside the tokenizer"):
-        token_frequency_loss.token_counts(token_ids.TokenIds(tmp_path / "bad", wp), wp, "masked")
+        frequencies.token_counts(token_ids.TokenIds(tmp_path / "bad", wp), wp, "masked")
 
 
 # ------------------------------------------------------------------ gradient decomposition
@@ -307,7 +305,7 @@ def test_stages_end_to_end(tmp_path, wp, one_thread, caplog):
     # input gradient exactly on the tokens of the sampled batches (after masking: [MASK] and random
     # replacements too), target gradient exactly on their targets
     batches = gradient_scenarios.sample_batches(
-        wp, token_frequency_loss.read_ids(pretok / "train", wp), "masked", batches=2, batch_size=4, seq_len=64, seed=5
+        wp, frequencies.read_ids(pretok / "train", wp), "masked", batches=2, batch_size=4, seq_len=64, seed=5
     )
     inputs_seen = set(torch.cat([b["input_ids"][b["attention_mask"] == 1] for b in batches]).tolist())  # no padding
     targets_seen = set(torch.cat([b["labels"][b["labels"] != -100] for b in batches]).tolist())

@@ -41,7 +41,7 @@ from vocabtransfer.model import modeling
 from vocabtransfer.model.hub import load_tokenizer
 from vocabtransfer.data.token_ids import TokenIds
 from vocabtransfer.model.lmdata import Kind, lm_batches, pack_ids
-from vocabtransfer.evaluate.token_frequency_loss import frequency_ranks, read_ids, token_counts
+from vocabtransfer.evaluate.frequencies import frequency_ranks, read_ids, token_counts
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.log import progress
 from vocabtransfer.pipeline.typed import Params, option
