@@ -896,7 +896,7 @@ def test_every_objective_is_compared_with_standard():
     """A third objective (distill) gets its own family against standard and its own verdict bullets."""
     import pandas as pd
 
-    from vocabtransfer.report import tables
+    from vocabtransfer.report import comparisons, tables
     from vocabtransfer.report.verdict import language_verdict
 
     lang = read.Language(lang="sw")
@@ -908,7 +908,7 @@ def test_every_objective_is_compared_with_standard():
                 {"block": range(BLOCKS), "loss_sum": sums + 10 * shift, "n_tokens": counts}
             )
     settings = tables.Settings(2000, 0.95, "holm", 42, min_clusters=10)
-    families = tables.families(lang, settings, {})
+    families = comparisons.families(lang, settings, {})
     family = next(f for f in families if f.title == "Distill − standard, per method")
     assert not any(f.title.startswith("Selfish") for f in families)
     row = family.rows[0]
@@ -927,7 +927,7 @@ def test_only_the_pairs_that_ran_are_compared_with_random():
     random-distill ran, so no "no paired runs" row for it); distill − standard for focus."""
     import pandas as pd
 
-    from vocabtransfer.report import tables
+    from vocabtransfer.report import comparisons, tables
 
     lang = read.Language(lang="sw")
     for method, objective, shift in (
@@ -942,7 +942,7 @@ def test_only_the_pairs_that_ran_are_compared_with_random():
                 {"block": range(BLOCKS), "loss_sum": sums + 10 * shift, "n_tokens": counts}
             )
     settings = tables.Settings(2000, 0.95, "holm", 42, min_clusters=10)
-    families = {f.title: f for f in tables.families(lang, settings, {})}
+    families = {f.title: f for f in comparisons.families(lang, settings, {})}
     vs_random = families["Valid loss after pretraining: method − random"]
     assert [(r.label, round(r.diff.diff, 3)) for r in vs_random.rows] == [("focus − random (standard)", -0.3)]
     assert [r.label for r in families["Distill − standard, per method"].rows] == ["focus"]

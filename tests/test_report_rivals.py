@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from vocabtransfer.evaluate import stats
-from vocabtransfer.report import read, rivals, tables, verdict
+from vocabtransfer.report import comparisons, read, rivals, tables, verdict
 
 N = 40  # valid lines (the clusters)
 PSEEDS = (1, 2, 3)
@@ -80,7 +80,7 @@ def by_hand(lang: read.Language, method: str, objective: str) -> dict[int, float
 
 def test_omp_minus_focus_is_paired_with_an_interval_and_matches_the_difference_by_hand():
     lang = language()
-    family = {f.title: f for f in tables.families(lang, SETTINGS, {}, rivals.families(lang, SETTINGS))}[
+    family = {f.title: f for f in comparisons.families(lang, SETTINGS, {}, rivals.families(lang, SETTINGS))}[
         "Head to head: omp − focus"
     ]
     rows = {(r.label, r.measure): r for r in family.rows}
@@ -102,7 +102,7 @@ def test_omp_minus_focus_is_paired_with_an_interval_and_matches_the_difference_b
     for r, adjusted in zip(family.rows, stats.correct(raw, "holm")):
         assert r.diff.adjusted_p == pytest.approx(adjusted)
     lines = verdict.language_verdict(
-        "sw", tables.families(lang, SETTINGS, {}, rivals.families(lang, SETTINGS)), {}, SETTINGS
+        "sw", comparisons.families(lang, SETTINGS, {}, rivals.families(lang, SETTINGS)), {}, SETTINGS
     )
     said = next(x for x in lines if x.startswith("- **Bits per byte of the valid text, omp − focus"))
     d = init.diff
@@ -113,5 +113,6 @@ def test_no_head_to_head_where_omp_never_ran():
     lang = language(methods=("random", "focus"))
     assert rivals.families(lang, SETTINGS) == []
     assert not any(
-        f.title.startswith(rivals.TITLE) for f in tables.families(lang, SETTINGS, {}, rivals.families(lang, SETTINGS))
+        f.title.startswith(rivals.TITLE)
+        for f in comparisons.families(lang, SETTINGS, {}, rivals.families(lang, SETTINGS))
     )

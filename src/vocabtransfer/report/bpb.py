@@ -1,4 +1,4 @@
-"""Family 4 of report.tables: bits per UTF-8 byte of every causal model, of the source with its own
+"""Family 5 of report.comparisons: bits per UTF-8 byte of every causal model, of the source with its own
 tokenizer and of the floors (predictors without a model, vocabtransfer.evaluate.bpb_floor), per valid line.
 
 Every model gets its bits per byte with its interval (B = the model, A = zero), its tokenizer's bytes per

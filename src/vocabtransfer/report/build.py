@@ -1,6 +1,6 @@
 """Stage `report`: the study's results as one Markdown file, `results/report.md`, with its figures.
 
-Reads every artefact the study produced (report.read), computes the comparisons (report.tables,
+Reads every artefact the study produced (report.read), computes the comparisons (report.comparisons,
 with the nested intervals of vocabtransfer.evaluate.stats) and writes:
 
 * results/report.md, opening with `## Verdict` (report.verdict), then the set-up and per language:
@@ -30,7 +30,7 @@ from vocabtransfer.report import distill_terms
 from vocabtransfer.report import read
 from vocabtransfer.report import markdown
 from vocabtransfer.report import rivals
-from vocabtransfer.report import tables
+from vocabtransfer.report import comparisons, tables
 from vocabtransfer.report import token_equivalent
 from vocabtransfer.report import verdict
 from vocabtransfer.report.bpb import bits_per_byte_table, share_sentence
@@ -92,7 +92,7 @@ def write_report(params: Params, report: tables.ReportParams, p: Plan, root: Pat
         for lang in langs:
             m = metrics.setdefault(lang.lang, {})
             status = tables.learned(lang, settings)
-            families = tables.families(lang, settings, status, rivals.families(lang, settings))
+            families = comparisons.families(lang, settings, status, rivals.families(lang, settings))
             bpb = bits_per_byte_table(lang, settings)
             per_language[lang.lang] = (
                 families + ([bpb.family] if bpb is not None and bpb.family.rows else []),

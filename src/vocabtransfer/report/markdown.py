@@ -1,4 +1,4 @@
-"""The report's Markdown: tables and sections. Numbers come from report.tables; nothing here computes
+"""The report's Markdown: tables and sections. Numbers come from report.tables and report.comparisons; nothing here computes
 a statistic."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""`## Verdict`: a few sentences per language, written from the comparison families (report.tables),
+"""`## Verdict`: a few sentences per language, written from the comparison families (report.comparisons),
 never typed. A difference counts as a win or a loss only when its interval excludes zero, it
 survives the correction over its family and it rests on enough clusters and more than one run;
 one resting on too little says what is missing ("10 clusters: too few to tell"); every other one is
@@ -14,10 +14,8 @@ import re
 from vocabtransfer.report.bpb import BPB_TITLE
 from vocabtransfer.report import rivals
 from vocabtransfer.report.read import task_order
+from vocabtransfer.report.comparisons import INIT_FLOOR, INIT_LOSS, INIT_TITLE
 from vocabtransfer.report.tables import (
-    INIT_FLOOR,
-    INIT_LOSS,
-    INIT_TITLE,
     NO_DIFFERENCE,
     NOT_AFTER_CORRECTION,
     NOT_LEARNED,
