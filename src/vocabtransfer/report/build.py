@@ -30,6 +30,7 @@ from vocabtransfer.report import distill_terms
 from vocabtransfer.report import read
 from vocabtransfer.report import markdown
 from vocabtransfer.report import rivals
+from vocabtransfer.report import study_setup
 from vocabtransfer.report import comparisons, tables
 from vocabtransfer.report import token_equivalent
 from vocabtransfer.report import verdict
@@ -154,7 +155,7 @@ def write_report(params: Params, report: tables.ReportParams, p: Plan, root: Pat
             "",
         ]
         md += verdict.section(per_language, settings, zero_shot_verdict)
-        md += markdown.setup_section(params, head, langs, p, settings, job_seconds(root), root, base) + body
+        md += study_setup.setup_section(params, head, langs, p, settings, job_seconds(root), root, base) + body
         md += markdown.skipped_section(langs, p) + markdown.method_section(settings)
     io.write_json(metrics, root / paths.REPORT_METRICS)
     with io.atomic_output(root / paths.REPORT) as tmp:
