@@ -179,7 +179,7 @@ def score(model, x: dict, kind: str, args) -> tuple:
     loss and masked tokens per block (masked); the score is their totals' ratio."""
     from vocabtransfer.evaluate.bits_per_byte import score_lines
     from vocabtransfer.model.lmdata import lm_batches, pack_lines
-    from vocabtransfer.train.pretrain import block_losses
+    from vocabtransfer.train.pretrain_outputs import block_losses
 
     if kind == "causal":
         scores = score_lines(model, x["target"], x["dev"], seq_len=args.seq_len, batch_size=8)

@@ -22,6 +22,7 @@ from vocabtransfer import io
 from vocabtransfer.data import token_ids
 from vocabtransfer.train import pretrain
 from vocabtransfer.train.checkpoints import complete_checkpoints
+from vocabtransfer.train.pretrain_outputs import BLOCKS_SCHEMA, CURVE_SCHEMA, METRICS_SCHEMA, unigram_block_sums
 from vocabtransfer.app.params import validate_params
 from vocabtransfer.errors import VocabTransferError
 
@@ -61,7 +62,7 @@ def test_tiny_models_learn_under_both_objectives(tmp_path, monkeypatch, one_thre
     params = pretrain_project(tmp_path, model, tok)
     run_pretrain(params, objective=objective)
     out, metrics, stats = pretrain_outputs(tmp_path, objective=objective)
-    assert metrics.schema == pretrain.METRICS_SCHEMA
+    assert metrics.schema == METRICS_SCHEMA
     rows = metrics.to_pylist()
     assert rows[0]["step"] == 0 and rows[0]["tokens_seen"] == 0 and math.isnan(rows[0]["train_loss"])
     valid = [(r["step"], r["valid_loss"]) for r in rows if not math.isnan(r["valid_loss"])]
@@ -83,13 +84,13 @@ def test_tiny_models_learn_under_both_objectives(tmp_path, monkeypatch, one_thre
     assert not (tmp_path / "checkpoints").joinpath("sw/pretrain/focus", objective, "pseed1").exists()  # not kept
     # the final valid loss per evaluation block: its totals give the final valid loss
     blocks = pq.read_table(out / "valid_blocks.parquet")
-    assert blocks.schema == pretrain.BLOCKS_SCHEMA and len(blocks) == stats["valid_blocks"]
+    assert blocks.schema == BLOCKS_SCHEMA and len(blocks) == stats["valid_blocks"]
     total = sum(blocks.column("loss_sum").to_pylist()) / sum(blocks.column("n_tokens").to_pylist())
     assert total == pytest.approx(valid[-1][1], rel=1e-5)
     assert sum(blocks.column("n_tokens").to_pylist()) == stats["valid_tokens"]
     # the learning curve's clusters: every evaluation's block sums give that evaluation's valid loss
     curve = pq.read_table(out / "valid_curve.parquet")
-    assert curve.schema == pretrain.CURVE_SCHEMA
+    assert curve.schema == CURVE_SCHEMA
     n = sum(blocks.column("n_tokens").to_pylist())
     by_step = curve.to_pandas().groupby("step")
     assert sorted(by_step.groups) == [s for s, _ in valid]
@@ -112,9 +113,9 @@ def test_unigram_floor_by_hand():
     on each block's predicted tokens (the first position is never predicted; -100 is padding)."""
     batch = {"labels": torch.tensor([[1, 0, 0, 2], [3, 2, -100, -100]])}
     p = {i: (c + 1) / (10 + 4) for i, c in enumerate([5, 0, 3, 2])}
-    sums = pretrain.unigram_block_sums([batch], "causal", [5, 0, 3, 2])
+    sums = unigram_block_sums([batch], "causal", [5, 0, 3, 2])
     assert sums == pytest.approx([-2 * math.log(p[0]) - math.log(p[2]), -math.log(p[2])])
-    masked = pretrain.unigram_block_sums([batch], "masked", [5, 0, 3, 2])
+    masked = unigram_block_sums([batch], "masked", [5, 0, 3, 2])
     assert masked[1] == pytest.approx(-math.log(p[3]) - math.log(p[2]))
 
 

@@ -159,7 +159,7 @@ def unigram_loss(tokenizer, kind: Kind, lines: list[str], counts, *, seq_len: in
     """The loss columns of the unigram floor: each predicted token of `lm_eval`'s blocks (the same blocks and
     masks as every method's, seeded alike) scored by the add-one unigram of the train split's ids (`counts`),
     in nats; a model below it uses no context."""
-    from vocabtransfer.train.pretrain import unigram_block_sums  # imports torch: not at CLI start-up
+    from vocabtransfer.train.pretrain_outputs import unigram_block_sums  # imports torch: not at CLI start-up
 
     batches = lm_batches(tokenizer, pack_lines(tokenizer, lines, seq_len, kind=kind), kind, batch_size, seed)
     sums = unigram_block_sums(batches, kind, counts)

@@ -174,5 +174,5 @@ class PretrainParams:
     )
 
 
-# distill's metrics columns (pretrain.DISTILL_METRICS_SCHEMA): each term's gradient norm and the whole step's
+# distill's metrics columns (pretrain_outputs.DISTILL_METRICS_SCHEMA): each term's gradient norm and the whole step's
 DISTILL_COLUMNS = ("grad_norm_distill", "grad_norm_lm", "grad_norm_total")
