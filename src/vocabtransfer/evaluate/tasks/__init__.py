@@ -39,7 +39,7 @@ from vocabtransfer.pipeline.config import typed_section
 from vocabtransfer.pipeline import names
 from vocabtransfer.pipeline.paths import data_path
 from vocabtransfer.data import download
-from vocabtransfer.data.corpus import LOCAL_BUILDERS, _load_dataset, _resolve_data_files
+from vocabtransfer.data.corpus_sources import LOCAL_BUILDERS, _load_dataset, _resolve_data_files
 from vocabtransfer.evaluate.tasks.options import (  # noqa: F401 (re-exported: the package's names)
     TASK_SOURCE,
     EvalParams,
