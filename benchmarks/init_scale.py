@@ -9,7 +9,7 @@ The target side is built as the pipeline builds it, with default params unless s
   * target tokenizer: `data.tokenizer.train_tokenizer` in the source's family (Gemma's BPE),
     --vocab-size tokens, on data/pretrain_text/sw.txt;
   * overlap: `data.overlap.compute_overlap` with the params defaults (exact match, byte tokens);
-  * auxiliary vectors: `data.fasttext_vectors.train_fasttext` (CBOW, dim 100, --ft-epochs epochs,
+  * auxiliary vectors: `data.fasttext_models.train_fasttext` (CBOW, dim 100, --ft-epochs epochs,
     min_count 10) on the text tokenised by the target tokenizer, then `token_vectors`;
   * wechsel: word-level fastText (`train_word_fasttext`, skipgram dim 100, --ft-epochs epochs) on
     data/pretrain_text/en.txt (source side) and sw.txt (target side), the shared sw dictionary.
@@ -146,12 +146,8 @@ def target_dir(cache: Path, problem: str, args) -> Path:
     from safetensors.torch import save_file
 
     from vocabtransfer import io
-    from vocabtransfer.data.fasttext_vectors import (
-        WordFasttextSettings,
-        token_vectors,
-        train_fasttext,
-        train_word_fasttext,
-    )
+    from vocabtransfer.data.fasttext_models import WordFasttextSettings, train_fasttext, train_word_fasttext
+    from vocabtransfer.data.fasttext_vectors import token_vectors
     from vocabtransfer.data.overlap import compute_overlap
     from vocabtransfer.data.tokenizer import train_tokenizer
     from vocabtransfer.model.hub import load_tokenizer

@@ -4,7 +4,7 @@ Inputs, built once and cached in --workdir, as the pipeline builds them with def
   * source: sentence-transformers/all-MiniLM-L6-v2 (BERT WordPiece, 30522 x 384), offline copy;
   * target: `tokenizer.train_tokenizer` (MiniLM's family) with --vocab-size tokens on the shared
     pretraining text of --lang;
-  * auxiliary: fastText CBOW (`fasttext_vectors.train_fasttext`, --dim, epochs 3, min_count 10) on that
+  * auxiliary: fastText CBOW (`fasttext_models.train_fasttext`, --dim, epochs 3, min_count 10) on that
     text tokenised with the target tokenizer; `fasttext_vectors.token_vectors` per target token;
   * overlap: `overlap.compute_overlap` with the default options.
 
@@ -68,7 +68,8 @@ def build_inputs(args):
     from safetensors.torch import load_file, save_file
     from transformers import AutoTokenizer
 
-    from vocabtransfer.data.fasttext_vectors import token_vectors, train_fasttext
+    from vocabtransfer.data.fasttext_models import train_fasttext
+    from vocabtransfer.data.fasttext_vectors import token_vectors
     from vocabtransfer.model.hub import load_tokenizer
     from vocabtransfer.data.tokenizer import train_tokenizer
 

@@ -85,7 +85,8 @@ def build_inputs(args) -> dict:
     """The dev lines, the source directory, the target tokenizer directory, fastText vectors and overlap."""
     from safetensors.torch import load_file, save_file
 
-    from vocabtransfer.data.fasttext_vectors import token_vectors, train_fasttext
+    from vocabtransfer.data.fasttext_models import train_fasttext
+    from vocabtransfer.data.fasttext_vectors import token_vectors
     from vocabtransfer.data.corpus import CorpusParams, build_corpus
     from vocabtransfer.data.overlap import compute_overlap, overlap_pairs
     from vocabtransfer.data.tokenizer import train_tokenizer

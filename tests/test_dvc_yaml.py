@@ -143,11 +143,12 @@ def test_code_dependencies_follow_imports_and_the_method():
         "init/methods/ofa.py",
         "init/methods/baselines.py",
         "data/fasttext_vectors.py",
+        "data/fasttext_models.py",
     } & code("init_focus_pseed1")
     assert {"init/methods/baselines.py"} <= code("init_random_pseed1") and "init/methods/focus.py" not in code(
         "init_random_pseed1"
     )
-    assert {"init/methods/wechsel.py", "data/fasttext_vectors.py"} <= code("init_wechsel_pseed1")
+    assert {"init/methods/wechsel.py", "data/fasttext_models.py"} <= code("init_wechsel_pseed1")
     assert {"init/methods/snmf.py", "init/methods/ofa.py", "init/source_snmf.py", "init/factorize.py"} <= code(
         "init_snmf_pseed1"
     )

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from vocabtransfer.data import fasttext_vectors
+from vocabtransfer.data import fasttext_models, fasttext_vectors
 from vocabtransfer import io
 from vocabtransfer.pipeline import paths
 from vocabtransfer.app.params import validate_params
@@ -42,7 +42,7 @@ def corpus(tmp_path_factory, shared_data):
 
 @pytest.fixture(scope="module")
 def token_model(corpus):
-    return fasttext_vectors.train_fasttext(corpus[2], seed=7, **FAST)
+    return fasttext_models.train_fasttext(corpus[2], seed=7, **FAST)
 
 
 def test_subword_rows_are_the_ngram_vectors_of_the_vocabulary_string(corpus, token_model):
@@ -159,7 +159,7 @@ def test_stage_bucket_sets_the_ngram_rows_of_the_bin(stage_dir):
     for bucket in (1000, 2_000_000):
         run_stage("fasttext", _params(bucket=bucket), {"lang": "sw"}, threads=1)
         path = Path(paths.fill(paths.FASTTEXT_BIN, lang="sw"))
-        ft = fasttext_vectors.load_fasttext(path)
+        ft = fasttext_models.load_fasttext(path)
         assert ft.get_input_matrix().shape == (len(ft.get_words(on_unicode_error="replace")) + bucket, 8)
         assert _stats(paths.FASTTEXT_STATS, lang="sw")["params"]["fasttext.bucket"] == bucket
         sizes[bucket] = path.stat().st_size

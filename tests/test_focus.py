@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from vocabtransfer.init.deepfocus import FASTTEXT_WORD_URL, FOCUS, TokenVectors, download_fasttext_word_model
-from vocabtransfer.data.fasttext_vectors import load_fasttext
+from vocabtransfer.data.fasttext_models import load_fasttext
 from vocabtransfer.init.methods import focus
 from vocabtransfer.init.methods.options import FocusOptions
 from vocabtransfer.errors import VocabTransferError

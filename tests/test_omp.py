@@ -167,7 +167,8 @@ def tokenizers():
 def stage_inputs(tmp_path, tokenizers):
     """A tiny BERT with an English WordPiece vocabulary, a Swahili target tokenizer, and token-level fastText
     vectors trained on 300 Swahili lines tokenised with it (the fasttext stage's recipe, dim 8)."""
-    from vocabtransfer.data.fasttext_vectors import token_vectors, train_fasttext
+    from vocabtransfer.data.fasttext_models import train_fasttext
+    from vocabtransfer.data.fasttext_vectors import token_vectors
 
     inputs, pairs = write_inputs(tmp_path, tiny_bert(len(tokenizers["en"])), tokenizers["en"], tokenizers["sw"])
     text = tmp_path / "tokens.txt"

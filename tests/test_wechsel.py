@@ -34,7 +34,7 @@ def lines(path, n):
 @pytest.fixture(scope="module")
 def fasttext_models(tmp_path_factory, shared_data):
     """Word-level fastText (dim 16, one thread, fixed seed) on 4000 lines of English and Swahili."""
-    from vocabtransfer.data.fasttext_vectors import WordFasttextSettings, train_word_fasttext
+    from vocabtransfer.data.fasttext_models import WordFasttextSettings, train_word_fasttext
 
     out = tmp_path_factory.mktemp("wechsel")
     settings = dict(dim=16, epochs=5, min_count=3, maxn=5)

@@ -34,7 +34,7 @@ from typing import Literal
 import numpy as np
 import torch
 
-from vocabtransfer.data.fasttext_vectors import load_fasttext, zeroed_allocations
+from vocabtransfer.data.fasttext_models import load_fasttext, zeroed_allocations
 from vocabtransfer.data.download import cache_dir
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.log import progress

@@ -49,7 +49,7 @@ from vocabtransfer.init.methods.baselines import (
     source_matrix,
     token_surfaces,
 )
-from vocabtransfer.data.fasttext_vectors import load_fasttext
+from vocabtransfer.data.fasttext_models import load_fasttext
 
 log = logging.getLogger(__name__)
 
