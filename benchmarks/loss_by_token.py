@@ -6,7 +6,7 @@
 Scores the first `--lines` lines of the corpus stage's valid split (results/L/corpus/valid.parquet), packed
 as the pretrain stage packs them (`lmdata.pack_ids`: the tokenizer's own special tokens around each line, an
 end-of-sequence token closing it, blocks of at most `--seq-len`), with both models' standard cross-entropy
-per token (`modeling.token_losses`, as the pipeline scores), and prints B − A: over all tokens, over the
+per token (`lm_loss.token_losses`, as the pipeline scores), and prints B − A: over all tokens, over the
 special tokens (BOS, EOS: no bytes, so in no chunk of the distill/alm objectives) and over the rest, then the
 `--top` target tokens whose summed difference is largest, with their count and share of the whole gap. Used in docs/objectives.md on the distill study's alm
 and standard models (seed 1).
@@ -20,19 +20,19 @@ from collections import defaultdict
 import pyarrow.parquet as pq
 import torch
 
-from vocabtransfer.model import modeling
+from vocabtransfer.model import lm_loss, modeling
 from vocabtransfer.model.hub import load_tokenizer
 from vocabtransfer.model.lmdata import LMCollator, pack_ids
 
 
 def token_losses(model_dir: str, batches: list[dict]) -> tuple[torch.Tensor, torch.Tensor]:
     """(standard cross-entropy of every predicted token, its target id), batches in order, scored as the
-    pipeline scores (`modeling.token_losses`, the fused head)."""
+    pipeline scores (`lm_loss.token_losses`, the fused head)."""
     model, _ = modeling.load_source_model(model_dir, "causal")
     losses, targets = [], []
     with torch.inference_mode():
         for batch in batches:
-            loss, target = modeling.token_losses(model, batch, "causal")
+            loss, target = lm_loss.token_losses(model, batch, "causal")
             losses.append(loss.float())
             targets.append(target)
     return torch.cat(losses), torch.cat(targets)

@@ -22,7 +22,7 @@ Steps (`--steps`), on the CPU:
   AdamW's fused kernel); trainer: `transformers.Trainer` with the model's own loss (the logits materialised);
 * finetune: the finetune_eval stage's step: the shape's body with a 3-label sequence-classification head
   (`AutoModelForSequenceClassification`), the stage's `TrainingArguments` (`bf16`, fused AdamW in bf16);
-* eval: one init_eval / token_frequency_loss batch: `modeling.token_losses` (the fused head) without
+* eval: one init_eval / token_frequency_loss batch: `lm_loss.token_losses` (the fused head) without
   gradients, in fp32 or under bf16 autocast.
 
 Each row runs in its own process (`--worker`): a square 2048 x 2048 matmul in the row's dtype on the same
@@ -247,7 +247,7 @@ def timed_steps(step, repeats: int) -> tuple[list[float], list[int], list[int], 
 def worker(args) -> dict:
     import torch
 
-    from vocabtransfer.model import modeling
+    from vocabtransfer.model import lm_loss
     from vocabtransfer.model.precision import cpu_bf16_features
 
     torch.set_num_threads(args.threads)
@@ -274,7 +274,7 @@ def worker(args) -> dict:
 
             def step():
                 with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-                    losses, _ = modeling.token_losses(model, inputs, kind)
+                    losses, _ = lm_loss.token_losses(model, inputs, kind)
                 return float(losses.float().mean())
         else:
             optimizer = trainer.create_optimizer()

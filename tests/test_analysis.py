@@ -13,7 +13,7 @@ import torch
 from vocabtransfer.data import token_ids
 from vocabtransfer.evaluate import frequencies, gradient_scenarios
 from vocabtransfer import io
-from vocabtransfer.model import modeling
+from vocabtransfer.model import lm_loss, modeling
 from vocabtransfer.model.lmdata import lm_batches, pack_lines
 from vocabtransfer.evaluate import token_frequency_loss
 from vocabtransfer.errors import VocabTransferError
@@ -55,7 +55,7 @@ def test_bucket_means_on_known_losses(monkeypatch):
         logits[torch.arange(len(t)), t] = a
         return torch.nn.functional.cross_entropy(logits, t, reduction="none"), t
 
-    monkeypatch.setattr(modeling, "token_losses", fixed)
+    monkeypatch.setattr(lm_loss, "token_losses", fixed)
     bucket, spans = frequencies.frequency_buckets(COUNTS, 3, "equal_types")
     # batch 0: two blocks, predicted positions in block 0 (x2) and block 1 (x2); batch 1: one block of five
     labels = [torch.tensor([[1, 2, -100], [6, -100, 0]]), torch.tensor([[4, 1, 5, 7, 3]])]

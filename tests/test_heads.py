@@ -8,7 +8,7 @@ import torch
 from vocabtransfer.model import heads
 from vocabtransfer.model.losses import objective_loss
 from vocabtransfer.train import lowrank
-from vocabtransfer.model import modeling
+from vocabtransfer.model import lm_loss
 from vocabtransfer.errors import VocabTransferError
 
 V = 97
@@ -194,12 +194,12 @@ def test_evaluate_lm_through_the_fused_head_equals_the_logits(one_thread):
     model, kind = bert()
     model.eval()
     batches = [batch(kind, seed=s) for s in range(3)]
-    fused = modeling.evaluate_lm(model, batches, kind)
-    calibrated = modeling.evaluate_lm(model, batches, kind, calibrate=True)  # the logits path
+    fused = lm_loss.evaluate_lm(model, batches, kind)
+    calibrated = lm_loss.evaluate_lm(model, batches, kind, calibrate=True)  # the logits path
     assert fused["n_tokens"] == calibrated["n_tokens"] > 0
     assert fused["loss"] == pytest.approx(calibrated["loss"], rel=1e-6)
-    losses, targets = modeling.token_losses(model, batches[0], kind)
-    logits, t = modeling.predicted_logits(model, batches[0], kind)
+    losses, targets = lm_loss.token_losses(model, batches[0], kind)
+    logits, t = lm_loss.predicted_logits(model, batches[0], kind)
     torch.testing.assert_close(losses, torch.nn.functional.cross_entropy(logits, t, reduction="none"))
 
 

@@ -12,7 +12,7 @@ import os
 import pytest
 import torch
 
-from vocabtransfer.model import modeling
+from vocabtransfer.model import lm_loss, modeling
 from vocabtransfer.model.hub import load_tokenizer, resolve_model_path
 from vocabtransfer.model.lmdata import lm_batches, pack_ids, pack_lines, special_tokens_around
 from vocabtransfer.errors import VocabTransferError
@@ -241,11 +241,11 @@ def test_fast_masked_loss_equals_model_loss(en_wordpiece):
     model = tiny_bert(len(en_wordpiece)).eval()
     batch = lm_batches(en_wordpiece, pack_lines(en_wordpiece, text_lines("en", 30), 64), "masked", 16, 0)[0]
     with torch.no_grad():
-        total, n = modeling.lm_loss_sum(model, batch, "masked")
+        total, n = lm_loss.lm_loss_sum(model, batch, "masked")
         reference = model(**batch).loss
     assert n == int((batch["labels"] != -100).sum())
     assert torch.allclose(total / n, reference, atol=1e-5)
-    result = modeling.evaluate_lm(model, [batch], "masked")
+    result = lm_loss.evaluate_lm(model, [batch], "masked")
     assert result["n_tokens"] == n and abs(result["perplexity"] - torch.exp(reference).item()) < 1e-2
     # per block: the model's own loss over that block's masked tokens, and their count
     assert result["block_tokens"] == (batch["labels"] != -100).sum(1).tolist()
@@ -259,7 +259,7 @@ def test_causal_loss(en_bpe):
     model = tiny_llama(len(en_bpe)).eval()
     batches = lm_batches(en_bpe, pack_lines(en_bpe, text_lines("en", 30), 64, kind="causal"), "causal", 8, 0)
     assert (batches[-1]["labels"] == -100).any()  # padding is ignored
-    result = modeling.evaluate_lm(model, batches, "causal")
+    result = lm_loss.evaluate_lm(model, batches, "causal")
     assert result["n_tokens"] == sum(int((b["labels"][:, 1:] != -100).sum()) for b in batches)
     assert abs(result["loss"] - torch.log(torch.tensor(float(len(en_bpe)))).item()) < 1.0  # ~uniform at init
 
@@ -278,24 +278,24 @@ def test_calibrated_loss_undoes_an_over_confident_scale(monkeypatch):
             super().__init__()
             self.factor = factor
 
-    monkeypatch.setattr(modeling, "predicted_logits", lambda model, batch, kind: (logits * model.factor, targets))
+    monkeypatch.setattr(lm_loss, "predicted_logits", lambda model, batch, kind: (logits * model.factor, targets))
     monkeypatch.setattr(
-        modeling,
+        lm_loss,
         "token_losses",
         lambda model, batch, kind: (
             torch.nn.functional.cross_entropy(logits * model.factor, targets, reduction="none"),
             targets,
         ),
     )
-    base = modeling.evaluate_lm(Fixed(3.0), batches, "masked", calibrate=True)
-    sharp = modeling.evaluate_lm(Fixed(3.0 * 1.1**5), batches, "masked", calibrate=True)
+    base = lm_loss.evaluate_lm(Fixed(3.0), batches, "masked", calibrate=True)
+    sharp = lm_loss.evaluate_lm(Fixed(3.0 * 1.1**5), batches, "masked", calibrate=True)
     assert sharp["loss"] > base["loss"]
     for r in (base, sharp):
         assert r["calibrated_loss"] <= r["loss"] + 1e-9
     assert 1.1 < base["temperature"] < 5  # over-confident, and an interior optimum of the grid
     assert sharp["calibrated_loss"] == pytest.approx(base["calibrated_loss"], rel=1e-5)
     assert sharp["temperature"] == pytest.approx(base["temperature"] * 1.1**5, rel=1e-6)
-    plain = modeling.evaluate_lm(Fixed(1.0), batches, "masked")
+    plain = lm_loss.evaluate_lm(Fixed(1.0), batches, "masked")
     assert "calibrated_loss" not in plain and plain["block_tokens"] == [100] * 4
     assert sum(plain["block_loss"]) == pytest.approx(plain["loss"] * 400, rel=1e-9)
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from vocabtransfer.data.token_ids import TokenIds
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.model import modeling
+from vocabtransfer.model import lm_loss
 from vocabtransfer.model.lmdata import Kind, special_tokens_around
 
 SCHEMES = ("equal_types", "log")
@@ -87,7 +87,7 @@ def frequency_buckets(counts: np.ndarray, n_buckets: int, scheme: str):
 def bucket_losses(model, batches: list[dict], kind: Kind, bucket: np.ndarray, n_buckets: int):
     """(summed standard cross-entropy, number of target tokens), each (blocks, buckets), over fixed
     batches: block = the row of the packed held-out block a predicted token belongs to (each token's
-    loss from the hidden states through the fused head, `modeling.token_losses`)."""
+    loss from the hidden states through the fused head, `lm_loss.token_losses`)."""
     import torch  # torch: heavy, not at CLI start-up
 
     sums, counts = [], []
@@ -96,7 +96,7 @@ def bucket_losses(model, batches: list[dict], kind: Kind, bucket: np.ndarray, n_
         for batch in batches:
             labels = batch["labels"][:, 1:] if kind == "causal" else batch["labels"]
             rows = (labels != -100).nonzero()[:, 0].numpy()
-            losses, targets = modeling.token_losses(model, batch, kind, objective="standard")
+            losses, targets = lm_loss.token_losses(model, batch, kind, objective="standard")
             loss = losses.double().cpu().numpy()
             cell = rows * n_buckets + bucket[targets.cpu().numpy()]
             size = labels.shape[0] * n_buckets

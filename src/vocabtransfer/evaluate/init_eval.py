@@ -10,7 +10,7 @@ For target language L and every method in params `init.methods` (results/L/init/
     the one temperature that minimises the loss (`calibrated_loss`, `temperature`). Right after
     initialisation the encoder has never seen the target language, so the raw loss mixes how well
     a method ranks the right token with how over-confident its logits are; the calibrated loss
-    measures the ranking alone (see `modeling.evaluate_lm`);
+    measures the ranking alone (see `lm_loss.evaluate_lm`);
 (b) encoders only: parallel-sentence retrieval on XNLI dev premises (`evaluate.retrieval`). N distinct
     source-language premises (`init_eval.xnli` with lang = `init_eval.source_lang`) are embedded by the source
     model, the same rows of the target-language file by the initialised model (mean pooling of the
@@ -60,7 +60,7 @@ from vocabtransfer import io
 from vocabtransfer.evaluate import bits_per_byte, bpb_floor, init_eval_plot
 from vocabtransfer.evaluate.retrieval import read_xnli_premises, retrieval_accuracy, sentence_embeddings
 from vocabtransfer.init import availability
-from vocabtransfer.model import modeling
+from vocabtransfer.model import lm_loss, modeling
 from vocabtransfer.model.hub import load_tokenizer
 from vocabtransfer.model.lmdata import Kind, lm_batches, pack_lines, read_lines, target_labels
 from vocabtransfer.pipeline import paths
@@ -139,7 +139,7 @@ def lm_eval(model, tokenizer, kind: Kind, lines: list[str], *, seq_len: int, bat
     blocks = pack_lines(tokenizer, lines, seq_len, kind=kind)
     if not blocks:
         raise VocabTransferError("init_eval: no text to evaluate on (empty valid split or max_lines = 0)")
-    return modeling.evaluate_lm(model, lm_batches(tokenizer, blocks, kind, batch_size, seed), kind, calibrate=True)
+    return lm_loss.evaluate_lm(model, lm_batches(tokenizer, blocks, kind, batch_size, seed), kind, calibrate=True)
 
 
 def loss_columns(res: dict) -> dict:

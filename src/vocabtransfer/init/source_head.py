@@ -49,7 +49,7 @@ import time
 from dataclasses import dataclass
 
 from vocabtransfer import io
-from vocabtransfer.model import modeling
+from vocabtransfer.model import lm_loss, modeling
 from vocabtransfer.model.hub import load_tokenizer
 from vocabtransfer.model.lmdata import MLM_PROBABILITY, Kind, LMCollator, lm_batches, pack_lines, read_lines
 from vocabtransfer.model.hub import materialised_source
@@ -111,7 +111,7 @@ def _features(model, blocks: list[list[int]], collate, kind: Kind, batch_size: i
         chunk = blocks[i : i + batch_size]
         batch = collate(chunk)
         with torch.inference_mode():
-            hidden, targets = modeling.head_inputs(model, batch, kind)
+            hidden, targets = lm_loss.head_inputs(model, batch, kind)
         # split back per block so that steps can draw any blocks
         labels = batch["labels"][:, 1:] if kind == "causal" else batch["labels"]
         counts = (labels != -100).sum(dim=1).tolist()
@@ -136,7 +136,7 @@ def _cached_loss(head, feats) -> tuple[float, int]:
 def _unfreeze_head(model, kind: Kind, loading: modeling.LoadingInfo):
     """The LM head and its missing parameters, the only ones left trainable (the body frozen, in eval
     mode so that its features can be cached); an error where a missing weight is not the head's."""
-    head = modeling.lm_head(model, kind)
+    head = lm_loss.lm_head(model, kind)
     params = trainable_head_parameters(model, loading)
     if head is None or not params:
         raise VocabTransferError(
@@ -292,7 +292,7 @@ def train_head(
         p.requires_grad_(False)
 
     # 4. the saved model's own loss on the held-out blocks (same masks as the cached features)
-    final = modeling.evaluate_lm(model, lm_batches(tokenizer, eval_blocks, kind, batch_size, seed + 1), kind)
+    final = lm_loss.evaluate_lm(model, lm_batches(tokenizer, eval_blocks, kind, batch_size, seed + 1), kind)
     log.info(
         "held-out masked-LM loss after %d steps: %.4f (perplexity %.1f)", steps, final["loss"], final["perplexity"]
     )
@@ -357,7 +357,7 @@ def run(ctx) -> None:
     else:
         log.info("%s has its LM head; nothing to train, saving it as the source model", directory)
         blocks = pack_lines(tokenizer, eval_lines, opts.seq_len, kind=kind)
-        ref = modeling.evaluate_lm(model, lm_batches(tokenizer, blocks, kind, opts.batch_size, ctx.seed + 1), kind)
+        ref = lm_loss.evaluate_lm(model, lm_batches(tokenizer, blocks, kind, opts.batch_size, ctx.seed + 1), kind)
         stats.update(
             skipped=True,
             trained_parameters=[],

@@ -15,7 +15,7 @@ import numpy as np
 
 from vocabtransfer import io
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.model import modeling
+from vocabtransfer.model import lm_loss
 from vocabtransfer.model.lmdata import Kind, special_tokens_around
 
 LN2 = math.log(2.0)
@@ -126,7 +126,7 @@ def score_lines(
                 mask[j, : len(x)] = 1
             batch = {"input_ids": input_ids, "attention_mask": mask, "labels": labels}
             row_of = (labels[:, 1:] != -100).nonzero()[:, 0].numpy()  # the order token_losses returns
-            losses, _ = modeling.token_losses(model, batch, "causal", objective="standard")
+            losses, _ = lm_loss.token_losses(model, batch, "causal", objective="standard")
             line_of = np.array([r[0] for r in chunk], dtype=np.int64)[row_of]
             bits += np.bincount(line_of, weights=losses.double().cpu().numpy() / LN2, minlength=len(lines))
     model.train(was_training)

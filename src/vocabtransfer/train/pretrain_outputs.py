@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 
 from vocabtransfer import io
 from vocabtransfer.data.token_ids import unigram_counts
-from vocabtransfer.model import modeling
+from vocabtransfer.model import lm_loss, modeling
 from vocabtransfer.model.lmdata import Kind, target_labels
 from vocabtransfer.train import pretrain_setup as setup
 from vocabtransfer.train.pretrain_params import DISTILL_COLUMNS, PretrainParams
@@ -51,7 +51,7 @@ CURVE_SCHEMA = pa.schema(
 def block_losses(model, batches: list[dict], kind: Kind) -> tuple[list[float], list[int]]:
     """The summed standard cross-entropy and the number of predicted tokens of every evaluation block
     (the clusters the report's bootstrap resamples); their totals give the valid loss."""
-    result = modeling.evaluate_lm(model, batches, kind)
+    result = lm_loss.evaluate_lm(model, batches, kind)
     return result["block_loss"], result["block_tokens"]
 
 
