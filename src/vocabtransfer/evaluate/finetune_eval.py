@@ -214,6 +214,73 @@ def set_padding(tokenizer, model_dir: Path) -> str | None:
     return str(fallback)
 
 
+def _head_class(task, model_dir: Path):
+    """(head class, None): the class that fine-tunes `model_dir` for the task, transformers' `task.head` where it
+    has one for the architecture, else a decoder's generic head (evaluate/generic_heads.py); (None, why) where
+    neither applies."""
+    import transformers  # transformers: heavy, not at CLI start-up
+
+    head_cls = getattr(transformers, task.head)
+    why = missing_head(task.head, model_dir)
+    if why is not None:  # a decoder without transformers' head: the generic one (evaluate/generic_heads.py)
+        config = transformers.AutoConfig.from_pretrained(str(model_dir))
+        why_not = generic_heads.unsupported(task.head, config)
+        if why_not is not None:
+            why = f"{why}, and {why_not}"
+            log.warning("%s: %s; the job writes the reason instead of scores", model_dir, why)
+            return None, why
+        head_cls = generic_heads.head_class(task.head, config)
+        log.info("%s: %s; fine-tuning with %s", model_dir, why, head_cls.__name__)
+    return head_cls, None
+
+
+def _training_args(opts, seed: int, output_dir: Path, device: str, bf16: bool):
+    """The Trainer's arguments: the task's options, seeded, no saving, evaluation or logging."""
+    from transformers import TrainingArguments  # transformers: heavy, not at CLI start-up
+
+    return TrainingArguments(
+        output_dir=str(output_dir),
+        seed=seed,
+        data_seed=seed,
+        num_train_epochs=opts.epochs,
+        learning_rate=opts.learning_rate,
+        per_device_train_batch_size=opts.batch_size,
+        per_device_eval_batch_size=opts.eval_batch_size,
+        warmup_steps=opts.warmup_ratio,  # a float below 1 is a share of the steps
+        weight_decay=opts.weight_decay,
+        save_strategy="no",
+        eval_strategy="no",
+        logging_strategy="no",
+        report_to=[],
+        disable_tqdm=True,
+        use_cpu=device == "cpu",
+        dataloader_num_workers=0,
+        bf16=bf16,
+        optim="adamw_torch_fused" if bf16 else "adamw_torch",
+    )
+
+
+def _result(task, splits, trainer, evaluation, train_features, pad_token, choice) -> dict:
+    """The result fields of one fine-tuning: the test scores and examples, sizes, skips and precision."""
+    opts = task.options
+    return {
+        "metric": task.metric,
+        "head_class": type(trainer.model).__name__,
+        "metrics": {k: round(float(v), 4) for k, v in evaluation.metrics.items()},
+        "n_train": len(splits.train),
+        "n_test": len(splits.test),
+        "n_train_features": len(train_features),
+        "examples_seen": int(round(len(train_features) * opts.epochs)),
+        "skipped": {**splits.skipped, **evaluation.skipped},
+        "examples": evaluation.examples,
+        "pad_token_set": pad_token,  # the tokenizer had none: batches padded with this token
+        "precision": choice.name,
+        "precision_reason": choice.reason,
+        "scored_in": "fp32",
+        **splits.notes,
+    }
+
+
 def finetune(
     *,
     task,
@@ -232,23 +299,12 @@ def finetune(
     `precision` (`eval.precision`, `model.precision.resolve`): bf16 fine-tunes under the Trainer's autocast with
     fp32 master weights and AdamW's fused kernel; the test split is then scored in fp32 (the autocast wrapper
     taken off the model), so scores of bf16- and fp32-trained models are computed alike."""
-    import transformers  # transformers: heavy, not at CLI start-up
-
-    # transformers: heavy, not at CLI start-up
-    from transformers import AutoTokenizer, Trainer, TrainingArguments, set_seed
+    from transformers import AutoTokenizer, Trainer, set_seed  # transformers: heavy, not at CLI start-up
 
     opts = task.options
-    head_cls = getattr(transformers, task.head)
-    why = missing_head(task.head, model_dir)
-    if why is not None:  # a decoder without transformers' head: the generic one (evaluate/generic_heads.py)
-        config = transformers.AutoConfig.from_pretrained(str(model_dir))
-        why_not = generic_heads.unsupported(task.head, config)
-        if why_not is not None:
-            why = f"{why}, and {why_not}"
-            log.warning("%s: %s; the job writes the reason instead of scores", model_dir, why)
-            return {"not_run": why}, None
-        head_cls = generic_heads.head_class(task.head, config)
-        log.info("%s: %s; fine-tuning with %s", model_dir, why, head_cls.__name__)
+    head_cls, why = _head_class(task, model_dir)
+    if head_cls is None:
+        return {"not_run": why}, None
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
     if not getattr(tokenizer, "is_fast", False):
         raise VocabTransferError(f"{model_dir}: the tokenizer is not a fast tokenizer (offsets and word ids need one)")
@@ -269,48 +325,14 @@ def finetune(
     train_features = task.features(splits.train, tokenizer, labels)
     choice = resolve_precision(precision, use_cpu=device == "cpu")
     log.info("fine-tuning precision: %s", choice.reason)
-    args = TrainingArguments(
-        output_dir=str(output_dir),
-        seed=seed,
-        data_seed=seed,
-        num_train_epochs=opts.epochs,
-        learning_rate=opts.learning_rate,
-        per_device_train_batch_size=opts.batch_size,
-        per_device_eval_batch_size=opts.eval_batch_size,
-        warmup_steps=opts.warmup_ratio,  # a float below 1 is a share of the steps
-        weight_decay=opts.weight_decay,
-        save_strategy="no",
-        eval_strategy="no",
-        logging_strategy="no",
-        report_to=[],
-        disable_tqdm=True,
-        use_cpu=device == "cpu",
-        dataloader_num_workers=0,
-        bf16=choice.bf16,
-        optim="adamw_torch_fused" if choice.bf16 else "adamw_torch",
-    )
+    args = _training_args(opts, seed, output_dir, device, choice.bf16)
     trainer = Trainer(model=model, args=args, train_dataset=train_features, data_collator=task.collator(tokenizer))
     trainer.train()
     if choice.bf16:  # scored in fp32: the accelerator's autocast wrapper taken off the model's forward
         trainer.model = trainer.accelerator.unwrap_model(trainer.model, keep_fp32_wrapper=False)
     evaluation = task.evaluate(trainer, splits.test, tokenizer, labels)
     evaluation.examples["clusters"] = test_clusters(splits.test, task.name)
-    result = {
-        "metric": task.metric,
-        "head_class": type(trainer.model).__name__,
-        "metrics": {k: round(float(v), 4) for k, v in evaluation.metrics.items()},
-        "n_train": len(splits.train),
-        "n_test": len(splits.test),
-        "n_train_features": len(train_features),
-        "examples_seen": int(round(len(train_features) * opts.epochs)),
-        "skipped": {**splits.skipped, **evaluation.skipped},
-        "examples": evaluation.examples,
-        "pad_token_set": pad_token,  # the tokenizer had none: batches padded with this token
-        "precision": choice.name,
-        "precision_reason": choice.reason,
-        "scored_in": "fp32",
-        **splits.notes,
-    }
+    result = _result(task, splits, trainer, evaluation, train_features, pad_token, choice)
     return result, trainer
 
 
