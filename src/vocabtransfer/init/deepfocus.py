@@ -274,6 +274,25 @@ def _overlap_and_auxiliary(
 
 
 @torch.no_grad()
+def _focus_rows(source_embeddings: torch.Tensor, found: tuple, target_size: int, seed: int, device, say, start: float):
+    """Step 4 of `FOCUS`: the overlapping tokens' rows copied, random rows, FOCUS combinations, from the overlap
+    and the auxiliary matrix of `_overlap_and_auxiliary` (`found`), logged with the time since `start`.
+    Returns (the embeddings, the method's stats)."""
+    t_ov, s_ov, aux, aux_mask, anchor_mask, new_ids = found
+    inputs = FocusInputs(source_embeddings, t_ov, s_ov, torch.from_numpy(aux), torch.from_numpy(aux_mask), target_size)
+    out, stats = focus_embeddings(inputs, seed=seed, device=device, new_ids=new_ids, anchor_mask=anchor_mask)
+    say(
+        "FOCUS: copied %d overlapping tokens, %d new tokens from N(source mean, source std) (no fastText vector), "
+        "%d new tokens as sparse combinations of %d anchors, in %.1f s",
+        stats["copied"],
+        stats["random"],
+        stats["focus_combined"],
+        stats["anchors"],
+        time.perf_counter() - start,
+    )
+    return out, stats
+
+
 def FOCUS(
     target_tokenizer,
     source_tokenizer,
@@ -333,8 +352,7 @@ def FOCUS(
         training,
     )
     # 2. overlap; 3. auxiliary matrix by target id
-    target_size = len(target_tokenizer)
-    t_ov, s_ov, aux, aux_mask, anchor_mask, new_ids = _overlap_and_auxiliary(
+    found = _overlap_and_auxiliary(
         target_tokenizer,
         source_tokenizer,
         vectors,
@@ -343,19 +361,8 @@ def FOCUS(
         fuzzy_match_all=fuzzy_match_all,
         match_symbols=match_symbols,
     )
-
     # 4. copy, random rows, FOCUS combinations
-    inputs = FocusInputs(source_embeddings, t_ov, s_ov, torch.from_numpy(aux), torch.from_numpy(aux_mask), target_size)
-    out, stats = focus_embeddings(inputs, seed=seed, device=device, new_ids=new_ids, anchor_mask=anchor_mask)
-    say(
-        "FOCUS: copied %d overlapping tokens, %d new tokens from N(source mean, source std) (no fastText vector), "
-        "%d new tokens as sparse combinations of %d anchors, in %.1f s",
-        stats["copied"],
-        stats["random"],
-        stats["focus_combined"],
-        stats["anchors"],
-        time.perf_counter() - start,
-    )
+    out, stats = _focus_rows(source_embeddings, found, len(target_tokenizer), seed, device, say, start)
     if verbosity == "debug":
         log.debug("FOCUS stats: %s", stats)
     return out.detach()
