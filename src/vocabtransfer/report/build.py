@@ -76,6 +76,30 @@ def job_seconds(root: Path) -> float | None:
     return sum(seconds) if seconds else None
 
 
+def _comparisons_section(lang, families: list, settings: tables.Settings) -> list[str]:
+    """`### Comparisons`: every family's table, an objective's with its distill-terms note."""
+    body = ["### Comparisons", ""]
+    for family in families:
+        body += markdown.family_section(family, settings)
+        body += distill_terms.note(lang, family.objective) if family.objective else []
+    if not families:
+        body += ["_No comparison: no paired runs for this language._", ""]
+    return body
+
+
+def _downstream_section(lang, status: dict, figures: Path, m: dict) -> list[str]:
+    """The downstream tasks' section with its figure (written into `figures`); their scores, floors and
+    whether each is learned go into the language's metrics `m`."""
+    down_fig = None
+    if status:
+        down_fig = f"{paths.REPORT_FIGURES}/{lang.lang}_downstream.png"
+        plot_downstream(lang.lang, status, figures / Path(down_fig).name)
+        m["eval"] = {t: {s.group: round(s.score.diff, 4) for s in st.scores} for t, st in status.items()}
+        m["floor"] = {t: round(float(st.floor["value"]), 4) for t, st in status.items()}
+        m["learned"] = {t: st.learned for t, st in status.items()}
+    return markdown.downstream_section(lang, status, down_fig)
+
+
 def write_report(params: Params, report: tables.ReportParams, p: Plan, root: Path = Path(".")) -> Path:
     """Read everything under `root`, write the report, its figures, curves and metrics there; `report`
     is params `report`, typed."""
@@ -119,12 +143,7 @@ def write_report(params: Params, report: tables.ReportParams, p: Plan, root: Pat
                 )
                 body += section
                 per_language[lang.lang][2].extend(bullets)
-            body += ["### Comparisons", ""]
-            for family in families:
-                body += markdown.family_section(family, settings)
-                body += distill_terms.note(lang, family.objective) if family.objective else []
-            if not families:
-                body += ["_No comparison: no paired runs for this language._", ""]
+            body += _comparisons_section(lang, families, settings)
             body += bits_per_byte_section(lang, bpb, settings)
             if bpb is not None and bpb.rows:
                 m["bits_per_byte"] = {
@@ -134,14 +153,7 @@ def write_report(params: Params, report: tables.ReportParams, p: Plan, root: Pat
                 }
                 m["bits_per_byte_floor"] = {r.objective: round(r.score.diff, 4) for r in bpb.floors if r.score}
             body += markdown.token_frequency_section(lang) + markdown.gradient_section(lang)
-            down_fig = None
-            if status:
-                down_fig = f"{paths.REPORT_FIGURES}/{lang.lang}_downstream.png"
-                plot_downstream(lang.lang, status, figures / Path(down_fig).name)
-                m["eval"] = {t: {s.group: round(s.score.diff, 4) for s in st.scores} for t, st in status.items()}
-                m["floor"] = {t: round(float(st.floor["value"]), 4) for t, st in status.items()}
-                m["learned"] = {t: st.learned for t, st in status.items()}
-            body += markdown.downstream_section(lang, status, down_fig)
+            body += _downstream_section(lang, status, figures, m)
             zero_shot, m["lm_eval"], zero_shot_verdict[lang.lang] = harness_table.section(
                 lang.lang, lang.lm_eval, settings
             )

@@ -355,38 +355,7 @@ def section(
     if figure:
         lines += [f"![valid loss against tokens seen]({figure})", ""]
     if eqs:
-        lines.append(
-            md_table(
-                [
-                    "method",
-                    "budget (tokens)",
-                    "its valid loss",
-                    f"{baseline}'s at the budget",
-                    f"{baseline}'s tokens to reach it",
-                    "ratio",
-                ],
-                [
-                    [
-                        f"{e.method}-{e.objective}",
-                        tokens_text(e.budget),
-                        f"{e.loss:.3f}",
-                        f"{e.baseline_loss:.3f}",
-                        interval_text(e.tokens),
-                        ratio_text(e.ratio),
-                    ]
-                    for e in eqs
-                ],
-            )
-        )
-        lines += [
-            "",
-            f"The tokens {baseline} (same objective) needs to reach each method's mean valid loss at each "
-            "budget, read off its mean curve in log tokens; the ratio to the budget is what the initialisation "
-            'is worth in its tokens. "> run": it does not get there within the run. Intervals '
-            f"{100 * confidence:g} % over the rows (Bonferroni), from a bootstrap over the pretraining seeds "
-            f"and the {reps.blocks} valid blocks.",
-            "",
-        ]
+        lines += _equivalents_table(reps, eqs, baseline, confidence)
     elif not any(m == baseline for m, _ in reps.mean):
         lines += [
             f"_No token-equivalent: the baseline {baseline} (report.baseline) has no pretraining runs here; set "
@@ -394,38 +363,77 @@ def section(
             "",
         ]
     if crossings:
-        reach = reach or {}
-        lines.append(
-            md_table(
-                ["method", "tokens to the unigram floor", "tokens to the uniform floor"]
-                + (["tokens to the source's bits per byte"] if reach else []),
-                [
-                    [
-                        f"{c.method}-{c.objective}",
-                        interval_text(c.unigram) if c.unigram else "–",
-                        interval_text(c.uniform) if c.uniform else "–",
-                    ]
-                    + (
-                        [interval_text(reach[(c.method, c.objective)]) if (c.method, c.objective) in reach else "–"]
-                        if reach
-                        else []
-                    )
-                    for c in crossings
-                ],
-            )
-        )
-        floors = [
-            f"unigram {reps.unigram[0]:.3f}" if reps.unigram is not None else "",
-            f"uniform {reps.uniform:.3f}" if reps.uniform is not None else "",
-        ]
-        lines += [
-            "",
-            f"Floors in nats a valid token ({', '.join(f for f in floors if f)}): the add-one unigram of "
-            "the training split and the uniform guess over the vocabulary, on the tokens the models are scored "
-            "on. 0: the model starts below it." + (f" {source}" if source else ""),
-            "",
-        ]
+        lines += _crossings_table(reps, crossings, reach or {}, source)
     return lines
+
+
+def _equivalents_table(reps: Replicates, eqs: list[Equivalent], baseline: str, confidence: float) -> list[str]:
+    """The baseline's tokens to reach each method's valid loss at each budget, with the ratio, and its note."""
+    table = md_table(
+        [
+            "method",
+            "budget (tokens)",
+            "its valid loss",
+            f"{baseline}'s at the budget",
+            f"{baseline}'s tokens to reach it",
+            "ratio",
+        ],
+        [
+            [
+                f"{e.method}-{e.objective}",
+                tokens_text(e.budget),
+                f"{e.loss:.3f}",
+                f"{e.baseline_loss:.3f}",
+                interval_text(e.tokens),
+                ratio_text(e.ratio),
+            ]
+            for e in eqs
+        ],
+    )
+    return [
+        table,
+        "",
+        f"The tokens {baseline} (same objective) needs to reach each method's mean valid loss at each "
+        "budget, read off its mean curve in log tokens; the ratio to the budget is what the initialisation "
+        'is worth in its tokens. "> run": it does not get there within the run. Intervals '
+        f"{100 * confidence:g} % over the rows (Bonferroni), from a bootstrap over the pretraining seeds "
+        f"and the {reps.blocks} valid blocks.",
+        "",
+    ]
+
+
+def _crossings_table(reps: Replicates, crossings: list[FloorCrossing], reach: dict, source: str) -> list[str]:
+    """The tokens each run needs to go below the unigram and the uniform floor (and to reach the source's bits
+    per byte, `reach`), and their note."""
+    table = md_table(
+        ["method", "tokens to the unigram floor", "tokens to the uniform floor"]
+        + (["tokens to the source's bits per byte"] if reach else []),
+        [
+            [
+                f"{c.method}-{c.objective}",
+                interval_text(c.unigram) if c.unigram else "–",
+                interval_text(c.uniform) if c.uniform else "–",
+            ]
+            + (
+                [interval_text(reach[(c.method, c.objective)]) if (c.method, c.objective) in reach else "–"]
+                if reach
+                else []
+            )
+            for c in crossings
+        ],
+    )
+    floors = [
+        f"unigram {reps.unigram[0]:.3f}" if reps.unigram is not None else "",
+        f"uniform {reps.uniform:.3f}" if reps.uniform is not None else "",
+    ]
+    return [
+        table,
+        "",
+        f"Floors in nats a valid token ({', '.join(f for f in floors if f)}): the add-one unigram of "
+        "the training split and the uniform guess over the vocabulary, on the tokens the models are scored "
+        "on. 0: the model starts below it." + (f" {source}" if source else ""),
+        "",
+    ]
 
 
 def verdict(reps: Replicates, eqs: list[Equivalent], crossings: list[FloorCrossing], baseline: str) -> list[str]:

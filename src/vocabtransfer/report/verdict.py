@@ -175,18 +175,9 @@ def learned_sentence(task: str, st, floor: str, settings: Settings) -> str:
     )
 
 
-def language_verdict(
-    lang: str,
-    families: list[Family],
-    status: dict,
-    settings: Settings,
-    extra: list[str] | None = None,
-    zero_shot: list[str] = (),
-) -> list[str]:
-    """The verdict's bullet points for one language; `extra`: the bits-per-byte claims that need more than a
-    family (report.bpb.share_sentence), after the bits-per-byte bullet; `zero_shot`: the zero-shot tasks'
-    (report.harness_table), last."""
-    lines = [f"### {lang}", ""]
+def _family_bullets(families: list[Family], settings: Settings) -> list[str]:
+    """The bullets of the families that open a language's verdict: right after initialisation, the valid loss
+    and bits per byte against random, head to head."""
     bullets = []
     for family in families:
         if family.title == INIT_TITLE:
@@ -224,6 +215,22 @@ def language_verdict(
             bullets += [s] if s else []
         elif family.title.startswith(rivals.TITLE):
             bullets += head_to_head_sentences(family, settings)
+    return bullets
+
+
+def language_verdict(
+    lang: str,
+    families: list[Family],
+    status: dict,
+    settings: Settings,
+    extra: list[str] | None = None,
+    zero_shot: list[str] = (),
+) -> list[str]:
+    """The verdict's bullet points for one language; `extra`: the bits-per-byte claims that need more than a
+    family (report.bpb.share_sentence), after the bits-per-byte bullet; `zero_shot`: the zero-shot tasks'
+    (report.harness_table), last."""
+    lines = [f"### {lang}", ""]
+    bullets = _family_bullets(families, settings)
     bullets += [s for s in extra or [] if s]
     for task, st in status.items():
         floor = f"{st.floor['name']}, {st.floor['value']:.1f}"
