@@ -110,7 +110,8 @@ def main() -> None:
         for w in [None, *args.width]
     ]
     print(
-        f"| vocab | width | precision | episode s | s/step | tokens/step | tokens/s | peak GiB | {args.steps} steps, min |"
+        "| vocab | width | precision | episode s | s/step | tokens/step | tokens/s | peak GiB | "
+        f"{args.steps} steps, min |"
     )
     print("|---:|---:|---|---:|---:|---:|---:|---:|---:|")
     for r in rows:

@@ -8,8 +8,8 @@ as the pretrain stage packs them (`lmdata.pack_ids`: the tokenizer's own special
 end-of-sequence token closing it, blocks of at most `--seq-len`), with both models' standard cross-entropy
 per token (`lm_loss.token_losses`, as the pipeline scores), and prints B − A: over all tokens, over the
 special tokens (BOS, EOS: no bytes, so in no chunk of the distill/alm objectives) and over the rest, then the
-`--top` target tokens whose summed difference is largest, with their count and share of the whole gap. Used in docs/objectives.md on the distill study's alm
-and standard models (seed 1).
+`--top` target tokens whose summed difference is largest, with their count and share of the whole gap. Used in
+docs/objectives.md on the distill study's alm and standard models (seed 1).
 """
 
 from __future__ import annotations

@@ -331,7 +331,8 @@ def print_table(rows: list[dict]) -> None:
         base = by.get((kind, impl, shape, "fp32", ckpt))
         if prec == "bf16" and base:
             print(
-                f"{kind} {impl} {shape}: bf16 / fp32 {r['tokens_per_second'] / base['tokens_per_second']:.2f}x tokens/s "
+                f"{kind} {impl} {shape}: bf16 / fp32 "
+                f"{r['tokens_per_second'] / base['tokens_per_second']:.2f}x tokens/s "
                 f"(square matmul {r['matmul_flops_per_second'] / base['matmul_flops_per_second']:.2f}x), "
                 f"{r['peak_memory_bytes'] / base['peak_memory_bytes']:.2f}x peak memory; bf16 model FLOP rate "
                 f"{r['mfu']:.0%} of the bf16 matmul's"

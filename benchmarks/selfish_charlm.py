@@ -82,7 +82,8 @@ def train(objective: str, ids: torch.Tensor, vocab: int, args):
         opt.zero_grad(set_to_none=True)
         if step % 100 == 0 or step == args.steps - 1:
             print(
-                f"  {objective:8s} step {step:5d}  train loss {float(loss.detach()):.3f}  ({time.perf_counter() - start:.0f} s)",
+                f"  {objective:8s} step {step:5d}  train loss {float(loss.detach()):.3f}  "
+                f"({time.perf_counter() - start:.0f} s)",
                 flush=True,
             )
     return model

@@ -15,11 +15,12 @@ started in a session of its own;
 Then the same command runs to the end and the outputs are compared file by file with the reference's: bytes,
 or for JSON and Parquet the same values once the fields that record times are set aside (TIME_FIELDS). One row per
 point: the stage, the point, whether the kill landed before the job ended, whether the rerun succeeded, and the
-files that differ (report.md without its job-time line). With `--runner dvc` the command killed and rerun is `dvc repro --single-item` on the dvc.yaml
-stage that writes the job's outputs (one stage of each phase by default: DVC_PHASES), compared with the same
-job run through DVC without a kill (dvc.yaml gives a job its own threads, and a pretraining run on two threads is
-not bit-identical to one on one thread, as the Snakemake reference ran it). `make crash-matrix` runs every stage (`python tests/crash_matrix.py --reference DIR` without --stages); CI a seeded sample
-(tests/test_crash_matrix.py).
+files that differ (report.md without its job-time line). With `--runner dvc` the command killed and rerun is
+`dvc repro --single-item` on the dvc.yaml stage that writes the job's outputs (one stage of each phase by default:
+DVC_PHASES), compared with the same job run through DVC without a kill (dvc.yaml gives a job its own threads, and
+a pretraining run on two threads is not bit-identical to one on one thread, as the Snakemake reference ran it).
+`make crash-matrix` runs every stage (`python tests/crash_matrix.py --reference DIR` without --stages); CI a seeded
+sample (tests/test_crash_matrix.py).
 """
 
 from __future__ import annotations

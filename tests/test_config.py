@@ -65,7 +65,8 @@ def test_defaults_filled_for_missing_sections():
         (
             {"init": {"methods": ["focus", "focsu"]}},
             "init.methods: 'focsu' is not allowed; allowed: random, overlap, "
-            "mean, fvt, focus, ofa, snmf, wechsel, hypernet, omp, each also as <name>+svd or <name>+snmf; did you mean 'focus'?",
+            "mean, fvt, focus, ofa, snmf, wechsel, hypernet, omp, each also as <name>+svd or <name>+snmf; "
+            "did you mean 'focus'?",
         ),
         (
             {"pretrain": {"pairs": ["focus-selfsh"]}},
@@ -374,7 +375,8 @@ def test_validate_checks_the_plan_and_reads_yaml_as_people_write_it(tmp_path, ca
 @pytest.mark.parametrize(
     "over, words",
     [
-        # a hub id that HF_HUB_OFFLINE (set for every test) forbids downloading: the cache, the variable, the alternatives
+        # a hub id that HF_HUB_OFFLINE (set for every test) forbids downloading: the cache, the variable,
+        # the alternatives
         (
             {"source_model": "facebook/xglm-564M"},
             [

@@ -1,6 +1,6 @@
 """Decoder-only sources, in-process: a source with a missing or mis-shaped LM head (one clear error, nothing
-written), an architecture without a task head, even a generic one (a skip the report lists), an LM head with a bias (moved by
-token), the hub download (only the files a model directory needs) and config/decoder.yaml (valid, plans
+written), an architecture without a task head, even a generic one (a skip the report lists), an LM head with a bias
+(moved by token), the hub download (only the files a model directory needs) and config/decoder.yaml (valid, plans
 offline). The end-to-end workflow runs are in test_decoder_only.py."""
 
 from __future__ import annotations

@@ -20,8 +20,8 @@ DISTILL_STUDY = DOCS / "study" / "gemma-distill" / "report.md"  # config/gemma.y
 HYPERNET_STUDY = DOCS / "study" / "hypernet" / "report.md"  # the committed result of config/hypernet.yaml
 PAGES = [REPO / "README.md"] + sorted(DOCS.glob("*.md")) + [STUDY, GEMMA_STUDY, DISTILL_STUDY, HYPERNET_STUDY]
 INTERVAL = r"[+-]\d+\.\d+ \[[+-]\d+\.\d+, [+-]\d+\.\d+\]"
-# what a JSON Schema node of the params schema (its YAML root and the sections made from dataclasses) may say; anything else is a typo, or a flow mapping
-# `{…, description: a, b}` whose unquoted comma made `b` a key of its own
+# what a JSON Schema node of the params schema (its YAML root and the sections made from dataclasses) may say;
+# anything else is a typo, or a flow mapping `{…, description: a, b}` whose unquoted comma made `b` a key of its own
 KEYWORDS = {
     "$schema",
     "$defs",

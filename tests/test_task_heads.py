@@ -1,7 +1,7 @@
 """Each task head fine-tunes the real MiniLM for a few seeded steps on a slice of the real data (precision auto, the
 stage's default: bf16 where the CPU multiplies it natively, 1.6x faster than fp32 on the NLI case here): each
-beats the trivial baseline (majority class, empty answer, all-O) on a held-out slice; and a language with only NER data runs the stage
-end to end through the command line."""
+beats the trivial baseline (majority class, empty answer, all-O) on a held-out slice; and a language with only NER
+data runs the stage end to end through the command line."""
 
 from __future__ import annotations
 

@@ -13,8 +13,8 @@ Token forms and matching follow `deepfocus.vocab_helper` / `deepfocus.focus.get_
    byte-level or SentencePiece-style token is the bytes it spells (`tokenizer.token_bytes`), a
    leading space written ▁: `Ġthe` and `▁the` give "▁the", `<0xC3>` and `Ã` (byte 0xC3) give
    the same form, `Ċ` and `<0x0A>` give "\n"; an added token is its own content (deepfocus strips
-   whitespace, so all of Gemma's newline-run tokens would share the form ""). The form is a str that holds the bytes losslessly:
-   UTF-8 text as itself, bytes that are no whole character as lone surrogates U+DC80-U+DCFF
+   whitespace, so all of Gemma's newline-run tokens would share the form ""). The form is a str that holds the
+   bytes losslessly: UTF-8 text as itself, bytes that are no whole character as lone surrogates U+DC80-U+DCFF
    (Python's surrogateescape), so it never equals a text form by accident (deepfocus decodes such
    bytes to "�", and all of them then share one form). WordPiece forms are text already; added
    and special tokens keep their text form. "Byte tokens" (byte-fallback pieces and byte-level
@@ -381,7 +381,8 @@ def run(ctx) -> None:
     clash = special_token_clash(target_tokenizer, source_tokenizer)
     if clash:
         raise VocabTransferError(
-            f"{ctx.input['tokenizer']}: its special tokens clash with those of the source model {source_model}: {clash}; "
+            f"{ctx.input['tokenizer']}: its special tokens clash with those of the source model {source_model}: "
+            f"{clash}; "
             "it was trained for another source or edited: retrain it with the tokenizer stage "
             "(snakemake --forcerun tokenizer, or dvc repro --force tokenizer)"
         )

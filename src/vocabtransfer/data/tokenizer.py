@@ -168,7 +168,8 @@ def load_target_tokenizer(path: str | os.PathLike):
     tokenizer_json = path / "tokenizer.json"
     if not tokenizer_json.is_file():
         raise VocabTransferError(
-            f"{tokenizer_json}: file missing, so {path} is no complete tokenizer; delete it and rerun the tokenizer stage"
+            f"{tokenizer_json}: file missing, so {path} is no complete tokenizer; delete it and rerun the tokenizer "
+            "stage"
         )
     try:
         Tokenizer.from_file(str(tokenizer_json))
@@ -182,7 +183,8 @@ def load_target_tokenizer(path: str | os.PathLike):
     except Exception as exc:
         cause = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
         raise VocabTransferError(
-            f"{path}: cannot load the tokenizer ({type(exc).__name__}: {cause}); delete it and rerun the tokenizer stage"
+            f"{path}: cannot load the tokenizer ({type(exc).__name__}: {cause}); delete it and rerun the tokenizer "
+            "stage"
         ) from exc
     if not getattr(tok, "is_fast", False):
         raise VocabTransferError(f"{path}: loaded a slow {type(tok).__name__}; delete it and rerun the tokenizer stage")

@@ -18,8 +18,8 @@ train/test split and the subsample depend on the params `seed` only, so every mo
 seed sees the same test examples in the same order, and the per-example arrays of the result JSON
 can be paired across them.
 
-`STAGES["finetune_eval"].jobs(params, lang)` (vocabtransfer.app.stages) lists the jobs params and the data present ask for; `skipped_tasks`
-says why a task has none for a language.
+`STAGES["finetune_eval"].jobs(params, lang)` (vocabtransfer.app.stages) lists the jobs params and the data present
+ask for; `skipped_tasks` says why a task has none for a language.
 
 Decoders (GPT-2, Llama, Qwen) are fine-tuned with their architecture's heads (`LlamaForSequenceClassification`
 …); a tokenizer without a pad token pads with its eos token (`set_padding`, recorded as `pad_token_set`).

@@ -29,8 +29,9 @@ For target language L and every method in params `init.methods` (results/L/init/
     scored, and the log says why. A causal source without its LM head is refused.
 
 (d) the floor every method must beat to use any context (row `floor:unigram-target`, kind `floor`, for
-    masked and causal models; a causal model's row also holds its bits per byte): the add-one unigram of the train split's target ids scoring exactly the tokens the methods are scored on
-    (the same blocks and masks), its loss in nats per token like theirs.
+    masked and causal models; a causal model's row also holds its bits per byte): the add-one unigram of the train
+    split's target ids scoring exactly the tokens the methods are scored on (the same blocks and masks), its loss in
+    nats per token like theirs.
 
 Every loss row keeps its summed loss and predicted tokens per valid block (`block_loss`, `block_tokens`):
 the report pairs two methods, or a method and the floor, block by block (its family "Right after

@@ -206,7 +206,8 @@ def _auxiliary_vectors(
     if mode == "fasttext-tokenlevel":
         if not target_training_data_path and not fasttext_model_path:
             raise ValueError(
-                "You need to provide a path to training data or pretrained fasttext model for fasttext-tokenlevel auxiliary embeddings."
+                "You need to provide a path to training data or pretrained fasttext model for fasttext-tokenlevel "
+                "auxiliary embeddings."
             )
         if fasttext_model_path:
             return TokenVectors(model=load_fasttext(fasttext_model_path))
@@ -223,7 +224,8 @@ def _auxiliary_vectors(
     if mode == "fasttext-wordlevel":
         if not language_identifier:
             raise ValueError(
-                "You need to provide a language identifier (e.g. de for German) for fasttext-wordlevel auxiliary embeddings."
+                "You need to provide a language identifier (e.g. de for German) for fasttext-wordlevel auxiliary "
+                "embeddings."
             )
         return word_level_vectors(download_fasttext_word_model(language_identifier), vocab_tokenizer)
     raise ValueError(f"auxiliary_embedding_mode must be 'fasttext-tokenlevel' or 'fasttext-wordlevel', got {mode!r}")

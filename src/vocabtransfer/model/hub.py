@@ -66,7 +66,10 @@ def _hub_advice(name: str, exc: Exception) -> str:
     if isinstance(exc, RepositoryNotFoundError):
         return "no such repository on the hub (or it is private: export HF_TOKEN); check the id"
     if isinstance(exc, LocalEntryNotFoundError):
-        return "not in the local Hugging Face cache and the hub cannot be reached (HF_HUB_OFFLINE?); download it once online"
+        return (
+            "not in the local Hugging Face cache and the hub cannot be reached (HF_HUB_OFFLINE?); "
+            "download it once online"
+        )
     return "the hub could not provide it"
 
 

@@ -1,9 +1,9 @@
 """What the plan can know about `source_model` before any job, without loading it or reaching the hub.
 
 * `kind(value)`: "causal" or "masked" from the model's config.json (a local directory, the hub id's copy
-  in the Hugging Face cache, or the copy an installed package ships: `hub.PACKAGED_MODELS`), "causal" for a GGUF source (`*.gguf`, `hf://…/*.gguf`, `package:<module>`:
-  llama.cpp's formats hold decoders); None when the plan cannot tell (a hub id not in the cache): the job
-  then decides, as before.
+  in the Hugging Face cache, or the copy an installed package ships: `hub.PACKAGED_MODELS`), "causal" for a GGUF
+  source (`*.gguf`, `hf://…/*.gguf`, `package:<module>`: llama.cpp's formats hold decoders); None when the plan
+  cannot tell (a hub id not in the cache): the job then decides, as before.
 * `check_reachable(value, source)`: a hub id while `HF_HUB_OFFLINE` is set must be in the cache, else one
   complete line naming the cache, the variable and the offline alternatives.
 """

@@ -2,8 +2,8 @@
 interval (vocabtransfer.evaluate.stats), grouped in families that are corrected together:
 
 1. which tasks are learned at all (`tables.learned`): every model against the task's floor
-   (vocabtransfer.evaluate.task_floor; one family per task); a task where no model is above it after the correction is "not learned at
-   these sizes" and takes no further part (never ranked, bolded or used in the verdict);
+   (vocabtransfer.evaluate.task_floor; one family per task); a task where no model is above it after the correction
+   is "not learned at these sizes" and takes no further part (never ranked, bolded or used in the verdict);
 2. right after initialisation (init_eval, before any training): every pair of methods and every method minus
    the unigram floor, on the valid loss paired over the same valid blocks and masked tokens (one family);
    one initialisation per method, so its intervals hold the valid blocks' variance only (†);

@@ -82,7 +82,8 @@ class Speller:
             b = self.token(int(i))
             if b is None:
                 raise VocabTransferError(
-                    f"{self.role} {self.tokenizer.name_or_path}: token {self.tokenizer.convert_ids_to_tokens(int(i))!r} "
+                    f"{self.role} {self.tokenizer.name_or_path}: token "
+                    f"{self.tokenizer.convert_ids_to_tokens(int(i))!r} "
                     f"does not spell bytes ({self.how.kind} vocabulary); distill needs tokenizers whose tokens "
                     "spell the text's bytes (byte-level BPE, or SentencePiece with byte fallback)"
                 )

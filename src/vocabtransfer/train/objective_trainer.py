@@ -8,8 +8,8 @@ checkpoints: `train.checkpoints`).
   infinite loss stops the run naming the step and the last good checkpoint. Sharded (FSDP2,
   `train.sharding`), the model is not wrapped in DDP and its checkpoints are torch distributed
   checkpoints of the model's and optimiser's shards.
-* `MetricsCallback`: the metrics rows (valid loss every `eval_every` steps or at token budgets, train loss, learning rate,
-  tokens/s), the progress bar, the rows stored in each checkpoint, and the embedding-only warm-up.
+* `MetricsCallback`: the metrics rows (valid loss every `eval_every` steps or at token budgets, train loss,
+  learning rate, tokens/s), the progress bar, the rows stored in each checkpoint, and the embedding-only warm-up.
 
 This module imports torch and transformers at its top: the pretrain stage imports it when it trains.
 """

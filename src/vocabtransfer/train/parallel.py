@@ -1,7 +1,7 @@
 """Data-parallel pretraining (`pretrain.processes`): how a job is launched, and the checks that it was.
 
-`launch_prefix(N)` (vocabtransfer.pipeline.stage_spec) is the command a pretrain job starts with: `vocabtransfer` for one process,
-else accelerate's torchrun launcher for N processes on one node (`--multi_gpu`: DDP over N GPUs,
+`launch_prefix(N)` (vocabtransfer.pipeline.stage_spec) is the command a pretrain job starts with: `vocabtransfer`
+for one process, else accelerate's torchrun launcher for N processes on one node (`--multi_gpu`: DDP over N GPUs,
 or over the CPU cores with gloo when the stage runs on CPU; `accelerate launch --cpu
 --num_processes N` would start ONE process unless mpirun is set up; port 0: a free port, so jobs
 sharing a node do not collide). `check_processes` refuses a job that asks for more processes than

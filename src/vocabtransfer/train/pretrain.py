@@ -2,35 +2,36 @@
 
 For `--lang L --method M --objective O --pseed K` (pretraining seed K, 1..`pretrain.seeds`, whose seed
 value is `seed + 1000 (K - 1)`, see vocabtransfer.pipeline.names):
-1. load `results/L/init/M/pseedK/model` (pseed1 for a method without random rows; masked or causal LM, from its config) and its tokenizer; pack the
-   pre-tokenised train split (mapped, `data.token_ids`) into blocks of `seq_len` ids (`packing.PackedBlocks`:
-   block boundaries from the line offsets, each block's ids read when it is drawn) and check that every
-   id is inside the vocabulary;
+1. load `results/L/init/M/pseedK/model` (pseed1 for a method without random rows; masked or causal LM, from its
+   config) and its tokenizer; pack the pre-tokenised train split (mapped, `data.token_ids`) into blocks of `seq_len`
+   ids (`packing.PackedBlocks`: block boundaries from the line offsets, each block's ids read when it is drawn) and
+   check that every id is inside the vocabulary;
 2. fixed evaluation batches of the valid split with seeded masks (`modeling.lm_batches`): the same
    tokens and masks at every evaluation, for every method and objective;
 3. train with the transformers `Trainer` (AdamW, linear or constant-with-warm-up schedule, gradient
-   accumulation, bf16 where the hardware multiplies it natively: `model.precision`) for `steps` optimiser steps (or `passes` over the blocks), in `pretrain.processes` DDP processes
-   (`train.parallel`). The loss: hidden states at the predicted positions only, through the LM head
-   fused with the objective (`model.heads`, `losses.linear_objective_loss`: no logits), the mean over
-   the step's predicted tokens of all micro-batches and processes; `pretrain.selfish.margin` for
-   `selfish`. `distill` (causal sources; `train.distill`): the source model `results/source/model`, frozen,
-   reads the same lines through its own tokenizer (`distill.PairBlocks`, beside the same student blocks, built when drawn)
-   and the loss is `pretrain.distill.alpha` x the chunk-likelihood matching loss + (1 - alpha) x the
-   standard one. The valid loss is always the standard cross-entropy, by the same path;
+   accumulation, bf16 where the hardware multiplies it natively: `model.precision`) for `steps` optimiser steps (or
+   `passes` over the blocks), in `pretrain.processes` DDP processes (`train.parallel`). The loss: hidden states at
+   the predicted positions only, through the LM head fused with the objective (`model.heads`,
+   `losses.linear_objective_loss`: no logits), the mean over the step's predicted tokens of all micro-batches and
+   processes; `pretrain.selfish.margin` for `selfish`. `distill` (causal sources; `train.distill`): the source
+   model `results/source/model`, frozen, reads the same lines through its own tokenizer (`distill.PairBlocks`,
+   beside the same student blocks, built when drawn) and the loss is `pretrain.distill.alpha` x the
+   chunk-likelihood matching loss + (1 - alpha) x the standard one. The valid loss is always the standard
+   cross-entropy, by the same path;
 4. data order and masks are a function of the pretraining seed and the sample's position in the run
    (a seeded permutation per pass over the blocks, a masking seed per sample), so a run resumed from
-   a checkpoint in `checkpoints/L/pretrain/M/O/pseedK/` sees exactly the batches of an uninterrupted one; the metrics rows
-   up to a checkpoint are stored in it, and the params it was written with beside it;
-5. write `results/L/pretrain/M/O/pseedK/` atomically (train.pretrain_outputs): `model/` (HF directory with the tokenizer),
-   `metrics.parquet`, `valid_blocks.parquet` (the final valid loss summed per evaluation block, with
+   a checkpoint in `checkpoints/L/pretrain/M/O/pseedK/` sees exactly the batches of an uninterrupted one; the
+   metrics rows up to a checkpoint are stored in it, and the params it was written with beside it;
+5. write `results/L/pretrain/M/O/pseedK/` atomically (train.pretrain_outputs): `model/` (HF directory with the
+   tokenizer), `metrics.parquet`, `valid_blocks.parquet` (the final valid loss summed per evaluation block, with
    its token count and the target unigram floor's summed loss on the same tokens: the clusters of the report's
    bootstrap), `valid_curve.parquet` (each evaluation's valid loss summed per block, with the step and the
    tokens seen: the learning curve's clusters), `stats.json` (with the floors `unigram_valid_loss` and
    `uniform_valid_loss`, nats per valid token); then drop the checkpoints unless `pretrain.keep_checkpoints`.
 
 Params: `pretrain` as `PretrainParams` (with `SelfishOptions` and `DistillOptions`, in train/pretrain_params.py),
-read once at the entry (`ctx.section`); a job's rerun keys are its fields' leaves but those that choose the runs, and the
-selfish / distill options only for that objective (`leaves`).
+read once at the entry (`ctx.section`); a job's rerun keys are its fields' leaves but those that choose the runs,
+and the selfish / distill options only for that objective (`leaves`).
 
 Options: `pretrain.factorized` trains `<m>+svd`/`<m>+snmf` (and ofa/snmf) models in their low-rank
 form (coordinates trainable, primitives trainable or frozen: `pretrain.train_primitives`); the

@@ -33,8 +33,8 @@ tokenizer); here the space is the fastText vectors of the small target corpus (d
 
 Options (params `init.omp`, `OmpOptions` with their defaults in vocabtransfer.init.methods.options): `k`, the most atoms
 per token (64: tokensurgeon's OMP default since mergekit's v2, and the setting its paper reports; the
-`-k 8` before v2 was the nearest-neighbour surgeon's), at most the overlapping tokens with a vector; `block_size` (new tokens per
-batch; memory and speed only); `norm` (`combination` or `atoms`, step 4).
+`-k 8` before v2 was the nearest-neighbour surgeon's), at most the overlapping tokens with a vector; `block_size`
+(new tokens per batch; memory and speed only); `norm` (`combination` or `atoms`, step 4).
 
 Complexity, with n atoms, m tokens to combine, fastText dimension d, hidden size D and k atoms:
 the correlations take k dense products (m x d) @ (d x n), m n d k in all; the Cholesky rows, the
