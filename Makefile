@@ -2,7 +2,7 @@
 #   make run    creates .venv, installs vocabtransfer with pinned dependencies, runs the workflow
 #               (CONFIG=config/gemma.yaml: an overlay on params.yaml, e.g. Gemma 3 270M as the source)
 #   make test   the same set-up, `make lint`, then the test suite on two pytest-xdist workers (what CI runs: .ci/run)
-#   make lint   ruff's lint at the rule set of pyproject.toml
+#   make lint   ruff's lint at the rule set of pyproject.toml, ruff format --check, mypy
 #   make test-quick   the tests not marked slow (no Snakemake, DVC or real model): the inner loop
 #   make crash-matrix   every stage killed at drawn points and inside a write, then rerun (tests/crash_matrix.py);
 #                       then one stage of each phase through dvc repro
@@ -47,10 +47,11 @@ bytecode:
 test: venv lint bytecode
 	$(BIN)/python -m pytest $(XDIST) $(PYTEST_ARGS)
 
-# ruff's lint at the rule set of pyproject.toml [tool.ruff.lint], then mypy on the files of [tool.mypy];
-# `make test` (and so CI) runs it first
+# ruff's lint at the rule set of pyproject.toml [tool.ruff.lint], the formatting (ruff format at [tool.ruff]'s
+# line length), then mypy on the files of [tool.mypy]; `make test` (and so CI) runs it first
 lint: venv
 	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
 	$(BIN)/mypy
 
 test-quick: venv bytecode

@@ -36,7 +36,11 @@ def main() -> None:
     ap.add_argument("--init", default="kmeans", choices=["kmeans", "svd"])
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--device", default="cpu")
-    ap.add_argument("--smoke", action="store_true", help="seconds at tiny sizes: checks that the script runs (tests/test_benchmarks.py, in CI)")
+    ap.add_argument(
+        "--smoke",
+        action="store_true",
+        help="seconds at tiny sizes: checks that the script runs (tests/test_benchmarks.py, in CI)",
+    )
     args = ap.parse_args()
     if args.smoke:
         args.rank, args.clusters, args.max_iter = 8, [1, 2], 3
@@ -46,8 +50,10 @@ def main() -> None:
     model, _ = modeling.load_source_model(path)
     E = modeling.embedding_matrices(model, load_tokenizer(path))["input"].detach().float()
     del model
-    print(f"{args.model}: input embeddings {tuple(E.shape)}, rank {args.rank}, init {args.init}, "
-          f"torch threads {torch.get_num_threads()}\n")
+    print(
+        f"{args.model}: input embeddings {tuple(E.shape)}, rank {args.rank}, init {args.init}, "
+        f"torch threads {torch.get_num_threads()}\n"
+    )
     rows = []
     for C in args.clusters:
         options = SnmfOptions(rank=args.rank, max_iter=args.max_iter, tol=args.tol, init=args.init, clusters=C)

@@ -48,14 +48,19 @@ def _parquet_differs(a: Path, b: Path) -> list[str]:
 
 
 def _report_lines(path: Path) -> list[str]:
-    return [re.sub(r"\d+(\.\d+)? ?(s|min|h)\b", "", line) for line in path.read_text(encoding="utf-8").splitlines()
-            if "time" not in line.lower()]
+    return [
+        re.sub(r"\d+(\.\d+)? ?(s|min|h)\b", "", line)
+        for line in path.read_text(encoding="utf-8").splitlines()
+        if "time" not in line.lower()
+    ]
 
 
 def compare(a: Path, b: Path) -> list[str]:
     """One line per artefact that differs (or exists on one side only)."""
-    files = {side: {p.relative_to(side) for p in side.rglob("*") if p.is_file() and p.name not in SKIP_NAMES}
-             for side in (a, b)}
+    files = {
+        side: {p.relative_to(side) for p in side.rglob("*") if p.is_file() and p.name not in SKIP_NAMES}
+        for side in (a, b)
+    }
     lines = [f"only in {side}: {rel}" for side, other in ((a, b), (b, a)) for rel in sorted(files[side] - files[other])]
     for rel in sorted(files[a] & files[b]):
         pa_, pb_ = a / rel, b / rel

@@ -45,12 +45,17 @@ MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 
 # ------------------------------------------------------------------ corpora and tokenizer (parent)
 
+
 def make_corpus(path: Path, size: int, langs: list[str], seed: int) -> None:
     """Lines of seeded shuffles of the shared texts, two joined per line, until `size` bytes."""
     if path.is_file() and path.stat().st_size >= size:
         return
-    lines = [s.strip() for lang in langs
-             for s in (DATA / "pretrain_text" / f"{lang}.txt").read_text(encoding="utf-8").splitlines() if s.strip()]
+    lines = [
+        s.strip()
+        for lang in langs
+        for s in (DATA / "pretrain_text" / f"{lang}.txt").read_text(encoding="utf-8").splitlines()
+        if s.strip()
+    ]
     rng, written, tmp = random.Random(seed), 0, path.with_suffix(".tmp")
     with open(tmp, "wb") as out:
         while written < size:
@@ -73,13 +78,15 @@ def make_tokenizer(work: Path, corpus: Path, vocab_size: int, sample_bytes: int,
         from vocabtransfer.model.hub import load_tokenizer, resolve_model_path
 
         sample = SampledCorpus(corpus, sample_bytes, seed)
-        tok = train_tokenizer(load_tokenizer(resolve_model_path(MINILM)), sample, vocab_size=vocab_size,
-                              length=sample.rows)
+        tok = train_tokenizer(
+            load_tokenizer(resolve_model_path(MINILM)), sample, vocab_size=vocab_size, length=sample.rows
+        )
         tok.save_pretrained(str(out))
     return out
 
 
 # ------------------------------------------------------------------ stages (child)
+
 
 def stage_corpus(a) -> dict:
     from vocabtransfer.data.corpus import build_corpus
@@ -94,13 +101,19 @@ def stage_pretokenize(a) -> dict:
 
     set_threads(a.threads)
     target = load_target_tokenizer(a.tokenizer)
-    _, meta = encode_split(target, a.dir / "train.parquet", a.dir / "ids", text_path=a.dir / "train.tokens.txt",
-                           batch_size=1000)
+    _, meta = encode_split(
+        target, a.dir / "train.parquet", a.dir / "ids", text_path=a.dir / "train.tokens.txt", batch_size=1000
+    )
     ids_bytes = (a.dir / "ids" / "ids.npy").stat().st_size
     offsets_bytes = (a.dir / "ids" / "offsets.npy").stat().st_size
-    return {"tokens": meta["tokens"], "lines": meta["lines"],
-            "extra": {"ids_bytes_per_token": round(ids_bytes / meta["tokens"], 4),
-                      "disk_bytes_per_token": round((ids_bytes + offsets_bytes) / meta["tokens"], 4)}}
+    return {
+        "tokens": meta["tokens"],
+        "lines": meta["lines"],
+        "extra": {
+            "ids_bytes_per_token": round(ids_bytes / meta["tokens"], 4),
+            "disk_bytes_per_token": round((ids_bytes + offsets_bytes) / meta["tokens"], 4),
+        },
+    }
 
 
 def stage_encode_batch(a) -> dict:
@@ -136,12 +149,20 @@ def _pretrain_data(a, collate: bool) -> dict:
             tokens += int(collator(items)["attention_mask"].sum())
         else:
             tokens += sum(len(item["input_ids"]) for item in items)
-    return {"tokens": tokens, "seconds": time.perf_counter() - start,
-            "extra": {"setup_seconds": round(setup, 3), "blocks": len(blocks), "corpus_tokens": split.tokens}}
+    return {
+        "tokens": tokens,
+        "seconds": time.perf_counter() - start,
+        "extra": {"setup_seconds": round(setup, 3), "blocks": len(blocks), "corpus_tokens": split.tokens},
+    }
 
 
-STAGES = {"corpus": stage_corpus, "pretokenize": stage_pretokenize, "encode_batch": stage_encode_batch,
-          "pretrain_data": lambda a: _pretrain_data(a, True), "pretrain_blocks": lambda a: _pretrain_data(a, False)}
+STAGES = {
+    "corpus": stage_corpus,
+    "pretokenize": stage_pretokenize,
+    "encode_batch": stage_encode_batch,
+    "pretrain_data": lambda a: _pretrain_data(a, True),
+    "pretrain_blocks": lambda a: _pretrain_data(a, False),
+}
 
 
 def peak_rss() -> int:
@@ -163,36 +184,70 @@ def child(a) -> None:
 
 
 def run_child(stage: str, a, size_name: str, folder: Path, text: Path, tokenizer: Path) -> dict:
-    cmd = [sys.executable, __file__, "--child", stage, "--dir", str(folder), "--text", str(text),
-           "--tokenizer", str(tokenizer), "--threads", str(a.threads), "--seed", str(a.seed),
-           "--batches", str(a.batches), "--batch-size", str(a.batch_size), "--seq-len", str(a.seq_len)]
+    cmd = [
+        sys.executable,
+        __file__,
+        "--child",
+        stage,
+        "--dir",
+        str(folder),
+        "--text",
+        str(text),
+        "--tokenizer",
+        str(tokenizer),
+        "--threads",
+        str(a.threads),
+        "--seed",
+        str(a.seed),
+        "--batches",
+        str(a.batches),
+        "--batch-size",
+        str(a.batch_size),
+        "--seq-len",
+        str(a.seq_len),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     lines = [line for line in proc.stdout.splitlines() if line.startswith("ROW ")]
     if proc.returncode or not lines:
         sys.exit(f"{stage} on {size_name} failed:\n{proc.stderr[-3000:]}")
     row = json.loads(lines[-1][4:])
     name = f"{stage} (raw tokenizers reference)" if stage == "encode_batch" else stage
-    out = {"stage": name, "corpus": size_name, "corpus_bytes": text.stat().st_size, "seconds": round(row["seconds"], 3),
-           "peak_rss_bytes": row["peak_rss_bytes"], "tokens": row.get("tokens"), "lines": row.get("lines"),
-           **row.get("extra", {})}
+    out = {
+        "stage": name,
+        "corpus": size_name,
+        "corpus_bytes": text.stat().st_size,
+        "seconds": round(row["seconds"], 3),
+        "peak_rss_bytes": row["peak_rss_bytes"],
+        "tokens": row.get("tokens"),
+        "lines": row.get("lines"),
+        **row.get("extra", {}),
+    }
     if out["tokens"]:
         out["tokens_per_second"] = round(out["tokens"] / row["seconds"])
-    print(f"  {name} on {size_name}: {out['seconds']:.1f} s, peak RSS {out['peak_rss_bytes'] / 2**20:.0f} MiB",
-          file=sys.stderr, flush=True)
+    print(
+        f"  {name} on {size_name}: {out['seconds']:.1f} s, peak RSS {out['peak_rss_bytes'] / 2**20:.0f} MiB",
+        file=sys.stderr,
+        flush=True,
+    )
     return out
 
 
 # ------------------------------------------------------------------ report
 
+
 def table(rows: list[dict]) -> str:
-    out = ["| stage | corpus | corpus bytes | seconds | peak RSS MiB | tokens | tokens/s | notes |",
-           "|---|---|---:|---:|---:|---:|---:|---|"]
+    out = [
+        "| stage | corpus | corpus bytes | seconds | peak RSS MiB | tokens | tokens/s | notes |",
+        "|---|---|---:|---:|---:|---:|---:|---|",
+    ]
     skip = {"stage", "corpus", "corpus_bytes", "seconds", "peak_rss_bytes", "tokens", "tokens_per_second", "lines"}
     for r in rows:
         notes = ", ".join(f"{k} {v}" for k, v in r.items() if k not in skip)
         tokens, rate = (f"{r[k]:,}" if r.get(k) else "–" for k in ("tokens", "tokens_per_second"))
-        out.append(f"| {r['stage']} | {r['corpus']} | {r['corpus_bytes']:,} | {r['seconds']:.1f} | "
-                   f"{r['peak_rss_bytes'] / 2**20:.0f} | {tokens} | {rate} | {notes} |")
+        out.append(
+            f"| {r['stage']} | {r['corpus']} | {r['corpus_bytes']:,} | {r['seconds']:.1f} | "
+            f"{r['peak_rss_bytes'] / 2**20:.0f} | {tokens} | {rate} | {notes} |"
+        )
     return "\n".join(out)
 
 
@@ -202,13 +257,17 @@ def figures(rows: list[dict]) -> list[str]:
     for size in sizes:
         p, e = by.get(("pretokenize", size)), by.get(("encode_batch", size))
         if p and e:
-            lines.append(f"{size}: pretokenize at {p['tokens_per_second'] / e['tokens_per_second']:.2f}x the raw "
-                         f"encode_batch throughput; ids {p['ids_bytes_per_token']} bytes/token on disk "
-                         f"({p['disk_bytes_per_token']} with the line offsets)")
+            lines.append(
+                f"{size}: pretokenize at {p['tokens_per_second'] / e['tokens_per_second']:.2f}x the raw "
+                f"encode_batch throughput; ids {p['ids_bytes_per_token']} bytes/token on disk "
+                f"({p['disk_bytes_per_token']} with the line offsets)"
+            )
         d = by.get(("pretrain_data", size))
         if d:
-            lines.append(f"{size}: pretrain data path {d['tokens_per_second'] / 1e6:.2f} M tokens/s with masks, "
-                         f"{by[('pretrain_blocks', size)]['tokens_per_second'] / 1e6:.2f} M tokens/s blocks only")
+            lines.append(
+                f"{size}: pretrain data path {d['tokens_per_second'] / 1e6:.2f} M tokens/s with masks, "
+                f"{by[('pretrain_blocks', size)]['tokens_per_second'] / 1e6:.2f} M tokens/s blocks only"
+            )
     if len(sizes) == 2:
         small, big = sizes
         for stage in ("corpus", "pretokenize", "pretrain_data", "pretrain_blocks"):
@@ -236,8 +295,11 @@ def main() -> None:
     ap.add_argument("--dir", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--text", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--tokenizer", type=Path, help=argparse.SUPPRESS)
-    ap.add_argument("--smoke", action="store_true",
-                    help="seconds at tiny sizes: checks that the script runs (tests/test_benchmarks.py, in CI)")
+    ap.add_argument(
+        "--smoke",
+        action="store_true",
+        help="seconds at tiny sizes: checks that the script runs (tests/test_benchmarks.py, in CI)",
+    )
     a = ap.parse_args()
     if a.smoke:
         a.sizes, a.vocab_size, a.sample_bytes, a.batches = "1MB", 1000, 10**6, 20
@@ -269,8 +331,19 @@ def main() -> None:
     print(table(rows))
     print("\n".join(figures(rows)))
     if a.json:
-        a.json.write_text(json.dumps({"threads": a.threads, "vocab_size": a.vocab_size, "batch_size": a.batch_size,
-                                      "seq_len": a.seq_len, "batches": a.batches, "rows": rows}, indent=1))
+        a.json.write_text(
+            json.dumps(
+                {
+                    "threads": a.threads,
+                    "vocab_size": a.vocab_size,
+                    "batch_size": a.batch_size,
+                    "seq_len": a.seq_len,
+                    "batches": a.batches,
+                    "rows": rows,
+                },
+                indent=1,
+            )
+        )
 
 
 if __name__ == "__main__":

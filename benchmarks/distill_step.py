@@ -58,8 +58,15 @@ def smoke_tokenizer_and_config():
     from transformers import Gemma3TextConfig
 
     teacher = byte_bpe("en", 400)
-    return teacher, Gemma3TextConfig(vocab_size=len(teacher), hidden_size=64, intermediate_size=128,
-                                     num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1, head_dim=32)
+    return teacher, Gemma3TextConfig(
+        vocab_size=len(teacher),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=32,
+    )
 
 
 def target_tokenizer(gemma, lines: list[str], vocab: int, cache: Path | None = CACHE):
@@ -114,7 +121,7 @@ def main() -> None:
     optimizer = torch.optim.AdamW(student.parameters(), lr=1e-5)
 
     # data: the stage's preparation, timed per block
-    ids = target(lines[n_train:n_train + 400], add_special_tokens=False)["input_ids"]
+    ids = target(lines[n_train : n_train + 400], add_special_tokens=False)["input_ids"]
     start = time.perf_counter()
     blocks = pack_pairs(target, gemma, ids, args.seq_len)
     prep = (time.perf_counter() - start) / len(blocks)
@@ -126,8 +133,11 @@ def main() -> None:
 
     # the cache's content: the teacher's chunk log-likelihoods of this batch
     with torch.no_grad():
-        tb = {"input_ids": batch["teacher_input_ids"], "attention_mask": batch["teacher_attention_mask"],
-              "labels": batch["teacher_labels"]}
+        tb = {
+            "input_ids": batch["teacher_input_ids"],
+            "attention_mask": batch["teacher_attention_mask"],
+            "labels": batch["teacher_labels"],
+        }
         th, tt = heads.predicted_hidden(teacher, tb, "causal", teacher_head)
         t_lp = -heads.head_loss(teacher_head, th, tt, reduction="none")
         t_chunks = batch["teacher_chunks"][:, 1:][batch["teacher_labels"][:, 1:] != -100]
@@ -138,8 +148,9 @@ def main() -> None:
         return heads.head_loss(head, hidden, targets, reduction="sum") / count
 
     def distill():
-        lm, chunk = loss_terms(student, teacher, batch, head=head, teacher_head=teacher_head,
-                               temperature=args.temperature)
+        lm, chunk = loss_terms(
+            student, teacher, batch, head=head, teacher_head=teacher_head, temperature=args.temperature
+        )
         return args.alpha * chunk / n_chunks + (1 - args.alpha) * lm / count
 
     def from_cache():
@@ -147,8 +158,10 @@ def main() -> None:
         rows = heads.head_loss(head, hidden, targets, reduction="none")
         s_chunks = batch["chunks"][:, 1:][batch["labels"][:, 1:] != -100]
         ll = chunk_log_likelihoods(-rows, s_chunks, n_chunks)
-        return args.alpha * chunk_loss(cached, ll, args.temperature).sum() / n_chunks + \
-            (1 - args.alpha) * rows.sum() / count
+        return (
+            args.alpha * chunk_loss(cached, ll, args.temperature).sum() / n_chunks
+            + (1 - args.alpha) * rows.sum() / count
+        )
 
     variants = {"standard": standard, "distill (teacher on the fly)": distill, "distill (cached teacher)": from_cache}
     times: dict[str, list[float]] = {name: [] for name in variants}
@@ -167,10 +180,12 @@ def main() -> None:
             times[name].append(time.perf_counter() - start)
     base = statistics.median(times["standard"])
     shapes = "smoke shapes" if args.smoke else "Gemma 3 270M shapes"
-    print(f"\n{shapes}: {config.num_hidden_layers} layers, hidden {config.hidden_size}, teacher vocab "
-          f"{teacher.config.vocab_size}, student vocab {len(target)}; batch {args.batch} x {args.seq_len} target "
-          f"tokens ({count} predicted, {batch['teacher_input_ids'].shape[1]} teacher positions per block at most, "
-          f"{n_chunks} chunks); {args.threads} threads, median of {args.repeats}\n")
+    print(
+        f"\n{shapes}: {config.num_hidden_layers} layers, hidden {config.hidden_size}, teacher vocab "
+        f"{teacher.config.vocab_size}, student vocab {len(target)}; batch {args.batch} x {args.seq_len} target "
+        f"tokens ({count} predicted, {batch['teacher_input_ids'].shape[1]} teacher positions per block at most, "
+        f"{n_chunks} chunks); {args.threads} threads, median of {args.repeats}\n"
+    )
     print("| step | seconds | ratio to standard |\n|---|---|---|")
     for name, values in times.items():
         print(f"| {name} | {statistics.median(values):.2f} | {statistics.median(values) / base:.2f}x |")

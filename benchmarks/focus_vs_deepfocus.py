@@ -44,11 +44,19 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--dim", type=int, default=100, help="fastText dimension (default 100)")
     p.add_argument("--epochs", type=int, default=3, help="fastText epochs (default 3)")
     p.add_argument("--min-count", type=int, default=10, help="fastText minCount (default 10)")
-    p.add_argument("--workdir", type=Path,
-                   default=Path(os.environ.get("VOCABTRANSFER_CACHE") or "~/.cache/vocabtransfer").expanduser()
-                   / "benchmarks" / "focus",
-                   help="where the tokenizer and fastText model are cached (default ~/.cache/vocabtransfer/benchmarks/focus)")
-    p.add_argument("--smoke", action="store_true", help="seconds at tiny sizes: checks that the script runs (tests/test_benchmarks.py, in CI)")
+    p.add_argument(
+        "--workdir",
+        type=Path,
+        default=Path(os.environ.get("VOCABTRANSFER_CACHE") or "~/.cache/vocabtransfer").expanduser()
+        / "benchmarks"
+        / "focus",
+        help="where the tokenizer and fastText model are cached (default ~/.cache/vocabtransfer/benchmarks/focus)",
+    )
+    p.add_argument(
+        "--smoke",
+        action="store_true",
+        help="seconds at tiny sizes: checks that the script runs (tests/test_benchmarks.py, in CI)",
+    )
     args = p.parse_args(argv)
     if args.smoke:
         args.vocab_size, args.langs, args.dim, args.epochs, args.min_count = 1000, "sw", 16, 1, 5
@@ -87,10 +95,18 @@ def build_inputs(args, lines: list[str]):
         text = tok_dir / "tokens.txt"
         with text.open("w", encoding="utf-8") as f:
             for s in range(0, len(lines), 10_000):
-                enc = target(lines[s:s + 10_000], add_special_tokens=False)
+                enc = target(lines[s : s + 10_000], add_special_tokens=False)
                 f.writelines(" ".join(e.tokens) + "\n" for e in enc.encodings)
-        model = fasttext.train_unsupervised(str(text), model="cbow", dim=args.dim, epoch=args.epochs, neg=10,
-                                            minCount=args.min_count, thread=os.cpu_count() or 1, verbose=0)
+        model = fasttext.train_unsupervised(
+            str(text),
+            model="cbow",
+            dim=args.dim,
+            epoch=args.epochs,
+            neg=10,
+            minCount=args.min_count,
+            thread=os.cpu_count() or 1,
+            verbose=0,
+        )
         model.save_model(str(ft_path))
         text.unlink()
         print(f"trained fastText ({len(model.get_words())} words) in {time.perf_counter() - t:.1f} s", file=sys.stderr)
@@ -120,8 +136,14 @@ def main(argv=None) -> int:
     source_embeddings = weights["embeddings.word_embeddings.weight"].to(args.device)
     fastdist.cosine_matrix_to_matrix(np.ones((2, 3), np.float32), np.ones((2, 3), np.float32))  # numba JIT, untimed
 
-    kwargs = dict(target_tokenizer=target, source_tokenizer=source, source_embeddings=source_embeddings,
-                  fasttext_model_path=str(ft_path), device=args.device, verbosity="silent")
+    kwargs = dict(
+        target_tokenizer=target,
+        source_tokenizer=source,
+        source_embeddings=source_embeddings,
+        fasttext_model_path=str(ft_path),
+        device=args.device,
+        verbosity="silent",
+    )
     impls = {"deepfocus.FOCUS": deepfocus.FOCUS, "vocabtransfer.FOCUS": FOCUS}
     times: dict[str, list[float]] = {name: [] for name in impls}
     outputs = {}
@@ -141,10 +163,12 @@ def main(argv=None) -> int:
     row_diff = diff.max(dim=1).values
     med = {name: statistics.median(ts) for name, ts in times.items()}
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(f"\nFOCUS, MiniLM source ({source_embeddings.shape[0]} x {source_embeddings.shape[1]}) -> "
-          f"{'+'.join(langs)} WordPiece target ({len(target)} tokens), fastText {ft_path.name}, "
-          f"device {args.device}, torch threads {torch.get_num_threads()} of {os.cpu_count()} cores, "
-          f"{args.repeats} repeat(s), load average {load:.1f}\n")
+    print(
+        f"\nFOCUS, MiniLM source ({source_embeddings.shape[0]} x {source_embeddings.shape[1]}) -> "
+        f"{'+'.join(langs)} WordPiece target ({len(target)} tokens), fastText {ft_path.name}, "
+        f"device {args.device}, torch threads {torch.get_num_threads()} of {os.cpu_count()} cores, "
+        f"{args.repeats} repeat(s), load average {load:.1f}\n"
+    )
     print("| implementation | median wall s | runs (s) |")
     print("|---|---:|---|")
     for name in impls:
@@ -152,8 +176,10 @@ def main(argv=None) -> int:
     print()
     print("| rows compared | max abs difference | rows differing > 1e-5 | bit-identical rows | speed-up (median) |")
     print("|---:|---:|---:|---:|---:|")
-    print(f"| {ref.shape[0]} | {diff.max().item():.3g} | {int((row_diff > 1e-5).sum())} | "
-          f"{int((row_diff == 0).sum())} | {med['deepfocus.FOCUS'] / med['vocabtransfer.FOCUS']:.1f}x |")
+    print(
+        f"| {ref.shape[0]} | {diff.max().item():.3g} | {int((row_diff > 1e-5).sum())} | "
+        f"{int((row_diff == 0).sum())} | {med['deepfocus.FOCUS'] / med['vocabtransfer.FOCUS']:.1f}x |"
+    )
     return 0 if diff.max().item() < 1e-5 else 1
 
 

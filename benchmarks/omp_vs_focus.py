@@ -4,7 +4,7 @@ Inputs, built once and cached in --workdir, as the pipeline builds them with def
   * source: sentence-transformers/all-MiniLM-L6-v2 (BERT WordPiece, 30522 x 384), offline copy;
   * target: `tokenizer.train_tokenizer` (MiniLM's family) with --vocab-size tokens on the shared
     pretraining text of --lang;
-  * auxiliary: fastText CBOW (`fasttext_vectors.train_fasttext`, --dim, epochs 3, min_count 10) on that
+  * auxiliary: fastText CBOW (`fasttext_models.train_fasttext`, --dim, epochs 3, min_count 10) on that
     text tokenised with the target tokenizer; `fasttext_vectors.token_vectors` per target token;
   * overlap: `overlap.compute_overlap` with the default options.
 
@@ -44,10 +44,19 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--repeats", type=int, default=1, help="timed runs of each (default 1)")
     p.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's choice)")
     p.add_argument("--sklearn-tokens", type=int, default=200, help="tokens checked against scikit-learn (default 200)")
-    p.add_argument("--workdir", type=Path,
-                   default=Path(os.environ.get("VOCABTRANSFER_CACHE") or "~/.cache/vocabtransfer").expanduser()
-                   / "benchmarks" / "omp", help="where the tokenizer and fastText vectors are cached")
-    p.add_argument("--smoke", action="store_true", help="seconds at tiny sizes: checks that the script runs (tests/test_benchmarks.py, in CI)")
+    p.add_argument(
+        "--workdir",
+        type=Path,
+        default=Path(os.environ.get("VOCABTRANSFER_CACHE") or "~/.cache/vocabtransfer").expanduser()
+        / "benchmarks"
+        / "omp",
+        help="where the tokenizer and fastText vectors are cached",
+    )
+    p.add_argument(
+        "--smoke",
+        action="store_true",
+        help="seconds at tiny sizes: checks that the script runs (tests/test_benchmarks.py, in CI)",
+    )
     args = p.parse_args(argv)
     if args.smoke:
         args.vocab_size, args.dim, args.k, args.sklearn_tokens = 1000, 16, 4, 20
@@ -59,16 +68,20 @@ def build_inputs(args):
     from safetensors.torch import load_file, save_file
     from transformers import AutoTokenizer
 
-    from vocabtransfer.data.fasttext_vectors import token_vectors, train_fasttext
+    from vocabtransfer.data.fasttext_models import train_fasttext
+    from vocabtransfer.data.fasttext_vectors import token_vectors
     from vocabtransfer.model.hub import load_tokenizer
     from vocabtransfer.data.tokenizer import train_tokenizer
 
     source = load_tokenizer(SOURCE)
-    lines = [ln for ln in (DATA / "pretrain_text" / f"{args.lang}.txt").read_text(encoding="utf-8").splitlines()
-             if ln.strip()]
+    lines = [
+        ln
+        for ln in (DATA / "pretrain_text" / f"{args.lang}.txt").read_text(encoding="utf-8").splitlines()
+        if ln.strip()
+    ]
     tok_dir = args.workdir / f"{args.lang}-tokenizer-{args.vocab_size}"
     if not (tok_dir / "tokenizer.json").is_file():
-        batches = [lines[s:s + 1000] for s in range(0, len(lines), 1000)]
+        batches = [lines[s : s + 1000] for s in range(0, len(lines), 1000)]
         train_tokenizer(source, batches, vocab_size=args.vocab_size).save_pretrained(str(tok_dir))
     target = AutoTokenizer.from_pretrained(str(tok_dir))
     vec_path = tok_dir / f"fasttext-d{args.dim}.safetensors"
@@ -76,7 +89,7 @@ def build_inputs(args):
         text = tok_dir / "tokens.txt"
         with text.open("w", encoding="utf-8") as f:
             for s in range(0, len(lines), 10_000):
-                enc = target(lines[s:s + 10_000], add_special_tokens=False)
+                enc = target(lines[s : s + 10_000], add_special_tokens=False)
                 f.writelines(" ".join(e.tokens) + "\n" for e in enc.encodings)
         emb, mask = token_vectors(train_fasttext(text, dim=args.dim, threads=os.cpu_count() or 1), target)
         save_file({"embeddings": emb, "mask": mask}, str(vec_path))
@@ -115,7 +128,7 @@ def main(argv=None) -> int:
     times = {name: [] for name in impls}
     stats = {}
     for r in range(args.repeats):
-        for name in (list(impls) if r % 2 == 0 else list(reversed(impls))):
+        for name in list(impls) if r % 2 == 0 else list(reversed(impls)):
             t = time.perf_counter()
             _, stats[name] = impls[name]()
             if args.device.startswith("cuda"):
@@ -128,7 +141,7 @@ def main(argv=None) -> int:
     new = np.setdiff1d(np.flatnonzero(has_vec), t_ov)
     anchors = t_ov[has_vec[t_ov]]
     atoms = torch.nn.functional.normalize(aux[torch.from_numpy(anchors)], dim=1)
-    signals = torch.nn.functional.normalize(aux[torch.from_numpy(new[:args.sklearn_tokens])], dim=1)
+    signals = torch.nn.functional.normalize(aux[torch.from_numpy(new[: args.sklearn_tokens])], dim=1)
     idx, coef, count = batch_omp(atoms, signals, args.k)
     ours = np.zeros((len(signals), len(anchors)))
     for i, c in enumerate(count.tolist()):  # slots past count[i] are padding
@@ -136,8 +149,14 @@ def main(argv=None) -> int:
     t = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # "ended prematurely" for tokens that stop early
-        ref = np.stack([OrthogonalMatchingPursuit(n_nonzero_coefs=args.k, fit_intercept=False)
-                        .fit(atoms.T.double().numpy(), x.double().numpy()).coef_ for x in signals])
+        ref = np.stack(
+            [
+                OrthogonalMatchingPursuit(n_nonzero_coefs=args.k, fit_intercept=False)
+                .fit(atoms.T.double().numpy(), x.double().numpy())
+                .coef_
+                for x in signals
+            ]
+        )
     per_token = (time.perf_counter() - t) / len(signals)
     same_support = int(((ours != 0) == (ref != 0)).all(axis=1).sum())
     diff = np.abs(ours - ref).max()
@@ -145,22 +164,30 @@ def main(argv=None) -> int:
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     omp_name = f"omp k={args.k}"
     s = stats[omp_name]
-    print(f"\nMiniLM source ({src.shape[0]} x {src.shape[1]}) -> {args.lang} target ({n} tokens, {len(t_ov)} "
-          f"overlapping), fastText dim {aux.shape[1]}: {s['omp_combined']} tokens combined from {s['anchors']} atoms; "
-          f"device {args.device}, torch threads {torch.get_num_threads()} of {os.cpu_count()} cores, "
-          f"load average {load:.1f}\n")
+    print(
+        f"\nMiniLM source ({src.shape[0]} x {src.shape[1]}) -> {args.lang} target ({n} tokens, {len(t_ov)} "
+        f"overlapping), fastText dim {aux.shape[1]}: {s['omp_combined']} tokens combined from {s['anchors']} atoms; "
+        f"device {args.device}, torch threads {torch.get_num_threads()} of {os.cpu_count()} cores, "
+        f"load average {load:.1f}\n"
+    )
     print("| method | median wall s | runs (s) |")
     print("|---|---:|---|")
     for name in impls:
         print(f"| {name} | {statistics.median(times[name]):.2f} | {', '.join(f'{x:.2f}' for x in times[name])} |")
-    print(f"\nomp: {s['atoms_mean']} atoms per token on average (max {s['atoms_max']}, {s['stopped_early']} stopped "
-          f"early), relative residual {s['residual_mean']}, mean sum |coef| {s['coef_abs_sum_mean']}\n")
-    print("| tokens vs scikit-learn | same support | max abs coef difference | sklearn s/token | "
-          "sklearn extrapolated s | speed-up |")
+    print(
+        f"\nomp: {s['atoms_mean']} atoms per token on average (max {s['atoms_max']}, {s['stopped_early']} stopped "
+        f"early), relative residual {s['residual_mean']}, mean sum |coef| {s['coef_abs_sum_mean']}\n"
+    )
+    print(
+        "| tokens vs scikit-learn | same support | max abs coef difference | sklearn s/token | "
+        "sklearn extrapolated s | speed-up |"
+    )
     print("|---:|---:|---:|---:|---:|---:|")
     extrapolated = per_token * s["omp_combined"]
-    print(f"| {len(signals)} | {same_support} | {diff:.3g} | {per_token:.4f} | {extrapolated:.1f} | "
-          f"{extrapolated / statistics.median(times[omp_name]):.1f}x |")
+    print(
+        f"| {len(signals)} | {same_support} | {diff:.3g} | {per_token:.4f} | {extrapolated:.1f} | "
+        f"{extrapolated / statistics.median(times[omp_name]):.1f}x |"
+    )
     return 0
 
 

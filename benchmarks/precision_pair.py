@@ -57,8 +57,10 @@ def main() -> None:
     args = ap.parse_args()
     a_runs, b_runs = runs_of(args.fp32_root), runs_of(args.bf16_root)
     rows = []
-    print("| lang | method | objective | fp32 valid loss | bf16 valid loss | bf16 − fp32 [95 %] | seeds | blocks "
-          "| tokens per run | s/step fp32 | s/step bf16 |")
+    print(
+        "| lang | method | objective | fp32 valid loss | bf16 valid loss | bf16 − fp32 [95 %] | seeds | blocks "
+        "| tokens per run | s/step fp32 | s/step bf16 |"
+    )
     print("|---|---|---|---:|---:|---|---:|---:|---:|---:|---:|")
     for key in sorted(a_runs.keys() & b_runs.keys()):
         seeds = sorted(a_runs[key].keys() & b_runs[key].keys())
@@ -69,16 +71,28 @@ def main() -> None:
             raise SystemExit(f"{key}: the first root's runs must be fp32 and the second's bf16 (stats.json 'bf16')")
         diff = nested_interval(valid_runs(a), valid_runs(b), resamples=args.resamples)
         step = [statistics.median(s["train_seconds"] / s["steps"] for s in side) for side in (sa, sb)]
-        row = {"lang": key[0], "method": key[1], "objective": key[2], "seeds": seeds,
-               "fp32_valid_loss": statistics.mean(s["final_valid_loss"] for s in sa),
-               "bf16_valid_loss": statistics.mean(s["final_valid_loss"] for s in sb),
-               "diff": diff.diff, "low": diff.low, "high": diff.high, "p_value": diff.p_value,
-               "blocks": diff.n_clusters, "tokens_per_run": sa[0]["tokens_seen"],
-               "seconds_per_step_fp32": step[0], "seconds_per_step_bf16": step[1]}
+        row = {
+            "lang": key[0],
+            "method": key[1],
+            "objective": key[2],
+            "seeds": seeds,
+            "fp32_valid_loss": statistics.mean(s["final_valid_loss"] for s in sa),
+            "bf16_valid_loss": statistics.mean(s["final_valid_loss"] for s in sb),
+            "diff": diff.diff,
+            "low": diff.low,
+            "high": diff.high,
+            "p_value": diff.p_value,
+            "blocks": diff.n_clusters,
+            "tokens_per_run": sa[0]["tokens_seen"],
+            "seconds_per_step_fp32": step[0],
+            "seconds_per_step_bf16": step[1],
+        }
         rows.append(row)
-        print(f"| {key[0]} | {key[1]} | {key[2]} | {row['fp32_valid_loss']:.4f} | {row['bf16_valid_loss']:.4f} | "
-              f"{diff.diff:+.4f} [{diff.low:+.4f}, {diff.high:+.4f}] | {len(seeds)} | {diff.n_clusters} | "
-              f"{row['tokens_per_run']:,} | {step[0]:.2f} | {step[1]:.2f} |")
+        print(
+            f"| {key[0]} | {key[1]} | {key[2]} | {row['fp32_valid_loss']:.4f} | {row['bf16_valid_loss']:.4f} | "
+            f"{diff.diff:+.4f} [{diff.low:+.4f}, {diff.high:+.4f}] | {len(seeds)} | {diff.n_clusters} | "
+            f"{row['tokens_per_run']:,} | {step[0]:.2f} | {step[1]:.2f} |"
+        )
     if not rows:
         raise SystemExit(f"no pretrain runs shared by {args.fp32_root} and {args.bf16_root}")
     if args.json:

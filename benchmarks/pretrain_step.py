@@ -22,7 +22,7 @@ Steps (`--steps`), on the CPU:
   AdamW's fused kernel); trainer: `transformers.Trainer` with the model's own loss (the logits materialised);
 * finetune: the finetune_eval stage's step: the shape's body with a 3-label sequence-classification head
   (`AutoModelForSequenceClassification`), the stage's `TrainingArguments` (`bf16`, fused AdamW in bf16);
-* eval: one init_eval / token_frequency_loss batch: `modeling.token_losses` (the fused head) without
+* eval: one init_eval / token_frequency_loss batch: `lm_loss.token_losses` (the fused head) without
   gradients, in fp32 or under bf16 autocast.
 
 Each row runs in its own process (`--worker`): a square 2048 x 2048 matmul in the row's dtype on the same
@@ -103,8 +103,9 @@ def build_model(shape: str, layers: int, smoke: bool):
     return Gemma3ForCausalLM(config).train(), "causal"
 
 
-def model_flops(model, kind: str, batch: int, seq_len: int, predicted: int, *, passes: int = 3,
-                head: bool = True) -> float:
+def model_flops(
+    model, kind: str, batch: int, seq_len: int, predicted: int, *, passes: int = 3, head: bool = True
+) -> float:
     """PaLM's count (module docstring): body, attention, head (`head` False: a task head instead, left out);
     `passes` 3 for a training step (forward + backward), 1 for a forward (an evaluation batch)."""
     import torch
@@ -137,7 +138,7 @@ def matmul_rate(dtype, n: int = 2048, repeats: int = 10) -> float:
         start = time.perf_counter()
         a @ b
         times.append(time.perf_counter() - start)
-    return 2.0 * n ** 3 / min(times)
+    return 2.0 * n**3 / min(times)
 
 
 def batch_inputs(kind: str, vocab: int, batch: int, seq_len: int):
@@ -167,14 +168,31 @@ def make_trainer(impl: str, model, kind: str, workdir: Path, bf16: bool, checkpo
     if checkpointing:  # as the pretrain stage does for pretrain.gradient_checkpointing (the Trainer's own call)
         model.activation_checkpointing_enable()
     if impl == "trainer":
-        args = TrainingArguments(output_dir=str(workdir), use_cpu=True, report_to=[], learning_rate=1e-5,
-                                 weight_decay=0.01, optim="adamw_torch", max_grad_norm=1.0, disable_tqdm=True,
-                                 remove_unused_columns=False, per_device_train_batch_size=1, bf16=bf16)
+        args = TrainingArguments(
+            output_dir=str(workdir),
+            use_cpu=True,
+            report_to=[],
+            learning_rate=1e-5,
+            weight_decay=0.01,
+            optim="adamw_torch",
+            max_grad_norm=1.0,
+            disable_tqdm=True,
+            remove_unused_columns=False,
+            per_device_train_batch_size=1,
+            bf16=bf16,
+        )
         return Trainer(model=model, args=args)
     opts = dataclasses.replace(PretrainParams(), learning_rate=1e-5, precision="bf16" if bf16 else "fp32")
     args = training_arguments(opts, workdir / "checkpoints", 0, bf16=False, use_cpu=True, fused_adamw=bf16)
-    return ObjectiveTrainer(model=model, args=args, kind=kind, objective="standard", margin=2.0,
-                            checkpoints=workdir / "checkpoints", bf16=bf16)
+    return ObjectiveTrainer(
+        model=model,
+        args=args,
+        kind=kind,
+        objective="standard",
+        margin=2.0,
+        checkpoints=workdir / "checkpoints",
+        bf16=bf16,
+    )
 
 
 def finetune_model(model, kind: str):
@@ -193,10 +211,18 @@ def finetune_trainer(model, workdir: Path, bf16: bool):
     """The finetune_eval stage's Trainer arguments (evaluate.finetune_eval.finetune) for one step."""
     from transformers import Trainer, TrainingArguments
 
-    args = TrainingArguments(output_dir=str(workdir), use_cpu=True, report_to=[], learning_rate=2e-5,
-                             weight_decay=0.01, disable_tqdm=True, remove_unused_columns=False,
-                             per_device_train_batch_size=1, bf16=bf16,
-                             optim="adamw_torch_fused" if bf16 else "adamw_torch")
+    args = TrainingArguments(
+        output_dir=str(workdir),
+        use_cpu=True,
+        report_to=[],
+        learning_rate=2e-5,
+        weight_decay=0.01,
+        disable_tqdm=True,
+        remove_unused_columns=False,
+        per_device_train_batch_size=1,
+        bf16=bf16,
+        optim="adamw_torch_fused" if bf16 else "adamw_torch",
+    )
     return Trainer(model=model, args=args)
 
 
@@ -221,14 +247,15 @@ def timed_steps(step, repeats: int) -> tuple[list[float], list[int], list[int], 
 def worker(args) -> dict:
     import torch
 
-    from vocabtransfer.model import modeling
+    from vocabtransfer.model import lm_loss
     from vocabtransfer.model.precision import cpu_bf16_features
 
     torch.set_num_threads(args.threads)
     bf16 = args.precision == "bf16"
     model, kind = build_model(args.shape, args.layers, args.smoke)
-    batch, seq_len = (args.minilm_batch, args.minilm_seq_len) if args.shape == "minilm" else \
-        (args.gemma_batch, args.gemma_seq_len)
+    batch, seq_len = (
+        (args.minilm_batch, args.minilm_seq_len) if args.shape == "minilm" else (args.gemma_batch, args.gemma_seq_len)
+    )
     inputs, predicted = batch_inputs(kind, model.config.vocab_size, batch, seq_len)
     peak = matmul_rate(torch.bfloat16 if bf16 else torch.float32, n=256 if args.smoke else 2048)
     with tempfile.TemporaryDirectory() as tmp:
@@ -247,7 +274,7 @@ def worker(args) -> dict:
 
             def step():
                 with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-                    losses, _ = modeling.token_losses(model, inputs, kind)
+                    losses, _ = lm_loss.token_losses(model, inputs, kind)
                 return float(losses.float().mean())
         else:
             optimizer = trainer.create_optimizer()
@@ -258,45 +285,73 @@ def worker(args) -> dict:
                 optimizer.step()
                 optimizer.zero_grad(set_to_none=True)
                 return float(loss)
+
         times, peaks, steps, losses = timed_steps(step, args.repeats)
     seconds = statistics.median(times)
-    return {"step": args.step, "impl": args.impl, "shape": args.shape, "precision": args.precision,
-            "gradient_checkpointing": args.gradient_checkpointing,
-            "tokens_per_second": batch * seq_len / seconds, "model_flops_per_second": flops / seconds,
-            "matmul_flops_per_second": peak, "mfu": flops / seconds / peak, "model_flops_per_step": flops,
-            "seconds_per_step": seconds, "peak_memory_bytes": max(peaks), "step_memory_bytes": max(steps),
-            "tokens": batch * seq_len, "predicted_tokens": predicted, "batch": batch, "seq_len": seq_len,
-            "layers": model.config.num_hidden_layers, "vocab": model.config.vocab_size, "threads": args.threads,
-            "cpu_bf16": ",".join(cpu_bf16_features()) or "none", "device": "cpu", "loss": losses[0]}
+    return {
+        "step": args.step,
+        "impl": args.impl,
+        "shape": args.shape,
+        "precision": args.precision,
+        "gradient_checkpointing": args.gradient_checkpointing,
+        "tokens_per_second": batch * seq_len / seconds,
+        "model_flops_per_second": flops / seconds,
+        "matmul_flops_per_second": peak,
+        "mfu": flops / seconds / peak,
+        "model_flops_per_step": flops,
+        "seconds_per_step": seconds,
+        "peak_memory_bytes": max(peaks),
+        "step_memory_bytes": max(steps),
+        "tokens": batch * seq_len,
+        "predicted_tokens": predicted,
+        "batch": batch,
+        "seq_len": seq_len,
+        "layers": model.config.num_hidden_layers,
+        "vocab": model.config.vocab_size,
+        "threads": args.threads,
+        "cpu_bf16": ",".join(cpu_bf16_features()) or "none",
+        "device": "cpu",
+        "loss": losses[0],
+    }
 
 
 def print_table(rows: list[dict]) -> None:
     print("| step | impl | shape | precision | tokens/s | model GFLOP/s | matmul GFLOP/s | MFU | s/step | peak GiB |")
     print("|---|---|---|---|---:|---:|---:|---:|---:|---:|")
     for r in rows:
-        print(f"| {r['step']} | {r['impl']}{' (ckpt)' if r['gradient_checkpointing'] else ''} | {r['shape']} | "
-              f"{r['precision']} | "
-              f"{r['tokens_per_second']:.0f} | {r['model_flops_per_second'] / 1e9:.1f} | "
-              f"{r['matmul_flops_per_second'] / 1e9:.1f} | {r['mfu']:.2f} | {r['seconds_per_step']:.2f} | "
-              f"{r['peak_memory_bytes'] / 2**30:.2f} |")
+        print(
+            f"| {r['step']} | {r['impl']}{' (ckpt)' if r['gradient_checkpointing'] else ''} | {r['shape']} | "
+            f"{r['precision']} | "
+            f"{r['tokens_per_second']:.0f} | {r['model_flops_per_second'] / 1e9:.1f} | "
+            f"{r['matmul_flops_per_second'] / 1e9:.1f} | {r['mfu']:.2f} | {r['seconds_per_step']:.2f} | "
+            f"{r['peak_memory_bytes'] / 2**30:.2f} |"
+        )
     by = {(r["step"], r["impl"], r["shape"], r["precision"], r["gradient_checkpointing"]): r for r in rows}
     for (kind, impl, shape, prec, ckpt), r in by.items():
         base = by.get((kind, impl, shape, "fp32", ckpt))
         if prec == "bf16" and base:
-            print(f"{kind} {impl} {shape}: bf16 / fp32 {r['tokens_per_second'] / base['tokens_per_second']:.2f}x tokens/s "
-                  f"(square matmul {r['matmul_flops_per_second'] / base['matmul_flops_per_second']:.2f}x), "
-                  f"{r['peak_memory_bytes'] / base['peak_memory_bytes']:.2f}x peak memory; bf16 model FLOP rate "
-                  f"{r['mfu']:.0%} of the bf16 matmul's")
+            print(
+                f"{kind} {impl} {shape}: bf16 / fp32 "
+                f"{r['tokens_per_second'] / base['tokens_per_second']:.2f}x tokens/s "
+                f"(square matmul {r['matmul_flops_per_second'] / base['matmul_flops_per_second']:.2f}x), "
+                f"{r['peak_memory_bytes'] / base['peak_memory_bytes']:.2f}x peak memory; bf16 model FLOP rate "
+                f"{r['mfu']:.0%} of the bf16 matmul's"
+            )
         other = by.get((kind, "trainer", shape, prec, ckpt))
         if impl == "vocabtransfer" and other:
-            print(f"{shape} {prec}: vocabtransfer / trainer {r['tokens_per_second'] / other['tokens_per_second']:.2f}x "
-                  f"tokens/s, {r['peak_memory_bytes'] / other['peak_memory_bytes']:.2f}x peak memory")
+            print(
+                f"{shape} {prec}: vocabtransfer / trainer {r['tokens_per_second'] / other['tokens_per_second']:.2f}x "
+                f"tokens/s, {r['peak_memory_bytes'] / other['peak_memory_bytes']:.2f}x peak memory"
+            )
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", default="pretrain,finetune,eval",
-                    help="pretrain (the stage's step), finetune (finetune_eval's step), eval (one init_eval batch)")
+    ap.add_argument(
+        "--steps",
+        default="pretrain,finetune,eval",
+        help="pretrain (the stage's step), finetune (finetune_eval's step), eval (one init_eval batch)",
+    )
     ap.add_argument("--shapes", default="minilm,gemma", help="minilm, gemma or both (comma-separated)")
     ap.add_argument("--precisions", default="fp32,bf16", help="fp32, bf16 or both (comma-separated)")
     ap.add_argument("--impls", default="vocabtransfer", help="vocabtransfer, trainer or both (comma-separated)")
@@ -308,8 +363,11 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--json", type=Path, help="write the rows here")
-    ap.add_argument("--gradient-checkpointing", action="store_true",
-                    help="also vocabtransfer's step with the model's activation checkpointing")
+    ap.add_argument(
+        "--gradient-checkpointing",
+        action="store_true",
+        help="also vocabtransfer's step with the model's activation checkpointing",
+    )
     ap.add_argument("--smoke", action="store_true", help="tiny models, 1 repeat: checks that the script runs")
     ap.add_argument("--impl", choices=["vocabtransfer", "trainer"], help=argparse.SUPPRESS)
     ap.add_argument("--step", choices=["pretrain", "finetune", "eval"], help=argparse.SUPPRESS)
@@ -325,28 +383,68 @@ def main() -> None:
         args.layers = args.layers or 1
         args.shapes, args.precisions, args.steps = "minilm", "fp32", "pretrain"
     shapes, precisions, steps = args.shapes.split(","), args.precisions.split(","), args.steps.split(",")
-    runs = [("pretrain", impl, shape, prec, False) for shape in shapes for impl in args.impls.split(",")
-            for prec in precisions] if "pretrain" in steps else []
-    runs += [("pretrain", "vocabtransfer", shape, prec, True) for shape in shapes
-             for prec in precisions] if args.gradient_checkpointing else []
-    runs += [(kind, "vocabtransfer", shape, prec, False) for kind in ("finetune", "eval") if kind in steps
-             for shape in shapes for prec in precisions]
+    runs = (
+        [
+            ("pretrain", impl, shape, prec, False)
+            for shape in shapes
+            for impl in args.impls.split(",")
+            for prec in precisions
+        ]
+        if "pretrain" in steps
+        else []
+    )
+    runs += (
+        [("pretrain", "vocabtransfer", shape, prec, True) for shape in shapes for prec in precisions]
+        if args.gradient_checkpointing
+        else []
+    )
+    runs += [
+        (kind, "vocabtransfer", shape, prec, False)
+        for kind in ("finetune", "eval")
+        if kind in steps
+        for shape in shapes
+        for prec in precisions
+    ]
     rows = []
     for kind, impl, shape, prec, checkpointing in runs:  # each in its own process: its own peak memory
-        cmd = [sys.executable, __file__, "--worker", "--step", kind, "--impl", impl, "--shape", shape,
-               "--precision", prec,
-               "--layers", str(args.layers), "--repeats", str(args.repeats), "--threads", str(args.threads),
-               "--minilm-batch", str(args.minilm_batch), "--minilm-seq-len", str(args.minilm_seq_len),
-               "--gemma-batch", str(args.gemma_batch), "--gemma-seq-len", str(args.gemma_seq_len)]
+        cmd = [
+            sys.executable,
+            __file__,
+            "--worker",
+            "--step",
+            kind,
+            "--impl",
+            impl,
+            "--shape",
+            shape,
+            "--precision",
+            prec,
+            "--layers",
+            str(args.layers),
+            "--repeats",
+            str(args.repeats),
+            "--threads",
+            str(args.threads),
+            "--minilm-batch",
+            str(args.minilm_batch),
+            "--minilm-seq-len",
+            str(args.minilm_seq_len),
+            "--gemma-batch",
+            str(args.gemma_batch),
+            "--gemma-seq-len",
+            str(args.gemma_seq_len),
+        ]
         cmd += ["--gradient-checkpointing"] if checkpointing else []
         cmd += ["--smoke"] if args.smoke else []
-        done = subprocess.run(cmd, capture_output=True, text=True,
-                              env={**os.environ, "OMP_NUM_THREADS": str(args.threads)})
+        done = subprocess.run(
+            cmd, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": str(args.threads)}
+        )
         if done.returncode:
             sys.exit(f"pretrain_step: the {kind} {impl} {shape} {prec} worker failed:\n{done.stderr[-3000:]}")
         rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
-        print(f"{kind} {impl} {shape} {prec}: {rows[-1]['tokens_per_second']:.0f} tokens/s", file=sys.stderr,
-              flush=True)
+        print(
+            f"{kind} {impl} {shape} {prec}: {rows[-1]['tokens_per_second']:.0f} tokens/s", file=sys.stderr, flush=True
+        )
     print_table(rows)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1), encoding="utf-8")

@@ -41,22 +41,35 @@ def model_for(vocab: int, args):
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(args.seed)
-    return GPT2LMHeadModel(GPT2Config(vocab_size=vocab, n_embd=args.dim, n_layer=args.layers, n_head=4,
-                                      n_positions=args.block, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
-                                      bos_token_id=None, eos_token_id=None))
+    return GPT2LMHeadModel(
+        GPT2Config(
+            vocab_size=vocab,
+            n_embd=args.dim,
+            n_layer=args.layers,
+            n_head=4,
+            n_positions=args.block,
+            resid_pdrop=0.0,
+            embd_pdrop=0.0,
+            attn_pdrop=0.0,
+            bos_token_id=None,
+            eos_token_id=None,
+        )
+    )
 
 
 def batches(ids: torch.Tensor, args):
     g = torch.Generator().manual_seed(args.seed)
     for _ in range(args.steps):
         starts = torch.randint(0, len(ids) - args.block - 1, (args.batch,), generator=g)
-        yield torch.stack([ids[s: s + args.block + 1] for s in starts.tolist()])
+        yield torch.stack([ids[s : s + args.block + 1] for s in starts.tolist()])
 
 
 def train(objective: str, ids: torch.Tensor, vocab: int, args):
     model = model_for(vocab, args)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 50) * 0.5 * (1 + math.cos(math.pi * s / args.steps)))
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / 50) * 0.5 * (1 + math.cos(math.pi * s / args.steps))
+    )
     model.train()
     start = time.perf_counter()
     for step, block in enumerate(batches(ids, args)):
@@ -68,8 +81,11 @@ def train(objective: str, ids: torch.Tensor, vocab: int, args):
         sched.step()
         opt.zero_grad(set_to_none=True)
         if step % 100 == 0 or step == args.steps - 1:
-            print(f"  {objective:8s} step {step:5d}  train loss {float(loss.detach()):.3f}  ({time.perf_counter() - start:.0f} s)",
-                  flush=True)
+            print(
+                f"  {objective:8s} step {step:5d}  train loss {float(loss.detach()):.3f}  "
+                f"({time.perf_counter() - start:.0f} s)",
+                flush=True,
+            )
     return model
 
 
@@ -79,7 +95,7 @@ def held_out_losses(model, ids: torch.Tensor, args) -> tuple[torch.Tensor, torch
     model.eval()
     losses, targets = [], []
     for s in range(0, len(ids) - 1, args.block):
-        block = ids[s: s + args.block + 1][None]
+        block = ids[s : s + args.block + 1][None]
         if block.shape[1] < 2:
             break
         logits = model(input_ids=block[:, :-1]).logits[0]
@@ -101,7 +117,11 @@ def main() -> None:
     ap.add_argument("--valid-chars", type=int, default=200_000)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--smoke", action="store_true", help="seconds at tiny sizes: checks that the script runs (tests/test_benchmarks.py, in CI)")
+    ap.add_argument(
+        "--smoke",
+        action="store_true",
+        help="seconds at tiny sizes: checks that the script runs (tests/test_benchmarks.py, in CI)",
+    )
     args = ap.parse_args()
     if args.smoke:
         args.steps, args.batch, args.block, args.dim, args.layers = 3, 4, 32, 16, 1
@@ -114,9 +134,12 @@ def main() -> None:
     index = {c: i for i, c in enumerate(chars)}  # token id = frequency rank
     train_ids = torch.tensor([index[c] for c in train_text])
     valid_ids = torch.tensor([index[c] for c in valid_text if c in index])
-    print(f"{len(chars)} characters, {len(train_ids):,} training and {len(valid_ids):,} held-out characters; "
-          f"GPT-2 {args.layers} layers x {args.dim}, {args.steps} steps of {args.batch} x {args.block}, "
-          f"{args.threads} thread(s)", flush=True)
+    print(
+        f"{len(chars)} characters, {len(train_ids):,} training and {len(valid_ids):,} held-out characters; "
+        f"GPT-2 {args.layers} layers x {args.dim}, {args.steps} steps of {args.batch} x {args.block}, "
+        f"{args.threads} thread(s)",
+        flush=True,
+    )
 
     results = {}
     for objective in ("standard", "selfish"):

@@ -42,8 +42,9 @@ IMPLS = {
 SHAPES = [(256, 250_000), (4096, 32_000)]
 IGNORED = [0.0, 0.85]  # shares of ignored labels (-100) measured per shape
 # the whole training step's model: MiniLM's shape over a 32k vocabulary
-STEP_MODEL = dict(vocab_size=32_000, hidden_size=384, num_hidden_layers=6, num_attention_heads=12,
-                  intermediate_size=1536)
+STEP_MODEL = dict(
+    vocab_size=32_000, hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536
+)
 
 
 def make(n: int, v: int, dtype, device, ignored: float = 0.0):
@@ -118,8 +119,24 @@ def peak_child(name: str, n: int, v: int, dtype: str, device: str, ignored: floa
 
 
 def peak(name, n, v, dtype, device, threads, ignored=0.0) -> int:
-    out = subprocess.run([sys.executable, __file__, "--child", name, str(n), str(v), dtype, device, str(ignored),
-                          "--threads", str(threads)], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [
+            sys.executable,
+            __file__,
+            "--child",
+            name,
+            str(n),
+            str(v),
+            dtype,
+            device,
+            str(ignored),
+            "--threads",
+            str(threads),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])["extra"]
 
 
@@ -135,8 +152,10 @@ def training_step(device, steps: int) -> dict[str, float]:
     ids = torch.randint(5, vocab, (8, 128), generator=g)
     labels = ids.masked_fill(torch.rand(8, 128, generator=g) >= 0.15, -100)
     ids, labels = ids.to(device), labels.to(device)
-    losses = {"cross_entropy": lambda x, y: F.cross_entropy(x, y),
-              "selfish": lambda x, y: selfish_cross_entropy(x, y, margin=2.0)}
+    losses = {
+        "cross_entropy": lambda x, y: F.cross_entropy(x, y),
+        "selfish": lambda x, y: selfish_cross_entropy(x, y, margin=2.0),
+    }
     times: dict[str, list[float]] = {k: [] for k in losses}
     for r in range(steps + 1):
         for name, fn in losses.items():
@@ -160,13 +179,17 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=5, help="training steps timed per objective")
     ap.add_argument("--skip-step", action="store_true", help="skip the training-step comparison")
     ap.add_argument("--child", nargs=6, help=argparse.SUPPRESS)
-    ap.add_argument("--smoke", action="store_true",
-                    help="seconds at tiny sizes: checks that the script runs (tests/test_benchmarks.py, in CI)")
+    ap.add_argument(
+        "--smoke",
+        action="store_true",
+        help="seconds at tiny sizes: checks that the script runs (tests/test_benchmarks.py, in CI)",
+    )
     args = ap.parse_args()
     if args.smoke:
         SHAPES[:], IGNORED[:] = [(64, 1000)], [0.85]
-        STEP_MODEL.update(vocab_size=1000, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                          intermediate_size=64)
+        STEP_MODEL.update(
+            vocab_size=1000, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64
+        )
         args.repeats, args.steps = 1, 1
     torch.set_num_threads(args.threads)
     if args.child:
@@ -177,33 +200,46 @@ def main() -> None:
     setups = [("cpu", "float32")]
     if torch.cuda.is_available():
         setups += [("cuda", "float32")] + ([("cuda", "bfloat16")] if torch.cuda.is_bf16_supported() else [])
-    print(f"torch {torch.__version__}, {args.threads} CPU thread(s)"
-          + (f", {torch.cuda.get_device_name()}" if torch.cuda.is_available() else ""))
-    print("\nLoss alone, forward + backward (time: median of "
-          f"{args.repeats}; memory: extra peak over logits + labels, fresh process each)\n")
-    print("| device | dtype | N x V | ignored | cross_entropy ms | naive / CE time | selfish / CE time "
-          "| CE extra MiB | naive / CE memory | selfish / CE memory |")
+    print(
+        f"torch {torch.__version__}, {args.threads} CPU thread(s)"
+        + (f", {torch.cuda.get_device_name()}" if torch.cuda.is_available() else "")
+    )
+    print(
+        "\nLoss alone, forward + backward (time: median of "
+        f"{args.repeats}; memory: extra peak over logits + labels, fresh process each)\n"
+    )
+    print(
+        "| device | dtype | N x V | ignored | cross_entropy ms | naive / CE time | selfish / CE time "
+        "| CE extra MiB | naive / CE memory | selfish / CE memory |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for device, dtype in setups:
-        for (n, v) in SHAPES:
+        for n, v in SHAPES:
             for ignored in IGNORED:
                 t = time_impls(n, v, getattr(torch, dtype), device, args.repeats, ignored)
                 m = {k: peak(k, n, v, dtype, device, args.threads, ignored) for k in IMPLS}
-                print(f"| {device} | {dtype} | {n} x {v} | {ignored:.0%} | {t['cross_entropy'] * 1e3:.1f} "
-                      f"| {t['naive_selfish'] / t['cross_entropy']:.2f} | {t['selfish'] / t['cross_entropy']:.2f} "
-                      f"| {m['cross_entropy'] / 2**20:.0f} | {m['naive_selfish'] / m['cross_entropy']:.2f} "
-                      f"| {m['selfish'] / m['cross_entropy']:.2f} |", flush=True)
+                print(
+                    f"| {device} | {dtype} | {n} x {v} | {ignored:.0%} | {t['cross_entropy'] * 1e3:.1f} "
+                    f"| {t['naive_selfish'] / t['cross_entropy']:.2f} | {t['selfish'] / t['cross_entropy']:.2f} "
+                    f"| {m['cross_entropy'] / 2**20:.0f} | {m['naive_selfish'] / m['cross_entropy']:.2f} "
+                    f"| {m['selfish'] / m['cross_entropy']:.2f} |",
+                    flush=True,
+                )
     if args.skip_step:
         return
-    print(f"\nWhole training step, BERT masked LM of width {STEP_MODEL['hidden_size']}, "
-          f"{STEP_MODEL['num_hidden_layers']} layer(s), {STEP_MODEL['vocab_size']:,} tokens, batch 8 x 128 "
-          f"(median of {args.steps})\n")
+    print(
+        f"\nWhole training step, BERT masked LM of width {STEP_MODEL['hidden_size']}, "
+        f"{STEP_MODEL['num_hidden_layers']} layer(s), {STEP_MODEL['vocab_size']:,} tokens, batch 8 x 128 "
+        f"(median of {args.steps})\n"
+    )
     print("| device | cross_entropy s/step | selfish s/step | selfish / CE |")
     print("|---|---|---|---|")
     for device in ["cpu"] + (["cuda"] if torch.cuda.is_available() else []):
         t = training_step(device, args.steps)
-        print(f"| {device} | {t['cross_entropy']:.3f} | {t['selfish']:.3f} | {t['selfish'] / t['cross_entropy']:.3f} |",
-              flush=True)
+        print(
+            f"| {device} | {t['cross_entropy']:.3f} | {t['selfish']:.3f} | {t['selfish'] / t['cross_entropy']:.3f} |",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

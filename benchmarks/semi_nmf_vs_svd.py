@@ -38,7 +38,11 @@ def main() -> None:
     ap.add_argument("--tol", type=float, default=1e-4)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", default="cpu")
-    ap.add_argument("--smoke", action="store_true", help="seconds at tiny sizes: checks that the script runs (tests/test_benchmarks.py, in CI)")
+    ap.add_argument(
+        "--smoke",
+        action="store_true",
+        help="seconds at tiny sizes: checks that the script runs (tests/test_benchmarks.py, in CI)",
+    )
     args = ap.parse_args()
     if args.smoke:
         args.rank, args.max_iter = 8, 3
@@ -54,8 +58,15 @@ def main() -> None:
     rows.append(("truncated SVD", err_svd, 1.0, "-", svd_s))
     for init in ("kmeans", "svd"):
         t = time.perf_counter()
-        W, H, hist = semi_nmf(E, args.rank, SemiNmfSettings(max_iter=args.max_iter, tol=args.tol, init=init),
-                              seed=args.seed, device=args.device, return_history=True, log_every=25)
+        W, H, hist = semi_nmf(
+            E,
+            args.rank,
+            SemiNmfSettings(max_iter=args.max_iter, tol=args.tol, init=init),
+            seed=args.seed,
+            device=args.device,
+            return_history=True,
+            log_every=25,
+        )
         if args.device.startswith("cuda"):
             torch.cuda.synchronize()
         secs = time.perf_counter() - t

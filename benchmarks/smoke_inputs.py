@@ -27,8 +27,14 @@ def byte_bpe(lang: str, vocab_size: int = 400, n_lines: int = 500):
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator(text_lines(lang, n_lines), trainers.BpeTrainer(
-        vocab_size=vocab_size, special_tokens=["<s>", "</s>", "<pad>"], show_progress=False,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok.train_from_iterator(
+        text_lines(lang, n_lines),
+        trainers.BpeTrainer(
+            vocab_size=vocab_size,
+            special_tokens=["<s>", "</s>", "<pad>"],
+            show_progress=False,
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        ),
+    )
     tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 0)])
     return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>")

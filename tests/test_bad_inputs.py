@@ -30,7 +30,9 @@ from vocabtransfer.app.runner import run_stage
 pytestmark = pytest.mark.slow
 
 PARAMS = {
-    "languages": ["sw"], "seed": 3, "source_model": "sentence-transformers/all-MiniLM-L6-v2",
+    "languages": ["sw"],
+    "seed": 3,
+    "source_model": "sentence-transformers/all-MiniLM-L6-v2",
     "corpus": {"sources": {"sw": {"path": "sw.txt"}}, "valid_fraction": 0.1},
     "tokenizer": {"vocab_size": 300, "min_frequency": 2},
     "fasttext": {"dim": 8, "epochs": 1, "min_count": 2},
@@ -61,8 +63,16 @@ def good(tmp_path_factory, shared_data):
         # a tiny source model with MiniLM's tokenizer (random weights), where source_head writes it
         source_tok = load_tokenizer(resolve_model_path(params["source_model"]))
         torch.manual_seed(0)
-        model = BertForMaskedLM(BertConfig(vocab_size=len(source_tok), hidden_size=32, num_hidden_layers=1,
-                                           num_attention_heads=2, intermediate_size=32, max_position_embeddings=64))
+        model = BertForMaskedLM(
+            BertConfig(
+                vocab_size=len(source_tok),
+                hidden_size=32,
+                num_hidden_layers=1,
+                num_attention_heads=2,
+                intermediate_size=32,
+                max_position_embeddings=64,
+            )
+        )
         model.save_pretrained(root / paths.SOURCE_MODEL)
         source_tok.save_pretrained(root / paths.SOURCE_MODEL)
         run_stage("overlap", params, {"lang": "sw"}, threads=1)
@@ -118,12 +128,14 @@ def _params(**changes):
                 node = node.setdefault(key, {})
             node[last] = value
         (work / "params.yaml").write_text(yaml.safe_dump(p, sort_keys=False))
+
     return edit
 
 
 def _on(relative: str, breaker):
     def edit(work: Path) -> None:
         breaker(work / relative)
+
     return edit
 
 
@@ -138,6 +150,7 @@ def _wordlevel_bin(breaker):
         shutil.copy(work / paths.fill(paths.FASTTEXT_BIN, lang="sw"), work / "data" / "words.bin")
         breaker(work / "data" / "words.bin")
         _params(**{"fasttext.mode": "wordlevel", "fasttext.pretrained_path": "words.bin"})(work)
+
     return edit
 
 
@@ -151,9 +164,18 @@ def _headless_causal_source(work: Path) -> None:
         path.unlink()
     n = json.loads((source / "config.json").read_text())["vocab_size"]
     torch.manual_seed(0)
-    LlamaModel(LlamaConfig(vocab_size=n, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                           num_key_value_heads=2, intermediate_size=16, max_position_embeddings=64,
-                           tie_word_embeddings=False)).save_pretrained(source)
+    LlamaModel(
+        LlamaConfig(
+            vocab_size=n,
+            hidden_size=16,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=2,
+            intermediate_size=16,
+            max_position_embeddings=64,
+            tie_word_embeddings=False,
+        )
+    ).save_pretrained(source)
     _params(**{"source_head.text": "sw.txt"})(work)
 
 
@@ -194,65 +216,173 @@ CASES = [
     ("url source checksum mismatch", "corpus", SW, _checksum_mismatch, ["sha256"]),
     ("params type error", "corpus", SW, _params(**{"tokenizer.vocab_size": "big"}), ["tokenizer.vocab_size"]),
     ("params unknown key", "corpus", SW, _params(**{"corpus.nope": 1}), ["corpus", "nope"]),
-    ("params misspelled key", "corpus", SW, _params(**{"fasttext.epoch": 1}),
-     ["fasttext: unknown key(s) 'epoch'; allowed keys:", "did you mean 'epochs'?"]),
-    ("params unknown init method", "corpus", SW, _params(**{"init.methods": ["focus", "focsu"]}),
-     ["init.methods: 'focsu'", "did you mean 'focus'?", "allowed: random, overlap,"]),
-    ("params unknown task", "corpus", SW, _params(**{"eval.tasks": {"nlii": {}}}),
-     ["eval.tasks", "did you mean 'nli'?", "ner, nli, qa"]),
-    ("params with two problems, one line each", "corpus", SW,
-     _params(**{"fasttext.epoch": 1, "tokenizer.vocab_size": "big"}),
-     [["fasttext: unknown key(s) 'epoch'"], ["tokenizer.vocab_size: 'big'"]]),
-    ("relative GGUF path", "corpus", SW, _params(source_model="models/absent.gguf"),
-     ["source_model", "models/absent.gguf", "resolves against the working directory", "not $VOCABTRANSFER_DATA"]),
+    (
+        "params misspelled key",
+        "corpus",
+        SW,
+        _params(**{"fasttext.epoch": 1}),
+        ["fasttext: unknown key(s) 'epoch'; allowed keys:", "did you mean 'epochs'?"],
+    ),
+    (
+        "params unknown init method",
+        "corpus",
+        SW,
+        _params(**{"init.methods": ["focus", "focsu"]}),
+        ["init.methods: 'focsu'", "did you mean 'focus'?", "allowed: random, overlap,"],
+    ),
+    (
+        "params unknown task",
+        "corpus",
+        SW,
+        _params(**{"eval.tasks": {"nlii": {}}}),
+        ["eval.tasks", "did you mean 'nli'?", "ner, nli, qa"],
+    ),
+    (
+        "params with two problems, one line each",
+        "corpus",
+        SW,
+        _params(**{"fasttext.epoch": 1, "tokenizer.vocab_size": "big"}),
+        [["fasttext: unknown key(s) 'epoch'"], ["tokenizer.vocab_size: 'big'"]],
+    ),
+    (
+        "relative GGUF path",
+        "corpus",
+        SW,
+        _params(source_model="models/absent.gguf"),
+        ["source_model", "models/absent.gguf", "resolves against the working directory", "not $VOCABTRANSFER_DATA"],
+    ),
     ("corpus parquet missing", "tokenizer", SW, lambda w: (w / CORPUS).unlink(), ["train.parquet"]),
     ("corpus parquet truncated", "tokenizer", SW, _on(CORPUS, _truncate), ["train.parquet", REBUILT % "corpus"]),
     ("corpus parquet zero-length", "tokenizer", SW, _on(CORPUS, _zero), ["train.parquet", REBUILT % "corpus"]),
     ("corpus parquet corrupted", "tokenizer", SW, _on(CORPUS, _garbage), ["train.parquet", REBUILT % "corpus"]),
-    ("tokenizer.json corrupted", "pretokenize", SW,
-     _on(paths.fill(paths.TOKENIZER, lang="sw") + "/tokenizer.json", _garbage), ["tokenizer", REBUILT % "tokenizer"]),
-    ("tokenizer.json zero-length", "pretokenize", SW,
-     _on(paths.fill(paths.TOKENIZER, lang="sw") + "/tokenizer.json", _zero),
-     ["results/sw/tokenizer", REBUILT % "tokenizer", "rm -r results/sw/tokenizer)"]),
-    ("pretokenised text empty", "fasttext", SW, lambda w: (w / paths.fill(paths.PRETOK_TEXT, lang="sw")).write_text(""),
-     ["train.tokens.txt"]),
-    ("pretokenised ids truncated", "pretrain", PRETRAIN, _on(PRETOK + "/ids.npy", _truncate),
-     ["results/sw/pretokenized/train/ids.npy", "truncated", "rerun the pretokenize stage", REBUILT % "pretokenize"]),
-    ("pretokenised offsets corrupted", "pretrain", PRETRAIN, _on(PRETOK + "/offsets.npy", _garbage),
-     ["results/sw/pretokenized/train/offsets.npy", "rerun the pretokenize stage"]),
-    ("pretokenised header corrupted", "pretrain", PRETRAIN, _on(PRETOK + "/meta.json", _garbage),
-     ["results/sw/pretokenized/train/meta.json", "rerun the pretokenize stage"]),
-    ("pretokenised ids of another tokenizer", "pretrain", PRETRAIN, _ids_of_another_tokenizer,
-     ["results/sw/pretokenized/train", "another tokenizer", "rerun the pretokenize stage"]),
+    (
+        "tokenizer.json corrupted",
+        "pretokenize",
+        SW,
+        _on(paths.fill(paths.TOKENIZER, lang="sw") + "/tokenizer.json", _garbage),
+        ["tokenizer", REBUILT % "tokenizer"],
+    ),
+    (
+        "tokenizer.json zero-length",
+        "pretokenize",
+        SW,
+        _on(paths.fill(paths.TOKENIZER, lang="sw") + "/tokenizer.json", _zero),
+        ["results/sw/tokenizer", REBUILT % "tokenizer", "rm -r results/sw/tokenizer)"],
+    ),
+    (
+        "pretokenised text empty",
+        "fasttext",
+        SW,
+        lambda w: (w / paths.fill(paths.PRETOK_TEXT, lang="sw")).write_text(""),
+        ["train.tokens.txt"],
+    ),
+    (
+        "pretokenised ids truncated",
+        "pretrain",
+        PRETRAIN,
+        _on(PRETOK + "/ids.npy", _truncate),
+        ["results/sw/pretokenized/train/ids.npy", "truncated", "rerun the pretokenize stage", REBUILT % "pretokenize"],
+    ),
+    (
+        "pretokenised offsets corrupted",
+        "pretrain",
+        PRETRAIN,
+        _on(PRETOK + "/offsets.npy", _garbage),
+        ["results/sw/pretokenized/train/offsets.npy", "rerun the pretokenize stage"],
+    ),
+    (
+        "pretokenised header corrupted",
+        "pretrain",
+        PRETRAIN,
+        _on(PRETOK + "/meta.json", _garbage),
+        ["results/sw/pretokenized/train/meta.json", "rerun the pretokenize stage"],
+    ),
+    (
+        "pretokenised ids of another tokenizer",
+        "pretrain",
+        PRETRAIN,
+        _ids_of_another_tokenizer,
+        ["results/sw/pretokenized/train", "another tokenizer", "rerun the pretokenize stage"],
+    ),
     ("pretrained fastText .bin truncated", "fasttext", SW, _wordlevel_bin(_truncate), ["words.bin"]),
     ("pretrained fastText .bin corrupted", "fasttext", SW, _wordlevel_bin(_garbage), ["words.bin"]),
-    ("target special token is an ordinary source token", "overlap", SW, _special_clash,
-     ["results/sw/tokenizer", "special token 'hello'", "ordinary token of the source", "retrain it"]),
-    ("fastText embeddings missing", "init", {**SW, "method": "focus", "pseed": "1"}, lambda w: (w / FT_EMB).unlink(),
-     ["embeddings.safetensors"]),
-    ("fastText embeddings truncated", "init", {**SW, "method": "focus", "pseed": "1"}, _on(FT_EMB, _truncate),
-     ["embeddings.safetensors", REBUILT % "fasttext"]),
-    ("initialised model's weights truncated", "pretrain", PRETRAIN,
-     _on(paths.fill(paths.INIT_DIR, lang="sw", method="focus", pseed=1) + "/model/model.safetensors", _truncate),
-     ["results/sw/init/focus/pseed1", "cannot load", REBUILT % "init", "rm -r results/sw/init/focus/pseed1)"]),
-    ("NaN in fastText embeddings", "init", {**SW, "method": "focus", "pseed": "1"}, _on(FT_EMB, _nan_embeddings),
-     ["embeddings.safetensors", "NaN"]),
-    ("overlap parquet corrupted", "init", {**SW, "method": "focus", "pseed": "1"}, _on(OVERLAP, _garbage),
-     ["overlap.parquet", REBUILT % "overlap"]),
-    ("empty overlap", "init", {**SW, "method": "ofa", "pseed": "1"}, _on(OVERLAP, _empty_overlap), ["shares no tokens"]),
-    ("omp k above the overlap", "init", {**SW, "method": "omp", "pseed": "1"},
-     _params(**{"init.methods": ["focus", "ofa", "omp"], "init.omp.k": 100_000}), ["init.omp.k=100000", "at most"]),
-    ("source model weights corrupted", "init", {**SW, "method": "focus", "pseed": "1"},
-     _on(paths.SOURCE_MODEL + "/model.safetensors", _garbage),
-     ["results/source/model", "cannot load", REBUILT % "source_head"]),
-    ("source without LM head, bits per byte asked", "init_eval", SW, _headless_causal_source,
-     ["results/source/model/model.safetensors", "no LM head", "init_eval.bits_per_byte: false"]),
+    (
+        "target special token is an ordinary source token",
+        "overlap",
+        SW,
+        _special_clash,
+        ["results/sw/tokenizer", "special token 'hello'", "ordinary token of the source", "retrain it"],
+    ),
+    (
+        "fastText embeddings missing",
+        "init",
+        {**SW, "method": "focus", "pseed": "1"},
+        lambda w: (w / FT_EMB).unlink(),
+        ["embeddings.safetensors"],
+    ),
+    (
+        "fastText embeddings truncated",
+        "init",
+        {**SW, "method": "focus", "pseed": "1"},
+        _on(FT_EMB, _truncate),
+        ["embeddings.safetensors", REBUILT % "fasttext"],
+    ),
+    (
+        "initialised model's weights truncated",
+        "pretrain",
+        PRETRAIN,
+        _on(paths.fill(paths.INIT_DIR, lang="sw", method="focus", pseed=1) + "/model/model.safetensors", _truncate),
+        ["results/sw/init/focus/pseed1", "cannot load", REBUILT % "init", "rm -r results/sw/init/focus/pseed1)"],
+    ),
+    (
+        "NaN in fastText embeddings",
+        "init",
+        {**SW, "method": "focus", "pseed": "1"},
+        _on(FT_EMB, _nan_embeddings),
+        ["embeddings.safetensors", "NaN"],
+    ),
+    (
+        "overlap parquet corrupted",
+        "init",
+        {**SW, "method": "focus", "pseed": "1"},
+        _on(OVERLAP, _garbage),
+        ["overlap.parquet", REBUILT % "overlap"],
+    ),
+    (
+        "empty overlap",
+        "init",
+        {**SW, "method": "ofa", "pseed": "1"},
+        _on(OVERLAP, _empty_overlap),
+        ["shares no tokens"],
+    ),
+    (
+        "omp k above the overlap",
+        "init",
+        {**SW, "method": "omp", "pseed": "1"},
+        _params(**{"init.methods": ["focus", "ofa", "omp"], "init.omp.k": 100_000}),
+        ["init.omp.k=100000", "at most"],
+    ),
+    (
+        "source model weights corrupted",
+        "init",
+        {**SW, "method": "focus", "pseed": "1"},
+        _on(paths.SOURCE_MODEL + "/model.safetensors", _garbage),
+        ["results/source/model", "cannot load", REBUILT % "source_head"],
+    ),
+    (
+        "source without LM head, bits per byte asked",
+        "init_eval",
+        SW,
+        _headless_causal_source,
+        ["results/source/model/model.safetensors", "no LM head", "init_eval.bits_per_byte: false"],
+    ),
 ]
 
 
 @pytest.mark.parametrize("case,stage,wildcards,breaker,words", CASES, ids=[c[0] for c in CASES])
-def test_bad_input_gives_one_clear_error_and_no_output(good, tmp_path, monkeypatch, case, stage, wildcards, breaker,
-                                                       words):
+def test_bad_input_gives_one_clear_error_and_no_output(
+    good, tmp_path, monkeypatch, case, stage, wildcards, breaker, words
+):
     work = _copy(good, tmp_path / "work")
     monkeypatch.setenv("VOCABTRANSFER_DATA", str(work / "data"))
     monkeypatch.setenv("VOCABTRANSFER_CACHE", str(work / "cache"))
@@ -267,17 +397,32 @@ def test_bad_input_gives_one_clear_error_and_no_output(good, tmp_path, monkeypat
     before = {p for p in work.rglob("*")}
     args = [f"--{k}={v}" for k, v in wildcards.items()]
     BAD_INPUTS["tried"] += 1
-    proc = subprocess.run([sys.executable, "-m", "vocabtransfer", stage, *args, "--params", "params.yaml",
-                           "--threads", "1"], cwd=work, capture_output=True, text=True,
-                          env={**os.environ, "VOCABTRANSFER_DATA": str(work / "data"),
-                               "VOCABTRANSFER_CACHE": str(work / "cache"), "OMP_NUM_THREADS": "1"})
+    proc = subprocess.run(
+        [sys.executable, "-m", "vocabtransfer", stage, *args, "--params", "params.yaml", "--threads", "1"],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        env={
+            **os.environ,
+            "VOCABTRANSFER_DATA": str(work / "data"),
+            "VOCABTRANSFER_CACHE": str(work / "cache"),
+            "OMP_NUM_THREADS": "1",
+        },
+    )
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
     lines = words if isinstance(words[0], list) else [words]
-    clear = (proc.returncode != 0 and "Traceback" not in proc.stderr and len(errors) == len(lines)
-             and all(w.lower() in error.lower() for error, ws in zip(errors, lines) for w in ws))
+    clear = (
+        proc.returncode != 0
+        and "Traceback" not in proc.stderr
+        and len(errors) == len(lines)
+        and all(w.lower() in error.lower() for error, ws in zip(errors, lines) for w in ws)
+    )
     left = [str(work / out) for out in outputs if (work / out).exists()]
-    new = [str(p) for p in set(work.rglob("*")) - before
-           if p.is_file() and "cache" not in p.relative_to(work).parts and not p.name.endswith(".log")]
+    new = [
+        str(p)
+        for p in set(work.rglob("*")) - before
+        if p.is_file() and "cache" not in p.relative_to(work).parts and not p.name.endswith(".log")
+    ]
     BAD_INPUTS["clear"] += clear
     BAD_INPUTS["partial"] += bool(left or new)
     assert clear, f"{case}: rc={proc.returncode}\n{proc.stderr[-3000:]}"

@@ -24,10 +24,24 @@ MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 
 
 def run_script(name: str, *args: str, cwd=REPO, timeout: int = 300) -> str:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "VOCABTRANSFER_DATA": str(SHARED_DATA), "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / name), *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=timeout)
-    assert proc.returncode == 0, f"{name} {' '.join(args)}: rc {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "VOCABTRANSFER_DATA": str(SHARED_DATA),
+        "OMP_NUM_THREADS": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / name), *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert proc.returncode == 0, (
+        f"{name} {' '.join(args)}: rc {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
+    )
     return proc.stdout
 
 
@@ -40,16 +54,19 @@ def sw_train(tmp_path_factory):
     return path
 
 
-@pytest.mark.parametrize("name, args, expect", [
-    ("clustered_snmf.py", ["--smoke"], "| C | width of W'"),
-    ("semi_nmf_vs_svd.py", ["--smoke"], "truncated SVD"),
-    ("selfish_charlm.py", ["--smoke", "--threads", "1"], "selfish"),
-    ("selfish_loss.py", ["--smoke", "--threads", "1"], "| cpu | float32 | 64 x 1000 |"),
-    ("fused_head.py", ["--smoke", "--threads", "1"], "fused standard"),
-    ("ids_format.py", ["npy", "--smoke"], '"format": "npy"'),
-    ("pretrain_step.py", ["--smoke", "--threads", "1"], "|"),
-    ("distill_step.py", ["--smoke", "--threads", "1"], "| distill (cached teacher) |"),
-])
+@pytest.mark.parametrize(
+    "name, args, expect",
+    [
+        ("clustered_snmf.py", ["--smoke"], "| C | width of W'"),
+        ("semi_nmf_vs_svd.py", ["--smoke"], "truncated SVD"),
+        ("selfish_charlm.py", ["--smoke", "--threads", "1"], "selfish"),
+        ("selfish_loss.py", ["--smoke", "--threads", "1"], "| cpu | float32 | 64 x 1000 |"),
+        ("fused_head.py", ["--smoke", "--threads", "1"], "fused standard"),
+        ("ids_format.py", ["npy", "--smoke"], '"format": "npy"'),
+        ("pretrain_step.py", ["--smoke", "--threads", "1"], "|"),
+        ("distill_step.py", ["--smoke", "--threads", "1"], "| distill (cached teacher) |"),
+    ],
+)
 def test_a_benchmark_runs_at_its_smoke_size(name, args, expect):
     assert expect in run_script(name, *args)
 
@@ -110,10 +127,27 @@ def fake_pretrain_runs(root, bf16: bool, shift: float) -> None:
     for pseed in (1, 2):
         run = root / "results" / "sw" / "pretrain" / "random" / "standard" / f"pseed{pseed}"
         run.mkdir(parents=True)
-        pq.write_table(pa.table({"block": list(range(10)), "loss_sum": [(5 + b / 10 + shift) * 50 for b in range(10)],
-                                 "n_tokens": [50] * 10}), run / "valid_blocks.parquet")
-        (run / "stats.json").write_text(json.dumps({"bf16": bf16, "final_valid_loss": 5.45 + shift, "steps": 10,
-                                                    "train_seconds": 20.0 if bf16 else 40.0, "tokens_seen": 5120}))
+        pq.write_table(
+            pa.table(
+                {
+                    "block": list(range(10)),
+                    "loss_sum": [(5 + b / 10 + shift) * 50 for b in range(10)],
+                    "n_tokens": [50] * 10,
+                }
+            ),
+            run / "valid_blocks.parquet",
+        )
+        (run / "stats.json").write_text(
+            json.dumps(
+                {
+                    "bf16": bf16,
+                    "final_valid_loss": 5.45 + shift,
+                    "steps": 10,
+                    "train_seconds": 20.0 if bf16 else 40.0,
+                    "tokens_seen": 5120,
+                }
+            )
+        )
 
 
 def test_precision_pair_on_runs_a_tenth_of_a_nat_apart(tmp_path):
@@ -122,7 +156,10 @@ def test_precision_pair_on_runs_a_tenth_of_a_nat_apart(tmp_path):
     fake_pretrain_runs(tmp_path / "fp32", bf16=False, shift=0.0)
     fake_pretrain_runs(tmp_path / "bf16", bf16=True, shift=0.1)
     out = run_script("precision_pair.py", str(tmp_path / "fp32"), str(tmp_path / "bf16"), "--resamples", "200")
-    assert "| sw | random | standard | 5.4500 | 5.5500 | +0.1000 [+0.1000, +0.1000] | 2 | 10 | 5,120 | 4.00 | 2.00 |" in out
+    assert (
+        "| sw | random | standard | 5.4500 | 5.5500 | +0.1000 [+0.1000, +0.1000] | 2 | 10 | 5,120 | 4.00 | 2.00 |"
+        in out
+    )
     with pytest.raises(AssertionError, match="must be fp32"):
         run_script("precision_pair.py", str(tmp_path / "bf16"), str(tmp_path / "fp32"), "--resamples", "200")
 
@@ -132,6 +169,16 @@ def test_loss_by_token_on_two_tiny_causal_models(tmp_path):
     a = save_dir(tiny_llama(len(tok), seed=0), tok, tmp_path / "a")
     b = save_dir(tiny_llama(len(tok), seed=1), tok, tmp_path / "b")
     pq.write_table(pa.table({"text": text_lines("sw", 20, start=500)}), tmp_path / "valid.parquet")
-    out = run_script("loss_by_token.py", str(a), str(b), str(tmp_path / "valid.parquet"), "--lines", "20",
-                     "--seq-len", "64", "--top", "3")
+    out = run_script(
+        "loss_by_token.py",
+        str(a),
+        str(b),
+        str(tmp_path / "valid.parquet"),
+        "--lines",
+        "20",
+        "--seq-len",
+        "64",
+        "--top",
+        "3",
+    )
     assert "tokens scored" in out and out.count("\n| '") == 3  # the top 3 tokens of the gap

@@ -15,10 +15,13 @@ from vocabtransfer.evaluate import bits_per_byte
 from vocabtransfer.model import modeling
 from vocabtransfer.pipeline.typed import Params
 
-from helpers import (bpe_tokenizer, make_ctx, save_dir, text_lines, tiny_bert, tiny_llama,
-                     wordpiece_tokenizer)
+from helpers import bpe_tokenizer, make_ctx, save_dir, text_lines, tiny_bert, tiny_llama, wordpiece_tokenizer
 
-LINES = ["Habari ya asubuhi, rafiki yangu.", "Ninapenda kusoma vitabu", "Mji wa Nairobi ni mkubwa sana na una watu wengi."]
+LINES = [
+    "Habari ya asubuhi, rafiki yangu.",
+    "Ninapenda kusoma vitabu",
+    "Mji wa Nairobi ni mkubwa sana na una watu wengi.",
+]
 WORDS = ["añb", "cd", "é", "xyz", "hello", "world"]
 
 
@@ -33,8 +36,9 @@ def word_tokenizer(*, eos: bool = True, bos: bool = False):
     if bos:
         tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 3)])
     kwargs = {"eos_token": "</s>"} if eos else {}
-    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", unk_token="<unk>",
-                                   **({"bos_token": "<s>"} if bos else {}), **kwargs)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, pad_token="<pad>", unk_token="<unk>", **({"bos_token": "<s>"} if bos else {}), **kwargs
+    )
 
 
 def by_hand(model, seq: list[int], scored: range) -> float:
@@ -168,12 +172,14 @@ def test_a_source_without_its_lm_head_is_refused(tmp_path, bpe):
     message = str(err.value)
     assert "\n" not in message and message.startswith(str(directory / "model.safetensors"))
     assert "lm_head.weight" in message and "init_eval.bits_per_byte: false" in message
-    _, _, complete = modeling.load_source_model(save_dir(tiny_llama(len(bpe)), bpe, tmp_path / "full"),
-                                                output_loading_info=True)
+    _, _, complete = modeling.load_source_model(
+        save_dir(tiny_llama(len(bpe)), bpe, tmp_path / "full"), output_loading_info=True
+    )
     bits_per_byte.require_lm_head(tmp_path / "full", complete, "init_eval.bits_per_byte")  # a head: nothing to say
 
 
 # ------------------------------------------------------------------ after pretraining: token_frequency_loss
+
 
 def tfl_study(tmp_path, source_model, source_tok, tok):
     """Pre-tokenised splits, valid text, a source and the focus init + standard model of two pretraining seeds."""
@@ -193,27 +199,52 @@ def tfl_study(tmp_path, source_model, source_tok, tok):
     valid = text_lines("sw", 12, start=2000) + [LINES[2] * 4]  # the last one is longer than seq_len
     encode(valid, xx / "pretokenized" / "valid")
     io.write_parquet(pa.table({"text": valid}), xx / "corpus" / "valid.parquet")
-    params = {"seed": 5, "languages": ["xx"], "init": {"methods": ["focus", "mean"]},  # mean: not pretrained
-              "pretrain": {"methods": ["focus"], "objectives": ["standard"], "seeds": 2},
-              "token_frequency_loss": {"buckets": 2, "scheme": "equal_types", "max_lines": 13, "seq_len": 32,
-                                       "batch_size": 4, "bits_per_byte": True}}
+    params = {
+        "seed": 5,
+        "languages": ["xx"],
+        "init": {"methods": ["focus", "mean"]},  # mean: not pretrained
+        "pretrain": {"methods": ["focus"], "objectives": ["standard"], "seeds": 2},
+        "token_frequency_loss": {
+            "buckets": 2,
+            "scheme": "equal_types",
+            "max_lines": 13,
+            "seq_len": 32,
+            "batch_size": 4,
+            "bits_per_byte": True,
+        },
+    }
     models = {}
-    scored = (token_frequency_loss.scored_models(Params(params), "xx")
-              + token_frequency_loss.zero_shot_models(Params(params), "xx"))
+    scored = token_frequency_loss.scored_models(Params(params), "xx") + token_frequency_loss.zero_shot_models(
+        Params(params), "xx"
+    )
     for k, (m, o, s) in enumerate(scored):
         sub = f"init/{m}/pseed{s}" if o == "init" else f"pretrain/{m}/{o}/pseed{s}"
         models[(m, o, s)] = tiny_llama(len(tok), seed=10 + k)
         save_dir(models[(m, o, s)], tok, xx / sub / "model")
-    inputs = {"train_ids": xx / "pretokenized" / "train", "valid_ids": xx / "pretokenized" / "valid",
-              "valid_text": xx / "corpus" / "valid.parquet", "train_text": xx / "corpus" / "train.parquet",
-              "source_model": save_dir(source_model, source_tok, tmp_path / "source" / "model"),
-              **{token_frequency_loss.model_key(*key): xx / (f"init/{key[0]}/pseed{key[2]}" if key[1] == "init"
-                                                             else f"pretrain/{key[0]}/{key[1]}/pseed{key[2]}")
-                 for key in models}}
-    out = {"table": xx / "tfl.parquet", "blocks": xx / "blocks.parquet", "bits_per_byte": xx / "bits_per_byte.parquet",
-           "plot": xx / "tfl.png"}
-    return make_ctx("vocabtransfer.evaluate.token_frequency_loss:run", {"lang": "xx"}, inputs, out, params), \
-        models, valid, out
+    inputs = {
+        "train_ids": xx / "pretokenized" / "train",
+        "valid_ids": xx / "pretokenized" / "valid",
+        "valid_text": xx / "corpus" / "valid.parquet",
+        "train_text": xx / "corpus" / "train.parquet",
+        "source_model": save_dir(source_model, source_tok, tmp_path / "source" / "model"),
+        **{
+            token_frequency_loss.model_key(*key): xx
+            / (f"init/{key[0]}/pseed{key[2]}" if key[1] == "init" else f"pretrain/{key[0]}/{key[1]}/pseed{key[2]}")
+            for key in models
+        },
+    }
+    out = {
+        "table": xx / "tfl.parquet",
+        "blocks": xx / "blocks.parquet",
+        "bits_per_byte": xx / "bits_per_byte.parquet",
+        "plot": xx / "tfl.png",
+    }
+    return (
+        make_ctx("vocabtransfer.evaluate.token_frequency_loss:run", {"lang": "xx"}, inputs, out, params),
+        models,
+        valid,
+        out,
+    )
 
 
 def test_token_frequency_loss_writes_bits_per_line_for_every_model_and_the_source(tmp_path, bpe, caplog):
@@ -230,8 +261,15 @@ def test_token_frequency_loss_writes_bits_per_line_for_every_model_and_the_sourc
     df = table.to_pandas()
     keys = list(dict.fromkeys(zip(df["method"], df["objective"], df["pseed"])))
     floors = [("floor", name, 0) for name in bpb_floor.NAMES]  # beside the models, line by line
-    assert keys == [("source", "source", 0), *floors, ("focus", "init", 1), ("focus", "init", 2), ("focus", "standard", 1),
-                    ("focus", "standard", 2), ("mean", "init", 1)]  # mean, only initialised: bits per byte only
+    assert keys == [
+        ("source", "source", 0),
+        *floors,
+        ("focus", "init", 1),
+        ("focus", "init", 2),
+        ("focus", "standard", 1),
+        ("focus", "standard", 2),
+        ("mean", "init", 1),
+    ]  # mean, only initialised: bits per byte only
     frequency = io.read_parquet(out["table"]).to_pandas()
     assert "mean" not in set(frequency["method"])  # not in the frequency-bucket table
     n_bytes = [len(s.encode("utf-8")) for s in valid]
@@ -258,6 +296,8 @@ def test_token_frequency_loss_refuses_a_source_without_its_lm_head(tmp_path, bpe
     from vocabtransfer.evaluate import token_frequency_loss
 
     ctx, _, _, out = tfl_study(tmp_path, LlamaModel(tiny_llama(len(bpe)).config), bpe, bpe)
-    with pytest.raises(VocabTransferError, match=r"model\.safetensors: no LM head .*token_frequency_loss\.bits_per_byte: false"):
+    with pytest.raises(
+        VocabTransferError, match=r"model\.safetensors: no LM head .*token_frequency_loss\.bits_per_byte: false"
+    ):
         token_frequency_loss.run(ctx)
     assert not any(path.exists() for path in out.values())  # nothing partial

@@ -45,8 +45,9 @@ def test_the_unigram_floor_is_the_add_one_smoothed_count_by_hand(tmp_path, tok):
     # with an end-of-sequence token before every line (a packed block's), every own token is scored
     tok.eos_token = "[SEP]"
     got = bpb_floor.unigram_scores(counts, tok, VALID)
-    assert got.bits.tolist() == pytest.approx([math.log2(13 / 2) + math.log2(13 / 4),
-                                              math.log2(13 / 4) + 2 * math.log2(13 / 2)])
+    assert got.bits.tolist() == pytest.approx(
+        [math.log2(13 / 2) + math.log2(13 / 4), math.log2(13 / 4) + 2 * math.log2(13 / 2)]
+    )
 
 
 def test_the_uniform_floor_is_log2_v_per_scored_token(tok):

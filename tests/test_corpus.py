@@ -26,8 +26,9 @@ def hf_cache(tmp_path, monkeypatch):
 
 
 def params_for(source: dict, **corpus_params) -> dict:
-    return validate_params({"languages": ["sw"], "source_model": "x/y",
-                            "corpus": {"sources": {"sw": source}, **corpus_params}})
+    return validate_params(
+        {"languages": ["sw"], "source_model": "x/y", "corpus": {"sources": {"sw": source}, **corpus_params}}
+    )
 
 
 def run_corpus(tmp_path, monkeypatch, source: dict, **corpus_params):
@@ -40,8 +41,13 @@ def run_corpus(tmp_path, monkeypatch, source: dict, **corpus_params):
 
 
 def build(tmp_path, source, seed=42, **corpus_params):
-    stats = corpus.build_corpus(source, tmp_path / "train.parquet", tmp_path / "valid.parquet", seed=seed,
-                                params=corpus.CorpusParams(**corpus_params))
+    stats = corpus.build_corpus(
+        source,
+        tmp_path / "train.parquet",
+        tmp_path / "valid.parquet",
+        seed=seed,
+        params=corpus.CorpusParams(**corpus_params),
+    )
     train, valid = (pq.read_table(tmp_path / f"{s}.parquet").column("text").to_pylist() for s in ("train", "valid"))
     return train, valid, stats
 
@@ -61,10 +67,17 @@ def test_text_file_is_normalised_stripped_and_deduplicated(tmp_path, data_root, 
     kept = ["Habari ya asubuhi", NFC_CAFE, "Mwisho wa habari"]
     assert sorted(train + valid) == sorted(kept)
     assert is_subsequence(train, kept) and is_subsequence(valid, kept)
-    assert {k: stats[k] for k in ("lines_read", "empty_dropped", "duplicates_dropped", "short_dropped",
-                                  "lines_kept", "capped")} == {
-        "lines_read": 8, "empty_dropped": 2, "duplicates_dropped": 2, "short_dropped": 1, "lines_kept": 3,
-        "capped": False}
+    assert {
+        k: stats[k]
+        for k in ("lines_read", "empty_dropped", "duplicates_dropped", "short_dropped", "lines_kept", "capped")
+    } == {
+        "lines_read": 8,
+        "empty_dropped": 2,
+        "duplicates_dropped": 2,
+        "short_dropped": 1,
+        "lines_kept": 3,
+        "capped": False,
+    }
     assert stats["bytes_kept"] == sum(len(s.encode()) for s in kept) == stats["train_bytes"] + stats["valid_bytes"]
     assert stats["source"] == {"kind": "path", "path": str(data_root / "sw.txt"), "files": 1, "formats": ["text"]}
     assert "pyarrow" in stats["versions"] and stats["seconds"] >= 0
@@ -117,18 +130,26 @@ def test_split_is_seeded_and_per_line(tmp_path, data_root):
 
 
 def test_jsonl_csv_parquet_and_directory_sources(tmp_path, data_root):
-    rows = [{"id": 1, "body": "Habari ya kwanza"}, {"id": 2, "body": "  "}, {"id": 3, "body": "Habari ya pili"},
-            {"id": 4, "body": None}]
+    rows = [
+        {"id": 1, "body": "Habari ya kwanza"},
+        {"id": 2, "body": "  "},
+        {"id": 3, "body": "Habari ya pili"},
+        {"id": 4, "body": None},
+    ]
     (data_root / "rows.jsonl").write_text("\n".join(json.dumps(r) for r in rows), encoding="utf-8")
     train, valid, stats = build(tmp_path, {"path": "rows.jsonl", "text_column": "body"})
     assert sorted(train + valid) == ["Habari ya kwanza", "Habari ya pili"]
     assert (stats["lines_read"], stats["empty_dropped"]) == (4, 2)
-    with pytest.raises(VocabTransferError, match=r"rows.jsonl: no column 'text' \(columns: id, body\); set "
-                                                 r"corpus source.text_column"):
+    with pytest.raises(
+        VocabTransferError,
+        match=r"rows.jsonl: no column 'text' \(columns: id, body\); set "
+        r"corpus source.text_column",
+    ):
         build(tmp_path, {"path": "rows.jsonl"})
 
-    (data_root / "rows.csv").write_text('id,text\n1,"Jambo, rafiki"\n2,Asante sana\n3,"Jambo, rafiki"\n',
-                                        encoding="utf-8")
+    (data_root / "rows.csv").write_text(
+        'id,text\n1,"Jambo, rafiki"\n2,Asante sana\n3,"Jambo, rafiki"\n', encoding="utf-8"
+    )
     train, valid, stats = build(tmp_path, {"path": "rows.csv"})
     assert sorted(train + valid) == ["Asante sana", "Jambo, rafiki"]
     assert stats["duplicates_dropped"] == 1
@@ -217,7 +238,8 @@ def test_empty_corpus_and_bad_encoding_are_one_line_errors(tmp_path, data_root):
 def test_cli_missing_file_is_one_error_line(tmp_path, data_root, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "params.yaml").write_text(
-        "languages: [sw]\nsource_model: x/y\ncorpus:\n  sources:\n    sw: {path: pretrain_text/absent.txt}\n")
+        "languages: [sw]\nsource_model: x/y\ncorpus:\n  sources:\n    sw: {path: pretrain_text/absent.txt}\n"
+    )
     assert main(["corpus", "--lang", "sw", "--params", "params.yaml", "--device", "cpu"]) == 1
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1
@@ -236,23 +258,39 @@ def test_dev_split_is_a_band_of_what_was_train_and_leaves_valid_alone(tmp_path, 
     train0, valid0, _ = build(tmp_path / "plain", {"path": "all.txt"}, valid_fraction=0.1)
     out = tmp_path / "dev"
     out.mkdir()
-    stats = corpus.build_corpus({"path": "all.txt"}, out / "train.parquet", out / "valid.parquet", seed=42,
-                                params=corpus.CorpusParams(valid_fraction=0.1, dev_fraction=0.15),
-                                dev_path=out / "dev.parquet")
-    train, valid, dev = (pq.read_table(out / f"{s}.parquet").column("text").to_pylist()
-                         for s in ("train", "valid", "dev"))
+    stats = corpus.build_corpus(
+        {"path": "all.txt"},
+        out / "train.parquet",
+        out / "valid.parquet",
+        seed=42,
+        params=corpus.CorpusParams(valid_fraction=0.1, dev_fraction=0.15),
+        dev_path=out / "dev.parquet",
+    )
+    train, valid, dev = (
+        pq.read_table(out / f"{s}.parquet").column("text").to_pylist() for s in ("train", "valid", "dev")
+    )
     assert valid == valid0
     assert dev == [s for s in lines if 0.1 <= corpus.split_value(s, 42) < 0.25]
     assert train == [s for s in train0 if s not in set(dev)] and 40 <= len(dev) <= 80  # 60 expected
     assert (stats["dev_lines"], stats["dev_fraction"]) == (len(dev), 0.15)
     same = tmp_path / "zero"
     same.mkdir()
-    stats = corpus.build_corpus({"path": "all.txt"}, same / "train.parquet", same / "valid.parquet", seed=42,
-                                params=corpus.CorpusParams(valid_fraction=0.1, dev_fraction=0.0),
-                                dev_path=same / "dev.parquet")
+    stats = corpus.build_corpus(
+        {"path": "all.txt"},
+        same / "train.parquet",
+        same / "valid.parquet",
+        seed=42,
+        params=corpus.CorpusParams(valid_fraction=0.1, dev_fraction=0.0),
+        dev_path=same / "dev.parquet",
+    )
     for split in ("train", "valid"):
         assert (same / f"{split}.parquet").read_bytes() == (tmp_path / "plain" / f"{split}.parquet").read_bytes()
     assert pq.read_table(same / "dev.parquet").num_rows == 0 and stats["dev_lines"] == 0
     with pytest.raises(VocabTransferError, match="corpus.dev_fraction=0.1: the dev split needs a dev path"):
-        corpus.build_corpus({"path": "all.txt"}, same / "t.parquet", same / "v.parquet", seed=42,
-                            params=corpus.CorpusParams(dev_fraction=0.1))
+        corpus.build_corpus(
+            {"path": "all.txt"},
+            same / "t.parquet",
+            same / "v.parquet",
+            seed=42,
+            params=corpus.CorpusParams(dev_fraction=0.1),
+        )

@@ -70,9 +70,14 @@ def test_tokenizer_stage_trains_on_the_sample(tmp_path, monkeypatch, corpus):
     target.parent.mkdir(parents=True)
     target.write_bytes(path.read_bytes())
     budget = sum(len(t.encode("utf-8")) for t in lines) // 3
-    params = validate_params({"languages": ["sw"], "source_model": "sentence-transformers/all-MiniLM-L6-v2",
-                              "corpus": {"sources": {"sw": {"path": "sw.txt"}}},
-                              "tokenizer": {"vocab_size": 300, "sample_bytes": budget}})
+    params = validate_params(
+        {
+            "languages": ["sw"],
+            "source_model": "sentence-transformers/all-MiniLM-L6-v2",
+            "corpus": {"sources": {"sw": {"path": "sw.txt"}}},
+            "tokenizer": {"vocab_size": 300, "sample_bytes": budget},
+        }
+    )
     run_stage("source_model", params, {}, threads=1)
     run_stage("tokenizer", params, {"lang": "sw"}, threads=1)
     stats = json.loads((tmp_path / paths.fill(paths.TOKENIZER_STATS, lang="sw")).read_text())

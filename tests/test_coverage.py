@@ -45,7 +45,10 @@ def test_cli_prints_the_coverage_table(capsys):
 
     assert main(["coverage", "--sims", "4", "--resamples", "50"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0] == "| pretraining seeds | fine-tuning seeds | clusters | seeds dominate | balanced | clusters dominate |"
+    assert (
+        lines[0]
+        == "| pretraining seeds | fine-tuning seeds | clusters | seeds dominate | balanced | clusters dominate |"
+    )
     rows = [line for line in lines[2:] if line.startswith("| 3 |")]
     assert len(rows) == len(coverage.FINETUNE_SEEDS) * len(coverage.CLUSTERS)
     assert all(line.count(" %") == 3 for line in rows)

@@ -20,8 +20,11 @@ def test_a_stage_killed_anywhere_then_rerun_ends_with_the_uninterrupted_artefact
     rows = []
     for stage in crash_matrix.sample(day):
         for name, at in crash_matrix.points(workflow_run.work, stage, 1, seed=0):
-            rows.append(crash_matrix.run_point(workflow_run.work, tmp_path / "trial", workflow_run.env, stage, name, at,
-                                               tries=1))
+            rows.append(
+                crash_matrix.run_point(
+                    workflow_run.work, tmp_path / "trial", workflow_run.env, stage, name, at, tries=1
+                )
+            )
     print(crash_matrix.table(rows))
     # the kill inside a write always lands; a drawn time point after a fast job's end is said in its note
     assert rows and all(r.ok for r in rows) and any(r.killed for r in rows), crash_matrix.table(rows)

@@ -37,16 +37,25 @@ def test_every_artefact_path_names_the_stage_that_writes_it(tmp_path):
     from vocabtransfer.app.stages import STAGES, producer, rerun_hint
     from vocabtransfer.pipeline import paths
 
-    sample = {"lang": "sw", "method": "fvt", "objective": "standard", "pseed": "2", "task": "qa", "model": "source",
-              "seed": "1"}
+    sample = {
+        "lang": "sw",
+        "method": "fvt",
+        "objective": "standard",
+        "pseed": "2",
+        "task": "qa",
+        "model": "source",
+        "seed": "1",
+    }
     for stage in STAGES.values():
         for name, template in stage.outputs.items():
             path = paths.fill(template, **{k: v for k, v in sample.items() if "{" + k + "}" in template})
             assert producer(path) == (stage.name, path), (stage.name, name)
             if name in stage.directories:
                 assert producer(f"{path}/model/model.safetensors") == (stage.name, path)
-    assert producer(tmp_path / "results/sw/corpus/train.parquet", root=tmp_path) == \
-        ("corpus", "results/sw/corpus/train.parquet")
+    assert producer(tmp_path / "results/sw/corpus/train.parquet", root=tmp_path) == (
+        "corpus",
+        "results/sw/corpus/train.parquet",
+    )
     assert producer("data/pretrain_text/sw.txt") is None and producer("results/sw/unknown.bin") is None
     hint = rerun_hint("results/sw/overlap/overlap.parquet: not a readable Parquet file (x); delete it and rerun")
     assert hint.startswith("results/sw/overlap/overlap.parquet is stage overlap's output: delete it (rm -r ")

@@ -35,6 +35,7 @@ ESCAPES = "ŋ€😀"  # not in the tiny vocabularies: byte fallback (Llama) or 
 
 # ------------------------------------------------------------------ the sources and the run
 
+
 def build_source(kind: str, out: Path) -> Path:
     """A tiny decoder with random weights and a 1000-token tokenizer of its family trained on English
     text (the tokenizer stage's `train_tokenizer` on a seed tokenizer with the family's conventions):
@@ -48,13 +49,32 @@ def build_source(kind: str, out: Path) -> Path:
     tok = train_tokenizer(seed, [text_lines("en", 3000)], vocab_size=1000)
     torch.manual_seed(0)
     if kind == "llama":
-        model = LlamaForCausalLM(LlamaConfig(
-            vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
-            intermediate_size=64, max_position_embeddings=256, tie_word_embeddings=False,
-            bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id))
+        model = LlamaForCausalLM(
+            LlamaConfig(
+                vocab_size=len(tok),
+                hidden_size=32,
+                num_hidden_layers=2,
+                num_attention_heads=2,
+                num_key_value_heads=2,
+                intermediate_size=64,
+                max_position_embeddings=256,
+                tie_word_embeddings=False,
+                bos_token_id=tok.bos_token_id,
+                eos_token_id=tok.eos_token_id,
+            )
+        )
     else:
-        model = GPT2LMHeadModel(GPT2Config(vocab_size=len(tok), n_embd=32, n_layer=2, n_head=2, n_positions=256,
-                                           bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id))
+        model = GPT2LMHeadModel(
+            GPT2Config(
+                vocab_size=len(tok),
+                n_embd=32,
+                n_layer=2,
+                n_head=2,
+                n_positions=256,
+                bos_token_id=tok.bos_token_id,
+                eos_token_id=tok.eos_token_id,
+            )
+        )
     model.save_pretrained(out)
     tok.save_pretrained(out)
     return out
@@ -76,31 +96,55 @@ def overlay(source: Path, methods: list[str], objectives: list[str]) -> dict:
     """The small workflow, sized for about a minute on 2 cores: one language, a 1000-token vocabulary,
     tiny fastText, 10 pretraining steps per objective, a handful of examples per task."""
     return {
-        "languages": ["sw"], "source_model": str(source),
+        "languages": ["sw"],
+        "source_model": str(source),
         "corpus": {"sources": {"sw": {"path": "pretrain_text/sw.txt"}}, "max_bytes": 150000},
         "tokenizer": {"vocab_size": 1000},
         "fasttext": {"dim": 16, "epochs": 1, "min_count": 2, "bucket": 10000},
         # the sources have their own LM head: source_head only scores it on these held-out lines
         "source_head": {"batch_size": 8, "seq_len": 32, "eval_lines": 20},
-        "init": {"methods": methods, "omp": {"k": 8}, "ofa": {"keep_dim": 16},
-                 "snmf": {"rank": 8, "max_iter": 10, "init": "svd"},
-                 "wechsel": {"dictionaries": {"sw": "wechsel_dicts/swahili.txt"},
-                             "fasttext": {"dim": 16, "epochs": 1, "min_count": 2, "bucket": 10000}}},
+        "init": {
+            "methods": methods,
+            "omp": {"k": 8},
+            "ofa": {"keep_dim": 16},
+            "snmf": {"rank": 8, "max_iter": 10, "init": "svd"},
+            "wechsel": {
+                "dictionaries": {"sw": "wechsel_dicts/swahili.txt"},
+                "fasttext": {"dim": 16, "epochs": 1, "min_count": 2, "bucket": 10000},
+            },
+        },
         "init_eval": {"max_lines": 20, "seq_len": 32, "batch_size": 8, "retrieval_sentences": 0},
-        "pretrain": {"methods": ["focus"], "objectives": objectives, "seeds": 1, "steps": 10,
-                     "batch_size": 8, "seq_len": 32, "learning_rate": 0.003, "warmup_steps": 1, "eval_every": 5,
-                     "eval_lines": 40, "log_every": 5, "save_every": 10},
+        "pretrain": {
+            "methods": ["focus"],
+            "objectives": objectives,
+            "seeds": 1,
+            "steps": 10,
+            "batch_size": 8,
+            "seq_len": 32,
+            "learning_rate": 0.003,
+            "warmup_steps": 1,
+            "eval_every": 5,
+            "eval_lines": 40,
+            "log_every": 5,
+            "save_every": 10,
+        },
         "token_frequency_loss": {"buckets": 3, "max_lines": 20, "seq_len": 32},
         "gradient_scenarios": {"batches": 1, "batch_size": 2, "seq_len": 32},
-        "eval": {"models": ["focus-standard-pseed1"], "tasks": {
-            "nli": {"max_train": 16, "max_test": 16, "max_length": 64, "batch_size": 8},
-            "qa": {"max_train": 8, "max_test": 8, "max_length": 96, "doc_stride": 32, "batch_size": 8},
-            "ner": {"max_train": 16, "max_test": 16, "max_length": 64, "batch_size": 8, "epochs": 1}}},
+        "eval": {
+            "models": ["focus-standard-pseed1"],
+            "tasks": {
+                "nli": {"max_train": 16, "max_test": 16, "max_length": 64, "batch_size": 8},
+                "qa": {"max_train": 8, "max_test": 8, "max_length": 96, "doc_stride": 32, "batch_size": 8},
+                "ner": {"max_train": 16, "max_test": 16, "max_length": 64, "batch_size": 8, "epochs": 1},
+            },
+        },
         "report": {"bootstrap_resamples": 200},
     }
 
 
-def workflow_run(kind: str, methods: list[str], objectives: list[str], tmp_path_factory, shared_data) -> SimpleNamespace:
+def workflow_run(
+    kind: str, methods: list[str], objectives: list[str], tmp_path_factory, shared_data
+) -> SimpleNamespace:
     """`snakemake --cores 2` on a checkout-like copy with the overlay; --max-threads 1 runs two of these
     small (import-bound) jobs side by side instead of one job on both cores."""
     root = tmp_path_factory.mktemp(f"decoder_{kind}")
@@ -114,15 +158,26 @@ def workflow_run(kind: str, methods: list[str], objectives: list[str], tmp_path_
     shutil.copy(REPO / "params.yaml", work)
     settings = overlay(source, methods, objectives)
     (work / "overlay.yaml").write_text(yaml.safe_dump(settings, sort_keys=False))
-    env = {**os.environ, "VOCABTRANSFER_DATA": str(data), "PATH": f"{BIN}:{os.environ['PATH']}",
-           "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO / "src")}
+    env = {
+        **os.environ,
+        "VOCABTRANSFER_DATA": str(data),
+        "PATH": f"{BIN}:{os.environ['PATH']}",
+        "HF_HUB_OFFLINE": "1",
+        "PYTHONPATH": str(REPO / "src"),
+    }
     start = time.perf_counter()
-    proc = subprocess.run([str(BIN / "snakemake"), "--cores", "2", "--max-threads", "1", "--configfile", "overlay.yaml"],
-                          cwd=work, env=env, capture_output=True, text=True)
+    proc = subprocess.run(
+        [str(BIN / "snakemake"), "--cores", "2", "--max-threads", "1", "--configfile", "overlay.yaml"],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     params = validate_params(merge_overlay(read_yaml(REPO / "params.yaml"), settings))
-    return SimpleNamespace(kind=kind, work=work, source=source, params=params, seconds=time.perf_counter() - start,
-                           log=proc.stderr)
+    return SimpleNamespace(
+        kind=kind, work=work, source=source, params=params, seconds=time.perf_counter() - start, log=proc.stderr
+    )
 
 
 @pytest.fixture(scope="module")
@@ -159,6 +214,7 @@ def _overlap_ids(work: Path):
 
 # ------------------------------------------------------------------ tokenizer and overlap
 
+
 def test_decoder_only_llama_tokenizer_is_sentencepiece_bpe_with_byte_fallback(llama_run):
     from transformers import AutoTokenizer
 
@@ -183,7 +239,9 @@ def test_decoder_only_gpt2_tokenizer_is_byte_level_bpe(gpt2_run):
 
     work = gpt2_run.work
     stats = _json(work / "results/sw/tokenizer_stats.json")
-    assert (stats["family"], stats["style"]) == ("bpe", "byte_level") and stats["special_tokens"] == {"<|endoftext|>": 0}
+    assert (stats["family"], stats["style"]) == ("bpe", "byte_level") and stats["special_tokens"] == {
+        "<|endoftext|>": 0
+    }
     tok = AutoTokenizer.from_pretrained(str(work / "results/sw/tokenizer"))
     assert set(pre_tokenizers.ByteLevel.alphabet()) <= set(tok.get_vocab())
     ids = tok(ESCAPES)["input_ids"]
@@ -194,6 +252,7 @@ def test_decoder_only_gpt2_tokenizer_is_byte_level_bpe(gpt2_run):
 
 
 # ------------------------------------------------------------------ initialisation
+
 
 def test_decoder_only_llama_every_method_initialises_input_and_untied_lm_head(llama_run):
     """Every method writes both matrices, each built from the source's own matrix: the target model is
@@ -229,8 +288,12 @@ def test_decoder_only_llama_every_method_initialises_input_and_untied_lm_head(ll
     # every snmf method read the one factorisation of both source matrices
     factors = load_file(str(work / "results/source/snmf.safetensors"))
     assert {"input_coordinates", "output_coordinates"} <= set(factors)
-    rows = {r["method"]: r for r in __import__("pyarrow.parquet", fromlist=["x"]).read_table(
-        work / "results/sw/init_eval.parquet").to_pylist()}
+    rows = {
+        r["method"]: r
+        for r in __import__("pyarrow.parquet", fromlist=["x"])
+        .read_table(work / "results/sw/init_eval.parquet")
+        .to_pylist()
+    }
     models = {m: r for m, r in rows.items() if not m.startswith("floor:")}  # the floors: kind "floor"
     assert set(LLAMA_METHODS) | {"source"} <= set(models) and {r["kind"] for r in models.values()} == {"causal"}
     assert {r["kind"] for m, r in rows.items() if m.startswith("floor:")} == {"floor"}
@@ -255,6 +318,7 @@ def test_decoder_only_gpt2_methods_keep_the_embeddings_tied(gpt2_run):
 
 # ------------------------------------------------------------------ pretraining, generation, fine-tuning
 
+
 @pytest.mark.parametrize("kind", ["llama", "gpt2"])
 def test_decoder_only_pretraining_lowers_the_clm_loss_and_the_result_generates(request, kind):
     import pyarrow.parquet as pq
@@ -273,8 +337,9 @@ def test_decoder_only_pretraining_lowers_the_clm_loss_and_the_result_generates(r
         model, tok = _causal(d / "model"), AutoTokenizer.from_pretrained(str(d / "model"))
         assert (model.lm_head.weight.data_ptr() == model.get_input_embeddings().weight.data_ptr()) is (kind == "gpt2")
         prompt = tok("Habari ya", return_tensors="pt")
-        out = model.generate(**prompt, max_new_tokens=5, min_new_tokens=5, do_sample=False,
-                             pad_token_id=tok.eos_token_id)
+        out = model.generate(
+            **prompt, max_new_tokens=5, min_new_tokens=5, do_sample=False, pad_token_id=tok.eos_token_id
+        )
         assert out.shape == (1, prompt["input_ids"].shape[1] + 5)
         # the prompt comes back through the target tokenizer's decoder, the five new tokens after it
         assert tok.decode(out[0], skip_special_tokens=True).startswith("Habari ya")

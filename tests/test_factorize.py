@@ -22,6 +22,7 @@ def _random(V: int, D: int, seed: int = 0, dtype=torch.float32) -> torch.Tensor:
 
 # ------------------------------------------------------------------------------ truncated SVD
 
+
 def test_svd_full_rank_reproduces_input():
     E = _random(50, 8)
     C, P = truncated_svd(E, 8)
@@ -116,6 +117,7 @@ def test_svd_of_a_tall_rank_deficient_matrix_falls_back_to_lapack():
 
 # ------------------------------------------------------------------------------ semi-NMF
 
+
 def _clusters(seed: int = 0):
     """60 rows that are exactly 3 prototypes (20 copies each), shuffled."""
     g = torch.Generator().manual_seed(seed)
@@ -152,8 +154,14 @@ def test_semi_nmf_kmeans_init_is_exact_on_clustered_rows():
 def test_semi_nmf_nonnegative_and_error_never_rises(init):
     X = _random(200, 12, seed=3, dtype=torch.float64) + 0.3
     seen = []
-    W, H, history = semi_nmf(X, 5, SemiNmfSettings(max_iter=150, tol=0.0, init=init), seed=0, return_history=True,
-                             callback=lambda it, err: seen.append((it, err)))
+    W, H, history = semi_nmf(
+        X,
+        5,
+        SemiNmfSettings(max_iter=150, tol=0.0, init=init),
+        seed=0,
+        return_history=True,
+        callback=lambda it, err: seen.append((it, err)),
+    )
     assert W.shape == (200, 5) and H.shape == (5, 12) and W.dtype == torch.float64
     assert bool((W >= 0).all())
     assert len(history) == len(seen) + 1 and [e for _, e in seen] == history[1:]
@@ -200,10 +208,16 @@ def test_semi_nmf_svd_init_starts_at_rank_minus_one_svd():
     assert history == [pytest.approx(relative_error(X, C, P), rel=1e-9)]
 
 
-@pytest.mark.parametrize("kwargs, word", [
-    ({"rank": 11}, "rank"), ({"rank": 0}, "rank"), ({"rank": 3, "max_iter": -1}, "max_iter"),
-    ({"rank": 3, "tol": -1.0}, "tol"), ({"rank": 3, "init": "nndsvd"}, "init"),
-])
+@pytest.mark.parametrize(
+    "kwargs, word",
+    [
+        ({"rank": 11}, "rank"),
+        ({"rank": 0}, "rank"),
+        ({"rank": 3, "max_iter": -1}, "max_iter"),
+        ({"rank": 3, "tol": -1.0}, "tol"),
+        ({"rank": 3, "init": "nndsvd"}, "init"),
+    ],
+)
 def test_semi_nmf_rejects_bad_arguments(kwargs, word):
     rank = kwargs.pop("rank")
     with pytest.raises(VocabTransferError, match=word) as err:

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from vocabtransfer.data import fasttext_vectors
+from vocabtransfer.data import fasttext_models, fasttext_vectors
 from vocabtransfer import io
 from vocabtransfer.pipeline import paths
 from vocabtransfer.app.params import validate_params
@@ -34,14 +34,15 @@ def corpus(tmp_path_factory, shared_data):
     tok = wordpiece_tokenizer("sw", vocab_size=1000, n_lines=300)
     tok.save_pretrained(root / "tokenizer")
     text = root / "train.tokens.txt"
-    text.write_text("".join(" ".join(tok.tokenize(line)) + "\n" for line in text_lines("sw", N_LINES)),
-                    encoding="utf-8")
+    text.write_text(
+        "".join(" ".join(tok.tokenize(line)) + "\n" for line in text_lines("sw", N_LINES)), encoding="utf-8"
+    )
     return tok, root / "tokenizer", text
 
 
 @pytest.fixture(scope="module")
 def token_model(corpus):
-    return fasttext_vectors.train_fasttext(corpus[2], seed=7, **FAST)
+    return fasttext_models.train_fasttext(corpus[2], seed=7, **FAST)
 
 
 def test_subword_rows_are_the_ngram_vectors_of_the_vocabulary_string(corpus, token_model):
@@ -98,12 +99,16 @@ def test_all_zero_subword_vectors_stay_without_a_vector(corpus, token_model):
 
 
 def _params(**fasttext) -> dict:
-    return validate_params({
-        "languages": ["sw"], "seed": 7, "source_model": MINILM,
-        "corpus": {"sources": {"sw": {"path": "pretrain_text/sw.txt"}}},
-        "fasttext": {"dim": 8, "epochs": 2, "min_count": 10, **fasttext},
-        "init": {"methods": ["focus", "ofa", "focus+svd"], "ofa": {"keep_dim": 16}, "svd": {"keep_dim": 16}},
-    })
+    return validate_params(
+        {
+            "languages": ["sw"],
+            "seed": 7,
+            "source_model": MINILM,
+            "corpus": {"sources": {"sw": {"path": "pretrain_text/sw.txt"}}},
+            "fasttext": {"dim": 8, "epochs": 2, "min_count": 10, **fasttext},
+            "init": {"methods": ["focus", "ofa", "focus+svd"], "ofa": {"keep_dim": 16}, "svd": {"keep_dim": 16}},
+        }
+    )
 
 
 def _stats(template: str, **wc) -> dict:
@@ -115,8 +120,11 @@ def test_stage_oov_random_is_byte_identical_and_subword_adds_the_rows(stage_dir,
     emb_path = Path(paths.fill(paths.FASTTEXT_EMB, lang="sw"))
     # what the stage wrote before the option existed: the dictionary rule, two tensors, three metadata keys
     emb, mask = fasttext_vectors.token_vectors(token_model, tok, "tokenlevel")
-    io.save_tensors({"embeddings": emb, "mask": mask}, stage_dir / "before.safetensors",
-                    metadata={"mode": "tokenlevel", "dim": 8, "seed": 7})
+    io.save_tensors(
+        {"embeddings": emb, "mask": mask},
+        stage_dir / "before.safetensors",
+        metadata={"mode": "tokenlevel", "dim": 8, "seed": 7},
+    )
 
     run_stage("fasttext", _params(), {"lang": "sw"}, threads=1)  # no `oov` key: the default
     default_bytes = emb_path.read_bytes()
@@ -151,7 +159,7 @@ def test_stage_bucket_sets_the_ngram_rows_of_the_bin(stage_dir):
     for bucket in (1000, 2_000_000):
         run_stage("fasttext", _params(bucket=bucket), {"lang": "sw"}, threads=1)
         path = Path(paths.fill(paths.FASTTEXT_BIN, lang="sw"))
-        ft = fasttext_vectors.load_fasttext(path)
+        ft = fasttext_models.load_fasttext(path)
         assert ft.get_input_matrix().shape == (len(ft.get_words(on_unicode_error="replace")) + bucket, 8)
         assert _stats(paths.FASTTEXT_STATS, lang="sw")["params"]["fasttext.bucket"] == bucket
         sizes[bucket] = path.stat().st_size

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from vocabtransfer.data import fasttext_vectors
+from vocabtransfer.data import fasttext_models, fasttext_vectors
 from vocabtransfer.pipeline import paths
 from vocabtransfer.app.params import validate_params
 from vocabtransfer.errors import VocabTransferError
@@ -55,7 +55,7 @@ def corpus(tmp_path_factory, raw_lines):
 
 @pytest.fixture(scope="module")
 def token_model(corpus):
-    return fasttext_vectors.train_fasttext(corpus[2], seed=7, **FAST)
+    return fasttext_models.train_fasttext(corpus[2], seed=7, **FAST)
 
 
 def _deepfocus_has_vector(ft, token: str) -> bool:
@@ -81,15 +81,19 @@ def test_tokenlevel_mask_and_rows_follow_the_dictionary_rule(corpus, token_model
 def test_same_seed_one_thread_is_identical_and_seed_matters(corpus, token_model):
     tok, _, text = corpus
     emb1, mask1 = fasttext_vectors.token_vectors(token_model, tok, "tokenlevel")
-    emb2, mask2 = fasttext_vectors.token_vectors(fasttext_vectors.train_fasttext(text, seed=7, **FAST), tok, "tokenlevel")
+    emb2, mask2 = fasttext_vectors.token_vectors(
+        fasttext_models.train_fasttext(text, seed=7, **FAST), tok, "tokenlevel"
+    )
     assert torch.equal(emb1, emb2) and torch.equal(mask1, mask2)
-    emb3, mask3 = fasttext_vectors.token_vectors(fasttext_vectors.train_fasttext(text, seed=8, **FAST), tok, "tokenlevel")
+    emb3, mask3 = fasttext_vectors.token_vectors(
+        fasttext_models.train_fasttext(text, seed=8, **FAST), tok, "tokenlevel"
+    )
     assert torch.equal(mask1, mask3) and not torch.equal(emb1, emb3)
 
 
 _POISONED_TRAINING = """
 import sys, numpy as np
-from vocabtransfer.data import fasttext_vectors
+from vocabtransfer.data import fasttext_models
 text, out, poison = sys.argv[1], sys.argv[2], sys.argv[3] == "poison"
 if poison:
     # ~200 MB of freed heap chunks full of 0xff bytes (NaN as float32), kept from being returned to
@@ -97,7 +101,7 @@ if poison:
     junk = [b"\\xff" * 65536 for _ in range(3000)]
     keep = b"\\x01" * 65536
     del junk
-ft = fasttext_vectors.train_fasttext(text, seed=7, dim=8, epochs=2, min_count=5, threads=1)
+ft = fasttext_models.train_fasttext(text, seed=7, dim=8, epochs=2, min_count=5, threads=1)
 np.save(out, ft.get_input_matrix()[: len(ft.words)])
 """
 
@@ -122,23 +126,24 @@ def test_training_does_not_depend_on_old_heap_bytes(corpus, tmp_path):
 def word_bin(tmp_path_factory, raw_lines):
     """A small word-level .bin (subword n-grams, default bucket), trained from an iterable of lines."""
     out = tmp_path_factory.mktemp("words") / "words.bin"
-    fasttext_vectors.train_word_fasttext(iter(raw_lines), out,
-                                         fasttext_vectors.WordFasttextSettings(dim=8, epochs=1, min_count=3), seed=1)
+    fasttext_models.train_word_fasttext(
+        iter(raw_lines), out, fasttext_models.WordFasttextSettings(dim=8, epochs=1, min_count=3), seed=1
+    )
     return out
 
 
 def test_train_word_fasttext_saves_a_loadable_model(word_bin, raw_lines):
-    ft = fasttext_vectors.load_fasttext(word_bin)
+    ft = fasttext_models.load_fasttext(word_bin)
     words = set(ft.get_words())
     assert ft.get_dimension() == 8 and "na" in words
     assert [p.name for p in word_bin.parent.iterdir()] == ["words.bin"]  # no temporary files left behind
     # from a file, with subword n-grams (minn=3, maxn=6): an unseen word still gets a vector
     text = word_bin.parent / "raw.txt"
     text.write_text("\n".join(raw_lines[:300]) + "\n", encoding="utf-8")
-    sub = fasttext_vectors.train_word_fasttext(text, word_bin.parent / "sub.bin",
-                                               fasttext_vectors.WordFasttextSettings(dim=8, epochs=1, min_count=2),
-                                               seed=1)
-    assert fasttext_vectors.load_fasttext(word_bin.parent / "sub.bin").get_words() == sub.get_words()
+    sub = fasttext_models.train_word_fasttext(
+        text, word_bin.parent / "sub.bin", fasttext_models.WordFasttextSettings(dim=8, epochs=1, min_count=2), seed=1
+    )
+    assert fasttext_models.load_fasttext(word_bin.parent / "sub.bin").get_words() == sub.get_words()
     assert "Kiswahilizzq" not in set(sub.get_words()) and np.abs(sub.get_word_vector("Kiswahilizzq")).sum() > 0
 
 
@@ -146,7 +151,7 @@ def test_wordlevel_uses_decoded_stripped_forms(word_bin):
     from vocabtransfer.model.hub import load_tokenizer
 
     tok = load_tokenizer("sentence-transformers/all-MiniLM-L6-v2")
-    ft = fasttext_vectors.load_fasttext(word_bin)
+    ft = fasttext_models.load_fasttext(word_bin)
     emb, mask = fasttext_vectors.token_vectors(ft, tok, "wordlevel")
     assert emb.shape == (len(tok), 8)
     # OOV words whose n-grams all hash to untrained, zero bucket rows get no vector
@@ -164,32 +169,42 @@ def test_wordlevel_uses_decoded_stripped_forms(word_bin):
 def test_corrupt_bin_is_a_clear_error(word_bin, tmp_path, damage):
     data = word_bin.read_bytes()
     bad = tmp_path / "model.bin"
-    bad.write_bytes({"garbage": b"not a fastText model\n" * 10, "truncated_header": data[:200],
-                     "truncated_matrix": data[: len(data) - 100], "empty": b""}[damage])
+    bad.write_bytes(
+        {
+            "garbage": b"not a fastText model\n" * 10,
+            "truncated_header": data[:200],
+            "truncated_matrix": data[: len(data) - 100],
+            "empty": b"",
+        }[damage]
+    )
     with pytest.raises(VocabTransferError, match=r"model\.bin: not a complete fastText \.bin"):
-        fasttext_vectors.load_fasttext(bad)
+        fasttext_models.load_fasttext(bad)
     with pytest.raises(VocabTransferError, match="not found"):
-        fasttext_vectors.load_fasttext(tmp_path / "missing.bin")
+        fasttext_models.load_fasttext(tmp_path / "missing.bin")
 
 
 def test_empty_or_unusable_text_is_a_clear_error(tmp_path):
     for name, content in [("empty.txt", ""), ("blank.txt", "\n  \n\t\n")]:
         (tmp_path / name).write_text(content)
         with pytest.raises(VocabTransferError, match=rf"{name}: training text is empty"):
-            fasttext_vectors.train_fasttext(tmp_path / name, **FAST)
+            fasttext_models.train_fasttext(tmp_path / name, **FAST)
     (tmp_path / "few.txt").write_text("a b c\n")
     with pytest.raises(VocabTransferError, match=r"few\.txt: fastText training failed .*min_count=5 times"):
-        fasttext_vectors.train_fasttext(tmp_path / "few.txt", **FAST)
+        fasttext_models.train_fasttext(tmp_path / "few.txt", **FAST)
     with pytest.raises(VocabTransferError, match="not found"):
-        fasttext_vectors.train_fasttext(tmp_path / "missing.txt", **FAST)
+        fasttext_models.train_fasttext(tmp_path / "missing.txt", **FAST)
 
 
 def _params(**fasttext) -> dict:
-    return validate_params({
-        "languages": ["sw"], "seed": 7, "source_model": "sentence-transformers/all-MiniLM-L6-v2",
-        "corpus": {"sources": {"sw": {"path": "pretrain_text/sw.txt"}}},
-        "fasttext": {"dim": 8, "epochs": 2, "min_count": 5, **fasttext},
-    })
+    return validate_params(
+        {
+            "languages": ["sw"],
+            "seed": 7,
+            "source_model": "sentence-transformers/all-MiniLM-L6-v2",
+            "corpus": {"sources": {"sw": {"path": "pretrain_text/sw.txt"}}},
+            "fasttext": {"dim": 8, "epochs": 2, "min_count": 5, **fasttext},
+        }
+    )
 
 
 def test_stage_tokenlevel_end_to_end(stage_dir, corpus, token_model):
@@ -197,9 +212,11 @@ def test_stage_tokenlevel_end_to_end(stage_dir, corpus, token_model):
     # the job is given 2 threads; fasttext.reproducible (default) trains on one, and the stats say so
     run_stage("fasttext", _params(), {"lang": "sw"}, threads=2)
     t = load_tensors(paths.fill(paths.FASTTEXT_EMB, lang="sw"), ["embeddings", "mask"])
-    expected_emb, expected_mask = fasttext_vectors.token_vectors(token_model, tok, "tokenlevel")  # same seed, one thread
+    expected_emb, expected_mask = fasttext_vectors.token_vectors(
+        token_model, tok, "tokenlevel"
+    )  # same seed, one thread
     assert torch.equal(t["embeddings"], expected_emb) and torch.equal(t["mask"], expected_mask)
-    saved = fasttext_vectors.load_fasttext(paths.fill(paths.FASTTEXT_BIN, lang="sw"))
+    saved = fasttext_models.load_fasttext(paths.fill(paths.FASTTEXT_BIN, lang="sw"))
     assert saved.get_words() == token_model.get_words()
     stats = json.loads(Path(paths.fill(paths.FASTTEXT_STATS, lang="sw")).read_text())
     assert stats["vocab_size"] == len(tok) and stats["tokens_with_vector"] == int(expected_mask.sum())
@@ -219,7 +236,9 @@ def test_stage_wordlevel_end_to_end(stage_dir, corpus, word_bin):
     run_stage("fasttext", _params(mode="wordlevel", pretrained_path=str(word_bin)), {"lang": "sw"}, threads=1)
     assert Path(paths.fill(paths.FASTTEXT_BIN, lang="sw")).read_bytes() == word_bin.read_bytes()
     t = load_tensors(paths.fill(paths.FASTTEXT_EMB, lang="sw"), ["embeddings", "mask"])
-    expected_emb, expected_mask = fasttext_vectors.token_vectors(fasttext_vectors.load_fasttext(word_bin), tok, "wordlevel")
+    expected_emb, expected_mask = fasttext_vectors.token_vectors(
+        fasttext_models.load_fasttext(word_bin), tok, "wordlevel"
+    )
     assert torch.equal(t["embeddings"], expected_emb) and torch.equal(t["mask"], expected_mask)
     stats = json.loads(Path(paths.fill(paths.FASTTEXT_STATS, lang="sw")).read_text())
     assert stats["mode"] == "wordlevel" and stats["tokens_with_vector"] == int(expected_mask.sum())

@@ -36,18 +36,21 @@ def test_jobs_cover_models_tasks_and_seeds(params):
     p["pretrain"]["seeds"] = 2
     models = finetune_eval.eval_models(Params(p))
     pairs = availability.pretrain_pairs(Params(p))
-    assert models[:2 * len(pairs)] == [f"{m}-{o}-pseed{s}" for m, o in pairs for s in (1, 2)]
+    assert models[: 2 * len(pairs)] == [f"{m}-{o}-pseed{s}" for m, o in pairs for s in (1, 2)]
     assert models[-2:] == ["source", "wechsel-init-pseed1"]
     # every pretrained method's init, per pretraining seed (random, fvt and focus all have random rows)
-    assert [m for m in models if "-init-" in m] == [f"{m}-init-pseed{s}" for m in ("random", "fvt", "focus")
-                                                   for s in (1, 2)] + ["wechsel-init-pseed1"]
+    assert [m for m in models if "-init-" in m] == [
+        f"{m}-init-pseed{s}" for m in ("random", "fvt", "focus") for s in (1, 2)
+    ] + ["wechsel-init-pseed1"]
     jobs = STAGES["finetune_eval"].jobs(Params(p), "sw")
     assert len(jobs) == 3 * len(models) * 2
     assert {j["seed"] for j in jobs} == {"1", "2"}
     assert finetune_eval.skipped_tasks(Params(p), "sw") == {}
     # a name without its pretraining seed stands for every pretraining seed of it
-    assert finetune_eval.eval_models(Params(with_eval(p, models=["focus-standard"]))) == ["focus-standard-pseed1",
-                                                                                  "focus-standard-pseed2"]
+    assert finetune_eval.eval_models(Params(with_eval(p, models=["focus-standard"]))) == [
+        "focus-standard-pseed1",
+        "focus-standard-pseed2",
+    ]
 
 
 def test_language_with_only_ner_data(params):
@@ -94,11 +97,18 @@ def test_model_names_and_directories(params):
     params["init"]["methods"].append("focus+svd")
     assert finetune_eval.parse_model(Params(params), "source")["input"] == "results/source/model"
     init = finetune_eval.parse_model(Params(params), "focus+svd-init-pseed1")
-    assert (init["method"], init["objective"], init["input"]) == ("focus+svd", "init",
-                                                                  "results/{lang}/init/focus+svd/pseed1")
+    assert (init["method"], init["objective"], init["input"]) == (
+        "focus+svd",
+        "init",
+        "results/{lang}/init/focus+svd/pseed1",
+    )
     pre = finetune_eval.parse_model(Params(params), "focus-selfish-pseed1")
     assert (pre["method"], pre["objective"], pre["pseed"], pre["input"]) == (
-        "focus", "selfish", 1, "results/{lang}/pretrain/focus/selfish/pseed1")
+        "focus",
+        "selfish",
+        1,
+        "results/{lang}/pretrain/focus/selfish/pseed1",
+    )
     for bad in ("focus-finetuned-pseed1", "nomethod-init-pseed1", "focus-selfish-pseed2", "bert"):
         with pytest.raises(VocabTransferError, match=f"model '{bad}' is produced by no stage"):
             finetune_eval.parse_model(Params(params), bad)
@@ -171,11 +181,31 @@ def test_empty_test_split_is_an_error(params, data_root):
 
 
 def test_qa_answers_not_in_context_are_counted_and_skipped(params, data_root):
-    squad = {"data": [{"title": "t", "paragraphs": [{"context": "Mto Nile ni mrefu. Uko Afrika.", "qas": [
-        {"id": "q1", "question": "Mto gani?", "answers": [{"text": "Nile", "answer_start": 4}]},
-        {"id": "q2", "question": "Wapi?", "answers": [{"text": "Afrika", "answer_start": 0}]},  # start off: moved
-        {"id": "q3", "question": "Nini?", "answers": [{"text": "Ulaya", "answer_start": 3}]},  # not in context
-    ]}]}]}
+    squad = {
+        "data": [
+            {
+                "title": "t",
+                "paragraphs": [
+                    {
+                        "context": "Mto Nile ni mrefu. Uko Afrika.",
+                        "qas": [
+                            {"id": "q1", "question": "Mto gani?", "answers": [{"text": "Nile", "answer_start": 4}]},
+                            {
+                                "id": "q2",
+                                "question": "Wapi?",
+                                "answers": [{"text": "Afrika", "answer_start": 0}],
+                            },  # start off: moved
+                            {
+                                "id": "q3",
+                                "question": "Nini?",
+                                "answers": [{"text": "Ulaya", "answer_start": 3}],
+                            },  # not in context
+                        ],
+                    }
+                ],
+            }
+        ]
+    }
     (data_root / "qa.json").write_text(json.dumps(squad))
     qa = task(params, "qa")
     examples, skipped = qa.read(open_source({"path": "qa.json"}, "k"))
@@ -196,18 +226,36 @@ def test_test_examples_carry_their_cluster_key(params, data_root):
     assert tasks.test_clusters(examples, "nli") == ["p1", "p1", "p2"]
     with pytest.raises(VocabTransferError, match="test example '2' has no cluster key"):
         tasks.test_clusters([{"id": "2", "cluster": ""}], "nli")
-    squad = {"data": [{"title": "Nile", "paragraphs": [
-        {"context": "Mto Nile ni mrefu.", "qas": [{"id": "q1", "question": "Mto?", "answers": [
-            {"text": "Nile", "answer_start": 4}]}]},
-        {"context": "Uko Afrika.", "qas": [{"id": "q2", "question": "Wapi?", "answers": [
-            {"text": "Afrika", "answer_start": 4}]}]}]}]}
+    squad = {
+        "data": [
+            {
+                "title": "Nile",
+                "paragraphs": [
+                    {
+                        "context": "Mto Nile ni mrefu.",
+                        "qas": [{"id": "q1", "question": "Mto?", "answers": [{"text": "Nile", "answer_start": 4}]}],
+                    },
+                    {
+                        "context": "Uko Afrika.",
+                        "qas": [{"id": "q2", "question": "Wapi?", "answers": [{"text": "Afrika", "answer_start": 4}]}],
+                    },
+                ],
+            }
+        ]
+    }
     (data_root / "qa.json").write_text(json.dumps(squad))
     by_article, _ = task(params, "qa").read(open_source({"path": "qa.json"}, "k"))
     by_context, _ = task(params, "qa", cluster="context").read(open_source({"path": "qa.json"}, "k"))
     assert [e["cluster"] for e in by_article] == ["Nile", "Nile"]
     assert [e["cluster"] for e in by_context] == ["Mto Nile ni mrefu.", "Uko Afrika."]
-    rows = [{"id": "q1", "context": "Uko Afrika.", "question": "Wapi?", "answers": {"text": ["Afrika"],
-                                                                                  "answer_start": [4]}}]
+    rows = [
+        {
+            "id": "q1",
+            "context": "Uko Afrika.",
+            "question": "Wapi?",
+            "answers": {"text": ["Afrika"], "answer_start": [4]},
+        }
+    ]
     (data_root / "qa.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
     spec = {"dataset": {"path": "json", "data_files": str(data_root / "qa.jsonl"), "split": "train"}}
     with pytest.raises(VocabTransferError, match="no `title`.*eval.tasks.qa.cluster: context"):
@@ -227,7 +275,7 @@ def test_qa_windows_point_at_the_answer(params, shared_data, monkeypatch):
     found = 0
     for f in feats:
         if f["start_positions"]:
-            span = tok.decode(f["input_ids"][f["start_positions"]:f["end_positions"] + 1])
+            span = tok.decode(f["input_ids"][f["start_positions"] : f["end_positions"] + 1])
             found += 1
             assert span.strip(), span
     assert found >= 20

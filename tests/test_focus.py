@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from vocabtransfer.init.deepfocus import FASTTEXT_WORD_URL, FOCUS, TokenVectors, download_fasttext_word_model
-from vocabtransfer.data.fasttext_vectors import load_fasttext
+from vocabtransfer.data.fasttext_models import load_fasttext
 from vocabtransfer.init.methods import focus
 from vocabtransfer.init.methods.options import FocusOptions
 from vocabtransfer.errors import VocabTransferError
@@ -59,9 +59,21 @@ def tiny_problem(dim: int = 16):
     source[torch.arange(6), torch.arange(6)] = 1.0
     source[6:] = torch.randn(4, dim, generator=torch.Generator().manual_seed(0))
     t_ov, s_ov = np.arange(6), np.array([5, 4, 3, 2, 1, 0])  # target i copies source 5 - i
-    aux = torch.tensor([[1.0, 0.0, 0.0], [0.9, 0.1, 0.0], [0.0, 1.0, 0.0], [0.0, 0.9, 0.3],
-                        [0.0, 0.0, 1.0], [-1.0, 0.0, 0.0],  # anchors (targets 0..5)
-                        [1.0, 0.05, 0.0], [0.2, 0.2, 0.2], [0.0, 0.0, 0.0], [0.5, 0.5, 0.0], [0.3, -0.2, 0.9]])
+    aux = torch.tensor(
+        [
+            [1.0, 0.0, 0.0],
+            [0.9, 0.1, 0.0],
+            [0.0, 1.0, 0.0],
+            [0.0, 0.9, 0.3],
+            [0.0, 0.0, 1.0],
+            [-1.0, 0.0, 0.0],  # anchors (targets 0..5)
+            [1.0, 0.05, 0.0],
+            [0.2, 0.2, 0.2],
+            [0.0, 0.0, 0.0],
+            [0.5, 0.5, 0.0],
+            [0.3, -0.2, 0.9],
+        ]
+    )
     mask = torch.ones(11, dtype=torch.bool)
     mask[9] = False  # not in the fastText dictionary
     return source, t_ov, s_ov, aux, mask
@@ -117,8 +129,14 @@ def test_bad_inputs_are_one_line_errors():
         (dict(auxiliary=aux[:5]), "expected (11, d) vectors"),
         (dict(source_embeddings=source[0]), "expected a 2-D tensor"),
     ]
-    base = dict(source_embeddings=source, target_ids_overlap=t_ov, source_ids_overlap=s_ov, auxiliary=aux,
-                auxiliary_mask=mask, target_size=11)
+    base = dict(
+        source_embeddings=source,
+        target_ids_overlap=t_ov,
+        source_ids_overlap=s_ov,
+        auxiliary=aux,
+        auxiliary_mask=mask,
+        target_size=11,
+    )
     for change, message in cases:
         with pytest.raises(VocabTransferError, match=message.replace("(", r"\(").replace(")", r"\)")) as err:
             focus.focus_embeddings(focus.FocusInputs(**{**base, **change}))
@@ -192,8 +210,12 @@ def run_both(**kwargs):
 def test_equals_deepfocus_on_minilm_to_swahili(minilm, sw_tokenizer, token_fasttext, dim):
     source_tokenizer, embeddings = minilm
     embeddings = embeddings[:, :dim]
-    ref, ours = run_both(target_tokenizer=sw_tokenizer, source_tokenizer=source_tokenizer,
-                         source_embeddings=embeddings, fasttext_model_path=token_fasttext)
+    ref, ours = run_both(
+        target_tokenizer=sw_tokenizer,
+        source_tokenizer=source_tokenizer,
+        source_embeddings=embeddings,
+        fasttext_model_path=token_fasttext,
+    )
     assert ours.shape == ref.shape == (len(sw_tokenizer), dim) and ours.dtype == ref.dtype == torch.float32
     assert (ours - ref).abs().max().item() < TOL
     # all three kinds of rows are exercised: copied, random (no fastText vector), combined
@@ -208,8 +230,13 @@ def test_equals_deepfocus_on_minilm_to_swahili(minilm, sw_tokenizer, token_fastt
 
 def test_same_seed_same_bytes_other_seed_other_random_rows(minilm, sw_tokenizer, token_fasttext):
     source_tokenizer, embeddings = minilm
-    kwargs = dict(target_tokenizer=sw_tokenizer, source_tokenizer=source_tokenizer, source_embeddings=embeddings,
-                  fasttext_model_path=token_fasttext, verbosity="silent")
+    kwargs = dict(
+        target_tokenizer=sw_tokenizer,
+        source_tokenizer=source_tokenizer,
+        source_embeddings=embeddings,
+        fasttext_model_path=token_fasttext,
+        verbosity="silent",
+    )
     a, b, c = FOCUS(seed=7, **kwargs), FOCUS(seed=7, **kwargs), FOCUS(seed=8, **kwargs)
     assert a.numpy().tobytes() == b.numpy().tobytes()
     changed = (a != c).any(dim=1)
@@ -223,9 +250,13 @@ def test_wordlevel_with_local_model_equals_deepfocus(tmp_path, minilm, sw_tokeni
     text.write_text("\n".join(sw_lines) + "\n", encoding="utf-8")
     words = train_fasttext(text, tmp_path / "words.bin", model="skipgram", dim=16, epoch=1, minCount=3)
     source_tokenizer, embeddings = minilm
-    ref, ours = run_both(target_tokenizer=sw_tokenizer, source_tokenizer=source_tokenizer,
-                         source_embeddings=embeddings, auxiliary_embedding_mode="fasttext-wordlevel",
-                         language_identifier=words)
+    ref, ours = run_both(
+        target_tokenizer=sw_tokenizer,
+        source_tokenizer=source_tokenizer,
+        source_embeddings=embeddings,
+        auxiliary_embedding_mode="fasttext-wordlevel",
+        language_identifier=words,
+    )
     assert (ours - ref).abs().max().item() < TOL
 
 
@@ -252,8 +283,9 @@ def test_wordlevel_language_code_downloads_once_into_the_cache(tmp_path, monkeyp
         download_fasttext_word_model("yy")
 
 
-def test_training_the_fasttext_model_like_deepfocus(tmp_path, monkeypatch, minilm, sw_tokenizer, sw_lines,
-                                                    token_fasttext):
+def test_training_the_fasttext_model_like_deepfocus(
+    tmp_path, monkeypatch, minilm, sw_tokenizer, sw_lines, token_fasttext
+):
     """With only target_training_data_path, both tokenise the text the same way and call fastText
     with the same settings; the training call is replaced by loading one fixed model (fastText
     training is not reproducible here), so the outputs must then agree."""
@@ -274,18 +306,33 @@ def test_training_the_fasttext_model_like_deepfocus(tmp_path, monkeypatch, minil
     text = tmp_path / "sw.txt"
     text.write_text("\n".join(sw_lines[:1000]) + "\n", encoding="utf-8")
     source_tokenizer, embeddings = minilm
-    ref, ours = run_both(target_tokenizer=sw_tokenizer, source_tokenizer=source_tokenizer,
-                         source_embeddings=embeddings, target_training_data_path=str(text), fasttext_model_dim=8,
-                         fasttext_model_epochs=2, fasttext_model_min_count=3, processes=1)
+    ref, ours = run_both(
+        target_tokenizer=sw_tokenizer,
+        source_tokenizer=source_tokenizer,
+        source_embeddings=embeddings,
+        target_training_data_path=str(text),
+        fasttext_model_dim=8,
+        fasttext_model_epochs=2,
+        fasttext_model_min_count=3,
+        processes=1,
+    )
     (theirs_text, theirs_args), (our_text, our_args) = calls
     assert our_text == theirs_text and our_text.count("\n") == 1000 and "##" in our_text
     assert our_args == theirs_args == dict(dim=8, neg=10, model="cbow", epoch=2, thread=1, minCount=3)
     assert (ours - ref).abs().max().item() < TOL
     cached = list((tmp_path / "vocabtransfer-cache" / "fasttext").glob("*.bin"))
     assert len(cached) == 1
-    FOCUS(target_tokenizer=sw_tokenizer, source_tokenizer=source_tokenizer, source_embeddings=embeddings,
-          target_training_data_path=str(text), fasttext_model_dim=8, fasttext_model_epochs=2,
-          fasttext_model_min_count=3, processes=1, verbosity="silent")
+    FOCUS(
+        target_tokenizer=sw_tokenizer,
+        source_tokenizer=source_tokenizer,
+        source_embeddings=embeddings,
+        target_training_data_path=str(text),
+        fasttext_model_dim=8,
+        fasttext_model_epochs=2,
+        fasttext_model_min_count=3,
+        processes=1,
+        verbosity="silent",
+    )
     assert len(calls) == 2  # the second call loaded the cached model instead of training
 
 
@@ -294,8 +341,13 @@ def test_missing_arguments_raise_deepfocus_errors(minilm, sw_tokenizer):
 
     source_tokenizer, embeddings = minilm
     for mode in ("fasttext-tokenlevel", "fasttext-wordlevel"):
-        kwargs = dict(target_tokenizer=sw_tokenizer, source_tokenizer=source_tokenizer,
-                      source_embeddings=embeddings, auxiliary_embedding_mode=mode, verbosity="silent")
+        kwargs = dict(
+            target_tokenizer=sw_tokenizer,
+            source_tokenizer=source_tokenizer,
+            source_embeddings=embeddings,
+            auxiliary_embedding_mode=mode,
+            verbosity="silent",
+        )
         with pytest.raises(ValueError) as theirs:
             deepfocus.FOCUS(**kwargs)
         with pytest.raises(ValueError) as ours:
@@ -326,13 +378,25 @@ def test_focus_method_from_a_transfer_problem(minilm, sw_tokenizer, token_fastte
     table = compute_overlap(sw_tokenizer, source_tokenizer)
     t_ov, s_ov = overlap_pairs(table)
     vecs, mask = TokenVectors(model=load_fasttext(token_fasttext)).matrix(table.column("target_token").to_pylist())
-    problem = TransferProblem(source_embeddings=embeddings, source_tokenizer=source_tokenizer,
-                              target_tokenizer=sw_tokenizer, overlap_target_ids=t_ov, overlap_source_ids=s_ov,
-                              auxiliary=torch.from_numpy(vecs), auxiliary_mask=torch.from_numpy(mask),
-                              seed=5)
+    problem = TransferProblem(
+        source_embeddings=embeddings,
+        source_tokenizer=source_tokenizer,
+        target_tokenizer=sw_tokenizer,
+        overlap_target_ids=t_ov,
+        overlap_source_ids=s_ov,
+        auxiliary=torch.from_numpy(vecs),
+        auxiliary_mask=torch.from_numpy(mask),
+        seed=5,
+    )
     result = run_method("focus", problem, {"block_size": 256})
-    expected = FOCUS(target_tokenizer=sw_tokenizer, source_tokenizer=source_tokenizer,
-                     source_embeddings=embeddings, fasttext_model_path=token_fasttext, seed=5, verbosity="silent")
+    expected = FOCUS(
+        target_tokenizer=sw_tokenizer,
+        source_tokenizer=source_tokenizer,
+        source_embeddings=embeddings,
+        fasttext_model_path=token_fasttext,
+        seed=5,
+        verbosity="silent",
+    )
     assert torch.equal(result.embeddings, expected)
     stats = result.stats
     assert stats["copied"] + stats["focus_combined"] + stats["random"] == len(sw_tokenizer)
@@ -347,7 +411,12 @@ def test_focus_method_from_a_transfer_problem(minilm, sw_tokenizer, token_fastte
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_cuda_equals_cpu(minilm, sw_tokenizer, token_fasttext):
     source_tokenizer, embeddings = minilm
-    kwargs = dict(target_tokenizer=sw_tokenizer, source_tokenizer=source_tokenizer, source_embeddings=embeddings,
-                  fasttext_model_path=token_fasttext, verbosity="silent")
+    kwargs = dict(
+        target_tokenizer=sw_tokenizer,
+        source_tokenizer=source_tokenizer,
+        source_embeddings=embeddings,
+        fasttext_model_path=token_fasttext,
+        verbosity="silent",
+    )
     cpu, gpu = FOCUS(device="cpu", **kwargs), FOCUS(device="cuda", **kwargs)
     assert gpu.is_cuda and (gpu.cpu() - cpu).abs().max().item() < TOL

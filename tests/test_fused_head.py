@@ -44,16 +44,17 @@ def loss_and_grads(fn, hidden, weight, bias, labels, reduction, seed=1):
 
 
 def fused(objective, margin):
-    return lambda h, w, b, y, r: linear_objective_loss(h, w, y, objective=objective, margin=margin, bias=b,
-                                                       reduction=r)
+    return lambda h, w, b, y, r: linear_objective_loss(h, w, y, objective=objective, margin=margin, bias=b, reduction=r)
 
 
 def materialised(objective, margin):
     """Logits, in float32 when they are half-precision, then the objective on them."""
+
     def loss(h, w, b, y, r):
         logits = F.linear(h, w, b)
         logits = logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits
         return losses.objective_loss(objective, logits, y, margin=margin, reduction=r)
+
     return loss
 
 
@@ -211,22 +212,33 @@ def test_chunk_rows_follow_the_vocabulary_and_the_cache(monkeypatch):
     assert fused_head.chunk_rows(4096, 32_000, 4, cpu) == 524
 
 
-@pytest.mark.parametrize("kwargs,argument", [
-    ({"hidden": torch.randn(4, 5)}, "weight has width 6"),
-    ({"weight": torch.randn(10, 6, dtype=torch.float64)}, "weight dtype torch.float64"),
-    ({"labels": torch.tensor([0, 1, 10, 2])}, "labels holds id 10"),
-    ({"labels": torch.tensor([0, 1, -1, 2])}, "labels holds id -1"),
-    ({"labels": torch.tensor([0.0, 1, 2, 3])}, "labels must hold integer"),
-    ({"labels": torch.tensor([0, 1])}, "labels must be a 1-D tensor of 4"),
-    ({"margin": -1.0}, "margin must be a number >= 0"),
-    ({"margin": math.nan}, "margin must be a number >= 0"),
-    ({"bias": torch.randn(9)}, "bias must be a \\(10,\\)"),
-    ({"objective": "focal"}, "objective 'focal' is unknown"),
-    ({"reduction": "max"}, "reduction must be"),
-])
+@pytest.mark.parametrize(
+    "kwargs,argument",
+    [
+        ({"hidden": torch.randn(4, 5)}, "weight has width 6"),
+        ({"weight": torch.randn(10, 6, dtype=torch.float64)}, "weight dtype torch.float64"),
+        ({"labels": torch.tensor([0, 1, 10, 2])}, "labels holds id 10"),
+        ({"labels": torch.tensor([0, 1, -1, 2])}, "labels holds id -1"),
+        ({"labels": torch.tensor([0.0, 1, 2, 3])}, "labels must hold integer"),
+        ({"labels": torch.tensor([0, 1])}, "labels must be a 1-D tensor of 4"),
+        ({"margin": -1.0}, "margin must be a number >= 0"),
+        ({"margin": math.nan}, "margin must be a number >= 0"),
+        ({"bias": torch.randn(9)}, "bias must be a \\(10,\\)"),
+        ({"objective": "focal"}, "objective 'focal' is unknown"),
+        ({"reduction": "max"}, "reduction must be"),
+    ],
+)
 def test_bad_input_names_the_argument(kwargs, argument):
-    args = {"hidden": torch.randn(4, 6), "weight": torch.randn(10, 6), "labels": torch.tensor([0, 1, 2, -100]),
-            "objective": "selfish", "margin": 2.0, "bias": None, "reduction": "mean", **kwargs}
+    args = {
+        "hidden": torch.randn(4, 6),
+        "weight": torch.randn(10, 6),
+        "labels": torch.tensor([0, 1, 2, -100]),
+        "objective": "selfish",
+        "margin": 2.0,
+        "bias": None,
+        "reduction": "mean",
+        **kwargs,
+    }
     with pytest.raises(VocabTransferError, match=f"^linear_objective_loss: {argument}") as err:
         linear_objective_loss(args.pop("hidden"), args.pop("weight"), args.pop("labels"), **args)
     assert "\n" not in str(err.value)

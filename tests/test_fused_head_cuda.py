@@ -42,7 +42,7 @@ def check_case(path, dtype, objective, margin, bias, reduction, n=300, h=64, v=2
     setup_path(path)
     g = torch.Generator().manual_seed(seed)
     hidden = torch.randn(n, h, generator=g)
-    weight = torch.randn(v, h, generator=g) * (3.0 / h ** 0.5)
+    weight = torch.randn(v, h, generator=g) * (3.0 / h**0.5)
     b = torch.randn(v, generator=g) if bias else None
     labels = torch.randint(0, v, (n,), generator=g)
     labels[::7] = -100
@@ -56,8 +56,11 @@ def check_case(path, dtype, objective, margin, bias, reduction, n=300, h=64, v=2
         params = [t for t in leaves if t is not None]
         return out.detach(), torch.autograd.grad(total, params)
 
-    got, g_got = run(lambda hh, ww, bb: linear_objective_loss(
-        hh, ww, labels, objective=objective, margin=margin, bias=bb, reduction=reduction))
+    got, g_got = run(
+        lambda hh, ww, bb: linear_objective_loss(
+            hh, ww, labels, objective=objective, margin=margin, bias=bb, reduction=reduction
+        )
+    )
 
     def reference(hh, ww, bb):
         logits = F.linear(hh, ww, bb).float()
@@ -106,7 +109,7 @@ def test_cuda_selfish_skips_blocks_nobody_keeps(path):
     close(dw, rw, torch.float32, "dweight")
     if path == "triton":
         assert seen and all(runs == [(0, fused_head_triton.BLOCK)] for runs in seen), seen
-    assert bool((dw[fused_head_triton.BLOCK:] == 0).all())
+    assert bool((dw[fused_head_triton.BLOCK :] == 0).all())
 
 
 if __name__ == "__main__":

@@ -57,12 +57,29 @@ def gemma_run(tmp_path_factory, shared_data):
         "lm_eval": {"tasks": []},  # nor its lm_eval.models (omp-standard): the target is init_eval
     }
     (work / "overlay.yaml").write_text(yaml.safe_dump(overlay, sort_keys=False))
-    env = {**os.environ, "VOCABTRANSFER_DATA": str(data), "PATH": f"{BIN}:{os.environ['PATH']}",
-           "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO / "src")}
+    env = {
+        **os.environ,
+        "VOCABTRANSFER_DATA": str(data),
+        "PATH": f"{BIN}:{os.environ['PATH']}",
+        "HF_HUB_OFFLINE": "1",
+        "PYTHONPATH": str(REPO / "src"),
+    }
     start = time.perf_counter()
-    proc = subprocess.run([str(BIN / "snakemake"), "results/de/init_eval.parquet", "--cores", "2",
-                           "--configfile", "config/gemma.yaml", "overlay.yaml"], cwd=work, env=env, capture_output=True,
-                          text=True)
+    proc = subprocess.run(
+        [
+            str(BIN / "snakemake"),
+            "results/de/init_eval.parquet",
+            "--cores",
+            "2",
+            "--configfile",
+            "config/gemma.yaml",
+            "overlay.yaml",
+        ],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     return work, time.perf_counter() - start
 

@@ -27,13 +27,30 @@ def tiny_gemma3(directory, tokenizer=None, vocab_size: int = 300):
     """Gemma3ForCausalLM (model type gemma3_text, tied embeddings) with random weights, saved with `tokenizer`."""
     from transformers import Gemma3ForCausalLM, Gemma3TextConfig
 
-    ids = dict(pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
-               eos_token_id=tokenizer.eos_token_id) if tokenizer is not None else {"pad_token_id": 0}
+    ids = (
+        dict(
+            pad_token_id=tokenizer.pad_token_id,
+            bos_token_id=tokenizer.bos_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+        )
+        if tokenizer is not None
+        else {"pad_token_id": 0}
+    )
     torch.manual_seed(0)
-    model = Gemma3ForCausalLM(Gemma3TextConfig(
-        vocab_size=len(tokenizer) if tokenizer is not None else vocab_size, hidden_size=32, intermediate_size=64,
-        num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, head_dim=16, max_position_embeddings=256,
-        sliding_window=16, **ids))
+    model = Gemma3ForCausalLM(
+        Gemma3TextConfig(
+            vocab_size=len(tokenizer) if tokenizer is not None else vocab_size,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            head_dim=16,
+            max_position_embeddings=256,
+            sliding_window=16,
+            **ids,
+        )
+    )
     model.save_pretrained(directory)
     if tokenizer is not None:
         tokenizer.save_pretrained(directory)
@@ -59,14 +76,17 @@ def test_gemma3_lacks_the_heads_and_gets_generic_ones(gemma_dir):
     from transformers import BertConfig, Gemma3Config
 
     assert finetune_eval.missing_head("AutoModelForSequenceClassification", gemma_dir) is None
-    for head, name in ((TOKEN, "GenericGemma3TextForTokenClassification"),
-                       (SPAN, "GenericGemma3TextForQuestionAnswering")):
+    for head, name in (
+        (TOKEN, "GenericGemma3TextForTokenClassification"),
+        (SPAN, "GenericGemma3TextForQuestionAnswering"),
+    ):
         assert finetune_eval.missing_head(head, gemma_dir) is not None
         assert generic_heads.unsupported(head, _config(gemma_dir)) is None
         cls = generic_heads.head_class(head, _config(gemma_dir))
         assert cls.__name__ == name and cls is generic_heads.head_class(head, _config(gemma_dir))  # built once
-    assert "SequenceClassification" in generic_heads.unsupported("AutoModelForSequenceClassification",
-                                                                 _config(gemma_dir))
+    assert "SequenceClassification" in generic_heads.unsupported(
+        "AutoModelForSequenceClassification", _config(gemma_dir)
+    )
     assert "not a decoder-only" in generic_heads.unsupported(TOKEN, BertConfig())
     assert "multimodal" in generic_heads.unsupported(SPAN, Gemma3Config())
     with pytest.raises(VocabTransferError, match="bert"):
@@ -144,8 +164,9 @@ def test_trainer_learns_a_separable_token_labelling(gemma_dir, tmp_path):
     set_seed(0)
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(3, 23, (64, 8), generator=g)
-    data = [{"input_ids": row.tolist(), "attention_mask": [1] * 8, "labels": (row >= 13).long().tolist()}
-            for row in ids]
+    data = [
+        {"input_ids": row.tolist(), "attention_mask": [1] * 8, "labels": (row >= 13).long().tolist()} for row in ids
+    ]
     model = generic_heads.head_class(TOKEN, _config(gemma_dir)).from_pretrained(str(gemma_dir), num_labels=2)
 
     def loss() -> float:
@@ -154,9 +175,18 @@ def test_trainer_learns_a_separable_token_labelling(gemma_dir, tmp_path):
             return model(input_ids=ids, attention_mask=torch.ones_like(ids), labels=(ids >= 13).long()).loss.item()
 
     before = loss()
-    args = TrainingArguments(output_dir=str(tmp_path / "ckpt"), max_steps=12, per_device_train_batch_size=16,
-                             learning_rate=3e-3, seed=0, save_strategy="no", logging_strategy="no", report_to=[],
-                             disable_tqdm=True, use_cpu=True)
+    args = TrainingArguments(
+        output_dir=str(tmp_path / "ckpt"),
+        max_steps=12,
+        per_device_train_batch_size=16,
+        learning_rate=3e-3,
+        seed=0,
+        save_strategy="no",
+        logging_strategy="no",
+        report_to=[],
+        disable_tqdm=True,
+        use_cpu=True,
+    )
     Trainer(model=model, args=args, train_dataset=data).train()
     after = loss()
     print(f"token labelling loss {before:.3f} -> {after:.3f}")
@@ -183,13 +213,25 @@ def gemma_with_tokenizer(tmp_path_factory):
     return directory
 
 
-@pytest.mark.parametrize("name, spec, head_class", [
-    ("ner", {"train": {"path": "masakhaner2/swa/train.txt"}, "test": {"path": "masakhaner2/swa/test.txt"}},
-     "GenericGemma3TextForTokenClassification"),
-    ("qa", {"train": {"path": "tydiqa_goldp/swahili_tydiqa_train.json"},
-            "test": {"path": "tydiqa_goldp/swahili_tydiqa_dev.json"}}, "GenericGemma3TextForQuestionAnswering"),
-    ("nli", {"train": {"path": "xnli/dev-sw.tsv"}}, "Gemma3TextForSequenceClassification"),  # transformers' own
-])
+@pytest.mark.parametrize(
+    "name, spec, head_class",
+    [
+        (
+            "ner",
+            {"train": {"path": "masakhaner2/swa/train.txt"}, "test": {"path": "masakhaner2/swa/test.txt"}},
+            "GenericGemma3TextForTokenClassification",
+        ),
+        (
+            "qa",
+            {
+                "train": {"path": "tydiqa_goldp/swahili_tydiqa_train.json"},
+                "test": {"path": "tydiqa_goldp/swahili_tydiqa_dev.json"},
+            },
+            "GenericGemma3TextForQuestionAnswering",
+        ),
+        ("nli", {"train": {"path": "xnli/dev-sw.tsv"}}, "Gemma3TextForSequenceClassification"),  # transformers' own
+    ],
+)
 def test_finetune_runs_on_gemma3(gemma_with_tokenizer, tmp_path, shared_data, monkeypatch, name, spec, head_class):
     """`finetune` on the tiny Gemma 3 with a handful of Swahili examples: NER and QA with the generic heads,
     NLI with transformers' own; scores for every test example, and the head named in the result."""
@@ -201,8 +243,9 @@ def test_finetune_runs_on_gemma3(gemma_with_tokenizer, tmp_path, shared_data, mo
     small = {"max_train": 8, "max_test": 6, "max_length": 64, "batch_size": 4, "epochs": 1}
     task = get_task(name, {**params["eval"]["tasks"][name], **small, **({"doc_stride": 24} if name == "qa" else {})})
     splits = load_splits(task, spec, f"eval.tasks.{name}.data.sw", seed=42)
-    result, trainer = finetune_eval.finetune(task=task, splits=splits, model_dir=gemma_with_tokenizer, seed=1,
-                                             output_dir=tmp_path / "ckpt")
+    result, trainer = finetune_eval.finetune(
+        task=task, splits=splits, model_dir=gemma_with_tokenizer, seed=1, output_dir=tmp_path / "ckpt"
+    )
     assert "not_run" not in result and result["head_class"] == head_class == type(trainer.model).__name__
     assert result["n_test"] == len(result["examples"]["ids"]) == len(result["examples"]["clusters"]) == 6
     assert set(result["metrics"]) >= {task.metric} and 0 <= result["metrics"][task.metric] <= 100

@@ -8,7 +8,7 @@ import torch
 from vocabtransfer.model import heads
 from vocabtransfer.model.losses import objective_loss
 from vocabtransfer.train import lowrank
-from vocabtransfer.model import modeling
+from vocabtransfer.model import lm_loss
 from vocabtransfer.errors import VocabTransferError
 
 V = 97
@@ -30,8 +30,9 @@ def roberta():
 def distilbert():
     from transformers import DistilBertConfig, DistilBertForMaskedLM
 
-    return DistilBertForMaskedLM(DistilBertConfig(vocab_size=V, dim=16, n_layers=1, n_heads=2, hidden_dim=32,
-                                                  max_position_embeddings=64)), "masked"
+    return DistilBertForMaskedLM(
+        DistilBertConfig(vocab_size=V, dim=16, n_layers=1, n_heads=2, hidden_dim=32, max_position_embeddings=64)
+    ), "masked"
 
 
 def gpt2():
@@ -43,15 +44,17 @@ def gpt2():
 def llama_untied():
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    return LlamaForCausalLM(LlamaConfig(vocab_size=V, hidden_size=16, num_key_value_heads=2, tie_word_embeddings=False,
-                                        **SMALL)), "causal"
+    return LlamaForCausalLM(
+        LlamaConfig(vocab_size=V, hidden_size=16, num_key_value_heads=2, tie_word_embeddings=False, **SMALL)
+    ), "causal"
 
 
 def phi_bias():
     from transformers import PhiConfig, PhiForCausalLM
 
-    model = PhiForCausalLM(PhiConfig(vocab_size=V, hidden_size=16, num_key_value_heads=2, tie_word_embeddings=False,
-                                     **SMALL))
+    model = PhiForCausalLM(
+        PhiConfig(vocab_size=V, hidden_size=16, num_key_value_heads=2, tie_word_embeddings=False, **SMALL)
+    )
     assert model.lm_head.bias is not None  # an untied lm_head with a bias
     return model, "causal"
 
@@ -59,19 +62,31 @@ def phi_bias():
 def granite_scaled():
     from transformers import GraniteConfig, GraniteForCausalLM
 
-    return GraniteForCausalLM(GraniteConfig(vocab_size=V, hidden_size=16, num_key_value_heads=2, logits_scaling=4.0,
-                                            **SMALL)), "causal"
+    return GraniteForCausalLM(
+        GraniteConfig(vocab_size=V, hidden_size=16, num_key_value_heads=2, logits_scaling=4.0, **SMALL)
+    ), "causal"
 
 
 def gemma2_softcapped():
     from transformers import Gemma2Config, Gemma2ForCausalLM
 
-    return Gemma2ForCausalLM(Gemma2Config(vocab_size=V, hidden_size=16, num_key_value_heads=2, head_dim=8,
-                                          final_logit_softcapping=3.0, **SMALL)), "causal"
+    return Gemma2ForCausalLM(
+        Gemma2Config(
+            vocab_size=V, hidden_size=16, num_key_value_heads=2, head_dim=8, final_logit_softcapping=3.0, **SMALL
+        )
+    ), "causal"
 
 
-FAMILIES = {"bert": bert, "xlm-roberta": roberta, "distilbert": distilbert, "gpt2": gpt2, "llama": llama_untied,
-            "phi": phi_bias, "granite": granite_scaled, "gemma2": gemma2_softcapped}
+FAMILIES = {
+    "bert": bert,
+    "xlm-roberta": roberta,
+    "distilbert": distilbert,
+    "gpt2": gpt2,
+    "llama": llama_untied,
+    "phi": phi_bias,
+    "granite": granite_scaled,
+    "gemma2": gemma2_softcapped,
+}
 
 
 def batch(kind: str, seed: int = 0):
@@ -179,12 +194,12 @@ def test_evaluate_lm_through_the_fused_head_equals_the_logits(one_thread):
     model, kind = bert()
     model.eval()
     batches = [batch(kind, seed=s) for s in range(3)]
-    fused = modeling.evaluate_lm(model, batches, kind)
-    calibrated = modeling.evaluate_lm(model, batches, kind, calibrate=True)  # the logits path
+    fused = lm_loss.evaluate_lm(model, batches, kind)
+    calibrated = lm_loss.evaluate_lm(model, batches, kind, calibrate=True)  # the logits path
     assert fused["n_tokens"] == calibrated["n_tokens"] > 0
     assert fused["loss"] == pytest.approx(calibrated["loss"], rel=1e-6)
-    losses, targets = modeling.token_losses(model, batches[0], kind)
-    logits, t = modeling.predicted_logits(model, batches[0], kind)
+    losses, targets = lm_loss.token_losses(model, batches[0], kind)
+    logits, t = lm_loss.predicted_logits(model, batches[0], kind)
     torch.testing.assert_close(losses, torch.nn.functional.cross_entropy(logits, t, reduction="none"))
 
 
@@ -229,8 +244,9 @@ def test_head_loss_under_autocast_runs_the_head_in_the_autocast_dtype(one_thread
 
     seen = []
     real = fused_head.chunked_pass
-    monkeypatch.setattr(fused_head, "chunked_pass",
-                        lambda h, w, *a, **k: seen.append((h.dtype, w.dtype)) or real(h, w, *a, **k))
+    monkeypatch.setattr(
+        fused_head, "chunked_pass", lambda h, w, *a, **k: seen.append((h.dtype, w.dtype)) or real(h, w, *a, **k)
+    )
     torch.manual_seed(6)
     model, kind = bert()
     model.eval()

@@ -18,8 +18,19 @@ from vocabtransfer.init.methods.registry import TransferProblem
 from vocabtransfer.model import hypernet as network
 from vocabtransfer.model.hub import load_tokenizer, resolve_model_path
 
-SMALL = dict(steps=60, batch_size=32, seq_len=64, learning_rate=1e-2, warmup_steps=3, vocab_min=300, vocab_max=300,
-             tokenizer_lines=300, steps_per_tokenizer=20, save_every=100, precision="fp32")
+SMALL = dict(
+    steps=60,
+    batch_size=32,
+    seq_len=64,
+    learning_rate=1e-2,
+    warmup_steps=3,
+    vocab_min=300,
+    vocab_max=300,
+    tokenizer_lines=300,
+    steps_per_tokenizer=20,
+    save_every=100,
+    precision="fp32",
+)
 
 
 @pytest.fixture(scope="module")
@@ -36,10 +47,14 @@ def _problem(source_dir, target) -> TransferProblem:
     tokenizer = load_tokenizer(source_dir)
     vocab = tokenizer.get_vocab()
     pairs = sorted((i, vocab[t]) for t, i in target.get_vocab().items() if t in vocab)
-    return TransferProblem(source_embeddings=model.get_input_embeddings().weight.detach().clone(),
-                           source_tokenizer=tokenizer, target_tokenizer=target,
-                           overlap_target_ids=np.asarray([a for a, _ in pairs], dtype=np.int64),
-                           overlap_source_ids=np.asarray([b for _, b in pairs], dtype=np.int64), seed=5)
+    return TransferProblem(
+        source_embeddings=model.get_input_embeddings().weight.detach().clone(),
+        source_tokenizer=tokenizer,
+        target_tokenizer=target,
+        overlap_target_ids=np.asarray([a for a, _ in pairs], dtype=np.int64),
+        overlap_source_ids=np.asarray([b for _, b in pairs], dtype=np.int64),
+        seed=5,
+    )
 
 
 def test_the_untrained_network_is_drawn_from_the_seed_alone():
@@ -113,8 +128,9 @@ def test_a_killed_training_resumes_to_the_same_weights(source, tmp_path, monkeyp
     from vocabtransfer.train import hypernet as stage
 
     monkeypatch.chdir(tmp_path)
-    options = HypernetOptions(**{**SMALL, "steps": 9, "save_every": 3, "batch_size": 8, "seq_len": 32,
-                                 "steps_per_tokenizer": 4})
+    options = HypernetOptions(
+        **{**SMALL, "steps": 9, "save_every": 3, "batch_size": 8, "seq_len": 32, "steps_per_tokenizer": 4}
+    )
     lines = text_lines("sw", 600)
 
     def trained(directory, kill_at=None):
@@ -126,6 +142,7 @@ def test_a_killed_training_resumes_to_the_same_weights(source, tmp_path, monkeyp
                 if step == kill_at:
                     raise KeyboardInterrupt("killed")
                 return loss(net, step)
+
             setup.loss = killed
         torch.manual_seed(3)
         net = network.HyperNet(stage.config_for(setup, options))
@@ -146,12 +163,15 @@ def test_a_bad_option_is_one_clear_error():
     from vocabtransfer.pipeline.config import merge_overlay, read_yaml
     from conftest import REPO
 
-    overlay = {"init": {"methods": ["random", "focus", "fvt", "hypernet"], "hypernet": {"vocab_min": 9000,
-                                                                                       "vocab_max": 3000}}}
+    overlay = {
+        "init": {"methods": ["random", "focus", "fvt", "hypernet"], "hypernet": {"vocab_min": 9000, "vocab_max": 3000}}
+    }
     with pytest.raises(VocabTransferError) as error:
         validate_params(merge_overlay(read_yaml(REPO / "params.yaml"), overlay))
-    assert str(error.value) == ("params.yaml: init.hypernet.vocab_min (9000) is above init.hypernet.vocab_max (3000); "
-                                "make vocab_min ≤ vocab_max")
+    assert str(error.value) == (
+        "params.yaml: init.hypernet.vocab_min (9000) is above init.hypernet.vocab_max (3000); "
+        "make vocab_min ≤ vocab_max"
+    )
     with pytest.raises(VocabTransferError, match="width 30 is not a multiple of heads 4"):
         network.HyperNetConfig(dim=32, width=30, layers=1, heads=4, max_pieces=4)
 

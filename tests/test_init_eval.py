@@ -12,14 +12,23 @@ import pytest
 import torch
 from conftest import shared_file
 
-from vocabtransfer.evaluate import init_eval
+from vocabtransfer.evaluate import init_eval, init_eval_plot, retrieval
 from vocabtransfer import io
 from vocabtransfer.data.token_ids import TokenIds
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.model.lmdata import lm_batches, pack_lines
 
-from helpers import (bpe_tokenizer, make_ctx, over_defaults, save_dir, text_lines, tiny_bert, tiny_llama,
-                     wordpiece_tokenizer, write_ids)
+from helpers import (
+    bpe_tokenizer,
+    make_ctx,
+    over_defaults,
+    save_dir,
+    text_lines,
+    tiny_bert,
+    tiny_llama,
+    wordpiece_tokenizer,
+    write_ids,
+)
 
 N_XNLI_ROWS = 90  # 30 distinct premises
 
@@ -39,21 +48,35 @@ def setup_study(tmp_path, source_model, source_tok, methods: dict, *, xx_same_as
     xnli.mkdir()
     rows = shared_file("xnli/dev-en.tsv").read_text(encoding="utf-8").splitlines()[:N_XNLI_ROWS]
     (xnli / "dev-en.tsv").write_text("\n".join(rows) + "\n", encoding="utf-8")
-    other = rows if xx_same_as_en else shared_file("xnli/dev-sw.tsv").read_text(encoding="utf-8").splitlines()[:N_XNLI_ROWS]
+    other = (
+        rows if xx_same_as_en else shared_file("xnli/dev-sw.tsv").read_text(encoding="utf-8").splitlines()[:N_XNLI_ROWS]
+    )
     (xnli / "dev-xx.tsv").write_text("\n".join(other) + "\n", encoding="utf-8")
     params = {
         "seed": 3,
         "init": {"methods": list(methods)},
         "source_head": {"text": str(text), "eval_lines": 40},
-        "init_eval": over_defaults("init_eval", {"max_lines": 100, "seq_len": 64, "batch_size": 8,
-                                                 "retrieval_sentences": 25, "xnli": str(xnli / "dev-{lang}.tsv"),
-                                                 "source_lang": "en"}),
+        "init_eval": over_defaults(
+            "init_eval",
+            {
+                "max_lines": 100,
+                "seq_len": 64,
+                "batch_size": 8,
+                "retrieval_sentences": 25,
+                "xnli": str(xnli / "dev-{lang}.tsv"),
+                "source_lang": "en",
+            },
+        ),
     }
     train = text_lines("sw", 120, start=3000)
     io.write_parquet(pa.table({"text": train}), tmp_path / "xx" / "corpus" / "train.parquet")
     write_ids(list(methods.values())[-1][1], train, tmp_path / "xx" / "pretokenized" / "train")
-    inputs = {"source_model": src, "valid": valid, "train_ids": tmp_path / "xx" / "pretokenized" / "train",
-              "train_text": tmp_path / "xx" / "corpus" / "train.parquet"}
+    inputs = {
+        "source_model": src,
+        "valid": valid,
+        "train_ids": tmp_path / "xx" / "pretokenized" / "train",
+        "train_text": tmp_path / "xx" / "corpus" / "train.parquet",
+    }
     inputs.update({init_eval.input_key(m): tmp_path / "xx" / "init" / m for m in methods})
     out = tmp_path / "xx" / "init_eval.parquet"
     outputs = {"init_eval": out, "plot": out.with_suffix(".png")}
@@ -69,8 +92,9 @@ def test_source_model_as_its_own_initialisation(tmp_path, en_wp, caplog):
     """Sanity: the 'initialised' model is the source model with the source tokenizer, on identical text."""
     source = tiny_bert(len(en_wp))
     other = tiny_bert(len(en_wp), seed=1)  # a different model with the same tokenizer
-    ctx, out = setup_study(tmp_path, source, en_wp, {"same": (source, en_wp), "other": (other, en_wp)},
-                           xx_same_as_en=True)
+    ctx, out = setup_study(
+        tmp_path, source, en_wp, {"same": (source, en_wp), "other": (other, en_wp)}, xx_same_as_en=True
+    )
     with caplog.at_level(logging.INFO, logger="vocabtransfer.evaluate.init_eval"):
         init_eval.run(ctx)
     table = io.read_parquet(out)
@@ -139,8 +163,9 @@ def test_bits_per_byte_of_causal_models_and_the_source(tmp_path, caplog):
 
     en_bpe, sw_bpe = bpe_tokenizer("en"), bpe_tokenizer("sw", 280)
     source, rand = tiny_llama(len(en_bpe)), tiny_llama(len(sw_bpe), seed=1)
-    ctx, out = setup_study(tmp_path, source, en_bpe, {"random": (rand, sw_bpe), "same": (source, en_bpe)},
-                           xx_same_as_en=True)
+    ctx, out = setup_study(
+        tmp_path, source, en_bpe, {"random": (rand, sw_bpe), "same": (source, en_bpe)}, xx_same_as_en=True
+    )
     with caplog.at_level(logging.INFO, logger="vocabtransfer.evaluate.init_eval"):
         init_eval.run(ctx)
     rows = {r["method"]: r for r in io.read_parquet(out).to_pylist()}
@@ -160,7 +185,8 @@ def test_bits_per_byte_of_causal_models_and_the_source(tmp_path, caplog):
         assert (row["loss"] is None) == (name != "unigram-target")  # the unigram's loss per token: the floor row
         assert row["bits_per_byte"] == pytest.approx(want.bits_per_byte) and row["n_bytes"] == rows["same"]["n_bytes"]
     assert rows["floor:uniform"]["bits_per_byte"] == pytest.approx(
-        math.log2(len(en_bpe)) / rows["floor:uniform"]["bytes_per_token"])
+        math.log2(len(en_bpe)) / rows["floor:uniform"]["bytes_per_token"]
+    )
     # an untrained tiny source does not beat the best floor: it has nothing to keep, and no share is given
     best = min(r["bits_per_byte"] for r in rows.values() if r["kind"] == "floor")
     assert rows["source"]["bits_per_byte"] > best and all(r["share_kept"] is None for r in rows.values())
@@ -181,11 +207,18 @@ def test_a_source_without_its_lm_head_is_refused_before_any_output(tmp_path):
     from transformers import LlamaModel
 
     en_bpe = bpe_tokenizer("en")
-    ctx, out = setup_study(tmp_path, LlamaModel(tiny_llama(len(en_bpe)).config), en_bpe,
-                           {"random": (tiny_llama(len(en_bpe), seed=1), en_bpe)}, xx_same_as_en=True)
+    ctx, out = setup_study(
+        tmp_path,
+        LlamaModel(tiny_llama(len(en_bpe)).config),
+        en_bpe,
+        {"random": (tiny_llama(len(en_bpe), seed=1), en_bpe)},
+        xx_same_as_en=True,
+    )
     with pytest.raises(VocabTransferError) as err:
         init_eval.run(ctx)
-    assert "\n" not in str(err.value) and str(err.value).startswith(str(tmp_path / "source" / "model" / "model.safetensors"))
+    assert "\n" not in str(err.value) and str(err.value).startswith(
+        str(tmp_path / "source" / "model" / "model.safetensors")
+    )
     assert "no LM head (lm_head.weight" in str(err.value) and "init_eval.bits_per_byte: false" in str(err.value)
     assert not out.exists() and not out.with_suffix(".png").exists()
     # a job's typed section is built once: the run without bits per byte is another job
@@ -195,42 +228,63 @@ def test_a_source_without_its_lm_head_is_refused_before_any_output(tmp_path):
 
 
 def test_plot_has_a_retrieval_panel_only_for_encoders(tmp_path):
-    row = dict(lang="xx", kind="causal", perplexity=1.0, calibrated_loss=2.5, temperature=1.2, n_eval_tokens=10, n_eval_lines=1,
-               retrieval_en2xx=None, retrieval_xx2en=None, n_sentences=None, model="m", seconds=0.0)
-    rows = [{**row, "lang": "en", "method": "source", "loss": 3.0}, {**row, "method": "a", "loss": 5.0},
-            {**row, "method": "b", "loss": 4.0}, {**row, "method": "c", "loss": 6.0}]
-    init_eval.plot(rows, tmp_path / "causal.png", "xx")
+    row = dict(
+        lang="xx",
+        kind="causal",
+        perplexity=1.0,
+        calibrated_loss=2.5,
+        temperature=1.2,
+        n_eval_tokens=10,
+        n_eval_lines=1,
+        retrieval_en2xx=None,
+        retrieval_xx2en=None,
+        n_sentences=None,
+        model="m",
+        seconds=0.0,
+    )
+    rows = [
+        {**row, "lang": "en", "method": "source", "loss": 3.0},
+        {**row, "method": "a", "loss": 5.0},
+        {**row, "method": "b", "loss": 4.0},
+        {**row, "method": "c", "loss": 6.0},
+    ]
+    init_eval_plot.plot(rows, tmp_path / "causal.png", "xx")
     assert matplotlib.image.imread(tmp_path / "causal.png").shape[:2] == (int(120 * (1.5 + 0.32 * 3)), 120 * 6)
-    encoders = [{**r, "kind": "masked", "retrieval_en2xx": 0.5, "retrieval_xx2en": 0.25, "n_sentences": 4}
-                for r in rows]
-    init_eval.plot(encoders, tmp_path / "masked.png", "xx")
+    encoders = [
+        {**r, "kind": "masked", "retrieval_en2xx": 0.5, "retrieval_xx2en": 0.25, "n_sentences": 4} for r in rows
+    ]
+    init_eval_plot.plot(encoders, tmp_path / "masked.png", "xx")
     assert matplotlib.image.imread(tmp_path / "masked.png").shape[:2] == (int(120 * (1.5 + 0.32 * 3)), 120 * 11)
     # the same rows give the same bytes (no timestamp or version in the file)
-    init_eval.plot(encoders, tmp_path / "again.png", "xx")
+    init_eval_plot.plot(encoders, tmp_path / "again.png", "xx")
     assert (tmp_path / "again.png").read_bytes() == (tmp_path / "masked.png").read_bytes()
 
 
 def test_read_xnli_premises_deduplicates_and_aligns(tmp_path):
     (tmp_path / "dev-en.tsv").write_text("a\th\tx\na\th2\tx\nb\th\tx\nc\th\tx\n", encoding="utf-8")
     (tmp_path / "dev-xx.tsv").write_text("A\th\tx\nA\th2\tx\nB\th\tx\nC\th\tx\n", encoding="utf-8")
-    src, tgt = init_eval.read_xnli_premises(str(tmp_path / "dev-{lang}.tsv"), "en", "xx", 2)
+    src, tgt = retrieval.read_xnli_premises(str(tmp_path / "dev-{lang}.tsv"), "en", "xx", 2)
     assert (src, tgt) == (["a", "b"], ["A", "B"])
     (tmp_path / "dev-yy.tsv").write_text("A\th\tx\n", encoding="utf-8")
     with pytest.raises(VocabTransferError, match="dev-yy.tsv: 1 rows but .*dev-en.tsv has 4"):
-        init_eval.read_xnli_premises(str(tmp_path / "dev-{lang}.tsv"), "en", "yy", 2)
+        retrieval.read_xnli_premises(str(tmp_path / "dev-{lang}.tsv"), "en", "yy", 2)
     with pytest.raises(VocabTransferError, match="dev-zz.tsv: XNLI file not found"):
-        init_eval.read_xnli_premises(str(tmp_path / "dev-{lang}.tsv"), "en", "zz", 2)
+        retrieval.read_xnli_premises(str(tmp_path / "dev-{lang}.tsv"), "en", "zz", 2)
 
 
 def test_retrieval_accuracy():
     a = torch.eye(4)
-    assert init_eval.retrieval_accuracy(a, a) == (1.0, 1.0)
-    assert init_eval.retrieval_accuracy(a, a[[1, 0, 2, 3]]) == (0.5, 0.5)
+    assert retrieval.retrieval_accuracy(a, a) == (1.0, 1.0)
+    assert retrieval.retrieval_accuracy(a, a[[1, 0, 2, 3]]) == (0.5, 0.5)
 
 
 def test_inputs_follow_params():
     params = {"init": {"methods": ["random", "focus+svd"]}}
     assert init_eval.inputs(params, {"lang": "sw"}) == {
-        "source_model": "results/source/model", "valid": "results/{lang}/corpus/valid.parquet",
-        "train_ids": "results/{lang}/pretokenized/train", "train_text": "results/{lang}/corpus/train.parquet",
-        "init_random": "results/{lang}/init/random/pseed1", "init_focus_svd": "results/{lang}/init/focus+svd/pseed1"}
+        "source_model": "results/source/model",
+        "valid": "results/{lang}/corpus/valid.parquet",
+        "train_ids": "results/{lang}/pretokenized/train",
+        "train_text": "results/{lang}/corpus/train.parquet",
+        "init_random": "results/{lang}/init/random/pseed1",
+        "init_focus_svd": "results/{lang}/init/focus+svd/pseed1",
+    }

@@ -22,7 +22,16 @@ from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.init.methods.registry import INFO, METHODS, TransferResult, register
 from vocabtransfer.pipeline.typed import Params, from_dict
 
-from helpers import bpe_tokenizer, init_params, make_ctx, save_dir, tiny_bert, tiny_llama, wordpiece_tokenizer, write_inputs
+from helpers import (
+    bpe_tokenizer,
+    init_params,
+    make_ctx,
+    save_dir,
+    tiny_bert,
+    tiny_llama,
+    wordpiece_tokenizer,
+    write_inputs,
+)
 
 CALLS: list[dict] = []
 
@@ -36,11 +45,14 @@ class CopyOptions:
 
 def _test_copy(problem, options: CopyOptions):
     """Overlapping rows copied, the rest the source mean plus seeded noise; one extra tensor."""
-    CALLS.append({"source_sum": float(problem.source_embeddings.sum()), "options": options,
-                  "resources": problem.resources})
+    CALLS.append(
+        {"source_sum": float(problem.source_embeddings.sum()), "options": options, "resources": problem.resources}
+    )
     src = problem.source_embeddings
     g = torch.Generator().manual_seed(problem.seed)
-    emb = src.mean(0).repeat(problem.target_size, 1) + 0.01 * torch.randn(problem.target_size, src.shape[1], generator=g)
+    emb = src.mean(0).repeat(problem.target_size, 1) + 0.01 * torch.randn(
+        problem.target_size, src.shape[1], generator=g
+    )
     t, s = torch.from_numpy(problem.overlap_target_ids), torch.from_numpy(problem.overlap_source_ids)
     emb[t] = src[s]
     return TransferResult(emb, {"copied": len(t)}, extra={"coordinates": torch.ones(problem.target_size, 3)})
@@ -64,14 +76,23 @@ def throwaway_methods():
 
 def init_ctx(tmp_path, inputs, method="test_copy", params=None):
     params = params or init_params({"methods": [method], "test_copy": {"alpha": 1}})  # the schema has init.test_copy
-    return make_ctx("vocabtransfer.init.initialise:run", {"lang": "sw", "method": method}, inputs,
-                    {"init": tmp_path / "sw" / "init" / method}, params)
+    return make_ctx(
+        "vocabtransfer.init.initialise:run",
+        {"lang": "sw", "method": method},
+        inputs,
+        {"init": tmp_path / "sw" / "init" / method},
+        params,
+    )
 
 
 @pytest.fixture(scope="module")
 def tokenizers():
-    return {"en_wp": wordpiece_tokenizer("en"), "sw_wp": wordpiece_tokenizer("sw", 250),
-            "en_bpe": bpe_tokenizer("en"), "sw_bpe": bpe_tokenizer("sw", 280)}
+    return {
+        "en_wp": wordpiece_tokenizer("en"),
+        "sw_wp": wordpiece_tokenizer("sw", 250),
+        "en_bpe": bpe_tokenizer("en"),
+        "sw_bpe": bpe_tokenizer("sw", 280),
+    }
 
 
 def test_init_tied_bert(tmp_path, tokenizers):
@@ -85,8 +106,12 @@ def test_init_tied_bert(tmp_path, tokenizers):
     CALLS.clear()
     initialise.run(init_ctx(tmp_path, inputs))
     out = tmp_path / "sw" / "init" / "test_copy"
-    assert sorted(p.name for p in out.iterdir()) == ["coordinates.safetensors", "embeddings.safetensors", "model",
-                                                      "stats.json"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "coordinates.safetensors",
+        "embeddings.safetensors",
+        "model",
+        "stats.json",
+    ]
     assert len(CALLS) == 1 and CALLS[0]["options"] == CopyOptions(alpha=1)  # tied: one call, params init.test_copy
     emb = load_file(str(out / "embeddings.safetensors"))
     assert set(emb) == {"input_embeddings"} and emb["input_embeddings"].shape == (len(tokenizers["sw_wp"]), 32)
@@ -158,16 +183,23 @@ def test_init_errors(tmp_path, tokenizers):
     io.write_parquet(bad, inputs["overlap"])
     with pytest.raises(VocabTransferError, match=r"overlap.parquet: target_id 10000 is outside the target tokenizer"):
         initialise.run(init_ctx(tmp_path, inputs))
-    io.write_parquet(pa.table({"target_id": pa.array([0], pa.int32()), "source_id": pa.array([0], pa.int32())}),
-                     inputs["overlap"])
+    io.write_parquet(
+        pa.table({"target_id": pa.array([0], pa.int32()), "source_id": pa.array([0], pa.int32())}), inputs["overlap"]
+    )
     io.save_tensors({"embeddings": torch.zeros(3, 8), "mask": torch.ones(3, dtype=torch.bool)}, inputs["fasttext"])
     with pytest.raises(VocabTransferError, match="embeddings.safetensors: .* do not have one row per target token"):
         initialise.run(init_ctx(tmp_path, inputs))
 
 
 def _params(**init):
-    return validate_params({"languages": ["sw"], "source_model": "sentence-transformers/all-MiniLM-L6-v2",
-                            "corpus": {"sources": {"sw": {"path": "pretrain_text/sw.txt"}}}, "init": init})
+    return validate_params(
+        {
+            "languages": ["sw"],
+            "source_model": "sentence-transformers/all-MiniLM-L6-v2",
+            "corpus": {"sources": {"sw": {"path": "pretrain_text/sw.txt"}}},
+            "init": init,
+        }
+    )
 
 
 def test_the_options_record_of_a_factorised_method():
@@ -177,27 +209,39 @@ def test_the_options_record_of_a_factorised_method():
     assert focus == FocusOptions(block_size=2048, topk=3)
     options = FactorizedOptions(focus, from_dict(SvdOptions, params["init"]["svd"]))
     assert initialise.options_record("focus+svd", options) == {
-        "block_size": 2048, "topk": 3, "factorization": {"keep_dim": 8}}
+        "block_size": 2048,
+        "topk": 3,
+        "factorization": {"keep_dim": 8},
+    }
     assert initialise.options_record("focus", focus) == {"block_size": 2048, "topk": 3}
 
 
 def test_method_options_record_leaves_out_the_keys_of_other_stages():
     """init.wechsel.source_text / fasttext feed the word-level fastText stages: the typed options carry
     them, the stats' record of the method's options does not."""
-    params = _params(wechsel={"neighbors": 3, "dictionaries": {"sw": "d.txt"}, "source_text": "en.txt",
-                              "fasttext": {"dim": 8}})
+    params = _params(
+        wechsel={"neighbors": 3, "dictionaries": {"sw": "d.txt"}, "source_text": "en.txt", "fasttext": {"dim": 8}}
+    )
     options = from_dict(WechselOptions, params["init"]["wechsel"])
     assert options.neighbors == 3 and options.fasttext.dim == 8
     assert initialise.options_record("wechsel", options) == {
-        "neighbors": 3, "temperature": 0.1, "copy_overlap": False, "dictionary_in_vocab_only": False,
-        "dictionaries": {"sw": "d.txt"}}
+        "neighbors": 3,
+        "temperature": 0.1,
+        "copy_overlap": False,
+        "dictionary_in_vocab_only": False,
+        "dictionaries": {"sw": "d.txt"},
+    }
 
 
 def test_init_rerun_keys_are_the_leaves_of_the_options_taken():
     params = _params(methods=["focus+svd", "wechsel", "random"])
     init = STAGES["init"]
     assert init.leaves(Params(params), {"lang": "sw", "method": "focus+svd", "pseed": "1"}) == [
-        "seed", "init.focus.block_size", "init.focus.topk", "init.svd.keep_dim"]
+        "seed",
+        "init.focus.block_size",
+        "init.focus.topk",
+        "init.svd.keep_dim",
+    ]
     assert init.leaves(Params(params), {"lang": "sw", "method": "random", "pseed": "1"}) == ["seed"]
     wechsel = init.leaves(Params(params), {"lang": "sw", "method": "wechsel", "pseed": "1"})
     assert "init.wechsel.dictionaries.sw" in wechsel and "init.wechsel.fasttext.dim" in wechsel
@@ -212,8 +256,12 @@ def test_inputs_follow_the_method():
     params = {"init": {"methods": ["wechsel", "focus+svd"], "wechsel": {}, "focus": {}, "svd": {}}}
     wechsel_inputs = initialise.inputs(Params(params), {"lang": "sw", "method": "wechsel"})
     assert wechsel_inputs["target_fasttext"] == "results/{lang}/fasttext/words.bin"
-    assert set(initialise.inputs(Params(params), {"lang": "sw", "method": "focus+svd"})) == {"source_model", "tokenizer", "overlap",
-                                                                             "fasttext"}
+    assert set(initialise.inputs(Params(params), {"lang": "sw", "method": "focus+svd"})) == {
+        "source_model",
+        "tokenizer",
+        "overlap",
+        "fasttext",
+    }
 
 
 def snmf_params(**snmf):
@@ -230,23 +278,40 @@ def test_snmf_methods_use_the_shared_source_snmf_factors(tmp_path, tokenizers):
     inputs, pairs = write_inputs(tmp_path, source, tokenizers["en_bpe"], tokenizers["sw_bpe"])
     factors = tmp_path / "source" / "snmf.safetensors"
     params = snmf_params()
-    source_snmf.run(make_ctx("vocabtransfer.init.source_snmf:run", {}, {"source_model": inputs["source_model"]},
-                             {"factors": factors}, params))
+    source_snmf.run(
+        make_ctx(
+            "vocabtransfer.init.source_snmf:run",
+            {},
+            {"source_model": inputs["source_model"]},
+            {"factors": factors},
+            params,
+        )
+    )
     saved = load_file(str(factors))
     V, D = source.get_input_embeddings().weight.shape
     assert {k: tuple(v.shape) for k, v in saved.items()} == {
-        "input_coordinates": (V, 6), "input_primitives": (6, D), "output_coordinates": (V, 6),
-        "output_primitives": (6, D)}
+        "input_coordinates": (V, 6),
+        "input_primitives": (6, D),
+        "output_coordinates": (V, 6),
+        "output_primitives": (6, D),
+    }
     assert bool((saved["input_coordinates"] >= 0).all()) and bool((saved["output_coordinates"] >= 0).all())
     assert not torch.equal(saved["input_primitives"], saved["output_primitives"])  # untied: two factorisations
 
     for method in ("overlap+snmf", "snmf"):
         shared = tmp_path / "shared" / method
         inline = tmp_path / "inline" / method
-        ctx = make_ctx("vocabtransfer.init.initialise:run", {"lang": "sw", "method": method},
-                       {**inputs, "snmf_factors": factors}, {"init": shared}, params)
+        ctx = make_ctx(
+            "vocabtransfer.init.initialise:run",
+            {"lang": "sw", "method": method},
+            {**inputs, "snmf_factors": factors},
+            {"init": shared},
+            params,
+        )
         initialise.run(ctx)
-        ctx = make_ctx("vocabtransfer.init.initialise:run", {"lang": "sw", "method": method}, inputs, {"init": inline}, params)
+        ctx = make_ctx(
+            "vocabtransfer.init.initialise:run", {"lang": "sw", "method": method}, inputs, {"init": inline}, params
+        )
         initialise.run(ctx)
         assert (shared / "embeddings.safetensors").read_bytes() == (inline / "embeddings.safetensors").read_bytes()
         assert (shared / "primitives.safetensors").read_bytes() == (inline / "primitives.safetensors").read_bytes()
@@ -268,23 +333,43 @@ def test_stale_source_snmf_factors_are_refused(tmp_path, tokenizers):
     source = tiny_bert(len(tokenizers["en_wp"]))
     inputs, _ = write_inputs(tmp_path, source, tokenizers["en_wp"], tokenizers["sw_wp"])
     factors = tmp_path / "source" / "snmf.safetensors"
-    source_snmf.run(make_ctx("vocabtransfer.init.source_snmf:run", {}, {"source_model": inputs["source_model"]},
-                             {"factors": factors}, snmf_params()))
+    source_snmf.run(
+        make_ctx(
+            "vocabtransfer.init.source_snmf:run",
+            {},
+            {"source_model": inputs["source_model"]},
+            {"factors": factors},
+            snmf_params(),
+        )
+    )
     assert set(load_file(str(factors))) == {"input_coordinates", "input_primitives"}  # tied: one factorisation
 
     def run(params, out):
-        initialise.run(make_ctx("vocabtransfer.init.initialise:run", {"lang": "sw", "method": "snmf"},
-                                {**inputs, "snmf_factors": factors}, {"init": tmp_path / out}, params))
+        initialise.run(
+            make_ctx(
+                "vocabtransfer.init.initialise:run",
+                {"lang": "sw", "method": "snmf"},
+                {**inputs, "snmf_factors": factors},
+                {"init": tmp_path / out},
+                params,
+            )
+        )
 
     # other options than the factors were computed with
-    with pytest.raises(VocabTransferError, match=r"snmf.safetensors: computed with other init.snmf options: "
-                                                 r"rank=6 \(params: 8\)"):
+    with pytest.raises(
+        VocabTransferError,
+        match=r"snmf.safetensors: computed with other init.snmf options: "
+        r"rank=6 \(params: 8\)",
+    ):
         run(snmf_params(rank=8), "a")
     # neighbours / temperature do not change the factorisation
     run(snmf_params(neighbors=5), "b")
     # the same options with another seed: another k-means start, so other factors
-    with pytest.raises(VocabTransferError, match=r"computed with other init.snmf options: seed=7 \(params: 8\); "
-                                                 r"rerun the source_snmf stage"):
+    with pytest.raises(
+        VocabTransferError,
+        match=r"computed with other init.snmf options: seed=7 \(params: 8\); "
+        r"rerun the source_snmf stage",
+    ):
         run({**snmf_params(), "seed": 8}, "e")
     # factors of another source model
     other = tiny_bert(len(tokenizers["en_wp"]), seed=1)
@@ -300,6 +385,8 @@ def test_stale_source_snmf_factors_are_refused(tmp_path, tokenizers):
 def test_snmf_methods_depend_on_source_snmf():
     params = {"init": {"methods": ["snmf", "focus+snmf", "ofa"], "snmf": {}, "focus": {}, "ofa": {}}}
     for method in ("snmf", "focus+snmf"):
-        assert (initialise.inputs(Params(params), {"lang": "sw", "method": method})["snmf_factors"]
-                == "results/source/snmf.safetensors")
+        assert (
+            initialise.inputs(Params(params), {"lang": "sw", "method": method})["snmf_factors"]
+            == "results/source/snmf.safetensors"
+        )
     assert "snmf_factors" not in initialise.inputs(Params(params), {"lang": "sw", "method": "ofa"})

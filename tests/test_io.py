@@ -50,7 +50,13 @@ def test_save_tensors_is_byte_identical_across_processes(tmp_path):
         subprocess.run([sys.executable, "-c", code, str(path)], check=True)
         outs.append(path.read_bytes())
     assert len(set(outs)) == 1
-    assert io.tensor_metadata(tmp_path / "t0.safetensors") == {"seed": 1, "mode": "x", "dim": 3, "lang": "sw", "method": "m"}
+    assert io.tensor_metadata(tmp_path / "t0.safetensors") == {
+        "seed": 1,
+        "mode": "x",
+        "dim": 3,
+        "lang": "sw",
+        "method": "m",
+    }
     assert oct(os.stat(tmp_path / "t0.safetensors").st_mode & 0o777) != oct(0o600)
 
 

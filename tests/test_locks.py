@@ -128,8 +128,11 @@ def test_a_lock_newer_than_every_record_is_kept(tmp_path):
     pid = dead_pid()
     record = lock_dir / locks.OWNERS / f"{socket.gethostname()}-{pid}.json"
     record.parent.mkdir()
-    record.write_text(json.dumps({"host": socket.gethostname(), "pid": pid, "start_time": 1.0,
-                                  "started": "x", "command": "snakemake"}))
+    record.write_text(
+        json.dumps(
+            {"host": socket.gethostname(), "pid": pid, "start_time": 1.0, "started": "x", "command": "snakemake"}
+        )
+    )
     age(record, 5)
     assert locks.release_stale(lock_dir) is None
     assert all(f.exists() for f in files)

@@ -158,8 +158,10 @@ def test_shapes_and_objectives():
         losses.selfish_cross_entropy(torch.randn(2, 3, 5), torch.tensor([[0, 1, 2], [0, 1, 2]]))
     logits, labels = random_case(seed=9)
     assert float(losses.objective_loss("standard", logits, labels)) == pytest.approx(
-        float(F.cross_entropy(logits, labels)))
+        float(F.cross_entropy(logits, labels))
+    )
     assert float(losses.objective_loss("selfish", logits, labels, margin=1.0)) == pytest.approx(
-        float(losses.selfish_cross_entropy_naive(logits, labels, margin=1.0)))
+        float(losses.selfish_cross_entropy_naive(logits, labels, margin=1.0))
+    )
     with pytest.raises(VocabTransferError, match="unknown"):
         losses.objective_loss("focal", logits, labels)

@@ -55,8 +55,9 @@ def minilm_tokenizer():
 SOURCE_TOKENS = ["[UNK]", "[CLS]", "[SEP]", "hab", "##ari", "ya", "ari", "##hab"]
 SOURCE = wordpiece(SOURCE_TOKENS, cls_token="[CLS]", sep_token="[SEP]")
 # 8 source rows of 4 dims, easy to average by hand
-E = torch.tensor([[0., 0, 0, 0], [1, 1, 1, 1], [2, 2, 2, 2], [4, 0, 0, 0],
-                  [0, 8, 0, 0], [0, 0, 2, 0], [0, 0, 0, 6], [2, 2, 2, 2]])
+E = torch.tensor(
+    [[0.0, 0, 0, 0], [1, 1, 1, 1], [2, 2, 2, 2], [4, 0, 0, 0], [0, 8, 0, 0], [0, 0, 2, 0], [0, 0, 0, 6], [2, 2, 2, 2]]
+)
 ID = {t: i for i, t in enumerate(SOURCE_TOKENS)}
 
 TARGET_TOKENS = ["[CLS]", "[SEP]", "[UNK]", "[PAD]", "ya", "habari", "##ari", "##yahab", "zz"]
@@ -67,9 +68,14 @@ TID = {t: i for i, t in enumerate(TARGET_TOKENS)}
 def problem(source=SOURCE, target=TARGET, emb=E, overlap=(("ya", "ya"),), seed=0, **kw) -> TransferProblem:
     s_vocab, t_vocab = source.get_vocab(), target.get_vocab()
     return TransferProblem(
-        source_embeddings=emb, source_tokenizer=source, target_tokenizer=target,
+        source_embeddings=emb,
+        source_tokenizer=source,
+        target_tokenizer=target,
         overlap_target_ids=np.array([t_vocab[t] for t, _ in overlap], dtype=np.int64),
-        overlap_source_ids=np.array([s_vocab[s] for _, s in overlap], dtype=np.int64), seed=seed, **kw)
+        overlap_source_ids=np.array([s_vocab[s] for _, s in overlap], dtype=np.int64),
+        seed=seed,
+        **kw,
+    )
 
 
 def run(method: str, p: TransferProblem):
@@ -89,8 +95,12 @@ def large_problem(seed=0):
     """200 source rows with per-dimension means 0..15 and stds 0.5..2; 3000 target tokens."""
     gen = torch.Generator().manual_seed(123)
     emb = torch.randn(200, 16, generator=gen) * torch.linspace(0.5, 2.0, 16) + torch.arange(16.0)
-    source = wordlevel(["[UNK]", "[CLS]", "[SEP]"] + [f"s{i}" for i in range(197)], cls_token="[CLS]", sep_token="[SEP]")
-    target = wordlevel(["[UNK]", "[CLS]", "[SEP]"] + [f"t{i}" for i in range(2997)], cls_token="[CLS]", sep_token="[SEP]")
+    source = wordlevel(
+        ["[UNK]", "[CLS]", "[SEP]"] + [f"s{i}" for i in range(197)], cls_token="[CLS]", sep_token="[SEP]"
+    )
+    target = wordlevel(
+        ["[UNK]", "[CLS]", "[SEP]"] + [f"t{i}" for i in range(2997)], cls_token="[CLS]", sep_token="[SEP]"
+    )
     return problem(source, target, emb, overlap=(("[CLS]", "[CLS]"),), seed=seed)
 
 
@@ -102,7 +112,7 @@ def test_random_rows_follow_source_statistics_and_copy_specials():
         assert torch.equal(out[p.target_tokenizer.get_vocab()[tok]], emb[p.source_tokenizer.get_vocab()[tok]])
     rest = out[3:]
     mean, std = emb.mean(0), emb.std(0, correction=0)
-    assert torch.allclose(rest.mean(0), mean, atol=4 * float(std.max()) / 2997 ** 0.5)
+    assert torch.allclose(rest.mean(0), mean, atol=4 * float(std.max()) / 2997**0.5)
     assert torch.allclose(rest.std(0), std, rtol=0.08)
     assert stats["copied"] == 3 and stats["random"] == 2997
     assert stats["reasons"]["copied"] == {"special token (same string)": 3}
@@ -145,17 +155,28 @@ def test_special_tokens_match_by_role_when_strings_differ():
     out, stats = run("overlap", problem(target=target, overlap=()))
     assert torch.equal(out[1], E[ID["[CLS]"]]) and torch.equal(out[2], E[ID["[SEP]"]])
     assert torch.equal(out[0], E[ID["[UNK]"]])
-    assert stats["reasons"]["copied"] == {"special token (same role cls_token)": 1,
-                                          "special token (same role sep_token)": 1,
-                                          "special token (same role unk_token)": 1}
+    assert stats["reasons"]["copied"] == {
+        "special token (same role cls_token)": 1,
+        "special token (same role sep_token)": 1,
+        "special token (same role unk_token)": 1,
+    }
 
 
-@pytest.mark.parametrize("bad, message", [
-    (dict(overlap_target_ids=np.array([4, 5]), overlap_source_ids=np.array([5])), "2 target ids but 1 source ids"),
-    (dict(overlap_target_ids=np.array([99]), overlap_source_ids=np.array([5])), "target_id 99 is outside the target tokenizer's vocabulary"),
-    (dict(overlap_target_ids=np.array([4]), overlap_source_ids=np.array([50])), "source_id 50 is outside the source model's vocabulary"),
-    (dict(overlap_target_ids=np.array([4, 4]), overlap_source_ids=np.array([5, 5])), "more than once"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (dict(overlap_target_ids=np.array([4, 5]), overlap_source_ids=np.array([5])), "2 target ids but 1 source ids"),
+        (
+            dict(overlap_target_ids=np.array([99]), overlap_source_ids=np.array([5])),
+            "target_id 99 is outside the target tokenizer's vocabulary",
+        ),
+        (
+            dict(overlap_target_ids=np.array([4]), overlap_source_ids=np.array([50])),
+            "source_id 50 is outside the source model's vocabulary",
+        ),
+        (dict(overlap_target_ids=np.array([4, 4]), overlap_source_ids=np.array([5, 5])), "more than once"),
+    ],
+)
 def test_bad_overlap_is_one_clear_error(bad, message):
     p = problem()
     for key, value in bad.items():
@@ -186,8 +207,10 @@ def test_fvt_rows_are_means_of_the_source_pieces():
     assert torch.equal(out[TID["##yahab"]], rnd[TID["##yahab"]])
     assert torch.equal(out[TID["zz"]], rnd[TID["zz"]])
     assert stats["combined"] == 2 and stats["copied"] == 4 and stats["random"] == 3
-    assert stats["reasons"]["random"] == {"source tokenizer gives only the unknown token": 2,
-                                          "special token without a source counterpart": 1}
+    assert stats["reasons"]["random"] == {
+        "source tokenizer gives only the unknown token": 2,
+        "special token without a source counterpart": 1,
+    }
     assert sorted(stats["examples"]["source tokenizer gives only the unknown token"]) == ["##yahab", "zz"]
     assert stats["mean_pieces"] == 1.5
 
@@ -205,11 +228,14 @@ def test_fvt_word_start_vs_continuation_with_the_real_source_tokenizer(minilm_to
     assert torch.allclose(out[5], (emb[v["gen"]] + emb[v["##s"]]) / 2)
 
 
-@pytest.mark.parametrize("make, start, cont", [
-    (lambda: wordpiece(["[UNK]", "habari", "##ari"]), "habari", "##ari"),
-    (lambda: bytelevel(["<unk>", "<s>", "Ġhabari", "ari"]), "Ġhabari", "ari"),
-    (lambda: metaspace([("<unk>", 0.0), ("▁habari", -1.0), ("ari", -1.0)]), "▁habari", "ari"),
-])
+@pytest.mark.parametrize(
+    "make, start, cont",
+    [
+        (lambda: wordpiece(["[UNK]", "habari", "##ari"]), "habari", "##ari"),
+        (lambda: bytelevel(["<unk>", "<s>", "Ġhabari", "ari"]), "Ġhabari", "ari"),
+        (lambda: metaspace([("<unk>", 0.0), ("▁habari", -1.0), ("ari", -1.0)]), "▁habari", "ari"),
+    ],
+)
 def test_token_surfaces_respect_word_markers(make, start, cont):
     tok = make()
     texts, word_start = token_surfaces(tok)
@@ -233,8 +259,20 @@ def test_bytelevel_surface_decodes_bytes():
 
 
 def test_fvt_with_a_sentencepiece_source_splits_continuations_without_the_marker():
-    source = metaspace([("<unk>", 0.0), ("▁hab", -1.0), ("ari", -1.0), ("▁ari", -1.0), ("▁", -3.0),
-                        ("a", -5.0), ("r", -5.0), ("i", -5.0), ("h", -5.0), ("b", -5.0)])
+    source = metaspace(
+        [
+            ("<unk>", 0.0),
+            ("▁hab", -1.0),
+            ("ari", -1.0),
+            ("▁ari", -1.0),
+            ("▁", -3.0),
+            ("a", -5.0),
+            ("r", -5.0),
+            ("i", -5.0),
+            ("h", -5.0),
+            ("b", -5.0),
+        ]
+    )
     emb = torch.arange(40, dtype=torch.float32).reshape(10, 4)
     target = wordpiece(["[UNK]", "habari", "##ari"])
     pieces, rows = split_with_source(source, ["habari", "ari"], np.array([True, False]))

@@ -36,9 +36,16 @@ SIG1 = 1 / (1 + math.exp(-1))  # softmax([1, 0]) at temperature 1
 
 
 def problem(*, source=E, aux=AUX, mask=MASK, ov_t=OV_T, ov_s=OV_S, seed=42, n_target=6):
-    return TransferProblem(source_embeddings=source, source_tokenizer=Tok(source.shape[0], "s"),
-                           target_tokenizer=Tok(n_target, "t"), overlap_target_ids=ov_t, overlap_source_ids=ov_s,
-                           auxiliary=aux, auxiliary_mask=mask, seed=seed)
+    return TransferProblem(
+        source_embeddings=source,
+        source_tokenizer=Tok(source.shape[0], "s"),
+        target_tokenizer=Tok(n_target, "t"),
+        overlap_target_ids=ov_t,
+        overlap_source_ids=ov_s,
+        auxiliary=aux,
+        auxiliary_mask=mask,
+        seed=seed,
+    )
 
 
 def typed(cls, section: str, given):
@@ -63,6 +70,7 @@ def expected_mixes(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 # ------------------------------------------------------------------------------ ofa
+
 
 def test_ofa_full_dim_hand_computed_rows():
     res = call("ofa", {"keep_dim": 3, "neighbors": 2, "temperature": 1.0})
@@ -127,7 +135,7 @@ def test_ofa_neighbour_candidates_need_vectors():
     aux[4] = 0
     res = call("ofa", {"keep_dim": 3, "neighbors": 2, "temperature": 1.0}, aux=aux, mask=mask)
     # t3 = (1,1): cos to t0 1/√2, to t2 -1/√2 → softmax([√½, -√½])
-    w = torch.softmax(torch.tensor([2 ** -0.5, -(2 ** -0.5)]), 0)
+    w = torch.softmax(torch.tensor([2**-0.5, -(2**-0.5)]), 0)
     torch.testing.assert_close(res.embeddings[3], w[0] * E[2] + w[1] * E[3])
     assert torch.equal(res.embeddings[1], E[0])  # still copied
     assert res.stats["neighbour_candidates"] == 2
@@ -155,16 +163,21 @@ def test_neighbour_blocks_give_the_same_rows():
     assert stats["copied"] + stats["combined"] + stats["random"] == 200
 
 
-@pytest.mark.parametrize("change, words", [
-    ({"ov_t": np.array([], dtype=np.int64), "ov_s": np.array([], dtype=np.int64)},
-     ["shares no tokens", "random", "fuzzy"]),
-    ({"options": {"keep_dim": 4}}, ["init.ofa.keep_dim", "hidden size 3"]),
-    ({"options": {"keep_dim": 100}}, ["init.ofa.keep_dim=100"]),  # the default, on a 3-d toy model
-    ({"aux": None}, ["fasttext"]),
-    ({"options": {"neighbors": 0}}, ["init.ofa.neighbors"]),
-    ({"options": {"temperature": 0}}, ["init.ofa.temperature"]),
-    ({"ov_t": np.array([0, 9]), "ov_s": np.array([0, 1])}, ["target_id 9 is outside", "overlap"]),
-])
+@pytest.mark.parametrize(
+    "change, words",
+    [
+        (
+            {"ov_t": np.array([], dtype=np.int64), "ov_s": np.array([], dtype=np.int64)},
+            ["shares no tokens", "random", "fuzzy"],
+        ),
+        ({"options": {"keep_dim": 4}}, ["init.ofa.keep_dim", "hidden size 3"]),
+        ({"options": {"keep_dim": 100}}, ["init.ofa.keep_dim=100"]),  # the default, on a 3-d toy model
+        ({"aux": None}, ["fasttext"]),
+        ({"options": {"neighbors": 0}}, ["init.ofa.neighbors"]),
+        ({"options": {"temperature": 0}}, ["init.ofa.temperature"]),
+        ({"ov_t": np.array([0, 9]), "ov_s": np.array([0, 1])}, ["target_id 9 is outside", "overlap"]),
+    ],
+)
 def test_ofa_errors_are_one_line(change, words):
     change = dict(change)
     opts = {"keep_dim": 3, **change.pop("options", {})}
@@ -176,6 +189,7 @@ def test_ofa_errors_are_one_line(change, words):
 
 # ------------------------------------------------------------------------------ snmf
 
+
 def _clustered_source():
     """12 source rows that are exactly 3 prototypes: semi-NMF at rank 3 is exact."""
     protos = torch.tensor([[1.0, 0, 0, 2], [0, 3, 0, -1], [0, 0, -2, 1]])
@@ -184,8 +198,9 @@ def _clustered_source():
 
 def test_snmf_tiny_problem():
     src = _clustered_source()
-    res = call("snmf", {"rank": 3, "neighbors": 2, "temperature": 1.0, "max_iter": 50}, source=src,
-                       ov_s=np.array([0, 1, 5]))
+    res = call(
+        "snmf", {"rank": 3, "neighbors": 2, "temperature": 1.0, "max_iter": 50}, source=src, ov_s=np.array([0, 1, 5])
+    )
     W, H = res.extra["coordinates"], res.extra["primitives"]
     assert W.shape == (6, 3) and H.shape == (3, 4)
     assert bool((W >= 0).all())  # non-negative coefficients, random row included
@@ -215,6 +230,7 @@ def test_snmf_is_reproducible_and_checks_rank():
 
 # ------------------------------------------------------------------------------ factorised variants
 
+
 def copy_mean(problem: TransferProblem, options=NoOptions()) -> TransferResult:
     """A trivial base method: overlapping rows copied, every other row the mean source row."""
     src = problem.source_embeddings
@@ -232,7 +248,8 @@ def negative_rows(problem: TransferProblem, options=NoOptions()) -> TransferResu
     """A base method that writes negative coordinates into the non-overlapping rows."""
     out = -torch.ones(problem.target_size, problem.source_embeddings.shape[1])
     out[torch.from_numpy(problem.overlap_target_ids)] = problem.source_embeddings[
-        torch.from_numpy(problem.overlap_source_ids)]
+        torch.from_numpy(problem.overlap_source_ids)
+    ]
     return TransferResult(out, {})
 
 
@@ -291,9 +308,13 @@ def test_factorized_checks_base_output_and_options(bases):
 
     with pytest.raises(VocabTransferError, match=r"wrong\+svd: base method returned shape \(6, 7\)"):
         factorized(wrong_shape, "svd", name="wrong+svd")(problem(), FactorizedOptions(NoOptions(), SvdOptions(2)))
-    with pytest.raises(VocabTransferError, match=r"init\.svd\.keep_dim=4: larger than the source model's hidden size 3"):
+    with pytest.raises(
+        VocabTransferError, match=r"init\.svd\.keep_dim=4: larger than the source model's hidden size 3"
+    ):
         call("copymean+svd", factorization={"keep_dim": 4})
-    with pytest.raises(VocabTransferError, match=r"init\.snmf\.init: 'nndsvd' is not allowed; allowed values: 'kmeans', 'svd'"):
+    with pytest.raises(
+        VocabTransferError, match=r"init\.snmf\.init: 'nndsvd' is not allowed; allowed values: 'kmeans', 'svd'"
+    ):
         call("copymean+snmf", factorization={"rank": 2, "init": "nndsvd"})
 
 
@@ -306,10 +327,12 @@ def test_get_method_style_call_uses_the_registry_name(bases):
 
 
 def test_resolve_names(bases):
-    for bad, words in [("nope+svd", ["unknown base method 'nope'", "copymean"]),
-                       ("ofa+svd", ["factorises on its own"]),
-                       ("copymean+pca", ["svd, snmf"]),
-                       ("copymean", ["<base>+<factorization>"])]:
+    for bad, words in [
+        ("nope+svd", ["unknown base method 'nope'", "copymean"]),
+        ("ofa+svd", ["factorises on its own"]),
+        ("copymean+pca", ["svd, snmf"]),
+        ("copymean", ["<base>+<factorization>"]),
+    ]:
         with pytest.raises(VocabTransferError) as err:
             resolve(bad)
         assert all(w in str(err.value) for w in words), str(err.value)

@@ -12,7 +12,7 @@ import os
 import pytest
 import torch
 
-from vocabtransfer.model import modeling
+from vocabtransfer.model import lm_loss, modeling
 from vocabtransfer.model.hub import load_tokenizer, resolve_model_path
 from vocabtransfer.model.lmdata import lm_batches, pack_ids, pack_lines, special_tokens_around
 from vocabtransfer.errors import VocabTransferError
@@ -23,6 +23,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 # ---------------------------------------------------------------- tokenizers
+
 
 @pytest.fixture(scope="session")
 def en_wordpiece():
@@ -45,6 +46,7 @@ def sw_bpe():
 
 
 # ---------------------------------------------------------------- loading
+
 
 def test_minilm_loads_as_masked_lm_with_missing_head():
     model, kind, info = modeling.load_source_model(resolve_model_path(MINILM), output_loading_info=True)
@@ -93,6 +95,7 @@ def test_not_a_model_directory(tmp_path):
 
 # ---------------------------------------------------------------- embedding matrices
 
+
 def test_embedding_matrices_padded_vocab_is_cut_to_tokenizer(en_wordpiece):
     n = len(en_wordpiece)
     model = tiny_bert(n + 8)  # vocabulary padded beyond the tokenizer
@@ -106,7 +109,9 @@ def test_embedding_matrices_padded_vocab_is_cut_to_tokenizer(en_wordpiece):
 def test_embedding_matrices_errors(en_wordpiece):
     small = tiny_bert(len(en_wordpiece) - 5)
     small.name_or_path = "some/model-dir"
-    with pytest.raises(VocabTransferError, match=r"some/model-dir: input embeddings have \d+ rows but the tokenizer has"):
+    with pytest.raises(
+        VocabTransferError, match=r"some/model-dir: input embeddings have \d+ rows but the tokenizer has"
+    ):
         modeling.embedding_matrices(small, en_wordpiece)
     model = tiny_bert(len(en_wordpiece))
     model.name_or_path = "some/model-dir"
@@ -126,6 +131,7 @@ def test_embedding_matrices_untied(en_bpe):
 
 
 # ---------------------------------------------------------------- build + save target models
+
 
 def test_build_target_model_tied_bert_round_trip(tmp_path, en_wordpiece, sw_wordpiece):
     from safetensors.torch import load_file
@@ -205,6 +211,7 @@ def test_build_target_model_tied_rejects_output_embeddings(tmp_path, en_wordpiec
 
 # ---------------------------------------------------------------- LM data and loss
 
+
 def test_pack_lines_keeps_whole_lines(en_wordpiece, en_bpe):
     lines = text_lines("en", 40)
     blocks = pack_lines(en_wordpiece, lines, 64)
@@ -221,7 +228,9 @@ def test_masking_is_seeded(en_wordpiece):
     a = lm_batches(en_wordpiece, blocks, "masked", 8, seed=3)
     b = lm_batches(en_wordpiece, blocks, "masked", 8, seed=3)
     c = lm_batches(en_wordpiece, blocks, "masked", 8, seed=4)
-    assert all(torch.equal(x["labels"], y["labels"]) and torch.equal(x["input_ids"], y["input_ids"]) for x, y in zip(a, b))
+    assert all(
+        torch.equal(x["labels"], y["labels"]) and torch.equal(x["input_ids"], y["input_ids"]) for x, y in zip(a, b)
+    )
     assert not all(torch.equal(x["labels"], y["labels"]) for x, y in zip(a, c))
     labels = torch.cat([x["labels"].flatten() for x in a])
     rate = float((labels != -100).float().sum() / sum(len(bl) for bl in blocks))
@@ -232,11 +241,11 @@ def test_fast_masked_loss_equals_model_loss(en_wordpiece):
     model = tiny_bert(len(en_wordpiece)).eval()
     batch = lm_batches(en_wordpiece, pack_lines(en_wordpiece, text_lines("en", 30), 64), "masked", 16, 0)[0]
     with torch.no_grad():
-        total, n = modeling.lm_loss_sum(model, batch, "masked")
+        total, n = lm_loss.lm_loss_sum(model, batch, "masked")
         reference = model(**batch).loss
     assert n == int((batch["labels"] != -100).sum())
     assert torch.allclose(total / n, reference, atol=1e-5)
-    result = modeling.evaluate_lm(model, [batch], "masked")
+    result = lm_loss.evaluate_lm(model, [batch], "masked")
     assert result["n_tokens"] == n and abs(result["perplexity"] - torch.exp(reference).item()) < 1e-2
     # per block: the model's own loss over that block's masked tokens, and their count
     assert result["block_tokens"] == (batch["labels"] != -100).sum(1).tolist()
@@ -250,7 +259,7 @@ def test_causal_loss(en_bpe):
     model = tiny_llama(len(en_bpe)).eval()
     batches = lm_batches(en_bpe, pack_lines(en_bpe, text_lines("en", 30), 64, kind="causal"), "causal", 8, 0)
     assert (batches[-1]["labels"] == -100).any()  # padding is ignored
-    result = modeling.evaluate_lm(model, batches, "causal")
+    result = lm_loss.evaluate_lm(model, batches, "causal")
     assert result["n_tokens"] == sum(int((b["labels"][:, 1:] != -100).sum()) for b in batches)
     assert abs(result["loss"] - torch.log(torch.tensor(float(len(en_bpe)))).item()) < 1.0  # ~uniform at init
 
@@ -269,18 +278,24 @@ def test_calibrated_loss_undoes_an_over_confident_scale(monkeypatch):
             super().__init__()
             self.factor = factor
 
-    monkeypatch.setattr(modeling, "predicted_logits", lambda model, batch, kind: (logits * model.factor, targets))
-    monkeypatch.setattr(modeling, "token_losses", lambda model, batch, kind: (
-        torch.nn.functional.cross_entropy(logits * model.factor, targets, reduction="none"), targets))
-    base = modeling.evaluate_lm(Fixed(3.0), batches, "masked", calibrate=True)
-    sharp = modeling.evaluate_lm(Fixed(3.0 * 1.1 ** 5), batches, "masked", calibrate=True)
+    monkeypatch.setattr(lm_loss, "predicted_logits", lambda model, batch, kind: (logits * model.factor, targets))
+    monkeypatch.setattr(
+        lm_loss,
+        "token_losses",
+        lambda model, batch, kind: (
+            torch.nn.functional.cross_entropy(logits * model.factor, targets, reduction="none"),
+            targets,
+        ),
+    )
+    base = lm_loss.evaluate_lm(Fixed(3.0), batches, "masked", calibrate=True)
+    sharp = lm_loss.evaluate_lm(Fixed(3.0 * 1.1**5), batches, "masked", calibrate=True)
     assert sharp["loss"] > base["loss"]
     for r in (base, sharp):
         assert r["calibrated_loss"] <= r["loss"] + 1e-9
     assert 1.1 < base["temperature"] < 5  # over-confident, and an interior optimum of the grid
     assert sharp["calibrated_loss"] == pytest.approx(base["calibrated_loss"], rel=1e-5)
-    assert sharp["temperature"] == pytest.approx(base["temperature"] * 1.1 ** 5, rel=1e-6)
-    plain = modeling.evaluate_lm(Fixed(1.0), batches, "masked")
+    assert sharp["temperature"] == pytest.approx(base["temperature"] * 1.1**5, rel=1e-6)
+    plain = lm_loss.evaluate_lm(Fixed(1.0), batches, "masked")
     assert "calibrated_loss" not in plain and plain["block_tokens"] == [100] * 4
     assert sum(plain["block_loss"]) == pytest.approx(plain["loss"] * 400, rel=1e-9)
 
@@ -291,8 +306,11 @@ def test_pack_ids_equals_pack_lines_on_the_same_text(shared_data):
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    lines = [s.strip() for s in (shared_data / "pretrain_text" / "sw.txt").read_text(encoding="utf-8").splitlines()[:300]
-             if s.strip()]
+    lines = [
+        s.strip()
+        for s in (shared_data / "pretrain_text" / "sw.txt").read_text(encoding="utf-8").splitlines()[:300]
+        if s.strip()
+    ]
     bert = load_tokenizer(resolve_model_path("sentence-transformers/all-MiniLM-L6-v2"))
     raw = Tokenizer(models.BPE(unk_token=None))
     raw.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)

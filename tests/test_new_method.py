@@ -72,12 +72,28 @@ def _project(tmp_path, monkeypatch, scale) -> list[str]:
     monkeypatch.chdir(tmp_path)
     source_tok = wordpiece_tokenizer("en")
     write_inputs(tmp_path / "results", tiny_bert(len(source_tok)), source_tok, wordpiece_tokenizer("sw", 250))
-    params = {"languages": ["sw"], "source_model": "results/source/model",
-              "corpus": {"sources": {"sw": {"path": "pretrain_text/sw.txt"}}},
-              "init": {"methods": ["scaled_mean"], "scaled_mean": {"scale": scale}}}
+    params = {
+        "languages": ["sw"],
+        "source_model": "results/source/model",
+        "corpus": {"sources": {"sw": {"path": "pretrain_text/sw.txt"}}},
+        "init": {"methods": ["scaled_mean"], "scaled_mean": {"scale": scale}},
+    }
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params), encoding="utf-8")
-    return ["init", "--params", "params.yaml", "--lang", "sw", "--method", "scaled_mean", "--pseed", "1",
-            "--threads", "1", "--device", "cpu"]
+    return [
+        "init",
+        "--params",
+        "params.yaml",
+        "--lang",
+        "sw",
+        "--method",
+        "scaled_mean",
+        "--pseed",
+        "1",
+        "--threads",
+        "1",
+        "--device",
+        "cpu",
+    ]
 
 
 def test_a_new_method_is_its_module_and_its_params(throwaway_module, tmp_path, monkeypatch):
@@ -85,7 +101,9 @@ def test_a_new_method_is_its_module_and_its_params(throwaway_module, tmp_path, m
     params = load_params("params.yaml")
     assert params["init"]["scaled_mean"] == {"scale": 2.0}
     assert STAGES["init"].leaves(Params(params), {"lang": "sw", "method": "scaled_mean", "pseed": "1"}) == [
-        "seed", "init.scaled_mean.scale"]  # its option reruns its jobs
+        "seed",
+        "init.scaled_mean.scale",
+    ]  # its option reruns its jobs
     assert main(args) == 0
     out = tmp_path / "results" / "sw" / "init" / "scaled_mean" / "pseed1"
     stats = json.loads((out / "stats.json").read_text(encoding="utf-8"))
@@ -93,8 +111,11 @@ def test_a_new_method_is_its_module_and_its_params(throwaway_module, tmp_path, m
     emb = load_file(str(out / "embeddings.safetensors"))["input_embeddings"]
     source = load_file(str(tmp_path / "results" / "source" / "model" / "model.safetensors"))
     mean = next(v for k, v in source.items() if k.endswith("word_embeddings.weight")).mean(0)
-    overlap = set(io.read_parquet(tmp_path / "results" / "sw" / "overlap" / "overlap.parquet")
-                  .to_pandas().dropna(subset=["source_id"])["target_id"])
+    overlap = set(
+        io.read_parquet(tmp_path / "results" / "sw" / "overlap" / "overlap.parquet")
+        .to_pandas()
+        .dropna(subset=["source_id"])["target_id"]
+    )
     new = [i for i in range(emb.shape[0]) if i not in overlap]
     assert new and torch.allclose(emb[new], (2.0 * mean).expand(len(new), -1), atol=1e-6)
     assert (out / "model" / "config.json").is_file()
@@ -105,5 +126,7 @@ def test_a_new_methods_params_are_validated_with_the_key_path(throwaway_module, 
     capsys.readouterr()
     assert main(args) == 1
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "params.yaml: init.scaled_mean.scale: 0 is less than or equal to the minimum of 0" in err[0]
+    assert (
+        len(err) == 1 and "params.yaml: init.scaled_mean.scale: 0 is less than or equal to the minimum of 0" in err[0]
+    )
     assert not (tmp_path / "results" / "sw" / "init").exists()

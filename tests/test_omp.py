@@ -75,7 +75,7 @@ def test_omp_signed_coefficients_reach_the_source_rows():
     expected[[n - 1 - 1, n - 1 - 5, n - 1 - 7]] = torch.tensor([3.0, -2.0, 0.5]) / x.norm()
     assert torch.allclose(out[n], expected, atol=1e-6)
     focus, fstats = focus_embeddings(inputs, seed=3)
-    assert torch.equal(out[n + 1:], focus[n + 1:])  # the same random rows as FOCUS, same seed
+    assert torch.equal(out[n + 1 :], focus[n + 1 :])  # the same random rows as FOCUS, same seed
     assert (stats["copied"], stats["omp_combined"], stats["random"], stats["anchors"]) == (16, 1, 2, 16)
     assert stats["atoms_mean"] == 3 and stats["stopped_early"] == 1 and stats["residual_mean"] < 1e-6
 
@@ -102,7 +102,7 @@ def test_omp_norm_atoms_rescales_the_combined_row_to_its_atoms_norms():
     assert torch.allclose(out[n], expected, atol=1e-5)
     assert out[n].norm() == pytest.approx(13.0, abs=1e-5)
     assert raw[n].norm() == pytest.approx(float(torch.tensor([45.0, -22.0, 4.5]).norm() / x.norm()), rel=1e-5)
-    assert torch.equal(out[:n], raw[:n]) and torch.equal(out[n + 1:], raw[n + 1:])
+    assert torch.equal(out[:n], raw[:n]) and torch.equal(out[n + 1 :], raw[n + 1 :])
     assert stats["norm"] == "atoms" and raw_stats["norm"] == "combination"
     assert stats["combined_norm_max"] == pytest.approx(float(raw[n].norm()), rel=1e-4)
     with pytest.raises(VocabTransferError, match="init.omp.norm='unit'"):
@@ -132,8 +132,12 @@ def test_omp_equals_scikit_learn_per_token():
     signals = torch.nn.functional.normalize(torch.randn(m, d, generator=g, dtype=torch.float64), dim=1)
     idx, coef, count = batch_omp(atoms, signals, k)
     assert (count == k).all()
-    ref = np.stack([OrthogonalMatchingPursuit(n_nonzero_coefs=k, fit_intercept=False)
-                    .fit(atoms.T.numpy(), x.numpy()).coef_ for x in signals])
+    ref = np.stack(
+        [
+            OrthogonalMatchingPursuit(n_nonzero_coefs=k, fit_intercept=False).fit(atoms.T.numpy(), x.numpy()).coef_
+            for x in signals
+        ]
+    )
     ours = dense(idx, coef, count, n)
     assert ((ours != 0) == (ref != 0)).all()
     assert np.abs(ours - ref).max() < 1e-10
@@ -163,28 +167,36 @@ def tokenizers():
 def stage_inputs(tmp_path, tokenizers):
     """A tiny BERT with an English WordPiece vocabulary, a Swahili target tokenizer, and token-level fastText
     vectors trained on 300 Swahili lines tokenised with it (the fasttext stage's recipe, dim 8)."""
-    from vocabtransfer.data.fasttext_vectors import token_vectors, train_fasttext
+    from vocabtransfer.data.fasttext_models import train_fasttext
+    from vocabtransfer.data.fasttext_vectors import token_vectors
 
     inputs, pairs = write_inputs(tmp_path, tiny_bert(len(tokenizers["en"])), tokenizers["en"], tokenizers["sw"])
     text = tmp_path / "tokens.txt"
-    text.write_text("".join(" ".join(tokenizers["sw"].tokenize(line)) + "\n" for line in text_lines("sw", 300)),
-                    encoding="utf-8")
+    text.write_text(
+        "".join(" ".join(tokenizers["sw"].tokenize(line)) + "\n" for line in text_lines("sw", 300)), encoding="utf-8"
+    )
     emb, mask = token_vectors(train_fasttext(text, dim=8, epochs=2, min_count=2, bucket=5000), tokenizers["sw"])
     io.save_tensors({"embeddings": emb, "mask": mask}, inputs["fasttext"])
     return inputs, pairs, mask
 
 
 def omp_params(**omp):
-    return validate_params({"languages": ["sw"], "source_model": "x/y", "seed": 7,
-                            "corpus": {"sources": {"sw": {"path": "sw.txt"}}},
-                            "init": {"methods": ["omp", "omp+svd", "focus"], "omp": {"k": 4, **omp},
-                                     "svd": {"keep_dim": 8}}})
+    return validate_params(
+        {
+            "languages": ["sw"],
+            "source_model": "x/y",
+            "seed": 7,
+            "corpus": {"sources": {"sw": {"path": "sw.txt"}}},
+            "init": {"methods": ["omp", "omp+svd", "focus"], "omp": {"k": 4, **omp}, "svd": {"keep_dim": 8}},
+        }
+    )
 
 
 def run_init(tmp_path, inputs, method, params, out="init"):
     path = tmp_path / out / method
-    initialise.run(make_ctx("vocabtransfer.init.initialise:run", {"lang": "sw", "method": method}, inputs, {"init": path},
-                       params))
+    initialise.run(
+        make_ctx("vocabtransfer.init.initialise:run", {"lang": "sw", "method": method}, inputs, {"init": path}, params)
+    )
     return path
 
 

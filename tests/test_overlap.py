@@ -109,12 +109,25 @@ def test_tie_breaking_equals_construct_vocab_view():
     from deepfocus.vocab_helper import TokenClass, construct_vocab_view
 
     canonical = ["▁a", "a", "▁A", "a", "b", "▁a", "▁b", "B"]
-    vocab = overlap.CanonicalVocab(ids=np.arange(len(canonical)), tokens=[f"t{i}" for i in range(len(canonical))],
-                                   canonical=canonical, fuzzy=[c.replace("▁", "").lower() for c in canonical],
-                                   scheme="sentencepiece")
-    classes = {t: TokenClass(native_form=t, id=i, canonical_form=c, fuzzy_form=f, uncased_form=c.lower(),
-                             no_whitespace_form=c.replace("▁", ""), is_beginning_of_word=c.startswith("▁"))
-               for t, i, c, f in zip(vocab.tokens, vocab.ids.tolist(), vocab.canonical, vocab.fuzzy)}
+    vocab = overlap.CanonicalVocab(
+        ids=np.arange(len(canonical)),
+        tokens=[f"t{i}" for i in range(len(canonical))],
+        canonical=canonical,
+        fuzzy=[c.replace("▁", "").lower() for c in canonical],
+        scheme="sentencepiece",
+    )
+    classes = {
+        t: TokenClass(
+            native_form=t,
+            id=i,
+            canonical_form=c,
+            fuzzy_form=f,
+            uncased_form=c.lower(),
+            no_whitespace_form=c.replace("▁", ""),
+            is_beginning_of_word=c.startswith("▁"),
+        )
+        for t, i, c, f in zip(vocab.tokens, vocab.ids.tolist(), vocab.canonical, vocab.fuzzy)
+    }
     for key, forms in (("canonical_form", vocab.canonical), ("fuzzy_form", vocab.fuzzy)):
         expected = {form: entries[0].id for form, entries in construct_vocab_view(classes, key).items()}
         assert {form: int(vocab.ids[p]) for form, p in overlap._pick_first(vocab, forms).items()} == expected
@@ -129,9 +142,14 @@ def test_tie_breaking_equals_construct_vocab_view():
 def test_unigram_target_matches(source):
     target = unigram_from_tokens(UNIGRAM_TOKENS)
     exact = matches(overlap.compute_overlap(target, source))
-    assert exact == {"▁hello": ("hello", "exact_match"), "lo": ("##lo", "exact_match"),
-                     "▁123": ("123", "exact_match"), "<0x41>": ("##<0x41>", "exact_match"),
-                     "▁world": ("world", "exact_match"), "hello": ("##hello", "exact_match")}
+    assert exact == {
+        "▁hello": ("hello", "exact_match"),
+        "lo": ("##lo", "exact_match"),
+        "▁123": ("123", "exact_match"),
+        "<0x41>": ("##<0x41>", "exact_match"),
+        "▁world": ("world", "exact_match"),
+        "hello": ("##hello", "exact_match"),
+    }
     fuzzy = matches(overlap.compute_overlap(target, source, fuzzy_match_all=True))
     assert fuzzy["▁HELLO"] == ("##hello", "fuzzy_match")  # ##hello's canonical form is the fuzzy key
     assert fuzzy[","] == (",", "fuzzy_match")
@@ -145,9 +163,14 @@ def test_unigram_target_matches(source):
 def test_bytelevel_target_matches(source):
     target = bytelevel_from_tokens(BYTELEVEL_TOKENS)
     table = overlap.compute_overlap(target, source, fuzzy_match_all=True)
-    assert matches(table) == {"Ġhello": ("hello", "exact_match"), "lo": ("##lo", "exact_match"),
-                              "Ġ123": ("123", "exact_match"), "hello": ("##hello", "exact_match"),
-                              "ĠHELLO": ("##hello", "fuzzy_match"), ",": (",", "fuzzy_match")}
+    assert matches(table) == {
+        "Ġhello": ("hello", "exact_match"),
+        "lo": ("##lo", "exact_match"),
+        "Ġ123": ("123", "exact_match"),
+        "hello": ("##hello", "exact_match"),
+        "ĠHELLO": ("##hello", "fuzzy_match"),
+        ",": (",", "fuzzy_match"),
+    }
 
 
 def test_table_schema_and_pairs(source):
@@ -156,12 +179,18 @@ def test_table_schema_and_pairs(source):
     assert table.schema.equals(overlap.SCHEMA)
     assert table.column("target_id").to_pylist() == list(range(len(UNIGRAM_TOKENS)))
     rows = {r["target_token"]: r for r in table.to_pylist()}
-    assert rows["▁wow"]["source_id"] is None and rows["▁wow"]["source_token"] is None and rows["▁wow"]["match"] == "none"
+    assert (
+        rows["▁wow"]["source_id"] is None and rows["▁wow"]["source_token"] is None and rows["▁wow"]["match"] == "none"
+    )
     t, s = overlap.overlap_pairs(table)
     assert t.dtype == np.int64 and s.dtype == np.int64
     assert dict(zip(t.tolist(), s.tolist())) == {3: 5, 4: 6, 7: 11, 9: 13, 10: 7, 11: 8}
-    assert overlap.match_counts(table) == {"exact_match": 6, "fuzzy_match": 0, "numerical_symbol": 0,
-                                           "none": len(UNIGRAM_TOKENS) - 6}
+    assert overlap.match_counts(table) == {
+        "exact_match": 6,
+        "fuzzy_match": 0,
+        "numerical_symbol": 0,
+        "none": len(UNIGRAM_TOKENS) - 6,
+    }
 
 
 @pytest.mark.parametrize("make", [unigram_from_tokens, bytelevel_from_tokens], ids=["unigram", "bytelevel"])
@@ -178,8 +207,9 @@ def test_minilm_vs_sw_tokenizer_equals_deepfocus(minilm, sw_tokenizer):
         assert ours == deepfocus_matches(sw_tokenizer, minilm, **opts), opts
         if opts["exact_match_all"]:
             assert len(ours) > 300  # [CLS], punctuation, names, numbers, shared subwords
-    kinds = overlap.match_counts(overlap.compute_overlap(sw_tokenizer, minilm, fuzzy_match_all=True,
-                                                         match_symbols=True))
+    kinds = overlap.match_counts(
+        overlap.compute_overlap(sw_tokenizer, minilm, fuzzy_match_all=True, match_symbols=True)
+    )
     assert kinds["exact_match"] and kinds["fuzzy_match"] and kinds["numerical_symbol"]
 
 
@@ -195,8 +225,14 @@ def _save_source(source, path: str = "source") -> None:
 
 
 def _params(source_model: str, **options) -> dict:
-    return validate_params({"languages": ["sw"], "source_model": source_model,
-                            "corpus": {"sources": {"sw": {"path": "sw.txt"}}}, "overlap": options})
+    return validate_params(
+        {
+            "languages": ["sw"],
+            "source_model": source_model,
+            "corpus": {"sources": {"sw": {"path": "sw.txt"}}},
+            "overlap": options,
+        }
+    )
 
 
 def test_stage_writes_table_and_stats(tmp_path, monkeypatch, source):
@@ -208,8 +244,12 @@ def test_stage_writes_table_and_stats(tmp_path, monkeypatch, source):
     table = pq.read_table("results/sw/overlap/overlap.parquet")
     assert table.schema.equals(overlap.SCHEMA) and table.num_rows == len(UNIGRAM_TOKENS)
     stats = json.loads((tmp_path / "results/sw/overlap/stats.json").read_text())
-    assert stats["counts"] == {"exact_match": 6, "fuzzy_match": 2, "numerical_symbol": 0,
-                               "none": len(UNIGRAM_TOKENS) - 8}
+    assert stats["counts"] == {
+        "exact_match": 6,
+        "fuzzy_match": 2,
+        "numerical_symbol": 0,
+        "none": len(UNIGRAM_TOKENS) - 8,
+    }
     assert stats["n_target_tokens"] == len(UNIGRAM_TOKENS) and stats["n_overlapping"] == 8
     assert stats["overlap_share"] == pytest.approx(8 / len(UNIGRAM_TOKENS))
     assert stats["options"]["fuzzy_match_all"] is True and stats["seconds"] >= 0

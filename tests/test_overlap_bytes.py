@@ -17,8 +17,15 @@ from vocabtransfer.app.runner import run_stage
 from vocabtransfer.data.families import Spelling, spelling, token_bytes
 from vocabtransfer.data.tokenizer import train_tokenizer
 
-from helpers import (SOURCE_TOKENS, UNIGRAM_TOKENS, gpt2_seed, llama_seed, text_lines, unigram_from_tokens,
-                     wordpiece_from_tokens)
+from helpers import (
+    SOURCE_TOKENS,
+    UNIGRAM_TOKENS,
+    gpt2_seed,
+    llama_seed,
+    text_lines,
+    unigram_from_tokens,
+    wordpiece_from_tokens,
+)
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 HIGH_BYTES = range(0x80, 0x100)  # never a whole UTF-8 character on their own
@@ -48,8 +55,9 @@ def test_byte_fallback_spellings_of_each_family(llama, gpt2):
     # Llama-2's own tokenizer.json writes ▁ with a normalizer, not a Metaspace pre-tokenizer
     hf_llama = Tokenizer(models.BPE({"<unk>": 0, "<0x41>": 1, "▁a": 2}, [], unk_token="<unk>", byte_fallback=True))
     hf_llama.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
-    hf_llama.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
-                                          decoders.Strip(" ", 1, 0)])
+    hf_llama.decoder = decoders.Sequence(
+        [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(), decoders.Strip(" ", 1, 0)]
+    )
     how = spelling(PreTrainedTokenizerFast(tokenizer_object=hf_llama, unk_token="<unk>"))
     assert how == Spelling("metaspace", "▁", True)
     assert token_bytes("<0xC3>", how) == b"\xc3" and token_bytes("<0x41>", how) == b"A"
@@ -105,9 +113,14 @@ def test_byte_fallback_overlap_stage_counts_byte_tokens(tmp_path, monkeypatch, l
     LlamaConfig(vocab_size=len(llama)).save_pretrained("source")
     gpt2.save_pretrained("results/sw/tokenizer")
     for match_bytes in (True, False):
-        params = validate_params({"languages": ["sw"], "source_model": str(tmp_path / "source"),
-                                  "corpus": {"sources": {"sw": {"path": "sw.txt"}}},
-                                  **({} if match_bytes else {"overlap": {"match_bytes": False}})})
+        params = validate_params(
+            {
+                "languages": ["sw"],
+                "source_model": str(tmp_path / "source"),
+                "corpus": {"sources": {"sw": {"path": "sw.txt"}}},
+                **({} if match_bytes else {"overlap": {"match_bytes": False}}),
+            }
+        )
         run_stage("source_model", params, {})
         run_stage("overlap", params, {"lang": "sw"})
         stats = json.loads((tmp_path / "results/sw/overlap/stats.json").read_text())

@@ -9,8 +9,15 @@ import pytest
 
 from vocabtransfer.model import precision
 
-from helpers import (bpe_tokenizer, pretrain_outputs, pretrain_project, run_pretrain, tiny_bert, tiny_gpt2,
-                     wordpiece_tokenizer)
+from helpers import (
+    bpe_tokenizer,
+    pretrain_outputs,
+    pretrain_project,
+    run_pretrain,
+    tiny_bert,
+    tiny_gpt2,
+    wordpiece_tokenizer,
+)
 
 # |bf16 - fp32| of the valid loss (nats) a bf16 run may differ by at any evaluation: measured at most 0.0003
 # (masked) and 0.006 (causal) on these runs; the MiniLM study-sized pair, with its interval, is in
@@ -18,8 +25,9 @@ from helpers import (bpe_tokenizer, pretrain_outputs, pretrain_project, run_pret
 BF16_TOLERANCE = 0.02
 
 
-@pytest.mark.parametrize("features,expected", [(["amx_bf16", "avx512_bf16"], True), (["avx512_bf16"], True),
-                                               ([], False)])
+@pytest.mark.parametrize(
+    "features,expected", [(["amx_bf16", "avx512_bf16"], True), (["avx512_bf16"], True), ([], False)]
+)
 def test_auto_follows_the_cpus_bf16_instructions(monkeypatch, features, expected):
     monkeypatch.setattr(precision, "cpu_bf16_features", lambda: features)
     choice = precision.resolve("auto", use_cpu=True)
@@ -64,15 +72,20 @@ def test_bf16_and_fp32_runs_agree_in_valid_loss(tmp_path, monkeypatch, one_threa
     bf16_rows, bf16_stats = _run(tmp_path / "bf16", monkeypatch, tok, kind, "bf16")
     assert fp32_stats["bf16"] is False and bf16_stats["bf16"] is True
     assert bf16_stats["precision"].startswith("bf16") and bf16_stats["valid_precision"] == "fp32"
-    valid = [(a["step"], a["valid_loss"], b["valid_loss"]) for a, b in zip(fp32_rows, bf16_rows)
-             if not math.isnan(a["valid_loss"])]
+    valid = [
+        (a["step"], a["valid_loss"], b["valid_loss"])
+        for a, b in zip(fp32_rows, bf16_rows)
+        if not math.isnan(a["valid_loss"])
+    ]
     assert [s for s, _, _ in valid] == [0, 8, 16, 24]
     assert valid[0][1] == valid[0][2]  # step 0: the same initial model, scored the same way
     assert valid[-1][1] < valid[0][1] - 0.1  # both learn
     print(kind, "bf16 - fp32 valid loss by step:", [(step, round(b - a, 5)) for step, a, b in valid])
     for step, a, b in valid:
         assert abs(a - b) < BF16_TOLERANCE, (step, a, b)
-    train = [(a["train_loss"], b["train_loss"]) for a, b in zip(fp32_rows, bf16_rows) if not math.isnan(a["train_loss"])]
+    train = [
+        (a["train_loss"], b["train_loss"]) for a, b in zip(fp32_rows, bf16_rows) if not math.isnan(a["train_loss"])
+    ]
     assert any(a != b for a, b in train)  # bf16 products: not the fp32 numbers
     monkeypatch.setattr(precision, "cpu_bf16_features", lambda: [])
     auto_rows, auto_stats = _run(tmp_path / "auto", monkeypatch, tok, kind, "auto")
@@ -97,14 +110,30 @@ def test_fine_tuning_in_bf16_is_scored_in_fp32(tmp_path, one_thread, tokenizers,
 
     tok = tokenizers["masked"]
     model_dir = save_dir(tiny_bert(len(tok)), tok, tmp_path / "model")
-    params = validate_params({"languages": ["sw"], "source_model": "unused",
-                              "corpus": {"sources": {"sw": {"path": "unused.txt"}}}})
+    params = validate_params(
+        {"languages": ["sw"], "source_model": "unused", "corpus": {"sources": {"sw": {"path": "unused.txt"}}}}
+    )
     nli = get_task("nli", {**params["eval"]["tasks"]["nli"], "epochs": 1, "batch_size": 4})
     lines = text_lines("sw", 24, start=100)
-    examples = [{"id": str(i), "group": str(i), "cluster": str(i), "premise": lines[i], "hypothesis": lines[i + 1],
-                 "label": i % 3} for i in range(20)]
-    result, trainer = finetune_eval.finetune(task=nli, splits=Splits(train=examples[:16], test=examples[16:]),
-                                             model_dir=model_dir, seed=1, output_dir=tmp_path / "ckpt", precision=prec)
+    examples = [
+        {
+            "id": str(i),
+            "group": str(i),
+            "cluster": str(i),
+            "premise": lines[i],
+            "hypothesis": lines[i + 1],
+            "label": i % 3,
+        }
+        for i in range(20)
+    ]
+    result, trainer = finetune_eval.finetune(
+        task=nli,
+        splits=Splits(train=examples[:16], test=examples[16:]),
+        model_dir=model_dir,
+        seed=1,
+        output_dir=tmp_path / "ckpt",
+        precision=prec,
+    )
     assert result["precision"] == prec and result["scored_in"] == "fp32"
     assert trainer.args.bf16 is (prec == "bf16")
     assert "_original_forward" not in vars(trainer.model)  # no autocast wrapper left for the scoring

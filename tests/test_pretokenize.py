@@ -23,13 +23,24 @@ from vocabtransfer.app.runner import run_stage
 from vocabtransfer.data.tokenizer import load_target_tokenizer, train_tokenizer
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
-EXTRA = ["", "   ", "Habari  za\tasubuhi!", "Ŋombe wa Çà ✓ 🙂", "X" * 300]  # empty, blank, odd spacing, rare chars, long
+EXTRA = [
+    "",
+    "   ",
+    "Habari  za\tasubuhi!",
+    "Ŋombe wa Çà ✓ 🙂",
+    "X" * 300,
+]  # empty, blank, odd spacing, rare chars, long
 
 
 def _params():
-    return validate_params({"languages": ["sw"], "source_model": MINILM,
-                            "corpus": {"sources": {"sw": {"path": "pretrain_text/sw.txt"}}},
-                            "pretokenize": {"batch_size": 64}})
+    return validate_params(
+        {
+            "languages": ["sw"],
+            "source_model": MINILM,
+            "corpus": {"sources": {"sw": {"path": "pretrain_text/sw.txt"}}},
+            "pretokenize": {"batch_size": 64},
+        }
+    )
 
 
 @pytest.fixture(scope="module")
@@ -56,8 +67,12 @@ def workdir(tmp_path_factory, source, shared_data):
             mp.setenv(var, os.environ.get(var, ""))
         run_stage("source_model", _params(), {}, threads=1)
         run_stage("pretokenize", _params(), {"lang": "sw"}, threads=2)
-    return {"root": root, "train": train, "valid": valid,
-            "target": load_target_tokenizer(root / paths.fill(paths.TOKENIZER, lang="sw"))}
+    return {
+        "root": root,
+        "train": train,
+        "valid": valid,
+        "target": load_target_tokenizer(root / paths.fill(paths.TOKENIZER, lang="sw")),
+    }
 
 
 def _out(workdir, template):
@@ -68,12 +83,16 @@ def _out(workdir, template):
 def test_ids_match_the_target_tokenizer(workdir, split, template):
     target = workdir["target"]
     ids = TokenIds(_out(workdir, template), target)
-    assert ids.dtype == np.uint16 and sorted(p.name for p in ids.path.iterdir()) == ["ids.npy", "meta.json", "offsets.npy"]
+    assert ids.dtype == np.uint16 and sorted(p.name for p in ids.path.iterdir()) == [
+        "ids.npy",
+        "meta.json",
+        "offsets.npy",
+    ]
     rows = list(ids.lines())
     expected = target(workdir[split], add_special_tokens=False)["input_ids"]
     assert rows == expected and len(rows) == len(workdir[split])
     if split == "train":
-        assert rows[-len(EXTRA):][:2] == [[], []]  # empty and blank lines keep their (empty) row
+        assert rows[-len(EXTRA) :][:2] == [[], []]  # empty and blank lines keep their (empty) row
     specials = set(target.all_special_ids) - {target.unk_token_id}
     assert not specials & {i for row in rows for i in row}
 
@@ -98,7 +117,9 @@ def test_stats_compare_source_and_target(workdir, source):
     assert tgt["words"] == src["words"] == words
     assert tgt["tokens"] == tgt_tokens and src["tokens"] == sum(map(len, src_ids))
     assert tgt["fertility"] == pytest.approx(tgt_tokens / words, abs=1e-6)
-    assert src["unk_rate"] == pytest.approx(sum(i.count(source.unk_token_id) for i in src_ids) / src["tokens"], abs=1e-6)
+    assert src["unk_rate"] == pytest.approx(
+        sum(i.count(source.unk_token_id) for i in src_ids) / src["tokens"], abs=1e-6
+    )
     # a tokenizer trained on Swahili splits Swahili words less than MiniLM's English one
     assert tgt["fertility"] < src["fertility"] and tgt["split_word_share"] < src["split_word_share"]
     assert stats["stats"]["train"]["target"]["lines"] == len(workdir["train"])
@@ -119,8 +140,15 @@ def test_token_stats_on_a_hand_made_example():
     stats.update(texts[:2], encs[:2])
     stats.update(texts[2:], encs[2:])
     # 5 words, 8 tokens, 1 unknown; ée, abc and de are split (char offsets: é is 2 bytes in UTF-8)
-    assert stats.as_dict() == {"lines": 3, "words": 5, "tokens": 8, "unk_tokens": 1, "fertility": 1.6,
-                               "unk_rate": 0.125, "split_word_share": 0.6}
+    assert stats.as_dict() == {
+        "lines": 3,
+        "words": 5,
+        "tokens": 8,
+        "unk_tokens": 1,
+        "fertility": 1.6,
+        "unk_rate": 0.125,
+        "split_word_share": 0.6,
+    }
 
 
 def test_token_stats_attach_a_bare_word_marker_to_the_next_word():
@@ -134,8 +162,15 @@ def test_token_stats_attach_a_bare_word_marker_to_the_next_word():
     stats.update(texts, encs)
     # "b" is "▁" + "b"; the second "a" of line 2 is "▁" + "▁a" (the double space); the trailing
     # "▁" belongs to no word but counts as a token
-    assert stats.as_dict() == {"lines": 2, "words": 4, "tokens": 7, "unk_tokens": 0, "fertility": 1.75,
-                               "unk_rate": 0.0, "split_word_share": 0.5}
+    assert stats.as_dict() == {
+        "lines": 2,
+        "words": 4,
+        "tokens": 7,
+        "unk_tokens": 0,
+        "fertility": 1.75,
+        "unk_rate": 0.0,
+        "split_word_share": 0.5,
+    }
 
 
 def test_flatten(workdir):

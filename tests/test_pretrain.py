@@ -22,12 +22,24 @@ from vocabtransfer import io
 from vocabtransfer.data import token_ids
 from vocabtransfer.train import pretrain
 from vocabtransfer.train.checkpoints import complete_checkpoints
+from vocabtransfer.train.pretrain_outputs import BLOCKS_SCHEMA, CURVE_SCHEMA, METRICS_SCHEMA, unigram_block_sums
 from vocabtransfer.app.params import validate_params
 from vocabtransfer.errors import VocabTransferError
 
 from conftest import REPO
-from helpers import (bpe_tokenizer, kill_env, killed, pretrain_outputs, pretrain_project, run_pretrain, tiny_bert,
-                     tiny_gpt2, wordpiece_tokenizer, write_ids)
+from helpers import (
+    bpe_tokenizer,
+    kill_env,
+    killed,
+    pretrain_outputs,
+    pretrain_project,
+    run_pretrain,
+    tiny_bert,
+    tiny_gpt2,
+    wordpiece_tokenizer,
+    write_ids,
+)
+
 
 @pytest.fixture(scope="module")
 def sw_wp():
@@ -50,7 +62,7 @@ def test_tiny_models_learn_under_both_objectives(tmp_path, monkeypatch, one_thre
     params = pretrain_project(tmp_path, model, tok)
     run_pretrain(params, objective=objective)
     out, metrics, stats = pretrain_outputs(tmp_path, objective=objective)
-    assert metrics.schema == pretrain.METRICS_SCHEMA
+    assert metrics.schema == METRICS_SCHEMA
     rows = metrics.to_pylist()
     assert rows[0]["step"] == 0 and rows[0]["tokens_seen"] == 0 and math.isnan(rows[0]["train_loss"])
     valid = [(r["step"], r["valid_loss"]) for r in rows if not math.isnan(r["valid_loss"])]
@@ -72,13 +84,13 @@ def test_tiny_models_learn_under_both_objectives(tmp_path, monkeypatch, one_thre
     assert not (tmp_path / "checkpoints").joinpath("sw/pretrain/focus", objective, "pseed1").exists()  # not kept
     # the final valid loss per evaluation block: its totals give the final valid loss
     blocks = pq.read_table(out / "valid_blocks.parquet")
-    assert blocks.schema == pretrain.BLOCKS_SCHEMA and len(blocks) == stats["valid_blocks"]
+    assert blocks.schema == BLOCKS_SCHEMA and len(blocks) == stats["valid_blocks"]
     total = sum(blocks.column("loss_sum").to_pylist()) / sum(blocks.column("n_tokens").to_pylist())
     assert total == pytest.approx(valid[-1][1], rel=1e-5)
     assert sum(blocks.column("n_tokens").to_pylist()) == stats["valid_tokens"]
     # the learning curve's clusters: every evaluation's block sums give that evaluation's valid loss
     curve = pq.read_table(out / "valid_curve.parquet")
-    assert curve.schema == pretrain.CURVE_SCHEMA
+    assert curve.schema == CURVE_SCHEMA
     n = sum(blocks.column("n_tokens").to_pylist())
     by_step = curve.to_pandas().groupby("step")
     assert sorted(by_step.groups) == [s for s, _ in valid]
@@ -87,8 +99,9 @@ def test_tiny_models_learn_under_both_objectives(tmp_path, monkeypatch, one_thre
         assert list(group["block"]) == list(range(stats["valid_blocks"]))
         assert group["loss_sum"].sum() / n == pytest.approx(loss, rel=1e-9)
         assert set(group["tokens_seen"]) == {next(r["tokens_seen"] for r in rows if r["step"] == step)}
-    np.testing.assert_allclose(by_step.get_group(24)["loss_sum"].to_numpy(), blocks.column("loss_sum").to_numpy(),
-                               rtol=1e-6)
+    np.testing.assert_allclose(
+        by_step.get_group(24)["loss_sum"].to_numpy(), blocks.column("loss_sum").to_numpy(), rtol=1e-6
+    )
     # the floors on the same tokens: no model (unigram of the train split) and the uniform guess, ln V
     assert stats["uniform_valid_loss"] == pytest.approx(math.log(len(tok)))
     assert 0 < stats["unigram_valid_loss"] < stats["uniform_valid_loss"]
@@ -100,9 +113,9 @@ def test_unigram_floor_by_hand():
     on each block's predicted tokens (the first position is never predicted; -100 is padding)."""
     batch = {"labels": torch.tensor([[1, 0, 0, 2], [3, 2, -100, -100]])}
     p = {i: (c + 1) / (10 + 4) for i, c in enumerate([5, 0, 3, 2])}
-    sums = pretrain.unigram_block_sums([batch], "causal", [5, 0, 3, 2])
+    sums = unigram_block_sums([batch], "causal", [5, 0, 3, 2])
     assert sums == pytest.approx([-2 * math.log(p[0]) - math.log(p[2]), -math.log(p[2])])
-    masked = pretrain.unigram_block_sums([batch], "masked", [5, 0, 3, 2])
+    masked = unigram_block_sums([batch], "masked", [5, 0, 3, 2])
     assert masked[1] == pytest.approx(-math.log(p[3]) - math.log(p[2]))
 
 
@@ -111,7 +124,10 @@ def test_passes_set_the_steps(tmp_path, monkeypatch, one_thread, sw_wp):
     monkeypatch.chdir(tmp_path)
     run_pretrain(pretrain_project(tmp_path, tiny_bert(len(sw_wp)), sw_wp, passes=1, batch_size=16, eval_every=100))
     _, metrics, stats = pretrain_outputs(tmp_path)
-    assert stats["steps"] == math.ceil(stats["train_blocks"] / 16) and metrics.column("step").to_pylist()[-1] == stats["steps"]
+    assert (
+        stats["steps"] == math.ceil(stats["train_blocks"] / 16)
+        and metrics.column("step").to_pylist()[-1] == stats["steps"]
+    )
     assert 1 <= stats["passes"] < 1 + 16 / stats["train_blocks"]
 
 
@@ -120,8 +136,9 @@ def test_pretraining_seeds_change_the_data_order_not_the_evaluation(tmp_path, mo
     scored on the same valid blocks and masks, but sees the training blocks in another order: the
     valid loss at step 0 is equal, the trained models differ; seed value = seed + 1000 (k - 1)."""
     monkeypatch.chdir(tmp_path)
-    params = pretrain_project(tmp_path, tiny_bert(len(sw_wp)), sw_wp, method="mean", steps=8, eval_every=8,
-                              save_every=8, seeds=2)
+    params = pretrain_project(
+        tmp_path, tiny_bert(len(sw_wp)), sw_wp, method="mean", steps=8, eval_every=8, save_every=8, seeds=2
+    )
     params["init"]["methods"] = ["mean"]  # no random rows: every pretraining seed starts from pseed1's init
     run_pretrain(params, method="mean", pseed=1)
     run_pretrain(params, method="mean", pseed=2)
@@ -140,8 +157,9 @@ def test_selfish_and_standard_differ(tmp_path, monkeypatch, one_thread, sw_wp):
     default margin 2.0 few or no negatives are dropped in 8 steps and both objectives could end
     equal (seen once, with one of the tokenizers the fixture learns); a margin of 0.05 drops most."""
     monkeypatch.chdir(tmp_path)
-    params = pretrain_project(tmp_path, tiny_bert(len(sw_wp)), sw_wp, steps=8, eval_every=8, save_every=8,
-                              selfish={"margin": 0.05})
+    params = pretrain_project(
+        tmp_path, tiny_bert(len(sw_wp)), sw_wp, steps=8, eval_every=8, save_every=8, selfish={"margin": 0.05}
+    )
     run_pretrain(params, objective="standard")
     run_pretrain(params, objective="selfish")
     a, b = pretrain_outputs(tmp_path, objective="standard")[1], pretrain_outputs(tmp_path, objective="selfish")[1]
@@ -150,13 +168,39 @@ def test_selfish_and_standard_differ(tmp_path, monkeypatch, one_thread, sw_wp):
 
 
 def _subprocess(root: Path, objective: str = "standard", kill_after: int | None = None):
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
-           **kill_env(kill_after)}
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "1", "--cpu", "-m",
-           "vocabtransfer", "pretrain", "--lang", "sw", "--method", "focus", "--objective", objective,
-           "--pseed", "1", "--params", "params.yaml", "--threads", "1"]
-    return subprocess.Popen(cmd, cwd=root, env=env, start_new_session=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO / "src"),
+        "OMP_NUM_THREADS": "1",
+        "HF_HUB_OFFLINE": "1",
+        **kill_env(kill_after),
+    }
+    cmd = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--num_processes",
+        "1",
+        "--cpu",
+        "-m",
+        "vocabtransfer",
+        "pretrain",
+        "--lang",
+        "sw",
+        "--method",
+        "focus",
+        "--objective",
+        objective,
+        "--pseed",
+        "1",
+        "--params",
+        "params.yaml",
+        "--threads",
+        "1",
+    ]
+    return subprocess.Popen(
+        cmd, cwd=root, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
 
 
 @pytest.mark.slow  # a pretraining subprocess killed and resumed
@@ -164,8 +208,9 @@ def test_kill_and_resume_equals_uninterrupted_run(tmp_path, monkeypatch, one_thr
     """`accelerate launch` (one CPU process) of the stage, killed with SIGKILL after its first checkpoint,
     then started again: same metrics rows and the same final valid loss as an uninterrupted run."""
     monkeypatch.chdir(tmp_path)
-    params = pretrain_project(tmp_path, tiny_bert(len(sw_wp)), sw_wp, steps=40, eval_every=8, save_every=8,
-                              keep_checkpoints=True)
+    params = pretrain_project(
+        tmp_path, tiny_bert(len(sw_wp)), sw_wp, steps=40, eval_every=8, save_every=8, keep_checkpoints=True
+    )
     run_pretrain(params)  # uninterrupted, in-process
     _, reference, ref_stats = pretrain_outputs(tmp_path)
     import shutil
@@ -186,8 +231,9 @@ def test_kill_and_resume_equals_uninterrupted_run(tmp_path, monkeypatch, one_thr
     assert stats["resumed_from_step"] is not None and stats["resumed_from_step"] >= killed_at
     assert abs(stats["final_valid_loss"] - ref_stats["final_valid_loss"]) < 1e-4
     for column in ("step", "tokens_seen", "train_loss", "valid_loss", "learning_rate"):
-        np.testing.assert_allclose(resumed.column(column).to_numpy(), reference.column(column).to_numpy(),
-                                   rtol=0, atol=1e-4, err_msg=column)
+        np.testing.assert_allclose(
+            resumed.column(column).to_numpy(), reference.column(column).to_numpy(), rtol=0, atol=1e-4, err_msg=column
+        )
 
 
 def test_checkpoint_of_other_params_is_refused(tmp_path, monkeypatch, one_thread, sw_wp):
@@ -224,8 +270,9 @@ def test_nan_loss_stops_naming_the_step_and_keeps_the_checkpoint(tmp_path, monke
 
 
 @pytest.mark.parametrize("torn", ["optimizer.pt", "model.safetensors", "trainer_state.json"])
-def test_a_checkpoint_torn_from_outside_is_one_error_and_deleting_it_starts_over(tmp_path, monkeypatch, one_thread,
-                                                                                 sw_wp, torn):
+def test_a_checkpoint_torn_from_outside_is_one_error_and_deleting_it_starts_over(
+    tmp_path, monkeypatch, one_thread, sw_wp, torn
+):
     """A complete checkpoint whose file was cut short by something else (a copy, a full disk) is refused before the
     Trainer loads it, naming the file and the folder to delete; once it is deleted the same command trains from the
     checkpoint before it (here none: from the start) to the end."""
@@ -247,8 +294,11 @@ def test_a_checkpoint_torn_from_outside_is_one_error_and_deleting_it_starts_over
     checkpoint = tmp_path / "checkpoints/sw/pretrain/focus/standard/pseed1/checkpoint-4"
     path = checkpoint / torn
     path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
-    with pytest.raises(VocabTransferError, match=rf"checkpoint-4/{torn.replace('.', '[.]')}: torn checkpoint file "
-                                                 r".*; delete .*checkpoint-4 and run the same command"):
+    with pytest.raises(
+        VocabTransferError,
+        match=rf"checkpoint-4/{torn.replace('.', '[.]')}: torn checkpoint file "
+        r".*; delete .*checkpoint-4 and run the same command",
+    ):
         run_pretrain(params)
     assert not (tmp_path / "results/sw/pretrain/focus/standard/pseed1").exists()
     shutil.rmtree(checkpoint)  # as the message says
@@ -266,8 +316,9 @@ def test_factorized_training_saves_full_embeddings_in_the_primitives_span(tmp_pa
     model = tiny_bert(len(sw_wp))
     with torch.no_grad():
         model.get_input_embeddings().weight.copy_(coords @ prims)
-    params = pretrain_project(tmp_path, model, sw_wp, method="focus+svd", steps=8, factorized=True,
-                              train_primitives=False)
+    params = pretrain_project(
+        tmp_path, model, sw_wp, method="focus+svd", steps=8, factorized=True, train_primitives=False
+    )
     init = tmp_path / "results/sw/init/focus+svd/pseed1"
     io.save_tensors({"coordinates": coords}, init / "coordinates.safetensors")
     io.save_tensors({"primitives": prims}, init / "primitives.safetensors")
@@ -308,10 +359,19 @@ def test_pretrain_runs_and_init_seeds():
 
     from vocabtransfer.pipeline.typed import Params
 
-    params = Params({"seed": 7, "init": {"methods": ["focus", "mean", "fvt"]},
-                     "pretrain": {"methods": ["focus", "mean"], "objectives": ["standard", "selfish"], "seeds": 2}})
-    assert availability.pretrain_pairs(params) == [("focus", "standard"), ("focus", "selfish"),
-                                                   ("mean", "standard"), ("mean", "selfish")]
+    params = Params(
+        {
+            "seed": 7,
+            "init": {"methods": ["focus", "mean", "fvt"]},
+            "pretrain": {"methods": ["focus", "mean"], "objectives": ["standard", "selfish"], "seeds": 2},
+        }
+    )
+    assert availability.pretrain_pairs(params) == [
+        ("focus", "standard"),
+        ("focus", "selfish"),
+        ("mean", "standard"),
+        ("mean", "selfish"),
+    ]
     runs = availability.pretrain_runs(params)
     assert len(runs) == 8 and runs[1] == ("focus", "standard", 2)
     assert availability.init_runs(params) == [("focus", 1), ("focus", 2), ("mean", 1), ("fvt", 1)]
@@ -402,8 +462,9 @@ def test_bits_per_byte_at_every_evaluation(tmp_path, monkeypatch, one_thread, sw
             continue
         assert len(bits) == 4 and all(0 < b < 20 for b in bits) and bits[-1] < bits[0] - 0.1, bits
         lines = line_bits.valid_lines(root / "results/sw/corpus/valid.parquet", 30)
-        final = line_bits.score_lines(AutoModelForCausalLM.from_pretrained(str(out / "model")), tok, lines,
-                                      seq_len=32, batch_size=16).bits_per_byte
+        final = line_bits.score_lines(
+            AutoModelForCausalLM.from_pretrained(str(out / "model")), tok, lines, seq_len=32, batch_size=16
+        ).bits_per_byte
         assert bits[-1] == pytest.approx(final, rel=1e-5)
     root = tmp_path / "off"
     root.mkdir()

@@ -25,8 +25,18 @@ from vocabtransfer.pipeline.stage_spec import launch_prefix
 from vocabtransfer.train.checkpoints import complete_checkpoints
 from vocabtransfer.errors import VocabTransferError
 
-from helpers import (assert_same_run as same_run, bpe_tokenizer, finish, killed, launch, pretrain_outputs,
-                     pretrain_project, run_pretrain, tiny_model, wordpiece_tokenizer)
+from helpers import (
+    assert_same_run as same_run,
+    bpe_tokenizer,
+    finish,
+    killed,
+    launch,
+    pretrain_outputs,
+    pretrain_project,
+    run_pretrain,
+    tiny_model,
+    wordpiece_tokenizer,
+)
 
 pytestmark = pytest.mark.slow
 # fp32: the equivalences below are exact in fp32 (bf16 runs against fp32: tests/test_precision.py)
@@ -46,8 +56,15 @@ def weights(root: Path, kind: str) -> dict:
 
 
 def assert_same_run(a: Path, b: Path, kind: str) -> None:
-    ma = same_run(a, b, "selfish", weights(a, kind), weights(b, kind), ("train_loss", "valid_loss", "learning_rate"),
-                  exact=("step", "tokens_seen"))
+    ma = same_run(
+        a,
+        b,
+        "selfish",
+        weights(a, kind),
+        weights(b, kind),
+        ("train_loss", "valid_loss", "learning_rate"),
+        exact=("step", "tokens_seen"),
+    )
     assert not any(math.isnan(v) for v in ma.column("valid_loss").to_pylist()[-1:])
 
 
@@ -57,8 +74,9 @@ def ddp_runs(tmp_path_factory, tokenizers):
     roots, procs = {}, {}
     for kind in ("masked", "causal"):
         root = tmp_path_factory.mktemp(f"ddp_{kind}")
-        pretrain_project(root, tiny_model(kind, len(tokenizers[kind])), tokenizers[kind], batch_size=4, processes=2,
-                         **STEPS)
+        pretrain_project(
+            root, tiny_model(kind, len(tokenizers[kind])), tokenizers[kind], batch_size=4, processes=2, **STEPS
+        )
         roots[kind], procs[kind] = root, launch(root, 2)
     for kind in procs:
         log = finish(procs[kind])
@@ -67,11 +85,13 @@ def ddp_runs(tmp_path_factory, tokenizers):
 
 
 @pytest.mark.parametrize("kind", ["masked", "causal"])
-def test_ddp_two_processes_equal_one_process_with_twice_the_batch(kind, ddp_runs, tokenizers, tmp_path, monkeypatch,
-                                                                 one_thread):
+def test_ddp_two_processes_equal_one_process_with_twice_the_batch(
+    kind, ddp_runs, tokenizers, tmp_path, monkeypatch, one_thread
+):
     monkeypatch.chdir(tmp_path)
-    params = pretrain_project(tmp_path, tiny_model(kind, len(tokenizers[kind])), tokenizers[kind], batch_size=8,
-                              **STEPS)
+    params = pretrain_project(
+        tmp_path, tiny_model(kind, len(tokenizers[kind])), tokenizers[kind], batch_size=8, **STEPS
+    )
     run_pretrain(params, objective="selfish")
     assert pretrain_outputs(ddp_runs[kind], objective="selfish")[2]["processes"] == 2
     assert pretrain_outputs(tmp_path, objective="selfish")[2]["processes"] == 1
@@ -80,8 +100,15 @@ def test_ddp_two_processes_equal_one_process_with_twice_the_batch(kind, ddp_runs
 
 def test_ddp_killed_after_a_checkpoint_and_resumed_equals_uninterrupted(ddp_runs, tokenizers, tmp_path):
     kind = "masked"
-    pretrain_project(tmp_path, tiny_model(kind, len(tokenizers[kind])), tokenizers[kind], batch_size=4, processes=2,
-                     keep_checkpoints=True, **STEPS)
+    pretrain_project(
+        tmp_path,
+        tiny_model(kind, len(tokenizers[kind])),
+        tokenizers[kind],
+        batch_size=4,
+        processes=2,
+        keep_checkpoints=True,
+        **STEPS,
+    )
     killed(launch(tmp_path, 2, kill_after=4))
     ckpt = tmp_path / "checkpoints/sw/pretrain/focus/selfish/pseed1"
     killed_at = max(s for s, _ in complete_checkpoints(ckpt))
@@ -96,8 +123,11 @@ def test_processes_beyond_the_devices_or_the_launch_are_errors():
     with pytest.raises(VocabTransferError, match=r"^pretrain.processes=4096: only \d+ CPU cores? present") as err:
         parallel.check_processes(4096, "cpu", 1)
     assert "\n" not in str(err.value)
-    with pytest.raises(VocabTransferError, match=r"^pretrain.processes=2 but this job runs as 1 process.*"
-                                                 r"accelerate launch --multi_gpu --num_processes 2"):
+    with pytest.raises(
+        VocabTransferError,
+        match=r"^pretrain.processes=2 but this job runs as 1 process.*"
+        r"accelerate launch --multi_gpu --num_processes 2",
+    ):
         parallel.check_processes(2, "cpu", 1)
     parallel.check_processes(1, "cpu", 1)
 

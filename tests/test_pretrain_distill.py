@@ -17,12 +17,36 @@ from vocabtransfer.train.pretrain import leaves
 from vocabtransfer.train.checkpoints import complete_checkpoints
 from vocabtransfer.pipeline.typed import Params
 
-from helpers import (TOLERANCE, finish, gpt2_seed, launch, llama_seed, pretrain_outputs, pretrain_project, run_pretrain,
-                     save_dir, text_lines, tiny_bert, tiny_gpt2, tiny_model, wordpiece_tokenizer)
+from helpers import (
+    TOLERANCE,
+    finish,
+    gpt2_seed,
+    launch,
+    llama_seed,
+    pretrain_outputs,
+    pretrain_project,
+    run_pretrain,
+    save_dir,
+    text_lines,
+    tiny_bert,
+    tiny_gpt2,
+    tiny_model,
+    wordpiece_tokenizer,
+)
 
-STEPS = {"steps": 8, "eval_every": 4, "save_every": 4, "log_every": 2, "batch_size": 4, "seq_len": 32,
-         "learning_rate": 0.01, "warmup_steps": 1, "eval_lines": 20, "eval_batch_size": 8,
-         "precision": "fp32"}  # fp32: the equivalences below are exact in fp32 (bf16: tests/test_precision.py)
+STEPS = {
+    "steps": 8,
+    "eval_every": 4,
+    "save_every": 4,
+    "log_every": 2,
+    "batch_size": 4,
+    "seq_len": 32,
+    "learning_rate": 0.01,
+    "warmup_steps": 1,
+    "eval_lines": 20,
+    "eval_batch_size": 8,
+    "precision": "fp32",
+}  # fp32: the equivalences below are exact in fp32 (bf16: tests/test_precision.py)
 
 
 @pytest.fixture(scope="module")
@@ -38,24 +62,36 @@ def tiny_llama(tok):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(1)
-    return LlamaForCausalLM(LlamaConfig(
-        vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
-        intermediate_size=64, max_position_embeddings=512, tie_word_embeddings=False,
-        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id))
+    return LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=len(tok),
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            num_key_value_heads=2,
+            intermediate_size=64,
+            max_position_embeddings=512,
+            tie_word_embeddings=False,
+            bos_token_id=tok.bos_token_id,
+            eos_token_id=tok.eos_token_id,
+        )
+    )
 
 
 def distill_project(root, tokenizers, **pretrain):
     teacher_tok, student_tok = tokenizers
     save_dir(tiny_llama(teacher_tok), teacher_tok, root / "results/source/model")
-    params = pretrain_project(root, tiny_gpt2(len(student_tok)), student_tok, objectives=["standard", "distill"],
-                              **{**STEPS, **pretrain})
+    params = pretrain_project(
+        root, tiny_gpt2(len(student_tok)), student_tok, objectives=["standard", "distill"], **{**STEPS, **pretrain}
+    )
     return params
 
 
 def test_distill_trains_and_resumes(tmp_path, monkeypatch, one_thread, tokenizers):
     monkeypatch.chdir(tmp_path)
-    params = distill_project(tmp_path, tokenizers, distill={"alpha": 0.7, "temperature": 2.0, "chunks": "exact"},
-                             keep_checkpoints=True)
+    params = distill_project(
+        tmp_path, tokenizers, distill={"alpha": 0.7, "temperature": 2.0, "chunks": "exact"}, keep_checkpoints=True
+    )
     run_pretrain(params, objective="distill")
     out, metrics, stats = pretrain_outputs(tmp_path, objective="distill")
     rows = metrics.to_pylist()
@@ -82,8 +118,9 @@ def test_distill_trains_and_resumes(tmp_path, monkeypatch, one_thread, tokenizer
     _, resumed, stats2 = pretrain_outputs(tmp_path, objective="distill")
     assert stats2["resumed_from_step"] == 4
     for column in ("step", "tokens_seen", "train_loss", "valid_loss", "learning_rate"):
-        np.testing.assert_allclose(resumed.column(column).to_numpy(), metrics.column(column).to_numpy(),
-                                   rtol=0, atol=1e-5, err_msg=column)
+        np.testing.assert_allclose(
+            resumed.column(column).to_numpy(), metrics.column(column).to_numpy(), rtol=0, atol=1e-5, err_msg=column
+        )
     # another teacher is not resumed from these checkpoints
     shutil.rmtree(tmp_path / "results/sw/pretrain")
     save_dir(_other(tokenizers[0]), tokenizers[0], tmp_path / "results/source/model")
@@ -118,8 +155,9 @@ def test_cached_teacher_equals_the_teacher_on_the_fly(tmp_path, monkeypatch, one
     losses = cached.column("train_loss").to_numpy()
     assert np.isfinite(losses[[1, 2]]).all() and (losses[[1, 2]] > 0).all()  # alpha = 1: the chunk loss alone
     for column in ("train_loss", "valid_loss"):
-        np.testing.assert_allclose(cached.column(column).to_numpy(), fly.column(column).to_numpy(), rtol=1e-4,
-                                   atol=1e-6, err_msg=column)
+        np.testing.assert_allclose(
+            cached.column(column).to_numpy(), fly.column(column).to_numpy(), rtol=1e-4, atol=1e-6, err_msg=column
+        )
 
 
 def test_distill_with_alpha_zero_is_the_standard_objective(tmp_path, monkeypatch, one_thread, tokenizers):
@@ -131,8 +169,9 @@ def test_distill_with_alpha_zero_is_the_standard_objective(tmp_path, monkeypatch
     _, dist, _ = pretrain_outputs(tmp_path, objective="distill")
     _, std, _ = pretrain_outputs(tmp_path, objective="standard")
     for column in ("train_loss", "valid_loss"):
-        np.testing.assert_allclose(dist.column(column).to_numpy(), std.column(column).to_numpy(), rtol=1e-5,
-                                   atol=1e-6, err_msg=column)
+        np.testing.assert_allclose(
+            dist.column(column).to_numpy(), std.column(column).to_numpy(), rtol=1e-5, atol=1e-6, err_msg=column
+        )
     # alpha = 0: the cross-entropy term is the whole loss, so its gradient norm is the step's (one micro-batch)
     logged = [r for r in dist.to_pylist() if r["step"] in (2, 4)]
     assert len(logged) == 2 and all(r["grad_norm_distill"] > 0 for r in logged)
@@ -141,8 +180,9 @@ def test_distill_with_alpha_zero_is_the_standard_objective(tmp_path, monkeypatch
     assert "grad_norm_lm" not in std.column_names  # standard's metrics keep their columns
 
 
-def test_alm_is_distill_at_alpha_one_whatever_pretrain_distill_alpha_says(tmp_path, monkeypatch, one_thread,
-                                                                           tokenizers):
+def test_alm_is_distill_at_alpha_one_whatever_pretrain_distill_alpha_says(
+    tmp_path, monkeypatch, one_thread, tokenizers
+):
     """`alm` (distill's chunk term alone): with pretrain.distill.alpha = 0.3 it trains as distill does at
     alpha = 1, step for step, reads the teacher and pretrain.distill's options, and says alpha 1 in its stats."""
     from vocabtransfer.model.losses import OBJECTIVES
@@ -156,20 +196,27 @@ def test_alm_is_distill_at_alpha_one_whatever_pretrain_distill_alpha_says(tmp_pa
         monkeypatch.chdir(root)
         teacher_tok, student_tok = tokenizers
         save_dir(tiny_llama(teacher_tok), teacher_tok, root / "results/source/model")
-        params = pretrain_project(root, tiny_gpt2(len(student_tok)), student_tok, objectives=["standard", objective],
-                                  **{**STEPS, "steps": 4, "eval_every": 2, "distill": {"alpha": alpha}})
+        params = pretrain_project(
+            root,
+            tiny_gpt2(len(student_tok)),
+            student_tok,
+            objectives=["standard", objective],
+            **{**STEPS, "steps": 4, "eval_every": 2, "distill": {"alpha": alpha}},
+        )
         run_pretrain(params, objective=objective)
         runs[objective] = pretrain_outputs(root, objective=objective)
     (_, alm, alm_stats), (_, dist, _) = runs["alm"], runs["distill"]
     assert alm_stats["objective"] == "alm" and alm_stats["distill"]["alpha"] == 1.0
     for column in ("train_loss", "valid_loss", "grad_norm_distill"):
-        np.testing.assert_allclose(alm.column(column).to_numpy(), dist.column(column).to_numpy(), rtol=1e-5,
-                                   atol=1e-6, err_msg=column)
+        np.testing.assert_allclose(
+            alm.column(column).to_numpy(), dist.column(column).to_numpy(), rtol=1e-5, atol=1e-6, err_msg=column
+        )
     assert "pretrain.distill.temperature" in leaves(Params(params), {"objective": "alm"})
     from vocabtransfer.app.stages import STAGES
 
-    assert "source" in STAGES["pretrain"].input_templates(Params(params), {"lang": "sw", "method": "focus", "pseed": "1",
-                                                          "objective": "alm"})
+    assert "source" in STAGES["pretrain"].input_templates(
+        Params(params), {"lang": "sw", "method": "focus", "pseed": "1", "objective": "alm"}
+    )
 
 
 def test_distill_refusals_in_one_line(tmp_path, monkeypatch, one_thread):
@@ -186,8 +233,12 @@ def test_distill_refusals_in_one_line(tmp_path, monkeypatch, one_thread):
     assert "\n" not in message and message.startswith("pretrain.objectives: distill needs a causal source")
     assert "masked LM" in message and "no sequence likelihood" in message
     # alpha outside [0, 1] and temperature <= 0: the schema names the key
-    base = {"languages": ["sw"], "source_model": "unused", "corpus": {"sources": {"sw": {"path": "unused.txt"}}},
-            "init": {"methods": ["focus"]}}
+    base = {
+        "languages": ["sw"],
+        "source_model": "unused",
+        "corpus": {"sources": {"sw": {"path": "unused.txt"}}},
+        "init": {"methods": ["focus"]},
+    }
     for bad, key in (({"alpha": 1.5}, "alpha"), ({"temperature": 0}, "temperature"), ({"alpha": -0.1}, "alpha")):
         with pytest.raises(VocabTransferError, match=rf"pretrain\.distill\.{key}"):
             validate_params({**base, "pretrain": {"objectives": ["distill"], "distill": bad}})
@@ -196,11 +247,22 @@ def test_distill_refusals_in_one_line(tmp_path, monkeypatch, one_thread):
 def test_distill_leaves_only_for_the_distill_objective():
     from vocabtransfer.app.params import validate_params
 
-    params = validate_params({"languages": ["sw"], "source_model": "unused",
-                              "corpus": {"sources": {"sw": {"path": "unused.txt"}}}, "init": {"methods": ["focus"]},
-                              "pretrain": {"methods": ["focus"], "objectives": ["standard", "distill"]}})
-    assert params["pretrain"]["distill"] == {"temperature": 100.0, "alpha": 0.5, "teacher": "cached",
-                                             "chunks": "unbiased", "bias_threshold": 1e-4}  # tokenkit's
+    params = validate_params(
+        {
+            "languages": ["sw"],
+            "source_model": "unused",
+            "corpus": {"sources": {"sw": {"path": "unused.txt"}}},
+            "init": {"methods": ["focus"]},
+            "pretrain": {"methods": ["focus"], "objectives": ["standard", "distill"]},
+        }
+    )
+    assert params["pretrain"]["distill"] == {
+        "temperature": 100.0,
+        "alpha": 0.5,
+        "teacher": "cached",
+        "chunks": "unbiased",
+        "bias_threshold": 1e-4,
+    }  # tokenkit's
     distill = leaves(Params(params), {"objective": "distill"})
     standard = leaves(Params(params), {"objective": "standard"})
     assert {f"pretrain.distill.{k}" for k in ("alpha", "temperature", "chunks", "bias_threshold")} <= set(distill)
@@ -213,8 +275,9 @@ def test_distill_leaves_only_for_the_distill_objective():
 
 
 @pytest.mark.slow
-def test_distill_ddp_two_processes_equal_one_process_with_twice_the_batch(tmp_path, monkeypatch, one_thread,
-                                                                          tokenizers):
+def test_distill_ddp_two_processes_equal_one_process_with_twice_the_batch(
+    tmp_path, monkeypatch, one_thread, tokenizers
+):
     """`accelerate launch --multi_gpu --num_processes 2` with batch 4 each equals one process with batch 8:
     the chunk loss is the mean over the step's chunks of all processes, the LM loss the mean over its tokens
     (dropout off: each process would draw its own masks)."""
@@ -223,20 +286,28 @@ def test_distill_ddp_two_processes_equal_one_process_with_twice_the_batch(tmp_pa
     for processes, batch in ((2, 4), (1, 8)):
         root = tmp_path / f"p{processes}"
         save_dir(tiny_llama(teacher_tok), teacher_tok, root / "results/source/model")
-        pretrain_project(root, tiny_model("causal", len(student_tok)), student_tok, objectives=["distill"],
-                         **{**STEPS, "batch_size": batch, "processes": processes, "distill": {"alpha": 0.8}})
+        pretrain_project(
+            root,
+            tiny_model("causal", len(student_tok)),
+            student_tok,
+            objectives=["distill"],
+            **{**STEPS, "batch_size": batch, "processes": processes, "distill": {"alpha": 0.8}},
+        )
         roots[processes] = root
     log = finish(launch(roots[2], 2, objective="distill"))
     assert "2 process(es)" in log
     monkeypatch.chdir(roots[1])
     run_pretrain(yaml_params(roots[1]), objective="distill")
-    (_, ma, sa), (_, mb, sb) = (pretrain_outputs(roots[2], objective="distill"),
-                                pretrain_outputs(roots[1], objective="distill"))
+    (_, ma, sa), (_, mb, sb) = (
+        pretrain_outputs(roots[2], objective="distill"),
+        pretrain_outputs(roots[1], objective="distill"),
+    )
     assert sa["processes"] == 2 and sb["processes"] == 1
     assert ma.column("tokens_seen").to_pylist() == mb.column("tokens_seen").to_pylist()
     for column in ("train_loss", "valid_loss"):
-        np.testing.assert_allclose(ma.column(column).to_numpy(), mb.column(column).to_numpy(), rtol=0,
-                                   atol=TOLERANCE, err_msg=column)
+        np.testing.assert_allclose(
+            ma.column(column).to_numpy(), mb.column(column).to_numpy(), rtol=0, atol=TOLERANCE, err_msg=column
+        )
 
 
 def yaml_params(root):

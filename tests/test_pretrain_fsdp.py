@@ -22,13 +22,35 @@ from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.train import sharding
 from vocabtransfer.train.checkpoints import complete_checkpoints
 
-from helpers import (assert_same_run, finish, gpt2_seed, killed as killed_run, launch, llama_seed, pretrain_outputs,
-                     pretrain_project, run_pretrain, save_dir, text_lines)
+from helpers import (
+    assert_same_run,
+    finish,
+    gpt2_seed,
+    killed as killed_run,
+    launch,
+    llama_seed,
+    pretrain_outputs,
+    pretrain_project,
+    run_pretrain,
+    save_dir,
+    text_lines,
+)
 
 pytestmark = pytest.mark.slow
-STEPS = {"steps": 5, "eval_every": 5, "save_every": 5, "log_every": 1, "seq_len": 32, "learning_rate": 0.003,
-         "warmup_steps": 1, "eval_lines": 20, "eval_batch_size": 8, "objectives": ["standard", "selfish", "distill"],
-         "selfish": {"margin": 0.5}, "precision": "fp32"}  # fp32: the equivalences are exact in fp32
+STEPS = {
+    "steps": 5,
+    "eval_every": 5,
+    "save_every": 5,
+    "log_every": 1,
+    "seq_len": 32,
+    "learning_rate": 0.003,
+    "warmup_steps": 1,
+    "eval_lines": 20,
+    "eval_batch_size": 8,
+    "objectives": ["standard", "selfish", "distill"],
+    "selfish": {"margin": 0.5},
+    "precision": "fp32",
+}  # fp32: the equivalences are exact in fp32
 
 
 @pytest.fixture(scope="module")
@@ -47,13 +69,34 @@ def tiny(arch: str, tok, seed: int = 0):
     torch.manual_seed(seed)
     ids = {"bos_token_id": tok.bos_token_id, "eos_token_id": tok.eos_token_id, "pad_token_id": tok.pad_token_id}
     if arch == "llama":
-        return LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2,
-                                            num_attention_heads=2, num_key_value_heads=2, intermediate_size=64,
-                                            max_position_embeddings=512, tie_word_embeddings=False, **ids))
-    return Gemma3ForCausalLM(Gemma3TextConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2,
-                                              num_attention_heads=2, num_key_value_heads=1, head_dim=16,
-                                              intermediate_size=64, max_position_embeddings=512, sliding_window=16,
-                                              tie_word_embeddings=True, **ids))
+        return LlamaForCausalLM(
+            LlamaConfig(
+                vocab_size=len(tok),
+                hidden_size=32,
+                num_hidden_layers=2,
+                num_attention_heads=2,
+                num_key_value_heads=2,
+                intermediate_size=64,
+                max_position_embeddings=512,
+                tie_word_embeddings=False,
+                **ids,
+            )
+        )
+    return Gemma3ForCausalLM(
+        Gemma3TextConfig(
+            vocab_size=len(tok),
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            head_dim=16,
+            intermediate_size=64,
+            max_position_embeddings=512,
+            sliding_window=16,
+            tie_word_embeddings=True,
+            **ids,
+        )
+    )
 
 
 def project(root, tokenizers, arch: str, **pretrain):
@@ -75,8 +118,9 @@ def assert_same(a, b, objective: str, columns=("train_loss", "valid_loss")) -> N
 
 @pytest.mark.parametrize("objective", ["standard", "selfish", "distill"])
 @pytest.mark.parametrize("arch", ["llama", "gemma3"])
-def test_fsdp_two_processes_equal_one_process_with_twice_the_batch(arch, objective, tokenizers, tmp_path, monkeypatch,
-                                                                  one_thread):
+def test_fsdp_two_processes_equal_one_process_with_twice_the_batch(
+    arch, objective, tokenizers, tmp_path, monkeypatch, one_thread
+):
     sharded, single = tmp_path / "fsdp", tmp_path / "one"
     # distill: the teacher's chunk log-likelihoods cached (Llama), or the teacher beside the sharded student (Gemma 3)
     teacher = {"distill": {"teacher": "cached" if arch == "llama" else "on_the_fly"}}

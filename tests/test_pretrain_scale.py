@@ -36,12 +36,20 @@ def assert_embeddings_first(root, init: dict) -> None:
     assert sorted(k for k in body if not torch.equal(final[k], init[k])) == sorted(body)
 
 
-WARM_UP = {"steps": 5, "embeddings_only_steps": 3, "save_every": 3, "eval_every": 3, "log_every": 1,
-           "warmup_steps": 0, "keep_checkpoints": True}
+WARM_UP = {
+    "steps": 5,
+    "embeddings_only_steps": 3,
+    "save_every": 3,
+    "eval_every": 3,
+    "log_every": 1,
+    "warmup_steps": 0,
+    "keep_checkpoints": True,
+}
 
 
-def test_embeddings_only_steps_leave_the_body_bitwise_unchanged_then_train_it(tmp_path, monkeypatch, one_thread,
-                                                                               sw_bpe):
+def test_embeddings_only_steps_leave_the_body_bitwise_unchanged_then_train_it(
+    tmp_path, monkeypatch, one_thread, sw_bpe
+):
     monkeypatch.chdir(tmp_path)
     model = tiny_llama(len(sw_bpe))
     init = {k: v.clone() for k, v in model.state_dict().items()}
@@ -71,16 +79,25 @@ def test_gradient_checkpointing_trains_to_the_same_losses(tmp_path, monkeypatch,
         root = tmp_path / str(flag)
         root.mkdir()
         monkeypatch.chdir(root)
-        params = pretrain_project(root, tiny_llama(len(sw_bpe)), sw_bpe, steps=6, eval_every=3, save_every=6,
-                                  log_every=1, gradient_checkpointing=flag)
+        params = pretrain_project(
+            root,
+            tiny_llama(len(sw_bpe)),
+            sw_bpe,
+            steps=6,
+            eval_every=3,
+            save_every=6,
+            log_every=1,
+            gradient_checkpointing=flag,
+        )
         run_pretrain(params)
         runs[flag] = pretrain_outputs(root)
         assert bool(calls) == flag  # the layers ran through torch's checkpoint only when asked
         assert runs[flag][2]["gradient_checkpointing"] is flag
     (out_a, a, _), (out_b, b, _) = runs[False], runs[True]
     for column in ("train_loss", "valid_loss"):
-        np.testing.assert_allclose(a.column(column).to_numpy(), b.column(column).to_numpy(), rtol=0, atol=1e-5,
-                                   err_msg=column)
+        np.testing.assert_allclose(
+            a.column(column).to_numpy(), b.column(column).to_numpy(), rtol=0, atol=1e-5, err_msg=column
+        )
     wa, wb = load_file(out_a / "model/model.safetensors"), load_file(out_b / "model/model.safetensors")
     for name in wa:
         torch.testing.assert_close(wa[name], wb[name], rtol=0, atol=1e-5, msg=name)

@@ -24,8 +24,13 @@ rule copy:
 
 
 def dry_run(work, profile) -> str:
-    out = subprocess.run([str(BIN / "snakemake"), "-n", "--cores", "1", "--workflow-profile", str(profile)],
-                         cwd=work, capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [str(BIN / "snakemake"), "-n", "--cores", "1", "--workflow-profile", str(profile)],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     return out.stdout + out.stderr
 
@@ -41,8 +46,13 @@ def test_a_touched_corpus_with_the_same_bytes_reruns_nothing(tmp_path, profile):
     (tmp_path / "Snakefile").write_text(SNAKEFILE)
     corpus = tmp_path / "corpus.txt"
     corpus.write_bytes(b"jambo dunia\n" * 250_000)  # 3 MB: above Snakemake's default checksum limit
-    subprocess.run([str(BIN / "snakemake"), "--cores", "1", "--workflow-profile", str(local)], cwd=tmp_path,
-                   check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [str(BIN / "snakemake"), "--cores", "1", "--workflow-profile", str(local)],
+        cwd=tmp_path,
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     later = os.stat(tmp_path / "out.txt").st_mtime + 60
     os.utime(corpus, (later, later))  # newer than the output, the same bytes
     assert "Nothing to be done" in dry_run(tmp_path, local)

@@ -22,8 +22,7 @@ from vocabtransfer.evaluate import tasks
 from vocabtransfer.init import initialise
 from vocabtransfer.init.factorize import FACTORIZATIONS
 from vocabtransfer.init.methods import available, get_method
-from vocabtransfer.init.methods.registry import (INFO, METHODS, MethodInfo, TransferResult, discover, info,
-                                                 register)
+from vocabtransfer.init.methods.registry import INFO, METHODS, MethodInfo, TransferResult, discover, info, register
 from vocabtransfer.model.losses import OBJECTIVES
 from vocabtransfer.pipeline.stage_spec import contract_fault
 from vocabtransfer.registry import Registry
@@ -43,9 +42,11 @@ METHOD_NAMES = re.compile(r"\^\((?P<names>[a-z0-9_|]+)\)(?P<rest>.*)")
 
 def _schema_patterns() -> dict[str, str]:
     props = schema()["properties"]
-    return {"init.methods": props["init"]["properties"]["methods"]["items"]["pattern"],
-            "pretrain.methods": props["pretrain"]["properties"]["methods"]["items"]["pattern"],
-            "pretrain.pairs": props["pretrain"]["properties"]["pairs"]["items"]["pattern"]}
+    return {
+        "init.methods": props["init"]["properties"]["methods"]["items"]["pattern"],
+        "pretrain.methods": props["pretrain"]["properties"]["methods"]["items"]["pattern"],
+        "pretrain.pairs": props["pretrain"]["properties"]["pairs"]["items"]["pattern"],
+    }
 
 
 # --------------------------------------------------------------------------- the schema and the registries
@@ -54,8 +55,11 @@ def _schema_patterns() -> dict[str, str]:
 def test_schema_method_patterns_name_exactly_the_registered_methods():
     objectives = schema()["properties"]["pretrain"]["properties"]["objectives"]["items"]["enum"]
     factorized = rf"(\+({'|'.join(FACTORIZATIONS)}))?"
-    rests = {"init.methods": factorized + "$", "pretrain.methods": factorized + "$",
-             "pretrain.pairs": factorized + f"-({'|'.join(objectives)})$"}
+    rests = {
+        "init.methods": factorized + "$",
+        "pretrain.methods": factorized + "$",
+        "pretrain.pairs": factorized + f"-({'|'.join(objectives)})$",
+    }
     for key, pattern in _schema_patterns().items():
         m = METHOD_NAMES.fullmatch(pattern)
         assert m, f"{key}: pattern {pattern!r} is not ^(<methods>)…"
@@ -84,8 +88,11 @@ def test_every_method_module_is_named_by_a_lazy_reference_that_its_register_fulf
 
 def test_a_name_registered_twice_is_one_error_naming_both_places():
     discover()
-    with pytest.raises(VocabTransferError, match=r"init method 'focus' is registered twice: by "
-                                                 r"vocabtransfer\.init\.methods\.focus:focus and by .*:_fake"):
+    with pytest.raises(
+        VocabTransferError,
+        match=r"init method 'focus' is registered twice: by "
+        r"vocabtransfer\.init\.methods\.focus:focus and by .*:_fake",
+    ):
         register("focus")(_fake)
     assert METHODS["focus"].__module__ == "vocabtransfer.init.methods.focus"
     with pytest.raises(VocabTransferError, match="task 'qa' is registered twice"):
@@ -101,8 +108,11 @@ def test_a_registry_imports_a_lazy_reference_only_when_it_is_looked_up(tmp_path,
     (tmp_path / "lazy_things.py").write_text("def shout(x):\n    return x.upper()\n\nNOT_CALLABLE = 3\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "lazy_things", raising=False)
-    things = Registry("thing", lazy={"shout": "lazy_things:shout", "three": "lazy_things:NOT_CALLABLE"},
-                      check=lambda f: None if callable(f) else "a thing is a function")
+    things = Registry(
+        "thing",
+        lazy={"shout": "lazy_things:shout", "three": "lazy_things:NOT_CALLABLE"},
+        check=lambda f: None if callable(f) else "a thing is a function",
+    )
     assert list(things) == ["shout", "three"] and "lazy_things" not in sys.modules
     assert things["shout"]("a") == "A" and "lazy_things" in sys.modules
     with pytest.raises(VocabTransferError, match=r"thing 'three' \(lazy_things:NOT_CALLABLE\): a thing is a function"):
@@ -171,9 +181,16 @@ def _condition(params: dict, lang: str) -> str | None:
     return None if lang == "sw" else f"no test vectors for {lang}"
 
 
-FAKE = dict(options=FakeOptions, inputs={"test_vectors": "results/{lang}/test/vectors.bin"}, deterministic=True, auxiliary_rows=True,
-            stage_options=("other_stage",), condition=_condition,
-            data=lambda params, lang: {"data_test": Path(f"data/test/{lang}.txt")}, factorizable=False)
+FAKE = dict(
+    options=FakeOptions,
+    inputs={"test_vectors": "results/{lang}/test/vectors.bin"},
+    deterministic=True,
+    auxiliary_rows=True,
+    stage_options=("other_stage",),
+    condition=_condition,
+    data=lambda params, lang: {"data_test": Path(f"data/test/{lang}.txt")},
+    factorizable=False,
+)
 
 
 @pytest.fixture
@@ -194,8 +211,11 @@ def fake_methods():
 @pytest.fixture(scope="module")
 def params():
     base = load_params(REPO / "params.yaml")
-    base["init"] = {**base["init"], "methods": ["random", "test_meta", "test_snmf_reader"],
-                    "test_meta": {"alpha": 1, "other_stage": "x"}}
+    base["init"] = {
+        **base["init"],
+        "methods": ["random", "test_meta", "test_snmf_reader"],
+        "test_meta": {"alpha": 1, "other_stage": "x"},
+    }
     base["pretrain"] = {**base["pretrain"], "methods": ["random", "test_meta"], "pairs": None, "seeds": 3}
     return Params(base)
 
@@ -205,20 +225,33 @@ def test_a_registered_methods_metadata_reaches_the_pipeline(fake_methods, params
     wc = {"lang": "sw", "method": "test_meta", "pseed": "1"}
     # inputs: the core ones plus its own; factors=("snmf",): the shared semi-NMF too
     assert init.input_templates(params, wc) == {
-        "source_model": "results/source/model", "tokenizer": "results/{lang}/tokenizer",
+        "source_model": "results/source/model",
+        "tokenizer": "results/{lang}/tokenizer",
         "overlap": "results/{lang}/overlap/overlap.parquet",
-        "fasttext": "results/{lang}/fasttext/embeddings.safetensors", "test_vectors": "results/{lang}/test/vectors.bin"}
-    assert init.input_templates(params, {**wc, "method": "test_snmf_reader"})["snmf_factors"] == \
-        "results/source/snmf.safetensors"
+        "fasttext": "results/{lang}/fasttext/embeddings.safetensors",
+        "test_vectors": "results/{lang}/test/vectors.bin",
+    }
+    assert (
+        init.input_templates(params, {**wc, "method": "test_snmf_reader"})["snmf_factors"]
+        == "results/source/snmf.safetensors"
+    )
     assert "snmf_factors" not in init.input_templates(params, {**wc, "method": "random"})
     assert STAGES["source_snmf"].why_skipped(params, {}) is None
-    assert STAGES["source_snmf"].why_skipped(Params({**params.tree, "init": {**params.tree["init"], "methods": ["test_meta"]}}),
-                                             {})
+    assert STAGES["source_snmf"].why_skipped(
+        Params({**params.tree, "init": {**params.tree["init"], "methods": ["test_meta"]}}), {}
+    )
     # deterministic: one initialisation for every pretraining seed (random gets one per seed)
-    assert availability.init_runs(params) == [("random", 1), ("random", 2), ("random", 3), ("test_meta", 1),
-                                        ("test_snmf_reader", 1)]
-    assert STAGES["pretrain"].input_templates(params, {**wc, "objective": "standard", "pseed": "3"})["init"] == \
-        "results/{lang}/init/test_meta/pseed1"
+    assert availability.init_runs(params) == [
+        ("random", 1),
+        ("random", 2),
+        ("random", 3),
+        ("test_meta", 1),
+        ("test_snmf_reader", 1),
+    ]
+    assert (
+        STAGES["pretrain"].input_templates(params, {**wc, "objective": "standard", "pseed": "3"})["init"]
+        == "results/{lang}/init/test_meta/pseed1"
+    )
     # condition: runs for sw only, and so do its pretraining runs
     assert init.why_skipped(params, wc) is None
     assert init.why_skipped(params, {**wc, "lang": "de"}) == "no test vectors for de"
@@ -245,13 +278,22 @@ def test_the_init_stage_runs_a_registered_method_with_its_metadata(fake_methods,
     source_tok = wordpiece_tokenizer("en")
     inputs, _ = write_inputs(tmp_path, tiny_bert(len(source_tok)), source_tok, wordpiece_tokenizer("sw", 250))
     inputs["test_vectors"] = tmp_path / "vectors.bin"  # its declared input reaches it as a resource
-    ctx = make_ctx("vocabtransfer.init.initialise:run", {"lang": "sw", "method": "test_meta"}, inputs,
-                   {"init": tmp_path / "sw" / "init" / "test_meta"}, params)
+    ctx = make_ctx(
+        "vocabtransfer.init.initialise:run",
+        {"lang": "sw", "method": "test_meta"},
+        inputs,
+        {"init": tmp_path / "sw" / "init" / "test_meta"},
+        params,
+    )
     initialise.run(ctx)
     stats = json.loads((tmp_path / "sw" / "init" / "test_meta" / "stats.json").read_text())
     assert stats["method_stats"] == {"options": {"alpha": 1, "other_stage": "x"}, "resources": ["test_vectors"]}
-    assert stats["options"] == {"alpha": 1} and set(stats["target_rows"]) == {"overlap", "dictionary", "subword",
-                                                                              "random"}
+    assert stats["options"] == {"alpha": 1} and set(stats["target_rows"]) == {
+        "overlap",
+        "dictionary",
+        "subword",
+        "random",
+    }
 
 
 def test_a_method_registered_without_metadata_gets_the_defaults(monkeypatch, params):
@@ -286,8 +328,14 @@ def test_planning_reads_the_catalog_and_imports_no_method_nor_torch():
     """)
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.strip() == str(["vocabtransfer.init.methods.catalog", "vocabtransfer.init.methods.options",
-                                       "vocabtransfer.init.methods.registry", "vocabtransfer.init.methods.variants"])
+    assert proc.stdout.strip() == str(
+        [
+            "vocabtransfer.init.methods.catalog",
+            "vocabtransfer.init.methods.options",
+            "vocabtransfer.init.methods.registry",
+            "vocabtransfer.init.methods.variants",
+        ]
+    )
 
 
 def test_a_built_in_method_declares_its_metadata_once_in_the_catalog():

@@ -34,9 +34,14 @@ PSEEDS = (1, 2, 3)
 FSEEDS = (1, 2)
 N = 60  # test examples per task
 BLOCKS = 20  # held-out blocks of the valid loss
-PARAMS = {"languages": list(LANGS), "seed": 42, "source_model": "sentence-transformers/all-MiniLM-L6-v2",
-          "init": {"methods": list(METHODS)}, "pretrain": {"steps": 20},
-          "report": {"bootstrap_resamples": 2000, "confidence": 0.95, "correction": "holm", "min_clusters": 10}}
+PARAMS = {
+    "languages": list(LANGS),
+    "seed": 42,
+    "source_model": "sentence-transformers/all-MiniLM-L6-v2",
+    "init": {"methods": list(METHODS)},
+    "pretrain": {"steps": 20},
+    "report": {"bootstrap_resamples": 2000, "confidence": 0.95, "correction": "holm", "min_clusters": 10},
+}
 TASKS_OF = {"sw": ("nli", "qa", "ner"), "de": ("nli", "qa")}  # de has no NER data
 # examples right per run: focus well above random on qa and ner; nli: every model is the majority class
 RIGHT = {"random": 20, "focus": 40, "source": 45}
@@ -64,9 +69,20 @@ def eval_result(task: str, method: str, objective: str | None, pseed: int | None
     c = RIGHT[method] + (pseed or 0) - (1 if objective == "selfish" else 0)
     examples, metric = task_examples(task, c), "accuracy" if task == "nli" else "f1"
     model = names.SOURCE if method == names.SOURCE else names.model_name(method, objective, pseed)
-    return {"task": task, "model": model, "method": method, "objective": objective, "pseed": pseed, "seed": seed,
-            "metric": metric, "metrics": {metric: 100 * c / N}, "n_train": 100, "n_test": N, "examples": examples,
-            "skipped": {}}
+    return {
+        "task": task,
+        "model": model,
+        "method": method,
+        "objective": objective,
+        "pseed": pseed,
+        "seed": seed,
+        "metric": metric,
+        "metrics": {metric: 100 * c / N},
+        "n_train": 100,
+        "n_test": N,
+        "examples": examples,
+        "skipped": {},
+    }
 
 
 def task_examples(task: str, c: int) -> dict:
@@ -84,8 +100,15 @@ def task_examples(task: str, c: int) -> dict:
 def floor_result(task: str) -> dict:
     c = FLOOR_RIGHT[task]
     name = {"nli": "majority class", "qa": "sliding window (2-word span)", "ner": "training lexicon"}[task]
-    return {"task": task, "metric": "accuracy" if task == "nli" else "f1", "name": name, "value": 100 * c / N,
-            "n_train": 100, "n_test": N, "examples": task_examples(task, c)}
+    return {
+        "task": task,
+        "metric": "accuracy" if task == "nli" else "f1",
+        "name": name,
+        "value": 100 * c / N,
+        "n_train": 100,
+        "n_test": N,
+        "examples": task_examples(task, c),
+    }
 
 
 def block_losses(method: str, objective: str, pseed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -104,8 +127,12 @@ def init_blocks(level: float, salt: int) -> dict:
     rng = np.random.default_rng(salt)
     noise = rng.standard_normal(BLOCKS)
     sums = 10 * (level + 0.05 * (noise - noise.mean()))  # exactly `level` over all blocks
-    return {"loss": float(sums.sum()) / (10 * BLOCKS), "block_loss": sums.tolist(), "block_tokens": [10] * BLOCKS,
-            "n_eval_tokens": 10 * BLOCKS}
+    return {
+        "loss": float(sums.sum()) / (10 * BLOCKS),
+        "block_loss": sums.tolist(),
+        "block_tokens": [10] * BLOCKS,
+        "n_eval_tokens": 10 * BLOCKS,
+    }
 
 
 def bucket_loss(objective: str, bucket: int) -> float:
@@ -116,10 +143,19 @@ def bucket_loss(objective: str, bucket: int) -> float:
 
 LINES = 20  # valid lines scored in bits per byte
 # bits per byte of each model before noise: focus below random, pretraining below init, the source lowest
-BPB = {("random", "init"): 3.0, ("focus", "init"): 2.6, ("random", "standard"): 2.2, ("focus", "standard"): 1.9,
-       ("random", "selfish"): 2.25, ("focus", "selfish"): 1.95, ("source", "source"): 1.5,
-       # the floors (predictors without a model): in sw the target unigram is the best, above the source
-       ("floor", "unigram-target"): 2.8, ("floor", "unigram-source"): 3.2, ("floor", "uniform"): 3.6}
+BPB = {
+    ("random", "init"): 3.0,
+    ("focus", "init"): 2.6,
+    ("random", "standard"): 2.2,
+    ("focus", "standard"): 1.9,
+    ("random", "selfish"): 2.25,
+    ("focus", "selfish"): 1.95,
+    ("source", "source"): 1.5,
+    # the floors (predictors without a model): in sw the target unigram is the best, above the source
+    ("floor", "unigram-target"): 2.8,
+    ("floor", "unigram-source"): 3.2,
+    ("floor", "uniform"): 3.6,
+}
 # in de the best floor beats the source: the source has nothing to keep there
 FLOOR_LEVEL = {"sw": {}, "de": {"unigram-target": 1.3}}
 
@@ -132,32 +168,91 @@ def bpb_lines(method: str, objective: str, pseed: int, level: float | None = Non
     n_tokens = (20 + np.arange(LINES) % 5) if method == "source" else (12 + np.arange(LINES) % 3)
     level = BPB[(method, objective)] if level is None else level
     bits = (level + 0.01 * pseed + 0.05 * rng.standard_normal(LINES)) * n_bytes
-    return {"method": [method] * LINES, "objective": [objective] * LINES, "pseed": [pseed] * LINES,
-            "line": list(range(LINES)), "bits": bits.tolist(), "n_bytes": n_bytes.tolist(),
-            "n_tokens": n_tokens.tolist(), "n_scored": n_tokens.tolist()}
+    return {
+        "method": [method] * LINES,
+        "objective": [objective] * LINES,
+        "pseed": [pseed] * LINES,
+        "line": list(range(LINES)),
+        "bits": bits.tolist(),
+        "n_bytes": n_bytes.tolist(),
+        "n_tokens": n_tokens.tolist(),
+        "n_scored": n_tokens.tolist(),
+    }
 
 
 def make_results(root: Path, langs=LANGS, with_evals: bool = True) -> read.Plan:
-    write(root, paths.SOURCE_HEAD_STATS, {"kind": "masked", "model_class": "BertForMaskedLM", "skipped": False,
-                                          "steps": 100, "text": "pretrain_text/en.txt", "loss_before": 10.4,
-                                          "loss_after": 4.2})
+    write(
+        root,
+        paths.SOURCE_HEAD_STATS,
+        {
+            "kind": "masked",
+            "model_class": "BertForMaskedLM",
+            "skipped": False,
+            "steps": 100,
+            "text": "pretrain_text/en.txt",
+            "loss_before": 10.4,
+            "loss_after": 4.2,
+        },
+    )
     runs = [(m, o, s) for m in METHODS for o in OBJECTIVES for s in PSEEDS]
-    plan = read.Plan(languages=list(langs), pretrain=runs, gradients=[(m, o, 1) for m in METHODS for o in OBJECTIVES],
-                     token_frequency=True)
+    plan = read.Plan(
+        languages=list(langs),
+        pretrain=runs,
+        gradients=[(m, o, 1) for m in METHODS for o in OBJECTIVES],
+        token_frequency=True,
+    )
     for k, lang in enumerate(langs):
         write(root, paths.CORPUS_STATS, {"train_lines": 1000 + k, "train_bytes": 90000, "valid_lines": 50}, lang=lang)
-        write(root, paths.TOKENIZER_STATS, {"family": "wordpiece", "style": "bert", "vocab_size_reached": 1999 - k},
-              lang=lang)
-        write(root, paths.PRETOK_STATS,
-              {"stats": {"valid": {"source": {"fertility": 2.5}, "target": {"fertility": 1.4}}}}, lang=lang)
-        base = {"lang": "en", "method": "source", "kind": "masked", "loss": 4.2, "perplexity": 66.7,
-                "calibrated_loss": 4.1, "temperature": 1.1, "n_eval_tokens": 100, "n_eval_lines": 10,
-                "retrieval_en2xx": 0.2, "retrieval_xx2en": 0.25, "n_sentences": 20, "model": "m", "seconds": 1.0}
-        rows = [base] + [{**base, "lang": lang, "method": m, "loss": 9.0 - 2 * i, "calibrated_loss": 8.0 - i,
-                          "retrieval_en2xx": 0.05 * (i + 1), "retrieval_xx2en": 0.04 * (i + 1),
-                          **init_blocks(INIT_LEVEL[m], i)} for i, m in enumerate(METHODS)]
-        rows.append({**dict.fromkeys(INIT_EVAL_SCHEMA.names), "lang": lang, "method": "floor:unigram-target",
-                     "kind": "floor", **init_blocks(INIT_LEVEL["floor"], 9)})
+        write(
+            root,
+            paths.TOKENIZER_STATS,
+            {"family": "wordpiece", "style": "bert", "vocab_size_reached": 1999 - k},
+            lang=lang,
+        )
+        write(
+            root,
+            paths.PRETOK_STATS,
+            {"stats": {"valid": {"source": {"fertility": 2.5}, "target": {"fertility": 1.4}}}},
+            lang=lang,
+        )
+        base = {
+            "lang": "en",
+            "method": "source",
+            "kind": "masked",
+            "loss": 4.2,
+            "perplexity": 66.7,
+            "calibrated_loss": 4.1,
+            "temperature": 1.1,
+            "n_eval_tokens": 100,
+            "n_eval_lines": 10,
+            "retrieval_en2xx": 0.2,
+            "retrieval_xx2en": 0.25,
+            "n_sentences": 20,
+            "model": "m",
+            "seconds": 1.0,
+        }
+        rows = [base] + [
+            {
+                **base,
+                "lang": lang,
+                "method": m,
+                "loss": 9.0 - 2 * i,
+                "calibrated_loss": 8.0 - i,
+                "retrieval_en2xx": 0.05 * (i + 1),
+                "retrieval_xx2en": 0.04 * (i + 1),
+                **init_blocks(INIT_LEVEL[m], i),
+            }
+            for i, m in enumerate(METHODS)
+        ]
+        rows.append(
+            {
+                **dict.fromkeys(INIT_EVAL_SCHEMA.names),
+                "lang": lang,
+                "method": "floor:unigram-target",
+                "kind": "floor",
+                **init_blocks(INIT_LEVEL["floor"], 9),
+            }
+        )
         write(root, paths.INIT_EVAL, pa.Table.from_pylist(rows, schema=INIT_EVAL_SCHEMA), lang=lang)
         tfl, cells = [], {name: [] for name in BLOCKS_SCHEMA.names}
         for m, o, s in runs:
@@ -165,29 +260,50 @@ def make_results(root: Path, langs=LANGS, with_evals: bool = True) -> read.Plan:
             sums, counts = block_losses(m, o, s)
             final = float(sums.sum() / counts.sum())
             start = 9.0 - 2 * METHODS.index(m)
-            table = pa.table({"step": pa.array([0, 10, 20], pa.int64()),
-                              "tokens_seen": pa.array([0, 1280, 2560], pa.int64()),
-                              "train_loss": pa.array([math.nan, 8.0, 7.0], pa.float64()),
-                              "valid_loss": pa.array([start, (start + final) / 2, final], pa.float64()),
-                              "learning_rate": pa.array([0.0, 1e-4, 5e-5], pa.float64()),
-                              "tokens_per_second": pa.array([math.nan, 100.0, 100.0], pa.float64())})
+            table = pa.table(
+                {
+                    "step": pa.array([0, 10, 20], pa.int64()),
+                    "tokens_seen": pa.array([0, 1280, 2560], pa.int64()),
+                    "train_loss": pa.array([math.nan, 8.0, 7.0], pa.float64()),
+                    "valid_loss": pa.array([start, (start + final) / 2, final], pa.float64()),
+                    "learning_rate": pa.array([0.0, 1e-4, 5e-5], pa.float64()),
+                    "tokens_per_second": pa.array([math.nan, 100.0, 100.0], pa.float64()),
+                }
+            )
             write(root, paths.PRETRAIN_DIR + "/metrics.parquet", table, **run)
-            write(root, paths.PRETRAIN_DIR + "/valid_blocks.parquet",
-                  pa.table({"block": pa.array(range(BLOCKS), pa.int32()), "loss_sum": sums,
-                            "n_tokens": counts.astype("int64")}), **run)
+            write(
+                root,
+                paths.PRETRAIN_DIR + "/valid_blocks.parquet",
+                pa.table(
+                    {"block": pa.array(range(BLOCKS), pa.int32()), "loss_sum": sums, "n_tokens": counts.astype("int64")}
+                ),
+                **run,
+            )
             write(root, paths.PRETRAIN_DIR + "/stats.json", {"steps": 20, "final_valid_loss": final}, **run)
             if s == 1:
                 write(root, paths.GRADIENT_PLOT, b"\x89PNG\r\n\x1a\n", **run)
             for objective in (["init"] if o == "standard" else []) + [o]:
                 for b in range(3):
                     loss = bucket_loss(objective, b) + 0.02 * s
-                    tfl.append({"lang": lang, "method": m, "objective": objective, "pseed": s, "bucket": b,
-                                "rank_lo": 10 * b, "rank_hi": 10 * b + 9, "n_types": 10, "n_tokens": 5 * BLOCKS,
-                                "loss": loss})
+                    tfl.append(
+                        {
+                            "lang": lang,
+                            "method": m,
+                            "objective": objective,
+                            "pseed": s,
+                            "bucket": b,
+                            "rank_lo": 10 * b,
+                            "rank_hi": 10 * b + 9,
+                            "n_types": 10,
+                            "n_tokens": 5 * BLOCKS,
+                            "loss": loss,
+                        }
+                    )
                     jitter = 0.01 * np.random.default_rng(b + 10 * s).standard_normal(BLOCKS)
                     for block in range(BLOCKS):
-                        for name, value in zip(BLOCKS_SCHEMA.names, (m, objective, s, b, block,
-                                                                     5 * (loss + jitter[block]), 5)):
+                        for name, value in zip(
+                            BLOCKS_SCHEMA.names, (m, objective, s, b, block, 5 * (loss + jitter[block]), 5)
+                        ):
                             cells[name].append(value)
         write(root, paths.TOKEN_FREQUENCY_LOSS, pa.Table.from_pylist(tfl, schema=TFL_SCHEMA), lang=lang)
         write(root, paths.TOKEN_FREQUENCY_BLOCKS, pa.table(cells, schema=BLOCKS_SCHEMA), lang=lang)
@@ -202,8 +318,9 @@ def make_results(root: Path, langs=LANGS, with_evals: bool = True) -> read.Plan:
         plan.skipped[lang] = {} if len(TASKS_OF[lang]) == 3 else {"ner": "no NER data for de in params"}
         if not with_evals:
             continue
-        evaluated = [(names.SOURCE, None, None)] + [(m, o, s) for m in METHODS for o in ("init",) + OBJECTIVES
-                                                     for s in PSEEDS]
+        evaluated = [(names.SOURCE, None, None)] + [
+            (m, o, s) for m in METHODS for o in ("init",) + OBJECTIVES for s in PSEEDS
+        ]
         for task in TASKS_OF[lang]:
             write(root, paths.EVAL_FLOOR, floor_result(task), lang=lang, task=task)
             for m, o, s in evaluated:
@@ -226,7 +343,7 @@ def section(text: str, heading: str) -> str:
     """The text from a heading to the next heading of the same or a higher level."""
     level = heading.split(" ")[0]
     start = ("\n" + text).index("\n" + heading + "\n")
-    rest = text[start + len(heading) + 1:]
+    rest = text[start + len(heading) + 1 :]
     ends = [i for i in (rest.find("\n" + "#" * n + " ") for n in range(1, len(level) + 1)) if i >= 0]
     return rest[: min(ends)] if ends else rest
 
@@ -242,6 +359,7 @@ def cells(text: str, *first: str) -> list[str]:
 
 def recomputed(root: Path, lang: str, task: str, a: str, b: str) -> stats.Difference:
     """The nested interval of b − a straight from the eval JSONs (what the report must show)."""
+
     def runs(group):
         results = {}
         for path in (root / f"results/{lang}/eval/{task}").glob(f"{group}-pseed*/seed*.json"):
@@ -256,12 +374,21 @@ def test_the_report_opens_with_the_verdict(rendered):
     root, _, text = rendered
     assert text.startswith("# vocabtransfer: report\n")
     headings = [line for line in text.splitlines() if line.startswith("## ")]
-    assert headings[0] == "## Verdict" and "## Set-up" in headings and headings[-2:] == [
-        "## What was skipped and why", "## How the intervals are computed"]
+    assert (
+        headings[0] == "## Verdict"
+        and "## Set-up" in headings
+        and headings[-2:] == ["## What was skipped and why", "## How the intervals are computed"]
+    )
     for lang in LANGS:
         body = section(text, f"## {lang}")
-        for heading in ("### Right after initialisation", "### Continued pretraining", "### Comparisons",
-                        "### Loss by token frequency", "### Gradient scenarios", "### Downstream tasks"):
+        for heading in (
+            "### Right after initialisation",
+            "### Continued pretraining",
+            "### Comparisons",
+            "### Loss by token frequency",
+            "### Gradient scenarios",
+            "### Downstream tasks",
+        ):
             assert heading in body, (lang, heading)
 
 
@@ -279,8 +406,11 @@ def test_verdict_states_wins_costs_and_what_is_not_learned(rendered):
     # nli: nobody is above the majority class
     assert "**nli: not learned at these sizes**" in verdict
     nli = next(line for line in verdict.splitlines() if line.startswith("- **nli: not learned"))
-    assert re.search(r"points over it, adjusted p [\d.e-]+, 2 fine-tuning seeds, 20 clusters; smallest difference "
-                     r"this design detects: ±\d+\.\d points over the floor\)", nli), nli
+    assert re.search(
+        r"points over it, adjusted p [\d.e-]+, 2 fine-tuning seeds, 20 clusters; smallest difference "
+        r"this design detects: ±\d+\.\d points over the floor\)",
+        nli,
+    ), nli
     assert not re.search(r"\*\*nli, method − random", verdict)
     # qa is learned: the bullet names the models above the floor after the correction, each with the margin the
     # downstream table gives it, and counts the others
@@ -296,8 +426,9 @@ def test_verdict_states_wins_costs_and_what_is_not_learned(rendered):
     # selfish: costs 0.1 on the valid loss, costs bucket 0, helps bucket 2, nothing detectable in bucket 1
     focus = next(line for line in verdict.splitlines() if line.startswith("- **selfish − standard, focus**"))
     # a label that rests on the Holm correction carries its adjusted p
-    assert re.search(r"valid loss \+0\.1\d\d \[\+0\.\d+, \+0\.\d+\] \(costs; adjusted p 0\.0\d+; 3 pretraining seeds\)",
-                     focus), focus
+    assert re.search(
+        r"valid loss \+0\.1\d\d \[\+0\.\d+, \+0\.\d+\] \(costs; adjusted p 0\.0\d+; 3 pretraining seeds\)", focus
+    ), focus
     assert re.search(r"lower loss \(helps\) in b2 -0\.500 \[-0\.500, -0\.500\] \(adjusted p [\d.e-]+\)", focus)
     assert re.search(r"\(costs\) in b0 \+0\.300 \[", focus)
     assert re.search(r"better: focus − random \(standard\) -1\.0\d\d \[[^]]+\] \(adjusted p [\d.e-]+\)", valid), valid
@@ -317,16 +448,26 @@ def test_right_after_initialisation_every_pair_and_the_floor_are_compared_block_
             rows[label] = rows.get(label, "") + line
     assert list(rows) == ["focus − random", "random − unigram floor", "focus − unigram floor"]
     init = read.read_language("sw", plan, root).init_eval
-    runs = {r["method"]: stats.Runs({(0, 0): (np.asarray(r["block_loss"]), np.asarray(r["block_tokens"], float))},
-                                    tuple(range(BLOCKS))) for r in init if r["method"] != "source"}
+    runs = {
+        r["method"]: stats.Runs(
+            {(0, 0): (np.asarray(r["block_loss"]), np.asarray(r["block_tokens"], float))}, tuple(range(BLOCKS))
+        )
+        for r in init
+        if r["method"] != "source"
+    }
     want = stats.nested_interval(runs["random"], runs["focus"], resamples=2000, seed=42)
     assert f"{want.diff:+.3f} [{want.low:+.3f}, {want.high:+.3f}]" in rows["focus − random"]
     assert "✱ better" in rows["focus − random"] and "✱ worse" in rows["random − unigram floor"]
-    assert "✱ better" in rows["focus − unigram floor"] and "1 initialisation each, test-set variance only, 20 clusters" in rows["focus − random"]
+    assert (
+        "✱ better" in rows["focus − unigram floor"]
+        and "1 initialisation each, test-set variance only, 20 clusters" in rows["focus − random"]
+    )
     assert "†: no seed variance behind the row" in family
     verdict = text.split("\n## sw\n", 1)[0]
-    assert "**Right after initialisation, valid loss, later − earlier method of init.methods (negative is better)** " \
-           "(1 initialisation each, test-set variance only): better: focus − random -2.0" in " ".join(verdict.split())
+    assert (
+        "**Right after initialisation, valid loss, later − earlier method of init.methods (negative is better)** "
+        "(1 initialisation each, test-set variance only): better: focus − random -2.0" in " ".join(verdict.split())
+    )
     assert "**Right after initialisation against the unigram floor (negative: the model uses the context)**" in verdict
 
 
@@ -344,13 +485,21 @@ def test_comparison_tables_show_the_recomputed_intervals(rendered):
         assert float(row[4]) == pytest.approx(adjusted, rel=0.01)  # Holm over the table's 3 rows
     assert "#### nli: method − random" not in comparisons  # not learned: never compared
     valid = section(comparisons, "#### Valid loss after pretraining: method − random")
-    assert cells(valid, "focus − random (selfish)", "valid loss")[5:7] == ["✱ better", "3 pretraining seeds, 20 clusters"]
+    assert cells(valid, "focus − random (selfish)", "valid loss")[5:7] == [
+        "✱ better",
+        "3 pretraining seeds, 20 clusters",
+    ]
     selfish = section(comparisons, "#### Selfish − standard, per method")
     assert cells(selfish, "focus", "b1 (ranks 10–19)")[5].startswith("no detectable difference")
     assert cells(selfish, "random", "b2 (ranks 20–29)")[5].startswith("✱ better")
     # causal models: the objectives compared in bits per byte of the text too
-    d = stats.nested_interval(bpb_runs(root, "sw", "focus", "standard"), bpb_runs(root, "sw", "focus", "selfish"),
-                              resamples=2000, seed=42, confidence=0.95)
+    d = stats.nested_interval(
+        bpb_runs(root, "sw", "focus", "standard"),
+        bpb_runs(root, "sw", "focus", "selfish"),
+        resamples=2000,
+        seed=42,
+        confidence=0.95,
+    )
     assert cells(selfish, "focus", "bits per byte")[2] == f"{d.diff:+.3f} [{d.low:+.3f}, {d.high:+.3f}]"
 
 
@@ -388,8 +537,10 @@ def bpb_runs(root: Path, lang: str, method: str, objective: str) -> stats.Runs:
     """Bits and bytes per valid line of every pretraining seed, straight from bits_per_byte.parquet."""
     df = io.read_parquet(root / paths.fill(paths.BITS_PER_BYTE, lang=lang)).to_pandas()
     sub = df[(df["method"] == method) & (df["objective"] == objective)].sort_values(["pseed", "line"])
-    return stats.Runs({(int(p), 0): (g["bits"].to_numpy(float), g["n_bytes"].to_numpy(float))
-                       for p, g in sub.groupby("pseed")}, tuple(range(LINES)))
+    return stats.Runs(
+        {(int(p), 0): (g["bits"].to_numpy(float), g["n_bytes"].to_numpy(float)) for p, g in sub.groupby("pseed")},
+        tuple(range(LINES)),
+    )
 
 
 def floor_runs(root: Path, lang: str, name: str, keys) -> stats.Runs:
@@ -401,8 +552,15 @@ def floor_runs(root: Path, lang: str, name: str, keys) -> stats.Runs:
 def test_bits_per_byte_table_with_intervals_bytes_per_token_and_the_share_kept(rendered):
     root, _, text = rendered
     table = section(section(text, "## sw"), "### Bits per byte")
-    assert cells(table, "model") == ["model", "objective", "bits per byte [interval]", "runs", "bytes per token",
-                                     "share kept", "− best floor [interval]"]
+    assert cells(table, "model") == [
+        "model",
+        "objective",
+        "bits per byte [interval]",
+        "runs",
+        "bytes per token",
+        "share kept",
+        "− best floor [interval]",
+    ]
 
     def interval(runs):  # the model's own bits per byte with its interval: B = the model, A = zero
         zero = stats.Runs({k: (np.zeros(LINES), np.ones(LINES)) for k in runs.parts}, runs.clusters)
@@ -419,8 +577,10 @@ def test_bits_per_byte_table_with_intervals_bytes_per_token_and_the_share_kept(r
     assert src[4] == f"{n_bytes.sum() / (20 + np.arange(LINES) % 5).sum():.2f}"  # the source's own tokenizer
     # the floors beside the models; the best (lowest) is the target tokenizer's unigram
     floor = bpb_runs(root, "sw", "floor", "unigram-target")
-    assert cells(table, "unigram, target tokenizer", "floor")[2] == f"{mean(floor):.3f} [{interval(floor).low:.3f}, " \
+    assert (
+        cells(table, "unigram, target tokenizer", "floor")[2] == f"{mean(floor):.3f} [{interval(floor).low:.3f}, "
         f"{interval(floor).high:.3f}]"
+    )
     assert float(cells(table, "uniform, target vocabulary", "floor")[2].split()[0]) > mean(floor)
     diffs = []
     for objective in ("init", "standard", "selfish"):
@@ -430,8 +590,9 @@ def test_bits_per_byte_table_with_intervals_bytes_per_token_and_the_share_kept(r
         assert row[4] == f"{n_bytes.sum() / (12 + np.arange(LINES) % 3).sum():.2f}"
         share = (mean(floor) - mean(focus)) / (mean(floor) - mean(source))  # from the best floor
         assert row[5] == f"{share:.2f}" and 0 < share < 1
-        vs_floor = stats.nested_interval(floor_runs(root, "sw", "unigram-target", focus.parts), focus, resamples=2000,
-                                         seed=42, confidence=0.95)
+        vs_floor = stats.nested_interval(
+            floor_runs(root, "sw", "unigram-target", focus.parts), focus, resamples=2000, seed=42, confidence=0.95
+        )
         assert row[6] == f"{vs_floor.diff:+.3f} [{vs_floor.low:+.3f}, {vs_floor.high:+.3f}]" and vs_floor.high < 0
         d = stats.nested_interval(base, focus, resamples=2000, seed=42, confidence=0.95)
         vs = cells(section(table, "#### Bits per byte: method − random"), f"focus − random ({objective})")
@@ -449,12 +610,16 @@ def test_bits_per_byte_table_with_intervals_bytes_per_token_and_the_share_kept(r
     assert "(3 pretraining seeds): better: focus − random (init) -0.39" in line
     share = next(x for x in verdict.splitlines() if x.startswith("- **Share of the source's advantage kept**"))
     assert "from the best floor (unigram, target tokenizer, 2.8" in share
-    assert re.search(r"focus \(init\) 0\.\d\d \(-0\.\d+ \[-0\.\d+, -0\.\d+\] bits per byte against the floor, 3 "
-                     r"pretraining seeds, adjusted p [\d.e-]+\)", share), share
+    assert re.search(
+        r"focus \(init\) 0\.\d\d \(-0\.\d+ \[-0\.\d+, -0\.\d+\] bits per byte against the floor, 3 "
+        r"pretraining seeds, adjusted p [\d.e-]+\)",
+        share,
+    ), share
     assert "random (standard)" in share and "random (init)" not in share  # random's init is above the floor
     metrics = json.loads((root / paths.REPORT_METRICS).read_text())["sw"]
     assert metrics["bits_per_byte"]["source"] == pytest.approx(mean(source), abs=1e-4) and set(
-        metrics["bits_per_byte"]) == {"source", *(f"{m}-{o}" for m in METHODS for o in ("init",) + OBJECTIVES)}
+        metrics["bits_per_byte"]
+    ) == {"source", *(f"{m}-{o}" for m in METHODS for o in ("init",) + OBJECTIVES)}
     assert metrics["bits_per_byte_floor"]["unigram-target"] == pytest.approx(mean(floor), abs=1e-4)
 
 
@@ -470,11 +635,17 @@ def test_a_source_that_does_not_beat_the_best_floor_has_nothing_to_keep(rendered
     assert "none to keep: the source does not beat the floor on this language, so no share is given" in share
     assert not re.search(r"\d\.\d\d \(", share.split("):", 1)[1])  # no model's share is listed
     # and how the models stand against that floor, counted from the model − best floor table
-    floor_rows = [line for line in section(table, "#### Bits per byte: model − best floor").splitlines()
-                  if line.startswith("| ") and " − best floor " in line]
+    floor_rows = [
+        line
+        for line in section(table, "#### Bits per byte: model − best floor").splitlines()
+        if line.startswith("| ") and " − best floor " in line
+    ]
     worse = sum("worse" in line.split(" | ")[5] for line in floor_rows)
-    assert floor_rows and (f"every model ({worse}) is detectably worse than the floor" in share if worse == len(floor_rows)
-                           else f"{worse} of {len(floor_rows)} models are detectably worse than the floor" in share), share
+    assert floor_rows and (
+        f"every model ({worse}) is detectably worse than the floor" in share
+        if worse == len(floor_rows)
+        else f"{worse} of {len(floor_rows)} models are detectably worse than the floor" in share
+    ), share
 
 
 def test_init_table_shows_bits_per_byte_of_causal_models_beside_the_floors(tmp_path):
@@ -484,12 +655,33 @@ def test_init_table_shows_bits_per_byte_of_causal_models_beside_the_floors(tmp_p
     path = tmp_path / paths.fill(paths.INIT_EVAL, lang="sw")
     rows = io.read_parquet(path).to_pylist()
     for r, (bits, share) in zip(rows, ((1.5, None), (3.0, -1 / 3), (2.5, 1 / 3))):  # source, random, focus
-        r.update(kind="causal", bits_per_byte=bits, share_kept=share, bytes_per_token=2.4 if bits == 1.5 else 4.08,
-                 retrieval_en2xx=None, retrieval_xx2en=None)  # retrieval: encoders only, so no columns for it
+        r.update(
+            kind="causal",
+            bits_per_byte=bits,
+            share_kept=share,
+            bytes_per_token=2.4 if bits == 1.5 else 4.08,
+            retrieval_en2xx=None,
+            retrieval_xx2en=None,
+        )  # retrieval: encoders only, so no columns for it
     floor = dict.fromkeys(INIT_EVAL_SCHEMA.names)
-    rows += [{**floor, "lang": "sw", "method": "floor:unigram-target", "kind": "floor", "bits_per_byte": 2.75,
-              "bytes_per_token": 4.08}, {**floor, "lang": "sw", "method": "floor:uniform", "kind": "floor",
-                                         "bits_per_byte": 2.9, "bytes_per_token": 4.08}]
+    rows += [
+        {
+            **floor,
+            "lang": "sw",
+            "method": "floor:unigram-target",
+            "kind": "floor",
+            "bits_per_byte": 2.75,
+            "bytes_per_token": 4.08,
+        },
+        {
+            **floor,
+            "lang": "sw",
+            "method": "floor:uniform",
+            "kind": "floor",
+            "bits_per_byte": 2.9,
+            "bytes_per_token": 4.08,
+        },
+    ]
     io.write_parquet(pa.Table.from_pylist(rows, schema=INIT_EVAL_SCHEMA), path)
     build.write_report(filled_params({**PARAMS, "languages": ["sw"]}), _report(PARAMS), plan, tmp_path)
     report = (tmp_path / paths.REPORT).read_text()
@@ -539,7 +731,11 @@ def test_figures_curves_and_metrics_are_reproducible(rendered, tmp_path):
     assert lines[0] == "step,focus-selfish,focus-standard,random-selfish,random-standard"
     metrics = json.loads((root / paths.REPORT_METRICS).read_text())
     assert metrics["sw"]["learned"] == {"nli": False, "qa": True, "ner": True}
-    assert metrics["sw"]["floor"] == {"nli": pytest.approx(100 / 3, abs=1e-4), "qa": pytest.approx(100 / 6, abs=1e-4), "ner": 0.0}
+    assert metrics["sw"]["floor"] == {
+        "nli": pytest.approx(100 / 3, abs=1e-4),
+        "qa": pytest.approx(100 / 6, abs=1e-4),
+        "ner": 0.0,
+    }
     assert metrics["sw"]["eval"]["qa"]["focus-standard"] == pytest.approx(100 * 42 / N)  # mean of 41, 42, 43 right
 
 
@@ -563,33 +759,50 @@ def test_a_study_that_stops_at_initialisation_says_so_and_compares_the_initialis
     the hypernetwork's training is stated from its stats.json, and the verdict is the init family's."""
     make_results(tmp_path, langs=("sw",), with_evals=False)
     plan = read.Plan(languages=["sw"])
-    stats = {"steps": 600, "tokens": 1_000_000, "train_seconds": 1200.0, "tokens_per_second": 833.3,
-             "peak_memory_bytes": 2**32, "parameters": 2_000_000, "vocab_sizes": [2000, 9000, 14000],
-             "curve": [{"lm_loss": 8.0}] * 20 + [{"lm_loss": 7.0}] * 20}
+    stats = {
+        "steps": 600,
+        "tokens": 1_000_000,
+        "train_seconds": 1200.0,
+        "tokens_per_second": 833.3,
+        "peak_memory_bytes": 2**32,
+        "parameters": 2_000_000,
+        "vocab_sizes": [2000, 9000, 14000],
+        "curve": [{"lm_loss": 8.0}] * 20 + [{"lm_loss": 7.0}] * 20,
+    }
     write(tmp_path, paths.HYPERNET + "/stats.json", stats)
     build.write_report(filled_params(PARAMS), _report(PARAMS), plan, tmp_path)
     text = (tmp_path / paths.REPORT).read_text()
     assert "scored right after initialisation (no pretraining or fine-tuning configured)" in text.split("## Verdict")[0]
     assert "* Continued pretraining: none configured (pretrain.pairs)" in text
     assert "* Downstream evaluation: no fine-tuning configured;" in text
-    assert ("* Hypernetwork (init method hypernet): trained once on the study's train splits, 600 steps, 1,000,000 "
-            "tokens in 20.0 min (833 tokens/s, peak memory 4.00 GiB, 2,000,000 parameters) on 3 sampled tokenizers of "
-            "2,000–14,000 tokens; its LM loss under the sampled tokenizers 8.00 → 7.00") in text
+    assert (
+        "* Hypernetwork (init method hypernet): trained once on the study's train splits, 600 steps, 1,000,000 "
+        "tokens in 20.0 min (833 tokens/s, peak memory 4.00 GiB, 2,000,000 parameters) on 3 sampled tokenizers of "
+        "2,000–14,000 tokens; its LM loss under the sampled tokenizers 8.00 → 7.00"
+    ) in text
     bullets = [b for b in section(section(text, "## Verdict"), "### sw").splitlines() if b.startswith("- ")]
     assert [b.split("**")[1] for b in bullets] == [
         "Right after initialisation, valid loss, later − earlier method of init.methods (negative is better)",
-        "Right after initialisation against the unigram floor (negative: the model uses the context)"]
+        "Right after initialisation against the unigram floor (negative: the model uses the context)",
+    ]
 
 
 def test_inputs_name_every_artefact_of_the_plan():
-    plan = read.Plan(languages=["sw"], pretrain=[("focus+svd", "selfish", 2)], gradients=[("focus+svd", "selfish", 1)],
-                     token_frequency=True,
-                     evals={"sw": [{"task": "nli", "model": "focus+svd-selfish-pseed2", "seed": 2}]},
-                     skipped={"sw": {}})
+    plan = read.Plan(
+        languages=["sw"],
+        pretrain=[("focus+svd", "selfish", 2)],
+        gradients=[("focus+svd", "selfish", 1)],
+        token_frequency=True,
+        evals={"sw": [{"task": "nli", "model": "focus+svd-selfish-pseed2", "seed": 2}]},
+        skipped={"sw": {}},
+    )
     inputs = set(read.inputs(plan).values())
-    assert {"results/sw/pretrain/focus+svd/selfish/pseed2", "results/sw/token_frequency_blocks.parquet",
-            "results/sw/gradients/focus+svd/selfish/pseed1.parquet",
-            "results/sw/eval/nli/focus+svd-selfish-pseed2/seed2.json"} <= inputs
+    assert {
+        "results/sw/pretrain/focus+svd/selfish/pseed2",
+        "results/sw/token_frequency_blocks.parquet",
+        "results/sw/gradients/focus+svd/selfish/pseed1.parquet",
+        "results/sw/eval/nli/focus+svd-selfish-pseed2/seed2.json",
+    } <= inputs
     assert all(k.isidentifier() for k in read.inputs(plan))
 
 
@@ -615,11 +828,22 @@ def test_a_difference_whose_interval_alone_excludes_zero_is_said_apart_from_a_wi
     from vocabtransfer.report.verdict import family_sentence
 
     def diff(low, high, adjusted):
-        return Difference(diff=(low + high) / 2, low=low, high=high, p_value=0.01, n_pseeds=3, n_fseeds=1,
-                          n_clusters=40, adjusted_p=adjusted)
+        return Difference(
+            diff=(low + high) / 2,
+            low=low,
+            high=high,
+            p_value=0.01,
+            n_pseeds=3,
+            n_fseeds=1,
+            n_clusters=40,
+            adjusted_p=adjusted,
+        )
 
-    kept, lost, flat = (Row("a − random", "qa", diff(1.0, 3.0, 0.02)), Row("b − random", "qa", diff(0.5, 2.0, 0.09)),
-                        Row("c − random", "qa", diff(-1.0, 2.0, 0.5)))
+    kept, lost, flat = (
+        Row("a − random", "qa", diff(1.0, 3.0, 0.02)),
+        Row("b − random", "qa", diff(0.5, 2.0, 0.09)),
+        Row("c − random", "qa", diff(-1.0, 2.0, 0.5)),
+    )
     settings = Settings(2000, 0.95, "holm", 0, min_clusters=30)
     assert [r.status(settings) for r in (kept, lost, flat)] == ["better", NOT_AFTER_CORRECTION, NO_DIFFERENCE]
     assert lost.better(settings) is None
@@ -672,7 +896,7 @@ def test_every_objective_is_compared_with_standard():
     """A third objective (distill) gets its own family against standard and its own verdict bullets."""
     import pandas as pd
 
-    from vocabtransfer.report import tables
+    from vocabtransfer.report import comparisons, tables
     from vocabtransfer.report.verdict import language_verdict
 
     lang = read.Language(lang="sw")
@@ -680,14 +904,20 @@ def test_every_objective_is_compared_with_standard():
         for s in PSEEDS:
             sums, counts = block_losses("focus", "standard", s)
             lang.curves[("focus", objective, s)] = pd.DataFrame({"step": [0], "valid_loss": [6.0]})
-            lang.blocks[("focus", objective, s)] = pd.DataFrame({"block": range(BLOCKS), "loss_sum": sums + 10 * shift,
-                                                                 "n_tokens": counts})
+            lang.blocks[("focus", objective, s)] = pd.DataFrame(
+                {"block": range(BLOCKS), "loss_sum": sums + 10 * shift, "n_tokens": counts}
+            )
     settings = tables.Settings(2000, 0.95, "holm", 42, min_clusters=10)
-    families = tables.families(lang, settings, {})
+    families = comparisons.families(lang, settings, {})
     family = next(f for f in families if f.title == "Distill − standard, per method")
     assert not any(f.title.startswith("Selfish") for f in families)
     row = family.rows[0]
-    assert (row.label, row.measure, round(row.diff.diff, 3), row.status(settings)) == ("focus", "valid loss", -0.2, "better")
+    assert (row.label, row.measure, round(row.diff.diff, 3), row.status(settings)) == (
+        "focus",
+        "valid loss",
+        -0.2,
+        "better",
+    )
     bullets = language_verdict("sw", families, {}, settings)
     assert any(b.startswith("- **distill − standard, focus**: valid loss -0.200 [") for b in bullets), bullets
 
@@ -697,17 +927,22 @@ def test_only_the_pairs_that_ran_are_compared_with_random():
     random-distill ran, so no "no paired runs" row for it); distill − standard for focus."""
     import pandas as pd
 
-    from vocabtransfer.report import tables
+    from vocabtransfer.report import comparisons, tables
 
     lang = read.Language(lang="sw")
-    for method, objective, shift in (("random", "standard", 0.3), ("focus", "standard", 0.0), ("focus", "distill", -0.2)):
+    for method, objective, shift in (
+        ("random", "standard", 0.3),
+        ("focus", "standard", 0.0),
+        ("focus", "distill", -0.2),
+    ):
         for s in PSEEDS:
             sums, counts = block_losses("focus", "standard", s)
             lang.curves[(method, objective, s)] = pd.DataFrame({"step": [0], "valid_loss": [6.0]})
-            lang.blocks[(method, objective, s)] = pd.DataFrame({"block": range(BLOCKS), "loss_sum": sums + 10 * shift,
-                                                                "n_tokens": counts})
+            lang.blocks[(method, objective, s)] = pd.DataFrame(
+                {"block": range(BLOCKS), "loss_sum": sums + 10 * shift, "n_tokens": counts}
+            )
     settings = tables.Settings(2000, 0.95, "holm", 42, min_clusters=10)
-    families = {f.title: f for f in tables.families(lang, settings, {})}
+    families = {f.title: f for f in comparisons.families(lang, settings, {})}
     vs_random = families["Valid loss after pretraining: method − random"]
     assert [(r.label, round(r.diff.diff, 3)) for r in vs_random.rows] == [("focus − random (standard)", -0.3)]
     assert [r.label for r in families["Distill − standard, per method"].rows] == ["focus"]
@@ -717,17 +952,31 @@ def test_a_gguf_source_is_said_to_be_a_quantisation(tmp_path):
     """config/gemma.yaml's source is a Q4_K_M file: the set-up says the weights are a quantisation, and to how
     many bits (the file's name says 4; its embedding matrix, two thirds of the weights, is at 8)."""
     plan = make_results(tmp_path, with_evals=False)
-    write(tmp_path, paths.SOURCE_BASE_STATS, {"route": "package", "resolved": "/cache/gemma-3-270m-q4_k_m.gguf",
-                                              "gguf_sha256": "a5fd3b62230aa5ec" + "0" * 48,
-                                              "gguf_tensor_types": ["F32", "Q4_K", "Q5_0", "Q6_K", "Q8_0"],
-                                              # Gemma 3 270M's Q4_K_M file: the embedding matrix stays at 8 bits
-                                              "gguf_type_weights": {"Q8_0": 169246720, "Q5_0": 63406080,
-                                                                "Q4_K": 23592960, "Q6_K": 11796480, "F32": 55936}})
+    write(
+        tmp_path,
+        paths.SOURCE_BASE_STATS,
+        {
+            "route": "package",
+            "resolved": "/cache/gemma-3-270m-q4_k_m.gguf",
+            "gguf_sha256": "a5fd3b62230aa5ec" + "0" * 48,
+            "gguf_tensor_types": ["F32", "Q4_K", "Q5_0", "Q6_K", "Q8_0"],
+            # Gemma 3 270M's Q4_K_M file: the embedding matrix stays at 8 bits
+            "gguf_type_weights": {
+                "Q8_0": 169246720,
+                "Q5_0": 63406080,
+                "Q4_K": 23592960,
+                "Q6_K": 11796480,
+                "F32": 55936,
+            },
+        },
+    )
     build.write_report(filled_params(PARAMS), _report(PARAMS), plan, tmp_path)
     setup = section((tmp_path / paths.REPORT).read_text(), "## Set-up")
-    assert ("* Source weights: **a quantisation of the released model to 4–8 bits per weight (Q8_0 for 169.2 M, "
-            "Q5_0 for 63.4 M, Q4_K for 23.6 M, Q6_K for 11.8 M)**, read from the GGUF file `gemma-3-270m-q4_k_m.gguf` "
-            "(sha256 a5fd3b62230a…)") in " ".join(setup.split())
+    assert (
+        "* Source weights: **a quantisation of the released model to 4–8 bits per weight (Q8_0 for 169.2 M, "
+        "Q5_0 for 63.4 M, Q4_K for 23.6 M, Q6_K for 11.8 M)**, read from the GGUF file `gemma-3-270m-q4_k_m.gguf` "
+        "(sha256 a5fd3b62230a…)"
+    ) in " ".join(setup.split())
     (tmp_path / paths.SOURCE_BASE_STATS).write_text(json.dumps({"route": "hub"}))  # a plain checkpoint: nothing said
     build.write_report(filled_params(PARAMS), _report(PARAMS), plan, tmp_path)
     assert "Source weights" not in (tmp_path / paths.REPORT).read_text()
@@ -750,9 +999,18 @@ def test_a_method_only_initialised_gets_zero_shot_bits_per_byte_paired_with_ever
 
     def add(method, objective, pseed, bits_per_byte):
         for line in range(n):
-            rows.append({"method": method, "objective": objective, "pseed": pseed, "line": line,
-                         "bits": float(bits_per_byte[line] * n_bytes[line]), "n_bytes": int(n_bytes[line]),
-                         "n_tokens": 20, "n_scored": 20})
+            rows.append(
+                {
+                    "method": method,
+                    "objective": objective,
+                    "pseed": pseed,
+                    "line": line,
+                    "bits": float(bits_per_byte[line] * n_bytes[line]),
+                    "n_bytes": int(n_bytes[line]),
+                    "n_tokens": 20,
+                    "n_scored": 20,
+                }
+            )
 
     add("source", "source", 0, 1.0 + 0.1 * rng.random(n))
     random_bpb = {p: 4.0 + 0.2 * p + 0.1 * rng.random(n) for p in (1, 2, 3)}
@@ -767,8 +1025,9 @@ def test_a_method_only_initialised_gets_zero_shot_bits_per_byte_paired_with_ever
     row = next(r for r in table.rows if r.method == "mean")
     d = row.vs_random.diff
     assert d.n_pseeds == 3 and d.n_clusters == n
-    by_hand = np.mean([(mean_bpb * n_bytes).sum() / n_bytes.sum() - (v * n_bytes).sum() / n_bytes.sum()
-                       for v in random_bpb.values()])
+    by_hand = np.mean(
+        [(mean_bpb * n_bytes).sum() / n_bytes.sum() - (v * n_bytes).sum() / n_bytes.sum() for v in random_bpb.values()]
+    )
     assert d.diff == pytest.approx(by_hand) and d.high < 0
     # its own score rests on its one initialisation, and says so
     assert row.score.n_pseeds == 1 and row.score.diff == pytest.approx((mean_bpb * n_bytes).sum() / n_bytes.sum())
@@ -812,7 +1071,8 @@ def test_every_table_line_fits_160_characters_and_a_wider_one_is_caught(rendered
     assert len(tables) >= 2 and not wide_table_rows(split)
     assert all(t.splitlines()[2].startswith("| focus    | standard    |") for t in tables)  # each says what a row is
     assert sorted(h.strip() for t in tables for h in t.splitlines()[0].strip("| ").split(" | ")[2:]) == sorted(
-        headers[2:])  # every column once
+        headers[2:]
+    )  # every column once
     assert wide_table_rows("| " + "x" * 158 + " |") and not wide_table_rows("| " + "x" * 156 + " |")
 
 
@@ -826,10 +1086,13 @@ def test_seed_counts_agree_in_number():
     assert seeds_text(d(0, 1)) == "1 fine-tuning seed" and seeds_text(d(0, 3)) == "3 fine-tuning seeds"
     assert seeds_text(d(1, 0)) == "1 pretraining seed" and seeds_text(d(3, 0)) == "3 pretraining seeds"
     assert seeds_text(d(3, 2)) == "3 pretraining × 2 fine-tuning seeds" and seeds_text(d(1, 1)) == (
-        "1 pretraining × 1 fine-tuning seed")
+        "1 pretraining × 1 fine-tuning seed"
+    )
     assert seeds_text(d(0, 0)) == "one model" and seeds_text(None) == "–"
     assert wording_faults("best: source, 1 fine-tuning seeds, 120 clusters; each with 3 pretraining seed(s)") == [
-        "1 fine-tuning seeds", "seed(s)"]
+        "1 fine-tuning seeds",
+        "seed(s)",
+    ]
 
 
 def test_the_rendered_report_words_its_counts_and_its_job_time_from_the_numbers(rendered, tmp_path):

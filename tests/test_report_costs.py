@@ -13,8 +13,10 @@ HEADER = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load
 def _write(root: Path, stage: str, job: str, seconds: float, rss) -> None:
     path = root / "logs" / "benchmarks" / stage / f"{job}.tsv"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(f"{HEADER}\n{seconds}\t0:00:{int(seconds):02d}\t{rss}\t900.0\t500.0\t510.0\t1.0\t2.0\t80.0\t9.0\n",
-                    encoding="utf-8")
+    path.write_text(
+        f"{HEADER}\n{seconds}\t0:00:{int(seconds):02d}\t{rss}\t900.0\t500.0\t510.0\t1.0\t2.0\t80.0\t9.0\n",
+        encoding="utf-8",
+    )
 
 
 def test_read_benchmark_takes_seconds_and_peak_rss(tmp_path):
@@ -38,14 +40,22 @@ def test_costs_per_method_over_languages_and_seeds(tmp_path):
     _write(tmp_path, "init", "sw-hypernet-1", 7.0, 512.0)  # init method hypernet: a row apart from the training
     _write(tmp_path, "fasttext", "sw", 99.0, 100.0)  # another stage: not an init cost
     costs = init_costs(tmp_path)
-    assert sorted(costs) == ["focus+svd", "hypernet", "hypernet (training, shared by every language)", "random",
-                             "source_snmf (shared semi-NMF)"]
+    assert sorted(costs) == [
+        "focus+svd",
+        "hypernet",
+        "hypernet (training, shared by every language)",
+        "random",
+        "source_snmf (shared semi-NMF)",
+    ]
     headers, rows = cost_table(costs)
     assert headers[0] == "method"
-    assert rows == [["focus+svd", "2", "20.0", "30.0", "3.00"], ["hypernet", "1", "7.0", "7.0", "0.50"],
-                    ["random", "1", "4.0", "4.0", "–"],
-                    ["hypernet (training, shared by every language)", "1", "1200.0", "1200.0", "2.00"],
-                    ["source_snmf (shared semi-NMF)", "1", "50.0", "50.0", "4.00"]]
+    assert rows == [
+        ["focus+svd", "2", "20.0", "30.0", "3.00"],
+        ["hypernet", "1", "7.0", "7.0", "0.50"],
+        ["random", "1", "4.0", "4.0", "–"],
+        ["hypernet (training, shared by every language)", "1", "1200.0", "1200.0", "2.00"],
+        ["source_snmf (shared semi-NMF)", "1", "50.0", "50.0", "4.00"],
+    ]
     lines = cost_lines(tmp_path, md_table)
     table = "\n".join(lines)
     assert "| focus+svd " in table and "| 3.00 " in table and "source_snmf (shared semi-NMF)" in table

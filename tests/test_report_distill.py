@@ -15,21 +15,35 @@ STATS = {"steps": 20, "distill": {"temperature": 100.0, "alpha": 0.5, "chunks": 
 
 def metrics(g_d, g_lm, g_all):
     nan = math.nan
-    return pd.DataFrame({"step": [0, 5, 10], "valid_loss": [9.0, nan, 8.0], "grad_norm_distill": [nan, *g_d],
-                         "grad_norm_lm": [nan, *g_lm], "grad_norm_total": [nan, *g_all]})
+    return pd.DataFrame(
+        {
+            "step": [0, 5, 10],
+            "valid_loss": [9.0, nan, 8.0],
+            "grad_norm_distill": [nan, *g_d],
+            "grad_norm_lm": [nan, *g_lm],
+            "grad_norm_total": [nan, *g_all],
+        }
+    )
 
 
 def test_the_note_states_the_settings_and_both_terms_gradient_norms():
     lang = read.Language("sw")
-    lang.runs = {("focus", "distill", 1): STATS, ("focus", "distill", 2): STATS, ("focus", "standard", 1): {"steps": 20}}
-    lang.curves = {("focus", "distill", 1): metrics([0.2, 0.4], [3.0, 5.0], [2.0, 3.0]),
-                   ("focus", "distill", 2): metrics([0.3, 0.1], [4.0, 4.0], [2.5, 2.5])}
+    lang.runs = {
+        ("focus", "distill", 1): STATS,
+        ("focus", "distill", 2): STATS,
+        ("focus", "standard", 1): {"steps": 20},
+    }
+    lang.curves = {
+        ("focus", "distill", 1): metrics([0.2, 0.4], [3.0, 5.0], [2.0, 3.0]),
+        ("focus", "distill", 2): metrics([0.3, 0.1], [4.0, 4.0], [2.5, 2.5]),
+    }
     lines = distill_terms.note(lang)
     assert lines[0] == "The distill runs:" and len(lines) == 4
     line = lines[2]
     g_d, g_lm = np.mean([0.2, 0.4, 0.3, 0.1]), np.mean([3.0, 5.0, 4.0, 4.0])  # 0.25, 4.0
-    assert line.startswith("* focus: τ = 100.0, α = 0.5, unbiased chunks (bias threshold 0.0001), 20 steps; "
-                           "2 pretraining seeds.")
+    assert line.startswith(
+        "* focus: τ = 100.0, α = 0.5, unbiased chunks (bias threshold 0.0001), 20 steps; 2 pretraining seeds."
+    )
     assert f"chunk term {g_d:.3g}, cross-entropy term {g_lm:.3g}, the step 2.5" in line
     assert f"{0.5 * g_d:.3g} against {0.5 * g_lm:.3g}" in line and f"{g_d / g_lm:.3g}×" in line
 

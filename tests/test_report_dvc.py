@@ -23,9 +23,14 @@ RUNS = [("random", "standard"), ("focus", "selfish")]
 
 
 def run(cmd: list[str], cwd: Path, **kwargs) -> str:
-    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@t", "PYTHONPATH": os.pathsep.join([str(REPO / "src"),
-                                                                        os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+        "PYTHONPATH": os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")]),
+    }
     return subprocess.run(cmd, cwd=cwd, check=True, capture_output=True, text=True, env=env, **kwargs).stdout
 
 
@@ -66,8 +71,11 @@ def test_dvc_yaml_declares_curves_as_plots_and_metrics_uncached(monkeypatch, tmp
     rendered = json.loads(run([dvc, "plots", "show", "--json"], tmp_path))["data"]
     values = rendered["valid_loss_sw"][0]["content"]["data"]["values"]
     assert {(v["field"], v["step"], v["dvc_inferred_y_value"]) for v in values} == {
-        ("random-standard", "0", "9"), ("random-standard", "10", "8"),
-        ("focus-selfish", "0", "7"), ("focus-selfish", "10", "6")}
+        ("random-standard", "0", "9"),
+        ("random-standard", "10", "8"),
+        ("focus-selfish", "0", "7"),
+        ("focus-selfish", "10", "6"),
+    }
 
 
 @pytest.mark.slow

@@ -45,8 +45,7 @@ def kill_when_fasttext_saved(cmd: list[str], work: Path, env: dict) -> int:
     """Start `cmd` in its own process group and kill -9 the group as soon as the fastText job
     has saved model.bin (and is still computing the token vectors). Returns the killed pid."""
     with open(work / "killed.log", "w") as log:
-        proc = subprocess.Popen(cmd, cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        proc = subprocess.Popen(cmd, cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     model = work / "results/sw/fasttext/model.bin"
     deadline = time.monotonic() + 600
     while not model.exists() and proc.poll() is None and time.monotonic() < deadline:
@@ -67,15 +66,16 @@ def test_default_profile_applies_to_a_plain_run_and_slurm_profile_replaces_it(tm
     out = run_command(snakemake, tmp_path, environment)
     assert PROFILE_NOTICE in out
     # printshellcmds: true in the profile
-    assert "Shell command: vocabtransfer fasttext --lang sw --params \"$VOCABTRANSFER_PARAMS\"" in out
+    assert 'Shell command: vocabtransfer fasttext --lang sw --params "$VOCABTRANSFER_PARAMS"' in out
     assert snakemake_jobs(out) == {"corpus": 1, "source_model": 1, "tokenizer": 1, "pretokenize": 1, "fasttext": 1}
     without = run_command(snakemake + ["--workflow-profile", "none"], tmp_path, environment)
     assert "workflow specific profile" not in without and "Shell command:" not in without
     # the SLURM profile is used instead of (not together with) the default one
     slurm = run_command(snakemake + ["--workflow-profile", "workflow/profiles/slurm"], tmp_path, environment)
     notices = re.findall(r"^Using .*profile.*$", slurm, re.M)
-    assert notices == ["Using workflow specific profile workflow/profiles/slurm for setting default command "
-                       "line arguments."], notices
+    assert notices == [
+        "Using workflow specific profile workflow/profiles/slurm for setting default command line arguments."
+    ], notices
     # a dry run takes no lock and records no owner
     assert not (tmp_path / ".snakemake/locks/owners").exists()
 
@@ -86,8 +86,7 @@ def test_snakemake_killed_mid_job_finishes_with_the_same_command(reference, tmp_
     pid = kill_when_fasttext_saved(cmd, tmp_path, environment)
     # what the kill leaves: an unfinished job (model.bin marked incomplete), the lock, its owner
     assert list((tmp_path / ".snakemake/incomplete").iterdir())
-    assert sorted(p.name for p in (tmp_path / ".snakemake/locks").glob("*.lock")) == ["0.input.lock",
-                                                                                      "0.output.lock"]
+    assert sorted(p.name for p in (tmp_path / ".snakemake/locks").glob("*.lock")) == ["0.input.lock", "0.output.lock"]
     assert [p.name for p in (tmp_path / ".snakemake/locks/owners").iterdir()] == [f"{socket.gethostname()}-{pid}.json"]
     before = mtimes(tmp_path)
 

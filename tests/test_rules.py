@@ -19,8 +19,14 @@ def snakemake_jobs(shared_data: Path, *args: str) -> set[str]:
     """`<rule> <sorted outputs>` of every job `snakemake -n -p --forceall` schedules (the `all` rule aside;
     -p: a dry run lists each job)."""
     env = {**os.environ, "VOCABTRANSFER_DATA": str(shared_data), "PATH": f"{BIN}:{os.environ['PATH']}"}
-    proc = subprocess.run([str(BIN / "snakemake"), "-n", "-p", "--forceall", "--cores", "2", *args], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [str(BIN / "snakemake"), "-n", "-p", "--forceall", "--cores", "2", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     jobs, rule = set(), None
     for line in proc.stdout.splitlines():
@@ -54,8 +60,9 @@ def dvc_jobs(params: dict) -> set[str]:
         stage = max((s for s in STAGES if name == s or name.startswith(s + "_")), key=len)
         body = entry.get("do", entry)
         paths = body["outs"] + [next(iter(m)) for m in body.get("metrics", [])]
-        langs = (entry["matrix"]["lang"] if "matrix" in entry else list(entry["foreach"]) if "foreach" in entry
-                 else [None])
+        langs = (
+            entry["matrix"]["lang"] if "matrix" in entry else list(entry["foreach"]) if "foreach" in entry else [None]
+        )
         if langs == "${languages}":
             langs = params["languages"]
         for lang in langs:
@@ -117,25 +124,52 @@ def test_the_number_of_jobs_of_each_rule_follows_from_the_params_by_hand(shared_
     params = params_with(*([overlay] if overlay else []))
     langs = len(params["languages"])
     tasks = [t for t, opts in params["eval"]["tasks"].items() if opts["enabled"]]
-    runs = (len(params["pretrain"]["pairs"]) if params["pretrain"]["pairs"]  # the pairs named, else every pair
-            else len(params["pretrain"]["methods"]) * len(params["pretrain"]["objectives"]))
+    runs = (
+        len(params["pretrain"]["pairs"])
+        if params["pretrain"]["pairs"]  # the pairs named, else every pair
+        else len(params["pretrain"]["methods"]) * len(params["pretrain"]["objectives"])
+    )
     pretrained = runs * params["pretrain"]["seeds"]
     # eval.models: `pretrained` is every pretrained run, `<method>-<objective>` every pretraining seed of it,
     # `source` and a name with its `-pseed<k>` one model
     # `init` the initialisation of each pretraining seed of each pretrained method (one for `mean`: no random rows)
     inits = sum(1 if m == "mean" else params["pretrain"]["seeds"] for m in params["pretrain"]["methods"])
-    models = sum(pretrained if m == "pretrained" else inits if m == "init" else 1 if m == "source" or "-pseed" in m
-                 else params["pretrain"]["seeds"] for m in params["eval"]["models"])
+    models = sum(
+        pretrained
+        if m == "pretrained"
+        else inits
+        if m == "init"
+        else 1
+        if m == "source" or "-pseed" in m
+        else params["pretrain"]["seeds"]
+        for m in params["eval"]["models"]
+    )
     task_langs = sum(lang in params["eval"]["tasks"][t]["data"] for t in tasks for lang in params["languages"])
     wechsel = "wechsel" in params["init"]["methods"]
     snmf = any("snmf" in m for m in params["init"]["methods"])
     expected = {
-        "source_model": 1, "source_head": 1, "source_fasttext": 1 if wechsel else None,
-        "source_snmf": 1 if snmf else None, "word_fasttext": langs if wechsel else None,
-        **{rule: langs for rule in ("corpus", "tokenizer", "overlap", "pretokenize", "fasttext", "init_eval",
-                                    "token_frequency_loss")},
-        "init": langs * sum(params["pretrain"]["seeds"] if m in params["pretrain"]["methods"] and m != "mean" else 1
-                            for m in params["init"]["methods"]),
+        "source_model": 1,
+        "source_head": 1,
+        "source_fasttext": 1 if wechsel else None,
+        "source_snmf": 1 if snmf else None,
+        "word_fasttext": langs if wechsel else None,
+        **{
+            rule: langs
+            for rule in (
+                "corpus",
+                "tokenizer",
+                "overlap",
+                "pretokenize",
+                "fasttext",
+                "init_eval",
+                "token_frequency_loss",
+            )
+        },
+        "init": langs
+        * sum(
+            params["pretrain"]["seeds"] if m in params["pretrain"]["methods"] and m != "mean" else 1
+            for m in params["init"]["methods"]
+        ),
         "pretrain": langs * pretrained,
         "gradient_scenarios": langs * runs,  # the first pretraining seed of each method × objective
         "floor": task_langs,  # one per language and enabled task with data there
@@ -143,15 +177,17 @@ def test_the_number_of_jobs_of_each_rule_follows_from_the_params_by_hand(shared_
         "report": 1,
     }
     assert rule_counts(shared_data, *(["--configfile", overlay] if overlay else [])) == {
-        rule: n for rule, n in expected.items() if n is not None}
+        rule: n for rule, n in expected.items() if n is not None
+    }
 
 
 def test_the_demos_dry_run_is_a_plan_a_person_can_read(shared_data):
     """`snakemake -n` on the demo's params.yaml prints the jobs per stage, not a dozen lines per job (at
     most 400 lines); `-p` lists every job, each with its code as one fingerprint input, not twenty modules."""
     env = {**os.environ, "VOCABTRANSFER_DATA": str(shared_data), "PATH": f"{BIN}:{os.environ['PATH']}"}
-    proc = subprocess.run([str(BIN / "snakemake"), "-n", "--forceall"], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=600)
+    proc = subprocess.run(
+        [str(BIN / "snakemake"), "-n", "--forceall"], cwd=REPO, env=env, capture_output=True, text=True, timeout=600
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = (proc.stdout + proc.stderr).splitlines()
     assert len(lines) <= 400, len(lines)
@@ -170,8 +206,14 @@ def test_explicit_targets_plan_from_a_fresh_checkout(shared_data, tmp_path):
         (shutil.copytree if (REPO / name).is_dir() else shutil.copy)(REPO / name, tmp_path / name)
     env = {**os.environ, "VOCABTRANSFER_DATA": str(shared_data), "PATH": f"{BIN}:{os.environ['PATH']}"}
     targets = ["results/sw/pretrain/focus/standard/pseed3", "results/de/pretrain/random/standard/pseed1"]
-    proc = subprocess.run([str(BIN / "snakemake"), "-n", "--cores", "2", *targets, "--configfile", "config/study.yaml"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [str(BIN / "snakemake"), "-n", "--cores", "2", *targets, "--configfile", "config/study.yaml"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     table = dict(re.findall(r"^(\w+)\s+(\d+)\s*$", proc.stdout + proc.stderr, re.M))
     assert table["pretrain"] == "2" and table["init"] == "2"

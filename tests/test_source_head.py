@@ -20,13 +20,27 @@ def head_ctx(tmp_path, source_model: str, n_lines=300, **overrides):
     tmp_path.mkdir(parents=True, exist_ok=True)
     text = tmp_path / "en.txt"
     text.write_text("\n".join(text_lines("en", n_lines)) + "\n", encoding="utf-8")
-    opts = {"text": str(text), "steps": 30, "learning_rate": 3e-3, "batch_size": 8, "seq_len": 64,
-            "eval_lines": 40, "train_blocks": 10_000, "eval_every": 10, **overrides}
+    opts = {
+        "text": str(text),
+        "steps": 30,
+        "learning_rate": 3e-3,
+        "batch_size": 8,
+        "seq_len": 64,
+        "eval_lines": 40,
+        "train_blocks": 10_000,
+        "eval_every": 10,
+        **overrides,
+    }
     outputs = {"model": tmp_path / "source" / "model", "stats": tmp_path / "source" / "head_stats.json"}
     # the stage reads the source from the source_model stage's directory: here the model's own directory
     inputs = {"source": resolve_model_path(source_model)}
-    return make_ctx("vocabtransfer.init.source_head:run", {}, inputs, outputs,
-                    {"seed": 5, "source_model": source_model, "source_head": opts}), outputs
+    return make_ctx(
+        "vocabtransfer.init.source_head:run",
+        {},
+        inputs,
+        outputs,
+        {"seed": 5, "source_model": source_model, "source_head": opts},
+    ), outputs
 
 
 def test_minilm_head_is_trained_and_nothing_else_changes(tmp_path):
@@ -35,15 +49,21 @@ def test_minilm_head_is_trained_and_nothing_else_changes(tmp_path):
     stats = json.loads(out["stats"].read_text())
     assert stats["skipped"] is False and stats["kind"] == "masked"
     assert set(stats["trained_parameters"]) == {
-        "cls.predictions.bias", "cls.predictions.transform.dense.weight", "cls.predictions.transform.dense.bias",
-        "cls.predictions.transform.LayerNorm.weight", "cls.predictions.transform.LayerNorm.bias"}
+        "cls.predictions.bias",
+        "cls.predictions.transform.dense.weight",
+        "cls.predictions.transform.dense.bias",
+        "cls.predictions.transform.LayerNorm.weight",
+        "cls.predictions.transform.LayerNorm.bias",
+    }
     assert stats["loss_before"] > 10.0  # random head: about ln(30522)
     assert stats["loss_unigram_bias"] < stats["loss_before"] - 0.5  # the unigram bias alone helps
     assert stats["loss_after"] < stats["loss_before"] - 2.0
     assert stats["heldout_lines"] == 40 and stats["train_lines"] == 260
     curve = stats["learning_curve"]
     assert [c["step"] for c in curve] == [0, 10, 20, 30]
-    assert curve[0]["heldout_loss"] == stats["loss_unigram_bias"] and curve[-1]["heldout_loss"] < curve[0]["heldout_loss"]
+    assert (
+        curve[0]["heldout_loss"] == stats["loss_unigram_bias"] and curve[-1]["heldout_loss"] < curve[0]["heldout_loss"]
+    )
     # the cached-feature loss and the saved model's own loss agree (same masks)
     assert curve[-1]["heldout_loss"] == pytest.approx(stats["loss_after"], rel=1e-4)
     assert stats["reference_perplexity"] == pytest.approx(torch.tensor(stats["loss_after"]).exp().item(), rel=1e-5)
@@ -57,8 +77,10 @@ def test_minilm_head_is_trained_and_nothing_else_changes(tmp_path):
         assert torch.equal(saved[f"bert.{key}"], value), key
         compared += 1
     assert compared == 101
-    assert not torch.equal(saved["cls.predictions.transform.dense.weight"],
-                           torch.zeros_like(saved["cls.predictions.transform.dense.weight"]))
+    assert not torch.equal(
+        saved["cls.predictions.transform.dense.weight"],
+        torch.zeros_like(saved["cls.predictions.transform.dense.weight"]),
+    )
     model, kind, info = modeling.load_source_model(out["model"], output_loading_info=True)
     assert kind == "masked" and not info.head_missing  # complete now
     assert model.cls.predictions.decoder.weight.data_ptr() == model.get_input_embeddings().weight.data_ptr()
@@ -90,8 +112,17 @@ def test_missing_untied_lm_head_of_a_decoder_is_trained(tmp_path):
 
     tok = bpe_tokenizer("en")
     torch.manual_seed(0)
-    body = LlamaModel(LlamaConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                                  num_key_value_heads=2, intermediate_size=64, tie_word_embeddings=False))
+    body = LlamaModel(
+        LlamaConfig(
+            vocab_size=len(tok),
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            num_key_value_heads=2,
+            intermediate_size=64,
+            tie_word_embeddings=False,
+        )
+    )
     src = save_dir(body, tok, tmp_path / "llama_body")  # a checkpoint without lm_head
     ctx, out = head_ctx(tmp_path, str(src), steps=20, learning_rate=1e-2)
     source_head.run(ctx)
@@ -104,5 +135,7 @@ def test_missing_untied_lm_head_of_a_decoder_is_trained(tmp_path):
 
 def test_too_few_lines(tmp_path):
     ctx, _ = head_ctx(tmp_path, MINILM, n_lines=30, eval_lines=30)
-    with pytest.raises(VocabTransferError, match=r"en.txt: 30 non-empty lines, but source_head.eval_lines holds out 30"):
+    with pytest.raises(
+        VocabTransferError, match=r"en.txt: 30 non-empty lines, but source_head.eval_lines holds out 30"
+    ):
         source_head.run(ctx)

@@ -27,12 +27,24 @@ gguf = pytest.importorskip("gguf")  # the `test` extra installs it
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 LETTERS = list("abcdefghijklmnopqrstuvwxyz")
-TOKENS = (["<unk>", "<s>", "</s>", "\u2581"] + LETTERS + ["\u2581" + c for c in LETTERS]
-          + ["th", "\u2581th", "he", "\u2581the"])
+TOKENS = (
+    ["<unk>", "<s>", "</s>", "\u2581"]
+    + LETTERS
+    + ["\u2581" + c for c in LETTERS]
+    + ["th", "\u2581th", "he", "\u2581the"]
+)
 
 
-def write_tiny_gguf(path: Path, arch: str = "llama", hidden: int = 32, layers: int = 2, heads: int = 4,
-                    kv_heads: int = 2, ffn: int = 64, seed: int = 0) -> dict[str, np.ndarray]:
+def write_tiny_gguf(
+    path: Path,
+    arch: str = "llama",
+    hidden: int = 32,
+    layers: int = 2,
+    heads: int = 4,
+    kv_heads: int = 2,
+    ffn: int = 64,
+    seed: int = 0,
+) -> dict[str, np.ndarray]:
     """A tiny causal LM as GGUF; returns the float32 tensors written (before any quantisation)."""
     rng = np.random.default_rng(seed)
     w = gguf.GGUFWriter(str(path), arch)
@@ -86,8 +98,9 @@ def write_tiny_gguf(path: Path, arch: str = "llama", hidden: int = 32, layers: i
 
 
 def params_for(source_model: str) -> dict:
-    return validate_params({"languages": ["sw"], "source_model": source_model,
-                            "corpus": {"sources": {"sw": {"path": "sw.txt"}}}})
+    return validate_params(
+        {"languages": ["sw"], "source_model": source_model, "corpus": {"sources": {"sw": {"path": "sw.txt"}}}}
+    )
 
 
 def sha(path: Path) -> str:
@@ -112,7 +125,8 @@ def tiny(tmp_path_factory):
 def test_gguf_file_becomes_a_plain_hf_directory_that_transformers_alone_loads(tiny):
     path, written, base, stats_path = tiny
     assert {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"} <= {
-        p.name for p in base.iterdir()}
+        p.name for p in base.iterdir()
+    }
     config = json.loads((base / "config.json").read_text())
     assert "quantization_config" not in config and config["model_type"] == "llama"
     # loaded in a fresh interpreter with transformers alone; logits equal those of the model
@@ -123,14 +137,21 @@ def test_gguf_file_becomes_a_plain_hf_directory_that_transformers_alone_loads(ti
         "base, folder, name = sys.argv[1:]\n"
         "tok = AutoTokenizer.from_pretrained(base); gtok = AutoTokenizer.from_pretrained(folder, gguf_file=name)\n"
         "assert tok.is_fast and tok('the cat').input_ids == gtok('the cat').input_ids, tok('the cat')\n"
-        "m = AutoModelForCausalLM.from_pretrained(base); g = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name)\n"
+        "m = AutoModelForCausalLM.from_pretrained(base); "
+        "g = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name)\n"
         "ids = tok('the hat the cat', return_tensors='pt').input_ids\n"
         "with torch.no_grad(): a, b = m(ids).logits, g(ids).logits\n"
         "assert torch.allclose(a, b, atol=1e-6), (a - b).abs().max()\n"
-        "print(type(m).__name__, len(tok), m.config.tie_word_embeddings)\n")
-    proc = subprocess.run([sys.executable, "-c", script, str(base), str(path.parent), path.name],
-                          capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": ""},
-                          cwd=str(path.parent))
+        "print(type(m).__name__, len(tok), m.config.tie_word_embeddings)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script, str(base), str(path.parent), path.name],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYTHONPATH": ""},
+        cwd=str(path.parent),
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.split() == ["LlamaForCausalLM", str(len(TOKENS)), "True"]
 
@@ -233,12 +254,15 @@ def test_architecture_transformers_cannot_load(tmp_path, monkeypatch):
     assert "llama" in message and "point source_model at it" in message
 
 
-@pytest.mark.parametrize("value, expected", [
-    ("hf://owner/model.gguf", "a GGUF file on the hub is spelled hf://owner/name/file.gguf"),
-    ("hf://owner/name/weights.bin", "a GGUF file on the hub is spelled hf://owner/name/file.gguf"),
-    ("package:not a module", "after `package:` comes an installed module"),
-    ("package:no_such_module_here", "no installed module 'no_such_module_here'; install the package"),
-])
+@pytest.mark.parametrize(
+    "value, expected",
+    [
+        ("hf://owner/model.gguf", "a GGUF file on the hub is spelled hf://owner/name/file.gguf"),
+        ("hf://owner/name/weights.bin", "a GGUF file on the hub is spelled hf://owner/name/file.gguf"),
+        ("package:not a module", "after `package:` comes an installed module"),
+        ("package:no_such_module_here", "no installed module 'no_such_module_here'; install the package"),
+    ],
+)
 def test_bad_gguf_spellings_fail_at_validation(value, expected):
     with pytest.raises(VocabTransferError) as err:
         params_for(value)

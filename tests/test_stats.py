@@ -14,8 +14,11 @@ from vocabtransfer.evaluate import stats
 
 def nli_result(scores, clusters=None) -> dict:
     n = len(scores)
-    examples = {"ids": [f"ex{i}" for i in range(n)], "score": list(map(int, scores)),
-                "clusters": list(clusters) if clusters is not None else [f"c{i}" for i in range(n)]}
+    examples = {
+        "ids": [f"ex{i}" for i in range(n)],
+        "score": list(map(int, scores)),
+        "clusters": list(clusters) if clusters is not None else [f"c{i}" for i in range(n)],
+    }
     return {"examples": examples}
 
 
@@ -32,8 +35,9 @@ def test_one_level_matches_the_paired_t_interval():
     n = 300
     a = rng.integers(0, 2, n)
     b = np.where(rng.random(n) < 0.2, 1, a)
-    d = stats.nested_interval(runs("nli", {(1, 1): nli_result(a)}), runs("nli", {(1, 1): nli_result(b)}),
-                              resamples=20000, seed=1)
+    d = stats.nested_interval(
+        runs("nli", {(1, 1): nli_result(a)}), runs("nli", {(1, 1): nli_result(b)}), resamples=20000, seed=1
+    )
     ref = scipy_stats.ttest_rel(100 * b, 100 * a)
     ci = ref.confidence_interval(0.95)
     assert d.diff == pytest.approx(100 * (b.mean() - a.mean()))
@@ -70,12 +74,24 @@ def test_identical_seeds_give_the_cluster_only_interval():
     n = 120
     clusters = [f"premise{i // 3}" for i in range(n)]  # XNLI: three hypotheses per premise
     a, b = rng.integers(0, 2, n), rng.integers(0, 2, n)
-    one = stats.nested_interval(runs("nli", {(1, 1): nli_result(a, clusters)}),
-                             runs("nli", {(1, 1): nli_result(b, clusters)}), resamples=2000, seed=9)
+    one = stats.nested_interval(
+        runs("nli", {(1, 1): nli_result(a, clusters)}),
+        runs("nli", {(1, 1): nli_result(b, clusters)}),
+        resamples=2000,
+        seed=9,
+    )
     keys = [(p, f) for p in (1, 2, 3) for f in (1, 2)]
-    many = stats.nested_interval(runs("nli", {k: nli_result(a, clusters) for k in keys}),
-                              runs("nli", {k: nli_result(b, clusters) for k in keys}), resamples=2000, seed=9)
-    assert (many.diff, many.low, many.high) == (pytest.approx(one.diff), pytest.approx(one.low), pytest.approx(one.high))
+    many = stats.nested_interval(
+        runs("nli", {k: nli_result(a, clusters) for k in keys}),
+        runs("nli", {k: nli_result(b, clusters) for k in keys}),
+        resamples=2000,
+        seed=9,
+    )
+    assert (many.diff, many.low, many.high) == (
+        pytest.approx(one.diff),
+        pytest.approx(one.low),
+        pytest.approx(one.high),
+    )
     assert (many.n_pseeds, many.n_fseeds, many.n_clusters) == (3, 2, 40)
 
 
@@ -88,10 +104,15 @@ def test_clusters_widen_the_interval():
     a = np.zeros(120, dtype=int)
     b = np.repeat(per_premise, 3)
     clusters = [f"p{i // 3}" for i in range(120)]
-    clustered = stats.nested_interval(runs("nli", {(1, 1): nli_result(a, clusters)}),
-                                   runs("nli", {(1, 1): nli_result(b, clusters)}), resamples=4000, seed=1)
-    flat = stats.nested_interval(runs("nli", {(1, 1): nli_result(a)}), runs("nli", {(1, 1): nli_result(b)}),
-                              resamples=4000, seed=1)
+    clustered = stats.nested_interval(
+        runs("nli", {(1, 1): nli_result(a, clusters)}),
+        runs("nli", {(1, 1): nli_result(b, clusters)}),
+        resamples=4000,
+        seed=1,
+    )
+    flat = stats.nested_interval(
+        runs("nli", {(1, 1): nli_result(a)}), runs("nli", {(1, 1): nli_result(b)}), resamples=4000, seed=1
+    )
     assert clustered.diff == flat.diff
     assert (clustered.high - clustered.low) > 1.5 * (flat.high - flat.low)
 
@@ -113,8 +134,15 @@ def test_seed_variation_widens_the_interval_and_pairs_by_seed():
 
 def test_task_metrics_by_hand():
     """ner: micro F1 200 · Σtp / (Σpred + Σgold) = 200 · 3 / 8 = 75; nli: percent correct; qa: mean F1."""
-    ner = {"examples": {"ids": [0, 1, 2], "tp": [1, 0, 2], "n_pred": [1, 1, 2], "n_gold": [2, 0, 2],
-                        "clusters": ["s0", "s1", "s2"]}}
+    ner = {
+        "examples": {
+            "ids": [0, 1, 2],
+            "tp": [1, 0, 2],
+            "n_pred": [1, 1, 2],
+            "n_gold": [2, 0, 2],
+            "clusters": ["s0", "s1", "s2"],
+        }
+    }
     assert runs("ner", {(1, 1): ner}).metric((1, 1)) == pytest.approx(75.0)
     assert runs("nli", {(1, 1): nli_result([1, 0, 1, 1])}).metric((1, 1)) == pytest.approx(75.0)
     qa = {"examples": {"ids": [0, 1], "score": [50.0, 100.0], "clusters": ["t", "t"]}}
@@ -124,8 +152,11 @@ def test_task_metrics_by_hand():
 def test_floor_scores_and_identical_models():
     """A floor (no seeds) is paired with every run of the model it is compared with."""
     model = runs("nli", {(1, 1): nli_result([1, 1, 0, 1]), (2, 1): nli_result([1, 1, 1, 1])})
-    floor = model.fixed("nli", {"ids": ["ex0", "ex1", "ex2", "ex3"], "score": [1, 0, 0, 0],
-                                "clusters": ["c0", "c1", "c2", "c3"]}, "floor")
+    floor = model.fixed(
+        "nli",
+        {"ids": ["ex0", "ex1", "ex2", "ex3"], "score": [1, 0, 0, 0], "clusters": ["c0", "c1", "c2", "c3"]},
+        "floor",
+    )
     assert sorted(floor.parts) == [(1, 1), (2, 1)] and floor.metric((2, 1)) == 25.0
     d = stats.nested_interval(floor, model, resamples=500, seed=0)
     assert d.diff == pytest.approx(62.5) and d.n_pseeds == 2
@@ -157,13 +188,16 @@ def test_bad_results_are_one_error():
     with pytest.raises(VocabTransferError, match="examples.clusters"):
         runs("nli", {(1, 1): no_clusters})
     with pytest.raises(VocabTransferError, match="other test examples"):
-        runs("nli", {(1, 1): nli_result([1, 0]), (1, 2): {"examples": {**nli_result([1, 0])["examples"],
-                                                                      "ids": ["x", "y"]}}})
+        runs(
+            "nli",
+            {(1, 1): nli_result([1, 0]), (1, 2): {"examples": {**nli_result([1, 0])["examples"], "ids": ["x", "y"]}}},
+        )
     model = runs("nli", {(1, 1): nli_result([1, 0])})
     with pytest.raises(VocabTransferError, match="floor: scored on other test clusters"):
         model.fixed("nli", {"ids": ["a", "b"], "score": [1, 0], "clusters": ["x", "y"]}, "floor")
     with pytest.raises(VocabTransferError, match="floor: `examples.clusters` is missing"):
         model.fixed("nli", {"ids": ["a", "b"], "score": [1, 0]}, "floor")
     with pytest.raises(VocabTransferError, match="different test clusters"):
-        stats.nested_interval(runs("nli", {(1, 1): nli_result([1, 0])}),
-                           runs("nli", {(1, 1): nli_result([1, 0], ["x", "x"])}))
+        stats.nested_interval(
+            runs("nli", {(1, 1): nli_result([1, 0])}), runs("nli", {(1, 1): nli_result([1, 0], ["x", "x"])})
+        )

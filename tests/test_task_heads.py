@@ -1,7 +1,7 @@
 """Each task head fine-tunes the real MiniLM for a few seeded steps on a slice of the real data (precision auto, the
 stage's default: bf16 where the CPU multiplies it natively, 1.6x faster than fp32 on the NLI case here): each
-beats the trivial baseline (majority class, empty answer, all-O) on a held-out slice; and a language with only NER data runs the stage
-end to end through the command line."""
+beats the trivial baseline (majority class, empty answer, all-O) on a held-out slice; and a language with only NER
+data runs the stage end to end through the command line."""
 
 from __future__ import annotations
 
@@ -35,8 +35,9 @@ def fine_tune(params, name, spec, tmp_path, **opts):
     task = get_task(name, {**params["eval"]["tasks"][name], **opts})
     splits = load_splits(task, spec, f"eval.tasks.{name}.data", seed=42)
     model_dir = resolve_model_path(params["source_model"])
-    result, _ = finetune_eval.finetune(task=task, splits=splits, model_dir=model_dir, seed=1,
-                                       output_dir=tmp_path / "ckpt", precision="auto")
+    result, _ = finetune_eval.finetune(
+        task=task, splits=splits, model_dir=model_dir, seed=1, output_dir=tmp_path / "ckpt", precision="auto"
+    )
     return splits, result
 
 
@@ -44,9 +45,19 @@ def fine_tune(params, name, spec, tmp_path, **opts):
 def test_nli_head_beats_the_majority_class(params, tmp_path, on_shared_data):
     """English XNLI dev split by premise (the stage's own split): 800 training pairs for 2 epochs lift
     the held-out accuracy well above the majority class (about 3.5 standard errors at 300 test pairs)."""
-    splits, result = fine_tune(params, "nli", {"train": {"path": "xnli/dev-en.tsv"}}, tmp_path,
-                               max_train=800, max_test=300, test_fraction=0.2, epochs=2, learning_rate=1e-4,
-                               batch_size=16, max_length=64)
+    splits, result = fine_tune(
+        params,
+        "nli",
+        {"train": {"path": "xnli/dev-en.tsv"}},
+        tmp_path,
+        max_train=800,
+        max_test=300,
+        test_fraction=0.2,
+        epochs=2,
+        learning_rate=1e-4,
+        batch_size=16,
+        max_length=64,
+    )
     train_premises = {e["premise"] for e in splits.train}
     assert not any(e["premise"] in train_premises for e in splits.test)  # held out: no shared premise
     test = splits.test
@@ -62,10 +73,21 @@ def test_nli_head_beats_the_majority_class(params, tmp_path, on_shared_data):
 
 @pytest.mark.slow  # fine-tunes MiniLM on real task data
 def test_qa_head_beats_the_empty_answer(params, tmp_path, on_shared_data):
-    splits, result = fine_tune(params, "qa", {"train": {"path": "tydiqa_goldp/swahili_tydiqa_train.json"},
-                                              "test": {"path": "tydiqa_goldp/swahili_tydiqa_dev.json"}},
-                               tmp_path, max_train=160, max_test=60, max_length=192, doc_stride=64,
-                               learning_rate=3e-4, batch_size=8)
+    splits, result = fine_tune(
+        params,
+        "qa",
+        {
+            "train": {"path": "tydiqa_goldp/swahili_tydiqa_train.json"},
+            "test": {"path": "tydiqa_goldp/swahili_tydiqa_dev.json"},
+        },
+        tmp_path,
+        max_train=160,
+        max_test=60,
+        max_length=192,
+        doc_stride=64,
+        learning_rate=3e-4,
+        batch_size=8,
+    )
     print(f"qa exact match {result['metrics']['exact_match']:.1f}, f1 {result['metrics']['f1']:.1f} (empty answer: 0)")
     assert result["metrics"]["f1"] > 10  # the empty answer scores 0
     scores = result["examples"]["score"]
@@ -75,9 +97,16 @@ def test_qa_head_beats_the_empty_answer(params, tmp_path, on_shared_data):
 
 @pytest.mark.slow  # fine-tunes MiniLM on real task data
 def test_ner_head_beats_all_outside(params, tmp_path, on_shared_data):
-    splits, result = fine_tune(params, "ner", {"train": {"path": "masakhaner2/swa/train.txt"},
-                                               "test": {"path": "masakhaner2/swa/test.txt"}},
-                               tmp_path, max_train=200, max_test=100, learning_rate=3e-4, batch_size=8)
+    splits, result = fine_tune(
+        params,
+        "ner",
+        {"train": {"path": "masakhaner2/swa/train.txt"}, "test": {"path": "masakhaner2/swa/test.txt"}},
+        tmp_path,
+        max_train=200,
+        max_test=100,
+        learning_rate=3e-4,
+        batch_size=8,
+    )
     print(f"ner f1 {result['metrics']['f1']:.1f} (all-O: 0)")
     assert result["metrics"]["f1"] > 10  # predicting O everywhere finds no entity: F1 0
     ex = result["examples"]
@@ -101,8 +130,9 @@ def test_language_with_only_ner_data_runs_end_to_end(params, tmp_path, shared_da
     raw["eval"]["tasks"]["ner"].update(max_train=48, max_test=24, epochs=1)
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw))
     p = load_params(tmp_path / "params.yaml")
-    assert STAGES["finetune_eval"].jobs(Params(p), "sw") == [{"task": "ner", "model": "source", "seed": "1",
-                                                              "lang": "sw"}]
+    assert STAGES["finetune_eval"].jobs(Params(p), "sw") == [
+        {"task": "ner", "model": "source", "seed": "1", "lang": "sw"}
+    ]
     assert set(finetune_eval.skipped_tasks(Params(p), "sw")) == {"nli", "qa"}
     (tmp_path / "results" / "source").mkdir(parents=True)
     os.symlink(resolve_model_path(p["source_model"]), tmp_path / "results" / "source" / "model")
@@ -111,8 +141,14 @@ def test_language_with_only_ner_data_runs_end_to_end(params, tmp_path, shared_da
     assert main(["finetune_eval", "--task", "qa", *args]) == 1  # no QA data for sw: one clear error
     assert main(["finetune_eval", "--task", "ner", *args]) == 0
     out = json.loads((tmp_path / "results/sw/eval/ner/source/seed1.json").read_text())
-    assert (out["lang"], out["task"], out["model"], out["method"], out["objective"], out["seed"]) == \
-        ("sw", "ner", "source", "source", None, 1)
+    assert (out["lang"], out["task"], out["model"], out["method"], out["objective"], out["seed"]) == (
+        "sw",
+        "ner",
+        "source",
+        "source",
+        None,
+        1,
+    )
     assert out["metric"] == "f1" and set(out["metrics"]) == {"f1", "precision", "recall"}
     assert (out["n_train"], out["n_test"]) == (48, 24) and out["examples_seen"] == 48
     assert out["skipped"] == {} and out["seconds"] > 0
@@ -120,7 +156,10 @@ def test_language_with_only_ner_data_runs_end_to_end(params, tmp_path, shared_da
     assert main(["floor", "--task", "ner", "--params", "params.yaml", "--lang", "sw"]) == 0
     floor = json.loads((tmp_path / "results/sw/eval/ner/floor.json").read_text())
     assert (floor["name"], floor["n_train"], floor["n_test"]) == ("training lexicon", 48, 24)
-    assert floor["examples"]["ids"] == out["examples"]["ids"] and floor["examples"]["clusters"] == out["examples"]["clusters"]
+    assert (
+        floor["examples"]["ids"] == out["examples"]["ids"]
+        and floor["examples"]["clusters"] == out["examples"]["clusters"]
+    )
     assert sum(floor["examples"]["n_gold"]) == sum(out["examples"]["n_gold"]) and sum(floor["examples"]["n_pred"]) > 0
     assert main(["floor", "--task", "qa", "--params", "params.yaml", "--lang", "sw"]) == 1  # no QA data: one error
     assert len(out["examples"]["ids"]) == len(out["examples"]["tp"]) == len(set(out["examples"]["clusters"])) == 24

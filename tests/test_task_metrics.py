@@ -45,9 +45,9 @@ GOLD = [
     ["I-LOC", "I-LOC", "O", "B-PER"],  # starts with I-: an entity in conlleval mode, not in strict IOB2
 ]
 PRED = [
-    ["B-PER", "I-PER", "O", "B-ORG", "O"],   # PER right, LOC predicted as ORG
+    ["B-PER", "I-PER", "O", "B-ORG", "O"],  # PER right, LOC predicted as ORG
     ["O", "B-ORG", "I-ORG", "O", "O", "B-DATE"],  # ORG too short, DATE right
-    ["O", "B-LOC", "O"],                      # spurious LOC
+    ["O", "B-LOC", "O"],  # spurious LOC
     ["B-LOC", "I-LOC", "O", "B-PER"],
 ]
 
@@ -83,8 +83,11 @@ def test_floors_by_hand():
 
     # the majority class. train: 3 × neutral (1), 2 × entailment (0) -> always neutral; test: 2 of 5 are neutral
     splits = Splits(train=[ex(1)] * 3 + [ex(0)] * 2, test=[ex(1, 0), ex(0, 1), ex(2, 2), ex(1, 3), ex(2, 4)])
-    assert nli.floor(splits) == {"name": "majority class", "value": 40.0,
-                                 "examples": {"ids": ["0", "1", "2", "3", "4"], "score": [1, 0, 0, 1, 0]}}
+    assert nli.floor(splits) == {
+        "name": "majority class",
+        "value": 40.0,
+        "examples": {"ids": ["0", "1", "2", "3", "4"], "score": [1, 0, 0, 1, 0]},
+    }
     # a tie in training goes to the lowest label id (entailment): 1 of 5
     splits.train = [ex(2), ex(0)]
     assert nli.floor(splits)["value"] == 20.0
@@ -92,27 +95,37 @@ def test_floors_by_hand():
     qa = get_task("qa", {})
     context = "alpha beta gamma delta epsilon zeta eta"
     train = [{"answers": [{"text": t}]} for t in ("Nile", "the Nile river", "Egypt")]
-    test = [{"id": "a", "context": context, "question": "Alpha?", "answers": [{"text": "beta"}]},
-            {"id": "b", "context": context, "question": "eta?", "answers": [{"text": "zeta"}]}]
+    test = [
+        {"id": "a", "context": context, "question": "Alpha?", "answers": [{"text": "beta"}]},
+        {"id": "b", "context": context, "question": "eta?", "answers": [{"text": "zeta"}]},
+    ]
     # within 10 words every span but the question word itself has it around: a: "alpha" is left out and
     # "beta" is the first of the rest (F1 100); b: the first span, "alpha", wins the tie (F1 0)
     assert qa.floor(Splits(train=train, test=test)) == {
-        "name": "sliding window (1-word span)", "value": 50.0,
-        "examples": {"ids": ["a", "b"], "score": [100.0, 0.0], "prediction": ["beta", "alpha"]}}
+        "name": "sliding window (1-word span)",
+        "value": 50.0,
+        "examples": {"ids": ["a", "b"], "score": [100.0, 0.0], "prediction": ["beta", "alpha"]},
+    }
     ner = get_task("ner", {})
 
     def sent(i, *pairs):
         return {"id": i, "tokens": [w for w, _ in pairs], "tags": [t for _, t in pairs]}
 
-    train = [sent("0", ("Anna", "B-PER"), ("lives", "O"), ("in", "O"), ("Berlin", "B-LOC")),
-             sent("1", ("Berlin", "B-ORG"), ("won", "O")), sent("2", ("Berlin", "B-LOC"), ("is", "O")),
-             sent("3", ("Paris", "B-LOC")), sent("4", ("Paris", "O"))]
+    train = [
+        sent("0", ("Anna", "B-PER"), ("lives", "O"), ("in", "O"), ("Berlin", "B-LOC")),
+        sent("1", ("Berlin", "B-ORG"), ("won", "O")),
+        sent("2", ("Berlin", "B-LOC"), ("is", "O")),
+        sent("3", ("Paris", "B-LOC")),
+        sent("4", ("Paris", "O")),
+    ]
     # the lexicon: Berlin is B-LOC 2 to 1, Paris ties B-LOC and O (O wins), unseen words are O
     test = [sent("s0", ("Anna", "B-PER"), ("visits", "O"), ("Berlin", "B-ORG")), sent("s1", ("Paris", "B-LOC"))]
     # s0: PER found, LOC predicted for the gold ORG (1 tp of 2 predicted, 2 gold); s1: nothing predicted
     assert ner.floor(Splits(train=train, test=test)) == {
-        "name": "training lexicon", "value": 40.0,
-        "examples": {"ids": ["s0", "s1"], "tp": [1, 0], "n_pred": [2, 0], "n_gold": [2, 1]}}
+        "name": "training lexicon",
+        "value": 40.0,
+        "examples": {"ids": ["s0", "s1"], "tp": [1, 0], "n_pred": [2, 0], "n_gold": [2, 1]},
+    }
     # the parts of each task's metric: 200 · Σ tp / (Σ pred + Σ gold) = 200 · 1 / 4 for NER
     num, den, scale = type(ner).metric_parts({"tp": [1, 0], "n_pred": [1, 1], "n_gold": [1, 1]})
     assert scale * num.sum() / den.sum() == 50.0
@@ -128,4 +141,3 @@ def test_sliding_window_by_hand():
     # that repeats no question word itself
     assert sliding_window(context, "beta delta ?", 2, window=2) == "epsilon zeta"
     assert sliding_window("", "anything", 3) == "" and sliding_window("one", "one", 4) == "one"
-

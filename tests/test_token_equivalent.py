@@ -18,7 +18,7 @@ from helpers import filled_params
 from vocabtransfer.report import token_equivalent as te
 from vocabtransfer.report.read import Language
 
-TOKENS = [0] + [1000 * 2 ** i for i in range(7)]  # 0, 1000, 2000, …, 64000
+TOKENS = [0] + [1000 * 2**i for i in range(7)]  # 0, 1000, 2000, …, 64000
 BLOCKS, PER_BLOCK = 40, 10
 BLOCK_EFFECT = 0.05 * np.where(np.arange(BLOCKS) % 2 == 0, 1.0, -1.0)  # sums to zero: the mean is exact
 
@@ -34,13 +34,25 @@ def language(seeds: int = 3) -> Language:
     for method in ("random", "focus"):
         for s in range(1, seeds + 1):
             offset = 0.001 * (s - (seeds + 1) / 2)  # the seeds' mean is the curve
-            rows = [{"step": i, "tokens_seen": t, "block": b, "loss_sum": PER_BLOCK * (loss(method, t) + offset
-                                                                                       + BLOCK_EFFECT[b])}
-                    for i, t in enumerate(TOKENS) for b in range(BLOCKS)]
+            rows = [
+                {
+                    "step": i,
+                    "tokens_seen": t,
+                    "block": b,
+                    "loss_sum": PER_BLOCK * (loss(method, t) + offset + BLOCK_EFFECT[b]),
+                }
+                for i, t in enumerate(TOKENS)
+                for b in range(BLOCKS)
+            ]
             lang.curve_blocks[(method, "standard", s)] = pd.DataFrame(rows)
-            lang.blocks[(method, "standard", s)] = pd.DataFrame({
-                "block": range(BLOCKS), "loss_sum": 0.0, "n_tokens": PER_BLOCK,
-                "unigram_sum": PER_BLOCK * (5.0 + BLOCK_EFFECT)})
+            lang.blocks[(method, "standard", s)] = pd.DataFrame(
+                {
+                    "block": range(BLOCKS),
+                    "loss_sum": 0.0,
+                    "n_tokens": PER_BLOCK,
+                    "unigram_sum": PER_BLOCK * (5.0 + BLOCK_EFFECT),
+                }
+            )
             lang.runs[(method, "standard", s)] = {"uniform_valid_loss": 11.0}
     return lang
 
@@ -61,8 +73,7 @@ def test_token_equivalent_of_a_curve_shifted_fourfold():
     assert list(curves.grid()) == [0, 1000, 3000, 10000, 30000, 64000]
     reps = te.replicate(curves, resamples=400, seed=1)
     assert reps.seeds[("focus", "standard")] == 3 and reps.blocks == BLOCKS
-    np.testing.assert_allclose(reps.mean[("random", "standard")][0], [loss("random", t) for t in reps.grid],
-                               atol=1e-9)
+    np.testing.assert_allclose(reps.mean[("random", "standard")][0], [loss("random", t) for t in reps.grid], atol=1e-9)
     eqs = {e.budget: e for e in te.equivalents(reps, "random", 0.95)}
     assert sorted(eqs) == [1000, 10000, 64000]
     for budget in (1000, 10000):
@@ -80,7 +91,9 @@ def test_token_equivalent_of_a_curve_shifted_fourfold():
     assert "at 1.0k: 4.0× [" in lines[0] and "at 10.0k: 4.0× [" in lines[0]
     assert "focus-standard after 8.0k [" in lines[1] and "random-standard after 32.0k [" in lines[1]
     table = "\n".join(te.section(reps, list(eqs.values()), list(floors.values()), "random", 0.95, None))
-    rows = [[c.strip() for c in line.strip("|").split("|")] for line in table.splitlines() if line.startswith("| focus")]
+    rows = [
+        [c.strip() for c in line.strip("|").split("|")] for line in table.splitlines() if line.startswith("| focus")
+    ]
     row = next(r for r in rows if r[1] == "10.0k")
     assert row[2:4] == ["4.678", "6.678"] and row[4].startswith("40.0k [") and row[5].startswith("4.0× [")
 
@@ -95,7 +108,8 @@ def test_no_advantage_is_worded_as_such():
     end = [e for e in eqs if e.budget == 64000][0]
     assert end.ratio.low <= 1 <= end.ratio.high
     assert te.verdict(reps, eqs, [], "random")[0].startswith(
-        "**focus-standard: no detectable token advantage over random at 64.0k tokens**")
+        "**focus-standard: no detectable token advantage over random at 64.0k tokens**"
+    )
 
 
 def test_the_report_shows_tokens_curves_table_and_verdict(tmp_path):
@@ -113,13 +127,25 @@ def test_the_report_shows_tokens_curves_table_and_verdict(tmp_path):
         lang = language()
         src = ("random" if m == "random" else "focus", "standard", s)
         run = dict(lang="sw", method=m, objective=o, pseed=s)
-        write(tmp_path, paths.PRETRAIN_DIR + "/valid_curve.parquet",
-              pa.Table.from_pandas(lang.curve_blocks[src], preserve_index=False), **run)
-        write(tmp_path, paths.PRETRAIN_DIR + "/valid_blocks.parquet",
-              pa.Table.from_pandas(lang.blocks[src], preserve_index=False), **run)
+        write(
+            tmp_path,
+            paths.PRETRAIN_DIR + "/valid_curve.parquet",
+            pa.Table.from_pandas(lang.curve_blocks[src], preserve_index=False),
+            **run,
+        )
+        write(
+            tmp_path,
+            paths.PRETRAIN_DIR + "/valid_blocks.parquet",
+            pa.Table.from_pandas(lang.blocks[src], preserve_index=False),
+            **run,
+        )
         write(tmp_path, paths.PRETRAIN_DIR + "/stats.json", {"steps": 7, "uniform_valid_loss": 11.0}, **run)
-    build.write_report(filled_params({**PARAMS, "languages": ["sw"]}),
-                       _report({**PARAMS, "report": {"bootstrap_resamples": 200}}), plan, tmp_path)
+    build.write_report(
+        filled_params({**PARAMS, "languages": ["sw"]}),
+        _report({**PARAMS, "report": {"bootstrap_resamples": 200}}),
+        plan,
+        tmp_path,
+    )
     text = (tmp_path / paths.REPORT).read_text()
     assert "### What an initialisation is worth in tokens" in text
     assert "**focus-standard is worth more than the run's random's tokens at 64.0k tokens**" in text
@@ -134,10 +160,11 @@ def test_tokens_to_the_sources_bits_per_byte():
     """Causal runs' bits per byte, 3 − 0.25 log2(t / 1000) for random (3.5 at 0) and random's at 4 t for focus:
     the source's 1.5 is reached by random at 64,000 tokens (the run's end) and by focus at 16,000."""
     lang = language()
-    for (m, o, s) in list(lang.curve_blocks):
+    for m, o, s in list(lang.curve_blocks):
         bits = [3.5 if t == 0 else 3.0 - 0.25 * math.log2((t if m == "random" else 4 * t) / 1000) for t in TOKENS]
-        lang.curves[(m, o, s)] = pd.DataFrame({"step": range(len(TOKENS)), "tokens_seen": TOKENS,
-                                               "valid_bits_per_byte": np.array(bits) + 0.001 * (s - 2)})
+        lang.curves[(m, o, s)] = pd.DataFrame(
+            {"step": range(len(TOKENS)), "tokens_seen": TOKENS, "valid_bits_per_byte": np.array(bits) + 0.001 * (s - 2)}
+        )
     reps = te.replicate(te.read_curves(lang), resamples=200, seed=1)
     reach = te.bits_crossings(lang, reps, 1.5, 200, 1, 0.95)
     assert reach[("focus", "standard")].value == pytest.approx(16000, rel=1e-3)

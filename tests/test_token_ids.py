@@ -40,6 +40,7 @@ def _ids(tokenizer, n: int = 2000) -> list[list[int]]:
 
 # ------------------------------------------------------------------ the list packing this replaces, verbatim
 
+
 def _old_pack(lines, seq_len, eos):
     blocks, block = [], []
     for ids in lines:
@@ -57,8 +58,11 @@ def _old_pack(lines, seq_len, eos):
 def _old_pack_ids(tokenizer, sequences, seq_len, kind):
     prefix, suffix = special_tokens_around(tokenizer)
     room = seq_len - len(prefix) - len(suffix)
-    return _old_pack((prefix + [int(i) for i in line[:room]] + suffix for line in sequences), seq_len,
-                     tokenizer.eos_token_id if kind == "causal" else None)
+    return _old_pack(
+        (prefix + [int(i) for i in line[:room]] + suffix for line in sequences),
+        seq_len,
+        tokenizer.eos_token_id if kind == "causal" else None,
+    )
 
 
 def _old_order(blocks, length, seed):
@@ -82,7 +86,9 @@ def test_blocks_and_order_equal_the_list_packing(request, tmp_path, monkeypatch,
     new = PackedBlocks(TokenIds(tmp_path / "train", tokenizer), tokenizer, seq_len, kind=kind)
     old = _old_pack_ids(tokenizer, ids, seq_len, kind)
     assert len(new) == len(old) > 10 and list(new) == old
-    assert list(PackedBlocks(new.split, tokenizer, seq_len, kind=kind, lines=50)) == _old_pack_ids(tokenizer, ids[:50], seq_len, kind)
+    assert list(PackedBlocks(new.split, tokenizer, seq_len, kind=kind, lines=50)) == _old_pack_ids(
+        tokenizer, ids[:50], seq_len, kind
+    )
     length = 2 * len(old) + 7  # three passes, three permutations
     steps = StepBlocks(new, length, seed=11)
     assert [steps[i]["input_ids"].tolist() for i in range(length)] == _old_order(old, length, 11)
@@ -112,7 +118,7 @@ def test_offsets_widen_to_uint64_past_the_uint32_bound(tmp_path, sw_wp, monkeypa
     ids = _ids(sw_wp, 300)
     with IdsWriter(tmp_path / "s", sw_wp) as w:
         for a in range(0, len(ids), 7):  # batches of 7 lines: the bound is passed inside the run
-            part = ids[a: a + 7]
+            part = ids[a : a + 7]
             w.append(np.array([len(x) for x in part]), np.array([i for x in part for i in x]))
     offsets = np.load(tmp_path / "s" / "offsets.npy")
     assert offsets.dtype == np.uint64 and offsets[-1] > 1000 and offsets.size == len(ids) + 1
@@ -142,13 +148,16 @@ def _garbage(path):
     path.write_bytes(b"not an array\n" * 20)
 
 
-@pytest.mark.parametrize("breaker, file, words", [
-    (_truncate, "ids.npy", ["ids.npy", "truncated or corrupt"]),
-    (_garbage, "ids.npy", ["ids.npy", "not a readable .npy"]),
-    (_truncate, "offsets.npy", ["offsets.npy", "truncated or corrupt"]),
-    (_garbage, "meta.json", ["meta.json", "not a readable split header"]),
-    (os.unlink, "meta.json", ["no pre-tokenised split here"]),
-])
+@pytest.mark.parametrize(
+    "breaker, file, words",
+    [
+        (_truncate, "ids.npy", ["ids.npy", "truncated or corrupt"]),
+        (_garbage, "ids.npy", ["ids.npy", "not a readable .npy"]),
+        (_truncate, "offsets.npy", ["offsets.npy", "truncated or corrupt"]),
+        (_garbage, "meta.json", ["meta.json", "not a readable split header"]),
+        (os.unlink, "meta.json", ["no pre-tokenised split here"]),
+    ],
+)
 def test_broken_split_is_one_clear_error(tmp_path, sw_wp, breaker, file, words):
     token_ids.write_lines(tmp_path / "train", sw_wp, _ids(sw_wp, 100))
     breaker(tmp_path / "train" / file)
@@ -161,7 +170,9 @@ def test_broken_split_is_one_clear_error(tmp_path, sw_wp, breaker, file, words):
 
 def test_split_of_another_tokenizer_is_refused(tmp_path, sw_wp, sw_bpe):
     token_ids.write_lines(tmp_path / "train", sw_bpe, _ids(sw_bpe, 100))
-    with pytest.raises(VocabTransferError, match=r"train: written with another tokenizer .* rerun the pretokenize stage"):
+    with pytest.raises(
+        VocabTransferError, match=r"train: written with another tokenizer .* rerun the pretokenize stage"
+    ):
         TokenIds(tmp_path / "train", sw_wp)
 
 
@@ -173,8 +184,12 @@ def _old_collate(tokenizer, seed, items):
         rows.append(lm([item["input_ids"]]))
     width = max(r["input_ids"].shape[1] for r in rows)
     pad = {"labels": -100, "input_ids": tokenizer.pad_token_id or 0}
-    return {key: torch.cat([torch.nn.functional.pad(r[key], (0, width - r[key].shape[1]), value=pad.get(key, 0))
-                            for r in rows]) for key in rows[0]}
+    return {
+        key: torch.cat(
+            [torch.nn.functional.pad(r[key], (0, width - r[key].shape[1]), value=pad.get(key, 0)) for r in rows]
+        )
+        for key in rows[0]
+    }
 
 
 def test_masks_equal_the_full_collator_call(tmp_path, sw_wp):

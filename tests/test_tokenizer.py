@@ -39,7 +39,7 @@ def sw_lines() -> list[str]:
 
 
 def _batches(lines, size=500):
-    return [lines[i:i + size] for i in range(0, len(lines), size)]
+    return [lines[i : i + size] for i in range(0, len(lines), size)]
 
 
 @pytest.fixture(scope="module")
@@ -49,6 +49,7 @@ def minilm():
 
 # --- tiny source tokenizers in other families, trained on English text ----------------------
 
+
 @pytest.fixture(scope="module")
 def xlmr_like(tmp_path_factory):
     """Unigram with the ▁ Metaspace convention, <s> <pad> </s> <unk> first and <mask> last (as XLM-R)."""
@@ -56,14 +57,26 @@ def xlmr_like(tmp_path_factory):
     tok.normalizer = normalizers.Sequence([normalizers.NFKC(), normalizers.Replace(Regex(" {2,}"), " ")])
     tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Metaspace()])
     tok.decoder = decoders.Metaspace()
-    tok.train_from_iterator([_lines("en", 1500)], trainers.UnigramTrainer(
-        vocab_size=300, special_tokens=["<s>", "<pad>", "</s>", "<unk>"], unk_token="<unk>", show_progress=False))
+    tok.train_from_iterator(
+        [_lines("en", 1500)],
+        trainers.UnigramTrainer(
+            vocab_size=300, special_tokens=["<s>", "<pad>", "</s>", "<unk>"], unk_token="<unk>", show_progress=False
+        ),
+    )
     mask = AddedToken("<mask>", lstrip=True, special=True, normalized=False)
     tok.add_special_tokens([mask])
     tok.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0))
-    hf = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>",
-                                 pad_token="<pad>", cls_token="<s>", sep_token="</s>", mask_token=mask,
-                                 model_max_length=514)
+    hf = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token="<s>",
+        eos_token="</s>",
+        unk_token="<unk>",
+        pad_token="<pad>",
+        cls_token="<s>",
+        sep_token="</s>",
+        mask_token=mask,
+        model_max_length=514,
+    )
     path = tmp_path_factory.mktemp("xlmr_like")
     hf.save_pretrained(path)
     return AutoTokenizer.from_pretrained(path)
@@ -76,11 +89,18 @@ def gpt2_like(tmp_path_factory):
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     tok.post_processor = processors.ByteLevel(trim_offsets=True)
-    tok.train_from_iterator([_lines("en", 1500)], trainers.BpeTrainer(
-        vocab_size=400, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
+    tok.train_from_iterator(
+        [_lines("en", 1500)],
+        trainers.BpeTrainer(vocab_size=400, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False),
+    )
     tok.add_special_tokens(["<|endoftext|>"])
-    hf = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|endoftext|>", eos_token="<|endoftext|>",
-                                 unk_token="<|endoftext|>", model_max_length=1024)
+    hf = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token="<|endoftext|>",
+        eos_token="<|endoftext|>",
+        unk_token="<|endoftext|>",
+        model_max_length=1024,
+    )
     path = tmp_path_factory.mktemp("gpt2_like")
     hf.save_pretrained(path)
     return AutoTokenizer.from_pretrained(path)
@@ -91,13 +111,19 @@ def llama2_like(tmp_path_factory):
     """SentencePiece-style BPE: ▁ Metaspace without splitting, byte_fallback, <s> prepended (as Llama-2)."""
     tok = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
     tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first", split=False)
-    tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
-                                     decoders.Strip(" ", 1, 0)])
-    tok.train_from_iterator([_lines("en", 1500)], trainers.BpeTrainer(
-        vocab_size=300, special_tokens=["<unk>", "<s>", "</s>"], show_progress=False))
-    tok.post_processor = processors.TemplateProcessing(single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", 1)])
-    hf = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>",
-                                 model_max_length=4096)
+    tok.decoder = decoders.Sequence(
+        [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(), decoders.Strip(" ", 1, 0)]
+    )
+    tok.train_from_iterator(
+        [_lines("en", 1500)],
+        trainers.BpeTrainer(vocab_size=300, special_tokens=["<unk>", "<s>", "</s>"], show_progress=False),
+    )
+    tok.post_processor = processors.TemplateProcessing(
+        single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", 1)]
+    )
+    hf = PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>", model_max_length=4096
+    )
     path = tmp_path_factory.mktemp("llama2_like")
     hf.save_pretrained(path)
     return AutoTokenizer.from_pretrained(path)
@@ -114,6 +140,7 @@ def _ids(tok) -> dict[str, int]:
 
 # --- the stage, with the real MiniLM (WordPiece) source ---------------------------------------
 
+
 @pytest.fixture
 def stage_dir(tmp_path, monkeypatch, sw_lines):
     monkeypatch.chdir(tmp_path)
@@ -127,9 +154,14 @@ def stage_dir(tmp_path, monkeypatch, sw_lines):
 
 
 def _params(**tokenizer):
-    return validate_params({"languages": ["sw"], "source_model": MINILM,
-                            "corpus": {"sources": {"sw": {"path": "pretrain_text/sw.txt"}}},
-                            "tokenizer": {"vocab_size": 500, "min_frequency": 2, **tokenizer}})
+    return validate_params(
+        {
+            "languages": ["sw"],
+            "source_model": MINILM,
+            "corpus": {"sources": {"sw": {"path": "pretrain_text/sw.txt"}}},
+            "tokenizer": {"vocab_size": 500, "min_frequency": 2, **tokenizer},
+        }
+    )
 
 
 def test_stage_trains_wordpiece_like_minilm(stage_dir, minilm):
@@ -142,12 +174,19 @@ def test_stage_trains_wordpiece_like_minilm(stage_dir, minilm):
     # MiniLM's special tokens, ids 0.. in the order of their MiniLM ids (0, 100, 101, 102, 103)
     assert _ids(target) == {"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3, "[MASK]": 4}
     assert (target.cls_token, target.sep_token, target.pad_token, target.mask_token, target.unk_token) == (
-        "[CLS]", "[SEP]", "[PAD]", "[MASK]", "[UNK]")
+        "[CLS]",
+        "[SEP]",
+        "[PAD]",
+        "[MASK]",
+        "[UNK]",
+    )
     assert target.model_max_length == minilm.model_max_length == 512
     assert any(t.startswith("##") for t in target.get_vocab())
     # MiniLM's normalizer: lowercasing and accent stripping carry over
     for text in ("Héllo WÖRLD Çà", "Habari ZA Asubuhi"):
-        assert target.backend_tokenizer.normalizer.normalize_str(text) == minilm.backend_tokenizer.normalizer.normalize_str(text)
+        assert target.backend_tokenizer.normalizer.normalize_str(
+            text
+        ) == minilm.backend_tokenizer.normalizer.normalize_str(text)
     assert target.tokenize("YESU ALIMWAMBIA") == target.tokenize("yesu alimwambia")
     # MiniLM's [CLS] … [SEP] template with the new ids, and a sensible round trip
     ids = target(SENTENCE)["input_ids"]
@@ -181,6 +220,7 @@ def test_iter_text_batches_streams_in_order(stage_dir, sw_lines):
 
 
 # --- other families -------------------------------------------------------------------------
+
 
 def test_unigram_keeps_metaspace_and_xlmr_specials(xlmr_like, sw_lines, tmp_path):
     assert detect_family(xlmr_like) == ("unigram", "unigram")
@@ -244,11 +284,25 @@ def test_canonical_unigram_orders_added_characters_and_ties():
     ladder = [lowest, lowest + 0.0001, lowest + 0.0001 + 0.0001]
     # the trainer added x, a, m with ladder scores in hash order; sorted, a m x get the ladder in turn;
     # "ab" and "ba" tie after rounding; "<unk>" is special
-    vocab = [["<unk>", 0.0], ["ba", -2.0000000000000004], ["ab", -2.0], ["x", ladder[0]], ["a", ladder[1]],
-             ["m", ladder[2]], ["q", -5.0]]
+    vocab = [
+        ["<unk>", 0.0],
+        ["ba", -2.0000000000000004],
+        ["ab", -2.0],
+        ["x", ladder[0]],
+        ["a", ladder[1]],
+        ["m", ladder[2]],
+        ["q", -5.0],
+    ]
     spec = canonical_unigram({"model": {"type": "Unigram", "unk_id": 0, "vocab": vocab}}, n_special=1)
-    assert spec["model"]["vocab"] == [["<unk>", 0.0], ["ab", -2.0], ["ba", -2.0], ["q", -5.0],
-                                      ["x", round(ladder[2], 6)], ["m", round(ladder[1], 6)], ["a", round(ladder[0], 6)]]
+    assert spec["model"]["vocab"] == [
+        ["<unk>", 0.0],
+        ["ab", -2.0],
+        ["ba", -2.0],
+        ["q", -5.0],
+        ["x", round(ladder[2], 6)],
+        ["m", round(ladder[1], 6)],
+        ["a", round(ladder[0], 6)],
+    ]
     assert spec["model"]["unk_id"] == 0
 
 
@@ -263,6 +317,7 @@ def test_vocab_size_too_small_for_byte_fallback(llama2_like, sw_lines):
 
 
 # --- loading a target tokenizer -------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def saved_target(minilm, tmp_path_factory):
@@ -283,12 +338,15 @@ def _copy(src, dst):
     return dst
 
 
-@pytest.mark.parametrize("damage, message", [
-    ("missing_dir", r"tokenizer directory not found"),
-    ("missing_json", r"tokenizer\.json: file missing"),
-    ("truncated_json", r"tokenizer\.json: corrupt tokenizer file"),
-    ("bad_model", r"tokenizer\.json: corrupt tokenizer file"),
-])
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        ("missing_dir", r"tokenizer directory not found"),
+        ("missing_json", r"tokenizer\.json: file missing"),
+        ("truncated_json", r"tokenizer\.json: corrupt tokenizer file"),
+        ("bad_model", r"tokenizer\.json: corrupt tokenizer file"),
+    ],
+)
 def test_load_target_tokenizer_errors(saved_target, tmp_path, damage, message):
     path = tmp_path / "tok"
     if damage != "missing_dir":
@@ -323,7 +381,9 @@ def test_gemma_family_keeps_the_head_and_byte_tokens_at_the_source_ids(gemma_tok
     assert {t: tgt_vocab.get(t) for t in head} == head
     for name in ("bos_token", "eos_token", "pad_token", "unk_token", "mask_token"):
         assert target.convert_tokens_to_ids(getattr(target, name)) == src.convert_tokens_to_ids(getattr(src, name))
-    assert tgt_vocab["<start_of_turn>"] == 105 and "<unused6241>" not in tgt_vocab and "<start_of_image>" not in tgt_vocab
+    assert (
+        tgt_vocab["<start_of_turn>"] == 105 and "<unused6241>" not in tgt_vocab and "<start_of_image>" not in tgt_vocab
+    )
     spec, src_spec = (json.loads(t.backend_tokenizer.to_str()) for t in (target, src))
     for key in ("normalizer", "pre_tokenizer", "decoder", "post_processor"):
         assert spec[key] == src_spec[key], key
@@ -370,6 +430,8 @@ def test_gemma_family_keeps_the_head_and_byte_tokens_at_the_source_ids(gemma_tok
 
     assert special_token_clash(edited(swap_turns), src) == (
         "the target does not keep the source's 238 head tokens at their ids: id 105 is '<end_of_turn>' in the target "
-        "and '<start_of_turn>' in the source")
+        "and '<start_of_turn>' in the source"
+    )
     assert special_token_clash(edited(unflag_eos), src) == (
-        "the source's special token '<eos>' (id 1) is an ordinary token of the target (id 1)")
+        "the source's special token '<eos>' (id 1) is an ordinary token of the target (id 1)"
+    )

@@ -34,33 +34,50 @@ def lines(path, n):
 @pytest.fixture(scope="module")
 def fasttext_models(tmp_path_factory, shared_data):
     """Word-level fastText (dim 16, one thread, fixed seed) on 4000 lines of English and Swahili."""
-    from vocabtransfer.data.fasttext_vectors import WordFasttextSettings, train_word_fasttext
+    from vocabtransfer.data.fasttext_models import WordFasttextSettings, train_word_fasttext
 
     out = tmp_path_factory.mktemp("wechsel")
     settings = dict(dim=16, epochs=5, min_count=3, maxn=5)
-    en = train_word_fasttext(lines(shared_data / "pretrain_text" / "en.txt", 4000), out / "en.bin",
-                             WordFasttextSettings(minn=3, **settings), seed=1, threads=1)
-    sw = train_word_fasttext(lines(shared_data / "pretrain_text" / "sw.txt", 4000), out / "sw.bin",
-                             WordFasttextSettings(minn=4, **settings), seed=1, threads=1)
+    en = train_word_fasttext(
+        lines(shared_data / "pretrain_text" / "en.txt", 4000),
+        out / "en.bin",
+        WordFasttextSettings(minn=3, **settings),
+        seed=1,
+        threads=1,
+    )
+    sw = train_word_fasttext(
+        lines(shared_data / "pretrain_text" / "sw.txt", 4000),
+        out / "sw.bin",
+        WordFasttextSettings(minn=4, **settings),
+        seed=1,
+        threads=1,
+    )
     dictionary = out / "swahili.txt"
-    dictionary.write_text("\n".join(lines(shared_data / "wechsel_dicts" / "swahili.txt", 2500)) + "\n", encoding="utf-8")
+    dictionary.write_text(
+        "\n".join(lines(shared_data / "wechsel_dicts" / "swahili.txt", 2500)) + "\n", encoding="utf-8"
+    )
     return {"dir": out, "en": en, "sw": sw, "dictionary": dictionary}
 
 
 def frequent_words(ft, n, skip=0):
     """The model's most frequent alphabetic lower-case words (fastText lists words by frequency)."""
     words = [w for w in ft.get_words() if w.isalpha() and w.islower()]
-    return words[skip:skip + n]
+    return words[skip : skip + n]
 
 
 def make_problem(source_tok, target_tok, resources, seed=0, overlap=()):
     emb = torch.randn(len(source_tok), 8, generator=torch.Generator().manual_seed(5))
     s, t = source_tok.get_vocab(), target_tok.get_vocab()
     return TransferProblem(
-        source_embeddings=emb, source_tokenizer=source_tok, target_tokenizer=target_tok,
+        source_embeddings=emb,
+        source_tokenizer=source_tok,
+        target_tokenizer=target_tok,
         overlap_target_ids=np.array([t[w] for w in overlap], dtype=np.int64),
         overlap_source_ids=np.array([s[w] for w in overlap], dtype=np.int64),
-        seed=seed, lang="sw", resources={k: str(v) for k, v in resources.items()})
+        seed=seed,
+        lang="sw",
+        resources={k: str(v) for k, v in resources.items()},
+    )
 
 
 @pytest.fixture(scope="module")
@@ -68,8 +85,11 @@ def en_sw(fasttext_models):
     m = fasttext_models
     source = wordlevel(frequent_words(m["en"], 300))
     target = wordlevel(frequent_words(m["sw"], 300) + ["the", NO_NGRAMS])  # "the": also a source token
-    resources = {"source_fasttext": m["dir"] / "en.bin", "target_fasttext": m["dir"] / "sw.bin",
-                 "dictionary": m["dictionary"]}
+    resources = {
+        "source_fasttext": m["dir"] / "en.bin",
+        "target_fasttext": m["dir"] / "sw.bin",
+        "dictionary": m["dictionary"],
+    }
     problem = make_problem(source, target, resources)
     return problem, run_method("wechsel", problem)
 
@@ -132,7 +152,9 @@ def test_rows_are_softmax_weighted_convex_combinations(en_sw):
     assert ((out[combined] >= lo - 1e-5) & (out[combined] <= hi + 1e-5)).all()  # inside the hull's box
 
     for tok in SPECIALS:  # copied by string
-        assert torch.equal(out[problem.target_tokenizer.get_vocab()[tok]], emb[problem.source_tokenizer.get_vocab()[tok]])
+        assert torch.equal(
+            out[problem.target_tokenizer.get_vocab()[tok]], emb[problem.source_tokenizer.get_vocab()[tok]]
+        )
     # a token without any fastText n-gram keeps the seeded random row, with its reason
     no_vec = problem.target_tokenizer.get_vocab()[NO_NGRAMS]
     assert torch.equal(out[no_vec], run_method("random", problem).embeddings[no_vec])
@@ -179,14 +201,19 @@ def test_copy_overlap_option_and_overlap_default(en_sw):
     assert result.stats["reasons"]["copied"] == {"special token (same string)": 3}  # default: specials only
 
 
-@pytest.mark.parametrize("change, message", [
-    (dict(drop="source_fasttext"), "no source_fasttext given"),
-    (dict(dictionary="missing.txt"), "missing.txt: bilingual dictionary not found"),
-    (dict(drop="dictionary", options={"dictionaries": {"de": "german.txt"}}),
-     "init.wechsel.dictionaries: no bilingual dictionary for language 'sw'"),
-    (dict(options={"neighbors": 0}), "init.wechsel.neighbors: 0 is less than the minimum of 1"),
-    (dict(options={"temperature": -1}), "init.wechsel.temperature: -1 is less than or equal to the minimum of 0"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (dict(drop="source_fasttext"), "no source_fasttext given"),
+        (dict(dictionary="missing.txt"), "missing.txt: bilingual dictionary not found"),
+        (
+            dict(drop="dictionary", options={"dictionaries": {"de": "german.txt"}}),
+            "init.wechsel.dictionaries: no bilingual dictionary for language 'sw'",
+        ),
+        (dict(options={"neighbors": 0}), "init.wechsel.neighbors: 0 is less than the minimum of 1"),
+        (dict(options={"temperature": -1}), "init.wechsel.temperature: -1 is less than or equal to the minimum of 0"),
+    ],
+)
 def test_bad_inputs_are_one_line_errors(en_sw, tmp_path, change, message):
     problem, _ = en_sw
     resources = dict(problem.resources)

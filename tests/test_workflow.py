@@ -48,8 +48,12 @@ def workdir(workflow_run):
 def test_snakemake_builds_every_artefact(workdir):
     work, _, params = workdir
     for lang in params["languages"]:
-        for template in DETERMINISTIC + ["results/{lang}/fasttext/model.bin", "results/{lang}/corpus/stats.json",
-                                         "results/{lang}/overlap/stats.json", "results/{lang}/pretokenized/stats.json"]:
+        for template in DETERMINISTIC + [
+            "results/{lang}/fasttext/model.bin",
+            "results/{lang}/corpus/stats.json",
+            "results/{lang}/overlap/stats.json",
+            "results/{lang}/pretokenized/stats.json",
+        ]:
             assert (work / template.format(lang=lang)).stat().st_size > 0, template
         # one log and one benchmark table per job
         for stage in ("corpus", "tokenizer", "pretokenize", "fasttext", "overlap"):
@@ -71,13 +75,16 @@ def test_init_eval_focus_ranks_above_random_right_after_initialisation(workdir):
     assert set(params["init"]["methods"]) | {"source"} <= set(rows.index)
     # the unigram floor on the methods' own tokens, every method's per-block sums beside it
     assert list(floor.index) == ["floor:unigram-target"] and 0 < floor.loc["floor:unigram-target", "loss"] < 9
-    assert all(list(tokens) == list(floor.loc["floor:unigram-target", "block_tokens"])
-               for tokens in rows.drop(index="source")["block_tokens"])
+    assert all(
+        list(tokens) == list(floor.loc["floor:unigram-target", "block_tokens"])
+        for tokens in rows.drop(index="source")["block_tokens"]
+    )
     assert rows["loss"].notna().all() and (rows["loss"] > 0).all()
     # ranked on the calibrated loss (the raw loss right after initialisation mostly measures how
     # over-confident the copied embeddings make the head; see init_eval)
     assert rows.loc["focus", "calibrated_loss"] < rows.loc["random", "calibrated_loss"], table[
-        ["method", "loss", "calibrated_loss"]].to_string()
+        ["method", "loss", "calibrated_loss"]
+    ].to_string()
     assert (rows["calibrated_loss"] <= rows["loss"] + 1e-9).all() and (rows["temperature"] > 0).all()
     # every method's directory: embeddings, stats and a model that loads with transformers alone
     for method in params["init"]["methods"]:
@@ -86,8 +93,9 @@ def test_init_eval_focus_ranks_above_random_right_after_initialisation(workdir):
     # the second pretraining seed of a pretrained method redraws its random rows, and only those
     from safetensors.torch import load_file
 
-    first, second = (load_file(work / f"results/sw/init/random/pseed{s}/embeddings.safetensors")["input_embeddings"]
-                     for s in (1, 2))
+    first, second = (
+        load_file(work / f"results/sw/init/random/pseed{s}/embeddings.safetensors")["input_embeddings"] for s in (1, 2)
+    )
     stats = json.loads((work / "results/sw/init/random/pseed2/stats.json").read_text())
     assert (stats["pseed"], stats["seed"]) == (2, params["seed"] + 1000)
     differ = (first != second).any(dim=1)
@@ -119,15 +127,16 @@ def test_the_hypernet_stage_trains_once_for_the_source_and_its_init_job_applies_
     assert len({row["vocab"] for row in stats["curve"]}) == options["steps"] // options["steps_per_tokenizer"]
     assert (work / "results/source/hypernet/hypernet.safetensors").is_file()
     assert sorted(p.name for p in (work / "checkpoints/source/hypernet").glob("checkpoint-*")) == [
-        "checkpoint-10", "checkpoint-5"]
+        "checkpoint-10",
+        "checkpoint-5",
+    ]
     init = json.loads((work / "results/sw/init/hypernet/pseed1/stats.json").read_text())
     assert init["method_stats"]["hypernet_rows"] > 0.9 * params["tokenizer"]["vocab_size"]
     rows = pq.read_table(work / "results/sw/init_eval.parquet").to_pandas().set_index("method")
     assert rows.loc["hypernet", "loss"] > 0
 
 
-def test_dvc_repro_reproduces_the_same_artefacts_and_params_change_marks_exactly_fasttext(
-        workdir, tmp_path_factory):
+def test_dvc_repro_reproduces_the_same_artefacts_and_params_change_marks_exactly_fasttext(workdir, tmp_path_factory):
     work, env, params = workdir
     # the same DAG through DVC in a fresh checkout-like directory
     fresh = tmp_path_factory.mktemp("dvc")
@@ -144,8 +153,13 @@ def test_dvc_repro_reproduces_the_same_artefacts_and_params_change_marks_exactly
     # Snakemake, like DVC, takes the modules a job runs as an input, one fingerprint file of their sha256:
     # its own method's, not the others'
     shown = run_command([str(BIN / "snakemake"), "-n", "-p", "-f", "results/sw/init/focus/pseed1"], work, env)
-    job_input = next(line for block in shown.split("\n\n") if "rule init:" in block
-                     for line in block.splitlines() if line.strip().startswith("input:"))
+    job_input = next(
+        line
+        for block in shown.split("\n\n")
+        if "rule init:" in block
+        for line in block.splitlines()
+        if line.strip().startswith("input:")
+    )
     code = (work / next(p.strip() for p in job_input.split(":", 1)[1].split(",") if "/code/init-" in p)).read_text()
     assert "src/vocabtransfer/init/methods/focus.py" in code and "src/vocabtransfer/init/initialise.py" in code
     assert "init/methods/wechsel.py" not in code
@@ -166,10 +180,19 @@ def test_dvc_repro_reproduces_the_same_artefacts_and_params_change_marks_exactly
 
     jobs = snakemake_jobs(run_command([str(BIN / "snakemake"), "-n", *targets(params)], work, env))
     n = len(params["languages"])
-    assert {k: jobs.get(k) for k in ("fasttext", "init", "init_eval", "pretrain", "token_frequency_loss", "report")} == {
-        "fasttext": n, "init": n * len(availability.init_runs(Params(params))), "init_eval": n,
-        "pretrain": n * len(availability.pretrain_runs(Params(params))), "token_frequency_loss": n, "report": 1}, jobs
-    assert not {"corpus", "tokenizer", "pretokenize", "overlap", "source_head", "source_snmf", "word_fasttext"} & set(jobs)
+    assert {
+        k: jobs.get(k) for k in ("fasttext", "init", "init_eval", "pretrain", "token_frequency_loss", "report")
+    } == {
+        "fasttext": n,
+        "init": n * len(availability.init_runs(Params(params))),
+        "init_eval": n,
+        "pretrain": n * len(availability.pretrain_runs(Params(params))),
+        "token_frequency_loss": n,
+        "report": 1,
+    }, jobs
+    assert not {"corpus", "tokenizer", "pretokenize", "overlap", "source_head", "source_snmf", "word_fasttext"} & set(
+        jobs
+    )
 
 
 def test_init_artefacts_are_byte_identical_when_recomputed(workdir, tmp_path):
@@ -181,8 +204,14 @@ def test_init_artefacts_are_byte_identical_when_recomputed(workdir, tmp_path):
 
     work, env, params = workdir
     again = tmp_path / "again"
-    for part in ("results/source/model", "results/sw/tokenizer", "results/sw/overlap", "results/sw/fasttext",
-                 "results/sw/corpus", "results/sw/pretokenized"):
+    for part in (
+        "results/source/model",
+        "results/sw/tokenizer",
+        "results/sw/overlap",
+        "results/sw/fasttext",
+        "results/sw/corpus",
+        "results/sw/pretokenized",
+    ):
         (again / part).parent.mkdir(parents=True, exist_ok=True)
         (again / part).symlink_to(work / part)
     recomputed = ["focus", "snmf"]
@@ -196,8 +225,11 @@ def test_init_artefacts_are_byte_identical_when_recomputed(workdir, tmp_path):
     run_command([str(BIN / "vocabtransfer"), "source_snmf", *common], again, env)
     assert digest(again / "results/source/snmf.safetensors") == digest(work / "results/source/snmf.safetensors")
     for method in recomputed:
-        run_command([str(BIN / "vocabtransfer"), "init", "--lang", "sw", "--method", method, "--pseed", "1",
-                     *one_thread], again, env)
+        run_command(
+            [str(BIN / "vocabtransfer"), "init", "--lang", "sw", "--method", method, "--pseed", "1", *one_thread],
+            again,
+            env,
+        )
         out = f"results/sw/init/{method}/{pseed1}"
         files = sorted(p.relative_to(work / out) for p in (work / out).rglob("*.safetensors"))
         assert any(str(f).startswith("model") for f in files), files
@@ -208,11 +240,29 @@ def test_init_artefacts_are_byte_identical_when_recomputed(workdir, tmp_path):
     assert first.equals(second)
     # a pretraining run of the second pretraining seed, recomputed: the same metrics and valid blocks
     (again / "results/sw/init/focus/pseed2").symlink_to(work / "results/sw/init/focus/pseed2")
-    run_command([str(BIN / "vocabtransfer"), "pretrain", "--lang", "sw", "--method", "focus", "--objective", "selfish",
-                 "--pseed", "2", *one_thread], again, env)
+    run_command(
+        [
+            str(BIN / "vocabtransfer"),
+            "pretrain",
+            "--lang",
+            "sw",
+            "--method",
+            "focus",
+            "--objective",
+            "selfish",
+            "--pseed",
+            "2",
+            *one_thread,
+        ],
+        again,
+        env,
+    )
     run_dir = "results/sw/pretrain/focus/selfish/pseed2"
-    for name, drop in (("metrics.parquet", ["tokens_per_second"]), ("valid_blocks.parquet", []),
-                       ("valid_curve.parquet", [])):
+    for name, drop in (
+        ("metrics.parquet", ["tokens_per_second"]),
+        ("valid_blocks.parquet", []),
+        ("valid_curve.parquet", []),
+    ):
         first, second = (pq.read_table(d / run_dir / name).drop(drop).to_pandas() for d in (work, again))
         assert first.equals(second), name  # pandas: NaN (no valid loss at that step) equals NaN
     # a fine-tuning evaluation of that model, recomputed: the same per-example scores and metrics
@@ -220,8 +270,23 @@ def test_init_artefacts_are_byte_identical_when_recomputed(workdir, tmp_path):
     assert model in params["eval"]["models"]
     (again / "results/sw/pretrain/focus/standard").mkdir(parents=True)
     (again / "results/sw/pretrain/focus/standard/pseed2").symlink_to(work / "results/sw/pretrain/focus/standard/pseed2")
-    run_command([str(BIN / "vocabtransfer"), "finetune_eval", "--lang", "sw", "--task", "ner", "--model", model,
-                 "--seed", "1", *common], again, env)
+    run_command(
+        [
+            str(BIN / "vocabtransfer"),
+            "finetune_eval",
+            "--lang",
+            "sw",
+            "--task",
+            "ner",
+            "--model",
+            model,
+            "--seed",
+            "1",
+            *common,
+        ],
+        again,
+        env,
+    )
     result = f"results/sw/eval/ner/{model}/seed1.json"
     first, second = (json.loads((d / result).read_text()) for d in (work, again))
     for key in ("metrics", "examples"):
@@ -249,8 +314,9 @@ def test_pretraining_analyses_and_downstream_evaluation_reach_the_report(workdir
             assert stats["final_valid_loss"] == pytest.approx(valid["valid_loss"].iloc[-1])
             assert stats["pseed"] == pseed and stats["seed"] == params["seed"] + 1000 * (pseed - 1)
             blocks = pq.read_table(run_dir / "valid_blocks.parquet").to_pandas()
-            assert blocks["loss_sum"].sum() / blocks["n_tokens"].sum() == pytest.approx(stats["final_valid_loss"],
-                                                                                        rel=1e-4)
+            assert blocks["loss_sum"].sum() / blocks["n_tokens"].sum() == pytest.approx(
+                stats["final_valid_loss"], rel=1e-4
+            )
             if pseed > 1:
                 continue  # the gradient decomposition is drawn for the first pretraining seed
             grads = pq.read_table(work / f"results/{lang}/gradients/{method}/{objective}/pseed1.parquet").to_pandas()
@@ -273,12 +339,17 @@ def test_pretraining_analyses_and_downstream_evaluation_reach_the_report(workdir
                 assert floor["examples"]["ids"] == result["examples"]["ids"]
     model = work / "results/sw/pretrain/focus/selfish/pseed2/model"
     assert AutoModelForMaskedLM.from_pretrained(model).get_input_embeddings().weight.shape[0] == len(
-        AutoTokenizer.from_pretrained(model))
+        AutoTokenizer.from_pretrained(model)
+    )
     report = (work / "results/report.md").read_text()
     assert report.split("\n## ")[1].startswith("Verdict\n")  # the verdict comes first
     assert params["languages"] == ["sw"]
-    for heading in ("## sw", "## What was skipped and why", "### Comparisons",
-                    "### What an initialisation is worth in tokens"):
+    for heading in (
+        "## sw",
+        "## What was skipped and why",
+        "### Comparisons",
+        "### What an initialisation is worth in tokens",
+    ):
         assert heading in report, heading
     # what focus is worth in random's tokens: a verdict bullet per focus run (against random-standard for selfish,
     # which random is not pretrained with), its table, and the floors
@@ -303,8 +374,17 @@ def _restore_params(work: Path, params: dict) -> None:
 
 # the stages of one pretraining job and everything upstream of it, for sw
 PRETRAIN_TARGET = "pretrain_focus_standard_pseed1@sw"
-UPSTREAM_STAGES = ["source_model", "corpus@sw", "tokenizer@sw", "pretokenize@sw", "fasttext@sw", "overlap@sw",
-                   "source_head", "init_focus_pseed1@sw", PRETRAIN_TARGET]
+UPSTREAM_STAGES = [
+    "source_model",
+    "corpus@sw",
+    "tokenizer@sw",
+    "pretokenize@sw",
+    "fasttext@sw",
+    "overlap@sw",
+    "source_head",
+    "init_focus_pseed1@sw",
+    PRETRAIN_TARGET,
+]
 
 
 @pytest.fixture(scope="module")
@@ -325,15 +405,27 @@ def test_dvc_remote_push_then_pull_gives_byte_identical_artefacts(dvc_tracked, t
     the outputs gone, `dvc pull`: the same bytes back."""
     work, env, _ = dvc_tracked
     store = tmp_path / "store"
-    bad = subprocess.run([str(BIN / "vocabtransfer"), "remote", str(tmp_path / "missing")], cwd=work, env=env,
-                         capture_output=True, text=True)
+    bad = subprocess.run(
+        [str(BIN / "vocabtransfer"), "remote", str(tmp_path / "missing")],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert bad.returncode == 1 and "missing is not a directory" in bad.stderr and len(bad.stderr.splitlines()) == 1
     store.mkdir()
     run_command([str(BIN / "vocabtransfer"), "remote", str(store)], work, env)
     assert f"url = {store}" in (work / ".dvc/config").read_text()
     stages = ["corpus@sw", "overlap@sw"]
-    files = [work / f for f in ("results/sw/corpus/train.parquet", "results/sw/corpus/valid.parquet",
-                                "results/sw/overlap/overlap.parquet", "results/sw/overlap/stats.json")]
+    files = [
+        work / f
+        for f in (
+            "results/sw/corpus/train.parquet",
+            "results/sw/corpus/valid.parquet",
+            "results/sw/overlap/overlap.parquet",
+            "results/sw/overlap/stats.json",
+        )
+    ]
     before = {f: digest(f) for f in files}
     run_command([str(BIN / "dvc"), "push", "-q", *stages], work, env)
     kept = tmp_path / "cache"  # the local cache moved away (and back after: the next test needs all of it)
@@ -354,8 +446,11 @@ def test_dvc_exp_run_sweeps_a_parameter_and_exp_show_lists_it(dvc_tracked):
     `dvc exp show` lists the experiment with its parameter; a key that is no parameter is refused."""
     work, env, params = dvc_tracked
     steps = params["pretrain"]["steps"] // 2
-    out = run_command([str(BIN / "dvc"), "exp", "run", "-n", "half-steps", "-S", f"pretrain.steps={steps}",
-                       PRETRAIN_TARGET], work, env)
+    out = run_command(
+        [str(BIN / "dvc"), "exp", "run", "-n", "half-steps", "-S", f"pretrain.steps={steps}", PRETRAIN_TARGET],
+        work,
+        env,
+    )
     assert "Running stage 'pretrain_focus_standard_pseed1@sw'" in out and "Running stage 'init" not in out
     stats = json.loads((work / "results/sw/pretrain/focus/standard/pseed1/stats.json").read_text())
     assert stats["steps"] == steps
@@ -367,8 +462,13 @@ def test_dvc_exp_run_sweeps_a_parameter_and_exp_show_lists_it(dvc_tracked):
     assert revs["pretrain"]["steps"] == steps
     # a key that is not a parameter: DVC refuses it, naming it; appended with +, DVC writes it (no stage
     # reads it, so nothing reruns) and the workflow refuses the params file, naming the key
-    refused = subprocess.run([str(BIN / "dvc"), "exp", "run", "-S", "pretrain.stepz=3", PRETRAIN_TARGET], cwd=work,
-                             env=env, capture_output=True, text=True)
+    refused = subprocess.run(
+        [str(BIN / "dvc"), "exp", "run", "-S", "pretrain.stepz=3", PRETRAIN_TARGET],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert refused.returncode != 0 and "pretrain.stepz" in refused.stdout + refused.stderr
     run_command([str(BIN / "dvc"), "exp", "run", "-S", "+pretrain.stepz=3", PRETRAIN_TARGET], work, env)
     assert yaml.safe_load((work / "params.yaml").read_text())["pretrain"]["stepz"] == 3

@@ -75,7 +75,9 @@ def read_parquet(path: str | os.PathLike, columns: list[str] | None = None) -> p
     try:
         table = pq.read_table(path)
     except Exception as exc:  # pyarrow raises several types for corrupt files
-        raise VocabTransferError(f"{path}: not a readable Parquet file ({brief(exc)}); delete it and rerun its stage") from exc
+        raise VocabTransferError(
+            f"{path}: not a readable Parquet file ({brief(exc)}); delete it and rerun its stage"
+        ) from exc
     if columns:
         missing = [c for c in columns if c not in table.column_names]
         if missing:
@@ -116,7 +118,9 @@ def load_tensors(path: str | os.PathLike, keys: list[str] | None = None) -> dict
     try:
         tensors = load_file(str(path))
     except Exception as exc:
-        raise VocabTransferError(f"{path}: not a readable safetensors file ({brief(exc)}); delete it and rerun its stage") from exc
+        raise VocabTransferError(
+            f"{path}: not a readable safetensors file ({brief(exc)}); delete it and rerun its stage"
+        ) from exc
     missing = [k for k in keys or [] if k not in tensors]
     if missing:
         raise VocabTransferError(f"{path}: missing tensor(s) {', '.join(missing)} (has {', '.join(sorted(tensors))})")
@@ -125,7 +129,9 @@ def load_tensors(path: str | os.PathLike, keys: list[str] | None = None) -> dict
 
 def write_json(obj, path: str | os.PathLike) -> None:
     with atomic_output(path) as tmp:
-        tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False, default=str) + "\n", encoding="utf-8")
+        tmp.write_text(
+            json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False, default=str) + "\n", encoding="utf-8"
+        )
 
 
 def read_text(path: str | os.PathLike, missing: str) -> str:

@@ -56,14 +56,16 @@ class Registry(MutableMapping[str, T], Generic[T]):
     def register(self, name: str) -> Callable[[T], T]:
         """`@registry.register("name")`: add the object under `name`; a name already taken is an error,
         except by the object its lazy reference names."""
+
         def add(obj: T) -> T:
             if name in self._entries:
                 taken = self._entries[name]
                 fulfils = name in self._lazy and isinstance(taken, str) and taken == _where(obj)
                 if not fulfils:
                     first = taken if isinstance(taken, str) else _where(taken)
-                    raise VocabTransferError(f"{self.kind} {name!r} is registered twice: by {first} and by "
-                                             f"{_where(obj)}; rename one of them")
+                    raise VocabTransferError(
+                        f"{self.kind} {name!r} is registered twice: by {first} and by {_where(obj)}; rename one of them"
+                    )
             self._verify(name, obj)
             self._entries[name] = obj
             self._lazy.discard(name)
@@ -97,7 +99,9 @@ class Registry(MutableMapping[str, T], Generic[T]):
         """The object, or one error naming the unknown name (and the params `key` it came from) and the known."""
         if name not in self._entries:
             where = f" ({key})" if key else ""
-            raise VocabTransferError(f"unknown {self.kind} {name!r}{where}; available: {', '.join(sorted(self._entries))}")
+            raise VocabTransferError(
+                f"unknown {self.kind} {name!r}{where}; available: {', '.join(sorted(self._entries))}"
+            )
         return self._resolved(name)
 
     def module_of(self, name: str) -> str:

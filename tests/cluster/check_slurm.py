@@ -51,8 +51,11 @@ IDENTICAL = [
     "results/sw/overlap/overlap.parquet",
     "results/source/model/model.safetensors",
     "results/source/snmf.safetensors",
-] + [f"results/sw/init/{m}/{f}" for m in OVERLAY["init"]["methods"]
-     for f in ("embeddings.safetensors", "model/model.safetensors")]
+] + [
+    f"results/sw/init/{m}/{f}"
+    for m in OVERLAY["init"]["methods"]
+    for f in ("embeddings.safetensors", "model/model.safetensors")
+]
 SACCT_FIELDS = ["JobID", "JobName", "Comment", "Partition", "ReqTRES", "State", "Elapsed", "WorkDir"]
 
 
@@ -79,16 +82,34 @@ def checkout(work: Path, params: dict) -> Path:
 def slurm_command(work: Path) -> list[str]:
     """snakemake with the SLURM profile; the paper-scale job sizes shrunk to the 2-core test node."""
     profile = yaml.safe_load((work / "workflow/profiles/slurm/config.yaml").read_text())
-    small = [f"{rule}:{res}={3000 if res == 'mem_mb' else 30}"
-             for rule, resources in profile["set-resources"].items() for res in resources]
-    return [str(BIN / "snakemake"), "--workflow-profile", "workflow/profiles/slurm",
-            "--max-threads", "2", "--default-resources", "mem_mb=3000", "runtime=30",
-            "--set-resources", *small, "--slurm-init-seconds-before-status-checks", "5"]
+    small = [
+        f"{rule}:{res}={3000 if res == 'mem_mb' else 30}"
+        for rule, resources in profile["set-resources"].items()
+        for res in resources
+    ]
+    return [
+        str(BIN / "snakemake"),
+        "--workflow-profile",
+        "workflow/profiles/slurm",
+        "--max-threads",
+        "2",
+        "--default-resources",
+        "mem_mb=3000",
+        "runtime=30",
+        "--set-resources",
+        *small,
+        "--slurm-init-seconds-before-status-checks",
+        "5",
+    ]
 
 
 def sacct(work: Path, since: str) -> list[dict]:
-    out = subprocess.run(["sacct", "-a", "-X", "-P", "-n", "-S", since, "-o", ",".join(SACCT_FIELDS)],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["sacct", "-a", "-X", "-P", "-n", "-S", since, "-o", ",".join(SACCT_FIELDS)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     rows = [dict(zip(SACCT_FIELDS, line.split("|"))) for line in out.splitlines() if line.strip()]
     rows = [r for r in rows if Path(r["WorkDir"]).resolve() == work.resolve()]
     for r in rows:
@@ -101,11 +122,14 @@ def sacct(work: Path, since: str) -> list[dict]:
 def cancel_while_running(rule: str, work: Path, proc: subprocess.Popen, cancelled: list[str]) -> None:
     """scancel every attempt of `rule`'s job a few seconds after it starts running."""
     while proc.poll() is None:
-        out = subprocess.run(["squeue", "-h", "-t", "RUNNING", "-o", "%i|%k|%Z"],
-                             capture_output=True, text=True).stdout
+        out = subprocess.run(["squeue", "-h", "-t", "RUNNING", "-o", "%i|%k|%Z"], capture_output=True, text=True).stdout
         for line in out.splitlines():
             jobid, comment, workdir = line.split("|")
-            if comment.startswith(f"rule_{rule}_") and Path(workdir).resolve() == work.resolve() and jobid not in cancelled:
+            if (
+                comment.startswith(f"rule_{rule}_")
+                and Path(workdir).resolve() == work.resolve()
+                and jobid not in cancelled
+            ):
                 time.sleep(3)
                 subprocess.run(["scancel", jobid], check=True)
                 cancelled.append(jobid)
@@ -116,9 +140,16 @@ def cancel_while_running(rule: str, work: Path, proc: subprocess.Popen, cancelle
 def runs(tmp_path_factory, shared_data):
     if shutil.which("sbatch") is None or subprocess.run(["scontrol", "ping"], capture_output=True).returncode:
         raise RuntimeError("no SLURM controller answers: start one with `tests/cluster/slurm.sh start`")
-    env = {**os.environ, "VOCABTRANSFER_DATA": str(shared_data), "PATH": f"{BIN}:{os.environ['PATH']}",
-           "PYTHONPATH": str(REPO / "src"), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1",
-           "VOCABTRANSFER_SLURM_PARTITION": "cpu", "VOCABTRANSFER_SLURM_GPU_PARTITION": "gpu"}
+    env = {
+        **os.environ,
+        "VOCABTRANSFER_DATA": str(shared_data),
+        "PATH": f"{BIN}:{os.environ['PATH']}",
+        "PYTHONPATH": str(REPO / "src"),
+        "HF_HUB_OFFLINE": "1",
+        "OMP_NUM_THREADS": "1",
+        "VOCABTRANSFER_SLURM_PARTITION": "cpu",
+        "VOCABTRANSFER_SLURM_GPU_PARTITION": "gpu",
+    }
     base = yaml.safe_load((REPO / "params.yaml").read_text())
     params = merge(merge(base, yaml.safe_load((REPO / "tests/workflow/params.yaml").read_text())), OVERLAY)
     root = tmp_path_factory.mktemp("cluster")
@@ -126,8 +157,9 @@ def runs(tmp_path_factory, shared_data):
     local = checkout(root / "local", params)
     started = time.time()
     with open(root / "local.log", "w") as log:
-        done = subprocess.run([str(BIN / "snakemake"), "--cores", "2"], cwd=local, env=env, stdout=log,
-                              stderr=subprocess.STDOUT)
+        done = subprocess.run(
+            [str(BIN / "snakemake"), "--cores", "2"], cwd=local, env=env, stdout=log, stderr=subprocess.STDOUT
+        )
     assert done.returncode == 0, (root / "local.log").read_text()[-8000:]
     local_seconds = time.time() - started
 
@@ -151,15 +183,25 @@ def runs(tmp_path_factory, shared_data):
     for r in jobs:
         r["run"] = 1 if r["JobID"] in first_ids else 2
     print_table(jobs, local_seconds, slurm_seconds)
-    return {"local": local, "work": work, "jobs": jobs, "cancelled": cancelled, "first_rc": first.returncode,
-            "first_log": (root / "first.log").read_text(), "params": params}
+    return {
+        "local": local,
+        "work": work,
+        "jobs": jobs,
+        "cancelled": cancelled,
+        "first_rc": first.returncode,
+        "first_log": (root / "first.log").read_text(),
+        "params": params,
+    }
 
 
 def print_table(jobs: list[dict], local_seconds: float, slurm_seconds: float) -> None:
     head = ("run", "job", "stage", "wildcards", "partition", "resources asked", "state", "elapsed")
-    rows = [(str(r["run"]), r["JobID"], r["rule"], r["wildcards"], r["Partition"], r["ReqTRES"],
-             r["State"], r["Elapsed"]) for r in jobs]
+    rows = [
+        (str(r["run"]), r["JobID"], r["rule"], r["wildcards"], r["Partition"], r["ReqTRES"], r["State"], r["Elapsed"])
+        for r in jobs
+    ]
     widths = [max(len(x) for x in col) for col in zip(head, *rows)]
+
     def line(cells):
         return "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |"
 

@@ -1,12 +1,12 @@
 """`vocabtransfer <stage> …`: every pipeline stage as a command, built from the stage table.
 
-    vocabtransfer corpus --lang sw            # run one stage on its own
-    vocabtransfer dvc-yaml --output dvc.yaml  # regenerate dvc.yaml
-    vocabtransfer dag                         # the DAG as a Mermaid flowchart (docs/stages.md)
-    vocabtransfer validate                    # check params.yaml against the schema
-    vocabtransfer validate --params params.yaml config/gemma.yaml   # an overlay laid over params.yaml
-    vocabtransfer params-doc                  # regenerate docs/parameters.md from the schema
-    vocabtransfer coverage                    # the coverage of the report's intervals, by simulation
+vocabtransfer corpus --lang sw            # run one stage on its own
+vocabtransfer dvc-yaml --output dvc.yaml  # regenerate dvc.yaml
+vocabtransfer dag                         # the DAG as a Mermaid flowchart (docs/stages.md)
+vocabtransfer validate                    # check params.yaml against the schema
+vocabtransfer validate --params params.yaml config/gemma.yaml   # an overlay laid over params.yaml
+vocabtransfer params-doc                  # regenerate docs/parameters.md from the schema
+vocabtransfer coverage                    # the coverage of the report's intervals, by simulation
 """
 
 from __future__ import annotations
@@ -57,14 +57,17 @@ def wildcard_help() -> dict[str, str]:
     }
 
 
-PARAMS_HELP = ("params files: the first is the config (default: params.yaml), each further one an overlay laid over "
-               "it key by key, as Snakemake's --configfile: --params params.yaml config/gemma.yaml (or --params "
-               "repeated)")
+PARAMS_HELP = (
+    "params files: the first is the config (default: params.yaml), each further one an overlay laid over "
+    "it key by key, as Snakemake's --configfile: --params params.yaml config/gemma.yaml (or --params "
+    "repeated)"
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="vocabtransfer", description=__doc__.splitlines()[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="vocabtransfer", description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--version", action="version", version=f"vocabtransfer {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="<stage or command>")
 
@@ -83,26 +86,40 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("dvc-yaml", parents=[common], help="generate dvc.yaml from the stage table")
     p.add_argument("--output", default="dvc.yaml", help="where to write (default: dvc.yaml; - for stdout)")
-    validate = ("validate params.yaml (and any overlays, laid over it as Snakemake's --configfile lays them) against "
-                "the params schema and the cross-key rules, and check the plan as `snakemake -n` does before any job "
-                "(data files, what the source model can run, lm-eval task names); ends with one line saying it is "
-                "valid and how many jobs the plan has (--print: the merged params with every default); a bad config "
-                "prints one `error:` line per problem, naming the file, the key and the fix")
-    p = sub.add_parser("validate", parents=[common], help="validate params.yaml (and overlays) and the plan, before any job",
-                       description=validate)
+    validate = (
+        "validate params.yaml (and any overlays, laid over it as Snakemake's --configfile lays them) against "
+        "the params schema and the cross-key rules, and check the plan as `snakemake -n` does before any job "
+        "(data files, what the source model can run, lm-eval task names); ends with one line saying it is "
+        "valid and how many jobs the plan has (--print: the merged params with every default); a bad config "
+        "prints one `error:` line per problem, naming the file, the key and the fix"
+    )
+    p = sub.add_parser(
+        "validate",
+        parents=[common],
+        help="validate params.yaml (and overlays) and the plan, before any job",
+        description=validate,
+    )
     p.add_argument("--print", action="store_true", help="print the merged params with every default filled in")
     p = sub.add_parser("dag", help="print the DAG of the stage declarations as a Mermaid flowchart (docs/stages.md)")
     p.add_argument("--log-file", default=None, help=argparse.SUPPRESS)
     p.add_argument("-v", "--verbose", action="store_true", help=argparse.SUPPRESS)
-    p = sub.add_parser("layout", help="print the README's layout of the package (every module, by layer); --write "
-                       "rewrites it in README.md and docs/layout.md (every module's first docstring line)")
+    p = sub.add_parser(
+        "layout",
+        help="print the README's layout of the package (every module, by layer); --write "
+        "rewrites it in README.md and docs/layout.md (every module's first docstring line)",
+    )
     p.add_argument("--write", action="store_true", help="rewrite README.md's block and docs/layout.md here")
     p.add_argument("--log-file", default=None, help=argparse.SUPPRESS)
     p.add_argument("-v", "--verbose", action="store_true", help=argparse.SUPPRESS)
     p = sub.add_parser("params-doc", parents=[common], help="generate docs/parameters.md from the params schema")
-    p.add_argument("--output", default="docs/parameters.md", help="where to write (default: docs/parameters.md; - for stdout)")
-    p = sub.add_parser("coverage", help="measure by simulation how often the report's 95 %% interval holds the true "
-                       "difference at the study's sizes (a Markdown table)")
+    p.add_argument(
+        "--output", default="docs/parameters.md", help="where to write (default: docs/parameters.md; - for stdout)"
+    )
+    p = sub.add_parser(
+        "coverage",
+        help="measure by simulation how often the report's 95 %% interval holds the true "
+        "difference at the study's sizes (a Markdown table)",
+    )
     p.add_argument("--sims", type=int, default=1000, help="synthetic studies per size and scenario (default: 1000)")
     p.add_argument("--resamples", type=int, default=2000, help="cluster-bootstrap resamples each (default: 2000)")
     p.add_argument("--log-file", default=None, help=argparse.SUPPRESS)
@@ -137,8 +154,12 @@ def _lone_overlay(files: list[str] | None) -> bool:
 
 
 # a stage's option -> the params list its value must be in
-WILDCARD_LISTS = {"lang": ("languages",), "method": ("init", "methods"), "objective": ("pretrain", "objectives"),
-                  "task": ("eval", "tasks")}
+WILDCARD_LISTS = {
+    "lang": ("languages",),
+    "method": ("init", "methods"),
+    "objective": ("pretrain", "objectives"),
+    "task": ("eval", "tasks"),
+}
 
 
 def check_wildcards(wildcards: dict, params: Params, source: str) -> None:
@@ -155,7 +176,8 @@ def check_wildcards(wildcards: dict, params: Params, source: str) -> None:
             raise VocabTransferError(
                 f"{source}: --{name} {value!r} is not in {'.'.join(WILDCARD_LISTS[name])} ({', '.join(allowed)})"
                 + (f"; did you mean {close[0]!r}?" if close else "")
-                + "; pass the params files that list it (--params params.yaml <overlay>) or add it there")
+                + "; pass the params files that list it (--params params.yaml <overlay>) or add it there"
+            )
 
 
 def _validate(params: Params, files: list[str], *, show: bool) -> int:
@@ -192,8 +214,12 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.command == "remote":
             target = add_remote(args.url, args.name)
-            log.info("default DVC remote %s: %s (commit .dvc/config; then `dvc push` shares the results and "
-                     "`dvc pull` fetches them)", args.name, target)
+            log.info(
+                "default DVC remote %s: %s (commit .dvc/config; then `dvc push` shares the results and "
+                "`dvc pull` fetches them)",
+                args.name,
+                target,
+            )
             return 0
         files = args.params or ["params.yaml"]
         # validated once: here for a params file of the user's (params-doc too: a file that does not
@@ -236,8 +262,10 @@ def main(argv: list[str] | None = None) -> int:
         # one line per problem; an artefact a stage wrote that is torn or stale: which stage rebuilds it
         report_error(str(exc) + (f"; {hint}" if hint else ""))
         if params is None and _lone_overlay(getattr(args, "params", None)):  # `remote` takes no params
-            report_error(f"{args.params[0]} is an overlay (it lacks keys a config needs); lay it over params.yaml: "
-                         f"--params params.yaml {args.params[0]}")
+            report_error(
+                f"{args.params[0]} is an overlay (it lacks keys a config needs); lay it over params.yaml: "
+                f"--params params.yaml {args.params[0]}"
+            )
         return 1
     except KeyboardInterrupt:
         report_error("interrupted; no partial artefact was kept")

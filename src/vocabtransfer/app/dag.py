@@ -66,8 +66,9 @@ def shipped_params(root: Path = Path(".")) -> list[Params]:
     """params.yaml and each config/*.yaml laid over it: between them every stage has jobs."""
     base = read_yaml(root / "params.yaml")
     overlays = sorted((root / "config").glob("*.yaml"))
-    return [Params(validate_params(base))] + [Params(validate_params(merge_overlay(base, read_yaml(f)), source=str(f)))
-                                              for f in overlays]
+    return [Params(validate_params(base))] + [
+        Params(validate_params(merge_overlay(base, read_yaml(f)), source=str(f))) for f in overlays
+    ]
 
 
 def picture(root: Path = Path(".")) -> str:

@@ -3,8 +3,8 @@
 Per-language stages become DVC `matrix` stages over `${languages}` from params.yaml; a stage
 that reads data files of its own (a local corpus, a dictionary, XNLI files) becomes a `foreach`
 over the languages instead, each item naming its files (resolved through $VOCABTRANSFER_DATA at
-generation time: regenerate after adding a language or moving the data). Stages with other wildcards (`method`, `objective`,
-…) become one matrix stage per combination the stage's `expand` takes from params.yaml (e.g.
+generation time: regenerate after adding a language or moving the data). Stages with other wildcards (`method`,
+`objective`, …) become one matrix stage per combination the stage's `expand` takes from params.yaml (e.g.
 one per `init.methods` entry), because each combination reads different params leaves; a stage
 lists the languages whose job the job planner (`Stage.jobs`) gives.
 A stage's `metrics` outputs are declared as DVC metrics (not cached, so `dvc metrics diff`
@@ -73,8 +73,9 @@ def _stage_entry(stage: Stage, params: Params, fixed: dict[str, str], lang: str 
     entry["params"] = leaves
     entry["outs"] = [_dvc_template(t, fixed) for k, t in stage.outputs.items() if k not in stage.metrics]
     if stage.metrics:
-        entry["metrics"] = [{_dvc_template(t, fixed): {"cache": False}}
-                            for k, t in stage.outputs.items() if k in stage.metrics]
+        entry["metrics"] = [
+            {_dvc_template(t, fixed): {"cache": False}} for k, t in stage.outputs.items() if k in stage.metrics
+        ]
     return entry, data
 
 

@@ -37,10 +37,19 @@ from vocabtransfer.train.pretrain_params import PretrainParams
 # params section -> the dataclass its stage reads (`ctx.section`), in params.yaml's order; `init` is the
 # root's (its `methods`) completed with the methods' and factorisations' sections
 SECTIONS: dict[str, type | None] = {
-    "corpus": CorpusParams, "tokenizer": TokenizerParams, "pretokenize": PretokenizeParams,
-    "fasttext": FasttextParams, "overlap": OverlapParams, "source_head": SourceHeadParams, "init": None,
-    "init_eval": InitEvalParams, "pretrain": PretrainParams, "report": ReportParams, "eval": EvalParams,
-    "token_frequency_loss": TokenFrequencyLossParams, "gradient_scenarios": GradientScenariosParams,
+    "corpus": CorpusParams,
+    "tokenizer": TokenizerParams,
+    "pretokenize": PretokenizeParams,
+    "fasttext": FasttextParams,
+    "overlap": OverlapParams,
+    "source_head": SourceHeadParams,
+    "init": None,
+    "init_eval": InitEvalParams,
+    "pretrain": PretrainParams,
+    "report": ReportParams,
+    "eval": EvalParams,
+    "token_frequency_loss": TokenFrequencyLossParams,
+    "gradient_scenarios": GradientScenariosParams,
     "lm_eval": LmEvalParams,
 }
 

@@ -63,13 +63,17 @@ def notes(given: Params | Mapping[str, Any]) -> list[str]:
     for task, section in params.section("eval", EvalParams).task_sections().items():
         unused = [lang for lang in section.data if lang not in params.languages]
         if unused:
-            out.append(f"eval.tasks.{task}.data: {', '.join(unused)} not in `languages` "
-                       f"({', '.join(params.languages)}); their data specs are not used")
+            out.append(
+                f"eval.tasks.{task}.data: {', '.join(unused)} not in `languages` "
+                f"({', '.join(params.languages)}); their data specs are not used"
+            )
     for lang in params.languages:
         spec = (params.section("corpus", CorpusParams).sources.get(lang) or {}).get("dataset")
         if isinstance(spec, dict) and not spec.get("revision"):
-            out.append(f"{lang}: corpus.sources.{lang}.dataset has no revision, so its text can change under the "
-                       "same params; pin one (a commit hash of the dataset repository)")
+            out.append(
+                f"{lang}: corpus.sources.{lang}.dataset has no revision, so its text can change under the "
+                "same params; pin one (a commit hash of the dataset repository)"
+            )
     return out
 
 
@@ -90,7 +94,8 @@ def check_source(given: Params | Mapping[str, Any], source: str = "params.yaml",
             f"{source}: pretrain.objectives: {', '.join(objectives)} {'needs' if len(objectives) == 1 else 'need'} a "
             "causal source model (the source teaches "
             f"by its sequence likelihoods), and source_model {params.source_model} is a masked LM; use standard "
-            "or selfish with it, or a causal source (config/gemma.yaml)")
+            "or selfish with it, or a causal source (config/gemma.yaml)"
+        )
 
 
 def check_lm_eval_tasks(given: Params | Mapping[str, Any], source: str = "params.yaml") -> None:
@@ -108,8 +113,10 @@ def check_lm_eval_tasks(given: Params | Mapping[str, Any], source: str = "params
         try:
             known = list(harness.task_manager(include).all_tasks) + list(harness.local_tasks(include))
         except ImportError as exc:
-            raise VocabTransferError(f"{source}: lm_eval.tasks: the harness is not installed ({exc}); install "
-                                     "lm-eval (pinned in pyproject.toml) or leave lm_eval.tasks empty") from exc
+            raise VocabTransferError(
+                f"{source}: lm_eval.tasks: the harness is not installed ({exc}); install "
+                "lm-eval (pinned in pyproject.toml) or leave lm_eval.tasks empty"
+            ) from exc
         try:
             harness.check_tasks(others, known)
         except VocabTransferError as exc:
@@ -127,31 +134,42 @@ def preflight(given: Params | Mapping[str, Any], source: str = "params.yaml", *,
     for lang in params.languages:
         path = corpus_file(params, lang)
         if path is not None and not path.is_file():
-            raise VocabTransferError(f"{source}: corpus.sources.{lang}.path: {path} not found; fix the path "
-                                     "(relative paths resolve against $VOCABTRANSFER_DATA)")
+            raise VocabTransferError(
+                f"{source}: corpus.sources.{lang}.path: {path} not found; fix the path "
+                "(relative paths resolve against $VOCABTRANSFER_DATA)"
+            )
     text = paths.data_path(params.section("source_head", SourceHeadParams).text)
     if not text.is_file():
-        raise VocabTransferError(f"{source}: source_head.text: {text} not found; the source LM head and the "
-                                 "init_eval reference row read it (relative paths resolve against $VOCABTRANSFER_DATA)")
+        raise VocabTransferError(
+            f"{source}: source_head.text: {text} not found; the source LM head and the "
+            "init_eval reference row read it (relative paths resolve against $VOCABTRANSFER_DATA)"
+        )
     fasttext = params.section("fasttext", FasttextParams)
     if fasttext.mode == "wordlevel":
         pretrained = fasttext.pretrained_path
         if not pretrained or not paths.data_path(pretrained).is_file():
             said = f"{paths.data_path(pretrained)} is not a file" if pretrained else "is not set"
-            raise VocabTransferError(f"{source}: fasttext.pretrained_path {said}, and fasttext.mode is wordlevel; set it "
-                                     "to a word-level fastText .bin or use fasttext.mode: tokenlevel")
+            raise VocabTransferError(
+                f"{source}: fasttext.pretrained_path {said}, and fasttext.mode is wordlevel; set it "
+                "to a word-level fastText .bin or use fasttext.mode: tokenlevel"
+            )
     try:  # the plan itself: a model name or a combination no stage produces stops here, not in the DAG
-        planned = [(stage, wildcards) for stage in STAGES.values()
-                   for lang in (params.languages if "lang" in stage.wildcards else (None,))
-                   for wildcards in stage.jobs(params, lang)]
+        planned = [
+            (stage, wildcards)
+            for stage in STAGES.values()
+            for lang in (params.languages if "lang" in stage.wildcards else (None,))
+            for wildcards in stage.jobs(params, lang)
+        ]
     except VocabTransferError as exc:
         raise VocabTransferError(f"{source}: {exc}") from exc
     for stage, wildcards in planned:  # every job's own data files
         for key, file in stage.data_files(params, wildcards).items():
             if not Path(file).exists():
-                raise VocabTransferError(f"{source}: {_data_key(stage.name, wildcards, key)}: data file {file} not "
-                                         f"found (job {stage.name} {' '.join(wildcards.values())}); fix the path "
-                                         "(relative paths resolve against $VOCABTRANSFER_DATA)")
+                raise VocabTransferError(
+                    f"{source}: {_data_key(stage.name, wildcards, key)}: data file {file} not "
+                    f"found (job {stage.name} {' '.join(wildcards.values())}); fix the path "
+                    "(relative paths resolve against $VOCABTRANSFER_DATA)"
+                )
     return skip_lines(params) + notes(params)
 
 
@@ -167,6 +185,9 @@ def _data_key(stage: str, wildcards: dict, key: str) -> str:
 def job_counts(given: Params | Mapping[str, Any]) -> dict[str, int]:
     """Jobs per stage that the plan runs (every language), in the stage table's order."""
     params = Params.of(given)
-    return {stage.name: sum(len(stage.jobs(params, lang))
-                            for lang in (params.languages if "lang" in stage.wildcards else (None,)))
-            for stage in STAGES.values()}
+    return {
+        stage.name: sum(
+            len(stage.jobs(params, lang)) for lang in (params.languages if "lang" in stage.wildcards else (None,))
+        )
+        for stage in STAGES.values()
+    }

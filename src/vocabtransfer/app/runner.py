@@ -13,8 +13,13 @@ from vocabtransfer.pipeline.typed import Params
 from vocabtransfer.app.stages import STAGES
 
 
-def make_context(name: str, given: Params | Mapping[str, Any], wildcards: dict[str, str], threads: int | None = None,
-                 device: str = "cpu") -> Context:
+def make_context(
+    name: str,
+    given: Params | Mapping[str, Any],
+    wildcards: dict[str, str],
+    threads: int | None = None,
+    device: str = "cpu",
+) -> Context:
     """The job's Context: `given` is the validated params (a Params, or the tree `validate` returned)."""
     stage, params = STAGES[name], Params.of(given)
     if "lang" in wildcards:
@@ -31,8 +36,13 @@ def make_context(name: str, given: Params | Mapping[str, Any], wildcards: dict[s
     )
 
 
-def run_stage(name: str, params: Params | Mapping[str, Any], wildcards: dict[str, str], threads: int | None = None,
-              device: str = "cpu") -> Context:
+def run_stage(
+    name: str,
+    params: Params | Mapping[str, Any],
+    wildcards: dict[str, str],
+    threads: int | None = None,
+    device: str = "cpu",
+) -> Context:
     """Run one stage in-process (what `vocabtransfer <stage>` does)."""
     ctx = make_context(name, params, wildcards, threads=threads, device=device)
     with ctx.torch_threads():

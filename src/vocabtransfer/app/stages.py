@@ -7,7 +7,7 @@ module that holds its code), its wildcards, input and output path templates (voc
 the params leaves it reads (its rerun keys), its threads and resources, which jobs run, and its code:
 the entry modules under src/vocabtransfer whose import closure DVC and Snakemake rerun a job on
 (`stage_spec.module_closure`). Stage modules hold only code; a function named here (an `inputs`, a job
-planner) lives beside the code it plans for, and the few that only plan live here.
+planner) lives beside the code it plans for, and the few that only plan live in vocabtransfer.app.job_plans.
 
 The CLI builds `vocabtransfer <stage>` from this table, the Snakemake rules take their
 input/output/params from it (workflow/rules/common.smk, stages.smk), `vocabtransfer dvc-yaml` generates
@@ -21,41 +21,41 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from vocabtransfer.errors import VocabTransferError
+from vocabtransfer.app import job_plans
 from vocabtransfer.data import corpus, fasttext_vectors, overlap, pretokenize, tokenizer
 from vocabtransfer.evaluate import finetune_eval, gradient_scenarios, harness, init_eval, task_floor
 from vocabtransfer.evaluate import token_frequency_loss
-from vocabtransfer.evaluate.tasks import EvalParams, task_options_class
 from vocabtransfer.init import availability, initialise, source_head, source_model, source_snmf, word_fasttext
-from vocabtransfer.init.methods.registry import METHODS, info
-from vocabtransfer.pipeline import names, paths
-from vocabtransfer.pipeline.typed import Params, field_leaves
-from vocabtransfer.pipeline.stage_spec import PACKAGE, Stage, contract_fault, module_file
+from vocabtransfer.init.methods.options import WechselOptions
+from vocabtransfer.pipeline import paths
+from vocabtransfer.pipeline.typed import field_leaves
+from vocabtransfer.pipeline.stage_spec import Stage, contract_fault
 from vocabtransfer.registry import Registry
 from vocabtransfer.report import build, tables
 from vocabtransfer.train import pretrain
-from vocabtransfer.init.methods.options import FACTORIZATIONS, HypernetOptions, WechselOptions, WordFasttextOptions
-
-
-def _leaves(cls: type, section: str):
-    """(params, wildcards) -> the leaves of params section `section` read as the dataclass `cls`."""
-    return lambda params, wc: field_leaves(cls, section, params.leaf(section))
 
 
 # ---------------------------------------------------------------- data: text, tokenizer, token ids
 CORPUS = Stage(
-    name="corpus", run=corpus.run,
+    name="corpus",
+    run=corpus.run,
     help="fetch, normalise, deduplicate, cap and split a language's raw text",
-    outputs={"train": paths.CORPUS_TRAIN, "valid": paths.CORPUS_VALID, "dev": paths.CORPUS_DEV,
-             "stats": paths.CORPUS_STATS},
+    outputs={
+        "train": paths.CORPUS_TRAIN,
+        "valid": paths.CORPUS_VALID,
+        "dev": paths.CORPUS_DEV,
+        "stats": paths.CORPUS_STATS,
+    },
     params=("seed",),  # and the fields of CorpusParams, of `sources` the job's language only
-    extra_params=lambda params, wc: field_leaves(corpus.CorpusParams, "corpus",
-                                                 {**params.leaf("corpus"), "sources": {wc["lang"]: None}}),
+    extra_params=lambda params, wc: field_leaves(
+        corpus.CorpusParams, "corpus", {**params.leaf("corpus"), "sources": {wc["lang"]: None}}
+    ),
     code=("data/corpus.py", "data/download.py"),
     data=lambda params, wc: {"data_corpus": path} if (path := paths.corpus_file(params, wc["lang"])) else {},
 )
 SOURCE_MODEL = Stage(  # the one source model, shared by every language
-    name="source_model", run=source_model.run,
+    name="source_model",
+    run=source_model.run,
     help="materialise the source model once as a Hugging Face directory (hub id, directory or GGUF file), hashed",
     wildcards=(),
     outputs={"model": paths.SOURCE_BASE, "stats": paths.SOURCE_BASE_STATS},
@@ -66,84 +66,114 @@ SOURCE_MODEL = Stage(  # the one source model, shared by every language
     data=lambda params, wc: {"data_source_model": path} if (path := paths.local_source_model(params)) else {},
 )
 TOKENIZER = Stage(
-    name="tokenizer", run=tokenizer.run,
+    name="tokenizer",
+    run=tokenizer.run,
     help="train the target tokenizer (the source tokenizer's family and conventions)",
     inputs={"train": paths.CORPUS_TRAIN, "source": paths.SOURCE_BASE},
     outputs={"tokenizer": paths.TOKENIZER, "stats": paths.TOKENIZER_STATS},
     directories=frozenset({"tokenizer"}),
-    params=("source_model",), extra_params=_leaves(tokenizer.TokenizerParams, "tokenizer"),
-    code=("data/tokenizer.py",), parallel=True,
+    params=("source_model",),
+    extra_params=job_plans.section_leaves(tokenizer.TokenizerParams, "tokenizer"),
+    code=("data/tokenizer.py",),
+    parallel=True,
 )
 PRETOKENIZE = Stage(
-    name="pretokenize", run=pretokenize.run,
+    name="pretokenize",
+    run=pretokenize.run,
     help="encode the corpus with the target tokenizer; fertility stats against the source tokenizer",
-    inputs={"tokenizer": paths.TOKENIZER, "train": paths.CORPUS_TRAIN, "valid": paths.CORPUS_VALID,
-            "source": paths.SOURCE_BASE},
-    outputs={"train_ids": paths.PRETOK_TRAIN, "valid_ids": paths.PRETOK_VALID, "text": paths.PRETOK_TEXT,
-             "stats": paths.PRETOK_STATS},
+    inputs={
+        "tokenizer": paths.TOKENIZER,
+        "train": paths.CORPUS_TRAIN,
+        "valid": paths.CORPUS_VALID,
+        "source": paths.SOURCE_BASE,
+    },
+    outputs={
+        "train_ids": paths.PRETOK_TRAIN,
+        "valid_ids": paths.PRETOK_VALID,
+        "text": paths.PRETOK_TEXT,
+        "stats": paths.PRETOK_STATS,
+    },
     directories=frozenset({"train_ids", "valid_ids"}),
-    params=("source_model",), extra_params=_leaves(pretokenize.PretokenizeParams, "pretokenize"),
-    code=("data/pretokenize.py",), parallel=True,
+    params=("source_model",),
+    extra_params=job_plans.section_leaves(pretokenize.PretokenizeParams, "pretokenize"),
+    code=("data/pretokenize.py",),
+    parallel=True,
 )
 FASTTEXT = Stage(
-    name="fasttext", run=fasttext_vectors.run, help="fastText auxiliary embeddings for the target tokens",
+    name="fasttext",
+    run=fasttext_vectors.run,
+    help="fastText auxiliary embeddings for the target tokens",
     inputs={"text": paths.PRETOK_TEXT, "tokenizer": paths.TOKENIZER},
     outputs={"model": paths.FASTTEXT_BIN, "embeddings": paths.FASTTEXT_EMB, "stats": paths.FASTTEXT_STATS},
-    params=("seed",), extra_params=_leaves(fasttext_vectors.FasttextParams, "fasttext"),
-    code=("data/fasttext_vectors.py",), parallel=True,
+    params=("seed",),
+    extra_params=job_plans.section_leaves(fasttext_vectors.FasttextParams, "fasttext"),
+    code=("data/fasttext_vectors.py",),
+    parallel=True,
     one_thread_if="fasttext.reproducible",  # fastText is bit-reproducible on one thread only
-    data=lambda params, wc: {"data_pretrained": paths.data_path(opts.pretrained_path)} if (
-        (opts := params.section("fasttext", fasttext_vectors.FasttextParams)).mode == "wordlevel"
-        and opts.pretrained_path) else {},
+    data=job_plans.fasttext_data,
 )
 OVERLAP = Stage(
-    name="overlap", run=overlap.run, help="source vs target vocabulary overlap on canonical token forms",
+    name="overlap",
+    run=overlap.run,
+    help="source vs target vocabulary overlap on canonical token forms",
     inputs={"tokenizer": paths.TOKENIZER, "source": paths.SOURCE_BASE},
     outputs={"overlap": paths.OVERLAP, "stats": paths.OVERLAP_STATS},
-    params=("source_model",), extra_params=_leaves(overlap.OverlapParams, "overlap"),
+    params=("source_model",),
+    extra_params=job_plans.section_leaves(overlap.OverlapParams, "overlap"),
     code=("data/overlap.py",),
 )
 
 
 # ---------------------------------------------------------------- init: what the methods read, then the methods
 SOURCE_HEAD = Stage(
-    name="source_head", run=source_head.run,
+    name="source_head",
+    run=source_head.run,
     help="complete the source model with a trained LM head when its checkpoint has none",
     wildcards=(),
     inputs={"source": paths.SOURCE_BASE},
     outputs={"model": paths.SOURCE_MODEL, "stats": paths.SOURCE_HEAD_STATS},
     directories=frozenset({"model"}),
-    params=("seed", "source_model"), extra_params=_leaves(source_head.SourceHeadParams, "source_head"),
-    code=("init/source_head.py",), parallel=True, gpu=True,
-    data=lambda params, wc: {"data_text": paths.data_path(params.section("source_head", source_head.SourceHeadParams).text)},
+    params=("seed", "source_model"),
+    extra_params=job_plans.section_leaves(source_head.SourceHeadParams, "source_head"),
+    code=("init/source_head.py",),
+    parallel=True,
+    gpu=True,
+    data=lambda params, wc: {
+        "data_text": paths.data_path(params.section("source_head", source_head.SourceHeadParams).text)
+    },
 )
 
 
-def _word_leaves(params: Params, wc: dict) -> list[str]:
-    """init.wechsel.fasttext.*: the leaves of WordFasttextOptions (imported here: its package imports torch)."""
-    return field_leaves(WordFasttextOptions, "init.wechsel.fasttext", params.leaf("init.wechsel.fasttext"))
-
-
 SOURCE_FASTTEXT = Stage(  # WECHSEL's word vectors, source side
-    name="source_fasttext", run=word_fasttext.run_source_words,
+    name="source_fasttext",
+    run=word_fasttext.run_source_words,
     help="word-level fastText on source-language text (WECHSEL)",
-    wildcards=(), outputs={"model": paths.SOURCE_WORD_FASTTEXT},
+    wildcards=(),
+    outputs={"model": paths.SOURCE_WORD_FASTTEXT},
     params=("seed", "fasttext.reproducible"),
-    extra_params=lambda params, wc: _word_leaves(params, wc) + ["init.wechsel.source_text"],
-    code=("init/word_fasttext.py",), parallel=True, one_thread_if="fasttext.reproducible",
+    extra_params=lambda params, wc: job_plans.word_leaves(params, wc) + ["init.wechsel.source_text"],
+    code=("init/word_fasttext.py",),
+    parallel=True,
+    one_thread_if="fasttext.reproducible",
     skip_reason=lambda params, wc: availability.needed_by(params, "wechsel"),
     data=lambda params, wc: {"data_text": paths.data_path(params.section("init.wechsel", WechselOptions).source_text)},
 )
 WORD_FASTTEXT = Stage(  # WECHSEL's word vectors, target side
-    name="word_fasttext", run=word_fasttext.run_target_words,
+    name="word_fasttext",
+    run=word_fasttext.run_target_words,
     help="word-level fastText on the target corpus (WECHSEL)",
-    inputs={"train": paths.CORPUS_TRAIN}, outputs={"model": paths.WORD_FASTTEXT},
-    params=("seed", "fasttext.reproducible"), extra_params=_word_leaves,
-    code=("init/word_fasttext.py",), parallel=True, one_thread_if="fasttext.reproducible",
+    inputs={"train": paths.CORPUS_TRAIN},
+    outputs={"model": paths.WORD_FASTTEXT},
+    params=("seed", "fasttext.reproducible"),
+    extra_params=job_plans.word_leaves,
+    code=("init/word_fasttext.py",),
+    parallel=True,
+    one_thread_if="fasttext.reproducible",
     skip_reason=lambda params, wc: availability.needed_by(params, "wechsel", wc["lang"]),
 )
 SOURCE_SNMF = Stage(
-    name="source_snmf", run=source_snmf.run,
+    name="source_snmf",
+    run=source_snmf.run,
     help="semi-NMF of the source embeddings, shared by the snmf and <method>+snmf init jobs",
     wildcards=(),
     inputs={"source_model": paths.SOURCE_MODEL},
@@ -151,16 +181,11 @@ SOURCE_SNMF = Stage(
     # the fields of the typed init.snmf (SnmfOptions) that the job reads, FACTOR_KEYS, in their order whatever
     # the order of params.yaml's keys
     params=("seed", *(f"init.snmf.{key}" for key in source_snmf.FACTOR_KEYS)),
-    code=("init/source_snmf.py",), parallel=True, gpu=True,
-    skip_reason=lambda params, wc: (None if any(initialise.uses_snmf(m) for m in params.init_methods)
-                                    else "init.methods has no snmf or <method>+snmf"),
+    code=("init/source_snmf.py",),
+    parallel=True,
+    gpu=True,
+    skip_reason=job_plans.snmf_skip_reason,
 )
-
-
-def _hypernet_leaves(params: Params, wc: dict) -> list[str]:
-    """The training keys of init.hypernet (HypernetOptions.TRAINING, save_every aside: it changes no output)."""
-    return field_leaves(HypernetOptions, "init.hypernet", params.leaf("init.hypernet"),
-                        lambda f: f.name in HypernetOptions.TRAINING and f.metadata.get("rerun", True))
 
 
 def _train_hypernet(ctx) -> None:
@@ -170,104 +195,68 @@ def _train_hypernet(ctx) -> None:
 
 
 HYPERNET = Stage(
-    name="hypernet", run=_train_hypernet,
+    name="hypernet",
+    run=_train_hypernet,
     help="train the network of init method hypernet once per source model, on tokenizers it samples",
     wildcards=(),
-    inputs=lambda params, wc: {"source": paths.SOURCE_MODEL, **{
-        f"train_{lang}": paths.fill(paths.CORPUS_TRAIN, lang=lang) for lang in params.languages}},
+    inputs=job_plans.hypernet_inputs,
     outputs={"hypernet": paths.HYPERNET},
     directories=frozenset({"hypernet"}),
-    params=("seed", "languages"), extra_params=_hypernet_leaves,
-    code=("train/hypernet.py",), parallel=True, gpu=True,
+    params=("seed", "languages"),
+    extra_params=job_plans.hypernet_leaves,
+    code=("train/hypernet.py",),
+    parallel=True,
+    gpu=True,
     skip_reason=lambda params, wc: availability.needed_by(params, "hypernet"),
 )
 
 
-def _init_leaves(params: Params, wildcards: dict) -> list[str]:
-    """The rerun keys of one init job: the leaves of the typed options it takes (the class its method
-    registers and, for `base+fact`, the factorisation's, e.g. init.omp.k)."""
-    base, fact = names.split_method(wildcards["method"])
-    classes = {base: info(base).options, **({fact: FACTORIZATIONS[fact]} if fact else {})}
-    return [leaf for name, cls in classes.items() for leaf in field_leaves(cls, f"init.{name}", params.leaf(f"init.{name}"))]
-
-
-def _init_code(params: Params, wildcards: dict) -> tuple[str, ...]:
-    """The entry modules of one init job: initialise.py, the methods' catalog (what the job reads of its method's
-    MethodInfo), the method's module and, for base+fact, the factorised wrapper; editing another method's module
-    does not rerun this one."""
-    base, fact = names.split_method(wildcards["method"])
-    dotted = METHODS.module_of(base) if base in METHODS else ""  # from its lazy reference: no import
-    module = module_file(dotted)  # e.g. random lives in methods/baselines.py
-    if module is None:  # a method registered from outside the package: no code file to rerun on
-        raise VocabTransferError(f"init method {base}: its module {dotted or '(unregistered)'} is not a file "
-                                 "under src/vocabtransfer; register methods in vocabtransfer.init.methods")
-    entries = ("init/initialise.py", "init/methods/catalog.py", str(module.relative_to(PACKAGE)))
-    return entries + (("init/methods/variants.py",) if fact else ())
-
-
-def _init_data(params: Params, wildcards: dict) -> dict[str, Path | None]:
-    """The local data files of one init job: what the method's `data=` (init/methods/catalog.py) names
-    (wechsel: the language's bilingual dictionary)."""
-    data = info(wildcards["method"]).data
-    return data(params, wildcards["lang"]) if data else {}
-
-
 INIT = Stage(
-    name="init", run=initialise.run,
+    name="init",
+    run=initialise.run,
     help="initialise the target embeddings with one method and save the model",
     wildcards=("lang", "method", "pseed"),
     inputs=initialise.inputs,
     outputs={"init": paths.INIT_DIR},
     directories=frozenset({"init"}),
-    params=("seed",), extra_params=_init_leaves,
-    code=_init_code,
+    params=("seed",),
+    extra_params=job_plans.init_leaves,
+    code=job_plans.init_code,
     expand=lambda params: [{"method": m, "pseed": str(s)} for m, s in availability.init_runs(params)],
-    parallel=True, gpu=True,
+    parallel=True,
+    gpu=True,
     skip_reason=lambda params, wc: availability.method_reason(params, wc["lang"], wc["method"]),
-    data=_init_data,
+    data=job_plans.init_data,
 )
 
 
-def _init_eval_data(params: Params, wildcards: dict) -> dict[str, Path]:
-    """The held-out text of the reference row and, when retrieval runs, the XNLI files."""
-    out = {"data_source_text": paths.data_path(params.section("source_head", source_head.SourceHeadParams).text)}
-    if availability.retrieval_reason(params, wildcards["lang"]) is None:
-        out.update(zip(("data_xnli_source", "data_xnli"), paths.xnli_files(params, wildcards["lang"])))
-    return out
-
-
 INIT_EVAL = Stage(  # the methods compared right after initialisation
-    name="init_eval", run=init_eval.run,
+    name="init_eval",
+    run=init_eval.run,
     help="loss right after initialisation and parallel-sentence retrieval, per method",
     inputs=init_eval.inputs,
     outputs={"init_eval": paths.INIT_EVAL, "plot": paths.INIT_EVAL_PLOT},
     params=("seed", "init.methods", "source_head.text", "source_head.eval_lines"),
-    extra_params=_leaves(init_eval.InitEvalParams, "init_eval"),
-    code=("evaluate/init_eval.py",), parallel=True, gpu=True,
+    extra_params=job_plans.section_leaves(init_eval.InitEvalParams, "init_eval"),
+    code=("evaluate/init_eval.py",),
+    parallel=True,
+    gpu=True,
     partial=lambda params, wc: {"retrieval": why} if (why := availability.retrieval_reason(params, wc["lang"])) else {},
-    data=_init_eval_data,
+    data=job_plans.init_eval_data,
 )
 
 
 # ---------------------------------------------------------------- train: continued pretraining
-def _pretrain_inputs(params: Params, wildcards: dict) -> dict[str, str]:
-    """The run's init model (pseed 1's for a method without random rows) and pre-tokenised splits; for the
-    distill objective also its teacher, the source model with its own tokenizer."""
-    init = paths.partial(paths.INIT_DIR, method=wildcards["method"],
-                         pseed=availability.init_pseed(wildcards["method"], wildcards["pseed"]))
-    teacher = {"source": paths.SOURCE_MODEL} if wildcards.get("objective") in pretrain.TEACHER_OBJECTIVES else {}
-    return {"init": init, "train": paths.PRETOK_TRAIN, "valid": paths.PRETOK_VALID,
-            "valid_text": paths.CORPUS_VALID, **teacher}  # valid_text: bits per byte at every evaluation
-
-
 PRETRAIN = Stage(
-    name="pretrain", run=pretrain.run,
+    name="pretrain",
+    run=pretrain.run,
     help="continued pretraining of an initialised model with the standard, selfish or distill objective",
     wildcards=("lang", "method", "objective", "pseed"),
-    inputs=_pretrain_inputs,
+    inputs=job_plans.pretrain_inputs,
     outputs={"pretrain": paths.PRETRAIN_DIR},
     directories=frozenset({"pretrain"}),
-    params=("seed",), extra_params=pretrain.leaves,
+    params=("seed",),
+    extra_params=pretrain.leaves,
     code=("train/pretrain.py",),
     expand=pretrain.expand,
     skip_reason=lambda params, wc: availability.method_reason(params, wc["lang"], wc["method"]),
@@ -278,44 +267,31 @@ PRETRAIN = Stage(
 
 
 # ---------------------------------------------------------------- evaluate: the pretrained models
-def task_leaves(params: Params, wildcards: dict) -> list[str]:
-    """The params leaves of the task's options (`eval.tasks.<task>`, e.g. `QaOptions`) with the data spec
-    of this language only."""
-    task = wildcards["task"]
-    return field_leaves(task_options_class(task), f"eval.tasks.{task}", params.leaf(f"eval.tasks.{task}"),
-                        keep=lambda f: f.name != "data") + [f"eval.tasks.{task}.data.{wildcards['lang']}"]
-
-
-def _finetune_jobs(params: Params) -> list[dict[str, str]]:
-    """Every (task, model, seed) params ask for; `skip_reason` rules out, per language, the tasks
-    without data and the models that do not exist there (and says why)."""
-    opts = params.section("eval", EvalParams)
-    return [{"task": t, "model": m, "seed": str(s)} for t, section in opts.task_sections().items()
-            if section.enabled for m in finetune_eval.eval_models(params) for s in range(1, opts.seeds + 1)]
-
-
 FINETUNE_EVAL = Stage(
-    name="finetune_eval", run=finetune_eval.run,
+    name="finetune_eval",
+    run=finetune_eval.run,
     help="fine-tune one model on one downstream task (nli, qa, ner) with one seed and score it",
     wildcards=("lang", "task", "model", "seed"),
     inputs=finetune_eval.inputs,
     outputs={"result": paths.EVAL_RESULT},
     params=("seed",),  # eval.models and eval.seeds decide which jobs exist, not what one computes
-    extra_params=task_leaves,
+    extra_params=job_plans.task_leaves,
     # finetune_eval.py and the task's module: editing one task reruns only its jobs
     code=lambda params, wildcards: ("evaluate/finetune_eval.py", f"evaluate/tasks/{wildcards['task']}.py"),
-    expand=_finetune_jobs,
+    expand=job_plans.finetune_jobs,
     skip_reason=finetune_eval.skip_reason,
     data=finetune_eval.data_files,
     parallel=False,  # small models: two one-thread jobs side by side use two cores better than one job
     gpu=True,
 )
 FLOOR = Stage(  # what a task scores without a model: the bar finetune_eval's scores are read against
-    name="floor", run=task_floor.run,
+    name="floor",
+    run=task_floor.run,
     help="the score of a task's floor (majority class, training lexicon, sliding-window span) on its test split",
     wildcards=("lang", "task"),
     outputs={"floor": paths.EVAL_FLOOR},
-    params=("seed",), extra_params=task_leaves,
+    params=("seed",),
+    extra_params=job_plans.task_leaves,
     code=lambda params, wildcards: ("evaluate/task_floor.py", f"evaluate/tasks/{wildcards['task']}.py"),
     expand=task_floor.tasks,
     skip_reason=task_floor.skip_reason,
@@ -324,47 +300,63 @@ FLOOR = Stage(  # what a task scores without a model: the bar finetune_eval's sc
 
 
 TOKEN_FREQUENCY_LOSS = Stage(
-    name="token_frequency_loss", run=token_frequency_loss.run,
+    name="token_frequency_loss",
+    run=token_frequency_loss.run,
     help="held-out loss per train-frequency bucket (init vs standard vs selfish pretraining) and bits per byte",
     inputs=token_frequency_loss.inputs,
-    outputs={"table": paths.TOKEN_FREQUENCY_LOSS, "blocks": paths.TOKEN_FREQUENCY_BLOCKS,
-             "bits_per_byte": paths.BITS_PER_BYTE, "plot": paths.TOKEN_FREQUENCY_PLOT},
+    outputs={
+        "table": paths.TOKEN_FREQUENCY_LOSS,
+        "blocks": paths.TOKEN_FREQUENCY_BLOCKS,
+        "bits_per_byte": paths.BITS_PER_BYTE,
+        "plot": paths.TOKEN_FREQUENCY_PLOT,
+    },
     params=("seed",),
-    extra_params=lambda params, wc: (_leaves(token_frequency_loss.TokenFrequencyLossParams, "token_frequency_loss")(
-        params, wc) + ["init.methods", "pretrain.methods", "pretrain.objectives", "pretrain.pairs", "pretrain.seeds"]),
-    code=("evaluate/token_frequency_loss.py",), parallel=True, gpu=True,
+    extra_params=lambda params, wc: (
+        job_plans.section_leaves(token_frequency_loss.TokenFrequencyLossParams, "token_frequency_loss")(params, wc)
+        + ["init.methods", "pretrain.methods", "pretrain.objectives", "pretrain.pairs", "pretrain.seeds"]
+    ),
+    code=("evaluate/token_frequency_loss.py",),
+    parallel=True,
+    gpu=True,
     skip_reason=token_frequency_loss.skip_reason,
 )
 GRADIENT_SCENARIOS = Stage(
-    name="gradient_scenarios", run=gradient_scenarios.run,
+    name="gradient_scenarios",
+    run=gradient_scenarios.run,
     help="gradient reaching each token's embedding: as input, as target, as non-target (start and end)",
     wildcards=("lang", "method", "objective", "pseed"),
-    inputs=lambda params, wc: {"train_ids": paths.PRETOK_TRAIN, "pretrain": paths.PRETRAIN_DIR,
-                               "init": paths.partial(paths.INIT_DIR, method=wc["method"],
-                                                     pseed=availability.init_pseed(wc["method"], wc["pseed"]))},
+    inputs=job_plans.gradient_scenarios_inputs,
     outputs={"table": paths.GRADIENT_SCENARIOS, "plot": paths.GRADIENT_PLOT},
     params=("seed",),
-    extra_params=lambda params, wc: (_leaves(gradient_scenarios.GradientScenariosParams, "gradient_scenarios")(
-        params, wc) + (["pretrain.selfish.margin"] if wc.get("objective") == "selfish" else [])),
+    extra_params=job_plans.gradient_scenarios_leaves,
     code=("evaluate/gradient_scenarios.py",),
     # descriptive, on the first pretraining seed only
     expand=lambda params: [{"method": m, "objective": o, "pseed": "1"} for m, o in availability.pretrain_pairs(params)],
     skip_reason=lambda params, wc: availability.method_reason(params, wc["lang"], wc["method"]),
-    parallel=True, gpu=True,
+    parallel=True,
+    gpu=True,
 )
 
 
 LM_EVAL = Stage(
-    name="lm_eval", run=harness.run,
+    name="lm_eval",
+    run=harness.run,
     help="one causal model judged by lm-evaluation-harness on the lm_eval.tasks of its language",
     wildcards=("lang", "model"),
     inputs=lambda params, wc: {"model": finetune_eval.parse_model(params, wc["model"])["input"]},
     outputs={"scores": paths.LM_EVAL_SCORES, "samples": paths.LM_EVAL_SAMPLES},
-    params=("seed", "lm_eval.tasks", "lm_eval.num_fewshot", "lm_eval.limit", "lm_eval.batch_size",
-            "lm_eval.include_path"),
+    params=(
+        "seed",
+        "lm_eval.tasks",
+        "lm_eval.num_fewshot",
+        "lm_eval.limit",
+        "lm_eval.batch_size",
+        "lm_eval.include_path",
+    ),
     code=("evaluate/harness.py", "evaluate/harness_tasks/utils.py"),  # the task YAMLs: data_files and params
-    expand=lambda params: ([{"model": m} for m in harness.models(params)]
-                           if params.section("lm_eval", harness.LmEvalParams).tasks else []),
+    expand=lambda params: (
+        [{"model": m} for m in harness.models(params)] if params.section("lm_eval", harness.LmEvalParams).tasks else []
+    ),
     skip_reason=harness.skip_reason,
     data=harness.data_files,
     gpu=True,
@@ -373,17 +365,22 @@ LM_EVAL = Stage(
 
 # ---------------------------------------------------------------- report: reads every evaluation above
 REPORT = Stage(
-    name="report", run=build.run,
+    name="report",
+    run=build.run,
     help="the study's report: results/report.md with figures, DVC plots (valid-loss curves) and metrics",
     wildcards=(),
     inputs=lambda params, wc: build.read.inputs(build.plan(params, STAGES)),
-    outputs={"report": paths.REPORT, "figures": paths.REPORT_FIGURES, "curves": paths.REPORT_CURVES,
-             "metrics": paths.REPORT_METRICS},
+    outputs={
+        "report": paths.REPORT,
+        "figures": paths.REPORT_FIGURES,
+        "curves": paths.REPORT_CURVES,
+        "metrics": paths.REPORT_METRICS,
+    },
     directories=frozenset({"figures", "curves"}),
     metrics=frozenset({"metrics"}),
     plots=build.dvc_plots,
     params=("seed", "languages", "source_model", "init.methods"),
-    extra_params=_leaves(tables.ReportParams, "report"),
+    extra_params=job_plans.section_leaves(tables.ReportParams, "report"),
     code=("report/build.py",),
 )
 
@@ -391,10 +388,25 @@ REPORT = Stage(
 # contract (stage_spec.contract_fault), a name declared twice refused
 STAGES: Registry[Stage] = Registry("stage", check=contract_fault)
 for _stage in (
-    CORPUS, SOURCE_MODEL, TOKENIZER, PRETOKENIZE, FASTTEXT, OVERLAP,  # data
-    SOURCE_HEAD, SOURCE_FASTTEXT, WORD_FASTTEXT, SOURCE_SNMF, HYPERNET, INIT, INIT_EVAL,  # init
+    CORPUS,
+    SOURCE_MODEL,
+    TOKENIZER,
+    PRETOKENIZE,
+    FASTTEXT,
+    OVERLAP,  # data
+    SOURCE_HEAD,
+    SOURCE_FASTTEXT,
+    WORD_FASTTEXT,
+    SOURCE_SNMF,
+    HYPERNET,
+    INIT,
+    INIT_EVAL,  # init
     PRETRAIN,  # train
-    FINETUNE_EVAL, FLOOR, TOKEN_FREQUENCY_LOSS, GRADIENT_SCENARIOS, LM_EVAL,  # evaluate
+    FINETUNE_EVAL,
+    FLOOR,
+    TOKEN_FREQUENCY_LOSS,
+    GRADIENT_SCENARIOS,
+    LM_EVAL,  # evaluate
     REPORT,  # report
 ):
     STAGES.register(_stage.name)(_stage)
@@ -406,7 +418,7 @@ def producer(path: str | Path, root: Path | None = None) -> tuple[str, str] | No
     directory by default) is read relative to it."""
     text = Path(path).as_posix()
     base = (root or Path.cwd()).as_posix().rstrip("/") + "/"
-    text = text[len(base):] if text.startswith(base) else text.removeprefix("./")
+    text = text[len(base) :] if text.startswith(base) else text.removeprefix("./")
     for stage in STAGES.values():
         for template in stage.outputs.values():
             parts = re.split(r"\{\w+\}", template)
@@ -424,6 +436,8 @@ def rerun_hint(message: str, root: Path | None = None) -> str | None:
         found = producer(candidate.rstrip(".,;:"), root)
         if found:
             stage, output = found
-            return (f"{output} is stage {stage}'s output: delete it (rm -r {output}) and run snakemake (or dvc repro) "
-                    f"again, which rebuilds it with stage {stage} and reruns what depends on it")
+            return (
+                f"{output} is stage {stage}'s output: delete it (rm -r {output}) and run snakemake (or dvc repro) "
+                f"again, which rebuilds it with stage {stage} and reruns what depends on it"
+            )
     return None

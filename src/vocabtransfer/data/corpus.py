@@ -3,8 +3,8 @@
 Steps, line by line in source order (a "line" is one line of a text file or one record's
 `text_column` of a table or dataset):
 
-  1. read from the source: a local file or directory, a URL with sha256 (download.py), or a
-     `datasets.load_dataset` spec (hub id or the text/json/csv/parquet builders);
+  1. read from the source (data.corpus_sources): a local file or directory, a URL with sha256
+     (download.py), or a `datasets.load_dataset` spec (hub id or the text/json/csv/parquet builders);
   2. Unicode-normalise (corpus.normalization; `none` skips it) and strip whitespace;
   3. drop empty lines, lines shorter than corpus.min_chars and repeats of an earlier line;
   4. stop before the first line that would take the kept UTF-8 bytes over corpus.max_bytes
@@ -22,11 +22,8 @@ Steps, line by line in source order (a "line" is one line of a text file or one 
 
 from __future__ import annotations
 
-import bz2
 import contextlib
-import gzip
 import logging
-import lzma
 import time
 import unicodedata
 from collections import Counter
@@ -38,177 +35,17 @@ from typing import Iterable, Iterator, Literal
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from vocabtransfer.data import download
 from vocabtransfer import io
+from vocabtransfer.data.corpus_sources import describe, open_source
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.log import progress
 from vocabtransfer.pipeline import names
-from vocabtransfer.pipeline.paths import data_path
 from vocabtransfer.pipeline.typed import option
 
 log = logging.getLogger(__name__)
 
 SCHEMA = pa.schema([pa.field("text", pa.string(), nullable=False)])
 FLUSH_ROWS = 65_536  # rows per Parquet row group
-BATCH = 1_000  # records per batch read from a datasets table
-
-# file suffix -> format; anything else is read as plain text
-FORMATS = {".txt": "text", ".text": "text", ".json": "json", ".jsonl": "json", ".ndjson": "json",
-           ".csv": "csv", ".tsv": "tsv", ".parquet": "parquet"}
-COMPRESSION = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}
-# datasets builder and its keyword arguments for each table format
-BUILDERS = {"json": ("json", {}), "csv": ("csv", {}), "tsv": ("csv", {"sep": "\t"}), "parquet": ("parquet", {})}
-# load_dataset paths that name a packaged builder: their relative data_files are data paths
-LOCAL_BUILDERS = frozenset({"text", "json", "csv", "parquet", "arrow", "pandas"})
-
-
-# --- reading -----------------------------------------------------------------------------
-
-def file_format(path: str | Path) -> str:
-    """text, json, csv, tsv or parquet, from the file name (a .gz/.bz2/.xz suffix is looked through)."""
-    path = Path(path)
-    suffixes = [s.lower() for s in path.suffixes]
-    if suffixes and suffixes[-1] in COMPRESSION:
-        suffixes = suffixes[:-1]
-    return FORMATS.get(suffixes[-1] if suffixes else "", "text")
-
-
-def read_text_file(path: str | Path) -> Iterator[str]:
-    """The lines of a UTF-8 text file (optionally .gz/.bz2/.xz), split at LF; a CR before the LF is
-    whitespace that `clean` strips, and a leading byte-order mark is dropped."""
-    path = Path(path)
-    opener = COMPRESSION.get(path.suffix.lower(), open)
-    lineno = 0
-    try:
-        with opener(path, "rb") as f:
-            for lineno, raw in enumerate(f, 1):
-                line = raw.decode("utf-8")
-                yield line.removeprefix("\ufeff") if lineno == 1 else line
-    except UnicodeDecodeError as exc:
-        raise VocabTransferError(f"{path}: not UTF-8 text at line {lineno} ({exc.reason} at byte {exc.start} of the line); "
-                                 "re-encode the file as UTF-8") from exc
-    except (OSError, EOFError) as exc:
-        raise VocabTransferError(f"{path}: could not be read ({exc}); check the file") from exc
-
-
-def iter_column(ds, column: str, name: str, key: str) -> Iterator[str]:
-    """The values of one text column of a `datasets` Dataset or IterableDataset, in order."""
-    columns = ds.column_names
-    if columns is not None and column not in columns:
-        raise VocabTransferError(f"{name}: no column {column!r} (columns: {', '.join(columns)}); "
-                                 f"set {key}.text_column to the column holding the text")
-    if columns is not None and len(columns) > 1:
-        ds = ds.select_columns([column])
-    try:
-        for batch in ds.iter(batch_size=BATCH):
-            if column not in batch:
-                raise VocabTransferError(f"{name}: no column {column!r} (columns: {', '.join(batch)}); "
-                                         f"set {key}.text_column to the column holding the text")
-            for value in batch[column]:
-                if value is None:
-                    yield ""
-                elif isinstance(value, str):
-                    yield value
-                else:
-                    raise VocabTransferError(f"{name}: column {column!r} holds {type(value).__name__} values, not "
-                                             f"text; set {key}.text_column to the column holding the text")
-    except VocabTransferError:
-        raise
-    except Exception as exc:  # datasets/pyarrow/pandas raise many types for malformed files
-        raise VocabTransferError(f"{name}: could not be read ({type(exc).__name__}: {_first_line(exc)}); "
-                                 "check the file's format") from exc
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0][:300] if text else type(exc).__name__
-
-
-def _load_dataset(path: str, key: str, **kwargs):
-    import datasets  # datasets: heavy: hub datasets only
-
-    try:
-        return datasets.load_dataset(path, **kwargs)
-    except Exception as exc:  # DatasetNotFoundError, FileNotFoundError, ConnectionError, ValueError (split) ...
-        shown = ", ".join(f"{k}={v!r}" for k, v in kwargs.items() if v not in (None, False))
-        raise VocabTransferError(
-            f"{key}: load_dataset({path!r}, {shown}) failed ({type(exc).__name__}: {_first_line(exc)}); "
-            "check path/name/split/data_files, and for a hub dataset the network or the local HF cache"
-        ) from exc
-
-
-def read_table_file(path: str | Path, fmt: str, column: str, key: str) -> Iterator[str]:
-    """One column of a json/jsonl, csv, tsv or parquet file, streamed through the `datasets` builders."""
-    builder, extra = BUILDERS[fmt]
-    ds = _load_dataset(builder, key, data_files=str(path), split="train", streaming=True, **extra)
-    return iter_column(ds, column, str(path), key)
-
-
-def _read_file(path: Path, column: str, key: str) -> Iterator[str]:
-    fmt = file_format(path)
-    return read_text_file(path) if fmt == "text" else read_table_file(path, fmt, column, key)
-
-
-def _resolve_data_files(data_files):
-    """Relative local data_files (str, list or {split: str | list}) resolve against the data root."""
-    if data_files is None:
-        return None
-    if isinstance(data_files, dict):
-        return {k: _resolve_data_files(v) for k, v in data_files.items()}
-    if isinstance(data_files, list):
-        return [_resolve_data_files(v) for v in data_files]
-    return data_files if "://" in data_files else str(data_path(data_files))
-
-
-def open_source(source: dict, key: str = "corpus source") -> tuple[dict, Iterator[str]]:
-    """Check a corpus source (a `$defs/corpus_source` mapping) and return its description and its raw lines.
-
-    A missing file, a failed download or an unloadable dataset raises here, before any line is read.
-    """
-    column = source.get("text_column", "text")
-    if "path" in source:
-        path = data_path(source["path"])
-        if path.is_dir():
-            files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in {*FORMATS, *COMPRESSION}
-                           and not any(part.startswith(".") for part in p.relative_to(path).parts))
-            if not files:
-                raise VocabTransferError(f"{path}: directory holds no {'/'.join(sorted(FORMATS))} files "
-                                         f"({key}.path); point it at the corpus files")
-        elif path.is_file():
-            files = [path]
-        else:
-            raise VocabTransferError(f"{path}: corpus file not found ({key}.path = {source['path']!r}, relative paths "
-                                     "resolve against $VOCABTRANSFER_DATA); fix the path or set VOCABTRANSFER_DATA")
-        desc = {"kind": "path", "path": str(path), "files": len(files),
-                "formats": sorted({file_format(p) for p in files})}
-        return desc, (line for p in files for line in _read_file(p, column, key))
-
-    if "url" in source:
-        fetched = download.fetch(source["url"], source["sha256"])
-        desc = {"kind": "url", "url": source["url"], "sha256": source["sha256"], "file": str(fetched.path),
-                "origin": fetched.origin, "download_seconds": round(fetched.seconds, 3),
-                "format": file_format(fetched.path)}
-        return desc, _read_file(fetched.path, column, key)
-
-    if "dataset" in source:
-        spec = {"split": "train", **source["dataset"]}
-        path = spec.pop("path")
-        if path in LOCAL_BUILDERS:
-            spec["data_files"] = _resolve_data_files(spec.get("data_files"))
-        elif data_path(path).exists():  # a local dataset directory
-            path = str(data_path(path))
-        ds = _load_dataset(path, f"{key}.dataset", **spec)
-        desc = {"kind": "dataset", "path": path, **spec, "text_column": column}
-        name = f"dataset {path}" + (f" ({spec['name']})" if spec.get("name") else "")
-        return desc, iter_column(ds, column, name, key)
-
-    raise VocabTransferError(f"{key}: needs one of `path`, `url` with `sha256`, or `dataset`")
-
-
-def describe(desc: dict) -> str:
-    """A short name for a source in messages."""
-    return f"dataset {desc['path']}" if desc["kind"] == "dataset" else desc[desc["kind"]]
-
 
 # --- cleaning and splitting ---------------------------------------------------------------
 
@@ -220,8 +57,15 @@ def split_value(text: str, seed: int) -> float:
     return names.unit_value(names.seeded_digest(text, seed, LINE_DIGEST))
 
 
-def clean(records: Iterable[str], *, seed: int, normalization: str = "NFC", min_chars: int = 1,
-          max_bytes: int = 0, counts: Counter | None = None) -> Iterator[tuple[str, int, float]]:
+def clean(
+    records: Iterable[str],
+    *,
+    seed: int,
+    normalization: str = "NFC",
+    min_chars: int = 1,
+    max_bytes: int = 0,
+    counts: Counter | None = None,
+) -> Iterator[tuple[str, int, float]]:
     """Steps 2-4: yield (line, UTF-8 bytes, split value) for each kept line; tally drops in `counts`."""
     counts = counts if counts is not None else Counter()
     seen: set[bytes] = set()
@@ -309,21 +153,27 @@ class CorpusParams:
     sources: dict[str, dict] = option(
         {},
         "one source per language (keys are language codes)",
-        propertyNames={"$ref": "#/$defs/lang"}, additionalProperties={"$ref": "#/$defs/corpus_source"})
+        propertyNames={"$ref": "#/$defs/lang"},
+        additionalProperties={"$ref": "#/$defs/corpus_source"},
+    )
     normalization: Literal["NFC", "NFKC", "NFD", "NFKD", "none"] = option(
-        "NFC",
-        "Unicode normal form applied to every line")
+        "NFC", "Unicode normal form applied to every line"
+    )
     max_bytes: int = option(0, "cap on UTF-8 bytes kept (train + valid) per language; 0 keeps everything", minimum=0)
     valid_fraction: float = option(
         0.05,
         "share of lines held out as the validation split (chosen by a seeded hash of the line)",
-        exclusiveMinimum=0, exclusiveMaximum=0.5)
+        exclusiveMinimum=0,
+        exclusiveMaximum=0.5,
+    )
     dev_fraction: float = option(
         0.0,
         "share of lines set aside as the dev (tuning) split, by the same hash (the band above valid_fraction, "
         "taken from what would be train); no stage trains on it and the report never scores it; 0 leaves it empty "
         "and train and valid unchanged",
-        minimum=0, exclusiveMaximum=0.5)
+        minimum=0,
+        exclusiveMaximum=0.5,
+    )
     min_chars: int = option(1, "lines shorter than this (after stripping) are dropped", minimum=1)
 
 
@@ -335,9 +185,17 @@ def split_of(value: float, valid_fraction: float, dev_fraction: float) -> str:
     return "dev" if value < valid_fraction + dev_fraction else "train"
 
 
-def build_corpus(source: dict, train_path: str | Path, valid_path: str | Path, *, seed: int,
-                 params: CorpusParams = CorpusParams(), key: str = "corpus source", desc: str = "corpus",
-                 dev_path: str | Path | None = None) -> dict:
+def build_corpus(
+    source: dict,
+    train_path: str | Path,
+    valid_path: str | Path,
+    *,
+    seed: int,
+    params: CorpusParams = CorpusParams(),
+    key: str = "corpus source",
+    desc: str = "corpus",
+    dev_path: str | Path | None = None,
+) -> dict:
     """Read, clean and split one source into train/valid (and dev) Parquet files; returns the stats.
 
     `params`: params `corpus` (normalization, min_chars, max_bytes, valid_fraction, dev_fraction; its
@@ -348,19 +206,25 @@ def build_corpus(source: dict, train_path: str | Path, valid_path: str | Path, *
     if dev_fraction and dev_path is None:
         raise VocabTransferError(f"corpus.dev_fraction={dev_fraction}: the dev split needs a dev path")
     if not 0 <= dev_fraction < 1 - valid_fraction:
-        raise VocabTransferError(f"corpus.dev_fraction={dev_fraction}: must be in [0, 1 - valid_fraction) "
-                                 f"(valid_fraction {valid_fraction}), so that some lines stay in train")
+        raise VocabTransferError(
+            f"corpus.dev_fraction={dev_fraction}: must be in [0, 1 - valid_fraction) "
+            f"(valid_fraction {valid_fraction}), so that some lines stay in train"
+        )
     start = time.perf_counter()
     source_desc, records = open_source(source, key)
     counts: Counter = Counter()
     bar = progress(records, unit=" lines", desc=desc)
     with contextlib.ExitStack() as stack:
-        tmp = {split: stack.enter_context(io.atomic_output(path)) for split, path in
-               (("train", train_path), ("valid", valid_path), ("dev", dev_path)) if path is not None}
+        tmp = {
+            split: stack.enter_context(io.atomic_output(path))
+            for split, path in (("train", train_path), ("valid", valid_path), ("dev", dev_path))
+            if path is not None
+        }
         writer = SplitWriter(tmp)
         try:
-            lines = clean(bar, seed=seed, normalization=normalization, min_chars=min_chars,
-                          max_bytes=max_bytes, counts=counts)
+            lines = clean(
+                bar, seed=seed, normalization=normalization, min_chars=min_chars, max_bytes=max_bytes, counts=counts
+            )
             for text, nbytes, value in lines:
                 writer.add(split_of(value, valid_fraction, dev_fraction), text, nbytes, value)
             if not sum(writer.lines.values()):
@@ -403,11 +267,15 @@ def _empty_message(name: str, counts: Counter, key: str, min_chars: int, max_byt
     if not counts["lines_read"]:
         return f"{name}: the corpus is empty (0 lines read); check the source in {key}"
     if counts["capped"]:
-        return (f"{name}: no line fits in corpus.max_bytes = {max_bytes} (the first kept line is longer); "
-                "raise corpus.max_bytes or set it to 0")
-    return (f"{name}: no text left after cleaning ({counts['lines_read']} lines read: {counts['empty_dropped']} empty, "
-            f"{counts['short_dropped']} shorter than corpus.min_chars = {min_chars}, "
-            f"{counts['duplicates_dropped']} duplicates); check the source in {key} and corpus.min_chars")
+        return (
+            f"{name}: no line fits in corpus.max_bytes = {max_bytes} (the first kept line is longer); "
+            "raise corpus.max_bytes or set it to 0"
+        )
+    return (
+        f"{name}: no text left after cleaning ({counts['lines_read']} lines read: {counts['empty_dropped']} empty, "
+        f"{counts['short_dropped']} shorter than corpus.min_chars = {min_chars}, "
+        f"{counts['duplicates_dropped']} duplicates); check the source in {key} and corpus.min_chars"
+    )
 
 
 def _versions() -> dict[str, str]:
@@ -418,15 +286,32 @@ def run(ctx) -> None:
     """The `corpus` stage: results/{lang}/corpus/{train,valid,dev}.parquet and stats.json."""
     opts = ctx.section("corpus", CorpusParams)  # params corpus, typed
     key = f"corpus.sources.{ctx.lang}"
-    stats = build_corpus(opts.sources[ctx.lang], ctx.output["train"], ctx.output["valid"], seed=ctx.seed, params=opts,
-                         key=key, desc=f"corpus {ctx.lang}", dev_path=ctx.output["dev"])
+    stats = build_corpus(
+        opts.sources[ctx.lang],
+        ctx.output["train"],
+        ctx.output["valid"],
+        seed=ctx.seed,
+        params=opts,
+        key=key,
+        desc=f"corpus {ctx.lang}",
+        dev_path=ctx.output["dev"],
+    )
     stats = {"lang": ctx.lang, **stats, "versions": _versions()}
     io.write_json(stats, ctx.output["stats"])
     log.info(
         "corpus %s: %d lines read from %s; dropped %d empty, %d short, %d duplicates; kept %d lines / %d bytes%s; "
         "train %d, valid %d, dev %d lines; %.1f s",
-        ctx.lang, stats["lines_read"], describe(stats["source"]), stats["empty_dropped"], stats["short_dropped"],
-        stats["duplicates_dropped"], stats["lines_kept"], stats["bytes_kept"],
+        ctx.lang,
+        stats["lines_read"],
+        describe(stats["source"]),
+        stats["empty_dropped"],
+        stats["short_dropped"],
+        stats["duplicates_dropped"],
+        stats["lines_kept"],
+        stats["bytes_kept"],
         f" (capped at {stats['max_bytes']})" if stats["capped"] else "",
-        stats["train_lines"], stats["valid_lines"], stats["dev_lines"], stats["seconds"],
+        stats["train_lines"],
+        stats["valid_lines"],
+        stats["dev_lines"],
+        stats["seconds"],
     )

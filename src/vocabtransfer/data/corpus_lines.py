@@ -31,6 +31,7 @@ TEXT_COLUMN = "text"
 # ---------------------------------------------------------------------------------------------
 # every line
 
+
 def corpus_rows(path: str | os.PathLike) -> int:
     """Number of lines in a corpus Parquet file (from its metadata, nothing is read)."""
     return _open_corpus(path).metadata.num_rows
@@ -40,11 +41,11 @@ def iter_text_batches(path: str | os.PathLike, batch_size: int = 1000) -> Iterat
     """Stream the `text` column of a corpus Parquet file as lists of `batch_size` lines (the last one shorter)."""
     rows: list[str] = []
     for column in _row_groups(path):
-        rows = rows[len(rows) - len(rows) % batch_size:] if rows else []  # the lines not yet handed out
+        rows = rows[len(rows) - len(rows) % batch_size :] if rows else []  # the lines not yet handed out
         rows += [t if t is not None else "" for t in column.to_pylist()]
-        yield from (rows[i: i + batch_size] for i in range(0, len(rows) - batch_size + 1, batch_size))
+        yield from (rows[i : i + batch_size] for i in range(0, len(rows) - batch_size + 1, batch_size))
     if len(rows) % batch_size:
-        yield rows[len(rows) - len(rows) % batch_size:]
+        yield rows[len(rows) - len(rows) % batch_size :]
 
 
 def _row_groups(path: str | os.PathLike):
@@ -62,7 +63,9 @@ def _open_corpus(path: str | os.PathLike):
     try:
         pf = pq.ParquetFile(path)
     except Exception as exc:
-        raise VocabTransferError(f"{path}: not a readable Parquet file ({brief(exc)}); delete it and rerun the corpus stage") from exc
+        raise VocabTransferError(
+            f"{path}: not a readable Parquet file ({brief(exc)}); delete it and rerun the corpus stage"
+        ) from exc
     names = pf.schema_arrow.names
     if TEXT_COLUMN not in names:
         raise VocabTransferError(
@@ -87,6 +90,7 @@ class CorpusBatches:
 
 # ---------------------------------------------------------------------------------------------
 # a seeded sample
+
 
 def keep_probability(sample_bytes: int, total_bytes: int) -> float:
     """The share of lines to keep for about `sample_bytes` of `total_bytes` (1.0: all)."""
@@ -121,8 +125,9 @@ class SampledCorpus:
 
 
 @contextlib.contextmanager
-def sampled_text(path: str | os.PathLike, sample_bytes: int, seed: int,
-                 directory: str | os.PathLike) -> Iterator[tuple[Path, dict]]:
+def sampled_text(
+    path: str | os.PathLike, sample_bytes: int, seed: int, directory: str | os.PathLike
+) -> Iterator[tuple[Path, dict]]:
     """A seeded sample of a text file's lines, as a temporary file in `directory` (removed on exit);
     `path` itself when sample_bytes is 0 or the file is no larger. Yields (path, counts)."""
     path = Path(path)

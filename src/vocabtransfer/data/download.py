@@ -96,8 +96,15 @@ def _mismatch(what: str, expected: str, actual: str, fix: str) -> VocabTransferE
     return VocabTransferError(f"{what}: sha256 mismatch: expected {expected}, got {actual}; {fix}")
 
 
-def fetch(url: str, sha256: str, *, cache: str | os.PathLike | None = None, retries: int = 4,
-          backoff: float = 1.0, timeout: float = 60.0) -> Fetched:
+def fetch(
+    url: str,
+    sha256: str,
+    *,
+    cache: str | os.PathLike | None = None,
+    retries: int = 4,
+    backoff: float = 1.0,
+    timeout: float = 60.0,
+) -> Fetched:
     """A verified local copy of `url`: from the cache, the offline mirror, a file:// path, or HTTP(S).
 
     HTTP downloads resume a partial file with a Range request and retry transient failures
@@ -132,8 +139,12 @@ def fetch(url: str, sha256: str, *, cache: str | os.PathLike | None = None, retr
         if candidate.is_file():
             actual = sha256_file(candidate)
             if actual != sha256:
-                raise _mismatch(f"mirror file {candidate} (for {url})", sha256, actual,
-                                "replace or delete the mirror file, or fix the sha256 in params")
+                raise _mismatch(
+                    f"mirror file {candidate} (for {url})",
+                    sha256,
+                    actual,
+                    "replace or delete the mirror file, or fix the sha256 in params",
+                )
             log.info("%s: served from the offline mirror %s", url, candidate)
             return Fetched(candidate, "mirror", time.perf_counter() - start)
         log.info("%s: not in the offline mirror (%s); downloading", url, candidate)
@@ -149,8 +160,9 @@ def fetch(url: str, sha256: str, *, cache: str | os.PathLike | None = None, retr
     return Fetched(final, "network", seconds)
 
 
-def _download(url: str, sha256: str, final: Path, *, retries: int, backoff: float, timeout: float,
-              mirror: Path | None) -> None:
+def _download(
+    url: str, sha256: str, final: Path, *, retries: int, backoff: float, timeout: float, mirror: Path | None
+) -> None:
     part = final.with_name(final.name + ".part")
     restarted = False
     while True:
@@ -178,8 +190,9 @@ def _download(url: str, sha256: str, final: Path, *, retries: int, backoff: floa
             log.warning("%s: resumed download has the wrong sha256; downloading it again from the start", url)
             restarted = True
             continue
-        raise _mismatch(url, sha256, actual,
-                        "the download was deleted; check that the URL and the sha256 in params belong together")
+        raise _mismatch(
+            url, sha256, actual, "the download was deleted; check that the URL and the sha256 in params belong together"
+        )
 
 
 def _get(url: str, part: Path, timeout: float) -> None:
@@ -208,8 +221,16 @@ def _get(url: str, part: Path, timeout: float) -> None:
         length = resp.headers.get("Content-Length")
         expected = int(length) if length is not None and length.isdigit() else None
         got = 0
-        with open(part, mode) as f, progress(total=None if expected is None else have + expected, initial=have,
-                                              unit="B", unit_scale=True, desc=file_name(url)) as bar:
+        with (
+            open(part, mode) as f,
+            progress(
+                total=None if expected is None else have + expected,
+                initial=have,
+                unit="B",
+                unit_scale=True,
+                desc=file_name(url),
+            ) as bar,
+        ):
             while True:
                 try:
                     chunk = resp.read(CHUNK)
@@ -222,4 +243,3 @@ def _get(url: str, part: Path, timeout: float) -> None:
                 bar.update(len(chunk))
     if expected is not None and got < expected:
         raise _Retryable(f"connection closed after {have + got} of {have + expected} bytes")
-

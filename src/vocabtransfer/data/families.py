@@ -31,6 +31,7 @@ BYTE_TOKENS = [f"<0x{b:02X}>" for b in range(256)]  # SentencePiece's byte-fallb
 # ---------------------------------------------------------------------------------------------
 # the source tokenizer's family and conventions
 
+
 def _backend_json(tokenizer) -> dict:
     return json.loads(tokenizer.backend_tokenizer.to_str())
 
@@ -76,11 +77,22 @@ def source_special_tokens(source) -> list:
         value = getattr(source, attr, None)
         if value is not None and str(value) not in by_content:
             idx = source.convert_tokens_to_ids(str(value))
-            by_content[str(value)] = (idx if isinstance(idx, int) else sys.maxsize,
-                                      AddedToken(str(value), special=True, normalized=False))
+            by_content[str(value)] = (
+                idx if isinstance(idx, int) else sys.maxsize,
+                AddedToken(str(value), special=True, normalized=False),
+            )
     ordered = sorted(by_content.values(), key=lambda item: item[0])
-    return [AddedToken(t.content, single_word=t.single_word, lstrip=t.lstrip, rstrip=t.rstrip,
-                       normalized=t.normalized, special=True) for _, t in ordered]
+    return [
+        AddedToken(
+            t.content,
+            single_word=t.single_word,
+            lstrip=t.lstrip,
+            rstrip=t.rstrip,
+            normalized=t.normalized,
+            special=True,
+        )
+        for _, t in ordered
+    ]
 
 
 def _family_conventions(family: str) -> tuple[dict, dict]:
@@ -182,6 +194,7 @@ def is_byte_piece(token: str, how: Spelling) -> bool:
 # ---------------------------------------------------------------------------------------------
 # a trained vocabulary's layout: the source's head and byte tokens, a canonical Unigram order
 
+
 def source_head(src: dict) -> list[tuple[str, dict | None]] | None:
     """The source vocabulary's entries before its byte tokens, in id order, when it is a byte-fallback BPE
     whose 256 `<0xXX>` tokens are contiguous at ids h..h+255: (content, its added-token entry or None for
@@ -209,8 +222,9 @@ def head_and_byte_tokens(spec: dict, head: list[tuple[str, dict | None]]) -> dic
     rest = [t for t in sorted(vocab, key=vocab.__getitem__) if t not in taken]
     spec["model"]["vocab"] = {t: i for i, t in enumerate(first + rest)}  # the trainer left room for `first`
     keys = ("content", "single_word", "lstrip", "rstrip", "normalized", "special")
-    spec["added_tokens"] = [{"id": i, **{k: entry[k] for k in keys}}
-                            for i, (_, entry) in enumerate(head) if entry is not None]
+    spec["added_tokens"] = [
+        {"id": i, **{k: entry[k] for k in keys}} for i, (_, entry) in enumerate(head) if entry is not None
+    ]
     return spec
 
 
@@ -260,6 +274,7 @@ def canonical_unigram(spec: dict, n_special: int) -> dict:
 # ---------------------------------------------------------------------------------------------
 # the target's special tokens against the source's
 
+
 def special_token_clash(target, source) -> str | None:
     """Why the target tokenizer's special tokens clash with the source's, or None when they do not.
 
@@ -277,14 +292,18 @@ def special_token_clash(target, source) -> str | None:
         vocab, special = theirs.get_vocab(), specials(theirs)
         for content, i in sorted(mine.items(), key=lambda kv: kv[1]):
             if content in vocab and content not in special:
-                return (f"the {side}'s special token {content!r} (id {i}) is an ordinary token of the {other} "
-                        f"(id {vocab[content]})")
+                return (
+                    f"the {side}'s special token {content!r} (id {i}) is an ordinary token of the {other} "
+                    f"(id {vocab[content]})"
+                )
     s_head = source_head(_backend_json(source))
     t_head = source_head(_backend_json(target)) if s_head else None
     if t_head is not None and [c for c, _ in t_head] != [c for c, _ in s_head]:
         at = next((i for i, (a, b) in enumerate(zip(t_head, s_head)) if a[0] != b[0]), min(len(t_head), len(s_head)))
         mine = repr(t_head[at][0]) if at < len(t_head) else "a byte token"
         theirs = repr(s_head[at][0]) if at < len(s_head) else "a byte token"
-        return (f"the target does not keep the source's {len(s_head)} head tokens at their ids: id {at} is {mine} "
-                f"in the target and {theirs} in the source")
+        return (
+            f"the target does not keep the source's {len(s_head)} head tokens at their ids: id {at} is {mine} "
+            f"in the target and {theirs} in the source"
+        )
     return None

@@ -1,4 +1,4 @@
-"""fastText auxiliary embeddings for the target tokens (the `fasttext` stage) and fastText helpers.
+"""fastText auxiliary embeddings for the target tokens (the `fasttext` stage): each token's vector from a model.
 
 Two modes, as in FOCUS (konstantinjdobler/focus, `deepfocus`):
 
@@ -17,41 +17,27 @@ Outputs: the fastText .bin, `embeddings.safetensors` with `embeddings` (V x dim 
 zeros where there is no vector) and `mask` (V bool, the token has a vector) and, with oov `subword` only, `subword`
 (V bool, the vector came from n-grams), and stats.json.
 
-Determinism: the seed and the thread count decide the result. fastText trains lock-free ("Hogwild") on `threads`
-threads: with one thread the same seed gives the same vectors, byte for byte; with more threads they also depend on
-thread scheduling and differ between runs. (The thread count also changes the initialisation: fastText 0.9.3
-initialises `threads`/10 of the input matrix.) For byte-identical artefacts run this stage with one thread
-(Snakemake: `--set-threads fasttext=1`).
-
-fastText leaves the rest of its input matrix as malloc returns it. A fresh mapping reads as zeros, but in a
-long-lived process (a test session, a notebook) the matrix can land on freed heap memory, and its old bytes become
-starting vectors: the result then depends on what ran before, and bytes that read as NaN abort training with
-"Encountered NaN". `train_fasttext` has glibc zero every allocation while fastText trains (`zeroed_allocations`), so
-training sees zeros, as in a fresh process, wherever the memory comes from.
+Training and loading fastText models, and why the same seed gives the same vectors on one thread only:
+data.fasttext_models.
 """
 
 from __future__ import annotations
 
-import ctypes
 import logging
-import mmap
 import os
 import shutil
-import struct
-import tempfile
 import time
-from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
 from vocabtransfer.data.corpus_lines import sampled_text
-from vocabtransfer.errors import VocabTransferError, brief
+from vocabtransfer.data.fasttext_models import load_fasttext, train_fasttext
+from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.log import progress
 from vocabtransfer import io
-from vocabtransfer.io import atomic_output
 from vocabtransfer.model.hub import load_tokenizer
 from vocabtransfer.pipeline.paths import data_path
 from vocabtransfer.pipeline.typed import option
@@ -63,181 +49,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 Mode = Literal["tokenlevel", "wordlevel"]
-_MAGIC, _VERSION = 793712314, 12  # fastText's .bin signature (FASTTEXT_FILEFORMAT_MAGIC_INT32, FASTTEXT_VERSION)
-
-
-# ---------------------------------------------------------------------------------------------
-# training and loading
-
-
-def _nonempty_text(path: Path) -> None:
-    """Raise unless `path` is a readable file with at least one non-whitespace byte."""
-    if not path.is_file():
-        raise VocabTransferError(f"{path}: training text not found; run the stage that produces it first")
-    with path.open("rb") as f:
-        while chunk := f.read(1 << 20):
-            if chunk.strip():
-                return
-    raise VocabTransferError(f"{path}: training text is empty (no words); "
-                             "check the corpus and rerun the stage that wrote it")
-
-
-@contextmanager
-def zeroed_allocations():
-    """While active, every glibc malloc returns zeroed memory (mallopt M_PERTURB; see the module docstring).
-
-    M_PERTURB=b fills allocations with b ^ 0xff and freed memory with b, so b=0xff zeroes what is
-    allocated. Without glibc's mallopt (macOS, musl) this does nothing, and fastText may again start
-    from old heap bytes in a long-lived process.
-    """
-    M_PERTURB = -6  # malloc.h
-    mallopt = getattr(ctypes.CDLL(None), "mallopt", None)
-    zeroing = mallopt is not None and bool(mallopt(M_PERTURB, 0xFF))
-    if not zeroing:
-        log.debug("mallopt(M_PERTURB) unavailable: fastText's input matrix may start from old heap bytes")
-    try:
-        yield
-    finally:
-        if zeroing:
-            mallopt(M_PERTURB, 0)
-
-
-def _train_unsupervised(seed: int, kwargs: dict):
-    """`fasttext.train_unsupervised(seed=seed, **kwargs)`, also where the wrapper lacks `seed`."""
-    import fasttext  # fasttext: heavy C extension
-    from fasttext import FastText as ft_impl  # fasttext: heavy C extension
-
-    try:
-        return fasttext.train_unsupervised(seed=seed, **kwargs)
-    except TypeError as exc:  # fasttext <= 0.9.3's Python wrapper does not forward `seed` ...
-        if "seed" not in str(exc):
-            raise
-    # ... although the C++ trainer has it: build the args the way train_unsupervised does, plus seed.
-    args, manual = ft_impl.read_args((), kwargs, list(kwargs), ft_impl.unsupervised_default)
-    args["seed"] = seed
-    manual.add("seed")
-    a = ft_impl._build_args(args, manual)
-    ft = ft_impl._FastText(args=a)
-    ft_impl.fasttext.train(ft.f, a)
-    ft.set_args(ft.f.getArgs())
-    return ft
-
-
-def train_fasttext(text_path: str | os.PathLike, *, model: Literal["cbow", "skipgram"] = "cbow", dim: int = 100,
-                   epochs: int = 3, min_count: int = 10, neg: int = 10, seed: int = 42, threads: int = 1,
-                   **fasttext_args):
-    """Train unsupervised fastText on a whitespace-separated text file (FOCUS's defaults).
-
-    `fasttext_args` go to fastText unchanged (e.g. `minn`, `maxn`, `ws`, `lr`, `bucket`).
-    With `threads=1` the same seed gives identical vectors; see the module docstring.
-    """
-    path = Path(text_path)
-    _nonempty_text(path)
-    kwargs = dict(input=str(path), model=model, dim=dim, epoch=epochs, minCount=min_count, neg=neg,
-                  thread=threads, verbose=2 if log.isEnabledFor(logging.DEBUG) else 0, **fasttext_args)
-    start = time.perf_counter()
-    try:
-        with zeroed_allocations():
-            ft = _train_unsupervised(seed, kwargs)
-    except ValueError as exc:  # "Empty vocabulary. Try a smaller -minCount value."
-        raise VocabTransferError(f"{path}: fastText training failed ({brief(exc)}); no word occurs min_count={min_count} "
-                                 "times: lower fasttext.min_count or add text") from exc
-    except RuntimeError as exc:  # "Encountered NaN."
-        raise VocabTransferError(
-            f"{path}: fastText training failed ({brief(exc)}); the vectors diverged: train with a "
-            "lower learning rate (train_fasttext(..., lr=...); fastText's default is 0.05)") from exc
-    log.info("fastText %s dim=%d epochs=%d min_count=%d on %s: %d words in %.1fs (seed %d, %d thread(s))",
-             model, dim, epochs, min_count, path, len(ft.get_words(on_unicode_error="replace")),
-             time.perf_counter() - start, seed, threads)
-    return ft
-
-
-@dataclass(frozen=True)
-class WordFasttextSettings:
-    """How `train_word_fasttext` trains; by default WECHSEL's: skipgram, dim 300 as the pretrained cc.*.300.bin (either
-    can stand in for the other), 5 epochs, minCount 5, 5 negatives, character n-grams of `minn` to `maxn` characters.
-    The word_fasttext stages set model, dim, epochs and min_count from params `init.wechsel.fasttext`."""
-
-    model: Literal["cbow", "skipgram"] = "skipgram"
-    dim: int = 300
-    epochs: int = 5
-    min_count: int = 5
-    neg: int = 5
-    minn: int = 3
-    maxn: int = 6
-
-
-def train_word_fasttext(text: str | os.PathLike | Iterable[str], out_path: str | os.PathLike,
-                        settings: WordFasttextSettings = WordFasttextSettings(), *, seed: int = 42, threads: int = 1,
-                        **fasttext_args):
-    """Word-level fastText with character n-grams (WECHSEL's auxiliary space), saved atomically.
-
-    `text` is a file of raw lines or an iterable of lines; case is kept and words are split on whitespace, as
-    fastText does. `settings`: model, dimension, epochs, minCount, negatives and n-gram lengths; `seed` and
-    `threads` as `train_fasttext`'s; `fasttext_args` go to fastText unchanged (e.g. `bucket`). Returns the model."""
-    out_path = Path(out_path)
-    kwargs = dict(asdict(settings), seed=seed, threads=threads, **fasttext_args)
-    if isinstance(text, (str, os.PathLike)):
-        ft = train_fasttext(text, **kwargs)
-    else:
-        out_path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile("w", encoding="utf-8", suffix=".txt", dir=out_path.parent,
-                                         prefix=f".{out_path.name}.text-", delete=False) as tmp:
-            for line in text:
-                tmp.write(line.replace("\n", " ").replace("\r", " ") + "\n")
-        try:
-            ft = train_fasttext(tmp.name, **kwargs)
-        finally:
-            os.unlink(tmp.name)
-    with atomic_output(out_path) as tmp_out:
-        ft.save_model(str(tmp_out))
-    return ft
-
-
-def _check_bin(path: Path) -> None:
-    """Walk a .bin's layout (header, dictionary, matrix shapes) so that a truncated or foreign file
-    fails here instead of hanging or loading garbage in fastText's C++ loader."""
-    size = path.stat().st_size
-    bad = f"{path}: not a complete fastText .bin"
-    fix = "re-download or retrain it (delete it and rerun its stage)"
-    if size < 92:
-        raise VocabTransferError(f"{bad} ({size} bytes); {fix}")
-    with path.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-        magic, version = struct.unpack_from("<ii", mm, 0)
-        if magic != _MAGIC or version > _VERSION:
-            raise VocabTransferError(f"{bad} (wrong file signature); {fix}")
-        n_entries, _, _, _, n_pruned = struct.unpack_from("<iiiqq", mm, 64)  # after 12 int32 + 1 double of args
-        pos = 92
-        for _ in range(n_entries):  # entry: word bytes, NUL, int64 count, int8 type
-            end = mm.find(b"\0", pos)
-            if end < 0:
-                raise VocabTransferError(f"{bad} (dictionary cut off); {fix}")
-            pos = end + 10
-        pos += 8 * max(n_pruned, 0)
-        for _ in range(2):  # input then output matrix: bool quantised, int64 rows, int64 cols, float32 data
-            if pos + 17 > size:
-                raise VocabTransferError(f"{bad} (matrix cut off); {fix}")
-            if mm[pos]:
-                return  # quantised (.ftz-style) matrices: leave the layout to fastText
-            rows, cols = struct.unpack_from("<qq", mm, pos + 1)
-            pos += 17 + 4 * rows * cols
-        if pos != size:
-            raise VocabTransferError(f"{bad} ({size} bytes, its header says {pos}); {fix}")
-
-
-def load_fasttext(path: str | os.PathLike):
-    """Load a fastText .bin; a missing, truncated or foreign file is one clear VocabTransferError."""
-    import fasttext  # fasttext: heavy C extension
-
-    path = Path(path)
-    if not path.is_file():
-        raise VocabTransferError(f"{path}: fastText model not found; "
-                                 "run the stage that produces it first or fix the path")
-    _check_bin(path)
-    try:
-        return fasttext.load_model(str(path))
-    except Exception as exc:
-        raise VocabTransferError(f"{path}: fastText cannot load it ({brief(exc)}); re-download or retrain it") from exc
 
 
 # ---------------------------------------------------------------------------------------------
@@ -271,8 +82,9 @@ def token_vectors(ft_model, tokenizer, mode: Mode = "tokenlevel") -> tuple["torc
     return torch.from_numpy(emb), torch.from_numpy(mask)
 
 
-def subword_vectors(ft_model, tokenizer, embeddings: "torch.Tensor", mask: "torch.Tensor"
-                    ) -> tuple["torch.Tensor", "torch.Tensor", "torch.Tensor"]:
+def subword_vectors(
+    ft_model, tokenizer, embeddings: "torch.Tensor", mask: "torch.Tensor"
+) -> tuple["torch.Tensor", "torch.Tensor", "torch.Tensor"]:
     """Fill the rows of tokenlevel `token_vectors` that have no vector from character n-grams.
 
     Every target token with mask False that is not a special token of `tokenizer` (those never
@@ -287,8 +99,9 @@ def subword_vectors(ft_model, tokenizer, embeddings: "torch.Tensor", mask: "torc
     emb = embeddings.clone().numpy()
     has = mask.numpy().copy()
     special = set(tokenizer.all_special_ids)
-    lookups = sorted((i, tok) for tok, i in tokenizer.get_vocab().items()
-                     if i < len(has) and not has[i] and i not in special)
+    lookups = sorted(
+        (i, tok) for tok, i in tokenizer.get_vocab().items() if i < len(has) and not has[i] and i not in special
+    )
     for i, tok in progress(lookups, desc="fastText subword vectors", unit="tok"):
         emb[i] = ft_model.get_word_vector(tok)
     subword = np.zeros_like(has)
@@ -309,39 +122,43 @@ class FasttextParams:
     mode: Mode = option(
         "tokenlevel",
         "tokenlevel trains fastText on the pre-tokenised target corpus (FOCUS); wordlevel embeds each token with a "
-        "given pretrained word-level .bin (pretrained_path)")
+        "given pretrained word-level .bin (pretrained_path)",
+    )
     pretrained_path: str | None = option(
-        None,
-        "word-level fastText .bin (wordlevel mode), relative to $VOCABTRANSFER_DATA")
+        None, "word-level fastText .bin (wordlevel mode), relative to $VOCABTRANSFER_DATA"
+    )
     model: Literal["cbow", "skipgram"] = option("cbow", "fastText's architecture (FOCUS uses cbow)")
     dim: int = option(100, "dimension of the auxiliary vectors", minimum=1)
     epochs: int = option(3, "training epochs", minimum=1)
     min_count: int = option(
-        10,
-        "fastText's minCount: a token seen fewer times gets no dictionary vector (see oov)",
-        minimum=1)
+        10, "fastText's minCount: a token seen fewer times gets no dictionary vector (see oov)", minimum=1
+    )
     neg: int = option(10, "negative samples per positive", minimum=1)
     bucket: int = option(
         2000000,
         "hash buckets of the character n-grams (fastText's -bucket); the .bin holds (words + bucket) x dim floats "
         "(800 MB at dim 100), so a small corpus can use far fewer (the test config: 100000)",
-        minimum=1)
+        minimum=1,
+    )
     reproducible: bool = option(
         True,
         "train on one thread so the vectors, and every artefact built from them, are byte-identical between runs; "
-        "false uses all threads Snakemake gives (faster)")
+        "false uses all threads Snakemake gives (faster)",
+    )
     oov: Literal["random", "subword"] = option(
         "random",
         "target tokens outside the fastText dictionary (tokenlevel mode): random leaves them without a vector "
         "(focus, ofa and snmf give them random rows, as FOCUS does); subword gives each one, special tokens "
         "excepted, fastText's character n-gram vector of its vocabulary string, which focus, ofa, snmf and their "
         "factorised variants then use like a dictionary vector (wordlevel mode: only random, its vectors already "
-        "use subwords)")
+        "use subwords)",
+    )
     sample_bytes: int = option(
         0,
         "train fastText (tokenlevel) on a seeded sample of about this many bytes of the token-joined train text "
         "(each line kept with probability sample_bytes / the file's bytes); 0 trains on every line",
-        minimum=0)
+        minimum=0,
+    )
 
 
 def _link_or_copy(src: Path, dst: Path) -> None:
@@ -359,28 +176,49 @@ def _fasttext_model(ctx: "Context", opts: FasttextParams):
     if opts.mode == "tokenlevel":
         threads = 1 if opts.reproducible else ctx.threads
         if threads == 1 and ctx.threads > 1:
-            log.info("fastText on 1 thread so the vectors (and every init artefact) are byte-identical "
-                     "between runs; set fasttext.reproducible: false to use all %d threads", ctx.threads)
+            log.info(
+                "fastText on 1 thread so the vectors (and every init artefact) are byte-identical "
+                "between runs; set fasttext.reproducible: false to use all %d threads",
+                ctx.threads,
+            )
         elif threads > 1:
-            log.info("fastText on %d threads: vectors vary slightly between runs (fasttext.reproducible: false)",
-                     threads)
+            log.info(
+                "fastText on %d threads: vectors vary slightly between runs (fasttext.reproducible: false)", threads
+            )
         with sampled_text(ctx.input["text"], opts.sample_bytes, ctx.seed, Path(out["model"]).parent) as (text, sample):
             if sample["lines_kept"] is not None:
-                log.info("fastText on a seeded sample: %d lines, %d of %d bytes (fasttext.sample_bytes)",
-                         sample["lines_kept"], sample["bytes_kept"], sample["bytes"])
-            ft = train_fasttext(text, model=opts.model, dim=opts.dim, epochs=opts.epochs, min_count=opts.min_count,
-                                neg=opts.neg, bucket=opts.bucket, seed=ctx.seed, threads=threads)
+                log.info(
+                    "fastText on a seeded sample: %d lines, %d of %d bytes (fasttext.sample_bytes)",
+                    sample["lines_kept"],
+                    sample["bytes_kept"],
+                    sample["bytes"],
+                )
+            ft = train_fasttext(
+                text,
+                model=opts.model,
+                dim=opts.dim,
+                epochs=opts.epochs,
+                min_count=opts.min_count,
+                neg=opts.neg,
+                bucket=opts.bucket,
+                seed=ctx.seed,
+                threads=threads,
+            )
         with io.atomic_output(out["model"]) as tmp:
             ft.save_model(str(tmp))
         return ft, threads, ctx.input["text"]
     pretrained = opts.pretrained_path
     if not pretrained:
-        raise VocabTransferError("params.yaml: fasttext.pretrained_path is not set but fasttext.mode is wordlevel; "
-                                 "set it to a word-level fastText .bin (e.g. cc.sw.300.bin) or use mode tokenlevel")
+        raise VocabTransferError(
+            "params.yaml: fasttext.pretrained_path is not set but fasttext.mode is wordlevel; "
+            "set it to a word-level fastText .bin (e.g. cc.sw.300.bin) or use mode tokenlevel"
+        )
     src = data_path(pretrained)
     if not src.is_file():
-        raise VocabTransferError(f"params.yaml: fasttext.pretrained_path {pretrained!r}: {src} not found; "
-                                 "fix the path (relative paths resolve against $VOCABTRANSFER_DATA)")
+        raise VocabTransferError(
+            f"params.yaml: fasttext.pretrained_path {pretrained!r}: {src} not found; "
+            "fix the path (relative paths resolve against $VOCABTRANSFER_DATA)"
+        )
     ft = load_fasttext(src)
     with io.atomic_output(out["model"]) as tmp:
         _link_or_copy(src, tmp)
@@ -411,23 +249,31 @@ def run(ctx: "Context") -> None:
         emb, mask, subword = subword_vectors(ft, tokenizer, emb, mask)
         tensors, metadata = {"subword": subword}, {"oov": oov}
     if not torch.isfinite(emb).all():
-        raise VocabTransferError(f"{out['model']}: fastText vectors contain NaN/inf; "
-                                 "retrain with 1 thread or a lower fastText lr")
+        raise VocabTransferError(
+            f"{out['model']}: fastText vectors contain NaN/inf; retrain with 1 thread or a lower fastText lr"
+        )
     n_with = int(mask.sum())
     words = ft.get_words(on_unicode_error="replace")
     if n_dict == 0:
         raise VocabTransferError(
             f"{words_from}: no target token of {ctx.input['tokenizer']} "
             f"got a fastText vector ({len(words)} fastText words); was the text pre-tokenised with this tokenizer? "
-            "rerun pretokenize (or lower fasttext.min_count)")
+            "rerun pretokenize (or lower fasttext.min_count)"
+        )
     if n_with < 0.1 * len(mask):
         log.warning("only %d of %d target tokens have a fastText vector", n_with, len(mask))
     # oov random: exactly the tensors and metadata of a stage without the option (byte-identical file)
-    io.save_tensors({"embeddings": emb, "mask": mask, **tensors}, out["embeddings"],
-                    metadata={"mode": mode, "dim": emb.shape[1], "seed": ctx.seed, **metadata})
+    io.save_tensors(
+        {"embeddings": emb, "mask": mask, **tensors},
+        out["embeddings"],
+        metadata={"mode": mode, "dim": emb.shape[1], "seed": ctx.seed, **metadata},
+    )
 
     stats = {
-        "mode": mode, "vocab_size": len(mask), "dim": int(emb.shape[1]), "oov": oov,
+        "mode": mode,
+        "vocab_size": len(mask),
+        "dim": int(emb.shape[1]),
+        "oov": oov,
         "tokens_with_vector": n_with,  # tokens_from_dictionary + tokens_from_subwords
         "tokens_from_dictionary": n_dict,
         "tokens_from_subwords": n_with - n_dict,
@@ -436,15 +282,24 @@ def run(ctx: "Context") -> None:
         "fasttext_words": len(words),
         "examples_without_vector": tokenizer.convert_ids_to_tokens(_examples((~mask).nonzero().flatten().tolist())),
         "examples_from_subwords": tokenizer.convert_ids_to_tokens(
-            _examples(subword.nonzero().flatten().tolist() if subword is not None else [])),
+            _examples(subword.nonzero().flatten().tolist() if subword is not None else [])
+        ),
         "seconds_model": round(train_seconds, 3),  # train (or load) and save the .bin
         "seconds": round(time.perf_counter() - start, 3),
         "seed": ctx.seed,
         "threads": threads,  # the threads fastText trained on (not the ones the job was given)
         "deterministic": mode == "wordlevel" or threads == 1,
-        "params": ctx.leaf_values(), "versions": io.versions(),
+        "params": ctx.leaf_values(),
+        "versions": io.versions(),
     }
     io.write_json(stats, out["stats"])
-    log.info("fastText %s: %d of %d target tokens have a vector (%.1f%%; %d from the dictionary, %d from "
-             "subwords) in %.1fs", mode, n_with, len(mask), 100 * n_with / len(mask), n_dict, n_with - n_dict,
-             stats["seconds"])
+    log.info(
+        "fastText %s: %d of %d target tokens have a vector (%.1f%%; %d from the dictionary, %d from subwords) in %.1fs",
+        mode,
+        n_with,
+        len(mask),
+        100 * n_with / len(mask),
+        n_dict,
+        n_with - n_dict,
+        stats["seconds"],
+    )

@@ -13,8 +13,8 @@ Token forms and matching follow `deepfocus.vocab_helper` / `deepfocus.focus.get_
    byte-level or SentencePiece-style token is the bytes it spells (`tokenizer.token_bytes`), a
    leading space written ▁: `Ġthe` and `▁the` give "▁the", `<0xC3>` and `Ã` (byte 0xC3) give
    the same form, `Ċ` and `<0x0A>` give "\n"; an added token is its own content (deepfocus strips
-   whitespace, so all of Gemma's newline-run tokens would share the form ""). The form is a str that holds the bytes losslessly:
-   UTF-8 text as itself, bytes that are no whole character as lone surrogates U+DC80-U+DCFF
+   whitespace, so all of Gemma's newline-run tokens would share the form ""). The form is a str that holds the
+   bytes losslessly: UTF-8 text as itself, bytes that are no whole character as lone surrogates U+DC80-U+DCFF
    (Python's surrogateescape), so it never equals a text form by accident (deepfocus decodes such
    bytes to "�", and all of them then share one form). WordPiece forms are text already; added
    and special tokens keep their text form. "Byte tokens" (byte-fallback pieces and byte-level
@@ -64,13 +64,15 @@ MATCH_KINDS = (EXACT, FUZZY, SYMBOL, NONE)
 # `detect_scheme` (from the token strings) and `methods.baselines.tokenizer_markers` (from the backend)
 Scheme = Literal["sentencepiece", "wordpiece", "bytelevel", "plain"]
 
-SCHEMA = pa.schema([
-    pa.field("target_id", pa.int32(), nullable=False),
-    pa.field("target_token", pa.string(), nullable=False),
-    pa.field("source_id", pa.int32()),
-    pa.field("source_token", pa.string()),
-    pa.field("match", pa.string(), nullable=False),
-])
+SCHEMA = pa.schema(
+    [
+        pa.field("target_id", pa.int32(), nullable=False),
+        pa.field("target_token", pa.string(), nullable=False),
+        pa.field("source_id", pa.int32()),
+        pa.field("source_token", pa.string()),
+        pa.field("match", pa.string(), nullable=False),
+    ]
+)
 
 
 @dataclass
@@ -82,7 +84,9 @@ class CanonicalVocab:
     canonical: list[str]
     fuzzy: list[str]
     scheme: Scheme
-    byte: np.ndarray | None = None  # (n,) bool: a byte token (byte-fallback piece, byte-level token that is no whole text)
+    byte: np.ndarray | None = (
+        None  # (n,) bool: a byte token (byte-fallback piece, byte-level token that is no whole text)
+    )
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -176,8 +180,11 @@ def spelled_bytes(tokenizer, raw: list[str]) -> tuple[list[bytes | None], np.nda
     how = spelling(tokenizer)
     added = set(tokenizer.added_tokens_encoder)
     spelled = [None if r in added else token_bytes(r, how) for r in raw]
-    byte = np.fromiter((b is not None and (is_byte_piece(r, how) or not _is_text(b)) for b, r in zip(spelled, raw)),
-                       dtype=bool, count=len(raw))
+    byte = np.fromiter(
+        (b is not None and (is_byte_piece(r, how) or not _is_text(b)) for b, r in zip(spelled, raw)),
+        dtype=bool,
+        count=len(raw),
+    )
     return spelled, byte
 
 
@@ -234,8 +241,9 @@ def compute_overlap(
     byte-level and SentencePiece-style tokens are compared by the bytes they spell (module doc).
     """
     with gc_paused():
-        return _compute_overlap(target_tokenizer, source_tokenizer, exact_match_all, fuzzy_match_all, match_symbols,
-                                match_bytes)
+        return _compute_overlap(
+            target_tokenizer, source_tokenizer, exact_match_all, fuzzy_match_all, match_symbols, match_bytes
+        )
 
 
 def byte_counts(table: pa.Table, target_tokenizer, source_tokenizer) -> dict[str, int]:
@@ -247,8 +255,11 @@ def byte_counts(table: pa.Table, target_tokenizer, source_tokenizer) -> dict[str
         _, byte = spelled_bytes(tokenizer, tokenizer.convert_ids_to_tokens(ids))
         byte_ids[side] = np.asarray(ids, dtype=np.int64)[byte]
     matched = table.column("target_id").to_numpy()[table.column("source_id").is_valid().to_numpy(zero_copy_only=False)]
-    return {"target": int(byte_ids["target"].size), "source": int(byte_ids["source"].size),
-            "matched": int(np.isin(byte_ids["target"], matched).sum())}
+    return {
+        "target": int(byte_ids["target"].size),
+        "source": int(byte_ids["source"].size),
+        "matched": int(np.isin(byte_ids["target"], matched).sum()),
+    }
 
 
 def _compute_overlap(target_tokenizer, source_tokenizer, exact_match_all, fuzzy_match_all, match_symbols, match_bytes):
@@ -304,8 +315,9 @@ def overlap_pairs(table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
     return target_ids, source_ids
 
 
-def checked_pairs(target_ids, source_ids, n_target: int, n_source: int, *, where: str,
-                  allow_empty: bool = True) -> tuple[np.ndarray, np.ndarray]:
+def checked_pairs(
+    target_ids, source_ids, n_target: int, n_source: int, *, where: str, allow_empty: bool = True
+) -> tuple[np.ndarray, np.ndarray]:
     """Aligned (target ids, source ids) as int64 arrays, checked against both vocabularies:
     the same length, in range, each target id once, and (unless `allow_empty`) at least one pair.
     `where` (a file or params section) starts every error line."""
@@ -318,8 +330,12 @@ def checked_pairs(target_ids, source_ids, n_target: int, n_source: int, *, where
         raise VocabTransferError(
             f"{where}: the target tokenizer shares no tokens with the source tokenizer (e.g. another script), "
             "so there is nothing to copy or combine; use a method that needs no overlap (random) "
-            "or enable overlap.fuzzy_match_all / overlap.match_symbols")
-    for ids, n, what, owner in ((t, n_target, "target_id", "target tokenizer"), (s, n_source, "source_id", "source model")):
+            "or enable overlap.fuzzy_match_all / overlap.match_symbols"
+        )
+    for ids, n, what, owner in (
+        (t, n_target, "target_id", "target tokenizer"),
+        (s, n_source, "source_id", "source model"),
+    ):
         if ids.size and (ids.min() < 0 or ids.max() >= n):
             bad = int(ids.max() if ids.max() >= n else ids.min())
             raise VocabTransferError(f"{where}: {what} {bad} is outside the {owner}'s vocabulary (size {n}); {fix}")
@@ -352,7 +368,8 @@ class OverlapParams:
         True,
         "compare byte-level BPE (Ġ, Ã) and SentencePiece-style (▁, <0xC3> byte fallback) tokens by the bytes they "
         "spell, so a byte or string of bytes in both vocabularies matches whatever its spelling; false: "
-        "deepfocus's forms (byte tokens match only the same spelling)")
+        "deepfocus's forms (byte tokens match only the same spelling)",
+    )
 
 
 def run(ctx) -> None:
@@ -364,9 +381,11 @@ def run(ctx) -> None:
     clash = special_token_clash(target_tokenizer, source_tokenizer)
     if clash:
         raise VocabTransferError(
-            f"{ctx.input['tokenizer']}: its special tokens clash with those of the source model {source_model}: {clash}; "
+            f"{ctx.input['tokenizer']}: its special tokens clash with those of the source model {source_model}: "
+            f"{clash}; "
             "it was trained for another source or edited: retrain it with the tokenizer stage "
-            "(snakemake --forcerun tokenizer, or dvc repro --force tokenizer)")
+            "(snakemake --forcerun tokenizer, or dvc repro --force tokenizer)"
+        )
     options = asdict(ctx.section("overlap", OverlapParams))  # params overlap, typed
     table = compute_overlap(target_tokenizer, source_tokenizer, **options)
     seconds = time.perf_counter() - start
@@ -376,8 +395,12 @@ def run(ctx) -> None:
     total = table.num_rows
     overlapping = total - counts[NONE]
     if overlapping == 0:
-        log.warning("%s: no target token overlaps the source vocabulary of %s; overlap-based methods "
-                    "(overlap, fvt, focus) will have nothing to copy", ctx.input["tokenizer"], source_model)
+        log.warning(
+            "%s: no target token overlaps the source vocabulary of %s; overlap-based methods "
+            "(overlap, fvt, focus) will have nothing to copy",
+            ctx.input["tokenizer"],
+            source_model,
+        )
     io.write_parquet(table, ctx.output["overlap"])
     io.write_json(
         {
@@ -390,13 +413,22 @@ def run(ctx) -> None:
             "counts": counts,
             "byte_tokens": byte_tokens,
             "options": options,
-            "schemes": {"target": detect_scheme(table.column("target_token").to_pylist()),
-                        "source": detect_scheme(source_tokenizer.get_vocab())},
+            "schemes": {
+                "target": detect_scheme(table.column("target_token").to_pylist()),
+                "source": detect_scheme(source_tokenizer.get_vocab()),
+            },
             "seconds": round(seconds, 3),
             "versions": io.versions(),
         },
         ctx.output["stats"],
     )
-    log.info("overlap %s vs %s (%.1f s):\n%s\nbyte tokens: %d of the target's matched; %d in the target, %d in the "
-             "source", ctx.lang, source_model, seconds, markdown_counts(counts, total), byte_tokens["matched"],
-             byte_tokens["target"], byte_tokens["source"])
+    log.info(
+        "overlap %s vs %s (%.1f s):\n%s\nbyte tokens: %d of the target's matched; %d in the target, %d in the source",
+        ctx.lang,
+        source_model,
+        seconds,
+        markdown_counts(counts, total),
+        byte_tokens["matched"],
+        byte_tokens["target"],
+        byte_tokens["source"],
+    )

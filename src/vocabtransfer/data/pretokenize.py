@@ -49,6 +49,7 @@ _SPACE = np.array([c for c in range(0x3100) if chr(c).isspace()], dtype=np.uint3
 # ---------------------------------------------------------------------------------------------
 # statistics
 
+
 @dataclass
 class TokenStats:
     """Running counts for fertility, unknown-token rate and split-word share of one tokenizer."""
@@ -92,7 +93,10 @@ class TokenStats:
 
     def as_dict(self) -> dict:
         return {
-            "lines": self.lines, "words": self.words, "tokens": self.tokens, "unk_tokens": self.unk,
+            "lines": self.lines,
+            "words": self.words,
+            "tokens": self.tokens,
+            "unk_tokens": self.unk,
             "fertility": _ratio(self.tokens, self.words),
             "unk_rate": _ratio(self.unk, self.tokens),
             "split_word_share": _ratio(self.split_words, self.words),
@@ -113,8 +117,9 @@ def flatten(encodings: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     lengths = np.fromiter(map(len, id_lists), dtype=np.int64, count=len(id_lists))
     total = int(lengths.sum())
     ids = np.fromiter(chain.from_iterable(id_lists), dtype=np.int64, count=total)
-    offsets = np.fromiter(chain.from_iterable(chain.from_iterable(e.offsets for e in encodings)),
-                          dtype=np.int64, count=2 * total).reshape(total, 2)
+    offsets = np.fromiter(
+        chain.from_iterable(chain.from_iterable(e.offsets for e in encodings)), dtype=np.int64, count=2 * total
+    ).reshape(total, 2)
     return lengths, ids, offsets
 
 
@@ -124,19 +129,25 @@ def _ratio(a: int, b: int) -> float | None:
 
 def markdown_table(rows: list[tuple[str, str, dict]]) -> str:
     """(split, tokenizer, TokenStats.as_dict()) rows as a Markdown table."""
+
     def fmt(x, spec):
         return "–" if x is None else format(x, spec)
 
-    out = ["| split | tokenizer | lines | words | tokens | fertility | unk rate | words split |",
-           "|---|---|---:|---:|---:|---:|---:|---:|"]
+    out = [
+        "| split | tokenizer | lines | words | tokens | fertility | unk rate | words split |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
     for split, name, s in rows:
-        out.append(f"| {split} | {name} | {s['lines']} | {s['words']} | {s['tokens']} | "
-                   f"{fmt(s['fertility'], '.3f')} | {fmt(s['unk_rate'], '.4%')} | {fmt(s['split_word_share'], '.2%')} |")
+        out.append(
+            f"| {split} | {name} | {s['lines']} | {s['words']} | {s['tokens']} | "
+            f"{fmt(s['fertility'], '.3f')} | {fmt(s['unk_rate'], '.4%')} | {fmt(s['split_word_share'], '.2%')} |"
+        )
     return "\n".join(out)
 
 
 # ---------------------------------------------------------------------------------------------
 # encoding
+
 
 def encoder(tokenizer):
     """A copy of a fast tokenizer's Rust backend with padding and truncation off (a source's
@@ -155,6 +166,7 @@ def encode_batches(backend, batches: Iterable[list[str]]) -> Iterator[tuple[list
     The next batch is encoded in a background thread while the caller handles this one
     (`encode_batch` releases the GIL), so the caller's Python work overlaps the encoding: two batches
     in memory at most."""
+
     def encode(texts):
         return texts, backend.encode_batch(texts, add_special_tokens=False)
 
@@ -169,8 +181,9 @@ def encode_batches(backend, batches: Iterable[list[str]]) -> Iterator[tuple[list
             yield pending.result()
 
 
-def encode_split(target, corpus: Path, ids_path: Path, *, text_path: Path | None = None,
-                 batch_size: int = 1000, desc: str = "") -> TokenStats:
+def encode_split(
+    target, corpus: Path, ids_path: Path, *, text_path: Path | None = None, batch_size: int = 1000, desc: str = ""
+) -> TokenStats:
     """Encode one corpus split with the target tokenizer into a split of flat ids (and the
     token-joined text file), streaming; returns the target's statistics and the split's header."""
     backend = encoder(target)
@@ -195,8 +208,9 @@ def encode_split(target, corpus: Path, ids_path: Path, *, text_path: Path | None
             stats.update_flat(texts, lengths, ids, offsets)
             bar.update(len(encs))
     if bad_lines:
-        log.warning("%s: %d token(s) contain a line break, so %s has more lines than the corpus",
-                    corpus, bad_lines, text_path)
+        log.warning(
+            "%s: %d token(s) contain a line break, so %s has more lines than the corpus", corpus, bad_lines, text_path
+        )
     return stats, writer.meta()
 
 
@@ -212,14 +226,14 @@ def measure(tokenizer, corpus: Path, batch_size: int = 1000) -> TokenStats:
 # ---------------------------------------------------------------------------------------------
 # the stage
 
+
 @dataclass(frozen=True)
 class PretokenizeParams:
     """pre-tokenisation of the corpus splits with the target tokenizer"""
 
     batch_size: int = option(
-        1000,
-        "lines per batch handed to the Rust tokenizer (which encodes a batch on all cores)",
-        minimum=1)
+        1000, "lines per batch handed to the Rust tokenizer (which encodes a batch on all cores)", minimum=1
+    )
 
 
 def run(ctx) -> None:
@@ -233,32 +247,57 @@ def run(ctx) -> None:
 
     seconds: dict[str, float] = {}
     start = time.perf_counter()
-    train, train_ids = encode_split(target, ctx.input["train"], ctx.output["train_ids"], text_path=ctx.output["text"],
-                         batch_size=batch_size, desc="train")
+    train, train_ids = encode_split(
+        target,
+        ctx.input["train"],
+        ctx.output["train_ids"],
+        text_path=ctx.output["text"],
+        batch_size=batch_size,
+        desc="train",
+    )
     seconds["train"] = time.perf_counter() - start
     start = time.perf_counter()
-    valid, valid_ids = encode_split(target, ctx.input["valid"], ctx.output["valid_ids"], batch_size=batch_size, desc="valid")
+    valid, valid_ids = encode_split(
+        target, ctx.input["valid"], ctx.output["valid_ids"], batch_size=batch_size, desc="valid"
+    )
     seconds["valid"] = time.perf_counter() - start
     start = time.perf_counter()
     valid_source = measure(source, ctx.input["valid"], batch_size)
     seconds["valid_source"] = time.perf_counter() - start
 
     source_label = f"source ({Path(str(source_name)).name})"
-    rows = [("valid", source_label, valid_source.as_dict()), ("valid", "target", valid.as_dict()),
-            ("train", "target", train.as_dict())]
+    rows = [
+        ("valid", source_label, valid_source.as_dict()),
+        ("valid", "target", valid.as_dict()),
+        ("train", "target", train.as_dict()),
+    ]
     table = markdown_table(rows)
     log.info("pretokenize: %s\n%s", ctx.lang, table)
     if valid_source.words and valid.words:
-        log.info("pretokenize: target fertility %.3f vs source %.3f on valid",
-                 valid.as_dict()["fertility"], valid_source.as_dict()["fertility"])
+        log.info(
+            "pretokenize: target fertility %.3f vs source %.3f on valid",
+            valid.as_dict()["fertility"],
+            valid_source.as_dict()["fertility"],
+        )
 
-    io.write_json({
-        "lang": ctx.lang, "source_model": source_name, "tokenizer": str(ctx.input["tokenizer"]),
-        "target_vocab_size": len(target), "source_vocab_size": len(source),
-        "unk_token": {"source": source.unk_token, "target": target.unk_token},
-        "stats": {"valid": {"source": valid_source.as_dict(), "target": valid.as_dict()},
-                  "train": {"target": train.as_dict()}},
-        "ids": {"train": train_ids, "valid": valid_ids},
-        "table": table, "batch_size": batch_size, "threads": ctx.threads,
-        "seconds": {k: round(v, 3) for k, v in seconds.items()}, "versions": io.versions(),
-    }, ctx.output["stats"])
+    io.write_json(
+        {
+            "lang": ctx.lang,
+            "source_model": source_name,
+            "tokenizer": str(ctx.input["tokenizer"]),
+            "target_vocab_size": len(target),
+            "source_vocab_size": len(source),
+            "unk_token": {"source": source.unk_token, "target": target.unk_token},
+            "stats": {
+                "valid": {"source": valid_source.as_dict(), "target": valid.as_dict()},
+                "train": {"target": train.as_dict()},
+            },
+            "ids": {"train": train_ids, "valid": valid_ids},
+            "table": table,
+            "batch_size": batch_size,
+            "threads": ctx.threads,
+            "seconds": {k: round(v, 3) for k, v in seconds.items()},
+            "versions": io.versions(),
+        },
+        ctx.output["stats"],
+    )

@@ -52,6 +52,7 @@ def vocab_sha256(tokenizer) -> str:
 # ---------------------------------------------------------------------------------------------
 # writing
 
+
 class _NpyStream:
     """A 1-D .npy file written in pieces: numpy's header for length 0, the data, then the header again
     with the real length (a 1-D header is 128 bytes whatever the length, `_header` checks it)."""
@@ -63,7 +64,8 @@ class _NpyStream:
     def _header(self, length: int) -> int:
         self.file.seek(0)
         np.lib.format.write_array_header_1_0(
-            self.file, {"descr": np.lib.format.dtype_to_descr(self.dtype), "fortran_order": False, "shape": (length,)})
+            self.file, {"descr": np.lib.format.dtype_to_descr(self.dtype), "fortran_order": False, "shape": (length,)}
+        )
         return self.file.tell()
 
     def append(self, values: np.ndarray) -> None:
@@ -127,9 +129,15 @@ class IdsWriter:
         return bool(self._atomic.__exit__(*exc))  # renames it into place, or removes it
 
     def meta(self) -> dict:
-        return {"format": FORMAT, "dtype": self.dtype.name, "offsets_dtype": self.offsets.dtype.name,
-                "lines": self.offsets.length - 1,
-                "tokens": self.ids.length, "vocab_size": self.vocab_size, "vocab_sha256": self.vocab_sha256}
+        return {
+            "format": FORMAT,
+            "dtype": self.dtype.name,
+            "offsets_dtype": self.offsets.dtype.name,
+            "lines": self.offsets.length - 1,
+            "tokens": self.ids.length,
+            "vocab_size": self.vocab_size,
+            "vocab_sha256": self.vocab_sha256,
+        }
 
 
 def write_lines(path: str | os.PathLike, tokenizer, lines: list[list[int]]) -> None:
@@ -155,8 +163,10 @@ class TokenIds:
         self.ids = _map(self.path / IDS, self.meta["dtype"], self.meta["tokens"])
         self.offsets = _map(self.path / OFFSETS, self.meta["offsets_dtype"], self.meta["lines"] + 1)
         if self.meta["lines"] and (self.offsets[0] != 0 or self.offsets[-1] != self.meta["tokens"]):
-            raise VocabTransferError(f"{self.path / OFFSETS}: line offsets do not span {IDS} (0..{self.meta['tokens']}); "
-                                     f"the split is corrupt, {RERUN}")
+            raise VocabTransferError(
+                f"{self.path / OFFSETS}: line offsets do not span {IDS} (0..{self.meta['tokens']}); "
+                f"the split is corrupt, {RERUN}"
+            )
         self.dtype = self.ids.dtype
         self._fds = {name: os.open(self.path / name, os.O_RDONLY) for name in (IDS, OFFSETS)}
         self._base = {IDS: self.ids.offset, OFFSETS: self.offsets.offset}
@@ -186,13 +196,16 @@ class TokenIds:
         if size != self.meta["vocab_size"] or digest != self.meta["vocab_sha256"]:
             raise VocabTransferError(
                 f"{self.path}: written with another tokenizer (vocabulary {self.meta['vocab_size']}, sha256 "
-                f"{self.meta['vocab_sha256'][:12]}) than the model's (vocabulary {size}, sha256 {digest[:12]}); {RERUN}")
+                f"{self.meta['vocab_sha256'][:12]}) than the model's (vocabulary {size}, sha256 {digest[:12]}); {RERUN}"
+            )
 
     def _pread(self, name: str, dtype: np.dtype, lo: int, hi: int) -> np.ndarray:
         size = np.dtype(dtype).itemsize
         data = os.pread(self._fds[name], (hi - lo) * size, self._base[name] + lo * size)
         if len(data) != (hi - lo) * size:
-            raise VocabTransferError(f"{self.path / name}: shorter than its header says; the split is truncated, {RERUN}")
+            raise VocabTransferError(
+                f"{self.path / name}: shorter than its header says; the split is truncated, {RERUN}"
+            )
         return np.frombuffer(data, dtype=dtype)
 
     def read(self, lo: int, hi: int) -> np.ndarray:
@@ -213,7 +226,7 @@ class TokenIds:
             off = self.line_offsets(a, b)
             ids = self.read(int(off[0]), int(off[-1])).tolist()
             base = int(off[0])
-            yield from (ids[int(lo) - base: int(hi) - base] for lo, hi in zip(off[:-1], off[1:]))
+            yield from (ids[int(lo) - base : int(hi) - base] for lo, hi in zip(off[:-1], off[1:]))
 
     def chunks(self, stop: int | None = None) -> Iterator[np.ndarray]:
         """ids[0:stop] in chunks of `CHUNK`, with every id checked against the vocabulary size."""
@@ -221,8 +234,10 @@ class TokenIds:
         for lo, hi in _spans(stop, CHUNK):
             chunk = self.read(lo, hi)
             if chunk.size and int(chunk.max()) >= self.meta["vocab_size"]:
-                raise VocabTransferError(f"{self.path / IDS}: token id {int(chunk.max())} is outside the tokenizer's "
-                                         f"{self.meta['vocab_size']} ids; the split is corrupt, {RERUN}")
+                raise VocabTransferError(
+                    f"{self.path / IDS}: token id {int(chunk.max())} is outside the tokenizer's "
+                    f"{self.meta['vocab_size']} ids; the split is corrupt, {RERUN}"
+                )
             yield chunk
 
 
@@ -232,8 +247,10 @@ def counts_of(chunks, vocab: int, where: str) -> np.ndarray:
     for chunk in chunks:
         chunk = np.asarray(chunk, dtype=np.int64)
         if chunk.size and (int(chunk.max()) >= vocab or int(chunk.min()) < 0):
-            raise VocabTransferError(f"{where}: token id {int(chunk.max())} is outside the tokenizer's {vocab} ids; "
-                                     "the text and the tokenizer do not match")
+            raise VocabTransferError(
+                f"{where}: token id {int(chunk.max())} is outside the tokenizer's {vocab} ids; "
+                "the text and the tokenizer do not match"
+            )
         counts += np.bincount(chunk, minlength=vocab)
     return counts
 
@@ -256,17 +273,22 @@ def _read_meta(path: Path) -> dict:
     try:
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
         meta.setdefault("offsets_dtype", "int64")
-        ok = (meta["format"] in OFFSET_DTYPES and np.dtype(meta["dtype"]) in (np.uint16, np.uint32)
-              and meta["offsets_dtype"] in OFFSET_DTYPES[meta["format"]])
+        ok = (
+            meta["format"] in OFFSET_DTYPES
+            and np.dtype(meta["dtype"]) in (np.uint16, np.uint32)
+            and meta["offsets_dtype"] in OFFSET_DTYPES[meta["format"]]
+        )
         for key in ("lines", "tokens", "vocab_size"):
             meta[key] = int(meta[key])
         meta["vocab_sha256"] = str(meta["vocab_sha256"])
     except Exception as exc:
         raise VocabTransferError(f"{meta_path}: not a readable split header ({brief(exc)}); {RERUN}") from exc
     if not ok:
-        raise VocabTransferError(f"{meta_path}: format {meta.get('format')} / dtype {meta.get('dtype')} / offsets "
-                                 f"{meta.get('offsets_dtype')} is not one this version reads ({FORMAT}, uint16 or "
-                                 f"uint32, uint32 or uint64 offsets); {RERUN}")
+        raise VocabTransferError(
+            f"{meta_path}: format {meta.get('format')} / dtype {meta.get('dtype')} / offsets "
+            f"{meta.get('offsets_dtype')} is not one this version reads ({FORMAT}, uint16 or "
+            f"uint32, uint32 or uint64 offsets); {RERUN}"
+        )
     return meta
 
 
@@ -277,8 +299,12 @@ def _map(path: Path, dtype: str, length: int) -> np.memmap:
     except FileNotFoundError:
         raise VocabTransferError(f"{path}: file not found; {RERUN}") from None
     except Exception as exc:  # numpy raises ValueError / OSError for short or garbled files
-        raise VocabTransferError(f"{path}: not a readable .npy array, truncated or corrupt ({brief(exc)}); {RERUN}") from exc
+        raise VocabTransferError(
+            f"{path}: not a readable .npy array, truncated or corrupt ({brief(exc)}); {RERUN}"
+        ) from exc
     if array.ndim != 1 or array.dtype != np.dtype(dtype) or array.size != length:
-        raise VocabTransferError(f"{path}: holds {array.dtype}{list(array.shape)}, its header says {dtype}[{length}]; "
-                                 f"the split is corrupt, {RERUN}")
+        raise VocabTransferError(
+            f"{path}: holds {array.dtype}{list(array.shape)}, its header says {dtype}[{length}]; "
+            f"the split is corrupt, {RERUN}"
+        )
     return array

@@ -1,1 +1,2 @@
-"""Evaluation: downstream tasks (tasks/), fine-tuning, the loss right after initialisation, statistics, analyses of pretraining."""
+"""Evaluation: downstream tasks (tasks/), fine-tuning, the loss right after initialisation, statistics, analyses of
+pretraining."""

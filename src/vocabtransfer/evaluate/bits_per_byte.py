@@ -39,10 +39,20 @@ from pathlib import Path
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.model import modeling
 from vocabtransfer.model.line_bits import (  # noqa: F401 (the scoring, below the phases; read from here too)
-    LN2, LineScores, bytes_per_token, context_ids, line_counts, score_lines, valid_lines, windows)
+    LN2,
+    LineScores,
+    bytes_per_token,
+    context_ids,
+    line_counts,
+    score_lines,
+    valid_lines,
+    windows,
+)
 
-MASKED_REASON = ("bits per byte needs a causal LM: a masked LM predicts a few masked tokens from both sides, "
-                 "a pseudo-likelihood that is no probability of the text, so it keeps its per-token loss")
+MASKED_REASON = (
+    "bits per byte needs a causal LM: a masked LM predicts a few masked tokens from both sides, "
+    "a pseudo-likelihood that is no probability of the text, so it keeps its per-token loss"
+)
 
 
 def require_lm_head(directory: str | Path, loading: modeling.LoadingInfo, key: str) -> None:
@@ -53,7 +63,8 @@ def require_lm_head(directory: str | Path, loading: modeling.LoadingInfo, key: s
         raise VocabTransferError(
             f"{weights}: no LM head ({', '.join(loading.missing_keys)} not in the checkpoint), so its bits per byte "
             f"would be a random head's; give the source its head (the source_head stage trains one, "
-            f"source_head.steps > 0) or set {key}: false")
+            f"source_head.steps > 0) or set {key}: false"
+        )
 
 
 def share_kept(bpb_floor: float, bpb_method: float, bpb_source: float) -> float:
@@ -70,5 +81,3 @@ def nothing_to_keep(bpb_floor: float, bpb_source: float) -> bool:
     """Whether the source fails to beat the best floor (needs as many bits per byte or more): then it has
     nothing to keep on this language and no share is given."""
     return not bpb_source < bpb_floor
-
-

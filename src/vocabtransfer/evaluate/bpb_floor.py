@@ -35,8 +35,13 @@ from vocabtransfer.evaluate.bits_per_byte import LineScores, context_ids, line_c
 
 FLOOR = "floor"  # the `method` of a floor's rows in bits_per_byte.parquet (its `objective` is the floor's name)
 NAMES = ("unigram-target", "unigram-source", "uniform")
-LABELS = {"unigram-target": "unigram, target tokenizer", "unigram-source": "unigram, source tokenizer",
-          "uniform": "uniform, target vocabulary"}
+# init_eval's row of the target unigram: its bits per byte, and its loss in nats on the methods' predicted tokens
+UNIGRAM_ROW = f"{FLOOR}:unigram-target"
+LABELS = {
+    "unigram-target": "unigram, target tokenizer",
+    "unigram-source": "unigram, source tokenizer",
+    "uniform": "uniform, target vocabulary",
+}
 
 
 def target_counts(path: str | Path, tokenizer) -> np.ndarray:
@@ -47,8 +52,10 @@ def target_counts(path: str | Path, tokenizer) -> np.ndarray:
 def source_counts(tokenizer, corpus: str | Path, batch_size: int = 1000) -> np.ndarray:
     """Unigram counts of a corpus split's text encoded with `tokenizer` (no special tokens), streamed."""
     backend = encoder(tokenizer)
-    chunks = (np.fromiter(chain.from_iterable(e.ids for e in encs), dtype=np.int64)
-              for _, encs in encode_batches(backend, iter_text_batches(corpus, batch_size)))
+    chunks = (
+        np.fromiter(chain.from_iterable(e.ids for e in encs), dtype=np.int64)
+        for _, encs in encode_batches(backend, iter_text_batches(corpus, batch_size))
+    )
     return counts_of(chunks, len(tokenizer), str(corpus))
 
 
@@ -78,12 +85,15 @@ def uniform_scores(tokenizer, lines: list[str]) -> LineScores:
     return LineScores(n_scored * math.log2(len(tokenizer)), n_bytes, n_tokens, n_scored)
 
 
-def floor_scores(target_tokenizer, train_ids: str | Path, source_tokenizer, train_text: str | Path,
-                 lines: list[str]) -> dict[str, LineScores]:
+def floor_scores(
+    target_tokenizer, train_ids: str | Path, source_tokenizer, train_text: str | Path, lines: list[str]
+) -> dict[str, LineScores]:
     """name -> the floor's per-line scores on `lines` (NAMES, module docstring)."""
-    return {"unigram-target": unigram_scores(target_counts(train_ids, target_tokenizer), target_tokenizer, lines),
-            "unigram-source": unigram_scores(source_counts(source_tokenizer, train_text), source_tokenizer, lines),
-            "uniform": uniform_scores(target_tokenizer, lines)}
+    return {
+        "unigram-target": unigram_scores(target_counts(train_ids, target_tokenizer), target_tokenizer, lines),
+        "unigram-source": unigram_scores(source_counts(source_tokenizer, train_text), source_tokenizer, lines),
+        "uniform": uniform_scores(target_tokenizer, lines),
+    }
 
 
 @dataclass(frozen=True)

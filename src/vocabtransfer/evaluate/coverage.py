@@ -48,8 +48,9 @@ FINETUNE_SEEDS = (1, 3)
 CLUSTERS = (10, 30, 120, 300)
 
 
-def synthetic_study(rng: np.random.Generator, scenario: Scenario, pseeds: int, fseeds: int,
-                    clusters: int) -> tuple[stats.Runs, stats.Runs]:
+def synthetic_study(
+    rng: np.random.Generator, scenario: Scenario, pseeds: int, fseeds: int, clusters: int
+) -> tuple[stats.Runs, stats.Runs]:
     """Models A and B (true difference DELTA) as the report's Runs."""
     sizes = rng.integers(1, 6, clusters).astype(np.float64)
     shared = rng.normal(0.0, 1.0, clusters)
@@ -67,8 +68,17 @@ def synthetic_study(rng: np.random.Generator, scenario: Scenario, pseeds: int, f
     return models[0], models[1]
 
 
-def coverage(scenario: Scenario, *, pseeds: int, fseeds: int, clusters: int, sims: int, resamples: int,
-             confidence: float = 0.95, seed: int = 0) -> float:
+def coverage(
+    scenario: Scenario,
+    *,
+    pseeds: int,
+    fseeds: int,
+    clusters: int,
+    sims: int,
+    resamples: int,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> float:
     """The share of `sims` synthetic studies whose interval holds DELTA."""
     rng = np.random.default_rng(seed)
     hits = 0
@@ -85,10 +95,24 @@ def table(sims: int = 1000, resamples: int = 2000, confidence: float = 0.95, see
     for fseeds in FINETUNE_SEEDS:
         for clusters in CLUSTERS:
             for scenario in SCENARIOS:
-                rows.append({"pretraining seeds": PRETRAIN_SEEDS, "fine-tuning seeds": fseeds, "clusters": clusters,
-                             "scenario": scenario.name,
-                             "coverage": coverage(scenario, pseeds=PRETRAIN_SEEDS, fseeds=fseeds, clusters=clusters,
-                                                  sims=sims, resamples=resamples, confidence=confidence, seed=seed)})
+                rows.append(
+                    {
+                        "pretraining seeds": PRETRAIN_SEEDS,
+                        "fine-tuning seeds": fseeds,
+                        "clusters": clusters,
+                        "scenario": scenario.name,
+                        "coverage": coverage(
+                            scenario,
+                            pseeds=PRETRAIN_SEEDS,
+                            fseeds=fseeds,
+                            clusters=clusters,
+                            sims=sims,
+                            resamples=resamples,
+                            confidence=confidence,
+                            seed=seed,
+                        ),
+                    }
+                )
     return rows
 
 
@@ -96,10 +120,22 @@ def markdown(rows: list[dict], confidence: float = 0.95) -> str:
     """One line per size, one column per scenario."""
     names = [s.name for s in SCENARIOS]
     sizes = list(dict.fromkeys((r["pretraining seeds"], r["fine-tuning seeds"], r["clusters"]) for r in rows))
-    value = {(r["pretraining seeds"], r["fine-tuning seeds"], r["clusters"], r["scenario"]): r["coverage"] for r in rows}
-    lines = ["| pretraining seeds | fine-tuning seeds | clusters | " + " | ".join(names) + " |",
-             "|---|---|---|" + "---|" * len(names)]
+    value = {
+        (r["pretraining seeds"], r["fine-tuning seeds"], r["clusters"], r["scenario"]): r["coverage"] for r in rows
+    }
+    lines = [
+        "| pretraining seeds | fine-tuning seeds | clusters | " + " | ".join(names) + " |",
+        "|---|---|---|" + "---|" * len(names),
+    ]
     for size in sizes:
-        lines.append("| " + " | ".join(map(str, size)) + " | "
-                     + " | ".join(f"{100 * value[(*size, n)]:.1f} %" for n in names) + " |")
-    return "\n".join(lines) + f"\n\nShare of synthetic studies whose {100 * confidence:g} % interval holds the true difference.\n"
+        lines.append(
+            "| "
+            + " | ".join(map(str, size))
+            + " | "
+            + " | ".join(f"{100 * value[(*size, n)]:.1f} %" for n in names)
+            + " |"
+        )
+    return (
+        "\n".join(lines)
+        + f"\n\nShare of synthetic studies whose {100 * confidence:g} % interval holds the true difference.\n"
+    )

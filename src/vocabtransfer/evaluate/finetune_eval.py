@@ -18,8 +18,8 @@ train/test split and the subsample depend on the params `seed` only, so every mo
 seed sees the same test examples in the same order, and the per-example arrays of the result JSON
 can be paired across them.
 
-`STAGES["finetune_eval"].jobs(params, lang)` (vocabtransfer.app.stages) lists the jobs params and the data present ask for; `skipped_tasks`
-says why a task has none for a language.
+`STAGES["finetune_eval"].jobs(params, lang)` (vocabtransfer.app.stages) lists the jobs params and the data present
+ask for; `skipped_tasks` says why a task has none for a language.
 
 Decoders (GPT-2, Llama, Qwen) are fine-tuned with their architecture's heads (`LlamaForSequenceClassification`
 …); a tokenizer without a pad token pads with its eos token (`set_padding`, recorded as `pad_token_set`).
@@ -52,6 +52,7 @@ from vocabtransfer.model.precision import resolve as resolve_precision
 
 log = logging.getLogger(__name__)
 
+
 def init_models(params: Params) -> list[str]:
     """`<m>-init-pseed<k>`: the initialisation every pretrained run of method m with seed k starts from."""
     runs = dict.fromkeys((m, availability.init_pseed(m, s)) for m, _, s in availability.pretrain_runs(params))
@@ -60,8 +61,11 @@ def init_models(params: Params) -> list[str]:
 
 def producible_models(params: Params) -> list[str]:
     """Every model name some stage produces."""
-    return ([names.SOURCE] + [names.model_name(m, names.INIT, s) for m, s in availability.init_runs(params)]
-            + [names.model_name(m, o, s) for m, o, s in availability.pretrain_runs(params)])
+    return (
+        [names.SOURCE]
+        + [names.model_name(m, names.INIT, s) for m, s in availability.init_runs(params)]
+        + [names.model_name(m, o, s) for m, o, s in availability.pretrain_runs(params)]
+    )
 
 
 def parse_model(params: Params, model: str) -> dict:
@@ -70,19 +74,25 @@ def parse_model(params: Params, model: str) -> dict:
     parsed = names.parse_model_name(model) if model == names.SOURCE or "-pseed" in model else None
     if parsed is not None and model in producible_models(params):
         if parsed.method == names.SOURCE:
-            return {"method": names.SOURCE, "objective": None, "pseed": None, "input": paths.SOURCE_MODEL,
-                    "subdir": ""}
+            return {"method": names.SOURCE, "objective": None, "pseed": None, "input": paths.SOURCE_MODEL, "subdir": ""}
         if parsed.objective == names.INIT:
             template = paths.partial(paths.INIT_DIR, method=parsed.method, pseed=parsed.pseed)
         else:
-            template = paths.partial(paths.PRETRAIN_DIR, method=parsed.method, objective=parsed.objective,
-                                     pseed=parsed.pseed)
-        return {"method": parsed.method, "objective": parsed.objective, "pseed": parsed.pseed, "input": template,
-                "subdir": "model"}
+            template = paths.partial(
+                paths.PRETRAIN_DIR, method=parsed.method, objective=parsed.objective, pseed=parsed.pseed
+            )
+        return {
+            "method": parsed.method,
+            "objective": parsed.objective,
+            "pseed": parsed.pseed,
+            "input": template,
+            "subdir": "model",
+        }
     raise VocabTransferError(
         f"eval: model {model!r} is produced by no stage; use `source`, `<method>-init-pseed<k>` (method in "
         "init.methods) or `<method>-<objective>-pseed<k>` (pretrain.methods × pretrain.objectives × "
-        f"1..pretrain.seeds), e.g. {producible_models(params)[-1]!r}")
+        f"1..pretrain.seeds), e.g. {producible_models(params)[-1]!r}"
+    )
 
 
 def _expand_entry(params: Params, entry: str) -> list[str]:
@@ -135,16 +145,20 @@ def model_reason(params: Params, lang: str, model: str) -> str | None:
 
 def skip_reason(params: Params, wildcards: dict) -> str | None:
     """None when the job (lang, task, model, seed) runs, else why the params or data rule it out."""
-    return (skipped_tasks(params, wildcards["lang"]).get(wildcards["task"])
-            or model_reason(params, wildcards["lang"], wildcards["model"]))
+    return skipped_tasks(params, wildcards["lang"]).get(wildcards["task"]) or model_reason(
+        params, wildcards["lang"], wildcards["model"]
+    )
 
 
 def data_files(params: Params, wildcards: dict) -> dict[str, Path]:
     """The local files of the task's data spec for this language (`<split>` -> path): the job's data
     dependencies. URL and hub sources are pinned by their sha256 / revision params instead."""
     spec = params.section("eval", EvalParams).task_sections()[wildcards["task"]].data.get(wildcards["lang"]) or {}
-    return {f"data_{split}": paths.data_path(source["path"]) for split, source in spec.items()
-            if isinstance(source, dict) and source.get("path")}
+    return {
+        f"data_{split}": paths.data_path(source["path"])
+        for split, source in spec.items()
+        if isinstance(source, dict) and source.get("path")
+    }
 
 
 def inputs(params: Params, wildcards: dict) -> dict[str, str]:
@@ -153,11 +167,14 @@ def inputs(params: Params, wildcards: dict) -> dict[str, str]:
 
 # --- one job ------------------------------------------------------------------------------------
 
+
 def _model_dir(ctx, info: dict) -> Path:
     path = ctx.input["model"] / info["subdir"] if info["subdir"] else ctx.input["model"]
     if not (path / "config.json").is_file():
-        raise VocabTransferError(f"{path}: no model directory (config.json missing); run the stage that produces "
-                                 f"model {ctx.wildcards['model']!r} first")
+        raise VocabTransferError(
+            f"{path}: no model directory (config.json missing); run the stage that produces "
+            f"model {ctx.wildcards['model']!r} first"
+        )
     return path
 
 
@@ -170,10 +187,14 @@ def missing_head(head: str, model_dir: Path) -> str | None:
 
     model_type = AutoConfig.from_pretrained(str(model_dir)).model_type
     # AutoModelForQuestionAnswering -> MODEL_FOR_QUESTION_ANSWERING_MAPPING_NAMES
-    names = getattr(modeling_auto, re.sub(r"(?<!^)(?=[A-Z])", "_", head.removeprefix("Auto")).upper() + "_MAPPING_NAMES")
+    names = getattr(
+        modeling_auto, re.sub(r"(?<!^)(?=[A-Z])", "_", head.removeprefix("Auto")).upper() + "_MAPPING_NAMES"
+    )
     if model_type in names:
         return None
-    return f"transformers has no {head.removeprefix('AutoModelFor')} head for model type {model_type!r} ({head} lacks it)"
+    return (
+        f"transformers has no {head.removeprefix('AutoModelFor')} head for model type {model_type!r} ({head} lacks it)"
+    )
 
 
 def set_padding(tokenizer, model_dir: Path) -> str | None:
@@ -185,14 +206,92 @@ def set_padding(tokenizer, model_dir: Path) -> str | None:
         return None
     fallback = tokenizer.eos_token or tokenizer.unk_token or tokenizer.bos_token
     if fallback is None:
-        raise VocabTransferError(f"{model_dir}: the tokenizer has no pad, eos, unk or bos token to pad batches with; "
-                                 "give it a pad token (tokenizer_config.json) and rerun")
+        raise VocabTransferError(
+            f"{model_dir}: the tokenizer has no pad, eos, unk or bos token to pad batches with; "
+            "give it a pad token (tokenizer_config.json) and rerun"
+        )
     tokenizer.pad_token = fallback
     return str(fallback)
 
 
-def finetune(*, task, splits, model_dir: Path, seed: int, output_dir: Path, device: str = "cpu",
-             threads: int = 1, precision: str = "fp32") -> tuple[dict, object]:
+def _head_class(task, model_dir: Path):
+    """(head class, None): the class that fine-tunes `model_dir` for the task, transformers' `task.head` where it
+    has one for the architecture, else a decoder's generic head (evaluate/generic_heads.py); (None, why) where
+    neither applies."""
+    import transformers  # transformers: heavy, not at CLI start-up
+
+    head_cls = getattr(transformers, task.head)
+    why = missing_head(task.head, model_dir)
+    if why is not None:  # a decoder without transformers' head: the generic one (evaluate/generic_heads.py)
+        config = transformers.AutoConfig.from_pretrained(str(model_dir))
+        why_not = generic_heads.unsupported(task.head, config)
+        if why_not is not None:
+            why = f"{why}, and {why_not}"
+            log.warning("%s: %s; the job writes the reason instead of scores", model_dir, why)
+            return None, why
+        head_cls = generic_heads.head_class(task.head, config)
+        log.info("%s: %s; fine-tuning with %s", model_dir, why, head_cls.__name__)
+    return head_cls, None
+
+
+def _training_args(opts, seed: int, output_dir: Path, device: str, bf16: bool):
+    """The Trainer's arguments: the task's options, seeded, no saving, evaluation or logging."""
+    from transformers import TrainingArguments  # transformers: heavy, not at CLI start-up
+
+    return TrainingArguments(
+        output_dir=str(output_dir),
+        seed=seed,
+        data_seed=seed,
+        num_train_epochs=opts.epochs,
+        learning_rate=opts.learning_rate,
+        per_device_train_batch_size=opts.batch_size,
+        per_device_eval_batch_size=opts.eval_batch_size,
+        warmup_steps=opts.warmup_ratio,  # a float below 1 is a share of the steps
+        weight_decay=opts.weight_decay,
+        save_strategy="no",
+        eval_strategy="no",
+        logging_strategy="no",
+        report_to=[],
+        disable_tqdm=True,
+        use_cpu=device == "cpu",
+        dataloader_num_workers=0,
+        bf16=bf16,
+        optim="adamw_torch_fused" if bf16 else "adamw_torch",
+    )
+
+
+def _result(task, splits, trainer, evaluation, train_features, pad_token, choice) -> dict:
+    """The result fields of one fine-tuning: the test scores and examples, sizes, skips and precision."""
+    opts = task.options
+    return {
+        "metric": task.metric,
+        "head_class": type(trainer.model).__name__,
+        "metrics": {k: round(float(v), 4) for k, v in evaluation.metrics.items()},
+        "n_train": len(splits.train),
+        "n_test": len(splits.test),
+        "n_train_features": len(train_features),
+        "examples_seen": int(round(len(train_features) * opts.epochs)),
+        "skipped": {**splits.skipped, **evaluation.skipped},
+        "examples": evaluation.examples,
+        "pad_token_set": pad_token,  # the tokenizer had none: batches padded with this token
+        "precision": choice.name,
+        "precision_reason": choice.reason,
+        "scored_in": "fp32",
+        **splits.notes,
+    }
+
+
+def finetune(
+    *,
+    task,
+    splits,
+    model_dir: Path,
+    seed: int,
+    output_dir: Path,
+    device: str = "cpu",
+    threads: int = 1,
+    precision: str = "fp32",
+) -> tuple[dict, object]:
     """Fine-tune `model_dir` with the task head on splits.train, score it on splits.test.
     The head is transformers' (`task.head`) where it has one for the architecture, else the generic head of
     `evaluate.generic_heads` (a linear layer over a decoder's last hidden states). Returns (result fields,
@@ -200,66 +299,40 @@ def finetune(*, task, splits, model_dir: Path, seed: int, output_dir: Path, devi
     `precision` (`eval.precision`, `model.precision.resolve`): bf16 fine-tunes under the Trainer's autocast with
     fp32 master weights and AdamW's fused kernel; the test split is then scored in fp32 (the autocast wrapper
     taken off the model), so scores of bf16- and fp32-trained models are computed alike."""
-    import transformers  # transformers: heavy, not at CLI start-up
-    # transformers: heavy, not at CLI start-up
-    from transformers import AutoTokenizer, Trainer, TrainingArguments, set_seed
+    from transformers import AutoTokenizer, Trainer, set_seed  # transformers: heavy, not at CLI start-up
 
     opts = task.options
-    head_cls = getattr(transformers, task.head)
-    why = missing_head(task.head, model_dir)
-    if why is not None:  # a decoder without transformers' head: the generic one (evaluate/generic_heads.py)
-
-        config = transformers.AutoConfig.from_pretrained(str(model_dir))
-        why_not = generic_heads.unsupported(task.head, config)
-        if why_not is not None:
-            why = f"{why}, and {why_not}"
-            log.warning("%s: %s; the job writes the reason instead of scores", model_dir, why)
-            return {"not_run": why}, None
-        head_cls = generic_heads.head_class(task.head, config)
-        log.info("%s: %s; fine-tuning with %s", model_dir, why, head_cls.__name__)
+    head_cls, why = _head_class(task, model_dir)
+    if head_cls is None:
+        return {"not_run": why}, None
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
     if not getattr(tokenizer, "is_fast", False):
         raise VocabTransferError(f"{model_dir}: the tokenizer is not a fast tokenizer (offsets and word ids need one)")
     pad_token = set_padding(tokenizer, model_dir)
     labels = task.labels(splits.train)
     task.prepare(splits, labels)
-    kwargs = {"num_labels": len(labels), "id2label": dict(enumerate(labels)),
-              "label2id": {label: i for i, label in enumerate(labels)}} if labels else {}
+    kwargs = (
+        {
+            "num_labels": len(labels),
+            "id2label": dict(enumerate(labels)),
+            "label2id": {label: i for i, label in enumerate(labels)},
+        }
+        if labels
+        else {}
+    )
     set_seed(seed)  # the task head is initialised under the eval seed
     model = head_cls.from_pretrained(str(model_dir), pad_token_id=tokenizer.pad_token_id, **kwargs)
     train_features = task.features(splits.train, tokenizer, labels)
     choice = resolve_precision(precision, use_cpu=device == "cpu")
     log.info("fine-tuning precision: %s", choice.reason)
-    args = TrainingArguments(
-        output_dir=str(output_dir), seed=seed, data_seed=seed,
-        num_train_epochs=opts.epochs, learning_rate=opts.learning_rate,
-        per_device_train_batch_size=opts.batch_size,
-        per_device_eval_batch_size=opts.eval_batch_size,
-        warmup_steps=opts.warmup_ratio,  # a float below 1 is a share of the steps
-        weight_decay=opts.weight_decay,
-        save_strategy="no", eval_strategy="no", logging_strategy="no", report_to=[],
-        disable_tqdm=True, use_cpu=device == "cpu", dataloader_num_workers=0,
-        bf16=choice.bf16, optim="adamw_torch_fused" if choice.bf16 else "adamw_torch",
-    )
-    trainer = Trainer(model=model, args=args, train_dataset=train_features,
-                      data_collator=task.collator(tokenizer))
+    args = _training_args(opts, seed, output_dir, device, choice.bf16)
+    trainer = Trainer(model=model, args=args, train_dataset=train_features, data_collator=task.collator(tokenizer))
     trainer.train()
     if choice.bf16:  # scored in fp32: the accelerator's autocast wrapper taken off the model's forward
         trainer.model = trainer.accelerator.unwrap_model(trainer.model, keep_fp32_wrapper=False)
     evaluation = task.evaluate(trainer, splits.test, tokenizer, labels)
     evaluation.examples["clusters"] = test_clusters(splits.test, task.name)
-    result = {
-        "metric": task.metric, "head_class": type(trainer.model).__name__,
-        "metrics": {k: round(float(v), 4) for k, v in evaluation.metrics.items()},
-        "n_train": len(splits.train), "n_test": len(splits.test),
-        "n_train_features": len(train_features),
-        "examples_seen": int(round(len(train_features) * opts.epochs)),
-        "skipped": {**splits.skipped, **evaluation.skipped},
-        "examples": evaluation.examples,
-        "pad_token_set": pad_token,  # the tokenizer had none: batches padded with this token
-        "precision": choice.name, "precision_reason": choice.reason, "scored_in": "fp32",
-        **splits.notes,
-    }
+    result = _result(task, splits, trainer, evaluation, train_features, pad_token, choice)
     return result, trainer
 
 
@@ -269,26 +342,60 @@ def run(ctx) -> None:
     lang, task_name, model_name = ctx.lang, ctx.wildcards["task"], ctx.wildcards["model"]
     seed = int(ctx.wildcards["seed"])
     info = parse_model(ctx.params, model_name)
-    if {"task": task_name, "model": model_name, "seed": str(seed), "lang": lang} not in ctx.stages["finetune_eval"].jobs(ctx.params, lang):
+    if {"task": task_name, "model": model_name, "seed": str(seed), "lang": lang} not in ctx.stages[
+        "finetune_eval"
+    ].jobs(ctx.params, lang):
         reason = skipped_tasks(ctx.params, lang).get(task_name)
         raise VocabTransferError(
             f"eval: no job {task_name}/{model_name}/seed{seed} for {lang!r}: "
-            + (reason if reason else f"check eval.models and eval.seeds ({eval_params.seeds})"))
+            + (reason if reason else f"check eval.models and eval.seeds ({eval_params.seeds})")
+        )
     options = getattr(eval_params.tasks, task_name)
     task = get_task(task_name, options)
     model_dir = _model_dir(ctx, info)
     key = f"eval.tasks.{task_name}.data.{lang}"
     splits = load_splits(task, options.data[lang], key, seed=ctx.seed)
-    log.info("%s %s %s seed %d: %d train / %d test examples, skipped %s", lang, task_name, model_name, seed,
-             len(splits.train), len(splits.test), splits.skipped or "none")
+    log.info(
+        "%s %s %s seed %d: %d train / %d test examples, skipped %s",
+        lang,
+        task_name,
+        model_name,
+        seed,
+        len(splits.train),
+        len(splits.test),
+        splits.skipped or "none",
+    )
     checkpoints = Path(paths.fill(paths.EVAL_CHECKPOINTS, lang=lang, task=task_name, model=model_name, seed=str(seed)))
-    result, _ = finetune(task=task, splits=splits, model_dir=model_dir, seed=seed, output_dir=checkpoints,
-                         device=ctx.device, threads=ctx.threads, precision=eval_params.precision)
+    result, _ = finetune(
+        task=task,
+        splits=splits,
+        model_dir=model_dir,
+        seed=seed,
+        output_dir=checkpoints,
+        device=ctx.device,
+        threads=ctx.threads,
+        precision=eval_params.precision,
+    )
     shutil.rmtree(checkpoints, ignore_errors=True)  # nothing is saved (save_strategy no): a job is short
-    out = {"lang": lang, "task": task_name, "model": model_name, "method": info["method"],
-           "objective": info["objective"], "pseed": info["pseed"], "seed": seed, **result,
-           "seconds": round(time.perf_counter() - start, 3), "model_dir": str(model_dir),
-           "versions": io.versions()}
+    out = {
+        "lang": lang,
+        "task": task_name,
+        "model": model_name,
+        "method": info["method"],
+        "objective": info["objective"],
+        "pseed": info["pseed"],
+        "seed": seed,
+        **result,
+        "seconds": round(time.perf_counter() - start, 3),
+        "model_dir": str(model_dir),
+        "versions": io.versions(),
+    }
     io.write_json(out, ctx.output["result"])
-    log.info("%s %s %s seed %d: %s", lang, task_name, model_name, seed,
-             out.get("not_run") or ", ".join(f"{k} {v:.2f}" for k, v in out["metrics"].items()))
+    log.info(
+        "%s %s %s seed %d: %s",
+        lang,
+        task_name,
+        model_name,
+        seed,
+        out.get("not_run") or ", ".join(f"{k} {v:.2f}" for k, v in out["metrics"].items()),
+    )

@@ -37,8 +37,10 @@ import functools
 from vocabtransfer.errors import VocabTransferError
 
 # the task's transformers head (an `AutoModelFor…` name) -> the transformers mixin that builds it on a body
-MIXINS = {"AutoModelForTokenClassification": "GenericForTokenClassification",
-          "AutoModelForQuestionAnswering": "GenericForQuestionAnswering"}
+MIXINS = {
+    "AutoModelForTokenClassification": "GenericForTokenClassification",
+    "AutoModelForQuestionAnswering": "GenericForQuestionAnswering",
+}
 
 
 def unsupported(head: str, config) -> str | None:
@@ -47,15 +49,22 @@ def unsupported(head: str, config) -> str | None:
 
     model_type = config.model_type
     if head not in MIXINS:
-        return (f"no generic {head.removeprefix('AutoModelFor')} head exists (the generic heads: "
-                f"{', '.join(h.removeprefix('AutoModelFor') for h in MIXINS)})")
+        return (
+            f"no generic {head.removeprefix('AutoModelFor')} head exists (the generic heads: "
+            f"{', '.join(h.removeprefix('AutoModelFor') for h in MIXINS)})"
+        )
     # decoder-only: a causal LM and no masked LM (BERT and XLM-R have both), not an encoder-decoder
-    if (config.is_encoder_decoder or model_type not in modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
-            or model_type in modeling_auto.MODEL_FOR_MASKED_LM_MAPPING_NAMES):
+    if (
+        config.is_encoder_decoder
+        or model_type not in modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+        or model_type in modeling_auto.MODEL_FOR_MASKED_LM_MAPPING_NAMES
+    ):
         return f"model type {model_type!r} is not a decoder-only language model (the generic heads are for those)"
     if config.get_text_config() is not config:
-        return (f"model type {model_type!r} is multimodal; fine-tune its text model (e.g. gemma3_text for gemma3) "
-                "to use the generic heads")
+        return (
+            f"model type {model_type!r} is multimodal; fine-tune its text model (e.g. gemma3_text for gemma3) "
+            "to use the generic heads"
+        )
     if model_type not in modeling_auto.MODEL_MAPPING_NAMES:
         return f"transformers has no AutoModel body for model type {model_type!r} to put a generic head on"
     return None
@@ -94,18 +103,22 @@ def _build(head: str, model_type: str) -> type:
     def body(self):
         return getattr(self, self.base_model_prefix)
 
-    return type(name, (mixin, base), {
-        "__module__": __name__,
-        "__doc__": f"{mixin.__name__} (transformers) on {body_cls.__name__}: a linear layer over its last hidden "
-                   f"states ({__name__}).",
-        "config_class": body_cls.config_class,
-        # where the body's weights live in a checkpoint of this architecture (`model.`, `transformer.`)
-        "base_model_prefix": base.base_model_prefix or "model",
-        "input_modalities": ("text",),
-        # the QA mixin assumes `embed_tokens`; every body answers get/set_input_embeddings
-        "get_input_embeddings": lambda self: body(self).get_input_embeddings(),
-        "set_input_embeddings": lambda self, value: body(self).set_input_embeddings(value),
-    })
+    return type(
+        name,
+        (mixin, base),
+        {
+            "__module__": __name__,
+            "__doc__": f"{mixin.__name__} (transformers) on {body_cls.__name__}: a linear layer over its last hidden "
+            f"states ({__name__}).",
+            "config_class": body_cls.config_class,
+            # where the body's weights live in a checkpoint of this architecture (`model.`, `transformer.`)
+            "base_model_prefix": base.base_model_prefix or "model",
+            "input_modalities": ("text",),
+            # the QA mixin assumes `embed_tokens`; every body answers get/set_input_embeddings
+            "get_input_embeddings": lambda self: body(self).get_input_embeddings(),
+            "set_input_embeddings": lambda self, value: body(self).set_input_embeddings(value),
+        },
+    )
 
 
 def from_pretrained(path, **kwargs):
@@ -116,6 +129,8 @@ def from_pretrained(path, **kwargs):
     name = (config.architectures or [""])[0]
     heads = [h for h in MIXINS if name.startswith("Generic") and name.endswith(h.removeprefix("AutoModel"))]
     if not heads:
-        raise VocabTransferError(f"{path}/config.json: architectures names {name!r}, not a generic head of "
-                                 f"{__name__}; load it with its transformers class")
+        raise VocabTransferError(
+            f"{path}/config.json: architectures names {name!r}, not a generic head of "
+            f"{__name__}; load it with its transformers class"
+        )
     return head_class(heads[0], config).from_pretrained(str(path), **kwargs)

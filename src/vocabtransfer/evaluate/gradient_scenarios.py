@@ -41,7 +41,7 @@ from vocabtransfer.model import modeling
 from vocabtransfer.model.hub import load_tokenizer
 from vocabtransfer.data.token_ids import TokenIds
 from vocabtransfer.model.lmdata import Kind, lm_batches, pack_ids
-from vocabtransfer.evaluate.token_frequency_loss import frequency_ranks, read_ids, token_counts
+from vocabtransfer.evaluate.frequencies import frequency_ranks, read_ids, token_counts
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.log import progress
 from vocabtransfer.pipeline.typed import Params, option
@@ -59,11 +59,21 @@ class GradientScenariosParams:
     seq_len: int = option(128, "tokens per block", minimum=8)
     plot_bins: int = option(30, "log-spaced rank bins that smooth the plot", minimum=2)
 
-SCHEMA = pa.schema([
-    ("lang", pa.string()), ("method", pa.string()), ("objective", pa.string()), ("phase", pa.string()),
-    ("token_id", pa.int64()), ("rank", pa.int64()), ("count", pa.int64()),
-    ("input_norm", pa.float64()), ("output_target_norm", pa.float64()), ("output_nontarget_norm", pa.float64()),
-])
+
+SCHEMA = pa.schema(
+    [
+        ("lang", pa.string()),
+        ("method", pa.string()),
+        ("objective", pa.string()),
+        ("phase", pa.string()),
+        ("token_id", pa.int64()),
+        ("rank", pa.int64()),
+        ("count", pa.int64()),
+        ("input_norm", pa.float64()),
+        ("output_target_norm", pa.float64()),
+        ("output_nontarget_norm", pa.float64()),
+    ]
+)
 PARTS = ("input", "output_target", "output_nontarget")
 
 
@@ -120,7 +130,8 @@ def decompose(model, batch: dict, kind: Kind, objective: str, margin: float = 2.
     g[rows, targets] = 0.0
     parts = {
         "input": torch.zeros(emb.weight.shape, device=device).index_add_(
-            0, ids.reshape(-1), looked_up.grad.reshape(-1, looked_up.shape[-1]).float()),
+            0, ids.reshape(-1), looked_up.grad.reshape(-1, looked_up.shape[-1]).float()
+        ),
         "output_target": torch.zeros(vocab, dim, device=device).index_add_(0, targets, target_coef[:, None] * hs),
         "output_nontarget": g.T @ hs,
     }
@@ -128,8 +139,9 @@ def decompose(model, batch: dict, kind: Kind, objective: str, margin: float = 2.
     return {**parts, "loss": float(loss.detach())}
 
 
-def sample_batches(tokenizer, ids: TokenIds, kind: Kind, *, batches: int, batch_size: int, seq_len: int,
-                   seed: int) -> list[dict]:
+def sample_batches(
+    tokenizer, ids: TokenIds, kind: Kind, *, batches: int, batch_size: int, seq_len: int, seed: int
+) -> list[dict]:
     """`batches` batches of packed blocks from train lines in a seeded random order, seeded masks."""
     order = np.random.default_rng(seed).permutation(len(ids))
     wanted = batches * batch_size
@@ -180,7 +192,11 @@ def plot(rows: dict, path: str | Path, title: str, n_bins: int) -> None:
     phases = list(rows)
     fig, axes = plt.subplots(1, len(phases), figsize=(5.5 * len(phases), 4), sharey=True, squeeze=False)
     colors = {"input": "tab:green", "output_target": "tab:blue", "output_nontarget": "tab:red"}
-    labels = {"input": "(1) input", "output_target": "(2.1) output, target", "output_nontarget": "(2.2) output, non-target"}
+    labels = {
+        "input": "(1) input",
+        "output_target": "(2.1) output, target",
+        "output_nontarget": "(2.2) output, non-target",
+    }
     for ax, phase in zip(axes[0], phases):
         data = rows[phase]
         seen = data["count"] > 0
@@ -213,23 +229,59 @@ def run(ctx) -> None:
             ids = read_ids(ctx.input["train_ids"], tokenizer)
             counts = token_counts(ids, tokenizer, kind)
             ranks = frequency_ranks(counts)
-            batches = sample_batches(tokenizer, ids, kind, batches=opts.batches, batch_size=opts.batch_size,
-                                     seq_len=opts.seq_len, seed=ctx.seed)
+            batches = sample_batches(
+                tokenizer,
+                ids,
+                kind,
+                batches=opts.batches,
+                batch_size=opts.batch_size,
+                seq_len=opts.seq_len,
+                seed=ctx.seed,
+            )
         if load_tokenizer(directory).get_vocab() != tokenizer.get_vocab():
-            raise VocabTransferError(f"{directory}: its tokenizer differs from {dirs['start']}'s; the pretrained "
-                                     "model must keep the initialised model's tokenizer")
+            raise VocabTransferError(
+                f"{directory}: its tokenizer differs from {dirs['start']}'s; the pretrained "
+                "model must keep the initialised model's tokenizer"
+            )
         model.to(ctx.device)
         totals = norms(model, batches, kind, objective, m)
         out[phase] = {"rank": ranks, "count": counts, **totals}
-        log.info("%s/%s/%s %s: summed gradient norms over %d batches: input %.3g, output target %.3g, output "
-                 "non-target %.3g", ctx.lang, ctx.method, objective, phase, len(batches), totals["input"].sum(),
-                 totals["output_target"].sum(), totals["output_nontarget"].sum())
+        log.info(
+            "%s/%s/%s %s: summed gradient norms over %d batches: input %.3g, output target %.3g, output "
+            "non-target %.3g",
+            ctx.lang,
+            ctx.method,
+            objective,
+            phase,
+            len(batches),
+            totals["input"].sum(),
+            totals["output_target"].sum(),
+            totals["output_nontarget"].sum(),
+        )
         del model
     vocab = len(counts)
-    table = pa.concat_tables([pa.table({
-        "lang": [ctx.lang] * vocab, "method": [ctx.method] * vocab, "objective": [objective] * vocab,
-        "phase": [phase] * vocab, "token_id": np.arange(vocab, dtype=np.int64), "rank": data["rank"],
-        "count": data["count"], **{f"{p}_norm": data[p] for p in PARTS}}, schema=SCHEMA) for phase, data in out.items()])
+    table = pa.concat_tables(
+        [
+            pa.table(
+                {
+                    "lang": [ctx.lang] * vocab,
+                    "method": [ctx.method] * vocab,
+                    "objective": [objective] * vocab,
+                    "phase": [phase] * vocab,
+                    "token_id": np.arange(vocab, dtype=np.int64),
+                    "rank": data["rank"],
+                    "count": data["count"],
+                    **{f"{p}_norm": data[p] for p in PARTS},
+                },
+                schema=SCHEMA,
+            )
+            for phase, data in out.items()
+        ]
+    )
     io.write_parquet(table, ctx.output["table"])
-    plot(out, ctx.output["plot"], f"{ctx.lang}, {ctx.method}, {objective}: gradient reaching each token's embedding",
-         opts.plot_bins)
+    plot(
+        out,
+        ctx.output["plot"],
+        f"{ctx.lang}, {ctx.method}, {objective}: gradient reaching each token's embedding",
+        opts.plot_bins,
+    )

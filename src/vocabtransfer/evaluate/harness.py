@@ -52,9 +52,18 @@ log = logging.getLogger(__name__)
 
 TASKS_DIR = Path(__file__).resolve().parent / "harness_tasks"
 MASKED_REASON = "lm-evaluation-harness scores causal LMs: a masked LM has no left-to-right likelihood"
-SAMPLE_SCHEMA = pa.schema([("task", pa.string()), ("doc_id", pa.int64()), ("cluster", pa.string()),
-                           ("metric", pa.string()), ("value", pa.float64()), ("target", pa.string()),
-                           ("loglikelihoods", pa.list_(pa.float64())), ("response", pa.string())])
+SAMPLE_SCHEMA = pa.schema(
+    [
+        ("task", pa.string()),
+        ("doc_id", pa.int64()),
+        ("cluster", pa.string()),
+        ("metric", pa.string()),
+        ("value", pa.float64()),
+        ("target", pa.string()),
+        ("loglikelihoods", pa.list_(pa.float64())),
+        ("response", pa.string()),
+    ]
+)
 
 
 @dataclass(frozen=True)
@@ -68,28 +77,32 @@ class LmEvalParams:
         "vocabtransfer: local_xnli_{lang} for sw and de, local_tydiqa_sw, local_xquad_de), or `<lang>:<task>` for "
         "one language only (`sw:belebele_swh_Latn`; a catalogue task needs its dataset from the hub); a name the "
         "harness does not know is refused before any job (validate, snakemake -n) with the closest names it knows",
-        items={"type": "string", "pattern": "^([a-z]{2,3}:)?[^:]+$"})
+        items={"type": "string", "pattern": "^([a-z]{2,3}:)?[^:]+$"},
+    )
     num_fewshot: int = option(
         0,
         "examples shown before each item (0: zero-shot), drawn from the task's few-shot split with the params seed",
-        minimum=0)
+        minimum=0,
+    )
     limit: int | None = option(
-        None,
-        "the first N items of each task (null: every item); a small limit keeps a CPU run short",
-        minimum=1)
+        None, "the first N items of each task (null: every item); a small limit keeps a CPU run short", minimum=1
+    )
     batch_size: int = option(8, "requests per forward pass of the harness's HF model class", minimum=1)
     include_path: str | None = option(
         None,
         "a folder of your own harness task YAMLs (the harness's include_path; relative to the working directory, "
         "the repository root), whose tasks lm_eval.tasks then names like the shipped ones; every file in it is a "
         "dependency of the lm_eval jobs (docs/evaluation.md#adding-a-zero-shot-task); null: the shipped tasks and "
-        "the harness's catalogue only")
+        "the harness's catalogue only",
+    )
     models: tuple[str, ...] | None = option(
         None,
         "the models judged, in eval.models' grammar (`source`, `init`, `pretrained`, `<method>-<objective>` for "
         "every pretraining seed of it, a full model name), e.g. [source, pretrained] for the final models only; "
         "null: every model (the source, each initialised and each pretrained one)",
-        items={"type": "string"}, rerun=False)
+        items={"type": "string"},
+        rerun=False,
+    )
 
 
 def models(params: Params) -> list[str]:
@@ -126,11 +139,15 @@ def check_include(params: Params, source: str = "params.yaml") -> None:
     if folder is None:
         return
     if not folder.is_dir():
-        raise VocabTransferError(f"{source}: lm_eval.include_path: {folder} is not a folder (relative paths resolve "
-                                 f"against the working directory, {Path.cwd()}); give the folder of your task YAMLs")
+        raise VocabTransferError(
+            f"{source}: lm_eval.include_path: {folder} is not a folder (relative paths resolve "
+            f"against the working directory, {Path.cwd()}); give the folder of your task YAMLs"
+        )
     if not any(folder.rglob("*.yaml")):
-        raise VocabTransferError(f"{source}: lm_eval.include_path: {folder} has no .yaml task file; put your "
-                                 "harness task YAMLs in it (docs/evaluation.md#adding-a-zero-shot-task)")
+        raise VocabTransferError(
+            f"{source}: lm_eval.include_path: {folder} has no .yaml task file; put your "
+            "harness task YAMLs in it (docs/evaluation.md#adding-a-zero-shot-task)"
+        )
 
 
 @lru_cache(maxsize=4)
@@ -149,8 +166,9 @@ def check_tasks(names: list[str], known: list[str]) -> None:
     if unknown:
         close = {n: difflib.get_close_matches(n, known, n=3, cutoff=0.5) for n in unknown}
         said = "; ".join(f"{n!r} (closest: {', '.join(c) if c else 'none'})" for n, c in close.items())
-        raise VocabTransferError(f"lm_eval.tasks: the harness knows no task {said}; the offline tasks are "
-                                 f"{', '.join(sorted(local_tasks()))}")
+        raise VocabTransferError(
+            f"lm_eval.tasks: the harness knows no task {said}; the offline tasks are {', '.join(sorted(local_tasks()))}"
+        )
 
 
 class _TaskLoader(yaml.SafeLoader):
@@ -174,8 +192,10 @@ def local_tasks(include: str | None = None) -> dict[str, list[str]]:
         try:
             spec = yaml.load(path.read_text(encoding="utf-8"), Loader=_TaskLoader)
         except yaml.YAMLError as exc:
-            raise VocabTransferError(f"{path}: not YAML ({str(exc).splitlines()[0]}); lm_eval.include_path reads "
-                                     "every .yaml file in its folder as a harness task") from exc
+            raise VocabTransferError(
+                f"{path}: not YAML ({str(exc).splitlines()[0]}); lm_eval.include_path reads "
+                "every .yaml file in its folder as a harness task"
+            ) from exc
         spec = spec if isinstance(spec, dict) else {}
         tags = spec.get("tag") or []
         for name in [spec.get("task"), spec.get("group"), *([tags] if isinstance(tags, str) else tags)]:
@@ -197,8 +217,17 @@ def causal_reason(model_dir: Path) -> str | None:
     return None if detect_kind(AutoConfig.from_pretrained(model_dir)) == "causal" else MASKED_REASON
 
 
-def evaluate(model_dir: Path, names: list[str], *, num_fewshot: int, limit: int | None, batch_size: int,
-             device: str = "cpu", seed: int = 0, manager=None) -> dict:
+def evaluate(
+    model_dir: Path,
+    names: list[str],
+    *,
+    num_fewshot: int,
+    limit: int | None,
+    batch_size: int,
+    device: str = "cpu",
+    seed: int = 0,
+    manager=None,
+) -> dict:
     """`lm_eval.simple_evaluate` of the model in `model_dir` on `names`, with per-item samples; the harness's
     own stderr bootstrap is left out (the report computes paired intervals from the samples)."""
     import lm_eval  # lm_eval: optional, heavy
@@ -206,10 +235,21 @@ def evaluate(model_dir: Path, names: list[str], *, num_fewshot: int, limit: int 
     manager = manager or task_manager()
     check_tasks(names, manager.all_tasks)
     return lm_eval.simple_evaluate(
-        model="hf", model_args={"pretrained": str(model_dir), "dtype": "float32"}, tasks=names,
-        num_fewshot=num_fewshot, limit=limit, batch_size=batch_size, device=device, log_samples=True,
-        bootstrap_iters=0, task_manager=manager, random_seed=seed, numpy_random_seed=seed,
-        torch_random_seed=seed, fewshot_random_seed=seed)
+        model="hf",
+        model_args={"pretrained": str(model_dir), "dtype": "float32"},
+        tasks=names,
+        num_fewshot=num_fewshot,
+        limit=limit,
+        batch_size=batch_size,
+        device=device,
+        log_samples=True,
+        bootstrap_iters=0,
+        task_manager=manager,
+        random_seed=seed,
+        numpy_random_seed=seed,
+        torch_random_seed=seed,
+        fewshot_random_seed=seed,
+    )
 
 
 def _metric(key: str) -> str:
@@ -222,8 +262,11 @@ def scores(results: dict) -> dict[str, dict]:
     for task, values in results["results"].items():
         if task not in results.get("samples", {}):
             continue  # a group's own line: its subtasks have theirs
-        kept = {_metric(k): float(v) for k, v in values.items()
-                if "," in k and "_stderr" not in k and isinstance(v, (int, float))}
+        kept = {
+            _metric(k): float(v)
+            for k, v in values.items()
+            if "," in k and "_stderr" not in k and isinstance(v, (int, float))
+        }
         out[task] = {**kept, "n": len(results["samples"][task])}
     return out
 
@@ -247,10 +290,16 @@ def samples_table(results: dict) -> pa.Table:
             lls, text = _response(sample)
             # a corpus-level metric (bleu, chrf) logs a (reference, prediction) pair per item, no item score
             for metric in (m for m in sample.get("metrics", []) if isinstance(sample.get(m), numbers.Real)):
-                for key, value in (("task", task), ("doc_id", int(sample["doc_id"])), ("cluster", cluster),
-                                   ("metric", metric), ("value", float(sample[metric])),
-                                   ("target", str(sample.get("target", ""))), ("loglikelihoods", lls),
-                                   ("response", text)):
+                for key, value in (
+                    ("task", task),
+                    ("doc_id", int(sample["doc_id"])),
+                    ("cluster", cluster),
+                    ("metric", metric),
+                    ("value", float(sample[metric])),
+                    ("target", str(sample.get("target", ""))),
+                    ("loglikelihoods", lls),
+                    ("response", text),
+                ):
                     rows[key].append(value)
     return pa.table(rows, schema=SAMPLE_SCHEMA)
 
@@ -261,8 +310,10 @@ def skip_reason(params: Params, wildcards: dict) -> str | None:
     if not task_names(params, wildcards["lang"]):
         return f"lm_eval.tasks has no task for {wildcards['lang']!r}"
     if source_kind.kind(params.source_model) == "masked":
-        return (f"the harness scores causal LMs and source_model {params.source_model} is a masked LM: its "
-                "models have no likelihood of a text")
+        return (
+            f"the harness scores causal LMs and source_model {params.source_model} is a masked LM: its "
+            "models have no likelihood of a text"
+        )
     return model_reason(params, wildcards["lang"], wildcards["model"])
 
 
@@ -287,23 +338,46 @@ def run(ctx) -> None:
     info = parse_model(ctx.params, model)
     model_dir = ctx.input["model"] / info["subdir"] if info["subdir"] else ctx.input["model"]
     if not (model_dir / "config.json").is_file():
-        raise VocabTransferError(f"{model_dir}: no model directory (config.json missing); run the stage that "
-                                 f"produces model {model!r} first")
+        raise VocabTransferError(
+            f"{model_dir}: no model directory (config.json missing); run the stage that produces model {model!r} first"
+        )
     names, opts = task_names(ctx.params, lang), ctx.section("lm_eval", LmEvalParams)
-    out = {"lang": lang, "model": model, "method": info["method"], "objective": info["objective"],
-           "pseed": info["pseed"], "tasks": names, "num_fewshot": opts.num_fewshot, "limit": opts.limit}
+    out = {
+        "lang": lang,
+        "model": model,
+        "method": info["method"],
+        "objective": info["objective"],
+        "pseed": info["pseed"],
+        "tasks": names,
+        "num_fewshot": opts.num_fewshot,
+        "limit": opts.limit,
+    }
     table = pa.table({n: [] for n in SAMPLE_SCHEMA.names}, schema=SAMPLE_SCHEMA)
     reason = causal_reason(model_dir)
     if reason:
         out["not_run"] = reason
     else:
         check_include(ctx.params, "lm_eval")
-        results = evaluate(model_dir, names, num_fewshot=opts.num_fewshot, limit=opts.limit,
-                           batch_size=opts.batch_size, device=ctx.device, seed=ctx.seed,
-                           manager=task_manager(include_key(ctx.params)))
+        results = evaluate(
+            model_dir,
+            names,
+            num_fewshot=opts.num_fewshot,
+            limit=opts.limit,
+            batch_size=opts.batch_size,
+            device=ctx.device,
+            seed=ctx.seed,
+            manager=task_manager(include_key(ctx.params)),
+        )
         out["scores"], table = scores(results), samples_table(results)
     out.update(seconds=round(time.perf_counter() - start, 3), versions={**io.versions(), "lm_eval": version("lm_eval")})
     io.write_parquet(table, ctx.output["samples"])
     io.write_json(out, ctx.output["scores"])
-    log.info("%s lm_eval %s: %s", lang, model, out.get("not_run") or "; ".join(
-        f"{t} " + ", ".join(f"{k} {v:.3f}" for k, v in s.items() if k != "n") for t, s in out["scores"].items()))
+    log.info(
+        "%s lm_eval %s: %s",
+        lang,
+        model,
+        out.get("not_run")
+        or "; ".join(
+            f"{t} " + ", ".join(f"{k} {v:.3f}" for k, v in s.items() if k != "n") for t, s in out["scores"].items()
+        ),
+    )

@@ -10,9 +10,9 @@ For target language L and every method in params `init.methods` (results/L/init/
     the one temperature that minimises the loss (`calibrated_loss`, `temperature`). Right after
     initialisation the encoder has never seen the target language, so the raw loss mixes how well
     a method ranks the right token with how over-confident its logits are; the calibrated loss
-    measures the ranking alone (see `modeling.evaluate_lm`);
-(b) encoders only: parallel-sentence retrieval on XNLI dev premises. N distinct source-language
-    premises (`init_eval.xnli` with lang = `init_eval.source_lang`) are embedded by the source
+    measures the ranking alone (see `lm_loss.evaluate_lm`);
+(b) encoders only: parallel-sentence retrieval on XNLI dev premises (`evaluate.retrieval`). N distinct
+    source-language premises (`init_eval.xnli` with lang = `init_eval.source_lang`) are embedded by the source
     model, the same rows of the target-language file by the initialised model (mean pooling of the
     last hidden state over the attention mask); top-1 accuracy of the cosine-similarity matrix
     both ways (`retrieval_en2xx`: source sentence -> its translation, `retrieval_xx2en` back).
@@ -29,8 +29,9 @@ For target language L and every method in params `init.methods` (results/L/init/
     scored, and the log says why. A causal source without its LM head is refused.
 
 (d) the floor every method must beat to use any context (row `floor:unigram-target`, kind `floor`, for
-    masked and causal models; a causal model's row also holds its bits per byte): the add-one unigram of the train split's target ids scoring exactly the tokens the methods are scored on
-    (the same blocks and masks), its loss in nats per token like theirs.
+    masked and causal models; a causal model's row also holds its bits per byte): the add-one unigram of the train
+    split's target ids scoring exactly the tokens the methods are scored on (the same blocks and masks), its loss in
+    nats per token like theirs.
 
 Every loss row keeps its summed loss and predicted tokens per valid block (`block_loss`, `block_tokens`):
 the report pairs two methods, or a method and the floor, block by block (its family "Right after
@@ -57,14 +58,14 @@ from pathlib import Path
 import pyarrow as pa
 
 from vocabtransfer import io
-from vocabtransfer.evaluate import bits_per_byte, bpb_floor
+from vocabtransfer.evaluate import bits_per_byte, bpb_floor, init_eval_plot
+from vocabtransfer.evaluate.retrieval import read_xnli_premises, retrieval_accuracy, sentence_embeddings
 from vocabtransfer.init import availability
-from vocabtransfer.model import modeling
+from vocabtransfer.model import lm_loss, modeling
 from vocabtransfer.model.hub import load_tokenizer
 from vocabtransfer.model.lmdata import Kind, lm_batches, pack_lines, read_lines, target_labels
 from vocabtransfer.pipeline import paths
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.log import progress
 from vocabtransfer.init.availability import methods
 from vocabtransfer.pipeline.typed import Params, option
 
@@ -86,21 +87,35 @@ class InitEvalParams:
         "bits per UTF-8 byte of the valid lines for every causal model and for the source model with its own "
         "tokenizer, with the bytes per token of both tokenizers and the share of the source's advantage over "
         "random a method keeps (docs/evaluation.md#bits-per-byte); masked LMs keep their per-token loss; a causal "
-        "source without its LM head is refused while this is true")
+        "source without its LM head is refused while this is true",
+    )
 
-SCHEMA = pa.schema([
-    ("lang", pa.string()), ("method", pa.string()), ("kind", pa.string()),
-    ("loss", pa.float64()), ("perplexity", pa.float64()),
-    ("calibrated_loss", pa.float64()), ("temperature", pa.float64()),
-    ("n_eval_tokens", pa.int64()), ("n_eval_lines", pa.int64()),
-    ("bits_per_byte", pa.float64()), ("bytes_per_token", pa.float64()), ("n_bytes", pa.int64()),
-    ("share_kept", pa.float64()),
-    ("retrieval_en2xx", pa.float64()), ("retrieval_xx2en", pa.float64()), ("n_sentences", pa.int64()),
-    ("model", pa.string()), ("seconds", pa.float64()),
-    # the summed loss and the predicted tokens of every valid block (the report's paired bootstrap resamples them)
-    ("block_loss", pa.list_(pa.float64())), ("block_tokens", pa.list_(pa.int64())),
-])
-UNIGRAM = f"{bpb_floor.FLOOR}:unigram-target"  # the row of the unigram floor on the methods' predicted tokens
+
+SCHEMA = pa.schema(
+    [
+        ("lang", pa.string()),
+        ("method", pa.string()),
+        ("kind", pa.string()),
+        ("loss", pa.float64()),
+        ("perplexity", pa.float64()),
+        ("calibrated_loss", pa.float64()),
+        ("temperature", pa.float64()),
+        ("n_eval_tokens", pa.int64()),
+        ("n_eval_lines", pa.int64()),
+        ("bits_per_byte", pa.float64()),
+        ("bytes_per_token", pa.float64()),
+        ("n_bytes", pa.int64()),
+        ("share_kept", pa.float64()),
+        ("retrieval_en2xx", pa.float64()),
+        ("retrieval_xx2en", pa.float64()),
+        ("n_sentences", pa.int64()),
+        ("model", pa.string()),
+        ("seconds", pa.float64()),
+        # the summed loss and the predicted tokens of every valid block (the report's paired bootstrap resamples them)
+        ("block_loss", pa.list_(pa.float64())),
+        ("block_tokens", pa.list_(pa.int64())),
+    ]
+)
 
 
 def input_key(method: str) -> str:
@@ -110,100 +125,56 @@ def input_key(method: str) -> str:
 
 def inputs(params: Params, wildcards: dict) -> dict[str, str]:
     """The stage's input templates: they depend on params (one init directory per configured method)."""
-    out = {"source_model": paths.SOURCE_MODEL, "valid": paths.CORPUS_VALID, "train_ids": paths.PRETOK_TRAIN,
-           "train_text": paths.CORPUS_TRAIN}  # the floors' train split
+    out = {
+        "source_model": paths.SOURCE_MODEL,
+        "valid": paths.CORPUS_VALID,
+        "train_ids": paths.PRETOK_TRAIN,
+        "train_text": paths.CORPUS_TRAIN,
+    }  # the floors' train split
     for method in methods(params, wildcards["lang"]):  # the ones the language has data for
         out[input_key(method)] = paths.partial(paths.INIT_DIR, method=method, pseed=1)  # pretraining seed 1's init
     return out
-
-
-def read_xnli_premises(template: str, source_lang: str, lang: str, n: int) -> tuple[list[str], list[str]]:
-    """The first `n` distinct source-language premises and the same rows of the target-language file
-    (none for `n` <= 0)."""
-    if n <= 0:
-        return [], []
-    files = [paths.data_path(template.format(lang=code)) for code in (source_lang, lang)]
-    columns = []
-    for path in files:
-        if not path.is_file():
-            raise VocabTransferError(f"{path}: XNLI file not found; check init_eval.xnli (relative paths resolve "
-                                     "against $VOCABTRANSFER_DATA)")
-        with path.open(encoding="utf-8") as fh:
-            columns.append([line.rstrip("\n").split("\t")[0].strip() for line in fh if line.strip()])
-    if len(columns[0]) != len(columns[1]):
-        raise VocabTransferError(f"{files[1]}: {len(columns[1])} rows but {files[0]} has {len(columns[0])}; "
-                                 "the files must be row-aligned translations")
-    seen: set[str] = set()
-    src, tgt = [], []
-    for a, b in zip(*columns):
-        if a and b and a not in seen:
-            seen.add(a)
-            src.append(a)
-            tgt.append(b)
-            if len(src) == n:
-                break
-    return src, tgt
-
-
-def sentence_embeddings(model, tokenizer, texts: list[str], *, batch_size: int, max_length: int, desc: str = ""):
-    """Mean of the last hidden state over the attention mask, one row per text (float32, CPU)."""
-    import torch  # torch: heavy, not at CLI start-up
-
-    device = next(model.parameters()).device
-    rows = []
-    with torch.inference_mode():
-        for i in progress(range(0, len(texts), batch_size), desc=desc or "embed", unit="batch"):
-            enc = tokenizer(texts[i: i + batch_size], padding=True, truncation=True, max_length=max_length,
-                            return_tensors="pt")
-            mask = enc["attention_mask"].to(device)
-            hidden = model.base_model(input_ids=enc["input_ids"].to(device), attention_mask=mask).last_hidden_state
-            m = mask.unsqueeze(-1).to(hidden.dtype)
-            rows.append(((hidden * m).sum(1) / m.sum(1).clamp(min=1)).float().cpu())
-    return torch.cat(rows)
-
-
-def retrieval_accuracy(src, tgt) -> tuple[float, float]:
-    """Top-1 accuracy of cosine similarity: row i of `src` should find row i of `tgt`, and back."""
-    import torch  # torch: heavy, not at CLI start-up
-    import torch.nn.functional as F  # torch: heavy, not at CLI start-up
-
-    sim = F.normalize(src, dim=-1) @ F.normalize(tgt, dim=-1).T
-    gold = torch.arange(sim.shape[0])
-    n = sim.shape[0]
-    return int((sim.argmax(1) == gold).sum()) / n, int((sim.argmax(0) == gold).sum()) / n
 
 
 def lm_eval(model, tokenizer, kind: Kind, lines: list[str], *, seq_len: int, batch_size: int, seed: int) -> dict:
     blocks = pack_lines(tokenizer, lines, seq_len, kind=kind)
     if not blocks:
         raise VocabTransferError("init_eval: no text to evaluate on (empty valid split or max_lines = 0)")
-    return modeling.evaluate_lm(model, lm_batches(tokenizer, blocks, kind, batch_size, seed), kind, calibrate=True)
+    return lm_loss.evaluate_lm(model, lm_batches(tokenizer, blocks, kind, batch_size, seed), kind, calibrate=True)
 
 
 def loss_columns(res: dict) -> dict:
     """The loss columns of an init_eval row from `lm_eval`'s result."""
-    return {"loss": res["loss"], "perplexity": res["perplexity"], "calibrated_loss": res["calibrated_loss"],
-            "temperature": res["temperature"], "n_eval_tokens": res["n_tokens"], "block_loss": res["block_loss"],
-            "block_tokens": res["block_tokens"]}
+    return {
+        "loss": res["loss"],
+        "perplexity": res["perplexity"],
+        "calibrated_loss": res["calibrated_loss"],
+        "temperature": res["temperature"],
+        "n_eval_tokens": res["n_tokens"],
+        "block_loss": res["block_loss"],
+        "block_tokens": res["block_tokens"],
+    }
 
 
-def unigram_loss(tokenizer, kind: Kind, lines: list[str], counts, *, seq_len: int, batch_size: int,
-                 seed: int) -> dict:
+def unigram_loss(tokenizer, kind: Kind, lines: list[str], counts, *, seq_len: int, batch_size: int, seed: int) -> dict:
     """The loss columns of the unigram floor: each predicted token of `lm_eval`'s blocks (the same blocks and
     masks as every method's, seeded alike) scored by the add-one unigram of the train split's ids (`counts`),
     in nats; a model below it uses no context."""
-    from vocabtransfer.train.pretrain import unigram_block_sums  # imports torch: not at CLI start-up
+    from vocabtransfer.train.pretrain_outputs import unigram_block_sums  # imports torch: not at CLI start-up
 
     batches = lm_batches(tokenizer, pack_lines(tokenizer, lines, seq_len, kind=kind), kind, batch_size, seed)
     sums = unigram_block_sums(batches, kind, counts)
     tokens = [int(n) for b in batches for n in (target_labels(b, kind) != -100).sum(1)]
     total, count = math.fsum(sums), sum(tokens)
-    return {"loss": total / count if count else math.nan, "n_eval_tokens": count, "block_loss": sums,
-            "block_tokens": tokens}
+    return {
+        "loss": total / count if count else math.nan,
+        "n_eval_tokens": count,
+        "block_loss": sums,
+        "block_tokens": tokens,
+    }
 
 
-def bpb_columns(model, tokenizer, kind: Kind, lines: list[str], *, asked: bool, seq_len: int,
-                batch_size: int) -> dict:
+def bpb_columns(model, tokenizer, kind: Kind, lines: list[str], *, asked: bool, seq_len: int, batch_size: int) -> dict:
     """`bits_per_byte` (causal LMs, when asked), `bytes_per_token` and `n_bytes` of a model on the valid lines
     (each line tokenised once: scored, or only counted)."""
     if asked and kind == "causal":
@@ -211,8 +182,11 @@ def bpb_columns(model, tokenizer, kind: Kind, lines: list[str], *, asked: bool, 
         bits, n_bytes, n_tokens = scores.bits_per_byte, scores.n_bytes, scores.n_tokens
     else:
         (_, n_bytes, n_tokens), bits = bits_per_byte.line_counts(tokenizer, lines), None
-    return {"bits_per_byte": bits, "bytes_per_token": bits_per_byte.bytes_per_token(n_bytes, n_tokens),
-            "n_bytes": int(n_bytes.sum())}
+    return {
+        "bits_per_byte": bits,
+        "bytes_per_token": bits_per_byte.bytes_per_token(n_bytes, n_tokens),
+        "n_bytes": int(n_bytes.sum()),
+    }
 
 
 def floor_rows(lang: str, scores: dict[str, bits_per_byte.LineScores]) -> list[dict]:
@@ -220,9 +194,16 @@ def floor_rows(lang: str, scores: dict[str, bits_per_byte.LineScores]) -> list[d
     out = []
     for name, sc in scores.items():
         row = dict.fromkeys(SCHEMA.names)
-        row.update(lang=lang, method=f"{bpb_floor.FLOOR}:{name}", kind=bpb_floor.FLOOR, n_eval_lines=len(sc.n_bytes),
-                   bits_per_byte=sc.bits_per_byte, bytes_per_token=sc.bytes_per_token, n_bytes=int(sc.n_bytes.sum()),
-                   seconds=0.0)
+        row.update(
+            lang=lang,
+            method=f"{bpb_floor.FLOOR}:{name}",
+            kind=bpb_floor.FLOOR,
+            n_eval_lines=len(sc.n_bytes),
+            bits_per_byte=sc.bits_per_byte,
+            bytes_per_token=sc.bytes_per_token,
+            n_bytes=int(sc.n_bytes.sum()),
+            seconds=0.0,
+        )
         out.append(row)
     return out
 
@@ -240,8 +221,20 @@ def add_share_kept(rows: list[dict]) -> None:
 
 
 def markdown(rows: list[dict]) -> str:
-    cols = ["lang", "method", "loss", "perplexity", "calibrated_loss", "temperature", "retrieval_en2xx",
-            "retrieval_xx2en", "n_eval_tokens", "bits_per_byte", "bytes_per_token", "share_kept"]
+    cols = [
+        "lang",
+        "method",
+        "loss",
+        "perplexity",
+        "calibrated_loss",
+        "temperature",
+        "retrieval_en2xx",
+        "retrieval_xx2en",
+        "n_eval_tokens",
+        "bits_per_byte",
+        "bytes_per_token",
+        "share_kept",
+    ]
 
     def fmt(v):
         if v is None or (isinstance(v, float) and math.isnan(v)):
@@ -251,59 +244,6 @@ def markdown(rows: list[dict]) -> str:
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     lines += ["| " + " | ".join(fmt(r[c]) for c in cols) + " |" for r in rows]
     return "\n".join(lines)
-
-
-def plot(rows: list[dict], path: str | Path, lang: str) -> None:
-    """Loss per method (best at the top; diamonds: at the best temperature; the source reference as a
-    dashed line) and retrieval both ways."""
-    import matplotlib  # matplotlib: heavy: plots only
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # matplotlib: heavy: plots only
-
-    unigram = next((r for r in rows if r["method"] == UNIGRAM and r["loss"] is not None), None)
-    rows = [r for r in rows if r["kind"] != bpb_floor.FLOOR]  # the floors: a line, not a bar
-    ref = next((r for r in rows if r["method"] == "source"), None)
-    methods = sorted((r for r in rows if r["method"] != "source"), key=lambda r: r["loss"], reverse=True)
-    has_retrieval = any(r["retrieval_en2xx"] is not None for r in methods)
-    height = 1.5 + 0.32 * len(methods)
-    fig, axes = plt.subplots(1, 2 if has_retrieval else 1, figsize=(11 if has_retrieval else 6, height),
-                             sharey=True, squeeze=False)
-    y = list(range(len(methods)))
-    names = [r["method"] for r in methods]
-    ax = axes[0][0]
-    ax.barh(y, [r["loss"] for r in methods], color="tab:blue", label="loss")
-    ax.scatter([r["calibrated_loss"] for r in methods], y, marker="D", color="white", edgecolors="black",
-               zorder=3, s=20, label="at the best temperature")
-    for yi, r in zip(y, methods):
-        ax.text(r["loss"], yi, f" {r['loss']:.2f} ({r['calibrated_loss']:.2f})", va="center", fontsize=8)
-    if ref is not None:
-        ax.axvline(ref["loss"], color="black", linestyle="--", linewidth=1,
-                   label=f"source model on {ref['lang']} ({ref['loss']:.2f})")
-    if unigram is not None:
-        ax.axvline(unigram["loss"], color="tab:red", linestyle=":", linewidth=1.5,
-                   label=f"unigram floor ({unigram['loss']:.2f})")
-    ax.set_yticks(y, names)
-    ax.set_ylim(-0.6, len(methods) + 0.4)  # a free row at the top for the legends
-    ax.set_xlabel(f"{'masked' if methods and methods[0]['kind'] == 'masked' else 'causal'}-LM loss on held-out "
-                  f"{lang} text (lower is better)")
-    ax.set_xlim(0, max([r["loss"] for r in rows] + [1.0]) * 1.2)
-    if has_retrieval:
-        ax = axes[0][1]
-        width = 0.4
-        for offset, key, label in ((-width / 2, "retrieval_en2xx", f"{ref['lang'] if ref else 'source'}→{lang}"),
-                                   (width / 2, "retrieval_xx2en", f"{lang}→{ref['lang'] if ref else 'source'}")):
-            ax.barh([yi + offset for yi in y], [r[key] or 0.0 for r in methods], height=width, label=label)
-        if ref is not None and ref["retrieval_en2xx"] is not None:
-            ax.axvline(ref["retrieval_en2xx"], color="black", linestyle="--", linewidth=1,
-                       label="source model, own tokenizer")
-        ax.set_xlabel(f"top-1 retrieval accuracy, {methods[0]['n_sentences'] or 0} XNLI premises")
-    for ax in axes[0]:
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(loc="upper right", fontsize=8, ncols=3)
-    fig.suptitle(f"{lang}: right after initialisation, no training")
-    fig.tight_layout()
-    io.save_png(fig, path, dpi=120)
 
 
 def _shared_inputs(ctx, opts: InitEvalParams, methods: list[str]):
@@ -319,13 +259,21 @@ def _shared_inputs(ctx, opts: InitEvalParams, methods: list[str]):
         src_sent, tgt_sent = [], []
     else:
         src_sent, tgt_sent = read_xnli_premises(opts.xnli, opts.source_lang, ctx.lang, opts.retrieval_sentences)
-    log.info("init_eval %s: %d valid lines, %d held-out %s lines, %d XNLI premise pairs, methods %s",
-             ctx.lang, len(valid), len(source_lines), opts.source_lang, len(src_sent), ", ".join(methods))
+    log.info(
+        "init_eval %s: %d valid lines, %d held-out %s lines, %d XNLI premise pairs, methods %s",
+        ctx.lang,
+        len(valid),
+        len(source_lines),
+        opts.source_lang,
+        len(src_sent),
+        ", ".join(methods),
+    )
     return valid, source_lines, src_sent, tgt_sent
 
 
-def _source_row(ctx, opts: InitEvalParams, source_lines: list[str], valid: list[str], src_sent: list[str],
-                tgt_sent: list[str]):
+def _source_row(
+    ctx, opts: InitEvalParams, source_lines: list[str], valid: list[str], src_sent: list[str], tgt_sent: list[str]
+):
     """The reference row: the source model on its held-out lines (bits per byte on the target valid lines,
     with its own tokenizer; retrieval from its own target sentence embeddings). Returns (the row, the
     source sentence embeddings for the methods' retrieval or None, the source tokenizer)."""
@@ -338,23 +286,46 @@ def _source_row(ctx, opts: InitEvalParams, source_lines: list[str], valid: list[
     source.to(ctx.device)
     source_tok = load_tokenizer(source_dir)
     ref = lm_eval(source, source_tok, source_kind, source_lines, seq_len=seq_len, batch_size=batch_size, seed=ctx.seed)
-    row = {"lang": source_lang, "method": "source", "kind": source_kind, **loss_columns(ref),
-           "n_eval_lines": len(source_lines), "retrieval_en2xx": None, "retrieval_xx2en": None,
-           "n_sentences": None, "model": str(source_dir),
-           # on the target-language valid lines, with the source's own tokenizer
-           **bpb_columns(source, source_tok, source_kind, valid, asked=bpb, seq_len=seq_len, batch_size=batch_size)}
+    row = {
+        "lang": source_lang,
+        "method": "source",
+        "kind": source_kind,
+        **loss_columns(ref),
+        "n_eval_lines": len(source_lines),
+        "retrieval_en2xx": None,
+        "retrieval_xx2en": None,
+        "n_sentences": None,
+        "model": str(source_dir),
+        # on the target-language valid lines, with the source's own tokenizer
+        **bpb_columns(source, source_tok, source_kind, valid, asked=bpb, seq_len=seq_len, batch_size=batch_size),
+    }
     src_vecs = None
     if source_kind == "masked" and src_sent:
-        src_vecs = sentence_embeddings(source, source_tok, src_sent, batch_size=batch_size, max_length=seq_len,
-                                       desc=f"{source_lang} sentences")
-        base = sentence_embeddings(source, source_tok, tgt_sent, batch_size=batch_size, max_length=seq_len,
-                                   desc=f"{ctx.lang} sentences, source model")
+        src_vecs = sentence_embeddings(
+            source, source_tok, src_sent, batch_size=batch_size, max_length=seq_len, desc=f"{source_lang} sentences"
+        )
+        base = sentence_embeddings(
+            source,
+            source_tok,
+            tgt_sent,
+            batch_size=batch_size,
+            max_length=seq_len,
+            desc=f"{ctx.lang} sentences, source model",
+        )
         row["retrieval_en2xx"], row["retrieval_xx2en"] = retrieval_accuracy(src_vecs, base)
         row["n_sentences"] = len(src_sent)
     row["seconds"] = time.perf_counter() - start
-    log.info("%s/source: loss %.4f on %d held-out %s lines, bits per byte %s on the %s valid lines (its own tokenizer), "
-             "%.0f s", ctx.lang, row["loss"], len(source_lines), source_lang,
-             "n/a" if row["bits_per_byte"] is None else f"{row['bits_per_byte']:.4f}", ctx.lang, row["seconds"])
+    log.info(
+        "%s/source: loss %.4f on %d held-out %s lines, bits per byte %s on the %s valid lines (its own tokenizer), "
+        "%.0f s",
+        ctx.lang,
+        row["loss"],
+        len(source_lines),
+        source_lang,
+        "n/a" if row["bits_per_byte"] is None else f"{row['bits_per_byte']:.4f}",
+        ctx.lang,
+        row["seconds"],
+    )
     return row, src_vecs, source_tok
 
 
@@ -363,26 +334,45 @@ def _method_row(ctx, opts: InitEvalParams, method: str, valid: list[str], tgt_se
     the source's sentence embeddings (masked models). Returns (the row, the model's tokenizer)."""
     seq_len, batch_size = opts.seq_len, opts.batch_size
     start = time.perf_counter()
-    model_dir = Path(ctx.input.get(input_key(method))
-                     or paths.fill(paths.INIT_DIR, lang=ctx.lang, method=method, pseed=1)) / "model"
+    model_dir = (
+        Path(ctx.input.get(input_key(method)) or paths.fill(paths.INIT_DIR, lang=ctx.lang, method=method, pseed=1))
+        / "model"
+    )
     model, kind = modeling.load_source_model(model_dir)
     model.to(ctx.device)
     tok = load_tokenizer(model_dir)
     res = lm_eval(model, tok, kind, valid, seq_len=seq_len, batch_size=batch_size, seed=ctx.seed)
-    row = {"lang": ctx.lang, "method": method, "kind": kind, **loss_columns(res), "n_eval_lines": len(valid),
-           "retrieval_en2xx": None, "retrieval_xx2en": None, "n_sentences": None, "model": str(model_dir),
-           **bpb_columns(model, tok, kind, valid, asked=opts.bits_per_byte, seq_len=seq_len, batch_size=batch_size)}
+    row = {
+        "lang": ctx.lang,
+        "method": method,
+        "kind": kind,
+        **loss_columns(res),
+        "n_eval_lines": len(valid),
+        "retrieval_en2xx": None,
+        "retrieval_xx2en": None,
+        "n_sentences": None,
+        "model": str(model_dir),
+        **bpb_columns(model, tok, kind, valid, asked=opts.bits_per_byte, seq_len=seq_len, batch_size=batch_size),
+    }
     if kind == "masked" and src_vecs is not None:
-        vecs = sentence_embeddings(model, tok, tgt_sent, batch_size=batch_size, max_length=seq_len,
-                                   desc=f"{ctx.lang} sentences, {method}")
+        vecs = sentence_embeddings(
+            model, tok, tgt_sent, batch_size=batch_size, max_length=seq_len, desc=f"{ctx.lang} sentences, {method}"
+        )
         row["retrieval_en2xx"], row["retrieval_xx2en"] = retrieval_accuracy(src_vecs, vecs)
         row["n_sentences"] = len(tgt_sent)
     row["seconds"] = time.perf_counter() - start
-    log.info("%s/%s: loss %.4f (perplexity %.1f; %.4f at temperature %.2f), retrieval %s, bits per byte %s, %.0f s",
-             ctx.lang, method, row["loss"], row["perplexity"], row["calibrated_loss"], row["temperature"],
-             "n/a" if row["retrieval_en2xx"] is None
-             else f"{row['retrieval_en2xx']:.3f} / {row['retrieval_xx2en']:.3f}",
-             "n/a" if row["bits_per_byte"] is None else f"{row['bits_per_byte']:.4f}", row["seconds"])
+    log.info(
+        "%s/%s: loss %.4f (perplexity %.1f; %.4f at temperature %.2f), retrieval %s, bits per byte %s, %.0f s",
+        ctx.lang,
+        method,
+        row["loss"],
+        row["perplexity"],
+        row["calibrated_loss"],
+        row["temperature"],
+        "n/a" if row["retrieval_en2xx"] is None else f"{row['retrieval_en2xx']:.3f} / {row['retrieval_xx2en']:.3f}",
+        "n/a" if row["bits_per_byte"] is None else f"{row['bits_per_byte']:.4f}",
+        row["seconds"],
+    )
     return row, tok
 
 
@@ -392,8 +382,12 @@ def run(ctx) -> None:
     methods = availability.methods(ctx.params, ctx.lang)
     skipped = [m for m in ctx.param("init.methods") if m not in methods]
     if skipped:
-        log.info("init_eval %s: %s skipped (%s)", ctx.lang, ", ".join(skipped),
-                 "; ".join(availability.method_reason(ctx.params, ctx.lang, m) for m in skipped))
+        log.info(
+            "init_eval %s: %s skipped (%s)",
+            ctx.lang,
+            ", ".join(skipped),
+            "; ".join(availability.method_reason(ctx.params, ctx.lang, m) for m in skipped),
+        )
 
     # the shared inputs: target text, source text, XNLI sentences
     valid, source_lines, src_sent, tgt_sent = _shared_inputs(ctx, opts, methods)
@@ -406,15 +400,28 @@ def run(ctx) -> None:
     kind = rows[-1]["kind"]  # the methods' (source: when there is none)
 
     if bpb and methods and kind == "causal":  # the floors, with the target tokenizer (every method's)
-        rows += floor_rows(ctx.lang, bpb_floor.floor_scores(tok, ctx.input["train_ids"], source_tok,
-                                                            ctx.input["train_text"], valid))
+        rows += floor_rows(
+            ctx.lang, bpb_floor.floor_scores(tok, ctx.input["train_ids"], source_tok, ctx.input["train_text"], valid)
+        )
     if methods:  # the unigram floor in nats on the predicted tokens (a row of its own, or the bits-per-byte one's)
-        floor = unigram_loss(tok, kind, valid, bpb_floor.target_counts(ctx.input["train_ids"], tok),
-                             seq_len=opts.seq_len, batch_size=opts.batch_size, seed=ctx.seed)
-        unigram = next((r for r in rows if r["method"] == UNIGRAM), None)
+        floor = unigram_loss(
+            tok,
+            kind,
+            valid,
+            bpb_floor.target_counts(ctx.input["train_ids"], tok),
+            seq_len=opts.seq_len,
+            batch_size=opts.batch_size,
+            seed=ctx.seed,
+        )
+        unigram = next((r for r in rows if r["method"] == bpb_floor.UNIGRAM_ROW), None)
         if unigram is None:
-            unigram = dict.fromkeys(SCHEMA.names) | {"lang": ctx.lang, "method": UNIGRAM, "kind": bpb_floor.FLOOR,
-                                                     "n_eval_lines": len(valid), "seconds": 0.0}
+            unigram = dict.fromkeys(SCHEMA.names) | {
+                "lang": ctx.lang,
+                "method": bpb_floor.UNIGRAM_ROW,
+                "kind": bpb_floor.FLOOR,
+                "n_eval_lines": len(valid),
+                "seconds": 0.0,
+            }
             rows.append(unigram)
         unigram.update(floor)
     add_share_kept(rows)
@@ -422,7 +429,13 @@ def run(ctx) -> None:
     if bpb and masked:
         log.info("init_eval %s: no bits per byte for %s (%s)", ctx.lang, ", ".join(masked), bits_per_byte.MASKED_REASON)
     io.write_parquet(pa.Table.from_pylist(rows, schema=SCHEMA), ctx.output["init_eval"])
-    plot(rows, ctx.output["plot"], ctx.lang)
-    log.info("initialisation without training, %s (loss: masked-/causal-LM loss on held-out text; retrieval: "
-             "top-1 on %d XNLI premises; bits per byte and bytes per token: on the %d valid lines, the source with "
-             "its own tokenizer)\n%s", ctx.lang, len(src_sent), len(valid), markdown(rows))
+    init_eval_plot.plot(rows, ctx.output["plot"], ctx.lang)
+    log.info(
+        "initialisation without training, %s (loss: masked-/causal-LM loss on held-out text; retrieval: "
+        "top-1 on %d XNLI premises; bits per byte and bytes per token: on the %d valid lines, the source with "
+        "its own tokenizer)\n%s",
+        ctx.lang,
+        len(src_sent),
+        len(valid),
+        markdown(rows),
+    )

@@ -70,6 +70,7 @@ def check_confidence(confidence: float, key: str = "report.confidence") -> None:
 
 # 1. runs as per-cluster sums ---------------------------------------------------------------------
 
+
 def example_parts(task: str, examples: Mapping, where: str = "eval result") -> tuple[np.ndarray, np.ndarray, float]:
     """(numerator, denominator, scale) per test example of a task's metric (the task declares them:
     `Task.PARTS`, vocabtransfer.evaluate.tasks)."""
@@ -98,15 +99,22 @@ class Runs:
         for key, result in sorted(results.items()):
             examples = result["examples"]
             if "clusters" not in examples:
-                raise VocabTransferError(f"{where} {key}: `examples.clusters` (the cluster key of each test example) is "
-                                         "missing; rerun the finetune_eval jobs with this version")
+                raise VocabTransferError(
+                    f"{where} {key}: `examples.clusters` (the cluster key of each test example) is "
+                    "missing; rerun the finetune_eval jobs with this version"
+                )
             if ids is None:
                 ids, order = list(examples["ids"]), tuple(dict.fromkeys(examples["clusters"]))
             elif list(examples["ids"]) != ids:
-                raise VocabTransferError(f"{where} {key}: scored on other test examples than the first run "
-                                         "(`examples.ids` differ); rerun the finetune_eval jobs")
+                raise VocabTransferError(
+                    f"{where} {key}: scored on other test examples than the first run "
+                    "(`examples.ids` differ); rerun the finetune_eval jobs"
+                )
             num, den, scale = example_parts(task, examples, where)
-            parts[key] = (cluster_sums(num, examples["clusters"], order), cluster_sums(den, examples["clusters"], order))
+            parts[key] = (
+                cluster_sums(num, examples["clusters"], order),
+                cluster_sums(den, examples["clusters"], order),
+            )
         if not parts:
             raise VocabTransferError(f"{where}: no runs")
         return cls(parts, order, scale)
@@ -119,8 +127,10 @@ class Runs:
         if clusters is None or len(clusters) != len(num):
             raise VocabTransferError(f"{where}: `examples.clusters` is missing or not one per example; rerun its job")
         if tuple(dict.fromkeys(clusters)) != self.clusters:
-            raise VocabTransferError(f"{where}: scored on other test clusters than the models; rerun it with the "
-                                     "same params as the finetune_eval jobs")
+            raise VocabTransferError(
+                f"{where}: scored on other test clusters than the models; rerun it with the "
+                "same params as the finetune_eval jobs"
+            )
         sums = (cluster_sums(num, clusters, self.clusters), cluster_sums(den, clusters, self.clusters))
         return Runs({key: sums for key in self.parts}, self.clusters, scale)
 
@@ -250,12 +260,21 @@ def spread(a: Runs, b: Runs, *, resamples: int = 1000, seed: int = 0) -> Spread 
     v_seed, df_seed = (float(np.var(level, ddof=1)) / len(level), len(level) - 1) if len(level) > 1 else (0.0, 1)
     no_finetuning = all(f == 0 for fs in paired.values() for f in fs)  # a loss: no fine-tuning level
     no_pretraining = list(paired) == [0]  # the source model, or a floor: no pretraining level
-    return Spread(point, v_test, df_test, v_seed, df_seed, n_pseeds=0 if no_pretraining else len(paired),
-                  n_fseeds=0 if no_finetuning else min(len(fs) for fs in paired.values()), n_clusters=n_clusters)
+    return Spread(
+        point,
+        v_test,
+        df_test,
+        v_seed,
+        df_seed,
+        n_pseeds=0 if no_pretraining else len(paired),
+        n_fseeds=0 if no_finetuning else min(len(fs) for fs in paired.values()),
+        n_clusters=n_clusters,
+    )
 
 
-def nested_interval(a: Runs, b: Runs, *, resamples: int = 1000, seed: int = 0,
-                    confidence: float = 0.95) -> Difference | None:
+def nested_interval(
+    a: Runs, b: Runs, *, resamples: int = 1000, seed: int = 0, confidence: float = 0.95
+) -> Difference | None:
     """metric(B) − metric(A) with its interval and p-value (module docstring, steps 1–6); None when the
     two share no run."""
     check_confidence(confidence)
@@ -264,11 +283,19 @@ def nested_interval(a: Runs, b: Runs, *, resamples: int = 1000, seed: int = 0,
         return None
     half = s.half_width(confidence)  # 5.
     p_value = _p_value(s.point, s.v_test, s.df_test, s.v_seed, s.df_seed)  # 6.
-    return Difference(diff=s.point, low=s.point - half, high=s.point + half, p_value=p_value,
-                      n_pseeds=s.n_pseeds, n_fseeds=s.n_fseeds, n_clusters=s.n_clusters)
+    return Difference(
+        diff=s.point,
+        low=s.point - half,
+        high=s.point + half,
+        p_value=p_value,
+        n_pseeds=s.n_pseeds,
+        n_fseeds=s.n_fseeds,
+        n_clusters=s.n_clusters,
+    )
 
 
 # multiple comparisons -------------------------------------------------------------------------
+
 
 def correct(p_values: Sequence[float], method: str = "holm") -> list[float]:
     """Adjusted p-values of one family: Holm's step-down (family-wise) or Benjamini–Hochberg (`bh`)."""

@@ -42,9 +42,16 @@ def floor(options: TaskOptions, lang: str, task_name: str, seed: int) -> dict:
     splits = load_splits(task, options.data[lang], f"eval.tasks.{task_name}.data.{lang}", seed=seed)
     result = task.floor(splits)
     result["examples"]["clusters"] = test_clusters(splits.test, task_name)
-    return {"lang": lang, "task": task_name, "metric": task.metric, "name": result["name"],
-            "value": round(float(result["value"]), 4), "n_train": len(splits.train), "n_test": len(splits.test),
-            "examples": result["examples"]}
+    return {
+        "lang": lang,
+        "task": task_name,
+        "metric": task.metric,
+        "name": result["name"],
+        "value": round(float(result["value"]), 4),
+        "n_train": len(splits.train),
+        "n_test": len(splits.test),
+        "examples": result["examples"],
+    }
 
 
 def run(ctx) -> None:
@@ -54,5 +61,12 @@ def run(ctx) -> None:
     options = getattr(ctx.section("eval", EvalParams).tasks, ctx.wildcards["task"])
     out = floor(options, ctx.lang, ctx.wildcards["task"], ctx.seed)
     io.write_json({**out, "versions": io.versions()}, ctx.output["floor"])
-    log.info("%s %s floor (%s): %s %.2f on %d test examples", ctx.lang, out["task"], out["name"], out["metric"],
-             out["value"], out["n_test"])
+    log.info(
+        "%s %s floor (%s): %s %.2f on %d test examples",
+        ctx.lang,
+        out["task"],
+        out["name"],
+        out["metric"],
+        out["value"],
+        out["n_test"],
+    )

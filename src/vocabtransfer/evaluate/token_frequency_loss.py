@@ -6,8 +6,8 @@ each run of `init.availability.pretrain_runs`) and the initialised-only model ea
 tokens: the standard cross-entropy of each target token of the valid split, grouped by the
 token's frequency rank in the train split.
 
-1. Frequencies: token counts of the pre-tokenised train split plus the special tokens the model
-   sees around every line (BERT: [CLS], [SEP]; causal models: the end-of-sequence token that
+1. Frequencies (`evaluate.frequencies`): token counts of the pre-tokenised train split plus the special
+   tokens the model sees around every line (BERT: [CLS], [SEP]; causal models: the end-of-sequence token that
    closes each line). Rank 0 is the most frequent type; ties go to the smaller id.
 2. Buckets over the token types that occur in train (S of them): `equal_types` cuts ranks
    0..S-1 into `buckets` runs of (nearly) equal type count; `log` cuts them at log-spaced ranks
@@ -50,10 +50,11 @@ import pyarrow as pa
 
 from vocabtransfer import io
 from vocabtransfer.evaluate import bits_per_byte, bpb_floor
+from vocabtransfer.evaluate.frequencies import block_rows, bucket_losses, frequency_buckets, read_ids, rows_for
+from vocabtransfer.evaluate.frequencies import token_counts
 from vocabtransfer.model import modeling
 from vocabtransfer.model.hub import load_tokenizer
-from vocabtransfer.data.token_ids import TokenIds
-from vocabtransfer.model.lmdata import Kind, lm_batches, special_tokens_around
+from vocabtransfer.model.lmdata import Kind, lm_batches
 from vocabtransfer.pipeline.typed import Params, option
 from vocabtransfer.train.packing import PackedBlocks
 from vocabtransfer.init import availability
@@ -64,23 +65,46 @@ from vocabtransfer.log import progress
 
 log = logging.getLogger(__name__)
 
-SCHEMA = pa.schema([
-    ("lang", pa.string()), ("method", pa.string()), ("objective", pa.string()), ("pseed", pa.int32()),
-    ("bucket", pa.int32()), ("rank_lo", pa.int64()), ("rank_hi", pa.int64()), ("n_types", pa.int64()),
-    ("n_tokens", pa.int64()), ("loss", pa.float64()),
-])
+SCHEMA = pa.schema(
+    [
+        ("lang", pa.string()),
+        ("method", pa.string()),
+        ("objective", pa.string()),
+        ("pseed", pa.int32()),
+        ("bucket", pa.int32()),
+        ("rank_lo", pa.int64()),
+        ("rank_hi", pa.int64()),
+        ("n_types", pa.int64()),
+        ("n_tokens", pa.int64()),
+        ("loss", pa.float64()),
+    ]
+)
 # per model, bucket and held-out block (the unit the report's bootstrap resamples); empty cells left out
-BLOCKS_SCHEMA = pa.schema([
-    ("method", pa.string()), ("objective", pa.string()), ("pseed", pa.int32()), ("bucket", pa.int32()),
-    ("block", pa.int32()), ("loss_sum", pa.float64()), ("n_tokens", pa.int64()),
-])
+BLOCKS_SCHEMA = pa.schema(
+    [
+        ("method", pa.string()),
+        ("objective", pa.string()),
+        ("pseed", pa.int32()),
+        ("bucket", pa.int32()),
+        ("block", pa.int32()),
+        ("loss_sum", pa.float64()),
+        ("n_tokens", pa.int64()),
+    ]
+)
 # per model, pretraining seed and valid line (the report's bits-per-byte clusters); bits null for a masked LM
-BPB_SCHEMA = pa.schema([
-    ("method", pa.string()), ("objective", pa.string()), ("pseed", pa.int32()), ("line", pa.int32()),
-    ("bits", pa.float64()), ("n_bytes", pa.int64()), ("n_tokens", pa.int64()), ("n_scored", pa.int64()),
-])
+BPB_SCHEMA = pa.schema(
+    [
+        ("method", pa.string()),
+        ("objective", pa.string()),
+        ("pseed", pa.int32()),
+        ("line", pa.int32()),
+        ("bits", pa.float64()),
+        ("n_bytes", pa.int64()),
+        ("n_tokens", pa.int64()),
+        ("n_scored", pa.int64()),
+    ]
+)
 SOURCE = "source"  # method and objective of the source model's rows (pseed 0)
-SCHEMES = ("equal_types", "log")
 
 
 @dataclass(frozen=True)
@@ -89,9 +113,8 @@ class TokenFrequencyLossParams:
 
     buckets: int = option(10, "buckets of the token types seen in train (types never seen get one more)", minimum=1)
     scheme: Literal["equal_types", "log"] = option(
-        "equal_types",
-        "equal_types: equal type count per bucket; log: log-spaced rank edges",
-        type="string")
+        "equal_types", "equal_types: equal type count per bucket; log: log-spaced rank edges", type="string"
+    )
     max_lines: int = option(2000, "valid lines scored", minimum=1)
     seq_len: int = option(128, "tokens per packed held-out block", minimum=8)
     batch_size: int = option(16, "blocks per batch", minimum=1)
@@ -101,7 +124,8 @@ class TokenFrequencyLossParams:
         "initialisation it started from, the initialised model (pseed 1) of every other init method, and the "
         "source model with its own tokenizer (results/L/bits_per_byte.parquet, what the report's bits-per-byte "
         "table resamples); lines longer than seq_len are scored in windows; a causal source without its LM head is "
-        "refused while this is true")
+        "refused while this is true",
+    )
 
 
 def model_key(method: str, objective: str, pseed: int) -> str:
@@ -140,123 +164,39 @@ def _model_template(method: str, objective: str, pseed: int) -> str:
 def inputs(params: Params, wildcards: dict) -> dict[str, str]:
     """Train and valid ids, the valid text and the source model (bits per byte), every pretrained model and the
     init model each started from."""
-    out = {"train_ids": paths.PRETOK_TRAIN, "valid_ids": paths.PRETOK_VALID, "valid_text": paths.CORPUS_VALID,
-           "source_model": paths.SOURCE_MODEL, "train_text": paths.CORPUS_TRAIN}
-    zero_shot = zero_shot_models(params, wildcards["lang"]) if params.section("token_frequency_loss", TokenFrequencyLossParams).bits_per_byte else []
+    out = {
+        "train_ids": paths.PRETOK_TRAIN,
+        "valid_ids": paths.PRETOK_VALID,
+        "valid_text": paths.CORPUS_VALID,
+        "source_model": paths.SOURCE_MODEL,
+        "train_text": paths.CORPUS_TRAIN,
+    }
+    zero_shot = (
+        zero_shot_models(params, wildcards["lang"])
+        if params.section("token_frequency_loss", TokenFrequencyLossParams).bits_per_byte
+        else []
+    )
     for method, objective, pseed in scored_models(params, wildcards["lang"]) + zero_shot:
         out[model_key(method, objective, pseed)] = _model_template(method, objective, pseed)
     return out
 
 
-# ------------------------------------------------------------------------------ frequencies
-
-def read_ids(path: str | Path, tokenizer) -> TokenIds:
-    """A pre-tokenised split, mapped; it must have been written with `tokenizer`."""
-    return TokenIds(path, tokenizer)
-
-
-def token_counts(ids: TokenIds, tokenizer, kind: Kind) -> np.ndarray:
-    """Occurrences of every token id (len(tokenizer)) in pre-tokenised lines, with the special tokens
-    the model sees around each line (`pack_ids`'s prefix and suffix, and the eos that closes a line
-    of a causal model); counted chunk by chunk."""
-    vocab = len(tokenizer)
-    counts = np.zeros(vocab, dtype=np.int64)
-    for chunk in ids.chunks():
-        if chunk.size and int(chunk.max()) >= vocab:
-            raise VocabTransferError(f"{ids.path}: token id {int(chunk.max())} is outside the tokenizer's {vocab} ids; "
-                                     "the pre-tokenised split and the model's tokenizer do not match, rerun pretokenize")
-        counts += np.bincount(chunk, minlength=vocab)
-    prefix, suffix = special_tokens_around(tokenizer)
-    extra = prefix + suffix
-    if kind == "causal" and tokenizer.eos_token_id is not None and (not suffix or suffix[-1] != tokenizer.eos_token_id):
-        extra.append(tokenizer.eos_token_id)
-    for token in extra:
-        counts[token] += len(ids)
-    return counts
-
-
-def frequency_ranks(counts: np.ndarray) -> np.ndarray:
-    """Rank of every token id: 0 = most frequent, ties broken by the smaller id."""
-    order = np.lexsort((np.arange(len(counts)), -counts))
-    ranks = np.empty(len(counts), dtype=np.int64)
-    ranks[order] = np.arange(len(counts))
-    return ranks
-
-
-def bucket_edges(n_seen: int, n_buckets: int, scheme: str) -> np.ndarray:
-    """Strictly increasing rank edges 0 = e_0 < … < e_k = n_seen: bucket i holds ranks e_i..e_{i+1}-1."""
-    if scheme not in SCHEMES:
-        raise VocabTransferError(f"token_frequency_loss.scheme: {scheme!r} is not one of {', '.join(SCHEMES)}")
-    if n_seen == 0:
-        return np.array([0], dtype=np.int64)
-    if scheme == "equal_types":
-        edges = np.rint(np.linspace(0, n_seen, n_buckets + 1))
-    else:
-        edges = np.floor(np.geomspace(1, n_seen + 1, n_buckets + 1)) - 1
-    edges = np.unique(edges.astype(np.int64))
-    edges[0], edges[-1] = 0, n_seen
-    return np.unique(edges)
-
-
-def frequency_buckets(counts: np.ndarray, n_buckets: int, scheme: str):
-    """(bucket of every token id, [(rank_lo, rank_hi, n_types)] per bucket). Seen types fill buckets
-    0..k-1 by `scheme`; types never seen (count 0) form bucket k, after the rarest seen bucket."""
-    ranks = frequency_ranks(counts)
-    n_seen = int((counts > 0).sum())
-    edges = bucket_edges(n_seen, n_buckets, scheme)
-    k = len(edges) - 1
-    bucket = np.where(ranks < n_seen, np.searchsorted(edges, ranks, side="right") - 1, k)
-    spans = [(int(edges[i]), int(edges[i + 1]) - 1, int(edges[i + 1] - edges[i])) for i in range(k)]
-    if n_seen < len(counts):
-        spans.append((n_seen, len(counts) - 1, len(counts) - n_seen))
-    return bucket.astype(np.int64), spans
-
-
 # ------------------------------------------------------------------------------ scoring
-
-def bucket_losses(model, batches: list[dict], kind: Kind, bucket: np.ndarray, n_buckets: int):
-    """(summed standard cross-entropy, number of target tokens), each (blocks, buckets), over fixed
-    batches: block = the row of the packed held-out block a predicted token belongs to (each token's
-    loss from the hidden states through the fused head, `modeling.token_losses`)."""
-    import torch  # torch: heavy, not at CLI start-up
-
-    sums, counts = [], []
-    model.eval()
-    with torch.inference_mode():
-        for batch in batches:
-            labels = batch["labels"][:, 1:] if kind == "causal" else batch["labels"]
-            rows = (labels != -100).nonzero()[:, 0].numpy()
-            losses, targets = modeling.token_losses(model, batch, kind, objective="standard")
-            loss = losses.double().cpu().numpy()
-            cell = rows * n_buckets + bucket[targets.cpu().numpy()]
-            size = labels.shape[0] * n_buckets
-            sums.append(np.bincount(cell, weights=loss, minlength=size).reshape(-1, n_buckets))
-            counts.append(np.bincount(cell, minlength=size).reshape(-1, n_buckets))
-    return np.concatenate(sums), np.concatenate(counts).astype(np.int64)
-
-
-def rows_for(lang: str, method: str, objective: str, pseed: int, spans, sums, counts) -> list[dict]:
-    """One row per bucket: the mean loss over every held-out block (sums and counts are per bucket)."""
-    return [{"lang": lang, "method": method, "objective": objective, "pseed": pseed, "bucket": i, "rank_lo": lo,
-             "rank_hi": hi, "n_types": n, "n_tokens": int(counts[i]),
-             "loss": float(sums[i] / counts[i]) if counts[i] else math.nan}
-            for i, (lo, hi, n) in enumerate(spans)]
-
-
-def block_rows(method: str, objective: str, pseed: int, sums: np.ndarray, counts: np.ndarray) -> dict[str, list]:
-    """Columns of BLOCKS_SCHEMA for the non-empty (block, bucket) cells of one model."""
-    block, bucket = np.nonzero(counts)
-    return {"method": [method] * len(block), "objective": [objective] * len(block), "pseed": [pseed] * len(block),
-            "bucket": bucket.tolist(), "block": block.tolist(), "loss_sum": sums[block, bucket].tolist(),
-            "n_tokens": counts[block, bucket].tolist()}
 
 
 def line_rows(method: str, objective: str, pseed: int, scores: bits_per_byte.LineScores) -> dict[str, list]:
     """Columns of BPB_SCHEMA for one model's lines (bits None where not scored: a masked LM)."""
     n = len(scores.n_bytes)
-    return {"method": [method] * n, "objective": [objective] * n, "pseed": [pseed] * n, "line": list(range(n)),
-            "bits": [None if np.isnan(b) else float(b) for b in scores.bits], "n_bytes": scores.n_bytes.tolist(),
-            "n_tokens": scores.n_tokens.tolist(), "n_scored": scores.n_scored.tolist()}
+    return {
+        "method": [method] * n,
+        "objective": [objective] * n,
+        "pseed": [pseed] * n,
+        "line": list(range(n)),
+        "bits": [None if np.isnan(b) else float(b) for b in scores.bits],
+        "n_bytes": scores.n_bytes.tolist(),
+        "n_tokens": scores.n_tokens.tolist(),
+        "n_scored": scores.n_scored.tolist(),
+    }
 
 
 def source_scores(ctx, kind: Kind, lines: list[str], seq_len: int, batch_size: int) -> bits_per_byte.LineScores:
@@ -338,12 +278,15 @@ def model_dir(ctx, method: str, objective: str, pseed: int) -> Path:
 
 def same_tokenizer(a, b, where: Path) -> None:
     if a.get_vocab() != b.get_vocab():
-        raise VocabTransferError(f"{where}: its tokenizer differs from the other models' of this language; every "
-                                 "model scored here must use the target tokenizer")
+        raise VocabTransferError(
+            f"{where}: its tokenizer differs from the other models' of this language; every "
+            "model scored here must use the target tokenizer"
+        )
 
 
-def _reference_lines(ctx, opts: TokenFrequencyLossParams, tokenizer, kind: Kind, lines: list[str],
-                     lines_out: dict[str, list]) -> None:
+def _reference_lines(
+    ctx, opts: TokenFrequencyLossParams, tokenizer, kind: Kind, lines: list[str], lines_out: dict[str, list]
+) -> None:
     """The bits-per-byte rows of the references, appended to `lines_out`: the source model with its own
     tokenizer and, for a causal LM, the floors with the target tokenizer (`bpb_floor`)."""
     if opts.bits_per_byte:  # the source first: a causal source without its LM head stops the job before any scoring
@@ -351,10 +294,19 @@ def _reference_lines(ctx, opts: TokenFrequencyLossParams, tokenizer, kind: Kind,
         for name, values in line_rows(SOURCE, SOURCE, 0, source).items():
             lines_out[name] += values
         if kind == "causal":
-            log.info("source model, own tokenizer: %.4f bits per byte on %d valid lines (%.3f bytes per token)",
-                     source.bits_per_byte, len(lines), source.bytes_per_token)
-            for name, scores in bpb_floor.floor_scores(tokenizer, ctx.input["train_ids"], load_tokenizer(
-                    Path(ctx.input["source_model"])), ctx.input["train_text"], lines).items():  # the floors
+            log.info(
+                "source model, own tokenizer: %.4f bits per byte on %d valid lines (%.3f bytes per token)",
+                source.bits_per_byte,
+                len(lines),
+                source.bytes_per_token,
+            )
+            for name, scores in bpb_floor.floor_scores(
+                tokenizer,
+                ctx.input["train_ids"],
+                load_tokenizer(Path(ctx.input["source_model"])),
+                ctx.input["train_text"],
+                lines,
+            ).items():  # the floors
                 for column, values in line_rows(bpb_floor.FLOOR, name, 0, scores).items():
                     lines_out[column] += values
                 log.info("floor %s: %.4f bits per byte", name, scores.bits_per_byte)
@@ -364,13 +316,49 @@ def _reference_lines(ctx, opts: TokenFrequencyLossParams, tokenizer, kind: Kind,
         log.info("token_frequency_loss %s: no bits per byte (token_frequency_loss.bits_per_byte is false)", ctx.lang)
 
 
+def _zero_shot_lines(
+    ctx, opts: TokenFrequencyLossParams, tokenizer, lines: list[str], lines_out: dict[str, list]
+) -> None:
+    """The bits-per-byte rows of the other methods' initialised models (`zero_shot_models`, causal), appended
+    to `lines_out`."""
+    for method, objective, pseed in progress(
+        zero_shot_models(ctx.params, ctx.lang), desc="zero-shot models", unit="model"
+    ):
+        path = model_dir(ctx, method, objective, pseed)
+        same_tokenizer(tokenizer, load_tokenizer(path), path)
+        model, _ = modeling.load_source_model(path, "causal")
+        model.to(ctx.device)
+        scores = bits_per_byte.score_lines(
+            model, tokenizer, lines, seq_len=opts.seq_len, batch_size=opts.batch_size, kind="causal"
+        )
+        for name, values in line_rows(method, objective, pseed, scores).items():
+            lines_out[name] += values
+        log.info("%s/%s/pseed%d: %.4f bits per byte (zero-shot only)", method, objective, pseed, scores.bits_per_byte)
+        del model
+
+
+def _write_outputs(ctx, rows: list[dict], cells: dict[str, list], lines_out: dict[str, list], n_seen_buckets: int):
+    """The three tables, the plot, and the loss per bucket as a Markdown table in the log."""
+    io.write_parquet(pa.Table.from_pylist(rows, schema=SCHEMA), ctx.output["table"])
+    io.write_parquet(pa.table(cells, schema=BLOCKS_SCHEMA), ctx.output["blocks"])
+    io.write_parquet(pa.table(lines_out, schema=BPB_SCHEMA), ctx.output["bits_per_byte"])
+    plot(rows, ctx.output["plot"], ctx.lang, n_seen_buckets)
+    log.info(
+        "mean cross-entropy per frequency bucket (columns: train frequency ranks; mean over pretraining seeds), %s\n%s",
+        ctx.lang,
+        markdown(rows, n_seen_buckets),
+    )
+
+
 def run(ctx) -> None:
     opts = ctx.section("token_frequency_loss", TokenFrequencyLossParams)  # params token_frequency_loss, typed
     seq_len, batch_size, bpb = opts.seq_len, opts.batch_size, opts.bits_per_byte
     models = scored_models(ctx.params, ctx.lang)
     if not models:
-        raise VocabTransferError("token_frequency_loss: params ask for no pretrained models (pretrain.methods × "
-                                 "pretrain.objectives is empty); nothing to compare")
+        raise VocabTransferError(
+            "token_frequency_loss: params ask for no pretrained models (pretrain.methods × "
+            "pretrain.objectives is empty); nothing to compare"
+        )
 
     # 1. the target tokenizer, frequencies and buckets, fixed valid batches
     first = model_dir(ctx, *models[0])
@@ -387,8 +375,16 @@ def run(ctx) -> None:
     lines = bits_per_byte.valid_lines(ctx.input["valid_text"], opts.max_lines) if bpb else []
     lines_out: dict[str, list] = {name: [] for name in BPB_SCHEMA.names}
     _reference_lines(ctx, opts, tokenizer, kind, lines, lines_out)
-    log.info("token_frequency_loss %s: %d train token types seen of %d, %d buckets (%s), %d valid blocks, %d models",
-             ctx.lang, int((counts > 0).sum()), len(counts), len(spans), opts.scheme, len(blocks), len(models))
+    log.info(
+        "token_frequency_loss %s: %d train token types seen of %d, %d buckets (%s), %d valid blocks, %d models",
+        ctx.lang,
+        int((counts > 0).sum()),
+        len(counts),
+        len(spans),
+        opts.scheme,
+        len(blocks),
+        len(models),
+    )
 
     # 2. every model on the same tokens
     rows: list[dict] = []
@@ -405,31 +401,24 @@ def run(ctx) -> None:
             cells[name] += values
         bits = ""
         if bpb:
-            scores = bits_per_byte.score_lines(model, tokenizer, lines, seq_len=seq_len, batch_size=batch_size,
-                                               kind=kind)
+            scores = bits_per_byte.score_lines(
+                model, tokenizer, lines, seq_len=seq_len, batch_size=batch_size, kind=kind
+            )
             for name, values in line_rows(method, objective, pseed, scores).items():
                 lines_out[name] += values
             bits = f", {scores.bits_per_byte:.4f} bits per byte" if kind == "causal" else ""
-        log.info("%s/%s/pseed%d: mean loss %.4f over %d tokens%s", method, objective, pseed,
-                 sums.sum() / max(1, n.sum()), n.sum(), bits)
+        log.info(
+            "%s/%s/pseed%d: mean loss %.4f over %d tokens%s",
+            method,
+            objective,
+            pseed,
+            sums.sum() / max(1, n.sum()),
+            n.sum(),
+            bits,
+        )
         del model
 
     # 3. the other methods' initialised models: bits per byte only (a masked LM has none to give)
-    zero_shot = zero_shot_models(ctx.params, ctx.lang) if bpb and kind == "causal" else []
-    for method, objective, pseed in progress(zero_shot, desc="zero-shot models", unit="model"):
-        path = model_dir(ctx, method, objective, pseed)
-        same_tokenizer(tokenizer, load_tokenizer(path), path)
-        model, _ = modeling.load_source_model(path, kind)
-        model.to(ctx.device)
-        scores = bits_per_byte.score_lines(model, tokenizer, lines, seq_len=seq_len, batch_size=batch_size, kind=kind)
-        for name, values in line_rows(method, objective, pseed, scores).items():
-            lines_out[name] += values
-        log.info("%s/%s/pseed%d: %.4f bits per byte (zero-shot only)", method, objective, pseed, scores.bits_per_byte)
-        del model
-
-    io.write_parquet(pa.Table.from_pylist(rows, schema=SCHEMA), ctx.output["table"])
-    io.write_parquet(pa.table(cells, schema=BLOCKS_SCHEMA), ctx.output["blocks"])
-    io.write_parquet(pa.table(lines_out, schema=BPB_SCHEMA), ctx.output["bits_per_byte"])
-    plot(rows, ctx.output["plot"], ctx.lang, n_seen_buckets)
-    log.info("mean cross-entropy per frequency bucket (columns: train frequency ranks; mean over pretraining "
-             "seeds), %s\n%s", ctx.lang, markdown(rows, n_seen_buckets))
+    if bpb and kind == "causal":
+        _zero_shot_lines(ctx, opts, tokenizer, lines, lines_out)
+    _write_outputs(ctx, rows, cells, lines_out, n_seen_buckets)

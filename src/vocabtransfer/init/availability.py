@@ -101,5 +101,8 @@ def init_runs(params: Params) -> list[tuple[str, int]]:
     """Every (method, pretraining seed) initialisation: pseed 1 for each init method, and the other
     pretraining seeds for the pretrained methods whose rows depend on the seed."""
     pretrained = set(params.leaf("pretrain.methods"))
-    return [(m, s) for m in params.init_methods
-            for s in (names.pretrain_seeds(params) if m in pretrained and seeded(m) else [1])]
+    return [
+        (m, s)
+        for m in params.init_methods
+        for s in (names.pretrain_seeds(params) if m in pretrained and seeded(m) else [1])
+    ]

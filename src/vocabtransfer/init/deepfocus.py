@@ -34,7 +34,7 @@ from typing import Literal
 import numpy as np
 import torch
 
-from vocabtransfer.data.fasttext_vectors import load_fasttext, zeroed_allocations
+from vocabtransfer.data.fasttext_models import load_fasttext, zeroed_allocations
 from vocabtransfer.data.download import cache_dir
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.log import progress
@@ -89,8 +89,16 @@ def _tokenizer_hash(tokenizer) -> str:
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:16]
 
 
-def train_token_fasttext(text_path: str, tokenizer, *, epochs: int = 3, dim: int = 100, min_count: int = 10,
-                         processes: int | None = None, cache: bool = True):
+def train_token_fasttext(
+    text_path: str,
+    tokenizer,
+    *,
+    epochs: int = 3,
+    dim: int = 100,
+    min_count: int = 10,
+    processes: int | None = None,
+    cache: bool = True,
+):
     """deepfocus's token-level fastText: tokenise each line with `tokenizer`, join the tokens with
     spaces and train CBOW (neg=10) on the result. Cached under `cache_dir()/fasttext` by text
     path, tokenizer and settings, as deepfocus caches it under ~/.cache/deepfocus."""
@@ -98,11 +106,16 @@ def train_token_fasttext(text_path: str, tokenizer, *, epochs: int = 3, dim: int
 
     text_path = str(text_path)
     if not Path(text_path).is_file():
-        raise VocabTransferError(f"{text_path}: target training data not found; pass a text file in the target language")
+        raise VocabTransferError(
+            f"{text_path}: target training data not found; pass a text file in the target language"
+        )
     processes = processes or os.cpu_count() or 1
     name = Path(text_path).as_posix().replace("/", "_")
-    cached = cache_dir() / "fasttext" / (
-        f"data_{name}_tokenizer_{_tokenizer_hash(tokenizer)}_epochs_{epochs}_dim_{dim}_mincount_{min_count}.bin")
+    cached = (
+        cache_dir()
+        / "fasttext"
+        / (f"data_{name}_tokenizer_{_tokenizer_hash(tokenizer)}_epochs_{epochs}_dim_{dim}_mincount_{min_count}.bin")
+    )
     if cache and cached.is_file():
         log.info("loading the cached fastText model %s", cached)
         return fasttext.load_model(str(cached))
@@ -112,12 +125,15 @@ def train_token_fasttext(text_path: str, tokenizer, *, epochs: int = 3, dim: int
         tokenized = Path(tmp) / "tokens.txt"
         with tokenized.open("w", encoding="utf-8") as f:
             for start in progress(range(0, len(lines), 10_000), desc="tokenising", unit="batch"):
-                enc = tokenizer(lines[start:start + 10_000], add_special_tokens=False)
+                enc = tokenizer(lines[start : start + 10_000], add_special_tokens=False)
                 f.writelines(" ".join(e.tokens) + "\n" for e in enc.encodings)
-        log.info("training fastText cbow epochs=%d dim=%d min_count=%d on %d thread(s)", epochs, dim, min_count, processes)
+        log.info(
+            "training fastText cbow epochs=%d dim=%d min_count=%d on %d thread(s)", epochs, dim, min_count, processes
+        )
         with zeroed_allocations():  # as train_fasttext: no start from old heap bytes in a long-lived process
-            model = fasttext.train_unsupervised(str(tokenized), dim=dim, neg=10, model="cbow", epoch=epochs,
-                                                thread=processes, minCount=min_count)
+            model = fasttext.train_unsupervised(
+                str(tokenized), dim=dim, neg=10, model="cbow", epoch=epochs, thread=processes, minCount=min_count
+            )
     if cache:
         cached.parent.mkdir(parents=True, exist_ok=True)
         part = cached.with_name(cached.name + f".part-{os.getpid()}")
@@ -147,8 +163,10 @@ def download_fasttext_word_model(identifier: str):
                         out.write(chunk)
                         bar.update(len(chunk))
         except OSError as exc:
-            raise VocabTransferError(f"{url}: download failed ({exc}); check the language code {identifier!r} "
-                                     "and the connection, or pass a local .bin path as language_identifier") from exc
+            raise VocabTransferError(
+                f"{url}: download failed ({exc}); check the language code {identifier!r} "
+                "and the connection, or pass a local .bin path as language_identifier"
+            ) from exc
         os.replace(gz.with_suffix(".gz.part"), gz)
         with gzip.open(gz, "rb") as src, open(target.with_suffix(".bin.part"), "wb") as dst:
             shutil.copyfileobj(src, dst, 1 << 20)
@@ -176,37 +194,63 @@ class _Training:
     processes: int | None
 
 
-def _auxiliary_vectors(mode: str, vocab_tokenizer, target_training_data_path: str | None,
-                       fasttext_model_path: str | None, language_identifier: str | None,
-                       training: _Training) -> TokenVectors:
+def _auxiliary_vectors(
+    mode: str,
+    vocab_tokenizer,
+    target_training_data_path: str | None,
+    fasttext_model_path: str | None,
+    language_identifier: str | None,
+    training: _Training,
+) -> TokenVectors:
     """Step 1 of `FOCUS`: the auxiliary vectors of `auxiliary_embedding_mode` (deepfocus's errors)."""
     if mode == "fasttext-tokenlevel":
         if not target_training_data_path and not fasttext_model_path:
             raise ValueError(
-                "You need to provide a path to training data or pretrained fasttext model for fasttext-tokenlevel auxiliary embeddings."
+                "You need to provide a path to training data or pretrained fasttext model for fasttext-tokenlevel "
+                "auxiliary embeddings."
             )
         if fasttext_model_path:
             return TokenVectors(model=load_fasttext(fasttext_model_path))
-        return TokenVectors(model=train_token_fasttext(
-            target_training_data_path, vocab_tokenizer, epochs=training.epochs, dim=training.dim,
-            min_count=training.min_count, processes=training.processes))
+        return TokenVectors(
+            model=train_token_fasttext(
+                target_training_data_path,
+                vocab_tokenizer,
+                epochs=training.epochs,
+                dim=training.dim,
+                min_count=training.min_count,
+                processes=training.processes,
+            )
+        )
     if mode == "fasttext-wordlevel":
         if not language_identifier:
             raise ValueError(
-                "You need to provide a language identifier (e.g. de for German) for fasttext-wordlevel auxiliary embeddings."
+                "You need to provide a language identifier (e.g. de for German) for fasttext-wordlevel auxiliary "
+                "embeddings."
             )
         return word_level_vectors(download_fasttext_word_model(language_identifier), vocab_tokenizer)
-    raise ValueError(f"auxiliary_embedding_mode must be 'fasttext-tokenlevel' or 'fasttext-wordlevel', "
-                     f"got {mode!r}")
+    raise ValueError(f"auxiliary_embedding_mode must be 'fasttext-tokenlevel' or 'fasttext-wordlevel', got {mode!r}")
 
 
-def _overlap_and_auxiliary(target_tokenizer, source_tokenizer, vectors: TokenVectors, extend_tokenizer, *,
-                           exact_match_all: bool, fuzzy_match_all: bool, match_symbols: bool):
+def _overlap_and_auxiliary(
+    target_tokenizer,
+    source_tokenizer,
+    vectors: TokenVectors,
+    extend_tokenizer,
+    *,
+    exact_match_all: bool,
+    fuzzy_match_all: bool,
+    match_symbols: bool,
+):
     """Steps 2 and 3 of `FOCUS`: the overlap and the auxiliary matrix by target id (looked up by native
     form, as deepfocus does). Returns (overlap target ids, overlap source ids, auxiliary V_t×d, its mask,
     the anchor mask of vocabulary extension or None, the new target ids)."""
-    table = compute_overlap(target_tokenizer, source_tokenizer, exact_match_all=exact_match_all,
-                            fuzzy_match_all=fuzzy_match_all, match_symbols=match_symbols)
+    table = compute_overlap(
+        target_tokenizer,
+        source_tokenizer,
+        exact_match_all=exact_match_all,
+        fuzzy_match_all=fuzzy_match_all,
+        match_symbols=match_symbols,
+    )
     t_ov, s_ov = overlap_pairs(table)
     vocab_ids = table.column("target_id").to_numpy().astype(np.int64)
     with gc_paused():
@@ -232,6 +276,25 @@ def _overlap_and_auxiliary(target_tokenizer, source_tokenizer, vectors: TokenVec
 
 
 @torch.no_grad()
+def _focus_rows(source_embeddings: torch.Tensor, found: tuple, target_size: int, seed: int, device, say, start: float):
+    """Step 4 of `FOCUS`: the overlapping tokens' rows copied, random rows, FOCUS combinations, from the overlap
+    and the auxiliary matrix of `_overlap_and_auxiliary` (`found`), logged with the time since `start`.
+    Returns (the embeddings, the method's stats)."""
+    t_ov, s_ov, aux, aux_mask, anchor_mask, new_ids = found
+    inputs = FocusInputs(source_embeddings, t_ov, s_ov, torch.from_numpy(aux), torch.from_numpy(aux_mask), target_size)
+    out, stats = focus_embeddings(inputs, seed=seed, device=device, new_ids=new_ids, anchor_mask=anchor_mask)
+    say(
+        "FOCUS: copied %d overlapping tokens, %d new tokens from N(source mean, source std) (no fastText vector), "
+        "%d new tokens as sparse combinations of %d anchors, in %.1f s",
+        stats["copied"],
+        stats["random"],
+        stats["focus_combined"],
+        stats["anchors"],
+        time.perf_counter() - start,
+    )
+    return out, stats
+
+
 def FOCUS(
     target_tokenizer,
     source_tokenizer,
@@ -282,20 +345,26 @@ def FOCUS(
     vocab_tokenizer = extend_tokenizer or target_tokenizer
     # 1. auxiliary embeddings
     training = _Training(fasttext_model_epochs, fasttext_model_dim, fasttext_model_min_count, processes)
-    vectors = _auxiliary_vectors(auxiliary_embedding_mode, vocab_tokenizer, target_training_data_path,
-                                 fasttext_model_path, language_identifier, training)
+    vectors = _auxiliary_vectors(
+        auxiliary_embedding_mode,
+        vocab_tokenizer,
+        target_training_data_path,
+        fasttext_model_path,
+        language_identifier,
+        training,
+    )
     # 2. overlap; 3. auxiliary matrix by target id
-    target_size = len(target_tokenizer)
-    t_ov, s_ov, aux, aux_mask, anchor_mask, new_ids = _overlap_and_auxiliary(
-        target_tokenizer, source_tokenizer, vectors, extend_tokenizer, exact_match_all=exact_match_all,
-        fuzzy_match_all=fuzzy_match_all, match_symbols=match_symbols)
-
+    found = _overlap_and_auxiliary(
+        target_tokenizer,
+        source_tokenizer,
+        vectors,
+        extend_tokenizer,
+        exact_match_all=exact_match_all,
+        fuzzy_match_all=fuzzy_match_all,
+        match_symbols=match_symbols,
+    )
     # 4. copy, random rows, FOCUS combinations
-    inputs = FocusInputs(source_embeddings, t_ov, s_ov, torch.from_numpy(aux), torch.from_numpy(aux_mask), target_size)
-    out, stats = focus_embeddings(inputs, seed=seed, device=device, new_ids=new_ids, anchor_mask=anchor_mask)
-    say("FOCUS: copied %d overlapping tokens, %d new tokens from N(source mean, source std) (no fastText vector), "
-        "%d new tokens as sparse combinations of %d anchors, in %.1f s", stats["copied"], stats["random"],
-        stats["focus_combined"], stats["anchors"], time.perf_counter() - start)
+    out, stats = _focus_rows(source_embeddings, found, len(target_tokenizer), seed, device, say, start)
     if verbosity == "debug":
         log.debug("FOCUS stats: %s", stats)
     return out.detach()

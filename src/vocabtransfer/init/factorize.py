@@ -92,9 +92,13 @@ def _svd_factors(E: torch.Tensor, k: int, section: str) -> tuple[torch.Tensor, t
         # OFA's convention: keep_dim = hidden size means no factorisation at all
         C = E.detach().cpu().double()
         P = torch.eye(D, dtype=torch.float64)
-        stats = {"kind": "svd", "keep_dim": k, "relative_error": 0.0,
-                 "note": "keep_dim equals the hidden size: not factorised (coordinates = embeddings, "
-                         "primitives = identity), as in OFA"}
+        stats = {
+            "kind": "svd",
+            "keep_dim": k,
+            "relative_error": 0.0,
+            "note": "keep_dim equals the hidden size: not factorised (coordinates = embeddings, "
+            "primitives = identity), as in OFA",
+        }
         log.info("%s: keep_dim = hidden size %d, so the embeddings are used unfactorised", section, D)
     else:
         C, P = truncated_svd(E.detach().cpu().double(), k)
@@ -134,15 +138,20 @@ def _cached_snmf(cached: tuple, options: SnmfOptions, V: int, D: int, labels: to
     if len(cached) > 3:
         labels = cached[3].to(torch.int64)
     elif n_clusters > 1:
-        raise VocabTransferError(f"{section}: precomputed clustered factors come without their cluster ids; "
-                                 "rerun the source_snmf stage")
-    log.info("%s: using the precomputed semi-NMF (rank %d, %d cluster(s), relative error %.4f)", section, k,
-             n_clusters, stats.get("relative_error", float("nan")))
+        raise VocabTransferError(
+            f"{section}: precomputed clustered factors come without their cluster ids; rerun the source_snmf stage"
+        )
+    log.info(
+        "%s: using the precomputed semi-NMF (rank %d, %d cluster(s), relative error %.4f)",
+        section,
+        k,
+        n_clusters,
+        stats.get("relative_error", float("nan")),
+    )
     return C.float(), P.float(), dict(stats), labels
 
 
-def _snmf_factors(E: torch.Tensor, options: SnmfOptions, labels: torch.Tensor, *, seed: int, device: str,
-                  section: str):
+def _snmf_factors(E: torch.Tensor, options: SnmfOptions, labels: torch.Tensor, *, seed: int, device: str, section: str):
     """`factorize_source`'s snmf: (W, H on the CPU, stats, the cluster ids) of the single `semi_nmf`
     (`labels` unchanged) or, with clusters > 1, the block-structured `clustered_semi_nmf`."""
     k, n_clusters = options.rank, options.clusters
@@ -151,24 +160,53 @@ def _snmf_factors(E: torch.Tensor, options: SnmfOptions, labels: torch.Tensor, *
     if n_clusters == 1:  # today's single factorisation, unchanged
         W, H, history = semi_nmf(E.detach().float(), k, settings, seed=seed, device=device, return_history=True)
         iterations = len(history) - 1
-        stats = {"kind": "snmf", "rank": k, "clusters": 1, "init": init, "max_iter": max_iter, "tol": tol,
-                 "iterations": iterations, "stopped_by_tol": iterations < max_iter,
-                 "initial_relative_error": history[0], "relative_error": history[-1]}
+        stats = {
+            "kind": "snmf",
+            "rank": k,
+            "clusters": 1,
+            "init": init,
+            "max_iter": max_iter,
+            "tol": tol,
+            "iterations": iterations,
+            "stopped_by_tol": iterations < max_iter,
+            "initial_relative_error": history[0],
+            "relative_error": history[-1],
+        }
     else:
         W, H, labels, info = clustered_semi_nmf(E.detach().float(), k, n_clusters, settings, seed=seed, device=device)
         iterations = max(info["iterations"])
-        stats = {"kind": "snmf", "rank": k, "clusters": n_clusters, "init": init, "max_iter": max_iter,
-                 "tol": tol, "iterations": iterations,
-                 "stopped_by_tol": all(i < max_iter for i in info["iterations"]),
-                 "initial_relative_error": info["initial_relative_error"],
-                 "relative_error": info["relative_error"],
-                 "cluster_sizes": info["sizes"], "cluster_ranks": info["ranks"],
-                 "cluster_relative_errors": info["relative_errors"],
-                 "cluster_iterations": info["iterations"]}
-        log.info("%s: %d clusters × rank %d, relative error %.4f (per cluster %s)", section, n_clusters, k,
-                 info["relative_error"], ", ".join(f"{e:.3f}" for e in info["relative_errors"]))
+        stats = {
+            "kind": "snmf",
+            "rank": k,
+            "clusters": n_clusters,
+            "init": init,
+            "max_iter": max_iter,
+            "tol": tol,
+            "iterations": iterations,
+            "stopped_by_tol": all(i < max_iter for i in info["iterations"]),
+            "initial_relative_error": info["initial_relative_error"],
+            "relative_error": info["relative_error"],
+            "cluster_sizes": info["sizes"],
+            "cluster_ranks": info["ranks"],
+            "cluster_relative_errors": info["relative_errors"],
+            "cluster_iterations": info["iterations"],
+        }
+        log.info(
+            "%s: %d clusters × rank %d, relative error %.4f (per cluster %s)",
+            section,
+            n_clusters,
+            k,
+            info["relative_error"],
+            ", ".join(f"{e:.3f}" for e in info["relative_errors"]),
+        )
     if not stats["stopped_by_tol"] and max_iter > 0:
-        log.warning("%s: semi-NMF hit max_iter=%d before the relative improvement fell below tol=%g "
-                    "(relative error %.4f); raise %s.max_iter for a closer fit",
-                    section, max_iter, tol, stats["relative_error"], section)
+        log.warning(
+            "%s: semi-NMF hit max_iter=%d before the relative improvement fell below tol=%g "
+            "(relative error %.4f); raise %s.max_iter for a closer fit",
+            section,
+            max_iter,
+            tol,
+            stats["relative_error"],
+            section,
+        )
     return W.cpu(), H.cpu(), stats, labels

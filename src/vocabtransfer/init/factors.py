@@ -37,7 +37,7 @@ def relative_error(X: torch.Tensor, C: torch.Tensor, P: torch.Tensor) -> float:
     """‖X − C P‖_F / ‖X‖_F, computed in float64 in row blocks."""
     num = 0.0
     for start in range(0, X.shape[0], 8192):
-        block = X[start:start + 8192].double() - C[start:start + 8192].double() @ P.double()
+        block = X[start : start + 8192].double() - C[start : start + 8192].double() @ P.double()
         num += float((block * block).sum())
     den = float((X.double() ** 2).sum())
     return (num / den) ** 0.5 if den > 0 else 0.0

@@ -62,8 +62,14 @@ def inputs(params: Params, wildcards: dict) -> dict[str, str]:
     (`inputs=` in its catalog entry)."""
     method = wildcards["method"]
     factors = {"snmf_factors": paths.SOURCE_SNMF} if uses_snmf(method) else {}
-    return {"source_model": paths.SOURCE_MODEL, "tokenizer": paths.TOKENIZER, "overlap": paths.OVERLAP,
-            "fasttext": paths.FASTTEXT_EMB, **factors, **info(method).inputs}
+    return {
+        "source_model": paths.SOURCE_MODEL,
+        "tokenizer": paths.TOKENIZER,
+        "overlap": paths.OVERLAP,
+        "fasttext": paths.FASTTEXT_EMB,
+        **factors,
+        **info(method).inputs,
+    }
 
 
 def options_record(method: str, options: Any) -> dict:
@@ -89,15 +95,21 @@ def read_auxiliary(path: Path, n_target: int):
     emb, mask = tensors["embeddings"].float(), tensors["mask"].bool()
     subword = tensors["subword"].bool() if "subword" in tensors else None
     if emb.shape[0] != n_target or mask.shape != (n_target,):
-        raise VocabTransferError(f"{path}: embeddings {tuple(emb.shape)} / mask {tuple(mask.shape)} do not have one row "
-                                 f"per target token ({n_target}); rerun the fasttext stage")
+        raise VocabTransferError(
+            f"{path}: embeddings {tuple(emb.shape)} / mask {tuple(mask.shape)} do not have one row "
+            f"per target token ({n_target}); rerun the fasttext stage"
+        )
     if subword is not None and (subword.shape != (n_target,) or bool((subword & ~mask).any())):
-        raise VocabTransferError(f"{path}: tensor 'subword' {tuple(subword.shape)} must be a ({n_target},) bool marking "
-                                 "rows that have a vector (mask); delete the file and rerun the fasttext stage")
+        raise VocabTransferError(
+            f"{path}: tensor 'subword' {tuple(subword.shape)} must be a ({n_target},) bool marking "
+            "rows that have a vector (mask); delete the file and rerun the fasttext stage"
+        )
     bad = mask & ~emb.isfinite().all(dim=1)
     if bool(bad.any()):
-        raise VocabTransferError(f"{path}: the vector of target id {int(bad.nonzero()[0])} contains NaN or "
-                                 "infinite values; delete the file and rerun the fasttext stage")
+        raise VocabTransferError(
+            f"{path}: the vector of target id {int(bad.nonzero()[0])} contains NaN or "
+            "infinite values; delete the file and rerun the fasttext stage"
+        )
     return emb, mask, subword
 
 
@@ -116,8 +128,12 @@ def target_rows(method: str, n_target: int, overlap_target_ids: np.ndarray, aux_
     overlap[np.asarray(overlap_target_ids, dtype=np.int64)] = True
     has = aux_mask.numpy().astype(bool) & ~overlap
     sub = subword.numpy().astype(bool) & has if subword is not None else np.zeros(n_target, dtype=bool)
-    return {"overlap": int(overlap.sum()), "dictionary": int((has & ~sub).sum()), "subword": int(sub.sum()),
-            "random": int((~overlap & ~has).sum())}
+    return {
+        "overlap": int(overlap.sum()),
+        "dictionary": int((has & ~sub).sum()),
+        "subword": int(sub.sum()),
+        "random": int((~overlap & ~has).sum()),
+    }
 
 
 def _check_result(result, method: str, shape: tuple[int, int], which: str):
@@ -126,11 +142,15 @@ def _check_result(result, method: str, shape: tuple[int, int], which: str):
     emb = getattr(result, "embeddings", None)
     if not isinstance(emb, torch.Tensor) or tuple(emb.shape) != shape:
         got = tuple(emb.shape) if isinstance(emb, torch.Tensor) else type(emb).__name__
-        raise VocabTransferError(f"method {method!r}: returned {which} embeddings of shape {got}, expected {shape} "
-                                 "(target vocabulary x hidden size); this is a bug in the method")
+        raise VocabTransferError(
+            f"method {method!r}: returned {which} embeddings of shape {got}, expected {shape} "
+            "(target vocabulary x hidden size); this is a bug in the method"
+        )
     if not torch.isfinite(emb).all():
-        raise VocabTransferError(f"method {method!r}: {which} embeddings contain NaN/Inf; this is a bug in the method "
-                                 "or its params (init section) are degenerate")
+        raise VocabTransferError(
+            f"method {method!r}: {which} embeddings contain NaN/Inf; this is a bug in the method "
+            "or its params (init section) are degenerate"
+        )
     return emb.detach().float().cpu().contiguous()
 
 
@@ -179,20 +199,35 @@ def read_inputs(ctx) -> InitInputs:
     del model
     target_ids, source_ids = read_overlap(Path(ctx.input["overlap"]), len(target_tok), len(source_tok))
     aux, aux_mask, subword = read_auxiliary(Path(ctx.input["fasttext"]), len(target_tok))
-    return InitInputs(source_dir, target_dir, kind, source_tok, target_tok, matrices, src_bias, target_ids, source_ids,
-                      aux, aux_mask, subword)
+    return InitInputs(
+        source_dir,
+        target_dir,
+        kind,
+        source_tok,
+        target_tok,
+        matrices,
+        src_bias,
+        target_ids,
+        source_ids,
+        aux,
+        aux_mask,
+        subword,
+    )
 
 
 def run(ctx) -> None:
     import torch  # torch: heavy, not at CLI start-up
+
     start = time.perf_counter()
     method_name = ctx.method
     method = get_method(method_name)  # unknown method: the registry's error, before any loading
     pseed = int(ctx.wildcards.get("pseed", 1))
     # the init stage's job planner (availability.init_runs, through the declaration: planning, not code)
     if pseed != 1 and {"method": method_name, "pseed": str(pseed)} not in ctx.stages["init"].combos(ctx.params):
-        raise VocabTransferError(f"init {method_name} pseed{pseed}: not a job of these params (init.methods, and "
-                                 "pretrain.seeds for a pretrained method whose rows depend on the seed)")
+        raise VocabTransferError(
+            f"init {method_name} pseed{pseed}: not a job of these params (init.methods, and "
+            "pretrain.seeds for a pretrained method whose rows depend on the seed)"
+        )
     seed = names.seed_value(ctx.params, pseed)  # the random rows of this pretraining seed
     torch.manual_seed(seed)
 
@@ -204,28 +239,48 @@ def run(ctx) -> None:
         options = FactorizedOptions(options, ctx.section(f"init.{fact}", FACTORIZATIONS[fact]))
     snmf = {}  # the shared source_snmf factors of each matrix, checked against it and init.snmf (read once)
     if "snmf_factors" in ctx.input:
-        snmf = load_factors(ctx.input["snmf_factors"], x.matrices, ctx.section("init.snmf", FACTORIZATIONS["snmf"]),
-                            seed=ctx.seed)
+        snmf = load_factors(
+            ctx.input["snmf_factors"], x.matrices, ctx.section("init.snmf", FACTORIZATIONS["snmf"]), seed=ctx.seed
+        )
     resources = {k: Path(v) for k, v in ctx.input.items() if k not in CORE_INPUTS}
     dictionaries = getattr(options, "dictionaries", None) or {}  # wechsel's (its data file)
     if dictionaries.get(ctx.lang):
         resources["dictionary"] = data_path(dictionaries[ctx.lang])
     problem = TransferProblem(
-        source_embeddings=x.matrices["input"], source_tokenizer=x.source_tok, target_tokenizer=x.target_tok,
-        overlap_target_ids=x.target_ids, overlap_source_ids=x.source_ids, auxiliary=x.aux, auxiliary_mask=x.aux_mask,
-        seed=seed, device=ctx.device, lang=ctx.lang,
-        resources=resources, factors={"snmf": snmf["input"]} if snmf else {},
+        source_embeddings=x.matrices["input"],
+        source_tokenizer=x.source_tok,
+        target_tokenizer=x.target_tok,
+        overlap_target_ids=x.target_ids,
+        overlap_source_ids=x.source_ids,
+        auxiliary=x.aux,
+        auxiliary_mask=x.aux_mask,
+        seed=seed,
+        device=ctx.device,
+        lang=ctx.lang,
+        resources=resources,
+        factors={"snmf": snmf["input"]} if snmf else {},
     )
-    log.info("init %s/%s: %d target tokens (%d overlap, %d with fastText vectors), %d source tokens, dim %d, %s "
-             "output embeddings", ctx.lang, method_name, len(x.target_tok), len(x.target_ids), int(x.aux_mask.sum()),
-             len(x.source_tok), x.matrices["input"].shape[1], "untied" if x.untied else "tied")
+    log.info(
+        "init %s/%s: %d target tokens (%d overlap, %d with fastText vectors), %d source tokens, dim %d, %s "
+        "output embeddings",
+        ctx.lang,
+        method_name,
+        len(x.target_tok),
+        len(x.target_ids),
+        int(x.aux_mask.sum()),
+        len(x.source_tok),
+        x.matrices["input"].shape[1],
+        "untied" if x.untied else "tied",
+    )
 
     # 2. the method, on the input and (untied) output embeddings: {pass: (result, its checked rows, seconds)}
     passes = {}
     for which in ("input", "output") if x.untied else ("input",):
         t = time.perf_counter()
-        result = method(replace(problem, source_embeddings=x.matrices[which],
-                                factors={"snmf": snmf[which]} if snmf else {}), options)
+        result = method(
+            replace(problem, source_embeddings=x.matrices[which], factors={"snmf": snmf[which]} if snmf else {}),
+            options,
+        )
         rows = _check_result(result, method_name, (len(x.target_tok), x.matrices[which].shape[1]), which)
         passes[which] = (result, rows, time.perf_counter() - t)
 
@@ -234,8 +289,9 @@ def run(ctx) -> None:
     write_outputs(ctx, x, method_name, passes, record, pseed=pseed, seed=seed, start=start)
 
 
-def write_outputs(ctx, x: InitInputs, method_name: str, passes: dict, record: dict, *, pseed: int, seed: int,
-                  start: float) -> None:
+def write_outputs(
+    ctx, x: InitInputs, method_name: str, passes: dict, record: dict, *, pseed: int, seed: int, start: float
+) -> None:
     """results/L/init/M/pseedK/ (module doc, step 3), written atomically."""
     inp, out = passes["input"][1], passes["output"][1] if "output" in passes else None
     tensors = {"input_embeddings": inp, **({"output_embeddings": out} if out is not None else {})}
@@ -246,19 +302,31 @@ def write_outputs(ctx, x: InitInputs, method_name: str, passes: dict, record: di
     bias = transfer_bias(x.src_bias, n_target, x.target_ids, x.source_ids) if x.src_bias is not None else None
     target_model = modeling.build_target_model(x.source_dir, x.target_dir, inp, out, bias=bias, kind=x.kind)
     stats = {
-        "lang": ctx.lang, "method": method_name, "kind": x.kind, "model_class": type(target_model).__name__,
-        "source_model": str(x.source_dir), "target_tokenizer": str(x.target_dir),
-        "source_vocab": len(x.source_tok), "target_vocab": n_target, "dim": int(inp.shape[1]),
-        "overlap": int(len(x.target_ids)), "auxiliary_vectors": int(x.aux_mask.sum()),
+        "lang": ctx.lang,
+        "method": method_name,
+        "kind": x.kind,
+        "model_class": type(target_model).__name__,
+        "source_model": str(x.source_dir),
+        "target_tokenizer": str(x.target_dir),
+        "source_vocab": len(x.source_tok),
+        "target_vocab": n_target,
+        "dim": int(inp.shape[1]),
+        "overlap": int(len(x.target_ids)),
+        "auxiliary_vectors": int(x.aux_mask.sum()),
         "auxiliary_subword_vectors": int(x.subword.sum()) if x.subword is not None else 0,
         "target_rows": target_rows(method_name, n_target, x.target_ids, x.aux_mask, x.subword),
-        "untied_output_embeddings": x.untied, **record,
+        "untied_output_embeddings": x.untied,
+        **record,
         "method_stats": passes["input"][0].stats,
         "output_method_stats": passes["output"][0].stats if "output" in passes else None,
-        "output_bias": ("source bias copied for overlapping ids, mean source bias elsewhere"
-                        if bias is not None else None),
-        "extra_tensors": sorted(extra), "pseed": pseed, "seed": seed,
-        "method_seconds": {which: seconds for which, (_, _, seconds) in passes.items()}, "versions": io.versions(),
+        "output_bias": (
+            "source bias copied for overlapping ids, mean source bias elsewhere" if bias is not None else None
+        ),
+        "extra_tensors": sorted(extra),
+        "pseed": pseed,
+        "seed": seed,
+        "method_seconds": {which: seconds for which, (_, _, seconds) in passes.items()},
+        "versions": io.versions(),
     }
     with io.atomic_output(ctx.output["init"], directory=True) as tmp:
         io.save_tensors(tensors, tmp / "embeddings.safetensors", metadata={"method": method_name, "lang": ctx.lang})

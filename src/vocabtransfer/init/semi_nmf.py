@@ -49,7 +49,7 @@ def kmeans(X: torch.Tensor, k: int, *, iters: int = 10, seed: int = 0) -> tuple[
     # 1. k-means++ seeding (sampling on the CPU generator: identical choices on every device)
     first = int(torch.randint(V, (1,), generator=gen))
     idx = [first]
-    closest = sq_dist(X[first:first + 1])[:, 0]
+    closest = sq_dist(X[first : first + 1])[:, 0]
     for _ in range(1, k):
         weights = closest.double().cpu()
         if float(weights.sum()) <= 0:  # fewer distinct rows than k: take the next unused row
@@ -58,7 +58,7 @@ def kmeans(X: torch.Tensor, k: int, *, iters: int = 10, seed: int = 0) -> tuple[
         else:
             nxt = int(torch.multinomial(weights, 1, generator=gen))
         idx.append(nxt)
-        closest = torch.minimum(closest, sq_dist(X[nxt:nxt + 1])[:, 0])
+        closest = torch.minimum(closest, sq_dist(X[nxt : nxt + 1])[:, 0])
     centroids = X[torch.tensor(idx, device=X.device)].clone()
     # 2. Lloyd iterations
     labels = sq_dist(centroids).argmin(1)
@@ -111,8 +111,9 @@ def _check_options(k: int, V: int, settings: SemiNmfSettings) -> None:
         raise VocabTransferError(f"init={init!r}: unknown semi-NMF initialisation; use 'svd' or 'kmeans'")
 
 
-def _initial_factors(X: torch.Tensor, k: int, settings: SemiNmfSettings, *, seed: int
-                     ) -> tuple[torch.Tensor, torch.Tensor]:
+def _initial_factors(
+    X: torch.Tensor, k: int, settings: SemiNmfSettings, *, seed: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The starting (W, H) of semi_nmf (`settings.init`): k-means indicators + 0.2 and centroids, or the
     exact non-negative rewrite of the rank-(k−1) truncated SVD (see `semi_nmf`)."""
     V, D = X.shape
@@ -134,8 +135,16 @@ def _initial_factors(X: torch.Tensor, k: int, settings: SemiNmfSettings, *, seed
     return W.contiguous(), H
 
 
-def _multiplicative_updates(X: torch.Tensor, W: torch.Tensor, H: torch.Tensor, settings: SemiNmfSettings, *,
-                            log_every: int, callback: Callable[[int, float], None] | None, device: torch.device):
+def _multiplicative_updates(
+    X: torch.Tensor,
+    W: torch.Tensor,
+    H: torch.Tensor,
+    settings: SemiNmfSettings,
+    *,
+    log_every: int,
+    callback: Callable[[int, float], None] | None,
+    device: torch.device,
+):
     """semi_nmf's iterations from (W, H): H by least squares, W by the multiplicative update, until the
     relative improvement falls below `settings.tol` or after `settings.max_iter`. Returns (W, H, history)."""
     max_iter, tol = settings.max_iter, settings.tol
@@ -148,12 +157,19 @@ def _multiplicative_updates(X: torch.Tensor, W: torch.Tensor, H: torch.Tensor, s
 
     def rel_err(XHt: torch.Tensor, W: torch.Tensor, WtW: torch.Tensor, HHt: torch.Tensor) -> float:
         sq = xx - 2.0 * float((XHt.double() * W.double()).sum()) + float((WtW.double() * HHt.double()).sum())
-        return max(sq, 0.0) ** 0.5 / xx ** 0.5
+        return max(sq, 0.0) ** 0.5 / xx**0.5
 
     WtW = W.T @ W
     history = [rel_err(X @ H.T, W, WtW, H @ H.T)]
-    log.info("semi-NMF %d×%d rank %d (%s init) on %s: relative error %.4f at start", V, D, k, settings.init, device,
-             history[0])
+    log.info(
+        "semi-NMF %d×%d rank %d (%s init) on %s: relative error %.4f at start",
+        V,
+        D,
+        k,
+        settings.init,
+        device,
+        history[0],
+    )
     bar = progress(range(1, max_iter + 1), desc=f"semi-NMF rank {k}", unit="it")
     it = 0
     for it in bar:
@@ -255,8 +271,16 @@ def semi_nmf(
 CLUSTER_KMEANS_ITER = 20  # Lloyd iterations of the clustering that splits the rows into C groups
 
 
-def _factorise_clusters(X: torch.Tensor, labels: torch.Tensor, clusters: int, k: int, dev: torch.device,
-                        settings: SemiNmfSettings, *, seed: int):
+def _factorise_clusters(
+    X: torch.Tensor,
+    labels: torch.Tensor,
+    clusters: int,
+    k: int,
+    dev: torch.device,
+    settings: SemiNmfSettings,
+    *,
+    seed: int,
+):
     """Steps 2 and 3 of `clustered_semi_nmf`: one `semi_nmf` per cluster of rows, written into its block
     of W' and H', and the overall error combined from the clusters'. Returns (W', H', info)."""
     V, D = X.shape
@@ -273,12 +297,19 @@ def _factorise_clusters(X: torch.Tensor, labels: torch.Tensor, clusters: int, k:
             errs, iters = [0.0, 0.0], 0
         else:
             Wc, Hc, history = semi_nmf(Xc, k_c, settings, seed=seed, log_every=0, return_history=True)
-            W[rows, c * k:c * k + k_c] = Wc
-            H[c * k:c * k + k_c] = Hc
+            W[rows, c * k : c * k + k_c] = Wc
+            H[c * k : c * k + k_c] = Hc
             errs, iters = [history[0], relative_error(Xc, Wc, Hc)], len(history) - 1
             if clusters > 1:
-                log.info("semi-NMF cluster %d/%d: %d rows, rank %d, relative error %.4f after %d iteration(s)",
-                         c + 1, clusters, n, k_c, errs[1], iters)
+                log.info(
+                    "semi-NMF cluster %d/%d: %d rows, rank %d, relative error %.4f after %d iteration(s)",
+                    c + 1,
+                    clusters,
+                    n,
+                    k_c,
+                    errs[1],
+                    iters,
+                )
         info["sizes"].append(n)
         info["ranks"].append(k_c)
         info["initial_relative_errors"].append(errs[0])
@@ -342,8 +373,12 @@ def clustered_semi_nmf(
     else:
         labels, _ = kmeans(X, clusters, iters=CLUSTER_KMEANS_ITER, seed=seed)
         labels = labels.cpu()
-        log.info("semi-NMF: %d rows in %d clusters (sizes %s)", V, clusters,
-                 torch.bincount(labels, minlength=clusters).tolist())
+        log.info(
+            "semi-NMF: %d rows in %d clusters (sizes %s)",
+            V,
+            clusters,
+            torch.bincount(labels, minlength=clusters).tolist(),
+        )
     # 2. one semi-NMF per cluster, written into its block of W' and H'; 3. the overall error
     W, H, info = _factorise_clusters(X, labels, clusters, k, dev, settings, seed=seed)
     return W.contiguous(), H.contiguous(), labels, info

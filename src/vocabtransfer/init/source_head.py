@@ -49,7 +49,7 @@ import time
 from dataclasses import dataclass
 
 from vocabtransfer import io
-from vocabtransfer.model import modeling
+from vocabtransfer.model import lm_loss, modeling
 from vocabtransfer.model.hub import load_tokenizer
 from vocabtransfer.model.lmdata import MLM_PROBABILITY, Kind, LMCollator, lm_batches, pack_lines, read_lines
 from vocabtransfer.model.hub import materialised_source
@@ -74,15 +74,14 @@ class SourceHeadParams:
 
     text: str = option(
         "pretrain_text/en.txt",
-        "source-language text (relative to $VOCABTRANSFER_DATA); its last eval_lines lines are held out")
+        "source-language text (relative to $VOCABTRANSFER_DATA); its last eval_lines lines are held out",
+    )
     steps: int = option(
-        1000,
-        "AdamW steps on the head (1000 reach a held-out English loss of 6.25 with MiniLM)",
-        minimum=0)
+        1000, "AdamW steps on the head (1000 reach a held-out English loss of 6.25 with MiniLM)", minimum=0
+    )
     learning_rate: float = option(
-        0.003,
-        "peak learning rate (linear warm-up, then linear decay to 0)",
-        exclusiveMinimum=0)
+        0.003, "peak learning rate (linear warm-up, then linear decay to 0)", exclusiveMinimum=0
+    )
     batch_size: int = option(32, "packed blocks per step", minimum=1)
     seq_len: int = option(128, "tokens per packed block", minimum=8)
     train_blocks: int = option(10000, "cap on packed training blocks", minimum=1)
@@ -109,10 +108,10 @@ def _features(model, blocks: list[list[int]], collate, kind: Kind, batch_size: i
 
     feats = []
     for i in progress(range(0, len(blocks), batch_size), desc=desc, unit="batch"):
-        chunk = blocks[i: i + batch_size]
+        chunk = blocks[i : i + batch_size]
         batch = collate(chunk)
         with torch.inference_mode():
-            hidden, targets = modeling.head_inputs(model, batch, kind)
+            hidden, targets = lm_loss.head_inputs(model, batch, kind)
         # split back per block so that steps can draw any blocks
         labels = batch["labels"][:, 1:] if kind == "causal" else batch["labels"]
         counts = (labels != -100).sum(dim=1).tolist()
@@ -127,8 +126,8 @@ def _cached_loss(head, feats) -> tuple[float, int]:
     total, n = 0.0, 0
     with torch.inference_mode():
         for i in range(0, len(feats), 256):
-            x = torch.cat([f[0] for f in feats[i: i + 256]])
-            y = torch.cat([f[1] for f in feats[i: i + 256]])
+            x = torch.cat([f[0] for f in feats[i : i + 256]])
+            y = torch.cat([f[1] for f in feats[i : i + 256]])
             total += float(F.cross_entropy(head(x).float(), y, reduction="sum"))
             n += int(y.numel())
     return (total / n if n else math.nan), n
@@ -137,29 +136,37 @@ def _cached_loss(head, feats) -> tuple[float, int]:
 def _unfreeze_head(model, kind: Kind, loading: modeling.LoadingInfo):
     """The LM head and its missing parameters, the only ones left trainable (the body frozen, in eval
     mode so that its features can be cached); an error where a missing weight is not the head's."""
-    head = modeling.lm_head(model, kind)
+    head = lm_loss.lm_head(model, kind)
     params = trainable_head_parameters(model, loading)
     if head is None or not params:
         raise VocabTransferError(
             f"{modeling._model_name(model)}: the checkpoint lacks {', '.join(loading.missing_keys)} but they are not a "
-            f"trainable LM head vocabtransfer knows for {type(model).__name__}; use a checkpoint with its LM head")
+            f"trainable LM head vocabtransfer knows for {type(model).__name__}; use a checkpoint with its LM head"
+        )
     head_ids = {id(p) for p in head.parameters()}
     outside = [n for n, p in params.items() if id(p) not in head_ids]
     if outside:
-        raise VocabTransferError(f"{modeling._model_name(model)}: missing weights outside the LM head ({outside[0]}); "
-                                 "the checkpoint is incomplete, re-download it")
+        raise VocabTransferError(
+            f"{modeling._model_name(model)}: missing weights outside the LM head ({outside[0]}); "
+            "the checkpoint is incomplete, re-download it"
+        )
     for p in model.parameters():
         p.requires_grad_(False)
     for p in params.values():
         p.requires_grad_(True)
     model.eval()  # frozen body: no dropout, so its features can be cached
-    log.info("training %d head parameter tensor(s) (%d values): %s", len(params),
-             sum(p.numel() for p in params.values()), ", ".join(params))
+    log.info(
+        "training %d head parameter tensor(s) (%d values): %s",
+        len(params),
+        sum(p.numel() for p in params.values()),
+        ", ".join(params),
+    )
     return head, params
 
 
-def _block_features(model, tokenizer, kind: Kind, train_lines: list[str], eval_lines: list[str], gen,
-                    opts: SourceHeadParams, seed: int):
+def _block_features(
+    model, tokenizer, kind: Kind, train_lines: list[str], eval_lines: list[str], gen, opts: SourceHeadParams, seed: int
+):
     """Step 1 of `train_head`: the blocks (`opts.train_blocks` training blocks of `opts.seq_len` tokens drawn
     with `gen`) and their cached frozen-body features, the only encoder passes of this stage. Returns (training
     blocks, held-out blocks, training features, held-out features, seconds)."""
@@ -169,17 +176,25 @@ def _block_features(model, tokenizer, kind: Kind, train_lines: list[str], eval_l
     blocks = pack_lines(tokenizer, train_lines, seq_len, kind=kind)
     eval_blocks = pack_lines(tokenizer, eval_lines, seq_len, kind=kind)
     if not blocks or not eval_blocks:
-        raise VocabTransferError("source_head.text: too few lines to train and hold out "
-                                 f"({len(train_lines)} train / {len(eval_lines)} held-out); use a longer text")
-    order = torch.randperm(len(blocks), generator=gen).tolist()[:opts.train_blocks]
+        raise VocabTransferError(
+            "source_head.text: too few lines to train and hold out "
+            f"({len(train_lines)} train / {len(eval_lines)} held-out); use a longer text"
+        )
+    order = torch.randperm(len(blocks), generator=gen).tolist()[: opts.train_blocks]
     blocks = [blocks[i] for i in order]
     start = time.perf_counter()
-    eval_feats = _features(model, eval_blocks, LMCollator(tokenizer, kind, seed + 1), kind, batch_size,
-                           "held-out features")
+    eval_feats = _features(
+        model, eval_blocks, LMCollator(tokenizer, kind, seed + 1), kind, batch_size, "held-out features"
+    )
     train_feats = _features(model, blocks, LMCollator(tokenizer, kind, seed), kind, batch_size, "train features")
     feature_seconds = time.perf_counter() - start
-    log.info("cached features of %d training blocks (%d predicted tokens) and %d held-out blocks in %.1f s",
-             len(blocks), sum(int(f[1].numel()) for f in train_feats), len(eval_blocks), feature_seconds)
+    log.info(
+        "cached features of %d training blocks (%d predicted tokens) and %d held-out blocks in %.1f s",
+        len(blocks),
+        sum(int(f[1].numel()) for f in train_feats),
+        len(eval_blocks),
+        feature_seconds,
+    )
     return blocks, eval_blocks, train_feats, eval_feats, feature_seconds
 
 
@@ -209,7 +224,8 @@ def _train_cached(head, trainable: dict, train_feats, eval_feats, gen, opts: Sou
 
     optimizer = torch.optim.AdamW(list(trainable.values()), lr=opts.learning_rate, weight_decay=0.0)
     schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: (s + 1) / warmup if s < warmup else max(0.0, (steps - s) / max(1, steps - warmup)))
+        optimizer, lambda s: (s + 1) / warmup if s < warmup else max(0.0, (steps - s) / max(1, steps - warmup))
+    )
     curve = []
     queue: list[int] = []
     bar = progress(range(1, steps + 1), desc="source head", unit="step")
@@ -234,8 +250,16 @@ def _train_cached(head, trainable: dict, train_feats, eval_feats, gen, opts: Sou
     return curve
 
 
-def train_head(model, tokenizer, kind: Kind, loading: modeling.LoadingInfo, train_lines: list[str],
-               eval_lines: list[str], opts: SourceHeadParams, seed: int) -> dict:
+def train_head(
+    model,
+    tokenizer,
+    kind: Kind,
+    loading: modeling.LoadingInfo,
+    train_lines: list[str],
+    eval_lines: list[str],
+    opts: SourceHeadParams,
+    seed: int,
+) -> dict:
     """Train the missing head on cached frozen-body features (`opts`: params source_head, typed); returns the
     stats (learning curve included)."""
     import torch  # torch: heavy, not at CLI start-up
@@ -245,25 +269,33 @@ def train_head(model, tokenizer, kind: Kind, loading: modeling.LoadingInfo, trai
     # 1. blocks and cached features (one generator draws the training blocks, then the batches)
     gen = torch.Generator().manual_seed(seed)
     blocks, eval_blocks, train_feats, eval_feats, feature_seconds = _block_features(
-        model, tokenizer, kind, train_lines, eval_lines, gen, opts, seed)
+        model, tokenizer, kind, train_lines, eval_lines, gen, opts, seed
+    )
     n_train_tokens = sum(int(f[1].numel()) for f in train_feats)
     # 2. the unigram output bias
     loss_random, n_eval = _cached_loss(head, eval_feats)
     bias_init = _unigram_bias(model, trainable, train_feats)
     # 3. train the head on the cached features
     loss_start, _ = _cached_loss(head, eval_feats)
-    log.info("held-out loss of the checkpoint's random head: %.4f (%d tokens)%s", loss_random, n_eval,
-             f"; with the unigram output bias: {loss_start:.4f}" if bias_init else "")
+    log.info(
+        "held-out loss of the checkpoint's random head: %.4f (%d tokens)%s",
+        loss_random,
+        n_eval,
+        f"; with the unigram output bias: {loss_start:.4f}" if bias_init else "",
+    )
     train_start = time.perf_counter()
-    curve = [{"step": 0, "heldout_loss": loss_start}] + _train_cached(head, trainable, train_feats, eval_feats, gen, opts)
+    curve = [{"step": 0, "heldout_loss": loss_start}] + _train_cached(
+        head, trainable, train_feats, eval_feats, gen, opts
+    )
     train_seconds = time.perf_counter() - train_start
     for p in model.parameters():
         p.requires_grad_(False)
 
     # 4. the saved model's own loss on the held-out blocks (same masks as the cached features)
-    final = modeling.evaluate_lm(model, lm_batches(tokenizer, eval_blocks, kind, batch_size, seed + 1), kind)
-    log.info("held-out masked-LM loss after %d steps: %.4f (perplexity %.1f)", steps, final["loss"],
-             final["perplexity"])
+    final = lm_loss.evaluate_lm(model, lm_batches(tokenizer, eval_blocks, kind, batch_size, seed + 1), kind)
+    log.info(
+        "held-out masked-LM loss after %d steps: %.4f (perplexity %.1f)", steps, final["loss"], final["perplexity"]
+    )
     return {
         "skipped": False,
         "trained_parameters": list(trainable),
@@ -298,31 +330,52 @@ def run(ctx) -> None:
     lines = read_lines(text)
     n_eval = opts.eval_lines
     if len(lines) <= n_eval:
-        raise VocabTransferError(f"{text}: {len(lines)} non-empty lines, but source_head.eval_lines holds out "
-                                 f"{n_eval}; lower source_head.eval_lines or use a longer text")
+        raise VocabTransferError(
+            f"{text}: {len(lines)} non-empty lines, but source_head.eval_lines holds out "
+            f"{n_eval}; lower source_head.eval_lines or use a longer text"
+        )
     train_lines, eval_lines = lines[:-n_eval], lines[-n_eval:]
     stats = {
-        "source_model": source, "model_dir": str(directory), "kind": kind, "model_class": type(model).__name__,
-        "text": str(text), "heldout_lines": n_eval, "train_lines": len(train_lines),
-        "missing_keys": list(loading.missing_keys), "steps": opts.steps,
-        "learning_rate": opts.learning_rate, "batch_size": opts.batch_size,
-        "seq_len": opts.seq_len, "mlm_probability": MLM_PROBABILITY if kind == "masked" else None,
-        "seed": ctx.seed, "versions": io.versions(),
+        "source_model": source,
+        "model_dir": str(directory),
+        "kind": kind,
+        "model_class": type(model).__name__,
+        "text": str(text),
+        "heldout_lines": n_eval,
+        "train_lines": len(train_lines),
+        "missing_keys": list(loading.missing_keys),
+        "steps": opts.steps,
+        "learning_rate": opts.learning_rate,
+        "batch_size": opts.batch_size,
+        "seq_len": opts.seq_len,
+        "mlm_probability": MLM_PROBABILITY if kind == "masked" else None,
+        "seed": ctx.seed,
+        "versions": io.versions(),
     }
     if loading.head_missing:
         stats.update(train_head(model, tokenizer, kind, loading, train_lines, eval_lines, opts, ctx.seed))
     else:
         log.info("%s has its LM head; nothing to train, saving it as the source model", directory)
         blocks = pack_lines(tokenizer, eval_lines, opts.seq_len, kind=kind)
-        ref = modeling.evaluate_lm(model, lm_batches(tokenizer, blocks, kind, opts.batch_size, ctx.seed + 1), kind)
-        stats.update(skipped=True, trained_parameters=[], loss_before=ref["loss"], loss_after=ref["loss"],
-                     perplexity_after=ref["perplexity"], heldout_tokens_predicted=ref["n_tokens"],
-                     heldout_blocks=len(blocks))
+        ref = lm_loss.evaluate_lm(model, lm_batches(tokenizer, blocks, kind, opts.batch_size, ctx.seed + 1), kind)
+        stats.update(
+            skipped=True,
+            trained_parameters=[],
+            loss_before=ref["loss"],
+            loss_after=ref["loss"],
+            perplexity_after=ref["perplexity"],
+            heldout_tokens_predicted=ref["n_tokens"],
+            heldout_blocks=len(blocks),
+        )
     stats["reference_perplexity"] = stats["perplexity_after"]
     stats["seconds"] = time.perf_counter() - start
     model.to("cpu")
     modeling.save_model_dir(model, tokenizer, ctx.output["model"])
     io.write_json(stats, ctx.output["stats"])
-    log.info("source model with %s LM head: %s (held-out loss %.4f -> %.4f)",
-             "its own" if stats["skipped"] else "a trained", ctx.output["model"], stats["loss_before"],
-             stats["loss_after"])
+    log.info(
+        "source model with %s LM head: %s (held-out loss %.4f -> %.4f)",
+        "its own" if stats["skipped"] else "a trained",
+        ctx.output["model"],
+        stats["loss_before"],
+        stats["loss_after"],
+    )

@@ -45,8 +45,10 @@ def copy_model_files(directory: Path, out_dir: Path) -> list[str]:
     patterns = HUB_FILES if any(fnmatch.fnmatch(n, "*.safetensors") for n in names) else HUB_FILES + BIN_FILES
     chosen = [n for n in names if any(fnmatch.fnmatch(n, pat) for pat in patterns)]
     if not chosen:
-        raise VocabTransferError(f"{directory}: no config, tokenizer or weight files in it; point source_model at a "
-                                 "Hugging Face model directory")
+        raise VocabTransferError(
+            f"{directory}: no config, tokenizer or weight files in it; point source_model at a "
+            "Hugging Face model directory"
+        )
     for name in chosen:
         shutil.copyfile(directory / name, out_dir / name)
     return chosen
@@ -54,8 +56,11 @@ def copy_model_files(directory: Path, out_dir: Path) -> list[str]:
 
 def weight_hashes(directory: Path) -> dict[str, str]:
     """file name -> sha256 of each weight file of a model directory."""
-    return {p.name: gguf.sha256(p) for p in sorted(directory.iterdir())
-            if p.is_file() and any(fnmatch.fnmatch(p.name, pat) for pat in WEIGHT_FILES)}
+    return {
+        p.name: gguf.sha256(p)
+        for p in sorted(directory.iterdir())
+        if p.is_file() and any(fnmatch.fnmatch(p.name, pat) for pat in WEIGHT_FILES)
+    }
 
 
 def materialise(value: str, out_dir: Path) -> dict:
@@ -87,5 +92,11 @@ def run(ctx) -> None:
     out_dir = Path(ctx.output["model"])
     stats = materialise(value, out_dir)
     io.write_json(stats, ctx.output["stats"])
-    log.info("source model %s (%s) materialised in %s (%.1f s): %s", value, stats["route"], out_dir,
-             stats["seconds"], ", ".join(f"{k} sha256 {v[:12]}…" for k, v in stats["weights_sha256"].items()))
+    log.info(
+        "source model %s (%s) materialised in %s (%.1f s): %s",
+        value,
+        stats["route"],
+        out_dir,
+        stats["seconds"],
+        ", ".join(f"{k} sha256 {v[:12]}…" for k, v in stats["weights_sha256"].items()),
+    )

@@ -72,11 +72,26 @@ def run(ctx) -> None:
         E = matrices[which]
         if E is None:
             continue
-        W, H, stats, labels = factorize_source(E, "snmf", opts, seed=ctx.seed, device=ctx.device,
-                                               section=f"init.snmf ({which} embeddings)", return_labels=True)
-        log.info("source_snmf: %s embeddings %s -> %d cluster(s) × rank %d, relative error %.4f after %d "
-                 "iterations (%.1f s)", which, tuple(E.shape), stats["clusters"], stats["rank"],
-                 stats["relative_error"], stats["iterations"], stats["seconds"])
+        W, H, stats, labels = factorize_source(
+            E,
+            "snmf",
+            opts,
+            seed=ctx.seed,
+            device=ctx.device,
+            section=f"init.snmf ({which} embeddings)",
+            return_labels=True,
+        )
+        log.info(
+            "source_snmf: %s embeddings %s -> %d cluster(s) × rank %d, relative error %.4f after %d "
+            "iterations (%.1f s)",
+            which,
+            tuple(E.shape),
+            stats["clusters"],
+            stats["rank"],
+            stats["relative_error"],
+            stats["iterations"],
+            stats["seconds"],
+        )
         if stats["clusters"] > 1:  # compact: own-block coefficients + cluster ids (see the module doc)
             W = block_coefficients(W, labels, stats["clusters"])
             tensors[f"{which}_clusters"] = labels.to(torch.int64).contiguous()
@@ -107,24 +122,31 @@ def load_factors(path: str | Path, matrices: dict, options, seed: int | None = N
     meta = io.tensor_metadata(path)
     saved = {**MISSING_KEY, **(meta.get("options") or {})}
     options = options or SnmfOptions()
-    differ = [f"{k}={saved.get(k)!r} (params: {getattr(options, k)!r})" for k in FACTOR_KEYS
-              if saved.get(k) != getattr(options, k)]
+    differ = [
+        f"{k}={saved.get(k)!r} (params: {getattr(options, k)!r})"
+        for k in FACTOR_KEYS
+        if saved.get(k) != getattr(options, k)
+    ]
     if seed is not None and meta.get("seed") != seed:
         differ.append(f"seed={meta.get('seed')!r} (params: {seed!r})")
     if differ:
-        raise VocabTransferError(f"{path}: computed with other init.snmf options: {', '.join(differ)}; "
-                                 "rerun the source_snmf stage")
+        raise VocabTransferError(
+            f"{path}: computed with other init.snmf options: {', '.join(differ)}; rerun the source_snmf stage"
+        )
     factors = {}
     for which, E in matrices.items():
         if E is None:
             continue
         entry = meta.get(which)
         if not isinstance(entry, dict):
-            raise VocabTransferError(f"{path}: holds no factorisation of the {which} embeddings; "
-                                     "rerun the source_snmf stage")
+            raise VocabTransferError(
+                f"{path}: holds no factorisation of the {which} embeddings; rerun the source_snmf stage"
+            )
         if entry.get("fingerprint") != fingerprint(E):
-            raise VocabTransferError(f"{path}: factorises other {which} embeddings than the source model's "
-                                     f"{tuple(E.shape)}; rerun the source_snmf stage")
+            raise VocabTransferError(
+                f"{path}: factorises other {which} embeddings than the source model's "
+                f"{tuple(E.shape)}; rerun the source_snmf stage"
+            )
         keys = (f"{which}_coordinates", f"{which}_primitives")
         missing = [k for k in keys if k not in tensors]
         if missing:
@@ -133,10 +155,16 @@ def load_factors(path: str | Path, matrices: dict, options, seed: int | None = N
         n_clusters = int(saved["clusters"])
         if n_clusters > 1:
             labels = tensors.get(f"{which}_clusters")
-            if (labels is None or tuple(labels.shape) != (W.shape[0],) or labels.is_floating_point()
-                    or (labels.numel() and not (0 <= int(labels.min()) and int(labels.max()) < n_clusters))):
-                raise VocabTransferError(f"{path}: clustered factors without the cluster id of every {which} row "
-                                         f"in 0..{n_clusters - 1} ({which}_clusters); rerun the source_snmf stage")
+            if (
+                labels is None
+                or tuple(labels.shape) != (W.shape[0],)
+                or labels.is_floating_point()
+                or (labels.numel() and not (0 <= int(labels.min()) and int(labels.max()) < n_clusters))
+            ):
+                raise VocabTransferError(
+                    f"{path}: clustered factors without the cluster id of every {which} row "
+                    f"in 0..{n_clusters - 1} ({which}_clusters); rerun the source_snmf stage"
+                )
             labels = labels.to(torch.int64)
             W = expand_blocks(W, labels, n_clusters)
         else:

@@ -28,12 +28,12 @@ def _gram_svd(E: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor, torc
     V, D = E.shape
     G = E.new_zeros(D, D)
     for start in range(0, V, GRAM_BLOCK):
-        block = E[start:start + GRAM_BLOCK]
+        block = E[start : start + GRAM_BLOCK]
         G += block.T @ block
     with lapack_single_thread(G):
         lam, vecs = torch.linalg.eigh(G)
     lam, vecs = lam.flip(0)[:k], vecs.flip(1)[:, :k]
-    if not float(lam[-1]) > float(lam[0]) * GRAM_MIN_RATIO ** 2:
+    if not float(lam[-1]) > float(lam[0]) * GRAM_MIN_RATIO**2:
         return None
     S = lam.sqrt()
     U = (E @ vecs) / S

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from vocabtransfer.data.fasttext_vectors import FasttextParams, WordFasttextSettings, train_word_fasttext
+from vocabtransfer.data.fasttext_models import WordFasttextSettings, train_word_fasttext
+from vocabtransfer.data.fasttext_vectors import FasttextParams
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.io import read_parquet
 from vocabtransfer.pipeline.paths import data_path
@@ -21,8 +22,9 @@ def _train_words(ctx: "Context", text) -> None:
     n-grams, one thread unless `fasttext.reproducible` is false."""
     threads = 1 if ctx.section("fasttext", FasttextParams).reproducible else ctx.threads
     opts = ctx.param("init.wechsel.fasttext")
-    settings = WordFasttextSettings(model=opts["model"], dim=opts["dim"], epochs=opts["epochs"],
-                                    min_count=opts["min_count"])
+    settings = WordFasttextSettings(
+        model=opts["model"], dim=opts["dim"], epochs=opts["epochs"], min_count=opts["min_count"]
+    )
     train_word_fasttext(text, ctx.output["model"], settings, seed=ctx.seed, threads=threads, bucket=opts["bucket"])
 
 
@@ -30,8 +32,10 @@ def run_source_words(ctx: "Context") -> None:
     """Stage `source_fasttext`: word-level fastText on source-language text (init.wechsel.source_text)."""
     text = data_path(ctx.param("init.wechsel.source_text"))
     if not text.is_file():
-        raise VocabTransferError(f"{text}: source-language text not found (init.wechsel.source_text); "
-                                 "fix the path (relative paths resolve against $VOCABTRANSFER_DATA)")
+        raise VocabTransferError(
+            f"{text}: source-language text not found (init.wechsel.source_text); "
+            "fix the path (relative paths resolve against $VOCABTRANSFER_DATA)"
+        )
     _train_words(ctx, text)
 
 

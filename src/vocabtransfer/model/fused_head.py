@@ -85,43 +85,67 @@ def _fail(argument: str, message: str) -> None:
     raise VocabTransferError(f"linear_objective_loss: {argument} {message}")
 
 
-def check_inputs(hidden, weight, labels, objective: str, margin: float, bias, ignore_index: int,
-                 reduction: str) -> None:
+def check_inputs(
+    hidden, weight, labels, objective: str, margin: float, bias, ignore_index: int, reduction: str
+) -> None:
     """One-line VocabTransferError naming the argument for every input the loss cannot take."""
     if objective not in OBJECTIVE_NAMES:
         _fail("objective", f"{objective!r} is unknown; use one of {', '.join(OBJECTIVE_NAMES)}")
     if isinstance(margin, bool) or not isinstance(margin, (int, float)) or math.isnan(margin) or margin < 0:
-        _fail("margin", f"must be a number >= 0 (math.inf for plain cross-entropy), got {margin!r}; "
-                        "set pretrain.selfish.margin to a non-negative number")
+        _fail(
+            "margin",
+            f"must be a number >= 0 (math.inf for plain cross-entropy), got {margin!r}; "
+            "set pretrain.selfish.margin to a non-negative number",
+        )
     if reduction not in ("none", "sum", "mean"):
         _fail("reduction", f"must be none, sum or mean, got {reduction!r}")
     if not isinstance(hidden, torch.Tensor) or hidden.dim() != 2:
-        _fail("hidden", f"must be a 2-D tensor (N, H), got shape {tuple(getattr(hidden, 'shape', ()))}; "
-                        "flatten the batch first")
+        _fail(
+            "hidden",
+            f"must be a 2-D tensor (N, H), got shape {tuple(getattr(hidden, 'shape', ()))}; flatten the batch first",
+        )
     if not isinstance(weight, torch.Tensor) or weight.dim() != 2:
         _fail("weight", f"must be a 2-D tensor (V, H), got shape {tuple(getattr(weight, 'shape', ()))}")
     if hidden.shape[1] != weight.shape[1]:
-        _fail("weight", f"has width {weight.shape[1]} but hidden has width {hidden.shape[1]}; pass the head's "
-                        "(vocabulary x hidden) matrix and the states that enter it")
+        _fail(
+            "weight",
+            f"has width {weight.shape[1]} but hidden has width {hidden.shape[1]}; pass the head's "
+            "(vocabulary x hidden) matrix and the states that enter it",
+        )
     if not hidden.dtype.is_floating_point or hidden.dtype != weight.dtype:
-        _fail("weight", f"dtype {weight.dtype} differs from hidden's {hidden.dtype}; cast both to one "
-                        "floating-point dtype")
+        _fail(
+            "weight",
+            f"dtype {weight.dtype} differs from hidden's {hidden.dtype}; cast both to one floating-point dtype",
+        )
     if hidden.device != weight.device:
         _fail("weight", f"is on {weight.device} but hidden on {hidden.device}; move them to one device")
-    if bias is not None and (not isinstance(bias, torch.Tensor) or tuple(bias.shape) != (weight.shape[0],)
-                             or bias.dtype != weight.dtype or bias.device != weight.device):
-        _fail("bias", f"must be a ({weight.shape[0]},) tensor of weight's dtype and device, got "
-                      f"{tuple(getattr(bias, 'shape', ()))} {getattr(bias, 'dtype', type(bias).__name__)}")
+    if bias is not None and (
+        not isinstance(bias, torch.Tensor)
+        or tuple(bias.shape) != (weight.shape[0],)
+        or bias.dtype != weight.dtype
+        or bias.device != weight.device
+    ):
+        _fail(
+            "bias",
+            f"must be a ({weight.shape[0]},) tensor of weight's dtype and device, got "
+            f"{tuple(getattr(bias, 'shape', ()))} {getattr(bias, 'dtype', type(bias).__name__)}",
+        )
     if not isinstance(labels, torch.Tensor) or labels.dim() != 1 or labels.shape[0] != hidden.shape[0]:
-        _fail("labels", f"must be a 1-D tensor of {hidden.shape[0]} token ids (one per hidden row), got "
-                        f"shape {tuple(getattr(labels, 'shape', ()))}")
+        _fail(
+            "labels",
+            f"must be a 1-D tensor of {hidden.shape[0]} token ids (one per hidden row), got "
+            f"shape {tuple(getattr(labels, 'shape', ()))}",
+        )
     if labels.dtype.is_floating_point or labels.dtype.is_complex or labels.dtype == torch.bool:
         _fail("labels", f"must hold integer token ids, got {labels.dtype}")
     vocab = weight.shape[0]
     bad = (labels != ignore_index) & ((labels < 0) | (labels >= vocab))
     if bool(bad.any()):
-        _fail("labels", f"holds id {int(labels[bad][0])}, outside [0, {vocab}) and not ignore_index "
-                        f"({ignore_index}); the labels do not match the head's vocabulary")
+        _fail(
+            "labels",
+            f"holds id {int(labels[bad][0])}, outside [0, {vocab}) and not ignore_index "
+            f"({ignore_index}); the labels do not match the head's vocabulary",
+        )
 
 
 def _runs(kept_columns: torch.Tensor, tile: int) -> list[tuple[int, int]]:
@@ -196,7 +220,7 @@ def chunked_pass(hidden, weight, bias, labels, margin: float, row_weight=1.0, ne
         if half:  # G once in the inputs' dtype (its place in the group), dhidden from it
             if db is not None:
                 db.addmv_(x.T, w if per_row else ones[: e - s], alpha=1.0 if per_row else w)
-            _half_dhidden(x, g_buffer[s - g0: e - g0], weight, runs, out, w)
+            _half_dhidden(x, g_buffer[s - g0 : e - g0], weight, runs, out, w)
             if e - g0 == group or e == n:  # the group is full: its dweight product
                 hw = hidden[g0:e] * (row_weight[g0:e].to(hidden.dtype)[:, None] if per_row else w)
                 dw, g0 = _accumulate(dw, g_buffer[: e - g0].T @ hw, work, last=e == n), e
@@ -310,9 +334,17 @@ def _dispatch(hidden, weight, bias, labels, margin, row_weight, need_grad):
     return chunked_pass(hidden, weight, bias, labels, margin, row_weight, need_grad)
 
 
-def linear_objective_loss(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, *, objective: str,
-                          margin: float = 2.0, bias: torch.Tensor | None = None, ignore_index: int = -100,
-                          reduction: Reduction = "mean") -> torch.Tensor:
+def linear_objective_loss(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    labels: torch.Tensor,
+    *,
+    objective: str,
+    margin: float = 2.0,
+    bias: torch.Tensor | None = None,
+    ignore_index: int = -100,
+    reduction: Reduction = "mean",
+) -> torch.Tensor:
     """The objective's loss on the logits `hidden @ weight.T + bias`, without forming them.
 
     hidden (N, H), weight (V, H), bias (V,) or None, all of one floating dtype; labels (N,) token ids,

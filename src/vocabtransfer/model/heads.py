@@ -62,8 +62,10 @@ class Head:
         elif hasattr(proj, "factors"):  # lowrank.LowRankOutput: (h @ P.T) @ C.T
             states, weight = states @ proj.factors.primitives.T, proj.factors.coordinates
         else:
-            raise VocabTransferError(f"{self.family} head: its vocabulary projection is a {type(proj).__name__}, "
-                                     "neither nn.Linear nor a low-rank output; vocabtransfer cannot read its weight")
+            raise VocabTransferError(
+                f"{self.family} head: its vocabulary projection is a {type(proj).__name__}, "
+                "neither nn.Linear nor a low-rank output; vocabtransfer cannot read its weight"
+            )
         if self.scale != 1.0:
             states, bias = states * self.scale, None if bias is None else bias * self.scale
         return states, weight, bias
@@ -71,8 +73,9 @@ class Head:
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """The head's logits for `hidden` (materialised: for few rows, or a soft-capped head)."""
         states, weight, bias = self.linear(hidden)
-        logits = torch.nn.functional.linear(states, weight.to(states.dtype),
-                                            None if bias is None else bias.to(states.dtype))
+        logits = torch.nn.functional.linear(
+            states, weight.to(states.dtype), None if bias is None else bias.to(states.dtype)
+        )
         return logits if self.softcap is None else torch.tanh(logits / self.softcap) * self.softcap
 
     __call__ = logits
@@ -88,6 +91,7 @@ class Head:
 
 # ------------------------------------------------------------------------------ one function per family
 
+
 def bert_head(model) -> Head:
     p = model.cls.predictions
     return Head("bert", model.cls, (model.cls,), p.transform, p.decoder)
@@ -102,8 +106,13 @@ def roberta_head(model) -> Head:
 
 def distilbert_head(model) -> Head:
     modules = (model.vocab_transform, model.vocab_layer_norm, model.vocab_projector)
-    return Head("distilbert", model.vocab_transform, modules,
-                lambda h: model.vocab_layer_norm(model.activation(model.vocab_transform(h))), model.vocab_projector)
+    return Head(
+        "distilbert",
+        model.vocab_transform,
+        modules,
+        lambda h: model.vocab_layer_norm(model.activation(model.vocab_transform(h))),
+        model.vocab_projector,
+    )
 
 
 def decoder_head(model) -> Head:
@@ -128,11 +137,14 @@ def head_parts(model) -> Head:
     linear = isinstance(out, nn.Linear) or hasattr(out, "factors")
     if linear and not getattr(model.config, "is_encoder_decoder", False):
         return decoder_head(model)
-    raise VocabTransferError(f"{type(model).__name__}: no LM head of a family vocabtransfer knows (BERT, RoBERTa, "
-                             "DistilBERT, decoder lm_head); use a masked or causal LM of one of these families")
+    raise VocabTransferError(
+        f"{type(model).__name__}: no LM head of a family vocabtransfer knows (BERT, RoBERTa, "
+        "DistilBERT, decoder lm_head); use a masked or causal LM of one of these families"
+    )
 
 
 # ------------------------------------------------------------------------------ states and loss
+
 
 def _capture(store: list):
     def hook(module, args, kwargs):
@@ -142,6 +154,7 @@ def _capture(store: list):
         key = next(iter(kwargs))
         store.append(kwargs[key])
         return args, {**kwargs, key: kwargs[key][..., :0, :]}
+
     return hook
 
 
@@ -171,8 +184,15 @@ def predicted_hidden(model, batch: dict, kind: str, head: Head | None = None):
     return hidden[selected], labels[selected]
 
 
-def head_loss(head: Head, hidden: torch.Tensor, targets: torch.Tensor, *, objective: str = "standard",
-              margin: float = 2.0, reduction: str = "mean") -> torch.Tensor:
+def head_loss(
+    head: Head,
+    hidden: torch.Tensor,
+    targets: torch.Tensor,
+    *,
+    objective: str = "standard",
+    margin: float = 2.0,
+    reduction: str = "mean",
+) -> torch.Tensor:
     """The objective's loss of `targets` from the head's input states, through the fused head.
 
     Under autocast the head runs in the autocast dtype (as its matmul would), else in the weight's
@@ -186,7 +206,12 @@ def head_loss(head: Head, hidden: torch.Tensor, targets: torch.Tensor, *, object
     device = states.device.type
     dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else weight.dtype
     with torch.autocast(device, enabled=False):
-        return linear_objective_loss(states.to(dtype), weight.to(dtype), targets,
-                                     objective=get_objective(objective).kernel,
-                                     margin=margin,
-                                     bias=None if bias is None else bias.to(dtype), reduction=reduction)
+        return linear_objective_loss(
+            states.to(dtype),
+            weight.to(dtype),
+            targets,
+            objective=get_objective(objective).kernel,
+            margin=margin,
+            bias=None if bias is None else bias.to(dtype),
+            reduction=reduction,
+        )

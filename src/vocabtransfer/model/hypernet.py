@@ -35,8 +35,9 @@ class HyperNetConfig:
 
     def __post_init__(self):
         if self.width % self.heads:
-            raise VocabTransferError(f"hypernet: width {self.width} is not a multiple of heads {self.heads}; "
-                                     "choose heads that divide it")
+            raise VocabTransferError(
+                f"hypernet: width {self.width} is not a multiple of heads {self.heads}; choose heads that divide it"
+            )
 
 
 def default_heads(width: int) -> int:
@@ -54,8 +55,9 @@ class HyperNet(nn.Module):
         self.config = config
         self.project = nn.Linear(config.dim, config.width)
         self.position = nn.Embedding(config.max_pieces, config.width)
-        layer = nn.TransformerEncoderLayer(config.width, config.heads, 2 * config.width, dropout=0.0,
-                                           batch_first=True, norm_first=True)
+        layer = nn.TransformerEncoderLayer(
+            config.width, config.heads, 2 * config.width, dropout=0.0, batch_first=True, norm_first=True
+        )
         self.encoder = nn.TransformerEncoder(layer, config.layers, enable_nested_tensor=False)
         self.norm = nn.LayerNorm(config.width)
         self.head = nn.Linear(config.width, config.dim)
@@ -64,8 +66,9 @@ class HyperNet(nn.Module):
 
     def forward(self, pieces: torch.Tensor, base: torch.Tensor, source: torch.Tensor) -> torch.Tensor:
         counts = (pieces >= 0).sum(1)
-        pooled = torch.zeros((pieces.shape[0], self.config.width), dtype=self.project.weight.dtype,
-                             device=pieces.device)
+        pooled = torch.zeros(
+            (pieces.shape[0], self.config.width), dtype=self.project.weight.dtype, device=pieces.device
+        )
         for k in counts.unique().tolist():  # rows of k pieces together, without padding (most tokens have 1-3)
             rows = (counts == k).nonzero().squeeze(1)
             x = self.project(source[pieces[rows, :k]].to(self.project.weight.dtype)) + self.position.weight[:k]
@@ -85,13 +88,16 @@ def load(directory: Path) -> HyperNet:
         config = HyperNetConfig(**io.read_json(directory / CONFIG))
         state = io.load_tensors(directory / WEIGHTS)
     except (VocabTransferError, TypeError) as exc:
-        raise VocabTransferError(f"{directory}: not a trained hypernetwork ({exc}); rerun stage hypernet "
-                                 "(snakemake -R hypernet)") from exc
+        raise VocabTransferError(
+            f"{directory}: not a trained hypernetwork ({exc}); rerun stage hypernet (snakemake -R hypernet)"
+        ) from exc
     net = HyperNet(config)
     missing, unexpected = net.load_state_dict(state, strict=False)
     if missing or unexpected:
-        raise VocabTransferError(f"{directory / WEIGHTS}: weights do not fit config.json (missing {missing[:3]}, "
-                                 f"unexpected {unexpected[:3]}); rerun stage hypernet")
+        raise VocabTransferError(
+            f"{directory / WEIGHTS}: weights do not fit config.json (missing {missing[:3]}, "
+            f"unexpected {unexpected[:3]}); rerun stage hypernet"
+        )
     return net.eval()
 
 

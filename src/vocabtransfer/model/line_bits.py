@@ -15,7 +15,7 @@ import numpy as np
 
 from vocabtransfer import io
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.model import modeling
+from vocabtransfer.model import lm_loss
 from vocabtransfer.model.lmdata import Kind, special_tokens_around
 
 LN2 = math.log(2.0)
@@ -86,8 +86,9 @@ def line_counts(tokenizer, lines: list[str]) -> tuple[list[list[int]], np.ndarra
     return ids, n_bytes, np.array([len(x) for x in ids], dtype=np.int64)
 
 
-def score_lines(model, tokenizer, lines: list[str], *, seq_len: int, batch_size: int,
-                kind: Kind = "causal") -> LineScores:
+def score_lines(
+    model, tokenizer, lines: list[str], *, seq_len: int, batch_size: int, kind: Kind = "causal"
+) -> LineScores:
     """Steps 1–4 for every line (module docstring). A masked LM is not scored: its bits are NaN
     (`MASKED_REASON`); its bytes and tokens are counted all the same."""
     import torch  # torch: heavy, not at CLI start-up
@@ -114,7 +115,7 @@ def score_lines(model, tokenizer, lines: list[str], *, seq_len: int, batch_size:
     # model's gathered parameters must stay usable by training)
     with torch.no_grad():
         for k in range(0, len(rows), batch_size):
-            chunk = rows[k: k + batch_size]
+            chunk = rows[k : k + batch_size]
             width = len(chunk[0][1])
             input_ids = torch.full((len(chunk), width), pad, dtype=torch.long)
             labels = torch.full((len(chunk), width), -100, dtype=torch.long)
@@ -125,7 +126,7 @@ def score_lines(model, tokenizer, lines: list[str], *, seq_len: int, batch_size:
                 mask[j, : len(x)] = 1
             batch = {"input_ids": input_ids, "attention_mask": mask, "labels": labels}
             row_of = (labels[:, 1:] != -100).nonzero()[:, 0].numpy()  # the order token_losses returns
-            losses, _ = modeling.token_losses(model, batch, "causal", objective="standard")
+            losses, _ = lm_loss.token_losses(model, batch, "causal", objective="standard")
             line_of = np.array([r[0] for r in chunk], dtype=np.int64)[row_of]
             bits += np.bincount(line_of, weights=losses.double().cpu().numpy() / LN2, minlength=len(lines))
     model.train(was_training)

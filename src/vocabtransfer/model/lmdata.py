@@ -19,8 +19,10 @@ def read_lines(path: str | os.PathLike) -> list[str]:
     """Non-empty, stripped lines of a UTF-8 text file."""
     path = Path(path)
     if not path.is_file():
-        raise VocabTransferError(f"{path}: text file not found; check the path in params.yaml (relative paths "
-                                 "resolve against $VOCABTRANSFER_DATA)")
+        raise VocabTransferError(
+            f"{path}: text file not found; check the path in params.yaml (relative paths "
+            "resolve against $VOCABTRANSFER_DATA)"
+        )
     with path.open(encoding="utf-8") as fh:
         return [s for s in (line.strip() for line in fh) if s]
 
@@ -58,10 +60,12 @@ def special_tokens_around(tokenizer) -> tuple[list[int], list[int]]:
     plain = tokenizer("a", add_special_tokens=False)["input_ids"]
     full = tokenizer("a", add_special_tokens=True)["input_ids"]
     for start in range(len(full) - len(plain) + 1):
-        if full[start: start + len(plain)] == plain:
-            return list(full[:start]), list(full[start + len(plain):])
-    raise VocabTransferError(f"{tokenizer.name_or_path}: cannot tell which special tokens the tokenizer adds "
-                             "around a line (its encoding of 'a' with special tokens does not contain the one without)")
+        if full[start : start + len(plain)] == plain:
+            return list(full[:start]), list(full[start + len(plain) :])
+    raise VocabTransferError(
+        f"{tokenizer.name_or_path}: cannot tell which special tokens the tokenizer adds "
+        "around a line (its encoding of 'a' with special tokens does not contain the one without)"
+    )
 
 
 def pack_ids(tokenizer, sequences: Iterable[Sequence[int]], seq_len: int, *, kind: Kind = "masked") -> list[list[int]]:
@@ -76,8 +80,11 @@ def pack_ids(tokenizer, sequences: Iterable[Sequence[int]], seq_len: int, *, kin
     room = seq_len - len(prefix) - len(suffix)
     if room < 1:
         raise VocabTransferError(f"seq_len {seq_len} leaves no room for tokens between the special tokens")
-    return _pack((prefix + [int(i) for i in line[:room]] + suffix for line in sequences), seq_len,
-                 tokenizer.eos_token_id if kind == "causal" else None)
+    return _pack(
+        (prefix + [int(i) for i in line[:room]] + suffix for line in sequences),
+        seq_len,
+        tokenizer.eos_token_id if kind == "causal" else None,
+    )
 
 
 class LMCollator:
@@ -94,8 +101,10 @@ class LMCollator:
             from transformers import DataCollatorForLanguageModeling  # transformers: heavy, not at CLI start-up
 
             if tokenizer.mask_token is None or tokenizer.pad_token is None:
-                raise VocabTransferError(f"{tokenizer.name_or_path}: a masked LM needs a tokenizer with mask and "
-                                         "pad tokens; this one lacks them")
+                raise VocabTransferError(
+                    f"{tokenizer.name_or_path}: a masked LM needs a tokenizer with mask and "
+                    "pad tokens; this one lacks them"
+                )
             self.mlm = DataCollatorForLanguageModeling(tokenizer, mlm_probability=mlm_probability, seed=seed)
 
     def __call__(self, blocks: list[list[int]]) -> dict:
@@ -124,4 +133,4 @@ def target_labels(batch: dict, kind: Kind):
 def lm_batches(tokenizer, blocks: list[list[int]], kind: Kind, batch_size: int, seed: int) -> list[dict]:
     """All blocks collated into batches in order, with seeded masks (for evaluation)."""
     collate = LMCollator(tokenizer, kind, seed)
-    return [collate(blocks[i: i + batch_size]) for i in range(0, len(blocks), batch_size)]
+    return [collate(blocks[i : i + batch_size]) for i in range(0, len(blocks), batch_size)]

@@ -39,25 +39,36 @@ GPU_CHUNK_ELEMENTS = 1 << 24
 
 def _check(logits: torch.Tensor, labels: torch.Tensor, margin: float, ignore_index: int, reduction: str) -> None:
     if isinstance(margin, bool) or not isinstance(margin, (int, float)) or math.isnan(margin) or margin < 0:
-        raise VocabTransferError(f"selfish_cross_entropy: margin must be a number >= 0 (or math.inf for plain "
-                                 f"cross-entropy), got {margin!r}; set pretrain.selfish.margin > 0")
+        raise VocabTransferError(
+            f"selfish_cross_entropy: margin must be a number >= 0 (or math.inf for plain "
+            f"cross-entropy), got {margin!r}; set pretrain.selfish.margin > 0"
+        )
     if reduction not in ("none", "sum", "mean"):
         raise VocabTransferError(f"selfish_cross_entropy: reduction must be none, sum or mean, got {reduction!r}")
     if logits.dim() != 2 or labels.dim() != 1 or labels.shape[0] != logits.shape[0]:
-        raise VocabTransferError(f"selfish_cross_entropy: expected logits (N, V) and labels (N,), got "
-                                 f"{tuple(logits.shape)} and {tuple(labels.shape)}; flatten the batch first")
+        raise VocabTransferError(
+            f"selfish_cross_entropy: expected logits (N, V) and labels (N,), got "
+            f"{tuple(logits.shape)} and {tuple(labels.shape)}; flatten the batch first"
+        )
     if labels.dtype.is_floating_point or labels.dtype == torch.bool:
         raise VocabTransferError(f"selfish_cross_entropy: labels must be integer token ids, got {labels.dtype}")
     vocab = logits.shape[1]
     bad = (labels != ignore_index) & ((labels < 0) | (labels >= vocab))
     if bool(bad.any()):
         first = int(labels[bad][0])
-        raise VocabTransferError(f"selfish_cross_entropy: label {first} is outside [0, {vocab}) and is not "
-                                 f"ignore_index ({ignore_index}); the labels do not match the model's vocabulary")
+        raise VocabTransferError(
+            f"selfish_cross_entropy: label {first} is outside [0, {vocab}) and is not "
+            f"ignore_index ({ignore_index}); the labels do not match the model's vocabulary"
+        )
 
 
-def selfish_cross_entropy_naive(logits: torch.Tensor, labels: torch.Tensor, margin: float = 2.0,
-                                ignore_index: int = -100, reduction: Reduction = "mean") -> torch.Tensor:
+def selfish_cross_entropy_naive(
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    margin: float = 2.0,
+    ignore_index: int = -100,
+    reduction: Reduction = "mean",
+) -> torch.Tensor:
     """The reference: logits below `logit[target] - margin` set to -inf, then `F.cross_entropy`
     (autograd does the rest). Materialises two more (N, V) tensors; for tests and benchmarks."""
     _check(logits, labels, margin, ignore_index, reduction)
@@ -74,7 +85,7 @@ def _work_dtype(logits: torch.Tensor) -> torch.dtype:
 
 
 # the smallest positive (subnormal) number: a nonzero difference of two floats is at least this large
-_TINY = {torch.float32: 2.0 ** -149, torch.float64: 2.0 ** -1074}
+_TINY = {torch.float32: 2.0**-149, torch.float64: 2.0**-1074}
 
 
 def _kept(x: torch.Tensor, threshold: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -131,8 +142,10 @@ class _SelfishCrossEntropy(torch.autograd.Function):
     def backward(ctx, grad_losses):
         grad = ctx.grad_buffer
         if grad is None:
-            raise RuntimeError("selfish_cross_entropy: backward a second time through the same graph is not "
-                               "supported (its gradient buffer is used up); recompute the loss instead")
+            raise RuntimeError(
+                "selfish_cross_entropy: backward a second time through the same graph is not "
+                "supported (its gradient buffer is used up); recompute the loss instead"
+            )
         ctx.grad_buffer = None
         grad.mul_(grad_losses.to(grad.dtype)[:, None])
         if ctx.rows is None:
@@ -141,8 +154,13 @@ class _SelfishCrossEntropy(torch.autograd.Function):
         return full.index_copy_(0, ctx.rows, grad), None, None, None
 
 
-def selfish_cross_entropy(logits: torch.Tensor, labels: torch.Tensor, margin: float = 2.0,
-                          ignore_index: int = -100, reduction: Reduction = "mean") -> torch.Tensor:
+def selfish_cross_entropy(
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    margin: float = 2.0,
+    ignore_index: int = -100,
+    reduction: Reduction = "mean",
+) -> torch.Tensor:
     """Cross-entropy where, at each position, tokens whose logit is more than `margin` below the
     target's are left out of the softmax (they get no gradient from that position).
 
@@ -171,6 +189,7 @@ def selfish_cross_entropy(logits: torch.Tensor, labels: torch.Tensor, margin: fl
 # The objectives registry: pretraining, evaluation and the analyses all read objectives from here
 # ---------------------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Objective:
     """A training objective: its loss on logits (N, V); on hidden states through a linear head it is
@@ -194,17 +213,34 @@ def _selfish(logits, labels, *, margin, ignore_index, reduction):
 
 
 OBJECTIVES: Registry[Objective] = Registry(
-    "objective", check=lambda o: None if isinstance(o, Objective) else "an objective is an Objective")
+    "objective", check=lambda o: None if isinstance(o, Objective) else "an objective is an Objective"
+)
 for _objective in (
     Objective("standard", "softmax cross-entropy over the whole vocabulary", False, _standard),
-    Objective("selfish", "cross-entropy over the tokens at most `margin` below the target's logit", True, _selfish,
-              kernel="selfish"),
+    Objective(
+        "selfish",
+        "cross-entropy over the tokens at most `margin` below the target's logit",
+        True,
+        _selfish,
+        kernel="selfish",
+    ),
     # on one model's logits (the analyses, which have no teacher) distill is its LM part: cross-entropy
-    Objective("distill", "alpha x chunk-likelihood matching to the source model through its own tokenizer "
-              "+ (1 - alpha) x cross-entropy", False, _standard, teacher=True),
+    Objective(
+        "distill",
+        "alpha x chunk-likelihood matching to the source model through its own tokenizer + (1 - alpha) x cross-entropy",
+        False,
+        _standard,
+        teacher=True,
+    ),
     # distill's chunk term alone (alpha = 1): tokenkit's pure ALM, the student's own tokens get no cross-entropy
-    Objective("alm", "chunk-likelihood matching to the source model through its own tokenizer alone (distill at "
-              "alpha = 1)", False, _standard, teacher=True, alpha=1.0),
+    Objective(
+        "alm",
+        "chunk-likelihood matching to the source model through its own tokenizer alone (distill at alpha = 1)",
+        False,
+        _standard,
+        teacher=True,
+        alpha=1.0,
+    ),
 ):
     OBJECTIVES.register(_objective.name)(_objective)
 
@@ -222,10 +258,18 @@ def get_objective(name: str) -> Objective:
     return OBJECTIVES[name]
 
 
-def objective_loss(objective: str, logits: torch.Tensor, labels: torch.Tensor, *, margin: float = 2.0,
-                   ignore_index: int = -100, reduction: Reduction = "mean") -> torch.Tensor:
+def objective_loss(
+    objective: str,
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    *,
+    margin: float = 2.0,
+    ignore_index: int = -100,
+    reduction: Reduction = "mean",
+) -> torch.Tensor:
     """Loss of a training objective on logits (N, V): `standard` (`F.cross_entropy`) or `selfish`
     (`selfish_cross_entropy` with `margin`); `distill` needs a teacher (`train/distill.py`), on one model's
     logits it is its LM part, `F.cross_entropy`; mean over the positions that count unless `reduction`."""
-    return get_objective(objective).on_logits(logits, labels, margin=margin, ignore_index=ignore_index,
-                                              reduction=reduction)
+    return get_objective(objective).on_logits(
+        logits, labels, margin=margin, ignore_index=ignore_index, reduction=reduction
+    )

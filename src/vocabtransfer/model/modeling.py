@@ -1,13 +1,11 @@
-"""Source models: load them, read and swap their embedding matrices, save them; and the
-language-model loss that source_head and init_eval share. Loading tokenizers and resolving a hub id
-or a path to a local directory is `vocabtransfer.model.hub`; the language-model batches are
-`vocabtransfer.model.lmdata`.
+"""Source models: load them, read and swap their embedding matrices, save them. Loading tokenizers and
+resolving a hub id or a path to a local directory is `vocabtransfer.model.hub`; the language-model batches
+are `vocabtransfer.model.lmdata`, their loss `vocabtransfer.model.lm_loss`.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +13,7 @@ from typing import Literal
 
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.model.hub import load_tokenizer, resolve_model_path
-from vocabtransfer.model.lmdata import Kind, target_labels
+from vocabtransfer.model.lmdata import Kind
 from vocabtransfer.io import atomic_output
 
 log = logging.getLogger(__name__)
@@ -24,6 +22,7 @@ log = logging.getLogger(__name__)
 # ---------------------------------------------------------------------------------------------
 # Models: load with an LM head, read and swap the embedding matrices, save.
 # ---------------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class LoadingInfo:
@@ -72,8 +71,13 @@ def detect_kind(config) -> Kind:
     )
 
 
-def load_source_model(path: str | os.PathLike, kind: Literal["auto", "masked", "causal"] = "auto", *,
-                      dtype=None, output_loading_info: bool = False):
+def load_source_model(
+    path: str | os.PathLike,
+    kind: Literal["auto", "masked", "causal"] = "auto",
+    *,
+    dtype=None,
+    output_loading_info: bool = False,
+):
     """Load a model *with its LM head*: AutoModelForMaskedLM or AutoModelForCausalLM (`kind`).
 
     Returns `(model, kind)`, or `(model, kind, LoadingInfo)` with `output_loading_info=True`.
@@ -89,8 +93,10 @@ def load_source_model(path: str | os.PathLike, kind: Literal["auto", "masked", "
     try:
         config = AutoConfig.from_pretrained(str(directory))
     except Exception as exc:
-        raise VocabTransferError(f"{directory}: cannot read the model config ({type(exc).__name__}: "
-                                 f"{str(exc).splitlines()[0][:200]}); is this a Hugging Face model directory?") from exc
+        raise VocabTransferError(
+            f"{directory}: cannot read the model config ({type(exc).__name__}: "
+            f"{str(exc).splitlines()[0][:200]}); is this a Hugging Face model directory?"
+        ) from exc
     if kind == "auto":
         kind = detect_kind(config)
     elif kind not in ("masked", "causal"):
@@ -98,33 +104,49 @@ def load_source_model(path: str | os.PathLike, kind: Literal["auto", "masked", "
     auto = AutoModelForMaskedLM if kind == "masked" else AutoModelForCausalLM
     kwargs = {"dtype": dtype} if dtype is not None else {}
     try:
-        model, info = auto.from_pretrained(str(directory), output_loading_info=True, ignore_mismatched_sizes=True,
-                                           **kwargs)
+        model, info = auto.from_pretrained(
+            str(directory), output_loading_info=True, ignore_mismatched_sizes=True, **kwargs
+        )
     except Exception as exc:
-        raise VocabTransferError(f"{directory}: cannot load it as a {kind} LM with {auto.__name__} "
-                                 f"({type(exc).__name__}: {str(exc).splitlines()[0][:200]})") from exc
+        raise VocabTransferError(
+            f"{directory}: cannot load it as a {kind} LM with {auto.__name__} "
+            f"({type(exc).__name__}: {str(exc).splitlines()[0][:200]})"
+        ) from exc
     missing = tuple(sorted(info.get("missing_keys") or ()))
     prefix = f"{model.base_model_prefix}."
     body = [k for k in missing if k.startswith(prefix)]
     if body:
-        raise VocabTransferError(f"{directory}: the checkpoint lacks {len(body)} weight(s) of the model body "
-                                 f"(e.g. {body[0]}); it is incomplete or not a {config.model_type} checkpoint, re-download it")
+        raise VocabTransferError(
+            f"{directory}: the checkpoint lacks {len(body)} weight(s) of the model body "
+            f"(e.g. {body[0]}); it is incomplete or not a {config.model_type} checkpoint, re-download it"
+        )
     mismatched = sorted(info.get("mismatched_keys") or ())
     check_lm_head(model, kind, directory, missing, mismatched)
     if mismatched:
-        raise VocabTransferError(f"{directory}: {len(mismatched)} weight(s) have the wrong shape (e.g. {mismatched[0]}); "
-                                 "config.json does not match model weights, re-download the model")
+        raise VocabTransferError(
+            f"{directory}: {len(mismatched)} weight(s) have the wrong shape (e.g. {mismatched[0]}); "
+            "config.json does not match model weights, re-download the model"
+        )
     loading = LoadingInfo(missing_keys=missing, unexpected_keys=tuple(sorted(info.get("unexpected_keys") or ())))
     if loading.head_missing:
-        log.warning("%s: the checkpoint has no LM head (%s); it was initialised randomly, train it with the "
-                    "source_head stage before using the model", directory, ", ".join(missing))
+        log.warning(
+            "%s: the checkpoint has no LM head (%s); it was initialised randomly, train it with the "
+            "source_head stage before using the model",
+            directory,
+            ", ".join(missing),
+        )
     model.eval()
     return (model, kind, loading) if output_loading_info else (model, kind)
 
 
 def weights_file(directory: Path) -> Path:
     """The file a model directory keeps its weights in (the index of a sharded checkpoint), for messages."""
-    for name in ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json"):
+    for name in (
+        "model.safetensors",
+        "model.safetensors.index.json",
+        "pytorch_model.bin",
+        "pytorch_model.bin.index.json",
+    ):
         if (directory / name).is_file():
             return directory / name
     return next(iter(sorted(directory.glob("*.safetensors"))), directory)
@@ -144,20 +166,27 @@ def check_lm_head(model, kind: Kind, directory: Path, missing: tuple[str, ...], 
     wrong = next((m for m in mismatched if m[0] == key), None)
     if wrong is not None:
         _, got, want = wrong
-        raise VocabTransferError(f"{weights}: the LM head {key} is {tuple(got)} but config.json makes the embeddings "
-                                 f"{tuple(want)} (vocab_size x hidden_size); use a checkpoint whose LM head matches its "
-                                 "embeddings (or fix config.json)")
-    declared = [a for a in (getattr(model.config, "architectures", None) or [])
-                if a.endswith(("ForCausalLM", "LMHeadModel"))]
+        raise VocabTransferError(
+            f"{weights}: the LM head {key} is {tuple(got)} but config.json makes the embeddings "
+            f"{tuple(want)} (vocab_size x hidden_size); use a checkpoint whose LM head matches its "
+            "embeddings (or fix config.json)"
+        )
+    declared = [
+        a for a in (getattr(model.config, "architectures", None) or []) if a.endswith(("ForCausalLM", "LMHeadModel"))
+    ]
     if kind == "causal" and key in missing and declared:
-        raise VocabTransferError(f"{weights}: no LM head ({key}), though config.json declares {declared[0]} with "
-                                 "tie_word_embeddings false; the checkpoint is incomplete: re-download it, or set "
-                                 "tie_word_embeddings: true if the input embeddings are the head")
+        raise VocabTransferError(
+            f"{weights}: no LM head ({key}), though config.json declares {declared[0]} with "
+            "tie_word_embeddings false; the checkpoint is incomplete: re-download it, or set "
+            "tie_word_embeddings: true if the input embeddings are the head"
+        )
     width, hidden = out.weight.shape[-1], model.get_input_embeddings().weight.shape[-1]
     if width != hidden:
-        raise VocabTransferError(f"{weights}: the LM head {key} is {width} wide but the input embeddings are {hidden}; "
-                                 "vocabtransfer initialises both with rows of one width, use a model whose LM head "
-                                 "reads hidden states as wide as its embeddings")
+        raise VocabTransferError(
+            f"{weights}: the LM head {key} is {width} wide but the input embeddings are {hidden}; "
+            "vocabtransfer initialises both with rows of one width, use a model whose LM head "
+            "reads hidden states as wide as its embeddings"
+        )
 
 
 def is_tied(model) -> bool:
@@ -184,13 +213,17 @@ def _checked_rows(matrix, n_tokens: int | None, what: str, name: str):
     rows = matrix.shape[0]
     if n_tokens is not None:
         if rows < n_tokens:
-            raise VocabTransferError(f"{name}: {what} embeddings have {rows} rows but the tokenizer has {n_tokens} "
-                                     "tokens; the tokenizer does not belong to this model, use the model's own tokenizer")
+            raise VocabTransferError(
+                f"{name}: {what} embeddings have {rows} rows but the tokenizer has {n_tokens} "
+                "tokens; the tokenizer does not belong to this model, use the model's own tokenizer"
+            )
         matrix = matrix[:n_tokens]
     bad = (~torch.isfinite(matrix)).any(dim=-1).nonzero().flatten()
     if len(bad):
-        raise VocabTransferError(f"{name}: {what} embeddings contain NaN/Inf in {len(bad)} row(s) "
-                                 f"(first: token id {int(bad[0])}); the checkpoint is corrupt, re-download or retrain it")
+        raise VocabTransferError(
+            f"{name}: {what} embeddings contain NaN/Inf in {len(bad)} row(s) "
+            f"(first: token id {int(bad[0])}); the checkpoint is corrupt, re-download or retrain it"
+        )
     return matrix.detach().float().cpu().clone()
 
 
@@ -214,8 +247,10 @@ def _check_new_matrix(matrix, shape: tuple[int, int], what: str, target: Path):
 
     if not isinstance(matrix, torch.Tensor) or tuple(matrix.shape) != shape:
         got = tuple(matrix.shape) if hasattr(matrix, "shape") else type(matrix).__name__
-        raise VocabTransferError(f"{target}: {what} must have shape {shape} (target vocabulary x hidden size), got {got}; "
-                                 "the embeddings were built for another tokenizer or model")
+        raise VocabTransferError(
+            f"{target}: {what} must have shape {shape} (target vocabulary x hidden size), got {got}; "
+            "the embeddings were built for another tokenizer or model"
+        )
     if not torch.isfinite(matrix).all():
         raise VocabTransferError(f"{target}: {what} contain NaN/Inf; the initialisation method produced invalid rows")
 
@@ -238,9 +273,15 @@ def _set_token_ids(model, tokenizer) -> None:
             setattr(gen, key, value)
 
 
-def build_target_model(source_model_dir: str | os.PathLike, target_tokenizer_dir: str | os.PathLike,
-                       input_embeddings, output_embeddings=None, *, bias=None,
-                       kind: Literal["auto", "masked", "causal"] = "auto"):
+def build_target_model(
+    source_model_dir: str | os.PathLike,
+    target_tokenizer_dir: str | os.PathLike,
+    input_embeddings,
+    output_embeddings=None,
+    *,
+    bias=None,
+    kind: Literal["auto", "masked", "causal"] = "auto",
+):
     """The source model with the target vocabulary: new embedding matrices, everything else unchanged.
 
     1. load the source model with its LM head and the target tokenizer;
@@ -262,14 +303,19 @@ def build_target_model(source_model_dir: str | os.PathLike, target_tokenizer_dir
     tied = is_tied(model)
     _check_new_matrix(input_embeddings, (n, dim), "input_embeddings", target)
     if tied and output_embeddings is not None:
-        raise VocabTransferError(f"{source_model_dir}: the model ties its output embeddings to its input embeddings; "
-                                 "pass output_embeddings=None")
+        raise VocabTransferError(
+            f"{source_model_dir}: the model ties its output embeddings to its input embeddings; "
+            "pass output_embeddings=None"
+        )
     if not tied:
         if output_embeddings is None:
-            raise VocabTransferError(f"{source_model_dir}: the model has untied output embeddings; "
-                                     "pass output_embeddings for the target vocabulary too")
-        _check_new_matrix(output_embeddings, (n, model.get_output_embeddings().weight.shape[1]),
-                          "output_embeddings", target)
+            raise VocabTransferError(
+                f"{source_model_dir}: the model has untied output embeddings; "
+                "pass output_embeddings for the target vocabulary too"
+            )
+        _check_new_matrix(
+            output_embeddings, (n, model.get_output_embeddings().weight.shape[1]), "output_embeddings", target
+        )
     model.resize_token_embeddings(n, mean_resizing=False)  # every row is overwritten below
     with torch.no_grad():
         weight = model.get_input_embeddings().weight
@@ -305,100 +351,3 @@ def save_model_dir(model, tokenizer, out_dir: str | os.PathLike) -> Path:
         model.save_pretrained(str(tmp))
         tokenizer.save_pretrained(str(tmp))
     return out_dir
-
-
-# ---------------------------------------------------------------------------------------------
-# Language-model loss: shared by source_head (training the head), init_eval and pretrain.
-# ---------------------------------------------------------------------------------------------
-
-def lm_head(model, kind: Kind | None = None):
-    """The model's LM head (`heads.head_parts`, by architecture family): callable on final hidden
-    states (-> logits), with `.parameters()`."""
-    from vocabtransfer.model.heads import head_parts  # imports torch: not at CLI start-up
-
-    return head_parts(model)
-
-
-def head_inputs(model, batch: dict, kind: Kind):
-    """(final hidden states at the predicted positions, their target ids) of one batch (`heads.predicted_hidden`).
-
-    Masked: the masked positions. Causal: every position whose next token is a label.
-    """
-    from vocabtransfer.model.heads import predicted_hidden  # imports torch: not at CLI start-up
-
-    return predicted_hidden(model, batch, kind)
-
-
-def predicted_logits(model, batch: dict, kind: Kind):
-    """(vocabulary logits at the predicted positions as float32, their target ids) of one batch; the
-    head runs on the predicted positions only. Materialises their logits: for the calibrated loss."""
-    from vocabtransfer.model.heads import head_parts, predicted_hidden  # imports torch: not at CLI start-up
-
-    head = head_parts(model)
-    hidden, targets = predicted_hidden(model, batch, kind, head)
-    return head.logits(hidden).float(), targets
-
-
-def token_losses(model, batch: dict, kind: Kind, *, objective: str = "standard", margin: float = 2.0, head=None):
-    """(the objective's loss of each predicted token, their target ids) of one batch, from the hidden
-    states through the fused head (no logits are formed)."""
-    from vocabtransfer.model.heads import head_loss, head_parts, predicted_hidden  # imports torch: not at CLI start-up
-
-    head = head if head is not None else head_parts(model)
-    hidden, targets = predicted_hidden(model, batch, kind, head)
-    return head_loss(head, hidden, targets, objective=objective, margin=margin, reduction="none"), targets
-
-
-def lm_loss_sum(model, batch: dict, kind: Kind):
-    """(summed token loss, number of predicted tokens) of one batch: `model(**batch).loss` × count."""
-    losses, targets = token_losses(model, batch, kind)
-    return losses.sum(), int(targets.numel())
-
-
-# logit scales tried for the temperature-calibrated loss: 1.1**i from 0.052 to 3.8, 1 included
-# (so the calibrated loss is never above the raw loss)
-CALIBRATION_SCALES = tuple(1.1 ** i for i in range(-31, 15))
-
-
-def evaluate_lm(model, batches: list[dict], kind: Kind, *, calibrate: bool = False) -> dict:
-    """Mean token loss, perplexity and token count over fixed batches (no gradients), with the summed loss
-    and the predicted-token count of every block (`block_loss`, `block_tokens`: the clusters of a paired
-    bootstrap over blocks).
-
-    With `calibrate`, also the loss after the best single temperature (temperature scaling,
-    Guo et al. 2017): all logits divided by T, T chosen from `CALIBRATION_SCALES` on these same
-    tokens (one parameter, so the optimism is negligible). It separates how well a model ranks
-    the right token from how over- or under-confident its logits are: `calibrated_loss` and
-    `temperature` (> 1: the raw logits were over-confident).
-    """
-    import torch  # torch: heavy, not at CLI start-up
-    import torch.nn.functional as F  # torch: heavy, not at CLI start-up
-
-    was_training = model.training
-    model.eval()
-    scaled = [0.0] * len(CALIBRATION_SCALES)
-    block_loss, block_tokens = [], []
-    # no_grad, not inference_mode: an FSDP2-sharded model's gathered parameters must stay usable by training
-    with torch.no_grad():
-        for batch in batches:
-            labels = target_labels(batch, kind)
-            rows = (labels != -100).nonzero()[:, 0]  # the block of each predicted token, in prediction order
-            if not calibrate:  # through the fused head
-                losses, _ = token_losses(model, batch, kind)
-            else:  # the temperatures need the logits
-                logits, targets = predicted_logits(model, batch, kind)
-                losses = F.cross_entropy(logits, targets, reduction="none")
-                for i, scale in enumerate(CALIBRATION_SCALES):
-                    scaled[i] += float(F.cross_entropy(logits * scale, targets, reduction="sum"))
-            block_loss += torch.bincount(rows, weights=losses.double().cpu(), minlength=labels.shape[0]).tolist()
-            block_tokens += torch.bincount(rows, minlength=labels.shape[0]).tolist()
-    model.train(was_training)
-    total, count = math.fsum(block_loss), sum(block_tokens)
-    loss = total / count if count else math.nan
-    out = {"loss": loss, "perplexity": math.exp(loss) if count and loss < 700 else math.inf if count else math.nan,
-           "n_tokens": count, "block_loss": block_loss, "block_tokens": block_tokens}
-    if calibrate:
-        best = min(range(len(scaled)), key=scaled.__getitem__)
-        out["calibrated_loss"] = scaled[best] / count if count else math.nan
-        out["temperature"] = 1.0 / CALIBRATION_SCALES[best]
-    return out

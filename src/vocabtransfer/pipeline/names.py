@@ -77,8 +77,10 @@ def parse_model_name(name: str) -> Model:
         return Model(SOURCE)
     m = _MODEL.fullmatch(name)
     if not m:
-        raise VocabTransferError(f"model {name!r}: expected `source`, `<method>-init-pseed<k>` or "
-                                 "`<method>-<objective>-pseed<k>` (e.g. focus-standard-pseed1)")
+        raise VocabTransferError(
+            f"model {name!r}: expected `source`, `<method>-init-pseed<k>` or "
+            "`<method>-<objective>-pseed<k>` (e.g. focus-standard-pseed1)"
+        )
     return Model(m["method"], m["objective"], int(m["pseed"]))
 
 

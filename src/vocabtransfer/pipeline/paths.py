@@ -53,18 +53,25 @@ def data_root() -> Path:
 
 # where a relative `source_model` path (a GGUF file or a model directory) is looked for: the one params key
 # whose paths do not resolve against the data root (a model is named like a hub id, `owner/name`)
-RELATIVE_MODEL = ("a relative source_model path resolves against the working directory, the repository root, "
-                  "not $VOCABTRANSFER_DATA as data paths do")
+RELATIVE_MODEL = (
+    "a relative source_model path resolves against the working directory, the repository root, "
+    "not $VOCABTRANSFER_DATA as data paths do"
+)
 
 
 def check_data_root() -> None:
     """The data folder exists: else one error naming both ways to give it."""
     root = data_root()
     if not root.is_dir():
-        given = (f"$VOCABTRANSFER_DATA is {os.environ['VOCABTRANSFER_DATA']!r}" if os.environ.get("VOCABTRANSFER_DATA")
-                 else "$VOCABTRANSFER_DATA is not set and there is no `data` link here")
-        raise VocabTransferError(f"no data folder {str(root)!r} ({given}): link the data beside the checkout with "
-                                 "`ln -s ../shared/data data` (`make run` does) or export VOCABTRANSFER_DATA=<data folder>")
+        given = (
+            f"$VOCABTRANSFER_DATA is {os.environ['VOCABTRANSFER_DATA']!r}"
+            if os.environ.get("VOCABTRANSFER_DATA")
+            else "$VOCABTRANSFER_DATA is not set and there is no `data` link here"
+        )
+        raise VocabTransferError(
+            f"no data folder {str(root)!r} ({given}): link the data beside the checkout with "
+            "`ln -s ../shared/data data` (`make run` does) or export VOCABTRANSFER_DATA=<data folder>"
+        )
 
 
 def data_path(path: str | os.PathLike) -> Path:
@@ -109,6 +116,7 @@ def partial(template: str, **wildcards) -> str:
         template = template.replace("{" + key + "}", str(value))
     return template
 
+
 # source side (issue: embedding initialisation)
 SOURCE_BASE = "results/source/base"  # the source as given, materialised once as an HF directory (source_model)
 SOURCE_BASE_STATS = "results/source/base_stats.json"  # its weights' (and GGUF file's) sha256
@@ -139,7 +147,9 @@ PRETRAIN_CHECKPOINTS = "checkpoints/{lang}/pretrain/{method}/{objective}/pseed{p
 TOKEN_FREQUENCY_LOSS = "results/{lang}/token_frequency_loss.parquet"
 TOKEN_FREQUENCY_PLOT = "results/{lang}/token_frequency_loss.png"
 TOKEN_FREQUENCY_BLOCKS = "results/{lang}/token_frequency_blocks.parquet"  # per model, bucket and held-out block
-BITS_PER_BYTE = "results/{lang}/bits_per_byte.parquet"  # per model and valid line: bits, bytes, tokens (token_frequency_loss)
+BITS_PER_BYTE = (
+    "results/{lang}/bits_per_byte.parquet"  # per model and valid line: bits, bytes, tokens (token_frequency_loss)
+)
 GRADIENT_SCENARIOS = "results/{lang}/gradients/{method}/{objective}/pseed{pseed}.parquet"
 GRADIENT_PLOT = "results/{lang}/gradients/{method}/{objective}/pseed{pseed}.png"
 

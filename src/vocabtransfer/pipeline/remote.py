@@ -23,10 +23,16 @@ from vocabtransfer.errors import VocabTransferError
 
 # URL scheme -> the DVC plugin package that reaches it, and the extra that installs it
 SCHEMES = {
-    "s3": ("dvc_s3", "dvc[s3]"), "gs": ("dvc_gs", "dvc[gs]"), "gcs": ("dvc_gs", "dvc[gs]"),
-    "azure": ("dvc_azure", "dvc[azure]"), "ssh": ("dvc_ssh", "dvc[ssh]"), "hdfs": ("dvc_hdfs", "dvc[hdfs]"),
-    "webdav": ("dvc_webdav", "dvc[webdav]"), "webdavs": ("dvc_webdav", "dvc[webdav]"),
-    "http": (None, "dvc"), "https": (None, "dvc"),
+    "s3": ("dvc_s3", "dvc[s3]"),
+    "gs": ("dvc_gs", "dvc[gs]"),
+    "gcs": ("dvc_gs", "dvc[gs]"),
+    "azure": ("dvc_azure", "dvc[azure]"),
+    "ssh": ("dvc_ssh", "dvc[ssh]"),
+    "hdfs": ("dvc_hdfs", "dvc[hdfs]"),
+    "webdav": ("dvc_webdav", "dvc[webdav]"),
+    "webdavs": ("dvc_webdav", "dvc[webdav]"),
+    "http": (None, "dvc"),
+    "https": (None, "dvc"),
 }
 
 
@@ -40,8 +46,10 @@ def _dvc() -> str:
 def check_url(url: str) -> str:
     """The remote as DVC will store it: an absolute directory, or a URL whose scheme DVC can reach."""
     if not url:
-        raise VocabTransferError("remote: no directory or URL given; use e.g. `make remote REMOTE=/shared/dvc-store` "
-                                 "or `make remote REMOTE=s3://bucket/vocabtransfer`")
+        raise VocabTransferError(
+            "remote: no directory or URL given; use e.g. `make remote REMOTE=/shared/dvc-store` "
+            "or `make remote REMOTE=s3://bucket/vocabtransfer`"
+        )
     scheme = urlparse(url).scheme
     if scheme in ("", "file") or (len(scheme) == 1 and os.name == "nt"):
         path = Path(urlparse(url).path if scheme == "file" else url).expanduser().resolve()
@@ -51,12 +59,14 @@ def check_url(url: str) -> str:
             raise VocabTransferError(f"remote {url}: {path} is not writable; choose a directory you can write to")
         return str(path)
     if scheme not in SCHEMES:
-        raise VocabTransferError(f"remote {url}: DVC has no remote type {scheme!r}; use a directory or one of "
-                                 f"{', '.join(sorted(SCHEMES))}")
+        raise VocabTransferError(
+            f"remote {url}: DVC has no remote type {scheme!r}; use a directory or one of {', '.join(sorted(SCHEMES))}"
+        )
     module, extra = SCHEMES[scheme]
     if module and importlib.util.find_spec(module) is None:
-        raise VocabTransferError(f"remote {url}: {scheme} needs the DVC plugin {module}; "
-                                 f'`pip install "{extra}"` in this environment first')
+        raise VocabTransferError(
+            f'remote {url}: {scheme} needs the DVC plugin {module}; `pip install "{extra}"` in this environment first'
+        )
     return url
 
 
@@ -65,13 +75,15 @@ def add_remote(url: str, name: str = "origin", root: Path | str = ".") -> str:
     root = Path(root)
     target = check_url(url)
     if not (root / ".git").exists():
-        raise VocabTransferError(f"{root.resolve()}: not a git checkout; DVC remotes are set up in the repository "
-                                 "(clone it first)")
+        raise VocabTransferError(
+            f"{root.resolve()}: not a git checkout; DVC remotes are set up in the repository (clone it first)"
+        )
     dvc = _dvc()
     if not (root / ".dvc").is_dir():
         subprocess.run([dvc, "init", "-q"], cwd=root, check=True)
-    done = subprocess.run([dvc, "remote", "add", "--default", "--force", name, target], cwd=root,
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [dvc, "remote", "add", "--default", "--force", name, target], cwd=root, capture_output=True, text=True
+    )
     if done.returncode != 0:
         raise VocabTransferError(f"remote {url}: `dvc remote add` failed: {done.stderr.strip().splitlines()[-1]}")
     return target

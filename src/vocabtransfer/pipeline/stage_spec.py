@@ -24,8 +24,10 @@ def launch_prefix(processes: int) -> str:
     """The command that runs `<prefix> pretrain --lang … ` with `processes` data-parallel processes."""
     if processes <= 1:
         return "vocabtransfer"
-    return (f"accelerate launch --multi_gpu --num_processes {processes} --num_machines 1 --main_process_port 0 "
-            "--mixed_precision no --dynamo_backend no -m vocabtransfer")
+    return (
+        f"accelerate launch --multi_gpu --num_processes {processes} --num_machines 1 --main_process_port 0 "
+        "--mixed_precision no --dynamo_backend no -m vocabtransfer"
+    )
 
 
 @contextlib.contextmanager

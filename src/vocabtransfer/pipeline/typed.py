@@ -1,8 +1,8 @@
 """Typed params: the validated params of a run as `Params` (what every planner and job below `app/` takes),
 and the sections declared in code: a frozen dataclass whose fields carry their default, description
 and bounds (`option`), the JSON Schema it makes (`section_schema`), built from the tree by `from_dict`.
-The schema of such a section is generated, never written: `init.<name>` of every init method comes from the options class it
-declares (`MethodInfo("omp", options=OmpOptions)`, init/methods/catalog.py), so a default is written once,
+The schema of such a section is generated, never written: `init.<name>` of every init method comes from the options
+class it declares (`MethodInfo("omp", options=OmpOptions)`, init/methods/catalog.py), so a default is written once,
 in its field.
 
     @dataclass(frozen=True)
@@ -81,8 +81,9 @@ def _type_schema(tp: Any) -> dict:
     for python, name in _TYPES:
         if tp is python:
             return {"type": name}
-    raise TypeError(f"no schema type for {tp!r}; declare the field with a bool, int, float, str, Literal, dict or "
-                    "dataclass type")
+    raise TypeError(
+        f"no schema type for {tp!r}; declare the field with a bool, int, float, str, Literal, dict or dataclass type"
+    )
 
 
 def section_schema(cls: type, description: str | None = None) -> dict:
@@ -97,11 +98,15 @@ def section_schema(cls: type, description: str | None = None) -> dict:
             node["properties"][f.name] = section_schema(hints[f.name], f.metadata.get("description"))
             continue
         if "description" not in f.metadata:
-            raise TypeError(f"{cls.__name__}.{f.name}: a typed section's field is declared with option(default, "
-                            "description, …)")
-        node["properties"][f.name] = {**_type_schema(hints[f.name]), **copy.deepcopy(f.metadata["schema"]),
-                                      "default": copy.deepcopy(f.metadata["default"]),
-                                      "description": f.metadata["description"]}
+            raise TypeError(
+                f"{cls.__name__}.{f.name}: a typed section's field is declared with option(default, description, …)"
+            )
+        node["properties"][f.name] = {
+            **_type_schema(hints[f.name]),
+            **copy.deepcopy(f.metadata["schema"]),
+            "default": copy.deepcopy(f.metadata["default"]),
+            "description": f.metadata["description"],
+        }
     return node
 
 
@@ -139,6 +144,7 @@ def with_init_sections(schema: dict, methods: dict[str, type], factorizations: d
 
 # ------------------------------------------------------------------------------- reading sections
 
+
 def from_dict(cls, data: Mapping):
     """The frozen dataclass `cls` of a validated params section: nested dataclass fields recursively,
     arrays as tuples, numbers of `float` fields as floats; keys that are not fields are not read."""
@@ -163,7 +169,9 @@ def _typed_value(tp, value):
     return value
 
 
-def field_leaves(cls, prefix: str, data: Mapping, keep: Callable[[dataclasses.Field], bool] = lambda f: True) -> list[str]:
+def field_leaves(
+    cls, prefix: str, data: Mapping, keep: Callable[[dataclasses.Field], bool] = lambda f: True
+) -> list[str]:
     """The dotted params leaves of the fields of `cls` under `prefix` (e.g. `init.omp.k`) that `keep`
     keeps, nested dataclasses recursively and a mapping field by its keys in `data`; in the order of
     `data` (the validated params', as Snakemake records a job's params): a stage's rerun keys."""
@@ -248,5 +256,6 @@ class Params:
     def check_language(self, lang: str) -> None:
         """One error unless `lang` is one of `languages`."""
         if lang not in self.languages:
-            raise VocabTransferError(f"unknown language {lang!r}: params.yaml `languages` lists "
-                                     f"{', '.join(self.languages)}")
+            raise VocabTransferError(
+                f"unknown language {lang!r}: params.yaml `languages` lists {', '.join(self.languages)}"
+            )

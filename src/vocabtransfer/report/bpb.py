@@ -1,4 +1,4 @@
-"""Family 4 of report.tables: bits per UTF-8 byte of every causal model, of the source with its own
+"""Family 5 of report.comparisons: bits per UTF-8 byte of every causal model, of the source with its own
 tokenizer and of the floors (predictors without a model, vocabtransfer.evaluate.bpb_floor), per valid line.
 
 Every model gets its bits per byte with its interval (B = the model, A = zero), its tokenizer's bytes per
@@ -24,8 +24,7 @@ from vocabtransfer.evaluate import bits_per_byte, bpb_floor, stats
 from vocabtransfer.init import availability
 from vocabtransfer.pipeline import names
 from vocabtransfer.report.read import OBJECTIVE_ORDER, Language
-from vocabtransfer.report.tables import (SOURCE_ROW, Family, Row, Settings, _corrected, bpb_runs, seeds_text,
-                                         zero_like)
+from vocabtransfer.report.tables import SOURCE_ROW, Family, Row, Settings, _corrected, bpb_runs, seeds_text, zero_like
 from vocabtransfer.report.markdown import difference_text
 
 BPB_TITLE = "Bits per byte: method − random"
@@ -92,7 +91,9 @@ def _first_model(df):
     if not len(df):
         return np.zeros(0), np.zeros(0)
     first = df.iloc[0]
-    g = df[(df["method"] == first["method"]) & (df["objective"] == first["objective"]) & (df["pseed"] == first["pseed"])]
+    g = df[
+        (df["method"] == first["method"]) & (df["objective"] == first["objective"]) & (df["pseed"] == first["pseed"])
+    ]
     return g["n_bytes"].to_numpy(), g["n_tokens"].to_numpy()
 
 
@@ -111,8 +112,15 @@ def _floors(lang: Language, settings: Settings) -> tuple[list[BpbRow], dict[str,
         if r is None:
             continue
         runs[name] = r
-        rows.append(BpbRow(bpb_floor.FLOOR, name, settings.bootstrap(zero_like(r), r),
-                           _bytes_per_token(df, bpb_floor.FLOOR, name), runs="no model"))
+        rows.append(
+            BpbRow(
+                bpb_floor.FLOOR,
+                name,
+                settings.bootstrap(zero_like(r), r),
+                _bytes_per_token(df, bpb_floor.FLOOR, name),
+                runs="no model",
+            )
+        )
     return rows, runs
 
 
@@ -125,17 +133,25 @@ def bits_per_byte_table(lang: Language, settings: Settings) -> BpbTable | None:
     is_source, is_floor = df["method"] == SOURCE_ROW, df["method"] == bpb_floor.FLOOR
     target_bpt = bits_per_byte.bytes_per_token(*_first_model(df[~is_source & ~is_floor]))
     source_bpt = bits_per_byte.bytes_per_token(*_first_model(df[is_source]))
-    family = Family(BPB_TITLE, "Negative: the method needs fewer bits per byte of the valid text than random "
-                    "(better).")
+    family = Family(BPB_TITLE, "Negative: the method needs fewer bits per byte of the valid text than random (better).")
     if df.loc[~is_source & ~is_floor, "bits"].isna().all():
         return BpbTable([], family, n_lines, target_bpt, source_bpt, reason=bits_per_byte.MASKED_REASON)
     floors, floor_runs = _floors(lang, settings)
     best = bpb_floor.best({r.objective: r.score.diff for r in floors if r.score is not None})
-    floor_family = Family(FLOOR_TITLE, "Negative: the model needs fewer bits per byte than the best floor"
-                          + (f" ({best.label}, {best.bits_per_byte:.3f})" if best else "") + " (better).")
+    floor_family = Family(
+        FLOOR_TITLE,
+        "Negative: the model needs fewer bits per byte than the best floor"
+        + (f" ({best.label}, {best.bits_per_byte:.3f})" if best else "")
+        + " (better).",
+    )
     source = bpb_runs(lang, SOURCE_ROW, SOURCE_ROW)
-    source_row = BpbRow(SOURCE_ROW, SOURCE_ROW, settings.bootstrap(zero_like(source), source) if source else None,
-                        source_bpt, runs="one model")
+    source_row = BpbRow(
+        SOURCE_ROW,
+        SOURCE_ROW,
+        settings.bootstrap(zero_like(source), source) if source else None,
+        source_bpt,
+        runs="one model",
+    )
     rows = [source_row]
     present = set(df.loc[~is_source & ~is_floor, "objective"])
     objectives = [o for o in OBJECTIVE_ORDER if o in present] + sorted(present - set(OBJECTIVE_ORDER))
@@ -146,35 +162,72 @@ def bits_per_byte_table(lang: Language, settings: Settings) -> BpbTable | None:
             runs = bpb_runs(lang, method, objective)
             if runs is None:
                 continue
-            rows.append(_model_row(method, objective, runs, base, settings, family, floor_family,
-                                   floor_runs.get(best.name) if best else None))
+            rows.append(
+                _model_row(
+                    method,
+                    objective,
+                    runs,
+                    base,
+                    settings,
+                    family,
+                    floor_family,
+                    floor_runs.get(best.name) if best else None,
+                )
+            )
             rows[-1].bytes_per_token = _bytes_per_token(df, method, objective)
     _corrected(family.rows, settings)  # in place: the rows see the adjusted p-values
     _corrected(floor_family.rows, settings)
-    table = BpbTable(rows, family, n_lines, target_bpt, source_bpt, floors=floors,
-                     floor_family=floor_family if floor_family.rows else None, best=best, source=source_row)
+    table = BpbTable(
+        rows,
+        family,
+        n_lines,
+        target_bpt,
+        source_bpt,
+        floors=floors,
+        floor_family=floor_family if floor_family.rows else None,
+        best=best,
+        source=source_row,
+    )
     if best is not None and source_row.score is not None:
         for r in rows[1:]:
             r.share_kept = bits_per_byte.share_kept(best.bits_per_byte, r.score.diff, source_row.score.diff)
     return table
 
 
-def _model_row(method: str, objective: str, runs: stats.Runs, base: stats.Runs | None, settings: Settings,
-               family: Family, floor_family: Family, floor: stats.Runs | None) -> BpbRow:
+def _model_row(
+    method: str,
+    objective: str,
+    runs: stats.Runs,
+    base: stats.Runs | None,
+    settings: Settings,
+    family: Family,
+    floor_family: Family,
+    floor: stats.Runs | None,
+) -> BpbRow:
     """One model's row, its − random row added to `family` and its − best floor row to `floor_family`."""
     fixed = deterministic(method, objective)
     own = _one(runs) if fixed else runs
     row = BpbRow(method, objective, settings.bootstrap(zero_like(own), own), math.nan, runs=ONE_INIT if fixed else "")
     if method != "random" and base is not None:  # random not run with this objective: nothing to pair
         diff = settings.bootstrap(base, runs)
-        row.vs_random = Row(f"{method} − random ({objective})", "bits per byte", diff, lower_is_better=True,
-                            note="" if diff else "no paired runs",
-                            runs=f"{ONE_INIT}, random: {_count(diff)}" if fixed and diff else "")
+        row.vs_random = Row(
+            f"{method} − random ({objective})",
+            "bits per byte",
+            diff,
+            lower_is_better=True,
+            note="" if diff else "no paired runs",
+            runs=f"{ONE_INIT}, random: {_count(diff)}" if fixed and diff else "",
+        )
         family.rows.append(row.vs_random)
     if floor is not None:
-        row.vs_floor = Row(f"{method} ({objective}) − best floor", "bits per byte",
-                           settings.bootstrap(_against(floor, own), own), lower_is_better=True,
-                           runs=ONE_INIT if fixed else "", seedless=fixed)
+        row.vs_floor = Row(
+            f"{method} ({objective}) − best floor",
+            "bits per byte",
+            settings.bootstrap(_against(floor, own), own),
+            lower_is_better=True,
+            runs=ONE_INIT if fixed else "",
+            seedless=fixed,
+        )
         floor_family.rows.append(row.vs_floor)
     return row
 
@@ -190,20 +243,29 @@ def share_sentence(table: BpbTable | None, settings: Settings) -> str | None:
     if table is None or table.best is None or table.source is None or table.source.score is None:
         return None
     best, source = table.best, table.source.score.diff
-    head = (f"**Share of the source's advantage kept**, from the best floor ({best.label}, {best.bits_per_byte:.3f} "
-            f"bits per byte; the source with its own tokenizer {source:.3f})")
+    head = (
+        f"**Share of the source's advantage kept**, from the best floor ({best.label}, {best.bits_per_byte:.3f} "
+        f"bits per byte; the source with its own tokenizer {source:.3f})"
+    )
     if table.nothing_to_keep:
-        return (f"{head}: none to keep: the source does not beat the floor on this language, so no share is given; "
-                f"{against_floor(table, settings)} ({FLOOR_TITLE.lower().split(': ')[1]} below).")
+        return (
+            f"{head}: none to keep: the source does not beat the floor on this language, so no share is given; "
+            f"{against_floor(table, settings)} ({FLOOR_TITLE.lower().split(': ')[1]} below)."
+        )
     ahead = [r for r in table.rows if r.vs_floor is not None and r.vs_floor.status(settings) == "better"]
     if not ahead:
-        return (f"{head}: no model is detectably better than the floor, so no share is worded; "
-                f"{against_floor(table, settings)}.")
-    listed = "; ".join(f"{r.method} ({r.objective}) {r.share_kept:.2f} ({difference_text(r.vs_floor.diff)} "
-                       "bits per byte "
-                       f"against the floor, {r.vs_floor.runs_text}"
-                       + (", test-set variance only" if r.vs_floor.test_set_only else "")
-                       + f", adjusted p {r.vs_floor.diff.adjusted_p:.2g})" for r in ahead)
+        return (
+            f"{head}: no model is detectably better than the floor, so no share is worded; "
+            f"{against_floor(table, settings)}."
+        )
+    listed = "; ".join(
+        f"{r.method} ({r.objective}) {r.share_kept:.2f} ({difference_text(r.vs_floor.diff)} "
+        "bits per byte "
+        f"against the floor, {r.vs_floor.runs_text}"
+        + (", test-set variance only" if r.vs_floor.test_set_only else "")
+        + f", adjusted p {r.vs_floor.diff.adjusted_p:.2g})"
+        for r in ahead
+    )
     return f"{head}, for the models detectably better than the floor: {listed}."
 
 
@@ -215,7 +277,7 @@ def against_floor(table: BpbTable, settings: Settings) -> str:
     worse, better = statuses.count("worse"), statuses.count("better")
     if statuses and worse == len(statuses):
         return f"every model ({worse}) is detectably worse than the floor after the correction"
-    return (f"{worse} of {len(statuses)} models are detectably worse than the floor after the correction, {better} "
-            "better, the rest not detectably different or too few to tell")
-
-
+    return (
+        f"{worse} of {len(statuses)} models are detectably worse than the floor after the correction, {better} "
+        "better, the rest not detectably different or too few to tell"
+    )

@@ -34,34 +34,62 @@ def bits_per_byte_section(lang: Language, table: BpbTable | None, settings: Sett
         return lines + [f"_No bits-per-byte results ({paths.fill(paths.BITS_PER_BYTE, lang=lang.lang)} missing)._", ""]
     if table is None:
         return lines + ["_No bits per byte: token_frequency_loss.bits_per_byte was false for this run._", ""]
-    saving = (f"Bytes per token on the {table.n_lines} valid lines: {fmt(table.target_bytes_per_token, 2)} with the "
-              f"target tokenizer, {fmt(table.source_bytes_per_token, 2)} with the source's")
+    saving = (
+        f"Bytes per token on the {table.n_lines} valid lines: {fmt(table.target_bytes_per_token, 2)} with the "
+        f"target tokenizer, {fmt(table.source_bytes_per_token, 2)} with the source's"
+    )
     if finite(table.target_bytes_per_token) and finite(table.source_bytes_per_token):
         fewer = 1 - table.source_bytes_per_token / table.target_bytes_per_token  # share of tokens saved
-        saving += (f" (the target tokenizer needs {100 * abs(fewer):.0f} % {'fewer' if fewer >= 0 else 'more'} "
-                   "tokens for the same text)")
+        saving += (
+            f" (the target tokenizer needs {100 * abs(fewer):.0f} % {'fewer' if fewer >= 0 else 'more'} "
+            "tokens for the same text)"
+        )
     if table.reason:
-        return lines + [f"_No bits per byte: {table.reason}; compare these models on the loss per token above "
-                        "(they share the target tokenizer)._ " + saving + ".", ""]
+        return lines + [
+            f"_No bits per byte: {table.reason}; compare these models on the loss per token above "
+            "(they share the target tokenizer)._ " + saving + ".",
+            "",
+        ]
     rows = [_bpb_row(r) for r in [table.rows[0]] + table.floors + table.rows[1:]]
-    lines.append(md_table(["model", "objective", "bits per byte [interval]", "runs", "bytes per token", "share kept",
-                           "− best floor [interval]"], rows, 2))
+    lines.append(
+        md_table(
+            [
+                "model",
+                "objective",
+                "bits per byte [interval]",
+                "runs",
+                "bytes per token",
+                "share kept",
+                "− best floor [interval]",
+            ],
+            rows,
+            2,
+        )
+    )
     best = table.best
-    keep = ("Share kept: (BPB_floor − BPB_method) / (BPB_floor − BPB_source) from the best floor"
-            + (f" ({best.label}, {best.bits_per_byte:.3f})" if best else " (none was scored: no share)")
-            + ", from the means over pretraining seeds.")
+    keep = (
+        "Share kept: (BPB_floor − BPB_method) / (BPB_floor − BPB_source) from the best floor"
+        + (f" ({best.label}, {best.bits_per_byte:.3f})" if best else " (none was scored: no share)")
+        + ", from the means over pretraining seeds."
+    )
     if table.nothing_to_keep:
-        keep += (f" The source ({table.source.score.diff:.3f}) does not beat the best floor: it has nothing to keep "
-                 "on this language, so no share is given.")
-    lines += ["", f"Bits per UTF-8 byte of the first {table.n_lines} valid lines, each line scored alone "
-              "(docs/evaluation.md, *Bits per byte*): a measure that does not depend on the tokenizer, so the source "
-              "model, reading the same text with its own tokenizer, is on the same scale. " + saving + ". Floors: "
-              "predictors without a model, scored on the same tokens (a unigram of the target or the source "
-              "tokenizer fitted on the train split with add-one smoothing; the uniform guess, log2 V bits per "
-              "target token). " + keep + " Intervals are nested over valid lines (the clusters) and pretraining "
-              f"seeds; each table below is corrected ({CORRECTION_NAME[settings.correction]}) over its rows. A method "
-              "without random rows has one initialisation, whatever the seed: its own interval holds the test set's "
-              "variance only.", ""]
+        keep += (
+            f" The source ({table.source.score.diff:.3f}) does not beat the best floor: it has nothing to keep "
+            "on this language, so no share is given."
+        )
+    lines += [
+        "",
+        f"Bits per UTF-8 byte of the first {table.n_lines} valid lines, each line scored alone "
+        "(docs/evaluation.md, *Bits per byte*): a measure that does not depend on the tokenizer, so the source "
+        "model, reading the same text with its own tokenizer, is on the same scale. " + saving + ". Floors: "
+        "predictors without a model, scored on the same tokens (a unigram of the target or the source "
+        "tokenizer fitted on the train split with add-one smoothing; the uniform guess, log2 V bits per "
+        "target token). " + keep + " Intervals are nested over valid lines (the clusters) and pretraining "
+        f"seeds; each table below is corrected ({CORRECTION_NAME[settings.correction]}) over its rows. A method "
+        "without random rows has one initialisation, whatever the seed: its own interval holds the test set's "
+        "variance only.",
+        "",
+    ]
     for family in (table.family, table.floor_family):
         if family is not None and family.rows:
             lines += family_section(family, settings)

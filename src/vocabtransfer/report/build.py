@@ -1,6 +1,6 @@
 """Stage `report`: the study's results as one Markdown file, `results/report.md`, with its figures.
 
-Reads every artefact the study produced (report.read), computes the comparisons (report.tables,
+Reads every artefact the study produced (report.read), computes the comparisons (report.comparisons,
 with the nested intervals of vocabtransfer.evaluate.stats) and writes:
 
 * results/report.md, opening with `## Verdict` (report.verdict), then the set-up and per language:
@@ -30,14 +30,14 @@ from vocabtransfer.report import distill_terms
 from vocabtransfer.report import read
 from vocabtransfer.report import markdown
 from vocabtransfer.report import rivals
-from vocabtransfer.report import tables
+from vocabtransfer.report import study_setup
+from vocabtransfer.report import comparisons, tables
 from vocabtransfer.report import token_equivalent
 from vocabtransfer.report import verdict
 from vocabtransfer.report.bpb import bits_per_byte_table, share_sentence
 from vocabtransfer.report.bpb_markdown import bits_per_byte_section
 from vocabtransfer.report.costs import read_benchmark
-from vocabtransfer.report.figures import (plot_curves, plot_downstream, plot_token_curves, seed_curves,
-                                          write_curves_csv)
+from vocabtransfer.report.figures import plot_curves, plot_downstream, plot_token_curves, seed_curves, write_curves_csv
 from vocabtransfer.report.read import Plan, read_language
 from vocabtransfer.evaluate.token_frequency_loss import TokenFrequencyLossParams
 from vocabtransfer.train.pretrain_params import PretrainParams
@@ -54,10 +54,17 @@ def dvc_plots(params: Params) -> dict[str, dict]:
     models = [f"{m}-{o}" for m, o in availability.pretrain_pairs(params)]
     if not models:
         return {}
-    return {f"valid_loss_{lang}": {"template": "linear", "x": "step", "y": {curves_csv(lang): list(models)},
-                                   "title": f"{lang}: valid loss during continued pretraining",
-                                   "x_label": "step", "y_label": "valid loss"}
-            for lang in params.languages}
+    return {
+        f"valid_loss_{lang}": {
+            "template": "linear",
+            "x": "step",
+            "y": {curves_csv(lang): list(models)},
+            "title": f"{lang}: valid loss during continued pretraining",
+            "x_label": "step",
+            "y_label": "valid loss",
+        }
+        for lang in params.languages
+    }
 
 
 def job_seconds(root: Path) -> float | None:
@@ -67,6 +74,30 @@ def job_seconds(root: Path) -> float | None:
     costs = [read_benchmark(t) for t in sorted((root / paths.LOGS / "benchmarks").glob("*/*.tsv"))]
     seconds = [c.seconds for c in costs if c is not None]
     return sum(seconds) if seconds else None
+
+
+def _comparisons_section(lang, families: list, settings: tables.Settings) -> list[str]:
+    """`### Comparisons`: every family's table, an objective's with its distill-terms note."""
+    body = ["### Comparisons", ""]
+    for family in families:
+        body += markdown.family_section(family, settings)
+        body += distill_terms.note(lang, family.objective) if family.objective else []
+    if not families:
+        body += ["_No comparison: no paired runs for this language._", ""]
+    return body
+
+
+def _downstream_section(lang, status: dict, figures: Path, m: dict) -> list[str]:
+    """The downstream tasks' section with its figure (written into `figures`); their scores, floors and
+    whether each is learned go into the language's metrics `m`."""
+    down_fig = None
+    if status:
+        down_fig = f"{paths.REPORT_FIGURES}/{lang.lang}_downstream.png"
+        plot_downstream(lang.lang, status, figures / Path(down_fig).name)
+        m["eval"] = {t: {s.group: round(s.score.diff, 4) for s in st.scores} for t, st in status.items()}
+        m["floor"] = {t: round(float(st.floor["value"]), 4) for t, st in status.items()}
+        m["learned"] = {t: st.learned for t, st in status.items()}
+    return markdown.downstream_section(lang, status, down_fig)
 
 
 def write_report(params: Params, report: tables.ReportParams, p: Plan, root: Path = Path(".")) -> Path:
@@ -79,15 +110,20 @@ def write_report(params: Params, report: tables.ReportParams, p: Plan, root: Pat
     langs = [read_language(lang, p, root) for lang in p.languages]
     metrics: dict = {}
     per_language, body, zero_shot_verdict = {}, [], {}
-    with io.atomic_output(root / paths.REPORT_FIGURES, directory=True) as figures, \
-            io.atomic_output(root / paths.REPORT_CURVES, directory=True) as curves:
+    with (
+        io.atomic_output(root / paths.REPORT_FIGURES, directory=True) as figures,
+        io.atomic_output(root / paths.REPORT_CURVES, directory=True) as curves,
+    ):
         for lang in langs:
             m = metrics.setdefault(lang.lang, {})
             status = tables.learned(lang, settings)
-            families = tables.families(lang, settings, status, rivals.families(lang, settings))
+            families = comparisons.families(lang, settings, status, rivals.families(lang, settings))
             bpb = bits_per_byte_table(lang, settings)
-            per_language[lang.lang] = (families + ([bpb.family] if bpb is not None and bpb.family.rows else []),
-                                       status, [share_sentence(bpb, settings)])
+            per_language[lang.lang] = (
+                families + ([bpb.family] if bpb is not None and bpb.family.rows else []),
+                status,
+                [share_sentence(bpb, settings)],
+            )
             # one share per model: the bits-per-byte table's, where there is one
             body += [f"## {lang.lang}", ""] + markdown.init_section(lang, share=bpb is None or not bpb.rows)
             if lang.init_eval:
@@ -103,38 +139,35 @@ def write_report(params: Params, report: tables.ReportParams, p: Plan, root: Pat
             body += markdown.pretrain_section(lang, curve_fig)
             if worth is not None:
                 section, bullets, m["token_equivalent"] = _tokens_section(
-                    lang, worth, report.baseline, settings, bpb, figures / Path(curve_fig).name, params)
+                    lang, worth, report.baseline, settings, bpb, figures / Path(curve_fig).name, params
+                )
                 body += section
                 per_language[lang.lang][2].extend(bullets)
-            body += ["### Comparisons", ""]
-            for family in families:
-                body += markdown.family_section(family, settings)
-                body += distill_terms.note(lang, family.objective) if family.objective else []
-            if not families:
-                body += ["_No comparison: no paired runs for this language._", ""]
+            body += _comparisons_section(lang, families, settings)
             body += bits_per_byte_section(lang, bpb, settings)
             if bpb is not None and bpb.rows:
-                m["bits_per_byte"] = {(r.method if r.method == tables.SOURCE_ROW else f"{r.method}-{r.objective}"):
-                                      round(r.score.diff, 4) for r in bpb.rows if r.score is not None}
+                m["bits_per_byte"] = {
+                    (r.method if r.method == tables.SOURCE_ROW else f"{r.method}-{r.objective}"): round(r.score.diff, 4)
+                    for r in bpb.rows
+                    if r.score is not None
+                }
                 m["bits_per_byte_floor"] = {r.objective: round(r.score.diff, 4) for r in bpb.floors if r.score}
             body += markdown.token_frequency_section(lang) + markdown.gradient_section(lang)
-            down_fig = None
-            if status:
-                down_fig = f"{paths.REPORT_FIGURES}/{lang.lang}_downstream.png"
-                plot_downstream(lang.lang, status, figures / Path(down_fig).name)
-                m["eval"] = {t: {s.group: round(s.score.diff, 4) for s in st.scores} for t, st in status.items()}
-                m["floor"] = {t: round(float(st.floor["value"]), 4) for t, st in status.items()}
-                m["learned"] = {t: st.learned for t, st in status.items()}
-            body += markdown.downstream_section(lang, status, down_fig)
-            zero_shot, m["lm_eval"], zero_shot_verdict[lang.lang] = harness_table.section(lang.lang, lang.lm_eval,
-                                                                                           settings)
+            body += _downstream_section(lang, status, figures, m)
+            zero_shot, m["lm_eval"], zero_shot_verdict[lang.lang] = harness_table.section(
+                lang.lang, lang.lm_eval, settings
+            )
             body += zero_shot
             if not m["lm_eval"]:
                 del m["lm_eval"]
-        md = ["# vocabtransfer: report", "", _opening(p) + " Generated by `vocabtransfer report` from the pipeline's "
-              "results.", ""]
+        md = [
+            "# vocabtransfer: report",
+            "",
+            _opening(p) + " Generated by `vocabtransfer report` from the pipeline's results.",
+            "",
+        ]
         md += verdict.section(per_language, settings, zero_shot_verdict)
-        md += markdown.setup_section(params, head, langs, p, settings, job_seconds(root), root, base) + body
+        md += study_setup.setup_section(params, head, langs, p, settings, job_seconds(root), root, base) + body
         md += markdown.skipped_section(langs, p) + markdown.method_section(settings)
     io.write_json(metrics, root / paths.REPORT_METRICS)
     with io.atomic_output(root / paths.REPORT) as tmp:
@@ -142,8 +175,9 @@ def write_report(params: Params, report: tables.ReportParams, p: Plan, root: Pat
     return root / paths.REPORT
 
 
-def _tokens_section(lang, worth, baseline: str, settings, bpb, figure: Path,
-                    params: Params) -> tuple[list[str], list[str], dict]:
+def _tokens_section(
+    lang, worth, baseline: str, settings, bpb, figure: Path, params: Params
+) -> tuple[list[str], list[str], dict]:
     """What each initialisation is worth in the baseline's tokens (`token_equivalent`): its figure at `figure`
     (valid loss, and bits per byte for causal runs, against tokens); returns its section, its verdict bullets
     and its metrics (method-objective@budget -> ratio, None for more than the run)."""
@@ -168,8 +202,11 @@ def _tokens_section(lang, worth, baseline: str, settings, bpb, figure: Path,
     reach, note = _source_reach(lang, reps, settings, params, bpb, lines.get("source"))
     if reach:
         bullets.append(token_equivalent.source_sentence(reach, lines["source"], reps))
-    metrics = {f"{e.method}-{e.objective}@{e.budget:.0f}":  # null: more than the run
-               None if math.isinf(e.ratio.value) else round(e.ratio.value, 4) for e in eqs}
+    metrics = {
+        f"{e.method}-{e.objective}@{e.budget:.0f}":  # null: more than the run
+        None if math.isinf(e.ratio.value) else round(e.ratio.value, 4)
+        for e in eqs
+    }
     section = token_equivalent.section(reps, eqs, crossings, baseline, settings.confidence, None, reach, note)
     return section, bullets, metrics
 
@@ -183,14 +220,17 @@ def _source_reach(lang, reps, settings, params: Params, bpb, source: float | Non
     pre = params.section("pretrain", PretrainParams)
     tfl = params.section("token_frequency_loss", TokenFrequencyLossParams)
     if (pre.eval_lines, pre.seq_len) != (tfl.max_lines, tfl.seq_len):
-        return {}, ("No tokens to the source's bits per byte: the curves score pretrain.eval_lines lines in windows of "
-                    "pretrain.seq_len, the source is scored on token_frequency_loss.max_lines lines in windows of "
-                    "token_frequency_loss.seq_len; set them equal to compare.")
+        return {}, (
+            "No tokens to the source's bits per byte: the curves score pretrain.eval_lines lines in windows of "
+            "pretrain.seq_len, the source is scored on token_frequency_loss.max_lines lines in windows of "
+            "token_frequency_loss.seq_len; set them equal to compare."
+        )
     floors = [r.score.diff for r in bpb.floors if r.score]
     if floors and source >= min(floors):
         return {}, "The source does not beat the best floor in bits per byte: no tokens to reach it are given."
-    return token_equivalent.bits_crossings(lang, reps, source, settings.resamples, settings.seed,
-                                           settings.confidence), ""
+    return token_equivalent.bits_crossings(
+        lang, reps, source, settings.resamples, settings.seed, settings.confidence
+    ), ""
 
 
 def _spoken_list(words: list[str]) -> str:
@@ -203,13 +243,18 @@ def _opening(p: Plan) -> str:
     objectives = list(dict.fromkeys(objective for _, objective, _ in p.pretrain))
     parts = ["embedding initialisation for a new target-language vocabulary"]
     if objectives:
-        parts.append(f"continued pretraining with the {_spoken_list(objectives)} objective"
-                     + ("s" if len(objectives) > 1 else ""))
+        parts.append(
+            f"continued pretraining with the {_spoken_list(objectives)} objective"
+            + ("s" if len(objectives) > 1 else "")
+        )
     if any(p.evals.values()):
         parts.append("downstream fine-tuning")
     text = _spoken_list(parts) if len(parts) < 3 else f"{', '.join(parts[:-1])}, and {parts[-1]}"
-    return text[0].upper() + text[1:] + ("." if len(parts) > 1 else
-                                         ", scored right after initialisation (no pretraining or fine-tuning configured).")
+    return (
+        text[0].upper()
+        + text[1:]
+        + ("." if len(parts) > 1 else ", scored right after initialisation (no pretraining or fine-tuning configured).")
+    )
 
 
 # the stages whose jobs' artefacts the report reads (`read.plan`)

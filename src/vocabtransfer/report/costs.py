@@ -70,9 +70,15 @@ def cost_table(costs: dict[str, list[JobCost]]) -> tuple[list[str], list[list[st
         jobs = costs[method]
         seconds = [j.seconds for j in jobs]
         rss = [j.max_rss_mib for j in jobs if j.max_rss_mib is not None]
-        rows.append([method, str(len(jobs)),
-                     f"{sum(seconds) / len(seconds):.1f}", f"{max(seconds):.1f}",
-                     f"{max(rss) / 1024:.2f}" if rss else "–"])
+        rows.append(
+            [
+                method,
+                str(len(jobs)),
+                f"{sum(seconds) / len(seconds):.1f}",
+                f"{max(seconds):.1f}",
+                f"{max(rss) / 1024:.2f}" if rss else "–",
+            ]
+        )
     return ["method", "jobs", "seconds (mean)", "seconds (max)", "peak memory (GiB)"], rows
 
 
@@ -83,8 +89,12 @@ def cost_lines(root: Path, table) -> list[str]:
     if not any(m not in SHARED.values() for m in costs):
         return []
     headers, rows = cost_table(costs)
-    return ["What each initialisation cost on this run (Snakemake's benchmark of every init job: wall time "
-            "including loading the source model and saving the initialised one, and the peak resident memory; "
-            "`snmf` and `<method>+snmf` read the shared semi-NMF, `hypernet` the trained hypernetwork: their costs are "
-            "rows of their own):", "",
-            table(headers, rows), ""]
+    return [
+        "What each initialisation cost on this run (Snakemake's benchmark of every init job: wall time "
+        "including loading the source model and saving the initialised one, and the peak resident memory; "
+        "`snmf` and `<method>+snmf` read the shared semi-NMF, `hypernet` the trained hypernetwork: their costs are "
+        "rows of their own):",
+        "",
+        table(headers, rows),
+        "",
+    ]

@@ -39,13 +39,17 @@ def method_line(method: str, runs: list[dict], curves: list) -> str:
     if not (math.isfinite(g_d) and math.isfinite(g_lm)):
         return line + "; the terms' gradient norms were not logged (runs from before they were, or several processes)."
     a_d, a_lm = alpha * g_d, (1 - alpha) * g_lm
-    line += (f". Gradient norm per logged step (mean over steps and seeds): chunk term {g_d:.3g}, "
-             f"cross-entropy term {g_lm:.3g}, the step {g_all:.3g}; weighted by α and 1 − α: {a_d:.3g} against {a_lm:.3g}")
+    line += (
+        f". Gradient norm per logged step (mean over steps and seeds): chunk term {g_d:.3g}, "
+        f"cross-entropy term {g_lm:.3g}, the step {g_all:.3g}; weighted by α and 1 − α: {a_d:.3g} against {a_lm:.3g}"
+    )
     if a_lm > 0:
         return line + f" (the chunk term moves the model {a_d / a_lm:.3g}× as much as cross-entropy)."
-    return line + (". With α = 1 there is no cross-entropy term, so a token in no chunk (a special token, such as the "
-                   "begin- and end-of-sequence tokens around each line) gets no training signal: the valid loss scores "
-                   "those tokens, bits per byte (each line alone, its own tokens) does not.")
+    return line + (
+        ". With α = 1 there is no cross-entropy term, so a token in no chunk (a special token, such as the "
+        "begin- and end-of-sequence tokens around each line) gets no training signal: the valid loss scores "
+        "those tokens, bits per byte (each line alone, its own tokens) does not."
+    )
 
 
 def note(lang, objective: str = "distill") -> list[str]:
@@ -57,6 +61,7 @@ def note(lang, objective: str = "distill") -> list[str]:
     lines = [f"The {objective} runs:", ""]
     for method in methods:
         keys = sorted(k for k in lang.runs if k[0] == method and k[1] == objective)
-        lines.append(method_line(method, [lang.runs[k] for k in keys],
-                                 [lang.curves[k] for k in keys if k in lang.curves]))
+        lines.append(
+            method_line(method, [lang.runs[k] for k in keys], [lang.curves[k] for k in keys if k in lang.curves])
+        )
     return lines + [""]

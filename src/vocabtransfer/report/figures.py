@@ -45,8 +45,14 @@ def seed_curves(lang: Language) -> dict[tuple[str, str], object]:
     out = {}
     for key, series in per.items():
         table = pd.concat(series, axis=1)
-        out[key] = pd.DataFrame({"mean": table.mean(axis=1), "low": table.min(axis=1), "high": table.max(axis=1),
-                                 "n": table.notna().sum(axis=1)})
+        out[key] = pd.DataFrame(
+            {
+                "mean": table.mean(axis=1),
+                "low": table.min(axis=1),
+                "high": table.max(axis=1),
+                "n": table.notna().sum(axis=1),
+            }
+        )
     return out
 
 
@@ -85,8 +91,9 @@ def plot_token_curves(lang: str, reps, path: Path, bits: dict | None = None, bit
     plt = _plt()
     objectives = [o for o in OBJECTIVE_ORDER if any(ob == o for _, ob in reps.mean)]
     rows = 2 if bits else 1
-    fig, axes = plt.subplots(rows, len(objectives), figsize=(5.5 * len(objectives), 4 * rows), squeeze=False,
-                             sharey="row")
+    fig, axes = plt.subplots(
+        rows, len(objectives), figsize=(5.5 * len(objectives), 4 * rows), squeeze=False, sharey="row"
+    )
     methods = list(dict.fromkeys(m for m, _ in reps.mean))
     colors = {m: plt.cm.tab10(i % 10) for i, m in enumerate(methods)}
     floors = {"unigram floor": None if reps.unigram is None else float(reps.unigram[0]), "uniform floor": reps.uniform}
@@ -94,11 +101,18 @@ def plot_token_curves(lang: str, reps, path: Path, bits: dict | None = None, bit
         ax = axes[0][col]
         for (method, ob), curve in reps.mean.items():
             if ob == objective:
-                ax.plot(reps.grid, curve[0], marker="o", markersize=3, label=f"{method} ({reps.seeds[(method, ob)]})",
-                        color=colors[method])
+                ax.plot(
+                    reps.grid,
+                    curve[0],
+                    marker="o",
+                    markersize=3,
+                    label=f"{method} ({reps.seeds[(method, ob)]})",
+                    color=colors[method],
+                )
                 band = reps.per_seed[(method, ob)]
-                ax.fill_between(reps.grid, band.min(axis=0), band.max(axis=0), color=colors[method], alpha=0.18,
-                                linewidth=0)
+                ax.fill_between(
+                    reps.grid, band.min(axis=0), band.max(axis=0), color=colors[method], alpha=0.18, linewidth=0
+                )
         _lines(ax, floors)
         ax.set_title(objective)
         ax.set_ylabel("valid loss (nats a token)")
@@ -107,19 +121,27 @@ def plot_token_curves(lang: str, reps, path: Path, bits: dict | None = None, bit
             for (method, ob), table in bits.items():
                 if ob == objective:
                     for i, (_, run) in enumerate(table.groupby("pseed")):
-                        ax2.plot(run["tokens_seen"], run["valid_bits_per_byte"], color=colors.get(method, "0.3"),
-                                 alpha=0.8, linewidth=1, label=method if i == 0 else None)
+                        ax2.plot(
+                            run["tokens_seen"],
+                            run["valid_bits_per_byte"],
+                            color=colors.get(method, "0.3"),
+                            alpha=0.8,
+                            linewidth=1,
+                            label=method if i == 0 else None,
+                        )
             _lines(ax2, bits_lines or {})
             ax2.set_ylabel("valid bits per byte")
     for ax in axes.flat:
         ax.set_xscale("symlog", linthresh=1000, linscale=0.3)
         ax.set_xlim(0, float(reps.grid[-1]) * 1.15)
-        ax.set_xticks([0] + [10.0 ** k for k in range(3, int(np.log10(max(reps.grid[-1], 1000))) + 1)])
+        ax.set_xticks([0] + [10.0**k for k in range(3, int(np.log10(max(reps.grid[-1], 1000))) + 1)])
         ax.set_xlabel("target tokens seen (0, then log scale)")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    fig.suptitle(f"{lang}: continued pretraining by tokens; mean over pretraining seeds (in brackets), band from "
-                 "lowest to highest")
+    fig.suptitle(
+        f"{lang}: continued pretraining by tokens; mean over pretraining seeds (in brackets), band from "
+        "lowest to highest"
+    )
     fig.tight_layout()
     _save(fig, path)
 
@@ -146,8 +168,9 @@ def plot_downstream(lang: str, status: dict, path: Path) -> None:
         ax.axvline(floor["value"], color="tab:red", linestyle="--", linewidth=1)  # named under the axis, not over a bar
         ax.set_yticks(y, [r.group for r in rows], fontsize=8)
         ax.set_title(task if learned else f"{task}: {status[task].state}", color="black" if learned else "0.45")
-        ax.set_xlabel(f"score (percent) with its interval\nred dashes: floor, {floor['name']} ({floor['value']:.1f})",
-                      fontsize=8)
+        ax.set_xlabel(
+            f"score (percent) with its interval\nred dashes: floor, {floor['name']} ({floor['value']:.1f})", fontsize=8
+        )
         ax.grid(axis="x", alpha=0.3)
     fig.suptitle(f"{lang}: downstream tasks")
     fig.tight_layout()
@@ -163,6 +186,7 @@ def write_curves_csv(lang: Language, path: Path) -> None:
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(["step"] + list(names.values()))
     for step in steps:
-        writer.writerow([step] + [f"{float(curves[k].loc[step, 'mean']):.6g}" if step in curves[k].index else ""
-                                  for k in names])
+        writer.writerow(
+            [step] + [f"{float(curves[k].loc[step, 'mean']):.6g}" if step in curves[k].index else "" for k in names]
+        )
     path.write_text(buf.getvalue(), encoding="utf-8")

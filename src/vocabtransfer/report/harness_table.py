@@ -24,8 +24,7 @@ import numpy as np
 
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.evaluate import stats
-from vocabtransfer.report.tables import (LEARNED, NO_DIFFERENCE, NOT_AFTER_CORRECTION, NOT_LEARNED, Settings,
-                                         zero_like)
+from vocabtransfer.report.tables import LEARNED, NO_DIFFERENCE, NOT_AFTER_CORRECTION, NOT_LEARNED, Settings, zero_like
 from vocabtransfer.report.markdown import difference_text, grey, md_table
 
 PRIMARY = ("f1", "acc", "acc_norm", "exact_match")  # the metric a task is compared on, the first it has
@@ -100,22 +99,39 @@ def task_table(task: str, by_model: dict, settings: Settings, lang: str) -> Harn
     for model, samples in by_model.items():
         rows = _items(samples, task, metric, f"{lang} lm_eval {model}")
         if rows["doc_id"].tolist() != ref["doc_id"].tolist():
-            raise VocabTransferError(f"{lang} lm_eval {model}: {task} was scored on other items than the other "
-                                     "models; rerun the lm_eval jobs with the same lm_eval.limit")
+            raise VocabTransferError(
+                f"{lang} lm_eval {model}: {task} was scored on other items than the other "
+                "models; rerun the lm_eval jobs with the same lm_eval.limit"
+            )
         runs[model] = _runs(rows["value"].to_numpy(), clusters, order)
     name, floor, chance = floor_values(ref)
     floor_runs = _runs(floor, clusters, order)
-    scores = [HarnessScore(model, settings.bootstrap(zero_like(r), r),
-                           settings.bootstrap(runs[SOURCE], r) if SOURCE in runs and model != SOURCE else None,
-                           settings.bootstrap(floor_runs, r)) for model, r in runs.items()]
+    scores = [
+        HarnessScore(
+            model,
+            settings.bootstrap(zero_like(r), r),
+            settings.bootstrap(runs[SOURCE], r) if SOURCE in runs and model != SOURCE else None,
+            settings.bootstrap(floor_runs, r),
+        )
+        for model, r in runs.items()
+    ]
     for s, d in zip(scores, stats.corrected([s.over_floor for s in scores], settings.correction)):
         s.over_floor = d
     vs = [s for s in scores if s.vs_source is not None]
     for s, d in zip(vs, stats.corrected([s.vs_source for s in vs], settings.correction)):
         s.vs_source = d
     state = LEARNED if any(detectably_above(s.over_floor, settings) for s in scores) else NOT_LEARNED
-    return HarnessTask(task, metric, name, 100.0 * float(floor.mean()), None if chance is None else 100.0 * chance,
-                       len(ref), len(order), state, scores)
+    return HarnessTask(
+        task,
+        metric,
+        name,
+        100.0 * float(floor.mean()),
+        None if chance is None else 100.0 * chance,
+        len(ref),
+        len(order),
+        state,
+        scores,
+    )
 
 
 def tables(results: dict, settings: Settings, lang: str) -> list[HarnessTask]:
@@ -124,8 +140,6 @@ def tables(results: dict, settings: Settings, lang: str) -> list[HarnessTask]:
     by_model = {m: samples for m, (scores, samples) in results.items() if not scores.get("not_run")}
     tasks = list(dict.fromkeys(t for samples in by_model.values() for t in samples["task"]))
     return [task_table(t, {m: s for m, s in by_model.items() if t in set(s["task"])}, settings, lang) for t in tasks]
-
-
 
 
 def verdict_word(d: stats.Difference | None, settings: Settings) -> str:
@@ -148,24 +162,47 @@ def section(lang: str, results: dict, settings: Settings) -> tuple[list[str], di
     found = tables(results, settings, lang)
     for t in found:
         chance = f", chance {t.chance:.1f}" if t.chance is not None else ""
-        lines += [f"#### {t.task} ({t.metric})" + ("" if t.learned else f" — {t.state}"), "",
-                  f"{t.n_items} items in {t.n_clusters} clusters; floor: {t.floor_name} {t.floor_value:.1f}"
-                  f"{chance}.", ""]
+        lines += [
+            f"#### {t.task} ({t.metric})" + ("" if t.learned else f" — {t.state}"),
+            "",
+            f"{t.n_items} items in {t.n_clusters} clusters; floor: {t.floor_name} {t.floor_value:.1f}{chance}.",
+            "",
+        ]
         rows = []
         for s in t.scores:
-            cells = [difference_text(s.score, 1, sign=False), difference_text(s.over_floor, 1),
-                     difference_text(s.vs_source, 1),
-                     verdict_word(s.vs_source, settings) if s.vs_source is not None else "–"]
+            cells = [
+                difference_text(s.score, 1, sign=False),
+                difference_text(s.over_floor, 1),
+                difference_text(s.vs_source, 1),
+                verdict_word(s.vs_source, settings) if s.vs_source is not None else "–",
+            ]
             rows.append([s.model] + (cells if t.learned else [grey(c) for c in cells]))
-        lines += [md_table(["model", "score [interval]", "over the floor [interval]", "− source [interval]",
-                            "vs source"], rows), ""]
-        lines += [("Learned: some model is above the floor by its interval after the correction."
-                   if t.learned else "Not learned at these sizes: no model is above the floor by its interval after "
-                   "the correction, so the scores are greyed and not ranked."), ""]
+        lines += [
+            md_table(
+                ["model", "score [interval]", "over the floor [interval]", "− source [interval]", "vs source"], rows
+            ),
+            "",
+        ]
+        lines += [
+            (
+                "Learned: some model is above the floor by its interval after the correction."
+                if t.learned
+                else "Not learned at these sizes: no model is above the floor by its interval after "
+                "the correction, so the scores are greyed and not ranked."
+            ),
+            "",
+        ]
     for model, reason in skipped.items():
         lines += [f"_{model}: not run ({reason})._", ""]
-    metrics = {t.task: {"metric": t.metric, "floor": round(t.floor_value, 4), "learned": t.learned,
-                        "scores": {s.model: round(s.score.diff, 4) for s in t.scores}} for t in found}
+    metrics = {
+        t.task: {
+            "metric": t.metric,
+            "floor": round(t.floor_value, 4),
+            "learned": t.learned,
+            "scores": {s.model: round(s.score.diff, 4) for s in t.scores},
+        }
+        for t in found
+    }
     return lines, metrics, [verdict_bullet(t, settings) for t in found]
 
 
@@ -177,15 +214,20 @@ def verdict_bullet(t: HarnessTask, settings: Settings) -> str:
         best = max(t.scores, key=lambda s: s.over_floor.diff)
         p = best.over_floor.adjusted_p  # "not learned" can rest on the correction over the task's models
         n = len(t.scores)
-        return (f"**{t.task} (zero-shot {t.metric}): {t.state}**: no model is above its floor ({floor}) by its "
-                f"interval after the correction over its {n} model{'s' if n != 1 else ''} (best: {best.model} "
-                f"{difference_text(best.over_floor, 1)} points over it, "
-                + (f"adjusted p {p:.2g}, " if p is not None else "")
-                + f"{t.n_clusters} clusters; items only, no seeds).")
+        return (
+            f"**{t.task} (zero-shot {t.metric}): {t.state}**: no model is above its floor ({floor}) by its "
+            f"interval after the correction over its {n} model{'s' if n != 1 else ''} (best: {best.model} "
+            f"{difference_text(best.over_floor, 1)} points over it, "
+            + (f"adjusted p {p:.2g}, " if p is not None else "")
+            + f"{t.n_clusters} clusters; items only, no seeds)."
+        )
     groups: dict[str, list[str]] = {}
     for s in (s for s in t.scores if s.vs_source is not None):
         word = verdict_word(s.vs_source, settings)
         groups.setdefault(word, []).append(f"{s.model} {difference_text(s.vs_source, 1)}")
     parts = [f"{word}: " + "; ".join(groups[word]) for word in sorted(groups, key=lambda w: (w != "better", w))]
-    return (f"**{t.task} (zero-shot {t.metric}, model − source, points; {floor}; items only, no seeds)**: "
-            + (". ".join(parts) if parts else "only the source was scored") + ".")
+    return (
+        f"**{t.task} (zero-shot {t.metric}, model − source, points; {floor}; items only, no seeds)**: "
+        + (". ".join(parts) if parts else "only the source was scored")
+        + "."
+    )

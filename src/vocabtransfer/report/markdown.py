@@ -1,24 +1,19 @@
-"""The report's Markdown: tables and sections. Numbers come from report.tables; nothing here computes
-a statistic."""
+"""The report's Markdown: its tables and sections (the set-up's is report.study_setup). Numbers come from
+report.tables and report.comparisons; nothing here computes a statistic."""
 
 from __future__ import annotations
 
 import math
 import os
-import re
 from pathlib import Path
 
-from vocabtransfer import io
 from vocabtransfer.pipeline import paths
-from vocabtransfer.pipeline.typed import Params
 from vocabtransfer.report.read import OBJECTIVE_ORDER, Language, Plan, task_order
 from vocabtransfer.evaluate.bpb_floor import FLOOR
-from vocabtransfer.report.tables import NOT_LEARNED, Family, Settings, finite, plural, seeds_text
+from vocabtransfer.report.tables import NOT_LEARNED, Family, Settings, finite, seeds_text
 from vocabtransfer.evaluate.tasks import TASKS, available
 from vocabtransfer.evaluate.token_frequency_loss import seed_means
-from vocabtransfer.report.costs import cost_lines
 from vocabtransfer.report.figures import seed_curves
-from vocabtransfer.train.pretrain_params import PretrainParams
 
 CORRECTION_NAME = {"holm": "Holm", "bh": "Benjamini–Hochberg"}
 
@@ -51,8 +46,12 @@ def md_table(headers: list[str], rows: list[list[str]], keys: int = 1) -> str:
     from tabulate import tabulate  # tabulate: heavy, not at CLI start-up
 
     def render(cols: list[int]) -> str:
-        return tabulate([[r[c] for c in cols] for r in rows], headers=[headers[c] for c in cols], tablefmt="github",
-                        disable_numparse=True)
+        return tabulate(
+            [[r[c] for c in cols] for r in rows],
+            headers=[headers[c] for c in cols],
+            tablefmt="github",
+            disable_numparse=True,
+        )
 
     def width(cols: list[int]) -> int:
         return max(len(line) for line in render(cols).splitlines())
@@ -76,116 +75,9 @@ def bold_best(values: list[float], texts: list[str], higher: bool) -> list[str]:
     return [f"**{t}**" if finite(v) and v == best else t for v, t in zip(values, texts)]
 
 
-
 def _rel(target: str) -> str:
     """A link from report.md to a path relative to the root."""
     return Path(os.path.relpath(target, Path(paths.REPORT).parent)).as_posix()
-
-
-
-def quantisation_lines(stats: dict | None) -> list[str]:
-    """What the report must say when the source came from a GGUF file (`stats`: the source_model stage's
-    base_stats.json): its weights are a quantisation of the released model, dequantised, not the
-    released weights."""
-    if not stats or not stats.get("gguf_sha256"):
-        return []
-    quantised = [t for t in stats.get("gguf_tensor_types") or [] if t.startswith(("Q", "IQ", "TQ"))]
-    weights = {t: n for t, n in (stats.get("gguf_type_weights") or {}).items() if t in quantised}
-    bits = sorted({int(m.group(1)) for t in quantised if (m := re.match(r"[A-Z]*Q(\d)", t))})
-    if not bits:
-        what = "the released model's weights, converted to GGUF"
-    else:
-        spread = (", ".join(f"{t} for {n / 1e6:.1f} M" for t, n in weights.items()) if weights
-                  else f"GGUF tensor types {', '.join(quantised)}")
-        what = f"a quantisation of the released model to {bits[0]}–{bits[-1]} bits per weight ({spread})"
-    return [f"* Source weights: **{what}**, read from the GGUF file `{Path(str(stats.get('resolved'))).name}` "
-            f"(sha256 {str(stats['gguf_sha256'])[:12]}…) and dequantised to float32; every number below is that "
-            "model's, not the one released in bf16"]
-
-
-def hypernet_lines(root: Path | None) -> list[str]:
-    """The set-up's line on the trained hypernetwork (stage hypernet's stats.json), none without one."""
-    path = Path(root or ".") / paths.HYPERNET / "stats.json"
-    if not path.is_file():
-        return []
-    stats = io.read_json(path)
-    curve = stats.get("curve") or []
-    first, last = curve[: min(20, len(curve))], curve[-min(20, len(curve)):]
-    loss = (f"; its LM loss under the sampled tokenizers {sum(r['lm_loss'] for r in first) / len(first):.2f} → "
-            f"{sum(r['lm_loss'] for r in last) / len(last):.2f} (mean of the first and the last {len(last)} steps)"
-            if curve else "")
-    vocab = stats.get("vocab_sizes") or []
-    return [f"* Hypernetwork (init method hypernet): trained once on the study's train splits, {stats.get('steps')} "
-            f"steps, {stats.get('tokens', 0):,} tokens in {stats.get('train_seconds', 0) / 60:.1f} min "
-            f"({stats.get('tokens_per_second', 0):.0f} tokens/s, peak memory "
-            f"{stats.get('peak_memory_bytes', 0) / 2**30:.2f} GiB, {stats.get('parameters', 0):,} parameters) on "
-            f"{len(vocab)} sampled tokenizers of {min(vocab, default=0):,}–{max(vocab, default=0):,} tokens"
-            + loss]
-
-
-def setup_section(params: Params, head: dict | None, langs: list[Language], p: Plan, settings: Settings,
-                  seconds: float | None = None, root: Path | None = None, base: dict | None = None) -> list[str]:
-    lines = ["## Set-up", ""]
-    lines.append(f"* Source model: `{params.source_model}`"
-                 + (f" ({head.get('model_class')}, {head.get('kind')} LM)" if head else ""))
-    lines += quantisation_lines(base)
-    if head is None:
-        lines.append(f"* LM head: {paths.SOURCE_HEAD_STATS} missing")
-    elif head.get("skipped"):
-        lines.append("* LM head: the checkpoint's own")
-    else:
-        lines.append(f"* LM head: the checkpoint has none; trained for {head.get('steps')} steps on "
-                     f"`{Path(str(head.get('text'))).name}` (held-out loss {fmt(head.get('loss_before'))} → "
-                     f"{fmt(head.get('loss_after'))})")
-    lines += hypernet_lines(root)
-    pre = params.section("pretrain", PretrainParams)
-    configured = (f", {pre.steps} steps" if pre.passes is None
-                  else f", {pre.passes:g} {'pass' if pre.passes == 1 else 'passes'} over the training blocks")
-    steps = sorted({r.get("steps") for lang in langs for r in lang.runs.values() if r.get("steps") is not None})
-    pairs = list(dict.fromkeys(f"{m}-{o}" for m, o, _ in p.pretrain))
-    pseeds = sorted({s for _, _, s in p.pretrain})
-    if pairs:
-        lines.append(f"* Continued pretraining: {', '.join(pairs)}, each with {plural(len(pseeds), 'pretraining seed')}"
-                     + (f", {', '.join(map(str, steps))} steps" if steps else configured))
-    else:
-        lines.append("* Continued pretraining: none configured (pretrain.pairs)")
-    fseeds = sorted({f for lang in langs for models in lang.evals.values() for runs in models.values() for _, f in runs})
-    evaluated = f"{_fseeds(fseeds)} per model and pretraining seed" if fseeds else "no fine-tuning configured"
-    lines.append(f"* Downstream evaluation: {evaluated}; {100 * settings.confidence:g} % nested intervals (test-set variance "
-                 f"from a cluster bootstrap of {settings.resamples} resamples, seed variance from the seeds, t "
-                 f"quantiles per level), {CORRECTION_NAME[settings.correction]} correction per table; no difference "
-                 f"is worded on fewer than {settings.min_clusters} clusters or a single run")
-    if seconds:
-        lines.append(f"* Job time behind this report: {seconds / 60:.1f} min, the sum of the `s` column (each job's "
-                     "wall-clock seconds) of Snakemake's per-job benchmark tables under logs/benchmarks; with N cores "
-                     "the run takes about this divided by the parallelism it reached")
-    lines.append("")
-    rows = []
-    for lang in langs:
-        c, t, k = lang.corpus or {}, lang.tokenizer or {}, lang.pretok or {}
-        valid = (k.get("stats") or {}).get("valid") or {}
-        rows.append([lang.lang, str(c.get("train_lines", "–")), str(c.get("train_bytes", "–")),
-                     str(c.get("valid_lines", "–")),
-                     f"{t.get('family', '–')} {t.get('style', '') or ''}".strip(),
-                     str(t.get("vocab_size_reached", "–")),
-                     fmt((valid.get("target") or {}).get("fertility"), 2),
-                     fmt((valid.get("source") or {}).get("fertility"), 2)])
-    lines.append(md_table(["lang", "train lines", "train bytes", "valid lines", "tokenizer", "vocabulary",
-                           "fertility (target)", "fertility (source)"], rows))
-    lines.append("")
-    lines.append("Fertility: tokens per word on the valid split, target tokenizer vs the source tokenizer.")
-    lines.append("")
-    if root is not None:
-        lines += cost_lines(root, md_table)
-    return lines
-
-
-
-def _fseeds(fseeds: list[int]) -> str:
-    """`fine-tuning seed 1`, `fine-tuning seeds 1, 2`, or `no fine-tuning`."""
-    if not fseeds:
-        return "no fine-tuning"
-    return f"fine-tuning seed{'s' if len(fseeds) > 1 else ''} {', '.join(map(str, fseeds))}"
 
 
 def init_section(lang: Language, share: bool = True) -> list[str]:
@@ -197,9 +89,13 @@ def init_section(lang: Language, share: bool = True) -> list[str]:
     rows = [r for r in lang.init_eval if r["method"] != "source" and r.get("kind") != FLOOR]
     ref = [r for r in lang.init_eval if r["method"] == "source"]
     floors = [r for r in lang.init_eval if r.get("kind") == FLOOR]
-    cols = [("loss", "loss", False, 3), ("calibrated_loss", "calibrated loss", False, 3),
-            ("temperature", "temperature", None, 2), ("retrieval_en2xx", "retrieval en→xx", True, 3),
-            ("retrieval_xx2en", "retrieval xx→en", True, 3)]
+    cols = [
+        ("loss", "loss", False, 3),
+        ("calibrated_loss", "calibrated loss", False, 3),
+        ("temperature", "temperature", None, 2),
+        ("retrieval_en2xx", "retrieval en→xx", True, 3),
+        ("retrieval_xx2en", "retrieval xx→en", True, 3),
+    ]
     cols = [c for c in cols if any(finite(r.get(c[0])) for r in lang.init_eval)]  # retrieval: encoders only
     has_bits = any(finite(r.get("bits_per_byte")) for r in lang.init_eval)
     if has_bits and share:  # causal models (init_eval.bits_per_byte): the measure that does not depend on the tokenizer
@@ -216,43 +112,56 @@ def init_section(lang: Language, share: bool = True) -> list[str]:
         for row, text in zip(table, texts):
             row.append(text)
     for r in ref:
-        table.append(["source (own tokenizer)"]
-                     + [fmt(r.get(key), digits) for key, _, _, digits in cols])
+        table.append(["source (own tokenizer)"] + [fmt(r.get(key), digits) for key, _, _, digits in cols])
     for r in floors:  # `floor:unigram-target` (evaluate.bpb_floor.NAMES)
         table.append([r["method"].replace(":", ": ")] + [fmt(r.get(key), digits) for key, _, _, digits in cols])
     lines.append(md_table(["method"] + [c[1] for c in cols], table))
-    lines += ["", _init_note(lang, has_bits, share, [r["method"].split(":", 1)[1] for r in floors]), "",
-              f"![{lang.lang}: right after initialisation]({_rel(paths.fill(paths.INIT_EVAL_PLOT, lang=lang.lang))})",
-              ""]
+    lines += [
+        "",
+        _init_note(lang, has_bits, share, [r["method"].split(":", 1)[1] for r in floors]),
+        "",
+        f"![{lang.lang}: right after initialisation]({_rel(paths.fill(paths.INIT_EVAL_PLOT, lang=lang.lang))})",
+        "",
+    ]
     return lines
 
 
-FLOOR_NOTES = {"unigram-target": "the add-one unigram of the target tokenizer's ids on the train split",
-               "unigram-source": "the same with the source tokenizer",
-               "uniform": "the uniform guess over the target vocabulary"}
+FLOOR_NOTES = {
+    "unigram-target": "the add-one unigram of the target tokenizer's ids on the train split",
+    "unigram-source": "the same with the source tokenizer",
+    "uniform": "the uniform guess over the target vocabulary",
+}
 
 
 def _init_note(lang: Language, has_bits: bool, share: bool, floors: list[str]) -> str:
-    note = ("Loss: masked-/causal-LM loss on held-out target text with no training; calibrated: at the "
-            "one temperature that minimises it; retrieval: top-1 accuracy on XNLI premises. The source model "
-            f"reads the {lang.lang} text with its own tokenizer (its loss: on held-out source text, "
-            f"{', '.join(sorted({str(r['lang']) for r in lang.init_eval if r['method'] == 'source'})) or '–'}).")
+    note = (
+        "Loss: masked-/causal-LM loss on held-out target text with no training; calibrated: at the "
+        "one temperature that minimises it; retrieval: top-1 accuracy on XNLI premises. The source model "
+        f"reads the {lang.lang} text with its own tokenizer (its loss: on held-out source text, "
+        f"{', '.join(sorted({str(r['lang']) for r in lang.init_eval if r['method'] == 'source'})) or '–'})."
+    )
     if has_bits and share:
-        note += (" Bits per byte: bits per UTF-8 byte of the valid lines (pretraining seed 1's initialisation).")
+        note += " Bits per byte: bits per UTF-8 byte of the valid lines (pretraining seed 1's initialisation)."
     if floors:
-        note += (" Floors: predictors without a model on the same tokens ("
-                 + "; ".join(f"{f}: {FLOOR_NOTES.get(f, f)}" for f in floors) + ").")
+        note += (
+            " Floors: predictors without a model on the same tokens ("
+            + "; ".join(f"{f}: {FLOOR_NOTES.get(f, f)}" for f in floors)
+            + ")."
+        )
     if has_bits and share:
-        note += (" Share kept: (BPB_floor − BPB_method) / (BPB_floor − BPB_source), from the best floor; – where the "
-                 "source does not beat it (nothing to keep).")
+        note += (
+            " Share kept: (BPB_floor − BPB_method) / (BPB_floor − BPB_source), from the best floor; – where the "
+            "source does not beat it (nothing to keep)."
+        )
     elif has_bits:
-        note += (" Bits per byte and the share kept: in the table *Bits per byte* below, the one place the report "
-                 "scores them (every initialisation and pretrained model, the source and the floors on the same "
-                 "lines, with intervals).")
+        note += (
+            " Bits per byte and the share kept: in the table *Bits per byte* below, the one place the report "
+            "scores them (every initialisation and pretrained model, the source and the floors on the same "
+            "lines, with intervals)."
+        )
     if any(finite(r.get("bytes_per_token")) for r in lang.init_eval):
         note += " Bytes per token: of each model's tokenizer on the valid lines."
     return note + " Best in bold."
-
 
 
 def gradient_section(lang: Language) -> list[str]:
@@ -266,15 +175,19 @@ def gradient_section(lang: Language) -> list[str]:
         row = [m]
         for o in objectives:
             runs = [s for mm, oo, s in lang.gradients if (mm, oo) == (m, o)]
-            path = (paths.fill(paths.GRADIENT_PLOT, lang=lang.lang, method=m, objective=o, pseed=runs[0]) if runs
-                    else None)
+            path = (
+                paths.fill(paths.GRADIENT_PLOT, lang=lang.lang, method=m, objective=o, pseed=runs[0]) if runs else None
+            )
             row.append(f"![{m} {o}]({_rel(path)})" if path else "–")
         rows.append(row)
     lines.append(md_table(["method"] + objectives, rows))
-    lines += ["", "Gradient norms per token against its frequency rank (input embedding, output embedding as "
-              "target, output embedding as non-target), at the start and the end of pretraining (pretraining seed 1).", ""]
+    lines += [
+        "",
+        "Gradient norms per token against its frequency rank (input embedding, output embedding as "
+        "target, output embedding as non-target), at the start and the end of pretraining (pretraining seed 1).",
+        "",
+    ]
     return lines
-
 
 
 def skipped_section(langs: list[Language], p: Plan) -> list[str]:
@@ -288,8 +201,6 @@ def skipped_section(langs: list[Language], p: Plan) -> list[str]:
         for path in lang.missing:
             items.append(f"* {lang.lang}: `{path}` missing, its section shows no data")
     return lines + (items or ["Nothing: every configured job has results."]) + [""]
-
-
 
 
 def pretrain_section(lang: Language, figure: str | None) -> list[str]:
@@ -314,14 +225,20 @@ def pretrain_section(lang: Language, figure: str | None) -> list[str]:
             row.append(fmt(last["mean"]) + spread)
         table.append(row)
     lines.append(md_table(["method", "step 0 (pretraining seed 1)"] + [f"{o} (end)" for o in objectives], table))
-    lines += ["", "Valid loss (standard cross-entropy on the valid split) right after initialisation and after "
-              "continued pretraining with each objective: the mean over pretraining seeds, with the lowest and "
-              "highest seed in brackets. Which differences are real is in the comparison tables.", ""]
+    lines += [
+        "",
+        "Valid loss (standard cross-entropy on the valid split) right after initialisation and after "
+        "continued pretraining with each objective: the mean over pretraining seeds, with the lowest and "
+        "highest seed in brackets. Which differences are real is in the comparison tables.",
+        "",
+    ]
     return lines
 
 
-TEST_SET_ONLY = ("†: no seed variance behind the row (one run on each side, or a model without seeds against a "
-                 "floor): its interval and p hold the test set's variance only.")
+TEST_SET_ONLY = (
+    "†: no seed variance behind the row (one run on each side, or a model without seeds against a "
+    "floor): its interval and p hold the test set's variance only."
+)
 
 
 def p_text(r) -> str:
@@ -338,16 +255,29 @@ def family_section(family: Family, settings: Settings) -> list[str]:
             continue
         verdict = r.status(settings)
         digits = 1 if r.measure in task_order() else 3  # percent for a task, else a loss or bits per byte
-        rows.append([r.label, r.measure, difference_text(r.diff, digits), p_text(r),
-                     f"{r.diff.adjusted_p:.3g}" if r.diff.adjusted_p is not None else "–",
-                     f"{'✱ ' if r.better(settings) is not None else ''}{verdict}",
-                     f"{r.runs_text}, {r.diff.n_clusters} clusters"])
-    lines.append(md_table(["comparison", "measure", "difference [interval]", "p", "adjusted p", "verdict",
-                           "runs, clusters"], rows, 2))
-    lines += ["", family.description + " ✱: the interval excludes zero, the difference survives the "
-              f"correction over this table and rests on at least {settings.min_clusters} clusters "
-              "(report.min_clusters) and more than one run (or on a model without seeds against a floor)."
-              + (" " + TEST_SET_ONLY if any(r.test_set_only for r in family.rows) else "")]
+        rows.append(
+            [
+                r.label,
+                r.measure,
+                difference_text(r.diff, digits),
+                p_text(r),
+                f"{r.diff.adjusted_p:.3g}" if r.diff.adjusted_p is not None else "–",
+                f"{'✱ ' if r.better(settings) is not None else ''}{verdict}",
+                f"{r.runs_text}, {r.diff.n_clusters} clusters",
+            ]
+        )
+    lines.append(
+        md_table(
+            ["comparison", "measure", "difference [interval]", "p", "adjusted p", "verdict", "runs, clusters"], rows, 2
+        )
+    )
+    lines += [
+        "",
+        family.description + " ✱: the interval excludes zero, the difference survives the "
+        f"correction over this table and rests on at least {settings.min_clusters} clusters "
+        "(report.min_clusters) and more than one run (or on a model without seeds against a floor)."
+        + (" " + TEST_SET_ONLY if any(r.test_set_only for r in family.rows) else ""),
+    ]
     return lines + [""]
 
 
@@ -357,19 +287,28 @@ def token_frequency_section(lang: Language) -> list[str]:
     if df is None or len(df) == 0:
         return lines + [f"_No token-frequency results ({paths.fill(paths.TOKEN_FREQUENCY_LOSS, lang=lang.lang)})._", ""]
     buckets = df.drop_duplicates("bucket").sort_values("bucket")
-    headers = ["method", "objective"] + [f"b{int(b.bucket)} (ranks {int(b.rank_lo)}–{int(b.rank_hi)})"
-                                         for b in buckets.itertuples()]
+    headers = ["method", "objective"] + [
+        f"b{int(b.bucket)} (ranks {int(b.rank_lo)}–{int(b.rank_hi)})" for b in buckets.itertuples()
+    ]
     means = seed_means(df.to_dict("records"))
     keys = list(dict.fromkeys((m, o) for m, o, _ in means))
-    keys.sort(key=lambda k: (lang.methods().index(k[0]) if k[0] in lang.methods() else 99,
-                             OBJECTIVE_ORDER.index(k[1]) if k[1] in OBJECTIVE_ORDER else 9))
+    keys.sort(
+        key=lambda k: (
+            lang.methods().index(k[0]) if k[0] in lang.methods() else 99,
+            OBJECTIVE_ORDER.index(k[1]) if k[1] in OBJECTIVE_ORDER else 9,
+        )
+    )
     rows = [[m, o] + [fmt(means.get((m, o, int(b)), (math.nan,))[0], 2) for b in buckets["bucket"]] for m, o in keys]
     lines.append(md_table(headers, rows, keys=2))  # a wide one split: each part says method and objective
-    lines += ["", "Mean cross-entropy on held-out target tokens by the train-frequency bucket of the target token "
-              "(b0 = most frequent types), averaged over pretraining seeds; `init` = the initialised model. The "
-              "selfish − standard table gives each bucket's difference with its interval.", "",
-              f"![{lang.lang}: loss by token frequency]"
-              f"({_rel(paths.fill(paths.TOKEN_FREQUENCY_PLOT, lang=lang.lang))})", ""]
+    lines += [
+        "",
+        "Mean cross-entropy on held-out target tokens by the train-frequency bucket of the target token "
+        "(b0 = most frequent types), averaged over pretraining seeds; `init` = the initialised model. The "
+        "selfish − standard table gives each bucket's difference with its interval.",
+        "",
+        f"![{lang.lang}: loss by token frequency]({_rel(paths.fill(paths.TOKEN_FREQUENCY_PLOT, lang=lang.lang))})",
+        "",
+    ]
     return lines
 
 
@@ -391,15 +330,18 @@ def downstream_section(lang: Language, status: dict, figure: str | None) -> list
                 score = f"**{score}**"
             rows.append([s.group, score, margin, seeds_text(s.score)])
         lines += [title, "", md_table(["model", "score [interval]", "over the floor [interval]", "seeds"], rows), ""]
-        note = (f"Floor ({st.floor['name']}, no model: {floor_text(task)}): "
-                f"{fmt(st.floor['value'], 1)}. ")
+        note = f"Floor ({st.floor['name']}, no model: {floor_text(task)}): {fmt(st.floor['value'], 1)}. "
         if st.state == NOT_LEARNED:
-            note += ("No model's score is above it by its interval after the correction: the task is not learned "
-                     "at these sizes, so its scores are greyed, never ranked, and left out of the comparisons and "
-                     "the verdict.")
+            note += (
+                "No model's score is above it by its interval after the correction: the task is not learned "
+                "at these sizes, so its scores are greyed, never ranked, and left out of the comparisons and "
+                "the verdict."
+            )
         elif not st.learned:
-            note += (f"Models above it by their interval rest on too little to say so ({st.state}): whether the task "
-                     "is learned cannot be told, so its scores are greyed and left out of the comparisons.")
+            note += (
+                f"Models above it by their interval rest on too little to say so ({st.state}): whether the task "
+                "is learned cannot be told, so its scores are greyed and left out of the comparisons."
+            )
         else:
             note += "Best score in bold."
         lines += [note, ""]
@@ -415,16 +357,20 @@ def floor_text(task: str) -> str:
 
 
 def method_section(settings: Settings) -> list[str]:
-    return ["## How the intervals are computed", "",
-            "Each difference B − A is the mean over pretraining seeds of the mean over their fine-tuning seeds, "
-            "with an interval that adds two variances (vocabtransfer.evaluate.stats): the test set's, from a "
-            "cluster bootstrap (the test clusters — XNLI premise, QA article or context, NER sentence, held-out "
-            "block for a loss — drawn with replacement and shared by every run of both models, "
-            f"{settings.resamples} resamples), and the seeds', from the spread of the per-pretraining-seed "
-            "differences. Each is widened by the Student t quantile of its own degrees of freedom (clusters − 1, "
-            "seeds − 1), so that three seeds are not taken for many: a simulation at the study's sizes measured "
-            "94.7–98.4 % coverage for the 95 % interval (docs/evaluation.md). The p-values are the levels at which "
-            f"the interval reaches zero, adjusted by the {CORRECTION_NAME[settings.correction]} method over the "
-            "rows of each comparison table. A difference resting on fewer than "
-            f"{settings.min_clusters} clusters (report.min_clusters), or on a single pretraining and fine-tuning "
-            "run, is shown but not worded: its verdict says what is missing.", ""]
+    return [
+        "## How the intervals are computed",
+        "",
+        "Each difference B − A is the mean over pretraining seeds of the mean over their fine-tuning seeds, "
+        "with an interval that adds two variances (vocabtransfer.evaluate.stats): the test set's, from a "
+        "cluster bootstrap (the test clusters — XNLI premise, QA article or context, NER sentence, held-out "
+        "block for a loss — drawn with replacement and shared by every run of both models, "
+        f"{settings.resamples} resamples), and the seeds', from the spread of the per-pretraining-seed "
+        "differences. Each is widened by the Student t quantile of its own degrees of freedom (clusters − 1, "
+        "seeds − 1), so that three seeds are not taken for many: a simulation at the study's sizes measured "
+        "94.7–98.4 % coverage for the 95 % interval (docs/evaluation.md). The p-values are the levels at which "
+        f"the interval reaches zero, adjusted by the {CORRECTION_NAME[settings.correction]} method over the "
+        "rows of each comparison table. A difference resting on fewer than "
+        f"{settings.min_clusters} clusters (report.min_clusters), or on a single pretraining and fine-tuning "
+        "run, is shown but not worded: its verdict says what is missing.",
+        "",
+    ]

@@ -57,13 +57,17 @@ def plan(params: Params, stages: Mapping) -> Plan:
     """Every artefact the report reads, from the job planner (`Stage.jobs`) of the stages that write them:
     `stages` maps pretrain, gradient_scenarios and finetune_eval to their `Stage`, and token_frequency_loss
     when its tables are read."""
+
     def runs(jobs: list[dict]) -> list[Run]:
         return [(job["method"], job["objective"], int(job["pseed"])) for job in jobs]
 
-    out = Plan(languages=list(params.languages), pretrain=runs(stages["pretrain"].combos(params)),
-               gradients=runs(stages["gradient_scenarios"].combos(params)),
-               token_frequency="token_frequency_loss" in stages and any(
-                   stages["token_frequency_loss"].jobs(params, lang) for lang in params.languages))
+    out = Plan(
+        languages=list(params.languages),
+        pretrain=runs(stages["pretrain"].combos(params)),
+        gradients=runs(stages["gradient_scenarios"].combos(params)),
+        token_frequency="token_frequency_loss" in stages
+        and any(stages["token_frequency_loss"].jobs(params, lang) for lang in params.languages),
+    )
     for lang in out.languages:
         out.evals[lang], out.skipped[lang] = stages["finetune_eval"].jobs(params, lang), skipped_tasks(params, lang)
         out.absent[lang] = set(out.pretrain) - set(runs(stages["pretrain"].jobs(params, lang)))
@@ -80,23 +84,30 @@ def inputs(p: Plan) -> dict[str, str]:
     """The report stage's inputs: every artefact the plan names."""
     out = {"head_stats": paths.SOURCE_HEAD_STATS, "base_stats": paths.SOURCE_BASE_STATS}
     for lang in p.languages:
-        for name, template in (("init_eval", paths.INIT_EVAL), ("corpus_stats", paths.CORPUS_STATS),
-                               ("tokenizer_stats", paths.TOKENIZER_STATS), ("pretok_stats", paths.PRETOK_STATS)):
+        for name, template in (
+            ("init_eval", paths.INIT_EVAL),
+            ("corpus_stats", paths.CORPUS_STATS),
+            ("tokenizer_stats", paths.TOKENIZER_STATS),
+            ("pretok_stats", paths.PRETOK_STATS),
+        ):
             out[_key(name, lang)] = paths.fill(template, lang=lang)
         absent = p.absent.get(lang, set())
         for m, o, s in (run for run in p.pretrain if run not in absent):
-            out[_key("pretrain", lang, m, o, s)] = paths.fill(paths.PRETRAIN_DIR, lang=lang, method=m, objective=o,
-                                                             pseed=s)
+            out[_key("pretrain", lang, m, o, s)] = paths.fill(
+                paths.PRETRAIN_DIR, lang=lang, method=m, objective=o, pseed=s
+            )
         if p.token_frequency:
             out[_key("token_frequency_loss", lang)] = paths.fill(paths.TOKEN_FREQUENCY_LOSS, lang=lang)
             out[_key("token_frequency_blocks", lang)] = paths.fill(paths.TOKEN_FREQUENCY_BLOCKS, lang=lang)
             out[_key("bits_per_byte", lang)] = paths.fill(paths.BITS_PER_BYTE, lang=lang)
         for m, o, s in (run for run in p.gradients if run not in absent):
-            out[_key("gradients", lang, m, o, s)] = paths.fill(paths.GRADIENT_SCENARIOS, lang=lang, method=m,
-                                                              objective=o, pseed=s)
+            out[_key("gradients", lang, m, o, s)] = paths.fill(
+                paths.GRADIENT_SCENARIOS, lang=lang, method=m, objective=o, pseed=s
+            )
         for job in p.evals[lang]:
             out[_key("eval", lang, job["task"], job["model"], f"seed{job['seed']}")] = paths.fill(
-                paths.EVAL_RESULT, lang=lang, task=job["task"], model=job["model"], seed=str(job["seed"]))
+                paths.EVAL_RESULT, lang=lang, task=job["task"], model=job["model"], seed=str(job["seed"])
+            )
         for task in p.tasks(lang):
             out[_key("floor", lang, task)] = paths.fill(paths.EVAL_FLOOR, lang=lang, task=task)
         for model in p.lm_eval.get(lang, []):
@@ -158,8 +169,11 @@ def read_language(lang: str, p: Plan, root: Path) -> Language:
     for run in (r for r in p.pretrain if r not in p.absent.get(lang, set())):
         m, o, s = run
         directory = need(paths.PRETRAIN_DIR, method=m, objective=o, pseed=s)
-        for store, name, reader in ((out.curves, "metrics.parquet", _parquet), (out.runs, "stats.json", _json),
-                                    (out.blocks, "valid_blocks.parquet", _parquet)):
+        for store, name, reader in (
+            (out.curves, "metrics.parquet", _parquet),
+            (out.runs, "stats.json", _json),
+            (out.blocks, "valid_blocks.parquet", _parquet),
+        ):
             value = reader(directory / name)
             if value is not None:
                 store[run] = value

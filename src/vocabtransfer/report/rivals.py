@@ -15,7 +15,13 @@ Negative: the first method needs fewer bits per byte (a lower loss) than the sec
 from __future__ import annotations
 
 from vocabtransfer.report.tables import (
-    OBJECTIVE_ORDER, Family, Row, _corrected, _objectives, bpb_runs, loss_runs,
+    OBJECTIVE_ORDER,
+    Family,
+    Row,
+    _corrected,
+    _objectives,
+    bpb_runs,
+    loss_runs,
 )
 
 PAIRS = (("omp", "focus"),)  # (first, second): rows read first − second
@@ -31,21 +37,35 @@ def head_to_head(lang, settings, first: str, second: str) -> Family | None:
         for objective in [o for o in OBJECTIVE_ORDER if o in present] + sorted(present - set(OBJECTIVE_ORDER)):
             a, b = bpb_runs(lang, second, objective), bpb_runs(lang, first, objective)
             if a is not None and b is not None:
-                rows.append(Row(f"{first} − {second} ({objective})", "bits per byte", settings.bootstrap(a, b),
-                                lower_is_better=True))
+                rows.append(
+                    Row(
+                        f"{first} − {second} ({objective})",
+                        "bits per byte",
+                        settings.bootstrap(a, b),
+                        lower_is_better=True,
+                    )
+                )
     pretrained = {(m, o) for m, o, _ in lang.curves}
     for objective in _objectives(lang):
         if {(first, objective), (second, objective)} <= pretrained:
             a, b = loss_runs(lang, second, objective), loss_runs(lang, first, objective)
             if a is not None and b is not None:
-                rows.append(Row(f"{first} − {second} ({objective})", "valid loss", settings.bootstrap(a, b),
-                                lower_is_better=True))
+                rows.append(
+                    Row(
+                        f"{first} − {second} ({objective})",
+                        "valid loss",
+                        settings.bootstrap(a, b),
+                        lower_is_better=True,
+                    )
+                )
     if not rows:
         return None
-    return Family(f"{TITLE}: {first} − {second}",
-                  f"Paired on the same lines (bits per byte) or clusters (valid loss) and seeds. Negative: {first} "
-                  f"needs fewer bits per byte / ends with a lower valid loss than {second} (better).",
-                  _corrected(rows, settings))
+    return Family(
+        f"{TITLE}: {first} − {second}",
+        f"Paired on the same lines (bits per byte) or clusters (valid loss) and seeds. Negative: {first} "
+        f"needs fewer bits per byte / ends with a lower valid loss than {second} (better).",
+        _corrected(rows, settings),
+    )
 
 
 def families(lang, settings) -> list[Family]:

@@ -1,25 +1,8 @@
-"""The comparisons that answer the study's question, each a difference with its nested
-interval (vocabtransfer.evaluate.stats), grouped in families that are corrected together:
-
-1. which tasks are learned at all: every model against the task's floor (vocabtransfer.evaluate.task_floor;
-   one family per task); a task where no model is above it after the correction is "not learned at
-   these sizes" and takes no further part (never ranked, bolded or used in the verdict);
-2. right after initialisation (init_eval, before any training): every pair of methods and every method minus
-   the unigram floor, on the valid loss paired over the same valid blocks and masked tokens (one family);
-   one initialisation per method, so its intervals hold the valid blocks' variance only (†);
-3. every method minus random, per objective (`init` too): the valid loss after pretraining (one
-   family) and each learned task (one family per task);
-4. every other objective (selfish, distill) minus standard for every method: the valid loss, each
-   learned task and the loss of every token-frequency bucket (one family per objective);
-5. bits per UTF-8 byte (report.bpb): every init-only and pretrained causal model, the source with its own
-   tokenizer and the floors (predictors without a model), every method minus random with the same
-   objective (one family) and every model minus the best floor (one family), nested over valid lines
-   (the clusters) and pretraining seeds.
-
-A difference resting on fewer test clusters than `report.min_clusters`, or on a single run (one
-pretraining and one fine-tuning seed: every compared model's training depends on its seed, so the
-variation between seeds is unknown), gets no "better"/"worse" word: its status says what is missing
-("10 clusters: too few to tell").
+"""The parts every comparison of the report is made of: params `report` and the `Settings` they give, one
+comparison (`Row`: B − A, its interval and its status) and a `Family` of them corrected together, the runs
+each measure is compared on (task scores, the valid loss, the loss of a frequency bucket, bits per valid
+line) and whether a task is learned at all (the families' step 1: every model against the task's floor).
+The families themselves, and the rules they follow, are report.comparisons'.
 """
 
 from __future__ import annotations
@@ -45,23 +28,27 @@ class ReportParams:
         10000,
         "resamples of the cluster bootstrap that estimates each difference's test-set variance "
         "(docs/evaluation.md); a few thousand make its Monte-Carlo error negligible",
-        minimum=2)
+        minimum=2,
+    )
     confidence: float = option(0.95, "coverage of each difference's interval", exclusiveMinimum=0, exclusiveMaximum=1)
     min_clusters: int = option(
         30,
         "the fewest test clusters (XNLI premises, QA articles or contexts, NER sentences, held-out blocks) a "
         "difference may rest on to be called better or worse; below it the verdict says 'N clusters: too few to "
         "tell'",
-        minimum=1)
+        minimum=1,
+    )
     correction: Literal["holm", "bh"] = option(
         "holm",
         "multiple comparisons over each table's family: holm (family-wise error, Holm's step-down) or bh (false "
-        "discovery rate, Benjamini–Hochberg)")
+        "discovery rate, Benjamini–Hochberg)",
+    )
     baseline: str = option(
         "random",
         "the init method whose tokens the token-equivalent counts: the tokens it needs to reach each other method's "
         "valid loss at each budget (pretrained with the same objective, else with standard); a method pretrain.methods "
-        "does not list gives no token-equivalent, and the report says so")
+        "does not list gives no token-equivalent, and the report says so",
+    )
 
 
 @dataclass(frozen=True)
@@ -157,7 +144,8 @@ def _corrected(rows: list[Row], settings: Settings) -> list[Row]:
     return rows
 
 
-# 1. runs -----------------------------------------------------------------------------------------
+# runs -------------------------------------------------------------------------------------------
+
 
 def task_runs(lang: Language, task: str, group: str) -> stats.Runs:
     return stats.Runs.from_results(task, lang.evals[task][group], where=f"{lang.lang} {task} {group}")
@@ -165,14 +153,18 @@ def task_runs(lang: Language, task: str, group: str) -> stats.Runs:
 
 def zero_like(runs: stats.Runs) -> stats.Runs:
     """A model that scores 0 everywhere: B minus it is B's own score with its interval."""
-    return stats.Runs({k: (np.zeros_like(n), np.ones_like(d)) for k, (n, d) in runs.parts.items()}, runs.clusters,
-                      runs.scale)
+    return stats.Runs(
+        {k: (np.zeros_like(n), np.ones_like(d)) for k, (n, d) in runs.parts.items()}, runs.clusters, runs.scale
+    )
 
 
 def loss_runs(lang: Language, method: str, objective: str) -> stats.Runs | None:
     """The final valid loss of every pretraining seed of a run, per held-out block."""
-    parts = {(s, 0): (df["loss_sum"].to_numpy(float), df["n_tokens"].to_numpy(float))
-             for (m, o, s), df in lang.blocks.items() if m == method and o == objective}
+    parts = {
+        (s, 0): (df["loss_sum"].to_numpy(float), df["n_tokens"].to_numpy(float))
+        for (m, o, s), df in lang.blocks.items()
+        if m == method and o == objective
+    }
     if not parts:
         return None
     sizes = {len(n) for n, _ in parts.values()}
@@ -199,13 +191,17 @@ def bucket_runs(lang: Language, method: str, objective: str, bucket: int) -> sta
 
 def groups(lang: Language, task: str) -> list[str]:
     """The task's model groups in display order: source, then by method and objective."""
+
     def key(group: str) -> tuple:
         if group == names.SOURCE:
             return (-1, 0, group)
         method, _, objective = group.rpartition("-")
         order = lang.methods()
-        return (order.index(method) if method in order else len(order),
-                OBJECTIVE_ORDER.index(objective) if objective in OBJECTIVE_ORDER else 9, group)
+        return (
+            order.index(method) if method in order else len(order),
+            OBJECTIVE_ORDER.index(objective) if objective in OBJECTIVE_ORDER else 9,
+            group,
+        )
 
     return sorted(lang.evals.get(task, {}), key=key)
 
@@ -215,7 +211,11 @@ def tasks(lang: Language) -> list[str]:
     return [t for t in order if t in lang.evals] + sorted(t for t in lang.evals if t not in order)
 
 
-# 2. is a task learned? ---------------------------------------------------------------------------
+def _objectives(lang: Language) -> list[str]:
+    return [o for o in OBJECTIVE_ORDER if any(ob == o for _, ob, _ in lang.curves)]
+
+
+# is a task learned? ---------------------------------------------------------------------------
 
 LEARNED, NOT_LEARNED = "learned", "not learned at these sizes"
 
@@ -270,133 +270,7 @@ def learned(lang: Language, settings: Settings) -> dict[str, TaskStatus]:
     return out
 
 
-# 3. the families ---------------------------------------------------------------------------------
-
-INIT_TITLE = "Right after initialisation: valid loss"  # the family's title (the verdict finds it by it)
-UNIGRAM_FLOOR = "floor:unigram-target"  # init_eval's row of the unigram floor on the methods' predicted tokens
-INIT_LOSS, INIT_FLOOR = "loss at init", "loss at init (floor)"  # the family's measures: between methods, vs the floor
-
-
-def init_runs(lang: Language, method: str) -> stats.Runs | None:
-    """init_eval's loss of `method` (or of the floor row) per valid block: one run, no seed level."""
-    row = next((r for r in lang.init_eval or () if r["method"] == method), None)
-    if row is None or row.get("block_loss") is None or not len(row["block_loss"]):
-        return None  # an init_eval.parquet written before the blocks were kept
-    num, den = np.asarray(row["block_loss"], float), np.asarray(row["block_tokens"], float)
-    return stats.Runs({(0, 0): (num, den)}, tuple(range(len(num))))
-
-
-def init_family(lang: Language, settings: Settings) -> Family | None:
-    """Every pair of initialisations (later in init.methods − earlier) and every method − the unigram floor,
-    on the valid loss right after initialisation, paired block by block (module docstring, 2.)."""
-    methods = [r["method"] for r in lang.init_eval or () if r["method"] != "source" and r.get("kind") != "floor"]
-    runs = {m: r for m in methods if (r := init_runs(lang, m)) is not None}
-    if len(runs) < 2:
-        return None
-    order = list(runs)
-    if len({len(r.clusters) for r in runs.values()}) != 1:
-        return None  # scored on different blocks (other tokenizers): nothing pairs
-    rows = [Row(f"{b} − {a}", INIT_LOSS, settings.bootstrap(runs[a], runs[b]), lower_is_better=True,
-                runs="1 initialisation each, test-set variance only", seedless=True)
-            for i, a in enumerate(order) for b in order[i + 1:]]
-    floor = init_runs(lang, UNIGRAM_FLOOR)
-    if floor is not None and len(floor.clusters) == len(runs[order[0]].clusters):
-        rows += [Row(f"{m} − unigram floor", INIT_FLOOR, settings.bootstrap(floor, runs[m]), lower_is_better=True,
-                     runs="1 initialisation against the floor, test-set variance only", seedless=True) for m in order]
-    return Family(INIT_TITLE, "Before any training, paired over the same valid blocks and masked tokens. Negative: the "
-                  "first-named method has the lower loss (better); against the unigram floor (the train split's "
-                  "unigram on the same tokens), negative: the model uses the context.", _corrected(rows, settings))
-
-
-def _objectives(lang: Language) -> list[str]:
-    return [o for o in OBJECTIVE_ORDER if any(ob == o for _, ob, _ in lang.curves)]
-
-
-def methods_vs_random(lang: Language, settings: Settings, status: dict) -> list[Family]:
-    """The valid loss and every learned task: each method minus random with the same objective."""
-    out = []
-    rows = []
-    pretrained = {(m, o) for m, o, _ in lang.curves}
-    for objective in _objectives(lang):
-        base = loss_runs(lang, "random", objective)
-        for method in (m for m in lang.methods() if m != "random"):
-            if not {(method, objective), ("random", objective)} <= pretrained:
-                continue  # a pair params do not ask for (pretrain.pairs): nothing to compare
-            runs = loss_runs(lang, method, objective)
-            diff = settings.bootstrap(base, runs) if base is not None and runs is not None else None
-            rows.append(Row(f"{method} − random ({objective})", "valid loss", diff, lower_is_better=True,
-                            note="" if diff else "no paired runs"))
-    if rows:
-        out.append(Family("Valid loss after pretraining: method − random",
-                          "Negative: the method ends with a lower valid loss than random (better).",
-                          _corrected(rows, settings)))
-    for task in tasks(lang):
-        if task not in status or not status[task].learned:
-            continue
-        rows = []
-        for group in groups(lang, task):
-            method, _, objective = group.rpartition("-")
-            base = f"random-{objective}"
-            if group == names.SOURCE or method == "random" or base not in lang.evals[task]:
-                continue
-            diff = settings.bootstrap(task_runs(lang, task, base), task_runs(lang, task, group))
-            rows.append(Row(f"{method} − random ({objective})", task, diff, note="" if diff else "no paired runs"))
-        if rows:
-            out.append(Family(f"{task}: method − random", "Positive: the method scores higher than random (better).",
-                              _corrected(rows, settings)))
-    return out
-
-
-def objective_vs_standard(lang: Language, settings: Settings, status: dict, objective: str) -> Family | None:
-    """Per method: `objective` (selfish, distill) minus standard on the valid loss, bits per byte (causal
-    models), every learned task and every frequency bucket."""
-    rows = []
-    buckets = _bucket_labels(lang)
-    for method in lang.methods():
-        if not {(method, "standard"), (method, objective)} <= {(m, o) for m, o, _ in lang.curves}:
-            continue
-        std, other = loss_runs(lang, method, "standard"), loss_runs(lang, method, objective)
-        if std is not None and other is not None:
-            rows.append(Row(method, "valid loss", settings.bootstrap(std, other), lower_is_better=True))
-        a, b = bpb_runs(lang, method, "standard"), bpb_runs(lang, method, objective)
-        if a is not None and b is not None:  # causal models: the same comparison in bits per byte of the text
-            rows.append(Row(method, "bits per byte", settings.bootstrap(a, b), lower_is_better=True))
-        for task in tasks(lang):
-            a, b = f"{method}-standard", f"{method}-{objective}"
-            if task in status and status[task].learned and a in lang.evals[task] and b in lang.evals[task]:
-                rows.append(Row(method, task, settings.bootstrap(task_runs(lang, task, a), task_runs(lang, task, b))))
-        for bucket, label in buckets.items():
-            a, b = bucket_runs(lang, method, "standard", bucket), bucket_runs(lang, method, objective, bucket)
-            if a is not None and b is not None:
-                rows.append(Row(method, label, settings.bootstrap(a, b), lower_is_better=True))
-    if not rows:
-        return None
-    return Family(f"{objective.capitalize()} − standard, per method",
-                  f"Loss rows: negative = {objective} lower (better); task rows: positive = {objective} higher "
-                  "(better). Buckets: held-out tokens by train frequency (b0 = most frequent types).",
-                  _corrected(rows, settings), objective=objective)
-
-
-def _bucket_labels(lang: Language) -> dict[int, str]:
-    df = lang.token_frequency
-    if df is None or not len(df):
-        return {}
-    spans = df.drop_duplicates("bucket").sort_values("bucket")
-    return {int(b.bucket): f"b{int(b.bucket)} (ranks {int(b.rank_lo)}–{int(b.rank_hi)})" for b in spans.itertuples()}
-
-
-def families(lang: Language, settings: Settings, status: dict, head_to_head: list[Family] = ()) -> list[Family]:
-    """The report's comparison families in order: right after initialisation, every method − random, the
-    head-to-head ones (`report.rivals.families`, built on this module), each objective − standard."""
-    init = init_family(lang, settings)
-    out = ([init] if init else []) + methods_vs_random(lang, settings, status) + list(head_to_head)
-    for objective in (o for o in _objectives(lang) if o not in ("init", "standard")):
-        family = objective_vs_standard(lang, settings, status, objective)
-        out += [family] if family else []
-    return out
-
-
-# 4. bits per byte ---------------------------------------------------------------------------------
+# bits per byte ---------------------------------------------------------------------------------
 
 SOURCE_ROW = "source"  # method and objective of the source model's rows in bits_per_byte.parquet
 
@@ -422,9 +296,13 @@ def bpb_runs(lang: Language, method: str, objective: str) -> stats.Runs | None:
         return None
     per = {int(p): (_per_line(g, n_lines, "bits"), _per_line(g, n_lines, "n_bytes")) for p, g in sub.groupby("pseed")}
     if objective == names.INIT:
-        pseeds = sorted({int(p) for p in df.loc[(df["method"] == method) & (df["objective"] != names.INIT), "pseed"]}
-                        or {int(p) for p in df.loc[df["objective"] == names.INIT, "pseed"]})
-        shared = {p: per[availability.init_pseed(method, p)] for p in pseeds if availability.init_pseed(method, p) in per}
+        pseeds = sorted(
+            {int(p) for p in df.loc[(df["method"] == method) & (df["objective"] != names.INIT), "pseed"]}
+            or {int(p) for p in df.loc[df["objective"] == names.INIT, "pseed"]}
+        )
+        shared = {
+            p: per[availability.init_pseed(method, p)] for p in pseeds if availability.init_pseed(method, p) in per
+        }
         per = shared or per
     return stats.Runs({(p, 0): parts for p, parts in per.items()}, tuple(range(n_lines)))
 

@@ -134,8 +134,9 @@ def replicate(curves: Curves, resamples: int, seed: int) -> Replicates:
     """Resample the valid blocks (shared by every run of a replicate) and each method's pretraining seeds."""
     rng = np.random.default_rng(seed)
     grid, n_blocks = curves.grid(), len(curves.counts)
-    weights = np.vstack([np.ones(n_blocks), rng.multinomial(n_blocks, np.full(n_blocks, 1.0 / n_blocks),
-                                                            size=resamples)])
+    weights = np.vstack(
+        [np.ones(n_blocks), rng.multinomial(n_blocks, np.full(n_blocks, 1.0 / n_blocks), size=resamples)]
+    )
     tokens = weights @ curves.counts
     mean, seeds, point = {}, {}, {}
     for key, runs in curves.runs.items():
@@ -182,7 +183,7 @@ def equivalents(reps: Replicates, baseline: str, confidence: float) -> list[Equi
     runs), at each 10^k budget of the grid and its end; intervals Bonferroni-corrected over the rows."""
     budgets = [i for i, b in enumerate(reps.grid) if b > 0 and (math.log10(b).is_integer() or i == len(reps.grid) - 1)]
     pairs = []
-    for (m, o) in reps.mean:
+    for m, o in reps.mean:
         base = (baseline, o) if (baseline, o) in reps.mean else (baseline, STANDARD)
         if m != baseline and base in reps.mean:
             pairs += [((m, o), base, i) for i in budgets]
@@ -190,9 +191,17 @@ def equivalents(reps: Replicates, baseline: str, confidence: float) -> list[Equi
     out = []
     for key, base, i in pairs:
         tokens = crossing(reps.mean[base], reps.mean[key][:, i], reps.grid)
-        out.append(Equivalent(key[0], key[1], float(reps.grid[i]), float(reps.mean[key][0, i]),
-                              float(reps.mean[base][0, i]), estimate(tokens, level),
-                              estimate(tokens / reps.grid[i], level)))
+        out.append(
+            Equivalent(
+                key[0],
+                key[1],
+                float(reps.grid[i]),
+                float(reps.mean[key][0, i]),
+                float(reps.mean[base][0, i]),
+                estimate(tokens, level),
+                estimate(tokens / reps.grid[i], level),
+            )
+        )
     return out
 
 
@@ -211,14 +220,16 @@ def floor_crossings(reps: Replicates, confidence: float) -> list[FloorCrossing]:
     out = []
     for (m, o), curve in reps.mean.items():
         uni = estimate(crossing(curve, reps.unigram, reps.grid), level) if reps.unigram is not None else None
-        flat = (estimate(crossing(curve, np.full(len(curve), reps.uniform), reps.grid), level)
-                if reps.uniform is not None else None)
+        flat = (
+            estimate(crossing(curve, np.full(len(curve), reps.uniform), reps.grid), level)
+            if reps.uniform is not None
+            else None
+        )
         out.append(FloorCrossing(m, o, uni, flat))
     return out
 
 
-def bits_crossings(lang, reps: Replicates, source: float, resamples: int, seed: int,
-                   confidence: float) -> dict:
+def bits_crossings(lang, reps: Replicates, source: float, resamples: int, seed: int, confidence: float) -> dict:
     """(method, objective) -> the tokens its mean bits-per-byte curve (causal runs: metrics.parquet's
     valid_bits_per_byte at each evaluation, read at the grid's budgets) needs to reach the source's bits per
     byte `source`, with an interval from resampling the pretraining seeds (the bits are per run, not per
@@ -232,7 +243,9 @@ def bits_crossings(lang, reps: Replicates, source: float, resamples: int, seed: 
         if len(rows) < 2 or rows["tokens_seen"].iloc[0] != 0 or rows["tokens_seen"].iloc[-1] < reps.grid[-1]:
             continue
         tokens = rows["tokens_seen"].to_numpy(float)
-        per_key.setdefault((m, o), []).append(interpolation(tokens, reps.grid) @ rows["valid_bits_per_byte"].to_numpy(float))
+        per_key.setdefault((m, o), []).append(
+            interpolation(tokens, reps.grid) @ rows["valid_bits_per_byte"].to_numpy(float)
+        )
     level = 1 - (1 - confidence) / max(1, len(per_key))
     out = {}
     for key, curves in per_key.items():
@@ -247,6 +260,7 @@ def bits_crossings(lang, reps: Replicates, source: float, resamples: int, seed: 
 # Wording: the report's table and the verdict's sentences
 # ---------------------------------------------------------------------------------------------
 
+
 def tokens_text(value: float) -> str:
     """0, 950, 31.6k, 1.20M; inf: "> run"."""
     if math.isinf(value):
@@ -259,6 +273,7 @@ def tokens_text(value: float) -> str:
 def ratio_text(e: Estimate) -> str:
     def one(v: float) -> str:
         return "> run" if math.isinf(v) else f"{v:.1f}×" if v < 10 else f"{v:.0f}×"
+
     return f"{one(e.value)} [{one(e.low)}, {one(e.high)}]"
 
 
@@ -280,12 +295,13 @@ def worth_sentence(rows: list[Equivalent], baseline: str, reps: Replicates) -> s
     else:
         head = f"**{name}: no detectable token advantage over {baseline} at {tokens_text(end.budget)} tokens**"
     trail = "; ".join(f"at {tokens_text(r.budget)}: {ratio_text(r.ratio)}" for r in rows[:-1])
-    reach = (f"{baseline} does not reach its valid loss {end.loss:.3f} within the run ({tokens_text(reps.grid[-1])} "
-             "tokens)" if math.isinf(end.tokens.value) else
-             f"{baseline} needs {interval_text(end.tokens)} tokens to reach its valid loss {end.loss:.3f}, ratio "
-             f"{ratio_text(end.ratio)}")
-    return (f"{head} ({reach}; {seeds})"
-            + (f"; earlier, in {base} tokens per token: {trail}." if trail else "."))
+    reach = (
+        f"{baseline} does not reach its valid loss {end.loss:.3f} within the run ({tokens_text(reps.grid[-1])} tokens)"
+        if math.isinf(end.tokens.value)
+        else f"{baseline} needs {interval_text(end.tokens)} tokens to reach its valid loss {end.loss:.3f}, ratio "
+        f"{ratio_text(end.ratio)}"
+    )
+    return f"{head} ({reach}; {seeds})" + (f"; earlier, in {base} tokens per token: {trail}." if trail else ".")
 
 
 def floor_sentence(crossings: list[FloorCrossing], reps: Replicates) -> str | None:
@@ -294,8 +310,11 @@ def floor_sentence(crossings: list[FloorCrossing], reps: Replicates) -> str | No
     if not rows or reps.unigram is None:
         return None
     never = [f"{c.method}-{c.objective}" for c in rows if math.isinf(c.unigram.value)]
-    reach = [f"{c.method}-{c.objective} after {interval_text(c.unigram)} tokens" for c in rows
-             if not math.isinf(c.unigram.value)]
+    reach = [
+        f"{c.method}-{c.objective} after {interval_text(c.unigram)} tokens"
+        for c in rows
+        if not math.isinf(c.unigram.value)
+    ]
     floor = f"the target unigram floor ({reps.unigram[0]:.3f} nats a valid token)"
     parts = []
     if reach:
@@ -312,46 +331,109 @@ def source_sentence(reach: dict, source: float, reps: Replicates) -> str | None:
     got = [f"{m}-{o} after {interval_text(e)} tokens" for (m, o), e in reach.items() if not math.isinf(e.value)]
     never = [f"{m}-{o}" for (m, o), e in reach.items() if math.isinf(e.value)]
     parts = ([f"reached by {', '.join(got)}"] if got else []) + (
-        [f"not within the run ({tokens_text(reps.grid[-1])} tokens) by {', '.join(never)}"] if never else [])
+        [f"not within the run ({tokens_text(reps.grid[-1])} tokens) by {', '.join(never)}"] if never else []
+    )
     seeds = max(reps.seeds.values())
-    return (f"The source's bits per byte with its own tokenizer ({source:.3f}): " + "; ".join(parts)
-            + f" (intervals over {seeds} pretraining seeds).")
+    return (
+        f"The source's bits per byte with its own tokenizer ({source:.3f}): "
+        + "; ".join(parts)
+        + f" (intervals over {seeds} pretraining seeds)."
+    )
 
 
-def section(reps: Replicates, eqs: list[Equivalent], crossings: list[FloorCrossing], baseline: str,
-            confidence: float, figure: str | None, reach: dict | None = None, source: str = "") -> list[str]:
+def section(
+    reps: Replicates,
+    eqs: list[Equivalent],
+    crossings: list[FloorCrossing],
+    baseline: str,
+    confidence: float,
+    figure: str | None,
+    reach: dict | None = None,
+    source: str = "",
+) -> list[str]:
     lines = ["### What an initialisation is worth in tokens", ""]
     if figure:
         lines += [f"![valid loss against tokens seen]({figure})", ""]
     if eqs:
-        lines.append(md_table(
-            ["method", "budget (tokens)", "its valid loss", f"{baseline}'s at the budget",
-             f"{baseline}'s tokens to reach it", "ratio"],
-            [[f"{e.method}-{e.objective}", tokens_text(e.budget), f"{e.loss:.3f}", f"{e.baseline_loss:.3f}",
-              interval_text(e.tokens), ratio_text(e.ratio)] for e in eqs]))
-        lines += ["", f"The tokens {baseline} (same objective) needs to reach each method's mean valid loss at each "
-                  "budget, read off its mean curve in log tokens; the ratio to the budget is what the initialisation "
-                  "is worth in its tokens. \"> run\": it does not get there within the run. Intervals "
-                  f"{100 * confidence:g} % over the rows (Bonferroni), from a bootstrap over the pretraining seeds "
-                  f"and the {reps.blocks} valid blocks.", ""]
+        lines += _equivalents_table(reps, eqs, baseline, confidence)
     elif not any(m == baseline for m, _ in reps.mean):
-        lines += [f"_No token-equivalent: the baseline {baseline} (report.baseline) has no pretraining runs here; set "
-                  "it to one of pretrain.methods._", ""]
+        lines += [
+            f"_No token-equivalent: the baseline {baseline} (report.baseline) has no pretraining runs here; set "
+            "it to one of pretrain.methods._",
+            "",
+        ]
     if crossings:
-        reach = reach or {}
-        lines.append(md_table(
-            ["method", "tokens to the unigram floor", "tokens to the uniform floor"]
-            + (["tokens to the source's bits per byte"] if reach else []),
-            [[f"{c.method}-{c.objective}", interval_text(c.unigram) if c.unigram else "–",
-              interval_text(c.uniform) if c.uniform else "–"]
-             + ([interval_text(reach[(c.method, c.objective)]) if (c.method, c.objective) in reach else "–"]
-                if reach else []) for c in crossings]))
-        floors = [f"unigram {reps.unigram[0]:.3f}" if reps.unigram is not None else "",
-                  f"uniform {reps.uniform:.3f}" if reps.uniform is not None else ""]
-        lines += ["", f"Floors in nats a valid token ({', '.join(f for f in floors if f)}): the add-one unigram of "
-                  "the training split and the uniform guess over the vocabulary, on the tokens the models are scored "
-                  "on. 0: the model starts below it." + (f" {source}" if source else ""), ""]
+        lines += _crossings_table(reps, crossings, reach or {}, source)
     return lines
+
+
+def _equivalents_table(reps: Replicates, eqs: list[Equivalent], baseline: str, confidence: float) -> list[str]:
+    """The baseline's tokens to reach each method's valid loss at each budget, with the ratio, and its note."""
+    table = md_table(
+        [
+            "method",
+            "budget (tokens)",
+            "its valid loss",
+            f"{baseline}'s at the budget",
+            f"{baseline}'s tokens to reach it",
+            "ratio",
+        ],
+        [
+            [
+                f"{e.method}-{e.objective}",
+                tokens_text(e.budget),
+                f"{e.loss:.3f}",
+                f"{e.baseline_loss:.3f}",
+                interval_text(e.tokens),
+                ratio_text(e.ratio),
+            ]
+            for e in eqs
+        ],
+    )
+    return [
+        table,
+        "",
+        f"The tokens {baseline} (same objective) needs to reach each method's mean valid loss at each "
+        "budget, read off its mean curve in log tokens; the ratio to the budget is what the initialisation "
+        'is worth in its tokens. "> run": it does not get there within the run. Intervals '
+        f"{100 * confidence:g} % over the rows (Bonferroni), from a bootstrap over the pretraining seeds "
+        f"and the {reps.blocks} valid blocks.",
+        "",
+    ]
+
+
+def _crossings_table(reps: Replicates, crossings: list[FloorCrossing], reach: dict, source: str) -> list[str]:
+    """The tokens each run needs to go below the unigram and the uniform floor (and to reach the source's bits
+    per byte, `reach`), and their note."""
+    table = md_table(
+        ["method", "tokens to the unigram floor", "tokens to the uniform floor"]
+        + (["tokens to the source's bits per byte"] if reach else []),
+        [
+            [
+                f"{c.method}-{c.objective}",
+                interval_text(c.unigram) if c.unigram else "–",
+                interval_text(c.uniform) if c.uniform else "–",
+            ]
+            + (
+                [interval_text(reach[(c.method, c.objective)]) if (c.method, c.objective) in reach else "–"]
+                if reach
+                else []
+            )
+            for c in crossings
+        ],
+    )
+    floors = [
+        f"unigram {reps.unigram[0]:.3f}" if reps.unigram is not None else "",
+        f"uniform {reps.uniform:.3f}" if reps.uniform is not None else "",
+    ]
+    return [
+        table,
+        "",
+        f"Floors in nats a valid token ({', '.join(f for f in floors if f)}): the add-one unigram of "
+        "the training split and the uniform guess over the vocabulary, on the tokens the models are scored "
+        "on. 0: the model starts below it." + (f" {source}" if source else ""),
+        "",
+    ]
 
 
 def verdict(reps: Replicates, eqs: list[Equivalent], crossings: list[FloorCrossing], baseline: str) -> list[str]:

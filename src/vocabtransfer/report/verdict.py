@@ -1,4 +1,4 @@
-"""`## Verdict`: a few sentences per language, written from the comparison families (report.tables),
+"""`## Verdict`: a few sentences per language, written from the comparison families (report.comparisons),
 never typed. A difference counts as a win or a loss only when its interval excludes zero, it
 survives the correction over its family and it rests on enough clusters and more than one run;
 one resting on too little says what is missing ("10 clusters: too few to tell"); every other one is
@@ -14,8 +14,16 @@ import re
 from vocabtransfer.report.bpb import BPB_TITLE
 from vocabtransfer.report import rivals
 from vocabtransfer.report.read import task_order
-from vocabtransfer.report.tables import (INIT_FLOOR, INIT_LOSS, INIT_TITLE, NO_DIFFERENCE, NOT_AFTER_CORRECTION,
-                                         NOT_LEARNED, Family, Row, Settings, seeds_text)
+from vocabtransfer.report.comparisons import INIT_FLOOR, INIT_LOSS, INIT_TITLE
+from vocabtransfer.report.tables import (
+    NO_DIFFERENCE,
+    NOT_AFTER_CORRECTION,
+    NOT_LEARNED,
+    Family,
+    Row,
+    Settings,
+    seeds_text,
+)
 from vocabtransfer.report.markdown import difference_text
 
 
@@ -46,8 +54,9 @@ def _listing(rows: list[Row], per_row: bool, state: str) -> list[str]:
     out = []
     for r in rows:
         notes = [n for n in (r.runs_text if per_row else "", adjusted(r, state)) if n]
-        out.append(f"{r.label} {difference_text(r.diff, _digits(r.measure))}"
-                   + (f" ({'; '.join(notes)})" if notes else ""))
+        out.append(
+            f"{r.label} {difference_text(r.diff, _digits(r.measure))}" + (f" ({'; '.join(notes)})" if notes else "")
+        )
     return out
 
 
@@ -79,8 +88,11 @@ def family_sentence(family: Family, measure: str, settings: Settings, what: str)
     for name in ("better", "worse", NOT_AFTER_CORRECTION, NO_DIFFERENCE, *too_few):
         group = [r for r, state in zip(rows, states) if state == name]
         if group:
-            power = ("" if name not in (NOT_AFTER_CORRECTION, NO_DIFFERENCE) else
-                     f" ({detectable_text([r.diff for r in group], settings, comparisons, _digits(measure))})")
+            power = (
+                ""
+                if name not in (NOT_AFTER_CORRECTION, NO_DIFFERENCE)
+                else f" ({detectable_text([r.diff for r in group], settings, comparisons, _digits(measure))})"
+            )
             parts.append(f"{name}: " + "; ".join(_listing(group, shared is None, name)) + power)
     return f"**{what}**" + (f" ({shared})" if shared else "") + ": " + ". ".join(parts) + "."
 
@@ -103,21 +115,30 @@ def objective_sentences(family: Family, settings: Settings) -> list[str]:
         helps = [r for r, state in zip(buckets, states) if state == "helps"]
         costs = [r for r, state in zip(buckets, states) if state == "costs"]
         if buckets:
-            def names(rs):
-                return ", ".join(f"{r.measure.split(' ')[0]} {difference_text(r.diff, 3)} ({adjusted(r, 'helps')})"
-                                 for r in rs)
 
-            parts.append(f"by token frequency ({_seeds(buckets) or 'seeds as in the table'}): "
-                         + (("lower loss (helps) in " + names(helps)) if helps else "no bucket with a detectably lower loss"))
+            def names(rs):
+                return ", ".join(
+                    f"{r.measure.split(' ')[0]} {difference_text(r.diff, 3)} ({adjusted(r, 'helps')})" for r in rs
+                )
+
+            parts.append(
+                f"by token frequency ({_seeds(buckets) or 'seeds as in the table'}): "
+                + (("lower loss (helps) in " + names(helps)) if helps else "no bucket with a detectably lower loss")
+            )
             if costs:
                 parts.append("higher loss (costs) in " + names(costs))
             uncorrected = states.count(NOT_AFTER_CORRECTION)
             few = [state for state in states if state.endswith("too few to tell")]
             flat = len(buckets) - len(helps) - len(costs) - len(few)
             if flat:
-                parts.append(f"no detectable difference in {flat} of {len(buckets)} frequency buckets"
-                             + (f" ({uncorrected} of them with an interval excluding zero before the correction)"
-                                if uncorrected else ""))
+                parts.append(
+                    f"no detectable difference in {flat} of {len(buckets)} frequency buckets"
+                    + (
+                        f" ({uncorrected} of them with an interval excluding zero before the correction)"
+                        if uncorrected
+                        else ""
+                    )
+                )
             for state in dict.fromkeys(few):
                 parts.append(f"{state} in {few.count(state)} of {len(buckets)} frequency buckets")
         if parts:
@@ -128,9 +149,13 @@ def objective_sentences(family: Family, settings: Settings) -> list[str]:
 def head_to_head_sentences(family: Family, settings: Settings) -> list[str]:
     """The bits-per-byte and valid-loss sentences of a `rivals` family (`omp − focus`)."""
     pair = family.title.split(": ", 1)[1]
-    out = [family_sentence(family, measure, settings, f"{what}, {pair} (negative is better)")
-           for measure, what in (("bits per byte", "Bits per byte of the valid text"),
-                                 ("valid loss", "Valid loss after pretraining"))]
+    out = [
+        family_sentence(family, measure, settings, f"{what}, {pair} (negative is better)")
+        for measure, what in (
+            ("bits per byte", "Bits per byte of the valid text"),
+            ("valid loss", "Valid loss after pretraining"),
+        )
+    ]
     return [s for s in out if s]
 
 
@@ -138,58 +163,104 @@ def learned_sentence(task: str, st, floor: str, settings: Settings) -> str:
     """`**qa: learned**`: the models better than the task's floor by their interval after the correction over
     the task's models, each with its margin, its seeds and its adjusted p."""
     above = [s for s in st.scores if Row(s.group, task, s.over_floor).better(settings)]
-    listed = "; ".join(f"{s.group} {difference_text(s.over_floor, 1)} ({seeds_text(s.over_floor)}"
-                       + (f"; adjusted p {s.over_floor.adjusted_p:.2g}" if s.over_floor.adjusted_p is not None else "")
-                       + ")" for s in above)
-    return (f"**{task}: learned**: better than its floor ({floor}) by the interval after the correction, in points: "
-            f"{listed}; {len(st.scores) - len(above)} of {len(st.scores)} models are not.")
+    listed = "; ".join(
+        f"{s.group} {difference_text(s.over_floor, 1)} ({seeds_text(s.over_floor)}"
+        + (f"; adjusted p {s.over_floor.adjusted_p:.2g}" if s.over_floor.adjusted_p is not None else "")
+        + ")"
+        for s in above
+    )
+    return (
+        f"**{task}: learned**: better than its floor ({floor}) by the interval after the correction, in points: "
+        f"{listed}; {len(st.scores) - len(above)} of {len(st.scores)} models are not."
+    )
 
 
-def language_verdict(lang: str, families: list[Family], status: dict, settings: Settings,
-                     extra: list[str] | None = None, zero_shot: list[str] = ()) -> list[str]:
+def _family_bullets(families: list[Family], settings: Settings) -> list[str]:
+    """The bullets of the families that open a language's verdict: right after initialisation, the valid loss
+    and bits per byte against random, head to head."""
+    bullets = []
+    for family in families:
+        if family.title == INIT_TITLE:
+            bullets += [
+                s
+                for s in (
+                    family_sentence(
+                        family,
+                        INIT_LOSS,
+                        settings,
+                        "Right after initialisation, valid loss, later − earlier "
+                        "method of init.methods (negative is better)",
+                    ),
+                    family_sentence(
+                        family,
+                        INIT_FLOOR,
+                        settings,
+                        "Right after initialisation against the unigram floor (negative: the model uses the context)",
+                    ),
+                )
+                if s
+            ]
+        elif family.title.startswith("Valid loss"):
+            s = family_sentence(
+                family, "valid loss", settings, "Valid loss after pretraining, method − random (negative is better)"
+            )
+            bullets += [s] if s else []
+        elif family.title == BPB_TITLE:
+            s = family_sentence(
+                family,
+                "bits per byte",
+                settings,
+                "Bits per byte of the valid text, method − random (negative is better)",
+            )
+            bullets += [s] if s else []
+        elif family.title.startswith(rivals.TITLE):
+            bullets += head_to_head_sentences(family, settings)
+    return bullets
+
+
+def language_verdict(
+    lang: str,
+    families: list[Family],
+    status: dict,
+    settings: Settings,
+    extra: list[str] | None = None,
+    zero_shot: list[str] = (),
+) -> list[str]:
     """The verdict's bullet points for one language; `extra`: the bits-per-byte claims that need more than a
     family (report.bpb.share_sentence), after the bits-per-byte bullet; `zero_shot`: the zero-shot tasks'
     (report.harness_table), last."""
     lines = [f"### {lang}", ""]
-    bullets = []
-    for family in families:
-        if family.title == INIT_TITLE:
-            bullets += [s for s in (
-                family_sentence(family, INIT_LOSS, settings, "Right after initialisation, valid loss, later − earlier "
-                                "method of init.methods (negative is better)"),
-                family_sentence(family, INIT_FLOOR, settings, "Right after initialisation against the unigram floor "
-                                "(negative: the model uses the context)")) if s]
-        elif family.title.startswith("Valid loss"):
-            s = family_sentence(family, "valid loss", settings, "Valid loss after pretraining, method − random "
-                                "(negative is better)")
-            bullets += [s] if s else []
-        elif family.title == BPB_TITLE:
-            s = family_sentence(family, "bits per byte", settings, "Bits per byte of the valid text, method − random "
-                                "(negative is better)")
-            bullets += [s] if s else []
-        elif family.title.startswith(rivals.TITLE):
-            bullets += head_to_head_sentences(family, settings)
+    bullets = _family_bullets(families, settings)
     bullets += [s for s in extra or [] if s]
     for task, st in status.items():
         floor = f"{st.floor['name']}, {st.floor['value']:.1f}"
         if not st.learned:
             best = max(st.scores, key=lambda s: s.over_floor.diff)
-            head = (f"**{task}: not learned at these sizes**: no model is above its floor" if st.state == NOT_LEARNED
-                    else f"**{task}: cannot tell whether it is learned ({st.state})**: the models above its floor")
-            bullets.append(f"{head} ({floor}) by its interval rest on too little" if st.state != NOT_LEARNED else head
-                           + f" ({floor}) by its interval")
+            head = (
+                f"**{task}: not learned at these sizes**: no model is above its floor"
+                if st.state == NOT_LEARNED
+                else f"**{task}: cannot tell whether it is learned ({st.state})**: the models above its floor"
+            )
+            bullets.append(
+                f"{head} ({floor}) by its interval rest on too little"
+                if st.state != NOT_LEARNED
+                else head + f" ({floor}) by its interval"
+            )
             p = best.over_floor.adjusted_p  # "not learned" rests on the correction over the task's models
             power = detectable_text([s.over_floor for s in st.scores], settings, len(st.scores), 1, " points")
-            bullets[-1] += (f" (best: {best.group} {difference_text(best.over_floor, 1)} points over it, "
-                            + (f"adjusted p {p:.2g}, " if p is not None and st.state == NOT_LEARNED else "")
-                            + f"{seeds_text(best.over_floor)}, {best.over_floor.n_clusters} clusters; {power} over "
-                            "the floor); its scores are left out of every comparison.")
+            bullets[-1] += (
+                f" (best: {best.group} {difference_text(best.over_floor, 1)} points over it, "
+                + (f"adjusted p {p:.2g}, " if p is not None and st.state == NOT_LEARNED else "")
+                + f"{seeds_text(best.over_floor)}, {best.over_floor.n_clusters} clusters; {power} over "
+                "the floor); its scores are left out of every comparison."
+            )
             continue
         bullets.append(learned_sentence(task, st, floor, settings))
         for family in families:
             if family.title.startswith(f"{task}:"):
-                s = family_sentence(family, task, settings, f"{task}, method − random (points, positive is better; "
-                                    f"floor: {floor})")
+                s = family_sentence(
+                    family, task, settings, f"{task}, method − random (points, positive is better; floor: {floor})"
+                )
                 bullets += [s] if s else []
     for family in families:
         if " − standard, per method" in family.title:
@@ -200,20 +271,24 @@ def language_verdict(lang: str, families: list[Family], status: dict, settings: 
     return lines + [f"- {b}" for b in bullets] + [""]
 
 
-def section(per_language: dict[str, tuple], settings: Settings,
-            zero_shot: dict[str, list[str]] | None = None) -> list[str]:
+def section(
+    per_language: dict[str, tuple], settings: Settings, zero_shot: dict[str, list[str]] | None = None
+) -> list[str]:
     """`## Verdict`, the report's first section."""
-    lines = ["## Verdict", "",
-             f"Computed from the tables below: each difference with its {100 * settings.confidence:g} % nested "
-             f"interval; \"better\"/\"worse\" only where the interval excludes zero, the difference survives the "
-             f"{'Holm' if settings.correction == 'holm' else 'Benjamini–Hochberg'} correction over its table and it "
-             f"rests on at least {settings.min_clusters} test clusters and more than one run; \"too few to tell\" "
-             "where it rests on less; otherwise \"no detectable difference\", or \"interval excludes zero, but not "
-             "after the correction\"; a label that rests on the correction carries its adjusted p. A task is learned "
-             "when some model is detectably above its floor (a predictor without a model); the share of the source's "
-             "advantage a causal model keeps is measured from the best bits-per-byte floor and worded only for the "
-             "models detectably better than it.", ""]
+    lines = [
+        "## Verdict",
+        "",
+        f"Computed from the tables below: each difference with its {100 * settings.confidence:g} % nested "
+        f'interval; "better"/"worse" only where the interval excludes zero, the difference survives the '
+        f"{'Holm' if settings.correction == 'holm' else 'Benjamini–Hochberg'} correction over its table and it "
+        f'rests on at least {settings.min_clusters} test clusters and more than one run; "too few to tell" '
+        'where it rests on less; otherwise "no detectable difference", or "interval excludes zero, but not '
+        'after the correction"; a label that rests on the correction carries its adjusted p. A task is learned '
+        "when some model is detectably above its floor (a predictor without a model); the share of the source's "
+        "advantage a causal model keeps is measured from the best bits-per-byte floor and worded only for the "
+        "models detectably better than it.",
+        "",
+    ]
     for lang, (families, status, *extra) in per_language.items():  # (families, status[, extra bullets])
-        lines += language_verdict(lang, families, status, settings, *extra,
-                                  zero_shot=(zero_shot or {}).get(lang, []))
+        lines += language_verdict(lang, families, status, settings, *extra, zero_shot=(zero_shot or {}).get(lang, []))
     return lines

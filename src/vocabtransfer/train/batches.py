@@ -32,8 +32,10 @@ def read_ids(path: Path, tokenizer, vocab_size: int) -> TokenIds:
     for chunk in split.chunks():
         hi = int(chunk.max()) if chunk.size else -1
         if hi >= vocab_size:
-            raise VocabTransferError(f"{path}: token id {hi} is outside the model's vocabulary (size {vocab_size}); "
-                                     "it was tokenised with another tokenizer, rerun the pretokenize stage")
+            raise VocabTransferError(
+                f"{path}: token id {hi} is outside the model's vocabulary (size {vocab_size}); "
+                "it was tokenised with another tokenizer, rerun the pretokenize stage"
+            )
     return split
 
 
@@ -86,8 +88,11 @@ class StepCollator:
             mlm = self.lm.mlm
             self.p_predict, self.p_mask = mlm.mlm_probability, mlm.mask_replace_prob
             # what torch_mask_tokens draws after [MASK]: nothing when every masked token is replaced
-            self.p_random = (None if mlm.mask_replace_prob == 1 or mlm.random_replace_prob == 0
-                             else mlm.random_replace_prob / (1 - mlm.mask_replace_prob))
+            self.p_random = (
+                None
+                if mlm.mask_replace_prob == 1 or mlm.random_replace_prob == 0
+                else mlm.random_replace_prob / (1 - mlm.mask_replace_prob)
+            )
             self.mask_id = tokenizer.convert_tokens_to_ids(tokenizer.mask_token)
             self.vocab = len(tokenizer)
 
@@ -119,8 +124,16 @@ class StepCollator:
         draws = torch.zeros((3, rows, width))
         words = torch.zeros((rows, width), dtype=torch.long)
         g, seed = self.generator, self.seed * MASK_SEED_STRIDE
-        for k, (p_row, d0, d1, d2, w, n) in enumerate(zip(p_predict.unbind(0), draws[0].unbind(0), draws[1].unbind(0),
-                                                          draws[2].unbind(0), words.unbind(0), lengths)):
+        for k, (p_row, d0, d1, d2, w, n) in enumerate(
+            zip(
+                p_predict.unbind(0),
+                draws[0].unbind(0),
+                draws[1].unbind(0),
+                draws[2].unbind(0),
+                words.unbind(0),
+                lengths,
+            )
+        ):
             g.manual_seed(seed + items[k]["index"])
             torch.bernoulli(p_row[:n], generator=g, out=d0[:n])
             torch.bernoulli(p_mask[:n], generator=g, out=d1[:n])

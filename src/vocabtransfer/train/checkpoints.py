@@ -45,16 +45,20 @@ def check_checkpoint(path: Path) -> None:
             elif file.suffix == ".json":
                 json.loads(file.read_text(encoding="utf-8"))
         except Exception as exc:
-            raise VocabTransferError(f"{file}: torn checkpoint file ({brief(exc)}); delete {path} and run the same "
-                                     "command: training resumes from the checkpoint before it, or from the start") from exc
+            raise VocabTransferError(
+                f"{file}: torn checkpoint file ({brief(exc)}); delete {path} and run the same "
+                "command: training resumes from the checkpoint before it, or from the start"
+            ) from exc
 
 
 def check_resume_params(directory: Path, expected: dict) -> None:
     stored = json.loads((directory / PARAMS_FILE).read_text(encoding="utf-8"))
     differing = sorted(k for k in set(stored) | set(expected) if stored.get(k, "<unset>") != expected.get(k, "<unset>"))
     if differing:
-        raise VocabTransferError(f"{directory}: the checkpoints were written with other params ({', '.join(differing)}); "
-                                 "restore those params to resume, or delete the directory to start afresh")
+        raise VocabTransferError(
+            f"{directory}: the checkpoints were written with other params ({', '.join(differing)}); "
+            "restore those params to resume, or delete the directory to start afresh"
+        )
 
 
 def model_fingerprint(model_dir: Path) -> str:

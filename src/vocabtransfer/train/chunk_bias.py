@@ -52,8 +52,11 @@ class CoverSets:
         self.speller, self.tokenizer, self.how = speller, speller.tokenizer, speller.how
         self._bytes = token_bytes
         self.model = self.tokenizer.backend_tokenizer.model
-        vocab = sorted((t, i) for t, i in self.tokenizer.get_vocab().items()
-                       if i not in speller.special and not is_byte_piece(t, self.how))
+        vocab = sorted(
+            (t, i)
+            for t, i in self.tokenizer.get_vocab().items()
+            if i not in speller.special and not is_byte_piece(t, self.how)
+        )
         self.keys = [t for t, _ in vocab]
         self.ids = [i for _, i in vocab]
         self.cache: dict[int, dict[bytes, int] | None] = {}
@@ -86,7 +89,7 @@ class CoverSets:
             for b, bid in self.starting_with(x[i:]):
                 joined = x[:i] + b
                 if len(joined) > len(x) and self.tokenize(joined) == current + [bid]:
-                    key = self._bytes(joined[len(x):], self.how)
+                    key = self._bytes(joined[len(x) :], self.how)
                     if key:
                         out[key] = bid
         self.cache[token_id] = out
@@ -106,8 +109,9 @@ def count_tokens(id_lists: Iterable[Sequence[int]], size: int) -> np.ndarray:
 class PairBias:
     """Whether a (teacher id, student id) pair ending at one byte is unbiased (module docstring)."""
 
-    def __init__(self, teacher_speller, student_speller, teacher_probs: np.ndarray, student_probs: np.ndarray,
-                 threshold: float):
+    def __init__(
+        self, teacher_speller, student_speller, teacher_probs: np.ndarray, student_probs: np.ndarray, threshold: float
+    ):
         if not threshold >= 0:
             raise VocabTransferError(f"pretrain.distill.bias_threshold={threshold!r}: must be >= 0")
         self.teacher, self.student = CoverSets(teacher_speller), CoverSets(student_speller)
@@ -122,8 +126,10 @@ class PairBias:
             if t is None or s is None:
                 self.cache[key] = (1.0, 1.0)
             else:
-                self.cache[key] = (float(sum(self.t_probs[t[c]] for c in t.keys() - s.keys())),
-                                   float(sum(self.s_probs[s[c]] for c in s.keys() - t.keys())))
+                self.cache[key] = (
+                    float(sum(self.t_probs[t[c]] for c in t.keys() - s.keys())),
+                    float(sum(self.s_probs[s[c]] for c in s.keys() - t.keys())),
+                )
         return self.cache[key]
 
     def unbiased(self, teacher_id: int, student_id: int) -> bool:

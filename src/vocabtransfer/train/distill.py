@@ -82,9 +82,11 @@ class Speller:
             b = self.token(int(i))
             if b is None:
                 raise VocabTransferError(
-                    f"{self.role} {self.tokenizer.name_or_path}: token {self.tokenizer.convert_ids_to_tokens(int(i))!r} "
+                    f"{self.role} {self.tokenizer.name_or_path}: token "
+                    f"{self.tokenizer.convert_ids_to_tokens(int(i))!r} "
                     f"does not spell bytes ({self.how.kind} vocabulary); distill needs tokenizers whose tokens "
-                    "spell the text's bytes (byte-level BPE, or SentencePiece with byte fallback)")
+                    "spell the text's bytes (byte-level BPE, or SentencePiece with byte fallback)"
+                )
             out.append(b)
         if first and self.prepends_space:
             for k, b in enumerate(out):
@@ -102,7 +104,8 @@ class Speller:
             raise VocabTransferError(
                 f"{self.role} {self.tokenizer.name_or_path}: its tokens spell {b''.join(pieces)[:40]!r} for the text "
                 f"{text[:40]!r}; it does not reproduce the text's bytes (lossy normalisation), so chunk "
-                "likelihoods cannot be matched; use a lossless tokenizer or another objective")
+                "likelihoods cannot be matched; use a lossless tokenizer or another objective"
+            )
         return ids, [len(b) for b in pieces]
 
 
@@ -173,8 +176,10 @@ def _valid_utf8_prefix(data: bytes) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         if exc.start < len(data) - 3:
-            raise VocabTransferError(f"the student's tokens spell bytes that are not UTF-8 text ({data[:40]!r}); "
-                                     "the pre-tokenised split does not come from this tokenizer") from exc
+            raise VocabTransferError(
+                f"the student's tokens spell bytes that are not UTF-8 text ({data[:40]!r}); "
+                "the pre-tokenised split does not come from this tokenizer"
+            ) from exc
         return data[: exc.start].decode("utf-8")
 
 
@@ -209,8 +214,13 @@ class _Pairing:
     def unbiased(self, lines: Iterable[Sequence[int]], threshold: float) -> None:
         """Unbiased chunks from here on (`chunk_bias`), with unigram probabilities from `lines`' both sides."""
         pairs = [self.line_pair(line) for line in lines]
-        self.bias = PairBias(self.t_spell, self.s_spell, count_tokens((p[2] for p in pairs), len(self.t_spell.tokenizer)),
-                             count_tokens((p[0] for p in pairs), len(self.s_spell.tokenizer)), threshold)
+        self.bias = PairBias(
+            self.t_spell,
+            self.s_spell,
+            count_tokens((p[2] for p in pairs), len(self.t_spell.tokenizer)),
+            count_tokens((p[0] for p in pairs), len(self.s_spell.tokenizer)),
+            threshold,
+        )
 
     def block(self, pairs: list[tuple]) -> PairBlock:
         """One block of line pairs, with the chunk of every position of both sides."""
@@ -224,6 +234,7 @@ class _Pairing:
 
             def keep(i: int, j: int) -> bool:
                 return s_len[i] == 0 or t_len[j] == 0 or bias.unbiased(t_ids[j], s_ids[i])
+
         ca, cb, n = chunk_ids(s_len, t_len, keep)
         # a chunk counts when each of its tokens is predicted on both sides: not a block's first position
         bad = set(ca[:1].tolist()) | set(cb[:1].tolist())
@@ -233,8 +244,9 @@ class _Pairing:
         return PairBlock(s_ids, t_ids, renumber[ca].tolist(), renumber[cb].tolist(), int(keep.sum()))
 
 
-def pack_pairs(student, teacher, lines: Iterable[Sequence[int]], seq_len: int, *,
-               unbiased: float | None = None) -> list[PairBlock]:
+def pack_pairs(
+    student, teacher, lines: Iterable[Sequence[int]], seq_len: int, *, unbiased: float | None = None
+) -> list[PairBlock]:
     """Causal training blocks of the pre-tokenised `lines` (student ids without special tokens), packed
     as `lmdata.pack_ids(student, lines, seq_len, kind="causal")` packs them, each beside the teacher's
     tokenization of the same text (its own special tokens around every line, an end-of-sequence token
@@ -307,34 +319,41 @@ def collate_teacher(blocks: Sequence[PairBlock], pad_id: int) -> dict:
         t_chunks[k, :n] = torch.where(tc >= 0, tc + offset, tc)
         s_chunks[k, : len(b.chunks)] = torch.where(sc >= 0, sc + offset, sc)
         offset += b.n_chunks
-    out = {"teacher_input_ids": ids, "teacher_attention_mask": mask,
-           "teacher_labels": ids.masked_fill(mask == 0, -100), "chunks": s_chunks, "teacher_chunks": t_chunks,
-           "n_chunks": torch.tensor(offset)}
+    out = {
+        "teacher_input_ids": ids,
+        "teacher_attention_mask": mask,
+        "teacher_labels": ids.masked_fill(mask == 0, -100),
+        "chunks": s_chunks,
+        "teacher_chunks": t_chunks,
+        "n_chunks": torch.tensor(offset),
+    }
     if all(b.teacher_ll is not None for b in blocks):  # cached: the teacher need not run
         out["teacher_chunk_ll"] = torch.tensor([x for b in blocks for x in b.teacher_ll], dtype=torch.float32)
     return out
 
 
-def cache_teacher(teacher, blocks: PairBlocks, indices: Iterable[int], *, batch_size: int, pad_id: int,
-                  device) -> None:
+def cache_teacher(teacher, blocks: PairBlocks, indices: Iterable[int], *, batch_size: int, pad_id: int, device) -> None:
     """Fills `blocks.cache` with the blocks at `indices`, each with the teacher's chunk log-likelihoods
     (`teacher_ll`): one forward of the frozen teacher per block, in batches, before training
     (`pretrain.distill.teacher: cached`)."""
     head = heads.head_parts(teacher)
     order = sorted(set(int(i) for i in indices))
     for s in range(0, len(order), batch_size):
-        part = [blocks[i] for i in order[s: s + batch_size]]
+        part = [blocks[i] for i in order[s : s + batch_size]]
         batch = collate_teacher(part, pad_id)
         ll = teacher_chunk_ll(teacher, head, batch, device)
         sizes = [b.n_chunks for b in part]
-        for i, block, values in zip(order[s: s + batch_size], part, torch.split(ll.cpu(), sizes)):
+        for i, block, values in zip(order[s : s + batch_size], part, torch.split(ll.cpu(), sizes)):
             blocks.cache[i] = replace(block, teacher_ll=tuple(values.tolist()))
 
 
 def teacher_chunk_ll(teacher, teacher_head, batch: dict, device) -> torch.Tensor:
     """The teacher's chunk log-likelihoods of a batch of `collate_teacher` (no gradients)."""
-    teacher_batch = {"input_ids": batch["teacher_input_ids"], "attention_mask": batch["teacher_attention_mask"],
-                     "labels": batch["teacher_labels"]}
+    teacher_batch = {
+        "input_ids": batch["teacher_input_ids"],
+        "attention_mask": batch["teacher_attention_mask"],
+        "labels": batch["teacher_labels"],
+    }
     with torch.no_grad():
         hidden, targets = heads.predicted_hidden(teacher, teacher_batch, "causal", teacher_head)
         rows = heads.head_loss(teacher_head, hidden, targets, objective="standard", reduction="none")
@@ -378,10 +397,16 @@ def chunk_loss(ll_teacher: torch.Tensor, ll_student: torch.Tensor, temperature: 
 
 
 def check_temperature(temperature: float) -> None:
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature > 0 \
-            or not math.isfinite(temperature):
-        raise VocabTransferError(f"pretrain.distill.temperature={temperature!r}: must be a finite number > 0 "
-                                 "(chunk probabilities are exp(log p / temperature))")
+    if (
+        isinstance(temperature, bool)
+        or not isinstance(temperature, (int, float))
+        or not temperature > 0
+        or not math.isfinite(temperature)
+    ):
+        raise VocabTransferError(
+            f"pretrain.distill.temperature={temperature!r}: must be a finite number > 0 "
+            "(chunk probabilities are exp(log p / temperature))"
+        )
 
 
 def loss_terms(model, teacher, batch: dict, *, head, teacher_head, temperature: float):

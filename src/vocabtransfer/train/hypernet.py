@@ -49,8 +49,13 @@ from vocabtransfer.model.heads import head_parts, predicted_hidden
 from vocabtransfer.model.hub import load_tokenizer
 from vocabtransfer.model.lmdata import LMCollator, pack_lines
 from vocabtransfer.pipeline import paths
-from vocabtransfer.train.checkpoints import (PARAMS_FILE, ROWS_FILE, check_checkpoint, check_resume_params,
-                                             complete_checkpoints)
+from vocabtransfer.train.checkpoints import (
+    PARAMS_FILE,
+    ROWS_FILE,
+    check_checkpoint,
+    check_resume_params,
+    complete_checkpoints,
+)
 
 log = logging.getLogger(__name__)
 
@@ -73,8 +78,10 @@ class Setup:
     def __init__(self, source_dir: Path, lines: list[str], options: HypernetOptions, seed: int, device: str = "cpu"):
         self.model, self.kind = modeling.load_source_model(source_dir)
         if not modeling.is_tied(self.model):
-            raise VocabTransferError(f"{source_dir}: untied output embeddings; init method hypernet predicts one row "
-                                     "per token for tied sources (MiniLM, Gemma 3, XLM-R); use another method")
+            raise VocabTransferError(
+                f"{source_dir}: untied output embeddings; init method hypernet predicts one row "
+                "per token for tied sources (MiniLM, Gemma 3, XLM-R); use another method"
+            )
         for p in self.model.parameters():
             p.requires_grad_(False)
         self.tokenizer = load_tokenizer(source_dir)
@@ -102,20 +109,40 @@ class Setup:
         pairs = sorted((i, source_vocab[t]) for t, i in vocab.items() if t in source_vocab)
         target_ids = np.asarray([a for a, _ in pairs], dtype=np.int64)
         source_ids = np.asarray([b for _, b in pairs], dtype=np.int64)
-        problem = TransferProblem(source_embeddings=self.source_cpu, source_tokenizer=self.tokenizer,
-                                  target_tokenizer=tokenizer, overlap_target_ids=target_ids,
-                                  overlap_source_ids=source_ids, seed=rng.randrange(2**31))
+        problem = TransferProblem(
+            source_embeddings=self.source_cpu,
+            source_tokenizer=self.tokenizer,
+            target_tokenizer=tokenizer,
+            overlap_target_ids=target_ids,
+            overlap_source_ids=source_ids,
+            seed=rng.randrange(2**31),
+        )
         base = fvt(problem).embeddings
         specials = set(tokenizer.all_special_ids)
-        ids, pieces = decompose(tokenizer, self.tokenizer, np.asarray(
-            [i for i in range(len(tokenizer)) if i not in specials], dtype=np.int64), o.max_pieces)
+        ids, pieces = decompose(
+            tokenizer,
+            self.tokenizer,
+            np.asarray([i for i in range(len(tokenizer)) if i not in specials], dtype=np.int64),
+            o.max_pieces,
+        )
         bias = transfer_bias(self.bias, len(tokenizer), target_ids, source_ids) if self.bias is not None else None
-        log.info("hypernet: tokenizer %d: %d tokens (asked %d), %d shared with the source, %d predicted", index,
-                 len(tokenizer), size, len(pairs), len(ids))
+        log.info(
+            "hypernet: tokenizer %d: %d tokens (asked %d), %d shared with the source, %d predicted",
+            index,
+            len(tokenizer),
+            size,
+            len(pairs),
+            len(ids),
+        )
         on = self.device
-        return Episode(tokenizer, base.to(on), torch.from_numpy(ids).to(on), pieces.to(on),
-                       (torch.from_numpy(target_ids).to(on), torch.from_numpy(source_ids).to(on)),
-                       None if bias is None else bias.to(on))
+        return Episode(
+            tokenizer,
+            base.to(on),
+            torch.from_numpy(ids).to(on),
+            pieces.to(on),
+            (torch.from_numpy(target_ids).to(on), torch.from_numpy(source_ids).to(on)),
+            None if bias is None else bias.to(on),
+        )
 
     def batch(self, step: int, episode: Episode) -> dict:
         """Step `step`'s blocks under the episode's tokenizer, masked (masked LM) with a seed of the step."""
@@ -147,9 +174,12 @@ class Setup:
         lm = torch.nn.functional.cross_entropy(logits, labels)
         shared, source_ids = episode.shared
         aux = ((rows[shared] - self.source[source_ids]) ** 2).mean() if shared.numel() else rows.sum() * 0
-        return lm + self.options.aux_weight * aux, {"lm_loss": float(lm.detach()), "aux_loss": float(aux.detach()),
-                                                    "tokens": int(batch["attention_mask"].sum()),
-                                                    "vocab": len(episode.tokenizer)}
+        return lm + self.options.aux_weight * aux, {
+            "lm_loss": float(lm.detach()),
+            "aux_loss": float(aux.detach()),
+            "tokens": int(batch["attention_mask"].sum()),
+            "vocab": len(episode.tokenizer),
+        }
 
 
 class _Steps(torch.utils.data.Dataset):
@@ -182,14 +212,21 @@ def _trainer_class():
 
     class Rows(TrainerCallback):
         def on_save(self, args, state, control, **kwargs):  # the curve so far beside each checkpoint
-            io.write_json(kwargs["model"].rows if hasattr(kwargs["model"], "rows") else [],
-                          Path(args.output_dir) / f"checkpoint-{state.global_step}" / ROWS_FILE)
+            io.write_json(
+                kwargs["model"].rows if hasattr(kwargs["model"], "rows") else [],
+                Path(args.output_dir) / f"checkpoint-{state.global_step}" / ROWS_FILE,
+            )
 
     class HypernetTrainer(Trainer):
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
             loss, parts = model(inputs["step"])
-            model.rows.append({"step": int(inputs["step"][0]) + 1, "loss": round(float(loss.detach()), 6),
-                               **{k: round(v, 6) if isinstance(v, float) else v for k, v in parts.items()}})
+            model.rows.append(
+                {
+                    "step": int(inputs["step"][0]) + 1,
+                    "loss": round(float(loss.detach()), 6),
+                    **{k: round(v, 6) if isinstance(v, float) else v for k, v in parts.items()},
+                }
+            )
             return (loss, None) if return_outputs else loss
 
         def _get_train_sampler(self, *args, **kwargs):
@@ -198,8 +235,9 @@ def _trainer_class():
     return HypernetTrainer, Rows
 
 
-def fit(setup: Setup, net: network.HyperNet, options: HypernetOptions, checkpoints: Path, *, seed: int,
-        device: str = "cpu") -> tuple[list[dict], float, str]:
+def fit(
+    setup: Setup, net: network.HyperNet, options: HypernetOptions, checkpoints: Path, *, seed: int, device: str = "cpu"
+) -> tuple[list[dict], float, str]:
     """Train with the Trainer (module docstring, step 4), resuming from the last complete checkpoint: (the loss
     curve, one row per step, the training seconds, the precision's log line)."""
     import sys
@@ -221,15 +259,35 @@ def fit(setup: Setup, net: network.HyperNet, options: HypernetOptions, checkpoin
     model = _Trained(net, setup)
     model.rows = io.read_json(done[-1][1] / ROWS_FILE) if done else []
     args = TrainingArguments(
-        output_dir=str(checkpoints), max_steps=options.steps, per_device_train_batch_size=1,
-        learning_rate=options.learning_rate, lr_scheduler_type="linear", warmup_steps=options.warmup_steps,
-        max_grad_norm=1.0, weight_decay=0.0, logging_steps=max(1, options.steps // 20), save_strategy="steps",
-        save_steps=options.save_every, save_total_limit=2, report_to=[], seed=seed, data_seed=seed,
-        bf16=choice.bf16, use_cpu=use_cpu, remove_unused_columns=False, dataloader_num_workers=0,
-        disable_tqdm=not sys.stderr.isatty())
+        output_dir=str(checkpoints),
+        max_steps=options.steps,
+        per_device_train_batch_size=1,
+        learning_rate=options.learning_rate,
+        lr_scheduler_type="linear",
+        warmup_steps=options.warmup_steps,
+        max_grad_norm=1.0,
+        weight_decay=0.0,
+        logging_steps=max(1, options.steps // 20),
+        save_strategy="steps",
+        save_steps=options.save_every,
+        save_total_limit=2,
+        report_to=[],
+        seed=seed,
+        data_seed=seed,
+        bf16=choice.bf16,
+        use_cpu=use_cpu,
+        remove_unused_columns=False,
+        dataloader_num_workers=0,
+        disable_tqdm=not sys.stderr.isatty(),
+    )
     trainer_class, rows = _trainer_class()
-    trainer = trainer_class(model=model, args=args, train_dataset=_Steps(options.steps), callbacks=[rows()],
-                            data_collator=lambda items: {"step": torch.tensor([it["step"] for it in items])})
+    trainer = trainer_class(
+        model=model,
+        args=args,
+        train_dataset=_Steps(options.steps),
+        callbacks=[rows()],
+        data_collator=lambda items: {"step": torch.tensor([it["step"] for it in items])},
+    )
     start = time.perf_counter()
     if done:
         log.info("hypernet: resuming from %s", done[-1][1])
@@ -249,8 +307,9 @@ def new_network(config: network.HyperNetConfig, seed: int) -> network.HyperNet:
 def config_for(setup: Setup, options: HypernetOptions) -> network.HyperNetConfig:
     dim = setup.source.shape[1]
     width = options.width or dim
-    return network.HyperNetConfig(dim=dim, width=width, layers=options.layers, heads=network.default_heads(width),
-                                  max_pieces=options.max_pieces)
+    return network.HyperNetConfig(
+        dim=dim, width=width, layers=options.layers, heads=network.default_heads(width), max_pieces=options.max_pieces
+    )
 
 
 def train_lines(paths_: list[Path]) -> list[str]:
@@ -271,20 +330,37 @@ def run(ctx) -> None:
     lines = train_lines([ctx.input[k] for k in sorted(ctx.input) if k.startswith("train_")])
     setup = Setup(ctx.input["source"], lines, options, ctx.seed, device=ctx.device)
     net = new_network(config_for(setup, options), ctx.seed)
-    curve, seconds, precision = fit(setup, net, options, Path(paths.HYPERNET_CHECKPOINTS), seed=ctx.seed,
-                                    device=ctx.device)
+    curve, seconds, precision = fit(
+        setup, net, options, Path(paths.HYPERNET_CHECKPOINTS), seed=ctx.seed, device=ctx.device
+    )
     tokens = sum(row["tokens"] for row in curve)
     stats = {
-        "options": asdict(options), "network": asdict(net.config), "kind": setup.kind,
-        "parameters": sum(p.numel() for p in net.parameters()), "train_lines": len(lines), "steps": options.steps,
-        "precision": precision, "curve": curve, "tokens": tokens, "train_seconds": round(seconds, 3),
-        "tokens_per_second": round(tokens / max(seconds, 1e-9), 1), "seconds": round(time.perf_counter() - start, 3),
-        "peak_memory_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "device": ctx.device,
+        "options": asdict(options),
+        "network": asdict(net.config),
+        "kind": setup.kind,
+        "parameters": sum(p.numel() for p in net.parameters()),
+        "train_lines": len(lines),
+        "steps": options.steps,
+        "precision": precision,
+        "curve": curve,
+        "tokens": tokens,
+        "train_seconds": round(seconds, 3),
+        "tokens_per_second": round(tokens / max(seconds, 1e-9), 1),
+        "seconds": round(time.perf_counter() - start, 3),
+        "peak_memory_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "device": ctx.device,
         "peak_gpu_memory_bytes": torch.cuda.max_memory_allocated() if ctx.device.startswith("cuda") else None,
         "vocab_sizes": sorted({row["vocab"] for row in curve}),
     }
     with io.atomic_output(ctx.output["hypernet"], directory=True) as tmp:
         net.save(tmp)
         io.write_json(stats, tmp / "stats.json")
-    log.info("hypernet: %d steps, %d tokens in %.0f s (%.0f tokens/s); loss %.3f -> %.3f", options.steps, tokens,
-             seconds, tokens / max(seconds, 1e-9), curve[0]["lm_loss"], curve[-1]["lm_loss"])
+    log.info(
+        "hypernet: %d steps, %d tokens in %.0f s (%.0f tokens/s); loss %.3f -> %.3f",
+        options.steps,
+        tokens,
+        seconds,
+        tokens / max(seconds, 1e-9),
+        curve[0]["lm_loss"],
+        curve[-1]["lm_loss"],
+    )

@@ -60,24 +60,31 @@ def factorize_model(model, init_dir: Path, train_primitives: bool) -> dict:
 
     Returns what `unfactorize_model` needs to put full matrices back: the original modules.
     """
+
     def factors(prefix: str):
         c, p = init_dir / f"{prefix}coordinates.safetensors", init_dir / f"{prefix}primitives.safetensors"
         if not (c.is_file() and p.is_file()):
             return None
-        return (io.load_tensors(c, [f"{prefix}coordinates"])[f"{prefix}coordinates"],
-                io.load_tensors(p, [f"{prefix}primitives"])[f"{prefix}primitives"])
+        return (
+            io.load_tensors(c, [f"{prefix}coordinates"])[f"{prefix}coordinates"],
+            io.load_tensors(p, [f"{prefix}primitives"])[f"{prefix}primitives"],
+        )
 
     inp = factors("")
     if inp is None:
-        raise VocabTransferError(f"{init_dir}: pretrain.factorized needs coordinates.safetensors and "
-                                 "primitives.safetensors (written by <method>+svd, <method>+snmf, ofa, snmf); "
-                                 "set pretrain.factorized: false for this method")
+        raise VocabTransferError(
+            f"{init_dir}: pretrain.factorized needs coordinates.safetensors and "
+            "primitives.safetensors (written by <method>+svd, <method>+snmf, ofa, snmf); "
+            "set pretrain.factorized: false for this method"
+        )
     tied = modeling.is_tied(model)
     original = {"input": model.get_input_embeddings(), "output": model.get_output_embeddings(), "tied": tied}
     weight = original["input"].weight
     if inp[0].shape[0] != weight.shape[0] or (inp[0] @ inp[1]).shape != weight.shape:
-        raise VocabTransferError(f"{init_dir}: coordinates {tuple(inp[0].shape)} @ primitives {tuple(inp[1].shape)} "
-                                 f"do not make the model's {tuple(weight.shape)} embeddings; rerun the init stage")
+        raise VocabTransferError(
+            f"{init_dir}: coordinates {tuple(inp[0].shape)} @ primitives {tuple(inp[1].shape)} "
+            f"do not make the model's {tuple(weight.shape)} embeddings; rerun the init stage"
+        )
     low = LowRankEmbedding(inp[0], inp[1], train_primitives).to(weight.device)
     model.set_input_embeddings(low)
     out = original["output"]
@@ -88,8 +95,9 @@ def factorize_model(model, init_dir: Path, train_primitives: bool) -> dict:
         else:
             fac = factors("output_")
             if fac is not None:
-                model.set_output_embeddings(LowRankOutput(LowRankEmbedding(*fac, train_primitives).to(weight.device),
-                                                          bias, shared=False))
+                model.set_output_embeddings(
+                    LowRankOutput(LowRankEmbedding(*fac, train_primitives).to(weight.device), bias, shared=False)
+                )
     return original
 
 

@@ -8,8 +8,8 @@ checkpoints: `train.checkpoints`).
   infinite loss stops the run naming the step and the last good checkpoint. Sharded (FSDP2,
   `train.sharding`), the model is not wrapped in DDP and its checkpoints are torch distributed
   checkpoints of the model's and optimiser's shards.
-* `MetricsCallback`: the metrics rows (valid loss every `eval_every` steps or at token budgets, train loss, learning rate,
-  tokens/s), the progress bar, the rows stored in each checkpoint, and the embedding-only warm-up.
+* `MetricsCallback`: the metrics rows (valid loss every `eval_every` steps or at token budgets, train loss,
+  learning rate, tokens/s), the progress bar, the rows stored in each checkpoint, and the embedding-only warm-up.
 
 This module imports torch and transformers at its top: the pretrain stage imports it when it trains.
 """
@@ -54,8 +54,18 @@ class ObjectiveTrainer(Trainer):
     """Loss from the predicted positions' hidden states through the fused head; NaN/inf stops the run.
     `distill`: a Distillation for a teacher objective, None for the others."""
 
-    def __init__(self, *args, kind: Kind, objective: str, margin: float, checkpoints: Path,
-                 distill: Distillation | None = None, sharded: bool = False, bf16: bool = False, **kwargs):
+    def __init__(
+        self,
+        *args,
+        kind: Kind,
+        objective: str,
+        margin: float,
+        checkpoints: Path,
+        distill: Distillation | None = None,
+        sharded: bool = False,
+        bf16: bool = False,
+        **kwargs,
+    ):
         super().__init__(*args, **kwargs)
         self.sharded = sharded
         # bf16 (model.precision): the training loss under autocast, here rather than through the Trainer's
@@ -90,8 +100,9 @@ class ObjectiveTrainer(Trainer):
                 break
         if self.distill:  # distill: the step's chunks over all processes, for their mean
             chunks = torch.tensor(sum(int(b["n_chunks"]) for b in batches), device=device)
-            self.step_chunks = int(self.accelerator.gather(chunks).sum() if self.accelerator.num_processes > 1
-                                   else chunks)
+            self.step_chunks = int(
+                self.accelerator.gather(chunks).sum() if self.accelerator.num_processes > 1 else chunks
+            )
         return batches, parallel.step_token_count(batches, self.kind, self.accelerator, device)
 
     def _term_norms(self, model, terms) -> None:
@@ -104,15 +115,22 @@ class ObjectiveTrainer(Trainer):
         if self.accelerator.num_processes == 1 and not self.sharded:
             params = [p for p in model.parameters() if p.requires_grad]
             for k, term in enumerate(terms):  # a term with no graph (no chunk in the batch) moves nothing
-                grads = torch.autograd.grad(term, params, retain_graph=True, allow_unused=True) \
-                    if term.requires_grad else []
+                grads = (
+                    torch.autograd.grad(term, params, retain_graph=True, allow_unused=True)
+                    if term.requires_grad
+                    else []
+                )
                 norms[k] = math.sqrt(sum(float((g.detach().float() ** 2).sum()) for g in grads if g is not None))
         self.term_norms = (self.state.global_step, *norms)
 
     def log(self, logs, *args, **kwargs):
         if self.distill and "loss" in logs and self.term_norms is not None:
-            logs = {**logs, "grad_norm_distill": self.term_norms[1], "grad_norm_lm": self.term_norms[2],
-                    "grad_norm_total": float(logs.get("grad_norm", math.nan))}
+            logs = {
+                **logs,
+                "grad_norm_distill": self.term_norms[1],
+                "grad_norm_lm": self.term_norms[2],
+                "grad_norm_total": float(logs.get("grad_norm", math.nan)),
+            }
         return super().log(logs, *args, **kwargs)
 
     # sharded: the model's and the optimiser's shards in one torch distributed checkpoint (train.sharding)
@@ -147,10 +165,19 @@ class ObjectiveTrainer(Trainer):
         # `model` may be DDP-wrapped: its forward runs (gradients synchronised), the head bypassed
         if self.distill:  # distill: alpha x mean chunk loss + (1 - alpha) x mean cross-entropy
             with self._autocast():
-                lm_sum, chunk_sum = loss_terms(model, self.teacher, inputs, head=self.head,
-                                               teacher_head=self.teacher_head, temperature=self.temperature)
-            count = int(num_items_in_batch) if num_items_in_batch is not None else \
-                int((inputs["labels"][:, 1:] != -100).sum())
+                lm_sum, chunk_sum = loss_terms(
+                    model,
+                    self.teacher,
+                    inputs,
+                    head=self.head,
+                    teacher_head=self.teacher_head,
+                    temperature=self.temperature,
+                )
+            count = (
+                int(num_items_in_batch)
+                if num_items_in_batch is not None
+                else int((inputs["labels"][:, 1:] != -100).sum())
+            )
             chunks = self.step_chunks if self.step_chunks is not None else int(inputs["n_chunks"])
             terms = (chunk_sum / max(1, chunks), lm_sum / max(1, count))
             if model.training and (self.state.global_step + 1) % max(1, self.args.logging_steps) == 0:
@@ -159,17 +186,20 @@ class ObjectiveTrainer(Trainer):
         else:
             with self._autocast():  # bf16: the body's and the fused head's products in bf16
                 hidden, targets = heads.predicted_hidden(model, inputs, self.kind, self.head)
-                loss = heads.head_loss(self.head, hidden, targets, objective=self.objective, margin=self.margin,
-                                       reduction="sum")
+                loss = heads.head_loss(
+                    self.head, hidden, targets, objective=self.objective, margin=self.margin, reduction="sum"
+                )
             # mean over the step's predicted tokens; DDP averages the processes' gradients, hence x P
             count = targets.numel() if num_items_in_batch is None else int(num_items_in_batch)
             loss = loss * self.accelerator.num_processes / max(1, count)
         if not torch.isfinite(loss):
             last = complete_checkpoints(self.checkpoints)
             kept = f"the last good checkpoint is {last[-1][1]}" if last else "no checkpoint was written yet"
-            raise VocabTransferError(f"step {self.state.global_step + 1}: the {self.objective} training loss is "
-                                     f"{float(loss.detach())}; training stopped, {kept} (lower "
-                                     "pretrain.learning_rate, delete the checkpoints and rerun)")
+            raise VocabTransferError(
+                f"step {self.state.global_step + 1}: the {self.objective} training loss is "
+                f"{float(loss.detach())}; training stopped, {kept} (lower "
+                "pretrain.learning_rate, delete the checkpoints and rerun)"
+            )
         return (loss, None) if return_outputs else loss
 
 
@@ -177,8 +207,16 @@ class MetricsCallback(TrainerCallback):
     """Metrics rows (valid loss every `eval_every` steps, train loss when logged, tokens/s), a progress
     bar, the rows stored in each checkpoint, and the embedding-only warm-up."""
 
-    def __init__(self, evaluate, eval_every: int, rows: dict, warmup_steps: int, embedding_params: set,
-                 budgets: list[int] | None = None, bits=None):
+    def __init__(
+        self,
+        evaluate,
+        eval_every: int,
+        rows: dict,
+        warmup_steps: int,
+        embedding_params: set,
+        budgets: list[int] | None = None,
+        bits=None,
+    ):
         self.evaluate, self.eval_every, self.rows = evaluate, eval_every, rows
         self.bits = bits  # model -> valid bits per byte (pretrain.bits_per_byte, causal models), or None
         self.budgets = sorted(budgets) if budgets is not None else None  # log_tokens: the tokens still to reach
@@ -187,10 +225,18 @@ class MetricsCallback(TrainerCallback):
         self.mark = (time.perf_counter(), 0)
 
     def _row(self, state, lr_scheduler=None) -> dict:
-        row = self.rows.setdefault(state.global_step, {
-            "step": state.global_step, "tokens_seen": int(state.num_input_tokens_seen),
-            "train_loss": math.nan, "valid_loss": math.nan, "learning_rate": math.nan,
-            "tokens_per_second": math.nan, "valid_bits_per_byte": math.nan})
+        row = self.rows.setdefault(
+            state.global_step,
+            {
+                "step": state.global_step,
+                "tokens_seen": int(state.num_input_tokens_seen),
+                "train_loss": math.nan,
+                "valid_loss": math.nan,
+                "learning_rate": math.nan,
+                "tokens_per_second": math.nan,
+                "valid_bits_per_byte": math.nan,
+            },
+        )
         if lr_scheduler is not None and math.isnan(row["learning_rate"]):
             row["learning_rate"] = float(lr_scheduler.get_last_lr()[0])
         return row
@@ -229,8 +275,13 @@ class MetricsCallback(TrainerCallback):
             row["valid_block_loss"] = blocks  # kept in the checkpoints' rows: the curve's clusters
         if self.bits is not None:
             row["valid_bits_per_byte"] = self.bits(model)
-        log.info("step %d (%d tokens seen): valid loss %.4f%s", row["step"], row["tokens_seen"], row["valid_loss"],
-                 "" if self.bits is None else f", {row['valid_bits_per_byte']:.4f} bits per byte")
+        log.info(
+            "step %d (%d tokens seen): valid loss %.4f%s",
+            row["step"],
+            row["tokens_seen"],
+            row["valid_loss"],
+            "" if self.bits is None else f", {row['valid_bits_per_byte']:.4f} bits per byte",
+        )
 
     def _due(self, state) -> bool:
         """Whether this step evaluates: every `eval_every` steps, or (token budgets) the first step whose
@@ -250,13 +301,22 @@ class MetricsCallback(TrainerCallback):
         speed = (tokens - self.mark[1]) / max(now - self.mark[0], 1e-9)
         self.mark = (now, tokens)
         row = self._row(state)
-        row.update(train_loss=float(logs["loss"]), learning_rate=float(logs.get("learning_rate", math.nan)),
-                   tokens_per_second=speed, tokens_seen=tokens)
+        row.update(
+            train_loss=float(logs["loss"]),
+            learning_rate=float(logs.get("learning_rate", math.nan)),
+            tokens_per_second=speed,
+            tokens_seen=tokens,
+        )
         row.update({k: float(logs[k]) for k in DISTILL_COLUMNS if k in logs})  # distill only
         if self.bar is not None:
             self.bar.set_postfix(loss=f"{logs['loss']:.3f}", tok_s=f"{speed:.0f}")
-        log.info("step %d: train loss %.4f, lr %.3g, %.0f tokens/s", state.global_step, logs["loss"],
-                 row["learning_rate"], speed)
+        log.info(
+            "step %d: train loss %.4f, lr %.3g, %.0f tokens/s",
+            state.global_step,
+            logs["loss"],
+            row["learning_rate"],
+            speed,
+        )
 
     def on_save(self, args, state, control, **kw):
         if state.is_world_process_zero:

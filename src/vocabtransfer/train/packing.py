@@ -62,8 +62,9 @@ class PackedBlocks:
         """Block b's ids, int64: each line with its special tokens, cut to `seq_len`, closed by eos (causal)."""
         prefix, suffix = self._around
         if self.eos is None:
-            return np.concatenate([piece for line in self.lines(b) for piece in (prefix, line[: self.room], suffix)],
-                                  dtype=np.int64)
+            return np.concatenate(
+                [piece for line in self.lines(b) for piece in (prefix, line[: self.room], suffix)], dtype=np.int64
+            )
         pieces = []
         for line in self.lines(b):
             kept = np.concatenate([prefix, line[: self.room], suffix], dtype=np.int64)

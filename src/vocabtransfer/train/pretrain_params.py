@@ -27,29 +27,35 @@ class DistillOptions:
         "τ: a chunk's probability is exp(log p_chunk / τ) on both sides (τ > 1 flattens the long chunks' tiny "
         "probabilities; 100 is tokenkit's binarization_temp, under which the chunk term's gradient is no longer "
         "bounded by the teacher's tiny chunk probability)",
-        exclusiveMinimum=0)
+        exclusiveMinimum=0,
+    )
     alpha: float = option(
         0.5,
         "the loss is alpha × the chunk distillation loss + (1 − alpha) × the standard cross-entropy of the target "
         "tokens",
-        minimum=0, maximum=1)
+        minimum=0,
+        maximum=1,
+    )
     teacher: Literal["cached", "on_the_fly"] = option(
         "cached",
         "cached: the teacher's chunk log-likelihoods of every training block the run visits are computed once, at "
         "the job's start (then the teacher leaves memory and a step costs about what a standard one does); "
-        "on_the_fly: the teacher runs beside the student at every step")
+        "on_the_fly: the teacher runs beside the student at every step",
+    )
     chunks: Literal["exact", "unbiased"] = option(
         "unbiased",
         "exact: every byte offset where both tokenizations have a token end closes a chunk; unbiased: only those "
         "where the pair of tokens ending there is unbiased (tokenkit's get_unbiased_alignments: neither tokenizer "
         "can put a token across that end with more than bias_threshold unigram probability where the other cannot; "
-        "docs/objectives.md), else the chunk runs on to the next such end")
+        "docs/objectives.md), else the chunk runs on to the next such end",
+    )
     bias_threshold: float = option(
         0.0001,
         "unbiased chunks: the largest bias (the unigram probability of the continuations only one tokenizer can "
         "put across a chunk end) a kept chunk end may have; tokenkit's tokenizer_pair_bias_threshold "
         "(configs/cross_tokenizer_distill.yaml)",
-        minimum=0)
+        minimum=0,
+    )
 
 
 @dataclass(frozen=True)
@@ -61,14 +67,20 @@ class PretrainParams:
         ["random", "fvt", "focus"],
         "init methods whose models are pretrained (each must be in init.methods); when the key is not set, the "
         "default's methods that init.methods lists",
-        uniqueItems=True, items={"type": "string", "pattern": "^(<methods>)(\\+(<factorizations>))?$"}, rerun=False)
+        uniqueItems=True,
+        items={"type": "string", "pattern": "^(<methods>)(\\+(<factorizations>))?$"},
+        rerun=False,
+    )
     objectives: tuple[Literal["standard", "selfish", "distill", "alm"], ...] = option(
         ["standard", "selfish"],
         "standard: cross-entropy; selfish: cross-entropy without the logits more than selfish.margin below the "
         "target's; distill: the source model, reading the same text through its own tokenizer, teaches by matching "
         "chunk likelihoods, alpha × that + (1 − alpha) × cross-entropy (causal sources only; see "
         "pretrain.distill); alm: distill's chunk term alone (alpha = 1, whatever pretrain.distill.alpha says)",
-        uniqueItems=True, items={"enum": ["standard", "selfish", "distill", "alm"]}, rerun=False)
+        uniqueItems=True,
+        items={"enum": ["standard", "selfish", "distill", "alm"]},
+        rerun=False,
+    )
     pairs: tuple[str, ...] | None = option(
         None,
         "the runs as `<method>-<objective>` pairs (each method in pretrain.methods, each objective in "
@@ -76,20 +88,24 @@ class PretrainParams:
         "focus-selfish]; null: every pretrain.methods × pretrain.objectives pair",
         uniqueItems=True,
         items={"type": "string", "pattern": "^(<methods>)(\\+(<factorizations>))?-(standard|selfish|distill|alm)$"},
-        rerun=False)
+        rerun=False,
+    )
     seeds: int = option(
         1,
         "pretraining seeds per method × objective (1..n): seed k changes the order of the training blocks and the "
         "random rows of the initialisation (seed + 1000 (k - 1); k = 1 is `seed`); the report's intervals resample "
         "them",
-        minimum=1, rerun=False)
+        minimum=1,
+        rerun=False,
+    )
     steps: int = option(200, "optimiser steps (unless pretrain.passes is set)", minimum=1)
     passes: float | None = option(
         None,
         "passes over the training split's blocks instead of a number of steps: the run takes ceil(passes × train "
         "blocks / (processes × batch_size × gradient_accumulation_steps)) optimiser steps, so that 1 is one full "
         "pass whatever the language's corpus size; null: pretrain.steps",
-        exclusiveMinimum=0)
+        exclusiveMinimum=0,
+    )
     batch_size: int = option(8, "blocks per device and micro-batch", minimum=1)
     gradient_accumulation_steps: int = option(1, "micro-batches per optimiser step", minimum=1)
     processes: int = option(
@@ -97,7 +113,8 @@ class PretrainParams:
         "data-parallel processes (DDP) of a pretrain job: the Snakemake rule launches it with `accelerate launch "
         "--num_processes N` and the SLURM profile asks for N GPUs; the batch per step is processes × batch_size × "
         "gradient_accumulation_steps; at most the GPUs present (CPU cores without CUDA)",
-        minimum=1)
+        minimum=1,
+    )
     seq_len: int = option(64, "tokens per packed block", minimum=8)
     learning_rate: float = option(0.0001, "AdamW peak learning rate", exclusiveMinimum=0)
     schedule: Literal["linear", "constant_with_warmup"] = option("linear", "learning-rate schedule after the warm-up")
@@ -105,51 +122,57 @@ class PretrainParams:
     weight_decay: float = option(0.01, "AdamW weight decay", minimum=0)
     max_grad_norm: float = option(1.0, "gradient clipping (0 = off)", minimum=0)
     precision: Literal["auto", "fp32", "bf16"] = option(
-        "auto", "auto: bf16 mixed precision (fp32 master weights) on a GPU that supports it and on a CPU with "
-        "native bf16 products (amx_bf16 or avx512_bf16), else fp32; fp32: the numbers of fp32 runs, bit for bit")
+        "auto",
+        "auto: bf16 mixed precision (fp32 master weights) on a GPU that supports it and on a CPU with "
+        "native bf16 products (amx_bf16 or avx512_bf16), else fp32; fp32: the numbers of fp32 runs, bit for bit",
+    )
     eval_every: int = option(50, "valid loss every N steps (and at the end), with eval_schedule: steps", minimum=1)
     eval_schedule: Literal["steps", "log_tokens"] = option(
         "steps",
         "when the valid loss is computed: steps: every eval_every steps; log_tokens: at the first step whose target "
         "tokens seen reach each of 1 000, 3 000, 10 000, 30 000, … (two budgets a decade: curves on a log axis of "
-        "tokens); both at step 0 and at the end")
+        "tokens); both at step 0 and at the end",
+    )
     eval_lines: int = option(500, "valid-split lines scored", minimum=1)
     bits_per_byte: bool = option(
         True,
         "causal models: at every evaluation also bits per UTF-8 byte of the first eval_lines valid lines, each line "
         "scored alone in windows of seq_len (as token_frequency_loss scores its lines): metrics column "
-        "valid_bits_per_byte, comparable across tokenizers")
+        "valid_bits_per_byte, comparable across tokenizers",
+    )
     eval_batch_size: int = option(32, "blocks per batch of the valid loss", minimum=1)
     log_every: int = option(10, "train loss, learning rate and tokens/s every N steps", minimum=1)
     save_every: int = option(
-        50,
-        "resumable checkpoint every N steps (a multiple of log_every keeps resumed metrics identical)",
-        minimum=1)
+        50, "resumable checkpoint every N steps (a multiple of log_every keeps resumed metrics identical)", minimum=1
+    )
     keep_checkpoints: bool = option(False, "keep checkpoints/ after a successful run", rerun=False)
     selfish: SelfishOptions = subsection(SelfishOptions, objective="selfish")
     distill: DistillOptions = subsection(DistillOptions, objective="distill")  # and alm's: every teacher objective
     factorized: bool = option(
-        False,
-        "train <m>+svd / <m>+snmf / ofa / snmf models in low-rank form (coordinates @ primitives)")
+        False, "train <m>+svd / <m>+snmf / ofa / snmf models in low-rank form (coordinates @ primitives)"
+    )
     train_primitives: bool = option(True, "with factorized, train the shared primitives too (else frozen)")
     embeddings_only_steps: int = option(
         0,
         "the first N optimiser steps train only the input embeddings and the LM head (its output embeddings and "
         "bias), the body frozen and bitwise unchanged; then the whole model trains (the embeddings-first warm-up "
         "of language adaptation)",
-        minimum=0)
+        minimum=0,
+    )
     gradient_checkpointing: bool = option(
         False,
         "activation checkpointing through the model's own gradient_checkpointing_enable (non-reentrant): each "
         "layer's activations are recomputed in the backward pass instead of stored; the same losses, less memory, "
         "about a third more compute",
-        rerun=False)
+        rerun=False,
+    )
     sharding: Literal["none", "fsdp"] = option(
         "none",
         "none: each process holds a full replica (DDP when processes > 1); fsdp: torch FSDP2 (fully_shard) over "
         "the processes, each decoder/encoder layer a unit and the embeddings and head in the root unit, bf16 mixed "
-        "precision on a GPU, checkpoints saved sharded with torch distributed checkpoint (docs/scale.md)")
+        "precision on a GPU, checkpoints saved sharded with torch distributed checkpoint (docs/scale.md)",
+    )
 
 
-# distill's metrics columns (pretrain.DISTILL_METRICS_SCHEMA): each term's gradient norm and the whole step's
+# distill's metrics columns (pretrain_outputs.DISTILL_METRICS_SCHEMA): each term's gradient norm and the whole step's
 DISTILL_COLUMNS = ("grad_norm_distill", "grad_norm_lm", "grad_norm_total")

@@ -23,7 +23,12 @@ from vocabtransfer.model.hub import load_tokenizer
 from vocabtransfer.model.lmdata import Kind, lm_batches
 from vocabtransfer.train.packing import PackedBlocks
 from vocabtransfer.train.checkpoints import (
-    PARAMS_FILE, check_checkpoint, check_resume_params, complete_checkpoints, model_fingerprint)
+    PARAMS_FILE,
+    check_checkpoint,
+    check_resume_params,
+    complete_checkpoints,
+    model_fingerprint,
+)
 from vocabtransfer.train.pretrain_params import PretrainParams
 
 log = logging.getLogger("vocabtransfer.train.pretrain")  # the stage's log
@@ -65,14 +70,17 @@ def load_data(ctx, opts: PretrainParams, model_dir: Path, teacher_dir: Path | No
     valid = read_ids(Path(ctx.input["valid"]), tokenizer, vocab)
     valid_blocks = list(PackedBlocks(valid, tokenizer, opts.seq_len, kind=kind, lines=opts.eval_lines))
     if not len(blocks) or not valid_blocks:
-        raise VocabTransferError(f"{ctx.input['train']}: no training or valid blocks ({len(blocks)} / "
-                                 f"{len(valid_blocks)}); the corpus is empty, rerun corpus and pretokenize")
+        raise VocabTransferError(
+            f"{ctx.input['train']}: no training or valid blocks ({len(blocks)} / "
+            f"{len(valid_blocks)}); the corpus is empty, rerun corpus and pretokenize"
+        )
     eval_batches = lm_batches(tokenizer, valid_blocks, kind, opts.eval_batch_size, ctx.seed + 1)
     return RunData(model, kind, tokenizer, blocks, valid_blocks, eval_batches, teacher, teacher_tok)
 
 
-def resume_point(ctx, checkpoints: Path, model_dir: Path, teacher_dir: Path | None, pseed: int,
-                 rerun_leaves: list[str]):
+def resume_point(
+    ctx, checkpoints: Path, model_dir: Path, teacher_dir: Path | None, pseed: int, rerun_leaves: list[str]
+):
     """Step 2 of `pretrain.run`: the last complete checkpoint, whose params (`rerun_leaves`, the pretraining seed,
     the input models) must be these (else None, the incomplete ones removed); the first process writes
     the params beside the checkpoints."""
@@ -105,10 +113,12 @@ def factorised(model, opts: PretrainParams, init_dir: Path):
     original = None
     if opts.factorized and (init_dir / "coordinates.safetensors").is_file():
         original = lowrank.factorize_model(model, init_dir, opts.train_primitives)
-        log.info("training in factorised form: coordinates %s, primitives %s (%s)",
-                 tuple(model.get_input_embeddings().coordinates.shape),
-                 tuple(model.get_input_embeddings().primitives.shape),
-                 "trainable" if opts.train_primitives else "frozen")
+        log.info(
+            "training in factorised form: coordinates %s, primitives %s (%s)",
+            tuple(model.get_input_embeddings().coordinates.shape),
+            tuple(model.get_input_embeddings().primitives.shape),
+            "trainable" if opts.train_primitives else "frozen",
+        )
     elif opts.factorized:
         log.info("pretrain.factorized: %s has no coordinates/primitives; training its full embeddings", init_dir)
     return original
@@ -116,30 +126,52 @@ def factorised(model, opts: PretrainParams, init_dir: Path):
 
 def embedding_params(model) -> set[int]:
     """The ids of the parameters the embedding-only warm-up trains: input and output embeddings, output bias."""
-    embedding_params = {id(p) for mod in (model.get_input_embeddings(), model.get_output_embeddings())
-                        if mod is not None for p in mod.parameters()}
+    embedding_params = {
+        id(p)
+        for mod in (model.get_input_embeddings(), model.get_output_embeddings())
+        if mod is not None
+        for p in mod.parameters()
+    }
     bias = modeling.output_bias(model)
     if bias is not None:
         embedding_params.add(id(bias))
     return embedding_params
 
 
-def training_arguments(opts: PretrainParams, checkpoints: Path, seed: int, *, bf16: bool, use_cpu: bool,
-                       fused_adamw: bool = False):
+def training_arguments(
+    opts: PretrainParams, checkpoints: Path, seed: int, *, bf16: bool, use_cpu: bool, fused_adamw: bool = False
+):
     # AdamW: `fused_adamw` (bf16 runs, not sharded) takes torch's fused kernel, one pass over each parameter's
     # state, several times faster on a CPU than the per-tensor loop that fp32 runs keep (their numbers unchanged)
     """The transformers `TrainingArguments` of a run (creating them starts the process group)."""
     from transformers import TrainingArguments  # transformers: heavy, not at CLI start-up
 
     return TrainingArguments(
-        output_dir=str(checkpoints), max_steps=opts.steps, per_device_train_batch_size=opts.batch_size,
-        gradient_accumulation_steps=opts.gradient_accumulation_steps, learning_rate=opts.learning_rate,
-        weight_decay=opts.weight_decay, lr_scheduler_type=opts.schedule,
-        warmup_steps=opts.warmup_steps, max_grad_norm=opts.max_grad_norm, optim="adamw_torch_fused" if fused_adamw else "adamw_torch",
-        logging_steps=opts.log_every, save_strategy="steps", save_steps=opts.save_every,
-        save_total_limit=2, eval_strategy="no", report_to=[], seed=seed, data_seed=seed, bf16=bf16,
-        use_cpu=use_cpu, remove_unused_columns=False, include_num_input_tokens_seen="non_padding",
-        dataloader_num_workers=0, disable_tqdm=True, save_only_model=False,
+        output_dir=str(checkpoints),
+        max_steps=opts.steps,
+        per_device_train_batch_size=opts.batch_size,
+        gradient_accumulation_steps=opts.gradient_accumulation_steps,
+        learning_rate=opts.learning_rate,
+        weight_decay=opts.weight_decay,
+        lr_scheduler_type=opts.schedule,
+        warmup_steps=opts.warmup_steps,
+        max_grad_norm=opts.max_grad_norm,
+        optim="adamw_torch_fused" if fused_adamw else "adamw_torch",
+        logging_steps=opts.log_every,
+        save_strategy="steps",
+        save_steps=opts.save_every,
+        save_total_limit=2,
+        eval_strategy="no",
+        report_to=[],
+        seed=seed,
+        data_seed=seed,
+        bf16=bf16,
+        use_cpu=use_cpu,
+        remove_unused_columns=False,
+        include_num_input_tokens_seen="non_padding",
+        dataloader_num_workers=0,
+        disable_tqdm=True,
+        save_only_model=False,
         activation_checkpointing=opts.gradient_checkpointing,  # the model's own, non-reentrant
         # DDP, body frozen for the warm-up: its parameters unused (the default, but not with checkpointing)
         ddp_find_unused_parameters=True if opts.embeddings_only_steps else None,
@@ -160,8 +192,9 @@ class Training:
     precision: str = ""  # the precision's line in the log (model.precision.Choice.reason)
 
 
-def prepare_training(ctx, opts: PretrainParams, data: RunData, checkpoints: Path, seed: int,
-                     teacher_dir: Path | None) -> Training:
+def prepare_training(
+    ctx, opts: PretrainParams, data: RunData, checkpoints: Path, seed: int, teacher_dir: Path | None
+) -> Training:
     """Step 3 of `pretrain.run` after the factorised form: precision, the warm-up's parameters, the Trainer's
     arguments, sharding, the run's samples and, for distill, unbiased chunks and the cached teacher."""
     import torch  # torch: heavy, not at CLI start-up
@@ -174,23 +207,39 @@ def prepare_training(ctx, opts: PretrainParams, data: RunData, checkpoints: Path
     sharded = opts.sharding == "fsdp"
     # the Trainer's bf16 flag (autocast around the model's forward) only for a sharded model, whose FSDP policy
     # gathers bf16 parameters; otherwise ObjectiveTrainer autocasts the training loss alone (fp32 valid loss)
-    args = training_arguments(opts, checkpoints, seed, bf16=bf16 and sharded, use_cpu=use_cpu,
-                              fused_adamw=bf16 and not sharded)
+    args = training_arguments(
+        opts, checkpoints, seed, bf16=bf16 and sharded, use_cpu=use_cpu, fused_adamw=bf16 and not sharded
+    )
     if sharded:  # the process group exists once the TrainingArguments do
         data.model = sharding.shard_model(data.model, args.device, bf16)
         if data.teacher is not None and bf16:
             data.teacher = data.teacher.to(torch.bfloat16)  # the teacher unsharded, in bf16
     length = opts.steps * opts.batch_size * opts.gradient_accumulation_steps * args.world_size
-    training = Training(args, bf16, sharded, StepBlocks(data.blocks, length, seed), warmup_params,
-                        precision=choice.reason)
+    training = Training(
+        args, bf16, sharded, StepBlocks(data.blocks, length, seed), warmup_params, precision=choice.reason
+    )
     if teacher_dir is not None and opts.distill.chunks == "unbiased":  # before any pair block is built
         data.blocks.unbiased(training.dataset.visited(), opts.distill.bias_threshold)
     if data.teacher is not None and opts.distill.teacher == "cached":
         training.teacher_seconds = cache_teacher(data, opts, training.dataset, use_cpu=use_cpu)
-    log.info("pretrain %s/%s/%s pseed %d (seed %d): %s LM, %d train blocks of ≤%d ids, %d valid blocks; %d steps × %d × %d "
-             "(accumulation) × %d process(es); %s", ctx.lang, ctx.method, ctx.wildcards["objective"],
-             int(ctx.wildcards["pseed"]), seed, data.kind, len(data.blocks), opts.seq_len, len(data.valid_blocks),
-             opts.steps, opts.batch_size, opts.gradient_accumulation_steps, args.world_size, "bf16" if bf16 else "fp32")
+    log.info(
+        "pretrain %s/%s/%s pseed %d (seed %d): %s LM, %d train blocks of ≤%d ids, %d valid blocks; %d steps × %d × %d "
+        "(accumulation) × %d process(es); %s",
+        ctx.lang,
+        ctx.method,
+        ctx.wildcards["objective"],
+        int(ctx.wildcards["pseed"]),
+        seed,
+        data.kind,
+        len(data.blocks),
+        opts.seq_len,
+        len(data.valid_blocks),
+        opts.steps,
+        opts.batch_size,
+        opts.gradient_accumulation_steps,
+        args.world_size,
+        "bf16" if bf16 else "fp32",
+    )
     return training
 
 
@@ -203,16 +252,26 @@ def cache_teacher(data: RunData, opts: PretrainParams, dataset: StepBlocks, *, u
 
     device = "cuda" if not use_cpu and torch.cuda.is_available() else "cpu"
     tick = time.perf_counter()
-    distill.cache_teacher(data.teacher.to(device).eval(), data.blocks, dataset.visited(),
-                          pad_id=teacher_pad(data.teacher_tok), batch_size=opts.eval_batch_size, device="cpu")
+    distill.cache_teacher(
+        data.teacher.to(device).eval(),
+        data.blocks,
+        dataset.visited(),
+        pad_id=teacher_pad(data.teacher_tok),
+        batch_size=opts.eval_batch_size,
+        device="cpu",
+    )
     seconds = time.perf_counter() - tick
-    log.info("distill: the teacher's chunk log-likelihoods of %d blocks cached in %.1f s",
-             len(dataset.visited()), seconds)
+    log.info(
+        "distill: the teacher's chunk log-likelihoods of %d blocks cached in %.1f s", len(dataset.visited()), seconds
+    )
     data.teacher = None
     return seconds
 
 
 def teacher_pad(teacher_tok) -> int:
     """The id that pads the teacher's side of a batch: its pad token, else its end of sequence, else 0."""
-    return 0 if teacher_tok is None else next(
-        (i for i in (teacher_tok.pad_token_id, teacher_tok.eos_token_id) if i is not None), 0)
+    return (
+        0
+        if teacher_tok is None
+        else next((i for i in (teacher_tok.pad_token_id, teacher_tok.eos_token_id) if i is not None), 0)
+    )

@@ -42,15 +42,21 @@ def check_options(sharding: str, processes: int, *, embeddings_only_steps: int, 
     if sharding != "fsdp":
         return
     if processes < 2:
-        raise VocabTransferError("pretrain.sharding: fsdp shards the model over pretrain.processes, which is 1; set "
-                                 "pretrain.processes to the number of GPUs (≥ 2) or pretrain.sharding to none")
+        raise VocabTransferError(
+            "pretrain.sharding: fsdp shards the model over pretrain.processes, which is 1; set "
+            "pretrain.processes to the number of GPUs (≥ 2) or pretrain.sharding to none"
+        )
     if embeddings_only_steps:
-        raise VocabTransferError("pretrain.embeddings_only_steps: not available with pretrain.sharding: fsdp (FSDP2 "
-                                 "fixes which parameters train when it first gathers them); set it to 0 or use "
-                                 "pretrain.sharding: none")
+        raise VocabTransferError(
+            "pretrain.embeddings_only_steps: not available with pretrain.sharding: fsdp (FSDP2 "
+            "fixes which parameters train when it first gathers them); set it to 0 or use "
+            "pretrain.sharding: none"
+        )
     if factorized:
-        raise VocabTransferError("pretrain.factorized: not available with pretrain.sharding: fsdp; set "
-                                 "pretrain.factorized to false or pretrain.sharding to none")
+        raise VocabTransferError(
+            "pretrain.factorized: not available with pretrain.sharding: fsdp; set "
+            "pretrain.factorized to false or pretrain.sharding to none"
+        )
 
 
 def layer_stack(model):
@@ -59,8 +65,10 @@ def layer_stack(model):
 
     stacks = [m for m in model.modules() if isinstance(m, nn.ModuleList) and len(m)]
     if not stacks:
-        raise VocabTransferError(f"{type(model).__name__}: no stack of layers (nn.ModuleList) to shard; use "
-                                 "pretrain.sharding: none with this model")
+        raise VocabTransferError(
+            f"{type(model).__name__}: no stack of layers (nn.ModuleList) to shard; use "
+            "pretrain.sharding: none with this model"
+        )
     return max(stacks, key=lambda s: sum(p.numel() for p in s.parameters()))
 
 
@@ -72,16 +80,21 @@ def shard_model(model, device, bf16: bool):
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard  # torch: heavy, not at CLI start-up
 
     mesh = init_device_mesh(device.type, (dist.get_world_size(),))
-    policy = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if bf16
-              else MixedPrecisionPolicy())
+    policy = (
+        MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if bf16 else MixedPrecisionPolicy()
+    )
     model.to(device)
     layers = layer_stack(model)
     for layer in layers:
         fully_shard(layer, mesh=mesh, mp_policy=policy)
     # the root kept gathered from its forward to its backward: the fused head reads the head's whole weight
     fully_shard(model, mesh=mesh, mp_policy=policy, reshard_after_forward=False)
-    log.info("fsdp: %d layer units + the root (embeddings, head) sharded over %d processes%s", len(layers),
-             mesh.size(), ", bf16 compute" if bf16 else "")
+    log.info(
+        "fsdp: %d layer units + the root (embeddings, head) sharded over %d processes%s",
+        len(layers),
+        mesh.size(),
+        ", bf16 compute" if bf16 else "",
+    )
     return model
 
 
@@ -106,8 +119,10 @@ def load_checkpoint(model, optimizer, directory: str | Path) -> None:
 
     path = Path(directory) / SHARDED_DIR
     if not path.is_dir():
-        raise VocabTransferError(f"{directory}: no sharded checkpoint ({SHARDED_DIR}/) in it; it was written without "
-                                 "pretrain.sharding: fsdp; delete the checkpoints to start afresh")
+        raise VocabTransferError(
+            f"{directory}: no sharded checkpoint ({SHARDED_DIR}/) in it; it was written without "
+            "pretrain.sharding: fsdp; delete the checkpoints to start afresh"
+        )
     state = _state(model, optimizer)
     dcp.load(state, checkpoint_id=str(path))
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
@@ -129,7 +144,9 @@ def unsharded_copy(state: dict, model_dir: Path):
     missing, unexpected = plain.load_state_dict(state, strict=False)
     tied = set(missing) & set(getattr(plain, "_tied_weights_keys", None) or ())
     if unexpected or set(missing) - tied:
-        raise VocabTransferError(f"{model_dir}: the sharded model's weights do not fit its class (missing "
-                                 f"{sorted(set(missing) - tied)[:3]}, unexpected {sorted(unexpected)[:3]})")
+        raise VocabTransferError(
+            f"{model_dir}: the sharded model's weights do not fit its class (missing "
+            f"{sorted(set(missing) - tied)[:3]}, unexpected {sorted(unexpected)[:3]})"
+        )
     plain.tie_weights()
     return plain

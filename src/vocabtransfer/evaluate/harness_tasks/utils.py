@@ -23,8 +23,9 @@ XNLI_LABELS = {"entailment": 0, "neutral": 1, "contradiction": 2}  # the harness
 def _file(name: str):
     path = paths.data_path(name)
     if not path.is_file():
-        raise VocabTransferError(f"{path}: not found (an lm_eval.tasks task reads it from the data folder, "
-                                 "$VOCABTRANSFER_DATA)")
+        raise VocabTransferError(
+            f"{path}: not found (an lm_eval.tasks task reads it from the data folder, $VOCABTRANSFER_DATA)"
+        )
     return path
 
 
@@ -35,8 +36,9 @@ def read_xnli(name: str) -> datasets.Dataset:
     with path.open(encoding="utf-8", newline="") as f:
         for i, row in enumerate(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE), start=1):
             if len(row) != 3 or row[2] not in XNLI_LABELS:
-                raise VocabTransferError(f"{path}:{i}: expected premise<TAB>hypothesis<TAB>label with a label in "
-                                         f"{sorted(XNLI_LABELS)}")
+                raise VocabTransferError(
+                    f"{path}:{i}: expected premise<TAB>hypothesis<TAB>label with a label in {sorted(XNLI_LABELS)}"
+                )
             rows.append({"premise": row[0], "hypothesis": row[1], "label": XNLI_LABELS[row[2]], "cluster": row[0]})
     return datasets.Dataset.from_list(rows)
 
@@ -52,9 +54,16 @@ def read_squad(name: str) -> datasets.Dataset:
     for a, article in enumerate(articles):
         for p, paragraph in enumerate(article["paragraphs"]):
             for qa in paragraph["qas"]:
-                rows.append({"id": qa["id"], "title": article.get("title", ""), "context": paragraph["context"],
-                             "question": qa["question"], "answers": [x["text"] for x in qa["answers"]],
-                             "cluster": f"{a}/{p}"})
+                rows.append(
+                    {
+                        "id": qa["id"],
+                        "title": article.get("title", ""),
+                        "context": paragraph["context"],
+                        "question": qa["question"],
+                        "answers": [x["text"] for x in qa["answers"]],
+                        "cluster": f"{a}/{p}",
+                    }
+                )
     return datasets.Dataset.from_list(rows)
 
 

@@ -39,9 +39,17 @@ from vocabtransfer.pipeline.config import typed_section
 from vocabtransfer.pipeline import names
 from vocabtransfer.pipeline.paths import data_path
 from vocabtransfer.data import download
-from vocabtransfer.data.corpus import LOCAL_BUILDERS, _load_dataset, _resolve_data_files
+from vocabtransfer.data.corpus_sources import LOCAL_BUILDERS, _load_dataset, _resolve_data_files
 from vocabtransfer.evaluate.tasks.options import (  # noqa: F401 (re-exported: the package's names)
-    TASK_SOURCE, EvalParams, EvalTasks, NerOptions, NliOptions, QaOptions, TaskOptions, task_options_class)
+    TASK_SOURCE,
+    EvalParams,
+    EvalTasks,
+    NerOptions,
+    NliOptions,
+    QaOptions,
+    TaskOptions,
+    task_options_class,
+)
 
 log = logging.getLogger(__name__)
 
@@ -127,8 +135,9 @@ class Task:
         keys = [numerator] + ([denominator] if isinstance(denominator, str) else list(denominator or ()))
         missing = [k for k in keys if k not in examples]
         if missing:
-            raise VocabTransferError(f"{where}: `examples` lacks {', '.join(missing)} for task {cls.name}; rerun "
-                                     "its finetune_eval job")
+            raise VocabTransferError(
+                f"{where}: `examples` lacks {', '.join(missing)} for task {cls.name}; rerun its finetune_eval job"
+            )
         num = np.asarray(examples[numerator], dtype=np.float64)
         parts = [np.asarray(examples[k], dtype=np.float64) for k in keys[1:]]
         return num, (sum(parts) if parts else np.ones_like(num)), float(scale)
@@ -136,13 +145,16 @@ class Task:
 
 # every task, by a lazy reference to its class (vocabtransfer.registry): its module is imported the first time
 # the task is looked up; its @register line names the class
-TASKS: Registry[type[Task]] = Registry("task", lazy={
-    "nli": f"{__name__}.nli:NLI", "qa": f"{__name__}.qa:QA", "ner": f"{__name__}.ner:NER"},
-    check=lambda cls: None if isinstance(cls, type) and issubclass(cls, Task) else "a task is a Task subclass")
+TASKS: Registry[type[Task]] = Registry(
+    "task",
+    lazy={"nli": f"{__name__}.nli:NLI", "qa": f"{__name__}.qa:QA", "ner": f"{__name__}.ner:NER"},
+    check=lambda cls: None if isinstance(cls, type) and issubclass(cls, Task) else "a task is a Task subclass",
+)
 
 
 def register(name: str) -> Callable[[type[Task]], type[Task]]:
     """`@register("name")` on a Task subclass: its name, in TASKS (a name registered twice is an error)."""
+
     def deco(cls: type[Task]) -> type[Task]:
         cls.name = name
         return TASKS.register(name)(cls)
@@ -179,8 +191,10 @@ def open_source(spec: dict, key: str) -> Source:
     if "path" in spec:
         path = data_path(spec["path"])
         if not path.is_file():
-            raise VocabTransferError(f"{path}: data file not found ({key}.path = {spec['path']!r}; relative paths "
-                                     "resolve against $VOCABTRANSFER_DATA); fix the path or set VOCABTRANSFER_DATA")
+            raise VocabTransferError(
+                f"{path}: data file not found ({key}.path = {spec['path']!r}; relative paths "
+                "resolve against $VOCABTRANSFER_DATA); fix the path or set VOCABTRANSFER_DATA"
+            )
         return Source(key, str(path), path=path, options=options)
     if "url" in spec:
         fetched = download.fetch(spec["url"], spec["sha256"])
@@ -202,8 +216,10 @@ def open_source(spec: dict, key: str) -> Source:
 def require_columns(source: Source, row: dict, columns: tuple[str, ...]) -> None:
     missing = [c for c in columns if c not in row]
     if missing:
-        raise VocabTransferError(f"{source.name}: missing column(s) {', '.join(missing)} (has {', '.join(row)}) "
-                                 f"({source.key}); point the spec at a dataset with these columns")
+        raise VocabTransferError(
+            f"{source.name}: missing column(s) {', '.join(missing)} (has {', '.join(row)}) "
+            f"({source.key}); point the spec at a dataset with these columns"
+        )
 
 
 TASK_DIGEST = 8  # bytes of an example's seeded hash (names.seeded_digest)
@@ -249,8 +265,10 @@ def load_splits(task: Task, spec: Mapping, key: str, *, seed: int) -> Splits:
         train, test = split_by_group(train, task.options.test_fraction, seed)
     for split, rows in (("train", train), ("test", test)):
         if not rows:
-            raise VocabTransferError(f"{key}: the {split} split is empty (after reading and splitting); "
-                                     f"check the data or eval.tasks.{task.name}.test_fraction")
+            raise VocabTransferError(
+                f"{key}: the {split} split is empty (after reading and splitting); "
+                f"check the data or eval.tasks.{task.name}.test_fraction"
+            )
     ids = [ex["id"] for ex in test]
     if len(set(ids)) != len(ids):
         raise VocabTransferError(f"{key}: test example ids are not unique; the per-example results could not be paired")
@@ -263,6 +281,8 @@ def test_clusters(test: list[dict], task: str) -> list[str]:
     """The cluster key of every test example (what the report resamples together)."""
     missing = [ex.get("id") for ex in test if ex.get("cluster") in (None, "")]
     if missing:
-        raise VocabTransferError(f"eval task {task}: test example {missing[0]!r} has no cluster key (premise, "
-                                 f"article or sentence); check the task's data columns (eval.tasks.{task}.data)")
+        raise VocabTransferError(
+            f"eval task {task}: test example {missing[0]!r} has no cluster key (premise, "
+            f"article or sentence); check the task's data columns (eval.tasks.{task}.data)"
+        )
     return [str(ex["cluster"]) for ex in test]

@@ -53,9 +53,11 @@ def seqeval_scores(gold: list[list[str]], pred: list[list[str]], strict: bool = 
     from seqeval.scheme import IOB2  # seqeval: NER scoring only
 
     kw = {"mode": "strict", "scheme": IOB2} if strict else {}
-    return {"f1": 100.0 * f1_score(gold, pred, zero_division=0, **kw),
-            "precision": 100.0 * precision_score(gold, pred, zero_division=0, **kw),
-            "recall": 100.0 * recall_score(gold, pred, zero_division=0, **kw)}
+    return {
+        "f1": 100.0 * f1_score(gold, pred, zero_division=0, **kw),
+        "precision": 100.0 * precision_score(gold, pred, zero_division=0, **kw),
+        "recall": 100.0 * recall_score(gold, pred, zero_division=0, **kw),
+    }
 
 
 def lexicon_tags(train: list[dict]) -> dict[str, str]:
@@ -84,8 +86,15 @@ class NER(Task):
 
         def flush():
             if tokens:
-                sentences.append({"id": str(len(sentences)), "group": str(len(sentences)), "cluster": str(len(sentences)),
-                                  "tokens": list(tokens), "tags": list(tags)})
+                sentences.append(
+                    {
+                        "id": str(len(sentences)),
+                        "group": str(len(sentences)),
+                        "cluster": str(len(sentences)),
+                        "tokens": list(tokens),
+                        "tags": list(tags),
+                    }
+                )
                 tokens.clear()
                 tags.clear()
 
@@ -101,11 +110,14 @@ class NER(Task):
                 if max(tok_col, tag_col) >= len(cols):
                     raise VocabTransferError(
                         f"{source.path}: line {n} has {len(cols)} column(s), but token_column={tok_col} and "
-                        f"tag_column={tag_col} ({source.key}); set the columns of this CoNLL file")
+                        f"tag_column={tag_col} ({source.key}); set the columns of this CoNLL file"
+                    )
                 tag = cols[tag_col].strip()
                 if not TAG.match(tag):
-                    raise VocabTransferError(f"{source.path}: line {n}: tag {tag!r} is not O, B-<type> or I-<type> "
-                                             f"({source.key}); check tag_column")
+                    raise VocabTransferError(
+                        f"{source.path}: line {n}: tag {tag!r} is not O, B-<type> or I-<type> "
+                        f"({source.key}); check tag_column"
+                    )
                 tokens.append(cols[tok_col].strip())
                 tags.append(tag)
         flush()
@@ -123,8 +135,15 @@ class NER(Task):
             bad = [t for t in tags if not TAG.match(t)]
             if bad:
                 raise VocabTransferError(f"{source.name}: row {i}: tag {bad[0]!r} is not O, B-<type> or I-<type>")
-            out.append({"id": str(row.get("id", i)), "group": str(i), "cluster": str(i), "tokens": list(row["tokens"]),
-                        "tags": tags})
+            out.append(
+                {
+                    "id": str(row.get("id", i)),
+                    "group": str(i),
+                    "cluster": str(i),
+                    "tokens": list(row["tokens"]),
+                    "tags": tags,
+                }
+            )
         return out
 
     def labels(self, train: list[dict]) -> list[str]:
@@ -174,9 +193,16 @@ class NER(Task):
         gold = [ex["tags"] for ex in splits.test]
         pred = [[lexicon.get(w, "O") for w in ex["tokens"]] for ex in splits.test]
         counts = [sentence_counts(g, p, strict) for g, p in zip(gold, pred)]
-        return {"name": "training lexicon", "value": seqeval_scores(gold, pred, strict)["f1"],
-                "examples": {"ids": [ex["id"] for ex in splits.test], "tp": [c[0] for c in counts],
-                             "n_pred": [c[1] for c in counts], "n_gold": [c[2] for c in counts]}}
+        return {
+            "name": "training lexicon",
+            "value": seqeval_scores(gold, pred, strict)["f1"],
+            "examples": {
+                "ids": [ex["id"] for ex in splits.test],
+                "tp": [c[0] for c in counts],
+                "n_pred": [c[1] for c in counts],
+                "n_gold": [c[2] for c in counts],
+            },
+        }
 
     def evaluate(self, trainer, examples: list[dict], tokenizer, labels: list[str]) -> Evaluation:
         strict = self.options.strict
@@ -196,5 +222,10 @@ class NER(Task):
         counts = [sentence_counts(g, p, strict) for g, p in zip(gold, pred)]
         return Evaluation(
             metrics=seqeval_scores(gold, pred, strict),
-            examples={"ids": [ex["id"] for ex in examples], "tp": [c[0] for c in counts],
-                      "n_pred": [c[1] for c in counts], "n_gold": [c[2] for c in counts]})
+            examples={
+                "ids": [ex["id"] for ex in examples],
+                "tp": [c[0] for c in counts],
+                "n_pred": [c[1] for c in counts],
+                "n_gold": [c[2] for c in counts],
+            },
+        )

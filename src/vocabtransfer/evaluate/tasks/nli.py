@@ -22,8 +22,10 @@ LABEL_IDS = {**{name: i for i, name in enumerate(LABELS)}, **{str(i): i for i in
 def label_id(value, where: str) -> int:
     key = str(value).strip().lower()
     if key not in LABEL_IDS:
-        raise VocabTransferError(f"{where}: label {value!r} is not one of {', '.join(LABELS)} (or 0/1/2); "
-                                 "fix the file or point the spec at an XNLI-format file")
+        raise VocabTransferError(
+            f"{where}: label {value!r} is not one of {', '.join(LABELS)} (or 0/1/2); "
+            "fix the file or point the spec at an XNLI-format file"
+        )
     return LABEL_IDS[key]
 
 
@@ -39,8 +41,11 @@ class NLI(Task):
         if source.rows is not None:
             for i, row in enumerate(source.rows):
                 require_columns(source, row, ("premise", "hypothesis", "label"))
-                examples.append(self._example(i, row["premise"], row["hypothesis"],
-                                              label_id(row["label"], f"{source.name}: row {i}")))
+                examples.append(
+                    self._example(
+                        i, row["premise"], row["hypothesis"], label_id(row["label"], f"{source.name}: row {i}")
+                    )
+                )
             return examples, {}
         with open(source.path, encoding="utf-8", newline="") as fh:
             for n, cols in enumerate(csv.reader(fh, delimiter="\t", quoting=csv.QUOTE_NONE), start=1):
@@ -49,22 +54,33 @@ class NLI(Task):
                 if len(cols) != 3:
                     raise VocabTransferError(
                         f"{source.path}: line {n} has {len(cols)} tab-separated column(s), expected 3 "
-                        "(premise, hypothesis, label); an unlabelled file cannot be used for training or testing")
+                        "(premise, hypothesis, label); an unlabelled file cannot be used for training or testing"
+                    )
                 examples.append(self._example(n, cols[0], cols[1], label_id(cols[2], f"{source.path}: line {n}")))
         return examples, {}
 
     @staticmethod
     def _example(index: int, premise: str, hypothesis: str, label: int) -> dict:
         # the premise is the split unit and the bootstrap's cluster: XNLI pairs it with three hypotheses
-        return {"id": str(index), "group": premise, "cluster": premise, "premise": premise, "hypothesis": hypothesis,
-                "label": label}
+        return {
+            "id": str(index),
+            "group": premise,
+            "cluster": premise,
+            "premise": premise,
+            "hypothesis": hypothesis,
+            "label": label,
+        }
 
     def labels(self, train: list[dict]) -> list[str]:
         return list(LABELS)
 
     def features(self, examples: list[dict], tokenizer, labels=None) -> list[dict]:
-        enc = tokenizer([e["premise"] for e in examples], [e["hypothesis"] for e in examples],
-                        truncation=True, max_length=self.options.max_length)
+        enc = tokenizer(
+            [e["premise"] for e in examples],
+            [e["hypothesis"] for e in examples],
+            truncation=True,
+            max_length=self.options.max_length,
+        )
         return [{**{k: enc[k][i] for k in enc.keys()}, "labels": e["label"]} for i, e in enumerate(examples)]
 
     def floor(self, splits) -> dict:
@@ -72,12 +88,17 @@ class NLI(Task):
         counts = Counter(e["label"] for e in splits.train)
         majority = min(counts, key=lambda label: (-counts[label], label))
         hits = [int(e["label"] == majority) for e in splits.test]
-        return {"name": "majority class", "value": 100.0 * sum(hits) / len(hits),
-                "examples": {"ids": [e["id"] for e in splits.test], "score": hits}}
+        return {
+            "name": "majority class",
+            "value": 100.0 * sum(hits) / len(hits),
+            "examples": {"ids": [e["id"] for e in splits.test], "score": hits},
+        }
 
     def evaluate(self, trainer, examples: list[dict], tokenizer, labels=None) -> Evaluation:
         logits = trainer.predict(self.features(examples, tokenizer)).predictions
         predicted = logits.argmax(-1).tolist()
         correct = [int(p == e["label"]) for p, e in zip(predicted, examples)]
-        return Evaluation(metrics={"accuracy": 100.0 * sum(correct) / len(correct)},
-                          examples={"ids": [e["id"] for e in examples], "score": correct})
+        return Evaluation(
+            metrics={"accuracy": 100.0 * sum(correct) / len(correct)},
+            examples={"ids": [e["id"] for e in examples], "score": correct},
+        )

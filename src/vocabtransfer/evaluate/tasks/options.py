@@ -98,26 +98,25 @@ class TaskOptions:
                 "train": TASK_SOURCE,
                 "test": TASK_SOURCE,
             },
-        })
+        },
+    )
     test_fraction: float = option(
         0.2,
         "share of groups (premises, articles, sentences) held out as test when a language has only one source; "
         "seeded by `seed`",
-        exclusiveMinimum=0, exclusiveMaximum=1)
+        exclusiveMinimum=0,
+        exclusiveMaximum=1,
+    )
     max_train: int = option(500, "training examples kept (seeded choice; 0 = all)", minimum=0)
     max_test: int = option(
-        300,
-        "test examples kept (seeded choice, the same for every model and seed; 0 = all)",
-        minimum=0)
+        300, "test examples kept (seeded choice, the same for every model and seed; 0 = all)", minimum=0
+    )
     epochs: float = option(1, "training epochs (fractions allowed)", exclusiveMinimum=0)
     learning_rate: float = option(0.0001, "AdamW peak learning rate", exclusiveMinimum=0)
     batch_size: int = option(16, "training batch", minimum=1)
     eval_batch_size: int = option(64, "prediction batch", minimum=1)
     max_length: int = option(128, "tokens per input (QA: per window)", minimum=16)
-    warmup_ratio: float = option(
-        0.1,
-        "share of the training steps with linear warm-up",
-        minimum=0, exclusiveMaximum=1)
+    warmup_ratio: float = option(0.1, "share of the training steps with linear warm-up", minimum=0, exclusiveMaximum=1)
     weight_decay: float = option(0.01, "AdamW weight decay", minimum=0)
 
 
@@ -132,8 +131,8 @@ class QaOptions(TaskOptions):
 
     doc_stride: int = option(64, "tokens shared by consecutive windows of a long context", minimum=0)
     cluster: Literal["article", "context"] = option(
-        "article",
-        "the unit the report's bootstrap resamples: the article (title) or the context of each question")
+        "article", "the unit the report's bootstrap resamples: the article (title) or the context of each question"
+    )
     max_answer_length: int = option(30, "longest predicted answer in tokens", minimum=1)
     n_best: int = option(20, "best start and end logits tried per window", minimum=1)
 
@@ -159,19 +158,24 @@ class EvalParams:
     seeds: int = option(
         1,
         "seeds per task × model (1..n); a seed changes the head initialisation and the data order, not the split",
-        minimum=1)
+        minimum=1,
+    )
     models: tuple[str, ...] = option(
         ["pretrained", "source"],
         "models to evaluate: kinds `pretrained` (every pretrain method × objective × pretraining seed), `init` "
         "(the initialisation each pretrained run starts from), `source` (the source model with its own tokenizer), "
         "and/or model names (`focus-selfish-pseed2`, `wechsel-init-pseed1`) or names without the pretraining seed "
         "(`focus-selfish`: every pretraining seed of it)",
-        minItems=1, uniqueItems=True,
-        items={"type": "string", "pattern": "^[A-Za-z0-9_+]+(-[A-Za-z0-9_]+)?(-pseed[1-9][0-9]*)?$"})
+        minItems=1,
+        uniqueItems=True,
+        items={"type": "string", "pattern": "^[A-Za-z0-9_+]+(-[A-Za-z0-9_]+)?(-pseed[1-9][0-9]*)?$"},
+    )
     precision: Literal["auto", "fp32", "bf16"] = option(
-        "auto", "fine-tuning precision, as pretrain.precision: auto is bf16 mixed precision on a GPU that supports it "
+        "auto",
+        "fine-tuning precision, as pretrain.precision: auto is bf16 mixed precision on a GPU that supports it "
         "and on a CPU with native bf16 products (amx_bf16 or avx512_bf16), else fp32; the fine-tuned model is "
-        "scored in fp32 either way")
+        "scored in fp32 either way",
+    )
     tasks: EvalTasks = subsection(EvalTasks)
 
     def task_sections(self) -> dict[str, TaskOptions]:

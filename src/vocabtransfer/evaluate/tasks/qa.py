@@ -39,7 +39,7 @@ def align_answers(context: str, answers: list[dict]) -> list[dict]:
         text, start = ans["text"], int(ans["answer_start"])
         if not text.strip():
             continue
-        if context[start:start + len(text)] != text:
+        if context[start : start + len(text)] != text:
             found = [i for i in range(len(context)) if context.startswith(text, i)]
             if not found:
                 continue
@@ -70,20 +70,21 @@ def sliding_window(context: str, question: str, length: int, window: int = WINDO
     length = min(length, len(words))
     best, best_key = 0, None
     for i in range(len(words) - length + 1):
-        around = {w for _, _, w in words[max(0, i - window):i] + words[i + length:i + length + window]} & asked
-        inside = {w for _, _, w in words[i:i + length]} & asked
+        around = {w for _, _, w in words[max(0, i - window) : i] + words[i + length : i + length + window]} & asked
+        inside = {w for _, _, w in words[i : i + length]} & asked
         key = (-len(around), len(inside), i)
         if best_key is None or key < best_key:
             best, best_key = i, key
-    return context[words[best][0]:words[best + length - 1][1]]
+    return context[words[best][0] : words[best + length - 1][1]]
 
 
 @register("qa")
 class QA(Task):
     metric = "f1"
     head = "AutoModelForQuestionAnswering"
-    floor_text = ("the span of the training answers' median length whose surrounding words share the most words "
-                  "with the question")
+    floor_text = (
+        "the span of the training answers' median length whose surrounding words share the most words with the question"
+    )
     PARTS = ("score", None, 1.0)  # F1: Σ per-question F1 (percent) / Σ questions
 
     def read(self, source: Source) -> tuple[list[dict], dict[str, int]]:
@@ -95,8 +96,16 @@ class QA(Task):
                 missing += 1
                 continue
             cluster = context if self.options.cluster == "context" else title
-            examples.append({"id": str(qa["id"]), "group": title, "cluster": cluster, "context": context,
-                             "question": qa["question"], "answers": answers})
+            examples.append(
+                {
+                    "id": str(qa["id"]),
+                    "group": title,
+                    "cluster": cluster,
+                    "context": context,
+                    "question": qa["question"],
+                    "answers": answers,
+                }
+            )
         if missing:
             log.warning("%s: %d question(s) skipped: no answer occurs in its context", source.name, missing)
         return examples, ({"answer_not_in_context": missing} if missing else {})
@@ -109,7 +118,8 @@ class QA(Task):
                 if self.options.cluster == "article" and not row.get("title"):
                     raise VocabTransferError(
                         f"{source.name}: row {i} has no `title` ({source.key}): the article is the cluster of the "
-                        "bootstrap and the split unit; add the column or set eval.tasks.qa.cluster: context")
+                        "bootstrap and the split unit; add the column or set eval.tasks.qa.cluster: context"
+                    )
                 ans = row["answers"]
                 answers = [{"text": t, "answer_start": s} for t, s in zip(ans["text"], ans["answer_start"])]
                 out.append((row.get("title") or row["context"], row["context"], {**row, "answers": answers}))
@@ -121,12 +131,17 @@ class QA(Task):
                 title = article.get("title") or f"article-{a}"
                 for para in article["paragraphs"]:
                     for qa in para["qas"]:
-                        qa = {"id": qa["id"], "question": qa["question"], "answers": [
-                            {"text": x["text"], "answer_start": x["answer_start"]} for x in qa["answers"]]}
+                        qa = {
+                            "id": qa["id"],
+                            "question": qa["question"],
+                            "answers": [{"text": x["text"], "answer_start": x["answer_start"]} for x in qa["answers"]],
+                        }
                         rows.append((title, para["context"], qa))
         except (json.JSONDecodeError, KeyError, TypeError) as exc:
-            raise VocabTransferError(f"{source.path}: not a SQuAD-format JSON file ({type(exc).__name__}: {exc}) "
-                                     f"({source.key}); expected data → paragraphs → context, qas") from exc
+            raise VocabTransferError(
+                f"{source.path}: not a SQuAD-format JSON file ({type(exc).__name__}: {exc}) "
+                f"({source.key}); expected data → paragraphs → context, qas"
+            ) from exc
         return rows
 
     # --- features -------------------------------------------------------------------------------
@@ -134,10 +149,15 @@ class QA(Task):
     def _windows(self, examples: list[dict], tokenizer):
         if tokenizer.padding_side != "right":
             raise VocabTransferError(f"{tokenizer.name_or_path}: QA preprocessing needs right padding")
-        return tokenizer([e["question"].lstrip() for e in examples], [e["context"] for e in examples],
-                         truncation="only_second", max_length=self.options.max_length,
-                         stride=self.options.doc_stride, return_overflowing_tokens=True,
-                         return_offsets_mapping=True)
+        return tokenizer(
+            [e["question"].lstrip() for e in examples],
+            [e["context"] for e in examples],
+            truncation="only_second",
+            max_length=self.options.max_length,
+            stride=self.options.doc_stride,
+            return_overflowing_tokens=True,
+            return_offsets_mapping=True,
+        )
 
     @staticmethod
     def _model_inputs(enc, i: int) -> dict:
@@ -171,8 +191,11 @@ class QA(Task):
         length = typical_answer_words(splits.train)
         predictions = [sliding_window(ex["context"], ex["question"], length) for ex in splits.test]
         f1 = [score(p, [a["text"] for a in ex["answers"]])[1] for p, ex in zip(predictions, splits.test)]
-        return {"name": f"sliding window ({length}-word span)", "value": sum(f1) / len(f1),
-                "examples": {"ids": [ex["id"] for ex in splits.test], "score": f1, "prediction": predictions}}
+        return {
+            "name": f"sliding window ({length}-word span)",
+            "value": sum(f1) / len(f1),
+            "examples": {"ids": [ex["id"] for ex in splits.test], "score": f1, "prediction": predictions},
+        }
 
     def evaluate(self, trainer, examples: list[dict], tokenizer, labels=None) -> Evaluation:
         enc = self._windows(examples, tokenizer)
@@ -191,11 +214,16 @@ class QA(Task):
                         continue
                     value = float(s_log[s] + e_log[t])
                     if e not in best or value > best[e][0]:
-                        best[e] = (value, examples[e]["context"][offsets[s][0]:offsets[t][1]])
+                        best[e] = (value, examples[e]["context"][offsets[s][0] : offsets[t][1]])
         predictions = [best.get(i, (0.0, ""))[1] for i in range(len(examples))]
         scores = [score(p, [a["text"] for a in ex["answers"]]) for p, ex in zip(predictions, examples)]
         n = len(scores)
         return Evaluation(
             metrics={"exact_match": sum(s[0] for s in scores) / n, "f1": sum(s[1] for s in scores) / n},
-            examples={"ids": [ex["id"] for ex in examples], "score": [s[1] for s in scores],
-                      "exact_match": [s[0] for s in scores], "prediction": predictions})
+            examples={
+                "ids": [ex["id"] for ex in examples],
+                "score": [s[1] for s in scores],
+                "exact_match": [s[0] for s in scores],
+                "prediction": predictions,
+            },
+        )

@@ -41,6 +41,4 @@ def score(prediction: str, golds: list[str]) -> tuple[float, float]:
     """(exact match, F1) of one prediction against its gold answers, in percent (max over golds)."""
     if not golds:
         raise ValueError("a question needs at least one gold answer")
-    return (100.0 * max(exact_match(prediction, g) for g in golds),
-            100.0 * max(f1(prediction, g) for g in golds))
-
+    return (100.0 * max(exact_match(prediction, g) for g in golds), 100.0 * max(f1(prediction, g) for g in golds))

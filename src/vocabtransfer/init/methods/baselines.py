@@ -48,18 +48,21 @@ def source_matrix(problem: TransferProblem) -> torch.Tensor:
     if not isinstance(emb, torch.Tensor) or emb.dim() != 2 or emb.shape[0] == 0:
         raise VocabTransferError(
             f"source embeddings: expected a 2-D tensor (vocab x dim), got "
-            f"{getattr(emb, 'shape', type(emb).__name__)}; pass the model's input embedding matrix")
+            f"{getattr(emb, 'shape', type(emb).__name__)}; pass the model's input embedding matrix"
+        )
     if emb.shape[0] < len(problem.source_tokenizer):
         raise VocabTransferError(
             f"source embeddings: {emb.shape[0]} rows but the source tokenizer has {len(problem.source_tokenizer)} "
-            "tokens; the tokenizer and the model come from different checkpoints")
+            "tokens; the tokenizer and the model come from different checkpoints"
+        )
     return emb.detach().to("cpu", torch.float32)
 
 
 def overlap_pairs(problem: TransferProblem, n_source: int) -> tuple[np.ndarray, np.ndarray]:
     """The overlap stage's aligned (target id, source id) arrays, checked."""
-    return checked_pairs(problem.overlap_target_ids, problem.overlap_source_ids, problem.target_size, n_source,
-                         where="overlap")
+    return checked_pairs(
+        problem.overlap_target_ids, problem.overlap_source_ids, problem.target_size, n_source, where="overlap"
+    )
 
 
 # --------------------------------------------------------------------------- ledger
@@ -124,11 +127,11 @@ def source_moments(source: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     n, d = source.shape
     total = torch.zeros(d, dtype=torch.float64, device=source.device)
     for start in range(0, n, MOMENT_BLOCK):
-        total += source[start:start + MOMENT_BLOCK].double().sum(0)
+        total += source[start : start + MOMENT_BLOCK].double().sum(0)
     mean = total / max(n, 1)
     sq = torch.zeros_like(total)
     for start in range(0, n, MOMENT_BLOCK):
-        dev = source[start:start + MOMENT_BLOCK].double() - mean
+        dev = source[start : start + MOMENT_BLOCK].double() - mean
         sq += (dev * dev).sum(0)
     return mean.float(), (sq / max(n, 1)).sqrt().float()
 
@@ -171,12 +174,22 @@ def special_pairs(problem: TransferProblem, n_source: int) -> tuple[np.ndarray, 
             unmatched.append(tid)
             continue
         t_ids.append(tid), s_ids.append(sid), how.append(why)
-    return (np.asarray(t_ids, dtype=np.int64), np.asarray(s_ids, dtype=np.int64), how,
-            np.asarray(unmatched, dtype=np.int64))
+    return (
+        np.asarray(t_ids, dtype=np.int64),
+        np.asarray(s_ids, dtype=np.int64),
+        how,
+        np.asarray(unmatched, dtype=np.int64),
+    )
 
 
-def copy_overlap(problem: TransferProblem, target: torch.Tensor, ledger: Ledger | None = None, *,
-                 source: torch.Tensor | None = None, overlap: bool = True) -> np.ndarray:
+def copy_overlap(
+    problem: TransferProblem,
+    target: torch.Tensor,
+    ledger: Ledger | None = None,
+    *,
+    source: torch.Tensor | None = None,
+    overlap: bool = True,
+) -> np.ndarray:
     """Copy source rows into `target` (in place) for overlapping tokens and special tokens.
 
     With `overlap=False` only the special tokens are copied. Returns the target special ids
@@ -198,8 +211,10 @@ def copy_overlap(problem: TransferProblem, target: torch.Tensor, ledger: Ledger 
             ledger.fill(ids, "copied", f"special token ({why})")
     unmatched = unmatched[~done[unmatched]] if unmatched.size else unmatched
     if unmatched.size:
-        log.warning("special token(s) %s have no source counterpart (by string, overlap or role)",
-                    ", ".join(problem.target_tokenizer.convert_ids_to_tokens(unmatched.tolist())))
+        log.warning(
+            "special token(s) %s have no source counterpart (by string, overlap or role)",
+            ", ".join(problem.target_tokenizer.convert_ids_to_tokens(unmatched.tolist())),
+        )
     return unmatched
 
 
@@ -248,7 +263,9 @@ def tokenizer_markers(tokenizer) -> Markers:
 @lru_cache(maxsize=1)
 def _byte_decoder() -> dict[str, int]:
     """GPT-2's printable-character alphabet for the 256 bytes, inverted (char -> byte)."""
-    keep = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    keep = (
+        list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    )
     chars, n = keep[:], 0
     for b in range(256):
         if b not in keep:
@@ -283,7 +300,7 @@ def token_surfaces(tokenizer) -> tuple[list[str | None], np.ndarray]:
         if scheme.kind == "wordpiece":
             cont = tok.startswith(m) and len(tok) > len(m)
             start[i] = not cont
-            texts.append(tok[len(m):] if cont else tok)
+            texts.append(tok[len(m) :] if cont else tok)
         elif scheme.kind == "bytelevel":
             try:
                 text = bytes(bytemap[c] for c in tok).decode("utf-8")
@@ -299,7 +316,7 @@ def token_surfaces(tokenizer) -> tuple[list[str | None], np.ndarray]:
                 start[i] = False
                 continue
             start[i] = tok.startswith(m)
-            texts.append(tok[len(m):].replace(m, " ") if start[i] else tok.replace(m, " "))
+            texts.append(tok[len(m) :].replace(m, " ") if start[i] else tok.replace(m, " "))
         else:
             texts.append(tok)
     return texts, start

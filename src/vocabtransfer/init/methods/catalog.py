@@ -12,9 +12,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from vocabtransfer.init.methods.options import (FocusOptions, FvtOptions, HypernetOptions, MeanOptions, OfaOptions,
-                                                OmpOptions, OverlapOptions, RandomOptions, SnmfOptions,
-                                                WechselOptions)
+from vocabtransfer.init.methods.options import (
+    FocusOptions,
+    FvtOptions,
+    HypernetOptions,
+    MeanOptions,
+    OfaOptions,
+    OmpOptions,
+    OverlapOptions,
+    RandomOptions,
+    SnmfOptions,
+    WechselOptions,
+)
 from vocabtransfer.init.methods.registry import MethodInfo
 from vocabtransfer.pipeline import paths
 from vocabtransfer.pipeline.typed import Params
@@ -44,13 +53,19 @@ OVERLAP = MethodInfo("overlap", options=OverlapOptions)
 MEAN = MethodInfo("mean", options=MeanOptions, deterministic=True)  # every row a copy or the mean: no seed
 FOCUS = MethodInfo("focus", options=FocusOptions, auxiliary_rows=True)
 FVT = MethodInfo("fvt", options=FvtOptions)
-HYPERNET = MethodInfo("hypernet", options=HypernetOptions, inputs={"hypernet": paths.HYPERNET},
-                      stage_options=HypernetOptions.TRAINING, factorizable=False)
+HYPERNET = MethodInfo(
+    "hypernet",
+    options=HypernetOptions,
+    inputs={"hypernet": paths.HYPERNET},
+    stage_options=HypernetOptions.TRAINING,
+    factorizable=False,
+)
 OFA = MethodInfo("ofa", options=OfaOptions, auxiliary_rows=True, factorizable=False)
 OMP = MethodInfo("omp", options=OmpOptions, auxiliary_rows=True)
 SNMF = MethodInfo("snmf", options=SnmfOptions, auxiliary_rows=True, factors=("snmf",), factorizable=False)
 WECHSEL = MethodInfo(
-    "wechsel", options=WechselOptions,
+    "wechsel",
+    options=WechselOptions,
     # the word-level fastText models of the source_fasttext / word_fasttext stages
     inputs={"source_fasttext": paths.SOURCE_WORD_FASTTEXT, "target_fasttext": paths.WORD_FASTTEXT},
     stage_options=("source_text", "fasttext"),  # read by the source_fasttext / word_fasttext stages

@@ -62,8 +62,14 @@ class FocusInputs:
 
     @classmethod
     def of(cls, problem: TransferProblem) -> FocusInputs:
-        return cls(problem.source_embeddings, problem.overlap_target_ids, problem.overlap_source_ids,
-                   problem.auxiliary, problem.auxiliary_mask, problem.target_size)
+        return cls(
+            problem.source_embeddings,
+            problem.overlap_target_ids,
+            problem.overlap_source_ids,
+            problem.auxiliary,
+            problem.auxiliary_mask,
+            problem.target_size,
+        )
 
 
 @register("focus")
@@ -72,8 +78,14 @@ def focus(problem: TransferProblem, opts: FocusOptions = FocusOptions()) -> Tran
     embeddings, stats = focus_embeddings(FocusInputs.of(problem), seed=problem.seed, device=problem.device, opts=opts)
     stats.update(special_overlap_stats(problem, "focus", "FOCUS combination or random row"))
     stats.update(method="focus", options=asdict(opts))
-    log.info("focus: %d copied, %d FOCUS combinations of %d anchors, %d random (no fastText vector) in %.1f s",
-             stats["copied"], stats["focus_combined"], stats["anchors"], stats["random"], stats["seconds"])
+    log.info(
+        "focus: %d copied, %d FOCUS combinations of %d anchors, %d random (no fastText vector) in %.1f s",
+        stats["copied"],
+        stats["focus_combined"],
+        stats["anchors"],
+        stats["random"],
+        stats["seconds"],
+    )
     return TransferResult(embeddings=embeddings.cpu(), stats=stats)
 
 
@@ -84,13 +96,17 @@ def focus(problem: TransferProblem, opts: FocusOptions = FocusOptions()) -> Tran
 def check_problem(problem: TransferProblem, name: str) -> None:
     """The auxiliary vectors are there and the source matrix has a row per source token."""
     if problem.auxiliary is None or problem.auxiliary_mask is None:
-        raise VocabTransferError(f"init {name} ({problem.lang or 'target'}): no auxiliary fastText embeddings were "
-                                 f"given; run the fasttext stage and pass its embeddings.safetensors to {name}")
+        raise VocabTransferError(
+            f"init {name} ({problem.lang or 'target'}): no auxiliary fastText embeddings were "
+            f"given; run the fasttext stage and pass its embeddings.safetensors to {name}"
+        )
     n_source = problem.source_embeddings.shape[0]
     if n_source < len(problem.source_tokenizer):
-        raise VocabTransferError(f"source embeddings: {n_source} rows but the source tokenizer has "
-                                 f"{len(problem.source_tokenizer)} tokens; the tokenizer and the model come from "
-                                 "different checkpoints")
+        raise VocabTransferError(
+            f"source embeddings: {n_source} rows but the source tokenizer has "
+            f"{len(problem.source_tokenizer)} tokens; the tokenizer and the model come from "
+            "different checkpoints"
+        )
 
 
 def special_overlap_stats(problem: TransferProblem, name: str, fallback: str) -> dict:
@@ -102,8 +118,13 @@ def special_overlap_stats(problem: TransferProblem, name: str, fallback: str) ->
     if (~copied).any():
         missing = problem.target_tokenizer.convert_ids_to_tokens(special[~copied].tolist())
         stats["special_not_in_overlap"] = missing
-        log.warning("%s: special token(s) %s do not overlap the source vocabulary; they are initialised "
-                    "like other new tokens (%s)", name, ", ".join(missing), fallback)
+        log.warning(
+            "%s: special token(s) %s do not overlap the source vocabulary; they are initialised "
+            "like other new tokens (%s)",
+            name,
+            ", ".join(missing),
+            fallback,
+        )
     return stats
 
 
@@ -193,8 +214,9 @@ def _combine(weights: torch.Tensor, idx: torch.Tensor, anchors: torch.Tensor) ->
     crow[1:] = keep.sum(dim=1).cumsum(dim=0)
     with warnings.catch_warnings():  # "sparse CSR support is in beta"
         warnings.simplefilter("ignore", UserWarning)
-        csr = torch.sparse_csr_tensor(crow, cols[keep], weights.gather(1, order)[keep], size=(n, n_anchor),
-                                      check_invariants=False)
+        csr = torch.sparse_csr_tensor(
+            crow, cols[keep], weights.gather(1, order)[keep], size=(n, n_anchor), check_invariants=False
+        )
         return csr @ anchors
 
 
@@ -206,16 +228,21 @@ def _checked_inputs(inputs: FocusInputs) -> tuple[np.ndarray, np.ndarray, torch.
     float32 on the CPU, which target tokens have a vector)."""
     source_embeddings, target_size = inputs.source_embeddings, inputs.target_size
     if not isinstance(source_embeddings, torch.Tensor) or source_embeddings.dim() != 2:
-        raise VocabTransferError(f"source embeddings: expected a 2-D tensor (vocab x dim), got "
-                                 f"{getattr(source_embeddings, 'shape', type(source_embeddings).__name__)}")
+        raise VocabTransferError(
+            f"source embeddings: expected a 2-D tensor (vocab x dim), got "
+            f"{getattr(source_embeddings, 'shape', type(source_embeddings).__name__)}"
+        )
     n_source, dim = source_embeddings.shape
-    t_ov, s_ov = checked_pairs(inputs.target_ids_overlap, inputs.source_ids_overlap, target_size, n_source,
-                               where="overlap")
+    t_ov, s_ov = checked_pairs(
+        inputs.target_ids_overlap, inputs.source_ids_overlap, target_size, n_source, where="overlap"
+    )
     aux = torch.as_tensor(inputs.auxiliary)
     aux_mask = torch.as_tensor(inputs.auxiliary_mask).to("cpu", torch.bool).numpy().reshape(-1)
     if aux.dim() != 2 or aux.shape[0] != target_size or aux_mask.shape != (target_size,):
-        raise VocabTransferError(f"auxiliary embeddings: expected ({target_size}, d) vectors and a ({target_size},) "
-                                 f"mask, got {tuple(aux.shape)} and {aux_mask.shape}; {_FIX}")
+        raise VocabTransferError(
+            f"auxiliary embeddings: expected ({target_size}, d) vectors and a ({target_size},) "
+            f"mask, got {tuple(aux.shape)} and {aux_mask.shape}; {_FIX}"
+        )
     aux = aux.to("cpu", torch.float32)
     return t_ov, s_ov, aux, has_vector(aux, aux_mask)
 
@@ -232,9 +259,17 @@ def _new_target_ids(new_ids, t_ov: np.ndarray, target_size: int) -> np.ndarray:
     return new
 
 
-def _combine_new_rows(out: torch.Tensor, src: torch.Tensor, aux: torch.Tensor, focus_ids: np.ndarray,
-                      anchor_t: np.ndarray, anchor_s: np.ndarray, *, device: torch.device,
-                      opts: FocusOptions) -> list[torch.Tensor]:
+def _combine_new_rows(
+    out: torch.Tensor,
+    src: torch.Tensor,
+    aux: torch.Tensor,
+    focus_ids: np.ndarray,
+    anchor_t: np.ndarray,
+    anchor_s: np.ndarray,
+    *,
+    device: torch.device,
+    opts: FocusOptions,
+) -> list[torch.Tensor]:
     """Step 3 of `focus_embeddings`: `out[focus_ids]` = sparsemax(cosine similarities to the anchors'
     auxiliary vectors) @ the anchors' source rows, in blocks of `opts.block_size` rows, sparsemax on
     `opts.topk` candidates per row. Returns the support sizes of the rows, per block."""
@@ -243,13 +278,15 @@ def _combine_new_rows(out: torch.Tensor, src: torch.Tensor, aux: torch.Tensor, f
     if not focus_ids.size:
         return supports
     if anchor_t.size == 0:
-        raise VocabTransferError("FOCUS: no overlapping token has an auxiliary (fastText) vector, so new tokens "
-                                 "have nothing to be combined from; check the overlap and the fastText model")
+        raise VocabTransferError(
+            "FOCUS: no overlapping token has an auxiliary (fastText) vector, so new tokens "
+            "have nothing to be combined from; check the overlap and the fastText model"
+        )
     anchor_src = src[torch.from_numpy(anchor_s).to(src.device)].to(device, torch.float32)
     anchor_aux = torch.nn.functional.normalize(aux[torch.from_numpy(anchor_t)].to(device), dim=1)
     blocks = range(0, focus_ids.size, max(1, int(block_size)))
     for s in progress(blocks, desc="FOCUS", unit="block"):
-        ids = torch.from_numpy(focus_ids[s:s + block_size])
+        ids = torch.from_numpy(focus_ids[s : s + block_size])
         sims = torch.nn.functional.normalize(aux[ids].to(device), dim=1) @ anchor_aux.T
         for rows, w, idx in _sparse_weights(sims, topk):
             out[ids.to(device)[rows]] = _combine(w, idx, anchor_src)
@@ -258,9 +295,15 @@ def _combine_new_rows(out: torch.Tensor, src: torch.Tensor, aux: torch.Tensor, f
     return supports
 
 
-def focus_embeddings(inputs: FocusInputs, seed: int = 42, device: str | torch.device = "cpu",
-                     opts: FocusOptions = FocusOptions(), *, new_ids=None, anchor_mask=None
-                     ) -> tuple[torch.Tensor, dict]:
+def focus_embeddings(
+    inputs: FocusInputs,
+    seed: int = 42,
+    device: str | torch.device = "cpu",
+    opts: FocusOptions = FocusOptions(),
+    *,
+    new_ids=None,
+    anchor_mask=None,
+) -> tuple[torch.Tensor, dict]:
     """FOCUS from a precomputed overlap and auxiliary matrix.
 
     Args:

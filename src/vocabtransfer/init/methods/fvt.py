@@ -28,8 +28,15 @@ from tokenizers import Tokenizer
 
 from vocabtransfer.init.methods.registry import TransferProblem, TransferResult, register
 from vocabtransfer.init.methods.options import FvtOptions
-from vocabtransfer.init.methods.baselines import (SPECIAL_NO_SOURCE, Ledger, copy_overlap, random_matrix,
-    source_matrix, token_surfaces, tokenizer_markers)
+from vocabtransfer.init.methods.baselines import (
+    SPECIAL_NO_SOURCE,
+    Ledger,
+    copy_overlap,
+    random_matrix,
+    source_matrix,
+    token_surfaces,
+    tokenizer_markers,
+)
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +77,7 @@ def word_internal_splitter(tokenizer) -> tuple[Tokenizer, np.ndarray | None]:
         vocab, old_ids = {}, []
         for tok, i in sorted(tokenizer.get_vocab().items(), key=lambda kv: kv[1]):  # string work, once
             if tok.startswith(prefix) and len(tok) > len(prefix):
-                for form in (tok[len(prefix):], tok):
+                for form in (tok[len(prefix) :], tok):
                     if form not in vocab:
                         vocab[form] = len(old_ids)
                         old_ids.append(i)
@@ -100,8 +107,12 @@ def split_with_source(tokenizer, texts: list[str], word_start: np.ndarray) -> tu
     parts = [(np.zeros(0, np.int64), np.zeros(0, np.int64))]
     if starts.size:
         lead = " " if tokenizer_markers(tokenizer).kind == "bytelevel" else ""  # "Ġhabari" needs the space
-        ids = tokenizer([lead + texts[i] for i in starts], add_special_tokens=False,
-                        return_attention_mask=False, return_token_type_ids=False)["input_ids"]
+        ids = tokenizer(
+            [lead + texts[i] for i in starts],
+            add_special_tokens=False,
+            return_attention_mask=False,
+            return_token_type_ids=False,
+        )["input_ids"]
         parts.append(_flat(ids, starts))
     if conts.size:
         splitter, id_map = word_internal_splitter(tokenizer)
@@ -114,12 +125,14 @@ def split_with_source(tokenizer, texts: list[str], word_start: np.ndarray) -> tu
     return flat[order], rows[order]
 
 
-def scatter_mean(source: torch.Tensor, pieces: np.ndarray, rows: np.ndarray, n_rows: int) -> tuple[torch.Tensor, np.ndarray]:
+def scatter_mean(
+    source: torch.Tensor, pieces: np.ndarray, rows: np.ndarray, n_rows: int
+) -> tuple[torch.Tensor, np.ndarray]:
     """Mean of `source[pieces]` grouped by `rows`: (n_rows, D) sums / counts, and the counts."""
     sums = torch.zeros((n_rows, source.shape[1]), dtype=torch.float32)
     p, r = torch.from_numpy(pieces), torch.from_numpy(rows)
     for a in range(0, len(pieces), CHUNK):
-        sums.index_add_(0, r[a:a + CHUNK], source[p[a:a + CHUNK]])
+        sums.index_add_(0, r[a : a + CHUNK], source[p[a : a + CHUNK]])
     counts = np.bincount(rows, minlength=n_rows)
     return sums / torch.from_numpy(np.maximum(counts, 1)).to(torch.float32)[:, None], counts
 

@@ -40,16 +40,23 @@ def decompose(tokenizer, source_tokenizer, ids: np.ndarray, max_pieces: int) -> 
     return ids[done], matrix
 
 
-def predicted_rows(net: network.HyperNet, source: torch.Tensor, tokenizer, source_tokenizer, base: torch.Tensor,
-                   ids: np.ndarray, batch_rows: int) -> tuple[torch.Tensor, np.ndarray]:
+def predicted_rows(
+    net: network.HyperNet,
+    source: torch.Tensor,
+    tokenizer,
+    source_tokenizer,
+    base: torch.Tensor,
+    ids: np.ndarray,
+    batch_rows: int,
+) -> tuple[torch.Tensor, np.ndarray]:
     """Every row of `base` (FVT's), the tokens of `ids` with a known source piece replaced by the network's rows;
     and those tokens."""
     chosen, matrix = decompose(tokenizer, source_tokenizer, ids, net.config.max_pieces)
     out = base.clone()
     with torch.inference_mode():
         for a in range(0, chosen.size, batch_rows):
-            part = torch.from_numpy(chosen[a:a + batch_rows])
-            out[part] = net(matrix[a:a + batch_rows], base[part], source)
+            part = torch.from_numpy(chosen[a : a + batch_rows])
+            out[part] = net(matrix[a : a + batch_rows], base[part], source)
     return out, chosen
 
 
@@ -64,13 +71,15 @@ def hypernet(problem: TransferProblem, options: HypernetOptions = HypernetOption
     net = network.load(directory)
     source = source_matrix(problem)
     if net.config.dim != source.shape[1]:
-        raise VocabTransferError(f"{directory}: a network for rows of {net.config.dim} dimensions, and the source "
-                                 f"rows have {source.shape[1]}; rerun stage hypernet for this source model")
+        raise VocabTransferError(
+            f"{directory}: a network for rows of {net.config.dim} dimensions, and the source "
+            f"rows have {source.shape[1]}; rerun stage hypernet for this source model"
+        )
     base = fvt(problem)
     specials = set(problem.target_tokenizer.all_special_ids)
     ids = np.asarray([i for i in range(problem.target_size) if i not in specials], dtype=np.int64)
-    rows, chosen = predicted_rows(net, source, problem.target_tokenizer, problem.source_tokenizer, base.embeddings,
-                                  ids, options.batch_rows)
-    stats = {**base.stats, "method": "hypernet", "hypernet_rows": int(chosen.size),
-             "hypernet": str(directory)}
+    rows, chosen = predicted_rows(
+        net, source, problem.target_tokenizer, problem.source_tokenizer, base.embeddings, ids, options.batch_rows
+    )
+    stats = {**base.stats, "method": "hypernet", "hypernet_rows": int(chosen.size), "hypernet": str(directory)}
     return TransferResult(embeddings=rows, stats=stats)

@@ -41,10 +41,17 @@ RANDOM_BLOCK = 8192  # rows per N(0, 1) draw of the random fallback
 # input checks shared by ofa and snmf
 # --------------------------------------------------------------------------------------------
 
+
 def check_overlap(problem: TransferProblem, section: str) -> tuple[torch.Tensor, torch.Tensor]:
     """The aligned overlap ids as int64 tensors, checked; an empty overlap is an error."""
-    tgt, src = checked_pairs(problem.overlap_target_ids, problem.overlap_source_ids, problem.target_size,
-                             problem.source_embeddings.shape[0], where=section, allow_empty=False)
+    tgt, src = checked_pairs(
+        problem.overlap_target_ids,
+        problem.overlap_source_ids,
+        problem.target_size,
+        problem.source_embeddings.shape[0],
+        where=section,
+        allow_empty=False,
+    )
     return torch.from_numpy(tgt.copy()), torch.from_numpy(src.copy())
 
 
@@ -62,8 +69,11 @@ def require_auxiliary(problem: TransferProblem, section: str) -> tuple[torch.Ten
             f"{section}: auxiliary vectors have shape {tuple(aux.shape)}, expected ({V_t}, dim) for the target "
             "vocabulary; rerun the fasttext stage with this tokenizer"
         )
-    mask = (torch.ones(V_t, dtype=torch.bool) if problem.auxiliary_mask is None
-            else problem.auxiliary_mask.detach().cpu().bool().reshape(-1))
+    mask = (
+        torch.ones(V_t, dtype=torch.bool)
+        if problem.auxiliary_mask is None
+        else problem.auxiliary_mask.detach().cpu().bool().reshape(-1)
+    )
     if mask.shape[0] != V_t:
         raise VocabTransferError(
             f"{section}: auxiliary_mask has {mask.shape[0]} entries, expected {V_t}; rerun the fasttext stage"
@@ -94,6 +104,7 @@ def check_neighbour_method(problem: TransferProblem, name: str, opts: OfaOptions
 # --------------------------------------------------------------------------------------------
 # the neighbour step (OFA and UNKs Everywhere)
 # --------------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class _Step:
@@ -147,8 +158,7 @@ def neighbour_coordinates(
     V_t = problem.target_size
     coords_src = source_coords.detach().cpu()
     out = coords_src.new_zeros(V_t, coords_src.shape[1])
-    labels_src = (_checked_clusters(source_clusters, coords_src.shape, n_clusters, section) if n_clusters > 1
-                  else None)
+    labels_src = _checked_clusters(source_clusters, coords_src.shape, n_clusters, section) if n_clusters > 1 else None
     # 1. overlapping tokens, and special tokens matched to a source special token, copy their row
     done, copied = _copy_rows(problem, out, coords_src, tgt, src)
     # 2. which rows can take part in the similarity search
@@ -182,14 +192,18 @@ def neighbour_coordinates(
     if nonnegative:
         stats["random_negative_entries_clamped"] = clamped
     if labels_src is not None:
-        stats["clusters"] = {"clusters": n_clusters,
-                             "source_tokens": torch.bincount(labels_src, minlength=n_clusters).tolist(),
-                             "combined_tokens": combined_tokens, "random_tokens": random_tokens}
+        stats["clusters"] = {
+            "clusters": n_clusters,
+            "source_tokens": torch.bincount(labels_src, minlength=n_clusters).tolist(),
+            "combined_tokens": combined_tokens,
+            "random_tokens": random_tokens,
+        }
     return out, stats
 
 
-def _copy_rows(problem: TransferProblem, out: torch.Tensor, coords_src: torch.Tensor, tgt: torch.Tensor,
-               src: torch.Tensor) -> tuple[torch.Tensor, dict[str, int]]:
+def _copy_rows(
+    problem: TransferProblem, out: torch.Tensor, coords_src: torch.Tensor, tgt: torch.Tensor, src: torch.Tensor
+) -> tuple[torch.Tensor, dict[str, int]]:
     """Step 1 of `neighbour_coordinates`: overlapping tokens copy their source coordinates, and so do
     special tokens that match a source special token (same string or role) without being in the
     overlap. Returns (the copied target ids as a V_t bool mask, the copies counted by reason)."""
@@ -207,8 +221,9 @@ def _copy_rows(problem: TransferProblem, out: torch.Tensor, coords_src: torch.Te
     return done, copied
 
 
-def _search_rows(aux: torch.Tensor, has_vec: torch.Tensor, tgt: torch.Tensor, src: torch.Tensor,
-                 done: torch.Tensor, section: str):
+def _search_rows(
+    aux: torch.Tensor, has_vec: torch.Tensor, tgt: torch.Tensor, src: torch.Tensor, done: torch.Tensor, section: str
+):
     """Step 2 of `neighbour_coordinates`: the candidate neighbours (the overlapping pairs whose target
     token has a non-zero auxiliary vector), the new tokens to mix (not copied, with such a vector),
     and why the others will be random. Returns (cand_tgt, cand_src, new_ids, reasons)."""
@@ -225,15 +240,28 @@ def _search_rows(aux: torch.Tensor, has_vec: torch.Tensor, tgt: torch.Tensor, sr
     if int((zero_vec & ~done).sum()):
         reasons["all-zero auxiliary vector"] = int((zero_vec & ~done).sum())
     if int(cand_tgt.numel()) == 0 and new_ids.numel():
-        log.warning("%s: none of the %d overlapping tokens has an auxiliary vector; %d new tokens "
-                    "with vectors get random coordinates instead", section, len(tgt), new_ids.numel())
+        log.warning(
+            "%s: none of the %d overlapping tokens has an auxiliary vector; %d new tokens "
+            "with vectors get random coordinates instead",
+            section,
+            len(tgt),
+            new_ids.numel(),
+        )
         reasons["no overlapping token has an auxiliary vector"] = int(new_ids.numel())
         new_ids = new_ids[:0]
     return cand_tgt, cand_src, new_ids, reasons
 
 
-def _mix_neighbours(problem: TransferProblem, out: torch.Tensor, aux: torch.Tensor, coords_src: torch.Tensor,
-                    cand_tgt: torch.Tensor, cand_src: torch.Tensor, new_ids: torch.Tensor, step: _Step) -> list[int]:
+def _mix_neighbours(
+    problem: TransferProblem,
+    out: torch.Tensor,
+    aux: torch.Tensor,
+    coords_src: torch.Tensor,
+    cand_tgt: torch.Tensor,
+    cand_src: torch.Tensor,
+    new_ids: torch.Tensor,
+    step: _Step,
+) -> list[int]:
     """Step 3 of `neighbour_coordinates`: `out[new_ids]` = the softmax(similarity / step.temperature)-weighted
     mix of the coordinates of the `step.top` most similar candidates, over blocks of rows on the problem's
     device; clustered, only the neighbours in the cluster of the largest summed weight. Returns how
@@ -252,7 +280,7 @@ def _mix_neighbours(problem: TransferProblem, out: torch.Tensor, aux: torch.Tens
         chosen_counts = torch.zeros(n_clusters, dtype=torch.int64, device=dev)
     blocks = range(0, int(new_ids.numel()), block_size)
     for start in progress(blocks, desc=f"{step.section}: neighbours", unit="block"):
-        ids = new_ids[start:start + block_size]
+        ids = new_ids[start : start + block_size]
         q = torch.nn.functional.normalize(aux[ids], dim=1).to(dev)
         sim, idx = (q @ cand_vec.T).topk(top, dim=1)  # (b, top), sorted, deterministic ties
         w = torch.softmax(sim / temperature, dim=1).to(cand_coords.dtype)
@@ -268,8 +296,14 @@ def _mix_neighbours(problem: TransferProblem, out: torch.Tensor, aux: torch.Tens
     return chosen_counts.cpu().tolist() if clustered else combined
 
 
-def _random_rows(problem: TransferProblem, out: torch.Tensor, is_rand: torch.Tensor, coords_src: torch.Tensor,
-                 reasons: dict[str, int], step: _Step) -> tuple[int, list[int]]:
+def _random_rows(
+    problem: TransferProblem,
+    out: torch.Tensor,
+    is_rand: torch.Tensor,
+    coords_src: torch.Tensor,
+    reasons: dict[str, int],
+    step: _Step,
+) -> tuple[int, list[int]]:
     """Step 4 of `neighbour_coordinates`: the rows in `is_rand` get seeded N(mean, std) of the source
     coordinates (clustered: of their drawn cluster's rows). Returns (negative entries clamped, how
     many random tokens each cluster got)."""
@@ -279,13 +313,18 @@ def _random_rows(problem: TransferProblem, out: torch.Tensor, is_rand: torch.Ten
     if not n_rand:
         return clamped, per_cluster
     if labels_src is not None:
-        clamped, drawn = random_cluster_coordinates(out, is_rand, coords_src, labels_src, n_clusters,
-                                                    problem.seed, nonnegative=nonnegative)
+        clamped, drawn = random_cluster_coordinates(
+            out, is_rand, coords_src, labels_src, n_clusters, problem.seed, nonnegative=nonnegative
+        )
         per_cluster = torch.bincount(drawn, minlength=n_clusters).tolist()
     else:
         clamped = random_coordinates(out, is_rand, coords_src, problem.seed, nonnegative=nonnegative)
-    log.info("%s: %d target token(s) get random coordinates (%s)", section, n_rand,
-             ", ".join(f"{r}: {n}" for r, n in reasons.items()))
+    log.info(
+        "%s: %d target token(s) get random coordinates (%s)",
+        section,
+        n_rand,
+        ", ".join(f"{r}: {n}" for r, n in reasons.items()),
+    )
     if clamped:
         log.info("%s: clamped %d negative random coefficient entries to 0", section, clamped)
     return clamped, per_cluster
@@ -296,17 +335,20 @@ def _checked_clusters(labels: torch.Tensor | None, shape: tuple, n_clusters: int
     V_s, k = shape
     if labels is None or tuple(labels.shape) != (V_s,) or k % n_clusters:
         got = None if labels is None else tuple(labels.shape)
-        raise VocabTransferError(f"{section}: {n_clusters} clusters need the cluster id of each of the {V_s} source "
-                                 f"rows and a width divisible by {n_clusters} (got ids {got}, width {k}); "
-                                 "rerun the source_snmf stage")
+        raise VocabTransferError(
+            f"{section}: {n_clusters} clusters need the cluster id of each of the {V_s} source "
+            f"rows and a width divisible by {n_clusters} (got ids {got}, width {k}); "
+            "rerun the source_snmf stage"
+        )
     labels = labels.detach().cpu().to(torch.int64)
     if V_s and (int(labels.min()) < 0 or int(labels.max()) >= n_clusters):
         raise VocabTransferError(f"{section}: cluster ids outside 0..{n_clusters - 1}; rerun the source_snmf stage")
     return labels
 
 
-def random_coordinates(out: torch.Tensor, rows: torch.Tensor, coords: torch.Tensor, seed: int, *,
-                       nonnegative: bool = False) -> int:
+def random_coordinates(
+    out: torch.Tensor, rows: torch.Tensor, coords: torch.Tensor, seed: int, *, nonnegative: bool = False
+) -> int:
     """Fill `out[rows]` (bool mask over the target ids) with seeded N(mean, std) of `coords` per
     dimension, computed in float64; with `nonnegative`, negative entries are clamped to 0 and
     counted (the return value). The N(0, 1) draw covers the whole vocabulary in fixed blocks of
@@ -318,7 +360,7 @@ def random_coordinates(out: torch.Tensor, rows: torch.Tensor, coords: torch.Tens
     clamped = 0
     for start in range(0, V_t, RANDOM_BLOCK):
         z = torch.randn(min(RANDOM_BLOCK, V_t - start), k, generator=gen)
-        local = rows[start:start + RANDOM_BLOCK].nonzero().flatten()
+        local = rows[start : start + RANDOM_BLOCK].nonzero().flatten()
         if local.numel() == 0:
             continue
         values = (mean + std * z[local].double()).to(out.dtype)
@@ -329,8 +371,16 @@ def random_coordinates(out: torch.Tensor, rows: torch.Tensor, coords: torch.Tens
     return clamped
 
 
-def random_cluster_coordinates(out: torch.Tensor, rows: torch.Tensor, coords: torch.Tensor, labels: torch.Tensor,
-                               n_clusters: int, seed: int, *, nonnegative: bool = False) -> tuple[int, torch.Tensor]:
+def random_cluster_coordinates(
+    out: torch.Tensor,
+    rows: torch.Tensor,
+    coords: torch.Tensor,
+    labels: torch.Tensor,
+    n_clusters: int,
+    seed: int,
+    *,
+    nonnegative: bool = False,
+) -> tuple[int, torch.Tensor]:
     """The clustered form of `random_coordinates`: every row in `rows` (bool mask over the
     target ids) draws a cluster c with probability proportional to the number of source rows
     in c, and gets N(mean, std) of those rows' coefficients in c's block (zeros elsewhere).
@@ -346,13 +396,13 @@ def random_cluster_coordinates(out: torch.Tensor, rows: torch.Tensor, coords: to
     std = torch.zeros(n_clusters, rank, dtype=torch.float64)
     for c in range(n_clusters):
         if sizes[c]:
-            own = coords[labels == c, c * rank:(c + 1) * rank].double()
+            own = coords[labels == c, c * rank : (c + 1) * rank].double()
             mean[c], std[c] = own.mean(dim=0), own.std(dim=0, unbiased=False)
     clamped = 0
     view = out.view(V_t, n_clusters, rank)
     for start in range(0, V_t, RANDOM_BLOCK):
         z = torch.randn(min(RANDOM_BLOCK, V_t - start), rank, generator=gen)
-        local = rows[start:start + RANDOM_BLOCK].nonzero().flatten()
+        local = rows[start : start + RANDOM_BLOCK].nonzero().flatten()
         if local.numel() == 0:
             continue
         c = drawn_all[start + local]
@@ -369,6 +419,7 @@ def random_cluster_coordinates(out: torch.Tensor, rows: torch.Tensor, coords: to
 # the method
 # --------------------------------------------------------------------------------------------
 
+
 @register("ofa")
 def ofa(problem: TransferProblem, opts: OfaOptions = OfaOptions()) -> TransferResult:
     section = "init.ofa"
@@ -376,12 +427,16 @@ def ofa(problem: TransferProblem, opts: OfaOptions = OfaOptions()) -> TransferRe
     keep_dim = opts.keep_dim
 
     # 1. factorise in float64 (keep_dim = hidden size: no factorisation, P = identity, as in OFA)
-    C, P, fstats = factorize_source(problem.source_embeddings, "svd", SvdOptions(keep_dim=keep_dim),
-                                    seed=problem.seed, section=section)
+    C, P, fstats = factorize_source(
+        problem.source_embeddings, "svd", SvdOptions(keep_dim=keep_dim), seed=problem.seed, section=section
+    )
     # 2.-4. coordinates of the target tokens
     coords, stats = neighbour_coordinates(problem, C, opts, section=section)
     # 5. up-projection
     embeddings = (coords @ P).float()
     stats.update({"method": "ofa", "keep_dim": keep_dim, "factorization": fstats})
-    return TransferResult(embeddings=embeddings.contiguous(), stats=stats,
-                          extra={"coordinates": coords.float().contiguous(), "primitives": P.float().contiguous()})
+    return TransferResult(
+        embeddings=embeddings.contiguous(),
+        stats=stats,
+        extra={"coordinates": coords.float().contiguous(), "primitives": P.float().contiguous()},
+    )

@@ -33,8 +33,8 @@ tokenizer); here the space is the fastText vectors of the small target corpus (d
 
 Options (params `init.omp`, `OmpOptions` with their defaults in vocabtransfer.init.methods.options): `k`, the most atoms
 per token (64: tokensurgeon's OMP default since mergekit's v2, and the setting its paper reports; the
-`-k 8` before v2 was the nearest-neighbour surgeon's), at most the overlapping tokens with a vector; `block_size` (new tokens per
-batch; memory and speed only); `norm` (`combination` or `atoms`, step 4).
+`-k 8` before v2 was the nearest-neighbour surgeon's), at most the overlapping tokens with a vector; `block_size`
+(new tokens per batch; memory and speed only); `norm` (`combination` or `atoms`, step 4).
 
 Complexity, with n atoms, m tokens to combine, fastText dimension d, hidden size D and k atoms:
 the correlations take k dense products (m x d) @ (d x n), m n d k in all; the Cholesky rows, the
@@ -64,7 +64,12 @@ from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.log import progress
 from vocabtransfer.init.methods.registry import TransferProblem, TransferResult, register
 from vocabtransfer.init.methods.focus import (
-    FocusInputs, check_problem, focus_embeddings, has_vector, special_overlap_stats)
+    FocusInputs,
+    check_problem,
+    focus_embeddings,
+    has_vector,
+    special_overlap_stats,
+)
 from vocabtransfer.init.methods.options import OmpOptions
 from vocabtransfer.data.overlap import checked_pairs
 
@@ -83,9 +88,17 @@ def omp(problem: TransferProblem, opts: OmpOptions = OmpOptions()) -> TransferRe
     embeddings, stats = rows.result()
     stats.update(special_overlap_stats(problem, "omp", "OMP combination or random row"))
     stats.update(method="omp", options=asdict(opts))
-    log.info("omp: %d copied, %d OMP combinations of %.1f of %d atoms on average (relative residual %.3f), "
-             "%d random (no fastText vector) in %.1f s", stats["copied"], stats["omp_combined"], stats["atoms_mean"],
-             stats["anchors"], stats["residual_mean"], stats["random"], stats["seconds"])
+    log.info(
+        "omp: %d copied, %d OMP combinations of %.1f of %d atoms on average (relative residual %.3f), "
+        "%d random (no fastText vector) in %.1f s",
+        stats["copied"],
+        stats["omp_combined"],
+        stats["atoms_mean"],
+        stats["anchors"],
+        stats["residual_mean"],
+        stats["random"],
+        stats["seconds"],
+    )
     return TransferResult(embeddings=embeddings.cpu(), stats=stats)
 
 
@@ -93,8 +106,9 @@ def omp(problem: TransferProblem, opts: OmpOptions = OmpOptions()) -> TransferRe
 # batched OMP
 
 
-def batch_omp(atoms: torch.Tensor, signals: torch.Tensor, k: int, *, eps: float | None = None
-              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def batch_omp(
+    atoms: torch.Tensor, signals: torch.Tensor, k: int, *, eps: float | None = None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """OMP with at most `k` atoms for every signal at once, in float64 (module doc, step 3).
 
     scikit-learn's `orthogonal_mp` (its Cholesky form, `_cholesky_omp`) run on all signals in each
@@ -128,7 +142,9 @@ def batch_omp(atoms: torch.Tensor, signals: torch.Tensor, k: int, *, eps: float 
     idx = torch.zeros((b, k), dtype=torch.int64, device=dev)
     valid = torch.zeros((b, k), dtype=torch.bool, device=dev)
     Q = torch.zeros((b, k, d), dtype=torch.float64, device=dev)  # orthonormal directions of the selected atoms
-    L = torch.eye(k, dtype=torch.float64, device=dev).repeat(b, 1, 1)  # Cholesky factor of G[I, I]; identity where unused
+    L = torch.eye(k, dtype=torch.float64, device=dev).repeat(
+        b, 1, 1
+    )  # Cholesky factor of G[I, I]; identity where unused
     z = torch.zeros((b, k), dtype=torch.float64, device=dev)  # L⁻¹ (Â x)_I, the signal's coordinates on Q
     live = torch.ones(b, dtype=torch.bool, device=dev)
     residual, alpha = X.clone(), xy
@@ -176,16 +192,23 @@ def sparse_rows(idx: torch.Tensor, coef: torch.Tensor, valid: torch.Tensor, n: i
     crow[1:] = keep.sum(dim=1).cumsum(dim=0)
     with warnings.catch_warnings():  # "sparse CSR support is in beta"
         warnings.simplefilter("ignore", UserWarning)
-        return torch.sparse_csr_tensor(crow, cols[keep], coef.gather(1, order)[keep].to(dtype), size=(b, n),
-                                       check_invariants=False)
+        return torch.sparse_csr_tensor(
+            crow, cols[keep], coef.gather(1, order)[keep].to(dtype), size=(b, n), check_invariants=False
+        )
 
 
 # ---------------------------------------------------------------------------------------------
 # the embeddings
 
 
-def omp_embeddings(inputs: FocusInputs, opts: OmpOptions = OmpOptions(), *, seed: int = 42,
-                   device: str | torch.device = "cpu", lang: str = "") -> tuple[torch.Tensor, dict]:
+def omp_embeddings(
+    inputs: FocusInputs,
+    opts: OmpOptions = OmpOptions(),
+    *,
+    seed: int = 42,
+    device: str | torch.device = "cpu",
+    lang: str = "",
+) -> tuple[torch.Tensor, dict]:
     """`omp`'s rows and stats from arrays rather than a `TransferProblem` (tests, benchmarks): `inputs`,
     `seed` and `device` as `methods.focus.focus_embeddings`'s, `opts` is params `init.omp`, `lang` names the
     language in messages."""
@@ -214,12 +237,19 @@ class OmpRows:
         aux = torch.as_tensor(inputs.auxiliary)
         mask_shape = tuple(torch.as_tensor(auxiliary_mask).shape)
         if aux.dim() != 2 or aux.shape[0] != target_size or mask_shape != (target_size,):
-            raise VocabTransferError(f"auxiliary embeddings: expected ({target_size}, d) vectors and a ({target_size},) "
-                                     f"mask, got {tuple(aux.shape)} and {mask_shape}; recompute the auxiliary "
-                                     "embeddings for this target tokenizer")
+            raise VocabTransferError(
+                f"auxiliary embeddings: expected ({target_size}, d) vectors and a ({target_size},) "
+                f"mask, got {tuple(aux.shape)} and {mask_shape}; recompute the auxiliary "
+                "embeddings for this target tokenizer"
+            )
         self.aux = aux = aux.to("cpu", torch.float32)
-        t_ov, s_ov = checked_pairs(inputs.target_ids_overlap, inputs.source_ids_overlap, target_size,
-                                   source_embeddings.shape[0], where="overlap")
+        t_ov, s_ov = checked_pairs(
+            inputs.target_ids_overlap,
+            inputs.source_ids_overlap,
+            target_size,
+            source_embeddings.shape[0],
+            where="overlap",
+        )
         has_vec = has_vector(aux, auxiliary_mask)
         is_new = np.ones(target_size, dtype=bool)
         is_new[t_ov] = False
@@ -230,21 +260,30 @@ class OmpRows:
             raise VocabTransferError(
                 f"init.omp.k={k}: larger than the {anchor_t.size} overlapping tokens with a fastText vector{where}, "
                 f"the atoms OMP picks from; set init.omp.k to at most {anchor_t.size}, or grow the overlap "
-                "(overlap.fuzzy_match_all, overlap.match_symbols) or the fastText vocabulary (fasttext.min_count)")
+                "(overlap.fuzzy_match_all, overlap.match_symbols) or the fastText vocabulary (fasttext.min_count)"
+            )
 
         # 1. copies and FOCUS's random rows (no OMP row is touched)
         checked = replace(inputs, target_ids_overlap=t_ov, source_ids_overlap=s_ov, auxiliary=aux)
-        self.out, self.fstats = focus_embeddings(checked, seed=seed, device=device,
-                                                 new_ids=np.flatnonzero(is_new & ~has_vec))
+        self.out, self.fstats = focus_embeddings(
+            checked, seed=seed, device=device, new_ids=np.flatnonzero(is_new & ~has_vec)
+        )
         d = aux.shape[1]
         if self.omp_ids.size and k > d:
-            log.warning("init.omp.k=%d exceeds the fastText dimension %d%s: at most %d atoms are independent, so every "
-                        "token stops there", k, d, where, d)
+            log.warning(
+                "init.omp.k=%d exceeds the fastText dimension %d%s: at most %d atoms are independent, so every "
+                "token stops there",
+                k,
+                d,
+                where,
+                d,
+            )
 
         # 2. unit atoms and their source rows
         self.atoms = torch.nn.functional.normalize(aux[torch.from_numpy(anchor_t)].to(device, torch.float64), dim=1)
         self.anchor_src = source_embeddings.detach()[torch.from_numpy(anchor_s).to(source_embeddings.device)].to(
-            device, torch.float64)
+            device, torch.float64
+        )
         if opts.norm not in NORMS:
             raise VocabTransferError(f"init.omp.norm={opts.norm!r}: must be one of {', '.join(NORMS)}")
         self.anchor_norm = self.anchor_src.norm(dim=1)
@@ -254,11 +293,12 @@ class OmpRows:
         """(target ids, their unit signals) of each block of `block_size` tokens to combine."""
         block_size = self.opts.block_size
         for s in progress(range(0, self.omp_ids.size, block_size), desc="OMP", unit="block"):
-            ids = torch.from_numpy(self.omp_ids[s:s + block_size])
+            ids = torch.from_numpy(self.omp_ids[s : s + block_size])
             yield ids, torch.nn.functional.normalize(self.aux[ids].to(self.device, torch.float64), dim=1)
 
-    def put(self, ids: torch.Tensor, signals: torch.Tensor, idx: torch.Tensor, coef: torch.Tensor,
-            count: torch.Tensor) -> None:
+    def put(
+        self, ids: torch.Tensor, signals: torch.Tensor, idx: torch.Tensor, coef: torch.Tensor, count: torch.Tensor
+    ) -> None:
         """Step 4 for one block: Σ γ_j E_src(j) from `batch_omp`'s choice, rescaled with `norm: atoms`."""
         valid = torch.arange(self.opts.k, device=self.device) < count[:, None]
         combination = sparse_rows(idx, coef, valid, self.atoms.shape[0], torch.float64)
@@ -282,14 +322,23 @@ class OmpRows:
             return round(float(torch.cat(parts).double().mean()), 4) if parts else 0.0
 
         stats = {
-            "copied": fstats["copied"], "omp_combined": int(self.omp_ids.size), "random": fstats["random"],
-            "random_reason": fstats["random_reason"], "anchors": int(self.atoms.shape[0]), "k": int(k),
+            "copied": fstats["copied"],
+            "omp_combined": int(self.omp_ids.size),
+            "random": fstats["random"],
+            "random_reason": fstats["random_reason"],
+            "anchors": int(self.atoms.shape[0]),
+            "k": int(k),
             "atoms_mean": round(float(count.mean()), 3) if count.numel() else 0.0,
             "atoms_max": int(count.max()) if count.numel() else 0,
-            "stopped_early": int((count < k).sum()), "residual_mean": mean(self.residuals),
-            "coef_abs_sum_mean": mean(self.coef_sums), "norm": self.opts.norm, "combined_norm_mean": mean(raw_norms),
+            "stopped_early": int((count < k).sum()),
+            "residual_mean": mean(self.residuals),
+            "coef_abs_sum_mean": mean(self.coef_sums),
+            "norm": self.opts.norm,
+            "combined_norm_mean": mean(raw_norms),
             "combined_norm_max": round(float(torch.cat(raw_norms).max()), 4) if raw_norms else 0.0,
             "source_norm_mean": round(float(self.anchor_norm.mean()), 4) if self.anchor_norm.numel() else 0.0,
-            "seed": int(self.seed), "device": str(self.device), "seconds": round(time.perf_counter() - self.start, 3),
+            "seed": int(self.seed),
+            "device": str(self.device),
+            "seconds": round(time.perf_counter() - self.start, 3),
         }
         return self.out, stats

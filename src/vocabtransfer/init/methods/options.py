@@ -44,8 +44,11 @@ class FvtOptions(NoOptions):
 @dataclass(frozen=True)
 class FocusOptions:
     block_size: int = option(2048, "new-token rows per sparsemax block", minimum=1)
-    topk: int = option(64, "sparsemax candidates per row (speed only: rows whose support fills it are redone with "
-                       "twice as many)", minimum=1)
+    topk: int = option(
+        64,
+        "sparsemax candidates per row (speed only: rows whose support fills it are redone with twice as many)",
+        minimum=1,
+    )
 
 
 @dataclass(frozen=True)
@@ -54,38 +57,61 @@ class HypernetOptions:
     batch_rows), the init jobs apply it (docs/methods.md#hypernet)"""
 
     TRAINING: ClassVar[tuple[str, ...]] = (
-        "steps", "batch_size", "seq_len", "learning_rate", "warmup_steps", "layers", "width", "max_pieces",
-        "vocab_min", "vocab_max", "tokenizer_lines", "steps_per_tokenizer", "aux_weight", "save_every", "precision")
+        "steps",
+        "batch_size",
+        "seq_len",
+        "learning_rate",
+        "warmup_steps",
+        "layers",
+        "width",
+        "max_pieces",
+        "vocab_min",
+        "vocab_max",
+        "tokenizer_lines",
+        "steps_per_tokenizer",
+        "aux_weight",
+        "save_every",
+        "precision",
+    )
 
     batch_rows: int = option(4096, "target rows the network predicts per forward pass (memory only)", minimum=1)
     steps: int = option(600, "training steps of the network (the source model frozen)", minimum=1)
     batch_size: int = option(16, "blocks of text per step", minimum=1)
     seq_len: int = option(128, "tokens per block, under the step's sampled tokenizer", minimum=8)
-    learning_rate: float = option(3e-4, "AdamW's peak learning rate (linear warm-up, then linear decay)",
-                                  exclusiveMinimum=0)
+    learning_rate: float = option(
+        3e-4, "AdamW's peak learning rate (linear warm-up, then linear decay)", exclusiveMinimum=0
+    )
     warmup_steps: int = option(30, "steps of linear warm-up", minimum=0)
     layers: int = option(2, "transformer encoder layers of the network", minimum=1)
     width: int | None = option(None, "the encoder's width (null: the source's embedding size)", minimum=8)
-    max_pieces: int = option(8, "source pieces the network reads per token (FVT's base row uses them all)",
-                             minimum=1)
+    max_pieces: int = option(8, "source pieces the network reads per token (FVT's base row uses them all)", minimum=1)
     vocab_min: int = option(2000, "the smallest sampled vocabulary (sizes are drawn log-uniformly)", minimum=100)
     vocab_max: int = option(16000, "the largest sampled vocabulary", minimum=100)
-    tokenizer_lines: int = option(4000, "training lines each sampled tokenizer is trained on (drawn afresh)",
-                                  minimum=100)
+    tokenizer_lines: int = option(
+        4000, "training lines each sampled tokenizer is trained on (drawn afresh)", minimum=100
+    )
     steps_per_tokenizer: int = option(10, "steps under one sampled tokenizer before the next is drawn", minimum=1)
-    aux_weight: float = option(0.5, "weight of the mean squared distance to the source rows of the pieces a "
-                               "sampled vocabulary shares with the source (ZeTT's auxiliary loss)", minimum=0)
-    save_every: int = option(100, "steps between checkpoints (a killed training resumes from the last)", minimum=1,
-                             rerun=False)
+    aux_weight: float = option(
+        0.5,
+        "weight of the mean squared distance to the source rows of the pieces a "
+        "sampled vocabulary shares with the source (ZeTT's auxiliary loss)",
+        minimum=0,
+    )
+    save_every: int = option(
+        100, "steps between checkpoints (a killed training resumes from the last)", minimum=1, rerun=False
+    )
     precision: Literal["auto", "fp32", "bf16"] = option(
-        "auto", "as pretrain.precision: bf16 mixed precision where the hardware multiplies bf16 natively")
+        "auto", "as pretrain.precision: bf16 mixed precision where the hardware multiplies bf16 natively"
+    )
 
     def __post_init__(self):
         from vocabtransfer.errors import VocabTransferError
 
         if self.vocab_min > self.vocab_max:
-            raise VocabTransferError(f"init.hypernet.vocab_min ({self.vocab_min}) is above init.hypernet.vocab_max "
-                                     f"({self.vocab_max}); make vocab_min ≤ vocab_max")
+            raise VocabTransferError(
+                f"init.hypernet.vocab_min ({self.vocab_min}) is above init.hypernet.vocab_max "
+                f"({self.vocab_max}); make vocab_min ≤ vocab_max"
+            )
 
 
 @dataclass(frozen=True)
@@ -94,16 +120,27 @@ class OmpOptions:
     tokens, found by orthogonal matching pursuit in the fastText space and applied to their source rows;
     tokens without a fastText vector get FOCUS's rows (fasttext.oov)"""
 
-    k: int = option(64, "most atoms (overlapping tokens) per new token; 64 is tokensurgeon's OMP default since "
-                    "mergekit's v2 and the setting its paper reports (k = 8 was the older nearest-neighbour surgeon's); "
-                    "config/gemma.yaml's k comes from the dev split; at most the overlapping tokens with a fastText "
-                    "vector, and a token stops at fasttext.dim atoms, the most that can be independent", minimum=1)
-    block_size: int = option(256, "new tokens per OMP batch (memory and speed only: 256 keeps a batch's float64 "
-                             "buffers in cache on CPU; a GPU wants more)", minimum=1)
+    k: int = option(
+        64,
+        "most atoms (overlapping tokens) per new token; 64 is tokensurgeon's OMP default since "
+        "mergekit's v2 and the setting its paper reports (k = 8 was the older nearest-neighbour surgeon's); "
+        "config/gemma.yaml's k comes from the dev split; at most the overlapping tokens with a fastText "
+        "vector, and a token stops at fasttext.dim atoms, the most that can be independent",
+        minimum=1,
+    )
+    block_size: int = option(
+        256,
+        "new tokens per OMP batch (memory and speed only: 256 keeps a batch's float64 "
+        "buffers in cache on CPU; a GPU wants more)",
+        minimum=1,
+    )
     norm: Literal["combination", "atoms"] = option(
-        "combination", "combination: the new row is Σ γ_j E_src(j) as OMP gives it (tokensurgeon); atoms: that row "
+        "combination",
+        "combination: the new row is Σ γ_j E_src(j) as OMP gives it (tokensurgeon); atoms: that row "
         "rescaled to the |γ|-weighted mean norm of its atoms' source rows, for tied-head sources such as Gemma, where "
-        "long combined rows swamp the softmax", type="string")
+        "long combined rows swamp the softmax",
+        type="string",
+    )
 
 
 @dataclass(frozen=True)
@@ -124,10 +161,16 @@ class SnmfOptions:
     max_iter: int = option(500, "most update iterations", minimum=0)
     tol: float = option(0.0001, "stop below this relative improvement", minimum=0)
     init: Literal["kmeans", "svd"] = option(
-        "svd", "svd: exact non-negative rewrite of the rank-(k-1) truncated SVD, then the updates (seconds, also at "
-        "262k × 640); kmeans: Ding et al.'s k-means start (minutes at that size)")
-    clusters: int = option(1, "k-means clusters of the source embeddings, each factorised at `rank` with its own "
-                           "up-projection (UNKs Everywhere's C); 1: one factorisation", minimum=1)
+        "svd",
+        "svd: exact non-negative rewrite of the rank-(k-1) truncated SVD, then the updates (seconds, also at "
+        "262k × 640); kmeans: Ding et al.'s k-means start (minutes at that size)",
+    )
+    clusters: int = option(
+        1,
+        "k-means clusters of the source embeddings, each factorised at `rank` with its own "
+        "up-projection (UNKs Everywhere's C); 1: one factorisation",
+        minimum=1,
+    )
     neighbors: int = option(10, NEIGHBORS, minimum=1)
     temperature: float = option(0.1, TEMPERATURE, exclusiveMinimum=0)
 
@@ -156,15 +199,21 @@ class WechselOptions:
     temperature: float = option(0.1, "softmax temperature over cosine similarities", exclusiveMinimum=0)
     copy_overlap: bool = option(False, "copy all overlapping tokens (WECHSEL copies special tokens only)")
     dictionary_in_vocab_only: bool = option(
-        False, "align only on pairs whose words are both in the fastText vocabularies")
+        False, "align only on pairs whose words are both in the fastText vocabularies"
+    )
     dictionaries: dict[str, str] = option(  # read by the init stage (its data files)
         {"sw": "wechsel_dicts/swahili.txt", "de": "wechsel_dicts/german.txt", "ar": "wechsel_dicts/arabic.txt"},
         "per-language english<TAB>target dictionary, relative to $VOCABTRANSFER_DATA",
-        propertyNames={"$ref": "#/$defs/lang"}, additionalProperties={"type": "string"})
-    source_text: str = option("pretrain_text/en.txt",  # read by the source_fasttext stage
-                              "source-language text the source-side word fastText trains on")
+        propertyNames={"$ref": "#/$defs/lang"},
+        additionalProperties={"type": "string"},
+    )
+    source_text: str = option(
+        "pretrain_text/en.txt",  # read by the source_fasttext stage
+        "source-language text the source-side word fastText trains on",
+    )
     fasttext: WordFasttextOptions = subsection(  # read by the source_fasttext / word_fasttext stages
-        WordFasttextOptions, "the word-level fastText models (source_fasttext and word_fasttext stages)")
+        WordFasttextOptions, "the word-level fastText models (source_fasttext and word_fasttext stages)"
+    )
 
 
 # the factorisations (`<method>+<kind>` names a variant, vocabtransfer.init.factorize runs them) and their

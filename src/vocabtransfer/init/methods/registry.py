@@ -97,16 +97,31 @@ class MethodInfo:
 # time the method is looked up, and its @register fulfils the reference. Adding a method is its module, its
 # line here, its entry in catalog.py and its section in params.yaml (the schema's `init.<name>`).
 _PACKAGE = __name__.rpartition(".")[0]
-METHODS: Registry[Method] = Registry("init method", lazy={
-    name: f"{_PACKAGE}.{reference}" for name, reference in (
-        ("random", "baselines:random_init"), ("overlap", "baselines:overlap_init"), ("mean", "baselines:mean_init"),
-        ("focus", "focus:focus"), ("fvt", "fvt:fvt"), ("hypernet", "hypernet:hypernet"), ("ofa", "ofa:ofa"),
-        ("omp", "omp:omp"), ("snmf", "snmf:snmf"), ("wechsel", "wechsel:wechsel"))},
-    check=lambda fn: None if callable(fn) else "an init method is a function (problem, options) -> TransferResult")
+METHODS: Registry[Method] = Registry(
+    "init method",
+    lazy={
+        name: f"{_PACKAGE}.{reference}"
+        for name, reference in (
+            ("random", "baselines:random_init"),
+            ("overlap", "baselines:overlap_init"),
+            ("mean", "baselines:mean_init"),
+            ("focus", "focus:focus"),
+            ("fvt", "fvt:fvt"),
+            ("hypernet", "hypernet:hypernet"),
+            ("ofa", "ofa:ofa"),
+            ("omp", "omp:omp"),
+            ("snmf", "snmf:snmf"),
+            ("wechsel", "wechsel:wechsel"),
+        )
+    },
+    check=lambda fn: None if callable(fn) else "an init method is a function (problem, options) -> TransferResult",
+)
 # each method's MethodInfo: a built-in's by a lazy reference to catalog.py (`<NAME>`), which imports no method code
-INFO: Registry[MethodInfo] = Registry("init method's metadata",
-                                     lazy={name: f"{_PACKAGE}.catalog:{name.upper()}" for name in METHODS},
-                                     check=lambda i: None if isinstance(i, MethodInfo) else "not a MethodInfo")
+INFO: Registry[MethodInfo] = Registry(
+    "init method's metadata",
+    lazy={name: f"{_PACKAGE}.catalog:{name.upper()}" for name in METHODS},
+    check=lambda i: None if isinstance(i, MethodInfo) else "not a MethodInfo",
+)
 
 
 def register(name: str, **metadata: Any) -> Callable[[Method], Method]:

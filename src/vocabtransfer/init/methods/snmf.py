@@ -44,15 +44,26 @@ def snmf(problem: TransferProblem, opts: SnmfOptions = SnmfOptions()) -> Transfe
     check_neighbour_method(problem, "snmf", opts, "rank")
 
     # 1. semi-NMF of the source embeddings
-    W, H, fstats, labels = factorize_source(problem.source_embeddings, "snmf", opts,
-                                            seed=problem.seed, device=problem.device, section=section,
-                                            cached=problem.factors.get("snmf"), return_labels=True)
+    W, H, fstats, labels = factorize_source(
+        problem.source_embeddings,
+        "snmf",
+        opts,
+        seed=problem.seed,
+        device=problem.device,
+        section=section,
+        cached=problem.factors.get("snmf"),
+        return_labels=True,
+    )
     # 2.-4. coefficients of the target tokens (clustered: within one cluster's block each)
     n_clusters = int(fstats.get("clusters", 1))
-    coords, stats = neighbour_coordinates(problem, W, opts, section=section, nonnegative=True, source_clusters=labels,
-                                          n_clusters=n_clusters)
+    coords, stats = neighbour_coordinates(
+        problem, W, opts, section=section, nonnegative=True, source_clusters=labels, n_clusters=n_clusters
+    )
     # 5. up-projection with the shared H (clustered: H' = vstack(H_c), each row uses its block's H_c)
     embeddings = (coords.double() @ H.double()).float()
     stats.update({"method": "snmf", "rank": fstats["rank"], "factorization": fstats})
-    return TransferResult(embeddings=embeddings.contiguous(), stats=stats,
-                          extra={"coordinates": coords.float().contiguous(), "primitives": H.float().contiguous()})
+    return TransferResult(
+        embeddings=embeddings.contiguous(),
+        stats=stats,
+        extra={"coordinates": coords.float().contiguous(), "primitives": H.float().contiguous()},
+    )

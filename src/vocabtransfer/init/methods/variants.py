@@ -53,10 +53,15 @@ def factorized(base_method: Method, factorization: Literal["svd", "snmf"], *, na
         from vocabtransfer.init.factorize import factorize_source
 
         # 1. factorise the source embeddings
-        C, P, fstats = factorize_source(problem.source_embeddings, factorization, options.factorization,
-                                        seed=problem.seed,
-                                        device=problem.device, section=section,
-                                        cached=problem.factors.get(factorization))
+        C, P, fstats = factorize_source(
+            problem.source_embeddings,
+            factorization,
+            options.factorization,
+            seed=problem.seed,
+            device=problem.device,
+            section=section,
+            cached=problem.factors.get(factorization),
+        )
         k = C.shape[1]
         # 2. the base method initialises the low-dimensional rows
         inner = dataclasses.replace(problem, source_embeddings=C.float().contiguous())
@@ -74,18 +79,29 @@ def factorized(base_method: Method, factorization: Literal["svd", "snmf"], *, na
             neg = coords < 0
             n_entries, n_rows = int(neg.sum()), int(neg.any(dim=1).sum())
             if n_entries:
-                log.warning("%s: clamped %d negative coordinate entries in %d target rows to 0 "
-                            "(semi-NMF coefficients are non-negative)", name, n_entries, n_rows)
+                log.warning(
+                    "%s: clamped %d negative coordinate entries in %d target rows to 0 "
+                    "(semi-NMF coefficients are non-negative)",
+                    name,
+                    n_entries,
+                    n_rows,
+                )
                 coords = coords.clamp_min(0)
             stats["clamped_negative_entries"] = n_entries
             stats["clamped_rows"] = n_rows
         if res.extra:
-            log.info("%s: the base method's extra tensors (%s) live in the low-rank space and are not kept",
-                     name, ", ".join(sorted(res.extra)))
+            log.info(
+                "%s: the base method's extra tensors (%s) live in the low-rank space and are not kept",
+                name,
+                ", ".join(sorted(res.extra)),
+            )
         # 4. map back up with the shared primitives
         embeddings = (coords.double() @ P.double()).float()
-        return TransferResult(embeddings=embeddings.contiguous(), stats=stats,
-                              extra={"coordinates": coords.float().contiguous(), "primitives": P.float().contiguous()})
+        return TransferResult(
+            embeddings=embeddings.contiguous(),
+            stats=stats,
+            extra={"coordinates": coords.float().contiguous(), "primitives": P.float().contiguous()},
+        )
 
     method.__name__ = name.replace("+", "_")
     method.__qualname__ = method.__name__

@@ -41,9 +41,15 @@ from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.init.methods.registry import TransferProblem, TransferResult, register
 from vocabtransfer.pipeline import paths
 from vocabtransfer.init.methods.options import WechselOptions
-from vocabtransfer.init.methods.baselines import (SPECIAL_NO_SOURCE, Ledger, copy_overlap, random_matrix,
-    source_matrix, token_surfaces)
-from vocabtransfer.data.fasttext_vectors import load_fasttext
+from vocabtransfer.init.methods.baselines import (
+    SPECIAL_NO_SOURCE,
+    Ledger,
+    copy_overlap,
+    random_matrix,
+    source_matrix,
+    token_surfaces,
+)
+from vocabtransfer.data.fasttext_models import load_fasttext
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +66,9 @@ def read_dictionary(path: str | Path) -> tuple[list[tuple[str, str]], dict]:
     """Single-word (english, target) pairs from a `english<TAB>target` file, deduplicated."""
     path = Path(path)
     if not path.is_file():
-        raise VocabTransferError(f"{path}: bilingual dictionary not found; fix init.wechsel.dictionaries or the data root")
+        raise VocabTransferError(
+            f"{path}: bilingual dictionary not found; fix init.wechsel.dictionaries or the data root"
+        )
     pairs, seen = [], set()
     malformed = multiword = 0
     for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
@@ -79,17 +87,24 @@ def read_dictionary(path: str | Path) -> tuple[list[tuple[str, str]], dict]:
             seen.add((src, tgt))
             pairs.append((src, tgt))
     if not pairs:
-        raise VocabTransferError(f"{path}: no `english<TAB>target` single-word pairs found; "
-                                 "check the file's format (one pair per line, tab-separated)")
-    return pairs, {"dictionary_pairs": len(pairs), "dictionary_multiword_skipped": multiword,
-                   "dictionary_malformed_lines": malformed}
+        raise VocabTransferError(
+            f"{path}: no `english<TAB>target` single-word pairs found; "
+            "check the file's format (one pair per line, tab-separated)"
+        )
+    return pairs, {
+        "dictionary_pairs": len(pairs),
+        "dictionary_multiword_skipped": multiword,
+        "dictionary_malformed_lines": malformed,
+    }
 
 
 def _load(path, what: str):
     if path is None:
-        raise VocabTransferError(f"init wechsel: no {what} given (problem.resources[{what!r}]); the init stage must "
-                                 "pass the word-level fastText .bin paths (results/source/fasttext/words.bin, "
-                                 "results/{lang}/fasttext/words.bin)")
+        raise VocabTransferError(
+            f"init wechsel: no {what} given (problem.resources[{what!r}]); the init stage must "
+            "pass the word-level fastText .bin paths (results/source/fasttext/words.bin, "
+            "results/{lang}/fasttext/words.bin)"
+        )
     return load_fasttext(path)
 
 
@@ -145,7 +160,8 @@ def align(source_ft, target_ft, pairs: list[tuple[str, str]], *, in_vocab_only: 
     if source_ft.get_dimension() != target_ft.get_dimension():
         raise VocabTransferError(
             f"init wechsel: the source fastText has dim {source_ft.get_dimension()} but the target one "
-            f"{target_ft.get_dimension()}; train both word-level models with the same dim")
+            f"{target_ft.get_dimension()}; train both word-level models with the same dim"
+        )
     if in_vocab_only:
         pairs = [(s, t) for s, t in pairs if source_ft.get_word_id(s) >= 0 and target_ft.get_word_id(t) >= 0]
     src_words = sorted({s for s, _ in pairs})
@@ -160,18 +176,25 @@ def align(source_ft, target_ft, pairs: list[tuple[str, str]], *, in_vocab_only: 
         raise VocabTransferError(
             f"init wechsel: only {n} dictionary pair(s) have vectors in both fastText models "
             f"(in_vocab_only={in_vocab_only}); use a larger dictionary or corpus, or set "
-            "init.wechsel.dictionary_in_vocab_only: false")
+            "init.wechsel.dictionary_in_vocab_only: false"
+        )
     xs, xt = _unit(xs[ok].astype(np.float64)), _unit(xt[ok].astype(np.float64))
     mu_s, mu_t = xs.mean(0), xt.mean(0)
     xs, xt = xs - mu_s, xt - mu_t
     w = procrustes(xt, xs)
     if n < xs.shape[1]:
-        log.warning("init wechsel: %d dictionary pairs for %d dimensions; the rotation is underdetermined", n, xs.shape[1])
+        log.warning(
+            "init wechsel: %d dictionary pairs for %d dimensions; the rotation is underdetermined", n, xs.shape[1]
+        )
     cos = np.sum(_unit(xt @ w) * _unit(xs), axis=1)
-    stats = {"pairs_used": n, "pairs_without_vector": int((~ok).sum()),
-             "pairs_in_both_vocabularies": int(sum(source_ft.get_word_id(s) >= 0 and target_ft.get_word_id(t) >= 0
-                                                    for (s, t), k in zip(pairs, ok) if k)),
-             "aligned_pair_cosine_mean": round(float(cos.mean()), 4)}
+    stats = {
+        "pairs_used": n,
+        "pairs_without_vector": int((~ok).sum()),
+        "pairs_in_both_vocabularies": int(
+            sum(source_ft.get_word_id(s) >= 0 and target_ft.get_word_id(t) >= 0 for (s, t), k in zip(pairs, ok) if k)
+        ),
+        "aligned_pair_cosine_mean": round(float(cos.mean()), 4),
+    }
     log.info("WECHSEL alignment: %d dictionary pairs, mean cosine after rotation %.3f", n, cos.mean())
     return Alignment(w, mu_s.astype(np.float32), mu_t.astype(np.float32), stats)
 
@@ -179,8 +202,9 @@ def align(source_ft, target_ft, pairs: list[tuple[str, str]], *, in_vocab_only: 
 # --------------------------------------------------------------------------- neighbours
 
 
-def nearest_sources(queries: torch.Tensor, keys: torch.Tensor, allowed: torch.Tensor, k: int,
-                    temperature: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def nearest_sources(
+    queries: torch.Tensor, keys: torch.Tensor, allowed: torch.Tensor, k: int, temperature: float
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Top-k cosine neighbours of unit rows `queries` among unit rows `keys[allowed]`, exactly.
 
     The allowed keys are gathered once. Queries go in blocks of `QUERY_BLOCK`, keys in chunks of
@@ -197,15 +221,15 @@ def nearest_sources(queries: torch.Tensor, keys: torch.Tensor, allowed: torch.Te
     ids = torch.empty((n, k), dtype=torch.int64, device=keys.device)
     sims = torch.empty((n, k), dtype=keys.dtype, device=keys.device)
     for a in range(0, n, QUERY_BLOCK):
-        block = queries[a:a + QUERY_BLOCK]
+        block = queries[a : a + QUERY_BLOCK]
         best, best_ids = [], []
         for c in range(0, candidates.shape[0], KEY_CHUNK):
-            chunk = candidates[c:c + KEY_CHUNK]
+            chunk = candidates[c : c + KEY_CHUNK]
             s, i = (block @ chunk.T).topk(min(k, chunk.shape[0]), dim=1)
             best.append(s)
             best_ids.append(i + c)
-        sims[a:a + QUERY_BLOCK], pick = torch.cat(best, 1).topk(k, dim=1)
-        ids[a:a + QUERY_BLOCK] = where[torch.cat(best_ids, 1).gather(1, pick)]
+        sims[a : a + QUERY_BLOCK], pick = torch.cat(best, 1).topk(k, dim=1)
+        ids[a : a + QUERY_BLOCK] = where[torch.cat(best_ids, 1).gather(1, pick)]
     return ids, torch.softmax(sims / temperature, dim=1), sims
 
 
@@ -215,8 +239,10 @@ def _dictionary_path(problem: TransferProblem, opts: WechselOptions) -> Path:
     dicts = opts.dictionaries
     if problem.lang in dicts:
         return paths.data_path(dicts[problem.lang])
-    raise VocabTransferError(f"init.wechsel.dictionaries: no bilingual dictionary for language {problem.lang!r}; "
-                             f"add `{problem.lang or '<lang>'}: <path to english<TAB>target file>`")
+    raise VocabTransferError(
+        f"init.wechsel.dictionaries: no bilingual dictionary for language {problem.lang!r}; "
+        f"add `{problem.lang or '<lang>'}: <path to english<TAB>target file>`"
+    )
 
 
 # --------------------------------------------------------------------------- the pipeline's view
@@ -243,8 +269,10 @@ def wechsel(problem: TransferProblem, opts: WechselOptions = WechselOptions()) -
     allowed[[i for i in src_tok.all_special_ids if i < n_src]] = False
     n_allowed = int(allowed.sum())
     if n_allowed == 0:
-        raise VocabTransferError("init wechsel: no source token has a source fastText vector; "
-                                 "is problem.resources['source_fasttext'] a word-level model with character n-grams?")
+        raise VocabTransferError(
+            "init wechsel: no source token has a source fastText vector; "
+            "is problem.resources['source_fasttext'] a word-level model with character n-grams?"
+        )
     k = min(opts.neighbors, n_allowed)
     if k < opts.neighbors:
         log.warning("init wechsel: only %d source tokens can be neighbours; using %d neighbours", n_allowed, k)
@@ -256,19 +284,19 @@ def wechsel(problem: TransferProblem, opts: WechselOptions = WechselOptions()) -
     ledger.fill(unmatched, "random", SPECIAL_NO_SOURCE, fallback=True)
     todo = ledger.free()
     todo_vec = todo[t_mask[todo]]
-    ledger.fill(np.setdiff1d(todo, todo_vec), "random", "target fastText gives no vector (no known n-grams)",
-                fallback=True)
+    ledger.fill(
+        np.setdiff1d(todo, todo_vec), "random", "target fastText gives no vector (no known n-grams)", fallback=True
+    )
 
     device = torch.device(problem.device or "cpu")
     keys = torch.from_numpy(alignment.source(s_vec[:n_src])).float().to(device)
     queries = torch.from_numpy(alignment.target(t_vec[todo_vec])).float().to(device)
-    ids, weights, sims = nearest_sources(queries, keys, torch.from_numpy(allowed).to(device), k,
-                                         opts.temperature)
+    ids, weights, sims = nearest_sources(queries, keys, torch.from_numpy(allowed).to(device), k, opts.temperature)
     emb = source[:n_src].to(device)
     block = max(1, BLOCK_ELEMENTS // max(1, k * source.shape[1]))
     rows = torch.empty((len(todo_vec), source.shape[1]), dtype=torch.float32, device=device)
     for a in range(0, len(todo_vec), block):  # weights @ source rows, blockwise
-        rows[a:a + block] = torch.einsum("bk,bkd->bd", weights[a:a + block], emb[ids[a:a + block]])
+        rows[a : a + block] = torch.einsum("bk,bkd->bd", weights[a : a + block], emb[ids[a : a + block]])
     target[torch.from_numpy(todo_vec)] = rows.cpu()
     ledger.fill(todo_vec, "combined", "softmax-weighted nearest source tokens")
 
@@ -277,11 +305,19 @@ def wechsel(problem: TransferProblem, opts: WechselOptions = WechselOptions()) -
     neighbor_ids[torch.from_numpy(todo_vec)] = ids.cpu()
     neighbor_weights[torch.from_numpy(todo_vec)] = weights.cpu().float()
     stats = ledger.stats(
-        method="wechsel", seed=int(problem.seed), neighbors=k, temperature=opts.temperature,
-        **dict_stats, **alignment.stats,
-        source_tokens_with_vector=int(s_mask[:n_src].sum()), target_tokens_with_vector=int(t_mask.sum()),
+        method="wechsel",
+        seed=int(problem.seed),
+        neighbors=k,
+        temperature=opts.temperature,
+        **dict_stats,
+        **alignment.stats,
+        source_tokens_with_vector=int(s_mask[:n_src].sum()),
+        target_tokens_with_vector=int(t_mask.sum()),
         top1_similarity_mean=round(float(sims[:, 0].mean()), 4) if len(todo_vec) else None,
     )
-    extra = {"align_matrix": torch.from_numpy(alignment.matrix.astype(np.float32)),
-             "neighbor_ids": neighbor_ids, "neighbor_weights": neighbor_weights}
+    extra = {
+        "align_matrix": torch.from_numpy(alignment.matrix.astype(np.float32)),
+        "neighbor_ids": neighbor_ids,
+        "neighbor_weights": neighbor_weights,
+    }
     return TransferResult(embeddings=target, stats=stats, extra=extra)

@@ -1,0 +1,170 @@
+"""The stage table's per-job planners that belong to no stage's code: the rerun keys (params leaves) of a
+params section or of one job, and one job's inputs, entry modules, data files, jobs or reason to skip where
+the table works them out itself (fasttext, source_snmf, hypernet, init, init_eval, pretrain, finetune_eval,
+gradient_scenarios). A planner that lives beside the code it plans for stays there (e.g.
+`initialise.inputs`); vocabtransfer.app.stages names both.
+
+Like the table, importing it imports neither torch nor transformers.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from vocabtransfer.errors import VocabTransferError
+from vocabtransfer.data import fasttext_vectors
+from vocabtransfer.evaluate import finetune_eval, gradient_scenarios
+from vocabtransfer.evaluate.tasks import EvalParams, task_options_class
+from vocabtransfer.init import availability, initialise, source_head
+from vocabtransfer.init.methods.options import FACTORIZATIONS, HypernetOptions, WordFasttextOptions
+from vocabtransfer.init.methods.registry import METHODS, info
+from vocabtransfer.pipeline import names, paths
+from vocabtransfer.pipeline.stage_spec import PACKAGE, module_file
+from vocabtransfer.pipeline.typed import Params, field_leaves
+from vocabtransfer.train import pretrain
+
+
+def section_leaves(cls: type, section: str):
+    """(params, wildcards) -> the leaves of params section `section` read as the dataclass `cls`."""
+    return lambda params, wc: field_leaves(cls, section, params.leaf(section))
+
+
+def fasttext_data(params: Params, wc: dict) -> dict[str, Path]:
+    """The pretrained word vectors fasttext's wordlevel mode reads, when it names them."""
+    opts = params.section("fasttext", fasttext_vectors.FasttextParams)
+    return (
+        {"data_pretrained": paths.data_path(opts.pretrained_path)}
+        if opts.mode == "wordlevel" and opts.pretrained_path
+        else {}
+    )
+
+
+def word_leaves(params: Params, wc: dict) -> list[str]:
+    """init.wechsel.fasttext.*: the leaves of WordFasttextOptions (imported here: its package imports torch)."""
+    return field_leaves(WordFasttextOptions, "init.wechsel.fasttext", params.leaf("init.wechsel.fasttext"))
+
+
+def snmf_skip_reason(params: Params, wc: dict) -> str | None:
+    """source_snmf runs when some init method is snmf or <method>+snmf."""
+    if any(initialise.uses_snmf(m) for m in params.init_methods):
+        return None
+    return "init.methods has no snmf or <method>+snmf"
+
+
+def hypernet_inputs(params: Params, wc: dict) -> dict[str, str]:
+    """The source model and every language's training text (the hypernet samples tokenizers from them)."""
+    return {
+        "source": paths.SOURCE_MODEL,
+        **{f"train_{lang}": paths.fill(paths.CORPUS_TRAIN, lang=lang) for lang in params.languages},
+    }
+
+
+def hypernet_leaves(params: Params, wc: dict) -> list[str]:
+    """The training keys of init.hypernet (HypernetOptions.TRAINING, save_every aside: it changes no output)."""
+    return field_leaves(
+        HypernetOptions,
+        "init.hypernet",
+        params.leaf("init.hypernet"),
+        lambda f: f.name in HypernetOptions.TRAINING and f.metadata.get("rerun", True),
+    )
+
+
+def init_leaves(params: Params, wildcards: dict) -> list[str]:
+    """The rerun keys of one init job: the leaves of the typed options it takes (the class its method
+    registers and, for `base+fact`, the factorisation's, e.g. init.omp.k)."""
+    base, fact = names.split_method(wildcards["method"])
+    classes = {base: info(base).options, **({fact: FACTORIZATIONS[fact]} if fact else {})}
+    return [
+        leaf for name, cls in classes.items() for leaf in field_leaves(cls, f"init.{name}", params.leaf(f"init.{name}"))
+    ]
+
+
+def init_code(params: Params, wildcards: dict) -> tuple[str, ...]:
+    """The entry modules of one init job: initialise.py, the methods' catalog (what the job reads of its method's
+    MethodInfo), the method's module and, for base+fact, the factorised wrapper; editing another method's module
+    does not rerun this one."""
+    base, fact = names.split_method(wildcards["method"])
+    dotted = METHODS.module_of(base) if base in METHODS else ""  # from its lazy reference: no import
+    module = module_file(dotted)  # e.g. random lives in methods/baselines.py
+    if module is None:  # a method registered from outside the package: no code file to rerun on
+        raise VocabTransferError(
+            f"init method {base}: its module {dotted or '(unregistered)'} is not a file "
+            "under src/vocabtransfer; register methods in vocabtransfer.init.methods"
+        )
+    entries = ("init/initialise.py", "init/methods/catalog.py", str(module.relative_to(PACKAGE)))
+    return entries + (("init/methods/variants.py",) if fact else ())
+
+
+def init_data(params: Params, wildcards: dict) -> dict[str, Path | None]:
+    """The local data files of one init job: what the method's `data=` (init/methods/catalog.py) names
+    (wechsel: the language's bilingual dictionary)."""
+    data = info(wildcards["method"]).data
+    return data(params, wildcards["lang"]) if data else {}
+
+
+def init_eval_data(params: Params, wildcards: dict) -> dict[str, Path]:
+    """The held-out text of the reference row and, when retrieval runs, the XNLI files."""
+    out = {"data_source_text": paths.data_path(params.section("source_head", source_head.SourceHeadParams).text)}
+    if availability.retrieval_reason(params, wildcards["lang"]) is None:
+        out.update(zip(("data_xnli_source", "data_xnli"), paths.xnli_files(params, wildcards["lang"])))
+    return out
+
+
+def pretrain_inputs(params: Params, wildcards: dict) -> dict[str, str]:
+    """The run's init model (pseed 1's for a method without random rows) and pre-tokenised splits; for the
+    distill objective also its teacher, the source model with its own tokenizer."""
+    init = paths.partial(
+        paths.INIT_DIR,
+        method=wildcards["method"],
+        pseed=availability.init_pseed(wildcards["method"], wildcards["pseed"]),
+    )
+    teacher = {"source": paths.SOURCE_MODEL} if wildcards.get("objective") in pretrain.TEACHER_OBJECTIVES else {}
+    return {
+        "init": init,
+        "train": paths.PRETOK_TRAIN,
+        "valid": paths.PRETOK_VALID,
+        "valid_text": paths.CORPUS_VALID,
+        **teacher,
+    }  # valid_text: bits per byte at every evaluation
+
+
+def task_leaves(params: Params, wildcards: dict) -> list[str]:
+    """The params leaves of the task's options (`eval.tasks.<task>`, e.g. `QaOptions`) with the data spec
+    of this language only."""
+    task = wildcards["task"]
+    return field_leaves(
+        task_options_class(task),
+        f"eval.tasks.{task}",
+        params.leaf(f"eval.tasks.{task}"),
+        keep=lambda f: f.name != "data",
+    ) + [f"eval.tasks.{task}.data.{wildcards['lang']}"]
+
+
+def finetune_jobs(params: Params) -> list[dict[str, str]]:
+    """Every (task, model, seed) params ask for; `skip_reason` rules out, per language, the tasks
+    without data and the models that do not exist there (and says why)."""
+    opts = params.section("eval", EvalParams)
+    return [
+        {"task": t, "model": m, "seed": str(s)}
+        for t, section in opts.task_sections().items()
+        if section.enabled
+        for m in finetune_eval.eval_models(params)
+        for s in range(1, opts.seeds + 1)
+    ]
+
+
+def gradient_scenarios_inputs(params: Params, wc: dict) -> dict[str, str]:
+    """The run's training ids, its pretrained model and the init model it started from."""
+    return {
+        "train_ids": paths.PRETOK_TRAIN,
+        "pretrain": paths.PRETRAIN_DIR,
+        "init": paths.partial(
+            paths.INIT_DIR, method=wc["method"], pseed=availability.init_pseed(wc["method"], wc["pseed"])
+        ),
+    }
+
+
+def gradient_scenarios_leaves(params: Params, wc: dict) -> list[str]:
+    """The leaves of gradient_scenarios and, for a selfish run, the margin its loss used."""
+    own = section_leaves(gradient_scenarios.GradientScenariosParams, "gradient_scenarios")(params, wc)
+    return own + (["pretrain.selfish.margin"] if wc.get("objective") == "selfish" else [])

@@ -1,0 +1,88 @@
+"""init_eval's figure, results/L/init_eval.png: the loss of every initialised model right after
+initialisation against the source model's and the unigram floor's, and, for encoders, parallel-sentence
+retrieval both ways.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from vocabtransfer import io
+from vocabtransfer.evaluate import bpb_floor
+
+
+def plot(rows: list[dict], path: str | Path, lang: str) -> None:
+    """Loss per method (best at the top; diamonds: at the best temperature; the source reference as a
+    dashed line) and retrieval both ways."""
+    import matplotlib  # matplotlib: heavy: plots only
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # matplotlib: heavy: plots only
+
+    unigram = next((r for r in rows if r["method"] == bpb_floor.UNIGRAM_ROW and r["loss"] is not None), None)
+    rows = [r for r in rows if r["kind"] != bpb_floor.FLOOR]  # the floors: a line, not a bar
+    ref = next((r for r in rows if r["method"] == "source"), None)
+    methods = sorted((r for r in rows if r["method"] != "source"), key=lambda r: r["loss"], reverse=True)
+    has_retrieval = any(r["retrieval_en2xx"] is not None for r in methods)
+    height = 1.5 + 0.32 * len(methods)
+    fig, axes = plt.subplots(
+        1, 2 if has_retrieval else 1, figsize=(11 if has_retrieval else 6, height), sharey=True, squeeze=False
+    )
+    y = list(range(len(methods)))
+    names = [r["method"] for r in methods]
+    ax = axes[0][0]
+    ax.barh(y, [r["loss"] for r in methods], color="tab:blue", label="loss")
+    ax.scatter(
+        [r["calibrated_loss"] for r in methods],
+        y,
+        marker="D",
+        color="white",
+        edgecolors="black",
+        zorder=3,
+        s=20,
+        label="at the best temperature",
+    )
+    for yi, r in zip(y, methods):
+        ax.text(r["loss"], yi, f" {r['loss']:.2f} ({r['calibrated_loss']:.2f})", va="center", fontsize=8)
+    if ref is not None:
+        ax.axvline(
+            ref["loss"],
+            color="black",
+            linestyle="--",
+            linewidth=1,
+            label=f"source model on {ref['lang']} ({ref['loss']:.2f})",
+        )
+    if unigram is not None:
+        ax.axvline(
+            unigram["loss"],
+            color="tab:red",
+            linestyle=":",
+            linewidth=1.5,
+            label=f"unigram floor ({unigram['loss']:.2f})",
+        )
+    ax.set_yticks(y, names)
+    ax.set_ylim(-0.6, len(methods) + 0.4)  # a free row at the top for the legends
+    ax.set_xlabel(
+        f"{'masked' if methods and methods[0]['kind'] == 'masked' else 'causal'}-LM loss on held-out "
+        f"{lang} text (lower is better)"
+    )
+    ax.set_xlim(0, max([r["loss"] for r in rows] + [1.0]) * 1.2)
+    if has_retrieval:
+        ax = axes[0][1]
+        width = 0.4
+        for offset, key, label in (
+            (-width / 2, "retrieval_en2xx", f"{ref['lang'] if ref else 'source'}→{lang}"),
+            (width / 2, "retrieval_xx2en", f"{lang}→{ref['lang'] if ref else 'source'}"),
+        ):
+            ax.barh([yi + offset for yi in y], [r[key] or 0.0 for r in methods], height=width, label=label)
+        if ref is not None and ref["retrieval_en2xx"] is not None:
+            ax.axvline(
+                ref["retrieval_en2xx"], color="black", linestyle="--", linewidth=1, label="source model, own tokenizer"
+            )
+        ax.set_xlabel(f"top-1 retrieval accuracy, {methods[0]['n_sentences'] or 0} XNLI premises")
+    for ax in axes[0]:
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(loc="upper right", fontsize=8, ncols=3)
+    fig.suptitle(f"{lang}: right after initialisation, no training")
+    fig.tight_layout()
+    io.save_png(fig, path, dpi=120)
