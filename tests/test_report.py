@@ -460,13 +460,15 @@ def test_right_after_initialisation_every_pair_and_the_floor_are_compared_block_
     assert "✱ better" in rows["focus − random"] and "✱ worse" in rows["random − unigram floor"]
     assert (
         "✱ better" in rows["focus − unigram floor"]
-        and "1 initialisation each, test-set variance only, 20 clusters" in rows["focus − random"]
+        and "1 initialisation each (pretraining seed 1's), test-set variance only, 20 clusters"
+        in rows["focus − random"]
     )
     assert "†: no seed variance behind the row" in family
     verdict = text.split("\n## sw\n", 1)[0]
     assert (
         "**Right after initialisation, valid loss, later − earlier method of init.methods (negative is better)** "
-        "(1 initialisation each, test-set variance only): better: focus − random -2.0" in " ".join(verdict.split())
+        "(1 initialisation each (pretraining seed 1's), test-set variance only): better: focus − random -2.0"
+        in " ".join(verdict.split())
     )
     assert "**Right after initialisation against the unigram floor (negative: the model uses the context)**" in verdict
 

@@ -112,6 +112,24 @@ def test_no_advantage_is_worded_as_such():
     )
 
 
+def test_a_mean_curve_that_never_gets_there_with_an_interval_that_does_is_no_advantage():
+    """The baseline's mean curve does not reach the method's loss within the run, but the interval's low end is
+    under 1x: no detectable advantage, and the sentence says the mean misses while its interval gets there."""
+    from types import SimpleNamespace
+
+    inf = math.inf
+    end = te.Equivalent(
+        "focus", "selfish", 64000.0, 6.705, 6.734, te.Estimate(inf, 42900.0, inf), te.Estimate(inf, 0.67, inf)
+    )
+    reps = SimpleNamespace(seeds={("focus", "selfish"): 3}, blocks=67, grid=np.array([0.0, 1000.0, 64000.0]))
+    sentence = te.worth_sentence([end], "random", reps)
+    assert sentence.startswith("**focus-selfish: no detectable token advantage over random at 64.0k tokens** (")
+    assert (
+        "random's mean curve does not reach its valid loss 6.705 within the run (64.0k tokens), but its "
+        "interval does: ratio > run [0.7×, > run]; 3 pretraining seeds each, 67 valid blocks)"
+    ) in sentence
+
+
 def test_the_report_shows_tokens_curves_table_and_verdict(tmp_path):
     """Through `write_report`: runs with valid_curve.parquet get the tokens figure (log axis, floors), the
     token-equivalent section and a verdict bullet per method; metrics.json keeps the ratios (null: > run)."""

@@ -77,7 +77,7 @@ def init_family(lang: Language, settings: Settings) -> Family | None:
             INIT_LOSS,
             settings.bootstrap(runs[a], runs[b]),
             lower_is_better=True,
-            runs="1 initialisation each, test-set variance only",
+            runs="1 initialisation each (pretraining seed 1's), test-set variance only",
             seedless=True,
         )
         for i, a in enumerate(order)
@@ -91,7 +91,7 @@ def init_family(lang: Language, settings: Settings) -> Family | None:
                 INIT_FLOOR,
                 settings.bootstrap(floor, runs[m]),
                 lower_is_better=True,
-                runs="1 initialisation against the floor, test-set variance only",
+                runs="1 initialisation (pretraining seed 1's) against the floor, test-set variance only",
                 seedless=True,
             )
             for m in order

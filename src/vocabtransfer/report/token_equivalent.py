@@ -301,6 +301,11 @@ def worth_sentence(rows: list[Equivalent], baseline: str, reps: Replicates) -> s
         else f"{baseline} needs {interval_text(end.tokens)} tokens to reach its valid loss {end.loss:.3f}, ratio "
         f"{ratio_text(end.ratio)}"
     )
+    if math.isinf(end.tokens.value) and end.ratio.low <= 1:  # the mean curve never gets there, the interval does
+        reach = (
+            f"{baseline}'s mean curve does not reach its valid loss {end.loss:.3f} within the run "
+            f"({tokens_text(reps.grid[-1])} tokens), but its interval does: ratio {ratio_text(end.ratio)}"
+        )
     return f"{head} ({reach}; {seeds})" + (f"; earlier, in {base} tokens per token: {trail}." if trail else ".")
 
 
@@ -315,7 +320,11 @@ def floor_sentence(crossings: list[FloorCrossing], reps: Replicates) -> str | No
         for c in rows
         if not math.isinf(c.unigram.value)
     ]
-    floor = f"the target unigram floor ({reps.unigram[0]:.3f} nats a valid token)"
+    seeds = max(reps.seeds.values())
+    floor = (
+        f"the target unigram floor ({reps.unigram[0]:.3f} nats a valid token; {seeds} pretraining seeds each, "
+        f"{reps.blocks} valid blocks)"
+    )
     parts = []
     if reach:
         parts.append(f"below {floor}: " + ", ".join(reach))
