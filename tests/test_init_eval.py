@@ -17,6 +17,7 @@ from vocabtransfer import io
 from vocabtransfer.data.token_ids import TokenIds
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.model.lmdata import lm_batches, pack_lines
+from vocabtransfer.pipeline.typed import Params
 
 from helpers import (
     bpe_tokenizer,
@@ -222,7 +223,8 @@ def test_a_source_without_its_lm_head_is_refused_before_any_output(tmp_path):
     assert "no LM head (lm_head.weight" in str(err.value) and "init_eval.bits_per_byte: false" in str(err.value)
     assert not out.exists() and not out.with_suffix(".png").exists()
     # a job's typed section is built once: the run without bits per byte is another job
-    params = {**ctx.params, "init_eval": {**ctx.params["init_eval"], "bits_per_byte": False}}
+    tree = ctx.params.tree
+    params = {**tree, "init_eval": {**tree["init_eval"], "bits_per_byte": False}}
     init_eval.run(make_ctx("vocabtransfer.evaluate.init_eval:run", ctx.wildcards, ctx.input, ctx.output, params))
     assert all(r["bits_per_byte"] is None for r in io.read_parquet(out).to_pylist())
 
@@ -279,7 +281,7 @@ def test_retrieval_accuracy():
 
 
 def test_inputs_follow_params():
-    params = {"init": {"methods": ["random", "focus+svd"]}}
+    params = Params({"init": {"methods": ["random", "focus+svd"]}})
     assert init_eval.inputs(params, {"lang": "sw"}) == {
         "source_model": "results/source/model",
         "valid": "results/{lang}/corpus/valid.parquet",
