@@ -295,17 +295,12 @@ def worth_sentence(rows: list[Equivalent], baseline: str, reps: Replicates) -> s
     else:
         head = f"**{name}: no detectable token advantage over {baseline} at {tokens_text(end.budget)} tokens**"
     trail = "; ".join(f"at {tokens_text(r.budget)}: {ratio_text(r.ratio)}" for r in rows[:-1])
-    reach = (
-        f"{baseline} does not reach its valid loss {end.loss:.3f} within the run ({tokens_text(reps.grid[-1])} tokens)"
-        if math.isinf(end.tokens.value)
-        else f"{baseline} needs {interval_text(end.tokens)} tokens to reach its valid loss {end.loss:.3f}, ratio "
-        f"{ratio_text(end.ratio)}"
-    )
-    if math.isinf(end.tokens.value) and end.ratio.low <= 1:  # the mean curve never gets there, the interval does
-        reach = (
-            f"{baseline}'s mean curve does not reach its valid loss {end.loss:.3f} within the run "
-            f"({tokens_text(reps.grid[-1])} tokens), but its interval does: ratio {ratio_text(end.ratio)}"
-        )
+    run = f"its valid loss {end.loss:.3f} within the run ({tokens_text(reps.grid[-1])} tokens)"
+    reach = f"{baseline} needs {interval_text(end.tokens)} tokens to reach its valid loss {end.loss:.3f}, ratio "
+    reach += ratio_text(end.ratio)
+    if math.isinf(end.tokens.value):  # the mean curve never gets there; its interval may
+        reach = f"{baseline} does not reach {run}" if end.ratio.low > 1 else f"{base} mean curve does not reach "
+        reach += "" if end.ratio.low > 1 else f"{run}, but its interval does: ratio {ratio_text(end.ratio)}"
     return f"{head} ({reach}; {seeds})" + (f"; earlier, in {base} tokens per token: {trail}." if trail else ".")
 
 
@@ -320,11 +315,8 @@ def floor_sentence(crossings: list[FloorCrossing], reps: Replicates) -> str | No
         for c in rows
         if not math.isinf(c.unigram.value)
     ]
-    seeds = max(reps.seeds.values())
-    floor = (
-        f"the target unigram floor ({reps.unigram[0]:.3f} nats a valid token; {seeds} pretraining seeds each, "
-        f"{reps.blocks} valid blocks)"
-    )
+    seeds = f"{max(reps.seeds.values())} pretraining seeds each, {reps.blocks} valid blocks"
+    floor = f"the target unigram floor ({reps.unigram[0]:.3f} nats a valid token; {seeds})"
     parts = []
     if reach:
         parts.append(f"below {floor}: " + ", ".join(reach))
