@@ -16,6 +16,7 @@ import yaml
 from conftest import BIN, PRETOKENIZED, WORKFLOW_GROUP
 from helpers import digest, run_command, setup_workdir, snakemake_jobs, wide_table_rows, wording_faults
 
+from vocabtransfer.app.params import validate_params
 from vocabtransfer.pipeline.typed import Params
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(WORKFLOW_GROUP)]
@@ -184,9 +185,9 @@ def test_dvc_repro_reproduces_the_same_artefacts_and_params_change_marks_exactly
         k: jobs.get(k) for k in ("fasttext", "init", "init_eval", "pretrain", "token_frequency_loss", "report")
     } == {
         "fasttext": n,
-        "init": n * len(availability.init_runs(Params(params))),
+        "init": n * len(availability.init_runs(Params(validate_params(params)))),
         "init_eval": n,
-        "pretrain": n * len(availability.pretrain_runs(Params(params))),
+        "pretrain": n * len(availability.pretrain_runs(Params(validate_params(params)))),
         "token_frequency_loss": n,
         "report": 1,
     }, jobs
@@ -301,9 +302,9 @@ def test_pretraining_analyses_and_downstream_evaluation_reach_the_report(workdir
     from vocabtransfer.init import availability
 
     work, _, params = workdir
-    assert params["pretrain"]["seeds"] == 2 and len(availability.pretrain_runs(Params(params))) == 6
+    assert params["pretrain"]["seeds"] == 2 and len(availability.pretrain_runs(Params(validate_params(params)))) == 6
     for lang in params["languages"]:
-        for method, objective, pseed in availability.pretrain_runs(Params(params)):
+        for method, objective, pseed in availability.pretrain_runs(Params(validate_params(params))):
             run_dir = work / f"results/{lang}/pretrain/{method}/{objective}/pseed{pseed}"
             metrics = pq.read_table(run_dir / "metrics.parquet").to_pandas()
             valid = metrics.dropna(subset=["valid_loss"])
@@ -331,7 +332,7 @@ def test_pretraining_analyses_and_downstream_evaluation_reach_the_report(workdir
         for task in ("nli", "qa", "ner"):
             floor = json.loads((work / f"results/{lang}/eval/{task}/floor.json").read_text())
             assert 0 <= floor["value"] <= 100 and floor["name"]
-            for model in eval_models(Params(params)):
+            for model in eval_models(Params(validate_params(params))):
                 result = json.loads((work / f"results/{lang}/eval/{task}/{model}/seed1.json").read_text())
                 assert 0 <= result["metrics"][result["metric"]] <= 100 and result["n_test"] > 0, result
                 assert len(result["examples"]["clusters"]) == result["n_test"]
