@@ -509,13 +509,16 @@ def assert_same_run(
 
 
 def launch_args(processes: int) -> list[str]:
-    """The arguments after `accelerate launch` of `parallel.launch_prefix` (the Snakemake rule's command)."""
+    """The arguments after `accelerate launch` of `parallel.launch_prefix` (the Snakemake rule's command);
+    for one process, which the rule runs without a launcher, one CPU process of `accelerate launch`."""
+    if processes <= 1:
+        return ["--num_processes", "1", "--cpu", "-m", "vocabtransfer"]
     return launch_prefix(processes).split()[2:]
 
 
 def launch(root: Path, processes: int, objective: str = "selfish", kill_after: int | None = None) -> subprocess.Popen:
     """`accelerate launch --multi_gpu --num_processes N … -m vocabtransfer pretrain …` in `root` (the command
-    the Snakemake rule runs for pretrain.processes = N > 1), one thread per process, a free port.
+    the Snakemake rule runs for pretrain.processes = N > 1; one CPU process for N = 1), one thread per process.
     `kill_after`: the run's process group is killed -9 right after checkpoint `kill_after` (tests/killpoint)."""
     env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     env.update(kill_env(kill_after))

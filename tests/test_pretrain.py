@@ -7,11 +7,7 @@ pre-tokenised splits) and runs the real stage in it, in-process or as a subproce
 from __future__ import annotations
 
 import math
-import os
 import shutil
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -29,8 +25,8 @@ from vocabtransfer.errors import VocabTransferError
 from conftest import REPO
 from helpers import (
     bpe_tokenizer,
-    kill_env,
     killed,
+    launch,
     pretrain_outputs,
     pretrain_project,
     run_pretrain,
@@ -167,42 +163,6 @@ def test_selfish_and_standard_differ(tmp_path, monkeypatch, one_thread, sw_wp):
     assert a.column("valid_loss")[-1] != b.column("valid_loss")[-1]
 
 
-def _subprocess(root: Path, objective: str = "standard", kill_after: int | None = None):
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(REPO / "src"),
-        "OMP_NUM_THREADS": "1",
-        "HF_HUB_OFFLINE": "1",
-        **kill_env(kill_after),
-    }
-    cmd = [
-        sys.executable,
-        "-m",
-        "accelerate.commands.launch",
-        "--num_processes",
-        "1",
-        "--cpu",
-        "-m",
-        "vocabtransfer",
-        "pretrain",
-        "--lang",
-        "sw",
-        "--method",
-        "focus",
-        "--objective",
-        objective,
-        "--pseed",
-        "1",
-        "--params",
-        "params.yaml",
-        "--threads",
-        "1",
-    ]
-    return subprocess.Popen(
-        cmd, cwd=root, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
-
-
 @pytest.mark.slow  # a pretraining subprocess killed and resumed
 def test_kill_and_resume_equals_uninterrupted_run(tmp_path, monkeypatch, one_thread, sw_wp):
     """`accelerate launch` (one CPU process) of the stage, killed with SIGKILL after its first checkpoint,
@@ -213,18 +173,16 @@ def test_kill_and_resume_equals_uninterrupted_run(tmp_path, monkeypatch, one_thr
     )
     run_pretrain(params)  # uninterrupted, in-process
     _, reference, ref_stats = pretrain_outputs(tmp_path)
-    import shutil
-
     shutil.rmtree(tmp_path / "results/sw/pretrain")
     shutil.rmtree(tmp_path / "checkpoints")
 
-    killed(_subprocess(tmp_path, kill_after=8))
+    killed(launch(tmp_path, 1, objective="standard", kill_after=8))
     ckpt = tmp_path / "checkpoints/sw/pretrain/focus/standard/pseed1"
     assert not (tmp_path / "results/sw/pretrain/focus/standard/pseed1").exists()
     killed_at = max(s for s, _ in complete_checkpoints(ckpt))
     assert killed_at == 8
 
-    proc = _subprocess(tmp_path)
+    proc = launch(tmp_path, 1, objective="standard")
     log, _ = proc.communicate(timeout=300)
     assert proc.returncode == 0, log
     _, resumed, stats = pretrain_outputs(tmp_path)
