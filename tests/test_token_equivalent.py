@@ -16,6 +16,7 @@ import pytest
 from helpers import filled_params
 
 from vocabtransfer.report import token_equivalent as te
+from vocabtransfer.report import token_worth as tw
 from vocabtransfer.report.read import Language
 
 TOKENS = [0] + [1000 * 2**i for i in range(7)]  # 0, 1000, 2000, …, 64000
@@ -86,16 +87,42 @@ def test_token_equivalent_of_a_curve_shifted_fourfold():
     assert floors["focus"].unigram.value == pytest.approx(8000, rel=1e-6)
     # the uniform guess (11 nats): random from 12 at 0 to 10 at 1000 tokens, linear: 500; focus starts below it
     assert floors["random"].uniform.value == pytest.approx(500) and floors["focus"].uniform.value == 0
-    lines = te.verdict(reps, list(eqs.values()), list(floors.values()), "random")
+    lines = tw.verdict(reps, list(eqs.values()), list(floors.values()), "random")
     assert lines[0].startswith("**focus-standard is worth more than the run's random's tokens at 64.0k tokens**")
     assert "at 1.0k: 4.0× [" in lines[0] and "at 10.0k: 4.0× [" in lines[0]
     assert "focus-standard after 8.0k [" in lines[1] and "random-standard after 32.0k [" in lines[1]
-    table = "\n".join(te.section(reps, list(eqs.values()), list(floors.values()), "random", 0.95, None))
+    table = "\n".join(tw.section(reps, list(eqs.values()), list(floors.values()), "random", 0.95, None))
     rows = [
         [c.strip() for c in line.strip("|").split("|")] for line in table.splitlines() if line.startswith("| focus")
     ]
     row = next(r for r in rows if r[1] == "10.0k")
     assert row[2:4] == ["4.678", "6.678"] and row[4].startswith("40.0k [") and row[5].startswith("4.0× [")
+    assert tw.NO_UPDATE not in table and tw.NO_UPDATE not in lines[0]  # every model changes by 1,000 tokens
+
+
+def test_a_budget_before_the_first_update_is_marked_and_compares_the_initialisations():
+    """Every run's evaluation at 1,000 tokens equals its initial one (the first step at learning rate 0): the
+    1.0k budget is marked "(no update yet)" in the table and the verdict, and the note says up to where.
+    focus at 1.0k is its initial 10.5 nats. On the grid random goes from 12 (still, at 1,000) to
+    10 − log2(3) at 3,000 tokens, linear in log tokens: it crosses 10.5 at 1000 × 3^(1.5 / (2 + log2 3))
+    = 1584 tokens, 1.6x."""
+    lang = language()
+    for table in lang.curve_blocks.values():
+        first = table["step"] == 0
+        table.loc[table["step"] == 1, "loss_sum"] = table.loc[first, "loss_sum"].to_numpy()
+    curves = te.read_curves(lang)
+    assert curves.unchanged() == 1000
+    reps = te.replicate(curves, resamples=200, seed=1)
+    eqs = te.equivalents(reps, "random", 0.95)
+    first = next(e for e in eqs if e.budget == 1000)
+    assert first.loss == pytest.approx(10.5) and first.tokens.value == pytest.approx(
+        1000 * 3 ** (1.5 / (2 + math.log2(3)))
+    )
+    sentence = tw.verdict(reps, eqs, [], "random")[0]
+    assert "at 1.0k (no update yet): 1.6× [" in sentence and "at 10.0k: 4.0× [" in sentence
+    table = "\n".join(tw.section(reps, eqs, [], "random", 0.95, None))
+    assert "| 1.0k (no update yet)" in table and "| 10.0k " in table
+    assert "(up to 1.0k tokens: under linear warm-up the first optimizer step's learning rate is 0)" in table
 
 
 def test_no_advantage_is_worded_as_such():
@@ -107,7 +134,7 @@ def test_no_advantage_is_worded_as_such():
     eqs = te.equivalents(reps, "random", 0.95)
     end = [e for e in eqs if e.budget == 64000][0]
     assert end.ratio.low <= 1 <= end.ratio.high
-    assert te.verdict(reps, eqs, [], "random")[0].startswith(
+    assert tw.verdict(reps, eqs, [], "random")[0].startswith(
         "**focus-standard: no detectable token advantage over random at 64.0k tokens**"
     )
 
@@ -121,8 +148,10 @@ def test_a_mean_curve_that_never_gets_there_with_an_interval_that_does_is_no_adv
     end = te.Equivalent(
         "focus", "selfish", 64000.0, 6.705, 6.734, te.Estimate(inf, 42900.0, inf), te.Estimate(inf, 0.67, inf)
     )
-    reps = SimpleNamespace(seeds={("focus", "selfish"): 3}, blocks=67, grid=np.array([0.0, 1000.0, 64000.0]))
-    sentence = te.worth_sentence([end], "random", reps)
+    reps = SimpleNamespace(
+        seeds={("focus", "selfish"): 3}, blocks=67, grid=np.array([0.0, 1000.0, 64000.0]), unchanged=0.0
+    )
+    sentence = tw.worth_sentence([end], "random", reps)
     assert sentence.startswith("**focus-selfish: no detectable token advantage over random at 64.0k tokens** (")
     assert (
         "random's mean curve does not reach its valid loss 6.705 within the run (64.0k tokens), but its "
@@ -187,6 +216,6 @@ def test_tokens_to_the_sources_bits_per_byte():
     reach = te.bits_crossings(lang, reps, 1.5, 200, 1, 0.95)
     assert reach[("focus", "standard")].value == pytest.approx(16000, rel=1e-3)
     assert reach[("random", "standard")].value == pytest.approx(64000, rel=1e-3)
-    sentence = te.source_sentence(reach, 1.5, reps)
+    sentence = tw.source_sentence(reach, 1.5, reps)
     assert sentence.startswith("The source's bits per byte with its own tokenizer (1.500): reached by ")
     assert "focus-standard after 16.0k [" in sentence

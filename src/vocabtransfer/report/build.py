@@ -32,7 +32,7 @@ from vocabtransfer.report import markdown
 from vocabtransfer.report import rivals
 from vocabtransfer.report import study_setup
 from vocabtransfer.report import comparisons, tables
-from vocabtransfer.report import token_equivalent
+from vocabtransfer.report import token_equivalent, token_worth
 from vocabtransfer.report import verdict
 from vocabtransfer.report.bpb import bits_per_byte_table, share_sentence
 from vocabtransfer.report.bpb_markdown import bits_per_byte_section
@@ -198,16 +198,16 @@ def _tokens_section(
         lines.update({"source": source[0]} if source else {})
         lines.update({r.objective: r.score.diff for r in bpb.floors if r.score})
     plot_token_curves(lang.lang, reps, figure, bits=bits or None, bits_lines=lines)
-    bullets += token_equivalent.verdict(reps, eqs, crossings, baseline)
+    bullets += token_worth.verdict(reps, eqs, crossings, baseline)
     reach, note = _source_reach(lang, reps, settings, params, bpb, lines.get("source"))
     if reach:
-        bullets.append(token_equivalent.source_sentence(reach, lines["source"], reps))
+        bullets.append(token_worth.source_sentence(reach, lines["source"], reps))
     metrics = {
         f"{e.method}-{e.objective}@{e.budget:.0f}":  # null: more than the run
         None if math.isinf(e.ratio.value) else round(e.ratio.value, 4)
         for e in eqs
     }
-    section = token_equivalent.section(reps, eqs, crossings, baseline, settings.confidence, None, reach, note)
+    section = token_worth.section(reps, eqs, crossings, baseline, settings.confidence, None, reach, note)
     return section, bullets, metrics
 
 
