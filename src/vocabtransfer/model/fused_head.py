@@ -170,13 +170,11 @@ def chunked_pass(hidden, weight, bias, labels, margin: float, row_weight=1.0, ne
     half = work != hidden.dtype
     selfish = math.isfinite(margin)
     losses = torch.empty(n, dtype=work, device=hidden.device)
-    dh = dw = db = None
     rows = chunk_rows(n, vocab, torch.finfo(work).bits // 8, hidden.device)
     group = _half_group_rows(n, rows, vocab, hidden.element_size()) if half and need_grad else 0
-    if need_grad:
-        dh = torch.empty(hidden.shape, dtype=work, device=hidden.device)
-        dw = None if half else torch.zeros(weight.shape, dtype=work, device=hidden.device)
-        db = torch.zeros(vocab, dtype=work, device=hidden.device) if bias is not None else None
+    dh = torch.empty(hidden.shape, dtype=work, device=hidden.device) if need_grad else None
+    dw = torch.zeros(weight.shape, dtype=work, device=hidden.device) if need_grad and not half else None
+    db = torch.zeros(vocab, dtype=work, device=hidden.device) if need_grad and bias is not None else None
     buffer = torch.empty((min(rows, n), vocab), dtype=work, device=hidden.device)
     g_buffer = torch.empty((group, vocab), dtype=hidden.dtype, device=hidden.device) if group else None
     ones = torch.ones(min(rows, n), dtype=work, device=hidden.device)
@@ -200,12 +198,13 @@ def chunked_pass(hidden, weight, bias, labels, margin: float, row_weight=1.0, ne
         #    becomes exactly 0), the entries below -margin set to -inf: two in-place passes, no mask
         if selfish:
             x.sub_(x.gather(1, y))
-            F.threshold_(x, below, -math.inf)
+            torch.threshold_(x, below, -math.inf)
         # 3. log-softmax over the kept set; the loss is minus the target's entry
         torch.log_softmax(x, 1, out=x)
         losses[s:e] = -x.gather(1, y)[:, 0]
         if not need_grad:
             continue
+        assert dh is not None  # need_grad: allocated above
         # 4. the gradient G = softmax over the kept set - onehot(target), and its three products, each
         #    row weighted (a number: folded into the products' alpha; per row: into h and the row sums)
         x.exp_()
@@ -218,6 +217,7 @@ def chunked_pass(hidden, weight, bias, labels, margin: float, row_weight=1.0, ne
         w = row_weight[s:e].to(work) if per_row else float(row_weight)
         out = dh[s:e]
         if half:  # G once in the inputs' dtype (its place in the group), dhidden from it
+            assert g_buffer is not None  # half and need_grad: group >= 1 row
             if db is not None:
                 db.addmv_(x.T, w if per_row else ones[: e - s], alpha=1.0 if per_row else w)
             _half_dhidden(x, g_buffer[s - g0 : e - g0], weight, runs, out, w)
@@ -225,13 +225,14 @@ def chunked_pass(hidden, weight, bias, labels, margin: float, row_weight=1.0, ne
                 hw = hidden[g0:e] * (row_weight[g0:e].to(hidden.dtype)[:, None] if per_row else w)
                 dw, g0 = _accumulate(dw, g_buffer[: e - g0].T @ hw, work, last=e == n), e
             continue
-        hw, alpha, vec = (h * w[:, None], 1.0, w) if per_row else (h, w, ones[: e - s])
+        assert dw is not None  # need_grad and not half: allocated above
+        hw, alpha, vec = (h * w[:, None], 1.0, w) if isinstance(w, torch.Tensor) else (h, w, ones[: e - s])
         for i, (a, b) in enumerate(runs):
             out.addmm_(x[:, a:b], weight[a:b], beta=0.0 if i == 0 else 1.0, alpha=alpha)
             dw[a:b].addmm_(x[:, a:b].T, hw, alpha=alpha)
             if db is not None:
                 db[a:b].addmv_(x[:, a:b].T, vec, alpha=alpha)
-        if per_row:
+        if isinstance(w, torch.Tensor):  # per_row
             out.mul_(w[:, None])
     return losses, (dh, dw, db)
 

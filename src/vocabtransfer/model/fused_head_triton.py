@@ -101,11 +101,9 @@ def fused_pass(hidden, weight, bias, labels, margin: float, row_weight=1.0, need
     device, dtype = hidden.device, hidden.dtype
     selfish = math.isfinite(margin)
     losses = torch.empty(n, dtype=torch.float32, device=device)
-    dh = dw = db = None
-    if need_grad:
-        dh = torch.empty_like(hidden)
-        dw = torch.zeros_like(weight)
-        db = torch.zeros(vocab, dtype=torch.float32, device=device) if bias is not None else None
+    dh = torch.empty_like(hidden) if need_grad else None
+    dw = torch.zeros_like(weight) if need_grad else None
+    db = torch.zeros(vocab, dtype=torch.float32, device=device) if need_grad and bias is not None else None
     if isinstance(row_weight, torch.Tensor):
         weights = row_weight.to(device=device, dtype=torch.float32).contiguous()
     else:
@@ -145,6 +143,7 @@ def fused_pass(hidden, weight, bias, labels, margin: float, row_weight=1.0, need
         )
         if not need_grad:
             continue
+        assert dh is not None and dw is not None  # need_grad: allocated above
         # 3. the gradient products over the column ranges with a kept entry
         runs = kept_runs(alive.tolist(), BLOCK, vocab) if track else [(0, vocab)]
         track = track and runs != [(0, vocab)]

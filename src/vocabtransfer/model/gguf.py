@@ -105,6 +105,7 @@ def resolve(spec: GgufSource) -> Path:
             )
         return path.resolve()
     if spec.kind == "hub":
+        assert spec.filename is not None  # parse() gives every hub source its file
         return download(spec.location, spec.filename)
     try:
         module = __import__(spec.location)

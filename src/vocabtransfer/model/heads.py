@@ -24,14 +24,14 @@ from those states through the fused head (`losses.linear_objective_loss`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterator
 
 import torch
 import torch.nn as nn
 
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.model.fused_head import linear_objective_loss
-from vocabtransfer.model.losses import get_objective, objective_loss
+from vocabtransfer.model.losses import Reduction, get_objective, objective_loss
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,7 @@ class Head:
 
     __call__ = logits
 
-    def parameters(self):
+    def parameters(self) -> Iterator[nn.Parameter]:
         seen: set[int] = set()
         for module in self.modules:
             for p in module.parameters():
@@ -191,7 +191,7 @@ def head_loss(
     *,
     objective: str = "standard",
     margin: float = 2.0,
-    reduction: str = "mean",
+    reduction: Reduction = "mean",
 ) -> torch.Tensor:
     """The objective's loss of `targets` from the head's input states, through the fused head.
 

@@ -106,7 +106,7 @@ def resolve_model_path(name_or_path: str) -> Path:
         return path
 
 
-def load_tokenizer(name_or_path: str | Path):
+def load_tokenizer(name_or_path: str | os.PathLike):
     """A fast tokenizer from a hub id, a model directory or a tokenizer directory."""
     from transformers import AutoTokenizer  # transformers: heavy, not at CLI start-up
 

@@ -92,7 +92,7 @@ def _kept(x: torch.Tensor, threshold: torch.Tensor, out: torch.Tensor | None = N
     """`x` where `x >= threshold` (per row), else -inf; exact. Four scalar-fused passes, several times
     faster on CPU than building a boolean mask and `masked_fill`."""
     g = torch.sub(x, threshold, out=out)  # >= 0 exactly where kept: a nonzero difference keeps its sign
-    F.threshold_(g, -_TINY[x.dtype], float("-inf"))  # g > -tiny  <=>  g >= 0
+    torch.threshold_(g, -_TINY[x.dtype], float("-inf"))  # g > -tiny  <=>  g >= 0
     g.clamp_max_(0.0)  # kept: 0, dropped: -inf
     return g.add_(x)  # kept: x itself, dropped: -inf
 

@@ -47,7 +47,7 @@ class StepBlocks:
 
     def __init__(self, blocks, length: int, seed: int):
         self.blocks, self.length, self.seed = blocks, length, seed
-        self._perm: tuple[int, object] | None = None
+        self._perm: tuple[int, np.ndarray] | None = None
 
     def __len__(self) -> int:
         return self.length

@@ -48,7 +48,7 @@ class CoverSets:
     pre-tokenizer); a continuation is turned into bytes with `families.token_bytes`. Byte-fallback pieces
     (`<0xE2>`) and special tokens are never candidates."""
 
-    def __init__(self, speller):
+    def __init__(self, speller) -> None:
         self.speller, self.tokenizer, self.how = speller, speller.tokenizer, speller.how
         self._bytes = token_bytes
         self.model = self.tokenizer.backend_tokenizer.model
@@ -99,8 +99,8 @@ class CoverSets:
 def count_tokens(id_lists: Iterable[Sequence[int]], size: int) -> np.ndarray:
     """Unigram probabilities of a tokenizer's `size` ids over `id_lists`, counts + SMOOTHING × total."""
     counts = np.zeros(size, dtype=np.float64)
-    for ids in id_lists:
-        ids = np.asarray(ids, dtype=np.int64)
+    for id_list in id_lists:
+        ids = np.asarray(id_list, dtype=np.int64)
         counts += np.bincount(ids[(ids >= 0) & (ids < size)], minlength=size)
     counts += SMOOTHING * max(counts.sum(), 1.0)
     return counts / counts.sum()

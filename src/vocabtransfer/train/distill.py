@@ -42,6 +42,7 @@ from vocabtransfer.train.chunk_bias import PairBias, count_tokens
 from vocabtransfer.train.packing import PackedBlocks
 
 LOG_EPS = 1e-6  # chunk log-likelihoods / tau are clamped to <= -LOG_EPS: log(1 - y) stays finite
+Line = Sequence[int] | np.ndarray  # a pre-tokenised line's ids: a list, or a slice of the split (`PackedBlocks.lines`)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -64,7 +65,7 @@ class Speller:
         self._cache: dict[int, bytes | None] = {}
         probe = tokenizer("a", add_special_tokens=False)["input_ids"]
         first = self.token(probe[0]) if probe else None
-        self.prepends_space = bool(first) and first.startswith(b" ")
+        self.prepends_space = first is not None and first.startswith(b" ")
 
     def token(self, i: int) -> bytes | None:
         """The bytes of token `i` (b"" for a special token; None where its spelling gives no bytes)."""
@@ -189,7 +190,7 @@ class _Pairing:
 
     def __init__(self, student, teacher, seq_len: int):
         self.s_spell, self.t_spell = Speller(student, "student tokenizer"), Speller(teacher, "teacher tokenizer")
-        self.bias = None  # a chunk_bias.PairBias: unbiased chunks (`unbiased`); None: exact chunks
+        self.bias: PairBias | None = None  # unbiased chunks (`unbiased`); None: exact chunks
         self.s_pre, self.s_suf = special_tokens_around(student)
         self.t_pre, self.t_suf = special_tokens_around(teacher)
         self.seq_len, self.room = seq_len, seq_len - len(self.s_pre) - len(self.s_suf)
@@ -197,7 +198,7 @@ class _Pairing:
             raise VocabTransferError(f"seq_len {seq_len} leaves no room for tokens between the special tokens")
         self.s_eos, self.t_eos = student.eos_token_id, teacher.eos_token_id
 
-    def line_pair(self, line: Sequence[int]) -> tuple[list[int], list[int], list[int], list[int]]:
+    def line_pair(self, line: Line) -> tuple[list[int], list[int], list[int], list[int]]:
         """(student ids, their byte lengths, teacher ids, their byte lengths) of one pre-tokenised line."""
         s_ids = self.s_pre + [int(i) for i in line[: self.room]] + self.s_suf
         if self.s_eos is not None and (not s_ids or s_ids[-1] != self.s_eos):
@@ -211,7 +212,7 @@ class _Pairing:
             t_ids, t_lengths = t_ids + [self.t_eos], t_lengths + [0]
         return s_ids, [len(b) for b in pieces], t_ids, t_lengths
 
-    def unbiased(self, lines: Iterable[Sequence[int]], threshold: float) -> None:
+    def unbiased(self, lines: Iterable[Line], threshold: float) -> None:
         """Unbiased chunks from here on (`chunk_bias`), with unigram probabilities from `lines`' both sides."""
         pairs = [self.line_pair(line) for line in lines]
         self.bias = PairBias(
@@ -238,14 +239,14 @@ class _Pairing:
         ca, cb, n = chunk_ids(s_len, t_len, keep)
         # a chunk counts when each of its tokens is predicted on both sides: not a block's first position
         bad = set(ca[:1].tolist()) | set(cb[:1].tolist())
-        keep = np.array([j not in bad for j in range(n)], dtype=bool)
+        counted = np.array([j not in bad for j in range(n)], dtype=bool)
         renumber = np.full(n + 1, -1, dtype=np.int64)  # index n: the -1 of tokens in no chunk
-        renumber[:n][keep] = np.arange(int(keep.sum()))
-        return PairBlock(s_ids, t_ids, renumber[ca].tolist(), renumber[cb].tolist(), int(keep.sum()))
+        renumber[:n][counted] = np.arange(int(counted.sum()))
+        return PairBlock(s_ids, t_ids, renumber[ca].tolist(), renumber[cb].tolist(), int(counted.sum()))
 
 
 def pack_pairs(
-    student, teacher, lines: Iterable[Sequence[int]], seq_len: int, *, unbiased: float | None = None
+    student, teacher, lines: Iterable[Line], seq_len: int, *, unbiased: float | None = None
 ) -> list[PairBlock]:
     """Causal training blocks of the pre-tokenised `lines` (student ids without special tokens), packed
     as `lmdata.pack_ids(student, lines, seq_len, kind="causal")` packs them, each beside the teacher's
@@ -327,8 +328,9 @@ def collate_teacher(blocks: Sequence[PairBlock], pad_id: int) -> dict:
         "teacher_chunks": t_chunks,
         "n_chunks": torch.tensor(offset),
     }
-    if all(b.teacher_ll is not None for b in blocks):  # cached: the teacher need not run
-        out["teacher_chunk_ll"] = torch.tensor([x for b in blocks for x in b.teacher_ll], dtype=torch.float32)
+    cached = [b.teacher_ll for b in blocks if b.teacher_ll is not None]
+    if len(cached) == len(blocks):  # cached: the teacher need not run
+        out["teacher_chunk_ll"] = torch.tensor([x for ll in cached for x in ll], dtype=torch.float32)
     return out
 
 

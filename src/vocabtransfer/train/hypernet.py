@@ -32,6 +32,7 @@ import time
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -64,7 +65,7 @@ log = logging.getLogger(__name__)
 class Episode:
     """One sampled tokenizer and what a step under it needs."""
 
-    tokenizer: object
+    tokenizer: Any  # transformers fast tokenizer
     base: torch.Tensor  # (V, d) FVT rows
     ids: torch.Tensor  # (n,) the rows the network predicts
     pieces: torch.Tensor  # (n, max_pieces) their source pieces

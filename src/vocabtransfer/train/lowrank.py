@@ -61,7 +61,7 @@ def factorize_model(model, init_dir: Path, train_primitives: bool) -> dict:
     Returns what `unfactorize_model` needs to put full matrices back: the original modules.
     """
 
-    def factors(prefix: str):
+    def factors(prefix: str) -> tuple[torch.Tensor, torch.Tensor] | None:
         c, p = init_dir / f"{prefix}coordinates.safetensors", init_dir / f"{prefix}primitives.safetensors"
         if not (c.is_file() and p.is_file()):
             return None

@@ -81,7 +81,8 @@ class ObjectiveTrainer(Trainer):
         # None when its chunk log-likelihoods were cached in the blocks
         self.distill, self.step_chunks = distill is not None, None
         self.alpha, self.temperature = (distill.alpha, distill.temperature) if distill is not None else (0.5, 1.0)
-        self.term_norms = None  # distill: (step, gradient norm of the chunk term, of the LM term)
+        # distill: (step, gradient norm of the chunk term, of the LM term)
+        self.term_norms: tuple[float, ...] | None = None
         self.teacher = self.teacher_head = None
         if distill is not None and distill.teacher is not None:
             self.teacher = distill.teacher.to(self.args.device).eval().requires_grad_(False)

@@ -299,11 +299,11 @@ def run(ctx) -> None:
         return
 
     # 5. outputs (sharded: an ordinary model with the gathered weights)
-    model = (
-        sharding.unsharded_copy(state, model_dir)
-        if training.sharded
-        else trainer.accelerator.unwrap_model(trainer.model).to("cpu").float()
-    )
+    if training.sharded:
+        assert state is not None  # gathered above when sharded
+        model = sharding.unsharded_copy(state, model_dir)
+    else:
+        model = trainer.accelerator.unwrap_model(trainer.model).to("cpu").float()
     if original is not None:
         lowrank.unfactorize_model(model, original)
     model.eval()

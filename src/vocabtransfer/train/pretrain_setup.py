@@ -60,6 +60,7 @@ def load_data(ctx, opts: PretrainParams, model_dir: Path, teacher_dir: Path | No
     vocab = min(len(tokenizer), model.get_input_embeddings().weight.shape[0])
     teacher = teacher_tok = None
     train = read_ids(Path(ctx.input["train"]), tokenizer, vocab)
+    blocks: PackedBlocks | distill.PairBlocks
     if teacher_dir is None:
         blocks = PackedBlocks(train, tokenizer, opts.seq_len, kind=kind)
     else:  # distill: the frozen source model and its tokenization of the same blocks' text

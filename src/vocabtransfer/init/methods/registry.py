@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping, TypeVar
 
 import numpy as np
 
@@ -57,6 +57,7 @@ class TransferResult:
 
 # a method: (the problem, its typed options `init.<name>`, e.g. an `OmpOptions`) -> its result
 Method = Callable[[TransferProblem, Any], TransferResult]
+MethodT = TypeVar("MethodT", bound=Method)  # one method's own signature (its options' default), kept by @register
 Condition = Callable[[Params, str], "str | None"]  # (params, lang) -> why the method cannot run for lang
 DataFiles = Callable[[Params, str], "dict[str, Path | None]"]  # (params, lang) -> {"data_<key>": local file}
 
@@ -124,13 +125,13 @@ INFO: Registry[MethodInfo] = Registry(
 )
 
 
-def register(name: str, **metadata: Any) -> Callable[[Method], Method]:
+def register(name: str, **metadata: Any) -> Callable[[MethodT], MethodT]:
     """`@register("name")`: the method's function (a name registered twice is an error). A built-in method's
     `MethodInfo` is its entry in `catalog.py`; one registered at run time (a plugin, a test's throwaway method)
     declares it here, `@register("name", inputs=..., deterministic=..., ...)`, or gets the defaults."""
     info = MethodInfo(name, **metadata)  # an unknown keyword is a TypeError at import
 
-    def deco(fn: Method) -> Method:
+    def deco(fn: MethodT) -> MethodT:
         METHODS.register(name)(fn)
         if metadata or name not in INFO:  # metadata beside a catalog entry: registered twice, an error
             INFO.register(name)(info)
