@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import sys
 from pathlib import Path
-from typing import Iterable, TypeVar
+from typing import Any, Iterable, TypeVar, overload
 
 from tqdm.auto import tqdm
 
@@ -36,7 +36,15 @@ def report_error(message: str) -> None:
     sys.stderr.flush()
 
 
-def progress(iterable: Iterable[T] | None = None, **kwargs) -> Iterable[T]:
+@overload
+def progress(iterable: Iterable[T], **kwargs: Any) -> Iterable[T]: ...
+
+
+@overload
+def progress(iterable: None = None, **kwargs: Any) -> tqdm: ...  # a bar updated by hand: `with`, .update(n)
+
+
+def progress(iterable: Iterable[T] | None = None, **kwargs: Any) -> Iterable[T] | tqdm:
     """tqdm progress bar, shown only on a terminal (no bar noise in job logs)."""
     kwargs.setdefault("disable", not sys.stderr.isatty())
     kwargs.setdefault("dynamic_ncols", True)

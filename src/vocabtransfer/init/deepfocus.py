@@ -56,14 +56,22 @@ class TokenVectors:
     def __init__(self, model=None, vectors: dict[str, np.ndarray] | None = None):
         self.model = model
         self.vectors = vectors
-        self.words = frozenset(model.get_words()) if model is not None else frozenset(vectors)
+        if model is not None:
+            self.words = frozenset(model.get_words())
+        elif vectors is not None:
+            self.words = frozenset(vectors)
+        else:
+            raise ValueError("TokenVectors needs a fastText model or a dict of vectors")
 
     def matrix(self, tokens: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """(len(tokens), d) float32 vectors and a mask: the token has a vector that is not all zeros."""
         present = [t in self.words for t in tokens]
-        dim = self.model.get_dimension() if self.model is not None else len(next(iter(self.vectors.values()), ()))
+        if self.model is not None:
+            dim, get = self.model.get_dimension(), self.model.get_word_vector
+        else:
+            assert self.vectors is not None  # __init__: a model or vectors
+            dim, get = len(next(iter(self.vectors.values()), ())), self.vectors.__getitem__
         out = np.zeros((len(tokens), dim), dtype=np.float32)
-        get = self.model.get_word_vector if self.model is not None else self.vectors.__getitem__
         for row, (token, ok) in enumerate(zip(tokens, present)):  # fastText's own API is per word
             if ok:
                 out[row] = get(token)
@@ -204,13 +212,13 @@ def _auxiliary_vectors(
 ) -> TokenVectors:
     """Step 1 of `FOCUS`: the auxiliary vectors of `auxiliary_embedding_mode` (deepfocus's errors)."""
     if mode == "fasttext-tokenlevel":
-        if not target_training_data_path and not fasttext_model_path:
+        if fasttext_model_path:
+            return TokenVectors(model=load_fasttext(fasttext_model_path))
+        if not target_training_data_path:
             raise ValueError(
                 "You need to provide a path to training data or pretrained fasttext model for fasttext-tokenlevel "
                 "auxiliary embeddings."
             )
-        if fasttext_model_path:
-            return TokenVectors(model=load_fasttext(fasttext_model_path))
         return TokenVectors(
             model=train_token_fasttext(
                 target_training_data_path,

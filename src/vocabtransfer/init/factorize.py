@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Literal
+from typing import Literal, TypeVar
 
 import torch
 
@@ -22,6 +22,7 @@ from vocabtransfer.init.semi_nmf import SemiNmfSettings, clustered_semi_nmf, sem
 from vocabtransfer.init.svd import truncated_svd
 
 log = logging.getLogger(__name__)
+OptionsT = TypeVar("OptionsT", SvdOptions, SnmfOptions)
 
 # FACTORIZATIONS: the kinds `factorize_source` runs and their typed params `init.<kind>` (options.py)
 
@@ -32,6 +33,15 @@ def svd_relative_error(E: torch.Tensor, P: torch.Tensor) -> float:
     den = float(E.detach().double().square().sum())
     num = den - float(P.detach().double().square().sum())
     return (max(num, 0.0) / den) ** 0.5 if den > 0 else 0.0
+
+
+def _typed(options: object, cls: type[OptionsT], section: str) -> OptionsT:
+    """`options` checked to be the factorization's typed params section `cls`."""
+    if not isinstance(options, cls):
+        raise VocabTransferError(
+            f"{section}: the options are a {type(options).__name__}, not the {cls.__name__} it takes"
+        )
+    return options
 
 
 def factorize_source(
@@ -68,8 +78,9 @@ def factorize_source(
     t0 = time.perf_counter()
     labels = torch.zeros(V, dtype=torch.int64)
     if kind == "svd":
-        C, P, stats = _svd_factors(E, options.keep_dim, section)
+        C, P, stats = _svd_factors(E, _typed(options, SvdOptions, section).keep_dim, section)
     else:
+        options = _typed(options, SnmfOptions, section)
         _check_snmf_options(options, V, D, section)
         if cached is not None:
             C, P, stats, labels = _cached_snmf(cached, options, V, D, labels, section)

@@ -34,6 +34,7 @@ import numpy as np
 from vocabtransfer import io
 from vocabtransfer.model import modeling
 from vocabtransfer.model.hub import load_tokenizer
+from vocabtransfer.model.lmdata import Kind
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.pipeline import names
 from vocabtransfer.pipeline import paths
@@ -172,7 +173,7 @@ class InitInputs:
 
     source_dir: Path
     target_dir: Path
-    kind: str
+    kind: Kind
     source_tok: Any
     target_tok: Any
     matrices: dict

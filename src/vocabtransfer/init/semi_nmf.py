@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Callable, Literal
+from typing import Any, Callable, Literal
 
 import torch
 
@@ -286,7 +286,13 @@ def _factorise_clusters(
     V, D = X.shape
     W = X.new_zeros(V, clusters * k)
     H = X.new_zeros(clusters * k, D)
-    info = {"sizes": [], "ranks": [], "relative_errors": [], "initial_relative_errors": [], "iterations": []}
+    info: dict[str, Any] = {
+        "sizes": [],
+        "ranks": [],
+        "relative_errors": [],
+        "initial_relative_errors": [],
+        "iterations": [],
+    }
     sq_total = sq_start = norm_total = 0.0
     for c in range(clusters):
         rows = (labels == c).nonzero().flatten().to(dev)

@@ -24,6 +24,7 @@ import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 import torch
@@ -102,7 +103,7 @@ class Ledger:
         if (self.kind < 0).any():
             raise RuntimeError(f"ledger: {int((self.kind < 0).sum())} target row(s) never filled")
         counts = np.bincount(self.kind, minlength=len(KINDS))
-        out = {k: int(c) for k, c in zip(KINDS, counts)}
+        out: dict[str, Any] = {k: int(c) for k, c in zip(KINDS, counts)}
         out["target_size"] = int(self.kind.size)
         out["reasons"] = {k: dict(sorted(v.items())) for k, v in self.reasons.items() if v}
         if self.examples:
@@ -173,7 +174,9 @@ def special_pairs(problem: TransferProblem, n_source: int) -> tuple[np.ndarray, 
         else:
             unmatched.append(tid)
             continue
-        t_ids.append(tid), s_ids.append(sid), how.append(why)
+        t_ids.append(tid)
+        s_ids.append(sid)
+        how.append(why)
     return (
         np.asarray(t_ids, dtype=np.int64),
         np.asarray(s_ids, dtype=np.int64),
@@ -302,12 +305,17 @@ def token_surfaces(tokenizer) -> tuple[list[str | None], np.ndarray]:
             start[i] = not cont
             texts.append(tok[len(m) :] if cont else tok)
         elif scheme.kind == "bytelevel":
+            assert bytemap is not None  # set above for a byte-level scheme
+            text: str | None
             try:
                 text = bytes(bytemap[c] for c in tok).decode("utf-8")
             except (KeyError, UnicodeDecodeError):  # a partial UTF-8 sequence or a non-byte added token
                 text = tok if any(c not in bytemap for c in tok) else None
-            start[i] = text is not None and text.startswith(" ")
-            texts.append(text[1:] if start[i] else text)
+            if text is not None and text.startswith(" "):
+                start[i], text = True, text[1:]
+            else:
+                start[i] = False
+            texts.append(text)
         elif scheme.kind == "sentencepiece":
             hit = _BYTE_FALLBACK.match(tok)
             if hit:

@@ -274,7 +274,7 @@ def _combine_new_rows(
     auxiliary vectors) @ the anchors' source rows, in blocks of `opts.block_size` rows, sparsemax on
     `opts.topk` candidates per row. Returns the support sizes of the rows, per block."""
     block_size, topk = opts.block_size, opts.topk
-    supports = []
+    supports: list[torch.Tensor] = []
     if not focus_ids.size:
         return supports
     if anchor_t.size == 0:

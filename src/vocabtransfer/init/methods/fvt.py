@@ -74,7 +74,8 @@ def word_internal_splitter(tokenizer) -> tuple[Tokenizer, np.ndarray | None]:
     if spec["model"].get("type") == "WordPiece":
         prefix = spec["model"].get("continuing_subword_prefix") or "##"
         unk = spec["model"].get("unk_token")
-        vocab, old_ids = {}, []
+        vocab: dict[str, int] = {}
+        old_ids: list[int] = []
         for tok, i in sorted(tokenizer.get_vocab().items(), key=lambda kv: kv[1]):  # string work, once
             if tok.startswith(prefix) and len(tok) > len(prefix):
                 for form in (tok[len(prefix) :], tok):

@@ -275,7 +275,7 @@ def _mix_neighbours(
     dev = torch.device(problem.device)
     cand_vec = torch.nn.functional.normalize(aux[cand_tgt], dim=1).to(dev)
     cand_coords = coords_src[cand_src].to(dev)
-    if clustered:
+    if labels_src is not None:  # clustered
         cand_labels = labels_src[cand_src].to(dev)
         chosen_counts = torch.zeros(n_clusters, dtype=torch.int64, device=dev)
     blocks = range(0, int(new_ids.numel()), block_size)

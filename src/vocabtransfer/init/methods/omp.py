@@ -287,7 +287,11 @@ class OmpRows:
         if opts.norm not in NORMS:
             raise VocabTransferError(f"init.omp.norm={opts.norm!r}: must be one of {', '.join(NORMS)}")
         self.anchor_norm = self.anchor_src.norm(dim=1)
-        self.counts, self.residuals, self.coef_sums, self.raw_norms = [], [], [], []
+        # per block, on the CPU: support sizes, residual norms, |coefficient| sums, row norms before `norm` rescales
+        self.counts: list[torch.Tensor] = []
+        self.residuals: list[torch.Tensor] = []
+        self.coef_sums: list[torch.Tensor] = []
+        self.raw_norms: list[torch.Tensor] = []
 
     def blocks(self):
         """(target ids, their unit signals) of each block of `block_size` tokens to combine."""
