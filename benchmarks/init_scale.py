@@ -83,13 +83,16 @@ def _gemma_gguf() -> Path:
 
 
 def gemma_tokenizer_dir(cache: Path) -> Path:
-    """Gemma 3's tokenizer as a Hugging Face directory (transformers' GGUF reader, ~50 s once)."""
+    """Gemma 3's tokenizer as a Hugging Face directory (transformers' GGUF reader, once)."""
     out = cache / "gemma-tokenizer"
     if not (out / "tokenizer.json").is_file():
         from transformers import AutoTokenizer
 
+        from vocabtransfer.model.gguf import one_parse
+
         gguf = _gemma_gguf()
-        tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        with one_parse():  # the file's metadata parsed once for the config and the tokenizer
+            tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
         tok.save_pretrained(str(out))
     return out
 

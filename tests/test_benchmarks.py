@@ -85,6 +85,17 @@ def test_init_scale_runs_its_tiny_problem(tmp_path):
     assert "| tiny | svd |" in out and "| tiny | focus+svd |" in out and "failed" not in out
 
 
+def test_gguf_materialise_compares_one_parse_with_a_parse_per_opening(tmp_path):
+    """On a tiny GGUF file (tests/tiny_gguf.py): the stage's way parses the metadata once, the other four times,
+    and both write the same bytes."""
+    from tiny_gguf import write_tiny_gguf
+
+    write_tiny_gguf(tmp_path / "tiny.gguf")
+    out = run_script("gguf_materialise.py", "--gguf", str(tmp_path / "tiny.gguf"))
+    assert "| one parse (the stage) | 1 |" in out and "| a parse per opening | 4 |" in out
+    assert "the two folders byte for byte the same: True" in out
+
+
 def test_every_benchmark_script_runs_here():
     """A script added to benchmarks/ without a run in this module fails here (smoke_inputs.py is the smoke
     runs' shared inputs, not a benchmark)."""

@@ -23,6 +23,7 @@ Materialising (the `source_model` stage, `vocabtransfer.init.source_model`):
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -232,8 +233,38 @@ def load(path: Path):
     return model, tokenizer
 
 
+@contextlib.contextmanager
+def one_parse():
+    """Within the block every `gguf.GGUFReader(path)`, transformers' included, is the first reader of that path.
+    Materialising opens the file four times (the header check, then transformers for the tokenizer, the config
+    and the weights), and each opening parses all of its metadata in Python: for Gemma 3's 262,144-token
+    vocabulary that is most of the stage's time. A reader only reads (a read-only memory map), so one serves
+    every opening."""
+    import gguf  # gguf: GGUF sources only
+
+    original = gguf.GGUFReader
+    readers: dict = {}
+
+    def shared(path: str | os.PathLike, mode: str = "r"):
+        key = (os.fspath(path), mode)
+        if key not in readers:
+            readers[key] = original(path, mode)
+        return readers[key]
+
+    gguf.GGUFReader = shared  # restored below; transformers imports it per call
+    try:
+        yield
+    finally:
+        gguf.GGUFReader = original
+
+
 def materialise(path: Path, out_dir: Path) -> dict:
     """Steps 1-4 into `out_dir` (written by the caller atomically); returns what the stats record."""
+    with one_parse():
+        return _materialise(path, out_dir)
+
+
+def _materialise(path: Path, out_dir: Path) -> dict:
     header = read_header(path)
     log.info(
         "%s: GGUF %s (%s), %d tensors of types %s; dequantising through transformers",
