@@ -65,6 +65,7 @@ def sw_train(tmp_path_factory):
         ("ids_format.py", ["npy", "--smoke"], '"format": "npy"'),
         ("pretrain_step.py", ["--smoke", "--threads", "1"], "|"),
         ("distill_step.py", ["--smoke", "--threads", "1"], "| distill (cached teacher) |"),
+        ("eval_precision.py", ["--smoke"], "| xnli | 6 ("),
     ],
 )
 def test_a_benchmark_runs_at_its_smoke_size(name, args, expect):

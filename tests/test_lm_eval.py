@@ -59,6 +59,7 @@ def run_result(decoder, tmp_path_factory):
             "batch_size": 4,
             "models": None,
             "include_path": None,
+            "precision": "fp32",
         },
     }
     ctx = make_ctx(
@@ -106,6 +107,36 @@ def test_lm_eval_scores_items_and_log_likelihoods(run_result, decoder):
         expected = sum(float(logp[i - 1, t]) for i, t in enumerate(ids) if i > 0)
         assert math.isclose(ll, expected, rel_tol=1e-4, abs_tol=1e-3)
     assert int(row.value) == int(max(range(3), key=lambda i: lls[i]) == 1)
+    assert scores["precision"] == "fp32"
+
+
+def test_lm_eval_in_bf16_scores_each_choice_under_autocast(run_result, decoder):
+    """`lm_eval.precision: bf16`: the harness's forward passes run under torch.autocast (bf16 products over the
+    float32 weights, the log-softmax in float32): each choice's log-likelihood is the one such a forward pass
+    gives, and not the float32 one."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from vocabtransfer.evaluate.harness_tasks.utils import read_xnli
+
+    opts = harness.LmEvalParams(num_fewshot=0, limit=1, batch_size=4, precision="bf16")
+    results = harness.evaluate(decoder, ["local_xnli_sw"], opts)
+    lls = harness.samples_table(results).to_pylist()[0]["loglikelihoods"]
+    fp32 = run_result[1]
+    fp32_lls = list(fp32[(fp32.task == "local_xnli_sw") & (fp32.doc_id == 0)].iloc[0].loglikelihoods)
+    model, tok = AutoModelForCausalLM.from_pretrained(decoder).eval(), AutoTokenizer.from_pretrained(decoder)
+    doc = read_xnli("xnli/dev-sw.tsv")[0]
+    words = [", sahihi? Ndiyo, ", ", sahihi? Hivyo, ", ", sahihi? Hapana, "]
+    for ll, ll32, word in zip(lls, fp32_lls, words):
+        ids = [tok.bos_token_id] + tok(" " + doc["premise"] + word + doc["hypothesis"], add_special_tokens=False)[
+            "input_ids"
+        ]
+        with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16):
+            logits = model(torch.tensor([ids])).logits[0]
+        assert logits.dtype == torch.bfloat16  # the head's product in bf16, then the log-softmax in float32
+        logp = torch.log_softmax(logits.float(), -1)
+        expected = sum(float(logp[i - 1, t]) for i, t in enumerate(ids) if i > 0)
+        assert math.isclose(ll, expected, abs_tol=0.05)  # the harness batches and pads: bf16 sums differ slightly
+        assert ll != ll32 and math.isclose(ll, ll32, rel_tol=0.02)  # bf16, close to float32's
 
 
 def test_lm_eval_unknown_task_is_one_error_with_closest_names(decoder, tmp_path):
@@ -122,6 +153,7 @@ def test_lm_eval_unknown_task_is_one_error_with_closest_names(decoder, tmp_path)
             "batch_size": 2,
             "models": None,
             "include_path": None,
+            "precision": "fp32",
         },
     }
     ctx = make_ctx(
@@ -295,6 +327,7 @@ def test_lm_eval_masked_source_is_not_run_and_says_why(tmp_path):
             "batch_size": 2,
             "models": None,
             "include_path": None,
+            "precision": "fp32",
         },
     }
     outputs = {"scores": tmp_path / "scores.json", "samples": tmp_path / "samples.parquet"}

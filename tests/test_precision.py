@@ -138,3 +138,48 @@ def test_fine_tuning_in_bf16_is_scored_in_fp32(tmp_path, one_thread, tokenizers,
     assert trainer.args.bf16 is (prec == "bf16")
     assert "_original_forward" not in vars(trainer.model)  # no autocast wrapper left for the scoring
     assert len(result["examples"]["score"]) == 4
+
+
+@pytest.mark.parametrize("test_prec", ["fp32", "bf16"])
+def test_the_test_split_is_scored_in_the_precision_asked(tmp_path, one_thread, tokenizers, monkeypatch, test_prec):
+    """`eval.test_precision`: a model fine-tuned in bf16 is scored with its autocast wrapper off, under
+    torch.autocast in bf16 when bf16 is asked and without it for fp32; the result names it."""
+    import torch
+
+    from vocabtransfer.app.params import validate_params
+    from vocabtransfer.evaluate import finetune_eval
+    from vocabtransfer.evaluate.tasks import Splits, get_task
+
+    from helpers import save_dir, text_lines
+
+    tok = tokenizers["masked"]
+    model_dir = save_dir(tiny_bert(len(tok)), tok, tmp_path / "model")
+    params = validate_params(
+        {"languages": ["sw"], "source_model": "unused", "corpus": {"sources": {"sw": {"path": "unused.txt"}}}}
+    )
+    nli = get_task("nli", {**params["eval"]["tasks"]["nli"], "epochs": 1, "batch_size": 4})
+    seen = []
+    scoring = type(nli).evaluate
+
+    def evaluate(self, trainer, *args):
+        seen.append((torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu")))
+        return scoring(self, trainer, *args)
+
+    monkeypatch.setattr(type(nli), "evaluate", evaluate)
+    lines = text_lines("sw", 24, start=100)
+    examples = [
+        {"id": str(i), "group": str(i), "cluster": str(i), "premise": lines[i], "hypothesis": lines[i + 1]}
+        | {"label": i % 3}
+        for i in range(20)
+    ]
+    result, _ = finetune_eval.finetune(
+        task=nli,
+        splits=Splits(train=examples[:16], test=examples[16:]),
+        model_dir=model_dir,
+        seed=1,
+        output_dir=tmp_path / "ckpt",
+        precision="bf16",
+        test_precision=test_prec,
+    )
+    assert result["precision"] == "bf16" and result["scored_in"] == test_prec
+    assert seen == [(test_prec == "bf16", torch.bfloat16)]

@@ -274,7 +274,8 @@ FINETUNE_EVAL = Stage(
     wildcards=("lang", "task", "model", "seed"),
     inputs=finetune_eval.inputs,
     outputs={"result": paths.EVAL_RESULT},
-    params=("seed",),  # eval.models and eval.seeds decide which jobs exist, not what one computes
+    # eval.models and eval.seeds decide which jobs exist, not what one computes
+    params=("seed", "eval.precision", "eval.test_precision"),
     extra_params=job_plans.task_leaves,
     # finetune_eval.py and the task's module: editing one task reruns only its jobs
     code=lambda params, wildcards: ("evaluate/finetune_eval.py", f"evaluate/tasks/{wildcards['task']}.py"),
@@ -352,6 +353,7 @@ LM_EVAL = Stage(
         "lm_eval.limit",
         "lm_eval.batch_size",
         "lm_eval.include_path",
+        "lm_eval.precision",
     ),
     code=("evaluate/harness.py", "evaluate/harness_tasks/utils.py"),  # the task YAMLs: data_files and params
     expand=lambda params: (

@@ -289,16 +289,19 @@ def finetune(
     seed: int,
     output_dir: Path,
     device: str = "cpu",
-    threads: int = 1,
     precision: str = "fp32",
+    test_precision: str = "fp32",
 ) -> tuple[dict, object]:
     """Fine-tune `model_dir` with the task head on splits.train, score it on splits.test.
     The head is transformers' (`task.head`) where it has one for the architecture, else the generic head of
     `evaluate.generic_heads` (a linear layer over a decoder's last hidden states). Returns (result fields,
     the Trainer); ({"not_run": why}, None) when neither applies (e.g. NLI for CodeGen, an encoder-decoder).
     `precision` (`eval.precision`, `model.precision.resolve`): bf16 fine-tunes under the Trainer's autocast with
-    fp32 master weights and AdamW's fused kernel; the test split is then scored in fp32 (the autocast wrapper
-    taken off the model), so scores of bf16- and fp32-trained models are computed alike."""
+    fp32 master weights and AdamW's fused kernel; the test split is then scored in `test_precision`
+    (`eval.test_precision`) with the autocast wrapper taken off the model: fp32, or bf16 under `torch.autocast`
+    over the fp32 weights, so scores of bf16- and fp32-trained models are computed alike."""
+    import torch  # torch: heavy, not at CLI start-up
+
     from transformers import AutoTokenizer, Trainer, set_seed  # transformers: heavy, not at CLI start-up
 
     opts = task.options
@@ -328,11 +331,14 @@ def finetune(
     args = _training_args(opts, seed, output_dir, device, choice.bf16)
     trainer = Trainer(model=model, args=args, train_dataset=train_features, data_collator=task.collator(tokenizer))
     trainer.train()
-    if choice.bf16:  # scored in fp32: the accelerator's autocast wrapper taken off the model's forward
+    if choice.bf16:  # scored in test_precision: the accelerator's autocast wrapper taken off the model's forward
         trainer.model = trainer.accelerator.unwrap_model(trainer.model, keep_fp32_wrapper=False)
-    evaluation = task.evaluate(trainer, splits.test, tokenizer, labels)
+    log.info("test split scored in %s", test_precision)
+    with torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=test_precision == "bf16"):
+        evaluation = task.evaluate(trainer, splits.test, tokenizer, labels)
     evaluation.examples["clusters"] = test_clusters(splits.test, task.name)
     result = _result(task, splits, trainer, evaluation, train_features, pad_token, choice)
+    result["scored_in"] = test_precision
     return result, trainer
 
 
@@ -373,8 +379,8 @@ def run(ctx) -> None:
         seed=seed,
         output_dir=checkpoints,
         device=ctx.device,
-        threads=ctx.threads,
         precision=eval_params.precision,
+        test_precision=eval_params.test_precision,
     )
     shutil.rmtree(checkpoints, ignore_errors=True)  # nothing is saved (save_strategy no): a job is short
     out = {

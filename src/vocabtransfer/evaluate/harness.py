@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from importlib.metadata import version
 from pathlib import Path
+from typing import Literal
 
 import pyarrow as pa
 import yaml
@@ -88,6 +89,12 @@ class LmEvalParams:
         None, "the first N items of each task (null: every item); a small limit keeps a CPU run short", minimum=1
     )
     batch_size: int = option(8, "requests per forward pass of the harness's HF model class", minimum=1)
+    precision: Literal["fp32", "bf16"] = option(
+        "fp32",
+        "the precision each model is scored in: fp32, or bf16 (the harness's forward passes under torch.autocast, "
+        "the weights fp32, the log-softmax fp32; about twice as fast where the hardware multiplies bf16 natively; "
+        "benchmarks/README.md#bf16-scoring measured what it changes); every model of a study is scored alike",
+    )
     include_path: str | None = option(
         None,
         "a folder of your own harness task YAMLs (the harness's include_path; relative to the working directory, "
@@ -218,29 +225,26 @@ def causal_reason(model_dir: Path) -> str | None:
 
 
 def evaluate(
-    model_dir: Path,
-    names: list[str],
-    *,
-    num_fewshot: int,
-    limit: int | None,
-    batch_size: int,
-    device: str = "cpu",
-    seed: int = 0,
-    manager=None,
+    model_dir: Path, names: list[str], opts: LmEvalParams, *, device: str = "cpu", seed: int = 0, manager=None
 ) -> dict:
-    """`lm_eval.simple_evaluate` of the model in `model_dir` on `names`, with per-item samples; the harness's
-    own stderr bootstrap is left out (the report computes paired intervals from the samples)."""
+    """`lm_eval.simple_evaluate` of the model in `model_dir` on `names` with `opts`' num_fewshot, limit, batch_size
+    and precision (bf16: the forward passes under torch.autocast over the float32 weights), with per-item
+    samples; the harness's own stderr bootstrap is left out (the report computes paired intervals from the
+    samples)."""
     import lm_eval  # lm_eval: optional, heavy
 
     manager = manager or task_manager()
     check_tasks(names, manager.all_tasks)
+    args = {"pretrained": str(model_dir), "dtype": "float32"}
+    if opts.precision == "bf16":  # the harness's own autocast around each forward pass, its log-softmax in float32
+        args |= {"mixed_precision_dtype": "bfloat16", "softmax_dtype": "float32"}
     return lm_eval.simple_evaluate(
         model="hf",
-        model_args={"pretrained": str(model_dir), "dtype": "float32"},
+        model_args=args,
         tasks=names,
-        num_fewshot=num_fewshot,
-        limit=limit,
-        batch_size=batch_size,
+        num_fewshot=opts.num_fewshot,
+        limit=opts.limit,
+        batch_size=opts.batch_size,
         device=device,
         log_samples=True,
         bootstrap_iters=0,
@@ -351,6 +355,7 @@ def run(ctx) -> None:
         "tasks": names,
         "num_fewshot": opts.num_fewshot,
         "limit": opts.limit,
+        "precision": opts.precision,
     }
     table = pa.table({n: [] for n in SAMPLE_SCHEMA.names}, schema=SAMPLE_SCHEMA)
     reason = causal_reason(model_dir)
@@ -359,14 +364,7 @@ def run(ctx) -> None:
     else:
         check_include(ctx.params, "lm_eval")
         results = evaluate(
-            model_dir,
-            names,
-            num_fewshot=opts.num_fewshot,
-            limit=opts.limit,
-            batch_size=opts.batch_size,
-            device=ctx.device,
-            seed=ctx.seed,
-            manager=task_manager(include_key(ctx.params)),
+            model_dir, names, opts, device=ctx.device, seed=ctx.seed, manager=task_manager(include_key(ctx.params))
         )
         out["scores"], table = scores(results), samples_table(results)
     out.update(seconds=round(time.perf_counter() - start, 3), versions={**io.versions(), "lm_eval": version("lm_eval")})

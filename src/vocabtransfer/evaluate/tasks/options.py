@@ -174,7 +174,13 @@ class EvalParams:
         "auto",
         "fine-tuning precision, as pretrain.precision: auto is bf16 mixed precision on a GPU that supports it "
         "and on a CPU with native bf16 products (amx_bf16 or avx512_bf16), else fp32; the fine-tuned model is "
-        "scored in fp32 either way",
+        "scored in test_precision either way",
+    )
+    test_precision: Literal["fp32", "bf16"] = option(
+        "fp32",
+        "the precision the test split is scored in: fp32, or bf16 (the products under torch.autocast, the weights "
+        "fp32; about twice as fast where the hardware multiplies bf16 natively; benchmarks/README.md#bf16-scoring "
+        "measured what it changes); every model of a study is scored alike",
     )
     tasks: EvalTasks = subsection(EvalTasks)
 
