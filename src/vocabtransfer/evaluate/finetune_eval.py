@@ -48,7 +48,7 @@ from vocabtransfer.pipeline.typed import Params
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.evaluate.tasks import EvalParams, get_task, load_splits, test_clusters
 from vocabtransfer.evaluate import generic_heads
-from vocabtransfer.model.precision import resolve as resolve_precision
+from vocabtransfer.model.precision import Precision, resolve as resolve_precision
 
 log = logging.getLogger(__name__)
 
@@ -289,7 +289,7 @@ def finetune(
     seed: int,
     output_dir: Path,
     device: str = "cpu",
-    precision: str = "fp32",
+    precision: Precision = "fp32",
     test_precision: str = "fp32",
 ) -> tuple[dict, object]:
     """Fine-tune `model_dir` with the task head on splits.train, score it on splits.test.

@@ -259,6 +259,7 @@ def run(ctx) -> None:
             totals["output_nontarget"].sum(),
         )
         del model
+    assert counts is not None  # set by the first phase (dirs has two)
     vocab = len(counts)
     table = pa.concat_tables(
         [

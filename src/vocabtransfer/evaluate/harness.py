@@ -286,7 +286,7 @@ def _response(sample: dict) -> tuple[list[float], str]:
 
 def samples_table(results: dict) -> pa.Table:
     """One row per task, item and metric of the harness's logged samples (SAMPLE_SCHEMA)."""
-    rows = {name: [] for name in SAMPLE_SCHEMA.names}
+    rows: dict[str, list] = {name: [] for name in SAMPLE_SCHEMA.names}
     for task, samples in results.get("samples", {}).items():
         for sample in samples:
             doc = sample.get("doc") or {}

@@ -215,7 +215,13 @@ def add_share_kept(rows: list[dict]) -> None:
     best = bpb_floor.best({r["method"]: r["bits_per_byte"] for r in rows if r["kind"] == bpb_floor.FLOOR})
     for r in rows:
         r["share_kept"] = None
-        if r["method"] != "source" and r["kind"] != bpb_floor.FLOOR and None not in (source, best, r["bits_per_byte"]):
+        if (
+            r["method"] != "source"
+            and r["kind"] != bpb_floor.FLOOR
+            and source is not None
+            and best is not None
+            and r["bits_per_byte"] is not None
+        ):
             share = bits_per_byte.share_kept(best.bits_per_byte, r["bits_per_byte"], source)
             r["share_kept"] = None if math.isnan(share) else share
 
@@ -256,7 +262,8 @@ def _shared_inputs(ctx, opts: InitEvalParams, methods: list[str]):
     no_retrieval = availability.retrieval_reason(ctx.params, ctx.lang)
     if no_retrieval:
         log.info("init_eval %s: no retrieval (%s)", ctx.lang, no_retrieval)
-        src_sent, tgt_sent = [], []
+        src_sent: list[str] = []
+        tgt_sent: list[str] = []
     else:
         src_sent, tgt_sent = read_xnli_premises(opts.xnli, opts.source_lang, ctx.lang, opts.retrieval_sentences)
     log.info(
@@ -386,7 +393,8 @@ def run(ctx) -> None:
             "init_eval %s: %s skipped (%s)",
             ctx.lang,
             ", ".join(skipped),
-            "; ".join(availability.method_reason(ctx.params, ctx.lang, m) for m in skipped),
+            # each skipped method has a reason (availability.methods keeps those without one)
+            "; ".join(str(availability.method_reason(ctx.params, ctx.lang, m)) for m in skipped),
         )
 
     # the shared inputs: target text, source text, XNLI sentences

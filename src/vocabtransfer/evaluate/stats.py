@@ -95,7 +95,10 @@ class Runs:
     @classmethod
     def from_results(cls, task: str, results: Mapping[tuple[int, int], Mapping], where: str = "eval results") -> "Runs":
         """From finetune_eval result dicts keyed by (pseed, seed)."""
-        parts, order, ids, scale = {}, None, None, 1.0
+        parts: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+        order: tuple = ()  # the cluster order of the first run (set with `ids` in the first pass)
+        ids: list | None = None
+        scale = 1.0
         for key, result in sorted(results.items()):
             examples = result["examples"]
             if "clusters" not in examples:

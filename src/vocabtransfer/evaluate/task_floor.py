@@ -39,7 +39,11 @@ def tasks(params: Params) -> list[dict[str, str]]:
 def floor(options: TaskOptions, lang: str, task_name: str, seed: int) -> dict:
     """The floor's result for one language and task, whose options (`eval.tasks.<task>`) are `options`."""
     task = get_task(task_name, options)
-    splits = load_splits(task, options.data[lang], f"eval.tasks.{task_name}.data.{lang}", seed=seed)
+    key = f"eval.tasks.{task_name}.data.{lang}"
+    spec = options.data[lang]
+    if spec is None:
+        raise VocabTransferError(f"{key} is null: the task has no data for {lang!r}; give it a `train` source")
+    splits = load_splits(task, spec, key, seed=seed)
     result = task.floor(splits)
     result["examples"]["clusters"] = test_clusters(splits.test, task_name)
     return {

@@ -212,7 +212,7 @@ def source_scores(ctx, kind: Kind, lines: list[str], seq_len: int, batch_size: i
     return bits_per_byte.score_lines(model, tokenizer, lines, seq_len=seq_len, batch_size=batch_size)
 
 
-def seed_means(rows: list[dict]) -> dict[tuple[str, str, int], tuple[float, float, int]]:
+def seed_means(rows: list[dict]) -> dict[tuple[str, str, int], tuple[float, float, float]]:
     """(method, objective, bucket) -> (mean loss over pretraining seeds, lowest, highest seed's loss)."""
     per: dict[tuple[str, str, int], list[float]] = {}
     for r in rows:

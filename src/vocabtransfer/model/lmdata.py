@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Iterable, Literal, Sequence
+from typing import TYPE_CHECKING, Iterable, Literal, Sequence
 
 from vocabtransfer.errors import VocabTransferError
+
+if TYPE_CHECKING:
+    import numpy as np
 
 Kind = Literal["masked", "causal"]
 MLM_PROBABILITY = 0.15
@@ -68,7 +71,9 @@ def special_tokens_around(tokenizer) -> tuple[list[int], list[int]]:
     )
 
 
-def pack_ids(tokenizer, sequences: Iterable[Sequence[int]], seq_len: int, *, kind: Kind = "masked") -> list[list[int]]:
+def pack_ids(
+    tokenizer, sequences: Iterable[Sequence[int] | np.ndarray], seq_len: int, *, kind: Kind = "masked"
+) -> list[list[int]]:
     """`pack_lines` for pre-tokenised lines (ids without special tokens, as the pretokenize stage writes them).
 
     Each line gets the special tokens `tokenizer(text)` adds, is cut to `seq_len` the way

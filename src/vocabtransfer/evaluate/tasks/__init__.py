@@ -128,7 +128,7 @@ class Task:
     PARTS: tuple[str, str | tuple[str, ...] | None, float] = ("score", None, 1.0)
 
     @classmethod
-    def metric_parts(cls, examples: dict, where: str = "eval result"):
+    def metric_parts(cls, examples: Mapping, where: str = "eval result"):
         """(numerator, denominator, scale) per test example, as float64 arrays (the report's bootstrap
         sums them over resampled clusters)."""
         numerator, denominator, scale = cls.PARTS
@@ -174,9 +174,9 @@ def get_task(name: str, options: TaskOptions | Mapping | None) -> Task:
     """The task with `options`: its typed section (`EvalParams.tasks.<name>`) as it is, or a mapping
     (a call from Python) over the schema's defaults of `eval.tasks.<name>`, validated by the schema."""
     cls = task_class(name)
-    if not isinstance(options, TaskOptions):
-        options = typed_section(task_options_class(name), f"eval.tasks.{name}", options)
-    return cls(options)
+    if isinstance(options, TaskOptions):
+        return cls(options)
+    return cls(typed_section(task_options_class(name), f"eval.tasks.{name}", options))
 
 
 # --- data sources -----------------------------------------------------------------------------
@@ -202,13 +202,15 @@ def open_source(spec: dict, key: str) -> Source:
     if "dataset" in spec:
         ds_spec = {"split": "train", **spec["dataset"]}
         ds_spec.pop("streaming", None)
-        path = ds_spec.pop("path")
-        if path in LOCAL_BUILDERS:
+        ds_path: str = ds_spec.pop("path")
+        if ds_path in LOCAL_BUILDERS:
             ds_spec["data_files"] = _resolve_data_files(ds_spec.get("data_files"))
-        elif data_path(path).exists():
-            path = str(data_path(path))
-        rows = _load_dataset(path, f"{key}.dataset", **{k: v for k, v in ds_spec.items() if v is not None})
-        name = f"dataset {path}" + (f" ({ds_spec['name']})" if ds_spec.get("name") else "") + f" [{ds_spec['split']}]"
+        elif data_path(ds_path).exists():
+            ds_path = str(data_path(ds_path))
+        rows = _load_dataset(ds_path, f"{key}.dataset", **{k: v for k, v in ds_spec.items() if v is not None})
+        name = (
+            f"dataset {ds_path}" + (f" ({ds_spec['name']})" if ds_spec.get("name") else "") + f" [{ds_spec['split']}]"
+        )
         return Source(key, name, rows=rows, options=options)
     raise VocabTransferError(f"{key}: needs one of `path`, `url` with `sha256`, or `dataset`")
 
@@ -233,7 +235,8 @@ def unit_hash(text: str, seed: int) -> float:
 def split_by_group(examples: list[dict], test_fraction: float, seed: int) -> tuple[list[dict], list[dict]]:
     """Deterministic train/test split: an example goes to test when the seeded hash of its group is
     below `test_fraction`, so examples of one group (premise, article) never straddle the split."""
-    train, test = [], []
+    train: list[dict] = []
+    test: list[dict] = []
     for ex in examples:
         (test if unit_hash(str(ex["group"]), seed) < test_fraction else train).append(ex)
     return train, test

@@ -23,7 +23,7 @@ import re
 from collections import Counter
 
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.evaluate.tasks import Evaluation, Source, Splits, Task, register, require_columns
+from vocabtransfer.evaluate.tasks import Evaluation, NerOptions, Source, Splits, Task, register, require_columns
 from vocabtransfer.data.families import spelling
 
 log = logging.getLogger(__name__)
@@ -75,6 +75,7 @@ class NER(Task):
     head = "AutoModelForTokenClassification"
     floor_text = "each test word tagged with its most frequent tag in the training sentences, O when unseen"
     PARTS = ("tp", ("n_pred", "n_gold"), 200.0)  # micro F1: 200 · Σ tp / (Σ predicted + Σ gold)
+    options: NerOptions
 
     def read(self, source: Source) -> tuple[list[dict], dict[str, int]]:
         if source.rows is not None:
@@ -82,7 +83,9 @@ class NER(Task):
         tok_col = int(source.options.get("token_column", 0))
         tag_col = int(source.options.get("tag_column", 1))
         comment = source.options.get("comment")
-        sentences, tokens, tags = [], [], []
+        sentences: list[dict] = []
+        tokens: list[str] = []
+        tags: list[str] = []
 
         def flush():
             if tokens:
@@ -98,6 +101,7 @@ class NER(Task):
                 tokens.clear()
                 tags.clear()
 
+        assert source.path is not None  # open_source gives a source rows or a path
         with open(source.path, encoding="utf-8") as fh:
             for n, line in enumerate(fh, start=1):
                 line = line.rstrip("\n").rstrip("\r")
@@ -150,7 +154,8 @@ class NER(Task):
         found = {t for ex in train for t in ex["tags"]}
         return ["O"] + sorted(found - {"O"})
 
-    def prepare(self, splits: Splits, labels: list[str]) -> None:
+    def prepare(self, splits: Splits, labels: list[str] | None) -> None:
+        assert labels is not None  # NER.labels gives a list
         unseen = Counter(t for ex in splits.test for t in ex["tags"] if t not in labels)
         if unseen:
             log.warning("test tags not in the training split (counted as missed entities): %s", dict(unseen))
@@ -164,7 +169,8 @@ class NER(Task):
             words = [[w if i == 0 else f" {w}" for i, w in enumerate(ws)] for ws in words]
         return tokenizer(words, is_split_into_words=True, truncation=True, max_length=self.options.max_length)
 
-    def features(self, examples: list[dict], tokenizer, labels: list[str]) -> list[dict]:
+    def features(self, examples: list[dict], tokenizer, labels: list[str] | None) -> list[dict]:
+        assert labels is not None  # NER.labels gives a list
         index = {t: i for i, t in enumerate(labels)}
         enc = self._encode(examples, tokenizer)
         out = []
@@ -204,7 +210,8 @@ class NER(Task):
             },
         }
 
-    def evaluate(self, trainer, examples: list[dict], tokenizer, labels: list[str]) -> Evaluation:
+    def evaluate(self, trainer, examples: list[dict], tokenizer, labels: list[str] | None) -> Evaluation:
+        assert labels is not None  # NER.labels gives a list
         strict = self.options.strict
         enc = self._encode(examples, tokenizer)
         feats = [{k: enc[k][i] for k in enc.keys()} for i in range(len(examples))]

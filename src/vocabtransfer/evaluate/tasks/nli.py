@@ -13,7 +13,7 @@ import csv
 from collections import Counter
 
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.evaluate.tasks import Evaluation, Source, Task, register, require_columns
+from vocabtransfer.evaluate.tasks import Evaluation, NliOptions, Source, Task, register, require_columns
 
 LABELS = ["entailment", "neutral", "contradiction"]  # the order of facebook/xnli's ClassLabel
 LABEL_IDS = {**{name: i for i, name in enumerate(LABELS)}, **{str(i): i for i in range(3)}}
@@ -35,6 +35,7 @@ class NLI(Task):
     head = "AutoModelForSequenceClassification"
     floor_text = "always the most frequent training label"
     PARTS = ("score", None, 100.0)  # accuracy: 100 · Σ correct / Σ examples
+    options: NliOptions
 
     def read(self, source: Source) -> tuple[list[dict], dict[str, int]]:
         examples = []
@@ -47,6 +48,7 @@ class NLI(Task):
                     )
                 )
             return examples, {}
+        assert source.path is not None  # open_source gives a source rows or a path
         with open(source.path, encoding="utf-8", newline="") as fh:
             for n, cols in enumerate(csv.reader(fh, delimiter="\t", quoting=csv.QUOTE_NONE), start=1):
                 if not cols or cols == [""]:

@@ -26,7 +26,7 @@ import re
 import numpy as np
 
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.evaluate.tasks import Evaluation, Source, Task, register, require_columns
+from vocabtransfer.evaluate.tasks import Evaluation, QaOptions, Source, Task, register, require_columns
 from vocabtransfer.evaluate.tasks.squad_metric import normalize_answer, score
 
 log = logging.getLogger(__name__)
@@ -86,6 +86,7 @@ class QA(Task):
         "the span of the training answers' median length whose surrounding words share the most words with the question"
     )
     PARTS = ("score", None, 1.0)  # F1: Σ per-question F1 (percent) / Σ questions
+    options: QaOptions
 
     def read(self, source: Source) -> tuple[list[dict], dict[str, int]]:
         rows = self._rows(source)
@@ -124,6 +125,7 @@ class QA(Task):
                 answers = [{"text": t, "answer_start": s} for t, s in zip(ans["text"], ans["answer_start"])]
                 out.append((row.get("title") or row["context"], row["context"], {**row, "answers": answers}))
             return out
+        assert source.path is not None  # open_source gives a source rows or a path
         try:
             data = json.loads(source.path.read_text(encoding="utf-8"))["data"]
             rows = []
