@@ -98,42 +98,47 @@ def test_bf16_and_fp32_runs_agree_in_valid_loss(tmp_path, monkeypatch, one_threa
     assert as_list(auto_rows) == as_list(fp32_rows)
 
 
-@pytest.mark.parametrize("prec", ["fp32", "bf16"])
-def test_fine_tuning_in_bf16_is_scored_in_fp32(tmp_path, one_thread, tokenizers, prec):
-    """`eval.precision`: fine-tuning a tiny BERT on Swahili NLI pairs in bf16 trains under autocast, and the test
-    split is scored in fp32 (the autocast wrapper is off the model's forward); the result names both."""
+def nli_task():
+    """The NLI task with one epoch of batches of 4 (params.yaml's other options)."""
     from vocabtransfer.app.params import validate_params
+    from vocabtransfer.evaluate.tasks import get_task
+
+    params = validate_params(
+        {"languages": ["sw"], "source_model": "unused", "corpus": {"sources": {"sw": {"path": "unused.txt"}}}}
+    )
+    return get_task("nli", {**params["eval"]["tasks"]["nli"], "epochs": 1, "batch_size": 4})
+
+
+def fine_tune_nli(tmp_path, tokenizers, task, **precisions):
+    """A tiny BERT fine-tuned on 16 Swahili NLI pairs (real text, labels by position) and scored on 4."""
     from vocabtransfer.evaluate import finetune_eval
-    from vocabtransfer.evaluate.tasks import Splits, get_task
+    from vocabtransfer.evaluate.tasks import Splits
 
     from helpers import save_dir, text_lines
 
     tok = tokenizers["masked"]
     model_dir = save_dir(tiny_bert(len(tok)), tok, tmp_path / "model")
-    params = validate_params(
-        {"languages": ["sw"], "source_model": "unused", "corpus": {"sources": {"sw": {"path": "unused.txt"}}}}
-    )
-    nli = get_task("nli", {**params["eval"]["tasks"]["nli"], "epochs": 1, "batch_size": 4})
     lines = text_lines("sw", 24, start=100)
     examples = [
-        {
-            "id": str(i),
-            "group": str(i),
-            "cluster": str(i),
-            "premise": lines[i],
-            "hypothesis": lines[i + 1],
-            "label": i % 3,
-        }
+        {"id": str(i), "group": str(i), "cluster": str(i), "premise": lines[i], "hypothesis": lines[i + 1]}
+        | {"label": i % 3}
         for i in range(20)
     ]
-    result, trainer = finetune_eval.finetune(
-        task=nli,
+    return finetune_eval.finetune(
+        task=task,
         splits=Splits(train=examples[:16], test=examples[16:]),
         model_dir=model_dir,
         seed=1,
         output_dir=tmp_path / "ckpt",
-        precision=prec,
+        **precisions,
     )
+
+
+@pytest.mark.parametrize("prec", ["fp32", "bf16"])
+def test_fine_tuning_in_bf16_is_scored_in_fp32(tmp_path, one_thread, tokenizers, prec):
+    """`eval.precision`: fine-tuning a tiny BERT on Swahili NLI pairs in bf16 trains under autocast, and the test
+    split is scored in fp32 (the autocast wrapper is off the model's forward); the result names both."""
+    result, trainer = fine_tune_nli(tmp_path, tokenizers, nli_task(), precision=prec)
     assert result["precision"] == prec and result["scored_in"] == "fp32"
     assert trainer.args.bf16 is (prec == "bf16")
     assert "_original_forward" not in vars(trainer.model)  # no autocast wrapper left for the scoring
@@ -146,18 +151,7 @@ def test_the_test_split_is_scored_in_the_precision_asked(tmp_path, one_thread, t
     torch.autocast in bf16 when bf16 is asked and without it for fp32; the result names it."""
     import torch
 
-    from vocabtransfer.app.params import validate_params
-    from vocabtransfer.evaluate import finetune_eval
-    from vocabtransfer.evaluate.tasks import Splits, get_task
-
-    from helpers import save_dir, text_lines
-
-    tok = tokenizers["masked"]
-    model_dir = save_dir(tiny_bert(len(tok)), tok, tmp_path / "model")
-    params = validate_params(
-        {"languages": ["sw"], "source_model": "unused", "corpus": {"sources": {"sw": {"path": "unused.txt"}}}}
-    )
-    nli = get_task("nli", {**params["eval"]["tasks"]["nli"], "epochs": 1, "batch_size": 4})
+    nli = nli_task()
     seen = []
     scoring = type(nli).evaluate
 
@@ -166,20 +160,6 @@ def test_the_test_split_is_scored_in_the_precision_asked(tmp_path, one_thread, t
         return scoring(self, trainer, *args)
 
     monkeypatch.setattr(type(nli), "evaluate", evaluate)
-    lines = text_lines("sw", 24, start=100)
-    examples = [
-        {"id": str(i), "group": str(i), "cluster": str(i), "premise": lines[i], "hypothesis": lines[i + 1]}
-        | {"label": i % 3}
-        for i in range(20)
-    ]
-    result, _ = finetune_eval.finetune(
-        task=nli,
-        splits=Splits(train=examples[:16], test=examples[16:]),
-        model_dir=model_dir,
-        seed=1,
-        output_dir=tmp_path / "ckpt",
-        precision="bf16",
-        test_precision=test_prec,
-    )
+    result, _ = fine_tune_nli(tmp_path, tokenizers, nli, precision="bf16", test_precision=test_prec)
     assert result["precision"] == "bf16" and result["scored_in"] == test_prec
     assert seen == [(test_prec == "bf16", torch.bfloat16)]
