@@ -190,6 +190,7 @@ def bits_per_byte_table(lang: Language, settings: Settings) -> BpbTable | None:
     )
     if best is not None and source_row.score is not None:
         for r in rows[1:]:
+            assert r.score is not None  # a model row's own score: zero_like pairs with every run
             r.share_kept = bits_per_byte.share_kept(best.bits_per_byte, r.score.diff, source_row.score.diff)
     return table
 
@@ -258,15 +259,21 @@ def share_sentence(table: BpbTable | None, settings: Settings) -> str | None:
             f"{head}: no model is detectably better than the floor, so no share is worded; "
             f"{against_floor(table, settings)}."
         )
-    listed = "; ".join(
-        f"{r.method} ({r.objective}) {r.share_kept:.2f} ({difference_text(r.vs_floor.diff)} "
-        "bits per byte "
-        f"against the floor, {r.vs_floor.runs_text}"
-        + (", test-set variance only" if r.vs_floor.test_set_only else "")
-        + f", adjusted p {r.vs_floor.diff.adjusted_p:.2g})"
-        for r in ahead
-    )
+    listed = "; ".join(_ahead_text(r) for r in ahead)
     return f"{head}, for the models detectably better than the floor: {listed}."
+
+
+def _ahead_text(r: BpbRow) -> str:
+    """One model of the share sentence: its share kept and its difference from the best floor."""
+    vs = r.vs_floor
+    assert vs is not None and vs.diff is not None  # a `better` status has a difference
+    return (
+        f"{r.method} ({r.objective}) {r.share_kept:.2f} ({difference_text(vs.diff)} "
+        "bits per byte "
+        f"against the floor, {vs.runs_text}"
+        + (", test-set variance only" if vs.test_set_only else "")
+        + f", adjusted p {vs.diff.adjusted_p:.2g})"
+    )
 
 
 def against_floor(table: BpbTable, settings: Settings) -> str:

@@ -73,6 +73,7 @@ def bits_per_byte_section(lang: Language, table: BpbTable | None, settings: Sett
         + ", from the means over pretraining seeds."
     )
     if table.nothing_to_keep:
+        assert table.source is not None and table.source.score is not None  # nothing_to_keep compares its score
         keep += (
             f" The source ({table.source.score.diff:.3f}) does not beat the best floor: it has nothing to keep "
             "on this language, so no share is given."

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Mapping
 
 from vocabtransfer import io
+from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.init import availability
 from vocabtransfer.pipeline import paths
 from vocabtransfer.pipeline.typed import Params
@@ -138,6 +139,10 @@ def write_report(params: Params, report: tables.ReportParams, p: Plan, root: Pat
                 m["valid_loss"] = {f"{k[0]}-{k[1]}": float(c["mean"].iloc[-1]) for k, c in seed_curves(lang).items()}
             body += markdown.pretrain_section(lang, curve_fig)
             if worth is not None:
+                if curve_fig is None:  # curves by block (valid_curve.parquet) without metrics.parquet
+                    raise VocabTransferError(
+                        f"{lang.lang}: pretraining runs with valid_curve.parquet but no metrics.parquet; rerun them"
+                    )
                 section, bullets, m["token_equivalent"] = _tokens_section(
                     lang, worth, report.baseline, settings, bpb, figures / Path(curve_fig).name, params
                 )
@@ -200,8 +205,9 @@ def _tokens_section(
     plot_token_curves(lang.lang, reps, figure, bits=bits or None, bits_lines=lines)
     bullets += token_worth.verdict(reps, eqs, crossings, baseline)
     reach, note = _source_reach(lang, reps, settings, params, bpb, lines.get("source"))
-    if reach:
-        bullets.append(token_worth.source_sentence(reach, lines["source"], reps))
+    sentence = token_worth.source_sentence(reach, lines["source"], reps) if reach else None
+    if sentence is not None:
+        bullets.append(sentence)
     metrics = {
         f"{e.method}-{e.objective}@{e.budget:.0f}":  # null: more than the run
         None if math.isinf(e.ratio.value) else round(e.ratio.value, 4)

@@ -27,6 +27,8 @@ runs of each measure, `Row`, `Family`, the correction); 1 is `tables.learned`, 5
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import numpy as np
 
 from vocabtransfer.evaluate import stats
@@ -140,10 +142,10 @@ def methods_vs_random(lang: Language, settings: Settings, status: dict) -> list[
         rows = []
         for group in groups(lang, task):
             method, _, objective = group.rpartition("-")
-            base = f"random-{objective}"
-            if group == names.SOURCE or method == "random" or base not in lang.evals[task]:
+            random_group = f"random-{objective}"
+            if group == names.SOURCE or method == "random" or random_group not in lang.evals[task]:
                 continue
-            diff = settings.bootstrap(task_runs(lang, task, base), task_runs(lang, task, group))
+            diff = settings.bootstrap(task_runs(lang, task, random_group), task_runs(lang, task, group))
             rows.append(Row(f"{method} − random ({objective})", task, diff, note="" if diff else "no paired runs"))
         if rows:
             out.append(
@@ -171,9 +173,9 @@ def objective_vs_standard(lang: Language, settings: Settings, status: dict, obje
         if a is not None and b is not None:  # causal models: the same comparison in bits per byte of the text
             rows.append(Row(method, "bits per byte", settings.bootstrap(a, b), lower_is_better=True))
         for task in tasks(lang):
-            a, b = f"{method}-standard", f"{method}-{objective}"
-            if task in status and status[task].learned and a in lang.evals[task] and b in lang.evals[task]:
-                rows.append(Row(method, task, settings.bootstrap(task_runs(lang, task, a), task_runs(lang, task, b))))
+            ga, gb = f"{method}-standard", f"{method}-{objective}"
+            if task in status and status[task].learned and ga in lang.evals[task] and gb in lang.evals[task]:
+                rows.append(Row(method, task, settings.bootstrap(task_runs(lang, task, ga), task_runs(lang, task, gb))))
         for bucket, label in buckets.items():
             a, b = bucket_runs(lang, method, "standard", bucket), bucket_runs(lang, method, objective, bucket)
             if a is not None and b is not None:
@@ -197,7 +199,7 @@ def _bucket_labels(lang: Language) -> dict[int, str]:
     return {int(b.bucket): f"b{int(b.bucket)} (ranks {int(b.rank_lo)}–{int(b.rank_hi)})" for b in spans.itertuples()}
 
 
-def families(lang: Language, settings: Settings, status: dict, head_to_head: list[Family] = ()) -> list[Family]:
+def families(lang: Language, settings: Settings, status: dict, head_to_head: Sequence[Family] = ()) -> list[Family]:
     """The report's comparison families in order: right after initialisation, every method − random, the
     head-to-head ones (`report.rivals.families`, built on report.tables), each objective − standard."""
     init = init_family(lang, settings)

@@ -24,8 +24,8 @@ def _settings(stats: dict) -> str:
 
 
 def _mean(frames, column: str) -> float:
-    values = [f[column].to_numpy(float) for f in frames if column in f.columns]
-    values = np.concatenate(values) if values else np.zeros(0)
+    parts = [f[column].to_numpy(float) for f in frames if column in f.columns]
+    values = np.concatenate(parts) if parts else np.zeros(0)
     values = values[np.isfinite(values)]
     return float(values.mean()) if values.size else math.nan
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import io as _io
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -34,7 +35,7 @@ def _save(fig, path: Path) -> None:
     _plt().close(fig)
 
 
-def seed_curves(lang: Language) -> dict[tuple[str, str], object]:
+def seed_curves(lang: Language) -> dict[tuple[str, str], Any]:
     """(method, objective) -> DataFrame indexed by step with the columns mean, low, high, n (seeds)."""
     import pandas as pd  # pandas: heavy, not at CLI start-up
 
@@ -187,6 +188,6 @@ def write_curves_csv(lang: Language, path: Path) -> None:
     writer.writerow(["step"] + list(names.values()))
     for step in steps:
         writer.writerow(
-            [step] + [f"{float(curves[k].loc[step, 'mean']):.6g}" if step in curves[k].index else "" for k in names]
+            [step, *(f"{float(curves[k].loc[step, 'mean']):.6g}" if step in curves[k].index else "" for k in names)]
         )
     path.write_text(buf.getvalue(), encoding="utf-8")

@@ -109,13 +109,14 @@ def task_table(task: str, by_model: dict, settings: Settings, lang: str) -> Harn
     scores = [
         HarnessScore(
             model,
-            settings.bootstrap(zero_like(r), r),
+            settings.paired(zero_like(r), r),
             settings.bootstrap(runs[SOURCE], r) if SOURCE in runs and model != SOURCE else None,
-            settings.bootstrap(floor_runs, r),
+            settings.paired(floor_runs, r),
         )
         for model, r in runs.items()
     ]
     for s, d in zip(scores, stats.corrected([s.over_floor for s in scores], settings.correction)):
+        assert d is not None  # corrected keeps every difference it is given
         s.over_floor = d
     vs = [s for s in scores if s.vs_source is not None]
     for s, d in zip(vs, stats.corrected([s.vs_source for s in vs], settings.correction)):

@@ -59,7 +59,8 @@ def md_table(headers: list[str], rows: list[list[str]], keys: int = 1) -> str:
     everything = list(range(len(headers)))
     if width(everything) <= WIDTH:
         return render(everything)
-    head, groups = everything[:keys], [[]]
+    head = everything[:keys]
+    groups: list[list[int]] = [[]]
     for c in everything[keys:]:
         if groups[-1] and width(head + groups[-1] + [c]) > WIDTH:
             groups.append([])
@@ -67,8 +68,8 @@ def md_table(headers: list[str], rows: list[list[str]], keys: int = 1) -> str:
     return "\n\n".join(render(head + g) for g in groups)
 
 
-def bold_best(values: list[float], texts: list[str], higher: bool) -> list[str]:
-    present = [v for v in values if finite(v)]
+def bold_best(values: list[float | None], texts: list[str], higher: bool) -> list[str]:
+    present = [v for v in values if v is not None and finite(v)]
     if not present:
         return texts
     best = max(present) if higher else min(present)
@@ -134,6 +135,7 @@ FLOOR_NOTES = {
 
 
 def _init_note(lang: Language, has_bits: bool, share: bool, floors: list[str]) -> str:
+    assert lang.init_eval is not None  # init_section returns before the note without it
     note = (
         "Loss: masked-/causal-LM loss on held-out target text with no training; calibrated: at the "
         "one temperature that minimises it; retrieval: top-1 accuracy on XNLI premises. The source model "
@@ -207,6 +209,7 @@ def pretrain_section(lang: Language, figure: str | None) -> list[str]:
     lines = ["### Continued pretraining", ""]
     if not lang.curves:
         return lines + ["_No continued-pretraining results for this language._", ""]
+    assert figure is not None  # write_report names the figure wherever there are curves
     lines += [f"![{lang.lang}: valid loss during continued pretraining]({_rel(figure)})", ""]
     curves = seed_curves(lang)
     methods = list(dict.fromkeys(m for m, _ in curves))

@@ -11,7 +11,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Mapping
+from typing import Any, Mapping
 
 from vocabtransfer import io
 from vocabtransfer.pipeline import names
@@ -137,9 +137,9 @@ class Language:
     runs: dict = field(default_factory=dict)  # Run -> stats.json
     blocks: dict = field(default_factory=dict)  # Run -> DataFrame of valid_blocks.parquet
     curve_blocks: dict = field(default_factory=dict)  # Run -> DataFrame of valid_curve.parquet (where written)
-    token_frequency: object = None  # DataFrame: one row per model × pretraining seed × bucket
-    token_blocks: object = None  # DataFrame: per model, bucket and held-out block
-    bits_per_byte: object = None  # DataFrame: per model, pretraining seed and valid line (bits, bytes, tokens)
+    token_frequency: Any = None  # DataFrame: one row per model × pretraining seed × bucket
+    token_blocks: Any = None  # DataFrame: per model, bucket and held-out block
+    bits_per_byte: Any = None  # DataFrame: per model, pretraining seed and valid line (bits, bytes, tokens)
     gradients: list[Run] = field(default_factory=list)  # runs with a gradient plot
     # task -> model group (`focus-standard`, `focus-init`, `source`) -> (pretraining seed, fine-tuning seed) -> result
     evals: dict = field(default_factory=dict)
@@ -192,9 +192,9 @@ def read_language(lang: str, p: Plan, root: Path) -> Language:
         if res is not None and res.get("not_run"):  # no task head for the architecture: a skip, not a score
             out.skipped[job["task"]] = res["not_run"]
         elif res is not None:
-            model = names.parse_model_name(job["model"])
-            runs = out.evals.setdefault(job["task"], {}).setdefault(model.group, {})
-            runs[(model.pseed or 0, int(job["seed"]))] = res
+            parsed = names.parse_model_name(job["model"])
+            runs = out.evals.setdefault(job["task"], {}).setdefault(parsed.group, {})
+            runs[(parsed.pseed or 0, int(job["seed"]))] = res
     for task in p.tasks(lang):
         floor = _json(need(paths.EVAL_FLOOR, task=task))
         if floor is not None:

@@ -72,6 +72,12 @@ class Settings:
     def bootstrap(self, a: stats.Runs, b: stats.Runs) -> stats.Difference | None:
         return stats.nested_interval(a, b, resamples=self.resamples, seed=self.seed, confidence=self.confidence)
 
+    def paired(self, a: stats.Runs, b: stats.Runs) -> stats.Difference:
+        """`bootstrap` where A has B's keys (zero_like(b), a floor as `Runs.fixed` of b): every run pairs."""
+        d = self.bootstrap(a, b)
+        assert d is not None  # None only when the two share no run
+        return d
+
     def too_few(self, d: stats.Difference | None, seedless: bool = False) -> str | None:
         """What is missing for a difference to be worded: `10 clusters: too few to tell`, `1 seed: …` (not
         for a `seedless` one: a deterministic model against a floor has no seed that could vary)."""
@@ -256,15 +262,20 @@ def learned(lang: Language, settings: Settings) -> dict[str, TaskStatus]:
         for group in groups(lang, task):
             runs = task_runs(lang, task, group)
             floor_runs = runs.fixed(task, floor["examples"], f"{lang.lang} {task} floor")
-            scores.append(Score(group, settings.bootstrap(zero_like(runs), runs), settings.bootstrap(floor_runs, runs)))
+            scores.append(Score(group, settings.paired(zero_like(runs), runs), settings.paired(floor_runs, runs)))
         for s, d in zip(scores, stats.corrected([s.over_floor for s in scores], settings.correction)):
+            assert d is not None  # corrected keeps every difference it is given
             s.over_floor = d
         rows = [Row(s.group, task, s.over_floor) for s in scores]
         if any(r.better(settings) for r in rows):
             state = LEARNED
         else:
             # above the floor by its interval, but resting on too few clusters or seeds to say so
-            few = [settings.too_few(r.diff) for r in rows if r.diff.survives(settings.alpha) and r.diff.diff > 0]
+            few = [
+                settings.too_few(s.over_floor)
+                for s in scores
+                if s.over_floor.survives(settings.alpha) and s.over_floor.diff > 0
+            ]
             state = next((f for f in few if f), NOT_LEARNED)
         out[task] = TaskStatus(state, scores, floor)
     return out

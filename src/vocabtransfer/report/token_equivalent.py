@@ -71,7 +71,9 @@ class Curves:
 def read_curves(lang) -> Curves | None:
     """The curves of every run with a valid_curve.parquet (report.read.Language.curve_blocks), or None."""
     runs: dict = {}
-    counts = unigram = uniform = None
+    counts: np.ndarray | None = None
+    unigram: np.ndarray | None = None
+    uniform: float | None = None
     for (m, o, s), table in sorted(lang.curve_blocks.items()):
         blocks = lang.blocks.get((m, o, s))
         if blocks is None or table is None or not len(table):
@@ -85,7 +87,10 @@ def read_curves(lang) -> Curves | None:
         if "unigram_sum" in blocks:
             unigram = blocks.sort_values("block")["unigram_sum"].to_numpy(float)
         uniform = (lang.runs.get((m, o, s)) or {}).get("uniform_valid_loss", uniform)
-    return Curves(runs, counts, unigram, uniform) if runs else None
+    if not runs:
+        return None
+    assert counts is not None  # set with every run appended
+    return Curves(runs, counts, unigram, uniform)
 
 
 def interpolation(tokens: np.ndarray, grid: np.ndarray) -> np.ndarray:

@@ -61,15 +61,11 @@ def worth_sentence(rows: list[Equivalent], baseline: str, reps: Replicates) -> s
 
 def floor_sentence(crossings: list[FloorCrossing], reps: Replicates) -> str | None:
     """Which methods never get below the target unigram floor within the run, and when the others do."""
-    rows = [c for c in crossings if c.unigram is not None]
+    rows = [(c, c.unigram) for c in crossings if c.unigram is not None]
     if not rows or reps.unigram is None:
         return None
-    never = [f"{c.method}-{c.objective}" for c in rows if math.isinf(c.unigram.value)]
-    reach = [
-        f"{c.method}-{c.objective} after {interval_text(c.unigram)} tokens"
-        for c in rows
-        if not math.isinf(c.unigram.value)
-    ]
+    never = [f"{c.method}-{c.objective}" for c, u in rows if math.isinf(u.value)]
+    reach = [f"{c.method}-{c.objective} after {interval_text(u)} tokens" for c, u in rows if not math.isinf(u.value)]
     seeds = f"{max(reps.seeds.values())} pretraining seeds each, {reps.blocks} valid blocks"
     floor = f"the target unigram floor ({reps.unigram[0]:.3f} nats a valid token; {seeds})"
     parts = []

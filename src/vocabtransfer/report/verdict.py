@@ -10,6 +10,7 @@ tasks no model learns are named as such, with their floor's score, and take no p
 from __future__ import annotations
 
 import re
+from typing import Sequence
 
 from vocabtransfer.report.bpb import BPB_TITLE
 from vocabtransfer.report import rivals
@@ -223,8 +224,8 @@ def language_verdict(
     families: list[Family],
     status: dict,
     settings: Settings,
-    extra: list[str] | None = None,
-    zero_shot: list[str] = (),
+    extra: list[str | None] | None = None,
+    zero_shot: Sequence[str] = (),
 ) -> list[str]:
     """The verdict's bullet points for one language; `extra`: the bits-per-byte claims that need more than a
     family (report.bpb.share_sentence), after the bits-per-byte bullet; `zero_shot`: the zero-shot tasks'
@@ -290,5 +291,6 @@ def section(
         "",
     ]
     for lang, (families, status, *extra) in per_language.items():  # (families, status[, extra bullets])
-        lines += language_verdict(lang, families, status, settings, *extra, zero_shot=(zero_shot or {}).get(lang, []))
+        bullets = extra[0] if extra else None
+        lines += language_verdict(lang, families, status, settings, bullets, zero_shot=(zero_shot or {}).get(lang, []))
     return lines
