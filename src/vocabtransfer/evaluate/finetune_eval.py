@@ -260,7 +260,7 @@ def _training_args(opts, seed: int, output_dir: Path, device: str, bf16: bool):
     )
 
 
-def _result(task, splits, trainer, evaluation, train_features, pad_token, choice) -> dict:
+def _result(task, splits, trainer, evaluation, train_features, pad_token, choice, scored_in: str) -> dict:
     """The result fields of one fine-tuning: the test scores and examples, sizes, skips and precision."""
     opts = task.options
     return {
@@ -276,7 +276,7 @@ def _result(task, splits, trainer, evaluation, train_features, pad_token, choice
         "pad_token_set": pad_token,  # the tokenizer had none: batches padded with this token
         "precision": choice.name,
         "precision_reason": choice.reason,
-        "scored_in": "fp32",
+        "scored_in": scored_in,
         **splits.notes,
     }
 
@@ -337,9 +337,7 @@ def finetune(
     with torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=test_precision == "bf16"):
         evaluation = task.evaluate(trainer, splits.test, tokenizer, labels)
     evaluation.examples["clusters"] = test_clusters(splits.test, task.name)
-    result = _result(task, splits, trainer, evaluation, train_features, pad_token, choice)
-    result["scored_in"] = test_precision
-    return result, trainer
+    return _result(task, splits, trainer, evaluation, train_features, pad_token, choice, test_precision), trainer
 
 
 def run(ctx) -> None:
