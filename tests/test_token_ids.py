@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -109,6 +110,17 @@ def test_split_files_are_plain_npy_of_the_smallest_dtype(tmp_path, sw_wp):
     token_ids.write_lines(tmp_path / "big", big, [[69_999, 1], [], [65_536]])
     assert np.load(tmp_path / "big" / "ids.npy").tolist() == [69_999, 1, 65_536]
     assert TokenIds(tmp_path / "big", big).dtype == np.uint32
+
+
+def test_a_pickled_split_reopens_its_files(tmp_path, sw_wp):
+    """A data-loader worker gets the split pickled: only its path travels, and the copy maps the files again."""
+    ids = _ids(sw_wp, 50)
+    token_ids.write_lines(tmp_path / "s", sw_wp, ids)
+    split = TokenIds(tmp_path / "s", sw_wp)
+    state = split.__getstate__()
+    copy = pickle.loads(pickle.dumps(split))
+    assert state == {"path": tmp_path / "s"} and copy.path == split.path and len(copy) == len(ids)
+    assert list(copy.lines()) == ids and copy.dtype == np.uint16 and copy.meta == split.meta
 
 
 def test_offsets_widen_to_uint64_past_the_uint32_bound(tmp_path, sw_wp, monkeypatch):

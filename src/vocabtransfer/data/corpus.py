@@ -30,7 +30,7 @@ from collections import Counter
 from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
-from typing import Iterable, Iterator, Literal
+from typing import TYPE_CHECKING, Iterable, Iterator, Literal, cast
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -42,6 +42,9 @@ from vocabtransfer.log import progress
 from vocabtransfer.pipeline import names
 from vocabtransfer.pipeline.typed import option
 
+if TYPE_CHECKING:
+    from tqdm import tqdm
+
 log = logging.getLogger(__name__)
 
 SCHEMA = pa.schema([pa.field("text", pa.string(), nullable=False)])
@@ -50,6 +53,7 @@ FLUSH_ROWS = 65_536  # rows per Parquet row group
 # --- cleaning and splitting ---------------------------------------------------------------
 
 LINE_DIGEST = 16  # bytes of a line's seeded hash (names.seeded_digest): it decides duplicates and the split
+Normalization = Literal["NFC", "NFKC", "NFD", "NFKD", "none"]  # corpus.normalization; `none` skips it
 
 
 def split_value(text: str, seed: int) -> float:
@@ -61,7 +65,7 @@ def clean(
     records: Iterable[str],
     *,
     seed: int,
-    normalization: str = "NFC",
+    normalization: Normalization = "NFC",
     min_chars: int = 1,
     max_bytes: int = 0,
     counts: Counter | None = None,
@@ -156,9 +160,7 @@ class CorpusParams:
         propertyNames={"$ref": "#/$defs/lang"},
         additionalProperties={"$ref": "#/$defs/corpus_source"},
     )
-    normalization: Literal["NFC", "NFKC", "NFD", "NFKD", "none"] = option(
-        "NFC", "Unicode normal form applied to every line"
-    )
+    normalization: Normalization = option("NFC", "Unicode normal form applied to every line")
     max_bytes: int = option(0, "cap on UTF-8 bytes kept (train + valid) per language; 0 keeps everything", minimum=0)
     valid_fraction: float = option(
         0.05,
@@ -232,9 +234,10 @@ def build_corpus(
             writer.finish()
         finally:
             writer.close()
-            bar.close()
-            if hasattr(records, "close"):
-                records.close()
+            cast("tqdm", bar).close()  # progress(records) is a tqdm, typed as the lines it yields
+            close = getattr(records, "close", None)  # a generator over an open file
+            if close is not None:
+                close()
     if sum(writer.lines.values()) == 1:
         log.warning("%s: only one line survived cleaning; the valid split is empty", describe(source_desc))
     return {

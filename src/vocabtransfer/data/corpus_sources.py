@@ -10,7 +10,7 @@ import bz2
 import gzip
 import lzma
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
 from vocabtransfer.data import download
 from vocabtransfer.errors import VocabTransferError
@@ -28,7 +28,7 @@ FORMATS = {
     ".tsv": "tsv",
     ".parquet": "parquet",
 }
-COMPRESSION = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}
+COMPRESSION: dict[str, Callable[..., Any]] = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}
 # datasets builder and its keyword arguments for each table format
 BUILDERS = {"json": ("json", {}), "csv": ("csv", {}), "tsv": ("csv", {"sep": "\t"}), "parquet": ("parquet", {})}
 # load_dataset paths that name a packaged builder: their relative data_files are data paths
@@ -48,7 +48,7 @@ def read_text_file(path: str | Path) -> Iterator[str]:
     """The lines of a UTF-8 text file (optionally .gz/.bz2/.xz), split at LF; a CR before the LF is
     whitespace that `clean` strips, and a leading byte-order mark is dropped."""
     path = Path(path)
-    opener = COMPRESSION.get(path.suffix.lower(), open)
+    opener: Callable[..., Any] = COMPRESSION.get(path.suffix.lower(), open)
     lineno = 0
     try:
         with opener(path, "rb") as f:
@@ -191,14 +191,14 @@ def open_source(source: dict, key: str = "corpus source") -> tuple[dict, Iterato
 
     if "dataset" in source:
         spec = {"split": "train", **source["dataset"]}
-        path = spec.pop("path")
-        if path in LOCAL_BUILDERS:
+        dataset: str = spec.pop("path")
+        if dataset in LOCAL_BUILDERS:
             spec["data_files"] = _resolve_data_files(spec.get("data_files"))
-        elif data_path(path).exists():  # a local dataset directory
-            path = str(data_path(path))
-        ds = _load_dataset(path, f"{key}.dataset", **spec)
-        desc = {"kind": "dataset", "path": path, **spec, "text_column": column}
-        name = f"dataset {path}" + (f" ({spec['name']})" if spec.get("name") else "")
+        elif data_path(dataset).exists():  # a local dataset directory
+            dataset = str(data_path(dataset))
+        ds = _load_dataset(dataset, f"{key}.dataset", **spec)
+        desc = {"kind": "dataset", "path": dataset, **spec, "text_column": column}
+        name = f"dataset {dataset}" + (f" ({spec['name']})" if spec.get("name") else "")
         return desc, iter_column(ds, column, name, key)
 
     raise VocabTransferError(f"{key}: needs one of `path`, `url` with `sha256`, or `dataset`")

@@ -24,7 +24,7 @@ from vocabtransfer.errors import VocabTransferError
 
 Family = Literal["wordpiece", "unigram", "bpe"]
 FAMILIES: tuple[str, ...] = ("wordpiece", "unigram", "bpe")
-MODEL_TO_FAMILY = {"WordPiece": "wordpiece", "Unigram": "unigram", "BPE": "bpe"}
+MODEL_TO_FAMILY: dict[str, Family] = {"WordPiece": "wordpiece", "Unigram": "unigram", "BPE": "bpe"}
 BYTE_TOKENS = [f"<0x{b:02X}>" for b in range(256)]  # SentencePiece's byte-fallback pieces
 
 
@@ -298,12 +298,12 @@ def special_token_clash(target, source) -> str | None:
                 )
     s_head = source_head(_backend_json(source))
     t_head = source_head(_backend_json(target)) if s_head else None
-    if t_head is not None and [c for c, _ in t_head] != [c for c, _ in s_head]:
+    if s_head is not None and t_head is not None and [c for c, _ in t_head] != [c for c, _ in s_head]:
         at = next((i for i, (a, b) in enumerate(zip(t_head, s_head)) if a[0] != b[0]), min(len(t_head), len(s_head)))
-        mine = repr(t_head[at][0]) if at < len(t_head) else "a byte token"
-        theirs = repr(s_head[at][0]) if at < len(s_head) else "a byte token"
+        in_target = repr(t_head[at][0]) if at < len(t_head) else "a byte token"
+        in_source = repr(s_head[at][0]) if at < len(s_head) else "a byte token"
         return (
-            f"the target does not keep the source's {len(s_head)} head tokens at their ids: id {at} is {mine} "
-            f"in the target and {theirs} in the source"
+            f"the target does not keep the source's {len(s_head)} head tokens at their ids: id {at} is {in_target} "
+            f"in the target and {in_source} in the source"
         )
     return None

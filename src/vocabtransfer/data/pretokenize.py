@@ -183,7 +183,7 @@ def encode_batches(backend, batches: Iterable[list[str]]) -> Iterator[tuple[list
 
 def encode_split(
     target, corpus: Path, ids_path: Path, *, text_path: Path | None = None, batch_size: int = 1000, desc: str = ""
-) -> TokenStats:
+) -> tuple[TokenStats, dict]:
     """Encode one corpus split with the target tokenizer into a split of flat ids (and the
     token-joined text file), streaming; returns the target's statistics and the split's header."""
     backend = encoder(target)

@@ -58,6 +58,9 @@ class _NpyStream:
     with the real length (a 1-D header is 128 bytes whatever the length, `_header` checks it)."""
 
     def __init__(self, path: Path, dtype: np.dtype):
+        self._open(path, dtype)
+
+    def _open(self, path: Path, dtype: np.dtype) -> None:
         self.file, self.dtype, self.length = open(path, "wb"), np.dtype(dtype), 0
         self.size = self._header(0)
 
@@ -78,7 +81,7 @@ class _NpyStream:
         self.file.close()
         os.replace(path, path.with_name(path.name + ".narrow"))
         narrow = path.with_name(path.name + ".narrow")
-        self.__init__(path, dtype)
+        self._open(path, dtype)
         with open(narrow, "rb") as src:
             np.lib.format.read_magic(src)
             np.lib.format.read_array_header_1_0(src)
@@ -105,7 +108,7 @@ class IdsWriter:
         self._atomic = io.atomic_output(self.path, directory=True)
         self.tmp = self._atomic.__enter__()
         self.ids = _NpyStream(self.tmp / IDS, self.dtype)
-        self.offsets = _NpyStream(self.tmp / OFFSETS, np.uint32)
+        self.offsets = _NpyStream(self.tmp / OFFSETS, np.dtype(np.uint32))
         self.offsets.append(np.zeros(1, dtype=np.uint32))
         return self
 
@@ -158,6 +161,9 @@ class TokenIds:
     """A split opened for reading: `len` lines, `read(lo, hi)` ids, `line(i)`, `line_offsets(a, b)`."""
 
     def __init__(self, path: str | os.PathLike, tokenizer=None):
+        self._open(path, tokenizer)
+
+    def _open(self, path: str | os.PathLike, tokenizer=None) -> None:
         self.path = Path(path)
         self.meta = _read_meta(self.path)
         self.ids = _map(self.path / IDS, self.meta["dtype"], self.meta["tokens"])
@@ -184,7 +190,7 @@ class TokenIds:
         return {"path": self.path}
 
     def __setstate__(self, state: dict) -> None:
-        self.__init__(state["path"])
+        self._open(state["path"])
 
     @property
     def tokens(self) -> int:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 from vocabtransfer.data.families import (
     _family_conventions,
@@ -38,6 +39,7 @@ def _empty_model(family: str, source_model: dict | None, unk: str | None) -> dic
             if family == "bpe":
                 model["merges"] = []
         return model
+    obj: models.Model
     if family == "wordpiece":
         obj = models.WordPiece(unk_token=unk or "[UNK]", continuing_subword_prefix="##")
     elif family == "unigram":
@@ -174,7 +176,7 @@ def empty_tokenizer(src: dict, family: str, src_family: str, style: str, unk: st
     model = _empty_model(family, src["model"] if same else None, unk)
     if family in ("wordpiece", "bpe") and model.get("unk_token") is None and unk is not None:
         model["unk_token"] = unk
-    spec = {
+    spec: dict[str, Any] = {
         "version": "1.0",
         "truncation": None,
         "padding": None,
@@ -226,7 +228,7 @@ def family_trainer(
     if prefix and iter(batches) is batches:
         raise TypeError("train_tokenizer: `batches` must be re-iterable (a list or CorpusBatches), not an iterator")
     seeds = _continuation_symbols(tok, batches, prefix) if prefix else []
-    common = dict(
+    common: dict[str, Any] = dict(
         vocab_size=target_size,
         show_progress=show_progress,
         special_tokens=specials + [AddedToken(t, special=True, normalized=False) for t in seeds],
@@ -235,7 +237,7 @@ def family_trainer(
         return trainers.WordPieceTrainer(min_frequency=min_frequency, continuing_subword_prefix=prefix, **common), seeds
     if family == "unigram":
         return trainers.UnigramTrainer(unk_token=unk, **common), seeds
-    extra = {}
+    extra: dict[str, Any] = {}
     if style == "byte_level":
         extra["initial_alphabet"] = pre_tokenizers.ByteLevel.alphabet()
     if prefix:
