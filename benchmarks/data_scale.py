@@ -37,8 +37,8 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-DATA = Path(os.environ.get("VOCABTRANSFER_DATA") or REPO / "data")
+from smoke_inputs import DATA  # the data root the pipeline reads: data/ links ../shared/data
+
 SIZES = {"1MB": 10**6, "10MB": 10 * 10**6, "100MB": 100 * 10**6, "1GB": 10**9}
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 

@@ -29,8 +29,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TQDM_DISABLE", "1")  # deepfocus's per-token progress bars
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
 
-REPO = Path(__file__).resolve().parents[1]
-DATA = Path(os.environ.get("VOCABTRANSFER_DATA") or REPO / "data")  # as the pipeline: data/ links ../shared/data
+from smoke_inputs import DATA  # the data root the pipeline reads: data/ links ../shared/data
+
 SOURCE = "sentence-transformers/all-MiniLM-L6-v2"
 
 

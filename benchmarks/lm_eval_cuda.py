@@ -6,7 +6,6 @@ XNLI choices' log-likelihoods of the two devices compared. By hand, on a machine
 """
 
 import json
-import os
 import sys
 import tempfile
 import time
@@ -21,12 +20,12 @@ from vocabtransfer.evaluate import harness
 from vocabtransfer.io import read_json, read_parquet
 from vocabtransfer.pipeline.stage_spec import Context, Stage
 from vocabtransfer.pipeline.typed import Params
+from smoke_inputs import DATA  # the data root the pipeline reads
 
 LIMIT = int(sys.argv[1]) if len(sys.argv) > 1 else 20
 devices = sys.argv[2].split(",") if len(sys.argv) > 2 else ["cpu", "cuda"]
-data = Path(os.environ.get("VOCABTRANSFER_DATA") or Path(__file__).resolve().parents[1] / "data")
 root = Path(tempfile.mkdtemp(prefix="lm_eval_cuda_"))
-lines = [s.strip() for s in (data / "pretrain_text/sw.txt").open(encoding="utf-8") if s.strip()][:2000]
+lines = [s.strip() for s in (DATA / "pretrain_text/sw.txt").open(encoding="utf-8") if s.strip()][:2000]
 tok = Tokenizer(models.BPE())
 tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
 tok.decoder = decoders.ByteLevel()

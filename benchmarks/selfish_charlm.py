@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import sys
 import time
 from collections import Counter
@@ -29,11 +28,11 @@ import torch
 import torch.nn.functional as F
 
 from vocabtransfer.model.losses import objective_loss
+from smoke_inputs import DATA  # the data root the pipeline reads
 
 
 def load_text(train_chars: int, valid_chars: int) -> tuple[str, str]:
-    root = Path(os.environ.get("VOCABTRANSFER_DATA") or Path(__file__).resolve().parents[1] / "data")
-    text = (root / "pretrain_text" / "en.txt").read_text(encoding="utf-8")
+    text = (DATA / "pretrain_text" / "en.txt").read_text(encoding="utf-8")
     return text[:train_chars], text[-valid_chars:]
 
 
