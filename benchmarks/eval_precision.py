@@ -19,6 +19,13 @@ the seconds of each in the same process: the harness's whole run (its scoring), 
     .venv/bin/python benchmarks/eval_precision.py --model ../gemma-study/results/source/base --lang sw \\
         --threads 1 --xnli-items 200 --qa-dev 120 --json eval_precision.json
     .venv/bin/python benchmarks/eval_precision.py --smoke        # CI: a tiny random Llama, 6 items each
+
+`--pair FP32_ROOT BF16_ROOT` scores nothing: it pairs the study's own results of one model (`--pair-model`,
+default source) in two project folders whose `lm_eval.precision` and `eval.test_precision` differ, on the items
+the study scores (every `results/<lang>/lm_eval/<model>/samples.parquet` and `results/<lang>/eval/qa/<model>/
+seed<k>.json` the two share), with the same rows; the seconds are the jobs' own, so the QA row's are whole jobs.
+
+    .venv/bin/python benchmarks/eval_precision.py --pair ../gemma-fp32 ../gemma-study --resamples 10000
 """
 
 from __future__ import annotations
@@ -54,6 +61,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--resamples", type=int, default=2000, help="bootstrap resamples")
     p.add_argument("--json", type=Path, help="write the rows here as well")
     p.add_argument("--smoke", action="store_true", help="a tiny random Llama, 6 XNLI items and 6 QA questions")
+    p.add_argument(
+        "--pair", nargs=2, type=Path, metavar=("FP32_ROOT", "BF16_ROOT"),
+        help="score nothing: pair the study's own lm_eval and QA results of --pair-model in two project folders",
+    )  # fmt: skip
+    p.add_argument("--pair-model", default="source", help="the model whose results --pair reads (default source)")
     return p.parse_args(argv)
 
 
@@ -89,6 +101,13 @@ def xnli_part(args, model: Path) -> dict:
             runs[precision] = (rows, time.perf_counter() - start)
         os.environ["VOCABTRANSFER_DATA"] = str(DATA)
     (fp32, t32), (bf16, t16) = runs["fp32"], runs["bf16"]
+    return xnli_row(fp32, bf16, t32, t16, args.resamples)
+
+
+def xnli_row(fp32: list[dict], bf16: list[dict], t32: float, t16: float, resamples: int) -> dict:
+    """The XNLI row from the harness's samples of the same items scored in fp32 and in bf16 (doc_id order)."""
+    if [r["doc_id"] for r in fp32] != [r["doc_id"] for r in bf16]:
+        raise SystemExit("XNLI: the two runs scored different items; pair runs with the same `lm_eval.limit`")
     ll32 = [np.array(r["loglikelihoods"]) for r in fp32]
     ll16 = [np.array(r["loglikelihoods"]) for r in bf16]
     acc32, acc16 = np.array([r["value"] for r in fp32]), np.array([r["value"] for r in bf16])
@@ -100,7 +119,7 @@ def xnli_part(args, model: Path) -> dict:
         "fp32": float(acc32.mean()),
         "bf16": float(acc16.mean()),
         "diff": float((acc16 - acc32).mean()),
-        "interval": bootstrap(acc16 - acc32, clusters, args.resamples),
+        "interval": bootstrap(acc16 - acc32, clusters, resamples),
         "changed": int(sum(a.argmax() != b.argmax() for a, b in zip(ll32, ll16))),
         "max_abs_loglik": float(max(np.abs(a - b).max() for a, b in zip(ll32, ll16))),
         "median_abs_loglik": float(np.median(np.concatenate([np.abs(a - b) for a, b in zip(ll32, ll16)]))),
@@ -133,6 +152,13 @@ def qa_part(args, model: Path) -> dict:
             )  # fmt: skip
         runs[precision] = (result["examples"], time.perf_counter() - start)
     (ex32, t32), (ex16, t16) = runs["fp32"], runs["bf16"]
+    return qa_row(ex32, ex16, t32, t16, args.resamples)
+
+
+def qa_row(ex32: dict, ex16: dict, t32: float, t16: float, resamples: int) -> dict:
+    """The QA row from a fine-tuned model's per-question `examples` (finetune_eval's result) in fp32 and bf16."""
+    if ex32["ids"] != ex16["ids"]:
+        raise SystemExit("QA: the two runs scored different questions; pair runs of the same params")
     f32, f16 = np.array(ex32["score"]), np.array(ex16["score"])
     return {
         "part": "qa",
@@ -141,11 +167,55 @@ def qa_part(args, model: Path) -> dict:
         "fp32": float(f32.mean()),
         "bf16": float(f16.mean()),
         "diff": float((f16 - f32).mean()),
-        "interval": bootstrap(f16 - f32, list(ex32["clusters"]), args.resamples),
+        "interval": bootstrap(f16 - f32, list(ex32["clusters"]), resamples),
         "changed": int(sum(a != b for a, b in zip(ex32["prediction"], ex16["prediction"]))),
         "seconds_fp32": t32,
         "seconds_bf16": t16,
     }
+
+
+def pair_rows(fp32_root: Path, bf16_root: Path, model: str, resamples: int) -> list[dict]:
+    """The rows of `model`'s own scores in two project folders of the same study, one scored in fp32 and one in
+    bf16 (`lm_eval.precision`, `eval.test_precision`): every `results/<lang>/lm_eval/<model>/samples.parquet`
+    and `results/<lang>/eval/qa/<model>/seed<k>.json` the two share; the seconds are the jobs' own."""
+    import pyarrow.parquet as pq
+
+    rows = []
+    for samples in sorted(fp32_root.glob(f"results/*/lm_eval/{model}/samples.parquet")):
+        other = bf16_root / samples.relative_to(fp32_root)
+        if not other.exists():
+            continue
+        t32, t16 = lm_eval_seconds(samples, "fp32"), lm_eval_seconds(other, "bf16")
+        xnli = [
+            sorted(t.to_pylist(), key=lambda r: r["doc_id"]) for t in (pq.read_table(samples), pq.read_table(other))
+        ]
+        rows.append({**xnli_row(*xnli, t32, t16, resamples), "part": f"xnli {samples.parts[-4]}"})
+    for result in sorted(fp32_root.glob(f"results/*/eval/qa/{model}/seed*.json")):
+        other = bf16_root / result.relative_to(fp32_root)
+        if not other.exists():
+            continue
+        (ex32, t32), (ex16, t16) = (qa_run(path, want) for path, want in ((result, "fp32"), (other, "bf16")))
+        rows.append({**qa_row(ex32, ex16, t32, t16, resamples), "part": f"qa {result.parts[-5]} {result.stem}"})
+    if not rows:
+        raise SystemExit(f"no lm_eval or QA results of model {model!r} shared by {fp32_root} and {bf16_root}")
+    return rows
+
+
+def lm_eval_seconds(samples: Path, want: str) -> float:
+    """The job's seconds, after checking its scores.json says it scored in `want` (a scores.json without
+    `precision` predates the key, when every run scored in fp32)."""
+    scores = json.loads((samples.parent / "scores.json").read_text(encoding="utf-8"))
+    if scores.get("precision", "fp32") != want:
+        raise SystemExit(f"{samples.parent}: scored in {scores.get('precision', 'fp32')}, not {want}")
+    return float(scores["seconds"])
+
+
+def qa_run(result: Path, want: str) -> tuple[dict, float]:
+    """A QA result's per-question examples and the job's seconds, after checking it scored in `want`."""
+    data = json.loads(result.read_text(encoding="utf-8"))
+    if data["scored_in"] != want:
+        raise SystemExit(f"{result}: scored in {data['scored_in']}, not {want}")
+    return data["examples"], float(data["seconds"])
 
 
 def smoke_model(root: Path, lang: str) -> Path:
@@ -167,6 +237,23 @@ def smoke_model(root: Path, lang: str) -> Path:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.pair:
+        fp32_root, bf16_root = args.pair
+        rows = pair_rows(fp32_root, bf16_root, args.pair_model, args.resamples)
+        print_rows(rows, f"\n{args.pair_model}: its own scores in {fp32_root} (fp32) and {bf16_root} (bf16)\n")
+    else:
+        rows = measure(args)
+        model = "a tiny random Llama" if args.smoke else args.model
+        print_rows(
+            rows, f"\n{model}, {args.lang}, {args.threads} thread(s): bf16 against fp32 scoring of the same model\n"
+        )
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1) + "\n")
+    return 0
+
+
+def measure(args) -> list[dict]:
+    """Both parts scored here, in one process, on items the study does not score."""
     import torch
 
     torch.set_num_threads(args.threads)
@@ -176,17 +263,20 @@ def main(argv=None) -> int:
             args.xnli_items, args.qa_dev, args.qa_train, args.resamples = 6, 6, 8, 200
             model = smoke_model(work / "model", args.lang)
         elif args.model is None:
-            sys.exit("--model: a causal model directory is needed (or --smoke)")
+            sys.exit("--model: a causal model directory is needed (or --smoke, or --pair)")
         else:
             model = args.model
-        rows = ([xnli_part(args, model)] if args.xnli_items else []) + ([qa_part(args, model)] if args.qa_dev else [])
+        return ([xnli_part(args, model)] if args.xnli_items else []) + ([qa_part(args, model)] if args.qa_dev else [])
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    print(f"\n{model}, {args.lang}, {args.threads} thread(s): bf16 against fp32 scoring of the same model\n")
+
+
+def print_rows(rows: list[dict], heading: str) -> None:
+    print(heading)
     print("| part | items (clusters) | fp32 | bf16 | bf16 − fp32 [95 % interval] | answers changed | s fp32 | s bf16 |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
-        scale = 100.0 if r["part"] == "xnli" else 1.0  # accuracy in %, F1 already in points
+        scale = 100.0 if r["part"].startswith("xnli") else 1.0  # accuracy in %, F1 already in points
         lo, hi = r["interval"]
         print(
             f"| {r['part']} | {r['items']} ({r['clusters']}) | {scale * r['fp32']:.1f} | {scale * r['bf16']:.1f} | "
@@ -194,16 +284,15 @@ def main(argv=None) -> int:
             f"{r['seconds_fp32']:.0f} | {r['seconds_bf16']:.0f} |"
         )
     for r in rows:
-        if r["part"] == "xnli":
+        if r["part"].startswith("xnli"):
             print(
-                f"\nXNLI log-likelihoods, bf16 − fp32: largest change {r['max_abs_loglik']:.3f} nats, median "
+                f"\n{r['part']} log-likelihoods, bf16 − fp32: largest change {r['max_abs_loglik']:.3f} nats, median "
                 f"{r['median_abs_loglik']:.4f}; speed-up {r['seconds_fp32'] / r['seconds_bf16']:.2f}x"
             )
         else:
-            print(f"QA job (fine-tuning and scoring) speed-up {r['seconds_fp32'] / r['seconds_bf16']:.2f}x")
-    if args.json:
-        args.json.write_text(json.dumps(rows, indent=1) + "\n")
-    return 0
+            print(
+                f"{r['part']}: QA job (fine-tuning and scoring) speed-up {r['seconds_fp32'] / r['seconds_bf16']:.2f}x"
+            )
 
 
 if __name__ == "__main__":

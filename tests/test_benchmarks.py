@@ -176,6 +176,53 @@ def test_precision_pair_on_runs_a_tenth_of_a_nat_apart(tmp_path):
         run_script("precision_pair.py", str(tmp_path / "bf16"), str(tmp_path / "fp32"), "--resamples", "200")
 
 
+def fake_scored(root: Path, precision: str, flip: bool) -> None:
+    """The source's lm_eval samples (6 XNLI items, 3 premises) and QA result (4 questions, 2 articles) as the
+    study writes them, scored in `precision`; `flip`: item 2's choice and question 1's answer change."""
+    lm = root / "results" / "sw" / "lm_eval" / "source"
+    lm.mkdir(parents=True)
+    lls = [[-1.0, -2.0, -3.0]] * 6
+    if flip:
+        lls = lls[:2] + [[-2.5, -2.0, -3.0]] + lls[3:]
+    targets = [0, 0, 0, 0, 1, 1]  # items 0-3 right (argmax 0), 4-5 wrong
+    rows = {
+        "task": ["local_xnli_sw"] * 6, "doc_id": list(range(6)), "cluster": ["a", "a", "b", "b", "c", "c"],
+        "metric": ["acc"] * 6, "target": targets, "loglikelihoods": lls, "response": [""] * 6,
+        "value": [float(max(range(3), key=lambda j: ll[j]) == t) for ll, t in zip(lls, targets)],
+    }  # fmt: skip
+    pq.write_table(pa.table(rows), lm / "samples.parquet")
+    (lm / "scores.json").write_text(json.dumps({"precision": precision, "seconds": 30.0 if flip else 50.0}))
+    qa = root / "results" / "sw" / "eval" / "qa" / "source"
+    qa.mkdir(parents=True)
+    scores, predictions = [100.0, 50.0, 0.0, 100.0], ["1999", "mji mkuu", "x", "Dodoma"]
+    if flip:
+        scores[1], predictions[1] = 0.0, "mji"
+    examples = {"ids": ["q0", "q1", "q2", "q3"], "clusters": ["A", "A", "B", "B"], "score": scores,
+                "prediction": predictions, "exact_match": scores}  # fmt: skip
+    result = {"examples": examples, "scored_in": precision, "seconds": 90.0 if flip else 100.0}
+    (qa / "seed1.json").write_text(json.dumps(result))
+
+
+def test_eval_precision_pairs_a_studys_own_scores(tmp_path):
+    """--pair reads the study's results of the same model scored in fp32 and in bf16: XNLI accuracy 66.7 %
+    against 50.0 % with one answer changed (0.5 nats the largest log-likelihood change), QA F1 62.5 against
+    50.0 with one prediction changed, the jobs' own seconds; a folder scored in the other precision is refused."""
+    fake_scored(tmp_path / "fp32", "fp32", flip=False)
+    fake_scored(tmp_path / "bf16", "bf16", flip=True)
+    pair = ["--pair", str(tmp_path / "fp32"), str(tmp_path / "bf16")]
+    out = run_script("eval_precision.py", *pair, "--json", str(tmp_path / "r.json"))
+    xnli, qa = json.loads((tmp_path / "r.json").read_text())
+    assert (xnli["part"], xnli["items"], xnli["clusters"], xnli["changed"]) == ("xnli sw", 6, 3, 1)
+    assert xnli["fp32"] == pytest.approx(4 / 6) and xnli["diff"] == pytest.approx(-1 / 6)
+    assert xnli["max_abs_loglik"] == pytest.approx(1.5) and xnli["interval"][0] <= -1 / 6 <= xnli["interval"][1]
+    assert (qa["part"], qa["items"], qa["clusters"], qa["changed"]) == ("qa sw seed1", 4, 2, 1)
+    assert (qa["fp32"], qa["bf16"], qa["seconds_fp32"], qa["seconds_bf16"]) == (62.5, 50.0, 100.0, 90.0)
+    assert "| xnli sw | 6 (3) | 66.7 | 50.0 | -16.67 [" in out
+    assert "| qa sw seed1 | 4 (2) | 62.5 | 50.0 | -12.50 [" in out
+    with pytest.raises(AssertionError, match="scored in bf16, not fp32"):
+        run_script("eval_precision.py", "--pair", str(tmp_path / "bf16"), str(tmp_path / "fp32"))
+
+
 def test_loss_by_token_on_two_tiny_causal_models(tmp_path):
     tok = bpe_tokenizer("sw", 300)
     a = save_dir(tiny_llama(len(tok), seed=0), tok, tmp_path / "a")
