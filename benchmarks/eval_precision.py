@@ -186,15 +186,13 @@ def pair_rows(fp32_root: Path, bf16_root: Path, model: str, resamples: int) -> l
         if not other.exists():
             continue
         t32, t16 = lm_eval_seconds(samples, "fp32"), lm_eval_seconds(other, "bf16")
-        xnli = [
-            sorted(t.to_pylist(), key=lambda r: r["doc_id"]) for t in (pq.read_table(samples), pq.read_table(other))
-        ]
+        xnli = [sorted(pq.read_table(f).to_pylist(), key=lambda r: r["doc_id"]) for f in (samples, other)]
         rows.append({**xnli_row(*xnli, t32, t16, resamples), "part": f"xnli {samples.parts[-4]}"})
     for result in sorted(fp32_root.glob(f"results/*/eval/qa/{model}/seed*.json")):
         other = bf16_root / result.relative_to(fp32_root)
         if not other.exists():
             continue
-        (ex32, t32), (ex16, t16) = (qa_run(path, want) for path, want in ((result, "fp32"), (other, "bf16")))
+        (ex32, t32), (ex16, t16) = qa_run(result, "fp32"), qa_run(other, "bf16")
         rows.append({**qa_row(ex32, ex16, t32, t16, resamples), "part": f"qa {result.parts[-5]} {result.stem}"})
     if not rows:
         raise SystemExit(f"no lm_eval or QA results of model {model!r} shared by {fp32_root} and {bf16_root}")
