@@ -1113,3 +1113,21 @@ def test_the_smallest_detectable_difference_widens_with_the_table():
     d = stats.Difference(diff=0.2, low=-0.8, high=1.2, p_value=0.5, n_pseeds=3, n_fseeds=1, n_clusters=40)
     assert detectable([d], settings, 1) == pytest.approx(1.0)
     assert detectable([d], settings, 4) == pytest.approx(2.4977 / 1.95996, rel=1e-4)
+
+
+def test_the_end_of_a_pretraining_run_is_its_last_step_when_seeds_evaluate_at_different_steps():
+    """Token budgets fall on different steps per seed where padding varies the tokens a step: the "(end)" column
+    of the continued-pretraining table is every seed's last evaluation (step 270 here), not the last step of the
+    seed read last (the table read 10k-token losses as the end before the steps were sorted)."""
+    import pandas as pd
+
+    from vocabtransfer.report.markdown import pretrain_section
+
+    lang = read.Language(lang="sw")
+    steps = {1: [0, 4, 50, 270], 2: [0, 5, 52, 270], 3: [0, 4, 55, 270]}
+    for s, at in steps.items():
+        loss = {0: 16.0, 4: 12.0, 5: 12.0, 50: 8.5, 52: 8.5, 55: 8.6, 270: 7.0 + s / 100}
+        lang.curves[("focus", "standard", s)] = pd.DataFrame({"step": at, "valid_loss": [loss[a] for a in at]})
+    lines = pretrain_section(lang, "results/report/figures/sw_valid_loss.png")
+    row = next(line for line in "\n".join(lines).splitlines() if line.startswith("| focus"))
+    assert "7.020 (7.010–7.030, 3 seeds)" in row, row

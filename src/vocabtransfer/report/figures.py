@@ -36,7 +36,10 @@ def _save(fig, path: Path) -> None:
 
 
 def seed_curves(lang: Language) -> dict[tuple[str, str], Any]:
-    """(method, objective) -> DataFrame indexed by step with the columns mean, low, high, n (seeds)."""
+    """(method, objective) -> DataFrame indexed by step (ascending) with the columns mean, low, high, n (seeds).
+
+    Seeds need not evaluate at the same steps (token budgets fall on different steps where padding varies):
+    the union of their steps is sorted, so the last row is the last step, whichever seed evaluated it."""
     import pandas as pd  # pandas: heavy, not at CLI start-up
 
     per: dict[tuple[str, str], list] = {}
@@ -45,7 +48,7 @@ def seed_curves(lang: Language) -> dict[tuple[str, str], Any]:
         per.setdefault((m, o), []).append(c)
     out = {}
     for key, series in per.items():
-        table = pd.concat(series, axis=1)
+        table = pd.concat(series, axis=1).sort_index()
         out[key] = pd.DataFrame(
             {
                 "mean": table.mean(axis=1),
