@@ -221,14 +221,17 @@ def test_the_committed_study_opens_with_its_verdict_and_the_readme_quotes_it():
 
 def test_the_committed_gemma_study_opens_with_its_verdict_says_it_is_quantised_and_the_readme_quotes_it():
     """docs/study/gemma/report.md (config/gemma.yaml) opens with `## Verdict` whose bullets carry intervals
-    and seeds, says that its weights are a quantisation of the released model, has its figures beside it, and
-    every number the README quotes from it stands in its verdict."""
+    and seeds, says that its weights are a quantisation of the released model, has its figures beside it, trains
+    at least 51,200 target tokens a run with its token-equivalents and floors stated, scores QA with the smallest
+    difference its design detects, and every number the README quotes from it stands in its verdict."""
     verdict = verdict_of(GEMMA_STUDY)
     text = GEMMA_STUDY.read_text(encoding="utf-8")
     bullets = [line for line in verdict.splitlines() if line.startswith("- ")]
     assert len(bullets) >= 2 * 6, bullets  # sw and de: valid loss, bits per byte, omp − focus, share, selfish, XNLI
     for bullet in bullets:  # each with intervals and seeds, but "none to keep", which has no difference to state
-        assert "none to keep" in bullet or re.search(INTERVAL, bullet) and "seed" in bullet, bullet
+        has_interval = re.search(INTERVAL, bullet) or re.search(TOKENS_INTERVAL, bullet) or "> run [" in bullet
+        has_interval = has_interval or "not within the run" in bullet  # no run reaches the source: no interval
+        assert "none to keep" in bullet or has_interval and "seed" in bullet, bullet
     assert re.search(r"quanti[sz]ation of the released model to 4.8 bits per weight \(Q4_K", text), (
         "the Gemma report must say its weights are a 4-bit (Q4_K_M) quantisation"
     )
@@ -236,14 +239,24 @@ def test_the_committed_gemma_study_opens_with_its_verdict_says_it_is_quantised_a
     assert len(figures) >= 10 and all((GEMMA_STUDY.parent / f).exists() for f in figures), figures
     sw, de = verdict.split("\n### de\n")
     assert "none to keep: the source does not beat the floor on this language, so no share is given" in sw
+    assert "6 of 14 models are detectably worse than the floor after the correction" in sw
     assert "from the best floor (unigram, target tokenizer, 2.390 bits per byte" in de and "none to keep" not in de
+    for part in (sw, de):  # the token budget of every run, each method's worth in random's tokens, the floors
+        budget = re.search(r"is worth more than the run's random's tokens at (\d+\.\d)k tokens", part)
+        assert budget and float(budget.group(1)) * 1000 >= 51_200, part[:400]
+        assert "Below the target unigram floor (" in part and "3 pretraining seeds each" in part
+    assert text.count("standard (end)") == 2 and "3 seeds) |" in text  # every seed's last evaluation, not a mix
     assert (
         "**Bits per byte of the valid text, omp − focus (negative is better)**" in sw
         and "#### Head to head: omp − focus" in text
     )
-    assert "- **qa: learned**: better than its floor" in sw and "(1 pretraining × 3 fine-tuning seeds" in sw
-    for lang in ("sw", "de"):  # lm-evaluation-harness rows, with their floor and the learned/not-learned word
-        assert f"#### local_xnli_{lang} (acc)" in text and f"**local_xnli_{lang} (zero-shot acc): " in verdict
+    assert "- **qa: learned**: better than its floor" in sw and "(3 pretraining × 1 fine-tuning seeds" in sw
+    assert "(smallest difference this design detects: ±" in sw.split("- **qa, method − random")[1].split("\n")[0]
+    assert re.search(r"\| qa +\| 3 pretraining × 1 fine-tuning seeds, 274 clusters", text)  # 499 questions
+    assert "**local_xnli_sw (zero-shot acc): not learned at these sizes**" in sw
+    assert "**local_xnli_de (zero-shot acc, model − source, points;" in de  # learned by the source in de
+    for lang in ("sw", "de"):  # lm-evaluation-harness rows, with their floor
+        assert f"#### local_xnli_{lang} (acc)" in text and "600 items in 200 clusters" in text
     assert text.count("floor: majority class") >= 2
     quoted = re.findall(INTERVAL, readme_answer("Gemma"))
     assert len(quoted) >= 6, quoted
@@ -579,9 +592,9 @@ def test_the_readmes_claims_use_the_words_of_the_verdicts_they_quote():
     for page in (readme_section("The answer so far"), RESULTS.read_text(encoding="utf-8")):
         assert not wrong_words(page, verdicts), wrong_words(page, verdicts)
     # the check can fail: a win quoted as no difference, a cost quoted as a win
-    assert wrong_words("Selfish shows no detectable difference: +0.236 [+0.143, +0.328].", verdicts)
-    assert wrong_words("FOCUS beats random: +0.236 [+0.143, +0.328].", verdicts)
-    assert not wrong_words("Selfish costs focus in de: +0.236 [+0.143, +0.328].", verdicts)
+    assert wrong_words("Selfish shows no detectable difference: +0.369 [+0.335, +0.402].", verdicts)
+    assert wrong_words("FOCUS beats random: +0.369 [+0.335, +0.402].", verdicts)
+    assert not wrong_words("Selfish costs focus in de: +0.369 [+0.335, +0.402].", verdicts)
 
 
 def test_the_stages_doc_shows_the_dag_of_the_declarations():
