@@ -229,8 +229,9 @@ def test_the_committed_gemma_study_opens_with_its_verdict_says_it_is_quantised_a
     bullets = [line for line in verdict.splitlines() if line.startswith("- ")]
     assert len(bullets) >= 2 * 6, bullets  # sw and de: valid loss, bits per byte, omp − focus, share, selfish, XNLI
     for bullet in bullets:  # each with intervals and seeds, but "none to keep", which has no difference to state
-        has_interval = re.search(INTERVAL, bullet) or re.search(TOKENS_INTERVAL, bullet) or "> run [" in bullet
-        has_interval = has_interval or "not within the run" in bullet  # no run reaches the source: no interval
+        # a difference, tokens with their interval, or none to state: random or the source not reached in the run
+        has_interval = re.search(INTERVAL, bullet) or re.search(TOKENS_INTERVAL, bullet)
+        has_interval = has_interval or "> run [" in bullet or "not within the run" in bullet
         assert "none to keep" in bullet or has_interval and "seed" in bullet, bullet
     assert re.search(r"quanti[sz]ation of the released model to 4.8 bits per weight \(Q4_K", text), (
         "the Gemma report must say its weights are a 4-bit (Q4_K_M) quantisation"
@@ -256,7 +257,8 @@ def test_the_committed_gemma_study_opens_with_its_verdict_says_it_is_quantised_a
     assert "**local_xnli_sw (zero-shot acc): not learned at these sizes**" in sw
     assert "**local_xnli_de (zero-shot acc, model − source, points;" in de  # learned by the source in de
     for lang in ("sw", "de"):  # lm-evaluation-harness rows, with their floor
-        assert f"#### local_xnli_{lang} (acc)" in text and "600 items in 200 clusters" in text
+        assert f"#### local_xnli_{lang} (acc)" in text
+    assert text.count("600 items in 200 clusters") >= 2
     assert text.count("floor: majority class") >= 2
     quoted = re.findall(INTERVAL, readme_answer("Gemma"))
     assert len(quoted) >= 6, quoted
