@@ -20,6 +20,7 @@ their leaves (`typed.field_leaves`). The functions here that take the tree itsel
 from __future__ import annotations
 
 import copy
+import math
 import difflib
 import hashlib
 import importlib.util
@@ -226,6 +227,7 @@ def validate(params: Any, schema: dict, source: str = "params.yaml") -> dict:
     if not explicit_pretrain:  # the default list means "those of them that init runs"
         params["pretrain"]["methods"] = [m for m in params["pretrain"]["methods"] if m in params["init"]["methods"]]
     _collect(problems, lambda: check_pretrain(params, source), source)
+    _collect(problems, lambda: check_schedule(params, source), source)
     _collect(problems, lambda: check_fasttext_oov(params, source), source)
     _collect(problems, lambda: check_baseline(params, schema, source), source)
     hypernet = (params.get("init") or {}).get("hypernet") or {}
@@ -270,6 +272,33 @@ def check_pretrain(tree: Mapping, source: str = "params.yaml") -> None:
                 f"{source}: pretrain.pairs: {pair} is not a pretrain.methods × pretrain.objectives pair "
                 f"({', '.join(methods)} × {', '.join(objectives)}); add its method and objective there or remove it"
             )
+
+
+def check_schedule(tree: Mapping, source: str = "params.yaml") -> None:
+    """`pretrain.schedule: wsd` needs a stable phase between the warm-up and the decay (with `pretrain.steps`; with
+    `pretrain.passes` the steps are known at the job's start), and its cool-down branches (train.cooldown) resume
+    ordinary Trainer checkpoints: not a factorised or FSDP-sharded run's."""
+    section = tree.get("pretrain") or {}
+    if section.get("schedule") != "wsd":
+        return
+    options = section.get("cooldown") or {}
+    fraction, steps, warmup = options.get("fraction", 0.2), section.get("steps", 200), section.get("warmup_steps", 0)
+    decay = max(1, math.ceil(fraction * steps - 1e-9))
+    if section.get("passes") is None and warmup > steps - decay:
+        raise VocabTransferError(
+            f"{source}: pretrain.warmup_steps: {warmup} leaves no stable phase in a wsd run of {steps} steps that "
+            f"decays over its last {decay} (pretrain.cooldown.fraction {fraction}); lower warmup_steps or raise "
+            "pretrain.steps"
+        )
+    unsupported = [k for k in ("factorized",) if section.get(k)] + (
+        ["sharding: fsdp"] if section.get("sharding") == "fsdp" else []
+    )
+    if options.get("per_decade", 2) and unsupported:
+        raise VocabTransferError(
+            f"{source}: pretrain.{unsupported[0]}: cool-down branches (pretrain.schedule wsd) resume ordinary "
+            "checkpoints, not this run's; set pretrain.cooldown.per_decade: 0 (the run's own end only) or train "
+            "without it"
+        )
 
 
 def check_fasttext_oov(tree: Mapping, source: str = "params.yaml") -> None:

@@ -217,6 +217,9 @@ class MetricsCallback(TrainerCallback):
         embedding_params: set,
         budgets: list[int] | None = None,
         bits=None,
+        *,
+        initial: bool = True,
+        desc: str = "pretrain",
     ):
         self.evaluate, self.eval_every, self.rows = evaluate, eval_every, rows
         self.bits = bits  # model -> valid bits per byte (pretrain.bits_per_byte, causal models), or None
@@ -224,6 +227,8 @@ class MetricsCallback(TrainerCallback):
         self.warmup_steps, self.embedding_params = warmup_steps, embedding_params
         self.bar = None
         self.mark = (time.perf_counter(), 0)
+        # initial: score the model before the first update (a cool-down branch is scored at its end only)
+        self.initial, self.desc = initial, desc
 
     def _row(self, state, lr_scheduler=None) -> dict:
         row = self.rows.setdefault(
@@ -253,11 +258,11 @@ class MetricsCallback(TrainerCallback):
             log.info("embedding warm-up: body frozen until step %d", self.warmup_steps)
         if self.budgets is not None:  # resumed: the budgets reached before the checkpoint are in its rows
             self.budgets = [b for b in self.budgets if b > int(state.num_input_tokens_seen)]
-        if state.global_step == 0 and 0 not in self.rows:
+        if self.initial and state.global_step == 0 and 0 not in self.rows:
             self._score(model, self._row(state, lr_scheduler))
         self.mark = (time.perf_counter(), int(state.num_input_tokens_seen))
         if state.is_world_process_zero:
-            self.bar = progress(total=state.max_steps, initial=state.global_step, desc="pretrain", unit="step")
+            self.bar = progress(total=state.max_steps, initial=state.global_step, desc=self.desc, unit="step")
 
     def on_step_end(self, args, state, control, model=None, lr_scheduler=None, **kw):
         if self.bar is not None:

@@ -56,7 +56,7 @@ from pathlib import Path
 from vocabtransfer.model import modeling
 from vocabtransfer.train.batches import StepBlocks, StepCollator  # noqa: F401 (StepBlocks: read from here too)
 from vocabtransfer.model.lmdata import Kind
-from vocabtransfer.train import parallel, sharding
+from vocabtransfer.train import cooldown, parallel, sharding
 from vocabtransfer.train import pretrain_outputs
 from vocabtransfer.train import pretrain_setup as setup
 from vocabtransfer.train.checkpoints import ROWS_FILE
@@ -95,11 +95,16 @@ def leaves(params: Params, wildcards: dict) -> list[str]:
     objective = wildcards.get("objective")
     if objective in TEACHER_OBJECTIVES:
         objective = "distill"  # every teacher objective (distill, alm) reads pretrain.distill
+    schedule = params.section("pretrain", PretrainParams).schedule  # pretrain.cooldown: wsd runs only
     return field_leaves(
         PretrainParams,
         "pretrain",
         params.leaf("pretrain"),
-        keep=lambda f: f.metadata.get("rerun", True) and f.metadata.get("objective", objective) == objective,
+        keep=lambda f: (
+            f.metadata.get("rerun", True)
+            and f.metadata.get("objective", objective) == objective
+            and f.metadata.get("schedule", schedule) == schedule
+        ),
     )
 
 
@@ -123,14 +128,20 @@ def valid_bits(ctx, opts: PretrainParams, data: setup.RunData):
     )
 
 
-def log_token_budgets(tokens: int, first: int = 1000) -> list[int]:
+def log_token_budgets(tokens: int, first: int = 1000, after: int = 0) -> list[int]:
     """`pretrain.eval_schedule: log_tokens`: 1 and 3 × 10^k tokens from `first` up to below `tokens` (the most
-    the run can see), two a decade: 1000, 3000, 10000, 30000, …"""
+    the run can see), two a decade: 1000, 3000, 10000, 30000, …; only those above `after` (the warm-up's
+    positions: no budget is read inside the warm-up)."""
     budgets, scale = [], first
     while scale < tokens:
-        budgets += [b for b in (scale, 3 * scale) if b < tokens]
+        budgets += [b for b in (scale, 3 * scale) if after < b < tokens]
         scale *= 10
     return budgets
+
+
+def positions_per_step(opts: PretrainParams, world_size: int) -> int:
+    """Target positions an optimiser step feeds (padding included: the budgets' nominal tokens)."""
+    return opts.batch_size * opts.gradient_accumulation_steps * opts.seq_len * world_size
 
 
 def valid_scorer(batches: list[dict], kind: Kind):
@@ -209,10 +220,14 @@ def _trainer(
     seed: int,
     teacher_dir: Path | None,
     checkpoints: Path,
+    *,
+    branch: cooldown.Branch | None = None,
+    forks=None,
 ):
     """Step 4 of `run`, before training: the Trainer with the objective's loss, its evaluation callback (the
     valid loss per block, bits per byte, at `eval_every` steps or the log-spaced token budgets; its metrics
-    rows in `rows`) and the seeded collator."""
+    rows in `rows`) and the seeded collator. A cool-down `branch` is scored at its end only; `forks` (the
+    stable run's `cooldown.fork_callback`) keeps the branches' fork checkpoints."""
     from transformers import PrinterCallback  # transformers: heavy, not at CLI start-up
 
     from vocabtransfer.model.losses import distill_alpha  # imports torch: not at CLI start-up
@@ -225,21 +240,22 @@ def _trainer(
     objective = ctx.wildcards["objective"]
     evaluate = valid_scorer(data.eval_batches, data.kind)
     bits = valid_bits(ctx, opts, data)
+    per_step = positions_per_step(opts, training.args.world_size)
     budgets = (
-        log_token_budgets(
-            opts.steps * opts.batch_size * opts.gradient_accumulation_steps * opts.seq_len * training.args.world_size
-        )
-        if opts.eval_schedule == "log_tokens"
+        log_token_budgets(opts.steps * per_step, after=opts.warmup_steps * per_step)
+        if opts.eval_schedule == "log_tokens" and branch is None
         else None
     )
     callback = MetricsCallback(
         evaluate,
-        opts.eval_every,
+        opts.eval_every if branch is None else opts.steps + 1,  # a branch: its end only
         rows,
         opts.embeddings_only_steps,
         training.embedding_params,
         budgets=budgets,
         bits=bits,
+        initial=branch is None,
+        desc="pretrain" if branch is None else f"cool-down to step {branch.end}",
     )
     collator = StepCollator(data.tokenizer, data.kind, seed, setup.teacher_pad(data.teacher_tok))
     trainer = ObjectiveTrainer(
@@ -247,7 +263,7 @@ def _trainer(
         args=training.args,
         train_dataset=training.dataset,
         data_collator=collator,
-        callbacks=[callback],
+        callbacks=[callback] + ([forks] if forks is not None else []),  # forks after the rows are saved
         kind=data.kind,
         objective=objective,
         margin=opts.selfish.margin,
@@ -285,14 +301,21 @@ def run(ctx) -> None:
     original = setup.factorised(data.model, opts, init_dir)
     training = setup.prepare_training(ctx, opts, data, checkpoints, seed, teacher_dir)
 
-    # 4. train
+    # 4. train (wsd: the stable run keeps its fork checkpoints; then each cool-down branch from its fork)
     rows: dict[int, dict] = {}
     if resume is not None:
         rows = {r["step"]: r for r in json.loads((resume[1] / ROWS_FILE).read_text(encoding="utf-8"))}
-    trainer = _trainer(ctx, opts, data, training, rows, seed, teacher_dir, checkpoints)
+    branches = (
+        cooldown.plan(opts.steps, positions_per_step(opts, training.args.world_size), opts.warmup_steps, opts.cooldown)
+        if opts.schedule == "wsd"
+        else []
+    )
+    forks = cooldown.fork_callback(branches, checkpoints)
+    trainer = _trainer(ctx, opts, data, training, rows, seed, teacher_dir, checkpoints, forks=forks)
     train_start = time.perf_counter()
     trainer.train(resume_from_checkpoint=str(resume[1]) if resume else None)
     train_seconds = time.perf_counter() - train_start
+    ends = run_branches(ctx, opts, data, branches, seed, teacher_dir, checkpoints)
     state = sharding.full_state_dict(trainer.model) if training.sharded else None  # collective: every process
     checkpointed = bool(getattr(trainer.accelerator.unwrap_model(trainer.model), "is_activation_checkpointing", False))
     if not trainer.is_world_process_zero():
@@ -318,8 +341,8 @@ def run(ctx) -> None:
         checkpointed=checkpointed,
         model_dir=model_dir,
     )
-    stats = pretrain_outputs.run_stats(ctx, opts, data, training, model, rows, record)
-    pretrain_outputs.write_outputs(ctx, model, data, rows, stats, distill=teacher_dir is not None)
+    stats = pretrain_outputs.run_stats(ctx, opts, data, training, model, rows, record, ends)
+    pretrain_outputs.write_outputs(ctx, model, data, rows, stats, distill=teacher_dir is not None, ends=ends)
     if not opts.keep_checkpoints:
         shutil.rmtree(checkpoints, ignore_errors=True)
     log.info(
@@ -332,3 +355,53 @@ def run(ctx) -> None:
         stats["initial_valid_loss"],
         stats["final_valid_loss"],
     )
+
+
+def run_branches(
+    ctx,
+    opts: PretrainParams,
+    data: setup.RunData,
+    branches: list[cooldown.Branch],
+    seed: int,
+    teacher_dir: Path | None,
+    checkpoints: Path,
+) -> list[dict]:
+    """Step 4 of `run` under wsd, after the stable run: each cool-down branch (`train.cooldown`) as a Trainer run of
+    `branch.end` steps with its own decay, resumed from the latest fork checkpoint at or before its fork (else from
+    the initialisation), scored at its end; the ends already written by an earlier attempt are read back."""
+    import torch  # torch: heavy, not at CLI start-up
+
+    ends = []
+    for branch in branches:
+        done = cooldown.finished(checkpoints, branch)
+        if done is not None:
+            ends.append(done)
+            continue
+        tick = time.perf_counter()
+        fresh, _ = modeling.load_source_model(Path(ctx.input["init"]) / "model", data.kind, dtype=torch.float32)
+        branch_data = dataclasses.replace(data, model=fresh)
+        branch_opts = dataclasses.replace(opts, steps=branch.end)
+        out_dir = checkpoints / cooldown.BRANCHES / f"run-{branch.end}"
+        training = setup.prepare_training(
+            ctx, branch_opts, branch_data, out_dir, seed, teacher_dir, decay=branch.decay, save=False
+        )
+        rows: dict[int, dict] = {}
+        trainer = _trainer(ctx, branch_opts, branch_data, training, rows, seed, teacher_dir, out_dir, branch=branch)
+        start = cooldown.fork_checkpoint(checkpoints, branch.fork)
+        trainer.train(resume_from_checkpoint=str(start) if start is not None else None)
+        row = dict(rows[branch.end], seconds=time.perf_counter() - tick, resumed_at=start.name if start else None)
+        if trainer.is_world_process_zero():
+            ends.append(cooldown.record(checkpoints, branch, row))
+        shutil.rmtree(out_dir, ignore_errors=True)
+        log.info(
+            "cool-down branch of %d steps (budget %d positions, fork at step %d from %s): %d tokens seen, valid "
+            "loss %.4f, %.1f s",
+            branch.end,
+            branch.budget,
+            branch.fork,
+            start.name if start is not None else "the initialisation",
+            row["tokens_seen"],
+            row["valid_loss"],
+            row["seconds"],
+        )
+    return ends

@@ -43,9 +43,32 @@ BLOCKS_SCHEMA = pa.schema(
 )
 # valid_curve.parquet: one row per evaluation and valid block, the learning curve with its clusters (the
 # report's token-equivalent bootstrap resamples the blocks); the block's token count is valid_blocks.parquet's
+# `decayed`: the row ends a learning-rate decay (a cool-down branch's end, or the run's own last step under a
+# linear or wsd schedule): the loss a run of about that length reaches; the report's token-equivalent reads these
 CURVE_SCHEMA = pa.schema(
-    [("step", pa.int64()), ("tokens_seen", pa.int64()), ("block", pa.int32()), ("loss_sum", pa.float64())]
+    [
+        ("step", pa.int64()),
+        ("tokens_seen", pa.int64()),
+        ("block", pa.int32()),
+        ("loss_sum", pa.float64()),
+        ("decayed", pa.bool_()),
+    ]
 )
+# cooldown.parquet (schedule wsd): one row per decayed end, the cool-down branches' and the run's own: its last
+# step, the stable run's step it forked from, the target tokens seen, the valid loss (and bits per byte)
+COOLDOWN_SCHEMA = pa.schema(
+    [
+        ("step", pa.int64()),
+        ("fork_step", pa.int64()),
+        ("budget", pa.int64()),
+        ("tokens_seen", pa.int64()),
+        ("valid_loss", pa.float64()),
+        ("valid_bits_per_byte", pa.float64()),
+        ("seconds", pa.float64()),
+    ]
+)
+# the schedules whose run ends with the learning rate decayed to 0 (its last evaluation is a run of its length)
+DECAYING = ("linear", "wsd")
 
 
 def block_losses(model, batches: list[dict], kind: Kind) -> tuple[list[float], list[int]]:
@@ -86,9 +109,17 @@ class RunRecord:
 
 
 def run_stats(
-    ctx, opts: PretrainParams, data: setup.RunData, training: setup.Training, model, rows: dict, record: RunRecord
+    ctx,
+    opts: PretrainParams,
+    data: setup.RunData,
+    training: setup.Training,
+    model,
+    rows: dict,
+    record: RunRecord,
+    ends: list[dict] | None = None,
 ) -> dict:
-    """The run's stats.json (but `valid_tokens`, counted again on the final valid blocks)."""
+    """The run's stats.json (but `valid_tokens`, counted again on the final valid blocks); `ends`: the cool-down
+    branches' end rows (schedule wsd), whose steps are the compute the run spent beside its own."""
     from vocabtransfer.model.losses import distill_alpha  # imports torch: not at CLI start-up
 
     distill_opts, blocks, objective = opts.distill, data.blocks, ctx.wildcards["objective"]
@@ -106,6 +137,19 @@ def run_stats(
         * opts.batch_size
         * opts.gradient_accumulation_steps
         / len(blocks),
+        "schedule": opts.schedule,
+        "cooldown": None
+        if opts.schedule != "wsd"
+        else {
+            "fraction": opts.cooldown.fraction,
+            "shape": opts.cooldown.shape,
+            "decay_steps": opts.steps - _decay_start(opts),
+            "branches": [
+                {k: e[k] for k in ("budget", "step", "fork_step", "tokens_seen", "valid_loss")} for e in ends or []
+            ],
+            # optimiser steps the branches took beyond the stable run (each from its fork to its end)
+            "branch_steps": sum(e["step"] - e["fork_step"] for e in ends or []),
+        },
         "initial_valid_loss": rows[0]["valid_loss"],
         "final_valid_loss": rows[max(rows)]["valid_loss"],
         "seconds": time.perf_counter() - record.start,
@@ -142,10 +186,20 @@ def run_stats(
     }
 
 
-def write_outputs(ctx, model, data: setup.RunData, rows: dict, stats: dict, *, distill: bool) -> None:
+def _decay_start(opts: PretrainParams) -> int:
+    from vocabtransfer.train.cooldown import decay_steps
+
+    return opts.steps - decay_steps(opts.steps, opts.cooldown.fraction)
+
+
+def write_outputs(
+    ctx, model, data: setup.RunData, rows: dict, stats: dict, *, distill: bool, ends: list[dict] | None = None
+) -> None:
     """Step 5 of `pretrain.run`: the pretrain directory, atomically: the model with its tokenizer, the metrics rows,
-    the final valid loss per evaluation block (for intervals) and the stats."""
+    the final valid loss per evaluation block (for intervals), the learning curve per block (with the cool-down
+    branches' ends, `ends`, under wsd), cooldown.parquet (wsd) and the stats."""
     ordered = sorted(rows.values(), key=lambda r: r["step"])
+    last, decays = ordered[-1]["step"], stats.get("schedule") in DECAYING
     table = pa.Table.from_pylist(ordered, schema=DISTILL_METRICS_SCHEMA if distill else METRICS_SCHEMA)
     sums, counts = block_losses(model, data.eval_batches, data.kind)  # the final valid loss per block, for intervals
     unigram = unigram_block_sums(data.eval_batches, data.kind, unigram_counts(ctx.input["train"], data.tokenizer))
@@ -159,9 +213,35 @@ def write_outputs(ctx, model, data: setup.RunData, rows: dict, stats: dict, *, d
         schema=BLOCKS_SCHEMA,
     )
     curve = [
-        {"step": r["step"], "tokens_seen": r["tokens_seen"], "block": b, "loss_sum": v}
+        {
+            "step": r["step"],
+            "tokens_seen": r["tokens_seen"],
+            "block": b,
+            "loss_sum": v,
+            "decayed": bool(decays and r["step"] == last),
+        }
         for r in ordered
         for b, v in enumerate(r.get("valid_block_loss") or [])
+    ]
+    ends = sorted(ends or [], key=lambda e: e["step"])
+    curve += [
+        {"step": e["step"], "tokens_seen": e["tokens_seen"], "block": b, "loss_sum": v, "decayed": True}
+        for e in ends
+        for b, v in enumerate(e.get("valid_block_loss") or [])
+    ]
+    opts = ctx.section("pretrain", PretrainParams)
+    cooldown_rows = [
+        {**{k: e.get(k) for k in COOLDOWN_SCHEMA.names}, "seconds": e.get("seconds", math.nan)} for e in ends
+    ] + [
+        {  # the run's own end: a run of its length (positions: padding included, as the branches' budgets)
+            "step": last,
+            "fork_step": _decay_start(opts),
+            "budget": last * opts.batch_size * opts.gradient_accumulation_steps * opts.seq_len * stats["processes"],
+            "tokens_seen": ordered[-1]["tokens_seen"],
+            "valid_loss": ordered[-1]["valid_loss"],
+            "valid_bits_per_byte": ordered[-1].get("valid_bits_per_byte", math.nan),
+            "seconds": math.nan,
+        }
     ]
     stats["valid_tokens"] = int(pc.sum(blocks_table.column("n_tokens")).as_py())  # predicted positions scored
     stats["unigram_valid_loss"] = sum(unigram) / max(1, stats["valid_tokens"])  # floors, nats per valid token
@@ -171,4 +251,6 @@ def write_outputs(ctx, model, data: setup.RunData, rows: dict, stats: dict, *, d
         io.write_parquet(table, tmp / "metrics.parquet")
         io.write_parquet(blocks_table, tmp / "valid_blocks.parquet")
         io.write_parquet(pa.Table.from_pylist(curve, schema=CURVE_SCHEMA), tmp / "valid_curve.parquet")
+        if stats.get("schedule") == "wsd":
+            io.write_parquet(pa.Table.from_pylist(cooldown_rows, schema=COOLDOWN_SCHEMA), tmp / "cooldown.parquet")
         io.write_json(stats, tmp / "stats.json")

@@ -59,6 +59,36 @@ class DistillOptions:
 
 
 @dataclass(frozen=True)
+class CooldownOptions:
+    """the warm-up–stable–decay schedule (`pretrain.schedule: wsd`) and its cool-down branches: the learning rate
+    rises over warmup_steps, stays at its peak, and decays to 0 over the last `fraction` of the run; at each
+    log-spaced token budget b below the run's length, a branch forks from the stable run at (1 − fraction) b and
+    decays over the rest, so its end is what a run of about b tokens reaches (Hägele et al. 2024, "Scaling laws and
+    compute-optimal training beyond fixed training durations"; MiniCPM's WSD). Read only with schedule wsd"""
+
+    fraction: float = option(
+        0.2,
+        "the share of a run (and of each branch's budget) spent decaying the learning rate to 0 (Hägele et al. "
+        "2024: 20 % of a run's steps matches a cosine schedule tuned to that length)",
+        exclusiveMinimum=0,
+        maximum=0.5,
+    )
+    shape: Literal["linear", "1-sqrt", "cosine"] = option(
+        "1-sqrt",
+        "the decay's shape from the peak to 0: 1-sqrt (lr × (1 − sqrt(progress)), the best of Hägele et al.'s "
+        "cool-downs), linear or cosine (transformers' warmup_stable_decay schedule)",
+    )
+    per_decade: int = option(
+        2,
+        "budgets a decade of target tokens for the branches: 2 gives 1 and 3 × 10^k (the log_tokens grid), n "
+        "gives 10^(j / n) rounded to two significant digits; only budgets whose fork comes after the warm-up and "
+        "before the run's own decay get a branch; 0: no branches, the run's own end only",
+        minimum=0,
+        maximum=10,
+    )
+
+
+@dataclass(frozen=True)
 class PretrainParams:
     """continued pretraining of initialised models (transformers Trainer, AdamW); one job per language × method ×
     objective × pretraining seed"""
@@ -117,7 +147,12 @@ class PretrainParams:
     )
     seq_len: int = option(64, "tokens per packed block", minimum=8)
     learning_rate: float = option(0.0001, "AdamW peak learning rate", exclusiveMinimum=0)
-    schedule: Literal["linear", "constant_with_warmup"] = option("linear", "learning-rate schedule after the warm-up")
+    schedule: Literal["linear", "constant_with_warmup", "wsd"] = option(
+        "linear",
+        "learning-rate schedule after the warm-up: linear (decay to 0 at the run's end), constant_with_warmup, or "
+        "wsd (warm-up, stable, then a decay over the last pretrain.cooldown.fraction of the run, with cool-down "
+        "branches at log-spaced token budgets: curves whose every point is what a run of that length reaches)",
+    )
     warmup_steps: int = option(20, "linear learning-rate warm-up steps", minimum=0)
     weight_decay: float = option(0.01, "AdamW weight decay", minimum=0)
     max_grad_norm: float = option(1.0, "gradient clipping (0 = off)", minimum=0)
@@ -130,8 +165,8 @@ class PretrainParams:
     eval_schedule: Literal["steps", "log_tokens"] = option(
         "steps",
         "when the valid loss is computed: steps: every eval_every steps; log_tokens: at the first step whose target "
-        "tokens seen reach each of 1 000, 3 000, 10 000, 30 000, … (two budgets a decade: curves on a log axis of "
-        "tokens); both at step 0 and at the end",
+        "tokens seen reach each of 1 000, 3 000, 10 000, 30 000, … past the warm-up's positions (two budgets a "
+        "decade: curves on a log axis of tokens, none inside the warm-up); both at step 0 and at the end",
     )
     eval_lines: int = option(500, "valid-split lines scored", minimum=1)
     bits_per_byte: bool = option(
@@ -146,6 +181,7 @@ class PretrainParams:
         50, "resumable checkpoint every N steps (a multiple of log_every keeps resumed metrics identical)", minimum=1
     )
     keep_checkpoints: bool = option(False, "keep checkpoints/ after a successful run", rerun=False)
+    cooldown: CooldownOptions = subsection(CooldownOptions, schedule="wsd")
     selfish: SelfishOptions = subsection(SelfishOptions, objective="selfish")
     distill: DistillOptions = subsection(DistillOptions, objective="distill")  # and alm's: every teacher objective
     factorized: bool = option(

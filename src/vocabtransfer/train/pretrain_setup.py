@@ -17,7 +17,7 @@ from typing import Any
 from vocabtransfer import io
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.model import modeling, precision
-from vocabtransfer.train import sharding
+from vocabtransfer.train import cooldown, sharding
 from vocabtransfer.train.batches import StepBlocks, read_ids
 from vocabtransfer.model.hub import load_tokenizer
 from vocabtransfer.model.lmdata import Kind, lm_batches
@@ -140,12 +140,30 @@ def embedding_params(model) -> set[int]:
 
 
 def training_arguments(
-    opts: PretrainParams, checkpoints: Path, seed: int, *, bf16: bool, use_cpu: bool, fused_adamw: bool = False
+    opts: PretrainParams,
+    checkpoints: Path,
+    seed: int,
+    *,
+    bf16: bool,
+    use_cpu: bool,
+    fused_adamw: bool = False,
+    decay: int | None = None,
+    save: bool = True,
 ):
     # AdamW: `fused_adamw` (bf16 runs, not sharded) takes torch's fused kernel, one pass over each parameter's
     # state, several times faster on a CPU than the per-tensor loop that fp32 runs keep (their numbers unchanged)
-    """The transformers `TrainingArguments` of a run (creating them starts the process group)."""
+    """The transformers `TrainingArguments` of a run (creating them starts the process group). wsd: transformers'
+    warmup_stable_decay schedule decaying over the last `decay` steps (default: the run's own,
+    ceil(cooldown.fraction × steps)). `save: False` (a cool-down branch) writes no checkpoint."""
     from transformers import TrainingArguments  # transformers: heavy, not at CLI start-up
+
+    schedule: dict = {"lr_scheduler_type": opts.schedule}
+    if opts.schedule == "wsd":
+        steps = cooldown.decay_steps(opts.steps, opts.cooldown.fraction) if decay is None else decay
+        schedule = {
+            "lr_scheduler_type": "warmup_stable_decay",
+            "lr_scheduler_kwargs": cooldown.scheduler_kwargs(steps, opts.cooldown.shape),
+        }
 
     return TrainingArguments(
         output_dir=str(checkpoints),
@@ -154,12 +172,12 @@ def training_arguments(
         gradient_accumulation_steps=opts.gradient_accumulation_steps,
         learning_rate=opts.learning_rate,
         weight_decay=opts.weight_decay,
-        lr_scheduler_type=opts.schedule,
+        **schedule,
         warmup_steps=opts.warmup_steps,
         max_grad_norm=opts.max_grad_norm,
         optim="adamw_torch_fused" if fused_adamw else "adamw_torch",
         logging_steps=opts.log_every,
-        save_strategy="steps",
+        save_strategy="steps" if save else "no",
         save_steps=opts.save_every,
         save_total_limit=2,
         eval_strategy="no",
@@ -194,7 +212,15 @@ class Training:
 
 
 def prepare_training(
-    ctx, opts: PretrainParams, data: RunData, checkpoints: Path, seed: int, teacher_dir: Path | None
+    ctx,
+    opts: PretrainParams,
+    data: RunData,
+    checkpoints: Path,
+    seed: int,
+    teacher_dir: Path | None,
+    *,
+    decay: int | None = None,
+    save: bool = True,
 ) -> Training:
     """Step 3 of `pretrain.run` after the factorised form: precision, the warm-up's parameters, the Trainer's
     arguments, sharding, the run's samples and, for distill, unbiased chunks and the cached teacher."""
@@ -209,7 +235,14 @@ def prepare_training(
     # the Trainer's bf16 flag (autocast around the model's forward) only for a sharded model, whose FSDP policy
     # gathers bf16 parameters; otherwise ObjectiveTrainer autocasts the training loss alone (fp32 valid loss)
     args = training_arguments(
-        opts, checkpoints, seed, bf16=bf16 and sharded, use_cpu=use_cpu, fused_adamw=bf16 and not sharded
+        opts,
+        checkpoints,
+        seed,
+        bf16=bf16 and sharded,
+        use_cpu=use_cpu,
+        fused_adamw=bf16 and not sharded,
+        decay=decay,
+        save=save,
     )
     if sharded:  # the process group exists once the TrainingArguments do
         data.model = sharding.shard_model(data.model, args.device, bf16)

@@ -1,0 +1,134 @@
+"""`pretrain.schedule: wsd` and its cool-down branches (train.cooldown) on a tiny GPT-2 and real Swahili text.
+
+The property that makes a branch worth having: its end is what a run of its length reaches. A 40-step wsd run
+with a 25 % decay branches at 3,000 target positions (12 steps of 8 × 32, forking at step 9); a separate wsd run of
+12 steps decays over the same last 3 steps after the same 9 stable ones, so both end on the same weights.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+
+import pyarrow.parquet as pq
+import pytest
+
+from vocabtransfer.app.params import validate_params
+from vocabtransfer.errors import VocabTransferError
+from vocabtransfer.train import cooldown
+from vocabtransfer.train.pretrain_params import CooldownOptions
+
+from helpers import bpe_tokenizer, pretrain_outputs, pretrain_project, run_pretrain, tiny_gpt2
+
+WSD = {
+    "schedule": "wsd",
+    "steps": 40,
+    "warmup_steps": 4,
+    "eval_schedule": "log_tokens",
+    "cooldown": {"fraction": 0.25, "per_decade": 2},
+}
+
+
+@pytest.fixture(scope="module")
+def sw_bpe():
+    return bpe_tokenizer("sw", vocab_size=280)
+
+
+def test_the_plan_puts_no_branch_inside_the_warm_up_or_the_runs_own_decay():
+    # MiniLM's study at 4 passes: 644 steps of 32 x 128 positions, 15 warm-up steps
+    plan = cooldown.plan(644, 4096, 15, CooldownOptions(fraction=0.2, per_decade=2))
+    assert [(b.budget, b.end, b.fork) for b in plan] == [(100_000, 24, 19), (300_000, 73, 58), (1_000_000, 244, 195)]
+    # 3,000 and 10,000 positions (1 and 2 steps, forks 0 and 1) and 30,000 (7 steps, fork 5) fork inside the warm-up
+    assert all(b.fork >= 15 for b in plan)
+    # Gemma's: 270 steps of 4 x 64; 10k -> 39 steps (fork 31), 30k -> 117 (fork 93); the run decays from step 216
+    gemma = cooldown.plan(270, 256, 20, CooldownOptions(fraction=0.2, per_decade=2))
+    assert [(b.end, b.fork) for b in gemma] == [(39, 31), (117, 93)]
+    assert cooldown.decay_steps(117, 0.2) == 24 and cooldown.decay_steps(270, 0.2) == 54
+    assert cooldown.plan(644, 4096, 15, CooldownOptions(per_decade=0)) == []
+
+
+def test_budget_grids():
+    assert cooldown.budget_grid(40_000, 2) == [1000, 3000, 10_000, 30_000]
+    assert cooldown.budget_grid(20_000, 4) == [1000, 1800, 3200, 5600, 10_000, 18_000]
+    assert cooldown.budget_grid(1000, 2) == []
+
+
+def test_a_branch_end_is_what_a_run_of_its_length_reaches(tmp_path, monkeypatch, one_thread, sw_bpe):
+    """The 40-step run's branch to step 12 equals a 12-step wsd run on the same data: same tokens, same valid loss
+    per block; its curve marks the branch ends and its own end `decayed`; no evaluation is read inside the warm-up."""
+    model = tiny_gpt2(len(sw_bpe))
+    long, short = tmp_path / "long", tmp_path / "short"
+    for root, steps in ((long, 40), (short, 12)):
+        root.mkdir()
+        monkeypatch.chdir(root)
+        run_pretrain(pretrain_project(root, model, sw_bpe, **{**WSD, "steps": steps}))
+    out, metrics, stats = pretrain_outputs(long)
+    assert [(b["budget"], b["step"], b["fork_step"]) for b in stats["cooldown"]["branches"]] == [(3000, 12, 9)]
+    assert stats["cooldown"]["branch_steps"] == 3 and stats["cooldown"]["decay_steps"] == 10
+    ends = pq.read_table(out / "cooldown.parquet").to_pylist()
+    assert [(e["step"], e["fork_step"]) for e in ends] == [(12, 9), (40, 30)]
+
+    short_out, short_metrics, short_stats = pretrain_outputs(short)
+    assert ends[0]["tokens_seen"] == short_stats["tokens_seen"]
+    assert math.isclose(ends[0]["valid_loss"], short_stats["final_valid_loss"], abs_tol=1e-5)
+    curve = pq.read_table(out / "valid_curve.parquet").to_pandas()
+    short_curve = pq.read_table(short_out / "valid_curve.parquet").to_pandas()
+    branch = curve[(curve.step == 12) & curve.decayed].sort_values("block")["loss_sum"].to_numpy()
+    own_end = short_curve[(short_curve.step == 12) & short_curve.decayed].sort_values("block")["loss_sum"].to_numpy()
+    assert len(branch) == len(own_end) > 0 and abs(branch - own_end).max() < 1e-4
+    # decayed: the branch end and the run's own end; the stable run's step-12 evaluation is not one
+    assert sorted(set(curve[curve.decayed].step)) == [12, 40]
+    assert not curve[(curve.step == 12) & ~curve.decayed].empty
+    # the learning rate: peak through the stable phase, decayed at the end (1 - sqrt(9/10) of the peak)
+    lr = dict(zip(metrics.column("step").to_pylist(), metrics.column("learning_rate").to_pylist()))
+    assert lr[8] == lr[28] == 0.01 and math.isclose(lr[40], 0.01 * (1 - math.sqrt(0.9)), rel_tol=1e-6)
+    # log_tokens evaluations start after the warm-up's 4 x 256 positions: 3000 (step 12), not 1000 (step 4)
+    evaluated = [r["step"] for r in metrics.to_pylist() if not math.isnan(r["valid_loss"])]
+    assert evaluated == [0, 12, 40]
+
+
+def test_killed_branches_are_redone_from_their_fork_or_from_the_start(tmp_path, monkeypatch, one_thread, sw_bpe):
+    """A job that stopped after the stable run resumes it at its last checkpoint and trains only the branches whose
+    end it had not written; without the fork checkpoint a branch starts from the initialisation: the same end."""
+    monkeypatch.chdir(tmp_path)
+    params = pretrain_project(tmp_path, tiny_gpt2(len(sw_bpe)), sw_bpe, keep_checkpoints=True, **WSD)
+    run_pretrain(params)
+    out, _, stats = pretrain_outputs(tmp_path)
+    reference = stats["cooldown"]["branches"][0]
+    checkpoints = tmp_path / "checkpoints/sw/pretrain/focus/standard/pseed1"
+    end = checkpoints / cooldown.BRANCHES / "end-12.json"
+    assert json.loads(end.read_text())["valid_loss"] == reference["valid_loss"]
+    assert (checkpoints / cooldown.FORKS / "checkpoint-9").is_dir()
+
+    for missing in (end, checkpoints / cooldown.FORKS):  # the branch's end, then its fork too
+        shutil.rmtree(out)
+        shutil.rmtree(missing) if missing.is_dir() else missing.unlink()
+        end.unlink(missing_ok=True)
+        run_pretrain(params)
+        _, _, again = pretrain_outputs(tmp_path)
+        assert again["resumed_from_step"] == 40  # the stable run had finished: nothing of it is trained again
+        branch = again["cooldown"]["branches"][0]
+        assert branch["tokens_seen"] == reference["tokens_seen"]
+        assert math.isclose(branch["valid_loss"], reference["valid_loss"], abs_tol=1e-5)
+
+
+def test_wsd_options_that_cannot_hold_a_branch_are_refused_before_any_job():
+    base = {
+        "languages": ["sw"],
+        "source_model": "unused",
+        "corpus": {"sources": {"sw": {"path": "unused.txt"}}},
+        "init": {"methods": ["focus"]},
+    }
+    with pytest.raises(VocabTransferError, match=r"pretrain.warmup_steps: 40 .* wsd"):
+        validate_params(
+            {**base, "pretrain": {"methods": ["focus"], "schedule": "wsd", "steps": 45, "warmup_steps": 40}}
+        )
+    with pytest.raises(VocabTransferError, match=r"pretrain.factorized"):
+        validate_params({**base, "pretrain": {"methods": ["focus"], "schedule": "wsd", "factorized": True}})
+    validate_params(
+        {
+            **base,
+            "pretrain": {"methods": ["focus"], "schedule": "wsd", "factorized": True, "cooldown": {"per_decade": 0}},
+        }
+    )
