@@ -20,7 +20,6 @@ their leaves (`typed.field_leaves`). The functions here that take the tree itsel
 from __future__ import annotations
 
 import copy
-import math
 import difflib
 import hashlib
 import importlib.util
@@ -36,6 +35,7 @@ import yaml
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.pipeline import typed
 from vocabtransfer.pipeline.paths import RELATIVE_MODEL
+from vocabtransfer.pipeline.pretrain_checks import check_pretrain, check_schedule
 from vocabtransfer.io import atomic_output, read_text
 
 # shipped inside the package, so a wheel or a non-editable install finds it too
@@ -252,53 +252,6 @@ def check_baseline(tree: Mapping, schema: dict, source: str = "params.yaml") -> 
         f"{source}: report.baseline: {baseline!r} is not an init method; allowed: "
         f"{known[1]}{_did_you_mean(baseline, known[0])}"
     )
-
-
-def check_pretrain(tree: Mapping, source: str = "params.yaml") -> None:
-    """`pretrain.methods` must be `init.methods` entries (continued pretraining starts from init's models)."""
-    init_methods = list((tree.get("init") or {}).get("methods") or [])
-    unknown = [m for m in (tree.get("pretrain") or {}).get("methods") or [] if m not in init_methods]
-    if unknown:
-        raise VocabTransferError(
-            f"{source}: pretrain.methods: {', '.join(unknown)} not in init.methods "
-            f"({', '.join(init_methods)}); add them to init.methods or remove them"
-        )
-    section = tree.get("pretrain") or {}
-    methods, objectives = section.get("methods") or [], section.get("objectives") or []
-    for pair in section.get("pairs") or []:
-        method, _, objective = pair.rpartition("-")
-        if method not in methods or objective not in objectives:
-            raise VocabTransferError(
-                f"{source}: pretrain.pairs: {pair} is not a pretrain.methods × pretrain.objectives pair "
-                f"({', '.join(methods)} × {', '.join(objectives)}); add its method and objective there or remove it"
-            )
-
-
-def check_schedule(tree: Mapping, source: str = "params.yaml") -> None:
-    """`pretrain.schedule: wsd` needs a stable phase between the warm-up and the decay (with `pretrain.steps`; with
-    `pretrain.passes` the steps are known at the job's start), and its cool-down branches (train.cooldown) resume
-    ordinary Trainer checkpoints: not a factorised or FSDP-sharded run's."""
-    section = tree.get("pretrain") or {}
-    if section.get("schedule") != "wsd":
-        return
-    options = section.get("cooldown") or {}
-    fraction, steps, warmup = options.get("fraction", 0.2), section.get("steps", 200), section.get("warmup_steps", 0)
-    decay = max(1, math.ceil(fraction * steps - 1e-9))
-    if section.get("passes") is None and warmup > steps - decay:
-        raise VocabTransferError(
-            f"{source}: pretrain.warmup_steps: {warmup} leaves no stable phase in a wsd run of {steps} steps that "
-            f"decays over its last {decay} (pretrain.cooldown.fraction {fraction}); lower warmup_steps or raise "
-            "pretrain.steps"
-        )
-    unsupported = [k for k in ("factorized",) if section.get(k)] + (
-        ["sharding: fsdp"] if section.get("sharding") == "fsdp" else []
-    )
-    if options.get("per_decade", 2) and unsupported:
-        raise VocabTransferError(
-            f"{source}: pretrain.{unsupported[0]}: cool-down branches (pretrain.schedule wsd) resume ordinary "
-            "checkpoints, not this run's; set pretrain.cooldown.per_decade: 0 (the run's own end only) or train "
-            "without it"
-        )
 
 
 def check_fasttext_oov(tree: Mapping, source: str = "params.yaml") -> None:

@@ -64,7 +64,7 @@ from vocabtransfer.train.pretrain_params import PretrainParams
 from vocabtransfer.init import availability
 from vocabtransfer.pipeline import names
 from vocabtransfer.pipeline import paths
-from vocabtransfer.pipeline.config import check_pretrain
+from vocabtransfer.pipeline.pretrain_checks import check_pretrain
 from vocabtransfer.pipeline.typed import Params, field_leaves
 from vocabtransfer.errors import VocabTransferError
 
