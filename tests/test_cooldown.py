@@ -132,3 +132,47 @@ def test_wsd_options_that_cannot_hold_a_branch_are_refused_before_any_job():
             "pretrain": {"methods": ["focus"], "schedule": "wsd", "factorized": True, "cooldown": {"per_decade": 0}},
         }
     )
+
+
+def test_each_method_trains_at_the_rate_its_dev_split_picks(tmp_path, monkeypatch, one_thread, sw_bpe):
+    """pretrain_tune trains pseed 1 at each rate for tune.steps and scores the dev lines (not the valid split):
+    a far too small rate barely moves the dev loss, so the larger one is picked; the pretrain job then trains at
+    it, and stats.json says so."""
+    from vocabtransfer import io
+    from vocabtransfer.app.runner import run_stage
+    import pyarrow as pa
+    import yaml
+
+    from helpers import text_lines
+
+    monkeypatch.chdir(tmp_path)
+    params = pretrain_project(tmp_path, tiny_gpt2(len(sw_bpe)), sw_bpe)
+    tune = {"learning_rates": [1e-6, 0.01], "steps": 12, "dev_lines": 40}
+    params["pretrain"]["tune"] = tune
+    with pytest.raises(VocabTransferError, match="corpus.dev_fraction"):
+        validate_params(params)
+    params = validate_params({**params, "corpus": {**params["corpus"], "dev_fraction": 0.05}})
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params), encoding="utf-8")
+    io.write_parquet(pa.table({"text": text_lines("sw", 40, start=8000)}), tmp_path / "results/sw/corpus/dev.parquet")
+    run_stage("pretrain_tune", params, {"lang": "sw", "method": "focus", "objective": "standard"}, threads=1)
+    tuning = json.loads((tmp_path / "results/sw/pretrain_tune/focus/standard/tuning.json").read_text())
+    small, large = tuning["results"]
+    assert tuning["pick"] == 0.01 and large["dev_loss"] < small["dev_loss"] - 0.1
+    assert abs(small["dev_loss"] - small["initial_dev_loss"]) < 0.01  # 1e-6 for 12 steps: nearly no change
+    assert small["initial_dev_loss"] == large["initial_dev_loss"]  # the same dev blocks and masks
+    assert large["tokens_seen"] > 0 and not (tmp_path / "checkpoints/sw/pretrain_tune/focus/standard").exists()
+    run_pretrain(params)
+    _, metrics, stats = pretrain_outputs(tmp_path)
+    assert stats["learning_rate"] == 0.01 and stats["tuning"].endswith("tuning.json")
+    # the valid split is not the dev split: the pretrain run's initial loss is scored on other lines
+    assert stats["initial_valid_loss"] != small["initial_dev_loss"]
+
+
+def test_the_pick_is_the_lowest_dev_loss_and_the_smaller_rate_on_a_tie():
+    from vocabtransfer.train import tune_lr
+
+    assert tune_lr.pick([1e-4, 3e-4, 1e-3], [5.0, 4.5, 4.7]) == 3e-4
+    assert tune_lr.pick([1e-4, 3e-4], [4.5, 4.5]) == 1e-4
+    assert tune_lr.pick([1e-4, 3e-3], [4.9, math.nan]) == 1e-4
+    with pytest.raises(VocabTransferError, match="diverged"):
+        tune_lr.pick([1e-3], [math.nan])

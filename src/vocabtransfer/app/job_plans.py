@@ -21,7 +21,7 @@ from vocabtransfer.init.methods.registry import METHODS, info
 from vocabtransfer.pipeline import names, paths
 from vocabtransfer.pipeline.stage_spec import PACKAGE, module_file
 from vocabtransfer.pipeline.typed import Params, field_leaves
-from vocabtransfer.train import pretrain
+from vocabtransfer.train import pretrain, tune_lr
 
 
 def section_leaves(cls: type, section: str):
@@ -119,13 +119,25 @@ def pretrain_inputs(params: Params, wildcards: dict) -> dict[str, str]:
         pseed=availability.init_pseed(wildcards["method"], wildcards["pseed"]),
     )
     teacher = {"source": paths.SOURCE_MODEL} if wildcards.get("objective") in pretrain.TEACHER_OBJECTIVES else {}
+    tuning = (
+        {"tuning": paths.partial(paths.PRETRAIN_TUNE, method=wildcards["method"], objective=wildcards["objective"])}
+        if tune_lr.expand(params) and not teacher
+        else {}
+    )  # pretrain.tune: the peak rate picked on the dev split
     return {
         "init": init,
         "train": paths.PRETOK_TRAIN,
         "valid": paths.PRETOK_VALID,
         "valid_text": paths.CORPUS_VALID,
         **teacher,
+        **tuning,
     }  # valid_text: bits per byte at every evaluation
+
+
+def tune_inputs(params: Params, wildcards: dict) -> dict[str, str]:
+    """A pretrain_tune job's inputs: pretraining seed 1's (`pretrain_inputs`) and the dev split's text."""
+    inputs = pretrain_inputs(params, {**wildcards, "pseed": "1"})
+    return {**{k: v for k, v in inputs.items() if k != "tuning"}, "dev_text": paths.CORPUS_DEV}
 
 
 def task_leaves(params: Params, wildcards: dict) -> list[str]:

@@ -32,7 +32,7 @@ from vocabtransfer.pipeline.typed import field_leaves
 from vocabtransfer.pipeline.stage_spec import Stage, contract_fault
 from vocabtransfer.registry import Registry
 from vocabtransfer.report import build, tables
-from vocabtransfer.train import pretrain
+from vocabtransfer.train import pretrain, tune_lr
 
 
 # ---------------------------------------------------------------- data: text, tokenizer, token ids
@@ -247,6 +247,21 @@ INIT_EVAL = Stage(  # the methods compared right after initialisation
 
 
 # ---------------------------------------------------------------- train: continued pretraining
+PRETRAIN_TUNE = Stage(  # pretrain.tune: each method x objective's peak learning rate, on the dev split
+    name="pretrain_tune",
+    run=tune_lr.run,
+    help="pick a method x objective's peak learning rate: short wsd runs at each pretrain.tune rate, dev-split loss",
+    wildcards=("lang", "method", "objective"),
+    inputs=job_plans.tune_inputs,
+    outputs={"tuning": paths.PRETRAIN_TUNE},
+    params=("seed",),
+    extra_params=tune_lr.leaves,
+    code=("train/tune_lr.py",),
+    expand=tune_lr.expand,
+    skip_reason=lambda params, wc: availability.method_reason(params, wc["lang"], wc["method"]),
+    parallel=True,
+    gpu=True,
+)
 PRETRAIN = Stage(
     name="pretrain",
     run=pretrain.run,
@@ -403,6 +418,7 @@ for _stage in (
     HYPERNET,
     INIT,
     INIT_EVAL,  # init
+    PRETRAIN_TUNE,
     PRETRAIN,  # train
     FINETUNE_EVAL,
     FLOOR,

@@ -142,6 +142,9 @@ INIT_EVAL_PLOT = "results/{lang}/init_eval.png"
 # never delete them with an incomplete output.
 PRETRAIN_DIR = "results/{lang}/pretrain/{method}/{objective}/pseed{pseed}"
 PRETRAIN_CHECKPOINTS = "checkpoints/{lang}/pretrain/{method}/{objective}/pseed{pseed}"
+# pretrain.tune: the dev loss of each peak learning rate tried, and the pick (train.tune_lr)
+PRETRAIN_TUNE = "results/{lang}/pretrain_tune/{method}/{objective}/tuning.json"
+PRETRAIN_TUNE_CHECKPOINTS = "checkpoints/{lang}/pretrain_tune/{method}/{objective}"
 
 # analyses of continued pretraining
 TOKEN_FREQUENCY_LOSS = "results/{lang}/token_frequency_loss.parquet"

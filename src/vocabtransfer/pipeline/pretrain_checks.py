@@ -34,6 +34,7 @@ def check_schedule(tree: Mapping, source: str = "params.yaml") -> None:
     `pretrain.passes` the steps are known at the job's start), and its cool-down branches (train.cooldown) resume
     ordinary Trainer checkpoints: not a factorised or FSDP-sharded run's."""
     section = tree.get("pretrain") or {}
+    check_tune(tree, source)
     if section.get("schedule") != "wsd":
         return
     options = section.get("cooldown") or {}
@@ -53,4 +54,25 @@ def check_schedule(tree: Mapping, source: str = "params.yaml") -> None:
             f"{source}: pretrain.{unsupported[0]}: cool-down branches (pretrain.schedule wsd) resume ordinary "
             "checkpoints, not this run's; set pretrain.cooldown.per_decade: 0 (the run's own end only) or train "
             "without it"
+        )
+
+
+def check_tune(tree: Mapping, source: str = "params.yaml") -> None:
+    """`pretrain.tune.learning_rates` scores the dev split (corpus.dev_fraction > 0), and each tuning run (a wsd run
+    of tune.steps) must hold the warm-up and its decay."""
+    section = tree.get("pretrain") or {}
+    tune = section.get("tune") or {}
+    if not tune.get("learning_rates"):
+        return
+    if not (tree.get("corpus") or {}).get("dev_fraction"):
+        raise VocabTransferError(
+            f"{source}: pretrain.tune.learning_rates: the rates are picked on the dev split, and corpus.dev_fraction "
+            "is 0 (no dev split); set corpus.dev_fraction (e.g. 0.05) or remove pretrain.tune.learning_rates"
+        )
+    steps, warmup = tune.get("steps", 40), section.get("warmup_steps", 0)
+    decay = max(1, math.ceil((section.get("cooldown") or {}).get("fraction", 0.2) * steps - 1e-9))
+    if warmup > steps - decay:
+        raise VocabTransferError(
+            f"{source}: pretrain.tune.steps: {steps} cannot hold the warm-up ({warmup} steps) and the decay ({decay}) "
+            "of a tuning run; raise pretrain.tune.steps"
         )

@@ -95,7 +95,8 @@ def leaves(params: Params, wildcards: dict) -> list[str]:
     objective = wildcards.get("objective")
     if objective in TEACHER_OBJECTIVES:
         objective = "distill"  # every teacher objective (distill, alm) reads pretrain.distill
-    schedule = params.section("pretrain", PretrainParams).schedule  # pretrain.cooldown: wsd runs only
+    # pretrain.cooldown: wsd runs only (a pretrain_tune job's runs are wsd whatever the schedule: `schedule` given)
+    schedule = wildcards.get("schedule") or params.section("pretrain", PretrainParams).schedule
     return field_leaves(
         PretrainParams,
         "pretrain",
@@ -294,8 +295,21 @@ def run(ctx) -> None:
     # 1. model, tokenizer, data; 2. resume: the params the checkpoints were written with must be these
     data = setup.load_data(ctx, opts, model_dir, teacher_dir)
     opts = with_passes(opts, len(data.blocks))
+    if "tuning" in ctx.input:  # pretrain.tune: the peak rate pretrain_tune picked on the dev split
+        opts = dataclasses.replace(opts, learning_rate=json.loads(Path(ctx.input["tuning"]).read_text())["pick"])
+        log.info(
+            "pretrain.tune: peak learning rate %g, picked on the dev split (%s)",
+            opts.learning_rate,
+            ctx.input["tuning"],
+        )
     resume = setup.resume_point(
-        ctx, checkpoints, model_dir, teacher_dir, pseed, ["seed"] + leaves(ctx.params, ctx.wildcards)
+        ctx,
+        checkpoints,
+        model_dir,
+        teacher_dir,
+        pseed,
+        ["seed"] + leaves(ctx.params, ctx.wildcards),
+        learning_rate=opts.learning_rate,
     )
     # 3. options: factorised embeddings, precision, embedding warm-up, sharding, the distill teacher
     original = setup.factorised(data.model, opts, init_dir)

@@ -138,6 +138,8 @@ def run_stats(
         * opts.gradient_accumulation_steps
         / len(blocks),
         "schedule": opts.schedule,
+        "learning_rate": opts.learning_rate,  # the peak rate trained at (pretrain.tune: the dev split's pick)
+        "tuning": ctx.input.get("tuning"),
         "cooldown": None
         if opts.schedule != "wsd"
         else {

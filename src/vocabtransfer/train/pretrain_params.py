@@ -89,6 +89,30 @@ class CooldownOptions:
 
 
 @dataclass(frozen=True)
+class TuneOptions:
+    """each method × objective at its own peak learning rate: a `pretrain_tune` job per language, method and
+    objective trains pretraining seed 1 for `steps` optimiser steps (a wsd run of that length, decayed at its end,
+    no branches) at each of `learning_rates` and scores the DEV split (corpus.dev_fraction > 0: lines never
+    trained on and never scored by the report); every pretraining seed of that method × objective then trains at
+    the learning rate with the lowest dev loss (ties: the smaller rate)"""
+
+    learning_rates: tuple[float, ...] = option(
+        [],
+        "peak learning rates tried per method × objective; empty: every run trains at pretrain.learning_rate",
+        items={"type": "number", "exclusiveMinimum": 0},
+        uniqueItems=True,
+    )
+    steps: int = option(
+        40,
+        "optimiser steps of each tuning run (the short budget; it must hold the warm-up and the decay)",
+        minimum=1,
+    )
+    dev_lines: int = option(
+        300, "dev-split lines scored (the dev loss: blocks of seq_len ids, as the valid loss)", minimum=1
+    )
+
+
+@dataclass(frozen=True)
 class PretrainParams:
     """continued pretraining of initialised models (transformers Trainer, AdamW); one job per language × method ×
     objective × pretraining seed"""
@@ -146,7 +170,9 @@ class PretrainParams:
         minimum=1,
     )
     seq_len: int = option(64, "tokens per packed block", minimum=8)
-    learning_rate: float = option(0.0001, "AdamW peak learning rate", exclusiveMinimum=0)
+    learning_rate: float = option(
+        0.0001, "AdamW peak learning rate (unless pretrain.tune.learning_rates picks one per run)", exclusiveMinimum=0
+    )
     schedule: Literal["linear", "constant_with_warmup", "wsd"] = option(
         "linear",
         "learning-rate schedule after the warm-up: linear (decay to 0 at the run's end), constant_with_warmup, or "
@@ -182,6 +208,7 @@ class PretrainParams:
     )
     keep_checkpoints: bool = option(False, "keep checkpoints/ after a successful run", rerun=False)
     cooldown: CooldownOptions = subsection(CooldownOptions, schedule="wsd")
+    tune: TuneOptions = subsection(TuneOptions)
     selfish: SelfishOptions = subsection(SelfishOptions, objective="selfish")
     distill: DistillOptions = subsection(DistillOptions, objective="distill")  # and alm's: every teacher objective
     factorized: bool = option(

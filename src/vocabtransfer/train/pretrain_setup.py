@@ -48,9 +48,12 @@ class RunData:
     teacher_tok: Any = None
 
 
-def load_data(ctx, opts: PretrainParams, model_dir: Path, teacher_dir: Path | None) -> RunData:
+def load_data(
+    ctx, opts: PretrainParams, model_dir: Path, teacher_dir: Path | None, valid_ids: Path | None = None
+) -> RunData:
     """Step 1 of `pretrain.run`: the model and tokenizer, the training blocks (distill: beside the teacher's
-    tokenization of their text) and the fixed evaluation batches of the valid split."""
+    tokenization of their text) and the fixed evaluation batches of the valid split (`valid_ids`: another
+    pre-tokenised split scored instead, the dev split of `pretrain_tune`)."""
     import torch  # torch: heavy, not at CLI start-up
 
     from vocabtransfer.train import distill  # imports torch: not at CLI start-up
@@ -68,7 +71,7 @@ def load_data(ctx, opts: PretrainParams, model_dir: Path, teacher_dir: Path | No
         teacher_tok = load_tokenizer(teacher_dir)
         blocks = distill.PairBlocks(train, tokenizer, teacher_tok, opts.seq_len)
         log.info("distill: teacher %s (%s), %d training blocks", teacher_dir, type(teacher).__name__, len(blocks))
-    valid = read_ids(Path(ctx.input["valid"]), tokenizer, vocab)
+    valid = read_ids(Path(valid_ids or ctx.input["valid"]), tokenizer, vocab)
     valid_blocks = list(PackedBlocks(valid, tokenizer, opts.seq_len, kind=kind, lines=opts.eval_lines))
     if not len(blocks) or not valid_blocks:
         raise VocabTransferError(
@@ -80,13 +83,21 @@ def load_data(ctx, opts: PretrainParams, model_dir: Path, teacher_dir: Path | No
 
 
 def resume_point(
-    ctx, checkpoints: Path, model_dir: Path, teacher_dir: Path | None, pseed: int, rerun_leaves: list[str]
+    ctx,
+    checkpoints: Path,
+    model_dir: Path,
+    teacher_dir: Path | None,
+    pseed: int,
+    rerun_leaves: list[str],
+    learning_rate: float | None = None,
 ):
     """Step 2 of `pretrain.run`: the last complete checkpoint, whose params (`rerun_leaves`, the pretraining seed,
-    the input models) must be these (else None, the incomplete ones removed); the first process writes
-    the params beside the checkpoints."""
+    the input models, the peak `learning_rate` the run trains at) must be these (else None, the incomplete ones
+    removed); the first process writes the params beside the checkpoints."""
     expected = {leaf: ctx.param(leaf) for leaf in rerun_leaves}
     expected["pseed"] = pseed
+    if learning_rate is not None:
+        expected["peak_learning_rate"] = learning_rate
     expected["input:init_model_sha256"] = model_fingerprint(model_dir)
     if teacher_dir is not None:
         expected["input:source_model_sha256"] = model_fingerprint(teacher_dir)
@@ -257,12 +268,12 @@ def prepare_training(
     if data.teacher is not None and opts.distill.teacher == "cached":
         training.teacher_seconds = cache_teacher(data, opts, training.dataset, use_cpu=use_cpu)
     log.info(
-        "pretrain %s/%s/%s pseed %d (seed %d): %s LM, %d train blocks of ≤%d ids, %d valid blocks; %d steps × %d × %d "
-        "(accumulation) × %d process(es); %s",
+        "pretrain %s/%s/%s pseed %s (seed %d): %s LM, %d train blocks of ≤%d ids, %d valid blocks; %d steps × %d × %d "
+        "(accumulation) × %d process(es), peak learning rate %g; %s",
         ctx.lang,
         ctx.method,
         ctx.wildcards["objective"],
-        int(ctx.wildcards["pseed"]),
+        ctx.wildcards.get("pseed", "1"),
         seed,
         data.kind,
         len(data.blocks),
@@ -272,6 +283,7 @@ def prepare_training(
         opts.batch_size,
         opts.gradient_accumulation_steps,
         args.world_size,
+        opts.learning_rate,
         "bf16" if bf16 else "fp32",
     )
     return training

@@ -1,0 +1,196 @@
+"""Stage `pretrain_tune`: each method × objective's peak learning rate, picked on the dev split
+(`pretrain.tune`).
+
+For `--lang L --method M --objective O`:
+1. the dev split's first `tune.dev_lines` lines (results/L/corpus/dev.parquet: lines in no trained artefact and in
+   no set the report scores), tokenised with the initialised model's tokenizer, packed into blocks of seq_len ids
+   and scored as the valid loss is (the same seeded masks for every rate);
+2. for each rate in `tune.learning_rates`: pretraining seed 1 of M/O trained for `tune.steps` optimiser steps
+   under a wsd schedule (warm-up, stable, the decay of `pretrain.cooldown` at its end, no branches: its end is
+   what a run of that length reaches) with everything else as the pretrain stage has it, and its dev loss at the
+   end; each rate's result is written under checkpoints/L/pretrain_tune/M/O/ as it finishes, so a killed job
+   redoes only the rates it had not finished (a rate's run itself restarts from its beginning);
+3. the pick: the rate with the lowest dev loss (ties: the smaller rate), written with every rate's dev loss, the
+   initial dev loss, the tokens and seconds of each run to results/L/pretrain_tune/M/O/tuning.json. Every
+   pretraining seed of M/O then trains at the pick (the pretrain stage reads this file).
+
+The rule is the same for every method (3 rates each in the studies), so each arm is tuned alike; the tuning runs'
+tokens are the compute each arm spent on tuning, which the report states.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import shutil
+import time
+from pathlib import Path
+
+from vocabtransfer import io
+from vocabtransfer.data import token_ids
+from vocabtransfer.errors import VocabTransferError
+from vocabtransfer.init import availability
+from vocabtransfer.model import modeling
+from vocabtransfer.model.hub import load_tokenizer
+from vocabtransfer.model.line_bits import valid_lines
+from vocabtransfer.pipeline import names, paths
+from vocabtransfer.train import pretrain
+from vocabtransfer.train import pretrain_setup as setup
+from vocabtransfer.train.pretrain_params import PretrainParams
+
+log = logging.getLogger(__name__)
+
+RULE = "the lowest dev loss at the end of the tuning run (ties: the smaller rate)"
+
+
+def tuned(opts: PretrainParams) -> bool:
+    return bool(opts.tune.learning_rates)
+
+
+def tuning_options(opts: PretrainParams, rate: float) -> PretrainParams:
+    """The options of one tuning run: `tune.steps` steps at `rate`, wsd without branches, scored at its end."""
+    return dataclasses.replace(
+        opts,
+        learning_rate=rate,
+        steps=opts.tune.steps,
+        passes=None,
+        schedule="wsd",
+        cooldown=dataclasses.replace(opts.cooldown, per_decade=0),
+        eval_schedule="steps",
+        eval_every=opts.tune.steps,
+        eval_lines=opts.tune.dev_lines,
+        bits_per_byte=False,
+    )
+
+
+def pick(rates: list[float], losses: list[float]) -> float:
+    """`RULE`: the rate with the lowest dev loss, the smaller rate on a tie; NaN losses (a diverged run) lose."""
+    best = min(range(len(rates)), key=lambda i: (math.inf if math.isnan(losses[i]) else losses[i], rates[i]))
+    if math.isnan(losses[best]):
+        raise VocabTransferError(
+            f"pretrain.tune.learning_rates: every rate ({', '.join(map(str, rates))}) diverged; add smaller rates"
+        )
+    return rates[best]
+
+
+def dev_split(ctx, tokenizer, lines: int, directory: Path) -> Path:
+    """The dev lines tokenised as the pretokenize stage tokenises a split, written to `directory`."""
+    text = valid_lines(ctx.input["dev_text"], lines)
+    if not text:
+        raise VocabTransferError(
+            f"{ctx.input['dev_text']}: the dev split is empty; pretrain.tune needs corpus.dev_fraction > 0 (e.g. "
+            "0.05) and a corpus large enough to fill it"
+        )
+    token_ids.write_lines(directory, tokenizer, tokenizer(text, add_special_tokens=False)["input_ids"])
+    return directory
+
+
+def train_rate(ctx, opts: PretrainParams, data: setup.RunData, rate: float, seed: int, work: Path) -> dict:
+    """Step 2 for one rate: a fresh copy of the initialised model trained `tune.steps` steps; its dev losses."""
+    import torch  # torch: heavy, not at CLI start-up
+
+    tick = time.perf_counter()
+    run_opts = tuning_options(opts, rate)
+    model, _ = modeling.load_source_model(Path(ctx.input["init"]) / "model", data.kind, dtype=torch.float32)
+    run_data = dataclasses.replace(data, model=model)
+    training = setup.prepare_training(ctx, run_opts, run_data, work, seed, None, save=False)
+    rows: dict[int, dict] = {}
+    trainer = pretrain._trainer(ctx, run_opts, run_data, training, rows, seed, None, work)
+    trainer.train()
+    shutil.rmtree(work, ignore_errors=True)
+    end = rows[run_opts.steps]
+    return {
+        "learning_rate": rate,
+        "initial_dev_loss": rows[0]["valid_loss"],
+        "dev_loss": end["valid_loss"],
+        "tokens_seen": end["tokens_seen"],
+        "seconds": time.perf_counter() - tick,
+    }
+
+
+def run(ctx) -> None:
+    opts = ctx.section("pretrain", PretrainParams)
+    if not tuned(opts):
+        raise VocabTransferError(
+            "pretrain_tune: pretrain.tune.learning_rates is empty (no rate to pick from); set e.g. "
+            "[0.0001, 0.0003, 0.001] or leave the stage out"
+        )
+    if ctx.wildcards["objective"] in pretrain.TEACHER_OBJECTIVES:
+        raise VocabTransferError(
+            f"pretrain_tune: the {ctx.wildcards['objective']} objective's teacher is not tuned here; tune its "
+            "standard run or set pretrain.learning_rate"
+        )
+    seed = names.seed_value(ctx.params, 1)  # pretraining seed 1's data order, masks and dropout
+    start = time.perf_counter()
+    objective = ctx.wildcards["objective"]
+    work = Path(paths.fill(paths.PRETRAIN_TUNE_CHECKPOINTS, lang=ctx.lang, method=ctx.method, objective=objective))
+    work.mkdir(parents=True, exist_ok=True)
+    # 1. the dev split, then the model, tokenizer and training blocks as the pretrain stage loads them
+    model_dir = Path(ctx.input["init"]) / "model"
+    dev = dev_split(ctx, load_tokenizer(model_dir), opts.tune.dev_lines, work / "dev")
+    data = setup.load_data(ctx, tuning_options(opts, opts.learning_rate), model_dir, None, valid_ids=dev)
+    # 2. each rate, its result kept as it finishes
+    results = []
+    for k, rate in enumerate(opts.tune.learning_rates):
+        done = work / f"rate-{k}.json"
+        if done.is_file() and json.loads(done.read_text(encoding="utf-8"))["learning_rate"] == rate:
+            results.append(json.loads(done.read_text(encoding="utf-8")))
+            continue
+        result = train_rate(ctx, opts, data, rate, seed, work / f"run-{k}")
+        with io.atomic_output(done) as tmp:
+            tmp.write_text(json.dumps(result), encoding="utf-8")
+        results.append(result)
+        log.info(
+            "pretrain_tune %s/%s/%s: rate %g, dev loss %.4f", ctx.lang, ctx.method, objective, rate, result["dev_loss"]
+        )
+    # 3. the pick
+    chosen = pick([r["learning_rate"] for r in results], [r["dev_loss"] for r in results])
+    out = {
+        "lang": ctx.lang,
+        "method": ctx.method,
+        "objective": objective,
+        "pick": chosen,
+        "rule": RULE,
+        "steps": opts.tune.steps,
+        "dev_lines": opts.tune.dev_lines,
+        "dev_blocks": len(data.valid_blocks),
+        "pseed": 1,
+        "seed": seed,
+        "results": results,
+        "seconds": time.perf_counter() - start,
+        "versions": io.versions(),
+    }
+    io.write_json(out, ctx.output["tuning"])
+    shutil.rmtree(work, ignore_errors=True)
+    log.info("pretrain_tune %s/%s/%s: picked %g (%s)", ctx.lang, ctx.method, objective, chosen, RULE)
+
+
+def picked(path: str | Path) -> float:
+    """The learning rate a `pretrain_tune` result picked (the pretrain stage's peak rate when tuning is on)."""
+    return float(json.loads(Path(path).read_text(encoding="utf-8"))["pick"])
+
+
+# the pretrain leaves a tuning run does not read: its length, evaluations and rate come from pretrain.tune
+NOT_READ = {"learning_rate", "steps", "passes", "eval_every", "eval_schedule", "eval_lines", "bits_per_byte"}
+
+
+def leaves(params, wildcards: dict) -> list[str]:
+    """A tuning job's rerun keys: the pretrain run's (`pretrain.leaves`) but those it replaces."""
+    return [
+        leaf
+        for leaf in pretrain.leaves(params, {**wildcards, "schedule": "wsd"})
+        if leaf.split(".")[1] not in NOT_READ and not leaf.startswith("pretrain.cooldown.per_decade")
+    ]
+
+
+def expand(params) -> list[dict[str, str]]:
+    """One job per (method, objective) pretrain pair (but the teacher objectives'), when pretrain.tune is on."""
+    if not params.leaf("pretrain.tune.learning_rates"):
+        return []
+    return [
+        {"method": m, "objective": o}
+        for m, o in availability.pretrain_pairs(params)
+        if o not in pretrain.TEACHER_OBJECTIVES
+    ]
