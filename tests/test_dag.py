@@ -34,7 +34,8 @@ def test_the_order_check_finds_a_stage_listed_before_what_it_reads():
 def test_every_artefact_path_names_the_stage_that_writes_it(tmp_path):
     """`stages.producer`: each output of each stage, and a file inside a directory output, maps back to that stage
     and output (what a torn artefact's error names); a path no stage writes maps to nothing."""
-    from vocabtransfer.app.stages import STAGES, producer, rerun_hint
+    from vocabtransfer.app.producers import producer, rerun_hint
+    from vocabtransfer.app.stages import STAGES
     from vocabtransfer.pipeline import paths
 
     sample = {

@@ -23,7 +23,8 @@ from vocabtransfer.version import __version__
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.app import dag, dvcgen, layout
 from vocabtransfer.app.runner import run_stage
-from vocabtransfer.app.stages import STAGES, rerun_hint
+from vocabtransfer.app.producers import rerun_hint
+from vocabtransfer.app.stages import STAGES
 from vocabtransfer.evaluate import coverage
 from vocabtransfer.log import report_error, setup_logging
 from vocabtransfer.app import params_doc

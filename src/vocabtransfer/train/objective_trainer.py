@@ -218,8 +218,7 @@ class MetricsCallback(TrainerCallback):
         budgets: list[int] | None = None,
         bits=None,
         *,
-        initial: bool = True,
-        desc: str = "pretrain",
+        branch: str | None = None,
     ):
         self.evaluate, self.eval_every, self.rows = evaluate, eval_every, rows
         self.bits = bits  # model -> valid bits per byte (pretrain.bits_per_byte, causal models), or None
@@ -227,8 +226,8 @@ class MetricsCallback(TrainerCallback):
         self.warmup_steps, self.embedding_params = warmup_steps, embedding_params
         self.bar = None
         self.mark = (time.perf_counter(), 0)
-        # initial: score the model before the first update (a cool-down branch is scored at its end only)
-        self.initial, self.desc = initial, desc
+        # a cool-down branch (its label; train.cooldown) is scored at its end only, not before its first update
+        self.initial, self.desc = branch is None, branch or "pretrain"
 
     def _row(self, state, lr_scheduler=None) -> dict:
         row = self.rows.setdefault(

@@ -156,6 +156,16 @@ def valid_scorer(batches: list[dict], kind: Kind):
     return score
 
 
+def tuned_rate(ctx, opts: PretrainParams) -> PretrainParams:
+    """pretrain.tune: the options at the peak learning rate that the run's pretrain_tune job picked on the dev
+    split (its `tuning` input); else as they are."""
+    if "tuning" not in ctx.input:
+        return opts
+    rate = json.loads(Path(ctx.input["tuning"]).read_text(encoding="utf-8"))["pick"]
+    log.info("pretrain.tune: peak learning rate %g, picked on the dev split (%s)", rate, ctx.input["tuning"])
+    return dataclasses.replace(opts, learning_rate=rate)
+
+
 def with_passes(opts: PretrainParams, train_blocks: int) -> PretrainParams:
     """`pretrain.passes` as optimiser steps: ceil(passes × train blocks / blocks per step), at least 1."""
     if opts.passes is None:
@@ -223,12 +233,10 @@ def _trainer(
     checkpoints: Path,
     *,
     branch: cooldown.Branch | None = None,
-    forks=None,
 ):
     """Step 4 of `run`, before training: the Trainer with the objective's loss, its evaluation callback (the
     valid loss per block, bits per byte, at `eval_every` steps or the log-spaced token budgets; its metrics
-    rows in `rows`) and the seeded collator. A cool-down `branch` is scored at its end only; `forks` (the
-    stable run's `cooldown.fork_callback`) keeps the branches' fork checkpoints."""
+    rows in `rows`) and the seeded collator. A cool-down `branch` is scored at its end only."""
     from transformers import PrinterCallback  # transformers: heavy, not at CLI start-up
 
     from vocabtransfer.model.losses import distill_alpha  # imports torch: not at CLI start-up
@@ -255,8 +263,7 @@ def _trainer(
         training.embedding_params,
         budgets=budgets,
         bits=bits,
-        initial=branch is None,
-        desc="pretrain" if branch is None else f"cool-down to step {branch.end}",
+        branch=None if branch is None else f"cool-down to step {branch.end}",
     )
     collator = StepCollator(data.tokenizer, data.kind, seed, setup.teacher_pad(data.teacher_tok))
     trainer = ObjectiveTrainer(
@@ -264,7 +271,7 @@ def _trainer(
         args=training.args,
         train_dataset=training.dataset,
         data_collator=collator,
-        callbacks=[callback] + ([forks] if forks is not None else []),  # forks after the rows are saved
+        callbacks=[callback],
         kind=data.kind,
         objective=objective,
         margin=opts.selfish.margin,
@@ -294,14 +301,7 @@ def run(ctx) -> None:
     )
     # 1. model, tokenizer, data; 2. resume: the params the checkpoints were written with must be these
     data = setup.load_data(ctx, opts, model_dir, teacher_dir)
-    opts = with_passes(opts, len(data.blocks))
-    if "tuning" in ctx.input:  # pretrain.tune: the peak rate pretrain_tune picked on the dev split
-        opts = dataclasses.replace(opts, learning_rate=json.loads(Path(ctx.input["tuning"]).read_text())["pick"])
-        log.info(
-            "pretrain.tune: peak learning rate %g, picked on the dev split (%s)",
-            opts.learning_rate,
-            ctx.input["tuning"],
-        )
+    opts = tuned_rate(ctx, with_passes(opts, len(data.blocks)))
     resume = setup.resume_point(
         ctx,
         checkpoints,
@@ -309,7 +309,7 @@ def run(ctx) -> None:
         teacher_dir,
         pseed,
         ["seed"] + leaves(ctx.params, ctx.wildcards),
-        learning_rate=opts.learning_rate,
+        learning_rate=opts.learning_rate if "tuning" in ctx.input else None,
     )
     # 3. options: factorised embeddings, precision, embedding warm-up, sharding, the distill teacher
     original = setup.factorised(data.model, opts, init_dir)
@@ -324,8 +324,9 @@ def run(ctx) -> None:
         if opts.schedule == "wsd"
         else []
     )
-    forks = cooldown.fork_callback(branches, checkpoints)
-    trainer = _trainer(ctx, opts, data, training, rows, seed, teacher_dir, checkpoints, forks=forks)
+    trainer = _trainer(ctx, opts, data, training, rows, seed, teacher_dir, checkpoints)
+    if branches:  # after the metrics callback: a fork checkpoint is kept once its rows are in it
+        trainer.add_callback(cooldown.fork_callback(branches, checkpoints))
     train_start = time.perf_counter()
     trainer.train(resume_from_checkpoint=str(resume[1]) if resume else None)
     train_seconds = time.perf_counter() - train_start
