@@ -185,6 +185,7 @@ def test_stage_modules_never_import_the_stage_table():
         "vocabtransfer.app.plan",
         "vocabtransfer.app.dvcgen",
         "vocabtransfer.app.dag",
+        "vocabtransfer.app.producers",
     }, users
 
 

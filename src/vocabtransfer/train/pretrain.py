@@ -156,6 +156,13 @@ def valid_scorer(batches: list[dict], kind: Kind):
     return score
 
 
+def cooldown_plan(opts: PretrainParams, world_size: int) -> list[cooldown.Branch]:
+    """The cool-down branches of a wsd run (`train.cooldown.plan`); none under the other schedules."""
+    if opts.schedule != "wsd":
+        return []
+    return cooldown.plan(opts.steps, positions_per_step(opts, world_size), opts.warmup_steps, opts.cooldown)
+
+
 def tuned_rate(ctx, opts: PretrainParams) -> PretrainParams:
     """pretrain.tune: the options at the peak learning rate that the run's pretrain_tune job picked on the dev
     split (its `tuning` input); else as they are."""
@@ -228,7 +235,6 @@ def _trainer(
     data: setup.RunData,
     training: setup.Training,
     rows: dict[int, dict],
-    seed: int,
     teacher_dir: Path | None,
     checkpoints: Path,
     *,
@@ -265,7 +271,8 @@ def _trainer(
         bits=bits,
         branch=None if branch is None else f"cool-down to step {branch.end}",
     )
-    collator = StepCollator(data.tokenizer, data.kind, seed, setup.teacher_pad(data.teacher_tok))
+    # the pretraining seed's masks (training.args.seed is the run's seed: setup.training_arguments)
+    collator = StepCollator(data.tokenizer, data.kind, training.args.seed, setup.teacher_pad(data.teacher_tok))
     trainer = ObjectiveTrainer(
         model=data.model,
         args=training.args,
@@ -316,15 +323,11 @@ def run(ctx) -> None:
     training = setup.prepare_training(ctx, opts, data, checkpoints, seed, teacher_dir)
 
     # 4. train (wsd: the stable run keeps its fork checkpoints; then each cool-down branch from its fork)
-    rows: dict[int, dict] = {}
-    if resume is not None:
-        rows = {r["step"]: r for r in json.loads((resume[1] / ROWS_FILE).read_text(encoding="utf-8"))}
-    branches = (
-        cooldown.plan(opts.steps, positions_per_step(opts, training.args.world_size), opts.warmup_steps, opts.cooldown)
-        if opts.schedule == "wsd"
-        else []
+    rows: dict[int, dict] = (
+        {r["step"]: r for r in json.loads((resume[1] / ROWS_FILE).read_text(encoding="utf-8"))} if resume else {}
     )
-    trainer = _trainer(ctx, opts, data, training, rows, seed, teacher_dir, checkpoints)
+    branches = cooldown_plan(opts, training.args.world_size)
+    trainer = _trainer(ctx, opts, data, training, rows, teacher_dir, checkpoints)
     if branches:  # after the metrics callback: a fork checkpoint is kept once its rows are in it
         trainer.add_callback(cooldown.fork_callback(branches, checkpoints))
     train_start = time.perf_counter()
@@ -401,7 +404,7 @@ def run_branches(
             ctx, branch_opts, branch_data, out_dir, seed, teacher_dir, decay=branch.decay, save=False
         )
         rows: dict[int, dict] = {}
-        trainer = _trainer(ctx, branch_opts, branch_data, training, rows, seed, teacher_dir, out_dir, branch=branch)
+        trainer = _trainer(ctx, branch_opts, branch_data, training, rows, teacher_dir, out_dir, branch=branch)
         start = cooldown.fork_checkpoint(checkpoints, branch.fork)
         trainer.train(resume_from_checkpoint=str(start) if start is not None else None)
         row = dict(rows[branch.end], seconds=time.perf_counter() - tick, resumed_at=start.name if start else None)

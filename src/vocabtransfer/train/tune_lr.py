@@ -97,7 +97,7 @@ def train_rate(ctx, opts: PretrainParams, data: setup.RunData, rate: float, seed
     run_data = dataclasses.replace(data, model=model)
     training = setup.prepare_training(ctx, run_opts, run_data, work, seed, None, save=False)
     rows: dict[int, dict] = {}
-    trainer = pretrain._trainer(ctx, run_opts, run_data, training, rows, seed, None, work)
+    trainer = pretrain._trainer(ctx, run_opts, run_data, training, rows, None, work)
     trainer.train()
     shutil.rmtree(work, ignore_errors=True)
     end = rows[run_opts.steps]
