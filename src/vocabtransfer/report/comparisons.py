@@ -211,7 +211,7 @@ def objective_buckets(lang: Language, settings: Settings, objective: str) -> Fam
     return Family(
         f"{objective.capitalize()} − standard {BUCKETS_TITLE}",
         f"Held-out tokens by train frequency (b0 = most frequent types); negative = {objective} lower (better). "
-        "A breakdown of the valid loss, not a claim of its own: its p-values are adjusted over this table alone.",
+        "A breakdown of the valid loss.",
         _corrected(rows, settings),
         objective=objective,
         kind=EXPLORATORY,
