@@ -218,7 +218,7 @@ def test_lm_eval_report_pairs_models_by_item_clustered_by_passage_beside_the_maj
     lines, metrics, verdict = harness_table.section("sw", results, _settings())
     assert verdict == [
         "**local_xnli_sw (zero-shot acc, model − source, points; floor: majority class (0), 33.3; "
-        "items only, no seeds)**: worse: focus-init-pseed1 -66.7 [-66.7, -66.7]."
+        "items only, no seeds; Holm over this task's 1 model)**: worse: focus-init-pseed1 -66.7 [-66.7, -66.7]."
     ]
     assert metrics["local_xnli_sw"]["scores"] == {"source": 100.0, "focus-init-pseed1": round(100 / 3, 4)}
     cells = [

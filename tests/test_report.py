@@ -357,6 +357,57 @@ def cells(text: str, *first: str) -> list[str]:
     raise AssertionError(f"no row {first} in\n{text}")
 
 
+def comparison_tables(text: str) -> list[tuple[str, str, str, dict[tuple[str, str], dict[str, str]]]]:
+    """Every comparison table of the report: (language, title, caption, (comparison, measure) -> column ->
+    cell), the parts of a table split for width joined."""
+    out = []
+    for lang in LANGS:
+        body = section(text, f"## {lang}")
+        for title in re.findall(r"^#### (.+)$", body, re.M):
+            part = section(body, f"#### {title}")
+            if "| comparison" not in part:
+                continue
+            rows: dict[tuple[str, str], dict[str, str]] = {}
+            header: list[str] = []
+            for line in part.splitlines():
+                if not line.startswith("|") or line.startswith("|--"):
+                    continue
+                row = [c.strip() for c in line.split("|")[1:-1]]
+                if row[0] == "comparison":
+                    header = row
+                    continue
+                rows.setdefault((row[0], row[1]), {}).update(zip(header, row))
+            caption = next(p for p in part.split("\n\n") if "Adjusted p:" in p)
+            out.append((lang, title, caption, rows))
+    return out
+
+
+def headline_rows(text: str) -> tuple[int, list[dict[str, str]]]:
+    """The headline family's size as the tables state it, and the cells of every row of its tables (both
+    languages)."""
+    sizes, rows = set(), []
+    for _, _, caption, table in comparison_tables(text):
+        said = re.search(r"Holm over the (\d+) comparisons of the headline family", caption)
+        if said:
+            sizes.add(int(said.group(1)))
+            rows += [r for r in table.values() if r["p"] != "–"]
+    assert len(sizes) == 1, sizes  # one headline family per report
+    return sizes.pop(), rows
+
+
+def joint_holm(text: str) -> dict[tuple[str, str, str], float]:
+    """(language, comparison, measure) -> Holm over every headline row of the report, from the p column."""
+    out, raw = {}, []
+    for lang, _, caption, table in comparison_tables(text):
+        if "of the headline family" in caption:
+            for (label, measure), r in table.items():
+                if r["p"] != "–":
+                    raw.append(((lang, label, measure), float(r["p"].split()[0])))
+    for (key, _), adjusted in zip(raw, stats.correct([p for _, p in raw], "holm")):
+        out[key] = adjusted
+    return out
+
+
 def recomputed(root: Path, lang: str, task: str, a: str, b: str) -> stats.Difference:
     """The nested interval of b − a straight from the eval JSONs (what the report must show)."""
 
@@ -422,7 +473,12 @@ def test_verdict_states_wins_costs_and_what_is_not_learned(rendered):
     assert f"; {len(rows) - 2 - len(listed)} of {len(rows) - 2} models are not." in learned  # less header and floor
     qa = next(line for line in verdict.splitlines() if line.startswith("- **qa, method − random"))
     d = recomputed(root, "sw", "qa", "random-standard", "focus-standard")
-    assert f"focus − random (standard) {d.diff:+.1f} [{d.low:+.1f}, {d.high:+.1f}]" in qa and "better:" in qa
+    # 20 clusters: better by the qa table's own Holm, not after the headline family's (both languages' claims)
+    said = f"focus − random (standard) {d.diff:+.1f} [{d.low:+.1f}, {d.high:+.1f}] (adjusted p "
+    assert said in qa and "interval excludes zero, but not after the correction:" in qa, qa
+    assert "better" not in qa.split("**")[2]
+    adjusted = joint_holm(text)[("sw", "focus − random (standard)", "qa")]
+    assert f"{said}{adjusted:.2g})" in qa and adjusted > 0.05
     # selfish: costs 0.1 on the valid loss, costs bucket 0, helps bucket 2, nothing detectable in bucket 1
     focus = next(line for line in verdict.splitlines() if line.startswith("- **selfish − standard, focus**"))
     # a label that rests on the Holm correction carries its adjusted p
@@ -479,12 +535,22 @@ def test_comparison_tables_show_the_recomputed_intervals(rendered):
     qa = section(comparisons, "#### qa: method − random")
     objectives = ("init", "standard", "selfish")
     diffs = [recomputed(root, "sw", "qa", f"random-{o}", f"focus-{o}") for o in objectives]
-    for objective, d, adjusted in zip(objectives, diffs, stats.correct([d.p_value for d in diffs], "holm")):
+    joint = joint_holm(text)
+    merged = next(
+        rows for lang, title, _, rows in comparison_tables(text) if (lang, title) == ("sw", "qa: method − random")
+    )
+    for objective, d, own in zip(objectives, diffs, stats.correct([d.p_value for d in diffs], "holm")):
         row = cells(qa, f"focus − random ({objective})", "qa")
         assert row[2] == f"{d.diff:+.1f} [{d.low:+.1f}, {d.high:+.1f}]"
-        assert row[5:7] == ["✱ better", "3 pretraining × 2 fine-tuning seeds, 20 clusters"]
+        whole = merged[(f"focus − random ({objective})", "qa")]  # the table is split for width
+        assert [whole["verdict"], whole["runs, clusters"]] == [
+            "interval excludes zero, but not after the correction",
+            "3 pretraining × 2 fine-tuning seeds, 20 clusters",
+        ]
         assert float(row[3]) == pytest.approx(d.p_value, rel=0.01)
-        assert float(row[4]) == pytest.approx(adjusted, rel=0.01)  # Holm over the table's 3 rows
+        # Holm over the headline family (every claim of both languages), not over the table's 3 rows
+        assert float(row[4]) == pytest.approx(joint[("sw", f"focus − random ({objective})", "qa")], rel=0.02)
+        assert own < 0.05 < float(row[4])
     assert "#### nli: method − random" not in comparisons  # not learned: never compared
     valid = section(comparisons, "#### Valid loss after pretraining: method − random")
     assert cells(valid, "focus − random (selfish)", "valid loss")[5:7] == [
@@ -492,8 +558,10 @@ def test_comparison_tables_show_the_recomputed_intervals(rendered):
         "3 pretraining seeds, 20 clusters",
     ]
     selfish = section(comparisons, "#### Selfish − standard, per method")
-    assert cells(selfish, "focus", "b1 (ranks 10–19)")[5].startswith("no detectable difference")
-    assert cells(selfish, "random", "b2 (ranks 20–29)")[5].startswith("✱ better")
+    buckets = section(comparisons, "#### Selfish − standard by token frequency (exploratory)")
+    assert "b1 (ranks 10–19)" not in selfish  # the buckets: exploratory, a table of their own
+    assert cells(buckets, "focus", "b1 (ranks 10–19)")[5].startswith("no detectable difference")
+    assert cells(buckets, "random", "b2 (ranks 20–29)")[5].startswith("✱ better")
     # causal models: the objectives compared in bits per byte of the text too
     d = stats.nested_interval(
         bpb_runs(root, "sw", "focus", "standard"),
@@ -603,20 +671,26 @@ def test_bits_per_byte_table_with_intervals_bytes_per_token_and_the_share_kept(r
         diffs.append((vs, d))
         random_share = (mean(floor) - mean(base)) / (mean(floor) - mean(source))
         assert cells(table, "random", objective)[5] == f"{random_share:.2f}"
-    for (row, _), adjusted in zip(diffs, stats.correct([d.p_value for _, d in diffs], "holm")):
-        assert float(row[4]) == pytest.approx(adjusted, rel=0.01)  # Holm over the table's 3 rows
+    joint = joint_holm(text)
+    for (row, _), objective in zip(diffs, ("init", "standard", "selfish")):
+        # Holm over the headline family, not the table's 3 rows
+        assert float(row[4]) == pytest.approx(joint[("sw", f"focus − random ({objective})", "bits per byte")], rel=0.02)
     assert "the target tokenizer needs 41 % fewer tokens for the same text" in table
-    assert cells(section(table, "#### Bits per byte: model − best floor"), "focus (init) − best floor")[5] == "✱ better"
+    floor_table = section(table, "#### Bits per byte: model − best floor")
+    assert cells(floor_table, "focus (standard) − best floor")[5] == "✱ better"
+    # 0.005 against the floor: not after the headline family's correction
+    assert cells(floor_table, "focus (init) − best floor")[5] == "interval excludes zero, but not after the correction"
     verdict = section(section(text, "## Verdict"), "### sw")
     line = next(x for x in verdict.splitlines() if x.startswith("- **Bits per byte of the valid text"))
     assert "(3 pretraining seeds): better: focus − random (init) -0.39" in line
     share = next(x for x in verdict.splitlines() if x.startswith("- **Share of the source's advantage kept**"))
     assert "from the best floor (unigram, target tokenizer, 2.8" in share
     assert re.search(
-        r"focus \(init\) 0\.\d\d \(-0\.\d+ \[-0\.\d+, -0\.\d+\] bits per byte against the floor, 3 "
+        r"focus \(standard\) 0\.\d\d \(-0\.\d+ \[-0\.\d+, -0\.\d+\] bits per byte against the floor, 3 "
         r"pretraining seeds, adjusted p [\d.e-]+\)",
         share,
     ), share
+    assert "focus (init)" not in share  # not detectably better than the floor after the headline correction
     assert "random (standard)" in share and "random (init)" not in share  # random's init is above the floor
     metrics = json.loads((root / paths.REPORT_METRICS).read_text())["sw"]
     assert metrics["bits_per_byte"]["source"] == pytest.approx(mean(source), abs=1e-4) and set(
@@ -1131,3 +1205,39 @@ def test_the_end_of_a_pretraining_run_is_its_last_step_when_seeds_evaluate_at_di
     lines = pretrain_section(lang, "results/report/figures/sw_valid_loss.png")
     row = next(line for line in "\n".join(lines).splitlines() if line.startswith("| focus"))
     assert "7.020 (7.010–7.030, 3 seeds)" in row, row
+
+
+def test_the_claims_of_both_languages_are_corrected_together_and_the_buckets_apart(rendered):
+    """One headline family per report: every table the verdict states claims from, in sw and de, says it is
+    Holm-corrected over the same N comparisons, and its adjusted p is Holm over all N raw p-values at once; the
+    frequency buckets are exploratory, each table corrected over its own rows and not counted in N."""
+    _, _, text = rendered
+    n, rows = headline_rows(text)
+    assert n == len(rows) > 2 * 10  # both languages' claims, more than any one table
+    joint = joint_holm(text)
+    titles = set()
+    for lang, title, caption, table in comparison_tables(text):
+        titles.add(title)
+        exploratory = "(exploratory)" in title
+        assert ("exploratory: Holm over this table's" in caption) == exploratory, (title, caption)
+        assert (f"Holm over the {n} comparisons of the headline family" in caption) != exploratory, (title, caption)
+        present = {k: r for k, r in table.items() if r["p"] != "–"}
+        own = stats.correct([float(r["p"].split()[0]) for r in present.values()], "holm")
+        for ((label, measure), r), alone in zip(present.items(), own):
+            want = alone if exploratory else joint[(lang, label, measure)]
+            assert float(r["adjusted p"]) == pytest.approx(want, rel=0.02), (lang, title, label, measure)
+    assert {
+        "Right after initialisation: valid loss",
+        "Valid loss after pretraining: method − random",
+        "qa: method − random",
+        "Selfish − standard, per method",
+        "Bits per byte: method − random",
+        "Bits per byte: model − best floor",
+        "Selfish − standard by token frequency (exploratory)",
+    } <= titles
+    # the verdict and the method section name the family and its size
+    verdict = " ".join(section(text, "## Verdict").split())
+    assert f"survives the correction (Holm over the {n} comparisons of the headline family: every difference" in verdict
+    assert "by token frequency (exploratory: Holm over this table's 6 comparisons, apart from the headline" in verdict
+    method = " ".join(section(text, "## How the intervals are computed").split())
+    assert "over one family for the whole report, the headline family" in method and "exploratory" in method

@@ -86,7 +86,7 @@ def bits_per_byte_section(lang: Language, table: BpbTable | None, settings: Sett
         "predictors without a model, scored on the same tokens (a unigram of the target or the source "
         "tokenizer fitted on the train split with add-one smoothing; the uniform guess, log2 V bits per "
         "target token). " + keep + " Intervals are nested over valid lines (the clusters) and pretraining "
-        f"seeds; each table below is corrected ({CORRECTION_NAME[settings.correction]}) over its rows. A method "
+        f"seeds; each table below says the correction ({CORRECTION_NAME[settings.correction]}) its rows got. A method "
         "without random rows has one initialisation, whatever the seed: its own interval holds the test set's "
         "variance only.",
         "",

@@ -5,13 +5,17 @@ with the nested intervals of vocabtransfer.evaluate.stats) and writes:
 
 * results/report.md, opening with `## Verdict` (report.verdict), then the set-up and per language:
   the loss right after initialisation, continued pretraining (curves with seed bands), the
-  comparison tables (method − random, selfish − standard, corrected per table), bits per byte
+  comparison tables (method − random, selfish − standard, …), bits per byte
   (every model and the source on one scale, with the − random differences), the loss by token
   frequency, the gradient plots and the downstream scores beside each task's floor (tasks no model
   learns greyed);
 * PNG figures in results/report/figures/ (byte-identical for identical inputs), the valid-loss
   curves as CSV in results/report/curves/<lang>.csv (DVC plots) and results/report/metrics.json
   (DVC metrics). A section without data says what is missing; "What was skipped and why" lists it.
+
+Two passes: first every language's comparisons (each table corrected on its own), then the correction over the
+report's headline family (`tables.correct_headline`: every claim of the verdict, all languages together; the
+exploratory tables and each task's floor check keep their own), and only then the tables and the verdict.
 """
 
 from __future__ import annotations
@@ -82,7 +86,9 @@ def _comparisons_section(lang, families: list, settings: tables.Settings) -> lis
     body = ["### Comparisons", ""]
     for family in families:
         body += markdown.family_section(family, settings)
-        body += distill_terms.note(lang, family.objective) if family.objective else []
+        body += (
+            distill_terms.note(lang, family.objective) if family.objective and family.kind != tables.EXPLORATORY else []
+        )
     if not families:
         body += ["_No comparison: no paired runs for this language._", ""]
     return body
@@ -111,15 +117,15 @@ def write_report(params: Params, report: tables.ReportParams, p: Plan, root: Pat
     langs = [read_language(lang, p, root) for lang in p.languages]
     metrics: dict = {}
     per_language, body, zero_shot_verdict = {}, [], {}
+    built = {lang.lang: _comparisons(lang, settings) for lang in langs}
+    _correct_headline(built.values(), settings)
     with (
         io.atomic_output(root / paths.REPORT_FIGURES, directory=True) as figures,
         io.atomic_output(root / paths.REPORT_CURVES, directory=True) as curves,
     ):
         for lang in langs:
             m = metrics.setdefault(lang.lang, {})
-            status = tables.learned(lang, settings)
-            families = comparisons.families(lang, settings, status, rivals.families(lang, settings))
-            bpb = bits_per_byte_table(lang, settings)
+            status, families, bpb, found = built[lang.lang]
             per_language[lang.lang] = (
                 families + ([bpb.family] if bpb is not None and bpb.family.rows else []),
                 status,
@@ -160,7 +166,7 @@ def write_report(params: Params, report: tables.ReportParams, p: Plan, root: Pat
             body += markdown.token_frequency_section(lang) + markdown.gradient_section(lang)
             body += _downstream_section(lang, status, figures, m)
             zero_shot, m["lm_eval"], zero_shot_verdict[lang.lang] = harness_table.section(
-                lang.lang, lang.lm_eval, settings
+                lang.lang, lang.lm_eval, settings, found
             )
             body += zero_shot
             if not m["lm_eval"]:
@@ -178,6 +184,33 @@ def write_report(params: Params, report: tables.ReportParams, p: Plan, root: Pat
     with io.atomic_output(root / paths.REPORT) as tmp:
         tmp.write_text("\n".join(md).rstrip() + "\n", encoding="utf-8")
     return root / paths.REPORT
+
+
+def _comparisons(lang, settings: tables.Settings) -> tuple:
+    """The first pass for one language: which tasks are learned, the comparison families, the bits-per-byte
+    table and the zero-shot tables, each corrected on its own (`_correct_headline` corrects the claims again,
+    together)."""
+    status = tables.learned(lang, settings)
+    families = comparisons.families(lang, settings, status, rivals.families(lang, settings))
+    bpb = bits_per_byte_table(lang, settings)
+    found = harness_table.tables(lang.lm_eval, settings, lang.lang) if lang.lm_eval else []
+    return status, families, bpb, found
+
+
+def _correct_headline(built, settings: tables.Settings) -> int:
+    """The second pass: every claim of every language (`_comparisons`' families but the exploratory ones, both
+    bits-per-byte tables, the zero-shot model − source rows of learned tasks) corrected together, the headline
+    family; returns its size."""
+    families, claims, found_all = [], [], []
+    for _, fams, bpb, found in built:
+        families += fams
+        if bpb is not None:
+            families += [f for f in (bpb.family, bpb.floor_family) if f is not None and f.rows]
+        claims += harness_table.claims(found)
+        found_all += found
+    n = tables.correct_headline(families, settings, [row for _, row in claims])
+    harness_table.adopt(found_all, claims, settings, n)
+    return n
 
 
 def _tokens_section(

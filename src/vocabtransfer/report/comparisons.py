@@ -9,8 +9,9 @@ interval (vocabtransfer.evaluate.stats), grouped in families that are corrected 
    one initialisation per method, so its intervals hold the valid blocks' variance only (†);
 3. every method minus random, per objective (`init` too): the valid loss after pretraining (one
    family) and each learned task (one family per task);
-4. every other objective (selfish, distill) minus standard for every method: the valid loss, each
-   learned task and the loss of every token-frequency bucket (one family per objective);
+4. every other objective (selfish, distill) minus standard for every method: the valid loss, bits per byte and
+   each learned task (one family per objective), and apart, exploratory, the loss of every token-frequency
+   bucket (one family per objective: `objective_buckets`);
 5. bits per UTF-8 byte (report.bpb): every init-only and pretrained causal model, the source with its own
    tokenizer and the floors (predictors without a model), every method minus random with the same
    objective (one family) and every model minus the best floor (one family), nested over valid lines
@@ -23,6 +24,10 @@ variation between seeds is unknown), gets no "better"/"worse" word: its status s
 
 Families 2 to 4 are built here and put in the report's order (`families`), from report.tables' parts (the
 runs of each measure, `Row`, `Family`, the correction); 1 is `tables.learned`, 5 report.bpb.
+
+Each family is corrected over its own rows when built; the report (report.build) then corrects the rows of
+every family but the exploratory ones (the buckets) together, over all languages: the headline family
+(`tables.correct_headline`). Step 1 stays a gate corrected per task: it decides which tasks are compared.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from vocabtransfer.evaluate import stats
 from vocabtransfer.pipeline import names
 from vocabtransfer.report.read import Language
 from vocabtransfer.report.tables import (
+    EXPLORATORY,
     Family,
     Row,
     Settings,
@@ -160,9 +166,8 @@ def methods_vs_random(lang: Language, settings: Settings, status: dict) -> list[
 
 def objective_vs_standard(lang: Language, settings: Settings, status: dict, objective: str) -> Family | None:
     """Per method: `objective` (selfish, distill) minus standard on the valid loss, bits per byte (causal
-    models), every learned task and every frequency bucket."""
+    models) and every learned task (the frequency buckets: `objective_buckets`)."""
     rows = []
-    buckets = _bucket_labels(lang)
     for method in lang.methods():
         if not {(method, "standard"), (method, objective)} <= {(m, o) for m, o, _ in lang.curves}:
             continue
@@ -176,6 +181,27 @@ def objective_vs_standard(lang: Language, settings: Settings, status: dict, obje
             ga, gb = f"{method}-standard", f"{method}-{objective}"
             if task in status and status[task].learned and ga in lang.evals[task] and gb in lang.evals[task]:
                 rows.append(Row(method, task, settings.bootstrap(task_runs(lang, task, ga), task_runs(lang, task, gb))))
+    if not rows:
+        return None
+    return Family(
+        f"{objective.capitalize()} − standard, per method",
+        f"Loss rows: negative = {objective} lower (better); task rows: positive = {objective} higher (better).",
+        _corrected(rows, settings),
+        objective=objective,
+    )
+
+
+BUCKETS_TITLE = "by token frequency (exploratory)"  # `Selfish − standard by token frequency (exploratory)`
+
+
+def objective_buckets(lang: Language, settings: Settings, objective: str) -> Family | None:
+    """Per method and frequency bucket: `objective` minus standard on the held-out loss of the bucket's tokens;
+    an exploratory breakdown of the valid loss, corrected over its own rows, never with the headline family."""
+    rows = []
+    buckets = _bucket_labels(lang)
+    for method in lang.methods():
+        if not {(method, "standard"), (method, objective)} <= {(m, o) for m, o, _ in lang.curves}:
+            continue
         for bucket, label in buckets.items():
             a, b = bucket_runs(lang, method, "standard", bucket), bucket_runs(lang, method, objective, bucket)
             if a is not None and b is not None:
@@ -183,11 +209,12 @@ def objective_vs_standard(lang: Language, settings: Settings, status: dict, obje
     if not rows:
         return None
     return Family(
-        f"{objective.capitalize()} − standard, per method",
-        f"Loss rows: negative = {objective} lower (better); task rows: positive = {objective} higher "
-        "(better). Buckets: held-out tokens by train frequency (b0 = most frequent types).",
+        f"{objective.capitalize()} − standard {BUCKETS_TITLE}",
+        f"Held-out tokens by train frequency (b0 = most frequent types); negative = {objective} lower (better). "
+        "A breakdown of the valid loss.",
         _corrected(rows, settings),
         objective=objective,
+        kind=EXPLORATORY,
     )
 
 
@@ -201,10 +228,12 @@ def _bucket_labels(lang: Language) -> dict[int, str]:
 
 def families(lang: Language, settings: Settings, status: dict, head_to_head: Sequence[Family] = ()) -> list[Family]:
     """The report's comparison families in order: right after initialisation, every method − random, the
-    head-to-head ones (`report.rivals.families`, built on report.tables), each objective − standard."""
+    head-to-head ones (`report.rivals.families`, built on report.tables), each objective − standard and its
+    exploratory frequency buckets."""
     init = init_family(lang, settings)
     out = ([init] if init else []) + methods_vs_random(lang, settings, status) + list(head_to_head)
     for objective in (o for o in _objectives(lang) if o not in ("init", "standard")):
         family = objective_vs_standard(lang, settings, status, objective)
-        out += [family] if family else []
+        buckets = objective_buckets(lang, settings, objective)
+        out += [f for f in (family, buckets) if f]
     return out

@@ -13,18 +13,33 @@ difference for these models, not across pretraining seeds.
 The floor is a predictor without a model scored on the same items: for a multiple-choice task the
 majority class of the scored items (beside the chance level, one over the choices); for a generative
 task the empty answer (0: exact match and F1 need the answer's words).
+
+Whether a task is learned (every model against its floor) is corrected over the task's models: a gate. The
+model − source differences of a learned task are claims of the report's headline family (`claims`, corrected
+with every other claim by report.build); a task not learned keeps them corrected over its models, greyed.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.evaluate import stats
-from vocabtransfer.report.tables import LEARNED, NO_DIFFERENCE, NOT_AFTER_CORRECTION, NOT_LEARNED, Settings, zero_like
+from vocabtransfer.report.tables import (
+    CORRECTION_NAME,
+    LEARNED,
+    NO_DIFFERENCE,
+    NOT_AFTER_CORRECTION,
+    NOT_LEARNED,
+    Row,
+    Settings,
+    correction_text,
+    plural,
+    zero_like,
+)
 from vocabtransfer.report.markdown import difference_text, grey, md_table
 
 PRIMARY = ("f1", "acc", "acc_norm", "exact_match")  # the metric a task is compared on, the first it has
@@ -50,6 +65,7 @@ class HarnessTask:
     n_clusters: int
     state: str
     scores: list[HarnessScore]
+    correction: str = field(default="")  # the correction of the − source column, in words
 
     @property
     def learned(self) -> bool:
@@ -122,6 +138,7 @@ def task_table(task: str, by_model: dict, settings: Settings, lang: str) -> Harn
     for s, d in zip(vs, stats.corrected([s.vs_source for s in vs], settings.correction)):
         s.vs_source = d
     state = LEARNED if any(detectably_above(s.over_floor, settings) for s in scores) else NOT_LEARNED
+    own = f"{CORRECTION_NAME[settings.correction]} over this task's {plural(len(vs), 'model')}"
     return HarnessTask(
         task,
         metric,
@@ -132,7 +149,25 @@ def task_table(task: str, by_model: dict, settings: Settings, lang: str) -> Harn
         len(order),
         state,
         scores,
+        own,
     )
+
+
+def claims(found: list[HarnessTask]) -> list[tuple[HarnessScore, Row]]:
+    """The model − source differences of every learned task, each with a `Row` of it: claims of the report's
+    headline family (report.build corrects the rows with it, then `adopt` writes their adjusted p back)."""
+    return [
+        (s, Row(s.model, t.task, s.vs_source)) for t in found if t.learned for s in t.scores if s.vs_source is not None
+    ]
+
+
+def adopt(found: list[HarnessTask], rows: list[tuple[HarnessScore, Row]], settings: Settings, headline: int) -> None:
+    """The headline family's adjusted p of each `claims` row back into its score; the learned tasks say so."""
+    for score, row in rows:
+        score.vs_source = row.diff
+    for t in found:
+        if t.learned:
+            t.correction = correction_text(settings, headline)
 
 
 def tables(results: dict, settings: Settings, lang: str) -> list[HarnessTask]:
@@ -153,14 +188,17 @@ def verdict_word(d: stats.Difference | None, settings: Settings) -> str:
     return NOT_AFTER_CORRECTION if d.excludes_zero else NO_DIFFERENCE
 
 
-def section(lang: str, results: dict, settings: Settings) -> tuple[list[str], dict, list[str]]:
+def section(
+    lang: str, results: dict, settings: Settings, found: list[HarnessTask] | None = None
+) -> tuple[list[str], dict, list[str]]:
     """`### Zero-shot (lm-evaluation-harness)` for one language, its entry of results/report/metrics.json
-    (task -> metric, floor, learned and every model's score in percent) and its verdict bullets."""
+    (task -> metric, floor, learned and every model's score in percent) and its verdict bullets; `found`: the
+    tables of `results` already computed (and corrected with the headline family), else computed here."""
     if not results:
         return [], {}, []
     lines = ["### Zero-shot (lm-evaluation-harness)", ""]
     skipped = {m: s["not_run"] for m, (s, _) in results.items() if s.get("not_run")}
-    found = tables(results, settings, lang)
+    found = tables(results, settings, lang) if found is None else found
     for t in found:
         chance = f", chance {t.chance:.1f}" if t.chance is not None else ""
         lines += [
@@ -186,7 +224,8 @@ def section(lang: str, results: dict, settings: Settings) -> tuple[list[str], di
         ]
         lines += [
             (
-                "Learned: some model is above the floor by its interval after the correction."
+                "Learned: some model is above the floor by its interval after the correction over the task's "
+                f"models; − source: adjusted p by {t.correction}."
                 if t.learned
                 else "Not learned at these sizes: no model is above the floor by its interval after "
                 "the correction, so the scores are greyed and not ranked."
@@ -228,7 +267,6 @@ def verdict_bullet(t: HarnessTask, settings: Settings) -> str:
         groups.setdefault(word, []).append(f"{s.model} {difference_text(s.vs_source, 1)}")
     parts = [f"{word}: " + "; ".join(groups[word]) for word in sorted(groups, key=lambda w: (w != "better", w))]
     return (
-        f"**{t.task} (zero-shot {t.metric}, model − source, points; {floor}; items only, no seeds)**: "
-        + (". ".join(parts) if parts else "only the source was scored")
-        + "."
+        f"**{t.task} (zero-shot {t.metric}, model − source, points; {floor}; items only, no seeds; "
+        f"{t.correction})**: " + (". ".join(parts) if parts else "only the source was scored") + "."
     )

@@ -10,12 +10,10 @@ from pathlib import Path
 from vocabtransfer.pipeline import paths
 from vocabtransfer.report.read import OBJECTIVE_ORDER, Language, Plan, task_order
 from vocabtransfer.evaluate.bpb_floor import FLOOR
-from vocabtransfer.report.tables import NOT_LEARNED, Family, Settings, finite, seeds_text
+from vocabtransfer.report.tables import CORRECTION_NAME, NOT_LEARNED, Family, Settings, finite, seeds_text
 from vocabtransfer.evaluate.tasks import TASKS, available
 from vocabtransfer.evaluate.token_frequency_loss import seed_means
 from vocabtransfer.report.figures import seed_curves
-
-CORRECTION_NAME = {"holm": "Holm", "bh": "Benjamini–Hochberg"}
 
 
 def fmt(x, digits: int = 3) -> str:
@@ -250,6 +248,8 @@ def p_text(r) -> str:
 
 
 def family_section(family: Family, settings: Settings) -> list[str]:
+    """A family's table: every row with its interval, p, adjusted p (`Family.correction_text`: over the headline
+    family, or this table alone for an exploratory one) and verdict."""
     lines = [f"#### {family.title}", ""]
     rows = []
     for r in family.rows:
@@ -276,8 +276,8 @@ def family_section(family: Family, settings: Settings) -> list[str]:
     )
     lines += [
         "",
-        family.description + " ✱: the interval excludes zero, the difference survives the "
-        f"correction over this table and rests on at least {settings.min_clusters} clusters "
+        family.description + f" Adjusted p: {family.correction_text(settings)}. ✱: the interval excludes zero, "
+        f"the difference survives that correction and rests on at least {settings.min_clusters} clusters "
         "(report.min_clusters) and more than one run (or on a model without seeds against a floor)."
         + (" " + TEST_SET_ONLY if any(r.test_set_only for r in family.rows) else ""),
     ]
@@ -371,8 +371,15 @@ def method_section(settings: Settings) -> list[str]:
         "differences. Each is widened by the Student t quantile of its own degrees of freedom (clusters − 1, "
         "seeds − 1), so that three seeds are not taken for many: a simulation at the study's sizes measured "
         "94.7–98.4 % coverage for the 95 % interval (docs/evaluation.md). The p-values are the levels at which "
-        f"the interval reaches zero, adjusted by the {CORRECTION_NAME[settings.correction]} method over the "
-        "rows of each comparison table. A difference resting on fewer than "
+        f"the interval reaches zero, adjusted by the {CORRECTION_NAME[settings.correction]} method over one "
+        "family for the whole report, the headline family: every comparison the verdict states as a claim, in "
+        "every language together (right after initialisation, method − random on the valid loss, bits per byte "
+        "and each learned task, head to head, every objective − standard but its frequency buckets, each model "
+        "against the best bits-per-byte floor, and the zero-shot model − source differences of learned tasks); "
+        "each of those tables says how many comparisons that is. The frequency buckets are exploratory: each "
+        "bucket table is corrected over its own rows, apart from the headline family. Whether a task is learned "
+        "(every model against its floor) is a gate corrected over the task's models before the headline: a task "
+        "no model is detectably above is left out of it. A difference resting on fewer than "
         f"{settings.min_clusters} clusters (report.min_clusters), or on a single pretraining and fine-tuning "
         "run, is shown but not worded: its verdict says what is missing.",
         "",

@@ -136,7 +136,8 @@ def _run_lines(params: Params, langs: list[Language], p: Plan, settings: Setting
     lines.append(
         f"* Downstream evaluation: {evaluated}; {100 * settings.confidence:g} % nested intervals (test-set variance "
         f"from a cluster bootstrap of {settings.resamples} resamples, seed variance from the seeds, t "
-        f"quantiles per level), {CORRECTION_NAME[settings.correction]} correction per table; no difference "
+        f"quantiles per level), {CORRECTION_NAME[settings.correction]} correction over the headline family (every "
+        "claim, all languages together; exploratory tables and each task's floor check apart); no difference "
         f"is worded on fewer than {settings.min_clusters} clusters or a single run"
     )
     if seconds:

@@ -3,13 +3,18 @@ comparison (`Row`: B − A, its interval and its status) and a `Family` of them 
 each measure is compared on (task scores, the valid loss, the loss of a frequency bucket, bits per valid
 line) and whether a task is learned at all (the families' step 1: every model against the task's floor).
 The families themselves, and the rules they follow, are report.comparisons'.
+
+The correction's families (`correct_headline`): every comparison the verdict states as a claim is in one
+*headline family* per report (every language together), corrected at once; a table of exploratory breakdowns
+(the frequency buckets) is corrected over its own rows, apart from it; each task's floor check (is it learned
+at all) is a gate corrected over the task's models before the headline (tasks not learned never enter it).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, Sequence
 
 import numpy as np
 
@@ -40,8 +45,10 @@ class ReportParams:
     )
     correction: Literal["holm", "bh"] = option(
         "holm",
-        "multiple comparisons over each table's family: holm (family-wise error, Holm's step-down) or bh (false "
-        "discovery rate, Benjamini–Hochberg)",
+        "multiple comparisons: holm (family-wise error, Holm's step-down) or bh (false discovery rate, "
+        "Benjamini–Hochberg), over the report's headline family (every comparison the verdict states as a claim, "
+        "all languages together) and apart over each exploratory table (the frequency buckets) and each task's "
+        "floor check",
     )
     baseline: str = option(
         "random",
@@ -136,18 +143,61 @@ class Row:
         return NOT_AFTER_CORRECTION if self.diff is not None and self.diff.excludes_zero else NO_DIFFERENCE
 
 
+CORRECTION_NAME = {"holm": "Holm", "bh": "Benjamini–Hochberg"}
+HEADLINE, EXPLORATORY = "headline", "exploratory"  # the correction family a table's rows join (`Family.kind`)
+
+
 @dataclass
 class Family:
     title: str
     description: str
     rows: list[Row] = field(default_factory=list)
     objective: str | None = None  # an objective − standard family: the objective
+    kind: str = HEADLINE  # HEADLINE: its rows are claims, corrected with the report's headline family; EXPLORATORY
+    headline: int | None = None  # the comparisons of the headline family its rows were corrected over (None: not yet)
+
+    @property
+    def comparisons(self) -> int:
+        """How many comparisons its rows' p-values are adjusted over: the headline family's once
+        `correct_headline` has run, else this table's."""
+        return self.headline if self.headline is not None else sum(r.diff is not None for r in self.rows)
+
+    def correction_text(self, settings: Settings) -> str:
+        """`Holm over the 46 comparisons of the headline family`; `exploratory: Holm over this table's 9
+        comparisons, apart from the headline family`; `Holm over this table's 3 comparisons`."""
+        return correction_text(settings, self.comparisons, self.kind, self.headline is not None)
+
+
+def correction_text(settings: Settings, n: int, kind: str = HEADLINE, joint: bool = True) -> str:
+    """The correction a table's rows got, in words (`Family.correction_text`)."""
+    name = CORRECTION_NAME[settings.correction]
+    if kind == EXPLORATORY:
+        return f"exploratory: {name} over this table's {plural(n, 'comparison')}, apart from the headline family"
+    if joint:
+        return f"{name} over the {plural(n, 'comparison')} of the headline family"
+    return f"{name} over this table's {plural(n, 'comparison')}"
 
 
 def _corrected(rows: list[Row], settings: Settings) -> list[Row]:
     for row, diff in zip(rows, stats.corrected([r.diff for r in rows], settings.correction)):
         row.diff = diff
     return rows
+
+
+def correct_headline(families: Sequence[Family], settings: Settings, rows: Sequence[Row] = ()) -> int:
+    """The second pass of the report: the rows of every HEADLINE family of `families` (every language's) and
+    `rows` (claims kept outside a Family: the zero-shot model − source rows of learned tasks) corrected
+    together, their adjusted p replacing each table's own; each family learns the headline's size (an
+    EXPLORATORY family keeps its own correction). Returns that size, the headline family's N."""
+    members: dict[int, Row] = {}
+    for row in [r for f in families if f.kind == HEADLINE for r in f.rows] + list(rows):
+        if row.diff is not None:
+            members.setdefault(id(row), row)  # a row shown in two places is one comparison
+    n = len(_corrected(list(members.values()), settings))
+    for family in families:
+        if family.kind == HEADLINE:
+            family.headline = n
+    return n
 
 
 # runs -------------------------------------------------------------------------------------------

@@ -1,6 +1,8 @@
 """`## Verdict`: a few sentences per language, written from the comparison families (report.comparisons),
 never typed. A difference counts as a win or a loss only when its interval excludes zero, it
-survives the correction over its family and it rests on enough clusters and more than one run;
+survives the correction over its family (the headline family, every claim of the report at once; the
+frequency buckets: their exploratory table's; a task's floor check: the task's models) and it rests on
+enough clusters and more than one run;
 one resting on too little says what is missing ("10 clusters: too few to tell"); every other one is
 "no detectable difference" (said apart when its interval alone excludes zero but the corrected
 p-value does not pass). Every number carries its interval `[lo, hi]` and the seeds behind it;
@@ -9,7 +11,6 @@ tasks no model learns are named as such, with their floor's score, and take no p
 
 from __future__ import annotations
 
-import re
 from typing import Sequence
 
 from vocabtransfer.report.bpb import BPB_TITLE
@@ -17,12 +18,15 @@ from vocabtransfer.report import rivals
 from vocabtransfer.report.read import task_order
 from vocabtransfer.report.comparisons import INIT_FLOOR, INIT_LOSS, INIT_TITLE
 from vocabtransfer.report.tables import (
+    CORRECTION_NAME,
+    EXPLORATORY,
     NO_DIFFERENCE,
     NOT_AFTER_CORRECTION,
     NOT_LEARNED,
     Family,
     Row,
     Settings,
+    correction_text,
     seeds_text,
 )
 from vocabtransfer.report.markdown import difference_text
@@ -63,8 +67,8 @@ def _listing(rows: list[Row], per_row: bool, state: str) -> list[str]:
 
 def detectable(diffs: list, settings: Settings, comparisons: int) -> float:
     """The smallest difference the design behind `diffs` detects: the widest half-width of their intervals,
-    scaled from the confidence level to the Bonferroni level over the `comparisons` of their table (the
-    strictest step of Holm's correction), as a normal interval widens."""
+    scaled from the confidence level to the Bonferroni level over the `comparisons` of their correction family
+    (the strictest step of Holm's correction), as a normal interval widens."""
     from scipy.stats import norm  # scipy: heavy, not at CLI start-up
 
     scale = norm.ppf(1 - settings.alpha / (2 * max(1, comparisons))) / norm.ppf(1 - settings.alpha / 2)
@@ -85,7 +89,7 @@ def family_sentence(family: Family, measure: str, settings: Settings, what: str)
     parts = []
     states = [r.status(settings) for r in rows]
     too_few = list(dict.fromkeys(state for state in states if state.endswith("too few to tell")))
-    comparisons = sum(r.diff is not None for r in family.rows)  # the correction's family: the whole table
+    comparisons = family.comparisons  # the correction's family: the headline family's, else the whole table
     for name in ("better", "worse", NOT_AFTER_CORRECTION, NO_DIFFERENCE, *too_few):
         group = [r for r, state in zip(rows, states) if state == name]
         if group:
@@ -98,15 +102,20 @@ def family_sentence(family: Family, measure: str, settings: Settings, what: str)
     return f"**{what}**" + (f" ({shared})" if shared else "") + ": " + ". ".join(parts) + "."
 
 
-def objective_sentences(family: Family, settings: Settings) -> list[str]:
+def objective_sentences(family: Family | None, settings: Settings, bucket_family: Family | None = None) -> list[str]:
     """Per method: where an objective (selfish, distill) helps and costs against standard, on the valid
-    loss, the tasks and the buckets."""
-    objective = family.title.split(" − ")[0].lower()
+    loss and the tasks (`family`, claims of the headline family) and, exploratory, on the frequency buckets
+    (`bucket_family`, corrected over its own table)."""
+    first = family or bucket_family
+    if first is None:
+        return []
+    objective = first.title.split(" − ")[0].lower()
     out = []
-    for method in dict.fromkeys(r.label for r in family.rows):
-        rows = [r for r in family.rows if r.label == method and r.diff is not None]
-        buckets = [r for r in rows if re.match(r"b\d+ ", r.measure)]  # `b3 (ranks 30–39)`, not `bits per byte`
-        other = [r for r in rows if r not in buckets]
+    main_rows = family.rows if family else []
+    bucket_rows = bucket_family.rows if bucket_family else []
+    for method in dict.fromkeys(r.label for r in main_rows + bucket_rows):
+        other = [r for r in main_rows if r.label == method and r.diff is not None]
+        buckets = [r for r in bucket_rows if r.label == method and r.diff is not None]
         parts = []
         for r in other:
             verdict = r.status(settings, "helps", "costs")
@@ -122,8 +131,10 @@ def objective_sentences(family: Family, settings: Settings) -> list[str]:
                     f"{r.measure.split(' ')[0]} {difference_text(r.diff, 3)} ({adjusted(r, 'helps')})" for r in rs
                 )
 
+            assert bucket_family is not None  # buckets come from it
             parts.append(
-                f"by token frequency ({_seeds(buckets) or 'seeds as in the table'}): "
+                f"by token frequency ({bucket_family.correction_text(settings)}; "
+                f"{_seeds(buckets) or 'seeds as in the table'}): "
                 + (("lower loss (helps) in " + names(helps)) if helps else "no bucket with a detectably lower loss")
             )
             if costs:
@@ -263,25 +274,42 @@ def language_verdict(
                     family, task, settings, f"{task}, method − random (points, positive is better; floor: {floor})"
                 )
                 bullets += [s] if s else []
-    for family in families:
-        if " − standard, per method" in family.title:
-            bullets += objective_sentences(family, settings)
+    for objective in dict.fromkeys(f.objective for f in families if f.objective):
+        main = next((f for f in families if f.objective == objective and f.kind != EXPLORATORY), None)
+        buckets = next((f for f in families if f.objective == objective and f.kind == EXPLORATORY), None)
+        bullets += objective_sentences(main, settings, buckets)
     bullets += list(zero_shot)
     if not bullets:
         bullets.append("No comparison could be made: the study has no paired runs for this language.")
     return lines + [f"- {b}" for b in bullets] + [""]
 
 
+def _family_text(settings: Settings, headline: int | None) -> str:
+    """Which family each claim is corrected over, for the verdict's opening."""
+    name = CORRECTION_NAME[settings.correction]
+    if headline is None:  # families not corrected together (a verdict built without report.build)
+        return f"{name} over its table"
+    return (
+        f"{correction_text(settings, headline)}: every difference this verdict states as a claim, in every "
+        "language of the report, adjusted together; the frequency buckets are exploratory, "
+        f"{name}-corrected over their own table, and whether a task is learned over the task's models, a gate "
+        "before the headline"
+    )
+
+
 def section(
     per_language: dict[str, tuple], settings: Settings, zero_shot: dict[str, list[str]] | None = None
 ) -> list[str]:
     """`## Verdict`, the report's first section."""
+    headline = next(
+        (f.headline for families, *_ in per_language.values() for f in families if f.headline is not None), None
+    )
     lines = [
         "## Verdict",
         "",
         f"Computed from the tables below: each difference with its {100 * settings.confidence:g} % nested "
         f'interval; "better"/"worse" only where the interval excludes zero, the difference survives the '
-        f"{'Holm' if settings.correction == 'holm' else 'Benjamini–Hochberg'} correction over its table and it "
+        f"correction ({_family_text(settings, headline)}) and it "
         f'rests on at least {settings.min_clusters} test clusters and more than one run; "too few to tell" '
         'where it rests on less; otherwise "no detectable difference", or "interval excludes zero, but not '
         'after the correction"; a label that rests on the correction carries its adjusted p. A task is learned '
