@@ -176,3 +176,29 @@ def test_the_pick_is_the_lowest_dev_loss_and_the_smaller_rate_on_a_tie():
     assert tune_lr.pick([1e-4, 3e-3], [4.9, math.nan]) == 1e-4
     with pytest.raises(VocabTransferError, match="diverged"):
         tune_lr.pick([1e-3], [math.nan])
+
+
+def test_the_report_states_each_arms_rate_and_compute():
+    """report.compute: the picked rate in bold among the rates tried, the steps of a run and of its branches, the
+    tokens of a run and of its tuning runs; an untuned study says it trained at one rate."""
+    from vocabtransfer.report import compute
+    from vocabtransfer.report.read import Language
+
+    run = {"learning_rate": 0.0003, "steps": 322, "tokens_seen": 1_300_000, "cooldown": {"branch_steps": 69}}
+    tuning = {
+        "pick": 0.0003,
+        "rule": "the lowest dev loss",
+        "steps": 30,
+        "dev_blocks": 70,
+        "results": [
+            {"learning_rate": 0.0001, "dev_loss": 7.5, "tokens_seen": 120_000},
+            {"learning_rate": 0.0003, "dev_loss": 7.1, "tokens_seen": 120_000},
+        ],
+    }
+    lang = Language(lang="sw", runs={("fvt", "standard", 1): run, ("fvt", "standard", 2): run})
+    lang.tuning[("fvt", "standard")] = tuning
+    text = "\n".join(compute.section(lang))
+    assert "| fvt-standard | 0.0003 | 0.0001: 7.500, **0.0003: 7.100** | 2 | 322 + 69 | 1.30M | 240.0k |" in text
+    assert "trained 30 optimiser steps at each rate" in text
+    untuned = "\n".join(compute.section(Language(lang="sw", runs={("fvt", "standard", 1): run})))
+    assert "not tuned per method" in untuned and "| not tuned |" in untuned

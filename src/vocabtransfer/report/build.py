@@ -40,6 +40,7 @@ from vocabtransfer.report import comparisons, tables
 from vocabtransfer.report import token_equivalent, token_worth
 from vocabtransfer.report import verdict
 from vocabtransfer.report.bpb import bits_per_byte_table, share_sentence
+from vocabtransfer.report import compute
 from vocabtransfer.report.bpb_markdown import bits_per_byte_section
 from vocabtransfer.report.costs import read_benchmark
 from vocabtransfer.report.figures import plot_curves, plot_downstream, plot_token_curves, seed_curves, write_curves_csv
@@ -143,7 +144,7 @@ def write_report(params: Params, report: tables.ReportParams, p: Plan, root: Pat
                     plot_curves(lang, figures / Path(curve_fig).name)
                 write_curves_csv(lang, curves / f"{lang.lang}.csv")
                 m["valid_loss"] = {f"{k[0]}-{k[1]}": float(c["mean"].iloc[-1]) for k, c in seed_curves(lang).items()}
-            body += markdown.pretrain_section(lang, curve_fig)
+            body += markdown.pretrain_section(lang, curve_fig) + compute.section(lang)
             if worth is not None:
                 if curve_fig is None:  # curves by block (valid_curve.parquet) without metrics.parquet
                     raise VocabTransferError(
@@ -297,7 +298,7 @@ def _opening(p: Plan) -> str:
 
 
 # the stages whose jobs' artefacts the report reads (`read.plan`)
-PLANNED = ("pretrain", "token_frequency_loss", "gradient_scenarios", "finetune_eval", "lm_eval")
+PLANNED = ("pretrain", "token_frequency_loss", "gradient_scenarios", "finetune_eval", "lm_eval", "pretrain_tune")
 
 
 def plan(params: Params, stages: Mapping) -> Plan:

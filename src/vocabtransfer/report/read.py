@@ -47,6 +47,7 @@ class Plan:
     # per language, the runs it has no model for (its init method cannot run there)
     absent: dict[str, set[Run]] = field(default_factory=dict)
     lm_eval: dict[str, list[str]] = field(default_factory=dict)  # per language, the models of its lm_eval jobs
+    tune: dict[str, list[tuple[str, str]]] = field(default_factory=dict)  # per language, its pretrain_tune pairs
 
     def tasks(self, lang: str) -> list[str]:
         """The tasks with finetune_eval jobs for `lang` (each has a floor job too)."""
@@ -73,6 +74,8 @@ def plan(params: Params, stages: Mapping) -> Plan:
         out.absent[lang] = set(out.pretrain) - set(runs(stages["pretrain"].jobs(params, lang)))
         if "lm_eval" in stages:
             out.lm_eval[lang] = [job["model"] for job in stages["lm_eval"].jobs(params, lang)]
+        if "pretrain_tune" in stages:
+            out.tune[lang] = [(job["method"], job["objective"]) for job in stages["pretrain_tune"].jobs(params, lang)]
     return out
 
 
@@ -113,6 +116,8 @@ def inputs(p: Plan) -> dict[str, str]:
         for model in p.lm_eval.get(lang, []):
             for name, template in (("lm_eval", paths.LM_EVAL_SCORES), ("lm_eval_samples", paths.LM_EVAL_SAMPLES)):
                 out[_key(name, lang, model)] = paths.fill(template, lang=lang, model=model)
+        for m, o in p.tune.get(lang, []):
+            out[_key("tuning", lang, m, o)] = paths.fill(paths.PRETRAIN_TUNE, lang=lang, method=m, objective=o)
     return out
 
 
@@ -145,6 +150,7 @@ class Language:
     evals: dict = field(default_factory=dict)
     floors: dict = field(default_factory=dict)  # task -> floor.json (vocabtransfer.evaluate.task_floor)
     lm_eval: dict = field(default_factory=dict)  # model -> (scores.json, samples DataFrame) of its lm_eval job
+    tuning: dict = field(default_factory=dict)  # (method, objective) -> its pretrain_tune tuning.json
     skipped: dict[str, str] = field(default_factory=dict)
     missing: list[str] = field(default_factory=list)
 
@@ -199,6 +205,10 @@ def read_language(lang: str, p: Plan, root: Path) -> Language:
         floor = _json(need(paths.EVAL_FLOOR, task=task))
         if floor is not None:
             out.floors[task] = floor
+    for m, o in p.tune.get(lang, []):
+        tuning = _json(need(paths.PRETRAIN_TUNE, method=m, objective=o))
+        if tuning is not None:
+            out.tuning[(m, o)] = tuning
     for model in p.lm_eval.get(lang, []):
         scores = _json(need(paths.LM_EVAL_SCORES, model=model))
         samples = _parquet(need(paths.LM_EVAL_SAMPLES, model=model))
