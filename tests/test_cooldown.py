@@ -199,7 +199,8 @@ def test_the_report_states_each_arms_rate_and_compute():
     lang = Language(lang="sw", runs={("fvt", "standard", 1): run, ("fvt", "standard", 2): run})
     lang.tuning[("fvt", "standard")] = tuning
     text = re.sub(r" *\| *", "|", "\n".join(compute.section(lang)))  # the table's cells without their padding
-    assert "|fvt-standard|0.0003|0.0001: 7.500, **0.0003: 7.100**|2|322 + 69|1.30M|240.0k|" in text
+    assert "|fvt-standard|0.0003|0.0001: 7.500, **0.0003: 7.100**|2|322 + 69|" in text
+    assert "|1.30M|240.0k|" in text
     assert "trained 30 optimiser steps at each rate" in text
     untuned = re.sub(
         r" *\| *", "|", "\n".join(compute.section(Language(lang="sw", runs={("fvt", "standard", 1): run})))

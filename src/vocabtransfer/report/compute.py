@@ -87,17 +87,18 @@ def section(lang: Language) -> list[str]:
         md_table(
             [
                 "run",
-                "peak learning rate",
-                "dev loss by rate tried",
+                "peak rate",
+                "dev loss by rate",
                 "seeds",
-                "steps a run + cool-down branches' steps",
-                "target tokens a run",
-                "tuning runs' tokens",
+                "steps + branches'",
+                "tokens a run",
+                "tuning tokens",
             ],
             table,
         ),
         "",
-        rule + " A run's cool-down branches (schedule wsd) train beyond its own steps, from each fork to its "
-        "end: the compute the run's curve cost besides the run itself.",
+        rule + " Steps + branches': a run's optimiser steps and those its cool-down branches (schedule wsd) "
+        "train beyond them, from each fork to its end (the compute its curve cost besides the run itself); tokens a "
+        "run: the target tokens one run saw (mean over seeds); tuning tokens: those of all its tuning runs.",
         "",
     ]
