@@ -206,3 +206,21 @@ def test_the_report_states_each_arms_rate_and_compute():
         r" *\| *", "|", "\n".join(compute.section(Language(lang="sw", runs={("fvt", "standard", 1): run})))
     )
     assert "not tuned per method" in untuned and "|not tuned|" in untuned
+
+
+def test_a_language_can_run_fewer_passes_than_the_others():
+    """pretrain.language_passes: de runs 1 pass where sw runs 2 (the second language cut first); a language the
+    study does not run is refused before any job."""
+    from vocabtransfer.train.pretrain import with_passes
+    from vocabtransfer.train.pretrain_params import PretrainParams
+
+    opts = PretrainParams(passes=2, language_passes={"de": 1}, batch_size=32)
+    assert with_passes(opts, 1000, "sw").steps == 63 and with_passes(opts, 1000, "de").steps == 32
+    base = {
+        "languages": ["sw"],
+        "source_model": "unused",
+        "corpus": {"sources": {"sw": {"path": "unused.txt"}}},
+        "init": {"methods": ["focus"]},
+    }
+    with pytest.raises(VocabTransferError, match=r"pretrain.language_passes: de not in languages \(sw\)"):
+        validate_params({**base, "pretrain": {"methods": ["focus"], "language_passes": {"de": 1}}})

@@ -19,6 +19,12 @@ def check_pretrain(tree: Mapping, source: str = "params.yaml") -> None:
             f"({', '.join(init_methods)}); add them to init.methods or remove them"
         )
     section = tree.get("pretrain") or {}
+    unknown = [lang for lang in section.get("language_passes") or {} if lang not in (tree.get("languages") or [])]
+    if unknown:
+        raise VocabTransferError(
+            f"{source}: pretrain.language_passes: {', '.join(unknown)} not in languages "
+            f"({', '.join(tree.get('languages') or [])}); name only languages the study runs"
+        )
     methods, objectives = section.get("methods") or [], section.get("objectives") or []
     for pair in section.get("pairs") or []:
         method, _, objective = pair.rpartition("-")

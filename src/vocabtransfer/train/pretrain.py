@@ -173,8 +173,11 @@ def tuned_rate(ctx, opts: PretrainParams) -> PretrainParams:
     return dataclasses.replace(opts, learning_rate=rate)
 
 
-def with_passes(opts: PretrainParams, train_blocks: int) -> PretrainParams:
-    """`pretrain.passes` as optimiser steps: ceil(passes × train blocks / blocks per step), at least 1."""
+def with_passes(opts: PretrainParams, train_blocks: int, lang: str | None = None) -> PretrainParams:
+    """`pretrain.passes` (`pretrain.language_passes[lang]` where it names the language) as optimiser steps:
+    ceil(passes × train blocks / blocks per step), at least 1."""
+    if lang is not None and lang in opts.language_passes:
+        opts = dataclasses.replace(opts, passes=opts.language_passes[lang])
     if opts.passes is None:
         return opts
     per_step = opts.batch_size * opts.gradient_accumulation_steps * int(os.environ.get("WORLD_SIZE", "1"))
@@ -308,7 +311,7 @@ def run(ctx) -> None:
     )
     # 1. model, tokenizer, data; 2. resume: the params the checkpoints were written with must be these
     data = setup.load_data(ctx, opts, model_dir, teacher_dir)
-    opts = tuned_rate(ctx, with_passes(opts, len(data.blocks)))
+    opts = tuned_rate(ctx, with_passes(opts, len(data.blocks), ctx.lang))
     resume = setup.resume_point(
         ctx,
         checkpoints,

@@ -160,6 +160,12 @@ class PretrainParams:
         "pass whatever the language's corpus size; null: pretrain.steps",
         exclusiveMinimum=0,
     )
+    language_passes: dict[str, float] = option(
+        {},
+        "passes over the named languages' training blocks instead of pretrain.passes (e.g. {de: 1} where the "
+        "second language of a study runs shorter than the first); languages not named take pretrain.passes",
+        additionalProperties={"type": "number", "exclusiveMinimum": 0},
+    )
     batch_size: int = option(8, "blocks per device and micro-batch", minimum=1)
     gradient_accumulation_steps: int = option(1, "micro-batches per optimiser step", minimum=1)
     processes: int = option(
