@@ -198,9 +198,11 @@ class Estimate:
     low: float
     high: float
     upto: bool = False
+    position: float = math.nan  # the point in positions (evaluation i is i), before the reading in tokens
+    half: float = math.nan  # the half-width in positions, before the ends are rounded out
 
     def scaled(self, factor: float) -> "Estimate":
-        return Estimate(self.value * factor, self.low * factor, self.high * factor, self.upto)
+        return Estimate(self.value * factor, self.low * factor, self.high * factor, self.upto, self.position, self.half)
 
 
 def half_width(boot: np.ndarray | None, seeds: np.ndarray | None, clusters: int, level: float) -> float:
@@ -233,7 +235,7 @@ def interval(pos: np.ndarray, seeds: np.ndarray | None, clusters: int, level: fl
     else:  # the mean curve's last step does not go down: past the run unless the spread is unbounded
         low = 0.0 if math.isinf(half) else math.inf
     high = rounded(point + half, grid, up=True)
-    return Estimate(value, min(low, value), max(high, value), upto)
+    return Estimate(value, min(low, value), max(high, value), upto, point, half)
 
 
 @dataclass
@@ -303,6 +305,23 @@ class Equivalent:
     ratio: Estimate
 
 
+def equivalent(reps: Replicates, key: tuple, base: tuple, i: int, level: float) -> Equivalent:
+    """The baseline `base`'s tokens to reach `key`'s mean loss at the grid's budget i, at the two-sided `level`."""
+    rb, rk = _paired(reps, base, key)
+    seeds = position(reps.per_seed[base][rb], reps.per_seed[key][rk, i]) if len(rb) else None
+    tokens = interval(position(reps.mean[base], reps.mean[key][:, i]), seeds, reps.blocks, level, reps.grid)
+    budget = float(reps.grid[i])
+    return Equivalent(
+        key[0],
+        key[1],
+        budget,
+        float(reps.mean[key][0, i]),
+        float(reps.mean[base][0, i]),
+        tokens,
+        tokens.scaled(1.0 / budget),
+    )
+
+
 def equivalents(reps: Replicates, baseline: str, confidence: float) -> list[Equivalent]:
     """Every method (not the baseline) against the baseline of its objective (else the baseline's standard
     runs), at the measured budgets (`budget_indices`); intervals Bonferroni-corrected over the rows."""
@@ -312,24 +331,14 @@ def equivalents(reps: Replicates, baseline: str, confidence: float) -> list[Equi
         if m != baseline and base in reps.mean:
             pairs += [((m, o), base, i) for i in budget_indices(reps.grid)]
     level = 1 - (1 - confidence) / max(1, len(pairs))
-    out = []
-    for key, base, i in pairs:
-        rb, rk = _paired(reps, base, key)
-        seeds = position(reps.per_seed[base][rb], reps.per_seed[key][rk, i]) if len(rb) else None
-        tokens = interval(position(reps.mean[base], reps.mean[key][:, i]), seeds, reps.blocks, level, reps.grid)
-        budget = float(reps.grid[i])
-        out.append(
-            Equivalent(
-                key[0],
-                key[1],
-                budget,
-                float(reps.mean[key][0, i]),
-                float(reps.mean[base][0, i]),
-                tokens,
-                tokens.scaled(1.0 / budget),
-            )
-        )
-    return out
+    return [equivalent(reps, key, base, i, level) for key, base, i in pairs]
+
+
+def floor_estimate(reps: Replicates, key: tuple, floor: np.ndarray, level: float) -> Estimate:
+    """The tokens `key`'s mean curve needs to reach `floor` (per replicate), at the two-sided `level`; the seed
+    part from each run's crossing of the floor on every block."""
+    seeds = position(reps.per_seed[key], floor[0])
+    return interval(position(reps.mean[key], floor), seeds, reps.blocks, level, reps.grid)
 
 
 @dataclass
@@ -349,11 +358,7 @@ def floor_crossings(reps: Replicates, confidence: float) -> list[FloorCrossing]:
     for key, curve in reps.mean.items():
         found: list[Estimate | None] = []
         for floor in (reps.unigram, None if reps.uniform is None else np.full(len(curve), reps.uniform)):
-            if floor is None:
-                found.append(None)
-                continue
-            seeds = position(reps.per_seed[key], floor[0])
-            found.append(interval(position(curve, floor), seeds, reps.blocks, level, reps.grid))
+            found.append(None if floor is None else floor_estimate(reps, key, floor, level))
         out.append(FloorCrossing(key[0], key[1], found[0], found[1]))
     return out
 
