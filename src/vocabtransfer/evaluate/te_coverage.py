@@ -137,7 +137,7 @@ def coverage(
         curves, truth = synthetic_study(rng, design, scenario, blocks)
         reps = te.replicate(curves, resamples, seed=s)
         assert reps.unigram is not None  # the synthetic blocks have their unigram floor
-        got = {("te", i): te.equivalent(reps, METHOD, BASE, i, confidence).tokens for i in range(1, len(grid))}
+        got: dict = {("te", i): te.equivalent(reps, METHOD, BASE, i, confidence).tokens for i in range(1, len(grid))}
         for key in (BASE, METHOD):
             got[("floor", key)] = te.floor_estimate(reps, key, reps.unigram, confidence)
         for q, e in got.items():
