@@ -19,7 +19,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--confidence", type=float, default=0.95)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--raw", action="store_true", help="also the coverage before the ends are rounded out")
+    parser.add_argument("--smoke", action="store_true", help="3 studies a cell, 20 resamples: checks it runs")
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.sims, args.resamples = 3, 20
     rows = te_coverage.table(args.sims, args.resamples, args.confidence, args.seed)
     print(te_coverage.markdown(rows, args.confidence))
     if args.raw:
