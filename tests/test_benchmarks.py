@@ -66,6 +66,7 @@ def sw_train(tmp_path_factory):
         ("pretrain_step.py", ["--smoke", "--threads", "1"], "|"),
         ("distill_step.py", ["--smoke", "--threads", "1"], "| distill (cached teacher) |"),
         ("eval_precision.py", ["--smoke"], "| xnli | 6 ("),
+        ("token_equivalent_coverage.py", ["--smoke", "--raw"], "| design | blocks | scenario | b1 |"),
     ],
 )
 def test_a_benchmark_runs_at_its_smoke_size(name, args, expect):

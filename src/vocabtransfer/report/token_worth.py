@@ -8,8 +8,6 @@ import math
 from vocabtransfer.report.markdown import md_table
 from vocabtransfer.report.token_equivalent import Equivalent, Estimate, FloorCrossing, Replicates
 
-NO_UPDATE = "(no update yet)"  # a budget at which no run's model has changed
-
 
 def tokens_text(value: float) -> str:
     """0, 950, 31.6k, 1.20M; inf: "> run"."""
@@ -20,20 +18,16 @@ def tokens_text(value: float) -> str:
     return f"{value / 1000:.1f}k" if value < 1e6 else f"{value / 1e6:.2f}M"
 
 
-def budget_text(budget: float, reps: Replicates) -> str:
-    """A budget, marked where no run's model has changed yet (`Replicates.unchanged`)."""
-    return tokens_text(budget) + (f" {NO_UPDATE}" if 0 < budget <= reps.unchanged else "")
-
-
 def ratio_text(e: Estimate) -> str:
     def one(v: float) -> str:
         return "> run" if math.isinf(v) else f"{v:.1f}×" if v < 10 else f"{v:.0f}×"
 
-    return f"{one(e.value)} [{one(e.low)}, {one(e.high)}]"
+    return f"{'≤ ' if e.upto else ''}{one(e.value)} [{one(e.low)}, {one(e.high)}]"
 
 
 def interval_text(e: Estimate) -> str:
-    return f"{tokens_text(e.value)} [{tokens_text(e.low)}, {tokens_text(e.high)}]"
+    """The estimate and its interval; "≤ b1" where the crossing lies before the first budget b1."""
+    return f"{'≤ ' if e.upto else ''}{tokens_text(e.value)} [{tokens_text(e.low)}, {tokens_text(e.high)}]"
 
 
 def worth_sentence(rows: list[Equivalent], baseline: str, reps: Replicates) -> str:
@@ -49,7 +43,7 @@ def worth_sentence(rows: list[Equivalent], baseline: str, reps: Replicates) -> s
         head = f"**{name} is worth fewer tokens than {baseline} at {tokens_text(end.budget)} tokens**"
     else:
         head = f"**{name}: no detectable token advantage over {baseline} at {tokens_text(end.budget)} tokens**"
-    trail = "; ".join(f"at {budget_text(r.budget, reps)}: {ratio_text(r.ratio)}" for r in rows[:-1])
+    trail = "; ".join(f"at {tokens_text(r.budget)}: {ratio_text(r.ratio)}" for r in rows[:-1])
     run = f"its valid loss {end.loss:.3f} within the run ({tokens_text(reps.grid[-1])} tokens)"
     reach = f"{baseline} needs {interval_text(end.tokens)} tokens to reach its valid loss {end.loss:.3f}, ratio "
     reach += ratio_text(end.ratio)
@@ -133,7 +127,7 @@ def _equivalents_table(reps: Replicates, eqs: list[Equivalent], baseline: str, c
         [
             [
                 f"{e.method}-{e.objective}",
-                budget_text(e.budget, reps),
+                tokens_text(e.budget),
                 f"{e.loss:.3f}",
                 f"{e.baseline_loss:.3f}",
                 interval_text(e.tokens),
@@ -146,17 +140,12 @@ def _equivalents_table(reps: Replicates, eqs: list[Equivalent], baseline: str, c
         table,
         "",
         f"The tokens {baseline} (same objective) needs to reach each method's mean valid loss at each "
-        "budget, read off its mean curve in log tokens; the ratio to the budget is what the initialisation "
-        'is worth in its tokens. "> run": it does not get there within the run. Intervals '
-        f"{100 * confidence:g} % over the rows (Bonferroni), from a bootstrap over the pretraining seeds "
-        f"and the {reps.blocks} valid blocks."
-        + (
-            f' "{NO_UPDATE}": every run\'s valid loss is still its initial one there (up to '
-            f"{tokens_text(reps.unchanged)} tokens: under linear warm-up the first optimizer step's learning rate "
-            "is 0), so the row compares the initialisations."
-            if any(0 < e.budget <= reps.unchanged for e in eqs)
-            else ""
-        ),
+        "measured budget, read off its mean curve at the measured points (linear in log tokens between two); "
+        'the ratio to the budget is what the initialisation is worth in its tokens. "> run": it does not get '
+        'there within the run; "≤ b": before the first budget b. Intervals '
+        f"{100 * confidence:g} % over the rows (Bonferroni): the pretraining seeds paired (Student t) and "
+        f"the {reps.blocks} valid blocks bootstrapped, each variance with its own t quantile, the ends rounded "
+        "out to the measured points around them (the curve between two evaluations is not measured).",
         "",
     ]
 
@@ -190,7 +179,8 @@ def _crossings_table(reps: Replicates, crossings: list[FloorCrossing], reach: di
         "",
         f"Floors in nats a valid token ({', '.join(f for f in floors if f)}): the add-one unigram of "
         "the training split and the uniform guess over the vocabulary, on the tokens the models are scored "
-        "on. 0: the model starts below it." + (f" {source}" if source else ""),
+        "on. 0: the model starts below it. Intervals as above, the ends at measured points."
+        + (f" {source}" if source else ""),
         "",
     ]
 
