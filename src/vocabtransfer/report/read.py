@@ -151,6 +151,7 @@ class Language:
     floors: dict = field(default_factory=dict)  # task -> floor.json (vocabtransfer.evaluate.task_floor)
     lm_eval: dict = field(default_factory=dict)  # model -> (scores.json, samples DataFrame) of its lm_eval job
     tuning: dict = field(default_factory=dict)  # (method, objective) -> its pretrain_tune tuning.json
+    cooldown: dict = field(default_factory=dict)  # Run -> DataFrame of cooldown.parquet (schedule wsd: decayed ends)
     skipped: dict[str, str] = field(default_factory=dict)
     missing: list[str] = field(default_factory=list)
 
@@ -186,6 +187,9 @@ def read_language(lang: str, p: Plan, root: Path) -> Language:
         curve = _parquet(directory / "valid_curve.parquet")  # optional: runs before it was written have none
         if curve is not None:
             out.curve_blocks[run] = curve
+        ends = _parquet(directory / "cooldown.parquet")  # schedule wsd only
+        if ends is not None:
+            out.cooldown[run] = ends
     if p.token_frequency:
         out.token_frequency = _parquet(need(paths.TOKEN_FREQUENCY_LOSS))
         out.token_blocks = _parquet(need(paths.TOKEN_FREQUENCY_BLOCKS))

@@ -43,6 +43,7 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
+import pandas as pd
 
 log = logging.getLogger(__name__)
 
@@ -374,8 +375,9 @@ def bits_crossings(lang, reps: Replicates, source: float, resamples: int, seed: 
         if "valid_bits_per_byte" not in table or (m, o) not in reps.pseeds or s not in reps.pseeds[(m, o)]:
             continue
         rows = table.dropna(subset=["valid_bits_per_byte"])
-        if "decayed" in rows:
-            rows = rows[(rows["step"] == 0) | rows["decayed"].fillna(False).astype(bool)]
+        ends = getattr(lang, "cooldown", {}).get((m, o, s))
+        if ends is not None:  # wsd: the initialisation, then the decayed ends (cooldown.parquet: branches, the run's)
+            rows = pd.concat([rows[rows["step"] == 0], ends.dropna(subset=["valid_bits_per_byte"])])
         rows = rows.sort_values("tokens_seen")
         own = reps.run_tokens[(m, o)][reps.pseeds[(m, o)].index(s)]
         if len(rows) < 2 or rows["tokens_seen"].iloc[0] != 0 or rows["tokens_seen"].iloc[-1] < own[-1]:
