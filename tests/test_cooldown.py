@@ -18,7 +18,7 @@ import pytest
 from vocabtransfer.app.params import validate_params
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.train import cooldown
-from vocabtransfer.train.pretrain_params import CooldownOptions
+from vocabtransfer.train.pretrain_params import CooldownOptions, PretrainParams
 
 from helpers import bpe_tokenizer, pretrain_outputs, pretrain_project, run_pretrain, tiny_gpt2
 
@@ -224,3 +224,26 @@ def test_a_language_can_run_fewer_passes_than_the_others():
     }
     with pytest.raises(VocabTransferError, match=r"pretrain.language_passes: de not in languages \(sw\)"):
         validate_params({**base, "pretrain": {"methods": ["focus"], "language_passes": {"de": 1}}})
+
+
+def test_the_studies_run_the_token_equivalent_design():
+    """config/study.yaml and config/gemma.yaml validate with wsd, cool-down branches, mean pretrained beside random,
+    three peak rates per arm picked on the dev split; Gemma's budgets (270 steps of 4 x 64) fork after its warm-up
+    and end before its own decay, and it trains at least 51,200 positions' worth of target tokens."""
+    from conftest import REPO
+
+    from vocabtransfer.app.params import load_layered
+    from vocabtransfer.train.pretrain import positions_per_step
+
+    for overlay in ("study.yaml", "gemma.yaml"):
+        params = load_layered([REPO / "params.yaml", REPO / "config" / overlay])
+        pre = params["pretrain"]
+        assert pre["schedule"] == "wsd" and pre["cooldown"]["per_decade"] >= 2, overlay
+        assert {"random-standard", "mean-standard"} <= set(pre["pairs"]), overlay
+        assert len(pre["tune"]["learning_rates"]) == 3 and params["corpus"]["dev_fraction"] > 0, overlay
+    gemma = PretrainParams(**{k: v for k, v in pre.items() if k in ("steps", "batch_size", "seq_len", "warmup_steps")})
+    options = CooldownOptions(**pre["cooldown"])
+    plan = cooldown.plan(gemma.steps, positions_per_step(gemma, 1), gemma.warmup_steps, options)
+    decay_start = gemma.steps - cooldown.decay_steps(gemma.steps, options.fraction)
+    assert [b.end for b in plan] == [39, 86, 180] and all(gemma.warmup_steps <= b.fork for b in plan)
+    assert all(b.end <= decay_start for b in plan) and gemma.steps * 196 > 51_200  # 196 of 256 positions are tokens
