@@ -104,11 +104,13 @@ def test_corpus_only_language_has_every_job_that_needs_nothing_more(shared_data,
         "lang": "xx",
         "data_source_text": f"{data_root}/pretrain_text/en.txt",
     }
-    # a dictionary that is named but missing is a skip too, with the file
+    # a dictionary that is named but missing: the method cannot run, and the plan refuses it (asked for by name)
     params = xx_params(dictionaries={"xx": "wechsel_dicts/xx.txt"})
     assert availability.method_reason(params, "xx", "wechsel") == (
         f"no dictionary: {data_root}/wechsel_dicts/xx.txt not found (init.wechsel.dictionaries.xx)"
     )
+    with pytest.raises(VocabTransferError, match=r"init.wechsel.dictionaries.xx: .* not found, and init.methods"):
+        preflight(params)
 
 
 def test_retrieval_sentences_zero_skips_retrieval(shared_data, data_root):

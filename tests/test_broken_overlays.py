@@ -37,7 +37,8 @@ def env(shared_data):
 def test_the_matrix_covers_what_the_issue_found():
     """The cases found by trying a new user's mistakes: an unknown harness task, a teacher objective on a masked
     source, a hub source kept out by HF_HUB_OFFLINE, a missing corpus, a model no stage produces, a YAML syntax
-    error; every case names what to fix."""
+    error, QA trained and tested on one file, a requested method's missing data, a baseline not pretrained; every
+    case names what to fix."""
     names = " | ".join(case["name"] for case in CASES)
     for found in (
         "unknown lm_eval task",
@@ -46,6 +47,9 @@ def test_the_matrix_covers_what_the_issue_found():
         "missing corpus file",
         "eval.models names no model",
         "YAML syntax error",
+        "trained and tested on the same file",
+        "WECHSEL dictionary typo",
+        "baseline that is not pretrained",
     ):
         assert found in names
     assert len(CASES) >= 25 and all(case["expect"] and case["fix"] for case in CASES)

@@ -14,7 +14,8 @@ from vocabtransfer.data.fasttext_vectors import FasttextParams
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.evaluate import harness
 from vocabtransfer.evaluate.harness import LmEvalParams
-from vocabtransfer.evaluate.tasks import EvalParams
+from vocabtransfer.evaluate.tasks import EvalParams, same_source
+from vocabtransfer.init import availability
 from vocabtransfer.init.source_head import SourceHeadParams
 from vocabtransfer.pipeline import paths
 from vocabtransfer.pipeline.paths import corpus_file
@@ -144,6 +145,11 @@ def preflight(given: Params | Mapping[str, Any], source: str = "params.yaml", *,
             f"{source}: source_head.text: {text} not found; the source LM head and the "
             "init_eval reference row read it (relative paths resolve against $VOCABTRANSFER_DATA)"
         )
+    for lang in params.languages:  # a file params name for a method of init.methods: refused, never skipped
+        why = availability.method_refusal(params, lang)
+        if why:
+            raise VocabTransferError(f"{source}: {why}")
+    check_held_out_sources(params, source)
     fasttext = params.section("fasttext", FasttextParams)
     if fasttext.mode == "wordlevel":
         pretrained = fasttext.pretrained_path
@@ -171,6 +177,25 @@ def preflight(given: Params | Mapping[str, Any], source: str = "params.yaml", *,
                     "(relative paths resolve against $VOCABTRANSFER_DATA)"
                 )
     return skip_lines(params) + notes(params)
+
+
+def check_held_out_sources(params: Params, source: str = "params.yaml") -> None:
+    """No task tests a language on its training source: a `test` that is the `train` file (after resolving the data
+    root), a copy of its bytes, the same URL or the same dataset split is refused before any job (the test examples
+    of a different file are checked against the training ones when the job reads them, `tasks.check_held_out`)."""
+    for task, section in params.section("eval", EvalParams).task_sections().items():
+        if not section.enabled:
+            continue
+        for lang in params.languages:
+            spec = section.data.get(lang) or {}
+            same = same_source(spec["train"], spec["test"]) if "train" in spec and "test" in spec else None
+            if same:
+                key = f"eval.tasks.{task}.data.{lang}"
+                raise VocabTransferError(
+                    f"{source}: {key}.test is {same} as {key}.train, so the model would be tested on its training "
+                    f"data; point {key}.test at a held-out file, or remove it so that eval.tasks.{task}.test_fraction "
+                    "holds part of the training source out"
+                )
 
 
 def _data_key(stage: str, wildcards: dict, key: str) -> str:

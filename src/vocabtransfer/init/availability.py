@@ -49,6 +49,19 @@ def method_reason(params: Params, lang: str, method: str) -> str | None:
     return condition(params, lang) if condition else None
 
 
+def method_refusal(params: Params, lang: str) -> str | None:
+    """What params name for an `init.methods` entry and `lang` that is not there (e.g. a WECHSEL dictionary path
+    with a typo), as one line with the key, the file and the fix; None when nothing named is missing. The rule:
+    every skip of something the user asked for by name is a refusal, so a method of init.methods is never skipped
+    for a file params name; it is skipped only for what they do not name (no dictionary entry for the language)."""
+    for base in dict.fromkeys(names.split_method(m)[0] for m in params.init_methods):
+        refusal = info(base).refusal
+        why = refusal(params, lang) if refusal else None
+        if why:
+            return why
+    return None
+
+
 def methods(params: Params, lang: str) -> list[str]:
     """The `init.methods` that `lang` has data for, in params order."""
     return [m for m in params.init_methods if method_reason(params, lang, m) is None]

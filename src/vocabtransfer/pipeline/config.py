@@ -241,17 +241,44 @@ def validate(params: Any, schema: dict, source: str = "params.yaml") -> dict:
 
 
 def check_baseline(tree: Mapping, schema: dict, source: str = "params.yaml") -> None:
-    """`report.baseline` is an init method's name (one pretrain.methods lacks is allowed: the report says it has no
-    token-equivalent then), not a misspelling."""
-    baseline = (tree.get("report") or {}).get("baseline")
+    """`report.baseline` (a name, or a list of names) is an init method's name, not a misspelling, and where the
+    run pretrains two methods or more (a method comparison: the token-equivalent and every method − baseline
+    table), each baseline is one of them: else those tables would vanish, and the report would say so only after
+    the run. A run that pretrains one method or none compares no methods: its baseline is not checked."""
+    given = (tree.get("report") or {}).get("baseline")
+    baselines = [given] if isinstance(given, str) else list(given or [])
     items = schema.get("properties", {}).get("init", {}).get("properties", {}).get("methods", {}).get("items", {})
     known = pattern_names(items.get("pattern", ""))
-    if baseline is None or known is None or baseline in known[0]:
-        return
-    raise VocabTransferError(
-        f"{source}: report.baseline: {baseline!r} is not an init method; allowed: "
-        f"{known[1]}{_did_you_mean(baseline, known[0])}"
-    )
+    for baseline in baselines:
+        if known is not None and baseline not in known[0]:
+            raise VocabTransferError(
+                f"{source}: report.baseline: {baseline!r} is not an init method; allowed: "
+                f"{known[1]}{_did_you_mean(baseline, known[0])}"
+            )
+    pretrained = pretrained_methods(tree)
+    missing = [b for b in baselines if b not in pretrained]
+    if len(pretrained) >= 2 and missing:
+        listed = ", ".join(missing)
+        raise VocabTransferError(
+            f"{source}: report.baseline: {listed} {'is' if len(missing) == 1 else 'are'} not pretrained "
+            f"(pretrain.methods/pairs pretrain {', '.join(pretrained)}), so the token-equivalent and every method − "
+            f"baseline table would be empty; add {listed} to pretrain.methods (and to pretrain.pairs where it is "
+            f"set), or set report.baseline to one of {', '.join(pretrained)}"
+        )
+
+
+def pretrained_methods(tree: Mapping) -> list[str]:
+    """The methods continued pretraining runs (`pretrain.methods` × `pretrain.objectives`, kept to `pretrain.pairs`
+    where it is set), in pretrain.methods' order."""
+    section = tree.get("pretrain") or {}
+    objectives = list(section.get("objectives") or [])
+    pairs = section.get("pairs")
+    chosen = None if pairs is None else {tuple(str(p).rsplit("-", 1)) for p in pairs}
+    return [
+        m
+        for m in dict.fromkeys(section.get("methods") or [])
+        if any(chosen is None or (m, o) in chosen for o in objectives)
+    ]
 
 
 def check_fasttext_oov(tree: Mapping, source: str = "params.yaml") -> None:

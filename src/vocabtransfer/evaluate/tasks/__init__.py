@@ -26,7 +26,10 @@ by the schema its class makes.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -215,6 +218,54 @@ def open_source(spec: dict, key: str) -> Source:
     raise VocabTransferError(f"{key}: needs one of `path`, `url` with `sha256`, or `dataset`")
 
 
+def same_source(train: Mapping, test: Mapping) -> str | None:
+    """How a language's `test` source is its `train` source, known before any job, or None: the same file (after
+    the data root, links and `..` are resolved), a file of the same bytes, the same URL or sha256, or the same
+    `datasets` spec. A model tested there is tested on its training data."""
+    if "path" in train and "path" in test:
+        a, b = data_path(train["path"]), data_path(test["path"])
+        if not (a.is_file() and b.is_file()):
+            return None  # a missing file has its own error
+        if os.path.samefile(a, b):
+            return f"the same file ({a})"
+        if a.stat().st_size == b.stat().st_size and _file_digest(a) == _file_digest(b):
+            return f"a file of the same bytes ({a} and {b})"
+        return None
+    if "url" in train and "url" in test and (train["url"] == test["url"] or train.get("sha256") == test.get("sha256")):
+        return f"the same download ({test['url']}, sha256 {test.get('sha256')})"
+    if "dataset" in train and "dataset" in test:
+        a_spec, b_spec = ({"split": "train", **spec["dataset"]} for spec in (train, test))
+        if {k: v for k, v in a_spec.items() if v is not None} == {k: v for k, v in b_spec.items() if v is not None}:
+            return f"the same dataset split ({b_spec['path']} [{b_spec['split']}])"
+    return None
+
+
+def _file_digest(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def check_held_out(train: list[dict], test: list[dict], key: str, task: str) -> None:
+    """Refuse a test split whose every example is also a training example (by its content, not its id: NLI and NER
+    number their examples by line), e.g. a copy of the training file, reordered or cut. `test_fraction` cannot do
+    that: it holds whole groups out of `train` (`split_by_group`)."""
+    seen = {_content(ex) for ex in train}
+    if test and all(_content(ex) in seen for ex in test):
+        raise VocabTransferError(
+            f"{key}.test: every test example is also a training example ({key}.train), so the model would be tested "
+            f"on its training data; give a held-out test source, or remove `test` so that "
+            f"eval.tasks.{task}.test_fraction holds part of the training source out"
+        )
+
+
+def _content(example: dict) -> str:
+    """An example's content: everything but the numbering and the split and bootstrap units."""
+    return json.dumps({k: v for k, v in example.items() if k not in ("id", "group", "cluster")}, sort_keys=True)
+
+
 def require_columns(source: Source, row: dict, columns: tuple[str, ...]) -> None:
     missing = [c for c in columns if c not in row]
     if missing:
@@ -264,6 +315,7 @@ def load_splits(task: Task, spec: Mapping, key: str, *, seed: int) -> Splits:
     if "test" in spec:
         test, skipped_test = task.read(open_source(spec["test"], f"{key}.test"))
         skipped = _merge_counts(skipped, skipped_test)
+        check_held_out(train, test, key, task.name)
     else:
         train, test = split_by_group(train, task.options.test_fraction, seed)
     for split, rows in (("train", train), ("test", test)):

@@ -48,6 +48,29 @@ def wechsel_unavailable(params: Params, lang: str) -> str | None:
     return None
 
 
+def wechsel_refusal(params: Params, lang: str) -> str | None:
+    """A file params name for wechsel and `lang` that is not there (its dictionary, or the source-language text where
+    it has one): refused, not skipped, as init.methods asks for wechsel by name. No dictionary entry for `lang` is
+    a skip (`wechsel_unavailable`): params name nothing for it."""
+    path = wechsel_dictionary(params, lang)
+    if path is None:
+        return None
+    options = params.section("init.wechsel", WechselOptions)
+    where = "relative paths resolve against $VOCABTRANSFER_DATA"
+    if not path.is_file():
+        return (
+            f"init.wechsel.dictionaries.{lang}: {path} not found, and init.methods asks for wechsel; fix the path "
+            f"({where}), or remove wechsel from init.methods"
+        )
+    text = paths.data_path(options.source_text)
+    if not text.is_file():
+        return (
+            f"init.wechsel.source_text: {text} not found, and init.methods asks for wechsel; fix the path ({where}), "
+            "or remove wechsel from init.methods"
+        )
+    return None
+
+
 RANDOM = MethodInfo("random", options=RandomOptions)
 OVERLAP = MethodInfo("overlap", options=OverlapOptions)
 MEAN = MethodInfo("mean", options=MeanOptions, deterministic=True)  # every row a copy or the mean: no seed
@@ -70,5 +93,6 @@ WECHSEL = MethodInfo(
     inputs={"source_fasttext": paths.SOURCE_WORD_FASTTEXT, "target_fasttext": paths.WORD_FASTTEXT},
     stage_options=("source_text", "fasttext"),  # read by the source_fasttext / word_fasttext stages
     condition=wechsel_unavailable,
+    refusal=wechsel_refusal,
     data=lambda params, lang: {"data_dictionary": wechsel_dictionary(params, lang)},
 )

@@ -86,8 +86,13 @@ class MethodInfo:
     factors: tuple[str, ...] = ()
     # keys of `init.<name>` that other stages read; the method never sees them
     stage_options: tuple[str, ...] = ()
-    # why the method cannot run for a language (None when it can); None: it always can
+    # why the method cannot run for a language (None when it can); None: it always can. A job it rules out is
+    # skipped with this reason: only for what params do not name (e.g. no dictionary entry for the language)
     condition: Condition | None = None
+    # what params name for the method that is not there (e.g. a dictionary path with a typo): one line with the
+    # key, the file and the fix, refused before any job (vocabtransfer.app.plan.preflight), as the user asked for
+    # the method by name in init.methods; None when nothing named is missing
+    refusal: Condition | None = None
     # the local data files its init job reads (Snakemake inputs, dvc.yaml deps), by `data_<key>`
     data: DataFiles | None = None
     # False for a method that factorises on its own: `name+svd` / `name+snmf` make no sense
