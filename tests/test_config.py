@@ -129,15 +129,21 @@ def test_cli_reports_bad_params_in_one_line_and_fails(tmp_path, capsys):
 
 
 def test_cli_params_take_overlays_as_snakemake_does(tmp_path, capsys, monkeypatch):
-    """`--params params.yaml overlay.yaml` (or --params repeated) lays the overlay over params.yaml; an
-    overlay given alone fails with a line that says how to lay it over params.yaml."""
+    """`--params params.yaml overlay.yaml` (or --params repeated, or the overlay as an argument: `validate
+    overlay.yaml`) lays the overlay over params.yaml; an overlay given alone as --params fails with a line that says
+    how to lay it over params.yaml."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("VOCABTRANSFER_DATA", str(SHARED_DATA))  # validate checks the plan's data files too
     (tmp_path / "params.yaml").write_text(
         yaml.safe_dump(minimal(corpus={"sources": {"sw": {"path": "pretrain_text/sw.txt"}}}, source_model=MINILM))
     )
     (tmp_path / "overlay.yaml").write_text(yaml.safe_dump({"tokenizer": {"vocab_size": 3000}}))
-    for argv in (["--params", "params.yaml", "overlay.yaml"], ["--params", "params.yaml", "--params", "overlay.yaml"]):
+    for argv in (
+        ["--params", "params.yaml", "overlay.yaml"],
+        ["--params", "params.yaml", "--params", "overlay.yaml"],
+        ["overlay.yaml"],
+        ["params.yaml", "overlay.yaml"],
+    ):
         assert main(["validate", "--print", *argv]) == 0
         out = capsys.readouterr().out.splitlines()
         assert yaml.safe_load("\n".join(out[:-1]))["tokenizer"]["vocab_size"] == 3000

@@ -4,7 +4,7 @@ vocabtransfer corpus --lang sw            # run one stage on its own
 vocabtransfer dvc-yaml --output dvc.yaml  # regenerate dvc.yaml
 vocabtransfer dag                         # the DAG as a Mermaid flowchart (docs/stages.md)
 vocabtransfer validate                    # check params.yaml against the schema
-vocabtransfer validate --params params.yaml config/gemma.yaml   # an overlay laid over params.yaml
+vocabtransfer validate config/gemma.yaml   # an overlay laid over params.yaml (= --params params.yaml config/gemma.yaml)
 vocabtransfer params-doc                  # regenerate docs/parameters.md from the schema
 vocabtransfer coverage                    # the coverage of the report's intervals, by simulation
 """
@@ -100,6 +100,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="validate params.yaml (and overlays) and the plan, before any job",
         description=validate,
     )
+    p.add_argument(
+        "overlays",
+        nargs="*",
+        metavar="OVERLAY",
+        help="overlays laid over the --params files (default: params.yaml) in order: `vocabtransfer validate my.yaml` "
+        "is `vocabtransfer validate --params params.yaml my.yaml`",
+    )
     p.add_argument("--print", action="store_true", help="print the merged params with every default filled in")
     p = sub.add_parser("dag", help="print the DAG of the stage declarations as a Mermaid flowchart (docs/stages.md)")
     p.add_argument("--log-file", default=None, help=argparse.SUPPRESS)
@@ -139,6 +146,14 @@ def _device(name: str) -> str:
     import torch  # torch: heavy, not at CLI start-up
 
     return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _params_files(given: list[str] | None, overlays: list[str]) -> list[str]:
+    """The params files a command reads: `--params` (default params.yaml), then the overlays given as arguments
+    (`vocabtransfer validate my.yaml`); params.yaml named first as an argument is the base, not an overlay of itself."""
+    if not given and overlays and Path(overlays[0]).name == "params.yaml" and Path(overlays[0]).is_file():
+        return overlays
+    return (given or ["params.yaml"]) + overlays
 
 
 def _lone_overlay(files: list[str] | None) -> bool:
@@ -222,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
                 target,
             )
             return 0
-        files = args.params or ["params.yaml"]
+        files = _params_files(args.params, getattr(args, "overlays", None) or [])
         # validated once: here for a params file of the user's (params-doc too: a file that does not
         # validate is not documented), where Snakemake merged them for its merged file (trusted as it is)
         params = Params(load(files))
