@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import yaml
 
@@ -78,7 +78,7 @@ def load_params(path: str | Path = "params.yaml") -> dict:
     return validate_params(config.read_yaml(path), source=str(path))
 
 
-def load(files: list[str | Path]) -> dict:
+def load(files: Sequence[str | Path]) -> dict:
     """The params a command runs with: a merged file that `config.write_merged` wrote (Snakemake's,
     validated where it was merged) as it is, trusted; any other file, or several laid over each other,
     validated."""
@@ -89,7 +89,7 @@ def load(files: list[str | Path]) -> dict:
     return load_layered(files)
 
 
-def load_layered(files: list[str | Path]) -> dict:
+def load_layered(files: Sequence[str | Path]) -> dict:
     """The first params file with every further one laid over it (`merge_overlay`, as Snakemake lays
     --configfile over params.yaml), validated; errors name the files as `params.yaml + config/x.yaml`."""
     merged = config.read_yaml(files[0])
