@@ -446,3 +446,37 @@ def test_a_stage_option_outside_the_params_lists_is_one_line_with_the_closest(tm
     assert main(["tokenizer", "--lang", "yo", "--params", "params.yaml", "over.yaml"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: params.yaml + over.yaml: --lang 'yo' is not in languages (sw)")
+
+
+def test_pseed_may_be_left_out_where_the_method_draws_nothing(tmp_path, capsys, monkeypatch):
+    """`init --method mean` without --pseed is pseed 1 (every row a copy or a mean: its seeds share one
+    initialisation); a method that can draw random rows (fvt's fallbacks) asks for it, in one line."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(minimal(init={"methods": ["random", "mean", "fvt"]})))
+    assert main(["init", "--lang", "sw", "--method", "fvt"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "error: params.yaml: init --method fvt: the method can draw random rows, so its initialisation depends on "
+        "the pretraining seed; pass --pseed N (1 ≤ N ≤ pretrain.seeds = 1)"
+    ]
+    assert main(["init", "--lang", "sw", "--method", "mean"]) == 1  # runs as pseed 1: its inputs are not there yet
+    captured = capsys.readouterr()
+    assert "pseed=1" in captured.err and "--pseed" not in captured.err.splitlines()[-1]
+    assert "does not exist yet" in captured.err and "rm -r" not in captured.err
+    with pytest.raises(SystemExit):  # a pretraining run always draws (its data order): --pseed stays required
+        main(["pretrain", "--lang", "sw", "--method", "mean", "--objective", "standard"])
+    assert "the following arguments are required: --pseed" in capsys.readouterr().err
+
+
+def test_help_teaches_the_defaults_an_example_and_the_outputs(capsys):
+    """`vocabtransfer --help` has worked examples; a stage's --help shows the defaults and what the stage writes."""
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    assert "vocabtransfer validate my.yaml" in out and "snakemake" in out
+    with pytest.raises(SystemExit):
+        main(["init", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "(default: auto)" in out  # --device
+    assert "writes: results/{lang}/init/{method}/pseed{pseed}" in out
+    assert "example: vocabtransfer init --lang sw --method focus --pseed 1" in out

@@ -33,7 +33,8 @@ def test_the_order_check_finds_a_stage_listed_before_what_it_reads():
 
 def test_every_artefact_path_names_the_stage_that_writes_it(tmp_path):
     """`stages.producer`: each output of each stage, and a file inside a directory output, maps back to that stage
-    and output (what a torn artefact's error names); a path no stage writes maps to nothing."""
+    and output (what a torn artefact's error names); a path no stage writes maps to nothing. The hint of an error
+    naming one: delete it where it is there, run its stage first where it is not."""
     from vocabtransfer.app.producers import producer, rerun_hint
     from vocabtransfer.app.stages import STAGES
     from vocabtransfer.pipeline import paths
@@ -58,6 +59,17 @@ def test_every_artefact_path_names_the_stage_that_writes_it(tmp_path):
         "results/sw/corpus/train.parquet",
     )
     assert producer("data/pretrain_text/sw.txt") is None and producer("results/sw/unknown.bin") is None
-    hint = rerun_hint("results/sw/overlap/overlap.parquet: not a readable Parquet file (x); delete it and rerun")
+    # an artefact that is there (torn, stale): the output to delete; one that is not there yet: the stage to run
+    (tmp_path / "results/sw/overlap").mkdir(parents=True)
+    (tmp_path / "results/sw/overlap/overlap.parquet").write_bytes(b"x")
+    said = "results/sw/overlap/overlap.parquet: not a readable Parquet file (x); delete it and rerun"
+    hint = rerun_hint(said, root=tmp_path)
     assert hint.startswith("results/sw/overlap/overlap.parquet is stage overlap's output: delete it (rm -r ")
+    hint = rerun_hint("source model 'results/sw/init/fvt/pseed2/model': no such directory", root=tmp_path)
+    assert hint == (
+        "results/sw/init/fvt/pseed2 does not exist yet: it is stage init's output, so run that stage first "
+        "(`vocabtransfer init --lang sw --method fvt --pseed 2`), or `snakemake --cores 2 results/sw/init/fvt/pseed2`, "
+        "which runs it and every stage it needs"
+    )
+    assert "rm -r" not in rerun_hint("results/source/model: no such directory", root=tmp_path)
     assert rerun_hint("params.yaml: init.methods: 'focsu' is not a method") is None

@@ -1,12 +1,16 @@
 """`vocabtransfer <stage> …`: every pipeline stage as a command, built from the stage table.
 
-vocabtransfer corpus --lang sw            # run one stage on its own
-vocabtransfer dvc-yaml --output dvc.yaml  # regenerate dvc.yaml
-vocabtransfer dag                         # the DAG as a Mermaid flowchart (docs/stages.md)
-vocabtransfer validate                    # check params.yaml against the schema
-vocabtransfer validate config/gemma.yaml   # an overlay laid over params.yaml (= --params params.yaml config/gemma.yaml)
-vocabtransfer params-doc                  # regenerate docs/parameters.md from the schema
-vocabtransfer coverage                    # the coverage of the report's intervals, by simulation
+examples:
+  vocabtransfer validate                     # check params.yaml and the plan before any job
+  vocabtransfer validate my.yaml             # an overlay laid over params.yaml (= --params params.yaml my.yaml)
+  snakemake --cores 2 --configfile my.yaml   # run the whole pipeline with it (snakemake -n: the plan only)
+  vocabtransfer corpus --lang sw             # run one stage on its own (its inputs must be there)
+  vocabtransfer init --lang sw --method mean # --pseed may be left out where the method draws nothing
+  vocabtransfer init --help                  # a stage's options, defaults and what it writes
+  vocabtransfer dvc-yaml --output dvc.yaml   # regenerate dvc.yaml
+  vocabtransfer dag                          # the DAG as a Mermaid flowchart (docs/stages.md)
+  vocabtransfer params-doc                   # regenerate docs/parameters.md from the schema
+  vocabtransfer coverage                     # the coverage of the report's intervals, by simulation
 """
 
 from __future__ import annotations
@@ -65,9 +69,51 @@ PARAMS_HELP = (
 )
 
 
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """The description and epilog as written (examples, one a line), and each option's default where it has one
+    that its help does not already give."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if action.default in (None, False, argparse.SUPPRESS) or "default" in text or action.option_strings == []:
+            return text
+        return f"{text} (default: %(default)s)"
+
+
+# the values a stage's example uses for each wildcard
+EXAMPLE = {
+    "lang": "sw",
+    "method": "focus",
+    "objective": "standard",
+    "pseed": "1",
+    "task": "qa",
+    "model": "source",
+    "seed": "1",
+}
+
+
+def stage_epilog(stage) -> str:
+    """A stage's --help epilog: an example command, the same job through snakemake, and what the stage writes."""
+    from vocabtransfer.pipeline import paths
+
+    options = " ".join(f"--{wc} {EXAMPLE[wc]}" for wc in stage.wildcards)
+    outputs = list(stage.outputs.values())
+    first = paths.fill(outputs[0], **{k: v for k, v in EXAMPLE.items() if "{" + k + "}" in outputs[0]})
+    return "\n".join(
+        [
+            f"example: vocabtransfer {stage.name}" + (f" {options}" if options else ""),
+            f"  or: snakemake --cores 2 {first}   # the job with every stage it needs",
+            "writes: " + "\n        ".join(outputs),
+        ]
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="vocabtransfer", description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="vocabtransfer",
+        description=__doc__.splitlines()[0],
+        epilog=__doc__.split("\n\n", 1)[1],
+        formatter_class=HelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"vocabtransfer {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="<stage or command>")
@@ -79,9 +125,20 @@ def build_parser() -> argparse.ArgumentParser:
     wildcards = wildcard_help()
 
     for stage in STAGES.values():
-        p = sub.add_parser(stage.name, parents=[common], help=stage.help, description=stage.help)
+        p = sub.add_parser(
+            stage.name,
+            parents=[common],
+            help=stage.help,
+            description=stage.help,
+            epilog=stage_epilog(stage),
+            formatter_class=HelpFormatter,
+        )
         for wc in stage.wildcards:
-            p.add_argument(f"--{wc}", required=True, help=wildcards[wc])
+            if wc == "pseed" and _pseed_optional(stage):
+                help_text = f"{wildcards[wc]}; optional for a method that draws nothing (e.g. mean): 1"
+                p.add_argument(f"--{wc}", default=None, help=help_text)
+            else:
+                p.add_argument(f"--{wc}", required=True, help=wildcards[wc])
         p.add_argument("--threads", type=int, default=None, help="worker threads (default: all cores)")
         p.add_argument("--device", default="auto", help="torch device: auto (cuda if available), cpu, cuda, cuda:1 …")
 
@@ -138,6 +195,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--log-file", default=None, help=argparse.SUPPRESS)
     p.add_argument("-v", "--verbose", action="store_true", help=argparse.SUPPRESS)
     return parser
+
+
+def _pseed_optional(stage) -> bool:
+    """An initialisation (a method, no objective): `--pseed` may be left out where the method draws nothing."""
+    return "method" in stage.wildcards and "pseed" in stage.wildcards and "objective" not in stage.wildcards
+
+
+def resolve_pseed(stage, wildcards: dict, params: Params, source: str) -> None:
+    """A left-out `--pseed` of an initialisation: 1 for a method that draws nothing (`availability.seeded`: every
+    row a copy or a mean, so all its pretraining seeds share pseed 1), else one line asking for it."""
+    if not _pseed_optional(stage) or wildcards.get("pseed") is not None:
+        return
+    from vocabtransfer.init import availability
+
+    if availability.seeded(wildcards["method"]):
+        seeds = int(params.leaf("pretrain.seeds"))
+        raise VocabTransferError(
+            f"{source}: {stage.name} --method {wildcards['method']}: the method can draw random rows, so its "
+            f"initialisation depends on the pretraining seed; pass --pseed N (1 ≤ N ≤ pretrain.seeds = {seeds})"
+        )
+    wildcards["pseed"] = "1"
 
 
 def _device(name: str) -> str:
@@ -266,6 +344,7 @@ def main(argv: list[str] | None = None) -> int:
         stage = STAGES[args.command]
         wildcards = {wc: getattr(args, wc) for wc in stage.wildcards}
         check_wildcards(wildcards, params, " + ".join(files))
+        resolve_pseed(stage, wildcards, params, " + ".join(files))
         # only GPU stages pay for importing torch to look for a device
         device = _device(args.device) if stage.gpu else ("cpu" if args.device == "auto" else args.device)
         start = time.perf_counter()
