@@ -150,6 +150,11 @@ def test_cli_params_take_overlays_as_snakemake_does(tmp_path, capsys, monkeypatc
         assert re.fullmatch(r"valid: params\.yaml \+ overlay\.yaml: \d+ jobs \(corpus 1, .*\)", out[-1]), out[-1]
     assert main(["validate", "--params", "overlay.yaml"]) == 1
     assert "--params params.yaml overlay.yaml" in capsys.readouterr().err
+    # an overlay named params.yaml elsewhere (tests/workflow/params.yaml) is an overlay still
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub/params.yaml").write_text(yaml.safe_dump({"tokenizer": {"vocab_size": 3000}}))
+    assert main(["validate", "sub/params.yaml"]) == 0
+    assert capsys.readouterr().out.startswith("valid: params.yaml + sub/params.yaml: ")
 
 
 def test_cli_help_lists_the_allowed_values(capsys):

@@ -229,7 +229,7 @@ def _device(name: str) -> str:
 def _params_files(given: list[str] | None, overlays: list[str]) -> list[str]:
     """The params files a command reads: `--params` (default params.yaml), then the overlays given as arguments
     (`vocabtransfer validate my.yaml`); params.yaml named first as an argument is the base, not an overlay of itself."""
-    if not given and overlays and Path(overlays[0]).name == "params.yaml" and Path(overlays[0]).is_file():
+    if not given and overlays and Path(overlays[0]).resolve() == Path("params.yaml").resolve():
         return overlays
     return (given or ["params.yaml"]) + overlays
 
