@@ -7,7 +7,9 @@ For `--lang L --method M --pseed K` (pretraining seed K: the method draws its ra
 2. build a `TransferProblem` and the method's options (params `init.<base>` as the class it registers,
    e.g. `OmpOptions`; for a factorised method `base+svd` a `FactorizedOptions` with `init.svd` too) and
    run `get_method(M)(problem, options)` on the input embeddings, and again on the output embeddings
-   when the source model's are untied;
+   when the source model's are untied; for random / overlap with `scale: calibrated`, the rows they drew
+   (`TransferResult.random_rows`) shrunk toward the source mean by the factor `init.calibrate` measures on
+   the target model and the first training lines (stats.json `random_scale`; docs/methods.md#random);
 3. write results/L/init/M/pseedK/ atomically: embeddings.safetensors (`input_embeddings`,
    `output_embeddings` when untied), one `<name>.safetensors` per extra tensor of the method
    (coordinates, primitives; `output_<name>` for the output pass), model/ (the source model with
@@ -319,12 +321,13 @@ def target_bias(x: InitInputs):
 
 
 def calibrated_passes(ctx, x: InitInputs, passes: dict, options: RandomRowsOptions, base: str, seed: int):
-    """(`passes` with the drawn rows times the measured factor, the target model built with them, the
+    """(`passes` with the drawn rows shrunk by the measured factor, the target model built with them, the
     record for stats.json `random_scale`): `vocabtransfer.init.calibrate`, on the first
     `calibration_lines` lines of the train split."""
     import torch  # torch: heavy, not at CLI start-up
 
     from vocabtransfer.init import calibrate
+    from vocabtransfer.init.methods.baselines import source_moments  # the mean random_matrix draws around
     from vocabtransfer.model.line_bits import valid_lines
 
     masks = {}
@@ -335,8 +338,6 @@ def calibrated_passes(ctx, x: InitInputs, passes: dict, options: RandomRowsOptio
                 "this is a bug in the method"
             )
         masks[which] = np.asarray(result.random_rows, dtype=bool)
-    from vocabtransfer.init.methods.baselines import source_moments  # the mean random_matrix draws around
-
     rows = {which: r for which, (_, r, _) in passes.items()}
     centers = {which: source_moments(x.matrices[which].detach().to("cpu", torch.float32))[0] for which in passes}
     t = time.perf_counter()
