@@ -75,7 +75,7 @@ def calibrate(
 
     `model`: the initialised model with the target vocabulary; `rows` {"input": (V, D), "output": (V, D) when
     untied}: the method's rows; `masks`: the drawn rows of each; `centers`: the mean each was drawn around
-    (the source rows' mean per dimension, `baselines.source_moments`). The model's embedding rows are overwritten
+    (the source rows' mean per dimension, `init.moments.source_moments`). The model's embedding rows are overwritten
     while scoring and left at the returned factor."""
     import torch  # torch: heavy, not at CLI start-up
 

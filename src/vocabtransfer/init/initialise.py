@@ -327,7 +327,7 @@ def calibrated_passes(ctx, x: InitInputs, passes: dict, options: RandomRowsOptio
     import torch  # torch: heavy, not at CLI start-up
 
     from vocabtransfer.init import calibrate
-    from vocabtransfer.init.methods.baselines import source_moments  # the mean random_matrix draws around
+    from vocabtransfer.init.moments import source_moments  # the mean random_matrix draws around
     from vocabtransfer.model.line_bits import valid_lines
 
     masks = {}
