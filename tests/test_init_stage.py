@@ -242,7 +242,13 @@ def test_init_rerun_keys_are_the_leaves_of_the_options_taken():
         "init.focus.topk",
         "init.svd.keep_dim",
     ]
-    assert init.leaves(Params(params), {"lang": "sw", "method": "random", "pseed": "1"}) == ["seed"]
+    assert init.leaves(Params(params), {"lang": "sw", "method": "random", "pseed": "1"}) == [
+        "seed",
+        "init.random.scale",
+        "init.random.calibration_lines",
+        "init.random.calibration_margin",
+    ]
+    assert init.leaves(Params(params), {"lang": "sw", "method": "mean", "pseed": "1"}) == ["seed"]
     wechsel = init.leaves(Params(params), {"lang": "sw", "method": "wechsel", "pseed": "1"})
     assert "init.wechsel.dictionaries.sw" in wechsel and "init.wechsel.fasttext.dim" in wechsel
 

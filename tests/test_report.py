@@ -594,7 +594,9 @@ def test_pretrain_and_frequency_tables(rendered):
     _, _, text = rendered
     sw = section(text, "## sw")
     init = section(sw, "### Right after initialisation")
-    assert cells(init, "focus")[1:3] == ["**7.000**", "**7.000**"]
+    # beside each loss, how far above the uniform guess ln V it starts (sw's tokenizer reached 1999 tokens)
+    assert cells(init, "focus")[1:4] == ["**7.000**", f"{7 - math.log(1999):.3f}", "**7.000**"]
+    assert cells(init, "uniform guess (ln V, V = 1,999)")[1:3] == [f"{math.log(1999):.3f}", "0.000"]
     pre = section(sw, "### Continued pretraining")
     assert cells(pre, "method") == ["method", "step 0 (pretraining seed 1)", "standard (end)", "selfish (end)"]
     assert cells(pre, "focus")[1] == "7.000" and cells(pre, "focus")[2].endswith(", 3 seeds)")
@@ -763,15 +765,15 @@ def test_init_table_shows_bits_per_byte_of_causal_models_beside_the_floors(tmp_p
     report = (tmp_path / paths.REPORT).read_text()
     init = section(section(report, "## sw"), "### Right after initialisation")
     # bits per byte and the share: in *Bits per byte* alone, so the report states one source bits per byte
-    assert cells(init, "method")[4:] == ["bytes per token"] and cells(init, "focus")[4:] == ["4.08"]
-    assert cells(init, "source (own tokenizer)")[4:] == ["2.40"] and "floor: unigram-target" not in init
+    assert cells(init, "method")[5:] == ["bytes per token"] and cells(init, "focus")[5:] == ["4.08"]
+    assert cells(init, "source (own tokenizer)")[5:] == ["2.40"] and "floor: unigram-target" not in init
     assert "Bits per byte and the share kept: in the table *Bits per byte* below" in init
     assert "1.500" not in init
     (tmp_path / paths.fill(paths.BITS_PER_BYTE, lang="sw")).unlink()  # no bits-per-byte table: init_eval's share
     build.write_report(filled_params({**PARAMS, "languages": ["sw"]}), _report(PARAMS), plan, tmp_path)
     init = section(section((tmp_path / paths.REPORT).read_text(), "## sw"), "### Right after initialisation")
-    assert cells(init, "method")[4:] == ["bits per byte", "share kept", "bytes per token"]
-    assert cells(init, "focus")[4:] == ["**2.500**", "**0.33**", "4.08"] and cells(init, "random")[5] == "-0.33"
+    assert cells(init, "method")[5:] == ["bits per byte", "share kept", "bytes per token"]
+    assert cells(init, "focus")[5:] == ["**2.500**", "**0.33**", "4.08"] and cells(init, "random")[6] == "-0.33"
     assert "(BPB_floor − BPB_method) / (BPB_floor − BPB_source), from the best floor" in init
 
 

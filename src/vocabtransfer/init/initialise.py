@@ -7,7 +7,9 @@ For `--lang L --method M --pseed K` (pretraining seed K: the method draws its ra
 2. build a `TransferProblem` and the method's options (params `init.<base>` as the class it registers,
    e.g. `OmpOptions`; for a factorised method `base+svd` a `FactorizedOptions` with `init.svd` too) and
    run `get_method(M)(problem, options)` on the input embeddings, and again on the output embeddings
-   when the source model's are untied;
+   when the source model's are untied; for random / overlap with `scale: calibrated`, the rows they drew
+   (`TransferResult.random_rows`) shrunk toward the source mean by the factor `init.calibrate` measures on
+   the target model and the first training lines (stats.json `random_scale`; docs/methods.md#random);
 3. write results/L/init/M/pseedK/ atomically: embeddings.safetensors (`input_embeddings`,
    `output_embeddings` when untied), one `<name>.safetensors` per extra tensor of the method
    (coordinates, primitives; `output_<name>` for the output pass), model/ (the source model with
@@ -44,12 +46,13 @@ from vocabtransfer.data.overlap import checked_pairs, overlap_pairs
 from vocabtransfer.init.source_snmf import load_factors
 from vocabtransfer.init.methods.registry import TransferProblem, info
 from vocabtransfer.init.methods import get_method
-from vocabtransfer.init.methods.options import FACTORIZATIONS, FactorizedOptions
+from vocabtransfer.init.methods.options import FACTORIZATIONS, FactorizedOptions, RandomRowsOptions
 
 log = logging.getLogger(__name__)
 
 # ctx.input keys every init job has; any other input is handed to the method as a resource
-CORE_INPUTS = ("source_model", "tokenizer", "overlap", "fasttext", "snmf_factors")
+# (`calibration_text`: the train split, for `init.<method>.scale: calibrated`)
+CORE_INPUTS = ("source_model", "tokenizer", "overlap", "fasttext", "snmf_factors", "calibration_text")
 
 
 def uses_snmf(method: str) -> bool:
@@ -58,17 +61,29 @@ def uses_snmf(method: str) -> bool:
     return names.split_method(method)[1] == "snmf" or "snmf" in info(method).factors
 
 
+def calibrates(params: Params, method: str) -> bool:
+    """Whether the init job of `method` scales its drawn rows by a measured factor (`init.<method>.scale:
+    calibrated`, random and overlap: `RandomRowsOptions`); it then reads the train split."""
+    base, fact = names.split_method(method)
+    cls = info(base).options
+    if fact or not (isinstance(cls, type) and issubclass(cls, RandomRowsOptions)):
+        return False
+    return params.section(f"init.{base}", cls).scale == "calibrated"
+
+
 def inputs(params: Params, wildcards: dict) -> dict[str, str]:
     """The stage's input templates for these wildcards: the core inputs plus the method's own
-    (`inputs=` in its catalog entry)."""
+    (`inputs=` in its catalog entry), and the train split where the drawn rows are calibrated."""
     method = wildcards["method"]
     factors = {"snmf_factors": paths.SOURCE_SNMF} if uses_snmf(method) else {}
+    calibration = {"calibration_text": paths.CORPUS_TRAIN} if calibrates(params, method) else {}
     return {
         "source_model": paths.SOURCE_MODEL,
         "tokenizer": paths.TOKENIZER,
         "overlap": paths.OVERLAP,
         "fasttext": paths.FASTTEXT_EMB,
         **factors,
+        **calibration,
         **info(method).inputs,
     }
 
@@ -285,23 +300,103 @@ def run(ctx) -> None:
         rows = _check_result(result, method_name, (len(x.target_tok), x.matrices[which].shape[1]), which)
         passes[which] = (result, rows, time.perf_counter() - t)
 
-    # 3. the model with the new embeddings, and the artefacts
+    # 2b. the drawn rows at the scale asked for (random, overlap: init.<base>.scale), measured on the model
     record = {"options": options_record(method_name, options), "resources": {k: str(v) for k, v in resources.items()}}
-    write_outputs(ctx, x, method_name, passes, record, pseed=pseed, seed=seed, start=start)
+    target_model = None
+    if isinstance(options, RandomRowsOptions):
+        if options.scale == "calibrated":
+            passes, target_model, record["random_scale"] = calibrated_passes(ctx, x, passes, options, base, seed)
+        else:
+            record["random_scale"] = {"scale": "source", "factor": 1.0}
+
+    # 3. the model with the new embeddings, and the artefacts
+    write_outputs(ctx, x, method_name, passes, record, pseed=pseed, seed=seed, start=start, target_model=target_model)
+
+
+def target_bias(x: InitInputs):
+    """The target model's output bias (module doc), None where the source has none."""
+    if x.src_bias is None:
+        return None
+    return transfer_bias(x.src_bias, len(x.target_tok), x.target_ids, x.source_ids)
+
+
+def calibrated_passes(ctx, x: InitInputs, passes: dict, options: RandomRowsOptions, base: str, seed: int):
+    """(`passes` with the drawn rows shrunk by the measured factor, the target model built with them, the
+    record for stats.json `random_scale`): `vocabtransfer.init.calibrate`, on the first
+    `calibration_lines` lines of the train split."""
+    import torch  # torch: heavy, not at CLI start-up
+
+    from vocabtransfer.init import calibrate
+    from vocabtransfer.init.moments import source_moments  # the mean random_matrix draws around
+    from vocabtransfer.model.line_bits import valid_lines
+
+    masks = {}
+    for which, (result, _, _) in passes.items():
+        if result.random_rows is None or result.random_rows.shape != (len(x.target_tok),):
+            raise VocabTransferError(
+                f"init.{base}.scale: calibrated needs the method's random_rows, one bool per target token; "
+                "this is a bug in the method"
+            )
+        masks[which] = np.asarray(result.random_rows, dtype=bool)
+    rows = {which: r for which, (_, r, _) in passes.items()}
+    centers = {which: source_moments(x.matrices[which].detach().to("cpu", torch.float32))[0] for which in passes}
+    t = time.perf_counter()
+    lines = valid_lines(ctx.input["calibration_text"], options.calibration_lines)
+    model = modeling.build_target_model(
+        x.source_dir, x.target_dir, rows["input"], rows.get("output"), bias=target_bias(x), kind=x.kind
+    )
+    found = calibrate.calibrate(
+        model,
+        x.target_tok,
+        x.kind,
+        lines,
+        rows,
+        masks,
+        centers,
+        margin=options.calibration_margin,
+        seed=seed,
+        where=f"init.{base}",
+    )
+    new = {
+        which: (result, calibrate.scaled(rows[which], masks[which], found["factor"], centers[which]), seconds)
+        for which, (result, _, seconds) in passes.items()
+    }
+    record = {"scale": "calibrated", **found, "rows": int(masks["input"].sum()), "seconds": time.perf_counter() - t}
+    log.info(
+        "init %s/%s: drawn rows' spread x %.4g, initial loss %.3f on %d training tokens (ln V = %.3f)",
+        ctx.lang,
+        base,
+        found["factor"],
+        found["initial_loss"],
+        found["tokens"],
+        found["ln_vocab"],
+    )
+    return new, model, record
 
 
 def write_outputs(
-    ctx, x: InitInputs, method_name: str, passes: dict, record: dict, *, pseed: int, seed: int, start: float
+    ctx,
+    x: InitInputs,
+    method_name: str,
+    passes: dict,
+    record: dict,
+    *,
+    pseed: int,
+    seed: int,
+    start: float,
+    target_model=None,
 ) -> None:
-    """results/L/init/M/pseedK/ (module doc, step 3), written atomically."""
+    """results/L/init/M/pseedK/ (module doc, step 3), written atomically; `target_model`: the model already
+    built with these rows (calibration's), else built here."""
     inp, out = passes["input"][1], passes["output"][1] if "output" in passes else None
     tensors = {"input_embeddings": inp, **({"output_embeddings": out} if out is not None else {})}
     extra = dict(passes["input"][0].extra)
     if "output" in passes:
         extra.update({f"output_{name}": value for name, value in passes["output"][0].extra.items()})
     n_target = len(x.target_tok)
-    bias = transfer_bias(x.src_bias, n_target, x.target_ids, x.source_ids) if x.src_bias is not None else None
-    target_model = modeling.build_target_model(x.source_dir, x.target_dir, inp, out, bias=bias, kind=x.kind)
+    bias = target_bias(x)
+    if target_model is None:
+        target_model = modeling.build_target_model(x.source_dir, x.target_dir, inp, out, bias=bias, kind=x.kind)
     stats = {
         "lang": ctx.lang,
         "method": method_name,

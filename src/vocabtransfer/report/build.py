@@ -39,6 +39,7 @@ from vocabtransfer.report import study_setup
 from vocabtransfer.report import comparisons, tables
 from vocabtransfer.report import token_equivalent, token_worth
 from vocabtransfer.report import verdict
+from vocabtransfer.report.baseline_choice import stronger_baseline
 from vocabtransfer.report.bpb import bits_per_byte_table, share_sentence
 from vocabtransfer.report import compute
 from vocabtransfer.report.bpb_markdown import bits_per_byte_section
@@ -150,9 +151,13 @@ def write_report(params: Params, report: tables.ReportParams, p: Plan, root: Pat
                     raise VocabTransferError(
                         f"{lang.lang}: pretraining runs with valid_curve.parquet but no metrics.parquet; rerun them"
                     )
+                choice = stronger_baseline(lang, report.baseline)  # report.baseline: one method or a list
                 section, bullets, m["token_equivalent"] = _tokens_section(
-                    lang, worth, report.baseline, settings, bpb, figures / Path(curve_fig).name, params
+                    lang, worth, choice.method, settings, bpb, figures / Path(curve_fig).name, params
                 )
+                if choice.sentence():
+                    section = section[:2] + [choice.sentence(), ""] + section[2:]  # under the section's heading
+                    m["baseline"] = {"method": choice.method, "final_valid_loss": choice.final_loss}
                 body += section
                 per_language[lang.lang][2].extend(bullets)
             body += _comparisons_section(lang, families, settings)

@@ -103,6 +103,7 @@ def init_section(lang: Language, share: bool = True) -> list[str]:
         floors = []
     if any(finite(r.get("bytes_per_token")) for r in lang.init_eval):
         cols.append(("bytes_per_token", "bytes per token", None, 2))
+    ln_v = uniform_loss(lang) if cols and cols[0][0] == "loss" else None
     table = [[r["method"]] for r in rows]
     for key, _, higher, digits in cols:
         texts = [fmt(r.get(key), digits) for r in rows]
@@ -110,19 +111,50 @@ def init_section(lang: Language, share: bool = True) -> list[str]:
             texts = bold_best([r.get(key) for r in rows], texts, higher)
         for row, text in zip(table, texts):
             row.append(text)
+        if key == "loss" and ln_v is not None:  # beside each method's loss: how far above the uniform guess
+            for row, r in zip(table, rows):
+                row.append(fmt(r["loss"] - ln_v, 3) if finite(r.get("loss")) else "–")
+    extra = ["–"] if ln_v is not None else []  # the rows below have no target-vocabulary loss above ln V
     for r in ref:
-        table.append(["source (own tokenizer)"] + [fmt(r.get(key), digits) for key, _, _, digits in cols])
+        table.append(["source (own tokenizer)"] + _cells(r, cols, extra))
     for r in floors:  # `floor:unigram-target` (evaluate.bpb_floor.NAMES)
-        table.append([r["method"].replace(":", ": ")] + [fmt(r.get(key), digits) for key, _, _, digits in cols])
-    lines.append(md_table(["method"] + [c[1] for c in cols], table))
+        table.append([r["method"].replace(":", ": ")] + _cells(r, cols, extra))
+    if ln_v is not None:
+        table.append(
+            [f"uniform guess (ln V, V = {vocab_size(lang):,})", fmt(ln_v, 3), "0.000"] + ["–"] * (len(cols) - 1)
+        )
+    headers = [c[1] for c in cols]
+    if ln_v is not None:
+        headers.insert(1, "loss − ln V")
+    lines.append(md_table(["method"] + headers, table))
     lines += [
         "",
-        _init_note(lang, has_bits, share, [r["method"].split(":", 1)[1] for r in floors]),
+        _init_note(lang, has_bits, share, [r["method"].split(":", 1)[1] for r in floors], ln_v),
         "",
         f"![{lang.lang}: right after initialisation]({_rel(paths.fill(paths.INIT_EVAL_PLOT, lang=lang.lang))})",
         "",
     ]
     return lines
+
+
+def _cells(r: dict, cols, extra: list[str]) -> list[str]:
+    """A reference row's cells: its loss, the `extra` cell beside it (no loss − ln V), the other columns."""
+    texts = [fmt(r.get(key), digits) for key, _, _, digits in cols]
+    return texts[:1] + extra + texts[1:]
+
+
+def vocab_size(lang: Language) -> int | None:
+    """The target vocabulary's size V (the tokenizer stage's stats), None without them."""
+    t = lang.tokenizer or {}
+    v = t.get("vocab_size_reached", t.get("vocab_size"))
+    return int(v) if v else None
+
+
+def uniform_loss(lang: Language) -> float | None:
+    """ln V, the loss of the uniform guess over the target vocabulary, in nats per token (what a model with
+    no information starts at), None where V is unknown."""
+    v = vocab_size(lang)
+    return math.log(v) if v else None
 
 
 FLOOR_NOTES = {
@@ -132,7 +164,7 @@ FLOOR_NOTES = {
 }
 
 
-def _init_note(lang: Language, has_bits: bool, share: bool, floors: list[str]) -> str:
+def _init_note(lang: Language, has_bits: bool, share: bool, floors: list[str], ln_v: float | None = None) -> str:
     assert lang.init_eval is not None  # init_section returns before the note without it
     note = (
         "Loss: masked-/causal-LM loss on held-out target text with no training; calibrated: at the "
@@ -140,6 +172,11 @@ def _init_note(lang: Language, has_bits: bool, share: bool, floors: list[str]) -
         f"reads the {lang.lang} text with its own tokenizer (its loss: on held-out source text, "
         f"{', '.join(sorted({str(r['lang']) for r in lang.init_eval if r['method'] == 'source'})) or '–'})."
     )
+    if ln_v is not None:
+        note += (
+            f" Loss − ln V: nats per token above the uniform guess over the V target tokens (ln V = {ln_v:.3f}); "
+            "a method above 0 starts worse than knowing nothing (over-confident logits)."
+        )
     if has_bits and share:
         note += " Bits per byte: bits per UTF-8 byte of the valid lines (pretraining seed 1's initialisation)."
     if floors:

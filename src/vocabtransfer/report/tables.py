@@ -50,12 +50,23 @@ class ReportParams:
         "all languages together) and apart over each exploratory table (the frequency buckets) and each task's "
         "floor check",
     )
-    baseline: str = option(
+    baseline: str | tuple[str, ...] = option(
         "random",
         "the init method whose tokens the token-equivalent counts: the tokens it needs to reach each other method's "
         "valid loss at each budget (pretrained with the same objective, else with standard); a method pretrain.methods "
-        "does not list gives no token-equivalent, and the report says so",
+        "does not list gives no token-equivalent, and the report says so. A list ([random, mean]): in each language "
+        "the stronger of them, the one with the lower final valid loss with the standard objective "
+        "(report/baseline_choice.py, a conservative choice the report states)",
+        type=["string", "array"],
+        items={"type": "string", "minLength": 1},
+        minItems=1,
+        uniqueItems=True,
+        minLength=1,
     )
+
+    def __post_init__(self):
+        if isinstance(self.baseline, list):  # a list read from params: a tuple, as other array fields
+            object.__setattr__(self, "baseline", tuple(self.baseline))
 
 
 @dataclass(frozen=True)

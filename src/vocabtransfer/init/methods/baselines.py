@@ -33,6 +33,7 @@ from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.init.methods.registry import TransferProblem, TransferResult, register
 from vocabtransfer.init.methods.options import MeanOptions, OverlapOptions, RandomOptions
 from vocabtransfer.data.overlap import Scheme, checked_pairs
+from vocabtransfer.init.moments import source_moments
 
 log = logging.getLogger(__name__)
 
@@ -113,28 +114,6 @@ class Ledger:
 
 
 # --------------------------------------------------------------------------- shared fills
-
-
-MOMENT_BLOCK = 32768  # source rows per float64 block of `source_moments`
-
-
-def source_moments(source: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-dimension mean and (population) std of the source rows, reduced in float64 so the
-    float32 result does not depend on the thread count.
-
-    Two passes over row blocks (the sum, then the squared deviations from the mean): no float64
-    copy of the whole matrix, and no per-column Welford loop (torch's `std(0)` takes ~25 s on
-    262,144 × 640 where this takes well under one)."""
-    n, d = source.shape
-    total = torch.zeros(d, dtype=torch.float64, device=source.device)
-    for start in range(0, n, MOMENT_BLOCK):
-        total += source[start : start + MOMENT_BLOCK].double().sum(0)
-    mean = total / max(n, 1)
-    sq = torch.zeros_like(total)
-    for start in range(0, n, MOMENT_BLOCK):
-        dev = source[start : start + MOMENT_BLOCK].double() - mean
-        sq += (dev * dev).sum(0)
-    return mean.float(), (sq / max(n, 1)).sqrt().float()
 
 
 def random_matrix(problem: TransferProblem, source: torch.Tensor) -> torch.Tensor:
@@ -335,25 +314,44 @@ def token_surfaces(tokenizer) -> tuple[list[str | None], np.ndarray]:
 
 @register("random")
 def random_init(problem: TransferProblem, options: RandomOptions = RandomOptions()) -> TransferResult:
-    """Every row from N(mean, std) of the source embeddings; special tokens copied."""
+    """Every row from N(mean, std) of the source embeddings; special tokens copied.
+
+    `options.scale` (params `init.random.scale`): `source` leaves the drawn rows at the source's spread;
+    `calibrated` has the init stage shrink the drawn rows (`TransferResult.random_rows`, never the copied
+    special tokens) toward the source mean by one factor α ≤ 1, μ + α (e − μ): N(μ, (α σ)²) instead of
+    N(μ, σ²), α measured on the source model with the target vocabulary (`vocabtransfer.init.calibrate`).
+    Why: with logits z_i = h·e_i over V tokens, the expected loss is about ln V + Var(z)/2, and Var(z) ≈
+    σ²‖h‖². Through a tied head (Gemma: the output layer is the input matrix) rows of the source's spread
+    give Var(z) ≫ 1: the model starts confidently wrong, ~6 nats above the uniform guess ln V, a strawman
+    baseline. α is the largest factor on the grid 2^(-k/8) whose model scores at most `calibration_margin`
+    nats above the same model with every drawn row at μ (zero spread), on a few training lines: measured,
+    not derived from the final norm's weights (the inputs change with α too).
+    The method itself draws the same rows for either setting.
+    """
     return _copy_then_random(problem, "random", overlap=False, reason="random method")
 
 
 @register("overlap")
 def overlap_init(problem: TransferProblem, options: OverlapOptions = OverlapOptions()) -> TransferResult:
-    """Overlapping and special tokens copied; every other row as in `random`."""
+    """Overlapping and special tokens copied; every other row as in `random`, scaled as
+    `init.overlap.scale` says (see `random_init`: only the drawn rows, never the copied ones)."""
     return _copy_then_random(problem, "overlap", overlap=True, reason="not in the source vocabulary")
 
 
 def _copy_then_random(problem: TransferProblem, method: str, *, overlap: bool, reason: str) -> TransferResult:
-    """Special tokens (and, with `overlap`, overlapping tokens) copied; every other row random."""
+    """Special tokens (and, with `overlap`, overlapping tokens) copied; every other row random (marked in
+    `random_rows`)."""
     source = source_matrix(problem)
     ledger = Ledger(problem.target_tokenizer)
     target = random_matrix(problem, source)
     unmatched = copy_overlap(problem, target, ledger, source=source, overlap=overlap)
     ledger.fill(unmatched, "random", SPECIAL_NO_SOURCE, fallback=True)
     ledger.fill(ledger.free(), "random", reason)
-    return TransferResult(embeddings=target, stats=ledger.stats(method=method, seed=int(problem.seed)))
+    return TransferResult(
+        embeddings=target,
+        stats=ledger.stats(method=method, seed=int(problem.seed)),
+        random_rows=ledger.kind == KINDS.index("random"),
+    )
 
 
 @register("mean")  # deterministic (catalog.py): every row a copy or the mean

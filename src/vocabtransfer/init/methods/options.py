@@ -22,13 +22,36 @@ TEMPERATURE = "softmax temperature over neighbour similarities"
 
 
 @dataclass(frozen=True)
-class RandomOptions(NoOptions):
-    """the random baseline takes no options"""
+class RandomRowsOptions:
+    """How the rows that `random` and `overlap` draw at random are scaled (docs/methods.md#random)."""
+
+    scale: Literal["source", "calibrated"] = option(
+        "source",
+        "source: rows drawn from N(mean, std) of the source rows, as they are; calibrated: drawn from N(mean, "
+        "(α·std)²), α the largest factor ≤ 1 (on a grid of 2^(-k/8)) whose initialised model scores at most "
+        "calibration_margin nats above the same model with every drawn row at the mean, on the first "
+        "calibration_lines training lines: a tied head (Gemma) then starts near the uniform guess ln V instead of "
+        "~6 nats above it (copied rows keep their source rows; docs/methods.md#random)",
+        type="string",
+    )
+    calibration_lines: int = option(
+        64, "training lines (the corpus's train split, never the valid one) scored per candidate factor", minimum=1
+    )
+    calibration_margin: float = option(
+        0.2,
+        "nats the drawn rows' spread may add to the loss (a logit std of at most sqrt(2 × margin))",
+        exclusiveMinimum=0,
+    )
 
 
 @dataclass(frozen=True)
-class OverlapOptions(NoOptions):
-    """the overlap baseline takes no options"""
+class RandomOptions(RandomRowsOptions):
+    """the random baseline: every row drawn at random (special tokens copied), scaled by `scale`"""
+
+
+@dataclass(frozen=True)
+class OverlapOptions(RandomRowsOptions):
+    """the overlap baseline: overlapping tokens copied, every other row as in random (and scaled alike)"""
 
 
 @dataclass(frozen=True)

@@ -53,6 +53,9 @@ class TransferResult:
     embeddings: torch.Tensor  # (V_t, D) float32 on CPU
     stats: dict  # counts of copied / combined / random rows and the reasons
     extra: dict[str, torch.Tensor] = field(default_factory=dict)  # e.g. coordinates, primitives
+    # (V_t,) bool: the rows drawn at random, the ones the init stage rescales for `scale: calibrated`
+    # (random, overlap: `RandomRowsOptions`); None: the method marks none
+    random_rows: np.ndarray | None = None
 
 
 # a method: (the problem, its typed options `init.<name>`, e.g. an `OmpOptions`) -> its result

@@ -1,0 +1,65 @@
+"""Which baseline a language's token-equivalent counts in (`report.baseline`): one method, or a list of them
+(`[random, mean]`), of which the report takes the STRONGER in each language, the one whose final valid loss after
+pretraining (with the standard objective, the mean over pretraining seeds of each seed's last evaluated loss) is
+lower. Conservative: a method is credited only with what it is worth over the better of the baselines, never the
+weaker. A listed baseline without standard-objective runs in the language is left out of the choice; where none
+has runs, the first listed is named (and the report says it has no runs)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from vocabtransfer.report.read import Language
+
+OBJECTIVE = "standard"  # the objective the baselines are compared with
+
+
+@dataclass(frozen=True)
+class BaselineChoice:
+    method: str  # the baseline the language's token-equivalent counts in
+    candidates: tuple[str, ...]  # report.baseline, in its order
+    final_loss: dict[str, float] = field(default_factory=dict)  # candidate -> its final valid loss (with runs only)
+
+    def sentence(self) -> str:
+        """How the baseline was chosen, for the report ('' for a single baseline)."""
+        if len(self.candidates) < 2:
+            return ""
+        scored = ", ".join(f"{m} {v:.3f}" for m, v in self.final_loss.items())
+        if not self.final_loss:
+            return (
+                f"Baseline: {self.method}, the first of report.baseline ({', '.join(self.candidates)}); none of them "
+                f"has {OBJECTIVE}-objective runs here."
+            )
+        return (
+            f"Baseline: {self.method}, the stronger of report.baseline ({', '.join(self.candidates)}) here, the one "
+            f"with the lower final valid loss after pretraining ({OBJECTIVE} objective, mean over seeds: {scored}); "
+            "a conservative choice: every method is credited only with what it is worth over the better baseline."
+        )
+
+
+def final_losses(lang: Language, objective: str = OBJECTIVE) -> dict[str, float]:
+    """method -> the mean over its pretraining seeds of each seed's last evaluated valid loss, with `objective`."""
+    per: dict[str, list[float]] = {}
+    for (method, obj, _), curve in sorted(lang.curves.items()):
+        if obj != objective or "valid_loss" not in curve:
+            continue
+        losses = curve.dropna(subset=["valid_loss"]).sort_values("step")["valid_loss"]
+        if len(losses):
+            per.setdefault(method, []).append(float(losses.iloc[-1]))
+    return {m: math.fsum(v) / len(v) for m, v in per.items()}
+
+
+def stronger_baseline(lang: Language, candidates: str | Sequence[str]) -> BaselineChoice:
+    """The baseline of `lang` among `candidates` (report.baseline): the one with the lower final valid loss (ties:
+    the first listed); a single name is itself."""
+    names = (candidates,) if isinstance(candidates, str) else tuple(candidates)
+    if len(names) == 1:
+        return BaselineChoice(names[0], names)
+    finals = final_losses(lang)
+    scored = {m: finals[m] for m in names if m in finals}
+    if not scored:
+        return BaselineChoice(names[0], names)
+    best = min(scored, key=lambda m: (scored[m], names.index(m)))
+    return BaselineChoice(best, names, scored)
