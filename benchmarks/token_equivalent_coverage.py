@@ -1,5 +1,5 @@
 """The coverage of the token-equivalent's interval (report.token_equivalent), by simulation at the studies'
-design: `vocabtransfer.evaluate.te_coverage`. Prints the Markdown table (the intervals as the report states
+design: `vocabtransfer.report.te_coverage`. Prints the Markdown table (the intervals as the report states
 them, their ends at measured points) and, with `--raw`, the coverage before the ends are rounded out.
 
     PYTHONPATH=src .venv/bin/python benchmarks/token_equivalent_coverage.py --sims 1000
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from vocabtransfer.evaluate import te_coverage
+from vocabtransfer.report import te_coverage
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,12 +1,12 @@
 """The coverage of the token-equivalent's interval, measured by simulation at the studies' design
-(vocabtransfer.evaluate.te_coverage): 3 pretraining seeds, 70 or 200 valid blocks, MiniLM-like and Gemma-like
+(vocabtransfer.report.te_coverage): 3 pretraining seeds, 70 or 200 valid blocks, MiniLM-like and Gemma-like
 budgets, with a head start or none, seeds quiet, realistic or far noisier than measured."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from vocabtransfer.evaluate import te_coverage as tc
+from vocabtransfer.report import te_coverage as tc
 from vocabtransfer.report import token_equivalent as te
 
 

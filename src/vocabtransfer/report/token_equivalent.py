@@ -33,7 +33,7 @@ and masks, so the blocks are paired across runs.
   holds whatever a monotone curve does between two evaluations; an end before the start is 0, an end
   after the last evaluation is "> run". Positions rather than log tokens: finite at 0 and past the end, so
   a crossing that the mean curve misses still has a variance; the linear extension past the ends is never
-  stated, only whether an end passes the last evaluation. `evaluate.te_coverage` measures the coverage.
+  stated, only whether an end passes the last evaluation. `report.te_coverage` measures the coverage.
 """
 
 from __future__ import annotations
