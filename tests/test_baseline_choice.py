@@ -67,6 +67,10 @@ def test_report_baseline_takes_a_name_or_a_list():
 
     tree = yaml.safe_load((REPO / "params.yaml").read_text())
     tree["report"]["baseline"] = ["random", "mean"]
+    with pytest.raises(VocabTransferError, match=r"report.baseline: mean is not pretrained"):  # the demo's: not
+        validate_params(tree)
+    tree["init"]["methods"] = list(dict.fromkeys(tree["init"]["methods"] + ["mean"]))
+    tree["pretrain"]["methods"] = tree["pretrain"]["methods"] + ["mean"]
     validate_params(tree)
     tree["report"]["baseline"] = ["random", "maen"]
     with pytest.raises(VocabTransferError, match=r"report.baseline: 'maen' is not an init method.*mean"):

@@ -301,7 +301,11 @@ def test_a_method_registered_without_metadata_gets_the_defaults(monkeypatch, par
     monkeypatch.setitem(METHODS, "test_plain", _fake)
     assert info("test_plain") == MethodInfo("test_plain") and info("test_plain+svd") == MethodInfo("test_plain")
     assert availability.seeded("test_plain") and not uses_snmf("test_plain")
-    assert set(initialise.inputs(params, {"method": "test_plain"})) == set(initialise.CORE_INPUTS) - {"snmf_factors"}
+    # no snmf factors, and no calibration text (only random and overlap calibrate their drawn rows)
+    assert set(initialise.inputs(params, {"method": "test_plain"})) == set(initialise.CORE_INPUTS) - {
+        "snmf_factors",
+        "calibration_text",
+    }
 
 
 def test_planning_reads_the_catalog_and_imports_no_method_nor_torch():

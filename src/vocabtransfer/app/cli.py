@@ -125,22 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
     wildcards = wildcard_help()
 
     for stage in STAGES.values():
-        p = sub.add_parser(
-            stage.name,
-            parents=[common],
-            help=stage.help,
-            description=stage.help,
-            epilog=stage_epilog(stage),
-            formatter_class=HelpFormatter,
-        )
-        for wc in stage.wildcards:
-            if wc == "pseed" and _pseed_optional(stage):
-                help_text = f"{wildcards[wc]}; optional for a method that draws nothing (e.g. mean): 1"
-                p.add_argument(f"--{wc}", default=None, help=help_text)
-            else:
-                p.add_argument(f"--{wc}", required=True, help=wildcards[wc])
-        p.add_argument("--threads", type=int, default=None, help="worker threads (default: all cores)")
-        p.add_argument("--device", default="auto", help="torch device: auto (cuda if available), cpu, cuda, cuda:1 …")
+        add_stage_parser(sub, stage, common, wildcards)
 
     p = sub.add_parser("dvc-yaml", parents=[common], help="generate dvc.yaml from the stage table")
     p.add_argument("--output", default="dvc.yaml", help="where to write (default: dvc.yaml; - for stdout)")
@@ -195,6 +180,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--log-file", default=None, help=argparse.SUPPRESS)
     p.add_argument("-v", "--verbose", action="store_true", help=argparse.SUPPRESS)
     return parser
+
+
+def add_stage_parser(sub, stage, common: argparse.ArgumentParser, wildcards: dict[str, str]) -> None:
+    """`vocabtransfer <stage>`: one option per wildcard (`--pseed` optional where the method draws nothing), the
+    threads and the device; its help with the stage's example and outputs (`stage_epilog`)."""
+    p = sub.add_parser(
+        stage.name,
+        parents=[common],
+        help=stage.help,
+        description=stage.help,
+        epilog=stage_epilog(stage),
+        formatter_class=HelpFormatter,
+    )
+    for wc in stage.wildcards:
+        if wc == "pseed" and _pseed_optional(stage):
+            help_text = f"{wildcards[wc]}; optional for a method that draws nothing (e.g. mean): 1"
+            p.add_argument(f"--{wc}", default=None, help=help_text)
+        else:
+            p.add_argument(f"--{wc}", required=True, help=wildcards[wc])
+    p.add_argument("--threads", type=int, default=None, help="worker threads (default: all cores)")
+    p.add_argument("--device", default="auto", help="torch device: auto (cuda if available), cpu, cuda, cuda:1 …")
 
 
 def _pseed_optional(stage) -> bool:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -56,14 +57,26 @@ def scaled(rows, mask: np.ndarray, factor: float, center):
     return out
 
 
+@dataclass(frozen=True)
+class Drawn:
+    """A method's rows and which of them were drawn at random, per embedding ("input", and "output" when untied):
+    `rows` (V, D), `masks` (V,) bool, `centers` (D,) the mean they were drawn around."""
+
+    rows: dict[str, Any]
+    masks: dict[str, np.ndarray]
+    centers: dict[str, Any]
+
+    def at(self, which: str, factor: float):
+        """The `which` rows with the drawn ones shrunk by `factor` (`scaled`)."""
+        return scaled(self.rows[which], self.masks[which], factor, self.centers[which])
+
+
 def calibrate(
     model,
     tokenizer,
     kind: Kind,
     lines: list[str],
-    rows: dict[str, Any],
-    masks: dict[str, np.ndarray],
-    centers: dict[str, Any],
+    drawn: Drawn,
     *,
     margin: float,
     seed: int,
@@ -73,9 +86,9 @@ def calibrate(
     `ln_vocab` (ln V), `zero_spread_loss` (the loss at the grid's smallest factor: every drawn row at the mean),
     `threshold` (that plus `margin`), `tokens` scored, `lines`, `tried` ([α, loss] per forward pass, in order).
 
-    `model`: the initialised model with the target vocabulary; `rows` {"input": (V, D), "output": (V, D) when
-    untied}: the method's rows; `masks`: the drawn rows of each; `centers`: the mean each was drawn around
-    (the source rows' mean per dimension, `init.moments.source_moments`). The model's embedding rows are overwritten
+    `model`: the initialised model with the target vocabulary; `drawn`: the method's rows ({"input": (V, D),
+    "output": (V, D) when untied}), the drawn rows of each and the mean each was drawn around (the source rows'
+    mean per dimension, `init.moments.source_moments`). The model's embedding rows are overwritten
     while scoring and left at the returned factor."""
     import torch  # torch: heavy, not at CLI start-up
 
@@ -87,7 +100,7 @@ def calibrate(
         )
     batches = lm_batches(tokenizer, blocks, kind, BATCH_SIZE, seed)
     weights = {"input": model.get_input_embeddings().weight}
-    if "output" in rows:
+    if "output" in drawn.rows:
         weights["output"] = model.get_output_embeddings().weight
     ln_v = math.log(len(tokenizer))
     tried: list[list[float]] = []
@@ -99,7 +112,7 @@ def calibrate(
         if k not in losses:
             with torch.no_grad():
                 for which, weight in weights.items():
-                    weight.copy_(scaled(rows[which], masks[which], GRID[k], centers[which]).to(weight.dtype))
+                    weight.copy_(drawn.at(which, GRID[k]).to(weight.dtype))
             res = lm_loss.evaluate_lm(model, batches, kind)
             losses[k], n_tokens = float(res["loss"]), int(res["n_tokens"])
             tried.append([GRID[k], losses[k]])
@@ -120,7 +133,7 @@ def calibrate(
                 lo = mid
     with torch.no_grad():  # leave the model's rows at the chosen factor
         for which, weight in weights.items():
-            weight.copy_(scaled(rows[which], masks[which], GRID[best], centers[which]).to(weight.dtype))
+            weight.copy_(drawn.at(which, GRID[best]).to(weight.dtype))
     return {
         "factor": GRID[best],
         "initial_loss": losses[best],

@@ -301,16 +301,13 @@ def run(ctx) -> None:
         passes[which] = (result, rows, time.perf_counter() - t)
 
     # 2b. the drawn rows at the scale asked for (random, overlap: init.<base>.scale), measured on the model
-    record = {"options": options_record(method_name, options), "resources": {k: str(v) for k, v in resources.items()}}
-    target_model = None
-    if isinstance(options, RandomRowsOptions):
-        if options.scale == "calibrated":
-            passes, target_model, record["random_scale"] = calibrated_passes(ctx, x, passes, options, base, seed)
-        else:
-            record["random_scale"] = {"scale": "source", "factor": 1.0}
+    held = {k: str(v) for k, v in resources.items()}
+    record = {"options": options_record(method_name, options), "resources": held, "pseed": pseed, "seed": seed}
+    passes, target_model, scale = drawn_scale(ctx, x, passes, options, base, seed)
+    record.update({"random_scale": scale} if scale is not None else {})
 
     # 3. the model with the new embeddings, and the artefacts
-    write_outputs(ctx, x, method_name, passes, record, pseed=pseed, seed=seed, start=start, target_model=target_model)
+    write_outputs(ctx, x, method_name, passes, record, start=start, target_model=target_model)
 
 
 def target_bias(x: InitInputs):
@@ -318,6 +315,16 @@ def target_bias(x: InitInputs):
     if x.src_bias is None:
         return None
     return transfer_bias(x.src_bias, len(x.target_tok), x.target_ids, x.source_ids)
+
+
+def drawn_scale(ctx, x: InitInputs, passes: dict, options, base: str, seed: int):
+    """Step 2b: (passes, the target model built while calibrating or None, stats.json's `random_scale` or None):
+    random's and overlap's drawn rows at `init.<base>.scale` (`calibrated_passes`); other methods as they are."""
+    if not isinstance(options, RandomRowsOptions):
+        return passes, None, None
+    if options.scale == "calibrated":
+        return calibrated_passes(ctx, x, passes, options, base, seed)
+    return passes, None, {"scale": "source", "factor": 1.0}
 
 
 def calibrated_passes(ctx, x: InitInputs, passes: dict, options: RandomRowsOptions, base: str, seed: int):
@@ -345,22 +352,18 @@ def calibrated_passes(ctx, x: InitInputs, passes: dict, options: RandomRowsOptio
     model = modeling.build_target_model(
         x.source_dir, x.target_dir, rows["input"], rows.get("output"), bias=target_bias(x), kind=x.kind
     )
+    drawn = calibrate.Drawn(rows, masks, centers)
     found = calibrate.calibrate(
         model,
         x.target_tok,
         x.kind,
         lines,
-        rows,
-        masks,
-        centers,
+        drawn,
         margin=options.calibration_margin,
         seed=seed,
         where=f"init.{base}",
     )
-    new = {
-        which: (result, calibrate.scaled(rows[which], masks[which], found["factor"], centers[which]), seconds)
-        for which, (result, _, seconds) in passes.items()
-    }
+    new = {which: (result, drawn.at(which, found["factor"]), seconds) for which, (result, _, seconds) in passes.items()}
     record = {"scale": "calibrated", **found, "rows": int(masks["input"].sum()), "seconds": time.perf_counter() - t}
     log.info(
         "init %s/%s: drawn rows' spread x %.4g, initial loss %.3f on %d training tokens (ln V = %.3f)",
@@ -381,13 +384,12 @@ def write_outputs(
     passes: dict,
     record: dict,
     *,
-    pseed: int,
-    seed: int,
     start: float,
     target_model=None,
 ) -> None:
-    """results/L/init/M/pseedK/ (module doc, step 3), written atomically; `target_model`: the model already
-    built with these rows (calibration's), else built here."""
+    """results/L/init/M/pseedK/ (module doc, step 3), written atomically; `record`: what stats.json records of the
+    job beside the method's own (its options, resources, pretraining seed and seed, random_scale); `target_model`:
+    the model already built with these rows (calibration's), else built here."""
     inp, out = passes["input"][1], passes["output"][1] if "output" in passes else None
     tensors = {"input_embeddings": inp, **({"output_embeddings": out} if out is not None else {})}
     extra = dict(passes["input"][0].extra)
@@ -419,8 +421,6 @@ def write_outputs(
             "source bias copied for overlapping ids, mean source bias elsewhere" if bias is not None else None
         ),
         "extra_tensors": sorted(extra),
-        "pseed": pseed,
-        "seed": seed,
         "method_seconds": {which: seconds for which, (_, _, seconds) in passes.items()},
         "versions": io.versions(),
     }

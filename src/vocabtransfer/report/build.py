@@ -109,13 +109,16 @@ def _downstream_section(lang, status: dict, figures: Path, m: dict) -> list[str]
     return markdown.downstream_section(lang, status, down_fig)
 
 
+def _stats_file(path: Path) -> dict | None:
+    return io.read_json(path) if path.is_file() else None
+
+
 def write_report(params: Params, report: tables.ReportParams, p: Plan, root: Path = Path(".")) -> Path:
     """Read everything under `root`, write the report, its figures, curves and metrics there; `report`
     is params `report`, typed."""
     root = Path(root)
     settings = tables.Settings.of(report, params.seed)
-    head = io.read_json(root / paths.SOURCE_HEAD_STATS) if (root / paths.SOURCE_HEAD_STATS).is_file() else None
-    base = io.read_json(root / paths.SOURCE_BASE_STATS) if (root / paths.SOURCE_BASE_STATS).is_file() else None
+    head, base = (_stats_file(root / path) for path in (paths.SOURCE_HEAD_STATS, paths.SOURCE_BASE_STATS))
     langs = [read_language(lang, p, root) for lang in p.languages]
     metrics: dict = {}
     per_language, body, zero_shot_verdict = {}, [], {}
