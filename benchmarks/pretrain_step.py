@@ -294,8 +294,14 @@ def finetune_model(model, kind: str):
 
 def finetune_trainer(model, workdir: Path, bf16: bool):
     """The finetune_eval stage's Trainer arguments (evaluate.finetune_eval.finetune) for one step."""
+    import importlib.util
+
     from transformers import Trainer, TrainingArguments
 
+    if bf16 and importlib.util.find_spec("vocabtransfer.model.bf16_kernels"):  # as the stage (absent in old --against)
+        from vocabtransfer.model import bf16_kernels
+
+        bf16_kernels.install(model)
     args = TrainingArguments(
         output_dir=str(workdir),
         use_cpu=True,
@@ -351,6 +357,7 @@ def worker(args) -> dict:
             model = finetune_model(model, kind)
             flops = model_flops(model, kind, batch, seq_len, 0, head=False)
             trainer = finetune_trainer(model, Path(tmp), bf16)
+            model = trainer.accelerator.prepare_model(model)  # as Trainer.train: bf16 wraps forward in autocast
             predicted = batch
             inputs = {**inputs, "labels": torch.arange(batch) % 3}
         if args.step == "eval":  # one init_eval / token_frequency_loss batch: the fused head, no gradients
