@@ -106,7 +106,7 @@ def test_gemma_norm_under_autocast_matches_transformers(dtype):
         results.append((y, *torch.autograd.grad(y, (x, norm.weight), upstream)))
     for ref, fast in zip(*results):
         assert ref.dtype == fast.dtype and ref.shape == fast.shape
-        tolerance = 1e-4 if dtype == torch.float32 else 2 ** -7  # one bf16 rounding step of values up to ~2
+        tolerance = 1e-4 if dtype == torch.float32 else 2**-7  # one bf16 rounding step of values up to ~2
         assert ((ref.float() - fast.float()).abs() / ref.float().abs().clamp(min=1)).max() <= tolerance
 
 
@@ -139,3 +139,13 @@ def test_gemma_norms_keep_fp32_bits_and_their_copies():
     with torch.autocast("cpu", dtype=torch.bfloat16):
         fast, ref = model(input_ids=ids).logits, plain(input_ids=ids).logits
     assert (fast.float() - ref.float()).abs().max() < 0.1 * ref.float().abs().max()
+
+
+def test_attention_drops_what_the_fp32_math_path_drops():
+    q, k, v = _qkv()
+    torch.manual_seed(5)
+    ref = torch.ops.aten._scaled_dot_product_attention_math(q, k, v, dropout_p=0.3)[1]  # the dropped weights
+    torch.manual_seed(5)
+    keep, rescale = bf16_kernels.keep_mask(ref.shape, 0.3, torch.device("cpu"))
+    assert torch.equal(keep, ref != 0) and rescale == pytest.approx(1 / 0.7)
+    assert not bf16_kernels.keep_mask((3, 4), 1.0, torch.device("cpu"))[0].any()
