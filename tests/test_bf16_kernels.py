@@ -99,6 +99,7 @@ def test_gemma_norm_under_autocast_matches_transformers(dtype):
     g = torch.Generator().manual_seed(0)
     x = (torch.randn(3, 5, 64, generator=g) * 4).to(dtype).requires_grad_()
     upstream = torch.randn(3, 5, 64, generator=g).to(dtype)
+    kept = upstream.clone()
     results = []
     for forward in (norm, lambda t: bf16_kernels.gemma_norm_forward(norm, t)):
         with torch.autocast("cpu", dtype=torch.bfloat16):
@@ -108,6 +109,7 @@ def test_gemma_norm_under_autocast_matches_transformers(dtype):
         assert ref.dtype == fast.dtype and ref.shape == fast.shape
         tolerance = 1e-4 if dtype == torch.float32 else 2**-7  # one bf16 rounding step of values up to ~2
         assert ((ref.float() - fast.float()).abs() / ref.float().abs().clamp(min=1)).max() <= tolerance
+    assert torch.equal(upstream, kept)  # the incoming gradient is not written
 
 
 def test_gemma_norms_keep_fp32_bits_and_their_copies():
@@ -130,14 +132,23 @@ def test_gemma_norms_keep_fp32_bits_and_their_copies():
     model = Gemma3ForCausalLM(config).train()
     plain = copy.deepcopy(model)
     bf16_kernels.install(model)
-    patched = [m for m in model.modules() if "forward" in vars(m)]
+    patched = [
+        m
+        for m in model.modules()
+        if getattr(vars(m).get("forward"), "__func__", None) is bf16_kernels.gemma_norm_forward
+    ]
     assert len(patched) == 2 * 4 + 2 * 2 + 1  # per layer 4 norms + q and k norms, the final norm
     ids = torch.randint(0, 64, (2, 10), generator=torch.Generator().manual_seed(1))
     assert torch.equal(model(input_ids=ids).logits, plain(input_ids=ids).logits)  # fp32: the module's own
     twin = copy.deepcopy(model)
     assert all(vars(m)["forward"].__self__ is m for m in twin.modules() if "forward" in vars(m))
+    outputs = {}
+    for name in ("model.layers.0.input_layernorm", "model.layers.0.post_attention_layernorm"):
+        model.get_submodule(name).register_forward_hook(lambda m, a, out, name=name: outputs.update({name: out}))
     with torch.autocast("cpu", dtype=torch.bfloat16):
         fast, ref = model(input_ids=ids).logits, plain(input_ids=ids).logits
+    assert outputs["model.layers.0.input_layernorm"].dtype == torch.bfloat16  # read by q, k, v only
+    assert outputs["model.layers.0.post_attention_layernorm"].dtype == torch.bfloat16  # its input's (o_proj's)
     assert (fast.float() - ref.float()).abs().max() < 0.1 * ref.float().abs().max()
 
 
@@ -149,3 +160,46 @@ def test_attention_drops_what_the_fp32_math_path_drops():
     keep, rescale = bf16_kernels.keep_mask(ref.shape, 0.3, torch.device("cpu"))
     assert torch.equal(keep, ref != 0) and rescale == pytest.approx(1 / 0.7)
     assert not bf16_kernels.keep_mask((3, 4), 1.0, torch.device("cpu"))[0].any()
+
+
+def test_tied_embedding_gradient_is_the_dense_one():
+    import copy
+
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    from vocabtransfer.model import heads
+
+    torch.manual_seed(0)
+    config = Gemma3TextConfig(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        layer_types=["full_attention"],
+        tie_word_embeddings=True,
+    )
+    plain = Gemma3ForCausalLM(config).train()
+    bf16_kernels.install(plain)
+    model = copy.deepcopy(plain)
+    assert bf16_kernels.tied_input_embeddings(model) is model.get_input_embeddings()
+    del vars(plain.get_input_embeddings())["forward"]  # plain: the dense gradient (its norms as model's)
+    ids = torch.randint(0, 64, (2, 10), generator=torch.Generator().manual_seed(1))
+    ids[0, :4] = 7  # a repeated id
+    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids}
+    grads = []
+    for m in (plain, model):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            hidden, targets = heads.predicted_hidden(m, batch, "causal")
+            loss = heads.head_loss(heads.head_parts(m), hidden, targets, reduction="sum")
+        loss.backward()
+        grads.append(m.get_input_embeddings().weight.grad)
+    assert not grads[1].is_sparse and grads[1].shape == grads[0].shape
+    assert torch.allclose(grads[0], grads[1], rtol=1e-5, atol=1e-6)  # the same sum, in another order
+    model.zero_grad()
+    plain.zero_grad()
+    for m in (plain, model):  # fp32: the dense gradient, its bits
+        m(input_ids=ids).logits.sum().backward()
+    assert torch.equal(plain.get_input_embeddings().weight.grad, model.get_input_embeddings().weight.grad)

@@ -21,11 +21,19 @@ stage in bf16) registers:
   the masks cost about a tenth of MiniLM's bf16 step. Four 16-bit draws from one 64-bit integer would be 3x
   faster, but other masks: a tiny causal model's bf16 valid loss then moved 0.03 nats from its fp32 twin's in
   24 steps, tests/test_precision.py's tolerance 0.02, against 0.003 with the same masks.)
+* the tied input embedding's gradient (`install(model)`, a model whose input embeddings share the LM head's
+  weight): the lookup's backward builds a dense V x H gradient (zeroed, the looked-up rows added) that autograd
+  then adds to the head's gradient of the same weight: Gemma's 262,144 x 640, 0.7 GB zeroed, read and added
+  every step. Under bf16 autocast the lookup's gradient is sparse instead (`sparse=True` for that call: the
+  looked-up rows), added in place into the head's dense gradient; `.grad` stays dense. Untied embeddings keep
+  the dense gradient (a sparse `.grad` would reach the optimiser).
 * Gemma's RMSNorm (`install(model)`: the model's Gemma, Gemma 2 and Gemma 3 norms): transformers computes
   x / rms(x) * (1 + w) in fp32 as seven tensor operations (a copy to fp32, x², the mean, rsqrt, two products,
   the cast back) and autograd differentiates each; under bf16 autocast a fifth to a third of Gemma's bf16 step.
   Here (`_GemmaRMSNorm`): the row statistic in one fp32 reduction pass, the output in two, a hand-written
-  backward; the same fp32 arithmetic up to rounding. Outside bf16 autocast the module's own forward runs.
+  backward; the same fp32 arithmetic up to rounding. The norms before the attention and the MLP
+  (`LINEAR_INPUT_NORMS`) return bf16, which autocast would otherwise cast for each of the 3 (q, k, v) or 2
+  (gate, up) products, and back for each of their gradients. Outside bf16 autocast the module's own forward runs.
 """
 
 from __future__ import annotations
@@ -108,9 +116,35 @@ def install(model=None) -> None:
     if _ORIGINAL_SDPA is None:
         _ORIGINAL_SDPA = sdpa_attention_forward
         AttentionInterface.register("sdpa", attention_dropout)
-    for module in model.modules() if model is not None else ():
+    for name, module in model.named_modules() if model is not None else ():
         if type(module).__name__ in GEMMA_NORMS and hasattr(module, "eps"):
             module.forward = types.MethodType(gemma_norm_forward, module)
+            module._vt_bf16_output = name.rpartition(".")[2] in LINEAR_INPUT_NORMS
+    embeddings = tied_input_embeddings(model) if model is not None else None
+    if embeddings is not None:
+        embeddings.forward = types.MethodType(tied_embedding_forward, embeddings)
+
+
+def tied_input_embeddings(model):
+    """The model's input embeddings (nn.Embedding) when their weight is its LM head's weight, else None."""
+    get_in, get_out = getattr(model, "get_input_embeddings", None), getattr(model, "get_output_embeddings", None)
+    inputs, outputs = (get_in() if get_in else None), (get_out() if get_out else None)
+    if isinstance(inputs, torch.nn.Embedding) and getattr(outputs, "weight", None) is inputs.weight:
+        return inputs
+    return None
+
+
+def tied_embedding_forward(self, ids):
+    """A tied input embedding's forward: under bf16 autocast with gradients, its lookup's gradient sparse
+    (the rows looked up), which autograd adds in place into the head's dense gradient of the same weight; the
+    dense V x H gradient of the lookup is never zeroed and summed. Else the class's own."""
+    if torch.is_grad_enabled() and ids.device.type == "cpu" and _bf16_autocast() and not self.sparse:
+        self.sparse = True
+        try:
+            return type(self).forward(self, ids)
+        finally:
+            self.sparse = False
+    return type(self).forward(self, ids)
 
 
 # ------------------------------------------------------------------------------ Gemma's RMSNorm
@@ -119,33 +153,38 @@ GEMMA_NORMS = ("GemmaRMSNorm", "Gemma2RMSNorm", "Gemma3RMSNorm")  # y = x / rms(
 
 
 class _GemmaRMSNorm(torch.autograd.Function):
-    """y = (x * rsqrt(mean(x²) + eps) * (1 + w)) in fp32, returned in x's dtype, with a hand-written backward:
-    the row statistic in one fp32 reduction pass (`vector_norm`, no x² tensor), nothing saved but x, w and the
-    per-row rsqrt."""
+    """y = (x * rsqrt(mean(x²) + eps) * (1 + w)) in fp32, returned in `dtype` (x's dtype, or bf16 where only
+    autocast's products read it), with a hand-written backward: the row statistic in one fp32 reduction pass
+    (`vector_norm`, no x² tensor), nothing saved but x, w and the per-row rsqrt."""
 
     @staticmethod
-    def forward(ctx, x, weight, eps):
+    def forward(ctx, x, weight, eps, dtype):
         rstd = torch.linalg.vector_norm(x, dim=-1, keepdim=True, dtype=torch.float32)
         rstd = rstd.square_().div_(x.shape[-1]).add_(eps).rsqrt_()
         scale = weight.float() + 1.0
         y = torch.mul(x, rstd).mul_(scale)
         ctx.save_for_backward(x, weight, rstd)
-        return y.to(x.dtype)
+        return y.to(dtype)
 
     @staticmethod
     def backward(ctx, grad):
         x, weight, rstd = ctx.saved_tensors
-        xhat = torch.mul(x, rstd)  # fp32
-        gs = grad.float()
+        xhat = torch.mul(x, rstd)  # fp32, ours
+        gs = grad.float()  # may be `grad` itself: never written
         dweight = (gs * xhat).flatten(0, -2).sum(0).to(weight.dtype) if ctx.needs_input_grad[1] else None
-        gs.mul_(weight.float() + 1.0)  # the gradient at xhat
-        dot = (gs * xhat).sum(-1, keepdim=True).div_(x.shape[-1])
-        dx = gs.sub_(xhat.mul_(dot)).mul_(rstd).to(x.dtype)
-        return dx, dweight, None
+        g = gs * (weight.float() + 1.0)  # the gradient at xhat
+        dot = (g * xhat).sum(-1, keepdim=True).div_(x.shape[-1])
+        dx = g.sub_(xhat.mul_(dot)).mul_(rstd).to(x.dtype)
+        return dx, dweight, None, None
+
+
+LINEAR_INPUT_NORMS = ("input_layernorm", "pre_feedforward_layernorm")  # read by q/k/v, gate/up projections only
 
 
 def gemma_norm_forward(self, x):
-    """A Gemma RMSNorm's forward: under bf16 autocast on the CPU `_GemmaRMSNorm`, else the class's own."""
+    """A Gemma RMSNorm's forward: under bf16 autocast on the CPU `_GemmaRMSNorm` (its output in bf16 for a norm
+    whose output only autocast's products read: they would cast it, each its own copy), else the class's own."""
     if x.device.type == "cpu" and _bf16_autocast():
-        return _GemmaRMSNorm.apply(x, self.weight, self.eps)
+        dtype = torch.bfloat16 if getattr(self, "_vt_bf16_output", False) else x.dtype
+        return _GemmaRMSNorm.apply(x, self.weight, self.eps, dtype)
     return type(self).forward(self, x)
