@@ -404,6 +404,7 @@ def worker(args) -> dict:
         "vocab": model.config.vocab_size,
         "threads": args.threads,
         "cpu_bf16": cpu_bf16_flag(),
+        "vocabtransfer": str(Path(sys.modules["vocabtransfer"].__file__).parent.parent),
         "cpu_bf16_torch": ",".join(cpu_bf16_features()) or "none",
         "device": "cpu",
         "loss": losses[0],
@@ -519,6 +520,8 @@ def main() -> None:
     ap.add_argument("--precision", choices=["fp32", "bf16"], help=argparse.SUPPRESS)
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.against and not (args.against / "vocabtransfer" / "__init__.py").is_file():
+        sys.exit(f"pretrain_step: --against {args.against} holds no vocabtransfer package")
     if args.worker:
         print(json.dumps(worker(args)))
         return
@@ -592,6 +595,8 @@ def main() -> None:
                     f"pretrain_step: the {kind} {impl} {shape} {prec} ({src}) worker failed:\n{done.stderr[-3000:]}"
                 )
             rows.append({**json.loads(done.stdout.strip().splitlines()[-1]), "src": src})
+            if src == "against" and Path(rows[-1]["vocabtransfer"]).resolve() != args.against.resolve():
+                sys.exit(f"pretrain_step: --against {args.against}: the worker imported {rows[-1]['vocabtransfer']}")
             print(
                 f"{kind} {impl} {shape} {prec} ({src}): {rows[-1]['tokens_per_second']:.0f} tokens/s",
                 file=sys.stderr,
