@@ -2,8 +2,8 @@
 when the tensors are bf16. Every path here applies only to bf16 tensors (or under bf16 autocast) and hands
 everything else to the module's own code, so fp32 runs keep their bits.
 
-`install()` (idempotent, called by the bf16 training steps: `ObjectiveTrainer` with bf16, the finetune_eval
-stage in bf16) registers:
+`install(model)` (called by the bf16 training steps: `ObjectiveTrainer` with bf16, the finetune_eval stage in
+bf16; the attention's registration happens once per process, a second call changes nothing) puts in place:
 
 * attention with dropout (`attention_dropout`): transformers' `sdpa` attention calls
   `scaled_dot_product_attention`, which has no fused CPU kernel with dropout and takes its math path; for bf16
@@ -18,9 +18,10 @@ stage in bf16) registers:
 * dropout's masks: drawn as the math path draws them (`keep_mask`), so that bf16 and fp32 runs of the same
   seed drop the same entries and differ by their precision alone. (torch's CPU `bernoulli_` draws one number
   per entry in one thread, MKL's vectorised generator being used only on Intel CPUs: on this project's AMD CPU
-  the masks cost about a tenth of MiniLM's bf16 step. Four 16-bit draws from one 64-bit integer would be 3x
-  faster, but other masks: a tiny causal model's bf16 valid loss then moved 0.03 nats from its fp32 twin's in
-  24 steps, tests/test_precision.py's tolerance 0.02, against 0.003 with the same masks.)
+  the masks cost a tenth to a quarter of MiniLM's bf16 step. Four 16-bit draws from one 64-bit integer are 3x
+  faster, but other masks: used for every dropout, tests/test_precision.py's tiny causal model's bf16 valid
+  loss moved 0.03 nats from its fp32 twin's in 24 steps (tolerance 0.02; 0.006 with the same masks); for the
+  attention alone, the masked model's 0.010 (0.0004 with the same masks).)
 * the tied input embedding's gradient (`install(model)`, a model whose input embeddings share the LM head's
   weight): the lookup's backward builds a dense V x H gradient (zeroed, the looked-up rows added) that autograd
   then adds to the head's gradient of the same weight: Gemma's 262,144 x 640, 0.7 GB zeroed, read and added
@@ -29,7 +30,7 @@ stage in bf16) registers:
   the dense gradient (a sparse `.grad` would reach the optimiser).
 * Gemma's RMSNorm (`install(model)`: the model's Gemma, Gemma 2 and Gemma 3 norms): transformers computes
   x / rms(x) * (1 + w) in fp32 as seven tensor operations (a copy to fp32, x², the mean, rsqrt, two products,
-  the cast back) and autograd differentiates each; under bf16 autocast a fifth to a third of Gemma's bf16 step.
+  the cast back) and autograd differentiates each: most of the elementwise work of Gemma's bf16 step.
   Here (`_GemmaRMSNorm`): the row statistic in one fp32 reduction pass, the output in two, a hand-written
   backward; the same fp32 arithmetic up to rounding. The norms before the attention and the MLP
   (`LINEAR_INPUT_NORMS`) return bf16, which autocast would otherwise cast for each of the 3 (q, k, v) or 2
