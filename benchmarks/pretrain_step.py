@@ -37,9 +37,13 @@ Peak memory: the process's peak resident set during the measured steps (Linux: V
 through /proc/self/clear_refs); `step_memory_bytes` that peak above the resident set before the step.
 Rows (`--json PATH`): step, impl, shape, precision, tokens_per_second, model_flops_per_second,
 matmul_flops_per_second, mfu, model_flops_per_step, seconds_per_step, peak_memory_bytes, step_memory_bytes,
-tokens, predicted_tokens, batch, seq_len, layers, vocab, threads, cpu_bf16, device, loss; then the table
-and the bf16 / fp32 ratios. `--smoke`: tiny models, one repeat: checks that the script runs (numbers
-meaningless). By hand, not in CI; on a shared machine compare the ratios of one run.
+tokens, predicted_tokens, batch, seq_len, layers, vocab, threads, cpu_bf16 (`amx`, `avx512` or `none`: the
+CPU's bf16 matrix instructions from /proc/cpuinfo's flags amx_bf16 / avx512_bf16; cpu_bf16_torch: what torch
+sees), vocabtransfer (the package the row imported), device, loss, src; then the table and the bf16 / fp32
+ratios. `--profile`: one more step per row under torch.profiler, its self CPU time by category (`op_category`)
+and its heaviest ops. `--against DIR`: every row also run with DIR's vocabtransfer (another checkout's src/),
+the order alternating, and this / against printed. `--smoke`: tiny models, one repeat: checks that the script
+runs (numbers meaningless). By hand, not in CI; on a shared machine compare the ratios of one run.
 """
 
 from __future__ import annotations
