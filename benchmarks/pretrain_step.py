@@ -37,9 +37,13 @@ Peak memory: the process's peak resident set during the measured steps (Linux: V
 through /proc/self/clear_refs); `step_memory_bytes` that peak above the resident set before the step.
 Rows (`--json PATH`): step, impl, shape, precision, tokens_per_second, model_flops_per_second,
 matmul_flops_per_second, mfu, model_flops_per_step, seconds_per_step, peak_memory_bytes, step_memory_bytes,
-tokens, predicted_tokens, batch, seq_len, layers, vocab, threads, cpu_bf16, device, loss; then the table
-and the bf16 / fp32 ratios. `--smoke`: tiny models, one repeat: checks that the script runs (numbers
-meaningless). By hand, not in CI; on a shared machine compare the ratios of one run.
+tokens, predicted_tokens, batch, seq_len, layers, vocab, threads, cpu_bf16 (`amx`, `avx512` or `none`: the
+CPU's bf16 matrix instructions from /proc/cpuinfo's flags amx_bf16 / avx512_bf16; cpu_bf16_torch: what torch
+sees), vocabtransfer (the package the row imported), device, loss, src; then the table and the bf16 / fp32
+ratios. `--profile`: one more step per row under torch.profiler, its self CPU time by category (`op_category`)
+and its heaviest ops. `--against DIR`: every row also run with DIR's vocabtransfer (another checkout's src/),
+the order alternating, and this / against printed. `--smoke`: tiny models, one repeat: checks that the script
+runs (numbers meaningless). By hand, not in CI; on a shared machine compare the ratios of one run.
 """
 
 from __future__ import annotations
@@ -71,6 +75,91 @@ def rss(field: str) -> int:
 def reset_peak() -> None:
     with open("/proc/self/clear_refs", "w", encoding="ascii") as fh:
         fh.write("5")  # resets VmHWM to the current resident set
+
+
+def cpu_bf16_flag() -> str:
+    """The CPU's native bf16 matrix instructions from /proc/cpuinfo's flags: `amx` (amx_bf16), `avx512`
+    (avx512_bf16) or `none` (none of them, or no /proc/cpuinfo)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return "none"
+    flags = set()
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            flags.update(line.partition(":")[2].split())
+    return "amx" if "amx_bf16" in flags else "avx512" if "avx512_bf16" in flags else "none"
+
+
+# --profile: each profiled op's self CPU time goes to the first category whose test matches it; an op is
+# seen as the chain of names from itself up through the ops (and autograd nodes) that called it.
+MATMUL_OPS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::addmv", "aten::addmv_", "aten::addmm_"}
+MATMUL_OPS |= {"aten::matmul", "aten::linear", "aten::_addmm_activation", "aten::mv", "aten::dot"}
+DROPOUT_OPS = {"aten::bernoulli_", "aten::bernoulli", "aten::native_dropout", "aten::native_dropout_backward"}
+EMBEDDING_OPS = {"aten::embedding_dense_backward", "aten::embedding_backward", "aten::index_add_"}
+LAYER_NORM_OPS = {"aten::native_layer_norm", "aten::native_layer_norm_backward", "aten::layer_norm"}
+PROFILE_CATEGORIES = (
+    "optimiser step",
+    "clipping",
+    "LM head matmuls",
+    "LM head softmax, copies",
+    "dropout",
+    "attention",
+    "embedding gradient",
+    "gradient accumulation",
+    "matmuls (mm/addmm/bmm/linear)",
+    "layer norms",
+    "dtype casts",
+    "other elementwise",
+)
+
+
+def op_category(chain: list[str]) -> str:
+    """The profile category (PROFILE_CATEGORIES) of an op, `chain` its name then its callers' names."""
+    op, within = chain[0], " ".join(chain)
+    if "Optimizer.step" in within or "Optimizer.zero_grad" in within:
+        return "optimiser step"
+    if "clip_grad_norm" in within:
+        return "clipping"
+    if "_ReducedLoss" in within or "_RowLosses" in within or "fused_head" in within:
+        return "LM head matmuls" if op in MATMUL_OPS else "LM head softmax, copies"
+    if op in DROPOUT_OPS or "aten::dropout" in within or "Dropout" in within:
+        return "dropout"
+    if any(k in within for k in ("scaled_dot_product", "ScaledDotProduct", "SafeSoftmax", "BmmBackward")):
+        return "attention"
+    if op in EMBEDDING_OPS or "EmbeddingBackward" in within:
+        return "embedding gradient"
+    if "AccumulateGrad" in within:
+        return "gradient accumulation"
+    if op in MATMUL_OPS:
+        return "matmuls (mm/addmm/bmm/linear)"
+    if op in LAYER_NORM_OPS or "LayerNorm" in within:
+        return "layer norms"
+    if "aten::_to_copy" in within or "ToCopyBackward" in within:
+        return "dtype casts"
+    return "other elementwise"
+
+
+def profile_step(step) -> dict:
+    """One call of `step` under torch.profiler (CPU, record_shapes): {category: self CPU seconds}, the ops'
+    self times summed by `op_category`, and `top`: the 12 (op, input shapes) with the most self time."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        step()
+    seconds = dict.fromkeys(PROFILE_CATEGORIES, 0.0)
+    for event in prof.events():
+        chain, parent = [event.name], event.cpu_parent
+        while parent is not None:
+            chain.append(parent.name)
+            parent = parent.cpu_parent
+        seconds[op_category(chain)] += event.self_cpu_time_total / 1e6
+    top = prof.key_averages(group_by_input_shape=True)
+    top = sorted(top, key=lambda e: -e.self_cpu_time_total)[:12]
+    return {
+        "seconds": seconds,
+        "top": [[e.key, str(e.input_shapes)[:80], e.self_cpu_time_total / 1e6, e.count] for e in top],
+    }
 
 
 def build_model(shape: str, layers: int, smoke: bool):
@@ -209,8 +298,14 @@ def finetune_model(model, kind: str):
 
 def finetune_trainer(model, workdir: Path, bf16: bool):
     """The finetune_eval stage's Trainer arguments (evaluate.finetune_eval.finetune) for one step."""
+    import importlib.util
+
     from transformers import Trainer, TrainingArguments
 
+    if bf16 and importlib.util.find_spec("vocabtransfer.model.bf16_kernels"):  # as the stage (absent in old --against)
+        from vocabtransfer.model import bf16_kernels
+
+        bf16_kernels.install(model)
     args = TrainingArguments(
         output_dir=str(workdir),
         use_cpu=True,
@@ -266,6 +361,7 @@ def worker(args) -> dict:
             model = finetune_model(model, kind)
             flops = model_flops(model, kind, batch, seq_len, 0, head=False)
             trainer = finetune_trainer(model, Path(tmp), bf16)
+            model = trainer.accelerator.prepare_model(model)  # as Trainer.train: bf16 wraps forward in autocast
             predicted = batch
             inputs = {**inputs, "labels": torch.arange(batch) % 3}
         if args.step == "eval":  # one init_eval / token_frequency_loss batch: the fused head, no gradients
@@ -281,12 +377,14 @@ def worker(args) -> dict:
 
             def step():
                 loss = trainer.training_step(model, inputs, num_items_in_batch=torch.tensor(predicted))
-                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                with torch.profiler.record_function("clip_grad_norm"):
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
                 optimizer.step()
                 optimizer.zero_grad(set_to_none=True)
                 return float(loss)
 
         times, peaks, steps, losses = timed_steps(step, args.repeats)
+        profiled = profile_step(step) if args.profile else None
     seconds = statistics.median(times)
     return {
         "step": args.step,
@@ -309,40 +407,79 @@ def worker(args) -> dict:
         "layers": model.config.num_hidden_layers,
         "vocab": model.config.vocab_size,
         "threads": args.threads,
-        "cpu_bf16": ",".join(cpu_bf16_features()) or "none",
+        "cpu_bf16": cpu_bf16_flag(),
+        "vocabtransfer": str(Path(sys.modules["vocabtransfer"].__file__).parent.parent),
+        "cpu_bf16_torch": ",".join(cpu_bf16_features()) or "none",
         "device": "cpu",
         "loss": losses[0],
+        **({"profile": profiled} if profiled else {}),
     }
 
 
 def print_table(rows: list[dict]) -> None:
-    print("| step | impl | shape | precision | tokens/s | model GFLOP/s | matmul GFLOP/s | MFU | s/step | peak GiB |")
-    print("|---|---|---|---|---:|---:|---:|---:|---:|---:|")
+    print(
+        "| step | impl | shape | precision | cpu_bf16 | tokens/s | model GFLOP/s | matmul GFLOP/s | MFU | s/step "
+        "| peak GiB |"
+    )
+    print("|---|---|---|---|---|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         print(
-            f"| {r['step']} | {r['impl']}{' (ckpt)' if r['gradient_checkpointing'] else ''} | {r['shape']} | "
-            f"{r['precision']} | "
+            f"| {r['step']} | {r['impl']}{' (ckpt)' if r['gradient_checkpointing'] else ''}"
+            f"{' (against)' if r.get('src') == 'against' else ''} | {r['shape']} | {r['precision']} | "
+            f"{r['cpu_bf16']} | "
             f"{r['tokens_per_second']:.0f} | {r['model_flops_per_second'] / 1e9:.1f} | "
             f"{r['matmul_flops_per_second'] / 1e9:.1f} | {r['mfu']:.2f} | {r['seconds_per_step']:.2f} | "
             f"{r['peak_memory_bytes'] / 2**30:.2f} |"
         )
-    by = {(r["step"], r["impl"], r["shape"], r["precision"], r["gradient_checkpointing"]): r for r in rows}
-    for (kind, impl, shape, prec, ckpt), r in by.items():
-        base = by.get((kind, impl, shape, "fp32", ckpt))
+    by = {(r["step"], r["impl"], r["shape"], r["precision"], r["gradient_checkpointing"], r["src"]): r for r in rows}
+    for (kind, impl, shape, prec, ckpt, src), r in by.items():
+        against = by.get((kind, impl, shape, prec, ckpt, "against"))
+        if src == "this" and against:
+            print(
+                f"{kind} {impl} {shape} {prec}: this / against "
+                f"{r['tokens_per_second'] / against['tokens_per_second']:.2f}x tokens/s, "
+                f"{r['peak_memory_bytes'] / against['peak_memory_bytes']:.2f}x peak memory, loss "
+                f"{r['loss']:.6f} / {against['loss']:.6f}"
+            )
+        base = by.get((kind, impl, shape, "fp32", ckpt, src))
         if prec == "bf16" and base:
             print(
-                f"{kind} {impl} {shape}: bf16 / fp32 "
+                f"{kind} {impl} {shape} ({src}): bf16 / fp32 "
                 f"{r['tokens_per_second'] / base['tokens_per_second']:.2f}x tokens/s "
                 f"(square matmul {r['matmul_flops_per_second'] / base['matmul_flops_per_second']:.2f}x), "
                 f"{r['peak_memory_bytes'] / base['peak_memory_bytes']:.2f}x peak memory; bf16 model FLOP rate "
                 f"{r['mfu']:.0%} of the bf16 matmul's"
             )
-        other = by.get((kind, "trainer", shape, prec, ckpt))
+        other = by.get((kind, "trainer", shape, prec, ckpt, src))
         if impl == "vocabtransfer" and other:
             print(
-                f"{shape} {prec}: vocabtransfer / trainer {r['tokens_per_second'] / other['tokens_per_second']:.2f}x "
-                f"tokens/s, {r['peak_memory_bytes'] / other['peak_memory_bytes']:.2f}x peak memory"
+                f"{shape} {prec} ({src}): vocabtransfer / trainer "
+                f"{r['tokens_per_second'] / other['tokens_per_second']:.2f}x tokens/s, "
+                f"{r['peak_memory_bytes'] / other['peak_memory_bytes']:.2f}x peak memory"
             )
+
+
+def print_profile(rows: list[dict]) -> None:
+    """--profile: each profiled row's share of its step's self CPU time by category (ms in brackets), then
+    each row's heaviest ops with their input shapes."""
+    rows = [r for r in rows if "profile" in r]
+    if not rows:
+        return
+    names = [f"{r['step']} {r['shape']} {r['precision']}{' (against)' if r['src'] == 'against' else ''}" for r in rows]
+    print("\n| category | " + " | ".join(names) + " |")
+    print("|---|" + "---:|" * len(rows))
+    totals = [sum(r["profile"]["seconds"].values()) for r in rows]
+    for category in PROFILE_CATEGORIES:
+        cells = [
+            f"{r['profile']['seconds'][category] / t:.0%} ({r['profile']['seconds'][category] * 1e3:.0f})"
+            for r, t in zip(rows, totals)
+        ]
+        print(f"| {category} | " + " | ".join(cells) + " |")
+    print("| profiled step, s | " + " | ".join(f"{t:.2f}" for t in totals) + " |")
+    for name, r in zip(names, rows):
+        print(f"\n{name}: heaviest ops (self CPU s, calls, input shapes)")
+        for key, shapes, sec, count in r["profile"]["top"]:
+            print(f"  {sec:7.3f} {count:5d}  {key}  {shapes}")
 
 
 def main() -> None:
@@ -368,6 +505,18 @@ def main() -> None:
         action="store_true",
         help="also vocabtransfer's step with the model's activation checkpointing",
     )
+    ap.add_argument(
+        "--profile",
+        action="store_true",
+        help="after the timed steps, one more under torch.profiler: its CPU time by category (matmuls, attention, "
+        "the LM head's softmax, embedding gradient, dropout, layer norms, optimiser, clipping, ...)",
+    )
+    ap.add_argument(
+        "--against",
+        type=Path,
+        help="the src/ folder of another checkout (e.g. `git archive` of a base commit): every row runs with both "
+        "vocabtransfers, in alternating order, and the table gives this / against",
+    )
     ap.add_argument("--smoke", action="store_true", help="tiny models, 1 repeat: checks that the script runs")
     ap.add_argument("--impl", choices=["vocabtransfer", "trainer"], help=argparse.SUPPRESS)
     ap.add_argument("--step", choices=["pretrain", "finetune", "eval"], help=argparse.SUPPRESS)
@@ -375,6 +524,8 @@ def main() -> None:
     ap.add_argument("--precision", choices=["fp32", "bf16"], help=argparse.SUPPRESS)
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.against and not (args.against / "vocabtransfer" / "__init__.py").is_file():
+        sys.exit(f"pretrain_step: --against {args.against} holds no vocabtransfer package")
     if args.worker:
         print(json.dumps(worker(args)))
         return
@@ -406,46 +557,57 @@ def main() -> None:
         for prec in precisions
     ]
     rows = []
-    for kind, impl, shape, prec, checkpointing in runs:  # each in its own process: its own peak memory
-        cmd = [
-            sys.executable,
-            __file__,
-            "--worker",
-            "--step",
-            kind,
-            "--impl",
-            impl,
-            "--shape",
-            shape,
-            "--precision",
-            prec,
-            "--layers",
-            str(args.layers),
-            "--repeats",
-            str(args.repeats),
-            "--threads",
-            str(args.threads),
-            "--minilm-batch",
-            str(args.minilm_batch),
-            "--minilm-seq-len",
-            str(args.minilm_seq_len),
-            "--gemma-batch",
-            str(args.gemma_batch),
-            "--gemma-seq-len",
-            str(args.gemma_seq_len),
-        ]
-        cmd += ["--gradient-checkpointing"] if checkpointing else []
-        cmd += ["--smoke"] if args.smoke else []
-        done = subprocess.run(
-            cmd, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": str(args.threads)}
-        )
-        if done.returncode:
-            sys.exit(f"pretrain_step: the {kind} {impl} {shape} {prec} worker failed:\n{done.stderr[-3000:]}")
-        rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
-        print(
-            f"{kind} {impl} {shape} {prec}: {rows[-1]['tokens_per_second']:.0f} tokens/s", file=sys.stderr, flush=True
-        )
+    srcs = ["this", "against"] if args.against else ["this"]
+    for i, (kind, impl, shape, prec, checkpointing) in enumerate(runs):  # each in its own process: its own peak
+        for src in srcs if i % 2 == 0 else srcs[::-1]:  # --against: the two sources alternate which runs first
+            cmd = [
+                sys.executable,
+                __file__,
+                "--worker",
+                "--step",
+                kind,
+                "--impl",
+                impl,
+                "--shape",
+                shape,
+                "--precision",
+                prec,
+                "--layers",
+                str(args.layers),
+                "--repeats",
+                str(args.repeats),
+                "--threads",
+                str(args.threads),
+                "--minilm-batch",
+                str(args.minilm_batch),
+                "--minilm-seq-len",
+                str(args.minilm_seq_len),
+                "--gemma-batch",
+                str(args.gemma_batch),
+                "--gemma-seq-len",
+                str(args.gemma_seq_len),
+            ]
+            cmd += ["--gradient-checkpointing"] if checkpointing else []
+            cmd += ["--smoke"] if args.smoke else []
+            cmd += ["--profile"] if args.profile else []
+            env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
+            if src == "against":  # vocabtransfer imported from the other checkout's src
+                env["PYTHONPATH"] = os.pathsep.join([str(args.against.resolve()), env.get("PYTHONPATH", "")])
+            done = subprocess.run(cmd, capture_output=True, text=True, env=env)
+            if done.returncode:
+                sys.exit(
+                    f"pretrain_step: the {kind} {impl} {shape} {prec} ({src}) worker failed:\n{done.stderr[-3000:]}"
+                )
+            rows.append({**json.loads(done.stdout.strip().splitlines()[-1]), "src": src})
+            if src == "against" and Path(rows[-1]["vocabtransfer"]).resolve() != args.against.resolve():
+                sys.exit(f"pretrain_step: --against {args.against}: the worker imported {rows[-1]['vocabtransfer']}")
+            print(
+                f"{kind} {impl} {shape} {prec} ({src}): {rows[-1]['tokens_per_second']:.0f} tokens/s",
+                file=sys.stderr,
+                flush=True,
+            )
     print_table(rows)
+    print_profile(rows)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1), encoding="utf-8")
 

@@ -30,7 +30,7 @@ from transformers import Trainer, TrainerCallback
 from vocabtransfer import io
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.log import progress
-from vocabtransfer.model import heads
+from vocabtransfer.model import bf16_kernels, heads
 from vocabtransfer.train import parallel, sharding
 from vocabtransfer.train.distill import loss_terms
 from vocabtransfer.model.lmdata import Kind
@@ -72,6 +72,8 @@ class ObjectiveTrainer(Trainer):
         # bf16 flag (which wraps the model's forward), so that the valid loss the callback computes with the
         # same model stays fp32 (a sharded bf16 model computes in bf16 throughout: its FSDP policy)
         self.bf16 = bf16
+        if bf16:  # bf16 attention and Gemma's norms in fewer passes (model.bf16_kernels; fp32 keeps its bits)
+            bf16_kernels.install(self.model)
         if sharded:  # FSDP2 (train.sharding) already placed the model and reduces its gradients: no DDP wrap
             self.accelerator.prepare_model = lambda model, *a, **k: model
         self.kind, self.objective, self.margin, self.checkpoints = kind, objective, margin, checkpoints
