@@ -55,6 +55,7 @@ def gemma_run(tmp_path_factory, shared_data):
         # random calibrated as config/gemma.yaml has it, on 16 training lines (9 of Gemma's forward passes over them)
         "init": {"methods": ["random", "focus", "omp"], "random": {"calibration_lines": 16}},
         "pretrain": {"methods": ["random", "focus"], "pairs": None},  # not run here: the target is init_eval
+        "report": {"baseline": "random"},  # config/gemma.yaml's [random, mean]: mean is not pretrained here
         "init_eval": {"max_lines": LINES, "seq_len": 128, "batch_size": 8, "retrieval_sentences": 0},
         "eval": {"tasks": {"qa": {"enabled": False}}},  # config/gemma.yaml's QA models are not produced here
         "lm_eval": {"tasks": []},  # nor its lm_eval.models (omp-standard): the target is init_eval
