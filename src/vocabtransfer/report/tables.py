@@ -53,8 +53,9 @@ class ReportParams:
     baseline: str | tuple[str, ...] = option(
         "random",
         "the init method whose tokens the token-equivalent counts: the tokens it needs to reach each other method's "
-        "valid loss at each budget (pretrained with the same objective, else with standard); a method pretrain.methods "
-        "does not list gives no token-equivalent, and the report says so. A list ([random, mean]): in each language "
+        "valid loss at each budget (pretrained with the same objective, else with standard); where two methods or "
+        "more are pretrained, each baseline must be one of them (else refused before any job). A list ([random, "
+        "mean]): in each language "
         "the stronger of them, the one with the lower final valid loss with the standard objective "
         "(report/baseline_choice.py, a conservative choice the report states)",
         type=["string", "array"],
