@@ -48,7 +48,6 @@ from vocabtransfer.pipeline.typed import Params
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.evaluate.tasks import EvalParams, get_task, load_splits, test_clusters
 from vocabtransfer.evaluate import generic_heads
-from vocabtransfer.model import bf16_kernels
 from vocabtransfer.model.precision import Precision, resolve as resolve_precision
 
 log = logging.getLogger(__name__)
@@ -331,6 +330,8 @@ def finetune(
     log.info("fine-tuning precision: %s", choice.reason)
     args = _training_args(opts, seed, output_dir, device, choice.bf16)
     if choice.bf16:  # bf16 attention and Gemma's norms in fewer passes (model.bf16_kernels)
+        from vocabtransfer.model import bf16_kernels  # torch at its top: the stage table is imported before any job
+
         bf16_kernels.install(model)
     trainer = Trainer(model=model, args=args, train_dataset=train_features, data_collator=task.collator(tokenizer))
     trainer.train()
