@@ -29,6 +29,13 @@ WSD = {
     "eval_schedule": "log_tokens",
     "cooldown": {"fraction": 0.25, "per_decade": 2},
 }
+# a params tree that validates with only its pretrain section to add (the refusals below read that section)
+BASE = {
+    "languages": ["sw"],
+    "source_model": "unused",
+    "corpus": {"sources": {"sw": {"path": "unused.txt"}}},
+    "init": {"methods": ["focus"]},
+}
 
 
 @pytest.fixture(scope="module")
@@ -115,21 +122,15 @@ def test_killed_branches_are_redone_from_their_fork_or_from_the_start(tmp_path, 
 
 
 def test_wsd_options_that_cannot_hold_a_branch_are_refused_before_any_job():
-    base = {
-        "languages": ["sw"],
-        "source_model": "unused",
-        "corpus": {"sources": {"sw": {"path": "unused.txt"}}},
-        "init": {"methods": ["focus"]},
-    }
     with pytest.raises(VocabTransferError, match=r"pretrain.warmup_steps: 40 .* wsd"):
         validate_params(
-            {**base, "pretrain": {"methods": ["focus"], "schedule": "wsd", "steps": 45, "warmup_steps": 40}}
+            {**BASE, "pretrain": {"methods": ["focus"], "schedule": "wsd", "steps": 45, "warmup_steps": 40}}
         )
     with pytest.raises(VocabTransferError, match=r"pretrain.factorized"):
-        validate_params({**base, "pretrain": {"methods": ["focus"], "schedule": "wsd", "factorized": True}})
+        validate_params({**BASE, "pretrain": {"methods": ["focus"], "schedule": "wsd", "factorized": True}})
     validate_params(
         {
-            **base,
+            **BASE,
             "pretrain": {"methods": ["focus"], "schedule": "wsd", "factorized": True, "cooldown": {"per_decade": 0}},
         }
     )
@@ -216,14 +217,8 @@ def test_a_language_can_run_fewer_passes_than_the_others():
 
     opts = PretrainParams(passes=2, language_passes={"de": 1}, batch_size=32)
     assert with_passes(opts, 1000, "sw").steps == 63 and with_passes(opts, 1000, "de").steps == 32
-    base = {
-        "languages": ["sw"],
-        "source_model": "unused",
-        "corpus": {"sources": {"sw": {"path": "unused.txt"}}},
-        "init": {"methods": ["focus"]},
-    }
     with pytest.raises(VocabTransferError, match=r"pretrain.language_passes: de not in languages \(sw\)"):
-        validate_params({**base, "pretrain": {"methods": ["focus"], "language_passes": {"de": 1}}})
+        validate_params({**BASE, "pretrain": {"methods": ["focus"], "language_passes": {"de": 1}}})
 
 
 def test_the_studies_run_the_token_equivalent_design():
