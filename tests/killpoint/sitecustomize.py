@@ -37,6 +37,26 @@ if _STEP:
 
     CallbackHandler.on_save = on_save
 
+    # Every rank but the first writes its RNG state at checkpoint N slowly, half a file first: a run that marked
+    # the checkpoint complete before every rank's files were whole is killed with one of them torn, every time,
+    # rather than when the machine happens to be loaded.
+    from transformers import Trainer
+
+    _save_rng_state = Trainer._save_rng_state
+
+    def _slow_save_rng_state(self, output_dir):
+        if self.state.global_step == int(_STEP) and not self.is_world_process_zero():
+            import time
+
+            os.makedirs(output_dir, exist_ok=True)
+            partial = os.path.join(output_dir, f"rng_state_{self.args.process_index}.pth")
+            with open(partial, "wb") as fh:
+                fh.write(b"PK\x03\x04 half a zip archive")
+            time.sleep(2.0)
+        _save_rng_state(self, output_dir)
+
+    Trainer._save_rng_state = _slow_save_rng_state
+
 # With VOCABTRANSFER_KILL_IN_WRITE=<prefix> set (tests/crash_matrix.py), the first atomic write of this process
 # whose final path starts with <prefix> kills the process group (the whole run, Snakemake with it) after the
 # temporary file or directory is written and before it is renamed into place: a crash inside a write.

@@ -24,6 +24,16 @@ def complete_checkpoints(directory: Path) -> list[tuple[int, Path]]:
     return sorted(out)
 
 
+def every_rank_saved() -> None:
+    """Wait until every process of a distributed run has written its part of the checkpoint (each rank writes its
+    own RNG state, FSDP its shards): the metrics rows that mark the checkpoint complete are written after this, so a
+    kill between one rank's files and another's leaves a checkpoint that is not taken for whole."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        dist.barrier()
+
+
 def check_checkpoint(path: Path) -> None:
     """Every file of the checkpoint to resume from is whole: safetensors (header and length), torch's zip archives
     (their CRCs), JSON. A file torn from outside (a copy cut short, a full disk) is one error naming it and what to

@@ -34,7 +34,7 @@ from vocabtransfer.model import bf16_kernels, heads
 from vocabtransfer.train import parallel, sharding
 from vocabtransfer.train.distill import loss_terms
 from vocabtransfer.model.lmdata import Kind
-from vocabtransfer.train.checkpoints import ROWS_FILE, complete_checkpoints
+from vocabtransfer.train.checkpoints import ROWS_FILE, complete_checkpoints, every_rank_saved
 from vocabtransfer.train.pretrain_params import DISTILL_COLUMNS
 
 log = logging.getLogger("vocabtransfer.train.pretrain")  # the stage's log, as before the classes moved here
@@ -326,6 +326,7 @@ class MetricsCallback(TrainerCallback):
         )
 
     def on_save(self, args, state, control, **kw):
+        every_rank_saved()  # the rows mark the checkpoint complete: only once every rank's files are whole
         if state.is_world_process_zero:
             path = Path(args.output_dir) / f"checkpoint-{state.global_step}" / ROWS_FILE
             with io.atomic_output(path) as tmp:
