@@ -195,7 +195,7 @@ def test_decoder_only_missing_task_head_is_a_skip_the_report_lists(tmp_path):
 def test_decoder_only_lm_head_bias_moves_with_its_tokens(tmp_path):
     """An untied LM head with a bias (GPT-J): the target model's bias is the source bias for overlapping
     tokens and the mean source bias elsewhere, and it survives save and reload."""
-    from vocabtransfer.init.initialise import transfer_bias
+    from vocabtransfer.init.output_bias import transfer_bias
     from vocabtransfer.model import modeling
     from vocabtransfer.model.hub import load_tokenizer
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from vocabtransfer.init import initialise
+from vocabtransfer.init import initialise, output_bias
 from vocabtransfer.init.methods.options import FocusOptions, SvdOptions, WechselOptions
 from vocabtransfer.init.methods.variants import FactorizedOptions
 from vocabtransfer.app.params import validate_params
@@ -254,7 +254,7 @@ def test_init_rerun_keys_are_the_leaves_of_the_options_taken():
 
 
 def test_transfer_bias():
-    bias = initialise.transfer_bias(torch.tensor([1.0, 2.0, 3.0, 6.0]), 3, np.array([2]), np.array([3]))
+    bias = output_bias.transfer_bias(torch.tensor([1.0, 2.0, 3.0, 6.0]), 3, np.array([2]), np.array([3]))
     assert bias.tolist() == [3.0, 3.0, 6.0]
 
 

@@ -9,7 +9,8 @@ For `--lang L --method M --pseed K` (pretraining seed K: the method draws its ra
    run `get_method(M)(problem, options)` on the input embeddings, and again on the output embeddings
    when the source model's are untied; for random / overlap with `scale: calibrated`, the rows they drew
    (`TransferResult.random_rows`) shrunk toward the source mean by the factor `init.calibrate` measures on
-   the target model and the first training lines (stats.json `random_scale`; docs/methods.md#random);
+   the target model and the first training lines (stats.json `random_scale`; docs/methods.md#random); for
+   fvt_prior, the output bias's prior weight fitted (stats.json `output_prior`);
 3. write results/L/init/M/pseedK/ atomically: embeddings.safetensors (`input_embeddings`,
    `output_embeddings` when untied), one `<name>.safetensors` per extra tensor of the method
    (coordinates, primitives; `output_<name>` for the output pass), model/ (the source model with
@@ -18,9 +19,9 @@ For `--lang L --method M --pseed K` (pretraining seed K: the method draws its ra
    `target_rows`: how many rows came from the overlap, from fastText dictionary vectors, from
    subword vectors, and random ones).
 
-The LM head's output bias (BERT `cls.predictions.bias`) is indexed by token id, so it is moved
-like the embeddings: the source bias is copied for target tokens that overlap a source token, and
-every other target token gets the mean source bias (neither favoured nor penalised on average).
+The LM head's output bias (BERT `cls.predictions.bias`) is indexed by token id, so it is moved like the embeddings:
+the source bias copied for target tokens that overlap a source token, the mean source bias for every other (neither
+favoured nor penalised on average); fvt_prior then adds its fitted unigram prior (vocabtransfer.init.output_bias).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from vocabtransfer import io
+from vocabtransfer.init import output_bias
 from vocabtransfer.model import modeling
 from vocabtransfer.model.hub import load_tokenizer
 from vocabtransfer.model.lmdata import Kind
@@ -170,17 +172,6 @@ def _check_result(result, method: str, shape: tuple[int, int], which: str):
     return emb.detach().float().cpu().contiguous()
 
 
-def transfer_bias(source_bias, n_target: int, target_ids: np.ndarray, source_ids: np.ndarray):
-    """Target output bias: source bias copied for overlapping ids, the mean source bias elsewhere."""
-    import torch  # torch: heavy, not at CLI start-up
-
-    src = source_bias.detach().float().cpu()
-    bias = torch.full((n_target,), float(src.mean()))
-    if len(target_ids):
-        bias[torch.from_numpy(target_ids)] = src[torch.from_numpy(source_ids)]
-    return bias
-
-
 @dataclass
 class InitInputs:
     """What an init job reads (step 1): the source model's embedding matrices (`output` None when tied)
@@ -303,8 +294,9 @@ def run(ctx) -> None:
     # 2b. the drawn rows at the scale asked for (random, overlap: init.<base>.scale), measured on the model
     held = {k: str(v) for k, v in resources.items()}
     record = {"options": options_record(method_name, options), "resources": held, "pseed": pseed, "seed": seed}
-    passes, target_model, scale = drawn_scale(ctx, x, passes, options, base, seed)
-    record.update({"random_scale": scale} if scale is not None else {})
+    # 2c. fvt_prior's output bias, its prior's weight fitted on the model (stats.json `output_prior`)
+    passes, target_model, found = drawn_scale(ctx, x, passes, options, base, seed)
+    record.update(found)
 
     # 3. the model with the new embeddings, and the artefacts
     write_outputs(ctx, x, method_name, passes, record, start=start, target_model=target_model)
@@ -314,17 +306,34 @@ def target_bias(x: InitInputs):
     """The target model's output bias (module doc), None where the source has none."""
     if x.src_bias is None:
         return None
-    return transfer_bias(x.src_bias, len(x.target_tok), x.target_ids, x.source_ids)
+    return output_bias.transfer_bias(x.src_bias, len(x.target_tok), x.target_ids, x.source_ids)
+
+
+def built_model(x: InitInputs, rows: dict):
+    """The target model with these rows ({"input": (V, D), "output": (V, D) when untied}) and the transferred bias."""
+    return modeling.build_target_model(
+        x.source_dir, x.target_dir, rows["input"], rows.get("output"), bias=target_bias(x), kind=x.kind
+    )
 
 
 def drawn_scale(ctx, x: InitInputs, passes: dict, options, base: str, seed: int):
-    """Step 2b: (passes, the target model built while calibrating or None, stats.json's `random_scale` or None):
-    random's and overlap's drawn rows at `init.<base>.scale` (`calibrated_passes`); other methods as they are."""
+    """Steps 2b and 2c: (passes, the target model built on the way or None, what stats.json records of it):
+    random's and overlap's drawn rows at `init.<base>.scale` (`calibrated_passes`, `random_scale`); fvt_prior's
+    bias fitted (vocabtransfer.init.output_bias, `output_prior`); other methods as they are."""
+    if (log_prior := passes["input"][0].output_prior) is not None:
+        model = built_model(x, {which: r for which, (_, r, _) in passes.items()})
+        text = ctx.input["calibration_text"]
+        return (
+            passes,
+            model,
+            {"output_prior": output_bias.fit(model, x.target_tok, x.kind, text, log_prior, options, seed=seed)},
+        )
     if not isinstance(options, RandomRowsOptions):
-        return passes, None, None
+        return passes, None, {}
     if options.scale == "calibrated":
-        return calibrated_passes(ctx, x, passes, options, base, seed)
-    return passes, None, {"scale": "source", "factor": 1.0}
+        passes, model, found = calibrated_passes(ctx, x, passes, options, base, seed)
+        return passes, model, {"random_scale": found}
+    return passes, None, {"random_scale": {"scale": "source", "factor": 1.0}}
 
 
 def calibrated_passes(ctx, x: InitInputs, passes: dict, options: RandomRowsOptions, base: str, seed: int):
@@ -349,9 +358,7 @@ def calibrated_passes(ctx, x: InitInputs, passes: dict, options: RandomRowsOptio
     centers = {which: source_moments(x.matrices[which].detach().to("cpu", torch.float32))[0] for which in passes}
     t = time.perf_counter()
     lines = valid_lines(ctx.input["calibration_text"], options.calibration_lines)
-    model = modeling.build_target_model(
-        x.source_dir, x.target_dir, rows["input"], rows.get("output"), bias=target_bias(x), kind=x.kind
-    )
+    model = built_model(x, rows)
     drawn = calibrate.Drawn(rows, masks, centers)
     found = calibrate.calibrate(
         model,
@@ -418,7 +425,10 @@ def write_outputs(
         "method_stats": passes["input"][0].stats,
         "output_method_stats": passes["output"][0].stats if "output" in passes else None,
         "output_bias": (
-            "source bias copied for overlapping ids, mean source bias elsewhere" if bias is not None else None
+            "source bias copied for overlapping ids, mean source bias elsewhere"
+            + (", plus beta x the train split's centred unigram log-probabilities" if "output_prior" in record else "")
+            if bias is not None
+            else None
         ),
         "extra_tensors": sorted(extra),
         "method_seconds": {which: seconds for which, (_, _, seconds) in passes.items()},

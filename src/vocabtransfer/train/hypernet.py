@@ -39,7 +39,7 @@ import torch
 
 from vocabtransfer import io
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.init.initialise import transfer_bias
+from vocabtransfer.init.output_bias import transfer_bias
 from vocabtransfer.init.methods.fvt import fvt
 from vocabtransfer.init.methods.hypernet import decompose
 from vocabtransfer.init.methods.options import HypernetOptions

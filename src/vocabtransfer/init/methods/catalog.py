@@ -15,6 +15,7 @@ from pathlib import Path
 from vocabtransfer.init.methods.options import (
     FocusOptions,
     FvtOptions,
+    FvtPriorOptions,
     HypernetOptions,
     MeanOptions,
     OfaOptions,
@@ -76,6 +77,11 @@ OVERLAP = MethodInfo("overlap", options=OverlapOptions)
 MEAN = MethodInfo("mean", options=MeanOptions, deterministic=True)  # every row a copy or the mean: no seed
 FOCUS = MethodInfo("focus", options=FocusOptions, auxiliary_rows=True)
 FVT = MethodInfo("fvt", options=FvtOptions)
+FVT_PRIOR = MethodInfo(  # the unigram of the train split's ids, and its first lines to fit the prior's weight on
+    "fvt_prior",
+    options=FvtPriorOptions,
+    inputs={"prior_ids": paths.PRETOK_TRAIN, "calibration_text": paths.CORPUS_TRAIN},
+)
 HYPERNET = MethodInfo(
     "hypernet",
     options=HypernetOptions,

@@ -65,6 +65,20 @@ class FvtOptions(NoOptions):
 
 
 @dataclass(frozen=True)
+class FvtPriorOptions:
+    """the frequency-prior control: FVT's rows and the output bias moved by beta times the train split's centred
+    unigram log-probabilities, beta fitted on training lines (docs/methods.md#fvt_prior)"""
+
+    grid: tuple[float, ...] = option(
+        [0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0],
+        "weights beta of the unigram log-probabilities tried (0, FVT's own bias, is always tried too)",
+        items={"type": "number", "minimum": 0},
+        uniqueItems=True,
+    )
+    lines: int = option(64, "training lines (the corpus's train split, never the valid one) scored per beta", minimum=1)
+
+
+@dataclass(frozen=True)
 class FocusOptions:
     block_size: int = option(2048, "new-token rows per sparsemax block", minimum=1)
     topk: int = option(

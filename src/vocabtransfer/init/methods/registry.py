@@ -56,6 +56,9 @@ class TransferResult:
     # (V_t,) bool: the rows drawn at random, the ones the init stage rescales for `scale: calibrated`
     # (random, overlap: `RandomRowsOptions`); None: the method marks none
     random_rows: np.ndarray | None = None
+    # (V_t,) float64: log-probabilities the init stage adds to the output bias with a fitted weight
+    # (fvt_prior, vocabtransfer.init.output_bias); None: the bias is transferred as for every method
+    output_prior: np.ndarray | None = None
 
 
 # a method: (the problem, its typed options `init.<name>`, e.g. an `OmpOptions`) -> its result
@@ -116,6 +119,7 @@ METHODS: Registry[Method] = Registry(
             ("mean", "baselines:mean_init"),
             ("focus", "focus:focus"),
             ("fvt", "fvt:fvt"),
+            ("fvt_prior", "fvt_prior:fvt_prior"),
             ("hypernet", "hypernet:hypernet"),
             ("ofa", "ofa:ofa"),
             ("omp", "omp:omp"),
