@@ -202,3 +202,60 @@ def test_a_tied_causal_source_trains_through_its_causal_loss_and_an_untied_one_i
     untied = save_dir(tiny_llama(len(tokenizer)), tokenizer, tmp_path / "untied")
     with pytest.raises(VocabTransferError, match="untied output embeddings; init method hypernet"):
         stage.Setup(untied, text_lines("sw", 100), options, seed=3)
+
+
+def _stage_ctx(root, source_dir, train, network_dir=None):
+    """The hypernet stage's context: a 2-step training (or, with `network_dir`, the copy of a trained network)."""
+    from helpers import init_params, make_ctx
+
+    small = {**SMALL, "steps": 2, "batch_size": 4, "seq_len": 32, "steps_per_tokenizer": 2}
+    params = init_params({"methods": ["hypernet"], "hypernet": {**small, "network": network_dir}}, seed=3)
+    return make_ctx(
+        "vocabtransfer.train.hypernet:run",
+        {},
+        {"source": source_dir, "train_sw": train},
+        {"hypernet": root / "hypernet"},
+        {**params, "source_model": "package:tiny-bert", "languages": ["sw"]},
+    )
+
+
+def test_a_network_trained_by_another_study_is_checked_and_applied_as_its_own(source, tmp_path, monkeypatch):
+    """`init.hypernet.network`: a second study copies the first's network (weights byte for byte, the folder it came
+    from recorded) instead of training; a network trained on another source model is refused, before any job by
+    the name its stats.json records and in the job by the weights' sha256."""
+    import pyarrow as pa
+
+    from vocabtransfer import io
+    from vocabtransfer.init.methods.catalog import hypernet_refusal
+    from vocabtransfer.pipeline.typed import Params
+    from vocabtransfer.train import hypernet as stage
+
+    monkeypatch.chdir(tmp_path)
+    train = tmp_path / "train.parquet"
+    io.write_parquet(pa.table({"text": text_lines("sw", 400)}), train)
+    first = tmp_path / "first"
+    stage.run(_stage_ctx(first, source, train))
+    trained = io.read_json(first / "hypernet" / "stats.json")
+    assert trained["source_model"] == "package:tiny-bert" and len(trained["source_sha256"]) == 64
+
+    second = tmp_path / "second"
+    ctx = _stage_ctx(second, source, train, network_dir=str(first / "hypernet"))
+    assert hypernet_refusal(ctx.params, "sw") is None
+    stage.run(ctx)
+    for name in (network.WEIGHTS, network.CONFIG):
+        assert (second / "hypernet" / name).read_bytes() == (first / "hypernet" / name).read_bytes()
+    copied = io.read_json(second / "hypernet" / "stats.json")
+    assert copied["imported_from"] == str(first / "hypernet") and copied["curve"] == trained["curve"]
+
+    other = save_dir(tiny_bert(len(load_tokenizer(source)), seed=9), load_tokenizer(source), tmp_path / "other")
+    with pytest.raises(VocabTransferError, match=r"^init.hypernet.network: .*first/hypernet was trained on source mod"):
+        stage.run(_stage_ctx(tmp_path / "third", other, train, network_dir=str(first / "hypernet")))
+    assert not (tmp_path / "third" / "hypernet").exists()
+    renamed = Params({**ctx.params.tree, "source_model": "package:another"})
+    assert "trained on source model package:tiny-bert, and source_model is package:another" in hypernet_refusal(
+        renamed, "sw"
+    )
+    missing = _stage_ctx(second, source, train, network_dir=str(tmp_path / "nowhere")).params
+    assert hypernet_refusal(missing, "sw").startswith(
+        f"init.hypernet.network: {tmp_path / 'nowhere'}/stats.json not found"
+    )

@@ -17,6 +17,7 @@ from vocabtransfer.evaluate import finetune_eval, gradient_scenarios
 from vocabtransfer.evaluate.tasks import EvalParams, task_options_class
 from vocabtransfer.init import availability, initialise, source_head
 from vocabtransfer.init.methods.options import FACTORIZATIONS, HypernetOptions, WordFasttextOptions
+from vocabtransfer.init.methods.catalog import hypernet_network
 from vocabtransfer.init.methods.registry import METHODS, info
 from vocabtransfer.pipeline import names, paths
 from vocabtransfer.pipeline.stage_spec import PACKAGE, module_file
@@ -57,6 +58,13 @@ def hypernet_inputs(params: Params, wc: dict) -> dict[str, str]:
         "source": paths.SOURCE_MODEL,
         **{f"train_{lang}": paths.fill(paths.CORPUS_TRAIN, lang=lang) for lang in params.languages},
     }
+
+
+def hypernet_data(params: Params, wc: dict) -> dict[str, Path]:
+    """`init.hypernet.network`'s stats.json (rewritten whenever that network is trained again), a data input of the
+    hypernet job that copies it: a retrained network reruns it and the init jobs that apply it."""
+    directory = hypernet_network(params)
+    return {"data_network": directory / "stats.json"} if directory is not None else {}
 
 
 def hypernet_leaves(params: Params, wc: dict) -> list[str]:

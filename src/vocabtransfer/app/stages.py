@@ -206,6 +206,7 @@ HYPERNET = Stage(
     parallel=True,
     gpu=True,
     skip_reason=lambda params, wc: availability.needed_by(params, "hypernet"),
+    data=job_plans.hypernet_data,  # init.hypernet.network: a network trained by another study, copied
 )
 
 

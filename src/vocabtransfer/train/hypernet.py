@@ -28,6 +28,7 @@ import logging
 import math
 import random
 import resource
+import shutil
 import time
 from dataclasses import asdict, dataclass
 from functools import lru_cache
@@ -56,6 +57,7 @@ from vocabtransfer.train.checkpoints import (
     check_checkpoint,
     check_resume_params,
     complete_checkpoints,
+    model_fingerprint,
 )
 
 log = logging.getLogger(__name__)
@@ -328,6 +330,9 @@ def run(ctx) -> None:
     """The stage: train (or resume) the network, then write its outputs."""
     start = time.perf_counter()
     options = ctx.section("init.hypernet", HypernetOptions)
+    if options.network is not None:
+        import_network(ctx, paths.data_path(options.network))
+        return
     lines = train_lines([ctx.input[k] for k in sorted(ctx.input) if k.startswith("train_")])
     setup = Setup(ctx.input["source"], lines, options, ctx.seed, device=ctx.device)
     net = new_network(config_for(setup, options), ctx.seed)
@@ -337,6 +342,9 @@ def run(ctx) -> None:
     tokens = sum(row["tokens"] for row in curve)
     stats = {
         "options": asdict(options),
+        # the source model it was trained on: checked where another study applies it (init.hypernet.network)
+        "source_model": ctx.param("source_model"),
+        "source_sha256": model_fingerprint(Path(ctx.input["source"])),
         "network": asdict(net.config),
         "kind": setup.kind,
         "parameters": sum(p.numel() for p in net.parameters()),
@@ -365,3 +373,31 @@ def run(ctx) -> None:
         curve[0]["lm_loss"],
         curve[-1]["lm_loss"],
     )
+
+
+def import_network(ctx, directory: Path) -> None:
+    """`init.hypernet.network`: the network another study's stage hypernet trained, checked (its source model's
+    weights are this study's, by sha256; its files whole) and copied to this study's output with its stats, the
+    folder it came from added (`imported_from`): every init job then applies it as a network trained here."""
+    stats_file = directory / "stats.json"
+    if not stats_file.is_file():
+        raise VocabTransferError(
+            f"init.hypernet.network: {stats_file} not found; point it at a folder stage hypernet wrote "
+            "(results/source/hypernet of a study), or unset it to train a network here"
+        )
+    stats = io.read_json(stats_file)
+    here = model_fingerprint(Path(ctx.input["source"]))
+    if stats.get("source_sha256") != here:
+        trained_on = stats.get("source_model", "(not recorded)")
+        raise VocabTransferError(
+            f"init.hypernet.network: {directory} was trained on source model {trained_on}"
+            f" (weights sha256 {str(stats.get('source_sha256'))[:12]}), and this study's source model "
+            f"{ctx.param('source_model')} has {here[:12]}; point it at a network trained on this source model, or "
+            "unset it to train one here"
+        )
+    network.load(directory)  # whole, and its weights fit its config
+    with io.atomic_output(ctx.output["hypernet"], directory=True) as tmp:
+        for name in (network.WEIGHTS, network.CONFIG):
+            shutil.copyfile(directory / name, tmp / name)
+        io.write_json({**stats, "imported_from": str(directory)}, tmp / "stats.json")
+    log.info("hypernet: the network trained in %s (%s steps), checked and copied", directory, stats.get("steps"))

@@ -10,6 +10,7 @@ registered at run time (a plugin, a test's throwaway method) declares its metada
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from vocabtransfer.init.methods.options import (
@@ -72,6 +73,34 @@ def wechsel_refusal(params: Params, lang: str) -> str | None:
     return None
 
 
+def hypernet_network(params: Params) -> Path | None:
+    """The trained network's folder `init.hypernet.network` names (None: the study trains its own)."""
+    entry = params.section("init.hypernet", HypernetOptions).network
+    return paths.data_path(entry) if entry else None
+
+
+def hypernet_refusal(params: Params, lang: str) -> str | None:
+    """`init.hypernet.network` naming no trained network, or one whose stats.json records another source model
+    than `source_model` (the job checks the weights' sha256 too)."""
+    directory = hypernet_network(params)
+    if directory is None:
+        return None
+    stats = directory / "stats.json"
+    if not stats.is_file():
+        return (
+            f"init.hypernet.network: {stats} not found; point it at a folder stage hypernet wrote (results/source/"
+            "hypernet of a study), or unset it to train a network here"
+        )
+    recorded = json.loads(stats.read_text(encoding="utf-8")).get("source_model")
+    if recorded != params.leaf("source_model"):
+        return (
+            f"init.hypernet.network: {directory} was trained on source model {recorded or '(not recorded)'}, and "
+            f"source_model is {params.leaf('source_model')}; point it at a network trained on this source model, or "
+            "unset it to train one here"
+        )
+    return None
+
+
 RANDOM = MethodInfo("random", options=RandomOptions)
 OVERLAP = MethodInfo("overlap", options=OverlapOptions)
 MEAN = MethodInfo("mean", options=MeanOptions, deterministic=True)  # every row a copy or the mean: no seed
@@ -88,6 +117,7 @@ HYPERNET = MethodInfo(
     inputs={"hypernet": paths.HYPERNET},
     stage_options=HypernetOptions.TRAINING,
     factorizable=False,
+    refusal=hypernet_refusal,
 )
 OFA = MethodInfo("ofa", options=OfaOptions, auxiliary_rows=True, factorizable=False)
 OMP = MethodInfo("omp", options=OmpOptions, auxiliary_rows=True)

@@ -109,6 +109,7 @@ class HypernetOptions:
         "aux_weight",
         "save_every",
         "precision",
+        "network",
     )
 
     batch_rows: int = option(4096, "target rows the network predicts per forward pass (memory only)", minimum=1)
@@ -139,6 +140,12 @@ class HypernetOptions:
     )
     precision: Literal["auto", "fp32", "bf16"] = option(
         "auto", "as pretrain.precision: bf16 mixed precision where the hardware multiplies bf16 natively"
+    )
+    network: str | None = option(
+        None,
+        "a trained network to apply instead of training one: the folder stage hypernet wrote in another study "
+        "(its results/source/hypernet; relative paths resolve against $VOCABTRANSFER_DATA); its source model must "
+        "be this study's (checked by name before any job, by the weights' sha256 in the job); null: train here",
     )
 
     def __post_init__(self):
