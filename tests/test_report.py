@@ -1101,7 +1101,7 @@ def test_a_method_only_initialised_gets_zero_shot_bits_per_byte_paired_with_ever
     settings = Settings(2000, 0.95, "holm", 0, min_clusters=30)
     table = bits_per_byte_table(lang, settings)
     row = next(r for r in table.rows if r.method == "mean")
-    d = row.vs_random.diff
+    d = row.vs_baseline.diff
     assert d.n_pseeds == 3 and d.n_clusters == n
     by_hand = np.mean(
         [(mean_bpb * n_bytes).sum() / n_bytes.sum() - (v * n_bytes).sum() / n_bytes.sum() for v in random_bpb.values()]
@@ -1109,7 +1109,7 @@ def test_a_method_only_initialised_gets_zero_shot_bits_per_byte_paired_with_ever
     assert d.diff == pytest.approx(by_hand) and d.high < 0
     # its own score rests on its one initialisation, and says so
     assert row.score.n_pseeds == 1 and row.score.diff == pytest.approx((mean_bpb * n_bytes).sum() / n_bytes.sum())
-    assert row.runs == "1 initialisation" and row.vs_random.runs_text == "1 initialisation, random: 3 seeds"
+    assert row.runs == "1 initialisation" and row.vs_baseline.runs_text == "1 initialisation, random: 3 seeds"
     # against the floor (no seeds on either side) its interval holds the test set's variance only: worded, with
     # its p marked as such, and said to rest on one initialisation
     assert row.vs_floor.test_set_only and row.vs_floor.status(settings) == "better"

@@ -5,8 +5,8 @@ with the nested intervals of vocabtransfer.evaluate.stats) and writes:
 
 * results/report.md, opening with `## Verdict` (report.verdict), then the set-up and per language:
   the loss right after initialisation, continued pretraining (curves with seed bands), the
-  comparison tables (method − random, selfish − standard, …), bits per byte
-  (every model and the source on one scale, with the − random differences), the loss by token
+  comparison tables (method − baseline, selfish − standard, …), bits per byte
+  (every model and the source on one scale, with the − baseline differences), the loss by token
   frequency, the gradient plots and the downstream scores beside each task's floor (tasks no model
   learns greyed);
 * PNG figures in results/report/figures/ (byte-identical for identical inputs), the valid-loss
@@ -122,7 +122,7 @@ def write_report(params: Params, report: tables.ReportParams, p: Plan, root: Pat
     langs = [read_language(lang, p, root) for lang in p.languages]
     metrics: dict = {}
     per_language, body, zero_shot_verdict = {}, [], {}
-    built = {lang.lang: _comparisons(lang, settings) for lang in langs}
+    built = {lang.lang: _comparisons(lang, settings, report.baseline) for lang in langs}
     _correct_headline(built.values(), settings)
     with (
         io.atomic_output(root / paths.REPORT_FIGURES, directory=True) as figures,
@@ -130,7 +130,7 @@ def write_report(params: Params, report: tables.ReportParams, p: Plan, root: Pat
     ):
         for lang in langs:
             m = metrics.setdefault(lang.lang, {})
-            status, families, bpb, found = built[lang.lang]
+            status, families, bpb, found, choice = built[lang.lang]
             per_language[lang.lang] = (
                 families + ([bpb.family] if bpb is not None and bpb.family.rows else []),
                 status,
@@ -154,7 +154,6 @@ def write_report(params: Params, report: tables.ReportParams, p: Plan, root: Pat
                     raise VocabTransferError(
                         f"{lang.lang}: pretraining runs with valid_curve.parquet but no metrics.parquet; rerun them"
                     )
-                choice = stronger_baseline(lang, report.baseline)  # report.baseline: one method or a list
                 section, bullets, m["token_equivalent"] = _tokens_section(
                     lang, worth, choice.method, settings, bpb, figures / Path(curve_fig).name, params
                 )
@@ -195,15 +194,16 @@ def write_report(params: Params, report: tables.ReportParams, p: Plan, root: Pat
     return root / paths.REPORT
 
 
-def _comparisons(lang, settings: tables.Settings) -> tuple:
-    """The first pass for one language: which tasks are learned, the comparison families, the bits-per-byte
-    table and the zero-shot tables, each corrected on its own (`_correct_headline` corrects the claims again,
-    together)."""
+def _comparisons(lang, settings: tables.Settings, baseline) -> tuple:
+    """The first pass for one language: which tasks are learned, the baseline (`baseline`: report.baseline, one
+    method or a list of which the stronger here), the comparison families, the bits-per-byte table and the
+    zero-shot tables, each corrected on its own (`_correct_headline` corrects the claims again, together)."""
     status = tables.learned(lang, settings)
-    families = comparisons.families(lang, settings, status, rivals.families(lang, settings))
-    bpb = bits_per_byte_table(lang, settings)
+    choice = stronger_baseline(lang, baseline)
+    families = comparisons.families(lang, settings, status, rivals.families(lang, settings), choice)
+    bpb = bits_per_byte_table(lang, settings, choice)
     found = harness_table.tables(lang.lm_eval, settings, lang.lang) if lang.lm_eval else []
-    return status, families, bpb, found
+    return status, families, bpb, found, choice
 
 
 def _correct_headline(built, settings: tables.Settings) -> int:
@@ -211,7 +211,7 @@ def _correct_headline(built, settings: tables.Settings) -> int:
     bits-per-byte tables, the zero-shot model − source rows of learned tasks) corrected together, the headline
     family; returns its size."""
     families, claims, found_all = [], [], []
-    for _, fams, bpb, found in built:
+    for _, fams, bpb, found, _ in built:
         families += fams
         if bpb is not None:
             families += [f for f in (bpb.family, bpb.floor_family) if f is not None and f.rows]

@@ -57,7 +57,8 @@ class ReportParams:
         "more are pretrained, each baseline must be one of them (else refused before any job). A list ([random, "
         "mean]): in each language "
         "the stronger of them, the one with the lower final valid loss with the standard objective "
-        "(report/baseline_choice.py, a conservative choice the report states)",
+        "(report/baseline_choice.py, a conservative choice the report states); every method − baseline comparison "
+        "subtracts the same one, the weaker listed baseline being one of its rows",
         type=["string", "array"],
         items={"type": "string", "minLength": 1},
         minItems=1,
@@ -167,6 +168,8 @@ class Family:
     objective: str | None = None  # an objective − standard family: the objective
     kind: str = HEADLINE  # HEADLINE: its rows are claims, corrected with the report's headline family; EXPLORATORY
     headline: int | None = None  # the comparisons of the headline family its rows were corrected over (None: not yet)
+    baseline: str | None = None  # a method − baseline family: the baseline its rows subtract
+    weaker: tuple[str, ...] = ()  # ... and the weaker listed baselines among its rows (report.baseline_choice)
 
     @property
     def comparisons(self) -> int:
