@@ -158,6 +158,7 @@ class Row:
 
 CORRECTION_NAME = {"holm": "Holm", "bh": "Benjamini–Hochberg"}
 HEADLINE, EXPLORATORY = "headline", "exploratory"  # the correction family a table's rows join (`Family.kind`)
+RANKING = "ranking"  # the recommendation's head-to-head tables (report.recommend): Holm over each table's own rows
 
 
 @dataclass
@@ -188,6 +189,8 @@ def correction_text(settings: Settings, n: int, kind: str = HEADLINE, joint: boo
     name = CORRECTION_NAME[settings.correction]
     if kind == EXPLORATORY:
         return f"exploratory: {name} over this table's {plural(n, 'comparison')}, apart from the headline family"
+    if kind == RANKING:
+        return f"{name} over this table's {plural(n, 'comparison')}, its own family, apart from the headline family"
     if joint:
         return f"{name} over the {plural(n, 'comparison')} of the headline family"
     return f"{name} over this table's {plural(n, 'comparison')}"
