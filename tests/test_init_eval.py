@@ -250,13 +250,16 @@ def test_plot_has_a_retrieval_panel_only_for_encoders(tmp_path):
         {**row, "method": "b", "loss": 4.0},
         {**row, "method": "c", "loss": 6.0},
     ]
+    # the loss axis spans the methods (4.0 to 6.0, calibrated 2.5), padded: not from 0, the source's 3.0 on
+    # English text not drawn among them (stated under the axis)
+    assert init_eval_plot.loss_limits(rows[1:], None) == pytest.approx((2.5 - 0.175, 6.0 + 0.175))
     init_eval_plot.plot(rows, tmp_path / "causal.png", "xx")
-    assert matplotlib.image.imread(tmp_path / "causal.png").shape[:2] == (int(120 * (1.5 + 0.32 * 3)), 120 * 6)
+    assert matplotlib.image.imread(tmp_path / "causal.png").shape[:2] == (int(120 * (2.4 + 0.32 * 3)), 120 * 6)
     encoders = [
         {**r, "kind": "masked", "retrieval_en2xx": 0.5, "retrieval_xx2en": 0.25, "n_sentences": 4} for r in rows
     ]
     init_eval_plot.plot(encoders, tmp_path / "masked.png", "xx")
-    assert matplotlib.image.imread(tmp_path / "masked.png").shape[:2] == (int(120 * (1.5 + 0.32 * 3)), 120 * 11)
+    assert matplotlib.image.imread(tmp_path / "masked.png").shape[:2] == (int(120 * (2.4 + 0.32 * 3)), 120 * 11)
     # the same rows give the same bytes (no timestamp or version in the file)
     init_eval_plot.plot(encoders, tmp_path / "again.png", "xx")
     assert (tmp_path / "again.png").read_bytes() == (tmp_path / "masked.png").read_bytes()

@@ -301,6 +301,11 @@ def test_the_report_shows_tokens_curves_table_and_verdict(tmp_path):
     assert "**focus-selfish is worth more than the run's random's tokens" in text  # against random-selfish
     figure = tmp_path / paths.REPORT_FIGURES / "sw_valid_loss.png"
     assert figure.read_bytes().startswith(b"\x89PNG")
+    # beside "In brief": each method's worth in the baseline's tokens against the budget
+    worth = tmp_path / paths.REPORT_FIGURES / "sw_worth.png"
+    assert worth.read_bytes().startswith(b"\x89PNG")
+    brief = text.split("## In brief", 1)[1].split("\n## ", 1)[0]
+    assert "](report/figures/sw_worth.png)" in brief  # relative to results/report.md
     ratios = io.read_json(tmp_path / paths.REPORT_METRICS)["sw"]["token_equivalent"]
     assert ratios["focus-standard@8000"] == pytest.approx(4, rel=1e-6) and ratios["focus-standard@64000"] is None
 

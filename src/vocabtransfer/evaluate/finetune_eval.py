@@ -37,6 +37,7 @@ from __future__ import annotations
 import logging
 import re
 import shutil
+import sys
 import time
 from pathlib import Path
 
@@ -235,7 +236,8 @@ def _head_class(task, model_dir: Path):
 
 
 def _training_args(opts, seed: int, output_dir: Path, device: str, bf16: bool):
-    """The Trainer's arguments: the task's options, seeded, no saving, evaluation or logging."""
+    """The Trainer's arguments: the task's options, seeded, no saving or evaluation; the training loss and the
+    tokens seen logged every 5 % of the steps (`train.progress`: one line each), the Trainer's bar on a terminal."""
     from transformers import TrainingArguments  # transformers: heavy, not at CLI start-up
 
     return TrainingArguments(
@@ -250,9 +252,11 @@ def _training_args(opts, seed: int, output_dir: Path, device: str, bf16: bool):
         weight_decay=opts.weight_decay,
         save_strategy="no",
         eval_strategy="no",
-        logging_strategy="no",
+        logging_strategy="steps",
+        logging_steps=0.05,  # below 1: a share of the steps
+        include_num_input_tokens_seen="non_padding",
         report_to=[],
-        disable_tqdm=True,
+        disable_tqdm=not sys.stderr.isatty(),
         use_cpu=device == "cpu",
         dataloader_num_workers=0,
         bf16=bf16,
@@ -304,6 +308,8 @@ def finetune(
 
     from transformers import AutoTokenizer, Trainer, set_seed  # transformers: heavy, not at CLI start-up
 
+    from vocabtransfer.train.progress import install as install_progress  # transformers at its top
+
     opts = task.options
     head_cls, why = _head_class(task, model_dir)
     if head_cls is None:
@@ -334,6 +340,7 @@ def finetune(
 
         bf16_kernels.install(model)
     trainer = Trainer(model=model, args=args, train_dataset=train_features, data_collator=task.collator(tokenizer))
+    install_progress(trainer, f"fine-tuning {task.name} (seed {seed})", log)
     trainer.train()
     if choice.bf16:  # scored in test_precision: the accelerator's autocast wrapper taken off the model's forward
         trainer.model = trainer.accelerator.unwrap_model(trainer.model, keep_fp32_wrapper=False)

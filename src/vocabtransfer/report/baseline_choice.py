@@ -3,7 +3,11 @@
 pretraining (with the standard objective, the mean over pretraining seeds of each seed's last evaluated loss) is
 lower. Conservative: a method is credited only with what it is worth over the better of the baselines, never the
 weaker. A listed baseline without standard-objective runs in the language is left out of the choice; where none
-has runs, the first listed is named (and the report says it has no runs)."""
+has runs, the first listed is named (and the report says it has no runs).
+
+The same baseline is the one every "method − baseline" comparison subtracts (report.comparisons, report.bpb): a
+weaker listed baseline is then one of the compared methods, its row (`random − mean`) saying how much weaker it
+is, and each such table says so (`BaselineChoice.weaker_note`)."""
 
 from __future__ import annotations
 
@@ -21,6 +25,23 @@ class BaselineChoice:
     method: str  # the baseline the language's token-equivalent counts in
     candidates: tuple[str, ...]  # report.baseline, in its order
     final_loss: dict[str, float] = field(default_factory=dict)  # candidate -> its final valid loss (with runs only)
+
+    @property
+    def weaker(self) -> tuple[str, ...]:
+        """The other listed baselines with runs here, in report.baseline's order: rows of the − baseline tables."""
+        return tuple(m for m in self.candidates if m != self.method and m in self.final_loss)
+
+    def weaker_note(self) -> str:
+        """`random, the weaker of report.baseline (random, mean), is compared with mean as a row too.` ('' for a
+        single baseline or none weaker with runs)."""
+        if not self.weaker:
+            return ""
+        listed, one = " and ".join(self.weaker), len(self.weaker) == 1
+        rows = ", ".join(f"{m} − {self.method}" for m in self.weaker)
+        return (
+            f"{listed}, the weaker of report.baseline ({', '.join(self.candidates)}), "
+            f"{'is' if one else 'are'} compared with {self.method} as {'a row' if one else 'rows'} too ({rows})."
+        )
 
     def sentence(self) -> str:
         """How the baseline was chosen, for the report ('' for a single baseline)."""

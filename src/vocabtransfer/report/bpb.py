@@ -2,7 +2,8 @@
 tokenizer and of the floors (predictors without a model, vocabtransfer.evaluate.bpb_floor), per valid line.
 
 Every model gets its bits per byte with its interval (B = the model, A = zero), its tokenizer's bytes per
-token, its difference from random with the same objective (one family, corrected together), its difference
+token, its difference from the baseline (report.baseline; of a list, the stronger in the language:
+report.baseline_choice) with the same objective (one family, corrected together), its difference
 from the best (lowest) floor, paired line by line (another family) and the share of the source's advantage
 over that floor it keeps, (floor − method) / (floor − source), from the means over pretraining seeds:
 one share per model, from one definition. Where the source does not beat the best floor it has nothing
@@ -23,11 +24,12 @@ import numpy as np
 from vocabtransfer.evaluate import bits_per_byte, bpb_floor, stats
 from vocabtransfer.init import availability
 from vocabtransfer.pipeline import names
+from vocabtransfer.report.baseline_choice import BaselineChoice
 from vocabtransfer.report.read import OBJECTIVE_ORDER, Language
 from vocabtransfer.report.tables import SOURCE_ROW, Family, Row, Settings, _corrected, bpb_runs, seeds_text, zero_like
 from vocabtransfer.report.markdown import difference_text
 
-BPB_TITLE = "Bits per byte: method − random"
+BPB_TITLE = "Bits per byte: method − "  # + the baseline: `Bits per byte: method − random`
 FLOOR_TITLE = "Bits per byte: model − best floor"
 ONE_INIT = "1 initialisation"
 
@@ -35,7 +37,7 @@ ONE_INIT = "1 initialisation"
 @dataclass
 class BpbRow:
     """One model (or floor, method `floor`) in the bits-per-byte table: its bits per byte with interval, its
-    tokenizer's bytes per token, the share kept (NaN where undefined), its differences from random with the
+    tokenizer's bytes per token, the share kept (NaN where undefined), its differences from the baseline with the
     same objective and from the best floor (None where there is none), and what its runs are."""
 
     method: str
@@ -43,7 +45,7 @@ class BpbRow:
     score: stats.Difference | None
     bytes_per_token: float
     share_kept: float = math.nan
-    vs_random: Row | None = None
+    vs_baseline: Row | None = None
     vs_floor: Row | None = None
     runs: str = ""  # `1 initialisation` for a deterministic method's init row; else from the score's seeds
 
@@ -51,7 +53,7 @@ class BpbRow:
 @dataclass
 class BpbTable:
     rows: list[BpbRow]
-    family: Family  # the − random rows, corrected together
+    family: Family  # the − baseline rows, corrected together
     n_lines: int
     target_bytes_per_token: float
     source_bytes_per_token: float
@@ -124,8 +126,11 @@ def _floors(lang: Language, settings: Settings) -> tuple[list[BpbRow], dict[str,
     return rows, runs
 
 
-def bits_per_byte_table(lang: Language, settings: Settings) -> BpbTable | None:
-    """The module docstring's table and its two families; None without bits-per-byte rows."""
+def bits_per_byte_table(
+    lang: Language, settings: Settings, baseline: BaselineChoice | str = "random"
+) -> BpbTable | None:
+    """The module docstring's table and its two families (the models − `baseline`, the stronger of
+    report.baseline: `baseline_choice.stronger_baseline`); None without bits-per-byte rows."""
     df = lang.bits_per_byte
     if df is None or not len(df):
         return None
@@ -133,7 +138,8 @@ def bits_per_byte_table(lang: Language, settings: Settings) -> BpbTable | None:
     is_source, is_floor = df["method"] == SOURCE_ROW, df["method"] == bpb_floor.FLOOR
     target_bpt = bits_per_byte.bytes_per_token(*_first_model(df[~is_source & ~is_floor]))
     source_bpt = bits_per_byte.bytes_per_token(*_first_model(df[is_source]))
-    family = Family(BPB_TITLE, "Negative: the method needs fewer bits per byte of the valid text than random (better).")
+    family = _baseline_family(baseline)
+    base_name = str(family.baseline)
     if df.loc[~is_source & ~is_floor, "bits"].isna().all():
         return BpbTable([], family, n_lines, target_bpt, source_bpt, reason=bits_per_byte.MASKED_REASON)
     floors, floor_runs = _floors(lang, settings)
@@ -155,16 +161,17 @@ def bits_per_byte_table(lang: Language, settings: Settings) -> BpbTable | None:
     rows = [source_row]
     present = set(df.loc[~is_source & ~is_floor, "objective"])
     objectives = [o for o in OBJECTIVE_ORDER if o in present] + sorted(present - set(OBJECTIVE_ORDER))
-    methods = list(dict.fromkeys(["random"] + [m for m in df.loc[~is_source & ~is_floor, "method"] if m != "random"]))
+    models = df.loc[~is_source & ~is_floor, "method"]
+    methods = list(dict.fromkeys([base_name] + [m for m in models if m != base_name]))
     for objective in objectives:
-        base = bpb_runs(lang, "random", objective)
+        base = bpb_runs(lang, base_name, objective)
         for method in methods:
             runs = bpb_runs(lang, method, objective)
             if runs is None:
                 continue
             rows.append(
                 _model_row(
-                    method,
+                    (method, base_name),
                     objective,
                     runs,
                     base,
@@ -195,8 +202,22 @@ def bits_per_byte_table(lang: Language, settings: Settings) -> BpbTable | None:
     return table
 
 
+def _baseline_family(baseline: BaselineChoice | str) -> Family:
+    """The empty family of the − baseline rows: its title and description name the baseline and, where one is,
+    the weaker listed baseline among its rows."""
+    choice = BaselineChoice(baseline, (baseline,)) if isinstance(baseline, str) else baseline
+    note = choice.weaker_note()
+    return Family(
+        BPB_TITLE + choice.method,
+        f"Negative: the method needs fewer bits per byte of the valid text than {choice.method} (better)."
+        + (f" {note}" if note else ""),
+        baseline=choice.method,
+        weaker=choice.weaker,
+    )
+
+
 def _model_row(
-    method: str,
+    pair: tuple[str, str],
     objective: str,
     runs: stats.Runs,
     base: stats.Runs | None,
@@ -205,21 +226,28 @@ def _model_row(
     floor_family: Family,
     floor: stats.Runs | None,
 ) -> BpbRow:
-    """One model's row, its − random row added to `family` and its − best floor row to `floor_family`."""
-    fixed = deterministic(method, objective)
+    """One model's row (`pair`: the model's method and the baseline's), its − baseline row added to `family` and
+    its − best floor row to `floor_family`."""
+    method, base_name = pair
+    fixed, base_fixed = deterministic(method, objective), deterministic(base_name, objective)
     own = _one(runs) if fixed else runs
     row = BpbRow(method, objective, settings.bootstrap(zero_like(own), own), math.nan, runs=ONE_INIT if fixed else "")
-    if method != "random" and base is not None:  # random not run with this objective: nothing to pair
+    if method != base_name and base is not None:  # the baseline not run with this objective: nothing to pair
         diff = settings.bootstrap(base, runs)
-        row.vs_random = Row(
-            f"{method} − random ({objective})",
+        runs_text = ""
+        if fixed and diff:
+            runs_text = f"{ONE_INIT}, {base_name}: {ONE_INIT if base_fixed else _count(diff)}"
+        elif base_fixed and diff:
+            runs_text = f"{_count(diff)}, {base_name}: {ONE_INIT}"
+        row.vs_baseline = Row(
+            f"{method} − {base_name} ({objective})",
             "bits per byte",
             diff,
             lower_is_better=True,
             note="" if diff else "no paired runs",
-            runs=f"{ONE_INIT}, random: {_count(diff)}" if fixed and diff else "",
+            runs=runs_text,
         )
-        family.rows.append(row.vs_random)
+        family.rows.append(row.vs_baseline)
     if floor is not None:
         row.vs_floor = Row(
             f"{method} ({objective}) − best floor",
@@ -234,7 +262,7 @@ def _model_row(
 
 
 def _count(d: stats.Difference) -> str:
-    """`3 seeds`: how many runs of random a deterministic initialisation is paired with."""
+    """`3 seeds`: how many runs of the baseline a deterministic initialisation is paired with."""
     return seeds_text(d).replace(" pretraining", "")
 
 

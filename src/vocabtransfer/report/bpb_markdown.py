@@ -1,5 +1,5 @@
 """The report's section *Bits per byte* in Markdown: the models, the source and the floors with their
-intervals, bytes per token and shares (report.bpb computes them), then the − random and − best floor
+intervals, bytes per token and shares (report.bpb computes them), then the − baseline and − best floor
 tables. Nothing here computes a statistic."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def _bpb_row(r) -> list[str]:
 
 def bits_per_byte_section(lang: Language, table: BpbTable | None, settings: Settings) -> list[str]:
     """Bits per byte of every init-only and pretrained model, of the source with its own tokenizer and of the
-    floors, bytes per token, the share kept from the best floor, and the − random and − best floor tables."""
+    floors, bytes per token, the share kept from the best floor, and the − baseline and − best floor tables."""
     lines = ["### Bits per byte", ""]
     if lang.bits_per_byte is None:
         return lines + [f"_No bits-per-byte results ({paths.fill(paths.BITS_PER_BYTE, lang=lang.lang)} missing)._", ""]

@@ -7,13 +7,14 @@ interval (vocabtransfer.evaluate.stats), grouped in families that are corrected 
 2. right after initialisation (init_eval, before any training): every pair of methods and every method minus
    the unigram floor, on the valid loss paired over the same valid blocks and masked tokens (one family);
    one initialisation per method, so its intervals hold the valid blocks' variance only (†);
-3. every method minus random, per objective (`init` too): the valid loss after pretraining (one
-   family) and each learned task (one family per task);
+3. every method minus the baseline (report.baseline; of a list, the stronger in the language:
+   report.baseline_choice), per objective (`init` too): the valid loss after pretraining (one family) and each
+   learned task (one family per task); a weaker listed baseline is a row like any method, and the table says so;
 4. every other objective (selfish, distill) minus standard for every method: the valid loss, bits per byte and
    each learned task (one family per objective), and apart, exploratory, the loss of every token-frequency
    bucket (one family per objective: `objective_buckets`);
 5. bits per UTF-8 byte (report.bpb): every init-only and pretrained causal model, the source with its own
-   tokenizer and the floors (predictors without a model), every method minus random with the same
+   tokenizer and the floors (predictors without a model), every method minus the baseline with the same
    objective (one family) and every model minus the best floor (one family), nested over valid lines
    (the clusters) and pretraining seeds.
 
@@ -38,6 +39,7 @@ import numpy as np
 
 from vocabtransfer.evaluate import stats
 from vocabtransfer.pipeline import names
+from vocabtransfer.report.baseline_choice import BaselineChoice
 from vocabtransfer.report.read import Language
 from vocabtransfer.report.tables import (
     EXPLORATORY,
@@ -113,21 +115,31 @@ def init_family(lang: Language, settings: Settings) -> Family | None:
     )
 
 
-def methods_vs_random(lang: Language, settings: Settings, status: dict) -> list[Family]:
-    """The valid loss and every learned task: each method minus random with the same objective."""
+def _baseline(baseline: BaselineChoice | str) -> BaselineChoice:
+    return BaselineChoice(baseline, (baseline,)) if isinstance(baseline, str) else baseline
+
+
+def methods_vs_baseline(
+    lang: Language, settings: Settings, status: dict, baseline: BaselineChoice | str = "random"
+) -> list[Family]:
+    """The valid loss and every learned task: each method minus the baseline (`baseline_choice`: the stronger of
+    report.baseline) with the same objective; a weaker listed baseline is one of the methods, and each table's
+    description says so."""
+    choice = _baseline(baseline)
+    base_name, note = choice.method, (" " + choice.weaker_note() if choice.weaker_note() else "")
     out = []
     rows = []
     pretrained = {(m, o) for m, o, _ in lang.curves}
     for objective in _objectives(lang):
-        base = loss_runs(lang, "random", objective)
-        for method in (m for m in lang.methods() if m != "random"):
-            if not {(method, objective), ("random", objective)} <= pretrained:
+        base = loss_runs(lang, base_name, objective)
+        for method in (m for m in lang.methods() if m != base_name):
+            if not {(method, objective), (base_name, objective)} <= pretrained:
                 continue  # a pair params do not ask for (pretrain.pairs): nothing to compare
             runs = loss_runs(lang, method, objective)
             diff = settings.bootstrap(base, runs) if base is not None and runs is not None else None
             rows.append(
                 Row(
-                    f"{method} − random ({objective})",
+                    f"{method} − {base_name} ({objective})",
                     "valid loss",
                     diff,
                     lower_is_better=True,
@@ -137,9 +149,11 @@ def methods_vs_random(lang: Language, settings: Settings, status: dict) -> list[
     if rows:
         out.append(
             Family(
-                "Valid loss after pretraining: method − random",
-                "Negative: the method ends with a lower valid loss than random (better).",
+                f"Valid loss after pretraining: method − {base_name}",
+                f"Negative: the method ends with a lower valid loss than {base_name} (better).{note}",
                 _corrected(rows, settings),
+                baseline=base_name,
+                weaker=choice.weaker,
             )
         )
     for task in tasks(lang):
@@ -148,17 +162,19 @@ def methods_vs_random(lang: Language, settings: Settings, status: dict) -> list[
         rows = []
         for group in groups(lang, task):
             method, _, objective = group.rpartition("-")
-            random_group = f"random-{objective}"
-            if group == names.SOURCE or method == "random" or random_group not in lang.evals[task]:
+            base_group = f"{base_name}-{objective}"
+            if group == names.SOURCE or method == base_name or base_group not in lang.evals[task]:
                 continue
-            diff = settings.bootstrap(task_runs(lang, task, random_group), task_runs(lang, task, group))
-            rows.append(Row(f"{method} − random ({objective})", task, diff, note="" if diff else "no paired runs"))
+            diff = settings.bootstrap(task_runs(lang, task, base_group), task_runs(lang, task, group))
+            rows.append(Row(f"{method} − {base_name} ({objective})", task, diff, note="" if diff else "no paired runs"))
         if rows:
             out.append(
                 Family(
-                    f"{task}: method − random",
-                    "Positive: the method scores higher than random (better).",
+                    f"{task}: method − {base_name}",
+                    f"Positive: the method scores higher than {base_name} (better).{note}",
                     _corrected(rows, settings),
+                    baseline=base_name,
+                    weaker=choice.weaker,
                 )
             )
     return out
@@ -226,12 +242,18 @@ def _bucket_labels(lang: Language) -> dict[int, str]:
     return {int(b.bucket): f"b{int(b.bucket)} (ranks {int(b.rank_lo)}–{int(b.rank_hi)})" for b in spans.itertuples()}
 
 
-def families(lang: Language, settings: Settings, status: dict, head_to_head: Sequence[Family] = ()) -> list[Family]:
-    """The report's comparison families in order: right after initialisation, every method − random, the
-    head-to-head ones (`report.rivals.families`, built on report.tables), each objective − standard and its
-    exploratory frequency buckets."""
+def families(
+    lang: Language,
+    settings: Settings,
+    status: dict,
+    head_to_head: Sequence[Family] = (),
+    baseline: BaselineChoice | str = "random",
+) -> list[Family]:
+    """The report's comparison families in order: right after initialisation, every method − the baseline
+    (`baseline_choice.stronger_baseline`), the head-to-head ones (`report.rivals.families`, built on report.tables),
+    each objective − standard and its exploratory frequency buckets."""
     init = init_family(lang, settings)
-    out = ([init] if init else []) + methods_vs_random(lang, settings, status) + list(head_to_head)
+    out = ([init] if init else []) + methods_vs_baseline(lang, settings, status, baseline) + list(head_to_head)
     for objective in (o for o in _objectives(lang) if o not in ("init", "standard")):
         family = objective_vs_standard(lang, settings, status, objective)
         buckets = objective_buckets(lang, settings, objective)

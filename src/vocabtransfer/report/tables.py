@@ -57,7 +57,8 @@ class ReportParams:
         "more are pretrained, each baseline must be one of them (else refused before any job). A list ([random, "
         "mean]): in each language "
         "the stronger of them, the one with the lower final valid loss with the standard objective "
-        "(report/baseline_choice.py, a conservative choice the report states)",
+        "(report/baseline_choice.py, a conservative choice the report states); every method − baseline comparison "
+        "subtracts the same one, the weaker listed baseline being one of its rows",
         type=["string", "array"],
         items={"type": "string", "minLength": 1},
         minItems=1,
@@ -157,6 +158,7 @@ class Row:
 
 CORRECTION_NAME = {"holm": "Holm", "bh": "Benjamini–Hochberg"}
 HEADLINE, EXPLORATORY = "headline", "exploratory"  # the correction family a table's rows join (`Family.kind`)
+RANKING = "ranking"  # the recommendation's head-to-head tables (report.recommend): Holm over each table's own rows
 
 
 @dataclass
@@ -167,6 +169,8 @@ class Family:
     objective: str | None = None  # an objective − standard family: the objective
     kind: str = HEADLINE  # HEADLINE: its rows are claims, corrected with the report's headline family; EXPLORATORY
     headline: int | None = None  # the comparisons of the headline family its rows were corrected over (None: not yet)
+    baseline: str | None = None  # a method − baseline family: the baseline its rows subtract
+    weaker: tuple[str, ...] = ()  # ... and the weaker listed baselines among its rows (report.baseline_choice)
 
     @property
     def comparisons(self) -> int:
@@ -185,6 +189,8 @@ def correction_text(settings: Settings, n: int, kind: str = HEADLINE, joint: boo
     name = CORRECTION_NAME[settings.correction]
     if kind == EXPLORATORY:
         return f"exploratory: {name} over this table's {plural(n, 'comparison')}, apart from the headline family"
+    if kind == RANKING:
+        return f"{name} over this table's {plural(n, 'comparison')}, its own family, apart from the headline family"
     if joint:
         return f"{name} over the {plural(n, 'comparison')} of the headline family"
     return f"{name} over this table's {plural(n, 'comparison')}"

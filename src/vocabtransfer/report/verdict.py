@@ -187,9 +187,20 @@ def learned_sentence(task: str, st, floor: str, settings: Settings) -> str:
     )
 
 
+def _with_weaker(sentence: str, family: Family) -> str:
+    """`sentence` saying which of its rows is a weaker listed baseline (`Family.weaker`), where one is."""
+    if not family.weaker:
+        return sentence
+    rows = ", ".join(f"{m} − {family.baseline}" for m in family.weaker)
+    weaker = " and ".join(family.weaker)
+    return (
+        f"{sentence[:-1]} ({weaker}: the weaker listed baseline{'s' if len(family.weaker) > 1 else ''}, {rows} above)."
+    )
+
+
 def _family_bullets(families: list[Family], settings: Settings) -> list[str]:
     """The bullets of the families that open a language's verdict: right after initialisation, the valid loss
-    and bits per byte against random, head to head."""
+    and bits per byte against the baseline (`Family.baseline`), head to head."""
     bullets = []
     for family in families:
         if family.title == INIT_TITLE:
@@ -214,17 +225,20 @@ def _family_bullets(families: list[Family], settings: Settings) -> list[str]:
             ]
         elif family.title.startswith("Valid loss"):
             s = family_sentence(
-                family, "valid loss", settings, "Valid loss after pretraining, method − random (negative is better)"
+                family,
+                "valid loss",
+                settings,
+                f"Valid loss after pretraining, method − {family.baseline} (negative is better)",
             )
-            bullets += [s] if s else []
-        elif family.title == BPB_TITLE:
+            bullets += [_with_weaker(s, family)] if s else []
+        elif family.title.startswith(BPB_TITLE):
             s = family_sentence(
                 family,
                 "bits per byte",
                 settings,
-                "Bits per byte of the valid text, method − random (negative is better)",
+                f"Bits per byte of the valid text, method − {family.baseline} (negative is better)",
             )
-            bullets += [s] if s else []
+            bullets += [_with_weaker(s, family)] if s else []
         elif family.title.startswith(rivals.TITLE):
             bullets += head_to_head_sentences(family, settings)
     return bullets
@@ -271,9 +285,12 @@ def language_verdict(
         for family in families:
             if family.title.startswith(f"{task}:"):
                 s = family_sentence(
-                    family, task, settings, f"{task}, method − random (points, positive is better; floor: {floor})"
+                    family,
+                    task,
+                    settings,
+                    f"{task}, method − {family.baseline} (points, positive is better; floor: {floor})",
                 )
-                bullets += [s] if s else []
+                bullets += [_with_weaker(s, family)] if s else []
     for objective in dict.fromkeys(f.objective for f in families if f.objective):
         main = next((f for f in families if f.objective == objective and f.kind != EXPLORATORY), None)
         buckets = next((f for f in families if f.objective == objective and f.kind == EXPLORATORY), None)

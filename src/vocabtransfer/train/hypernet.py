@@ -16,7 +16,8 @@ The recipe is ZeTT's (Minixhofer et al., 2024), sized for a CPU:
    causal) plus `aux_weight` × the mean squared distance of the shared pieces' rows to their source rows.
 4. **Training** by the `transformers` Trainer on the network's parameters only (AdamW, linear warm-up and
    decay, gradient clipping at 1, bf16 autocast where `precision` picks it): checkpoints every `save_every`
-   steps under checkpoints/source/hypernet, and a killed run resumes from the last with the same command.
+   steps under checkpoints/source/hypernet, and a killed run resumes from the last with the same command; one
+   log line every 5 % of the steps (tokens seen, loss, tokens/s, time left: `train.progress`), a bar on a terminal.
 
 Outputs (results/source/hypernet/): config.json and hypernet.safetensors (the network), stats.json (the
 options, the loss curve, tokens/s, seconds, peak memory, the sampled vocabulary sizes).
@@ -291,6 +292,9 @@ def fit(
         callbacks=[rows()],
         data_collator=lambda items: {"step": torch.tensor([it["step"] for it in items])},
     )
+    from vocabtransfer.train.progress import install  # transformers at its top: imported where the network trains
+
+    install(trainer, "hypernet", log, tokens=lambda state: sum(r.get("tokens", 0) for r in model.rows))
     start = time.perf_counter()
     if done:
         log.info("hypernet: resuming from %s", done[-1][1])

@@ -9,7 +9,9 @@ checkpoints: `train.checkpoints`).
   `train.sharding`), the model is not wrapped in DDP and its checkpoints are torch distributed
   checkpoints of the model's and optimiser's shards.
 * `MetricsCallback`: the metrics rows (valid loss every `eval_every` steps or at token budgets, train loss,
-  learning rate, tokens/s), the progress bar, the rows stored in each checkpoint, and the embedding-only warm-up.
+  learning rate, tokens/s), one log line per evaluation (tokens seen, valid loss, tokens/s, time left:
+  `vocabtransfer.log.Progress`), the progress bar on a terminal, the rows stored in each checkpoint, and the
+  embedding-only warm-up.
 
 This module imports torch and transformers at its top: the pretrain stage imports it when it trains.
 """
@@ -29,7 +31,7 @@ from transformers import Trainer, TrainerCallback
 
 from vocabtransfer import io
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.log import progress
+from vocabtransfer.log import Progress, progress
 from vocabtransfer.model import bf16_kernels, heads
 from vocabtransfer.train import parallel, sharding
 from vocabtransfer.train.distill import loss_terms
@@ -228,6 +230,7 @@ class MetricsCallback(TrainerCallback):
         self.warmup_steps, self.embedding_params = warmup_steps, embedding_params
         self.bar = None
         self.mark = (time.perf_counter(), 0)
+        self.progress: Progress | None = None  # the evaluations' log line: rate and time left since the start
         # a cool-down branch (its label; train.cooldown) is scored at its end only, not before its first update
         self.initial, self.desc = branch is None, branch or "pretrain"
 
@@ -259,6 +262,7 @@ class MetricsCallback(TrainerCallback):
             log.info("embedding warm-up: body frozen until step %d", self.warmup_steps)
         if self.budgets is not None:  # resumed: the budgets reached before the checkpoint are in its rows
             self.budgets = [b for b in self.budgets if b > int(state.num_input_tokens_seen)]
+        self.progress = Progress(self.desc, state.max_steps, state.global_step, int(state.num_input_tokens_seen))
         if self.initial and state.global_step == 0 and 0 not in self.rows:
             self._score(model, self._row(state, lr_scheduler))
         self.mark = (time.perf_counter(), int(state.num_input_tokens_seen))
@@ -282,13 +286,9 @@ class MetricsCallback(TrainerCallback):
             row["valid_block_loss"] = blocks  # kept in the checkpoints' rows: the curve's clusters
         if self.bits is not None:
             row["valid_bits_per_byte"] = self.bits(model)
-        log.info(
-            "step %d (%d tokens seen): valid loss %.4f%s",
-            row["step"],
-            row["tokens_seen"],
-            row["valid_loss"],
-            "" if self.bits is None else f", {row['valid_bits_per_byte']:.4f} bits per byte",
-        )
+        bits = "" if self.bits is None else f", {row['valid_bits_per_byte']:.4f} bits per byte"
+        if self.progress is not None:
+            log.info(self.progress.line(row["step"], row["tokens_seen"], row["valid_loss"], "valid loss", bits))
 
     def _due(self, state) -> bool:
         """Whether this step evaluates: every `eval_every` steps, or (token budgets) the first step whose
@@ -317,7 +317,7 @@ class MetricsCallback(TrainerCallback):
         row.update({k: float(logs[k]) for k in DISTILL_COLUMNS if k in logs})  # distill only
         if self.bar is not None:
             self.bar.set_postfix(loss=f"{logs['loss']:.3f}", tok_s=f"{speed:.0f}")
-        log.info(
+        log.debug(  # the evaluations' lines are the run's progress (`_score`)
             "step %d: train loss %.4f, lr %.3g, %.0f tokens/s",
             state.global_step,
             logs["loss"],
