@@ -136,7 +136,7 @@ def test_source_model_as_its_own_initialisation(tmp_path, en_wp, caplog):
     assert "no bits per byte for source, same, other (bits per byte needs a causal LM" in caplog.text
     assert same["bytes_per_token"] == ref["bytes_per_token"] > 1 and same["n_bytes"] == ref["n_bytes"] > 1000
     image = matplotlib.image.imread(out.with_suffix(".png"))
-    assert image.shape[:2] == (int(120 * (1.5 + 0.32 * 2)), 120 * 11)  # two methods, loss and retrieval panels
+    assert image.shape[:2] == (int(120 * (2.4 + 0.32 * 2)), 120 * 11)  # two methods, loss and retrieval panels
 
 
 def test_translations_and_causal_models(tmp_path, en_wp):
