@@ -26,17 +26,35 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from vocabtransfer.errors import VocabTransferError
+from vocabtransfer.errors import VocabTransferError, brief
 from vocabtransfer.model import gguf_vocab
 
 log = logging.getLogger(__name__)
 
 ARCHITECTURES = {"llama": "llama", "gemma3_text": "gemma3", "gpt2": "gpt2"}  # config.model_type -> GGUF's name
 DTYPES = ("f32", "f16", "bf16")
+GPT2_POSITIONS = 1024  # the n_positions transformers gives a GPT-2 read from GGUF (it maps the context to n_ctx)
 # per-line log-likelihood agreement of the file read back with the exported model: f32 holds the same numbers;
 # f16 and bf16 round every matrix (about 3 and 2 significant digits), so a line's sum moves by a few hundredths
 # of a nat per token at most
 TOLERANCE = {"f32": 1e-3, "f16": 0.02, "bf16": 0.1}  # nats per token, the largest |Δ| over lines / tokens scored
+
+
+def obstacle(config, tokenizer) -> str | None:
+    """Why this model and tokenizer cannot go into a GGUF file that transformers reads back (None: they can)."""
+    model_type = getattr(config, "model_type", "?")
+    if model_type not in ARCHITECTURES:
+        kind = ", ".join(getattr(config, "architectures", None) or ["?"])
+        return f"the model is {model_type} ({kind}); GGUF export writes the decoders {', '.join(sorted(ARCHITECTURES))}"
+    backend = tokenizer.backend_tokenizer.to_str()
+    if '"type":"BPE"' not in backend.replace(" ", ""):
+        return "the target tokenizer is not BPE; GGUF export writes BPE tokenizers (byte-level or SentencePiece-style)"
+    if model_type == "gpt2" and config.n_positions != GPT2_POSITIONS:
+        return (
+            f"transformers' GGUF loader keeps GPT-2's n_positions at {GPT2_POSITIONS} whatever the file says, and "
+            f"this model has {config.n_positions} positions, so the file would not load back"
+        )
+    return None
 
 
 def architecture(config) -> str:
@@ -210,14 +228,30 @@ def line_loglik(model, tokenizer, lines: list[str], max_tokens: int = 128, batch
     return ids, out
 
 
+BOOKKEEPING = {"_name_or_path", "_model_name_or_path", "dtype", "torch_dtype", "quantization_config", "architectures"}
+
+
+def _config_changes(ours, theirs) -> str:
+    """The first config keys that the file read back sets otherwise, as `key: ours -> theirs`."""
+    a, b = ours.to_dict(), theirs.to_dict()
+    changed = [k for k in sorted(set(a) | set(b)) if k not in BOOKKEEPING and a.get(k) != b.get(k)]
+    return ", ".join(f"{k}: {a.get(k)!r} -> {b.get(k)!r}" for k in changed[:3]) or "none found in the config"
+
+
 def round_trip(path: Path, model, tokenizer, lines: list[str], dtype: str) -> dict:
     """Step 6: the file read back by transformers against `model` and `tokenizer` on `lines`; one line naming
     the first difference when the token ids differ or a line's log-likelihood moves by more than TOLERANCE."""
     from transformers import AutoModelForCausalLM, AutoTokenizer  # transformers: heavy, not at CLI start-up
 
     folder, name = str(Path(path).parent), Path(path).name
-    back_tok = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-    back = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32).eval()
+    try:
+        back_tok = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+        back = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32).eval()
+    except Exception as exc:  # transformers raises many kinds for a file it cannot map back
+        raise VocabTransferError(
+            f"export.gguf: {path}: transformers cannot read the written file back ({brief(exc)}); "
+            "export without GGUF (export.gguf: none)"
+        ) from exc
     model = model.eval()
     ids, ours = line_loglik(model, tokenizer, lines)
     back_ids, theirs = line_loglik(back, back_tok, lines)
@@ -236,7 +270,8 @@ def round_trip(path: Path, model, tokenizer, lines: list[str], dtype: str) -> di
         raise VocabTransferError(
             f"export.gguf: {path}: read back by transformers, the model scores the valid lines differently "
             f"(up to {worst:.3g} nats per token, more than {TOLERANCE[dtype]} for {dtype}); its config has "
-            "settings GGUF does not carry: export without GGUF (export.gguf: none)"
+            f"settings GGUF does not carry ({_config_changes(model.config, back.config)}): export without GGUF "
+            "(export.gguf: none)"
         )
     return {
         "lines": len(lines),
