@@ -19,6 +19,7 @@ reads back (`from_pretrained(…, gguf_file=…)`).
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 from pathlib import Path
@@ -46,8 +47,7 @@ def obstacle(config, tokenizer) -> str | None:
     if model_type not in ARCHITECTURES:
         kind = ", ".join(getattr(config, "architectures", None) or ["?"])
         return f"the model is {model_type} ({kind}); GGUF export writes the decoders {', '.join(sorted(ARCHITECTURES))}"
-    backend = tokenizer.backend_tokenizer.to_str()
-    if '"type":"BPE"' not in backend.replace(" ", ""):
+    if json.loads(tokenizer.backend_tokenizer.to_str())["model"].get("type") != "BPE":
         return "the target tokenizer is not BPE; GGUF export writes BPE tokenizers (byte-level or SentencePiece-style)"
     if model_type == "gpt2" and config.n_positions != GPT2_POSITIONS:
         return (

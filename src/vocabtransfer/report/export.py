@@ -147,13 +147,11 @@ def write_gguf(ctx, opts: ExportParams, model_dir: Path, out: Path, general: dic
     if opts.gguf == "none":
         return None, "export.gguf is none"
     import torch  # torch: heavy, not at CLI start-up
-    from transformers import AutoModelForCausalLM, AutoTokenizer  # transformers: heavy, not at CLI start-up
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer  # transformers: heavy, not at start-up
 
     from vocabtransfer.model import gguf_export
     from vocabtransfer.model.line_bits import valid_lines
     from vocabtransfer.model.modeling import detect_kind
-
-    from transformers import AutoConfig
 
     config = AutoConfig.from_pretrained(str(model_dir))
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
