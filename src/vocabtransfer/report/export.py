@@ -228,9 +228,9 @@ def _score(task: str, results: dict, settings, lang: str):
 def rebuild_lines(lang: str, opts: ExportParams, model_name: str) -> list[str]:
     named = f"export.model: {model_name}" if opts.model else f"export.model: null, the recommended run: {model_name}"
     return [
-        "vocabtransfer validate                         # params.yaml (and your overlays) checked before any job",
+        "vocabtransfer validate   # params.yaml (and your overlays) checked before any job",
         f"snakemake --cores 2 {paths.fill(paths.EXPORT_DIR, lang=lang)}   # every stage it needs, then this export",
-        f"# or, once the study has run: vocabtransfer export --lang {lang}   ({named})",
+        f"# once the study has run, the export alone: vocabtransfer export --lang {lang}   ({named})",
     ]
 
 

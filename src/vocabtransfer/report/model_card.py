@@ -112,8 +112,9 @@ def metadata(f: CardFacts) -> str:
 def _interval(d: Difference | None, confidence: float) -> str:
     if d is None:
         return "–"
-    runs = f"{d.n_pseeds or 1} × {d.n_fseeds or 1} runs" if d.n_fseeds else "1 run"
-    return f"{d.diff:.1f} [{d.low:.1f}, {d.high:.1f}] ({runs}, {d.n_clusters} clusters)"
+    from vocabtransfer.report.tables import seeds_text
+
+    return f"{d.diff:.1f} [{d.low:.1f}, {d.high:.1f}] ({seeds_text(d)}, {d.n_clusters} clusters)"
 
 
 def _fmt(x: float | None, digits: int = 3) -> str:
@@ -123,7 +124,10 @@ def _fmt(x: float | None, digits: int = 3) -> str:
 def training_table(f: CardFacts) -> list[str]:
     s = f.run_stats
     rows = [
-        ("source model", f"`{f.source_model}`" + (f" ({f.base_model})" if f.base_model else "")),
+        (
+            "source model",
+            f"`{f.source_model}`" + (f" ({f.base_model})" if f.base_model not in (None, f.source_model) else ""),
+        ),
         ("target tokenizer", f"{f.tokenizer_size} tokens, trained on the {f.lang} corpus"),
         ("initialisation", f"`{f.method}`"),
         ("continued pretraining", f"`{f.objective}` objective, pretraining seed {f.pseed}"),
