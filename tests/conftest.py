@@ -174,8 +174,9 @@ ONE_THREAD = [
 
 @pytest.fixture(scope="session")
 def workflow_run(tmp_path_factory, shared_data):
-    """`snakemake --cores 2 results/report.md` ONCE per test session on tests/workflow/params.yaml laid over the
-    repository's params.yaml (DVC needs every leaf): every stage for sw, up to the report. The modules that
+    """`snakemake --cores 2 results/report.md results/sw/export` ONCE per test session on tests/workflow/params.yaml
+    laid over the repository's params.yaml (DVC needs every leaf): every stage for sw, up to the report and the
+    export. The modules that
     read it (test_workflow.py, test_resume.py) are one pytest-xdist group, so one worker runs it. `digests`
     holds the sha256 of WORKFLOW_UPSTREAM as the run left them."""
     from types import SimpleNamespace
@@ -188,7 +189,8 @@ def workflow_run(tmp_path_factory, shared_data):
     env = workflow_environment(shared_data)
     work = tmp_path_factory.mktemp(SESSION_PREFIX + "snakemake")
     setup_workdir(work, params, env)
-    run_command([str(BIN / "snakemake"), "--cores", "2", "results/report.md", *ONE_THREAD], work, env)
+    targets = ["results/report.md", "results/sw/export"]
+    run_command([str(BIN / "snakemake"), "--cores", "2", *targets, *ONE_THREAD], work, env)
     return SimpleNamespace(
         work=work, env=env, params=params, digests={path: digest(work / path) for path in WORKFLOW_UPSTREAM}
     )

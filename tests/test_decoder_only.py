@@ -350,6 +350,34 @@ def test_decoder_only_pretraining_lowers_the_clm_loss_and_the_result_generates(r
     assert set(buckets["objective"]) == {"init", *objectives}
 
 
+@pytest.mark.parametrize("kind", ["llama", "gpt2"])
+def test_decoder_only_export_writes_gguf_where_transformers_reads_it_back(request, kind):
+    """The run's export (rule all): the Llama source's recommended run as a folder and a GGUF file that transformers
+    read back at export with the same token ids; the GPT-2 source (256 positions, which transformers' GGUF loader
+    would read as 1,024) gets the folder and the reason it has no GGUF file."""
+    from transformers import AutoTokenizer
+
+    run = _run(request, kind)
+    folder = run.work / "results/sw/export"
+    exported = _json(folder / "export.json")
+    assert exported["model"].startswith("focus-")  # focus is the one pretrained method besides the baseline
+    assert (
+        _causal(folder).config.model_type == kind
+        and "pipeline_tag: text-generation" in (folder / "README.md").read_text()
+    )
+    files = list(folder.glob("*.gguf"))
+    if kind == "gpt2":
+        assert files == [] and "n_positions" in exported["no_gguf"]
+        return
+    (path,) = files
+    check = exported["gguf"]["round_trip"]
+    assert check["lines"] > 0 and check["identical_token_ids"] == check["lines"]
+    assert check["max_abs_loglik_per_token"] <= check["tolerance"] == 1e-3  # the source's float32: f32
+    lines = text_lines("sw", 50, start=2000)
+    ours, back = AutoTokenizer.from_pretrained(folder), AutoTokenizer.from_pretrained(folder, gguf_file=path.name)
+    assert [back(line)["input_ids"] for line in lines] == [ours(line)["input_ids"] for line in lines]
+
+
 @pytest.mark.parametrize("kind, family", [("llama", "Llama"), ("gpt2", "GPT2")])
 def test_decoder_only_fine_tuning_uses_the_architectures_task_heads(request, kind, family):
     """NLI, QA and NER each ran with the architecture's own head; the tokenizer had no pad token, so the

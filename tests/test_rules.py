@@ -180,6 +180,7 @@ def test_the_number_of_jobs_of_each_rule_follows_from_the_params_by_hand(shared_
         "floor": task_langs,  # one per language and enabled task with data there
         "finetune_eval": task_langs * models * params["eval"]["seeds"],
         "report": 1,
+        "export": langs if pretrained else None,  # the recommended run of each language (report/export.py)
     }
     assert rule_counts(shared_data, *(["--configfile", overlay] if overlay else [])) == {
         rule: n for rule, n in expected.items() if n is not None

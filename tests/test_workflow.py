@@ -379,6 +379,63 @@ def test_pretraining_analyses_and_downstream_evaluation_reach_the_report(workdir
     assert figures and all((work / "results" / f).read_bytes().startswith(b"\x89PNG") for f in figures)
 
 
+def test_export_gives_a_folder_from_pretrained_loads_with_a_model_card_the_hub_parses(workdir, tmp_path):
+    """The run's export (results/sw/export): the recommended run (the report's pick, here the lowest mean final
+    valid loss of the standard runs as the tiny run's methods tie, and its median seed, recomputed from the
+    metrics) as a folder transformers loads, with a model card whose metadata huggingface_hub parses; `vocabtransfer
+    export` with a run named in export.model exports that one, and one that does not exist is refused in one
+    line."""
+    import pandas as pd
+    from huggingface_hub import ModelCard
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    work, env, params = workdir
+    folder = work / "results/sw/export"
+    finals: dict = {}  # method-objective -> pretraining seed -> final valid loss, random (report.baseline) left out
+    for path in work.glob("results/sw/pretrain/*/*/pseed*/metrics.parquet"):
+        method, objective, pseed = path.parts[-4], path.parts[-3], int(path.parts[-2][len("pseed") :])
+        if method != "random" and objective == "standard":  # the report's candidates
+            loss = pd.read_parquet(path).dropna(subset=["valid_loss"]).sort_values("step")["valid_loss"].iloc[-1]
+            finals.setdefault(f"{method}-{objective}", {})[pseed] = float(loss)
+    best = min(finals, key=lambda g: sum(finals[g].values()) / len(finals[g]))
+    seed = sorted(finals[best], key=finals[best].get)[(len(finals[best]) - 1) // 2]
+    assert json.loads((folder / "export.json").read_text())["model"] == f"{best}-pseed{seed}", finals
+    model, tokenizer = AutoModelForMaskedLM.from_pretrained(folder), AutoTokenizer.from_pretrained(folder)
+    assert model.get_input_embeddings().weight.shape[0] == len(tokenizer) == params["tokenizer"]["vocab_size"]
+    card = ModelCard.load(folder / "README.md")
+    assert card.data.base_model == "sentence-transformers/all-MiniLM-L6-v2"
+    assert card.data.language == ["sw"] and card.data.license == "apache-2.0"
+    assert card.data.library_name == "transformers" and card.data.pipeline_tag == "fill-mask"
+    assert {"vocabtransfer", f"init-{best.split('-')[0]}"} <= set(card.data.tags)
+    text = card.text
+    assert "Recommended by the report's rule" in text and f"pretraining seed {seed} of {best}" in text
+    assert "tokens trained" in text and "valid loss" in text and "snakemake --cores 2 results/sw/export" in text
+    # downstream scores with intervals for every task, the source's beside them (eval.models lists both)
+    for task in ("nli", "qa", "ner"):
+        row = next(line for line in text.splitlines() if line.startswith(f"| {task} |"))
+        assert row.count("[") == 2, row
+    assert not list(folder.glob("*.gguf")) and "No GGUF file: the source is an encoder" in text
+
+    _restore_params(work, params)
+    kept = tmp_path / "export"
+    shutil.move(folder, kept)  # the run's own export, put back below
+    try:
+        named = tmp_path / "named.yaml"
+        named.write_text("export: {model: focus-selfish-pseed1}\n")
+        command = [str(BIN / "vocabtransfer"), "export", "--params", "params.yaml", str(named), "--lang", "sw"]
+        run_command(command + ["--threads", "1"], work, env)
+        assert json.loads((folder / "export.json").read_text())["model"] == "focus-selfish-pseed1"
+        assert "The run `export.model` names (focus-selfish-pseed1)" in (folder / "README.md").read_text()
+        named.write_text("export: {model: focus-selfish-pseed7}\n")
+        bad = subprocess.run(command, cwd=work, env=env, capture_output=True, text=True)
+        errors = [line for line in bad.stderr.splitlines() if line.startswith("error:")]
+        assert bad.returncode == 1 and len(errors) == 1, bad.stderr
+        assert "export.model: 'focus-selfish-pseed7' is no pretraining run of sw" in bad.stderr
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+        shutil.move(kept, folder)
+
+
 def _restore_params(work: Path, params: dict) -> None:
     """The run's own params.yaml (an earlier test edits fasttext.epochs)."""
     (work / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))

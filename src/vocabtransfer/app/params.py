@@ -31,6 +31,7 @@ from vocabtransfer.init.methods.options import FACTORIZATIONS
 from vocabtransfer.init.methods.registry import declared_sections
 from vocabtransfer.init.source_head import SourceHeadParams
 from vocabtransfer.pipeline import config, typed
+from vocabtransfer.report.export import ExportParams
 from vocabtransfer.report.tables import ReportParams
 from vocabtransfer.train.pretrain_params import PretrainParams
 
@@ -51,6 +52,7 @@ SECTIONS: dict[str, type | None] = {
     "token_frequency_loss": TokenFrequencyLossParams,
     "gradient_scenarios": GradientScenariosParams,
     "lm_eval": LmEvalParams,
+    "export": ExportParams,
 }
 
 

@@ -29,7 +29,7 @@ from vocabtransfer.pipeline import paths
 from vocabtransfer.pipeline.typed import field_leaves
 from vocabtransfer.pipeline.stage_spec import Stage, contract_fault
 from vocabtransfer.registry import Registry
-from vocabtransfer.report import build, tables
+from vocabtransfer.report import build, export, tables
 from vocabtransfer.train import pretrain, tune_lr
 
 
@@ -400,6 +400,20 @@ REPORT = Stage(
     code=("report/build.py",),
 )
 
+EXPORT = Stage(  # what a user takes away: one run as a Hugging Face folder with its model card (and GGUF)
+    name="export",
+    run=export.run,
+    help="the recommended pretrained run (or export.model's) as a Hugging Face folder with a model card, and a GGUF "
+    "file for a decoder source",
+    inputs=lambda params, wc: export.inputs(params, wc, STAGES),
+    outputs={"export": paths.EXPORT_DIR},
+    directories=frozenset({"export"}),
+    params=("seed", "source_model", "report.baseline", "report.confidence", "report.bootstrap_resamples"),
+    extra_params=job_plans.section_leaves(export.ExportParams, "export"),
+    code=("report/export.py",),
+    skip_reason=export.check,
+)
+
 # the table, in the order above (topological: tests/test_dag.py); each declaration checked against the stage
 # contract (stage_spec.contract_fault), a name declared twice refused
 STAGES: Registry[Stage] = Registry("stage", check=contract_fault)
@@ -424,6 +438,7 @@ for _stage in (
     TOKEN_FREQUENCY_LOSS,
     GRADIENT_SCENARIOS,
     LM_EVAL,  # evaluate
-    REPORT,  # report
+    REPORT,
+    EXPORT,  # report
 ):
     STAGES.register(_stage.name)(_stage)

@@ -170,6 +170,10 @@ REPORT_FIGURES = "results/report/figures"  # the report's PNG figures
 REPORT_CURVES = "results/report/curves"  # valid-loss curves as CSV, one per language (DVC plots)
 REPORT_METRICS = "results/report/metrics.json"  # final scores per language, model and task (DVC metrics)
 
+# the exported run of a language (report/export.py): the pretrained model's Hugging Face folder with its model card
+# (README.md), export.json and, for a decoder source, a GGUF file of the model and its tokenizer
+EXPORT_DIR = "results/{lang}/export"
+
 # lm-evaluation-harness, zero-shot (evaluate/harness.py): per language and model, the aggregate scores and
 # the per-item samples the report pairs across models
 LM_EVAL_SCORES = "results/{lang}/lm_eval/{model}/scores.json"
