@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from vocabtransfer.evaluate import bits_per_byte, bpb_floor, stats
-from vocabtransfer.init import availability
+from vocabtransfer.plan import availability
 from vocabtransfer.pipeline import names
 from vocabtransfer.report.read import OBJECTIVE_ORDER, Language
 from vocabtransfer.report.tables import SOURCE_ROW, Family, Row, Settings, _corrected, bpb_runs, seeds_text, zero_like

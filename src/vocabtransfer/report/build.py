@@ -23,16 +23,13 @@ from __future__ import annotations
 import logging
 import math
 from pathlib import Path
-from typing import Mapping
 
 from vocabtransfer import io
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.init import availability
 from vocabtransfer.pipeline import paths
 from vocabtransfer.pipeline.typed import Params
 from vocabtransfer.report import harness_table
 from vocabtransfer.report import distill_terms
-from vocabtransfer.report import read
 from vocabtransfer.report import markdown
 from vocabtransfer.report import rivals
 from vocabtransfer.report import study_setup
@@ -45,33 +42,12 @@ from vocabtransfer.report import compute
 from vocabtransfer.report.bpb_markdown import bits_per_byte_section
 from vocabtransfer.report.costs import read_benchmark
 from vocabtransfer.report.figures import plot_curves, plot_downstream, plot_token_curves, seed_curves, write_curves_csv
-from vocabtransfer.report.read import Plan, read_language
-from vocabtransfer.evaluate.token_frequency_loss import TokenFrequencyLossParams
-from vocabtransfer.train.pretrain_params import PretrainParams
+from vocabtransfer.report.read import read_language
+from vocabtransfer.plan.report_plans import Plan, ReportParams, plan
+from vocabtransfer.plan.eval_plans import TokenFrequencyLossParams
+from vocabtransfer.plan.pretrain_params import PretrainParams
 
 log = logging.getLogger(__name__)
-
-
-def curves_csv(lang: str) -> str:
-    return f"{paths.REPORT_CURVES}/{lang}.csv"
-
-
-def dvc_plots(params: Params) -> dict[str, dict]:
-    """Top-level DVC plot definitions: per language, the valid loss of every run against the step."""
-    models = [f"{m}-{o}" for m, o in availability.pretrain_pairs(params)]
-    if not models:
-        return {}
-    return {
-        f"valid_loss_{lang}": {
-            "template": "linear",
-            "x": "step",
-            "y": {curves_csv(lang): list(models)},
-            "title": f"{lang}: valid loss during continued pretraining",
-            "x_label": "step",
-            "y_label": "valid loss",
-        }
-        for lang in params.languages
-    }
 
 
 def job_seconds(root: Path) -> float | None:
@@ -113,7 +89,7 @@ def _stats_file(path: Path) -> dict | None:
     return io.read_json(path) if path.is_file() else None
 
 
-def write_report(params: Params, report: tables.ReportParams, p: Plan, root: Path = Path(".")) -> Path:
+def write_report(params: Params, report: ReportParams, p: Plan, root: Path = Path(".")) -> Path:
     """Read everything under `root`, write the report, its figures, curves and metrics there; `report`
     is params `report`, typed."""
     root = Path(root)
@@ -305,16 +281,6 @@ def _opening(p: Plan) -> str:
     )
 
 
-# the stages whose jobs' artefacts the report reads (`read.plan`)
-PLANNED = ("pretrain", "token_frequency_loss", "gradient_scenarios", "finetune_eval", "lm_eval", "pretrain_tune")
-
-
-def plan(params: Params, stages: Mapping) -> Plan:
-    """Every artefact the report reads (`run` reads them, and they are its inputs), from the job planner
-    of the stages that write them (`stages`: the stage table, vocabtransfer.app.stages.STAGES)."""
-    return read.plan(params, {name: stages[name] for name in PLANNED})
-
-
 def run(ctx) -> None:
-    out = write_report(ctx.params, ctx.section("report", tables.ReportParams), plan(ctx.params, ctx.stages))
+    out = write_report(ctx.params, ctx.section("report", ReportParams), plan(ctx.params, ctx.stages))
     log.info("report: %s (figures in %s)", out, paths.REPORT_FIGURES)

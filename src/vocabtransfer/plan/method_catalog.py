@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from vocabtransfer.init.methods.options import (
+from vocabtransfer.plan.method_options import (
     FocusOptions,
     FvtOptions,
     HypernetOptions,
@@ -24,7 +24,7 @@ from vocabtransfer.init.methods.options import (
     SnmfOptions,
     WechselOptions,
 )
-from vocabtransfer.init.methods.registry import MethodInfo
+from vocabtransfer.plan.methods import MethodInfo
 from vocabtransfer.pipeline import paths
 from vocabtransfer.pipeline.typed import Params
 
