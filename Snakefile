@@ -1,6 +1,6 @@
 # vocabtransfer workflow: `snakemake --cores N` reproduces the whole study.
 # Every rule's shell is `vocabtransfer <stage> …`; the rules are generated from the stage table
-# src/vocabtransfer/app/stages.py (the same table that generates dvc.yaml).
+# src/vocabtransfer/plan/stages.py (the same table that generates dvc.yaml).
 
 from snakemake.utils import min_version
 

@@ -23,7 +23,7 @@ from vocabtransfer.model import modeling
 from vocabtransfer.model.hub import load_tokenizer, resolve_model_path
 from vocabtransfer.init.factorize import factorize_source
 from vocabtransfer.init.factors import relative_error
-from vocabtransfer.init.methods.options import SnmfOptions
+from vocabtransfer.plan.method_options import SnmfOptions
 
 
 def main() -> None:

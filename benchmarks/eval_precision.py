@@ -41,6 +41,8 @@ from pathlib import Path
 
 import numpy as np
 
+from vocabtransfer.plan import harness_plans
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
@@ -92,10 +94,10 @@ def xnli_part(args, model: Path) -> dict:
         lines = (DATA / "xnli" / name).read_text(encoding="utf-8").splitlines(keepends=True)
         (Path(root) / "xnli" / name).write_text("".join(lines[args.xnli_skip :]), encoding="utf-8")
         os.environ["VOCABTRANSFER_DATA"] = root
-        runs, manager = {}, harness.task_manager()  # the task index built once, outside the timings
+        runs, manager = {}, harness_plans.task_manager()  # the task index built once, outside the timings
         for precision in ("fp32", "bf16"):
             start = time.perf_counter()
-            opts = harness.LmEvalParams(num_fewshot=0, limit=args.xnli_items, batch_size=8, precision=precision)
+            opts = harness_plans.LmEvalParams(num_fewshot=0, limit=args.xnli_items, batch_size=8, precision=precision)
             results = harness.evaluate(model, [f"local_xnli_{args.lang}"], opts, manager=manager)
             rows = sorted(harness.samples_table(results).to_pylist(), key=lambda r: r["doc_id"])
             runs[precision] = (rows, time.perf_counter() - start)
@@ -131,7 +133,8 @@ def xnli_row(fp32: list[dict], bf16: list[dict], t32: float, t16: float, resampl
 def qa_part(args, model: Path) -> dict:
     """QA fine-tuned on the training questions minus a dev split, the dev split scored in fp32 and in bf16."""
     from vocabtransfer.evaluate.finetune_eval import finetune
-    from vocabtransfer.evaluate.tasks import EvalParams, Splits, get_task, open_source, split_by_group, subsample
+    from vocabtransfer.evaluate.tasks import Splits, get_task, open_source, split_by_group, subsample
+    from vocabtransfer.plan.task_options import EvalParams
     from vocabtransfer.app.params import validate_params
     from vocabtransfer.pipeline.config import read_yaml, typed_section
 

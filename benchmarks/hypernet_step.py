@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from vocabtransfer.init.methods.options import HypernetOptions
+from vocabtransfer.plan.method_options import HypernetOptions
 from vocabtransfer.model import hypernet as network
 from vocabtransfer.model.precision import resolve
 from vocabtransfer.train import hypernet as stage

@@ -108,7 +108,7 @@ def main(argv=None) -> int:
 
     from vocabtransfer.init.methods.focus import FocusInputs, focus_embeddings, has_vector
     from vocabtransfer.init.methods.omp import batch_omp, omp_embeddings
-    from vocabtransfer.init.methods.options import OmpOptions
+    from vocabtransfer.plan.method_options import OmpOptions
     from vocabtransfer.model.hub import resolve_model_path
     from vocabtransfer.data.overlap import compute_overlap, overlap_pairs
 

@@ -252,7 +252,7 @@ def make_trainer(impl: str, model, kind: str, workdir: Path, bf16: bool, checkpo
 
     from vocabtransfer.train.objective_trainer import ObjectiveTrainer
     from vocabtransfer.train.pretrain_setup import training_arguments
-    from vocabtransfer.train.pretrain_params import PretrainParams
+    from vocabtransfer.plan.pretrain_params import PretrainParams
 
     if checkpointing:  # as the pretrain stage does for pretrain.gradient_checkpointing (the Trainer's own call)
         model.activation_checkpointing_enable()

@@ -86,7 +86,8 @@ def build_inputs(args) -> dict:
 
     from vocabtransfer.data.fasttext_models import train_fasttext
     from vocabtransfer.data.fasttext_vectors import token_vectors
-    from vocabtransfer.data.corpus import CorpusParams, build_corpus
+    from vocabtransfer.data.corpus import build_corpus
+    from vocabtransfer.plan.data_params import CorpusParams
     from vocabtransfer.data.overlap import compute_overlap, overlap_pairs
     from vocabtransfer.data.tokenizer import train_tokenizer
     from vocabtransfer.evaluate.bits_per_byte import valid_lines
@@ -199,7 +200,7 @@ def main(argv=None) -> int:
     from vocabtransfer.init.initialise import transfer_bias
     from vocabtransfer.init.methods.focus import FocusInputs, focus_embeddings
     from vocabtransfer.init.methods.omp import omp_embeddings
-    from vocabtransfer.init.methods.options import OmpOptions
+    from vocabtransfer.plan.method_options import OmpOptions
     from vocabtransfer.model import modeling
     from vocabtransfer.model.hub import load_tokenizer
 

@@ -60,7 +60,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def dev_splits(args):
     """(the task with the params' options, the dev Splits: train = the rest of the training data, test = dev)."""
-    from vocabtransfer.evaluate.tasks import EvalParams, Splits, get_task, open_source, split_by_group, subsample
+    from vocabtransfer.evaluate.tasks import Splits, get_task, open_source, split_by_group, subsample
+    from vocabtransfer.plan.task_options import EvalParams
     from vocabtransfer.app.params import validate_params
     from vocabtransfer.pipeline.config import merge_overlay, read_yaml, typed_section
 

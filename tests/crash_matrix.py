@@ -76,7 +76,7 @@ class Point:
 
 def _job(stage: str, params: dict) -> tuple[dict, list[str]]:
     """The stage's first job for sw (or its one job) and its output paths."""
-    from vocabtransfer.app.stages import STAGES
+    from vocabtransfer.plan.stages import STAGES
     from vocabtransfer.pipeline import paths
 
     spec = STAGES[stage]
@@ -410,7 +410,7 @@ def main() -> int:
         "stage's job, which the shared workflow config does not plan (default stages: lm_eval)",
     )
     args = parser.parse_args()
-    from vocabtransfer.app.stages import STAGES
+    from vocabtransfer.plan.stages import STAGES
 
     data = Path(os.environ.get("VOCABTRANSFER_DATA", REPO.parent / "shared" / "data"))
     if not args.reference.exists():

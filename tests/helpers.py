@@ -347,18 +347,16 @@ def filled_params(tree: dict):
 
 def make_ctx(func: str, wildcards: dict, inputs: dict, outputs: dict, params):
     """A stage Context with explicit paths, for the stage function `func` ("module:function")."""
-    import importlib
-
     from vocabtransfer.pipeline.stage_spec import Context, Stage
 
     module, _, function = func.partition(":")
     stage = Stage(
         name=module.rsplit(".", 1)[-1],
-        run=getattr(importlib.import_module(module), function),
+        run=func,
         help="",
         wildcards=tuple(wildcards),
     )
-    from vocabtransfer.app.stages import STAGES
+    from vocabtransfer.plan.stages import STAGES
 
     from vocabtransfer.pipeline.typed import Params
 
@@ -633,7 +631,7 @@ def run_method(name: str, problem, options: dict | None = None, factorization: d
     checked by the schema as params are (one line naming the key)."""
     from vocabtransfer.init.factorize import FACTORIZATIONS
     from vocabtransfer.init.methods import get_method
-    from vocabtransfer.init.methods.registry import info
+    from vocabtransfer.plan.methods import info
     from vocabtransfer.init.methods.variants import FactorizedOptions
     from vocabtransfer.pipeline.config import typed_section
 

@@ -18,6 +18,7 @@ from vocabtransfer.model.lmdata import lm_batches, pack_lines
 from vocabtransfer.evaluate import token_frequency_loss
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.model.losses import objective_loss
+from vocabtransfer.plan import eval_plans
 
 from helpers import filled_params, make_ctx, save_dir, text_lines, tiny_bert, tiny_llama, wordpiece_tokenizer
 
@@ -224,7 +225,7 @@ def test_stages_end_to_end(tmp_path, wp, one_thread, caplog):
             "gradient_scenarios": {"batches": 2, "batch_size": 4, "seq_len": 64, "plot_bins": 10},
         }
     )
-    assert token_frequency_loss.scored_models(params, "xx") == [
+    assert eval_plans.scored_models(params, "xx") == [
         ("focus", "init", 1),
         ("focus", "standard", 1),
         ("focus", "selfish", 1),
@@ -238,8 +239,8 @@ def test_stages_end_to_end(tmp_path, wp, one_thread, caplog):
         "valid_ids": pretok / "valid",
         "valid_text": tmp_path / "xx" / "corpus" / "valid.parquet",
         "source_model": source,
-        token_frequency_loss.model_key("focus", "init", 1): init,
-        **{token_frequency_loss.model_key("focus", o, 1): d for o, d in pre.items()},
+        eval_plans.model_key("focus", "init", 1): init,
+        **{eval_plans.model_key("focus", o, 1): d for o, d in pre.items()},
     }
     out = tmp_path / "xx" / "token_frequency_loss.parquet"
     blocks = tmp_path / "xx" / "token_frequency_blocks.parquet"

@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from vocabtransfer.init import availability
+from vocabtransfer.plan import availability
 from vocabtransfer.app.plan import preflight
 from vocabtransfer.app import dvcgen
 from vocabtransfer.app.params import validate_params
 from vocabtransfer.pipeline.typed import Params
 from vocabtransfer.errors import VocabTransferError, brief
-from vocabtransfer.app.stages import STAGES
+from vocabtransfer.plan.stages import STAGES
 
 from conftest import BIN, REPO
 

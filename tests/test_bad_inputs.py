@@ -87,7 +87,7 @@ def _copy(good: Path, dest: Path) -> Path:
 
 
 def _outputs(stage: str, wildcards: dict) -> list[Path]:
-    from vocabtransfer.app.stages import STAGES
+    from vocabtransfer.plan.stages import STAGES
 
     return [Path(paths.fill(t, **wildcards)) for t in STAGES[stage].outputs.values()]
 

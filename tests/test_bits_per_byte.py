@@ -14,6 +14,7 @@ from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.evaluate import bits_per_byte
 from vocabtransfer.model import modeling
 from vocabtransfer.pipeline.typed import Params
+from vocabtransfer.plan import eval_plans
 
 from helpers import bpe_tokenizer, make_ctx, save_dir, text_lines, tiny_bert, tiny_llama, wordpiece_tokenizer
 
@@ -186,7 +187,6 @@ def tfl_study(tmp_path, source_model, source_tok, tok):
     import pyarrow as pa
 
     from vocabtransfer import io
-    from vocabtransfer.evaluate import token_frequency_loss
 
     from vocabtransfer.data import token_ids
 
@@ -214,9 +214,7 @@ def tfl_study(tmp_path, source_model, source_tok, tok):
         },
     }
     models = {}
-    scored = token_frequency_loss.scored_models(Params(params), "xx") + token_frequency_loss.zero_shot_models(
-        Params(params), "xx"
-    )
+    scored = eval_plans.scored_models(Params(params), "xx") + eval_plans.zero_shot_models(Params(params), "xx")
     for k, (m, o, s) in enumerate(scored):
         sub = f"init/{m}/pseed{s}" if o == "init" else f"pretrain/{m}/{o}/pseed{s}"
         models[(m, o, s)] = tiny_llama(len(tok), seed=10 + k)
@@ -228,7 +226,7 @@ def tfl_study(tmp_path, source_model, source_tok, tok):
         "train_text": xx / "corpus" / "train.parquet",
         "source_model": save_dir(source_model, source_tok, tmp_path / "source" / "model"),
         **{
-            token_frequency_loss.model_key(*key): xx
+            eval_plans.model_key(*key): xx
             / (f"init/{key[0]}/pseed{key[2]}" if key[1] == "init" else f"pretrain/{key[0]}/{key[1]}/pseed{key[2]}")
             for key in models
         },

@@ -18,7 +18,7 @@ from vocabtransfer.init.factorize import factorize_source
 from vocabtransfer.init.factors import relative_error
 from vocabtransfer.init.semi_nmf import SemiNmfSettings, block_coefficients, clustered_semi_nmf, expand_blocks, semi_nmf
 from vocabtransfer.init.methods.registry import TransferProblem
-from vocabtransfer.init.methods.options import SnmfOptions
+from vocabtransfer.plan.method_options import SnmfOptions
 from vocabtransfer.pipeline.typed import from_dict
 from vocabtransfer.init.methods.snmf import snmf
 

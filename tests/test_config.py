@@ -224,8 +224,8 @@ def test_the_init_sections_are_generated_from_the_options_classes():
     with default params agree; a mapping from Python is checked by the same schema, with its one-line errors."""
     from vocabtransfer.init.factorize import FACTORIZATIONS
     from vocabtransfer.init.methods import available
-    from vocabtransfer.init.methods.options import OfaOptions, OmpOptions
-    from vocabtransfer.init.methods.registry import info
+    from vocabtransfer.plan.method_options import OfaOptions, OmpOptions
+    from vocabtransfer.plan.methods import info
     from vocabtransfer.pipeline.typed import section_schema
 
     init = validate_params(minimal())["init"]
@@ -305,7 +305,7 @@ def test_a_null_task_data_entry_in_an_overlay_removes_that_languages_jobs():
     params = validate_params(merge_overlay(base, {"eval": {"tasks": {"qa": {"data": {"de": None}}}}}))
     assert sorted(params["eval"]["tasks"]["qa"]["data"]) == ["sw"]
     assert sorted(params["eval"]["tasks"]["ner"]["data"]) == ["de", "sw"]
-    from vocabtransfer.app.stages import STAGES
+    from vocabtransfer.plan.stages import STAGES
 
     def tasks(stage: str) -> set[tuple[str, str]]:
         return {(lang, j["task"]) for lang in params["languages"] for j in STAGES[stage].jobs(Params(params), lang)}
@@ -331,7 +331,7 @@ def test_default_pretrain_methods_follow_init_methods_but_an_explicit_list_is_ch
 
 
 def test_pretrain_pairs_choose_the_runs_and_a_pair_outside_methods_x_objectives_is_refused():
-    from vocabtransfer.init import availability
+    from vocabtransfer.plan import availability
 
     params = validate_params(
         {

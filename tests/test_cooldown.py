@@ -18,7 +18,7 @@ import pytest
 from vocabtransfer.app.params import validate_params
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.train import cooldown
-from vocabtransfer.train.pretrain_params import CooldownOptions, PretrainParams
+from vocabtransfer.plan.pretrain_params import CooldownOptions, PretrainParams
 
 from helpers import bpe_tokenizer, pretrain_outputs, pretrain_project, run_pretrain, tiny_gpt2
 
@@ -213,7 +213,7 @@ def test_a_language_can_run_fewer_passes_than_the_others():
     """pretrain.language_passes: de runs 1 pass where sw runs 2 (the second language cut first); a language the
     study does not run is refused before any job."""
     from vocabtransfer.train.pretrain import with_passes
-    from vocabtransfer.train.pretrain_params import PretrainParams
+    from vocabtransfer.plan.pretrain_params import PretrainParams
 
     opts = PretrainParams(passes=2, language_passes={"de": 1}, batch_size=32)
     assert with_passes(opts, 1000, "sw").steps == 63 and with_passes(opts, 1000, "de").steps == 32

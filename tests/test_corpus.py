@@ -15,6 +15,7 @@ from vocabtransfer.app.cli import main
 from vocabtransfer.app.params import validate_params
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.app.runner import run_stage
+from vocabtransfer.plan import data_params
 
 
 @pytest.fixture(autouse=True)
@@ -46,7 +47,7 @@ def build(tmp_path, source, seed=42, **corpus_params):
         tmp_path / "train.parquet",
         tmp_path / "valid.parquet",
         seed=seed,
-        params=corpus.CorpusParams(**corpus_params),
+        params=data_params.CorpusParams(**corpus_params),
     )
     train, valid = (pq.read_table(tmp_path / f"{s}.parquet").column("text").to_pylist() for s in ("train", "valid"))
     return train, valid, stats
@@ -263,7 +264,7 @@ def test_dev_split_is_a_band_of_what_was_train_and_leaves_valid_alone(tmp_path, 
         out / "train.parquet",
         out / "valid.parquet",
         seed=42,
-        params=corpus.CorpusParams(valid_fraction=0.1, dev_fraction=0.15),
+        params=data_params.CorpusParams(valid_fraction=0.1, dev_fraction=0.15),
         dev_path=out / "dev.parquet",
     )
     train, valid, dev = (
@@ -280,7 +281,7 @@ def test_dev_split_is_a_band_of_what_was_train_and_leaves_valid_alone(tmp_path, 
         same / "train.parquet",
         same / "valid.parquet",
         seed=42,
-        params=corpus.CorpusParams(valid_fraction=0.1, dev_fraction=0.0),
+        params=data_params.CorpusParams(valid_fraction=0.1, dev_fraction=0.0),
         dev_path=same / "dev.parquet",
     )
     for split in ("train", "valid"):
@@ -292,5 +293,5 @@ def test_dev_split_is_a_band_of_what_was_train_and_leaves_valid_alone(tmp_path, 
             same / "t.parquet",
             same / "v.parquet",
             seed=42,
-            params=corpus.CorpusParams(dev_fraction=0.1),
+            params=data_params.CorpusParams(dev_fraction=0.1),
         )

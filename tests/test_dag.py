@@ -1,4 +1,4 @@
-"""The DAG in one place (vocabtransfer.app.stages) is in topological order: every stage comes after each
+"""The DAG in one place (vocabtransfer.plan.stages) is in topological order: every stage comes after each
 stage whose outputs it reads, the edges derived from the declared input and output templates over the jobs
 of params.yaml and of every config/*.yaml laid over it (vocabtransfer.app.dag)."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from conftest import REPO
 from vocabtransfer.app import dag
-from vocabtransfer.app.stages import STAGES
+from vocabtransfer.plan.stages import STAGES
 
 
 def test_the_table_is_in_topological_order():
@@ -36,7 +36,7 @@ def test_every_artefact_path_names_the_stage_that_writes_it(tmp_path):
     and output (what a torn artefact's error names); a path no stage writes maps to nothing. The hint of an error
     naming one: delete it where it is there, run its stage first where it is not."""
     from vocabtransfer.app.producers import producer, rerun_hint
-    from vocabtransfer.app.stages import STAGES
+    from vocabtransfer.plan.stages import STAGES
     from vocabtransfer.pipeline import paths
 
     sample = {

@@ -22,6 +22,7 @@ from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.app.params import validate_params
 from vocabtransfer.pipeline.config import merge_overlay, read_yaml
 from vocabtransfer.pipeline.typed import Params
+from vocabtransfer.plan import report_plans
 
 from helpers import bpe_tokenizer, llama_seed, text_lines, tiny_gptj
 
@@ -153,8 +154,7 @@ def test_decoder_only_missing_task_head_is_a_skip_the_report_lists(tmp_path):
     from vocabtransfer.evaluate import finetune_eval
     from vocabtransfer.evaluate.tasks import Splits, get_task
     from vocabtransfer.pipeline import paths
-    from vocabtransfer.app.stages import STAGES
-    from vocabtransfer.report import build
+    from vocabtransfer.plan.stages import STAGES
     from vocabtransfer.report import markdown
     from vocabtransfer.report import read
 
@@ -185,7 +185,7 @@ def test_decoder_only_missing_task_head_is_a_skip_the_report_lists(tmp_path):
     written = tmp_path / paths.fill(paths.EVAL_RESULT, lang="sw", task="nli", model="source", seed="1")
     written.parent.mkdir(parents=True)
     written.write_text(json.dumps({"task": "nli", "model": "source", **result}))
-    plan = build.plan(Params(params), STAGES)
+    plan = report_plans.plan(Params(params), STAGES)
     plan.evals["sw"] = [{"task": "nli", "model": "source", "seed": 1}]
     lang = read.read_language("sw", plan, tmp_path)
     assert "nli" not in lang.evals and lang.skipped["nli"] == result["not_run"]

@@ -329,7 +329,7 @@ def test_the_floors_the_readme_states_are_the_floor_stage_on_the_study(shared_da
     """docs/results.md quotes each task's floor on the study's test sets (de QA and NER: at the study's sizes, why
     they are left out): the floor stage's numbers."""
     from vocabtransfer.evaluate.task_floor import floor
-    from vocabtransfer.evaluate.tasks import EvalParams
+    from vocabtransfer.plan.task_options import EvalParams
     from vocabtransfer.app.params import validate_params
     from vocabtransfer.pipeline.config import merge_overlay, read_yaml
     from vocabtransfer.pipeline.typed import from_dict
@@ -603,7 +603,7 @@ def test_the_stages_doc_shows_the_dag_of_the_declarations():
     """docs/stages.md's picture is `vocabtransfer dag` (the edges of the declarations), and its table lists
     the stages in the table's order, each command with one option per wildcard."""
     from vocabtransfer.app import dag
-    from vocabtransfer.app.stages import STAGES
+    from vocabtransfer.plan.stages import STAGES
 
     text = (DOCS / "stages.md").read_text(encoding="utf-8")
     assert f"```mermaid\n{dag.picture(REPO)}```" in text, "regenerate it: vocabtransfer dag"

@@ -6,7 +6,7 @@ import yaml
 
 from vocabtransfer.app import dvcgen
 from vocabtransfer.app.params import load_params
-from vocabtransfer.app.stages import STAGES
+from vocabtransfer.plan.stages import STAGES
 
 from conftest import REPO
 
@@ -135,7 +135,7 @@ def test_code_dependencies_follow_imports_and_the_method():
     assert {
         "init/initialise.py",
         "init/methods/focus.py",
-        "init/methods/options.py",
+        "plan/method_options.py",
         "data/overlap.py",
         "model/modeling.py",
     } <= code("init_focus_pseed1")
@@ -155,7 +155,7 @@ def test_code_dependencies_follow_imports_and_the_method():
         "init_snmf_pseed1"
     )
     assert {"init/methods/fvt.py", "init/methods/variants.py", "init/factorize.py"} <= code("init_fvt_svd_pseed1")
-    assert {"init/source_snmf.py", "init/factorize.py", "init/methods/options.py"} <= code("source_snmf")
-    assert not {"app/stages.py", "app/cli.py", "__init__.py"} & code(
+    assert {"init/source_snmf.py", "init/factorize.py", "plan/method_options.py"} <= code("source_snmf")
+    assert not {"plan/stages.py", "app/cli.py", "__init__.py"} & code(
         "init_wechsel_pseed1"
     )  # the stage table is not code

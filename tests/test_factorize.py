@@ -8,7 +8,7 @@ import torch
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.init.factors import relative_error
 from vocabtransfer.init.semi_nmf import SemiNmfSettings, kmeans, semi_nmf
-from vocabtransfer.init.methods.options import SnmfOptions
+from vocabtransfer.plan.method_options import SnmfOptions
 from vocabtransfer.init.factorize import factorize_source, svd_relative_error
 from vocabtransfer.init.svd import TALL, truncated_svd
 

@@ -8,14 +8,15 @@ import json
 import pytest
 import yaml
 
-from vocabtransfer.app.stages import STAGES
-from vocabtransfer.evaluate import finetune_eval
+from vocabtransfer.plan.stages import STAGES
 from vocabtransfer.evaluate import tasks
-from vocabtransfer.init import availability
+from vocabtransfer.plan import availability
 from vocabtransfer.app.params import load_params, validate_params
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.evaluate.tasks import get_task, load_splits, open_source
 from vocabtransfer.pipeline.typed import Params
+from vocabtransfer.plan import finetune_plans
+from vocabtransfer.plan import task_options
 
 from conftest import REPO
 
@@ -34,7 +35,7 @@ def with_eval(params, **changes):
 def test_jobs_cover_models_tasks_and_seeds(params):
     p = with_eval(params, models=["pretrained", "init", "source", "wechsel-init"], seeds=2)
     p["pretrain"]["seeds"] = 2
-    models = finetune_eval.eval_models(Params(p))
+    models = finetune_plans.eval_models(Params(p))
     pairs = availability.pretrain_pairs(Params(p))
     assert models[: 2 * len(pairs)] == [f"{m}-{o}-pseed{s}" for m, o in pairs for s in (1, 2)]
     assert models[-2:] == ["source", "wechsel-init-pseed1"]
@@ -45,9 +46,9 @@ def test_jobs_cover_models_tasks_and_seeds(params):
     jobs = STAGES["finetune_eval"].jobs(Params(p), "sw")
     assert len(jobs) == 3 * len(models) * 2
     assert {j["seed"] for j in jobs} == {"1", "2"}
-    assert finetune_eval.skipped_tasks(Params(p), "sw") == {}
+    assert finetune_plans.skipped_tasks(Params(p), "sw") == {}
     # a name without its pretraining seed stands for every pretraining seed of it
-    assert finetune_eval.eval_models(Params(with_eval(p, models=["focus-standard"]))) == [
+    assert finetune_plans.eval_models(Params(with_eval(p, models=["focus-standard"]))) == [
         "focus-standard-pseed1",
         "focus-standard-pseed2",
     ]
@@ -60,7 +61,7 @@ def test_language_with_only_ner_data(params):
     p["eval"]["tasks"]["ner"]["data"]["ha"] = {"train": {"path": "masakhaner2/hau/train.txt"}}
     p = validate_params(p)
     assert {j["task"] for j in STAGES["finetune_eval"].jobs(Params(p), "ha")} == {"ner"}
-    reasons = finetune_eval.skipped_tasks(Params(p), "ha")
+    reasons = finetune_plans.skipped_tasks(Params(p), "ha")
     assert set(reasons) == {"nli", "qa"} and "no data for 'ha'" in reasons["qa"]
     jobs = {lang: STAGES["finetune_eval"].jobs(Params(p), lang) for lang in p["languages"]}
     assert [lang for lang, js in jobs.items() if any(j["task"] == "qa" for j in js)] == ["sw", "de"]
@@ -95,14 +96,14 @@ def test_dvc_stages_list_only_languages_with_data_and_their_files(params):
 def test_model_names_and_directories(params):
     params = copy.deepcopy(params)
     params["init"]["methods"].append("focus+svd")
-    assert finetune_eval.parse_model(Params(params), "source")["input"] == "results/source/model"
-    init = finetune_eval.parse_model(Params(params), "focus+svd-init-pseed1")
+    assert finetune_plans.parse_model(Params(params), "source")["input"] == "results/source/model"
+    init = finetune_plans.parse_model(Params(params), "focus+svd-init-pseed1")
     assert (init["method"], init["objective"], init["input"]) == (
         "focus+svd",
         "init",
         "results/{lang}/init/focus+svd/pseed1",
     )
-    pre = finetune_eval.parse_model(Params(params), "focus-selfish-pseed1")
+    pre = finetune_plans.parse_model(Params(params), "focus-selfish-pseed1")
     assert (pre["method"], pre["objective"], pre["pseed"], pre["input"]) == (
         "focus",
         "selfish",
@@ -111,9 +112,9 @@ def test_model_names_and_directories(params):
     )
     for bad in ("focus-finetuned-pseed1", "nomethod-init-pseed1", "focus-selfish-pseed2", "bert"):
         with pytest.raises(VocabTransferError, match=f"model '{bad}' is produced by no stage"):
-            finetune_eval.parse_model(Params(params), bad)
+            finetune_plans.parse_model(Params(params), bad)
     with pytest.raises(VocabTransferError, match="produced by no stage"):
-        finetune_eval.eval_models(Params(with_eval(params, models=["source", "focus-sgd"])))
+        finetune_plans.eval_models(Params(with_eval(params, models=["source", "focus-sgd"])))
 
 
 def test_data_spec_for_a_language_not_in_languages_is_a_reported_skip(params):
@@ -139,11 +140,11 @@ def test_a_task_gets_its_typed_section_and_a_mapping_over_the_schemas_defaults(p
     from vocabtransfer.pipeline.config import typed_section
     from vocabtransfer.pipeline.typed import from_dict
 
-    typed = from_dict(tasks.EvalParams, params["eval"])
+    typed = from_dict(task_options.EvalParams, params["eval"])
     assert get_task("qa", typed.tasks.qa).options is typed.tasks.qa
     assert isinstance(typed.tasks.nli.epochs, float) and typed.models == tuple(params["eval"]["models"])
     qa = get_task("qa", {"n_best": 5}).options
-    assert qa == dataclasses.replace(typed_section(tasks.QaOptions, "eval.tasks.qa"), n_best=5)
+    assert qa == dataclasses.replace(typed_section(task_options.QaOptions, "eval.tasks.qa"), n_best=5)
     with pytest.raises(VocabTransferError, match=r"^eval\.tasks\.qa\.cluster: 'page' is not allowed"):
         get_task("qa", {"cluster": "page"})
 

@@ -9,7 +9,7 @@ import os
 from vocabtransfer.pipeline import fingerprint
 from vocabtransfer.app.params import load_params
 from vocabtransfer.pipeline.stage_spec import PACKAGE
-from vocabtransfer.app.stages import STAGES
+from vocabtransfer.plan.stages import STAGES
 from vocabtransfer.pipeline.typed import Params
 
 from conftest import REPO

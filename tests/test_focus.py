@@ -12,7 +12,7 @@ import torch
 from vocabtransfer.init.deepfocus import FASTTEXT_WORD_URL, FOCUS, TokenVectors, download_fasttext_word_model
 from vocabtransfer.data.fasttext_models import load_fasttext
 from vocabtransfer.init.methods import focus
-from vocabtransfer.init.methods.options import FocusOptions
+from vocabtransfer.plan.method_options import FocusOptions
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.model.hub import load_tokenizer, resolve_model_path
 from vocabtransfer.data.overlap import compute_overlap, overlap_pairs

@@ -17,7 +17,7 @@ from vocabtransfer.data.token_ids import unigram_counts
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.init import initialise
 from vocabtransfer.init import output_bias as prior
-from vocabtransfer.init.methods.options import FvtPriorOptions
+from vocabtransfer.plan.method_options import FvtPriorOptions
 from vocabtransfer.model import modeling
 from vocabtransfer.model.lmdata import lm_batches, pack_lines
 

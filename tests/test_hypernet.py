@@ -13,7 +13,7 @@ from helpers import MINILM, save_dir, text_lines, tiny_bert, wordpiece_tokenizer
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.init.methods.fvt import fvt
 from vocabtransfer.init.methods.hypernet import hypernet
-from vocabtransfer.init.methods.options import HypernetOptions
+from vocabtransfer.plan.method_options import HypernetOptions
 from vocabtransfer.init.methods.registry import TransferProblem
 from vocabtransfer.model import hypernet as network
 from vocabtransfer.model.hub import load_tokenizer, resolve_model_path
@@ -226,7 +226,7 @@ def test_a_network_trained_by_another_study_is_checked_and_applied_as_its_own(so
     import pyarrow as pa
 
     from vocabtransfer import io
-    from vocabtransfer.init.methods.catalog import hypernet_refusal
+    from vocabtransfer.plan.method_catalog import hypernet_refusal
     from vocabtransfer.pipeline.typed import Params
     from vocabtransfer.train import hypernet as stage
 

@@ -18,6 +18,7 @@ from vocabtransfer.data.token_ids import TokenIds
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.model.lmdata import lm_batches, pack_lines
 from vocabtransfer.pipeline.typed import Params
+from vocabtransfer.plan import eval_plans
 
 from helpers import (
     bpe_tokenizer,
@@ -78,7 +79,7 @@ def setup_study(tmp_path, source_model, source_tok, methods: dict, *, xx_same_as
         "train_ids": tmp_path / "xx" / "pretokenized" / "train",
         "train_text": tmp_path / "xx" / "corpus" / "train.parquet",
     }
-    inputs.update({init_eval.input_key(m): tmp_path / "xx" / "init" / m for m in methods})
+    inputs.update({eval_plans.input_key(m): tmp_path / "xx" / "init" / m for m in methods})
     out = tmp_path / "xx" / "init_eval.parquet"
     outputs = {"init_eval": out, "plot": out.with_suffix(".png")}
     return make_ctx("vocabtransfer.evaluate.init_eval:run", {"lang": "xx"}, inputs, outputs, params), out
@@ -285,7 +286,7 @@ def test_retrieval_accuracy():
 
 def test_inputs_follow_params():
     params = Params({"init": {"methods": ["random", "focus+svd"]}})
-    assert init_eval.inputs(params, {"lang": "sw"}) == {
+    assert eval_plans.init_eval_inputs(params, {"lang": "sw"}) == {
         "source_model": "results/source/model",
         "valid": "results/{lang}/corpus/valid.parquet",
         "train_ids": "results/{lang}/pretokenized/train",

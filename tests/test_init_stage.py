@@ -12,15 +12,17 @@ import torch
 from safetensors.torch import load_file
 
 from vocabtransfer.init import initialise, output_bias
-from vocabtransfer.init.methods.options import FocusOptions, SvdOptions, WechselOptions
+from vocabtransfer.plan.method_options import FocusOptions, SvdOptions, WechselOptions
 from vocabtransfer.init.methods.variants import FactorizedOptions
 from vocabtransfer.app.params import validate_params
 from vocabtransfer.pipeline.typed import option
-from vocabtransfer.app.stages import STAGES
+from vocabtransfer.plan.stages import STAGES
 from vocabtransfer import io
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.init.methods.registry import INFO, METHODS, TransferResult, register
+from vocabtransfer.init.methods.registry import TransferResult, register
+from vocabtransfer.plan.methods import INFO, METHODS
 from vocabtransfer.pipeline.typed import Params, from_dict
+from vocabtransfer.plan import init_plans
 
 from helpers import (
     bpe_tokenizer,
@@ -260,9 +262,9 @@ def test_transfer_bias():
 
 def test_inputs_follow_the_method():
     params = {"init": {"methods": ["wechsel", "focus+svd"], "wechsel": {}, "focus": {}, "svd": {}}}
-    wechsel_inputs = initialise.inputs(Params(params), {"lang": "sw", "method": "wechsel"})
+    wechsel_inputs = init_plans.init_inputs(Params(params), {"lang": "sw", "method": "wechsel"})
     assert wechsel_inputs["target_fasttext"] == "results/{lang}/fasttext/words.bin"
-    assert set(initialise.inputs(Params(params), {"lang": "sw", "method": "focus+svd"})) == {
+    assert set(init_plans.init_inputs(Params(params), {"lang": "sw", "method": "focus+svd"})) == {
         "source_model",
         "tokenizer",
         "overlap",
@@ -392,7 +394,7 @@ def test_snmf_methods_depend_on_source_snmf():
     params = {"init": {"methods": ["snmf", "focus+snmf", "ofa"], "snmf": {}, "focus": {}, "ofa": {}}}
     for method in ("snmf", "focus+snmf"):
         assert (
-            initialise.inputs(Params(params), {"lang": "sw", "method": method})["snmf_factors"]
+            init_plans.init_inputs(Params(params), {"lang": "sw", "method": method})["snmf_factors"]
             == "results/source/snmf.safetensors"
         )
-    assert "snmf_factors" not in initialise.inputs(Params(params), {"lang": "sw", "method": "ofa"})
+    assert "snmf_factors" not in init_plans.init_inputs(Params(params), {"lang": "sw", "method": "ofa"})

@@ -17,9 +17,12 @@ from vocabtransfer.pipeline.typed import Params
 PACKAGE = REPO / "src" / "vocabtransfer"
 # the layers from the bottom up, in the pipeline's order: a module imports only from its own layer and
 # those below it. `base`: the package's top-level helpers; `pipeline`: config, paths, names and the
-# `Stage` declaration every stage module uses; `model`: loading, swapping and saving models, LM data and
-# heads (what every phase uses); the phases in DAG order; `app`: the stage table, the runner and the cli.
-LAYERS = ("base", "pipeline", "model", "data", "init", "train", "evaluate", "report", "app")
+# `Stage` declaration; `plan`: what planning knows before any job (the stage table, every params section's
+# dataclass, the job planners, the methods' catalog), which the phases import; `model`: loading, swapping and
+# saving models, LM data and heads (what every phase uses); the phases in DAG order; `app`: the runner, the
+# run's plan and the cli.
+LAYERS = ("base", "pipeline", "plan", "model", "data", "init", "train", "evaluate", "report", "app")
+COMPUTE = ("model", "data", "init", "train", "evaluate", "report")  # the packages whose code runs in a job
 BASE = {"errors", "io", "log", "registry", "version"}  # vocabtransfer.<name>
 APP = {"vocabtransfer", "vocabtransfer.__main__"}  # the package's lazy exports and `python -m vocabtransfer`
 PHASES = LAYERS[1:]
@@ -91,7 +94,9 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_no_import_cycle():
     graph = import_graph()
-    assert "vocabtransfer.pipeline.stage_spec" in graph and "vocabtransfer.app.stages" in graph["vocabtransfer.app.cli"]
+    assert (
+        "vocabtransfer.pipeline.stage_spec" in graph and "vocabtransfer.plan.stages" in graph["vocabtransfer.app.cli"]
+    )
     assert "vocabtransfer.app.runner" in graph["vocabtransfer.app.cli"]
     assert cycles(graph) == []
 
@@ -124,11 +129,12 @@ def test_no_import_runs_up_the_layers():
 
 def test_the_layer_check_finds_an_import_up():
     graph = {
-        "vocabtransfer.model.hub": {"vocabtransfer.pipeline.paths", "vocabtransfer.init.availability"},
+        "vocabtransfer.plan.availability": {"vocabtransfer.pipeline.paths", "vocabtransfer.init.methods.registry"},
         "vocabtransfer.app.cli": {"vocabtransfer.report.build"},
         "vocabtransfer.io": {"vocabtransfer.errors"},
     }
-    assert imports_up(graph) == ["vocabtransfer.model.hub -> vocabtransfer.init.availability (model -> init)"]
+    up = "vocabtransfer.plan.availability -> vocabtransfer.init.methods.registry (plan -> init)"
+    assert imports_up(graph) == [up]
 
 
 def import_time_graph() -> dict[str, set[str]]:
@@ -175,9 +181,9 @@ def test_the_cycle_check_finds_a_cycle():
 
 
 def test_stage_modules_never_import_the_stage_table():
-    """The declarations import the stages' code, one way: no stage module imports them back."""
+    """The declarations name the stages' code by reference, one way: no stage module imports them."""
     graph = import_graph()
-    table = "vocabtransfer.app.stages"
+    table = "vocabtransfer.plan.stages"
     users = {m for m, deps in graph.items() if table in deps}
     assert users <= {
         "vocabtransfer.app.cli",
@@ -190,36 +196,59 @@ def test_stage_modules_never_import_the_stage_table():
 
 
 def test_stages_are_declared_in_one_place_and_their_code_is_declared():
-    """Every `Stage` is declared in the DAG, vocabtransfer.app.stages; a stage module holds only code (no
+    """Every `Stage` is declared in the DAG, vocabtransfer.plan.stages; a stage module holds only code (no
     `Stage` import), and each stage's declared code (`Stage.code`: entry modules, followed through their
-    imports) holds the module of its `run`."""
-    from vocabtransfer.app.stages import STAGES
+    imports) holds the module its `run` names."""
+    from vocabtransfer.plan.stages import STAGES
     from vocabtransfer.app.params import load_params
-    from vocabtransfer.pipeline.stage_spec import PACKAGE as package
+    from vocabtransfer.pipeline.stage_spec import PACKAGE as package, module_file
 
     for path in PACKAGE.rglob("*.py"):
-        if path.relative_to(PACKAGE).parts[0] == "app" or path.name == "stage_spec.py":
+        if path.relative_to(PACKAGE).parts[0] in ("app", "plan") or path.name == "stage_spec.py":
             continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.ImportFrom) and node.module == "vocabtransfer.pipeline.stage_spec":
-                assert "Stage" not in {a.name for a in node.names}, f"{path}: declares a stage outside app/stages.py"
+                assert "Stage" not in {a.name for a in node.names}, f"{path}: declares a stage outside plan/stages.py"
     params = Params(load_params(REPO / "params.yaml"))
     for stage in STAGES.values():
-        run_module = str(Path(stage.run.__code__.co_filename).resolve().relative_to(package))
+        run_module = str(module_file(stage.run.partition(":")[0]).relative_to(package))
         for lang in params.languages if "lang" in stage.wildcards else [None]:
             for wildcards in stage.jobs(params, lang)[:1]:
                 assert run_module in stage.code_modules(params, wildcards), (stage.name, run_module)
 
 
-def test_the_stage_table_imports_neither_torch_nor_transformers():
-    """Snakemake and the CLI import the table before any job: it stays cheap."""
+# the libraries a job computes with: planning (the stage table, the CLI, Snakemake) loads none of them
+HEAVY = ("torch", "transformers", "tokenizers", "safetensors", "datasets", "scipy", "pandas", "sklearn", "matplotlib")
+
+
+def loaded_by(statement: str) -> list[str]:
+    """The compute modules (of COMPUTE's packages, and the HEAVY libraries) a fresh interpreter has loaded after
+    running `statement`."""
     check = (
-        "import sys, vocabtransfer.app.stages; "
-        "assert 'torch' not in sys.modules and 'transformers' not in sys.modules, "
-        "sorted(m for m in ('torch', 'transformers') if m in sys.modules)"
+        f"import sys; {statement}; "
+        f"print(sorted(m for m in sys.modules if m.split('.')[0] in {HEAVY!r} "
+        f"or m.startswith('vocabtransfer.') and m.split('.')[1] in {COMPUTE!r}))"
     )
     proc = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-2000:]
+    return eval(proc.stdout)
+
+
+def test_planning_loads_no_compute_module():
+    """Snakemake and the CLI import the stage table before any job: the table and the command line load the
+    planning layer and what lies below it, no module of a phase's package (a stage's `run` is a lazy reference)
+    and no library a job computes with; and no planning module imports a compute package."""
+    assert loaded_by("import vocabtransfer.plan.stages") == []
+    assert loaded_by("import vocabtransfer.app.cli; vocabtransfer.app.cli.build_parser()") == []
+    graph = import_graph()
+    planning = [f"{m} -> {d}" for m in sorted(graph) if layer(m) == LAYERS.index("plan") for d in sorted(graph[m])]
+    assert [edge for edge in planning if layer(edge.split(" -> ")[1]) > LAYERS.index("plan")] == []
+
+
+def test_the_planning_check_finds_a_compute_module():
+    assert {"vocabtransfer.data.corpus", "vocabtransfer.evaluate.stats"} <= set(
+        loaded_by("import vocabtransfer.data.corpus, vocabtransfer.evaluate.coverage")
+    )
 
 
 def test_modules_are_grouped_by_phase_and_small():

@@ -12,10 +12,12 @@ import torch
 
 from helpers import gpt2_seed, make_ctx, save_dir, filled_params
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.app.stages import STAGES
+from vocabtransfer.plan.stages import STAGES
 from vocabtransfer.evaluate import harness
 from vocabtransfer.io import read_json, read_parquet
 from vocabtransfer.pipeline.typed import Params
+from vocabtransfer.plan import harness_plans
+from vocabtransfer.plan import report_plans
 
 LIMIT = 4
 
@@ -118,7 +120,7 @@ def test_lm_eval_in_bf16_scores_each_choice_under_autocast(run_result, decoder):
 
     from vocabtransfer.evaluate.harness_tasks.utils import read_xnli
 
-    opts = harness.LmEvalParams(num_fewshot=0, limit=1, batch_size=4, precision="bf16")
+    opts = harness_plans.LmEvalParams(num_fewshot=0, limit=1, batch_size=4, precision="bf16")
     results = harness.evaluate(decoder, ["local_xnli_sw"], opts)
     lls = harness.samples_table(results).to_pylist()[0]["loglikelihoods"]
     fp32 = run_result[1]
@@ -357,10 +359,10 @@ def test_lm_eval_report_reads_the_stage_outputs_of_each_model(run_result, tmp_pa
             pa.Table.from_pandas(samples, preserve_index=False),
             tmp_path / f"results/sw/lm_eval/{model}/samples.parquet",
         )
-    plan = read.Plan(
+    plan = report_plans.Plan(
         languages=["sw"], evals={"sw": []}, lm_eval={"sw": ["source", "fvt-init-pseed1", "focus-init-pseed1"]}
     )
-    assert "lm_eval_samples_sw_fvt_init_pseed1" in read.inputs(plan)
+    assert "lm_eval_samples_sw_fvt_init_pseed1" in report_plans.inputs(plan)
     lang = read.read_language("sw", plan, tmp_path)
     assert sorted(lang.lm_eval) == ["fvt-init-pseed1", "source"]
     assert "results/sw/lm_eval/focus-init-pseed1/scores.json" in lang.missing
@@ -379,8 +381,8 @@ def test_lm_eval_report_has_the_zero_shot_table_verdict_and_metrics(run_result, 
 
     from vocabtransfer.io import write_json, write_parquet
     from vocabtransfer.pipeline import paths
-    from vocabtransfer.report import build, read
-    from vocabtransfer.report.tables import ReportParams
+    from vocabtransfer.report import build
+    from vocabtransfer.plan.report_plans import ReportParams
 
     scores, samples = run_result
     for model in ("source", "fvt-init-pseed1"):
@@ -397,7 +399,7 @@ def test_lm_eval_report_has_the_zero_shot_table_verdict_and_metrics(run_result, 
         "pretrain": {"steps": 20},
     }
     report = ReportParams(bootstrap_resamples=500, confidence=0.95, min_clusters=2, correction="holm")
-    plan = read.Plan(languages=["sw"], evals={"sw": []}, lm_eval={"sw": ["source", "fvt-init-pseed1"]})
+    plan = report_plans.Plan(languages=["sw"], evals={"sw": []}, lm_eval={"sw": ["source", "fvt-init-pseed1"]})
     text = build.write_report(filled_params(params), report, plan, tmp_path).read_text(encoding="utf-8")
     zero_shot = text.split("### Zero-shot (lm-evaluation-harness)", 1)[1]
     assert "#### local_xnli_sw (acc)" in zero_shot and "#### local_tydiqa_sw (f1)" in zero_shot

@@ -13,8 +13,10 @@ from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.init.factorize import FACTORIZATIONS
 from vocabtransfer.init.svd import truncated_svd
 from vocabtransfer.init.methods import get_method
-from vocabtransfer.init.methods.options import NoOptions, OfaOptions, SvdOptions
-from vocabtransfer.init.methods.registry import METHODS, TransferProblem, TransferResult, info
+from vocabtransfer.pipeline.typed import NoOptions
+from vocabtransfer.plan.method_options import OfaOptions, SvdOptions
+from vocabtransfer.init.methods.registry import TransferProblem, TransferResult
+from vocabtransfer.plan.methods import METHODS, info
 from vocabtransfer.init.methods.variants import FactorizedOptions, factorized, resolve
 from vocabtransfer.pipeline.config import typed_section
 from vocabtransfer.init.methods.ofa import neighbour_coordinates, ofa

@@ -16,9 +16,9 @@ from safetensors.torch import load_file
 from vocabtransfer import io
 from vocabtransfer.app.cli import main
 from vocabtransfer.init.methods import available
-from vocabtransfer.init.methods.registry import INFO, METHODS
+from vocabtransfer.plan.methods import INFO, METHODS
 from vocabtransfer.app.params import load_params
-from vocabtransfer.app.stages import STAGES
+from vocabtransfer.plan.stages import STAGES
 from vocabtransfer.pipeline.typed import Params
 
 from helpers import tiny_bert, wordpiece_tokenizer, write_inputs

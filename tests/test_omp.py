@@ -20,7 +20,7 @@ from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.init.methods import available, get_method
 from vocabtransfer.init.methods.focus import FocusInputs, focus_embeddings
 from vocabtransfer.init.methods.omp import batch_omp, omp_embeddings
-from vocabtransfer.init.methods.options import OmpOptions
+from vocabtransfer.plan.method_options import OmpOptions
 
 from helpers import make_ctx, text_lines, tiny_bert, wordpiece_tokenizer, write_inputs
 

@@ -312,7 +312,7 @@ def test_bad_inputs(tmp_path, monkeypatch, one_thread, sw_wp):
 def test_pretrain_runs_and_init_seeds():
     """Every method × objective × pretraining seed is a run; a method with random rows has one init per
     pretraining seed, a deterministic one (mean) one init that all its runs share."""
-    from vocabtransfer.init import availability
+    from vocabtransfer.plan import availability
     from vocabtransfer.pipeline import names
 
     from vocabtransfer.pipeline.typed import Params

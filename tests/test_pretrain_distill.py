@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.train.pretrain import leaves
+from vocabtransfer.plan.pretrain_plans import pretrain_leaves
 from vocabtransfer.train.checkpoints import complete_checkpoints
 from vocabtransfer.pipeline.typed import Params
 
@@ -186,7 +186,7 @@ def test_alm_is_distill_at_alpha_one_whatever_pretrain_distill_alpha_says(
     """`alm` (distill's chunk term alone): with pretrain.distill.alpha = 0.3 it trains as distill does at
     alpha = 1, step for step, reads the teacher and pretrain.distill's options, and says alpha 1 in its stats."""
     from vocabtransfer.model.losses import OBJECTIVES
-    from vocabtransfer.train.pretrain import TEACHER_OBJECTIVES
+    from vocabtransfer.plan.pretrain_plans import TEACHER_OBJECTIVES
 
     assert TEACHER_OBJECTIVES == tuple(name for name, o in OBJECTIVES.items() if o.teacher)
     runs = {}
@@ -211,8 +211,8 @@ def test_alm_is_distill_at_alpha_one_whatever_pretrain_distill_alpha_says(
         np.testing.assert_allclose(
             alm.column(column).to_numpy(), dist.column(column).to_numpy(), rtol=1e-5, atol=1e-6, err_msg=column
         )
-    assert "pretrain.distill.temperature" in leaves(Params(params), {"objective": "alm"})
-    from vocabtransfer.app.stages import STAGES
+    assert "pretrain.distill.temperature" in pretrain_leaves(Params(params), {"objective": "alm"})
+    from vocabtransfer.plan.stages import STAGES
 
     assert "source" in STAGES["pretrain"].input_templates(
         Params(params), {"lang": "sw", "method": "focus", "pseed": "1", "objective": "alm"}
@@ -263,11 +263,11 @@ def test_distill_leaves_only_for_the_distill_objective():
         "chunks": "unbiased",
         "bias_threshold": 1e-4,
     }  # tokenkit's
-    distill = leaves(Params(params), {"objective": "distill"})
-    standard = leaves(Params(params), {"objective": "standard"})
+    distill = pretrain_leaves(Params(params), {"objective": "distill"})
+    standard = pretrain_leaves(Params(params), {"objective": "standard"})
     assert {f"pretrain.distill.{k}" for k in ("alpha", "temperature", "chunks", "bias_threshold")} <= set(distill)
     assert not any(leaf.startswith("pretrain.distill.") for leaf in standard)
-    from vocabtransfer.app.stages import STAGES
+    from vocabtransfer.plan.stages import STAGES
 
     wc = {"lang": "sw", "method": "focus", "pseed": "1"}
     assert "source" in STAGES["pretrain"].input_templates(Params(params), {**wc, "objective": "distill"})

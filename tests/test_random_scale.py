@@ -18,6 +18,7 @@ from vocabtransfer.init import initialise
 from vocabtransfer.init.methods.baselines import source_moments
 from vocabtransfer.model import lm_loss
 from vocabtransfer.model.lmdata import lm_batches, pack_lines
+from vocabtransfer.plan import init_plans
 
 from helpers import bpe_tokenizer, init_params, make_ctx, text_lines, tiny_llama, write_inputs
 
@@ -157,9 +158,9 @@ def test_calibrated_inputs_and_params(tmp_path):
 
     calibrated = Params(init_params({"random": {"scale": "calibrated"}}))
     plain = Params(init_params({}))
-    assert initialise.inputs(calibrated, {"lang": "sw", "method": "random"})["calibration_text"] == (
+    assert init_plans.init_inputs(calibrated, {"lang": "sw", "method": "random"})["calibration_text"] == (
         "results/{lang}/corpus/train.parquet"
     )
-    assert "calibration_text" not in initialise.inputs(plain, {"lang": "sw", "method": "random"})
-    assert "calibration_text" not in initialise.inputs(calibrated, {"lang": "sw", "method": "overlap"})
-    assert "calibration_text" not in initialise.inputs(calibrated, {"lang": "sw", "method": "mean"})
+    assert "calibration_text" not in init_plans.init_inputs(plain, {"lang": "sw", "method": "random"})
+    assert "calibration_text" not in init_plans.init_inputs(calibrated, {"lang": "sw", "method": "overlap"})
+    assert "calibration_text" not in init_plans.init_inputs(calibrated, {"lang": "sw", "method": "mean"})

@@ -11,8 +11,9 @@ import pytest
 from vocabtransfer.app.params import load_params, validate_params
 from vocabtransfer.app.plan import preflight
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.evaluate.tasks import check_held_out, same_source
-from vocabtransfer.init import availability
+from vocabtransfer.evaluate.tasks import check_held_out
+from vocabtransfer.plan.finetune_plans import same_source
+from vocabtransfer.plan import availability
 from vocabtransfer.pipeline.config import merge_overlay
 from vocabtransfer.pipeline.typed import Params
 

@@ -4,6 +4,7 @@ every stage that treats a method specially read them, so adding a method or a ta
 
 from __future__ import annotations
 
+import inspect
 import json
 import re
 import subprocess
@@ -22,17 +23,19 @@ from vocabtransfer.evaluate import tasks
 from vocabtransfer.init import initialise
 from vocabtransfer.init.factorize import FACTORIZATIONS
 from vocabtransfer.init.methods import available, get_method
-from vocabtransfer.init.methods.registry import INFO, METHODS, MethodInfo, TransferResult, discover, info, register
+from vocabtransfer.init.methods.registry import TransferResult, discover, register
+from vocabtransfer.plan.methods import INFO, METHODS, MethodInfo, info
 from vocabtransfer.model.losses import OBJECTIVES
 from vocabtransfer.pipeline.stage_spec import contract_fault
 from vocabtransfer.registry import Registry
-from vocabtransfer.init.initialise import uses_snmf
-from vocabtransfer.init import availability
+from vocabtransfer.plan.init_plans import uses_snmf
+from vocabtransfer.plan import availability
 from vocabtransfer.app.params import load_params, schema
 from vocabtransfer.pipeline.typed import option
-from vocabtransfer.app.stages import STAGES
+from vocabtransfer.plan.stages import STAGES
 from vocabtransfer.report import markdown, read
 from vocabtransfer.pipeline.typed import Params
+from vocabtransfer.plan import init_plans
 
 from conftest import REPO
 from helpers import make_ctx, tiny_bert, wordpiece_tokenizer, write_inputs
@@ -127,12 +130,25 @@ def test_every_stage_keeps_the_stage_contract():
     assert len(STAGES) == 22 and all(contract_fault(s) is None for s in STAGES.values())
     init = STAGES["init"]
     assert "not a wildcard" in contract_fault(replace(init, outputs={"x": "results/{lang}/{nope}"}))
-    assert "function of the job's Context" in contract_fault(replace(init, run=lambda ctx, extra: None))
+    assert "'package.module:function' reference" in contract_fault(replace(init, run=lambda ctx: None))
+    assert "'package.module:function' reference" in contract_fault(replace(init, run="vocabtransfer.init.initialise"))
+    assert "no module vocabtransfer.init.ghost" in contract_fault(replace(init, run="vocabtransfer.init.ghost:run"))
+    assert "no module vocabtransfer.ghost.x" in contract_fault(replace(init, run="vocabtransfer.ghost.x:run"))
     assert "are no outputs" in contract_fault(replace(init, directories=frozenset({"ghost"})))
     assert "does not exist" in contract_fault(replace(init, code=("init/ghost.py",)))
     assert "(params, wildcards)" in contract_fault(replace(init, skip_reason=lambda params: None))
     with pytest.raises(VocabTransferError, match=r"stage 'ghost' .*not a wildcard"):
         Registry("stage", check=contract_fault).register("ghost")(replace(init, outputs={"x": "{nope}"}))
+
+
+def test_every_stage_s_run_names_a_function_of_the_job_s_context():
+    """Each `Stage.run` reference imports (the contract check only finds its module) and names a function of one
+    argument, the job's Context; the stage table itself names them without importing any."""
+    for stage in STAGES.values():
+        function = stage.function()
+        assert inspect.isfunction(function), (stage.name, stage.run)
+        assert len(inspect.signature(function).parameters) == 1, (stage.name, stage.run)
+        assert f"{function.__module__}:{function.__name__}" == stage.run
 
 
 def test_the_metadata_of_the_real_methods():
@@ -302,7 +318,7 @@ def test_a_method_registered_without_metadata_gets_the_defaults(monkeypatch, par
     assert info("test_plain") == MethodInfo("test_plain") and info("test_plain+svd") == MethodInfo("test_plain")
     assert availability.seeded("test_plain") and not uses_snmf("test_plain")
     # no snmf factors, and no calibration text (only random and overlap calibrate their drawn rows)
-    assert set(initialise.inputs(params, {"method": "test_plain"})) == set(initialise.CORE_INPUTS) - {
+    assert set(init_plans.init_inputs(params, {"method": "test_plain"})) == set(initialise.CORE_INPUTS) - {
         "snmf_factors",
         "calibration_text",
     }
@@ -315,7 +331,7 @@ def test_planning_reads_the_catalog_and_imports_no_method_nor_torch():
         import sys
         from vocabtransfer.app import dvcgen
         from vocabtransfer.app.params import validate_params
-        from vocabtransfer.app.stages import STAGES
+        from vocabtransfer.plan.stages import STAGES
         from vocabtransfer.pipeline.config import read_yaml
         from vocabtransfer.pipeline.typed import Params
 
@@ -327,24 +343,17 @@ def test_planning_reads_the_catalog_and_imports_no_method_nor_torch():
         for stage, wc in jobs:
             stage.code_modules(params, wc), stage.data_files(params, wc), stage.input_templates(params, wc)
         dvcgen.generate(params)
-        loaded = sorted(m for m in sys.modules if m.startswith(("torch", "vocabtransfer.init.methods.")))
+        loaded = sorted(m for m in sys.modules if m.startswith(("torch", "vocabtransfer.init.methods")))
         print(loaded)
     """)
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.strip() == str(
-        [
-            "vocabtransfer.init.methods.catalog",
-            "vocabtransfer.init.methods.options",
-            "vocabtransfer.init.methods.registry",
-            "vocabtransfer.init.methods.variants",
-        ]
-    )
+    assert proc.stdout.strip() == "[]"
 
 
 def test_a_built_in_method_declares_its_metadata_once_in_the_catalog():
-    from vocabtransfer.init.methods import catalog
+    from vocabtransfer.plan import method_catalog
 
-    assert all(INFO[m] is getattr(catalog, m.upper()) for m in available())
+    assert all(INFO[m] is getattr(method_catalog, m.upper()) for m in available())
     with pytest.raises(VocabTransferError, match="init method's metadata 'omp' is registered twice"):
-        INFO.register("omp")(catalog.OMP)
+        INFO.register("omp")(method_catalog.OMP)

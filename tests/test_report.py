@@ -23,7 +23,8 @@ from vocabtransfer.pipeline import paths
 from vocabtransfer.pipeline.config import typed_section
 from vocabtransfer.report import read
 from vocabtransfer.report import build
-from vocabtransfer.report.tables import ReportParams
+from vocabtransfer.plan.report_plans import ReportParams
+from vocabtransfer.plan import report_plans
 
 from helpers import wide_table_rows, wording_faults, filled_params
 
@@ -180,7 +181,7 @@ def bpb_lines(method: str, objective: str, pseed: int, level: float | None = Non
     }
 
 
-def make_results(root: Path, langs=LANGS, with_evals: bool = True) -> read.Plan:
+def make_results(root: Path, langs=LANGS, with_evals: bool = True) -> report_plans.Plan:
     write(
         root,
         paths.SOURCE_HEAD_STATS,
@@ -195,7 +196,7 @@ def make_results(root: Path, langs=LANGS, with_evals: bool = True) -> read.Plan:
         },
     )
     runs = [(m, o, s) for m in METHODS for o in OBJECTIVES for s in PSEEDS]
-    plan = read.Plan(
+    plan = report_plans.Plan(
         languages=list(langs),
         pretrain=runs,
         gradients=[(m, o, 1) for m in METHODS for o in OBJECTIVES],
@@ -805,7 +806,7 @@ def test_figures_curves_and_metrics_are_reproducible(rendered, tmp_path):
         copied = (tmp_path / paths.REPORT_FIGURES / name).read_bytes()
         assert copied == (root / paths.REPORT_FIGURES / name).read_bytes()
     assert (tmp_path / paths.REPORT).read_text() == text
-    lines = (root / build.curves_csv("sw")).read_text().splitlines()
+    lines = (root / report_plans.curves_csv("sw")).read_text().splitlines()
     assert lines[0] == "step,focus-selfish,focus-standard,random-selfish,random-standard"
     metrics = json.loads((root / paths.REPORT_METRICS).read_text())
     assert metrics["sw"]["learned"] == {"nli": False, "qa": True, "ner": True}
@@ -836,7 +837,7 @@ def test_a_study_that_stops_at_initialisation_says_so_and_compares_the_initialis
     """No pretraining and no fine-tuning configured (config/hypernet.yaml's shape): the opening and the set-up say so,
     the hypernetwork's training is stated from its stats.json, and the verdict is the init family's."""
     make_results(tmp_path, langs=("sw",), with_evals=False)
-    plan = read.Plan(languages=["sw"])
+    plan = report_plans.Plan(languages=["sw"])
     stats = {
         "steps": 600,
         "tokens": 1_000_000,
@@ -866,7 +867,7 @@ def test_a_study_that_stops_at_initialisation_says_so_and_compares_the_initialis
 
 
 def test_inputs_name_every_artefact_of_the_plan():
-    plan = read.Plan(
+    plan = report_plans.Plan(
         languages=["sw"],
         pretrain=[("focus+svd", "selfish", 2)],
         gradients=[("focus+svd", "selfish", 1)],
@@ -874,20 +875,20 @@ def test_inputs_name_every_artefact_of_the_plan():
         evals={"sw": [{"task": "nli", "model": "focus+svd-selfish-pseed2", "seed": 2}]},
         skipped={"sw": {}},
     )
-    inputs = set(read.inputs(plan).values())
+    inputs = set(report_plans.inputs(plan).values())
     assert {
         "results/sw/pretrain/focus+svd/selfish/pseed2",
         "results/sw/token_frequency_blocks.parquet",
         "results/sw/gradients/focus+svd/selfish/pseed1.parquet",
         "results/sw/eval/nli/focus+svd-selfish-pseed2/seed2.json",
     } <= inputs
-    assert all(k.isidentifier() for k in read.inputs(plan))
+    assert all(k.isidentifier() for k in report_plans.inputs(plan))
 
 
 def test_cli_runs_the_stage(tmp_path, monkeypatch):
     from conftest import REPO
     from vocabtransfer.app.cli import main
-    from vocabtransfer.app.stages import STAGES
+    from vocabtransfer.plan.stages import STAGES
 
     plan = make_results(tmp_path)
     monkeypatch.setattr(build, "plan", lambda params, stages: plan)

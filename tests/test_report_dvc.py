@@ -13,8 +13,8 @@ import yaml
 
 from vocabtransfer.app import dvcgen
 from vocabtransfer.pipeline import paths
-from vocabtransfer.init import availability
-from vocabtransfer.report.build import curves_csv
+from vocabtransfer.plan import availability
+from vocabtransfer.plan.report_plans import curves_csv
 from vocabtransfer.app.params import load_params
 
 from conftest import BIN, REPO

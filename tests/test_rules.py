@@ -40,7 +40,7 @@ def snakemake_jobs(shared_data: Path, *args: str) -> set[str]:
 def table_jobs(params: dict) -> set[str]:
     """The same, from the stage table: every job `Stage.jobs` gives, its outputs filled in."""
     from vocabtransfer.pipeline.paths import fill
-    from vocabtransfer.app.stages import STAGES
+    from vocabtransfer.plan.stages import STAGES
 
     out = set()
     for stage in STAGES.values():
@@ -53,7 +53,7 @@ def table_jobs(params: dict) -> set[str]:
 def dvc_jobs(params: dict) -> set[str]:
     """The same, from the generated dvc.yaml: matrix and foreach stages expanded per language."""
     from vocabtransfer.app import dvcgen
-    from vocabtransfer.app.stages import STAGES
+    from vocabtransfer.plan.stages import STAGES
 
     out = set()
     for name, entry in yaml.safe_load(dvcgen.generate(params))["stages"].items():

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from conftest import BIN, REPO
-from vocabtransfer.app import stages
+from vocabtransfer.plan import stages
 
 PROFILE = REPO / "workflow/profiles/slurm/config.yaml"
 

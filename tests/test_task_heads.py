@@ -11,12 +11,13 @@ from collections import Counter
 
 import pytest
 
-from vocabtransfer.app.stages import STAGES
+from vocabtransfer.plan.stages import STAGES
 from vocabtransfer.evaluate import finetune_eval
 from vocabtransfer.app.params import load_params
 from vocabtransfer.model.hub import resolve_model_path
 from vocabtransfer.evaluate.tasks import get_task, load_splits
 from vocabtransfer.pipeline.typed import Params
+from vocabtransfer.plan import finetune_plans
 
 from conftest import REPO
 
@@ -133,7 +134,7 @@ def test_language_with_only_ner_data_runs_end_to_end(params, tmp_path, shared_da
     assert STAGES["finetune_eval"].jobs(Params(p), "sw") == [
         {"task": "ner", "model": "source", "seed": "1", "lang": "sw"}
     ]
-    assert set(finetune_eval.skipped_tasks(Params(p), "sw")) == {"nli", "qa"}
+    assert set(finetune_plans.skipped_tasks(Params(p), "sw")) == {"nli", "qa"}
     (tmp_path / "results" / "source").mkdir(parents=True)
     os.symlink(resolve_model_path(p["source_model"]), tmp_path / "results" / "source" / "model")
 

@@ -177,7 +177,7 @@ def test_dvc_repro_reproduces_the_same_artefacts_and_params_change_marks_exactly
 
     # Snakemake: the fastText jobs and what depends on them (every init job, and everything after init),
     # nothing before or beside them
-    from vocabtransfer.init import availability
+    from vocabtransfer.plan import availability
 
     jobs = snakemake_jobs(run_command([str(BIN / "snakemake"), "-n", *targets(params)], work, env))
     n = len(params["languages"])
@@ -309,8 +309,8 @@ def test_pretraining_analyses_and_downstream_evaluation_reach_the_report(workdir
     import pyarrow.parquet as pq
     from transformers import AutoModelForMaskedLM, AutoTokenizer
 
-    from vocabtransfer.evaluate.finetune_eval import eval_models
-    from vocabtransfer.init import availability
+    from vocabtransfer.plan.finetune_plans import eval_models
+    from vocabtransfer.plan import availability
 
     work, _, params = workdir
     assert params["pretrain"]["seeds"] == 2 and len(availability.pretrain_runs(Params(validate_params(params)))) == 6

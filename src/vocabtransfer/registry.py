@@ -1,6 +1,6 @@
 """One registry for everything the pipeline looks up by name: init methods, downstream tasks, training objectives
 and stages (vocabtransfer.init.methods.registry, vocabtransfer.evaluate.tasks, vocabtransfer.model.losses,
-vocabtransfer.app.stages).
+vocabtransfer.plan.stages).
 
 A `Registry` maps names to objects of one kind. An entry is either
 

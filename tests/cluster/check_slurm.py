@@ -30,7 +30,7 @@ import pytest
 import yaml
 
 from conftest import PRETOKENIZED, REPO
-from vocabtransfer.app import stages
+from vocabtransfer.plan import stages
 
 BIN = Path(sys.executable).parent
 CANCELLED_RULE = "fasttext"

@@ -14,7 +14,7 @@ from vocabtransfer.pipeline.config import load_yaml, merge_overlay, read_yaml, w
 from vocabtransfer.pipeline.typed import Params
 from vocabtransfer.app.runner import param_values
 from vocabtransfer.pipeline import fingerprint
-from vocabtransfer.app.stages import STAGES
+from vocabtransfer.plan.stages import STAGES
 from vocabtransfer.errors import VocabTransferError
 
 # the config Snakemake sees: params.yaml, then every --configfile over it, then --config. It is

@@ -1,5 +1,5 @@
 # Every ordinary stage's rule, generated from the stage declarations, in topological order
-# (vocabtransfer.app.stages.STAGES, the DAG in one place; docs/stages.md shows it):
+# (vocabtransfer.plan.stages.STAGES, the DAG in one place; docs/stages.md shows it):
 # its inputs, outputs, params leaves, log, benchmark, threads, priority and cluster resources all
 # come from the table through the helpers in common.smk, and its shell is `vocabtransfer <stage>`
 # with one option per wildcard (STAGE_SHELL: `{rule}` and the `args` param, because a `shell:`

@@ -1,2 +1,2 @@
-"""The application on top of every phase: the stage table in DAG order, running one job, the run's plan,
-the dvc.yaml generator and the command line (`vocabtransfer <stage>`)."""
+"""The application on top of every phase: running one job, the run's plan (skip lines, preflight), the dvc.yaml
+generator and the command line (`vocabtransfer <stage>`), over the stage table of vocabtransfer.plan."""

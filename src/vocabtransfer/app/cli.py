@@ -28,8 +28,7 @@ from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.app import dag, dvcgen, layout
 from vocabtransfer.app.runner import run_stage
 from vocabtransfer.app.producers import rerun_hint
-from vocabtransfer.app.stages import STAGES
-from vocabtransfer.evaluate import coverage
+from vocabtransfer.plan.stages import STAGES
 from vocabtransfer.log import report_error, setup_logging
 from vocabtransfer.app import params_doc
 from vocabtransfer.app.params import load, schema
@@ -37,6 +36,8 @@ from vocabtransfer.pipeline.typed import Params
 from vocabtransfer.app.plan import job_counts, preflight
 from vocabtransfer.pipeline.config import pattern_names, read_yaml
 from vocabtransfer.pipeline.remote import add_remote
+from vocabtransfer.plan import availability
+from vocabtransfer.registry import resolve
 
 log = logging.getLogger("vocabtransfer")
 
@@ -213,8 +214,6 @@ def resolve_pseed(stage, wildcards: dict, params: Params, source: str) -> None:
     row a copy or a mean, so all its pretraining seeds share pseed 1), else one line asking for it."""
     if not _pseed_optional(stage) or wildcards.get("pseed") is not None:
         return
-    from vocabtransfer.init import availability
-
     if availability.seeded(wildcards["method"]):
         seeds = int(params.leaf("pretrain.seeds"))
         raise VocabTransferError(
@@ -301,7 +300,9 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging(args.log_file, logging.DEBUG if args.verbose else logging.INFO)
     try:
         if args.command == "coverage":
-            sys.stdout.write(coverage.markdown(coverage.table(sims=args.sims, resamples=args.resamples)))
+            # the simulation's code, by reference: imported for this command only (numpy, the report's statistics)
+            table, markdown = (resolve(f"vocabtransfer.evaluate.coverage:{name}") for name in ("table", "markdown"))
+            sys.stdout.write(markdown(table(sims=args.sims, resamples=args.resamples)))
             return 0
         if args.command == "dag":
             sys.stdout.write(dag.picture())

@@ -1,4 +1,4 @@
-"""The DAG's edges, read from the declarations (vocabtransfer.app.stages): a stage reads another when a
+"""The DAG's edges, read from the declarations (vocabtransfer.plan.stages): a stage reads another when a
 path among its jobs' inputs is one of the other's outputs (or lies inside an output directory).
 `vocabtransfer dag` prints the picture docs/stages.md shows (a Mermaid flowchart, checked against the
 declarations by tests/test_docs.py), and tests/test_dag.py checks that the table is in topological order."""
@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 from typing import Any, Mapping
 
-from vocabtransfer.app.stages import STAGES
+from vocabtransfer.plan.stages import STAGES
 from vocabtransfer.pipeline import paths
 from vocabtransfer.app.params import validate_params
 from vocabtransfer.pipeline.config import merge_overlay, read_yaml

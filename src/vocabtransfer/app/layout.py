@@ -12,7 +12,7 @@ from pathlib import Path
 from vocabtransfer.pipeline.stage_spec import PACKAGE
 
 # the layers from the bottom up (tests/test_layout.py checks the imports against them); `""` is the top level
-LAYERS = ("", "pipeline", "model", "data", "init", "train", "evaluate", "report", "app")
+LAYERS = ("", "pipeline", "plan", "model", "data", "init", "train", "evaluate", "report", "app")
 README_HEAD = (
     "src/vocabtransfer/        the library and CLI, in layers from the bottom up (no import runs back up them;\n"
     "                          tests/test_layout.py); every module's first line: docs/layout.md\n"

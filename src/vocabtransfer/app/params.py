@@ -17,23 +17,23 @@ from typing import Any, Sequence
 
 import yaml
 
-from vocabtransfer.data.fasttext_vectors import FasttextParams
-from vocabtransfer.data.corpus import CorpusParams
-from vocabtransfer.data.overlap import OverlapParams
-from vocabtransfer.data.pretokenize import PretokenizeParams
-from vocabtransfer.data.tokenizer import TokenizerParams
-from vocabtransfer.evaluate.gradient_scenarios import GradientScenariosParams
-from vocabtransfer.evaluate.harness import LmEvalParams
-from vocabtransfer.evaluate.init_eval import InitEvalParams
-from vocabtransfer.evaluate.tasks import EvalParams
-from vocabtransfer.evaluate.token_frequency_loss import TokenFrequencyLossParams
-from vocabtransfer.init.methods.options import FACTORIZATIONS
-from vocabtransfer.init.methods.registry import declared_sections
-from vocabtransfer.init.source_head import SourceHeadParams
 from vocabtransfer.pipeline import config, typed
-from vocabtransfer.report.export import ExportParams
-from vocabtransfer.report.tables import ReportParams
-from vocabtransfer.train.pretrain_params import PretrainParams
+from vocabtransfer.plan.data_params import (
+    CorpusParams,
+    FasttextParams,
+    OverlapParams,
+    PretokenizeParams,
+    TokenizerParams,
+)
+from vocabtransfer.plan.eval_plans import GradientScenariosParams, InitEvalParams, TokenFrequencyLossParams
+from vocabtransfer.plan.export_plans import ExportParams
+from vocabtransfer.plan.harness_plans import LmEvalParams
+from vocabtransfer.plan.init_plans import SourceHeadParams
+from vocabtransfer.plan.method_options import FACTORIZATIONS
+from vocabtransfer.plan.methods import declared_sections
+from vocabtransfer.plan.pretrain_params import PretrainParams
+from vocabtransfer.plan.report_plans import ReportParams
+from vocabtransfer.plan.task_options import EvalParams
 
 # params section -> the dataclass its stage reads (`ctx.section`), in params.yaml's order; `init` is the
 # root's (its `methods`) completed with the methods' and factorisations' sections

@@ -1,7 +1,7 @@
 """The plan of a run, before any job: one line per job that params ask for but params or the data
 present rule out (`skip_lines`), notes on sources that can change, and `preflight`, which checks the
 data files the run cannot do without. Which jobs run is the job planner of each stage, `Stage.jobs`
-(vocabtransfer.pipeline.stage_spec), over the stage table (vocabtransfer.app.stages).
+(vocabtransfer.pipeline.stage_spec), over the stage table (vocabtransfer.plan.stages).
 """
 
 from __future__ import annotations
@@ -9,19 +9,19 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
-from vocabtransfer.data.corpus import CorpusParams
-from vocabtransfer.data.fasttext_vectors import FasttextParams
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.evaluate import harness
-from vocabtransfer.evaluate.harness import LmEvalParams
-from vocabtransfer.evaluate.tasks import EvalParams, same_source
-from vocabtransfer.init import availability
-from vocabtransfer.init.source_head import SourceHeadParams
 from vocabtransfer.pipeline import paths
 from vocabtransfer.pipeline.paths import corpus_file
 from vocabtransfer.pipeline.typed import Params
-from vocabtransfer.train.pretrain_params import PretrainParams
-from vocabtransfer.app.stages import STAGES
+from vocabtransfer.plan import availability, harness_plans, source_kind
+from vocabtransfer.plan.data_params import CorpusParams, FasttextParams
+from vocabtransfer.plan.finetune_plans import same_source
+from vocabtransfer.plan.harness_plans import LmEvalParams
+from vocabtransfer.plan.init_plans import SourceHeadParams
+from vocabtransfer.plan.pretrain_params import PretrainParams
+from vocabtransfer.plan.pretrain_plans import TEACHER_OBJECTIVES
+from vocabtransfer.plan.stages import STAGES
+from vocabtransfer.plan.task_options import EvalParams
 
 
 def _job_label(stage, wildcards: dict) -> str:
@@ -83,9 +83,6 @@ def check_source(given: Params | Mapping[str, Any], source: str = "params.yaml",
     set must be in the cache; not checked with `reach=False`), and the objectives
     that need a causal source are not asked of a masked one."""
     params = Params.of(given)
-    from vocabtransfer.model import source_kind  # huggingface_hub's cache lookup: not at CLI start-up
-    from vocabtransfer.train.pretrain import TEACHER_OBJECTIVES
-
     if reach:
         source_kind.check_reachable(params.source_model, source)
     pre = params.section("pretrain", PretrainParams)
@@ -106,20 +103,20 @@ def check_lm_eval_tasks(given: Params | Mapping[str, Any], source: str = "params
     params = Params.of(given)
     if not params.section("lm_eval", LmEvalParams).tasks:
         return
-    harness.check_include(params, source)
-    include = harness.include_key(params)
-    names = list(dict.fromkeys(n for lang in params.languages for n in harness.task_names(params, lang)))
-    others = [n for n in names if n not in harness.local_tasks(include)]
+    harness_plans.check_include(params, source)
+    include = harness_plans.include_key(params)
+    names = list(dict.fromkeys(n for lang in params.languages for n in harness_plans.task_names(params, lang)))
+    others = [n for n in names if n not in harness_plans.local_tasks(include)]
     if others:
         try:
-            known = list(harness.task_manager(include).all_tasks) + list(harness.local_tasks(include))
+            known = list(harness_plans.task_manager(include).all_tasks) + list(harness_plans.local_tasks(include))
         except ImportError as exc:
             raise VocabTransferError(
                 f"{source}: lm_eval.tasks: the harness is not installed ({exc}); install "
                 "lm-eval (pinned in pyproject.toml) or leave lm_eval.tasks empty"
             ) from exc
         try:
-            harness.check_tasks(others, known)
+            harness_plans.check_tasks(others, known)
         except VocabTransferError as exc:
             raise VocabTransferError(f"{source}: {exc}") from exc
 

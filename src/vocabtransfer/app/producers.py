@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from vocabtransfer.app.stages import STAGES
+from vocabtransfer.plan.stages import STAGES
 
 
 def _pattern(template: str) -> str:

@@ -1,7 +1,7 @@
-"""Run one job of a stage in-process: look the stage up in the stage table (vocabtransfer.app.stages),
-resolve its input and output paths for the wildcards into a `Context`, and call the stage's function
-(`Stage.run`) with it (what `vocabtransfer <stage>` does). Also the params leaves a job reads and their
-values (`param_values`, Snakemake's params)."""
+"""Run one job of a stage in-process: look the stage up in the stage table (vocabtransfer.plan.stages),
+resolve its input and output paths for the wildcards into a `Context`, import the stage's function (`Stage.run`,
+a lazy `"module:function"` reference) and call it with the Context (what `vocabtransfer <stage>` does). Also the
+params leaves a job reads and their values (`param_values`, Snakemake's params)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any, Mapping
 
 from vocabtransfer.pipeline.stage_spec import Context
 from vocabtransfer.pipeline.typed import Params
-from vocabtransfer.app.stages import STAGES
+from vocabtransfer.plan.stages import STAGES
 
 
 def make_context(
@@ -46,7 +46,7 @@ def run_stage(
     """Run one stage in-process (what `vocabtransfer <stage>` does)."""
     ctx = make_context(name, params, wildcards, threads=threads, device=device)
     with ctx.torch_threads():
-        ctx.stage.run(ctx)
+        ctx.stage.function()(ctx)
     return ctx
 
 

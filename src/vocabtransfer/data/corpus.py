@@ -27,10 +27,9 @@ import logging
 import time
 import unicodedata
 from collections import Counter
-from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, Iterator, Literal, cast
+from typing import TYPE_CHECKING, Iterable, Iterator, cast
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -40,7 +39,7 @@ from vocabtransfer.data.corpus_sources import describe, open_source
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.log import progress
 from vocabtransfer.pipeline import names
-from vocabtransfer.pipeline.typed import option
+from vocabtransfer.plan.data_params import CorpusParams, Normalization
 
 if TYPE_CHECKING:
     from tqdm import tqdm
@@ -53,7 +52,6 @@ FLUSH_ROWS = 65_536  # rows per Parquet row group
 # --- cleaning and splitting ---------------------------------------------------------------
 
 LINE_DIGEST = 16  # bytes of a line's seeded hash (names.seeded_digest): it decides duplicates and the split
-Normalization = Literal["NFC", "NFKC", "NFD", "NFKD", "none"]  # corpus.normalization; `none` skips it
 
 
 def split_value(text: str, seed: int) -> float:
@@ -148,35 +146,6 @@ class SplitWriter:
     def close(self) -> None:
         for writer in self.writers.values():
             writer.close()
-
-
-@dataclass(frozen=True)
-class CorpusParams:
-    """the target-language corpora: where each comes from, how it is cleaned and split"""
-
-    sources: dict[str, dict] = option(
-        {},
-        "one source per language (keys are language codes)",
-        propertyNames={"$ref": "#/$defs/lang"},
-        additionalProperties={"$ref": "#/$defs/corpus_source"},
-    )
-    normalization: Normalization = option("NFC", "Unicode normal form applied to every line")
-    max_bytes: int = option(0, "cap on UTF-8 bytes kept (train + valid) per language; 0 keeps everything", minimum=0)
-    valid_fraction: float = option(
-        0.05,
-        "share of lines held out as the validation split (chosen by a seeded hash of the line)",
-        exclusiveMinimum=0,
-        exclusiveMaximum=0.5,
-    )
-    dev_fraction: float = option(
-        0.0,
-        "share of lines set aside as the dev (tuning) split, by the same hash (the band above valid_fraction, "
-        "taken from what would be train); no stage trains on it and the report never scores it; 0 leaves it empty "
-        "and train and valid unchanged",
-        minimum=0,
-        exclusiveMaximum=0.5,
-    )
-    min_chars: int = option(1, "lines shorter than this (after stripping) are dropped", minimum=1)
 
 
 def split_of(value: float, valid_fraction: float, dev_fraction: float) -> str:

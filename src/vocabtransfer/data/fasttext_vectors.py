@@ -27,9 +27,8 @@ import logging
 import os
 import shutil
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -40,15 +39,13 @@ from vocabtransfer.log import progress
 from vocabtransfer import io
 from vocabtransfer.model.hub import load_tokenizer
 from vocabtransfer.pipeline.paths import data_path
-from vocabtransfer.pipeline.typed import option
+from vocabtransfer.plan.data_params import FasttextParams, Mode
 
 if TYPE_CHECKING:
     import torch
     from vocabtransfer.pipeline.stage_spec import Context
 
 log = logging.getLogger(__name__)
-
-Mode = Literal["tokenlevel", "wordlevel"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -113,52 +110,6 @@ def subword_vectors(
 
 # ---------------------------------------------------------------------------------------------
 # the stage
-
-
-@dataclass(frozen=True)
-class FasttextParams:
-    """the fastText auxiliary embeddings of the target tokens (FOCUS, OFA, semi-NMF)"""
-
-    mode: Mode = option(
-        "tokenlevel",
-        "tokenlevel trains fastText on the pre-tokenised target corpus (FOCUS); wordlevel embeds each token with a "
-        "given pretrained word-level .bin (pretrained_path)",
-    )
-    pretrained_path: str | None = option(
-        None, "word-level fastText .bin (wordlevel mode), relative to $VOCABTRANSFER_DATA"
-    )
-    model: Literal["cbow", "skipgram"] = option("cbow", "fastText's architecture (FOCUS uses cbow)")
-    dim: int = option(100, "dimension of the auxiliary vectors", minimum=1)
-    epochs: int = option(3, "training epochs", minimum=1)
-    min_count: int = option(
-        10, "fastText's minCount: a token seen fewer times gets no dictionary vector (see oov)", minimum=1
-    )
-    neg: int = option(10, "negative samples per positive", minimum=1)
-    bucket: int = option(
-        2000000,
-        "hash buckets of the character n-grams (fastText's -bucket); the .bin holds (words + bucket) x dim floats "
-        "(800 MB at dim 100), so a small corpus can use far fewer (the test config: 100000)",
-        minimum=1,
-    )
-    reproducible: bool = option(
-        True,
-        "train on one thread so the vectors, and every artefact built from them, are byte-identical between runs; "
-        "false uses all threads Snakemake gives (faster)",
-    )
-    oov: Literal["random", "subword"] = option(
-        "random",
-        "target tokens outside the fastText dictionary (tokenlevel mode): random leaves them without a vector "
-        "(focus, ofa and snmf give them random rows, as FOCUS does); subword gives each one, special tokens "
-        "excepted, fastText's character n-gram vector of its vocabulary string, which focus, ofa, snmf and their "
-        "factorised variants then use like a dictionary vector (wordlevel mode: only random, its vectors already "
-        "use subwords)",
-    )
-    sample_bytes: int = option(
-        0,
-        "train fastText (tokenlevel) on a seeded sample of about this many bytes of the token-joined train text "
-        "(each line kept with probability sample_bytes / the file's bytes); 0 trains on every line",
-        minimum=0,
-    )
 
 
 def _link_or_copy(src: Path, dst: Path) -> None:

@@ -46,7 +46,7 @@ from vocabtransfer.errors import VocabTransferError
 from vocabtransfer import io
 from vocabtransfer.data.families import is_byte_piece, special_token_clash, spelling, token_bytes
 from vocabtransfer.model.hub import load_tokenizer, materialised_source
-from vocabtransfer.pipeline.typed import option
+from vocabtransfer.plan.data_params import OverlapParams
 
 log = logging.getLogger(__name__)
 
@@ -355,21 +355,6 @@ def markdown_counts(counts: dict[str, int], total: int) -> str:
         lines.append(f"| {kind} | {counts[kind]} | {counts[kind] / max(total, 1):.1%} |")
     lines.append(f"| total | {total} | 100.0% |")
     return "\n".join(lines)
-
-
-@dataclass(frozen=True)
-class OverlapParams:
-    """which target tokens count as in the source vocabulary (the overlap)"""
-
-    exact_match_all: bool = option(True, "tokens whose canonical forms are equal overlap")
-    fuzzy_match_all: bool = option(False, "also match ignoring case and the word-start marker")
-    match_symbols: bool = option(False, "also match numbers, punctuation and whitespace tokens fuzzily")
-    match_bytes: bool = option(
-        True,
-        "compare byte-level BPE (Ġ, Ã) and SentencePiece-style (▁, <0xC3> byte fallback) tokens by the bytes they "
-        "spell, so a byte or string of bytes in both vocabularies matches whatever its spelling; false: "
-        "deepfocus's forms (byte tokens match only the same spelling)",
-    )
 
 
 def run(ctx) -> None:

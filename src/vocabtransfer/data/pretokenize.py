@@ -38,7 +38,7 @@ from vocabtransfer.log import progress
 from vocabtransfer.data.corpus_lines import corpus_rows, iter_text_batches
 from vocabtransfer.data.tokenizer import load_target_tokenizer, set_threads
 from vocabtransfer.model.hub import load_tokenizer, materialised_source
-from vocabtransfer.pipeline.typed import option
+from vocabtransfer.plan.data_params import PretokenizeParams
 
 log = logging.getLogger(__name__)
 
@@ -225,15 +225,6 @@ def measure(tokenizer, corpus: Path, batch_size: int = 1000) -> TokenStats:
 
 # ---------------------------------------------------------------------------------------------
 # the stage
-
-
-@dataclass(frozen=True)
-class PretokenizeParams:
-    """pre-tokenisation of the corpus splits with the target tokenizer"""
-
-    batch_size: int = option(
-        1000, "lines per batch handed to the Rust tokenizer (which encodes a batch on all cores)", minimum=1
-    )
 
 
 def run(ctx) -> None:

@@ -49,7 +49,6 @@ import logging
 import os
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -73,7 +72,7 @@ from vocabtransfer.data.tokenizer_build import (
 )
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.model.hub import load_tokenizer, materialised_source
-from vocabtransfer.pipeline.typed import option
+from vocabtransfer.plan.data_params import TokenizerParams
 
 log = logging.getLogger(__name__)
 
@@ -192,23 +191,6 @@ def load_target_tokenizer(path: str | os.PathLike):
 
 
 # --------------------------------------------------------------------------------------------- the stage
-
-
-@dataclass(frozen=True)
-class TokenizerParams:
-    """training of the target-language tokenizer"""
-
-    family: Literal["auto", "wordpiece", "unigram", "bpe"] = option(
-        "auto", "model family of the target tokenizer; auto takes the source tokenizer's"
-    )
-    vocab_size: int = option(16000, "target vocabulary size", minimum=100)
-    min_frequency: int = option(2, "minimum count of a merge/word piece (WordPiece, BPE)", minimum=1)
-    sample_bytes: int = option(
-        0,
-        "train the tokenizer on a seeded sample of about this many UTF-8 bytes of the train split (each line kept "
-        "with probability sample_bytes / the split's bytes); 0 trains on every line",
-        minimum=0,
-    )
 
 
 def run(ctx) -> None:

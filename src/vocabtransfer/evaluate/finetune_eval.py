@@ -18,7 +18,7 @@ train/test split and the subsample depend on the params `seed` only, so every mo
 seed sees the same test examples in the same order, and the per-example arrays of the result JSON
 can be paired across them.
 
-`STAGES["finetune_eval"].jobs(params, lang)` (vocabtransfer.app.stages) lists the jobs params and the data present
+`STAGES["finetune_eval"].jobs(params, lang)` (vocabtransfer.plan.stages) lists the jobs params and the data present
 ask for; `skipped_tasks` says why a task has none for a language.
 
 Decoders (GPT-2, Llama, Qwen) are fine-tuned with their architecture's heads (`LlamaForSequenceClassification`
@@ -42,128 +42,15 @@ import time
 from pathlib import Path
 
 from vocabtransfer import io
-from vocabtransfer.init import availability
-from vocabtransfer.pipeline import names
 from vocabtransfer.pipeline import paths
-from vocabtransfer.pipeline.typed import Params
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.evaluate.tasks import EvalParams, get_task, load_splits, test_clusters
+from vocabtransfer.evaluate.tasks import get_task, load_splits, test_clusters
+from vocabtransfer.plan.task_options import EvalParams
 from vocabtransfer.evaluate import generic_heads
 from vocabtransfer.model.precision import Precision, resolve as resolve_precision
+from vocabtransfer.plan.finetune_plans import parse_model, skipped_tasks
 
 log = logging.getLogger(__name__)
-
-
-def init_models(params: Params) -> list[str]:
-    """`<m>-init-pseed<k>`: the initialisation every pretrained run of method m with seed k starts from."""
-    runs = dict.fromkeys((m, availability.init_pseed(m, s)) for m, _, s in availability.pretrain_runs(params))
-    return [names.model_name(m, names.INIT, s) for m, s in runs]
-
-
-def producible_models(params: Params) -> list[str]:
-    """Every model name some stage produces."""
-    return (
-        [names.SOURCE]
-        + [names.model_name(m, names.INIT, s) for m, s in availability.init_runs(params)]
-        + [names.model_name(m, o, s) for m, o, s in availability.pretrain_runs(params)]
-    )
-
-
-def parse_model(params: Params, model: str) -> dict:
-    """`method`, `objective`, `pseed` and the directory template of a model name; a name no stage
-    produces is one error."""
-    parsed = names.parse_model_name(model) if model == names.SOURCE or "-pseed" in model else None
-    if parsed is not None and model in producible_models(params):
-        if parsed.method == names.SOURCE:
-            return {"method": names.SOURCE, "objective": None, "pseed": None, "input": paths.SOURCE_MODEL, "subdir": ""}
-        if parsed.objective == names.INIT:
-            template = paths.partial(paths.INIT_DIR, method=parsed.method, pseed=parsed.pseed)
-        else:
-            template = paths.partial(
-                paths.PRETRAIN_DIR, method=parsed.method, objective=parsed.objective, pseed=parsed.pseed
-            )
-        return {
-            "method": parsed.method,
-            "objective": parsed.objective,
-            "pseed": parsed.pseed,
-            "input": template,
-            "subdir": "model",
-        }
-    raise VocabTransferError(
-        f"eval: model {model!r} is produced by no stage; use `source`, `<method>-init-pseed<k>` (method in "
-        "init.methods) or `<method>-<objective>-pseed<k>` (pretrain.methods × pretrain.objectives × "
-        f"1..pretrain.seeds), e.g. {producible_models(params)[-1]!r}"
-    )
-
-
-def _expand_entry(params: Params, entry: str) -> list[str]:
-    """The models one `eval.models` entry names: a kind (`pretrained`, `init`, `source`), a model name,
-    or a name without its pretraining seed (`focus-standard`: every pretraining seed)."""
-    if entry == "pretrained":
-        return [names.model_name(m, o, s) for m, o, s in availability.pretrain_runs(params)]
-    if entry == "init":
-        return init_models(params)
-    if entry == names.SOURCE or "-pseed" in entry:
-        parse_model(params, entry)  # one clear error for a name no stage produces
-        return [entry]
-    seeds = [n for n in producible_models(params) if n.rpartition("-pseed")[0] == entry]
-    if not seeds:
-        parse_model(params, entry)  # raises: the error lists the grammar and an example
-    return seeds
-
-
-def expand_models(params: Params, entries) -> list[str]:
-    """The models a list of `eval.models`-style entries names (kinds and seedless names expanded, duplicates
-    dropped, order kept)."""
-    out: list[str] = []
-    for entry in entries:
-        out += [n for n in _expand_entry(params, entry) if n not in out]
-    return out
-
-
-def eval_models(params: Params) -> list[str]:
-    """The models `eval.models` asks for."""
-    return expand_models(params, params.section("eval", EvalParams).models)
-
-
-def skipped_tasks(params: Params, lang: str) -> dict[str, str]:
-    """Task -> why it has no job for this language."""
-    out = {}
-    for task, section in params.section("eval", EvalParams).task_sections().items():
-        if not section.enabled:
-            out[task] = f"eval.tasks.{task}.enabled is false"
-        elif lang not in section.data:
-            out[task] = f"no data for {lang!r}: eval.tasks.{task}.data has no entry {lang!r}"
-    return out
-
-
-def model_reason(params: Params, lang: str, model: str) -> str | None:
-    """Why `model` does not exist for `lang` (its init method cannot run there), None when it does."""
-    method = parse_model(params, model)["method"]
-    why = None if method == names.SOURCE else availability.method_reason(params, lang, method)
-    return f"model {model} does not exist for {lang}: {why}" if why else None
-
-
-def skip_reason(params: Params, wildcards: dict) -> str | None:
-    """None when the job (lang, task, model, seed) runs, else why the params or data rule it out."""
-    return skipped_tasks(params, wildcards["lang"]).get(wildcards["task"]) or model_reason(
-        params, wildcards["lang"], wildcards["model"]
-    )
-
-
-def data_files(params: Params, wildcards: dict) -> dict[str, Path]:
-    """The local files of the task's data spec for this language (`<split>` -> path): the job's data
-    dependencies. URL and hub sources are pinned by their sha256 / revision params instead."""
-    spec = params.section("eval", EvalParams).task_sections()[wildcards["task"]].data.get(wildcards["lang"]) or {}
-    return {
-        f"data_{split}": paths.data_path(source["path"])
-        for split, source in spec.items()
-        if isinstance(source, dict) and source.get("path")
-    }
-
-
-def inputs(params: Params, wildcards: dict) -> dict[str, str]:
-    return {"model": parse_model(params, wildcards["model"])["input"]}
 
 
 # --- one job ------------------------------------------------------------------------------------

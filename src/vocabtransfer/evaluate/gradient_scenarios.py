@@ -30,7 +30,6 @@ Output: results/L/gradients/M/O.parquet (one row per phase × token) and a PNG b
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -44,20 +43,11 @@ from vocabtransfer.model.lmdata import Kind, lm_batches, pack_ids
 from vocabtransfer.evaluate.frequencies import frequency_ranks, read_ids, token_counts
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.log import progress
-from vocabtransfer.pipeline.typed import Params, option
-from vocabtransfer.train.pretrain_params import PretrainParams
+from vocabtransfer.pipeline.typed import Params
+from vocabtransfer.plan.pretrain_params import PretrainParams
+from vocabtransfer.plan.eval_plans import GradientScenariosParams
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class GradientScenariosParams:
-    """gradient reaching each token's embedding (input / output target / output non-target)"""
-
-    batches: int = option(16, "seeded sample of training batches", minimum=1)
-    batch_size: int = option(8, "training blocks per batch", minimum=1)
-    seq_len: int = option(128, "tokens per block", minimum=8)
-    plot_bins: int = option(30, "log-spaced rank bins that smooth the plot", minimum=2)
 
 
 SCHEMA = pa.schema(

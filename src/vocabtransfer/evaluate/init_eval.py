@@ -50,9 +50,7 @@ from __future__ import annotations
 
 import logging
 import math
-import re
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
@@ -60,35 +58,15 @@ import pyarrow as pa
 from vocabtransfer import io
 from vocabtransfer.evaluate import bits_per_byte, bpb_floor, init_eval_plot
 from vocabtransfer.evaluate.retrieval import read_xnli_premises, retrieval_accuracy, sentence_embeddings
-from vocabtransfer.init import availability
+from vocabtransfer.plan import availability
 from vocabtransfer.model import lm_loss, modeling
 from vocabtransfer.model.hub import load_tokenizer
 from vocabtransfer.model.lmdata import Kind, lm_batches, pack_lines, read_lines, target_labels
 from vocabtransfer.pipeline import paths
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.init.availability import methods
-from vocabtransfer.pipeline.typed import Params, option
+from vocabtransfer.plan.eval_plans import InitEvalParams, input_key
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class InitEvalParams:
-    """evaluation right after initialisation, no training"""
-
-    max_lines: int = option(500, "held-out target lines scored", minimum=1)
-    seq_len: int = option(128, "tokens per packed block", minimum=8)
-    batch_size: int = option(16, "blocks per batch", minimum=1)
-    retrieval_sentences: int = option(500, "XNLI premises for parallel-sentence retrieval (0 = skip)", minimum=0)
-    xnli: str = option("xnli/dev-{lang}.tsv", "XNLI dev file per language, {lang} filled in")
-    source_lang: str = option("en", "language of the source model's text")
-    bits_per_byte: bool = option(
-        True,
-        "bits per UTF-8 byte of the valid lines for every causal model and for the source model with its own "
-        "tokenizer, with the bytes per token of both tokenizers and the share of the source's advantage over "
-        "random a method keeps (docs/evaluation.md#bits-per-byte); masked LMs keep their per-token loss; a causal "
-        "source without its LM head is refused while this is true",
-    )
 
 
 SCHEMA = pa.schema(
@@ -116,24 +94,6 @@ SCHEMA = pa.schema(
         ("block_tokens", pa.list_(pa.int64())),
     ]
 )
-
-
-def input_key(method: str) -> str:
-    """ctx.input key of a method's init directory (`focus+svd` -> `init_focus_svd`)."""
-    return "init_" + re.sub(r"\W", "_", method)
-
-
-def inputs(params: Params, wildcards: dict) -> dict[str, str]:
-    """The stage's input templates: they depend on params (one init directory per configured method)."""
-    out = {
-        "source_model": paths.SOURCE_MODEL,
-        "valid": paths.CORPUS_VALID,
-        "train_ids": paths.PRETOK_TRAIN,
-        "train_text": paths.CORPUS_TRAIN,
-    }  # the floors' train split
-    for method in methods(params, wildcards["lang"]):  # the ones the language has data for
-        out[input_key(method)] = paths.partial(paths.INIT_DIR, method=method, pseed=1)  # pretraining seed 1's init
-    return out
 
 
 def lm_eval(model, tokenizer, kind: Kind, lines: list[str], *, seq_len: int, batch_size: int, seed: int) -> dict:

@@ -19,21 +19,11 @@ import logging
 
 from vocabtransfer import io
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.evaluate.tasks import EvalParams, TaskOptions, get_task, load_splits, test_clusters
-from vocabtransfer.evaluate.finetune_eval import skipped_tasks
-from vocabtransfer.pipeline.typed import Params
+from vocabtransfer.evaluate.tasks import get_task, load_splits, test_clusters
+from vocabtransfer.plan.task_options import EvalParams, TaskOptions
+from vocabtransfer.plan.finetune_plans import floor_skip_reason
 
 log = logging.getLogger(__name__)
-
-
-def skip_reason(params: Params, wildcards: dict) -> str | None:
-    """Why the task has no floor job for this language (disabled, or no data), None when it has one."""
-    return skipped_tasks(params, wildcards["lang"]).get(wildcards["task"])
-
-
-def tasks(params: Params) -> list[dict[str, str]]:
-    """One job per enabled task (per language: `skip_reason` rules out the tasks without data)."""
-    return [{"task": t} for t, section in params.section("eval", EvalParams).task_sections().items() if section.enabled]
 
 
 def floor(options: TaskOptions, lang: str, task_name: str, seed: int) -> dict:
@@ -59,7 +49,7 @@ def floor(options: TaskOptions, lang: str, task_name: str, seed: int) -> dict:
 
 
 def run(ctx) -> None:
-    why = skip_reason(ctx.params, ctx.wildcards)
+    why = floor_skip_reason(ctx.params, ctx.wildcards)
     if why is not None:
         raise VocabTransferError(f"floor: no job {ctx.wildcards['task']} for {ctx.lang!r}: {why}")
     options = getattr(ctx.section("eval", EvalParams).tasks, ctx.wildcards["task"])

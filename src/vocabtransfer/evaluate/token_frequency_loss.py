@@ -1,7 +1,7 @@
 """Stage `token_frequency_loss`: does the selfish objective help rare tokens and cost frequent ones?
 
 For target language L, every pretrained model (results/L/pretrain/<method>/<objective>/pseed<k>/model:
-each run of `init.availability.pretrain_runs`) and the initialised-only model each started from
+each run of `availability.pretrain_runs`) and the initialised-only model each started from
 (results/L/init/<method>/pseed<k>/model, objective `init` = step 0) are scored on the same held-out
 tokens: the standard cross-entropy of each target token of the valid split, grouped by the
 token's frequency rank in the train split.
@@ -40,10 +40,7 @@ from __future__ import annotations
 
 import logging
 import math
-import re
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 import numpy as np
 import pyarrow as pa
@@ -55,13 +52,17 @@ from vocabtransfer.evaluate.frequencies import token_counts
 from vocabtransfer.model import modeling
 from vocabtransfer.model.hub import load_tokenizer
 from vocabtransfer.model.lmdata import Kind, lm_batches
-from vocabtransfer.pipeline.typed import Params, option
 from vocabtransfer.train.packing import PackedBlocks
-from vocabtransfer.init import availability
-from vocabtransfer.init.availability import init_pseed
 from vocabtransfer.pipeline import paths
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.log import progress
+from vocabtransfer.plan.eval_plans import (
+    TokenFrequencyLossParams,
+    model_key,
+    model_template,
+    scored_models,
+    zero_shot_models,
+)
 
 log = logging.getLogger(__name__)
 
@@ -105,80 +106,6 @@ BPB_SCHEMA = pa.schema(
     ]
 )
 SOURCE = "source"  # method and objective of the source model's rows (pseed 0)
-
-
-@dataclass(frozen=True)
-class TokenFrequencyLossParams:
-    """held-out loss per train-frequency bucket, and bits per byte, of every pretrained and init-only model"""
-
-    buckets: int = option(10, "buckets of the token types seen in train (types never seen get one more)", minimum=1)
-    scheme: Literal["equal_types", "log"] = option(
-        "equal_types", "equal_types: equal type count per bucket; log: log-spaced rank edges", type="string"
-    )
-    max_lines: int = option(2000, "valid lines scored", minimum=1)
-    seq_len: int = option(128, "tokens per packed held-out block", minimum=8)
-    batch_size: int = option(16, "blocks per batch", minimum=1)
-    bits_per_byte: bool = option(
-        True,
-        "bits per UTF-8 byte of the same max_lines valid lines, per line, for every pretrained causal model, the "
-        "initialisation it started from, the initialised model (pseed 1) of every other init method, and the "
-        "source model with its own tokenizer (results/L/bits_per_byte.parquet, what the report's bits-per-byte "
-        "table resamples); lines longer than seq_len are scored in windows; a causal source without its LM head is "
-        "refused while this is true",
-    )
-
-
-def model_key(method: str, objective: str, pseed: int) -> str:
-    """ctx.input key of a model directory (`focus+svd`, `selfish`, 2 -> `focus_svd__selfish__2`)."""
-    return re.sub(r"\W", "_", method) + "__" + objective + f"__{pseed}"
-
-
-def scored_models(params: Params, lang: str) -> list[tuple[str, str, int]]:
-    """(method, objective, pretraining seed) of every model scored: each pretrained run and the
-    initialised model it started from (objective `init`)."""
-    runs = availability.pretrain_runs(params, lang)
-    inits = dict.fromkeys((m, "init", init_pseed(m, s)) for m, _, s in runs)
-    return list(inits) + runs
-
-
-def skip_reason(params: Params, wildcards: dict) -> str | None:
-    """Why the language has no job (no pretrained model to compare: `run` would refuse), None when it has one."""
-    if scored_models(params, wildcards["lang"]):
-        return None
-    return "no pretrained model to compare: pretrain.pairs, or pretrain.methods × pretrain.objectives, is empty"
-
-
-def zero_shot_models(params: Params, lang: str) -> list[tuple[str, str, int]]:
-    """The initialised models of the other `init.methods` (pretraining seed 1's initialisation): scored for
-    bits per byte only, so every method's zero-shot bits per byte carries an interval."""
-    scored = {m for m, _, _ in scored_models(params, lang)}
-    return [(m, "init", 1) for m in availability.methods(params, lang) if m not in scored]
-
-
-def _model_template(method: str, objective: str, pseed: int) -> str:
-    if objective == "init":
-        return paths.partial(paths.INIT_DIR, method=method, pseed=pseed)
-    return paths.partial(paths.PRETRAIN_DIR, method=method, objective=objective, pseed=pseed)
-
-
-def inputs(params: Params, wildcards: dict) -> dict[str, str]:
-    """Train and valid ids, the valid text and the source model (bits per byte), every pretrained model and the
-    init model each started from."""
-    out = {
-        "train_ids": paths.PRETOK_TRAIN,
-        "valid_ids": paths.PRETOK_VALID,
-        "valid_text": paths.CORPUS_VALID,
-        "source_model": paths.SOURCE_MODEL,
-        "train_text": paths.CORPUS_TRAIN,
-    }
-    zero_shot = (
-        zero_shot_models(params, wildcards["lang"])
-        if params.section("token_frequency_loss", TokenFrequencyLossParams).bits_per_byte
-        else []
-    )
-    for method, objective, pseed in scored_models(params, wildcards["lang"]) + zero_shot:
-        out[model_key(method, objective, pseed)] = _model_template(method, objective, pseed)
-    return out
 
 
 # ------------------------------------------------------------------------------ scoring
@@ -273,7 +200,7 @@ def model_dir(ctx, method: str, objective: str, pseed: int) -> Path:
     key = model_key(method, objective, pseed)
     if key in ctx.input:
         return Path(ctx.input[key]) / "model"
-    return Path(paths.fill(_model_template(method, objective, pseed), lang=ctx.lang)) / "model"
+    return Path(paths.fill(model_template(method, objective, pseed), lang=ctx.lang)) / "model"
 
 
 def same_tokenizer(a, b, where: Path) -> None:

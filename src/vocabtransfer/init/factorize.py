@@ -17,7 +17,7 @@ from typing import Literal, TypeVar
 import torch
 
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.init.methods.options import FACTORIZATIONS, SnmfOptions, SvdOptions
+from vocabtransfer.plan.method_options import FACTORIZATIONS, SnmfOptions, SvdOptions
 from vocabtransfer.init.semi_nmf import SemiNmfSettings, clustered_semi_nmf, semi_nmf
 from vocabtransfer.init.svd import truncated_svd
 

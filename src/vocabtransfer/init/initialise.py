@@ -41,53 +41,19 @@ from vocabtransfer.model.hub import load_tokenizer
 from vocabtransfer.model.lmdata import Kind
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.pipeline import names
-from vocabtransfer.pipeline import paths
-from vocabtransfer.pipeline.typed import Params
 from vocabtransfer.pipeline.paths import data_path
 from vocabtransfer.data.overlap import checked_pairs, overlap_pairs
 from vocabtransfer.init.source_snmf import load_factors
-from vocabtransfer.init.methods.registry import TransferProblem, info
+from vocabtransfer.init.methods.registry import TransferProblem
+from vocabtransfer.plan.methods import info
 from vocabtransfer.init.methods import get_method
-from vocabtransfer.init.methods.options import FACTORIZATIONS, FactorizedOptions, RandomRowsOptions
+from vocabtransfer.plan.method_options import FACTORIZATIONS, FactorizedOptions, RandomRowsOptions
 
 log = logging.getLogger(__name__)
 
 # ctx.input keys every init job has; any other input is handed to the method as a resource
 # (`calibration_text`: the train split, for `init.<method>.scale: calibrated`)
 CORE_INPUTS = ("source_model", "tokenizer", "overlap", "fasttext", "snmf_factors", "calibration_text")
-
-
-def uses_snmf(method: str) -> bool:
-    """Every `<base>+snmf` and a method registered with `factors=("snmf",)` (snmf) read the shared
-    semi-NMF of stage source_snmf."""
-    return names.split_method(method)[1] == "snmf" or "snmf" in info(method).factors
-
-
-def calibrates(params: Params, method: str) -> bool:
-    """Whether the init job of `method` scales its drawn rows by a measured factor (`init.<method>.scale:
-    calibrated`, random and overlap: `RandomRowsOptions`); it then reads the train split."""
-    base, fact = names.split_method(method)
-    cls = info(base).options
-    if fact or not (isinstance(cls, type) and issubclass(cls, RandomRowsOptions)):
-        return False
-    return params.section(f"init.{base}", cls).scale == "calibrated"
-
-
-def inputs(params: Params, wildcards: dict) -> dict[str, str]:
-    """The stage's input templates for these wildcards: the core inputs plus the method's own
-    (`inputs=` in its catalog entry), and the train split where the drawn rows are calibrated."""
-    method = wildcards["method"]
-    factors = {"snmf_factors": paths.SOURCE_SNMF} if uses_snmf(method) else {}
-    calibration = {"calibration_text": paths.CORPUS_TRAIN} if calibrates(params, method) else {}
-    return {
-        "source_model": paths.SOURCE_MODEL,
-        "tokenizer": paths.TOKENIZER,
-        "overlap": paths.OVERLAP,
-        "fasttext": paths.FASTTEXT_EMB,
-        **factors,
-        **calibration,
-        **info(method).inputs,
-    }
 
 
 def options_record(method: str, options: Any) -> dict:

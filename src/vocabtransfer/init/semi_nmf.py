@@ -11,7 +11,7 @@ from typing import Any, Callable, Literal
 import torch
 
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.init.methods.options import SnmfOptions
+from vocabtransfer.plan.method_options import SnmfOptions
 from vocabtransfer.init.factors import check_matrix, check_rank, lapack_single_thread, relative_error
 from vocabtransfer.init.svd import truncated_svd
 from vocabtransfer.log import progress

@@ -34,12 +34,11 @@ from vocabtransfer import io
 from vocabtransfer.model import modeling
 from vocabtransfer.model.hub import load_tokenizer
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.init.methods.options import SnmfOptions
+from vocabtransfer.plan.method_options import SnmfOptions
+from vocabtransfer.plan.init_plans import FACTOR_KEYS
 
 log = logging.getLogger(__name__)
 
-# the init.snmf keys that determine the factorisation (neighbors / temperature do not)
-FACTOR_KEYS = ("rank", "max_iter", "tol", "init", "clusters")
 # what a file without a key was computed with (files from before `clusters` existed)
 MISSING_KEY = {"clusters": 1}
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from vocabtransfer.data.fasttext_models import WordFasttextSettings, train_word_fasttext
-from vocabtransfer.data.fasttext_vectors import FasttextParams
+from vocabtransfer.plan.data_params import FasttextParams
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.io import read_parquet
 from vocabtransfer.pipeline.paths import data_path

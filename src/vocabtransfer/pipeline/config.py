@@ -9,8 +9,8 @@ a params file of the user's; a merged file is read as it is.
 
 Typed params: the validated tree reaches every planner and job as `typed.Params` (wrapped once, by
 the runner, the CLI and Snakemake's common.smk); a stage reads its section once, at its entry, into a
-frozen dataclass declared next to its code (`OmpOptions` … in vocabtransfer.init.methods.options,
-`PretrainParams` in vocabtransfer.train.pretrain_params, `EvalParams` in vocabtransfer.evaluate.tasks, …),
+frozen dataclass declared next to its code (`OmpOptions` … in vocabtransfer.plan.method_options,
+`PretrainParams` in vocabtransfer.plan.pretrain_params, `EvalParams` in vocabtransfer.evaluate.tasks, …),
 with `Params.section`; below the entry, functions take these. Each field holds its default, description
 and bounds (`typed.option`), and the schema's section is generated from it. A stage's rerun keys are
 their leaves (`typed.field_leaves`). The functions here that take the tree itself (`check_*`,

@@ -5,8 +5,8 @@
 * Pretraining seeds are 1..`pretrain.seeds`. Seed k changes the order of the training blocks and
   the random rows of the initialisation (the seed the init method draws with is
   `seed + 1000 * (k - 1)`, so seed 1 is the params `seed` itself). A method whose rows never
-  depend on the seed (`deterministic=True` in init/methods/catalog.py, e.g. `mean`) has one initialisation,
-  pseed 1, shared by all its runs (`init_pseed` in vocabtransfer.init.availability, which asks
+  depend on the seed (`deterministic=True` in plan/method_catalog.py, e.g. `mean`) has one initialisation,
+  pseed 1, shared by all its runs (`init_pseed` in vocabtransfer.plan.availability, which asks
   the registry).
 * A model name is `source`, `<method>-init-pseed<k>` (initialised only) or
   `<method>-<objective>-pseed<k>` (continued pretraining with pretraining seed k).

@@ -1,14 +1,16 @@
-"""A pipeline stage and what its code gets: `Stage` (its function, wildcards, path templates, params
-leaves, code, resources, which jobs run — every stage declared in one place, the DAG
-vocabtransfer.app.stages) and `Context` (the validated params, wildcards and resolved paths of one
-job). This module imports no stage: the declarations import it and the stage modules (one way)."""
+"""A pipeline stage and what its code gets: `Stage` (a lazy reference to its function, wildcards, path
+templates, params leaves, code, resources, which jobs run — every stage declared in one place, the DAG
+vocabtransfer.plan.stages) and `Context` (the validated params, wildcards and resolved paths of one
+job). This module imports no stage: the declarations name the stages' functions by reference."""
 
 from __future__ import annotations
 
 import ast
 import contextlib
+import importlib.util
 import inspect
 import os
+import re
 import string
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -16,6 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, TypeVar
 
 from vocabtransfer.errors import VocabTransferError
+from vocabtransfer.registry import resolve
 from vocabtransfer.pipeline import paths
 from vocabtransfer.pipeline.typed import Params
 
@@ -58,8 +61,9 @@ def _per_job(value) -> PerJob:
 
 @dataclass(frozen=True)
 class Stage:
-    """One pipeline stage, declared with every other in topological order in vocabtransfer.app.stages
-    (its `run` lives in the module that holds its code).
+    """One pipeline stage, declared with every other in topological order in vocabtransfer.plan.stages
+    (its `run` a `"module:function"` reference to the function in the module that holds its code, imported
+    when a job runs: `function`).
 
     A per-job property (`inputs`, `code`, `skip_reason`, `partial`, `data`) is declared as a constant or
     as a function of (params, wildcards) and kept as declared; a method reads it for one job, whichever it
@@ -68,7 +72,9 @@ class Stage:
     planner."""
 
     name: str
-    run: Callable[[Context], None]  # the job: called with its Context (`runner.run_stage`)
+    # the job, `"package.module:function"`: the function called with its Context (`runner.run_stage`), imported
+    # only when a job runs, so that the table (and the CLI, Snakemake) plan without the stages' code
+    run: str
     help: str
     wildcards: tuple[str, ...] = ("lang",)
     inputs: Templates | PerJob = field(default_factory=dict)  # input path templates
@@ -91,7 +97,7 @@ class Stage:
     # and params -> top-level plot definitions over the stage's outputs ({plot id: DVC plot properties})
     metrics: frozenset[str] = frozenset()
     plots: Callable[[Params], dict[str, dict]] | None = None
-    # None when the job runs, else why params or the data present rule it out (init/availability.py); such
+    # None when the job runs, else why params or the data present rule it out (plan/availability.py); such
     # a job is in neither `snakemake` nor dvc.yaml, and the run says why
     skip_reason: PerJob | None = None
     # {part: reason} for parts of a running job left out (e.g. retrieval)
@@ -99,6 +105,10 @@ class Stage:
     # {key: path}: the local data files the job reads, resolved through $VOCABTRANSFER_DATA; Snakemake
     # inputs and DVC deps, so an edited data file reruns the job. Read as path strings.
     data: PerJob | None = None
+
+    def function(self) -> Callable[[Context], None]:
+        """The job's function, its module imported (`run`)."""
+        return resolve(self.run)
 
     def input_templates(self, params: Params, wildcards: dict) -> Templates:
         """The input path templates of one job (`inputs`)."""
@@ -159,14 +169,17 @@ class Stage:
 
 
 def contract_fault(stage: Any) -> str | None:
-    """Why `stage` breaks the stage contract (None: it keeps it): a `Stage` whose `run` takes the job's Context,
+    """Why `stage` breaks the stage contract (None: it keeps it): a `Stage` whose `run` names a function
+    (`"package.module:function"`, of a module that exists: found, not imported; tests/test_registries.py imports
+    each and checks that it takes the job's Context alone),
     whose constant inputs and outputs use only its wildcards, whose output directories are outputs, whose
     constant code modules exist, and whose per-job properties are constants or functions of (params, wildcards).
-    The registry of stages (vocabtransfer.app.stages.STAGES) checks every declaration with it."""
+    The registry of stages (vocabtransfer.plan.stages.STAGES) checks every declaration with it."""
     if not isinstance(stage, Stage):
         return "a stage is a vocabtransfer.pipeline.stage_spec.Stage"
-    if not callable(stage.run) or len(inspect.signature(stage.run).parameters) != 1:
-        return "its run must be a function of the job's Context alone"
+    why = reference_fault(stage.run)
+    if why:
+        return f"its run {stage.run!r}: {why}"
     templates = {**stage.outputs, **(stage.inputs if isinstance(stage.inputs, dict) else {})}
     for key, template in templates.items():
         used = {name for _, name, _, _ in string.Formatter().parse(template) if name}
@@ -182,6 +195,26 @@ def contract_fault(stage: Any) -> str | None:
         if callable(value) and len(inspect.signature(value).parameters) != 2:
             return f"its {hook} must be a constant or a function of (params, wildcards)"
     return None
+
+
+REFERENCE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*")
+
+
+def reference_fault(reference: Any) -> str | None:
+    """Why `reference` is no lazy reference to a function (None: it is one): a `"package.module:function"` string
+    whose module exists, found without importing it: a vocabtransfer module by its file (`module_file`, so that
+    not even a phase's package is imported), any other by importlib (which imports its parent packages)."""
+    if not isinstance(reference, str) or not REFERENCE.fullmatch(reference):
+        return "a stage's run is a 'package.module:function' reference"
+    module = reference.partition(":")[0]
+    if module.split(".")[0] == "vocabtransfer":
+        found = module_file(module) is not None
+    else:
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except ModuleNotFoundError:
+            found = False
+    return None if found else f"no module {module}"
 
 
 def section_leaves(params: Params, section: str) -> list[str]:
@@ -209,7 +242,7 @@ def module_file(dotted: str) -> Path | None:
 
 # the stage declarations and the command line (what they change reaches DVC as params, paths and data
 # files, not as code), and the package's lazy exports
-NOT_FOLLOWED = ("app/stages.py", "app/cli.py", "app/dvcgen.py", "__init__.py")
+NOT_FOLLOWED = ("plan/stages.py", "app/cli.py", "app/dvcgen.py", "__init__.py")
 
 
 @lru_cache(maxsize=None)
@@ -249,7 +282,7 @@ class Context:
     output: dict[str, Path]
     threads: int = 1
     device: str = "cpu"
-    # the stage table (vocabtransfer.app.stages.STAGES, set by the runner), for a stage that reads what
+    # the stage table (vocabtransfer.plan.stages.STAGES, set by the runner), for a stage that reads what
     # other stages' jobs wrote: the report asks their job planners
     stages: Mapping[str, Stage] = field(default_factory=dict)
 

@@ -2,7 +2,7 @@
 and the sections declared in code: a frozen dataclass whose fields carry their default, description
 and bounds (`option`), the JSON Schema it makes (`section_schema`), built from the tree by `from_dict`.
 The schema of such a section is generated, never written: `init.<name>` of every init method comes from the options
-class it declares (`MethodInfo("omp", options=OmpOptions)`, init/methods/catalog.py), so a default is written once,
+class it declares (`MethodInfo("omp", options=OmpOptions)`, plan/method_catalog.py), so a default is written once,
 in its field.
 
     @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from vocabtransfer.evaluate import bits_per_byte, bpb_floor, stats
-from vocabtransfer.init import availability
+from vocabtransfer.plan import availability
 from vocabtransfer.pipeline import names
 from vocabtransfer.report.baseline_choice import BaselineChoice
 from vocabtransfer.report.read import OBJECTIVE_ORDER, Language

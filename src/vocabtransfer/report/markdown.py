@@ -8,7 +8,8 @@ import os
 from pathlib import Path
 
 from vocabtransfer.pipeline import paths
-from vocabtransfer.report.read import OBJECTIVE_ORDER, Language, Plan, task_order
+from vocabtransfer.report.read import OBJECTIVE_ORDER, Language, task_order
+from vocabtransfer.plan.report_plans import Plan
 from vocabtransfer.evaluate.bpb_floor import FLOOR
 from vocabtransfer.report.tables import CORRECTION_NAME, NOT_LEARNED, Family, Settings, finite, seeds_text
 from vocabtransfer.evaluate.tasks import TASKS, available

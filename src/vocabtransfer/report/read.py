@@ -6,22 +6,20 @@ A section whose files are missing shows what is missing instead of failing (`Lan
 
 from __future__ import annotations
 
-import re
 import dataclasses
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from vocabtransfer import io
 from vocabtransfer.pipeline import names
 from vocabtransfer.pipeline import paths
-from vocabtransfer.pipeline.typed import Params
-from vocabtransfer.evaluate.finetune_eval import skipped_tasks
-from vocabtransfer.evaluate.tasks import EvalTasks, available
+from vocabtransfer.evaluate.tasks import available
+from vocabtransfer.plan.task_options import EvalTasks
+from vocabtransfer.plan.report_plans import Plan, Run
 
 OBJECTIVE_ORDER = ("init", "standard", "selfish", "distill", "alm")
-Run = tuple[str, str, int]  # (method, objective, pretraining seed)
 
 
 @lru_cache(maxsize=None)
@@ -32,93 +30,6 @@ def task_order() -> tuple[str, ...]:
     registered = available()
     keys = [f.name for f in dataclasses.fields(EvalTasks) if f.name in registered]
     return tuple(keys + [t for t in registered if t not in keys])
-
-
-@dataclass
-class Plan:
-    """Every artefact the report reads, per language."""
-
-    languages: list[str]
-    pretrain: list[Run] = field(default_factory=list)
-    gradients: list[Run] = field(default_factory=list)
-    token_frequency: bool = False
-    evals: dict[str, list[dict]] = field(default_factory=dict)
-    skipped: dict[str, dict[str, str]] = field(default_factory=dict)
-    # per language, the runs it has no model for (its init method cannot run there)
-    absent: dict[str, set[Run]] = field(default_factory=dict)
-    lm_eval: dict[str, list[str]] = field(default_factory=dict)  # per language, the models of its lm_eval jobs
-    tune: dict[str, list[tuple[str, str]]] = field(default_factory=dict)  # per language, its pretrain_tune pairs
-
-    def tasks(self, lang: str) -> list[str]:
-        """The tasks with finetune_eval jobs for `lang` (each has a floor job too)."""
-        return list(dict.fromkeys(job["task"] for job in self.evals.get(lang, [])))
-
-
-def plan(params: Params, stages: Mapping) -> Plan:
-    """Every artefact the report reads, from the job planner (`Stage.jobs`) of the stages that write them:
-    `stages` maps pretrain, gradient_scenarios and finetune_eval to their `Stage`, and token_frequency_loss
-    when its tables are read."""
-
-    def runs(jobs: list[dict]) -> list[Run]:
-        return [(job["method"], job["objective"], int(job["pseed"])) for job in jobs]
-
-    out = Plan(
-        languages=list(params.languages),
-        pretrain=runs(stages["pretrain"].combos(params)),
-        gradients=runs(stages["gradient_scenarios"].combos(params)),
-        token_frequency="token_frequency_loss" in stages
-        and any(stages["token_frequency_loss"].jobs(params, lang) for lang in params.languages),
-    )
-    for lang in out.languages:
-        out.evals[lang], out.skipped[lang] = stages["finetune_eval"].jobs(params, lang), skipped_tasks(params, lang)
-        out.absent[lang] = set(out.pretrain) - set(runs(stages["pretrain"].jobs(params, lang)))
-        if "lm_eval" in stages:
-            out.lm_eval[lang] = [job["model"] for job in stages["lm_eval"].jobs(params, lang)]
-        if "pretrain_tune" in stages:
-            out.tune[lang] = [(job["method"], job["objective"]) for job in stages["pretrain_tune"].jobs(params, lang)]
-    return out
-
-
-def _key(*parts) -> str:
-    return re.sub(r"\W", "_", "_".join(str(p) for p in parts))
-
-
-def inputs(p: Plan) -> dict[str, str]:
-    """The report stage's inputs: every artefact the plan names."""
-    out = {"head_stats": paths.SOURCE_HEAD_STATS, "base_stats": paths.SOURCE_BASE_STATS}
-    for lang in p.languages:
-        for name, template in (
-            ("init_eval", paths.INIT_EVAL),
-            ("corpus_stats", paths.CORPUS_STATS),
-            ("tokenizer_stats", paths.TOKENIZER_STATS),
-            ("pretok_stats", paths.PRETOK_STATS),
-        ):
-            out[_key(name, lang)] = paths.fill(template, lang=lang)
-        absent = p.absent.get(lang, set())
-        for m, o, s in (run for run in p.pretrain if run not in absent):
-            out[_key("pretrain", lang, m, o, s)] = paths.fill(
-                paths.PRETRAIN_DIR, lang=lang, method=m, objective=o, pseed=s
-            )
-        if p.token_frequency:
-            out[_key("token_frequency_loss", lang)] = paths.fill(paths.TOKEN_FREQUENCY_LOSS, lang=lang)
-            out[_key("token_frequency_blocks", lang)] = paths.fill(paths.TOKEN_FREQUENCY_BLOCKS, lang=lang)
-            out[_key("bits_per_byte", lang)] = paths.fill(paths.BITS_PER_BYTE, lang=lang)
-        for m, o, s in (run for run in p.gradients if run not in absent):
-            out[_key("gradients", lang, m, o, s)] = paths.fill(
-                paths.GRADIENT_SCENARIOS, lang=lang, method=m, objective=o, pseed=s
-            )
-        for job in p.evals[lang]:
-            out[_key("eval", lang, job["task"], job["model"], f"seed{job['seed']}")] = paths.fill(
-                paths.EVAL_RESULT, lang=lang, task=job["task"], model=job["model"], seed=str(job["seed"])
-            )
-        for task in p.tasks(lang):
-            out[_key("floor", lang, task)] = paths.fill(paths.EVAL_FLOOR, lang=lang, task=task)
-        for model in p.lm_eval.get(lang, []):
-            for name, template in (("lm_eval", paths.LM_EVAL_SCORES), ("lm_eval_samples", paths.LM_EVAL_SAMPLES)):
-                out[_key(name, lang, model)] = paths.fill(template, lang=lang, model=model)
-        for m, o in p.tune.get(lang, []):
-            out[_key("tuning", lang, m, o)] = paths.fill(paths.PRETRAIN_TUNE, lang=lang, method=m, objective=o)
-    return out
 
 
 def _json(path: Path) -> dict | None:

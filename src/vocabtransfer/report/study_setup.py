@@ -13,9 +13,10 @@ from vocabtransfer.pipeline import paths
 from vocabtransfer.pipeline.typed import Params
 from vocabtransfer.report.costs import cost_lines
 from vocabtransfer.report.markdown import CORRECTION_NAME, fmt, md_table
-from vocabtransfer.report.read import Language, Plan
+from vocabtransfer.report.read import Language
+from vocabtransfer.plan.report_plans import Plan
 from vocabtransfer.report.tables import Settings, plural
-from vocabtransfer.train.pretrain_params import PretrainParams
+from vocabtransfer.plan.pretrain_params import PretrainParams
 
 
 def quantisation_lines(stats: dict | None) -> list[str]:

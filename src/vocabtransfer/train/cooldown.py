@@ -34,7 +34,7 @@ from pathlib import Path
 
 from vocabtransfer import io
 from vocabtransfer.train.checkpoints import complete_checkpoints
-from vocabtransfer.train.pretrain_params import CooldownOptions
+from vocabtransfer.plan.pretrain_params import CooldownOptions
 
 log = logging.getLogger("vocabtransfer.train.pretrain")  # the stage's log
 

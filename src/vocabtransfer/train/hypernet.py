@@ -44,7 +44,7 @@ from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.init.output_bias import transfer_bias
 from vocabtransfer.init.methods.fvt import fvt
 from vocabtransfer.init.methods.hypernet import decompose
-from vocabtransfer.init.methods.options import HypernetOptions
+from vocabtransfer.plan.method_options import HypernetOptions
 from vocabtransfer.init.methods.registry import TransferProblem
 from vocabtransfer.model import hypernet as network
 from vocabtransfer.model import modeling

@@ -37,7 +37,7 @@ from vocabtransfer.train import parallel, sharding
 from vocabtransfer.train.distill import loss_terms
 from vocabtransfer.model.lmdata import Kind
 from vocabtransfer.train.checkpoints import ROWS_FILE, complete_checkpoints, every_rank_saved
-from vocabtransfer.train.pretrain_params import DISTILL_COLUMNS
+from vocabtransfer.plan.pretrain_params import DISTILL_COLUMNS
 
 log = logging.getLogger("vocabtransfer.train.pretrain")  # the stage's log, as before the classes moved here
 

@@ -29,9 +29,9 @@ value is `seed + 1000 (K - 1)`, see vocabtransfer.pipeline.names):
    tokens seen: the learning curve's clusters), `stats.json` (with the floors `unigram_valid_loss` and
    `uniform_valid_loss`, nats per valid token); then drop the checkpoints unless `pretrain.keep_checkpoints`.
 
-Params: `pretrain` as `PretrainParams` (with `SelfishOptions` and `DistillOptions`, in train/pretrain_params.py),
+Params: `pretrain` as `PretrainParams` (with `SelfishOptions` and `DistillOptions`, in plan/pretrain_params.py),
 read once at the entry (`ctx.section`); a job's rerun keys are its fields' leaves but those that choose the runs,
-and the selfish / distill options only for that objective (`leaves`).
+and the selfish / distill options only for that objective (`pretrain_leaves`, vocabtransfer.plan.pretrain_plans).
 
 Options: `pretrain.factorized` trains `<m>+svd`/`<m>+snmf` (and ofa/snmf) models in their low-rank
 form (coordinates trainable, primitives trainable or frozen: `pretrain.train_primitives`); the
@@ -60,20 +60,16 @@ from vocabtransfer.train import cooldown, parallel, sharding
 from vocabtransfer.train import pretrain_outputs
 from vocabtransfer.train import pretrain_setup as setup
 from vocabtransfer.train.checkpoints import ROWS_FILE
-from vocabtransfer.train.pretrain_params import PretrainParams
-from vocabtransfer.init import availability
+from vocabtransfer.plan.pretrain_params import PretrainParams
+from vocabtransfer.plan import availability
 from vocabtransfer.pipeline import names
 from vocabtransfer.pipeline import paths
 from vocabtransfer.pipeline.pretrain_checks import check_pretrain
-from vocabtransfer.pipeline.typed import Params, field_leaves
+from vocabtransfer.pipeline.typed import Params
 from vocabtransfer.errors import VocabTransferError
+from vocabtransfer.plan.pretrain_plans import pretrain_leaves
 
 log = logging.getLogger(__name__)
-
-
-# the objectives trained against the source model as a teacher (losses.OBJECTIVES' `teacher`; named here so
-# that planning a DAG does not import torch; tests/test_pretrain_distill.py checks the two agree)
-TEACHER_OBJECTIVES = ("distill", "alm")
 
 
 def check_params(params: Params, source: str = "params.yaml") -> None:
@@ -86,31 +82,6 @@ def check_params(params: Params, source: str = "params.yaml") -> None:
         raise VocabTransferError(
             f"{source}: pretrain.objectives: {', '.join(bad)} unknown; allowed: {', '.join(OBJECTIVES)}"
         )
-
-
-def leaves(params: Params, wildcards: dict) -> list[str]:
-    """The params leaves one job reads (its rerun keys): the leaves of `PretrainParams` but the `rerun=False`
-    ones, with an objective's own options (`pretrain.selfish.margin`, `pretrain.distill.*`) for that
-    objective only."""
-    objective = wildcards.get("objective")
-    if objective in TEACHER_OBJECTIVES:
-        objective = "distill"  # every teacher objective (distill, alm) reads pretrain.distill
-    # pretrain.cooldown: wsd runs only (a pretrain_tune job's runs are wsd whatever the schedule: `schedule` given)
-    schedule = wildcards.get("schedule") or params.section("pretrain", PretrainParams).schedule
-    return field_leaves(
-        PretrainParams,
-        "pretrain",
-        params.leaf("pretrain"),
-        keep=lambda f: (
-            f.metadata.get("rerun", True)
-            and f.metadata.get("objective", objective) == objective
-            and f.metadata.get("schedule", schedule) == schedule
-        ),
-    )
-
-
-def expand(params: Params) -> list[dict[str, str]]:
-    return [{"method": m, "objective": o, "pseed": str(s)} for m, o, s in availability.pretrain_runs(params)]
 
 
 def valid_bits(ctx, opts: PretrainParams, data: setup.RunData):
@@ -318,7 +289,7 @@ def run(ctx) -> None:
         model_dir,
         teacher_dir,
         pseed,
-        ["seed"] + leaves(ctx.params, ctx.wildcards),
+        ["seed"] + pretrain_leaves(ctx.params, ctx.wildcards),
         learning_rate=opts.learning_rate if "tuning" in ctx.input else None,
     )
     # 3. options: factorised embeddings, precision, embedding warm-up, sharding, the distill teacher

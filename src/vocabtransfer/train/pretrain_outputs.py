@@ -19,7 +19,7 @@ from vocabtransfer.data.token_ids import unigram_counts
 from vocabtransfer.model import lm_loss, modeling
 from vocabtransfer.model.lmdata import Kind, target_labels
 from vocabtransfer.train import pretrain_setup as setup
-from vocabtransfer.train.pretrain_params import DISTILL_COLUMNS, PretrainParams
+from vocabtransfer.plan.pretrain_params import DISTILL_COLUMNS, PretrainParams
 
 METRICS_SCHEMA = pa.schema(
     [

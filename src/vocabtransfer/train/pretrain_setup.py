@@ -29,7 +29,7 @@ from vocabtransfer.train.checkpoints import (
     complete_checkpoints,
     model_fingerprint,
 )
-from vocabtransfer.train.pretrain_params import PretrainParams
+from vocabtransfer.plan.pretrain_params import PretrainParams
 
 log = logging.getLogger("vocabtransfer.train.pretrain")  # the stage's log
 

@@ -31,14 +31,14 @@ from pathlib import Path
 from vocabtransfer import io
 from vocabtransfer.data import token_ids
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.init import availability
 from vocabtransfer.model import modeling
 from vocabtransfer.model.hub import load_tokenizer
 from vocabtransfer.model.line_bits import valid_lines
 from vocabtransfer.pipeline import names, paths
 from vocabtransfer.train import pretrain
 from vocabtransfer.train import pretrain_setup as setup
-from vocabtransfer.train.pretrain_params import PretrainParams
+from vocabtransfer.plan.pretrain_params import PretrainParams
+from vocabtransfer.plan.pretrain_plans import TEACHER_OBJECTIVES
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +117,7 @@ def run(ctx) -> None:
             "pretrain_tune: pretrain.tune.learning_rates is empty (no rate to pick from); set e.g. "
             "[0.0001, 0.0003, 0.001] or leave the stage out"
         )
-    if ctx.wildcards["objective"] in pretrain.TEACHER_OBJECTIVES:
+    if ctx.wildcards["objective"] in TEACHER_OBJECTIVES:
         raise VocabTransferError(
             f"pretrain_tune: the {ctx.wildcards['objective']} objective's teacher is not tuned here; tune its "
             "standard run or set pretrain.learning_rate"
@@ -170,27 +170,3 @@ def run(ctx) -> None:
 def picked(path: str | Path) -> float:
     """The learning rate a `pretrain_tune` result picked (the pretrain stage's peak rate when tuning is on)."""
     return float(json.loads(Path(path).read_text(encoding="utf-8"))["pick"])
-
-
-# the pretrain leaves a tuning run does not read: its length, evaluations and rate come from pretrain.tune
-NOT_READ = {"learning_rate", "steps", "passes", "eval_every", "eval_schedule", "eval_lines", "bits_per_byte"}
-
-
-def leaves(params, wildcards: dict) -> list[str]:
-    """A tuning job's rerun keys: the pretrain run's (`pretrain.leaves`) but those it replaces."""
-    return [
-        leaf
-        for leaf in pretrain.leaves(params, {**wildcards, "schedule": "wsd"})
-        if leaf.split(".")[1] not in NOT_READ and not leaf.startswith("pretrain.cooldown.per_decade")
-    ]
-
-
-def expand(params) -> list[dict[str, str]]:
-    """One job per (method, objective) pretrain pair (but the teacher objectives'), when pretrain.tune is on."""
-    if not params.leaf("pretrain.tune.learning_rates"):
-        return []
-    return [
-        {"method": m, "objective": o}
-        for m, o in availability.pretrain_pairs(params)
-        if o not in pretrain.TEACHER_OBJECTIVES
-    ]

@@ -19,17 +19,15 @@ task knows how to
 `load_splits` reads a language's data spec (`eval.tasks.<task>.data.<lang>`): `train` and
 `test` sources, or only `train`, which is then split by a seeded hash of each example's group.
 
-Params `eval` are typed in `options` (`EvalParams`, `TaskOptions` and one class per task, re-exported
-here); `get_task` turns a mapping (a call from Python) into a task's options over its defaults, validated
-by the schema its class makes.
+Params `eval` are typed in vocabtransfer.plan.task_options (`EvalParams`, `TaskOptions` and one class per task);
+`get_task` turns a mapping (a call from Python) into a task's options over its defaults, validated by the schema
+its class makes.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -43,16 +41,7 @@ from vocabtransfer.pipeline import names
 from vocabtransfer.pipeline.paths import data_path
 from vocabtransfer.data import download
 from vocabtransfer.data.corpus_sources import LOCAL_BUILDERS, _load_dataset, _resolve_data_files
-from vocabtransfer.evaluate.tasks.options import (  # noqa: F401 (re-exported: the package's names)
-    TASK_SOURCE,
-    EvalParams,
-    EvalTasks,
-    NerOptions,
-    NliOptions,
-    QaOptions,
-    TaskOptions,
-    task_options_class,
-)
+from vocabtransfer.plan.task_options import TaskOptions, task_options_class
 
 log = logging.getLogger(__name__)
 
@@ -216,36 +205,6 @@ def open_source(spec: dict, key: str) -> Source:
         )
         return Source(key, name, rows=rows, options=options)
     raise VocabTransferError(f"{key}: needs one of `path`, `url` with `sha256`, or `dataset`")
-
-
-def same_source(train: Mapping, test: Mapping) -> str | None:
-    """How a language's `test` source is its `train` source, known before any job, or None: the same file (after
-    the data root, links and `..` are resolved), a file of the same bytes, the same URL or sha256, or the same
-    `datasets` spec. A model tested there is tested on its training data."""
-    if "path" in train and "path" in test:
-        a, b = data_path(train["path"]), data_path(test["path"])
-        if not (a.is_file() and b.is_file()):
-            return None  # a missing file has its own error
-        if os.path.samefile(a, b):
-            return f"the same file ({a})"
-        if a.stat().st_size == b.stat().st_size and _file_digest(a) == _file_digest(b):
-            return f"a file of the same bytes ({a} and {b})"
-        return None
-    if "url" in train and "url" in test and (train["url"] == test["url"] or train.get("sha256") == test.get("sha256")):
-        return f"the same download ({test['url']}, sha256 {test.get('sha256')})"
-    if "dataset" in train and "dataset" in test:
-        a_spec, b_spec = ({"split": "train", **spec["dataset"]} for spec in (train, test))
-        if {k: v for k, v in a_spec.items() if v is not None} == {k: v for k, v in b_spec.items() if v is not None}:
-            return f"the same dataset split ({b_spec['path']} [{b_spec['split']}])"
-    return None
-
-
-def _file_digest(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def check_held_out(train: list[dict], test: list[dict], key: str, task: str) -> None:

@@ -23,7 +23,8 @@ import re
 from collections import Counter
 
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.evaluate.tasks import Evaluation, NerOptions, Source, Splits, Task, register, require_columns
+from vocabtransfer.evaluate.tasks import Evaluation, Source, Splits, Task, register, require_columns
+from vocabtransfer.plan.task_options import NerOptions
 from vocabtransfer.data.families import spelling
 
 log = logging.getLogger(__name__)

@@ -13,7 +13,8 @@ import csv
 from collections import Counter
 
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.evaluate.tasks import Evaluation, NliOptions, Source, Task, register, require_columns
+from vocabtransfer.evaluate.tasks import Evaluation, Source, Task, register, require_columns
+from vocabtransfer.plan.task_options import NliOptions
 
 LABELS = ["entailment", "neutral", "contradiction"]  # the order of facebook/xnli's ClassLabel
 LABEL_IDS = {**{name: i for i, name in enumerate(LABELS)}, **{str(i): i for i in range(3)}}

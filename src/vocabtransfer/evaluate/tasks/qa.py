@@ -26,7 +26,8 @@ import re
 import numpy as np
 
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.evaluate.tasks import Evaluation, QaOptions, Source, Task, register, require_columns
+from vocabtransfer.evaluate.tasks import Evaluation, Source, Task, register, require_columns
+from vocabtransfer.plan.task_options import QaOptions
 from vocabtransfer.evaluate.tasks.squad_metric import normalize_answer, score
 
 log = logging.getLogger(__name__)

@@ -31,7 +31,7 @@ import torch
 
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.init.methods.registry import TransferProblem, TransferResult, register
-from vocabtransfer.init.methods.options import MeanOptions, OverlapOptions, RandomOptions
+from vocabtransfer.plan.method_options import MeanOptions, OverlapOptions, RandomOptions
 from vocabtransfer.data.overlap import Scheme, checked_pairs
 from vocabtransfer.init.moments import source_moments
 

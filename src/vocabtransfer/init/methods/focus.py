@@ -36,7 +36,7 @@ import torch
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.log import progress
 from vocabtransfer.init.methods.registry import TransferProblem, TransferResult, register
-from vocabtransfer.init.methods.options import FocusOptions
+from vocabtransfer.plan.method_options import FocusOptions
 from vocabtransfer.data.overlap import checked_pairs
 
 log = logging.getLogger(__name__)

@@ -27,7 +27,7 @@ import torch
 from tokenizers import Tokenizer
 
 from vocabtransfer.init.methods.registry import TransferProblem, TransferResult, register
-from vocabtransfer.init.methods.options import FvtOptions
+from vocabtransfer.plan.method_options import FvtOptions
 from vocabtransfer.init.methods.baselines import (
     SPECIAL_NO_SOURCE,
     Ledger,

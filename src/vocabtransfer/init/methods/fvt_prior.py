@@ -7,7 +7,7 @@ from __future__ import annotations
 from vocabtransfer.data.token_ids import unigram_counts
 from vocabtransfer.init import output_bias
 from vocabtransfer.init.methods.fvt import fvt
-from vocabtransfer.init.methods.options import FvtOptions, FvtPriorOptions
+from vocabtransfer.plan.method_options import FvtOptions, FvtPriorOptions
 from vocabtransfer.init.methods.registry import TransferProblem, TransferResult, register
 
 

@@ -20,7 +20,7 @@ import torch
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.init.methods.baselines import source_matrix, token_surfaces
 from vocabtransfer.init.methods.fvt import fvt, split_with_source
-from vocabtransfer.init.methods.options import HypernetOptions
+from vocabtransfer.plan.method_options import HypernetOptions
 from vocabtransfer.init.methods.registry import TransferProblem, TransferResult, register
 from vocabtransfer.model import hypernet as network
 

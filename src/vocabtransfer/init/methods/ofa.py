@@ -29,7 +29,7 @@ from vocabtransfer.log import progress
 from vocabtransfer.init.methods.registry import TransferProblem, TransferResult, register
 from vocabtransfer.init.methods.baselines import special_pairs
 from vocabtransfer.init.factorize import factorize_source
-from vocabtransfer.init.methods.options import OfaOptions, SnmfOptions, SvdOptions
+from vocabtransfer.plan.method_options import OfaOptions, SnmfOptions, SvdOptions
 from vocabtransfer.data.overlap import checked_pairs
 
 log = logging.getLogger(__name__)

@@ -31,7 +31,7 @@ tokenizer); here the space is the fastText vectors of the small target corpus (d
    (measured on Gemma 3 → sw, 200 valid lines: 6.46 bits per byte with the raw rows, behind random's
    4.60; config/gemma.yaml). tokensurgeon applies the raw combination, the default here (`combination`).
 
-Options (params `init.omp`, `OmpOptions` with their defaults in vocabtransfer.init.methods.options): `k`, the most atoms
+Options (params `init.omp`, `OmpOptions` with their defaults in vocabtransfer.plan.method_options): `k`, the most atoms
 per token (64: tokensurgeon's OMP default since mergekit's v2, and the setting its paper reports; the
 `-k 8` before v2 was the nearest-neighbour surgeon's), at most the overlapping tokens with a vector; `block_size`
 (new tokens per batch; memory and speed only); `norm` (`combination` or `atoms`, step 4).
@@ -70,7 +70,7 @@ from vocabtransfer.init.methods.focus import (
     has_vector,
     special_overlap_stats,
 )
-from vocabtransfer.init.methods.options import OmpOptions
+from vocabtransfer.plan.method_options import OmpOptions
 from vocabtransfer.data.overlap import checked_pairs
 
 log = logging.getLogger(__name__)

@@ -1,21 +1,17 @@
-"""The method registry: what a method gets (`TransferProblem` and its typed options), what it returns
-(`TransferResult`), `@register("name")` on its function, and what the pipeline needs to know about it
-(`MethodInfo`: its options class, extra inputs, whether its rows depend on the seed, …). Two registries
-(`vocabtransfer.registry.Registry`) of lazy references: `METHODS` to each method's function, imported when a
-job runs it, and `INFO` to its `MethodInfo` in `catalog.py`, which imports no method code, so planning starts
-without torch. Adding a method is its module, its line in `METHODS`, its entry in `catalog.py` and its section
-in params.yaml (the schema's `init.<name>` is generated from its options class, `declared_sections`)."""
+"""What an init method gets and returns, and how it registers: `TransferProblem` (the source embeddings, both
+tokenizers, the overlap, the auxiliary vectors, …), `TransferResult` (the target embeddings and their stats) and
+`@register("name")` on its function, which fills the lazy reference of its name in
+vocabtransfer.plan.methods.METHODS. What planning knows about a method (`MethodInfo`, its entry in
+vocabtransfer.plan.method_catalog) is read there without importing any method."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 import numpy as np
 
-from vocabtransfer.pipeline.typed import NoOptions, Params
-from vocabtransfer.registry import Registry
+from vocabtransfer.plan.methods import INFO, METHODS, MethodInfo
 
 if TYPE_CHECKING:  # annotations only: planning (the CLI, Snakemake) reads the registry without torch
     import torch
@@ -64,83 +60,12 @@ class TransferResult:
 # a method: (the problem, its typed options `init.<name>`, e.g. an `OmpOptions`) -> its result
 Method = Callable[[TransferProblem, Any], TransferResult]
 MethodT = TypeVar("MethodT", bound=Method)  # one method's own signature (its options' default), kept by @register
-Condition = Callable[[Params, str], "str | None"]  # (params, lang) -> why the method cannot run for lang
-DataFiles = Callable[[Params, str], "dict[str, Path | None]"]  # (params, lang) -> {"data_<key>": local file}
-
-
-@dataclass(frozen=True)
-class MethodInfo:
-    """What the pipeline needs to know about a method besides its function, declared in its entry in
-    catalog.py (or at its `@register`, for one registered at run time). A name registered without metadata (or
-    not registered) gets these defaults; a factorised variant `base+svd` / `base+snmf` has its base's."""
-
-    name: str
-    # the frozen dataclass of its params section `init.<name>` (vocabtransfer.pipeline.typed): the
-    # schema's section is generated from it, and the init stage hands the method one built from params
-    options: type = NoOptions
-    # pipeline artefacts the init job reads besides the core ones (ctx.input key -> path template
-    # of vocabtransfer.pipeline.paths); they reach the method as `problem.resources[key]`
-    inputs: Mapping[str, str] = field(default_factory=dict)
-    # every row is a copy or a mean: the seed changes nothing, so its pretraining seeds share one
-    # initialisation (pseed 1)
-    deterministic: bool = False
-    # target tokens outside the overlap get a row from their fastText vector (a random row when they
-    # have none): the init stats count where the rows came from (`target_rows`)
-    auxiliary_rows: bool = False
-    # precomputed factorisations of the source embeddings it reads (`problem.factors`): "snmf" is
-    # the shared one of the source_snmf stage
-    factors: tuple[str, ...] = ()
-    # keys of `init.<name>` that other stages read; the method never sees them
-    stage_options: tuple[str, ...] = ()
-    # why the method cannot run for a language (None when it can); None: it always can. A job it rules out is
-    # skipped with this reason: only for what params do not name (e.g. no dictionary entry for the language)
-    condition: Condition | None = None
-    # what params name for the method that is not there (e.g. a dictionary path with a typo): one line with the
-    # key, the file and the fix, refused before any job (vocabtransfer.app.plan.preflight), as the user asked for
-    # the method by name in init.methods; None when nothing named is missing
-    refusal: Condition | None = None
-    # the local data files its init job reads (Snakemake inputs, dvc.yaml deps), by `data_<key>`
-    data: DataFiles | None = None
-    # False for a method that factorises on its own: `name+svd` / `name+snmf` make no sense
-    factorizable: bool = True
-
-
-# every method, by a lazy reference to its function (vocabtransfer.registry): its module is imported the first
-# time the method is looked up, and its @register fulfils the reference. Adding a method is its module, its
-# line here, its entry in catalog.py and its section in params.yaml (the schema's `init.<name>`).
-_PACKAGE = __name__.rpartition(".")[0]
-METHODS: Registry[Method] = Registry(
-    "init method",
-    lazy={
-        name: f"{_PACKAGE}.{reference}"
-        for name, reference in (
-            ("random", "baselines:random_init"),
-            ("overlap", "baselines:overlap_init"),
-            ("mean", "baselines:mean_init"),
-            ("focus", "focus:focus"),
-            ("fvt", "fvt:fvt"),
-            ("fvt_prior", "fvt_prior:fvt_prior"),
-            ("hypernet", "hypernet:hypernet"),
-            ("ofa", "ofa:ofa"),
-            ("omp", "omp:omp"),
-            ("snmf", "snmf:snmf"),
-            ("wechsel", "wechsel:wechsel"),
-        )
-    },
-    check=lambda fn: None if callable(fn) else "an init method is a function (problem, options) -> TransferResult",
-)
-# each method's MethodInfo: a built-in's by a lazy reference to catalog.py (`<NAME>`), which imports no method code
-INFO: Registry[MethodInfo] = Registry(
-    "init method's metadata",
-    lazy={name: f"{_PACKAGE}.catalog:{name.upper()}" for name in METHODS},
-    check=lambda i: None if isinstance(i, MethodInfo) else "not a MethodInfo",
-)
 
 
 def register(name: str, **metadata: Any) -> Callable[[MethodT], MethodT]:
     """`@register("name")`: the method's function (a name registered twice is an error). A built-in method's
-    `MethodInfo` is its entry in `catalog.py`; one registered at run time (a plugin, a test's throwaway method)
-    declares it here, `@register("name", inputs=..., deterministic=..., ...)`, or gets the defaults."""
+    `MethodInfo` is its entry in vocabtransfer.plan.method_catalog; one registered at run time (a plugin, a test's
+    throwaway method) declares it here, `@register("name", inputs=..., deterministic=...)`, or gets the defaults."""
     info = MethodInfo(name, **metadata)  # an unknown keyword is a TypeError at import
 
     def deco(fn: MethodT) -> MethodT:
@@ -157,16 +82,3 @@ def discover() -> tuple[str, ...]:
     check of every method's function needs; planning reads `INFO` alone)."""
     METHODS.load()
     return tuple(METHODS)
-
-
-def info(method: str) -> MethodInfo:
-    """The metadata of a method, `base` or `base+fact` (its base's); the defaults for a name
-    registered without any (or not registered)."""
-    base = method.partition("+")[0]
-    return INFO.get(base) or MethodInfo(base)
-
-
-def declared_sections() -> dict[str, type]:
-    """{method: its options class}, in the order they register: the typed sections `init.<name>` the
-    schema is completed with (vocabtransfer.app.params.schema)."""
-    return {name: INFO[name].options for name in METHODS if name in INFO}

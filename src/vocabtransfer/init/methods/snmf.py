@@ -33,7 +33,7 @@ import logging
 from vocabtransfer.init.factorize import factorize_source
 from vocabtransfer.init.methods.registry import TransferProblem, TransferResult, register
 from vocabtransfer.init.methods.ofa import check_neighbour_method, neighbour_coordinates
-from vocabtransfer.init.methods.options import SnmfOptions
+from vocabtransfer.plan.method_options import SnmfOptions
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ embeddings and maps the result back up:
    non-negative rows never produce any; random rows can) and count them in the stats;
 4. embeddings = coordinates @ P.
 
-Options: the stage passes a `FactorizedOptions` (vocabtransfer.init.methods.options): the typed
+Options: the stage passes a `FactorizedOptions` (vocabtransfer.plan.method_options): the typed
 `init.<base>` and the typed section of the factorisation (`init.svd` or `init.snmf`); the base gets
 its options alone.
 The names are resolved lazily (`resolve`), so every registered method gets
@@ -26,8 +26,9 @@ from typing import Literal
 
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.pipeline.names import split_method
-from vocabtransfer.init.methods.options import FACTORIZATIONS, FactorizedOptions
-from vocabtransfer.init.methods.registry import METHODS, Method, TransferProblem, TransferResult, info
+from vocabtransfer.plan.method_options import FACTORIZATIONS, FactorizedOptions
+from vocabtransfer.init.methods.registry import Method, TransferProblem, TransferResult
+from vocabtransfer.plan.methods import METHODS, info
 
 log = logging.getLogger(__name__)
 

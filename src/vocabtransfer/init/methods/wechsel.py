@@ -40,7 +40,7 @@ import torch
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.init.methods.registry import TransferProblem, TransferResult, register
 from vocabtransfer.pipeline import paths
-from vocabtransfer.init.methods.options import WechselOptions
+from vocabtransfer.plan.method_options import WechselOptions
 from vocabtransfer.init.methods.baselines import (
     SPECIAL_NO_SOURCE,
     Ledger,

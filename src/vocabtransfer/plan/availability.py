@@ -5,7 +5,7 @@ from (a method registered `deterministic=True` has one, pseed 1). It asks the re
 
 A language with only a corpus still gets every stage that needs nothing more; what it lacks is
 skipped with a one-line reason (`skip_lines`), never discovered by a failing job at the end.
-The stage declarations (vocabtransfer.app.stages) ask this module per job:
+The stage declarations (vocabtransfer.plan.stages) ask this module per job:
 
 * `Stage.why_skipped(params, wildcards)` (its `skip_reason`): None when the job runs, else why it is skipped
   (e.g. `init` with `wechsel` for a language without a bilingual dictionary);
@@ -23,7 +23,7 @@ import logging
 from vocabtransfer.pipeline import names
 from vocabtransfer.pipeline import paths
 from vocabtransfer.pipeline.typed import Params
-from vocabtransfer.init.methods.registry import info
+from vocabtransfer.plan.methods import info
 
 log = logging.getLogger(__name__)
 

@@ -2,41 +2,51 @@
 every stage whose outputs it reads; `tests/test_dag.py` derives the edges from the input and output
 templates and checks it), grouped by phase.
 
-A declaration (`Stage`, vocabtransfer.pipeline.stage_spec) names the stage's function (its `run`, in the
-module that holds its code), its wildcards, input and output path templates (vocabtransfer.pipeline.paths),
-the params leaves it reads (its rerun keys), its threads and resources, which jobs run, and its code:
-the entry modules under src/vocabtransfer whose import closure DVC and Snakemake rerun a job on
-(`stage_spec.module_closure`). Stage modules hold only code; a function named here (an `inputs`, a job
-planner) lives beside the code it plans for, and the few that only plan live in vocabtransfer.app.job_plans.
+A declaration (`Stage`, vocabtransfer.pipeline.stage_spec) names the stage's function by a lazy
+`"module:function"` reference (its `run`, imported by the runner when a job runs), its wildcards, input and
+output path templates (vocabtransfer.pipeline.paths), the params leaves it reads (its rerun keys), its threads
+and resources, which jobs run, and its code: the entry modules under src/vocabtransfer whose import closure DVC
+and Snakemake rerun a job on (`stage_spec.module_closure`). What a stage plans with (its params class, its
+inputs, its job planner) lives in this package (vocabtransfer.plan), beside the table; the stage modules hold
+only code and import from here.
 
 The CLI builds `vocabtransfer <stage>` from this table, the Snakemake rules take their
 input/output/params from it (workflow/rules/common.smk, stages.smk), `vocabtransfer dvc-yaml` generates
 dvc.yaml from it and `vocabtransfer dag` docs/stages.md's picture; running a job is vocabtransfer.app.runner.
-Importing it imports every stage module but neither torch nor transformers (Snakemake and the CLI load it
-before any job): a helper that needs the init methods' registry imports it when called.
+Importing it imports no stage module (tests/test_layout.py), so Snakemake and the CLI plan without torch.
 """
 
 from __future__ import annotations
 
-
-from vocabtransfer.app import job_plans
-from vocabtransfer.data import corpus, fasttext_vectors, overlap, pretokenize, tokenizer
-from vocabtransfer.evaluate import finetune_eval, gradient_scenarios, harness, init_eval, task_floor
-from vocabtransfer.evaluate import token_frequency_loss
-from vocabtransfer.init import availability, initialise, source_head, source_model, source_snmf, word_fasttext
-from vocabtransfer.init.methods.options import WechselOptions
 from vocabtransfer.pipeline import paths
-from vocabtransfer.pipeline.typed import field_leaves
 from vocabtransfer.pipeline.stage_spec import Stage, contract_fault
+from vocabtransfer.pipeline.typed import field_leaves
+from vocabtransfer.plan import (
+    availability,
+    eval_plans,
+    export_plans,
+    finetune_plans,
+    harness_plans,
+    init_plans,
+    job_plans,
+    pretrain_plans,
+    report_plans,
+)
+from vocabtransfer.plan.data_params import (
+    CorpusParams,
+    FasttextParams,
+    OverlapParams,
+    PretokenizeParams,
+    TokenizerParams,
+)
+from vocabtransfer.plan.method_options import WechselOptions
 from vocabtransfer.registry import Registry
-from vocabtransfer.report import build, export, tables
-from vocabtransfer.train import pretrain, tune_lr
 
 
 # ---------------------------------------------------------------- data: text, tokenizer, token ids
 CORPUS = Stage(
     name="corpus",
-    run=corpus.run,
+    run="vocabtransfer.data.corpus:run",
     help="fetch, normalise, deduplicate, cap and split a language's raw text",
     outputs={
         "train": paths.CORPUS_TRAIN,
@@ -46,14 +56,14 @@ CORPUS = Stage(
     },
     params=("seed",),  # and the fields of CorpusParams, of `sources` the job's language only
     extra_params=lambda params, wc: field_leaves(
-        corpus.CorpusParams, "corpus", {**params.leaf("corpus"), "sources": {wc["lang"]: None}}
+        CorpusParams, "corpus", {**params.leaf("corpus"), "sources": {wc["lang"]: None}}
     ),
     code=("data/corpus.py", "data/download.py"),
     data=lambda params, wc: {"data_corpus": path} if (path := paths.corpus_file(params, wc["lang"])) else {},
 )
 SOURCE_MODEL = Stage(  # the one source model, shared by every language
     name="source_model",
-    run=source_model.run,
+    run="vocabtransfer.init.source_model:run",
     help="materialise the source model once as a Hugging Face directory (hub id, directory or GGUF file), hashed",
     wildcards=(),
     outputs={"model": paths.SOURCE_BASE, "stats": paths.SOURCE_BASE_STATS},
@@ -65,19 +75,19 @@ SOURCE_MODEL = Stage(  # the one source model, shared by every language
 )
 TOKENIZER = Stage(
     name="tokenizer",
-    run=tokenizer.run,
+    run="vocabtransfer.data.tokenizer:run",
     help="train the target tokenizer (the source tokenizer's family and conventions)",
     inputs={"train": paths.CORPUS_TRAIN, "source": paths.SOURCE_BASE},
     outputs={"tokenizer": paths.TOKENIZER, "stats": paths.TOKENIZER_STATS},
     directories=frozenset({"tokenizer"}),
     params=("source_model",),
-    extra_params=job_plans.section_leaves(tokenizer.TokenizerParams, "tokenizer"),
+    extra_params=job_plans.section_leaves(TokenizerParams, "tokenizer"),
     code=("data/tokenizer.py",),
     parallel=True,
 )
 PRETOKENIZE = Stage(
     name="pretokenize",
-    run=pretokenize.run,
+    run="vocabtransfer.data.pretokenize:run",
     help="encode the corpus with the target tokenizer; fertility stats against the source tokenizer",
     inputs={
         "tokenizer": paths.TOKENIZER,
@@ -93,18 +103,18 @@ PRETOKENIZE = Stage(
     },
     directories=frozenset({"train_ids", "valid_ids"}),
     params=("source_model",),
-    extra_params=job_plans.section_leaves(pretokenize.PretokenizeParams, "pretokenize"),
+    extra_params=job_plans.section_leaves(PretokenizeParams, "pretokenize"),
     code=("data/pretokenize.py",),
     parallel=True,
 )
 FASTTEXT = Stage(
     name="fasttext",
-    run=fasttext_vectors.run,
+    run="vocabtransfer.data.fasttext_vectors:run",
     help="fastText auxiliary embeddings for the target tokens",
     inputs={"text": paths.PRETOK_TEXT, "tokenizer": paths.TOKENIZER},
     outputs={"model": paths.FASTTEXT_BIN, "embeddings": paths.FASTTEXT_EMB, "stats": paths.FASTTEXT_STATS},
     params=("seed",),
-    extra_params=job_plans.section_leaves(fasttext_vectors.FasttextParams, "fasttext"),
+    extra_params=job_plans.section_leaves(FasttextParams, "fasttext"),
     code=("data/fasttext_vectors.py",),
     parallel=True,
     one_thread_if="fasttext.reproducible",  # fastText is bit-reproducible on one thread only
@@ -112,12 +122,12 @@ FASTTEXT = Stage(
 )
 OVERLAP = Stage(
     name="overlap",
-    run=overlap.run,
+    run="vocabtransfer.data.overlap:run",
     help="source vs target vocabulary overlap on canonical token forms",
     inputs={"tokenizer": paths.TOKENIZER, "source": paths.SOURCE_BASE},
     outputs={"overlap": paths.OVERLAP, "stats": paths.OVERLAP_STATS},
     params=("source_model",),
-    extra_params=job_plans.section_leaves(overlap.OverlapParams, "overlap"),
+    extra_params=job_plans.section_leaves(OverlapParams, "overlap"),
     code=("data/overlap.py",),
 )
 
@@ -125,26 +135,26 @@ OVERLAP = Stage(
 # ---------------------------------------------------------------- init: what the methods read, then the methods
 SOURCE_HEAD = Stage(
     name="source_head",
-    run=source_head.run,
+    run="vocabtransfer.init.source_head:run",
     help="complete the source model with a trained LM head when its checkpoint has none",
     wildcards=(),
     inputs={"source": paths.SOURCE_BASE},
     outputs={"model": paths.SOURCE_MODEL, "stats": paths.SOURCE_HEAD_STATS},
     directories=frozenset({"model"}),
     params=("seed", "source_model"),
-    extra_params=job_plans.section_leaves(source_head.SourceHeadParams, "source_head"),
+    extra_params=job_plans.section_leaves(init_plans.SourceHeadParams, "source_head"),
     code=("init/source_head.py",),
     parallel=True,
     gpu=True,
     data=lambda params, wc: {
-        "data_text": paths.data_path(params.section("source_head", source_head.SourceHeadParams).text)
+        "data_text": paths.data_path(params.section("source_head", init_plans.SourceHeadParams).text)
     },
 )
 
 
 SOURCE_FASTTEXT = Stage(  # WECHSEL's word vectors, source side
     name="source_fasttext",
-    run=word_fasttext.run_source_words,
+    run="vocabtransfer.init.word_fasttext:run_source_words",
     help="word-level fastText on source-language text (WECHSEL)",
     wildcards=(),
     outputs={"model": paths.SOURCE_WORD_FASTTEXT},
@@ -158,7 +168,7 @@ SOURCE_FASTTEXT = Stage(  # WECHSEL's word vectors, source side
 )
 WORD_FASTTEXT = Stage(  # WECHSEL's word vectors, target side
     name="word_fasttext",
-    run=word_fasttext.run_target_words,
+    run="vocabtransfer.init.word_fasttext:run_target_words",
     help="word-level fastText on the target corpus (WECHSEL)",
     inputs={"train": paths.CORPUS_TRAIN},
     outputs={"model": paths.WORD_FASTTEXT},
@@ -171,14 +181,14 @@ WORD_FASTTEXT = Stage(  # WECHSEL's word vectors, target side
 )
 SOURCE_SNMF = Stage(
     name="source_snmf",
-    run=source_snmf.run,
+    run="vocabtransfer.init.source_snmf:run",
     help="semi-NMF of the source embeddings, shared by the snmf and <method>+snmf init jobs",
     wildcards=(),
     inputs={"source_model": paths.SOURCE_MODEL},
     outputs={"factors": paths.SOURCE_SNMF},
     # the fields of the typed init.snmf (SnmfOptions) that the job reads, FACTOR_KEYS, in their order whatever
     # the order of params.yaml's keys
-    params=("seed", *(f"init.snmf.{key}" for key in source_snmf.FACTOR_KEYS)),
+    params=("seed", *(f"init.snmf.{key}" for key in init_plans.FACTOR_KEYS)),
     code=("init/source_snmf.py",),
     parallel=True,
     gpu=True,
@@ -186,15 +196,9 @@ SOURCE_SNMF = Stage(
 )
 
 
-def _train_hypernet(ctx) -> None:
-    from vocabtransfer.train import hypernet  # imports torch: not at CLI start-up
-
-    hypernet.run(ctx)
-
-
 HYPERNET = Stage(
     name="hypernet",
-    run=_train_hypernet,
+    run="vocabtransfer.train.hypernet:run",
     help="train the network of init method hypernet once per source model, on tokenizers it samples",
     wildcards=(),
     inputs=job_plans.hypernet_inputs,
@@ -212,10 +216,10 @@ HYPERNET = Stage(
 
 INIT = Stage(
     name="init",
-    run=initialise.run,
+    run="vocabtransfer.init.initialise:run",
     help="initialise the target embeddings with one method and save the model",
     wildcards=("lang", "method", "pseed"),
-    inputs=initialise.inputs,
+    inputs=init_plans.init_inputs,
     outputs={"init": paths.INIT_DIR},
     directories=frozenset({"init"}),
     params=("seed",),
@@ -231,12 +235,12 @@ INIT = Stage(
 
 INIT_EVAL = Stage(  # the methods compared right after initialisation
     name="init_eval",
-    run=init_eval.run,
+    run="vocabtransfer.evaluate.init_eval:run",
     help="loss right after initialisation and parallel-sentence retrieval, per method",
-    inputs=init_eval.inputs,
+    inputs=eval_plans.init_eval_inputs,
     outputs={"init_eval": paths.INIT_EVAL, "plot": paths.INIT_EVAL_PLOT},
     params=("seed", "init.methods", "source_head.text", "source_head.eval_lines"),
-    extra_params=job_plans.section_leaves(init_eval.InitEvalParams, "init_eval"),
+    extra_params=job_plans.section_leaves(eval_plans.InitEvalParams, "init_eval"),
     code=("evaluate/init_eval.py",),
     parallel=True,
     gpu=True,
@@ -248,31 +252,31 @@ INIT_EVAL = Stage(  # the methods compared right after initialisation
 # ---------------------------------------------------------------- train: continued pretraining
 PRETRAIN_TUNE = Stage(  # pretrain.tune: each method x objective's peak learning rate, on the dev split
     name="pretrain_tune",
-    run=tune_lr.run,
+    run="vocabtransfer.train.tune_lr:run",
     help="pick a method x objective's peak learning rate: short wsd runs at each pretrain.tune rate, dev-split loss",
     wildcards=("lang", "method", "objective"),
     inputs=job_plans.tune_inputs,
     outputs={"tuning": paths.PRETRAIN_TUNE},
     params=("seed",),
-    extra_params=tune_lr.leaves,
+    extra_params=pretrain_plans.tune_leaves,
     code=("train/tune_lr.py",),
-    expand=tune_lr.expand,
+    expand=pretrain_plans.tune_expand,
     skip_reason=lambda params, wc: availability.method_reason(params, wc["lang"], wc["method"]),
     parallel=True,
     gpu=True,
 )
 PRETRAIN = Stage(
     name="pretrain",
-    run=pretrain.run,
+    run="vocabtransfer.train.pretrain:run",
     help="continued pretraining of an initialised model with the standard, selfish or distill objective",
     wildcards=("lang", "method", "objective", "pseed"),
     inputs=job_plans.pretrain_inputs,
     outputs={"pretrain": paths.PRETRAIN_DIR},
     directories=frozenset({"pretrain"}),
     params=("seed",),
-    extra_params=pretrain.leaves,
+    extra_params=pretrain_plans.pretrain_leaves,
     code=("train/pretrain.py",),
-    expand=pretrain.expand,
+    expand=pretrain_plans.pretrain_expand,
     skip_reason=lambda params, wc: availability.method_reason(params, wc["lang"], wc["method"]),
     parallel=True,
     processes="pretrain.processes",  # > 1: launched with accelerate, N GPUs on a cluster
@@ -283,10 +287,10 @@ PRETRAIN = Stage(
 # ---------------------------------------------------------------- evaluate: the pretrained models
 FINETUNE_EVAL = Stage(
     name="finetune_eval",
-    run=finetune_eval.run,
+    run="vocabtransfer.evaluate.finetune_eval:run",
     help="fine-tune one model on one downstream task (nli, qa, ner) with one seed and score it",
     wildcards=("lang", "task", "model", "seed"),
-    inputs=finetune_eval.inputs,
+    inputs=finetune_plans.finetune_inputs,
     outputs={"result": paths.EVAL_RESULT},
     # eval.models and eval.seeds decide which jobs exist, not what one computes
     params=("seed", "eval.precision", "eval.test_precision"),
@@ -294,31 +298,31 @@ FINETUNE_EVAL = Stage(
     # finetune_eval.py and the task's module: editing one task reruns only its jobs
     code=lambda params, wildcards: ("evaluate/finetune_eval.py", f"evaluate/tasks/{wildcards['task']}.py"),
     expand=job_plans.finetune_jobs,
-    skip_reason=finetune_eval.skip_reason,
-    data=finetune_eval.data_files,
+    skip_reason=finetune_plans.finetune_skip_reason,
+    data=finetune_plans.finetune_data_files,
     parallel=False,  # small models: two one-thread jobs side by side use two cores better than one job
     gpu=True,
 )
 FLOOR = Stage(  # what a task scores without a model: the bar finetune_eval's scores are read against
     name="floor",
-    run=task_floor.run,
+    run="vocabtransfer.evaluate.task_floor:run",
     help="the score of a task's floor (majority class, training lexicon, sliding-window span) on its test split",
     wildcards=("lang", "task"),
     outputs={"floor": paths.EVAL_FLOOR},
     params=("seed",),
     extra_params=job_plans.task_leaves,
     code=lambda params, wildcards: ("evaluate/task_floor.py", f"evaluate/tasks/{wildcards['task']}.py"),
-    expand=task_floor.tasks,
-    skip_reason=task_floor.skip_reason,
-    data=finetune_eval.data_files,
+    expand=finetune_plans.floor_tasks,
+    skip_reason=finetune_plans.floor_skip_reason,
+    data=finetune_plans.finetune_data_files,
 )
 
 
 TOKEN_FREQUENCY_LOSS = Stage(
     name="token_frequency_loss",
-    run=token_frequency_loss.run,
+    run="vocabtransfer.evaluate.token_frequency_loss:run",
     help="held-out loss per train-frequency bucket (init vs standard vs selfish pretraining) and bits per byte",
-    inputs=token_frequency_loss.inputs,
+    inputs=eval_plans.token_frequency_inputs,
     outputs={
         "table": paths.TOKEN_FREQUENCY_LOSS,
         "blocks": paths.TOKEN_FREQUENCY_BLOCKS,
@@ -327,17 +331,17 @@ TOKEN_FREQUENCY_LOSS = Stage(
     },
     params=("seed",),
     extra_params=lambda params, wc: (
-        job_plans.section_leaves(token_frequency_loss.TokenFrequencyLossParams, "token_frequency_loss")(params, wc)
+        job_plans.section_leaves(eval_plans.TokenFrequencyLossParams, "token_frequency_loss")(params, wc)
         + ["init.methods", "pretrain.methods", "pretrain.objectives", "pretrain.pairs", "pretrain.seeds"]
     ),
     code=("evaluate/token_frequency_loss.py",),
     parallel=True,
     gpu=True,
-    skip_reason=token_frequency_loss.skip_reason,
+    skip_reason=eval_plans.token_frequency_skip_reason,
 )
 GRADIENT_SCENARIOS = Stage(
     name="gradient_scenarios",
-    run=gradient_scenarios.run,
+    run="vocabtransfer.evaluate.gradient_scenarios:run",
     help="gradient reaching each token's embedding: as input, as target, as non-target (start and end)",
     wildcards=("lang", "method", "objective", "pseed"),
     inputs=job_plans.gradient_scenarios_inputs,
@@ -355,10 +359,10 @@ GRADIENT_SCENARIOS = Stage(
 
 LM_EVAL = Stage(
     name="lm_eval",
-    run=harness.run,
+    run="vocabtransfer.evaluate.harness:run",
     help="one causal model judged by lm-evaluation-harness on the lm_eval.tasks of its language",
     wildcards=("lang", "model"),
-    inputs=lambda params, wc: {"model": finetune_eval.parse_model(params, wc["model"])["input"]},
+    inputs=lambda params, wc: {"model": finetune_plans.parse_model(params, wc["model"])["input"]},
     outputs={"scores": paths.LM_EVAL_SCORES, "samples": paths.LM_EVAL_SAMPLES},
     params=(
         "seed",
@@ -371,10 +375,12 @@ LM_EVAL = Stage(
     ),
     code=("evaluate/harness.py", "evaluate/harness_tasks/utils.py"),  # the task YAMLs: data_files and params
     expand=lambda params: (
-        [{"model": m} for m in harness.models(params)] if params.section("lm_eval", harness.LmEvalParams).tasks else []
+        [{"model": m} for m in harness_plans.models(params)]
+        if params.section("lm_eval", harness_plans.LmEvalParams).tasks
+        else []
     ),
-    skip_reason=harness.skip_reason,
-    data=harness.data_files,
+    skip_reason=harness_plans.skip_reason,
+    data=harness_plans.data_files,
     gpu=True,
 )
 
@@ -382,10 +388,10 @@ LM_EVAL = Stage(
 # ---------------------------------------------------------------- report: reads every evaluation above
 REPORT = Stage(
     name="report",
-    run=build.run,
+    run="vocabtransfer.report.build:run",
     help="the study's report: results/report.md with figures, DVC plots (valid-loss curves) and metrics",
     wildcards=(),
-    inputs=lambda params, wc: build.read.inputs(build.plan(params, STAGES)),
+    inputs=lambda params, wc: report_plans.inputs(report_plans.plan(params, STAGES)),
     outputs={
         "report": paths.REPORT,
         "figures": paths.REPORT_FIGURES,
@@ -394,24 +400,24 @@ REPORT = Stage(
     },
     directories=frozenset({"figures", "curves"}),
     metrics=frozenset({"metrics"}),
-    plots=build.dvc_plots,
+    plots=report_plans.dvc_plots,
     params=("seed", "languages", "source_model", "init.methods"),
-    extra_params=job_plans.section_leaves(tables.ReportParams, "report"),
+    extra_params=job_plans.section_leaves(report_plans.ReportParams, "report"),
     code=("report/build.py",),
 )
 
 EXPORT = Stage(  # what a user takes away: one run as a Hugging Face folder with its model card (and GGUF)
     name="export",
-    run=export.run,
+    run="vocabtransfer.report.export:run",
     help="the recommended pretrained run (or export.model's) as a Hugging Face folder with a model card, and a GGUF "
     "file for a decoder source",
-    inputs=lambda params, wc: export.inputs(params, wc, STAGES),
+    inputs=lambda params, wc: export_plans.inputs(params, wc, STAGES),
     outputs={"export": paths.EXPORT_DIR},
     directories=frozenset({"export"}),
     params=("seed", "source_model", "report.baseline", "report.confidence", "report.bootstrap_resamples"),
-    extra_params=job_plans.section_leaves(export.ExportParams, "export"),
-    code=("report/export.py",),
-    skip_reason=export.check,
+    extra_params=job_plans.section_leaves(export_plans.ExportParams, "export"),
+    code=("report/export.py", "plan/export_plans.py"),
+    skip_reason=export_plans.check,
 )
 
 # the table, in the order above (topological: tests/test_dag.py); each declaration checked against the stage

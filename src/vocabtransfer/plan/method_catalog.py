@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from vocabtransfer.init.methods.options import (
+from vocabtransfer.plan.method_options import (
     FocusOptions,
     FvtOptions,
     FvtPriorOptions,
@@ -26,7 +26,7 @@ from vocabtransfer.init.methods.options import (
     SnmfOptions,
     WechselOptions,
 )
-from vocabtransfer.init.methods.registry import MethodInfo
+from vocabtransfer.plan.methods import MethodInfo
 from vocabtransfer.pipeline import paths
 from vocabtransfer.pipeline.typed import Params
 

@@ -1,10 +1,8 @@
-"""The stage table's per-job planners that belong to no stage's code: the rerun keys (params leaves) of a
+"""The stage table's per-job planners that belong to no one phase: the rerun keys (params leaves) of a
 params section or of one job, and one job's inputs, entry modules, data files, jobs or reason to skip where
 the table works them out itself (fasttext, source_snmf, hypernet, init, init_eval, pretrain, finetune_eval,
-gradient_scenarios). A planner that lives beside the code it plans for stays there (e.g.
-`initialise.inputs`); vocabtransfer.app.stages names both.
-
-Like the table, importing it imports neither torch nor transformers.
+gradient_scenarios). A phase's own planners live in its planning module (e.g. `init_plans.init_inputs`);
+vocabtransfer.plan.stages names both.
 """
 
 from __future__ import annotations
@@ -12,17 +10,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.data import fasttext_vectors
-from vocabtransfer.evaluate import finetune_eval, gradient_scenarios
-from vocabtransfer.evaluate.tasks import EvalParams, task_options_class
-from vocabtransfer.init import availability, initialise, source_head
-from vocabtransfer.init.methods.options import FACTORIZATIONS, HypernetOptions, WordFasttextOptions
-from vocabtransfer.init.methods.catalog import hypernet_network
-from vocabtransfer.init.methods.registry import METHODS, info
 from vocabtransfer.pipeline import names, paths
 from vocabtransfer.pipeline.stage_spec import PACKAGE, module_file
 from vocabtransfer.pipeline.typed import Params, field_leaves
-from vocabtransfer.train import pretrain, tune_lr
+from vocabtransfer.plan import availability, data_params, eval_plans, finetune_plans, init_plans, pretrain_plans
+from vocabtransfer.plan.method_catalog import hypernet_network
+from vocabtransfer.plan.method_options import FACTORIZATIONS, HypernetOptions, WordFasttextOptions
+from vocabtransfer.plan.methods import METHODS, info
+from vocabtransfer.plan.task_options import EvalParams, task_options_class
 
 
 def section_leaves(cls: type, section: str):
@@ -32,7 +27,7 @@ def section_leaves(cls: type, section: str):
 
 def fasttext_data(params: Params, wc: dict) -> dict[str, Path]:
     """The pretrained word vectors fasttext's wordlevel mode reads, when it names them."""
-    opts = params.section("fasttext", fasttext_vectors.FasttextParams)
+    opts = params.section("fasttext", data_params.FasttextParams)
     return (
         {"data_pretrained": paths.data_path(opts.pretrained_path)}
         if opts.mode == "wordlevel" and opts.pretrained_path
@@ -41,13 +36,13 @@ def fasttext_data(params: Params, wc: dict) -> dict[str, Path]:
 
 
 def word_leaves(params: Params, wc: dict) -> list[str]:
-    """init.wechsel.fasttext.*: the leaves of WordFasttextOptions (imported here: its package imports torch)."""
+    """init.wechsel.fasttext.*: the leaves of WordFasttextOptions."""
     return field_leaves(WordFasttextOptions, "init.wechsel.fasttext", params.leaf("init.wechsel.fasttext"))
 
 
 def snmf_skip_reason(params: Params, wc: dict) -> str | None:
     """source_snmf runs when some init method is snmf or <method>+snmf."""
-    if any(initialise.uses_snmf(m) for m in params.init_methods):
+    if any(init_plans.uses_snmf(m) for m in params.init_methods):
         return None
     return "init.methods has no snmf or <method>+snmf"
 
@@ -99,12 +94,12 @@ def init_code(params: Params, wildcards: dict) -> tuple[str, ...]:
             f"init method {base}: its module {dotted or '(unregistered)'} is not a file "
             "under src/vocabtransfer; register methods in vocabtransfer.init.methods"
         )
-    entries = ("init/initialise.py", "init/methods/catalog.py", str(module.relative_to(PACKAGE)))
+    entries = ("init/initialise.py", "plan/method_catalog.py", str(module.relative_to(PACKAGE)))
     return entries + (("init/methods/variants.py",) if fact else ())
 
 
 def init_data(params: Params, wildcards: dict) -> dict[str, Path | None]:
-    """The local data files of one init job: what the method's `data=` (init/methods/catalog.py) names
+    """The local data files of one init job: what the method's `data=` (plan/method_catalog.py) names
     (wechsel: the language's bilingual dictionary)."""
     data = info(wildcards["method"]).data
     return data(params, wildcards["lang"]) if data else {}
@@ -112,7 +107,7 @@ def init_data(params: Params, wildcards: dict) -> dict[str, Path | None]:
 
 def init_eval_data(params: Params, wildcards: dict) -> dict[str, Path]:
     """The held-out text of the reference row and, when retrieval runs, the XNLI files."""
-    out = {"data_source_text": paths.data_path(params.section("source_head", source_head.SourceHeadParams).text)}
+    out = {"data_source_text": paths.data_path(params.section("source_head", init_plans.SourceHeadParams).text)}
     if availability.retrieval_reason(params, wildcards["lang"]) is None:
         out.update(zip(("data_xnli_source", "data_xnli"), paths.xnli_files(params, wildcards["lang"])))
     return out
@@ -126,10 +121,10 @@ def pretrain_inputs(params: Params, wildcards: dict) -> dict[str, str]:
         method=wildcards["method"],
         pseed=availability.init_pseed(wildcards["method"], wildcards["pseed"]),
     )
-    teacher = {"source": paths.SOURCE_MODEL} if wildcards.get("objective") in pretrain.TEACHER_OBJECTIVES else {}
+    teacher = {"source": paths.SOURCE_MODEL} if wildcards.get("objective") in pretrain_plans.TEACHER_OBJECTIVES else {}
     tuning = (
         {"tuning": paths.partial(paths.PRETRAIN_TUNE, method=wildcards["method"], objective=wildcards["objective"])}
-        if tune_lr.expand(params) and not teacher
+        if pretrain_plans.tune_expand(params) and not teacher
         else {}
     )  # pretrain.tune: the peak rate picked on the dev split
     return {
@@ -168,7 +163,7 @@ def finetune_jobs(params: Params) -> list[dict[str, str]]:
         {"task": t, "model": m, "seed": str(s)}
         for t, section in opts.task_sections().items()
         if section.enabled
-        for m in finetune_eval.eval_models(params)
+        for m in finetune_plans.eval_models(params)
         for s in range(1, opts.seeds + 1)
     ]
 
@@ -186,5 +181,5 @@ def gradient_scenarios_inputs(params: Params, wc: dict) -> dict[str, str]:
 
 def gradient_scenarios_leaves(params: Params, wc: dict) -> list[str]:
     """The leaves of gradient_scenarios and, for a selfish run, the margin its loss used."""
-    own = section_leaves(gradient_scenarios.GradientScenariosParams, "gradient_scenarios")(params, wc)
+    own = section_leaves(eval_plans.GradientScenariosParams, "gradient_scenarios")(params, wc)
     return own + (["pretrain.selfish.margin"] if wc.get("objective") == "selfish" else [])

