@@ -22,6 +22,7 @@ from vocabtransfer import io
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.pipeline import names, paths
 from vocabtransfer.plan.export_plans import ExportParams, check
+from vocabtransfer.plan import report_plans
 from vocabtransfer.plan.report_plans import ReportParams
 from vocabtransfer.report import read
 from vocabtransfer.report.export_pick import exported_run
@@ -33,6 +34,7 @@ def chosen(opts: ExportParams, lang: read.Language, settings, baseline) -> tuple
     """Step 1: the run to export and the card's sentence on why."""
     if opts.model is not None:
         m = names.parse_model_name(opts.model)
+        assert m.objective is not None and m.pseed is not None  # the schema's pattern: a pretraining run's name
         return (m.method, m.objective, m.pseed), f"The run `export.model` names ({opts.model})."
     pick = exported_run(lang, settings, baseline)
     if pick is None:
@@ -159,7 +161,7 @@ def run(ctx) -> None:
     opts = params.section("export", ExportParams)
     check(params, ctx.wildcards)
     report = params.section("report", ReportParams)
-    plan = read.plan(params, ctx.stages)
+    plan = report_plans.plan(params, ctx.stages)
     lang = read.read_language(lang_code, plan, Path("."))
     run_, why = chosen(opts, lang, tables.Settings.of(report, params.seed), report.baseline)
     method, objective, pseed = run_
