@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from vocabtransfer import io
 from vocabtransfer.model import modeling
@@ -46,6 +47,9 @@ from vocabtransfer.init.methods.registry import TransferProblem
 from vocabtransfer.plan.methods import info
 from vocabtransfer.init.methods import get_method
 from vocabtransfer.plan.method_options import FACTORIZATIONS, FactorizedOptions, RandomRowsOptions
+from vocabtransfer.init import calibrate
+from vocabtransfer.init.moments import source_moments
+from vocabtransfer.model.line_bits import valid_lines
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +123,6 @@ def target_rows(method: str, n_target: int, overlap_target_ids: np.ndarray, aux_
 
 
 def _check_result(result, method: str, shape: tuple[int, int], which: str):
-    import torch  # torch: heavy, not at CLI start-up
 
     emb = getattr(result, "embeddings", None)
     if not isinstance(emb, torch.Tensor) or tuple(emb.shape) != shape:
@@ -138,7 +141,6 @@ def _check_result(result, method: str, shape: tuple[int, int], which: str):
 
 def transfer_bias(source_bias, n_target: int, target_ids: np.ndarray, source_ids: np.ndarray):
     """Target output bias: source bias copied for overlapping ids, the mean source bias elsewhere."""
-    import torch  # torch: heavy, not at CLI start-up
 
     src = source_bias.detach().float().cpu()
     bias = torch.full((n_target,), float(src.mean()))
@@ -198,7 +200,6 @@ def read_inputs(ctx) -> InitInputs:
 
 
 def run(ctx) -> None:
-    import torch  # torch: heavy, not at CLI start-up
 
     start = time.perf_counter()
     method_name = ctx.method
@@ -297,11 +298,6 @@ def calibrated_passes(ctx, x: InitInputs, passes: dict, options: RandomRowsOptio
     """(`passes` with the drawn rows shrunk by the measured factor, the target model built with them, the
     record for stats.json `random_scale`): `vocabtransfer.init.calibrate`, on the first
     `calibration_lines` lines of the train split."""
-    import torch  # torch: heavy, not at CLI start-up
-
-    from vocabtransfer.init import calibrate
-    from vocabtransfer.init.moments import source_moments  # the mean random_matrix draws around
-    from vocabtransfer.model.line_bits import valid_lines
 
     masks = {}
     for which, (result, _, _) in passes.items():
