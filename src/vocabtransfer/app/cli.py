@@ -16,6 +16,7 @@ examples:
 from __future__ import annotations
 
 import argparse
+import difflib
 import logging
 import sys
 import time
@@ -35,6 +36,7 @@ from vocabtransfer.app.params import load, schema
 from vocabtransfer.pipeline.typed import Params
 from vocabtransfer.app.plan import job_counts, preflight
 from vocabtransfer.pipeline.config import pattern_names, read_yaml
+from vocabtransfer.pipeline import paths
 from vocabtransfer.pipeline.remote import add_remote
 from vocabtransfer.plan import availability
 from vocabtransfer.registry import resolve
@@ -95,8 +97,6 @@ EXAMPLE = {
 
 def stage_epilog(stage) -> str:
     """A stage's --help epilog: an example command, the same job through snakemake, and what the stage writes."""
-    from vocabtransfer.pipeline import paths
-
     options = " ".join(f"--{wc} {EXAMPLE[wc]}" for wc in stage.wildcards)
     outputs = list(stage.outputs.values())
     first = paths.fill(outputs[0], **{k: v for k, v in EXAMPLE.items() if "{" + k + "}" in outputs[0]})
@@ -264,8 +264,6 @@ WILDCARD_LISTS = {
 def check_wildcards(wildcards: dict, params: Params, source: str) -> None:
     """`--lang`, `--method`, `--objective` and `--task` must be in the params' lists: else one line naming the
     params files read, the list, its values and the closest one."""
-    import difflib
-
     for name, value in wildcards.items():
         if name not in WILDCARD_LISTS:
             continue

@@ -67,7 +67,7 @@ def _style(family: str, spec: dict) -> str:
 
 def source_special_tokens(source) -> list:
     """The source's special tokens as AddedTokens (flags kept), in the order of their source ids."""
-    from tokenizers import AddedToken  # tokenizers: heavy, not at CLI start-up
+    from tokenizers import AddedToken  # tokenizers: the corpus, floor and report jobs load this module without it
 
     by_content: dict[str, tuple[int, AddedToken]] = {}
     for idx, tok in source.added_tokens_decoder.items():
@@ -97,7 +97,12 @@ def source_special_tokens(source) -> list:
 
 def _family_conventions(family: str) -> tuple[dict, dict]:
     """Pre-tokenizer and decoder a family uses when it is not the source's own."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers  # tokenizers: heavy, not at CLI start-up
+    from tokenizers import (
+        Tokenizer,
+        decoders,
+        models,
+        pre_tokenizers,
+    )  # tokenizers: the corpus, floor and report jobs load this module without it
 
     tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
     if family == "wordpiece":
@@ -166,7 +171,9 @@ def _metaspace_replacement(node) -> str | None:
 @lru_cache(maxsize=1)
 def byte_level_alphabet() -> dict[str, int]:
     """GPT-2's printable character of each byte, inverted: `Ġ` -> 0x20, `Ċ` -> 0x0A, `Ã` -> 0xC3."""
-    from transformers.convert_slow_tokenizer import bytes_to_unicode  # transformers: heavy, not at CLI start-up
+    from transformers.convert_slow_tokenizer import (
+        bytes_to_unicode,
+    )  # transformers: the corpus, floor and report jobs load this module without it
 
     return {char: byte for byte, char in bytes_to_unicode().items()}
 

@@ -28,6 +28,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterable, Literal
 
+import fasttext
+from fasttext import FastText as ft_impl
+
+
 from vocabtransfer.errors import VocabTransferError, brief
 from vocabtransfer.io import atomic_output
 
@@ -71,8 +75,6 @@ def zeroed_allocations():
 
 def _train_unsupervised(seed: int, kwargs: dict):
     """`fasttext.train_unsupervised(seed=seed, **kwargs)`, also where the wrapper lacks `seed`."""
-    import fasttext  # fasttext: heavy C extension
-    from fasttext import FastText as ft_impl  # fasttext: heavy C extension
 
     try:
         return fasttext.train_unsupervised(seed=seed, **kwargs)
@@ -231,7 +233,6 @@ def _check_bin(path: Path) -> None:
 
 def load_fasttext(path: str | os.PathLike):
     """Load a fastText .bin; a missing, truncated or foreign file is one clear VocabTransferError."""
-    import fasttext  # fasttext: heavy C extension
 
     path = Path(path)
     if not path.is_file():

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
+import torch
 
 from vocabtransfer.data.corpus_lines import sampled_text
 from vocabtransfer.data.fasttext_models import load_fasttext, train_fasttext
@@ -42,7 +43,6 @@ from vocabtransfer.pipeline.paths import data_path
 from vocabtransfer.plan.data_params import FasttextParams, Mode
 
 if TYPE_CHECKING:
-    import torch
     from vocabtransfer.pipeline.stage_spec import Context
 
 log = logging.getLogger(__name__)
@@ -59,7 +59,6 @@ def token_vectors(ft_model, tokenizer, mode: Mode = "tokenlevel") -> tuple["torc
     string is a fastText dictionary word; wordlevel: the vector of `tokenizer.decode([i]).strip()`.
     Either way a token whose vector is all zeros has none (mask False, row zero).
     """
-    import torch  # torch: heavy, not at CLI start-up
 
     vocab = tokenizer.get_vocab()  # token -> id, added tokens included
     size = max(len(tokenizer), max(vocab.values(), default=-1) + 1)
@@ -91,7 +90,6 @@ def subword_vectors(
     Returns new (embeddings, mask, subword): mask = had a vector or got a non-zero subword vector,
     subword (V bool) = the row came from n-grams.
     """
-    import torch  # torch: heavy, not at CLI start-up
 
     emb = embeddings.clone().numpy()
     has = mask.numpy().copy()
@@ -183,7 +181,6 @@ def _examples(ids: list[int]) -> list[int]:
 
 def run(ctx: "Context") -> None:
     """Stage `fasttext`: auxiliary embeddings for the target tokens (see the module docstring)."""
-    import torch  # torch: heavy, not at CLI start-up
 
     start = time.perf_counter()
     opts = ctx.section("fasttext", FasttextParams)  # params fasttext, typed

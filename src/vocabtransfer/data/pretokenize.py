@@ -152,7 +152,7 @@ def markdown_table(rows: list[tuple[str, str, dict]]) -> str:
 def encoder(tokenizer):
     """A copy of a fast tokenizer's Rust backend with padding and truncation off (a source's
     tokenizer.json may pad or truncate every encoding, e.g. MiniLM's fixed 128)."""
-    from tokenizers import Tokenizer  # tokenizers: heavy, not at CLI start-up
+    from tokenizers import Tokenizer  # tokenizers: the corpus, floor and report jobs load this module without it
 
     backend = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
     backend.no_padding()

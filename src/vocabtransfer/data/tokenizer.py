@@ -104,7 +104,9 @@ def train_tokenizer(
     `batches` is an iterable of lists of lines that can be iterated more than once (a list, or
     `CorpusBatches`): WordPiece reads it twice to make training deterministic.
     """
-    from transformers import PreTrainedTokenizerFast  # transformers: heavy, not at CLI start-up
+    from transformers import (
+        PreTrainedTokenizerFast,
+    )  # transformers: the corpus, floor and report jobs load this module without it
 
     src = _backend_json(source)
     src_family, src_style = detect_family(source)
@@ -156,8 +158,10 @@ def train_tokenizer(
 
 def load_target_tokenizer(path: str | os.PathLike):
     """Load the target tokenizer directory; a missing or corrupt one is one clear error."""
-    from tokenizers import Tokenizer  # tokenizers: heavy, not at CLI start-up
-    from transformers import AutoTokenizer  # transformers: heavy, not at CLI start-up
+    from tokenizers import Tokenizer  # tokenizers: the corpus, floor and report jobs load this module without it
+    from transformers import (
+        AutoTokenizer,
+    )  # transformers: the corpus, floor and report jobs load this module without it
 
     path = Path(path)
     if not path.is_dir():

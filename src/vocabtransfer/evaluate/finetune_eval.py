@@ -41,6 +41,12 @@ import sys
 import time
 from pathlib import Path
 
+import transformers
+import torch
+from transformers import AutoConfig, AutoTokenizer, set_seed, Trainer, TrainingArguments
+from transformers.models.auto import modeling_auto
+
+
 from vocabtransfer import io
 from vocabtransfer.pipeline import paths
 from vocabtransfer.errors import VocabTransferError
@@ -49,6 +55,8 @@ from vocabtransfer.plan.task_options import EvalParams
 from vocabtransfer.evaluate import generic_heads
 from vocabtransfer.model.precision import Precision, resolve as resolve_precision
 from vocabtransfer.plan.finetune_plans import parse_model, skipped_tasks
+from vocabtransfer.model import bf16_kernels
+from vocabtransfer.train.progress import install as install_progress
 
 log = logging.getLogger(__name__)
 
@@ -70,8 +78,6 @@ def missing_head(head: str, model_dir: Path) -> str | None:
     """Why transformers has no `head` (an `AutoModelFor…` class name) for the architecture in
     `model_dir`/config.json, or None when it has one (GPT-2, Llama, Qwen2 have all three task heads;
     e.g. CodeGen has none, GPT-J no token classification, Gemma 3 only sequence classification)."""
-    from transformers import AutoConfig  # transformers: heavy, not at CLI start-up
-    from transformers.models.auto import modeling_auto  # transformers: heavy, not at CLI start-up
 
     model_type = AutoConfig.from_pretrained(str(model_dir)).model_type
     # AutoModelForQuestionAnswering -> MODEL_FOR_QUESTION_ANSWERING_MAPPING_NAMES
@@ -106,7 +112,6 @@ def _head_class(task, model_dir: Path):
     """(head class, None): the class that fine-tunes `model_dir` for the task, transformers' `task.head` where it
     has one for the architecture, else a decoder's generic head (evaluate/generic_heads.py); (None, why) where
     neither applies."""
-    import transformers  # transformers: heavy, not at CLI start-up
 
     head_cls = getattr(transformers, task.head)
     why = missing_head(task.head, model_dir)
@@ -125,7 +130,6 @@ def _head_class(task, model_dir: Path):
 def _training_args(opts, seed: int, output_dir: Path, device: str, bf16: bool):
     """The Trainer's arguments: the task's options, seeded, no saving or evaluation; the training loss and the
     tokens seen logged every 5 % of the steps (`train.progress`: one line each), the Trainer's bar on a terminal."""
-    from transformers import TrainingArguments  # transformers: heavy, not at CLI start-up
 
     return TrainingArguments(
         output_dir=str(output_dir),
@@ -191,12 +195,6 @@ def finetune(
     fp32 master weights and AdamW's fused kernel; the test split is then scored in `test_precision`
     (`eval.test_precision`) with the autocast wrapper taken off the model: fp32, or bf16 under `torch.autocast`
     over the fp32 weights, so scores of bf16- and fp32-trained models are computed alike."""
-    import torch  # torch: heavy, not at CLI start-up
-
-    from transformers import AutoTokenizer, Trainer, set_seed  # transformers: heavy, not at CLI start-up
-
-    from vocabtransfer.train.progress import install as install_progress  # transformers at its top
-
     opts = task.options
     head_cls, why = _head_class(task, model_dir)
     if head_cls is None:
@@ -223,8 +221,6 @@ def finetune(
     log.info("fine-tuning precision: %s", choice.reason)
     args = _training_args(opts, seed, output_dir, device, choice.bf16)
     if choice.bf16:  # bf16 attention and Gemma's norms in fewer passes (model.bf16_kernels)
-        from vocabtransfer.model import bf16_kernels  # torch at its top: the stage table is imported before any job
-
         bf16_kernels.install(model)
     trainer = Trainer(model=model, args=args, train_dataset=train_features, data_collator=task.collator(tokenizer))
     install_progress(trainer, f"fine-tuning {task.name} (seed {seed})", log)

@@ -88,7 +88,7 @@ def bucket_losses(model, batches: list[dict], kind: Kind, bucket: np.ndarray, n_
     """(summed standard cross-entropy, number of target tokens), each (blocks, buckets), over fixed
     batches: block = the row of the packed held-out block a predicted token belongs to (each token's
     loss from the hidden states through the fused head, `lm_loss.token_losses`)."""
-    import torch  # torch: heavy, not at CLI start-up
+    import torch  # torch: the corpus, floor and report jobs load this module without it
 
     sums, counts = [], []
     model.eval()

@@ -34,6 +34,11 @@ from __future__ import annotations
 
 import functools
 
+import transformers
+from transformers.models.auto import modeling_auto
+from transformers import AutoConfig, modeling_layers, PreTrainedModel
+
+
 from vocabtransfer.errors import VocabTransferError
 
 # the task's transformers head (an `AutoModelFor…` name) -> the transformers mixin that builds it on a body
@@ -45,7 +50,6 @@ MIXINS = {
 
 def unsupported(head: str, config) -> str | None:
     """Why no generic `head` (an `AutoModelFor…` name) applies to the architecture of `config`, None when one does."""
-    from transformers.models.auto import modeling_auto  # transformers: heavy, loaded when used
 
     model_type = config.model_type
     if head not in MIXINS:
@@ -72,7 +76,6 @@ def unsupported(head: str, config) -> str | None:
 
 def _pretrained_base(body_cls):
     """The architecture's `…PreTrainedModel` (the class in the body's MRO right below `PreTrainedModel`)."""
-    from transformers import PreTrainedModel  # transformers: heavy, loaded when used
 
     for cls in body_cls.__mro__:
         if PreTrainedModel in cls.__bases__:
@@ -91,9 +94,6 @@ def head_class(head: str, config) -> type:
 
 @functools.cache
 def _build(head: str, model_type: str) -> type:
-    import transformers  # transformers: heavy, loaded when used
-    from transformers import modeling_layers  # transformers: heavy, loaded when used
-    from transformers.models.auto import modeling_auto  # transformers: heavy, loaded when used
 
     body_cls = getattr(transformers, modeling_auto.MODEL_MAPPING_NAMES[model_type])
     base = _pretrained_base(body_cls)
@@ -123,7 +123,6 @@ def _build(head: str, model_type: str) -> type:
 
 def from_pretrained(path, **kwargs):
     """A directory saved from a generic head, loaded with the head its config.json names in `architectures`."""
-    from transformers import AutoConfig  # transformers: heavy, loaded when used
 
     config = AutoConfig.from_pretrained(str(path))
     name = (config.architectures or [""])[0]

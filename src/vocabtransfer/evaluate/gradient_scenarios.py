@@ -34,6 +34,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import torch
 
 from vocabtransfer import io
 from vocabtransfer.model import modeling
@@ -46,6 +47,7 @@ from vocabtransfer.log import progress
 from vocabtransfer.pipeline.typed import Params
 from vocabtransfer.plan.pretrain_params import PretrainParams
 from vocabtransfer.plan.eval_plans import GradientScenariosParams
+from vocabtransfer.model.losses import objective_loss
 
 log = logging.getLogger(__name__)
 
@@ -76,9 +78,6 @@ def decompose(model, batch: dict, kind: Kind, objective: str, margin: float = 2.
     """The three parts of one batch's embedding gradient, each (V, d) float32, and the loss.
 
     The loss is the objective's mean over the batch's predicted positions (what training uses)."""
-    import torch  # torch: heavy, not at CLI start-up
-
-    from vocabtransfer.model.losses import objective_loss  # imports torch: not at CLI start-up
 
     emb, out_proj = model.get_input_embeddings(), model.get_output_embeddings()
     if out_proj is None:

@@ -35,6 +35,7 @@ from importlib.metadata import version
 from pathlib import Path
 
 import pyarrow as pa
+from transformers import AutoConfig
 
 from vocabtransfer import io
 from vocabtransfer.errors import VocabTransferError
@@ -69,7 +70,6 @@ SAMPLE_SCHEMA = pa.schema(
 
 def causal_reason(model_dir: Path) -> str | None:
     """Why the model in `model_dir` cannot be scored (a masked LM), None for a causal LM."""
-    from transformers import AutoConfig  # transformers: heavy, not at CLI start-up
 
     return None if detect_kind(AutoConfig.from_pretrained(model_dir)) == "causal" else MASKED_REASON
 

@@ -65,6 +65,7 @@ from vocabtransfer.model.lmdata import Kind, lm_batches, pack_lines, read_lines,
 from vocabtransfer.pipeline import paths
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.plan.eval_plans import InitEvalParams, input_key
+from vocabtransfer.train.pretrain_outputs import unigram_block_sums
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +121,6 @@ def unigram_loss(tokenizer, kind: Kind, lines: list[str], counts, *, seq_len: in
     """The loss columns of the unigram floor: each predicted token of `lm_eval`'s blocks (the same blocks and
     masks as every method's, seeded alike) scored by the add-one unigram of the train split's ids (`counts`),
     in nats; a model below it uses no context."""
-    from vocabtransfer.train.pretrain_outputs import unigram_block_sums  # imports torch: not at CLI start-up
 
     batches = lm_batches(tokenizer, pack_lines(tokenizer, lines, seq_len, kind=kind), kind, batch_size, seed)
     sums = unigram_block_sums(batches, kind, counts)

@@ -10,6 +10,9 @@ from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.log import progress
 from vocabtransfer.pipeline import paths
 
+import torch
+import torch.nn.functional as F
+
 
 def read_xnli_premises(template: str, source_lang: str, lang: str, n: int) -> tuple[list[str], list[str]]:
     """The first `n` distinct source-language premises and the same rows of the target-language file
@@ -45,7 +48,6 @@ def read_xnli_premises(template: str, source_lang: str, lang: str, n: int) -> tu
 
 def sentence_embeddings(model, tokenizer, texts: list[str], *, batch_size: int, max_length: int, desc: str = ""):
     """Mean of the last hidden state over the attention mask, one row per text (float32, CPU)."""
-    import torch  # torch: heavy, not at CLI start-up
 
     device = next(model.parameters()).device
     rows = []
@@ -63,8 +65,6 @@ def sentence_embeddings(model, tokenizer, texts: list[str], *, batch_size: int, 
 
 def retrieval_accuracy(src, tgt) -> tuple[float, float]:
     """Top-1 accuracy of cosine similarity: row i of `src` should find row i of `tgt`, and back."""
-    import torch  # torch: heavy, not at CLI start-up
-    import torch.nn.functional as F  # torch: heavy, not at CLI start-up
 
     sim = F.normalize(src, dim=-1) @ F.normalize(tgt, dim=-1).T
     gold = torch.arange(sim.shape[0])

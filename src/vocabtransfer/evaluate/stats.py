@@ -56,6 +56,9 @@ from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
 
 import numpy as np
+from scipy import stats
+from scipy.optimize import brentq
+from scipy.stats import false_discovery_control
 
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.evaluate.tasks import task_class
@@ -180,7 +183,6 @@ def _paired_keys(a: Runs, b: Runs) -> dict[int, list[int]]:
 
 def _half_width(quantile: float, v_test: float, df_test: int, v_seed: float, df_seed: int) -> float:
     """Step 5: sqrt(t²(df_test) · v_test + t²(df_seed) · v_seed) at the two-sided `quantile`."""
-    from scipy import stats  # scipy: heavy, not at CLI start-up
 
     seed_part = stats.t.ppf(quantile, df_seed) ** 2 * v_seed if v_seed > 0 else 0.0
     return math.sqrt(stats.t.ppf(quantile, df_test) ** 2 * v_test + seed_part)
@@ -188,7 +190,6 @@ def _half_width(quantile: float, v_test: float, df_test: int, v_seed: float, df_
 
 def _p_value(point: float, v_test: float, df_test: int, v_seed: float, df_seed: int) -> float:
     """Step 6: the alpha whose (1 − alpha) interval just reaches zero."""
-    from scipy.optimize import brentq  # scipy: heavy, not at CLI start-up
 
     if point == 0 or not math.isfinite(point):
         return 1.0
@@ -308,8 +309,6 @@ def correct(p_values: Sequence[float], method: str = "holm") -> list[float]:
     if p.size == 0:
         return []
     if method == "bh":
-        from scipy.stats import false_discovery_control  # scipy: heavy, not at CLI start-up
-
         return false_discovery_control(p, method="bh").tolist()
     order = np.argsort(p, kind="stable")
     stepped = np.maximum.accumulate((p.size - np.arange(p.size)) * p[order])

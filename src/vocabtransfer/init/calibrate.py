@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import torch
 
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.model import lm_loss
@@ -48,7 +49,6 @@ def scaled(rows, mask: np.ndarray, factor: float, center):
     """`rows` (V, D) float32 with the rows of `mask` shrunk toward `center` (D,): center + factor · (row −
     center), i.e. drawn from N(mean, (factor · std)²) instead of N(mean, std²) (a new tensor; the other rows,
     and every row at factor 1, copied bit for bit)."""
-    import torch  # torch: heavy, not at CLI start-up
 
     out = rows.clone()
     if factor != 1.0:
@@ -90,7 +90,6 @@ def calibrate(
     "output": (V, D) when untied}), the drawn rows of each and the mean each was drawn around (the source rows'
     mean per dimension, `init.moments.source_moments`). The model's embedding rows are overwritten
     while scoring and left at the returned factor."""
-    import torch  # torch: heavy, not at CLI start-up
 
     blocks = pack_lines(tokenizer, lines, SEQ_LEN, kind=kind)
     if not blocks:

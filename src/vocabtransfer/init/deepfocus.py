@@ -33,6 +33,7 @@ from typing import Literal
 
 import numpy as np
 import torch
+import fasttext
 
 from vocabtransfer.data.fasttext_models import load_fasttext, zeroed_allocations
 from vocabtransfer.data.download import cache_dir
@@ -110,7 +111,6 @@ def train_token_fasttext(
     """deepfocus's token-level fastText: tokenise each line with `tokenizer`, join the tokens with
     spaces and train CBOW (neg=10) on the result. Cached under `cache_dir()/fasttext` by text
     path, tokenizer and settings, as deepfocus caches it under ~/.cache/deepfocus."""
-    import fasttext  # fasttext: heavy C extension
 
     text_path = str(text_path)
     if not Path(text_path).is_file():
@@ -153,7 +153,6 @@ def train_token_fasttext(
 def download_fasttext_word_model(identifier: str):
     """deepfocus's word-level vectors: a local .bin path is used as is; a language code fetches
     cc.<lang>.300.bin.gz from dl.fbaipublicfiles.com once into `cache_dir()/pretrained_fasttext`."""
-    import fasttext  # fasttext: heavy C extension
 
     if os.path.exists(identifier):
         return load_fasttext(identifier)

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from vocabtransfer import io
 from vocabtransfer.init import output_bias
@@ -48,6 +49,9 @@ from vocabtransfer.init.methods.registry import TransferProblem
 from vocabtransfer.plan.methods import info
 from vocabtransfer.init.methods import get_method
 from vocabtransfer.plan.method_options import FACTORIZATIONS, FactorizedOptions, RandomRowsOptions
+from vocabtransfer.init import calibrate
+from vocabtransfer.init.moments import source_moments
+from vocabtransfer.model.line_bits import valid_lines
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +125,6 @@ def target_rows(method: str, n_target: int, overlap_target_ids: np.ndarray, aux_
 
 
 def _check_result(result, method: str, shape: tuple[int, int], which: str):
-    import torch  # torch: heavy, not at CLI start-up
 
     emb = getattr(result, "embeddings", None)
     if not isinstance(emb, torch.Tensor) or tuple(emb.shape) != shape:
@@ -189,7 +192,6 @@ def read_inputs(ctx) -> InitInputs:
 
 
 def run(ctx) -> None:
-    import torch  # torch: heavy, not at CLI start-up
 
     start = time.perf_counter()
     method_name = ctx.method
@@ -306,11 +308,6 @@ def calibrated_passes(ctx, x: InitInputs, passes: dict, options: RandomRowsOptio
     """(`passes` with the drawn rows shrunk by the measured factor, the target model built with them, the
     record for stats.json `random_scale`): `vocabtransfer.init.calibrate`, on the first
     `calibration_lines` lines of the train split."""
-    import torch  # torch: heavy, not at CLI start-up
-
-    from vocabtransfer.init import calibrate
-    from vocabtransfer.init.moments import source_moments  # the mean random_matrix draws around
-    from vocabtransfer.model.line_bits import valid_lines
 
     masks = {}
     for which, (result, _, _) in passes.items():

@@ -25,9 +25,11 @@ from __future__ import annotations
 import logging
 
 import numpy as np
+import torch
 
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.model import lm_loss
+from vocabtransfer.model import lm_loss, modeling
+from vocabtransfer.model.line_bits import valid_lines
 from vocabtransfer.model.lmdata import Kind, lm_batches, pack_lines
 
 log = logging.getLogger(__name__)
@@ -38,8 +40,6 @@ BATCH_SIZE = 8
 
 def transfer_bias(source_bias, n_target: int, target_ids: np.ndarray, source_ids: np.ndarray):
     """Target output bias: source bias copied for overlapping ids, the mean source bias elsewhere."""
-    import torch
-
     src = source_bias.detach().float().cpu()
     bias = torch.full((n_target,), float(src.mean()))
     if len(target_ids):
@@ -56,8 +56,6 @@ def log_unigram(counts: np.ndarray) -> np.ndarray:
 
 def shifted_bias(bias, log_prior: np.ndarray, beta: float):
     """b + β (ℓ − mean(ℓ)) as a float32 tensor of b's shape (b itself at β = 0, bit for bit)."""
-    import torch
-
     if beta == 0:
         return bias.clone()
     centred = torch.from_numpy(log_prior - log_prior.mean())
@@ -69,10 +67,6 @@ def fit(model, tokenizer, kind: Kind, text, log_prior: np.ndarray, options, *, s
     and 0 on the first `options.lines` lines of the train split `text` (module doc; `options`: FvtPriorOptions)
     and return the record: `beta`, `loss` (at β), `fvt_loss` (at β = 0), `tokens` scored, `lines`, `tried` ([β,
     loss] for every value, in increasing β)."""
-    import torch
-
-    from vocabtransfer.model import modeling
-    from vocabtransfer.model.line_bits import valid_lines
 
     bias = modeling.output_bias(model)
     if bias is None:

@@ -47,6 +47,10 @@ import logging
 import math
 import time
 
+import torch
+import torch.nn.functional as F
+
+
 from vocabtransfer import io
 from vocabtransfer.model import lm_loss, modeling
 from vocabtransfer.model.hub import load_tokenizer
@@ -81,7 +85,6 @@ def trainable_head_parameters(model, loading: modeling.LoadingInfo) -> dict:
 
 def _features(model, blocks: list[list[int]], collate, kind: Kind, batch_size: int, desc: str):
     """Per block: (hidden states at its predicted positions, their target ids), from the frozen body."""
-    import torch  # torch: heavy, not at CLI start-up
 
     feats = []
     for i in progress(range(0, len(blocks), batch_size), desc=desc, unit="batch"):
@@ -97,8 +100,6 @@ def _features(model, blocks: list[list[int]], collate, kind: Kind, batch_size: i
 
 
 def _cached_loss(head, feats) -> tuple[float, int]:
-    import torch  # torch: heavy, not at CLI start-up
-    import torch.nn.functional as F  # torch: heavy, not at CLI start-up
 
     total, n = 0.0, 0
     with torch.inference_mode():
@@ -148,7 +149,6 @@ def _block_features(
     with `gen`) and their cached frozen-body features, the only encoder passes of this stage. Returns (training
     blocks, held-out blocks, training features, held-out features, seconds)."""
     seq_len, batch_size = opts.seq_len, opts.batch_size
-    import torch  # torch: heavy, not at CLI start-up
 
     blocks = pack_lines(tokenizer, train_lines, seq_len, kind=kind)
     eval_blocks = pack_lines(tokenizer, eval_lines, seq_len, kind=kind)
@@ -179,7 +179,6 @@ def _unigram_bias(model, trainable: dict, train_feats) -> bool:
     """Step 2 of `train_head`: a missing output bias starts at the add-one-smoothed log unigram frequency
     of the training targets: the best context-free head, so training starts at the unigram loss
     instead of ln V. Returns whether it did."""
-    import torch  # torch: heavy, not at CLI start-up
 
     bias = modeling.output_bias(model)
     bias_init = bias is not None and any(p is bias for p in trainable.values())
@@ -197,7 +196,6 @@ def _train_cached(head, trainable: dict, train_feats, eval_feats, gen, opts: Sou
     the end)."""
     steps, batch_size, eval_every = opts.steps, opts.batch_size, opts.eval_every
     warmup = _warmup_steps(steps)
-    import torch  # torch: heavy, not at CLI start-up
 
     optimizer = torch.optim.AdamW(list(trainable.values()), lr=opts.learning_rate, weight_decay=0.0)
     schedule = torch.optim.lr_scheduler.LambdaLR(
@@ -239,7 +237,6 @@ def train_head(
 ) -> dict:
     """Train the missing head on cached frozen-body features (`opts`: params source_head, typed); returns the
     stats (learning curve included)."""
-    import torch  # torch: heavy, not at CLI start-up
 
     steps, batch_size = opts.steps, opts.batch_size
     head, trainable = _unfreeze_head(model, kind, loading)
@@ -292,7 +289,6 @@ def train_head(
 
 
 def run(ctx) -> None:
-    import torch  # torch: heavy, not at CLI start-up
 
     opts = ctx.section("source_head", SourceHeadParams)  # params source_head, typed
     source = ctx.param("source_model")

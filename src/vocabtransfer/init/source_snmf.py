@@ -30,12 +30,17 @@ import logging
 import time
 from pathlib import Path
 
+import torch
+
+
 from vocabtransfer import io
 from vocabtransfer.model import modeling
 from vocabtransfer.model.hub import load_tokenizer
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.plan.method_options import SnmfOptions
 from vocabtransfer.plan.init_plans import FACTOR_KEYS
+from vocabtransfer.init.factorize import factorize_source
+from vocabtransfer.init.semi_nmf import block_coefficients, expand_blocks
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +50,6 @@ MISSING_KEY = {"clusters": 1}
 
 def fingerprint(E) -> str:
     """sha256 of a matrix's float32 bytes and shape: identifies the matrix a factorisation belongs to."""
-    import torch  # torch: heavy, not at CLI start-up
 
     data = E.detach().to(torch.float32).cpu().contiguous().numpy()
     digest = hashlib.sha256(repr(tuple(data.shape)).encode())
@@ -54,10 +58,6 @@ def fingerprint(E) -> str:
 
 
 def run(ctx) -> None:
-    import torch  # torch: heavy, not at CLI start-up
-
-    from vocabtransfer.init.factorize import factorize_source  # imports torch: not at CLI start-up
-    from vocabtransfer.init.semi_nmf import block_coefficients  # imports torch: not at CLI start-up
 
     start = time.perf_counter()
     source_dir = Path(ctx.input["source_model"])
@@ -113,8 +113,6 @@ def load_factors(path: str | Path, matrices: dict, options, seed: int | None = N
     `init.snmf` options than `options` (typed, `SnmfOptions`; None: its defaults) or (when `seed`
     is given) with another seed: a stale file must never be used silently.
     """
-    import torch  # torch: heavy, not at CLI start-up
-    from vocabtransfer.init.semi_nmf import expand_blocks  # imports torch: not at CLI start-up
 
     path = Path(path)
     tensors = io.load_tensors(path)  # a missing or unreadable file: one clear error

@@ -42,6 +42,8 @@ from __future__ import annotations
 import types
 
 import torch
+from transformers import AttentionInterface
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 _ORIGINAL_SDPA = None
 
@@ -111,8 +113,6 @@ def install(model=None) -> None:
     """Register the bf16 attention (module docstring; once per process) and give `model`'s Gemma RMSNorms
     (GEMMA_NORMS) `gemma_norm_forward`, a bound method of each (a deep copy of the model keeps its own)."""
     global _ORIGINAL_SDPA
-    from transformers import AttentionInterface  # transformers: heavy, loaded when used
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     if _ORIGINAL_SDPA is None:
         _ORIGINAL_SDPA = sdpa_attention_forward

@@ -30,6 +30,13 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+import huggingface_hub
+from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError
+from transformers.integrations.ggml import GGUF_CONFIG_MAPPING
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+
 from vocabtransfer.errors import VocabTransferError, brief
 from vocabtransfer.pipeline.paths import RELATIVE_MODEL
 from vocabtransfer.model.hub import _hub_advice
@@ -78,14 +85,10 @@ def parse(value: str) -> GgufSource | None:
 
 def download(repo_id: str, filename: str) -> Path:
     """One GGUF file of a hub repository, from the Hugging Face cache when it is there."""
-    from huggingface_hub import hf_hub_download  # huggingface_hub: heavy, not at CLI start-up
 
     try:
-        return Path(hf_hub_download(repo_id=repo_id, filename=filename))
+        return Path(huggingface_hub.hf_hub_download(repo_id=repo_id, filename=filename))
     except Exception as exc:  # offline, unknown repository or file, gated repository, ...
-        # huggingface_hub: heavy, not at CLI start-up
-        from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError
-
         missing = isinstance(exc, EntryNotFoundError) and not isinstance(exc, LocalEntryNotFoundError)
         advice = (
             f"the repository has no file {filename!r}; check the name on https://huggingface.co/{repo_id}"
@@ -154,7 +157,6 @@ ARCHITECTURE_ALIASES = {
 
 def supported_architectures() -> list[str]:
     """The `general.architecture` values transformers loads from GGUF."""
-    from transformers.integrations.ggml import GGUF_CONFIG_MAPPING  # transformers: heavy, not at CLI start-up
 
     return sorted(set(GGUF_CONFIG_MAPPING) - {"general", "tokenizer", "tokenizer_config"})
 
@@ -200,8 +202,6 @@ def read_header(path: Path) -> dict:
 
 def load(path: Path):
     """`(model, tokenizer)`: the GGUF file dequantised into a plain float32 model (steps 2-3)."""
-    import torch  # torch: heavy, not at CLI start-up
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer  # transformers: heavy, not at CLI start-up
 
     folder, name = str(path.parent), path.name
     try:

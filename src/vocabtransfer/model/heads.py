@@ -28,6 +28,7 @@ from typing import Callable, Iterator
 
 import torch
 import torch.nn as nn
+from transformers.activations import gelu
 
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.model.fused_head import linear_objective_loss
@@ -98,7 +99,6 @@ def bert_head(model) -> Head:
 
 
 def roberta_head(model) -> Head:
-    from transformers.activations import gelu  # transformers: heavy, loaded when used
 
     lm = model.lm_head
     return Head("roberta", lm, (lm,), lambda h: lm.layer_norm(gelu(lm.dense(h))), lm.decoder)

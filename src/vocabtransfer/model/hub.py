@@ -39,7 +39,9 @@ HUB_IGNORE = ("original/*", "onnx/*", "*.msgpack", "*.h5", "*.tflite", "*.ot", "
 
 def download(repo_id: str) -> Path:
     """The snapshot directory of a hub model with the files `HUB_FILES` names (from the cache when present)."""
-    from huggingface_hub import snapshot_download  # huggingface_hub: heavy, not at CLI start-up
+    from huggingface_hub import (
+        snapshot_download,
+    )  # huggingface_hub: the corpus, floor and report jobs load this module without it
 
     path = Path(snapshot_download(repo_id, allow_patterns=list(HUB_FILES), ignore_patterns=list(HUB_IGNORE)))
     if not any(path.glob("*.safetensors")):
@@ -52,7 +54,7 @@ def download(repo_id: str) -> Path:
 
 def _hub_advice(name: str, exc: Exception) -> str:
     """What to do about a failed download, by the error huggingface_hub raised."""
-    # huggingface_hub: heavy, not at CLI start-up
+    # huggingface_hub: the corpus, floor and report jobs load this module without it
     from huggingface_hub.errors import GatedRepoError, LocalEntryNotFoundError, RepositoryNotFoundError
 
     if isinstance(exc, GatedRepoError):
@@ -105,7 +107,9 @@ def resolve_model_path(name_or_path: str) -> Path:
 
 def load_tokenizer(name_or_path: str | os.PathLike):
     """A fast tokenizer from a hub id, a model directory or a tokenizer directory."""
-    from transformers import AutoTokenizer  # transformers: heavy, not at CLI start-up
+    from transformers import (
+        AutoTokenizer,
+    )  # transformers: the corpus, floor and report jobs load this module without it
 
     path = Path(name_or_path)
     directory = path if path.is_dir() else resolve_model_path(str(name_or_path))

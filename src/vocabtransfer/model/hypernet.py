@@ -18,6 +18,7 @@ from pathlib import Path
 
 import torch
 import torch.nn as nn
+import numpy as np
 
 from vocabtransfer import io
 from vocabtransfer.errors import VocabTransferError
@@ -104,7 +105,6 @@ def load(directory: Path) -> HyperNet:
 def piece_matrix(pieces, rows, n_rows: int, max_pieces: int) -> torch.Tensor:
     """(n_rows, max_pieces) int64 of the first `max_pieces` pieces of each row (pieces grouped by row, in text
     order, as `fvt.split_with_source` returns them), -1 after a row's last."""
-    import numpy as np
 
     pieces, rows = np.asarray(pieces, dtype=np.int64), np.asarray(rows, dtype=np.int64)
     out = np.full((n_rows, max_pieces), -1, dtype=np.int64)

@@ -91,7 +91,7 @@ def score_lines(
 ) -> LineScores:
     """Steps 1–4 for every line (module docstring). A masked LM is not scored: its bits are NaN
     (`MASKED_REASON`); its bytes and tokens are counted all the same."""
-    import torch  # torch: heavy, not at CLI start-up
+    import torch  # torch: the corpus, floor and report jobs load this module without it
 
     ids, n_bytes, n_tokens = line_counts(tokenizer, lines)
     context = context_ids(tokenizer)

@@ -14,7 +14,9 @@ from vocabtransfer.model.lmdata import Kind, target_labels
 def lm_head(model, kind: Kind | None = None):
     """The model's LM head (`heads.head_parts`, by architecture family): callable on final hidden
     states (-> logits), with `.parameters()`."""
-    from vocabtransfer.model.heads import head_parts  # imports torch: not at CLI start-up
+    from vocabtransfer.model.heads import (
+        head_parts,
+    )  # imports torch: the corpus, floor and report jobs load this module without it
 
     return head_parts(model)
 
@@ -24,7 +26,9 @@ def head_inputs(model, batch: dict, kind: Kind):
 
     Masked: the masked positions. Causal: every position whose next token is a label.
     """
-    from vocabtransfer.model.heads import predicted_hidden  # imports torch: not at CLI start-up
+    from vocabtransfer.model.heads import (
+        predicted_hidden,
+    )  # imports torch: the corpus, floor and report jobs load this module without it
 
     return predicted_hidden(model, batch, kind)
 
@@ -32,7 +36,10 @@ def head_inputs(model, batch: dict, kind: Kind):
 def predicted_logits(model, batch: dict, kind: Kind):
     """(vocabulary logits at the predicted positions as float32, their target ids) of one batch; the
     head runs on the predicted positions only. Materialises their logits: for the calibrated loss."""
-    from vocabtransfer.model.heads import head_parts, predicted_hidden  # imports torch: not at CLI start-up
+    from vocabtransfer.model.heads import (
+        head_parts,
+        predicted_hidden,
+    )  # imports torch: the corpus, floor and report jobs load this module without it
 
     head = head_parts(model)
     hidden, targets = predicted_hidden(model, batch, kind, head)
@@ -42,7 +49,11 @@ def predicted_logits(model, batch: dict, kind: Kind):
 def token_losses(model, batch: dict, kind: Kind, *, objective: str = "standard", margin: float = 2.0, head=None):
     """(the objective's loss of each predicted token, their target ids) of one batch, from the hidden
     states through the fused head (no logits are formed)."""
-    from vocabtransfer.model.heads import head_loss, head_parts, predicted_hidden  # imports torch: not at CLI start-up
+    from vocabtransfer.model.heads import (
+        head_loss,
+        head_parts,
+        predicted_hidden,
+    )  # imports torch: the corpus, floor and report jobs load this module without it
 
     head = head if head is not None else head_parts(model)
     hidden, targets = predicted_hidden(model, batch, kind, head)
@@ -71,8 +82,8 @@ def evaluate_lm(model, batches: list[dict], kind: Kind, *, calibrate: bool = Fal
     the right token from how over- or under-confident its logits are: `calibrated_loss` and
     `temperature` (> 1: the raw logits were over-confident).
     """
-    import torch  # torch: heavy, not at CLI start-up
-    import torch.nn.functional as F  # torch: heavy, not at CLI start-up
+    import torch  # torch: the corpus, floor and report jobs load this module without it
+    import torch.nn.functional as F  # torch: the corpus, floor and report jobs load this module without it
 
     was_training = model.training
     model.eval()

@@ -103,7 +103,9 @@ class LMCollator:
         self.kind = kind
         self.tokenizer = tokenizer
         if kind == "masked":
-            from transformers import DataCollatorForLanguageModeling  # transformers: heavy, not at CLI start-up
+            from transformers import (
+                DataCollatorForLanguageModeling,
+            )  # transformers: the corpus, floor and report jobs load this module without it
 
             if tokenizer.mask_token is None or tokenizer.pad_token is None:
                 raise VocabTransferError(
@@ -113,7 +115,7 @@ class LMCollator:
             self.mlm = DataCollatorForLanguageModeling(tokenizer, mlm_probability=mlm_probability, seed=seed)
 
     def __call__(self, blocks: list[list[int]]) -> dict:
-        import torch  # torch: heavy, not at CLI start-up
+        import torch  # torch: the corpus, floor and report jobs load this module without it
 
         if self.kind == "masked":
             return dict(self.mlm([{"input_ids": b} for b in blocks]))

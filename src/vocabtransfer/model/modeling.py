@@ -48,7 +48,7 @@ def detect_kind(config) -> Kind:
     Decided from `config.is_decoder`, then `config.architectures`, then whether transformers has a
     masked-LM class for the model type (bert, roberta, xlm-roberta …) or only a causal one (gpt2, llama …).
     """
-    # transformers: heavy, not at CLI start-up
+    # transformers: the corpus, floor and report jobs load this module without it
     from transformers.models.auto.modeling_auto import (
         MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
         MODEL_FOR_MASKED_LM_MAPPING_NAMES,
@@ -86,7 +86,7 @@ def load_source_model(
     (`cls.predictions.*`) and a warning says so. A checkpoint that lacks weights of the model body,
     or has weights of the wrong shape, is an error. The model is returned in eval mode.
     """
-    # transformers: heavy, not at CLI start-up
+    # transformers: the corpus, floor and report jobs load this module without it
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM
 
     directory = _directory(path)
@@ -208,7 +208,7 @@ def _model_name(model) -> str:
 
 
 def _checked_rows(matrix, n_tokens: int | None, what: str, name: str):
-    import torch  # torch: heavy, not at CLI start-up
+    import torch  # torch: the corpus, floor and report jobs load this module without it
 
     rows = matrix.shape[0]
     if n_tokens is not None:
@@ -243,7 +243,7 @@ def embedding_matrices(model, tokenizer=None) -> dict:
 
 
 def _check_new_matrix(matrix, shape: tuple[int, int], what: str, target: Path):
-    import torch  # torch: heavy, not at CLI start-up
+    import torch  # torch: the corpus, floor and report jobs load this module without it
 
     if not isinstance(matrix, torch.Tensor) or tuple(matrix.shape) != shape:
         got = tuple(matrix.shape) if hasattr(matrix, "shape") else type(matrix).__name__
@@ -294,7 +294,7 @@ def build_target_model(
        nothing for target ids;
     4. `config.vocab_size` and the pad/bos/eos/cls/sep ids follow the target tokenizer.
     """
-    import torch  # torch: heavy, not at CLI start-up
+    import torch  # torch: the corpus, floor and report jobs load this module without it
 
     model, kind = load_source_model(source_model_dir, kind)
     tokenizer = load_tokenizer(target_tokenizer_dir)

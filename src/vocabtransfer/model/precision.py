@@ -15,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+import torch
+
 Precision = Literal["auto", "fp32", "bf16"]
 
 
@@ -32,7 +34,6 @@ class Choice:
 
 def cpu_bf16_features() -> list[str]:
     """The CPU's native bf16 matrix instructions that torch sees: `amx_bf16`, `avx512_bf16` (maybe none)."""
-    import torch  # torch: heavy, not at CLI start-up
 
     found = []
     if getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)():
@@ -44,7 +45,6 @@ def cpu_bf16_features() -> list[str]:
 
 def resolve(precision: Precision, *, use_cpu: bool) -> Choice:
     """`auto` / `fp32` / `bf16` for a job on the CPU (`use_cpu`) or on CUDA, with the reason."""
-    import torch  # torch: heavy, not at CLI start-up
 
     if precision == "fp32":
         return Choice(False, "fp32: set by precision: fp32")

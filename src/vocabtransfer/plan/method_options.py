@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
+from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.pipeline.typed import NoOptions, option, subsection
 
 NEIGHBORS = "overlapping tokens mixed per new token (fastText cosine top-k)"
@@ -149,8 +150,6 @@ class HypernetOptions:
     )
 
     def __post_init__(self):
-        from vocabtransfer.errors import VocabTransferError
-
         if self.vocab_min > self.vocab_max:
             raise VocabTransferError(
                 f"init.hypernet.vocab_min ({self.vocab_min}) is above init.hypernet.vocab_max "

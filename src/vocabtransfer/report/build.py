@@ -26,6 +26,9 @@ import logging
 import math
 from pathlib import Path
 
+import pandas as pd
+
+
 from vocabtransfer import io
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.pipeline import paths
@@ -219,7 +222,6 @@ def _tokens_section(
     reps = token_equivalent.replicate(worth, settings.resamples, settings.seed)
     eqs = token_equivalent.equivalents(reps, baseline, settings.confidence)
     crossings = token_equivalent.floor_crossings(reps, settings.confidence)
-    import pandas as pd  # pandas: heavy, not at CLI start-up
 
     per_run: dict = {}
     for (m, o, s), table in lang.curves.items():

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from vocabtransfer.report.read import OBJECTIVE_ORDER, Language
 
@@ -40,7 +41,6 @@ def seed_curves(lang: Language) -> dict[tuple[str, str], Any]:
 
     Seeds need not evaluate at the same steps (token budgets fall on different steps where padding varies):
     the union of their steps is sorted, so the last row is the last step, whichever seed evaluated it."""
-    import pandas as pd  # pandas: heavy, not at CLI start-up
 
     per: dict[tuple[str, str], list] = {}
     for (m, o, s), curve in sorted(lang.curves.items()):

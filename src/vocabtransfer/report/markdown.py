@@ -7,6 +7,9 @@ import math
 import os
 from pathlib import Path
 
+from tabulate import tabulate
+
+
 from vocabtransfer.pipeline import paths
 from vocabtransfer.report.read import OBJECTIVE_ORDER, Language, task_order
 from vocabtransfer.plan.report_plans import Plan
@@ -42,7 +45,6 @@ WIDTH = 160  # the widest line a table may have; a wider one is split into table
 def md_table(headers: list[str], rows: list[list[str]], keys: int = 1) -> str:
     """A GitHub table; when a line would be wider than WIDTH, several tables, each repeating the first `keys`
     columns (what a row is) with as many of the others as fit."""
-    from tabulate import tabulate  # tabulate: heavy, not at CLI start-up
 
     def render(cols: list[int]) -> str:
         return tabulate(

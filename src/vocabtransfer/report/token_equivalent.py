@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
+from scipy import stats
 
 log = logging.getLogger(__name__)
 
@@ -209,7 +210,6 @@ class Estimate:
 def half_width(boot: np.ndarray | None, seeds: np.ndarray | None, clusters: int, level: float) -> float:
     """sqrt(t²(C − 1) · v_test + t²(P − 1) · v_seed) at the two-sided `level`: v_test the bootstrap
     replicates' variance × C/(C − 1), v_seed the paired seeds' sample variance / P (module docstring)."""
-    from scipy import stats  # scipy: heavy, not at CLI start-up
 
     q, total = (1 + level) / 2, 0.0
     parts = []

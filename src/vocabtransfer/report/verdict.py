@@ -13,6 +13,9 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from scipy.stats import norm
+
+
 from vocabtransfer.report.bpb import BPB_TITLE
 from vocabtransfer.report import rivals
 from vocabtransfer.report.read import task_order
@@ -69,7 +72,6 @@ def detectable(diffs: list, settings: Settings, comparisons: int) -> float:
     """The smallest difference the design behind `diffs` detects: the widest half-width of their intervals,
     scaled from the confidence level to the Bonferroni level over the `comparisons` of their correction family
     (the strictest step of Holm's correction), as a normal interval widens."""
-    from scipy.stats import norm  # scipy: heavy, not at CLI start-up
 
     scale = norm.ppf(1 - settings.alpha / (2 * max(1, comparisons))) / norm.ppf(1 - settings.alpha / 2)
     return max((d.high - d.low) / 2 for d in diffs) * scale

@@ -17,10 +17,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from vocabtransfer.data.token_ids import TokenIds
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.model.lmdata import Kind, LMCollator
+from vocabtransfer.train import distill
 
 MASK_SEED_STRIDE = 1_000_003  # sample i of a run with seed s draws its masks with seed s * stride + i
 
@@ -54,7 +56,6 @@ class StepBlocks:
 
     def visited(self) -> set[int]:
         """The indices of the blocks the run's samples take (all of them once it passes over every block)."""
-        import torch  # torch: heavy, not at CLI start-up
 
         n = len(self.blocks)
         epochs, rest = divmod(self.length, n)
@@ -63,7 +64,6 @@ class StepBlocks:
         return set(torch.randperm(n, generator=torch.Generator().manual_seed(self.seed))[:rest].tolist())
 
     def __getitem__(self, i: int) -> dict:
-        import torch  # torch: heavy, not at CLI start-up
 
         epoch, j = divmod(int(i), len(self.blocks))
         if self._perm is None or self._perm[0] != epoch:
@@ -77,7 +77,6 @@ class StepCollator:
     the same masks whatever batch, and whichever data-parallel process, it falls in."""
 
     def __init__(self, tokenizer, kind: Kind, seed: int, teacher_pad: int = 0):
-        import torch  # torch: heavy, not at CLI start-up
 
         self.lm = LMCollator(tokenizer, kind, seed)
         self.kind, self.seed, self.pad_id = kind, seed, tokenizer.pad_token_id or 0
@@ -97,7 +96,6 @@ class StepCollator:
             self.vocab = len(tokenizer)
 
     def __call__(self, items: list[dict]) -> dict:
-        from vocabtransfer.train import distill  # imports torch: not at CLI start-up
 
         if self.kind == "masked":
             return self._masked(items)
@@ -109,7 +107,6 @@ class StepCollator:
     def _masked(self, items: list[dict]) -> dict:
         """Padded ids, attention mask and labels; sample k's draws fill row k up to its length, with the
         generator reseeded for it (the draws' shapes, order and probabilities are torch_mask_tokens')."""
-        import torch  # torch: heavy, not at CLI start-up
 
         lengths = [len(item["input_ids"]) for item in items]
         rows, width = len(items), max(lengths)

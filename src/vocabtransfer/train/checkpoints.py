@@ -8,6 +8,11 @@ import hashlib
 import json
 from pathlib import Path
 
+import torch.distributed as dist
+import zipfile
+from safetensors import safe_open
+
+
 from vocabtransfer.errors import VocabTransferError, brief
 
 ROWS_FILE = "vocabtransfer_metrics.json"  # in each checkpoint: the metrics rows up to it (also marks it complete)
@@ -28,7 +33,6 @@ def every_rank_saved() -> None:
     """Wait until every process of a distributed run has written its part of the checkpoint (each rank writes its
     own RNG state, FSDP its shards): the metrics rows that mark the checkpoint complete are written after this, so a
     kill between one rank's files and another's leaves a checkpoint that is not taken for whole."""
-    import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
         dist.barrier()
@@ -38,9 +42,6 @@ def check_checkpoint(path: Path) -> None:
     """Every file of the checkpoint to resume from is whole: safetensors (header and length), torch's zip archives
     (their CRCs), JSON. A file torn from outside (a copy cut short, a full disk) is one error naming it and what to
     delete, before the Trainer loads it."""
-    import zipfile
-
-    from safetensors import safe_open
 
     for file in sorted(p for p in path.iterdir() if p.is_file()):
         try:

@@ -32,6 +32,9 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from transformers import TrainerCallback
+
+
 from vocabtransfer import io
 from vocabtransfer.train.checkpoints import complete_checkpoints
 from vocabtransfer.plan.pretrain_params import CooldownOptions
@@ -118,7 +121,6 @@ def link_checkpoint(source: Path, target: Path) -> None:
 
 
 def _forks_callback():
-    from transformers import TrainerCallback  # transformers: heavy, not at CLI start-up
 
     class ForkCallback(TrainerCallback):
         """A checkpoint at every fork step, kept as a hard-linked copy under forks/ (after the metrics callback

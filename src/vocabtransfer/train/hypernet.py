@@ -38,6 +38,8 @@ from typing import Any
 
 import numpy as np
 import torch
+import sys
+from transformers import Trainer, TrainerCallback, TrainingArguments
 
 from vocabtransfer import io
 from vocabtransfer.errors import VocabTransferError
@@ -60,6 +62,8 @@ from vocabtransfer.train.checkpoints import (
     complete_checkpoints,
     model_fingerprint,
 )
+from vocabtransfer.model.precision import resolve
+from vocabtransfer.data.tokenizer import train_tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +106,6 @@ class Setup:
 
     def _episode(self, index: int) -> Episode:
         """Tokenizer `index`: drawn from the seed and the index alone (module docstring, step 1)."""
-        from vocabtransfer.data.tokenizer import train_tokenizer
 
         rng = random.Random(self.seed * 1_000_003 + index)
         o = self.options
@@ -212,7 +215,6 @@ class _Trained(torch.nn.Module):
 
 
 def _trainer_class():
-    from transformers import Trainer, TrainerCallback  # transformers: heavy, not at CLI start-up
 
     class Rows(TrainerCallback):
         def on_save(self, args, state, control, **kwargs):  # the curve so far beside each checkpoint
@@ -244,11 +246,6 @@ def fit(
 ) -> tuple[list[dict], float, str]:
     """Train with the Trainer (module docstring, step 4), resuming from the last complete checkpoint: (the loss
     curve, one row per step, the training seconds, the precision's log line)."""
-    import sys
-
-    from transformers import TrainingArguments  # transformers: heavy, not at CLI start-up
-
-    from vocabtransfer.model.precision import resolve
 
     use_cpu = device == "cpu"
     choice = resolve(options.precision, use_cpu=use_cpu)

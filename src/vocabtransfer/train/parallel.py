@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import os
 
+import torch
+
+
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.pipeline.stage_spec import launch_prefix
 
@@ -19,7 +22,6 @@ from vocabtransfer.pipeline.stage_spec import launch_prefix
 def check_processes(processes: int, device: str, world_size: int) -> None:
     """`pretrain.processes` must fit the devices present (GPUs when CUDA is used, else CPU cores) and
     be the number of processes this job was launched with."""
-    import torch  # torch: heavy, not at CLI start-up
 
     gpu = device != "cpu" and torch.cuda.is_available()
     present = torch.cuda.device_count() if gpu else (os.cpu_count() or 1)
@@ -39,7 +41,6 @@ def check_processes(processes: int, device: str, world_size: int) -> None:
 
 def step_token_count(batches: list[dict], kind: str, accelerator, device):
     """Predicted tokens of a step's micro-batches (causal: labels shifted), summed over the processes."""
-    import torch  # torch: heavy, not at CLI start-up
 
     labels = [b["labels"][:, 1:] if kind == "causal" else b["labels"] for b in batches]
     count = torch.tensor(sum(int((y != -100).sum()) for y in labels), device=device)

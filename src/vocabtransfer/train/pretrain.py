@@ -53,6 +53,10 @@ import shutil
 import time
 from pathlib import Path
 
+import torch
+from transformers import AutoConfig, PrinterCallback
+
+
 from vocabtransfer.model import modeling
 from vocabtransfer.train.batches import StepBlocks, StepCollator  # noqa: F401 (StepBlocks: read from here too)
 from vocabtransfer.model.lmdata import Kind
@@ -68,13 +72,16 @@ from vocabtransfer.pipeline.pretrain_checks import check_pretrain
 from vocabtransfer.pipeline.typed import Params
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.plan.pretrain_plans import pretrain_leaves
+from vocabtransfer.model.losses import distill_alpha, get_objective, OBJECTIVES
+from vocabtransfer.model import line_bits
+from vocabtransfer.train.objective_trainer import Distillation, MetricsCallback, ObjectiveTrainer
+from vocabtransfer.train import lowrank
 
 log = logging.getLogger(__name__)
 
 
 def check_params(params: Params, source: str = "params.yaml") -> None:
     """Every `pretrain.methods` entry must be an `init.methods` entry; objectives must be known."""
-    from vocabtransfer.model.losses import OBJECTIVES  # imports torch: not at CLI start-up
 
     check_pretrain(params.tree, source)
     bad = [o for o in params.section("pretrain", PretrainParams).objectives if o not in OBJECTIVES]
@@ -88,7 +95,6 @@ def valid_bits(ctx, opts: PretrainParams, data: setup.RunData):
     """`pretrain.bits_per_byte` for a causal model: the function giving bits per byte of the first `eval_lines`
     valid lines (the corpus's text, each line scored alone in windows of `seq_len`, `line_bits.score_lines`);
     None otherwise."""
-    from vocabtransfer.model import line_bits  # imports torch: not at CLI start-up
 
     if data.kind != "causal" or not opts.bits_per_byte:
         return None
@@ -167,11 +173,9 @@ def with_passes(opts: PretrainParams, train_blocks: int, lang: str | None = None
 def check_distill(ctx, objective: str) -> Path | None:
     """The teacher's directory (the source model) for the distill objective, else None; one line for a
     masked-LM source (the schema checks pretrain.distill's alpha and temperature)."""
-    from vocabtransfer.model.losses import get_objective  # imports torch: not at CLI start-up
 
     if not get_objective(objective).teacher:
         return None
-    from transformers import AutoConfig  # transformers: heavy, not at CLI start-up
 
     source = Path(ctx.input["source"]) if "source" in ctx.input else Path(paths.SOURCE_MODEL)
     kind = modeling.detect_kind(AutoConfig.from_pretrained(str(source)))
@@ -217,14 +221,6 @@ def _trainer(
     """Step 4 of `run`, before training: the Trainer with the objective's loss, its evaluation callback (the
     valid loss per block, bits per byte, at `eval_every` steps or the log-spaced token budgets; its metrics
     rows in `rows`) and the seeded collator. A cool-down `branch` is scored at its end only."""
-    from transformers import PrinterCallback  # transformers: heavy, not at CLI start-up
-
-    from vocabtransfer.model.losses import distill_alpha  # imports torch: not at CLI start-up
-    from vocabtransfer.train.objective_trainer import (
-        Distillation,
-        MetricsCallback,
-        ObjectiveTrainer,
-    )  # torch, transformers
 
     objective = ctx.wildcards["objective"]
     evaluate = valid_scorer(data.eval_batches, data.kind)
@@ -268,7 +264,6 @@ def _trainer(
 
 
 def run(ctx) -> None:
-    from vocabtransfer.train import lowrank  # imports torch: not at CLI start-up
 
     start = time.perf_counter()
     opts = ctx.section("pretrain", PretrainParams)  # params pretrain, typed
@@ -361,7 +356,6 @@ def run_branches(
     """Step 4 of `run` under wsd, after the stable run: each cool-down branch (`train.cooldown`) as a Trainer run of
     `branch.end` steps with its own decay, resumed from the latest fork checkpoint at or before its fork (else from
     the initialisation), scored at its end; the ends already written by an earlier attempt are read back."""
-    import torch  # torch: heavy, not at CLI start-up
 
     ends = []
     for branch in branches:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import numpy as np
 
 from vocabtransfer import io
 from vocabtransfer.data.token_ids import unigram_counts
@@ -20,6 +21,8 @@ from vocabtransfer.model import lm_loss, modeling
 from vocabtransfer.model.lmdata import Kind, target_labels
 from vocabtransfer.train import pretrain_setup as setup
 from vocabtransfer.plan.pretrain_params import DISTILL_COLUMNS, PretrainParams
+from vocabtransfer.model.losses import distill_alpha
+from vocabtransfer.train.cooldown import decay_steps
 
 METRICS_SCHEMA = pa.schema(
     [
@@ -82,7 +85,6 @@ def unigram_block_sums(batches: list[dict], kind: Kind, counts) -> list[float]:
     """Each evaluation block's summed loss in nats under the add-one-smoothed unigram of the training split's
     ids (`counts`, one per id): p(t) = (c_t + 1) / (N + V), on exactly the tokens the model is scored on
     (the floor a model without context reaches)."""
-    import numpy as np
 
     counts = np.asarray(counts, dtype=np.float64)
     neg_log = -np.log((counts + 1.0) / (counts.sum() + len(counts)))
@@ -120,7 +122,6 @@ def run_stats(
 ) -> dict:
     """The run's stats.json (but `valid_tokens`, counted again on the final valid blocks); `ends`: the cool-down
     branches' end rows (schedule wsd), whose steps are the compute the run spent beside its own."""
-    from vocabtransfer.model.losses import distill_alpha  # imports torch: not at CLI start-up
 
     distill_opts, blocks, objective = opts.distill, data.blocks, ctx.wildcards["objective"]
     resume, teacher_dir = record.resume, record.teacher_dir
@@ -189,7 +190,6 @@ def run_stats(
 
 
 def _decay_start(opts: PretrainParams) -> int:
-    from vocabtransfer.train.cooldown import decay_steps
 
     return opts.steps - decay_steps(opts.steps, opts.cooldown.fraction)
 

@@ -14,6 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
+from transformers import TrainingArguments
+
+
 from vocabtransfer import io
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.model import modeling, precision
@@ -30,6 +34,7 @@ from vocabtransfer.train.checkpoints import (
     model_fingerprint,
 )
 from vocabtransfer.plan.pretrain_params import PretrainParams
+from vocabtransfer.train import distill, lowrank
 
 log = logging.getLogger("vocabtransfer.train.pretrain")  # the stage's log
 
@@ -54,9 +59,6 @@ def load_data(
     """Step 1 of `pretrain.run`: the model and tokenizer, the training blocks (distill: beside the teacher's
     tokenization of their text) and the fixed evaluation batches of the valid split (`valid_ids`: another
     pre-tokenised split scored instead, the dev split of `pretrain_tune`)."""
-    import torch  # torch: heavy, not at CLI start-up
-
-    from vocabtransfer.train import distill  # imports torch: not at CLI start-up
 
     model, kind = modeling.load_source_model(model_dir, dtype=torch.float32)
     tokenizer = load_tokenizer(model_dir)
@@ -120,7 +122,6 @@ def resume_point(
 def factorised(model, opts: PretrainParams, init_dir: Path):
     """`pretrain.factorized`: the model's embeddings in their low-rank form where the init wrote one;
     returns the original embeddings to put back after training (None when not factorised)."""
-    from vocabtransfer.train import lowrank  # imports torch: not at CLI start-up
 
     original = None
     if opts.factorized and (init_dir / "coordinates.safetensors").is_file():
@@ -166,7 +167,6 @@ def training_arguments(
     """The transformers `TrainingArguments` of a run (creating them starts the process group). wsd: transformers'
     warmup_stable_decay schedule decaying over the last `decay` steps (default: the run's own,
     ceil(cooldown.fraction × steps)). `save: False` (a cool-down branch) writes no checkpoint."""
-    from transformers import TrainingArguments  # transformers: heavy, not at CLI start-up
 
     schedule: dict = {"lr_scheduler_type": opts.schedule}
     if opts.schedule == "wsd":
@@ -235,7 +235,6 @@ def prepare_training(
 ) -> Training:
     """Step 3 of `pretrain.run` after the factorised form: precision, the warm-up's parameters, the Trainer's
     arguments, sharding, the run's samples and, for distill, unbiased chunks and the cached teacher."""
-    import torch  # torch: heavy, not at CLI start-up
 
     use_cpu = ctx.device == "cpu"
     choice = precision.resolve(opts.precision, use_cpu=use_cpu)
@@ -292,9 +291,6 @@ def prepare_training(
 def cache_teacher(data: RunData, opts: PretrainParams, dataset: StepBlocks, *, use_cpu: bool) -> float | None:
     """distill with `pretrain.distill.teacher: cached`: the teacher's chunk log-likelihoods of every block
     the run visits, once; then it leaves memory (`data.teacher` None). Returns the seconds it took."""
-    import torch  # torch: heavy, not at CLI start-up
-
-    from vocabtransfer.train import distill  # imports torch: not at CLI start-up
 
     device = "cuda" if not use_cpu and torch.cuda.is_available() else "cpu"
     tick = time.perf_counter()

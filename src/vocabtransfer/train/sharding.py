@@ -29,6 +29,20 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+import torch.nn as nn
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard, MixedPrecisionPolicy
+from torch.distributed.checkpoint.state_dict import (
+    get_model_state_dict,
+    get_state_dict,
+    set_state_dict,
+    StateDictOptions,
+)
+
+
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.model import modeling
 
@@ -61,7 +75,6 @@ def check_options(sharding: str, processes: int, *, embeddings_only_steps: int, 
 
 def layer_stack(model):
     """The model's stack of decoder/encoder layers: its `nn.ModuleList` with the most parameters."""
-    import torch.nn as nn  # torch: heavy, not at CLI start-up
 
     stacks = [m for m in model.modules() if isinstance(m, nn.ModuleList) and len(m)]
     if not stacks:
@@ -74,10 +87,6 @@ def layer_stack(model):
 
 def shard_model(model, device, bf16: bool):
     """`fully_shard` each layer of the stack, then the root (embeddings, final norm, head); in place."""
-    import torch  # torch: heavy, not at CLI start-up
-    import torch.distributed as dist  # torch: heavy, not at CLI start-up
-    from torch.distributed.device_mesh import init_device_mesh  # torch: heavy, not at CLI start-up
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard  # torch: heavy, not at CLI start-up
 
     mesh = init_device_mesh(device.type, (dist.get_world_size(),))
     policy = (
@@ -99,7 +108,6 @@ def shard_model(model, device, bf16: bool):
 
 
 def _state(model, optimizer):
-    from torch.distributed.checkpoint.state_dict import get_state_dict  # torch: heavy, not at CLI start-up
 
     model_state, optim_state = get_state_dict(model, optimizer)
     return {"model": model_state, "optimizer": optim_state}
@@ -107,15 +115,12 @@ def _state(model, optimizer):
 
 def save_checkpoint(model, optimizer, directory: str | Path) -> None:
     """The model's and the optimiser's shards into `directory/sharded` (every process writes its own)."""
-    import torch.distributed.checkpoint as dcp  # torch: heavy, not at CLI start-up
 
     dcp.save(_state(model, optimizer), checkpoint_id=str(Path(directory) / SHARDED_DIR))
 
 
 def load_checkpoint(model, optimizer, directory: str | Path) -> None:
     """Read back what `save_checkpoint` wrote into the sharded model and its optimiser."""
-    import torch.distributed.checkpoint as dcp  # torch: heavy, not at CLI start-up
-    from torch.distributed.checkpoint.state_dict import set_state_dict  # torch: heavy, not at CLI start-up
 
     path = Path(directory) / SHARDED_DIR
     if not path.is_dir():
@@ -130,15 +135,12 @@ def load_checkpoint(model, optimizer, directory: str | Path) -> None:
 
 def full_state_dict(model) -> dict:
     """The whole model's state dict on process 0, on the CPU ({} on the other processes); collective."""
-    # torch: heavy, not at CLI start-up
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
     return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 
 
 def unsharded_copy(state: dict, model_dir: Path):
     """An ordinary (unsharded, fp32, CPU) model of `model_dir`'s class with the weights of `state`."""
-    import torch  # torch: heavy, not at CLI start-up
 
     plain, _ = modeling.load_source_model(model_dir, dtype=torch.float32)
     missing, unexpected = plain.load_state_dict(state, strict=False)

@@ -28,6 +28,9 @@ import shutil
 import time
 from pathlib import Path
 
+import torch
+
+
 from vocabtransfer import io
 from vocabtransfer.data import token_ids
 from vocabtransfer.errors import VocabTransferError
@@ -89,7 +92,6 @@ def dev_split(ctx, tokenizer, lines: int, directory: Path) -> Path:
 
 def train_rate(ctx, opts: PretrainParams, data: setup.RunData, rate: float, seed: int, work: Path) -> dict:
     """Step 2 for one rate: a fresh copy of the initialised model trained `tune.steps` steps; its dev losses."""
-    import torch  # torch: heavy, not at CLI start-up
 
     tick = time.perf_counter()
     run_opts = tuning_options(opts, rate)

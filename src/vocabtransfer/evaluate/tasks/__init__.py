@@ -100,7 +100,9 @@ class Task:
 
     def collator(self, tokenizer):
         """Pads a batch of features (dynamic padding)."""
-        from transformers import DataCollatorWithPadding  # transformers: heavy, not at CLI start-up
+        from transformers import (
+            DataCollatorWithPadding,
+        )  # transformers: the corpus, floor and report jobs load this module without it
 
         return DataCollatorWithPadding(tokenizer)
 

@@ -188,7 +188,9 @@ class NER(Task):
         return out
 
     def collator(self, tokenizer):
-        from transformers import DataCollatorForTokenClassification  # transformers: heavy, loaded when used
+        from transformers import (
+            DataCollatorForTokenClassification,
+        )  # transformers: the corpus, floor and report jobs load this module without it
 
         return DataCollatorForTokenClassification(tokenizer)
 

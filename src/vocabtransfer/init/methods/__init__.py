@@ -16,6 +16,7 @@ from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.init.methods.registry import Method
 from vocabtransfer.plan.methods import METHODS, info
 from vocabtransfer.init.methods.variants import resolve
+from vocabtransfer.plan.method_options import FACTORIZATIONS, FactorizedOptions
 
 
 def available() -> list[str]:
@@ -40,7 +41,6 @@ def get_method(name: str) -> Method:
 def default_options(name: str):
     """The options `name` runs with when params leave its section out: its registered options class
     with every default; for `base+fact` a `FactorizedOptions` of the base's and the factorisation's."""
-    from vocabtransfer.plan.method_options import FACTORIZATIONS, FactorizedOptions
 
     base, _, fact = name.partition("+")
     options = info(base).options()

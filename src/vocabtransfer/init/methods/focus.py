@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 import torch
+import entmax
 
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.log import progress
@@ -177,7 +178,6 @@ def _sparse_weights(sims: torch.Tensor, k: int) -> list[tuple[torch.Tensor, torc
     With the top-k values of a row, entmax's threshold is the full-row threshold whenever the
     support is smaller than k; rows whose support reaches k are redone with 2k (full sort at the end).
     """
-    import entmax  # entmax: heavy: sparsemax only
 
     n_anchor = sims.shape[1]
     rows = torch.arange(sims.shape[0], device=sims.device)

@@ -13,7 +13,7 @@ import numpy as np
 
 from vocabtransfer.plan.methods import INFO, METHODS, MethodInfo
 
-if TYPE_CHECKING:  # annotations only: planning (the CLI, Snakemake) reads the registry without torch
+if TYPE_CHECKING:  # annotations only: the methods' modules import torch themselves
     import torch
 
 

@@ -29,6 +29,7 @@ from vocabtransfer.pipeline.names import split_method
 from vocabtransfer.plan.method_options import FACTORIZATIONS, FactorizedOptions
 from vocabtransfer.init.methods.registry import Method, TransferProblem, TransferResult
 from vocabtransfer.plan.methods import METHODS, info
+from vocabtransfer.init.factorize import factorize_source
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +52,6 @@ def factorized(base_method: Method, factorization: Literal["svd", "snmf"], *, na
 
     def method(problem: TransferProblem, options: FactorizedOptions) -> TransferResult:
         # not at the top: factorize imports init.methods.options, whose package imports this module (a cycle)
-        from vocabtransfer.init.factorize import factorize_source
 
         # 1. factorise the source embeddings
         C, P, fstats = factorize_source(
