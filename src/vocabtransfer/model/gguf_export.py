@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from vocabtransfer.errors import VocabTransferError, brief
 from vocabtransfer.model import gguf_vocab
@@ -241,7 +242,6 @@ def _config_changes(ours, theirs) -> str:
 def round_trip(path: Path, model, tokenizer, lines: list[str], dtype: str) -> dict:
     """Step 6: the file read back by transformers against `model` and `tokenizer` on `lines`; one line naming
     the first difference when the token ids differ or a line's log-likelihood moves by more than TOLERANCE."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer  # transformers: heavy, not at CLI start-up
 
     folder, name = str(Path(path).parent), Path(path).name
     try:

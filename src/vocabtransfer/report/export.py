@@ -18,6 +18,17 @@ import logging
 import shutil
 from pathlib import Path
 
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+from vocabtransfer.evaluate.stats import Runs
+from vocabtransfer.model import gguf_export
+from vocabtransfer.model.gguf_export import source_dtype
+from vocabtransfer.model.line_bits import valid_lines
+from vocabtransfer.model.modeling import detect_kind
+from vocabtransfer.report import model_card, tables
+from vocabtransfer.report.model_card import Score
+from vocabtransfer.version import __version__
 from vocabtransfer import io
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.pipeline import names, paths
@@ -53,9 +64,6 @@ def gguf_dtype(mode: str, base: Path, base_stats: dict) -> str:
         kinds = base_stats["gguf_type_weights"]
         main = max(kinds, key=kinds.get)
         return {"F32": "f32", "F16": "f16", "BF16": "bf16"}.get(main, "f16")
-    from transformers import AutoConfig  # transformers: heavy, not at CLI start-up
-
-    from vocabtransfer.model.gguf_export import source_dtype
 
     return source_dtype(AutoConfig.from_pretrained(str(base)))
 
@@ -64,12 +72,6 @@ def write_gguf(ctx, opts: ExportParams, model_dir: Path, out: Path, general: dic
     """Step 3: (the GGUF file's stats, '') or (None, why there is none)."""
     if opts.gguf == "none":
         return None, "export.gguf is none"
-    import torch  # torch: heavy, not at CLI start-up
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer  # transformers: heavy, not at start-up
-
-    from vocabtransfer.model import gguf_export
-    from vocabtransfer.model.line_bits import valid_lines
-    from vocabtransfer.model.modeling import detect_kind
 
     config = AutoConfig.from_pretrained(str(model_dir))
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
@@ -111,8 +113,6 @@ def _bits_per_byte(lang: read.Language, method: str, objective: str, pseed: int)
 def scores(lang: read.Language, run: read.Run, settings) -> list:
     """The downstream scores of the run (its own fine-tuning runs, else its method × objective's other pretraining
     seeds, said so) and of the source, each with its interval (report.tables: B minus a zero model)."""
-    from vocabtransfer.report import tables
-    from vocabtransfer.report.model_card import Score
 
     method, objective, pseed = run
     group = f"{method}-{objective}"
@@ -136,8 +136,6 @@ def scores(lang: read.Language, run: read.Run, settings) -> list:
 
 def _score(task: str, results: dict, settings, lang: str):
     """A model's mean score over its runs with its interval (B minus a model that scores 0)."""
-    from vocabtransfer.evaluate.stats import Runs
-    from vocabtransfer.report import tables
 
     runs = Runs.from_results(task, results, where=f"{lang} {task}")
     return settings.paired(tables.zero_like(runs), runs)
@@ -154,8 +152,6 @@ def rebuild_lines(lang: str, opts: ExportParams, model_name: str) -> list[str]:
 
 def run(ctx) -> None:
     """Steps 1-4 into results/{lang}/export, atomically."""
-    from vocabtransfer.report import model_card, tables
-    from vocabtransfer.version import __version__
 
     params, lang_code = ctx.params, ctx.lang
     opts = params.section("export", ExportParams)
@@ -224,6 +220,5 @@ def run(ctx) -> None:
 
 
 def _tokenizer_size(model_dir: Path) -> int:
-    from transformers import AutoTokenizer  # transformers: heavy, not at CLI start-up
 
     return len(AutoTokenizer.from_pretrained(str(model_dir)))

@@ -13,7 +13,10 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from huggingface_hub import ModelCard, ModelCardData
+
 from vocabtransfer.evaluate.stats import Difference
+from vocabtransfer.report.tables import seeds_text
 
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 
@@ -57,7 +60,6 @@ class CardFacts:
 
 def _front_matter_license(readme: Path) -> tuple[str | None, str | None]:
     """(license, base_model) from a model card's YAML block, when it has them."""
-    from huggingface_hub import ModelCard  # huggingface_hub: heavy, not at CLI start-up
 
     try:
         data = ModelCard.load(readme).data
@@ -95,7 +97,6 @@ def source_facts(source_model: str, resolved: str | None, base_model: str | None
 
 def metadata(f: CardFacts) -> str:
     """The Hub's YAML metadata block (huggingface_hub.ModelCardData)."""
-    from huggingface_hub import ModelCardData  # huggingface_hub: heavy, not at CLI start-up
 
     tags = ["vocabtransfer", "vocabulary-transfer", f"init-{f.method}", f"objective-{f.objective}"]
     data = ModelCardData(
@@ -112,7 +113,6 @@ def metadata(f: CardFacts) -> str:
 def _interval(d: Difference | None, confidence: float) -> str:
     if d is None:
         return "–"
-    from vocabtransfer.report.tables import seeds_text
 
     return f"{d.diff:.1f} [{d.low:.1f}, {d.high:.1f}] ({seeds_text(d)}, {d.n_clusters} clusters)"
 

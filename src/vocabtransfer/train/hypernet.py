@@ -54,6 +54,7 @@ from vocabtransfer.model.heads import head_parts, predicted_hidden
 from vocabtransfer.model.hub import load_tokenizer
 from vocabtransfer.model.lmdata import LMCollator, pack_lines
 from vocabtransfer.pipeline import paths
+from vocabtransfer.train.progress import install as install_progress
 from vocabtransfer.train.checkpoints import (
     PARAMS_FILE,
     ROWS_FILE,
@@ -289,9 +290,8 @@ def fit(
         callbacks=[rows()],
         data_collator=lambda items: {"step": torch.tensor([it["step"] for it in items])},
     )
-    from vocabtransfer.train.progress import install  # transformers at its top: imported where the network trains
 
-    install(trainer, "hypernet", log, tokens=lambda state: sum(r.get("tokens", 0) for r in model.rows))
+    install_progress(trainer, "hypernet", log, tokens=lambda state: sum(r.get("tokens", 0) for r in model.rows))
     start = time.perf_counter()
     if done:
         log.info("hypernet: resuming from %s", done[-1][1])
