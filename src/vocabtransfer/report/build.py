@@ -145,10 +145,11 @@ def write_report(params: Params, report: ReportParams, p: Plan, root: Path = Pat
                     raise VocabTransferError(
                         f"{lang.lang}: pretraining runs with valid_curve.parquet but no metrics.parquet; rerun them"
                     )
-                worth_figs[lang.lang] = f"{paths.REPORT_FIGURES}/{lang.lang}_worth.png"
                 section, bullets, m["token_equivalent"] = _tokens_section(
                     lang, worth, choice.method, settings, bpb, figures / Path(curve_fig).name, params
                 )
+                if (figures / f"{lang.lang}_worth.png").is_file():  # none where no method has an equivalent
+                    worth_figs[lang.lang] = f"{paths.REPORT_FIGURES}/{lang.lang}_worth.png"
                 if choice.sentence():
                     section = section[:2] + [choice.sentence(), ""] + section[2:]  # under the section's heading
                     m["baseline"] = {"method": choice.method, "final_valid_loss": choice.final_loss}
