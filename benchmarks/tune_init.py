@@ -197,7 +197,7 @@ def main(argv=None) -> int:
     args.workdir.mkdir(parents=True, exist_ok=True)
     import numpy as np
 
-    from vocabtransfer.init.initialise import transfer_bias
+    from vocabtransfer.init.output_bias import transfer_bias
     from vocabtransfer.init.methods.focus import FocusInputs, focus_embeddings
     from vocabtransfer.init.methods.omp import omp_embeddings
     from vocabtransfer.plan.method_options import OmpOptions

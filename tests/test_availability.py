@@ -97,6 +97,7 @@ def test_corpus_only_language_has_every_job_that_needs_nothing_more(shared_data,
         "gradient_scenarios_random_standard_pseed1",
         "gradient_scenarios_fvt_standard_pseed1",
         "report",
+        "export",
     }
     eval_deps = stages["init_eval"]["do"]["deps"]
     assert "results/${item.lang}/init/fvt/pseed1" in eval_deps and not any("wechsel" in d for d in eval_deps)
@@ -232,6 +233,7 @@ XX_JOBS = {
     "token_frequency_loss": 1,
     "gradient_scenarios": 2,
     "report": 1,
+    "export": 1,
     "all": 1,
 }
 

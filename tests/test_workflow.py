@@ -354,7 +354,8 @@ def test_pretraining_analyses_and_downstream_evaluation_reach_the_report(workdir
         AutoTokenizer.from_pretrained(model)
     )
     report = (work / "results/report.md").read_text()
-    assert report.split("\n## ")[1].startswith("Verdict\n")  # the verdict comes first
+    sections = report.split("\n## ")
+    assert sections[1].startswith("In brief\n") and sections[2].startswith("Verdict\n")  # the answer first
     assert params["languages"] == ["sw"]
     for heading in (
         "## sw",
