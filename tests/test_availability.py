@@ -233,6 +233,7 @@ XX_JOBS = {
     "token_frequency_loss": 1,
     "gradient_scenarios": 2,
     "report": 1,
+    "export": 1,
     "all": 1,
 }
 
