@@ -167,7 +167,9 @@ def workflow_run(
     }
     start = time.perf_counter()
     proc = subprocess.run(
-        [str(BIN / "snakemake"), "--cores", "2", "--max-threads", "1", "--configfile", "overlay.yaml"],
+        # the export, a target of its own, named before --configfile (which takes every word after it)
+        [str(BIN / "snakemake"), "all", "results/sw/export", "--cores", "2", "--max-threads", "1"]
+        + ["--configfile", "overlay.yaml"],
         cwd=work,
         env=env,
         capture_output=True,

@@ -225,7 +225,8 @@ def all_targets():
     targets = stage_targets("pretokenize", "stats") + stage_targets("init_eval", "init_eval")
     targets += stage_targets("pretrain", "pretrain") + stage_targets("finetune_eval", "result")
     targets += stage_targets("token_frequency_loss", "table") + stage_targets("gradient_scenarios", "table")
-    targets += stage_targets("lm_eval", "scores") + stage_targets("export", "export")
+    targets += stage_targets("lm_eval", "scores")
+    # the export (results/<lang>/export) is a target of its own, not of `all`: `snakemake results/sw/export`
     return targets + [paths.REPORT]  # the report reads every other result
 
 
