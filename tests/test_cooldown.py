@@ -149,7 +149,7 @@ def test_each_method_trains_at_the_rate_its_dev_split_picks(tmp_path, monkeypatc
 
     monkeypatch.chdir(tmp_path)
     params = pretrain_project(tmp_path, tiny_gpt2(len(sw_bpe)), sw_bpe)
-    tune = {"learning_rates": [1e-6, 0.01], "steps": 12, "dev_lines": 40}
+    tune = {"learning_rates": [1e-6, 0.01], "steps": 12, "dev_lines": 40, "extend": 0}  # search: its own test
     params["pretrain"]["tune"] = tune
     with pytest.raises(VocabTransferError, match="corpus.dev_fraction"):
         validate_params(params)
@@ -178,6 +178,29 @@ def test_the_pick_is_the_lowest_dev_loss_and_the_smaller_rate_on_a_tie():
     assert tune_lr.pick([1e-4, 3e-3], [4.9, math.nan]) == 1e-4
     with pytest.raises(VocabTransferError, match="diverged"):
         tune_lr.pick([1e-3], [math.nan])
+
+
+def test_a_pick_at_the_grids_edge_extends_the_grid_beyond_it_at_the_grids_ratio():
+    """A dev loss smallest at 2e-5 (a parabola in log rate): the grid [1e-4, 3e-4, 1e-3] picks its smallest rate, so
+    1e-4 / 3 and then 1e-4 / 9 are tried; the second puts the pick inside. With `extend` 1 the pick stays at the
+    edge; a pick inside the grid adds nothing; the top edge extends upwards."""
+    from vocabtransfer.train import tune_lr
+
+    def score_at(best: float):
+        return lambda k, rate: {"learning_rate": rate, "dev_loss": (math.log10(rate) - math.log10(best)) ** 2}
+
+    results, extended = tune_lr.search([1e-4, 3e-4, 1e-3], 2, score_at(2e-5))
+    assert extended == pytest.approx([1e-4 / 3.0, 1e-4 / 9.0])
+    rates, losses = [r["learning_rate"] for r in results], [r["dev_loss"] for r in results]
+    assert tune_lr.pick(rates, losses) == pytest.approx(1e-4 / 3.0) and tune_lr.beyond_edge(rates, losses) is None
+    results, extended = tune_lr.search([1e-4, 3e-4, 1e-3], 1, score_at(1e-6))
+    rates, losses = [r["learning_rate"] for r in results], [r["dev_loss"] for r in results]
+    assert len(extended) == 1 and tune_lr.beyond_edge(rates, losses) == pytest.approx(1e-4 / 9.0)  # still the edge
+    assert tune_lr.search([1e-4, 3e-4, 1e-3], 2, score_at(3e-4))[1] == []
+    assert tune_lr.search([1e-4, 3e-4, 1e-3], 2, score_at(5e-3))[1] == pytest.approx([1e-3 * 10 / 3, 1e-3 * 100 / 9])
+    # a diverged rate above the pick: the pick is not at the top edge
+    assert tune_lr.beyond_edge([1e-4, 3e-4, 1e-3], [4.0, 3.0, math.nan]) is None
+    assert tune_lr.search([1e-4], 2, score_at(1e-6))[1] == []  # one rate: no ratio to step by
 
 
 def test_the_report_states_each_arms_rate_and_compute():

@@ -94,7 +94,8 @@ class TuneOptions:
     objective trains pretraining seed 1 for `steps` optimiser steps (a wsd run of that length, decayed at its end,
     no branches) at each of `learning_rates` and scores the DEV split (corpus.dev_fraction > 0: lines never
     trained on and never scored by the report); every pretraining seed of that method × objective then trains at
-    the learning rate with the lowest dev loss (ties: the smaller rate)"""
+    the learning rate with the lowest dev loss (ties: the smaller rate); a pick at the grid's edge extends the grid
+    beyond it (`extend`)"""
 
     learning_rates: tuple[float, ...] = option(
         [],
@@ -109,6 +110,13 @@ class TuneOptions:
     )
     dev_lines: int = option(
         300, "dev-split lines scored (the dev loss: blocks of seq_len ids, as the valid loss)", minimum=1
+    )
+    extend: int = option(
+        2,
+        "when the pick is the smallest or largest rate tried, one more rate beyond it (at the ratio of the two "
+        "rates nearest that edge) is tried, up to this many times; a pick still at an edge is marked in "
+        "tuning.json and the report (0: the grid as written)",
+        minimum=0,
     )
 
 

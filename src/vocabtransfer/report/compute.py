@@ -36,8 +36,10 @@ def _tried(tuning: dict | None) -> str:
     parts = []
     for r in tuning["results"]:
         text = f"{r['learning_rate']:g}: {fmt(r['dev_loss'])}"
+        text = f"{text} (beyond the grid)" if r["learning_rate"] in tuning.get("extended", ()) else text
         parts.append(f"**{text}**" if r["learning_rate"] == tuning["pick"] else text)
-    return ", ".join(parts)
+    # a pick still on the edge after the extensions: the best rate may lie outside the rates tried
+    return ", ".join(parts) + ("; **the pick is at the edge of the rates tried**" if tuning.get("at_edge") else "")
 
 
 def rows(lang: Language) -> list[list[str]]:
@@ -77,7 +79,9 @@ def section(lang: Language) -> list[str]:
             f"Each method × objective trained at the peak learning rate picked on the dev split (lines never "
             f"trained on and never scored here): pretraining seed 1 trained {first['steps']} optimiser steps at "
             f"each rate (a wsd run of that length), scored on {first['dev_blocks']} dev blocks; the pick is "
-            f"{first['rule']}, the same grid and rule for every method (bold: the pick)."
+            f"{first['rule']}, the same grid and rule for every method (bold: the pick); a pick at the grid's "
+            f"smallest or largest rate led to one more rate beyond it at the grid's own ratio, up to "
+            f"{first.get('extend', 0)} times (pretrain.tune.extend)."
         )
     else:
         rule = "Every run trained at the one peak learning rate `pretrain.learning_rate`, not tuned per method."

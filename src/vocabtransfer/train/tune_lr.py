@@ -10,7 +10,10 @@ For `--lang L --method M --objective O`:
    what a run of that length reaches) with everything else as the pretrain stage has it, and its dev loss at the
    end; each rate's result is written under checkpoints/L/pretrain_tune/M/O/ as it finishes, so a killed job
    redoes only the rates it had not finished (a rate's run itself restarts from its beginning);
-3. the pick: the rate with the lowest dev loss (ties: the smaller rate), written with every rate's dev loss, the
+3. while the pick is the smallest or largest rate tried, one more rate one grid step beyond that edge (the ratio of
+   the two rates nearest it), up to `tune.extend` times (a pick at the edge of a grid says the best rate may lie
+   outside it);
+4. the pick: the rate with the lowest dev loss (ties: the smaller rate), written with every rate's dev loss, the
    initial dev loss, the tokens and seconds of each run to results/L/pretrain_tune/M/O/tuning.json. Every
    pretraining seed of M/O then trains at the pick (the pretrain stage reads this file).
 
@@ -27,6 +30,7 @@ import math
 import shutil
 import time
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -78,6 +82,35 @@ def pick(rates: list[float], losses: list[float]) -> float:
     return rates[best]
 
 
+def beyond_edge(rates: list[float], losses: list[float]) -> float | None:
+    """The rate to try next when `pick` lands on the smallest or largest rate tried: one step beyond that edge at
+    the ratio of the two rates nearest it (rates 1e-4, 3e-4, 1e-3 picking 1e-4: 3.33e-5); None when the pick is
+    interior, or at the top edge next to a diverged rate, or fewer than two rates were tried."""
+    if len(rates) < 2:
+        return None
+    chosen, ordered = pick(rates, losses), sorted(rates)
+    if chosen == ordered[0]:
+        return ordered[0] * ordered[0] / ordered[1]
+    if chosen == ordered[-1]:
+        return ordered[-1] * ordered[-1] / ordered[-2]
+    return None
+
+
+def search(grid: list[float], extend: int, score: Callable[[int, float], dict]) -> tuple[list[dict], list[float]]:
+    """Steps 2 and 3: `score(k, rate)` (a result with `learning_rate` and `dev_loss`) for each rate of `grid`, then
+    for the rate `beyond_edge` names while there is one, at most `extend` times; the results and the rates added."""
+    results = [score(k, rate) for k, rate in enumerate(grid)]
+    extended: list[float] = []
+    while len(extended) < extend:
+        rate = beyond_edge([r["learning_rate"] for r in results], [r["dev_loss"] for r in results])
+        if rate is None:
+            break
+        log.info("pretrain_tune: the pick is at the edge of the rates tried; trying %g", rate)
+        results.append(score(len(results), rate))
+        extended.append(rate)
+    return results, extended
+
+
 def dev_split(ctx, tokenizer, lines: int, directory: Path) -> Path:
     """The dev lines tokenised as the pretokenize stage tokenises a split, written to `directory`."""
     text = valid_lines(ctx.input["dev_text"], lines)
@@ -112,6 +145,23 @@ def train_rate(ctx, opts: PretrainParams, data: setup.RunData, rate: float, seed
     }
 
 
+def names_of(ctx) -> tuple[str, str, str]:
+    return ctx.lang, ctx.method, ctx.wildcards["objective"]
+
+
+def tried(ctx, opts: PretrainParams, data: setup.RunData, rate: tuple[int, float], seed: int, work: Path) -> dict:
+    """Rate `rate` = (k, value) trained and scored, or its result read back when a killed job had finished it."""
+    k, value = rate
+    done = work / f"rate-{k}.json"
+    if done.is_file() and json.loads(done.read_text(encoding="utf-8"))["learning_rate"] == value:
+        return json.loads(done.read_text(encoding="utf-8"))
+    result = train_rate(ctx, opts, data, value, seed, work / f"run-{k}")
+    with io.atomic_output(done) as tmp:
+        tmp.write_text(json.dumps(result), encoding="utf-8")
+    log.info("pretrain_tune %s/%s/%s: rate %g, dev loss %.4f", *names_of(ctx), value, result["dev_loss"])
+    return result
+
+
 def run(ctx) -> None:
     opts = ctx.section("pretrain", PretrainParams)
     if not tuned(opts):
@@ -133,22 +183,13 @@ def run(ctx) -> None:
     model_dir = Path(ctx.input["init"]) / "model"
     dev = dev_split(ctx, load_tokenizer(model_dir), opts.tune.dev_lines, work / "dev")
     data = setup.load_data(ctx, tuning_options(opts, opts.learning_rate), model_dir, None, valid_ids=dev)
-    # 2. each rate, its result kept as it finishes
-    results = []
-    for k, rate in enumerate(opts.tune.learning_rates):
-        done = work / f"rate-{k}.json"
-        if done.is_file() and json.loads(done.read_text(encoding="utf-8"))["learning_rate"] == rate:
-            results.append(json.loads(done.read_text(encoding="utf-8")))
-            continue
-        result = train_rate(ctx, opts, data, rate, seed, work / f"run-{k}")
-        with io.atomic_output(done) as tmp:
-            tmp.write_text(json.dumps(result), encoding="utf-8")
-        results.append(result)
-        log.info(
-            "pretrain_tune %s/%s/%s: rate %g, dev loss %.4f", ctx.lang, ctx.method, objective, rate, result["dev_loss"]
-        )
+    # 2. each rate, its result kept as it finishes; then past the grid's edge while the pick lies on it
+    results, extended = search(
+        list(opts.tune.learning_rates), opts.tune.extend, lambda k, rate: tried(ctx, opts, data, (k, rate), seed, work)
+    )
     # 3. the pick
-    chosen = pick([r["learning_rate"] for r in results], [r["dev_loss"] for r in results])
+    rates, losses = [r["learning_rate"] for r in results], [r["dev_loss"] for r in results]
+    chosen = pick(rates, losses)
     out = {
         "lang": ctx.lang,
         "method": ctx.method,
@@ -157,10 +198,13 @@ def run(ctx) -> None:
         "rule": RULE,
         "steps": opts.tune.steps,
         "dev_lines": opts.tune.dev_lines,
+        "extend": opts.tune.extend,
         "dev_blocks": len(data.valid_blocks),
         "pseed": 1,
         "seed": seed,
         "results": results,
+        "extended": extended,  # the rates tried beyond the grid (pretrain.tune.extend), in order
+        "at_edge": beyond_edge(rates, losses) is not None,  # the pick still the smallest or largest rate tried
         "seconds": time.perf_counter() - start,
         "versions": io.versions(),
     }
