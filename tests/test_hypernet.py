@@ -204,25 +204,27 @@ def test_a_tied_causal_source_trains_through_its_causal_loss_and_an_untied_one_i
         stage.Setup(untied, text_lines("sw", 100), options, seed=3)
 
 
-def _stage_ctx(root, source_dir, train, network_dir=None):
-    """The hypernet stage's context: a 2-step training (or, with `network_dir`, the copy of a trained network)."""
-    from helpers import init_params, make_ctx
+def _stage_ctx(root, source_dir, train, network_dir=None, pseed=1):
+    """The hypernet stage's context for network seed `pseed`: a 2-step training (or, with `network_dir`, the copy of
+    a trained network), written to root/hypernet/pseed<k> as a study's results/source/hypernet/pseed<k>."""
+    from helpers import init_params, make_ctx, over_defaults
 
     small = {**SMALL, "steps": 2, "batch_size": 4, "seq_len": 32, "steps_per_tokenizer": 2}
     params = init_params({"methods": ["hypernet"], "hypernet": {**small, "network": network_dir}}, seed=3)
     return make_ctx(
         "vocabtransfer.train.hypernet:run",
-        {},
+        {"pseed": str(pseed)},
         {"source": source_dir, "train_sw": train},
-        {"hypernet": root / "hypernet"},
-        {**params, "source_model": "package:tiny-bert", "languages": ["sw"]},
+        {"hypernet": root / "hypernet" / f"pseed{pseed}"},
+        {**params, "pretrain": over_defaults("pretrain", {}), "source_model": "package:tiny-bert", "languages": ["sw"]},
     )
 
 
 def test_a_network_trained_by_another_study_is_checked_and_applied_as_its_own(source, tmp_path, monkeypatch):
-    """`init.hypernet.network`: a second study copies the first's network (weights byte for byte, the folder it came
-    from recorded) instead of training; a network trained on another source model is refused, before any job by
-    the name its stats.json records and in the job by the weights' sha256."""
+    """`init.hypernet.network`: a second study copies the first's network of each seed (weights byte for byte, the
+    folder it came from recorded) instead of training; network seed 2 is another network, drawn from pretraining
+    seed 2's seed; a network trained on another source model is refused, before any job by the name its stats.json
+    records and in the job by the weights' sha256, and so is a folder without a network seed the study applies."""
     import pyarrow as pa
 
     from vocabtransfer import io
@@ -234,21 +236,43 @@ def test_a_network_trained_by_another_study_is_checked_and_applied_as_its_own(so
     train = tmp_path / "train.parquet"
     io.write_parquet(pa.table({"text": text_lines("sw", 400)}), train)
     first = tmp_path / "first"
-    stage.run(_stage_ctx(first, source, train))
-    trained = io.read_json(first / "hypernet" / "stats.json")
+    for pseed in (1, 2):
+        stage.run(_stage_ctx(first, source, train, pseed=pseed))
+    trained = io.read_json(first / "hypernet/pseed1/stats.json")
     assert trained["source_model"] == "package:tiny-bert" and len(trained["source_sha256"]) == 64
+    assert (trained["network_seed"], trained["seed"]) == (1, 3)  # network seed 1: params `seed` itself
+    seed2 = io.read_json(first / "hypernet/pseed2/stats.json")
+    assert (seed2["network_seed"], seed2["seed"]) == (2, 1003) and seed2["curve"] != trained["curve"]
+    weights = [(first / f"hypernet/pseed{k}" / network.WEIGHTS).read_bytes() for k in (1, 2)]
+    assert weights[0] != weights[1]
 
     second = tmp_path / "second"
-    ctx = _stage_ctx(second, source, train, network_dir=str(first / "hypernet"))
-    assert hypernet_refusal(ctx.params, "sw") is None
-    stage.run(ctx)
-    for name in (network.WEIGHTS, network.CONFIG):
-        assert (second / "hypernet" / name).read_bytes() == (first / "hypernet" / name).read_bytes()
-    copied = io.read_json(second / "hypernet" / "stats.json")
-    assert copied["imported_from"] == str(first / "hypernet") and copied["curve"] == trained["curve"]
+    for pseed in (1, 2):
+        ctx = _stage_ctx(second, source, train, network_dir=str(first / "hypernet"), pseed=pseed)
+        assert hypernet_refusal(ctx.params, "sw") is None
+        stage.run(ctx)
+        for name in (network.WEIGHTS, network.CONFIG):
+            assert (second / f"hypernet/pseed{pseed}" / name).read_bytes() == (
+                first / f"hypernet/pseed{pseed}" / name
+            ).read_bytes()
+        copied = io.read_json(second / f"hypernet/pseed{pseed}/stats.json")
+        assert copied["imported_from"] == str(first / f"hypernet/pseed{pseed}")
+        assert copied["curve"] == io.read_json(first / f"hypernet/pseed{pseed}/stats.json")["curve"]
+    # a study pretraining hypernet with 3 seeds applies network seeds 1-3: the first study trained 2
+    three = Params(
+        {
+            **ctx.params.tree,
+            "pretrain": {**ctx.params.tree["pretrain"], "methods": ["hypernet"], "seeds": 3},
+        }
+    )
+    assert hypernet_refusal(three, "sw").startswith(
+        f"init.hypernet.network: {first / 'hypernet/pseed3/stats.json'} not found (network seed 3"
+    )
 
     other = save_dir(tiny_bert(len(load_tokenizer(source)), seed=9), load_tokenizer(source), tmp_path / "other")
-    with pytest.raises(VocabTransferError, match=r"^init.hypernet.network: .*first/hypernet was trained on source mod"):
+    with pytest.raises(
+        VocabTransferError, match=r"^init.hypernet.network: .*first/hypernet/pseed1 was trained on source mod"
+    ):
         stage.run(_stage_ctx(tmp_path / "third", other, train, network_dir=str(first / "hypernet")))
     assert not (tmp_path / "third" / "hypernet").exists()
     renamed = Params({**ctx.params.tree, "source_model": "package:another"})
@@ -257,5 +281,30 @@ def test_a_network_trained_by_another_study_is_checked_and_applied_as_its_own(so
     )
     missing = _stage_ctx(second, source, train, network_dir=str(tmp_path / "nowhere")).params
     assert hypernet_refusal(missing, "sw").startswith(
-        f"init.hypernet.network: {tmp_path / 'nowhere'}/stats.json not found"
+        f"init.hypernet.network: {tmp_path / 'nowhere'}/pseed1/stats.json not found"
     )
+
+
+def test_each_pretraining_seed_of_a_pretrained_hypernet_applies_its_own_network_seed():
+    """Planning: with hypernet pretrained over 3 seeds, stage hypernet has one job per network seed and the init of
+    pretraining seed k reads network seed k; a study that does not pretrain hypernet trains network seed 1 alone."""
+    import copy
+
+    from conftest import REPO
+    from vocabtransfer.app.params import load_params
+    from vocabtransfer.pipeline import paths
+    from vocabtransfer.pipeline.typed import Params
+    from vocabtransfer.plan.stages import STAGES
+
+    tree = copy.deepcopy(load_params(REPO / "params.yaml"))
+    tree["init"]["methods"] = ["fvt", "hypernet"]
+    assert STAGES["hypernet"].jobs(Params(tree)) == [{"pseed": "1"}]
+    tree["pretrain"].update(methods=["fvt", "hypernet"], seeds=3)
+    assert STAGES["hypernet"].jobs(Params(tree)) == [{"pseed": str(k)} for k in (1, 2, 3)]
+    for k in (1, 2, 3):
+        wildcards = {"lang": "sw", "method": "hypernet", "pseed": str(k)}
+        template = STAGES["init"].input_templates(Params(tree), wildcards)["hypernet"]
+        assert paths.fill(template, **wildcards) == f"results/source/hypernet/pseed{k}"
+    tree["init"]["methods"] = ["fvt"]
+    tree["pretrain"]["methods"] = ["fvt"]
+    assert STAGES["hypernet"].why_skipped(Params(tree), {"pseed": "1"}) == "init.methods has no hypernet"

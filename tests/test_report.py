@@ -848,9 +848,10 @@ def test_a_study_that_stops_at_initialisation_says_so_and_compares_the_initialis
         "vocab_sizes": [2000, 9000, 14000],
         "curve": [{"lm_loss": 8.0}] * 20 + [{"lm_loss": 7.0}] * 20,
     }
-    write(tmp_path, paths.HYPERNET + "/stats.json", stats)
+    write(tmp_path, paths.fill(paths.HYPERNET, pseed=1) + "/stats.json", stats)
     build.write_report(filled_params(PARAMS), _report(PARAMS), plan, tmp_path)
     text = (tmp_path / paths.REPORT).read_text()
+    assert "network seeds" not in text  # one network seed: nothing to add
     assert "scored right after initialisation (no pretraining or fine-tuning configured)" in text.split("## Verdict")[0]
     assert "* Continued pretraining: none configured (pretrain.pairs)" in text
     assert "* Downstream evaluation: no fine-tuning configured;" in text
@@ -858,6 +859,16 @@ def test_a_study_that_stops_at_initialisation_says_so_and_compares_the_initialis
         "* Hypernetwork (init method hypernet): trained once on the study's train splits, 600 steps, 1,000,000 "
         "tokens in 20.0 min (833 tokens/s, peak memory 4.00 GiB, 2,000,000 parameters) on 3 sampled tokenizers of "
         "2,000–14,000 tokens; its LM loss under the sampled tokenizers 8.00 → 7.00"
+    ) in text
+    # three network seeds: seed 1's line, then the seeds' count and spread
+    for k, seconds in ((2, 1500.0), (3, 1320.0)):
+        write(tmp_path, paths.fill(paths.HYPERNET, pseed=k) + "/stats.json", {**stats, "train_seconds": seconds})
+    build.write_report(filled_params(PARAMS), _report(PARAMS), plan, tmp_path)
+    text = (tmp_path / paths.REPORT).read_text()
+    assert (
+        "(mean of the first and the last 20 steps). 3 network seeds, each trained so (the init of pretraining seed k "
+        "applies network seed k, so the pretrained runs' spread holds the network's seed variance): 20.0–25.0 min a "
+        "seed; the numbers above are network seed 1's"
     ) in text
     bullets = [b for b in section(section(text, "## Verdict"), "### sw").splitlines() if b.startswith("- ")]
     assert [b.split("**")[1] for b in bullets] == [

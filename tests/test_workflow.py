@@ -121,13 +121,14 @@ def test_the_hypernet_stage_trains_once_for_the_source_and_its_init_job_applies_
     import pyarrow.parquet as pq
 
     work, _, params = workdir
-    stats = json.loads((work / "results/source/hypernet/stats.json").read_text())
+    stats = json.loads((work / "results/source/hypernet/pseed1/stats.json").read_text())
+    assert stats["network_seed"] == 1 and stats["seed"] == params["seed"]  # hypernet not pretrained: one network
     options = params["init"]["hypernet"]
     assert stats["steps"] == options["steps"] == len(stats["curve"]) and stats["tokens"] > 0
     assert [row["step"] for row in stats["curve"]] == list(range(1, options["steps"] + 1))
     assert len({row["vocab"] for row in stats["curve"]}) == options["steps"] // options["steps_per_tokenizer"]
-    assert (work / "results/source/hypernet/hypernet.safetensors").is_file()
-    assert sorted(p.name for p in (work / "checkpoints/source/hypernet").glob("checkpoint-*")) == [
+    assert (work / "results/source/hypernet/pseed1/hypernet.safetensors").is_file()
+    assert sorted(p.name for p in (work / "checkpoints/source/hypernet/pseed1").glob("checkpoint-*")) == [
         "checkpoint-10",
         "checkpoint-5",
     ]

@@ -124,10 +124,12 @@ SOURCE_MODEL = "results/source/model"  # the source model completed with a train
 SOURCE_HEAD_STATS = "results/source/head_stats.json"
 SOURCE_WORD_FASTTEXT = "results/source/fasttext/words.bin"  # word-level fastText on source-language text
 SOURCE_SNMF = "results/source/snmf.safetensors"  # semi-NMF of the source embeddings, shared by every *snmf method
-# the hypernetwork of init method hypernet, trained once per source model (stage hypernet): config.json,
-# hypernet.safetensors, stats.json; its Trainer checkpoints outside the declared output
-HYPERNET = "results/source/hypernet"
-HYPERNET_CHECKPOINTS = "checkpoints/source/hypernet"
+# the hypernetworks of init method hypernet, trained once per source model and network seed (stage hypernet; the
+# init of pretraining seed k applies network seed k): config.json, hypernet.safetensors, stats.json; its Trainer
+# checkpoints outside the declared output
+HYPERNETS = "results/source/hypernet"  # every network seed's folder, pseed<k>: what init.hypernet.network names
+HYPERNET = HYPERNETS + "/pseed{pseed}"
+HYPERNET_CHECKPOINTS = "checkpoints/source/hypernet/pseed{pseed}"
 WORD_FASTTEXT = "results/{lang}/fasttext/words.bin"  # word-level fastText on the target corpus (WECHSEL)
 
 # embedding initialisation: a directory per method and pretraining seed with embeddings.safetensors,

@@ -80,6 +80,13 @@ def needed_by(params: Params, base: str, lang: str | None = None) -> str | None:
     return None
 
 
+def network_seeds(params: Params) -> list[int]:
+    """The network seeds stage hypernet trains: one per initialisation of init method hypernet (its pseeds: each
+    pretraining seed of a pretrained hypernet, so the runs' spread holds the network's seed variance), at least 1."""
+    seeds = {s for m, s in init_runs(params) if names.split_method(m)[0] == "hypernet"}
+    return sorted(seeds) or [1]
+
+
 def retrieval_reason(params: Params, lang: str) -> str | None:
     """Why `init_eval` measures no parallel-sentence retrieval for `lang` (None when it does)."""
     if int(params.leaf("init_eval.retrieval_sentences")) == 0:

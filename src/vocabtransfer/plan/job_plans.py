@@ -14,7 +14,7 @@ from vocabtransfer.pipeline import names, paths
 from vocabtransfer.pipeline.stage_spec import PACKAGE, module_file
 from vocabtransfer.pipeline.typed import Params, field_leaves
 from vocabtransfer.plan import availability, data_params, eval_plans, finetune_plans, init_plans, pretrain_plans
-from vocabtransfer.plan.method_catalog import hypernet_network
+from vocabtransfer.plan.method_catalog import hypernet_network, network_folder
 from vocabtransfer.plan.method_options import FACTORIZATIONS, HypernetOptions, WordFasttextOptions
 from vocabtransfer.plan.methods import METHODS, info
 from vocabtransfer.plan.task_options import EvalParams, task_options_class
@@ -59,7 +59,7 @@ def hypernet_data(params: Params, wc: dict) -> dict[str, Path]:
     """`init.hypernet.network`'s stats.json (rewritten whenever that network is trained again), a data input of the
     hypernet job that copies it: a retrained network reruns it and the init jobs that apply it."""
     directory = hypernet_network(params)
-    return {"data_network": directory / "stats.json"} if directory is not None else {}
+    return {"data_network": network_folder(directory, wc["pseed"]) / "stats.json"} if directory is not None else {}
 
 
 def hypernet_leaves(params: Params, wc: dict) -> list[str]:

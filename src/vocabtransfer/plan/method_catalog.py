@@ -26,6 +26,7 @@ from vocabtransfer.plan.method_options import (
     SnmfOptions,
     WechselOptions,
 )
+from vocabtransfer.plan.availability import network_seeds
 from vocabtransfer.plan.methods import MethodInfo
 from vocabtransfer.pipeline import paths
 from vocabtransfer.pipeline.typed import Params
@@ -79,25 +80,33 @@ def hypernet_network(params: Params) -> Path | None:
     return paths.data_path(entry) if entry else None
 
 
+def network_folder(directory: Path, pseed: int | str) -> Path:
+    """Network seed `pseed`'s folder in the folder `init.hypernet.network` names (another study's
+    results/source/hypernet, one `pseed<k>` folder a network seed)."""
+    return directory / f"pseed{pseed}"
+
+
 def hypernet_refusal(params: Params, lang: str) -> str | None:
-    """`init.hypernet.network` naming no trained network, or one whose stats.json records another source model
-    than `source_model` (the job checks the weights' sha256 too)."""
+    """`init.hypernet.network` lacking a network seed this study applies, or holding one whose stats.json records
+    another source model than `source_model` (the job checks the weights' sha256 too)."""
     directory = hypernet_network(params)
     if directory is None:
         return None
-    stats = directory / "stats.json"
-    if not stats.is_file():
-        return (
-            f"init.hypernet.network: {stats} not found; point it at a folder stage hypernet wrote (results/source/"
-            "hypernet of a study), or unset it to train a network here"
-        )
-    recorded = json.loads(stats.read_text(encoding="utf-8")).get("source_model")
-    if recorded != params.leaf("source_model"):
-        return (
-            f"init.hypernet.network: {directory} was trained on source model {recorded or '(not recorded)'}, and "
-            f"source_model is {params.leaf('source_model')}; point it at a network trained on this source model, or "
-            "unset it to train one here"
-        )
+    for seed in network_seeds(params):
+        stats = network_folder(directory, seed) / "stats.json"
+        if not stats.is_file():
+            return (
+                f"init.hypernet.network: {stats} not found (network seed {seed}: the init of pretraining seed {seed} "
+                "applies it); point it at the results/source/hypernet folder of a study that trained as many network "
+                "seeds (pretrain.seeds with hypernet pretrained), or unset it to train the networks here"
+            )
+        recorded = json.loads(stats.read_text(encoding="utf-8")).get("source_model")
+        if recorded != params.leaf("source_model"):
+            return (
+                f"init.hypernet.network: {stats.parent} was trained on source model {recorded or '(not recorded)'}, "
+                f"and source_model is {params.leaf('source_model')}; point it at networks trained on this source "
+                "model, or unset it to train them here"
+            )
     return None
 
 

@@ -144,9 +144,10 @@ class HypernetOptions:
     )
     network: str | None = option(
         None,
-        "a trained network to apply instead of training one: the folder stage hypernet wrote in another study "
-        "(its results/source/hypernet; relative paths resolve against $VOCABTRANSFER_DATA); its source model must "
-        "be this study's (checked by name before any job, by the weights' sha256 in the job); null: train here",
+        "trained networks to apply instead of training them: the folder stage hypernet wrote in another study "
+        "(its results/source/hypernet, one pseed<k> folder a network seed; this study's pretraining seed k applies "
+        "network seed k; relative paths resolve against $VOCABTRANSFER_DATA); its source model must be this "
+        "study's (checked by name before any job, by the weights' sha256 in the job); null: train here",
     )
 
     def __post_init__(self):

@@ -195,12 +195,11 @@ SOURCE_SNMF = Stage(
     skip_reason=job_plans.snmf_skip_reason,
 )
 
-
 HYPERNET = Stage(
     name="hypernet",
     run="vocabtransfer.train.hypernet:run",
-    help="train the network of init method hypernet once per source model, on tokenizers it samples",
-    wildcards=(),
+    help="train the network of init method hypernet, once per source model and network seed, on tokenizers it samples",
+    wildcards=("pseed",),
     inputs=job_plans.hypernet_inputs,
     outputs={"hypernet": paths.HYPERNET},
     directories=frozenset({"hypernet"}),
@@ -209,6 +208,7 @@ HYPERNET = Stage(
     code=("train/hypernet.py",),
     parallel=True,
     gpu=True,
+    expand=lambda params: [{"pseed": str(s)} for s in availability.network_seeds(params)],  # seed k: pseed k's init
     skip_reason=lambda params, wc: availability.needed_by(params, "hypernet"),
     data=job_plans.hypernet_data,  # init.hypernet.network: a network trained by another study, copied
 )

@@ -44,12 +44,19 @@ def quantisation_lines(stats: dict | None) -> list[str]:
     ]
 
 
+def network_stats(root: Path | None) -> list[dict]:
+    """Stage hypernet's stats.json of every network seed, by seed (none without a trained network)."""
+    files = (Path(root or ".") / paths.HYPERNETS).glob("pseed*/stats.json")
+    return [io.read_json(f) for f in sorted(files, key=lambda f: int(f.parent.name.removeprefix("pseed")))]
+
+
 def hypernet_lines(root: Path | None) -> list[str]:
-    """The set-up's line on the trained hypernetwork (stage hypernet's stats.json), none without one."""
-    path = Path(root or ".") / paths.HYPERNET / "stats.json"
-    if not path.is_file():
+    """The set-up's line on the trained hypernetworks (stage hypernet's stats.json of each network seed): network
+    seed 1's training, and the other seeds' count and time; none without one."""
+    seeds = network_stats(root)
+    if not seeds:
         return []
-    stats = io.read_json(path)
+    stats = seeds[0]
     curve = stats.get("curve") or []
     first, last = curve[: min(20, len(curve))], curve[-min(20, len(curve)) :]
     loss = (
@@ -59,12 +66,20 @@ def hypernet_lines(root: Path | None) -> list[str]:
         else ""
     )
     vocab = stats.get("vocab_sizes") or []
+    minutes = [s.get("train_seconds", 0) / 60 for s in seeds]
+    others = (
+        f". {len(seeds)} network seeds, each trained so (the init of pretraining seed k applies network seed k, so "
+        f"the pretrained runs' spread holds the network's seed variance): {min(minutes):.1f}–{max(minutes):.1f} min a "
+        "seed; the numbers above are network seed 1's"
+        if len(seeds) > 1
+        else ""
+    )
     return [
         f"* Hypernetwork (init method hypernet): trained once on the study's train splits, {stats.get('steps')} "
         f"steps, {stats.get('tokens', 0):,} tokens in {stats.get('train_seconds', 0) / 60:.1f} min "
         f"({stats.get('tokens_per_second', 0):.0f} tokens/s, peak memory "
         f"{stats.get('peak_memory_bytes', 0) / 2**30:.2f} GiB, {stats.get('parameters', 0):,} parameters) on "
-        f"{len(vocab)} sampled tokenizers of {min(vocab, default=0):,}–{max(vocab, default=0):,} tokens" + loss
+        f"{len(vocab)} sampled tokenizers of {min(vocab, default=0):,}–{max(vocab, default=0):,} tokens" + loss + others
     ]
 
 

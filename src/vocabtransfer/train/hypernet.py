@@ -1,4 +1,8 @@
-"""Stage `hypernet`: train, once per source model, the network of init method `hypernet` (`model/hypernet.py`).
+"""Stage `hypernet`: train, once per source model and network seed, the network of init method `hypernet`
+(`model/hypernet.py`). Network seed k (the `pseed` wildcard) is what the initialisation of pretraining seed k
+applies, drawn from that seed (`names.seed_value`: seed k's tokenizers, masks and starting weights), so the spread
+of a pretrained hypernet's runs holds the network's own seed variance; a study that does not pretrain hypernet
+trains network seed 1 alone.
 
 The recipe is ZeTT's (Minixhofer et al., 2024), sized for a CPU:
 
@@ -16,11 +20,11 @@ The recipe is ZeTT's (Minixhofer et al., 2024), sized for a CPU:
    causal) plus `aux_weight` × the mean squared distance of the shared pieces' rows to their source rows.
 4. **Training** by the `transformers` Trainer on the network's parameters only (AdamW, linear warm-up and
    decay, gradient clipping at 1, bf16 autocast where `precision` picks it): checkpoints every `save_every`
-   steps under checkpoints/source/hypernet, and a killed run resumes from the last with the same command; one
+   steps under checkpoints/source/hypernet/pseed<k>, and a killed run resumes from the last with the same command; one
    log line every 5 % of the steps (tokens seen, loss, tokens/s, time left: `train.progress`), a bar on a terminal.
 
-Outputs (results/source/hypernet/): config.json and hypernet.safetensors (the network), stats.json (the
-options, the loss curve, tokens/s, seconds, peak memory, the sampled vocabulary sizes).
+Outputs (results/source/hypernet/pseed<k>/): config.json and hypernet.safetensors (the network), stats.json (the
+options, the network seed and its seed, the loss curve, tokens/s, seconds, peak memory, the sampled vocabulary sizes).
 """
 
 from __future__ import annotations
@@ -53,7 +57,8 @@ from vocabtransfer.model import modeling
 from vocabtransfer.model.heads import head_parts, predicted_hidden
 from vocabtransfer.model.hub import load_tokenizer
 from vocabtransfer.model.lmdata import LMCollator, pack_lines
-from vocabtransfer.pipeline import paths
+from vocabtransfer.pipeline import names, paths
+from vocabtransfer.plan.method_catalog import network_folder
 from vocabtransfer.train.progress import install as install_progress
 from vocabtransfer.train.checkpoints import (
     PARAMS_FILE,
@@ -332,17 +337,20 @@ def run(ctx) -> None:
     start = time.perf_counter()
     options = ctx.section("init.hypernet", HypernetOptions)
     if options.network is not None:
-        import_network(ctx, paths.data_path(options.network))
+        import_network(ctx, network_folder(paths.data_path(options.network), ctx.wildcards["pseed"]))
         return
+    # network seed k draws from pretraining seed k's seed (network seed 1: params `seed`)
+    seed = names.seed_value(ctx.params, ctx.wildcards["pseed"])
     lines = train_lines([ctx.input[k] for k in sorted(ctx.input) if k.startswith("train_")])
-    setup = Setup(ctx.input["source"], lines, options, ctx.seed, device=ctx.device)
-    net = new_network(config_for(setup, options), ctx.seed)
-    curve, seconds, precision = fit(
-        setup, net, options, Path(paths.HYPERNET_CHECKPOINTS), seed=ctx.seed, device=ctx.device
-    )
+    setup = Setup(ctx.input["source"], lines, options, seed, device=ctx.device)
+    net = new_network(config_for(setup, options), seed)
+    checkpoints = Path(paths.fill(paths.HYPERNET_CHECKPOINTS, pseed=ctx.wildcards["pseed"]))
+    curve, seconds, precision = fit(setup, net, options, checkpoints, seed=seed, device=ctx.device)
     tokens = sum(row["tokens"] for row in curve)
     stats = {
         "options": asdict(options),
+        "network_seed": int(ctx.wildcards["pseed"]),
+        "seed": seed,
         # the source model it was trained on: checked where another study applies it (init.hypernet.network)
         "source_model": ctx.param("source_model"),
         "source_sha256": model_fingerprint(Path(ctx.input["source"])),
@@ -383,8 +391,8 @@ def import_network(ctx, directory: Path) -> None:
     stats_file = directory / "stats.json"
     if not stats_file.is_file():
         raise VocabTransferError(
-            f"init.hypernet.network: {stats_file} not found; point it at a folder stage hypernet wrote "
-            "(results/source/hypernet of a study), or unset it to train a network here"
+            f"init.hypernet.network: {stats_file} not found; point it at the results/source/hypernet folder of a "
+            "study whose stage hypernet trained this network seed, or unset it to train the networks here"
         )
     stats = io.read_json(stats_file)
     here = model_fingerprint(Path(ctx.input["source"]))
