@@ -38,6 +38,7 @@ from vocabtransfer.model import modeling
 from vocabtransfer.model.hub import load_tokenizer
 from vocabtransfer.model.line_bits import valid_lines
 from vocabtransfer.pipeline import names, paths
+from vocabtransfer.pipeline.stage_spec import Context
 from vocabtransfer.train import pretrain
 from vocabtransfer.train import pretrain_setup as setup
 from vocabtransfer.plan.pretrain_params import PretrainParams
@@ -78,7 +79,7 @@ def pick(rates: list[float], losses: list[float]) -> float:
     return rates[best]
 
 
-def dev_split(ctx, tokenizer, lines: int, directory: Path) -> Path:
+def dev_split(ctx: Context, tokenizer, lines: int, directory: Path) -> Path:
     """The dev lines tokenised as the pretokenize stage tokenises a split, written to `directory`."""
     text = valid_lines(ctx.input["dev_text"], lines)
     if not text:
@@ -90,7 +91,7 @@ def dev_split(ctx, tokenizer, lines: int, directory: Path) -> Path:
     return directory
 
 
-def train_rate(ctx, opts: PretrainParams, data: setup.RunData, rate: float, seed: int, work: Path) -> dict:
+def train_rate(ctx: Context, opts: PretrainParams, data: setup.RunData, rate: float, seed: int, work: Path) -> dict:
     """Step 2 for one rate: a fresh copy of the initialised model trained `tune.steps` steps; its dev losses."""
 
     tick = time.perf_counter()
@@ -112,7 +113,7 @@ def train_rate(ctx, opts: PretrainParams, data: setup.RunData, rate: float, seed
     }
 
 
-def run(ctx) -> None:
+def run(ctx: Context) -> None:
     opts = ctx.section("pretrain", PretrainParams)
     if not tuned(opts):
         raise VocabTransferError(
