@@ -39,6 +39,7 @@ from vocabtransfer.data.corpus_sources import describe, open_source
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.log import progress
 from vocabtransfer.pipeline import names
+from vocabtransfer.pipeline.stage_spec import Context
 from vocabtransfer.plan.data_params import CorpusParams, Normalization
 
 if TYPE_CHECKING:
@@ -254,7 +255,7 @@ def _versions() -> dict[str, str]:
     return {**io.versions(), "datasets": version("datasets")}
 
 
-def run(ctx) -> None:
+def run(ctx: Context) -> None:
     """The `corpus` stage: results/{lang}/corpus/{train,valid,dev}.parquet and stats.json."""
     opts = ctx.section("corpus", CorpusParams)  # params corpus, typed
     key = f"corpus.sources.{ctx.lang}"

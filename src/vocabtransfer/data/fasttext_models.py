@@ -69,7 +69,7 @@ def zeroed_allocations():
     try:
         yield
     finally:
-        if zeroing:
+        if zeroing and mallopt is not None:
             mallopt(M_PERTURB, 0)
 
 

@@ -28,7 +28,6 @@ import os
 import shutil
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -40,10 +39,8 @@ from vocabtransfer.log import progress
 from vocabtransfer import io
 from vocabtransfer.model.hub import load_tokenizer
 from vocabtransfer.pipeline.paths import data_path
+from vocabtransfer.pipeline.stage_spec import Context
 from vocabtransfer.plan.data_params import FasttextParams, Mode
-
-if TYPE_CHECKING:
-    from vocabtransfer.pipeline.stage_spec import Context
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +114,7 @@ def _link_or_copy(src: Path, dst: Path) -> None:
         shutil.copyfile(src, dst)
 
 
-def _fasttext_model(ctx: "Context", opts: FasttextParams):
+def _fasttext_model(ctx: Context, opts: FasttextParams):
     """The fastText model of the stage, saved to its `model` output: trained on the target text (tokenlevel;
     a seeded sample of it with `fasttext.sample_bytes`), or the pretrained word-level .bin, linked.
     Returns (the model, the threads it trained on, the text or .bin its words come from)."""
@@ -179,7 +176,7 @@ def _examples(ids: list[int]) -> list[int]:
     return ids[:: max(1, len(ids) // 20)][:20]
 
 
-def run(ctx: "Context") -> None:
+def run(ctx: Context) -> None:
     """Stage `fasttext`: auxiliary embeddings for the target tokens (see the module docstring)."""
 
     start = time.perf_counter()

@@ -47,6 +47,7 @@ from vocabtransfer import io
 from vocabtransfer.data.families import is_byte_piece, special_token_clash, spelling, token_bytes
 from vocabtransfer.model.hub import load_tokenizer, materialised_source
 from vocabtransfer.plan.data_params import OverlapParams
+from vocabtransfer.pipeline.stage_spec import Context
 
 log = logging.getLogger(__name__)
 
@@ -357,7 +358,7 @@ def markdown_counts(counts: dict[str, int], total: int) -> str:
     return "\n".join(lines)
 
 
-def run(ctx) -> None:
+def run(ctx: Context) -> None:
     """The `overlap` stage: target tokenizer (stage input) vs the source model's tokenizer."""
     start = time.perf_counter()
     source_model = ctx.param("source_model")

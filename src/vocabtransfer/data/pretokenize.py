@@ -39,6 +39,7 @@ from vocabtransfer.data.corpus_lines import corpus_rows, iter_text_batches
 from vocabtransfer.data.tokenizer import load_target_tokenizer, set_threads
 from vocabtransfer.model.hub import load_tokenizer, materialised_source
 from vocabtransfer.plan.data_params import PretokenizeParams
+from vocabtransfer.pipeline.stage_spec import Context
 
 log = logging.getLogger(__name__)
 
@@ -227,7 +228,7 @@ def measure(tokenizer, corpus: Path, batch_size: int = 1000) -> TokenStats:
 # the stage
 
 
-def run(ctx) -> None:
+def run(ctx: Context) -> None:
     set_threads(ctx.threads)
     batch_size = ctx.section("pretokenize", PretokenizeParams).batch_size
     source_name = ctx.param("source_model")

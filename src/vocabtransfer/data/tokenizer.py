@@ -73,6 +73,7 @@ from vocabtransfer.data.tokenizer_build import (
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.model.hub import load_tokenizer, materialised_source
 from vocabtransfer.plan.data_params import TokenizerParams
+from vocabtransfer.pipeline.stage_spec import Context
 
 log = logging.getLogger(__name__)
 
@@ -197,7 +198,7 @@ def load_target_tokenizer(path: str | os.PathLike):
 # --------------------------------------------------------------------------------------------- the stage
 
 
-def run(ctx) -> None:
+def run(ctx: Context) -> None:
     set_threads(ctx.threads)
     source_name = ctx.param("source_model")
     source = load_tokenizer(materialised_source(ctx.input["source"]))

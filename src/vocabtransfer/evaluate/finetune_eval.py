@@ -49,6 +49,7 @@ from transformers.models.auto import modeling_auto
 
 from vocabtransfer import io
 from vocabtransfer.pipeline import paths
+from vocabtransfer.pipeline.stage_spec import Context
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.evaluate.tasks import get_task, load_splits, test_clusters
 from vocabtransfer.plan.task_options import EvalParams
@@ -64,7 +65,7 @@ log = logging.getLogger(__name__)
 # --- one job ------------------------------------------------------------------------------------
 
 
-def _model_dir(ctx, info: dict) -> Path:
+def _model_dir(ctx: Context, info: dict) -> Path:
     path = ctx.input["model"] / info["subdir"] if info["subdir"] else ctx.input["model"]
     if not (path / "config.json").is_file():
         raise VocabTransferError(
@@ -234,7 +235,7 @@ def finetune(
     return _result(task, splits, trainer, evaluation, train_features, pad_token, choice, test_precision), trainer
 
 
-def run(ctx) -> None:
+def run(ctx: Context) -> None:
     start = time.perf_counter()
     eval_params = ctx.section("eval", EvalParams)
     lang, task_name, model_name = ctx.lang, ctx.wildcards["task"], ctx.wildcards["model"]

@@ -83,7 +83,7 @@ def _pretrained_base(body_cls):
     return PreTrainedModel
 
 
-def head_class(head: str, config) -> type:
+def head_class(head: str, config) -> type[PreTrainedModel]:
     """The generic `head` class for `config`'s architecture (`GenericGemma3TextForTokenClassification`);
     one clear error when `unsupported` says it does not apply."""
     why = unsupported(head, config)
@@ -93,7 +93,7 @@ def head_class(head: str, config) -> type:
 
 
 @functools.cache
-def _build(head: str, model_type: str) -> type:
+def _build(head: str, model_type: str) -> type[PreTrainedModel]:
 
     body_cls = getattr(transformers, modeling_auto.MODEL_MAPPING_NAMES[model_type])
     base = _pretrained_base(body_cls)

@@ -45,6 +45,7 @@ from vocabtransfer.evaluate.frequencies import frequency_ranks, read_ids, token_
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.log import progress
 from vocabtransfer.pipeline.typed import Params
+from vocabtransfer.pipeline.stage_spec import Context
 from vocabtransfer.plan.pretrain_params import PretrainParams
 from vocabtransfer.plan.eval_plans import GradientScenariosParams
 from vocabtransfer.model.losses import objective_loss
@@ -204,7 +205,7 @@ def plot(rows: dict, path: str | Path, title: str, n_bins: int) -> None:
     io.save_png(fig, path, dpi=110)
 
 
-def run(ctx) -> None:
+def run(ctx: Context) -> None:
     opts = ctx.section("gradient_scenarios", GradientScenariosParams)  # params gradient_scenarios, typed
     objective = ctx.wildcards["objective"]
     m = margin(ctx.params, objective)

@@ -50,6 +50,7 @@ from vocabtransfer.plan.harness_plans import (
     task_manager,
     task_names,
 )
+from vocabtransfer.pipeline.stage_spec import Context
 
 log = logging.getLogger(__name__)
 
@@ -158,7 +159,7 @@ def samples_table(results: dict) -> pa.Table:
     return pa.table(rows, schema=SAMPLE_SCHEMA)
 
 
-def run(ctx) -> None:
+def run(ctx: Context) -> None:
     start = time.perf_counter()
     lang, model = ctx.lang, ctx.wildcards["model"]
     why = skip_reason(ctx.params, ctx.wildcards)

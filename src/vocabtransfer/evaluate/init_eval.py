@@ -63,6 +63,7 @@ from vocabtransfer.model import lm_loss, modeling
 from vocabtransfer.model.hub import load_tokenizer
 from vocabtransfer.model.lmdata import Kind, lm_batches, pack_lines, read_lines, target_labels
 from vocabtransfer.pipeline import paths
+from vocabtransfer.pipeline.stage_spec import Context
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.plan.eval_plans import InitEvalParams, input_key
 from vocabtransfer.train.pretrain_outputs import unigram_block_sums
@@ -212,7 +213,7 @@ def markdown(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def _shared_inputs(ctx, opts: InitEvalParams, methods: list[str]):
+def _shared_inputs(ctx: Context, opts: InitEvalParams, methods: list[str]):
     """The texts every row reads: the target valid lines, the source text's lines held out by
     source_head, and the XNLI premise pairs of the retrieval (none where it cannot run)."""
     valid = bits_per_byte.valid_lines(ctx.input["valid"], opts.max_lines)
@@ -239,7 +240,12 @@ def _shared_inputs(ctx, opts: InitEvalParams, methods: list[str]):
 
 
 def _source_row(
-    ctx, opts: InitEvalParams, source_lines: list[str], valid: list[str], src_sent: list[str], tgt_sent: list[str]
+    ctx: Context,
+    opts: InitEvalParams,
+    source_lines: list[str],
+    valid: list[str],
+    src_sent: list[str],
+    tgt_sent: list[str],
 ):
     """The reference row: the source model on its held-out lines (bits per byte on the target valid lines,
     with its own tokenizer; retrieval from its own target sentence embeddings). Returns (the row, the
@@ -296,7 +302,7 @@ def _source_row(
     return row, src_vecs, source_tok
 
 
-def _method_row(ctx, opts: InitEvalParams, method: str, valid: list[str], tgt_sent: list[str], src_vecs):
+def _method_row(ctx: Context, opts: InitEvalParams, method: str, valid: list[str], tgt_sent: list[str], src_vecs):
     """One initialised model's row: its loss and bits per byte on the valid lines, and retrieval against
     the source's sentence embeddings (masked models). Returns (the row, the model's tokenizer)."""
     seq_len, batch_size = opts.seq_len, opts.batch_size
@@ -343,7 +349,7 @@ def _method_row(ctx, opts: InitEvalParams, method: str, valid: list[str], tgt_se
     return row, tok
 
 
-def run(ctx) -> None:
+def run(ctx: Context) -> None:
     opts = ctx.section("init_eval", InitEvalParams)  # params init_eval, typed
     bpb = opts.bits_per_byte
     methods = availability.methods(ctx.params, ctx.lang)

@@ -22,6 +22,7 @@ from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.evaluate.tasks import get_task, load_splits, test_clusters
 from vocabtransfer.plan.task_options import EvalParams, TaskOptions
 from vocabtransfer.plan.finetune_plans import floor_skip_reason
+from vocabtransfer.pipeline.stage_spec import Context
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +49,7 @@ def floor(options: TaskOptions, lang: str, task_name: str, seed: int) -> dict:
     }
 
 
-def run(ctx) -> None:
+def run(ctx: Context) -> None:
     why = floor_skip_reason(ctx.params, ctx.wildcards)
     if why is not None:
         raise VocabTransferError(f"floor: no job {ctx.wildcards['task']} for {ctx.lang!r}: {why}")

@@ -54,6 +54,7 @@ from vocabtransfer.model.hub import load_tokenizer
 from vocabtransfer.model.lmdata import Kind, lm_batches
 from vocabtransfer.train.packing import PackedBlocks
 from vocabtransfer.pipeline import paths
+from vocabtransfer.pipeline.stage_spec import Context
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.log import progress
 from vocabtransfer.plan.eval_plans import (
@@ -126,7 +127,9 @@ def line_rows(method: str, objective: str, pseed: int, scores: bits_per_byte.Lin
     }
 
 
-def source_scores(ctx, kind: Kind, lines: list[str], seq_len: int, batch_size: int) -> bits_per_byte.LineScores:
+def source_scores(
+    ctx: Context, kind: Kind, lines: list[str], seq_len: int, batch_size: int
+) -> bits_per_byte.LineScores:
     """The source model with its own tokenizer on the valid lines; a causal source must have its LM head
     (checked before any model is scored); a masked one only has its tokens counted."""
     directory = Path(ctx.input["source_model"])
@@ -196,7 +199,7 @@ def plot(rows: list[dict], path: str | Path, lang: str, n_seen_buckets: int) -> 
     io.save_png(fig, path, dpi=110)
 
 
-def model_dir(ctx, method: str, objective: str, pseed: int) -> Path:
+def model_dir(ctx: Context, method: str, objective: str, pseed: int) -> Path:
     key = model_key(method, objective, pseed)
     if key in ctx.input:
         return Path(ctx.input[key]) / "model"
@@ -212,7 +215,7 @@ def same_tokenizer(a, b, where: Path) -> None:
 
 
 def _reference_lines(
-    ctx, opts: TokenFrequencyLossParams, tokenizer, kind: Kind, lines: list[str], lines_out: dict[str, list]
+    ctx: Context, opts: TokenFrequencyLossParams, tokenizer, kind: Kind, lines: list[str], lines_out: dict[str, list]
 ) -> None:
     """The bits-per-byte rows of the references, appended to `lines_out`: the source model with its own
     tokenizer and, for a causal LM, the floors with the target tokenizer (`bpb_floor`)."""
@@ -244,7 +247,7 @@ def _reference_lines(
 
 
 def _zero_shot_lines(
-    ctx, opts: TokenFrequencyLossParams, tokenizer, lines: list[str], lines_out: dict[str, list]
+    ctx: Context, opts: TokenFrequencyLossParams, tokenizer, lines: list[str], lines_out: dict[str, list]
 ) -> None:
     """The bits-per-byte rows of the other methods' initialised models (`zero_shot_models`, causal), appended
     to `lines_out`."""
@@ -264,7 +267,9 @@ def _zero_shot_lines(
         del model
 
 
-def _write_outputs(ctx, rows: list[dict], cells: dict[str, list], lines_out: dict[str, list], n_seen_buckets: int):
+def _write_outputs(
+    ctx: Context, rows: list[dict], cells: dict[str, list], lines_out: dict[str, list], n_seen_buckets: int
+):
     """The three tables, the plot, and the loss per bucket as a Markdown table in the log."""
     io.write_parquet(pa.Table.from_pylist(rows, schema=SCHEMA), ctx.output["table"])
     io.write_parquet(pa.table(cells, schema=BLOCKS_SCHEMA), ctx.output["blocks"])
@@ -277,7 +282,7 @@ def _write_outputs(ctx, rows: list[dict], cells: dict[str, list], lines_out: dic
     )
 
 
-def run(ctx) -> None:
+def run(ctx: Context) -> None:
     opts = ctx.section("token_frequency_loss", TokenFrequencyLossParams)  # params token_frequency_loss, typed
     seq_len, batch_size, bpb = opts.seq_len, opts.batch_size, opts.bits_per_byte
     models = scored_models(ctx.params, ctx.lang)

@@ -43,6 +43,7 @@ from vocabtransfer.model.lmdata import Kind
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.pipeline import names
 from vocabtransfer.pipeline.paths import data_path
+from vocabtransfer.pipeline.stage_spec import Context
 from vocabtransfer.data.overlap import checked_pairs, overlap_pairs
 from vocabtransfer.init.source_snmf import load_factors
 from vocabtransfer.init.methods.registry import TransferProblem
@@ -164,7 +165,7 @@ class InitInputs:
         return self.matrices["output"] is not None
 
 
-def read_inputs(ctx) -> InitInputs:
+def read_inputs(ctx: Context) -> InitInputs:
     source_dir, target_dir = Path(ctx.input["source_model"]), Path(ctx.input["tokenizer"])
     model, kind = modeling.load_source_model(source_dir)
     source_tok = load_tokenizer(source_dir)
@@ -191,7 +192,7 @@ def read_inputs(ctx) -> InitInputs:
     )
 
 
-def run(ctx) -> None:
+def run(ctx: Context) -> None:
 
     start = time.perf_counter()
     method_name = ctx.method
@@ -209,7 +210,7 @@ def run(ctx) -> None:
     # 1. inputs, and the method's options: params init.<base>, typed (e.g. OmpOptions)
     x = read_inputs(ctx)
     base, fact = names.split_method(method_name)
-    options = ctx.section(f"init.{base}", info(base).options)
+    options: object = ctx.section(f"init.{base}", info(base).options)  # the method's options dataclass
     if fact:
         options = FactorizedOptions(options, ctx.section(f"init.{fact}", FACTORIZATIONS[fact]))
     snmf = {}  # the shared source_snmf factors of each matrix, checked against it and init.snmf (read once)
@@ -284,7 +285,7 @@ def built_model(x: InitInputs, rows: dict):
     )
 
 
-def drawn_scale(ctx, x: InitInputs, passes: dict, options, base: str, seed: int):
+def drawn_scale(ctx: Context, x: InitInputs, passes: dict, options, base: str, seed: int):
     """Steps 2b and 2c: (passes, the target model built on the way or None, what stats.json records of it):
     random's and overlap's drawn rows at `init.<base>.scale` (`calibrated_passes`, `random_scale`); fvt_prior's
     bias fitted (vocabtransfer.init.output_bias, `output_prior`); other methods as they are."""
@@ -304,7 +305,7 @@ def drawn_scale(ctx, x: InitInputs, passes: dict, options, base: str, seed: int)
     return passes, None, {"random_scale": {"scale": "source", "factor": 1.0}}
 
 
-def calibrated_passes(ctx, x: InitInputs, passes: dict, options: RandomRowsOptions, base: str, seed: int):
+def calibrated_passes(ctx: Context, x: InitInputs, passes: dict, options: RandomRowsOptions, base: str, seed: int):
     """(`passes` with the drawn rows shrunk by the measured factor, the target model built with them, the
     record for stats.json `random_scale`): `vocabtransfer.init.calibrate`, on the first
     `calibration_lines` lines of the train split."""
@@ -348,7 +349,7 @@ def calibrated_passes(ctx, x: InitInputs, passes: dict, options: RandomRowsOptio
 
 
 def write_outputs(
-    ctx,
+    ctx: Context,
     x: InitInputs,
     method_name: str,
     passes: dict,

@@ -59,6 +59,7 @@ from vocabtransfer.model.hub import materialised_source
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.log import progress
 from vocabtransfer.pipeline.paths import data_path
+from vocabtransfer.pipeline.stage_spec import Context
 from vocabtransfer.plan.init_plans import SourceHeadParams
 
 log = logging.getLogger(__name__)
@@ -288,7 +289,7 @@ def train_head(
     }
 
 
-def run(ctx) -> None:
+def run(ctx: Context) -> None:
 
     opts = ctx.section("source_head", SourceHeadParams)  # params source_head, typed
     source = ctx.param("source_model")

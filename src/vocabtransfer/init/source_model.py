@@ -33,6 +33,7 @@ from vocabtransfer import io
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.model import gguf
 from vocabtransfer.model.hub import BIN_FILES, HUB_FILES, resolve_model_path
+from vocabtransfer.pipeline.stage_spec import Context
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +88,7 @@ def materialise(value: str, out_dir: Path) -> dict:
     return stats
 
 
-def run(ctx) -> None:
+def run(ctx: Context) -> None:
     value = ctx.param("source_model")
     out_dir = Path(ctx.output["model"])
     stats = materialise(value, out_dir)

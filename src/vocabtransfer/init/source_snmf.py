@@ -41,6 +41,7 @@ from vocabtransfer.plan.method_options import SnmfOptions
 from vocabtransfer.plan.init_plans import FACTOR_KEYS
 from vocabtransfer.init.factorize import factorize_source
 from vocabtransfer.init.semi_nmf import block_coefficients, expand_blocks
+from vocabtransfer.pipeline.stage_spec import Context
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +58,7 @@ def fingerprint(E) -> str:
     return digest.hexdigest()
 
 
-def run(ctx) -> None:
+def run(ctx: Context) -> None:
 
     start = time.perf_counter()
     source_dir = Path(ctx.input["source_model"])

@@ -4,19 +4,16 @@ split, with the settings of `init.wechsel.fasttext` (threads as `fasttext.reprod
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
 
 from vocabtransfer.data.fasttext_models import WordFasttextSettings, train_word_fasttext
 from vocabtransfer.plan.data_params import FasttextParams
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.io import read_parquet
 from vocabtransfer.pipeline.paths import data_path
-
-if TYPE_CHECKING:
-    from vocabtransfer.pipeline.stage_spec import Context
+from vocabtransfer.pipeline.stage_spec import Context
 
 
-def _train_words(ctx: "Context", text) -> None:
+def _train_words(ctx: Context, text) -> None:
     """`train_word_fasttext` of `text` (a file or lines) to the stage's model: model, dim, epochs, min_count and
     bucket from params `init.wechsel.fasttext` (the fields of WordFasttextOptions), WECHSEL's negatives and
     n-grams, one thread unless `fasttext.reproducible` is false."""
@@ -28,7 +25,7 @@ def _train_words(ctx: "Context", text) -> None:
     train_word_fasttext(text, ctx.output["model"], settings, seed=ctx.seed, threads=threads, bucket=opts["bucket"])
 
 
-def run_source_words(ctx: "Context") -> None:
+def run_source_words(ctx: Context) -> None:
     """Stage `source_fasttext`: word-level fastText on source-language text (init.wechsel.source_text)."""
     text = data_path(ctx.param("init.wechsel.source_text"))
     if not text.is_file():
@@ -39,6 +36,6 @@ def run_source_words(ctx: "Context") -> None:
     _train_words(ctx, text)
 
 
-def run_target_words(ctx: "Context") -> None:
+def run_target_words(ctx: Context) -> None:
     """Stage `word_fasttext`: word-level fastText on the target corpus's train split."""
     _train_words(ctx, read_parquet(ctx.input["train"], ["text"]).column("text").to_pylist())

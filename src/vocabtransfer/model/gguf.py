@@ -29,6 +29,7 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Literal
 
 import torch
 import huggingface_hub
@@ -244,18 +245,20 @@ def one_parse():
 
     original = gguf.GGUFReader
     readers: dict = {}
+    # the module, to replace its class by this function for the block (to mypy a module's class is no variable)
+    module: Any = gguf
 
-    def shared(path: str | os.PathLike, mode: str = "r"):
+    def shared(path: str | os.PathLike, mode: Literal["r", "r+", "c"] = "r"):
         key = (os.fspath(path), mode)
         if key not in readers:
             readers[key] = original(path, mode)
         return readers[key]
 
-    gguf.GGUFReader = shared  # restored below; transformers imports it per call
+    module.GGUFReader = shared  # restored below; transformers imports it per call
     try:
         yield
     finally:
-        gguf.GGUFReader = original
+        module.GGUFReader = original
 
 
 def materialise(path: Path, out_dir: Path) -> dict:

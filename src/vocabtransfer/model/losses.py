@@ -124,12 +124,12 @@ class _SelfishCrossEntropy(torch.autograd.Function):
             y = labels[s:e, None]
             target = x.gather(1, y)
             # 2. log-sum-exp over the kept set; the row maximum is always kept (it is >= the target)
-            ex = _kept(x, target - margin, out=grad[s:e] if need_grad and grad.dtype == work else None)
+            ex = _kept(x, target - margin, out=grad[s:e] if grad is not None and grad.dtype == work else None)
             top = ex.amax(1, keepdim=True)
             ex.sub_(top).exp_()
             total = ex.sum(1, keepdim=True)
             losses[s:e] = (total.log() + top - target)[:, 0]
-            if need_grad:
+            if grad is not None:  # need_grad
                 # 3. the gradient: softmax over the kept set (0 outside it) minus the one-hot target
                 ex.div_(total)
                 ex.scatter_add_(1, y, torch.full_like(target, -1.0))

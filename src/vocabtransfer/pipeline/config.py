@@ -27,9 +27,10 @@ import os
 import re
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, TypeVar
 
 import jsonschema
+from jsonschema.protocols import Validator
 import yaml
 
 from vocabtransfer.errors import VocabTransferError
@@ -37,6 +38,11 @@ from vocabtransfer.pipeline import typed
 from vocabtransfer.pipeline.paths import RELATIVE_MODEL
 from vocabtransfer.pipeline.pretrain_checks import check_pretrain, check_schedule
 from vocabtransfer.io import atomic_output, read_text
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+T = TypeVar("T", bound="DataclassInstance")  # a params section's frozen dataclass
 
 # shipped inside the package, so a wheel or a non-editable install finds it too
 SCHEMA_PATH = Path(__file__).resolve().parent / "params.schema.yaml"
@@ -57,11 +63,13 @@ def _root_schema() -> dict:
     return yaml.safe_load(SCHEMA_PATH.read_text(encoding="utf-8"))
 
 
-def _with_defaults(validator_cls):
+def _with_defaults(validator_cls: type[Validator]) -> type[Validator]:
     """A validator that fills `default` values into objects as it validates them."""
     validate_props = validator_cls.VALIDATORS["properties"]
 
-    def set_defaults(validator, properties, instance, sch):
+    def set_defaults(
+        validator: Validator, properties: Mapping[str, Any], instance: object, sch: Mapping[str, Any]
+    ) -> Iterator[jsonschema.ValidationError]:
         if isinstance(instance, dict):
             for key, sub in properties.items():
                 if "default" in sub and key not in instance:
@@ -82,12 +90,12 @@ def _key_path(error: jsonschema.ValidationError) -> str:
     return ".".join(str(p) if not isinstance(p, int) else f"item {p + 1}" for p in parts) or "(top level)"
 
 
-def _closest(word: str, names) -> str | None:
+def _closest(word: str, names: Iterable[object]) -> str | None:
     close = difflib.get_close_matches(str(word), [str(n) for n in names], n=1, cutoff=0.6)
     return close[0] if close else None
 
 
-def _did_you_mean(word: str, names) -> str:
+def _did_you_mean(word: str, names: Iterable[object]) -> str:
     close = _closest(word, names)
     return f"; did you mean {close!r}?" if close else ""
 
@@ -423,7 +431,7 @@ def write_merged(tree: Mapping, directory: str | Path) -> str:
 # ------------------------------------------------------------------------------- typed sections
 
 
-def typed_section(cls, dotted: str, given: Mapping | None = None):
+def typed_section(cls: type[T], dotted: str, given: Mapping[str, Any] | None = None) -> T:
     """`cls` from `given` (a mapping, or None) over its fields' defaults, validated by the schema `cls`
     makes (`typed.section_schema`), errors named under `dotted` (e.g. `init.omp`): a section's entry for a
     call from Python."""

@@ -26,8 +26,12 @@ import socket
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import psutil
+
+if TYPE_CHECKING:
+    from snakemake.workflow import Workflow  # snakemake: the workflow's, not the package's import
 
 LOCK_DIR = Path(".snakemake") / "locks"
 OWNERS = "owners"
@@ -117,7 +121,7 @@ def release_stale(lock_dir: Path = LOCK_DIR) -> str | None:
     )
 
 
-def on_load(workflow) -> None:
+def on_load(workflow: Workflow) -> None:
     """workflow/rules/common.smk calls this when Snakemake loads the workflow, before it
     locks: release a stale lock, in the main Snakemake process only (not in job processes)."""
     if workflow.remote_exec or workflow.subprocess_exec:
@@ -127,7 +131,7 @@ def on_load(workflow) -> None:
         print(notice, file=sys.stderr)
 
 
-def on_start(workflow) -> None:
+def on_start(workflow: Workflow) -> None:
     """The workflow's `onstart` hook: Snakemake now holds the lock (never in a dry run)."""
     if workflow.execution_settings.lock and not (workflow.remote_exec or workflow.subprocess_exec):
         record_owner()

@@ -105,12 +105,12 @@ def local_source_model(params: Params) -> Path | None:
     return path if path.is_dir() or (path.is_file() and path.suffix.lower() == ".gguf") else None
 
 
-def fill(template: str, **wildcards) -> str:
+def fill(template: str, **wildcards: object) -> str:
     """Fill a path template's wildcards (`{lang}`, `{method}`, `{pseed}`, …)."""
     return template.format(**wildcards)
 
 
-def partial(template: str, **wildcards) -> str:
+def partial(template: str, **wildcards: object) -> str:
     """Fill some of a template's wildcards and keep the others, e.g. `{lang}`."""
     for key, value in wildcards.items():
         template = template.replace("{" + key + "}", str(value))

@@ -15,12 +15,15 @@ import string
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Callable, Mapping, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, TypeVar
 
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.registry import resolve
 from vocabtransfer.pipeline import paths
 from vocabtransfer.pipeline.typed import Params
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 
 def launch_prefix(processes: int) -> str:
@@ -34,7 +37,7 @@ def launch_prefix(processes: int) -> str:
 
 
 @contextlib.contextmanager
-def torch_threads(n: int):
+def torch_threads(n: int) -> Iterator[None]:
     """Run the block with `n` intra-op torch threads, then restore the setting (the one place a stage's
     torch threads are set: `runner.run_stage`, for the stages that compute with torch)."""
     import torch  # torch: heavy, not at CLI start-up
@@ -47,12 +50,13 @@ def torch_threads(n: int):
         torch.set_num_threads(previous)
 
 
-T = TypeVar("T")
+T = TypeVar("T", bound="DataclassInstance")  # a params section's frozen dataclass
 Templates = dict[str, str]  # {name: path template}
-PerJob = Callable[[Params, dict], Any]  # (params, wildcards) -> the value for one job
+Wildcards = dict[str, str]  # {wildcard: value} of one job, e.g. {"lang": "sw", "method": "focus", "pseed": "1"}
+PerJob = Callable[[Params, Wildcards], Any]  # (params, wildcards) -> the value for one job
 
 
-def _per_job(value) -> PerJob:
+def _per_job(value: object) -> PerJob:
     """A per-job property given as a constant, as the function of (params, wildcards) that returns it."""
     if callable(value):
         return value
@@ -81,7 +85,7 @@ class Stage:
     outputs: Templates = field(default_factory=dict)
     directories: frozenset[str] = frozenset()  # output names that are directories
     params: tuple[str, ...] = ()  # dotted params leaves; may contain {lang}
-    extra_params: Callable[[Params, dict], list[str]] | None = None  # (params, wildcards) -> more leaves
+    extra_params: Callable[[Params, Wildcards], list[str]] | None = None  # (params, wildcards) -> more leaves
     # the stage's entry modules under src/vocabtransfer, declared: the code dependencies of a job are they
     # and every vocabtransfer module they import (`module_closure`), so that DVC and Snakemake rerun a job
     # when one of them changes
@@ -110,23 +114,23 @@ class Stage:
         """The job's function, its module imported (`run`)."""
         return resolve(self.run)
 
-    def input_templates(self, params: Params, wildcards: dict) -> Templates:
+    def input_templates(self, params: Params, wildcards: Wildcards) -> Templates:
         """The input path templates of one job (`inputs`)."""
         return dict(_per_job(self.inputs)(params, wildcards))
 
-    def code_modules(self, params: Params, wildcards: dict) -> tuple[str, ...]:
+    def code_modules(self, params: Params, wildcards: Wildcards) -> tuple[str, ...]:
         """The code one job reruns on: the declared entry modules (`code`) and every module they import."""
         return module_closure(*_per_job(self.code)(params, wildcards))
 
-    def why_skipped(self, params: Params, wildcards: dict) -> str | None:
+    def why_skipped(self, params: Params, wildcards: Wildcards) -> str | None:
         """None when the job runs, else why params or the data present rule it out (`skip_reason`)."""
         return _per_job(self.skip_reason)(params, wildcards)
 
-    def left_out(self, params: Params, wildcards: dict) -> dict[str, str]:
+    def left_out(self, params: Params, wildcards: Wildcards) -> dict[str, str]:
         """{part: reason} for the parts a running job leaves out (`partial`)."""
         return dict(_per_job(self.partial or {})(params, wildcards))
 
-    def data_files(self, params: Params, wildcards: dict) -> dict[str, str]:
+    def data_files(self, params: Params, wildcards: Wildcards) -> dict[str, str]:
         """{key: path} of the local data files the job reads (`data`), as path strings."""
         return {k: str(v) for k, v in _per_job(self.data or {})(params, wildcards).items()}
 
@@ -157,14 +161,14 @@ class Stage:
         data-parallel processes (`processes`)."""
         return launch_prefix(int(params.leaf(self.processes)) if self.processes else 1)
 
-    def leaves(self, params: Params, wildcards: dict) -> list[str]:
+    def leaves(self, params: Params, wildcards: Wildcards) -> list[str]:
         """The concrete params leaves this stage reads for these wildcards."""
         out = [leaf.format(**wildcards) for leaf in self.params]
         if self.extra_params:
             out += self.extra_params(params, wildcards)
         return out
 
-    def resolve(self, templates: dict[str, str], wildcards: dict) -> dict[str, Path]:
+    def resolve(self, templates: dict[str, str], wildcards: Wildcards) -> dict[str, Path]:
         return {k: Path(paths.fill(v, **wildcards)) for k, v in templates.items()}
 
 
@@ -277,7 +281,7 @@ class Context:
 
     stage: Stage
     params: Params
-    wildcards: dict[str, str]
+    wildcards: Wildcards
     input: dict[str, Path]
     output: dict[str, Path]
     threads: int = 1
@@ -306,7 +310,7 @@ class Context:
         (e.g. `OmpOptions`), built once (`Params.section`)."""
         return self.params.section(name, cls)
 
-    def torch_threads(self):
+    def torch_threads(self) -> contextlib.AbstractContextManager[None]:
         """A context with this job's torch threads: its --threads, shared by the data-parallel processes
         on this node (LOCAL_WORLD_SIZE); a stage that does not compute with torch (`gpu` false) is left as is."""
         if not self.stage.gpu:

@@ -24,9 +24,15 @@ import copy
 import dataclasses
 import types
 import typing
-from typing import Any, Callable, Mapping, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Mapping, TypeVar
 
 from vocabtransfer.errors import VocabTransferError
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance  # a dataclass (instance or class), to the type checker
+
+# a params section's frozen dataclass (`from_dict`, `Params.section`)
+T = TypeVar("T", bound="DataclassInstance")
 
 # the schema type of a field's Python type (bool before int: bool is an int)
 _TYPES = ((bool, "boolean"), (int, "integer"), (float, "number"), (str, "string"))
@@ -125,7 +131,7 @@ def with_init_sections(schema: dict, methods: dict[str, type], factorizations: d
         init[name] = section_schema(cls)
     fill = {"<methods>": "|".join(names), "<factorizations>": "|".join(factorizations)}
 
-    def patterns(node):
+    def patterns(node: object) -> None:
         if isinstance(node, dict):
             for key, value in node.items():
                 if key == "pattern" and isinstance(value, str):
@@ -145,15 +151,15 @@ def with_init_sections(schema: dict, methods: dict[str, type], factorizations: d
 # ------------------------------------------------------------------------------- reading sections
 
 
-def from_dict(cls, data: Mapping):
+def from_dict(cls: type[T], data: Mapping[str, Any]) -> T:
     """The frozen dataclass `cls` of a validated params section: nested dataclass fields recursively,
     arrays as tuples, numbers of `float` fields as floats; keys that are not fields are not read."""
     hints = typing.get_type_hints(cls)
     return cls(**{f.name: _typed_value(hints[f.name], data[f.name]) for f in dataclasses.fields(cls)})
 
 
-def _typed_value(tp, value):
-    if dataclasses.is_dataclass(tp):
+def _typed_value(tp: Any, value: Any) -> Any:  # tp: a field's type hint, of any form
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):  # a hint is a class, never an instance
         return from_dict(tp, value)
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
@@ -170,7 +176,7 @@ def _typed_value(tp, value):
 
 
 def field_leaves(
-    cls, prefix: str, data: Mapping, keep: Callable[[dataclasses.Field], bool] = lambda f: True
+    cls: type, prefix: str, data: Mapping, keep: Callable[[dataclasses.Field], bool] = lambda f: True
 ) -> list[str]:
     """The dotted params leaves of the fields of `cls` under `prefix` (e.g. `init.omp.k`) that `keep`
     keeps, nested dataclasses recursively and a mapping field by its keys in `data`; in the order of
@@ -188,9 +194,6 @@ def field_leaves(
         else:
             out.append(f"{prefix}.{key}")
     return out
-
-
-T = TypeVar("T")
 
 
 class Params:

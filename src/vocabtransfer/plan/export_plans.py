@@ -5,10 +5,11 @@ source's stats and the valid split). The stage's code is vocabtransfer.report.ex
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Mapping
 
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.pipeline import names, paths
+from vocabtransfer.pipeline.stage_spec import Stage
 from vocabtransfer.pipeline.typed import Params, option
 from vocabtransfer.plan import availability, report_plans
 from vocabtransfer.plan.source_kind import kind
@@ -80,7 +81,7 @@ def check(params: Params, wc: dict) -> str | None:
 READS = ("pretrain_", "eval_", "floor_", "bits_per_byte_")  # the report inputs an export reads
 
 
-def inputs(params: Params, wc: dict, stages) -> dict[str, str]:
+def inputs(params: Params, wc: dict[str, str], stages: Mapping[str, Stage]) -> dict[str, str]:
     """The language's pretraining runs (the recommendation reads them all), its downstream results and bits per
     byte (the card), its valid split (the GGUF check) and the source's stats (its licence)."""
     plan = report_plans.plan(params, stages)

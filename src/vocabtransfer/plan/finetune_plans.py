@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import os
 from pathlib import Path
-from typing import Mapping
+from typing import Iterable, Mapping
 
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.pipeline import names, paths
@@ -77,7 +77,7 @@ def _expand_entry(params: Params, entry: str) -> list[str]:
     return seeds
 
 
-def expand_models(params: Params, entries) -> list[str]:
+def expand_models(params: Params, entries: Iterable[str]) -> list[str]:
     """The models a list of `eval.models`-style entries names (kinds and seedless names expanded, duplicates
     dropped, order kept)."""
     out: list[str] = []

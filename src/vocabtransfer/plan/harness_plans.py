@@ -10,7 +10,7 @@ import difflib
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import yaml
 
@@ -19,6 +19,9 @@ from vocabtransfer.pipeline import paths
 from vocabtransfer.pipeline.typed import Params, option
 from vocabtransfer.plan import source_kind
 from vocabtransfer.plan.finetune_plans import expand_models, model_reason, producible_models
+
+if TYPE_CHECKING:
+    from lm_eval.tasks import TaskManager  # lm_eval: optional, heavy; imported where it is used
 
 
 TASKS_DIR = Path(__file__).resolve().parents[1] / "evaluate" / "harness_tasks"  # the offline task YAMLs shipped
@@ -115,7 +118,7 @@ def check_include(params: Params, source: str = "params.yaml") -> None:
 
 
 @lru_cache(maxsize=4)
-def task_manager(include: str | None = None):
+def task_manager(include: str | None = None) -> TaskManager:
     """The harness's catalogue plus this project's offline task folder and the user's (`include`, when given),
     indexed once per process (seconds)."""
     from lm_eval.tasks import TaskManager  # lm_eval: optional, heavy

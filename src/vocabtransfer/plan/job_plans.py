@@ -8,6 +8,7 @@ vocabtransfer.plan.stages names both.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.pipeline import names, paths
@@ -20,7 +21,7 @@ from vocabtransfer.plan.methods import METHODS, info
 from vocabtransfer.plan.task_options import EvalParams, task_options_class
 
 
-def section_leaves(cls: type, section: str):
+def section_leaves(cls: type, section: str) -> Callable[[Params, dict[str, str]], list[str]]:
     """(params, wildcards) -> the leaves of params section `section` read as the dataclass `cls`."""
     return lambda params, wc: field_leaves(cls, section, params.leaf(section))
 

@@ -150,7 +150,7 @@ class HypernetOptions:
         "study's (checked by name before any job, by the weights' sha256 in the job); null: train here",
     )
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.vocab_min > self.vocab_max:
             raise VocabTransferError(
                 f"init.hypernet.vocab_min ({self.vocab_min}) is above init.hypernet.vocab_max "

@@ -56,7 +56,7 @@ class ReportParams:
         minLength=1,
     )
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if isinstance(self.baseline, list):  # a list read from params: a tuple, as other array fields
             object.__setattr__(self, "baseline", tuple(self.baseline))
 
@@ -110,7 +110,7 @@ def plan(params: Params, stages: Mapping[str, Stage]) -> Plan:
     return out
 
 
-def _key(*parts) -> str:
+def _key(*parts: object) -> str:
     return re.sub(r"\W", "_", "_".join(str(p) for p in parts))
 
 

@@ -33,6 +33,7 @@ from vocabtransfer import io
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.pipeline import paths
 from vocabtransfer.pipeline.typed import Params
+from vocabtransfer.pipeline.stage_spec import Context
 from vocabtransfer.report import brief, harness_table
 from vocabtransfer.report import distill_terms
 from vocabtransfer.report import markdown
@@ -296,6 +297,6 @@ def _opening(p: Plan) -> str:
     )
 
 
-def run(ctx) -> None:
+def run(ctx: Context) -> None:
     out = write_report(ctx.params, ctx.section("report", ReportParams), plan(ctx.params, ctx.stages))
     log.info("report: %s (figures in %s)", out, paths.REPORT_FIGURES)

@@ -32,6 +32,7 @@ from vocabtransfer.version import __version__
 from vocabtransfer import io
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.pipeline import names, paths
+from vocabtransfer.pipeline.stage_spec import Context
 from vocabtransfer.plan.export_plans import ExportParams, check
 from vocabtransfer.plan import report_plans
 from vocabtransfer.plan.report_plans import ReportParams
@@ -68,7 +69,7 @@ def gguf_dtype(mode: str, base: Path, base_stats: dict) -> str:
     return source_dtype(AutoConfig.from_pretrained(str(base)))
 
 
-def write_gguf(ctx, opts: ExportParams, model_dir: Path, out: Path, general: dict) -> tuple[dict | None, str]:
+def write_gguf(ctx: Context, opts: ExportParams, model_dir: Path, out: Path, general: dict) -> tuple[dict | None, str]:
     """Step 3: (the GGUF file's stats, '') or (None, why there is none)."""
     if opts.gguf == "none":
         return None, "export.gguf is none"
@@ -150,7 +151,7 @@ def rebuild_lines(lang: str, opts: ExportParams, model_name: str) -> list[str]:
     ]
 
 
-def run(ctx) -> None:
+def run(ctx: Context) -> None:
     """Steps 1-4 into results/{lang}/export, atomically."""
 
     params, lang_code = ctx.params, ctx.lang

@@ -58,6 +58,7 @@ from vocabtransfer.model.heads import head_parts, predicted_hidden
 from vocabtransfer.model.hub import load_tokenizer
 from vocabtransfer.model.lmdata import LMCollator, pack_lines
 from vocabtransfer.pipeline import names, paths
+from vocabtransfer.pipeline.stage_spec import Context
 from vocabtransfer.plan.method_catalog import network_folder
 from vocabtransfer.train.progress import install as install_progress
 from vocabtransfer.train.checkpoints import (
@@ -332,7 +333,7 @@ def train_lines(paths_: list[Path]) -> list[str]:
     return lines
 
 
-def run(ctx) -> None:
+def run(ctx: Context) -> None:
     """The stage: train (or resume) the network, then write its outputs."""
     start = time.perf_counter()
     options = ctx.section("init.hypernet", HypernetOptions)
@@ -384,7 +385,7 @@ def run(ctx) -> None:
     )
 
 
-def import_network(ctx, directory: Path) -> None:
+def import_network(ctx: Context, directory: Path) -> None:
     """`init.hypernet.network`: the network another study's stage hypernet trained, checked (its source model's
     weights are this study's, by sha256; its files whole) and copied to this study's output with its stats, the
     folder it came from added (`imported_from`): every init job then applies it as a network trained here."""

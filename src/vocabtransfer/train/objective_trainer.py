@@ -83,7 +83,8 @@ class ObjectiveTrainer(Trainer):
         self.model_accepts_loss_kwargs = True  # the loss is a mean over the whole step: not divided again
         # distill: the frozen source model (never a submodule of the student: not trained, not saved), or
         # None when its chunk log-likelihoods were cached in the blocks
-        self.distill, self.step_chunks = distill is not None, None
+        self.distill = distill is not None
+        self.step_chunks: int | None = None  # distill: the step's chunks over all processes (get_batch_samples)
         self.alpha, self.temperature = (distill.alpha, distill.temperature) if distill is not None else (0.5, 1.0)
         # distill: (step, gradient norm of the chunk term, of the LM term)
         self.term_norms: tuple[float, ...] | None = None

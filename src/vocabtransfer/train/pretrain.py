@@ -70,6 +70,7 @@ from vocabtransfer.pipeline import names
 from vocabtransfer.pipeline import paths
 from vocabtransfer.pipeline.pretrain_checks import check_pretrain
 from vocabtransfer.pipeline.typed import Params
+from vocabtransfer.pipeline.stage_spec import Context
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.plan.pretrain_plans import pretrain_leaves
 from vocabtransfer.model.losses import distill_alpha, get_objective, OBJECTIVES
@@ -91,7 +92,7 @@ def check_params(params: Params, source: str = "params.yaml") -> None:
         )
 
 
-def valid_bits(ctx, opts: PretrainParams, data: setup.RunData):
+def valid_bits(ctx: Context, opts: PretrainParams, data: setup.RunData):
     """`pretrain.bits_per_byte` for a causal model: the function giving bits per byte of the first `eval_lines`
     valid lines (the corpus's text, each line scored alone in windows of `seq_len`, `line_bits.score_lines`);
     None otherwise."""
@@ -140,7 +141,7 @@ def cooldown_plan(opts: PretrainParams, world_size: int) -> list[cooldown.Branch
     return cooldown.plan(opts.steps, positions_per_step(opts, world_size), opts.warmup_steps, opts.cooldown)
 
 
-def tuned_rate(ctx, opts: PretrainParams) -> PretrainParams:
+def tuned_rate(ctx: Context, opts: PretrainParams) -> PretrainParams:
     """pretrain.tune: the options at the peak learning rate that the run's pretrain_tune job picked on the dev
     split (its `tuning` input); else as they are."""
     if "tuning" not in ctx.input:
@@ -170,7 +171,7 @@ def with_passes(opts: PretrainParams, train_blocks: int, lang: str | None = None
 # ---------------------------------------------------------------------------------------------
 
 
-def check_distill(ctx, objective: str) -> Path | None:
+def check_distill(ctx: Context, objective: str) -> Path | None:
     """The teacher's directory (the source model) for the distill objective, else None; one line for a
     masked-LM source (the schema checks pretrain.distill's alpha and temperature)."""
 
@@ -187,7 +188,7 @@ def check_distill(ctx, objective: str) -> Path | None:
     return source
 
 
-def _check_job(ctx, opts: PretrainParams, method: str, objective: str, pseed: int) -> Path | None:
+def _check_job(ctx: Context, opts: PretrainParams, method: str, objective: str, pseed: int) -> Path | None:
     """The job is one of params pretrain's runs, and its options fit the processes; returns the
     teacher's directory for distill (`check_distill`), else None."""
     check_params(ctx.params)
@@ -208,7 +209,7 @@ def _check_job(ctx, opts: PretrainParams, method: str, objective: str, pseed: in
 
 
 def _trainer(
-    ctx,
+    ctx: Context,
     opts: PretrainParams,
     data: setup.RunData,
     training: setup.Training,
@@ -263,7 +264,7 @@ def _trainer(
     return trainer
 
 
-def run(ctx) -> None:
+def run(ctx: Context) -> None:
 
     start = time.perf_counter()
     opts = ctx.section("pretrain", PretrainParams)  # params pretrain, typed
@@ -345,7 +346,7 @@ def run(ctx) -> None:
 
 
 def run_branches(
-    ctx,
+    ctx: Context,
     opts: PretrainParams,
     data: setup.RunData,
     branches: list[cooldown.Branch],

@@ -23,6 +23,7 @@ from vocabtransfer.train import pretrain_setup as setup
 from vocabtransfer.plan.pretrain_params import DISTILL_COLUMNS, PretrainParams
 from vocabtransfer.model.losses import distill_alpha
 from vocabtransfer.train.cooldown import decay_steps
+from vocabtransfer.pipeline.stage_spec import Context
 
 METRICS_SCHEMA = pa.schema(
     [
@@ -111,7 +112,7 @@ class RunRecord:
 
 
 def run_stats(
-    ctx,
+    ctx: Context,
     opts: PretrainParams,
     data: setup.RunData,
     training: setup.Training,
@@ -195,7 +196,7 @@ def _decay_start(opts: PretrainParams) -> int:
 
 
 def write_outputs(
-    ctx, model, data: setup.RunData, rows: dict, stats: dict, *, distill: bool, ends: list[dict] | None = None
+    ctx: Context, model, data: setup.RunData, rows: dict, stats: dict, *, distill: bool, ends: list[dict] | None = None
 ) -> None:
     """Step 5 of `pretrain.run`: the pretrain directory, atomically: the model with its tokenizer, the metrics rows,
     the final valid loss per evaluation block (for intervals), the learning curve per block (with the cool-down

@@ -35,6 +35,7 @@ from vocabtransfer.train.checkpoints import (
 )
 from vocabtransfer.plan.pretrain_params import PretrainParams
 from vocabtransfer.train import distill, lowrank
+from vocabtransfer.pipeline.stage_spec import Context
 
 log = logging.getLogger("vocabtransfer.train.pretrain")  # the stage's log
 
@@ -54,7 +55,7 @@ class RunData:
 
 
 def load_data(
-    ctx, opts: PretrainParams, model_dir: Path, teacher_dir: Path | None, valid_ids: Path | None = None
+    ctx: Context, opts: PretrainParams, model_dir: Path, teacher_dir: Path | None, valid_ids: Path | None = None
 ) -> RunData:
     """Step 1 of `pretrain.run`: the model and tokenizer, the training blocks (distill: beside the teacher's
     tokenization of their text) and the fixed evaluation batches of the valid split (`valid_ids`: another
@@ -85,7 +86,7 @@ def load_data(
 
 
 def resume_point(
-    ctx,
+    ctx: Context,
     checkpoints: Path,
     model_dir: Path,
     teacher_dir: Path | None,
@@ -223,7 +224,7 @@ class Training:
 
 
 def prepare_training(
-    ctx,
+    ctx: Context,
     opts: PretrainParams,
     data: RunData,
     checkpoints: Path,

@@ -42,6 +42,7 @@ from vocabtransfer.model import modeling
 from vocabtransfer.model.hub import load_tokenizer
 from vocabtransfer.model.line_bits import valid_lines
 from vocabtransfer.pipeline import names, paths
+from vocabtransfer.pipeline.stage_spec import Context
 from vocabtransfer.train import pretrain
 from vocabtransfer.train import pretrain_setup as setup
 from vocabtransfer.plan.pretrain_params import PretrainParams
@@ -111,7 +112,7 @@ def search(grid: list[float], extend: int, score: Callable[[int, float], dict]) 
     return results, extended
 
 
-def dev_split(ctx, tokenizer, lines: int, directory: Path) -> Path:
+def dev_split(ctx: Context, tokenizer, lines: int, directory: Path) -> Path:
     """The dev lines tokenised as the pretokenize stage tokenises a split, written to `directory`."""
     text = valid_lines(ctx.input["dev_text"], lines)
     if not text:
@@ -123,7 +124,7 @@ def dev_split(ctx, tokenizer, lines: int, directory: Path) -> Path:
     return directory
 
 
-def train_rate(ctx, opts: PretrainParams, data: setup.RunData, rate: float, seed: int, work: Path) -> dict:
+def train_rate(ctx: Context, opts: PretrainParams, data: setup.RunData, rate: float, seed: int, work: Path) -> dict:
     """Step 2 for one rate: a fresh copy of the initialised model trained `tune.steps` steps; its dev losses."""
 
     tick = time.perf_counter()
@@ -145,11 +146,13 @@ def train_rate(ctx, opts: PretrainParams, data: setup.RunData, rate: float, seed
     }
 
 
-def names_of(ctx) -> tuple[str, str, str]:
+def names_of(ctx: Context) -> tuple[str, str, str]:
     return ctx.lang, ctx.method, ctx.wildcards["objective"]
 
 
-def tried(ctx, opts: PretrainParams, data: setup.RunData, rate: tuple[int, float], seed: int, work: Path) -> dict:
+def tried(
+    ctx: Context, opts: PretrainParams, data: setup.RunData, rate: tuple[int, float], seed: int, work: Path
+) -> dict:
     """Rate `rate` = (k, value) trained and scored, or its result read back when a killed job had finished it."""
     k, value = rate
     done = work / f"rate-{k}.json"
@@ -162,7 +165,7 @@ def tried(ctx, opts: PretrainParams, data: setup.RunData, rate: tuple[int, float
     return result
 
 
-def run(ctx) -> None:
+def run(ctx: Context) -> None:
     opts = ctx.section("pretrain", PretrainParams)
     if not tuned(opts):
         raise VocabTransferError(
