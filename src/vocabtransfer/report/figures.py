@@ -216,14 +216,15 @@ def write_curves_csv(lang: Language, path: Path) -> None:
     path.write_text(buf.getvalue(), encoding="utf-8")
 
 
-def plot_worth(lang: str, eqs: list, crossings: list, baseline: str, path: Path) -> None:
+def plot_worth(lang: str, eqs: list, crossings: list, baseline: str, path: Path) -> bool:
     """What each initialisation is worth in the baseline's tokens (`token_equivalent.equivalents`) against the
     budget, both on log axes: per method and objective the baseline's tokens to reach its mean valid loss at each
     measured budget with the interval as a band (an end past the run drawn at the top, `> run`), the diagonal
     (worth its own tokens) and the tokens the baseline needs to reach each floor (`floor_crossings`) as lines. No
-    file where no method has a token-equivalent (the baseline alone was pretrained, or no budget was measured)."""
+    file where no method has a token-equivalent (the baseline alone was pretrained, or no budget was measured).
+    Returns whether it drew the figure."""
     if not eqs:
-        return
+        return False
     plt = io.pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
     budgets = sorted({e.budget for e in eqs})
@@ -269,3 +270,4 @@ def plot_worth(lang: str, eqs: list, crossings: list, baseline: str, path: Path)
     )
     fig.tight_layout()
     _save(fig, path)
+    return True
