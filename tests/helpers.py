@@ -218,25 +218,23 @@ def tiny_bert(vocab_size: int, seed: int = 0):
     )
 
 
-def tiny_llama(vocab_size: int, seed: int = 0, tie: bool = False):
+def tiny_llama(vocab_size: int, seed: int = 0, tie: bool = False, **config):
+    """A 2-layer Llama of width 32; `config`: LlamaConfig fields over these (heads, special token ids, …)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
-    return LlamaForCausalLM(
-        LlamaConfig(
-            vocab_size=vocab_size,
-            hidden_size=32,
-            num_hidden_layers=2,
-            num_attention_heads=2,
-            num_key_value_heads=2,
-            intermediate_size=64,
-            max_position_embeddings=128,
-            tie_word_embeddings=tie,
-            bos_token_id=0,
-            eos_token_id=1,
-            pad_token_id=2,
-        )
+    defaults = dict(
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=128,
+        bos_token_id=0,
+        eos_token_id=1,
+        pad_token_id=2,
     )
+    return LlamaForCausalLM(LlamaConfig(vocab_size=vocab_size, tie_word_embeddings=tie, **{**defaults, **config}))
 
 
 def tiny_gpt2(vocab_size: int, seed: int = 0):

@@ -8,7 +8,8 @@ import pandas as pd
 
 from vocabtransfer.report.model_card import CardFacts, render, source_facts
 from vocabtransfer.report.read import Language
-from vocabtransfer.report.export_pick import exported_run, final_losses, median_seed
+from vocabtransfer.report.baseline_choice import final_losses
+from vocabtransfer.report.export_pick import exported_run, median_seed
 from vocabtransfer.report.tables import Settings
 
 

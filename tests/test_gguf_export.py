@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import gpt2_seed, llama_seed, text_lines, tiny_bert
+from helpers import gpt2_seed, llama_seed, text_lines, tiny_bert, tiny_llama
 
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.model import gguf_export
@@ -30,26 +30,6 @@ def target_tokenizer(seed, n_lines: int = 2000, vocab_size: int = 600):
     from vocabtransfer.data.tokenizer import train_tokenizer
 
     return train_tokenizer(seed, [text_lines("sw", n_lines)], vocab_size=vocab_size)
-
-
-def llama(tok):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    return LlamaForCausalLM(  # untied, grouped-query attention: both of llama.cpp's query/key permutations
-        LlamaConfig(
-            vocab_size=len(tok),
-            hidden_size=32,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            intermediate_size=64,
-            max_position_embeddings=256,
-            tie_word_embeddings=False,
-            bos_token_id=tok.bos_token_id,
-            eos_token_id=tok.eos_token_id,
-        )
-    ).eval()
 
 
 def read_back(path):
@@ -80,7 +60,15 @@ def test_a_llama_with_a_sentencepiece_bpe_target_reads_back_the_same(tmp_path, l
     import gguf
 
     tok = target_tokenizer(llama_seed())
-    model = llama(tok)
+    # untied, grouped-query attention (4 query heads, 2 key/value heads): both of llama.cpp's query/key permutations
+    model = tiny_llama(
+        len(tok),
+        num_attention_heads=4,
+        max_position_embeddings=256,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=None,
+    ).eval()
     path = tmp_path / f"llama-{dtype}.gguf"
     stats = gguf_export.write(
         model, tok, path, dtype=dtype, general={"name": "t", "license": "apache-2.0", "languages": ["sw"]}

@@ -8,7 +8,6 @@ from __future__ import annotations
 import re
 
 import numpy as np
-import pandas as pd
 import pytest
 
 from vocabtransfer.evaluate import stats
@@ -16,52 +15,7 @@ from vocabtransfer.report import brief, comparisons, recommend, tables
 from vocabtransfer.report.baseline_choice import stronger_baseline
 from vocabtransfer.report.bpb import bits_per_byte_table
 
-from test_report_baseline import BPB, LOSS, N, PSEEDS, SETTINGS, bpb_by_hand, language
-
-
-def with_methods(levels: dict[str, float], source: float | None = 1.5):
-    """The baseline test's language (random, mean, focus) and more methods at these bits per byte (and valid
-    losses 0.1 above focus's); the source with its own tokenizer at `source` bits per byte on every line."""
-    lang = language()
-    rng = np.random.default_rng(7)
-    n_bytes = 60 + np.arange(N) % 9
-    rows = []
-    for method, level in levels.items():
-        for p in PSEEDS:
-            per_line = level + 0.01 * p + 0.1 * rng.standard_normal(N)
-            rows += [
-                {
-                    "method": method,
-                    "objective": "standard",
-                    "pseed": p,
-                    "line": i,
-                    "bits": float(per_line[i] * n_bytes[i]),
-                    "n_bytes": int(n_bytes[i]),
-                    "n_tokens": 20,
-                    "n_scored": 20,
-                }
-                for i in range(N)
-            ]
-            lang.blocks[(method, "standard", p)] = lang.blocks[("focus", "standard", p)].assign(
-                loss_sum=lambda d: d["loss_sum"] + 1.0
-            )
-            lang.curves[(method, "standard", p)] = lang.curves[("focus", "standard", p)]
-    if source is not None:
-        rows += [
-            {
-                "method": "source",
-                "objective": "source",
-                "pseed": 0,
-                "line": i,
-                "bits": source * int(n_bytes[i]),
-                "n_bytes": int(n_bytes[i]),
-                "n_tokens": 25,
-                "n_scored": 25,
-            }
-            for i in range(N)
-        ]
-    lang.bits_per_byte = pd.concat([lang.bits_per_byte, pd.DataFrame(rows)], ignore_index=True)
-    return lang
+from report_language import BPB, LOSS, N, PSEEDS, SETTINGS, bpb_by_hand, language, with_methods
 
 
 def test_the_pick_has_the_lowest_bits_per_byte_and_the_runner_up_is_detectably_worse():

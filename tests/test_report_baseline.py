@@ -5,59 +5,14 @@ headline family that Holm corrects together."""
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 import pytest
 
 from vocabtransfer.evaluate import stats
-from vocabtransfer.report import comparisons, read, tables, verdict
+from vocabtransfer.report import comparisons, tables, verdict
 from vocabtransfer.report.baseline_choice import stronger_baseline
 from vocabtransfer.report.bpb import bits_per_byte_table
 
-N, BLOCKS, PSEEDS = 40, 30, (1, 2, 3)
-SETTINGS = tables.Settings(500, 0.95, "holm", 42, min_clusters=30)
-# after pretraining (standard): per-token valid loss above 6.0, bits per byte; mean ends below random
-LOSS = {"random": 1.0, "mean": 0.5, "focus": 0.0}
-BPB = {"random": 2.8, "mean": 2.6, "focus": 2.5}
-
-
-def language() -> read.Language:
-    rng = np.random.default_rng(0)
-    lang = read.Language("sw")
-    n_bytes = 60 + np.arange(N) % 9
-    rows = []
-    for method in LOSS:
-        for p in PSEEDS:
-            sums = 10 * (6.0 + LOSS[method] + 0.02 * rng.standard_normal(BLOCKS))
-            lang.blocks[(method, "standard", p)] = pd.DataFrame(
-                {"block": range(BLOCKS), "loss_sum": sums, "n_tokens": np.full(BLOCKS, 10)}
-            )
-            final = 6.0 + LOSS[method]  # the curve's last valid loss: what picks the stronger baseline
-            lang.curves[(method, "standard", p)] = pd.DataFrame({"step": [0, 10], "valid_loss": [9.0, final]})
-            per_line = BPB[method] + 0.01 * p + 0.1 * rng.standard_normal(N)
-            rows += [
-                {
-                    "method": method,
-                    "objective": "standard",
-                    "pseed": p,
-                    "line": line,
-                    "bits": float(per_line[line] * n_bytes[line]),
-                    "n_bytes": int(n_bytes[line]),
-                    "n_tokens": 20,
-                    "n_scored": 20,
-                }
-                for line in range(N)
-            ]
-    lang.bits_per_byte = pd.DataFrame(rows)
-    return lang
-
-
-def loss_by_hand(lang, method: str) -> dict[int, float]:
-    return {s: df["loss_sum"].sum() / df["n_tokens"].sum() for (m, _, s), df in lang.blocks.items() if m == method}
-
-
-def bpb_by_hand(lang, method: str) -> dict[int, float]:
-    df = lang.bits_per_byte[lang.bits_per_byte["method"] == method]
-    return {int(p): g["bits"].sum() / g["n_bytes"].sum() for p, g in df.groupby("pseed")}
+from report_language import BPB, PSEEDS, SETTINGS, bpb_by_hand, language, loss_by_hand
 
 
 def test_the_comparisons_subtract_the_stronger_baseline_and_show_the_weaker_as_a_row():

@@ -161,12 +161,20 @@ def versions() -> dict[str, str]:
     return out
 
 
+def pyplot():
+    """matplotlib's pyplot on the Agg backend (files, no display): every figure of the package is drawn with it."""
+    import matplotlib  # matplotlib: plots only, and its backend is chosen before pyplot is imported
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # matplotlib: plots only, after the backend above
+
+    return plt
+
+
 def save_png(fig, path: str | os.PathLike, dpi: int) -> Path:
     """Write a matplotlib figure as a PNG atomically (no `Software` metadata, so the same figure gives
     the same bytes) and close it."""
-    import matplotlib.pyplot as plt  # matplotlib: heavy: plots only
-
     with atomic_output(path) as tmp:
         fig.savefig(tmp, format="png", dpi=dpi, metadata={"Software": None})
-    plt.close(fig)
+    pyplot().close(fig)
     return Path(path)

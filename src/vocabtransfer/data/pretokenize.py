@@ -32,6 +32,8 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
+from tokenizers import Tokenizer
+
 from vocabtransfer import io
 from vocabtransfer.data.token_ids import IdsWriter
 from vocabtransfer.log import progress
@@ -153,8 +155,6 @@ def markdown_table(rows: list[tuple[str, str, dict]]) -> str:
 def encoder(tokenizer):
     """A copy of a fast tokenizer's Rust backend with padding and truncation off (a source's
     tokenizer.json may pad or truncate every encoding, e.g. MiniLM's fixed 128)."""
-    from tokenizers import Tokenizer  # tokenizers: the corpus, floor and report jobs load this module without it
-
     backend = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
     backend.no_padding()
     backend.no_truncation()

@@ -52,6 +52,9 @@ import time
 from pathlib import Path
 from typing import Literal
 
+from tokenizers import Tokenizer
+from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
 from vocabtransfer import io
 from vocabtransfer.data.families import (
     BYTE_TOKENS,
@@ -105,10 +108,6 @@ def train_tokenizer(
     `batches` is an iterable of lists of lines that can be iterated more than once (a list, or
     `CorpusBatches`): WordPiece reads it twice to make training deterministic.
     """
-    from transformers import (
-        PreTrainedTokenizerFast,
-    )  # transformers: the corpus, floor and report jobs load this module without it
-
     src = _backend_json(source)
     src_family, src_style = detect_family(source)
     family = src_family if family == "auto" else family
@@ -159,10 +158,6 @@ def train_tokenizer(
 
 def load_target_tokenizer(path: str | os.PathLike):
     """Load the target tokenizer directory; a missing or corrupt one is one clear error."""
-    from tokenizers import Tokenizer  # tokenizers: the corpus, floor and report jobs load this module without it
-    from transformers import (
-        AutoTokenizer,
-    )  # transformers: the corpus, floor and report jobs load this module without it
 
     path = Path(path)
     if not path.is_dir():

@@ -13,6 +13,8 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from tokenizers import AddedToken, models, pre_tokenizers, Tokenizer, trainers
+
 from vocabtransfer.data.families import (
     _family_conventions,
     canonical_unigram,
@@ -28,11 +30,6 @@ log = logging.getLogger(__name__)
 
 def _empty_model(family: str, source_model: dict | None, unk: str | None) -> dict:
     """The serialized, untrained model: the source's options when it is the same family."""
-    from tokenizers import (
-        Tokenizer,
-        models,
-    )  # tokenizers: the corpus, floor and report jobs load this module without it
-
     if source_model is not None:
         model = dict(source_model)
         if family == "unigram":
@@ -110,8 +107,6 @@ def special_tokens(source, src: dict, family: str, same: bool):
     """Step 1 of `train_tokenizer`: the special tokens (ids 0..k-1 in source order) and the unknown
     token; a same-family SentencePiece-style BPE keeps the source's head at its own ids instead.
     Returns (specials as AddedTokens, unk or None, the source's head or None)."""
-    from tokenizers import AddedToken  # tokenizers: the corpus, floor and report jobs load this module without it
-
     specials = source_special_tokens(source)
     unk = None
     if same and family == "unigram":
@@ -159,11 +154,6 @@ def empty_tokenizer(src: dict, family: str, src_family: str, style: str, unk: st
     """Step 2 of `train_tokenizer`: an empty tokenizer with the source's normalizer / pre-tokenizer /
     decoder (another family: its own pre-tokenizer and decoder) and model options. Returns (the
     tokenizer, its model's options, the pre-tokenizer to restore after training)."""
-    from tokenizers import (
-        Tokenizer,
-        pre_tokenizers,
-    )  # tokenizers: the corpus, floor and report jobs load this module without it
-
     same = family == src_family
     normalizer = src.get("normalizer")
     if same:
@@ -223,12 +213,6 @@ def family_trainer(
     """Step 3 of `train_tokenizer`: the family's trainer, for `target_size` entries. WordPiece (and a BPE
     with a continuing prefix) gets its continuation symbols up front, in sorted order (data.tokenizer's docstring).
     Returns (the trainer, those symbols)."""
-    from tokenizers import (
-        AddedToken,
-        pre_tokenizers,
-        trainers,
-    )  # tokenizers: the corpus, floor and report jobs load this module without it
-
     family, style, specials, unk = target.family, target.style, target.specials, target.unk
     prefix = (
         (model.get("continuing_subword_prefix") or "##")
@@ -261,8 +245,6 @@ def finished_tokenizer(tok, src: dict, pre_tok, seeds: list[str], target: Target
     """Step 4 of `train_tokenizer`: the trained tokenizer with the source's pre-tokenizer, without the
     seeded symbols as special tokens, its vocabulary in canonical order (unigram), the byte-fallback
     tokens, and the post-processor with remapped ids. Returns (the tokenizer, its vocabulary)."""
-    from tokenizers import Tokenizer  # tokenizers: the corpus, floor and report jobs load this module without it
-
     family, head, n_special = target.family, target.head, len(target.specials)
     spec = json.loads(tok.to_str())
     spec["pre_tokenizer"] = pre_tok

@@ -33,26 +33,24 @@ measured from the best floor, a predictor without a model (`evaluate.bpb_floor`)
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.model import modeling
+from vocabtransfer.evaluate.score_terms import (  # noqa: F401 (what the report reads without torch; read from here too)
+    MASKED_REASON,
+    nothing_to_keep,
+    share_kept,
+)
 from vocabtransfer.model.line_bits import (  # noqa: F401 (the scoring, below the phases; read from here too)
     LN2,
-    LineScores,
-    bytes_per_token,
     context_ids,
     line_counts,
     score_lines,
     valid_lines,
     windows,
 )
-
-MASKED_REASON = (
-    "bits per byte needs a causal LM: a masked LM predicts a few masked tokens from both sides, "
-    "a pseudo-likelihood that is no probability of the text, so it keeps its per-token loss"
-)
+from vocabtransfer.model.line_scores import LineScores, bytes_per_token  # noqa: F401 (read from here too)
 
 
 def require_lm_head(directory: str | Path, loading: modeling.LoadingInfo, key: str) -> None:
@@ -65,19 +63,3 @@ def require_lm_head(directory: str | Path, loading: modeling.LoadingInfo, key: s
             f"would be a random head's; give the source its head (the source_head stage trains one, "
             f"source_head.steps > 0) or set {key}: false"
         )
-
-
-def share_kept(bpb_floor: float, bpb_method: float, bpb_source: float) -> float:
-    """(BPB_floor − BPB_method) / (BPB_floor − BPB_source), the floor being the best predictor without a model:
-    0 = no better than the floor, 1 = as good as the source with its own tokenizer. NaN when a value is
-    missing or the source does not beat the floor (it then has no advantage to keep: `nothing_to_keep`)."""
-    values = (bpb_floor, bpb_method, bpb_source)
-    if any(v is None or not math.isfinite(float(v)) for v in values) or nothing_to_keep(bpb_floor, bpb_source):
-        return math.nan
-    return float((bpb_floor - bpb_method) / (bpb_floor - bpb_source))
-
-
-def nothing_to_keep(bpb_floor: float, bpb_source: float) -> bool:
-    """Whether the source fails to beat the best floor (needs as many bits per byte or more): then it has
-    nothing to keep on this language and no share is given."""
-    return not bpb_source < bpb_floor

@@ -21,7 +21,6 @@ of the source's advantage a method keeps from it (`bits_per_byte.share_kept`).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
 
@@ -32,16 +31,12 @@ from vocabtransfer.data.pretokenize import encode_batches, encoder
 from vocabtransfer.data.token_ids import counts_of, unigram_counts
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.evaluate.bits_per_byte import LineScores, context_ids, line_counts
-
-FLOOR = "floor"  # the `method` of a floor's rows in bits_per_byte.parquet (its `objective` is the floor's name)
-NAMES = ("unigram-target", "unigram-source", "uniform")
-# init_eval's row of the target unigram: its bits per byte, and its loss in nats on the methods' predicted tokens
-UNIGRAM_ROW = f"{FLOOR}:unigram-target"
-LABELS = {
-    "unigram-target": "unigram, target tokenizer",
-    "unigram-source": "unigram, source tokenizer",
-    "uniform": "uniform, target vocabulary",
-}
+from vocabtransfer.evaluate.score_terms import (  # noqa: F401 (what the report reads without torch; read from here too)
+    FLOOR,
+    NAMES,
+    UNIGRAM_ROW,
+    best,
+)
 
 
 def target_counts(path: str | Path, tokenizer) -> np.ndarray:
@@ -94,24 +89,3 @@ def floor_scores(
         "unigram-source": unigram_scores(source_counts(source_tokenizer, train_text), source_tokenizer, lines),
         "uniform": uniform_scores(target_tokenizer, lines),
     }
-
-
-@dataclass(frozen=True)
-class Best:
-    """The floor with the fewest bits per byte."""
-
-    name: str
-    bits_per_byte: float
-
-    @property
-    def label(self) -> str:
-        return LABELS.get(self.name, self.name)
-
-
-def best(values: dict[str, float]) -> Best | None:
-    """The lowest of name -> bits per byte (None without a finite one)."""
-    finite = {k: v for k, v in values.items() if v is not None and math.isfinite(v)}
-    if not finite:
-        return None
-    name = min(finite, key=lambda k: (finite[k], k))
-    return Best(name, finite[name])

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
+import torch
+
 from vocabtransfer.data.token_ids import TokenIds
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.model import lm_loss
@@ -88,8 +90,6 @@ def bucket_losses(model, batches: list[dict], kind: Kind, bucket: np.ndarray, n_
     """(summed standard cross-entropy, number of target tokens), each (blocks, buckets), over fixed
     batches: block = the row of the packed held-out block a predicted token belongs to (each token's
     loss from the hidden states through the fused head, `lm_loss.token_losses`)."""
-    import torch  # torch: the corpus, floor and report jobs load this module without it
-
     sums, counts = [], []
     model.eval()
     with torch.inference_mode():

@@ -174,10 +174,7 @@ def smooth(ranks: np.ndarray, values: np.ndarray, n_bins: int):
 
 
 def plot(rows: dict, path: str | Path, title: str, n_bins: int) -> None:
-    import matplotlib  # matplotlib: heavy: plots only
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # matplotlib: heavy: plots only
+    plt = io.pyplot()
 
     phases = list(rows)
     fig, axes = plt.subplots(1, len(phases), figsize=(5.5 * len(phases), 4), sharey=True, squeeze=False)

@@ -37,6 +37,8 @@ from pathlib import Path
 import pyarrow as pa
 from transformers import AutoConfig
 
+import lm_eval
+
 from vocabtransfer import io
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.plan.finetune_plans import parse_model
@@ -82,8 +84,6 @@ def evaluate(
     and precision (bf16: the forward passes under torch.autocast over the float32 weights), with per-item
     samples; the harness's own stderr bootstrap is left out (the report computes paired intervals from the
     samples)."""
-    import lm_eval  # lm_eval: optional, heavy
-
     manager = manager or task_manager()
     check_tasks(names, manager.all_tasks)
     args = {"pretrained": str(model_dir), "dtype": "float32"}

@@ -25,10 +25,7 @@ def plot(rows: list[dict], path: str | Path, lang: str) -> None:
     """Loss per method (best at the top; dots, diamonds at the best temperature, on the methods' range, not from
     0; the unigram floor as a line; the source's loss on its own language's text stated under the axis, never among
     the target-language losses) and retrieval both ways; legends below the axes."""
-    import matplotlib  # matplotlib: heavy: plots only
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # matplotlib: heavy: plots only
+    plt = io.pyplot()
 
     unigram = next((r for r in rows if r["method"] == bpb_floor.UNIGRAM_ROW and r["loss"] is not None), None)
     rows = [r for r in rows if r["kind"] != bpb_floor.FLOOR]  # the floors: a line, not a bar

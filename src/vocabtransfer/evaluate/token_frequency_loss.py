@@ -49,6 +49,7 @@ from vocabtransfer import io
 from vocabtransfer.evaluate import bits_per_byte, bpb_floor
 from vocabtransfer.evaluate.frequencies import block_rows, bucket_losses, frequency_buckets, read_ids, rows_for
 from vocabtransfer.evaluate.frequencies import token_counts
+from vocabtransfer.evaluate.score_terms import seed_means
 from vocabtransfer.model import modeling
 from vocabtransfer.model.hub import load_tokenizer
 from vocabtransfer.model.lmdata import Kind, lm_batches
@@ -142,14 +143,6 @@ def source_scores(
     return bits_per_byte.score_lines(model, tokenizer, lines, seq_len=seq_len, batch_size=batch_size)
 
 
-def seed_means(rows: list[dict]) -> dict[tuple[str, str, int], tuple[float, float, float]]:
-    """(method, objective, bucket) -> (mean loss over pretraining seeds, lowest, highest seed's loss)."""
-    per: dict[tuple[str, str, int], list[float]] = {}
-    for r in rows:
-        per.setdefault((r["method"], r["objective"], r["bucket"]), []).append(r["loss"])
-    return {k: (float(np.mean(v)), float(np.min(v)), float(np.max(v))) for k, v in per.items()}
-
-
 def markdown(rows: list[dict], n_seen_buckets: int) -> str:
     """The loss per bucket, averaged over pretraining seeds (the report gives the intervals)."""
     spans = sorted({(r["bucket"], r["rank_lo"], r["rank_hi"]) for r in rows})
@@ -169,10 +162,7 @@ STYLE = {"init": ("tab:gray", "--", "o"), "standard": ("tab:blue", "-", "s"), "s
 def plot(rows: list[dict], path: str | Path, lang: str, n_seen_buckets: int) -> None:
     """One panel per method: the loss per bucket for init, standard and selfish, the mean over
     pretraining seeds with the band from the lowest to the highest seed."""
-    import matplotlib  # matplotlib: heavy: plots only
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # matplotlib: heavy: plots only
+    plt = io.pyplot()
 
     methods = list(dict.fromkeys(r["method"] for r in rows))
     means = seed_means(rows)

@@ -23,6 +23,10 @@ import os
 from functools import lru_cache
 from pathlib import Path
 
+from huggingface_hub import snapshot_download
+from huggingface_hub.errors import GatedRepoError, LocalEntryNotFoundError, RepositoryNotFoundError
+from transformers import AutoTokenizer
+
 from vocabtransfer.errors import VocabTransferError, brief
 from vocabtransfer.plan.source_kind import PACKAGED_MODELS
 
@@ -39,10 +43,6 @@ HUB_IGNORE = ("original/*", "onnx/*", "*.msgpack", "*.h5", "*.tflite", "*.ot", "
 
 def download(repo_id: str) -> Path:
     """The snapshot directory of a hub model with the files `HUB_FILES` names (from the cache when present)."""
-    from huggingface_hub import (
-        snapshot_download,
-    )  # huggingface_hub: the corpus, floor and report jobs load this module without it
-
     path = Path(snapshot_download(repo_id, allow_patterns=list(HUB_FILES), ignore_patterns=list(HUB_IGNORE)))
     if not any(path.glob("*.safetensors")):
         log.info("%s: no safetensors weights on the hub; fetching the PyTorch .bin weights", repo_id)
@@ -54,9 +54,6 @@ def download(repo_id: str) -> Path:
 
 def _hub_advice(name: str, exc: Exception) -> str:
     """What to do about a failed download, by the error huggingface_hub raised."""
-    # huggingface_hub: the corpus, floor and report jobs load this module without it
-    from huggingface_hub.errors import GatedRepoError, LocalEntryNotFoundError, RepositoryNotFoundError
-
     if isinstance(exc, GatedRepoError):
         return (
             f"the repository is gated: accept its licence on https://huggingface.co/{name} and export HF_TOKEN "
@@ -107,10 +104,6 @@ def resolve_model_path(name_or_path: str) -> Path:
 
 def load_tokenizer(name_or_path: str | os.PathLike):
     """A fast tokenizer from a hub id, a model directory or a tokenizer directory."""
-    from transformers import (
-        AutoTokenizer,
-    )  # transformers: the corpus, floor and report jobs load this module without it
-
     path = Path(name_or_path)
     directory = path if path.is_dir() else resolve_model_path(str(name_or_path))
     try:

@@ -8,43 +8,19 @@ lines at every evaluation as init_eval and token_frequency_loss score them (`sco
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+import torch
+
 from vocabtransfer import io
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.model import lm_loss
+from vocabtransfer.model.line_scores import LineScores
 from vocabtransfer.model.lmdata import Kind, special_tokens_around
 
 LN2 = math.log(2.0)
-
-
-@dataclass(frozen=True)
-class LineScores:
-    """Per valid line: bits (Σ −log2 p over its scored tokens; NaN for a masked LM), UTF-8 bytes, its own
-    tokens and how many of them were scored."""
-
-    bits: np.ndarray
-    n_bytes: np.ndarray
-    n_tokens: np.ndarray
-    n_scored: np.ndarray
-
-    @property
-    def bits_per_byte(self) -> float:
-        total = int(self.n_bytes.sum())
-        return float(self.bits.sum() / total) if total else math.nan
-
-    @property
-    def bytes_per_token(self) -> float:
-        return bytes_per_token(self.n_bytes, self.n_tokens)
-
-
-def bytes_per_token(n_bytes, n_tokens) -> float:
-    """Σ UTF-8 bytes / Σ tokens over the same lines (NaN without tokens)."""
-    tokens = int(np.sum(n_tokens))
-    return float(np.sum(n_bytes) / tokens) if tokens else math.nan
 
 
 def context_ids(tokenizer) -> list[int]:
@@ -91,8 +67,6 @@ def score_lines(
 ) -> LineScores:
     """Steps 1–4 for every line (module docstring). A masked LM is not scored: its bits are NaN
     (`MASKED_REASON`); its bytes and tokens are counted all the same."""
-    import torch  # torch: the corpus, floor and report jobs load this module without it
-
     ids, n_bytes, n_tokens = line_counts(tokenizer, lines)
     context = context_ids(tokenizer)
     bits = np.zeros(len(lines), dtype=np.float64)

@@ -8,16 +8,16 @@ from __future__ import annotations
 
 import math
 
+import torch
+import torch.nn.functional as F
+
+from vocabtransfer.model.heads import head_loss, head_parts, predicted_hidden
 from vocabtransfer.model.lmdata import Kind, target_labels
 
 
 def lm_head(model, kind: Kind | None = None):
     """The model's LM head (`heads.head_parts`, by architecture family): callable on final hidden
     states (-> logits), with `.parameters()`."""
-    from vocabtransfer.model.heads import (
-        head_parts,
-    )  # imports torch: the corpus, floor and report jobs load this module without it
-
     return head_parts(model)
 
 
@@ -26,21 +26,12 @@ def head_inputs(model, batch: dict, kind: Kind):
 
     Masked: the masked positions. Causal: every position whose next token is a label.
     """
-    from vocabtransfer.model.heads import (
-        predicted_hidden,
-    )  # imports torch: the corpus, floor and report jobs load this module without it
-
     return predicted_hidden(model, batch, kind)
 
 
 def predicted_logits(model, batch: dict, kind: Kind):
     """(vocabulary logits at the predicted positions as float32, their target ids) of one batch; the
     head runs on the predicted positions only. Materialises their logits: for the calibrated loss."""
-    from vocabtransfer.model.heads import (
-        head_parts,
-        predicted_hidden,
-    )  # imports torch: the corpus, floor and report jobs load this module without it
-
     head = head_parts(model)
     hidden, targets = predicted_hidden(model, batch, kind, head)
     return head.logits(hidden).float(), targets
@@ -49,12 +40,6 @@ def predicted_logits(model, batch: dict, kind: Kind):
 def token_losses(model, batch: dict, kind: Kind, *, objective: str = "standard", margin: float = 2.0, head=None):
     """(the objective's loss of each predicted token, their target ids) of one batch, from the hidden
     states through the fused head (no logits are formed)."""
-    from vocabtransfer.model.heads import (
-        head_loss,
-        head_parts,
-        predicted_hidden,
-    )  # imports torch: the corpus, floor and report jobs load this module without it
-
     head = head if head is not None else head_parts(model)
     hidden, targets = predicted_hidden(model, batch, kind, head)
     return head_loss(head, hidden, targets, objective=objective, margin=margin, reduction="none"), targets
@@ -82,8 +67,6 @@ def evaluate_lm(model, batches: list[dict], kind: Kind, *, calibrate: bool = Fal
     the right token from how over- or under-confident its logits are: `calibrated_loss` and
     `temperature` (> 1: the raw logits were over-confident).
     """
-    import torch  # torch: the corpus, floor and report jobs load this module without it
-    import torch.nn.functional as F  # torch: the corpus, floor and report jobs load this module without it
 
     was_training = model.training
     model.eval()

@@ -9,6 +9,9 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Literal, Sequence
 
+import torch
+from transformers import DataCollatorForLanguageModeling
+
 from vocabtransfer.errors import VocabTransferError
 
 if TYPE_CHECKING:
@@ -103,10 +106,6 @@ class LMCollator:
         self.kind = kind
         self.tokenizer = tokenizer
         if kind == "masked":
-            from transformers import (
-                DataCollatorForLanguageModeling,
-            )  # transformers: the corpus, floor and report jobs load this module without it
-
             if tokenizer.mask_token is None or tokenizer.pad_token is None:
                 raise VocabTransferError(
                     f"{tokenizer.name_or_path}: a masked LM needs a tokenizer with mask and "
@@ -115,8 +114,6 @@ class LMCollator:
             self.mlm = DataCollatorForLanguageModeling(tokenizer, mlm_probability=mlm_probability, seed=seed)
 
     def __call__(self, blocks: list[list[int]]) -> dict:
-        import torch  # torch: the corpus, floor and report jobs load this module without it
-
         if self.kind == "masked":
             return dict(self.mlm([{"input_ids": b} for b in blocks]))
         width = max(len(b) for b in blocks)

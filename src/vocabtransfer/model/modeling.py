@@ -11,6 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM
+from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, MODEL_FOR_MASKED_LM_MAPPING_NAMES
+
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.model.hub import load_tokenizer, resolve_model_path
 from vocabtransfer.model.lmdata import Kind
@@ -48,12 +52,6 @@ def detect_kind(config) -> Kind:
     Decided from `config.is_decoder`, then `config.architectures`, then whether transformers has a
     masked-LM class for the model type (bert, roberta, xlm-roberta …) or only a causal one (gpt2, llama …).
     """
-    # transformers: the corpus, floor and report jobs load this module without it
-    from transformers.models.auto.modeling_auto import (
-        MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
-        MODEL_FOR_MASKED_LM_MAPPING_NAMES,
-    )
-
     if getattr(config, "is_decoder", False):
         return "causal"
     archs = list(getattr(config, "architectures", None) or [])
@@ -86,9 +84,6 @@ def load_source_model(
     (`cls.predictions.*`) and a warning says so. A checkpoint that lacks weights of the model body,
     or has weights of the wrong shape, is an error. The model is returned in eval mode.
     """
-    # transformers: the corpus, floor and report jobs load this module without it
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM
-
     directory = _directory(path)
     try:
         config = AutoConfig.from_pretrained(str(directory))
@@ -208,8 +203,6 @@ def _model_name(model) -> str:
 
 
 def _checked_rows(matrix, n_tokens: int | None, what: str, name: str):
-    import torch  # torch: the corpus, floor and report jobs load this module without it
-
     rows = matrix.shape[0]
     if n_tokens is not None:
         if rows < n_tokens:
@@ -243,8 +236,6 @@ def embedding_matrices(model, tokenizer=None) -> dict:
 
 
 def _check_new_matrix(matrix, shape: tuple[int, int], what: str, target: Path):
-    import torch  # torch: the corpus, floor and report jobs load this module without it
-
     if not isinstance(matrix, torch.Tensor) or tuple(matrix.shape) != shape:
         got = tuple(matrix.shape) if hasattr(matrix, "shape") else type(matrix).__name__
         raise VocabTransferError(
@@ -294,8 +285,6 @@ def build_target_model(
        nothing for target ids;
     4. `config.vocab_size` and the pad/bos/eos/cls/sep ids follow the target tokenizer.
     """
-    import torch  # torch: the corpus, floor and report jobs load this module without it
-
     model, kind = load_source_model(source_model_dir, kind)
     tokenizer = load_tokenizer(target_tokenizer_dir)
     target = Path(target_tokenizer_dir)

@@ -121,7 +121,7 @@ def check_include(params: Params, source: str = "params.yaml") -> None:
 def task_manager(include: str | None = None) -> TaskManager:
     """The harness's catalogue plus this project's offline task folder and the user's (`include`, when given),
     indexed once per process (seconds)."""
-    from lm_eval.tasks import TaskManager  # lm_eval: optional, heavy
+    from lm_eval.tasks import TaskManager  # lm_eval: its task index (seconds), not at CLI start-up
 
     return TaskManager(include_path=[str(TASKS_DIR)] + ([include] if include else []))
 

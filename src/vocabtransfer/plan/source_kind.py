@@ -57,7 +57,7 @@ def cached_config(value: str) -> Path | None:
         except ImportError:
             pass
     try:
-        from huggingface_hub import try_to_load_from_cache
+        from huggingface_hub import try_to_load_from_cache  # huggingface_hub: its hub client, not at CLI start-up
     except ImportError:  # pragma: no cover - a dependency of transformers
         return None
     found = try_to_load_from_cache(value, "config.json")
@@ -88,7 +88,7 @@ def check_reachable(value: str, source: str = "params.yaml") -> None:
         return
     if cached_config(value) is not None:
         return
-    from huggingface_hub.constants import HF_HUB_CACHE
+    from huggingface_hub.constants import HF_HUB_CACHE  # huggingface_hub: not at CLI start-up; this error only
 
     raise VocabTransferError(
         f"{source}: source_model: {value!r} is not in the Hugging Face cache ({HF_HUB_CACHE}) and HF_HUB_OFFLINE is "

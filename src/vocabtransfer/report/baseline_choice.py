@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from vocabtransfer.report.read import Language
+from vocabtransfer.report.read import Language, Run
 
 OBJECTIVE = "standard"  # the objective the baselines are compared with
 
@@ -60,16 +60,25 @@ class BaselineChoice:
         )
 
 
-def final_losses(lang: Language, objective: str = OBJECTIVE) -> dict[str, float]:
-    """method -> the mean over its pretraining seeds of each seed's last evaluated valid loss, with `objective`."""
-    per: dict[str, list[float]] = {}
-    for (method, obj, _), curve in sorted(lang.curves.items()):
-        if obj != objective or "valid_loss" not in curve:
+def final_losses(lang: Language) -> dict[Run, float]:
+    """Run -> its last evaluated valid loss (runs without a finite one left out): the final valid loss the baseline
+    choice and the exported run's pick (report.export_pick) compare."""
+    out = {}
+    for run, curve in sorted(lang.curves.items()):
+        if "valid_loss" not in curve:
             continue
         losses = curve.dropna(subset=["valid_loss"]).sort_values("step")["valid_loss"]
-        if len(losses):
-            per.setdefault(method, []).append(float(losses.iloc[-1]))
-    return {m: math.fsum(v) / len(v) for m, v in per.items()}
+        if len(losses) and math.isfinite(float(losses.iloc[-1])):
+            out[run] = float(losses.iloc[-1])
+    return out
+
+
+def mean_final_losses(finals: dict[Run, float]) -> dict[tuple[str, str], float]:
+    """(method, objective) -> the mean over its pretraining seeds of each seed's final valid loss (`final_losses`)."""
+    per: dict[tuple[str, str], list[float]] = {}
+    for (method, objective, _), loss in finals.items():
+        per.setdefault((method, objective), []).append(loss)
+    return {key: math.fsum(v) / len(v) for key, v in per.items()}
 
 
 def stronger_baseline(lang: Language, candidates: str | Sequence[str]) -> BaselineChoice:
@@ -78,8 +87,8 @@ def stronger_baseline(lang: Language, candidates: str | Sequence[str]) -> Baseli
     names = (candidates,) if isinstance(candidates, str) else tuple(candidates)
     if len(names) == 1:
         return BaselineChoice(names[0], names)
-    finals = final_losses(lang)
-    scored = {m: finals[m] for m in names if m in finals}
+    finals = mean_final_losses(final_losses(lang))
+    scored = {m: finals[(m, OBJECTIVE)] for m in names if (m, OBJECTIVE) in finals}
     if not scored:
         return BaselineChoice(names[0], names)
     best = min(scored, key=lambda m: (scored[m], names.index(m)))

@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from vocabtransfer.evaluate import bits_per_byte, bpb_floor, stats
+from vocabtransfer.evaluate import score_terms, stats
+from vocabtransfer.model.line_scores import bytes_per_token
 from vocabtransfer.plan import availability
 from vocabtransfer.pipeline import names
 from vocabtransfer.report.baseline_choice import BaselineChoice
@@ -60,7 +61,7 @@ class BpbTable:
     reason: str | None = None  # why no model has bits (masked LMs keep their per-token loss)
     floors: list[BpbRow] = field(default_factory=list)
     floor_family: Family | None = None  # the − best floor rows, corrected together
-    best: bpb_floor.Best | None = None
+    best: score_terms.Best | None = None
     source: BpbRow | None = None
 
     @property
@@ -68,12 +69,12 @@ class BpbTable:
         """The source does not beat the best floor: no share is given."""
         if self.best is None or self.source is None or self.source.score is None:
             return False
-        return bits_per_byte.nothing_to_keep(self.best.bits_per_byte, self.source.score.diff)
+        return score_terms.nothing_to_keep(self.best.bits_per_byte, self.source.score.diff)
 
 
 def deterministic(method: str, objective: str) -> bool:
     """An initialisation without random rows: every pretraining seed starts from the same one."""
-    return objective == names.INIT and method not in (SOURCE_ROW, bpb_floor.FLOOR) and not availability.seeded(method)
+    return objective == names.INIT and method not in (SOURCE_ROW, score_terms.FLOOR) and not availability.seeded(method)
 
 
 def _one(runs: stats.Runs) -> stats.Runs:
@@ -101,25 +102,25 @@ def _first_model(df):
 
 def _bytes_per_token(df, method: str, objective: str) -> float:
     g = df[(df["method"] == method) & (df["objective"] == objective)]
-    return bits_per_byte.bytes_per_token(g["n_bytes"], g["n_tokens"])
+    return bytes_per_token(g["n_bytes"], g["n_tokens"])
 
 
 def _floors(lang: Language, settings: Settings) -> tuple[list[BpbRow], dict[str, stats.Runs]]:
-    """The floors' rows (in bpb_floor.NAMES order) and their per-line runs, by name."""
+    """The floors' rows (in score_terms.NAMES order) and their per-line runs, by name."""
     df = lang.bits_per_byte
     rows, runs = [], {}
-    present = set(df.loc[df["method"] == bpb_floor.FLOOR, "objective"])
-    for name in [n for n in bpb_floor.NAMES if n in present] + sorted(present - set(bpb_floor.NAMES)):
-        r = bpb_runs(lang, bpb_floor.FLOOR, name)
+    present = set(df.loc[df["method"] == score_terms.FLOOR, "objective"])
+    for name in [n for n in score_terms.NAMES if n in present] + sorted(present - set(score_terms.NAMES)):
+        r = bpb_runs(lang, score_terms.FLOOR, name)
         if r is None:
             continue
         runs[name] = r
         rows.append(
             BpbRow(
-                bpb_floor.FLOOR,
+                score_terms.FLOOR,
                 name,
                 settings.bootstrap(zero_like(r), r),
-                _bytes_per_token(df, bpb_floor.FLOOR, name),
+                _bytes_per_token(df, score_terms.FLOOR, name),
                 runs="no model",
             )
         )
@@ -135,15 +136,15 @@ def bits_per_byte_table(
     if df is None or not len(df):
         return None
     n_lines = int(df["line"].max()) + 1
-    is_source, is_floor = df["method"] == SOURCE_ROW, df["method"] == bpb_floor.FLOOR
-    target_bpt = bits_per_byte.bytes_per_token(*_first_model(df[~is_source & ~is_floor]))
-    source_bpt = bits_per_byte.bytes_per_token(*_first_model(df[is_source]))
+    is_source, is_floor = df["method"] == SOURCE_ROW, df["method"] == score_terms.FLOOR
+    target_bpt = bytes_per_token(*_first_model(df[~is_source & ~is_floor]))
+    source_bpt = bytes_per_token(*_first_model(df[is_source]))
     family = _baseline_family(baseline)
     base_name = str(family.baseline)
     if df.loc[~is_source & ~is_floor, "bits"].isna().all():
-        return BpbTable([], family, n_lines, target_bpt, source_bpt, reason=bits_per_byte.MASKED_REASON)
+        return BpbTable([], family, n_lines, target_bpt, source_bpt, reason=score_terms.MASKED_REASON)
     floors, floor_runs = _floors(lang, settings)
-    best = bpb_floor.best({r.objective: r.score.diff for r in floors if r.score is not None})
+    best = score_terms.best({r.objective: r.score.diff for r in floors if r.score is not None})
     floor_family = Family(
         FLOOR_TITLE,
         "Negative: the model needs fewer bits per byte than the best floor"
@@ -198,7 +199,7 @@ def bits_per_byte_table(
     if best is not None and source_row.score is not None:
         for r in rows[1:]:
             assert r.score is not None  # a model row's own score: zero_like pairs with every run
-            r.share_kept = bits_per_byte.share_kept(best.bits_per_byte, r.score.diff, source_row.score.diff)
+            r.share_kept = score_terms.share_kept(best.bits_per_byte, r.score.diff, source_row.score.diff)
     return table
 
 

@@ -4,7 +4,7 @@ tables. Nothing here computes a statistic."""
 
 from __future__ import annotations
 
-from vocabtransfer.evaluate.bpb_floor import FLOOR, LABELS
+from vocabtransfer.evaluate.score_terms import FLOOR, LABELS
 from vocabtransfer.pipeline import paths
 from vocabtransfer.report.bpb import BpbTable
 from vocabtransfer.report.markdown import CORRECTION_NAME, difference_text, family_section, fmt, md_table

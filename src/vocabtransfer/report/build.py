@@ -146,10 +146,10 @@ def write_report(params: Params, report: ReportParams, p: Plan, root: Path = Pat
                     raise VocabTransferError(
                         f"{lang.lang}: pretraining runs with valid_curve.parquet but no metrics.parquet; rerun them"
                     )
-                section, bullets, m["token_equivalent"] = _tokens_section(
+                section, bullets, m["token_equivalent"], drew_worth = _tokens_section(
                     lang, worth, choice.method, settings, bpb, figures / Path(curve_fig).name, params
                 )
-                if (figures / f"{lang.lang}_worth.png").is_file():  # none where no method has an equivalent
+                if drew_worth:  # none where no method has an equivalent
                     worth_figs[lang.lang] = f"{paths.REPORT_FIGURES}/{lang.lang}_worth.png"
                 if choice.sentence():
                     section = section[:2] + [choice.sentence(), ""] + section[2:]  # under the section's heading
@@ -216,10 +216,11 @@ def _correct_headline(built, settings: tables.Settings) -> int:
 
 def _tokens_section(
     lang, worth, baseline: str, settings, bpb, figure: Path, params: Params
-) -> tuple[list[str], list[str], dict]:
+) -> tuple[list[str], list[str], dict, bool]:
     """What each initialisation is worth in the baseline's tokens (`token_equivalent`): its figure at `figure`
-    (valid loss, and bits per byte for causal runs, against tokens); returns its section, its verdict bullets
-    and its metrics (method-objective@budget -> ratio, None for more than the run)."""
+    (valid loss, and bits per byte for causal runs, against tokens); returns its section, its verdict bullets,
+    its metrics (method-objective@budget -> ratio, None for more than the run) and whether it drew the worth
+    figure beside `figure` (`<lang>_worth.png`: none where no method has a token-equivalent)."""
     bullets: list[str] = []
     reps = token_equivalent.replicate(worth, settings.resamples, settings.seed)
     eqs = token_equivalent.equivalents(reps, baseline, settings.confidence)
@@ -236,7 +237,7 @@ def _tokens_section(
         lines.update({"source": source[0]} if source else {})
         lines.update({r.objective: r.score.diff for r in bpb.floors if r.score})
     plot_token_curves(lang.lang, reps, figure, bits=bits or None, bits_lines=lines, baseline=baseline)
-    plot_worth(lang.lang, eqs, crossings, baseline, figure.with_name(f"{lang.lang}_worth.png"))
+    drew_worth = plot_worth(lang.lang, eqs, crossings, baseline, figure.with_name(f"{lang.lang}_worth.png"))
     bullets += token_worth.verdict(reps, eqs, crossings, baseline)
     reach, note = _source_reach(lang, reps, settings, params, bpb, lines.get("source"))
     sentence = token_worth.source_sentence(reach, lines["source"], reps) if reach else None
@@ -248,7 +249,7 @@ def _tokens_section(
         for e in eqs
     }
     section = token_worth.section(reps, eqs, crossings, baseline, settings.confidence, None, reach, note)
-    return section, bullets, metrics
+    return section, bullets, metrics, drew_worth
 
 
 def _source_reach(lang, reps, settings, params: Params, bpb, source: float | None) -> tuple[dict, str]:

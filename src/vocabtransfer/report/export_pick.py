@@ -10,10 +10,10 @@ pick is the report's best measured model, not a held-out choice.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from vocabtransfer.report.baseline_choice import final_losses, mean_final_losses
 from vocabtransfer.report.read import Language, Run
 from vocabtransfer.report.recommend import OBJECTIVE, RULE, recommend
 from vocabtransfer.report.tables import Settings
@@ -46,18 +46,6 @@ class Pick:
         )
 
 
-def final_losses(lang: Language) -> dict[Run, float]:
-    """Run -> its last evaluated valid loss (runs without one left out)."""
-    out = {}
-    for run, curve in sorted(lang.curves.items()):
-        if "valid_loss" not in curve:
-            continue
-        losses = curve.dropna(subset=["valid_loss"]).sort_values("step")["valid_loss"]
-        if len(losses) and math.isfinite(float(losses.iloc[-1])):
-            out[run] = float(losses.iloc[-1])
-    return out
-
-
 def median_seed(finals: dict[Run, float], method: str, objective: str) -> tuple[int, float] | None:
     """(pretraining seed, its final loss) of the median run of method × objective (even count: the lower middle)."""
     runs = sorted((loss, pseed) for (m, o, pseed), loss in finals.items() if (m, o) == (method, objective))
@@ -75,10 +63,7 @@ def exported_run(lang: Language, settings: Settings, baseline: str | Sequence[st
         return Pick((rec.pick, OBJECTIVE, found[0]), found[1], rec.reason)
     if not finals:
         return None
-    groups: dict[tuple[str, str], list[float]] = {}
-    for (method, objective, _), loss in finals.items():
-        groups.setdefault((method, objective), []).append(loss)
-    means = {key: math.fsum(v) / len(v) for key, v in groups.items()}
+    means = mean_final_losses(finals)
     best = min(means, key=lambda key: (means[key], key))
     pseed, loss = median_seed(finals, *best)  # type: ignore[misc]
     return Pick((best[0], best[1], pseed), loss, "only baselines were pretrained", means, True)

@@ -17,23 +17,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from vocabtransfer import io
 from vocabtransfer.report.read import OBJECTIVE_ORDER, Language
 
 DPI = 100
 
 
-def _plt():
-    import matplotlib  # matplotlib: heavy: plots only
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # matplotlib: heavy: plots only
-
-    return plt
-
-
 def _save(fig, path: Path) -> None:
     fig.savefig(path, format="png", dpi=DPI, metadata={"Software": None})
-    _plt().close(fig)
+    io.pyplot().close(fig)
 
 
 def seed_curves(lang: Language) -> dict[tuple[str, str], Any]:
@@ -61,7 +53,7 @@ def seed_curves(lang: Language) -> dict[tuple[str, str], Any]:
 
 
 def plot_curves(lang: Language, path: Path) -> None:
-    plt = _plt()
+    plt = io.pyplot()
     curves = seed_curves(lang)
     objectives = [o for o in OBJECTIVE_ORDER if any(ob == o for _, ob in curves)]
     fig, axes = plt.subplots(1, len(objectives), figsize=(5.5 * len(objectives), 4), sharey=True, squeeze=False)
@@ -96,7 +88,7 @@ def plot_token_curves(
     method's difference from it (`_difference_panel`: lines that overlap above are told apart there). With `bits`
     ((method, objective) -> DataFrame of tokens_seen and valid_bits_per_byte per seed, causal models), a last row
     of panels: bits per byte with `bits_lines` (label -> value: the source, the floors) as lines."""
-    plt = _plt()
+    plt = io.pyplot()
     objectives = [o for o in OBJECTIVE_ORDER if any(ob == o for _, ob in reps.mean)]
     base = [(baseline, o) for o in ("standard",) if baseline and (baseline, o) in reps.mean]
     rows = 1 + bool(base) + bool(bits)
@@ -186,7 +178,7 @@ def _lines(ax, values: dict) -> None:
 
 def plot_downstream(lang: str, status: dict, path: Path) -> None:
     """`status`: task -> tables.TaskStatus (every group's score, the floor, whether the task is learned)."""
-    plt = _plt()
+    plt = io.pyplot()
     tasks = list(status)
     n = max(len(s.scores) for s in status.values())
     fig, axes = plt.subplots(1, len(tasks), figsize=(4.6 * len(tasks), 1.6 + 0.32 * n), squeeze=False)
@@ -224,15 +216,16 @@ def write_curves_csv(lang: Language, path: Path) -> None:
     path.write_text(buf.getvalue(), encoding="utf-8")
 
 
-def plot_worth(lang: str, eqs: list, crossings: list, baseline: str, path: Path) -> None:
+def plot_worth(lang: str, eqs: list, crossings: list, baseline: str, path: Path) -> bool:
     """What each initialisation is worth in the baseline's tokens (`token_equivalent.equivalents`) against the
     budget, both on log axes: per method and objective the baseline's tokens to reach its mean valid loss at each
     measured budget with the interval as a band (an end past the run drawn at the top, `> run`), the diagonal
     (worth its own tokens) and the tokens the baseline needs to reach each floor (`floor_crossings`) as lines. No
-    file where no method has a token-equivalent (the baseline alone was pretrained, or no budget was measured)."""
+    file where no method has a token-equivalent (the baseline alone was pretrained, or no budget was measured).
+    Returns whether it drew the figure."""
     if not eqs:
-        return
-    plt = _plt()
+        return False
+    plt = io.pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
     budgets = sorted({e.budget for e in eqs})
     finite = [v for e in eqs for v in (e.tokens.value, e.tokens.low, e.tokens.high) if np.isfinite(v) and v > 0]
@@ -277,3 +270,4 @@ def plot_worth(lang: str, eqs: list, crossings: list, baseline: str, path: Path)
     )
     fig.tight_layout()
     _save(fig, path)
+    return True

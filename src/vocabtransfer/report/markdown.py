@@ -13,10 +13,9 @@ from tabulate import tabulate
 from vocabtransfer.pipeline import paths
 from vocabtransfer.report.read import OBJECTIVE_ORDER, Language, task_order
 from vocabtransfer.plan.report_plans import Plan
-from vocabtransfer.evaluate.bpb_floor import FLOOR
+from vocabtransfer.evaluate.score_terms import FLOOR, seed_means
 from vocabtransfer.report.tables import CORRECTION_NAME, NOT_LEARNED, Family, Settings, finite, seeds_text
 from vocabtransfer.evaluate.tasks import TASKS, available
-from vocabtransfer.evaluate.token_frequency_loss import seed_means
 from vocabtransfer.report.figures import seed_curves
 
 

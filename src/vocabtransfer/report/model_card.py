@@ -78,7 +78,7 @@ def source_facts(source_model: str, resolved: str | None, base_model: str | None
     if path is not None and path.is_dir() and (path / "README.md").is_file():
         license_, card_base = _front_matter_license(path / "README.md")
     elif path is not None and path.is_file() and path.suffix.lower() == ".gguf":
-        from transformers.integrations.gguf.reader import read_gguf_metadata  # transformers: heavy
+        from transformers.integrations.gguf.reader import read_gguf_metadata  # GGUF sources only (optional gguf)
 
         try:
             metadata, _ = read_gguf_metadata(str(path))

@@ -102,7 +102,7 @@ class Task:
         """Pads a batch of features (dynamic padding)."""
         from transformers import (
             DataCollatorWithPadding,
-        )  # transformers: the corpus, floor and report jobs load this module without it
+        )  # transformers: the floor and report jobs load the tasks without it
 
         return DataCollatorWithPadding(tokenizer)
 

@@ -22,6 +22,8 @@ import logging
 import re
 from collections import Counter
 
+from seqeval.scheme import Entities, IOB2
+
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.evaluate.tasks import Evaluation, Source, Splits, Task, register, require_columns
 from vocabtransfer.plan.task_options import NerOptions
@@ -34,8 +36,6 @@ TAG = re.compile(r"^(O|[BI]-\S+)$")
 def entity_set(tags: list[str], strict: bool) -> set[tuple]:
     """The entities of one sentence as seqeval finds them (default conlleval mode, or strict IOB2)."""
     if strict:
-        from seqeval.scheme import IOB2, Entities  # seqeval: NER scoring only
-
         return {e.to_tuple()[1:] for e in Entities([tags], IOB2).entities[0]}
     from seqeval.metrics.sequence_labeling import get_entities  # seqeval: NER scoring only
 
@@ -51,7 +51,6 @@ def sentence_counts(gold: list[str], pred: list[str], strict: bool = False) -> t
 def seqeval_scores(gold: list[list[str]], pred: list[list[str]], strict: bool = False) -> dict[str, float]:
     """seqeval's micro precision, recall and F1, in percent."""
     from seqeval.metrics import f1_score, precision_score, recall_score  # seqeval: NER scoring only
-    from seqeval.scheme import IOB2  # seqeval: NER scoring only
 
     kw = {"mode": "strict", "scheme": IOB2} if strict else {}
     return {
@@ -190,7 +189,7 @@ class NER(Task):
     def collator(self, tokenizer):
         from transformers import (
             DataCollatorForTokenClassification,
-        )  # transformers: the corpus, floor and report jobs load this module without it
+        )  # transformers: the floor and report jobs load the tasks without it
 
         return DataCollatorForTokenClassification(tokenizer)
 
