@@ -326,3 +326,58 @@ def test_tokens_to_the_sources_bits_per_byte():
     sentence = tw.source_sentence(reach, 1.5, reps)
     assert sentence.startswith("The source's bits per byte with its own tokenizer (1.500): reached by ")
     assert "focus-standard after 16.0k [" in sentence
+
+
+def _hypernet_language() -> Language:
+    """`language()` with focus's curve (random's shifted fourfold in tokens) as hypernet's and random's as fvt's."""
+    lang, names = language(), {"random": "fvt", "focus": "hypernet"}
+    for table in (lang.curve_blocks, lang.blocks, lang.runs):
+        for m, o, s in list(table):
+            table[(names[m], o, s)] = table.pop((m, o, s))
+    return lang
+
+
+def test_the_hypernetwork_is_weighed_against_the_tokens_it_trained_on(tmp_path):
+    """hypernet's curve is fvt's shifted fourfold, the same in every seed and block: at 1,000 tokens fvt needs
+    4,000 (a measured point, no spread), so it saves 3,000 against a network trained on 6,000 tokens: it does not pay
+    for itself for one target, and pays back after 2; at 8,000 it saves 24,000: at once. An interval holding the cost
+    is undetermined, one that may hold no gain never pays back. Through the report's tokens section, with the
+    networks' stats.json of two seeds."""
+    from test_report import PARAMS, _report
+    from vocabtransfer.report import build, hypernet_worth, tables
+
+    reps = te.replicate(te.read_curves(_hypernet_language()), resamples=400, seed=1)
+    rows = {p.worth.budget: p for p in hypernet_worth.paybacks(reps, 6000.0, 0.95)}
+    assert sorted(rows) == [1000, 8000, 64000]
+    assert (rows[1000].worth.tokens.low, rows[1000].worth.tokens.high) == pytest.approx((4000, 4000), rel=1e-6)
+    assert rows[1000].gain == pytest.approx((3000, 3000, 3000), rel=1e-6)
+    assert rows[1000].verdict() == "does not pay for itself" and rows[1000].targets() == "2 [2, 2]"
+    assert rows[8000].gain[0] == pytest.approx(24000, rel=1e-6) and rows[8000].verdict() == "pays for itself"
+    assert rows[8000].targets() == "1 [1, 1]" and rows[64000].verdict() == "pays for itself"
+
+    def at(value: float, low: float, high: float) -> hypernet_worth.Payback:  # fvt's tokens at budget 1,000
+        worth = te.Equivalent("hypernet", "standard", 1000, 1.0, 1.0, te.Estimate(value, low, high), None)
+        return hypernet_worth.Payback(worth, 6000.0)
+
+    assert at(2000, 1500, 9000).verdict() == "undetermined" and at(2000, 1500, 9000).targets() == "6 [1, 12]"
+    assert at(1500, 500, 1500).verdict() == "does not pay for itself"
+    assert at(1500, 500, 1500).targets() == "12 [12, none]"  # the saved tokens' interval reaches 0
+    assert at(900, 800, 1100).targets() == "none (no detectable gain)"
+    assert at(3000, 3000, 3000).targets() == "3 [3, 3]" and at(8000, 7500, 8000).verdict() == "pays for itself"
+
+    networks = [{"tokens": 5000, "train_seconds": 60.0}, {"tokens": 7000, "train_seconds": 180.0}]
+    settings = tables.Settings.of(_report({**PARAMS, "report": {"bootstrap_resamples": 200}}), 7)
+    lang = _hypernet_language()
+    section, bullets, _, _ = build._tokens_section(
+        lang, te.read_curves(lang), "fvt", settings, None, tmp_path / "sw_valid_loss.png", None, networks
+    )
+    text = "\n".join(section)
+    assert "### The hypernetwork against its own cost" in text
+    assert "One network trained on 6,000 tokens (2.0 min; the mean over 2 network seeds)" in text
+    assert bullets[-1].startswith("**The hypernetwork pays for itself for one target at 64.0k tokens**")
+    assert (
+        build._tokens_section(
+            lang, te.read_curves(lang), "fvt", settings, None, tmp_path / "sw_valid_loss.png", None, []
+        )[0]
+        == section[: section.index("### The hypernetwork against its own cost")]
+    )  # no network: no section

@@ -40,7 +40,7 @@ from vocabtransfer.report import markdown
 from vocabtransfer.report import rivals
 from vocabtransfer.report import study_setup
 from vocabtransfer.report import comparisons, tables
-from vocabtransfer.report import token_equivalent, token_worth
+from vocabtransfer.report import hypernet_worth, token_equivalent, token_worth
 from vocabtransfer.report import verdict
 from vocabtransfer.report.baseline_choice import stronger_baseline
 from vocabtransfer.report.bpb import bits_per_byte_table, share_sentence
@@ -111,6 +111,7 @@ def write_report(params: Params, report: ReportParams, p: Plan, root: Path = Pat
     settings = tables.Settings.of(report, params.seed)
     head, base = (_stats_file(root / path) for path in (paths.SOURCE_HEAD_STATS, paths.SOURCE_BASE_STATS))
     langs = [read_language(lang, p, root) for lang in p.languages]
+    networks = study_setup.network_stats(root)  # stage hypernet's trained networks, by network seed
     metrics: dict = {}
     per_language, body, zero_shot_verdict, said, worth_figs = {}, [], {}, {}, {}
     built = {lang.lang: _comparisons(lang, settings, report.baseline) for lang in langs}
@@ -147,7 +148,7 @@ def write_report(params: Params, report: ReportParams, p: Plan, root: Path = Pat
                         f"{lang.lang}: pretraining runs with valid_curve.parquet but no metrics.parquet; rerun them"
                     )
                 section, bullets, m["token_equivalent"], drew_worth = _tokens_section(
-                    lang, worth, choice.method, settings, bpb, figures / Path(curve_fig).name, params
+                    lang, worth, choice.method, settings, bpb, figures / Path(curve_fig).name, params, networks
                 )
                 if drew_worth:  # none where no method has an equivalent
                     worth_figs[lang.lang] = f"{paths.REPORT_FIGURES}/{lang.lang}_worth.png"
@@ -215,12 +216,13 @@ def _correct_headline(built, settings: tables.Settings) -> int:
 
 
 def _tokens_section(
-    lang, worth, baseline: str, settings, bpb, figure: Path, params: Params
+    lang, worth, baseline: str, settings, bpb, figure: Path, params: Params, networks: list[dict]
 ) -> tuple[list[str], list[str], dict, bool]:
     """What each initialisation is worth in the baseline's tokens (`token_equivalent`): its figure at `figure`
     (valid loss, and bits per byte for causal runs, against tokens); returns its section, its verdict bullets,
     its metrics (method-objective@budget -> ratio, None for more than the run) and whether it drew the worth
-    figure beside `figure` (`<lang>_worth.png`: none where no method has a token-equivalent)."""
+    figure beside `figure` (`<lang>_worth.png`: none where no method has a token-equivalent); with hypernet and fvt
+    pretrained, the hypernetwork against its training tokens (`networks`: their stats.json, `hypernet_worth`)."""
     bullets: list[str] = []
     reps = token_equivalent.replicate(worth, settings.resamples, settings.seed)
     eqs = token_equivalent.equivalents(reps, baseline, settings.confidence)
@@ -249,7 +251,8 @@ def _tokens_section(
         for e in eqs
     }
     section = token_worth.section(reps, eqs, crossings, baseline, settings.confidence, None, reach, note)
-    return section, bullets, metrics, drew_worth
+    paid, paid_bullets = hypernet_worth.section(reps, networks, settings.confidence)
+    return section + paid, bullets + paid_bullets, metrics, drew_worth
 
 
 def _source_reach(lang, reps, settings, params: Params, bpb, source: float | None) -> tuple[dict, str]:
