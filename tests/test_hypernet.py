@@ -227,7 +227,7 @@ def test_a_network_trained_by_another_study_is_checked_and_applied_as_its_own(so
 
     from vocabtransfer import io
     from vocabtransfer.plan.method_catalog import hypernet_refusal
-    from vocabtransfer.pipeline.typed import Params
+    from vocabtransfer.plan.params_root import Params
     from vocabtransfer.train import hypernet as stage
 
     monkeypatch.chdir(tmp_path)

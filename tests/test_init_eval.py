@@ -17,7 +17,7 @@ from vocabtransfer import io
 from vocabtransfer.data.token_ids import TokenIds
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.model.lmdata import lm_batches, pack_lines
-from vocabtransfer.pipeline.typed import Params
+from vocabtransfer.plan.params_root import Params
 from vocabtransfer.plan import eval_plans
 
 from helpers import (

@@ -15,7 +15,7 @@ from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.plan.stages import STAGES
 from vocabtransfer.evaluate import harness
 from vocabtransfer.io import read_json, read_parquet
-from vocabtransfer.pipeline.typed import Params
+from vocabtransfer.plan.params_root import Params
 from vocabtransfer.plan import harness_plans
 from vocabtransfer.plan import report_plans
 

@@ -56,8 +56,8 @@ from vocabtransfer.train.packing import PackedBlocks
 from vocabtransfer.pipeline import paths
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.log import progress
+from vocabtransfer.plan.eval_params import TokenFrequencyLossParams
 from vocabtransfer.plan.eval_plans import (
-    TokenFrequencyLossParams,
     model_key,
     model_template,
     scored_models,
@@ -278,7 +278,7 @@ def _write_outputs(ctx, rows: list[dict], cells: dict[str, list], lines_out: dic
 
 
 def run(ctx) -> None:
-    opts = ctx.section("token_frequency_loss", TokenFrequencyLossParams)  # params token_frequency_loss, typed
+    opts = ctx.params.token_frequency_loss
     seq_len, batch_size, bpb = opts.seq_len, opts.batch_size, opts.bits_per_byte
     models = scored_models(ctx.params, ctx.lang)
     if not models:

@@ -88,7 +88,7 @@ def materialise(value: str, out_dir: Path) -> dict:
 
 
 def run(ctx) -> None:
-    value = ctx.param("source_model")
+    value = ctx.params.source_model
     out_dir = Path(ctx.output["model"])
     stats = materialise(value, out_dir)
     io.write_json(stats, ctx.output["stats"])

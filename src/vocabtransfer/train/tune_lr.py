@@ -113,7 +113,7 @@ def train_rate(ctx, opts: PretrainParams, data: setup.RunData, rate: float, seed
 
 
 def run(ctx) -> None:
-    opts = ctx.section("pretrain", PretrainParams)
+    opts = ctx.params.pretrain
     if not tuned(opts):
         raise VocabTransferError(
             "pretrain_tune: pretrain.tune.learning_rates is empty (no rate to pick from); set e.g. "
