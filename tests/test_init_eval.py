@@ -57,7 +57,7 @@ def setup_study(tmp_path, source_model, source_tok, methods: dict, *, xx_same_as
     params = {
         "seed": 3,
         "init": {"methods": list(methods)},
-        "source_head": {"text": str(text), "eval_lines": 40},
+        "source_head": over_defaults("source_head", {"text": str(text), "eval_lines": 40}),
         "init_eval": over_defaults(
             "init_eval",
             {
