@@ -165,9 +165,10 @@ def with_init_sections(schema: dict, methods: dict[str, type], factorizations: d
 
 def from_dict(cls, data: Mapping):
     """The frozen dataclass `cls` of a validated params section: nested dataclass fields recursively,
-    arrays as tuples, numbers of `float` fields as floats; keys that are not fields are not read."""
+    arrays as tuples, numbers of `float` fields as floats; keys that are not fields are not read, and a field
+    without its key (a tree given in part, as a test's) keeps its default, as validation would fill it."""
     hints = typing.get_type_hints(cls)
-    return cls(**{f.name: _typed_value(hints[f.name], data[f.name]) for f in dataclasses.fields(cls)})
+    return cls(**{f.name: _typed_value(hints[f.name], data[f.name]) for f in dataclasses.fields(cls) if f.name in data})
 
 
 def _typed_value(tp, value):
