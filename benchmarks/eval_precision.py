@@ -41,7 +41,7 @@ from pathlib import Path
 
 import numpy as np
 
-from vocabtransfer.plan import harness_plans
+from vocabtransfer.plan import eval_params, harness_plans
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -97,7 +97,7 @@ def xnli_part(args, model: Path) -> dict:
         runs, manager = {}, harness_plans.task_manager()  # the task index built once, outside the timings
         for precision in ("fp32", "bf16"):
             start = time.perf_counter()
-            opts = harness_plans.LmEvalParams(num_fewshot=0, limit=args.xnli_items, batch_size=8, precision=precision)
+            opts = eval_params.LmEvalParams(num_fewshot=0, limit=args.xnli_items, batch_size=8, precision=precision)
             results = harness.evaluate(model, [f"local_xnli_{args.lang}"], opts, manager=manager)
             rows = sorted(harness.samples_table(results).to_pylist(), key=lambda r: r["doc_id"])
             runs[precision] = (rows, time.perf_counter() - start)

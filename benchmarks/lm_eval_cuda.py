@@ -19,7 +19,7 @@ from vocabtransfer.app.params import validate_params
 from vocabtransfer.evaluate import harness
 from vocabtransfer.io import read_json, read_parquet
 from vocabtransfer.pipeline.stage_spec import Context, Stage
-from vocabtransfer.pipeline.typed import Params
+from vocabtransfer.plan.params_root import Params
 from smoke_inputs import DATA  # the data root the pipeline reads
 
 LIMIT = int(sys.argv[1]) if len(sys.argv) > 1 else 20

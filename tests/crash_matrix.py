@@ -80,7 +80,7 @@ def _job(stage: str, params: dict) -> tuple[dict, list[str]]:
     from vocabtransfer.pipeline import paths
 
     spec = STAGES[stage]
-    from vocabtransfer.pipeline.typed import Params
+    from vocabtransfer.plan.params_root import Params
 
     jobs = spec.jobs(Params.of(params), "sw") if "lang" in spec.wildcards else spec.jobs(Params.of(params))
     if not jobs:

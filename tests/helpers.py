@@ -337,7 +337,7 @@ def filled_params(tree: dict):
     needed): what a stage below app/ reads of a section it is given."""
     from vocabtransfer.app.params import SECTIONS, section_defaults
     from vocabtransfer.pipeline.config import merge_overlay
-    from vocabtransfer.pipeline.typed import Params
+    from vocabtransfer.plan.params_root import Params
 
     filled = {name: merge_overlay(section_defaults(name), tree.get(name) or {}) for name in SECTIONS}
     return Params({**tree, **filled})
@@ -356,7 +356,7 @@ def make_ctx(func: str, wildcards: dict, inputs: dict, outputs: dict, params):
     )
     from vocabtransfer.plan.stages import STAGES
 
-    from vocabtransfer.pipeline.typed import Params
+    from vocabtransfer.plan.params_root import Params
 
     return Context(
         stage=stage,

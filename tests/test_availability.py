@@ -18,7 +18,7 @@ from vocabtransfer.plan import availability
 from vocabtransfer.app.plan import preflight
 from vocabtransfer.app import dvcgen
 from vocabtransfer.app.params import validate_params
-from vocabtransfer.pipeline.typed import Params
+from vocabtransfer.plan.params_root import Params
 from vocabtransfer.errors import VocabTransferError, brief
 from vocabtransfer.plan.stages import STAGES
 

@@ -12,7 +12,7 @@ import pytest
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.report import markdown, read
 from vocabtransfer.report.baseline_choice import final_losses, mean_final_losses, stronger_baseline
-from vocabtransfer.plan.report_plans import ReportParams
+from vocabtransfer.plan.report_params import ReportParams
 from vocabtransfer.pipeline.typed import from_dict
 
 

@@ -13,7 +13,7 @@ import torch
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.evaluate import bits_per_byte
 from vocabtransfer.model import modeling
-from vocabtransfer.pipeline.typed import Params
+from vocabtransfer.plan.params_root import Params
 from vocabtransfer.plan import eval_plans
 
 from helpers import bpe_tokenizer, make_ctx, save_dir, text_lines, tiny_bert, tiny_llama, wordpiece_tokenizer

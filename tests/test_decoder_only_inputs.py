@@ -21,7 +21,7 @@ from conftest import BAD_INPUTS, REPO
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.app.params import validate_params
 from vocabtransfer.pipeline.config import merge_overlay, read_yaml
-from vocabtransfer.pipeline.typed import Params
+from vocabtransfer.plan.params_root import Params
 from vocabtransfer.plan import report_plans
 
 from helpers import bpe_tokenizer, llama_seed, text_lines, tiny_gptj

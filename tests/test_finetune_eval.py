@@ -14,7 +14,7 @@ from vocabtransfer.plan import availability
 from vocabtransfer.app.params import load_params, validate_params
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.evaluate.tasks import get_task, load_splits, open_source
-from vocabtransfer.pipeline.typed import Params
+from vocabtransfer.plan.params_root import Params
 from vocabtransfer.plan import finetune_plans
 from vocabtransfer.plan import task_options
 

@@ -10,7 +10,7 @@ from vocabtransfer.pipeline import fingerprint
 from vocabtransfer.app.params import load_params
 from vocabtransfer.pipeline.stage_spec import PACKAGE
 from vocabtransfer.plan.stages import STAGES
-from vocabtransfer.pipeline.typed import Params
+from vocabtransfer.plan.params_root import Params
 
 from conftest import REPO
 

@@ -229,7 +229,7 @@ def test_a_network_trained_by_another_study_is_checked_and_applied_as_its_own(so
 
     from vocabtransfer import io
     from vocabtransfer.plan.method_catalog import hypernet_refusal
-    from vocabtransfer.pipeline.typed import Params
+    from vocabtransfer.plan.params_root import Params
     from vocabtransfer.train import hypernet as stage
 
     monkeypatch.chdir(tmp_path)
@@ -293,7 +293,7 @@ def test_each_pretraining_seed_of_a_pretrained_hypernet_applies_its_own_network_
     from conftest import REPO
     from vocabtransfer.app.params import load_params
     from vocabtransfer.pipeline import paths
-    from vocabtransfer.pipeline.typed import Params
+    from vocabtransfer.plan.params_root import Params
     from vocabtransfer.plan.stages import STAGES
 
     tree = copy.deepcopy(load_params(REPO / "params.yaml"))

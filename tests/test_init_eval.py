@@ -17,7 +17,7 @@ from vocabtransfer import io
 from vocabtransfer.data.token_ids import TokenIds
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.model.lmdata import lm_batches, pack_lines
-from vocabtransfer.pipeline.typed import Params
+from vocabtransfer.plan.params_root import Params
 from vocabtransfer.plan import eval_plans
 
 from helpers import (
@@ -57,7 +57,7 @@ def setup_study(tmp_path, source_model, source_tok, methods: dict, *, xx_same_as
     params = {
         "seed": 3,
         "init": {"methods": list(methods)},
-        "source_head": {"text": str(text), "eval_lines": 40},
+        "source_head": over_defaults("source_head", {"text": str(text), "eval_lines": 40}),
         "init_eval": over_defaults(
             "init_eval",
             {

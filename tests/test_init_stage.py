@@ -21,7 +21,8 @@ from vocabtransfer import io
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.init.methods.registry import TransferResult, register
 from vocabtransfer.plan.methods import INFO, METHODS
-from vocabtransfer.pipeline.typed import Params, from_dict
+from vocabtransfer.pipeline.typed import from_dict
+from vocabtransfer.plan.params_root import Params
 from vocabtransfer.plan import init_plans
 
 from helpers import (

@@ -12,7 +12,7 @@ from collections import Counter
 from pathlib import Path
 
 from conftest import REPO
-from vocabtransfer.pipeline.typed import Params
+from vocabtransfer.plan.params_root import Params
 
 PACKAGE = REPO / "src" / "vocabtransfer"
 # the layers from the bottom up, in the pipeline's order: a module imports only from its own layer and

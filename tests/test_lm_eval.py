@@ -15,8 +15,8 @@ from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.plan.stages import STAGES
 from vocabtransfer.evaluate import harness
 from vocabtransfer.io import read_json, read_parquet
-from vocabtransfer.pipeline.typed import Params
-from vocabtransfer.plan import harness_plans
+from vocabtransfer.plan.params_root import Params
+from vocabtransfer.plan import eval_params
 from vocabtransfer.plan import report_plans
 
 LIMIT = 4
@@ -120,7 +120,7 @@ def test_lm_eval_in_bf16_scores_each_choice_under_autocast(run_result, decoder):
 
     from vocabtransfer.evaluate.harness_tasks.utils import read_xnli
 
-    opts = harness_plans.LmEvalParams(num_fewshot=0, limit=1, batch_size=4, precision="bf16")
+    opts = eval_params.LmEvalParams(num_fewshot=0, limit=1, batch_size=4, precision="bf16")
     results = harness.evaluate(decoder, ["local_xnli_sw"], opts)
     lls = harness.samples_table(results).to_pylist()[0]["loglikelihoods"]
     fp32 = run_result[1]
@@ -382,7 +382,7 @@ def test_lm_eval_report_has_the_zero_shot_table_verdict_and_metrics(run_result, 
     from vocabtransfer.io import write_json, write_parquet
     from vocabtransfer.pipeline import paths
     from vocabtransfer.report import build
-    from vocabtransfer.plan.report_plans import ReportParams
+    from vocabtransfer.plan.report_params import ReportParams
 
     scores, samples = run_result
     for model in ("source", "fvt-init-pseed1"):

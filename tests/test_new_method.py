@@ -19,7 +19,7 @@ from vocabtransfer.init.methods import available
 from vocabtransfer.plan.methods import INFO, METHODS
 from vocabtransfer.app.params import load_params
 from vocabtransfer.plan.stages import STAGES
-from vocabtransfer.pipeline.typed import Params
+from vocabtransfer.plan.params_root import Params
 
 from helpers import tiny_bert, wordpiece_tokenizer, write_inputs
 

@@ -315,7 +315,7 @@ def test_pretrain_runs_and_init_seeds():
     from vocabtransfer.plan import availability
     from vocabtransfer.pipeline import names
 
-    from vocabtransfer.pipeline.typed import Params
+    from vocabtransfer.plan.params_root import Params
 
     params = Params(
         {

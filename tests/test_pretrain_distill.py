@@ -13,9 +13,9 @@ import pytest
 import torch
 
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.plan.pretrain_plans import pretrain_leaves
+from vocabtransfer.plan.stages import STAGES
 from vocabtransfer.train.checkpoints import complete_checkpoints
-from vocabtransfer.pipeline.typed import Params
+from vocabtransfer.plan.params_root import Params
 
 from helpers import (
     TOLERANCE,
@@ -211,8 +211,7 @@ def test_alm_is_distill_at_alpha_one_whatever_pretrain_distill_alpha_says(
         np.testing.assert_allclose(
             alm.column(column).to_numpy(), dist.column(column).to_numpy(), rtol=1e-5, atol=1e-6, err_msg=column
         )
-    assert "pretrain.distill.temperature" in pretrain_leaves(Params(params), {"objective": "alm"})
-    from vocabtransfer.plan.stages import STAGES
+    assert "pretrain.distill.temperature" in STAGES["pretrain"].leaves(Params(params), {"objective": "alm"})
 
     assert "source" in STAGES["pretrain"].input_templates(
         Params(params), {"lang": "sw", "method": "focus", "pseed": "1", "objective": "alm"}
@@ -263,11 +262,10 @@ def test_distill_leaves_only_for_the_distill_objective():
         "chunks": "unbiased",
         "bias_threshold": 1e-4,
     }  # tokenkit's
-    distill = pretrain_leaves(Params(params), {"objective": "distill"})
-    standard = pretrain_leaves(Params(params), {"objective": "standard"})
+    distill = STAGES["pretrain"].leaves(Params(params), {"objective": "distill"})
+    standard = STAGES["pretrain"].leaves(Params(params), {"objective": "standard"})
     assert {f"pretrain.distill.{k}" for k in ("alpha", "temperature", "chunks", "bias_threshold")} <= set(distill)
     assert not any(leaf.startswith("pretrain.distill.") for leaf in standard)
-    from vocabtransfer.plan.stages import STAGES
 
     wc = {"lang": "sw", "method": "focus", "pseed": "1"}
     assert "source" in STAGES["pretrain"].input_templates(Params(params), {**wc, "objective": "distill"})

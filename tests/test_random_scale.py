@@ -154,7 +154,7 @@ def test_overlap_scales_its_drawn_rows_alike_and_keeps_the_copied_ones(tmp_path,
 
 
 def test_calibrated_inputs_and_params(tmp_path):
-    from vocabtransfer.pipeline.typed import Params
+    from vocabtransfer.plan.params_root import Params
 
     calibrated = Params(init_params({"random": {"scale": "calibrated"}}))
     plain = Params(init_params({}))

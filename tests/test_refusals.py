@@ -15,7 +15,7 @@ from vocabtransfer.evaluate.tasks import check_held_out
 from vocabtransfer.plan.finetune_plans import same_source
 from vocabtransfer.plan import availability
 from vocabtransfer.pipeline.config import merge_overlay
-from vocabtransfer.pipeline.typed import Params
+from vocabtransfer.plan.params_root import Params
 
 from conftest import REPO
 

@@ -34,7 +34,7 @@ from vocabtransfer.app.params import load_params, schema
 from vocabtransfer.pipeline.typed import option
 from vocabtransfer.plan.stages import STAGES
 from vocabtransfer.report import markdown, read
-from vocabtransfer.pipeline.typed import Params
+from vocabtransfer.plan.params_root import Params
 from vocabtransfer.plan import init_plans
 
 from conftest import REPO
@@ -333,7 +333,7 @@ def test_planning_reads_the_catalog_and_imports_no_method_nor_torch():
         from vocabtransfer.app.params import validate_params
         from vocabtransfer.plan.stages import STAGES
         from vocabtransfer.pipeline.config import read_yaml
-        from vocabtransfer.pipeline.typed import Params
+        from vocabtransfer.plan.params_root import Params
 
         params = Params(validate_params(read_yaml("params.yaml")))
         jobs = [(stage, wc) for stage in STAGES.values()

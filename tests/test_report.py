@@ -23,7 +23,7 @@ from vocabtransfer.pipeline import paths
 from vocabtransfer.pipeline.config import typed_section
 from vocabtransfer.report import read
 from vocabtransfer.report import build
-from vocabtransfer.plan.report_plans import ReportParams
+from vocabtransfer.plan.report_params import ReportParams
 from vocabtransfer.plan import report_plans
 
 from helpers import wide_table_rows, wording_faults, filled_params

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from conftest import BIN, REPO
-from vocabtransfer.pipeline.typed import Params
+from vocabtransfer.plan.params_root import Params
 
 
 def snakemake_jobs(shared_data: Path, *args: str) -> set[str]:

@@ -16,7 +16,7 @@ from vocabtransfer.evaluate import finetune_eval
 from vocabtransfer.app.params import load_params
 from vocabtransfer.model.hub import resolve_model_path
 from vocabtransfer.evaluate.tasks import get_task, load_splits
-from vocabtransfer.pipeline.typed import Params
+from vocabtransfer.plan.params_root import Params
 from vocabtransfer.plan import finetune_plans
 
 from conftest import REPO

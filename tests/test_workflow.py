@@ -17,7 +17,7 @@ from conftest import BIN, PRETOKENIZED, WORKFLOW_GROUP
 from helpers import digest, run_command, setup_workdir, snakemake_jobs, wide_table_rows, wording_faults
 
 from vocabtransfer.app.params import validate_params
-from vocabtransfer.pipeline.typed import Params
+from vocabtransfer.plan.params_root import Params
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(WORKFLOW_GROUP)]
 # artefacts that must be byte-identical between two runs (fasttext.reproducible is on by default)

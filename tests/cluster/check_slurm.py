@@ -213,7 +213,7 @@ def expected_jobs(params: dict) -> set[tuple[str, str]]:
     """(rule, wildcards) of every job of the study params give, as the plugin names them (the
     wildcard values in the order of the output path, joined by `_`)."""
     from vocabtransfer.app.params import validate_params
-    from vocabtransfer.pipeline.typed import Params
+    from vocabtransfer.plan.params_root import Params
 
     params = Params(validate_params(params))
     jobs = set()

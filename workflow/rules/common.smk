@@ -11,7 +11,7 @@ from vocabtransfer.pipeline import paths
 from vocabtransfer.app import plan
 from vocabtransfer.app.params import schema, validate_params
 from vocabtransfer.pipeline.config import load_yaml, merge_overlay, read_yaml, write_merged
-from vocabtransfer.pipeline.typed import Params
+from vocabtransfer.plan.params_root import Params
 from vocabtransfer.app.runner import param_values
 from vocabtransfer.pipeline import fingerprint
 from vocabtransfer.plan.stages import STAGES
@@ -94,10 +94,10 @@ os.environ["VOCABTRANSFER_PARAMS"] = PARAMS_FILE
 
 wildcard_constraints:
     lang="|".join(PARAMS.languages),
-    method="|".join(re.escape(m) for m in PARAMS.init_methods),
+    method="|".join(re.escape(m) for m in PARAMS.init.methods),
     objective="|".join(schema()["properties"]["pretrain"]["properties"]["objectives"]["items"]["enum"]),
     pseed=r"[1-9][0-9]*",
-    task="|".join(PARAMS.leaf("eval.tasks")),
+    task="|".join(PARAMS.eval.task_sections()),
     model=r"source|[A-Za-z0-9_+]+-[a-z]+-pseed[1-9][0-9]*",
     seed=r"[0-9]+",
 
@@ -147,9 +147,9 @@ def stage_benchmark(name):
 def stage_threads(name):
     """1, or for a parallel stage every core it may use: --max-threads when given (the SLURM
     profile sets it: cores per cluster job), else --cores. A stage that is bit-reproducible only on
-    one thread (fastText) gets one while its `Stage.one_thread_if` params leaf is true."""
+    one thread (fastText) gets one while its `Stage.one_thread_if` is true of params (`Stage.one_thread`)."""
     stage = STAGES[name]
-    if not stage.parallel or (stage.one_thread_if and PARAMS.leaf(stage.one_thread_if)):
+    if stage.one_thread(PARAMS):
         return 1
     return workflow.resource_settings.max_threads or workflow.cores
 
@@ -175,8 +175,8 @@ SLURM_GPU_PARTITION = os.environ.get("VOCABTRANSFER_SLURM_GPU_PARTITION", "gpu")
 
 def stage_processes(name):
     """The job's data-parallel processes (`Stage.processes`, e.g. pretrain.processes), else 1."""
-    leaf = STAGES[name].processes
-    return int(PARAMS.leaf(leaf)) if leaf else 1
+    processes = STAGES[name].processes
+    return processes(PARAMS) if processes else 1
 
 
 def stage_resources(name):

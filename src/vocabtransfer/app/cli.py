@@ -20,6 +20,7 @@ import difflib
 import logging
 import sys
 import time
+from typing import Callable, Iterable
 from pathlib import Path
 
 import yaml
@@ -33,7 +34,7 @@ from vocabtransfer.plan.stages import STAGES
 from vocabtransfer.log import report_error, setup_logging
 from vocabtransfer.app import params_doc
 from vocabtransfer.app.params import load, schema
-from vocabtransfer.pipeline.typed import Params
+from vocabtransfer.plan.params_root import Params
 from vocabtransfer.app.plan import job_counts, preflight
 from vocabtransfer.pipeline.config import pattern_names, read_yaml
 from vocabtransfer.pipeline import paths
@@ -215,7 +216,7 @@ def resolve_pseed(stage, wildcards: dict, params: Params, source: str) -> None:
     if not _pseed_optional(stage) or wildcards.get("pseed") is not None:
         return
     if availability.seeded(wildcards["method"]):
-        seeds = int(params.leaf("pretrain.seeds"))
+        seeds = params.pretrain.seeds
         raise VocabTransferError(
             f"{source}: {stage.name} --method {wildcards['method']}: the method can draw random rows, so its "
             f"initialisation depends on the pretraining seed; pass --pseed N (1 ≤ N ≤ pretrain.seeds = {seeds})"
@@ -253,11 +254,11 @@ def _lone_overlay(files: list[str] | None) -> bool:
 
 
 # a stage's option -> the params list its value must be in
-WILDCARD_LISTS = {
-    "lang": ("languages",),
-    "method": ("init", "methods"),
-    "objective": ("pretrain", "objectives"),
-    "task": ("eval", "tasks"),
+WILDCARD_LISTS: dict[str, tuple[str, Callable[[Params], Iterable]]] = {
+    "lang": ("languages", lambda params: params.languages),
+    "method": ("init.methods", lambda params: params.init.methods),
+    "objective": ("pretrain.objectives", lambda params: params.pretrain.objectives),
+    "task": ("eval.tasks", lambda params: params.eval.task_sections()),
 }
 
 
@@ -267,11 +268,12 @@ def check_wildcards(wildcards: dict, params: Params, source: str) -> None:
     for name, value in wildcards.items():
         if name not in WILDCARD_LISTS:
             continue
-        allowed = [str(v) for v in params.leaf(".".join(WILDCARD_LISTS[name]))]
+        key, listed = WILDCARD_LISTS[name]
+        allowed = [str(v) for v in listed(params)]
         if value not in allowed:
             close = difflib.get_close_matches(value, allowed, n=1, cutoff=0.6)
             raise VocabTransferError(
-                f"{source}: --{name} {value!r} is not in {'.'.join(WILDCARD_LISTS[name])} ({', '.join(allowed)})"
+                f"{source}: --{name} {value!r} is not in {key} ({', '.join(allowed)})"
                 + (f"; did you mean {close[0]!r}?" if close else "")
                 + "; pass the params files that list it (--params params.yaml <overlay>) or add it there"
             )

@@ -13,7 +13,7 @@ from vocabtransfer.plan.stages import STAGES
 from vocabtransfer.pipeline import paths
 from vocabtransfer.app.params import validate_params
 from vocabtransfer.pipeline.config import merge_overlay, read_yaml
-from vocabtransfer.pipeline.typed import Params
+from vocabtransfer.plan.params_root import Params
 
 
 def _pattern(template: str) -> re.Pattern:

@@ -21,7 +21,7 @@ import yaml
 
 from vocabtransfer.pipeline.paths import LOG
 from vocabtransfer.pipeline.stage_spec import Stage
-from vocabtransfer.pipeline.typed import Params
+from vocabtransfer.plan.params_root import Params
 from vocabtransfer.plan.stages import STAGES
 from vocabtransfer.io import atomic_output
 
@@ -66,11 +66,8 @@ def _stage_entry(stage: Stage, params: Params, fixed: dict[str, str], lang: str 
     deps += [f"${{item.{key}}}" if lang else path for key, path in data.items()]
     deps += [f"src/vocabtransfer/{c}" for c in stage.code_modules(params, wildcards)]
     entry["deps"] = deps
-    # leaves with {lang} become ${item.lang}; a method's own leaves come from extra_params
-    leaves = [_dvc_template(leaf, fixed) for leaf in stage.params]
-    if stage.extra_params:
-        leaves += stage.extra_params(params, {**fixed, "lang": "${item.lang}"})
-    entry["params"] = leaves
+    # the rerun keys of the language ${item.lang} (of a mapping keyed by language, its entry)
+    entry["params"] = stage.leaves(params, {**fixed, "lang": "${item.lang}"})
     entry["outs"] = [_dvc_template(t, fixed) for k, t in stage.outputs.items() if k not in stage.metrics]
     if stage.metrics:
         entry["metrics"] = [

@@ -2,10 +2,10 @@
 read a params file against it.
 
 The schema is `pipeline/params.schema.yaml`'s root (`languages`, `seed`, `source_model`, `init.methods`
-and the shared `$defs`) with every section generated from the typed dataclass its stage reads
-(`SECTIONS`, in params.yaml's order) and every init method's and factorisation's `init.<name>` from
+and the shared `$defs`) with every section generated from the typed dataclass the typed root reads it as
+(`params_root.SECTIONS`, in params.yaml's order) and every init method's and factorisation's `init.<name>` from
 the options class it registers. A default, a description and a bound are written once, in a field
-(`typed.option`); this module, at the top of the layers, is the one place that knows every section.
+(`typed.option`); the typed root (plan/params_root.py) is the one place that knows every section.
 """
 
 from __future__ import annotations
@@ -18,42 +18,9 @@ from typing import Any, Sequence
 import yaml
 
 from vocabtransfer.pipeline import config, typed
-from vocabtransfer.plan.data_params import (
-    CorpusParams,
-    FasttextParams,
-    OverlapParams,
-    PretokenizeParams,
-    TokenizerParams,
-)
-from vocabtransfer.plan.eval_plans import GradientScenariosParams, InitEvalParams, TokenFrequencyLossParams
-from vocabtransfer.plan.export_plans import ExportParams
-from vocabtransfer.plan.harness_plans import LmEvalParams
-from vocabtransfer.plan.init_plans import SourceHeadParams
 from vocabtransfer.plan.method_options import FACTORIZATIONS
 from vocabtransfer.plan.methods import declared_sections
-from vocabtransfer.plan.pretrain_params import PretrainParams
-from vocabtransfer.plan.report_plans import ReportParams
-from vocabtransfer.plan.task_options import EvalParams
-
-# params section -> the dataclass its stage reads (`ctx.section`), in params.yaml's order; `init` is the
-# root's (its `methods`) completed with the methods' and factorisations' sections
-SECTIONS: dict[str, type | None] = {
-    "corpus": CorpusParams,
-    "tokenizer": TokenizerParams,
-    "pretokenize": PretokenizeParams,
-    "fasttext": FasttextParams,
-    "overlap": OverlapParams,
-    "source_head": SourceHeadParams,
-    "init": None,
-    "init_eval": InitEvalParams,
-    "pretrain": PretrainParams,
-    "report": ReportParams,
-    "eval": EvalParams,
-    "token_frequency_loss": TokenFrequencyLossParams,
-    "gradient_scenarios": GradientScenariosParams,
-    "lm_eval": LmEvalParams,
-    "export": ExportParams,
-}
+from vocabtransfer.plan.params_root import SECTIONS
 
 
 def schema() -> dict:
@@ -66,7 +33,7 @@ def _schema(methods: tuple) -> dict:
     root = config.root_schema()
     props = root["properties"]
     for name, cls in SECTIONS.items():
-        props[name] = props.pop(name) if cls is None else typed.section_schema(cls)
+        props[name] = props.pop(name) if name == "init" else typed.section_schema(cls)
     return typed.with_init_sections(root, dict(methods), FACTORIZATIONS)
 
 

@@ -11,17 +11,11 @@ from typing import Any, Mapping
 
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.pipeline import paths
-from vocabtransfer.pipeline.paths import corpus_file
-from vocabtransfer.pipeline.typed import Params
 from vocabtransfer.plan import availability, harness_plans, source_kind
-from vocabtransfer.plan.data_params import CorpusParams, FasttextParams
 from vocabtransfer.plan.finetune_plans import same_source
-from vocabtransfer.plan.harness_plans import LmEvalParams
-from vocabtransfer.plan.init_plans import SourceHeadParams
-from vocabtransfer.plan.pretrain_params import PretrainParams
+from vocabtransfer.plan.params_root import Params
 from vocabtransfer.plan.pretrain_plans import TEACHER_OBJECTIVES
 from vocabtransfer.plan.stages import STAGES
-from vocabtransfer.plan.task_options import EvalParams
 
 
 def _job_label(stage, wildcards: dict) -> str:
@@ -61,7 +55,7 @@ def notes(given: Params | Mapping[str, Any]) -> list[str]:
     data for languages the run does not have (e.g. an overlay that narrows `languages`)."""
     params = Params.of(given)
     out = []
-    for task, section in params.section("eval", EvalParams).task_sections().items():
+    for task, section in params.eval.task_sections().items():
         unused = [lang for lang in section.data if lang not in params.languages]
         if unused:
             out.append(
@@ -69,7 +63,7 @@ def notes(given: Params | Mapping[str, Any]) -> list[str]:
                 f"({', '.join(params.languages)}); their data specs are not used"
             )
     for lang in params.languages:
-        spec = (params.section("corpus", CorpusParams).sources.get(lang) or {}).get("dataset")
+        spec = (params.corpus.sources.get(lang) or {}).get("dataset")
         if isinstance(spec, dict) and not spec.get("revision"):
             out.append(
                 f"{lang}: corpus.sources.{lang}.dataset has no revision, so its text can change under the "
@@ -85,7 +79,7 @@ def check_source(given: Params | Mapping[str, Any], source: str = "params.yaml",
     params = Params.of(given)
     if reach:
         source_kind.check_reachable(params.source_model, source)
-    pre = params.section("pretrain", PretrainParams)
+    pre = params.pretrain
     objectives = [o for o in pre.objectives if o in TEACHER_OBJECTIVES]
     if objectives and pre.methods and source_kind.kind(params.source_model) == "masked":
         raise VocabTransferError(
@@ -101,7 +95,7 @@ def check_lm_eval_tasks(given: Params | Mapping[str, Any], source: str = "params
     indexed in seconds, only for the others), with the closest names it does know: checked once here rather
     than in each of the jobs."""
     params = Params.of(given)
-    if not params.section("lm_eval", LmEvalParams).tasks:
+    if not params.lm_eval.tasks:
         return
     harness_plans.check_include(params, source)
     include = harness_plans.include_key(params)
@@ -130,13 +124,13 @@ def preflight(given: Params | Mapping[str, Any], source: str = "params.yaml", *,
     check_source(params, source, reach=reach)
     check_lm_eval_tasks(params, source)
     for lang in params.languages:
-        path = corpus_file(params, lang)
+        path = availability.corpus_file(params, lang)
         if path is not None and not path.is_file():
             raise VocabTransferError(
                 f"{source}: corpus.sources.{lang}.path: {path} not found; fix the path "
                 "(relative paths resolve against $VOCABTRANSFER_DATA)"
             )
-    text = paths.data_path(params.section("source_head", SourceHeadParams).text)
+    text = paths.data_path(params.source_head.text)
     if not text.is_file():
         raise VocabTransferError(
             f"{source}: source_head.text: {text} not found; the source LM head and the "
@@ -147,7 +141,7 @@ def preflight(given: Params | Mapping[str, Any], source: str = "params.yaml", *,
         if why:
             raise VocabTransferError(f"{source}: {why}")
     check_held_out_sources(params, source)
-    fasttext = params.section("fasttext", FasttextParams)
+    fasttext = params.fasttext
     if fasttext.mode == "wordlevel":
         pretrained = fasttext.pretrained_path
         if not pretrained or not paths.data_path(pretrained).is_file():
@@ -180,7 +174,7 @@ def check_held_out_sources(params: Params, source: str = "params.yaml") -> None:
     """No task tests a language on its training source: a `test` that is the `train` file (after resolving the data
     root), a copy of its bytes, the same URL or the same dataset split is refused before any job (the test examples
     of a different file are checked against the training ones when the job reads them, `tasks.check_held_out`)."""
-    for task, section in params.section("eval", EvalParams).task_sections().items():
+    for task, section in params.eval.task_sections().items():
         if not section.enabled:
             continue
         for lang in params.languages:

@@ -9,7 +9,7 @@ import os
 from typing import Any, Mapping
 
 from vocabtransfer.pipeline.stage_spec import Context
-from vocabtransfer.pipeline.typed import Params
+from vocabtransfer.plan.params_root import Params
 from vocabtransfer.plan.stages import STAGES
 
 
@@ -19,7 +19,7 @@ def make_context(
     wildcards: dict[str, str],
     threads: int | None = None,
     device: str = "cpu",
-) -> Context:
+) -> Context[Params]:
     """The job's Context: `given` is the validated params (a Params, or the tree `validate` returned)."""
     stage, params = STAGES[name], Params.of(given)
     if "lang" in wildcards:
@@ -42,7 +42,7 @@ def run_stage(
     wildcards: dict[str, str],
     threads: int | None = None,
     device: str = "cpu",
-) -> Context:
+) -> Context[Params]:
     """Run one stage in-process (what `vocabtransfer <stage>` does)."""
     ctx = make_context(name, params, wildcards, threads=threads, device=device)
     with ctx.torch_threads():
@@ -54,4 +54,4 @@ def param_values(given: Params | Mapping[str, Any], name: str, wildcards: dict) 
     """The params leaves a stage reads and their values (Snakemake's params, which rerun jobs on change)."""
     params = Params.of(given)
     stage = STAGES[name]
-    return {leaf: params.leaf(leaf) for leaf in stage.leaves(params, dict(wildcards))}
+    return {leaf: params.leaf(leaf) for leaf in stage.leaves(params, dict(wildcards))}  # walked by name

@@ -257,7 +257,7 @@ def _versions() -> dict[str, str]:
 
 def run(ctx: Context) -> None:
     """The `corpus` stage: results/{lang}/corpus/{train,valid,dev}.parquet and stats.json."""
-    opts = ctx.section("corpus", CorpusParams)  # params corpus, typed
+    opts = ctx.params.corpus
     key = f"corpus.sources.{ctx.lang}"
     stats = build_corpus(
         opts.sources[ctx.lang],

@@ -180,7 +180,7 @@ def run(ctx: Context) -> None:
     """Stage `fasttext`: auxiliary embeddings for the target tokens (see the module docstring)."""
 
     start = time.perf_counter()
-    opts = ctx.section("fasttext", FasttextParams)  # params fasttext, typed
+    opts = ctx.params.fasttext
     mode, oov = opts.mode, opts.oov  # validate_params allows oov subword with tokenlevel only
     tokenizer = load_tokenizer(ctx.input["tokenizer"])
     out = ctx.output

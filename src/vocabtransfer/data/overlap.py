@@ -46,7 +46,6 @@ from vocabtransfer.errors import VocabTransferError
 from vocabtransfer import io
 from vocabtransfer.data.families import is_byte_piece, special_token_clash, spelling, token_bytes
 from vocabtransfer.model.hub import load_tokenizer, materialised_source
-from vocabtransfer.plan.data_params import OverlapParams
 from vocabtransfer.pipeline.stage_spec import Context
 
 log = logging.getLogger(__name__)
@@ -361,7 +360,7 @@ def markdown_counts(counts: dict[str, int], total: int) -> str:
 def run(ctx: Context) -> None:
     """The `overlap` stage: target tokenizer (stage input) vs the source model's tokenizer."""
     start = time.perf_counter()
-    source_model = ctx.param("source_model")
+    source_model = ctx.params.source_model
     target_tokenizer = load_tokenizer(ctx.input["tokenizer"])
     source_tokenizer = load_tokenizer(materialised_source(ctx.input["source"]))
     clash = special_token_clash(target_tokenizer, source_tokenizer)
@@ -372,7 +371,7 @@ def run(ctx: Context) -> None:
             "it was trained for another source or edited: retrain it with the tokenizer stage "
             "(snakemake --forcerun tokenizer, or dvc repro --force tokenizer)"
         )
-    options = asdict(ctx.section("overlap", OverlapParams))  # params overlap, typed
+    options = asdict(ctx.params.overlap)
     table = compute_overlap(target_tokenizer, source_tokenizer, **options)
     seconds = time.perf_counter() - start
     byte_tokens = byte_counts(table, target_tokenizer, source_tokenizer)

@@ -40,7 +40,6 @@ from vocabtransfer.log import progress
 from vocabtransfer.data.corpus_lines import corpus_rows, iter_text_batches
 from vocabtransfer.data.tokenizer import load_target_tokenizer, set_threads
 from vocabtransfer.model.hub import load_tokenizer, materialised_source
-from vocabtransfer.plan.data_params import PretokenizeParams
 from vocabtransfer.pipeline.stage_spec import Context
 
 log = logging.getLogger(__name__)
@@ -230,8 +229,8 @@ def measure(tokenizer, corpus: Path, batch_size: int = 1000) -> TokenStats:
 
 def run(ctx: Context) -> None:
     set_threads(ctx.threads)
-    batch_size = ctx.section("pretokenize", PretokenizeParams).batch_size
-    source_name = ctx.param("source_model")
+    batch_size = ctx.params.pretokenize.batch_size
+    source_name = ctx.params.source_model
     target = load_target_tokenizer(ctx.input["tokenizer"])
     source = load_tokenizer(materialised_source(ctx.input["source"]))
     for split in ("train", "valid"):

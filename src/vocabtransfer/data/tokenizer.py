@@ -75,7 +75,6 @@ from vocabtransfer.data.tokenizer_build import (
 )
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.model.hub import load_tokenizer, materialised_source
-from vocabtransfer.plan.data_params import TokenizerParams
 from vocabtransfer.pipeline.stage_spec import Context
 
 log = logging.getLogger(__name__)
@@ -195,9 +194,9 @@ def load_target_tokenizer(path: str | os.PathLike):
 
 def run(ctx: Context) -> None:
     set_threads(ctx.threads)
-    source_name = ctx.param("source_model")
+    source_name = ctx.params.source_model
     source = load_tokenizer(materialised_source(ctx.input["source"]))
-    train_path, opts = ctx.input["train"], ctx.section("tokenizer", TokenizerParams)  # params tokenizer, typed
+    train_path, opts = ctx.input["train"], ctx.params.tokenizer
     corpus = (
         CorpusBatches(train_path) if not opts.sample_bytes else SampledCorpus(train_path, opts.sample_bytes, ctx.seed)
     )

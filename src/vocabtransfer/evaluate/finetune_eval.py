@@ -52,7 +52,6 @@ from vocabtransfer.pipeline import paths
 from vocabtransfer.pipeline.stage_spec import Context
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.evaluate.tasks import get_task, load_splits, test_clusters
-from vocabtransfer.plan.task_options import EvalParams
 from vocabtransfer.evaluate import generic_heads
 from vocabtransfer.model.precision import Precision, resolve as resolve_precision
 from vocabtransfer.plan.finetune_plans import parse_model, skipped_tasks
@@ -237,7 +236,7 @@ def finetune(
 
 def run(ctx: Context) -> None:
     start = time.perf_counter()
-    eval_params = ctx.section("eval", EvalParams)
+    eval_params = ctx.params.eval
     lang, task_name, model_name = ctx.lang, ctx.wildcards["task"], ctx.wildcards["model"]
     seed = int(ctx.wildcards["seed"])
     info = parse_model(ctx.params, model_name)

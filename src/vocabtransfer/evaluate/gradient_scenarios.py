@@ -44,10 +44,8 @@ from vocabtransfer.model.lmdata import Kind, lm_batches, pack_ids
 from vocabtransfer.evaluate.frequencies import frequency_ranks, read_ids, token_counts
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.log import progress
-from vocabtransfer.pipeline.typed import Params
 from vocabtransfer.pipeline.stage_spec import Context
-from vocabtransfer.plan.pretrain_params import PretrainParams
-from vocabtransfer.plan.eval_plans import GradientScenariosParams
+from vocabtransfer.plan.params_root import Params
 from vocabtransfer.model.losses import objective_loss
 
 log = logging.getLogger(__name__)
@@ -72,7 +70,7 @@ PARTS = ("input", "output_target", "output_nontarget")
 
 def margin(params: Params, objective: str) -> float:
     """The selfish objective's margin (`pretrain.selfish.margin`); no margin (inf) for the others."""
-    return params.section("pretrain", PretrainParams).selfish.margin if objective == "selfish" else float("inf")
+    return params.pretrain.selfish.margin if objective == "selfish" else float("inf")
 
 
 def decompose(model, batch: dict, kind: Kind, objective: str, margin: float = 2.0) -> dict:
@@ -202,8 +200,8 @@ def plot(rows: dict, path: str | Path, title: str, n_bins: int) -> None:
     io.save_png(fig, path, dpi=110)
 
 
-def run(ctx: Context) -> None:
-    opts = ctx.section("gradient_scenarios", GradientScenariosParams)  # params gradient_scenarios, typed
+def run(ctx: Context[Params]) -> None:
+    opts = ctx.params.gradient_scenarios
     objective = ctx.wildcards["objective"]
     m = margin(ctx.params, objective)
     dirs = {"start": Path(ctx.input["init"]) / "model", "end": Path(ctx.input["pretrain"]) / "model"}

@@ -43,8 +43,8 @@ from vocabtransfer import io
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.plan.finetune_plans import parse_model
 from vocabtransfer.model.modeling import detect_kind
+from vocabtransfer.plan.eval_params import LmEvalParams
 from vocabtransfer.plan.harness_plans import (
-    LmEvalParams,
     check_include,
     check_tasks,
     include_key,
@@ -171,7 +171,7 @@ def run(ctx: Context) -> None:
         raise VocabTransferError(
             f"{model_dir}: no model directory (config.json missing); run the stage that produces model {model!r} first"
         )
-    names, opts = task_names(ctx.params, lang), ctx.section("lm_eval", LmEvalParams)
+    names, opts = task_names(ctx.params, lang), ctx.params.lm_eval
     out = {
         "lang": lang,
         "model": model,

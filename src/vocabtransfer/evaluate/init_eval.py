@@ -64,8 +64,10 @@ from vocabtransfer.model.hub import load_tokenizer
 from vocabtransfer.model.lmdata import Kind, lm_batches, pack_lines, read_lines, target_labels
 from vocabtransfer.pipeline import paths
 from vocabtransfer.pipeline.stage_spec import Context
+from vocabtransfer.plan.params_root import Params
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.plan.eval_plans import InitEvalParams, input_key
+from vocabtransfer.plan.eval_params import InitEvalParams
+from vocabtransfer.plan.eval_plans import input_key
 from vocabtransfer.train.pretrain_outputs import unigram_block_sums
 
 log = logging.getLogger(__name__)
@@ -217,8 +219,8 @@ def _shared_inputs(ctx: Context, opts: InitEvalParams, methods: list[str]):
     """The texts every row reads: the target valid lines, the source text's lines held out by
     source_head, and the XNLI premise pairs of the retrieval (none where it cannot run)."""
     valid = bits_per_byte.valid_lines(ctx.input["valid"], opts.max_lines)
-    source_text = paths.data_path(ctx.param("source_head.text"))
-    n_ref = min(opts.max_lines, ctx.param("source_head.eval_lines"))
+    source_text = paths.data_path(ctx.params.source_head.text)
+    n_ref = min(opts.max_lines, ctx.params.source_head.eval_lines)
     source_lines = read_lines(source_text)[-n_ref:]  # held out by source_head
     no_retrieval = availability.retrieval_reason(ctx.params, ctx.lang)
     if no_retrieval:
@@ -349,11 +351,11 @@ def _method_row(ctx: Context, opts: InitEvalParams, method: str, valid: list[str
     return row, tok
 
 
-def run(ctx: Context) -> None:
-    opts = ctx.section("init_eval", InitEvalParams)  # params init_eval, typed
+def run(ctx: Context[Params]) -> None:
+    opts = ctx.params.init_eval
     bpb = opts.bits_per_byte
     methods = availability.methods(ctx.params, ctx.lang)
-    skipped = [m for m in ctx.param("init.methods") if m not in methods]
+    skipped = [m for m in ctx.params.init.methods if m not in methods]
     if skipped:
         log.info(
             "init_eval %s: %s skipped (%s)",

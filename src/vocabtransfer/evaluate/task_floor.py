@@ -20,7 +20,7 @@ import logging
 from vocabtransfer import io
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.evaluate.tasks import get_task, load_splits, test_clusters
-from vocabtransfer.plan.task_options import EvalParams, TaskOptions
+from vocabtransfer.plan.task_options import TaskOptions
 from vocabtransfer.plan.finetune_plans import floor_skip_reason
 from vocabtransfer.pipeline.stage_spec import Context
 
@@ -53,7 +53,7 @@ def run(ctx: Context) -> None:
     why = floor_skip_reason(ctx.params, ctx.wildcards)
     if why is not None:
         raise VocabTransferError(f"floor: no job {ctx.wildcards['task']} for {ctx.lang!r}: {why}")
-    options = getattr(ctx.section("eval", EvalParams).tasks, ctx.wildcards["task"])
+    options = ctx.params.eval.task(ctx.wildcards["task"])
     out = floor(options, ctx.lang, ctx.wildcards["task"], ctx.seed)
     io.write_json({**out, "versions": io.versions()}, ctx.output["floor"])
     log.info(

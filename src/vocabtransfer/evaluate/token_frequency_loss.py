@@ -56,10 +56,11 @@ from vocabtransfer.model.lmdata import Kind, lm_batches
 from vocabtransfer.train.packing import PackedBlocks
 from vocabtransfer.pipeline import paths
 from vocabtransfer.pipeline.stage_spec import Context
+from vocabtransfer.plan.params_root import Params
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.log import progress
+from vocabtransfer.plan.eval_params import TokenFrequencyLossParams
 from vocabtransfer.plan.eval_plans import (
-    TokenFrequencyLossParams,
     model_key,
     model_template,
     scored_models,
@@ -272,8 +273,8 @@ def _write_outputs(
     )
 
 
-def run(ctx: Context) -> None:
-    opts = ctx.section("token_frequency_loss", TokenFrequencyLossParams)  # params token_frequency_loss, typed
+def run(ctx: Context[Params]) -> None:
+    opts = ctx.params.token_frequency_loss
     seq_len, batch_size, bpb = opts.seq_len, opts.batch_size, opts.bits_per_byte
     models = scored_models(ctx.params, ctx.lang)
     if not models:

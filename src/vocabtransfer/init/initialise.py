@@ -49,7 +49,7 @@ from vocabtransfer.init.source_snmf import load_factors
 from vocabtransfer.init.methods.registry import TransferProblem
 from vocabtransfer.plan.methods import info
 from vocabtransfer.init.methods import get_method
-from vocabtransfer.plan.method_options import FACTORIZATIONS, FactorizedOptions, RandomRowsOptions
+from vocabtransfer.plan.method_options import FactorizedOptions, RandomRowsOptions
 from vocabtransfer.init import calibrate
 from vocabtransfer.init.moments import source_moments
 from vocabtransfer.model.line_bits import valid_lines
@@ -210,14 +210,12 @@ def run(ctx: Context) -> None:
     # 1. inputs, and the method's options: params init.<base>, typed (e.g. OmpOptions)
     x = read_inputs(ctx)
     base, fact = names.split_method(method_name)
-    options: object = ctx.section(f"init.{base}", info(base).options)  # the method's options dataclass
+    options = ctx.params.init.options(base)
     if fact:
-        options = FactorizedOptions(options, ctx.section(f"init.{fact}", FACTORIZATIONS[fact]))
+        options = FactorizedOptions(options, ctx.params.init.options(fact))
     snmf = {}  # the shared source_snmf factors of each matrix, checked against it and init.snmf (read once)
     if "snmf_factors" in ctx.input:
-        snmf = load_factors(
-            ctx.input["snmf_factors"], x.matrices, ctx.section("init.snmf", FACTORIZATIONS["snmf"]), seed=ctx.seed
-        )
+        snmf = load_factors(ctx.input["snmf_factors"], x.matrices, ctx.params.init.snmf, seed=ctx.seed)
     resources = {k: Path(v) for k, v in ctx.input.items() if k not in CORE_INPUTS}
     dictionaries = getattr(options, "dictionaries", None) or {}  # wechsel's (its data file)
     if dictionaries.get(ctx.lang):

@@ -60,7 +60,7 @@ from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.log import progress
 from vocabtransfer.pipeline.paths import data_path
 from vocabtransfer.pipeline.stage_spec import Context
-from vocabtransfer.plan.init_plans import SourceHeadParams
+from vocabtransfer.plan.init_params import SourceHeadParams
 
 log = logging.getLogger(__name__)
 
@@ -291,8 +291,8 @@ def train_head(
 
 def run(ctx: Context) -> None:
 
-    opts = ctx.section("source_head", SourceHeadParams)  # params source_head, typed
-    source = ctx.param("source_model")
+    opts = ctx.params.source_head
+    source = ctx.params.source_model
     directory = materialised_source(ctx.input["source"])  # the source_model stage's directory
     start = time.perf_counter()
     torch.manual_seed(ctx.seed)  # the randomly initialised head, if any

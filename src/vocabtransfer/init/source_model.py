@@ -34,6 +34,7 @@ from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.model import gguf
 from vocabtransfer.model.hub import BIN_FILES, HUB_FILES, resolve_model_path
 from vocabtransfer.pipeline.stage_spec import Context
+from vocabtransfer.plan.params_root import Params
 
 log = logging.getLogger(__name__)
 
@@ -88,8 +89,8 @@ def materialise(value: str, out_dir: Path) -> dict:
     return stats
 
 
-def run(ctx: Context) -> None:
-    value = ctx.param("source_model")
+def run(ctx: Context[Params]) -> None:
+    value = ctx.params.source_model
     out_dir = Path(ctx.output["model"])
     stats = materialise(value, out_dir)
     io.write_json(stats, ctx.output["stats"])

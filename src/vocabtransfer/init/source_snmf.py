@@ -65,7 +65,7 @@ def run(ctx: Context) -> None:
     model, _ = modeling.load_source_model(source_dir)
     matrices = modeling.embedding_matrices(model, load_tokenizer(source_dir))
     del model
-    opts = ctx.section("init.snmf", SnmfOptions)  # params init.snmf, typed
+    opts = ctx.params.init.snmf
     options = {k: getattr(opts, k) for k in FACTOR_KEYS}
     tensors, meta = {}, {"options": options, "seed": ctx.seed, "source_model": str(source_dir)}
     for which in ("input", "output"):

@@ -7,13 +7,12 @@ the key path, what was wrong and the allowed values. Params are validated once: 
 (Snakemake's common.smk, which writes the merged file with `write_merged`), or by `app.params.load` for
 a params file of the user's; a merged file is read as it is.
 
-Typed params: the validated tree reaches every planner and job as `typed.Params` (wrapped once, by
-the runner, the CLI and Snakemake's common.smk); a stage reads its section once, at its entry, into a
-frozen dataclass declared next to its code (`OmpOptions` … in vocabtransfer.plan.method_options,
-`PretrainParams` in vocabtransfer.plan.pretrain_params, `EvalParams` in vocabtransfer.evaluate.tasks, …),
-with `Params.section`; below the entry, functions take these. Each field holds its default, description
-and bounds (`typed.option`), and the schema's section is generated from it. A stage's rerun keys are
-their leaves (`typed.field_leaves`). The functions here that take the tree itself (`check_*`,
+Typed params: the validated tree reaches every planner and job as the typed root,
+vocabtransfer.plan.params_root.Params (wrapped once, by the runner, the CLI and Snakemake's common.smk), which reads
+each section by attribute as its frozen dataclass (`params.pretrain`: `PretrainParams`, `params.init.omp`:
+`OmpOptions`, …); below a stage's entry, functions take these. Each field holds its default, description and bounds
+(`typed.option`), and the schema's section is generated from it. A stage's rerun keys are the leaves of what it
+declares it reads (`Stage.reads`, `Params.rerun_leaves`). The functions here that take the tree itself (`check_*`,
 `write_merged`) are validation's and the merged file's: they run on the tree before it is typed.
 """
 

@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass
 
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.pipeline.typed import Params
+from vocabtransfer.pipeline.typed import ParamsTree
 
 SEED_STRIDE = 1000
 SOURCE = "source"
@@ -35,12 +35,7 @@ def split_method(method: str) -> tuple[str, str]:
     return base, fact
 
 
-def pretrain_seeds(params: Params) -> list[int]:
-    """1..pretrain.seeds."""
-    return list(range(1, int(params.leaf("pretrain.seeds")) + 1))
-
-
-def seed_value(params: Params, pseed: int | str) -> int:
+def seed_value(params: ParamsTree, pseed: int | str) -> int:
     """The random seed of pretraining seed `pseed`: params `seed` for pseed 1."""
     pseed = int(pseed)
     if pseed < 1:

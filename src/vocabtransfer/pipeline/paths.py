@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.pipeline.typed import Params
+from vocabtransfer.pipeline.typed import ParamsTree
 
 RESULTS = "results"
 LOGS = "logs"
@@ -83,19 +83,7 @@ def data_path(path: str | os.PathLike) -> Path:
 # the local data files jobs read (Stage.data: Snakemake inputs, dvc.yaml deps), from params
 
 
-def corpus_file(params: Params, lang: str) -> Path | None:
-    """The local file of `corpus.sources.<lang>` (None for a URL or a hub dataset)."""
-    source = params.leaf("corpus.sources").get(lang) or {}
-    return data_path(source["path"]) if source.get("path") else None
-
-
-def xnli_files(params: Params, lang: str) -> list[Path]:
-    """The source-language and the target-language XNLI files of `init_eval.xnli`."""
-    opts = params.leaf("init_eval")
-    return [data_path(opts["xnli"].format(lang=code)) for code in (opts["source_lang"], lang)]
-
-
-def local_source_model(params: Params) -> Path | None:
+def local_source_model(params: ParamsTree) -> Path | None:
     """`source_model` when it is a local directory or GGUF file (a hub id, `hf://…` file or `package:…`
     is pinned by its name only)."""
     value = params.source_model

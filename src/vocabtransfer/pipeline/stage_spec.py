@@ -15,15 +15,12 @@ import string
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, TypeVar
+from typing import Any, Callable, Generic, Iterator, Mapping, TypeVar
 
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.registry import resolve
 from vocabtransfer.pipeline import paths
-from vocabtransfer.pipeline.typed import Params
-
-if TYPE_CHECKING:
-    from _typeshed import DataclassInstance
+from vocabtransfer.pipeline.typed import ParamsTree
 
 
 def launch_prefix(processes: int) -> str:
@@ -50,10 +47,11 @@ def torch_threads(n: int) -> Iterator[None]:
         torch.set_num_threads(previous)
 
 
-T = TypeVar("T", bound="DataclassInstance")  # a params section's frozen dataclass
+P = TypeVar("P", bound=ParamsTree)  # the params a job gets: the typed root (vocabtransfer.plan.params_root.Params)
 Templates = dict[str, str]  # {name: path template}
 Wildcards = dict[str, str]  # {wildcard: value} of one job, e.g. {"lang": "sw", "method": "focus", "pseed": "1"}
-PerJob = Callable[[Params, Wildcards], Any]  # (params, wildcards) -> the value for one job
+# (params, wildcards) -> the value for one job; params is the typed root, which this layer does not know
+PerJob = Callable[[Any, dict], Any]
 
 
 def _per_job(value: object) -> PerJob:
@@ -84,23 +82,31 @@ class Stage:
     inputs: Templates | PerJob = field(default_factory=dict)  # input path templates
     outputs: Templates = field(default_factory=dict)
     directories: frozenset[str] = frozenset()  # output names that are directories
-    params: tuple[str, ...] = ()  # dotted params leaves; may contain {lang}
-    extra_params: Callable[[Params, Wildcards], list[str]] | None = None  # (params, wildcards) -> more leaves
+    # the params its job reads: names of the typed root's sections and leaves (`pretrain`, `source_head.text`,
+    # `eval.tasks.{task}`: `{wildcard}`s filled per job), or a function of (params, wildcards) giving them. Its rerun
+    # keys are their leaves (`leaves`: a section's but the `rerun=False` ones, params_root.Params.rerun_leaves), and
+    # the job's planning reads no other (tests/test_params_reads.py records every read)
+    reads: tuple[str, ...] | PerJob = ()
+    # the params its planning reads only to decide which jobs run and what they read (init.methods, pretrain.seeds):
+    # not rerun keys, as a change there adds or removes jobs or changes their inputs (names as in `reads`)
+    plans_with: tuple[str, ...] = ()
     # the stage's entry modules under src/vocabtransfer, declared: the code dependencies of a job are they
     # and every vocabtransfer module they import (`module_closure`), so that DVC and Snakemake rerun a job
     # when one of them changes
     code: tuple[str, ...] | PerJob = ()
     parallel: bool = False  # uses all the cores it is given
-    one_thread_if: str | None = None  # a params leaf: while it is true the job gets one thread (reproducibility)
-    processes: str | None = None  # a params leaf: the job's data-parallel processes (one GPU each on a cluster)
+    # params -> true while the job gets one thread (reproducibility), e.g. `lambda p: p.fasttext.reproducible`
+    one_thread_if: Callable[[Any], bool] | None = None
+    # params -> the job's data-parallel processes (one GPU each on a cluster), e.g. `lambda p: p.pretrain.processes`
+    processes: Callable[[Any], int] | None = None
     gpu: bool = False  # benefits from a GPU (SLURM profile asks for one)
     # params -> the values of the wildcards other than `lang` that params ask for, e.g. init: one
     # {"method": m, "pseed": k} per initialisation; dvc.yaml gets one (per-language) stage per entry
-    expand: Callable[[Params], list[dict[str, str]]] | None = None
+    expand: Callable[[Any], list[dict[str, str]]] | None = None
     # DVC: output names that are metrics files (`metrics:` with cache: false, for `dvc metrics show/diff`),
     # and params -> top-level plot definitions over the stage's outputs ({plot id: DVC plot properties})
     metrics: frozenset[str] = frozenset()
-    plots: Callable[[Params], dict[str, dict]] | None = None
+    plots: Callable[[Any], dict[str, dict]] | None = None
     # None when the job runs, else why params or the data present rule it out (plan/availability.py); such
     # a job is in neither `snakemake` nor dvc.yaml, and the run says why
     skip_reason: PerJob | None = None
@@ -114,31 +120,31 @@ class Stage:
         """The job's function, its module imported (`run`)."""
         return resolve(self.run)
 
-    def input_templates(self, params: Params, wildcards: Wildcards) -> Templates:
+    def input_templates(self, params: ParamsTree, wildcards: Wildcards) -> Templates:
         """The input path templates of one job (`inputs`)."""
         return dict(_per_job(self.inputs)(params, wildcards))
 
-    def code_modules(self, params: Params, wildcards: Wildcards) -> tuple[str, ...]:
+    def code_modules(self, params: ParamsTree, wildcards: Wildcards) -> tuple[str, ...]:
         """The code one job reruns on: the declared entry modules (`code`) and every module they import."""
         return module_closure(*_per_job(self.code)(params, wildcards))
 
-    def why_skipped(self, params: Params, wildcards: Wildcards) -> str | None:
+    def why_skipped(self, params: ParamsTree, wildcards: Wildcards) -> str | None:
         """None when the job runs, else why params or the data present rule it out (`skip_reason`)."""
         return _per_job(self.skip_reason)(params, wildcards)
 
-    def left_out(self, params: Params, wildcards: Wildcards) -> dict[str, str]:
+    def left_out(self, params: ParamsTree, wildcards: Wildcards) -> dict[str, str]:
         """{part: reason} for the parts a running job leaves out (`partial`)."""
         return dict(_per_job(self.partial or {})(params, wildcards))
 
-    def data_files(self, params: Params, wildcards: Wildcards) -> dict[str, str]:
+    def data_files(self, params: ParamsTree, wildcards: Wildcards) -> dict[str, str]:
         """{key: path} of the local data files the job reads (`data`), as path strings."""
         return {k: str(v) for k, v in _per_job(self.data or {})(params, wildcards).items()}
 
-    def combos(self, params: Params) -> list[dict[str, str]]:
+    def combos(self, params: ParamsTree) -> list[dict[str, str]]:
         """The values of the wildcards other than `lang` of every job params ask for (`expand`)."""
         return self.expand(params) if self.expand else [{}]
 
-    def candidates(self, params: Params, lang: str | None = None) -> list[tuple[dict[str, str], str | None]]:
+    def candidates(self, params: ParamsTree, lang: str | None = None) -> list[tuple[dict[str, str], str | None]]:
         """Every job params ask for (of `lang` when the stage has a `lang` wildcard), each with None when
         it runs, else why params or the data present rule it out (`skip_reason`)."""
         out = []
@@ -151,22 +157,27 @@ class Stage:
             out.append((wildcards, self.why_skipped(params, wildcards)))
         return out
 
-    def jobs(self, params: Params, lang: str | None = None) -> list[dict[str, str]]:
+    def jobs(self, params: ParamsTree, lang: str | None = None) -> list[dict[str, str]]:
         """The job planner: the wildcards of every job that runs (of `lang` when the stage has a `lang`
         wildcard). Snakemake's targets, dvc.yaml, the report's plan and a job that checks it is one ask it."""
         return [wildcards for wildcards, reason in self.candidates(params, lang) if reason is None]
 
-    def launch(self, params: Params) -> str:
+    def launch(self, params: ParamsTree) -> str:
         """The command the job starts with: `vocabtransfer`, or accelerate's launcher for N > 1
         data-parallel processes (`processes`)."""
-        return launch_prefix(int(params.leaf(self.processes)) if self.processes else 1)
+        return launch_prefix(self.processes(params) if self.processes else 1)
 
-    def leaves(self, params: Params, wildcards: Wildcards) -> list[str]:
-        """The concrete params leaves this stage reads for these wildcards."""
-        out = [leaf.format(**wildcards) for leaf in self.params]
-        if self.extra_params:
-            out += self.extra_params(params, wildcards)
-        return out
+    def one_thread(self, params: ParamsTree) -> bool:
+        """Whether the job runs on one thread whatever it is given (`parallel` false, or `one_thread_if`)."""
+        return not self.parallel or bool(self.one_thread_if and self.one_thread_if(params))
+
+    def read_names(self, params: ParamsTree, wildcards: Wildcards) -> list[str]:
+        """The names of the params one job reads (`reads`), its wildcards filled in."""
+        return [name.format(**wildcards) for name in _per_job(self.reads)(params, wildcards)]
+
+    def leaves(self, params: ParamsTree, wildcards: Wildcards) -> list[str]:
+        """The rerun keys of one job: the leaves of the params it reads (`reads`, params_root.Params.rerun_leaves)."""
+        return params.rerun_leaves(self.read_names(params, wildcards), wildcards)
 
     def resolve(self, templates: dict[str, str], wildcards: Wildcards) -> dict[str, Path]:
         return {k: Path(paths.fill(v, **wildcards)) for k, v in templates.items()}
@@ -194,7 +205,7 @@ def contract_fault(stage: Any) -> str | None:
     for module in stage.code if isinstance(stage.code, tuple) else ():
         if not (PACKAGE / module).is_file():
             return f"its code module {module} does not exist under {PACKAGE}"
-    for hook in ("inputs", "code", "skip_reason", "partial", "data", "extra_params"):
+    for hook in ("inputs", "code", "skip_reason", "partial", "data", "reads"):
         value = getattr(stage, hook)
         if callable(value) and len(inspect.signature(value).parameters) != 2:
             return f"its {hook} must be a constant or a function of (params, wildcards)"
@@ -219,14 +230,6 @@ def reference_fault(reference: Any) -> str | None:
         except ModuleNotFoundError:
             found = False
     return None if found else f"no module {module}"
-
-
-def section_leaves(params: Params, section: str) -> list[str]:
-    """Every leaf under a params section, e.g. `init.focus` -> [`init.focus.block_size`, …]."""
-    node = params.leaf(section)
-    if not isinstance(node, dict):
-        return [section]
-    return [leaf for key in node for leaf in section_leaves(params, f"{section}.{key}")]
 
 
 PACKAGE = Path(__file__).resolve().parents[1]  # src/vocabtransfer
@@ -276,11 +279,12 @@ def module_closure(*files: str) -> tuple[str, ...]:
 
 
 @dataclass
-class Context:
-    """What a stage function gets: the validated params (typed: `section`), its wildcards and resolved paths."""
+class Context(Generic[P]):
+    """What a stage function gets: the validated params (the typed root: `ctx.params.pretrain.precision`), its
+    wildcards and resolved paths. The runner gives every job a `Context[vocabtransfer.plan.params_root.Params]`."""
 
     stage: Stage
-    params: Params
+    params: P
     wildcards: Wildcards
     input: dict[str, Path]
     output: dict[str, Path]
@@ -302,14 +306,6 @@ class Context:
     def seed(self) -> int:
         return self.params.seed
 
-    def param(self, dotted: str) -> Any:
-        return self.params.leaf(dotted)
-
-    def section(self, name: str, cls: type[T]) -> T:
-        """params section `name` (dotted: `init.omp`) as the frozen dataclass `cls` declared by the stage
-        (e.g. `OmpOptions`), built once (`Params.section`)."""
-        return self.params.section(name, cls)
-
     def torch_threads(self) -> contextlib.AbstractContextManager[None]:
         """A context with this job's torch threads: its --threads, shared by the data-parallel processes
         on this node (LOCAL_WORLD_SIZE); a stage that does not compute with torch (`gpu` false) is left as is."""
@@ -318,5 +314,5 @@ class Context:
         return torch_threads(max(1, self.threads // int(os.environ.get("LOCAL_WORLD_SIZE", "1"))))
 
     def leaf_values(self) -> dict[str, Any]:
-        """The params leaves this job reads and their values."""
+        """The rerun keys of this job and their values (walked by name: `Stage.leaves`)."""
         return {leaf: self.params.leaf(leaf) for leaf in self.stage.leaves(self.params, dict(self.wildcards))}

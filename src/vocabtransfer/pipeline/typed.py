@@ -1,6 +1,7 @@
-"""Typed params: the validated params of a run as `Params` (what every planner and job below `app/` takes),
-and the sections declared in code: a frozen dataclass whose fields carry their default, description
-and bounds (`option`), the JSON Schema it makes (`section_schema`), built from the tree by `from_dict`.
+"""Typed params: the validated params of a run as `ParamsTree` (the low-level view under the typed root every
+planner and job reads by attribute, vocabtransfer.plan.params_root.Params), and the sections declared in code:
+a frozen dataclass whose fields carry their default, description and bounds (`option`), the JSON Schema it makes
+(`section_schema`), built from the tree by `from_dict`.
 The schema of such a section is generated, never written: `init.<name>` of every init method comes from the options
 class it declares (`MethodInfo("omp", options=OmpOptions)`, plan/method_catalog.py), so a default is written once,
 in its field.
@@ -24,15 +25,16 @@ import copy
 import dataclasses
 import types
 import typing
-from typing import TYPE_CHECKING, Any, Callable, Mapping, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, TypeVar
 
 from vocabtransfer.errors import VocabTransferError
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance  # a dataclass (instance or class), to the type checker
 
-# a params section's frozen dataclass (`from_dict`, `Params.section`)
+# a params section's frozen dataclass (`from_dict`)
 T = TypeVar("T", bound="DataclassInstance")
+F = TypeVar("F", bound=Callable[..., Any])
 
 # the schema type of a field's Python type (bool before int: bool is an int)
 _TYPES = ((bool, "boolean"), (int, "integer"), (float, "number"), (str, "string"))
@@ -43,18 +45,33 @@ class NoOptions:
     """a method that takes no options"""
 
 
-def option(default: Any, description: str, *, rerun: bool = True, **keywords: Any) -> Any:
+def option(default: Any, description: str, *, rerun: bool = True, per_language: bool = False, **keywords: Any) -> Any:
     """A field of a typed section: its `default`, its `description` and its JSON Schema `keywords`;
     `rerun=False` for a leaf that does not change a job's outputs (which jobs run, whether checkpoints
-    are kept): no rerun key (`typed.field_leaves`)."""
+    are kept): no rerun key (`params_root.section_leaves`); `per_language=True` for a mapping keyed by language,
+    of which a job's rerun keys hold its language's entry only."""
     metadata = {"description": description, "schema": keywords, "default": default}
     if not rerun:
         metadata["rerun"] = False
+    if per_language:
+        metadata["per_language"] = True
     if isinstance(default, dict):
         return dataclasses.field(default_factory=lambda: copy.deepcopy(default), metadata=metadata)
     if isinstance(default, list):  # the schema's default stays a list; the field's, as `from_dict` reads it, a tuple
         return dataclasses.field(default=tuple(default), metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
+
+
+def named_child(under: str = "") -> Callable[[F], F]:
+    """Marks a section's method `(self, name) -> its subsection` as reading that subsection alone, at
+    `<section>.<under>.<name>` (`EvalParams.task`: `eval.tasks.<name>`; `InitParams.options`: `init.<name>`): what
+    tests/test_params_reads.py records of a read through it."""
+
+    def mark(method: F) -> F:
+        method.__dict__["named_child"] = under
+        return method
+
+    return mark
 
 
 def subsection(cls: type, description: str | None = None, **metadata: Any) -> Any:
@@ -153,9 +170,10 @@ def with_init_sections(schema: dict, methods: dict[str, type], factorizations: d
 
 def from_dict(cls: type[T], data: Mapping[str, Any]) -> T:
     """The frozen dataclass `cls` of a validated params section: nested dataclass fields recursively,
-    arrays as tuples, numbers of `float` fields as floats; keys that are not fields are not read."""
+    arrays as tuples, numbers of `float` fields as floats; keys that are not fields are not read, and a field
+    without its key (a tree given in part, as a test's) keeps its default, as validation would fill it."""
     hints = typing.get_type_hints(cls)
-    return cls(**{f.name: _typed_value(hints[f.name], data[f.name]) for f in dataclasses.fields(cls)})
+    return cls(**{f.name: _typed_value(hints[f.name], data[f.name]) for f in dataclasses.fields(cls) if f.name in data})
 
 
 def _typed_value(tp: Any, value: Any) -> Any:  # tp: a field's type hint, of any form
@@ -196,23 +214,29 @@ def field_leaves(
     return out
 
 
-class Params:
+P = TypeVar("P", bound="ParamsTree")
+
+
+class ParamsTree:
     """The validated params of one run (what `config.validate` returns, or the merged file Snakemake wrote),
-    typed and read-only: the top-level leaves as attributes, every section as the frozen dataclass its stage
-    declares (`section`, built once), a dotted leaf by name (`leaf`: rerun keys, launchers, anything that
-    walks leaves by name) and the tree itself (`tree`) for what writes or hashes it whole. Every function
-    below `app/` that plans or runs a job takes this, never the dict."""
+    read-only: the low-level view the pipeline layer plans with. Its top-level leaves are attributes; the sections
+    are read by attribute from the typed root over it, `vocabtransfer.plan.params_root.Params` (`params.pretrain`,
+    `params.init.omp`), which every planner and job above this layer takes. `leaf` reads a dotted key, for code that
+    walks leaves by name (a job's rerun keys and their values, launchers), and `tree` is the tree itself, for what
+    writes or hashes it whole."""
 
     def __init__(self, tree: Mapping[str, Any]):
-        if isinstance(tree, Params):
+        if isinstance(tree, ParamsTree):
             raise TypeError("Params(Params(...)): pass the validated tree, or the Params object itself")
         self._tree = tree
-        self._sections: dict[tuple[str, type], Any] = {}
 
     @classmethod
-    def of(cls, value: "Params | Mapping[str, Any]") -> "Params":
-        """`value` as Params: a Params as it is, a validated tree wrapped (the app's entry points take either)."""
-        return value if isinstance(value, Params) else cls(value)
+    def of(cls: type[P], value: "ParamsTree | Mapping[str, Any]") -> P:
+        """`value` as this class: one of it as it is, a validated tree (or another view's) wrapped (the app's entry
+        points take either)."""
+        if isinstance(value, cls):
+            return value
+        return cls(value.tree if isinstance(value, ParamsTree) else value)
 
     def __repr__(self) -> str:
         return f"Params(languages={self._tree.get('languages')}, source_model={self._tree.get('source_model')!r})"
@@ -234,13 +258,9 @@ class Params:
     def source_model(self) -> str:
         return str(self._tree["source_model"])
 
-    @property
-    def init_methods(self) -> tuple[str, ...]:
-        """`init.methods`: the initialisations asked for, `method` or `method+factorisation`."""
-        return tuple(self._tree["init"]["methods"])
-
     def leaf(self, dotted: str) -> Any:
-        """The value at a dotted key such as `fasttext.epochs` (a subtree for a section's key)."""
+        """The value at a dotted key such as `fasttext.epochs` (a subtree for a section's key): for code that walks
+        leaves by name (rerun keys), never to read a param a job uses (read it by attribute from the typed root)."""
         node: Any = self._tree
         for part in dotted.split("."):
             if not isinstance(node, Mapping) or part not in node:
@@ -248,13 +268,10 @@ class Params:
             node = node[part]
         return node
 
-    def section(self, name: str, cls: type[T]) -> T:
-        """Section `name` (dotted: `init.omp`) as the frozen dataclass `cls` its stage declares (e.g.
-        `OmpOptions`), built from the validated tree once (`from_dict`)."""
-        key = (name, cls)
-        if key not in self._sections:
-            self._sections[key] = from_dict(cls, self.leaf(name))
-        return self._sections[key]
+    def rerun_leaves(self, names: Iterable[str], wildcards: Mapping[str, str]) -> list[str]:
+        """The rerun keys of a job that reads the sections and leaves `names`: the typed root's
+        (vocabtransfer.plan.params_root.Params), which knows the sections' classes."""
+        raise NotImplementedError("rerun keys come from the typed params root, vocabtransfer.plan.params_root.Params")
 
     def check_language(self, lang: str) -> None:
         """One error unless `lang` is one of `languages`."""

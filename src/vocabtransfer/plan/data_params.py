@@ -19,6 +19,7 @@ class CorpusParams:
     sources: dict[str, dict] = option(
         {},
         "one source per language (keys are language codes)",
+        per_language=True,
         propertyNames={"$ref": "#/$defs/lang"},
         additionalProperties={"$ref": "#/$defs/corpus_source"},
     )

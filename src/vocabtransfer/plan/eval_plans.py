@@ -6,31 +6,10 @@ pretrained run and the initialisation it started from; `zero_shot_models`, bits 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from typing import Literal
 
 from vocabtransfer.pipeline import paths
-from vocabtransfer.pipeline.typed import Params, option
+from vocabtransfer.plan.params_root import Params
 from vocabtransfer.plan import availability
-
-
-@dataclass(frozen=True)
-class InitEvalParams:
-    """evaluation right after initialisation, no training"""
-
-    max_lines: int = option(500, "held-out target lines scored", minimum=1)
-    seq_len: int = option(128, "tokens per packed block", minimum=8)
-    batch_size: int = option(16, "blocks per batch", minimum=1)
-    retrieval_sentences: int = option(500, "XNLI premises for parallel-sentence retrieval (0 = skip)", minimum=0)
-    xnli: str = option("xnli/dev-{lang}.tsv", "XNLI dev file per language, {lang} filled in")
-    source_lang: str = option("en", "language of the source model's text")
-    bits_per_byte: bool = option(
-        True,
-        "bits per UTF-8 byte of the valid lines for every causal model and for the source model with its own "
-        "tokenizer, with the bytes per token of both tokenizers and the share of the source's advantage over "
-        "random a method keeps (docs/evaluation.md#bits-per-byte); masked LMs keep their per-token loss; a causal "
-        "source without its LM head is refused while this is true",
-    )
 
 
 def input_key(method: str) -> str:
@@ -49,27 +28,6 @@ def init_eval_inputs(params: Params, wildcards: dict) -> dict[str, str]:
     for method in availability.methods(params, wildcards["lang"]):  # the ones the language has data for
         out[input_key(method)] = paths.partial(paths.INIT_DIR, method=method, pseed=1)  # pretraining seed 1's init
     return out
-
-
-@dataclass(frozen=True)
-class TokenFrequencyLossParams:
-    """held-out loss per train-frequency bucket, and bits per byte, of every pretrained and init-only model"""
-
-    buckets: int = option(10, "buckets of the token types seen in train (types never seen get one more)", minimum=1)
-    scheme: Literal["equal_types", "log"] = option(
-        "equal_types", "equal_types: equal type count per bucket; log: log-spaced rank edges", type="string"
-    )
-    max_lines: int = option(2000, "valid lines scored", minimum=1)
-    seq_len: int = option(128, "tokens per packed held-out block", minimum=8)
-    batch_size: int = option(16, "blocks per batch", minimum=1)
-    bits_per_byte: bool = option(
-        True,
-        "bits per UTF-8 byte of the same max_lines valid lines, per line, for every pretrained causal model, the "
-        "initialisation it started from, the initialised model (pseed 1) of every other init method, and the "
-        "source model with its own tokenizer (results/L/bits_per_byte.parquet, what the report's bits-per-byte "
-        "table resamples); lines longer than seq_len are scored in windows; a causal source without its LM head is "
-        "refused while this is true",
-    )
 
 
 def model_key(method: str, objective: str, pseed: int) -> str:
@@ -116,21 +74,7 @@ def token_frequency_inputs(params: Params, wildcards: dict) -> dict[str, str]:
         "source_model": paths.SOURCE_MODEL,
         "train_text": paths.CORPUS_TRAIN,
     }
-    zero_shot = (
-        zero_shot_models(params, wildcards["lang"])
-        if params.section("token_frequency_loss", TokenFrequencyLossParams).bits_per_byte
-        else []
-    )
+    zero_shot = zero_shot_models(params, wildcards["lang"]) if params.token_frequency_loss.bits_per_byte else []
     for method, objective, pseed in scored_models(params, wildcards["lang"]) + zero_shot:
         out[model_key(method, objective, pseed)] = model_template(method, objective, pseed)
     return out
-
-
-@dataclass(frozen=True)
-class GradientScenariosParams:
-    """gradient reaching each token's embedding (input / output target / output non-target)"""
-
-    batches: int = option(16, "seeded sample of training batches", minimum=1)
-    batch_size: int = option(8, "training blocks per batch", minimum=1)
-    seq_len: int = option(128, "tokens per block", minimum=8)
-    plot_bins: int = option(30, "log-spaced rank bins that smooth the plot", minimum=2)

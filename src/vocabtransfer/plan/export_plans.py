@@ -4,49 +4,15 @@ source's stats and the valid split). The stage's code is vocabtransfer.report.ex
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal, Mapping
+from typing import Mapping
 
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.pipeline import names, paths
 from vocabtransfer.pipeline.stage_spec import Stage
-from vocabtransfer.pipeline.typed import Params, option
+from vocabtransfer.plan.params_root import Params
 from vocabtransfer.plan import availability, report_plans
+from vocabtransfer.plan.report_params import GGUF_BY_NAME
 from vocabtransfer.plan.source_kind import kind
-
-GGUF_BY_NAME = ("source", "f32", "f16", "bf16")
-MODEL_NAME = r"^.+-[a-z]+-pseed[1-9][0-9]*$"
-
-
-@dataclass(frozen=True)
-class ExportParams:
-    """the exported model of each language (results/<lang>/export): a Hugging Face folder with its model card, and
-    a GGUF file for a decoder source"""
-
-    model: str | None = option(
-        None,
-        "the run to export, <method>-<objective>-pseed<k> (e.g. focus-standard-pseed1), a pretraining run of each "
-        "language; null: the recommended run (the method the report's In brief picks, report/recommend.py, with the "
-        "standard objective, and its pretraining seed with the median final valid loss)",
-        pattern=MODEL_NAME,
-    )
-    gguf: Literal["auto", "none", "source", "f32", "f16", "bf16"] = option(
-        "auto",
-        "a GGUF file of the model and its tokenizer beside the folder: auto (for a decoder source GGUF export covers: "
-        "llama, gemma3, gpt2; in the source weights' dtype), none, or asked for: source (its dtype), f32, f16, bf16 "
-        "(refused for an encoder source)",
-    )
-    base_model: str | None = option(
-        None,
-        "the Hub id of the source for the model card's base_model (e.g. google/gemma-3-270m); null: source_model where "
-        "it is a Hub id (or hf://owner/name/file.gguf), else the source's own card's",
-        pattern=r"^[A-Za-z0-9][\w.-]*/[\w.-]+$",
-    )
-    check_lines: int = option(
-        200,
-        "valid lines the GGUF file is read back on by transformers (identical token ids, log-likelihoods)",
-        minimum=0,
-    )
 
 
 def candidates(params: Params, lang: str) -> list[str]:
@@ -61,7 +27,7 @@ def candidates(params: Params, lang: str) -> list[str]:
 def check(params: Params, wc: dict) -> str | None:
     """The job planner's word on one export job: None when it runs, why not when the language has no pretraining
     run; one line refusing an `export.model` that is no run of the language, or GGUF asked for an encoder."""
-    opts = params.section("export", ExportParams)
+    opts = params.export
     runs = candidates(params, wc["lang"])
     if not runs:
         return "no pretraining run to export (pretrain.methods or pretrain.pairs name none for this language)"

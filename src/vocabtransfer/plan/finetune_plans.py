@@ -14,9 +14,8 @@ from typing import Iterable, Mapping
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.pipeline import names, paths
 from vocabtransfer.pipeline.paths import data_path
-from vocabtransfer.pipeline.typed import Params
+from vocabtransfer.plan.params_root import Params
 from vocabtransfer.plan import availability
-from vocabtransfer.plan.task_options import EvalParams
 
 
 def init_models(params: Params) -> list[str]:
@@ -88,18 +87,22 @@ def expand_models(params: Params, entries: Iterable[str]) -> list[str]:
 
 def eval_models(params: Params) -> list[str]:
     """The models `eval.models` asks for."""
-    return expand_models(params, params.section("eval", EvalParams).models)
+    return expand_models(params, params.eval.models)
+
+
+def task_reason(params: Params, lang: str, task: str) -> str | None:
+    """Why `task` has no job for this language (disabled, or no data), None when it has."""
+    section = params.eval.task(task)
+    if not section.enabled:
+        return f"eval.tasks.{task}.enabled is false"
+    if lang not in section.data:
+        return f"no data for {lang!r}: eval.tasks.{task}.data has no entry {lang!r}"
+    return None
 
 
 def skipped_tasks(params: Params, lang: str) -> dict[str, str]:
     """Task -> why it has no job for this language."""
-    out = {}
-    for task, section in params.section("eval", EvalParams).task_sections().items():
-        if not section.enabled:
-            out[task] = f"eval.tasks.{task}.enabled is false"
-        elif lang not in section.data:
-            out[task] = f"no data for {lang!r}: eval.tasks.{task}.data has no entry {lang!r}"
-    return out
+    return {task: why for task in params.eval.task_sections() if (why := task_reason(params, lang, task))}
 
 
 def model_reason(params: Params, lang: str, model: str) -> str | None:
@@ -111,7 +114,7 @@ def model_reason(params: Params, lang: str, model: str) -> str | None:
 
 def finetune_skip_reason(params: Params, wildcards: dict) -> str | None:
     """None when the job (lang, task, model, seed) runs, else why the params or data rule it out."""
-    return skipped_tasks(params, wildcards["lang"]).get(wildcards["task"]) or model_reason(
+    return task_reason(params, wildcards["lang"], wildcards["task"]) or model_reason(
         params, wildcards["lang"], wildcards["model"]
     )
 
@@ -119,7 +122,7 @@ def finetune_skip_reason(params: Params, wildcards: dict) -> str | None:
 def finetune_data_files(params: Params, wildcards: dict) -> dict[str, Path]:
     """The local files of the task's data spec for this language (`<split>` -> path): the job's data
     dependencies. URL and hub sources are pinned by their sha256 / revision params instead."""
-    spec = params.section("eval", EvalParams).task_sections()[wildcards["task"]].data.get(wildcards["lang"]) or {}
+    spec = params.eval.task(wildcards["task"]).data.get(wildcards["lang"]) or {}
     return {
         f"data_{split}": paths.data_path(source["path"])
         for split, source in spec.items()
@@ -134,12 +137,12 @@ def finetune_inputs(params: Params, wildcards: dict) -> dict[str, str]:
 
 def floor_skip_reason(params: Params, wildcards: dict) -> str | None:
     """Why the task has no floor job for this language (disabled, or no data), None when it has one."""
-    return skipped_tasks(params, wildcards["lang"]).get(wildcards["task"])
+    return task_reason(params, wildcards["lang"], wildcards["task"])
 
 
 def floor_tasks(params: Params) -> list[dict[str, str]]:
     """One job per enabled task (per language: `floor_skip_reason` rules out the tasks without data)."""
-    return [{"task": t} for t, section in params.section("eval", EvalParams).task_sections().items() if section.enabled]
+    return [{"task": t} for t, section in params.eval.task_sections().items() if section.enabled]
 
 
 def same_source(train: Mapping, test: Mapping) -> str | None:

@@ -7,16 +7,15 @@ against the harness's catalogue, `task_manager`)."""
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 import yaml
 
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.pipeline import paths
-from vocabtransfer.pipeline.typed import Params, option
+from vocabtransfer.plan.params_root import Params
 from vocabtransfer.plan import source_kind
 from vocabtransfer.plan.finetune_plans import expand_models, model_reason, producible_models
 
@@ -27,54 +26,9 @@ if TYPE_CHECKING:
 TASKS_DIR = Path(__file__).resolve().parents[1] / "evaluate" / "harness_tasks"  # the offline task YAMLs shipped
 
 
-@dataclass(frozen=True)
-class LmEvalParams:
-    """zero-shot evaluation of every causal model (the source, each initialised and each pretrained model) by
-    EleutherAI's lm-evaluation-harness (lm_eval stage, docs/evaluation.md); no job while tasks is empty"""
-
-    tasks: tuple[str, ...] = option(
-        [],
-        "harness tasks: a task name, in which `{lang}` becomes each language (the offline tasks shipped with "
-        "vocabtransfer: local_xnli_{lang} for sw and de, local_tydiqa_sw, local_xquad_de), or `<lang>:<task>` for "
-        "one language only (`sw:belebele_swh_Latn`; a catalogue task needs its dataset from the hub); a name the "
-        "harness does not know is refused before any job (validate, snakemake -n) with the closest names it knows",
-        items={"type": "string", "pattern": "^([a-z]{2,3}:)?[^:]+$"},
-    )
-    num_fewshot: int = option(
-        0,
-        "examples shown before each item (0: zero-shot), drawn from the task's few-shot split with the params seed",
-        minimum=0,
-    )
-    limit: int | None = option(
-        None, "the first N items of each task (null: every item); a small limit keeps a CPU run short", minimum=1
-    )
-    batch_size: int = option(8, "requests per forward pass of the harness's HF model class", minimum=1)
-    precision: Literal["fp32", "bf16"] = option(
-        "fp32",
-        "the precision each model is scored in: fp32, or bf16 (the harness's forward passes under torch.autocast, "
-        "the weights fp32, the log-softmax fp32; about twice as fast where the hardware multiplies bf16 natively; "
-        "benchmarks/README.md#bf16-scoring measured what it changes); every model of a study is scored alike",
-    )
-    include_path: str | None = option(
-        None,
-        "a folder of your own harness task YAMLs (the harness's include_path; relative to the working directory, "
-        "the repository root), whose tasks lm_eval.tasks then names like the shipped ones; every file in it is a "
-        "dependency of the lm_eval jobs (docs/evaluation.md#adding-a-zero-shot-task); null: the shipped tasks and "
-        "the harness's catalogue only",
-    )
-    models: tuple[str, ...] | None = option(
-        None,
-        "the models judged, in eval.models' grammar (`source`, `init`, `pretrained`, `<method>-<objective>` for "
-        "every pretraining seed of it, a full model name), e.g. [source, pretrained] for the final models only; "
-        "null: every model (the source, each initialised and each pretrained one)",
-        items={"type": "string"},
-        rerun=False,
-    )
-
-
 def models(params: Params) -> list[str]:
     """The models `lm_eval.models` names (every model some stage produces when it is null)."""
-    entries = params.section("lm_eval", LmEvalParams).models
+    entries = params.lm_eval.models
     if entries is None:
         return producible_models(params)
     try:
@@ -86,7 +40,7 @@ def models(params: Params) -> list[str]:
 def task_names(params: Params, lang: str) -> list[str]:
     """The harness task names `lm_eval.tasks` gives `lang` (module docstring), in params order."""
     out: list[str] = []
-    for entry in params.section("lm_eval", LmEvalParams).tasks:
+    for entry in params.lm_eval.tasks:
         only, _, name = entry.rpartition(":")
         name = name.replace("{lang}", lang)
         if only in ("", lang) and name not in out:
@@ -96,7 +50,7 @@ def task_names(params: Params, lang: str) -> list[str]:
 
 def include_folder(params: Params) -> Path | None:
     """The user's task folder (`lm_eval.include_path`), None when not set."""
-    folder = params.section("lm_eval", LmEvalParams).include_path
+    folder = params.lm_eval.include_path
     return Path(folder).expanduser() if folder else None
 
 

@@ -1,5 +1,5 @@
-"""The stage table's per-job planners that belong to no one phase: the rerun keys (params leaves) of a
-params section or of one job, and one job's inputs, entry modules, data files, jobs or reason to skip where
+"""The stage table's per-job planners that belong to no one phase: what one init job reads of params
+(`init_reads`), and one job's inputs, entry modules, data files, jobs or reason to skip where
 the table works them out itself (fasttext, source_snmf, hypernet, init, init_eval, pretrain, finetune_eval,
 gradient_scenarios). A phase's own planners live in its planning module (e.g. `init_plans.init_inputs`);
 vocabtransfer.plan.stages names both.
@@ -7,28 +7,22 @@ vocabtransfer.plan.stages names both.
 
 from __future__ import annotations
 
+from dataclasses import fields
 from pathlib import Path
-from typing import Callable
 
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.pipeline import names, paths
 from vocabtransfer.pipeline.stage_spec import PACKAGE, module_file
-from vocabtransfer.pipeline.typed import Params, field_leaves
-from vocabtransfer.plan import availability, data_params, eval_plans, finetune_plans, init_plans, pretrain_plans
+from vocabtransfer.plan.params_root import Params
+from vocabtransfer.plan import availability, finetune_plans, init_plans, pretrain_plans
 from vocabtransfer.plan.method_catalog import hypernet_network, network_folder
-from vocabtransfer.plan.method_options import FACTORIZATIONS, HypernetOptions, WordFasttextOptions
+from vocabtransfer.plan.method_options import HypernetOptions
 from vocabtransfer.plan.methods import METHODS, info
-from vocabtransfer.plan.task_options import EvalParams, task_options_class
-
-
-def section_leaves(cls: type, section: str) -> Callable[[Params, dict[str, str]], list[str]]:
-    """(params, wildcards) -> the leaves of params section `section` read as the dataclass `cls`."""
-    return lambda params, wc: field_leaves(cls, section, params.leaf(section))
 
 
 def fasttext_data(params: Params, wc: dict) -> dict[str, Path]:
     """The pretrained word vectors fasttext's wordlevel mode reads, when it names them."""
-    opts = params.section("fasttext", data_params.FasttextParams)
+    opts = params.fasttext
     return (
         {"data_pretrained": paths.data_path(opts.pretrained_path)}
         if opts.mode == "wordlevel" and opts.pretrained_path
@@ -36,14 +30,9 @@ def fasttext_data(params: Params, wc: dict) -> dict[str, Path]:
     )
 
 
-def word_leaves(params: Params, wc: dict) -> list[str]:
-    """init.wechsel.fasttext.*: the leaves of WordFasttextOptions."""
-    return field_leaves(WordFasttextOptions, "init.wechsel.fasttext", params.leaf("init.wechsel.fasttext"))
-
-
 def snmf_skip_reason(params: Params, wc: dict) -> str | None:
     """source_snmf runs when some init method is snmf or <method>+snmf."""
-    if any(init_plans.uses_snmf(m) for m in params.init_methods):
+    if any(init_plans.uses_snmf(m) for m in params.init.methods):
         return None
     return "init.methods has no snmf or <method>+snmf"
 
@@ -63,24 +52,24 @@ def hypernet_data(params: Params, wc: dict) -> dict[str, Path]:
     return {"data_network": network_folder(directory, wc["pseed"]) / "stats.json"} if directory is not None else {}
 
 
-def hypernet_leaves(params: Params, wc: dict) -> list[str]:
-    """The training keys of init.hypernet (HypernetOptions.TRAINING, save_every aside: it changes no output)."""
-    return field_leaves(
-        HypernetOptions,
-        "init.hypernet",
-        params.leaf("init.hypernet"),
-        lambda f: f.name in HypernetOptions.TRAINING and f.metadata.get("rerun", True),
-    )
+# what the hypernet job reads: the training keys of init.hypernet (HypernetOptions.TRAINING, save_every aside: it
+# changes no output)
+HYPERNET_READS = (
+    "seed",
+    "languages",
+    *(
+        f"init.hypernet.{f.name}"
+        for f in fields(HypernetOptions)
+        if f.name in HypernetOptions.TRAINING and f.metadata.get("rerun", True)
+    ),
+)
 
 
-def init_leaves(params: Params, wildcards: dict) -> list[str]:
-    """The rerun keys of one init job: the leaves of the typed options it takes (the class its method
-    registers and, for `base+fact`, the factorisation's, e.g. init.omp.k)."""
+def init_reads(params: Params, wildcards: dict) -> list[str]:
+    """What one init job reads: the seed and the options of its method (`init.<method>`, the class its catalog entry
+    declares) and, for `base+fact`, of the factorisation's (e.g. init.focus and init.svd)."""
     base, fact = names.split_method(wildcards["method"])
-    classes = {base: info(base).options, **({fact: FACTORIZATIONS[fact]} if fact else {})}
-    return [
-        leaf for name, cls in classes.items() for leaf in field_leaves(cls, f"init.{name}", params.leaf(f"init.{name}"))
-    ]
+    return ["seed", f"init.{base}"] + ([f"init.{fact}"] if fact else [])
 
 
 def init_code(params: Params, wildcards: dict) -> tuple[str, ...]:
@@ -108,9 +97,9 @@ def init_data(params: Params, wildcards: dict) -> dict[str, Path | None]:
 
 def init_eval_data(params: Params, wildcards: dict) -> dict[str, Path]:
     """The held-out text of the reference row and, when retrieval runs, the XNLI files."""
-    out = {"data_source_text": paths.data_path(params.section("source_head", init_plans.SourceHeadParams).text)}
+    out = {"data_source_text": paths.data_path(params.source_head.text)}
     if availability.retrieval_reason(params, wildcards["lang"]) is None:
-        out.update(zip(("data_xnli_source", "data_xnli"), paths.xnli_files(params, wildcards["lang"])))
+        out.update(zip(("data_xnli_source", "data_xnli"), availability.xnli_files(params, wildcards["lang"])))
     return out
 
 
@@ -144,22 +133,10 @@ def tune_inputs(params: Params, wildcards: dict) -> dict[str, str]:
     return {**{k: v for k, v in inputs.items() if k != "tuning"}, "dev_text": paths.CORPUS_DEV}
 
 
-def task_leaves(params: Params, wildcards: dict) -> list[str]:
-    """The params leaves of the task's options (`eval.tasks.<task>`, e.g. `QaOptions`) with the data spec
-    of this language only."""
-    task = wildcards["task"]
-    return field_leaves(
-        task_options_class(task),
-        f"eval.tasks.{task}",
-        params.leaf(f"eval.tasks.{task}"),
-        keep=lambda f: f.name != "data",
-    ) + [f"eval.tasks.{task}.data.{wildcards['lang']}"]
-
-
 def finetune_jobs(params: Params) -> list[dict[str, str]]:
     """Every (task, model, seed) params ask for; `skip_reason` rules out, per language, the tasks
     without data and the models that do not exist there (and says why)."""
-    opts = params.section("eval", EvalParams)
+    opts = params.eval
     return [
         {"task": t, "model": m, "seed": str(s)}
         for t, section in opts.task_sections().items()
@@ -178,9 +155,3 @@ def gradient_scenarios_inputs(params: Params, wc: dict) -> dict[str, str]:
             paths.INIT_DIR, method=wc["method"], pseed=availability.init_pseed(wc["method"], wc["pseed"])
         ),
     }
-
-
-def gradient_scenarios_leaves(params: Params, wc: dict) -> list[str]:
-    """The leaves of gradient_scenarios and, for a selfish run, the margin its loss used."""
-    own = section_leaves(eval_plans.GradientScenariosParams, "gradient_scenarios")(params, wc)
-    return own + (["pretrain.selfish.margin"] if wc.get("objective") == "selfish" else [])

@@ -29,12 +29,12 @@ from vocabtransfer.plan.method_options import (
 from vocabtransfer.plan.availability import network_seeds
 from vocabtransfer.plan.methods import MethodInfo
 from vocabtransfer.pipeline import paths
-from vocabtransfer.pipeline.typed import Params
+from vocabtransfer.plan.params_root import Params
 
 
 def wechsel_dictionary(params: Params, lang: str) -> Path | None:
     """The local bilingual dictionary of `lang` (`init.wechsel.dictionaries.<lang>`), None without an entry."""
-    entry = params.section("init.wechsel", WechselOptions).dictionaries.get(lang)
+    entry = params.init.wechsel.dictionaries.get(lang)
     return paths.data_path(entry) if entry else None
 
 
@@ -45,7 +45,7 @@ def wechsel_unavailable(params: Params, lang: str) -> str | None:
         return f"no dictionary: init.wechsel.dictionaries has no entry for {lang}"
     if not path.is_file():
         return f"no dictionary: {path} not found (init.wechsel.dictionaries.{lang})"
-    text = paths.data_path(params.section("init.wechsel", WechselOptions).source_text)
+    text = paths.data_path(params.init.wechsel.source_text)
     if not text.is_file():
         return f"no source-language text: {text} not found (init.wechsel.source_text)"
     return None
@@ -58,7 +58,7 @@ def wechsel_refusal(params: Params, lang: str) -> str | None:
     path = wechsel_dictionary(params, lang)
     if path is None:
         return None
-    options = params.section("init.wechsel", WechselOptions)
+    options = params.init.wechsel
     where = "relative paths resolve against $VOCABTRANSFER_DATA"
     if not path.is_file():
         return (
@@ -76,7 +76,7 @@ def wechsel_refusal(params: Params, lang: str) -> str | None:
 
 def hypernet_network(params: Params) -> Path | None:
     """The trained network's folder `init.hypernet.network` names (None: the study trains its own)."""
-    entry = params.section("init.hypernet", HypernetOptions).network
+    entry = params.init.hypernet.network
     return paths.data_path(entry) if entry else None
 
 
@@ -101,10 +101,10 @@ def hypernet_refusal(params: Params, lang: str) -> str | None:
                 "seeds (pretrain.seeds with hypernet pretrained), or unset it to train the networks here"
             )
         recorded = json.loads(stats.read_text(encoding="utf-8")).get("source_model")
-        if recorded != params.leaf("source_model"):
+        if recorded != params.source_model:
             return (
                 f"init.hypernet.network: {stats.parent} was trained on source model {recorded or '(not recorded)'}, "
-                f"and source_model is {params.leaf('source_model')}; point it at networks trained on this source "
+                f"and source_model is {params.source_model}; point it at networks trained on this source "
                 "model, or unset it to train them here"
             )
     return None

@@ -5,8 +5,8 @@ the schema's `init.<name>` is generated from the class a method declares
 (`MethodInfo("omp", options=OmpOptions)` in catalog.py), and a factorisation's from `FACTORIZATIONS` below.
 A method declared elsewhere (a test's, a new module's) declares its options class beside it.
 
-The init stage builds a method's options once from the validated params
-(`ctx.section("init.omp", OmpOptions)`) and hands them to it: `method(problem, options)`. From Python,
+The init stage reads a method's options from the typed params root, built once (`ctx.params.init.omp`;
+`ctx.params.init.options(name)` for the job's method), and hands them to it: `method(problem, options)`. From Python,
 `OmpOptions(k=8)` is the same options with the other defaults.
 """
 

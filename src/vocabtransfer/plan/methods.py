@@ -12,11 +12,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from vocabtransfer.pipeline.typed import NoOptions, Params
+from vocabtransfer.pipeline.typed import NoOptions
 from vocabtransfer.registry import Registry
 
-Condition = Callable[[Params, str], "str | None"]  # (params, lang) -> why the method cannot run for lang
-DataFiles = Callable[[Params, str], "dict[str, Path | None]"]  # (params, lang) -> {"data_<key>": local file}
+# (params, lang) -> why the method cannot run for lang; params is the typed root (plan/params_root.py, which imports
+# this module)
+Condition = Callable[[Any, str], "str | None"]
+DataFiles = Callable[[Any, str], "dict[str, Path | None]"]  # (params, lang) -> {"data_<key>": local file}
 
 
 @dataclass(frozen=True)

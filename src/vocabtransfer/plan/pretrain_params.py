@@ -224,7 +224,7 @@ class PretrainParams:
     cooldown: CooldownOptions = subsection(CooldownOptions, schedule="wsd")
     tune: TuneOptions = subsection(TuneOptions)
     selfish: SelfishOptions = subsection(SelfishOptions, objective="selfish")
-    distill: DistillOptions = subsection(DistillOptions, objective="distill")  # and alm's: every teacher objective
+    distill: DistillOptions = subsection(DistillOptions, objective=("distill", "alm"))  # every teacher objective
     factorized: bool = option(
         False, "train <m>+svd / <m>+snmf / ofa / snmf models in low-rank form (coordinates @ primitives)"
     )

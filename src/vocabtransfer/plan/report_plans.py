@@ -6,59 +6,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Literal, Mapping
+from typing import Mapping
 
 from vocabtransfer.pipeline import paths
 from vocabtransfer.pipeline.stage_spec import Stage
-from vocabtransfer.pipeline.typed import Params, option
+from vocabtransfer.plan.params_root import Params
 from vocabtransfer.plan import availability
 from vocabtransfer.plan.finetune_plans import skipped_tasks
-
-
-@dataclass(frozen=True)
-class ReportParams:
-    """the study's report (results/report.md)"""
-
-    bootstrap_resamples: int = option(
-        10000,
-        "resamples of the cluster bootstrap that estimates each difference's test-set variance "
-        "(docs/evaluation.md); a few thousand make its Monte-Carlo error negligible",
-        minimum=2,
-    )
-    confidence: float = option(0.95, "coverage of each difference's interval", exclusiveMinimum=0, exclusiveMaximum=1)
-    min_clusters: int = option(
-        30,
-        "the fewest test clusters (XNLI premises, QA articles or contexts, NER sentences, held-out blocks) a "
-        "difference may rest on to be called better or worse; below it the verdict says 'N clusters: too few to "
-        "tell'",
-        minimum=1,
-    )
-    correction: Literal["holm", "bh"] = option(
-        "holm",
-        "multiple comparisons: holm (family-wise error, Holm's step-down) or bh (false discovery rate, "
-        "Benjamini–Hochberg), over the report's headline family (every comparison the verdict states as a claim, "
-        "all languages together) and apart over each exploratory table (the frequency buckets) and each task's "
-        "floor check",
-    )
-    baseline: str | tuple[str, ...] = option(
-        "random",
-        "the init method whose tokens the token-equivalent counts: the tokens it needs to reach each other method's "
-        "valid loss at each budget (pretrained with the same objective, else with standard); where two methods or "
-        "more are pretrained, each baseline must be one of them (else refused before any job). A list ([random, "
-        "mean]): in each language "
-        "the stronger of them, the one with the lower final valid loss with the standard objective "
-        "(report/baseline_choice.py, a conservative choice the report states); every method − baseline comparison "
-        "subtracts the same one, the weaker listed baseline being one of its rows",
-        type=["string", "array"],
-        items={"type": "string", "minLength": 1},
-        minItems=1,
-        uniqueItems=True,
-        minLength=1,
-    )
-
-    def __post_init__(self) -> None:
-        if isinstance(self.baseline, list):  # a list read from params: a tuple, as other array fields
-            object.__setattr__(self, "baseline", tuple(self.baseline))
 
 
 Run = tuple[str, str, int]  # (method, objective, pretraining seed)

@@ -4,7 +4,8 @@ templates and checks it), grouped by phase.
 
 A declaration (`Stage`, vocabtransfer.pipeline.stage_spec) names the stage's function by a lazy
 `"module:function"` reference (its `run`, imported by the runner when a job runs), its wildcards, input and
-output path templates (vocabtransfer.pipeline.paths), the params leaves it reads (its rerun keys), its threads
+output path templates (vocabtransfer.pipeline.paths), the params it reads (`reads`, by the typed root's names of
+sections and leaves: its rerun keys are their leaves; `plans_with`, what its planning reads to pick jobs), its threads
 and resources, which jobs run, and its code: the entry modules under src/vocabtransfer whose import closure DVC
 and Snakemake rerun a job on (`stage_spec.module_closure`). What a stage plans with (its params class, its
 inputs, its job planner) lives in this package (vocabtransfer.plan), beside the table; the stage modules hold
@@ -20,7 +21,6 @@ from __future__ import annotations
 
 from vocabtransfer.pipeline import paths
 from vocabtransfer.pipeline.stage_spec import Stage, contract_fault
-from vocabtransfer.pipeline.typed import field_leaves
 from vocabtransfer.plan import (
     availability,
     eval_plans,
@@ -32,15 +32,23 @@ from vocabtransfer.plan import (
     pretrain_plans,
     report_plans,
 )
-from vocabtransfer.plan.data_params import (
-    CorpusParams,
-    FasttextParams,
-    OverlapParams,
-    PretokenizeParams,
-    TokenizerParams,
-)
-from vocabtransfer.plan.method_options import WechselOptions
 from vocabtransfer.registry import Registry
+
+
+# what decides which initialisations and pretraining runs a language has (plan/availability.py: init.methods, the
+# methods' conditions, pretrain's runs): read by the planning of the stages whose jobs follow those runs, not rerun keys
+RUNS = (
+    "languages",
+    "init.methods",
+    "init.wechsel.dictionaries",
+    "init.wechsel.source_text",
+    "pretrain.methods",
+    "pretrain.objectives",
+    "pretrain.pairs",
+    "pretrain.seeds",
+)
+# and what the report reads besides: every evaluation's jobs (eval, lm_eval's) and whether the rates were tuned
+EVERY_JOB = (*RUNS, "eval", "lm_eval.models", "lm_eval.tasks", "pretrain.tune.learning_rates")
 
 
 # ---------------------------------------------------------------- data: text, tokenizer, token ids
@@ -54,12 +62,9 @@ CORPUS = Stage(
         "dev": paths.CORPUS_DEV,
         "stats": paths.CORPUS_STATS,
     },
-    params=("seed",),  # and the fields of CorpusParams, of `sources` the job's language only
-    extra_params=lambda params, wc: field_leaves(
-        CorpusParams, "corpus", {**params.leaf("corpus"), "sources": {wc["lang"]: None}}
-    ),
+    reads=("seed", "corpus"),  # of `corpus.sources` the job's language only (per_language)
     code=("data/corpus.py", "data/download.py"),
-    data=lambda params, wc: {"data_corpus": path} if (path := paths.corpus_file(params, wc["lang"])) else {},
+    data=lambda params, wc: {"data_corpus": path} if (path := availability.corpus_file(params, wc["lang"])) else {},
 )
 SOURCE_MODEL = Stage(  # the one source model, shared by every language
     name="source_model",
@@ -68,7 +73,7 @@ SOURCE_MODEL = Stage(  # the one source model, shared by every language
     wildcards=(),
     outputs={"model": paths.SOURCE_BASE, "stats": paths.SOURCE_BASE_STATS},
     directories=frozenset({"model"}),
-    params=("source_model",),
+    reads=("source_model",),
     code=("init/source_model.py", "model/gguf.py"),
     # a local directory or GGUF file (a hub id is pinned by its name, a params leaf)
     data=lambda params, wc: {"data_source_model": path} if (path := paths.local_source_model(params)) else {},
@@ -80,8 +85,7 @@ TOKENIZER = Stage(
     inputs={"train": paths.CORPUS_TRAIN, "source": paths.SOURCE_BASE},
     outputs={"tokenizer": paths.TOKENIZER, "stats": paths.TOKENIZER_STATS},
     directories=frozenset({"tokenizer"}),
-    params=("source_model",),
-    extra_params=job_plans.section_leaves(TokenizerParams, "tokenizer"),
+    reads=("source_model", "tokenizer"),
     code=("data/tokenizer.py",),
     parallel=True,
 )
@@ -102,8 +106,7 @@ PRETOKENIZE = Stage(
         "stats": paths.PRETOK_STATS,
     },
     directories=frozenset({"train_ids", "valid_ids"}),
-    params=("source_model",),
-    extra_params=job_plans.section_leaves(PretokenizeParams, "pretokenize"),
+    reads=("source_model", "pretokenize"),
     code=("data/pretokenize.py",),
     parallel=True,
 )
@@ -113,11 +116,10 @@ FASTTEXT = Stage(
     help="fastText auxiliary embeddings for the target tokens",
     inputs={"text": paths.PRETOK_TEXT, "tokenizer": paths.TOKENIZER},
     outputs={"model": paths.FASTTEXT_BIN, "embeddings": paths.FASTTEXT_EMB, "stats": paths.FASTTEXT_STATS},
-    params=("seed",),
-    extra_params=job_plans.section_leaves(FasttextParams, "fasttext"),
+    reads=("seed", "fasttext"),
     code=("data/fasttext_vectors.py",),
     parallel=True,
-    one_thread_if="fasttext.reproducible",  # fastText is bit-reproducible on one thread only
+    one_thread_if=lambda params: params.fasttext.reproducible,  # fastText is bit-reproducible on one thread only
     data=job_plans.fasttext_data,
 )
 OVERLAP = Stage(
@@ -126,8 +128,7 @@ OVERLAP = Stage(
     help="source vs target vocabulary overlap on canonical token forms",
     inputs={"tokenizer": paths.TOKENIZER, "source": paths.SOURCE_BASE},
     outputs={"overlap": paths.OVERLAP, "stats": paths.OVERLAP_STATS},
-    params=("source_model",),
-    extra_params=job_plans.section_leaves(OverlapParams, "overlap"),
+    reads=("source_model", "overlap"),
     code=("data/overlap.py",),
 )
 
@@ -141,14 +142,11 @@ SOURCE_HEAD = Stage(
     inputs={"source": paths.SOURCE_BASE},
     outputs={"model": paths.SOURCE_MODEL, "stats": paths.SOURCE_HEAD_STATS},
     directories=frozenset({"model"}),
-    params=("seed", "source_model"),
-    extra_params=job_plans.section_leaves(init_plans.SourceHeadParams, "source_head"),
+    reads=("seed", "source_model", "source_head"),
     code=("init/source_head.py",),
     parallel=True,
     gpu=True,
-    data=lambda params, wc: {
-        "data_text": paths.data_path(params.section("source_head", init_plans.SourceHeadParams).text)
-    },
+    data=lambda params, wc: {"data_text": paths.data_path(params.source_head.text)},
 )
 
 
@@ -158,13 +156,13 @@ SOURCE_FASTTEXT = Stage(  # WECHSEL's word vectors, source side
     help="word-level fastText on source-language text (WECHSEL)",
     wildcards=(),
     outputs={"model": paths.SOURCE_WORD_FASTTEXT},
-    params=("seed", "fasttext.reproducible"),
-    extra_params=lambda params, wc: job_plans.word_leaves(params, wc) + ["init.wechsel.source_text"],
+    reads=("seed", "fasttext.reproducible", "init.wechsel.fasttext", "init.wechsel.source_text"),
+    plans_with=RUNS,
     code=("init/word_fasttext.py",),
     parallel=True,
-    one_thread_if="fasttext.reproducible",
+    one_thread_if=lambda params: params.fasttext.reproducible,
     skip_reason=lambda params, wc: availability.needed_by(params, "wechsel"),
-    data=lambda params, wc: {"data_text": paths.data_path(params.section("init.wechsel", WechselOptions).source_text)},
+    data=lambda params, wc: {"data_text": paths.data_path(params.init.wechsel.source_text)},
 )
 WORD_FASTTEXT = Stage(  # WECHSEL's word vectors, target side
     name="word_fasttext",
@@ -172,11 +170,11 @@ WORD_FASTTEXT = Stage(  # WECHSEL's word vectors, target side
     help="word-level fastText on the target corpus (WECHSEL)",
     inputs={"train": paths.CORPUS_TRAIN},
     outputs={"model": paths.WORD_FASTTEXT},
-    params=("seed", "fasttext.reproducible"),
-    extra_params=job_plans.word_leaves,
+    reads=("seed", "fasttext.reproducible", "init.wechsel.fasttext"),
+    plans_with=RUNS,
     code=("init/word_fasttext.py",),
     parallel=True,
-    one_thread_if="fasttext.reproducible",
+    one_thread_if=lambda params: params.fasttext.reproducible,
     skip_reason=lambda params, wc: availability.needed_by(params, "wechsel", wc["lang"]),
 )
 SOURCE_SNMF = Stage(
@@ -188,7 +186,8 @@ SOURCE_SNMF = Stage(
     outputs={"factors": paths.SOURCE_SNMF},
     # the fields of the typed init.snmf (SnmfOptions) that the job reads, FACTOR_KEYS, in their order whatever
     # the order of params.yaml's keys
-    params=("seed", *(f"init.snmf.{key}" for key in init_plans.FACTOR_KEYS)),
+    reads=("seed", *(f"init.snmf.{key}" for key in init_plans.FACTOR_KEYS)),
+    plans_with=RUNS,
     code=("init/source_snmf.py",),
     parallel=True,
     gpu=True,
@@ -203,8 +202,8 @@ HYPERNET = Stage(
     inputs=job_plans.hypernet_inputs,
     outputs={"hypernet": paths.HYPERNET},
     directories=frozenset({"hypernet"}),
-    params=("seed", "languages"),
-    extra_params=job_plans.hypernet_leaves,
+    reads=job_plans.HYPERNET_READS,
+    plans_with=RUNS,
     code=("train/hypernet.py",),
     parallel=True,
     gpu=True,
@@ -222,8 +221,7 @@ INIT = Stage(
     inputs=init_plans.init_inputs,
     outputs={"init": paths.INIT_DIR},
     directories=frozenset({"init"}),
-    params=("seed",),
-    extra_params=job_plans.init_leaves,
+    reads=job_plans.init_reads,
     code=job_plans.init_code,
     expand=lambda params: [{"method": m, "pseed": str(s)} for m, s in availability.init_runs(params)],
     parallel=True,
@@ -239,8 +237,8 @@ INIT_EVAL = Stage(  # the methods compared right after initialisation
     help="loss right after initialisation and parallel-sentence retrieval, per method",
     inputs=eval_plans.init_eval_inputs,
     outputs={"init_eval": paths.INIT_EVAL, "plot": paths.INIT_EVAL_PLOT},
-    params=("seed", "init.methods", "source_head.text", "source_head.eval_lines"),
-    extra_params=job_plans.section_leaves(eval_plans.InitEvalParams, "init_eval"),
+    reads=("seed", "init.methods", "source_head.text", "source_head.eval_lines", "init_eval"),
+    plans_with=RUNS,
     code=("evaluate/init_eval.py",),
     parallel=True,
     gpu=True,
@@ -257,8 +255,8 @@ PRETRAIN_TUNE = Stage(  # pretrain.tune: each method x objective's peak learning
     wildcards=("lang", "method", "objective"),
     inputs=job_plans.tune_inputs,
     outputs={"tuning": paths.PRETRAIN_TUNE},
-    params=("seed",),
-    extra_params=pretrain_plans.tune_leaves,
+    reads=pretrain_plans.tune_reads,
+    plans_with=RUNS,
     code=("train/tune_lr.py",),
     expand=pretrain_plans.tune_expand,
     skip_reason=lambda params, wc: availability.method_reason(params, wc["lang"], wc["method"]),
@@ -273,13 +271,13 @@ PRETRAIN = Stage(
     inputs=job_plans.pretrain_inputs,
     outputs={"pretrain": paths.PRETRAIN_DIR},
     directories=frozenset({"pretrain"}),
-    params=("seed",),
-    extra_params=pretrain_plans.pretrain_leaves,
+    reads=("seed", "pretrain"),  # a subsection of another objective or schedule left out (params_root.section_leaves)
+    plans_with=RUNS,
     code=("train/pretrain.py",),
     expand=pretrain_plans.pretrain_expand,
     skip_reason=lambda params, wc: availability.method_reason(params, wc["lang"], wc["method"]),
     parallel=True,
-    processes="pretrain.processes",  # > 1: launched with accelerate, N GPUs on a cluster
+    processes=lambda params: params.pretrain.processes,  # > 1: launched with accelerate, N GPUs on a cluster
     gpu=True,
 )
 
@@ -292,10 +290,10 @@ FINETUNE_EVAL = Stage(
     wildcards=("lang", "task", "model", "seed"),
     inputs=finetune_plans.finetune_inputs,
     outputs={"result": paths.EVAL_RESULT},
-    # eval.models and eval.seeds decide which jobs exist, not what one computes
-    params=("seed", "eval.precision", "eval.test_precision"),
-    extra_params=job_plans.task_leaves,
+    # eval.models and eval.seeds decide which jobs exist, not what one computes; of the task's data its language's
+    reads=("seed", "eval.precision", "eval.test_precision", "eval.tasks.{task}"),
     # finetune_eval.py and the task's module: editing one task reruns only its jobs
+    plans_with=RUNS,
     code=lambda params, wildcards: ("evaluate/finetune_eval.py", f"evaluate/tasks/{wildcards['task']}.py"),
     expand=job_plans.finetune_jobs,
     skip_reason=finetune_plans.finetune_skip_reason,
@@ -309,8 +307,7 @@ FLOOR = Stage(  # what a task scores without a model: the bar finetune_eval's sc
     help="the score of a task's floor (majority class, training lexicon, sliding-window span) on its test split",
     wildcards=("lang", "task"),
     outputs={"floor": paths.EVAL_FLOOR},
-    params=("seed",),
-    extra_params=job_plans.task_leaves,
+    reads=("seed", "eval.tasks.{task}"),
     code=lambda params, wildcards: ("evaluate/task_floor.py", f"evaluate/tasks/{wildcards['task']}.py"),
     expand=finetune_plans.floor_tasks,
     skip_reason=finetune_plans.floor_skip_reason,
@@ -329,11 +326,16 @@ TOKEN_FREQUENCY_LOSS = Stage(
         "bits_per_byte": paths.BITS_PER_BYTE,
         "plot": paths.TOKEN_FREQUENCY_PLOT,
     },
-    params=("seed",),
-    extra_params=lambda params, wc: (
-        job_plans.section_leaves(eval_plans.TokenFrequencyLossParams, "token_frequency_loss")(params, wc)
-        + ["init.methods", "pretrain.methods", "pretrain.objectives", "pretrain.pairs", "pretrain.seeds"]
+    reads=(
+        "seed",
+        "token_frequency_loss",
+        "init.methods",
+        "pretrain.methods",
+        "pretrain.objectives",
+        "pretrain.pairs",
+        "pretrain.seeds",
     ),
+    plans_with=RUNS,
     code=("evaluate/token_frequency_loss.py",),
     parallel=True,
     gpu=True,
@@ -346,8 +348,8 @@ GRADIENT_SCENARIOS = Stage(
     wildcards=("lang", "method", "objective", "pseed"),
     inputs=job_plans.gradient_scenarios_inputs,
     outputs={"table": paths.GRADIENT_SCENARIOS, "plot": paths.GRADIENT_PLOT},
-    params=("seed",),
-    extra_params=job_plans.gradient_scenarios_leaves,
+    reads=("seed", "gradient_scenarios", "pretrain.selfish"),  # the margin a selfish run's loss used: selfish only
+    plans_with=RUNS,
     code=("evaluate/gradient_scenarios.py",),
     # descriptive, on the first pretraining seed only
     expand=lambda params: [{"method": m, "objective": o, "pseed": "1"} for m, o in availability.pretrain_pairs(params)],
@@ -364,21 +366,10 @@ LM_EVAL = Stage(
     wildcards=("lang", "model"),
     inputs=lambda params, wc: {"model": finetune_plans.parse_model(params, wc["model"])["input"]},
     outputs={"scores": paths.LM_EVAL_SCORES, "samples": paths.LM_EVAL_SAMPLES},
-    params=(
-        "seed",
-        "lm_eval.tasks",
-        "lm_eval.num_fewshot",
-        "lm_eval.limit",
-        "lm_eval.batch_size",
-        "lm_eval.include_path",
-        "lm_eval.precision",
-    ),
+    reads=("seed", "lm_eval"),  # but lm_eval.models, which decides which jobs exist (rerun=False)
+    plans_with=(*RUNS, "source_model"),
     code=("evaluate/harness.py", "evaluate/harness_tasks/utils.py"),  # the task YAMLs: data_files and params
-    expand=lambda params: (
-        [{"model": m} for m in harness_plans.models(params)]
-        if params.section("lm_eval", harness_plans.LmEvalParams).tasks
-        else []
-    ),
+    expand=lambda params: [{"model": m} for m in harness_plans.models(params)] if params.lm_eval.tasks else [],
     skip_reason=harness_plans.skip_reason,
     data=harness_plans.data_files,
     gpu=True,
@@ -401,8 +392,8 @@ REPORT = Stage(
     directories=frozenset({"figures", "curves"}),
     metrics=frozenset({"metrics"}),
     plots=report_plans.dvc_plots,
-    params=("seed", "languages", "source_model", "init.methods"),
-    extra_params=job_plans.section_leaves(report_plans.ReportParams, "report"),
+    reads=("seed", "languages", "source_model", "init.methods", "report"),
+    plans_with=EVERY_JOB,
     code=("report/build.py",),
 )
 
@@ -414,8 +405,8 @@ EXPORT = Stage(  # what a user takes away: one run as a Hugging Face folder with
     inputs=lambda params, wc: export_plans.inputs(params, wc, STAGES),
     outputs={"export": paths.EXPORT_DIR},
     directories=frozenset({"export"}),
-    params=("seed", "source_model", "report.baseline", "report.confidence", "report.bootstrap_resamples"),
-    extra_params=job_plans.section_leaves(export_plans.ExportParams, "export"),
+    reads=("seed", "source_model", "report.baseline", "report.confidence", "report.bootstrap_resamples", "export"),
+    plans_with=EVERY_JOB,
     code=("report/export.py", "plan/export_plans.py"),
     skip_reason=export_plans.check,
 )

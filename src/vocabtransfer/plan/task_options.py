@@ -2,7 +2,7 @@
 per task section (`NliOptions`, `QaOptions`, `NerOptions`, over the common `TaskOptions`). Each field holds its
 default, description and bounds (`typed.option`); the schema's `eval` is generated from them
 (vocabtransfer.app.params). finetune_eval and floor both read it: a stage builds `EvalParams` once at its
-entry (`ctx.section("eval", EvalParams)`) and hands a task its section (`Task.options`).
+entry (`ctx.params.eval`) and hands a task its section (`Task.options`).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import typing
 from dataclasses import dataclass, fields
 from typing import Literal
 
-from vocabtransfer.pipeline.typed import option, subsection
+from vocabtransfer.pipeline.typed import named_child, option, subsection
 
 
 # the schema of one task data source (`eval.tasks.<task>.data.<lang>.train` / `.test`): a local file, a URL
@@ -99,6 +99,7 @@ class TaskOptions:
                 "test": TASK_SOURCE,
             },
         },
+        per_language=True,
     )
     test_fraction: float = option(
         0.2,
@@ -187,6 +188,11 @@ class EvalParams:
     def task_sections(self) -> dict[str, TaskOptions]:
         """{task: its options} of every task under `eval.tasks`, in declaration order."""
         return {f.name: getattr(self.tasks, f.name) for f in fields(self.tasks)}
+
+    @named_child("tasks")
+    def task(self, name: str) -> TaskOptions:
+        """The options of task `name` (`eval.tasks.<name>`), for a task named at run time (a job's wildcard)."""
+        return getattr(self.tasks, name)
 
 
 def task_options_class(name: str) -> type[TaskOptions]:

@@ -33,9 +33,9 @@ from vocabtransfer import io
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.pipeline import names, paths
 from vocabtransfer.pipeline.stage_spec import Context
-from vocabtransfer.plan.export_plans import ExportParams, check
+from vocabtransfer.plan.export_plans import check
+from vocabtransfer.plan.report_params import ExportParams
 from vocabtransfer.plan import report_plans
-from vocabtransfer.plan.report_plans import ReportParams
 from vocabtransfer.report import read
 from vocabtransfer.report.export_pick import exported_run
 
@@ -155,9 +155,9 @@ def run(ctx: Context) -> None:
     """Steps 1-4 into results/{lang}/export, atomically."""
 
     params, lang_code = ctx.params, ctx.lang
-    opts = params.section("export", ExportParams)
+    opts = params.export
     check(params, ctx.wildcards)
-    report = params.section("report", ReportParams)
+    report = params.report
     plan = report_plans.plan(params, ctx.stages)
     lang = read.read_language(lang_code, plan, Path("."))
     run_, why = chosen(opts, lang, tables.Settings.of(report, params.seed), report.baseline)

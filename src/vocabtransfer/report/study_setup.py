@@ -10,13 +10,12 @@ from pathlib import Path
 
 from vocabtransfer import io
 from vocabtransfer.pipeline import paths
-from vocabtransfer.pipeline.typed import Params
+from vocabtransfer.plan.params_root import Params
 from vocabtransfer.report.costs import cost_lines
 from vocabtransfer.report.markdown import CORRECTION_NAME, fmt, md_table
 from vocabtransfer.report.read import Language
 from vocabtransfer.plan.report_plans import Plan
 from vocabtransfer.report.tables import Settings, plural
-from vocabtransfer.plan.pretrain_params import PretrainParams
 
 
 def quantisation_lines(stats: dict | None) -> list[str]:
@@ -129,7 +128,7 @@ def _run_lines(params: Params, langs: list[Language], p: Plan, settings: Setting
     """Continued pretraining as it ran (or as configured), the downstream evaluation and its intervals, and
     the job time behind the report."""
     lines: list[str] = []
-    pre = params.section("pretrain", PretrainParams)
+    pre = params.pretrain
     configured = (
         f", {pre.steps} steps"
         if pre.passes is None

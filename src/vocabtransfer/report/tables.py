@@ -22,7 +22,7 @@ from vocabtransfer.evaluate import stats
 from vocabtransfer.plan import availability
 from vocabtransfer.pipeline import names
 from vocabtransfer.report.read import OBJECTIVE_ORDER, Language, task_order
-from vocabtransfer.plan.report_plans import ReportParams
+from vocabtransfer.plan.report_params import ReportParams
 
 
 @dataclass(frozen=True)

@@ -336,7 +336,7 @@ def train_lines(paths_: list[Path]) -> list[str]:
 def run(ctx: Context) -> None:
     """The stage: train (or resume) the network, then write its outputs."""
     start = time.perf_counter()
-    options = ctx.section("init.hypernet", HypernetOptions)
+    options = ctx.params.init.hypernet
     if options.network is not None:
         import_network(ctx, network_folder(paths.data_path(options.network), ctx.wildcards["pseed"]))
         return
@@ -353,7 +353,7 @@ def run(ctx: Context) -> None:
         "network_seed": int(ctx.wildcards["pseed"]),
         "seed": seed,
         # the source model it was trained on: checked where another study applies it (init.hypernet.network)
-        "source_model": ctx.param("source_model"),
+        "source_model": ctx.params.source_model,
         "source_sha256": model_fingerprint(Path(ctx.input["source"])),
         "network": asdict(net.config),
         "kind": setup.kind,
@@ -402,7 +402,7 @@ def import_network(ctx: Context, directory: Path) -> None:
         raise VocabTransferError(
             f"init.hypernet.network: {directory} was trained on source model {trained_on}"
             f" (weights sha256 {str(stats.get('source_sha256'))[:12]}), and this study's source model "
-            f"{ctx.param('source_model')} has {here[:12]}; point it at a network trained on this source model, or "
+            f"{ctx.params.source_model} has {here[:12]}; point it at a network trained on this source model, or "
             "unset it to train one here"
         )
     network.load(directory)  # whole, and its weights fit its config

@@ -30,8 +30,9 @@ value is `seed + 1000 (K - 1)`, see vocabtransfer.pipeline.names):
    `uniform_valid_loss`, nats per valid token); then drop the checkpoints unless `pretrain.keep_checkpoints`.
 
 Params: `pretrain` as `PretrainParams` (with `SelfishOptions` and `DistillOptions`, in plan/pretrain_params.py),
-read once at the entry (`ctx.section`); a job's rerun keys are its fields' leaves but those that choose the runs,
-and the selfish / distill options only for that objective (`pretrain_leaves`, vocabtransfer.plan.pretrain_plans).
+read from the typed root at the entry (`ctx.params.pretrain`); a job's rerun keys are its fields' leaves but those
+that choose the runs, and the selfish / distill options only for that objective (the stage `reads` the section
+`pretrain`: `Stage.leaves`, vocabtransfer.plan.params_root).
 
 Options: `pretrain.factorized` trains `<m>+svd`/`<m>+snmf` (and ofa/snmf) models in their low-rank
 form (coordinates trainable, primitives trainable or frozen: `pretrain.train_primitives`); the
@@ -69,10 +70,9 @@ from vocabtransfer.plan import availability
 from vocabtransfer.pipeline import names
 from vocabtransfer.pipeline import paths
 from vocabtransfer.pipeline.pretrain_checks import check_pretrain
-from vocabtransfer.pipeline.typed import Params
 from vocabtransfer.pipeline.stage_spec import Context
+from vocabtransfer.plan.params_root import Params
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.plan.pretrain_plans import pretrain_leaves
 from vocabtransfer.model.losses import distill_alpha, get_objective, OBJECTIVES
 from vocabtransfer.model import line_bits
 from vocabtransfer.train.objective_trainer import Distillation, MetricsCallback, ObjectiveTrainer
@@ -85,7 +85,7 @@ def check_params(params: Params, source: str = "params.yaml") -> None:
     """Every `pretrain.methods` entry must be an `init.methods` entry; objectives must be known."""
 
     check_pretrain(params.tree, source)
-    bad = [o for o in params.section("pretrain", PretrainParams).objectives if o not in OBJECTIVES]
+    bad = [o for o in params.pretrain.objectives if o not in OBJECTIVES]
     if bad:
         raise VocabTransferError(
             f"{source}: pretrain.objectives: {', '.join(bad)} unknown; allowed: {', '.join(OBJECTIVES)}"
@@ -192,7 +192,7 @@ def _check_job(ctx: Context, opts: PretrainParams, method: str, objective: str, 
     """The job is one of params pretrain's runs, and its options fit the processes; returns the
     teacher's directory for distill (`check_distill`), else None."""
     check_params(ctx.params)
-    if (method, objective) not in availability.pretrain_pairs(ctx.params) or pseed not in names.pretrain_seeds(
+    if (method, objective) not in availability.pretrain_pairs(ctx.params) or pseed not in availability.pretrain_seeds(
         ctx.params
     ):
         raise VocabTransferError(
@@ -267,7 +267,7 @@ def _trainer(
 def run(ctx: Context) -> None:
 
     start = time.perf_counter()
-    opts = ctx.section("pretrain", PretrainParams)  # params pretrain, typed
+    opts = ctx.params.pretrain
     method, objective, pseed = ctx.method, ctx.wildcards["objective"], int(ctx.wildcards["pseed"])
     seed = names.seed_value(ctx.params, pseed)  # data order, masks and dropout of this pretraining seed
     teacher_dir = _check_job(ctx, opts, method, objective, pseed)
@@ -285,7 +285,7 @@ def run(ctx: Context) -> None:
         model_dir,
         teacher_dir,
         pseed,
-        ["seed"] + pretrain_leaves(ctx.params, ctx.wildcards),
+        ctx.stage.leaves(ctx.params, ctx.wildcards),
         learning_rate=opts.learning_rate if "tuning" in ctx.input else None,
     )
     # 3. options: factorised embeddings, precision, embedding warm-up, sharding, the distill teacher

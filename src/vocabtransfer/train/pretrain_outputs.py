@@ -232,7 +232,7 @@ def write_outputs(
         for e in ends
         for b, v in enumerate(e.get("valid_block_loss") or [])
     ]
-    opts = ctx.section("pretrain", PretrainParams)
+    opts = ctx.params.pretrain
     cooldown_rows = [
         {**{k: e.get(k) for k in COOLDOWN_SCHEMA.names}, "seconds": e.get("seconds", math.nan)} for e in ends
     ] + [

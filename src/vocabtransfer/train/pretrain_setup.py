@@ -97,7 +97,7 @@ def resume_point(
     """Step 2 of `pretrain.run`: the last complete checkpoint, whose params (`rerun_leaves`, the pretraining seed,
     the input models, the peak `learning_rate` the run trains at) must be these (else None, the incomplete ones
     removed); the first process writes the params beside the checkpoints."""
-    expected = {leaf: ctx.param(leaf) for leaf in rerun_leaves}
+    expected = {leaf: ctx.params.leaf(leaf) for leaf in rerun_leaves}  # walked by name: the rerun keys
     expected["pseed"] = pseed
     if learning_rate is not None:
         expected["peak_learning_rate"] = learning_rate

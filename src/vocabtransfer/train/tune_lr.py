@@ -43,6 +43,7 @@ from vocabtransfer.model.hub import load_tokenizer
 from vocabtransfer.model.line_bits import valid_lines
 from vocabtransfer.pipeline import names, paths
 from vocabtransfer.pipeline.stage_spec import Context
+from vocabtransfer.plan.params_root import Params
 from vocabtransfer.train import pretrain
 from vocabtransfer.train import pretrain_setup as setup
 from vocabtransfer.plan.pretrain_params import PretrainParams
@@ -165,8 +166,8 @@ def tried(
     return result
 
 
-def run(ctx: Context) -> None:
-    opts = ctx.section("pretrain", PretrainParams)
+def run(ctx: Context[Params]) -> None:
+    opts = ctx.params.pretrain
     if not tuned(opts):
         raise VocabTransferError(
             "pretrain_tune: pretrain.tune.learning_rates is empty (no rate to pick from); set e.g. "
