@@ -26,6 +26,29 @@ def section_leaves(cls: type, section: str) -> Callable[[Params, dict[str, str]]
     return lambda params, wc: field_leaves(cls, section, params.leaf(section))
 
 
+def tokenizer_leaves(params: Params, wc: dict[str, str]) -> list[str]:
+    """The tokenizer stage's rerun keys: `tokenizer.from` alone when it names an existing tokenizer (the training
+    keys are not used then), else the training keys (`from` left out, so a trained tokenizer's keys are as before)."""
+    if params.section("tokenizer", data_params.TokenizerParams).from_ is not None:
+        return ["tokenizer.from"]
+    leaves = field_leaves(data_params.TokenizerParams, "tokenizer", params.leaf("tokenizer"))
+    return [leaf for leaf in leaves if leaf != "tokenizer.from"]
+
+
+def tokenizer_data(params: Params, wc: dict) -> dict[str, Path]:
+    """The local folder or file `tokenizer.from` names (a hub id, `hf://…` file or `package:…` is pinned by its
+    name, a rerun key)."""
+    path = paths.local_model_path(params.section("tokenizer", data_params.TokenizerParams).from_)
+    return {"data_tokenizer": path} if path is not None else {}
+
+
+def overlap_leaves(params: Params, wc: dict[str, str]) -> list[str]:
+    """overlap's rerun keys: its section's, and `tokenizer.from` where it is set (an existing target's special
+    tokens are not refused for differing from the source's: data.overlap)."""
+    leaves = field_leaves(data_params.OverlapParams, "overlap", params.leaf("overlap"))
+    return leaves + (["tokenizer.from"] if "tokenizer.from" in tokenizer_leaves(params, wc) else [])
+
+
 def fasttext_data(params: Params, wc: dict) -> dict[str, Path]:
     """The pretrained word vectors fasttext's wordlevel mode reads, when it names them."""
     opts = params.section("fasttext", data_params.FasttextParams)

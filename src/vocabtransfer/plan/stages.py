@@ -35,9 +35,7 @@ from vocabtransfer.plan import (
 from vocabtransfer.plan.data_params import (
     CorpusParams,
     FasttextParams,
-    OverlapParams,
     PretokenizeParams,
-    TokenizerParams,
 )
 from vocabtransfer.plan.method_options import WechselOptions
 from vocabtransfer.registry import Registry
@@ -76,13 +74,14 @@ SOURCE_MODEL = Stage(  # the one source model, shared by every language
 TOKENIZER = Stage(
     name="tokenizer",
     run="vocabtransfer.data.tokenizer:run",
-    help="train the target tokenizer (the source tokenizer's family and conventions)",
+    help="train the target tokenizer (the source tokenizer's family and conventions), or copy tokenizer.from",
     inputs={"train": paths.CORPUS_TRAIN, "source": paths.SOURCE_BASE},
     outputs={"tokenizer": paths.TOKENIZER, "stats": paths.TOKENIZER_STATS},
     directories=frozenset({"tokenizer"}),
     params=("source_model",),
-    extra_params=job_plans.section_leaves(TokenizerParams, "tokenizer"),
+    extra_params=job_plans.tokenizer_leaves,
     code=("data/tokenizer.py",),
+    data=job_plans.tokenizer_data,
     parallel=True,
 )
 PRETOKENIZE = Stage(
@@ -127,7 +126,7 @@ OVERLAP = Stage(
     inputs={"tokenizer": paths.TOKENIZER, "source": paths.SOURCE_BASE},
     outputs={"overlap": paths.OVERLAP, "stats": paths.OVERLAP_STATS},
     params=("source_model",),
-    extra_params=job_plans.section_leaves(OverlapParams, "overlap"),
+    extra_params=job_plans.overlap_leaves,
     code=("data/overlap.py",),
 )
 
