@@ -13,6 +13,7 @@ import pytest
 
 from vocabtransfer.app.dag import shipped_params
 from vocabtransfer.pipeline.stage_spec import Stage
+from vocabtransfer.pipeline.typed import key_of
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.plan.params_root import InitParams, Params, node_class
 from vocabtransfer.plan.stages import STAGES
@@ -29,6 +30,9 @@ class Recording:
         self._target, self._path, self._log = target, path, log
 
     def _name(self, attr: str) -> str:
+        """The params key of attribute `attr` (a field's `key`, e.g. `from` for `from_`)."""
+        if dataclasses.is_dataclass(self._target):
+            attr = next((key_of(f) for f in dataclasses.fields(self._target) if f.name == attr), attr)
         return f"{self._path}.{attr}" if self._path else attr
 
     def __getattr__(self, attr: str) -> Any:

@@ -11,7 +11,7 @@ from typing import Any, Mapping
 
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.pipeline import paths
-from vocabtransfer.plan import availability, harness_plans, source_kind
+from vocabtransfer.plan import availability, harness_plans, source_kind, tokenizer_checks
 from vocabtransfer.plan.finetune_plans import same_source
 from vocabtransfer.plan.params_root import Params
 from vocabtransfer.plan.pretrain_plans import TEACHER_OBJECTIVES
@@ -74,11 +74,12 @@ def notes(given: Params | Mapping[str, Any]) -> list[str]:
 
 def check_source(given: Params | Mapping[str, Any], source: str = "params.yaml", *, reach: bool = True) -> None:
     """What the source model allows, known before any job: it can be reached (a hub id while HF_HUB_OFFLINE is
-    set must be in the cache; not checked with `reach=False`), and the objectives
+    set must be in the cache; not checked with `reach=False`), `tokenizer.from` can be read, and the objectives
     that need a causal source are not asked of a masked one."""
     params = Params.of(given)
     if reach:
         source_kind.check_reachable(params.source_model, source)
+    tokenizer_checks.check_tokenizer_from(params.tokenizer.from_, source, reach=reach)
     pre = params.pretrain
     objectives = [o for o in pre.objectives if o in TEACHER_OBJECTIVES]
     if objectives and pre.methods and source_kind.kind(params.source_model) == "masked":

@@ -307,3 +307,19 @@ def special_token_clash(target, source) -> str | None:
             f"in the target and {in_source} in the source"
         )
     return None
+
+
+def crossed_specials(target, source, target_ids: list[int], source_ids: list[int | None]) -> list[int]:
+    """The positions of the matched pairs (target id, source id; None: no match) in which a special token of one
+    side is an ordinary token of the other: what `special_token_clash` refuses for a trained target, and what an
+    existing target (`tokenizer.from`, whose special tokens are its own) leaves unmatched instead."""
+
+    def special_ids(tok) -> set[int]:
+        return {i for i, t in tok.added_tokens_decoder.items() if t.special} | set(tok.all_special_ids)
+
+    t_special, s_special = special_ids(target), special_ids(source)
+    return [
+        pos
+        for pos, (t, s) in enumerate(zip(target_ids, source_ids))
+        if s is not None and (t in t_special) != (s in s_special)
+    ]

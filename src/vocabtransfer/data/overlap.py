@@ -41,10 +41,11 @@ from typing import Literal
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer import io
-from vocabtransfer.data.families import is_byte_piece, special_token_clash, spelling, token_bytes
+from vocabtransfer.data.families import crossed_specials, is_byte_piece, special_token_clash, spelling, token_bytes
 from vocabtransfer.model.hub import load_tokenizer, materialised_source
 from vocabtransfer.pipeline.stage_spec import Context
 
@@ -306,6 +307,15 @@ def _compute_overlap(target_tokenizer, source_tokenizer, exact_match_all, fuzzy_
     )
 
 
+def unmatched(table: pa.Table, rows: list[int]) -> pa.Table:
+    """The overlap table with these rows' matches undone (no source token, match `none`)."""
+    keep = pa.array(np.isin(np.arange(table.num_rows), rows, invert=True))
+    for name, fill in (("source_id", None), ("source_token", None), ("match", NONE)):
+        column = pc.if_else(keep, table[name], pa.scalar(fill, table.schema.field(name).type))
+        table = table.set_column(table.schema.get_field_index(name), table.schema.field(name), column)
+    return table
+
+
 def overlap_pairs(table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
     """The matched (target_ids, source_ids) of an overlap table, as int64 arrays in target-id order."""
     source = table.column("source_id")
@@ -363,7 +373,8 @@ def run(ctx: Context) -> None:
     source_model = ctx.params.source_model
     target_tokenizer = load_tokenizer(ctx.input["tokenizer"])
     source_tokenizer = load_tokenizer(materialised_source(ctx.input["source"]))
-    clash = special_token_clash(target_tokenizer, source_tokenizer)
+    existing = ctx.params.tokenizer.from_ is not None  # tokenizer.from: its own special tokens
+    clash = None if existing else special_token_clash(target_tokenizer, source_tokenizer)
     if clash:
         raise VocabTransferError(
             f"{ctx.input['tokenizer']}: its special tokens clash with those of the source model {source_model}: "
@@ -373,6 +384,11 @@ def run(ctx: Context) -> None:
         )
     options = asdict(ctx.params.overlap)
     table = compute_overlap(target_tokenizer, source_tokenizer, **options)
+    pairs = (table["target_id"].to_pylist(), table["source_id"].to_pylist()) if existing else ([], [])
+    crossed = crossed_specials(target_tokenizer, source_tokenizer, *pairs)
+    if crossed:  # an existing target: a control token and a word are not the same token (families.crossed_specials)
+        table = unmatched(table, crossed)
+        log.info("overlap: %d special tokens matched to ordinary ones left unmatched", len(crossed))
     seconds = time.perf_counter() - start
     byte_tokens = byte_counts(table, target_tokenizer, source_tokenizer)
 
@@ -397,6 +413,7 @@ def run(ctx: Context) -> None:
             "overlap_share": overlapping / total if total else 0.0,
             "counts": counts,
             "byte_tokens": byte_tokens,
+            "crossed_specials_unmatched": len(crossed),
             "options": options,
             "schemes": {
                 "target": detect_scheme(table.column("target_token").to_pylist()),

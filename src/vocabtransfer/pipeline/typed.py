@@ -45,16 +45,27 @@ class NoOptions:
     """a method that takes no options"""
 
 
-def option(default: Any, description: str, *, rerun: bool = True, per_language: bool = False, **keywords: Any) -> Any:
+def option(
+    default: Any,
+    description: str,
+    *,
+    rerun: bool = True,
+    per_language: bool = False,
+    key: str | None = None,
+    **keywords: Any,
+) -> Any:
     """A field of a typed section: its `default`, its `description` and its JSON Schema `keywords`;
     `rerun=False` for a leaf that does not change a job's outputs (which jobs run, whether checkpoints
     are kept): no rerun key (`params_root.section_leaves`); `per_language=True` for a mapping keyed by language,
-    of which a job's rerun keys hold its language's entry only."""
+    of which a job's rerun keys hold its language's entry only; `key` for a params key that is no Python name
+    (`tokenizer.from`, the field `from_`)."""
     metadata = {"description": description, "schema": keywords, "default": default}
     if not rerun:
         metadata["rerun"] = False
     if per_language:
         metadata["per_language"] = True
+    if key is not None:
+        metadata["key"] = key
     if isinstance(default, dict):
         return dataclasses.field(default_factory=lambda: copy.deepcopy(default), metadata=metadata)
     if isinstance(default, list):  # the schema's default stays a list; the field's, as `from_dict` reads it, a tuple
@@ -80,6 +91,11 @@ def subsection(cls: type, description: str | None = None, **metadata: Any) -> An
     if description:
         metadata["description"] = description
     return dataclasses.field(default_factory=cls, metadata=metadata)
+
+
+def key_of(f: dataclasses.Field) -> str:
+    """A field's params key: its name, or the `key` its `option` gives."""
+    return f.metadata.get("key", f.name)
 
 
 def docstring(cls: type) -> str | None:
@@ -124,7 +140,7 @@ def section_schema(cls: type, description: str | None = None) -> dict:
             raise TypeError(
                 f"{cls.__name__}.{f.name}: a typed section's field is declared with option(default, description, …)"
             )
-        node["properties"][f.name] = {
+        node["properties"][key_of(f)] = {
             **_type_schema(hints[f.name]),
             **copy.deepcopy(f.metadata["schema"]),
             "default": copy.deepcopy(f.metadata["default"]),
@@ -173,7 +189,9 @@ def from_dict(cls: type[T], data: Mapping[str, Any]) -> T:
     arrays as tuples, numbers of `float` fields as floats; keys that are not fields are not read, and a field
     without its key (a tree given in part, as a test's) keeps its default, as validation would fill it."""
     hints = typing.get_type_hints(cls)
-    return cls(**{f.name: _typed_value(hints[f.name], data[f.name]) for f in dataclasses.fields(cls) if f.name in data})
+    return cls(
+        **{f.name: _typed_value(hints[f.name], data[key_of(f)]) for f in dataclasses.fields(cls) if key_of(f) in data}
+    )
 
 
 def _typed_value(tp: Any, value: Any) -> Any:  # tp: a field's type hint, of any form
@@ -199,15 +217,16 @@ def field_leaves(
     """The dotted params leaves of the fields of `cls` under `prefix` (e.g. `init.omp.k`) that `keep`
     keeps, nested dataclasses recursively and a mapping field by its keys in `data`; in the order of
     `data` (the validated params', as Snakemake records a job's params): a stage's rerun keys."""
-    by_name = {f.name: f for f in dataclasses.fields(cls)}
+    by_key = {key_of(f): f for f in dataclasses.fields(cls)}
     hints = typing.get_type_hints(cls)
     out: list[str] = []
     for key, value in data.items():
-        if key not in by_name or not keep(by_name[key]):
+        if key not in by_key or not keep(by_key[key]):
             continue
-        if dataclasses.is_dataclass(hints[key]):
-            out += field_leaves(hints[key], f"{prefix}.{key}", value, keep)
-        elif typing.get_origin(hints[key]) is dict:
+        name = by_key[key].name
+        if dataclasses.is_dataclass(hints[name]):
+            out += field_leaves(hints[name], f"{prefix}.{key}", value, keep)
+        elif typing.get_origin(hints[name]) is dict:
             out += [f"{prefix}.{key}.{k}" for k in value]
         else:
             out.append(f"{prefix}.{key}")

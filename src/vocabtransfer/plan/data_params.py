@@ -44,8 +44,16 @@ class CorpusParams:
 
 @dataclass(frozen=True)
 class TokenizerParams:
-    """training of the target-language tokenizer"""
+    """the target-language tokenizer: trained, or an existing one (`from`)"""
 
+    from_: str | None = option(
+        None,
+        "an existing tokenizer to use as the target instead of training one (docs/methods.md#an-existing-tokenizer-"
+        "as-the-target): a hub id, a tokenizer folder (with tokenizer.json) or file, a .gguf file, "
+        "hf://owner/name/file.gguf or package:<module>, as source_model takes them; its size, family and special "
+        "tokens are its own, and the training keys below are not used",
+        key="from",
+    )
     family: Literal["auto", "wordpiece", "unigram", "bpe"] = option(
         "auto", "model family of the target tokenizer; auto takes the source tokenizer's"
     )

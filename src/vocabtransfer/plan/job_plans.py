@@ -13,11 +13,34 @@ from pathlib import Path
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.pipeline import names, paths
 from vocabtransfer.pipeline.stage_spec import PACKAGE, module_file
+from vocabtransfer.pipeline.typed import key_of
+from vocabtransfer.plan.data_params import TokenizerParams
 from vocabtransfer.plan.params_root import Params
 from vocabtransfer.plan import availability, finetune_plans, init_plans, pretrain_plans
 from vocabtransfer.plan.method_catalog import hypernet_network, network_folder
 from vocabtransfer.plan.method_options import HypernetOptions
 from vocabtransfer.plan.methods import METHODS, info
+
+
+def tokenizer_reads(params: Params, wc: dict[str, str]) -> tuple[str, ...]:
+    """What the tokenizer stage reads: `tokenizer.from` alone when it names an existing tokenizer (the training
+    keys are not used then), else the training keys (`from` left out, so a trained tokenizer's keys are as before)."""
+    if params.tokenizer.from_ is not None:
+        return ("source_model", "tokenizer.from")
+    return ("source_model", *(f"tokenizer.{key_of(f)}" for f in fields(TokenizerParams) if key_of(f) != "from"))
+
+
+def tokenizer_data(params: Params, wc: dict) -> dict[str, Path]:
+    """The local folder or file `tokenizer.from` names (a hub id, `hf://…` file or `package:…` is pinned by its
+    name, a rerun key)."""
+    path = paths.local_model_path(params.tokenizer.from_)
+    return {"data_tokenizer": path} if path is not None else {}
+
+
+def overlap_reads(params: Params, wc: dict[str, str]) -> tuple[str, ...]:
+    """What overlap reads: its section, and `tokenizer.from` where it is set (an existing target's special tokens
+    are not refused for differing from the source's: data.overlap)."""
+    return ("source_model", "overlap") + (("tokenizer.from",) if params.tokenizer.from_ is not None else ())
 
 
 def fasttext_data(params: Params, wc: dict) -> dict[str, Path]:

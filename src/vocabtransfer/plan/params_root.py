@@ -24,7 +24,7 @@ from functools import cached_property
 from typing import Any, Iterable, Mapping
 
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.pipeline.typed import ParamsTree, field_leaves, from_dict, named_child
+from vocabtransfer.pipeline.typed import ParamsTree, field_leaves, from_dict, key_of, named_child
 from vocabtransfer.plan.data_params import (
     CorpusParams,
     FasttextParams,
@@ -250,10 +250,10 @@ def node_class(dotted: str) -> tuple[Any, dataclasses.Field | None]:
     else:
         raise VocabTransferError(f"params: {dotted!r} is no section or leaf of the typed params root")
     for part in rest:
-        fields = {f.name: f for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else {}
+        fields = {key_of(f): f for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else {}
         if part not in fields:
             raise VocabTransferError(f"params: {dotted!r} is no section or leaf of the typed params root (at {part!r})")
-        field, cls = fields[part], typing.get_type_hints(cls)[part]
+        field, cls = fields[part], typing.get_type_hints(cls)[fields[part].name]
     return cls, field
 
 

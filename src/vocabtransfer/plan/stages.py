@@ -81,12 +81,14 @@ SOURCE_MODEL = Stage(  # the one source model, shared by every language
 TOKENIZER = Stage(
     name="tokenizer",
     run="vocabtransfer.data.tokenizer:run",
-    help="train the target tokenizer (the source tokenizer's family and conventions)",
+    help="train the target tokenizer (the source tokenizer's family and conventions), or copy tokenizer.from",
     inputs={"train": paths.CORPUS_TRAIN, "source": paths.SOURCE_BASE},
     outputs={"tokenizer": paths.TOKENIZER, "stats": paths.TOKENIZER_STATS},
     directories=frozenset({"tokenizer"}),
-    reads=("source_model", "tokenizer"),
+    reads=job_plans.tokenizer_reads,
+    plans_with=("tokenizer.from",),  # which keys it reads (an existing tokenizer's or the training keys)
     code=("data/tokenizer.py",),
+    data=job_plans.tokenizer_data,
     parallel=True,
 )
 PRETOKENIZE = Stage(
@@ -128,7 +130,8 @@ OVERLAP = Stage(
     help="source vs target vocabulary overlap on canonical token forms",
     inputs={"tokenizer": paths.TOKENIZER, "source": paths.SOURCE_BASE},
     outputs={"overlap": paths.OVERLAP, "stats": paths.OVERLAP_STATS},
-    reads=("source_model", "overlap"),
+    reads=job_plans.overlap_reads,
+    plans_with=("tokenizer.from",),
     code=("data/overlap.py",),
 )
 

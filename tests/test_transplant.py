@@ -1,0 +1,281 @@
+"""`tokenizer.from`: an existing tokenizer as the target (docs/methods.md#an-existing-tokenizer-as-the-target).
+
+Two small transplants run in-process from the source_model stage to init_eval, on tiny models built from configs:
+
+* a tiny BERT with a 300-token WordPiece tokenizer (`##` markers, [CLS] [SEP] …) moved to a Gemma-style tokenizer
+  read from a GGUF file (SentencePiece-style BPE: `▁` word starts, the 256 `<0xNN>` byte pieces, <bos> <eos> …;
+  800 tokens, more than the source's), written here with the GGUF export's own tokenizer writer;
+* a tiny Llama with a 300-token SentencePiece-style tokenizer moved to MiniLM's WordPiece tokenizer (30,522 tokens)
+  named by its hub id while HF_HUB_OFFLINE is set, so found in the package that ships it.
+
+And the refusals before any job: a tokenizer that cannot be read, a hub tokenizer not in the cache when offline.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from helpers import MINILM, llama_seed, save_dir, text_lines, tiny_bert, tiny_llama, wordpiece_tokenizer
+from vocabtransfer.app.params import validate_params
+from vocabtransfer.app.plan import preflight
+from vocabtransfer.app.runner import run_stage
+from vocabtransfer.errors import VocabTransferError
+from vocabtransfer.pipeline import paths
+from vocabtransfer.plan.params_root import Params
+from vocabtransfer.plan.stages import STAGES
+
+LANG = {"lang": "sw"}
+
+
+def gemma_style_gguf(path: Path, lines: list[str], vocab_size: int = 800) -> Path:
+    """A tokenizer-only GGUF file (architecture gemma3, no tensors): a SentencePiece-style BPE with byte fallback
+    trained on `lines`, its metadata written by `model.gguf_vocab` (what `export.gguf` writes)."""
+    import gguf
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    from vocabtransfer.data.families import insert_byte_tokens
+    from vocabtransfer.model import gguf_vocab
+
+    tok = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="never")
+    tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()])
+    specials = ["<pad>", "<eos>", "<bos>", "<unk>"]
+    tok.train_from_iterator(
+        [lines], trainers.BpeTrainer(vocab_size=vocab_size - 256, special_tokens=specials, show_progress=False)
+    )
+    tok = Tokenizer.from_str(json.dumps(insert_byte_tokens(json.loads(tok.to_str()), len(specials))))
+    tok.post_processor = processors.TemplateProcessing(single="<bos> $A", special_tokens=[("<bos>", 2)])
+    hf = PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token="<bos>", eos_token="<eos>", unk_token="<unk>", pad_token="<pad>"
+    )
+    writer = gguf.GGUFWriter(str(path), "gemma3")
+    writer.add_name("tokenizer only")
+    for add, value in (
+        (writer.add_context_length, 128),
+        (writer.add_embedding_length, 32),
+        (writer.add_block_count, 1),
+        (writer.add_feed_forward_length, 64),
+        (writer.add_head_count, 2),
+        (writer.add_head_count_kv, 1),
+        (writer.add_vocab_size, len(hf)),
+    ):
+        add(value)
+    writer.add_layer_norm_rms_eps(1e-6)
+    gguf_vocab.add_to(writer, gguf_vocab.vocab(hf, len(hf)))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def _params(source: Path, tokenizer_from: str, methods: list[str]) -> dict:
+    return validate_params(
+        {
+            "languages": ["sw"],
+            "seed": 3,
+            "source_model": str(source),
+            "corpus": {"sources": {"sw": {"path": "sw.txt"}}, "valid_fraction": 0.1},
+            "tokenizer": {"from": tokenizer_from, "vocab_size": 16000},
+            "fasttext": {"dim": 8, "epochs": 1, "min_count": 2},
+            "init": {"methods": methods, "omp": {"k": 4}},
+            "pretrain": {"methods": [], "steps": 1},
+            "init_eval": {"max_lines": 8, "seq_len": 32, "batch_size": 4, "retrieval_sentences": 0},
+        }
+    )
+
+
+def _transplant(root: Path, monkeypatch, model, source_tok, tokenizer_from: str, methods: list[str]) -> dict:
+    """Run source_model … init_eval in `root` with `source_model` a directory of (model, source_tok)."""
+    data = root / "data"
+    data.mkdir(parents=True)
+    (data / "sw.txt").write_text("\n".join(text_lines("sw", 400)) + "\n", encoding="utf-8")
+    (data / "pretrain_text").mkdir()  # init_eval scores the source on source_head.text's language too
+    (data / "pretrain_text" / "en.txt").write_text("\n".join(text_lines("en", 50)) + "\n", encoding="utf-8")
+    monkeypatch.setenv("VOCABTRANSFER_DATA", str(data))
+    monkeypatch.chdir(root)
+    source = save_dir(model, source_tok, root / "source")
+    params = _params(source, tokenizer_from, methods)
+    run_stage("source_model", params, {}, threads=1)
+    save_dir(model, source_tok, root / paths.SOURCE_MODEL)  # complete already: what source_head would leave
+    for stage in ("corpus", "tokenizer", "pretokenize", "fasttext", "overlap"):
+        run_stage(stage, params, LANG, threads=1)
+    for method in methods:
+        run_stage("init", params, {**LANG, "method": method, "pseed": "1"}, threads=1)
+    run_stage("init_eval", params, LANG, threads=1)
+    return params
+
+
+def _read(root: Path, template: str) -> dict:
+    return json.loads((root / paths.fill(template, lang="sw")).read_text())
+
+
+def _check_init_eval(root: Path, methods: list[str], n_target: int) -> None:
+    from safetensors import safe_open
+
+    rows = {r["method"]: r for r in pq.read_table(root / paths.fill(paths.INIT_EVAL, lang="sw")).to_pylist()}
+    assert set(methods) <= set(rows), rows
+    for method in methods:
+        row = rows[method]  # bits per byte for a causal source (a masked LM's loss is per masked token)
+        assert math.isfinite(row["loss"]) and row["n_eval_tokens"] > 0 and row["n_bytes"] > 0, row
+        assert (row["bits_per_byte"] > 0) if row["kind"] == "causal" else row["bits_per_byte"] is None, row
+        init_dir = root / paths.fill(paths.INIT_DIR, lang="sw", method=method, pseed=1)
+        with safe_open(str(init_dir / "model" / "model.safetensors"), "pt") as f:
+            shapes = [f.get_slice(k).get_shape() for k in f.keys() if "embed" in k and "position" not in k]
+        assert [n_target, 32] in shapes, (method, shapes)
+
+
+def test_a_gguf_gemma_style_tokenizer_as_the_target_of_a_wordpiece_source(tmp_path, monkeypatch):
+    source_tok = wordpiece_tokenizer("sw", vocab_size=300)
+    gguf_file = gemma_style_gguf(tmp_path / "target.gguf", text_lines("sw", 400, start=400))
+    methods = ["random", "overlap", "fvt", "focus", "omp"]
+    root = tmp_path / "work"
+    _transplant(root, monkeypatch, tiny_bert(len(source_tok)), source_tok, str(gguf_file), methods)
+
+    from transformers import AutoTokenizer
+
+    expected = AutoTokenizer.from_pretrained(str(tmp_path), gguf_file="target.gguf")
+    target = AutoTokenizer.from_pretrained(str(root / paths.fill(paths.TOKENIZER, lang="sw")))
+    assert target.get_vocab() == expected.get_vocab() and len(target) > 800 > len(source_tok)
+    stats = _read(root, paths.TOKENIZER_STATS)
+    assert stats["from"]["route"] == "gguf" and stats["from"]["gguf_kind"] == "file", stats
+    assert stats["from"]["sha256"] == __import__("hashlib").sha256(gguf_file.read_bytes()).hexdigest()
+    assert stats["vocab_size"] == len(target) and stats["vocab_size_param"] == 16000 and stats["family"] == "bpe"
+    assert stats["style"] == "sentencepiece" and {"<bos>", "<eos>"} <= set(stats["special_tokens"])
+
+    # the target's own word markers and byte pieces against the source's `##`: `▁x` is the source's word `x`,
+    # a piece without `▁` its `##x`; the byte pieces are counted as the target's byte tokens
+    overlap = _read(root, paths.OVERLAP_STATS)
+    assert overlap["schemes"] == {"target": "sentencepiece", "source": "wordpiece"}, overlap
+    assert overlap["byte_tokens"]["target"] == 256 and overlap["n_target_tokens"] == len(target), overlap
+    pairs = {
+        r["target_token"]: r["source_token"]
+        for r in pq.read_table(root / paths.fill(paths.OVERLAP, lang="sw")).to_pylist()
+        if r["source_token"] is not None
+    }
+    words = [t for t, s in pairs.items() if t.startswith("▁") and len(t) > 2]
+    pieces = [t for t, s in pairs.items() if not t.startswith(("▁", "<")) and len(t) > 1]
+    assert words and all(pairs[t] == t[1:] for t in words), [(t, pairs[t]) for t in words[:5]]
+    assert pieces and all(pairs[t] == "##" + t for t in pieces), [(t, pairs[t]) for t in pieces[:5]]
+    assert overlap["counts"]["exact_match"] > 100, overlap
+    _check_init_eval(root, methods, len(target))
+
+
+def test_minilms_wordpiece_by_hub_id_offline_as_the_target_of_a_sentencepiece_llama(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    source_tok = llama_seed()
+    methods = ["random", "fvt", "focus"]
+    root = tmp_path / "work"
+    params = _transplant(root, monkeypatch, tiny_llama(len(source_tok)), source_tok, MINILM, methods)
+    assert preflight(params) is not None  # the package's copy counts as reachable offline
+
+    target = json.loads((root / paths.fill(paths.TOKENIZER, lang="sw") / "tokenizer.json").read_text())
+    assert target["model"]["type"] == "WordPiece" and len(target["model"]["vocab"]) == 30522
+    stats = _read(root, paths.TOKENIZER_STATS)
+    assert stats["from"]["route"] == "hub" and stats["vocab_size"] == 30522 and stats["family"] == "wordpiece"
+    assert set(stats["special_tokens"]) == {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"}, stats
+    overlap = _read(root, paths.OVERLAP_STATS)
+    assert overlap["schemes"]["target"] == "wordpiece" and overlap["counts"]["exact_match"] > 50, overlap
+    pairs = {
+        r["target_token"]: r["source_token"]
+        for r in pq.read_table(root / paths.fill(paths.OVERLAP, lang="sw")).to_pylist()
+        if r["source_token"] is not None and r["target_token"].startswith("##") and len(r["target_token"]) > 3
+    }
+    assert pairs and all(s == t[2:] for t, s in pairs.items()), list(pairs.items())[:5]
+    _check_init_eval(root, methods, 30522)
+    torch.testing.assert_close(  # fvt's row of a token both vocabularies share is the source's row
+        *_rows(root, "fvt", source_tok, overlap_token=next(iter(pairs)))
+    )
+
+
+def _rows(root: Path, method: str, source_tok, overlap_token: str):
+    from safetensors.torch import load_file
+    from transformers import AutoTokenizer
+
+    target = AutoTokenizer.from_pretrained(str(root / paths.fill(paths.TOKENIZER, lang="sw")))
+    source = load_file(str(root / paths.SOURCE_MODEL / "model.safetensors"))["model.embed_tokens.weight"]
+    init = load_file(
+        str(root / paths.fill(paths.INIT_DIR, lang="sw", method=method, pseed=1) / "model/model.safetensors")
+    )
+    return (
+        init["model.embed_tokens.weight"][target.convert_tokens_to_ids(overlap_token)],
+        source[source_tok.convert_tokens_to_ids(overlap_token[2:])],
+    )
+
+
+# ---------------------------------------------------------------- refused before any job
+
+
+def _refusal(params_tree: dict) -> str:
+    with pytest.raises(VocabTransferError) as info:
+        preflight(validate_params(params_tree))
+    message = str(info.value)
+    assert "\n" not in message and "tokenizer.from" in message, message
+    return message
+
+
+def _tree(tokenizer_from: str | None) -> dict:
+    return {
+        "languages": ["sw"],
+        "source_model": MINILM,
+        "corpus": {"sources": {"sw": {"path": "pretrain_text/sw.txt"}}},
+        "tokenizer": {"from": tokenizer_from},
+    }
+
+
+def test_an_existing_tokenizer_plans_the_same_jobs_and_reruns_on_its_key_alone(tmp_path, shared_data):
+    folder = tmp_path / "tok"
+    wordpiece_tokenizer("sw", vocab_size=300).save_pretrained(str(folder))
+    trained, existing = Params(validate_params(_tree(None))), Params(validate_params(_tree(str(folder))))
+    preflight(existing)
+    for stage in ("corpus", "tokenizer", "overlap", "init"):
+        assert STAGES[stage].jobs(trained, "sw") == STAGES[stage].jobs(existing, "sw"), stage
+    leaves = STAGES["tokenizer"].leaves
+    assert leaves(existing, LANG) == ["source_model", "tokenizer.from"]
+    assert "tokenizer.from" not in leaves(trained, LANG) and "tokenizer.vocab_size" in leaves(trained, LANG)
+    assert "tokenizer.from" in STAGES["overlap"].leaves(existing, LANG)
+    assert STAGES["tokenizer"].data_files(existing, LANG) == {"data_tokenizer": str(folder)}
+
+
+def test_unreadable_and_offline_uncached_tokenizers_are_refused_before_any_job(tmp_path, monkeypatch, shared_data):
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "tokenizer.json").write_text('{"model": {"type": "WordPiece"', encoding="utf-8")
+    assert "cannot be read as a tokenizer" in _refusal(_tree(str(broken)))
+    assert "cannot be read as a tokenizer" in _refusal(_tree(str(broken / "tokenizer.json")))
+    (tmp_path / "empty").mkdir()
+    assert "no tokenizer.json" in _refusal(_tree(str(tmp_path / "empty")))
+    assert "no such file or folder" in _refusal(_tree(str(tmp_path / "missing" / "tok")))
+    assert "no installed module" in _refusal(_tree("package:no_such_tokenizer_package"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    message = _refusal(_tree("no-such-owner/no-such-tokenizer"))
+    assert "not in the Hugging Face cache" in message and "HF_HUB_OFFLINE" in message, message
+    preflight(validate_params(_tree(MINILM)))  # offline, but an installed package ships it
+
+
+def test_an_existing_targets_special_tokens_are_not_matched_to_ordinary_ones():
+    """A source's special <s> and an existing target's ordinary `<s>` spell the same bytes: a trained target is refused
+    for it (families.special_token_clash), an existing one leaves the pair unmatched (families.crossed_specials)."""
+    from helpers import bytelevel_from_tokens, unigram_from_tokens
+
+    from vocabtransfer.data.families import crossed_specials, special_token_clash
+    from vocabtransfer.data.overlap import compute_overlap, overlap_pairs, unmatched
+
+    source = unigram_from_tokens(["<unk>", "<s>", "</s>", "▁hello", "▁world"] + [f"▁f{i}" for i in range(101)])
+    target = bytelevel_from_tokens(["<|endoftext|>", "<s>", "Ġhello", "Ġworld", "x"])
+    assert "special token '<s>'" in special_token_clash(target, source)
+    table = compute_overlap(target, source, match_bytes=True)
+    pairs = dict(zip(table["target_token"].to_pylist(), table["source_token"].to_pylist()))
+    assert pairs["<s>"] == "<s>" and pairs["Ġhello"] == "▁hello" and pairs["x"] is None, pairs
+    crossed = crossed_specials(target, source, table["target_id"].to_pylist(), table["source_id"].to_pylist())
+    assert [table["target_token"][i].as_py() for i in crossed] == ["<s>"]
+    kept = unmatched(table, crossed)
+    assert kept.schema == table.schema and kept["match"][crossed[0]].as_py() == "none"
+    assert overlap_pairs(kept)[0].tolist() == [i for i in overlap_pairs(table)[0].tolist() if i != crossed[0]]
