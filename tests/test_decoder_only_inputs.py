@@ -231,7 +231,6 @@ def test_decoder_only_hub_download_fetches_the_model_files_only(monkeypatch, tmp
     """resolve_model_path asks the hub for config, tokenizer and safetensors files (not Meta's original/
     checkpoint, nor TF/Flax/ONNX weights), falls back to .bin weights where there are no safetensors, and a
     gated repository is one line saying to accept the licence and set HF_TOKEN."""
-    import huggingface_hub
     from huggingface_hub.errors import GatedRepoError
 
     from vocabtransfer.model import hub
@@ -249,7 +248,7 @@ def test_decoder_only_hub_download_fetches_the_model_files_only(monkeypatch, tmp
             (d / "model.safetensors").write_bytes(b"")
         return str(d)
 
-    monkeypatch.setattr(huggingface_hub, "snapshot_download", fake)
+    monkeypatch.setattr(hub, "snapshot_download", fake)  # the name model.hub imported
     hub.resolve_model_path.cache_clear()
     try:
         assert hub.resolve_model_path("Qwen/Qwen2.5-0.5B") == tmp_path / "Qwen--Qwen2.5-0.5B"

@@ -103,6 +103,8 @@ def test_every_rule_takes_its_priority_from_the_stage_list(checkout, shared_data
     proc = subprocess.run(
         [
             str(BIN / "snakemake"),
+            "all",
+            "results/sw/export",  # a target of its own (not of `all`), named before --config and --configfile
             "-n",
             "-p",
             "--forceall",
