@@ -99,18 +99,13 @@ def _downstream_section(lang, status: dict, figures: Path, m: dict) -> list[str]
     return markdown.downstream_section(lang, status, down_fig)
 
 
-def _stats_file(path: Path) -> dict | None:
-    return io.read_json(path) if path.is_file() else None
-
-
 def write_report(params: Params, report: ReportParams, p: Plan, root: Path = Path(".")) -> Path:
     """Read everything under `root`, write the report, its figures, curves and metrics there; `report`
     is params `report`, typed."""
     root = Path(root)
     settings = tables.Settings.of(report, params.seed)
-    head, base = (_stats_file(root / path) for path in (paths.SOURCE_HEAD_STATS, paths.SOURCE_BASE_STATS))
+    stats = study_setup.StageStats.read(root)  # the source stages' and each network seed's stats.json
     langs = [read_language(lang, p, root) for lang in p.languages]
-    networks = study_setup.network_stats(root)  # stage hypernet's trained networks, by network seed
     metrics: dict = {}
     per_language, body, zero_shot_verdict, said, worth_figs = {}, [], {}, {}, {}
     built = {lang.lang: _comparisons(lang, settings, report.baseline) for lang in langs}
@@ -147,7 +142,7 @@ def write_report(params: Params, report: ReportParams, p: Plan, root: Path = Pat
                         f"{lang.lang}: pretraining runs with valid_curve.parquet but no metrics.parquet; rerun them"
                     )
                 section, bullets, m["token_equivalent"], drew_worth = _tokens_section(
-                    lang, worth, choice.method, settings, bpb, figures / Path(curve_fig).name, params, networks
+                    lang, worth, choice.method, settings, bpb, figures / Path(curve_fig).name, params, stats.networks
                 )
                 if drew_worth:  # none where no method has an equivalent
                     worth_figs[lang.lang] = f"{paths.REPORT_FIGURES}/{lang.lang}_worth.png"
@@ -175,7 +170,7 @@ def write_report(params: Params, report: ReportParams, p: Plan, root: Path = Pat
                 del m["lm_eval"]
         md = ["# vocabtransfer: report", "", _opening(p) + GENERATED, ""]
         md += brief.section(said, worth_figs) + verdict.section(per_language, settings, zero_shot_verdict)
-        md += study_setup.setup_section(params, head, langs, p, settings, job_seconds(root), root, base) + body
+        md += study_setup.setup_section(params, stats, langs, p, settings, job_seconds(root), root) + body
         md += markdown.skipped_section(langs, p) + markdown.method_section(settings)
     io.write_json(metrics, root / paths.REPORT_METRICS)
     with io.atomic_output(root / paths.REPORT) as tmp:

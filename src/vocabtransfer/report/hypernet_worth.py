@@ -95,9 +95,7 @@ def _gain_text(p: Payback) -> str:
 def section(reps: Replicates, networks: list[dict], confidence: float) -> tuple[list[str], list[str]]:
     """The subsection and its verdict bullet; nothing unless hypernet and fvt were pretrained and a network's
     stats.json is there."""
-    spent = network_tokens(networks)
-    rows = paybacks(reps, spent[0], confidence) if spent else []
-    if not rows or spent is None:
+    if (spent := network_tokens(networks)) is None or not (rows := paybacks(reps, spent[0], confidence)):
         return [], []
     cost, seconds = spent
     table = md_table(

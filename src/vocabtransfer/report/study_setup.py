@@ -6,6 +6,7 @@ corpus and tokenizers, and the costs (report.costs).
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 from vocabtransfer import io
@@ -43,16 +44,30 @@ def quantisation_lines(stats: dict | None) -> list[str]:
     ]
 
 
-def network_stats(root: Path | None) -> list[dict]:
-    """Stage hypernet's stats.json of every network seed, by seed (none without a trained network)."""
-    files = (Path(root or ".") / paths.HYPERNETS).glob("pseed*/stats.json")
-    return [io.read_json(f) for f in sorted(files, key=lambda f: int(f.parent.name.removeprefix("pseed")))]
+@dataclass(frozen=True)
+class StageStats:
+    """What the source-side stages recorded, read once for the whole report: the source_head stage's stats.json
+    (`head`), the source_model stage's base_stats.json (`base`) and stage hypernet's stats.json of every network
+    seed, by seed (`networks`); None / [] where a stage did not run."""
+
+    head: dict | None
+    base: dict | None
+    networks: list[dict]
+
+    @classmethod
+    def read(cls, root: Path) -> StageStats:
+        head, base = (
+            io.read_json(root / f) if (root / f).is_file() else None
+            for f in (paths.SOURCE_HEAD_STATS, paths.SOURCE_BASE_STATS)
+        )
+        files = (root / paths.HYPERNETS).glob("pseed*/stats.json")
+        networks = [io.read_json(f) for f in sorted(files, key=lambda f: int(f.parent.name.removeprefix("pseed")))]
+        return cls(head, base, networks)
 
 
-def hypernet_lines(root: Path | None) -> list[str]:
-    """The set-up's line on the trained hypernetworks (stage hypernet's stats.json of each network seed): network
-    seed 1's training, and the other seeds' count and time; none without one."""
-    seeds = network_stats(root)
+def hypernet_lines(seeds: list[dict]) -> list[str]:
+    """The set-up's line on the trained hypernetworks (`seeds`: stage hypernet's stats.json of each network seed):
+    network seed 1's training, and the other seeds' count and time; none without one."""
     if not seeds:
         return []
     stats = seeds[0]
@@ -84,17 +99,16 @@ def hypernet_lines(root: Path | None) -> list[str]:
 
 def setup_section(
     params: Params,
-    head: dict | None,
+    stats: StageStats,
     langs: list[Language],
     p: Plan,
     settings: Settings,
     seconds: float | None = None,
     root: Path | None = None,
-    base: dict | None = None,
 ) -> list[str]:
     """The section, in the order of the module docstring."""
     lines = ["## Set-up", ""]
-    lines += _model_lines(params, head, base, root)
+    lines += _model_lines(params, stats)
     lines += _run_lines(params, langs, p, settings, seconds)
     lines.append("")
     lines += _language_table(langs)
@@ -103,14 +117,15 @@ def setup_section(
     return lines
 
 
-def _model_lines(params: Params, head: dict | None, base: dict | None, root: Path | None) -> list[str]:
+def _model_lines(params: Params, stats: StageStats) -> list[str]:
     """The source model, how its weights were read (a GGUF file's quantisation), its LM head and the trained
     hypernetwork."""
+    head = stats.head
     lines = [
         f"* Source model: `{params.source_model}`"
         + (f" ({head.get('model_class')}, {head.get('kind')} LM)" if head else "")
     ]
-    lines += quantisation_lines(base)
+    lines += quantisation_lines(stats.base)
     if head is None:
         lines.append(f"* LM head: {paths.SOURCE_HEAD_STATS} missing")
     elif head.get("skipped"):
@@ -121,7 +136,7 @@ def _model_lines(params: Params, head: dict | None, base: dict | None, root: Pat
             f"`{Path(str(head.get('text'))).name}` (held-out loss {fmt(head.get('loss_before'))} → "
             f"{fmt(head.get('loss_after'))})"
         )
-    return lines + hypernet_lines(root)
+    return lines + hypernet_lines(stats.networks)
 
 
 def _run_lines(params: Params, langs: list[Language], p: Plan, settings: Settings, seconds: float | None) -> list[str]:
