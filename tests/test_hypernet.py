@@ -241,6 +241,7 @@ def test_a_network_trained_by_another_study_is_checked_and_applied_as_its_own(so
     trained = io.read_json(first / "hypernet/pseed1/stats.json")
     assert trained["source_model"] == "package:tiny-bert" and len(trained["source_sha256"]) == 64
     assert (trained["network_seed"], trained["seed"]) == (1, 3)  # network seed 1: params `seed` itself
+    assert trained["languages"] == ["sw"]  # the train splits it read
     seed2 = io.read_json(first / "hypernet/pseed2/stats.json")
     assert (seed2["network_seed"], seed2["seed"]) == (2, 1003) and seed2["curve"] != trained["curve"]
     weights = [(first / f"hypernet/pseed{k}" / network.WEIGHTS).read_bytes() for k in (1, 2)]
@@ -308,3 +309,45 @@ def test_each_pretraining_seed_of_a_pretrained_hypernet_applies_its_own_network_
     tree["init"]["methods"] = ["fvt"]
     tree["pretrain"]["methods"] = ["fvt"]
     assert STAGES["hypernet"].why_skipped(Params(tree), {"pseed": "1"}) == "init.methods has no hypernet"
+
+
+def test_a_network_trained_on_some_languages_is_applied_to_the_others_zero_shot():
+    """`init.hypernet.languages`: stage hypernet reads the train splits of the named languages only
+    (config/hypernet.yaml: sw and de, with ar the language it never saw), a language the study has no corpus for is
+    refused before any job, and the report's set-up names the languages it trained on and the ones it never saw."""
+    import copy
+
+    from conftest import REPO
+    from vocabtransfer.app.params import load_params
+    from vocabtransfer.plan.method_catalog import hypernet_refusal
+    from vocabtransfer.plan.params_root import Params
+    from vocabtransfer.plan.stages import STAGES
+    from vocabtransfer.report.study_setup import hypernet_lines
+
+    tree = copy.deepcopy(load_params(REPO / "params.yaml"))
+    tree["languages"] = ["sw", "de", "ar"]
+    tree["init"]["methods"] = ["fvt", "hypernet"]
+    trains = sorted(
+        k for k in STAGES["hypernet"].input_templates(Params(tree), {"pseed": "1"}) if k.startswith("train")
+    )
+    assert trains == ["train_ar", "train_de", "train_sw"]  # null: every language
+    assert hypernet_refusal(Params(tree), "sw") is None
+    tree["init"]["hypernet"]["languages"] = ["sw", "de"]
+    trains = sorted(
+        k for k in STAGES["hypernet"].input_templates(Params(tree), {"pseed": "1"}) if k.startswith("train")
+    )
+    assert trains == ["train_de", "train_sw"]
+    assert hypernet_refusal(Params(tree), "ar") is None
+    tree["init"]["hypernet"]["languages"] = ["sw", "xx"]
+    assert hypernet_refusal(Params(tree), "sw") == (
+        "init.hypernet.languages: xx not in languages (sw, de, ar); the network trains on the train splits of the "
+        "study's own languages: add them to languages or drop them here"
+    )
+
+    stats = {"steps": 600, "tokens": 1000, "train_seconds": 60.0, "vocab_sizes": [2000], "languages": ["de", "sw"]}
+    line = hypernet_lines([stats], ["sw", "de", "ar"])[0]
+    assert "trained once on the train splits of de, sw (never saw ar: applied there zero-shot" in line
+    assert "never saw" not in hypernet_lines([stats], ["sw", "de"])[0]
+    assert (
+        "the study's train splits" in hypernet_lines([{k: v for k, v in stats.items() if k != "languages"}], ["sw"])[0]
+    )

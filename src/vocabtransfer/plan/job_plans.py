@@ -17,7 +17,7 @@ from vocabtransfer.pipeline.typed import key_of
 from vocabtransfer.plan.data_params import TokenizerParams
 from vocabtransfer.plan.params_root import Params
 from vocabtransfer.plan import availability, finetune_plans, init_plans, pretrain_plans
-from vocabtransfer.plan.method_catalog import hypernet_network, network_folder
+from vocabtransfer.plan.method_catalog import hypernet_network, network_folder, network_languages
 from vocabtransfer.plan.method_options import HypernetOptions
 from vocabtransfer.plan.methods import METHODS, info
 
@@ -61,10 +61,11 @@ def snmf_skip_reason(params: Params, wc: dict) -> str | None:
 
 
 def hypernet_inputs(params: Params, wc: dict) -> dict[str, str]:
-    """The source model and every language's training text (the hypernet samples tokenizers from them)."""
+    """The source model and the training text of each language it trains on (`init.hypernet.languages`, else every
+    language): the hypernet samples tokenizers from them."""
     return {
         "source": paths.SOURCE_MODEL,
-        **{f"train_{lang}": paths.fill(paths.CORPUS_TRAIN, lang=lang) for lang in params.languages},
+        **{f"train_{lang}": paths.fill(paths.CORPUS_TRAIN, lang=lang) for lang in network_languages(params)},
     }
 
 

@@ -86,12 +86,25 @@ def network_folder(directory: Path, pseed: int | str) -> Path:
     return directory / f"pseed{pseed}"
 
 
+def network_languages(params: Params) -> list[str]:
+    """The languages whose train splits stage hypernet trains on: `init.hypernet.languages`, else every language."""
+    chosen = params.init.hypernet.languages
+    return list(chosen) if chosen is not None else list(params.languages)
+
+
 def hypernet_refusal(params: Params, lang: str) -> str | None:
-    """`init.hypernet.network` lacking a network seed this study applies, or holding one whose stats.json records
-    another source model than `source_model` (the job checks the weights' sha256 too)."""
+    """`init.hypernet.languages` naming a language the study has no corpus for; `init.hypernet.network` lacking a
+    network seed this study applies, or holding one whose stats.json records another source model than
+    `source_model` (the job checks the weights' sha256 too)."""
     directory = hypernet_network(params)
     if directory is None:
-        return None
+        unknown = [x for x in network_languages(params) if x not in params.languages]
+        return (
+            f"init.hypernet.languages: {', '.join(unknown)} not in languages ({', '.join(params.languages)}); the "
+            "network trains on the train splits of the study's own languages: add them to languages or drop them here"
+            if unknown
+            else None
+        )
     for seed in network_seeds(params):
         stats = network_folder(directory, seed) / "stats.json"
         if not stats.is_file():

@@ -111,6 +111,7 @@ class HypernetOptions:
         "save_every",
         "precision",
         "network",
+        "languages",
     )
 
     batch_rows: int = option(4096, "target rows the network predicts per forward pass (memory only)", minimum=1)
@@ -148,6 +149,14 @@ class HypernetOptions:
         "(its results/source/hypernet, one pseed<k> folder a network seed; this study's pretraining seed k applies "
         "network seed k; relative paths resolve against $VOCABTRANSFER_DATA); its source model must be this "
         "study's (checked by name before any job, by the weights' sha256 in the job); null: train here",
+    )
+
+    languages: tuple[str, ...] | None = option(
+        None,
+        "the languages whose train splits the network trains on (a subset of `languages`); the study's other "
+        "languages get it zero-shot, as a language it never saw, e.g. [sw, de] with languages [sw, de, ar]; "
+        "null: every language of the study",
+        minItems=1,
     )
 
     def __post_init__(self) -> None:

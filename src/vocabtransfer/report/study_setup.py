@@ -65,9 +65,20 @@ class StageStats:
         return cls(head, base, networks)
 
 
-def hypernet_lines(seeds: list[dict]) -> list[str]:
-    """The set-up's line on the trained hypernetworks (`seeds`: stage hypernet's stats.json of each network seed):
-    network seed 1's training, and the other seeds' count and time; none without one."""
+def _trained_on(stats: dict, languages: list[str]) -> str:
+    """Which train splits the network read, and the study's languages it never saw (applied zero-shot)."""
+    seen = stats.get("languages")
+    if not seen:
+        return "the study's train splits"
+    unseen = [lang for lang in languages if lang not in seen]
+    return f"the train splits of {', '.join(seen)}" + (
+        f" (never saw {', '.join(unseen)}: applied there zero-shot, init.hypernet.languages)" if unseen else ""
+    )
+
+
+def hypernet_lines(seeds: list[dict], languages: list[str]) -> list[str]:
+    """The set-up's line on the trained hypernetworks (`seeds`: stage hypernet's stats.json of each network seed;
+    `languages`: the study's): network seed 1's training, and the other seeds' count and time; none without one."""
     if not seeds:
         return []
     stats = seeds[0]
@@ -89,7 +100,7 @@ def hypernet_lines(seeds: list[dict]) -> list[str]:
         else ""
     )
     return [
-        f"* Hypernetwork (init method hypernet): trained once on the study's train splits, {stats.get('steps')} "
+        f"* Hypernetwork (init method hypernet): trained once on {_trained_on(stats, languages)}, {stats.get('steps')} "
         f"steps, {stats.get('tokens', 0):,} tokens in {stats.get('train_seconds', 0) / 60:.1f} min "
         f"({stats.get('tokens_per_second', 0):.0f} tokens/s, peak memory "
         f"{stats.get('peak_memory_bytes', 0) / 2**30:.2f} GiB, {stats.get('parameters', 0):,} parameters) on "
@@ -136,7 +147,7 @@ def _model_lines(params: Params, stats: StageStats) -> list[str]:
             f"`{Path(str(head.get('text'))).name}` (held-out loss {fmt(head.get('loss_before'))} → "
             f"{fmt(head.get('loss_after'))})"
         )
-    return lines + hypernet_lines(stats.networks)
+    return lines + hypernet_lines(stats.networks, list(params.languages))
 
 
 def _run_lines(params: Params, langs: list[Language], p: Plan, settings: Settings, seconds: float | None) -> list[str]:

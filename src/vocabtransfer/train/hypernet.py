@@ -358,6 +358,8 @@ def run(ctx: Context) -> None:
         "network": asdict(net.config),
         "kind": setup.kind,
         "parameters": sum(p.numel() for p in net.parameters()),
+        # the languages whose train splits it trained on: the study's others get it zero-shot
+        "languages": sorted(k.removeprefix("train_") for k in ctx.input if k.startswith("train_")),
         "train_lines": len(lines),
         "steps": options.steps,
         "precision": precision,
