@@ -1,6 +1,7 @@
-"""Adding an init method is its module plus its section in params.yaml: a throwaway module, written and
-imported here, registers `scaled_mean` with its options class, and `vocabtransfer init` runs it on tiny
-data from a params file that names it. Nothing else is edited: not the schema, not the options module."""
+"""Adding an init method is its module plus its section in params.yaml (a built-in's metadata is its entry in
+plan/method_catalog.py, a plugin's is given at its `@register`): a throwaway module, written and imported here,
+registers `scaled_mean` with its options class, and `vocabtransfer init` runs it on tiny data from a params file
+that names it. Nothing else is edited: not the schema, not the options module, not the typed params root."""
 
 from __future__ import annotations
 
@@ -100,6 +101,7 @@ def test_a_new_method_is_its_module_and_its_params(throwaway_module, tmp_path, m
     args = _project(tmp_path, monkeypatch, 2.0)
     params = load_params("params.yaml")
     assert params["init"]["scaled_mean"] == {"scale": 2.0}
+    assert Params(params).init.scaled_mean.scale == 2.0  # its typed section, by attribute as a built-in's
     assert STAGES["init"].leaves(Params(params), {"lang": "sw", "method": "scaled_mean", "pseed": "1"}) == [
         "seed",
         "init.scaled_mean.scale",

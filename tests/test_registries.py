@@ -31,8 +31,9 @@ from vocabtransfer.registry import Registry
 from vocabtransfer.plan.init_plans import uses_snmf
 from vocabtransfer.plan import availability
 from vocabtransfer.app.params import load_params, schema
-from vocabtransfer.pipeline.typed import option
+from vocabtransfer.pipeline.typed import option, section_schema
 from vocabtransfer.plan.stages import STAGES
+from vocabtransfer.plan.task_options import task_references
 from vocabtransfer.report import markdown, read
 from vocabtransfer.plan.params_root import Params
 from vocabtransfer.plan import init_plans
@@ -171,6 +172,9 @@ def test_tasks_schema_report_and_registry_agree():
     assert sorted(keys) == tasks.available(), "the params section eval.tasks (EvalTasks) and the task registry differ"
     assert read.task_order() == tuple(keys)  # the report shows the tasks in the schema's order
     assert {cls.__module__.rsplit(".", 1)[-1] for cls in tasks.TASKS.values()} == set(tasks.TASKS)
+    # the registry's built-ins are the sections of eval.tasks, each naming its class (no list of them by hand)
+    assert list(tasks.TASKS)[:3] == keys == list(task_references())
+    assert all(f"{tasks.TASKS[t].__module__}:{tasks.TASKS[t].__name__}" == ref for t, ref in task_references().items())
     for name in tasks.available():
         cls = tasks.task_class(name)
         assert cls.name == name and cls.metric and cls.head.startswith("AutoModelFor") and cls.floor_text
@@ -352,8 +356,176 @@ def test_planning_reads_the_catalog_and_imports_no_method_nor_torch():
 
 
 def test_a_built_in_method_declares_its_metadata_once_in_the_catalog():
-    from vocabtransfer.plan import method_catalog
+    """The catalog's `BUILTINS` is the one list of the built-in methods: `METHODS` (their functions, by the lazy
+    reference each entry carries) and `INFO` (the entries themselves) are derived from it, in its order."""
+    from vocabtransfer.plan.method_catalog import BUILTINS
 
-    assert all(INFO[m] is getattr(method_catalog, m.upper()) for m in available())
+    names = [spec.name for spec in BUILTINS]
+    assert len(set(names)) == len(names) == 11
+    assert [m for m in METHODS if m in names] == names == [m for m in INFO if m in names]
+    assert set(available()) == set(names)  # no method but the catalog's (no plugin registered here)
+    for spec in BUILTINS:
+        assert INFO[spec.name] is spec
+        assert METHODS.module_of(spec.name) == spec.run.partition(":")[0]
+    discover()
+    for spec in BUILTINS:
+        assert f"{METHODS[spec.name].__module__}:{METHODS[spec.name].__name__}" == spec.run
     with pytest.raises(VocabTransferError, match="init method's metadata 'omp' is registered twice"):
-        INFO.register("omp")(method_catalog.OMP)
+        INFO.register("omp")(INFO["omp"])
+
+
+def test_a_name_declared_twice_or_without_its_reference_is_one_error(tmp_path, monkeypatch):
+    (tmp_path / "spec_lists.py").write_text(
+        "from types import SimpleNamespace as S\n"
+        "TWICE = (S(name='a', run='m:f'), S(name='b', run='m:g'), S(name='a', run='m:h'))\n"
+        "NO_RUN = (S(name='a', run=''),)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "spec_lists", raising=False)
+    twice = Registry("thing", declared="spec_lists:TWICE", entry=lambda spec: spec.run)
+    with pytest.raises(VocabTransferError, match=r"thing 'a' is declared twice in spec_lists:TWICE; rename one"):
+        list(twice)
+    no_run = Registry("thing", declared="spec_lists:NO_RUN", entry=lambda spec: spec.run)
+    with pytest.raises(VocabTransferError, match=r"thing 'a' \(spec_lists:NO_RUN\): '' is no 'package.module:attr"):
+        assert "a" not in no_run
+    fine = Registry("thing", declared="spec_lists:NO_RUN")  # the specs themselves, as INFO holds them
+    fine.register("b")(_fake)
+    assert list(fine) == ["a", "b"] and fine["a"].name == "a"  # the declared entries first, read on first use
+
+
+def _with_an_extra_entry(module: str, marker: str, replacement: str, check: str) -> dict:
+    """Runs `check` (code printing one JSON value) in a fresh interpreter where `module`'s source has `marker`
+    replaced (an entry added to the one list of declarations): what such an entry reaches."""
+    code = textwrap.dedent(f"""
+        import importlib.util, json, sys
+        spec = importlib.util.find_spec({module!r})
+        source = spec.loader.get_source(spec.name)
+        assert source.count({marker!r}) == 1, "the marker is not in the module once"
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
+        exec(compile(source.replace({marker!r}, {replacement!r}), spec.origin, "exec"), module.__dict__)
+    """) + textwrap.dedent(check)
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout)
+
+
+def test_a_method_added_to_the_catalog_is_everywhere_a_method_is_named():
+    """An entry added to the catalog alone becomes an init method of the registries, the schema (its section, the
+    patterns) and the typed root, no other edit: no list of the methods is kept by hand."""
+    marker = "BUILTINS: tuple[MethodInfo, ...] = (\n"
+    entry = '    MethodInfo("test_extra", run="vocabtransfer.init.methods.baselines:mean_init", options=MeanOptions),\n'
+    got = _with_an_extra_entry(
+        "vocabtransfer.plan.method_catalog",
+        marker,
+        marker + entry,
+        """
+        from vocabtransfer.app.params import load_params, schema
+        from vocabtransfer.plan.methods import INFO, METHODS
+        from vocabtransfer.plan.params_root import Params
+
+        init = schema()["properties"]["init"]["properties"]
+        tree = load_params("params.yaml")
+        print(json.dumps({
+            "methods": list(METHODS), "info": INFO["test_extra"].run, "module": METHODS.module_of("test_extra"),
+            "section": "test_extra" in init, "pattern": init["methods"]["items"]["pattern"],
+            "typed": repr(Params(tree).init.test_extra),
+        }))
+        """,
+    )
+    assert got["methods"][0] == "test_extra" and len(got["methods"]) == 12
+    assert got["info"] == "vocabtransfer.init.methods.baselines:mean_init"
+    assert got["module"] == "vocabtransfer.init.methods.baselines" and got["section"]
+    assert "|test_extra|" in got["pattern"] and got["typed"] == "MeanOptions()"
+
+
+def test_an_objective_added_to_its_registry_is_everywhere_an_objective_is_named():
+    """An objective declared in plan/objectives.py alone reaches the schema's choices and pairs pattern, the teacher
+    objectives (planning and the distill options' rerun keys), the report's order and the model layer's registry;
+    the fused head computes the objectives that are their own kernel."""
+    marker = "):\n    OBJECTIVES.register(_objective.name)(_objective)"
+    entry = '    Objective("test_focal", "a test", "vocabtransfer.model.losses:standard_loss", teacher=True),\n'
+    got = _with_an_extra_entry(
+        "vocabtransfer.plan.objectives",
+        marker,
+        entry + marker,
+        """
+        import dataclasses
+        from vocabtransfer.app.params import schema
+        from vocabtransfer.model import fused_head, losses
+        from vocabtransfer.plan import job_plans, objectives, pretrain_plans
+        from vocabtransfer.plan.pretrain_params import PretrainParams
+        from vocabtransfer.report import read
+
+        pretrain = schema()["properties"]["pretrain"]["properties"]
+        meta = {f.name: f.metadata.get("objective") for f in dataclasses.fields(PretrainParams)}
+        print(json.dumps({
+            "enum": pretrain["objectives"]["items"]["enum"], "pairs": pretrain["pairs"]["items"]["pattern"],
+            "teacher": [list(objectives.TEACHER_OBJECTIVES), list(pretrain_plans.TEACHER_OBJECTIVES),
+                        list(job_plans.TEACHER_OBJECTIVES), list(meta["distill"])],
+            "margin": list(meta["selfish"]), "order": list(read.OBJECTIVE_ORDER), "model": list(losses.OBJECTIVES),
+            "kernels": list(fused_head.OBJECTIVE_NAMES),
+        }))
+        """,
+    )
+    names = ["standard", "selfish", "distill", "alm", "test_focal"]
+    assert got["enum"] == names == got["model"] and got["order"] == ["init", *names]
+    assert got["pairs"].endswith("-(standard|selfish|distill|alm|test_focal)$")
+    assert got["teacher"] == [["distill", "alm", "test_focal"]] * 4
+    assert got["margin"] == ["selfish"] and got["kernels"] == ["standard", "selfish"]
+
+
+def test_the_objectives_and_every_list_of_them_agree():
+    from vocabtransfer.model import fused_head, losses
+    from vocabtransfer.plan import objectives
+
+    pretrain = schema()["properties"]["pretrain"]["properties"]
+    assert (
+        pretrain["objectives"]["items"]["enum"]
+        == list(objectives.OBJECTIVES)
+        == ["standard", "selfish", "distill", "alm"]
+    )
+    assert read.OBJECTIVE_ORDER == ("init", "standard", "selfish", "distill", "alm")
+    assert objectives.TEACHER_OBJECTIVES == ("distill", "alm") and objectives.MARGIN_OBJECTIVES == ("selfish",)
+    assert fused_head.OBJECTIVE_NAMES is objectives.KERNELS and objectives.KERNELS == ("standard", "selfish")
+    assert losses.OBJECTIVES is objectives.OBJECTIVES and losses.get_objective("alm").alpha == 1.0
+    logits, labels = torch.tensor([[2.0, 0.0, -9.0]]), torch.tensor([0])
+    standard = losses.objective_loss("standard", logits, labels)
+    assert torch.allclose(standard, torch.log1p(torch.exp(torch.tensor(-2.0)) + torch.exp(torch.tensor(-11.0))))
+    assert torch.allclose(
+        losses.objective_loss("selfish", logits, labels, margin=3.0), torch.log1p(torch.exp(torch.tensor(-2.0)))
+    )
+    with pytest.raises(VocabTransferError, match="objective 'alm' is registered twice"):
+        objectives.OBJECTIVES.register("alm")(objectives.OBJECTIVES["distill"])
+    bad = objectives.Objective("test_bad", "x", "vocabtransfer.model.losses:standard_loss", kernel="distill")
+    with pytest.raises(VocabTransferError, match="its kernel 'distill' is no objective declared before it"):
+        objectives.OBJECTIVES.register("test_bad")(bad)
+    assert "test_bad" not in objectives.OBJECTIVES
+
+
+def test_an_option_takes_its_choices_from_a_registry():
+    @dataclass(frozen=True)
+    class Picks:
+        many: tuple[str, ...] = option(["b"], "several", uniqueItems=True, choices=("a", "b"))
+        one: str = option("a", "one", choices=iter(["a", "b"]))
+
+    props = section_schema(Picks)["properties"]
+    assert props["many"] == {
+        "type": "array",
+        "uniqueItems": True,
+        "items": {"enum": ["a", "b"]},
+        "default": ["b"],
+        "description": "several",
+    }
+    assert props["one"] == {"type": "string", "enum": ["a", "b"], "default": "a", "description": "one"}
+    with pytest.raises(TypeError, match=r"its default \['c'\] is not among \['a', 'b'\]"):
+        option(["c"], "several", choices=("a", "b"))
+
+
+def test_a_registered_method_s_options_are_read_by_attribute(params, fake_methods):
+    assert params.init.omp.k == params.init.options("omp").k == 64
+    assert params.init.test_meta == FakeOptions(alpha=1, other_stage="x")  # registered at run time
+    assert params.init.svd == params.init.options("svd")  # a factorisation
+    with pytest.raises(AttributeError, match=r"params init has no 'nope': no init method nor factorisation .*omp"):
+        _ = params.init.nope
+    assert not hasattr(params.init, "_hidden") and not hasattr(params.init, "__deepcopy__")

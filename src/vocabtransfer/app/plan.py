@@ -14,7 +14,7 @@ from vocabtransfer.pipeline import paths
 from vocabtransfer.plan import availability, harness_plans, source_kind, tokenizer_checks
 from vocabtransfer.plan.finetune_plans import same_source
 from vocabtransfer.plan.params_root import Params
-from vocabtransfer.plan.pretrain_plans import TEACHER_OBJECTIVES
+from vocabtransfer.plan.objectives import TEACHER_OBJECTIVES
 from vocabtransfer.plan.stages import STAGES
 
 

@@ -46,7 +46,7 @@ from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.log import progress
 from vocabtransfer.pipeline.stage_spec import Context
 from vocabtransfer.plan.params_root import Params
-from vocabtransfer.model.losses import objective_loss
+from vocabtransfer.model.losses import get_objective, objective_loss
 
 log = logging.getLogger(__name__)
 
@@ -69,8 +69,8 @@ PARTS = ("input", "output_target", "output_nontarget")
 
 
 def margin(params: Params, objective: str) -> float:
-    """The selfish objective's margin (`pretrain.selfish.margin`); no margin (inf) for the others."""
-    return params.pretrain.selfish.margin if objective == "selfish" else float("inf")
+    """The margin of an objective that uses one (selfish: `pretrain.selfish.margin`); no margin (inf) for the others."""
+    return params.pretrain.selfish.margin if get_objective(objective).uses_margin else float("inf")
 
 
 def decompose(model, batch: dict, kind: Kind, objective: str, margin: float = 2.0) -> dict:

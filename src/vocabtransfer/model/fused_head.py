@@ -38,9 +38,11 @@ import torch.nn.functional as F
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.model.tiles import kept_runs
 from vocabtransfer.model import fused_head_triton
+from vocabtransfer.plan.objectives import KERNELS, OBJECTIVES
 
 Reduction = Literal["none", "sum", "mean"]
-OBJECTIVE_NAMES = ("standard", "selfish")  # the registry (losses.OBJECTIVES) maps names to these kernels
+# the objectives computed here, the kernels (plan/objectives.py's KERNELS): every objective names one of them
+OBJECTIVE_NAMES = KERNELS
 
 MIN_GEMM_ROWS = 256  # rows per chunk at least: each weight row read from memory then feeds >= 256 products
 MAX_CHUNK_BYTES = 224 << 20  # the logits chunk at most (CPU); on a GPU without Triton: GPU_CHUNK_BYTES
@@ -356,7 +358,7 @@ def linear_objective_loss(
     dtypes. Raises VocabTransferError naming the argument for bad input.
     """
     check_inputs(hidden, weight, labels, objective, margin, bias, ignore_index, reduction)
-    m = float(margin) if objective == "selfish" else math.inf
+    m = float(margin) if OBJECTIVES[objective].uses_margin else math.inf
     valid = labels != ignore_index
     n_valid = int(valid.sum())
     rows = None if n_valid == labels.shape[0] else valid.nonzero()[:, 0]

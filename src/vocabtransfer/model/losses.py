@@ -20,14 +20,13 @@ which the backward pass scales in place. With `margin = inf` it equals `F.cross_
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Callable, Literal
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
 
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.registry import Registry
+from vocabtransfer.plan.objectives import OBJECTIVES, Objective
 
 Reduction = Literal["none", "sum", "mean"]
 
@@ -186,63 +185,19 @@ def selfish_cross_entropy(
 
 
 # ---------------------------------------------------------------------------------------------
-# The objectives registry: pretraining, evaluation and the analyses all read objectives from here
+# The objectives' losses on logits: the objectives themselves (vocabtransfer.plan.objectives.OBJECTIVES, re-exported
+# here) name these by reference; pretraining, evaluation and the analyses all read objectives from that registry
 # ---------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Objective:
-    """A training objective: its loss on logits (N, V); on hidden states through a linear head it is
-    `linear_objective_loss(..., objective=name)` (the fused head, same objectives by name)."""
-
-    name: str
-    summary: str
-    uses_margin: bool
-    on_logits: Callable[..., torch.Tensor]  # (logits, labels, *, margin, ignore_index, reduction)
-    kernel: str = "standard"  # the fused head's objective for one model's own tokens (fused_head.OBJECTIVE_NAMES)
-    teacher: bool = False  # trained against the source model as a teacher (train/distill.py); causal LMs only
-    alpha: float | None = None  # a teacher objective's fixed weight of the chunk term (None: pretrain.distill.alpha)
-
-
-def _standard(logits, labels, *, margin, ignore_index, reduction):
+def standard_loss(logits, labels, *, margin, ignore_index, reduction):
+    """`standard`'s loss on logits (and distill's and alm's LM part): `F.cross_entropy`; `margin` is not read."""
     return F.cross_entropy(logits, labels, ignore_index=ignore_index, reduction=reduction)
 
 
-def _selfish(logits, labels, *, margin, ignore_index, reduction):
+def selfish_loss(logits, labels, *, margin, ignore_index, reduction):
+    """`selfish`'s loss on logits: `selfish_cross_entropy` with `margin`."""
     return selfish_cross_entropy(logits, labels, margin, ignore_index=ignore_index, reduction=reduction)
-
-
-OBJECTIVES: Registry[Objective] = Registry(
-    "objective", check=lambda o: None if isinstance(o, Objective) else "an objective is an Objective"
-)
-for _objective in (
-    Objective("standard", "softmax cross-entropy over the whole vocabulary", False, _standard),
-    Objective(
-        "selfish",
-        "cross-entropy over the tokens at most `margin` below the target's logit",
-        True,
-        _selfish,
-        kernel="selfish",
-    ),
-    # on one model's logits (the analyses, which have no teacher) distill is its LM part: cross-entropy
-    Objective(
-        "distill",
-        "alpha x chunk-likelihood matching to the source model through its own tokenizer + (1 - alpha) x cross-entropy",
-        False,
-        _standard,
-        teacher=True,
-    ),
-    # distill's chunk term alone (alpha = 1): tokenkit's pure ALM, the student's own tokens get no cross-entropy
-    Objective(
-        "alm",
-        "chunk-likelihood matching to the source model through its own tokenizer alone (distill at alpha = 1)",
-        False,
-        _standard,
-        teacher=True,
-        alpha=1.0,
-    ),
-):
-    OBJECTIVES.register(_objective.name)(_objective)
 
 
 def distill_alpha(objective: str, alpha: float) -> float:
@@ -253,6 +208,7 @@ def distill_alpha(objective: str, alpha: float) -> float:
 
 
 def get_objective(name: str) -> Objective:
+    """The objective `name` (vocabtransfer.plan.objectives), or one error naming the known ones."""
     if name not in OBJECTIVES:
         raise VocabTransferError(f"objective {name!r}: unknown, expected one of {', '.join(OBJECTIVES)}")
     return OBJECTIVES[name]

@@ -16,7 +16,9 @@ in its field.
 A field's type gives the schema's `type` (int: integer, float: number, bool: boolean, str: string,
 `Literal[...]`: enum, `dict`: object, `tuple[...]`: array, `X | None`: X or null, a nested dataclass: a
 subsection); the keywords of `option`
-add JSON Schema keywords (minimum, exclusiveMinimum, propertyNames, …).
+add JSON Schema keywords (minimum, exclusiveMinimum, propertyNames, …), and its `choices` the enum of names a
+registry holds (`pretrain.objectives`: `choices=OBJECTIVE_NAMES`, vocabtransfer.plan.objectives), where a
+`Literal` would list them by hand.
 """
 
 from __future__ import annotations
@@ -52,13 +54,25 @@ def option(
     rerun: bool = True,
     per_language: bool = False,
     key: str | None = None,
+    choices: Iterable[str] | None = None,
     **keywords: Any,
 ) -> Any:
     """A field of a typed section: its `default`, its `description` and its JSON Schema `keywords`;
     `rerun=False` for a leaf that does not change a job's outputs (which jobs run, whether checkpoints
     are kept): no rerun key (`params_root.section_leaves`); `per_language=True` for a mapping keyed by language,
     of which a job's rerun keys hold its language's entry only; `key` for a params key that is no Python name
-    (`tokenizer.from`, the field `from_`)."""
+    (`tokenizer.from`, the field `from_`); `choices` for the names a registry holds (a `Literal` lists them by
+    hand): the schema's `enum`, of the items for a list (a `tuple[str, ...]` field), and the default must be
+    among them."""
+    if choices is not None:
+        names = list(choices)
+        given = list(default) if isinstance(default, list) else [default]
+        if not names or any(value not in names for value in given):
+            raise TypeError(f"option {description[:40]!r}…: its default {default!r} is not among {names}")
+        if isinstance(default, list):
+            keywords = {**keywords, "items": {**keywords.get("items", {}), "enum": names}}
+        else:
+            keywords = {"enum": names, **keywords}
     metadata = {"description": description, "schema": keywords, "default": default}
     if not rerun:
         metadata["rerun"] = False

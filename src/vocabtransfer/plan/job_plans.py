@@ -20,6 +20,7 @@ from vocabtransfer.plan import availability, finetune_plans, init_plans, pretrai
 from vocabtransfer.plan.method_catalog import hypernet_network, network_folder, network_languages
 from vocabtransfer.plan.method_options import HypernetOptions
 from vocabtransfer.plan.methods import METHODS, info
+from vocabtransfer.plan.objectives import TEACHER_OBJECTIVES
 
 
 def tokenizer_reads(params: Params, wc: dict[str, str]) -> tuple[str, ...]:
@@ -135,7 +136,7 @@ def pretrain_inputs(params: Params, wildcards: dict) -> dict[str, str]:
         method=wildcards["method"],
         pseed=availability.init_pseed(wildcards["method"], wildcards["pseed"]),
     )
-    teacher = {"source": paths.SOURCE_MODEL} if wildcards.get("objective") in pretrain_plans.TEACHER_OBJECTIVES else {}
+    teacher = {"source": paths.SOURCE_MODEL} if wildcards.get("objective") in TEACHER_OBJECTIVES else {}
     tuning = (
         {"tuning": paths.partial(paths.PRETRAIN_TUNE, method=wildcards["method"], objective=wildcards["objective"])}
         if pretrain_plans.tune_expand(params) and not teacher

@@ -1,11 +1,14 @@
-"""What the pipeline knows about each built-in init method, declared without importing its code.
+"""What the pipeline knows about each built-in init method, declared without importing its code: `BUILTINS`, the
+one list of them.
 
-One `MethodInfo` per method (its options class, the extra inputs its init job reads, whether its rows depend on
-the seed, when it cannot run for a language, its local data files, …): planning (the CLI, Snakemake, dvc.yaml,
-`vocabtransfer validate`) reads these, so it starts without torch; the method's own module (named in
-`registry.METHODS`) is imported only when a job runs it. Adding a method is its module with `@register("name")`
-on its function, its line in `registry.METHODS`, its entry here and its section in params.yaml. A method
-registered at run time (a plugin, a test's throwaway method) declares its metadata at its `@register` instead.
+One `MethodInfo` per method (its function's lazy reference `run`, its options class, the extra inputs its init job
+reads, whether its rows depend on the seed, when it cannot run for a language, its local data files, …): planning
+(the CLI, Snakemake, dvc.yaml, `vocabtransfer validate`) reads these, so it starts without torch; the method's own
+module (named by `run`) is imported only when a job runs it. The registries `METHODS` (the functions) and `INFO`
+(these entries) of vocabtransfer.plan.methods are derived from this list, in its order (the schema's `init.<name>`
+sections). Adding a method is its module with `@register("name")` on its function and its entry here, plus its
+section in params.yaml. A method registered at run time (a plugin, a test's throwaway method) declares its metadata
+at its `@register` instead.
 """
 
 from __future__ import annotations
@@ -123,34 +126,50 @@ def hypernet_refusal(params: Params, lang: str) -> str | None:
     return None
 
 
-RANDOM = MethodInfo("random", options=RandomOptions)
-OVERLAP = MethodInfo("overlap", options=OverlapOptions)
-MEAN = MethodInfo("mean", options=MeanOptions, deterministic=True)  # every row a copy or the mean: no seed
-FOCUS = MethodInfo("focus", options=FocusOptions, auxiliary_rows=True)
-FVT = MethodInfo("fvt", options=FvtOptions)
-FVT_PRIOR = MethodInfo(  # the unigram of the train split's ids, and its first lines to fit the prior's weight on
-    "fvt_prior",
-    options=FvtPriorOptions,
-    inputs={"prior_ids": paths.PRETOK_TRAIN, "calibration_text": paths.CORPUS_TRAIN},
-)
-HYPERNET = MethodInfo(
-    "hypernet",
-    options=HypernetOptions,
-    inputs={"hypernet": paths.HYPERNET},
-    stage_options=HypernetOptions.TRAINING,
-    factorizable=False,
-    refusal=hypernet_refusal,
-)
-OFA = MethodInfo("ofa", options=OfaOptions, auxiliary_rows=True, factorizable=False)
-OMP = MethodInfo("omp", options=OmpOptions, auxiliary_rows=True)
-SNMF = MethodInfo("snmf", options=SnmfOptions, auxiliary_rows=True, factors=("snmf",), factorizable=False)
-WECHSEL = MethodInfo(
-    "wechsel",
-    options=WechselOptions,
-    # the word-level fastText models of the source_fasttext / word_fasttext stages
-    inputs={"source_fasttext": paths.SOURCE_WORD_FASTTEXT, "target_fasttext": paths.WORD_FASTTEXT},
-    stage_options=("source_text", "fasttext"),  # read by the source_fasttext / word_fasttext stages
-    condition=wechsel_unavailable,
-    refusal=wechsel_refusal,
-    data=lambda params, lang: {"data_dictionary": wechsel_dictionary(params, lang)},
+# every built-in method, in the order they register
+BUILTINS: tuple[MethodInfo, ...] = (
+    MethodInfo("random", run="vocabtransfer.init.methods.baselines:random_init", options=RandomOptions),
+    MethodInfo("overlap", run="vocabtransfer.init.methods.baselines:overlap_init", options=OverlapOptions),
+    # every row a copy or the mean: no seed
+    MethodInfo("mean", run="vocabtransfer.init.methods.baselines:mean_init", options=MeanOptions, deterministic=True),
+    MethodInfo("focus", run="vocabtransfer.init.methods.focus:focus", options=FocusOptions, auxiliary_rows=True),
+    MethodInfo("fvt", run="vocabtransfer.init.methods.fvt:fvt", options=FvtOptions),
+    MethodInfo(  # the unigram of the train split's ids, and its first lines to fit the prior's weight on
+        "fvt_prior",
+        run="vocabtransfer.init.methods.fvt_prior:fvt_prior",
+        options=FvtPriorOptions,
+        inputs={"prior_ids": paths.PRETOK_TRAIN, "calibration_text": paths.CORPUS_TRAIN},
+    ),
+    MethodInfo(
+        "hypernet",
+        run="vocabtransfer.init.methods.hypernet:hypernet",
+        options=HypernetOptions,
+        inputs={"hypernet": paths.HYPERNET},
+        stage_options=HypernetOptions.TRAINING,
+        factorizable=False,
+        refusal=hypernet_refusal,
+    ),
+    MethodInfo(
+        "ofa", run="vocabtransfer.init.methods.ofa:ofa", options=OfaOptions, auxiliary_rows=True, factorizable=False
+    ),
+    MethodInfo("omp", run="vocabtransfer.init.methods.omp:omp", options=OmpOptions, auxiliary_rows=True),
+    MethodInfo(
+        "snmf",
+        run="vocabtransfer.init.methods.snmf:snmf",
+        options=SnmfOptions,
+        auxiliary_rows=True,
+        factors=("snmf",),
+        factorizable=False,
+    ),
+    MethodInfo(
+        "wechsel",
+        run="vocabtransfer.init.methods.wechsel:wechsel",
+        options=WechselOptions,
+        # the word-level fastText models of the source_fasttext / word_fasttext stages
+        inputs={"source_fasttext": paths.SOURCE_WORD_FASTTEXT, "target_fasttext": paths.WORD_FASTTEXT},
+        stage_options=("source_text", "fasttext"),  # read by the source_fasttext / word_fasttext stages
+        condition=wechsel_unavailable,
+        refusal=wechsel_refusal,
+        data=lambda params, lang: {"data_dictionary": wechsel_dictionary(params, lang)},
+    ),
 )

@@ -1,10 +1,14 @@
-"""What planning knows about each init method, without importing any: `MethodInfo` (its options class, extra
-inputs, whether its rows depend on the seed, when it can run, …), `METHODS`, the registry of lazy references to
-each method's function (imported when a job runs it), and `INFO`, the registry of each method's `MethodInfo`
-(lazy references to its entry in vocabtransfer.plan.method_catalog). What a method gets and returns
-(`TransferProblem`, `TransferResult`) and `@register` on its function are vocabtransfer.init.methods.registry's.
-Adding a method is its module, its line in `METHODS`, its entry in the catalog and its section in params.yaml
-(the schema's `init.<name>` is generated from its options class, `declared_sections`)."""
+"""What planning knows about each init method, without importing any: `MethodInfo` (its function's lazy
+reference, its options class, extra inputs, whether its rows depend on the seed, when it can run, …), `METHODS`,
+the registry of each method's function (imported when a job runs it), and `INFO`, the registry of each method's
+`MethodInfo`. Both are derived from one list, the built-ins' `MethodInfo`s in vocabtransfer.plan.method_catalog
+(`BUILTINS`, read on first use: that module imports this one), and a name declared or registered twice is an error.
+What a method gets and returns (`TransferProblem`, `TransferResult`) and `@register` on its function are
+vocabtransfer.init.methods.registry's. Adding a method is its module (its function under `@register("name")`) and
+its entry in the catalog (`MethodInfo("name", run="vocabtransfer.init.methods.<module>:<function>",
+options=<its options class>, …)`), plus its section in params.yaml (the schema's `init.<name>` is generated from
+its options class, `declared_sections`); a method registered at run time (a plugin) declares its metadata at its
+`@register` instead."""
 
 from __future__ import annotations
 
@@ -28,6 +32,10 @@ class MethodInfo:
     (or not registered) gets these defaults; a factorised variant `base+svd` / `base+snmf` has its base's."""
 
     name: str
+    # its function, by a lazy reference `"vocabtransfer.init.methods.<module>:<function>"` (`METHODS`' entry, the
+    # module imported when a job runs the method; its `@register` fulfils the reference): every built-in's; "" for
+    # one registered at run time, whose `@register` hands over the function itself
+    run: str = ""
     # the frozen dataclass of its params section `init.<name>` (vocabtransfer.pipeline.typed): the
     # schema's section is generated from it, and the init stage hands the method one built from params
     options: type = NoOptions
@@ -58,34 +66,22 @@ class MethodInfo:
     factorizable: bool = True
 
 
-# every method, by a lazy reference to its function (vocabtransfer.registry): its module is imported the first
-# time the method is looked up, and its @register fulfils the reference. Adding a method is its module, its
-# line here, its entry in method_catalog.py and its section in params.yaml (the schema's `init.<name>`).
+# the built-in methods' MethodInfo, in the order they register (the schema's `init.<name>` sections, the patterns'
+# names): the one list of them
+CATALOG = "vocabtransfer.plan.method_catalog:BUILTINS"
+
+# every method's function, a built-in's by the lazy reference its catalog entry carries (`run`): its module is
+# imported the first time the method is looked up, and its @register fulfils the reference
 METHODS: Registry[Callable[..., Any]] = Registry(
     "init method",
-    lazy={
-        name: f"vocabtransfer.init.methods.{reference}"
-        for name, reference in (
-            ("random", "baselines:random_init"),
-            ("overlap", "baselines:overlap_init"),
-            ("mean", "baselines:mean_init"),
-            ("focus", "focus:focus"),
-            ("fvt", "fvt:fvt"),
-            ("fvt_prior", "fvt_prior:fvt_prior"),
-            ("hypernet", "hypernet:hypernet"),
-            ("ofa", "ofa:ofa"),
-            ("omp", "omp:omp"),
-            ("snmf", "snmf:snmf"),
-            ("wechsel", "wechsel:wechsel"),
-        )
-    },
+    declared=CATALOG,
+    entry=lambda spec: spec.run,
     check=lambda fn: None if callable(fn) else "an init method is a function (problem, options) -> TransferResult",
 )
-# each method's MethodInfo: a built-in's by a lazy reference to method_catalog.py (`<NAME>`), which imports no
-# method code
+# each method's MethodInfo: a built-in's its catalog entry (method_catalog.py imports no method code)
 INFO: Registry[MethodInfo] = Registry(
     "init method's metadata",
-    lazy={name: f"vocabtransfer.plan.method_catalog:{name.upper()}" for name in METHODS},
+    declared=CATALOG,
     check=lambda i: None if isinstance(i, MethodInfo) else "not a MethodInfo",
 )
 

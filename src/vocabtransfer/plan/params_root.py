@@ -39,21 +39,7 @@ from vocabtransfer.plan.eval_params import (
     TokenFrequencyLossParams,
 )
 from vocabtransfer.plan.init_params import SourceHeadParams
-from vocabtransfer.plan.method_options import (
-    FACTORIZATIONS,
-    FocusOptions,
-    FvtOptions,
-    FvtPriorOptions,
-    HypernetOptions,
-    MeanOptions,
-    OfaOptions,
-    OmpOptions,
-    OverlapOptions,
-    RandomOptions,
-    SnmfOptions,
-    SvdOptions,
-    WechselOptions,
-)
+from vocabtransfer.plan.method_options import FACTORIZATIONS
 from vocabtransfer.plan.methods import METHODS, info
 from vocabtransfer.plan.pretrain_params import PretrainParams
 from vocabtransfer.plan.report_params import ExportParams, ReportParams
@@ -66,9 +52,9 @@ def options_class(name: str) -> type:
 
 
 class InitParams:
-    """params `init`: the initialisations asked for (`methods`) and the options of each method and factorisation,
-    typed (`init.omp` as OmpOptions, built once); `options(name)` for a method named at run time (the init job's
-    wildcard, a method registered by a plugin)."""
+    """params `init`: the initialisations asked for (`methods`) and the options of each registered method and
+    factorisation, typed (`init.omp` as OmpOptions, built once), by attribute (`params.init.omp`) or by name
+    (`options(name)`, for a method named at run time: the init job's wildcard, a method registered by a plugin)."""
 
     def __init__(self, tree: Mapping[str, Any]):
         self._tree = tree
@@ -88,53 +74,15 @@ class InitParams:
             self._options[name] = from_dict(options_class(name), self._tree[name])
         return self._options[name]
 
-    @property
-    def random(self) -> RandomOptions:
-        return self.options("random")
-
-    @property
-    def overlap(self) -> OverlapOptions:
-        return self.options("overlap")
-
-    @property
-    def mean(self) -> MeanOptions:
-        return self.options("mean")
-
-    @property
-    def focus(self) -> FocusOptions:
-        return self.options("focus")
-
-    @property
-    def fvt(self) -> FvtOptions:
-        return self.options("fvt")
-
-    @property
-    def fvt_prior(self) -> FvtPriorOptions:
-        return self.options("fvt_prior")
-
-    @property
-    def hypernet(self) -> HypernetOptions:
-        return self.options("hypernet")
-
-    @property
-    def ofa(self) -> OfaOptions:
-        return self.options("ofa")
-
-    @property
-    def omp(self) -> OmpOptions:
-        return self.options("omp")
-
-    @property
-    def snmf(self) -> SnmfOptions:
-        return self.options("snmf")
-
-    @property
-    def svd(self) -> SvdOptions:
-        return self.options("svd")
-
-    @property
-    def wechsel(self) -> WechselOptions:
-        return self.options("wechsel")
+    def __getattr__(self, name: str) -> Any:
+        """`init.<name>` of a registered method or a factorisation, by attribute (`params.init.omp.k`): `options(name)`,
+        typed by the options class its catalog entry declares (mypy sees Any: the methods are a registry)."""
+        if name.startswith("_") or (name not in METHODS and name not in FACTORIZATIONS):
+            raise AttributeError(
+                f"params init has no {name!r}: no init method nor factorisation of that name is registered "
+                f"(methods: {', '.join(METHODS)}; factorisations: {', '.join(FACTORIZATIONS)})"
+            )
+        return self.options(name)
 
 
 class Params(ParamsTree):

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from vocabtransfer.pipeline.typed import option, subsection
+from vocabtransfer.plan.objectives import MARGIN_OBJECTIVES, OBJECTIVE_NAMES, TEACHER_OBJECTIVES
 
 
 @dataclass(frozen=True)
@@ -133,14 +134,14 @@ class PretrainParams:
         items={"type": "string", "pattern": "^(<methods>)(\\+(<factorizations>))?$"},
         rerun=False,
     )
-    objectives: tuple[Literal["standard", "selfish", "distill", "alm"], ...] = option(
+    objectives: tuple[str, ...] = option(
         ["standard", "selfish"],
         "standard: cross-entropy; selfish: cross-entropy without the logits more than selfish.margin below the "
         "target's; distill: the source model, reading the same text through its own tokenizer, teaches by matching "
         "chunk likelihoods, alpha × that + (1 − alpha) × cross-entropy (causal sources only; see "
         "pretrain.distill); alm: distill's chunk term alone (alpha = 1, whatever pretrain.distill.alpha says)",
         uniqueItems=True,
-        items={"enum": ["standard", "selfish", "distill", "alm"]},
+        choices=OBJECTIVE_NAMES,
         rerun=False,
     )
     pairs: tuple[str, ...] | None = option(
@@ -149,7 +150,7 @@ class PretrainParams:
         "pretrain.objectives), when not every method needs every objective, e.g. [random-standard, focus-standard, "
         "focus-selfish]; null: every pretrain.methods × pretrain.objectives pair",
         uniqueItems=True,
-        items={"type": "string", "pattern": "^(<methods>)(\\+(<factorizations>))?-(standard|selfish|distill|alm)$"},
+        items={"type": "string", "pattern": f"^(<methods>)(\\+(<factorizations>))?-({'|'.join(OBJECTIVE_NAMES)})$"},
         rerun=False,
     )
     seeds: int = option(
@@ -223,8 +224,9 @@ class PretrainParams:
     keep_checkpoints: bool = option(False, "keep checkpoints/ after a successful run", rerun=False)
     cooldown: CooldownOptions = subsection(CooldownOptions, schedule="wsd")
     tune: TuneOptions = subsection(TuneOptions)
-    selfish: SelfishOptions = subsection(SelfishOptions, objective="selfish")
-    distill: DistillOptions = subsection(DistillOptions, objective=("distill", "alm"))  # every teacher objective
+    # read by the objectives that use the margin (selfish), and by every teacher objective (distill, alm)
+    selfish: SelfishOptions = subsection(SelfishOptions, objective=MARGIN_OBJECTIVES)
+    distill: DistillOptions = subsection(DistillOptions, objective=TEACHER_OBJECTIVES)
     factorized: bool = option(
         False, "train <m>+svd / <m>+snmf / ofa / snmf models in low-rank form (coordinates @ primitives)"
     )

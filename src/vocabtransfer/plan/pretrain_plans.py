@@ -1,6 +1,6 @@
 """The train phase's planning: which continued-pretraining and learning-rate tuning jobs params ask for
-(`pretrain_expand`, `tune_expand`), what a tuning job reads of params (`tune_reads`: its rerun keys), and the
-objectives trained against the source model as a teacher (TEACHER_OBJECTIVES)."""
+(`pretrain_expand`, `tune_expand`) and what a tuning job reads of params (`tune_reads`: its rerun keys); a teacher
+objective's runs are not tuned (`TEACHER_OBJECTIVES`, vocabtransfer.plan.objectives)."""
 
 from __future__ import annotations
 
@@ -8,12 +8,8 @@ from dataclasses import fields
 
 from vocabtransfer.plan.params_root import Params
 from vocabtransfer.plan import availability
+from vocabtransfer.plan.objectives import TEACHER_OBJECTIVES
 from vocabtransfer.plan.pretrain_params import CooldownOptions, PretrainParams
-
-
-# the objectives trained against the source model as a teacher (losses.OBJECTIVES' `teacher`; named here, in
-# planning, which imports no torch; tests/test_pretrain_distill.py checks the two agree)
-TEACHER_OBJECTIVES = ("distill", "alm")
 
 
 def pretrain_expand(params: Params) -> list[dict[str, str]]:

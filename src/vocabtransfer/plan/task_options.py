@@ -1,6 +1,7 @@
 """The params section `eval`, typed: `EvalParams`, whose `tasks` is an `EvalTasks` of one frozen dataclass
-per task section (`NliOptions`, `QaOptions`, `NerOptions`, over the common `TaskOptions`). Each field holds its
-default, description and bounds (`typed.option`); the schema's `eval` is generated from them
+per task section (`NliOptions`, `QaOptions`, `NerOptions`, over the common `TaskOptions`), each also naming its
+task's class (the task registry's built-ins, `task_references`: `EvalTasks` is the one list of them). Each field
+holds its default, description and bounds (`typed.option`); the schema's `eval` is generated from them
 (vocabtransfer.app.params). finetune_eval and floor both read it: a stage builds `EvalParams` once at its
 entry (`ctx.params.eval`) and hands a task its section (`Task.options`).
 """
@@ -145,11 +146,14 @@ class NerOptions(TaskOptions):
     strict: bool = option(False, "seqeval strict IOB2 mode instead of the default conlleval mode")
 
 
+# the built-in tasks, one field each: its section's options class, and its `Task` class by a lazy reference (`task=`),
+# the task registry's entry (vocabtransfer.evaluate.tasks.TASKS, `task_references`); no docstring: the schema's
+# `eval.tasks` has no description
 @dataclass(frozen=True)
 class EvalTasks:
-    nli: NliOptions = subsection(NliOptions)
-    qa: QaOptions = subsection(QaOptions)
-    ner: NerOptions = subsection(NerOptions)
+    nli: NliOptions = subsection(NliOptions, task="vocabtransfer.evaluate.tasks.nli:NLI")
+    qa: QaOptions = subsection(QaOptions, task="vocabtransfer.evaluate.tasks.qa:QA")
+    ner: NerOptions = subsection(NerOptions, task="vocabtransfer.evaluate.tasks.ner:NER")
 
 
 @dataclass(frozen=True)
@@ -198,3 +202,9 @@ class EvalParams:
 def task_options_class(name: str) -> type[TaskOptions]:
     """The dataclass of the params section `eval.tasks.<name>`."""
     return typing.get_type_hints(EvalTasks)[name]
+
+
+def task_references() -> dict[str, str]:
+    """{task: its `Task` class, `"module:class"`} of every section of `eval.tasks`, in their order: the built-ins of
+    the task registry (vocabtransfer.evaluate.tasks.TASKS), so that `EvalTasks` is the one list of them."""
+    return {f.name: f.metadata["task"] for f in fields(EvalTasks)}

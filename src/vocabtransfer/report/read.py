@@ -16,10 +16,11 @@ from vocabtransfer import io
 from vocabtransfer.pipeline import names
 from vocabtransfer.pipeline import paths
 from vocabtransfer.evaluate.tasks import available
+from vocabtransfer.plan.objectives import OBJECTIVE_NAMES
 from vocabtransfer.plan.task_options import EvalTasks
 from vocabtransfer.plan.report_plans import Plan, Run
 
-OBJECTIVE_ORDER = ("init", "standard", "selfish", "distill", "alm")
+OBJECTIVE_ORDER = ("init", *OBJECTIVE_NAMES)  # the initialisation, then the objectives in their registry's order
 
 
 @lru_cache(maxsize=None)

@@ -21,7 +21,7 @@ from vocabtransfer.model import lm_loss, modeling
 from vocabtransfer.model.lmdata import Kind, target_labels
 from vocabtransfer.train import pretrain_setup as setup
 from vocabtransfer.plan.pretrain_params import DISTILL_COLUMNS, PretrainParams
-from vocabtransfer.model.losses import distill_alpha
+from vocabtransfer.model.losses import distill_alpha, get_objective
 from vocabtransfer.train.cooldown import decay_steps
 from vocabtransfer.pipeline.stage_spec import Context
 
@@ -161,7 +161,7 @@ def run_stats(
         "resumed_from_step": resume[0] if resume else None,
         "pseed": int(ctx.wildcards["pseed"]),
         "seed": record.seed,
-        "margin": opts.selfish.margin if objective == "selfish" else None,
+        "margin": opts.selfish.margin if get_objective(objective).uses_margin else None,
         "factorized": record.factorized,
         "distill": None
         if teacher_dir is None

@@ -47,7 +47,7 @@ from vocabtransfer.plan.params_root import Params
 from vocabtransfer.train import pretrain
 from vocabtransfer.train import pretrain_setup as setup
 from vocabtransfer.plan.pretrain_params import PretrainParams
-from vocabtransfer.plan.pretrain_plans import TEACHER_OBJECTIVES
+from vocabtransfer.plan.objectives import TEACHER_OBJECTIVES
 
 log = logging.getLogger(__name__)
 

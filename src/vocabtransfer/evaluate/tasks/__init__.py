@@ -1,8 +1,9 @@
 """Downstream tasks: a registry, one module per task (nli, qa, ner).
 
 A task is a `Task` subclass registered with `@register("name")`, its metadata (`metric`, `head`,
-`PARTS`, `floor_text`) in its class body; adding a task = one module in this package, its lazy reference in
-`TASKS` and its `eval.tasks.<name>` schema section. A
+`PARTS`, `floor_text`) in its class body; adding a task = one module in this package and its `eval.tasks.<name>`
+section (a field of vocabtransfer.plan.task_options.EvalTasks: its options class, and its class by the lazy
+reference `TASKS` is built from). A
 task knows how to
 
   1. read its data from a source (`read`: a local file, a URL with sha256, or a
@@ -41,7 +42,7 @@ from vocabtransfer.pipeline import names
 from vocabtransfer.pipeline.paths import data_path
 from vocabtransfer.data import download
 from vocabtransfer.data.corpus_sources import LOCAL_BUILDERS, _load_dataset, _resolve_data_files
-from vocabtransfer.plan.task_options import TaskOptions, task_options_class
+from vocabtransfer.plan.task_options import TaskOptions, task_options_class, task_references
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +142,7 @@ class Task:
 # the task is looked up; its @register line names the class
 TASKS: Registry[type[Task]] = Registry(
     "task",
-    lazy={"nli": f"{__name__}.nli:NLI", "qa": f"{__name__}.qa:QA", "ner": f"{__name__}.ner:NER"},
+    lazy=task_references(),  # every section of eval.tasks names its Task class (plan/task_options.py: EvalTasks)
     check=lambda cls: None if isinstance(cls, type) and issubclass(cls, Task) else "a task is a Task subclass",
 )
 

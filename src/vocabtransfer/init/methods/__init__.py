@@ -2,10 +2,11 @@
 
 A method is a function `(problem: TransferProblem, options) -> TransferResult` registered with
 `@register("name")` (all three from `vocabtransfer.init.methods.registry`); what the pipeline needs to know
-about it (`MethodInfo`, read with `registry.info`: its options class, extra inputs, whether its rows depend on
-the seed, conditions under which it can run, …) is declared in `catalog.py`, which planning reads without
-importing any method. Adding a method = one module in this package, its lazy reference in `registry.METHODS`,
-its entry in `catalog.py` and its section `init.<name>` in params.yaml. Factorised
+about it (`MethodInfo`, read with `vocabtransfer.plan.methods.info`: the lazy reference to its function, its options
+class, extra inputs, whether its rows depend on the seed, conditions under which it can run, …) is its entry in
+vocabtransfer.plan.method_catalog, which planning reads without importing any method. Adding a method = one module
+in this package and its entry in the catalog (the registries `METHODS` and `INFO` are derived from it), plus its
+section `init.<name>` in params.yaml. Factorised
 variants (`focus+svd`, `fvt+snmf`, …) are composed by `get_method`: the base method runs inside
 the low-rank space of the factorisation.
 """

@@ -1,8 +1,8 @@
 """What an init method gets and returns, and how it registers: `TransferProblem` (the source embeddings, both
 tokenizers, the overlap, the auxiliary vectors, …), `TransferResult` (the target embeddings and their stats) and
-`@register("name")` on its function, which fills the lazy reference of its name in
-vocabtransfer.plan.methods.METHODS. What planning knows about a method (`MethodInfo`, its entry in
-vocabtransfer.plan.method_catalog) is read there without importing any method."""
+`@register("name")` on its function, which fulfils the lazy reference of its name in
+vocabtransfer.plan.methods.METHODS (a built-in's `run`, in its entry in vocabtransfer.plan.method_catalog). What
+planning knows about a method (`MethodInfo`, that entry) is read there without importing any method."""
 
 from __future__ import annotations
 
