@@ -12,7 +12,7 @@ from vocabtransfer.plan.pretrain_params import CooldownOptions, PretrainParams
 
 
 # the objectives trained against the source model as a teacher (losses.OBJECTIVES' `teacher`; named here, in
-# planning, which imports no torch; tests/test_pretrain_distill.py checks the two agree)
+# planning, which imports no torch; tests/stage/test_pretrain_distill.py checks the two agree)
 TEACHER_OBJECTIVES = ("distill", "alm")
 
 
