@@ -298,7 +298,7 @@ def main() -> None:
     ap.add_argument(
         "--smoke",
         action="store_true",
-        help="seconds at tiny sizes: checks that the script runs (tests/test_benchmarks.py, in CI)",
+        help="seconds at tiny sizes: checks that the script runs (tests/project/test_benchmarks.py, in CI)",
     )
     a = ap.parse_args()
     if a.smoke:

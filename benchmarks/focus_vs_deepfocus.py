@@ -55,7 +55,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument(
         "--smoke",
         action="store_true",
-        help="seconds at tiny sizes: checks that the script runs (tests/test_benchmarks.py, in CI)",
+        help="seconds at tiny sizes: checks that the script runs (tests/project/test_benchmarks.py, in CI)",
     )
     args = p.parse_args(argv)
     if args.smoke:

@@ -226,7 +226,7 @@ def main() -> None:
     parser.add_argument(
         "--smoke",
         action="store_true",
-        help="seconds at tiny sizes: checks that the script runs (tests/test_benchmarks.py, in CI)",
+        help="seconds at tiny sizes: checks that the script runs (tests/project/test_benchmarks.py, in CI)",
     )
     args = parser.parse_args()
     if args.smoke:

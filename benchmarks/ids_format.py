@@ -1,7 +1,7 @@
 """Which file format for flat token ids (docs/stages.md, pretokenize): 50 M uint16 ids written in batches of
 1 M, opened mapped, then 20 000 random 128-id slices. `python benchmarks/ids_format.py npy|safetensors|arrow`,
 one format per process (peak RSS is the process's); `--smoke`: 2 M ids and 200 slices, seconds (CI:
-tests/test_benchmarks.py)."""
+tests/project/test_benchmarks.py)."""
 
 import json
 import os

@@ -7,7 +7,7 @@ with random weights and a WordPiece tokenizer trained on the text, lays out `res
 the pre-tokenised splits in a scratch directory, and runs `vocabtransfer pretrain --device auto` there once per
 objective, as the pipeline does. Prints, per objective, the precision the stage chose, tokens per second, the valid loss
 at step 0 and at the end, and the wall time, then the selfish / standard time ratio. By hand on a GPU; CI runs
-its CPU path at `--smoke` (tests/test_benchmarks.py).
+its CPU path at `--smoke` (tests/project/test_benchmarks.py).
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def main() -> None:
     ap.add_argument(
         "--smoke",
         action="store_true",
-        help="seconds at tiny sizes: checks that the script runs (tests/test_benchmarks.py, in CI)",
+        help="seconds at tiny sizes: checks that the script runs (tests/project/test_benchmarks.py, in CI)",
     )
     args = ap.parse_args()
     if args.smoke:

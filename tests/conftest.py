@@ -28,7 +28,7 @@ def _one_thread_per_worker() -> None:
     """Under pytest-xdist with several workers, every worker computes with one thread (torch's and any
     subprocess's OpenMP). Torch's default takes every core per worker: two workers on two cores then run
     four OpenMP threads that spin-wait on each other, and a MiniLM fine-tune took 335 s instead of 67 s
-    (tests/test_task_heads.py, measured beside one busy process). A stage a test runs through Snakemake
+    (tests/stage/test_task_heads.py, measured beside one busy process). A stage a test runs through Snakemake
     still sets its own rule's threads."""
     if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
         os.environ["OMP_NUM_THREADS"] = "1"

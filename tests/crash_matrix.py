@@ -20,7 +20,7 @@ files that differ (report.md without its job-time line). With `--runner dvc` the
 DVC_PHASES), compared with the same job run through DVC without a kill (dvc.yaml gives a job its own threads, and
 a pretraining run on two threads is not bit-identical to one on one thread, as the Snakemake reference ran it).
 `make crash-matrix` runs every stage (`python tests/crash_matrix.py --reference DIR` without --stages); CI a seeded
-sample (tests/test_crash_matrix.py).
+sample (tests/workflow/test_crash_matrix.py).
 """
 
 from __future__ import annotations
@@ -354,9 +354,9 @@ def build_reference(directory: Path, shared_data: Path) -> None:
 
 def build_decoder_reference(directory: Path, shared_data: Path) -> None:
     """For `--decoder`: the lm_eval stage's job, which the shared workflow config (a masked source) does not plan,
-    on tests/test_decoder_only.py's tiny Llama source with one offline zero-shot task (16 items) scored on the
+    on tests/workflow/test_decoder_only.py's tiny Llama source with one offline zero-shot task (16 items) scored on the
     source itself; the run makes that job's outputs and what they need, nothing else."""
-    sys.path.insert(0, str(REPO / "tests"))
+    sys.path[:0] = [str(REPO / "tests"), str(REPO / "tests" / "workflow")]  # helpers; test_decoder_only
     from conftest import workflow_environment
     from helpers import run_command, setup_workdir
     from test_decoder_only import build_source, overlay

@@ -34,7 +34,7 @@ from vocabtransfer.plan import stages
 
 BIN = Path(sys.executable).parent
 CANCELLED_RULE = "fasttext"
-# the test config of tests/test_workflow.py, for sw only, with a few methods (snmf brings in the
+# the test config of tests/workflow/test_workflow.py, for sw only, with a few methods (snmf brings in the
 # source_snmf GPU stage) and a short LM-head training
 OVERLAY = {
     "languages": ["sw"],

@@ -1,7 +1,8 @@
 """The DAG's edges, read from the declarations (vocabtransfer.plan.stages): a stage reads another when a
 path among its jobs' inputs is one of the other's outputs (or lies inside an output directory).
 `vocabtransfer dag` prints the picture docs/stages.md shows (a Mermaid flowchart, checked against the
-declarations by tests/test_docs.py), and tests/test_dag.py checks that the table is in topological order."""
+declarations by tests/project/test_docs.py), and tests/project/test_dag.py checks that the table is in
+topological order."""
 
 from __future__ import annotations
 

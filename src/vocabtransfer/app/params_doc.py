@@ -5,7 +5,7 @@
    maps keyed by language (`corpus.sources.<lang>`) and objects without options included;
 2. a leaf's row: key, schema default, the params.yaml value where it differs, allowed values, description;
 3. the keys of one data source (corpus and task data) get a table of their own at the end.
-tests/test_docs.py fails when the committed file differs from `render()` or misses a schema leaf.
+tests/project/test_docs.py fails when the committed file differs from `render()` or misses a schema leaf.
 """
 
 from __future__ import annotations

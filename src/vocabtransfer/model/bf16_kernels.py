@@ -19,7 +19,7 @@ bf16; the attention's registration happens once per process, a second call chang
   seed drop the same entries and differ by their precision alone. (torch's CPU `bernoulli_` draws one number
   per entry in one thread, MKL's vectorised generator being used only on Intel CPUs: on this project's AMD CPU
   the masks cost a tenth to a quarter of MiniLM's bf16 step. Four 16-bit draws from one 64-bit integer are 3x
-  faster, but other masks: used for every dropout, tests/test_precision.py's tiny causal model's bf16 valid
+  faster, but other masks: used for every dropout, tests/stage/test_precision.py's tiny causal model's bf16 valid
   loss moved 0.03 nats from its fp32 twin's in 24 steps (tolerance 0.02; 0.006 with the same masks); for the
   attention alone, the masked model's 0.010 (0.0004 with the same masks).)
 * the tied input embedding's gradient (`install(model)`, a model whose input embeddings share the LM head's

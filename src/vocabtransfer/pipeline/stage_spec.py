@@ -85,7 +85,7 @@ class Stage:
     # the params its job reads: names of the typed root's sections and leaves (`pretrain`, `source_head.text`,
     # `eval.tasks.{task}`: `{wildcard}`s filled per job), or a function of (params, wildcards) giving them. Its rerun
     # keys are their leaves (`leaves`: a section's but the `rerun=False` ones, params_root.Params.rerun_leaves), and
-    # the job's planning reads no other (tests/test_params_reads.py records every read)
+    # the job's planning reads no other (tests/project/test_params_reads.py records every read)
     reads: tuple[str, ...] | PerJob = ()
     # the params its planning reads only to decide which jobs run and what they read (init.methods, pretrain.seeds):
     # not rerun keys, as a change there adds or removes jobs or changes their inputs (names as in `reads`)
@@ -185,7 +185,7 @@ class Stage:
 
 def contract_fault(stage: Any) -> str | None:
     """Why `stage` breaks the stage contract (None: it keeps it): a `Stage` whose `run` names a function
-    (`"package.module:function"`, of a module that exists: found, not imported; tests/test_registries.py imports
+    (`"package.module:function"`, of a module that exists: found, not imported; tests/project/test_registries.py imports
     each and checks that it takes the job's Context alone),
     whose constant inputs and outputs use only its wildcards, whose output directories are outputs, whose
     constant code modules exist, and whose per-job properties are constants or functions of (params, wildcards).

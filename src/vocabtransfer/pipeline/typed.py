@@ -90,7 +90,7 @@ def option(
 def named_child(under: str = "") -> Callable[[F], F]:
     """Marks a section's method `(self, name) -> its subsection` as reading that subsection alone, at
     `<section>.<under>.<name>` (`EvalParams.task`: `eval.tasks.<name>`; `InitParams.options`: `init.<name>`): what
-    tests/test_params_reads.py records of a read through it."""
+    tests/project/test_params_reads.py records of a read through it."""
 
     def mark(method: F) -> F:
         method.__dict__["named_child"] = under

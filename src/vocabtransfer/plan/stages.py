@@ -1,5 +1,5 @@
 """The DAG: every pipeline stage's declaration, in one place, in topological order (each stage after
-every stage whose outputs it reads; `tests/test_dag.py` derives the edges from the input and output
+every stage whose outputs it reads; `tests/project/test_dag.py` derives the edges from the input and output
 templates and checks it), grouped by phase.
 
 A declaration (`Stage`, vocabtransfer.pipeline.stage_spec) names the stage's function by a lazy
@@ -14,7 +14,7 @@ only code and import from here.
 The CLI builds `vocabtransfer <stage>` from this table, the Snakemake rules take their
 input/output/params from it (workflow/rules/common.smk, stages.smk), `vocabtransfer dvc-yaml` generates
 dvc.yaml from it and `vocabtransfer dag` docs/stages.md's picture; running a job is vocabtransfer.app.runner.
-Importing it imports no stage module (tests/test_layout.py), so Snakemake and the CLI plan without torch.
+Importing it imports no stage module (tests/project/test_layout.py), so Snakemake and the CLI plan without torch.
 """
 
 from __future__ import annotations
@@ -414,7 +414,7 @@ EXPORT = Stage(  # what a user takes away: one run as a Hugging Face folder with
     skip_reason=export_plans.check,
 )
 
-# the table, in the order above (topological: tests/test_dag.py); each declaration checked against the stage
+# the table, in the order above (topological: tests/project/test_dag.py); each declaration checked against the stage
 # contract (stage_spec.contract_fault), a name declared twice refused
 STAGES: Registry[Stage] = Registry("stage", check=contract_fault)
 for _stage in (

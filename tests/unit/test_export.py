@@ -22,7 +22,7 @@ def language(finals: dict[tuple[str, str, int], float]) -> Language:
 
 
 def test_the_exported_seed_is_the_median_and_only_baselines_are_named_as_such():
-    """The seed rule (the method is the report's pick, tests/test_recommend.py): the median final loss, the lower
+    """The seed rule (the method is the report's pick, tests/unit/test_recommend.py): the median final loss, the lower
     middle one for an even count; where only baselines ran, the lowest mean of them, said in the card."""
     finals = {
         ("focus", "standard", 1): 5.3,

@@ -39,7 +39,7 @@ from helpers import (
 )
 
 pytestmark = pytest.mark.slow
-# fp32: the equivalences below are exact in fp32 (bf16 runs against fp32: tests/test_precision.py)
+# fp32: the equivalences below are exact in fp32 (bf16 runs against fp32: tests/stage/test_precision.py)
 STEPS = {"steps": 12, "eval_every": 4, "save_every": 4, "log_every": 2, "learning_rate": 0.003, "precision": "fp32"}
 
 

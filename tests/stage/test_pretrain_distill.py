@@ -46,7 +46,7 @@ STEPS = {
     "eval_lines": 20,
     "eval_batch_size": 8,
     "precision": "fp32",
-}  # fp32: the equivalences below are exact in fp32 (bf16: tests/test_precision.py)
+}  # fp32: the equivalences below are exact in fp32 (bf16: tests/stage/test_precision.py)
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ from vocabtransfer.pipeline import paths
 from vocabtransfer.plan.params_root import Params
 from vocabtransfer.plan.stages import STAGES
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def every_job(params: Params):

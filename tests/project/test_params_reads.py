@@ -18,7 +18,7 @@ from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.plan.params_root import InitParams, Params, node_class
 from vocabtransfer.plan.stages import STAGES
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class Recording:

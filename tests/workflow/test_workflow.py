@@ -117,7 +117,7 @@ def test_init_eval_focus_ranks_above_random_right_after_initialisation(workdir):
 def test_the_hypernet_stage_trains_once_for_the_source_and_its_init_job_applies_it(workdir):
     """Stage hypernet ran once (no language), checkpointed, and wrote its network and curve; the init job of
     method hypernet read it, and init_eval scored it beside FVT's own starting point (the shared config has no fvt:
-    the untrained network's rows are FVT's, tests/test_hypernet.py)."""
+    the untrained network's rows are FVT's, tests/stage/test_hypernet.py)."""
     import pyarrow.parquet as pq
 
     work, _, params = workdir

@@ -1,5 +1,5 @@
 """linear_objective_loss on CUDA (the Triton path and the chunked torch path) against materialised
-logits on the same GPU. Skipped without CUDA; also runs as a script (`python tests/test_fused_head_cuda.py`)
+logits on the same GPU. Skipped without CUDA; also runs as a script (`python tests/unit/test_fused_head_cuda.py`)
 where pytest is not installed."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 from vocabtransfer.model import fused_head
 from vocabtransfer.model import fused_head_triton
 from vocabtransfer.model import losses

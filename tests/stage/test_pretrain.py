@@ -344,7 +344,7 @@ def test_pretrain_runs_and_init_seeds():
 def test_paper_config_is_valid_and_dry_runs_offline(tmp_path):
     """config/paper.yaml merged into params.yaml (as the workflow merges a --configfile) passes the schema, and
     the planner `snakemake -n --configfile config/paper.yaml` runs plans every pretrain job (the dry run itself, as
-    docs/cluster.md shows it, is tests/test_docs.py's)."""
+    docs/cluster.md shows it, is tests/project/test_docs.py's)."""
     from vocabtransfer.pipeline.config import merge_overlay, read_yaml
 
     params = merge_overlay(read_yaml(REPO / "params.yaml"), read_yaml(REPO / "config/paper.yaml"))

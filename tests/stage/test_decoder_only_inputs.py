@@ -279,7 +279,7 @@ def test_decoder_config_is_valid_and_dry_runs_offline():
     assert "omp" in checked["init"]["methods"] and checked["pretrain"]["precision"] == "auto"
     # semi-NMF runs at that size with the svd start (benchmarks/init_scale.py)
     assert "snmf" in checked["init"]["methods"] and checked["init"]["snmf"]["init"] == "svd"
-    # the planner `snakemake -n` runs (docs/methods.md's dry run of this config: tests/test_docs.py)
+    # the planner `snakemake -n` runs (docs/methods.md's dry run of this config: tests/project/test_docs.py)
     from vocabtransfer.app import plan
 
     jobs = plan.job_counts(checked)
