@@ -7,17 +7,18 @@ For `--lang L --method M --pseed K` (pretraining seed K: the method draws its ra
 2. build a `TransferProblem` and the method's options (params `init.<base>` as the class it registers,
    e.g. `OmpOptions`; for a factorised method `base+svd` a `FactorizedOptions` with `init.svd` too) and
    run `get_method(M)(problem, options)` on the input embeddings, and again on the output embeddings
-   when the source model's are untied; for random / overlap with `scale: calibrated`, the rows they drew
-   (`TransferResult.random_rows`) shrunk toward the source mean by the factor `init.calibrate` measures on
-   the target model and the first training lines (stats.json `random_scale`; docs/methods.md#random); for
-   fvt_prior, the output bias's prior weight fitted (stats.json `output_prior`);
+   when the source model's are untied (`TransferProblem.matrix` says which); for random / overlap with
+   `scale: calibrated`, the rows they drew (`TransferResult.random_rows`) shrunk toward the source mean by the
+   factor `init.calibrate` measures on the target model and the first training lines (stats.json
+   `random_scale`; docs/methods.md#random); for fvt_prior, the output bias's prior weight fitted (stats.json
+   `output_prior`);
 3. write results/L/init/M/pseedK/ atomically: embeddings.safetensors (`input_embeddings`,
    `output_embeddings` when untied), one `<name>.safetensors` per extra tensor of the method
    (coordinates, primitives; `output_<name>` for the output pass), model/ (the source model with
    the new embeddings and the target tokenizer, loadable with AutoModelFor… alone) and stats.json
    (for a method registered `auxiliary_rows=True` — focus, ofa, omp, snmf — and its variants
    `target_rows`: how many rows came from the overlap, from fastText dictionary vectors, from
-   subword vectors, and random ones).
+   subword vectors, and random ones; for omp in a donor's space, from the overlap and from the donor).
 
 The LM head's output bias (BERT `cls.predictions.bias`) is indexed by token id, so it is moved like the embeddings:
 the source bias copied for target tokens that overlap a source token, the mean source bias for every other (neither
