@@ -128,7 +128,7 @@ def test_a_registry_imports_a_lazy_reference_only_when_it_is_looked_up(tmp_path,
 
 
 def test_every_stage_keeps_the_stage_contract():
-    assert len(STAGES) == 22 and all(contract_fault(s) is None for s in STAGES.values())
+    assert len(STAGES) == 23 and all(contract_fault(s) is None for s in STAGES.values())
     init = STAGES["init"]
     assert "not a wildcard" in contract_fault(replace(init, outputs={"x": "results/{lang}/{nope}"}))
     assert "'package.module:function' reference" in contract_fault(replace(init, run=lambda ctx: None))

@@ -76,24 +76,27 @@ def gemma_style_gguf(path: Path, lines: list[str], vocab_size: int = 800) -> Pat
     return path
 
 
-def _params(source: Path, tokenizer_from: str, methods: list[str]) -> dict:
+def _params(source: Path, tokenizer_from: str, methods: list[str], donor: str | None = None) -> dict:
     return validate_params(
         {
             "languages": ["sw"],
             "seed": 3,
             "source_model": str(source),
             "corpus": {"sources": {"sw": {"path": "sw.txt"}}, "valid_fraction": 0.1},
-            "tokenizer": {"from": tokenizer_from, "vocab_size": 16000},
+            "tokenizer": {"from": tokenizer_from, "vocab_size": 16000, "donor_model": donor},
             "fasttext": {"dim": 8, "epochs": 1, "min_count": 2},
-            "init": {"methods": methods, "omp": {"k": 4}},
+            "init": {"methods": methods, "omp": {"k": 4, "space": "donor" if donor else "fasttext"}},
             "pretrain": {"methods": [], "steps": 1},
             "init_eval": {"max_lines": 8, "seq_len": 32, "batch_size": 4, "retrieval_sentences": 0},
         }
     )
 
 
-def _transplant(root: Path, monkeypatch, model, source_tok, tokenizer_from: str, methods: list[str]) -> dict:
-    """Run source_model … init_eval in `root` with `source_model` a directory of (model, source_tok)."""
+def _transplant(
+    root: Path, monkeypatch, model, source_tok, tokenizer_from: str, methods: list[str], donor: str | None = None
+) -> dict:
+    """Run source_model … init_eval in `root` with `source_model` a directory of (model, source_tok); with `donor`
+    (tokenizer.donor_model), omp in its space and stage donor before init."""
     data = root / "data"
     data.mkdir(parents=True)
     (data / "sw.txt").write_text("\n".join(text_lines("sw", 400)) + "\n", encoding="utf-8")
@@ -102,11 +105,13 @@ def _transplant(root: Path, monkeypatch, model, source_tok, tokenizer_from: str,
     monkeypatch.setenv("VOCABTRANSFER_DATA", str(data))
     monkeypatch.chdir(root)
     source = save_dir(model, source_tok, root / "source")
-    params = _params(source, tokenizer_from, methods)
+    params = _params(source, tokenizer_from, methods, donor)
     run_stage("source_model", params, {}, threads=1)
     save_dir(model, source_tok, root / paths.SOURCE_MODEL)  # complete already: what source_head would leave
     for stage in ("corpus", "tokenizer", "pretokenize", "fasttext", "overlap"):
         run_stage(stage, params, LANG, threads=1)
+    for wildcards in STAGES["donor"].jobs(Params(params)):
+        run_stage("donor", params, wildcards, threads=1)
     for method in methods:
         run_stage("init", params, {**LANG, "method": method, "pseed": "1"}, threads=1)
     run_stage("init_eval", params, LANG, threads=1)
@@ -210,6 +215,60 @@ def _rows(root: Path, method: str, source_tok, overlap_token: str):
     )
 
 
+def test_omp_in_the_donors_space_runs_from_the_donor_stage_to_init_eval(tmp_path, monkeypatch):
+    """A tiny untied Llama moved to the tokenizer of a tiny untied Llama donor (tokenizer.from and
+    tokenizer.donor_model: the donor's folder): stage donor writes both of the donor's matrices, and the init job's
+    input and output rows are `donor_embeddings` of the source's and donor's own matrices, bit for bit."""
+    from safetensors.torch import load_file
+
+    from vocabtransfer.data.overlap import overlap_pairs
+    from vocabtransfer.init.methods.omp import donor_embeddings
+    from vocabtransfer.plan.method_options import OmpOptions
+
+    target_tok = wordpiece_tokenizer("sw", vocab_size=300)
+    donor = save_dir(tiny_llama(len(target_tok), seed=1), target_tok, tmp_path / "donor")
+    source_tok, root = llama_seed(), tmp_path / "work"
+    params = _transplant(
+        root, monkeypatch, tiny_llama(len(source_tok)), source_tok, str(donor), ["omp"], donor=str(donor)
+    )
+    typed = Params(params)
+    assert STAGES["donor"].jobs(typed) == [{}] and STAGES["donor"].leaves(typed, {}) == [
+        "tokenizer.from",
+        "tokenizer.donor_model",
+    ]
+    assert STAGES["donor"].data_files(typed, {}) == {"data_donor": str(donor), "data_tokenizer": str(donor)}
+    job = {**LANG, "method": "omp", "pseed": "1"}
+    assert STAGES["init"].input_templates(typed, job)["donor"] == paths.DONOR_EMB
+    assert "tokenizer.donor_model" not in STAGES["tokenizer"].leaves(typed, LANG)
+
+    stats = json.loads((root / paths.DONOR_STATS).read_text())
+    assert stats["tied"] is False and stats["tensors"] == ["input", "output"] and stats["rows"] == len(target_tok)
+    assert stats["from"]["route"] == "directory" and stats["dim"] == 32
+    weights = {"source": load_file(str(root / paths.SOURCE_MODEL / "model.safetensors"))}
+    weights["donor"] = load_file(str(donor / "model.safetensors"))
+    table = pq.read_table(root / paths.fill(paths.OVERLAP, lang="sw"))
+    pairs = overlap_pairs(table)
+    init_dir = root / paths.fill(paths.INIT_DIR, lang="sw", method="omp", pseed=1)
+    rows = load_file(str(init_dir / "embeddings.safetensors"))
+    init_stats = json.loads((init_dir / "stats.json").read_text())
+    for which, name in (("input", "model.embed_tokens.weight"), ("output", "lm_head.weight")):
+        expected, method_stats = donor_embeddings(
+            weights["source"][name][: len(source_tok)],
+            weights["donor"][name],
+            *pairs,
+            OmpOptions(k=4, space="donor"),
+        )
+        assert torch.equal(rows[f"{which}_embeddings"], expected), which
+        ran = init_stats["method_stats" if which == "input" else "output_method_stats"]
+        assert ran["matrix"] == ran["donor_matrix"] == which and ran["omp_combined"] == method_stats["omp_combined"]
+    n_overlap = len(pairs[0])
+    assert (
+        4 <= n_overlap < len(target_tok) and init_stats["method_stats"]["omp_combined"] == len(target_tok) - n_overlap
+    )
+    assert init_stats["target_rows"] == {"overlap": n_overlap, "donor": len(target_tok) - n_overlap}
+    _check_init_eval(root, ["omp"], len(target_tok))
+
+
 # ---------------------------------------------------------------- refused before any job
 
 
@@ -279,3 +338,76 @@ def test_an_existing_targets_special_tokens_are_not_matched_to_ordinary_ones():
     kept = unmatched(table, crossed)
     assert kept.schema == table.schema and kept["match"][crossed[0]].as_py() == "none"
     assert overlap_pairs(kept)[0].tolist() == [i for i in overlap_pairs(table)[0].tolist() if i != crossed[0]]
+
+
+def _donor_tree(tokenizer_from: str | None, donor: str | None, space: str = "donor") -> dict:
+    return {
+        **_tree(tokenizer_from),
+        "tokenizer": {"from": tokenizer_from, "donor_model": donor},
+        "init": {"omp": {"space": space}},
+    }
+
+
+def _donor_refusal(tree: dict) -> str:
+    with pytest.raises(VocabTransferError) as info:
+        preflight(validate_params(tree))
+    message = str(info.value)
+    assert "\n" not in message and message.startswith("params.yaml: "), message
+    return message
+
+
+def test_a_donor_is_refused_before_any_job_without_its_keys_or_of_another_vocabulary(
+    tmp_path, monkeypatch, shared_data
+):
+    message = _donor_refusal(_donor_tree(MINILM, None))
+    assert "init.omp.space: donor" in message and "set tokenizer.donor_model" in message, message
+    message = _donor_refusal(_donor_tree(None, MINILM))
+    assert "tokenizer.donor_model: " in message and "tokenizer.from is not set" in message, message
+    assert "is neither an existing directory nor a hub id" in _donor_refusal(_donor_tree(MINILM, str(tmp_path / "x")))
+    preflight(validate_params(_donor_tree(MINILM, MINILM)))  # MiniLM owns its own tokenizer
+    preflight(validate_params(_donor_tree(MINILM, None, space="fasttext")))
+
+    # a donor folder whose tokenizer is not tokenizer.from's: refused by the plan, and by stage donor's first step with
+    # the same line (the donor has a config and a tokenizer, no weights: the refusal comes before any is read)
+    target, other = tmp_path / "target", tmp_path / "donor"
+    wordpiece_tokenizer("sw", vocab_size=300).save_pretrained(str(target))
+    tiny_llama(300).config.save_pretrained(str(other))
+    wordpiece_tokenizer("en", vocab_size=300).save_pretrained(str(other))
+    tree = _donor_tree(str(target), str(other))
+    planned = _donor_refusal(tree)
+    assert "tokenizer.donor_model: " in planned and "its vocabulary is not the target tokenizer's" in planned
+    assert "point tokenizer.donor_model at the model that owns tokenizer.from's tokenizer" in planned, planned
+    monkeypatch.setenv("VOCABTRANSFER_DATA", str(shared_data))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(VocabTransferError) as info:
+        run_stage("donor", validate_params(tree), {}, threads=1)
+    assert planned == f"params.yaml: {info.value}"
+
+    # a GGUF target tokenizer is not read by the plan: the same donor passes it, and stage donor refuses it first
+    gguf_file = gemma_style_gguf(tmp_path / "target.gguf", text_lines("sw", 400, start=400))
+    tree = _donor_tree(str(gguf_file), str(other))
+    preflight(validate_params(tree))
+    with pytest.raises(
+        VocabTransferError, match=r"^tokenizer\.donor_model: .*its vocabulary is not the target"
+    ) as info:
+        run_stage("donor", validate_params(tree), {}, threads=1)
+    assert "\n" not in str(info.value) and "target token '<pad>' (id 0) is absent from the donor" in str(info.value)
+
+
+def test_donor_jobs_read_only_what_they_declare(tmp_path, shared_data, monkeypatch):
+    """The donor stage's and the donor-space init job's planning read only their declared params (the recording of
+    tests/test_params_reads.py, on a config with a donor: no shipped config has one)."""
+    from test_params_reads import undeclared
+
+    monkeypatch.setenv("VOCABTRANSFER_DATA", str(shared_data))
+    params = Params(
+        validate_params(
+            {**_donor_tree(MINILM, MINILM), "init": {"methods": ["omp", "omp+svd", "focus"], "omp": {"space": "donor"}}}
+        )
+    )
+    jobs = [("donor", {})] + [("init", {**LANG, "method": m, "pseed": "1"}) for m in ("omp", "omp+svd", "focus")]
+    for stage, wildcards in jobs:
+        assert undeclared(STAGES[stage], params, wildcards) == [], (stage, wildcards)
+    assert "donor" in STAGES["init"].input_templates(params, jobs[2][1])  # omp+svd codes in the donor's space too
+    assert "donor" not in STAGES["init"].input_templates(params, jobs[3][1])
+    assert STAGES["donor"].jobs(Params(validate_params(_donor_tree(MINILM, MINILM, space="fasttext")))) == []

@@ -1,5 +1,6 @@
 """omp: OMP's choices and coefficients on hand-checkable atoms, equality with scikit-learn's
-OrthogonalMatchingPursuit, and the `omp` / `omp+svd` methods through the init stage on small real data."""
+OrthogonalMatchingPursuit, the `omp` / `omp+svd` methods through the init stage on small real data, and OMP in a
+donor's space (`init.omp.space: donor`) on a hand-made 5-token case, tied and untied."""
 
 from __future__ import annotations
 
@@ -19,7 +20,9 @@ from vocabtransfer.pipeline.config import typed_section
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.init.methods import available, get_method
 from vocabtransfer.init.methods.focus import FocusInputs, focus_embeddings
-from vocabtransfer.init.methods.omp import batch_omp, omp_embeddings
+from vocabtransfer.init.methods.omp import batch_omp, donor_embeddings, omp, omp_embeddings
+from vocabtransfer.init.methods.registry import TransferProblem
+from vocabtransfer.plan.donor_vocab import vocabulary_sha256
 from vocabtransfer.plan.method_options import OmpOptions
 
 from helpers import make_ctx, text_lines, tiny_bert, wordpiece_tokenizer, write_inputs
@@ -203,7 +206,7 @@ def run_init(tmp_path, inputs, method, params, out="init"):
 def test_omp_and_omp_svd_run_through_the_init_stage(tmp_path, stage_inputs, one_thread):
     inputs, pairs, mask = stage_inputs
     params = omp_params()
-    assert params["init"]["omp"] == {"k": 4, "block_size": 256, "norm": "combination"}
+    assert params["init"]["omp"] == {"k": 4, "block_size": 256, "norm": "combination", "space": "fasttext"}
     assert "omp" in available() and callable(get_method("omp")) and callable(get_method("omp+svd"))
     runs = {m: run_init(tmp_path, inputs, m, params) for m in ("omp", "omp+svd", "focus")}
     emb = {m: load_file(str(p / "embeddings.safetensors"))["input_embeddings"] for m, p in runs.items()}
@@ -252,3 +255,102 @@ def test_omp_bad_k_is_one_line_naming_the_key(tmp_path, stage_inputs):
     assert "\n" not in message and message.startswith("init.omp.k=1000: larger than the ")
     assert "overlapping tokens with a fastText vector (sw)" in message and "set init.omp.k to at most" in message
     assert not (tmp_path / "init").exists() or not any((tmp_path / "init").iterdir())  # nothing written
+
+
+# ---------------------------------------------------------------- the donor's space (init.omp.space: donor)
+# Target vocabulary: <unk> a b x y (ids 0-4); source vocabulary: <unk> b a z (ids 0-3). The overlap: <unk>, a, b.
+# In the donor's input space (width 4), with u, a, b the donor rows of <unk>, a, b (a and b not orthogonal):
+#   x = 2 a - 0.5 b   and   y = -3 u + 0.5 a - 0.25 b,
+# so x's row is 2 A - 0.5 B and y's -3 U + 0.5 A - 0.25 B of the source rows U, A, B of <unk>, a, b: every number a
+# short binary fraction, the arithmetic exact in float32 and float64 alike. In an untied donor's output space (width
+# 3) the codes differ: x = 0.5 a' + b', y = -u'.
+DONOR_IN = torch.tensor(
+    [[0, 0, 1, 0], [1, 0, 0, 0], [1, 1, 0, 0], [1.5, -0.5, 0, 0], [0.25, -0.25, -3, 0]], dtype=torch.float32
+)
+DONOR_OUT = torch.tensor([[0, 1, 0], [2, 0, 0], [0, 0, 1], [1, 0, 1], [0, -1, 0]], dtype=torch.float32)
+SOURCE_IN = torch.tensor([[1, 0.5, -2], [0.25, 4, 1], [-1, 2, 0.5], [9, 9, 9]], dtype=torch.float32)  # <unk> b a z
+SOURCE_OUT = torch.tensor([[-0.5, 1, 3], [2, -0.25, 0.5], [0.75, 1, -1], [7, 7, 7]], dtype=torch.float32)
+OVERLAP_T, OVERLAP_S = np.array([0, 1, 2]), np.array([0, 2, 1])  # <unk> -> <unk>, a -> a (source 2), b -> b (1)
+
+
+def hand_rows(source: torch.Tensor, codes: dict[int, dict[int, float]]) -> torch.Tensor:
+    """The expected target rows: copies of U, A, B for <unk>, a, b; for x and y the hand-made codes {target atom id:
+    coefficient} applied to the atoms' source rows, in float32."""
+    u, a, b = source[0], source[2], source[1]
+    atom = {0: u, 1: a, 2: b}
+    rows = [u, a, b] + [sum(c * atom[j] for j, c in codes[i].items()) for i in (3, 4)]
+    return torch.stack(rows)
+
+
+INPUT_CODES = {3: {1: 2.0, 2: -0.5}, 4: {0: -3.0, 1: 0.5, 2: -0.25}}
+OUTPUT_CODES = {3: {1: 0.5, 2: 1.0}, 4: {0: -1.0}}
+
+
+def five_token_tokenizer():
+    from tokenizers import Tokenizer, models
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {t: i for i, t in enumerate(["<unk>", "a", "b", "x", "y"])}
+    return PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer(models.WordLevel(vocab, unk_token="<unk>")), unk_token="<unk>"
+    )
+
+
+def test_donor_space_omp_is_the_hand_made_combination_byte_for_byte():
+    assert torch.equal(DONOR_IN[3], 2 * DONOR_IN[1] - 0.5 * DONOR_IN[2])  # the planted codes hold in the donor
+    assert torch.equal(DONOR_IN[4], -3 * DONOR_IN[0] + 0.5 * DONOR_IN[1] - 0.25 * DONOR_IN[2])
+    rows, stats = donor_embeddings(SOURCE_IN, DONOR_IN, OVERLAP_T, OVERLAP_S, OmpOptions(k=3, space="donor"))
+    expected = hand_rows(SOURCE_IN, INPUT_CODES)
+    assert rows.dtype == torch.float32 and torch.equal(rows, expected), (rows, expected)
+    assert torch.equal(expected[3], 2 * SOURCE_IN[2] - 0.5 * SOURCE_IN[1])  # 2 A - 0.5 B, written out
+    assert stats["copied"] == 3 and stats["omp_combined"] == 2 and stats["random"] == 0 and stats["anchors"] == 3
+    assert stats["atoms_mean"] == 2.5 and stats["residual_mean"] == 0.0  # x: 2 atoms, y: 3; both exact
+    # k = 2 cannot spell y: its best two atoms leave part of it, and the stats say so
+    _, short = donor_embeddings(SOURCE_IN, DONOR_IN, OVERLAP_T, OVERLAP_S, OmpOptions(k=2, space="donor"))
+    assert short["atoms_max"] == 2 and short["residual_mean"] > 0
+    with pytest.raises(VocabTransferError, match=r"init\.omp\.k=4: larger than the 3 overlapping tokens"):
+        donor_embeddings(SOURCE_IN, DONOR_IN, OVERLAP_T, OVERLAP_S, OmpOptions(k=4, space="donor"))
+
+
+def donor_problem(tmp_path, donor: dict[str, torch.Tensor], matrix: str, vocab_sha256: str | None = None):
+    """The TransferProblem of one init pass (`matrix`) whose donor embeddings file holds `donor`."""
+    target = five_token_tokenizer()
+    path = tmp_path / f"donor_{'_'.join(sorted(donor))}.safetensors"
+    io.save_tensors(donor, path, metadata={"vocab_sha256": vocab_sha256 or vocabulary_sha256(target.get_vocab())})
+    return TransferProblem(
+        source_embeddings=SOURCE_IN if matrix == "input" else SOURCE_OUT,
+        source_tokenizer=None,
+        target_tokenizer=target,
+        overlap_target_ids=OVERLAP_T,
+        overlap_source_ids=OVERLAP_S,
+        resources={"donor": path},
+        matrix=matrix,
+    )
+
+
+@pytest.mark.parametrize("donor_tied", [True, False], ids=["tied donor", "untied donor"])
+def test_donor_space_omp_codes_each_source_matrix_in_the_donors_own_space(tmp_path, donor_tied):
+    """The init stage runs omp once per source matrix: the input embeddings are coded in the donor's input space; an
+    untied source's output embeddings in the donor's output space where it has one, else in its one (tied) space."""
+    donor = {"input": DONOR_IN} if donor_tied else {"input": DONOR_IN, "output": DONOR_OUT}
+    opts = OmpOptions(k=3, space="donor")
+    inp = omp(donor_problem(tmp_path, donor, "input"), opts)
+    assert torch.equal(inp.embeddings, hand_rows(SOURCE_IN, INPUT_CODES))
+    assert inp.stats["donor_matrix"] == "input" and inp.stats["options"]["space"] == "donor"
+    out = omp(donor_problem(tmp_path, donor, "output"), opts)
+    codes = INPUT_CODES if donor_tied else OUTPUT_CODES
+    assert torch.equal(out.embeddings, hand_rows(SOURCE_OUT, codes))
+    assert out.stats["donor_matrix"] == ("input" if donor_tied else "output") and out.stats["matrix"] == "output"
+
+
+def test_donor_space_omp_refuses_another_vocabulary_and_a_missing_donor(tmp_path):
+    opts = OmpOptions(k=3, space="donor")
+    other = donor_problem(tmp_path, {"input": DONOR_IN}, "input", vocab_sha256=vocabulary_sha256({"a": 0}))
+    with pytest.raises(VocabTransferError, match="another vocabulary .* rerun stage donor"):
+        omp(other, opts)
+    problem = donor_problem(tmp_path, {"input": DONOR_IN}, "input")
+    with pytest.raises(VocabTransferError, match="no donor embeddings were given; set tokenizer.donor_model"):
+        omp(TransferProblem(**{**problem.__dict__, "resources": {}}), opts)
+    short = donor_problem(tmp_path, {"input": DONOR_IN[:4]}, "input")
+    with pytest.raises(VocabTransferError, match=r"\(4, 4\) are not one finite row per target token \(5\)"):
+        omp(short, opts)

@@ -7,17 +7,18 @@ For `--lang L --method M --pseed K` (pretraining seed K: the method draws its ra
 2. build a `TransferProblem` and the method's options (params `init.<base>` as the class it registers,
    e.g. `OmpOptions`; for a factorised method `base+svd` a `FactorizedOptions` with `init.svd` too) and
    run `get_method(M)(problem, options)` on the input embeddings, and again on the output embeddings
-   when the source model's are untied; for random / overlap with `scale: calibrated`, the rows they drew
-   (`TransferResult.random_rows`) shrunk toward the source mean by the factor `init.calibrate` measures on
-   the target model and the first training lines (stats.json `random_scale`; docs/methods.md#random); for
-   fvt_prior, the output bias's prior weight fitted (stats.json `output_prior`);
+   when the source model's are untied (`TransferProblem.matrix` says which); for random / overlap with
+   `scale: calibrated`, the rows they drew (`TransferResult.random_rows`) shrunk toward the source mean by the
+   factor `init.calibrate` measures on the target model and the first training lines (stats.json
+   `random_scale`; docs/methods.md#random); for fvt_prior, the output bias's prior weight fitted (stats.json
+   `output_prior`);
 3. write results/L/init/M/pseedK/ atomically: embeddings.safetensors (`input_embeddings`,
    `output_embeddings` when untied), one `<name>.safetensors` per extra tensor of the method
    (coordinates, primitives; `output_<name>` for the output pass), model/ (the source model with
    the new embeddings and the target tokenizer, loadable with AutoModelFor… alone) and stats.json
    (for a method registered `auxiliary_rows=True` — focus, ofa, omp, snmf — and its variants
    `target_rows`: how many rows came from the overlap, from fastText dictionary vectors, from
-   subword vectors, and random ones).
+   subword vectors, and random ones; for omp in a donor's space, from the overlap and from the donor).
 
 The LM head's output bias (BERT `cls.predictions.bias`) is indexed by token id, so it is moved like the embeddings:
 the source bias copied for target tokens that overlap a source token, the mean source bias for every other (neither
@@ -102,11 +103,14 @@ def read_auxiliary(path: Path, n_target: int):
     return emb, mask, subword
 
 
-def target_rows(method: str, n_target: int, overlap_target_ids: np.ndarray, aux_mask, subword) -> dict | None:
+def target_rows(
+    method: str, n_target: int, overlap_target_ids: np.ndarray, aux_mask, subword, donor: bool = False
+) -> dict | None:
     """Where the target rows come from for a method registered `auxiliary_rows=True` (focus, ofa, omp,
     snmf and their factorised variants), counts that add up to n_target: `overlap` (copied source
     rows), `dictionary` / `subword` (a combination driven by a fastText dictionary / character n-gram
-    vector) and `random` (no vector). None for other methods.
+    vector) and `random` (no vector); with `donor` (omp in the donor's space) `overlap` and `donor`, every other
+    row coded from its donor row. None for other methods.
 
     ofa and snmf also copy special tokens that match a source special token by role; the fasttext
     stage gives special tokens no vector, so such a token outside the overlap counts as random here.
@@ -115,6 +119,8 @@ def target_rows(method: str, n_target: int, overlap_target_ids: np.ndarray, aux_
         return None
     overlap = np.zeros(n_target, dtype=bool)
     overlap[np.asarray(overlap_target_ids, dtype=np.int64)] = True
+    if donor:
+        return {"overlap": int(overlap.sum()), "donor": int((~overlap).sum())}
     has = aux_mask.numpy().astype(bool) & ~overlap
     sub = subword.numpy().astype(bool) & has if subword is not None else np.zeros(n_target, dtype=bool)
     return {
@@ -252,7 +258,12 @@ def run(ctx: Context) -> None:
     for which in ("input", "output") if x.untied else ("input",):
         t = time.perf_counter()
         result = method(
-            replace(problem, source_embeddings=x.matrices[which], factors={"snmf": snmf[which]} if snmf else {}),
+            replace(
+                problem,
+                source_embeddings=x.matrices[which],
+                matrix=which,
+                factors={"snmf": snmf[which]} if snmf else {},
+            ),
             options,
         )
         rows = _check_result(result, method_name, (len(x.target_tok), x.matrices[which].shape[1]), which)
@@ -381,7 +392,9 @@ def write_outputs(
         "overlap": int(len(x.target_ids)),
         "auxiliary_vectors": int(x.aux_mask.sum()),
         "auxiliary_subword_vectors": int(x.subword.sum()) if x.subword is not None else 0,
-        "target_rows": target_rows(method_name, n_target, x.target_ids, x.aux_mask, x.subword),
+        "target_rows": target_rows(
+            method_name, n_target, x.target_ids, x.aux_mask, x.subword, record["options"].get("space") == "donor"
+        ),
         "untied_output_embeddings": x.untied,
         **record,
         "method_stats": passes["input"][0].stats,

@@ -59,74 +59,75 @@ ROLES = {
 }
 
 
-def load(value: str) -> tuple[PreTrainedTokenizerFast, dict]:
-    """The fast tokenizer `value` names and where it came from: {"from", "route", "resolved", "sha256"}."""
-    spec = gguf.parse(value, key=KEY)
+def load(value: str, key: str = KEY) -> tuple[PreTrainedTokenizerFast, dict]:
+    """The fast tokenizer `value` names and where it came from: {"from", "route", "resolved", "sha256"}; `key`: the
+    params key that names it, for error lines (`tokenizer.donor_model` names a model whose tokenizer is read so)."""
+    spec = gguf.parse(value, key=key)
     if spec is not None:
         path = gguf.resolve(spec)
         origin = {"from": value, "route": "gguf", "gguf_kind": spec.kind, "resolved": str(path)}
-        tokenizer = _from_gguf(path)
+        tokenizer = _from_gguf(path, key)
         origin["sha256"] = gguf.sha256(path)
     else:
         local = Path(value).expanduser()
         if local.is_file():
-            tokenizer, origin = _from_file(local), {"from": value, "route": "file", "resolved": str(local.resolve())}
-            origin["sha256"] = gguf.sha256(local)
+            tokenizer = _from_file(local, key)
+            origin = {"from": value, "route": "file", "resolved": str(local.resolve()), "sha256": gguf.sha256(local)}
         else:
-            folder = local if local.is_dir() else _hub_folder(value)
+            folder = local if local.is_dir() else _hub_folder(value, key)
             route = "directory" if local.is_dir() else "hub"
-            tokenizer, origin = _from_folder(folder), {"from": value, "route": route, "resolved": str(folder)}
+            tokenizer, origin = _from_folder(folder, key), {"from": value, "route": route, "resolved": str(folder)}
             if (folder / "tokenizer.json").is_file():
                 origin["sha256"] = gguf.sha256(folder / "tokenizer.json")
     if not getattr(tokenizer, "is_fast", False):
         raise VocabTransferError(
-            f"{KEY}: {value!r} loads as a slow {type(tokenizer).__name__}; vocabtransfer needs a fast tokenizer "
-            "(a tokenizer.json): save the tokenizer with a fast tokenizer's save_pretrained and point tokenizer.from "
+            f"{key}: {value!r} loads as a slow {type(tokenizer).__name__}; vocabtransfer needs a fast tokenizer "
+            f"(a tokenizer.json): save the tokenizer with a fast tokenizer's save_pretrained and point {key} "
             "at that folder"
         )
     return tokenizer, origin
 
 
-def _from_gguf(path: Path):
+def _from_gguf(path: Path, key: str):
     with gguf.one_parse():  # the header check and transformers read the file's metadata once
         gguf.read_header(path)
         try:
             return AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
         except Exception as exc:
             raise VocabTransferError(
-                f"{KEY}: {path}: transformers reads no tokenizer from this GGUF file ({brief(exc)}); point "
-                "tokenizer.from at a file whose metadata holds one (tokenizer.ggml.*), or at a tokenizer folder"
+                f"{key}: {path}: transformers reads no tokenizer from this GGUF file ({brief(exc)}); point "
+                f"{key} at a file whose metadata holds one (tokenizer.ggml.*), or at a tokenizer folder"
             ) from exc
 
 
-def _from_folder(folder: Path):
+def _from_folder(folder: Path, key: str):
     try:
         return AutoTokenizer.from_pretrained(str(folder))
     except Exception as exc:
         raise VocabTransferError(
-            f"{KEY}: {folder}: cannot load a tokenizer from this folder ({brief(exc)}); point tokenizer.from at a "
+            f"{key}: {folder}: cannot load a tokenizer from this folder ({brief(exc)}); point {key} at a "
             "folder a tokenizer's save_pretrained wrote (tokenizer.json), or at a tokenizer.json"
         ) from exc
 
 
-def _from_file(path: Path):
+def _from_file(path: Path, key: str):
     if path.name == "tokenizer.json" and (path.parent / "tokenizer_config.json").is_file():
-        return _from_folder(path.parent)
+        return _from_folder(path.parent, key)
     try:
         backend = Tokenizer.from_file(str(path))
     except Exception as exc:
         raise VocabTransferError(
-            f"{KEY}: {path}: not a readable tokenizers file ({brief(exc)}); point tokenizer.from at a tokenizer.json "
+            f"{key}: {path}: not a readable tokenizers file ({brief(exc)}); point {key} at a tokenizer.json "
             "(a fast tokenizer's save_pretrained writes one) or at its folder"
         ) from exc
     specials = {t.content for t in backend.get_added_tokens_decoder().values() if t.special}
     roles = {role: next((n for n in names if n in specials), None) for role, names in ROLES.items()}
     found = {role: name for role, name in roles.items() if name is not None}
-    log.info("%s: %s alone; special-token roles read from their names: %s", KEY, path, found or "none")
+    log.info("%s: %s alone; special-token roles read from their names: %s", key, path, found or "none")
     return PreTrainedTokenizerFast(tokenizer_object=backend, **found)
 
 
-def _hub_folder(value: str) -> Path:
+def _hub_folder(value: str, key: str) -> Path:
     """The tokenizer files of hub repository `value` (no weights), or the copy an installed package ships."""
     from huggingface_hub import snapshot_download  # huggingface_hub: a hub id's tokenizer only
 
@@ -136,8 +137,8 @@ def _hub_folder(value: str) -> Path:
         packaged = PACKAGED_MODELS.get(value)
         if packaged is None:
             raise VocabTransferError(
-                f"{KEY}: {value!r}: not a local folder or file, and {_hub_advice(value, exc)} ({brief(exc)})"
+                f"{key}: {value!r}: not a local folder or file, and {_hub_advice(value, exc)} ({brief(exc)})"
             ) from exc
         path = Path(packaged())
-        log.warning("%s: %s: hub unreachable (%s); using the copy installed at %s", KEY, value, brief(exc), path)
+        log.warning("%s: %s: hub unreachable (%s); using the copy installed at %s", key, value, brief(exc), path)
         return path

@@ -44,7 +44,7 @@ class CorpusParams:
 
 @dataclass(frozen=True)
 class TokenizerParams:
-    """the target-language tokenizer: trained, or an existing one (`from`)"""
+    """the target-language tokenizer: trained, or an existing one (`from`) and the model that owns it (`donor_model`)"""
 
     from_: str | None = option(
         None,
@@ -53,6 +53,14 @@ class TokenizerParams:
         "hf://owner/name/file.gguf or package:<module>, as source_model takes them; its size, family and special "
         "tokens are its own, and the training keys below are not used",
         key="from",
+    )
+    donor_model: str | None = option(
+        None,
+        "the model that owns the tokenizer `from` names, spelled as source_model (a hub id, a model directory, a "
+        ".gguf file, hf://owner/name/file.gguf or package:<module>): stage donor reads its input embeddings and, "
+        "untied, its output embeddings, so that init.omp.space: donor codes each new token in its space "
+        "(tokensurgeon; docs/methods.md#omp-in-the-donors-space); its vocabulary must be the target tokenizer's, "
+        "and it needs `from`; null: no donor",
     )
     family: Literal["auto", "wordpiece", "unigram", "bpe"] = option(
         "auto", "model family of the target tokenizer; auto takes the source tokenizer's"

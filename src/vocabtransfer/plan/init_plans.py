@@ -1,6 +1,7 @@
 """The init phase's planning: params `source_head` (SourceHeadParams), the `init.snmf` keys that determine the
-shared factorisation (FACTOR_KEYS), and one init job's inputs (`init_inputs`: the core ones, the method's own,
-the shared semi-NMF, the train split where drawn rows are calibrated)."""
+shared factorisation (FACTOR_KEYS), whether omp codes in the donor's space (`donor_space`: stage donor runs), and one
+init job's inputs (`init_inputs`: the core ones, the method's own, the shared semi-NMF, the train split where drawn
+rows are calibrated, the donor's embeddings)."""
 
 from __future__ import annotations
 
@@ -31,12 +32,25 @@ def calibrates(params: Params, method: str) -> bool:
     return params.init.options(base).scale == "calibrated"
 
 
+def in_donor_space(params: Params, method: str) -> bool:
+    """Whether `method` is omp (or omp+fact) coding in the donor's space (`init.omp.space: donor`): it then reads
+    stage donor's embeddings."""
+    return names.split_method(method)[0] == "omp" and params.init.omp.space == "donor"
+
+
+def donor_space(params: Params) -> bool:
+    """Whether stage donor runs: some init method codes in the donor's space."""
+    return any(in_donor_space(params, method) for method in params.init.methods)
+
+
 def init_inputs(params: Params, wildcards: dict) -> dict[str, str]:
     """The stage's input templates for these wildcards: the core inputs plus the method's own
-    (`inputs=` in its catalog entry), and the train split where the drawn rows are calibrated."""
+    (`inputs=` in its catalog entry), the train split where the drawn rows are calibrated, and the donor's
+    embeddings for omp in the donor's space."""
     method = wildcards["method"]
     factors = {"snmf_factors": paths.SOURCE_SNMF} if uses_snmf(method) else {}
     calibration = {"calibration_text": paths.CORPUS_TRAIN} if calibrates(params, method) else {}
+    donor = {"donor": paths.DONOR_EMB} if in_donor_space(params, method) else {}
     return {
         "source_model": paths.SOURCE_MODEL,
         "tokenizer": paths.TOKENIZER,
@@ -44,5 +58,6 @@ def init_inputs(params: Params, wildcards: dict) -> dict[str, str]:
         "fasttext": paths.FASTTEXT_EMB,
         **factors,
         **calibration,
+        **donor,
         **info(method).inputs,
     }

@@ -25,10 +25,11 @@ from vocabtransfer.plan.objectives import TEACHER_OBJECTIVES
 
 def tokenizer_reads(params: Params, wc: dict[str, str]) -> tuple[str, ...]:
     """What the tokenizer stage reads: `tokenizer.from` alone when it names an existing tokenizer (the training
-    keys are not used then), else the training keys (`from` left out, so a trained tokenizer's keys are as before)."""
+    keys are not used then), else the training keys (`from` and `donor_model`, stage donor's, left out)."""
     if params.tokenizer.from_ is not None:
         return ("source_model", "tokenizer.from")
-    return ("source_model", *(f"tokenizer.{key_of(f)}" for f in fields(TokenizerParams) if key_of(f) != "from"))
+    untrained = ("from", "donor_model")
+    return ("source_model", *(f"tokenizer.{key_of(f)}" for f in fields(TokenizerParams) if key_of(f) not in untrained))
 
 
 def tokenizer_data(params: Params, wc: dict) -> dict[str, Path]:
@@ -36,6 +37,13 @@ def tokenizer_data(params: Params, wc: dict) -> dict[str, Path]:
     name, a rerun key)."""
     path = paths.local_model_path(params.tokenizer.from_)
     return {"data_tokenizer": path} if path is not None else {}
+
+
+def donor_data(params: Params, wc: dict) -> dict[str, Path]:
+    """The local folder or file `tokenizer.donor_model` names and the one `tokenizer.from` names (stage donor checks
+    that they are of one vocabulary; a hub id, `hf://…` file or `package:…` is pinned by its name)."""
+    donor = paths.local_model_path(params.tokenizer.donor_model)
+    return {**({"data_donor": donor} if donor is not None else {}), **tokenizer_data(params, wc)}
 
 
 def overlap_reads(params: Params, wc: dict[str, str]) -> tuple[str, ...]:

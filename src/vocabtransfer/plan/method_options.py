@@ -170,8 +170,8 @@ class HypernetOptions:
 @dataclass(frozen=True)
 class OmpOptions:
     """tokensurgeon (arXiv 2506.06607): each new token a sparse signed combination of overlapping
-    tokens, found by orthogonal matching pursuit in the fastText space and applied to their source rows;
-    tokens without a fastText vector get FOCUS's rows (fasttext.oov)"""
+    tokens, found by orthogonal matching pursuit in the fastText space (or the donor model's: `space`) and applied
+    to their source rows; tokens without a fastText vector get FOCUS's rows (fasttext.oov)"""
 
     k: int = option(
         64,
@@ -192,6 +192,15 @@ class OmpOptions:
         "combination: the new row is Σ γ_j E_src(j) as OMP gives it (tokensurgeon); atoms: that row "
         "rescaled to the |γ|-weighted mean norm of its atoms' source rows, for tied-head sources such as Gemma, where "
         "long combined rows swamp the softmax",
+        type="string",
+    )
+    space: Literal["fasttext", "donor"] = option(
+        "fasttext",
+        "where the new tokens are coded: fasttext, in the fastText vectors of the target corpus (unit-normalised); "
+        "donor, in the embeddings of tokenizer.donor_model, the model that owns the target tokenizer (tokensurgeon): "
+        "every target token outside the overlap is its donor row's OMP code over the overlapping tokens' donor rows, "
+        "as they are, applied to their source rows, the input and output embeddings each in the donor's own space "
+        "where the donor's are untied (docs/methods.md#omp-in-the-donors-space); needs tokenizer.donor_model",
         type="string",
     )
 

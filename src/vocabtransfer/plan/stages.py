@@ -196,6 +196,19 @@ SOURCE_SNMF = Stage(
     gpu=True,
     skip_reason=job_plans.snmf_skip_reason,
 )
+DONOR = Stage(  # tokenizer.donor_model: the space init.omp.space: donor codes the new tokens in (tokensurgeon)
+    name="donor",
+    run="vocabtransfer.init.donor:run",
+    help="the embeddings of the donor model (tokenizer.donor_model), which owns tokenizer.from, for omp in its space",
+    wildcards=(),
+    outputs={"embeddings": paths.DONOR_EMB, "stats": paths.DONOR_STATS},
+    reads=("tokenizer.from", "tokenizer.donor_model"),
+    plans_with=(*RUNS, "init.omp.space"),
+    code=("init/donor.py",),
+    parallel=True,
+    expand=lambda params: [{}] if init_plans.donor_space(params) else [],  # no job, no line, without omp in it
+    data=job_plans.donor_data,  # the local donor (and tokenizer.from) it reads
+)
 
 HYPERNET = Stage(
     name="hypernet",
@@ -418,27 +431,10 @@ EXPORT = Stage(  # what a user takes away: one run as a Hugging Face folder with
 # contract (stage_spec.contract_fault), a name declared twice refused
 STAGES: Registry[Stage] = Registry("stage", check=contract_fault)
 for _stage in (
-    CORPUS,
-    SOURCE_MODEL,
-    TOKENIZER,
-    PRETOKENIZE,
-    FASTTEXT,
-    OVERLAP,  # data
-    SOURCE_HEAD,
-    SOURCE_FASTTEXT,
-    WORD_FASTTEXT,
-    SOURCE_SNMF,
-    HYPERNET,
-    INIT,
-    INIT_EVAL,  # init
-    PRETRAIN_TUNE,
-    PRETRAIN,  # train
-    FINETUNE_EVAL,
-    FLOOR,
-    TOKEN_FREQUENCY_LOSS,
-    GRADIENT_SCENARIOS,
-    LM_EVAL,  # evaluate
-    REPORT,
-    EXPORT,  # report
+    *(CORPUS, SOURCE_MODEL, TOKENIZER, PRETOKENIZE, FASTTEXT, OVERLAP),  # data
+    *(SOURCE_HEAD, SOURCE_FASTTEXT, WORD_FASTTEXT, SOURCE_SNMF, DONOR, HYPERNET, INIT, INIT_EVAL),  # init
+    *(PRETRAIN_TUNE, PRETRAIN),  # train
+    *(FINETUNE_EVAL, FLOOR, TOKEN_FREQUENCY_LOSS, GRADIENT_SCENARIOS, LM_EVAL),  # evaluate
+    *(REPORT, EXPORT),  # report
 ):
     STAGES.register(_stage.name)(_stage)

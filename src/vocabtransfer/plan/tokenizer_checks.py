@@ -1,16 +1,22 @@
-"""What the plan can know about `tokenizer.from` before any job, without loading a model: it names a tokenizer
-the run can read. A local tokenizer.json (or a folder's) parses, a GGUF spelling is one `source_model` takes
-(`pipeline.config.check_source_model`), a hub id is one, and while `HF_HUB_OFFLINE` is set a hub tokenizer (or GGUF
-file) is in the cache; else one line naming the key, the cause and the fix. A module apart from `source_kind`, which
-the jobs import: a job's code closure need not hold the config checks."""
+"""What the plan can know about `tokenizer.from` and `tokenizer.donor_model` before any job, without loading a model.
+
+`tokenizer.from` names a tokenizer the run can read: a local tokenizer.json (or a folder's) parses, a GGUF spelling is
+one `source_model` takes (`pipeline.config.check_source_model`), a hub id is one, and while `HF_HUB_OFFLINE` is set a
+hub tokenizer (or GGUF file) is in the cache. `tokenizer.donor_model` (`check_donor`) is a model spelling, with
+`tokenizer.from` beside it, reachable offline, and where both tokenizer.json files can be read here (local folders or
+files, a hub id's cached or packaged copy) of the same vocabulary (plan.donor_vocab; else stage donor checks it
+first); `init.omp.space: donor` needs it. Else one line naming the key, the cause and the fix. A module apart from
+`source_kind`, which the jobs import: a job's code closure need not hold the config checks."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 from vocabtransfer.errors import VocabTransferError, brief
 from vocabtransfer.pipeline.config import HUB_ID, check_source_model
+from vocabtransfer.plan.donor_vocab import vocabulary_refusal
 from vocabtransfer.plan.source_kind import OFFLINE, PACKAGED_MODELS
 
 
@@ -50,11 +56,74 @@ def check_tokenizer_from(value: str | None, source: str = "params.yaml", *, reac
             _check_readable(found, where)
 
 
+def check_donor(
+    donor: str | None, tokenizer_from: str | None, space: str, source: str = "params.yaml", *, reach: bool = True
+) -> None:
+    """`tokenizer.donor_model` (None: no donor) against `tokenizer.from` and `init.omp.space` (module doc)."""
+    if donor is None:
+        if space == "donor":
+            raise VocabTransferError(
+                f"{source}: init.omp.space: donor codes the new tokens in the embeddings of tokenizer.donor_model, "
+                "and it is not set; set tokenizer.donor_model to the model that owns the target tokenizer "
+                "(tokenizer.from), or init.omp.space: fasttext"
+            )
+        return
+    key = "tokenizer.donor_model"
+    where = f"{source}: {key}: {donor!r}"
+    if tokenizer_from is None:
+        raise VocabTransferError(
+            f"{where}: a donor owns the target tokenizer, and tokenizer.from is not set (the target is trained, so no "
+            "model owns it); set tokenizer.from to the donor's tokenizer (the donor's own spelling reads it), or unset "
+            f"{key}"
+        )
+    check_source_model(donor, source, key=key)
+    if reach and _offline() and not donor.startswith("package:") and not Path(os.path.expanduser(donor)).exists():
+        if donor.startswith("hf://"):
+            parts = donor[len("hf://") :].split("/")
+            _check_cached("/".join(parts[:2]), "/".join(parts[2:]), where, key=key)
+        elif not donor.lower().endswith(".gguf") and donor not in PACKAGED_MODELS:
+            _check_cached(donor, "config.json", where, key=key)
+    donor_json, target_json = _tokenizer_json(donor), _tokenizer_json(tokenizer_from)
+    if donor_json is None or target_json is None:
+        return  # a GGUF file's tokenizer, or a hub one not here: stage donor compares them first
+    why = vocabulary_refusal(
+        donor,
+        tokenizer_from,
+        _check_readable(donor_json, where, key).get_vocab(with_added_tokens=True),
+        _check_readable(target_json, f"{source}: tokenizer.from: {tokenizer_from!r}").get_vocab(with_added_tokens=True),
+    )
+    if why:
+        raise VocabTransferError(f"{source}: {why}")
+
+
+def _tokenizer_json(value: str) -> Path | None:
+    """The tokenizer.json a model or tokenizer spelling names, where it can be read without loading anything: a local
+    file or folder's, a hub id's packaged or cached copy; None for a GGUF spelling or a hub id not cached."""
+    if value.startswith(("hf://", "package:")) or value.lower().endswith(".gguf"):
+        return None
+    local = Path(os.path.expanduser(value))
+    if local.exists():
+        found = local if local.is_file() else local / "tokenizer.json"
+        return found if found.is_file() else None
+    if value in PACKAGED_MODELS:
+        try:
+            found = Path(PACKAGED_MODELS[value]()) / "tokenizer.json"
+        except ImportError:
+            return None
+        return found if found.is_file() else None
+    from huggingface_hub import try_to_load_from_cache  # a dependency of transformers; planning only needs it here
+
+    cached = try_to_load_from_cache(value, "tokenizer.json")
+    return Path(cached) if isinstance(cached, str) else None
+
+
 def _offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").lower() in OFFLINE
 
 
-def _check_cached(repo: str, filename: str, where: str, also: str | None = None) -> Path | None:
+def _check_cached(
+    repo: str, filename: str, where: str, also: str | None = None, key: str = "tokenizer.from"
+) -> Path | None:
     """The cached `filename` (or `also`) of hub repository `repo`, or one line: offline and not in the cache."""
     from huggingface_hub import try_to_load_from_cache  # a dependency of transformers; planning only needs it here
     from huggingface_hub.constants import HF_HUB_CACHE
@@ -65,18 +134,18 @@ def _check_cached(repo: str, filename: str, where: str, also: str | None = None)
             return Path(found)
     raise VocabTransferError(
         f"{where}: not in the Hugging Face cache ({HF_HUB_CACHE}) and HF_HUB_OFFLINE is set, so it cannot be "
-        "downloaded; unset HF_HUB_OFFLINE to download it once, or point tokenizer.from at a tokenizer folder or file"
+        f"downloaded; unset HF_HUB_OFFLINE to download it once, or point {key} at a local folder or file"
     )
 
 
-def _check_readable(path: Path, where: str) -> None:
-    """One line unless `path` parses as a tokenizers file (Rust: a 262k vocabulary in about a second)."""
+def _check_readable(path: Path, where: str, key: str = "tokenizer.from") -> Any:
+    """The tokenizers file `path` parsed (Rust: a 262k vocabulary in about a second), else one line."""
     from tokenizers import Tokenizer  # tokenizers: the plan reads a tokenizer here only, for tokenizer.from
 
     try:
-        Tokenizer.from_file(str(path))
+        return Tokenizer.from_file(str(path))
     except Exception as exc:
         raise VocabTransferError(
-            f"{where}: {path} cannot be read as a tokenizer ({brief(exc)}); point tokenizer.from at a tokenizer.json "
+            f"{where}: {path} cannot be read as a tokenizer ({brief(exc)}); point {key} at a tokenizer.json "
             "a fast tokenizer's save_pretrained wrote, or at its folder"
         ) from exc

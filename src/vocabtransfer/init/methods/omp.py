@@ -2,7 +2,8 @@
 matching pursuit in the auxiliary (fastText) space: tokensurgeon-style (Goddard & Fernandes Neto, 2025,
 "Training-Free Tokenizer Transplantation via Orthogonal Matching Pursuit", arXiv 2506.06607), not
 tokensurgeon, which codes the new tokens in a donor model's embeddings (a model already using the target
-tokenizer); here the space is the fastText vectors of the small target corpus (docs/methods.md).
+tokenizer); here the space is the fastText vectors of the small target corpus (docs/methods.md), or with
+`space: donor` the donor's, as tokensurgeon does (below: "In the donor's space").
 
 1. Overlapping tokens copy their source row and new tokens without a fastText vector get FOCUS's
    random rows (`focus_embeddings` with `new_ids` = those tokens: the same rows, for the same seed,
@@ -34,7 +35,19 @@ tokenizer); here the space is the fastText vectors of the small target corpus (d
 Options (params `init.omp`, `OmpOptions` with their defaults in vocabtransfer.plan.method_options): `k`, the most atoms
 per token (64: tokensurgeon's OMP default since mergekit's v2, and the setting its paper reports; the
 `-k 8` before v2 was the nearest-neighbour surgeon's), at most the overlapping tokens with a vector; `block_size`
-(new tokens per batch; memory and speed only); `norm` (`combination` or `atoms`, step 4).
+(new tokens per batch; memory and speed only); `norm` (`combination` or `atoms`, step 4); `space` (`fasttext`, the
+steps above, or `donor`).
+
+In the donor's space (`space: donor`, `donor_omp`; params `tokenizer.donor_model`, the model that owns the target
+tokenizer, whose embeddings stage donor writes, vocabtransfer.init.donor): overlapping tokens copy their source
+row; the atoms are the donor rows of the overlapping tokens and the signals the donor rows of every other target
+token, both as they are, not unit-normalised (tokensurgeon combines raw donor rows: a token whose donor row is
+2 a - 0.5 b of two atoms' rows gets 2 A - 0.5 B of their source rows); steps 3-4 as above, and no row is drawn
+at random (every target token has a donor row). The init stage runs the method once per source matrix
+(`TransferProblem.matrix`): the source's input embeddings are coded in the donor's input space, an untied source's
+output embeddings in the donor's output space where the donor's are untied too, else in its one space (a tied
+donor). The stats' `residual_mean` is then relative, ‖x - Σ γ_j a_j‖ / ‖x‖; the cost is the fastText case's with
+d the donor's hidden size.
 
 Complexity, with n atoms, m tokens to combine, fastText dimension d, hidden size D and k atoms:
 the correlations take k dense products (m x d) @ (d x n), m n d k in all; the Cholesky rows, the
@@ -53,16 +66,18 @@ from __future__ import annotations
 
 import logging
 import time
+from pathlib import Path
 import typing
-import warnings
 from dataclasses import asdict, replace
 
 import numpy as np
 import torch
 
+from vocabtransfer import io
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.log import progress
 from vocabtransfer.init.methods.registry import TransferProblem, TransferResult, register
+from vocabtransfer.init.omp_solver import batch_omp, sparse_rows
 from vocabtransfer.init.methods.focus import (
     FocusInputs,
     check_problem,
@@ -70,6 +85,7 @@ from vocabtransfer.init.methods.focus import (
     has_vector,
     special_overlap_stats,
 )
+from vocabtransfer.plan.donor_vocab import vocabulary_sha256
 from vocabtransfer.plan.method_options import OmpOptions
 from vocabtransfer.data.overlap import checked_pairs
 
@@ -80,7 +96,10 @@ NORMS = typing.get_args(typing.get_type_hints(OmpOptions)["norm"])  # params ini
 
 @register("omp")
 def omp(problem: TransferProblem, opts: OmpOptions = OmpOptions()) -> TransferResult:
-    """OMP rows for the new tokens with a fastText vector, FOCUS's rows for the rest (module doc)."""
+    """OMP rows for the new tokens with a fastText vector, FOCUS's rows for the rest (module doc); with `space: donor`
+    every new token's row from its donor row (`donor_omp`)."""
+    if opts.space == "donor":
+        return donor_omp(problem, opts)
     check_problem(problem, "omp")
     rows = OmpRows(FocusInputs.of(problem), opts, seed=problem.seed, device=problem.device, lang=problem.lang)
     for ids, signals in rows.blocks():  # 3.-4. OMP per block (params init.omp.k) and the combination
@@ -100,101 +119,6 @@ def omp(problem: TransferProblem, opts: OmpOptions = OmpOptions()) -> TransferRe
         stats["seconds"],
     )
     return TransferResult(embeddings=embeddings.cpu(), stats=stats)
-
-
-# ---------------------------------------------------------------------------------------------
-# batched OMP
-
-
-def batch_omp(
-    atoms: torch.Tensor, signals: torch.Tensor, k: int, *, eps: float | None = None
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """OMP with at most `k` atoms for every signal at once, in float64 (module doc, step 3).
-
-    scikit-learn's `orthogonal_mp` (its Cholesky form, `_cholesky_omp`) run on all signals in each
-    tensor operation: the same choices, coefficients and stopping rules. The Cholesky factor L of the
-    selected atoms' Gram matrix is grown as scikit-learn grows it; the residual is kept through the
-    orthonormal directions that L defines (q_t = (â_j - Σ_{i<t} w_i q_i) / L_tt, with w = L⁻¹ G[I, j] =
-    the coordinates of â_j on q_1..q_{t-1}), so that a step costs one product with the atoms and no
-    triangular solve: r_t = r_{t-1} - z_t q_t with z = L⁻¹ (Â x)_I. The coefficients are solved once at
-    the end, Lᵀ γ = z (scikit-learn solves L Lᵀ γ = (Â x)_I every step: the same γ at the last one).
-
-    Args:
-        atoms: (n, d) dictionary rows (unit norm for OMP's usual meaning of "most correlated").
-        signals: (b, d) the vectors to approximate.
-        k: the most atoms per signal (1 ≤ k ≤ n).
-        eps: stopping threshold (default: float64's epsilon, as scikit-learn).
-
-    Returns:
-        (idx, coef, count): (b, k) atom indices in the order chosen, (b, k) float64 least-squares
-        coefficients (coef[i, :count[i]] on idx[i, :count[i]]; atom 0 with coefficient 0 after that),
-        (b,) atoms used.
-    """
-    n, d = atoms.shape
-    b = signals.shape[0]
-    if not 1 <= k <= n:
-        raise ValueError(f"batch_omp: k={k} must be between 1 and the number of atoms {n}")
-    eps = torch.finfo(torch.float64).eps if eps is None else eps
-    A, X = atoms.double(), signals.double()
-    dev = A.device
-    sq = A.square().sum(dim=1)  # the Gram matrix's diagonal
-    xy = X @ A.T  # (b, n): Â x
-    idx = torch.zeros((b, k), dtype=torch.int64, device=dev)
-    valid = torch.zeros((b, k), dtype=torch.bool, device=dev)
-    Q = torch.zeros((b, k, d), dtype=torch.float64, device=dev)  # orthonormal directions of the selected atoms
-    L = torch.eye(k, dtype=torch.float64, device=dev).repeat(
-        b, 1, 1
-    )  # Cholesky factor of G[I, I]; identity where unused
-    z = torch.zeros((b, k), dtype=torch.float64, device=dev)  # L⁻¹ (Â x)_I, the signal's coordinates on Q
-    live = torch.ones(b, dtype=torch.bool, device=dev)
-    residual, alpha = X.clone(), xy
-    for t in range(k):
-        # (a) the atom most correlated with the residual: np.argmax(|α|), ties to the lower index. An atom
-        # taken already (its correlation is ~0) means no correlation is left: the token stops (scikit-learn)
-        best, lam = alpha.abs().max(dim=1)
-        live &= (best.square() >= eps) & ~(idx[:, :t] == lam[:, None]).any(dim=1)
-        new = A[lam]
-        # (b) its row of the Cholesky factor: w = L⁻¹ G[I, j] = Q_I â_j, L_tt = sqrt(G_jj - |w|²)
-        if t:
-            w = torch.bmm(Q[:, :t], new.unsqueeze(-1)).squeeze(-1)
-            lkk = sq[lam] - w.square().sum(dim=1)
-        else:
-            w, lkk = None, sq[lam]
-        live &= lkk > eps
-        if not bool(live.any()):
-            break
-        idx[:, t], valid[:, t] = lam, live
-        diag = torch.where(live, lkk.clamp_min(eps).sqrt(), 1.0)
-        L[:, t, t] = diag
-        proj = xy.gather(1, lam[:, None]).squeeze(1)
-        direction = new
-        if w is not None:
-            w = torch.where(live[:, None], w, 0.0)
-            L[:, t, :t] = w
-            proj = proj - (w * z[:, :t]).sum(dim=1)
-            direction = new - torch.bmm(w.unsqueeze(1), Q[:, :t]).squeeze(1)
-        z[:, t] = torch.where(live, proj / diag, 0.0)
-        Q[:, t] = torch.where(live[:, None], direction / diag[:, None], 0.0)
-        if t + 1 < k:  # (c) the residual x - Â_Iᵀ γ and the atoms' correlations with it
-            residual = residual - z[:, t, None] * Q[:, t]
-            alpha = residual @ A.T
-    # the least-squares coefficients on the selected atoms: L Lᵀ γ = (Â x)_I, i.e. Lᵀ γ = z
-    coef = torch.linalg.solve_triangular(L.mT, z[:, :, None], upper=True).squeeze(-1)
-    return idx * valid, coef * valid, valid.sum(dim=1)
-
-
-def sparse_rows(idx: torch.Tensor, coef: torch.Tensor, valid: torch.Tensor, n: int, dtype: torch.dtype):
-    """The (b, n) CSR matrix with coef[i, j] in column idx[i, j] where valid[i, j] (columns distinct per row)."""
-    b = idx.shape[0]
-    cols, order = idx.masked_fill(~valid, n).sort(dim=1)
-    keep = cols < n
-    crow = torch.zeros(b + 1, dtype=torch.int64, device=idx.device)
-    crow[1:] = keep.sum(dim=1).cumsum(dim=0)
-    with warnings.catch_warnings():  # "sparse CSR support is in beta"
-        warnings.simplefilter("ignore", UserWarning)
-        return torch.sparse_csr_tensor(
-            crow, cols[keep], coef.gather(1, order)[keep].to(dtype), size=(b, n), check_invariants=False
-        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -280,12 +204,17 @@ class OmpRows:
             )
 
         # 2. unit atoms and their source rows
-        self.atoms = torch.nn.functional.normalize(aux[torch.from_numpy(anchor_t)].to(device, torch.float64), dim=1)
+        atoms = torch.nn.functional.normalize(aux[torch.from_numpy(anchor_t)].to(device, torch.float64), dim=1)
+        self.anchors(atoms, source_embeddings, anchor_s)
+
+    def anchors(self, atoms: torch.Tensor, source_embeddings: torch.Tensor, anchor_s: np.ndarray) -> None:
+        """The atoms (n, d) OMP picks from, their source rows (source ids `anchor_s`) and the per-block records."""
+        self.atoms = atoms
         self.anchor_src = source_embeddings.detach()[torch.from_numpy(anchor_s).to(source_embeddings.device)].to(
-            device, torch.float64
+            self.device, torch.float64
         )
-        if opts.norm not in NORMS:
-            raise VocabTransferError(f"init.omp.norm={opts.norm!r}: must be one of {', '.join(NORMS)}")
+        if self.opts.norm not in NORMS:
+            raise VocabTransferError(f"init.omp.norm={self.opts.norm!r}: must be one of {', '.join(NORMS)}")
         self.anchor_norm = self.anchor_src.norm(dim=1)
         # per block, on the CPU: support sizes, residual norms, |coefficient| sums, row norms before `norm` rescales
         self.counts: list[torch.Tensor] = []
@@ -346,3 +275,140 @@ class OmpRows:
             "seconds": round(time.perf_counter() - self.start, 3),
         }
         return self.out, stats
+
+
+# ---------------------------------------------------------------------------------------------
+# the donor's space (module doc, "In the donor's space")
+
+
+def donor_omp(problem: TransferProblem, opts: OmpOptions) -> TransferResult:
+    """`omp` with `space: donor`: every target token outside the overlap coded in the donor's space, the code applied
+    to the source rows of its atoms (module doc)."""
+    path = problem.resources.get("donor")
+    where = problem.lang or "target"
+    if path is None:
+        raise VocabTransferError(
+            f"init.omp.space: donor ({where}): no donor embeddings were given; set tokenizer.donor_model, whose "
+            "embeddings stage donor writes to results/source/donor/embeddings.safetensors for the init job"
+        )
+    space, which = donor_space(Path(path), problem.matrix, problem.target_tokenizer)
+    embeddings, stats = donor_embeddings(
+        problem.source_embeddings,
+        space,
+        problem.overlap_target_ids,
+        problem.overlap_source_ids,
+        opts,
+        seed=problem.seed,
+        device=problem.device,
+        lang=problem.lang,
+    )
+    stats.update(special_overlap_stats(problem, "omp", "OMP combination of its donor row"))
+    stats.update(method="omp", options=asdict(opts), matrix=problem.matrix, donor_matrix=which)
+    log.info(
+        "omp (%s, the donor's %s space for the source's %s embeddings): %d copied, %d OMP combinations of %.1f of %d "
+        "atoms on average (relative residual %.3f) in %.1f s",
+        where,
+        which,
+        problem.matrix,
+        stats["copied"],
+        stats["omp_combined"],
+        stats["atoms_mean"],
+        stats["anchors"],
+        stats["residual_mean"],
+        stats["seconds"],
+    )
+    return TransferResult(embeddings=embeddings.cpu(), stats=stats)
+
+
+def donor_space(path: Path, matrix: str, target_tokenizer) -> tuple[torch.Tensor, str]:
+    """(the donor's rows that code the source's `matrix`, which of the donor's they are): its output embeddings for the
+    source's output embeddings where the donor has them (untied), else its input embeddings; checked to be of the
+    target tokenizer's vocabulary (the sha256 stage donor recorded) and one finite row per target token."""
+    found = vocabulary_sha256(target_tokenizer.get_vocab())
+    recorded = str(io.tensor_metadata(path).get("vocab_sha256"))
+    if recorded != found:
+        raise VocabTransferError(
+            f"{path}: the donor's embeddings are of another vocabulary (sha256 {recorded[:12]}…) than the target "
+            f"tokenizer (sha256 {found[:12]}…); rerun stage donor (tokenizer.donor_model owns tokenizer.from's "
+            "tokenizer) and the tokenizer stage"
+        )
+    tensors = io.load_tensors(path, ["input"])
+    which = "output" if matrix == "output" and "output" in tensors else "input"
+    space = tensors[which]
+    if space.dim() != 2 or space.shape[0] != len(target_tokenizer) or not bool(space.isfinite().all()):
+        raise VocabTransferError(
+            f"{path}: the donor's {which} embeddings {tuple(space.shape)} are not one finite row per target token "
+            f"({len(target_tokenizer)}); delete the file and rerun stage donor"
+        )
+    return space, which
+
+
+def donor_embeddings(
+    source_embeddings: torch.Tensor,
+    donor: torch.Tensor,
+    target_ids_overlap,
+    source_ids_overlap,
+    opts: OmpOptions = OmpOptions(space="donor"),
+    *,
+    seed: int = 42,
+    device: str | torch.device = "cpu",
+    lang: str = "",
+) -> tuple[torch.Tensor, dict]:
+    """`omp`'s rows in the donor's space and their stats from arrays (tests, benchmarks): `source_embeddings` (V_s, D)
+    by source id, `donor` (V_t, d) the donor's rows by target id, the overlap's aligned target and source ids;
+    `seed` is recorded only (no row is drawn), `lang` names the language in messages."""
+    rows = DonorRows(source_embeddings, donor, (target_ids_overlap, source_ids_overlap), opts, seed, device, lang)
+    for ids, signals in rows.blocks():
+        rows.put(ids, signals, *batch_omp(rows.atoms, signals, opts.k))
+    return rows.result()
+
+
+class DonorRows(OmpRows):
+    """`OmpRows` in the donor's space (module doc): the overlapping tokens' source rows copied, the atoms their donor
+    rows and the signals every other target token's donor row, as they are; `residual_mean` relative."""
+
+    def __init__(
+        self,
+        source_embeddings: torch.Tensor,
+        donor: torch.Tensor,
+        overlap: tuple[typing.Any, typing.Any],
+        opts: OmpOptions,
+        seed: int,
+        device: str | torch.device,
+        lang: str,
+    ):
+        self.start = time.perf_counter()
+        self.opts, self.seed, self.device = opts, seed, torch.device(device)
+        self.donor = torch.as_tensor(donor).detach().to("cpu", torch.float32)
+        target_size = self.donor.shape[0]
+        target_ids, source_ids = overlap
+        t_ov, s_ov = checked_pairs(target_ids, source_ids, target_size, source_embeddings.shape[0], where="overlap")
+        is_new = np.ones(target_size, dtype=bool)
+        is_new[t_ov] = False
+        self.omp_ids = np.flatnonzero(is_new)
+        if self.omp_ids.size and opts.k > t_ov.size:
+            raise VocabTransferError(
+                f"init.omp.k={opts.k}: larger than the {t_ov.size} overlapping tokens{f' ({lang})' if lang else ''}, "
+                f"the atoms OMP picks from in the donor's space; set init.omp.k to at most {t_ov.size}, or grow the "
+                "overlap (overlap.fuzzy_match_all, overlap.match_symbols)"
+            )
+        source = source_embeddings.detach()
+        self.out = torch.zeros((target_size, source.shape[1]), dtype=torch.float32, device=self.device)
+        copied = source[torch.from_numpy(s_ov).to(source.device)].to(self.device, torch.float32)
+        self.out[torch.from_numpy(t_ov).to(self.device)] = copied
+        self.fstats = {"copied": int(t_ov.size), "random": 0, "random_reason": "none: every token has a donor row"}
+        self.anchors(self.donor[torch.from_numpy(t_ov)].to(self.device, torch.float64), source, s_ov)
+
+    def blocks(self):
+        """(target ids, their donor rows as they are) of each block of `block_size` tokens to combine."""
+        block_size = self.opts.block_size
+        for s in progress(range(0, self.omp_ids.size, block_size), desc="OMP (donor)", unit="block"):
+            ids = torch.from_numpy(self.omp_ids[s : s + block_size])
+            yield ids, self.donor[ids].to(self.device, torch.float64)
+
+    def put(
+        self, ids: torch.Tensor, signals: torch.Tensor, idx: torch.Tensor, coef: torch.Tensor, count: torch.Tensor
+    ) -> None:
+        """`OmpRows.put`, its residual made relative to the donor row's norm."""
+        super().put(ids, signals, idx, coef, count)
+        self.residuals[-1] = self.residuals[-1] / signals.norm(dim=1).clamp_min(1e-300).cpu()

@@ -32,6 +32,9 @@ class TransferProblem:
     device: str = "cpu"
     lang: str = ""
     resources: dict = field(default_factory=dict)  # extra inputs by name (e.g. fastText .bin paths)
+    # which of the source model's matrices source_embeddings is: "input", or "output" (an untied LM head's; the init
+    # stage runs a method once per matrix), e.g. for omp in a donor's space to code in the donor's matching one
+    matrix: str = "input"
     # precomputed factorisations of source_embeddings by kind ("snmf": (W, H, stats)), e.g. from
     # the source_snmf stage; a method factorises on its own where its kind is absent
     factors: dict = field(default_factory=dict)
