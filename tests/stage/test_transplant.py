@@ -396,7 +396,7 @@ def test_a_donor_is_refused_before_any_job_without_its_keys_or_of_another_vocabu
 
 def test_donor_jobs_read_only_what_they_declare(tmp_path, shared_data, monkeypatch):
     """The donor stage's and the donor-space init job's planning read only their declared params (the recording of
-    tests/test_params_reads.py, on a config with a donor: no shipped config has one)."""
+    tests/project/test_params_reads.py, on a config with a donor: no shipped config has one)."""
     from test_params_reads import undeclared
 
     monkeypatch.setenv("VOCABTRANSFER_DATA", str(shared_data))
