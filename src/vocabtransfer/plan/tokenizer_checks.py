@@ -17,7 +17,7 @@ from typing import Any
 from vocabtransfer.errors import VocabTransferError, brief
 from vocabtransfer.pipeline.config import HUB_ID, check_source_model
 from vocabtransfer.plan.donor_vocab import vocabulary_refusal
-from vocabtransfer.plan.source_kind import OFFLINE, PACKAGED_MODELS
+from vocabtransfer.plan.source_kind import OFFLINE, PACKAGED_MODELS, hub_cache_dir, hub_cached
 
 
 def check_tokenizer_from(value: str | None, source: str = "params.yaml", *, reach: bool = True) -> None:
@@ -111,10 +111,7 @@ def _tokenizer_json(value: str) -> Path | None:
         except ImportError:
             return None
         return found if found.is_file() else None
-    from huggingface_hub import try_to_load_from_cache  # a dependency of transformers; planning only needs it here
-
-    cached = try_to_load_from_cache(value, "tokenizer.json")
-    return Path(cached) if isinstance(cached, str) else None
+    return hub_cached(value, "tokenizer.json")
 
 
 def _offline() -> bool:
@@ -125,15 +122,12 @@ def _check_cached(
     repo: str, filename: str, where: str, also: str | None = None, key: str = "tokenizer.from"
 ) -> Path | None:
     """The cached `filename` (or `also`) of hub repository `repo`, or one line: offline and not in the cache."""
-    from huggingface_hub import try_to_load_from_cache  # a dependency of transformers; planning only needs it here
-    from huggingface_hub.constants import HF_HUB_CACHE
-
     for name in (filename, also):
-        found = try_to_load_from_cache(repo, name) if name else None
-        if isinstance(found, str):
-            return Path(found)
+        found = hub_cached(repo, name) if name else None
+        if found is not None:
+            return found
     raise VocabTransferError(
-        f"{where}: not in the Hugging Face cache ({HF_HUB_CACHE}) and HF_HUB_OFFLINE is set, so it cannot be "
+        f"{where}: not in the Hugging Face cache ({hub_cache_dir()}) and HF_HUB_OFFLINE is set, so it cannot be "
         f"downloaded; unset HF_HUB_OFFLINE to download it once, or point {key} at a local folder or file"
     )
 
