@@ -428,3 +428,38 @@ def test_the_readme_and_docs_layout_name_every_module_as_the_tree_has_it():
     named = {m for modules in layout.packages().values() for m in modules}
     on_disk = {p.stem for p in PACKAGE.rglob("*.py") if p.stem not in ("__init__", "__main__")}
     assert named == on_disk and all(f" {m}" in layout.readme_block().replace(",", " ") for m in on_disk)
+
+
+MAX_FUNCTION_IMPORTS = 30  # imports inside functions: optional dependencies and start-up weight only
+
+
+def function_imports(source: str) -> list[tuple[int, bool]]:
+    """(line, whether its reason is written beside it) of every import inside a function of `source`: the reason is
+    a comment on one of the statement's lines or on the line above it."""
+    tree, lines = ast.parse(source), source.splitlines()
+    found = []
+    for fn in ast.walk(tree):
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        for node in ast.walk(fn):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                span = lines[node.lineno - 2 : node.end_lineno]
+                found.append((node.lineno, any("#" in line for line in span)))
+    return sorted(set(found))
+
+
+def test_imports_inside_functions_are_few_and_each_says_why():
+    """Compute modules import at the top; an import inside a function is an optional dependency or start-up weight,
+    with its reason on its line (the house's figure: at most 30)."""
+    found = {
+        f"{path.relative_to(PACKAGE)}:{line}": reasoned
+        for path in sorted(PACKAGE.rglob("*.py"))
+        for line, reasoned in function_imports(path.read_text(encoding="utf-8"))
+    }
+    assert len(found) <= MAX_FUNCTION_IMPORTS, sorted(found)
+    assert [where for where, reasoned in found.items() if not reasoned] == []
+
+
+def test_the_function_import_check_sees_nested_imports_and_missing_reasons():
+    source = "import os\n\n\ndef f():\n    x = 1\n    import json\n    from a import (\n        b,\n    )  # a: why\n"
+    assert function_imports(source) == [(6, False), (7, True)]
