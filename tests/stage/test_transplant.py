@@ -85,7 +85,7 @@ def _params(source: Path, tokenizer_from: str, methods: list[str], donor: str | 
             "corpus": {"sources": {"sw": {"path": "sw.txt"}}, "valid_fraction": 0.1},
             "tokenizer": {"from": tokenizer_from, "vocab_size": 16000, "donor_model": donor},
             "fasttext": {"dim": 8, "epochs": 1, "min_count": 2},
-            "init": {"methods": methods, "omp": {"k": 4, "space": "donor" if donor else "fasttext"}},
+            "init": {"methods": methods, "omp": {"k": 4}, "omp_donor": {"k": 4}},
             "pretrain": {"methods": [], "steps": 1},
             "init_eval": {"max_lines": 8, "seq_len": 32, "batch_size": 4, "retrieval_sentences": 0},
         }
@@ -96,7 +96,7 @@ def _transplant(
     root: Path, monkeypatch, model, source_tok, tokenizer_from: str, methods: list[str], donor: str | None = None
 ) -> dict:
     """Run source_model … init_eval in `root` with `source_model` a directory of (model, source_tok); with `donor`
-    (tokenizer.donor_model), omp in its space and stage donor before init."""
+    (tokenizer.donor_model), stage donor before init."""
     data = root / "data"
     data.mkdir(parents=True)
     (data / "sw.txt").write_text("\n".join(text_lines("sw", 400)) + "\n", encoding="utf-8")
@@ -223,13 +223,13 @@ def test_omp_in_the_donors_space_runs_from_the_donor_stage_to_init_eval(tmp_path
 
     from vocabtransfer.data.overlap import overlap_pairs
     from vocabtransfer.init.methods.omp import donor_embeddings
-    from vocabtransfer.plan.method_options import OmpOptions
+    from vocabtransfer.plan.method_options import OmpDonorOptions
 
     target_tok = wordpiece_tokenizer("sw", vocab_size=300)
     donor = save_dir(tiny_llama(len(target_tok), seed=1), target_tok, tmp_path / "donor")
     source_tok, root = llama_seed(), tmp_path / "work"
     params = _transplant(
-        root, monkeypatch, tiny_llama(len(source_tok)), source_tok, str(donor), ["omp"], donor=str(donor)
+        root, monkeypatch, tiny_llama(len(source_tok)), source_tok, str(donor), ["omp_donor"], donor=str(donor)
     )
     typed = Params(params)
     assert STAGES["donor"].jobs(typed) == [{}] and STAGES["donor"].leaves(typed, {}) == [
@@ -237,7 +237,7 @@ def test_omp_in_the_donors_space_runs_from_the_donor_stage_to_init_eval(tmp_path
         "tokenizer.donor_model",
     ]
     assert STAGES["donor"].data_files(typed, {}) == {"data_donor": str(donor), "data_tokenizer": str(donor)}
-    job = {**LANG, "method": "omp", "pseed": "1"}
+    job = {**LANG, "method": "omp_donor", "pseed": "1"}
     assert STAGES["init"].input_templates(typed, job)["donor"] == paths.DONOR_EMB
     assert "tokenizer.donor_model" not in STAGES["tokenizer"].leaves(typed, LANG)
 
@@ -248,7 +248,7 @@ def test_omp_in_the_donors_space_runs_from_the_donor_stage_to_init_eval(tmp_path
     weights["donor"] = load_file(str(donor / "model.safetensors"))
     table = pq.read_table(root / paths.fill(paths.OVERLAP, lang="sw"))
     pairs = overlap_pairs(table)
-    init_dir = root / paths.fill(paths.INIT_DIR, lang="sw", method="omp", pseed=1)
+    init_dir = root / paths.fill(paths.INIT_DIR, lang="sw", method="omp_donor", pseed=1)
     rows = load_file(str(init_dir / "embeddings.safetensors"))
     init_stats = json.loads((init_dir / "stats.json").read_text())
     for which, name in (("input", "model.embed_tokens.weight"), ("output", "lm_head.weight")):
@@ -256,7 +256,7 @@ def test_omp_in_the_donors_space_runs_from_the_donor_stage_to_init_eval(tmp_path
             weights["source"][name][: len(source_tok)],
             weights["donor"][name],
             *pairs,
-            OmpOptions(k=4, space="donor"),
+            OmpDonorOptions(k=4),
         )
         assert torch.equal(rows[f"{which}_embeddings"], expected), which
         ran = init_stats["method_stats" if which == "input" else "output_method_stats"]
@@ -266,7 +266,7 @@ def test_omp_in_the_donors_space_runs_from_the_donor_stage_to_init_eval(tmp_path
         4 <= n_overlap < len(target_tok) and init_stats["method_stats"]["omp_combined"] == len(target_tok) - n_overlap
     )
     assert init_stats["target_rows"] == {"overlap": n_overlap, "donor": len(target_tok) - n_overlap}
-    _check_init_eval(root, ["omp"], len(target_tok))
+    _check_init_eval(root, ["omp_donor"], len(target_tok))
 
 
 # ---------------------------------------------------------------- refused before any job
@@ -340,11 +340,11 @@ def test_an_existing_targets_special_tokens_are_not_matched_to_ordinary_ones():
     assert overlap_pairs(kept)[0].tolist() == [i for i in overlap_pairs(table)[0].tolist() if i != crossed[0]]
 
 
-def _donor_tree(tokenizer_from: str | None, donor: str | None, space: str = "donor") -> dict:
+def _donor_tree(tokenizer_from: str | None, donor: str | None, method: str = "omp_donor") -> dict:
     return {
         **_tree(tokenizer_from),
         "tokenizer": {"from": tokenizer_from, "donor_model": donor},
-        "init": {"omp": {"space": space}},
+        "init": {"methods": ["fvt", method]},
     }
 
 
@@ -360,12 +360,12 @@ def test_a_donor_is_refused_before_any_job_without_its_keys_or_of_another_vocabu
     tmp_path, monkeypatch, shared_data
 ):
     message = _donor_refusal(_donor_tree(MINILM, None))
-    assert "init.omp.space: donor" in message and "set tokenizer.donor_model" in message, message
+    assert "asks for omp_donor" in message and "set tokenizer.donor_model" in message, message
     message = _donor_refusal(_donor_tree(None, MINILM))
     assert "tokenizer.donor_model: " in message and "tokenizer.from is not set" in message, message
     assert "is neither an existing directory nor a hub id" in _donor_refusal(_donor_tree(MINILM, str(tmp_path / "x")))
     preflight(validate_params(_donor_tree(MINILM, MINILM)))  # MiniLM owns its own tokenizer
-    preflight(validate_params(_donor_tree(MINILM, None, space="fasttext")))
+    preflight(validate_params(_donor_tree(MINILM, None, method="omp")))
 
     # a donor folder whose tokenizer is not tokenizer.from's: refused by the plan, and by stage donor's first step with
     # the same line (the donor has a config and a tokenizer, no weights: the refusal comes before any is read)
@@ -397,17 +397,19 @@ def test_a_donor_is_refused_before_any_job_without_its_keys_or_of_another_vocabu
 def test_donor_jobs_read_only_what_they_declare(tmp_path, shared_data, monkeypatch):
     """The donor stage's and the donor-space init job's planning read only their declared params (the recording of
     tests/project/test_params_reads.py, on a config with a donor: no shipped config has one)."""
-    from test_params_reads import undeclared
+    from params_reads import undeclared
 
     monkeypatch.setenv("VOCABTRANSFER_DATA", str(shared_data))
     params = Params(
         validate_params(
-            {**_donor_tree(MINILM, MINILM), "init": {"methods": ["omp", "omp+svd", "focus"], "omp": {"space": "donor"}}}
+            {**_donor_tree(MINILM, MINILM), "init": {"methods": ["omp_donor", "omp_donor+svd", "omp", "focus"]}}
         )
     )
-    jobs = [("donor", {})] + [("init", {**LANG, "method": m, "pseed": "1"}) for m in ("omp", "omp+svd", "focus")]
+    methods = ("omp_donor", "omp_donor+svd", "omp", "focus")
+    jobs = [("donor", {})] + [("init", {**LANG, "method": m, "pseed": "1"}) for m in methods]
     for stage, wildcards in jobs:
         assert undeclared(STAGES[stage], params, wildcards) == [], (stage, wildcards)
-    assert "donor" in STAGES["init"].input_templates(params, jobs[2][1])  # omp+svd codes in the donor's space too
-    assert "donor" not in STAGES["init"].input_templates(params, jobs[3][1])
-    assert STAGES["donor"].jobs(Params(validate_params(_donor_tree(MINILM, MINILM, space="fasttext")))) == []
+    # omp_donor+svd codes in the donor's space too; omp, in the fastText space, reads no donor
+    assert "donor" in STAGES["init"].input_templates(params, jobs[2][1])
+    assert not any("donor" in STAGES["init"].input_templates(params, job) for _, job in jobs[3:])
+    assert STAGES["donor"].jobs(Params(validate_params(_donor_tree(MINILM, MINILM, method="omp")))) == []

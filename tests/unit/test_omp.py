@@ -1,6 +1,6 @@
 """omp: OMP's choices and coefficients on hand-checkable atoms, equality with scikit-learn's
 OrthogonalMatchingPursuit, the `omp` / `omp+svd` methods through the init stage on small real data, and OMP in a
-donor's space (`init.omp.space: donor`) on a hand-made 5-token case, tied and untied."""
+donor's space (init method omp_donor) on a hand-made 5-token case, tied and untied."""
 
 from __future__ import annotations
 
@@ -20,10 +20,10 @@ from vocabtransfer.pipeline.config import typed_section
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer.init.methods import available, get_method
 from vocabtransfer.init.methods.focus import FocusInputs, focus_embeddings
-from vocabtransfer.init.methods.omp import batch_omp, donor_embeddings, omp, omp_embeddings
+from vocabtransfer.init.methods.omp import batch_omp, donor_embeddings, omp_donor, omp_embeddings
 from vocabtransfer.init.methods.registry import TransferProblem
 from vocabtransfer.plan.donor_vocab import vocabulary_sha256
-from vocabtransfer.plan.method_options import OmpOptions
+from vocabtransfer.plan.method_options import OmpDonorOptions, OmpOptions
 
 from helpers import make_ctx, text_lines, tiny_bert, wordpiece_tokenizer, write_inputs
 
@@ -206,7 +206,7 @@ def run_init(tmp_path, inputs, method, params, out="init"):
 def test_omp_and_omp_svd_run_through_the_init_stage(tmp_path, stage_inputs, one_thread):
     inputs, pairs, mask = stage_inputs
     params = omp_params()
-    assert params["init"]["omp"] == {"k": 4, "block_size": 256, "norm": "combination", "space": "fasttext"}
+    assert params["init"]["omp"] == {"k": 4, "block_size": 256, "norm": "combination"}
     assert "omp" in available() and callable(get_method("omp")) and callable(get_method("omp+svd"))
     runs = {m: run_init(tmp_path, inputs, m, params) for m in ("omp", "omp+svd", "focus")}
     emb = {m: load_file(str(p / "embeddings.safetensors"))["input_embeddings"] for m, p in runs.items()}
@@ -257,7 +257,7 @@ def test_omp_bad_k_is_one_line_naming_the_key(tmp_path, stage_inputs):
     assert not (tmp_path / "init").exists() or not any((tmp_path / "init").iterdir())  # nothing written
 
 
-# ---------------------------------------------------------------- the donor's space (init.omp.space: donor)
+# ---------------------------------------------------------------- the donor's space (init method omp_donor)
 # Target vocabulary: <unk> a b x y (ids 0-4); source vocabulary: <unk> b a z (ids 0-3). The overlap: <unk>, a, b.
 # In the donor's input space (width 4), with u, a, b the donor rows of <unk>, a, b (a and b not orthogonal):
 #   x = 2 a - 0.5 b   and   y = -3 u + 0.5 a - 0.25 b,
@@ -299,17 +299,17 @@ def five_token_tokenizer():
 def test_donor_space_omp_is_the_hand_made_combination_byte_for_byte():
     assert torch.equal(DONOR_IN[3], 2 * DONOR_IN[1] - 0.5 * DONOR_IN[2])  # the planted codes hold in the donor
     assert torch.equal(DONOR_IN[4], -3 * DONOR_IN[0] + 0.5 * DONOR_IN[1] - 0.25 * DONOR_IN[2])
-    rows, stats = donor_embeddings(SOURCE_IN, DONOR_IN, OVERLAP_T, OVERLAP_S, OmpOptions(k=3, space="donor"))
+    rows, stats = donor_embeddings(SOURCE_IN, DONOR_IN, OVERLAP_T, OVERLAP_S, OmpDonorOptions(k=3))
     expected = hand_rows(SOURCE_IN, INPUT_CODES)
     assert rows.dtype == torch.float32 and torch.equal(rows, expected), (rows, expected)
     assert torch.equal(expected[3], 2 * SOURCE_IN[2] - 0.5 * SOURCE_IN[1])  # 2 A - 0.5 B, written out
     assert stats["copied"] == 3 and stats["omp_combined"] == 2 and stats["random"] == 0 and stats["anchors"] == 3
     assert stats["atoms_mean"] == 2.5 and stats["residual_mean"] == 0.0  # x: 2 atoms, y: 3; both exact
     # k = 2 cannot spell y: its best two atoms leave part of it, and the stats say so
-    _, short = donor_embeddings(SOURCE_IN, DONOR_IN, OVERLAP_T, OVERLAP_S, OmpOptions(k=2, space="donor"))
+    _, short = donor_embeddings(SOURCE_IN, DONOR_IN, OVERLAP_T, OVERLAP_S, OmpDonorOptions(k=2))
     assert short["atoms_max"] == 2 and short["residual_mean"] > 0
-    with pytest.raises(VocabTransferError, match=r"init\.omp\.k=4: larger than the 3 overlapping tokens"):
-        donor_embeddings(SOURCE_IN, DONOR_IN, OVERLAP_T, OVERLAP_S, OmpOptions(k=4, space="donor"))
+    with pytest.raises(VocabTransferError, match=r"init\.omp_donor\.k=4: larger than the 3 overlapping tokens"):
+        donor_embeddings(SOURCE_IN, DONOR_IN, OVERLAP_T, OVERLAP_S, OmpDonorOptions(k=4))
 
 
 def donor_problem(tmp_path, donor: dict[str, torch.Tensor], matrix: str, vocab_sha256: str | None = None):
@@ -330,27 +330,28 @@ def donor_problem(tmp_path, donor: dict[str, torch.Tensor], matrix: str, vocab_s
 
 @pytest.mark.parametrize("donor_tied", [True, False], ids=["tied donor", "untied donor"])
 def test_donor_space_omp_codes_each_source_matrix_in_the_donors_own_space(tmp_path, donor_tied):
-    """The init stage runs omp once per source matrix: the input embeddings are coded in the donor's input space; an
-    untied source's output embeddings in the donor's output space where it has one, else in its one (tied) space."""
+    """The init stage runs omp_donor once per source matrix: the input embeddings are coded in the donor's input
+    space; an untied source's output embeddings in the donor's output space where it has one, else in its one
+    (tied) space."""
     donor = {"input": DONOR_IN} if donor_tied else {"input": DONOR_IN, "output": DONOR_OUT}
-    opts = OmpOptions(k=3, space="donor")
-    inp = omp(donor_problem(tmp_path, donor, "input"), opts)
+    opts = OmpDonorOptions(k=3)
+    inp = omp_donor(donor_problem(tmp_path, donor, "input"), opts)
     assert torch.equal(inp.embeddings, hand_rows(SOURCE_IN, INPUT_CODES))
-    assert inp.stats["donor_matrix"] == "input" and inp.stats["options"]["space"] == "donor"
-    out = omp(donor_problem(tmp_path, donor, "output"), opts)
+    assert inp.stats["donor_matrix"] == "input" and inp.stats["method"] == "omp_donor"
+    out = omp_donor(donor_problem(tmp_path, donor, "output"), opts)
     codes = INPUT_CODES if donor_tied else OUTPUT_CODES
     assert torch.equal(out.embeddings, hand_rows(SOURCE_OUT, codes))
     assert out.stats["donor_matrix"] == ("input" if donor_tied else "output") and out.stats["matrix"] == "output"
 
 
 def test_donor_space_omp_refuses_another_vocabulary_and_a_missing_donor(tmp_path):
-    opts = OmpOptions(k=3, space="donor")
+    opts = OmpDonorOptions(k=3)
     other = donor_problem(tmp_path, {"input": DONOR_IN}, "input", vocab_sha256=vocabulary_sha256({"a": 0}))
     with pytest.raises(VocabTransferError, match="another vocabulary .* rerun stage donor"):
-        omp(other, opts)
+        omp_donor(other, opts)
     problem = donor_problem(tmp_path, {"input": DONOR_IN}, "input")
     with pytest.raises(VocabTransferError, match="no donor embeddings were given; set tokenizer.donor_model"):
-        omp(TransferProblem(**{**problem.__dict__, "resources": {}}), opts)
+        omp_donor(TransferProblem(**{**problem.__dict__, "resources": {}}), opts)
     short = donor_problem(tmp_path, {"input": DONOR_IN[:4]}, "input")
     with pytest.raises(VocabTransferError, match=r"\(4, 4\) are not one finite row per target token \(5\)"):
-        omp(short, opts)
+        omp_donor(short, opts)

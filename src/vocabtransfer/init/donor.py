@@ -1,5 +1,5 @@
 """Stage `donor`: the embeddings of the donor model (`tokenizer.donor_model`), the model that owns the target tokenizer
-(`tokenizer.from`), in which `init.omp.space: donor` codes the new tokens (init/methods/omp.py, tokensurgeon).
+(`tokenizer.from`), in which init method `omp_donor` codes the new tokens (init/methods/omp.py, tokensurgeon).
 
 1. the donor's tokenizer, read as `tokenizer.from` reads a tokenizer (`model.tokenizer_from`: a hub id's tokenizer
    files alone, a model folder's, a GGUF file's metadata), against the tokenizer `tokenizer.from` names: another

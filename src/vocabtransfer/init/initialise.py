@@ -48,6 +48,7 @@ from vocabtransfer.pipeline.stage_spec import Context
 from vocabtransfer.data.overlap import checked_pairs, overlap_pairs
 from vocabtransfer.init.source_snmf import load_factors
 from vocabtransfer.init.methods.registry import TransferProblem
+from vocabtransfer.plan import init_plans
 from vocabtransfer.plan.methods import info
 from vocabtransfer.init.methods import get_method
 from vocabtransfer.plan.method_options import FactorizedOptions, RandomRowsOptions
@@ -109,7 +110,7 @@ def target_rows(
     """Where the target rows come from for a method registered `auxiliary_rows=True` (focus, ofa, omp,
     snmf and their factorised variants), counts that add up to n_target: `overlap` (copied source
     rows), `dictionary` / `subword` (a combination driven by a fastText dictionary / character n-gram
-    vector) and `random` (no vector); with `donor` (omp in the donor's space) `overlap` and `donor`, every other
+    vector) and `random` (no vector); with `donor` (omp_donor, in the donor's space) `overlap` and `donor`, every other
     row coded from its donor row. None for other methods.
 
     ofa and snmf also copy special tokens that match a source special token by role; the fasttext
@@ -393,7 +394,7 @@ def write_outputs(
         "auxiliary_vectors": int(x.aux_mask.sum()),
         "auxiliary_subword_vectors": int(x.subword.sum()) if x.subword is not None else 0,
         "target_rows": target_rows(
-            method_name, n_target, x.target_ids, x.aux_mask, x.subword, record["options"].get("space") == "donor"
+            method_name, n_target, x.target_ids, x.aux_mask, x.subword, init_plans.in_donor_space(method_name)
         ),
         "untied_output_embeddings": x.untied,
         **record,

@@ -1,8 +1,8 @@
-"""Batched orthogonal matching pursuit, the solver of init method `omp` (vocabtransfer.init.methods.omp, whose
-docstring states the steps and their cost): `batch_omp`, scikit-learn's Cholesky OMP run on a block of signals in
-each tensor operation, in float64, and `sparse_rows`, its codes as a sparse matrix to combine rows with. The atoms and
-signals are whatever the caller gives: unit fastText vectors (`space: fasttext`) or a donor model's rows as they are
-(`space: donor`)."""
+"""Batched orthogonal matching pursuit, the solver of init methods `omp` and `omp_donor`
+(vocabtransfer.init.methods.omp, whose docstring states the steps and their cost): `batch_omp`, scikit-learn's
+Cholesky OMP run on a block of signals in each tensor operation, in float64, and `sparse_rows`, its codes as a sparse
+matrix to combine rows with. The atoms and signals are whatever the caller gives: unit fastText vectors (omp) or a
+donor model's rows as they are (omp_donor)."""
 
 from __future__ import annotations
 

@@ -119,7 +119,7 @@ SOURCE_HEAD_STATS = "results/source/head_stats.json"
 SOURCE_WORD_FASTTEXT = "results/source/fasttext/words.bin"  # word-level fastText on source-language text
 SOURCE_SNMF = "results/source/snmf.safetensors"  # semi-NMF of the source embeddings, shared by every *snmf method
 # the donor model's embeddings (tokenizer.donor_model, stage donor): `input`, and `output` where untied, one row per
-# target token; what init.omp.space: donor codes the new tokens in
+# target token; what init method omp_donor codes the new tokens in
 DONOR_EMB = "results/source/donor/embeddings.safetensors"
 DONOR_STATS = "results/source/donor/stats.json"
 # the hypernetworks of init method hypernet, trained once per source model and network seed (stage hypernet; the

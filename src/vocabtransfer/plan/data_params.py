@@ -58,7 +58,7 @@ class TokenizerParams:
         None,
         "the model that owns the tokenizer `from` names, spelled as source_model (a hub id, a model directory, a "
         ".gguf file, hf://owner/name/file.gguf or package:<module>): stage donor reads its input embeddings and, "
-        "untied, its output embeddings, so that init.omp.space: donor codes each new token in its space "
+        "untied, its output embeddings, so that init method omp_donor codes each new token in its space "
         "(tokensurgeon; docs/methods.md#omp-in-the-donors-space); its vocabulary must be the target tokenizer's, "
         "and it needs `from`; null: no donor",
     )

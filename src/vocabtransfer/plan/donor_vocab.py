@@ -10,7 +10,10 @@ import hashlib
 import json
 from typing import Mapping
 
-FIX = "point tokenizer.donor_model at the model that owns tokenizer.from's tokenizer, or unset it (and init.omp.space)"
+FIX = (
+    "point tokenizer.donor_model at the model that owns tokenizer.from's tokenizer, or unset it (and drop omp_donor "
+    "from init.methods)"
+)
 
 
 def vocabulary_sha256(vocab: Mapping[str, int]) -> str:

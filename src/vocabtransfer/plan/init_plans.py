@@ -1,7 +1,7 @@
-"""The init phase's planning: params `source_head` (SourceHeadParams), the `init.snmf` keys that determine the
-shared factorisation (FACTOR_KEYS), whether omp codes in the donor's space (`donor_space`: stage donor runs), and one
-init job's inputs (`init_inputs`: the core ones, the method's own, the shared semi-NMF, the train split where drawn
-rows are calibrated, the donor's embeddings)."""
+"""The init phase's planning: params `source_head` (SourceHeadParams), the `init.snmf` keys that determine the shared
+factorisation (FACTOR_KEYS), whether some method codes in the donor's space (`donor_space`: stage donor runs), and
+one init job's inputs (`init_inputs`: the core ones, the method's own, the shared semi-NMF, the train split where
+drawn rows are calibrated, the donor's embeddings)."""
 
 from __future__ import annotations
 
@@ -32,25 +32,28 @@ def calibrates(params: Params, method: str) -> bool:
     return params.init.options(base).scale == "calibrated"
 
 
-def in_donor_space(params: Params, method: str) -> bool:
-    """Whether `method` is omp (or omp+fact) coding in the donor's space (`init.omp.space: donor`): it then reads
-    stage donor's embeddings."""
-    return names.split_method(method)[0] == "omp" and params.init.omp.space == "donor"
+# the method that codes the new tokens in the donor's space (tokenizer.donor_model, stage donor's embeddings)
+DONOR_METHOD = "omp_donor"
+
+
+def in_donor_space(method: str) -> bool:
+    """Whether `method` is omp_donor (or omp_donor+fact): it codes in the donor's space, reading stage donor's
+    embeddings."""
+    return names.split_method(method)[0] == DONOR_METHOD
 
 
 def donor_space(params: Params) -> bool:
     """Whether stage donor runs: some init method codes in the donor's space."""
-    return any(in_donor_space(params, method) for method in params.init.methods)
+    return any(in_donor_space(method) for method in params.init.methods)
 
 
 def init_inputs(params: Params, wildcards: dict) -> dict[str, str]:
     """The stage's input templates for these wildcards: the core inputs plus the method's own
     (`inputs=` in its catalog entry), the train split where the drawn rows are calibrated, and the donor's
-    embeddings for omp in the donor's space."""
+    embeddings for omp_donor (its catalog entry's input, as the factorised variants have their base's)."""
     method = wildcards["method"]
     factors = {"snmf_factors": paths.SOURCE_SNMF} if uses_snmf(method) else {}
     calibration = {"calibration_text": paths.CORPUS_TRAIN} if calibrates(params, method) else {}
-    donor = {"donor": paths.DONOR_EMB} if in_donor_space(params, method) else {}
     return {
         "source_model": paths.SOURCE_MODEL,
         "tokenizer": paths.TOKENIZER,
@@ -58,6 +61,5 @@ def init_inputs(params: Params, wildcards: dict) -> dict[str, str]:
         "fasttext": paths.FASTTEXT_EMB,
         **factors,
         **calibration,
-        **donor,
         **info(method).inputs,
     }

@@ -23,6 +23,7 @@ from vocabtransfer.plan.method_options import (
     HypernetOptions,
     MeanOptions,
     OfaOptions,
+    OmpDonorOptions,
     OmpOptions,
     OverlapOptions,
     RandomOptions,
@@ -126,6 +127,17 @@ def hypernet_refusal(params: Params, lang: str) -> str | None:
     return None
 
 
+def donor_refusal(params: Params, lang: str) -> str | None:
+    """omp_donor asked for without `tokenizer.donor_model`, whose embeddings it codes in."""
+    if params.tokenizer.donor_model is not None:
+        return None
+    return (
+        "init.methods asks for omp_donor, which codes the new tokens in the embeddings of tokenizer.donor_model, and "
+        "it is not set; set tokenizer.donor_model to the model that owns the target tokenizer (tokenizer.from), or "
+        "use omp (the fastText space)"
+    )
+
+
 # every built-in method, in the order they register
 BUILTINS: tuple[MethodInfo, ...] = (
     MethodInfo("random", run="vocabtransfer.init.methods.baselines:random_init", options=RandomOptions),
@@ -153,6 +165,14 @@ BUILTINS: tuple[MethodInfo, ...] = (
         "ofa", run="vocabtransfer.init.methods.ofa:ofa", options=OfaOptions, auxiliary_rows=True, factorizable=False
     ),
     MethodInfo("omp", run="vocabtransfer.init.methods.omp:omp", options=OmpOptions, auxiliary_rows=True),
+    MethodInfo(  # omp in the space of tokenizer.donor_model, the model that owns the target tokenizer (stage donor)
+        "omp_donor",
+        run="vocabtransfer.init.methods.omp:omp_donor",
+        options=OmpDonorOptions,
+        inputs={"donor": paths.DONOR_EMB},
+        auxiliary_rows=True,
+        refusal=donor_refusal,
+    ),
     MethodInfo(
         "snmf",
         run="vocabtransfer.init.methods.snmf:snmf",

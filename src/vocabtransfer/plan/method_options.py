@@ -170,8 +170,9 @@ class HypernetOptions:
 @dataclass(frozen=True)
 class OmpOptions:
     """tokensurgeon (arXiv 2506.06607): each new token a sparse signed combination of overlapping
-    tokens, found by orthogonal matching pursuit in the fastText space (or the donor model's: `space`) and applied
-    to their source rows; tokens without a fastText vector get FOCUS's rows (fasttext.oov)"""
+    tokens, found by orthogonal matching pursuit in the fastText space of the target corpus (omp_donor: in the
+    donor model's) and applied to their source rows; tokens without a fastText vector get FOCUS's rows
+    (fasttext.oov)"""
 
     k: int = option(
         64,
@@ -194,14 +195,21 @@ class OmpOptions:
         "long combined rows swamp the softmax",
         type="string",
     )
-    space: Literal["fasttext", "donor"] = option(
-        "fasttext",
-        "where the new tokens are coded: fasttext, in the fastText vectors of the target corpus (unit-normalised); "
-        "donor, in the embeddings of tokenizer.donor_model, the model that owns the target tokenizer (tokensurgeon): "
-        "every target token outside the overlap is its donor row's OMP code over the overlapping tokens' donor rows, "
-        "as they are, applied to their source rows, the input and output embeddings each in the donor's own space "
-        "where the donor's are untied (docs/methods.md#omp-in-the-donors-space); needs tokenizer.donor_model",
-        type="string",
+
+
+@dataclass(frozen=True)
+class OmpDonorOptions(OmpOptions):
+    """tokensurgeon (arXiv 2506.06607) as it runs: every target token outside the overlap coded by OMP in the
+    embeddings of tokenizer.donor_model, the model that owns the target tokenizer, over the overlapping tokens' donor
+    rows as they are, and the code applied to their source rows; the input and output embeddings each in the donor's
+    own space where the donor's are untied (docs/methods.md#omp-in-the-donors-space); needs tokenizer.donor_model"""
+
+    k: int = option(
+        64,
+        "most atoms (overlapping tokens) per new token; 64 is tokensurgeon's OMP default since mergekit's v2 and the "
+        "setting its paper reports; at most the overlapping tokens, and a token stops at the donor's hidden size, the "
+        "most atoms that can be independent",
+        minimum=1,
     )
 
 

@@ -196,17 +196,17 @@ SOURCE_SNMF = Stage(
     gpu=True,
     skip_reason=job_plans.snmf_skip_reason,
 )
-DONOR = Stage(  # tokenizer.donor_model: the space init.omp.space: donor codes the new tokens in (tokensurgeon)
+DONOR = Stage(  # tokenizer.donor_model: the space init method omp_donor codes the new tokens in (tokensurgeon)
     name="donor",
     run="vocabtransfer.init.donor:run",
-    help="the embeddings of the donor model (tokenizer.donor_model), which owns tokenizer.from, for omp in its space",
+    help="the embeddings of the donor model (tokenizer.donor_model), which owns tokenizer.from, for omp_donor",
     wildcards=(),
     outputs={"embeddings": paths.DONOR_EMB, "stats": paths.DONOR_STATS},
     reads=("tokenizer.from", "tokenizer.donor_model"),
-    plans_with=(*RUNS, "init.omp.space"),
+    plans_with=RUNS,
     code=("init/donor.py",),
     parallel=True,
-    expand=lambda params: [{}] if init_plans.donor_space(params) else [],  # no job, no line, without omp in it
+    expand=lambda params: [{}] if init_plans.donor_space(params) else [],  # no job, no line, without omp_donor
     data=job_plans.donor_data,  # the local donor (and tokenizer.from) it reads
 )
 

@@ -5,8 +5,8 @@ one `source_model` takes (`pipeline.config.check_source_model`), a hub id is one
 hub tokenizer (or GGUF file) is in the cache. `tokenizer.donor_model` (`check_donor`) is a model spelling, with
 `tokenizer.from` beside it, reachable offline, and where both tokenizer.json files can be read here (local folders or
 files, a hub id's cached or packaged copy) of the same vocabulary (plan.donor_vocab; else stage donor checks it
-first); `init.omp.space: donor` needs it. Else one line naming the key, the cause and the fix. A module apart from
-`source_kind`, which the jobs import: a job's code closure need not hold the config checks."""
+first); init method omp_donor needs it (its catalog refusal). Else one line naming the key, the cause and the fix. A
+module apart from `source_kind`, which the jobs import: a job's code closure need not hold the config checks."""
 
 from __future__ import annotations
 
@@ -57,16 +57,10 @@ def check_tokenizer_from(value: str | None, source: str = "params.yaml", *, reac
 
 
 def check_donor(
-    donor: str | None, tokenizer_from: str | None, space: str, source: str = "params.yaml", *, reach: bool = True
+    donor: str | None, tokenizer_from: str | None, source: str = "params.yaml", *, reach: bool = True
 ) -> None:
-    """`tokenizer.donor_model` (None: no donor) against `tokenizer.from` and `init.omp.space` (module doc)."""
+    """`tokenizer.donor_model` (None: no donor) against `tokenizer.from` (module doc)."""
     if donor is None:
-        if space == "donor":
-            raise VocabTransferError(
-                f"{source}: init.omp.space: donor codes the new tokens in the embeddings of tokenizer.donor_model, "
-                "and it is not set; set tokenizer.donor_model to the model that owns the target tokenizer "
-                "(tokenizer.from), or init.omp.space: fasttext"
-            )
         return
     key = "tokenizer.donor_model"
     where = f"{source}: {key}: {donor!r}"

@@ -2,8 +2,8 @@
 matching pursuit in the auxiliary (fastText) space: tokensurgeon-style (Goddard & Fernandes Neto, 2025,
 "Training-Free Tokenizer Transplantation via Orthogonal Matching Pursuit", arXiv 2506.06607), not
 tokensurgeon, which codes the new tokens in a donor model's embeddings (a model already using the target
-tokenizer); here the space is the fastText vectors of the small target corpus (docs/methods.md), or with
-`space: donor` the donor's, as tokensurgeon does (below: "In the donor's space").
+tokenizer); here the space is the fastText vectors of the small target corpus (docs/methods.md), or, method
+`omp_donor`, the donor's, as tokensurgeon does (below: "In the donor's space").
 
 1. Overlapping tokens copy their source row and new tokens without a fastText vector get FOCUS's
    random rows (`focus_embeddings` with `new_ids` = those tokens: the same rows, for the same seed,
@@ -35,10 +35,10 @@ tokenizer); here the space is the fastText vectors of the small target corpus (d
 Options (params `init.omp`, `OmpOptions` with their defaults in vocabtransfer.plan.method_options): `k`, the most atoms
 per token (64: tokensurgeon's OMP default since mergekit's v2, and the setting its paper reports; the
 `-k 8` before v2 was the nearest-neighbour surgeon's), at most the overlapping tokens with a vector; `block_size`
-(new tokens per batch; memory and speed only); `norm` (`combination` or `atoms`, step 4); `space` (`fasttext`, the
-steps above, or `donor`).
+(new tokens per batch; memory and speed only); `norm` (`combination` or `atoms`, step 4).
 
-In the donor's space (`space: donor`, `donor_omp`; params `tokenizer.donor_model`, the model that owns the target
+In the donor's space (method `omp_donor`, params `init.omp_donor`, `OmpDonorOptions`: the same three; params
+`tokenizer.donor_model`, the model that owns the target
 tokenizer, whose embeddings stage donor writes, vocabtransfer.init.donor): overlapping tokens copy their source
 row; the atoms are the donor rows of the overlapping tokens and the signals the donor rows of every other target
 token, both as they are, not unit-normalised (tokensurgeon combines raw donor rows: a token whose donor row is
@@ -86,7 +86,7 @@ from vocabtransfer.init.methods.focus import (
     special_overlap_stats,
 )
 from vocabtransfer.plan.donor_vocab import vocabulary_sha256
-from vocabtransfer.plan.method_options import OmpOptions
+from vocabtransfer.plan.method_options import OmpDonorOptions, OmpOptions
 from vocabtransfer.data.overlap import checked_pairs
 
 log = logging.getLogger(__name__)
@@ -96,10 +96,7 @@ NORMS = typing.get_args(typing.get_type_hints(OmpOptions)["norm"])  # params ini
 
 @register("omp")
 def omp(problem: TransferProblem, opts: OmpOptions = OmpOptions()) -> TransferResult:
-    """OMP rows for the new tokens with a fastText vector, FOCUS's rows for the rest (module doc); with `space: donor`
-    every new token's row from its donor row (`donor_omp`)."""
-    if opts.space == "donor":
-        return donor_omp(problem, opts)
+    """OMP rows for the new tokens with a fastText vector, FOCUS's rows for the rest (module doc)."""
     check_problem(problem, "omp")
     rows = OmpRows(FocusInputs.of(problem), opts, seed=problem.seed, device=problem.device, lang=problem.lang)
     for ids, signals in rows.blocks():  # 3.-4. OMP per block (params init.omp.k) and the combination
@@ -214,7 +211,8 @@ class OmpRows:
             self.device, torch.float64
         )
         if self.opts.norm not in NORMS:
-            raise VocabTransferError(f"init.omp.norm={self.opts.norm!r}: must be one of {', '.join(NORMS)}")
+            key = "omp_donor" if isinstance(self.opts, OmpDonorOptions) else "omp"
+            raise VocabTransferError(f"init.{key}.norm={self.opts.norm!r}: must be one of {', '.join(NORMS)}")
         self.anchor_norm = self.anchor_src.norm(dim=1)
         # per block, on the CPU: support sizes, residual norms, |coefficient| sums, row norms before `norm` rescales
         self.counts: list[torch.Tensor] = []
@@ -281,14 +279,15 @@ class OmpRows:
 # the donor's space (module doc, "In the donor's space")
 
 
-def donor_omp(problem: TransferProblem, opts: OmpOptions) -> TransferResult:
-    """`omp` with `space: donor`: every target token outside the overlap coded in the donor's space, the code applied
+@register("omp_donor")
+def omp_donor(problem: TransferProblem, opts: OmpDonorOptions = OmpDonorOptions()) -> TransferResult:
+    """omp in the donor's space: every target token outside the overlap coded in the donor's space, the code applied
     to the source rows of its atoms (module doc)."""
     path = problem.resources.get("donor")
     where = problem.lang or "target"
     if path is None:
         raise VocabTransferError(
-            f"init.omp.space: donor ({where}): no donor embeddings were given; set tokenizer.donor_model, whose "
+            f"init method omp_donor ({where}): no donor embeddings were given; set tokenizer.donor_model, whose "
             "embeddings stage donor writes to results/source/donor/embeddings.safetensors for the init job"
         )
     space, which = donor_space(Path(path), problem.matrix, problem.target_tokenizer)
@@ -302,11 +301,11 @@ def donor_omp(problem: TransferProblem, opts: OmpOptions) -> TransferResult:
         device=problem.device,
         lang=problem.lang,
     )
-    stats.update(special_overlap_stats(problem, "omp", "OMP combination of its donor row"))
-    stats.update(method="omp", options=asdict(opts), matrix=problem.matrix, donor_matrix=which)
+    stats.update(special_overlap_stats(problem, "omp_donor", "OMP combination of its donor row"))
+    stats.update(method="omp_donor", options=asdict(opts), matrix=problem.matrix, donor_matrix=which)
     log.info(
-        "omp (%s, the donor's %s space for the source's %s embeddings): %d copied, %d OMP combinations of %.1f of %d "
-        "atoms on average (relative residual %.3f) in %.1f s",
+        "omp_donor (%s, the donor's %s space for the source's %s embeddings): %d copied, %d OMP combinations of %.1f "
+        "of %d atoms on average (relative residual %.3f) in %.1f s",
         where,
         which,
         problem.matrix,
@@ -348,13 +347,13 @@ def donor_embeddings(
     donor: torch.Tensor,
     target_ids_overlap,
     source_ids_overlap,
-    opts: OmpOptions = OmpOptions(space="donor"),
+    opts: OmpDonorOptions = OmpDonorOptions(),
     *,
     seed: int = 42,
     device: str | torch.device = "cpu",
     lang: str = "",
 ) -> tuple[torch.Tensor, dict]:
-    """`omp`'s rows in the donor's space and their stats from arrays (tests, benchmarks): `source_embeddings` (V_s, D)
+    """`omp_donor`'s rows and their stats from arrays (tests, benchmarks): `source_embeddings` (V_s, D)
     by source id, `donor` (V_t, d) the donor's rows by target id, the overlap's aligned target and source ids;
     `seed` is recorded only (no row is drawn), `lang` names the language in messages."""
     rows = DonorRows(source_embeddings, donor, (target_ids_overlap, source_ids_overlap), opts, seed, device, lang)
@@ -372,7 +371,7 @@ class DonorRows(OmpRows):
         source_embeddings: torch.Tensor,
         donor: torch.Tensor,
         overlap: tuple[typing.Any, typing.Any],
-        opts: OmpOptions,
+        opts: OmpDonorOptions,
         seed: int,
         device: str | torch.device,
         lang: str,
@@ -388,9 +387,10 @@ class DonorRows(OmpRows):
         self.omp_ids = np.flatnonzero(is_new)
         if self.omp_ids.size and opts.k > t_ov.size:
             raise VocabTransferError(
-                f"init.omp.k={opts.k}: larger than the {t_ov.size} overlapping tokens{f' ({lang})' if lang else ''}, "
-                f"the atoms OMP picks from in the donor's space; set init.omp.k to at most {t_ov.size}, or grow the "
-                "overlap (overlap.fuzzy_match_all, overlap.match_symbols)"
+                f"init.omp_donor.k={opts.k}: larger than the {t_ov.size} overlapping tokens"
+                f"{f' ({lang})' if lang else ''}, the atoms OMP picks from in the donor's space; set "
+                f"init.omp_donor.k to at most {t_ov.size}, or grow the overlap (overlap.fuzzy_match_all, "
+                "overlap.match_symbols)"
             )
         source = source_embeddings.detach()
         self.out = torch.zeros((target_size, source.shape[1]), dtype=torch.float32, device=self.device)
