@@ -268,6 +268,18 @@ def test_omp_in_the_donors_space_runs_from_the_donor_stage_to_init_eval(tmp_path
     assert init_stats["target_rows"] == {"overlap": n_overlap, "donor": len(target_tok) - n_overlap}
     _check_init_eval(root, ["omp_donor"], len(target_tok))
 
+    # the report's set-up names the existing tokenizer and the donor's space, from stage donor's stats.json
+    from vocabtransfer.report.study_setup import StageStats, target_tokenizer_lines
+
+    lines = target_tokenizer_lines(typed, StageStats.read(root).donor)
+    assert lines[0].startswith(f"* Target tokenizer: an existing one, `{donor}` (tokenizer.from), copied"), lines
+    assert lines[1] == (
+        f"* Donor model: `{donor}` (tokenizer.donor_model), the model that owns that tokenizer: omp_donor codes the "
+        f"new tokens in its 32-wide input and output embeddings, {len(target_tok)} rows"
+    )
+    trained = Params(validate_params(_tree(None)))
+    assert target_tokenizer_lines(trained, None) == []  # a trained tokenizer: no line
+
 
 # ---------------------------------------------------------------- refused before any job
 

@@ -1,6 +1,7 @@
-"""The report's `## Set-up` section: the source model (how its weights were read, its LM head), the trained
-hypernetwork, continued pretraining and the downstream evaluation as they ran, the job time, each language's
-corpus and tokenizers, and the costs (report.costs).
+"""The report's `## Set-up` section: the source model (how its weights were read, its LM head), an existing target
+tokenizer and its donor model (`tokenizer.from`, `tokenizer.donor_model`), the trained hypernetwork, continued
+pretraining and the downstream evaluation as they ran, the job time, each language's corpus and tokenizers, and the
+costs (report.costs).
 """
 
 from __future__ import annotations
@@ -47,22 +48,23 @@ def quantisation_lines(stats: dict | None) -> list[str]:
 @dataclass(frozen=True)
 class StageStats:
     """What the source-side stages recorded, read once for the whole report: the source_head stage's stats.json
-    (`head`), the source_model stage's base_stats.json (`base`) and stage hypernet's stats.json of every network
-    seed, by seed (`networks`); None / [] where a stage did not run."""
+    (`head`), the source_model stage's base_stats.json (`base`), stage hypernet's stats.json of every network
+    seed, by seed (`networks`), and stage donor's stats.json (`donor`); None / [] where a stage did not run."""
 
     head: dict | None
     base: dict | None
     networks: list[dict]
+    donor: dict | None = None
 
     @classmethod
     def read(cls, root: Path) -> StageStats:
-        head, base = (
+        head, base, donor = (
             io.read_json(root / f) if (root / f).is_file() else None
-            for f in (paths.SOURCE_HEAD_STATS, paths.SOURCE_BASE_STATS)
+            for f in (paths.SOURCE_HEAD_STATS, paths.SOURCE_BASE_STATS, paths.DONOR_STATS)
         )
         files = (root / paths.HYPERNETS).glob("pseed*/stats.json")
         networks = [io.read_json(f) for f in sorted(files, key=lambda f: int(f.parent.name.removeprefix("pseed")))]
-        return cls(head, base, networks)
+        return cls(head, base, networks, donor)
 
 
 def _trained_on(stats: dict, languages: list[str]) -> str:
@@ -147,7 +149,33 @@ def _model_lines(params: Params, stats: StageStats) -> list[str]:
             f"`{Path(str(head.get('text'))).name}` (held-out loss {fmt(head.get('loss_before'))} → "
             f"{fmt(head.get('loss_after'))})"
         )
-    return lines + hypernet_lines(stats.networks, list(params.languages))
+    return lines + target_tokenizer_lines(params, stats.donor) + hypernet_lines(stats.networks, list(params.languages))
+
+
+def target_tokenizer_lines(params: Params, donor: dict | None) -> list[str]:
+    """An existing target tokenizer (`tokenizer.from`: copied, not trained) and the donor model whose embeddings
+    omp_donor codes in (`donor`: stage donor's stats.json); nothing for a trained tokenizer."""
+    tokenizer = params.tokenizer
+    if tokenizer.from_ is None:
+        return []
+    lines = [
+        f"* Target tokenizer: an existing one, `{tokenizer.from_}` (tokenizer.from), copied for every language, not "
+        "trained (tokenizer.vocab_size unused); its size and family per language below"
+    ]
+    if tokenizer.donor_model is not None:
+        matrices = (
+            "input embeddings (tied to its head)" if donor and donor.get("tied") else "input and output embeddings"
+        )
+        spaces = (
+            f"its {donor.get('dim')}-wide {matrices}, {donor.get('rows')} rows"
+            if donor
+            else f"{paths.DONOR_STATS} missing"
+        )
+        lines.append(
+            f"* Donor model: `{tokenizer.donor_model}` (tokenizer.donor_model), the model that owns that tokenizer: "
+            f"omp_donor codes the new tokens in {spaces}"
+        )
+    return lines
 
 
 def _run_lines(params: Params, langs: list[Language], p: Plan, settings: Settings, seconds: float | None) -> list[str]:
