@@ -8,7 +8,7 @@ import math
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterable, TypeVar, overload
+from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar, overload
 
 from tqdm.auto import tqdm
 
@@ -105,3 +105,19 @@ class Progress:
             + (f"{speed:,.0f} tokens/s" if math.isfinite(speed) else "– tokens/s")
             + f", {duration_text(self.seconds_left(step))} left"
         )
+
+
+def progress_logged(
+    items: Sequence[T], what: str, logger: logging.Logger, every: float = 60.0, clock: Callable[[], float] | None = None
+) -> Iterator[T]:
+    """`items` with a bar on a terminal and, where there is none (a job's log), one line at most every `every`
+    seconds: `OMP (donor): block 40/936 (4 %), 1 h 02 min left`, the time left from the rate so far."""
+    bar = tqdm(items, desc=what, unit="block", disable=not sys.stderr.isatty(), dynamic_ncols=True)
+    meter = Progress(what, len(items), clock=clock)
+    last = meter.start[0]
+    for done, item in enumerate(bar, start=1):
+        yield item
+        if bar.disable and meter.clock() - last >= every:
+            last = meter.clock()
+            left = duration_text(meter.seconds_left(done))
+            logger.info("%s: block %d/%d (%.0f %%), %s left", what, done, len(items), 100 * done / len(items), left)

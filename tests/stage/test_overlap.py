@@ -189,6 +189,7 @@ def test_table_schema_and_pairs(source):
         "exact_match": 6,
         "fuzzy_match": 0,
         "numerical_symbol": 0,
+        "special_role": 0,
         "none": len(UNIGRAM_TOKENS) - 6,
     }
 
@@ -248,6 +249,7 @@ def test_stage_writes_table_and_stats(tmp_path, monkeypatch, source):
         "exact_match": 6,
         "fuzzy_match": 2,
         "numerical_symbol": 0,
+        "special_role": 0,
         "none": len(UNIGRAM_TOKENS) - 8,
     }
     assert stats["n_target_tokens"] == len(UNIGRAM_TOKENS) and stats["n_overlapping"] == 8

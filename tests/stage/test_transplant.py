@@ -20,6 +20,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from helpers import MINILM, llama_seed, save_dir, text_lines, tiny_bert, tiny_llama, wordpiece_tokenizer
 from vocabtransfer.app.params import validate_params
@@ -31,6 +32,7 @@ from vocabtransfer.plan.params_root import Params
 from vocabtransfer.plan.stages import STAGES
 
 LANG = {"lang": "sw"}
+MODEL_FILE = "model/model.safetensors"
 
 
 def gemma_style_gguf(path: Path, lines: list[str], vocab_size: int = 800) -> Path:
@@ -46,14 +48,19 @@ def gemma_style_gguf(path: Path, lines: list[str], vocab_size: int = 800) -> Pat
     tok = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
     tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="never")
     tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()])
-    specials = ["<pad>", "<eos>", "<bos>", "<unk>"]
+    specials = ["<pad>", "<eos>", "<bos>", "<unk>", "<mask>"]  # Gemma 3's head: <mask> at id 4
     tok.train_from_iterator(
         [lines], trainers.BpeTrainer(vocab_size=vocab_size - 256, special_tokens=specials, show_progress=False)
     )
     tok = Tokenizer.from_str(json.dumps(insert_byte_tokens(json.loads(tok.to_str()), len(specials))))
     tok.post_processor = processors.TemplateProcessing(single="<bos> $A", special_tokens=[("<bos>", 2)])
     hf = PreTrainedTokenizerFast(
-        tokenizer_object=tok, bos_token="<bos>", eos_token="<eos>", unk_token="<unk>", pad_token="<pad>"
+        tokenizer_object=tok,
+        bos_token="<bos>",
+        eos_token="<eos>",
+        unk_token="<unk>",
+        pad_token="<pad>",
+        mask_token="<mask>",
     )
     writer = gguf.GGUFWriter(str(path), "gemma3")
     writer.add_name("tokenizer only")
@@ -148,7 +155,7 @@ def test_a_gguf_gemma_style_tokenizer_as_the_target_of_a_wordpiece_source(tmp_pa
 
     expected = AutoTokenizer.from_pretrained(str(tmp_path), gguf_file="target.gguf")
     target = AutoTokenizer.from_pretrained(str(root / paths.fill(paths.TOKENIZER, lang="sw")))
-    assert target.get_vocab() == expected.get_vocab() and len(target) > 800 > len(source_tok)
+    assert target.get_vocab() == expected.get_vocab() and len(target) >= 800 > len(source_tok)
     stats = _read(root, paths.TOKENIZER_STATS)
     assert stats["from"]["route"] == "gguf" and stats["from"]["gguf_kind"] == "file", stats
     assert stats["from"]["sha256"] == __import__("hashlib").sha256(gguf_file.read_bytes()).hexdigest()
@@ -172,6 +179,25 @@ def test_a_gguf_gemma_style_tokenizer_as_the_target_of_a_wordpiece_source(tmp_pa
     assert overlap["counts"]["exact_match"] > 100, overlap
     _check_init_eval(root, methods, len(target))
 
+    # each special token takes the source's of its role, <bos> and <eos> the [CLS] and [SEP] a BERT begins and ends
+    # with, so the masked-LM loss masks with the source's own [MASK] row in every method (families.role_pairs)
+    by_role = {
+        r["target_token"]: r["source_token"]
+        for r in pq.read_table(root / paths.fill(paths.OVERLAP, lang="sw")).to_pylist()
+        if r["match"] == "special_role"
+    }
+    expected_roles = {"<mask>": "[MASK]", "<pad>": "[PAD]", "<unk>": "[UNK]", "<bos>": "[CLS]", "<eos>": "[SEP]"}
+    assert by_role == expected_roles and overlap["specials_by_role"] == 5, (by_role, overlap)
+    assert overlap["counts"]["special_role"] == 5 and overlap["crossed_specials_unmatched"] == 0, overlap
+    source = load_file(str(root / paths.SOURCE_MODEL / "model.safetensors"))
+    key = next(k for k in source if k.endswith("word_embeddings.weight"))
+    for method in ("overlap", "fvt", "focus", "omp"):
+        init = load_file(str(root / paths.fill(paths.INIT_DIR, lang="sw", method=method, pseed=1) / MODEL_FILE))[key]
+        for mine, theirs in expected_roles.items():
+            torch.testing.assert_close(
+                init[target.convert_tokens_to_ids(mine)], source[key][source_tok.convert_tokens_to_ids(theirs)]
+            )
+
 
 def test_minilms_wordpiece_by_hub_id_offline_as_the_target_of_a_sentencepiece_llama(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -194,6 +220,12 @@ def test_minilms_wordpiece_by_hub_id_offline_as_the_target_of_a_sentencepiece_ll
         if r["source_token"] is not None and r["target_token"].startswith("##") and len(r["target_token"]) > 3
     }
     assert pairs and all(s == t[2:] for t, s in pairs.items()), list(pairs.items())[:5]
+    by_role = {
+        r["target_token"]: r["source_token"]
+        for r in pq.read_table(root / paths.fill(paths.OVERLAP, lang="sw")).to_pylist()
+        if r["match"] == "special_role"
+    }  # the Llama has no pad or mask: MiniLM's [PAD] and [MASK] stay new tokens
+    assert by_role == {"[CLS]": "<s>", "[SEP]": "</s>", "[UNK]": "<unk>"}, by_role
     _check_init_eval(root, methods, 30522)
     torch.testing.assert_close(  # fvt's row of a token both vocabularies share is the source's row
         *_rows(root, "fvt", source_tok, overlap_token=next(iter(pairs)))
@@ -201,14 +233,11 @@ def test_minilms_wordpiece_by_hub_id_offline_as_the_target_of_a_sentencepiece_ll
 
 
 def _rows(root: Path, method: str, source_tok, overlap_token: str):
-    from safetensors.torch import load_file
     from transformers import AutoTokenizer
 
     target = AutoTokenizer.from_pretrained(str(root / paths.fill(paths.TOKENIZER, lang="sw")))
     source = load_file(str(root / paths.SOURCE_MODEL / "model.safetensors"))["model.embed_tokens.weight"]
-    init = load_file(
-        str(root / paths.fill(paths.INIT_DIR, lang="sw", method=method, pseed=1) / "model/model.safetensors")
-    )
+    init = load_file(str(root / paths.fill(paths.INIT_DIR, lang="sw", method=method, pseed=1) / MODEL_FILE))
     return (
         init["model.embed_tokens.weight"][target.convert_tokens_to_ids(overlap_token)],
         source[source_tok.convert_tokens_to_ids(overlap_token[2:])],
@@ -219,7 +248,6 @@ def test_omp_in_the_donors_space_runs_from_the_donor_stage_to_init_eval(tmp_path
     """A tiny untied Llama moved to the tokenizer of a tiny untied Llama donor (tokenizer.from and
     tokenizer.donor_model: the donor's folder): stage donor writes both of the donor's matrices, and the init job's
     input and output rows are `donor_embeddings` of the source's and donor's own matrices, bit for bit."""
-    from safetensors.torch import load_file
 
     from vocabtransfer.data.overlap import overlap_pairs
     from vocabtransfer.init.methods.omp import donor_embeddings
@@ -337,7 +365,7 @@ def test_an_existing_targets_special_tokens_are_not_matched_to_ordinary_ones():
     from helpers import bytelevel_from_tokens, unigram_from_tokens
 
     from vocabtransfer.data.families import crossed_specials, special_token_clash
-    from vocabtransfer.data.overlap import compute_overlap, overlap_pairs, unmatched
+    from vocabtransfer.data.overlap import compute_overlap, overlap_pairs, rematched
 
     source = unigram_from_tokens(["<unk>", "<s>", "</s>", "▁hello", "▁world"] + [f"▁f{i}" for i in range(101)])
     target = bytelevel_from_tokens(["<|endoftext|>", "<s>", "Ġhello", "Ġworld", "x"])
@@ -347,7 +375,7 @@ def test_an_existing_targets_special_tokens_are_not_matched_to_ordinary_ones():
     assert pairs["<s>"] == "<s>" and pairs["Ġhello"] == "▁hello" and pairs["x"] is None, pairs
     crossed = crossed_specials(target, source, table["target_id"].to_pylist(), table["source_id"].to_pylist())
     assert [table["target_token"][i].as_py() for i in crossed] == ["<s>"]
-    kept = unmatched(table, crossed)
+    kept = rematched(table, dict.fromkeys(crossed), source)
     assert kept.schema == table.schema and kept["match"][crossed[0]].as_py() == "none"
     assert overlap_pairs(kept)[0].tolist() == [i for i in overlap_pairs(table)[0].tolist() if i != crossed[0]]
 

@@ -121,3 +121,18 @@ def test_hypernet_and_fine_tuning_log_each_logged_loss_and_replace_the_printer(m
     install(trainer, "fine-tuning qa (seed 1)", logger)
     assert len(trainer.callbacks) == 1 and isinstance(trainer.callbacks[0], ProgressLog)
     assert trainer.callbacks[0].tokens(state(3, 1234)) == 1234  # the Trainer's own count by default
+
+
+def test_a_long_loop_off_a_terminal_logs_one_line_a_minute_with_the_time_left(caplog, monkeypatch):
+    """What an OMP job's log shows (no bar off a terminal): a line when a minute has passed since the last one."""
+    monkeypatch.setattr(vlog.sys.stderr, "isatty", lambda: False)
+    clock, logger = Clock(), logging.getLogger("test.blocks")
+    with caplog.at_level(logging.INFO, logger="test.blocks"):
+        for _block in vlog.progress_logged(range(10), "OMP (donor)", logger, every=60.0, clock=clock):
+            clock.now += 25.0  # 25 s a block: lines after blocks 3, 6 and 9 (75, 150, 225 s)
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines == [
+        "OMP (donor): block 3/10 (30 %), 2 min 55 s left",
+        "OMP (donor): block 6/10 (60 %), 1 min 40 s left",
+        "OMP (donor): block 9/10 (90 %), 25 s left",
+    ], lines

@@ -323,3 +323,33 @@ def crossed_specials(target, source, target_ids: list[int], source_ids: list[int
         for pos, (t, s) in enumerate(zip(target_ids, source_ids))
         if s is not None and (t in t_special) != (s in s_special)
     ]
+
+
+# a role one side fills whose stand-in the other side fills: BERT's [CLS] starts and its [SEP] ends a sequence as
+# Gemma's <bos> and <eos> do
+ROLE_STAND_INS = {
+    "bos_token": "cls_token",
+    "cls_token": "bos_token",
+    "eos_token": "sep_token",
+    "sep_token": "eos_token",
+}
+
+
+def role_pairs(target, source) -> dict[int, int]:
+    """Target special-token id -> source special-token id, by role (`special_tokens_map`): the same role first (mask,
+    pad, unk, bos, ...), then a stand-in for a role the source lacks (`ROLE_STAND_INS`). What an existing target
+    (`tokenizer.from`) whose special tokens are spelled otherwise than the source's gets in the overlap, so that a
+    masked source reads the target's `<mask>` with its own `[MASK]` row in every method."""
+
+    def roles(tok) -> dict[str, str]:
+        return {role: name for role, name in tok.special_tokens_map.items() if isinstance(name, str)}
+
+    t_roles, s_roles = roles(target), roles(source)
+    pairs: dict[int, int] = {}
+    for stand_in in (False, True):
+        for role, name in t_roles.items():
+            theirs = s_roles.get(ROLE_STAND_INS.get(role, "") if stand_in else role)
+            tid = target.convert_tokens_to_ids(name)
+            if theirs is not None and tid not in pairs and name in target.get_vocab():
+                pairs[tid] = source.convert_tokens_to_ids(theirs)
+    return pairs

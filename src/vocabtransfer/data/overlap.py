@@ -41,11 +41,11 @@ from typing import Literal
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from vocabtransfer.errors import VocabTransferError
 from vocabtransfer import io
-from vocabtransfer.data.families import crossed_specials, is_byte_piece, special_token_clash, spelling, token_bytes
+from vocabtransfer.data.families import crossed_specials, is_byte_piece, role_pairs, special_token_clash
+from vocabtransfer.data.families import spelling, token_bytes
 from vocabtransfer.model.hub import load_tokenizer, materialised_source
 from vocabtransfer.pipeline.stage_spec import Context
 
@@ -57,9 +57,9 @@ WORDPIECE_PREFIX = "##"
 _BYTE_FALLBACK = re.compile(r"<0x[0-9,A-F]{2}>")  # deepfocus's pattern, `re.match` semantics (prefix)
 _PUNCTUATION = frozenset(string.punctuation)
 
-# deepfocus's descriptors, plus "none" for target tokens without a match
-EXACT, FUZZY, SYMBOL, NONE = "exact_match", "fuzzy_match", "numerical_symbol", "none"
-MATCH_KINDS = (EXACT, FUZZY, SYMBOL, NONE)
+# deepfocus's descriptors, "special_role" for an existing target's special token paired by role (families.role_pairs)
+EXACT, FUZZY, SYMBOL, ROLE, NONE = "exact_match", "fuzzy_match", "numerical_symbol", "special_role", "none"
+MATCH_KINDS = (EXACT, FUZZY, SYMBOL, ROLE, NONE)
 
 # how a tokenizer marks word boundaries in its token strings ("plain": no markers); one vocabulary for
 # `detect_scheme` (from the token strings) and `methods.baselines.tokenizer_markers` (from the backend)
@@ -237,7 +237,8 @@ def compute_overlap(
     """One row per target vocabulary entry (sorted by target id) with its source match, if any.
 
     Columns: target_id (int32), target_token, source_id (int32, null = no match), source_token
-    (null = no match), match (exact_match / fuzzy_match / numerical_symbol / none).
+    (null = no match), match (exact_match / fuzzy_match / numerical_symbol / none; `run` adds
+    special_role).
     The same pairs and descriptors as `deepfocus.focus.get_overlapping_tokens`; with `match_bytes`,
     byte-level and SentencePiece-style tokens are compared by the bytes they spell (module doc).
     """
@@ -307,13 +308,14 @@ def _compute_overlap(target_tokenizer, source_tokenizer, exact_match_all, fuzzy_
     )
 
 
-def unmatched(table: pa.Table, rows: list[int]) -> pa.Table:
-    """The overlap table with these rows' matches undone (no source token, match `none`)."""
-    keep = pa.array(np.isin(np.arange(table.num_rows), rows, invert=True))
-    for name, fill in (("source_id", None), ("source_token", None), ("match", NONE)):
-        column = pc.if_else(keep, table[name], pa.scalar(fill, table.schema.field(name).type))
-        table = table.set_column(table.schema.get_field_index(name), table.schema.field(name), column)
-    return table
+def rematched(table: pa.Table, rows: dict[int, int | None], source_tokenizer) -> pa.Table:
+    """The overlap table with these rows' matches set: row -> a source id (match `special_role`) or None (no match)."""
+    columns = table.to_pydict()
+    for row, sid in rows.items():
+        columns["source_id"][row] = sid
+        columns["source_token"][row] = None if sid is None else source_tokenizer.convert_ids_to_tokens(sid)
+        columns["match"][row] = NONE if sid is None else ROLE
+    return pa.table(columns, schema=SCHEMA)
 
 
 def overlap_pairs(table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
@@ -385,10 +387,20 @@ def run(ctx: Context) -> None:
     options = asdict(ctx.params.overlap)
     table = compute_overlap(target_tokenizer, source_tokenizer, **options)
     pairs = (table["target_id"].to_pylist(), table["source_id"].to_pylist()) if existing else ([], [])
+    # an existing target: a control token and a word are not the same token (families.crossed_specials), and its
+    # special tokens take the source's of their role (<mask> the source's [MASK], <bos> its [CLS]: families.role_pairs)
     crossed = crossed_specials(target_tokenizer, source_tokenizer, *pairs)
-    if crossed:  # an existing target: a control token and a word are not the same token (families.crossed_specials)
-        table = unmatched(table, crossed)
-        log.info("overlap: %d special tokens matched to ordinary ones left unmatched", len(crossed))
+    fixes: dict[int, int | None] = dict.fromkeys(crossed)
+    roles = role_pairs(target_tokenizer, source_tokenizer) if existing else {}
+    if roles:
+        kinds = table["match"].to_pylist()
+        fixes |= {
+            row: roles[t] for row, t in enumerate(pairs[0]) if t in roles and (kinds[row] == NONE or row in fixes)
+        }
+    by_role = sum(sid is not None for sid in fixes.values())
+    if fixes:
+        table = rematched(table, fixes, source_tokenizer)
+        log.info("overlap: %d special token(s) left unmatched, %d paired by role", len(fixes) - by_role, by_role)
     seconds = time.perf_counter() - start
     byte_tokens = byte_counts(table, target_tokenizer, source_tokenizer)
 
@@ -413,7 +425,8 @@ def run(ctx: Context) -> None:
             "overlap_share": overlapping / total if total else 0.0,
             "counts": counts,
             "byte_tokens": byte_tokens,
-            "crossed_specials_unmatched": len(crossed),
+            "crossed_specials_unmatched": len(fixes) - by_role,
+            "specials_by_role": by_role,
             "options": options,
             "schemes": {
                 "target": detect_scheme(table.column("target_token").to_pylist()),

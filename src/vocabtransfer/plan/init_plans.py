@@ -32,14 +32,10 @@ def calibrates(params: Params, method: str) -> bool:
     return params.init.options(base).scale == "calibrated"
 
 
-# the method that codes the new tokens in the donor's space (tokenizer.donor_model, stage donor's embeddings)
-DONOR_METHOD = "omp_donor"
-
-
 def in_donor_space(method: str) -> bool:
-    """Whether `method` is omp_donor (or omp_donor+fact): it codes in the donor's space, reading stage donor's
-    embeddings."""
-    return names.split_method(method)[0] == DONOR_METHOD
+    """Whether `method` (omp_donor, omp_donor+fact, or any method whose catalog entry reads stage donor's embeddings,
+    `inputs={"donor": ...}`) codes in the donor's space."""
+    return "donor" in info(names.split_method(method)[0]).inputs
 
 
 def donor_space(params: Params) -> bool:

@@ -174,6 +174,8 @@ class OmpOptions:
     donor model's) and applied to their source rows; tokens without a fastText vector get FOCUS's rows
     (fasttext.oov)"""
 
+    KEY: ClassVar[str] = "omp"  # its params section, init.<KEY>, named in error lines
+
     k: int = option(
         64,
         "most atoms (overlapping tokens) per new token; 64 is tokensurgeon's OMP default since "
@@ -203,6 +205,8 @@ class OmpDonorOptions(OmpOptions):
     embeddings of tokenizer.donor_model, the model that owns the target tokenizer, over the overlapping tokens' donor
     rows as they are, and the code applied to their source rows; the input and output embeddings each in the donor's
     own space where the donor's are untied (docs/methods.md#omp-in-the-donors-space); needs tokenizer.donor_model"""
+
+    KEY: ClassVar[str] = "omp_donor"
 
     k: int = option(
         64,

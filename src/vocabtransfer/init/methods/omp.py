@@ -75,7 +75,7 @@ import torch
 
 from vocabtransfer import io
 from vocabtransfer.errors import VocabTransferError
-from vocabtransfer.log import progress
+from vocabtransfer.log import progress_logged
 from vocabtransfer.init.methods.registry import TransferProblem, TransferResult, register
 from vocabtransfer.init.omp_solver import batch_omp, sparse_rows
 from vocabtransfer.init.methods.focus import (
@@ -211,8 +211,7 @@ class OmpRows:
             self.device, torch.float64
         )
         if self.opts.norm not in NORMS:
-            key = "omp_donor" if isinstance(self.opts, OmpDonorOptions) else "omp"
-            raise VocabTransferError(f"init.{key}.norm={self.opts.norm!r}: must be one of {', '.join(NORMS)}")
+            raise VocabTransferError(f"init.{self.opts.KEY}.norm={self.opts.norm!r}: must be one of {', '.join(NORMS)}")
         self.anchor_norm = self.anchor_src.norm(dim=1)
         # per block, on the CPU: support sizes, residual norms, |coefficient| sums, row norms before `norm` rescales
         self.counts: list[torch.Tensor] = []
@@ -223,7 +222,7 @@ class OmpRows:
     def blocks(self):
         """(target ids, their unit signals) of each block of `block_size` tokens to combine."""
         block_size = self.opts.block_size
-        for s in progress(range(0, self.omp_ids.size, block_size), desc="OMP", unit="block"):
+        for s in progress_logged(range(0, self.omp_ids.size, block_size), "OMP", log):
             ids = torch.from_numpy(self.omp_ids[s : s + block_size])
             yield ids, torch.nn.functional.normalize(self.aux[ids].to(self.device, torch.float64), dim=1)
 
@@ -402,7 +401,7 @@ class DonorRows(OmpRows):
     def blocks(self):
         """(target ids, their donor rows as they are) of each block of `block_size` tokens to combine."""
         block_size = self.opts.block_size
-        for s in progress(range(0, self.omp_ids.size, block_size), desc="OMP (donor)", unit="block"):
+        for s in progress_logged(range(0, self.omp_ids.size, block_size), "OMP (donor)", log):
             ids = torch.from_numpy(self.omp_ids[s : s + block_size])
             yield ids, self.donor[ids].to(self.device, torch.float64)
 
