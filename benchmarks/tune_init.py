@@ -14,8 +14,10 @@ named:
 With --results DIR, the inputs are instead a study's own artefacts under DIR (run with
 `corpus.dev_fraction` > 0 up to its overlap and fasttext stages): results/source/model (the source with
 its LM head: a masked LM's trained by source_head), results/<lang>/tokenizer, the fastText vectors
-results/<lang>/fasttext/embeddings.safetensors, the overlap recomputed as the overlap stage computes it
-(default options), and results/<lang>/corpus/dev.parquet. So the setting is picked for exactly the
+results/<lang>/fasttext/embeddings.safetensors, the study's overlap (results/<lang>/overlap/overlap.parquet:
+an existing target tokenizer's special tokens paired by role; recomputed with the default options where the
+study has none yet), and results/<lang>/corpus/dev.parquet. With --donor (a study with tokenizer.donor_model) the
+omp_donor settings run too, in the donor's space stage donor wrote. So the setting is picked for exactly the
 study's initialisation, on lines it never trains on or scores.
 
 For focus and every (k, norm) of omp it builds the target model (`modeling.build_target_model`) and scores
@@ -27,6 +29,7 @@ one Markdown table.
 
     .venv/bin/python benchmarks/tune_init.py --lang sw --k 8 16 32 64 --norm atoms combination
     .venv/bin/python benchmarks/tune_init.py --results ../study --lang sw --k 8 16 32 64   # MiniLM, masked
+    .venv/bin/python benchmarks/tune_init.py --results ../transplant --lang sw --donor --norm combination
 """
 
 from __future__ import annotations
@@ -62,6 +65,12 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="a study's directory: take its source model, tokenizer, fastText vectors and dev split",
     )
     p.add_argument(
+        "--donor",
+        action="store_true",
+        help="with --results: omp_donor too, for every --k and --norm, in the study's donor space "
+        "(results/source/donor/embeddings.safetensors, from tokenizer.donor_model)",
+    )
+    p.add_argument(
         "--workdir",
         type=Path,
         default=Path(os.environ.get("VOCABTRANSFER_CACHE") or "~/.cache/vocabtransfer").expanduser()
@@ -75,6 +84,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="seconds at tiny sizes: checks that the script runs (tests/project/test_benchmarks.py, in CI)",
     )
     args = p.parse_args(argv)
+    if args.donor and args.results is None:
+        p.error("--donor needs --results: the donor's embeddings are a study's stage donor output")
     if args.smoke:
         args.dev_lines, args.vocab_size, args.k, args.norm, args.seq_len = 20, 1000, [4], ["atoms"], 64
     return args
@@ -141,6 +152,7 @@ def build_inputs(args) -> dict:
 
 def study_inputs(args) -> dict:
     """build_inputs' dict from the study under --results (its artefacts, checked present)."""
+    import pyarrow.parquet as pq
     from safetensors.torch import load_file
 
     from vocabtransfer.data.overlap import compute_overlap, overlap_pairs
@@ -162,8 +174,19 @@ def study_inputs(args) -> dict:
         )
     target, source = load_tokenizer(need["tok_dir"]), load_tokenizer(need["source_dir"])
     vec = load_file(str(need["vectors"]))
-    t_ov, s_ov = overlap_pairs(compute_overlap(target, source))
+    study_overlap = root / args.lang / "overlap" / "overlap.parquet"  # an existing target's specials paired by role
+    table = pq.read_table(study_overlap) if study_overlap.is_file() else compute_overlap(target, source)
+    t_ov, s_ov = overlap_pairs(table)
+    donor = None
+    if args.donor:
+        from vocabtransfer.init.methods.omp import donor_space
+
+        path = root / "source" / "donor" / "embeddings.safetensors"
+        if not path.is_file():
+            sys.exit(f"--donor: {path} is missing; run the study's donor stage (tokenizer.donor_model) first")
+        donor = donor_space(path, "input", target)[0]
     return {
+        "donor": donor,
         "dev": valid_lines(need["dev"], args.dev_lines),
         "source_dir": need["source_dir"],
         "tok_dir": need["tok_dir"],
@@ -199,8 +222,8 @@ def main(argv=None) -> int:
 
     from vocabtransfer.init.output_bias import transfer_bias
     from vocabtransfer.init.methods.focus import FocusInputs, focus_embeddings
-    from vocabtransfer.init.methods.omp import omp_embeddings
-    from vocabtransfer.plan.method_options import OmpOptions
+    from vocabtransfer.init.methods.omp import donor_embeddings, omp_embeddings
+    from vocabtransfer.plan.method_options import OmpDonorOptions, OmpOptions
     from vocabtransfer.model import modeling
     from vocabtransfer.model.hub import load_tokenizer
 
@@ -223,6 +246,11 @@ def main(argv=None) -> int:
             settings[f"omp k={k} norm={norm}"] = lambda k=k, norm=norm: omp_embeddings(
                 inputs, OmpOptions(k=k, norm=norm)
             )
+    for norm in args.norm if x.get("donor") is not None else []:
+        for k in args.k:
+            settings[f"omp_donor k={k} norm={norm}"] = lambda k=k, norm=norm: donor_embeddings(
+                src, x["donor"], x["t_ov"], x["s_ov"], OmpDonorOptions(k=k, norm=norm)
+            )
     unit, measure = ("lines", "bits per byte") if kind == "causal" else ("blocks", "masked-LM loss, nats a token")
     bits, n_bytes = {}, None
     for name, make in settings.items():
@@ -231,7 +259,7 @@ def main(argv=None) -> int:
         bits[name], n_bytes = score(target_model, x, kind, args)
         print(f"{name}: {bits[name].sum() / n_bytes.sum():.4f} {measure}", file=sys.stderr)
     total = n_bytes.sum()
-    best = min((b for b in bits if b != "focus"), key=lambda b: bits[b].sum())
+    best = min((b for b in bits if b.startswith("omp ")), key=lambda b: bits[b].sum())
     source = args.results or args.source
     print(
         f"\n{source} -> {args.lang}: {len(x['dev'])} dev lines ({len(n_bytes)} {unit}, {total:.0f} "
@@ -240,7 +268,7 @@ def main(argv=None) -> int:
     )
     print(f"| setting | {measure} (dev) | − best omp | ± 2 s.e. (paired over {unit}) |")
     print("|---|---:|---:|---:|")
-    for name, b in bits.items():
+    for name, b in bits.items():  # the omp_donor rows, and focus, against the best omp
         per_line = (b - bits[best]) / total * len(b)  # each line's share, so the mean is the difference
         se = per_line.std(ddof=1) / np.sqrt(len(b)) if len(b) > 1 else float("nan")
         print(f"| {name} | {b.sum() / total:.4f} | {per_line.mean():+.4f} | {2 * se:.4f} |")
