@@ -54,14 +54,8 @@ def gemma_style_gguf(path: Path, lines: list[str], vocab_size: int = 800) -> Pat
     )
     tok = Tokenizer.from_str(json.dumps(insert_byte_tokens(json.loads(tok.to_str()), len(specials))))
     tok.post_processor = processors.TemplateProcessing(single="<bos> $A", special_tokens=[("<bos>", 2)])
-    hf = PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        bos_token="<bos>",
-        eos_token="<eos>",
-        unk_token="<unk>",
-        pad_token="<pad>",
-        mask_token="<mask>",
-    )
+    roles = {f"{name}_token": f"<{name}>" for name in ("bos", "eos", "unk", "pad", "mask")}  # Gemma's names
+    hf = PreTrainedTokenizerFast(tokenizer_object=tok, **roles)
     writer = gguf.GGUFWriter(str(path), "gemma3")
     writer.add_name("tokenizer only")
     for add, value in (
